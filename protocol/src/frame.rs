@@ -1,0 +1,250 @@
+//! Newline-delimited framing: bytes → lines → classified JSON-RPC messages.
+//!
+//! [`LineReader`] cuts a byte stream into lines without ever buffering more than the
+//! configured maximum: an oversized line is skipped to its end and reported as
+//! [`Line::TooLong`]. [`decode`] turns one line into a [`Decoded`] value: a valid
+//! [`Message`] or an [`Invalid`] with its reason. Neither function can panic on any input,
+//! and a bad line never affects the lines after it.
+
+use std::io;
+
+use serde_json::{Map, Value};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+
+use crate::message::{Id, Message, Notification, Request, Response, RpcError};
+
+/// The default maximum line length: 16 MiB.
+pub const DEFAULT_MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// How many bytes of a bad line an [`Invalid`] keeps, so that a huge bad line does not
+/// become a huge event.
+pub const INVALID_EXCERPT: usize = 4096;
+
+/// One line read from the stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Line {
+    /// A complete line without its terminator (`\n`, or `\r\n`).
+    Complete(Vec<u8>),
+    /// A line longer than the limit; its bytes were discarded. `len` is its full length.
+    TooLong {
+        /// The line's length in bytes, without the terminator.
+        len: usize,
+    },
+}
+
+/// Reads lines of at most `max_line` bytes from a buffered reader.
+///
+/// Cancel safety: not cancel safe; drive it from one task that does not drop
+/// `next_line` halfway (the peer's reader loop does exactly that).
+#[derive(Debug)]
+pub struct LineReader<R> {
+    reader: R,
+    max_line: usize,
+    buf: Vec<u8>,
+    /// Set while skipping the rest of an oversized line; holds its length so far.
+    discarding: Option<usize>,
+}
+
+impl<R: AsyncBufRead + Unpin> LineReader<R> {
+    /// A reader with the given maximum line length (in bytes, without the terminator).
+    pub fn new(reader: R, max_line: usize) -> LineReader<R> {
+        LineReader { reader, max_line, buf: Vec::new(), discarding: None }
+    }
+
+    /// The next line, or `None` at end of stream. A last line without a terminator is
+    /// returned as a complete line.
+    pub async fn next_line(&mut self) -> io::Result<Option<Line>> {
+        loop {
+            let available = self.reader.fill_buf().await?;
+            if available.is_empty() {
+                if let Some(len) = self.discarding.take() {
+                    return Ok(Some(Line::TooLong { len }));
+                }
+                if self.buf.is_empty() {
+                    return Ok(None);
+                }
+                return Ok(Some(self.finish_line()));
+            }
+            let newline = available.iter().position(|&b| b == b'\n');
+            let chunk_len = newline.unwrap_or(available.len());
+            match self.discarding.as_mut() {
+                Some(len) => *len += chunk_len,
+                None if self.buf.len() + chunk_len > self.max_line => {
+                    self.discarding = Some(self.buf.len() + chunk_len);
+                    self.buf = Vec::new();
+                }
+                None => self.buf.extend_from_slice(&available[..chunk_len]),
+            }
+            match newline {
+                Some(idx) => {
+                    self.reader.consume(idx + 1);
+                    if let Some(len) = self.discarding.take() {
+                        return Ok(Some(Line::TooLong { len }));
+                    }
+                    return Ok(Some(self.finish_line()));
+                }
+                None => self.reader.consume(chunk_len),
+            }
+        }
+    }
+
+    fn finish_line(&mut self) -> Line {
+        let mut line = std::mem::take(&mut self.buf);
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+        Line::Complete(line)
+    }
+}
+
+/// Why a line is not a valid JSON-RPC 2.0 message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidReason {
+    /// The bytes are not UTF-8.
+    #[error("line is not valid UTF-8")]
+    NotUtf8,
+    /// The text is not JSON.
+    #[error("line is not JSON: {0}")]
+    NotJson(String),
+    /// The line is longer than the limit; it was dropped unread.
+    #[error("line of {len} bytes exceeds the {max}-byte limit")]
+    TooLong {
+        /// The line's length.
+        len: usize,
+        /// The limit in force.
+        max: usize,
+    },
+    /// A JSON array: batches are not part of ACP.
+    #[error("batch arrays are not supported")]
+    Batch,
+    /// JSON that is not an object (a number, a string…).
+    #[error("message is not a JSON object")]
+    NotAnObject,
+    /// `"jsonrpc": "2.0"` is missing or has another value.
+    #[error("missing or wrong \"jsonrpc\" member (must be \"2.0\")")]
+    MissingVersion,
+    /// `"id": null`, which cannot be correlated with anything.
+    #[error("id is null")]
+    NullId,
+    /// An id that is neither an integer nor a string.
+    #[error("id must be an integer or a string")]
+    BadId,
+    /// `method` is present but not a string.
+    #[error("method must be a string")]
+    BadMethod,
+    /// `params` is present but neither an object nor an array.
+    #[error("params must be an object or an array")]
+    BadParams,
+    /// A response with both or neither of `result` and `error`, or a malformed `error`.
+    #[error("response must carry exactly one of result or a well-formed error")]
+    BadResponse,
+    /// No `method` and no `id`: not a request, notification or response.
+    #[error("object is neither a request, a notification nor a response")]
+    Unrecognised,
+}
+
+/// A line that is not a valid message, with the reason and an excerpt of its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
+    /// Why it was rejected.
+    pub reason: InvalidReason,
+    /// At most [`INVALID_EXCERPT`] bytes of the line (empty for a line that was too long).
+    pub excerpt: Vec<u8>,
+}
+
+/// The result of decoding one line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decoded {
+    /// A valid message.
+    Message(Message),
+    /// Not a valid message.
+    Invalid(Invalid),
+    /// A line holding only white space; ignored by the peer.
+    Blank,
+}
+
+/// Classifies one line as read by [`LineReader`].
+pub fn decode_line(line: Line, max_line: usize) -> Decoded {
+    match line {
+        Line::Complete(bytes) => decode(&bytes),
+        Line::TooLong { len } => Decoded::Invalid(Invalid {
+            reason: InvalidReason::TooLong { len, max: max_line },
+            excerpt: Vec::new(),
+        }),
+    }
+}
+
+/// Classifies one line (without its terminator).
+pub fn decode(bytes: &[u8]) -> Decoded {
+    let invalid = |reason| {
+        Decoded::Invalid(Invalid {
+            reason,
+            excerpt: bytes[..bytes.len().min(INVALID_EXCERPT)].to_vec(),
+        })
+    };
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return invalid(InvalidReason::NotUtf8);
+    };
+    if text.trim().is_empty() {
+        return Decoded::Blank;
+    }
+    let value: Value = match serde_json::from_str(text) {
+        Ok(value) => value,
+        Err(err) => return invalid(InvalidReason::NotJson(err.to_string())),
+    };
+    let object = match value {
+        Value::Object(object) => object,
+        Value::Array(_) => return invalid(InvalidReason::Batch),
+        _ => return invalid(InvalidReason::NotAnObject),
+    };
+    match classify(object) {
+        Ok(message) => Decoded::Message(message),
+        Err(reason) => invalid(reason),
+    }
+}
+
+fn classify(mut object: Map<String, Value>) -> Result<Message, InvalidReason> {
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(InvalidReason::MissingVersion);
+    }
+    let id = match object.remove("id") {
+        None => None,
+        Some(Value::Null) => return Err(InvalidReason::NullId),
+        Some(Value::String(s)) => Some(Id::String(s)),
+        Some(Value::Number(n)) => match n.as_i64() {
+            Some(n) => Some(Id::Number(n)),
+            None => return Err(InvalidReason::BadId),
+        },
+        Some(_) => return Err(InvalidReason::BadId),
+    };
+    if let Some(method) = object.remove("method") {
+        let Value::String(method) = method else {
+            return Err(InvalidReason::BadMethod);
+        };
+        let params = match object.remove("params") {
+            None => None,
+            Some(params @ (Value::Object(_) | Value::Array(_))) => Some(params),
+            Some(_) => return Err(InvalidReason::BadParams),
+        };
+        return Ok(match id {
+            Some(id) => Message::Request(Request { id, method, params }),
+            None => Message::Notification(Notification { method, params }),
+        });
+    }
+    let Some(id) = id else {
+        return Err(InvalidReason::Unrecognised);
+    };
+    let result = match (object.remove("result"), object.remove("error")) {
+        (Some(result), None) => Ok(result),
+        (None, Some(error)) => match serde_json::from_value::<RpcError>(error) {
+            Ok(error) => Err(error),
+            Err(_) => return Err(InvalidReason::BadResponse),
+        },
+        _ => return Err(InvalidReason::BadResponse),
+    };
+    Ok(Message::Response(Response { id, result }))
+}
+
+#[cfg(test)]
+mod tests;
