@@ -111,7 +111,15 @@ struct Shared {
     pending: Mutex<Pending>,
     /// Encoded lines for the writer. Dropping the last `Shared` closes it, which tells the
     /// writer to flush and shut down.
-    out_tx: mpsc::UnboundedSender<Vec<u8>>,
+    out_tx: mpsc::UnboundedSender<Outgoing>,
+}
+
+/// What the writer loop is asked to do, in order.
+#[derive(Debug)]
+enum Outgoing {
+    Line(Vec<u8>),
+    /// Resolved once every earlier line has been written and flushed.
+    Flushed(oneshot::Sender<()>),
 }
 
 #[derive(Debug, Default)]
@@ -195,7 +203,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
 
 async fn write_loop<W: AsyncWrite + Unpin>(
     mut writer: W,
-    mut out_rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    mut out_rx: mpsc::UnboundedReceiver<Outgoing>,
     mut reader_done: watch::Receiver<bool>,
 ) -> io::Result<()> {
     loop {
@@ -204,7 +212,14 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             line = out_rx.recv() => line,
             _ = reader_done.wait_for(|done| *done) => None,
         };
-        let Some(line) = line else { break };
+        let line = match line {
+            None => break,
+            Some(Outgoing::Flushed(done)) => {
+                let _ = done.send(());
+                continue;
+            }
+            Some(Outgoing::Line(line)) => line,
+        };
         if let Err(err) = write_line(&mut writer, &line).await {
             // The other side stopped reading; nothing we send can be answered any more.
             if err.kind() == io::ErrorKind::BrokenPipe {
@@ -319,7 +334,15 @@ impl Peer {
         if line.last() != Some(&b'\n') {
             line.push(b'\n');
         }
-        self.shared.out_tx.send(line).map_err(|_| PeerError::Closed)
+        self.shared.out_tx.send(Outgoing::Line(line)).map_err(|_| PeerError::Closed)
+    }
+
+    /// Waits until everything sent so far has been written and flushed. Fails with
+    /// [`PeerError::Closed`] when the writer has stopped.
+    pub async fn flush(&self) -> Result<(), PeerError> {
+        let (done_tx, done_rx) = oneshot::channel();
+        self.shared.out_tx.send(Outgoing::Flushed(done_tx)).map_err(|_| PeerError::Closed)?;
+        done_rx.await.map_err(|_| PeerError::Closed)
     }
 
     /// Whether the input side has ended.

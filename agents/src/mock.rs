@@ -1,0 +1,733 @@
+//! `mock-agent`: a real ACP agent that we control, for tests and for the demo.
+//!
+//! It speaks ACP v1 over stdio through [`protocol::Peer`], persists its sessions under
+//! `--state-dir` (so a new process can `session/load` them and replays their history), and
+//! is scripted two ways:
+//! - **flags** set capabilities and faults for the whole process (see [`USAGE`]);
+//! - **commands in the prompt text** shape one turn (see [`script::Command`]).
+//!
+//! Every reply says how many earlier messages of the session the agent remembers
+//! (`remembered N earlier messages`), which is how resume tests tell a restored
+//! conversation from a fresh one.
+
+pub mod script;
+pub mod store;
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use protocol::acp::{self, method, schema};
+use protocol::{Inbound, Peer, PeerConfig, Request, RpcError};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use self::script::{Command, Script};
+use self::store::{Role, Store, StoredMessage, StoredSession};
+
+/// The command-line help.
+pub const USAGE: &str = "\
+usage: mock-agent [options]
+
+A scriptable ACP agent on stdio, for tests and demos.
+
+options:
+  --state-dir DIR       persist sessions in DIR (session/load and --resume need it)
+  --no-load-session     do not advertise or serve session/load
+  --resume-capability   advertise and serve session/resume
+  --auth-required       refuse sessions with -32000 until `authenticate`
+  --resume ID           start with session ID restored; the first session/new continues it
+  --reject-load         answer session/load and session/resume with -32002
+  --hang-on METHOD      never answer METHOD (e.g. initialize)
+  --crash-on METHOD     exit when METHOD arrives, after a line on stderr
+  --exit-code N         the exit code for --crash-on (default 3)
+  --garbage-at-start    print a non-JSON line and an invalid UTF-8 line before anything else
+  --ignore-eof          keep running after stdin closes (stop it with a signal)
+  --ignore-sigterm      ignore SIGTERM (stop it with SIGKILL)
+  --name NAME           the agentInfo name (default mock-agent)
+
+prompt commands (one per line; other lines are the message):
+  /stream N  /tool  /permission  /read PATH  /write PATH TEXT  /sleep MS
+  /crash [CODE]  /garbage  /stderr TEXT  /recall  /spawn
+";
+
+/// Process-wide settings, from the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Where sessions are persisted.
+    pub state_dir: Option<PathBuf>,
+    /// Advertise and serve `session/load`.
+    pub load_session: bool,
+    /// Advertise and serve `session/resume`.
+    pub resume_capability: bool,
+    /// Require `authenticate` before sessions.
+    pub auth_required: bool,
+    /// A session to continue on the first `session/new`.
+    pub resume: Option<String>,
+    /// Answer `session/load` and `session/resume` with `-32002`.
+    pub reject_load: bool,
+    /// A method never answered.
+    pub hang_on: Option<String>,
+    /// A method that makes the process exit.
+    pub crash_on: Option<String>,
+    /// The exit code for `crash_on`.
+    pub exit_code: i32,
+    /// Print garbage before the first message.
+    pub garbage_at_start: bool,
+    /// Keep running after stdin EOF.
+    pub ignore_eof: bool,
+    /// Ignore SIGTERM.
+    pub ignore_sigterm: bool,
+    /// The advertised agent name.
+    pub name: String,
+    /// Internal: run as the idle child spawned by `/spawn`.
+    pub idle: bool,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            state_dir: None,
+            load_session: true,
+            resume_capability: false,
+            auth_required: false,
+            resume: None,
+            reject_load: false,
+            hang_on: None,
+            crash_on: None,
+            exit_code: 3,
+            garbage_at_start: false,
+            ignore_eof: false,
+            ignore_sigterm: false,
+            name: "mock-agent".into(),
+            idle: false,
+        }
+    }
+}
+
+/// What the command line asked for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Invocation {
+    /// Run the agent.
+    Run(Config),
+    /// Print [`USAGE`] and exit successfully.
+    Help,
+}
+
+/// Parses the arguments (without the program name). The error is a one-line reason.
+pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, String> {
+    let mut config = Config::default();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
+        match arg.as_str() {
+            "-h" | "--help" => return Ok(Invocation::Help),
+            "--state-dir" => config.state_dir = Some(value("--state-dir")?.into()),
+            "--no-load-session" => config.load_session = false,
+            "--resume-capability" => config.resume_capability = true,
+            "--auth-required" => config.auth_required = true,
+            "--resume" => {
+                let id = value("--resume")?;
+                if !store::is_safe_id(&id) {
+                    return Err(format!("--resume: {id:?} is not a session id"));
+                }
+                config.resume = Some(id);
+            }
+            "--reject-load" => config.reject_load = true,
+            "--hang-on" => config.hang_on = Some(value("--hang-on")?),
+            "--crash-on" => config.crash_on = Some(value("--crash-on")?),
+            "--exit-code" => {
+                let code = value("--exit-code")?;
+                config.exit_code =
+                    code.parse().map_err(|_| format!("--exit-code: {code:?} is not a number"))?;
+            }
+            "--garbage-at-start" => config.garbage_at_start = true,
+            "--ignore-eof" => config.ignore_eof = true,
+            "--ignore-sigterm" => config.ignore_sigterm = true,
+            "--name" => config.name = value("--name")?,
+            "--idle" => config.idle = true,
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if config.resume.is_some() && config.state_dir.is_none() {
+        return Err("--resume needs --state-dir".into());
+    }
+    Ok(Invocation::Run(config))
+}
+
+/// Runs the agent on stdin/stdout until stdin closes (or forever with `--ignore-eof`).
+/// Returns the process exit code.
+pub async fn run(config: Config) -> i32 {
+    if config.idle {
+        // The child of `/spawn`: do nothing until killed.
+        std::future::pending::<()>().await;
+    }
+    if config.ignore_sigterm {
+        ignore_sigterm();
+    }
+    if config.garbage_at_start {
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(b"mock-agent starting up (not JSON)\n\xff\xfe\xfd not UTF-8\n");
+        let _ = stdout.flush();
+    }
+    let store = Store::new(config.state_dir.clone());
+    let restored = match &config.resume {
+        Some(id) => match store.load(id) {
+            Ok(Some(session)) => Some(session),
+            Ok(None) => {
+                eprintln!("mock-agent: --resume {id}: no such session");
+                return 1;
+            }
+            Err(err) => {
+                eprintln!("mock-agent: --resume {id}: {err}");
+                return 1;
+            }
+        },
+        None => None,
+    };
+    let (peer, mut inbound, io) =
+        protocol::connect(tokio::io::stdin(), tokio::io::stdout(), PeerConfig::default());
+    let io = tokio::spawn(io);
+    let agent = Agent {
+        config: Arc::new(config),
+        store,
+        peer: peer.clone(),
+        state: Arc::new(Mutex::new(State {
+            authenticated: false,
+            restored,
+            sessions: HashMap::new(),
+        })),
+    };
+    while let Some(item) = inbound.recv().await {
+        match item {
+            Inbound::Request(request) => agent.handle_request(request),
+            Inbound::Notification(notification) => {
+                if notification.method == method::SESSION_CANCEL {
+                    agent.cancel(notification.params.as_ref());
+                }
+                // Other notifications (including `_`-prefixed extensions) are ignored.
+            }
+            Inbound::Invalid(invalid) => {
+                eprintln!("mock-agent: ignoring bad input: {}", invalid.reason)
+            }
+        }
+    }
+    if agent.config.ignore_eof {
+        eprintln!("mock-agent: stdin closed; staying up as configured (--ignore-eof)");
+        std::future::pending::<()>().await;
+    }
+    let _ = peer.flush().await;
+    drop(agent);
+    drop(peer);
+    io.abort();
+    0
+}
+
+fn ignore_sigterm() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut terms) => {
+            tokio::spawn(async move {
+                while terms.recv().await.is_some() {
+                    eprintln!("mock-agent: ignoring SIGTERM as configured (--ignore-sigterm)");
+                }
+            });
+        }
+        Err(err) => eprintln!("mock-agent: cannot install a SIGTERM handler: {err}"),
+    }
+}
+
+/// Shared by the request loop and the turn tasks.
+#[derive(Clone)]
+struct Agent {
+    config: Arc<Config>,
+    store: Store,
+    peer: Peer,
+    /// A std mutex: held for map lookups and small edits only, never across an await.
+    state: Arc<Mutex<State>>,
+}
+
+struct State {
+    authenticated: bool,
+    /// The `--resume` session, handed out by the first `session/new`.
+    restored: Option<StoredSession>,
+    sessions: HashMap<String, LiveSession>,
+}
+
+struct LiveSession {
+    stored: StoredSession,
+    /// The running turn's cancel switch; `None` between turns.
+    turn: Option<CancellationToken>,
+}
+
+impl Agent {
+    fn handle_request(&self, request: Request) {
+        let method = request.method.as_str();
+        if self.config.crash_on.as_deref() == Some(method) {
+            eprintln!("mock-agent: crashing on {method} as configured (--crash-on)");
+            std::process::exit(self.config.exit_code);
+        }
+        if self.config.hang_on.as_deref() == Some(method) {
+            eprintln!("mock-agent: not answering {method} as configured (--hang-on)");
+            return;
+        }
+        if method == method::SESSION_PROMPT {
+            // Turns run on their own task so that `session/cancel` and other requests are
+            // handled while they stream.
+            let agent = self.clone();
+            tokio::spawn(async move {
+                let result = agent.prompt(request.params.as_ref()).await;
+                let _ = agent.peer.respond(request.id, result);
+            });
+            return;
+        }
+        let result = match method {
+            method::INITIALIZE => self.initialize(request.params.as_ref()),
+            method::AUTHENTICATE => self.authenticate(request.params.as_ref()),
+            method::SESSION_NEW => self.new_session(request.params.as_ref()),
+            method::SESSION_LOAD if self.config.load_session => {
+                self.load_session(request.params.as_ref())
+            }
+            method::SESSION_RESUME if self.config.resume_capability => {
+                self.resume_session(request.params.as_ref())
+            }
+            other => Err(RpcError::method_not_found(other)),
+        };
+        let _ = self.peer.respond(request.id, result);
+    }
+
+    fn initialize(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let _request: schema::InitializeRequest = acp::params(params)?;
+        let mut session_capabilities = json!({});
+        if self.config.resume_capability {
+            session_capabilities["resume"] = json!({});
+        }
+        let auth_methods = if self.config.auth_required {
+            json!([{"id": "mock-login", "name": "Mock login", "description": "Any call to authenticate succeeds."}])
+        } else {
+            json!([])
+        };
+        Ok(json!({
+            "protocolVersion": acp::PROTOCOL_VERSION,
+            "agentCapabilities": {
+                "loadSession": self.config.load_session,
+                "promptCapabilities": {"image": false, "audio": false, "embeddedContext": false},
+                "sessionCapabilities": session_capabilities,
+            },
+            "authMethods": auth_methods,
+            "agentInfo": {"name": self.config.name, "title": "Tether mock agent", "version": env!("CARGO_PKG_VERSION")},
+        }))
+    }
+
+    fn authenticate(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let request: schema::AuthenticateRequest = acp::params(params)?;
+        if request.method_id.0.as_ref() != "mock-login" {
+            return Err(RpcError::invalid_params(format!(
+                "unknown auth method {}",
+                request.method_id.0
+            )));
+        }
+        self.lock().authenticated = true;
+        Ok(json!({}))
+    }
+
+    fn check_auth(&self) -> Result<(), RpcError> {
+        if self.config.auth_required && !self.lock().authenticated {
+            return Err(RpcError::new(
+                protocol::ErrorCode::AuthRequired,
+                "authentication required",
+            ));
+        }
+        Ok(())
+    }
+
+    fn new_session(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let request: schema::NewSessionRequest = acp::params(params)?;
+        self.check_auth()?;
+        let mut state = self.lock();
+        let stored = match state.restored.take() {
+            Some(restored) => restored,
+            None => StoredSession {
+                session_id: format!("mock-{}", uuid::Uuid::new_v4()),
+                cwd: request.cwd,
+                messages: Vec::new(),
+            },
+        };
+        self.store.save(&stored).map_err(RpcError::internal)?;
+        let session_id = stored.session_id.clone();
+        state.sessions.insert(session_id.clone(), LiveSession { stored, turn: None });
+        Ok(json!({"sessionId": session_id}))
+    }
+
+    fn load_session(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let request: schema::LoadSessionRequest = acp::params(params)?;
+        let stored = self.restore(&request.session_id.0)?;
+        // Replay the conversation before answering, as ACP requires.
+        for message in &stored.messages {
+            let kind = match message.role {
+                Role::User => "user_message_chunk",
+                Role::Agent => "agent_message_chunk",
+            };
+            self.update(
+                &stored.session_id,
+                json!({"sessionUpdate": kind, "content": {"type": "text", "text": message.text}}),
+            )?;
+        }
+        self.lock().sessions.insert(stored.session_id.clone(), LiveSession { stored, turn: None });
+        Ok(json!({}))
+    }
+
+    fn resume_session(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let request: schema::ResumeSessionRequest = acp::params(params)?;
+        let stored = self.restore(&request.session_id.0)?;
+        self.lock().sessions.insert(stored.session_id.clone(), LiveSession { stored, turn: None });
+        Ok(json!({}))
+    }
+
+    fn restore(&self, session_id: &str) -> Result<StoredSession, RpcError> {
+        self.check_auth()?;
+        let not_found = || {
+            RpcError::new(
+                protocol::ErrorCode::ResourceNotFound,
+                format!("unknown session {session_id}"),
+            )
+            .with_data(json!({"uri": session_id}))
+        };
+        if self.config.reject_load || !store::is_safe_id(session_id) {
+            return Err(not_found());
+        }
+        if let Some(live) = self.lock().sessions.get(session_id) {
+            return Ok(live.stored.clone());
+        }
+        match self.store.load(session_id) {
+            Ok(Some(stored)) => Ok(stored),
+            Ok(None) => Err(not_found()),
+            Err(err) => Err(RpcError::internal(err)),
+        }
+    }
+
+    fn cancel(&self, params: Option<&Value>) {
+        let Ok(notification) = acp::params::<schema::CancelNotification>(params) else {
+            eprintln!("mock-agent: ignoring a malformed session/cancel");
+            return;
+        };
+        if let Some(live) = self.lock().sessions.get(notification.session_id.0.as_ref()) {
+            if let Some(turn) = &live.turn {
+                turn.cancel();
+            }
+        }
+    }
+
+    async fn prompt(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let request: schema::PromptRequest = acp::params(params)?;
+        self.check_auth()?;
+        let session_id = request.session_id.0.to_string();
+        let text = acp::prompt_text(&request.prompt);
+        let script = script::parse(&text).map_err(RpcError::invalid_params)?;
+        let cancel = CancellationToken::new();
+        let earlier = {
+            let mut state = self.lock();
+            let Some(live) = state.sessions.get_mut(&session_id) else {
+                return Err(RpcError::new(
+                    protocol::ErrorCode::ResourceNotFound,
+                    format!("unknown session {session_id}"),
+                ));
+            };
+            if live.turn.is_some() {
+                return Err(RpcError::internal("a turn is already running in this session"));
+            }
+            live.turn = Some(cancel.clone());
+            let earlier = live.stored.messages.clone();
+            live.stored.messages.push(StoredMessage { role: Role::User, text: text.clone() });
+            earlier
+        };
+        let mut turn =
+            Turn { agent: self, session_id: &session_id, cancel: &cancel, said: String::new() };
+        let stop_reason = turn.run(&script, &earlier).await;
+        let said = turn.said;
+        let mut state = self.lock();
+        let live = state.sessions.get_mut(&session_id).expect("UNWRAP: sessions are never removed");
+        live.turn = None;
+        if !said.is_empty() {
+            live.stored.messages.push(StoredMessage { role: Role::Agent, text: said });
+        }
+        self.store.save(&live.stored).map_err(RpcError::internal)?;
+        Ok(json!({"stopReason": stop_reason?}))
+    }
+
+    fn update(&self, session_id: &str, update: Value) -> Result<(), RpcError> {
+        self.peer
+            .notify(
+                method::SESSION_UPDATE,
+                Some(json!({"sessionId": session_id, "update": update})),
+            )
+            .map_err(RpcError::internal)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("UNWRAP: never poisoned")
+    }
+}
+
+/// One prompt being answered.
+struct Turn<'a> {
+    agent: &'a Agent,
+    session_id: &'a str,
+    cancel: &'a CancellationToken,
+    /// The agent text sent so far, persisted as the agent's message.
+    said: String,
+}
+
+/// How a step of a turn ended early.
+enum Stop {
+    Cancelled,
+    Failed(RpcError),
+}
+
+impl Turn<'_> {
+    async fn run(
+        &mut self,
+        script: &Script,
+        earlier: &[StoredMessage],
+    ) -> Result<&'static str, RpcError> {
+        match self.steps(script, earlier).await {
+            Ok(()) => Ok("end_turn"),
+            Err(Stop::Cancelled) => Ok("cancelled"),
+            Err(Stop::Failed(error)) => Err(error),
+        }
+    }
+
+    async fn steps(&mut self, script: &Script, earlier: &[StoredMessage]) -> Result<(), Stop> {
+        let mut reply = format!(
+            "mock-agent: remembered {} earlier messages; you said: {}",
+            earlier.len(),
+            script.message
+        );
+        let mut chunks = 1;
+        let mut tool_run = false;
+        for command in &script.commands {
+            if self.cancel.is_cancelled() {
+                return Err(Stop::Cancelled);
+            }
+            match command {
+                Command::Stream(n) => chunks = *n,
+                Command::Tool if !tool_run => {
+                    tool_run = true;
+                    reply.push_str(&self.tool(false).await?);
+                }
+                Command::Permission if !tool_run => {
+                    tool_run = true;
+                    reply.push_str(&self.tool(true).await?);
+                }
+                Command::Tool | Command::Permission => {}
+                Command::Read(path) => {
+                    let params = json!({"sessionId": self.session_id, "path": path});
+                    match self.ask(method::FS_READ_TEXT_FILE, params).await? {
+                        Ok(result) => {
+                            let content =
+                                result.get("content").and_then(Value::as_str).unwrap_or_default();
+                            reply.push_str(&format!("; read {path}: {content}"));
+                        }
+                        Err(error) => {
+                            reply.push_str(&format!("; read {path} failed: {}", error.message))
+                        }
+                    }
+                }
+                Command::Write(path, text) => {
+                    let params =
+                        json!({"sessionId": self.session_id, "path": path, "content": text});
+                    match self.ask(method::FS_WRITE_TEXT_FILE, params).await? {
+                        Ok(_) => reply.push_str(&format!("; wrote {} bytes to {path}", text.len())),
+                        Err(error) => {
+                            reply.push_str(&format!("; write {path} failed: {}", error.message))
+                        }
+                    }
+                }
+                Command::Sleep(ms) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(*ms)) => {}
+                        _ = self.cancel.cancelled() => return Err(Stop::Cancelled),
+                    }
+                }
+                Command::Crash(code) => {
+                    self.chunk("mock-agent: about to crash")?;
+                    let _ = self.agent.peer.flush().await;
+                    eprintln!("mock-agent: crashing mid-turn as asked (/crash {code})");
+                    std::process::exit(*code);
+                }
+                Command::Garbage => {
+                    let peer = &self.agent.peer;
+                    let sent = peer
+                        .send_raw_line(b"mock-agent garbage: this line is not JSON".to_vec())
+                        .and_then(|()| {
+                            peer.send_raw_line(b"\xff\xfe mock-agent garbage: not UTF-8".to_vec())
+                        });
+                    sent.map_err(|err| Stop::Failed(RpcError::internal(err)))?;
+                }
+                Command::Stderr(text) => eprintln!("{text}"),
+                Command::Recall => {
+                    let users: Vec<&str> = earlier
+                        .iter()
+                        .filter(|message| message.role == Role::User)
+                        .map(|message| message.text.as_str())
+                        .collect();
+                    reply.push_str(&format!("; earlier user messages: [{}]", users.join(" | ")));
+                }
+                Command::Spawn => reply.push_str(&spawn_idle_child().map_err(Stop::Failed)?),
+            }
+        }
+        for n in 1..=chunks {
+            if self.cancel.is_cancelled() {
+                return Err(Stop::Cancelled);
+            }
+            let text = match (n, chunks) {
+                (_, 1) => reply.clone(),
+                (1, _) => format!("{reply} [1/{chunks}]"),
+                _ => format!(" [{n}/{chunks}]"),
+            };
+            self.chunk(&text)?;
+        }
+        Ok(())
+    }
+
+    /// A tool call, optionally behind a permission request. Returns text for the reply.
+    async fn tool(&mut self, ask_first: bool) -> Result<String, Stop> {
+        let tool_call_id = format!("call-{}", uuid::Uuid::new_v4());
+        self.update(json!({"sessionUpdate": "tool_call", "toolCallId": tool_call_id,
+            "title": "mock tool: list files", "kind": "execute", "status": "pending",
+            "rawInput": {"command": "ls"}}))?;
+        if ask_first {
+            let params = json!({
+                "sessionId": self.session_id,
+                "toolCall": {"toolCallId": tool_call_id, "title": "mock tool: list files", "kind": "execute", "status": "pending"},
+                "options": [
+                    {"optionId": "allow", "name": "Allow once", "kind": "allow_once"},
+                    {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+                ],
+            });
+            let answer = self.ask(method::SESSION_REQUEST_PERMISSION, params).await?;
+            let outcome = answer.as_ref().ok().and_then(|result| result.get("outcome"));
+            let kind = outcome.and_then(|outcome| outcome.get("outcome")).and_then(Value::as_str);
+            let option =
+                outcome.and_then(|outcome| outcome.get("optionId")).and_then(Value::as_str);
+            match (kind, option) {
+                (Some("selected"), Some("allow")) => {}
+                (Some("cancelled"), _) => return Err(Stop::Cancelled),
+                _ => {
+                    self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": tool_call_id, "status": "failed",
+                        "content": [{"type": "content", "content": {"type": "text", "text": "permission denied"}}]}))?;
+                    return Ok("; the tool was not allowed".into());
+                }
+            }
+        }
+        self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": tool_call_id, "status": "in_progress"}))?;
+        self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": tool_call_id, "status": "completed",
+            "content": [{"type": "content", "content": {"type": "text", "text": "README.md\nsrc/"}}]}))?;
+        Ok("; the tool ran".into())
+    }
+
+    /// Sends a request to the client; cancellation of the turn wins.
+    async fn ask(&self, method: &str, params: Value) -> Result<Result<Value, RpcError>, Stop> {
+        tokio::select! {
+            result = self.agent.peer.request(method, Some(params)) => match result {
+                Ok(value) => Ok(Ok(value)),
+                Err(protocol::PeerError::Rpc(error)) => Ok(Err(error)),
+                Err(other) => Err(Stop::Failed(RpcError::internal(other))),
+            },
+            _ = self.cancel.cancelled() => Err(Stop::Cancelled),
+        }
+    }
+
+    fn chunk(&mut self, text: &str) -> Result<(), Stop> {
+        self.said.push_str(text);
+        self.update(json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}))
+    }
+
+    fn update(&self, update: Value) -> Result<(), Stop> {
+        self.agent.update(self.session_id, update).map_err(Stop::Failed)
+    }
+}
+
+/// Starts `mock-agent --idle` as a child that outlives the turn (it stays in our process
+/// group), for tests that check no descendant survives a stop.
+fn spawn_idle_child() -> Result<String, RpcError> {
+    let exe = std::env::current_exe().map_err(RpcError::internal)?;
+    let child = std::process::Command::new(exe)
+        .arg("--idle")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map_err(RpcError::internal)?;
+    Ok(format!("; spawned pid {}", child.id()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Result<Invocation, String> {
+        parse_args(list.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn flags_set_the_config() {
+        let Invocation::Run(config) = args(&[
+            "--state-dir",
+            "/s",
+            "--no-load-session",
+            "--resume-capability",
+            "--auth-required",
+            "--resume",
+            "mock-1",
+            "--reject-load",
+            "--hang-on",
+            "initialize",
+            "--crash-on",
+            "session/new",
+            "--exit-code",
+            "9",
+            "--garbage-at-start",
+            "--ignore-eof",
+            "--ignore-sigterm",
+            "--name",
+            "m2",
+        ])
+        .unwrap() else {
+            panic!("expected a run")
+        };
+        assert_eq!(
+            config,
+            Config {
+                state_dir: Some("/s".into()),
+                load_session: false,
+                resume_capability: true,
+                auth_required: true,
+                resume: Some("mock-1".into()),
+                reject_load: true,
+                hang_on: Some("initialize".into()),
+                crash_on: Some("session/new".into()),
+                exit_code: 9,
+                garbage_at_start: true,
+                ignore_eof: true,
+                ignore_sigterm: true,
+                name: "m2".into(),
+                idle: false,
+            }
+        );
+    }
+
+    #[test]
+    fn bad_flags_are_reported() {
+        assert_eq!(args(&["--bogus"]), Err("unknown argument \"--bogus\"".into()));
+        assert_eq!(args(&["--state-dir"]), Err("--state-dir needs a value".into()));
+        assert_eq!(args(&["--resume", "x"]), Err("--resume needs --state-dir".into()));
+        assert_eq!(
+            args(&["--state-dir", "/s", "--resume", "../x"]),
+            Err("--resume: \"../x\" is not a session id".into())
+        );
+        assert_eq!(args(&["--exit-code", "z"]), Err("--exit-code: \"z\" is not a number".into()));
+        assert_eq!(args(&["-h"]), Ok(Invocation::Help));
+    }
+}

@@ -1,0 +1,160 @@
+//! The commands a prompt can carry: each line that starts with `/` is a command, the other
+//! lines are the message. Parsing is pure, so it is tested here without a process.
+
+use std::fmt;
+
+/// One command from a prompt line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// `/stream N`: send the reply as N `agent_message_chunk`s.
+    Stream(u32),
+    /// `/tool`: report a tool call (`tool_call`, then `tool_call_update`s to `completed`).
+    Tool,
+    /// `/permission`: ask `session/request_permission` before running the tool.
+    Permission,
+    /// `/read PATH`: ask the client for a file with `fs/read_text_file`.
+    Read(String),
+    /// `/write PATH TEXT`: ask the client to write TEXT with `fs/write_text_file`.
+    Write(String, String),
+    /// `/sleep MS`: a slow turn; `session/cancel` ends it early with stop reason `cancelled`.
+    Sleep(u64),
+    /// `/crash [CODE]`: send one chunk, print to stderr and exit mid-turn (default code 3).
+    Crash(i32),
+    /// `/garbage`: print a non-JSON line and an invalid UTF-8 line on stdout, then go on.
+    Garbage,
+    /// `/stderr TEXT`: print TEXT on stderr.
+    Stderr(String),
+    /// `/recall`: list the earlier user messages of the session in the reply.
+    Recall,
+    /// `/spawn`: start a long-lived child process (`sleep`) and name its pid in the reply.
+    Spawn,
+}
+
+/// A prompt split into commands and the message proper.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Script {
+    /// Commands in the order they appeared.
+    pub commands: Vec<Command>,
+    /// The non-command lines, joined by newlines.
+    pub message: String,
+}
+
+/// A command line that could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScriptError {
+    /// The offending line.
+    pub line: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+impl fmt::Display for ScriptError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "bad command {:?}: {}", self.line, self.reason)
+    }
+}
+
+impl std::error::Error for ScriptError {}
+
+/// Splits a prompt into commands and message. A line with an unknown `/word` is part of
+/// the message (prompts may legitimately start with a slash); a known command with bad
+/// arguments is an error.
+pub fn parse(prompt: &str) -> Result<Script, ScriptError> {
+    let mut script = Script::default();
+    let mut message = Vec::new();
+    for line in prompt.lines() {
+        match parse_command(line) {
+            Ok(Some(command)) => script.commands.push(command),
+            Ok(None) => message.push(line),
+            Err(reason) => return Err(ScriptError { line: line.to_owned(), reason }),
+        }
+    }
+    script.message = message.join("\n");
+    Ok(script)
+}
+
+fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
+    let Some(rest) = line.trim().strip_prefix('/') else { return Ok(None) };
+    let (word, args) = rest.split_once(' ').map_or((rest, ""), |(w, a)| (w, a.trim()));
+    let command = match word {
+        "stream" => Command::Stream(match args.parse() {
+            Ok(n) if n > 0 => n,
+            _ => return Err("expects a positive chunk count"),
+        }),
+        "tool" => Command::Tool,
+        "permission" => Command::Permission,
+        "read" if args.is_empty() => return Err("expects a path"),
+        "read" => Command::Read(args.to_owned()),
+        "write" => match args.split_once(' ') {
+            Some((path, text)) => Command::Write(path.to_owned(), text.to_owned()),
+            None => return Err("expects a path and text"),
+        },
+        "sleep" => Command::Sleep(args.parse().map_err(|_| "expects milliseconds")?),
+        "crash" if args.is_empty() => Command::Crash(3),
+        "crash" => Command::Crash(args.parse().map_err(|_| "expects an exit code")?),
+        "garbage" => Command::Garbage,
+        "stderr" => Command::Stderr(args.to_owned()),
+        "recall" => Command::Recall,
+        "spawn" => Command::Spawn,
+        _ => return Ok(None),
+    };
+    Ok(Some(command))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_and_message_are_separated() {
+        let script =
+            parse("/stream 5\nhello\n/tool\n/permission\nworld\n/sleep 20\n/crash\n/crash 7")
+                .unwrap();
+        assert_eq!(
+            script.commands,
+            vec![
+                Command::Stream(5),
+                Command::Tool,
+                Command::Permission,
+                Command::Sleep(20),
+                Command::Crash(3),
+                Command::Crash(7)
+            ]
+        );
+        assert_eq!(script.message, "hello\nworld");
+    }
+
+    #[test]
+    fn arguments_are_parsed() {
+        let script = parse(
+            "/read /tmp/a b\n/write /tmp/x some text\n/stderr oops\n/recall\n/spawn\n/garbage",
+        )
+        .unwrap();
+        assert_eq!(
+            script.commands,
+            vec![
+                Command::Read("/tmp/a b".into()),
+                Command::Write("/tmp/x".into(), "some text".into()),
+                Command::Stderr("oops".into()),
+                Command::Recall,
+                Command::Spawn,
+                Command::Garbage,
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_slash_words_are_message_text() {
+        let script = parse("/usr/bin is a directory").unwrap();
+        assert!(script.commands.is_empty());
+        assert_eq!(script.message, "/usr/bin is a directory");
+    }
+
+    #[test]
+    fn bad_arguments_are_errors() {
+        assert_eq!(parse("/stream 0").unwrap_err().reason, "expects a positive chunk count");
+        assert_eq!(parse("/sleep soon").unwrap_err().reason, "expects milliseconds");
+        assert_eq!(parse("/write /only-a-path").unwrap_err().reason, "expects a path and text");
+        assert_eq!(parse("/read").unwrap_err().reason, "expects a path");
+    }
+}
