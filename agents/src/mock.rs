@@ -274,13 +274,21 @@ impl Agent {
             return;
         }
         if method == method::SESSION_PROMPT {
-            // Turns run on their own task so that `session/cancel` and other requests are
-            // handled while they stream.
-            let agent = self.clone();
-            tokio::spawn(async move {
-                let result = agent.prompt(request.params.as_ref()).await;
-                let _ = agent.peer.respond(request.id, result);
-            });
+            // The turn is registered here, before the next input line is read, so a
+            // `session/cancel` that follows the prompt always finds it. It then runs on its
+            // own task so that cancel and other requests are handled while it streams.
+            match self.begin_turn(request.params.as_ref()) {
+                Ok(turn) => {
+                    let agent = self.clone();
+                    tokio::spawn(async move {
+                        let result = agent.run_turn(turn).await;
+                        let _ = agent.peer.respond(request.id, result);
+                    });
+                }
+                Err(error) => {
+                    let _ = self.peer.respond(request.id, Err(error));
+                }
+            }
             return;
         }
         let result = match method {
@@ -420,35 +428,36 @@ impl Agent {
         }
     }
 
-    async fn prompt(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+    fn begin_turn(&self, params: Option<&Value>) -> Result<PendingTurn, RpcError> {
         let request: schema::PromptRequest = acp::params(params)?;
         self.check_auth()?;
         let session_id = request.session_id.0.to_string();
         let text = acp::prompt_text(&request.prompt);
         let script = script::parse(&text).map_err(RpcError::invalid_params)?;
         let cancel = CancellationToken::new();
-        let earlier = {
-            let mut state = self.lock();
-            let Some(live) = state.sessions.get_mut(&session_id) else {
-                return Err(RpcError::new(
-                    protocol::ErrorCode::ResourceNotFound,
-                    format!("unknown session {session_id}"),
-                ));
-            };
-            if live.turn.is_some() {
-                return Err(RpcError::internal("a turn is already running in this session"));
-            }
-            live.turn = Some(cancel.clone());
-            let earlier = live.stored.messages.clone();
-            live.stored.messages.push(StoredMessage { role: Role::User, text: text.clone() });
-            earlier
+        let mut state = self.lock();
+        let Some(live) = state.sessions.get_mut(&session_id) else {
+            return Err(RpcError::new(
+                protocol::ErrorCode::ResourceNotFound,
+                format!("unknown session {session_id}"),
+            ));
         };
+        if live.turn.is_some() {
+            return Err(RpcError::internal("a turn is already running in this session"));
+        }
+        live.turn = Some(cancel.clone());
+        let earlier = live.stored.messages.clone();
+        live.stored.messages.push(StoredMessage { role: Role::User, text });
+        Ok(PendingTurn { session_id, script, cancel, earlier })
+    }
+
+    async fn run_turn(&self, pending: PendingTurn) -> Result<Value, RpcError> {
         let mut turn =
-            Turn { agent: self, session_id: &session_id, cancel: &cancel, said: String::new() };
-        let stop_reason = turn.run(&script, &earlier).await;
+            Turn { agent: self, session_id: &pending.session_id, cancel: &pending.cancel, said: String::new() };
+        let stop_reason = turn.run(&pending.script, &pending.earlier).await;
         let said = turn.said;
         let mut state = self.lock();
-        let live = state.sessions.get_mut(&session_id).expect("UNWRAP: sessions are never removed");
+        let live = state.sessions.get_mut(&pending.session_id).expect("UNWRAP: sessions are never removed");
         live.turn = None;
         if !said.is_empty() {
             live.stored.messages.push(StoredMessage { role: Role::Agent, text: said });
@@ -469,6 +478,15 @@ impl Agent {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().expect("UNWRAP: never poisoned")
     }
+}
+
+/// A prompt accepted and registered, not yet run.
+struct PendingTurn {
+    session_id: String,
+    script: Script,
+    cancel: CancellationToken,
+    /// The conversation before this prompt.
+    earlier: Vec<StoredMessage>,
 }
 
 /// One prompt being answered.
@@ -658,6 +676,7 @@ fn spawn_idle_child() -> Result<String, RpcError> {
         .arg("--idle")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .map_err(RpcError::internal)?;
     Ok(format!("; spawned pid {}", child.id()))

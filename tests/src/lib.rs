@@ -1,1 +1,278 @@
-//! placeholder
+//! Helpers for Tether's black-box tests: finding the workspace's binaries, running agents
+//! as real processes that are always cleaned up, recording every line that crosses their
+//! stdio, and validating those lines against the ACP v1 JSON schema.
+
+pub mod client;
+pub mod schema;
+
+use std::io;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use protocol::{InboundRx, Peer, PeerConfig};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::process::{Child, Command};
+
+/// How long any single exchange with an agent may take before a test fails.
+pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Awaits `future`, failing the test with `what` if it takes longer than
+/// [`EXCHANGE_TIMEOUT`]. A guard against hangs, not a way to synchronise.
+pub async fn within<F: Future>(what: &str, future: F) -> F::Output {
+    match tokio::time::timeout(EXCHANGE_TIMEOUT, future).await {
+        Ok(output) => output,
+        Err(_) => panic!("timed out after {EXCHANGE_TIMEOUT:?}: {what}"),
+    }
+}
+
+/// The directory holding the workspace's built binaries (`target/<profile>`), derived from
+/// the running test executable (`target/<profile>/deps/it-…`).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("UNWRAP: the test binary has a path");
+    let deps = exe.parent().expect("UNWRAP: the test binary lives in a directory");
+    deps.parent().expect("UNWRAP: deps/ has a parent").to_owned()
+}
+
+/// The path of a workspace binary, which must have been built (`scripts/test.sh` builds
+/// them all before running tests).
+pub fn workspace_bin(name: &str) -> PathBuf {
+    let path = target_dir().join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: build the workspace binaries first (cargo build --workspace --bins, \
+         as scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// Where the shared ACP material lives: `../shared` beside the checkout.
+pub fn shared_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared")
+}
+
+/// Which way a recorded line went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Written by the client (us) to the agent's stdin.
+    ToAgent,
+    /// Read by the client from the agent's stdout.
+    FromAgent,
+}
+
+/// Every byte that crossed an agent's stdio, in order, per direction.
+#[derive(Debug, Clone, Default)]
+pub struct Transcript {
+    inner: Arc<Mutex<(Vec<u8>, Vec<u8>)>>,
+}
+
+impl Transcript {
+    fn record(&self, direction: Direction, bytes: &[u8]) {
+        let mut inner = self.inner.lock().expect("UNWRAP: never poisoned");
+        match direction {
+            Direction::ToAgent => inner.0.extend_from_slice(bytes),
+            Direction::FromAgent => inner.1.extend_from_slice(bytes),
+        }
+    }
+
+    /// The complete, non-blank lines that went one way.
+    pub fn lines(&self, direction: Direction) -> Vec<Vec<u8>> {
+        let inner = self.inner.lock().expect("UNWRAP: never poisoned");
+        let bytes = match direction {
+            Direction::ToAgent => &inner.0,
+            Direction::FromAgent => &inner.1,
+        };
+        bytes
+            .split(|&b| b == b'\n')
+            .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
+            .map(<[u8]>::to_vec)
+            .collect()
+    }
+}
+
+/// An `AsyncRead`/`AsyncWrite` wrapper that copies what passes through into a transcript.
+struct Tee<T> {
+    inner: T,
+    transcript: Transcript,
+    direction: Direction,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Tee<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = &poll {
+            let new = buf.filled()[before..].to_vec();
+            self.transcript.record(self.direction, &new);
+        }
+        poll
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Tee<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = &poll {
+            self.transcript.record(self.direction, &buf[..*n]);
+        }
+        poll
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// How [`AgentProcess::stop`] ended the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopStage {
+    /// It exited by itself after stdin closed.
+    ExitedOnEof(ExitStatus),
+    /// It needed SIGTERM.
+    Terminated(ExitStatus),
+    /// It needed SIGKILL.
+    Killed(ExitStatus),
+}
+
+/// An agent running as a real child process in its own process group, with our
+/// [`Peer`] on its stdio. Dropping it SIGKILLs the whole group, so no test leaves a process
+/// behind, even when it fails.
+pub struct AgentProcess {
+    /// Our side of the ACP connection; `None` once [`AgentProcess::stop`] closed it.
+    peer: Option<Peer>,
+    /// The agent's requests and notifications, in order.
+    pub inbound: InboundRx,
+    /// Everything that crossed stdio.
+    pub transcript: Transcript,
+    /// The agent's stderr, collected concurrently so the pipe never fills.
+    pub stderr: Arc<Mutex<Vec<u8>>>,
+    /// The stderr collector; joined once the process has exited, so that what it wrote
+    /// last is in `stderr` before a test reads it.
+    stderr_done: Option<tokio::task::JoinHandle<()>>,
+    child: Child,
+    pgid: i32,
+}
+
+impl AgentProcess {
+    /// Spawns `program args…` with piped stdio and connects a peer to it.
+    pub fn spawn(program: impl Into<PathBuf>, args: &[&str]) -> io::Result<AgentProcess> {
+        let mut command = Command::new(program.into());
+        command.args(args);
+        AgentProcess::spawn_command(command)
+    }
+
+    /// Spawns a prepared command (stdio and process group are set here).
+    pub fn spawn_command(mut command: Command) -> io::Result<AgentProcess> {
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = command.spawn()?;
+        let pgid = child.id().expect("UNWRAP: a just-spawned child has a pid") as i32;
+        let transcript = Transcript::default();
+        let stdin = Tee {
+            inner: child.stdin.take().expect("UNWRAP: stdin is piped"),
+            transcript: transcript.clone(),
+            direction: Direction::ToAgent,
+        };
+        let stdout = Tee {
+            inner: child.stdout.take().expect("UNWRAP: stdout is piped"),
+            transcript: transcript.clone(),
+            direction: Direction::FromAgent,
+        };
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let mut stderr_pipe = child.stderr.take().expect("UNWRAP: stderr is piped");
+        let stderr_sink = Arc::clone(&stderr);
+        let stderr_done = tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut buf = [0u8; 8192];
+            while let Ok(n @ 1..) = stderr_pipe.read(&mut buf).await {
+                stderr_sink.lock().expect("UNWRAP: never poisoned").extend_from_slice(&buf[..n]);
+            }
+        });
+        let (peer, inbound, io) = protocol::connect(stdout, stdin, PeerConfig::default());
+        tokio::spawn(io);
+        Ok(AgentProcess { peer: Some(peer), inbound, transcript, stderr, stderr_done: Some(stderr_done), child, pgid })
+    }
+
+    /// Our side of the ACP connection.
+    pub fn peer(&self) -> &Peer {
+        self.peer.as_ref().expect("the connection was closed by stop()")
+    }
+
+    /// The agent's pid (also its process group id).
+    pub fn pid(&self) -> i32 {
+        self.pgid
+    }
+
+    /// The stderr collected so far, as text.
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().expect("UNWRAP: never poisoned")).into_owned()
+    }
+
+    /// Waits for the process to exit by itself (and for its stderr to be collected).
+    pub async fn wait(&mut self) -> ExitStatus {
+        let status = within("waiting for the agent to exit", self.child.wait()).await;
+        self.collect_stderr().await;
+        status.expect("UNWRAP: wait on our own child")
+    }
+
+    async fn collect_stderr(&mut self) {
+        if let Some(done) = self.stderr_done.take() {
+            let _ = within("collecting the agent's stderr", done).await;
+        }
+    }
+
+    /// Stops the agent the way agentctl will: close stdin, wait `grace`; SIGTERM the
+    /// group, wait `grace`; SIGKILL. Returns the stage that ended it.
+    pub async fn stop(&mut self, grace: Duration) -> StopStage {
+        // Dropping the last handle closes stdin once queued output is flushed (callers must
+        // not keep clones of the peer).
+        self.peer = None;
+        if let Ok(status) = tokio::time::timeout(grace, self.child.wait()).await {
+            self.collect_stderr().await;
+            return StopStage::ExitedOnEof(status.expect("UNWRAP: wait on our own child"));
+        }
+        signal_group(self.pgid, nix::sys::signal::Signal::SIGTERM);
+        if let Ok(status) = tokio::time::timeout(grace, self.child.wait()).await {
+            self.collect_stderr().await;
+            return StopStage::Terminated(status.expect("UNWRAP: wait on our own child"));
+        }
+        signal_group(self.pgid, nix::sys::signal::Signal::SIGKILL);
+        StopStage::Killed(self.wait().await)
+    }
+}
+
+fn signal_group(pgid: i32, signal: nix::sys::signal::Signal) {
+    // ESRCH (the group is already gone) is fine: that is what we want.
+    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), signal);
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        signal_group(self.pgid, nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// Finds an installed program: on `PATH`, then in cargo's bin directory (where
+/// `cargo install` puts it, and `scripts/test.sh` installs `elizacp`).
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH").map(|path| std::env::split_paths(&path).collect()).unwrap_or_default();
+    if let Some(cargo_home) = std::env::var_os("CARGO_HOME") {
+        dirs.push(PathBuf::from(cargo_home).join("bin"));
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        dirs.push(PathBuf::from(home).join(".cargo/bin"));
+    }
+    dirs.into_iter().map(|dir| dir.join(name)).find(|path| path.is_file())
+}

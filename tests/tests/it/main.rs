@@ -1,1 +1,9 @@
-//! placeholder
+//! Tether's black-box tests: real processes, real agents, a real Docker engine.
+//!
+//! One test binary for the workspace (fast to link); each module is one boundary.
+
+mod conformance;
+mod docker;
+mod eliza;
+mod mock_agent;
+mod official_client;
