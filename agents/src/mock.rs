@@ -421,10 +421,13 @@ impl Agent {
             eprintln!("mock-agent: ignoring a malformed session/cancel");
             return;
         };
-        if let Some(live) = self.lock().sessions.get(notification.session_id.0.as_ref()) {
-            if let Some(turn) = &live.turn {
-                turn.cancel();
-            }
+        if let Some(turn) = self
+            .lock()
+            .sessions
+            .get(notification.session_id.0.as_ref())
+            .and_then(|live| live.turn.as_ref())
+        {
+            turn.cancel();
         }
     }
 
@@ -452,12 +455,19 @@ impl Agent {
     }
 
     async fn run_turn(&self, pending: PendingTurn) -> Result<Value, RpcError> {
-        let mut turn =
-            Turn { agent: self, session_id: &pending.session_id, cancel: &pending.cancel, said: String::new() };
+        let mut turn = Turn {
+            agent: self,
+            session_id: &pending.session_id,
+            cancel: &pending.cancel,
+            said: String::new(),
+        };
         let stop_reason = turn.run(&pending.script, &pending.earlier).await;
         let said = turn.said;
         let mut state = self.lock();
-        let live = state.sessions.get_mut(&pending.session_id).expect("UNWRAP: sessions are never removed");
+        let live = state
+            .sessions
+            .get_mut(&pending.session_id)
+            .expect("UNWRAP: sessions are never removed");
         live.turn = None;
         if !said.is_empty() {
             live.stored.messages.push(StoredMessage { role: Role::Agent, text: said });

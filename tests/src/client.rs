@@ -75,7 +75,8 @@ impl AgentProcess {
     /// `session/new` in `cwd`; returns the session id.
     pub async fn new_session(&self, cwd: &Path) -> Result<String, PeerError> {
         let params = json!({"cwd": cwd, "mcpServers": []});
-        let result = within("session/new", self.peer().request(method::SESSION_NEW, Some(params))).await?;
+        let result =
+            within("session/new", self.peer().request(method::SESSION_NEW, Some(params))).await?;
         Ok(result["sessionId"].as_str().expect("session/new returns a sessionId").to_owned())
     }
 
@@ -121,7 +122,12 @@ impl AgentProcess {
         response: impl Future<Output = Result<Value, PeerError>>,
         mut on_request: impl FnMut(&Request) -> Result<Value, RpcError>,
     ) -> TurnRecord {
-        let mut record = TurnRecord { updates: Vec::new(), requests: Vec::new(), invalid: Vec::new(), result: Ok(Value::Null) };
+        let mut record = TurnRecord {
+            updates: Vec::new(),
+            requests: Vec::new(),
+            invalid: Vec::new(),
+            result: Ok(Value::Null),
+        };
         let peer = self.peer().clone();
         let mut response = std::pin::pin!(response);
         let result = loop {

@@ -102,7 +102,11 @@ struct Tee<T> {
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Tee<T> {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = &poll {
@@ -114,7 +118,11 @@ impl<T: AsyncRead + Unpin> AsyncRead for Tee<T> {
 }
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for Tee<T> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = &poll {
             self.transcript.record(self.direction, &buf[..*n]);
@@ -202,7 +210,15 @@ impl AgentProcess {
         });
         let (peer, inbound, io) = protocol::connect(stdout, stdin, PeerConfig::default());
         tokio::spawn(io);
-        Ok(AgentProcess { peer: Some(peer), inbound, transcript, stderr, stderr_done: Some(stderr_done), child, pgid })
+        Ok(AgentProcess {
+            peer: Some(peer),
+            inbound,
+            transcript,
+            stderr,
+            stderr_done: Some(stderr_done),
+            child,
+            pgid,
+        })
     }
 
     /// Our side of the ACP connection.
@@ -267,7 +283,9 @@ impl Drop for AgentProcess {
 /// Finds an installed program: on `PATH`, then in cargo's bin directory (where
 /// `cargo install` puts it, and `scripts/test.sh` installs `elizacp`).
 pub fn find_program(name: &str) -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH").map(|path| std::env::split_paths(&path).collect()).unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).collect())
+        .unwrap_or_default();
     if let Some(cargo_home) = std::env::var_os("CARGO_HOME") {
         dirs.push(PathBuf::from(cargo_home).join("bin"));
     }

@@ -63,8 +63,9 @@ impl AcpSchema {
     /// Loads `../shared/acp/schema.v1.json`.
     pub fn load() -> AcpSchema {
         let path = crate::shared_dir().join("acp/schema.v1.json");
-        let text = std::fs::read_to_string(&path)
-            .unwrap_or_else(|err| panic!("cannot read the ACP schema at {}: {err}", path.display()));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|err| {
+            panic!("cannot read the ACP schema at {}: {err}", path.display())
+        });
         let root: Value = serde_json::from_str(&text).expect("the ACP schema is JSON");
         let mut definitions = HashMap::new();
         for (name, definition) in root["$defs"].as_object().expect("the schema has $defs") {
@@ -81,7 +82,8 @@ impl AcpSchema {
             };
             for shape in [Shape::Request, Shape::Response, Shape::Notification] {
                 if name.ends_with(shape.suffix()) {
-                    definitions.insert(Key { method: method.to_owned(), side, shape }, name.clone());
+                    definitions
+                        .insert(Key { method: method.to_owned(), side, shape }, name.clone());
                 }
             }
         }
@@ -121,7 +123,9 @@ impl AcpSchema {
         }
         let mut checked = Vec::new();
         let mut errors = Vec::new();
-        for (direction, messages) in [(Direction::ToAgent, &to_agent), (Direction::FromAgent, &from_agent)] {
+        for (direction, messages) in
+            [(Direction::ToAgent, &to_agent), (Direction::FromAgent, &from_agent)]
+        {
             // The side that handles requests this sender makes.
             let (handler, own_side, answered) = match direction {
                 Direction::ToAgent => ("agent", "client", &agent_requests),
@@ -137,29 +141,51 @@ impl AcpSchema {
                 };
                 let (key, instance) = match message {
                     Message::Request(request) => (
-                        Key { method: request.method.clone(), side: handler, shape: Shape::Request },
+                        Key {
+                            method: request.method.clone(),
+                            side: handler,
+                            shape: Shape::Request,
+                        },
                         request.params.clone().unwrap_or(Value::Null),
                     ),
                     Message::Notification(notification) => (
-                        Key { method: notification.method.clone(), side: handler, shape: Shape::Notification },
+                        Key {
+                            method: notification.method.clone(),
+                            side: handler,
+                            shape: Shape::Notification,
+                        },
                         notification.params.clone().unwrap_or(Value::Null),
                     ),
                     Message::Response(response) => {
                         let Some(method) = answered.get(&response.id) else {
-                            errors.push(format!("{direction:?}: response to unknown id {}", response.id));
+                            errors.push(format!(
+                                "{direction:?}: response to unknown id {}",
+                                response.id
+                            ));
                             continue;
                         };
                         match &response.result {
                             Ok(result) => (
-                                Key { method: method.clone(), side: own_side, shape: Shape::Response },
+                                Key {
+                                    method: method.clone(),
+                                    side: own_side,
+                                    shape: Shape::Response,
+                                },
                                 result.clone(),
                             ),
                             Err(error) => {
-                                let value = serde_json::to_value(error).expect("UNWRAP: errors serialise");
+                                let value =
+                                    serde_json::to_value(error).expect("UNWRAP: errors serialise");
                                 if let Err(violations) = self.validate("Error", &value) {
-                                    errors.push(format!("{direction:?} error response to {method}: {violations}"));
+                                    errors.push(format!(
+                                        "{direction:?} error response to {method}: {violations}"
+                                    ));
                                 }
-                                checked.push(Checked { direction, method: method.clone(), definition: "Error".into() });
+                                checked.push(Checked {
+                                    direction,
+                                    method: method.clone(),
+                                    definition: "Error".into(),
+                                });
                                 continue;
                             }
                         }
@@ -170,7 +196,10 @@ impl AcpSchema {
                     continue;
                 };
                 if let Err(violations) = self.validate(&definition, &instance) {
-                    errors.push(format!("{direction:?} {} as {definition}: {violations}\n  {instance}", key.method));
+                    errors.push(format!(
+                        "{direction:?} {} as {definition}: {violations}\n  {instance}",
+                        key.method
+                    ));
                 }
                 checked.push(Checked { direction, method: key.method, definition });
             }
@@ -192,8 +221,10 @@ impl AcpSchema {
             self.validators.insert(definition.to_owned(), validator);
         }
         let validator = &self.validators[definition];
-        let violations: Vec<String> =
-            validator.iter_errors(instance).map(|err| format!("{} at {}", err, err.instance_path())).collect();
+        let violations: Vec<String> = validator
+            .iter_errors(instance)
+            .map(|err| format!("{} at {}", err, err.instance_path()))
+            .collect();
         if violations.is_empty() { Ok(()) } else { Err(violations.join("; ")) }
     }
 }

@@ -37,20 +37,27 @@ async fn a_scripted_run_validates_message_by_message() {
     assert!(agent.new_session(state.path()).await.is_err(), "auth is required first");
     agent.peer().request("authenticate", Some(json!({"methodId": "mock-login"}))).await.unwrap();
     let session = agent.new_session(state.path()).await.unwrap();
-    let script = format!("/stream 3\n/permission\n/read {0}\n/write {0} new\nhello", file.display());
+    let script =
+        format!("/stream 3\n/permission\n/read {0}\n/write {0} new\nhello", file.display());
     let turn = agent
         .prompt(&session, &script, |request| match request.method.as_str() {
-            "session/request_permission" => Ok(json!({"outcome": {"outcome": "selected", "optionId": "allow"}})),
+            "session/request_permission" => {
+                Ok(json!({"outcome": {"outcome": "selected", "optionId": "allow"}}))
+            }
             "fs/read_text_file" => Ok(json!({"content": "old"})),
             "fs/write_text_file" => Ok(json!({})),
             other => panic!("unexpected {other}"),
         })
         .await;
     assert_eq!(turn.stop_reason(), "end_turn");
-    let turn = agent.prompt(&session, "/permission", |_| Ok(json!({"outcome": {"outcome": "cancelled"}}))).await;
+    let turn = agent
+        .prompt(&session, "/permission", |_| Ok(json!({"outcome": {"outcome": "cancelled"}})))
+        .await;
     assert_eq!(turn.stop_reason(), "cancelled");
     let turn = agent
-        .prompt(&session, "/read /outside", |_| Err(RpcError::new(ErrorCode::ResourceNotFound, "no such file")))
+        .prompt(&session, "/read /outside", |_| {
+            Err(RpcError::new(ErrorCode::ResourceNotFound, "no such file"))
+        })
         .await;
     assert_eq!(turn.stop_reason(), "end_turn");
     let peer = agent.peer().clone();
@@ -67,8 +74,11 @@ async fn a_scripted_run_validates_message_by_message() {
     agent.stop(Duration::from_secs(10)).await;
     validate(&mut schema, &agent, &mut seen);
 
-    let mut second =
-        AgentProcess::spawn(workspace_bin("mock-agent"), &["--state-dir", state_dir, "--resume-capability"]).unwrap();
+    let mut second = AgentProcess::spawn(
+        workspace_bin("mock-agent"),
+        &["--state-dir", state_dir, "--resume-capability"],
+    )
+    .unwrap();
     second.initialize().await.unwrap();
     let (replayed, load) = second.restore_session("session/load", &session, state.path()).await;
     load.unwrap();
@@ -79,12 +89,27 @@ async fn a_scripted_run_validates_message_by_message() {
     validate(&mut schema, &second, &mut seen);
 
     let expected = [
-        "InitializeRequest", "InitializeResponse", "AuthenticateRequest", "AuthenticateResponse",
-        "NewSessionRequest", "NewSessionResponse", "LoadSessionRequest", "LoadSessionResponse",
-        "ResumeSessionRequest", "ResumeSessionResponse", "PromptRequest", "PromptResponse",
-        "CancelNotification", "SessionNotification", "RequestPermissionRequest",
-        "RequestPermissionResponse", "ReadTextFileRequest", "ReadTextFileResponse",
-        "WriteTextFileRequest", "WriteTextFileResponse", "Error",
+        "InitializeRequest",
+        "InitializeResponse",
+        "AuthenticateRequest",
+        "AuthenticateResponse",
+        "NewSessionRequest",
+        "NewSessionResponse",
+        "LoadSessionRequest",
+        "LoadSessionResponse",
+        "ResumeSessionRequest",
+        "ResumeSessionResponse",
+        "PromptRequest",
+        "PromptResponse",
+        "CancelNotification",
+        "SessionNotification",
+        "RequestPermissionRequest",
+        "RequestPermissionResponse",
+        "ReadTextFileRequest",
+        "ReadTextFileResponse",
+        "WriteTextFileRequest",
+        "WriteTextFileResponse",
+        "Error",
     ];
     let missing: Vec<_> = expected.iter().filter(|name| !seen.contains(**name)).collect();
     assert!(missing.is_empty(), "the run never exercised {missing:?}; checked {seen:?}");
@@ -97,7 +122,11 @@ fn the_validator_rejects_what_the_schema_forbids() {
     assert!(schema.validate("PromptResponse", &json!({"stopReason": "bored"})).is_err());
     assert!(schema.validate("SessionNotification", &json!({"update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "x"}}})).is_err());
     // A response recorded for a method it does not belong to is caught too.
-    let to_agent = vec![br#"{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}"#.to_vec()];
-    let from_agent = vec![br#"{"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"}}"#.to_vec()];
+    let to_agent = vec![
+        br#"{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}"#
+            .to_vec(),
+    ];
+    let from_agent =
+        vec![br#"{"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"}}"#.to_vec()];
     assert!(schema.check_transcript(&to_agent, &from_agent).is_err());
 }

@@ -9,12 +9,12 @@
 use std::path::PathBuf;
 
 use bollard::Docker;
+use bollard::container::LogOutput;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
-    AttachContainerOptions, BuildImageOptionsBuilder, CreateContainerOptions, ListContainersOptions,
-    RemoveContainerOptions, RemoveImageOptions, WaitContainerOptions,
+    AttachContainerOptions, BuildImageOptionsBuilder, CreateContainerOptions,
+    ListContainersOptions, RemoveContainerOptions, RemoveImageOptions, WaitContainerOptions,
 };
-use bollard::container::LogOutput;
 use futures_util::StreamExt;
 use protocol::PeerConfig;
 use serde_json::json;
@@ -47,9 +47,9 @@ async fn engine() -> Option<Docker> {
 
 /// The static mock-agent that `scripts/build-static.sh` builds.
 fn static_mock_agent() -> PathBuf {
-    let path = std::env::var_os("TETHER_STATIC_MOCK_AGENT").map(PathBuf::from).unwrap_or_else(|| {
-        target_dir().join("../x86_64-unknown-linux-gnu/debug/mock-agent")
-    });
+    let path = std::env::var_os("TETHER_STATIC_MOCK_AGENT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("../x86_64-unknown-linux-gnu/debug/mock-agent"));
     assert!(
         path.is_file(),
         "no static mock-agent at {}: run scripts/build-static.sh (scripts/test.sh does)",
@@ -62,7 +62,9 @@ fn static_mock_agent() -> PathBuf {
 fn build_context(mock_agent: &[u8]) -> Vec<u8> {
     let dockerfile = b"FROM scratch\nCOPY mock-agent /mock-agent\nENTRYPOINT [\"/mock-agent\"]\n";
     let mut tar = tar::Builder::new(Vec::new());
-    for (name, bytes, mode) in [("Dockerfile", &dockerfile[..], 0o644), ("mock-agent", mock_agent, 0o755)] {
+    for (name, bytes, mode) in
+        [("Dockerfile", &dockerfile[..], 0o644), ("mock-agent", mock_agent, 0o755)]
+    {
         let mut header = tar::Header::new_gnu();
         header.set_size(bytes.len() as u64);
         header.set_mode(mode);
@@ -80,15 +82,35 @@ async fn scratch_image_with_mock_agent_speaks_acp_over_attached_stdio() {
     let tag = format!("tether-test-mock-agent:{run_id}");
     let container = format!("tether-test-{run_id}");
 
-    let scenario = tokio::spawn(run_scenario(docker.clone(), binary, tag.clone(), container.clone(), run_id.clone()));
+    let scenario = tokio::spawn(run_scenario(
+        docker.clone(),
+        binary,
+        tag.clone(),
+        container.clone(),
+        run_id.clone(),
+    ));
     let outcome = scenario.await;
 
     // Clean up whatever exists, whether the scenario passed, failed or panicked.
-    let _ = docker.remove_container(&container, Some(RemoveContainerOptions { force: true, ..Default::default() })).await;
-    let _ = docker.remove_image(&tag, Some(RemoveImageOptions { force: true, ..Default::default() }), None).await;
-    let filters = std::collections::HashMap::from([("label".to_owned(), vec![format!("{TEST_LABEL}={run_id}")])]);
+    let _ = docker
+        .remove_container(
+            &container,
+            Some(RemoveContainerOptions { force: true, ..Default::default() }),
+        )
+        .await;
+    let _ = docker
+        .remove_image(&tag, Some(RemoveImageOptions { force: true, ..Default::default() }), None)
+        .await;
+    let filters = std::collections::HashMap::from([(
+        "label".to_owned(),
+        vec![format!("{TEST_LABEL}={run_id}")],
+    )]);
     let left = docker
-        .list_containers(Some(ListContainersOptions { all: true, filters: Some(filters), ..Default::default() }))
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        }))
         .await
         .expect("list containers");
     if let Err(panic) = outcome {
@@ -97,7 +119,13 @@ async fn scratch_image_with_mock_agent_speaks_acp_over_attached_stdio() {
     assert!(left.is_empty(), "containers left behind: {left:?}");
 }
 
-async fn run_scenario(docker: Docker, binary: Vec<u8>, tag: String, container: String, run_id: String) {
+async fn run_scenario(
+    docker: Docker,
+    binary: Vec<u8>,
+    tag: String,
+    container: String,
+    run_id: String,
+) {
     // Build offline: FROM scratch needs no registry.
     let options = BuildImageOptionsBuilder::new().t(&tag).rm(true).forcerm(true).build();
     let context = bollard::body_full(build_context(&binary).into());
@@ -121,14 +149,23 @@ async fn run_scenario(docker: Docker, binary: Vec<u8>, tag: String, container: S
         ..Default::default()
     };
     let created = docker
-        .create_container(Some(CreateContainerOptions { name: Some(container.clone()), ..Default::default() }), body)
+        .create_container(
+            Some(CreateContainerOptions { name: Some(container.clone()), ..Default::default() }),
+            body,
+        )
         .await
         .expect("the container is created");
     // Attach before starting, so no output is missed.
     let attached = docker
         .attach_container(
             &created.id,
-            Some(AttachContainerOptions { stdin: true, stdout: true, stderr: true, stream: true, ..Default::default() }),
+            Some(AttachContainerOptions {
+                stdin: true,
+                stdout: true,
+                stderr: true,
+                stream: true,
+                ..Default::default()
+            }),
         )
         .await
         .expect("attach to the container");
@@ -176,12 +213,18 @@ async fn run_scenario(docker: Docker, binary: Vec<u8>, tag: String, container: S
     // Closing stdin ends mock-agent, and so the container, with status 0.
     drop(peer);
     let mut wait = docker.wait_container(&created.id, None::<WaitContainerOptions>);
-    let exit = within("the container to exit", wait.next()).await.expect("a wait result").expect("wait succeeds");
+    let exit = within("the container to exit", wait.next())
+        .await
+        .expect("a wait result")
+        .expect("wait succeeds");
     assert_eq!(exit.status_code, 0, "stderr: {}", stderr.lock().unwrap());
 }
 
 /// A unique id for this run's names and labels.
 fn uuid_like() -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
     format!("{}-{nanos}", std::process::id())
 }

@@ -10,8 +10,9 @@ use tether_tests::{AgentProcess, Direction, StopStage, find_program};
 
 #[tokio::test]
 async fn our_peer_drives_elizacp_and_stops_it() {
-    let elizacp = find_program("elizacp")
-        .expect("elizacp is not installed: scripts/test.sh installs it (cargo install --locked elizacp)");
+    let elizacp = find_program("elizacp").expect(
+        "elizacp is not installed: scripts/test.sh installs it (cargo install --locked elizacp)",
+    );
     let dir = tempfile::tempdir().unwrap();
     let mut eliza = AgentProcess::spawn(elizacp, &["--deterministic", "acp"]).unwrap();
     let init = eliza.initialize().await.unwrap();
@@ -24,12 +25,17 @@ async fn our_peer_drives_elizacp_and_stops_it() {
     assert_eq!(second.stop_reason(), "end_turn");
 
     let stage = eliza.stop(Duration::from_millis(500)).await;
-    assert!(matches!(stage, StopStage::Terminated(_)), "elizacp ignores EOF, so SIGTERM must end it: {stage:?}");
+    assert!(
+        matches!(stage, StopStage::Terminated(_)),
+        "elizacp ignores EOF, so SIGTERM must end it: {stage:?}"
+    );
 
     let mut schema = AcpSchema::load();
     let ours = eliza.transcript.lines(Direction::ToAgent);
     // Only our side is ours to answer for; check it message by message (the agent's
     // responses are needed to pair ids, so the check is on requests and notifications).
-    let checked = schema.check_transcript(&ours, &[]).unwrap_or_else(|errors| panic!("{}", errors.join("\n")));
+    let checked = schema
+        .check_transcript(&ours, &[])
+        .unwrap_or_else(|errors| panic!("{}", errors.join("\n")));
     assert_eq!(checked.len(), ours.len());
 }

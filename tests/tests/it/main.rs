@@ -7,3 +7,4 @@ mod docker;
 mod eliza;
 mod mock_agent;
 mod official_client;
+mod tidy;

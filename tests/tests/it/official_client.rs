@@ -7,8 +7,8 @@ use std::sync::Arc;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    ContentBlock, InitializeRequest, LoadSessionRequest, NewSessionRequest, PromptRequest, SessionNotification,
-    SessionUpdate, StopReason, TextContent,
+    ContentBlock, InitializeRequest, LoadSessionRequest, NewSessionRequest, PromptRequest,
+    SessionNotification, SessionUpdate, StopReason, TextContent,
 };
 use agent_client_protocol::{AcpAgent, Agent};
 use tether_tests::{within, workspace_bin};
@@ -22,7 +22,11 @@ async fn connect_and(
     seen: Arc<Seen>,
     body: impl AsyncFnOnce(ConnectionTo<Agent>) -> Result<(), agent_client_protocol::Error>,
 ) -> Result<(), agent_client_protocol::Error> {
-    let agent = AcpAgent::from_args([workspace_bin("mock-agent").to_str().unwrap(), "--state-dir", state_dir])?;
+    let agent = AcpAgent::from_args([
+        workspace_bin("mock-agent").to_str().unwrap(),
+        "--state-dir",
+        state_dir,
+    ])?;
     agent_client_protocol::Client
         .v1()
         .name("official-client-test")
@@ -63,7 +67,8 @@ async fn official_client_runs_a_session_and_loads_it_in_a_new_process() {
     within(
         "the first official-client connection",
         connect_and(&state_dir, Arc::clone(&first_seen), async move |cx: ConnectionTo<Agent>| {
-            let init = cx.send_request(InitializeRequest::new(ProtocolVersion::V1)).block_task().await?;
+            let init =
+                cx.send_request(InitializeRequest::new(ProtocolVersion::V1)).block_task().await?;
             assert!(init.agent_capabilities.load_session);
             let session = cx.send_request(NewSessionRequest::new(first_cwd)).block_task().await?;
             let response = cx
@@ -97,8 +102,13 @@ async fn official_client_runs_a_session_and_loads_it_in_a_new_process() {
     .await
     .expect("the second connection runs to completion");
     let mut second_rx = second_seen.subscribe();
-    let replayed = within("the replayed history", second_rx.wait_for(|seen| seen.len() >= 2)).await.unwrap().clone();
+    let replayed = within("the replayed history", second_rx.wait_for(|seen| seen.len() >= 2))
+        .await
+        .unwrap()
+        .clone();
     assert_eq!(replayed[0], "user: the secret is 42");
-    assert!(replayed[1].starts_with("agent: mock-agent: remembered 0 earlier messages; you said: the secret is 42"));
+    assert!(replayed[1].starts_with(
+        "agent: mock-agent: remembered 0 earlier messages; you said: the secret is 42"
+    ));
     assert_eq!(replayed.len(), 2, "history is replayed once: {replayed:?}");
 }

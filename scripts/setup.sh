@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Idempotent setup for the test suite. Safe to run again and again; each step checks first.
+#  - a Docker engine: when none is reachable and we are root, install Debian's docker.io and
+#    start dockerd (readiness is its "API listen on" log line, not a polling loop);
+#  - elizacp, the ACP agent nobody here wrote, from crates.io.
+# Prints what it did. Exports nothing: scripts/test.sh sources it for DOCKERD_STARTED.
+set -euo pipefail
+
+log() { printf 'setup: %s\n' "$*"; }
+
+docker_reachable() {
+  command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1
+}
+
+# Waits for a line matching $2 in log file $1, for at most $3 seconds, by following the
+# file (tail -F is woken by the kernel on each write): no sleep loop.
+await_log_line() {
+  local file=$1 pattern=$2 seconds=$3
+  timeout "$seconds" grep -m1 -q -- "$pattern" < <(tail -n +1 -F "$file" 2>/dev/null)
+}
+
+ensure_docker() {
+  DOCKERD_STARTED=""
+  if docker_reachable; then
+    log "Docker engine reachable"
+    return 0
+  fi
+  if [ "$(id -u)" != 0 ]; then
+    log "no Docker engine and not root: Docker tests will be skipped (or fail with REQUIRE_DOCKER=1)"
+    return 0
+  fi
+  if ! command -v dockerd >/dev/null 2>&1; then
+    log "installing docker.io from Debian"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq docker.io >/dev/null
+  fi
+  # A dockerd killed with its session leaves its pid file behind; drop it if stale.
+  if [ -f /var/run/docker.pid ] && ! kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then
+    log "removing stale /var/run/docker.pid"
+    rm -f /var/run/docker.pid
+  fi
+  local dlog=${TMPDIR:-/tmp}/tether-dockerd.log
+  : > "$dlog"
+  log "starting dockerd (log: $dlog)"
+  setsid dockerd >"$dlog" 2>&1 < /dev/null &
+  DOCKERD_STARTED=$!
+  if ! await_log_line "$dlog" "API listen on" 120; then
+    log "dockerd did not come up; its log:"
+    tail -n 30 "$dlog" >&2 || true
+    return 1
+  fi
+  docker_reachable || { log "dockerd started but the engine is not reachable"; return 1; }
+  log "Docker engine started"
+}
+
+find_elizacp() {
+  command -v elizacp 2>/dev/null || { [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/elizacp" ] && echo "${CARGO_HOME:-$HOME/.cargo}/bin/elizacp"; }
+}
+
+ensure_elizacp() {
+  if find_elizacp >/dev/null; then
+    log "elizacp present: $(find_elizacp)"
+    return 0
+  fi
+  log "installing elizacp from crates.io (cargo install --locked elizacp)"
+  cargo install --quiet --locked elizacp
+}
+
+ensure_docker
+ensure_elizacp

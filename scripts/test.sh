@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The test command: sets up what the tests need (idempotently), builds the workspace's
+# binaries and the static ones for container images, then runs every test.
+#
+#   scripts/test.sh                 # Docker tests skip (visibly) without an engine
+#   REQUIRE_DOCKER=1 scripts/test.sh  # ... and fail instead (CI)
+#
+# Extra arguments go to the test runner (e.g. a filter).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+source scripts/setup.sh
+if [ -n "${DOCKERD_STARTED:-}" ]; then
+  # We started the engine, so we stop it when the tests are done.
+  trap 'kill "$DOCKERD_STARTED" 2>/dev/null && wait "$DOCKERD_STARTED" 2>/dev/null || true' EXIT
+fi
+
+echo "test: building workspace binaries"
+cargo build --quiet --workspace --bins
+echo "test: building static binaries for container images"
+TETHER_STATIC_MOCK_AGENT=$(scripts/build-static.sh)
+export TETHER_STATIC_MOCK_AGENT
+
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast "$@"
+else
+  cargo test --workspace --no-fail-fast "$@"
+fi
