@@ -1,7 +1,17 @@
 //! Agents: what Tether knows about the agents it launches.
 //!
-//! Today this crate holds [`mock`], the scriptable ACP agent behind the `mock-agent` binary
-//! that tests and the demo use. The profiles issue adds the profile schema, the built-in
-//! profiles in `agents/profiles/` and the hot-reloading registry.
+//! - [`profile`]: the per-agent capability profile (TOML), strict parsing with located
+//!   errors, and the serialisable [`profile::Profile`] a session snapshots when it starts.
+//! - [`registry`]: built-in profiles (`agents/profiles/*.toml`, compiled in) overridden by
+//!   user files, hot reload through a watch channel, and availability checks.
+//! - [`mock`]: the scriptable ACP agent behind the `mock-agent` binary that tests and the
+//!   demo use.
+//!
+//! The supervisor-facing API: [`registry::Registry::open`] (load + watch),
+//! [`registry::Registry::get`] / [`registry::Registry::list`] / [`registry::Registry::catalog`],
+//! [`registry::Registry::subscribe`] (changes), [`registry::availability`], and
+//! [`profile::Profile`] itself as the snapshot (serde).
 
 pub mod mock;
+pub mod profile;
+pub mod registry;

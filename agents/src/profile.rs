@@ -1,0 +1,521 @@
+//! Agent profiles: the TOML schema, its validation, and the resolved [`Profile`] value.
+//!
+//! A profile says how to launch one agent and which resume paths it supports. Parsing is
+//! strict — unknown keys are errors, so a typo cannot silently turn resume off — and every
+//! error carries `file:line:col`, the field and the reason ([`ProfileError`]).
+//!
+//! Placeholders: `command`, `env` values and `session.resume_command` may contain `{home}`
+//! (the agent's home directory, expanded by the launcher); `session.resume_command` must
+//! contain `{token}` (the stored resume token). Any other `{…}` is an error.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+/// A validated agent profile. Serialisable: a session stores the snapshot it started with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    /// Unique id (`[a-z0-9][a-z0-9_-]*`); user files override built-ins with the same id.
+    pub id: String,
+    /// Human name.
+    pub display_name: String,
+    /// The launch argv; `command[0]` is looked up on `PATH`.
+    pub command: Vec<String>,
+    /// Extra environment for the agent.
+    pub env: BTreeMap<String, String>,
+    /// Variables that must be set (and non-empty) for the agent to work.
+    pub required_env: Vec<String>,
+    /// The wire protocol.
+    pub protocol: Protocol,
+    /// Resume behaviour.
+    pub session: SessionSettings,
+    /// Container settings, for the Docker runtime.
+    pub docker: DockerSettings,
+    /// Process timeouts.
+    pub process: ProcessSettings,
+    /// Where the profile came from.
+    pub source: ProfileSource,
+}
+
+/// The protocols an agent can speak. Only ACP today.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Protocol {
+    /// The Agent Client Protocol over stdio.
+    Acp,
+}
+
+/// How a session of this agent is resumed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionSettings {
+    /// The agent restores its context through ACP (`session/resume` or `session/load`).
+    pub native_resume: bool,
+    /// Without a native restore, the recorded history is injected into the first prompt.
+    pub history_injection: bool,
+    /// An argv that relaunches the agent restoring session `{token}` (a CLI `--resume`).
+    pub resume_command: Option<Vec<String>>,
+    /// The agent's own state directories, relative to its home (e.g. `.codex`), persisted
+    /// per session so a native resume works in a new container.
+    pub agent_state_dirs: Vec<String>,
+    /// The most characters of history a resume context may hold.
+    pub resume_context_budget: usize,
+}
+
+/// Container settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DockerSettings {
+    /// The image; `None` means the agent cannot run in Docker.
+    pub image: Option<String>,
+    /// Memory limit in MiB.
+    pub memory_mb: u64,
+    /// CPU limit.
+    pub cpus: f64,
+}
+
+/// Process timeouts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessSettings {
+    /// How long `initialize` may take.
+    pub init_timeout_ms: u64,
+    /// The grace period of each stop step (EOF, then SIGTERM).
+    pub stop_grace_ms: u64,
+}
+
+/// Where a profile was defined.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "path")]
+pub enum ProfileSource {
+    /// Compiled into the binary from `agents/profiles/<name>`.
+    Builtin(String),
+    /// A user file.
+    File(PathBuf),
+}
+
+impl fmt::Display for ProfileSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProfileSource::Builtin(name) => write!(f, "builtin:{name}"),
+            ProfileSource::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// Defaults for optional fields.
+pub mod defaults {
+    /// `session.resume_context_budget`, in characters.
+    pub const RESUME_CONTEXT_BUDGET: usize = 50_000;
+    /// `docker.memory_mb`.
+    pub const MEMORY_MB: u64 = 2048;
+    /// `docker.cpus`.
+    pub const CPUS: f64 = 2.0;
+    /// `process.init_timeout_ms`.
+    pub const INIT_TIMEOUT_MS: u64 = 30_000;
+    /// `process.stop_grace_ms`.
+    pub const STOP_GRACE_MS: u64 = 5_000;
+}
+
+impl Profile {
+    /// Whether a resume token is worth keeping: some restore path can use it.
+    pub fn keeps_resume_token(&self) -> bool {
+        self.session.native_resume || self.session.resume_command.is_some()
+    }
+
+    /// The launch argv with `{home}` expanded.
+    pub fn launch_argv(&self, home: &Path) -> Vec<String> {
+        expand_all(&self.command, home, None)
+    }
+
+    /// The resume argv with `{home}` and `{token}` expanded, if the profile has one.
+    pub fn resume_argv(&self, home: &Path, token: &str) -> Option<Vec<String>> {
+        self.session.resume_command.as_ref().map(|argv| expand_all(argv, home, Some(token)))
+    }
+
+    /// The extra environment with `{home}` expanded.
+    pub fn launch_env(&self, home: &Path) -> BTreeMap<String, String> {
+        self.env.iter().map(|(key, value)| (key.clone(), expand(value, home, None))).collect()
+    }
+}
+
+fn expand_all(argv: &[String], home: &Path, token: Option<&str>) -> Vec<String> {
+    argv.iter().map(|arg| expand(arg, home, token)).collect()
+}
+
+fn expand(text: &str, home: &Path, token: Option<&str>) -> String {
+    let mut out = text.replace("{home}", &home.to_string_lossy());
+    if let Some(token) = token {
+        out = out.replace("{token}", token);
+    }
+    out
+}
+
+/// A profile that failed to parse or validate, located in its file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}:{line}:{column}: {field}: {reason}")]
+pub struct ProfileError {
+    /// The file (or built-in) the error is in.
+    pub file: ProfileSource,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column, in characters.
+    pub column: usize,
+    /// The dotted field path (`session.resume_command`), or `(file)` for file-level errors.
+    pub field: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// Parses and validates one profile file's text.
+pub fn parse(text: &str, source: ProfileSource) -> Result<Profile, ProfileError> {
+    let raw: RawProfile = match toml::from_str(text) {
+        Ok(raw) => raw,
+        Err(err) => {
+            let span = err.span().unwrap_or(0..0);
+            let field = field_at(text, span.start).unwrap_or_else(|| "(file)".to_owned());
+            return Err(locate(text, &source, span, &field, err.message().trim().to_owned()));
+        }
+    };
+    raw.validate(text, source)
+}
+
+fn locate(
+    text: &str,
+    source: &ProfileSource,
+    span: Range<usize>,
+    field: &str,
+    reason: String,
+) -> ProfileError {
+    let (line, column) = line_col(text, span.start);
+    ProfileError { file: source.clone(), line, column, field: field.to_owned(), reason }
+}
+
+/// 1-based line and character column of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |idx| idx + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+/// The dotted key path of the entry whose span contains `offset`, from a spanned parse of
+/// the document. `None` when the text is not even TOML (then the error is file-level).
+fn field_at(text: &str, offset: usize) -> Option<String> {
+    let document = toml::de::DeTable::parse(text).ok()?;
+    let mut path = Vec::new();
+    find_path(document.get_ref(), offset, &mut path);
+    (!path.is_empty()).then(|| path.join("."))
+}
+
+fn find_path(table: &toml::de::DeTable<'_>, offset: usize, path: &mut Vec<String>) -> bool {
+    for (key, value) in table {
+        path.push(key.get_ref().to_string());
+        // A `[table]`'s own span covers only its header, so look inside every table.
+        if let toml::de::DeValue::Table(inner) = value.get_ref()
+            && find_path(inner, offset, path)
+        {
+            return true;
+        }
+        let span = value.span();
+        if key.span().contains(&offset) || span.contains(&offset) || span.end == offset {
+            return true;
+        }
+        path.pop();
+    }
+    false
+}
+
+// ---- the raw, strict shape of the file ----
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProfile {
+    id: Spanned<String>,
+    display_name: Option<String>,
+    command: Spanned<Vec<String>>,
+    #[serde(default)]
+    env: BTreeMap<Spanned<String>, Spanned<String>>,
+    #[serde(default)]
+    required_env: Vec<Spanned<String>>,
+    protocol: Protocol,
+    #[serde(default)]
+    session: RawSession,
+    #[serde(default)]
+    docker: RawDocker,
+    #[serde(default)]
+    process: RawProcess,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawSession {
+    #[serde(default)]
+    native_resume: bool,
+    #[serde(default)]
+    history_injection: bool,
+    resume_command: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    agent_state_dirs: Vec<Spanned<String>>,
+    resume_context_budget: Option<Spanned<usize>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawDocker {
+    image: Option<Spanned<String>>,
+    memory_mb: Option<Spanned<u64>>,
+    cpus: Option<Spanned<f64>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawProcess {
+    init_timeout_ms: Option<Spanned<u64>>,
+    stop_grace_ms: Option<Spanned<u64>>,
+}
+
+/// Collects the first validation error with its location.
+struct Check<'a> {
+    text: &'a str,
+    source: &'a ProfileSource,
+}
+
+impl Check<'_> {
+    fn fail<T>(
+        &self,
+        span: Range<usize>,
+        field: &str,
+        reason: impl Into<String>,
+    ) -> Result<T, ProfileError> {
+        Err(locate(self.text, self.source, span, field, reason.into()))
+    }
+
+    fn ensure(
+        &self,
+        ok: bool,
+        span: Range<usize>,
+        field: &str,
+        reason: &str,
+    ) -> Result<(), ProfileError> {
+        if ok { Ok(()) } else { self.fail(span, field, reason) }
+    }
+
+    fn argv(
+        &self,
+        argv: &Spanned<Vec<String>>,
+        field: &str,
+        allowed: &[&str],
+    ) -> Result<(), ProfileError> {
+        self.ensure(
+            !argv.get_ref().is_empty(),
+            argv.span(),
+            field,
+            "must name a program (an empty argv)",
+        )?;
+        self.ensure(
+            !argv.get_ref()[0].trim().is_empty(),
+            argv.span(),
+            field,
+            "the program name is empty",
+        )?;
+        for arg in argv.get_ref() {
+            if let Err(reason) = check_placeholders(arg, allowed) {
+                return self.fail(argv.span(), field, reason);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RawProfile {
+    fn validate(self, text: &str, source: ProfileSource) -> Result<Profile, ProfileError> {
+        let check = Check { text, source: &source };
+        let id = self.id.get_ref();
+        check.ensure(
+            is_valid_id(id),
+            self.id.span(),
+            "id",
+            "must match [a-z0-9][a-z0-9_-]* (at most 64 characters)",
+        )?;
+        check.argv(&self.command, "command", &["home"])?;
+        for (key, value) in &self.env {
+            check.ensure(
+                is_env_name(key.get_ref()),
+                key.span(),
+                "env",
+                "not a valid environment variable name",
+            )?;
+            if let Err(reason) = check_placeholders(value.get_ref(), &["home"]) {
+                return check.fail(value.span(), &format!("env.{}", key.get_ref()), reason);
+            }
+        }
+        for name in &self.required_env {
+            check.ensure(
+                is_env_name(name.get_ref()),
+                name.span(),
+                "required_env",
+                "not a valid environment variable name",
+            )?;
+        }
+        if let Some(resume) = &self.session.resume_command {
+            check.argv(resume, "session.resume_command", &["home", "token"])?;
+            check.ensure(
+                resume.get_ref().iter().any(|arg| arg.contains("{token}")),
+                resume.span(),
+                "session.resume_command",
+                "must contain {token}, where the resume token goes",
+            )?;
+        }
+        for dir in &self.session.agent_state_dirs {
+            let path = Path::new(dir.get_ref());
+            let plain = !dir.get_ref().is_empty()
+                && path.is_relative()
+                && path.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+            check.ensure(
+                plain,
+                dir.span(),
+                "session.agent_state_dirs",
+                "must be a relative path inside the agent's home, without ..",
+            )?;
+        }
+        let budget = match &self.session.resume_context_budget {
+            Some(budget) => {
+                check.ensure(
+                    *budget.get_ref() >= 1000,
+                    budget.span(),
+                    "session.resume_context_budget",
+                    "must be at least 1000 characters",
+                )?;
+                *budget.get_ref()
+            }
+            None => defaults::RESUME_CONTEXT_BUDGET,
+        };
+        if let Some(image) = &self.docker.image {
+            check.ensure(
+                !image.get_ref().trim().is_empty(),
+                image.span(),
+                "docker.image",
+                "must not be empty",
+            )?;
+        }
+        let memory_mb = match &self.docker.memory_mb {
+            Some(memory) => {
+                check.ensure(
+                    *memory.get_ref() >= 64,
+                    memory.span(),
+                    "docker.memory_mb",
+                    "must be at least 64",
+                )?;
+                *memory.get_ref()
+            }
+            None => defaults::MEMORY_MB,
+        };
+        let cpus = match &self.docker.cpus {
+            Some(cpus) => {
+                let value = *cpus.get_ref();
+                check.ensure(
+                    value.is_finite() && value > 0.0,
+                    cpus.span(),
+                    "docker.cpus",
+                    "must be a positive number",
+                )?;
+                value
+            }
+            None => defaults::CPUS,
+        };
+        let positive = |value: &Option<Spanned<u64>>, field: &str, default: u64| match value {
+            Some(value) => {
+                check.ensure(
+                    *value.get_ref() > 0,
+                    value.span(),
+                    field,
+                    "must be greater than 0",
+                )?;
+                Ok(*value.get_ref())
+            }
+            None => Ok(default),
+        };
+        let init_timeout_ms = positive(
+            &self.process.init_timeout_ms,
+            "process.init_timeout_ms",
+            defaults::INIT_TIMEOUT_MS,
+        )?;
+        let stop_grace_ms = positive(
+            &self.process.stop_grace_ms,
+            "process.stop_grace_ms",
+            defaults::STOP_GRACE_MS,
+        )?;
+        Ok(Profile {
+            display_name: self.display_name.unwrap_or_else(|| id.clone()),
+            id: self.id.into_inner(),
+            command: self.command.into_inner(),
+            env: self
+                .env
+                .into_iter()
+                .map(|(key, value)| (key.into_inner(), value.into_inner()))
+                .collect(),
+            required_env: self.required_env.into_iter().map(Spanned::into_inner).collect(),
+            protocol: self.protocol,
+            session: SessionSettings {
+                native_resume: self.session.native_resume,
+                history_injection: self.session.history_injection,
+                resume_command: self.session.resume_command.map(Spanned::into_inner),
+                agent_state_dirs: self
+                    .session
+                    .agent_state_dirs
+                    .into_iter()
+                    .map(Spanned::into_inner)
+                    .collect(),
+                resume_context_budget: budget,
+            },
+            docker: DockerSettings {
+                image: self.docker.image.map(Spanned::into_inner),
+                memory_mb,
+                cpus,
+            },
+            process: ProcessSettings { init_timeout_ms, stop_grace_ms },
+            source,
+        })
+    }
+}
+
+fn is_valid_id(id: &str) -> bool {
+    let mut bytes = id.bytes();
+    matches!(bytes.next(), Some(b'a'..=b'z' | b'0'..=b'9'))
+        && id.len() <= 64
+        && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_'))
+}
+
+fn is_env_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b'A'..=b'Z' | b'a'..=b'z' | b'_'))
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// Checks that every `{name}` in `text` is one of `allowed`.
+fn check_placeholders(text: &str, allowed: &[&str]) -> Result<(), String> {
+    let mut rest = text;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let Some(close) = after.find('}') else {
+            return Err(format!("unclosed placeholder in {text:?}"));
+        };
+        let name = &after[..close];
+        if !allowed.contains(&name) {
+            let allowed: Vec<String> = allowed.iter().map(|name| format!("{{{name}}}")).collect();
+            return Err(format!(
+                "unknown placeholder {{{name}}} (allowed here: {})",
+                allowed.join(", ")
+            ));
+        }
+        rest = &after[close + 1..];
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,164 @@
+//! Tests for profile parsing and validation: defaults, located errors, placeholders and the
+//! serialisable snapshot.
+
+use std::path::Path;
+
+use super::*;
+
+fn file() -> ProfileSource {
+    ProfileSource::File("/p/test.toml".into())
+}
+
+fn error(text: &str) -> ProfileError {
+    match parse(text, file()) {
+        Err(error) => error,
+        Ok(profile) => panic!("expected an error, got {profile:?}"),
+    }
+}
+
+const MINIMAL: &str = "id = \"x\"\ncommand = [\"x-agent\"]\nprotocol = \"acp\"\n";
+
+#[test]
+fn minimal_profile_gets_defaults() {
+    let profile = parse(MINIMAL, file()).unwrap();
+    assert_eq!(profile.display_name, "x");
+    assert!(!profile.session.native_resume && !profile.session.history_injection);
+    assert_eq!(profile.session.resume_context_budget, defaults::RESUME_CONTEXT_BUDGET);
+    assert_eq!(profile.docker.image, None);
+    assert_eq!(profile.docker.memory_mb, defaults::MEMORY_MB);
+    assert_eq!(profile.process.init_timeout_ms, defaults::INIT_TIMEOUT_MS);
+    assert_eq!(profile.process.stop_grace_ms, defaults::STOP_GRACE_MS);
+    assert!(!profile.keeps_resume_token());
+}
+
+#[test]
+fn unknown_keys_are_located_errors() {
+    let text =
+        "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n\n[session]\nnativ_resume = true\n";
+    let err = error(text);
+    assert_eq!((err.line, err.column), (6, 1));
+    assert_eq!(err.field, "session.nativ_resume");
+    assert!(err.reason.contains("unknown field"), "{}", err.reason);
+    assert!(err.to_string().starts_with("/p/test.toml:6:1: session.nativ_resume: "), "{err}");
+
+    let err = error(&format!("{MINIMAL}colour = \"red\"\n"));
+    assert_eq!((err.line, err.field.as_str()), (4, "colour"));
+}
+
+#[test]
+fn wrong_types_are_located_errors() {
+    let text =
+        "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[process]\nstop_grace_ms = \"soon\"\n";
+    let err = error(text);
+    assert_eq!((err.line, err.column), (5, 17));
+    assert_eq!(err.field, "process.stop_grace_ms");
+    let err = error("id = \"x\"\ncommand = \"x-agent\"\nprotocol = \"acp\"\n");
+    assert_eq!((err.line, err.field.as_str()), (2, "command"));
+    let err = error("id = \"x\"\ncommand = [\"x\"]\nprotocol = \"lsp\"\n");
+    assert_eq!((err.line, err.field.as_str()), (3, "protocol"));
+}
+
+#[test]
+fn missing_required_fields_are_errors() {
+    let err = error("id = \"x\"\nprotocol = \"acp\"\n");
+    assert!(err.reason.contains("command"), "{}", err.reason);
+}
+
+#[test]
+fn empty_command_is_a_located_error() {
+    let err = error("id = \"x\"\n\ncommand = []\nprotocol = \"acp\"\n");
+    assert_eq!((err.line, err.column, err.field.as_str()), (3, 11, "command"));
+    assert!(err.reason.contains("empty argv"));
+    let err = error("id = \"x\"\ncommand = [\"  \"]\nprotocol = \"acp\"\n");
+    assert!(err.reason.contains("program name is empty"));
+}
+
+#[test]
+fn bad_templates_are_located_errors() {
+    let base = "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[session]\n";
+    let err = error(&format!("{base}resume_command = [\"x\", \"--resume\"]\n"));
+    assert_eq!((err.line, err.column, err.field.as_str()), (5, 18, "session.resume_command"));
+    assert!(err.reason.contains("must contain {token}"));
+    let err = error(&format!("{base}resume_command = [\"x\", \"--resume\", \"{{tokn}}\"]\n"));
+    assert!(err.reason.contains("unknown placeholder {tokn}"), "{}", err.reason);
+    let err = error(&format!("{base}resume_command = [\"x\", \"--resume\", \"{{token\"]\n"));
+    assert!(err.reason.contains("unclosed placeholder"), "{}", err.reason);
+    let err = error("id = \"x\"\ncommand = [\"x\", \"{token}\"]\nprotocol = \"acp\"\n");
+    assert_eq!(err.field, "command");
+    assert!(err.reason.contains("unknown placeholder {token}"));
+}
+
+#[test]
+fn other_values_are_checked() {
+    let cases = [
+        ("id = \"Bad Id\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n", "id"),
+        (
+            "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\nrequired_env = [\"NOT-A-NAME\"]\n",
+            "required_env",
+        ),
+        ("id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[env]\n\"1X\" = \"v\"\n", "env"),
+        (
+            "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[session]\nagent_state_dirs = [\"../escape\"]\n",
+            "session.agent_state_dirs",
+        ),
+        (
+            "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[session]\nagent_state_dirs = [\"/abs\"]\n",
+            "session.agent_state_dirs",
+        ),
+        (
+            "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[session]\nresume_context_budget = 10\n",
+            "session.resume_context_budget",
+        ),
+        (
+            "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[docker]\nmemory_mb = 1\n",
+            "docker.memory_mb",
+        ),
+        (
+            "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[docker]\ncpus = 0.0\n",
+            "docker.cpus",
+        ),
+        (
+            "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[docker]\nimage = \" \"\n",
+            "docker.image",
+        ),
+        (
+            "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[process]\ninit_timeout_ms = 0\n",
+            "process.init_timeout_ms",
+        ),
+    ];
+    for (text, field) in cases {
+        let err = error(text);
+        assert_eq!(err.field, field, "{text}\n{err}");
+        // The offending value is on the last line, except for the id (first line).
+        let expected_line = if field == "id" { 1 } else { text.lines().count() };
+        assert_eq!(err.line, expected_line, "{err}");
+    }
+}
+
+#[test]
+fn not_toml_is_a_file_level_error() {
+    let err = error("id = \"x\"\ncommand = [\"x\"\n");
+    assert_eq!(err.line, 2);
+    assert!(!err.reason.is_empty());
+}
+
+#[test]
+fn placeholders_expand_at_launch() {
+    let text = "id = \"x\"\ncommand = [\"x\", \"--state\", \"{home}/.x\"]\nprotocol = \"acp\"\n[env]\nX_HOME = \"{home}\"\n[session]\nresume_command = [\"x\", \"--resume={token}\"]\n";
+    let profile = parse(text, file()).unwrap();
+    let home = Path::new("/home/u");
+    assert_eq!(profile.launch_argv(home), ["x", "--state", "/home/u/.x"]);
+    assert_eq!(profile.launch_env(home)["X_HOME"], "/home/u");
+    assert_eq!(profile.resume_argv(home, "abc").unwrap(), ["x", "--resume=abc"]);
+    assert!(profile.keeps_resume_token());
+}
+
+#[test]
+fn snapshot_round_trips_through_json() {
+    for result in crate::registry::builtins() {
+        let profile = result.unwrap();
+        let json = serde_json::to_string(&profile).unwrap();
+        let back: Profile = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, profile);
+    }
+}
