@@ -1,5 +1,30 @@
-//! agentctl: the per-session sidecar that owns exactly one agent process and its stdio.
+//! agentctl: the per-session sidecar that owns exactly one agent process and never loses
+//! its output.
 //!
-//! Not built yet. This crate reserves its place in the workspace; the agentctl issue fills
-//! it with the control channel, the event spool and process hygiene described in
-//! DESIGN.md §4. Nothing here pretends to work in the meantime.
+//! Theory of operation:
+//! - `agentctl serve` binds its control channel ([`server`]: JSON-RPC over WebSocket,
+//!   bearer token), writes `ready.json` and prints the same object as one line on stdout
+//!   ([`ready`]). That line is the readiness signal; nobody polls.
+//! - `agent.start` spawns the agent ([`agent`]) in its own process group, armed so that it
+//!   and its group die with agentctl. Everything the agent says — each stdout message, each
+//!   stderr line, noise, its start and exit — becomes an event, appended to the on-disk
+//!   [`spool`] with the next sequence number *before* anyone can see it.
+//! - `events.subscribe {after_seq}` replays the spool from any point after the acknowledged
+//!   prefix and then follows live, through one reader, so the stream is gapless and
+//!   duplicate-free. `events.ack {seq}` lets the acknowledged prefix be deleted.
+//! - The agent's `fs/*` requests are served here ([`fs`]), confined to the workspace roots,
+//!   and recorded as events with the answer attached; every other message is relayed.
+//! - [`client`] is the supervisor's side: launching agentctl detached, typed calls, and an
+//!   event stream that reconnects and resumes after the last seq it delivered.
+//!
+//! Guarantees: an event is delivered only after it is on disk; a subscriber that reconnects
+//! with the last seq it handled misses nothing and sees nothing twice; bad agent output never
+//! stops agentctl; no descendant of the agent outlives a stop, or agentctl itself.
+
+pub mod agent;
+pub mod client;
+pub mod fs;
+pub mod process;
+pub mod ready;
+pub mod server;
+pub mod spool;

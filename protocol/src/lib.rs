@@ -5,7 +5,8 @@
 //! - [`message`]: the plain Rust values for requests, notifications, responses and errors;
 //! - [`peer`]: a bidirectional connection that correlates responses with requests and hands
 //!   the other side's requests and notifications over in arrival order;
-//! - [`acp`]: ACP method names, the typed schema and tolerant parsing.
+//! - [`acp`]: ACP method names, the typed schema and tolerant parsing;
+//! - [`control`]: the shapes of the supervisor ⇄ agentctl control channel and its events.
 //!
 //! Design choices:
 //! - No input can panic the decoder or wedge the reader: every line is classified, and a bad
@@ -16,6 +17,7 @@
 //!   caller decides on which runtime it lives.
 
 pub mod acp;
+pub mod control;
 pub mod frame;
 pub mod message;
 pub mod peer;

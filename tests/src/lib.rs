@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod schema;
+pub mod sidecar;
 
 use std::io;
 use std::path::PathBuf;

@@ -1,0 +1,571 @@
+//! The one agent process agentctl owns: spawning it, relaying its stdio into the spool,
+//! serving its `fs/*` requests, and stopping it so that no descendant survives.
+//!
+//! Process hygiene, and why each piece is there:
+//! - The agent leads its own process group, so one signal reaches everything it starts
+//!   (unless a descendant leaves the group on purpose).
+//! - `PR_SET_PDEATHSIG(SIGKILL)` is set in the child before exec. The signal follows the
+//!   *thread* that forked, so every spawn happens on one dedicated thread that lives as long
+//!   as the [`AgentHost`]; a `getppid` check closes the race where agentctl died before the
+//!   prctl took effect.
+//! - A guard process (`agentctl guard`) joins the agent's group holding the read end of a
+//!   pipe whose write end only agentctl has. When agentctl dies, even by SIGKILL, the pipe
+//!   reads EOF and the guard SIGKILLs the whole group — grandchildren included, which the
+//!   parent-death signal alone would leave behind. It ignores SIGTERM so that it outlives the
+//!   polite stop steps.
+//! - agentctl is a child subreaper (set in `main`): descendants that leave the group and
+//!   are orphaned come back to it, and [`AgentHost::stop`] kills and reaps them.
+//!
+//! Stop: close stdin → grace → SIGTERM to the group → grace → SIGKILL to the group; then
+//! the guard pipe is closed (the guard kills what is left of the group) and escaped
+//! descendants are killed and reaped.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use protocol::control::{AgentState, EventKind, ExitInfo, StartAgent, Status, StopStage, Stopped};
+use protocol::frame::{self, Decoded, Line, LineReader};
+use protocol::{Message, Response};
+use serde_json::Value;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::fs::{self, Roots};
+use crate::process;
+use crate::spool::{Spool, SpoolError};
+
+/// How much of the agent's stderr `agent_exited` carries.
+pub const STDERR_TAIL_BYTES: usize = 64 * 1024;
+
+/// How long, after the agent exits, its output pipes may take to drain before
+/// `agent_exited` is emitted anyway (a descendant may hold them open forever).
+pub const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+
+/// Errors from agent operations, each mapped to a JSON-RPC error by the server.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// `agent.start` was already called: one agentctl owns one agent.
+    #[error("the agent was already started")]
+    AlreadyStarted,
+    /// No agent was started yet.
+    #[error("no agent has been started")]
+    NotStarted,
+    /// The agent is not running (it exited, or is being stopped).
+    #[error("the agent is not running")]
+    NotRunning,
+    /// The message given to `acp.send` is not one JSON-RPC message.
+    #[error("not a JSON-RPC message: {0}")]
+    InvalidMessage(String),
+    /// The working directory or a root is unusable.
+    #[error("workspace root {path}: {source}")]
+    Root {
+        /// The root.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The program could not be started.
+    #[error("cannot start {command}: {source}")]
+    Spawn {
+        /// The program.
+        command: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// The spool failed.
+    #[error(transparent)]
+    Spool(#[from] SpoolError),
+}
+
+/// Settings for the agent host.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// The longest stdout line accepted from the agent.
+    pub max_line: usize,
+    /// The program run as the guard (`<it> guard --pgid N`): agentctl's own binary.
+    pub guard_program: PathBuf,
+}
+
+/// Owns the agent. Shared behind an `Arc` by the control server.
+#[derive(Debug)]
+pub struct AgentHost {
+    spool: Arc<Spool>,
+    config: HostConfig,
+    spawner: Spawner,
+    /// A std mutex: held for short state changes, never across an await.
+    state: Mutex<HostState>,
+    exit_tx: watch::Sender<Option<ExitInfo>>,
+}
+
+#[derive(Debug)]
+enum HostState {
+    NotStarted,
+    Started(Running),
+}
+
+#[derive(Debug)]
+struct Running {
+    pid: u32,
+    /// Dropping it closes the agent's stdin once queued lines are written.
+    stdin_tx: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    guard: Option<std::process::Child>,
+    /// The write end of the guard's pipe; closing it makes the guard kill the group.
+    guard_pipe: Option<OwnedFd>,
+}
+
+impl AgentHost {
+    /// A host that will spawn from a dedicated thread on `runtime`.
+    pub fn new(
+        spool: Arc<Spool>,
+        config: HostConfig,
+        runtime: tokio::runtime::Handle,
+    ) -> AgentHost {
+        AgentHost {
+            spool,
+            config,
+            spawner: Spawner::start(runtime),
+            state: Mutex::new(HostState::NotStarted),
+            exit_tx: watch::channel(None).0,
+        }
+    }
+
+    /// Starts the agent. Returns its pid and the seq of its `agent_started` event.
+    pub async fn start(&self, params: StartAgent) -> Result<(u32, u64), AgentError> {
+        if !matches!(*self.lock(), HostState::NotStarted) {
+            return Err(AgentError::AlreadyStarted);
+        }
+        let mut root_paths = vec![params.cwd.clone()];
+        root_paths.extend(params.extra_roots.iter().cloned());
+        for path in &root_paths {
+            if !path.is_absolute() {
+                let source = io::Error::new(io::ErrorKind::InvalidInput, "not an absolute path");
+                return Err(AgentError::Root { path: path.clone(), source });
+            }
+        }
+        let roots = Roots::new(&root_paths)
+            .map_err(|source| AgentError::Root { path: params.cwd.clone(), source })?;
+
+        let mut command = Command::new(&params.command);
+        command
+            .args(&params.args)
+            .envs(&params.env)
+            .env_remove(protocol::control::TOKEN_ENV)
+            .current_dir(&params.cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(false);
+        let parent = std::process::id();
+        // SAFETY: the closure runs between fork and exec and only makes two syscalls
+        // (prctl, getppid), both async-signal-safe; it allocates nothing on success.
+        unsafe {
+            command.pre_exec(move || {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
+                if nix::unistd::getppid().as_raw() as u32 != parent {
+                    // agentctl died before the parent-death signal was armed.
+                    return Err(io::Error::other("agentctl exited during spawn"));
+                }
+                Ok(())
+            });
+        }
+        let mut child = self
+            .spawner
+            .spawn(command)
+            .await
+            .map_err(|source| AgentError::Spawn { command: params.command.clone(), source })?;
+        let pid = child.id().expect("UNWRAP: a just-spawned child has a pid");
+        let (guard, guard_pipe) = match self.spawn_guard(pid) {
+            Ok((guard, pipe)) => (Some(guard), Some(pipe)),
+            Err(err) => {
+                tracing::error!(%err, "cannot start the guard; the agent's group will not be killed if agentctl dies");
+                self.spool.append(EventKind::Error {
+                    message: format!("cannot start the process-group guard: {err}"),
+                })?;
+                (None, None)
+            }
+        };
+        let seq = self.spool.append(EventKind::AgentStarted {
+            pid,
+            command: params.command.clone(),
+            args: params.args.clone(),
+        })?;
+
+        let (stdin_tx, stdin_rx) = mpsc::unbounded_channel();
+        let stdin = child.stdin.take().expect("UNWRAP: stdin is piped");
+        let stdout = child.stdout.take().expect("UNWRAP: stdout is piped");
+        let stderr = child.stderr.take().expect("UNWRAP: stderr is piped");
+        tokio::spawn(write_stdin(stdin, stdin_rx, Arc::clone(&self.spool)));
+        let tail = Arc::new(Mutex::new(VecDeque::new()));
+        let relay = Relay {
+            spool: Arc::clone(&self.spool),
+            roots: Arc::new(roots),
+            stdin_tx: stdin_tx.downgrade(),
+            max_line: self.config.max_line,
+        };
+        let stdout_task = tokio::spawn(relay.run(stdout));
+        let stderr_task = tokio::spawn(read_stderr(
+            stderr,
+            Arc::clone(&self.spool),
+            Arc::clone(&tail),
+            self.config.max_line,
+        ));
+        tokio::spawn(watch_exit(
+            child,
+            stdout_task,
+            stderr_task,
+            tail,
+            Arc::clone(&self.spool),
+            self.exit_tx.clone(),
+        ));
+
+        *self.lock() =
+            HostState::Started(Running { pid, stdin_tx: Some(stdin_tx), guard, guard_pipe });
+        Ok((pid, seq))
+    }
+
+    fn spawn_guard(&self, pgid: u32) -> io::Result<(std::process::Child, OwnedFd)> {
+        use std::os::unix::process::CommandExt;
+        let (read_end, write_end) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+        let guard = std::process::Command::new(&self.config.guard_program)
+            .args(["guard", "--pgid", &pgid.to_string()])
+            .stdin(Stdio::from(read_end))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(pgid as i32)
+            .spawn()?;
+        Ok((guard, write_end))
+    }
+
+    /// Queues one JSON-RPC message for the agent's stdin.
+    pub fn send(&self, message: &Value) -> Result<(), AgentError> {
+        let mut line = serde_json::to_vec(message).expect("UNWRAP: a Value always serialises");
+        match frame::decode(&line) {
+            Decoded::Message(_) => {}
+            Decoded::Invalid(invalid) => {
+                return Err(AgentError::InvalidMessage(invalid.reason.to_string()));
+            }
+            Decoded::Blank => return Err(AgentError::InvalidMessage("empty message".into())),
+        }
+        line.push(b'\n');
+        if self.exit_tx.borrow().is_some() {
+            return Err(AgentError::NotRunning);
+        }
+        match &*self.lock() {
+            HostState::NotStarted => Err(AgentError::NotStarted),
+            HostState::Started(Running { stdin_tx: Some(tx), .. }) => {
+                tx.send(line).map_err(|_| AgentError::NotRunning)
+            }
+            HostState::Started(_) => Err(AgentError::NotRunning),
+        }
+    }
+
+    /// Stops the agent: EOF, then SIGTERM, then SIGKILL, `grace` apart; then removes every
+    /// descendant that is left.
+    pub async fn stop(&self, grace: Duration) -> Result<Stopped, AgentError> {
+        let pid = match &mut *self.lock() {
+            HostState::NotStarted => return Err(AgentError::NotStarted),
+            HostState::Started(running) => {
+                running.stdin_tx = None;
+                running.pid
+            }
+        };
+        let mut exit_rx = self.exit_tx.subscribe();
+        let stage = if exit_rx.borrow().is_some() {
+            StopStage::AlreadyExited
+        } else if wait_exit(&mut exit_rx, Some(grace)).await {
+            StopStage::Eof
+        } else {
+            let _ = process::signal_group(pid, Signal::SIGTERM);
+            if wait_exit(&mut exit_rx, Some(grace)).await {
+                StopStage::Sigterm
+            } else {
+                let _ = process::signal_group(pid, Signal::SIGKILL);
+                wait_exit(&mut exit_rx, None).await;
+                StopStage::Sigkill
+            }
+        };
+        self.remove_descendants().await;
+        let status =
+            exit_rx.borrow().expect("UNWRAP: the waits above end only once the exit is known");
+        Ok(Stopped { stage, status })
+    }
+
+    /// Kills what is left of the agent's group (through the guard) and every escaped
+    /// descendant that came back to us as subreaper, and reaps them.
+    async fn remove_descendants(&self) {
+        let guard = match &mut *self.lock() {
+            HostState::Started(running) => {
+                running.guard_pipe = None;
+                running.guard.take()
+            }
+            HostState::NotStarted => None,
+        };
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Some(mut guard) = guard {
+                let _ = guard.wait();
+            }
+            for pid in process::own_children() {
+                let pid = nix::unistd::Pid::from_raw(pid as i32);
+                let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+                let _ = nix::sys::wait::waitpid(pid, None);
+            }
+        })
+        .await;
+    }
+
+    /// The agent's state for `status`.
+    pub fn status(&self) -> Status {
+        let exit = *self.exit_tx.borrow();
+        let (agent_state, agent_pid) = match &*self.lock() {
+            HostState::NotStarted => (AgentState::NotStarted, None),
+            HostState::Started(running) if exit.is_some() => {
+                (AgentState::Exited, Some(running.pid))
+            }
+            HostState::Started(running) => (AgentState::Running, Some(running.pid)),
+        };
+        Status {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            agent_state,
+            agent_pid,
+            exit,
+            last_seq: self.spool.last_seq(),
+            acked_seq: self.spool.acked_seq(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HostState> {
+        self.state.lock().expect("UNWRAP: never poisoned")
+    }
+}
+
+/// Waits for the exit to be known, for at most `limit`. Returns whether it is.
+async fn wait_exit(
+    exit_rx: &mut watch::Receiver<Option<ExitInfo>>,
+    limit: Option<Duration>,
+) -> bool {
+    let wait = exit_rx.wait_for(Option::is_some);
+    match limit {
+        Some(limit) => matches!(tokio::time::timeout(limit, wait).await, Ok(Ok(_))),
+        None => wait.await.is_ok(),
+    }
+}
+
+/// Performs every spawn on one long-lived thread, because the parent-death signal follows
+/// the thread that forked: a pool thread that retires would take the agent with it.
+#[derive(Debug)]
+struct Spawner {
+    jobs: std::sync::mpsc::Sender<(Command, oneshot::Sender<io::Result<Child>>)>,
+}
+
+impl Spawner {
+    fn start(runtime: tokio::runtime::Handle) -> Spawner {
+        let (jobs, rx) =
+            std::sync::mpsc::channel::<(Command, oneshot::Sender<io::Result<Child>>)>();
+        std::thread::Builder::new()
+            .name("agent-spawner".into())
+            .spawn(move || {
+                // tokio's Command registers the child with the runtime's reaper.
+                let _entered = runtime.enter();
+                // The thread lives while the host (which holds the sender) lives.
+                for (mut command, reply) in rx {
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .expect("UNWRAP: starting a thread only fails when the process is out of resources");
+        Spawner { jobs }
+    }
+
+    async fn spawn(&self, command: Command) -> io::Result<Child> {
+        let (reply, result) = oneshot::channel();
+        self.jobs
+            .send((command, reply))
+            .map_err(|_| io::Error::other("the spawner thread is gone"))?;
+        result.await.map_err(|_| io::Error::other("the spawner thread is gone"))?
+    }
+}
+
+async fn write_stdin(
+    mut stdin: ChildStdin,
+    mut lines: mpsc::UnboundedReceiver<Vec<u8>>,
+    spool: Arc<Spool>,
+) {
+    while let Some(line) = lines.recv().await {
+        let written = async {
+            stdin.write_all(&line).await?;
+            stdin.flush().await
+        };
+        if let Err(err) = written.await {
+            let _ = spool.append(EventKind::Error {
+                message: format!("writing to the agent's stdin failed: {err}"),
+            });
+            return;
+        }
+    }
+    // Every sender is gone: dropping `stdin` here gives the agent EOF.
+}
+
+/// Turns the agent's stdout into events and serves its `fs/*` requests.
+struct Relay {
+    spool: Arc<Spool>,
+    roots: Arc<Roots>,
+    /// Weak, so that it does not keep stdin open after a stop dropped the real sender.
+    stdin_tx: mpsc::WeakUnboundedSender<Vec<u8>>,
+    max_line: usize,
+}
+
+impl Relay {
+    async fn run(self, stdout: ChildStdout) {
+        let mut lines = LineReader::new(BufReader::with_capacity(64 * 1024, stdout), self.max_line);
+        loop {
+            match lines.next_line().await {
+                Ok(Some(line)) => self.handle(line).await,
+                Ok(None) => return,
+                Err(err) => {
+                    self.emit(EventKind::Error {
+                        message: format!("reading the agent's stdout failed: {err}"),
+                    });
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn handle(&self, line: Line) {
+        let bytes = match line {
+            Line::TooLong { len } => {
+                let message = format!(
+                    "the agent wrote a stdout line of {len} bytes, over the {}-byte limit; it was dropped",
+                    self.max_line
+                );
+                return self.emit(EventKind::Error { message });
+            }
+            Line::Complete(bytes) => bytes,
+        };
+        match frame::decode(&bytes) {
+            Decoded::Blank => {}
+            Decoded::Invalid(invalid) => self.emit(EventKind::StdoutNoise {
+                line: String::from_utf8_lossy(&invalid.excerpt).into_owned(),
+                reason: invalid.reason.to_string(),
+            }),
+            Decoded::Message(message) => {
+                let raw: Value =
+                    serde_json::from_slice(&bytes).expect("UNWRAP: decode accepted it as JSON");
+                let answered = match &message {
+                    Message::Request(request)
+                        if matches!(
+                            request.method.as_str(),
+                            protocol::acp::method::FS_READ_TEXT_FILE
+                                | protocol::acp::method::FS_WRITE_TEXT_FILE
+                        ) =>
+                    {
+                        Some(self.serve_fs(request.clone()).await)
+                    }
+                    _ => None,
+                };
+                self.emit(EventKind::Acp { message: raw, answered });
+            }
+        }
+    }
+
+    /// Answers an fs request on the agent's stdin and returns the response sent.
+    async fn serve_fs(&self, request: protocol::Request) -> Value {
+        let roots = Arc::clone(&self.roots);
+        let method = request.method.clone();
+        let params = request.params.clone();
+        let result = tokio::task::spawn_blocking(move || match method.as_str() {
+            protocol::acp::method::FS_READ_TEXT_FILE => fs::read_text_file(&roots, params.as_ref()),
+            _ => fs::write_text_file(&roots, params.as_ref()),
+        })
+        .await
+        .unwrap_or_else(|join| Err(fs::FsError::Params(format!("the fs task failed: {join}"))));
+        let response =
+            Message::Response(Response { id: request.id, result: result.map_err(Into::into) });
+        if let Some(stdin_tx) = self.stdin_tx.upgrade() {
+            let _ = stdin_tx.send(response.to_line());
+        }
+        response.to_value()
+    }
+
+    fn emit(&self, kind: EventKind) {
+        if let Err(err) = self.spool.append(kind) {
+            tracing::error!(%err, "cannot spool an agent event");
+        }
+    }
+}
+
+async fn read_stderr(
+    stderr: ChildStderr,
+    spool: Arc<Spool>,
+    tail: Arc<Mutex<VecDeque<u8>>>,
+    max_line: usize,
+) {
+    let mut lines = LineReader::new(BufReader::new(stderr), max_line);
+    loop {
+        let line = match lines.next_line().await {
+            Ok(Some(Line::Complete(bytes))) => String::from_utf8_lossy(&bytes).into_owned(),
+            Ok(Some(Line::TooLong { len })) => {
+                format!("[a stderr line of {len} bytes was dropped]")
+            }
+            Ok(None) | Err(_) => return,
+        };
+        {
+            let mut tail = tail.lock().expect("UNWRAP: never poisoned");
+            tail.extend(line.as_bytes());
+            tail.push_back(b'\n');
+            let excess = tail.len().saturating_sub(STDERR_TAIL_BYTES);
+            tail.drain(..excess);
+        }
+        if let Err(err) = spool.append(EventKind::Stderr { line }) {
+            tracing::error!(%err, "cannot spool a stderr line");
+        }
+    }
+}
+
+async fn watch_exit(
+    mut child: Child,
+    stdout_task: tokio::task::JoinHandle<()>,
+    stderr_task: tokio::task::JoinHandle<()>,
+    tail: Arc<Mutex<VecDeque<u8>>>,
+    spool: Arc<Spool>,
+    exit_tx: watch::Sender<Option<ExitInfo>>,
+) {
+    let status = match child.wait().await {
+        Ok(status) => {
+            use std::os::unix::process::ExitStatusExt;
+            ExitInfo { code: status.code(), signal: status.signal() }
+        }
+        Err(err) => {
+            tracing::error!(%err, "cannot wait for the agent");
+            ExitInfo { code: None, signal: None }
+        }
+    };
+    // Lines the agent wrote just before exiting belong before `agent_exited`.
+    let drained = async {
+        let _ = stdout_task.await;
+        let _ = stderr_task.await;
+    };
+    if tokio::time::timeout(DRAIN_AFTER_EXIT, drained).await.is_err() {
+        tracing::warn!(
+            "the agent exited but its output pipes are still open (a descendant holds them)"
+        );
+    }
+    let stderr_tail = {
+        let tail = tail.lock().expect("UNWRAP: never poisoned");
+        let (a, b) = tail.as_slices();
+        String::from_utf8_lossy(&[a, b].concat()).into_owned()
+    };
+    if let Err(err) = spool.append(EventKind::AgentExited { status, stderr_tail }) {
+        tracing::error!(%err, "cannot spool the agent's exit");
+    }
+    exit_tx.send_replace(Some(status));
+}

@@ -1,0 +1,387 @@
+//! The supervisor's side of the control channel: launching agentctl detached, a typed
+//! client for every method, and an event stream that reconnects and resumes after the
+//! last event it delivered.
+//!
+//! Delivery is at-least-once on the wire; [`EventStream`] makes it exactly-once for its
+//! caller by dropping any event whose seq it has already delivered.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use jsonrpsee::core::client::{ClientT, Subscription, SubscriptionClientT};
+use jsonrpsee::core::params::ObjectParams;
+use jsonrpsee::rpc_params;
+use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
+use protocol::control::{
+    self, Ack, AgentStarted, Event, ReadyInfo, StartAgent, Status, Stop, Stopped, Subscribe, method,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::server::MAX_MESSAGE_BYTES;
+
+/// Errors on the client side.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The connection could not be made, or broke.
+    #[error("control channel to {addr}: {source}")]
+    Transport {
+        /// Where.
+        addr: SocketAddr,
+        /// Why.
+        source: jsonrpsee::core::ClientError,
+    },
+    /// agentctl answered with an error; `kind` is its `data.kind`.
+    #[error("agentctl refused {method}: {message} ({kind})")]
+    Refused {
+        /// The method.
+        method: &'static str,
+        /// `data.kind`, e.g. `not_running`, `pruned`.
+        kind: String,
+        /// The message.
+        message: String,
+    },
+    /// An event did not parse.
+    #[error("malformed event from agentctl: {0}")]
+    Malformed(String),
+}
+
+impl ClientError {
+    fn from_call(
+        addr: SocketAddr,
+        method: &'static str,
+        err: jsonrpsee::core::ClientError,
+    ) -> ClientError {
+        match err {
+            jsonrpsee::core::ClientError::Call(object) => ClientError::Refused {
+                method,
+                kind: object
+                    .data()
+                    .and_then(|data| serde_json::from_str::<Value>(data.get()).ok())
+                    .and_then(|data| data.get("kind").and_then(Value::as_str).map(str::to_owned))
+                    .unwrap_or_else(|| "unknown".into()),
+                message: object.message().to_owned(),
+            },
+            other => ClientError::Transport { addr, source: other },
+        }
+    }
+
+    /// The `data.kind` of a refusal.
+    pub fn kind(&self) -> Option<&str> {
+        match self {
+            ClientError::Refused { kind, .. } => Some(kind),
+            _ => None,
+        }
+    }
+}
+
+/// A connection to one agentctl.
+#[derive(Debug)]
+pub struct ControlClient {
+    addr: SocketAddr,
+    token: String,
+    client: WsClient,
+}
+
+fn object<T: Serialize>(value: &T) -> ObjectParams {
+    let mut params = ObjectParams::new();
+    if let Value::Object(map) =
+        serde_json::to_value(value).expect("UNWRAP: control params always serialise")
+    {
+        for (key, value) in map {
+            params.insert(&key, value).expect("UNWRAP: a Value always serialises");
+        }
+    }
+    params
+}
+
+impl ControlClient {
+    /// Connects to agentctl at `addr` with its bearer token.
+    pub async fn connect(addr: SocketAddr, token: &str) -> Result<ControlClient, ClientError> {
+        let mut headers = http::HeaderMap::new();
+        let value = http::HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+            ClientError::Refused {
+                method: "connect",
+                kind: "invalid_params".into(),
+                message: "the token is not a valid header value".into(),
+            }
+        })?;
+        headers.insert(http::header::AUTHORIZATION, value);
+        let client = WsClientBuilder::default()
+            .set_headers(headers)
+            .max_request_size(MAX_MESSAGE_BYTES)
+            .max_response_size(MAX_MESSAGE_BYTES)
+            .max_buffer_capacity_per_subscription(16 * 1024)
+            .request_timeout(Duration::from_secs(3600))
+            .build(format!("ws://{addr}"))
+            .await
+            .map_err(|source| ClientError::Transport { addr, source })?;
+        Ok(ControlClient { addr, token: token.to_owned(), client })
+    }
+
+    async fn call<R: DeserializeOwned>(
+        &self,
+        method: &'static str,
+        params: ObjectParams,
+    ) -> Result<R, ClientError> {
+        self.client
+            .request(method, params)
+            .await
+            .map_err(|err| ClientError::from_call(self.addr, method, err))
+    }
+
+    /// Any method with any params, for diagnostics and tests of malformed input.
+    pub async fn call_raw(
+        &self,
+        method: &'static str,
+        params: Value,
+    ) -> Result<Value, ClientError> {
+        let mut object = ObjectParams::new();
+        if let Value::Object(map) = params {
+            for (key, value) in map {
+                object.insert(&key, value).expect("UNWRAP: a Value always serialises");
+            }
+        }
+        self.call(method, object).await
+    }
+
+    /// `status`.
+    pub async fn status(&self) -> Result<Status, ClientError> {
+        self.client
+            .request(method::STATUS, rpc_params![])
+            .await
+            .map_err(|err| ClientError::from_call(self.addr, method::STATUS, err))
+    }
+
+    /// `agent.start`.
+    pub async fn start_agent(&self, start: &StartAgent) -> Result<AgentStarted, ClientError> {
+        self.call(method::AGENT_START, object(start)).await
+    }
+
+    /// `acp.send`: one JSON-RPC message to the agent.
+    pub async fn send_acp(&self, message: &Value) -> Result<(), ClientError> {
+        let mut params = ObjectParams::new();
+        params.insert("message", message).expect("UNWRAP: a Value always serialises");
+        self.call::<Value>(method::ACP_SEND, params).await.map(drop)
+    }
+
+    /// `events.ack`; returns the acknowledged seq.
+    pub async fn ack(&self, seq: u64) -> Result<u64, ClientError> {
+        let result: Value = self.call(method::EVENTS_ACK, object(&Ack { seq })).await?;
+        Ok(result["acked_seq"].as_u64().unwrap_or(0))
+    }
+
+    /// `agent.stop`.
+    pub async fn stop_agent(&self, grace: Duration) -> Result<Stopped, ClientError> {
+        self.call(method::AGENT_STOP, object(&Stop { grace_ms: grace.as_millis() as u64 })).await
+    }
+
+    /// `shutdown`: agentctl stops its agent and exits.
+    pub async fn shutdown(&self) -> Result<(), ClientError> {
+        self.client
+            .request::<Value, _>(method::SHUTDOWN, rpc_params![])
+            .await
+            .map(drop)
+            .map_err(|err| ClientError::from_call(self.addr, method::SHUTDOWN, err))
+    }
+
+    /// `events.subscribe`: every event with `seq > after_seq`, then live ones.
+    pub async fn subscribe(&self, after_seq: u64) -> Result<Subscription<Event>, ClientError> {
+        self.client
+            .subscribe(
+                method::EVENTS_SUBSCRIBE,
+                object(&Subscribe { after_seq }),
+                method::EVENTS_UNSUBSCRIBE,
+            )
+            .await
+            .map_err(|err| ClientError::from_call(self.addr, method::EVENTS_SUBSCRIBE, err))
+    }
+
+    /// An event stream starting after `after_seq` that survives reconnects.
+    pub fn events(self, after_seq: u64) -> EventStream {
+        EventStream {
+            addr: self.addr,
+            token: self.token.clone(),
+            cursor: after_seq,
+            client: Some(self),
+            subscription: None,
+        }
+    }
+
+    /// Where this client is connected.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+/// Events in order, each once, across reconnects.
+#[derive(Debug)]
+pub struct EventStream {
+    addr: SocketAddr,
+    token: String,
+    cursor: u64,
+    client: Option<ControlClient>,
+    subscription: Option<Subscription<Event>>,
+}
+
+impl EventStream {
+    /// The last seq delivered.
+    pub fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
+    /// The next event. When the connection drops, it reconnects once and resubscribes after
+    /// the last delivered seq; if that fails, the error is returned (and the next call
+    /// tries again).
+    pub async fn next(&mut self) -> Result<Event, ClientError> {
+        loop {
+            if self.subscription.is_none() {
+                let client = match self.client.take() {
+                    Some(client) if client.client.is_connected() => client,
+                    _ => ControlClient::connect(self.addr, &self.token).await?,
+                };
+                self.subscription = Some(client.subscribe(self.cursor).await?);
+                self.client = Some(client);
+            }
+            let subscription = self.subscription.as_mut().expect("UNWRAP: set above");
+            match subscription.next().await {
+                Some(Ok(event)) if event.seq <= self.cursor => continue,
+                Some(Ok(event)) => {
+                    self.cursor = event.seq;
+                    return Ok(event);
+                }
+                Some(Err(err)) => return Err(ClientError::Malformed(err.to_string())),
+                None => {
+                    // The subscription ended (connection lost, or the client fell behind):
+                    // start over from the cursor.
+                    self.subscription = None;
+                    self.client = None;
+                }
+            }
+        }
+    }
+
+    /// The connection, for other calls (e.g. acks) on the same socket.
+    pub fn client(&self) -> Option<&ControlClient> {
+        self.client.as_ref()
+    }
+}
+
+/// How to launch an agentctl.
+#[derive(Debug, Clone)]
+pub struct LaunchConfig {
+    /// The agentctl binary.
+    pub program: PathBuf,
+    /// Its state dir (spool, ready.json, log).
+    pub state_dir: PathBuf,
+    /// Where the control channel listens.
+    pub listen: SocketAddr,
+    /// The bearer token, passed in the environment (never argv).
+    pub token: String,
+    /// How long to wait for the ready line.
+    pub ready_timeout: Duration,
+    /// More `serve` arguments (e.g. `--max-line`).
+    pub extra_args: Vec<String>,
+}
+
+/// A launched agentctl.
+#[derive(Debug, Clone)]
+pub struct Launched {
+    /// What it announced.
+    pub ready: ReadyInfo,
+    /// The address to connect to.
+    pub addr: SocketAddr,
+}
+
+/// Errors while launching.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LaunchError {
+    /// The state dir or log could not be prepared, or the process not spawned.
+    #[error("cannot launch agentctl ({}): {source}", program.display())]
+    Spawn {
+        /// The binary.
+        program: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It exited or closed stdout before its ready line.
+    #[error("agentctl exited before it was ready; see {}", log.display())]
+    NoReadyLine {
+        /// Its log.
+        log: PathBuf,
+    },
+    /// The ready line did not arrive in time.
+    #[error("agentctl did not become ready within {0:?}")]
+    Timeout(Duration),
+    /// The ready line did not parse.
+    #[error("agentctl's ready line is malformed: {0}")]
+    BadReadyLine(String),
+}
+
+/// A fresh random bearer token.
+pub fn new_token() -> String {
+    format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
+}
+
+/// Launches `agentctl serve` fully detached — its own session, stdin `/dev/null`, stderr
+/// appended to `<state_dir>/agentctl.log`, not killed when we drop it or die — and waits for
+/// its ready line on the stdout pipe. The token goes through the environment.
+pub async fn launch(config: &LaunchConfig) -> Result<Launched, LaunchError> {
+    let spawn_err = |source| LaunchError::Spawn { program: config.program.clone(), source };
+    create_private_dir(&config.state_dir).map_err(spawn_err)?;
+    let log_path = config.state_dir.join("agentctl.log");
+    let log = open_log(&log_path).map_err(spawn_err)?;
+    let mut command = tokio::process::Command::new(&config.program);
+    command
+        .arg("serve")
+        .arg("--state-dir")
+        .arg(&config.state_dir)
+        .arg("--listen")
+        .arg(config.listen.to_string())
+        .args(&config.extra_args)
+        .env(control::TOKEN_ENV, &config.token)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        .kill_on_drop(false);
+    // SAFETY: setsid is async-signal-safe and touches no memory of ours.
+    unsafe {
+        command.pre_exec(|| nix::unistd::setsid().map(drop).map_err(std::io::Error::from));
+    }
+    let mut child = command.spawn().map_err(spawn_err)?;
+    let stdout = child.stdout.take().expect("UNWRAP: stdout is piped");
+    let mut line = String::new();
+    let mut stdout = BufReader::new(stdout);
+    let read = stdout.read_line(&mut line);
+    match tokio::time::timeout(config.ready_timeout, read).await {
+        Err(_) => {
+            let _ = child.start_kill();
+            return Err(LaunchError::Timeout(config.ready_timeout));
+        }
+        Ok(Err(_)) | Ok(Ok(0)) => return Err(LaunchError::NoReadyLine { log: log_path }),
+        Ok(Ok(_)) => {}
+    }
+    // `child` is dropped without a kill: agentctl lives on, and tokio reaps it if it exits
+    // while we are still here.
+    drop(child);
+    let ready: ReadyInfo = serde_json::from_str(line.trim())
+        .map_err(|err| LaunchError::BadReadyLine(err.to_string()))?;
+    let addr = SocketAddr::new(config.listen.ip(), ready.port);
+    Ok(Launched { ready, addr })
+}
+
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+fn open_log(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path)
+}

@@ -1,0 +1,192 @@
+//! The `agentctl` binary: parse the command line, then either serve (the sidecar) or guard
+//! (the helper that kills the agent's process group when agentctl dies).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentctl::agent::{AgentHost, HostConfig};
+use agentctl::server::{self, Ctl};
+use agentctl::spool::{DEFAULT_SEGMENT_BYTES, Spool};
+use anyhow::{Context, bail};
+use tokio_util::sync::CancellationToken;
+
+const USAGE: &str = "\
+usage:
+  agentctl serve --state-dir DIR [--listen ADDR] [--token-file PATH] [--max-line BYTES]
+                 [--segment-bytes BYTES] [--stop-grace-ms MS]
+  agentctl guard --pgid PGID
+
+serve: run the sidecar. The bearer token comes from --token-file (mode 0600) or the
+AGENTCTL_TOKEN environment variable, never from argv. Prints one ready line (JSON) on
+stdout once it listens (default 127.0.0.1:0).
+
+guard: internal. Blocks on stdin; when it closes, SIGKILLs process group PGID.
+";
+
+struct ServeArgs {
+    state_dir: PathBuf,
+    listen: SocketAddr,
+    token_file: Option<PathBuf>,
+    max_line: usize,
+    segment_bytes: u64,
+    stop_grace: Duration,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("serve") => parse_serve(&args[1..]).and_then(serve),
+        Some("guard") => guard(&args[1..]),
+        Some("-h" | "--help") => {
+            print!("{USAGE}");
+            return;
+        }
+        _ => Err(anyhow::anyhow!("expected a command\n\n{USAGE}")),
+    };
+    if let Err(err) = result {
+        eprintln!("agentctl: {err:#}");
+        std::process::exit(2);
+    }
+}
+
+fn parse_serve(args: &[String]) -> anyhow::Result<ServeArgs> {
+    let mut state_dir = None;
+    let mut parsed = ServeArgs {
+        state_dir: PathBuf::new(),
+        listen: "127.0.0.1:0".parse().expect("UNWRAP: a literal address"),
+        token_file: None,
+        max_line: protocol::frame::DEFAULT_MAX_LINE,
+        segment_bytes: DEFAULT_SEGMENT_BYTES,
+        stop_grace: Duration::from_secs(5),
+    };
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--state-dir" => state_dir = Some(PathBuf::from(value()?)),
+            "--listen" => parsed.listen = value()?.parse().context("--listen: not an address")?,
+            "--token-file" => parsed.token_file = Some(PathBuf::from(value()?)),
+            "--max-line" => {
+                parsed.max_line = value()?.parse().context("--max-line: not a number")?
+            }
+            "--segment-bytes" => {
+                parsed.segment_bytes = value()?.parse().context("--segment-bytes: not a number")?
+            }
+            "--stop-grace-ms" => {
+                parsed.stop_grace = Duration::from_millis(
+                    value()?.parse().context("--stop-grace-ms: not a number")?,
+                )
+            }
+            other => bail!("unknown argument {other:?}\n\n{USAGE}"),
+        }
+    }
+    parsed.state_dir = state_dir.context("--state-dir is required")?;
+    Ok(parsed)
+}
+
+fn read_token(token_file: Option<&PathBuf>) -> anyhow::Result<String> {
+    let token = match token_file {
+        Some(path) => {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(path)
+                .with_context(|| format!("token file {}", path.display()))?
+                .permissions()
+                .mode();
+            if mode & 0o077 != 0 {
+                bail!(
+                    "token file {} must not be readable by others (mode {:o}; use 0600)",
+                    path.display(),
+                    mode & 0o777
+                );
+            }
+            std::fs::read_to_string(path)
+                .with_context(|| format!("token file {}", path.display()))?
+                .trim()
+                .to_owned()
+        }
+        None => std::env::var(protocol::control::TOKEN_ENV).unwrap_or_default(),
+    };
+    if token.is_empty() {
+        bail!("no token: pass --token-file or set {}", protocol::control::TOKEN_ENV);
+    }
+    Ok(token)
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("AGENTCTL_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    let token = read_token(args.token_file.as_ref())?;
+    // Orphaned descendants of the agent come back to us, so a stop can remove them.
+    nix::sys::prctl::set_child_subreaper(true).context("cannot become a child subreaper")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    runtime.block_on(async move {
+        let spool = Arc::new(Spool::create(&args.state_dir.join("spool"), args.segment_bytes)?);
+        let guard_program = std::env::current_exe().context("cannot find agentctl's own binary")?;
+        let config = HostConfig { max_line: args.max_line, guard_program };
+        let agent = AgentHost::new(Arc::clone(&spool), config, tokio::runtime::Handle::current());
+        let shutdown = CancellationToken::new();
+        let ctl = Arc::new(Ctl { spool, agent, shutdown: shutdown.clone() });
+        let (addr, handle) = server::serve(args.listen, &token, Arc::clone(&ctl))
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        let info = agentctl::ready::ready_info(addr.port())
+            .context("cannot read this process's identity")?;
+        agentctl::ready::announce(&args.state_dir, &info).context("cannot announce readiness")?;
+        tracing::info!(%addr, pid = info.pid, "agentctl ready");
+
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        tokio::select! {
+            _ = shutdown.cancelled() => tracing::info!("shutdown requested"),
+            _ = term.recv() => tracing::info!("SIGTERM"),
+            _ = int.recv() => tracing::info!("SIGINT"),
+        }
+        match ctl.agent.stop(args.stop_grace).await {
+            Ok(stopped) => tracing::info!(?stopped, "agent stopped"),
+            Err(err) => tracing::info!(%err, "no agent to stop"),
+        }
+        let _ = handle.stop();
+        handle.stopped().await;
+        Ok(())
+    })
+}
+
+/// Waits for stdin to close (agentctl holds the only write end), then kills the group.
+fn guard(args: &[String]) -> anyhow::Result<()> {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    use std::io::Read;
+    let pgid: i32 = match args {
+        [flag, pgid] if flag == "--pgid" => pgid.parse().context("--pgid: not a number")?,
+        _ => bail!("guard takes --pgid PGID"),
+    };
+    // Outlive the polite stop steps: only SIGKILL or agentctl's end stops the guard.
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        // SAFETY: installing SIG_IGN runs no handler code.
+        unsafe { signal(sig, SigHandler::SigIgn) }.context("cannot ignore signals")?;
+    }
+    let mut stdin = std::io::stdin().lock();
+    let mut buf = [0u8; 64];
+    loop {
+        match stdin.read(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => continue,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), Signal::SIGKILL);
+    Ok(())
+}

@@ -1,0 +1,334 @@
+//! The event spool: every event is appended to disk before it is published, and readers
+//! replay from any point after the acknowledged prefix, then follow live.
+//!
+//! Layout: `DIR/events-<first seq>.jsonl` segments, one JSON event per line. The newest
+//! segment is active (appended to); a segment is closed when it passes the size limit.
+//! `ack(seq)` deletes every segment whose events are all acknowledged (rotating the active
+//! one first when it is fully acknowledged), so the spool stays bounded while a supervisor
+//! is connected and acking.
+//!
+//! Publication: after a line is written and flushed to the kernel, the new `last_seq` is
+//! sent on a watch channel. Readers read the files (the page cache, in practice) and wait
+//! on that channel when caught up — so replay and live are one code path, and a slow
+//! reader can never miss or duplicate an event.
+//!
+//! Durability: lines are flushed to the kernel, not fsynced. They survive agentctl's own
+//! crash (the kernel keeps them); a machine crash loses the agent anyway.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use protocol::control::{Event, EventKind};
+use tokio::sync::watch;
+
+/// The default size at which the active segment is closed.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Errors from the spool.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpoolError {
+    /// Reading or writing a segment failed.
+    #[error("spool I/O on {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+    /// The events asked for were acknowledged and dropped.
+    #[error(
+        "events after {after_seq} were requested, but everything up to {acked_seq} was acknowledged and dropped"
+    )]
+    Pruned {
+        /// What was asked for.
+        after_seq: u64,
+        /// What has been dropped.
+        acked_seq: u64,
+    },
+    /// A spool line did not parse (the file was damaged).
+    #[error("damaged spool line in {path}: {source}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// The parse error.
+        source: serde_json::Error,
+    },
+    /// The spool was closed while waiting for events.
+    #[error("the spool is closed")]
+    Closed,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SpoolError + '_ {
+    move |source| SpoolError::Io { path: path.to_owned(), source }
+}
+
+/// The spool. Shared behind an `Arc`; appends are serialised by a short std mutex (held
+/// for one write syscall, never across an await).
+#[derive(Debug)]
+pub struct Spool {
+    dir: PathBuf,
+    segment_bytes: u64,
+    inner: Mutex<Inner>,
+    last_seq_tx: watch::Sender<u64>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// Oldest first; the last one is active.
+    segments: VecDeque<Segment>,
+    active: File,
+    next_seq: u64,
+    acked_seq: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Segment {
+    first_seq: u64,
+    /// 0 while empty.
+    last_seq: u64,
+    path: PathBuf,
+    bytes: u64,
+}
+
+impl Spool {
+    /// Opens a fresh spool in `dir` (created 0700), removing segments a previous agentctl
+    /// left there: a new agentctl is a new execution with its own sequence.
+    pub fn create(dir: &Path, segment_bytes: u64) -> Result<Spool, SpoolError> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io_err(dir))?;
+        for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
+            let path = entry.map_err(io_err(dir))?.path();
+            if is_segment(&path) {
+                std::fs::remove_file(&path).map_err(io_err(&path))?;
+            }
+        }
+        let (segment, active) = open_segment(dir, 1)?;
+        let (last_seq_tx, _) = watch::channel(0);
+        Ok(Spool {
+            dir: dir.to_owned(),
+            segment_bytes,
+            inner: Mutex::new(Inner {
+                segments: VecDeque::from([segment]),
+                active,
+                next_seq: 1,
+                acked_seq: 0,
+            }),
+            last_seq_tx,
+        })
+    }
+
+    /// Appends one event and publishes it. Returns its seq.
+    pub fn append(&self, kind: EventKind) -> Result<u64, SpoolError> {
+        let mut inner = self.lock();
+        let seq = inner.next_seq;
+        let event = Event { seq, at: now_ms(), kind };
+        let mut line = serde_json::to_vec(&event).expect("UNWRAP: events always serialise");
+        line.push(b'\n');
+        let path =
+            inner.segments.back().expect("UNWRAP: there is always an active segment").path.clone();
+        inner.active.write_all(&line).map_err(io_err(&path))?;
+        inner.next_seq += 1;
+        let active = inner.segments.back_mut().expect("UNWRAP: there is always an active segment");
+        active.last_seq = seq;
+        active.bytes += line.len() as u64;
+        if active.bytes >= self.segment_bytes {
+            self.rotate(&mut inner)?;
+        }
+        drop(inner);
+        self.last_seq_tx.send_replace(seq);
+        Ok(seq)
+    }
+
+    /// Marks everything up to `seq` acknowledged and drops the segments that holds. A seq
+    /// beyond the last event is clamped to it. Returns the acknowledged seq.
+    pub fn ack(&self, seq: u64) -> Result<u64, SpoolError> {
+        let mut inner = self.lock();
+        let last = inner.next_seq - 1;
+        inner.acked_seq = inner.acked_seq.max(seq.min(last));
+        let acked = inner.acked_seq;
+        let active_done =
+            inner.segments.back().is_some_and(|s| s.last_seq != 0 && s.last_seq <= acked);
+        if active_done {
+            self.rotate(&mut inner)?;
+        }
+        while inner.segments.len() > 1
+            && inner.segments.front().is_some_and(|s| s.last_seq <= acked)
+        {
+            let segment = inner.segments.pop_front().expect("UNWRAP: checked non-empty");
+            std::fs::remove_file(&segment.path).map_err(io_err(&segment.path))?;
+        }
+        Ok(acked)
+    }
+
+    /// The newest event's seq (0 before any).
+    pub fn last_seq(&self) -> u64 {
+        *self.last_seq_tx.borrow()
+    }
+
+    /// The highest acknowledged seq.
+    pub fn acked_seq(&self) -> u64 {
+        self.lock().acked_seq
+    }
+
+    /// Bytes currently on disk, over all segments.
+    pub fn disk_bytes(&self) -> u64 {
+        self.lock().segments.iter().map(|s| s.bytes).sum()
+    }
+
+    /// The spool directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A reader of every event with `seq > after_seq`, then of live ones.
+    pub fn reader(self: &Arc<Self>, after_seq: u64) -> Result<SpoolReader, SpoolError> {
+        let inner = self.lock();
+        if after_seq < inner.acked_seq {
+            return Err(SpoolError::Pruned { after_seq, acked_seq: inner.acked_seq });
+        }
+        Ok(SpoolReader {
+            spool: Arc::clone(self),
+            cursor: after_seq,
+            last_seq_rx: self.last_seq_tx.subscribe(),
+            file: None,
+            partial: Vec::new(),
+        })
+    }
+
+    fn rotate(&self, inner: &mut Inner) -> Result<(), SpoolError> {
+        let (segment, file) = open_segment(&self.dir, inner.next_seq)?;
+        inner.active = file;
+        inner.segments.push_back(segment);
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().expect("UNWRAP: never poisoned")
+    }
+
+    /// The segment that holds `seq` (or will: the active one). `Pruned` when `seq` was in
+    /// a segment already dropped by an ack.
+    fn segment_for(&self, seq: u64) -> Result<Segment, SpoolError> {
+        let inner = self.lock();
+        match inner.segments.iter().rev().find(|segment| segment.first_seq <= seq) {
+            Some(segment) => Ok(segment.clone()),
+            None => Err(SpoolError::Pruned { after_seq: seq - 1, acked_seq: inner.acked_seq }),
+        }
+    }
+
+    /// Whether the segment starting at `first_seq` is still the active one.
+    fn is_active(&self, first_seq: u64) -> bool {
+        self.lock().segments.back().is_some_and(|s| s.first_seq == first_seq)
+    }
+}
+
+fn is_segment(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|name| name.to_str())
+        .is_some_and(|name| name.starts_with("events-") && name.ends_with(".jsonl"))
+}
+
+fn open_segment(dir: &Path, first_seq: u64) -> Result<(Segment, File), SpoolError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(format!("events-{first_seq:020}.jsonl"));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io_err(&path))?;
+    Ok((Segment { first_seq, last_seq: 0, path, bytes: 0 }, file))
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Reads events in order from a spool: the backlog from disk, then live events as they
+/// are published. Each event is returned exactly once.
+#[derive(Debug)]
+pub struct SpoolReader {
+    spool: Arc<Spool>,
+    /// The last seq returned.
+    cursor: u64,
+    last_seq_rx: watch::Receiver<u64>,
+    /// The open segment: its first seq and a reader positioned after the last full line.
+    file: Option<(u64, PathBuf, BufReader<File>)>,
+    /// Bytes of a line whose end has not been written yet.
+    partial: Vec<u8>,
+}
+
+impl SpoolReader {
+    /// The last seq returned (or the starting point).
+    pub fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
+    /// The next event, waiting for it when caught up. Cancel safe: dropping the future
+    /// between events loses nothing (the cursor only moves when an event is returned).
+    pub async fn next(&mut self) -> Result<Event, SpoolError> {
+        loop {
+            if let Some(event) = self.read_next()? {
+                self.cursor = event.seq;
+                return Ok(event);
+            }
+            let cursor = self.cursor;
+            let published = *self.last_seq_rx.borrow_and_update();
+            if published > cursor {
+                // The event is on disk; it is in a later segment, or the line was read
+                // partially before its flush completed. Look again.
+                continue;
+            }
+            self.last_seq_rx
+                .wait_for(|&last| last > cursor)
+                .await
+                .map_err(|_| SpoolError::Closed)?;
+        }
+    }
+
+    /// The next event already on disk, or `None` when caught up.
+    fn read_next(&mut self) -> Result<Option<Event>, SpoolError> {
+        loop {
+            if self.file.is_none() {
+                let segment = self.spool.segment_for(self.cursor + 1)?;
+                let file = File::open(&segment.path).map_err(io_err(&segment.path))?;
+                self.file = Some((segment.first_seq, segment.path, BufReader::new(file)));
+                self.partial.clear();
+            }
+            let (first_seq, path, reader) = self.file.as_mut().expect("UNWRAP: opened above");
+            let read = reader.read_until(b'\n', &mut self.partial).map_err(io_err(path))?;
+            if self.partial.last() == Some(&b'\n') {
+                let event: Event = serde_json::from_slice(&self.partial)
+                    .map_err(|source| SpoolError::Corrupt { path: path.clone(), source })?;
+                self.partial.clear();
+                if event.seq > self.cursor {
+                    return Ok(Some(event));
+                }
+                continue;
+            }
+            if read > 0 {
+                // A partial line: its end is still being written.
+                return Ok(None);
+            }
+            // End of this segment's data. A closed segment will not grow: move on.
+            let first_seq = *first_seq;
+            if self.spool.is_active(first_seq) || !self.partial.is_empty() {
+                return Ok(None);
+            }
+            self.file = None;
+            if self.spool.segment_for(self.cursor + 1)?.first_seq == first_seq {
+                // The cursor's segment is this one and nothing newer exists yet.
+                return Ok(None);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
