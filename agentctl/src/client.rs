@@ -40,7 +40,7 @@ pub enum ClientError {
     #[error("agentctl refused {method}: {message} ({kind})")]
     Refused {
         /// The method.
-        method: &'static str,
+        method: String,
         /// `data.kind`, e.g. `not_running`, `pruned`.
         kind: String,
         /// The message.
@@ -54,12 +54,12 @@ pub enum ClientError {
 impl ClientError {
     fn from_call(
         addr: SocketAddr,
-        method: &'static str,
+        method: &str,
         err: jsonrpsee::core::ClientError,
     ) -> ClientError {
         match err {
             jsonrpsee::core::ClientError::Call(object) => ClientError::Refused {
-                method,
+                method: method.to_owned(),
                 kind: object
                     .data()
                     .and_then(|data| serde_json::from_str::<Value>(data.get()).ok())
@@ -106,7 +106,7 @@ impl ControlClient {
         let mut headers = http::HeaderMap::new();
         let value = http::HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
             ClientError::Refused {
-                method: "connect",
+                method: "connect".into(),
                 kind: "invalid_params".into(),
                 message: "the token is not a valid header value".into(),
             }
@@ -126,7 +126,7 @@ impl ControlClient {
 
     async fn call<R: DeserializeOwned>(
         &self,
-        method: &'static str,
+        method: &str,
         params: ObjectParams,
     ) -> Result<R, ClientError> {
         self.client
@@ -138,7 +138,7 @@ impl ControlClient {
     /// Any method with any params, for diagnostics and tests of malformed input.
     pub async fn call_raw(
         &self,
-        method: &'static str,
+        method: &str,
         params: Value,
     ) -> Result<Value, ClientError> {
         let mut object = ObjectParams::new();

@@ -16,11 +16,17 @@ const USAGE: &str = "\
 usage:
   agentctl serve --state-dir DIR [--listen ADDR] [--token-file PATH] [--max-line BYTES]
                  [--segment-bytes BYTES] [--stop-grace-ms MS]
+  agentctl call --addr ADDR METHOD [PARAMS_JSON]
+  agentctl events --addr ADDR [--after SEQ]
   agentctl guard --pgid PGID
 
 serve: run the sidecar. The bearer token comes from --token-file (mode 0600) or the
 AGENTCTL_TOKEN environment variable, never from argv. Prints one ready line (JSON) on
 stdout once it listens (default 127.0.0.1:0).
+
+call, events: a small client for operators. The token comes from AGENTCTL_TOKEN. `call`
+prints the result as JSON; `events` prints every event after SEQ as one JSON line each, then
+follows live events until interrupted.
 
 guard: internal. Blocks on stdin; when it closes, SIGKILLs process group PGID.
 ";
@@ -39,6 +45,8 @@ fn main() {
     let result = match args.first().map(String::as_str) {
         Some("serve") => parse_serve(&args[1..]).and_then(serve),
         Some("guard") => guard(&args[1..]),
+        Some("call") => client_command(&args[1..], false),
+        Some("events") => client_command(&args[1..], true),
         Some("-h" | "--help") => {
             print!("{USAGE}");
             return;
@@ -160,6 +168,46 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         let _ = handle.stop();
         handle.stopped().await;
+        Ok(())
+    })
+}
+
+/// `call` and `events`: the operator's client.
+fn client_command(args: &[String], events: bool) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut addr: Option<SocketAddr> = None;
+    let mut after = 0u64;
+    let mut rest = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--addr" => addr = Some(args.next().context("--addr needs a value")?.parse().context("--addr: not an address")?),
+            "--after" if events => after = args.next().context("--after needs a value")?.parse().context("--after: not a number")?,
+            _ => rest.push(arg.clone()),
+        }
+    }
+    let addr = addr.context("--addr is required")?;
+    let token = read_token(None)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
+    runtime.block_on(async move {
+        let client = agentctl::client::ControlClient::connect(addr, &token).await?;
+        if events {
+            let mut stream = client.events(after);
+            loop {
+                let event = stream.next().await?;
+                let mut stdout = std::io::stdout().lock();
+                serde_json::to_writer(&mut stdout, &event)?;
+                writeln!(stdout)?;
+            }
+        }
+        let [method, params @ ..] = rest.as_slice() else { bail!("call needs a METHOD") };
+        let params: serde_json::Value = match params {
+            [] => serde_json::json!({}),
+            [json] => serde_json::from_str(json).context("PARAMS_JSON is not JSON")?,
+            _ => bail!("call takes one PARAMS_JSON argument"),
+        };
+        let result = client.call_raw(method, params).await?;
+        println!("{}", serde_json::to_string_pretty(&result)?);
         Ok(())
     })
 }
