@@ -52,11 +52,7 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    fn from_call(
-        addr: SocketAddr,
-        method: &str,
-        err: jsonrpsee::core::ClientError,
-    ) -> ClientError {
+    fn from_call(addr: SocketAddr, method: &str, err: jsonrpsee::core::ClientError) -> ClientError {
         match err {
             jsonrpsee::core::ClientError::Call(object) => ClientError::Refused {
                 method: method.to_owned(),
@@ -136,11 +132,7 @@ impl ControlClient {
     }
 
     /// Any method with any params, for diagnostics and tests of malformed input.
-    pub async fn call_raw(
-        &self,
-        method: &str,
-        params: Value,
-    ) -> Result<Value, ClientError> {
+    pub async fn call_raw(&self, method: &str, params: Value) -> Result<Value, ClientError> {
         let mut object = ObjectParams::new();
         if let Value::Object(map) = params {
             for (key, value) in map {

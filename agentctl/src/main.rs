@@ -181,14 +181,30 @@ fn client_command(args: &[String], events: bool) -> anyhow::Result<()> {
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--addr" => addr = Some(args.next().context("--addr needs a value")?.parse().context("--addr: not an address")?),
-            "--after" if events => after = args.next().context("--after needs a value")?.parse().context("--after: not a number")?,
+            "--addr" => {
+                addr = Some(
+                    args.next()
+                        .context("--addr needs a value")?
+                        .parse()
+                        .context("--addr: not an address")?,
+                )
+            }
+            "--after" if events => {
+                after = args
+                    .next()
+                    .context("--after needs a value")?
+                    .parse()
+                    .context("--after: not a number")?
+            }
             _ => rest.push(arg.clone()),
         }
     }
     let addr = addr.context("--addr is required")?;
     let token = read_token(None)?;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
     runtime.block_on(async move {
         let client = agentctl::client::ControlClient::connect(addr, &token).await?;
         if events {
