@@ -90,8 +90,9 @@ pub enum AgentError {
 pub struct HostConfig {
     /// The longest stdout line accepted from the agent.
     pub max_line: usize,
-    /// The program run as the guard (`<it> guard --pgid N`): agentctl's own binary.
-    pub guard_program: PathBuf,
+    /// The argv prefix that runs agentctl (`<prefix> guard --pgid N` is the guard): its
+    /// own binary, or a binary that embeds it as an applet (`supervisor agentctl`).
+    pub self_command: Vec<std::ffi::OsString>,
 }
 
 /// Owns the agent. Shared behind an `Arc` by the control server.
@@ -236,7 +237,10 @@ impl AgentHost {
         use std::os::unix::process::CommandExt;
         let (read_end, write_end) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-        let guard = std::process::Command::new(&self.config.guard_program)
+        let (program, prefix) =
+            self.config.self_command.split_first().ok_or_else(|| io::Error::other("no command to run agentctl"))?;
+        let guard = std::process::Command::new(program)
+            .args(prefix)
             .args(["guard", "--pgid", &pgid.to_string()])
             .stdin(Stdio::from(read_end))
             .stdout(Stdio::null())

@@ -22,6 +22,7 @@
 //! stops agentctl; no descendant of the agent outlives a stop, or agentctl itself.
 
 pub mod agent;
+pub mod cli;
 pub mod client;
 pub mod fs;
 pub mod process;

@@ -23,7 +23,21 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use protocol::control::{Event, EventKind};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tokio::sync::watch;
+
+/// What a spool holds: serialisable entries that carry their own sequence number.
+pub trait Entry: Serialize + DeserializeOwned + Send + 'static {
+    /// The entry's seq.
+    fn seq(&self) -> u64;
+}
+
+impl Entry for Event {
+    fn seq(&self) -> u64 {
+        self.seq
+    }
+}
 
 /// The default size at which the active segment is closed.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 4 * 1024 * 1024;
@@ -68,13 +82,15 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SpoolError + '_ {
 }
 
 /// The spool. Shared behind an `Arc`; appends are serialised by a short std mutex (held
-/// for one write syscall, never across an await).
+/// for one write syscall, never across an await). Generic over its entries: agentctl
+/// spools [`Event`]s, the supervisor spools each session's API events.
 #[derive(Debug)]
-pub struct Spool {
+pub struct Spool<E = Event> {
     dir: PathBuf,
     segment_bytes: u64,
     inner: Mutex<Inner>,
     last_seq_tx: watch::Sender<u64>,
+    _entries: std::marker::PhantomData<fn() -> E>,
 }
 
 #[derive(Debug)]
@@ -95,10 +111,17 @@ struct Segment {
     bytes: u64,
 }
 
-impl Spool {
+impl Spool<Event> {
+    /// Appends one agent event and publishes it. Returns its seq.
+    pub fn append(&self, kind: EventKind) -> Result<u64, SpoolError> {
+        self.append_with(|seq, at| Event { seq, at, kind })
+    }
+}
+
+impl<E: Entry> Spool<E> {
     /// Opens a fresh spool in `dir` (created 0700), removing segments a previous agentctl
     /// left there: a new agentctl is a new execution with its own sequence.
-    pub fn create(dir: &Path, segment_bytes: u64) -> Result<Spool, SpoolError> {
+    pub fn create(dir: &Path, segment_bytes: u64) -> Result<Spool<E>, SpoolError> {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io_err(dir))?;
         for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
@@ -119,15 +142,17 @@ impl Spool {
                 acked_seq: 0,
             }),
             last_seq_tx,
+            _entries: std::marker::PhantomData,
         })
     }
 
-    /// Appends one event and publishes it. Returns its seq.
-    pub fn append(&self, kind: EventKind) -> Result<u64, SpoolError> {
+    /// Appends the entry built from the next seq and the current time (Unix ms), and
+    /// publishes it. Returns its seq.
+    pub fn append_with(&self, build: impl FnOnce(u64, u64) -> E) -> Result<u64, SpoolError> {
         let mut inner = self.lock();
         let seq = inner.next_seq;
-        let event = Event { seq, at: now_ms(), kind };
-        let mut line = serde_json::to_vec(&event).expect("UNWRAP: events always serialise");
+        let entry = build(seq, now_ms());
+        let mut line = serde_json::to_vec(&entry).expect("UNWRAP: spool entries always serialise");
         line.push(b'\n');
         let path =
             inner.segments.back().expect("UNWRAP: there is always an active segment").path.clone();
@@ -186,7 +211,7 @@ impl Spool {
     }
 
     /// A reader of every event with `seq > after_seq`, then of live ones.
-    pub fn reader(self: &Arc<Self>, after_seq: u64) -> Result<SpoolReader, SpoolError> {
+    pub fn reader(self: &Arc<Self>, after_seq: u64) -> Result<SpoolReader<E>, SpoolError> {
         let inner = self.lock();
         if after_seq < inner.acked_seq {
             return Err(SpoolError::Pruned { after_seq, acked_seq: inner.acked_seq });
@@ -253,8 +278,8 @@ fn now_ms() -> u64 {
 /// Reads events in order from a spool: the backlog from disk, then live events as they
 /// are published. Each event is returned exactly once.
 #[derive(Debug)]
-pub struct SpoolReader {
-    spool: Arc<Spool>,
+pub struct SpoolReader<E = Event> {
+    spool: Arc<Spool<E>>,
     /// The last seq returned.
     cursor: u64,
     last_seq_rx: watch::Receiver<u64>,
@@ -264,7 +289,7 @@ pub struct SpoolReader {
     partial: Vec<u8>,
 }
 
-impl SpoolReader {
+impl<E: Entry> SpoolReader<E> {
     /// The last seq returned (or the starting point).
     pub fn cursor(&self) -> u64 {
         self.cursor
@@ -272,10 +297,10 @@ impl SpoolReader {
 
     /// The next event, waiting for it when caught up. Cancel safe: dropping the future
     /// between events loses nothing (the cursor only moves when an event is returned).
-    pub async fn next(&mut self) -> Result<Event, SpoolError> {
+    pub async fn next(&mut self) -> Result<E, SpoolError> {
         loop {
             if let Some(event) = self.read_next()? {
-                self.cursor = event.seq;
+                self.cursor = event.seq();
                 return Ok(event);
             }
             let cursor = self.cursor;
@@ -293,7 +318,7 @@ impl SpoolReader {
     }
 
     /// The next event already on disk, or `None` when caught up.
-    fn read_next(&mut self) -> Result<Option<Event>, SpoolError> {
+    fn read_next(&mut self) -> Result<Option<E>, SpoolError> {
         loop {
             if self.file.is_none() {
                 let segment = self.spool.segment_for(self.cursor + 1)?;
@@ -304,10 +329,10 @@ impl SpoolReader {
             let (first_seq, path, reader) = self.file.as_mut().expect("UNWRAP: opened above");
             let read = reader.read_until(b'\n', &mut self.partial).map_err(io_err(path))?;
             if self.partial.last() == Some(&b'\n') {
-                let event: Event = serde_json::from_slice(&self.partial)
+                let event: E = serde_json::from_slice(&self.partial)
                     .map_err(|source| SpoolError::Corrupt { path: path.clone(), source })?;
                 self.partial.clear();
-                if event.seq > self.cursor {
+                if event.seq() > self.cursor {
                     return Ok(Some(event));
                 }
                 continue;

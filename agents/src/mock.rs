@@ -157,6 +157,29 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, 
     Ok(Invocation::Run(config))
 }
 
+/// The whole program: parses `args` (without the program name), runs the agent on its own
+/// current-thread runtime, and returns the exit code. Binaries (and applets) call this.
+pub fn main(args: impl IntoIterator<Item = String>) -> i32 {
+    let config = match parse_args(args) {
+        Ok(Invocation::Run(config)) => config,
+        Ok(Invocation::Help) => {
+            print!("{USAGE}");
+            return 0;
+        }
+        Err(reason) => {
+            eprintln!("mock-agent: {reason}\n\n{USAGE}");
+            return 2;
+        }
+    };
+    match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime.block_on(run(config)),
+        Err(err) => {
+            eprintln!("mock-agent: cannot start a runtime: {err}");
+            1
+        }
+    }
+}
+
 /// Runs the agent on stdin/stdout until stdin closes (or forever with `--ignore-eof`).
 /// Returns the process exit code.
 pub async fn run(config: Config) -> i32 {

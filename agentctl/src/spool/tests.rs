@@ -134,7 +134,7 @@ fn a_new_spool_clears_an_old_one() {
             spool.append(stderr(n)).unwrap();
         }
     }
-    let spool = Spool::create(dir.path(), 64).unwrap();
+    let spool: Spool = Spool::create(dir.path(), 64).unwrap();
     assert_eq!(spool.last_seq(), 0);
     assert_eq!(spool.disk_bytes(), 0);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);

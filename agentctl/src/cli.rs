@@ -1,0 +1,260 @@
+//! agentctl's command line: `serve` (the sidecar), `call`/`events` (a small operator
+//! client) and `guard` (the helper that kills the agent's process group when agentctl
+//! dies). A library module so that another binary can embed agentctl as an applet.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::agent::{AgentHost, HostConfig};
+use crate::server::{self, Ctl};
+use crate::spool::{DEFAULT_SEGMENT_BYTES, Spool};
+use anyhow::{Context, bail};
+use tokio_util::sync::CancellationToken;
+
+const USAGE: &str = "\
+usage:
+  agentctl serve --state-dir DIR [--listen ADDR] [--token-file PATH] [--max-line BYTES]
+                 [--segment-bytes BYTES] [--stop-grace-ms MS]
+  agentctl call --addr ADDR METHOD [PARAMS_JSON]
+  agentctl events --addr ADDR [--after SEQ]
+  agentctl guard --pgid PGID
+
+serve: run the sidecar. The bearer token comes from --token-file (mode 0600) or the
+AGENTCTL_TOKEN environment variable, never from argv. Prints one ready line (JSON) on
+stdout once it listens (default 127.0.0.1:0).
+
+call, events: a small client for operators. The token comes from AGENTCTL_TOKEN. `call`
+prints the result as JSON; `events` prints every event after SEQ as one JSON line each, then
+follows live events until interrupted.
+
+guard: internal. Blocks on stdin; when it closes, SIGKILLs process group PGID.
+";
+
+struct ServeArgs {
+    state_dir: PathBuf,
+    listen: SocketAddr,
+    token_file: Option<PathBuf>,
+    max_line: usize,
+    segment_bytes: u64,
+    stop_grace: Duration,
+}
+
+/// Runs agentctl with `args` (without the program name). `self_command` is the argv prefix
+/// that runs agentctl again (for the guard). Returns the exit code.
+pub fn run(args: &[String], self_command: Vec<std::ffi::OsString>) -> i32 {
+    let result = match args.first().map(String::as_str) {
+        Some("serve") => parse_serve(&args[1..]).and_then(|serve_args| serve(serve_args, self_command)),
+        Some("guard") => guard(&args[1..]),
+        Some("call") => client_command(&args[1..], false),
+        Some("events") => client_command(&args[1..], true),
+        Some("-h" | "--help") => {
+            print!("{USAGE}");
+            return 0;
+        }
+        _ => Err(anyhow::anyhow!("expected a command\n\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("agentctl: {err:#}");
+            2
+        }
+    }
+}
+
+fn parse_serve(args: &[String]) -> anyhow::Result<ServeArgs> {
+    let mut state_dir = None;
+    let mut parsed = ServeArgs {
+        state_dir: PathBuf::new(),
+        listen: "127.0.0.1:0".parse().expect("UNWRAP: a literal address"),
+        token_file: None,
+        max_line: protocol::frame::DEFAULT_MAX_LINE,
+        segment_bytes: DEFAULT_SEGMENT_BYTES,
+        stop_grace: Duration::from_secs(5),
+    };
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--state-dir" => state_dir = Some(PathBuf::from(value()?)),
+            "--listen" => parsed.listen = value()?.parse().context("--listen: not an address")?,
+            "--token-file" => parsed.token_file = Some(PathBuf::from(value()?)),
+            "--max-line" => {
+                parsed.max_line = value()?.parse().context("--max-line: not a number")?
+            }
+            "--segment-bytes" => {
+                parsed.segment_bytes = value()?.parse().context("--segment-bytes: not a number")?
+            }
+            "--stop-grace-ms" => {
+                parsed.stop_grace = Duration::from_millis(
+                    value()?.parse().context("--stop-grace-ms: not a number")?,
+                )
+            }
+            other => bail!("unknown argument {other:?}\n\n{USAGE}"),
+        }
+    }
+    parsed.state_dir = state_dir.context("--state-dir is required")?;
+    Ok(parsed)
+}
+
+fn read_token(token_file: Option<&PathBuf>) -> anyhow::Result<String> {
+    let token = match token_file {
+        Some(path) => {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(path)
+                .with_context(|| format!("token file {}", path.display()))?
+                .permissions()
+                .mode();
+            if mode & 0o077 != 0 {
+                bail!(
+                    "token file {} must not be readable by others (mode {:o}; use 0600)",
+                    path.display(),
+                    mode & 0o777
+                );
+            }
+            std::fs::read_to_string(path)
+                .with_context(|| format!("token file {}", path.display()))?
+                .trim()
+                .to_owned()
+        }
+        None => std::env::var(protocol::control::TOKEN_ENV).unwrap_or_default(),
+    };
+    if token.is_empty() {
+        bail!("no token: pass --token-file or set {}", protocol::control::TOKEN_ENV);
+    }
+    Ok(token)
+}
+
+fn serve(args: ServeArgs, self_command: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("AGENTCTL_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    let token = read_token(args.token_file.as_ref())?;
+    // Orphaned descendants of the agent come back to us, so a stop can remove them.
+    nix::sys::prctl::set_child_subreaper(true).context("cannot become a child subreaper")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    runtime.block_on(async move {
+        let spool = Arc::new(Spool::create(&args.state_dir.join("spool"), args.segment_bytes)?);
+        let config = HostConfig { max_line: args.max_line, self_command };
+        let agent = AgentHost::new(Arc::clone(&spool), config, tokio::runtime::Handle::current());
+        let shutdown = CancellationToken::new();
+        let ctl = Arc::new(Ctl { spool, agent, shutdown: shutdown.clone() });
+        let (addr, handle) = server::serve(args.listen, &token, Arc::clone(&ctl))
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        let info = crate::ready::ready_info(addr.port())
+            .context("cannot read this process's identity")?;
+        crate::ready::announce(&args.state_dir, &info).context("cannot announce readiness")?;
+        tracing::info!(%addr, pid = info.pid, "agentctl ready");
+
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        tokio::select! {
+            _ = shutdown.cancelled() => tracing::info!("shutdown requested"),
+            _ = term.recv() => tracing::info!("SIGTERM"),
+            _ = int.recv() => tracing::info!("SIGINT"),
+        }
+        match ctl.agent.stop(args.stop_grace).await {
+            Ok(stopped) => tracing::info!(?stopped, "agent stopped"),
+            Err(err) => tracing::info!(%err, "no agent to stop"),
+        }
+        let _ = handle.stop();
+        handle.stopped().await;
+        Ok(())
+    })
+}
+
+/// `call` and `events`: the operator's client.
+fn client_command(args: &[String], events: bool) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut addr: Option<SocketAddr> = None;
+    let mut after = 0u64;
+    let mut rest = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--addr" => {
+                addr = Some(
+                    args.next()
+                        .context("--addr needs a value")?
+                        .parse()
+                        .context("--addr: not an address")?,
+                )
+            }
+            "--after" if events => {
+                after = args
+                    .next()
+                    .context("--after needs a value")?
+                    .parse()
+                    .context("--after: not a number")?
+            }
+            _ => rest.push(arg.clone()),
+        }
+    }
+    let addr = addr.context("--addr is required")?;
+    let token = read_token(None)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    runtime.block_on(async move {
+        let client = crate::client::ControlClient::connect(addr, &token).await?;
+        if events {
+            let mut stream = client.events(after);
+            loop {
+                let event = stream.next().await?;
+                let mut stdout = std::io::stdout().lock();
+                serde_json::to_writer(&mut stdout, &event)?;
+                writeln!(stdout)?;
+            }
+        }
+        let [method, params @ ..] = rest.as_slice() else { bail!("call needs a METHOD") };
+        let params: serde_json::Value = match params {
+            [] => serde_json::json!({}),
+            [json] => serde_json::from_str(json).context("PARAMS_JSON is not JSON")?,
+            _ => bail!("call takes one PARAMS_JSON argument"),
+        };
+        let result = client.call_raw(method, params).await?;
+        println!("{}", serde_json::to_string_pretty(&result)?);
+        Ok(())
+    })
+}
+
+/// Waits for stdin to close (agentctl holds the only write end), then kills the group.
+fn guard(args: &[String]) -> anyhow::Result<()> {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    use std::io::Read;
+    let pgid: i32 = match args {
+        [flag, pgid] if flag == "--pgid" => pgid.parse().context("--pgid: not a number")?,
+        _ => bail!("guard takes --pgid PGID"),
+    };
+    // Outlive the polite stop steps: only SIGKILL or agentctl's end stops the guard.
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        // SAFETY: installing SIG_IGN runs no handler code.
+        unsafe { signal(sig, SigHandler::SigIgn) }.context("cannot ignore signals")?;
+    }
+    let mut stdin = std::io::stdin().lock();
+    let mut buf = [0u8; 64];
+    loop {
+        match stdin.read(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => continue,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), Signal::SIGKILL);
+    Ok(())
+}
