@@ -159,7 +159,8 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, 
 
 /// The whole program: parses `args` (without the program name), runs the agent on its own
 /// current-thread runtime, and returns the exit code. Binaries (and applets) call this.
-pub fn main(args: impl IntoIterator<Item = String>) -> i32 {
+pub fn main(args: impl IntoIterator<Item = String>, self_command: Vec<std::ffi::OsString>) -> i32 {
+    let _ = SELF_COMMAND.set(self_command);
     let config = match parse_args(args) {
         Ok(Invocation::Run(config)) => config,
         Ok(Invocation::Help) => {
@@ -701,11 +702,18 @@ impl Turn<'_> {
     }
 }
 
+/// The argv prefix that runs mock-agent again (its binary, or `supervisor mock-agent`).
+static SELF_COMMAND: std::sync::OnceLock<Vec<std::ffi::OsString>> = std::sync::OnceLock::new();
+
 /// Starts `mock-agent --idle` as a child that outlives the turn (it stays in our process
 /// group), for tests that check no descendant survives a stop.
 fn spawn_idle_child() -> Result<String, RpcError> {
-    let exe = std::env::current_exe().map_err(RpcError::internal)?;
-    let child = std::process::Command::new(exe)
+    let own = match SELF_COMMAND.get() {
+        Some(command) if !command.is_empty() => command.clone(),
+        _ => vec![std::env::current_exe().map_err(RpcError::internal)?.into_os_string()],
+    };
+    let child = std::process::Command::new(&own[0])
+        .args(&own[1..])
         .arg("--idle")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
