@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUSTFLAGS='-C target-feature=+crt-static' \
-  cargo build --quiet --target x86_64-unknown-linux-gnu -p tether-agents --bin mock-agent
+  cargo build --quiet --target x86_64-unknown-linux-gnu -p agents --bin mock-agent
 echo "$PWD/target/x86_64-unknown-linux-gnu/debug/mock-agent"

@@ -237,8 +237,11 @@ impl AgentHost {
         use std::os::unix::process::CommandExt;
         let (read_end, write_end) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-        let (program, prefix) =
-            self.config.self_command.split_first().ok_or_else(|| io::Error::other("no command to run agentctl"))?;
+        let (program, prefix) = self
+            .config
+            .self_command
+            .split_first()
+            .ok_or_else(|| io::Error::other("no command to run agentctl"))?;
         let guard = std::process::Command::new(program)
             .args(prefix)
             .args(["guard", "--pgid", &pgid.to_string()])

@@ -45,7 +45,9 @@ struct ServeArgs {
 /// that runs agentctl again (for the guard). Returns the exit code.
 pub fn run(args: &[String], self_command: Vec<std::ffi::OsString>) -> i32 {
     let result = match args.first().map(String::as_str) {
-        Some("serve") => parse_serve(&args[1..]).and_then(|serve_args| serve(serve_args, self_command)),
+        Some("serve") => {
+            parse_serve(&args[1..]).and_then(|serve_args| serve(serve_args, self_command))
+        }
         Some("guard") => guard(&args[1..]),
         Some("call") => client_command(&args[1..], false),
         Some("events") => client_command(&args[1..], true),
@@ -153,8 +155,8 @@ fn serve(args: ServeArgs, self_command: Vec<std::ffi::OsString>) -> anyhow::Resu
         let (addr, handle) = server::serve(args.listen, &token, Arc::clone(&ctl))
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
-        let info = crate::ready::ready_info(addr.port())
-            .context("cannot read this process's identity")?;
+        let info =
+            crate::ready::ready_info(addr.port()).context("cannot read this process's identity")?;
         crate::ready::announce(&args.state_dir, &info).context("cannot announce readiness")?;
         tracing::info!(%addr, pid = info.pid, "agentctl ready");
 

@@ -269,6 +269,8 @@ impl EventStream {
 pub struct LaunchConfig {
     /// The agentctl binary.
     pub program: PathBuf,
+    /// Arguments before `serve` (e.g. `agentctl` when the binary embeds it as an applet).
+    pub prefix_args: Vec<std::ffi::OsString>,
     /// Its state dir (spool, ready.json, log).
     pub state_dir: PathBuf,
     /// Where the control channel listens.
@@ -331,6 +333,7 @@ pub async fn launch(config: &LaunchConfig) -> Result<Launched, LaunchError> {
     let log = open_log(&log_path).map_err(spawn_err)?;
     let mut command = tokio::process::Command::new(&config.program);
     command
+        .args(&config.prefix_args)
         .arg("serve")
         .arg("--state-dir")
         .arg(&config.state_dir)

@@ -147,8 +147,7 @@ pub async fn serve(
     token: &str,
     ctl: Arc<Ctl>,
 ) -> std::io::Result<(SocketAddr, ServerHandle)> {
-    let auth = tower::ServiceBuilder::new()
-        .layer(BearerAuthLayer { expected: Arc::from(format!("Bearer {token}")) });
+    let auth = tower::ServiceBuilder::new().layer(BearerAuthLayer::new(token));
     let config = ServerConfig::builder()
         .max_request_body_size(MAX_MESSAGE_BYTES)
         .max_response_body_size(MAX_MESSAGE_BYTES)
@@ -161,10 +160,18 @@ pub async fn serve(
 }
 
 /// Refuses any HTTP request (and so any WebSocket upgrade) without the exact
-/// `Authorization: Bearer <token>` header, with 401 and no detail.
+/// `Authorization: Bearer <token>` header, with 401 and no detail. Also used by the
+/// supervisor's API when it listens beyond loopback.
 #[derive(Debug, Clone)]
-struct BearerAuthLayer {
+pub struct BearerAuthLayer {
     expected: Arc<str>,
+}
+
+impl BearerAuthLayer {
+    /// A layer that accepts exactly `token`.
+    pub fn new(token: &str) -> BearerAuthLayer {
+        BearerAuthLayer { expected: Arc::from(format!("Bearer {token}")) }
+    }
 }
 
 impl<S> tower::Layer<S> for BearerAuthLayer {
@@ -175,8 +182,9 @@ impl<S> tower::Layer<S> for BearerAuthLayer {
     }
 }
 
+/// The service made by [`BearerAuthLayer`].
 #[derive(Debug, Clone)]
-struct BearerAuth<S> {
+pub struct BearerAuth<S> {
     inner: S,
     expected: Arc<str>,
 }

@@ -190,6 +190,15 @@ impl<E: Entry> Spool<E> {
         Ok(acked)
     }
 
+    /// Forces every appended entry to disk. Closed segments are synced as they close, so
+    /// syncing the active one suffices. (agentctl does not need this; the supervisor syncs
+    /// before it acknowledges.)
+    pub fn sync(&self) -> Result<(), SpoolError> {
+        let inner = self.lock();
+        let path = inner.segments.back().map(|s| s.path.clone()).unwrap_or_default();
+        inner.active.sync_data().map_err(io_err(&path))
+    }
+
     /// The newest event's seq (0 before any).
     pub fn last_seq(&self) -> u64 {
         *self.last_seq_tx.borrow()
@@ -226,6 +235,9 @@ impl<E: Entry> Spool<E> {
     }
 
     fn rotate(&self, inner: &mut Inner) -> Result<(), SpoolError> {
+        if let Some(closing) = inner.segments.back() {
+            inner.active.sync_data().map_err(io_err(&closing.path))?;
+        }
         let (segment, file) = open_segment(&self.dir, inner.next_seq)?;
         inner.active = file;
         inner.segments.push_back(segment);

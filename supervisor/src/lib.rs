@@ -1,4 +1,27 @@
-//! The Tether supervisor: store, runtimes, session actors, resume policy, recovery and API.
+//! The Tether supervisor: the daemon that runs coding agents' sessions and the CLI that
+//! talks to it.
 //!
-//! Not built yet. This crate reserves its place in the workspace; the supervisor issue
-//! fills it (DESIGN.md §1–§3, §5–§7, §10). Nothing here pretends to work in the meantime.
+//! Data flows through the modules in this order:
+//! - [`api`]: JSON-RPC over WebSocket — the only module that knows the wire format;
+//! - [`service`]: the operations (tasks, sessions, agents) over the pieces below;
+//! - [`session`]: one actor per live session, owning its execution and serialising its
+//!   commands, publishing state on a watch channel and events on a per-session spool;
+//! - [`runtime`]: where agentctl runs (standalone today);
+//! - [`history`] and [`events`]: the conversation record and the subscriber stream;
+//! - [`store`]: SQLite, owned by one thread;
+//! - [`home`]: the data directory.
+//!
+//! Guarantees: a turn's row and request id are durable before its prompt is sent; an
+//! agentctl event is acknowledged only after what it caused is synced to disk; writes that
+//! depend on the current execution are compare-and-set, so a dead execution cannot
+//! overwrite its successor.
+
+pub mod api;
+pub mod cli;
+pub mod events;
+pub mod history;
+pub mod home;
+pub mod runtime;
+pub mod service;
+pub mod session;
+pub mod store;

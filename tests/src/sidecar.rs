@@ -33,6 +33,7 @@ impl Sidecar {
         let token = client::new_token();
         let config = LaunchConfig {
             program: workspace_bin("agentctl"),
+            prefix_args: Vec::new(),
             state_dir: state_dir.clone(),
             listen: "127.0.0.1:0".parse().expect("UNWRAP: a literal address"),
             token: token.clone(),

@@ -1,0 +1,381 @@
+//! The frontend API: JSON-RPC 2.0 over WebSocket (jsonrpsee), the only module that knows
+//! the wire format. Methods map one to one onto [`Supervisor`] operations; errors carry
+//! `data.kind` ∈ `not_found, conflict, invalid_params, invalid_state, agent_unavailable,
+//! runtime_unavailable, internal`.
+//!
+//! Access: every upgrade request passes one check — a browser `Origin` must be on the
+//! allowlist (a local WebSocket server is reachable from any web page otherwise), and when
+//! a token is configured (required beyond loopback) the `Authorization: Bearer` header must
+//! match it.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use jsonrpsee::server::{
+    HttpBody, HttpRequest, HttpResponse, RpcModule, Server, ServerConfig, ServerHandle,
+};
+use jsonrpsee::types::{ErrorObjectOwned, Params};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::service::{ServiceError, Supervisor};
+
+/// Method names.
+pub mod method {
+    /// `agents.list`
+    pub const AGENTS_LIST: &str = "agents.list";
+    /// `task.create`
+    pub const TASK_CREATE: &str = "task.create";
+    /// `task.list`
+    pub const TASK_LIST: &str = "task.list";
+    /// `task.get`
+    pub const TASK_GET: &str = "task.get";
+    /// `task.session.create`
+    pub const SESSION_CREATE: &str = "task.session.create";
+    /// `task.session.list`
+    pub const SESSION_LIST: &str = "task.session.list";
+    /// `task.session.status`
+    pub const SESSION_STATUS: &str = "task.session.status";
+    /// `task.session.prompt`
+    pub const SESSION_PROMPT: &str = "task.session.prompt";
+    /// `task.session.cancel`
+    pub const SESSION_CANCEL: &str = "task.session.cancel";
+    /// `task.session.stop`
+    pub const SESSION_STOP: &str = "task.session.stop";
+    /// `task.session.delete`
+    pub const SESSION_DELETE: &str = "task.session.delete";
+    /// `task.session.permission.respond`
+    pub const PERMISSION_RESPOND: &str = "task.session.permission.respond";
+    /// `task.session.history`
+    pub const SESSION_HISTORY: &str = "task.session.history";
+    /// Subscription: `task.session.subscribe`.
+    pub const SESSION_SUBSCRIBE: &str = "task.session.subscribe";
+    /// The subscription's notifications.
+    pub const SESSION_EVENT: &str = "task.session.event";
+    /// Unsubscribe.
+    pub const SESSION_UNSUBSCRIBE: &str = "task.session.unsubscribe";
+}
+
+fn to_rpc(err: ServiceError) -> ErrorObjectOwned {
+    let code = match &err {
+        ServiceError::InvalidParams(_) => -32602,
+        ServiceError::NotFound(_) => -32001,
+        ServiceError::Conflict(_) => -32002,
+        ServiceError::InvalidState(_) => -32003,
+        ServiceError::AgentUnavailable(_) => -32004,
+        ServiceError::RuntimeUnavailable(_) => -32005,
+        ServiceError::Internal(_) => -32603,
+    };
+    ErrorObjectOwned::owned(code, err.to_string(), Some(json!({"kind": err.kind()})))
+}
+
+fn parse<T: DeserializeOwned>(params: &Params<'_>) -> Result<T, ErrorObjectOwned> {
+    params.parse::<T>().map_err(|err| to_rpc(ServiceError::InvalidParams(err.message().to_owned())))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaskCreate {
+    title: String,
+    #[serde(default)]
+    description: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaskId {
+    task_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SessionCreate {
+    task_id: String,
+    agent_profile_id: String,
+    workspace_path: String,
+    #[serde(default)]
+    prompt: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SessionList {
+    #[serde(default)]
+    task_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SessionId {
+    session_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SessionPrompt {
+    session_id: String,
+    prompt: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PermissionRespond {
+    session_id: String,
+    request_id: String,
+    /// The chosen option; absent means "cancelled".
+    #[serde(default)]
+    option_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryParams {
+    session_id: String,
+    #[serde(default)]
+    after_seq: u64,
+    #[serde(default = "default_limit")]
+    limit: usize,
+}
+
+fn default_limit() -> usize {
+    1000
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubscribeParams {
+    session_id: String,
+    #[serde(default)]
+    after_seq: u64,
+}
+
+/// Builds the method table over `supervisor`.
+pub fn methods(supervisor: Arc<Supervisor>) -> RpcModule<Supervisor> {
+    let mut module = RpcModule::from_arc(supervisor);
+    let registered = (|| -> Result<(), jsonrpsee::core::RegisterMethodError> {
+        module.register_method(method::AGENTS_LIST, |_, sup, _| {
+            Ok::<_, ErrorObjectOwned>(sup.agents())
+        })?;
+        module.register_async_method(method::TASK_CREATE, |params, sup, _| async move {
+            let p: TaskCreate = parse(&params)?;
+            sup.create_task(p.title, p.description).await.map_err(to_rpc)
+        })?;
+        module.register_async_method(method::TASK_LIST, |_, sup, _| async move {
+            sup.list_tasks().await.map_err(to_rpc)
+        })?;
+        module.register_async_method(method::TASK_GET, |params, sup, _| async move {
+            let p: TaskId = parse(&params)?;
+            sup.get_task(p.task_id).await.map_err(to_rpc)
+        })?;
+        module.register_async_method(method::SESSION_CREATE, |params, sup, _| async move {
+            let p: SessionCreate = parse(&params)?;
+            sup.create_session(p.task_id, p.agent_profile_id, p.workspace_path, p.prompt)
+                .await
+                .map_err(to_rpc)
+        })?;
+        module.register_async_method(method::SESSION_LIST, |params, sup, _| async move {
+            let p: SessionList = parse(&params)?;
+            sup.list_sessions(p.task_id).await.map_err(to_rpc)
+        })?;
+        module.register_async_method(method::SESSION_STATUS, |params, sup, _| async move {
+            let p: SessionId = parse(&params)?;
+            sup.status(p.session_id).await.map_err(to_rpc)
+        })?;
+        module.register_async_method(method::SESSION_PROMPT, |params, sup, _| async move {
+            let p: SessionPrompt = parse(&params)?;
+            let turn_id = sup.prompt(p.session_id, p.prompt).await.map_err(to_rpc)?;
+            Ok::<_, ErrorObjectOwned>(json!({"turn_id": turn_id}))
+        })?;
+        module.register_async_method(method::SESSION_CANCEL, |params, sup, _| async move {
+            let p: SessionId = parse(&params)?;
+            sup.cancel(p.session_id).await.map_err(to_rpc).map(|()| json!({}))
+        })?;
+        module.register_async_method(method::SESSION_STOP, |params, sup, _| async move {
+            let p: SessionId = parse(&params)?;
+            sup.stop(p.session_id).await.map_err(to_rpc).map(|()| json!({}))
+        })?;
+        module.register_async_method(method::SESSION_DELETE, |params, sup, _| async move {
+            let p: SessionId = parse(&params)?;
+            sup.delete(p.session_id).await.map_err(to_rpc).map(|()| json!({}))
+        })?;
+        module.register_async_method(method::PERMISSION_RESPOND, |params, sup, _| async move {
+            let p: PermissionRespond = parse(&params)?;
+            sup.respond_permission(p.session_id, p.request_id, p.option_id)
+                .await
+                .map_err(to_rpc)
+                .map(|()| json!({}))
+        })?;
+        module.register_async_method(method::SESSION_HISTORY, |params, sup, _| async move {
+            let p: HistoryParams = parse(&params)?;
+            sup.history(p.session_id, p.after_seq, p.limit).await.map_err(to_rpc)
+        })?;
+        module.register_subscription(
+            method::SESSION_SUBSCRIBE,
+            method::SESSION_EVENT,
+            method::SESSION_UNSUBSCRIBE,
+            |params, pending, sup, _| async move {
+                let p: SubscribeParams = match parse(&params) {
+                    Ok(p) => p,
+                    Err(err) => {
+                        pending.reject(err).await;
+                        return Ok(());
+                    }
+                };
+                let mut reader = match sup.subscribe(p.session_id, p.after_seq).await {
+                    Ok(reader) => reader,
+                    Err(err) => {
+                        pending.reject(to_rpc(err)).await;
+                        return Ok(());
+                    }
+                };
+                let sink = pending.accept().await.map_err(|err| err.to_string())?;
+                loop {
+                    let event = tokio::select! {
+                        biased;
+                        _ = sink.closed() => return Ok(()),
+                        event = reader.next() => event.map_err(|err| err.to_string())?,
+                    };
+                    let message =
+                        serde_json::value::to_raw_value(&event).map_err(|err| err.to_string())?;
+                    if sink.send(message).await.is_err() {
+                        return Ok(());
+                    }
+                }
+            },
+        )?;
+        Ok(())
+    })();
+    registered.expect("UNWRAP: method names are distinct constants");
+    module
+}
+
+/// Who may connect.
+#[derive(Debug, Clone, Default)]
+pub struct AccessPolicy {
+    /// Required bearer token, if any.
+    pub token: Option<String>,
+    /// Browser origins allowed to connect (exact match, e.g. `http://localhost:5173`).
+    pub allowed_origins: Vec<String>,
+}
+
+/// Starts the API server.
+pub async fn serve(
+    listen: SocketAddr,
+    policy: AccessPolicy,
+    supervisor: Arc<Supervisor>,
+) -> std::io::Result<(SocketAddr, ServerHandle)> {
+    let access = tower::ServiceBuilder::new().layer(AccessLayer { policy: Arc::new(policy) });
+    let config = ServerConfig::builder()
+        .max_request_body_size(32 * 1024 * 1024)
+        .max_response_body_size(64 * 1024 * 1024)
+        .ws_only()
+        .build();
+    let server =
+        Server::builder().set_config(config).set_http_middleware(access).build(listen).await?;
+    let addr = server.local_addr()?;
+    Ok((addr, server.start(methods(supervisor))))
+}
+
+#[derive(Debug, Clone)]
+struct AccessLayer {
+    policy: Arc<AccessPolicy>,
+}
+
+impl<S> tower::Layer<S> for AccessLayer {
+    type Service = Access<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Access { inner, policy: Arc::clone(&self.policy) }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Access<S> {
+    inner: S,
+    policy: Arc<AccessPolicy>,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+impl AccessPolicy {
+    /// Why a request is refused, if it is.
+    fn refuse(&self, headers: &http::HeaderMap) -> Option<(http::StatusCode, &'static str)> {
+        if let Some(origin) = headers.get(http::header::ORIGIN) {
+            let allowed = origin
+                .to_str()
+                .is_ok_and(|origin| self.allowed_origins.iter().any(|allowed| allowed == origin));
+            if !allowed {
+                return Some((http::StatusCode::FORBIDDEN, "origin not allowed"));
+            }
+        }
+        if let Some(token) = &self.token {
+            let expected = format!("Bearer {token}");
+            let presented = headers.get(http::header::AUTHORIZATION).map(|value| value.as_bytes());
+            if !presented.is_some_and(|presented| constant_time_eq(presented, expected.as_bytes()))
+            {
+                return Some((http::StatusCode::UNAUTHORIZED, "missing or wrong bearer token"));
+            }
+        }
+        None
+    }
+}
+
+impl<S, B> tower::Service<HttpRequest<B>> for Access<S>
+where
+    S: tower::Service<HttpRequest<B>, Response = HttpResponse>,
+    S::Error: Into<BoxError> + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = HttpResponse;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, BoxError>> + Send + 'static>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: HttpRequest<B>) -> Self::Future {
+        match self.policy.refuse(request.headers()) {
+            None => {
+                let future = self.inner.call(request);
+                Box::pin(async move { future.await.map_err(Into::into) })
+            }
+            Some((status, why)) => Box::pin(async move {
+                Ok(http::Response::builder()
+                    .status(status)
+                    .body(HttpBody::from(why))
+                    .expect("UNWRAP: a static response is well formed"))
+            }),
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_and_tokens_are_checked() {
+        let policy = AccessPolicy {
+            token: Some("t".into()),
+            allowed_origins: vec!["http://localhost:5173".into()],
+        };
+        let mut headers = http::HeaderMap::new();
+        assert_eq!(policy.refuse(&headers).map(|r| r.0), Some(http::StatusCode::UNAUTHORIZED));
+        headers.insert(http::header::AUTHORIZATION, "Bearer t".parse().unwrap());
+        assert_eq!(policy.refuse(&headers), None);
+        headers.insert(http::header::ORIGIN, "http://evil.example".parse().unwrap());
+        assert_eq!(policy.refuse(&headers).map(|r| r.0), Some(http::StatusCode::FORBIDDEN));
+        headers.insert(http::header::ORIGIN, "http://localhost:5173".parse().unwrap());
+        assert_eq!(policy.refuse(&headers), None);
+        let open = AccessPolicy::default();
+        assert_eq!(open.refuse(&http::HeaderMap::new()), None);
+    }
+}

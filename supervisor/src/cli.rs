@@ -1,0 +1,509 @@
+//! The `supervisor` command line: `serve` runs the daemon; every other command is a client
+//! of a running daemon's API and prints plain, specific lines. Exit codes: 0 ok, 1 other
+//! error, 2 usage, 3 server not running, 4 not found, 5 conflict.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agents::registry::{DEFAULT_DEBOUNCE, Environment, Registry};
+use anyhow::{Context, bail};
+use jsonrpsee::core::client::{ClientT, SubscriptionClientT};
+use jsonrpsee::core::params::ObjectParams;
+use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
+use serde_json::{Value, json};
+
+use crate::api::{self, AccessPolicy, method};
+use crate::home::Home;
+use crate::runtime::StandaloneRuntime;
+use crate::service::{Supervisor, SupervisorConfig};
+use crate::store::Store;
+
+/// The default API address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7733";
+
+const USAGE: &str = "\
+usage: supervisor [--url URL] [--token TOKEN] <command>
+
+daemon:
+  serve [--listen ADDR] [--home DIR] [--auth-token TOKEN] [--allow-origin ORIGIN]...
+
+client (talks to a running daemon; --url defaults to ws://127.0.0.1:7733, or $TETHER_URL):
+  agents
+  task create TITLE [--description TEXT]
+  task list
+  session start --agent PROFILE --workspace DIR (--task ID | --new-task TITLE) [--prompt TEXT] [--quiet]
+  prompt SESSION TEXT
+  status SESSION
+  sessions list [--task ID]
+  sessions show SESSION
+  sessions delete SESSION
+  stop SESSION
+  history SESSION
+";
+
+/// A failure with its exit code and the one line to print.
+struct Failure {
+    code: i32,
+    line: String,
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(err: anyhow::Error) -> Failure {
+        Failure { code: 1, line: format!("error: {err:#}") }
+    }
+}
+
+/// Runs the command line (without the program name); returns the exit code.
+pub fn main(args: Vec<String>, self_command: Vec<OsString>) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the runtime: {err}");
+            return 1;
+        }
+    };
+    match runtime.block_on(dispatch(args, self_command)) {
+        Ok(()) => 0,
+        Err(failure) => {
+            eprintln!("{}", failure.line);
+            failure.code
+        }
+    }
+}
+
+fn usage(message: &str) -> Failure {
+    Failure { code: 2, line: format!("{message}\n\n{USAGE}") }
+}
+
+/// Pulls `--name VALUE` out of `args`.
+fn take_option(args: &mut Vec<String>, name: &str) -> Result<Option<String>, Failure> {
+    match args.iter().position(|arg| arg == name) {
+        Some(idx) if idx + 1 < args.len() => {
+            let value = args.remove(idx + 1);
+            args.remove(idx);
+            Ok(Some(value))
+        }
+        Some(_) => Err(usage(&format!("{name} needs a value"))),
+        None => Ok(None),
+    }
+}
+
+fn take_flag(args: &mut Vec<String>, name: &str) -> bool {
+    match args.iter().position(|arg| arg == name) {
+        Some(idx) => {
+            args.remove(idx);
+            true
+        }
+        None => false,
+    }
+}
+
+async fn dispatch(mut args: Vec<String>, self_command: Vec<OsString>) -> Result<(), Failure> {
+    let url = take_option(&mut args, "--url")?
+        .or_else(|| std::env::var("TETHER_URL").ok())
+        .unwrap_or_else(|| format!("ws://{DEFAULT_LISTEN}"));
+    let token = take_option(&mut args, "--token")?.or_else(|| std::env::var("TETHER_TOKEN").ok());
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    match words.as_slice() {
+        ["serve", ..] => serve(args[1..].to_vec(), self_command).await.map_err(Failure::from),
+        ["-h" | "--help"] | [] => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        _ => {
+            let client = Client::connect(&url, token.as_deref()).await?;
+            client.run(args).await
+        }
+    }
+}
+
+async fn serve(mut args: Vec<String>, self_command: Vec<OsString>) -> anyhow::Result<()> {
+    let listen: SocketAddr = take_option(&mut args, "--listen")
+        .map_err(|f| anyhow::anyhow!(f.line))?
+        .unwrap_or_else(|| DEFAULT_LISTEN.into())
+        .parse()
+        .context("--listen: not an address")?;
+    let home =
+        take_option(&mut args, "--home").map_err(|f| anyhow::anyhow!(f.line))?.map(PathBuf::from);
+    let token = take_option(&mut args, "--auth-token").map_err(|f| anyhow::anyhow!(f.line))?;
+    let mut allowed_origins = Vec::new();
+    while let Some(origin) =
+        take_option(&mut args, "--allow-origin").map_err(|f| anyhow::anyhow!(f.line))?
+    {
+        allowed_origins.push(origin);
+    }
+    if let Some(extra) = args.first() {
+        bail!("unknown argument {extra:?}\n\n{USAGE}");
+    }
+    if !listen.ip().is_loopback() && token.is_none() {
+        bail!("listening on {listen} (beyond loopback) requires --auth-token");
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TETHER_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let root = home
+        .or_else(Home::default_root)
+        .context("no data directory: set TETHER_HOME or HOME, or pass --home")?;
+    let home = Home::open(&root)
+        .with_context(|| format!("cannot create the data directory {}", root.display()))?;
+    let store = Store::open(&home.database())?;
+    let registry = Registry::open(&home.profiles(), DEFAULT_DEBOUNCE)?;
+    for error in registry.catalog().errors() {
+        tracing::warn!(%error, "profile not loaded");
+    }
+    let exe_dir: Vec<PathBuf> = self_command
+        .first()
+        .and_then(|exe| PathBuf::from(exe).parent().map(|dir| vec![dir.to_owned()]))
+        .unwrap_or_default();
+    let environment = Environment::current(&exe_dir);
+    let applet = |name: &str| -> Vec<OsString> {
+        let mut command = self_command.clone();
+        command.push(name.into());
+        command
+    };
+    let agentctl = match environment.find_program("agentctl") {
+        Some(path) => vec![path.into_os_string()],
+        None => applet("agentctl"),
+    };
+    let applets = HashMap::from([("mock-agent".to_owned(), applet("mock-agent"))]);
+    let supervisor = Arc::new(Supervisor::new(SupervisorConfig {
+        home: home.clone(),
+        store,
+        registry,
+        environment,
+        runtime: Arc::new(StandaloneRuntime { agentctl }),
+        applets,
+    }));
+    let policy = AccessPolicy { token, allowed_origins };
+    let (addr, handle) = api::serve(listen, policy, supervisor)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    println!("tether serving on ws://{addr} (data in {})", home.root().display());
+    let _ = std::io::stdout().flush();
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping the API; agent sidecars keep running"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping the API; agent sidecars keep running"),
+        () = handle.clone().stopped() => {}
+    }
+    let _ = handle.stop();
+    handle.stopped().await;
+    Ok(())
+}
+
+struct Client {
+    url: String,
+    client: WsClient,
+}
+
+fn object(value: Value) -> ObjectParams {
+    let mut params = ObjectParams::new();
+    if let Value::Object(map) = value {
+        for (key, value) in map {
+            params.insert(&key, value).expect("UNWRAP: a Value always serialises");
+        }
+    }
+    params
+}
+
+impl Client {
+    async fn connect(url: &str, token: Option<&str>) -> Result<Client, Failure> {
+        let mut headers = http::HeaderMap::new();
+        if let Some(token) = token {
+            let value = http::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| usage("the token is not a valid header value"))?;
+            headers.insert(http::header::AUTHORIZATION, value);
+        }
+        let client =
+            WsClientBuilder::default().set_headers(headers).build(url).await.map_err(|err| {
+                Failure {
+                    code: 3,
+                    line: format!(
+                        "server not running at {url} (start it with `supervisor serve`): {err}"
+                    ),
+                }
+            })?;
+        Ok(Client { url: url.to_owned(), client })
+    }
+
+    async fn call(&self, method: &str, params: Value) -> Result<Value, Failure> {
+        self.client.request(method, object(params)).await.map_err(|err| self.failure(err))
+    }
+
+    fn failure(&self, err: jsonrpsee::core::ClientError) -> Failure {
+        match err {
+            jsonrpsee::core::ClientError::Call(object) => {
+                let kind = object
+                    .data()
+                    .and_then(|data| serde_json::from_str::<Value>(data.get()).ok())
+                    .and_then(|data| data["kind"].as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                let message = object.message();
+                match kind.as_str() {
+                    "not_found" => Failure { code: 4, line: format!("not found: {message}") },
+                    "conflict" => Failure { code: 5, line: format!("conflict: {message}") },
+                    "" => Failure { code: 1, line: format!("error: {message}") },
+                    other => Failure { code: 1, line: format!("error ({other}): {message}") },
+                }
+            }
+            other if !self.client.is_connected() => Failure {
+                code: 3,
+                line: format!(
+                    "server not running at {} (the connection closed: {other})",
+                    self.url
+                ),
+            },
+            other => Failure { code: 1, line: format!("error: {other}") },
+        }
+    }
+
+    async fn run(&self, mut args: Vec<String>) -> Result<(), Failure> {
+        let quiet = take_flag(&mut args, "--quiet");
+        let words: Vec<String> = args.clone();
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        match words.as_slice() {
+            ["agents"] => {
+                let agents = self.call(method::AGENTS_LIST, json!({})).await?;
+                for agent in agents.as_array().into_iter().flatten() {
+                    let state = if agent["available"] == true {
+                        "available".to_owned()
+                    } else {
+                        format!(
+                            "unavailable: {}",
+                            agent["reasons"]
+                                .as_array()
+                                .map(|r| r
+                                    .iter()
+                                    .filter_map(Value::as_str)
+                                    .collect::<Vec<_>>()
+                                    .join("; "))
+                                .unwrap_or_default()
+                        )
+                    };
+                    println!(
+                        "{}\t{}\t{state}",
+                        agent["id"].as_str().unwrap_or(""),
+                        agent["display_name"].as_str().unwrap_or("")
+                    );
+                }
+                Ok(())
+            }
+            ["task", "create", ..] => {
+                let description = take_option(&mut args, "--description")?.unwrap_or_default();
+                let [_, _, title] = args.as_slice() else {
+                    return Err(usage("task create takes one TITLE"));
+                };
+                let task = self
+                    .call(method::TASK_CREATE, json!({"title": title, "description": description}))
+                    .await?;
+                let id = task["id"].as_str().unwrap_or_default();
+                if quiet {
+                    println!("{id}")
+                } else {
+                    println!("task {id} created")
+                }
+                Ok(())
+            }
+            ["task", "list"] => {
+                for task in
+                    self.call(method::TASK_LIST, json!({})).await?.as_array().into_iter().flatten()
+                {
+                    println!(
+                        "{}\t{}\t{}",
+                        task["id"].as_str().unwrap_or(""),
+                        task["state"].as_str().unwrap_or(""),
+                        task["title"].as_str().unwrap_or("")
+                    );
+                }
+                Ok(())
+            }
+            ["session", "start", ..] => self.session_start(args, quiet).await,
+            ["prompt", session, text] => self.prompt(session, text).await,
+            ["status", session] | ["sessions", "show", session] => {
+                let status =
+                    self.call(method::SESSION_STATUS, json!({"session_id": session})).await?;
+                for (key, value) in status.as_object().into_iter().flatten() {
+                    let shown = match value {
+                        Value::String(text) => text.clone(),
+                        Value::Null => "-".into(),
+                        other => other.to_string(),
+                    };
+                    println!("{key}: {shown}");
+                }
+                Ok(())
+            }
+            ["sessions", "list", ..] => {
+                let task = take_option(&mut args, "--task")?;
+                let sessions = self.call(method::SESSION_LIST, json!({"task_id": task})).await?;
+                for session in sessions.as_array().into_iter().flatten() {
+                    println!(
+                        "{}\t{}\t{}\ttask {}",
+                        session["id"].as_str().unwrap_or(""),
+                        session["state"].as_str().unwrap_or(""),
+                        session["agent_profile_id"].as_str().unwrap_or(""),
+                        session["task_id"].as_str().unwrap_or("")
+                    );
+                }
+                Ok(())
+            }
+            ["sessions", "delete", session] => {
+                self.call(method::SESSION_DELETE, json!({"session_id": session})).await?;
+                println!("session {session} deleted");
+                Ok(())
+            }
+            ["stop", session] => {
+                self.call(method::SESSION_STOP, json!({"session_id": session})).await?;
+                println!("session {session} stopped");
+                Ok(())
+            }
+            ["history", session] => {
+                let entries =
+                    self.call(method::SESSION_HISTORY, json!({"session_id": session})).await?;
+                for entry in entries.as_array().into_iter().flatten() {
+                    println!(
+                        "[{}] {}: {}",
+                        entry["seq"],
+                        entry["type"].as_str().unwrap_or(""),
+                        entry["content"].as_str().unwrap_or("")
+                    );
+                }
+                Ok(())
+            }
+            _ => Err(usage("unknown command")),
+        }
+    }
+
+    async fn session_start(&self, mut args: Vec<String>, quiet: bool) -> Result<(), Failure> {
+        let agent = take_option(&mut args, "--agent")?
+            .ok_or_else(|| usage("session start needs --agent"))?;
+        let workspace = take_option(&mut args, "--workspace")?
+            .ok_or_else(|| usage("session start needs --workspace"))?;
+        let prompt = take_option(&mut args, "--prompt")?;
+        let task = match (take_option(&mut args, "--task")?, take_option(&mut args, "--new-task")?)
+        {
+            (Some(task), None) => task,
+            (None, Some(title)) => {
+                let task = self.call(method::TASK_CREATE, json!({"title": title})).await?;
+                task["id"].as_str().unwrap_or_default().to_owned()
+            }
+            _ => return Err(usage("session start needs one of --task ID or --new-task TITLE")),
+        };
+        let workspace =
+            std::path::absolute(&workspace).map_err(|err| usage(&format!("--workspace: {err}")))?;
+        let row = self
+            .call(
+                method::SESSION_CREATE,
+                json!({"task_id": task, "agent_profile_id": agent, "workspace_path": workspace, "prompt": prompt}),
+            )
+            .await?;
+        let session = row["id"].as_str().unwrap_or_default().to_owned();
+        let mut events = self.subscribe(&session, 0).await?;
+        loop {
+            let event = self.next_event(&mut events).await?;
+            if event["type"] == "state" {
+                match event["state"].as_str() {
+                    Some("WAITING_FOR_INPUT") | Some("RUNNING") => break,
+                    Some("FAILED") => {
+                        return Err(Failure {
+                            code: 1,
+                            line: format!(
+                                "session {session} failed: {}",
+                                event["error"].as_str().unwrap_or("")
+                            ),
+                        });
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if quiet {
+            println!("{session}")
+        } else {
+            println!("session {session} ready (agent {agent}, task {task})")
+        }
+        Ok(())
+    }
+
+    async fn subscribe(
+        &self,
+        session: &str,
+        after: u64,
+    ) -> Result<jsonrpsee::core::client::Subscription<Value>, Failure> {
+        self.client
+            .subscribe(
+                method::SESSION_SUBSCRIBE,
+                object(json!({"session_id": session, "after_seq": after})),
+                method::SESSION_UNSUBSCRIBE,
+            )
+            .await
+            .map_err(|err| self.failure(err))
+    }
+
+    async fn next_event(
+        &self,
+        events: &mut jsonrpsee::core::client::Subscription<Value>,
+    ) -> Result<Value, Failure> {
+        match events.next().await {
+            Some(Ok(event)) => Ok(event),
+            Some(Err(err)) => {
+                Err(Failure { code: 1, line: format!("error: malformed event: {err}") })
+            }
+            None => Err(Failure {
+                code: 3,
+                line: format!("server not running at {} (the connection closed)", self.url),
+            }),
+        }
+    }
+
+    async fn prompt(&self, session: &str, text: &str) -> Result<(), Failure> {
+        let status = self.call(method::SESSION_STATUS, json!({"session_id": session})).await?;
+        let after = status["last_event_seq"].as_u64().unwrap_or(0);
+        let mut events = self.subscribe(session, after).await?;
+        let started = self
+            .call(method::SESSION_PROMPT, json!({"session_id": session, "prompt": text}))
+            .await?;
+        let turn = started["turn_id"].clone();
+        let mut stdout = std::io::stdout();
+        loop {
+            let event = self.next_event(&mut events).await?;
+            match event["type"].as_str() {
+                Some("agent_message_chunk") => {
+                    let _ = write!(stdout, "{}", event["text"].as_str().unwrap_or(""));
+                    let _ = stdout.flush();
+                }
+                Some("tool_call") => {
+                    println!("\n[tool: {}]", event["update"]["title"].as_str().unwrap_or("tool"))
+                }
+                Some("permission_request") => println!(
+                    "\n[permission requested ({}): answer with task.session.permission.respond]",
+                    event["request_id"]
+                ),
+                Some("turn_ended") if event["turn_id"] == turn => {
+                    let state = event["state"].as_str().unwrap_or("");
+                    match event["stop_reason"].as_str() {
+                        Some(reason) => println!("\n[turn {state}: {reason}]"),
+                        None => {
+                            println!("\n[turn {state}: {}]", event["error"].as_str().unwrap_or(""))
+                        }
+                    }
+                    return if state == "completed" {
+                        Ok(())
+                    } else {
+                        Err(Failure { code: 1, line: "error: the turn failed".into() })
+                    };
+                }
+                _ => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! Conversation history: one JSONL file per session (`sessions/<id>/history.jsonl`), one
+//! writer (the session's actor), one entry per line:
+//! `{seq, at, type, role, content, tool_name, tool_call_id, tool_status}`.
+//!
+//! Agent text arrives as many chunks; it is coalesced into one `agent_message` entry per
+//! message, written at the message boundary (a tool call, the end of the turn, the next
+//! user message). A torn last line — the supervisor killed mid-write — is cut off when the
+//! file is opened, so every line that remains is whole.
+
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The most characters of a tool result kept in the history.
+pub const TOOL_RESULT_EXCERPT_CHARS: usize = 2000;
+
+/// The kinds of entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryType {
+    /// What the user asked.
+    UserMessage,
+    /// What the agent answered (chunks coalesced).
+    AgentMessage,
+    /// A tool the agent started.
+    ToolCall,
+    /// A tool's outcome.
+    ToolResult,
+}
+
+/// One history line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    /// From 1, without gaps.
+    pub seq: u64,
+    /// Unix ms.
+    pub at: i64,
+    /// The kind.
+    #[serde(rename = "type")]
+    pub kind: EntryType,
+    /// `user`, `assistant` or `tool`.
+    pub role: String,
+    /// The text.
+    pub content: String,
+    /// The tool's title, for tool entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+    /// The tool call id, for tool entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// The tool's status, for tool entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_status: Option<String>,
+}
+
+/// The writer of one session's history.
+#[derive(Debug)]
+pub struct History {
+    path: PathBuf,
+    file: std::fs::File,
+    next_seq: u64,
+    /// Agent text not yet written (the current message).
+    agent_text: String,
+}
+
+impl History {
+    /// Opens (creating, 0600) the history file, repairing a torn last line.
+    pub fn open(path: &Path) -> io::Result<History> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)?;
+        let last = repair_tail(&mut file)?;
+        let next_seq = match last {
+            Some(line) => serde_json::from_slice::<HistoryEntry>(&line)
+                .map(|entry| entry.seq + 1)
+                .unwrap_or(1),
+            None => 1,
+        };
+        Ok(History { path: path.to_owned(), file, next_seq, agent_text: String::new() })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends an entry (flushing pending agent text first) and returns its seq.
+    pub fn append(
+        &mut self,
+        kind: EntryType,
+        content: String,
+        tool: Option<(String, String, String)>,
+    ) -> io::Result<u64> {
+        self.flush_agent()?;
+        self.write(kind, content, tool)
+    }
+
+    /// Forces what was written to disk (before an ack).
+    pub fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    /// Adds a chunk of agent text to the current message.
+    pub fn agent_chunk(&mut self, text: &str) {
+        self.agent_text.push_str(text);
+    }
+
+    /// Writes the current agent message, if any.
+    pub fn flush_agent(&mut self) -> io::Result<Option<u64>> {
+        if self.agent_text.is_empty() {
+            return Ok(None);
+        }
+        let text = std::mem::take(&mut self.agent_text);
+        self.write(EntryType::AgentMessage, text, None).map(Some)
+    }
+
+    fn write(
+        &mut self,
+        kind: EntryType,
+        content: String,
+        tool: Option<(String, String, String)>,
+    ) -> io::Result<u64> {
+        let seq = self.next_seq;
+        let role = match kind {
+            EntryType::UserMessage => "user",
+            EntryType::AgentMessage => "assistant",
+            EntryType::ToolCall | EntryType::ToolResult => "tool",
+        };
+        let (tool_name, tool_call_id, tool_status) = match tool {
+            Some((name, id, status)) => (Some(name), Some(id), Some(status)),
+            None => (None, None, None),
+        };
+        let entry = HistoryEntry {
+            seq,
+            at: crate::store::now_ms(),
+            kind,
+            role: role.into(),
+            content,
+            tool_name,
+            tool_call_id,
+            tool_status,
+        };
+        let mut line = serde_json::to_vec(&entry).expect("UNWRAP: entries always serialise");
+        line.push(b'\n');
+        self.file.write_all(&line)?;
+        self.next_seq += 1;
+        Ok(seq)
+    }
+}
+
+/// Cuts a torn last line off and returns the last whole line, reading backwards in bounded
+/// chunks (cost bounded by the line length, not the file size).
+fn repair_tail(file: &mut std::fs::File) -> io::Result<Option<Vec<u8>>> {
+    let len = file.seek(SeekFrom::End(0))?;
+    if len == 0 {
+        return Ok(None);
+    }
+    let end = match rfind_newline(file, len)? {
+        Some(newline) => newline + 1,
+        None => {
+            tracing::warn!(dropped = len, "repairing a history file with no complete line");
+            file.set_len(0)?;
+            return Ok(None);
+        }
+    };
+    if end < len {
+        tracing::warn!(dropped = len - end, "repairing a torn last history line");
+        file.set_len(end)?;
+    }
+    let start = rfind_newline(file, end - 1)?.map_or(0, |newline| newline + 1);
+    let mut line = vec![0u8; (end - 1 - start) as usize];
+    file.seek(SeekFrom::Start(start))?;
+    file.read_exact(&mut line)?;
+    file.seek(SeekFrom::End(0))?;
+    Ok(Some(line))
+}
+
+/// The position of the last `\n` before byte `before`.
+fn rfind_newline(file: &mut std::fs::File, before: u64) -> io::Result<Option<u64>> {
+    let mut pos = before;
+    while pos > 0 {
+        let step = pos.min(64 * 1024);
+        pos -= step;
+        let mut chunk = vec![0u8; step as usize];
+        file.seek(SeekFrom::Start(pos))?;
+        file.read_exact(&mut chunk)?;
+        if let Some(idx) = chunk.iter().rposition(|&b| b == b'\n') {
+            return Ok(Some(pos + idx as u64));
+        }
+    }
+    Ok(None)
+}
+
+/// Reads entries with `seq > after_seq`, at most `limit`. A missing file is empty.
+pub fn read(path: &Path, after_seq: u64, limit: usize) -> io::Result<Vec<HistoryEntry>> {
+    use std::io::BufRead;
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(err) => return Err(err),
+    };
+    let mut entries = Vec::new();
+    for line in io::BufReader::new(file).lines() {
+        let line = line?;
+        // A torn line (being written) is skipped; the writer repairs on open.
+        let Ok(entry) = serde_json::from_str::<HistoryEntry>(&line) else { continue };
+        if entry.seq > after_seq {
+            entries.push(entry);
+            if entries.len() >= limit {
+                break;
+            }
+        }
+    }
+    Ok(entries)
+}
+
+/// The last `max` characters of `text`, cut on a character boundary.
+pub fn excerpt_tail(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    match text.char_indices().nth(count.saturating_sub(max)) {
+        Some((idx, _)) => text[idx..].to_owned(),
+        None => String::new(),
+    }
+}
+
+/// Cuts `text` to at most `max` characters, on a character boundary.
+pub fn excerpt(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((idx, _)) => text[..idx].to_owned(),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_coalesce_at_message_boundaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
+        let mut history = History::open(&path).unwrap();
+        history.append(EntryType::UserMessage, "hi".into(), None).unwrap();
+        history.agent_chunk("hel");
+        history.agent_chunk("lo");
+        history
+            .append(
+                EntryType::ToolCall,
+                "ls".into(),
+                Some(("ls".into(), "c1".into(), "pending".into())),
+            )
+            .unwrap();
+        history.agent_chunk("done");
+        history.flush_agent().unwrap();
+        assert_eq!(history.flush_agent().unwrap(), None);
+        let entries = read(&path, 0, 100).unwrap();
+        let summary: Vec<(u64, EntryType, &str)> =
+            entries.iter().map(|e| (e.seq, e.kind, e.content.as_str())).collect();
+        assert_eq!(
+            summary,
+            [
+                (1, EntryType::UserMessage, "hi"),
+                (2, EntryType::AgentMessage, "hello"),
+                (3, EntryType::ToolCall, "ls"),
+                (4, EntryType::AgentMessage, "done")
+            ]
+        );
+        assert_eq!(read(&path, 2, 1).unwrap()[0].seq, 3);
+    }
+
+    #[test]
+    fn a_torn_last_line_is_repaired_and_numbering_continues() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
+        {
+            let mut history = History::open(&path).unwrap();
+            history.append(EntryType::UserMessage, "one".into(), None).unwrap();
+            history.append(EntryType::UserMessage, "two".into(), None).unwrap();
+        }
+        let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(br#"{"seq":3,"at":1,"type":"user_mes"#).unwrap();
+        drop(file);
+        let mut history = History::open(&path).unwrap();
+        assert_eq!(history.append(EntryType::UserMessage, "three".into(), None).unwrap(), 3);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 3);
+        assert!(text.lines().all(|line| serde_json::from_str::<HistoryEntry>(line).is_ok()));
+    }
+
+    #[test]
+    fn excerpts_cut_on_character_boundaries() {
+        assert_eq!(excerpt("héllo wörld", 4), "héll");
+        assert_eq!(excerpt("日本語テキスト", 3), "日本語");
+        assert_eq!(excerpt("short", 100), "short");
+        assert_eq!(excerpt_tail("héllo wörld", 3), "rld");
+        assert_eq!(excerpt_tail("日本語", 5), "日本語");
+        assert_eq!(excerpt_tail("", 5), "");
+    }
+}

@@ -1,0 +1,71 @@
+//! The data directory (`$TETHER_HOME`, default `$XDG_DATA_HOME/tether`, i.e.
+//! `~/.local/share/tether`): mode 0700, and where everything of a session lives.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The data directory.
+#[derive(Debug, Clone)]
+pub struct Home {
+    root: PathBuf,
+}
+
+impl Home {
+    /// `$TETHER_HOME`, else `$XDG_DATA_HOME/tether`, else `~/.local/share/tether`.
+    pub fn default_root() -> Option<PathBuf> {
+        if let Some(home) = std::env::var_os("TETHER_HOME").filter(|v| !v.is_empty()) {
+            return Some(PathBuf::from(home));
+        }
+        if let Some(data) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+            return Some(PathBuf::from(data).join("tether"));
+        }
+        std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share/tether"))
+    }
+
+    /// Opens `root`, creating it and `sessions/` with mode 0700. The root is made absolute
+    /// so the daemon never depends on its working directory.
+    pub fn open(root: &Path) -> io::Result<Home> {
+        let root = std::path::absolute(root)?;
+        create_private_dir(&root)?;
+        create_private_dir(&root.join("sessions"))?;
+        Ok(Home { root })
+    }
+
+    /// The root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `state.db`.
+    pub fn database(&self) -> PathBuf {
+        self.root.join("state.db")
+    }
+
+    /// `profiles/`.
+    pub fn profiles(&self) -> PathBuf {
+        self.root.join("profiles")
+    }
+
+    /// `sessions/<id>/`, created 0700.
+    pub fn session_dir(&self, session_id: &str) -> io::Result<PathBuf> {
+        let dir = self.session_path(session_id);
+        create_private_dir(&dir)?;
+        Ok(dir)
+    }
+
+    /// `sessions/<id>/` without creating it. The id must be a UUID (checked by callers
+    /// before any path is built from it).
+    pub fn session_path(&self, session_id: &str) -> PathBuf {
+        self.root.join("sessions").join(session_id)
+    }
+}
+
+/// Whether `id` is a UUID in its hyphenated form: the only ids that become path components.
+pub fn is_valid_id(id: &str) -> bool {
+    uuid::Uuid::try_parse(id).is_ok_and(|uuid| uuid.hyphenated().to_string() == id)
+}
+
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}

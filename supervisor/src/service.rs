@@ -1,0 +1,508 @@
+//! The supervisor's operations, independent of the wire: tasks, sessions and their actors,
+//! agents. The API module maps these to JSON-RPC; tests and the CLI reach them through it.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentctl::spool::SpoolReader;
+use agents::profile::Profile;
+use agents::registry::{Environment, Registry};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::events::SessionEvent;
+use crate::history::{self, HistoryEntry};
+use crate::home::{self, Home};
+use crate::runtime::Runtime;
+use crate::session::{self, SessionContext, SessionError, SessionHandle};
+use crate::store::{SessionRow, SessionState, Store, StoreError, Task};
+
+/// Errors of the operations, each with the `data.kind` the API reports.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServiceError {
+    /// No such task, session or request.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request conflicts with the session's state (e.g. it has ended).
+    #[error("{0}")]
+    Conflict(String),
+    /// Bad params.
+    #[error("{0}")]
+    InvalidParams(String),
+    /// Not possible in the current state (e.g. a prompt during a turn).
+    #[error("{0}")]
+    InvalidState(String),
+    /// The agent cannot be launched here.
+    #[error("{0}")]
+    AgentUnavailable(String),
+    /// The runtime cannot launch anything.
+    #[error("{0}")]
+    RuntimeUnavailable(String),
+    /// Anything else.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ServiceError {
+    /// The `data.kind` of the error.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ServiceError::NotFound(_) => "not_found",
+            ServiceError::Conflict(_) => "conflict",
+            ServiceError::InvalidParams(_) => "invalid_params",
+            ServiceError::InvalidState(_) => "invalid_state",
+            ServiceError::AgentUnavailable(_) => "agent_unavailable",
+            ServiceError::RuntimeUnavailable(_) => "runtime_unavailable",
+            ServiceError::Internal(_) => "internal",
+        }
+    }
+}
+
+impl From<StoreError> for ServiceError {
+    fn from(err: StoreError) -> ServiceError {
+        match err {
+            StoreError::NotFound { .. } => ServiceError::NotFound(err.to_string()),
+            other => ServiceError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<SessionError> for ServiceError {
+    fn from(err: SessionError) -> ServiceError {
+        match err {
+            SessionError::Terminal(_) => ServiceError::Conflict(err.to_string()),
+            SessionError::InvalidState(_) | SessionError::Gone => {
+                ServiceError::InvalidState(err.to_string())
+            }
+            SessionError::NoSuchRequest(_) => ServiceError::NotFound(err.to_string()),
+            SessionError::Store(store) => store.into(),
+            SessionError::Agentctl(_) => ServiceError::RuntimeUnavailable(err.to_string()),
+        }
+    }
+}
+
+/// Settings for [`Supervisor::new`].
+pub struct SupervisorConfig {
+    /// The data directory.
+    pub home: Home,
+    /// The store.
+    pub store: Store,
+    /// The profiles.
+    pub registry: Registry,
+    /// Where programs are found.
+    pub environment: Environment,
+    /// The standalone runtime.
+    pub runtime: Arc<dyn Runtime>,
+    /// Applets embedded in this binary (`mock-agent` → `[exe, "mock-agent"]`), used when
+    /// no program of that name is installed.
+    pub applets: HashMap<String, Vec<OsString>>,
+}
+
+/// The supervisor's state: shared by every API connection.
+pub struct Supervisor {
+    config: SupervisorConfig,
+    /// Live (and ended, until deleted) sessions. A std mutex: map lookups only.
+    sessions: Mutex<HashMap<String, SessionHandle>>,
+}
+
+/// One agent profile as `agents.list` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentInfo {
+    /// Profile id.
+    pub id: String,
+    /// Display name.
+    pub display_name: String,
+    /// Whether it can be launched here.
+    pub available: bool,
+    /// Why not, when not.
+    pub reasons: Vec<String>,
+    /// Restores natively.
+    pub native_resume: bool,
+    /// Gets the history injected on resume.
+    pub history_injection: bool,
+}
+
+/// `task.session.status` (DESIGN §6.1).
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionStatus {
+    /// The session.
+    pub session_id: String,
+    /// Its task.
+    pub task_id: String,
+    /// Its state.
+    pub state: SessionState,
+    /// The profile.
+    pub agent_profile_id: String,
+    /// The agent is live and attached.
+    pub is_agent_running: bool,
+    /// A resume is possible.
+    pub is_resumable: bool,
+    /// The frontend should resume it.
+    pub needs_resume: bool,
+    /// Why.
+    pub resume_reason: String,
+    /// The ACP session id.
+    pub acp_session_id: Option<String>,
+    /// `standalone` or `docker`.
+    pub runtime: String,
+    /// The workspace.
+    pub worktree_path: Option<String>,
+    /// The branch, for worktrees Tether made.
+    pub worktree_branch: Option<String>,
+    /// The last error.
+    pub error: Option<String>,
+    /// The seq of the newest session event (subscribe after it to see only new ones).
+    pub last_event_seq: u64,
+}
+
+/// `task.get`: a task and its sessions.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskDetail {
+    /// The task.
+    #[serde(flatten)]
+    pub task: Task,
+    /// Its sessions.
+    pub sessions: Vec<SessionRow>,
+}
+
+impl Supervisor {
+    /// A supervisor over an opened store and home.
+    pub fn new(config: SupervisorConfig) -> Supervisor {
+        Supervisor { config, sessions: Mutex::new(HashMap::new()) }
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, SessionHandle>> {
+        self.sessions.lock().expect("UNWRAP: never poisoned")
+    }
+
+    /// The argv to launch `profile`'s agent, or why it cannot be launched.
+    fn resolve(&self, profile: &Profile) -> Result<Vec<OsString>, Vec<String>> {
+        let availability = agents::registry::availability(profile, &self.config.environment);
+        let home = self.agent_home();
+        let argv = profile.launch_argv(&home);
+        if availability.available {
+            let mut resolved: Vec<OsString> =
+                vec![availability.program.expect("UNWRAP: available means found").into()];
+            resolved.extend(argv[1..].iter().map(OsString::from));
+            return Ok(resolved);
+        }
+        let only_program_missing = availability.program.is_none()
+            && availability.reasons.len() == 1
+            && self.config.applets.contains_key(&profile.command[0]);
+        match self.config.applets.get(&profile.command[0]) {
+            Some(applet) if only_program_missing => {
+                let mut resolved = applet.clone();
+                resolved.extend(argv[1..].iter().map(OsString::from));
+                Ok(resolved)
+            }
+            _ => Err(availability.reasons),
+        }
+    }
+
+    fn agent_home(&self) -> PathBuf {
+        std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| self.config.home.root().to_owned())
+    }
+
+    /// `agents.list`.
+    pub fn agents(&self) -> Vec<AgentInfo> {
+        self.config
+            .registry
+            .list()
+            .into_iter()
+            .map(|profile| {
+                let resolved = self.resolve(&profile);
+                AgentInfo {
+                    id: profile.id.clone(),
+                    display_name: profile.display_name.clone(),
+                    available: resolved.is_ok(),
+                    reasons: resolved.err().unwrap_or_default(),
+                    native_resume: profile.session.native_resume,
+                    history_injection: profile.session.history_injection,
+                }
+            })
+            .collect()
+    }
+
+    /// `task.create`.
+    pub async fn create_task(
+        &self,
+        title: String,
+        description: String,
+    ) -> Result<Task, ServiceError> {
+        if title.trim().is_empty() {
+            return Err(ServiceError::InvalidParams("title must not be empty".into()));
+        }
+        Ok(self.config.store.create_task(title, description).await?)
+    }
+
+    /// `task.list`.
+    pub async fn list_tasks(&self) -> Result<Vec<Task>, ServiceError> {
+        Ok(self.config.store.list_tasks().await?)
+    }
+
+    /// `task.get`.
+    pub async fn get_task(&self, task_id: String) -> Result<TaskDetail, ServiceError> {
+        check_id("task_id", &task_id)?;
+        let task = self.config.store.get_task(task_id.clone()).await?;
+        let sessions = self.config.store.list_sessions(Some(task_id)).await?;
+        Ok(TaskDetail { task, sessions })
+    }
+
+    /// `task.session.create`: records the session and starts its actor, which launches the
+    /// agent. Returns the row (state `CREATED`); progress is published as events.
+    pub async fn create_session(
+        &self,
+        task_id: String,
+        agent_profile_id: String,
+        workspace_path: String,
+        prompt: Option<String>,
+    ) -> Result<SessionRow, ServiceError> {
+        check_id("task_id", &task_id)?;
+        let workspace = Path::new(&workspace_path);
+        if !workspace.is_absolute() {
+            return Err(ServiceError::InvalidParams(format!(
+                "workspace_path {workspace_path:?} must be absolute"
+            )));
+        }
+        if !workspace.is_dir() {
+            return Err(ServiceError::InvalidParams(format!(
+                "workspace_path {workspace_path} is not a directory"
+            )));
+        }
+        let profile = self.config.registry.get(&agent_profile_id).ok_or_else(|| {
+            ServiceError::NotFound(format!("agent profile {agent_profile_id} not found"))
+        })?;
+        let agent_argv = self.resolve(&profile).map_err(|reasons| {
+            ServiceError::AgentUnavailable(format!(
+                "agent {agent_profile_id} is not available: {}",
+                reasons.join("; ")
+            ))
+        })?;
+        let task = self.config.store.get_task(task_id.clone()).await?;
+        let now = crate::store::now_ms();
+        let row = SessionRow {
+            id: uuid::Uuid::now_v7().to_string(),
+            task_id,
+            agent_profile_id,
+            profile_snapshot: serde_json::to_value(&*profile)
+                .map_err(|err| ServiceError::Internal(err.to_string()))?,
+            runtime: self.config.runtime.name().into(),
+            state: SessionState::Created,
+            workspace_path,
+            error_message: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let row = self.config.store.create_session(row).await?;
+        let dir = self
+            .config
+            .home
+            .session_dir(&row.id)
+            .map_err(|err| ServiceError::Internal(err.to_string()))?;
+        let context = SessionContext {
+            store: self.config.store.clone(),
+            runtime: Arc::clone(&self.config.runtime),
+            dir,
+            agent_argv,
+            agent_home: self.agent_home(),
+            ready_timeout: Duration::from_secs(30),
+        };
+        let initial_prompt = prompt
+            .or_else(|| (!task.description.trim().is_empty()).then(|| task.description.clone()));
+        let handle = session::start_session(context, row.clone(), profile, initial_prompt)?;
+        self.sessions().insert(row.id.clone(), handle);
+        Ok(row)
+    }
+
+    fn handle(&self, session_id: &str) -> Option<SessionHandle> {
+        self.sessions().get(session_id).cloned()
+    }
+
+    async fn session_row(&self, session_id: &str) -> Result<SessionRow, ServiceError> {
+        check_id("session_id", session_id)?;
+        Ok(self.config.store.get_session(session_id.to_owned()).await?)
+    }
+
+    /// A live actor for a session that is not terminal.
+    async fn live(&self, session_id: &str) -> Result<SessionHandle, ServiceError> {
+        let row = self.session_row(session_id).await?;
+        if row.state.is_terminal() {
+            return Err(ServiceError::Conflict(format!(
+                "session {session_id} is {}",
+                row.state.as_str()
+            )));
+        }
+        self.handle(session_id).filter(SessionHandle::is_live).ok_or_else(|| {
+            ServiceError::InvalidState(format!(
+                "session {session_id} has no live agent (resume it first)"
+            ))
+        })
+    }
+
+    /// `task.session.status`.
+    pub async fn status(&self, session_id: String) -> Result<SessionStatus, ServiceError> {
+        let row = self.session_row(&session_id).await?;
+        let executor = self.config.store.get_executor(session_id.clone()).await?;
+        let handle = self.handle(&session_id);
+        let view = handle.as_ref().map(SessionHandle::view);
+        let running = view.as_ref().is_some_and(|view| view.agent_running);
+        let (is_resumable, needs_resume, reason) = if row.state.is_terminal() {
+            (false, false, "terminal")
+        } else if running {
+            (true, false, "agent_running")
+        } else if row.state == SessionState::Created {
+            (true, false, "not_started")
+        } else if executor.as_ref().is_some_and(|e| e.resume_token.is_some()) {
+            (true, true, "agent_not_running")
+        } else if executor.is_some() {
+            (true, true, "agent_not_running_fresh_start")
+        } else {
+            (true, false, "not_started")
+        };
+        Ok(SessionStatus {
+            session_id,
+            task_id: row.task_id,
+            state: row.state,
+            agent_profile_id: row.agent_profile_id,
+            is_agent_running: running,
+            is_resumable,
+            needs_resume,
+            resume_reason: reason.into(),
+            acp_session_id: view
+                .and_then(|view| view.acp_session_id)
+                .or(executor.and_then(|e| e.resume_token)),
+            runtime: row.runtime,
+            worktree_path: Some(row.workspace_path),
+            worktree_branch: None,
+            error: row.error_message,
+            last_event_seq: handle.map_or(0, |handle| handle.events().last_seq()),
+        })
+    }
+
+    /// `task.session.prompt`: starts a turn; returns its id.
+    pub async fn prompt(&self, session_id: String, prompt: String) -> Result<String, ServiceError> {
+        if prompt.trim().is_empty() {
+            return Err(ServiceError::InvalidParams("prompt must not be empty".into()));
+        }
+        Ok(self.live(&session_id).await?.prompt(prompt).await?)
+    }
+
+    /// `task.session.cancel`.
+    pub async fn cancel(&self, session_id: String) -> Result<(), ServiceError> {
+        Ok(self.live(&session_id).await?.cancel().await?)
+    }
+
+    /// `task.session.permission.respond`: `option_id` selects an option; `None` cancels.
+    pub async fn respond_permission(
+        &self,
+        session_id: String,
+        request_id: String,
+        option_id: Option<String>,
+    ) -> Result<(), ServiceError> {
+        let outcome = match option_id {
+            Some(option_id) => serde_json::json!({"outcome": "selected", "optionId": option_id}),
+            None => serde_json::json!({"outcome": "cancelled"}),
+        };
+        Ok(self.live(&session_id).await?.respond_permission(request_id, outcome).await?)
+    }
+
+    /// `task.session.stop`: the agent is stopped and the session ends (`COMPLETED`).
+    pub async fn stop(&self, session_id: String) -> Result<(), ServiceError> {
+        let row = self.session_row(&session_id).await?;
+        if row.state.is_terminal() {
+            return Err(ServiceError::Conflict(format!(
+                "session {session_id} is already {}",
+                row.state.as_str()
+            )));
+        }
+        match self.handle(&session_id).filter(SessionHandle::is_live) {
+            Some(handle) => Ok(handle.stop().await?),
+            None => {
+                self.config
+                    .store
+                    .set_session_state(session_id, SessionState::Completed, None, None)
+                    .await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// `task.session.delete`: stops it if live, then removes its records and files.
+    pub async fn delete(&self, session_id: String) -> Result<(), ServiceError> {
+        let row = self.session_row(&session_id).await?;
+        if let Some(handle) = self.handle(&session_id).filter(SessionHandle::is_live)
+            && !row.state.is_terminal()
+        {
+            let _ = handle.stop().await;
+        }
+        self.config.store.delete_session(session_id.clone()).await?;
+        self.sessions().remove(&session_id);
+        let dir = self.config.home.session_path(&session_id);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|err| {
+                ServiceError::Internal(format!("removing {}: {err}", dir.display()))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `task.session.history`.
+    pub async fn history(
+        &self,
+        session_id: String,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<HistoryEntry>, ServiceError> {
+        self.session_row(&session_id).await?;
+        let path = self.config.home.session_path(&session_id).join("history.jsonl");
+        tokio::task::spawn_blocking(move || history::read(&path, after_seq, limit))
+            .await
+            .map_err(|err| ServiceError::Internal(err.to_string()))?
+            .map_err(|err| ServiceError::Internal(err.to_string()))
+    }
+
+    /// `task.session.subscribe`: a reader of the session's events after `after_seq`.
+    pub async fn subscribe(
+        &self,
+        session_id: String,
+        after_seq: u64,
+    ) -> Result<SpoolReader<SessionEvent>, ServiceError> {
+        self.session_row(&session_id).await?;
+        let handle = self.handle(&session_id).ok_or_else(|| {
+            ServiceError::InvalidState(format!(
+                "session {session_id} has no event log in this process"
+            ))
+        })?;
+        handle
+            .events()
+            .reader(after_seq)
+            .map_err(|err| ServiceError::InvalidParams(err.to_string()))
+    }
+
+    /// Every session, or a task's.
+    pub async fn list_sessions(
+        &self,
+        task_id: Option<String>,
+    ) -> Result<Vec<SessionRow>, ServiceError> {
+        Ok(self.config.store.list_sessions(task_id).await?)
+    }
+
+    /// The profiles' JSON, for diagnostics.
+    pub fn profile_snapshot(&self, id: &str) -> Option<Value> {
+        self.config.registry.get(id).and_then(|profile| serde_json::to_value(&*profile).ok())
+    }
+}
+
+fn check_id(name: &str, id: &str) -> Result<(), ServiceError> {
+    if home::is_valid_id(id) {
+        Ok(())
+    } else {
+        Err(ServiceError::InvalidParams(format!("{name} {id:?} is not a valid id")))
+    }
+}

@@ -1,0 +1,728 @@
+//! The store: SQLite (WAL, `synchronous=FULL`, foreign keys) owned by one thread.
+//!
+//! Every read and write is a closure sent to the database thread, which owns the only
+//! connection, so writes are serialised without locks and a slow query never blocks a tokio
+//! worker. Read-modify-write sequences run in `BEGIN IMMEDIATE` transactions; writes that
+//! depend on "which execution is current" are compare-and-set on
+//! `(session_id, execution_id)`, so a late event from a dead execution changes nothing.
+//!
+//! Schema changes are numbered migrations recorded in `schema_migrations`; a failed
+//! migration stops startup with [`StoreError::Migration`].
+
+mod schema;
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+pub use schema::MIGRATIONS;
+
+/// Errors from the store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// SQLite failed.
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// Opening the database file failed.
+    #[error("cannot open the database {path}: {source}")]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: rusqlite::Error,
+    },
+    /// A migration failed; the database is left at the previous version.
+    #[error("migration {version} failed: {source}")]
+    Migration {
+        /// The migration's number.
+        version: usize,
+        /// Why.
+        source: rusqlite::Error,
+    },
+    /// A row does not exist.
+    #[error("{what} {id} not found")]
+    NotFound {
+        /// `task`, `session`…
+        what: &'static str,
+        /// Its id.
+        id: String,
+    },
+    /// A stored value did not parse.
+    #[error("corrupt {what} in the database: {detail}")]
+    Corrupt {
+        /// What.
+        what: &'static str,
+        /// Detail.
+        detail: String,
+    },
+    /// The database thread is gone.
+    #[error("the database thread stopped")]
+    Closed,
+}
+
+type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// Handle to the database thread. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Store {
+    jobs: std::sync::mpsc::Sender<Job>,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl Store {
+    /// Opens (creating, mode 0600) and migrates the database, then starts its thread.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let mut conn = Connection::open(path)
+            .map_err(|source| StoreError::Open { path: path.to_owned(), source })?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+        }
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        schema::migrate(&mut conn)?;
+        let (jobs, rx) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("store".into())
+            .spawn(move || {
+                for job in rx {
+                    job(&mut conn);
+                }
+            })
+            .map_err(|_| StoreError::Closed)?;
+        Ok(Store { jobs })
+    }
+
+    /// Runs `f` on the database thread and returns its result.
+    pub async fn call<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<R, StoreError> + Send + 'static,
+    ) -> Result<R, StoreError> {
+        let (reply, result) = oneshot::channel();
+        self.jobs
+            .send(Box::new(move |conn| {
+                let _ = reply.send(f(conn));
+            }))
+            .map_err(|_| StoreError::Closed)?;
+        result.await.map_err(|_| StoreError::Closed)?
+    }
+}
+
+/// A task's state.
+pub mod task_state {
+    /// Not started.
+    pub const TODO: &str = "TODO";
+    /// An agent is working on it.
+    pub const IN_PROGRESS: &str = "IN_PROGRESS";
+    /// Waiting for a person.
+    pub const REVIEW: &str = "REVIEW";
+    /// Done.
+    pub const COMPLETED: &str = "COMPLETED";
+    /// Failed.
+    pub const FAILED: &str = "FAILED";
+}
+
+/// Session states (DESIGN §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SessionState {
+    /// Recorded, never launched.
+    Created,
+    /// Launching.
+    Starting,
+    /// A turn is running.
+    Running,
+    /// Idle, waiting for a prompt.
+    WaitingForInput,
+    /// Ended by a stop.
+    Completed,
+    /// Failed to launch.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl SessionState {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionState::Created => "CREATED",
+            SessionState::Starting => "STARTING",
+            SessionState::Running => "RUNNING",
+            SessionState::WaitingForInput => "WAITING_FOR_INPUT",
+            SessionState::Completed => "COMPLETED",
+            SessionState::Failed => "FAILED",
+            SessionState::Cancelled => "CANCELLED",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(text: &str) -> Result<SessionState, StoreError> {
+        Ok(match text {
+            "CREATED" => SessionState::Created,
+            "STARTING" => SessionState::Starting,
+            "RUNNING" => SessionState::Running,
+            "WAITING_FOR_INPUT" => SessionState::WaitingForInput,
+            "COMPLETED" => SessionState::Completed,
+            "FAILED" => SessionState::Failed,
+            "CANCELLED" => SessionState::Cancelled,
+            other => {
+                return Err(StoreError::Corrupt { what: "session state", detail: other.to_owned() });
+            }
+        })
+    }
+
+    /// `COMPLETED`, `FAILED`, `CANCELLED`: no more prompts, no resume.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, SessionState::Completed | SessionState::Failed | SessionState::Cancelled)
+    }
+
+    /// `STARTING`, `RUNNING`, `WAITING_FOR_INPUT`.
+    pub fn is_active(self) -> bool {
+        matches!(
+            self,
+            SessionState::Starting | SessionState::Running | SessionState::WaitingForInput
+        )
+    }
+}
+
+/// A task row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    /// Id (UUID v7).
+    pub id: String,
+    /// Title.
+    pub title: String,
+    /// Description (the initial prompt of a fresh start).
+    pub description: String,
+    /// State.
+    pub state: String,
+    /// Created, Unix ms.
+    pub created_at: i64,
+    /// Updated, Unix ms.
+    pub updated_at: i64,
+}
+
+/// A session row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRow {
+    /// Id (UUID v7).
+    pub id: String,
+    /// Its task.
+    pub task_id: String,
+    /// The profile it was started with.
+    pub agent_profile_id: String,
+    /// The profile snapshot (JSON of `agents::profile::Profile`).
+    pub profile_snapshot: serde_json::Value,
+    /// `standalone` or `docker`.
+    pub runtime: String,
+    /// State.
+    pub state: SessionState,
+    /// The workspace directory.
+    pub workspace_path: String,
+    /// The last error, if any.
+    pub error_message: Option<String>,
+    /// Created, Unix ms.
+    pub created_at: i64,
+    /// Updated, Unix ms.
+    pub updated_at: i64,
+}
+
+/// The runtime record of a session's current execution.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ExecutorRow {
+    /// The session.
+    pub session_id: String,
+    /// This execution's id; CAS key.
+    pub execution_id: String,
+    /// Increases with each execution.
+    pub generation: i64,
+    /// `standalone` or `docker`.
+    pub runtime: String,
+    /// `starting`, `running`, `exited`.
+    pub status: String,
+    /// The ACP session id, when one is worth keeping.
+    pub resume_token: Option<String>,
+    /// agentctl's port.
+    pub agentctl_port: Option<i64>,
+    /// agentctl's pid.
+    pub agentctl_pid: Option<i64>,
+    /// agentctl's start time (clock ticks since boot).
+    pub agentctl_start_time: Option<i64>,
+    /// The boot id agentctl started under.
+    pub boot_id: Option<String>,
+    /// agentctl's bearer token.
+    pub agentctl_token: Option<String>,
+    /// The last agentctl event handled durably.
+    pub acked_seq: i64,
+    /// The next prompt must carry the resume context.
+    pub resume_context_pending: bool,
+}
+
+fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(SessionRow, String, String)> {
+    Ok((
+        SessionRow {
+            id: row.get(0)?,
+            task_id: row.get(1)?,
+            agent_profile_id: row.get(2)?,
+            profile_snapshot: serde_json::Value::Null,
+            runtime: row.get(4)?,
+            state: SessionState::Created,
+            workspace_path: row.get(6)?,
+            error_message: row.get(7)?,
+            created_at: row.get(8)?,
+            updated_at: row.get(9)?,
+        },
+        row.get::<_, String>(3)?,
+        row.get::<_, String>(5)?,
+    ))
+}
+
+const SESSION_COLUMNS: &str = "id, task_id, agent_profile_id, profile_snapshot, runtime, state, workspace_path, error_message, created_at, updated_at";
+
+fn finish_session(
+    (mut row, snapshot, state): (SessionRow, String, String),
+) -> Result<SessionRow, StoreError> {
+    row.profile_snapshot = serde_json::from_str(&snapshot)
+        .map_err(|err| StoreError::Corrupt { what: "profile snapshot", detail: err.to_string() })?;
+    row.state = SessionState::parse(&state)?;
+    Ok(row)
+}
+
+fn task_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Task> {
+    Ok(Task {
+        id: row.get(0)?,
+        title: row.get(1)?,
+        description: row.get(2)?,
+        state: row.get(3)?,
+        created_at: row.get(4)?,
+        updated_at: row.get(5)?,
+    })
+}
+
+/// Queries and commands, each one call on the database thread.
+impl Store {
+    /// Creates a task in `TODO`.
+    pub async fn create_task(
+        &self,
+        title: String,
+        description: String,
+    ) -> Result<Task, StoreError> {
+        self.call(move |conn| {
+            let now = now_ms();
+            let task = Task {
+                id: uuid::Uuid::now_v7().to_string(),
+                title,
+                description,
+                state: task_state::TODO.into(),
+                created_at: now,
+                updated_at: now,
+            };
+            conn.execute(
+                "INSERT INTO tasks (id, title, description, state, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![task.id, task.title, task.description, task.state, task.created_at, task.updated_at],
+            )?;
+            Ok(task)
+        })
+        .await
+    }
+
+    /// A task by id.
+    pub async fn get_task(&self, id: String) -> Result<Task, StoreError> {
+        self.call(move |conn| {
+            conn.query_row(
+                "SELECT id, title, description, state, created_at, updated_at FROM tasks WHERE id = ?1",
+                [&id],
+                task_from_row,
+            )
+            .optional()?
+            .ok_or(StoreError::NotFound { what: "task", id })
+        })
+        .await
+    }
+
+    /// Every task, oldest first.
+    pub async fn list_tasks(&self) -> Result<Vec<Task>, StoreError> {
+        self.call(|conn| {
+            let mut stmt =
+                conn.prepare("SELECT id, title, description, state, created_at, updated_at FROM tasks ORDER BY id")?;
+            let tasks = stmt.query_map([], task_from_row)?.collect::<Result<Vec<_>, _>>()?;
+            Ok(tasks)
+        })
+        .await
+    }
+
+    /// Sets a task's state.
+    pub async fn set_task_state(&self, id: String, state: &'static str) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            conn.execute(
+                "UPDATE tasks SET state = ?2, updated_at = ?3 WHERE id = ?1",
+                params![id, state, now_ms()],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Inserts a session row (the task must exist).
+    pub async fn create_session(&self, row: SessionRow) -> Result<SessionRow, StoreError> {
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let exists: bool = tx.query_row("SELECT EXISTS(SELECT 1 FROM tasks WHERE id = ?1)", [&row.task_id], |r| r.get(0))?;
+            if !exists {
+                return Err(StoreError::NotFound { what: "task", id: row.task_id });
+            }
+            tx.execute(
+                &format!("INSERT INTO task_sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
+                params![
+                    row.id,
+                    row.task_id,
+                    row.agent_profile_id,
+                    row.profile_snapshot.to_string(),
+                    row.runtime,
+                    row.state.as_str(),
+                    row.workspace_path,
+                    row.error_message,
+                    row.created_at,
+                    row.updated_at
+                ],
+            )?;
+            tx.commit()?;
+            Ok(row)
+        })
+        .await
+    }
+
+    /// A session by id.
+    pub async fn get_session(&self, id: String) -> Result<SessionRow, StoreError> {
+        self.call(move |conn| {
+            let row = conn
+                .query_row(
+                    &format!("SELECT {SESSION_COLUMNS} FROM task_sessions WHERE id = ?1"),
+                    [&id],
+                    session_from_row,
+                )
+                .optional()?
+                .ok_or(StoreError::NotFound { what: "session", id })?;
+            finish_session(row)
+        })
+        .await
+    }
+
+    /// Sessions, of one task or of all, oldest first.
+    pub async fn list_sessions(
+        &self,
+        task_id: Option<String>,
+    ) -> Result<Vec<SessionRow>, StoreError> {
+        self.call(move |conn| {
+            let mut stmt = conn.prepare(&format!(
+                "SELECT {SESSION_COLUMNS} FROM task_sessions WHERE ?1 IS NULL OR task_id = ?1 ORDER BY id"
+            ))?;
+            let rows = stmt.query_map([&task_id], session_from_row)?.collect::<Result<Vec<_>, _>>()?;
+            rows.into_iter().map(finish_session).collect()
+        })
+        .await
+    }
+
+    /// Sets a session's state and error message, and its task's state with it.
+    pub async fn set_session_state(
+        &self,
+        id: String,
+        state: SessionState,
+        error: Option<String>,
+        task_state: Option<&'static str>,
+    ) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = now_ms();
+            let changed = tx.execute(
+                "UPDATE task_sessions SET state = ?2, error_message = ?3, updated_at = ?4 WHERE id = ?1",
+                params![id, state.as_str(), error, now],
+            )?;
+            if changed == 0 {
+                return Err(StoreError::NotFound { what: "session", id });
+            }
+            if let Some(task_state) = task_state {
+                tx.execute(
+                    "UPDATE tasks SET state = ?2, updated_at = ?3 WHERE id = (SELECT task_id FROM task_sessions WHERE id = ?1)",
+                    params![id, task_state, now],
+                )?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Deletes a session and everything that hangs off it.
+    pub async fn delete_session(&self, id: String) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            let changed = conn.execute("DELETE FROM task_sessions WHERE id = ?1", [&id])?;
+            if changed == 0 {
+                return Err(StoreError::NotFound { what: "session", id });
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Records a new execution, replacing the previous one (a new generation).
+    pub async fn put_executor(&self, row: ExecutorRow) -> Result<ExecutorRow, StoreError> {
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let previous: Option<i64> = tx
+                .query_row("SELECT generation FROM executors_running WHERE session_id = ?1", [&row.session_id], |r| r.get(0))
+                .optional()?;
+            let mut row = row;
+            row.generation = previous.map_or(1, |generation| generation + 1);
+            let now = now_ms();
+            tx.execute(
+                "INSERT OR REPLACE INTO executors_running (session_id, execution_id, generation, runtime, status, resume_token, \
+                 agentctl_port, agentctl_pid, agentctl_start_time, boot_id, agentctl_token, acked_seq, resume_context_pending, \
+                 last_seen_at, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?14)",
+                params![
+                    row.session_id,
+                    row.execution_id,
+                    row.generation,
+                    row.runtime,
+                    row.status,
+                    row.resume_token,
+                    row.agentctl_port,
+                    row.agentctl_pid,
+                    row.agentctl_start_time,
+                    row.boot_id,
+                    row.agentctl_token,
+                    row.acked_seq,
+                    row.resume_context_pending,
+                    now
+                ],
+            )?;
+            tx.commit()?;
+            Ok(row)
+        })
+        .await
+    }
+
+    /// The current execution of a session, if any.
+    pub async fn get_executor(
+        &self,
+        session_id: String,
+    ) -> Result<Option<ExecutorRow>, StoreError> {
+        self.call(move |conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT session_id, execution_id, generation, runtime, status, resume_token, agentctl_port, agentctl_pid, \
+                     agentctl_start_time, boot_id, agentctl_token, acked_seq, resume_context_pending \
+                     FROM executors_running WHERE session_id = ?1",
+                    [&session_id],
+                    |r| {
+                        Ok(ExecutorRow {
+                            session_id: r.get(0)?,
+                            execution_id: r.get(1)?,
+                            generation: r.get(2)?,
+                            runtime: r.get(3)?,
+                            status: r.get(4)?,
+                            resume_token: r.get(5)?,
+                            agentctl_port: r.get(6)?,
+                            agentctl_pid: r.get(7)?,
+                            agentctl_start_time: r.get(8)?,
+                            boot_id: r.get(9)?,
+                            agentctl_token: r.get(10)?,
+                            acked_seq: r.get(11)?,
+                            resume_context_pending: r.get(12)?,
+                        })
+                    },
+                )
+                .optional()?)
+        })
+        .await
+    }
+
+    /// Compare-and-set on the current execution: runs `sql` (with `?1` = session id,
+    /// `?2` = execution id, `?3` = the value) only if `execution_id` is still current.
+    /// Returns whether it applied.
+    async fn cas_executor(
+        &self,
+        session_id: String,
+        execution_id: String,
+        set: &'static str,
+        value: rusqlite::types::Value,
+    ) -> Result<bool, StoreError> {
+        self.call(move |conn| {
+            let sql = format!(
+                "UPDATE executors_running SET {set}, updated_at = ?4, last_seen_at = ?4 WHERE session_id = ?1 AND execution_id = ?2"
+            );
+            let changed = conn.execute(&sql, params![session_id, execution_id, value, now_ms()])?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    /// Stores the resume token, if the execution is still current.
+    pub async fn set_resume_token(
+        &self,
+        session_id: String,
+        execution_id: String,
+        token: Option<String>,
+    ) -> Result<bool, StoreError> {
+        let value = token.map_or(rusqlite::types::Value::Null, rusqlite::types::Value::Text);
+        self.cas_executor(session_id, execution_id, "resume_token = ?3", value).await
+    }
+
+    /// Stores the execution's status, if it is still current.
+    pub async fn set_executor_status(
+        &self,
+        session_id: String,
+        execution_id: String,
+        status: &'static str,
+    ) -> Result<bool, StoreError> {
+        self.cas_executor(
+            session_id,
+            execution_id,
+            "status = ?3",
+            rusqlite::types::Value::Text(status.into()),
+        )
+        .await
+    }
+
+    /// Stores the acknowledged agentctl seq, if the execution is still current.
+    pub async fn set_acked_seq(
+        &self,
+        session_id: String,
+        execution_id: String,
+        seq: u64,
+    ) -> Result<bool, StoreError> {
+        self.cas_executor(
+            session_id,
+            execution_id,
+            "acked_seq = MAX(acked_seq, ?3)",
+            rusqlite::types::Value::Integer(seq as i64),
+        )
+        .await
+    }
+
+    /// Records a turn before its prompt is sent.
+    pub async fn insert_turn(
+        &self,
+        turn_id: String,
+        session_id: String,
+        execution_id: String,
+        request_id: String,
+    ) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            conn.execute(
+                "INSERT INTO turns (id, session_id, execution_id, request_id, state, started_at) VALUES (?1, ?2, ?3, ?4, 'running', ?5)",
+                params![turn_id, session_id, execution_id, request_id, now_ms()],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Ends a turn.
+    pub async fn end_turn(
+        &self,
+        turn_id: String,
+        state: &'static str,
+        stop_reason: Option<String>,
+        error: Option<String>,
+    ) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            conn.execute(
+                "UPDATE turns SET state = ?2, stop_reason = ?3, error = ?4, ended_at = ?5 WHERE id = ?1",
+                params![turn_id, state, stop_reason, error, now_ms()],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// A turn's `(state, stop_reason, error)`.
+    pub async fn get_turn(
+        &self,
+        turn_id: String,
+    ) -> Result<(String, Option<String>, Option<String>), StoreError> {
+        self.call(move |conn| {
+            conn.query_row(
+                "SELECT state, stop_reason, error FROM turns WHERE id = ?1",
+                [&turn_id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?
+            .ok_or(StoreError::NotFound { what: "turn", id: turn_id })
+        })
+        .await
+    }
+
+    /// Records an agent request waiting for a person.
+    pub async fn insert_pending(
+        &self,
+        session_id: String,
+        execution_id: String,
+        request_id: String,
+        method: String,
+        params: serde_json::Value,
+    ) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            conn.execute(
+                "INSERT OR REPLACE INTO pending_requests (session_id, execution_id, request_id, method, params, created_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![session_id, execution_id, request_id, method, params.to_string(), now_ms()],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Removes a pending request; returns whether it existed.
+    pub async fn delete_pending(
+        &self,
+        session_id: String,
+        request_id: String,
+    ) -> Result<bool, StoreError> {
+        self.call(move |conn| {
+            Ok(conn.execute(
+                "DELETE FROM pending_requests WHERE session_id = ?1 AND request_id = ?2",
+                params![session_id, request_id],
+            )? == 1)
+        })
+        .await
+    }
+
+    /// The pending requests of a session: `(request_id, method, params)`.
+    pub async fn list_pending(
+        &self,
+        session_id: String,
+    ) -> Result<Vec<(String, String, serde_json::Value)>, StoreError> {
+        self.call(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT request_id, method, params FROM pending_requests WHERE session_id = ?1 ORDER BY created_at",
+            )?;
+            let rows = stmt
+                .query_map([&session_id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))?
+                .collect::<Result<Vec<_>, _>>()?;
+            rows.into_iter()
+                .map(|(id, method, params)| {
+                    let params = serde_json::from_str(&params)
+                        .map_err(|err| StoreError::Corrupt { what: "pending request", detail: err.to_string() })?;
+                    Ok((id, method, params))
+                })
+                .collect()
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,115 @@
+//! The schema as numbered migrations. Each runs in its own transaction and is recorded in
+//! `schema_migrations`; existing migrations are never edited, only new ones appended.
+
+use rusqlite::{Connection, params};
+
+use super::{StoreError, now_ms};
+
+/// The migrations, in order; migration `n` is `MIGRATIONS[n - 1]`.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: the data model of DESIGN §3.
+    "
+    CREATE TABLE tasks (
+        id TEXT PRIMARY KEY,
+        title TEXT NOT NULL,
+        description TEXT NOT NULL DEFAULT '',
+        state TEXT NOT NULL CHECK (state IN ('TODO','IN_PROGRESS','REVIEW','COMPLETED','FAILED','CANCELLED')),
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE TABLE task_sessions (
+        id TEXT PRIMARY KEY,
+        task_id TEXT NOT NULL REFERENCES tasks(id) ON DELETE CASCADE,
+        agent_profile_id TEXT NOT NULL,
+        profile_snapshot TEXT NOT NULL,
+        runtime TEXT NOT NULL CHECK (runtime IN ('standalone','docker')),
+        state TEXT NOT NULL CHECK (state IN ('CREATED','STARTING','RUNNING','WAITING_FOR_INPUT','COMPLETED','FAILED','CANCELLED')),
+        workspace_path TEXT NOT NULL,
+        error_message TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE INDEX task_sessions_by_task ON task_sessions(task_id);
+    CREATE INDEX task_sessions_by_state ON task_sessions(state);
+    CREATE TABLE executors_running (
+        session_id TEXT PRIMARY KEY REFERENCES task_sessions(id) ON DELETE CASCADE,
+        execution_id TEXT NOT NULL,
+        generation INTEGER NOT NULL,
+        runtime TEXT NOT NULL,
+        status TEXT NOT NULL,
+        resume_token TEXT,
+        last_message_uuid TEXT,
+        container_id TEXT,
+        agentctl_url TEXT,
+        agentctl_port INTEGER,
+        agentctl_pid INTEGER,
+        agentctl_start_time INTEGER,
+        boot_id TEXT,
+        agentctl_token TEXT,
+        acked_seq INTEGER NOT NULL DEFAULT 0,
+        resume_context_pending INTEGER NOT NULL DEFAULT 0,
+        worktree_id TEXT,
+        worktree_path TEXT,
+        worktree_branch TEXT,
+        last_seen_at INTEGER,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE TABLE turns (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES task_sessions(id) ON DELETE CASCADE,
+        execution_id TEXT NOT NULL,
+        request_id TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('running','completed','failed','interrupted')),
+        stop_reason TEXT,
+        error TEXT,
+        started_at INTEGER NOT NULL,
+        ended_at INTEGER
+    );
+    CREATE INDEX turns_by_session ON turns(session_id);
+    CREATE TABLE pending_requests (
+        session_id TEXT NOT NULL REFERENCES task_sessions(id) ON DELETE CASCADE,
+        execution_id TEXT NOT NULL,
+        request_id TEXT NOT NULL,
+        method TEXT NOT NULL,
+        params TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (session_id, request_id)
+    );
+    ",
+];
+
+/// Brings the database up to the newest migration.
+pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+    )?;
+    let current: usize =
+        conn.query_row("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", [], |r| {
+            r.get(0)
+        })?;
+    if current > MIGRATIONS.len() {
+        return Err(StoreError::Corrupt {
+            what: "schema version",
+            detail: format!(
+                "the database is at version {current}, newer than this build ({})",
+                MIGRATIONS.len()
+            ),
+        });
+    }
+    for (idx, sql) in MIGRATIONS.iter().enumerate().skip(current) {
+        let version = idx + 1;
+        let apply = |conn: &mut Connection| -> rusqlite::Result<()> {
+            let tx = conn.transaction()?;
+            tx.execute_batch(sql)?;
+            tx.execute(
+                "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
+                params![version, now_ms()],
+            )?;
+            tx.commit()
+        };
+        apply(conn).map_err(|source| StoreError::Migration { version, source })?;
+        tracing::info!(version, "applied database migration");
+    }
+    Ok(())
+}

@@ -1,0 +1,178 @@
+//! Tests for the store against real SQLite files.
+
+use super::*;
+
+fn open() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("state.db")).unwrap();
+    (dir, store)
+}
+
+fn session(task_id: &str) -> SessionRow {
+    SessionRow {
+        id: uuid::Uuid::now_v7().to_string(),
+        task_id: task_id.into(),
+        agent_profile_id: "mock".into(),
+        profile_snapshot: serde_json::json!({"id": "mock"}),
+        runtime: "standalone".into(),
+        state: SessionState::Created,
+        workspace_path: "/w".into(),
+        error_message: None,
+        created_at: 1,
+        updated_at: 1,
+    }
+}
+
+#[tokio::test]
+async fn migrations_are_recorded_and_reopening_is_idempotent() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    drop(Store::open(&path).unwrap());
+    let store = Store::open(&path).unwrap();
+    let versions: Vec<i64> = store
+        .call(|conn| {
+            let mut stmt =
+                conn.prepare("SELECT version FROM schema_migrations ORDER BY version")?;
+            Ok(stmt.query_map([], |r| r.get(0))?.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+        .unwrap();
+    assert_eq!(versions, (1..=MIGRATIONS.len() as i64).collect::<Vec<_>>());
+    let mode: String = store
+        .call(|conn| Ok(conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?))
+        .await
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let fk: i64 = store
+        .call(|conn| Ok(conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0))?))
+        .await
+        .unwrap();
+    assert_eq!(fk, 1);
+}
+
+#[test]
+fn a_failing_migration_stops_with_its_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = Connection::open(dir.path().join("x.db")).unwrap();
+    conn.execute_batch("CREATE TABLE tasks (id TEXT)").unwrap();
+    match schema::migrate(&mut conn) {
+        Err(StoreError::Migration { version: 1, .. }) => {}
+        other => panic!("expected migration 1 to fail, got {other:?}"),
+    }
+    let recorded: i64 =
+        conn.query_row("SELECT COUNT(*) FROM schema_migrations", [], |r| r.get(0)).unwrap();
+    assert_eq!(recorded, 0, "a failed migration is not recorded");
+}
+
+#[tokio::test]
+async fn tasks_and_sessions_round_trip() {
+    let (_dir, store) = open();
+    let task = store.create_task("fix it".into(), "please".into()).await.unwrap();
+    assert_eq!(store.get_task(task.id.clone()).await.unwrap(), task);
+    let row = store.create_session(session(&task.id)).await.unwrap();
+    assert_eq!(store.get_session(row.id.clone()).await.unwrap(), row);
+    store
+        .set_session_state(
+            row.id.clone(),
+            SessionState::WaitingForInput,
+            Some("note".into()),
+            Some(task_state::REVIEW),
+        )
+        .await
+        .unwrap();
+    let back = store.get_session(row.id.clone()).await.unwrap();
+    assert_eq!(
+        (back.state, back.error_message.as_deref()),
+        (SessionState::WaitingForInput, Some("note"))
+    );
+    assert_eq!(store.get_task(task.id.clone()).await.unwrap().state, "REVIEW");
+    assert_eq!(store.list_sessions(Some(task.id.clone())).await.unwrap().len(), 1);
+    assert!(matches!(
+        store.create_session(session("no-such-task")).await,
+        Err(StoreError::NotFound { what: "task", .. })
+    ));
+    assert!(matches!(
+        store.get_session("nope".into()).await,
+        Err(StoreError::NotFound { what: "session", .. })
+    ));
+}
+
+#[tokio::test]
+async fn writes_for_a_stale_execution_change_nothing() {
+    let (_dir, store) = open();
+    let task = store.create_task("t".into(), String::new()).await.unwrap();
+    let row = store.create_session(session(&task.id)).await.unwrap();
+    let first = store
+        .put_executor(ExecutorRow {
+            session_id: row.id.clone(),
+            execution_id: "e1".into(),
+            runtime: "standalone".into(),
+            status: "running".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(first.generation, 1);
+    assert!(
+        store.set_resume_token(row.id.clone(), "e1".into(), Some("tok-1".into())).await.unwrap()
+    );
+    let second = store
+        .put_executor(ExecutorRow {
+            session_id: row.id.clone(),
+            execution_id: "e2".into(),
+            runtime: "standalone".into(),
+            status: "running".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(second.generation, 2);
+    // A late write from the first execution is refused.
+    assert!(
+        !store.set_resume_token(row.id.clone(), "e1".into(), Some("stale".into())).await.unwrap()
+    );
+    assert!(
+        store.set_resume_token(row.id.clone(), "e2".into(), Some("tok-2".into())).await.unwrap()
+    );
+    assert!(store.set_acked_seq(row.id.clone(), "e2".into(), 10).await.unwrap());
+    assert!(store.set_acked_seq(row.id.clone(), "e2".into(), 5).await.unwrap());
+    let current = store.get_executor(row.id.clone()).await.unwrap().unwrap();
+    assert_eq!(
+        (current.resume_token.as_deref(), current.acked_seq),
+        (Some("tok-2"), 10),
+        "acks never move back"
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_session_removes_its_records() {
+    let (_dir, store) = open();
+    let task = store.create_task("t".into(), String::new()).await.unwrap();
+    let row = store.create_session(session(&task.id)).await.unwrap();
+    store
+        .put_executor(ExecutorRow {
+            session_id: row.id.clone(),
+            execution_id: "e".into(),
+            runtime: "standalone".into(),
+            status: "running".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    store.insert_turn("t1".into(), row.id.clone(), "e".into(), "5".into()).await.unwrap();
+    store
+        .insert_pending(
+            row.id.clone(),
+            "e".into(),
+            "7".into(),
+            "session/request_permission".into(),
+            serde_json::json!({}),
+        )
+        .await
+        .unwrap();
+    store.delete_session(row.id.clone()).await.unwrap();
+    assert!(store.get_executor(row.id.clone()).await.unwrap().is_none());
+    assert!(store.list_pending(row.id.clone()).await.unwrap().is_empty());
+    assert!(matches!(store.get_turn("t1".into()).await, Err(StoreError::NotFound { .. })));
+    assert!(matches!(store.delete_session(row.id).await, Err(StoreError::NotFound { .. })));
+}
