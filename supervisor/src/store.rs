@@ -178,7 +178,10 @@ impl SessionState {
             "FAILED" => SessionState::Failed,
             "CANCELLED" => SessionState::Cancelled,
             other => {
-                return Err(StoreError::Corrupt { what: "session state", detail: other.to_owned() });
+                return Err(StoreError::Corrupt {
+                    what: "session state",
+                    detail: other.to_owned(),
+                });
             }
         })
     }

@@ -3,6 +3,7 @@
 //! stdio, and validating those lines against the ACP v1 JSON schema.
 
 pub mod client;
+pub mod daemon;
 pub mod schema;
 pub mod sidecar;
 

@@ -8,4 +8,5 @@ mod docker;
 mod eliza;
 mod mock_agent;
 mod official_client;
+mod supervisor;
 mod tidy;

@@ -1,0 +1,277 @@
+//! Helpers for supervisor tests: the real `supervisor serve` in a private data directory
+//! (ready when it prints its serving line), a WebSocket API client, and cleanup that
+//! removes every process the daemon started, even when a test fails.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use jsonrpsee::core::client::{ClientT, Subscription, SubscriptionClientT};
+use jsonrpsee::core::params::ObjectParams;
+use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::{within, workspace_bin};
+
+/// A running `supervisor serve`.
+pub struct Daemon {
+    /// The API address, `ws://…`.
+    pub url: String,
+    /// The test's private root: data dir, HOME for agents, workspaces.
+    pub root: tempfile::TempDir,
+    child: Child,
+}
+
+impl Daemon {
+    /// Starts the daemon on a free loopback port with `TETHER_HOME` and `HOME` inside a
+    /// fresh temp dir, and waits for its serving line.
+    pub async fn start(extra_args: &[&str]) -> Daemon {
+        let root = tempfile::tempdir().expect("a temp dir");
+        let mut child = Command::new(workspace_bin("supervisor"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--home"])
+            .arg(root.path().join("tether"))
+            .args(extra_args)
+            .env("HOME", root.path())
+            .env("TETHER_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the supervisor starts");
+        let mut line = String::new();
+        let mut stdout = BufReader::new(child.stdout.take().expect("UNWRAP: piped"));
+        within("the supervisor's serving line", stdout.read_line(&mut line))
+            .await
+            .expect("read the serving line");
+        let url = line
+            .split_whitespace()
+            .find(|word| word.starts_with("ws://"))
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_owned();
+        Daemon { url, root, child }
+    }
+
+    /// A new API client.
+    pub async fn api(&self) -> Api {
+        Api::connect(&self.url, &[]).await.expect("connects to the API")
+    }
+
+    /// A fresh workspace directory.
+    pub fn workspace(&self, name: &str) -> PathBuf {
+        let dir = self.root.path().join("work").join(name);
+        std::fs::create_dir_all(&dir).expect("create a workspace");
+        dir
+    }
+
+    /// A session's directory.
+    pub fn session_dir(&self, session_id: &str) -> PathBuf {
+        self.root.path().join("tether/sessions").join(session_id)
+    }
+
+    /// Pids of live processes whose command line mentions `needle`.
+    pub fn processes_mentioning(needle: &Path) -> Vec<u32> {
+        let needle = needle.to_string_lossy().into_owned();
+        let own = std::process::id();
+        let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+        entries
+            .flatten()
+            .filter_map(|entry| {
+                entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok())
+            })
+            .filter(|&pid| pid != own)
+            .filter(|pid| {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let zombie =
+                    stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
+                !zombie && String::from_utf8_lossy(&cmdline).contains(&needle)
+            })
+            .collect()
+    }
+
+    /// Runs the CLI against this daemon; returns (exit code, stdout, stderr).
+    pub async fn cli(&self, args: &[&str]) -> (i32, String, String) {
+        cli(&self.url, args).await
+    }
+}
+
+/// Runs `supervisor --url URL args…`; returns (exit code, stdout, stderr).
+pub async fn cli(url: &str, args: &[&str]) -> (i32, String, String) {
+    let output = within(
+        "the CLI",
+        Command::new(workspace_bin("supervisor"))
+            .arg("--url")
+            .arg(url)
+            .args(args)
+            .stdin(Stdio::null())
+            .output(),
+    )
+    .await
+    .expect("the CLI runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        // Sidecars are detached from the daemon on purpose; they all run under our root.
+        for pid in Daemon::processes_mentioning(self.root.path()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// An API error: `data.kind` and the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// `data.kind`, or empty when the server gave none.
+    pub kind: String,
+    /// The JSON-RPC code.
+    pub code: i32,
+    /// The message.
+    pub message: String,
+}
+
+/// A WebSocket client of the API.
+pub struct Api {
+    client: WsClient,
+}
+
+fn object(value: Value) -> ObjectParams {
+    let mut params = ObjectParams::new();
+    if let Value::Object(map) = value {
+        for (key, value) in map {
+            params.insert(&key, value).expect("UNWRAP: a Value always serialises");
+        }
+    }
+    params
+}
+
+impl Api {
+    /// Connects with extra HTTP headers (e.g. an `Origin`).
+    pub async fn connect(
+        url: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<Api, jsonrpsee::core::ClientError> {
+        let mut map = http::HeaderMap::new();
+        for (name, value) in headers {
+            map.insert(
+                http::HeaderName::from_bytes(name.as_bytes()).expect("a header name"),
+                http::HeaderValue::from_str(value).expect("a header value"),
+            );
+        }
+        let client = WsClientBuilder::default()
+            .set_headers(map)
+            .max_buffer_capacity_per_subscription(64 * 1024)
+            .build(url)
+            .await?;
+        Ok(Api { client })
+    }
+
+    /// Calls a method with object params.
+    pub async fn call(&self, method: &str, params: Value) -> Result<Value, ApiError> {
+        match within(method, self.client.request::<Value, _>(method, object(params))).await {
+            Ok(value) => Ok(value),
+            Err(jsonrpsee::core::ClientError::Call(error)) => Err(ApiError {
+                kind: error
+                    .data()
+                    .and_then(|data| serde_json::from_str::<Value>(data.get()).ok())
+                    .and_then(|data| data["kind"].as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                code: error.code(),
+                message: error.message().to_owned(),
+            }),
+            Err(other) => panic!("{method}: transport error {other}"),
+        }
+    }
+
+    /// Subscribes to a session's events after `after_seq`.
+    pub async fn subscribe(&self, session_id: &str, after_seq: u64) -> Subscription<Value> {
+        within(
+            "task.session.subscribe",
+            self.client.subscribe(
+                "task.session.subscribe",
+                object(json!({"session_id": session_id, "after_seq": after_seq})),
+                "task.session.unsubscribe",
+            ),
+        )
+        .await
+        .expect("subscribed")
+    }
+
+    /// Creates a task and a session on `profile` in `workspace`; waits until it is
+    /// `WAITING_FOR_INPUT`. Returns the session id.
+    pub async fn ready_session(&self, profile: &str, workspace: &Path) -> String {
+        let task = self
+            .call("task.create", json!({"title": format!("{profile} test")}))
+            .await
+            .expect("task.create");
+        let row = self
+            .call(
+                "task.session.create",
+                json!({"task_id": task["id"], "agent_profile_id": profile, "workspace_path": workspace}),
+            )
+            .await
+            .expect("task.session.create");
+        let session = row["id"].as_str().expect("a session id").to_owned();
+        let mut events = self.subscribe(&session, 0).await;
+        loop {
+            let event = next(&mut events).await;
+            if event["type"] == "state" {
+                match event["state"].as_str() {
+                    Some("WAITING_FOR_INPUT") => return session,
+                    Some("FAILED") => panic!("the session failed: {event}"),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// The next event of a subscription.
+pub async fn next(events: &mut Subscription<Value>) -> Value {
+    within("a session event", events.next())
+        .await
+        .expect("the subscription is open")
+        .expect("the event parses")
+}
+
+/// Reads events until one satisfies `pred`; returns all read, that one last.
+pub async fn until(
+    events: &mut Subscription<Value>,
+    mut pred: impl FnMut(&Value) -> bool,
+) -> Vec<Value> {
+    let mut seen = Vec::new();
+    loop {
+        let event = next(events).await;
+        let done = pred(&event);
+        seen.push(event);
+        if done {
+            return seen;
+        }
+    }
+}
+
+/// The texts of the `agent_message_chunk` events among `events`.
+pub fn chunks(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|event| event["type"] == "agent_message_chunk")
+        .filter_map(|event| event["text"].as_str().map(str::to_owned))
+        .collect()
+}

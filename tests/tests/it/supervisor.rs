@@ -1,0 +1,406 @@
+//! The real `supervisor` binary, driven over its WebSocket API (and its CLI): sessions end
+//! to end with mock-agent and with elizacp.
+
+use serde_json::{Value, json};
+use tether_tests::daemon::{Api, Daemon, chunks, next, until};
+use tether_tests::within;
+
+fn turn_ended(event: &Value) -> bool {
+    event["type"] == "turn_ended"
+}
+
+async fn prompt(api: &Api, session: &str, text: &str) -> String {
+    let started = api
+        .call("task.session.prompt", json!({"session_id": session, "prompt": text}))
+        .await
+        .expect("prompt accepted");
+    started["turn_id"].as_str().expect("a turn id").to_owned()
+}
+
+async fn status(api: &Api, session: &str) -> Value {
+    api.call("task.session.status", json!({"session_id": session})).await.expect("status")
+}
+
+async fn history(api: &Api, session: &str) -> Vec<Value> {
+    let entries =
+        api.call("task.session.history", json!({"session_id": session})).await.expect("history");
+    entries.as_array().expect("an array").clone()
+}
+
+#[tokio::test]
+async fn a_mock_session_streams_a_turn_and_records_history() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("a")).await;
+    let status_before = status(&api, &session).await;
+    assert_eq!(
+        (status_before["state"].as_str(), status_before["is_agent_running"].as_bool()),
+        (Some("WAITING_FOR_INPUT"), Some(true))
+    );
+    assert_eq!(status_before["resume_reason"], "agent_running");
+
+    let mut events =
+        api.subscribe(&session, status_before["last_event_seq"].as_u64().unwrap()).await;
+    let turn = prompt(&api, &session, "/stream 20\nhello there").await;
+    let mut seen = until(&mut events, turn_ended).await;
+    let ended = seen.last().unwrap().clone();
+    assert_eq!(
+        (ended["turn_id"].as_str(), ended["stop_reason"].as_str()),
+        (Some(turn.as_str()), Some("end_turn"))
+    );
+    // The state change follows the turn's end.
+    seen.extend(until(&mut events, |e| e["type"] == "state").await);
+    let texts = chunks(&seen);
+    assert_eq!(texts.len(), 20);
+    for (idx, text) in texts.iter().enumerate() {
+        assert!(text.ends_with(&format!("[{}/20]", idx + 1)), "chunk {idx} out of order: {text}");
+    }
+    let states: Vec<&str> =
+        seen.iter().filter(|e| e["type"] == "state").filter_map(|e| e["state"].as_str()).collect();
+    assert_eq!(states, ["RUNNING", "WAITING_FOR_INPUT"]);
+
+    let entries = history(&api, &session).await;
+    let kinds: Vec<&str> = entries.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(kinds, ["user_message", "agent_message"], "chunks are coalesced into one message");
+    assert_eq!(entries[0]["content"], "/stream 20\nhello there");
+    assert_eq!(entries[1]["content"].as_str().unwrap(), texts.concat());
+    // The file on disk is what the API returned.
+    let file = std::fs::read_to_string(daemon.session_dir(&session).join("history.jsonl")).unwrap();
+    assert_eq!(file.lines().count(), 2);
+    let task = api.call("task.get", json!({"task_id": status_before["task_id"]})).await.unwrap();
+    assert_eq!(task["state"], "REVIEW");
+    assert_eq!(task["sessions"][0]["id"], session);
+}
+
+#[tokio::test]
+async fn a_permission_request_is_answered_through_the_api() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("p")).await;
+    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    prompt(&api, &session, "/permission").await;
+    let seen = until(&mut events, |e| e["type"] == "permission_request").await;
+    let request = seen.last().unwrap();
+    assert_eq!(request["params"]["options"][0]["optionId"], "allow");
+    let request_id = request["request_id"].as_str().unwrap();
+    // A wrong id is not found; the right one proceeds.
+    let wrong = api
+        .call(
+            "task.session.permission.respond",
+            json!({"session_id": session, "request_id": "999", "option_id": "allow"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(wrong.kind, "not_found");
+    api.call(
+        "task.session.permission.respond",
+        json!({"session_id": session, "request_id": request_id, "option_id": "allow"}),
+    )
+    .await
+    .unwrap();
+    let seen = until(&mut events, turn_ended).await;
+    assert!(
+        seen.iter()
+            .any(|e| e["type"] == "tool_call_update" && e["update"]["status"] == "completed")
+    );
+    assert!(chunks(&seen).concat().contains("the tool ran"));
+    let kinds: Vec<String> = history(&api, &session)
+        .await
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(kinds, ["user_message", "tool_call", "tool_result", "agent_message"]);
+}
+
+#[tokio::test]
+async fn cancel_ends_a_slow_turn_and_the_session_is_ready_again() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("c")).await;
+    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    prompt(&api, &session, "/sleep 600000").await;
+    until(&mut events, |e| e["type"] == "state" && e["state"] == "RUNNING").await;
+    let busy = api
+        .call("task.session.prompt", json!({"session_id": session, "prompt": "again"}))
+        .await
+        .unwrap_err();
+    assert_eq!(busy.kind, "invalid_state");
+    api.call("task.session.cancel", json!({"session_id": session})).await.unwrap();
+    let seen = until(&mut events, turn_ended).await;
+    assert_eq!(seen.last().unwrap()["stop_reason"], "cancelled");
+    until(&mut events, |e| e["type"] == "state" && e["state"] == "WAITING_FOR_INPUT").await;
+    prompt(&api, &session, "after the cancel").await;
+    let seen = until(&mut events, turn_ended).await;
+    assert_eq!(seen.last().unwrap()["stop_reason"], "end_turn");
+}
+
+#[tokio::test]
+async fn an_agent_crash_fails_the_turn_and_leaves_the_session_recoverable() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("x")).await;
+    // Everything this session runs (agentctl, the guard, the agent) names its directory.
+    let session_dir = daemon.session_dir(&session);
+    let mut pids = Daemon::processes_mentioning(&session_dir);
+    pids.extend(Daemon::processes_mentioning(&daemon.root.path().join(".mock-agent")));
+    assert!(pids.len() >= 2, "agentctl and the agent are running: {pids:?}");
+    let pidfds: Vec<_> =
+        pids.iter().filter_map(|&pid| agentctl::process::PidFd::open(pid).ok()).collect();
+
+    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    prompt(&api, &session, "/crash 9").await;
+    let seen = until(&mut events, turn_ended).await;
+    let ended = seen.last().unwrap();
+    assert_eq!(ended["state"], "failed");
+    let error = ended["error"].as_str().unwrap();
+    assert!(error.contains("exit code 9") && error.contains("crashing mid-turn"), "{error}");
+    until(&mut events, |e| e["type"] == "state" && e["state"] == "WAITING_FOR_INPUT").await;
+    let after_crash = status(&api, &session).await;
+    assert_eq!(after_crash["state"], "WAITING_FOR_INPUT");
+    assert_eq!(after_crash["is_agent_running"], false);
+    assert_eq!(after_crash["needs_resume"], true);
+    assert_eq!(after_crash["is_resumable"], true);
+    assert!(after_crash["error"].as_str().unwrap().contains("exit code 9"));
+    // No orphan: every process of the session is gone.
+    for pidfd in &pidfds {
+        within("a process of the crashed session to exit", pidfd.exited()).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_subscriber_that_reconnects_misses_nothing() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("r")).await;
+    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let first = daemon.api().await;
+    let mut events = first.subscribe(&session, after).await;
+    prompt(&api, &session, "/stream 2000").await;
+    let mut seen = Vec::new();
+    while seen.len() < 500 {
+        seen.push(next(&mut events).await);
+    }
+    drop(events);
+    drop(first);
+    let second = daemon.api().await;
+    let mut events =
+        second.subscribe(&session, seen.last().unwrap()["seq"].as_u64().unwrap()).await;
+    seen.extend(until(&mut events, turn_ended).await);
+    let seqs: Vec<u64> = seen.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (after + 1..=after + seqs.len() as u64).collect::<Vec<_>>(),
+        "gapless, once each"
+    );
+    let texts = chunks(&seen);
+    assert_eq!(texts.len(), 2000);
+    assert!(
+        texts.iter().enumerate().all(|(idx, text)| text.ends_with(&format!("[{}/2000]", idx + 1)))
+    );
+}
+
+#[tokio::test]
+async fn the_same_flow_works_with_elizacp() {
+    assert!(
+        tether_tests::find_program("elizacp").is_some(),
+        "elizacp is not installed: scripts/test.sh installs it"
+    );
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let agents = api.call("agents.list", json!({})).await.unwrap();
+    let eliza = agents.as_array().unwrap().iter().find(|a| a["id"] == "eliza").unwrap().clone();
+    assert_eq!(eliza["available"], true, "{eliza}");
+    let session = api.ready_session("eliza", &daemon.workspace("e")).await;
+    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    prompt(&api, &session, "Hello, I am feeling sad today.").await;
+    let seen = until(&mut events, turn_ended).await;
+    assert_eq!(seen.last().unwrap()["stop_reason"], "end_turn");
+    assert!(!chunks(&seen).concat().trim().is_empty());
+    let kinds: Vec<String> = history(&api, &session)
+        .await
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(kinds, ["user_message", "agent_message"]);
+    // elizacp ignores EOF: the stop takes the SIGTERM step, and nothing is left running.
+    let pids = Daemon::processes_mentioning(&daemon.session_dir(&session));
+    let pidfds: Vec<_> =
+        pids.iter().filter_map(|&pid| agentctl::process::PidFd::open(pid).ok()).collect();
+    api.call("task.session.stop", json!({"session_id": session})).await.unwrap();
+    for pidfd in &pidfds {
+        within("the eliza session's processes to exit", pidfd.exited()).await.unwrap();
+    }
+    assert_eq!(status(&api, &session).await["state"], "COMPLETED");
+}
+
+#[tokio::test]
+async fn bad_requests_get_the_right_kind() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let unknown = "01900000-0000-7000-8000-000000000000";
+    let cases = [
+        ("task.session.status", json!({"session_id": unknown}), "not_found"),
+        ("task.session.status", json!({"session_id": "../etc"}), "invalid_params"),
+        ("task.session.status", json!({}), "invalid_params"),
+        ("task.session.prompt", json!({"session_id": unknown, "prompt": "x"}), "not_found"),
+        ("task.get", json!({"task_id": unknown}), "not_found"),
+        ("task.create", json!({"title": ""}), "invalid_params"),
+        ("task.create", json!({"title": "x", "colour": "red"}), "invalid_params"),
+    ];
+    for (method, params, kind) in cases {
+        let error = api.call(method, params.clone()).await.unwrap_err();
+        assert_eq!(error.kind, kind, "{method} {params}: {error:?}");
+    }
+    let task = api.call("task.create", json!({"title": "t"})).await.unwrap();
+    let workspace = daemon.workspace("w");
+    let create = |profile: &str, path: &str| json!({"task_id": task["id"], "agent_profile_id": profile, "workspace_path": path});
+    assert_eq!(
+        api.call("task.session.create", create("nope", workspace.to_str().unwrap()))
+            .await
+            .unwrap_err()
+            .kind,
+        "not_found"
+    );
+    assert_eq!(
+        api.call("task.session.create", create("mock", "/no/such/dir")).await.unwrap_err().kind,
+        "invalid_params"
+    );
+    assert_eq!(
+        api.call("task.session.create", create("mock", "relative/dir")).await.unwrap_err().kind,
+        "invalid_params"
+    );
+    assert_eq!(
+        api.call("task.session.create", create("gemini", workspace.to_str().unwrap()))
+            .await
+            .unwrap_err()
+            .kind,
+        "agent_unavailable"
+    );
+    // A terminal session refuses prompts with `conflict`.
+    let session = api.ready_session("mock", &workspace).await;
+    api.call("task.session.stop", json!({"session_id": session})).await.unwrap();
+    let error = api
+        .call("task.session.prompt", json!({"session_id": session, "prompt": "x"}))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind, "conflict");
+    assert_eq!(
+        api.call("task.session.stop", json!({"session_id": session})).await.unwrap_err().kind,
+        "conflict"
+    );
+    let stopped = status(&api, &session).await;
+    assert_eq!(
+        (stopped["is_resumable"].as_bool(), stopped["needs_resume"].as_bool()),
+        (Some(false), Some(false))
+    );
+    // Unknown methods are JSON-RPC "method not found".
+    assert_eq!(api.call("task.nope", json!({})).await.unwrap_err().code, -32601);
+    // Delete removes records and files.
+    api.call("task.session.delete", json!({"session_id": session})).await.unwrap();
+    assert!(!daemon.session_dir(&session).exists());
+    assert_eq!(
+        api.call("task.session.status", json!({"session_id": session})).await.unwrap_err().kind,
+        "not_found"
+    );
+}
+
+#[tokio::test]
+async fn cross_origin_websockets_are_refused() {
+    let daemon = Daemon::start(&["--allow-origin", "http://localhost:5173"]).await;
+    assert!(Api::connect(&daemon.url, &[("Origin", "http://evil.example")]).await.is_err());
+    let allowed = Api::connect(&daemon.url, &[("Origin", "http://localhost:5173")])
+        .await
+        .expect("an allowed origin connects");
+    allowed.call("task.list", json!({})).await.unwrap();
+    daemon.api().await.call("task.list", json!({})).await.unwrap();
+}
+
+#[tokio::test]
+async fn fifty_sessions_in_parallel_each_complete_a_turn() {
+    let daemon = Daemon::start(&[]).await;
+    let mut runs = Vec::new();
+    for n in 0..50 {
+        let url = daemon.url.clone();
+        let workspace = daemon.workspace(&format!("p{n}"));
+        runs.push(tokio::spawn(async move {
+            let api = Api::connect(&url, &[]).await.unwrap();
+            let session = api.ready_session("mock", &workspace).await;
+            let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+            let mut events = api.subscribe(&session, after).await;
+            prompt(&api, &session, &format!("/stream 3\nsession {n}")).await;
+            let seen = until(&mut events, turn_ended).await;
+            (n, seen.last().unwrap()["stop_reason"].clone(), chunks(&seen).concat())
+        }));
+    }
+    for run in runs {
+        let (n, stop_reason, reply) = run.await.unwrap();
+        assert_eq!(stop_reason, "end_turn");
+        assert!(reply.contains(&format!("session {n} [1/3]")), "{reply}");
+    }
+}
+
+#[tokio::test]
+async fn the_cli_prints_plain_specific_lines() {
+    let daemon = Daemon::start(&[]).await;
+    let workspace = daemon.workspace("cli");
+    let (code, out, _) = daemon.cli(&["task", "create", "from the cli"]).await;
+    assert_eq!(code, 0);
+    let task = out
+        .trim()
+        .strip_prefix("task ")
+        .and_then(|rest| rest.strip_suffix(" created"))
+        .expect(&out)
+        .to_owned();
+    let (code, out, err) = daemon
+        .cli(&[
+            "session",
+            "start",
+            "--task",
+            &task,
+            "--agent",
+            "mock",
+            "--workspace",
+            workspace.to_str().unwrap(),
+            "--quiet",
+        ])
+        .await;
+    assert_eq!(code, 0, "{err}");
+    let session = out.trim().to_owned();
+    let (code, out, _) = daemon.cli(&["prompt", &session, "/stream 3\nhi from the cli"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("you said: hi from the cli [1/3] [2/3] [3/3]"), "{out}");
+    assert!(out.trim_end().ends_with("[turn completed: end_turn]"), "{out}");
+    let (_, out, _) = daemon.cli(&["status", &session]).await;
+    assert!(
+        out.contains("state: WAITING_FOR_INPUT") && out.contains("resume_reason: agent_running"),
+        "{out}"
+    );
+    let (_, out, _) = daemon.cli(&["history", &session]).await;
+    assert!(
+        out.contains("[1] user_message: /stream 3")
+            && out.contains("[2] agent_message: mock-agent"),
+        "{out}"
+    );
+    let (_, out, _) = daemon.cli(&["sessions", "list"]).await;
+    assert!(out.contains(&session) && out.contains("WAITING_FOR_INPUT"), "{out}");
+    let unknown = "01900000-0000-7000-8000-000000000000";
+    let (code, _, err) = daemon.cli(&["status", unknown]).await;
+    assert_eq!((code, err.trim()), (4, format!("not found: session {unknown} not found").as_str()));
+    let (code, out, _) = daemon.cli(&["stop", &session]).await;
+    assert_eq!((code, out.trim()), (0, format!("session {session} stopped").as_str()));
+    let (code, _, err) = daemon.cli(&["prompt", &session, "more"]).await;
+    assert_eq!(code, 5);
+    assert!(err.starts_with("conflict: "), "{err}");
+    let (code, out, _) = daemon.cli(&["sessions", "delete", &session]).await;
+    assert_eq!((code, out.trim()), (0, format!("session {session} deleted").as_str()));
+    // Nothing listens on a port we just freed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (code, _, err) =
+        tether_tests::daemon::cli(&format!("ws://127.0.0.1:{port}"), &["status", &session]).await;
+    assert_eq!(code, 3);
+    assert!(err.starts_with(&format!("server not running at ws://127.0.0.1:{port}")), "{err}");
+}
