@@ -27,7 +27,17 @@ impl Daemon {
     /// Starts the daemon on a free loopback port with `TETHER_HOME` and `HOME` inside a
     /// fresh temp dir, and waits for its serving line.
     pub async fn start(extra_args: &[&str]) -> Daemon {
+        Daemon::start_with_profiles(extra_args, &[]).await
+    }
+
+    /// Like [`Daemon::start`], with user profile files `(name, text)` in its profiles dir.
+    pub async fn start_with_profiles(extra_args: &[&str], profiles: &[(&str, &str)]) -> Daemon {
         let root = tempfile::tempdir().expect("a temp dir");
+        let profiles_dir = root.path().join("tether/profiles");
+        std::fs::create_dir_all(&profiles_dir).expect("create the profiles dir");
+        for (name, text) in profiles {
+            std::fs::write(profiles_dir.join(name), text).expect("write a profile");
+        }
         let mut child = Command::new(workspace_bin("supervisor"))
             .args(["serve", "--listen", "127.0.0.1:0", "--home"])
             .arg(root.path().join("tether"))

@@ -404,3 +404,33 @@ async fn the_cli_prints_plain_specific_lines() {
     assert_eq!(code, 3);
     assert!(err.starts_with(&format!("server not running at ws://127.0.0.1:{port}")), "{err}");
 }
+
+#[tokio::test]
+async fn an_agent_that_never_answers_initialize_fails_the_launch_with_its_stderr() {
+    let profile = "id = \"hang\"\ncommand = [\"mock-agent\", \"--hang-on\", \"initialize\"]\nprotocol = \"acp\"\n[process]\ninit_timeout_ms = 300\n";
+    let daemon = Daemon::start_with_profiles(&[], &[("hang.toml", profile)]).await;
+    let api = daemon.api().await;
+    let task = api.call("task.create", json!({"title": "hang"})).await.unwrap();
+    let row = api
+        .call("task.session.create", json!({"task_id": task["id"], "agent_profile_id": "hang", "workspace_path": daemon.workspace("h")}))
+        .await
+        .unwrap();
+    let session = row["id"].as_str().unwrap().to_owned();
+    let mut events = api.subscribe(&session, 0).await;
+    let seen = until(&mut events, |e| e["type"] == "state" && e["state"] == "FAILED").await;
+    let error = seen.last().unwrap()["error"].as_str().unwrap().to_owned();
+    assert!(error.contains("did not answer initialize within 300 ms"), "{error}");
+    assert!(
+        error.contains("not answering initialize as configured"),
+        "the stderr tail is included: {error}"
+    );
+    assert_eq!(
+        api.call("task.get", json!({"task_id": task["id"]})).await.unwrap()["state"],
+        "FAILED"
+    );
+    let failed = status(&api, &session).await;
+    assert_eq!(
+        (failed["state"].as_str(), failed["is_resumable"].as_bool()),
+        (Some("FAILED"), Some(false))
+    );
+}
