@@ -84,16 +84,19 @@ pub struct ControlClient {
     client: WsClient,
 }
 
-fn object<T: Serialize>(value: &T) -> ObjectParams {
+/// A JSON object as jsonrpsee named params (anything else becomes empty params).
+pub fn object_params(value: Value) -> ObjectParams {
     let mut params = ObjectParams::new();
-    if let Value::Object(map) =
-        serde_json::to_value(value).expect("UNWRAP: control params always serialise")
-    {
+    if let Value::Object(map) = value {
         for (key, value) in map {
             params.insert(&key, value).expect("UNWRAP: a Value always serialises");
         }
     }
     params
+}
+
+fn object<T: Serialize>(value: &T) -> ObjectParams {
+    object_params(serde_json::to_value(value).expect("UNWRAP: control params always serialise"))
 }
 
 impl ControlClient {
@@ -133,13 +136,7 @@ impl ControlClient {
 
     /// Any method with any params, for diagnostics and tests of malformed input.
     pub async fn call_raw(&self, method: &str, params: Value) -> Result<Value, ClientError> {
-        let mut object = ObjectParams::new();
-        if let Value::Object(map) = params {
-            for (key, value) in map {
-                object.insert(&key, value).expect("UNWRAP: a Value always serialises");
-            }
-        }
-        self.call(method, object).await
+        self.call(method, object_params(params)).await
     }
 
     /// `status`.

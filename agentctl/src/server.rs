@@ -111,7 +111,7 @@ pub fn methods(ctl: Arc<Ctl>) -> RpcModule<Ctl> {
                         return Ok(());
                     }
                 };
-                let mut reader = match ctl.spool.reader(subscribe.after_seq) {
+                let reader = match ctl.spool.reader(subscribe.after_seq) {
                     Ok(reader) => reader,
                     Err(err) => {
                         pending.reject(spool_error(&err)).await;
@@ -119,19 +119,7 @@ pub fn methods(ctl: Arc<Ctl>) -> RpcModule<Ctl> {
                     }
                 };
                 let sink = pending.accept().await.map_err(|err| err.to_string())?;
-                loop {
-                    let event = tokio::select! {
-                        biased;
-                        _ = sink.closed() => return Ok(()),
-                        event = reader.next() => event.map_err(|err| err.to_string())?,
-                    };
-                    let message =
-                        serde_json::value::to_raw_value(&event).map_err(|err| err.to_string())?;
-                    if sink.send(message).await.is_err() {
-                        // The connection is gone; the client resumes from its last seq.
-                        return Ok(());
-                    }
-                }
+                stream_spool(sink, reader).await
             },
         )?;
         Ok(())
@@ -147,7 +135,8 @@ pub async fn serve(
     token: &str,
     ctl: Arc<Ctl>,
 ) -> std::io::Result<(SocketAddr, ServerHandle)> {
-    let auth = tower::ServiceBuilder::new().layer(BearerAuthLayer::new(token));
+    let policy = AccessPolicy { token: Some(token.to_owned()), allowed_origins: Vec::new() };
+    let auth = tower::ServiceBuilder::new().layer(AccessLayer::new(policy));
     let config = ServerConfig::builder()
         .max_request_body_size(MAX_MESSAGE_BYTES)
         .max_response_body_size(MAX_MESSAGE_BYTES)
@@ -159,39 +148,73 @@ pub async fn serve(
     Ok((addr, server.start(methods(ctl))))
 }
 
-/// Refuses any HTTP request (and so any WebSocket upgrade) without the exact
-/// `Authorization: Bearer <token>` header, with 401 and no detail. Also used by the
-/// supervisor's API when it listens beyond loopback.
-#[derive(Debug, Clone)]
-pub struct BearerAuthLayer {
-    expected: Arc<str>,
+/// Who may open a connection. agentctl requires its token and sees no browsers; the
+/// supervisor's API also checks browser origins, and a token only when configured.
+#[derive(Debug, Clone, Default)]
+pub struct AccessPolicy {
+    /// The bearer token every request must present, if any.
+    pub token: Option<String>,
+    /// Browser origins allowed to connect (exact match). A request with an `Origin` header
+    /// that is not listed is refused: a local WebSocket server is otherwise reachable from
+    /// any web page.
+    pub allowed_origins: Vec<String>,
 }
 
-impl BearerAuthLayer {
-    /// A layer that accepts exactly `token`.
-    pub fn new(token: &str) -> BearerAuthLayer {
-        BearerAuthLayer { expected: Arc::from(format!("Bearer {token}")) }
+impl AccessPolicy {
+    /// Why a request is refused, if it is.
+    pub fn refuse(&self, headers: &http::HeaderMap) -> Option<(http::StatusCode, &'static str)> {
+        if let Some(origin) = headers.get(http::header::ORIGIN) {
+            let listed = origin
+                .to_str()
+                .is_ok_and(|origin| self.allowed_origins.iter().any(|allowed| allowed == origin));
+            if !listed {
+                return Some((http::StatusCode::FORBIDDEN, "origin not allowed"));
+            }
+        }
+        if let Some(token) = &self.token {
+            let expected = format!("Bearer {token}");
+            let presented = headers.get(http::header::AUTHORIZATION).map(|value| value.as_bytes());
+            if !presented.is_some_and(|presented| constant_time_eq(presented, expected.as_bytes()))
+            {
+                return Some((http::StatusCode::UNAUTHORIZED, "missing or wrong bearer token"));
+            }
+        }
+        None
     }
 }
 
-impl<S> tower::Layer<S> for BearerAuthLayer {
-    type Service = BearerAuth<S>;
+/// HTTP middleware that applies an [`AccessPolicy`] to every request, and so to every
+/// WebSocket upgrade, answering refusals with their status and no detail.
+#[derive(Debug, Clone)]
+pub struct AccessLayer {
+    policy: Arc<AccessPolicy>,
+}
+
+impl AccessLayer {
+    /// A layer enforcing `policy`.
+    pub fn new(policy: AccessPolicy) -> AccessLayer {
+        AccessLayer { policy: Arc::new(policy) }
+    }
+}
+
+impl<S> tower::Layer<S> for AccessLayer {
+    type Service = Access<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        BearerAuth { inner, expected: Arc::clone(&self.expected) }
+        Access { inner, policy: Arc::clone(&self.policy) }
     }
 }
 
-/// The service made by [`BearerAuthLayer`].
+/// The service made by [`AccessLayer`].
 #[derive(Debug, Clone)]
-pub struct BearerAuth<S> {
+pub struct Access<S> {
     inner: S,
-    expected: Arc<str>,
+    policy: Arc<AccessPolicy>,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-impl<S, B> tower::Service<HttpRequest<B>> for BearerAuth<S>
+impl<S, B> tower::Service<HttpRequest<B>> for Access<S>
 where
     S: tower::Service<HttpRequest<B>, Response = HttpResponse>,
     S::Error: Into<BoxError> + 'static,
@@ -206,20 +229,38 @@ where
     }
 
     fn call(&mut self, request: HttpRequest<B>) -> Self::Future {
-        let presented =
-            request.headers().get(http::header::AUTHORIZATION).map(|value| value.as_bytes());
-        if presented.is_some_and(|presented| constant_time_eq(presented, self.expected.as_bytes()))
-        {
-            let future = self.inner.call(request);
-            return Box::pin(async move { future.await.map_err(Into::into) });
+        match self.policy.refuse(request.headers()) {
+            None => {
+                let future = self.inner.call(request);
+                Box::pin(async move { future.await.map_err(Into::into) })
+            }
+            Some((status, why)) => Box::pin(async move {
+                Ok(http::Response::builder()
+                    .status(status)
+                    .body(HttpBody::from(why))
+                    .expect("UNWRAP: a static response is well formed"))
+            }),
         }
-        Box::pin(async {
-            let response = http::Response::builder()
-                .status(http::StatusCode::UNAUTHORIZED)
-                .body(HttpBody::from("missing or wrong bearer token"))
-                .expect("UNWRAP: a static response is well formed");
-            Ok(response)
-        })
+    }
+}
+
+/// Sends every entry of `reader` on `sink` until the client goes away. The subscription
+/// loop of both agentctl's `events.subscribe` and the supervisor's session subscription.
+pub async fn stream_spool<E: crate::spool::Entry>(
+    sink: jsonrpsee::SubscriptionSink,
+    mut reader: crate::spool::SpoolReader<E>,
+) -> Result<(), jsonrpsee::core::SubscriptionError> {
+    loop {
+        let entry = tokio::select! {
+            biased;
+            _ = sink.closed() => return Ok(()),
+            entry = reader.next() => entry.map_err(|err| err.to_string())?,
+        };
+        let message = serde_json::value::to_raw_value(&entry).map_err(|err| err.to_string())?;
+        if sink.send(message).await.is_err() {
+            // The connection is gone; the client resumes from its last seq.
+            return Ok(());
+        }
     }
 }
 
@@ -234,6 +275,26 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn origins_and_tokens_are_checked() {
+        let policy = AccessPolicy {
+            token: Some("t".into()),
+            allowed_origins: vec!["http://localhost:5173".into()],
+        };
+        let mut headers = http::HeaderMap::new();
+        assert_eq!(policy.refuse(&headers).map(|r| r.0), Some(http::StatusCode::UNAUTHORIZED));
+        headers.insert(http::header::AUTHORIZATION, "Bearer t".parse().unwrap());
+        assert_eq!(policy.refuse(&headers), None);
+        headers.insert(http::header::AUTHORIZATION, "Bearer x".parse().unwrap());
+        assert_eq!(policy.refuse(&headers).map(|r| r.0), Some(http::StatusCode::UNAUTHORIZED));
+        headers.insert(http::header::AUTHORIZATION, "Bearer t".parse().unwrap());
+        headers.insert(http::header::ORIGIN, "http://evil.example".parse().unwrap());
+        assert_eq!(policy.refuse(&headers).map(|r| r.0), Some(http::StatusCode::FORBIDDEN));
+        headers.insert(http::header::ORIGIN, "http://localhost:5173".parse().unwrap());
+        assert_eq!(policy.refuse(&headers), None);
+        assert_eq!(AccessPolicy::default().refuse(&http::HeaderMap::new()), None);
+    }
 
     #[test]
     fn token_comparison_is_exact() {

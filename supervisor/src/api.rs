@@ -9,17 +9,16 @@
 //! match it.
 
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use jsonrpsee::server::{
-    HttpBody, HttpRequest, HttpResponse, RpcModule, Server, ServerConfig, ServerHandle,
-};
+use jsonrpsee::server::{RpcModule, Server, ServerConfig, ServerHandle};
 use jsonrpsee::types::{ErrorObjectOwned, Params};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
+
+pub use agentctl::server::AccessPolicy;
+use agentctl::server::{AccessLayer, stream_spool};
 
 use crate::service::{ServiceError, Supervisor};
 
@@ -224,7 +223,7 @@ pub fn methods(supervisor: Arc<Supervisor>) -> RpcModule<Supervisor> {
                         return Ok(());
                     }
                 };
-                let mut reader = match sup.subscribe(p.session_id, p.after_seq).await {
+                let reader = match sup.subscribe(p.session_id, p.after_seq).await {
                     Ok(reader) => reader,
                     Err(err) => {
                         pending.reject(to_rpc(err)).await;
@@ -232,18 +231,7 @@ pub fn methods(supervisor: Arc<Supervisor>) -> RpcModule<Supervisor> {
                     }
                 };
                 let sink = pending.accept().await.map_err(|err| err.to_string())?;
-                loop {
-                    let event = tokio::select! {
-                        biased;
-                        _ = sink.closed() => return Ok(()),
-                        event = reader.next() => event.map_err(|err| err.to_string())?,
-                    };
-                    let message =
-                        serde_json::value::to_raw_value(&event).map_err(|err| err.to_string())?;
-                    if sink.send(message).await.is_err() {
-                        return Ok(());
-                    }
-                }
+                stream_spool(sink, reader).await
             },
         )?;
         Ok(())
@@ -252,22 +240,13 @@ pub fn methods(supervisor: Arc<Supervisor>) -> RpcModule<Supervisor> {
     module
 }
 
-/// Who may connect.
-#[derive(Debug, Clone, Default)]
-pub struct AccessPolicy {
-    /// Required bearer token, if any.
-    pub token: Option<String>,
-    /// Browser origins allowed to connect (exact match, e.g. `http://localhost:5173`).
-    pub allowed_origins: Vec<String>,
-}
-
 /// Starts the API server.
 pub async fn serve(
     listen: SocketAddr,
     policy: AccessPolicy,
     supervisor: Arc<Supervisor>,
 ) -> std::io::Result<(SocketAddr, ServerHandle)> {
-    let access = tower::ServiceBuilder::new().layer(AccessLayer { policy: Arc::new(policy) });
+    let access = tower::ServiceBuilder::new().layer(AccessLayer::new(policy));
     let config = ServerConfig::builder()
         .max_request_body_size(32 * 1024 * 1024)
         .max_response_body_size(64 * 1024 * 1024)
@@ -277,105 +256,4 @@ pub async fn serve(
         Server::builder().set_config(config).set_http_middleware(access).build(listen).await?;
     let addr = server.local_addr()?;
     Ok((addr, server.start(methods(supervisor))))
-}
-
-#[derive(Debug, Clone)]
-struct AccessLayer {
-    policy: Arc<AccessPolicy>,
-}
-
-impl<S> tower::Layer<S> for AccessLayer {
-    type Service = Access<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Access { inner, policy: Arc::clone(&self.policy) }
-    }
-}
-
-#[derive(Debug, Clone)]
-struct Access<S> {
-    inner: S,
-    policy: Arc<AccessPolicy>,
-}
-
-type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-impl AccessPolicy {
-    /// Why a request is refused, if it is.
-    fn refuse(&self, headers: &http::HeaderMap) -> Option<(http::StatusCode, &'static str)> {
-        if let Some(origin) = headers.get(http::header::ORIGIN) {
-            let allowed = origin
-                .to_str()
-                .is_ok_and(|origin| self.allowed_origins.iter().any(|allowed| allowed == origin));
-            if !allowed {
-                return Some((http::StatusCode::FORBIDDEN, "origin not allowed"));
-            }
-        }
-        if let Some(token) = &self.token {
-            let expected = format!("Bearer {token}");
-            let presented = headers.get(http::header::AUTHORIZATION).map(|value| value.as_bytes());
-            if !presented.is_some_and(|presented| constant_time_eq(presented, expected.as_bytes()))
-            {
-                return Some((http::StatusCode::UNAUTHORIZED, "missing or wrong bearer token"));
-            }
-        }
-        None
-    }
-}
-
-impl<S, B> tower::Service<HttpRequest<B>> for Access<S>
-where
-    S: tower::Service<HttpRequest<B>, Response = HttpResponse>,
-    S::Error: Into<BoxError> + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = HttpResponse;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, BoxError>> + Send + 'static>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, request: HttpRequest<B>) -> Self::Future {
-        match self.policy.refuse(request.headers()) {
-            None => {
-                let future = self.inner.call(request);
-                Box::pin(async move { future.await.map_err(Into::into) })
-            }
-            Some((status, why)) => Box::pin(async move {
-                Ok(http::Response::builder()
-                    .status(status)
-                    .body(HttpBody::from(why))
-                    .expect("UNWRAP: a static response is well formed"))
-            }),
-        }
-    }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn origins_and_tokens_are_checked() {
-        let policy = AccessPolicy {
-            token: Some("t".into()),
-            allowed_origins: vec!["http://localhost:5173".into()],
-        };
-        let mut headers = http::HeaderMap::new();
-        assert_eq!(policy.refuse(&headers).map(|r| r.0), Some(http::StatusCode::UNAUTHORIZED));
-        headers.insert(http::header::AUTHORIZATION, "Bearer t".parse().unwrap());
-        assert_eq!(policy.refuse(&headers), None);
-        headers.insert(http::header::ORIGIN, "http://evil.example".parse().unwrap());
-        assert_eq!(policy.refuse(&headers).map(|r| r.0), Some(http::StatusCode::FORBIDDEN));
-        headers.insert(http::header::ORIGIN, "http://localhost:5173".parse().unwrap());
-        assert_eq!(policy.refuse(&headers), None);
-        let open = AccessPolicy::default();
-        assert_eq!(open.refuse(&http::HeaderMap::new()), None);
-    }
 }

@@ -9,10 +9,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use agentctl::client::object_params;
 use agents::registry::{DEFAULT_DEBOUNCE, Environment, Registry};
 use anyhow::{Context, bail};
 use jsonrpsee::core::client::{ClientT, SubscriptionClientT};
-use jsonrpsee::core::params::ObjectParams;
 use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
 use serde_json::{Value, json};
 
@@ -206,16 +206,6 @@ struct Client {
     client: WsClient,
 }
 
-fn object(value: Value) -> ObjectParams {
-    let mut params = ObjectParams::new();
-    if let Value::Object(map) = value {
-        for (key, value) in map {
-            params.insert(&key, value).expect("UNWRAP: a Value always serialises");
-        }
-    }
-    params
-}
-
 impl Client {
     async fn connect(url: &str, token: Option<&str>) -> Result<Client, Failure> {
         let mut headers = http::HeaderMap::new();
@@ -237,7 +227,7 @@ impl Client {
     }
 
     async fn call(&self, method: &str, params: Value) -> Result<Value, Failure> {
-        self.client.request(method, object(params)).await.map_err(|err| self.failure(err))
+        self.client.request(method, object_params(params)).await.map_err(|err| self.failure(err))
     }
 
     fn failure(&self, err: jsonrpsee::core::ClientError) -> Failure {
@@ -442,7 +432,7 @@ impl Client {
         self.client
             .subscribe(
                 method::SESSION_SUBSCRIBE,
-                object(json!({"session_id": session, "after_seq": after})),
+                object_params(json!({"session_id": session, "after_seq": after})),
                 method::SESSION_UNSUBSCRIBE,
             )
             .await

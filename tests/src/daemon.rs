@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
+use agentctl::client::object_params;
 use jsonrpsee::core::client::{ClientT, Subscription, SubscriptionClientT};
-use jsonrpsee::core::params::ObjectParams;
 use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -162,16 +162,6 @@ pub struct Api {
     client: WsClient,
 }
 
-fn object(value: Value) -> ObjectParams {
-    let mut params = ObjectParams::new();
-    if let Value::Object(map) = value {
-        for (key, value) in map {
-            params.insert(&key, value).expect("UNWRAP: a Value always serialises");
-        }
-    }
-    params
-}
-
 impl Api {
     /// Connects with extra HTTP headers (e.g. an `Origin`).
     pub async fn connect(
@@ -195,7 +185,7 @@ impl Api {
 
     /// Calls a method with object params.
     pub async fn call(&self, method: &str, params: Value) -> Result<Value, ApiError> {
-        match within(method, self.client.request::<Value, _>(method, object(params))).await {
+        match within(method, self.client.request::<Value, _>(method, object_params(params))).await {
             Ok(value) => Ok(value),
             Err(jsonrpsee::core::ClientError::Call(error)) => Err(ApiError {
                 kind: error
@@ -216,7 +206,7 @@ impl Api {
             "task.session.subscribe",
             self.client.subscribe(
                 "task.session.subscribe",
-                object(json!({"session_id": session_id, "after_seq": after_seq})),
+                object_params(json!({"session_id": session_id, "after_seq": after_seq})),
                 "task.session.unsubscribe",
             ),
         )
