@@ -27,6 +27,9 @@ impl Home {
     pub fn open(root: &Path) -> io::Result<Home> {
         let root = std::path::absolute(root)?;
         create_private_dir(&root)?;
+        // An existing directory is made private too.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))?;
         create_private_dir(&root.join("sessions"))?;
         Ok(Home { root })
     }

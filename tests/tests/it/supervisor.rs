@@ -64,9 +64,16 @@ async fn a_mock_session_streams_a_turn_and_records_history() {
     assert_eq!(kinds, ["user_message", "agent_message"], "chunks are coalesced into one message");
     assert_eq!(entries[0]["content"], "/stream 20\nhello there");
     assert_eq!(entries[1]["content"].as_str().unwrap(), texts.concat());
-    // The file on disk is what the API returned.
-    let file = std::fs::read_to_string(daemon.session_dir(&session).join("history.jsonl")).unwrap();
+    // The file on disk is what the API returned, and private, like the data directory.
+    let path = daemon.session_dir(&session).join("history.jsonl");
+    let file = std::fs::read_to_string(&path).unwrap();
     assert_eq!(file.lines().count(), 2);
+    use std::os::unix::fs::PermissionsExt;
+    let mode =
+        |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(&daemon.root.path().join("tether")), 0o700);
+    assert_eq!(mode(&daemon.root.path().join("tether/state.db")), 0o600);
     let task = api.call("task.get", json!({"task_id": status_before["task_id"]})).await.unwrap();
     assert_eq!(task["state"], "REVIEW");
     assert_eq!(task["sessions"][0]["id"], session);
