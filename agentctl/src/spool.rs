@@ -146,6 +146,67 @@ impl<E: Entry> Spool<E> {
         })
     }
 
+    /// Opens the spool in `dir`, continuing its sequence when it holds segments (a torn
+    /// last line is cut off), or creates it. For logs that outlive their process, like the
+    /// supervisor's per-session event log.
+    pub fn open(dir: &Path, segment_bytes: u64) -> Result<Spool<E>, SpoolError> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io_err(dir))?;
+        let mut firsts: Vec<u64> = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
+            let path = entry.map_err(io_err(dir))?.path();
+            if let Some(first) = is_segment(&path)
+                .then(|| {
+                    path.file_name()?
+                        .to_str()?
+                        .strip_prefix("events-")?
+                        .strip_suffix(".jsonl")?
+                        .parse::<u64>()
+                        .ok()
+                })
+                .flatten()
+            {
+                firsts.push(first);
+            }
+        }
+        firsts.sort_unstable();
+        let Some(&active_first) = firsts.last() else { return Spool::create(dir, segment_bytes) };
+        let mut segments = VecDeque::new();
+        for pair in firsts.windows(2) {
+            let path = dir.join(format!("events-{:020}.jsonl", pair[0]));
+            let bytes = std::fs::metadata(&path).map_err(io_err(&path))?.len();
+            segments.push_back(Segment { first_seq: pair[0], last_seq: pair[1] - 1, path, bytes });
+        }
+        let path = dir.join(format!("events-{active_first:020}.jsonl"));
+        let text = std::fs::read(&path).map_err(io_err(&path))?;
+        let whole = text.iter().rposition(|&b| b == b'\n').map_or(0, |idx| idx + 1);
+        let last_seq = text[..whole]
+            .split(|&b| b == b'\n')
+            .filter(|line| !line.is_empty())
+            .next_back()
+            .map(|line| serde_json::from_slice::<E>(line).map(|entry| entry.seq()))
+            .transpose()
+            .map_err(|source| SpoolError::Corrupt { path: path.clone(), source })?
+            .unwrap_or(0);
+        let active = std::fs::OpenOptions::new().append(true).open(&path).map_err(io_err(&path))?;
+        active.set_len(whole as u64).map_err(io_err(&path))?;
+        segments.push_back(Segment {
+            first_seq: active_first,
+            last_seq,
+            path,
+            bytes: whole as u64,
+        });
+        let next_seq = if last_seq == 0 { active_first } else { last_seq + 1 };
+        let (last_seq_tx, _) = watch::channel(next_seq - 1);
+        Ok(Spool {
+            dir: dir.to_owned(),
+            segment_bytes,
+            inner: Mutex::new(Inner { segments, active, next_seq, acked_seq: 0 }),
+            last_seq_tx,
+            _entries: std::marker::PhantomData,
+        })
+    }
+
     /// Appends the entry built from the next seq and the current time (Unix ms), and
     /// publishes it. Returns its seq.
     pub fn append_with(&self, build: impl FnOnce(u64, u64) -> E) -> Result<u64, SpoolError> {

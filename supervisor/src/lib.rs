@@ -21,6 +21,7 @@ pub mod cli;
 pub mod events;
 pub mod history;
 pub mod home;
+pub mod resume_context;
 pub mod runtime;
 pub mod service;
 pub mod session;

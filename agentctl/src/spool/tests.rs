@@ -139,3 +139,31 @@ fn a_new_spool_clears_an_old_one() {
     assert_eq!(spool.disk_bytes(), 0);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }
+
+#[tokio::test]
+async fn an_opened_spool_continues_its_sequence_and_drops_a_torn_line() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let spool: Spool = Spool::create(dir.path(), 128).unwrap();
+        for n in 1..=10 {
+            spool.append(stderr(n)).unwrap();
+        }
+    }
+    // A torn line at the end, as a crash mid-write leaves it.
+    let newest = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).max().unwrap();
+    let mut file = std::fs::OpenOptions::new().append(true).open(&newest).unwrap();
+    std::io::Write::write_all(&mut file, b"{\"seq\":11,\"at\":1,\"ki").unwrap();
+    drop(file);
+    let spool = Arc::new(Spool::open(dir.path(), 128).unwrap());
+    assert_eq!(spool.last_seq(), 10);
+    assert_eq!(spool.append(stderr(11)).unwrap(), 11);
+    let mut reader = spool.reader(0).unwrap();
+    for n in 1..=11 {
+        let event = next(&mut reader).await;
+        assert_eq!((event.seq, line_of(&event)), (n, format!("line {n}")));
+    }
+    // An empty directory opens as a new spool.
+    let empty = tempfile::tempdir().unwrap();
+    let fresh: Spool = Spool::open(empty.path(), 128).unwrap();
+    assert_eq!(fresh.append(stderr(1)).unwrap(), 1);
+}

@@ -1,0 +1,224 @@
+//! History injection: the resume context wrapped around the first prompt after a resume
+//! that could not restore the agent's own memory (DESIGN §6.3).
+//!
+//! The history is read from its end, newest entry first, until the character budget is
+//! spent, so the cost is bounded by the budget and not by the size of the file. Messages
+//! are cut at 2,000 characters and tool results at 500, always on character boundaries.
+
+use std::io::{self, Read, Seek, SeekFrom};
+
+use crate::history::{EntryType, HistoryEntry, excerpt};
+
+/// The most characters of one user or agent message in the context.
+pub const MESSAGE_CHARS: usize = 2000;
+/// The most characters of one tool result in the context.
+pub const TOOL_RESULT_CHARS: usize = 500;
+/// The bytes read from the file per step backwards.
+const CHUNK: u64 = 64 * 1024;
+
+/// The context and what it cost to build.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumeContext {
+    /// The wrapped prompt.
+    pub text: String,
+    /// Entries included.
+    pub included: usize,
+    /// Older entries left out for the budget.
+    pub omitted: u64,
+    /// Bytes of the history file read.
+    pub bytes_read: u64,
+}
+
+/// One entry as it appears in the context.
+fn render(entry: &HistoryEntry) -> String {
+    let name = entry.tool_name.as_deref().unwrap_or("tool");
+    match entry.kind {
+        EntryType::UserMessage => format!("[USER]: {}", excerpt(&entry.content, MESSAGE_CHARS)),
+        EntryType::AgentMessage => {
+            format!("[ASSISTANT]: {}", excerpt(&entry.content, MESSAGE_CHARS))
+        }
+        EntryType::ToolCall => format!("[TOOL CALL: {name}]"),
+        EntryType::ToolResult => {
+            format!("[TOOL RESULT: {name}] {}", excerpt(&entry.content, TOOL_RESULT_CHARS))
+        }
+    }
+}
+
+/// Builds the resume context for `prompt` from the history in `file`, keeping the newest
+/// entries that fit in `budget` characters.
+pub fn build<F: Read + Seek>(
+    file: &mut F,
+    prompt: &str,
+    budget: usize,
+) -> io::Result<ResumeContext> {
+    let len = file.seek(SeekFrom::End(0))?;
+    let mut pos = len;
+    let mut bytes_read = 0u64;
+    // Bytes of lines not yet complete (their start lies in an earlier chunk).
+    let mut carry: Vec<u8> = Vec::new();
+    let mut lines_newest_first: Vec<String> = Vec::new();
+    let mut used = 0usize;
+    let mut newest_seq: Option<u64> = None;
+    let mut full = false;
+    while pos > 0 && !full {
+        let step = pos.min(CHUNK);
+        pos -= step;
+        let mut chunk = vec![0u8; step as usize];
+        file.seek(SeekFrom::Start(pos))?;
+        file.read_exact(&mut chunk)?;
+        bytes_read += step;
+        chunk.extend_from_slice(&carry);
+        // Every line but the first is complete (the first may start in an earlier chunk,
+        // unless we are at the start of the file).
+        let mut parts: Vec<&[u8]> = chunk.split(|&b| b == b'\n').collect();
+        let first = if pos > 0 { parts.remove(0).to_vec() } else { Vec::new() };
+        for line in parts.into_iter().rev() {
+            if line.is_empty() {
+                continue;
+            }
+            let Ok(entry) = serde_json::from_slice::<HistoryEntry>(line) else { continue };
+            newest_seq.get_or_insert(entry.seq);
+            let rendered = render(&entry);
+            let cost = rendered.chars().count() + 1;
+            if used + cost > budget {
+                full = true;
+                break;
+            }
+            used += cost;
+            lines_newest_first.push(rendered);
+        }
+        carry = first;
+    }
+    let included = lines_newest_first.len();
+    // Entries are numbered from 1 without gaps, so the newest seq is the total count.
+    let omitted = newest_seq.map_or(0, |seq| seq.saturating_sub(included as u64));
+    let mut text =
+        String::from("RESUME CONTEXT FOR CONTINUING TASK\n\n=== EXECUTION HISTORY ===\n");
+    if omitted > 0 {
+        text.push_str(&format!("[{omitted} earlier entries omitted]\n"));
+    }
+    for line in lines_newest_first.iter().rev() {
+        text.push_str(line);
+        text.push('\n');
+    }
+    text.push_str("\n=== CURRENT REQUEST ===\n");
+    text.push_str(prompt);
+    text.push_str(
+        "\n\n=== INSTRUCTIONS ===\nYou are continuing work on the above task. The execution history shows what was \
+         already said and done.\nDo not repeat work that was already completed.\n",
+    );
+    Ok(ResumeContext { text, included, omitted, bytes_read })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Cursor;
+
+    use super::*;
+
+    fn entry(seq: u64, kind: EntryType, content: &str) -> String {
+        let tool = matches!(kind, EntryType::ToolCall | EntryType::ToolResult);
+        let entry = HistoryEntry {
+            seq,
+            at: 0,
+            kind,
+            role: "x".into(),
+            content: content.into(),
+            tool_name: tool.then(|| "ls".into()),
+            tool_call_id: tool.then(|| "c1".into()),
+            tool_status: tool.then(|| "completed".into()),
+        };
+        serde_json::to_string(&entry).unwrap() + "\n"
+    }
+
+    #[test]
+    fn the_context_has_the_documented_shape() {
+        let history = [
+            entry(1, EntryType::UserMessage, "list the files"),
+            entry(2, EntryType::ToolCall, "ls"),
+            entry(3, EntryType::ToolResult, "a.txt\nb.txt"),
+            entry(4, EntryType::AgentMessage, "there are two files"),
+        ]
+        .concat();
+        let context = build(&mut Cursor::new(history), "and now?", 10_000).unwrap();
+        assert_eq!(
+            context.text,
+            "RESUME CONTEXT FOR CONTINUING TASK\n\n=== EXECUTION HISTORY ===\n[USER]: list the files\n[TOOL CALL: ls]\n\
+             [TOOL RESULT: ls] a.txt\nb.txt\n[ASSISTANT]: there are two files\n\n=== CURRENT REQUEST ===\nand now?\n\n\
+             === INSTRUCTIONS ===\nYou are continuing work on the above task. The execution history shows what was \
+             already said and done.\nDo not repeat work that was already completed.\n"
+        );
+        assert_eq!((context.included, context.omitted), (4, 0));
+    }
+
+    #[test]
+    fn long_texts_are_cut_on_character_boundaries() {
+        let long_message = "é".repeat(3000);
+        let long_result = "日".repeat(900);
+        let history = [
+            entry(1, EntryType::UserMessage, &long_message),
+            entry(2, EntryType::ToolResult, &long_result),
+        ]
+        .concat();
+        let context = build(&mut Cursor::new(history), "p", 100_000).unwrap();
+        assert!(context.text.contains(&format!("[USER]: {}\n", "é".repeat(MESSAGE_CHARS))));
+        assert!(
+            context
+                .text
+                .contains(&format!("[TOOL RESULT: ls] {}\n", "日".repeat(TOOL_RESULT_CHARS)))
+        );
+        assert!(!context.text.contains(&"é".repeat(MESSAGE_CHARS + 1)));
+    }
+
+    #[test]
+    fn the_budget_keeps_the_newest_entries_and_counts_the_rest() {
+        let history: String = (1..=100)
+            .map(|n| entry(n, EntryType::UserMessage, &format!("message {n:03}")))
+            .collect();
+        let context = build(&mut Cursor::new(history), "p", 200).unwrap();
+        assert!(context.included > 0 && context.included < 100);
+        assert_eq!(context.omitted, 100 - context.included as u64);
+        assert!(context.text.contains("message 100"));
+        assert!(!context.text.contains("message 001"));
+        assert!(context.text.contains(&format!("[{} earlier entries omitted]", context.omitted)));
+    }
+
+    #[test]
+    fn a_huge_history_costs_only_what_the_budget_needs() {
+        // A 1 GiB file is simulated by a reader that fabricates lines on demand, so the test
+        // counts bytes read instead of allocating a gibibyte.
+        struct Huge {
+            len: u64,
+            pos: u64,
+        }
+        const LINE: &[u8] = b"{\"seq\":1,\"at\":0,\"type\":\"user_message\",\"role\":\"user\",\"content\":\"filler text filler text\"}\n";
+        impl Read for Huge {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                let n = (buf.len() as u64).min(self.len - self.pos) as usize;
+                for (i, byte) in buf[..n].iter_mut().enumerate() {
+                    *byte = LINE[((self.pos + i as u64) % LINE.len() as u64) as usize];
+                }
+                self.pos += n as u64;
+                Ok(n)
+            }
+        }
+        impl Seek for Huge {
+            fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+                self.pos = match to {
+                    SeekFrom::Start(n) => n,
+                    SeekFrom::End(n) => (self.len as i64 + n) as u64,
+                    SeekFrom::Current(n) => (self.pos as i64 + n) as u64,
+                };
+                Ok(self.pos)
+            }
+        }
+        let len = (1u64 << 30) / LINE.len() as u64 * LINE.len() as u64;
+        let context = build(&mut Huge { len, pos: 0 }, "p", 10_000).unwrap();
+        assert!(context.included > 100);
+        assert!(
+            context.bytes_read <= 2 * CHUNK,
+            "read {} bytes of a 1 GiB history",
+            context.bytes_read
+        );
+    }
+}
