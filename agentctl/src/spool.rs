@@ -182,8 +182,7 @@ impl<E: Entry> Spool<E> {
         let whole = text.iter().rposition(|&b| b == b'\n').map_or(0, |idx| idx + 1);
         let last_seq = text[..whole]
             .split(|&b| b == b'\n')
-            .filter(|line| !line.is_empty())
-            .next_back()
+            .rfind(|line| !line.is_empty())
             .map(|line| serde_json::from_slice::<E>(line).map(|entry| entry.seq()))
             .transpose()
             .map_err(|source| SpoolError::Corrupt { path: path.clone(), source })?
