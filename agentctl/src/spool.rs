@@ -259,6 +259,21 @@ impl<E: Entry> Spool<E> {
         inner.active.sync_data().map_err(io_err(&path))
     }
 
+    /// The newest entry, read back from disk.
+    pub fn last_entry(&self) -> Result<Option<E>, SpoolError> {
+        let paths: Vec<PathBuf> =
+            self.lock().segments.iter().rev().take(2).map(|s| s.path.clone()).collect();
+        for path in paths {
+            let text = std::fs::read(&path).map_err(io_err(&path))?;
+            if let Some(line) = text.split(|&b| b == b'\n').rfind(|line| !line.is_empty()) {
+                return serde_json::from_slice(line)
+                    .map(Some)
+                    .map_err(|source| SpoolError::Corrupt { path, source });
+            }
+        }
+        Ok(None)
+    }
+
     /// The newest event's seq (0 before any).
     pub fn last_seq(&self) -> u64 {
         *self.last_seq_tx.borrow()

@@ -40,6 +40,10 @@ pub mod method {
     pub const SESSION_STATUS: &str = "task.session.status";
     /// `task.session.prompt`
     pub const SESSION_PROMPT: &str = "task.session.prompt";
+    /// `task.session.resume`
+    pub const SESSION_RESUME: &str = "task.session.resume";
+    /// `sessions.stop_all`: stop every live agent, keep the sessions resumable.
+    pub const STOP_ALL: &str = "sessions.stop_all";
     /// `task.session.cancel`
     pub const SESSION_CANCEL: &str = "task.session.cancel";
     /// `task.session.stop`
@@ -187,6 +191,13 @@ pub fn methods(supervisor: Arc<Supervisor>) -> RpcModule<Supervisor> {
             let p: SessionPrompt = parse(&params)?;
             let turn_id = sup.prompt(p.session_id, p.prompt).await.map_err(to_rpc)?;
             Ok::<_, ErrorObjectOwned>(json!({"turn_id": turn_id}))
+        })?;
+        module.register_async_method(method::SESSION_RESUME, |params, sup, _| async move {
+            let p: SessionId = parse(&params)?;
+            sup.resume(p.session_id).await.map_err(to_rpc)
+        })?;
+        module.register_async_method(method::STOP_ALL, |_, sup, _| async move {
+            Ok::<_, ErrorObjectOwned>(json!({"stopped": sup.stop_all().await}))
         })?;
         module.register_async_method(method::SESSION_CANCEL, |params, sup, _| async move {
             let p: SessionId = parse(&params)?;

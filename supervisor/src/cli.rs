@@ -36,13 +36,18 @@ client (talks to a running daemon; --url defaults to ws://127.0.0.1:7733, or $TE
   task create TITLE [--description TEXT]
   task list
   session start --agent PROFILE --workspace DIR (--task ID | --new-task TITLE) [--prompt TEXT] [--quiet]
-  prompt SESSION TEXT
+  prompt SESSION TEXT          (resumes the session first if its agent is not running)
+  resume SESSION
   status SESSION
   sessions list [--task ID]
   sessions show SESSION
   sessions delete SESSION
   stop SESSION
+  stop-all                     stop every agent and sidecar; sessions stay resumable
   history SESSION
+
+`serve` leaves agent sidecars running when it gets SIGTERM, so a restart loses nothing; it
+re-adopts them when it starts again.
 ";
 
 /// A failure with its exit code and the one line to print.
@@ -182,6 +187,8 @@ async fn serve(mut args: Vec<String>, self_command: Vec<OsString>) -> anyhow::Re
         runtime: Arc::new(StandaloneRuntime { agentctl }),
         applets,
     }));
+    // Restart recovery happens before the API serves anything.
+    supervisor.recover().await?;
     let policy = AccessPolicy { token, allowed_origins };
     let (addr, handle) = api::serve(listen, policy, supervisor)
         .await
@@ -349,6 +356,21 @@ impl Client {
             ["sessions", "delete", session] => {
                 self.call(method::SESSION_DELETE, json!({"session_id": session})).await?;
                 println!("session {session} deleted");
+                Ok(())
+            }
+            ["resume", session] => {
+                let result =
+                    self.call(method::SESSION_RESUME, json!({"session_id": session})).await?;
+                println!(
+                    "session {session} resumed ({}), {}",
+                    result["outcome"].as_str().unwrap_or(""),
+                    result["state"].as_str().unwrap_or("")
+                );
+                Ok(())
+            }
+            ["stop-all"] => {
+                let result = self.call(method::STOP_ALL, json!({})).await?;
+                println!("stopped {} agent(s); their sessions stay resumable", result["stopped"]);
                 Ok(())
             }
             ["stop", session] => {

@@ -14,6 +14,10 @@ pub struct SessionEvent {
     pub seq: u64,
     /// Unix ms.
     pub at: u64,
+    /// The newest agentctl event seq handled when this was emitted; after a restart, events
+    /// at or below it are not emitted again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_seq: Option<u64>,
     /// What happened.
     #[serde(flatten)]
     pub kind: SessionEventKind,
@@ -102,5 +106,11 @@ pub enum SessionEventKind {
     Notice {
         /// The message.
         message: String,
+    },
+    /// How a resume restored the session: `native_resume`, `native_load`,
+    /// `resume_command`, `history_injection` or `fresh`.
+    ResumeOutcome {
+        /// The outcome.
+        outcome: String,
     },
 }

@@ -52,6 +52,10 @@ pub struct HistoryEntry {
     /// The tool's status, for tool entries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_status: Option<String>,
+    /// The newest agentctl event seq folded into the history when this entry was written.
+    /// After a restart, events at or below it are not recorded again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_seq: Option<u64>,
 }
 
 /// The writer of one session's history.
@@ -62,6 +66,8 @@ pub struct History {
     next_seq: u64,
     /// Agent text not yet written (the current message).
     agent_text: String,
+    /// The newest agentctl event seq handled; written into each entry.
+    watermark: Option<u64>,
 }
 
 impl History {
@@ -74,14 +80,11 @@ impl History {
             .append(true)
             .mode(0o600)
             .open(path)?;
-        let last = repair_tail(&mut file)?;
-        let next_seq = match last {
-            Some(line) => serde_json::from_slice::<HistoryEntry>(&line)
-                .map(|entry| entry.seq + 1)
-                .unwrap_or(1),
-            None => 1,
-        };
-        Ok(History { path: path.to_owned(), file, next_seq, agent_text: String::new() })
+        let last = repair_tail(&mut file)?
+            .and_then(|line| serde_json::from_slice::<HistoryEntry>(&line).ok());
+        let next_seq = last.as_ref().map_or(1, |entry| entry.seq + 1);
+        let watermark = last.and_then(|entry| entry.agent_seq);
+        Ok(History { path: path.to_owned(), file, next_seq, agent_text: String::new(), watermark })
     }
 
     /// The file's path.
@@ -98,6 +101,21 @@ impl History {
     ) -> io::Result<u64> {
         self.flush_agent()?;
         self.write(kind, content, tool)
+    }
+
+    /// The newest agentctl event seq the file reflects (from its last entry when opened).
+    pub fn watermark(&self) -> Option<u64> {
+        self.watermark
+    }
+
+    /// Records that agentctl event `seq` is being handled.
+    pub fn set_watermark(&mut self, seq: u64) {
+        self.watermark = Some(seq);
+    }
+
+    /// Whether any entry has been written.
+    pub fn is_empty(&self) -> bool {
+        self.next_seq == 1
     }
 
     /// Forces what was written to disk (before an ack).
@@ -144,6 +162,7 @@ impl History {
             tool_name,
             tool_call_id,
             tool_status,
+            agent_seq: self.watermark,
         };
         let mut line = serde_json::to_vec(&entry).expect("UNWRAP: entries always serialise");
         line.push(b'\n');

@@ -127,6 +127,7 @@ mod tests {
             tool_name: tool.then(|| "ls".into()),
             tool_call_id: tool.then(|| "c1".into()),
             tool_status: tool.then(|| "completed".into()),
+            agent_seq: None,
         };
         serde_json::to_string(&entry).unwrap() + "\n"
     }

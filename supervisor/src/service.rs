@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentctl::spool::SpoolReader;
+use agentctl::spool::{Spool, SpoolReader};
 use agents::profile::Profile;
 use agents::registry::{Environment, Registry};
 use serde::Serialize;
@@ -17,7 +17,7 @@ use crate::events::SessionEvent;
 use crate::history::{self, HistoryEntry};
 use crate::home::{self, Home};
 use crate::runtime::Runtime;
-use crate::session::{self, SessionContext, SessionError, SessionHandle};
+use crate::session::{self, AdoptPlan, SessionContext, SessionError, SessionHandle, Start};
 use crate::store::{SessionRow, SessionState, Store, StoreError, Task};
 
 /// Errors of the operations, each with the `data.kind` the API reports.
@@ -75,7 +75,7 @@ impl From<SessionError> for ServiceError {
     fn from(err: SessionError) -> ServiceError {
         match err {
             SessionError::Terminal(_) => ServiceError::Conflict(err.to_string()),
-            SessionError::InvalidState(_) | SessionError::Gone => {
+            SessionError::InvalidState(_) | SessionError::Gone | SessionError::AgentGone(_) => {
                 ServiceError::InvalidState(err.to_string())
             }
             SessionError::NoSuchRequest(_) => ServiceError::NotFound(err.to_string()),
@@ -107,6 +107,12 @@ pub struct Supervisor {
     config: SupervisorConfig,
     /// Live (and ended, until deleted) sessions. A std mutex: map lookups only.
     sessions: Mutex<HashMap<String, SessionHandle>>,
+    /// Each session's event log, opened once per process and shared with its actor (two
+    /// writers on one spool would corrupt it).
+    event_logs: Mutex<HashMap<String, Arc<Spool<SessionEvent>>>>,
+    /// Serialises "is there a live actor, else start one", so one session gets one actor
+    /// and one launch however many resumes and prompts race.
+    start_lock: tokio::sync::Mutex<()>,
 }
 
 /// One agent profile as `agents.list` shows it.
@@ -172,35 +178,76 @@ pub struct TaskDetail {
 impl Supervisor {
     /// A supervisor over an opened store and home.
     pub fn new(config: SupervisorConfig) -> Supervisor {
-        Supervisor { config, sessions: Mutex::new(HashMap::new()) }
+        Supervisor {
+            config,
+            sessions: Mutex::new(HashMap::new()),
+            event_logs: Mutex::new(HashMap::new()),
+            start_lock: tokio::sync::Mutex::new(()),
+        }
     }
 
     fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, SessionHandle>> {
         self.sessions.lock().expect("UNWRAP: never poisoned")
     }
 
-    /// The argv to launch `profile`'s agent, or why it cannot be launched.
-    fn resolve(&self, profile: &Profile) -> Result<Vec<OsString>, Vec<String>> {
+    /// Resolves a program name to the argv prefix that runs it: an installed program, or
+    /// an applet of this binary.
+    fn resolver(&self) -> Arc<dyn Fn(&str) -> Option<Vec<OsString>> + Send + Sync> {
+        let environment = self.config.environment.clone();
+        let applets = self.config.applets.clone();
+        Arc::new(move |name| {
+            environment
+                .find_program(name)
+                .map(|path| vec![path.into_os_string()])
+                .or_else(|| applets.get(name).cloned())
+        })
+    }
+
+    /// Why `profile` cannot be launched here (empty when it can).
+    fn unavailable(&self, profile: &Profile) -> Vec<String> {
         let availability = agents::registry::availability(profile, &self.config.environment);
-        let home = self.agent_home();
-        let argv = profile.launch_argv(&home);
-        if availability.available {
-            let mut resolved: Vec<OsString> =
-                vec![availability.program.expect("UNWRAP: available means found").into()];
-            resolved.extend(argv[1..].iter().map(OsString::from));
-            return Ok(resolved);
+        let applet =
+            availability.program.is_none() && self.config.applets.contains_key(&profile.command[0]);
+        // The program reason comes first; an applet stands in for a missing program.
+        availability.reasons.into_iter().skip(usize::from(applet)).collect()
+    }
+
+    fn context(&self, session_id: &str) -> Result<SessionContext, ServiceError> {
+        let dir = self
+            .config
+            .home
+            .session_dir(session_id)
+            .map_err(|err| ServiceError::Internal(err.to_string()))?;
+        Ok(SessionContext {
+            store: self.config.store.clone(),
+            runtime: Arc::clone(&self.config.runtime),
+            dir,
+            resolve: self.resolver(),
+            agent_home: self.agent_home(),
+            ready_timeout: Duration::from_secs(30),
+        })
+    }
+
+    /// The session's event log (opened, or reopened after a restart).
+    fn event_log(&self, session_id: &str) -> Result<Arc<Spool<SessionEvent>>, ServiceError> {
+        let mut logs = self.event_logs.lock().expect("UNWRAP: never poisoned");
+        if let Some(log) = logs.get(session_id) {
+            return Ok(Arc::clone(log));
         }
-        let only_program_missing = availability.program.is_none()
-            && availability.reasons.len() == 1
-            && self.config.applets.contains_key(&profile.command[0]);
-        match self.config.applets.get(&profile.command[0]) {
-            Some(applet) if only_program_missing => {
-                let mut resolved = applet.clone();
-                resolved.extend(argv[1..].iter().map(OsString::from));
-                Ok(resolved)
-            }
-            _ => Err(availability.reasons),
-        }
+        let dir = self.config.home.session_path(session_id).join("events");
+        let log =
+            Arc::new(Spool::open(&dir, agentctl::spool::DEFAULT_SEGMENT_BYTES).map_err(|err| {
+                ServiceError::Internal(format!("the event log of {session_id}: {err}"))
+            })?);
+        logs.insert(session_id.to_owned(), Arc::clone(&log));
+        Ok(log)
+    }
+
+    /// The profile a session started with (its snapshot), not today's.
+    fn snapshot(row: &SessionRow) -> Result<Arc<Profile>, ServiceError> {
+        serde_json::from_value(row.profile_snapshot.clone()).map(Arc::new).map_err(|err| {
+            ServiceError::Internal(format!("the profile snapshot of {}: {err}", row.id))
+        })
     }
 
     fn agent_home(&self) -> PathBuf {
@@ -216,12 +263,12 @@ impl Supervisor {
             .list()
             .into_iter()
             .map(|profile| {
-                let resolved = self.resolve(&profile);
+                let reasons = self.unavailable(&profile);
                 AgentInfo {
                     id: profile.id.clone(),
                     display_name: profile.display_name.clone(),
-                    available: resolved.is_ok(),
-                    reasons: resolved.err().unwrap_or_default(),
+                    available: reasons.is_empty(),
+                    reasons,
                     native_resume: profile.session.native_resume,
                     history_injection: profile.session.history_injection,
                 }
@@ -278,12 +325,13 @@ impl Supervisor {
         let profile = self.config.registry.get(&agent_profile_id).ok_or_else(|| {
             ServiceError::NotFound(format!("agent profile {agent_profile_id} not found"))
         })?;
-        let agent_argv = self.resolve(&profile).map_err(|reasons| {
-            ServiceError::AgentUnavailable(format!(
+        let reasons = self.unavailable(&profile);
+        if !reasons.is_empty() {
+            return Err(ServiceError::AgentUnavailable(format!(
                 "agent {agent_profile_id} is not available: {}",
                 reasons.join("; ")
-            ))
-        })?;
+            )));
+        }
         let task = self.config.store.get_task(task_id.clone()).await?;
         let now = crate::store::now_ms();
         let row = SessionRow {
@@ -300,22 +348,17 @@ impl Supervisor {
             updated_at: now,
         };
         let row = self.config.store.create_session(row).await?;
-        let dir = self
-            .config
-            .home
-            .session_dir(&row.id)
-            .map_err(|err| ServiceError::Internal(err.to_string()))?;
-        let context = SessionContext {
-            store: self.config.store.clone(),
-            runtime: Arc::clone(&self.config.runtime),
-            dir,
-            agent_argv,
-            agent_home: self.agent_home(),
-            ready_timeout: Duration::from_secs(30),
-        };
+        let context = self.context(&row.id)?;
+        let events = self.event_log(&row.id)?;
         let initial_prompt = prompt
             .or_else(|| (!task.description.trim().is_empty()).then(|| task.description.clone()));
-        let handle = session::start_session(context, row.clone(), profile, initial_prompt)?;
+        let handle = session::start_session(
+            context,
+            row.clone(),
+            profile,
+            events,
+            Start::Fresh { initial_prompt },
+        )?;
         self.sessions().insert(row.id.clone(), handle);
         Ok(row)
     }
@@ -348,14 +391,18 @@ impl Supervisor {
     /// `task.session.status`.
     pub async fn status(&self, session_id: String) -> Result<SessionStatus, ServiceError> {
         let row = self.session_row(&session_id).await?;
+        let last_event_seq = self.event_log(&session_id).map_or(0, |log| log.last_seq());
         let executor = self.config.store.get_executor(session_id.clone()).await?;
         let handle = self.handle(&session_id);
         let view = handle.as_ref().map(SessionHandle::view);
         let running = view.as_ref().is_some_and(|view| view.agent_running);
+        let adopting = view.as_ref().is_some_and(|view| view.adopting);
         let (is_resumable, needs_resume, reason) = if row.state.is_terminal() {
             (false, false, "terminal")
         } else if running {
             (true, false, "agent_running")
+        } else if adopting {
+            (true, false, "reattaching")
         } else if row.state == SessionState::Created {
             (true, false, "not_started")
         } else if executor.as_ref().is_some_and(|e| e.resume_token.is_some()) {
@@ -381,7 +428,7 @@ impl Supervisor {
             worktree_path: Some(row.workspace_path),
             worktree_branch: None,
             error: row.error_message,
-            last_event_seq: handle.map_or(0, |handle| handle.events().last_seq()),
+            last_event_seq,
         })
     }
 
@@ -390,7 +437,172 @@ impl Supervisor {
         if prompt.trim().is_empty() {
             return Err(ServiceError::InvalidParams("prompt must not be empty".into()));
         }
-        Ok(self.live(&session_id).await?.prompt(prompt).await?)
+        let row = self.session_row(&session_id).await?;
+        if row.state.is_terminal() {
+            return Err(ServiceError::Conflict(format!(
+                "session {session_id} is {}",
+                row.state.as_str()
+            )));
+        }
+        // Lazily: a session without a live agent is resumed first (and waited for).
+        let handle = self.ensure_running(&row).await?;
+        match handle.prompt(prompt.clone()).await {
+            Err(SessionError::AgentGone(_)) => {
+                // The execution vanished under us: resume once, retry once.
+                let handle = self.ensure_running(&row).await?;
+                Ok(handle.prompt(prompt).await?)
+            }
+            other => Ok(other?),
+        }
+    }
+
+    /// A live actor whose agent runs: resumes the session if needed and waits for it.
+    async fn ensure_running(&self, row: &SessionRow) -> Result<SessionHandle, ServiceError> {
+        let handle = self.actor(row).await?;
+        if handle.view().agent_running && !handle.view().launching {
+            return Ok(handle);
+        }
+        let outcome = tokio::time::timeout(RESUME_WAIT, handle.resume()).await.map_err(|_| {
+            ServiceError::RuntimeUnavailable(format!(
+                "session {} did not become ready in time",
+                row.id
+            ))
+        })?;
+        outcome?;
+        Ok(handle)
+    }
+
+    /// The session's actor, starting one (idle, ready to resume) if none is live.
+    async fn actor(&self, row: &SessionRow) -> Result<SessionHandle, ServiceError> {
+        let _guard = self.start_lock.lock().await;
+        if let Some(handle) = self.handle(&row.id).filter(SessionHandle::is_live) {
+            return Ok(handle);
+        }
+        let workspace = Path::new(&row.workspace_path);
+        if !workspace.is_dir() {
+            return Err(ServiceError::InvalidState(format!(
+                "the workspace {} of session {} no longer exists; recreate it (or delete the session)",
+                row.workspace_path, row.id
+            )));
+        }
+        let profile = Supervisor::snapshot(row)?;
+        let handle = session::start_session(
+            self.context(&row.id)?,
+            row.clone(),
+            profile,
+            self.event_log(&row.id)?,
+            Start::Resume,
+        )?;
+        self.sessions().insert(row.id.clone(), handle.clone());
+        Ok(handle)
+    }
+
+    /// `task.session.resume`: one launch per session however many callers; every caller
+    /// gets its outcome.
+    pub async fn resume(&self, session_id: String) -> Result<ResumeResult, ServiceError> {
+        let row = self.session_row(&session_id).await?;
+        if row.state.is_terminal() {
+            return Err(ServiceError::Conflict(format!(
+                "session {session_id} is {} and cannot be resumed",
+                row.state.as_str()
+            )));
+        }
+        let handle = self.actor(&row).await?;
+        let outcome =
+            tokio::time::timeout(RESUME_WAIT, handle.resume()).await.map_err(|_| {
+                ServiceError::RuntimeUnavailable(format!(
+                    "session {session_id} did not become ready in time"
+                ))
+            })??;
+        let view = handle.view();
+        Ok(ResumeResult {
+            session_id,
+            outcome,
+            state: view.state,
+            is_agent_running: view.agent_running,
+            acp_session_id: view.acp_session_id,
+            error: view.error,
+        })
+    }
+
+    /// Stops every live agent and its sidecar; the sessions stay resumable.
+    pub async fn stop_all(&self) -> usize {
+        let handles: Vec<SessionHandle> =
+            self.sessions().values().filter(|handle| handle.is_live()).cloned().collect();
+        let mut stopped = 0;
+        for handle in handles {
+            if handle.view().agent_running && handle.detach().await.is_ok() {
+                stopped += 1;
+            }
+        }
+        stopped
+    }
+
+    /// Restart recovery (DESIGN §7), before serving: re-adopts live sidecars, and marks what
+    /// the dead ones leave behind. No agent is launched.
+    pub async fn recover(&self) -> Result<RecoverySummary, ServiceError> {
+        let mut summary = RecoverySummary::default();
+        let boot_id = agentctl::ready::boot_id().unwrap_or_default();
+        for (row, executor) in self.config.store.active_executions().await? {
+            let alive = executor.status != "dead"
+                && executor.status != "stopped"
+                && executor.status != "exited"
+                && sidecar_alive(&executor, &boot_id);
+            if alive {
+                let addr = std::net::SocketAddr::from((
+                    [127, 0, 0, 1],
+                    executor.agentctl_port.unwrap_or(0) as u16,
+                ));
+                let open_turns = self
+                    .config
+                    .store
+                    .open_turns(row.id.clone(), executor.execution_id.clone())
+                    .await?;
+                summary.approvals_restored +=
+                    self.config.store.list_pending(row.id.clone()).await?.len();
+                let profile = Supervisor::snapshot(&row)?;
+                let plan = AdoptPlan { executor, addr, open_turns };
+                let handle = session::start_session(
+                    self.context(&row.id)?,
+                    row.clone(),
+                    profile,
+                    self.event_log(&row.id)?,
+                    Start::Adopt(plan),
+                )?;
+                self.sessions().insert(row.id.clone(), handle);
+                summary.readopted += 1;
+            } else {
+                summary.interrupted += self.config.store.interrupt_turns(row.id.clone()).await?;
+                summary.approvals_cancelled +=
+                    self.config.store.clear_pending(row.id.clone()).await?;
+                let _ = self
+                    .config
+                    .store
+                    .set_executor_status(row.id.clone(), executor.execution_id, "dead")
+                    .await;
+                if row.state == SessionState::Starting {
+                    self.config
+                        .store
+                        .set_session_state(
+                            row.id.clone(),
+                            SessionState::WaitingForInput,
+                            None,
+                            None,
+                        )
+                        .await?;
+                }
+                summary.dead += 1;
+            }
+        }
+        tracing::info!(
+            readopted = summary.readopted,
+            dead = summary.dead,
+            interrupted = summary.interrupted,
+            approvals_restored = summary.approvals_restored,
+            approvals_cancelled = summary.approvals_cancelled,
+            "recovery done"
+        );
+        Ok(summary)
     }
 
     /// `task.session.cancel`.
@@ -474,13 +686,7 @@ impl Supervisor {
         after_seq: u64,
     ) -> Result<SpoolReader<SessionEvent>, ServiceError> {
         self.session_row(&session_id).await?;
-        let handle = self.handle(&session_id).ok_or_else(|| {
-            ServiceError::InvalidState(format!(
-                "session {session_id} has no event log in this process"
-            ))
-        })?;
-        handle
-            .events()
+        self.event_log(&session_id)?
             .reader(after_seq)
             .map_err(|err| ServiceError::InvalidParams(err.to_string()))
     }
@@ -497,6 +703,55 @@ impl Supervisor {
     pub fn profile_snapshot(&self, id: &str) -> Option<Value> {
         self.config.registry.get(id).and_then(|profile| serde_json::to_value(&*profile).ok())
     }
+}
+
+/// How long a resume (or a prompt that waits for one) may take.
+pub const RESUME_WAIT: Duration = Duration::from_secs(90);
+
+/// `task.session.resume`'s answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResumeResult {
+    /// The session.
+    pub session_id: String,
+    /// `native_resume | native_load | resume_command | history_injection | fresh`, or
+    /// `already_running`.
+    pub outcome: String,
+    /// Its state now.
+    pub state: SessionState,
+    /// Whether the agent runs.
+    pub is_agent_running: bool,
+    /// The ACP session id.
+    pub acp_session_id: Option<String>,
+    /// The session's error message, if any (a rejected token leaves a notice, not an error).
+    pub error: Option<String>,
+}
+
+/// What restart recovery did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RecoverySummary {
+    /// Live sidecars re-adopted.
+    pub readopted: usize,
+    /// Sessions whose sidecar was dead.
+    pub dead: usize,
+    /// Turns marked interrupted.
+    pub interrupted: usize,
+    /// Pending permission requests re-emitted.
+    pub approvals_restored: usize,
+    /// Pending permission requests dropped with their dead agent.
+    pub approvals_cancelled: usize,
+}
+
+/// A sidecar is alive only if the machine has not rebooted since it started, its pid still
+/// exists, and that pid's start time is the one it announced (not a recycled pid).
+fn sidecar_alive(executor: &crate::store::ExecutorRow, boot_id: &str) -> bool {
+    let (Some(pid), Some(start_time)) = (executor.agentctl_pid, executor.agentctl_start_time)
+    else {
+        return false;
+    };
+    let Ok(pid) = u32::try_from(pid) else { return false };
+    executor.boot_id.as_deref() == Some(boot_id)
+        && agentctl::process::PidFd::open(pid).is_ok()
+        && agentctl::ready::process_start_time(pid).is_ok_and(|now| now as i64 == start_time)
 }
 
 fn check_id(name: &str, id: &str) -> Result<(), ServiceError> {

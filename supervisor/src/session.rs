@@ -54,6 +54,9 @@ pub enum SessionError {
     /// The actor is gone.
     #[error("the session actor stopped")]
     Gone,
+    /// The agent's execution is not there (it exited, or its sidecar vanished).
+    #[error("the agent is not running: {0}")]
+    AgentGone(String),
 }
 
 /// The cheap, always-current view of a session.
@@ -69,6 +72,12 @@ pub struct SessionView {
     pub error: Option<String>,
     /// The running turn.
     pub turn_id: Option<String>,
+    /// An execution is being launched (or a resume is deciding how to restore).
+    pub launching: bool,
+    /// Re-attaching to a live sidecar after a supervisor restart.
+    pub adopting: bool,
+    /// How the last resume went.
+    pub resume_outcome: Option<String>,
 }
 
 enum Command {
@@ -85,6 +94,12 @@ enum Command {
         reply: oneshot::Sender<Result<(), SessionError>>,
     },
     Stop {
+        reply: oneshot::Sender<Result<(), SessionError>>,
+    },
+    Resume {
+        reply: oneshot::Sender<Result<String, SessionError>>,
+    },
+    Detach {
         reply: oneshot::Sender<Result<(), SessionError>>,
     },
 }
@@ -104,6 +119,8 @@ impl std::fmt::Debug for Command {
             Command::Cancel { .. } => "Cancel",
             Command::Permission { .. } => "Permission",
             Command::Stop { .. } => "Stop",
+            Command::Resume { .. } => "Resume",
+            Command::Detach { .. } => "Detach",
         })
     }
 }
@@ -142,6 +159,18 @@ impl SessionHandle {
         self.ask(|reply| Command::Stop { reply }).await
     }
 
+    /// Resumes the session if its agent is not running (once, however many ask at the same
+    /// time); returns the outcome (`native_resume`, `native_load`, `resume_command`,
+    /// `history_injection`, `fresh`, or `already_running`).
+    pub async fn resume(&self) -> Result<String, SessionError> {
+        self.ask(|reply| Command::Resume { reply }).await
+    }
+
+    /// Stops the agent and its sidecar but keeps the session active (it needs a resume).
+    pub async fn detach(&self) -> Result<(), SessionError> {
+        self.ask(|reply| Command::Detach { reply }).await
+    }
+
     /// The current view.
     pub fn view(&self) -> SessionView {
         self.view.borrow().clone()
@@ -172,37 +201,62 @@ pub struct SessionContext {
     pub runtime: Arc<dyn Runtime>,
     /// The session's directory (`sessions/<id>/`).
     pub dir: PathBuf,
-    /// The agent's launch argv, resolved (program first).
-    pub agent_argv: Vec<OsString>,
+    /// Resolves a program name to the argv prefix that runs it (a path, or an applet).
+    pub resolve: Arc<dyn Fn(&str) -> Option<Vec<OsString>> + Send + Sync>,
     /// The agent's home, for `{home}` in the profile.
     pub agent_home: PathBuf,
     /// How long agentctl may take to be ready.
     pub ready_timeout: Duration,
 }
 
-/// Starts the actor for a session row that was just created (state `CREATED`). The actor
-/// launches the execution, then serves commands until the session ends.
+/// How an actor begins.
+#[derive(Debug)]
+pub enum Start {
+    /// A new session: launch, `session/new`, then the initial prompt if any.
+    Fresh {
+        /// Sent once the ACP session is open.
+        initial_prompt: Option<String>,
+    },
+    /// A session with no live agent: launch a new execution and restore what can be.
+    Resume,
+    /// A live sidecar found at startup: reconnect, replay from the acknowledged point.
+    Adopt(AdoptPlan),
+}
+
+/// What re-adoption needs.
+#[derive(Debug)]
+pub struct AdoptPlan {
+    /// The runtime record.
+    pub executor: ExecutorRow,
+    /// Where the sidecar listens.
+    pub addr: std::net::SocketAddr,
+    /// Turns still running: `(turn_id, request_id)`.
+    pub open_turns: Vec<(String, String)>,
+}
+
+/// Starts the actor for a session.
 pub fn start_session(
     context: SessionContext,
     row: SessionRow,
     profile: Arc<Profile>,
-    initial_prompt: Option<String>,
+    events: Arc<Spool<SessionEvent>>,
+    start: Start,
 ) -> Result<SessionHandle, SessionError> {
-    let events = Arc::new(
-        Spool::create(&context.dir.join("events"), agentctl::spool::DEFAULT_SEGMENT_BYTES)
-            .map_err(|err| {
-                SessionError::InvalidState(format!("cannot create the event log: {err}"))
-            })?,
-    );
     let history = History::open(&context.dir.join("history.jsonl"))
         .map_err(|err| SessionError::InvalidState(format!("cannot open the history: {err}")))?;
-    let (commands_tx, commands_rx) = mpsc::channel(64);
+    let events_mark =
+        events.last_entry().ok().flatten().and_then(|event| event.agent_seq).unwrap_or(0);
+    let history_mark = history.watermark().unwrap_or(0);
+    let (commands_tx, commands_rx) = mpsc::channel(256);
     let view = SessionView {
         state: row.state,
         agent_running: false,
         acp_session_id: None,
-        error: None,
+        error: row.error_message.clone(),
         turn_id: None,
+        launching: !matches!(start, Start::Adopt(_)),
+        adopting: matches!(start, Start::Adopt(_)),
+        resume_outcome: None,
     };
     let (view_tx, view_rx) = watch::channel(view);
     let actor = SessionActor {
@@ -213,7 +267,9 @@ pub fn start_session(
         history,
         view_tx,
         execution: None,
-        next_request_id: 1,
+        // Ids unique across supervisor restarts, so a replayed response never meets a new
+        // request of the same id.
+        next_request_id: crate::store::now_ms() * 1000,
         pending: HashMap::new(),
         turn: None,
         unacked: 0,
@@ -222,8 +278,15 @@ pub fn start_session(
         init_deadline: None,
         initial_prompt: None,
         recent_stderr: String::new(),
+        resume: None,
+        resume_context_pending: false,
+        loading: false,
+        history_mark,
+        events_mark,
+        suppress_history: false,
+        suppress_events: false,
     };
-    tokio::spawn(actor.run(commands_rx, initial_prompt));
+    tokio::spawn(actor.run(commands_rx, start));
     Ok(SessionHandle { commands: commands_tx, view: view_rx, events })
 }
 
@@ -231,8 +294,16 @@ pub fn start_session(
 #[derive(Debug)]
 enum Pending {
     Initialize,
-    NewSession { initial_prompt: Option<String> },
-    Prompt { turn_id: String },
+    NewSession,
+    /// `session/resume` (`load: false`) or `session/load` (`load: true`) of a token.
+    Restore {
+        load: bool,
+        token: String,
+    },
+    Prompt {
+        turn_id: String,
+        injected: bool,
+    },
 }
 
 /// The live connection to one execution.
@@ -245,6 +316,18 @@ struct Execution {
 
 struct Turn {
     id: String,
+}
+
+/// A resume in progress.
+struct ResumeState {
+    /// The token being restored, if any.
+    token: Option<String>,
+    /// The agent was relaunched with the profile's `resume_command`.
+    relaunched: bool,
+    /// A native restore was tried and rejected.
+    native_failed: bool,
+    /// Everyone waiting for the outcome.
+    waiters: Vec<oneshot::Sender<Result<String, SessionError>>>,
 }
 
 struct SessionActor {
@@ -267,6 +350,16 @@ struct SessionActor {
     initial_prompt: Option<String>,
     /// The agent's recent stderr, for error messages.
     recent_stderr: String,
+    resume: Option<ResumeState>,
+    /// The next prompt carries the resume context (mirrors the stored flag).
+    resume_context_pending: bool,
+    /// A `session/load` is replaying: its updates restore the agent, not our records.
+    loading: bool,
+    /// agentctl seqs at or below these were recorded before a restart.
+    history_mark: u64,
+    events_mark: u64,
+    suppress_history: bool,
+    suppress_events: bool,
 }
 
 /// How many handled events may wait before an ack.
@@ -276,9 +369,15 @@ const ACK_EVERY: u64 = 256;
 const STDERR_IN_ERROR: usize = 2000;
 
 impl SessionActor {
-    async fn run(mut self, mut commands: mpsc::Receiver<Command>, initial_prompt: Option<String>) {
-        if let Err(err) = self.launch(initial_prompt).await {
-            self.fail(format!("launch failed: {err}")).await;
+    async fn run(mut self, mut commands: mpsc::Receiver<Command>, start: Start) {
+        match start {
+            Start::Fresh { initial_prompt } => {
+                if let Err(err) = self.launch(None, initial_prompt).await {
+                    self.fail(format!("launch failed: {err}")).await;
+                }
+            }
+            Start::Resume => self.begin_resume(None).await,
+            Start::Adopt(plan) => self.adopt(plan).await,
         }
         while !self.done {
             let deadline = self.init_deadline;
@@ -323,8 +422,27 @@ impl SessionActor {
         }
     }
 
-    async fn launch(&mut self, initial_prompt: Option<String>) -> Result<(), SessionError> {
+    /// Launches a new execution: agentctl, then the agent (with `resume_token`, through
+    /// the profile's `resume_command`), then `initialize`. The rest is event-driven.
+    async fn launch(
+        &mut self,
+        resume_token: Option<&str>,
+        initial_prompt: Option<String>,
+    ) -> Result<(), SessionError> {
+        self.update_view(|view| view.launching = true);
         self.set_state(SessionState::Starting, None, Some(task_state::IN_PROGRESS)).await?;
+        let home = self.context.agent_home.clone();
+        let argv = match resume_token {
+            Some(token) => self
+                .profile
+                .resume_argv(&home, token)
+                .unwrap_or_else(|| self.profile.launch_argv(&home)),
+            None => self.profile.launch_argv(&home),
+        };
+        let mut resolved = (self.context.resolve)(&argv[0]).ok_or_else(|| {
+            SessionError::InvalidState(format!("the agent program {} is not available", argv[0]))
+        })?;
+        resolved.extend(argv[1..].iter().map(OsString::from));
         let execution_id = uuid::Uuid::now_v7().to_string();
         let token = agentctl::client::new_token();
         let spec = LaunchSpec {
@@ -336,6 +454,7 @@ impl SessionActor {
         let endpoint = self.context.runtime.launch(spec).await.map_err(|err| {
             SessionError::InvalidState(format!("runtime {}: {err}", self.context.runtime.name()))
         })?;
+        let previous = self.context.store.get_executor(self.row.id.clone()).await?;
         self.context
             .store
             .put_executor(ExecutorRow {
@@ -343,6 +462,7 @@ impl SessionActor {
                 execution_id: execution_id.clone(),
                 runtime: self.context.runtime.name().into(),
                 status: "starting".into(),
+                resume_token: previous.as_ref().and_then(|previous| previous.resume_token.clone()),
                 agentctl_port: Some(endpoint.addr.port().into()),
                 agentctl_pid: Some(endpoint.ready.pid.into()),
                 agentctl_start_time: Some(endpoint.ready.start_time as i64),
@@ -351,23 +471,26 @@ impl SessionActor {
                 ..Default::default()
             })
             .await?;
+        self.resume_context_pending = false;
         let calls = ControlClient::connect(endpoint.addr, &token).await?;
         let stream = ControlClient::connect(endpoint.addr, &token).await?.events(0);
         let (events_tx, events_rx) = mpsc::channel(1024);
         tokio::spawn(forward_events(stream, events_tx));
-        let (program, args) = self
-            .context
-            .agent_argv
-            .split_first()
-            .expect("UNWRAP: a profile command is never empty");
+        let (program, args) =
+            resolved.split_first().expect("UNWRAP: a resolved argv is never empty");
         let start = StartAgent {
             command: program.to_string_lossy().into_owned(),
             args: args.iter().map(|arg| arg.to_string_lossy().into_owned()).collect(),
-            env: self.profile.launch_env(&self.context.agent_home).into_iter().collect(),
+            env: self.profile.launch_env(&home).into_iter().collect(),
             cwd: PathBuf::from(&self.row.workspace_path),
             extra_roots: Vec::new(),
         };
         calls.start_agent(&start).await?;
+        // A new execution starts a new agentctl sequence: nothing of it was recorded yet.
+        self.history_mark = 0;
+        self.events_mark = 0;
+        self.last_agent_seq = 0;
+        self.unacked = 0;
         self.execution =
             Some(Execution { id: execution_id, calls, events_rx, agent_running: true });
         self.update_view(|view| view.agent_running = true);
@@ -381,9 +504,117 @@ impl SessionActor {
                 + Duration::from_millis(self.profile.process.init_timeout_ms),
         );
         self.request(protocol::acp::method::INITIALIZE, params, Pending::Initialize).await?;
-        // Sent once the ACP session is open.
         self.initial_prompt = initial_prompt;
         Ok(())
+    }
+
+    /// Starts a resume (DESIGN §6.2): A, a token → native restore (or `resume_command`), no
+    /// prompt; B, no token and the session was waiting → boot idle; C, otherwise → the
+    /// task's description as the initial prompt.
+    async fn begin_resume(
+        &mut self,
+        waiter: Option<oneshot::Sender<Result<String, SessionError>>>,
+    ) {
+        let executor = self.context.store.get_executor(self.row.id.clone()).await.ok().flatten();
+        let mut token = executor.as_ref().and_then(|executor| executor.resume_token.clone());
+        if token.is_some() && !self.profile.keeps_resume_token() {
+            // The profile has no restore path (any more): the token is useless.
+            if let Some(executor) = &executor {
+                let _ = self
+                    .context
+                    .store
+                    .set_resume_token(self.row.id.clone(), executor.execution_id.clone(), None)
+                    .await;
+            }
+            token = None;
+        }
+        let relaunch = token.is_some()
+            && !self.profile.session.native_resume
+            && self.profile.session.resume_command.is_some();
+        let initial_prompt = match (&token, self.row.state) {
+            (Some(_), _) | (None, SessionState::WaitingForInput) => None,
+            (None, _) => match self.context.store.get_task(self.row.task_id.clone()).await {
+                Ok(task) if !task.description.trim().is_empty() => Some(task.description),
+                _ => None,
+            },
+        };
+        self.resume = Some(ResumeState {
+            token: token.clone(),
+            relaunched: relaunch,
+            native_failed: false,
+            waiters: waiter.into_iter().collect(),
+        });
+        let relaunch_token = if relaunch { token.as_deref() } else { None };
+        if let Err(err) = self.launch(relaunch_token, initial_prompt).await {
+            self.fail(format!("resume failed: {err}")).await;
+        }
+    }
+
+    /// Re-attaches to a live sidecar after a supervisor restart and replays its events
+    /// from the acknowledged point.
+    async fn adopt(&mut self, plan: AdoptPlan) {
+        let executor = plan.executor;
+        let token = executor.agentctl_token.clone().unwrap_or_default();
+        let connected = async {
+            let calls = ControlClient::connect(plan.addr, &token).await?;
+            let status = calls.status().await?;
+            let stream = ControlClient::connect(plan.addr, &token)
+                .await?
+                .events(executor.acked_seq.max(0) as u64);
+            Ok::<_, agentctl::client::ClientError>((calls, status, stream))
+        };
+        let (calls, status, stream) = match connected.await {
+            Ok(connected) => connected,
+            Err(err) => {
+                // The sidecar died between the liveness check and now: recover as dead.
+                tracing::warn!(session = %self.row.id, %err, "cannot re-attach to agentctl");
+                let store = &self.context.store;
+                let _ = store.interrupt_turns(self.row.id.clone()).await;
+                let _ = store.clear_pending(self.row.id.clone()).await;
+                let _ = store
+                    .set_executor_status(self.row.id.clone(), executor.execution_id.clone(), "dead")
+                    .await;
+                if self.row.state == SessionState::Starting {
+                    let _ = self.set_state(SessionState::WaitingForInput, None, None).await;
+                }
+                self.update_view(|view| {
+                    view.adopting = false;
+                    view.launching = false;
+                });
+                return;
+            }
+        };
+        let (events_tx, events_rx) = mpsc::channel(1024);
+        tokio::spawn(forward_events(stream, events_tx));
+        let running = status.agent_state == protocol::control::AgentState::Running;
+        self.last_agent_seq = executor.acked_seq.max(0) as u64;
+        self.resume_context_pending = executor.resume_context_pending;
+        for (turn_id, request_id) in plan.open_turns {
+            self.pending
+                .insert(request_id, Pending::Prompt { turn_id: turn_id.clone(), injected: false });
+            self.turn = Some(Turn { id: turn_id });
+        }
+        self.execution = Some(Execution {
+            id: executor.execution_id.clone(),
+            calls,
+            events_rx,
+            agent_running: running,
+        });
+        let turn_id = self.turn.as_ref().map(|turn| turn.id.clone());
+        self.update_view(|view| {
+            view.agent_running = running;
+            view.acp_session_id = executor.acp_session_id.clone();
+            view.turn_id = turn_id;
+            view.adopting = false;
+            view.launching = false;
+            view.resume_outcome = executor.resume_outcome.clone();
+        });
+        // People may still answer what the agent asked before the restart.
+        if let Ok(pending) = self.context.store.list_pending(self.row.id.clone()).await {
+            for (request_id, _, params) in pending {
+                self.emit(SessionEventKind::PermissionRequest { request_id, params });
+            }
+        }
     }
 
     /// Sends an ACP request and remembers what it was for. Returns its id.
@@ -432,7 +663,40 @@ impl SessionActor {
                 let result = self.stop().await;
                 let _ = reply.send(result);
             }
+            Command::Resume { reply } => {
+                if let Some(resume) = self.resume.as_mut() {
+                    // One resume at a time; everyone gets its outcome.
+                    resume.waiters.push(reply);
+                } else if self.execution.as_ref().is_some_and(|execution| execution.agent_running) {
+                    let _ = reply.send(Ok("already_running".into()));
+                } else {
+                    self.begin_resume(Some(reply)).await;
+                }
+            }
+            Command::Detach { reply } => {
+                let result = self.detach().await;
+                let _ = reply.send(result);
+            }
         }
+    }
+
+    /// Stops the agent and agentctl; the session stays active and needs a resume.
+    async fn detach(&mut self) -> Result<(), SessionError> {
+        if let Some(execution) = self.execution.take() {
+            let grace = Duration::from_millis(self.profile.process.stop_grace_ms);
+            let _ = execution.calls.stop_agent(grace).await;
+            let _ = execution.calls.shutdown().await;
+            let _ = self
+                .context
+                .store
+                .set_executor_status(self.row.id.clone(), execution.id, "stopped")
+                .await;
+        }
+        if self.turn.is_some() {
+            self.end_turn("failed", None, Some("the agent was stopped".into())).await;
+        }
+        self.update_view(|view| view.agent_running = false);
+        Ok(())
     }
 
     async fn start_turn(&mut self, text: String) -> Result<String, SessionError> {
@@ -447,12 +711,14 @@ impl SessionActor {
         }
         let Some(execution) = self.execution.as_ref().filter(|execution| execution.agent_running)
         else {
-            return Err(SessionError::InvalidState("the agent is not running".into()));
+            return Err(SessionError::AgentGone("no execution".into()));
         };
         let execution_id = execution.id.clone();
         let Some(acp_session) = self.view_tx.borrow().acp_session_id.clone() else {
             return Err(SessionError::InvalidState("the ACP session is not open yet".into()));
         };
+        let injected = self.resume_context_pending;
+        let sent_text = if injected { self.resume_context(&text).await? } else { text.clone() };
         let turn_id = uuid::Uuid::now_v7().to_string();
         let request_id = self.next_request_id;
         // The turn and its request id are durable before the request leaves.
@@ -465,17 +731,21 @@ impl SessionActor {
         self.turn = Some(Turn { id: turn_id.clone() });
         self.set_state(SessionState::Running, None, Some(task_state::IN_PROGRESS)).await?;
         self.update_view(|view| view.turn_id = Some(turn_id.clone()));
-        let params = json!({"sessionId": acp_session, "prompt": [{"type": "text", "text": text}]});
+        let params =
+            json!({"sessionId": acp_session, "prompt": [{"type": "text", "text": sent_text}]});
         if let Err(err) = self
             .request(
                 protocol::acp::method::SESSION_PROMPT,
                 params,
-                Pending::Prompt { turn_id: turn_id.clone() },
+                Pending::Prompt { turn_id: turn_id.clone(), injected },
             )
             .await
         {
             self.end_turn("failed", None, Some(err.to_string())).await;
-            return Err(err);
+            return Err(match err {
+                SessionError::Agentctl(err) => SessionError::AgentGone(err.to_string()),
+                other => other,
+            });
         }
         Ok(turn_id)
     }
@@ -539,8 +809,30 @@ impl SessionActor {
         Ok(())
     }
 
+    /// The resume context around `prompt`, from the history on disk.
+    async fn resume_context(&self, prompt: &str) -> Result<String, SessionError> {
+        let path = self.history.path().to_owned();
+        let prompt = prompt.to_owned();
+        let budget = self.profile.session.resume_context_budget;
+        let built = tokio::task::spawn_blocking(move || {
+            let mut file = std::fs::File::open(&path)?;
+            crate::resume_context::build(&mut file, &prompt, budget)
+        })
+        .await
+        .map_err(|err| SessionError::InvalidState(format!("building the resume context: {err}")))?
+        .map_err(|err| SessionError::InvalidState(format!("reading the history: {err}")))?;
+        Ok(built.text)
+    }
+
     async fn handle_agent_event(&mut self, event: Event) {
         self.last_agent_seq = event.seq;
+        // After a restart, replayed events that were already recorded are not recorded
+        // again (their effects on the store are idempotent).
+        self.suppress_history = event.seq <= self.history_mark;
+        self.suppress_events = event.seq <= self.events_mark;
+        if !self.suppress_history {
+            self.history.set_watermark(event.seq);
+        }
         let turn_ended = match event.kind {
             EventKind::Acp { message, answered } => {
                 self.handle_acp(message, answered.is_some()).await
@@ -571,6 +863,8 @@ impl SessionActor {
             EventKind::AgentStarted { .. } => false,
             _ => false,
         };
+        self.suppress_history = false;
+        self.suppress_events = false;
         self.unacked += 1;
         if turn_ended || self.unacked >= ACK_EVERY {
             self.ack().await;
@@ -631,6 +925,10 @@ impl SessionActor {
     }
 
     async fn agent_request(&mut self, method: String, id: Value, params: Value) {
+        if self.suppress_events {
+            // Handled before the restart (recorded, and possibly answered since).
+            return;
+        }
         if method == protocol::acp::method::SESSION_REQUEST_PERMISSION {
             let request_id = id.to_string();
             let Some(execution_id) = self.execution.as_ref().map(|execution| execution.id.clone())
@@ -661,6 +959,10 @@ impl SessionActor {
     }
 
     fn session_update(&mut self, params: Value) {
+        if self.loading {
+            // `session/load` replays the conversation into the agent; we have it already.
+            return;
+        }
         let update = params.get("update").cloned().unwrap_or(Value::Null);
         let kind =
             update.get("sessionUpdate").and_then(Value::as_str).unwrap_or_default().to_owned();
@@ -668,7 +970,9 @@ impl SessionActor {
         match kind.as_str() {
             "agent_message_chunk" => {
                 if let Some(text) = text() {
-                    self.history.agent_chunk(&text);
+                    if !self.suppress_history {
+                        self.history.agent_chunk(&text);
+                    }
                     self.emit(SessionEventKind::AgentMessageChunk { text });
                 }
             }
@@ -715,20 +1019,7 @@ impl SessionActor {
             Pending::Initialize => {
                 self.init_deadline = None;
                 match result {
-                    Ok(_) => {
-                        let initial_prompt = self.initial_prompt.take();
-                        let params = json!({"cwd": self.row.workspace_path, "mcpServers": []});
-                        if let Err(err) = self
-                            .request(
-                                protocol::acp::method::SESSION_NEW,
-                                params,
-                                Pending::NewSession { initial_prompt },
-                            )
-                            .await
-                        {
-                            self.fail(format!("session/new could not be sent: {err}")).await;
-                        }
-                    }
+                    Ok(result) => self.initialized(&result).await,
                     Err(error) => {
                         self.fail(format!(
                             "the agent refused initialize: {error}{}",
@@ -739,11 +1030,33 @@ impl SessionActor {
                 }
                 false
             }
-            Pending::NewSession { initial_prompt } => {
+            Pending::Restore { load, token } => {
+                self.loading = false;
+                match result {
+                    Ok(_) => {
+                        let outcome = if load { "native_load" } else { "native_resume" };
+                        self.session_opened(token, Some(outcome)).await;
+                    }
+                    Err(_) => {
+                        let code = message["error"]["code"].as_i64();
+                        let reason = rpc_error_text(&message["error"]);
+                        if matches!(code, Some(-32601) | Some(-32002)) {
+                            self.restore_rejected(format!(
+                                "the agent rejected the stored session: {reason}"
+                            ))
+                            .await;
+                        } else {
+                            self.fail(format!("restoring the session failed: {reason}")).await;
+                        }
+                    }
+                }
+                false
+            }
+            Pending::NewSession => {
                 match result.map(|result| {
                     result.get("sessionId").and_then(Value::as_str).map(str::to_owned)
                 }) {
-                    Ok(Some(acp_session)) => self.session_opened(acp_session, initial_prompt).await,
+                    Ok(Some(acp_session)) => self.session_opened(acp_session, None).await,
                     Ok(None) => self.fail("session/new returned no sessionId".into()).await,
                     Err(error) => {
                         self.fail(format!("the agent refused session/new: {error}")).await
@@ -751,10 +1064,14 @@ impl SessionActor {
                 }
                 false
             }
-            Pending::Prompt { turn_id } => {
+            Pending::Prompt { turn_id, injected } => {
                 if self.turn.as_ref().is_some_and(|turn| turn.id == turn_id) {
                     match result {
                         Ok(result) => {
+                            if injected {
+                                self.clear_resume_context_pending().await;
+                            }
+                            self.store_token_again().await;
                             let stop_reason = result
                                 .get("stopReason")
                                 .and_then(Value::as_str)
@@ -770,35 +1087,160 @@ impl SessionActor {
         }
     }
 
-    async fn session_opened(&mut self, acp_session: String, initial_prompt: Option<String>) {
+    /// `initialize` answered: restore natively when a resume has a token and the agent
+    /// can, else open a new ACP session.
+    async fn initialized(&mut self, result: &Value) {
+        let native = self
+            .resume
+            .as_ref()
+            .filter(|resume| !resume.relaunched && self.profile.session.native_resume)
+            .and_then(|resume| resume.token.clone());
+        let Some(token) = native else { return self.new_acp_session().await };
+        let capabilities = &result["agentCapabilities"];
+        let params = json!({"sessionId": token, "cwd": self.row.workspace_path, "mcpServers": []});
+        let sent = if capabilities["sessionCapabilities"]["resume"].is_object() {
+            self.request(
+                protocol::acp::method::SESSION_RESUME,
+                params,
+                Pending::Restore { load: false, token },
+            )
+            .await
+        } else if capabilities["loadSession"] == true {
+            self.loading = true;
+            self.request(
+                protocol::acp::method::SESSION_LOAD,
+                params,
+                Pending::Restore { load: true, token },
+            )
+            .await
+        } else {
+            return self
+                .restore_rejected("the agent offers neither session/resume nor session/load".into())
+                .await;
+        };
+        if let Err(err) = sent {
+            self.fail(format!("the restore request could not be sent: {err}")).await;
+        }
+    }
+
+    async fn new_acp_session(&mut self) {
+        let params = json!({"cwd": self.row.workspace_path, "mcpServers": []});
+        if let Err(err) =
+            self.request(protocol::acp::method::SESSION_NEW, params, Pending::NewSession).await
+        {
+            self.fail(format!("session/new could not be sent: {err}")).await;
+        }
+    }
+
+    /// A native restore was refused: the token is cleared, a notice says so, and a fresh
+    /// ACP session takes its place (not a failure).
+    async fn restore_rejected(&mut self, reason: String) {
+        self.emit(SessionEventKind::Notice {
+            message: format!("{reason}; starting a fresh agent session"),
+        });
+        if let Some(execution) = &self.execution {
+            let _ = self
+                .context
+                .store
+                .set_resume_token(self.row.id.clone(), execution.id.clone(), None)
+                .await;
+        }
+        if let Some(resume) = self.resume.as_mut() {
+            resume.native_failed = true;
+            resume.token = None;
+        }
+        self.new_acp_session().await;
+    }
+
+    /// The ACP session is open (new or restored): record it, settle a resume's outcome,
+    /// and send the initial prompt if there is one.
+    async fn session_opened(&mut self, acp_session: String, restored: Option<&'static str>) {
         let execution_id =
             self.execution.as_ref().map(|execution| execution.id.clone()).unwrap_or_default();
         let token = self.profile.keeps_resume_token().then(|| acp_session.clone());
-        if let Err(err) = self
-            .context
-            .store
-            .set_resume_token(self.row.id.clone(), execution_id.clone(), token)
-            .await
+        let store = &self.context.store;
+        if let Err(err) =
+            store.set_resume_token(self.row.id.clone(), execution_id.clone(), token).await
         {
             tracing::error!(session = %self.row.id, %err, "cannot store the resume token");
         }
-        let _ = self
-            .context
-            .store
-            .set_executor_status(self.row.id.clone(), execution_id, "running")
+        let _ = store
+            .set_acp_session(self.row.id.clone(), execution_id.clone(), acp_session.clone())
             .await;
+        let _ =
+            store.set_executor_status(self.row.id.clone(), execution_id.clone(), "running").await;
+        let outcome = match self.resume.take() {
+            None => None,
+            Some(resume) => {
+                let outcome = match restored {
+                    Some(outcome) => outcome,
+                    None if resume.relaunched => "resume_command",
+                    None if !self.history.is_empty()
+                        && (self.profile.session.history_injection || resume.native_failed) =>
+                    {
+                        self.resume_context_pending = true;
+                        let _ = store
+                            .set_resume_context_pending(
+                                self.row.id.clone(),
+                                execution_id.clone(),
+                                true,
+                            )
+                            .await;
+                        "history_injection"
+                    }
+                    None => "fresh",
+                };
+                let _ = store
+                    .set_resume_outcome(self.row.id.clone(), execution_id.clone(), outcome)
+                    .await;
+                Some((outcome, resume.waiters))
+            }
+        };
         self.update_view(|view| view.acp_session_id = Some(acp_session));
         if let Err(err) =
             self.set_state(SessionState::WaitingForInput, None, Some(task_state::REVIEW)).await
         {
             tracing::error!(session = %self.row.id, %err, "cannot record the session state");
         }
-        if let Some(prompt) = initial_prompt.filter(|prompt| !prompt.trim().is_empty())
+        if let Some((outcome, waiters)) = outcome {
+            self.emit(SessionEventKind::ResumeOutcome { outcome: outcome.into() });
+            self.update_view(|view| view.resume_outcome = Some(outcome.into()));
+            for waiter in waiters {
+                let _ = waiter.send(Ok(outcome.into()));
+            }
+        }
+        self.update_view(|view| view.launching = false);
+        if let Some(prompt) = self.initial_prompt.take().filter(|prompt| !prompt.trim().is_empty())
             && let Err(err) = self.start_turn(prompt).await
         {
             self.emit(SessionEventKind::Notice {
                 message: format!("the initial prompt could not be sent: {err}"),
             });
+        }
+    }
+
+    async fn clear_resume_context_pending(&mut self) {
+        self.resume_context_pending = false;
+        if let Some(execution) = &self.execution {
+            let _ = self
+                .context
+                .store
+                .set_resume_context_pending(self.row.id.clone(), execution.id.clone(), false)
+                .await;
+        }
+    }
+
+    /// The token is stored again when a turn completes (compare-and-set on the execution).
+    async fn store_token_again(&self) {
+        let acp_session = self.view_tx.borrow().acp_session_id.clone();
+        if let (Some(execution), Some(acp_session)) = (&self.execution, acp_session)
+            && self.profile.keeps_resume_token()
+        {
+            let _ = self
+                .context
+                .store
+                .set_resume_token(self.row.id.clone(), execution.id.clone(), Some(acp_session))
+                .await;
         }
     }
 
@@ -916,8 +1358,18 @@ impl SessionActor {
             let _ = execution.calls.stop_agent(Duration::from_millis(500)).await;
             let _ = execution.calls.shutdown().await;
         }
-        self.update_view(|view| view.agent_running = false);
-        let _ = self.set_state(SessionState::Failed, Some(reason), Some(task_state::FAILED)).await;
+        self.update_view(|view| {
+            view.agent_running = false;
+            view.launching = false;
+        });
+        let _ = self
+            .set_state(SessionState::Failed, Some(reason.clone()), Some(task_state::FAILED))
+            .await;
+        if let Some(resume) = self.resume.take() {
+            for waiter in resume.waiters {
+                let _ = waiter.send(Err(SessionError::InvalidState(reason.clone())));
+            }
+        }
         self.done = true;
     }
 
@@ -933,13 +1385,22 @@ impl SessionActor {
         content: String,
         tool: Option<(String, String, String)>,
     ) {
+        if self.suppress_history {
+            return;
+        }
         if let Err(err) = self.history.append(kind, content, tool) {
             tracing::error!(session = %self.row.id, %err, "cannot write the history");
         }
     }
 
     fn emit(&self, kind: SessionEventKind) {
-        if let Err(err) = self.events.append_with(|seq, at| SessionEvent { seq, at, kind }) {
+        if self.suppress_events {
+            return;
+        }
+        let agent_seq = (self.last_agent_seq > 0).then_some(self.last_agent_seq);
+        if let Err(err) =
+            self.events.append_with(|seq, at| SessionEvent { seq, at, agent_seq, kind })
+        {
             tracing::error!(session = %self.row.id, %err, "cannot spool a session event");
         }
     }
@@ -972,9 +1433,11 @@ impl SessionActor {
 fn reject(command: Command, error: impl Fn() -> SessionError) {
     match command {
         Command::Prompt { reply, .. } => drop(reply.send(Err(error()))),
-        Command::Cancel { reply } | Command::Stop { reply } | Command::Permission { reply, .. } => {
-            drop(reply.send(Err(error())))
-        }
+        Command::Resume { reply } => drop(reply.send(Err(error()))),
+        Command::Cancel { reply }
+        | Command::Stop { reply }
+        | Command::Detach { reply }
+        | Command::Permission { reply, .. } => drop(reply.send(Err(error()))),
     }
 }
 

@@ -271,6 +271,10 @@ pub struct ExecutorRow {
     pub acked_seq: i64,
     /// The next prompt must carry the resume context.
     pub resume_context_pending: bool,
+    /// The ACP session id of this execution.
+    pub acp_session_id: Option<String>,
+    /// How the last resume went (`native_resume`, `native_load`, …).
+    pub resume_outcome: Option<String>,
 }
 
 fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(SessionRow, String, String)> {
@@ -301,6 +305,35 @@ fn finish_session(
         .map_err(|err| StoreError::Corrupt { what: "profile snapshot", detail: err.to_string() })?;
     row.state = SessionState::parse(&state)?;
     Ok(row)
+}
+
+const EXECUTOR_COLUMNS: &str = "session_id, execution_id, generation, runtime, status, resume_token, agentctl_port, \
+     agentctl_pid, agentctl_start_time, boot_id, agentctl_token, acked_seq, resume_context_pending, acp_session_id, \
+     resume_outcome";
+
+fn executor_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ExecutorRow> {
+    executor_from_row_at(row, 0)
+}
+
+/// An executor row from `EXECUTOR_COLUMNS`, starting at column `base`.
+fn executor_from_row_at(row: &rusqlite::Row<'_>, base: usize) -> rusqlite::Result<ExecutorRow> {
+    Ok(ExecutorRow {
+        session_id: row.get(base)?,
+        execution_id: row.get(base + 1)?,
+        generation: row.get(base + 2)?,
+        runtime: row.get(base + 3)?,
+        status: row.get(base + 4)?,
+        resume_token: row.get(base + 5)?,
+        agentctl_port: row.get(base + 6)?,
+        agentctl_pid: row.get(base + 7)?,
+        agentctl_start_time: row.get(base + 8)?,
+        boot_id: row.get(base + 9)?,
+        agentctl_token: row.get(base + 10)?,
+        acked_seq: row.get(base + 11)?,
+        resume_context_pending: row.get(base + 12)?,
+        acp_session_id: row.get(base + 13)?,
+        resume_outcome: row.get(base + 14)?,
+    })
 }
 
 fn task_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Task> {
@@ -493,7 +526,8 @@ impl Store {
             tx.execute(
                 "INSERT OR REPLACE INTO executors_running (session_id, execution_id, generation, runtime, status, resume_token, \
                  agentctl_port, agentctl_pid, agentctl_start_time, boot_id, agentctl_token, acked_seq, resume_context_pending, \
-                 last_seen_at, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?14)",
+                 acp_session_id, resume_outcome, last_seen_at, created_at, updated_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?15, ?16, ?14, ?14, ?14)",
                 params![
                     row.session_id,
                     row.execution_id,
@@ -508,7 +542,9 @@ impl Store {
                     row.agentctl_token,
                     row.acked_seq,
                     row.resume_context_pending,
-                    now
+                    now,
+                    row.acp_session_id,
+                    row.resume_outcome
                 ],
             )?;
             tx.commit()?;
@@ -525,30 +561,124 @@ impl Store {
         self.call(move |conn| {
             Ok(conn
                 .query_row(
-                    "SELECT session_id, execution_id, generation, runtime, status, resume_token, agentctl_port, agentctl_pid, \
-                     agentctl_start_time, boot_id, agentctl_token, acked_seq, resume_context_pending \
-                     FROM executors_running WHERE session_id = ?1",
+                    &format!(
+                        "SELECT {EXECUTOR_COLUMNS} FROM executors_running WHERE session_id = ?1"
+                    ),
                     [&session_id],
-                    |r| {
-                        Ok(ExecutorRow {
-                            session_id: r.get(0)?,
-                            execution_id: r.get(1)?,
-                            generation: r.get(2)?,
-                            runtime: r.get(3)?,
-                            status: r.get(4)?,
-                            resume_token: r.get(5)?,
-                            agentctl_port: r.get(6)?,
-                            agentctl_pid: r.get(7)?,
-                            agentctl_start_time: r.get(8)?,
-                            boot_id: r.get(9)?,
-                            agentctl_token: r.get(10)?,
-                            acked_seq: r.get(11)?,
-                            resume_context_pending: r.get(12)?,
-                        })
-                    },
+                    executor_from_row,
                 )
                 .optional()?)
         })
+        .await
+    }
+
+    /// Every active session that has a runtime record: the candidates for re-adoption.
+    pub async fn active_executions(&self) -> Result<Vec<(SessionRow, ExecutorRow)>, StoreError> {
+        self.call(|conn| {
+            let columns: Vec<String> = SESSION_COLUMNS.split(", ").map(|c| format!("s.{c}")).collect();
+            let exec_columns: Vec<String> = EXECUTOR_COLUMNS.split(", ").map(|c| format!("e.{c}")).collect();
+            let sql = format!(
+                "SELECT {}, {} FROM task_sessions s JOIN executors_running e ON e.session_id = s.id \
+                 WHERE s.state IN ('STARTING', 'RUNNING', 'WAITING_FOR_INPUT') ORDER BY s.id",
+                columns.join(", "),
+                exec_columns.join(", ")
+            );
+            let mut stmt = conn.prepare(&sql)?;
+            let rows = stmt
+                .query_map([], |r| {
+                    let session = session_from_row(r)?;
+                    let executor = executor_from_row_at(r, 10)?;
+                    Ok((session, executor))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            rows.into_iter().map(|(session, executor)| Ok((finish_session(session)?, executor))).collect()
+        })
+        .await
+    }
+
+    /// The running turns of an execution: `(turn_id, request_id)`.
+    pub async fn open_turns(
+        &self,
+        session_id: String,
+        execution_id: String,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.call(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT id, request_id FROM turns WHERE session_id = ?1 AND execution_id = ?2 AND state = 'running' ORDER BY id",
+            )?;
+            let rows = stmt.query_map(params![session_id, execution_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// Marks every running turn of a session `interrupted` (its execution died while the
+    /// supervisor was away); returns how many.
+    pub async fn interrupt_turns(&self, session_id: String) -> Result<usize, StoreError> {
+        self.call(move |conn| {
+            Ok(conn.execute(
+                "UPDATE turns SET state = 'interrupted', error = 'the agent was lost while the supervisor was down', \
+                 ended_at = ?2 WHERE session_id = ?1 AND state = 'running'",
+                params![session_id, now_ms()],
+            )?)
+        })
+        .await
+    }
+
+    /// Removes every pending request of a session; returns how many.
+    pub async fn clear_pending(&self, session_id: String) -> Result<usize, StoreError> {
+        self.call(move |conn| {
+            Ok(conn.execute("DELETE FROM pending_requests WHERE session_id = ?1", [&session_id])?)
+        })
+        .await
+    }
+
+    /// Stores the ACP session id, if the execution is still current.
+    pub async fn set_acp_session(
+        &self,
+        session_id: String,
+        execution_id: String,
+        acp_session_id: String,
+    ) -> Result<bool, StoreError> {
+        self.cas_executor(
+            session_id,
+            execution_id,
+            "acp_session_id = ?3",
+            rusqlite::types::Value::Text(acp_session_id),
+        )
+        .await
+    }
+
+    /// Stores the outcome of a resume, if the execution is still current.
+    pub async fn set_resume_outcome(
+        &self,
+        session_id: String,
+        execution_id: String,
+        outcome: &'static str,
+    ) -> Result<bool, StoreError> {
+        self.cas_executor(
+            session_id,
+            execution_id,
+            "resume_outcome = ?3",
+            rusqlite::types::Value::Text(outcome.into()),
+        )
+        .await
+    }
+
+    /// Sets or clears the "inject the history into the next prompt" flag, if the execution
+    /// is still current.
+    pub async fn set_resume_context_pending(
+        &self,
+        session_id: String,
+        execution_id: String,
+        pending: bool,
+    ) -> Result<bool, StoreError> {
+        self.cas_executor(
+            session_id,
+            execution_id,
+            "resume_context_pending = ?3",
+            rusqlite::types::Value::Integer(pending.into()),
+        )
         .await
     }
 

@@ -77,6 +77,12 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (session_id, request_id)
     );
     ",
+    // 2: what re-adoption and resume need: the ACP session id of the execution (kept even
+    // when it is not a resume token) and the outcome of the last resume.
+    "
+    ALTER TABLE executors_running ADD COLUMN acp_session_id TEXT;
+    ALTER TABLE executors_running ADD COLUMN resume_outcome TEXT;
+    ",
 ];
 
 /// Brings the database up to the newest migration.
