@@ -192,7 +192,7 @@ impl Supervisor {
 
     /// Resolves a program name to the argv prefix that runs it: an installed program, or
     /// an applet of this binary.
-    fn resolver(&self) -> Arc<dyn Fn(&str) -> Option<Vec<OsString>> + Send + Sync> {
+    fn resolver(&self) -> session::Resolver {
         let environment = self.config.environment.clone();
         let applets = self.config.applets.clone();
         Arc::new(move |name| {
@@ -567,7 +567,7 @@ impl Supervisor {
                     row.clone(),
                     profile,
                     self.event_log(&row.id)?,
-                    Start::Adopt(plan),
+                    Start::Adopt(Box::new(plan)),
                 )?;
                 self.sessions().insert(row.id.clone(), handle);
                 summary.readopted += 1;

@@ -192,6 +192,9 @@ impl SessionHandle {
     }
 }
 
+/// Resolves a program name to the argv prefix that runs it.
+pub type Resolver = Arc<dyn Fn(&str) -> Option<Vec<OsString>> + Send + Sync>;
+
 /// What a session actor needs from the supervisor.
 #[derive(Clone)]
 pub struct SessionContext {
@@ -202,7 +205,7 @@ pub struct SessionContext {
     /// The session's directory (`sessions/<id>/`).
     pub dir: PathBuf,
     /// Resolves a program name to the argv prefix that runs it (a path, or an applet).
-    pub resolve: Arc<dyn Fn(&str) -> Option<Vec<OsString>> + Send + Sync>,
+    pub resolve: Resolver,
     /// The agent's home, for `{home}` in the profile.
     pub agent_home: PathBuf,
     /// How long agentctl may take to be ready.
@@ -220,7 +223,7 @@ pub enum Start {
     /// A session with no live agent: launch a new execution and restore what can be.
     Resume,
     /// A live sidecar found at startup: reconnect, replay from the acknowledged point.
-    Adopt(AdoptPlan),
+    Adopt(Box<AdoptPlan>),
 }
 
 /// What re-adoption needs.
@@ -377,7 +380,7 @@ impl SessionActor {
                 }
             }
             Start::Resume => self.begin_resume(None).await,
-            Start::Adopt(plan) => self.adopt(plan).await,
+            Start::Adopt(plan) => self.adopt(*plan).await,
         }
         while !self.done {
             let deadline = self.init_deadline;
