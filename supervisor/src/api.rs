@@ -261,6 +261,7 @@ pub async fn serve(
     let config = ServerConfig::builder()
         .max_request_body_size(32 * 1024 * 1024)
         .max_response_body_size(64 * 1024 * 1024)
+        .max_connections(1024)
         .ws_only()
         .build();
     let server =

@@ -462,6 +462,7 @@ impl Supervisor {
         if handle.view().agent_running && !handle.view().launching {
             return Ok(handle);
         }
+        check_workspace(row)?;
         let outcome = tokio::time::timeout(RESUME_WAIT, handle.resume()).await.map_err(|_| {
             ServiceError::RuntimeUnavailable(format!(
                 "session {} did not become ready in time",
@@ -477,13 +478,6 @@ impl Supervisor {
         let _guard = self.start_lock.lock().await;
         if let Some(handle) = self.handle(&row.id).filter(SessionHandle::is_live) {
             return Ok(handle);
-        }
-        let workspace = Path::new(&row.workspace_path);
-        if !workspace.is_dir() {
-            return Err(ServiceError::InvalidState(format!(
-                "the workspace {} of session {} no longer exists; recreate it (or delete the session)",
-                row.workspace_path, row.id
-            )));
         }
         let profile = Supervisor::snapshot(row)?;
         let handle = session::start_session(
@@ -508,6 +502,9 @@ impl Supervisor {
             )));
         }
         let handle = self.actor(&row).await?;
+        if !handle.view().agent_running {
+            check_workspace(&row)?;
+        }
         let outcome =
             tokio::time::timeout(RESUME_WAIT, handle.resume()).await.map_err(|_| {
                 ServiceError::RuntimeUnavailable(format!(
@@ -542,6 +539,7 @@ impl Supervisor {
     /// the dead ones leave behind. No agent is launched.
     pub async fn recover(&self) -> Result<RecoverySummary, ServiceError> {
         let mut summary = RecoverySummary::default();
+        let mut adopting = Vec::new();
         let boot_id = agentctl::ready::boot_id().unwrap_or_default();
         for (row, executor) in self.config.store.active_executions().await? {
             let alive = executor.status != "dead"
@@ -569,6 +567,7 @@ impl Supervisor {
                     self.event_log(&row.id)?,
                     Start::Adopt(Box::new(plan)),
                 )?;
+                adopting.push(handle.watch());
                 self.sessions().insert(row.id.clone(), handle);
                 summary.readopted += 1;
             } else {
@@ -593,6 +592,13 @@ impl Supervisor {
                 }
                 summary.dead += 1;
             }
+        }
+        // Serve only once every live sidecar is re-attached (or found gone): connecting is
+        // all that is awaited, so this grows with the live sidecars, not the stored sessions.
+        for mut view in adopting {
+            let _ =
+                tokio::time::timeout(Duration::from_secs(10), view.wait_for(|view| !view.adopting))
+                    .await;
         }
         tracing::info!(
             readopted = summary.readopted,
@@ -752,6 +758,17 @@ fn sidecar_alive(executor: &crate::store::ExecutorRow, boot_id: &str) -> bool {
     executor.boot_id.as_deref() == Some(boot_id)
         && agentctl::process::PidFd::open(pid).is_ok()
         && agentctl::ready::process_start_time(pid).is_ok_and(|now| now as i64 == start_time)
+}
+
+/// A resume needs the workspace the session worked in.
+fn check_workspace(row: &SessionRow) -> Result<(), ServiceError> {
+    if Path::new(&row.workspace_path).is_dir() {
+        return Ok(());
+    }
+    Err(ServiceError::InvalidState(format!(
+        "the workspace {} of session {} no longer exists; recreate it (or delete the session)",
+        row.workspace_path, row.id
+    )))
 }
 
 fn check_id(name: &str, id: &str) -> Result<(), ServiceError> {

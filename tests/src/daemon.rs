@@ -38,11 +38,62 @@ impl Daemon {
         for (name, text) in profiles {
             std::fs::write(profiles_dir.join(name), text).expect("write a profile");
         }
+        let (url, child) = Daemon::spawn(root.path(), extra_args).await;
+        Daemon { url, root, child }
+    }
+
+    /// SIGKILLs the daemon (only the daemon: its sidecars live in their own sessions).
+    pub async fn kill(&mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        within("the supervisor to die", self.child.wait()).await.expect("wait for the supervisor");
+    }
+
+    /// SIGTERMs the daemon and waits for it to exit.
+    pub async fn terminate(&mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        let status = within("the supervisor to exit", self.child.wait())
+            .await
+            .expect("wait for the supervisor");
+        assert!(status.success(), "SIGTERM is a clean exit: {status:?}");
+    }
+
+    /// Starts the daemon again on the same data directory (after [`Daemon::kill`]).
+    pub async fn restart(&mut self) {
+        let (url, child) = Daemon::spawn(self.root.path(), &[]).await;
+        self.url = url;
+        self.child = child;
+    }
+
+    /// The pid of a session's agentctl.
+    pub fn agentctl_pid(&self, session_id: &str) -> u32 {
+        let dir = self.session_dir(session_id).join("agentctl");
+        let pids: Vec<u32> = Daemon::processes_mentioning(&dir)
+            .into_iter()
+            .filter(|pid| {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                String::from_utf8_lossy(&cmdline).contains("serve")
+            })
+            .collect();
+        assert_eq!(pids.len(), 1, "one agentctl for session {session_id}: {pids:?}");
+        pids[0]
+    }
+
+    async fn spawn(root: &Path, extra_args: &[&str]) -> (String, Child) {
         let mut child = Command::new(workspace_bin("supervisor"))
             .args(["serve", "--listen", "127.0.0.1:0", "--home"])
-            .arg(root.path().join("tether"))
+            .arg(root.join("tether"))
             .args(extra_args)
-            .env("HOME", root.path())
+            .env("HOME", root)
             .env("TETHER_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -61,7 +112,7 @@ impl Daemon {
             .find(|word| word.starts_with("ws://"))
             .unwrap_or_else(|| panic!("no address in {line:?}"))
             .to_owned();
-        Daemon { url, root, child }
+        (url, child)
     }
 
     /// A new API client.

@@ -8,5 +8,6 @@ mod docker;
 mod eliza;
 mod mock_agent;
 mod official_client;
+mod resume;
 mod supervisor;
 mod tidy;

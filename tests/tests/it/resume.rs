@@ -1,0 +1,360 @@
+//! Resume and restart recovery with real processes: the supervisor and agentctl killed at
+//! chosen points, sessions restored natively, by `resume_command`, or by history
+//! injection, and nothing acknowledged lost.
+
+use agentctl::process::PidFd;
+use serde_json::{Value, json};
+use tether_tests::daemon::{Api, Daemon, chunks, next, until};
+use tether_tests::within;
+
+fn turn_ended(event: &Value) -> bool {
+    event["type"] == "turn_ended"
+}
+
+fn profile(id: &str, extra: &str, session: &str) -> String {
+    format!(
+        "id = \"{id}\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{{home}}/.mock-agent\"{extra}]\nprotocol = \"acp\"\n[session]\n{session}\n"
+    )
+}
+
+async fn status(api: &Api, session: &str) -> Value {
+    api.call("task.session.status", json!({"session_id": session})).await.expect("status")
+}
+
+/// Prompts and waits for the end of the turn; returns the reply.
+async fn ask(api: &Api, session: &str, text: &str) -> String {
+    let after = status(api, session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(session, after).await;
+    api.call("task.session.prompt", json!({"session_id": session, "prompt": text}))
+        .await
+        .expect("prompt");
+    let seen = until(&mut events, turn_ended).await;
+    let ended = seen.last().unwrap();
+    assert_eq!(ended["state"], "completed", "{ended}");
+    chunks(&seen).concat()
+}
+
+/// SIGKILLs the session's agentctl (its agent dies with it) and waits until the session
+/// knows.
+async fn kill_sidecar(daemon: &Daemon, api: &Api, session: &str) {
+    let pid = daemon.agentctl_pid(session);
+    let after = status(api, session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(session, after).await;
+    let pidfd = PidFd::open(pid).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    within("agentctl to die", pidfd.exited()).await.unwrap();
+    until(&mut events, |e| e["type"] == "state" && e["error"].is_string()).await;
+    let lost = status(api, session).await;
+    assert_eq!(lost["is_agent_running"], false);
+    assert_eq!(lost["needs_resume"], true, "{lost}");
+}
+
+async fn resume(api: &Api, session: &str) -> Value {
+    api.call("task.session.resume", json!({"session_id": session})).await.expect("resume")
+}
+
+#[tokio::test]
+async fn a_supervisor_killed_mid_turn_loses_nothing() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("k")).await;
+    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    api.call(
+        "task.session.prompt",
+        json!({"session_id": &session, "prompt": "/stream 2000\nstreaming"}),
+    )
+    .await
+    .unwrap();
+    let mut seen = vec![next(&mut events).await];
+    drop(events);
+    drop(api);
+    daemon.kill().await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, seen.last().unwrap()["seq"].as_u64().unwrap()).await;
+    seen.extend(until(&mut events, turn_ended).await);
+    assert_eq!(seen.last().unwrap()["stop_reason"], "end_turn");
+    let seqs: Vec<u64> = seen.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (after + 1..=after + seqs.len() as u64).collect::<Vec<_>>(),
+        "gapless, each once"
+    );
+    let texts = chunks(&seen);
+    assert_eq!(texts.len(), 2000, "every chunk exactly once");
+    assert!(
+        texts.iter().enumerate().all(|(idx, text)| text.ends_with(&format!("[{}/2000]", idx + 1)))
+    );
+    let history = api.call("task.session.history", json!({"session_id": &session})).await.unwrap();
+    let kinds: Vec<&str> =
+        history.as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["user_message", "agent_message"], "the turn is in the history once");
+    assert_eq!(history[1]["content"].as_str().unwrap(), texts.concat());
+    let adopted = status(&api, &session).await;
+    assert_eq!(
+        (adopted["is_agent_running"].as_bool(), adopted["resume_reason"].as_str()),
+        (Some(true), Some("agent_running"))
+    );
+    // The re-adopted agent keeps working.
+    assert!(ask(&api, &session, "still there?").await.contains("remembered 2 earlier messages"));
+}
+
+#[tokio::test]
+async fn native_resume_through_load_resume_and_resume_command() {
+    let profiles = [
+        (
+            "resumable.toml",
+            profile("resumable", ", \"--resume-capability\"", "native_resume = true"),
+        ),
+        (
+            "relaunch.toml",
+            String::from(
+                "id = \"relaunch\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{home}/.mock-agent\", \"--no-load-session\"]\n\
+                 protocol = \"acp\"\n[session]\nnative_resume = false\n\
+                 resume_command = [\"mock-agent\", \"--state-dir\", \"{home}/.mock-agent\", \"--no-load-session\", \"--resume\", \"{token}\"]\n",
+            ),
+        ),
+    ];
+    let profile_refs: Vec<(&str, &str)> =
+        profiles.iter().map(|(name, text)| (*name, text.as_str())).collect();
+    let daemon = Daemon::start_with_profiles(&[], &profile_refs).await;
+    let api = daemon.api().await;
+    for (agent, expected) in
+        [("mock", "native_load"), ("resumable", "native_resume"), ("relaunch", "resume_command")]
+    {
+        let session = api.ready_session(agent, &daemon.workspace(agent)).await;
+        ask(&api, &session, "the secret is kumquat").await;
+        kill_sidecar(&daemon, &api, &session).await;
+        assert_eq!(status(&api, &session).await["resume_reason"], "agent_not_running");
+        let resumed = resume(&api, &session).await;
+        assert_eq!(
+            (resumed["outcome"].as_str(), resumed["state"].as_str()),
+            (Some(expected), Some("WAITING_FOR_INPUT")),
+            "{agent}"
+        );
+        let reply = ask(&api, &session, "what was the secret?\n/recall").await;
+        assert!(reply.contains("remembered 2 earlier messages"), "{agent}: {reply}");
+        assert!(reply.contains("kumquat"), "{agent}: {reply}");
+        // A load's replay restores the agent; it is not recorded again.
+        let history =
+            api.call("task.session.history", json!({"session_id": &session})).await.unwrap();
+        assert_eq!(history.as_array().unwrap().len(), 4, "{agent}: {history}");
+        let again = resume(&api, &session).await;
+        assert_eq!(again["outcome"], "already_running");
+    }
+}
+
+#[tokio::test]
+async fn history_injection_wraps_the_first_prompt_once_even_across_a_restart() {
+    let inject = profile("inject", "", "native_resume = false\nhistory_injection = true");
+    let mut daemon = Daemon::start_with_profiles(&[], &[("inject.toml", &inject)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("inject", &daemon.workspace("i")).await;
+    ask(&api, &session, "the code word is papaya").await;
+    kill_sidecar(&daemon, &api, &session).await;
+    assert_eq!(status(&api, &session).await["resume_reason"], "agent_not_running_fresh_start");
+    let resumed = resume(&api, &session).await;
+    assert_eq!(resumed["outcome"], "history_injection");
+    // A supervisor restart between the resume and the first prompt keeps the flag.
+    drop(api);
+    daemon.kill().await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let first = ask(&api, &session, "what was the code word?").await;
+    assert!(first.contains("remembered 0 earlier messages"), "a fresh agent: {first}");
+    assert!(first.contains("you said: RESUME CONTEXT FOR CONTINUING TASK"), "{first}");
+    assert!(first.contains("[USER]: the code word is papaya"), "{first}");
+    assert!(first.contains("=== CURRENT REQUEST ===\nwhat was the code word?"), "{first}");
+    let second = ask(&api, &session, "second question").await;
+    assert!(
+        second.contains("you said: second question") && !second.contains("RESUME CONTEXT"),
+        "{second}"
+    );
+    // The history keeps what the user typed, not the wrapper.
+    let history = api.call("task.session.history", json!({"session_id": &session})).await.unwrap();
+    let users: Vec<&str> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "user_message")
+        .map(|e| e["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(users, ["the code word is papaya", "what was the code word?", "second question"]);
+}
+
+#[tokio::test]
+async fn eliza_resumes_by_injection_and_goes_on() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("eliza", &daemon.workspace("e")).await;
+    assert!(!ask(&api, &session, "I am worried about my tests.").await.trim().is_empty());
+    kill_sidecar(&daemon, &api, &session).await;
+    assert_eq!(resume(&api, &session).await["outcome"], "history_injection");
+    assert!(!ask(&api, &session, "They keep failing.").await.trim().is_empty());
+}
+
+#[tokio::test]
+async fn a_rejected_token_falls_back_to_a_fresh_session_with_a_notice() {
+    let reject = profile("reject", ", \"--reject-load\"", "native_resume = true");
+    let daemon = Daemon::start_with_profiles(&[], &[("reject.toml", &reject)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("reject", &daemon.workspace("r")).await;
+    ask(&api, &session, "hello").await;
+    let old_token = status(&api, &session).await["acp_session_id"].as_str().unwrap().to_owned();
+    kill_sidecar(&daemon, &api, &session).await;
+    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    let resumed = resume(&api, &session).await;
+    // Not a failure: the session waits for input, with the earlier conversation injected.
+    assert_eq!(
+        (resumed["state"].as_str(), resumed["outcome"].as_str()),
+        (Some("WAITING_FOR_INPUT"), Some("history_injection"))
+    );
+    let seen = until(&mut events, |e| e["type"] == "resume_outcome").await;
+    assert!(
+        seen.iter()
+            .any(|e| e["type"] == "notice" && e["message"].as_str().unwrap().contains("rejected")),
+        "{seen:?}"
+    );
+    let new_token = status(&api, &session).await["acp_session_id"].as_str().unwrap().to_owned();
+    assert_ne!(new_token, old_token, "the rejected token was replaced");
+    assert!(ask(&api, &session, "again").await.contains("[USER]: hello"));
+}
+
+#[tokio::test]
+async fn concurrent_resumes_launch_one_agent_and_bad_resumes_are_refused() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let workspace = daemon.workspace("c");
+    let session = api.ready_session("mock", &workspace).await;
+    ask(&api, &session, "one").await;
+    kill_sidecar(&daemon, &api, &session).await;
+    // 100 concurrent calls over 10 connections.
+    let mut calls = Vec::new();
+    for _ in 0..10 {
+        let api = std::sync::Arc::new(Api::connect(&daemon.url, &[]).await.unwrap());
+        for _ in 0..10 {
+            let api = std::sync::Arc::clone(&api);
+            let session = session.clone();
+            calls.push(tokio::spawn(async move {
+                api.call("task.session.resume", json!({"session_id": session})).await.unwrap()
+            }));
+        }
+    }
+    let mut outcomes = Vec::new();
+    for call in calls {
+        outcomes.push(call.await.unwrap()["outcome"].as_str().unwrap().to_owned());
+    }
+    assert!(outcomes.iter().all(|o| o == "native_load" || o == "already_running"), "{outcomes:?}");
+    assert!(outcomes.iter().any(|o| o == "native_load"));
+    // Exactly one sidecar and one agent run for the session.
+    daemon.agentctl_pid(&session);
+    let agents = Daemon::processes_mentioning(&daemon.root.path().join(".mock-agent"));
+    assert_eq!(agents.len(), 1, "one agent process: {agents:?}");
+
+    // A terminal session cannot be resumed; a vanished workspace is named.
+    let other = api.ready_session("mock", &daemon.workspace("gone")).await;
+    kill_sidecar(&daemon, &api, &other).await;
+    std::fs::remove_dir_all(daemon.workspace("gone")).unwrap();
+    let error = api.call("task.session.resume", json!({"session_id": &other})).await.unwrap_err();
+    assert_eq!(error.kind, "invalid_state");
+    assert!(error.message.contains("no longer exists"), "{error:?}");
+    api.call("task.session.stop", json!({"session_id": &session})).await.unwrap();
+    let error = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap_err();
+    assert_eq!(error.kind, "conflict");
+}
+
+#[tokio::test]
+async fn a_prompt_after_a_restart_that_lost_the_agent_resumes_lazily() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("l")).await;
+    ask(&api, &session, "remember me").await;
+    let sidecar = daemon.agentctl_pid(&session);
+    drop(api);
+    daemon.kill().await;
+    let pidfd = PidFd::open(sidecar).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sidecar as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    within("agentctl to die", pidfd.exited()).await.unwrap();
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let lost = status(&api, &session).await;
+    assert_eq!(
+        (lost["needs_resume"].as_bool(), lost["resume_reason"].as_str()),
+        (Some(true), Some("agent_not_running"))
+    );
+    // No agent was launched eagerly.
+    assert!(
+        Daemon::processes_mentioning(&daemon.session_dir(&session).join("agentctl")).is_empty()
+    );
+    let reply = ask(&api, &session, "do you remember?").await;
+    assert!(reply.contains("remembered 2 earlier messages"), "{reply}");
+}
+
+#[tokio::test]
+async fn a_pending_permission_request_survives_a_restart() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("p")).await;
+    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    api.call("task.session.prompt", json!({"session_id": &session, "prompt": "/permission"}))
+        .await
+        .unwrap();
+    let asked = until(&mut events, |e| e["type"] == "permission_request").await;
+    let request_id = asked.last().unwrap()["request_id"].as_str().unwrap().to_owned();
+    drop(events);
+    drop(api);
+    daemon.kill().await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let asked_seq = asked.last().unwrap()["seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, asked_seq).await;
+    // Re-emitted after the restart, so a fresh client learns of it.
+    until(&mut events, |e| {
+        e["type"] == "permission_request" && e["request_id"] == request_id.as_str()
+    })
+    .await;
+    api.call(
+        "task.session.permission.respond",
+        json!({"session_id": &session, "request_id": request_id, "option_id": "allow"}),
+    )
+    .await
+    .unwrap();
+    let seen = until(&mut events, turn_ended).await;
+    assert_eq!(seen.last().unwrap()["stop_reason"], "end_turn");
+    assert!(chunks(&seen).concat().contains("the tool ran"));
+}
+
+#[tokio::test]
+async fn sigterm_leaves_sidecars_running_and_stop_all_stops_them() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("t")).await;
+    let sidecar = daemon.agentctl_pid(&session);
+    drop(api);
+    daemon.terminate().await;
+    assert!(agentctl::process::is_alive(sidecar), "an operator restart leaves the sidecar running");
+    daemon.restart().await;
+    let api = daemon.api().await;
+    assert_eq!(status(&api, &session).await["is_agent_running"], true, "re-adopted");
+    let pidfd = PidFd::open(sidecar).unwrap();
+    let (code, out, err) = daemon.cli(&["stop-all"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("stopped 1 agent"), "{out}");
+    within("the sidecar to stop", pidfd.exited()).await.unwrap();
+    let stopped = status(&api, &session).await;
+    assert_eq!(
+        (stopped["needs_resume"].as_bool(), stopped["state"].as_str()),
+        (Some(true), Some("WAITING_FOR_INPUT"))
+    );
+}
