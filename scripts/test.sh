@@ -18,8 +18,9 @@ fi
 echo "test: building workspace binaries"
 cargo build --quiet --workspace --bins
 echo "test: building static binaries for container images"
-TETHER_STATIC_MOCK_AGENT=$(scripts/build-static.sh)
-export TETHER_STATIC_MOCK_AGENT
+static_dir=$(scripts/build-static.sh)
+export TETHER_STATIC_MOCK_AGENT="$static_dir/mock-agent"
+export TETHER_STATIC_AGENTCTL="$static_dir/agentctl"
 
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"

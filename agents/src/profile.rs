@@ -31,6 +31,9 @@ pub struct Profile {
     pub required_env: Vec<String>,
     /// The wire protocol.
     pub protocol: Protocol,
+    /// Where sessions run unless the request says: `standalone` or `docker`.
+    #[serde(default = "default_runtime")]
+    pub runtime: String,
     /// Resume behaviour.
     pub session: SessionSettings,
     /// Container settings, for the Docker runtime.
@@ -103,6 +106,10 @@ impl fmt::Display for ProfileSource {
             ProfileSource::File(path) => write!(f, "{}", path.display()),
         }
     }
+}
+
+fn default_runtime() -> String {
+    "standalone".into()
 }
 
 /// Defaults for optional fields.
@@ -242,6 +249,7 @@ struct RawProfile {
     #[serde(default)]
     required_env: Vec<Spanned<String>>,
     protocol: Protocol,
+    runtime: Option<Spanned<String>>,
     #[serde(default)]
     session: RawSession,
     #[serde(default)]
@@ -342,6 +350,14 @@ impl RawProfile {
             "must match [a-z0-9][a-z0-9_-]* (at most 64 characters)",
         )?;
         check.argv(&self.command, "command", &["home"])?;
+        if let Some(runtime) = &self.runtime {
+            check.ensure(
+                matches!(runtime.get_ref().as_str(), "standalone" | "docker"),
+                runtime.span(),
+                "runtime",
+                "must be \"standalone\" or \"docker\"",
+            )?;
+        }
         for (key, value) in &self.env {
             check.ensure(
                 is_env_name(key.get_ref()),
@@ -460,6 +476,7 @@ impl RawProfile {
                 .collect(),
             required_env: self.required_env.into_iter().map(Spanned::into_inner).collect(),
             protocol: self.protocol,
+            runtime: self.runtime.map_or_else(default_runtime, Spanned::into_inner),
             session: SessionSettings {
                 native_resume: self.session.native_resume,
                 history_injection: self.session.history_injection,

@@ -101,6 +101,9 @@ struct SessionCreate {
     workspace_path: String,
     #[serde(default)]
     prompt: Option<String>,
+    /// `standalone` or `docker`; the profile's default when absent.
+    #[serde(default)]
+    runtime: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -175,7 +178,7 @@ pub fn methods(supervisor: Arc<Supervisor>) -> RpcModule<Supervisor> {
         })?;
         module.register_async_method(method::SESSION_CREATE, |params, sup, _| async move {
             let p: SessionCreate = parse(&params)?;
-            sup.create_session(p.task_id, p.agent_profile_id, p.workspace_path, p.prompt)
+            sup.create_session(p.task_id, p.agent_profile_id, p.workspace_path, p.prompt, p.runtime)
                 .await
                 .map_err(to_rpc)
         })?;

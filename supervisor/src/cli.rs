@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use crate::api::{self, AccessPolicy, method};
 use crate::home::Home;
 use crate::runtime::StandaloneRuntime;
+use crate::runtime::docker::{DockerConfig, DockerRuntime};
 use crate::service::{Supervisor, SupervisorConfig};
 use crate::store::Store;
 
@@ -30,12 +31,14 @@ usage: supervisor [--url URL] [--token TOKEN] <command>
 
 daemon:
   serve [--listen ADDR] [--home DIR] [--auth-token TOKEN] [--allow-origin ORIGIN]...
+        [--static-agentctl PATH]     (for the Docker runtime; or $TETHER_STATIC_AGENTCTL)
 
 client (talks to a running daemon; --url defaults to ws://127.0.0.1:7733, or $TETHER_URL):
   agents
   task create TITLE [--description TEXT]
   task list
-  session start --agent PROFILE --workspace DIR (--task ID | --new-task TITLE) [--prompt TEXT] [--quiet]
+    session start --agent PROFILE --workspace DIR (--task ID | --new-task TITLE) [--prompt TEXT]
+                [--runtime standalone|docker] [--quiet]
   prompt SESSION TEXT          (resumes the session first if its agent is not running)
   resume SESSION
   status SESSION
@@ -135,6 +138,10 @@ async fn serve(mut args: Vec<String>, self_command: Vec<OsString>) -> anyhow::Re
     let home =
         take_option(&mut args, "--home").map_err(|f| anyhow::anyhow!(f.line))?.map(PathBuf::from);
     let token = take_option(&mut args, "--auth-token").map_err(|f| anyhow::anyhow!(f.line))?;
+    let static_agentctl = take_option(&mut args, "--static-agentctl")
+        .map_err(|f| anyhow::anyhow!(f.line))?
+        .or_else(|| std::env::var("TETHER_STATIC_AGENTCTL").ok())
+        .map(PathBuf::from);
     let mut allowed_origins = Vec::new();
     while let Some(origin) =
         take_option(&mut args, "--allow-origin").map_err(|f| anyhow::anyhow!(f.line))?
@@ -184,7 +191,11 @@ async fn serve(mut args: Vec<String>, self_command: Vec<OsString>) -> anyhow::Re
         store,
         registry,
         environment,
-        runtime: Arc::new(StandaloneRuntime { agentctl }),
+        standalone: Arc::new(StandaloneRuntime { agentctl }),
+        docker: Arc::new(DockerRuntime::new(DockerConfig {
+            agentctl: static_agentctl.map(|path| std::path::absolute(&path).unwrap_or(path)),
+            install_id: home.install_id().context("cannot read or create the install id")?,
+        })),
         applets,
     }));
     // Restart recovery happens before the API serves anything.
@@ -401,6 +412,7 @@ impl Client {
         let workspace = take_option(&mut args, "--workspace")?
             .ok_or_else(|| usage("session start needs --workspace"))?;
         let prompt = take_option(&mut args, "--prompt")?;
+        let runtime = take_option(&mut args, "--runtime")?;
         let task = match (take_option(&mut args, "--task")?, take_option(&mut args, "--new-task")?)
         {
             (Some(task), None) => task,
@@ -415,7 +427,7 @@ impl Client {
         let row = self
             .call(
                 method::SESSION_CREATE,
-                json!({"task_id": task, "agent_profile_id": agent, "workspace_path": workspace, "prompt": prompt}),
+                json!({"task_id": task, "agent_profile_id": agent, "workspace_path": workspace, "prompt": prompt, "runtime": runtime}),
             )
             .await?;
         let session = row["id"].as_str().unwrap_or_default().to_owned();

@@ -44,6 +44,20 @@ impl Home {
         self.root.join("state.db")
     }
 
+    /// This installation's id (a UUID kept in `install_id`, created on first use): it
+    /// marks the containers this installation owns.
+    pub fn install_id(&self) -> io::Result<String> {
+        let path = self.root.join("install_id");
+        match std::fs::read_to_string(&path) {
+            Ok(id) if is_valid_id(id.trim()) => Ok(id.trim().to_owned()),
+            Ok(_) | Err(_) => {
+                let id = uuid::Uuid::new_v4().to_string();
+                std::fs::write(&path, &id)?;
+                Ok(id)
+            }
+        }
+    }
+
     /// `profiles/`.
     pub fn profiles(&self) -> PathBuf {
         self.root.join("profiles")

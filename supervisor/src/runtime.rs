@@ -1,6 +1,8 @@
-//! Runtimes launch a session's agentctl somewhere and say how to reach it. The standalone
-//! runtime starts it as a detached local process; the Docker runtime (a later issue)
-//! implements the same trait with a container.
+//! Runtimes launch a session's agentctl somewhere and say how to reach it: the standalone
+//! runtime as a detached local process, the Docker runtime ([`docker`]) in a container.
+//! The session actor and recovery see only the [`Runtime`] trait.
+
+pub mod docker;
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -9,28 +11,45 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use agentctl::client::{self, LaunchConfig, LaunchError};
+use agents::profile::DockerSettings;
 use protocol::control::ReadyInfo;
+
+use crate::store::ExecutorRow;
 
 /// What a runtime needs to launch agentctl for one execution.
 #[derive(Debug, Clone)]
 pub struct LaunchSpec {
     /// The session.
     pub session_id: String,
-    /// agentctl's state dir (spool, ready.json, log).
+    /// Its task.
+    pub task_id: String,
+    /// The execution being launched.
+    pub execution_id: String,
+    /// agentctl's state dir on the host (spool, ready.json, log).
     pub state_dir: PathBuf,
     /// The bearer token for this execution.
     pub token: String,
     /// How long agentctl may take to print its ready line.
     pub ready_timeout: Duration,
+    /// The workspace (mounted at the same path in a container).
+    pub workspace: PathBuf,
+    /// The profile's container settings.
+    pub docker: DockerSettings,
+    /// The agent's own state dirs, relative to its home.
+    pub agent_state_dirs: Vec<String>,
+    /// Where those dirs live on the host (`agent-state/<session-id>/`).
+    pub agent_state_root: PathBuf,
 }
 
 /// A launched agentctl.
 #[derive(Debug, Clone)]
 pub struct Endpoint {
-    /// Where its control channel listens.
+    /// Where its control channel listens (on the host).
     pub addr: SocketAddr,
     /// What it announced.
     pub ready: ReadyInfo,
+    /// Its container, for the Docker runtime.
+    pub container_id: Option<String>,
 }
 
 /// Errors from a runtime; the API reports them as `runtime_unavailable`.
@@ -40,6 +59,15 @@ pub enum RuntimeError {
     /// agentctl could not be launched.
     #[error(transparent)]
     Launch(#[from] LaunchError),
+    /// The runtime cannot work here (the engine is unreachable, no static agentctl…).
+    #[error("{0}")]
+    Unavailable(String),
+    /// The profile's image does not exist on the engine.
+    #[error("the image {0} is not on the Docker engine (build or pull it first)")]
+    ImageMissing(String),
+    /// The engine refused something else.
+    #[error("docker: {0}")]
+    Engine(String),
 }
 
 /// A boxed future, so the trait stays object safe.
@@ -50,8 +78,30 @@ pub trait Runtime: Send + Sync + 'static {
     /// `standalone` or `docker`, as stored in the session row.
     fn name(&self) -> &'static str;
 
+    /// The agent's home as the agent sees it (for `{home}`), when it is not the
+    /// supervisor's own; programs are then looked up where the agent runs, not here.
+    fn agent_home(&self) -> Option<PathBuf> {
+        None
+    }
+
+    /// Whether the runtime can launch anything now.
+    fn check(&self) -> BoxFuture<'_, Result<(), RuntimeError>>;
+
     /// Launches agentctl and waits for its ready line.
     fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, Result<Endpoint, RuntimeError>>;
+
+    /// Whether an execution's sidecar is still alive (restart recovery).
+    fn is_alive<'a>(&'a self, executor: &'a ExecutorRow, boot_id: &'a str) -> BoxFuture<'a, bool>;
+
+    /// Why an execution's sidecar went away, when the runtime can tell (e.g. OOM).
+    fn exit_reason<'a>(&'a self, _executor: &'a ExecutorRow) -> BoxFuture<'a, Option<String>> {
+        Box::pin(async { None })
+    }
+
+    /// Forgets a deleted session: removes what the runtime keeps for it.
+    fn remove<'a>(&'a self, _session_id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// agentctl as a detached local process.
@@ -64,6 +114,10 @@ pub struct StandaloneRuntime {
 impl Runtime for StandaloneRuntime {
     fn name(&self) -> &'static str {
         "standalone"
+    }
+
+    fn check(&self) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        Box::pin(async { Ok(()) })
     }
 
     fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, Result<Endpoint, RuntimeError>> {
@@ -80,7 +134,24 @@ impl Runtime for StandaloneRuntime {
                 extra_args: Vec::new(),
             };
             let launched = client::launch(&config).await?;
-            Ok(Endpoint { addr: launched.addr, ready: launched.ready })
+            Ok(Endpoint { addr: launched.addr, ready: launched.ready, container_id: None })
         })
     }
+
+    fn is_alive<'a>(&'a self, executor: &'a ExecutorRow, boot_id: &'a str) -> BoxFuture<'a, bool> {
+        Box::pin(async move { standalone_alive(executor, boot_id) })
+    }
+}
+
+/// A local sidecar is alive only if the machine has not rebooted since it started, its pid
+/// still exists, and that pid's start time is the one it announced (not a recycled pid).
+fn standalone_alive(executor: &ExecutorRow, boot_id: &str) -> bool {
+    let (Some(pid), Some(start_time)) = (executor.agentctl_pid, executor.agentctl_start_time)
+    else {
+        return false;
+    };
+    let Ok(pid) = u32::try_from(pid) else { return false };
+    executor.boot_id.as_deref() == Some(boot_id)
+        && agentctl::process::PidFd::open(pid).is_ok()
+        && agentctl::ready::process_start_time(pid).is_ok_and(|now| now as i64 == start_time)
 }

@@ -17,6 +17,7 @@ use crate::events::SessionEvent;
 use crate::history::{self, HistoryEntry};
 use crate::home::{self, Home};
 use crate::runtime::Runtime;
+use crate::runtime::docker::DockerRuntime;
 use crate::session::{self, AdoptPlan, SessionContext, SessionError, SessionHandle, Start};
 use crate::store::{SessionRow, SessionState, Store, StoreError, Task};
 
@@ -96,7 +97,9 @@ pub struct SupervisorConfig {
     /// Where programs are found.
     pub environment: Environment,
     /// The standalone runtime.
-    pub runtime: Arc<dyn Runtime>,
+    pub standalone: Arc<dyn Runtime>,
+    /// The Docker runtime.
+    pub docker: Arc<DockerRuntime>,
     /// Applets embedded in this binary (`mock-agent` → `[exe, "mock-agent"]`), used when
     /// no program of that name is installed.
     pub applets: HashMap<String, Vec<OsString>>,
@@ -212,7 +215,25 @@ impl Supervisor {
         availability.reasons.into_iter().skip(usize::from(applet)).collect()
     }
 
-    fn context(&self, session_id: &str) -> Result<SessionContext, ServiceError> {
+    /// The runtime of that name.
+    fn runtime(&self, name: &str) -> Result<Arc<dyn Runtime>, ServiceError> {
+        match name {
+            "standalone" => Ok(Arc::clone(&self.config.standalone)),
+            "docker" => Ok(Arc::clone(&self.config.docker) as Arc<dyn Runtime>),
+            other => Err(ServiceError::InvalidParams(format!(
+                "unknown runtime {other:?} (standalone or docker)"
+            ))),
+        }
+    }
+
+    async fn check_runtime(&self, name: &str) -> Result<Arc<dyn Runtime>, ServiceError> {
+        let runtime = self.runtime(name)?;
+        runtime.check().await.map_err(|err| ServiceError::RuntimeUnavailable(err.to_string()))?;
+        Ok(runtime)
+    }
+
+    fn context(&self, row: &SessionRow) -> Result<SessionContext, ServiceError> {
+        let session_id = row.id.as_str();
         let dir = self
             .config
             .home
@@ -220,11 +241,12 @@ impl Supervisor {
             .map_err(|err| ServiceError::Internal(err.to_string()))?;
         Ok(SessionContext {
             store: self.config.store.clone(),
-            runtime: Arc::clone(&self.config.runtime),
+            runtime: self.runtime(&row.runtime)?,
             dir,
             resolve: self.resolver(),
             agent_home: self.agent_home(),
             ready_timeout: Duration::from_secs(30),
+            agent_state_root: self.config.home.root().join("agent-state").join(session_id),
         })
     }
 
@@ -309,6 +331,7 @@ impl Supervisor {
         agent_profile_id: String,
         workspace_path: String,
         prompt: Option<String>,
+        runtime: Option<String>,
     ) -> Result<SessionRow, ServiceError> {
         check_id("task_id", &task_id)?;
         let workspace = Path::new(&workspace_path);
@@ -332,6 +355,7 @@ impl Supervisor {
                 reasons.join("; ")
             )));
         }
+        let runtime = self.check_runtime(runtime.as_deref().unwrap_or(&profile.runtime)).await?;
         let task = self.config.store.get_task(task_id.clone()).await?;
         let now = crate::store::now_ms();
         let row = SessionRow {
@@ -340,7 +364,7 @@ impl Supervisor {
             agent_profile_id,
             profile_snapshot: serde_json::to_value(&*profile)
                 .map_err(|err| ServiceError::Internal(err.to_string()))?,
-            runtime: self.config.runtime.name().into(),
+            runtime: runtime.name().into(),
             state: SessionState::Created,
             workspace_path,
             error_message: None,
@@ -348,7 +372,7 @@ impl Supervisor {
             updated_at: now,
         };
         let row = self.config.store.create_session(row).await?;
-        let context = self.context(&row.id)?;
+        let context = self.context(&row)?;
         let events = self.event_log(&row.id)?;
         let initial_prompt = prompt
             .or_else(|| (!task.description.trim().is_empty()).then(|| task.description.clone()));
@@ -463,6 +487,7 @@ impl Supervisor {
             return Ok(handle);
         }
         check_workspace(row)?;
+        self.check_runtime(&row.runtime).await?;
         let outcome = tokio::time::timeout(RESUME_WAIT, handle.resume()).await.map_err(|_| {
             ServiceError::RuntimeUnavailable(format!(
                 "session {} did not become ready in time",
@@ -481,7 +506,7 @@ impl Supervisor {
         }
         let profile = Supervisor::snapshot(row)?;
         let handle = session::start_session(
-            self.context(&row.id)?,
+            self.context(row)?,
             row.clone(),
             profile,
             self.event_log(&row.id)?,
@@ -504,6 +529,7 @@ impl Supervisor {
         let handle = self.actor(&row).await?;
         if !handle.view().agent_running {
             check_workspace(&row)?;
+            self.check_runtime(&row.runtime).await?;
         }
         let outcome =
             tokio::time::timeout(RESUME_WAIT, handle.resume()).await.map_err(|_| {
@@ -542,10 +568,11 @@ impl Supervisor {
         let mut adopting = Vec::new();
         let boot_id = agentctl::ready::boot_id().unwrap_or_default();
         for (row, executor) in self.config.store.active_executions().await? {
+            let runtime = self.runtime(&executor.runtime)?;
             let alive = executor.status != "dead"
                 && executor.status != "stopped"
                 && executor.status != "exited"
-                && sidecar_alive(&executor, &boot_id);
+                && runtime.is_alive(&executor, &boot_id).await;
             if alive {
                 let addr = std::net::SocketAddr::from((
                     [127, 0, 0, 1],
@@ -561,7 +588,7 @@ impl Supervisor {
                 let profile = Supervisor::snapshot(&row)?;
                 let plan = AdoptPlan { executor, addr, open_turns };
                 let handle = session::start_session(
-                    self.context(&row.id)?,
+                    self.context(&row)?,
                     row.clone(),
                     profile,
                     self.event_log(&row.id)?,
@@ -593,6 +620,15 @@ impl Supervisor {
                 summary.dead += 1;
             }
         }
+        // Containers of ours whose session is gone are removed (when an engine is there).
+        let known: std::collections::HashSet<String> =
+            self.config.store.list_sessions(None).await?.into_iter().map(|row| row.id).collect();
+        match self.config.docker.remove_orphans(&known).await {
+            Ok(removed) => summary.orphans_removed = removed.len(),
+            Err(err) => {
+                tracing::debug!(%err, "no orphan check: the Docker engine is not available")
+            }
+        }
         // Serve only once every live sidecar is re-attached (or found gone): connecting is
         // all that is awaited, so this grows with the live sidecars, not the stored sessions.
         for mut view in adopting {
@@ -606,6 +642,7 @@ impl Supervisor {
             interrupted = summary.interrupted,
             approvals_restored = summary.approvals_restored,
             approvals_cancelled = summary.approvals_cancelled,
+            orphans_removed = summary.orphans_removed,
             "recovery done"
         );
         Ok(summary)
@@ -659,8 +696,18 @@ impl Supervisor {
         {
             let _ = handle.stop().await;
         }
+        if let Ok(runtime) = self.runtime(&row.runtime)
+            && let Err(err) = runtime.remove(&session_id).await
+        {
+            tracing::warn!(session = %session_id, %err, "cannot remove the session's runtime resources");
+        }
         self.config.store.delete_session(session_id.clone()).await?;
         self.sessions().remove(&session_id);
+        self.event_logs.lock().expect("UNWRAP: never poisoned").remove(&session_id);
+        let agent_state = self.config.home.root().join("agent-state").join(&session_id);
+        if agent_state.exists() {
+            let _ = std::fs::remove_dir_all(&agent_state);
+        }
         let dir = self.config.home.session_path(&session_id);
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|err| {
@@ -745,19 +792,8 @@ pub struct RecoverySummary {
     pub approvals_restored: usize,
     /// Pending permission requests dropped with their dead agent.
     pub approvals_cancelled: usize,
-}
-
-/// A sidecar is alive only if the machine has not rebooted since it started, its pid still
-/// exists, and that pid's start time is the one it announced (not a recycled pid).
-fn sidecar_alive(executor: &crate::store::ExecutorRow, boot_id: &str) -> bool {
-    let (Some(pid), Some(start_time)) = (executor.agentctl_pid, executor.agentctl_start_time)
-    else {
-        return false;
-    };
-    let Ok(pid) = u32::try_from(pid) else { return false };
-    executor.boot_id.as_deref() == Some(boot_id)
-        && agentctl::process::PidFd::open(pid).is_ok()
-        && agentctl::ready::process_start_time(pid).is_ok_and(|now| now as i64 == start_time)
+    /// Containers removed because their session no longer exists.
+    pub orphans_removed: usize,
 }
 
 /// A resume needs the workspace the session worked in.

@@ -210,6 +210,8 @@ pub struct SessionContext {
     pub agent_home: PathBuf,
     /// How long agentctl may take to be ready.
     pub ready_timeout: Duration,
+    /// Where the agent's own state dirs live on the host (`agent-state/<session-id>/`).
+    pub agent_state_root: PathBuf,
 }
 
 /// How an actor begins.
@@ -434,7 +436,9 @@ impl SessionActor {
     ) -> Result<(), SessionError> {
         self.update_view(|view| view.launching = true);
         self.set_state(SessionState::Starting, None, Some(task_state::IN_PROGRESS)).await?;
-        let home = self.context.agent_home.clone();
+        // In a container the agent's home and programs are the container's.
+        let in_container = self.context.runtime.agent_home();
+        let home = in_container.clone().unwrap_or_else(|| self.context.agent_home.clone());
         let argv = match resume_token {
             Some(token) => self
                 .profile
@@ -442,17 +446,29 @@ impl SessionActor {
                 .unwrap_or_else(|| self.profile.launch_argv(&home)),
             None => self.profile.launch_argv(&home),
         };
-        let mut resolved = (self.context.resolve)(&argv[0]).ok_or_else(|| {
-            SessionError::InvalidState(format!("the agent program {} is not available", argv[0]))
-        })?;
+        let mut resolved = match in_container {
+            Some(_) => vec![OsString::from(&argv[0])],
+            None => (self.context.resolve)(&argv[0]).ok_or_else(|| {
+                SessionError::InvalidState(format!(
+                    "the agent program {} is not available",
+                    argv[0]
+                ))
+            })?,
+        };
         resolved.extend(argv[1..].iter().map(OsString::from));
         let execution_id = uuid::Uuid::now_v7().to_string();
         let token = agentctl::client::new_token();
         let spec = LaunchSpec {
             session_id: self.row.id.clone(),
+            task_id: self.row.task_id.clone(),
+            execution_id: execution_id.clone(),
             state_dir: self.context.dir.join("agentctl"),
             token: token.clone(),
             ready_timeout: self.context.ready_timeout,
+            workspace: PathBuf::from(&self.row.workspace_path),
+            docker: self.profile.docker.clone(),
+            agent_state_dirs: self.profile.session.agent_state_dirs.clone(),
+            agent_state_root: self.context.agent_state_root.clone(),
         };
         let endpoint = self.context.runtime.launch(spec).await.map_err(|err| {
             SessionError::InvalidState(format!("runtime {}: {err}", self.context.runtime.name()))
@@ -471,6 +487,7 @@ impl SessionActor {
                 agentctl_start_time: Some(endpoint.ready.start_time as i64),
                 boot_id: Some(endpoint.ready.boot_id.clone()),
                 agentctl_token: Some(token.clone()),
+                container_id: endpoint.container_id.clone(),
                 ..Default::default()
             })
             .await?;
@@ -1337,8 +1354,14 @@ impl SessionActor {
 
     /// agentctl itself went away.
     async fn lost(&mut self, reason: String) {
+        let mut reason = reason;
         if let Some(mut execution) = self.execution.take() {
             execution.agent_running = false;
+            if let Ok(Some(executor)) = self.context.store.get_executor(self.row.id.clone()).await
+                && let Some(why) = self.context.runtime.exit_reason(&executor).await
+            {
+                reason = format!("{reason}: {why}");
+            }
         }
         self.update_view(|view| view.agent_running = false);
         if self.row.state == SessionState::Starting {

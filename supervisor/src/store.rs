@@ -275,6 +275,8 @@ pub struct ExecutorRow {
     pub acp_session_id: Option<String>,
     /// How the last resume went (`native_resume`, `native_load`, …).
     pub resume_outcome: Option<String>,
+    /// The container, for the Docker runtime.
+    pub container_id: Option<String>,
 }
 
 fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(SessionRow, String, String)> {
@@ -309,7 +311,7 @@ fn finish_session(
 
 const EXECUTOR_COLUMNS: &str = "session_id, execution_id, generation, runtime, status, resume_token, agentctl_port, \
      agentctl_pid, agentctl_start_time, boot_id, agentctl_token, acked_seq, resume_context_pending, acp_session_id, \
-     resume_outcome";
+     resume_outcome, container_id";
 
 fn executor_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ExecutorRow> {
     executor_from_row_at(row, 0)
@@ -333,6 +335,7 @@ fn executor_from_row_at(row: &rusqlite::Row<'_>, base: usize) -> rusqlite::Resul
         resume_context_pending: row.get(base + 12)?,
         acp_session_id: row.get(base + 13)?,
         resume_outcome: row.get(base + 14)?,
+        container_id: row.get(base + 15)?,
     })
 }
 
@@ -526,8 +529,8 @@ impl Store {
             tx.execute(
                 "INSERT OR REPLACE INTO executors_running (session_id, execution_id, generation, runtime, status, resume_token, \
                  agentctl_port, agentctl_pid, agentctl_start_time, boot_id, agentctl_token, acked_seq, resume_context_pending, \
-                 acp_session_id, resume_outcome, last_seen_at, created_at, updated_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?15, ?16, ?14, ?14, ?14)",
+                 acp_session_id, resume_outcome, container_id, last_seen_at, created_at, updated_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?15, ?16, ?17, ?14, ?14, ?14)",
                 params![
                     row.session_id,
                     row.execution_id,
@@ -544,7 +547,8 @@ impl Store {
                     row.resume_context_pending,
                     now,
                     row.acp_session_id,
-                    row.resume_outcome
+                    row.resume_outcome,
+                    row.container_id
                 ],
             )?;
             tx.commit()?;

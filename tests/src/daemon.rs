@@ -18,6 +18,9 @@ use crate::{within, workspace_bin};
 pub struct Daemon {
     /// The API address, `ws://…`.
     pub url: String,
+    /// The installation id (labels its containers).
+    pub install_id: String,
+    env: Vec<(String, String)>,
     /// The test's private root: data dir, HOME for agents, workspaces.
     pub root: tempfile::TempDir,
     child: Child,
@@ -32,14 +35,29 @@ impl Daemon {
 
     /// Like [`Daemon::start`], with user profile files `(name, text)` in its profiles dir.
     pub async fn start_with_profiles(extra_args: &[&str], profiles: &[(&str, &str)]) -> Daemon {
+        Daemon::start_with_env(extra_args, profiles, &[]).await
+    }
+
+    /// Like [`Daemon::start_with_profiles`], with extra environment variables.
+    pub async fn start_with_env(
+        extra_args: &[&str],
+        profiles: &[(&str, &str)],
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let root = tempfile::tempdir().expect("a temp dir");
+        let install_id = uuid::Uuid::new_v4().to_string();
+        std::fs::create_dir_all(root.path().join("tether")).expect("create the data dir");
+        std::fs::write(root.path().join("tether/install_id"), &install_id)
+            .expect("write the install id");
+        let env: Vec<(String, String)> =
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let profiles_dir = root.path().join("tether/profiles");
         std::fs::create_dir_all(&profiles_dir).expect("create the profiles dir");
         for (name, text) in profiles {
             std::fs::write(profiles_dir.join(name), text).expect("write a profile");
         }
-        let (url, child) = Daemon::spawn(root.path(), extra_args).await;
-        Daemon { url, root, child }
+        let (url, child) = Daemon::spawn(root.path(), extra_args, &env).await;
+        Daemon { url, install_id, env, root, child }
     }
 
     /// SIGKILLs the daemon (only the daemon: its sidecars live in their own sessions).
@@ -69,7 +87,7 @@ impl Daemon {
 
     /// Starts the daemon again on the same data directory (after [`Daemon::kill`]).
     pub async fn restart(&mut self) {
-        let (url, child) = Daemon::spawn(self.root.path(), &[]).await;
+        let (url, child) = Daemon::spawn(self.root.path(), &[], &self.env).await;
         self.url = url;
         self.child = child;
     }
@@ -88,12 +106,13 @@ impl Daemon {
         pids[0]
     }
 
-    async fn spawn(root: &Path, extra_args: &[&str]) -> (String, Child) {
+    async fn spawn(root: &Path, extra_args: &[&str], env: &[(String, String)]) -> (String, Child) {
         let mut child = Command::new(workspace_bin("supervisor"))
             .args(["serve", "--listen", "127.0.0.1:0", "--home"])
             .arg(root.join("tether"))
             .args(extra_args)
             .env("HOME", root)
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("TETHER_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

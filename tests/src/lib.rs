@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod daemon;
+pub mod docker;
 pub mod schema;
 pub mod sidecar;
 

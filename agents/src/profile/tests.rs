@@ -125,6 +125,10 @@ fn other_values_are_checked() {
             "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[process]\ninit_timeout_ms = 0\n",
             "process.init_timeout_ms",
         ),
+        (
+            "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\nruntime = \"kubernetes\"\n",
+            "runtime",
+        ),
     ];
     for (text, field) in cases {
         let err = error(text);

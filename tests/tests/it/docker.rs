@@ -6,136 +6,35 @@
 //! Without a reachable engine it prints `SKIPPED: no Docker engine`; with
 //! `REQUIRE_DOCKER=1` it fails instead.
 
-use std::path::PathBuf;
-
-use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
-    AttachContainerOptions, BuildImageOptionsBuilder, CreateContainerOptions,
-    ListContainersOptions, RemoveContainerOptions, RemoveImageOptions, WaitContainerOptions,
+    AttachContainerOptions, CreateContainerOptions, WaitContainerOptions,
 };
 use futures_util::StreamExt;
 use protocol::PeerConfig;
 use serde_json::json;
-use tether_tests::{target_dir, within};
+use tether_tests::docker::{
+    Cleanup, build_context, build_image, engine, remove_labelled, static_binary,
+};
+use tether_tests::within;
 use tokio::io::AsyncWriteExt;
 
 const TEST_LABEL: &str = "tether.test-run";
 
-fn docker_required() -> bool {
-    std::env::var("REQUIRE_DOCKER").is_ok_and(|value| value == "1")
-}
-
-/// The engine, or `None` after printing the SKIPPED line (a failure when Docker is required).
-async fn engine() -> Option<Docker> {
-    let connected = match Docker::connect_with_defaults() {
-        Ok(docker) => docker.negotiate_version().await,
-        Err(err) => Err(err),
-    };
-    let reason = match connected {
-        Ok(docker) => match docker.ping().await {
-            Ok(_) => return Some(docker),
-            Err(err) => err.to_string(),
-        },
-        Err(err) => err.to_string(),
-    };
-    assert!(!docker_required(), "REQUIRE_DOCKER=1 but no Docker engine is reachable: {reason}");
-    eprintln!("SKIPPED: no Docker engine ({reason})");
-    None
-}
-
-/// The static mock-agent that `scripts/build-static.sh` builds.
-fn static_mock_agent() -> PathBuf {
-    let path = std::env::var_os("TETHER_STATIC_MOCK_AGENT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| target_dir().join("../x86_64-unknown-linux-gnu/debug/mock-agent"));
-    assert!(
-        path.is_file(),
-        "no static mock-agent at {}: run scripts/build-static.sh (scripts/test.sh does)",
-        path.display()
-    );
-    path
-}
-
-/// A build context with a Dockerfile and the binary, as an in-memory tar.
-fn build_context(mock_agent: &[u8]) -> Vec<u8> {
-    let dockerfile = b"FROM scratch\nCOPY mock-agent /mock-agent\nENTRYPOINT [\"/mock-agent\"]\n";
-    let mut tar = tar::Builder::new(Vec::new());
-    for (name, bytes, mode) in
-        [("Dockerfile", &dockerfile[..], 0o644), ("mock-agent", mock_agent, 0o755)]
-    {
-        let mut header = tar::Header::new_gnu();
-        header.set_size(bytes.len() as u64);
-        header.set_mode(mode);
-        header.set_cksum();
-        tar.append_data(&mut header, name, bytes).expect("UNWRAP: writing to a Vec cannot fail");
-    }
-    tar.into_inner().expect("UNWRAP: writing to a Vec cannot fail")
-}
-
 #[tokio::test]
 async fn scratch_image_with_mock_agent_speaks_acp_over_attached_stdio() {
     let Some(docker) = engine().await else { return };
-    let binary = std::fs::read(static_mock_agent()).expect("read the static mock-agent");
-    let run_id = uuid_like();
+    let binary = std::fs::read(static_binary("TETHER_STATIC_MOCK_AGENT", "mock-agent"))
+        .expect("read the static mock-agent");
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
     let tag = format!("tether-test-mock-agent:{run_id}");
-    let container = format!("tether-test-{run_id}");
+    let label = format!("{TEST_LABEL}={run_id}");
+    let _cleanup = Cleanup { label: label.clone(), image: Some(tag.clone()) };
 
-    let scenario = tokio::spawn(run_scenario(
-        docker.clone(),
-        binary,
-        tag.clone(),
-        container.clone(),
-        run_id.clone(),
-    ));
-    let outcome = scenario.await;
-
-    // Clean up whatever exists, whether the scenario passed, failed or panicked.
-    let _ = docker
-        .remove_container(
-            &container,
-            Some(RemoveContainerOptions { force: true, ..Default::default() }),
-        )
-        .await;
-    let _ = docker
-        .remove_image(&tag, Some(RemoveImageOptions { force: true, ..Default::default() }), None)
-        .await;
-    let filters = std::collections::HashMap::from([(
-        "label".to_owned(),
-        vec![format!("{TEST_LABEL}={run_id}")],
-    )]);
-    let left = docker
-        .list_containers(Some(ListContainersOptions {
-            all: true,
-            filters: Some(filters),
-            ..Default::default()
-        }))
-        .await
-        .expect("list containers");
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic.into_panic());
-    }
-    assert!(left.is_empty(), "containers left behind: {left:?}");
-}
-
-async fn run_scenario(
-    docker: Docker,
-    binary: Vec<u8>,
-    tag: String,
-    container: String,
-    run_id: String,
-) {
-    // Build offline: FROM scratch needs no registry.
-    let options = BuildImageOptionsBuilder::new().t(&tag).rm(true).forcerm(true).build();
-    let context = bollard::body_full(build_context(&binary).into());
-    let mut build = docker.build_image(options, None, Some(context));
-    while let Some(step) = within("docker build", build.next()).await {
-        let step = step.expect("the image builds");
-        assert!(step.error_detail.is_none(), "build failed: {step:?}");
-    }
-
-    let labels = std::collections::HashMap::from([(TEST_LABEL.to_owned(), run_id)]);
+    let dockerfile = "FROM scratch\nCOPY mock-agent /mock-agent\nENTRYPOINT [\"/mock-agent\"]\n";
+    build_image(&docker, &tag, build_context(dockerfile, &[("mock-agent", &binary, 0o755)])).await;
+    let labels = std::collections::HashMap::from([(TEST_LABEL.to_owned(), run_id.clone())]);
     let body = ContainerCreateBody {
         image: Some(tag.clone()),
         attach_stdin: Some(true),
@@ -150,7 +49,10 @@ async fn run_scenario(
     };
     let created = docker
         .create_container(
-            Some(CreateContainerOptions { name: Some(container.clone()), ..Default::default() }),
+            Some(CreateContainerOptions {
+                name: Some(format!("tether-test-{run_id}")),
+                ..Default::default()
+            }),
             body,
         )
         .await
@@ -218,13 +120,6 @@ async fn run_scenario(
         .expect("a wait result")
         .expect("wait succeeds");
     assert_eq!(exit.status_code, 0, "stderr: {}", stderr.lock().unwrap());
-}
-
-/// A unique id for this run's names and labels.
-fn uuid_like() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!("{}-{nanos}", std::process::id())
+    assert_eq!(remove_labelled(&label, Some(&tag)).await, 1, "the container is removed");
+    assert_eq!(remove_labelled(&label, None).await, 0, "nothing is left behind");
 }

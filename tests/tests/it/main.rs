@@ -5,6 +5,7 @@
 mod agentctl;
 mod conformance;
 mod docker;
+mod docker_runtime;
 mod eliza;
 mod mock_agent;
 mod official_client;

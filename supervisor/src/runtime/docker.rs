@@ -1,0 +1,415 @@
+//! The Docker runtime: one container per session, with the statically linked agentctl
+//! bind-mounted read-only as its entrypoint, so any image works.
+//!
+//! Container lifecycle:
+//! - launch: reuse the session's stopped container (`docker start`, fast), or create one
+//!   (`tether-<session id>`) from the profile's image; attach to its stdout *before*
+//!   starting it and read agentctl's ready line there (no polling); the control port
+//!   (7070) is published on `127.0.0.1` only, on a port the engine picks;
+//! - labels: `tether.managed=true`, `tether.session_id`, `tether.task_id`,
+//!   `tether.execution_id`, `tether.generation`, `tether.install_id`;
+//! - mounts: agentctl (read-only), its state dir, the workspace (at the same path), and the
+//!   agent's own state dirs from `agent-state/<session-id>/` (so a native resume works in a
+//!   new container);
+//! - `init: true`, memory and CPU limits from the profile, never privileged, no Docker
+//!   socket inside;
+//! - the token is a 0600 file in the mounted state dir (`--token-file`), so it does not
+//!   appear in `docker inspect`;
+//! - a plain stop keeps the container; delete removes it.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
+use bollard::query_parameters::{
+    AttachContainerOptions, CreateContainerOptions, InspectContainerOptions, ListContainersOptions,
+    RemoveContainerOptions,
+};
+use futures_util::StreamExt;
+use protocol::control::ReadyInfo;
+
+use super::{BoxFuture, Endpoint, LaunchSpec, Runtime, RuntimeError};
+use crate::store::ExecutorRow;
+
+/// The port agentctl listens on inside the container.
+pub const CONTAINER_PORT: u16 = 7070;
+/// The agent's home inside the container.
+pub const CONTAINER_HOME: &str = "/root";
+/// The label every container of ours carries.
+pub const MANAGED_LABEL: &str = "tether.managed";
+
+/// Settings for the Docker runtime.
+#[derive(Debug, Clone)]
+pub struct DockerConfig {
+    /// The statically linked agentctl to mount (`scripts/build-static.sh` builds it).
+    pub agentctl: Option<PathBuf>,
+    /// This installation's id, on every container's labels.
+    pub install_id: String,
+}
+
+/// Containers through bollard (`DOCKER_HOST` honoured).
+#[derive(Debug)]
+pub struct DockerRuntime {
+    config: DockerConfig,
+    docker: Result<Docker, String>,
+}
+
+fn engine_error(err: bollard::errors::Error) -> RuntimeError {
+    RuntimeError::Engine(err.to_string())
+}
+
+fn is_not_found(err: &bollard::errors::Error) -> bool {
+    matches!(err, bollard::errors::Error::DockerResponseServerError { status_code: 404, .. })
+}
+
+/// The container name of a session.
+pub fn container_name(session_id: &str) -> String {
+    format!("tether-{session_id}")
+}
+
+impl DockerRuntime {
+    /// A runtime for the engine at `DOCKER_HOST` (or the local socket). Nothing is
+    /// contacted until it is used.
+    pub fn new(config: DockerConfig) -> DockerRuntime {
+        let docker = Docker::connect_with_defaults().map_err(|err| err.to_string());
+        DockerRuntime { config, docker }
+    }
+
+    async fn engine(&self) -> Result<Docker, RuntimeError> {
+        let docker = self.docker.clone().map_err(|reason| {
+            RuntimeError::Unavailable(format!("the Docker engine is unreachable: {reason}"))
+        })?;
+        let docker = docker.negotiate_version().await.map_err(|err| {
+            RuntimeError::Unavailable(format!("the Docker engine is unreachable: {err}"))
+        })?;
+        docker.ping().await.map_err(|err| {
+            RuntimeError::Unavailable(format!("the Docker engine is unreachable: {err}"))
+        })?;
+        Ok(docker)
+    }
+
+    fn agentctl(&self) -> Result<&Path, RuntimeError> {
+        match &self.config.agentctl {
+            Some(path) if path.is_file() => Ok(path),
+            Some(path) => Err(RuntimeError::Unavailable(format!(
+                "the static agentctl {} does not exist (scripts/build-static.sh builds it)",
+                path.display()
+            ))),
+            None => Err(RuntimeError::Unavailable(
+                "no static agentctl is configured (serve --static-agentctl PATH; scripts/build-static.sh builds it)".into(),
+            )),
+        }
+    }
+
+    /// Removes our containers whose session is not in `known`; returns their names.
+    pub async fn remove_orphans(
+        &self,
+        known: &std::collections::HashSet<String>,
+    ) -> Result<Vec<String>, RuntimeError> {
+        let docker = self.engine().await?;
+        let filters = HashMap::from([(
+            "label".to_owned(),
+            vec![
+                format!("{MANAGED_LABEL}=true"),
+                format!("tether.install_id={}", self.config.install_id),
+            ],
+        )]);
+        let containers = docker
+            .list_containers(Some(ListContainersOptions {
+                all: true,
+                filters: Some(filters),
+                ..Default::default()
+            }))
+            .await
+            .map_err(engine_error)?;
+        let mut removed = Vec::new();
+        for container in containers {
+            let session = container
+                .labels
+                .as_ref()
+                .and_then(|labels| labels.get("tether.session_id"))
+                .cloned()
+                .unwrap_or_default();
+            if known.contains(&session) {
+                continue;
+            }
+            let Some(id) = container.id else { continue };
+            tracing::info!(container = %id, session = %session, "removing an orphaned container");
+            docker
+                .remove_container(
+                    &id,
+                    Some(RemoveContainerOptions { force: true, v: true, ..Default::default() }),
+                )
+                .await
+                .map_err(engine_error)?;
+            removed.push(id);
+        }
+        Ok(removed)
+    }
+
+    async fn create(
+        &self,
+        docker: &Docker,
+        spec: &LaunchSpec,
+        agentctl: &Path,
+    ) -> Result<String, RuntimeError> {
+        let image = spec.docker.image.clone().ok_or_else(|| {
+            RuntimeError::Unavailable(
+                "the profile names no [docker] image, so it cannot run in Docker".into(),
+            )
+        })?;
+        let mut binds = vec![
+            format!("{}:/tether/agentctl:ro", agentctl.display()),
+            format!("{}:/tether/state", spec.state_dir.display()),
+            format!("{0}:{0}", spec.workspace.display()),
+        ];
+        for dir in &spec.agent_state_dirs {
+            let host = spec.agent_state_root.join(dir);
+            std::fs::create_dir_all(&host)
+                .map_err(|err| RuntimeError::Engine(format!("{}: {err}", host.display())))?;
+            binds.push(format!("{}:{CONTAINER_HOME}/{dir}", host.display()));
+        }
+        let port = format!("{CONTAINER_PORT}/tcp");
+        let labels = HashMap::from([
+            (MANAGED_LABEL.to_owned(), "true".to_owned()),
+            ("tether.session_id".to_owned(), spec.session_id.clone()),
+            ("tether.task_id".to_owned(), spec.task_id.clone()),
+            ("tether.execution_id".to_owned(), spec.execution_id.clone()),
+            ("tether.generation".to_owned(), "1".to_owned()),
+            ("tether.install_id".to_owned(), self.config.install_id.clone()),
+        ]);
+        let body = ContainerCreateBody {
+            image: Some(image.clone()),
+            entrypoint: Some(vec!["/tether/agentctl".into()]),
+            cmd: Some(
+                [
+                    "serve",
+                    "--state-dir",
+                    "/tether/state",
+                    "--listen",
+                    &format!("0.0.0.0:{CONTAINER_PORT}"),
+                    "--token-file",
+                    "/tether/state/token",
+                ]
+                .map(str::to_owned)
+                .to_vec(),
+            ),
+            env: Some(vec![
+                "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+                format!("HOME={CONTAINER_HOME}"),
+            ]),
+            working_dir: Some(spec.workspace.display().to_string()),
+            labels: Some(labels),
+            exposed_ports: Some(vec![port.clone()]),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            host_config: Some(HostConfig {
+                binds: Some(binds),
+                port_bindings: Some(HashMap::from([(
+                    port,
+                    Some(vec![PortBinding {
+                        host_ip: Some("127.0.0.1".into()),
+                        host_port: Some(String::new()),
+                    }]),
+                )])),
+                init: Some(true),
+                privileged: Some(false),
+                memory: Some((spec.docker.memory_mb * 1024 * 1024) as i64),
+                nano_cpus: Some((spec.docker.cpus * 1e9) as i64),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptions {
+            name: Some(container_name(&spec.session_id)),
+            ..Default::default()
+        };
+        match docker.create_container(Some(options), body).await {
+            Ok(created) => Ok(created.id),
+            Err(err) if is_not_found(&err) => Err(RuntimeError::ImageMissing(image)),
+            Err(err) => Err(engine_error(err)),
+        }
+    }
+}
+
+impl Runtime for DockerRuntime {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+
+    fn agent_home(&self) -> Option<PathBuf> {
+        Some(PathBuf::from(CONTAINER_HOME))
+    }
+
+    fn check(&self) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            self.agentctl()?;
+            self.engine().await.map(drop)
+        })
+    }
+
+    fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, Result<Endpoint, RuntimeError>> {
+        Box::pin(async move {
+            let docker = self.engine().await?;
+            let agentctl = self.agentctl()?.to_owned();
+            write_token(&spec.state_dir, &spec.token)?;
+            let name = container_name(&spec.session_id);
+            // A stopped container of this session is reused: starting it is the fast path.
+            let id = match docker.inspect_container(&name, None::<InspectContainerOptions>).await {
+                Ok(existing) if existing.state.as_ref().and_then(|s| s.running) == Some(true) => {
+                    // A running container whose agent we lost: replace it.
+                    docker
+                        .remove_container(
+                            &name,
+                            Some(RemoveContainerOptions { force: true, ..Default::default() }),
+                        )
+                        .await
+                        .map_err(engine_error)?;
+                    self.create(&docker, &spec, &agentctl).await?
+                }
+                Ok(existing) => existing.id.unwrap_or(name.clone()),
+                Err(err) if is_not_found(&err) => self.create(&docker, &spec, &agentctl).await?,
+                Err(err) => return Err(engine_error(err)),
+            };
+            // Attach before starting, so the ready line cannot be missed.
+            let attached = docker
+                .attach_container(
+                    &id,
+                    Some(AttachContainerOptions {
+                        stdout: true,
+                        stderr: true,
+                        stream: true,
+                        ..Default::default()
+                    }),
+                )
+                .await
+                .map_err(engine_error)?;
+            docker.start_container(&id, None).await.map_err(engine_error)?;
+            let mut output = attached.output;
+            let mut line = Vec::new();
+            let mut stderr = String::new();
+            let read = async {
+                while let Some(frame) = output.next().await {
+                    match frame {
+                        Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
+                            line.extend_from_slice(&message);
+                            if line.contains(&b'\n') {
+                                return true;
+                            }
+                        }
+                        Ok(LogOutput::StdErr { message }) => {
+                            stderr.push_str(&String::from_utf8_lossy(&message))
+                        }
+                        _ => {}
+                    }
+                }
+                false
+            };
+            let got_line = tokio::time::timeout(spec.ready_timeout, read).await.unwrap_or(false);
+            if !got_line {
+                let tail: String =
+                    stderr.chars().rev().take(2000).collect::<Vec<_>>().into_iter().rev().collect();
+                return Err(RuntimeError::Engine(format!(
+                    "agentctl in container {id} never became ready: {tail}"
+                )));
+            }
+            let first = line.split(|&b| b == b'\n').next().unwrap_or_default();
+            let ready: ReadyInfo = serde_json::from_slice(first).map_err(|err| {
+                RuntimeError::Engine(format!("agentctl's ready line in {id} is malformed: {err}"))
+            })?;
+            let inspected = docker
+                .inspect_container(&id, None::<InspectContainerOptions>)
+                .await
+                .map_err(engine_error)?;
+            let host_port = inspected
+                .network_settings
+                .and_then(|settings| settings.ports)
+                .and_then(|ports| ports.get(&format!("{CONTAINER_PORT}/tcp")).cloned().flatten())
+                .and_then(|bindings| bindings.into_iter().find_map(|binding| binding.host_port))
+                .and_then(|port| port.parse::<u16>().ok())
+                .ok_or_else(|| {
+                    RuntimeError::Engine(format!("container {id} has no published control port"))
+                })?;
+            Ok(Endpoint {
+                addr: SocketAddr::from(([127, 0, 0, 1], host_port)),
+                ready,
+                container_id: Some(id),
+            })
+        })
+    }
+
+    fn is_alive<'a>(&'a self, executor: &'a ExecutorRow, _boot_id: &'a str) -> BoxFuture<'a, bool> {
+        Box::pin(async move {
+            let (Ok(docker), Some(id)) = (self.engine().await, executor.container_id.as_deref())
+            else {
+                return false;
+            };
+            docker
+                .inspect_container(id, None::<InspectContainerOptions>)
+                .await
+                .ok()
+                .and_then(|container| container.state)
+                .and_then(|state| state.running)
+                .unwrap_or(false)
+        })
+    }
+
+    fn exit_reason<'a>(&'a self, executor: &'a ExecutorRow) -> BoxFuture<'a, Option<String>> {
+        Box::pin(async move {
+            let docker = self.engine().await.ok()?;
+            let state = docker
+                .inspect_container(
+                    executor.container_id.as_deref()?,
+                    None::<InspectContainerOptions>,
+                )
+                .await
+                .ok()?
+                .state?;
+            if state.oom_killed == Some(true) {
+                return Some("the container was killed for running out of memory (OOM)".into());
+            }
+            match (state.running, state.exit_code) {
+                (Some(false), Some(code)) => {
+                    Some(format!("the container stopped (exit code {code})"))
+                }
+                _ => None,
+            }
+        })
+    }
+
+    fn remove<'a>(&'a self, session_id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            let docker = self.engine().await?;
+            match docker
+                .remove_container(
+                    &container_name(session_id),
+                    Some(RemoveContainerOptions { force: true, v: true, ..Default::default() }),
+                )
+                .await
+            {
+                Ok(()) => Ok(()),
+                Err(err) if is_not_found(&err) => Ok(()),
+                Err(err) => Err(engine_error(err)),
+            }
+        })
+    }
+}
+
+fn write_token(state_dir: &Path, token: &str) -> Result<(), RuntimeError> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let io = |err: std::io::Error| RuntimeError::Engine(format!("{}: {err}", state_dir.display()));
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(state_dir).map_err(io)?;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(state_dir.join("token"))
+        .map_err(io)?;
+    file.write_all(token.as_bytes()).map_err(io)
+}

@@ -1,0 +1,281 @@
+//! The Docker runtime against a real engine: a session in a container, re-adoption after a
+//! supervisor restart, resume in the same and in a new container, orphan removal, and an
+//! unreachable engine. Every container and image is removed, even when a test fails.
+
+use std::collections::HashMap;
+
+use bollard::Docker;
+use bollard::models::ContainerCreateBody;
+use bollard::query_parameters::{
+    CreateContainerOptions, InspectContainerOptions, StopContainerOptions,
+};
+use serde_json::{Value, json};
+use tether_tests::daemon::{Api, Daemon, chunks, next, until};
+use tether_tests::docker::{Cleanup, build_mock_image, engine, remove_labelled, static_binary};
+use tether_tests::within;
+
+fn turn_ended(event: &Value) -> bool {
+    event["type"] == "turn_ended"
+}
+
+fn docker_profile(image: &str) -> String {
+    format!(
+        "id = \"mock-docker\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{{home}}/.mock-agent\"]\nprotocol = \"acp\"\n\
+         runtime = \"docker\"\n[session]\nnative_resume = true\nhistory_injection = true\nagent_state_dirs = [\".mock-agent\"]\n\
+         [docker]\nimage = \"{image}\"\nmemory_mb = 256\ncpus = 1.0\n"
+    )
+}
+
+/// An engine, a test image, a daemon with the Docker profile, and cleanup of all of it.
+async fn setup() -> Option<(Docker, Daemon, Cleanup)> {
+    let docker = engine().await?;
+    let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
+    build_mock_image(&docker, &tag).await;
+    let agentctl = static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
+    let profile = docker_profile(&tag);
+    let daemon = Daemon::start_with_env(
+        &["--static-agentctl", agentctl.to_str().unwrap()],
+        &[("mock-docker.toml", &profile)],
+        &[],
+    )
+    .await;
+    let cleanup =
+        Cleanup { label: format!("tether.install_id={}", daemon.install_id), image: Some(tag) };
+    Some((docker, daemon, cleanup))
+}
+
+async fn status(api: &Api, session: &str) -> Value {
+    api.call("task.session.status", json!({"session_id": session})).await.expect("status")
+}
+
+async fn ask(api: &Api, session: &str, text: &str) -> String {
+    let after = status(api, session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(session, after).await;
+    api.call("task.session.prompt", json!({"session_id": session, "prompt": text}))
+        .await
+        .expect("prompt");
+    let seen = until(&mut events, turn_ended).await;
+    assert_eq!(seen.last().unwrap()["state"], "completed", "{:?}", seen.last());
+    chunks(&seen).concat()
+}
+
+async fn container_id(docker: &Docker, session: &str) -> String {
+    let container = docker
+        .inspect_container(&format!("tether-{session}"), None::<InspectContainerOptions>)
+        .await
+        .expect("the container");
+    container.id.expect("an id")
+}
+
+/// Waits until the session has noticed its sidecar is gone.
+async fn until_lost(api: &Api, session: &str, after: u64) {
+    let mut events = api.subscribe(session, after).await;
+    until(&mut events, |e| e["type"] == "state" && e["error"].is_string()).await;
+    assert_eq!(status(api, session).await["needs_resume"], true);
+}
+
+#[tokio::test]
+async fn docker_session_streams_and_is_readopted_after_a_supervisor_kill() {
+    let Some((docker, mut daemon, cleanup)) = setup().await else { return };
+    let api = daemon.api().await;
+    let session = api.ready_session("mock-docker", &daemon.workspace("d")).await;
+    assert_eq!(status(&api, &session).await["runtime"], "docker");
+    let reply = ask(&api, &session, "/stream 5\nhello from a container").await;
+    assert!(
+        reply.contains("you said: hello from a container [1/5]") && reply.ends_with("[5/5]"),
+        "{reply}"
+    );
+
+    // The container is what the design says it is.
+    let container = docker
+        .inspect_container(&format!("tether-{session}"), None::<InspectContainerOptions>)
+        .await
+        .unwrap();
+    let labels = container.config.as_ref().and_then(|c| c.labels.clone()).unwrap();
+    assert_eq!(labels["tether.managed"], "true");
+    assert_eq!(labels["tether.session_id"], session);
+    assert_eq!(labels["tether.install_id"], daemon.install_id);
+    for key in ["tether.task_id", "tether.execution_id", "tether.generation"] {
+        assert!(labels.contains_key(key), "{key}");
+    }
+    let host = container.host_config.clone().unwrap();
+    assert_eq!((host.init, host.privileged), (Some(true), Some(false)));
+    assert_eq!(host.memory, Some(256 * 1024 * 1024));
+    let bindings = host.port_bindings.unwrap();
+    let binding = bindings.values().flatten().flatten().next().unwrap();
+    assert_eq!(binding.host_ip.as_deref(), Some("127.0.0.1"), "published on loopback only");
+    assert!(
+        !host.binds.unwrap().iter().any(|bind| bind.contains("docker.sock")),
+        "no Docker socket inside"
+    );
+    let env = container.config.and_then(|c| c.env).unwrap_or_default();
+    assert!(
+        !env.iter().any(|var| var.starts_with("AGENTCTL_TOKEN")),
+        "the token is not in docker inspect"
+    );
+
+    // SIGKILL the supervisor mid-turn; the restarted one re-adopts the container.
+    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    api.call("task.session.prompt", json!({"session_id": &session, "prompt": "/stream 1000"}))
+        .await
+        .unwrap();
+    let mut seen = vec![next(&mut events).await];
+    drop(events);
+    drop(api);
+    daemon.kill().await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, seen.last().unwrap()["seq"].as_u64().unwrap()).await;
+    seen.extend(until(&mut events, turn_ended).await);
+    let texts = chunks(&seen);
+    assert_eq!(texts.len(), 1000, "every chunk exactly once");
+    assert!(
+        texts.iter().enumerate().all(|(idx, text)| text.ends_with(&format!("[{}/1000]", idx + 1)))
+    );
+    assert_eq!(status(&api, &session).await["is_agent_running"], true);
+    drop(cleanup);
+}
+
+#[tokio::test]
+async fn resume_restarts_a_stopped_container_or_creates_a_new_one_that_still_remembers() {
+    let Some((docker, daemon, cleanup)) = setup().await else { return };
+    let api = daemon.api().await;
+    let session = api.ready_session("mock-docker", &daemon.workspace("r")).await;
+    ask(&api, &session, "the secret is kumquat").await;
+    let first = container_id(&docker, &session).await;
+
+    // Stopped behind Tether's back: status says resume; resume starts the same container.
+    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    docker
+        .stop_container(&first, Some(StopContainerOptions { t: Some(1), ..Default::default() }))
+        .await
+        .unwrap();
+    until_lost(&api, &session, after).await;
+    let resumed = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap();
+    assert_eq!(resumed["outcome"], "native_load");
+    assert_eq!(container_id(&docker, &session).await, first, "the same container");
+    assert!(ask(&api, &session, "/recall").await.contains("remembered 2 earlier messages"));
+
+    // Removed: resume creates a new container, and the mounted agent state restores it.
+    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    docker
+        .remove_container(
+            &first,
+            Some(bollard::query_parameters::RemoveContainerOptions {
+                force: true,
+                ..Default::default()
+            }),
+        )
+        .await
+        .unwrap();
+    until_lost(&api, &session, after).await;
+    let resumed = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap();
+    assert_eq!(resumed["outcome"], "native_load");
+    let second = container_id(&docker, &session).await;
+    assert_ne!(second, first, "a new container");
+    let reply = ask(&api, &session, "what was the secret?\n/recall").await;
+    assert!(
+        reply.contains("remembered 4 earlier messages") && reply.contains("kumquat"),
+        "{reply}"
+    );
+
+    // Delete removes the container and the agent state.
+    api.call("task.session.delete", json!({"session_id": &session})).await.unwrap();
+    assert!(docker.inspect_container(&second, None::<InspectContainerOptions>).await.is_err());
+    assert!(!daemon.root.path().join("tether/agent-state").join(&session).exists());
+    drop(cleanup);
+}
+
+#[tokio::test]
+async fn orphan_containers_are_removed_at_startup() {
+    let Some((docker, mut daemon, cleanup)) = setup().await else { return };
+    let image = cleanup.image.clone().unwrap();
+    let unknown = uuid::Uuid::now_v7().to_string();
+    let labels = HashMap::from([
+        ("tether.managed".to_owned(), "true".to_owned()),
+        ("tether.session_id".to_owned(), unknown.clone()),
+        ("tether.install_id".to_owned(), daemon.install_id.clone()),
+    ]);
+    let body = ContainerCreateBody {
+        image: Some(image),
+        cmd: Some(vec!["mock-agent".into()]),
+        labels: Some(labels),
+        ..Default::default()
+    };
+    let orphan = docker
+        .create_container(
+            Some(CreateContainerOptions {
+                name: Some(format!("tether-{unknown}")),
+                ..Default::default()
+            }),
+            body,
+        )
+        .await
+        .unwrap();
+    daemon.kill().await;
+    daemon.restart().await;
+    // Recovery ran before the API answered this.
+    daemon.api().await.call("task.list", json!({})).await.unwrap();
+    assert!(
+        docker.inspect_container(&orphan.id, None::<InspectContainerOptions>).await.is_err(),
+        "the orphan is gone"
+    );
+    drop(cleanup);
+}
+
+#[tokio::test]
+async fn an_unreachable_engine_gives_runtime_unavailable_and_standalone_goes_on() {
+    let Some((_docker, daemon, cleanup)) = setup().await else { return };
+    drop(daemon);
+    let agentctl = static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
+    let image = cleanup.image.clone().unwrap();
+    let profile = docker_profile(&image);
+    let daemon = Daemon::start_with_env(
+        &["--static-agentctl", agentctl.to_str().unwrap()],
+        &[("mock-docker.toml", &profile)],
+        &[("DOCKER_HOST", "unix:///nonexistent/docker.sock")],
+    )
+    .await;
+    let api = daemon.api().await;
+    let task = api.call("task.create", json!({"title": "no engine"})).await.unwrap();
+    let error = api
+        .call(
+            "task.session.create",
+            json!({"task_id": task["id"], "agent_profile_id": "mock-docker", "workspace_path": daemon.workspace("u")}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind, "runtime_unavailable", "{error:?}");
+    assert!(error.message.contains("unreachable"), "{error:?}");
+    let session = api.ready_session("mock", &daemon.workspace("s")).await;
+    assert!(ask(&api, &session, "standalone still works").await.contains("standalone still works"));
+    let missing = Daemon::start_with_env(
+        &["--static-agentctl", agentctl.to_str().unwrap()],
+        &[("mock-docker.toml", &docker_profile("tether-test-no-such-image:latest"))],
+        &[],
+    )
+    .await;
+    let api = missing.api().await;
+    let task = api.call("task.create", json!({"title": "no image"})).await.unwrap();
+    let row = api
+        .call(
+            "task.session.create",
+            json!({"task_id": task["id"], "agent_profile_id": "mock-docker", "workspace_path": missing.workspace("m")}),
+        )
+        .await
+        .unwrap();
+    let mut events = api.subscribe(row["id"].as_str().unwrap(), 0).await;
+    let failed = until(&mut events, |e| e["type"] == "state" && e["state"] == "FAILED").await;
+    let reason = failed.last().unwrap()["error"].as_str().unwrap().to_owned();
+    assert!(
+        reason.contains("tether-test-no-such-image:latest"),
+        "the error names the image: {reason}"
+    );
+    let _ = within(
+        "cleanup",
+        remove_labelled(&format!("tether.install_id={}", missing.install_id), None),
+    )
+    .await;
+    drop(cleanup);
+}
