@@ -111,15 +111,8 @@ pub fn methods(ctl: Arc<Ctl>) -> RpcModule<Ctl> {
                         return Ok(());
                     }
                 };
-                let reader = match ctl.spool.reader(subscribe.after_seq) {
-                    Ok(reader) => reader,
-                    Err(err) => {
-                        pending.reject(spool_error(&err)).await;
-                        return Ok(());
-                    }
-                };
-                let sink = pending.accept().await.map_err(|err| err.to_string())?;
-                stream_spool(sink, reader).await
+                let reader = ctl.spool.reader(subscribe.after_seq).map_err(|err| spool_error(&err));
+                serve_subscription(pending, reader).await
             },
         )?;
         Ok(())
@@ -240,6 +233,24 @@ where
                     .body(HttpBody::from(why))
                     .expect("UNWRAP: a static response is well formed"))
             }),
+        }
+    }
+}
+
+/// Answers a subscription request: refused with `reader`'s error, or accepted and fed from
+/// the reader until the client goes away.
+pub async fn serve_subscription<E: crate::spool::Entry>(
+    pending: jsonrpsee::PendingSubscriptionSink,
+    reader: Result<crate::spool::SpoolReader<E>, ErrorObjectOwned>,
+) -> Result<(), jsonrpsee::core::SubscriptionError> {
+    match reader {
+        Ok(reader) => {
+            let sink = pending.accept().await.map_err(|err| err.to_string())?;
+            stream_spool(sink, reader).await
+        }
+        Err(err) => {
+            pending.reject(err).await;
+            Ok(())
         }
     }
 }

@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 pub use agentctl::server::AccessPolicy;
-use agentctl::server::{AccessLayer, stream_spool};
+use agentctl::server::{AccessLayer, serve_subscription};
 
 use crate::service::{ServiceError, Supervisor};
 
@@ -237,15 +237,8 @@ pub fn methods(supervisor: Arc<Supervisor>) -> RpcModule<Supervisor> {
                         return Ok(());
                     }
                 };
-                let reader = match sup.subscribe(p.session_id, p.after_seq).await {
-                    Ok(reader) => reader,
-                    Err(err) => {
-                        pending.reject(to_rpc(err)).await;
-                        return Ok(());
-                    }
-                };
-                let sink = pending.accept().await.map_err(|err| err.to_string())?;
-                stream_spool(sink, reader).await
+                let reader = sup.subscribe(p.session_id, p.after_seq).await.map_err(to_rpc);
+                serve_subscription(pending, reader).await
             },
         )?;
         Ok(())
