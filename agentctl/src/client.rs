@@ -82,7 +82,11 @@ pub struct ControlClient {
     addr: SocketAddr,
     token: String,
     client: WsClient,
+    capacity: usize,
 }
+
+/// How many unread events a subscription may hold by default.
+pub const DEFAULT_SUBSCRIPTION_CAPACITY: usize = 16 * 1024;
 
 /// A JSON object as jsonrpsee named params (anything else becomes empty params).
 pub fn object_params(value: Value) -> ObjectParams {
@@ -102,6 +106,16 @@ fn object<T: Serialize>(value: &T) -> ObjectParams {
 impl ControlClient {
     /// Connects to agentctl at `addr` with its bearer token.
     pub async fn connect(addr: SocketAddr, token: &str) -> Result<ControlClient, ClientError> {
+        ControlClient::connect_with_capacity(addr, token, DEFAULT_SUBSCRIPTION_CAPACITY).await
+    }
+
+    /// Like [`ControlClient::connect`], with the number of events a subscription may hold
+    /// unread before the client library gives up on it (and [`EventStream`] resubscribes).
+    pub async fn connect_with_capacity(
+        addr: SocketAddr,
+        token: &str,
+        capacity: usize,
+    ) -> Result<ControlClient, ClientError> {
         let mut headers = http::HeaderMap::new();
         let value = http::HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
             ClientError::Refused {
@@ -115,12 +129,12 @@ impl ControlClient {
             .set_headers(headers)
             .max_request_size(MAX_MESSAGE_BYTES)
             .max_response_size(MAX_MESSAGE_BYTES)
-            .max_buffer_capacity_per_subscription(16 * 1024)
+            .max_buffer_capacity_per_subscription(capacity)
             .request_timeout(Duration::from_secs(3600))
             .build(format!("ws://{addr}"))
             .await
             .map_err(|source| ClientError::Transport { addr, source })?;
-        Ok(ControlClient { addr, token: token.to_owned(), client })
+        Ok(ControlClient { addr, token: token.to_owned(), client, capacity })
     }
 
     async fn call<R: DeserializeOwned>(
@@ -196,6 +210,7 @@ impl ControlClient {
         EventStream {
             addr: self.addr,
             token: self.token.clone(),
+            capacity: self.capacity,
             cursor: after_seq,
             client: Some(self),
             subscription: None,
@@ -208,11 +223,12 @@ impl ControlClient {
     }
 }
 
-/// Events in order, each once, across reconnects.
+/// Events in order, each once and without gaps, across reconnects and lagging.
 #[derive(Debug)]
 pub struct EventStream {
     addr: SocketAddr,
     token: String,
+    capacity: usize,
     cursor: u64,
     client: Option<ControlClient>,
     subscription: Option<Subscription<Event>>,
@@ -232,7 +248,10 @@ impl EventStream {
             if self.subscription.is_none() {
                 let client = match self.client.take() {
                     Some(client) if client.client.is_connected() => client,
-                    _ => ControlClient::connect(self.addr, &self.token).await?,
+                    _ => {
+                        ControlClient::connect_with_capacity(self.addr, &self.token, self.capacity)
+                            .await?
+                    }
                 };
                 self.subscription = Some(client.subscribe(self.cursor).await?);
                 self.client = Some(client);
@@ -240,6 +259,19 @@ impl EventStream {
             let subscription = self.subscription.as_mut().expect("UNWRAP: set above");
             match subscription.next().await {
                 Some(Ok(event)) if event.seq <= self.cursor => continue,
+                Some(Ok(event)) if event.seq > self.cursor + 1 => {
+                    // agentctl's seqs have no gaps, so one here means the client library
+                    // dropped a notification (it does when a subscription falls behind,
+                    // and may deliver later ones before it closes the subscription).
+                    // Start over from what was delivered.
+                    tracing::debug!(
+                        cursor = self.cursor,
+                        seq = event.seq,
+                        "gap in the event stream; resubscribing"
+                    );
+                    self.subscription = None;
+                    self.client = None;
+                }
                 Some(Ok(event)) => {
                     self.cursor = event.seq;
                     return Ok(event);

@@ -306,6 +306,7 @@ impl<E: Entry> Spool<E> {
             last_seq_rx: self.last_seq_tx.subscribe(),
             file: None,
             partial: Vec::new(),
+            drained_closed: false,
         })
     }
 
@@ -374,6 +375,8 @@ pub struct SpoolReader<E = Event> {
     file: Option<(u64, PathBuf, BufReader<File>)>,
     /// Bytes of a line whose end has not been written yet.
     partial: Vec<u8>,
+    /// The open segment was seen closed and read to its end after that.
+    drained_closed: bool,
 }
 
 impl<E: Entry> SpoolReader<E> {
@@ -412,6 +415,7 @@ impl<E: Entry> SpoolReader<E> {
                 let file = File::open(&segment.path).map_err(io_err(&segment.path))?;
                 self.file = Some((segment.first_seq, segment.path, BufReader::new(file)));
                 self.partial.clear();
+                self.drained_closed = false;
             }
             let (first_seq, path, reader) = self.file.as_mut().expect("UNWRAP: opened above");
             let read = reader.read_until(b'\n', &mut self.partial).map_err(io_err(path))?;
@@ -428,10 +432,16 @@ impl<E: Entry> SpoolReader<E> {
                 // A partial line: its end is still being written.
                 return Ok(None);
             }
-            // End of this segment's data. A closed segment will not grow: move on.
+            // End of this segment's data. A closed segment will not grow, but lines may have
+            // been appended between our last read and its closing: read it to its end once
+            // more after seeing it closed, and only then move on.
             let first_seq = *first_seq;
             if self.spool.is_active(first_seq) || !self.partial.is_empty() {
                 return Ok(None);
+            }
+            if !self.drained_closed {
+                self.drained_closed = true;
+                continue;
             }
             self.file = None;
             if self.spool.segment_for(self.cursor + 1)?.first_seq == first_seq {

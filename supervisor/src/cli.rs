@@ -431,9 +431,9 @@ impl Client {
             )
             .await?;
         let session = row["id"].as_str().unwrap_or_default().to_owned();
-        let mut events = self.subscribe(&session, 0).await?;
+        let mut events = Feed::open(self, &session, 0).await?;
         loop {
-            let event = self.next_event(&mut events).await?;
+            let event = events.next(self).await?;
             if event["type"] == "state" {
                 match event["state"].as_str() {
                     Some("WAITING_FOR_INPUT") | Some("RUNNING") => break,
@@ -473,33 +473,17 @@ impl Client {
             .map_err(|err| self.failure(err))
     }
 
-    async fn next_event(
-        &self,
-        events: &mut jsonrpsee::core::client::Subscription<Value>,
-    ) -> Result<Value, Failure> {
-        match events.next().await {
-            Some(Ok(event)) => Ok(event),
-            Some(Err(err)) => {
-                Err(Failure { code: 1, line: format!("error: malformed event: {err}") })
-            }
-            None => Err(Failure {
-                code: 3,
-                line: format!("server not running at {} (the connection closed)", self.url),
-            }),
-        }
-    }
-
     async fn prompt(&self, session: &str, text: &str) -> Result<(), Failure> {
         let status = self.call(method::SESSION_STATUS, json!({"session_id": session})).await?;
         let after = status["last_event_seq"].as_u64().unwrap_or(0);
-        let mut events = self.subscribe(session, after).await?;
+        let mut events = Feed::open(self, session, after).await?;
         let started = self
             .call(method::SESSION_PROMPT, json!({"session_id": session, "prompt": text}))
             .await?;
         let turn = started["turn_id"].clone();
         let mut stdout = std::io::stdout();
         loop {
-            let event = self.next_event(&mut events).await?;
+            let event = events.next(self).await?;
             match event["type"].as_str() {
                 Some("agent_message_chunk") => {
                     let _ = write!(stdout, "{}", event["text"].as_str().unwrap_or(""));
@@ -527,6 +511,59 @@ impl Client {
                     };
                 }
                 _ => {}
+            }
+        }
+    }
+}
+
+/// A session's events from a cursor, resubscribing after the last one seen when the
+/// client library drops the subscription or a notification (it does when the reader falls
+/// behind). Session event seqs have no gaps, so a gap means a dropped notification.
+struct Feed {
+    session: String,
+    cursor: u64,
+    subscription: jsonrpsee::core::client::Subscription<Value>,
+}
+
+impl Feed {
+    async fn open(client: &Client, session: &str, after: u64) -> Result<Feed, Failure> {
+        let subscription = client.subscribe(session, after).await?;
+        Ok(Feed { session: session.to_owned(), cursor: after, subscription })
+    }
+
+    async fn next(&mut self, client: &Client) -> Result<Value, Failure> {
+        loop {
+            match self.subscription.next().await {
+                Some(Ok(event)) => {
+                    let seq = event["seq"].as_u64().unwrap_or(0);
+                    if seq <= self.cursor {
+                        continue;
+                    }
+                    if seq > self.cursor + 1 {
+                        self.subscription = client.subscribe(&self.session, self.cursor).await?;
+                        continue;
+                    }
+                    self.cursor = seq;
+                    return Ok(event);
+                }
+                Some(Err(err)) => {
+                    return Err(Failure {
+                        code: 1,
+                        line: format!("error: malformed event: {err}"),
+                    });
+                }
+                None if client.client.is_connected() => {
+                    self.subscription = client.subscribe(&self.session, self.cursor).await?;
+                }
+                None => {
+                    return Err(Failure {
+                        code: 3,
+                        line: format!(
+                            "server not running at {} (the connection closed)",
+                            client.url
+                        ),
+                    });
+                }
             }
         }
     }

@@ -247,7 +247,7 @@ impl Api {
         }
         let client = WsClientBuilder::default()
             .set_headers(map)
-            .max_buffer_capacity_per_subscription(64 * 1024)
+            .max_buffer_capacity_per_subscription(1 << 20)
             .build(url)
             .await?;
         Ok(Api { client })

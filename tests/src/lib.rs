@@ -33,11 +33,16 @@ pub async fn within<F: Future>(what: &str, future: F) -> F::Output {
 }
 
 /// The directory holding the workspace's built binaries (`target/<profile>`), derived from
-/// the running test executable (`target/<profile>/deps/it-…`).
+/// the running executable: a test (`target/<profile>/deps/it-…`) or a binary beside them.
 pub fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("UNWRAP: the test binary has a path");
-    let deps = exe.parent().expect("UNWRAP: the test binary lives in a directory");
-    deps.parent().expect("UNWRAP: deps/ has a parent").to_owned()
+    let exe = std::env::current_exe().expect("UNWRAP: the running binary has a path");
+    let dir = exe.parent().expect("UNWRAP: the binary lives in a directory");
+    match dir.file_name() {
+        Some(name) if name == "deps" => {
+            dir.parent().expect("UNWRAP: deps/ has a parent").to_owned()
+        }
+        _ => dir.to_owned(),
+    }
 }
 
 /// The path of a workspace binary, which must have been built (`scripts/test.sh` builds

@@ -137,7 +137,8 @@ async fn fs_requests_are_served_inside_the_workspace_only() {
 
 #[tokio::test]
 async fn a_subscriber_that_reconnects_mid_stream_gets_every_event_once_in_order() {
-    let sidecar = Sidecar::launch(&[]).await;
+    // Small segments: the spool rotates many times under the readers.
+    let sidecar = Sidecar::launch(&["--segment-bytes", "16384"]).await;
     sidecar.start_mock(&[]).await;
     let mut talk = sidecar.conversation(0).await;
     let session = talk.open_session(sidecar.workspace.path()).await;
@@ -427,4 +428,43 @@ async fn shutdown_stops_the_agent_and_exits() {
     sidecar.client().await.shutdown().await.unwrap();
     gone(&agent, "the agent").await;
     gone(&agentctl, "agentctl").await;
+}
+
+#[tokio::test]
+async fn a_resuming_event_stream_with_acks_loses_nothing_over_a_long_stream() {
+    // The supervisor's way of reading: an EventStream (resubscribes when it falls behind),
+    // acking as it goes, over many spool rotations.
+    let sidecar = Sidecar::launch(&["--segment-bytes", "65536"]).await;
+    sidecar.start_mock(&[]).await;
+    let mut talk = sidecar.conversation(0).await;
+    let session = talk.open_session(sidecar.workspace.path()).await;
+    // A tiny subscription buffer makes the client library fall behind (and drop
+    // notifications) again and again; the stream must resubscribe without a gap.
+    let tiny =
+        ControlClient::connect_with_capacity(sidecar.addr(), &sidecar.token, 64).await.unwrap();
+    let mut stream = tiny.events(talk.seen.last().unwrap().seq);
+    let acks = sidecar.client().await;
+    talk.calls
+        .send_acp(&json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt(&session, "/stream 30000")}))
+        .await
+        .unwrap();
+    let mut last = stream.cursor();
+    let mut chunks = 0u32;
+    loop {
+        let event = within("an event", stream.next()).await.expect("an event");
+        assert_eq!(event.seq, last + 1, "a gap or a duplicate after {last}");
+        last = event.seq;
+        if let Some(message) = acp_message(&event) {
+            if message["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+                chunks += 1;
+            }
+            if message["id"] == 3 {
+                break;
+            }
+        }
+        if last % 256 == 0 {
+            acks.ack(last).await.unwrap();
+        }
+    }
+    assert_eq!(chunks, 30_000);
 }
