@@ -337,6 +337,31 @@ pub async fn until(
     }
 }
 
+/// Whether an event ends a turn.
+pub fn turn_ended(event: &Value) -> bool {
+    event["type"] == "turn_ended"
+}
+
+impl Api {
+    /// `task.session.status`.
+    pub async fn status(&self, session: &str) -> Value {
+        self.call("task.session.status", json!({"session_id": session})).await.expect("status")
+    }
+
+    /// Prompts and waits for the end of the turn, which must complete; returns the reply.
+    pub async fn ask(&self, session: &str, text: &str) -> String {
+        let after = self.status(session).await["last_event_seq"].as_u64().expect("a seq");
+        let mut events = self.subscribe(session, after).await;
+        self.call("task.session.prompt", json!({"session_id": session, "prompt": text}))
+            .await
+            .expect("prompt");
+        let seen = until(&mut events, turn_ended).await;
+        let ended = seen.last().expect("UNWRAP: until returns what it found");
+        assert_eq!(ended["state"], "completed", "{ended}");
+        chunks(&seen).concat()
+    }
+}
+
 /// The texts of the `agent_message_chunk` events among `events`.
 pub fn chunks(events: &[Value]) -> Vec<String> {
     events

@@ -40,13 +40,6 @@ async fn create_ready(api: &Api, workspace: &std::path::Path) -> (String, Durati
     (session, started.elapsed())
 }
 
-async fn ask(api: &Api, session: &str, text: &str) {
-    let after = api.call("task.session.status", json!({"session_id": session})).await.unwrap()["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(session, after).await;
-    api.call("task.session.prompt", json!({"session_id": session, "prompt": text})).await.unwrap();
-    until(&mut events, |e| e["type"] == "turn_ended").await;
-}
-
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -109,7 +102,7 @@ async fn main() {
     // 3. resume → WAITING_FOR_INPUT, native (session/load).
     let mut samples = Vec::new();
     for session in sessions.iter().take(20) {
-        ask(&api, session, "hello").await;
+        api.ask(session, "hello").await;
     }
     api.call("sessions.stop_all", json!({})).await.unwrap();
     for session in sessions.iter().take(20) {

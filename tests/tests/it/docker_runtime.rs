@@ -9,14 +9,10 @@ use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
     CreateContainerOptions, InspectContainerOptions, StopContainerOptions,
 };
-use serde_json::{Value, json};
-use tether_tests::daemon::{Api, Daemon, chunks, next, until};
+use serde_json::json;
+use tether_tests::daemon::{Api, Daemon, chunks, next, turn_ended, until};
 use tether_tests::docker::{Cleanup, build_mock_image, engine, remove_labelled, static_binary};
 use tether_tests::within;
-
-fn turn_ended(event: &Value) -> bool {
-    event["type"] == "turn_ended"
-}
 
 fn docker_profile(image: &str) -> String {
     format!(
@@ -44,21 +40,6 @@ async fn setup() -> Option<(Docker, Daemon, Cleanup)> {
     Some((docker, daemon, cleanup))
 }
 
-async fn status(api: &Api, session: &str) -> Value {
-    api.call("task.session.status", json!({"session_id": session})).await.expect("status")
-}
-
-async fn ask(api: &Api, session: &str, text: &str) -> String {
-    let after = status(api, session).await["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(session, after).await;
-    api.call("task.session.prompt", json!({"session_id": session, "prompt": text}))
-        .await
-        .expect("prompt");
-    let seen = until(&mut events, turn_ended).await;
-    assert_eq!(seen.last().unwrap()["state"], "completed", "{:?}", seen.last());
-    chunks(&seen).concat()
-}
-
 async fn container_id(docker: &Docker, session: &str) -> String {
     let container = docker
         .inspect_container(&format!("tether-{session}"), None::<InspectContainerOptions>)
@@ -71,7 +52,7 @@ async fn container_id(docker: &Docker, session: &str) -> String {
 async fn until_lost(api: &Api, session: &str, after: u64) {
     let mut events = api.subscribe(session, after).await;
     until(&mut events, |e| e["type"] == "state" && e["error"].is_string()).await;
-    assert_eq!(status(api, session).await["needs_resume"], true);
+    assert_eq!(api.status(session).await["needs_resume"], true);
 }
 
 #[tokio::test]
@@ -79,8 +60,8 @@ async fn docker_session_streams_and_is_readopted_after_a_supervisor_kill() {
     let Some((docker, mut daemon, cleanup)) = setup().await else { return };
     let api = daemon.api().await;
     let session = api.ready_session("mock-docker", &daemon.workspace("d")).await;
-    assert_eq!(status(&api, &session).await["runtime"], "docker");
-    let reply = ask(&api, &session, "/stream 5\nhello from a container").await;
+    assert_eq!(api.status(&session).await["runtime"], "docker");
+    let reply = api.ask(&session, "/stream 5\nhello from a container").await;
     assert!(
         reply.contains("you said: hello from a container [1/5]") && reply.ends_with("[5/5]"),
         "{reply}"
@@ -115,7 +96,7 @@ async fn docker_session_streams_and_is_readopted_after_a_supervisor_kill() {
     );
 
     // SIGKILL the supervisor mid-turn; the restarted one re-adopts the container.
-    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
     let mut events = api.subscribe(&session, after).await;
     api.call("task.session.prompt", json!({"session_id": &session, "prompt": "/stream 1000"}))
         .await
@@ -133,7 +114,7 @@ async fn docker_session_streams_and_is_readopted_after_a_supervisor_kill() {
     assert!(
         texts.iter().enumerate().all(|(idx, text)| text.ends_with(&format!("[{}/1000]", idx + 1)))
     );
-    assert_eq!(status(&api, &session).await["is_agent_running"], true);
+    assert_eq!(api.status(&session).await["is_agent_running"], true);
     drop(cleanup);
 }
 
@@ -142,11 +123,11 @@ async fn resume_restarts_a_stopped_container_or_creates_a_new_one_that_still_rem
     let Some((docker, daemon, cleanup)) = setup().await else { return };
     let api = daemon.api().await;
     let session = api.ready_session("mock-docker", &daemon.workspace("r")).await;
-    ask(&api, &session, "the secret is kumquat").await;
+    api.ask(&session, "the secret is kumquat").await;
     let first = container_id(&docker, &session).await;
 
     // Stopped behind Tether's back: status says resume; resume starts the same container.
-    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
     docker
         .stop_container(&first, Some(StopContainerOptions { t: Some(1), ..Default::default() }))
         .await
@@ -155,10 +136,10 @@ async fn resume_restarts_a_stopped_container_or_creates_a_new_one_that_still_rem
     let resumed = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap();
     assert_eq!(resumed["outcome"], "native_load");
     assert_eq!(container_id(&docker, &session).await, first, "the same container");
-    assert!(ask(&api, &session, "/recall").await.contains("remembered 2 earlier messages"));
+    assert!(api.ask(&session, "/recall").await.contains("remembered 2 earlier messages"));
 
     // Removed: resume creates a new container, and the mounted agent state restores it.
-    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
     docker
         .remove_container(
             &first,
@@ -174,7 +155,7 @@ async fn resume_restarts_a_stopped_container_or_creates_a_new_one_that_still_rem
     assert_eq!(resumed["outcome"], "native_load");
     let second = container_id(&docker, &session).await;
     assert_ne!(second, first, "a new container");
-    let reply = ask(&api, &session, "what was the secret?\n/recall").await;
+    let reply = api.ask(&session, "what was the secret?\n/recall").await;
     assert!(
         reply.contains("remembered 4 earlier messages") && reply.contains("kumquat"),
         "{reply}"
@@ -249,7 +230,7 @@ async fn an_unreachable_engine_gives_runtime_unavailable_and_standalone_goes_on(
     assert_eq!(error.kind, "runtime_unavailable", "{error:?}");
     assert!(error.message.contains("unreachable"), "{error:?}");
     let session = api.ready_session("mock", &daemon.workspace("s")).await;
-    assert!(ask(&api, &session, "standalone still works").await.contains("standalone still works"));
+    assert!(api.ask(&session, "standalone still works").await.contains("standalone still works"));
     let missing = Daemon::start_with_env(
         &["--static-agentctl", agentctl.to_str().unwrap()],
         &[("mock-docker.toml", &docker_profile("tether-test-no-such-image:latest"))],

@@ -4,12 +4,8 @@
 
 use agentctl::process::PidFd;
 use serde_json::{Value, json};
-use tether_tests::daemon::{Api, Daemon, chunks, next, until};
+use tether_tests::daemon::{Api, Daemon, chunks, next, turn_ended, until};
 use tether_tests::within;
-
-fn turn_ended(event: &Value) -> bool {
-    event["type"] == "turn_ended"
-}
 
 fn profile(id: &str, extra: &str, session: &str) -> String {
     format!(
@@ -17,28 +13,11 @@ fn profile(id: &str, extra: &str, session: &str) -> String {
     )
 }
 
-async fn status(api: &Api, session: &str) -> Value {
-    api.call("task.session.status", json!({"session_id": session})).await.expect("status")
-}
-
-/// Prompts and waits for the end of the turn; returns the reply.
-async fn ask(api: &Api, session: &str, text: &str) -> String {
-    let after = status(api, session).await["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(session, after).await;
-    api.call("task.session.prompt", json!({"session_id": session, "prompt": text}))
-        .await
-        .expect("prompt");
-    let seen = until(&mut events, turn_ended).await;
-    let ended = seen.last().unwrap();
-    assert_eq!(ended["state"], "completed", "{ended}");
-    chunks(&seen).concat()
-}
-
 /// SIGKILLs the session's agentctl (its agent dies with it) and waits until the session
 /// knows.
 async fn kill_sidecar(daemon: &Daemon, api: &Api, session: &str) {
     let pid = daemon.agentctl_pid(session);
-    let after = status(api, session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(session).await["last_event_seq"].as_u64().unwrap();
     let mut events = api.subscribe(session, after).await;
     let pidfd = PidFd::open(pid).unwrap();
     nix::sys::signal::kill(
@@ -48,7 +27,7 @@ async fn kill_sidecar(daemon: &Daemon, api: &Api, session: &str) {
     .unwrap();
     within("agentctl to die", pidfd.exited()).await.unwrap();
     until(&mut events, |e| e["type"] == "state" && e["error"].is_string()).await;
-    let lost = status(api, session).await;
+    let lost = api.status(session).await;
     assert_eq!(lost["is_agent_running"], false);
     assert_eq!(lost["needs_resume"], true, "{lost}");
 }
@@ -62,7 +41,7 @@ async fn a_supervisor_killed_mid_turn_loses_nothing() {
     let mut daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("k")).await;
-    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
     let mut events = api.subscribe(&session, after).await;
     api.call(
         "task.session.prompt",
@@ -95,13 +74,13 @@ async fn a_supervisor_killed_mid_turn_loses_nothing() {
         history.as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["user_message", "agent_message"], "the turn is in the history once");
     assert_eq!(history[1]["content"].as_str().unwrap(), texts.concat());
-    let adopted = status(&api, &session).await;
+    let adopted = api.status(&session).await;
     assert_eq!(
         (adopted["is_agent_running"].as_bool(), adopted["resume_reason"].as_str()),
         (Some(true), Some("agent_running"))
     );
     // The re-adopted agent keeps working.
-    assert!(ask(&api, &session, "still there?").await.contains("remembered 2 earlier messages"));
+    assert!(api.ask(&session, "still there?").await.contains("remembered 2 earlier messages"));
 }
 
 #[tokio::test]
@@ -128,16 +107,16 @@ async fn native_resume_through_load_resume_and_resume_command() {
         [("mock", "native_load"), ("resumable", "native_resume"), ("relaunch", "resume_command")]
     {
         let session = api.ready_session(agent, &daemon.workspace(agent)).await;
-        ask(&api, &session, "the secret is kumquat").await;
+        api.ask(&session, "the secret is kumquat").await;
         kill_sidecar(&daemon, &api, &session).await;
-        assert_eq!(status(&api, &session).await["resume_reason"], "agent_not_running");
+        assert_eq!(api.status(&session).await["resume_reason"], "agent_not_running");
         let resumed = resume(&api, &session).await;
         assert_eq!(
             (resumed["outcome"].as_str(), resumed["state"].as_str()),
             (Some(expected), Some("WAITING_FOR_INPUT")),
             "{agent}"
         );
-        let reply = ask(&api, &session, "what was the secret?\n/recall").await;
+        let reply = api.ask(&session, "what was the secret?\n/recall").await;
         assert!(reply.contains("remembered 2 earlier messages"), "{agent}: {reply}");
         assert!(reply.contains("kumquat"), "{agent}: {reply}");
         // A load's replay restores the agent; it is not recorded again.
@@ -155,9 +134,9 @@ async fn history_injection_wraps_the_first_prompt_once_even_across_a_restart() {
     let mut daemon = Daemon::start_with_profiles(&[], &[("inject.toml", &inject)]).await;
     let api = daemon.api().await;
     let session = api.ready_session("inject", &daemon.workspace("i")).await;
-    ask(&api, &session, "the code word is papaya").await;
+    api.ask(&session, "the code word is papaya").await;
     kill_sidecar(&daemon, &api, &session).await;
-    assert_eq!(status(&api, &session).await["resume_reason"], "agent_not_running_fresh_start");
+    assert_eq!(api.status(&session).await["resume_reason"], "agent_not_running_fresh_start");
     let resumed = resume(&api, &session).await;
     assert_eq!(resumed["outcome"], "history_injection");
     // A supervisor restart between the resume and the first prompt keeps the flag.
@@ -165,12 +144,12 @@ async fn history_injection_wraps_the_first_prompt_once_even_across_a_restart() {
     daemon.kill().await;
     daemon.restart().await;
     let api = daemon.api().await;
-    let first = ask(&api, &session, "what was the code word?").await;
+    let first = api.ask(&session, "what was the code word?").await;
     assert!(first.contains("remembered 0 earlier messages"), "a fresh agent: {first}");
     assert!(first.contains("you said: RESUME CONTEXT FOR CONTINUING TASK"), "{first}");
     assert!(first.contains("[USER]: the code word is papaya"), "{first}");
     assert!(first.contains("=== CURRENT REQUEST ===\nwhat was the code word?"), "{first}");
-    let second = ask(&api, &session, "second question").await;
+    let second = api.ask(&session, "second question").await;
     assert!(
         second.contains("you said: second question") && !second.contains("RESUME CONTEXT"),
         "{second}"
@@ -192,10 +171,10 @@ async fn eliza_resumes_by_injection_and_goes_on() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("eliza", &daemon.workspace("e")).await;
-    assert!(!ask(&api, &session, "I am worried about my tests.").await.trim().is_empty());
+    assert!(!api.ask(&session, "I am worried about my tests.").await.trim().is_empty());
     kill_sidecar(&daemon, &api, &session).await;
     assert_eq!(resume(&api, &session).await["outcome"], "history_injection");
-    assert!(!ask(&api, &session, "They keep failing.").await.trim().is_empty());
+    assert!(!api.ask(&session, "They keep failing.").await.trim().is_empty());
 }
 
 #[tokio::test]
@@ -204,10 +183,10 @@ async fn a_rejected_token_falls_back_to_a_fresh_session_with_a_notice() {
     let daemon = Daemon::start_with_profiles(&[], &[("reject.toml", &reject)]).await;
     let api = daemon.api().await;
     let session = api.ready_session("reject", &daemon.workspace("r")).await;
-    ask(&api, &session, "hello").await;
-    let old_token = status(&api, &session).await["acp_session_id"].as_str().unwrap().to_owned();
+    api.ask(&session, "hello").await;
+    let old_token = api.status(&session).await["acp_session_id"].as_str().unwrap().to_owned();
     kill_sidecar(&daemon, &api, &session).await;
-    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
     let mut events = api.subscribe(&session, after).await;
     let resumed = resume(&api, &session).await;
     // Not a failure: the session waits for input, with the earlier conversation injected.
@@ -221,9 +200,9 @@ async fn a_rejected_token_falls_back_to_a_fresh_session_with_a_notice() {
             .any(|e| e["type"] == "notice" && e["message"].as_str().unwrap().contains("rejected")),
         "{seen:?}"
     );
-    let new_token = status(&api, &session).await["acp_session_id"].as_str().unwrap().to_owned();
+    let new_token = api.status(&session).await["acp_session_id"].as_str().unwrap().to_owned();
     assert_ne!(new_token, old_token, "the rejected token was replaced");
-    assert!(ask(&api, &session, "again").await.contains("[USER]: hello"));
+    assert!(api.ask(&session, "again").await.contains("[USER]: hello"));
 }
 
 #[tokio::test]
@@ -232,7 +211,7 @@ async fn concurrent_resumes_launch_one_agent_and_bad_resumes_are_refused() {
     let api = daemon.api().await;
     let workspace = daemon.workspace("c");
     let session = api.ready_session("mock", &workspace).await;
-    ask(&api, &session, "one").await;
+    api.ask(&session, "one").await;
     kill_sidecar(&daemon, &api, &session).await;
     // 100 concurrent calls over 10 connections.
     let mut calls = Vec::new();
@@ -274,7 +253,7 @@ async fn a_prompt_after_a_restart_that_lost_the_agent_resumes_lazily() {
     let mut daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("l")).await;
-    ask(&api, &session, "remember me").await;
+    api.ask(&session, "remember me").await;
     let sidecar = daemon.agentctl_pid(&session);
     drop(api);
     daemon.kill().await;
@@ -287,7 +266,7 @@ async fn a_prompt_after_a_restart_that_lost_the_agent_resumes_lazily() {
     within("agentctl to die", pidfd.exited()).await.unwrap();
     daemon.restart().await;
     let api = daemon.api().await;
-    let lost = status(&api, &session).await;
+    let lost = api.status(&session).await;
     assert_eq!(
         (lost["needs_resume"].as_bool(), lost["resume_reason"].as_str()),
         (Some(true), Some("agent_not_running"))
@@ -296,7 +275,7 @@ async fn a_prompt_after_a_restart_that_lost_the_agent_resumes_lazily() {
     assert!(
         Daemon::processes_mentioning(&daemon.session_dir(&session).join("agentctl")).is_empty()
     );
-    let reply = ask(&api, &session, "do you remember?").await;
+    let reply = api.ask(&session, "do you remember?").await;
     assert!(reply.contains("remembered 2 earlier messages"), "{reply}");
 }
 
@@ -305,7 +284,7 @@ async fn a_pending_permission_request_survives_a_restart() {
     let mut daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("p")).await;
-    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
     let mut events = api.subscribe(&session, after).await;
     api.call("task.session.prompt", json!({"session_id": &session, "prompt": "/permission"}))
         .await
@@ -346,13 +325,13 @@ async fn sigterm_leaves_sidecars_running_and_stop_all_stops_them() {
     assert!(agentctl::process::is_alive(sidecar), "an operator restart leaves the sidecar running");
     daemon.restart().await;
     let api = daemon.api().await;
-    assert_eq!(status(&api, &session).await["is_agent_running"], true, "re-adopted");
+    assert_eq!(api.status(&session).await["is_agent_running"], true, "re-adopted");
     let pidfd = PidFd::open(sidecar).unwrap();
     let (code, out, err) = daemon.cli(&["stop-all"]).await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("stopped 1 agent"), "{out}");
     within("the sidecar to stop", pidfd.exited()).await.unwrap();
-    let stopped = status(&api, &session).await;
+    let stopped = api.status(&session).await;
     assert_eq!(
         (stopped["needs_resume"].as_bool(), stopped["state"].as_str()),
         (Some(true), Some("WAITING_FOR_INPUT"))

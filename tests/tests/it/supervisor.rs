@@ -2,12 +2,8 @@
 //! to end with mock-agent and with elizacp.
 
 use serde_json::{Value, json};
-use tether_tests::daemon::{Api, Daemon, chunks, next, until};
+use tether_tests::daemon::{Api, Daemon, chunks, next, turn_ended, until};
 use tether_tests::within;
-
-fn turn_ended(event: &Value) -> bool {
-    event["type"] == "turn_ended"
-}
 
 async fn prompt(api: &Api, session: &str, text: &str) -> String {
     let started = api
@@ -15,10 +11,6 @@ async fn prompt(api: &Api, session: &str, text: &str) -> String {
         .await
         .expect("prompt accepted");
     started["turn_id"].as_str().expect("a turn id").to_owned()
-}
-
-async fn status(api: &Api, session: &str) -> Value {
-    api.call("task.session.status", json!({"session_id": session})).await.expect("status")
 }
 
 async fn history(api: &Api, session: &str) -> Vec<Value> {
@@ -32,7 +24,7 @@ async fn a_mock_session_streams_a_turn_and_records_history() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("a")).await;
-    let status_before = status(&api, &session).await;
+    let status_before = api.status(&session).await;
     assert_eq!(
         (status_before["state"].as_str(), status_before["is_agent_running"].as_bool()),
         (Some("WAITING_FOR_INPUT"), Some(true))
@@ -84,7 +76,7 @@ async fn a_permission_request_is_answered_through_the_api() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("p")).await;
-    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
     let mut events = api.subscribe(&session, after).await;
     prompt(&api, &session, "/permission").await;
     let seen = until(&mut events, |e| e["type"] == "permission_request").await;
@@ -125,7 +117,7 @@ async fn cancel_ends_a_slow_turn_and_the_session_is_ready_again() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("c")).await;
-    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
     let mut events = api.subscribe(&session, after).await;
     prompt(&api, &session, "/sleep 600000").await;
     until(&mut events, |e| e["type"] == "state" && e["state"] == "RUNNING").await;
@@ -156,7 +148,7 @@ async fn an_agent_crash_fails_the_turn_and_leaves_the_session_recoverable() {
     let pidfds: Vec<_> =
         pids.iter().filter_map(|&pid| agentctl::process::PidFd::open(pid).ok()).collect();
 
-    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
     let mut events = api.subscribe(&session, after).await;
     prompt(&api, &session, "/crash 9").await;
     let seen = until(&mut events, turn_ended).await;
@@ -165,7 +157,7 @@ async fn an_agent_crash_fails_the_turn_and_leaves_the_session_recoverable() {
     let error = ended["error"].as_str().unwrap();
     assert!(error.contains("exit code 9") && error.contains("crashing mid-turn"), "{error}");
     until(&mut events, |e| e["type"] == "state" && e["state"] == "WAITING_FOR_INPUT").await;
-    let after_crash = status(&api, &session).await;
+    let after_crash = api.status(&session).await;
     assert_eq!(after_crash["state"], "WAITING_FOR_INPUT");
     assert_eq!(after_crash["is_agent_running"], false);
     assert_eq!(after_crash["needs_resume"], true);
@@ -182,7 +174,7 @@ async fn a_subscriber_that_reconnects_misses_nothing() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("r")).await;
-    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
     let first = daemon.api().await;
     let mut events = first.subscribe(&session, after).await;
     prompt(&api, &session, "/stream 2000").await;
@@ -221,7 +213,7 @@ async fn the_same_flow_works_with_elizacp() {
     let eliza = agents.as_array().unwrap().iter().find(|a| a["id"] == "eliza").unwrap().clone();
     assert_eq!(eliza["available"], true, "{eliza}");
     let session = api.ready_session("eliza", &daemon.workspace("e")).await;
-    let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
     let mut events = api.subscribe(&session, after).await;
     prompt(&api, &session, "Hello, I am feeling sad today.").await;
     let seen = until(&mut events, turn_ended).await;
@@ -241,7 +233,7 @@ async fn the_same_flow_works_with_elizacp() {
     for pidfd in &pidfds {
         within("the eliza session's processes to exit", pidfd.exited()).await.unwrap();
     }
-    assert_eq!(status(&api, &session).await["state"], "COMPLETED");
+    assert_eq!(api.status(&session).await["state"], "COMPLETED");
 }
 
 #[tokio::test]
@@ -299,7 +291,7 @@ async fn bad_requests_get_the_right_kind() {
         api.call("task.session.stop", json!({"session_id": session})).await.unwrap_err().kind,
         "conflict"
     );
-    let stopped = status(&api, &session).await;
+    let stopped = api.status(&session).await;
     assert_eq!(
         (stopped["is_resumable"].as_bool(), stopped["needs_resume"].as_bool()),
         (Some(false), Some(false))
@@ -336,7 +328,7 @@ async fn fifty_sessions_in_parallel_each_complete_a_turn() {
         runs.push(tokio::spawn(async move {
             let api = Api::connect(&url, &[]).await.unwrap();
             let session = api.ready_session("mock", &workspace).await;
-            let after = status(&api, &session).await["last_event_seq"].as_u64().unwrap();
+            let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
             let mut events = api.subscribe(&session, after).await;
             prompt(&api, &session, &format!("/stream 3\nsession {n}")).await;
             let seen = until(&mut events, turn_ended).await;
@@ -435,7 +427,7 @@ async fn an_agent_that_never_answers_initialize_fails_the_launch_with_its_stderr
         api.call("task.get", json!({"task_id": task["id"]})).await.unwrap()["state"],
         "FAILED"
     );
-    let failed = status(&api, &session).await;
+    let failed = api.status(&session).await;
     assert_eq!(
         (failed["state"].as_str(), failed["is_resumable"].as_bool()),
         (Some("FAILED"), Some(false))
