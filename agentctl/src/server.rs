@@ -265,10 +265,9 @@ pub async fn stream_spool<E: crate::spool::Entry>(
         let entry = tokio::select! {
             biased;
             _ = sink.closed() => return Ok(()),
-            entry = reader.next() => entry.map_err(|err| err.to_string())?,
+                        entry = reader.next_raw() => entry.map_err(|err| err.to_string())?,
         };
-        let message = serde_json::value::to_raw_value(&entry).map_err(|err| err.to_string())?;
-        if sink.send(message).await.is_err() {
+        if sink.send(entry).await.is_err() {
             // The connection is gone; the client resumes from its last seq.
             return Ok(());
         }

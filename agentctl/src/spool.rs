@@ -388,10 +388,35 @@ impl<E: Entry> SpoolReader<E> {
     /// The next event, waiting for it when caught up. Cancel safe: dropping the future
     /// between events loses nothing (the cursor only moves when an event is returned).
     pub async fn next(&mut self) -> Result<E, SpoolError> {
+        let (_, line) = self.next_line().await?;
+        serde_json::from_slice(&line)
+            .map_err(|source| SpoolError::Corrupt { path: self.current_path(), source })
+    }
+
+    /// The next entry as its JSON text, unparsed: what a relay forwards without paying for a
+    /// parse and a re-serialisation. Same ordering and cancel safety as [`SpoolReader::next`].
+    pub async fn next_raw(&mut self) -> Result<Box<serde_json::value::RawValue>, SpoolError> {
+        let (_, line) = self.next_line().await?;
+        let text = String::from_utf8(line).map_err(|err| SpoolError::Corrupt {
+            path: self.current_path(),
+            source: serde::de::Error::custom(err),
+        })?;
+        serde_json::value::RawValue::from_string(text)
+            .map_err(|source| SpoolError::Corrupt { path: self.current_path(), source })
+    }
+
+    fn current_path(&self) -> PathBuf {
+        self.file
+            .as_ref()
+            .map(|(_, path, _)| path.clone())
+            .unwrap_or_else(|| self.spool.dir.clone())
+    }
+
+    async fn next_line(&mut self) -> Result<(u64, Vec<u8>), SpoolError> {
         loop {
-            if let Some(event) = self.read_next()? {
-                self.cursor = event.seq();
-                return Ok(event);
+            if let Some((seq, line)) = self.read_next()? {
+                self.cursor = seq;
+                return Ok((seq, line));
             }
             let cursor = self.cursor;
             let published = *self.last_seq_rx.borrow_and_update();
@@ -407,8 +432,9 @@ impl<E: Entry> SpoolReader<E> {
         }
     }
 
-    /// The next event already on disk, or `None` when caught up.
-    fn read_next(&mut self) -> Result<Option<E>, SpoolError> {
+    /// The next line already on disk (its seq and its bytes, without the newline), or
+    /// `None` when caught up. Only the seq is parsed.
+    fn read_next(&mut self) -> Result<Option<(u64, Vec<u8>)>, SpoolError> {
         loop {
             if self.file.is_none() {
                 let segment = self.spool.segment_for(self.cursor + 1)?;
@@ -420,11 +446,16 @@ impl<E: Entry> SpoolReader<E> {
             let (first_seq, path, reader) = self.file.as_mut().expect("UNWRAP: opened above");
             let read = reader.read_until(b'\n', &mut self.partial).map_err(io_err(path))?;
             if self.partial.last() == Some(&b'\n') {
-                let event: E = serde_json::from_slice(&self.partial)
+                #[derive(serde::Deserialize)]
+                struct SeqOnly {
+                    seq: u64,
+                }
+                let SeqOnly { seq } = serde_json::from_slice(&self.partial)
                     .map_err(|source| SpoolError::Corrupt { path: path.clone(), source })?;
-                self.partial.clear();
-                if event.seq() > self.cursor {
-                    return Ok(Some(event));
+                let mut line = std::mem::take(&mut self.partial);
+                if seq > self.cursor {
+                    line.pop();
+                    return Ok(Some((seq, line)));
                 }
                 continue;
             }
