@@ -30,8 +30,8 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use protocol::control::{AgentState, EventKind, ExitInfo, StartAgent, Status, StopStage, Stopped};
-use protocol::frame::{self, Decoded, Line, LineReader};
-use protocol::{Message, Response};
+use protocol::frame::{self, Inspected, Line, LineReader, Shape};
+use protocol::{Id, Message, Response};
 use serde_json::Value;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
@@ -256,12 +256,12 @@ impl AgentHost {
     /// Queues one JSON-RPC message for the agent's stdin.
     pub fn send(&self, message: &Value) -> Result<(), AgentError> {
         let mut line = serde_json::to_vec(message).expect("UNWRAP: a Value always serialises");
-        match frame::decode(&line) {
-            Decoded::Message(_) => {}
-            Decoded::Invalid(invalid) => {
+        match frame::inspect(&line) {
+            Inspected::Valid(..) => {}
+            Inspected::Invalid(invalid) => {
                 return Err(AgentError::InvalidMessage(invalid.reason.to_string()));
             }
-            Decoded::Blank => return Err(AgentError::InvalidMessage("empty message".into())),
+            Inspected::Blank => return Err(AgentError::InvalidMessage("empty message".into())),
         }
         line.push(b'\n');
         if self.exit_tx.borrow().is_some() {
@@ -458,24 +458,26 @@ impl Relay {
             }
             Line::Complete(bytes) => bytes,
         };
-        match frame::decode(&bytes) {
-            Decoded::Blank => {}
-            Decoded::Invalid(invalid) => self.emit(EventKind::StdoutNoise {
+        // One parse: the message is checked and forwarded as the agent wrote it.
+        match frame::inspect(&bytes) {
+            Inspected::Blank => {}
+            Inspected::Invalid(invalid) => self.emit(EventKind::StdoutNoise {
                 line: String::from_utf8_lossy(&invalid.excerpt).into_owned(),
                 reason: invalid.reason.to_string(),
             }),
-            Decoded::Message(message) => {
-                let raw: Value =
-                    serde_json::from_slice(&bytes).expect("UNWRAP: decode accepted it as JSON");
-                let answered = match &message {
-                    Message::Request(request)
-                        if matches!(
-                            request.method.as_str(),
-                            protocol::acp::method::FS_READ_TEXT_FILE
-                                | protocol::acp::method::FS_WRITE_TEXT_FILE
-                        ) =>
-                    {
-                        Some(self.serve_fs(request.clone()).await)
+            Inspected::Valid(shape, raw) => {
+                let fs_method = match raw["method"].as_str() {
+                    Some(
+                        method @ (protocol::acp::method::FS_READ_TEXT_FILE
+                        | protocol::acp::method::FS_WRITE_TEXT_FILE),
+                    ) => Some(method.to_owned()),
+                    _ => None,
+                };
+                let answered = match (shape, fs_method) {
+                    (Shape::Request, Some(method)) => {
+                        let id: Id = serde_json::from_value(raw["id"].clone())
+                            .expect("UNWRAP: inspect checked the id");
+                        Some(self.serve_fs(id, method, raw.get("params").cloned()).await)
                     }
                     _ => None,
                 };
@@ -485,18 +487,15 @@ impl Relay {
     }
 
     /// Answers an fs request on the agent's stdin and returns the response sent.
-    async fn serve_fs(&self, request: protocol::Request) -> Value {
+    async fn serve_fs(&self, id: Id, method: String, params: Option<Value>) -> Value {
         let roots = Arc::clone(&self.roots);
-        let method = request.method.clone();
-        let params = request.params.clone();
         let result = tokio::task::spawn_blocking(move || match method.as_str() {
             protocol::acp::method::FS_READ_TEXT_FILE => fs::read_text_file(&roots, params.as_ref()),
             _ => fs::write_text_file(&roots, params.as_ref()),
         })
         .await
         .unwrap_or_else(|join| Err(fs::FsError::Params(format!("the fs task failed: {join}"))));
-        let response =
-            Message::Response(Response { id: request.id, result: result.map_err(Into::into) });
+        let response = Message::Response(Response { id, result: result.map_err(Into::into) });
         if let Some(stdin_tx) = self.stdin_tx.upgrade() {
             let _ = stdin_tx.send(response.to_line());
         }

@@ -8,6 +8,7 @@
 
 use std::io;
 
+use serde::Deserialize;
 use serde_json::{Map, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
@@ -177,8 +178,41 @@ pub fn decode_line(line: Line, max_line: usize) -> Decoded {
 
 /// Classifies one line (without its terminator).
 pub fn decode(bytes: &[u8]) -> Decoded {
+    match inspect(bytes) {
+        Inspected::Valid(shape, Value::Object(object)) => Decoded::Message(build(object, shape)),
+        Inspected::Valid(..) => unreachable!("inspect only accepts objects"),
+        Inspected::Invalid(invalid) => Decoded::Invalid(invalid),
+        Inspected::Blank => Decoded::Blank,
+    }
+}
+
+/// What kind of message a valid line is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// It has a `method` and an `id`.
+    Request,
+    /// It has a `method` and no `id`.
+    Notification,
+    /// It has an `id`, and `result` or `error`.
+    Response,
+}
+
+/// A line checked without being taken apart.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Inspected {
+    /// A valid message: its shape and its whole JSON, every member kept.
+    Valid(Shape, Value),
+    /// Not a valid message.
+    Invalid(Invalid),
+    /// White space only.
+    Blank,
+}
+
+/// Checks one line like [`decode`] but keeps its parsed JSON whole, for relays that forward
+/// messages as they are (one parse, no rebuilding).
+pub fn inspect(bytes: &[u8]) -> Inspected {
     let invalid = |reason| {
-        Decoded::Invalid(Invalid {
+        Inspected::Invalid(Invalid {
             reason,
             excerpt: bytes[..bytes.len().min(INVALID_EXCERPT)].to_vec(),
         })
@@ -187,63 +221,79 @@ pub fn decode(bytes: &[u8]) -> Decoded {
         return invalid(InvalidReason::NotUtf8);
     };
     if text.trim().is_empty() {
-        return Decoded::Blank;
+        return Inspected::Blank;
     }
     let value: Value = match serde_json::from_str(text) {
         Ok(value) => value,
         Err(err) => return invalid(InvalidReason::NotJson(err.to_string())),
     };
-    let object = match value {
-        Value::Object(object) => object,
-        Value::Array(_) => return invalid(InvalidReason::Batch),
-        _ => return invalid(InvalidReason::NotAnObject),
+    let shape = match &value {
+        Value::Object(object) => shape(object),
+        Value::Array(_) => Err(InvalidReason::Batch),
+        _ => Err(InvalidReason::NotAnObject),
     };
-    match classify(object) {
-        Ok(message) => Decoded::Message(message),
+    match shape {
+        Ok(shape) => Inspected::Valid(shape, value),
         Err(reason) => invalid(reason),
     }
 }
 
-fn classify(mut object: Map<String, Value>) -> Result<Message, InvalidReason> {
+/// Every check of a message, by reference.
+fn shape(object: &Map<String, Value>) -> Result<Shape, InvalidReason> {
     if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Err(InvalidReason::MissingVersion);
     }
-    let id = match object.remove("id") {
-        None => None,
+    let has_id = match object.get("id") {
+        None => false,
         Some(Value::Null) => return Err(InvalidReason::NullId),
-        Some(Value::String(s)) => Some(Id::String(s)),
-        Some(Value::Number(n)) => match n.as_i64() {
-            Some(n) => Some(Id::Number(n)),
-            None => return Err(InvalidReason::BadId),
-        },
+        Some(Value::String(_)) => true,
+        Some(Value::Number(n)) if n.as_i64().is_some() => true,
         Some(_) => return Err(InvalidReason::BadId),
     };
-    if let Some(method) = object.remove("method") {
-        let Value::String(method) = method else {
+    if let Some(method) = object.get("method") {
+        if !method.is_string() {
             return Err(InvalidReason::BadMethod);
-        };
-        let params = match object.remove("params") {
-            None => None,
-            Some(params @ (Value::Object(_) | Value::Array(_))) => Some(params),
-            Some(_) => return Err(InvalidReason::BadParams),
-        };
-        return Ok(match id {
-            Some(id) => Message::Request(Request { id, method, params }),
-            None => Message::Notification(Notification { method, params }),
-        });
+        }
+        if !matches!(object.get("params"), None | Some(Value::Object(_) | Value::Array(_))) {
+            return Err(InvalidReason::BadParams);
+        }
+        return Ok(if has_id { Shape::Request } else { Shape::Notification });
     }
-    let Some(id) = id else {
+    if !has_id {
         return Err(InvalidReason::Unrecognised);
-    };
-    let result = match (object.remove("result"), object.remove("error")) {
-        (Some(result), None) => Ok(result),
-        (None, Some(error)) => match serde_json::from_value::<RpcError>(error) {
-            Ok(error) => Err(error),
-            Err(_) => return Err(InvalidReason::BadResponse),
-        },
-        _ => return Err(InvalidReason::BadResponse),
-    };
-    Ok(Message::Response(Response { id, result }))
+    }
+    match (object.get("result"), object.get("error")) {
+        (Some(_), None) => Ok(Shape::Response),
+        (None, Some(error)) if RpcError::deserialize(error).is_ok() => Ok(Shape::Response),
+        _ => Err(InvalidReason::BadResponse),
+    }
+}
+
+/// Takes a message apart whose [`shape`] was checked.
+fn build(mut object: Map<String, Value>, shape: Shape) -> Message {
+    const CHECKED: &str = "UNWRAP: checked by shape()";
+    let id = object.remove("id").map(|id| serde_json::from_value::<Id>(id).expect(CHECKED));
+    match shape {
+        Shape::Request | Shape::Notification => {
+            let Some(Value::String(method)) = object.remove("method") else {
+                unreachable!("{CHECKED}")
+            };
+            let params = object.remove("params");
+            match id {
+                Some(id) => Message::Request(Request { id, method, params }),
+                None => Message::Notification(Notification { method, params }),
+            }
+        }
+        Shape::Response => {
+            let result =
+                match object.remove("result") {
+                    Some(result) => Ok(result),
+                    None => Err(serde_json::from_value(object.remove("error").expect(CHECKED))
+                        .expect(CHECKED)),
+                };
+            Message::Response(Response { id: id.expect(CHECKED), result })
+        }
+    }
 }
 
 #[cfg(test)]
