@@ -92,6 +92,19 @@ impl Daemon {
         self.child = child;
     }
 
+    /// SIGKILLs the daemon in the middle of a turn, restarts it, and follows the session's
+    /// events from the last one in `seen` to the end of the turn (appending them). Returns
+    /// a client of the new daemon.
+    pub async fn kill_restart_and_follow(&mut self, session: &str, seen: &mut Vec<Value>) -> Api {
+        self.kill().await;
+        self.restart().await;
+        let api = self.api().await;
+        let after = seen.last().and_then(|event| event["seq"].as_u64()).unwrap_or(0);
+        let mut events = api.subscribe(session, after).await;
+        seen.extend(until(&mut events, turn_ended).await);
+        api
+    }
+
     /// The pid of a session's agentctl.
     pub fn agentctl_pid(&self, session_id: &str) -> u32 {
         let dir = self.session_dir(session_id).join("agentctl");

@@ -10,7 +10,7 @@ use bollard::query_parameters::{
     CreateContainerOptions, InspectContainerOptions, StopContainerOptions,
 };
 use serde_json::json;
-use tether_tests::daemon::{Api, Daemon, chunks, next, turn_ended, until};
+use tether_tests::daemon::{Api, Daemon, chunks, next, until};
 use tether_tests::docker::{Cleanup, build_mock_image, engine, remove_labelled, static_binary};
 use tether_tests::within;
 
@@ -104,11 +104,7 @@ async fn docker_session_streams_and_is_readopted_after_a_supervisor_kill() {
     let mut seen = vec![next(&mut events).await];
     drop(events);
     drop(api);
-    daemon.kill().await;
-    daemon.restart().await;
-    let api = daemon.api().await;
-    let mut events = api.subscribe(&session, seen.last().unwrap()["seq"].as_u64().unwrap()).await;
-    seen.extend(until(&mut events, turn_ended).await);
+    let api = daemon.kill_restart_and_follow(&session, &mut seen).await;
     let texts = chunks(&seen);
     assert_eq!(texts.len(), 1000, "every chunk exactly once");
     assert!(

@@ -52,11 +52,7 @@ async fn a_supervisor_killed_mid_turn_loses_nothing() {
     let mut seen = vec![next(&mut events).await];
     drop(events);
     drop(api);
-    daemon.kill().await;
-    daemon.restart().await;
-    let api = daemon.api().await;
-    let mut events = api.subscribe(&session, seen.last().unwrap()["seq"].as_u64().unwrap()).await;
-    seen.extend(until(&mut events, turn_ended).await);
+    let api = daemon.kill_restart_and_follow(&session, &mut seen).await;
     assert_eq!(seen.last().unwrap()["stop_reason"], "end_turn");
     let seqs: Vec<u64> = seen.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     assert_eq!(
