@@ -109,6 +109,9 @@ pub struct AgentHost {
 #[derive(Debug)]
 enum HostState {
     NotStarted,
+    /// `agent.start` is spawning: a second, concurrent `agent.start` is refused rather than
+    /// spawning a second agent.
+    Starting,
     Started(Running),
 }
 
@@ -140,9 +143,23 @@ impl AgentHost {
 
     /// Starts the agent. Returns its pid and the seq of its `agent_started` event.
     pub async fn start(&self, params: StartAgent) -> Result<(u32, u64), AgentError> {
-        if !matches!(*self.lock(), HostState::NotStarted) {
-            return Err(AgentError::AlreadyStarted);
+        {
+            // Check and claim in one critical section: two concurrent calls must not both
+            // pass the check and both spawn.
+            let mut state = self.lock();
+            if !matches!(*state, HostState::NotStarted) {
+                return Err(AgentError::AlreadyStarted);
+            }
+            *state = HostState::Starting;
         }
+        let started = self.spawn_agent(params).await;
+        if started.is_err() {
+            *self.lock() = HostState::NotStarted;
+        }
+        started
+    }
+
+    async fn spawn_agent(&self, params: StartAgent) -> Result<(u32, u64), AgentError> {
         let mut root_paths = vec![params.cwd.clone()];
         root_paths.extend(params.extra_roots.iter().cloned());
         for path in &root_paths {
@@ -268,7 +285,7 @@ impl AgentHost {
             return Err(AgentError::NotRunning);
         }
         match &*self.lock() {
-            HostState::NotStarted => Err(AgentError::NotStarted),
+            HostState::NotStarted | HostState::Starting => Err(AgentError::NotStarted),
             HostState::Started(Running { stdin_tx: Some(tx), .. }) => {
                 tx.send(line).map_err(|_| AgentError::NotRunning)
             }
@@ -280,7 +297,7 @@ impl AgentHost {
     /// descendant that is left.
     pub async fn stop(&self, grace: Duration) -> Result<Stopped, AgentError> {
         let pid = match &mut *self.lock() {
-            HostState::NotStarted => return Err(AgentError::NotStarted),
+            HostState::NotStarted | HostState::Starting => return Err(AgentError::NotStarted),
             HostState::Started(running) => {
                 running.stdin_tx = None;
                 running.pid
@@ -315,7 +332,7 @@ impl AgentHost {
                 running.guard_pipe = None;
                 running.guard.take()
             }
-            HostState::NotStarted => None,
+            HostState::NotStarted | HostState::Starting => None,
         };
         let _ = tokio::task::spawn_blocking(move || {
             if let Some(mut guard) = guard {
@@ -334,7 +351,7 @@ impl AgentHost {
     pub fn status(&self) -> Status {
         let exit = *self.exit_tx.borrow();
         let (agent_state, agent_pid) = match &*self.lock() {
-            HostState::NotStarted => (AgentState::NotStarted, None),
+            HostState::NotStarted | HostState::Starting => (AgentState::NotStarted, None),
             HostState::Started(running) if exit.is_some() => {
                 (AgentState::Exited, Some(running.pid))
             }
@@ -347,6 +364,7 @@ impl AgentHost {
             exit,
             last_seq: self.spool.last_seq(),
             acked_seq: self.spool.acked_seq(),
+            intake_stalled: self.spool.stalled(),
         }
     }
 
@@ -440,7 +458,8 @@ impl Relay {
                 Err(err) => {
                     self.emit(EventKind::Error {
                         message: format!("reading the agent's stdout failed: {err}"),
-                    });
+                    })
+                    .await;
                     return;
                 }
             }
@@ -454,17 +473,20 @@ impl Relay {
                     "the agent wrote a stdout line of {len} bytes, over the {}-byte limit; it was dropped",
                     self.max_line
                 );
-                return self.emit(EventKind::Error { message });
+                return self.emit(EventKind::Error { message }).await;
             }
             Line::Complete(bytes) => bytes,
         };
         // One parse: the message is checked and forwarded as the agent wrote it.
         match frame::inspect(&bytes) {
             Inspected::Blank => {}
-            Inspected::Invalid(invalid) => self.emit(EventKind::StdoutNoise {
-                line: String::from_utf8_lossy(&invalid.excerpt).into_owned(),
-                reason: invalid.reason.to_string(),
-            }),
+            Inspected::Invalid(invalid) => {
+                self.emit(EventKind::StdoutNoise {
+                    line: String::from_utf8_lossy(&invalid.excerpt).into_owned(),
+                    reason: invalid.reason.to_string(),
+                })
+                .await
+            }
             Inspected::Valid(shape, raw) => {
                 let fs_method = match raw["method"].as_str() {
                     Some(
@@ -481,7 +503,7 @@ impl Relay {
                     }
                     _ => None,
                 };
-                self.emit(EventKind::Acp { message: raw, answered });
+                self.emit(EventKind::Acp { message: raw, answered }).await;
             }
         }
     }
@@ -502,9 +524,39 @@ impl Relay {
         response.to_value()
     }
 
-    fn emit(&self, kind: EventKind) {
-        if let Err(err) = self.spool.append(kind) {
-            tracing::error!(%err, "cannot spool an agent event");
+    async fn emit(&self, kind: EventKind) {
+        append_durably(&self.spool, kind).await;
+    }
+}
+
+/// How long a failing spool write waits before it is tried again, at most.
+const STALL_RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// Appends an event, waiting out a spool that cannot be written (a full disk): the agent's
+/// output is never dropped. Meanwhile the reader that called this stops reading, so the
+/// agent blocks on its full pipe (intake stops), and `status` says why. There is no event
+/// for "space was freed", so the write is tried again with a growing delay.
+async fn append_durably(spool: &Spool, kind: EventKind) -> u64 {
+    let mut delay = Duration::from_millis(50);
+    let mut failed = false;
+    let mut kind = kind;
+    loop {
+        match spool.try_append(kind) {
+            Ok(seq) => {
+                if failed {
+                    spool.set_stalled(None);
+                }
+                return seq;
+            }
+            Err(failed_write) => {
+                let (err, unwritten) = *failed_write;
+                kind = unwritten;
+                failed = true;
+                tracing::error!(%err, "cannot spool an agent event; intake stops until it can");
+                spool.set_stalled(Some(err.to_string()));
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(STALL_RETRY_MAX);
+            }
         }
     }
 }
@@ -531,9 +583,7 @@ async fn read_stderr(
             let excess = tail.len().saturating_sub(STDERR_TAIL_BYTES);
             tail.drain(..excess);
         }
-        if let Err(err) = spool.append(EventKind::Stderr { line }) {
-            tracing::error!(%err, "cannot spool a stderr line");
-        }
+        append_durably(&spool, EventKind::Stderr { line }).await;
     }
 }
 
@@ -570,8 +620,6 @@ async fn watch_exit(
         let (a, b) = tail.as_slices();
         String::from_utf8_lossy(&[a, b].concat()).into_owned()
     };
-    if let Err(err) = spool.append(EventKind::AgentExited { status, stderr_tail }) {
-        tracing::error!(%err, "cannot spool the agent's exit");
-    }
+    append_durably(&spool, EventKind::AgentExited { status, stderr_tail }).await;
     exit_tx.send_replace(Some(status));
 }

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use jsonrpsee::core::client::{ClientT, Subscription, SubscriptionClientT};
 use jsonrpsee::core::params::ObjectParams;
-use jsonrpsee::rpc_params;
 use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
 use protocol::control::{
     self, Ack, AgentStarted, Event, ReadyInfo, StartAgent, Status, Stop, Stopped, Subscribe, method,
@@ -49,6 +48,16 @@ pub enum ClientError {
     /// An event did not parse.
     #[error("malformed event from agentctl: {0}")]
     Malformed(String),
+    /// agentctl did not answer in time (it may be stopped, or its machine overloaded).
+    #[error("agentctl at {addr} did not answer {method} within {after:?}")]
+    Timeout {
+        /// Where.
+        addr: SocketAddr,
+        /// The method.
+        method: String,
+        /// How long we waited.
+        after: Duration,
+    },
 }
 
 impl ClientError {
@@ -87,6 +96,16 @@ pub struct ControlClient {
 
 /// How many unread events a subscription may hold by default.
 pub const DEFAULT_SUBSCRIPTION_CAPACITY: usize = 16 * 1024;
+
+/// How long a connection (TCP and the WebSocket handshake) may take. A sidecar that is
+/// stopped (SIGSTOP) or wedged accepts the TCP connection in the kernel and then never
+/// answers: without this bound its caller would wait forever.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a control call may take, except `agent.stop` (bounded by its grace periods).
+/// Every call is local and small; a sidecar that does not answer in this time is treated as
+/// gone by its callers.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A JSON object as jsonrpsee named params (anything else becomes empty params).
 pub fn object_params(value: Value) -> ObjectParams {
@@ -130,10 +149,20 @@ impl ControlClient {
             .max_request_size(MAX_MESSAGE_BYTES)
             .max_response_size(MAX_MESSAGE_BYTES)
             .max_buffer_capacity_per_subscription(capacity)
+            // Each call has its own bound (`call_within`); this is only a backstop.
             .request_timeout(Duration::from_secs(3600))
-            .build(format!("ws://{addr}"))
-            .await
-            .map_err(|source| ClientError::Transport { addr, source })?;
+            .connection_timeout(CONNECT_TIMEOUT)
+            .build(format!("ws://{addr}"));
+        let client = match tokio::time::timeout(CONNECT_TIMEOUT, client).await {
+            Ok(built) => built.map_err(|source| ClientError::Transport { addr, source })?,
+            Err(_) => {
+                return Err(ClientError::Timeout {
+                    addr,
+                    method: "connect".into(),
+                    after: CONNECT_TIMEOUT,
+                });
+            }
+        };
         Ok(ControlClient { addr, token: token.to_owned(), client, capacity })
     }
 
@@ -142,10 +171,23 @@ impl ControlClient {
         method: &str,
         params: ObjectParams,
     ) -> Result<R, ClientError> {
-        self.client
-            .request(method, params)
-            .await
-            .map_err(|err| ClientError::from_call(self.addr, method, err))
+        self.call_within(method, params, CALL_TIMEOUT).await
+    }
+
+    async fn call_within<R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: ObjectParams,
+        limit: Duration,
+    ) -> Result<R, ClientError> {
+        match tokio::time::timeout(limit, self.client.request(method, params)).await {
+            Ok(answer) => answer.map_err(|err| ClientError::from_call(self.addr, method, err)),
+            Err(_) => Err(ClientError::Timeout {
+                addr: self.addr,
+                method: method.to_owned(),
+                after: limit,
+            }),
+        }
     }
 
     /// Any method with any params, for diagnostics and tests of malformed input.
@@ -155,10 +197,7 @@ impl ControlClient {
 
     /// `status`.
     pub async fn status(&self) -> Result<Status, ClientError> {
-        self.client
-            .request(method::STATUS, rpc_params![])
-            .await
-            .map_err(|err| ClientError::from_call(self.addr, method::STATUS, err))
+        self.call(method::STATUS, ObjectParams::new()).await
     }
 
     /// `agent.start`.
@@ -181,28 +220,33 @@ impl ControlClient {
 
     /// `agent.stop`.
     pub async fn stop_agent(&self, grace: Duration) -> Result<Stopped, ClientError> {
-        self.call(method::AGENT_STOP, object(&Stop { grace_ms: grace.as_millis() as u64 })).await
+        // EOF, SIGTERM and SIGKILL are each `grace` apart, then the output drains.
+        let limit = grace * 2 + crate::agent::DRAIN_AFTER_EXIT + CALL_TIMEOUT;
+        let params = object(&Stop { grace_ms: grace.as_millis() as u64 });
+        self.call_within(method::AGENT_STOP, params, limit).await
     }
 
     /// `shutdown`: agentctl stops its agent and exits.
     pub async fn shutdown(&self) -> Result<(), ClientError> {
-        self.client
-            .request::<Value, _>(method::SHUTDOWN, rpc_params![])
-            .await
-            .map(drop)
-            .map_err(|err| ClientError::from_call(self.addr, method::SHUTDOWN, err))
+        self.call::<Value>(method::SHUTDOWN, ObjectParams::new()).await.map(drop)
     }
 
     /// `events.subscribe`: every event with `seq > after_seq`, then live ones.
     pub async fn subscribe(&self, after_seq: u64) -> Result<Subscription<Event>, ClientError> {
-        self.client
-            .subscribe(
-                method::EVENTS_SUBSCRIBE,
-                object(&Subscribe { after_seq }),
-                method::EVENTS_UNSUBSCRIBE,
-            )
-            .await
-            .map_err(|err| ClientError::from_call(self.addr, method::EVENTS_SUBSCRIBE, err))
+        let subscribed = self.client.subscribe(
+            method::EVENTS_SUBSCRIBE,
+            object(&Subscribe { after_seq }),
+            method::EVENTS_UNSUBSCRIBE,
+        );
+        match tokio::time::timeout(CALL_TIMEOUT, subscribed).await {
+            Ok(answer) => answer
+                .map_err(|err| ClientError::from_call(self.addr, method::EVENTS_SUBSCRIBE, err)),
+            Err(_) => Err(ClientError::Timeout {
+                addr: self.addr,
+                method: method::EVENTS_SUBSCRIBE.into(),
+                after: CALL_TIMEOUT,
+            }),
+        }
     }
 
     /// An event stream starting after `after_seq` that survives reconnects.

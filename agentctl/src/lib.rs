@@ -24,6 +24,7 @@
 pub mod agent;
 pub mod cli;
 pub mod client;
+pub mod fault;
 pub mod fs;
 pub mod process;
 pub mod ready;

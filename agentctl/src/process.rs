@@ -40,6 +40,31 @@ impl PidFd {
         self.pid
     }
 
+    /// SIGKILLs the process through the pidfd, so the signal cannot reach a recycled pid.
+    /// A process that already exited is not an error.
+    pub fn kill(&self) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let raw = self.fd.get_ref().as_raw_fd();
+        // SAFETY: pidfd_send_signal takes an fd we own, a signal number, a null info pointer
+        // and zero flags; no memory is shared with the kernel.
+        let done = unsafe {
+            nix::libc::syscall(
+                nix::libc::SYS_pidfd_send_signal,
+                raw,
+                nix::libc::SIGKILL,
+                std::ptr::null::<nix::libc::siginfo_t>(),
+                0,
+            )
+        };
+        if done < 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() != Some(nix::libc::ESRCH) {
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
     /// Waits until the process has exited (or become a zombie).
     pub async fn exited(&self) -> io::Result<()> {
         let _guard = self.fd.readable().await?;

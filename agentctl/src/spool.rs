@@ -90,6 +90,8 @@ pub struct Spool<E = Event> {
     segment_bytes: u64,
     inner: Mutex<Inner>,
     last_seq_tx: watch::Sender<u64>,
+    /// Why appends are failing, while they are (set by the writer that keeps retrying).
+    stalled: Mutex<Option<String>>,
     _entries: std::marker::PhantomData<fn() -> E>,
 }
 
@@ -115,6 +117,12 @@ impl Spool<Event> {
     /// Appends one agent event and publishes it. Returns its seq.
     pub fn append(&self, kind: EventKind) -> Result<u64, SpoolError> {
         self.append_with(|seq, at| Event { seq, at, kind })
+    }
+
+    /// Appends one agent event; a failed write hands the event back.
+    pub fn try_append(&self, kind: EventKind) -> Result<u64, Box<(SpoolError, EventKind)>> {
+        self.try_append_with(|seq, at| Event { seq, at, kind })
+            .map_err(|(err, event)| Box::new((err, event.kind)))
     }
 }
 
@@ -142,6 +150,7 @@ impl<E: Entry> Spool<E> {
                 acked_seq: 0,
             }),
             last_seq_tx,
+            stalled: Mutex::new(None),
             _entries: std::marker::PhantomData,
         })
     }
@@ -202,6 +211,7 @@ impl<E: Entry> Spool<E> {
             segment_bytes,
             inner: Mutex::new(Inner { segments, active, next_seq, acked_seq: 0 }),
             last_seq_tx,
+            stalled: Mutex::new(None),
             _entries: std::marker::PhantomData,
         })
     }
@@ -209,20 +219,42 @@ impl<E: Entry> Spool<E> {
     /// Appends the entry built from the next seq and the current time (Unix ms), and
     /// publishes it. Returns its seq.
     pub fn append_with(&self, build: impl FnOnce(u64, u64) -> E) -> Result<u64, SpoolError> {
+        self.try_append_with(build).map_err(|(err, _)| err)
+    }
+
+    /// Like [`Spool::append_with`], but a failed write hands the entry back, so the caller
+    /// can try again without having to keep a copy.
+    pub fn try_append_with(
+        &self,
+        build: impl FnOnce(u64, u64) -> E,
+    ) -> Result<u64, (SpoolError, E)> {
         let mut inner = self.lock();
         let seq = inner.next_seq;
         let entry = build(seq, now_ms());
         let mut line = serde_json::to_vec(&entry).expect("UNWRAP: spool entries always serialise");
         line.push(b'\n');
-        let path =
-            inner.segments.back().expect("UNWRAP: there is always an active segment").path.clone();
-        inner.active.write_all(&line).map_err(io_err(&path))?;
+        let (path, before) = {
+            let active = inner.segments.back().expect("UNWRAP: there is always an active segment");
+            (active.path.clone(), active.bytes)
+        };
+        if let Err(err) = inner.active.write_all(&line) {
+            // A short write (ENOSPC) must not leave half a line for the next one to be
+            // glued to: cut the segment back to its last whole line.
+            if let Err(cut) = inner.active.set_len(before) {
+                tracing::error!(%cut, path = %path.display(), "cannot cut a torn spool line");
+            }
+            let _ = std::io::Seek::seek(&mut inner.active, std::io::SeekFrom::Start(before));
+            return Err((SpoolError::Io { path, source: err }, entry));
+        }
         inner.next_seq += 1;
         let active = inner.segments.back_mut().expect("UNWRAP: there is always an active segment");
         active.last_seq = seq;
         active.bytes += line.len() as u64;
-        if active.bytes >= self.segment_bytes {
-            self.rotate(&mut inner)?;
+        if active.bytes >= self.segment_bytes
+            && let Err(err) = self.rotate(&mut inner)
+        {
+            // The entry is written; a failed rotation only delays the next segment.
+            tracing::error!(%err, "cannot rotate the spool");
         }
         drop(inner);
         self.last_seq_tx.send_replace(seq);
@@ -277,6 +309,16 @@ impl<E: Entry> Spool<E> {
     /// The newest event's seq (0 before any).
     pub fn last_seq(&self) -> u64 {
         *self.last_seq_tx.borrow()
+    }
+
+    /// Records why appends are failing (`None`: they work again).
+    pub fn set_stalled(&self, why: Option<String>) {
+        *self.stalled.lock().expect("UNWRAP: never poisoned") = why;
+    }
+
+    /// Why appends are failing, if they are.
+    pub fn stalled(&self) -> Option<String> {
+        self.stalled.lock().expect("UNWRAP: never poisoned").clone()
     }
 
     /// The highest acknowledged seq.

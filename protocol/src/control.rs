@@ -163,6 +163,10 @@ pub struct Status {
     pub last_seq: u64,
     /// The highest acknowledged seq.
     pub acked_seq: u64,
+    /// Why the agent's output is not being taken in, while the spool cannot be written
+    /// (e.g. the disk is full); nothing is dropped meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intake_stalled: Option<String>,
 }
 
 /// One event from agentctl. Every event is in the spool before it is delivered.

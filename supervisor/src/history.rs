@@ -68,6 +68,11 @@ pub struct History {
     agent_text: String,
     /// The newest agentctl event seq handled; written into each entry.
     watermark: Option<u64>,
+    /// The agentctl seq of the first chunk of `agent_text`: from there on, nothing of the
+    /// current message is on disk yet.
+    unflushed_since: Option<u64>,
+    /// The file's length after its last whole line.
+    len: u64,
 }
 
 impl History {
@@ -84,7 +89,16 @@ impl History {
             .and_then(|line| serde_json::from_slice::<HistoryEntry>(&line).ok());
         let next_seq = last.as_ref().map_or(1, |entry| entry.seq + 1);
         let watermark = last.and_then(|entry| entry.agent_seq);
-        Ok(History { path: path.to_owned(), file, next_seq, agent_text: String::new(), watermark })
+        let len = file.seek(SeekFrom::End(0))?;
+        Ok(History {
+            path: path.to_owned(),
+            file,
+            next_seq,
+            agent_text: String::new(),
+            watermark,
+            unflushed_since: None,
+            len,
+        })
     }
 
     /// The file's path.
@@ -100,7 +114,7 @@ impl History {
         tool: Option<(String, String, String)>,
     ) -> io::Result<u64> {
         self.flush_agent()?;
-        self.write(kind, content, tool)
+        self.write(kind, content, tool).map_err(|(err, _)| err)
     }
 
     /// The newest agentctl event seq the file reflects (from its last entry when opened).
@@ -125,7 +139,18 @@ impl History {
 
     /// Adds a chunk of agent text to the current message.
     pub fn agent_chunk(&mut self, text: &str) {
+        if self.agent_text.is_empty() {
+            self.unflushed_since = self.watermark;
+        } else {
+            agentctl::fault::point("history.mid_message");
+        }
         self.agent_text.push_str(text);
+    }
+
+    /// The agentctl seq from which the current message is still only in memory, if one
+    /// is being coalesced.
+    pub fn unflushed_since(&self) -> Option<u64> {
+        if self.agent_text.is_empty() { None } else { self.unflushed_since }
     }
 
     /// Writes the current agent message, if any.
@@ -134,7 +159,17 @@ impl History {
             return Ok(None);
         }
         let text = std::mem::take(&mut self.agent_text);
-        self.write(EntryType::AgentMessage, text, None).map(Some)
+        match self.write(EntryType::AgentMessage, text, None) {
+            Ok(seq) => {
+                self.unflushed_since = None;
+                Ok(Some(seq))
+            }
+            Err((err, text)) => {
+                // Kept in memory (and not acknowledged): a later flush tries again.
+                self.agent_text = text;
+                Err(err)
+            }
+        }
     }
 
     fn write(
@@ -142,7 +177,7 @@ impl History {
         kind: EntryType,
         content: String,
         tool: Option<(String, String, String)>,
-    ) -> io::Result<u64> {
+    ) -> Result<u64, (io::Error, String)> {
         let seq = self.next_seq;
         let role = match kind {
             EntryType::UserMessage => "user",
@@ -166,7 +201,15 @@ impl History {
         };
         let mut line = serde_json::to_vec(&entry).expect("UNWRAP: entries always serialise");
         line.push(b'\n');
-        self.file.write_all(&line)?;
+        if let Err(err) = self.file.write_all(&line) {
+            // A short write (a full disk) must not leave half a line for the next one to
+            // be glued to.
+            if let Err(cut) = self.file.set_len(self.len) {
+                tracing::error!(%cut, path = %self.path.display(), "cannot cut a torn history line");
+            }
+            return Err((err, entry.content));
+        }
+        self.len += line.len() as u64;
         self.next_seq += 1;
         Ok(seq)
     }

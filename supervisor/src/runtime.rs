@@ -102,7 +102,28 @@ pub trait Runtime: Send + Sync + 'static {
     fn remove<'a>(&'a self, _session_id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
         Box::pin(async { Ok(()) })
     }
+
+    /// The fence: makes certain that no sidecar of the session is alive — the one its
+    /// runtime record names and any other the runtime can find for the session (one that
+    /// was started but never recorded) — killing them and waiting until they are gone.
+    /// A new execution is launched only after this returned `Ok`; a sidecar that is
+    /// stopped (SIGSTOP), wedged or mid-shutdown is killed all the same.
+    fn fence<'a>(&'a self, target: &'a FenceTarget) -> BoxFuture<'a, Result<(), RuntimeError>>;
 }
+
+/// What [`Runtime::fence`] must make sure is dead.
+#[derive(Debug, Clone)]
+pub struct FenceTarget {
+    /// The session.
+    pub session_id: String,
+    /// agentctl's state dir (its `ready.json` names the newest agentctl started there).
+    pub state_dir: PathBuf,
+    /// The runtime record, when there is one.
+    pub executor: Option<ExecutorRow>,
+}
+
+/// How long a killed sidecar may take to be gone before the fence reports failure.
+pub const FENCE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// agentctl as a detached local process.
 #[derive(Debug, Clone)]
@@ -140,6 +161,65 @@ impl Runtime for StandaloneRuntime {
 
     fn is_alive<'a>(&'a self, executor: &'a ExecutorRow, boot_id: &'a str) -> BoxFuture<'a, bool> {
         Box::pin(async move { standalone_alive(executor, boot_id) })
+    }
+
+    fn fence<'a>(&'a self, target: &'a FenceTarget) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            let boot_id = agentctl::ready::boot_id().unwrap_or_default();
+            // The recorded sidecar, and the newest one its state dir announced (a launch
+            // that was cut short before it was recorded).
+            let mut candidates: Vec<(i64, i64, Option<String>)> = Vec::new();
+            if let Some(executor) = &target.executor
+                && let (Some(pid), Some(start_time)) =
+                    (executor.agentctl_pid, executor.agentctl_start_time)
+            {
+                candidates.push((pid, start_time, executor.boot_id.clone()));
+            }
+            if let Ok(text) = std::fs::read(target.state_dir.join("ready.json"))
+                && let Ok(ready) = serde_json::from_slice::<ReadyInfo>(&text)
+            {
+                candidates.push((ready.pid.into(), ready.start_time as i64, Some(ready.boot_id)));
+            }
+            for (pid, start_time, boot) in candidates {
+                let record = ExecutorRow {
+                    agentctl_pid: Some(pid),
+                    agentctl_start_time: Some(start_time),
+                    boot_id: boot,
+                    ..ExecutorRow::default()
+                };
+                kill_sidecar(&record, &boot_id).await?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// SIGKILLs a local sidecar if it is the one recorded (same boot, same start time), and
+/// waits for it to be gone. Its guard then kills the agent's process group.
+async fn kill_sidecar(executor: &ExecutorRow, boot_id: &str) -> Result<(), RuntimeError> {
+    let (Some(pid), Some(start_time)) = (executor.agentctl_pid, executor.agentctl_start_time)
+    else {
+        return Ok(());
+    };
+    let Ok(pid) = u32::try_from(pid) else { return Ok(()) };
+    if executor.boot_id.as_deref() != Some(boot_id) {
+        return Ok(());
+    }
+    // The pidfd pins the process: once it is open and the start time matches, the signal
+    // cannot reach a recycled pid.
+    let Ok(pidfd) = agentctl::process::PidFd::open(pid) else { return Ok(()) };
+    if !agentctl::ready::process_start_time(pid).is_ok_and(|now| now as i64 == start_time) {
+        return Ok(());
+    }
+    tracing::warn!(pid, "fencing a sidecar: SIGKILL");
+    pidfd
+        .kill()
+        .map_err(|err| RuntimeError::Unavailable(format!("cannot kill agentctl {pid}: {err}")))?;
+    match tokio::time::timeout(FENCE_TIMEOUT, pidfd.exited()).await {
+        Ok(_) => Ok(()),
+        Err(_) => Err(RuntimeError::Unavailable(format!(
+            "agentctl {pid} did not die within {FENCE_TIMEOUT:?} of SIGKILL"
+        ))),
     }
 }
 

@@ -14,11 +14,15 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::events::SessionEvent;
+use crate::events::SessionEventKind;
 use crate::history::{self, HistoryEntry};
 use crate::home::{self, Home};
+use crate::runtime::FenceTarget;
 use crate::runtime::Runtime;
 use crate::runtime::docker::DockerRuntime;
-use crate::session::{self, AdoptPlan, SessionContext, SessionError, SessionHandle, Start};
+use crate::session::{
+    self, AdoptPlan, Phase, SessionContext, SessionError, SessionHandle, SessionView, Start,
+};
 use crate::store::{SessionRow, SessionState, Store, StoreError, Task};
 
 /// Errors of the operations, each with the `data.kind` the API reports.
@@ -79,6 +83,7 @@ impl From<SessionError> for ServiceError {
             SessionError::InvalidState(_) | SessionError::Gone | SessionError::AgentGone(_) => {
                 ServiceError::InvalidState(err.to_string())
             }
+            SessionError::InvalidParams(_) => ServiceError::InvalidParams(err.to_string()),
             SessionError::NoSuchRequest(_) => ServiceError::NotFound(err.to_string()),
             SessionError::Store(store) => store.into(),
             SessionError::Agentctl(_) => ServiceError::RuntimeUnavailable(err.to_string()),
@@ -420,13 +425,18 @@ impl Supervisor {
         let handle = self.handle(&session_id);
         let view = handle.as_ref().map(SessionHandle::view);
         let running = view.as_ref().is_some_and(|view| view.agent_running);
-        let adopting = view.as_ref().is_some_and(|view| view.adopting);
+        let phase = view.as_ref().map(|view| view.phase);
         let (is_resumable, needs_resume, reason) = if row.state.is_terminal() {
             (false, false, "terminal")
         } else if running {
             (true, false, "agent_running")
-        } else if adopting {
+        } else if phase == Some(Phase::Adopting) {
             (true, false, "reattaching")
+        } else if view.as_ref().is_some_and(SessionView::is_starting)
+            || row.state == SessionState::Starting
+        {
+            // Launching or opening: a resume now would only join it.
+            (true, false, "starting")
         } else if row.state == SessionState::Created {
             (true, false, "not_started")
         } else if executor.as_ref().is_some_and(|e| e.resume_token.is_some()) {
@@ -483,7 +493,7 @@ impl Supervisor {
     /// A live actor whose agent runs: resumes the session if needed and waits for it.
     async fn ensure_running(&self, row: &SessionRow) -> Result<SessionHandle, ServiceError> {
         let handle = self.actor(row).await?;
-        if handle.view().agent_running && !handle.view().launching {
+        if handle.view().is_ready() {
             return Ok(handle);
         }
         check_workspace(row)?;
@@ -548,76 +558,81 @@ impl Supervisor {
         })
     }
 
-    /// Stops every live agent and its sidecar; the sessions stay resumable.
+    /// Stops every live agent and its sidecar; the sessions stay resumable. Then every
+    /// recorded execution of an active session is fenced, so a sidecar that no actor owns
+    /// (whatever happened to it) is gone too. Returns how many agents were stopped.
     pub async fn stop_all(&self) -> usize {
         let handles: Vec<SessionHandle> =
             self.sessions().values().filter(|handle| handle.is_live()).cloned().collect();
         let mut stopped = 0;
         for handle in handles {
-            if handle.view().agent_running && handle.detach().await.is_ok() {
+            let running = handle.view().agent_running;
+            if handle.detach().await.is_ok() && running {
                 stopped += 1;
             }
+        }
+        match self.config.store.active_executions().await {
+            Ok(executions) => {
+                for (row, executor) in executions {
+                    if let Err(err) = self.fence(&row, Some(executor)).await {
+                        tracing::error!(session = %row.id, %err, "cannot fence a sidecar");
+                    }
+                }
+            }
+            Err(err) => tracing::error!(%err, "cannot list executions to fence"),
         }
         stopped
     }
 
-    /// Restart recovery (DESIGN §7), before serving: re-adopts live sidecars, and marks what
-    /// the dead ones leave behind. No agent is launched.
+    /// Kills whatever sidecar of the session still lives (see [`crate::runtime::Runtime::fence`]).
+    async fn fence(
+        &self,
+        row: &SessionRow,
+        executor: Option<crate::store::ExecutorRow>,
+    ) -> Result<(), ServiceError> {
+        let runtime = self.runtime(&row.runtime)?;
+        let state_dir = self
+            .config
+            .home
+            .session_dir(&row.id)
+            .map_err(|err| ServiceError::Internal(err.to_string()))?
+            .join("agentctl");
+        let target = FenceTarget { session_id: row.id.clone(), state_dir, executor };
+        runtime
+            .fence(&target)
+            .await
+            .map_err(|err| ServiceError::RuntimeUnavailable(err.to_string()))
+    }
+
+    /// Restart recovery (DESIGN §7). Serves at once: live sidecars are re-attached in the
+    /// background (status says `reattaching` meanwhile), and a summary is logged when every
+    /// re-attach has settled. Dead sidecars are fenced (a stray one is killed) and what
+    /// they leave behind is marked and published. One bad row is reported and skipped; it
+    /// never stops the daemon. No agent is launched.
     pub async fn recover(&self) -> Result<RecoverySummary, ServiceError> {
         let mut summary = RecoverySummary::default();
         let mut adopting = Vec::new();
         let boot_id = agentctl::ready::boot_id().unwrap_or_default();
         for (row, executor) in self.config.store.active_executions().await? {
-            let runtime = self.runtime(&executor.runtime)?;
-            let alive = executor.status != "dead"
-                && executor.status != "stopped"
-                && executor.status != "exited"
-                && runtime.is_alive(&executor, &boot_id).await;
-            if alive {
-                let addr = std::net::SocketAddr::from((
-                    [127, 0, 0, 1],
-                    executor.agentctl_port.unwrap_or(0) as u16,
-                ));
-                let open_turns = self
-                    .config
-                    .store
-                    .open_turns(row.id.clone(), executor.execution_id.clone())
-                    .await?;
-                summary.approvals_restored +=
-                    self.config.store.list_pending(row.id.clone()).await?.len();
-                let profile = Supervisor::snapshot(&row)?;
-                let plan = AdoptPlan { executor, addr, open_turns };
-                let handle = session::start_session(
-                    self.context(&row)?,
-                    row.clone(),
-                    profile,
-                    self.event_log(&row.id)?,
-                    Start::Adopt(Box::new(plan)),
-                )?;
-                adopting.push(handle.watch());
-                self.sessions().insert(row.id.clone(), handle);
-                summary.readopted += 1;
-            } else {
-                summary.interrupted += self.config.store.interrupt_turns(row.id.clone()).await?;
-                summary.approvals_cancelled +=
-                    self.config.store.clear_pending(row.id.clone()).await?;
-                let _ = self
-                    .config
-                    .store
-                    .set_executor_status(row.id.clone(), executor.execution_id, "dead")
-                    .await;
-                if row.state == SessionState::Starting {
-                    self.config
+            let session_id = row.id.clone();
+            match self.recover_one(row, executor, &boot_id, &mut summary).await {
+                Ok(Some(view)) => adopting.push(view),
+                Ok(None) => {}
+                Err(err) => {
+                    summary.skipped += 1;
+                    tracing::error!(session = %session_id, %err, "cannot recover this session; skipped");
+                    let message = format!("recovery skipped this session: {err}");
+                    let _ = self
+                        .config
                         .store
                         .set_session_state(
-                            row.id.clone(),
+                            session_id,
                             SessionState::WaitingForInput,
-                            None,
+                            Some(message),
                             None,
                         )
-                        .await?;
+                        .await;
                 }
-                summary.dead += 1;
             }
         }
         // Containers of ours whose session is gone are removed (when an engine is there).
@@ -629,23 +644,119 @@ impl Supervisor {
                 tracing::debug!(%err, "no orphan check: the Docker engine is not available")
             }
         }
-        // Serve only once every live sidecar is re-attached (or found gone): connecting is
-        // all that is awaited, so this grows with the live sidecars, not the stored sessions.
-        for mut view in adopting {
-            let _ =
-                tokio::time::timeout(Duration::from_secs(10), view.wait_for(|view| !view.adopting))
-                    .await;
-        }
         tracing::info!(
-            readopted = summary.readopted,
+            reattaching = adopting.len(),
             dead = summary.dead,
             interrupted = summary.interrupted,
             approvals_restored = summary.approvals_restored,
             approvals_cancelled = summary.approvals_cancelled,
             orphans_removed = summary.orphans_removed,
-            "recovery done"
+            skipped = summary.skipped,
+            "recovery: serving; re-attaching in the background"
         );
+        // The summary of the re-attaches, counted once each has settled (connected or not).
+        tokio::spawn(async move {
+            let (mut readopted, mut failed) = (0, 0);
+            for mut view in adopting {
+                let settled = view.wait_for(|view| view.phase != Phase::Adopting).await;
+                match settled {
+                    Ok(view) if view.agent_running || view.phase == Phase::Open => readopted += 1,
+                    _ => failed += 1,
+                }
+            }
+            tracing::info!(readopted, failed, "recovery: re-attaching done");
+        });
         Ok(summary)
+    }
+
+    /// Recovers one session: returns a watch on its view when it is being re-attached.
+    async fn recover_one(
+        &self,
+        row: SessionRow,
+        executor: crate::store::ExecutorRow,
+        boot_id: &str,
+        summary: &mut RecoverySummary,
+    ) -> Result<Option<tokio::sync::watch::Receiver<SessionView>>, ServiceError> {
+        let runtime = self.runtime(&executor.runtime)?;
+        let recorded_live =
+            !matches!(executor.status.as_str(), "dead" | "stopped" | "exited" | "lost");
+        // A session caught mid-launch or mid-handshake cannot pick up where it was (the
+        // handshake's requests are gone with the old process): it is fenced and resumed
+        // later like a dead one.
+        let alive = recorded_live
+            && row.state != SessionState::Starting
+            && runtime.is_alive(&executor, boot_id).await;
+        if alive {
+            let addr = std::net::SocketAddr::from((
+                [127, 0, 0, 1],
+                executor.agentctl_port.unwrap_or(0) as u16,
+            ));
+            let open_turns =
+                self.config.store.open_turns(row.id.clone(), executor.execution_id.clone()).await?;
+            summary.approvals_restored +=
+                self.config.store.list_pending(row.id.clone()).await?.len();
+            let profile = Supervisor::snapshot(&row)?;
+            let plan = AdoptPlan { executor, addr, open_turns };
+            let handle = session::start_session(
+                self.context(&row)?,
+                row.clone(),
+                profile,
+                self.event_log(&row.id)?,
+                Start::Adopt(Box::new(plan)),
+            )?;
+            let view = handle.watch();
+            self.sessions().insert(row.id.clone(), handle);
+            return Ok(Some(view));
+        }
+        // Dead (or not to be trusted): make sure, then mark what it left behind.
+        self.fence(&row, Some(executor.clone())).await?;
+        let store = &self.config.store;
+        let turns = store.interrupt_turns(row.id.clone()).await?;
+        summary.interrupted += turns.len();
+        let pending = store.list_pending(row.id.clone()).await?;
+        summary.approvals_cancelled += store.clear_pending(row.id.clone()).await?;
+        let _ = store.set_executor_status(row.id.clone(), executor.execution_id, "dead").await;
+        summary.dead += 1;
+        // Subscribers that only listen learn it from the stream: each interrupted turn ends,
+        // each question is void, and the session waits for input with the reason.
+        let log = self.event_log(&row.id)?;
+        let publish = |kind: SessionEventKind| {
+            if let Err(err) =
+                log.append_with(|seq, at| SessionEvent { seq, at, agent_seq: None, kind })
+            {
+                tracing::error!(session = %row.id, %err, "cannot publish a recovery event");
+            }
+        };
+        for (request_id, _, _) in pending {
+            publish(SessionEventKind::PermissionResolved {
+                request_id,
+                outcome: serde_json::json!({"outcome": "cancelled"}),
+            });
+        }
+        let reason = "the agent stopped while the supervisor was down; resume the session to go on";
+        for turn_id in turns {
+            publish(SessionEventKind::TurnEnded {
+                turn_id,
+                state: "interrupted".into(),
+                stop_reason: None,
+                error: Some(reason.into()),
+            });
+        }
+        if matches!(row.state, SessionState::Starting | SessionState::Running) {
+            store
+                .set_session_state(
+                    row.id.clone(),
+                    SessionState::WaitingForInput,
+                    Some(reason.into()),
+                    None,
+                )
+                .await?;
+            publish(SessionEventKind::State {
+                state: SessionState::WaitingForInput,
+                error: Some(reason.into()),
+            });
+        }
+        Ok(None)
     }
 
     /// `task.session.cancel`.
@@ -782,8 +893,6 @@ pub struct ResumeResult {
 /// What restart recovery did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RecoverySummary {
-    /// Live sidecars re-adopted.
-    pub readopted: usize,
     /// Sessions whose sidecar was dead.
     pub dead: usize,
     /// Turns marked interrupted.
@@ -794,6 +903,8 @@ pub struct RecoverySummary {
     pub approvals_cancelled: usize,
     /// Containers removed because their session no longer exists.
     pub orphans_removed: usize,
+    /// Sessions recovery could not handle (reported, marked with the reason, skipped).
+    pub skipped: usize,
 }
 
 /// A resume needs the workspace the session worked in.

@@ -617,14 +617,24 @@ impl Store {
     }
 
     /// Marks every running turn of a session `interrupted` (its execution died while the
-    /// supervisor was away); returns how many.
-    pub async fn interrupt_turns(&self, session_id: String) -> Result<usize, StoreError> {
+    /// supervisor was away); returns their ids.
+    pub async fn interrupt_turns(&self, session_id: String) -> Result<Vec<String>, StoreError> {
         self.call(move |conn| {
-            Ok(conn.execute(
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let ids = {
+                let mut stmt = tx.prepare(
+                    "SELECT id FROM turns WHERE session_id = ?1 AND state = 'running' ORDER BY id",
+                )?;
+                stmt.query_map([&session_id], |r| r.get::<_, String>(0))?
+                    .collect::<Result<Vec<_>, _>>()?
+            };
+            tx.execute(
                 "UPDATE turns SET state = 'interrupted', error = 'the agent was lost while the supervisor was down', \
                  ended_at = ?2 WHERE session_id = ?1 AND state = 'running'",
                 params![session_id, now_ms()],
-            )?)
+            )?;
+            tx.commit()?;
+            Ok(ids)
         })
         .await
     }

@@ -25,13 +25,13 @@ use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
 use bollard::query_parameters::{
-    AttachContainerOptions, CreateContainerOptions, InspectContainerOptions, ListContainersOptions,
-    RemoveContainerOptions,
+    AttachContainerOptions, CreateContainerOptions, InspectContainerOptions, KillContainerOptions,
+    ListContainersOptions, RemoveContainerOptions, WaitContainerOptions,
 };
 use futures_util::StreamExt;
 use protocol::control::ReadyInfo;
 
-use super::{BoxFuture, Endpoint, LaunchSpec, Runtime, RuntimeError};
+use super::{BoxFuture, Endpoint, FenceTarget, LaunchSpec, Runtime, RuntimeError};
 use crate::store::ExecutorRow;
 
 /// The port agentctl listens on inside the container.
@@ -381,6 +381,10 @@ impl Runtime for DockerRuntime {
         })
     }
 
+    fn fence<'a>(&'a self, target: &'a FenceTarget) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move { self.kill_container(&target.session_id).await })
+    }
+
     fn remove<'a>(&'a self, session_id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
         Box::pin(async move {
             let docker = self.engine().await?;
@@ -397,6 +401,40 @@ impl Runtime for DockerRuntime {
             }
         })
     }
+}
+
+impl DockerRuntime {
+    /// Kills the session's container if it runs (it is kept, stopped, for a fast resume).
+    async fn kill_container(&self, session_id: &str) -> Result<(), RuntimeError> {
+        let docker = self.engine().await?;
+        let name = container_name(session_id);
+        match docker.inspect_container(&name, None::<InspectContainerOptions>).await {
+            Ok(container) if container.state.as_ref().and_then(|s| s.running) == Some(true) => {}
+            Ok(_) => return Ok(()),
+            Err(err) if is_not_found(&err) => return Ok(()),
+            Err(err) => return Err(engine_error(err)),
+        }
+        tracing::warn!(container = %name, "fencing a container: kill");
+        match docker.kill_container(&name, None::<KillContainerOptions>).await {
+            Ok(()) => {}
+            // Not running any more (409) or gone (404): dead either way.
+            Err(err) if is_not_found(&err) || is_conflict(&err) => return Ok(()),
+            Err(err) => return Err(engine_error(err)),
+        }
+        // Killing is asynchronous in the engine: wait until it reports the container stopped.
+        let mut waited = docker.wait_container(&name, None::<WaitContainerOptions>);
+        match tokio::time::timeout(super::FENCE_TIMEOUT, waited.next()).await {
+            Ok(_) => Ok(()),
+            Err(_) => Err(RuntimeError::Engine(format!(
+                "container {name} did not stop within {:?} of a kill",
+                super::FENCE_TIMEOUT
+            ))),
+        }
+    }
+}
+
+fn is_conflict(err: &bollard::errors::Error) -> bool {
+    matches!(err, bollard::errors::Error::DockerResponseServerError { status_code: 409, .. })
 }
 
 fn write_token(state_dir: &Path, token: &str) -> Result<(), RuntimeError> {

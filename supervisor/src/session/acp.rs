@@ -1,0 +1,524 @@
+//! The ACP client side of the actor: agentctl events in, history and session events out;
+//! responses matched to our requests; the resume ladder after `initialize`.
+//!
+//! Results are read through small tolerant types (unknown fields ignored, missing ones
+//! defaulted) rather than by indexing raw JSON.
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::Phase;
+use super::actor::{Pending, STDERR_IN_ERROR, SessionActor};
+use super::outbox::Outgoing;
+use crate::events::SessionEventKind;
+use crate::history::{self, EntryType};
+use crate::store::{SessionState, task_state};
+use protocol::control::{Event, EventKind};
+
+/// `initialize`'s result, as far as the resume ladder needs it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct InitializeResult {
+    agent_capabilities: AgentCapabilities,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct AgentCapabilities {
+    load_session: bool,
+    session_capabilities: SessionCapabilities,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SessionCapabilities {
+    /// Present (an object) when the agent serves `session/resume`.
+    resume: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct NewSessionResult {
+    session_id: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct PromptResult {
+    stop_reason: Option<String>,
+}
+
+/// A JSON-RPC error object, tolerantly.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RpcErrorBody {
+    code: Option<i64>,
+    message: Option<String>,
+    data: Option<Value>,
+}
+
+impl RpcErrorBody {
+    /// One line; `-32603` with `data.details` shows the details.
+    fn text(&self) -> String {
+        let message = self.message.as_deref().unwrap_or("error");
+        match self.data.as_ref().and_then(|data| data.get("details")).and_then(Value::as_str) {
+            Some(details) => format!("{message}: {details}"),
+            None => message.to_owned(),
+        }
+    }
+}
+
+/// `session/update` kinds that a `session/load` replays to restore the conversation: they
+/// are in our records already. Everything else that arrives during a load (available
+/// commands, a session title, a mode) is news, and is forwarded.
+fn is_replayed_kind(kind: &str) -> bool {
+    matches!(
+        kind,
+        "user_message_chunk"
+            | "agent_message_chunk"
+            | "agent_thought_chunk"
+            | "tool_call"
+            | "tool_call_update"
+            | "plan"
+    )
+}
+
+impl SessionActor {
+    pub(super) async fn handle_agent_event(&mut self, event: Event) {
+        self.durability.handled = event.seq;
+        self.durability.unacked += 1;
+        // After a restart, replayed events that were already recorded are not recorded
+        // again (their effects on the store are idempotent).
+        self.suppress_history = self.durability.in_history(event.seq);
+        self.suppress_events = self.durability.in_events(event.seq);
+        if !self.suppress_history {
+            self.history.set_watermark(event.seq);
+        }
+        let force_ack = match event.kind {
+            EventKind::Acp { message, answered } => {
+                self.handle_acp(message, answered.is_some()).await
+            }
+            EventKind::AgentExited { status, stderr_tail } => {
+                self.agent_exited(status, stderr_tail).await;
+                true
+            }
+            EventKind::StdoutNoise { line, reason } => {
+                self.emit(SessionEventKind::Notice {
+                    message: format!("agent output that is not ACP ({reason}): {line}"),
+                });
+                false
+            }
+            EventKind::Error { message } => {
+                self.emit(SessionEventKind::Notice { message });
+                false
+            }
+            EventKind::Stderr { line } => {
+                self.recent_stderr.push_str(&line);
+                self.recent_stderr.push('\n');
+                if self.recent_stderr.len() > 2 * STDERR_IN_ERROR {
+                    let keep = history::excerpt_tail(&self.recent_stderr, STDERR_IN_ERROR);
+                    self.recent_stderr = keep;
+                }
+                false
+            }
+            EventKind::AgentStarted { .. } => false,
+            _ => false,
+        };
+        self.suppress_history = false;
+        self.suppress_events = false;
+        self.ack(force_ack).await;
+    }
+
+    /// Handles one ACP message from the agent. Returns whether a turn ended.
+    async fn handle_acp(&mut self, message: Value, answered_by_agentctl: bool) -> bool {
+        let method = message.get("method").and_then(Value::as_str).map(str::to_owned);
+        let id = message.get("id").cloned();
+        match (method, id) {
+            (Some(method), Some(id)) => {
+                if !answered_by_agentctl {
+                    let params = message.get("params").cloned().unwrap_or(Value::Null);
+                    self.agent_request(method, id, params).await;
+                }
+                false
+            }
+            (Some(method), None) => {
+                if method == protocol::acp::method::SESSION_UPDATE {
+                    self.session_update(message.get("params").cloned().unwrap_or(Value::Null));
+                }
+                false
+            }
+            (None, Some(id)) => self.response(id, message).await,
+            (None, None) => false,
+        }
+    }
+
+    async fn agent_request(&mut self, method: String, id: Value, params: Value) {
+        if self.suppress_events {
+            // Handled before the restart (recorded, and possibly answered since).
+            return;
+        }
+        if method == protocol::acp::method::SESSION_REQUEST_PERMISSION {
+            let request_id = id.to_string();
+            let Some(execution_id) = self.execution.as_ref().map(|execution| execution.id.clone())
+            else {
+                return;
+            };
+            if let Err(err) = self
+                .context
+                .store
+                .insert_pending(
+                    self.row.id.clone(),
+                    execution_id,
+                    request_id.clone(),
+                    method,
+                    params.clone(),
+                )
+                .await
+            {
+                tracing::error!(session = %self.row.id, %err, "cannot record a permission request");
+            }
+            self.emit(SessionEventKind::PermissionRequest { request_id, params });
+            return;
+        }
+        self.send(Outgoing::Acp(json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {"code": -32601, "message": format!("method not found: {method}")},
+        })));
+    }
+
+    fn session_update(&mut self, params: Value) {
+        let update = params.get("update").cloned().unwrap_or(Value::Null);
+        let kind =
+            update.get("sessionUpdate").and_then(Value::as_str).unwrap_or_default().to_owned();
+        if self.loading && is_replayed_kind(&kind) {
+            // `session/load` replays the conversation into the agent; we have it already.
+            return;
+        }
+        let text = || update["content"]["text"].as_str().map(str::to_owned);
+        match kind.as_str() {
+            "agent_message_chunk" => {
+                if let Some(text) = text() {
+                    if !self.suppress_history {
+                        self.history.agent_chunk(&text);
+                    }
+                    self.emit(SessionEventKind::AgentMessageChunk { text });
+                }
+            }
+            "agent_thought_chunk" => {
+                if let Some(text) = text() {
+                    self.emit(SessionEventKind::AgentThoughtChunk { text });
+                }
+            }
+            "tool_call" => {
+                let title = update["title"].as_str().unwrap_or("tool").to_owned();
+                let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
+                let status = update["status"].as_str().unwrap_or("pending").to_owned();
+                self.record_history(EntryType::ToolCall, title.clone(), Some((title, id, status)));
+                self.emit(SessionEventKind::ToolCall { update });
+            }
+            "tool_call_update" => {
+                let status = update["status"].as_str().unwrap_or_default().to_owned();
+                if matches!(status.as_str(), "completed" | "failed") {
+                    let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
+                    let content = tool_text(&update);
+                    let excerpt = history::excerpt(&content, history::TOOL_RESULT_EXCERPT_CHARS);
+                    let name = update["title"].as_str().unwrap_or("tool").to_owned();
+                    self.record_history(EntryType::ToolResult, excerpt, Some((name, id, status)));
+                }
+                self.emit(SessionEventKind::ToolCallUpdate { update });
+            }
+            _ => self.emit(SessionEventKind::SessionUpdate { update }),
+        }
+    }
+
+    /// A response to one of our requests. Returns whether a turn ended.
+    async fn response(&mut self, id: Value, message: Value) -> bool {
+        let key = match &id {
+            Value::Number(n) => n.to_string(),
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let Some(purpose) = self.pending.remove(&key) else { return false };
+        if !matches!(purpose, Pending::Prompt { .. }) {
+            self.handshake = None;
+        }
+        let result = match message.get("error") {
+            Some(error) => {
+                Err(serde_json::from_value::<RpcErrorBody>(error.clone()).unwrap_or_default())
+            }
+            None => Ok(message.get("result").cloned().unwrap_or(Value::Null)),
+        };
+        match purpose {
+            Pending::Initialize => {
+                match result {
+                    Ok(result) => self.initialized(result).await,
+                    Err(error) => {
+                        let tail = self.stderr_tail();
+                        self.fail(format!("the agent refused initialize: {}{tail}", error.text()))
+                            .await
+                    }
+                }
+                false
+            }
+            Pending::Restore { load, token } => {
+                self.loading = false;
+                match result {
+                    Ok(_) => {
+                        let outcome = if load { "native_load" } else { "native_resume" };
+                        self.session_opened(token, Some(outcome)).await;
+                    }
+                    Err(error) if matches!(error.code, Some(-32601) | Some(-32002)) => {
+                        self.restore_rejected(format!(
+                            "the agent rejected the stored session: {}",
+                            error.text()
+                        ))
+                        .await;
+                    }
+                    Err(error) => {
+                        self.fail(format!("restoring the session failed: {}", error.text())).await
+                    }
+                }
+                false
+            }
+            Pending::NewSession => {
+                match result.map(|result| {
+                    serde_json::from_value::<NewSessionResult>(result)
+                        .unwrap_or_default()
+                        .session_id
+                }) {
+                    Ok(Some(acp_session)) => self.session_opened(acp_session, None).await,
+                    Ok(None) => self.fail("session/new returned no sessionId".into()).await,
+                    Err(error) => {
+                        self.fail(format!("the agent refused session/new: {}", error.text())).await
+                    }
+                }
+                false
+            }
+            Pending::Prompt { turn_id, injected } => {
+                if self.turn.as_deref() == Some(turn_id.as_str()) {
+                    match result {
+                        Ok(result) => {
+                            if injected {
+                                self.clear_resume_context_pending().await;
+                            }
+                            self.store_token_again().await;
+                            let stop_reason = serde_json::from_value::<PromptResult>(result)
+                                .unwrap_or_default()
+                                .stop_reason
+                                .unwrap_or_else(|| "end_turn".into());
+                            self.end_turn("completed", Some(stop_reason), None).await;
+                        }
+                        Err(error) => self.end_turn("failed", None, Some(error.text())).await,
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    /// `initialize` answered: restore natively when a resume has a token and the agent
+    /// can, else open a new ACP session.
+    async fn initialized(&mut self, result: Value) {
+        let native = self
+            .resume
+            .as_ref()
+            .filter(|resume| !resume.relaunched && self.profile.session.native_resume)
+            .and_then(|resume| resume.token.clone());
+        let Some(token) = native else { return self.new_acp_session() };
+        let capabilities = serde_json::from_value::<InitializeResult>(result)
+            .unwrap_or_default()
+            .agent_capabilities;
+        let params = json!({"sessionId": token, "cwd": self.row.workspace_path, "mcpServers": []});
+        if capabilities.session_capabilities.resume.as_ref().is_some_and(Value::is_object) {
+            self.request(
+                protocol::acp::method::SESSION_RESUME,
+                params,
+                Pending::Restore { load: false, token },
+            );
+        } else if capabilities.load_session {
+            self.loading = true;
+            self.request(
+                protocol::acp::method::SESSION_LOAD,
+                params,
+                Pending::Restore { load: true, token },
+            );
+            agentctl::fault::point("load.sent");
+        } else {
+            self.restore_rejected(
+                "the agent offers neither session/resume nor session/load".into(),
+            )
+            .await;
+        }
+    }
+
+    fn new_acp_session(&mut self) {
+        let params = json!({"cwd": self.row.workspace_path, "mcpServers": []});
+        self.request(protocol::acp::method::SESSION_NEW, params, Pending::NewSession);
+    }
+
+    /// A native restore was refused: the token is cleared, a notice says so, and a fresh
+    /// ACP session takes its place (not a failure).
+    async fn restore_rejected(&mut self, reason: String) {
+        self.emit(SessionEventKind::Notice {
+            message: format!("{reason}; starting a fresh agent session"),
+        });
+        if let Some(execution) = &self.execution {
+            let _ = self
+                .context
+                .store
+                .set_resume_token(self.row.id.clone(), execution.id.clone(), None)
+                .await;
+        }
+        if let Some(resume) = self.resume.as_mut() {
+            resume.native_failed = true;
+            resume.token = None;
+        }
+        self.new_acp_session();
+    }
+
+    /// The ACP session is open (new or restored): record it, settle a resume's outcome,
+    /// and send the initial prompt if there is one.
+    async fn session_opened(&mut self, acp_session: String, restored: Option<&'static str>) {
+        let execution_id =
+            self.execution.as_ref().map(|execution| execution.id.clone()).unwrap_or_default();
+        let token = self.profile.keeps_resume_token().then(|| acp_session.clone());
+        let store = self.context.store.clone();
+        if let Err(err) =
+            store.set_resume_token(self.row.id.clone(), execution_id.clone(), token).await
+        {
+            tracing::error!(session = %self.row.id, %err, "cannot store the resume token");
+        }
+        let _ = store
+            .set_acp_session(self.row.id.clone(), execution_id.clone(), acp_session.clone())
+            .await;
+        let _ =
+            store.set_executor_status(self.row.id.clone(), execution_id.clone(), "running").await;
+        let outcome = match self.resume.take() {
+            None => None,
+            Some(resume) => {
+                let outcome = match restored {
+                    Some(outcome) => outcome,
+                    None if resume.relaunched => "resume_command",
+                    None if !self.history.is_empty()
+                        && (self.profile.session.history_injection || resume.native_failed) =>
+                    {
+                        self.resume_context_pending = true;
+                        let _ = store
+                            .set_resume_context_pending(
+                                self.row.id.clone(),
+                                execution_id.clone(),
+                                true,
+                            )
+                            .await;
+                        "history_injection"
+                    }
+                    None => "fresh",
+                };
+                let _ = store
+                    .set_resume_outcome(self.row.id.clone(), execution_id.clone(), outcome)
+                    .await;
+                Some(outcome)
+            }
+        };
+        self.update_view(|view| view.acp_session_id = Some(acp_session));
+        if let Err(err) =
+            self.set_state(SessionState::WaitingForInput, None, Some(task_state::REVIEW)).await
+        {
+            tracing::error!(session = %self.row.id, %err, "cannot record the session state");
+        }
+        self.enter(Phase::Open);
+        let answer = match outcome {
+            Some(outcome) => {
+                self.emit(SessionEventKind::ResumeOutcome { outcome: outcome.into() });
+                self.update_view(|view| view.resume_outcome = Some(outcome.into()));
+                outcome
+            }
+            None => "already_running",
+        };
+        for waiter in self.waiters.drain(..) {
+            let _ = waiter.send(Ok(answer.into()));
+        }
+        if let Some(prompt) = self.initial_prompt.take().filter(|prompt| !prompt.trim().is_empty())
+            && let Err(err) = self.start_turn(prompt).await
+        {
+            self.emit(SessionEventKind::Notice {
+                message: format!("the initial prompt could not be sent: {err}"),
+            });
+        }
+    }
+
+    async fn clear_resume_context_pending(&mut self) {
+        self.resume_context_pending = false;
+        if let Some(execution) = &self.execution {
+            let _ = self
+                .context
+                .store
+                .set_resume_context_pending(self.row.id.clone(), execution.id.clone(), false)
+                .await;
+        }
+    }
+
+    /// The token is stored again when a turn completes (compare-and-set on the execution).
+    async fn store_token_again(&self) {
+        let acp_session = self.view_tx.borrow().acp_session_id.clone();
+        if let (Some(execution), Some(acp_session)) = (&self.execution, acp_session)
+            && self.profile.keeps_resume_token()
+        {
+            let _ = self
+                .context
+                .store
+                .set_resume_token(self.row.id.clone(), execution.id.clone(), Some(acp_session))
+                .await;
+        }
+    }
+
+    async fn agent_exited(&mut self, status: protocol::control::ExitInfo, stderr_tail: String) {
+        let how = match (status.code, status.signal) {
+            (Some(code), _) => format!("exit code {code}"),
+            (None, Some(signal)) => format!("signal {signal}"),
+            (None, None) => "unknown status".into(),
+        };
+        let tail = history::excerpt_tail(stderr_tail.trim_end(), STDERR_IN_ERROR);
+        let reason = if tail.is_empty() {
+            format!("the agent exited ({how})")
+        } else {
+            format!("the agent exited ({how}): {tail}")
+        };
+        if let Some(execution) = self.execution.as_mut() {
+            execution.agent_running = false;
+            let _ = self
+                .context
+                .store
+                .set_executor_status(self.row.id.clone(), execution.id.clone(), "exited")
+                .await;
+        }
+        if matches!(self.phase, Phase::Opening | Phase::Launching)
+            || self.row.state == SessionState::Starting
+        {
+            return self.fail(format!("launch failed: {reason}")).await;
+        }
+        self.enter(Phase::Idle);
+        self.execution_gone(&reason).await;
+        self.emit(SessionEventKind::Notice { message: reason });
+        // What was handled is acknowledged before agentctl is let go.
+        self.ack(true).await;
+        if let Some(execution) = self.execution.take() {
+            self.retire(execution, None);
+        }
+    }
+}
+
+/// The text of a tool call update's content blocks.
+fn tool_text(update: &Value) -> String {
+    let Some(content) = update.get("content").and_then(Value::as_array) else {
+        return String::new();
+    };
+    content
+        .iter()
+        .filter_map(|item| {
+            item.get("content").and_then(|inner| inner.get("text")).and_then(Value::as_str)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}

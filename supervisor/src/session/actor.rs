@@ -1,0 +1,1019 @@
+//! The session actor: its state, its loop, and the commands it serves.
+//!
+//! The loop is a biased `select!` over, in order: commands (a cancel or stop never waits
+//! behind a stream of chunks), reports from its own tasks (launch, re-attach, the outbox),
+//! the deadlines (ACP handshake, cancel grace), and agentctl events. Nothing in it awaits
+//! the sidecar.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::sync::Arc;
+
+use agentctl::client::ControlClient;
+use agentctl::spool::Spool;
+use agents::profile::Profile;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::durability::Durability;
+use super::launch::{self, Connected, LaunchFailure, LaunchPlan};
+use super::outbox::{self, Outgoing};
+use super::{
+    AdoptPlan, CANCEL_GRACE, Command, MAX_PROMPT_LINE, Phase, Reply, SessionContext, SessionError,
+    SessionView, Start,
+};
+use crate::events::{SessionEvent, SessionEventKind};
+use crate::history::{self, EntryType, History};
+use crate::store::{ExecutorRow, SessionRow, SessionState, task_state};
+
+/// Reports from the actor's own tasks.
+pub(super) enum Internal {
+    /// A launch finished.
+    Launched(Result<Connected, LaunchFailure>),
+    /// A re-attach finished.
+    Adopted(Result<Connected, String>),
+    /// A control call of the outbox failed: the execution is lost.
+    ControlFailed { execution_id: String, error: String },
+    /// A permission answer reached agentctl.
+    AnswerSent { execution_id: String, request_id: String },
+}
+
+/// What an outstanding request of ours was for.
+#[derive(Debug)]
+pub(super) enum Pending {
+    Initialize,
+    NewSession,
+    /// `session/resume` (`load: false`) or `session/load` (`load: true`) of a token.
+    Restore {
+        load: bool,
+        token: String,
+    },
+    Prompt {
+        turn_id: String,
+        injected: bool,
+    },
+}
+
+/// The live connection to one execution.
+pub(super) struct Execution {
+    pub(super) id: String,
+    pub(super) record: ExecutorRow,
+    pub(super) calls: Arc<ControlClient>,
+    pub(super) outbox: mpsc::UnboundedSender<Outgoing>,
+    pub(super) events_rx:
+        mpsc::Receiver<Result<protocol::control::Event, agentctl::client::ClientError>>,
+    pub(super) agent_running: bool,
+}
+
+/// A resume in progress.
+pub(super) struct ResumeState {
+    /// The token being restored, if any.
+    pub(super) token: Option<String>,
+    /// The agent was relaunched with the profile's `resume_command`.
+    pub(super) relaunched: bool,
+    /// A native restore was tried and rejected.
+    pub(super) native_failed: bool,
+}
+
+/// What to do with a launch still in flight when it lands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterLaunch {
+    Keep,
+    /// The session was stopped meanwhile: retire it.
+    Retire,
+}
+
+pub(super) struct SessionActor {
+    pub(super) context: SessionContext,
+    pub(super) row: SessionRow,
+    pub(super) profile: Arc<Profile>,
+    pub(super) events: Arc<Spool<SessionEvent>>,
+    pub(super) history: History,
+    pub(super) view_tx: watch::Sender<SessionView>,
+    pub(super) phase: Phase,
+    pub(super) execution: Option<Execution>,
+    pub(super) internal_tx: mpsc::UnboundedSender<Internal>,
+    internal_rx: Option<mpsc::UnboundedReceiver<Internal>>,
+    pub(super) next_request_id: i64,
+    pub(super) pending: HashMap<String, Pending>,
+    /// The running turn.
+    pub(super) turn: Option<String>,
+    /// The handshake step awaited and its deadline.
+    pub(super) handshake: Option<(&'static str, Instant)>,
+    /// When a cancelled turn is ended by us if the agent has not ended it.
+    pub(super) cancel_deadline: Option<Instant>,
+    /// The prompt to send once the ACP session is open.
+    pub(super) initial_prompt: Option<String>,
+    /// The agent's recent stderr, for error messages.
+    pub(super) recent_stderr: String,
+    pub(super) resume: Option<ResumeState>,
+    /// Everyone waiting for the session to open (resumes, and resumes of a session that was
+    /// starting anyway).
+    pub(super) waiters: Vec<Reply<String>>,
+    /// The next prompt carries the resume context (mirrors the stored flag).
+    pub(super) resume_context_pending: bool,
+    /// A `session/load` is replaying: its conversation updates restore the agent, not our
+    /// records.
+    pub(super) loading: bool,
+    pub(super) durability: Durability,
+    /// Suppress recording of the event being handled (it was recorded before a restart).
+    pub(super) suppress_history: bool,
+    pub(super) suppress_events: bool,
+    /// Permission answers queued and not yet sent, with their outcomes: their rows stay
+    /// until they are.
+    pub(super) answering: HashMap<String, Value>,
+    after_launch: AfterLaunch,
+    /// Stop and detach callers waiting for a launch in flight to be retired.
+    retire_waiters: Vec<Reply<()>>,
+}
+
+/// The most stderr put into a turn's error.
+pub(super) const STDERR_IN_ERROR: usize = 2000;
+
+impl SessionActor {
+    pub(super) fn new(
+        context: SessionContext,
+        row: SessionRow,
+        profile: Arc<Profile>,
+        events: Arc<Spool<SessionEvent>>,
+        history: History,
+        view_tx: watch::Sender<SessionView>,
+    ) -> SessionActor {
+        let events_mark =
+            events.last_entry().ok().flatten().and_then(|event| event.agent_seq).unwrap_or(0);
+        let history_mark = history.watermark().unwrap_or(0);
+        let (internal_tx, internal_rx) = mpsc::unbounded_channel();
+        let phase = view_tx.borrow().phase;
+        SessionActor {
+            context,
+            row,
+            profile,
+            events,
+            history,
+            view_tx,
+            phase,
+            execution: None,
+            internal_tx,
+            internal_rx: Some(internal_rx),
+            // Ids unique across supervisor restarts, so a replayed response never meets a
+            // new request of the same id.
+            next_request_id: crate::store::now_ms() * 1000,
+            pending: HashMap::new(),
+            turn: None,
+            handshake: None,
+            cancel_deadline: None,
+            initial_prompt: None,
+            recent_stderr: String::new(),
+            resume: None,
+            waiters: Vec::new(),
+            resume_context_pending: false,
+            loading: false,
+            durability: Durability::resuming_at(0, history_mark, events_mark),
+            suppress_history: false,
+            suppress_events: false,
+            answering: HashMap::new(),
+            after_launch: AfterLaunch::Keep,
+            retire_waiters: Vec::new(),
+        }
+    }
+
+    pub(super) async fn run(mut self, mut commands: mpsc::Receiver<Command>, start: Start) {
+        let mut internal = self.internal_rx.take().expect("UNWRAP: taken once, here");
+        match start {
+            Start::Fresh { initial_prompt } => {
+                self.initial_prompt = initial_prompt;
+                self.start_launch(None).await;
+            }
+            Start::Resume => self.begin_resume().await,
+            Start::Adopt(plan) => self.start_adopt(*plan),
+        }
+        // The actor lives while it may own an execution: after the session ends, until a
+        // launch in flight has landed (and been retired).
+        while self.phase != Phase::Ended || self.after_launch == AfterLaunch::Retire {
+            let handshake = self.handshake.map(|(_, at)| at);
+            let cancel = self.cancel_deadline;
+            let deadline = async move {
+                match (handshake, cancel) {
+                    (Some(a), Some(b)) => tokio::time::sleep_until(a.min(b)).await,
+                    (Some(at), None) | (None, Some(at)) => tokio::time::sleep_until(at).await,
+                    (None, None) => std::future::pending().await,
+                }
+            };
+            let agent_event = async {
+                match self.execution.as_mut() {
+                    Some(execution) => execution.events_rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                command = commands.recv(), if self.phase != Phase::Ended => match command {
+                    Some(command) => self.handle_command(command).await,
+                    None => break,
+                },
+                Some(report) = internal.recv() => self.handle_internal(report).await,
+                () = deadline => self.deadline_passed().await,
+                event = agent_event => match event {
+                    Some(Ok(event)) => self.handle_agent_event(event).await,
+                    Some(Err(err)) => self.lost(format!("lost the connection to agentctl: {err}")).await,
+                    None => self.lost("agentctl's event stream ended".into()).await,
+                },
+            }
+        }
+        // Answer whatever is still queued, so no caller waits forever.
+        commands.close();
+        while let Some(command) = commands.recv().await {
+            let state = self.row.state;
+            reject(command, || SessionError::Terminal(state));
+        }
+    }
+
+    // ---- commands ------------------------------------------------------------------------
+
+    async fn handle_command(&mut self, command: Command) {
+        if self.row.state.is_terminal() {
+            let state = self.row.state;
+            return reject(command, || SessionError::Terminal(state));
+        }
+        match command {
+            Command::Prompt { text, reply } => {
+                let result = self.start_turn(text).await;
+                let _ = reply.send(result);
+            }
+            Command::Cancel { reply } => {
+                let result = self.cancel().await;
+                let _ = reply.send(result);
+            }
+            Command::Permission { request_id, outcome, reply } => {
+                let result = self.answer_permission(&request_id, outcome).await;
+                let _ = reply.send(result);
+            }
+            Command::Stop { reply } => self.stop(reply).await,
+            Command::Resume { reply } => match self.phase {
+                // One launch at a time; everyone gets its outcome.
+                Phase::Launching | Phase::Opening | Phase::Adopting => self.waiters.push(reply),
+                Phase::Open if self.execution.as_ref().is_some_and(|e| e.agent_running) => {
+                    let _ = reply.send(Ok("already_running".into()));
+                }
+                _ => {
+                    self.waiters.push(reply);
+                    self.begin_resume().await;
+                }
+            },
+            Command::Detach { reply } => self.detach(reply).await,
+        }
+    }
+
+    pub(super) async fn start_turn(&mut self, text: String) -> Result<String, SessionError> {
+        match self.row.state {
+            SessionState::WaitingForInput => {}
+            other => {
+                return Err(SessionError::InvalidState(format!(
+                    "the session is {}; prompts are taken in WAITING_FOR_INPUT",
+                    other.as_str()
+                )));
+            }
+        }
+        let Some(execution) = self.execution.as_ref().filter(|execution| execution.agent_running)
+        else {
+            return Err(SessionError::AgentGone("no execution".into()));
+        };
+        let execution_id = execution.id.clone();
+        let Some(acp_session) = self.view_tx.borrow().acp_session_id.clone() else {
+            return Err(SessionError::InvalidState("the ACP session is not open yet".into()));
+        };
+        let injected = self.resume_context_pending;
+        let sent_text = if injected { self.resume_context(&text).await? } else { text.clone() };
+        let request_id = self.next_request_id;
+        let message = json!({
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": protocol::acp::method::SESSION_PROMPT,
+            "params": {"sessionId": acp_session, "prompt": [{"type": "text", "text": sent_text}]},
+        });
+        // The agent's framing drops a line over its limit: the turn would never end.
+        let size = serde_json::to_vec(&message).map_or(usize::MAX, |line| line.len() + 1);
+        if size > MAX_PROMPT_LINE {
+            return Err(SessionError::InvalidParams(format!(
+                "the prompt is {size} bytes as a JSON-RPC line, over the agent's {MAX_PROMPT_LINE}-byte line limit"
+            )));
+        }
+        let turn_id = uuid::Uuid::now_v7().to_string();
+        // The turn and its request id are durable before the request leaves.
+        self.context
+            .store
+            .insert_turn(turn_id.clone(), self.row.id.clone(), execution_id, request_id.to_string())
+            .await?;
+        self.next_request_id += 1;
+        self.record_history(EntryType::UserMessage, text.clone(), None);
+        self.emit(SessionEventKind::TurnStarted { turn_id: turn_id.clone(), prompt: text });
+        self.turn = Some(turn_id.clone());
+        self.set_state(SessionState::Running, None, Some(task_state::IN_PROGRESS)).await?;
+        self.update_view(|view| view.turn_id = Some(turn_id.clone()));
+        self.pending
+            .insert(request_id.to_string(), Pending::Prompt { turn_id: turn_id.clone(), injected });
+        self.send(Outgoing::Acp(message));
+        Ok(turn_id)
+    }
+
+    async fn cancel(&mut self) -> Result<(), SessionError> {
+        if self.turn.is_none() {
+            return Err(SessionError::InvalidState("no turn is running".into()));
+        }
+        let acp_session = self.view_tx.borrow().acp_session_id.clone();
+        self.send(Outgoing::Acp(json!({
+            "jsonrpc": "2.0",
+            "method": protocol::acp::method::SESSION_CANCEL,
+            "params": {"sessionId": acp_session},
+        })));
+        self.cancel_pending_permissions().await;
+        // The agent ends the turn with `cancelled`; if it does not, we do.
+        self.cancel_deadline.get_or_insert(Instant::now() + CANCEL_GRACE);
+        Ok(())
+    }
+
+    pub(super) async fn cancel_pending_permissions(&mut self) {
+        let pending =
+            self.context.store.list_pending(self.row.id.clone()).await.unwrap_or_default();
+        for (request_id, _, _) in pending {
+            if self.answering.contains_key(&request_id) {
+                continue;
+            }
+            if let Err(err) =
+                self.answer_permission(&request_id, json!({"outcome": "cancelled"})).await
+            {
+                tracing::warn!(session = %self.row.id, %err, "cannot cancel a permission request");
+            }
+        }
+    }
+
+    /// Queues the answer; its row is deleted (and `permission_resolved` published) only once
+    /// it reached agentctl, so an answer cut off by a kill is asked again after a restart.
+    async fn answer_permission(
+        &mut self,
+        request_id: &str,
+        outcome: Value,
+    ) -> Result<(), SessionError> {
+        let known = self
+            .context
+            .store
+            .list_pending(self.row.id.clone())
+            .await?
+            .iter()
+            .any(|(id, _, _)| id == request_id);
+        if !known || self.answering.contains_key(request_id) {
+            return Err(SessionError::NoSuchRequest(request_id.to_owned()));
+        }
+        if self.execution.as_ref().is_none_or(|execution| !execution.agent_running) {
+            return Err(SessionError::AgentGone("the agent that asked is not running".into()));
+        }
+        let id: Value =
+            serde_json::from_str(request_id).unwrap_or(Value::String(request_id.to_owned()));
+        agentctl::fault::point("permission.queued");
+        self.send(Outgoing::Answer {
+            request_id: request_id.to_owned(),
+            message: json!({"jsonrpc": "2.0", "id": id, "result": {"outcome": outcome.clone()}}),
+        });
+        self.answering.insert(request_id.to_owned(), outcome);
+        Ok(())
+    }
+
+    async fn stop(&mut self, reply: Reply<()>) {
+        if self.phase == Phase::Launching {
+            self.after_launch = AfterLaunch::Retire;
+        }
+        if let Some(execution) = self.execution.take() {
+            self.retire(execution, None);
+        }
+        if self.turn.is_some() {
+            self.end_turn("failed", None, Some("the session was stopped".into())).await;
+        }
+        self.handshake = None;
+        self.update_view(|view| view.agent_running = false);
+        let result = self.set_state(SessionState::Completed, None, None).await;
+        self.fail_waiters("the session was stopped");
+        self.enter(Phase::Ended);
+        let _ = reply.send(result);
+    }
+
+    /// Stops the agent and agentctl; the session stays active and needs a resume. The
+    /// caller is answered once the sidecar is gone for certain.
+    async fn detach(&mut self, reply: Reply<()>) {
+        if self.phase == Phase::Launching {
+            self.after_launch = AfterLaunch::Retire;
+            self.retire_waiters.push(reply);
+        } else if let Some(execution) = self.execution.take() {
+            self.retire(execution, Some(reply));
+        } else {
+            let _ = reply.send(Ok(()));
+        }
+        if self.turn.is_some() {
+            self.end_turn("failed", None, Some("the agent was stopped".into())).await;
+        }
+        self.handshake = None;
+        self.update_view(|view| view.agent_running = false);
+        if self.phase != Phase::Launching {
+            self.enter(Phase::Idle);
+        }
+    }
+
+    /// Stops an execution in the background: politely, then the fence. `reply` (if any)
+    /// is answered when it is gone.
+    pub(super) fn retire(&self, execution: Execution, reply: Option<Reply<()>>) {
+        let context = self.context.clone();
+        let grace = std::time::Duration::from_millis(self.profile.process.stop_grace_ms);
+        let Execution { id, record, calls, .. } = execution;
+        let store = self.context.store.clone();
+        let session_id = self.row.id.clone();
+        tokio::spawn(async move {
+            let result = launch::retire(context, calls, record, grace).await;
+            let _ = store.set_executor_status(session_id, id, "stopped").await;
+            if let Some(reply) = reply {
+                let _ = reply.send(result.map_err(SessionError::InvalidState));
+            }
+        });
+    }
+
+    /// Fences an execution that is being dropped (lost, refused), in the background.
+    pub(super) fn fence_now(&self, record: ExecutorRow) {
+        let context = self.context.clone();
+        tokio::spawn(async move {
+            if let Err(err) = launch::fence(&context, record).await {
+                tracing::error!(%err, "cannot fence a lost execution");
+            }
+        });
+    }
+
+    // ---- launching ----------------------------------------------------------------------
+
+    /// Starts a resume (DESIGN §6.2): A, a token → native restore (or `resume_command`), no
+    /// prompt; B, no token and the session was waiting → boot idle; C, otherwise → the
+    /// task's description as the initial prompt.
+    pub(super) async fn begin_resume(&mut self) {
+        let executor = self.context.store.get_executor(self.row.id.clone()).await.ok().flatten();
+        let mut token = executor.as_ref().and_then(|executor| executor.resume_token.clone());
+        if token.is_some() && !self.profile.keeps_resume_token() {
+            // The profile has no restore path (any more): the token is useless.
+            if let Some(executor) = &executor {
+                let _ = self
+                    .context
+                    .store
+                    .set_resume_token(self.row.id.clone(), executor.execution_id.clone(), None)
+                    .await;
+            }
+            token = None;
+        }
+        let relaunch = token.is_some()
+            && !self.profile.session.native_resume
+            && self.profile.session.resume_command.is_some();
+        self.initial_prompt = match (&token, self.row.state) {
+            (Some(_), _) | (None, SessionState::WaitingForInput) => None,
+            (None, _) => match self.context.store.get_task(self.row.task_id.clone()).await {
+                Ok(task) if !task.description.trim().is_empty() => Some(task.description),
+                _ => None,
+            },
+        };
+        self.resume =
+            Some(ResumeState { token: token.clone(), relaunched: relaunch, native_failed: false });
+        let relaunch_token = if relaunch { token } else { None };
+        self.start_launch(relaunch_token.as_deref()).await;
+    }
+
+    /// Decides the argv and starts the launch task (fence, runtime, agentctl, agent).
+    pub(super) async fn start_launch(&mut self, resume_token: Option<&str>) {
+        self.enter(Phase::Launching);
+        if let Err(err) =
+            self.set_state(SessionState::Starting, None, Some(task_state::IN_PROGRESS)).await
+        {
+            return self.fail(format!("launch failed: {err}")).await;
+        }
+        // In a container the agent's home and programs are the container's.
+        let in_container = self.context.runtime.agent_home();
+        let home = in_container.clone().unwrap_or_else(|| self.context.agent_home.clone());
+        let argv = match resume_token {
+            Some(token) => self
+                .profile
+                .resume_argv(&home, token)
+                .unwrap_or_else(|| self.profile.launch_argv(&home)),
+            None => self.profile.launch_argv(&home),
+        };
+        let mut resolved = match in_container {
+            Some(_) => vec![OsString::from(&argv[0])],
+            None => match (self.context.resolve)(&argv[0]) {
+                Some(resolved) => resolved,
+                None => {
+                    return self
+                        .fail(format!(
+                            "launch failed: the agent program {} is not available",
+                            argv[0]
+                        ))
+                        .await;
+                }
+            },
+        };
+        resolved.extend(argv[1..].iter().map(OsString::from));
+        let previous = self.context.store.get_executor(self.row.id.clone()).await.ok().flatten();
+        let execution_id = uuid::Uuid::now_v7().to_string();
+        let spec = launch::spec(
+            &self.context,
+            &self.row,
+            &self.profile,
+            execution_id,
+            agentctl::client::new_token(),
+        );
+        let plan = LaunchPlan {
+            spec,
+            argv: resolved,
+            env: self.profile.launch_env(&home).into_iter().collect(),
+            previous,
+        };
+        self.resume_context_pending = false;
+        let context = self.context.clone();
+        let internal_tx = self.internal_tx.clone();
+        tokio::spawn(async move {
+            let launched = launch::launch(context.clone(), plan).await;
+            if let Err(mpsc::error::SendError(Internal::Launched(Ok(connected)))) =
+                internal_tx.send(Internal::Launched(launched))
+            {
+                // The actor is gone: nobody owns this execution.
+                if let Err(err) = launch::fence(&context, connected.record).await {
+                    tracing::error!(%err, "cannot fence an unowned execution");
+                }
+            }
+        });
+    }
+
+    fn start_adopt(&mut self, plan: AdoptPlan) {
+        self.enter(Phase::Adopting);
+        let internal_tx = self.internal_tx.clone();
+        tokio::spawn(async move {
+            let adopted = launch::adopt(plan.addr, plan.executor).await;
+            let _ = internal_tx.send(Internal::Adopted(adopted));
+        });
+        for (turn_id, request_id) in plan.open_turns {
+            self.pending
+                .insert(request_id, Pending::Prompt { turn_id: turn_id.clone(), injected: false });
+            self.turn = Some(turn_id);
+        }
+    }
+
+    async fn handle_internal(&mut self, report: Internal) {
+        match report {
+            Internal::Launched(launched) => self.launched(launched).await,
+            Internal::Adopted(adopted) => self.adopted(adopted).await,
+            Internal::ControlFailed { execution_id, error } => {
+                if self.execution.as_ref().is_some_and(|execution| execution.id == execution_id) {
+                    self.lost(format!("agentctl stopped answering: {error}")).await;
+                }
+            }
+            Internal::AnswerSent { execution_id, request_id } => {
+                let outcome = self.answering.remove(&request_id).unwrap_or(Value::Null);
+                let current =
+                    self.execution.as_ref().is_some_and(|execution| execution.id == execution_id);
+                if current {
+                    if let Err(err) = self
+                        .context
+                        .store
+                        .delete_pending(self.row.id.clone(), request_id.clone())
+                        .await
+                    {
+                        tracing::error!(session = %self.row.id, %err, "cannot remove an answered permission request");
+                    }
+                    self.emit(SessionEventKind::PermissionResolved { request_id, outcome });
+                }
+            }
+        }
+    }
+
+    async fn launched(&mut self, launched: Result<Connected, LaunchFailure>) {
+        let connected = match launched {
+            Ok(connected) => connected,
+            Err(failure) => {
+                if self.after_launch == AfterLaunch::Retire {
+                    self.after_launch = AfterLaunch::Keep;
+                    for reply in self.retire_waiters.drain(..) {
+                        let _ = reply.send(Ok(()));
+                    }
+                    if self.phase != Phase::Ended {
+                        self.enter(Phase::Idle);
+                        let _ = self.set_state(SessionState::WaitingForInput, None, None).await;
+                    }
+                    return;
+                }
+                return self.fail(format!("launch failed: {}", failure.reason)).await;
+            }
+        };
+        let execution = self.connect(connected, true);
+        if self.after_launch == AfterLaunch::Retire {
+            // Stopped or detached while launching.
+            self.after_launch = AfterLaunch::Keep;
+            let mut waiters = std::mem::take(&mut self.retire_waiters);
+            let reply = waiters.pop();
+            for other in waiters {
+                let _ = other.send(Ok(()));
+            }
+            self.retire(execution, reply);
+            if self.phase != Phase::Ended {
+                self.enter(Phase::Idle);
+                let _ = self.set_state(SessionState::WaitingForInput, None, None).await;
+            }
+            return;
+        }
+        // A new execution starts a new agentctl sequence: nothing of it was recorded yet.
+        self.durability = Default::default();
+        self.execution = Some(execution);
+        self.update_view(|view| view.agent_running = true);
+        self.enter(Phase::Opening);
+        let params = json!({
+            "protocolVersion": protocol::acp::PROTOCOL_VERSION,
+            "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false},
+            "clientInfo": {"name": "tether", "title": "Tether", "version": env!("CARGO_PKG_VERSION")},
+        });
+        self.request(protocol::acp::method::INITIALIZE, params, Pending::Initialize);
+    }
+
+    async fn adopted(&mut self, adopted: Result<Connected, String>) {
+        let connected = match adopted {
+            Ok(connected) => connected,
+            Err(err) => {
+                // The sidecar died, hangs, or refused us: fence it, recover as dead.
+                tracing::warn!(session = %self.row.id, %err, "cannot re-attach to agentctl");
+                let record =
+                    self.context.store.get_executor(self.row.id.clone()).await.ok().flatten();
+                if let Some(record) = record {
+                    self.fence_now(record.clone());
+                    let _ = self
+                        .context
+                        .store
+                        .set_executor_status(self.row.id.clone(), record.execution_id, "dead")
+                        .await;
+                }
+                self.pending.clear();
+                self.turn = None;
+                self.update_view(|view| view.turn_id = None);
+                self.enter(Phase::Idle);
+                let reason = format!("could not re-attach to the agent after a restart: {err}");
+                self.execution_gone(&reason).await;
+                // Anyone who asked for a resume meanwhile gets one now.
+                if !self.waiters.is_empty() {
+                    self.begin_resume().await;
+                }
+                return;
+            }
+        };
+        let status = connected.status.clone();
+        let record = connected.record.clone();
+        let execution = self.connect(connected, false);
+        let running = status
+            .as_ref()
+            .is_some_and(|s| s.agent_state == protocol::control::AgentState::Running);
+        let acked = record.acked_seq.max(0) as u64;
+        self.durability = Durability::resuming_at(
+            acked,
+            self.durability.history_mark,
+            self.durability.events_mark,
+        );
+        self.resume_context_pending = record.resume_context_pending;
+        self.execution = Some(Execution { agent_running: running, ..execution });
+        let turn_id = self.turn.clone();
+        self.update_view(|view| {
+            view.agent_running = running;
+            view.acp_session_id = record.acp_session_id.clone();
+            view.turn_id = turn_id;
+            view.resume_outcome = record.resume_outcome.clone();
+        });
+        self.enter(Phase::Open);
+        for waiter in self.waiters.drain(..) {
+            let _ = waiter.send(Ok("already_running".into()));
+        }
+        // People may still answer what the agent asked before the restart.
+        if let Ok(pending) = self.context.store.list_pending(self.row.id.clone()).await {
+            for (request_id, _, params) in pending {
+                self.emit(SessionEventKind::PermissionRequest { request_id, params });
+            }
+        }
+    }
+
+    fn connect(&self, connected: Connected, agent_running: bool) -> Execution {
+        let Connected { record, calls, events_rx, .. } = connected;
+        let outbox = outbox::start_outbox(
+            record.execution_id.clone(),
+            Arc::clone(&calls),
+            self.internal_tx.clone(),
+        );
+        Execution {
+            id: record.execution_id.clone(),
+            record,
+            calls,
+            outbox,
+            events_rx,
+            agent_running,
+        }
+    }
+
+    async fn deadline_passed(&mut self) {
+        let now = Instant::now();
+        if let Some((step, at)) = self.handshake
+            && at <= now
+        {
+            self.handshake = None;
+            let tail = self.stderr_tail();
+            return self
+                .fail(format!(
+                    "the agent did not answer {step} within {} ms{tail}",
+                    self.profile.process.init_timeout_ms
+                ))
+                .await;
+        }
+        if let Some(at) = self.cancel_deadline
+            && at <= now
+        {
+            self.cancel_deadline = None;
+            if let Some(turn_id) = self.turn.clone() {
+                // The agent never confirmed the cancel: end the turn ourselves and forget
+                // its request (a late answer is ignored).
+                self.pending.retain(
+                    |_, pending| !matches!(pending, Pending::Prompt { turn_id: id, .. } if *id == turn_id),
+                );
+                self.end_turn(
+                    "failed",
+                    Some("cancelled".into()),
+                    Some(format!(
+                        "cancelled; the agent did not end the turn within {} s",
+                        CANCEL_GRACE.as_secs()
+                    )),
+                )
+                .await;
+            }
+        }
+    }
+
+    // ---- shared -------------------------------------------------------------------------
+
+    /// Sends an ACP request and remembers what it was for. Returns its id.
+    pub(super) fn request(
+        &mut self,
+        method: &'static str,
+        params: Value,
+        purpose: Pending,
+    ) -> String {
+        let id = self.next_request_id;
+        self.next_request_id += 1;
+        let key = id.to_string();
+        if !matches!(purpose, Pending::Prompt { .. }) {
+            self.handshake = Some((
+                method,
+                Instant::now()
+                    + std::time::Duration::from_millis(self.profile.process.init_timeout_ms),
+            ));
+        }
+        self.pending.insert(key.clone(), purpose);
+        self.send(Outgoing::Acp(
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        ));
+        key
+    }
+
+    /// Queues a control call (a failure is reported back as [`Internal::ControlFailed`]).
+    pub(super) fn send(&self, outgoing: Outgoing) {
+        if let Some(execution) = &self.execution {
+            let _ = execution.outbox.send(outgoing);
+        }
+    }
+
+    /// The resume context around `prompt`, from the history on disk.
+    async fn resume_context(&self, prompt: &str) -> Result<String, SessionError> {
+        let path = self.history.path().to_owned();
+        let prompt = prompt.to_owned();
+        let budget = self.profile.session.resume_context_budget;
+        let built = tokio::task::spawn_blocking(move || {
+            let mut file = std::fs::File::open(&path)?;
+            crate::resume_context::build(&mut file, &prompt, budget)
+        })
+        .await
+        .map_err(|err| SessionError::InvalidState(format!("building the resume context: {err}")))?
+        .map_err(|err| SessionError::InvalidState(format!("reading the history: {err}")))?;
+        Ok(built.text)
+    }
+
+    /// Syncs what was written and stores `acked_seq`, then acknowledges through the
+    /// outbox — nothing before it is durable (see `durability.rs`).
+    pub(super) async fn ack(&mut self, force: bool) {
+        let Some(seq) = self.durability.due(self.history.unflushed_since(), force) else {
+            return;
+        };
+        let Some(execution_id) = self.execution.as_ref().map(|execution| execution.id.clone())
+        else {
+            return;
+        };
+        if let Err(err) =
+            self.history.sync().and_then(|()| self.events.sync().map_err(std::io::Error::other))
+        {
+            tracing::error!(session = %self.row.id, %err, "cannot sync; not acknowledging");
+            return;
+        }
+        match self.context.store.set_acked_seq(self.row.id.clone(), execution_id, seq).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(err) => {
+                tracing::error!(session = %self.row.id, %err, "cannot store acked_seq; not acknowledging");
+                return;
+            }
+        }
+        agentctl::fault::point("ack.stored");
+        self.send(Outgoing::Ack(seq));
+        self.durability.acked(seq);
+    }
+
+    pub(super) async fn end_turn(
+        &mut self,
+        state: &'static str,
+        stop_reason: Option<String>,
+        error: Option<String>,
+    ) {
+        let Some(turn_id) = self.turn.take() else { return };
+        self.cancel_deadline = None;
+        if let Err(err) = self.history.flush_agent() {
+            tracing::error!(session = %self.row.id, %err, "cannot write the agent's message to the history");
+        }
+        if let Err(err) = self
+            .context
+            .store
+            .end_turn(turn_id.clone(), state, stop_reason.clone(), error.clone())
+            .await
+        {
+            tracing::error!(session = %self.row.id, %err, "cannot record the end of a turn");
+        }
+        self.emit(SessionEventKind::TurnEnded {
+            turn_id,
+            state: state.into(),
+            stop_reason,
+            error: error.clone(),
+        });
+        self.update_view(|view| view.turn_id = None);
+        if !self.row.state.is_terminal() {
+            let _ = self
+                .set_state(SessionState::WaitingForInput, error, Some(task_state::REVIEW))
+                .await;
+        }
+    }
+
+    /// The execution is gone (its agent exited, its sidecar was lost or refused us): the
+    /// agent's questions are void, a running turn fails, and the session waits for input
+    /// with the reason, recoverable.
+    pub(super) async fn execution_gone(&mut self, reason: &str) {
+        self.handshake = None;
+        self.update_view(|view| view.agent_running = false);
+        self.answering.clear();
+        if let Ok(pending) = self.context.store.list_pending(self.row.id.clone()).await {
+            for (request_id, _, _) in pending {
+                let _ = self
+                    .context
+                    .store
+                    .delete_pending(self.row.id.clone(), request_id.clone())
+                    .await;
+                self.emit(SessionEventKind::PermissionResolved {
+                    request_id,
+                    outcome: json!({"outcome": "cancelled"}),
+                });
+            }
+        }
+        if self.turn.is_some() {
+            self.end_turn("failed", None, Some(reason.to_owned())).await;
+        }
+        let _ = self
+            .set_state(
+                SessionState::WaitingForInput,
+                Some(reason.to_owned()),
+                Some(task_state::REVIEW),
+            )
+            .await;
+    }
+
+    /// agentctl itself went away, stopped answering, or refused our subscription.
+    pub(super) async fn lost(&mut self, reason: String) {
+        let mut reason = reason;
+        let Some(execution) = self.execution.take() else { return };
+        if let Some(why) = self.context.runtime.exit_reason(&execution.record).await {
+            reason = format!("{reason}: {why}");
+        }
+        // Nothing may run unowned: the sidecar is killed if it still lives.
+        self.fence_now(execution.record.clone());
+        let _ = self
+            .context
+            .store
+            .set_executor_status(self.row.id.clone(), execution.id.clone(), "lost")
+            .await;
+        drop(execution);
+        if matches!(self.phase, Phase::Opening | Phase::Launching) {
+            return self.fail(reason).await;
+        }
+        self.enter(Phase::Idle);
+        self.execution_gone(&reason).await;
+    }
+
+    /// A launch failure: session and task `FAILED` with the reason; the execution is
+    /// retired (and fenced).
+    pub(super) async fn fail(&mut self, reason: String) {
+        tracing::warn!(session = %self.row.id, %reason, "session failed");
+        self.handshake = None;
+        if let Some(execution) = self.execution.take() {
+            self.retire(execution, None);
+        }
+        self.update_view(|view| view.agent_running = false);
+        if self.turn.is_some() {
+            self.end_turn("failed", None, Some(reason.clone())).await;
+        }
+        let _ = self
+            .set_state(SessionState::Failed, Some(reason.clone()), Some(task_state::FAILED))
+            .await;
+        self.fail_waiters(&reason);
+        self.enter(Phase::Ended);
+    }
+
+    fn fail_waiters(&mut self, reason: &str) {
+        self.resume = None;
+        for waiter in self.waiters.drain(..) {
+            let _ = waiter.send(Err(SessionError::InvalidState(reason.to_owned())));
+        }
+    }
+
+    /// `"; stderr: …"` with the agent's recent stderr, or nothing.
+    pub(super) fn stderr_tail(&self) -> String {
+        let tail = history::excerpt_tail(self.recent_stderr.trim_end(), STDERR_IN_ERROR);
+        if tail.is_empty() { String::new() } else { format!("; stderr: {tail}") }
+    }
+
+    pub(super) fn record_history(
+        &mut self,
+        kind: EntryType,
+        content: String,
+        tool: Option<(String, String, String)>,
+    ) {
+        if self.suppress_history {
+            return;
+        }
+        if let Err(err) = self.history.append(kind, content, tool) {
+            tracing::error!(session = %self.row.id, %err, "cannot write the history");
+        }
+    }
+
+    pub(super) fn emit(&self, kind: SessionEventKind) {
+        if self.suppress_events {
+            return;
+        }
+        let handled = self.durability.handled;
+        let agent_seq = (handled > 0).then_some(handled);
+        if let Err(err) =
+            self.events.append_with(|seq, at| SessionEvent { seq, at, agent_seq, kind })
+        {
+            tracing::error!(session = %self.row.id, %err, "cannot spool a session event");
+        }
+    }
+
+    /// Records and publishes a state change; publishing the same state and error again is
+    /// skipped, so a subscriber sees each change once.
+    pub(super) async fn set_state(
+        &mut self,
+        state: SessionState,
+        error: Option<String>,
+        task: Option<&'static str>,
+    ) -> Result<(), SessionError> {
+        if state == self.row.state && error == self.row.error_message {
+            return Ok(());
+        }
+        self.context
+            .store
+            .set_session_state(self.row.id.clone(), state, error.clone(), task)
+            .await?;
+        self.row.state = state;
+        self.row.error_message = error.clone();
+        self.emit(SessionEventKind::State { state, error: error.clone() });
+        self.update_view(|view| {
+            view.state = state;
+            view.error = error;
+        });
+        Ok(())
+    }
+
+    pub(super) fn enter(&mut self, phase: Phase) {
+        self.phase = phase;
+        self.update_view(|view| view.phase = phase);
+    }
+
+    pub(super) fn update_view(&self, change: impl FnOnce(&mut SessionView)) {
+        self.view_tx.send_modify(change);
+    }
+}
+
+fn reject(command: Command, error: impl Fn() -> SessionError) {
+    match command {
+        Command::Prompt { reply, .. } => drop(reply.send(Err(error()))),
+        Command::Resume { reply } => drop(reply.send(Err(error()))),
+        Command::Cancel { reply }
+        | Command::Stop { reply }
+        | Command::Detach { reply }
+        | Command::Permission { reply, .. } => drop(reply.send(Err(error()))),
+    }
+}

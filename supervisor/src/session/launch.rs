@@ -1,0 +1,215 @@
+//! Executions: launching one (fence first), re-attaching to one after a restart, and
+//! retiring one (stop politely, then fence). Each runs as a task that reports to the
+//! actor, so the actor keeps answering commands while a sidecar is slow or stuck.
+//!
+//! The fencing rule (**one live execution per session**): a new execution is launched only
+//! after [`Runtime::fence`] made certain that the previous one — the recorded sidecar, and
+//! any the runtime can find for the session — is dead. An execution the actor drops (lost,
+//! refused, a failed launch, a failed re-attach) is fenced at once, so nothing runs unowned.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentctl::client::{ClientError, ControlClient, EventStream};
+use protocol::control::{Event, StartAgent, Status};
+use tokio::sync::mpsc;
+
+use super::SessionContext;
+use crate::runtime::{FenceTarget, LaunchSpec};
+use crate::store::ExecutorRow;
+
+/// What a launch needs, decided by the actor.
+#[derive(Debug)]
+pub(super) struct LaunchPlan {
+    pub(super) spec: LaunchSpec,
+    /// The agent's argv, resolved (`[program, args…]`).
+    pub(super) argv: Vec<OsString>,
+    /// The agent's environment.
+    pub(super) env: Vec<(String, String)>,
+    /// The runtime record of the previous execution, if any (fenced first; its resume token
+    /// carries over).
+    pub(super) previous: Option<ExecutorRow>,
+}
+
+/// A launched (or re-attached) execution, connected.
+pub(super) struct Connected {
+    pub(super) record: ExecutorRow,
+    pub(super) calls: Arc<ControlClient>,
+    pub(super) events_rx: mpsc::Receiver<Result<Event, ClientError>>,
+    /// agentctl's status at re-attach (`None` for a launch: its agent was just started).
+    pub(super) status: Option<Status>,
+}
+
+/// Why a launch failed, and whether its own sidecar was fenced.
+#[derive(Debug)]
+pub(super) struct LaunchFailure {
+    pub(super) reason: String,
+}
+
+/// Fence, record, launch, connect, start the agent. On any failure after the runtime
+/// started agentctl, the new sidecar is fenced before this returns.
+pub(super) async fn launch(
+    context: SessionContext,
+    plan: LaunchPlan,
+) -> Result<Connected, LaunchFailure> {
+    let fail = |reason: String| LaunchFailure { reason };
+    let session_id = plan.spec.session_id.clone();
+    let target = FenceTarget {
+        session_id: session_id.clone(),
+        state_dir: plan.spec.state_dir.clone(),
+        executor: plan.previous.clone(),
+    };
+    context
+        .runtime
+        .fence(&target)
+        .await
+        .map_err(|err| fail(format!("the previous execution could not be stopped: {err}")))?;
+    // Recorded before it exists, so a restart in the middle knows there may be a sidecar
+    // to fence (found through its state dir or container name).
+    let mut record = ExecutorRow {
+        session_id: session_id.clone(),
+        execution_id: plan.spec.execution_id.clone(),
+        runtime: context.runtime.name().into(),
+        status: "launching".into(),
+        resume_token: plan.previous.as_ref().and_then(|previous| previous.resume_token.clone()),
+        agentctl_token: Some(plan.spec.token.clone()),
+        generation: plan.previous.as_ref().map_or(1, |previous| previous.generation + 1),
+        ..Default::default()
+    };
+    context.store.put_executor(record.clone()).await.map_err(|err| fail(err.to_string()))?;
+    let endpoint = context
+        .runtime
+        .launch(plan.spec.clone())
+        .await
+        .map_err(|err| fail(format!("runtime {}: {err}", context.runtime.name())))?;
+    record.status = "starting".into();
+    record.agentctl_port = Some(endpoint.addr.port().into());
+    record.agentctl_pid = Some(endpoint.ready.pid.into());
+    record.agentctl_start_time = Some(endpoint.ready.start_time as i64);
+    record.boot_id = Some(endpoint.ready.boot_id.clone());
+    record.container_id = endpoint.container_id.clone();
+    let recorded = context.store.put_executor(record.clone()).await;
+    agentctl::fault::point("launch.after_runtime");
+    let connected = async {
+        recorded.map_err(|err| err.to_string())?;
+        let token = plan.spec.token.as_str();
+        let calls =
+            ControlClient::connect(endpoint.addr, token).await.map_err(|e| e.to_string())?;
+        let stream = ControlClient::connect(endpoint.addr, token)
+            .await
+            .map_err(|e| e.to_string())?
+            .events(0);
+        let (program, args) =
+            plan.argv.split_first().ok_or_else(|| "the agent's command is empty".to_owned())?;
+        let start = StartAgent {
+            command: program.to_string_lossy().into_owned(),
+            args: args.iter().map(|arg| arg.to_string_lossy().into_owned()).collect(),
+            env: plan.env.iter().cloned().collect(),
+            cwd: plan.spec.workspace.clone(),
+            extra_roots: Vec::new(),
+        };
+        calls.start_agent(&start).await.map_err(|e| e.to_string())?;
+        Ok::<_, String>((calls, stream))
+    };
+    match connected.await {
+        Ok((calls, stream)) => Ok(Connected {
+            record,
+            calls: Arc::new(calls),
+            events_rx: forward(stream),
+            status: None,
+        }),
+        Err(reason) => {
+            let target = FenceTarget { executor: Some(record), ..target };
+            if let Err(err) = context.runtime.fence(&target).await {
+                tracing::error!(session = %session_id, %err, "cannot fence a failed launch");
+            }
+            Err(fail(reason))
+        }
+    }
+}
+
+/// Connects to a live sidecar found at startup and subscribes after `acked_seq`.
+pub(super) async fn adopt(addr: SocketAddr, record: ExecutorRow) -> Result<Connected, String> {
+    let token = record.agentctl_token.clone().unwrap_or_default();
+    let calls = ControlClient::connect(addr, &token).await.map_err(|err| err.to_string())?;
+    let status = calls.status().await.map_err(|err| err.to_string())?;
+    let stream = ControlClient::connect(addr, &token)
+        .await
+        .map_err(|err| err.to_string())?
+        .events(record.acked_seq.max(0) as u64);
+    Ok(Connected {
+        record,
+        calls: Arc::new(calls),
+        events_rx: forward(stream),
+        status: Some(status),
+    })
+}
+
+/// Stops an execution politely (`agent.stop`, `shutdown`, each bounded), then fences it.
+/// Returns an error only when the sidecar could not be killed.
+pub(super) async fn retire(
+    context: SessionContext,
+    calls: Arc<ControlClient>,
+    record: ExecutorRow,
+    grace: Duration,
+) -> Result<(), String> {
+    if let Err(err) = calls.stop_agent(grace).await {
+        tracing::warn!(session = %record.session_id, %err, "stopping the agent");
+    }
+    let _ = calls.shutdown().await;
+    drop(calls);
+    fence(&context, record).await
+}
+
+/// Fences one execution of the session (and whatever else the runtime finds for it).
+pub(super) async fn fence(context: &SessionContext, record: ExecutorRow) -> Result<(), String> {
+    let target = FenceTarget {
+        session_id: record.session_id.clone(),
+        state_dir: context.agentctl_dir(),
+        executor: Some(record),
+    };
+    context.runtime.fence(&target).await.map_err(|err| err.to_string())
+}
+
+/// Feeds agentctl events into a channel until either side goes away.
+fn forward(mut stream: EventStream) -> mpsc::Receiver<Result<Event, ClientError>> {
+    let (events_tx, events_rx) = mpsc::channel(1024);
+    tokio::spawn(async move {
+        loop {
+            let next = tokio::select! {
+                next = stream.next() => next,
+                () = events_tx.closed() => return,
+            };
+            let failed = next.is_err();
+            if events_tx.send(next).await.is_err() || failed {
+                return;
+            }
+        }
+    });
+    events_rx
+}
+
+/// The state dir and workspace of a launch, as the spec wants them.
+pub(super) fn spec(
+    context: &SessionContext,
+    row: &crate::store::SessionRow,
+    profile: &agents::profile::Profile,
+    execution_id: String,
+    token: String,
+) -> LaunchSpec {
+    LaunchSpec {
+        session_id: row.id.clone(),
+        task_id: row.task_id.clone(),
+        execution_id,
+        state_dir: context.agentctl_dir(),
+        token,
+        ready_timeout: context.ready_timeout,
+        workspace: PathBuf::from(&row.workspace_path),
+        docker: profile.docker.clone(),
+        agent_state_dirs: profile.session.agent_state_dirs.clone(),
+        agent_state_root: context.agent_state_root.clone(),
+    }
+}

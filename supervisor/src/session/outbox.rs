@@ -1,0 +1,66 @@
+//! The one task per execution that makes control calls: messages to the agent
+//! (`acp.send`), permission answers and acknowledgements (`events.ack`), in the order the
+//! actor queued them. The actor never awaits the sidecar, so a stalled sidecar cannot
+//! freeze the session; a call that fails or times out is reported back and the execution is
+//! treated as lost (and fenced).
+
+use std::sync::Arc;
+
+use agentctl::client::ControlClient;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::actor::Internal;
+
+/// A control call to make, in order.
+#[derive(Debug)]
+pub(super) enum Outgoing {
+    /// One JSON-RPC message for the agent.
+    Acp(Value),
+    /// The answer to a permission request; its row is deleted once it is sent.
+    Answer {
+        /// The request.
+        request_id: String,
+        /// The JSON-RPC response.
+        message: Value,
+    },
+    /// `events.ack`: everything up to this seq is durable (and `acked_seq` is stored).
+    Ack(u64),
+}
+
+/// Starts the outbox of an execution; returns where to queue calls. The task ends when the
+/// sender is dropped or a call fails.
+pub(super) fn start_outbox(
+    execution_id: String,
+    calls: Arc<ControlClient>,
+    internal_tx: mpsc::UnboundedSender<Internal>,
+) -> mpsc::UnboundedSender<Outgoing> {
+    let (outbox_tx, mut outbox_rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(outgoing) = outbox_rx.recv().await {
+            let result = match outgoing {
+                Outgoing::Acp(message) => calls.send_acp(&message).await,
+                Outgoing::Answer { request_id, message } => {
+                    calls.send_acp(&message).await.map(|()| {
+                        let _ = internal_tx.send(Internal::AnswerSent {
+                            execution_id: execution_id.clone(),
+                            request_id,
+                        });
+                    })
+                }
+                Outgoing::Ack(seq) => calls.ack(seq).await.map(|_| {
+                    // agentctl may now drop everything up to `seq`.
+                    agentctl::fault::point("ack.sent");
+                }),
+            };
+            if let Err(err) = result {
+                let _ = internal_tx.send(Internal::ControlFailed {
+                    execution_id: execution_id.clone(),
+                    error: err.to_string(),
+                });
+                return;
+            }
+        }
+    });
+    outbox_tx
+}
