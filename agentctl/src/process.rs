@@ -78,6 +78,14 @@ pub fn is_alive(pid: u32) -> bool {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
 }
 
+/// Whether a process has exited and waits to be reaped (a zombie): it exists, but is dead.
+pub fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit(')').next().map(|rest| rest.trim_start().starts_with('Z')))
+        .unwrap_or(false)
+}
+
 /// Sends `signal` to process group `pgid`; a group that no longer exists is not an error.
 pub fn signal_group(pgid: u32, signal: nix::sys::signal::Signal) -> io::Result<()> {
     let Ok(pgid) = i32::try_from(pgid) else { return Ok(()) };

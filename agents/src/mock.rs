@@ -50,7 +50,7 @@ options:
 
 prompt commands (one per line; other lines are the message):
   /stream N  /tool  /permission  /read PATH  /write PATH TEXT  /sleep MS
-  /crash [CODE]  /garbage  /stderr TEXT  /recall  /spawn
+  /crash [CODE]  /garbage  /stderr TEXT  /recall  /spawn  /rounds R
 ";
 
 /// Process-wide settings, from the command line.
@@ -407,6 +407,17 @@ impl Agent {
                 json!({"sessionUpdate": kind, "content": {"type": "text", "text": message.text}}),
             )?;
         }
+        // What real agents also send while loading, and which is not part of the replay.
+        self.update(
+            &stored.session_id,
+            json!({"sessionUpdate": "available_commands_update", "availableCommands": [
+                {"name": "recall", "description": "list the earlier user messages"}
+            ]}),
+        )?;
+        self.update(
+            &stored.session_id,
+            json!({"sessionUpdate": "session_info_update", "title": "mock session"}),
+        )?;
         self.lock().sessions.insert(stored.session_id.clone(), LiveSession { stored, turn: None });
         Ok(json!({}))
     }
@@ -558,6 +569,7 @@ impl Turn<'_> {
             script.message
         );
         let mut chunks = 1;
+        let mut rounds = 1;
         let mut tool_run = false;
         for command in &script.commands {
             if self.cancel.is_cancelled() {
@@ -628,7 +640,17 @@ impl Turn<'_> {
                     reply.push_str(&format!("; earlier user messages: [{}]", users.join(" | ")));
                 }
                 Command::Spawn => reply.push_str(&spawn_idle_child().map_err(Stop::Failed)?),
+                Command::Rounds(n) => rounds = *n,
             }
+        }
+        for round in 1..rounds {
+            for n in 1..=chunks {
+                if self.cancel.is_cancelled() {
+                    return Err(Stop::Cancelled);
+                }
+                self.chunk(&format!(" <r{round}:{n}/{chunks}>"))?;
+            }
+            self.tool(false).await?;
         }
         for n in 1..=chunks {
             if self.cancel.is_cancelled() {

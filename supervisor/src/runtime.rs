@@ -120,6 +120,9 @@ pub struct FenceTarget {
     pub state_dir: PathBuf,
     /// The runtime record, when there is one.
     pub executor: Option<ExecutorRow>,
+    /// How long a sidecar that is already shutting down may take to exit by itself before
+    /// it is killed (zero: kill at once).
+    pub grace: Duration,
 }
 
 /// How long a killed sidecar may take to be gone before the fence reports failure.
@@ -187,7 +190,7 @@ impl Runtime for StandaloneRuntime {
                     boot_id: boot,
                     ..ExecutorRow::default()
                 };
-                kill_sidecar(&record, &boot_id).await?;
+                kill_sidecar(&record, &boot_id, target.grace).await?;
             }
             Ok(())
         })
@@ -196,7 +199,11 @@ impl Runtime for StandaloneRuntime {
 
 /// SIGKILLs a local sidecar if it is the one recorded (same boot, same start time), and
 /// waits for it to be gone. Its guard then kills the agent's process group.
-async fn kill_sidecar(executor: &ExecutorRow, boot_id: &str) -> Result<(), RuntimeError> {
+async fn kill_sidecar(
+    executor: &ExecutorRow,
+    boot_id: &str,
+    grace: Duration,
+) -> Result<(), RuntimeError> {
     let (Some(pid), Some(start_time)) = (executor.agentctl_pid, executor.agentctl_start_time)
     else {
         return Ok(());
@@ -209,6 +216,9 @@ async fn kill_sidecar(executor: &ExecutorRow, boot_id: &str) -> Result<(), Runti
     // cannot reach a recycled pid.
     let Ok(pidfd) = agentctl::process::PidFd::open(pid) else { return Ok(()) };
     if !agentctl::ready::process_start_time(pid).is_ok_and(|now| now as i64 == start_time) {
+        return Ok(());
+    }
+    if !grace.is_zero() && tokio::time::timeout(grace, pidfd.exited()).await.is_ok() {
         return Ok(());
     }
     tracing::warn!(pid, "fencing a sidecar: SIGKILL");
@@ -233,5 +243,6 @@ fn standalone_alive(executor: &ExecutorRow, boot_id: &str) -> bool {
     let Ok(pid) = u32::try_from(pid) else { return false };
     executor.boot_id.as_deref() == Some(boot_id)
         && agentctl::process::PidFd::open(pid).is_ok()
+        && !agentctl::process::is_zombie(pid)
         && agentctl::ready::process_start_time(pid).is_ok_and(|now| now as i64 == start_time)
 }

@@ -597,7 +597,12 @@ impl Supervisor {
             .session_dir(&row.id)
             .map_err(|err| ServiceError::Internal(err.to_string()))?
             .join("agentctl");
-        let target = FenceTarget { session_id: row.id.clone(), state_dir, executor };
+        let target = FenceTarget {
+            session_id: row.id.clone(),
+            state_dir,
+            executor,
+            grace: std::time::Duration::ZERO,
+        };
         runtime
             .fence(&target)
             .await

@@ -85,6 +85,18 @@ impl Daemon {
         assert!(status.success(), "SIGTERM is a clean exit: {status:?}");
     }
 
+    /// Waits for the daemon to exit by itself (e.g. killed at a fault point).
+    pub async fn wait_exit(&mut self) -> std::process::ExitStatus {
+        self.child.wait().await.expect("wait for the supervisor")
+    }
+
+    /// Starts the daemon again with a new set of extra environment variables (e.g. none,
+    /// to disarm a fault point).
+    pub async fn restart_with_env(&mut self, env: &[(&str, &str)]) {
+        self.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        self.restart().await;
+    }
+
     /// Starts the daemon again on the same data directory (after [`Daemon::kill`]).
     pub async fn restart(&mut self) {
         let (url, child) = Daemon::spawn(self.root.path(), &[], &self.env).await;
@@ -126,7 +138,8 @@ impl Daemon {
             .args(extra_args)
             .env("HOME", root)
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("TETHER_LOG", "warn")
+            // `TETHER_TEST_LOG=debug` shows the daemon's reasoning when a test fails.
+            .env("TETHER_LOG", std::env::var("TETHER_TEST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -260,6 +273,7 @@ impl Api {
         }
         let client = WsClientBuilder::default()
             .set_headers(map)
+            .max_request_size(64 * 1024 * 1024)
             .max_buffer_capacity_per_subscription(1 << 20)
             .build(url)
             .await?;
@@ -281,6 +295,16 @@ impl Api {
             }),
             Err(other) => panic!("{method}: transport error {other}"),
         }
+    }
+
+    /// Calls a method whose answer may be lost (the server may die meanwhile): any error,
+    /// transport included, is returned rather than failing the test.
+    pub async fn client_call_raw(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, jsonrpsee::core::ClientError> {
+        within(method, self.client.request::<Value, _>(method, object_params(params))).await
     }
 
     /// Subscribes to a session's events after `after_seq`.

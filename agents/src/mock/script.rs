@@ -28,6 +28,10 @@ pub enum Command {
     Recall,
     /// `/spawn`: start a long-lived child process (`sleep`) and name its pid in the reply.
     Spawn,
+    /// `/rounds R`: before the reply, R−1 rounds of a streamed message (as many chunks as
+    /// `/stream` says, each ` <rK:n/N>`) closed by a tool call, so one turn holds many
+    /// messages.
+    Rounds(u32),
 }
 
 /// A prompt split into commands and the message proper.
@@ -96,6 +100,10 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
         "stderr" => Command::Stderr(args.to_owned()),
         "recall" => Command::Recall,
         "spawn" => Command::Spawn,
+        "rounds" => Command::Rounds(match args.parse() {
+            Ok(n) if n > 0 => n,
+            _ => return Err("expects a positive round count"),
+        }),
         _ => return Ok(None),
     };
     Ok(Some(command))
@@ -156,5 +164,7 @@ mod tests {
         assert_eq!(parse("/sleep soon").unwrap_err().reason, "expects milliseconds");
         assert_eq!(parse("/write /only-a-path").unwrap_err().reason, "expects a path and text");
         assert_eq!(parse("/read").unwrap_err().reason, "expects a path");
+        assert_eq!(parse("/rounds 0").unwrap_err().reason, "expects a positive round count");
+        assert_eq!(parse("/rounds 3").unwrap().commands, vec![Command::Rounds(3)]);
     }
 }

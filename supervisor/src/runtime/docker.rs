@@ -382,7 +382,17 @@ impl Runtime for DockerRuntime {
     }
 
     fn fence<'a>(&'a self, target: &'a FenceTarget) -> BoxFuture<'a, Result<(), RuntimeError>> {
-        Box::pin(async move { self.kill_container(&target.session_id).await })
+        Box::pin(async move {
+            if !target.grace.is_zero()
+                && let Ok(docker) = self.engine().await
+            {
+                // A container whose agentctl is shutting down stops by itself.
+                let name = container_name(&target.session_id);
+                let mut waited = docker.wait_container(&name, None::<WaitContainerOptions>);
+                let _ = tokio::time::timeout(target.grace, waited.next()).await;
+            }
+            self.kill_container(&target.session_id).await
+        })
     }
 
     fn remove<'a>(&'a self, session_id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {

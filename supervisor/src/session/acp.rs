@@ -440,7 +440,7 @@ impl SessionActor {
             let _ = waiter.send(Ok(answer.into()));
         }
         if let Some(prompt) = self.initial_prompt.take().filter(|prompt| !prompt.trim().is_empty())
-            && let Err(err) = self.start_turn(prompt).await
+            && let Err(err) = self.start_turn(prompt, None).await
         {
             self.emit(SessionEventKind::Notice {
                 message: format!("the initial prompt could not be sent: {err}"),

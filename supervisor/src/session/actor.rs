@@ -238,8 +238,9 @@ impl SessionActor {
         }
         match command {
             Command::Prompt { text, reply } => {
-                let result = self.start_turn(text).await;
-                let _ = reply.send(result);
+                if let Err(err) = self.start_turn(text, Some(reply)).await {
+                    tracing::debug!(session = %self.row.id, %err, "prompt refused");
+                }
             }
             Command::Cancel { reply } => {
                 let result = self.cancel().await;
@@ -265,7 +266,30 @@ impl SessionActor {
         }
     }
 
-    pub(super) async fn start_turn(&mut self, text: String) -> Result<String, SessionError> {
+    /// Starts a turn and queues its prompt; `reply` (if any) gets the turn id once the
+    /// prompt reached agentctl, or the error. Returns the error too, for the caller's log.
+    pub(super) async fn start_turn(
+        &mut self,
+        text: String,
+        reply: Option<Reply<String>>,
+    ) -> Result<(), String> {
+        match self.prepare_turn(text).await {
+            Ok((turn_id, message)) => {
+                self.send(Outgoing::Prompt { message, turn_id, reply });
+                Ok(())
+            }
+            Err(err) => {
+                let text = err.to_string();
+                if let Some(reply) = reply {
+                    let _ = reply.send(Err(err));
+                }
+                Err(text)
+            }
+        }
+    }
+
+    /// Records a turn (row, history, events, state) and builds its `session/prompt`.
+    async fn prepare_turn(&mut self, text: String) -> Result<(String, Value), SessionError> {
         match self.row.state {
             SessionState::WaitingForInput => {}
             other => {
@@ -313,8 +337,7 @@ impl SessionActor {
         self.update_view(|view| view.turn_id = Some(turn_id.clone()));
         self.pending
             .insert(request_id.to_string(), Pending::Prompt { turn_id: turn_id.clone(), injected });
-        self.send(Outgoing::Acp(message));
-        Ok(turn_id)
+        Ok((turn_id, message))
     }
 
     async fn cancel(&mut self) -> Result<(), SessionError> {
@@ -439,7 +462,7 @@ impl SessionActor {
     pub(super) fn fence_now(&self, record: ExecutorRow) {
         let context = self.context.clone();
         tokio::spawn(async move {
-            if let Err(err) = launch::fence(&context, record).await {
+            if let Err(err) = launch::fence(&context, record, std::time::Duration::ZERO).await {
                 tracing::error!(%err, "cannot fence a lost execution");
             }
         });
@@ -537,7 +560,9 @@ impl SessionActor {
                 internal_tx.send(Internal::Launched(launched))
             {
                 // The actor is gone: nobody owns this execution.
-                if let Err(err) = launch::fence(&context, connected.record).await {
+                if let Err(err) =
+                    launch::fence(&context, connected.record, std::time::Duration::ZERO).await
+                {
                     tracing::error!(%err, "cannot fence an unowned execution");
                 }
             }
@@ -649,11 +674,26 @@ impl SessionActor {
                         .set_executor_status(self.row.id.clone(), record.execution_id, "dead")
                         .await;
                 }
+                let reason = format!("could not re-attach to the agent after a restart: {err}");
                 self.pending.clear();
                 self.turn = None;
                 self.update_view(|view| view.turn_id = None);
+                match self.context.store.interrupt_turns(self.row.id.clone()).await {
+                    Ok(turns) => {
+                        for turn_id in turns {
+                            self.emit(SessionEventKind::TurnEnded {
+                                turn_id,
+                                state: "interrupted".into(),
+                                stop_reason: None,
+                                error: Some(reason.clone()),
+                            });
+                        }
+                    }
+                    Err(err) => {
+                        tracing::error!(session = %self.row.id, %err, "cannot mark turns interrupted")
+                    }
+                }
                 self.enter(Phase::Idle);
-                let reason = format!("could not re-attach to the agent after a restart: {err}");
                 self.execution_gone(&reason).await;
                 // Anyone who asked for a resume meanwhile gets one now.
                 if !self.waiters.is_empty() {

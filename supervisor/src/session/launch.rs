@@ -61,6 +61,7 @@ pub(super) async fn launch(
         session_id: session_id.clone(),
         state_dir: plan.spec.state_dir.clone(),
         executor: plan.previous.clone(),
+        grace: Duration::ZERO,
     };
     context
         .runtime
@@ -161,15 +162,24 @@ pub(super) async fn retire(
     }
     let _ = calls.shutdown().await;
     drop(calls);
-    fence(&context, record).await
+    fence(&context, record, RETIRE_GRACE).await
 }
 
-/// Fences one execution of the session (and whatever else the runtime finds for it).
-pub(super) async fn fence(context: &SessionContext, record: ExecutorRow) -> Result<(), String> {
+/// How long a sidecar told to shut down may take to exit before the fence kills it.
+const RETIRE_GRACE: Duration = Duration::from_secs(2);
+
+/// Fences one execution of the session (and whatever else the runtime finds for it),
+/// giving a sidecar that is shutting down `grace` to exit by itself.
+pub(super) async fn fence(
+    context: &SessionContext,
+    record: ExecutorRow,
+    grace: Duration,
+) -> Result<(), String> {
     let target = FenceTarget {
         session_id: record.session_id.clone(),
         state_dir: context.agentctl_dir(),
         executor: Some(record),
+        grace,
     };
     context.runtime.fence(&target).await.map_err(|err| err.to_string())
 }

@@ -11,12 +11,23 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::actor::Internal;
+use super::{Reply, SessionError};
 
 /// A control call to make, in order.
 #[derive(Debug)]
 pub(super) enum Outgoing {
     /// One JSON-RPC message for the agent.
     Acp(Value),
+    /// A turn's `session/prompt`; whoever started the turn is answered once it reached
+    /// agentctl (an accepted prompt is a delivered prompt).
+    Prompt {
+        /// The request.
+        message: Value,
+        /// The turn.
+        turn_id: String,
+        /// The caller, if any (not for an initial prompt).
+        reply: Option<Reply<String>>,
+    },
     /// The answer to a permission request; its row is deleted once it is sent.
     Answer {
         /// The request.
@@ -40,6 +51,16 @@ pub(super) fn start_outbox(
         while let Some(outgoing) = outbox_rx.recv().await {
             let result = match outgoing {
                 Outgoing::Acp(message) => calls.send_acp(&message).await,
+                Outgoing::Prompt { message, turn_id, reply } => {
+                    let sent = calls.send_acp(&message).await;
+                    if let Some(reply) = reply {
+                        let _ = reply.send(match &sent {
+                            Ok(()) => Ok(turn_id),
+                            Err(err) => Err(SessionError::AgentGone(err.to_string())),
+                        });
+                    }
+                    sent
+                }
                 Outgoing::Answer { request_id, message } => {
                     calls.send_acp(&message).await.map(|()| {
                         let _ = internal_tx.send(Internal::AnswerSent {

@@ -7,6 +7,7 @@ mod conformance;
 mod docker;
 mod docker_runtime;
 mod eliza;
+mod faults;
 mod mock_agent;
 mod official_client;
 mod resume;

@@ -1,0 +1,518 @@
+//! Regression tests for "Sessions you can trust" (issue 10): each verified defect, driven
+//! with real processes and, where timing would otherwise decide, a named fault point
+//! (`TETHER_FAULT`) that SIGKILLs the supervisor exactly there.
+
+use std::time::Duration;
+
+use agentctl::process::PidFd;
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use tether_tests::daemon::{Api, Daemon, chunks, next, turn_ended, until};
+use tether_tests::within;
+
+fn signal(pid: u32, signal: Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).expect("signal");
+}
+
+/// Every live agentctl serving this session's state dir.
+fn sidecars(daemon: &Daemon, session: &str) -> Vec<u32> {
+    Daemon::processes_mentioning(&daemon.session_dir(session).join("agentctl"))
+        .into_iter()
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).contains("serve")
+        })
+        .collect()
+}
+
+/// Waits until the process is gone (it must be, soon).
+async fn gone(pid: u32) {
+    if let Ok(pidfd) = PidFd::open(pid) {
+        within("a fenced process to die", pidfd.exited()).await.expect("pidfd");
+    }
+}
+
+/// `(chunks, history)` of a finished turn: every streamed chunk and the agent messages of
+/// the history, for exactly-once checks.
+async fn history_text(api: &Api, session: &str) -> Vec<Value> {
+    let history = api
+        .call("task.session.history", json!({"session_id": session, "limit": 100000}))
+        .await
+        .expect("history");
+    history.as_array().expect("an array").clone()
+}
+
+/// Issue 10, defects 0 and 1: an acknowledgement racing a SIGKILL. The turn holds several
+/// messages (tool calls between them), so acknowledgements go out mid-turn; the supervisor
+/// dies right after agentctl confirmed the second one. The restarted supervisor must be
+/// accepted by agentctl, deliver every chunk once, record every chunk once in the history,
+/// and keep exactly one sidecar.
+#[tokio::test]
+async fn r10_a_kill_right_after_an_ack_loses_nothing_and_doubles_nothing() {
+    let mut daemon = Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "ack.sent@3")]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("a")).await;
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    // 4 rounds of 600 chunks: acks happen at each message boundary past 256 events.
+    api.call(
+        "task.session.prompt",
+        json!({"session_id": &session, "prompt": "/stream 600\n/rounds 4\nmany"}),
+    )
+    .await
+    .unwrap();
+    let mut seen = vec![next(&mut events).await];
+    drop(events);
+    drop(api);
+    // The fault point kills it; the wait below returns once it is dead.
+    within("the supervisor to die at the fault point", daemon.wait_exit()).await;
+    daemon.restart_with_env(&[]).await;
+    let api = daemon.api().await;
+    let after_seen = seen.last().unwrap()["seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after_seen).await;
+    seen.extend(until(&mut events, turn_ended).await);
+    let ended = seen.last().unwrap();
+    assert_eq!(ended["state"], "completed", "{ended}");
+    let texts = chunks(&seen);
+    assert_eq!(texts.len(), 3 * 600 + 600, "every chunk once in the stream");
+    let mut unique = texts.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), texts.len(), "no chunk twice");
+    let history = history_text(&api, &session).await;
+    let recorded: String = history
+        .iter()
+        .filter(|e| e["type"] == "agent_message")
+        .map(|e| e["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(recorded, texts.concat(), "the history holds every chunk once, in order");
+    assert_eq!(sidecars(&daemon, &session).len(), 1, "one sidecar");
+    assert!(api.ask(&session, "still there?").await.contains("remembered 2 earlier messages"));
+}
+
+/// Issue 10, defect 1: the supervisor is SIGKILLed in the middle of one long message, after
+/// acknowledgements would have gone out; the history must hold the whole message.
+#[tokio::test]
+async fn r10_history_keeps_the_start_of_a_message_cut_by_a_kill() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("h")).await;
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    api.call(
+        "task.session.prompt",
+        json!({"session_id": &session, "prompt": "/stream 3000\nlong"}),
+    )
+    .await
+    .unwrap();
+    // About a thousand chunks in: past several 256-event ack points.
+    let mut seen = Vec::new();
+    while chunks(&seen).len() < 1000 {
+        seen.push(next(&mut events).await);
+    }
+    drop(events);
+    drop(api);
+    let api = daemon.kill_restart_and_follow(&session, &mut seen).await;
+    let texts = chunks(&seen);
+    assert_eq!(texts.len(), 3000, "the stream is complete");
+    let history = history_text(&api, &session).await;
+    let messages: Vec<&str> = history
+        .iter()
+        .filter(|e| e["type"] == "agent_message")
+        .map(|e| e["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(messages, [texts.concat().as_str()], "one message, all 3000 chunks");
+}
+
+/// The same, killed by the fault point inside the message (deterministic position).
+#[tokio::test]
+async fn r10_a_kill_mid_message_at_the_fault_point_keeps_the_history_whole() {
+    let mut daemon =
+        Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "history.mid_message@1500")]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("m")).await;
+    api.call("task.session.prompt", json!({"session_id": &session, "prompt": "/stream 2000\nx"}))
+        .await
+        .unwrap();
+    drop(api);
+    within("the supervisor to die at the fault point", daemon.wait_exit()).await;
+    daemon.restart_with_env(&[]).await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, 0).await;
+    let seen = until(&mut events, turn_ended).await;
+    assert_eq!(chunks(&seen).len(), 2000);
+    let history = history_text(&api, &session).await;
+    let kinds: Vec<&str> = history.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["user_message", "agent_message"]);
+    assert_eq!(history[1]["content"].as_str().unwrap(), chunks(&seen).concat());
+}
+
+/// Issue 10, defect 2: two sidecars are SIGSTOPped across a supervisor restart. The API
+/// serves at once and says `reattaching`; the hung sidecars are fenced (killed) when the
+/// re-attach gives up; a resume then starts exactly one new sidecar per session, and
+/// `stop-all` leaves none.
+#[tokio::test]
+async fn r10_hung_sidecars_at_restart_are_fenced_never_doubled() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let one = api.ready_session("mock", &daemon.workspace("one")).await;
+    let two = api.ready_session("mock", &daemon.workspace("two")).await;
+    api.ask(&one, "hello").await;
+    let stopped = [daemon.agentctl_pid(&one), daemon.agentctl_pid(&two)];
+    drop(api);
+    daemon.kill().await;
+    for pid in stopped {
+        signal(pid, Signal::SIGSTOP);
+    }
+    daemon.restart().await;
+    let api = daemon.api().await;
+    // Serving already, while the re-attaches hang.
+    let status = api.status(&one).await;
+    assert_eq!(
+        (status["resume_reason"].as_str(), status["needs_resume"].as_bool()),
+        (Some("reattaching"), Some(false)),
+        "{status}"
+    );
+    // A resume asked meanwhile waits for the re-attach, which fails and fences.
+    let resumed = api.call("task.session.resume", json!({"session_id": &one})).await.unwrap();
+    assert_eq!(resumed["outcome"], "native_load", "{resumed}");
+    for pid in stopped {
+        gone(pid).await;
+    }
+    let lost = api.status(&two).await;
+    assert_eq!(
+        (lost["needs_resume"].as_bool(), lost["is_agent_running"].as_bool()),
+        (Some(true), Some(false))
+    );
+    api.call("task.session.resume", json!({"session_id": &two})).await.unwrap();
+    for session in [&one, &two] {
+        assert_eq!(sidecars(&daemon, session).len(), 1, "one sidecar for {session}");
+    }
+    assert!(api.ask(&one, "and now?").await.contains("remembered 2 earlier messages"));
+    let (code, _, err) = daemon.cli(&["stop-all"]).await;
+    assert_eq!(code, 0, "{err}");
+    for session in [&one, &two] {
+        assert!(sidecars(&daemon, session).is_empty(), "stop-all left a sidecar of {session}");
+    }
+}
+
+/// Issue 10, defect 2: a launch cut short after the runtime started agentctl (the
+/// supervisor dies before it connects) leaves no sidecar running after the restart.
+#[tokio::test]
+async fn r10_a_launch_cut_short_leaves_no_orphan_sidecar() {
+    let mut daemon =
+        Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "launch.after_runtime")]).await;
+    let api = daemon.api().await;
+    let task = api.call("task.create", json!({"title": "cut"})).await.unwrap();
+    let workspace = daemon.workspace("cut");
+    // The create call itself may lose its answer when the supervisor dies.
+    let _ = api
+        .client_call_raw(
+            "task.session.create",
+            json!({"task_id": task["id"], "agent_profile_id": "mock", "workspace_path": workspace}),
+        )
+        .await;
+    drop(api);
+    within("the supervisor to die at the fault point", daemon.wait_exit()).await;
+    let sessions: Vec<String> = std::fs::read_dir(daemon.root.path().join("tether/sessions"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(sessions.len(), 1);
+    let session = &sessions[0];
+    let orphans = sidecars(&daemon, session);
+    assert_eq!(orphans.len(), 1, "the fault point fired after agentctl started");
+    daemon.restart_with_env(&[]).await;
+    gone(orphans[0]).await;
+    let api = daemon.api().await;
+    let status = api.status(session).await;
+    assert_eq!(status["state"], "WAITING_FOR_INPUT", "{status}");
+    assert!(
+        status["error"].as_str().is_some_and(|e| e.contains("supervisor was down")),
+        "{status}"
+    );
+    // It can be used: a prompt resumes it, with one sidecar.
+    assert!(api.ask(session, "hi").await.contains("you said: hi"));
+    assert_eq!(sidecars(&daemon, session).len(), 1);
+}
+
+/// Issue 10, defect 3: with its sidecar stopped (SIGSTOP) mid-turn, the session still
+/// answers status, cancel and stop at once; stop kills the stopped sidecar for certain.
+#[tokio::test]
+async fn r10_a_stalled_sidecar_does_not_freeze_the_session() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("s")).await;
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    api.call(
+        "task.session.prompt",
+        json!({"session_id": &session, "prompt": "/sleep 60000\nslow"}),
+    )
+    .await
+    .unwrap();
+    until(&mut events, |e| e["type"] == "state" && e["state"] == "RUNNING").await;
+    let sidecar = daemon.agentctl_pid(&session);
+    signal(sidecar, Signal::SIGSTOP);
+    let quick = Duration::from_secs(1);
+    let status =
+        tokio::time::timeout(quick, api.status(&session)).await.expect("status answers at once");
+    assert_eq!(status["state"], "RUNNING");
+    tokio::time::timeout(quick, api.call("task.session.cancel", json!({"session_id": &session})))
+        .await
+        .expect("cancel answers at once")
+        .expect("cancel");
+    tokio::time::timeout(quick, api.call("task.session.stop", json!({"session_id": &session})))
+        .await
+        .expect("stop answers at once")
+        .expect("stop");
+    gone(sidecar).await;
+    let status = api.status(&session).await;
+    assert_eq!(status["state"], "COMPLETED");
+    let ended = until(&mut events, turn_ended).await;
+    assert_eq!(ended.last().unwrap()["state"], "failed");
+    assert!(sidecars(&daemon, &session).is_empty());
+}
+
+/// Issue 10, defect 2: two concurrent `agent.start` calls to one agentctl start one agent.
+#[tokio::test]
+async fn r10_concurrent_agent_starts_spawn_one_agent() {
+    let sidecar = tether_tests::sidecar::Sidecar::launch(&[]).await;
+    let (a, b) = (sidecar.client().await, sidecar.client().await);
+    let start = protocol::control::StartAgent {
+        command: tether_tests::workspace_bin("mock-agent").to_string_lossy().into_owned(),
+        args: Vec::new(),
+        env: Default::default(),
+        cwd: sidecar.workspace.path().to_owned(),
+        extra_roots: Vec::new(),
+    };
+    let (first, second) = tokio::join!(a.start_agent(&start), b.start_agent(&start));
+    let refused: Vec<_> = [&first, &second].iter().filter_map(|r| r.as_ref().err()).collect();
+    assert_eq!(refused.len(), 1, "exactly one start is refused: {first:?} {second:?}");
+    assert_eq!(refused[0].kind(), Some("already_started"));
+    let agents = Daemon::processes_mentioning(&tether_tests::workspace_bin("mock-agent"))
+        .into_iter()
+        .filter(|pid| agentctl_parent(*pid) == Some(sidecar.pid()))
+        .count();
+    assert_eq!(agents, 1, "one agent process");
+}
+
+fn agentctl_parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Issue 10, defect 4: a stored row with an unknown runtime does not stop the daemon; the
+/// other sessions recover, and the bad one says why.
+#[tokio::test]
+async fn r10_one_bad_row_does_not_stop_recovery() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let good = api.ready_session("mock", &daemon.workspace("good")).await;
+    let bad = api.ready_session("mock", &daemon.workspace("bad")).await;
+    drop(api);
+    daemon.kill().await;
+    let db = daemon.root.path().join("tether/state.db");
+    let store = supervisor::store::Store::open(&db).unwrap();
+    let bad_id = bad.clone();
+    store
+        .call(move |conn| {
+            conn.execute(
+                "UPDATE executors_running SET runtime = 'kubernetes' WHERE session_id = ?1",
+                [&bad_id],
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    drop(store);
+    daemon.restart().await;
+    let api = daemon.api().await;
+    assert_eq!(api.status(&good).await["is_agent_running"], true, "the good one is re-adopted");
+    let status = api.status(&bad).await;
+    assert!(status["error"].as_str().is_some_and(|e| e.contains("kubernetes")), "{status}");
+}
+
+/// Issue 10, defect 4: an agent that died while the supervisor was down ends its turn and
+/// its RUNNING state on the session's stream, so a frontend that only listens learns it.
+#[tokio::test]
+async fn r10_an_agent_lost_during_downtime_is_announced_on_the_stream() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("d")).await;
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    api.call(
+        "task.session.prompt",
+        json!({"session_id": &session, "prompt": "/sleep 60000\nslow"}),
+    )
+    .await
+    .unwrap();
+    let seen = until(&mut events, |e| e["type"] == "state" && e["state"] == "RUNNING").await;
+    let last = seen.last().unwrap()["seq"].as_u64().unwrap();
+    let sidecar = daemon.agentctl_pid(&session);
+    drop(events);
+    drop(api);
+    daemon.kill().await;
+    signal(sidecar, Signal::SIGKILL);
+    gone(sidecar).await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, last).await;
+    let ended = next(&mut events).await;
+    assert_eq!(
+        (ended["type"].as_str(), ended["state"].as_str()),
+        (Some("turn_ended"), Some("interrupted")),
+        "{ended}"
+    );
+    let state = next(&mut events).await;
+    assert_eq!(
+        (state["type"].as_str(), state["state"].as_str()),
+        (Some("state"), Some("WAITING_FOR_INPUT")),
+        "{state}"
+    );
+    let status = api.status(&session).await;
+    assert_eq!(
+        (status["state"].as_str(), status["needs_resume"].as_bool()),
+        (Some("WAITING_FOR_INPUT"), Some(true))
+    );
+}
+
+/// Issue 10, defects 4 and 5: while a session is starting, status does not ask for a
+/// resume; an agent that never answers `session/new` fails the launch after the profile's
+/// timeout with a clear error instead of staying `STARTING`.
+#[tokio::test]
+async fn r10_a_hung_session_new_times_out_and_starting_is_not_needs_resume() {
+    let hang = "id = \"hang\"\ncommand = [\"mock-agent\", \"--hang-on\", \"session/new\"]\nprotocol = \"acp\"\n[process]\ninit_timeout_ms = 3000\n";
+    let daemon = Daemon::start_with_profiles(&[], &[("hang.toml", hang)]).await;
+    let api = daemon.api().await;
+    let task = api.call("task.create", json!({"title": "hang"})).await.unwrap();
+    let row = api
+        .call(
+            "task.session.create",
+            json!({"task_id": task["id"], "agent_profile_id": "hang", "workspace_path": daemon.workspace("h")}),
+        )
+        .await
+        .unwrap();
+    let session = row["id"].as_str().unwrap().to_owned();
+    let mut events = api.subscribe(&session, 0).await;
+    until(&mut events, |e| e["type"] == "state" && e["state"] == "STARTING").await;
+    let status = api.status(&session).await;
+    assert_eq!(
+        (status["needs_resume"].as_bool(), status["resume_reason"].as_str()),
+        (Some(false), Some("starting")),
+        "{status}"
+    );
+    let failed = until(&mut events, |e| e["type"] == "state" && e["state"] == "FAILED").await;
+    let error = failed.last().unwrap()["error"].as_str().unwrap().to_owned();
+    assert!(error.contains("did not answer session/new within 3000 ms"), "{error}");
+    // The failed execution is retired in the background: each sidecar left goes.
+    for pid in sidecars(&daemon, &session) {
+        gone(pid).await;
+    }
+    assert!(sidecars(&daemon, &session).is_empty(), "the failed launch's sidecar is gone");
+}
+
+/// Issue 10, defect 5: a prompt over the agent's line limit is refused, not accepted and
+/// lost.
+#[tokio::test]
+async fn r10_an_oversized_prompt_is_refused() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("big")).await;
+    let huge = "x".repeat(17 * 1024 * 1024);
+    let error = api
+        .call("task.session.prompt", json!({"session_id": &session, "prompt": huge}))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind, "invalid_params", "{error:?}");
+    assert!(error.message.contains("line limit"), "{error:?}");
+    // The session is untouched and goes on.
+    assert!(api.ask(&session, "small").await.contains("you said: small"));
+}
+
+/// Issue 10, defect 4: an agent crash mid-turn publishes its state change once.
+#[tokio::test]
+async fn r10_a_crash_mid_turn_publishes_one_state_change() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("c")).await;
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    api.call("task.session.prompt", json!({"session_id": &session, "prompt": "/crash 4"}))
+        .await
+        .unwrap();
+    let mut seen = until(&mut events, turn_ended).await;
+    seen.extend(until(&mut events, |e| e["type"] == "notice").await);
+    let states: Vec<&Value> =
+        seen.iter().filter(|e| e["type"] == "state" && e["state"] == "WAITING_FOR_INPUT").collect();
+    assert_eq!(states.len(), 1, "{seen:#?}");
+}
+
+/// Issue 10, defect 4: a permission answer cut off by a kill (accepted, not yet sent) is
+/// not lost: after the restart the request is still pending and can be answered.
+#[tokio::test]
+async fn r10_a_permission_answer_cut_off_by_a_kill_can_be_given_again() {
+    let mut daemon =
+        Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "permission.queued")]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("p")).await;
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    api.call("task.session.prompt", json!({"session_id": &session, "prompt": "/permission"}))
+        .await
+        .unwrap();
+    let asked = until(&mut events, |e| e["type"] == "permission_request").await;
+    let request_id = asked.last().unwrap()["request_id"].as_str().unwrap().to_owned();
+    let _ = api
+        .client_call_raw(
+            "task.session.permission.respond",
+            json!({"session_id": &session, "request_id": &request_id, "option_id": "allow"}),
+        )
+        .await;
+    drop(events);
+    drop(api);
+    within("the supervisor to die at the fault point", daemon.wait_exit()).await;
+    daemon.restart_with_env(&[]).await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, asked.last().unwrap()["seq"].as_u64().unwrap()).await;
+    until(&mut events, |e| {
+        e["type"] == "permission_request" && e["request_id"] == request_id.as_str()
+    })
+    .await;
+    api.call(
+        "task.session.permission.respond",
+        json!({"session_id": &session, "request_id": &request_id, "option_id": "allow"}),
+    )
+    .await
+    .unwrap();
+    let seen = until(&mut events, turn_ended).await;
+    assert_eq!(seen.last().unwrap()["state"], "completed");
+    assert!(chunks(&seen).concat().contains("the tool ran"));
+}
+
+/// Issue 10, defect 6: updates that are news (available commands, a title) arriving during
+/// a `session/load` are forwarded, while the replayed conversation is not.
+#[tokio::test]
+async fn r10_updates_during_a_load_that_are_not_replay_are_forwarded() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("l")).await;
+    api.ask(&session, "remember this").await;
+    let sidecar = daemon.agentctl_pid(&session);
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    signal(sidecar, Signal::SIGKILL);
+    gone(sidecar).await;
+    let mut events = api.subscribe(&session, after).await;
+    until(&mut events, |e| e["type"] == "state" && e["error"].is_string()).await;
+    let resumed = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap();
+    assert_eq!(resumed["outcome"], "native_load");
+    let seen = until(&mut events, |e| e["type"] == "resume_outcome").await;
+    let kinds: Vec<&str> = seen
+        .iter()
+        .filter(|e| e["type"] == "session_update")
+        .filter_map(|e| e["update"]["sessionUpdate"].as_str())
+        .collect();
+    assert_eq!(kinds, ["available_commands_update", "session_info_update"], "{seen:#?}");
+    assert!(chunks(&seen).is_empty(), "the replay is not shown again");
+}
