@@ -4,6 +4,7 @@
 #
 #   scripts/test.sh                 # Docker tests skip (visibly) without an engine
 #   REQUIRE_DOCKER=1 scripts/test.sh  # ... and fail instead (CI)
+#   CHAOS_ROUNDS=100 scripts/test.sh   # a longer fault matrix (default 20 rounds)
 #
 # Extra arguments go to the test runner (e.g. a filter).
 set -euo pipefail
@@ -21,6 +22,11 @@ echo "test: building static binaries for container images"
 static_dir=$(scripts/build-static.sh)
 export TETHER_STATIC_MOCK_AGENT="$static_dir/mock-agent"
 export TETHER_STATIC_AGENTCTL="$static_dir/agentctl"
+
+# The fault matrix first, with a small round count (scripts/chaos.sh --rounds 1000 is the
+# long run); the test runner's summary stays the last word.
+echo "test: fault matrix (${CHAOS_ROUNDS:-20} rounds)"
+target/debug/chaos --rounds "${CHAOS_ROUNDS:-20}"
 
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast "$@"

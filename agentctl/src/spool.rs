@@ -261,6 +261,53 @@ impl<E: Entry> Spool<E> {
         Ok(seq)
     }
 
+    /// Appends several entries with one write, so a process killed meanwhile leaves all of
+    /// them or none (short of a torn last line, which `open` cuts). Returns the last seq.
+    pub fn append_all<K>(
+        &self,
+        items: Vec<K>,
+        build: impl Fn(u64, u64, K) -> E,
+    ) -> Result<u64, SpoolError> {
+        let mut inner = self.lock();
+        let first = inner.next_seq;
+        let at = now_ms();
+        let mut lines = Vec::new();
+        let mut seq = first;
+        for item in items {
+            serde_json::to_writer(&mut lines, &build(seq, at, item))
+                .expect("UNWRAP: spool entries always serialise");
+            lines.push(b'\n');
+            seq += 1;
+        }
+        let last = seq - 1;
+        if last < first {
+            return Ok(first - 1);
+        }
+        let (path, before) = {
+            let active = inner.segments.back().expect("UNWRAP: there is always an active segment");
+            (active.path.clone(), active.bytes)
+        };
+        if let Err(err) = inner.active.write_all(&lines) {
+            if let Err(cut) = inner.active.set_len(before) {
+                tracing::error!(%cut, path = %path.display(), "cannot cut torn spool lines");
+            }
+            let _ = std::io::Seek::seek(&mut inner.active, std::io::SeekFrom::Start(before));
+            return Err(SpoolError::Io { path, source: err });
+        }
+        inner.next_seq = last + 1;
+        let active = inner.segments.back_mut().expect("UNWRAP: there is always an active segment");
+        active.last_seq = last;
+        active.bytes += lines.len() as u64;
+        if active.bytes >= self.segment_bytes
+            && let Err(err) = self.rotate(&mut inner)
+        {
+            tracing::error!(%err, "cannot rotate the spool");
+        }
+        drop(inner);
+        self.last_seq_tx.send_replace(last);
+        Ok(last)
+    }
+
     /// Marks everything up to `seq` acknowledged and drops the segments that holds. A seq
     /// beyond the last event is clamped to it. Returns the acknowledged seq.
     pub fn ack(&self, seq: u64) -> Result<u64, SpoolError> {

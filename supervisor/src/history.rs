@@ -71,6 +71,10 @@ pub struct History {
     /// The agentctl seq of the first chunk of `agent_text`: from there on, nothing of the
     /// current message is on disk yet.
     unflushed_since: Option<u64>,
+    /// The agentctl seq of the last chunk of `agent_text`: the message's entry carries it
+    /// (not the seq of the event that ended the message, whose own entry may follow and
+    /// must not be skipped by a replay if a kill falls between the two).
+    last_chunk: Option<u64>,
     /// The file's length after its last whole line.
     len: u64,
 }
@@ -97,6 +101,7 @@ impl History {
             agent_text: String::new(),
             watermark,
             unflushed_since: None,
+            last_chunk: None,
             len,
         })
     }
@@ -144,6 +149,7 @@ impl History {
         } else {
             agentctl::fault::point("history.mid_message");
         }
+        self.last_chunk = self.watermark;
         self.agent_text.push_str(text);
     }
 
@@ -159,7 +165,11 @@ impl History {
             return Ok(None);
         }
         let text = std::mem::take(&mut self.agent_text);
-        match self.write(EntryType::AgentMessage, text, None) {
+        let current = self.watermark;
+        self.watermark = self.last_chunk.or(current);
+        let written = self.write(EntryType::AgentMessage, text, None);
+        self.watermark = current;
+        match written {
             Ok(seq) => {
                 self.unflushed_since = None;
                 Ok(Some(seq))

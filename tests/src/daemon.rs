@@ -85,6 +85,11 @@ impl Daemon {
         assert!(status.success(), "SIGTERM is a clean exit: {status:?}");
     }
 
+    /// Whether the daemon has exited (e.g. killed at a fault point), without waiting.
+    pub fn has_exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Waits for the daemon to exit by itself (e.g. killed at a fault point).
     pub async fn wait_exit(&mut self) -> std::process::ExitStatus {
         self.child.wait().await.expect("wait for the supervisor")
@@ -129,6 +134,18 @@ impl Daemon {
             .collect();
         assert_eq!(pids.len(), 1, "one agentctl for session {session_id}: {pids:?}");
         pids[0]
+    }
+
+    /// Every live agentctl serving this session's state dir (one at most, by the fencing
+    /// rule).
+    pub fn sidecars(&self, session_id: &str) -> Vec<u32> {
+        Daemon::processes_mentioning(&self.session_dir(session_id).join("agentctl"))
+            .into_iter()
+            .filter(|pid| {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                String::from_utf8_lossy(&cmdline).contains("serve")
+            })
+            .collect()
     }
 
     async fn spawn(root: &Path, extra_args: &[&str], env: &[(String, String)]) -> (String, Child) {

@@ -126,6 +126,11 @@ pub(super) struct SessionActor {
     after_launch: AfterLaunch,
     /// Stop and detach callers waiting for a launch in flight to be retired.
     retire_waiters: Vec<Reply<()>>,
+    /// Session events not yet in the event log. They are written together (one write per
+    /// handled event or command) and before any store write that would make a replay skip
+    /// them, so a kill leaves all of them or none, and a replay that finds them written
+    /// suppresses all of them (see `flush_events`).
+    unflushed_events: Vec<SessionEventKind>,
 }
 
 /// The most stderr put into a turn's error.
@@ -175,6 +180,7 @@ impl SessionActor {
             answering: HashMap::new(),
             after_launch: AfterLaunch::Keep,
             retire_waiters: Vec::new(),
+            unflushed_events: Vec::new(),
         }
     }
 
@@ -220,7 +226,9 @@ impl SessionActor {
                     None => self.lost("agentctl's event stream ended".into()).await,
                 },
             }
+            self.flush_events();
         }
+        self.flush_events();
         // Answer whatever is still queued, so no caller waits forever.
         commands.close();
         while let Some(command) = commands.recv().await {
@@ -999,16 +1007,30 @@ impl SessionActor {
         }
     }
 
-    pub(super) fn emit(&self, kind: SessionEventKind) {
+    /// Publishes a session event (buffered until [`SessionActor::flush_events`]). During
+    /// a replay of events recorded before a restart it does nothing.
+    pub(super) fn emit(&mut self, kind: SessionEventKind) {
         if self.suppress_events {
+            return;
+        }
+        self.unflushed_events.push(kind);
+    }
+
+    /// Writes the buffered session events in one append, each carrying the agentctl seq
+    /// being handled: after a restart, events of an agentctl event at or below the newest
+    /// mark in the log are all known to be written, so none is written twice and none is
+    /// lost.
+    pub(super) fn flush_events(&mut self) {
+        if self.unflushed_events.is_empty() {
             return;
         }
         let handled = self.durability.handled;
         let agent_seq = (handled > 0).then_some(handled);
+        let kinds = std::mem::take(&mut self.unflushed_events);
         if let Err(err) =
-            self.events.append_with(|seq, at| SessionEvent { seq, at, agent_seq, kind })
+            self.events.append_all(kinds, |seq, at, kind| SessionEvent { seq, at, agent_seq, kind })
         {
-            tracing::error!(session = %self.row.id, %err, "cannot spool a session event");
+            tracing::error!(session = %self.row.id, %err, "cannot spool session events");
         }
     }
 
@@ -1023,13 +1045,15 @@ impl SessionActor {
         if state == self.row.state && error == self.row.error_message {
             return Ok(());
         }
+        // The event first: a replay re-applies the store write, but would skip the event.
+        self.emit(SessionEventKind::State { state, error: error.clone() });
+        self.flush_events();
         self.context
             .store
             .set_session_state(self.row.id.clone(), state, error.clone(), task)
             .await?;
         self.row.state = state;
         self.row.error_message = error.clone();
-        self.emit(SessionEventKind::State { state, error: error.clone() });
         self.update_view(|view| {
             view.state = state;
             view.error = error;
