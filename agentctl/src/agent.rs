@@ -538,20 +538,26 @@ const STALL_RETRY_MAX: Duration = Duration::from_secs(2);
 /// for "space was freed", so the write is tried again with a growing delay.
 async fn append_durably(spool: &Spool, kind: EventKind) -> u64 {
     let mut delay = Duration::from_millis(50);
-    let mut failed = false;
+    let mut failed: Option<(std::time::Instant, String)> = None;
     let mut kind = kind;
     loop {
         match spool.try_append(kind) {
             Ok(seq) => {
-                if failed {
+                if let Some((since, why)) = failed {
                     spool.set_stalled(None);
+                    // Said once the spool works again, so the supervisor can tell people.
+                    let message = format!(
+                        "the agent's output was held for {} ms because the spool could not be written ({why}); nothing was lost",
+                        since.elapsed().as_millis()
+                    );
+                    let _ = spool.append(EventKind::Error { message });
                 }
                 return seq;
             }
             Err(failed_write) => {
                 let (err, unwritten) = *failed_write;
                 kind = unwritten;
-                failed = true;
+                failed.get_or_insert_with(|| (std::time::Instant::now(), err.to_string()));
                 tracing::error!(%err, "cannot spool an agent event; intake stops until it can");
                 spool.set_stalled(Some(err.to_string()));
                 tokio::time::sleep(delay).await;

@@ -302,6 +302,8 @@ impl EventStream {
             }
             let subscription = self.subscription.as_mut().expect("UNWRAP: set above");
             match subscription.next().await {
+                // Outside the sequence: delivered as is, the cursor stays.
+                Some(Ok(event)) if event.seq == 0 => return Ok(event),
                 Some(Ok(event)) if event.seq <= self.cursor => continue,
                 Some(Ok(event)) if event.seq > self.cursor + 1 => {
                     // agentctl's seqs have no gaps, so one here means the client library

@@ -111,8 +111,16 @@ pub fn methods(ctl: Arc<Ctl>) -> RpcModule<Ctl> {
                         return Ok(());
                     }
                 };
-                let reader = ctl.spool.reader(subscribe.after_seq).map_err(|err| spool_error(&err));
-                serve_subscription(pending, reader).await
+                match ctl.spool.reader(subscribe.after_seq) {
+                    Ok(reader) => {
+                        let sink = pending.accept().await.map_err(|err| err.to_string())?;
+                        stream_events(sink, reader, ctl.spool.watch_stalled()).await
+                    }
+                    Err(err) => {
+                        pending.reject(spool_error(&err)).await;
+                        Ok(())
+                    }
+                }
             },
         )?;
         Ok(())
@@ -269,6 +277,42 @@ pub async fn stream_spool<E: crate::spool::Entry>(
         };
         if sink.send(entry).await.is_err() {
             // The connection is gone; the client resumes from its last seq.
+            return Ok(());
+        }
+    }
+}
+
+/// agentctl's event subscription: the spool's events, and, outside the sequence (seq 0),
+/// a notice whenever the spool starts or stops failing, so the supervisor can say why the
+/// agent's output is held although nothing can be spooled.
+async fn stream_events(
+    sink: jsonrpsee::SubscriptionSink,
+    mut reader: crate::spool::SpoolReader<protocol::control::Event>,
+    mut stalled: tokio::sync::watch::Receiver<Option<String>>,
+) -> Result<(), jsonrpsee::core::SubscriptionError> {
+    // A stall that began before this subscription is announced first.
+    if stalled.borrow().is_some() {
+        stalled.mark_changed();
+    }
+    loop {
+        let entry = tokio::select! {
+            biased;
+            _ = sink.closed() => return Ok(()),
+            changed = stalled.changed() => {
+                if changed.is_err() {
+                    return Ok(());
+                }
+                let reason = stalled.borrow_and_update().clone();
+                let event = protocol::control::Event {
+                    seq: 0,
+                    at: 0,
+                    kind: protocol::control::EventKind::IntakeStalled { reason },
+                };
+                serde_json::value::to_raw_value(&event).map_err(|err| err.to_string())?
+            }
+            entry = reader.next_raw() => entry.map_err(|err| err.to_string())?,
+        };
+        if sink.send(entry).await.is_err() {
             return Ok(());
         }
     }

@@ -91,7 +91,7 @@ pub struct Spool<E = Event> {
     inner: Mutex<Inner>,
     last_seq_tx: watch::Sender<u64>,
     /// Why appends are failing, while they are (set by the writer that keeps retrying).
-    stalled: Mutex<Option<String>>,
+    stalled: watch::Sender<Option<String>>,
     _entries: std::marker::PhantomData<fn() -> E>,
 }
 
@@ -150,7 +150,7 @@ impl<E: Entry> Spool<E> {
                 acked_seq: 0,
             }),
             last_seq_tx,
-            stalled: Mutex::new(None),
+            stalled: watch::channel(None).0,
             _entries: std::marker::PhantomData,
         })
     }
@@ -211,7 +211,7 @@ impl<E: Entry> Spool<E> {
             segment_bytes,
             inner: Mutex::new(Inner { segments, active, next_seq, acked_seq: 0 }),
             last_seq_tx,
-            stalled: Mutex::new(None),
+            stalled: watch::channel(None).0,
             _entries: std::marker::PhantomData,
         })
     }
@@ -360,12 +360,21 @@ impl<E: Entry> Spool<E> {
 
     /// Records why appends are failing (`None`: they work again).
     pub fn set_stalled(&self, why: Option<String>) {
-        *self.stalled.lock().expect("UNWRAP: never poisoned") = why;
+        self.stalled.send_if_modified(|now| {
+            let changed = now.is_some() != why.is_some();
+            *now = why;
+            changed
+        });
     }
 
     /// Why appends are failing, if they are.
     pub fn stalled(&self) -> Option<String> {
-        self.stalled.lock().expect("UNWRAP: never poisoned").clone()
+        self.stalled.borrow().clone()
+    }
+
+    /// A receiver that changes when appends start or stop failing.
+    pub fn watch_stalled(&self) -> watch::Receiver<Option<String>> {
+        self.stalled.subscribe()
     }
 
     /// The highest acknowledged seq.

@@ -229,6 +229,13 @@ pub enum EventKind {
         /// What.
         message: String,
     },
+    /// agentctl started (`reason` set) or stopped (`None`) holding the agent's output
+    /// because its spool cannot be written (a full disk). Not spooled — it could not be —
+    /// but sent to live subscribers with seq 0, outside the sequence.
+    IntakeStalled {
+        /// Why, while it lasts.
+        reason: Option<String>,
+    },
 }
 
 #[cfg(test)]

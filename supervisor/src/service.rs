@@ -456,12 +456,14 @@ impl Supervisor {
             needs_resume,
             resume_reason: reason.into(),
             acp_session_id: view
-                .and_then(|view| view.acp_session_id)
+                .as_ref()
+                .and_then(|view| view.acp_session_id.clone())
                 .or(executor.and_then(|e| e.resume_token)),
             runtime: row.runtime,
             worktree_path: Some(row.workspace_path),
             worktree_branch: None,
-            error: row.error_message,
+            // The actor's view is newer than the row when the store cannot be written.
+            error: view.and_then(|view| view.error).or(row.error_message),
             last_event_seq,
         })
     }

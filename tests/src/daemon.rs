@@ -24,6 +24,8 @@ pub struct Daemon {
     /// The test's private root: data dir, HOME for agents, workspaces.
     pub root: tempfile::TempDir,
     child: Child,
+    /// Every line the daemon writes on stderr (also copied to the test's stderr).
+    log_tx: tokio::sync::broadcast::Sender<String>,
 }
 
 impl Daemon {
@@ -44,7 +46,19 @@ impl Daemon {
         profiles: &[(&str, &str)],
         env: &[(&str, &str)],
     ) -> Daemon {
+        Daemon::start_prepared(extra_args, profiles, env, |_| ()).await.0
+    }
+
+    /// Like [`Daemon::start_with_env`], running `prepare` on the fresh root before anything
+    /// is written there (e.g. to mount a small filesystem at `root/tether`).
+    pub async fn start_prepared<T>(
+        extra_args: &[&str],
+        profiles: &[(&str, &str)],
+        env: &[(&str, &str)],
+        prepare: impl FnOnce(&Path) -> T,
+    ) -> (Daemon, T) {
         let root = tempfile::tempdir().expect("a temp dir");
+        let prepared = prepare(root.path());
         let install_id = uuid::Uuid::new_v4().to_string();
         std::fs::create_dir_all(root.path().join("tether")).expect("create the data dir");
         std::fs::write(root.path().join("tether/install_id"), &install_id)
@@ -56,8 +70,14 @@ impl Daemon {
         for (name, text) in profiles {
             std::fs::write(profiles_dir.join(name), text).expect("write a profile");
         }
-        let (url, child) = Daemon::spawn(root.path(), extra_args, &env).await;
-        Daemon { url, install_id, env, root, child }
+        let log_tx = tokio::sync::broadcast::channel(4096).0;
+        let (url, child) = Daemon::spawn(root.path(), extra_args, &env, &log_tx).await;
+        (Daemon { url, install_id, env, root, child, log_tx }, prepared)
+    }
+
+    /// A receiver of the daemon's stderr lines from now on.
+    pub fn log_lines(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.log_tx.subscribe()
     }
 
     /// SIGKILLs the daemon (only the daemon: its sidecars live in their own sessions).
@@ -104,7 +124,7 @@ impl Daemon {
 
     /// Starts the daemon again on the same data directory (after [`Daemon::kill`]).
     pub async fn restart(&mut self) {
-        let (url, child) = Daemon::spawn(self.root.path(), &[], &self.env).await;
+        let (url, child) = Daemon::spawn(self.root.path(), &[], &self.env, &self.log_tx).await;
         self.url = url;
         self.child = child;
     }
@@ -148,7 +168,12 @@ impl Daemon {
             .collect()
     }
 
-    async fn spawn(root: &Path, extra_args: &[&str], env: &[(String, String)]) -> (String, Child) {
+    async fn spawn(
+        root: &Path,
+        extra_args: &[&str],
+        env: &[(String, String)],
+        log_tx: &tokio::sync::broadcast::Sender<String>,
+    ) -> (String, Child) {
         let mut child = Command::new(workspace_bin("supervisor"))
             .args(["serve", "--listen", "127.0.0.1:0", "--home"])
             .arg(root.join("tether"))
@@ -159,11 +184,20 @@ impl Daemon {
             .env("TETHER_LOG", std::env::var("TETHER_TEST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .expect("the supervisor starts");
+        let stderr = child.stderr.take().expect("UNWRAP: piped");
+        let log_tx = log_tx.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                eprintln!("{line}");
+                let _ = log_tx.send(line);
+            }
+        });
         let mut line = String::new();
         let mut stdout = BufReader::new(child.stdout.take().expect("UNWRAP: piped"));
         within("the supervisor's serving line", stdout.read_line(&mut line))
@@ -365,6 +399,25 @@ impl Api {
             }
         }
     }
+}
+
+/// Waits for a daemon log line containing `needle` (an event: the line arrives).
+pub async fn await_log(
+    lines: &mut tokio::sync::broadcast::Receiver<String>,
+    needle: &str,
+) -> String {
+    within(needle, async {
+        loop {
+            match lines.recv().await {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                    panic!("the daemon's log ended before {needle:?}")
+                }
+            }
+        }
+    })
+    .await
 }
 
 /// The next event of a subscription.

@@ -85,6 +85,10 @@ fn is_replayed_kind(kind: &str) -> bool {
 
 impl SessionActor {
     pub(super) async fn handle_agent_event(&mut self, event: Event) {
+        if let EventKind::IntakeStalled { reason } = event.kind {
+            // Outside the sequence: nothing to record or acknowledge, only to say.
+            return self.agentctl_stalled(reason);
+        }
         self.durability.handled = event.seq;
         self.durability.unacked += 1;
         // After a restart, replayed events that were already recorded are not recorded
@@ -127,6 +131,24 @@ impl SessionActor {
         self.suppress_history = false;
         self.suppress_events = false;
         self.ack(force_ack).await;
+    }
+
+    /// agentctl cannot write its spool (a full disk): the agent's output is held there, and
+    /// status says so until it can again.
+    fn agentctl_stalled(&mut self, reason: Option<String>) {
+        let error = match reason {
+            Some(reason) => {
+                tracing::warn!(session = %self.row.id, %reason, "agentctl cannot write its spool; the agent's output is held");
+                Some(format!(
+                    "agentctl cannot write its spool ({reason}); the agent's output is held, nothing is lost"
+                ))
+            }
+            None => {
+                tracing::info!(session = %self.row.id, "agentctl writes its spool again");
+                self.row.error_message.clone()
+            }
+        };
+        self.update_view(|view| view.error = error);
     }
 
     /// Handles one ACP message from the agent. Returns whether a turn ended.
@@ -175,7 +197,7 @@ impl SessionActor {
                 )
                 .await
             {
-                tracing::error!(session = %self.row.id, %err, "cannot record a permission request");
+                self.write_failed("a permission request", &err);
             }
             self.emit(SessionEventKind::PermissionRequest { request_id, params });
             return;

@@ -126,12 +126,20 @@ pub(super) struct SessionActor {
     after_launch: AfterLaunch,
     /// Stop and detach callers waiting for a launch in flight to be retired.
     retire_waiters: Vec<Reply<()>>,
+    /// Why a durable write failed (a full disk): intake is stopped, nothing more is
+    /// acknowledged, and the actor re-attaches to its own sidecar after `stall_retry`.
+    pub(super) stalled: Option<String>,
+    /// When to try again after a failed write, and the delay after that.
+    stall_retry: Option<(Instant, std::time::Duration)>,
     /// Session events not yet in the event log. They are written together (one write per
     /// handled event or command) and before any store write that would make a replay skip
     /// them, so a kill leaves all of them or none, and a replay that finds them written
     /// suppresses all of them (see `flush_events`).
     unflushed_events: Vec<SessionEventKind>,
 }
+
+/// The longest wait between two tries after a failed write.
+const STALL_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The most stderr put into a turn's error.
 pub(super) const STDERR_IN_ERROR: usize = 2000;
@@ -181,6 +189,8 @@ impl SessionActor {
             after_launch: AfterLaunch::Keep,
             retire_waiters: Vec::new(),
             unflushed_events: Vec::new(),
+            stalled: None,
+            stall_retry: None,
         }
     }
 
@@ -197,19 +207,25 @@ impl SessionActor {
         // The actor lives while it may own an execution: after the session ends, until a
         // launch in flight has landed (and been retired).
         while self.phase != Phase::Ended || self.after_launch == AfterLaunch::Retire {
-            let handshake = self.handshake.map(|(_, at)| at);
-            let cancel = self.cancel_deadline;
+            let next_deadline = [
+                self.handshake.map(|(_, at)| at),
+                self.cancel_deadline,
+                self.stall_retry.map(|(at, _)| at),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             let deadline = async move {
-                match (handshake, cancel) {
-                    (Some(a), Some(b)) => tokio::time::sleep_until(a.min(b)).await,
-                    (Some(at), None) | (None, Some(at)) => tokio::time::sleep_until(at).await,
-                    (None, None) => std::future::pending().await,
+                match next_deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
                 }
             };
+            let intake = self.stalled.is_none();
             let agent_event = async {
                 match self.execution.as_mut() {
-                    Some(execution) => execution.events_rx.recv().await,
-                    None => std::future::pending().await,
+                    Some(execution) if intake => execution.events_rx.recv().await,
+                    _ => std::future::pending().await,
                 }
             };
             tokio::select! {
@@ -227,6 +243,9 @@ impl SessionActor {
                 },
             }
             self.flush_events();
+            if self.stalled.is_some() && self.stall_retry.is_none() {
+                self.stall();
+            }
         }
         self.flush_events();
         // Answer whatever is still queued, so no caller waits forever.
@@ -762,6 +781,11 @@ impl SessionActor {
 
     async fn deadline_passed(&mut self) {
         let now = Instant::now();
+        if let Some((at, delay)) = self.stall_retry
+            && at <= now
+        {
+            return self.retry_after_stall(delay).await;
+        }
         if let Some((step, at)) = self.handshake
             && at <= now
         {
@@ -848,6 +872,9 @@ impl SessionActor {
     /// Syncs what was written and stores `acked_seq`, then acknowledges through the
     /// outbox — nothing before it is durable (see `durability.rs`).
     pub(super) async fn ack(&mut self, force: bool) {
+        if self.stalled.is_some() {
+            return;
+        }
         let Some(seq) = self.durability.due(self.history.unflushed_since(), force) else {
             return;
         };
@@ -858,14 +885,14 @@ impl SessionActor {
         if let Err(err) =
             self.history.sync().and_then(|()| self.events.sync().map_err(std::io::Error::other))
         {
-            tracing::error!(session = %self.row.id, %err, "cannot sync; not acknowledging");
+            self.write_failed("the history and event log (sync)", &err);
             return;
         }
         match self.context.store.set_acked_seq(self.row.id.clone(), execution_id, seq).await {
             Ok(true) => {}
             Ok(false) => return,
             Err(err) => {
-                tracing::error!(session = %self.row.id, %err, "cannot store acked_seq; not acknowledging");
+                self.write_failed("acked_seq", &err);
                 return;
             }
         }
@@ -883,7 +910,7 @@ impl SessionActor {
         let Some(turn_id) = self.turn.take() else { return };
         self.cancel_deadline = None;
         if let Err(err) = self.history.flush_agent() {
-            tracing::error!(session = %self.row.id, %err, "cannot write the agent's message to the history");
+            self.write_failed("the history", &err);
         }
         if let Err(err) = self
             .context
@@ -891,7 +918,7 @@ impl SessionActor {
             .end_turn(turn_id.clone(), state, stop_reason.clone(), error.clone())
             .await
         {
-            tracing::error!(session = %self.row.id, %err, "cannot record the end of a turn");
+            self.write_failed("the end of a turn", &err);
         }
         self.emit(SessionEventKind::TurnEnded {
             turn_id,
@@ -980,6 +1007,78 @@ impl SessionActor {
         self.enter(Phase::Ended);
     }
 
+    /// A durable write failed: nothing more is acknowledged, and after this handling the
+    /// actor stops taking agentctl's events (they wait in agentctl's spool) until a retry
+    /// succeeds. Nothing acknowledged is lost; nothing unacknowledged is dropped.
+    pub(super) fn write_failed(&mut self, what: &str, err: &dyn std::fmt::Display) {
+        tracing::error!(session = %self.row.id, %err, "cannot write {what}; intake stops until it can");
+        if self.stalled.is_none() {
+            self.stalled = Some(format!(
+                "cannot write {what}: {err}; the agent's output is held (nothing is lost) until it can"
+            ));
+        }
+    }
+
+    /// Stops intake and shows why; schedules the first retry.
+    fn stall(&mut self) {
+        let reason = self.stalled.clone().unwrap_or_default();
+        self.update_view(|view| view.error = Some(reason));
+        // The stream is dropped: what it still had comes again from agentctl on retry.
+        if let Some(execution) = self.execution.as_mut() {
+            let (_, closed) = mpsc::channel(1);
+            execution.events_rx = closed;
+        }
+        let delay = std::time::Duration::from_millis(200);
+        self.stall_retry = Some((Instant::now() + delay, delay));
+    }
+
+    /// Tries again after a failed write: the history is reopened (a torn tail cut, its mark
+    /// read back), the open turns are read back from the store, and the actor re-attaches to
+    /// its own sidecar after the acknowledged seq — the replay path of a restart, so each
+    /// event is recorded once. A failure here waits longer and tries again.
+    async fn retry_after_stall(&mut self, delay: std::time::Duration) {
+        let again = |actor: &mut SessionActor, why: String| {
+            let next = (delay * 2).min(STALL_RETRY_MAX);
+            actor.stalled = Some(why);
+            actor.stall_retry = Some((Instant::now() + next, next));
+        };
+        let Some(execution) = self.execution.as_ref() else {
+            // Nothing to re-attach to (the agent is gone meanwhile): just go on.
+            self.stalled = None;
+            self.stall_retry = None;
+            return;
+        };
+        let history = match History::open(self.history.path()) {
+            Ok(history) => history,
+            Err(err) => return again(self, format!("cannot reopen the history: {err}")),
+        };
+        let open_turns =
+            match self.context.store.open_turns(self.row.id.clone(), execution.id.clone()).await {
+                Ok(turns) => turns,
+                Err(err) => return again(self, format!("cannot read the open turns: {err}")),
+            };
+        let Some(execution) = self.execution.take() else { return };
+        let mut record = execution.record.clone();
+        record.acked_seq = self.durability.acked as i64;
+        record.acp_session_id = self.view_tx.borrow().acp_session_id.clone();
+        let addr =
+            std::net::SocketAddr::from(([127, 0, 0, 1], record.agentctl_port.unwrap_or(0) as u16));
+        drop(execution);
+        self.history = history;
+        self.durability.history_mark = self.history.watermark().unwrap_or(0);
+        self.durability.events_mark =
+            self.events.last_entry().ok().flatten().and_then(|event| event.agent_seq).unwrap_or(0);
+        self.unflushed_events.clear();
+        self.pending.retain(|_, pending| !matches!(pending, Pending::Prompt { .. }));
+        self.turn = None;
+        self.stalled = None;
+        self.stall_retry = None;
+        let error = self.row.error_message.clone();
+        self.update_view(|view| view.error = error);
+        tracing::info!(session = %self.row.id, "re-attaching after a failed write");
+        self.start_adopt(AdoptPlan { executor: record, addr, open_turns });
+    }
+
     fn fail_waiters(&mut self, reason: &str) {
         self.resume = None;
         for waiter in self.waiters.drain(..) {
@@ -1003,7 +1102,7 @@ impl SessionActor {
             return;
         }
         if let Err(err) = self.history.append(kind, content, tool) {
-            tracing::error!(session = %self.row.id, %err, "cannot write the history");
+            self.write_failed("the history", &err);
         }
     }
 
@@ -1030,7 +1129,7 @@ impl SessionActor {
         if let Err(err) =
             self.events.append_all(kinds, |seq, at, kind| SessionEvent { seq, at, agent_seq, kind })
         {
-            tracing::error!(session = %self.row.id, %err, "cannot spool session events");
+            self.write_failed("the session's event log", &err);
         }
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use agentctl::process::PidFd;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
-use tether_tests::daemon::{Api, Daemon, chunks, next, turn_ended, until};
+use tether_tests::daemon::{Api, Daemon, await_log, chunks, next, turn_ended, until};
 use tether_tests::within;
 
 fn signal(pid: u32, signal: Signal) {
@@ -509,4 +509,130 @@ async fn r10_updates_during_a_load_that_are_not_replay_are_forwarded() {
         .collect();
     assert_eq!(kinds, ["available_commands_update", "session_info_update"], "{seen:#?}");
     assert!(chunks(&seen).is_empty(), "the replay is not shown again");
+}
+
+/// A small tmpfs mounted at `root/tether` for one test (root only), lazily unmounted and
+/// removed when dropped.
+struct Tmpfs {
+    root: std::path::PathBuf,
+}
+
+impl Tmpfs {
+    fn mount(root: &std::path::Path, bytes: u64) -> Option<Tmpfs> {
+        let data = root.join("tether");
+        std::fs::create_dir_all(&data).ok()?;
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes},mode=0700"), "tmpfs"])
+            .arg(&data)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        mounted.then(|| Tmpfs { root: root.to_owned() })
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ =
+            std::process::Command::new("umount").arg("-l").arg(self.root.join("tether")).status();
+        // The temp dir could not remove a mount point; once unmounted, it can be.
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Issue 10, defect 5: the disk fills in the middle of a streamed turn. Intake stops with a
+/// clear error in status (nothing is dropped), cancel still answers, and once space is freed
+/// the turn ends, every chunk the subscriber saw is in the history exactly once, and the
+/// session goes on.
+#[tokio::test]
+async fn r10_a_full_disk_holds_the_output_and_loses_nothing() {
+    let (daemon, tmpfs) =
+        Daemon::start_prepared(&[], &[], &[], |root| Tmpfs::mount(root, 48 * 1024 * 1024)).await;
+    let Some(_tmpfs) = tmpfs else {
+        assert!(
+            std::env::var_os("REQUIRE_DOCKER").is_none(),
+            "a tmpfs could not be mounted (CI runs as root and must be able to)"
+        );
+        println!("SKIPPED: a tmpfs cannot be mounted here (needs root)");
+        return;
+    };
+    let mut log = daemon.log_lines();
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("full")).await;
+    api.ask(&session, "warm up").await;
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    // Fill the disk but for a little room: enough to accept the prompt, far too little for
+    // its 30,000 chunks.
+    let data = daemon.root.path().join("tether");
+    let stat = nix::sys::statvfs::statvfs(&data).unwrap();
+    let free = stat.blocks_available() as u64 * stat.fragment_size() as u64;
+    let filler = data.join("filler");
+    {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&filler).unwrap();
+        let block = vec![0u8; 1024 * 1024];
+        let mut left = free.saturating_sub(2 * 1024 * 1024);
+        while left > 0 {
+            let n = left.min(block.len() as u64) as usize;
+            if file.write_all(&block[..n]).is_err() {
+                break;
+            }
+            left -= n as u64;
+        }
+    }
+    api.call(
+        "task.session.prompt",
+        json!({"session_id": &session, "prompt": "/stream 30000\nflood"}),
+    )
+    .await
+    .expect("the prompt fits in what is left");
+    // The stall is said: by agentctl (its spool) or by the supervisor (its own writes).
+    let line = tokio::select! {
+        line = await_log(&mut log, "the agent's output is held") => line,
+        line = await_log_again(&daemon, "intake stops until it can") => line,
+    };
+    println!("stalled: {line}");
+    let status = api.status(&session).await;
+    let error = status["error"].as_str().unwrap_or_default().to_owned();
+    assert!(error.contains("held") || error.contains("cannot write"), "{status}");
+    tokio::time::timeout(
+        Duration::from_secs(1),
+        api.call("task.session.cancel", json!({"session_id": &session})),
+    )
+    .await
+    .expect("cancel answers at once")
+    .expect("cancel");
+    std::fs::remove_file(&filler).unwrap();
+    let seen = until(&mut events, turn_ended).await;
+    let ended = seen.last().unwrap();
+    assert!(
+        ended["stop_reason"] == "cancelled" || ended["state"] == "completed",
+        "the turn ends once space is back: {ended}"
+    );
+    let texts = chunks(&seen);
+    assert!(!texts.is_empty());
+    for (idx, text) in texts.iter().enumerate() {
+        assert!(
+            text.ends_with(&format!("[{}/30000]", idx + 1)),
+            "chunk {idx} out of order or twice: {text}"
+        );
+    }
+    let history = history_text(&api, &session).await;
+    let last_message = history.iter().rev().find(|e| e["type"] == "agent_message").unwrap();
+    assert_eq!(
+        last_message["content"].as_str().unwrap(),
+        texts.concat(),
+        "the history holds what was streamed, once"
+    );
+    assert!(api.ask(&session, "still there?").await.contains("you said: still there?"));
+    drop(events);
+    drop(api);
+    drop(daemon);
+}
+
+/// [`await_log`] on a second receiver (so two needles can be awaited at once).
+async fn await_log_again(daemon: &Daemon, needle: &str) -> String {
+    let mut lines = daemon.log_lines();
+    await_log(&mut lines, needle).await
 }
