@@ -13,7 +13,8 @@
 //! - `history.mid_message`: the supervisor folded a chunk into a message still coalescing;
 //! - `launch.after_runtime`: the runtime started agentctl, nothing has connected to it yet;
 //! - `load.sent`: `session/load` went out, its answer has not arrived;
-//! - `permission.queued`: a permission answer was accepted and is not yet sent.
+//! - `permission.queued`: a permission answer was accepted and is not yet sent;
+//! - `turn.recorded`: the store says a turn ended (its events must be out already).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};

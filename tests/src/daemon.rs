@@ -21,6 +21,8 @@ pub struct Daemon {
     /// The installation id (labels its containers).
     pub install_id: String,
     env: Vec<(String, String)>,
+    /// The extra `serve` arguments it started with (kept across restarts).
+    args: Vec<String>,
     /// The test's private root: data dir, HOME for agents, workspaces.
     pub root: tempfile::TempDir,
     child: Child,
@@ -72,7 +74,8 @@ impl Daemon {
         }
         let log_tx = tokio::sync::broadcast::channel(4096).0;
         let (url, child) = Daemon::spawn(root.path(), extra_args, &env, &log_tx).await;
-        (Daemon { url, install_id, env, root, child, log_tx }, prepared)
+        let args = extra_args.iter().map(|arg| arg.to_string()).collect();
+        (Daemon { url, install_id, env, args, root, child, log_tx }, prepared)
     }
 
     /// A receiver of the daemon's stderr lines from now on.
@@ -124,7 +127,8 @@ impl Daemon {
 
     /// Starts the daemon again on the same data directory (after [`Daemon::kill`]).
     pub async fn restart(&mut self) {
-        let (url, child) = Daemon::spawn(self.root.path(), &[], &self.env, &self.log_tx).await;
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        let (url, child) = Daemon::spawn(self.root.path(), &args, &self.env, &self.log_tx).await;
         self.url = url;
         self.child = child;
     }

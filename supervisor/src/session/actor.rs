@@ -624,15 +624,17 @@ impl SessionActor {
                 let current =
                     self.execution.as_ref().is_some_and(|execution| execution.id == execution_id);
                 if current {
-                    if let Err(err) = self
-                        .context
-                        .store
-                        .delete_pending(self.row.id.clone(), request_id.clone())
-                        .await
+                    // Published before the row goes.
+                    self.emit(SessionEventKind::PermissionResolved {
+                        request_id: request_id.clone(),
+                        outcome,
+                    });
+                    self.flush_events();
+                    if let Err(err) =
+                        self.context.store.delete_pending(self.row.id.clone(), request_id).await
                     {
-                        tracing::error!(session = %self.row.id, %err, "cannot remove an answered permission request");
+                        self.write_failed("an answered permission request", &err);
                     }
-                    self.emit(SessionEventKind::PermissionResolved { request_id, outcome });
                 }
             }
         }
@@ -912,26 +914,25 @@ impl SessionActor {
         if let Err(err) = self.history.flush_agent() {
             self.write_failed("the history", &err);
         }
-        if let Err(err) = self
-            .context
-            .store
-            .end_turn(turn_id.clone(), state, stop_reason.clone(), error.clone())
-            .await
-        {
-            self.write_failed("the end of a turn", &err);
-        }
+        // Events, then the session's state, then the turn's row: once the row says the turn
+        // ended, a replay no longer ends it, so everything it publishes must be out first.
         self.emit(SessionEventKind::TurnEnded {
-            turn_id,
+            turn_id: turn_id.clone(),
             state: state.into(),
-            stop_reason,
+            stop_reason: stop_reason.clone(),
             error: error.clone(),
         });
         self.update_view(|view| view.turn_id = None);
         if !self.row.state.is_terminal() {
             let _ = self
-                .set_state(SessionState::WaitingForInput, error, Some(task_state::REVIEW))
+                .set_state(SessionState::WaitingForInput, error.clone(), Some(task_state::REVIEW))
                 .await;
         }
+        self.flush_events();
+        if let Err(err) = self.context.store.end_turn(turn_id, state, stop_reason, error).await {
+            self.write_failed("the end of a turn", &err);
+        }
+        agentctl::fault::point("turn.recorded");
     }
 
     /// The execution is gone (its agent exited, its sidecar was lost or refused us): the
@@ -942,16 +943,16 @@ impl SessionActor {
         self.update_view(|view| view.agent_running = false);
         self.answering.clear();
         if let Ok(pending) = self.context.store.list_pending(self.row.id.clone()).await {
-            for (request_id, _, _) in pending {
-                let _ = self
-                    .context
-                    .store
-                    .delete_pending(self.row.id.clone(), request_id.clone())
-                    .await;
+            // Published before the rows go: a replay finds no row to publish again.
+            for (request_id, _, _) in &pending {
                 self.emit(SessionEventKind::PermissionResolved {
-                    request_id,
+                    request_id: request_id.clone(),
                     outcome: json!({"outcome": "cancelled"}),
                 });
+            }
+            self.flush_events();
+            for (request_id, _, _) in pending {
+                let _ = self.context.store.delete_pending(self.row.id.clone(), request_id).await;
             }
         }
         if self.turn.is_some() {

@@ -2,8 +2,10 @@
 //! streaming long turns (several messages, tool calls, a permission request), a subscriber
 //! per session that reconnects from its last seq, and, each round, one disruption chosen by
 //! a seeded generator: SIGKILL of the supervisor (at a random moment, or at a named fault
-//! point through `TETHER_FAULT`), of a session's agentctl, or of its agent. The operator's
-//! part (restarting the supervisor) is done as an operator would.
+//! point through `TETHER_FAULT`), of a session's agentctl, of its agent, or — with a Docker
+//! engine (required under `REQUIRE_DOCKER=1`), where one more session runs in a container —
+//! of that session's container. The operator's part (restarting the supervisor) is done as
+//! an operator would.
 //!
 //! After each round it checks, and at the end it prints (zero everywhere is the only pass):
 //! - lost / duplicated: every chunk the agent streamed appears exactly once in the
@@ -14,7 +16,7 @@
 //!   its pidfd);
 //! - doubled: never two live sidecars for one session, nor two agents under one sidecar.
 //!
-//! Usage: `chaos [--rounds N] [--sessions N] [--seed N]`. Exit code 1 when any column is
+//! Usage: `chaos [--rounds N] [--sessions N] [--seed N] [--no-docker]`. Exit code 1 when any column is
 //! not zero. Run by `scripts/chaos.sh`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -37,7 +39,7 @@ const GO_AWAY: Duration = Duration::from_secs(5);
 
 /// The named fault points the matrix arms (each kills the supervisor there).
 const FAULT_POINTS: &[&str] =
-    &["ack.stored", "ack.sent", "history.mid_message", "permission.queued"];
+    &["ack.stored", "ack.sent", "history.mid_message", "permission.queued", "turn.recorded"];
 
 #[derive(Debug, Default)]
 struct Tally {
@@ -89,6 +91,8 @@ struct TurnSeen {
 
 struct SessionTrack {
     id: String,
+    /// Runs in a container (its sidecar and agent are not local processes).
+    docker: bool,
     /// The last event seq received.
     last_seq: u64,
     turns: Vec<TurnSeen>,
@@ -100,6 +104,7 @@ enum Disruption {
     Fault(&'static str),
     Agentctl,
     Agent,
+    Container,
 }
 
 /// The chunk's identity: `<rK:n/N>` for round chunks, `[n/N]` for the final reply's.
@@ -141,20 +146,45 @@ async fn main() {
     let started = Instant::now();
     let mut rng = Rng(seed | 1);
     let mut tally = Tally::default();
-    let mut daemon = Daemon::start(&[]).await;
+    // A Docker engine adds a session in a container (and container kills).
+    let docker = match args.iter().any(|a| a == "--no-docker") {
+        true => None,
+        false => tether_tests::docker::engine().await,
+    };
+    let image = format!("tether-chaos-mock:{}", uuid::Uuid::new_v4().simple());
+    let mut daemon_args: Vec<String> = Vec::new();
+    let mut profiles: Vec<(&str, String)> = Vec::new();
+    if let Some(docker) = &docker {
+        tether_tests::docker::build_mock_image(docker, &image).await;
+        let agentctl = tether_tests::docker::static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
+        daemon_args = vec!["--static-agentctl".into(), agentctl.to_string_lossy().into_owned()];
+        profiles.push(("mock-docker.toml", docker_profile(&image)));
+    }
+    let daemon_args: Vec<&str> = daemon_args.iter().map(String::as_str).collect();
+    let profile_refs: Vec<(&str, &str)> = profiles.iter().map(|(n, t)| (*n, t.as_str())).collect();
+    let mut daemon = Daemon::start_with_profiles(&daemon_args, &profile_refs).await;
+    let _cleanup = docker.as_ref().map(|_| tether_tests::docker::Cleanup {
+        label: format!("tether.install_id={}", daemon.install_id),
+        image: Some(image.clone()),
+    });
     let mut api = daemon.api().await;
     let mut tracks = Vec::new();
     for idx in 0..sessions {
         let id = api.ready_session("mock", &daemon.workspace(&format!("s{idx}"))).await;
-        tracks.push(SessionTrack { id, last_seq: 0, turns: Vec::new() });
+        tracks.push(SessionTrack { id, docker: false, last_seq: 0, turns: Vec::new() });
+    }
+    if docker.is_some() {
+        let id = api.ready_session("mock-docker", &daemon.workspace("docker")).await;
+        tracks.push(SessionTrack { id, docker: true, last_seq: 0, turns: Vec::new() });
     }
     for round in 1..=rounds {
         tally.rounds += 1;
-        let disruption = match rng.below(4) {
+        let disruption = match rng.below(if docker.is_some() { 5 } else { 4 }) {
             0 => Disruption::Supervisor,
             1 => Disruption::Fault(FAULT_POINTS[rng.below(FAULT_POINTS.len() as u64) as usize]),
             2 => Disruption::Agentctl,
-            _ => Disruption::Agent,
+            3 => Disruption::Agent,
+            _ => Disruption::Container,
         };
         if let Disruption::Fault(point) = disruption {
             // Armed through a clean restart (SIGTERM leaves the sidecars running).
@@ -474,6 +504,15 @@ async fn strike(
     tally: &mut Tally,
 ) -> bool {
     let session = &tracks[victim].id;
+    // A container's sidecar and agent are not ours to kill one by one: the container is.
+    let disruption = match disruption {
+        Disruption::Agentctl | Disruption::Agent if tracks[victim].docker => Disruption::Container,
+        Disruption::Container => match tracks.iter().position(|t| t.docker) {
+            Some(idx) => return kill_container(&tracks[idx].id, tally).await,
+            None => Disruption::Agentctl,
+        },
+        other => other,
+    };
     match disruption {
         Disruption::Supervisor => {
             *tally.kills.entry("supervisor".into()).or_default() += 1;
@@ -496,9 +535,29 @@ async fn strike(
                 kill(pid);
             }
         }
+        Disruption::Container => return kill_container(session, tally).await,
         Disruption::Fault(_) => {}
     }
     false
+}
+
+/// SIGKILLs a session's container (through the engine).
+async fn kill_container(session: &str, tally: &mut Tally) -> bool {
+    let Ok(docker) = bollard::Docker::connect_with_defaults() else { return false };
+    let name = format!("tether-{session}");
+    let options = bollard::query_parameters::KillContainerOptions { signal: "SIGKILL".into() };
+    if docker.kill_container(&name, Some(options)).await.is_ok() {
+        *tally.kills.entry("container".into()).or_default() += 1;
+    }
+    false
+}
+
+fn docker_profile(image: &str) -> String {
+    format!(
+        "id = \"mock-docker\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{{home}}/.mock-agent\"]\nprotocol = \"acp\"\n\
+         runtime = \"docker\"\n[session]\nnative_resume = true\nagent_state_dirs = [\".mock-agent\"]\n\
+         [docker]\nimage = \"{image}\"\nmemory_mb = 256\ncpus = 1.0\n"
+    )
 }
 
 fn kill(pid: u32) {
@@ -541,7 +600,7 @@ async fn went_away(pid: u32) -> bool {
 /// At most one sidecar per session and one agent per sidecar; no agent without a sidecar.
 async fn check_processes(daemon: &Daemon, tracks: &[SessionTrack], tally: &mut Tally) {
     let mut owned: HashMap<u32, u32> = HashMap::new();
-    for track in tracks {
+    for track in tracks.iter().filter(|track| !track.docker) {
         let mut sidecars = daemon.sidecars(&track.id);
         if sidecars.len() > 1 {
             // Give a sidecar being retired its moment to go.

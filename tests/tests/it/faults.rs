@@ -636,3 +636,36 @@ async fn await_log_again(daemon: &Daemon, needle: &str) -> String {
     let mut lines = daemon.log_lines();
     await_log(&mut lines, needle).await
 }
+
+/// Found by the fault matrix: the supervisor killed right after the store recorded a turn's
+/// end must already have published `turn_ended` and the state change; otherwise the replay
+/// (which finds the turn closed) never publishes them and the session reads `RUNNING`
+/// forever.
+#[tokio::test]
+async fn r10_a_kill_after_a_turn_is_recorded_keeps_its_events() {
+    let mut daemon = Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "turn.recorded@2")]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("t")).await;
+    api.ask(&session, "first").await;
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    api.call(
+        "task.session.prompt",
+        json!({"session_id": &session, "prompt": "/stream 50\nsecond"}),
+    )
+    .await
+    .unwrap();
+    let mut seen = vec![next(&mut events).await];
+    drop(events);
+    drop(api);
+    within("the supervisor to die at the fault point", daemon.wait_exit()).await;
+    daemon.restart_with_env(&[]).await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, seen.last().unwrap()["seq"].as_u64().unwrap()).await;
+    seen.extend(until(&mut events, turn_ended).await);
+    assert_eq!(seen.iter().filter(|e| e["type"] == "turn_ended").count(), 1);
+    assert_eq!(chunks(&seen).len(), 50);
+    let status = api.status(&session).await;
+    assert_eq!(status["state"], "WAITING_FOR_INPUT", "{status}");
+    assert!(api.ask(&session, "third").await.contains("you said: third"));
+}
