@@ -252,6 +252,7 @@ impl Supervisor {
             agent_home: self.agent_home(),
             ready_timeout: Duration::from_secs(30),
             agent_state_root: self.config.home.root().join("agent-state").join(session_id),
+            connector: Arc::new(session::control::WsConnector),
         })
     }
 

@@ -27,6 +27,7 @@
 
 mod acp;
 mod actor;
+pub mod control;
 mod durability;
 mod launch;
 mod outbox;
@@ -255,6 +256,8 @@ pub struct SessionContext {
     pub ready_timeout: Duration,
     /// Where the agent's own state dirs live on the host (`agent-state/<session-id>/`).
     pub agent_state_root: PathBuf,
+    /// Reaches sidecars ([`control::WsConnector`] in the daemon).
+    pub connector: Arc<dyn control::Connector>,
 }
 
 impl SessionContext {
@@ -326,3 +329,6 @@ pub fn start_session(
     tokio::spawn(actor.run(commands_rx, start));
     Ok(SessionHandle { commands: commands_tx, view: view_rx, events })
 }
+
+#[cfg(test)]
+mod tests;

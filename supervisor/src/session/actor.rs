@@ -9,13 +9,13 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::sync::Arc;
 
-use agentctl::client::ControlClient;
 use agentctl::spool::Spool;
 use agents::profile::Profile;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use super::control::Control;
 use super::durability::Durability;
 use super::launch::{self, Connected, LaunchFailure, LaunchPlan};
 use super::outbox::{self, Outgoing};
@@ -59,7 +59,7 @@ pub(super) enum Pending {
 pub(super) struct Execution {
     pub(super) id: String,
     pub(super) record: ExecutorRow,
-    pub(super) calls: Arc<ControlClient>,
+    pub(super) calls: Arc<dyn Control>,
     pub(super) outbox: mpsc::UnboundedSender<Outgoing>,
     pub(super) events_rx:
         mpsc::Receiver<Result<protocol::control::Event, agentctl::client::ClientError>>,
@@ -599,8 +599,9 @@ impl SessionActor {
     fn start_adopt(&mut self, plan: AdoptPlan) {
         self.enter(Phase::Adopting);
         let internal_tx = self.internal_tx.clone();
+        let context = self.context.clone();
         tokio::spawn(async move {
-            let adopted = launch::adopt(plan.addr, plan.executor).await;
+            let adopted = launch::adopt(context, plan.addr, plan.executor).await;
             let _ = internal_tx.send(Internal::Adopted(adopted));
         });
         for (turn_id, request_id) in plan.open_turns {

@@ -13,11 +13,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentctl::client::{ClientError, ControlClient, EventStream};
-use protocol::control::{Event, StartAgent, Status};
-use tokio::sync::mpsc;
+use protocol::control::{StartAgent, Status};
 
 use super::SessionContext;
+use super::control::{Control, EventsRx};
 use crate::runtime::{FenceTarget, LaunchSpec};
 use crate::store::ExecutorRow;
 
@@ -37,8 +36,8 @@ pub(super) struct LaunchPlan {
 /// A launched (or re-attached) execution, connected.
 pub(super) struct Connected {
     pub(super) record: ExecutorRow,
-    pub(super) calls: Arc<ControlClient>,
-    pub(super) events_rx: mpsc::Receiver<Result<Event, ClientError>>,
+    pub(super) calls: Arc<dyn Control>,
+    pub(super) events_rx: EventsRx,
     /// agentctl's status at re-attach (`None` for a launch: its agent was just started).
     pub(super) status: Option<Status>,
 }
@@ -97,12 +96,11 @@ pub(super) async fn launch(
     let connected = async {
         recorded.map_err(|err| err.to_string())?;
         let token = plan.spec.token.as_str();
-        let calls =
-            ControlClient::connect(endpoint.addr, token).await.map_err(|e| e.to_string())?;
-        let stream = ControlClient::connect(endpoint.addr, token)
+        let (calls, events_rx) = context
+            .connector
+            .connect(endpoint.addr, token, 0)
             .await
-            .map_err(|e| e.to_string())?
-            .events(0);
+            .map_err(|err| err.to_string())?;
         let (program, args) =
             plan.argv.split_first().ok_or_else(|| "the agent's command is empty".to_owned())?;
         let start = StartAgent {
@@ -113,15 +111,10 @@ pub(super) async fn launch(
             extra_roots: Vec::new(),
         };
         calls.start_agent(&start).await.map_err(|e| e.to_string())?;
-        Ok::<_, String>((calls, stream))
+        Ok::<_, String>((calls, events_rx))
     };
     match connected.await {
-        Ok((calls, stream)) => Ok(Connected {
-            record,
-            calls: Arc::new(calls),
-            events_rx: forward(stream),
-            status: None,
-        }),
+        Ok((calls, events_rx)) => Ok(Connected { record, calls, events_rx, status: None }),
         Err(reason) => {
             let target = FenceTarget { executor: Some(record), ..target };
             if let Err(err) = context.runtime.fence(&target).await {
@@ -133,27 +126,24 @@ pub(super) async fn launch(
 }
 
 /// Connects to a live sidecar found at startup and subscribes after `acked_seq`.
-pub(super) async fn adopt(addr: SocketAddr, record: ExecutorRow) -> Result<Connected, String> {
+pub(super) async fn adopt(
+    context: SessionContext,
+    addr: SocketAddr,
+    record: ExecutorRow,
+) -> Result<Connected, String> {
     let token = record.agentctl_token.clone().unwrap_or_default();
-    let calls = ControlClient::connect(addr, &token).await.map_err(|err| err.to_string())?;
+    let after = record.acked_seq.max(0) as u64;
+    let (calls, events_rx) =
+        context.connector.connect(addr, &token, after).await.map_err(|err| err.to_string())?;
     let status = calls.status().await.map_err(|err| err.to_string())?;
-    let stream = ControlClient::connect(addr, &token)
-        .await
-        .map_err(|err| err.to_string())?
-        .events(record.acked_seq.max(0) as u64);
-    Ok(Connected {
-        record,
-        calls: Arc::new(calls),
-        events_rx: forward(stream),
-        status: Some(status),
-    })
+    Ok(Connected { record, calls, events_rx, status: Some(status) })
 }
 
 /// Stops an execution politely (`agent.stop`, `shutdown`, each bounded), then fences it.
 /// Returns an error only when the sidecar could not be killed.
 pub(super) async fn retire(
     context: SessionContext,
-    calls: Arc<ControlClient>,
+    calls: Arc<dyn Control>,
     record: ExecutorRow,
     grace: Duration,
 ) -> Result<(), String> {
@@ -182,24 +172,6 @@ pub(super) async fn fence(
         grace,
     };
     context.runtime.fence(&target).await.map_err(|err| err.to_string())
-}
-
-/// Feeds agentctl events into a channel until either side goes away.
-fn forward(mut stream: EventStream) -> mpsc::Receiver<Result<Event, ClientError>> {
-    let (events_tx, events_rx) = mpsc::channel(1024);
-    tokio::spawn(async move {
-        loop {
-            let next = tokio::select! {
-                next = stream.next() => next,
-                () = events_tx.closed() => return,
-            };
-            let failed = next.is_err();
-            if events_tx.send(next).await.is_err() || failed {
-                return;
-            }
-        }
-    });
-    events_rx
 }
 
 /// The state dir and workspace of a launch, as the spec wants them.

@@ -6,11 +6,11 @@
 
 use std::sync::Arc;
 
-use agentctl::client::ControlClient;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::actor::Internal;
+use super::control::Control;
 use super::{Reply, SessionError};
 
 /// A control call to make, in order.
@@ -43,7 +43,7 @@ pub(super) enum Outgoing {
 /// sender is dropped or a call fails.
 pub(super) fn start_outbox(
     execution_id: String,
-    calls: Arc<ControlClient>,
+    calls: Arc<dyn Control>,
     internal_tx: mpsc::UnboundedSender<Internal>,
 ) -> mpsc::UnboundedSender<Outgoing> {
     let (outbox_tx, mut outbox_rx) = mpsc::unbounded_channel();

@@ -1,0 +1,115 @@
+//! The seam between the actor and a sidecar: [`Control`] (the calls) and [`Connector`]
+//! (reaching a sidecar: its calls and its event stream after a seq). The daemon uses the
+//! WebSocket implementations over `agentctl::client`; the actor's unit tests use in-memory
+//! fakes, so its state machine is tested without processes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentctl::client::{ClientError, ControlClient};
+use protocol::control::{AgentStarted, Event, StartAgent, Status, Stopped};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::runtime::BoxFuture;
+
+/// The control calls the actor makes on one sidecar. Every call is bounded in time by its
+/// implementation; an error means the sidecar is lost.
+pub trait Control: Send + Sync + 'static {
+    /// `acp.send`: one JSON-RPC message to the agent.
+    fn send_acp<'a>(&'a self, message: &'a Value) -> BoxFuture<'a, Result<(), ClientError>>;
+    /// `events.ack`.
+    fn ack(&self, seq: u64) -> BoxFuture<'_, Result<u64, ClientError>>;
+    /// `agent.start`.
+    fn start_agent<'a>(
+        &'a self,
+        start: &'a StartAgent,
+    ) -> BoxFuture<'a, Result<AgentStarted, ClientError>>;
+    /// `agent.stop`.
+    fn stop_agent(&self, grace: Duration) -> BoxFuture<'_, Result<Stopped, ClientError>>;
+    /// `shutdown`.
+    fn shutdown(&self) -> BoxFuture<'_, Result<(), ClientError>>;
+    /// `status`.
+    fn status(&self) -> BoxFuture<'_, Result<Status, ClientError>>;
+}
+
+/// agentctl's events, in order, each once (an error ends the stream).
+pub type EventsRx = mpsc::Receiver<Result<Event, ClientError>>;
+
+/// A connected sidecar: its calls and its event stream.
+pub type Connection = (Arc<dyn Control>, EventsRx);
+
+/// Reaches sidecars.
+pub trait Connector: Send + Sync + 'static {
+    /// Connects to the sidecar at `addr` with its token: its calls, and its events after
+    /// `after_seq`.
+    fn connect<'a>(
+        &'a self,
+        addr: SocketAddr,
+        token: &'a str,
+        after_seq: u64,
+    ) -> BoxFuture<'a, Result<Connection, ClientError>>;
+}
+
+impl Control for ControlClient {
+    fn send_acp<'a>(&'a self, message: &'a Value) -> BoxFuture<'a, Result<(), ClientError>> {
+        Box::pin(ControlClient::send_acp(self, message))
+    }
+
+    fn ack(&self, seq: u64) -> BoxFuture<'_, Result<u64, ClientError>> {
+        Box::pin(ControlClient::ack(self, seq))
+    }
+
+    fn start_agent<'a>(
+        &'a self,
+        start: &'a StartAgent,
+    ) -> BoxFuture<'a, Result<AgentStarted, ClientError>> {
+        Box::pin(ControlClient::start_agent(self, start))
+    }
+
+    fn stop_agent(&self, grace: Duration) -> BoxFuture<'_, Result<Stopped, ClientError>> {
+        Box::pin(ControlClient::stop_agent(self, grace))
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, Result<(), ClientError>> {
+        Box::pin(ControlClient::shutdown(self))
+    }
+
+    fn status(&self) -> BoxFuture<'_, Result<Status, ClientError>> {
+        Box::pin(ControlClient::status(self))
+    }
+}
+
+/// The control channel over WebSocket (one connection for calls, one for the stream, so a
+/// burst of events never delays a call).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WsConnector;
+
+impl Connector for WsConnector {
+    fn connect<'a>(
+        &'a self,
+        addr: SocketAddr,
+        token: &'a str,
+        after_seq: u64,
+    ) -> BoxFuture<'a, Result<Connection, ClientError>> {
+        Box::pin(async move {
+            let calls = ControlClient::connect(addr, token).await?;
+            let mut stream = ControlClient::connect(addr, token).await?.events(after_seq);
+            let (events_tx, events_rx) = mpsc::channel(1024);
+            tokio::spawn(async move {
+                loop {
+                    let next = tokio::select! {
+                        next = stream.next() => next,
+                        () = events_tx.closed() => return,
+                    };
+                    let failed = next.is_err();
+                    if events_tx.send(next).await.is_err() || failed {
+                        return;
+                    }
+                }
+            });
+            Ok((Arc::new(calls) as Arc<dyn Control>, events_rx))
+        })
+    }
+}

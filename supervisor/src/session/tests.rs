@@ -1,0 +1,367 @@
+//! The actor's state machine against in-memory fakes: a runtime that records fences, and a
+//! sidecar whose scripted agent answers `initialize`, `session/new` and prompts. Real
+//! SQLite and real files; no processes.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentctl::client::ClientError;
+use agentctl::spool::Spool;
+use protocol::control::{
+    AgentStarted, AgentState, Event, EventKind, ExitInfo, ReadyInfo, StartAgent, Status, StopStage,
+    Stopped,
+};
+use serde_json::{Value, json};
+use tokio::sync::{Notify, mpsc};
+
+use super::control::{Connection, Connector, Control};
+use super::{Phase, SessionContext, SessionHandle, Start, start_session};
+use crate::runtime::{BoxFuture, Endpoint, FenceTarget, LaunchSpec, Runtime, RuntimeError};
+use crate::store::{ExecutorRow, SessionRow, SessionState, Store};
+
+/// A runtime that launches nothing and records every fence.
+#[derive(Default)]
+struct FakeRuntime {
+    fenced: Mutex<Vec<FenceTarget>>,
+    fence_called: Notify,
+}
+
+impl Runtime for FakeRuntime {
+    fn name(&self) -> &'static str {
+        "standalone"
+    }
+
+    fn check(&self) -> BoxFuture<'_, Result<(), RuntimeError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn launch(&self, _spec: LaunchSpec) -> BoxFuture<'_, Result<Endpoint, RuntimeError>> {
+        Box::pin(async {
+            Ok(Endpoint {
+                addr: SocketAddr::from(([127, 0, 0, 1], 9)),
+                ready: ReadyInfo {
+                    pid: 4_000_000,
+                    port: 9,
+                    start_time: 1,
+                    boot_id: "fake".into(),
+                    version: "0".into(),
+                },
+                container_id: None,
+            })
+        })
+    }
+
+    fn is_alive<'a>(&'a self, _: &'a ExecutorRow, _: &'a str) -> BoxFuture<'a, bool> {
+        Box::pin(async { false })
+    }
+
+    fn fence<'a>(&'a self, target: &'a FenceTarget) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        self.fenced.lock().unwrap().push(target.clone());
+        self.fence_called.notify_waiters();
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// How the fake sidecar behaves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Answers everything; a prompt streams this many chunks, then ends the turn.
+    Streams(u64),
+    /// Like `Streams`, but once the session is open every call hangs for a while and then
+    /// fails as a real client's timeout would.
+    HangsAfterOpen(u64),
+    /// Refuses to be connected to.
+    Unreachable,
+}
+
+/// A sidecar with a scripted agent behind it.
+struct FakeSidecar {
+    mode: Mode,
+    events_tx: mpsc::Sender<Result<Event, ClientError>>,
+    seq: AtomicU64,
+    open: std::sync::atomic::AtomicBool,
+    /// Every `events.ack` seq, in order.
+    acks: tokio::sync::watch::Sender<Vec<u64>>,
+    first_chunk: AtomicU64,
+}
+
+impl FakeSidecar {
+    async fn emit(&self, message: Value) {
+        let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
+        let event = Event { seq, at: 0, kind: EventKind::Acp { message, answered: None } };
+        let _ = self.events_tx.send(Ok(event)).await;
+    }
+
+    async fn hang(&self) -> ClientError {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        ClientError::Timeout {
+            addr: SocketAddr::from(([127, 0, 0, 1], 9)),
+            method: "fake".into(),
+            after: Duration::from_millis(300),
+        }
+    }
+
+    fn hanging(&self) -> bool {
+        matches!(self.mode, Mode::HangsAfterOpen(_)) && self.open.load(Ordering::SeqCst)
+    }
+
+    async fn answer(&self, message: &Value) {
+        let id = message["id"].clone();
+        match message["method"].as_str() {
+            Some("initialize") => {
+                self.emit(json!({"jsonrpc": "2.0", "id": id, "result": {"protocolVersion": 1, "agentCapabilities": {"loadSession": true}}})).await
+            }
+            Some("session/new") => {
+                self.open.store(true, Ordering::SeqCst);
+                self.emit(json!({"jsonrpc": "2.0", "id": id, "result": {"sessionId": "fake-session"}})).await
+            }
+            Some("session/prompt") => {
+                let (Mode::Streams(chunks) | Mode::HangsAfterOpen(chunks)) = self.mode else {
+                    return;
+                };
+                self.first_chunk.store(self.seq.load(Ordering::SeqCst) + 1, Ordering::SeqCst);
+                for n in 1..=chunks {
+                    self.emit(json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "fake-session", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": format!("<{n}>")}}}})).await;
+                }
+                self.emit(json!({"jsonrpc": "2.0", "id": id, "result": {"stopReason": "end_turn"}}))
+                    .await
+            }
+            _ => {}
+        }
+    }
+}
+
+struct FakeControl(Arc<FakeSidecar>);
+
+impl Control for FakeControl {
+    fn send_acp<'a>(&'a self, message: &'a Value) -> BoxFuture<'a, Result<(), ClientError>> {
+        Box::pin(async move {
+            if self.0.hanging() {
+                return Err(self.0.hang().await);
+            }
+            let sidecar = Arc::clone(&self.0);
+            let message = message.clone();
+            // The agent answers in its own time, as a real one does.
+            tokio::spawn(async move { sidecar.answer(&message).await });
+            Ok(())
+        })
+    }
+
+    fn ack(&self, seq: u64) -> BoxFuture<'_, Result<u64, ClientError>> {
+        Box::pin(async move {
+            if self.0.hanging() {
+                return Err(self.0.hang().await);
+            }
+            self.0.acks.send_modify(|acks| acks.push(seq));
+            Ok(seq)
+        })
+    }
+
+    fn start_agent<'a>(
+        &'a self,
+        _: &'a StartAgent,
+    ) -> BoxFuture<'a, Result<AgentStarted, ClientError>> {
+        Box::pin(async { Ok(AgentStarted { pid: 4_000_001, seq: 0 }) })
+    }
+
+    fn stop_agent(&self, _: Duration) -> BoxFuture<'_, Result<Stopped, ClientError>> {
+        Box::pin(async move {
+            if self.0.hanging() {
+                return Err(self.0.hang().await);
+            }
+            let status = ExitInfo { code: Some(0), signal: None };
+            Ok(Stopped { stage: StopStage::Eof, status })
+        })
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, Result<(), ClientError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn status(&self) -> BoxFuture<'_, Result<Status, ClientError>> {
+        Box::pin(async {
+            Ok(Status {
+                version: "0".into(),
+                agent_state: AgentState::Running,
+                agent_pid: Some(4_000_001),
+                exit: None,
+                last_seq: 0,
+                acked_seq: 0,
+                intake_stalled: None,
+            })
+        })
+    }
+}
+
+struct FakeConnector {
+    mode: Mode,
+    sidecar: Mutex<Option<Arc<FakeSidecar>>>,
+}
+
+impl Connector for FakeConnector {
+    fn connect<'a>(
+        &'a self,
+        addr: SocketAddr,
+        _token: &'a str,
+        _after_seq: u64,
+    ) -> BoxFuture<'a, Result<Connection, ClientError>> {
+        Box::pin(async move {
+            if self.mode == Mode::Unreachable {
+                return Err(ClientError::Timeout {
+                    addr,
+                    method: "connect".into(),
+                    after: Duration::ZERO,
+                });
+            }
+            let (events_tx, events_rx) = mpsc::channel(1 << 16);
+            let sidecar = Arc::new(FakeSidecar {
+                mode: self.mode,
+                events_tx,
+                seq: AtomicU64::new(0),
+                open: Default::default(),
+                acks: tokio::sync::watch::channel(Vec::new()).0,
+                first_chunk: AtomicU64::new(0),
+            });
+            *self.sidecar.lock().unwrap() = Some(Arc::clone(&sidecar));
+            Ok((Arc::new(FakeControl(sidecar)) as Arc<dyn Control>, events_rx))
+        })
+    }
+}
+
+struct Setup {
+    handle: SessionHandle,
+    runtime: Arc<FakeRuntime>,
+    connector: Arc<FakeConnector>,
+    dir: tempfile::TempDir,
+}
+
+async fn start(mode: Mode) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("state.db")).unwrap();
+    let task = store.create_task("t".into(), String::new()).await.unwrap();
+    let profile = agents::registry::Registry::builtin_only().get("mock").unwrap();
+    let now = crate::store::now_ms();
+    let row = SessionRow {
+        id: uuid::Uuid::now_v7().to_string(),
+        task_id: task.id,
+        agent_profile_id: "mock".into(),
+        profile_snapshot: serde_json::to_value(&*profile).unwrap(),
+        runtime: "standalone".into(),
+        state: SessionState::Created,
+        workspace_path: dir.path().to_string_lossy().into_owned(),
+        error_message: None,
+        created_at: now,
+        updated_at: now,
+    };
+    let row = store.create_session(row).await.unwrap();
+    let session_dir = dir.path().join("sessions").join(&row.id);
+    std::fs::create_dir_all(&session_dir).unwrap();
+    let runtime = Arc::new(FakeRuntime::default());
+    let connector = Arc::new(FakeConnector { mode, sidecar: Mutex::new(None) });
+    let context = SessionContext {
+        store,
+        runtime: Arc::clone(&runtime) as Arc<dyn Runtime>,
+        dir: session_dir.clone(),
+        resolve: Arc::new(|name| Some(vec![name.into()])),
+        agent_home: dir.path().to_owned(),
+        ready_timeout: Duration::from_secs(5),
+        agent_state_root: dir.path().join("agent-state"),
+        connector: Arc::clone(&connector) as Arc<dyn Connector>,
+    };
+    let events = Arc::new(Spool::open(&session_dir.join("events"), 1 << 22).unwrap());
+    let handle =
+        start_session(context, row, profile, events, Start::Fresh { initial_prompt: None })
+            .unwrap();
+    Setup { handle, runtime, connector, dir }
+}
+
+async fn until(handle: &SessionHandle, what: impl Fn(&super::SessionView) -> bool) {
+    let mut view = handle.watch();
+    tokio::time::timeout(Duration::from_secs(10), view.wait_for(|view| what(view)))
+        .await
+        .expect("the session got there in time")
+        .expect("the actor is alive");
+}
+
+#[tokio::test]
+async fn nothing_of_a_coalescing_message_is_acknowledged_before_it_is_written() {
+    let setup = start(Mode::Streams(1000)).await;
+    until(&setup.handle, |view| view.phase == Phase::Open).await;
+    setup.handle.prompt("hi".into()).await.unwrap();
+    until(&setup.handle, |view| {
+        view.turn_id.is_none() && view.state == SessionState::WaitingForInput
+    })
+    .await;
+    let sidecar = setup.connector.sidecar.lock().unwrap().clone().unwrap();
+    let first = sidecar.first_chunk.load(Ordering::SeqCst);
+    let last = sidecar.seq.load(Ordering::SeqCst);
+    // The turn's end acknowledges everything; the outbox sends it after the view changed.
+    let mut acked = sidecar.acks.subscribe();
+    let acks = tokio::time::timeout(
+        Duration::from_secs(10),
+        acked.wait_for(|acks| acks.last() == Some(&last)),
+    )
+    .await
+    .expect("the end of the turn acknowledges everything")
+    .unwrap()
+    .clone();
+    // 1000 chunks passed several ack points; none may reach into the message.
+    for ack in &acks[..acks.len() - 1] {
+        assert!(*ack < first, "ack {ack} reaches into the message starting at {first}: {acks:?}");
+    }
+    let history = crate::history::read(
+        &setup.dir.path().join("sessions").join(setup.handle_id()).join("history.jsonl"),
+        0,
+        10,
+    )
+    .unwrap();
+    let text: String = (1..=1000).map(|n| format!("<{n}>")).collect();
+    assert_eq!(history.last().unwrap().content, text);
+}
+
+#[tokio::test]
+async fn cancel_and_stop_answer_at_once_while_the_sidecar_hangs_and_stop_fences_it() {
+    let setup = start(Mode::HangsAfterOpen(3)).await;
+    until(&setup.handle, |view| view.phase == Phase::Open).await;
+    let fenced_before = setup.runtime.fenced.lock().unwrap().len();
+    let handle = setup.handle.clone();
+    // The prompt's delivery hangs; its caller waits, the actor does not.
+    let prompt = tokio::spawn(async move { handle.prompt("slow".into()).await });
+    until(&setup.handle, |view| view.turn_id.is_some()).await;
+    let quick = Duration::from_millis(100);
+    tokio::time::timeout(quick, setup.handle.cancel()).await.expect("cancel at once").unwrap();
+    let fence = setup.runtime.fence_called.notified();
+    tokio::time::timeout(quick, setup.handle.stop()).await.expect("stop at once").unwrap();
+    assert_eq!(setup.handle.view().state, SessionState::Completed);
+    tokio::time::timeout(Duration::from_secs(10), fence).await.expect("the sidecar is fenced");
+    assert!(setup.runtime.fenced.lock().unwrap().len() > fenced_before);
+    assert!(prompt.await.unwrap().is_err(), "the hung delivery failed the prompt");
+}
+
+#[tokio::test]
+async fn a_launch_that_cannot_connect_fences_what_the_runtime_started() {
+    let setup = start(Mode::Unreachable).await;
+    until(&setup.handle, |view| view.phase == Phase::Ended).await;
+    assert_eq!(setup.handle.view().state, SessionState::Failed);
+    let fenced = setup.runtime.fenced.lock().unwrap().clone();
+    // Once before the launch (nothing recorded yet), once for the sidecar it started.
+    assert_eq!(fenced.len(), 2, "{fenced:?}");
+    assert!(fenced[0].executor.is_none());
+    let started = fenced[1].executor.as_ref().expect("the new execution's record");
+    assert_eq!(started.agentctl_pid, Some(4_000_000));
+}
+
+impl Setup {
+    fn handle_id(&self) -> String {
+        std::fs::read_dir(self.dir.path().join("sessions"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .into_owned()
+    }
+}
