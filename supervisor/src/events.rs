@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::store::SessionState;
+use crate::store::{ResumeOutcome, SessionState, TurnState};
 
 /// One session event.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -93,8 +93,8 @@ pub enum SessionEventKind {
     TurnEnded {
         /// The turn.
         turn_id: String,
-        /// `completed` or `failed`.
-        state: String,
+        /// `completed`, `failed` or `interrupted`.
+        state: TurnState,
         /// The agent's stop reason, when it answered.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         stop_reason: Option<String>,
@@ -111,6 +111,6 @@ pub enum SessionEventKind {
     /// `resume_command`, `history_injection` or `fresh`.
     ResumeOutcome {
         /// The outcome.
-        outcome: String,
+        outcome: ResumeOutcome,
     },
 }

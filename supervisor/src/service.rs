@@ -23,7 +23,9 @@ use crate::runtime::docker::DockerRuntime;
 use crate::session::{
     self, AdoptPlan, Phase, SessionContext, SessionError, SessionHandle, SessionView, Start,
 };
-use crate::store::{SessionRow, SessionState, Store, StoreError, Task};
+use crate::store::{
+    ExecutorStatus, ResumeOutcome, SessionRow, SessionState, Store, StoreError, Task, TurnState,
+};
 
 /// Errors of the operations, each with the `data.kind` the API reports.
 #[derive(Debug, thiserror::Error)]
@@ -686,8 +688,7 @@ impl Supervisor {
         summary: &mut RecoverySummary,
     ) -> Result<Option<tokio::sync::watch::Receiver<SessionView>>, ServiceError> {
         let runtime = self.runtime(&executor.runtime)?;
-        let recorded_live =
-            !matches!(executor.status.as_str(), "dead" | "stopped" | "exited" | "lost");
+        let recorded_live = !executor.status.is_over();
         // A session caught mid-launch or mid-handshake cannot pick up where it was (the
         // handshake's requests are gone with the old process): it is fenced and resumed
         // later like a dead one.
@@ -723,7 +724,9 @@ impl Supervisor {
         summary.interrupted += turns.len();
         let pending = store.list_pending(row.id.clone()).await?;
         summary.approvals_cancelled += store.clear_pending(row.id.clone()).await?;
-        let _ = store.set_executor_status(row.id.clone(), executor.execution_id, "dead").await;
+        let _ = store
+            .set_executor_status(row.id.clone(), executor.execution_id, ExecutorStatus::Dead)
+            .await;
         summary.dead += 1;
         // Subscribers that only listen learn it from the stream: each interrupted turn ends,
         // each question is void, and the session waits for input with the reason.
@@ -745,7 +748,7 @@ impl Supervisor {
         for turn_id in turns {
             publish(SessionEventKind::TurnEnded {
                 turn_id,
-                state: "interrupted".into(),
+                state: TurnState::Interrupted,
                 stop_reason: None,
                 error: Some(reason.into()),
             });
@@ -885,9 +888,8 @@ pub const RESUME_WAIT: Duration = Duration::from_secs(90);
 pub struct ResumeResult {
     /// The session.
     pub session_id: String,
-    /// `native_resume | native_load | resume_command | history_injection | fresh`, or
-    /// `already_running`.
-    pub outcome: String,
+    /// How it was restored, or `already_running`.
+    pub outcome: ResumeOutcome,
     /// Its state now.
     pub state: SessionState,
     /// Whether the agent runs.

@@ -46,7 +46,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::events::SessionEvent;
 use crate::history::History;
 use crate::runtime::Runtime;
-use crate::store::{ExecutorRow, SessionRow, SessionState, Store, StoreError};
+use crate::store::{ExecutorRow, ResumeOutcome, SessionRow, SessionState, Store, StoreError};
 
 /// Errors a command can meet.
 #[derive(Debug, thiserror::Error)]
@@ -122,7 +122,7 @@ pub struct SessionView {
     /// The running turn.
     pub turn_id: Option<String>,
     /// How the last resume went.
-    pub resume_outcome: Option<String>,
+    pub resume_outcome: Option<ResumeOutcome>,
 }
 
 impl SessionView {
@@ -144,7 +144,7 @@ enum Command {
     Cancel { reply: Reply<()> },
     Permission { request_id: String, outcome: Value, reply: Reply<()> },
     Stop { reply: Reply<()> },
-    Resume { reply: Reply<String> },
+    Resume { reply: Reply<ResumeOutcome> },
     Detach { reply: Reply<()> },
 }
 
@@ -205,7 +205,7 @@ impl SessionHandle {
     /// Resumes the session if its agent is not running (once, however many ask at the same
     /// time); returns the outcome (`native_resume`, `native_load`, `resume_command`,
     /// `history_injection`, `fresh`, or `already_running`).
-    pub async fn resume(&self) -> Result<String, SessionError> {
+    pub async fn resume(&self) -> Result<ResumeOutcome, SessionError> {
         self.ask(|reply| Command::Resume { reply }).await
     }
 

@@ -200,6 +200,121 @@ impl SessionState {
     }
 }
 
+/// An enum stored as text: its names on the wire and in SQL are the same, and a stored name
+/// this build does not know is reported as a corrupt row, not guessed.
+macro_rules! text_enum {
+    ($(#[$meta:meta])* $name:ident, $what:literal { $($(#[$vmeta:meta])* $variant:ident = $text:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum $name {
+            $($(#[$vmeta])* #[serde(rename = $text)] $variant,)+
+        }
+
+        impl $name {
+            /// The stored name.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+
+            /// Parses a stored name.
+            pub fn parse(text: &str) -> Result<$name, StoreError> {
+                match text {
+                    $($text => Ok($name::$variant),)+
+                    other => Err(StoreError::Corrupt { what: $what, detail: other.to_owned() }),
+                }
+            }
+        }
+
+        impl rusqlite::types::FromSql for $name {
+            fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<$name> {
+                let text = value.as_str()?;
+                $name::parse(text).map_err(|err| rusqlite::types::FromSqlError::Other(Box::new(err)))
+            }
+        }
+
+        impl rusqlite::types::ToSql for $name {
+            fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+                Ok(rusqlite::types::ToSqlOutput::from(self.as_str()))
+            }
+        }
+    };
+}
+
+text_enum! {
+    /// A turn's state (`turns.state`).
+    TurnState, "turn state" {
+        /// Its prompt went out; no answer yet.
+        Running = "running",
+        /// The agent answered.
+        Completed = "completed",
+        /// It failed (an error, the agent exited, a cancel the agent did not confirm).
+        Failed = "failed",
+        /// Its execution died while the supervisor was away.
+        Interrupted = "interrupted",
+    }
+}
+
+text_enum! {
+    /// Where an execution is (`executors_running.status`).
+    ExecutorStatus, "execution status" {
+        /// Recorded before the runtime starts it, so a restart knows to fence.
+        Launching = "launching",
+        /// agentctl is up; the ACP session is being opened.
+        Starting = "starting",
+        /// The ACP session is open.
+        Running = "running",
+        /// The agent exited.
+        Exited = "exited",
+        /// agentctl stopped answering or refused us; it was fenced.
+        Lost = "lost",
+        /// Found dead (or fenced) at restart.
+        Dead = "dead",
+        /// Stopped on purpose (stop, stop-all).
+        Stopped = "stopped",
+    }
+}
+
+// The enum comes from `text_enum!`, whose derive list is shared by every enum it makes.
+#[allow(clippy::derivable_impls)]
+impl Default for ExecutorStatus {
+    fn default() -> ExecutorStatus {
+        ExecutorStatus::Launching
+    }
+}
+
+impl ExecutorStatus {
+    /// The execution is over: nothing to re-attach to.
+    pub fn is_over(self) -> bool {
+        matches!(
+            self,
+            ExecutorStatus::Exited
+                | ExecutorStatus::Lost
+                | ExecutorStatus::Dead
+                | ExecutorStatus::Stopped
+        )
+    }
+}
+
+text_enum! {
+    /// How a resume restored a session (DESIGN §6.2), or that none was needed.
+    ResumeOutcome, "resume outcome" {
+        /// ACP `session/resume` of the stored token.
+        NativeResume = "native_resume",
+        /// ACP `session/load` of the stored token (with replay).
+        NativeLoad = "native_load",
+        /// The agent relaunched with the profile's `resume_command`.
+        ResumeCommand = "resume_command",
+        /// A fresh agent session; the history goes into the next prompt.
+        HistoryInjection = "history_injection",
+        /// A fresh agent session, nothing restored.
+        Fresh = "fresh",
+        /// The agent was running already.
+        AlreadyRunning = "already_running",
+    }
+}
+
 /// A task row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Task {
@@ -253,8 +368,8 @@ pub struct ExecutorRow {
     pub generation: i64,
     /// `standalone` or `docker`.
     pub runtime: String,
-    /// `starting`, `running`, `exited`.
-    pub status: String,
+    /// Where the execution is.
+    pub status: ExecutorStatus,
     /// The ACP session id, when one is worth keeping.
     pub resume_token: Option<String>,
     /// agentctl's port.
@@ -273,8 +388,8 @@ pub struct ExecutorRow {
     pub resume_context_pending: bool,
     /// The ACP session id of this execution.
     pub acp_session_id: Option<String>,
-    /// How the last resume went (`native_resume`, `native_load`, …).
-    pub resume_outcome: Option<String>,
+    /// How the last resume went.
+    pub resume_outcome: Option<ResumeOutcome>,
     /// The container, for the Docker runtime.
     pub container_id: Option<String>,
 }
@@ -668,13 +783,13 @@ impl Store {
         &self,
         session_id: String,
         execution_id: String,
-        outcome: &'static str,
+        outcome: ResumeOutcome,
     ) -> Result<bool, StoreError> {
         self.cas_executor(
             session_id,
             execution_id,
             "resume_outcome = ?3",
-            rusqlite::types::Value::Text(outcome.into()),
+            rusqlite::types::Value::Text(outcome.as_str().into()),
         )
         .await
     }
@@ -732,13 +847,13 @@ impl Store {
         &self,
         session_id: String,
         execution_id: String,
-        status: &'static str,
+        status: ExecutorStatus,
     ) -> Result<bool, StoreError> {
         self.cas_executor(
             session_id,
             execution_id,
             "status = ?3",
-            rusqlite::types::Value::Text(status.into()),
+            rusqlite::types::Value::Text(status.as_str().into()),
         )
         .await
     }
@@ -781,7 +896,7 @@ impl Store {
     pub async fn end_turn(
         &self,
         turn_id: String,
-        state: &'static str,
+        state: TurnState,
         stop_reason: Option<String>,
         error: Option<String>,
     ) -> Result<(), StoreError> {

@@ -12,7 +12,7 @@ use super::actor::{Pending, STDERR_IN_ERROR, SessionActor};
 use super::outbox::Outgoing;
 use crate::events::SessionEventKind;
 use crate::history::{self, EntryType};
-use crate::store::{SessionState, task_state};
+use crate::store::{ExecutorStatus, ResumeOutcome, SessionState, TurnState, task_state};
 use protocol::control::{Event, EventKind};
 
 /// `initialize`'s result, as far as the resume ladder needs it.
@@ -287,7 +287,11 @@ impl SessionActor {
                 self.loading = false;
                 match result {
                     Ok(_) => {
-                        let outcome = if load { "native_load" } else { "native_resume" };
+                        let outcome = if load {
+                            ResumeOutcome::NativeLoad
+                        } else {
+                            ResumeOutcome::NativeResume
+                        };
                         self.session_opened(token, Some(outcome)).await;
                     }
                     Err(error) if matches!(error.code, Some(-32601) | Some(-32002)) => {
@@ -329,9 +333,11 @@ impl SessionActor {
                                 .unwrap_or_default()
                                 .stop_reason
                                 .unwrap_or_else(|| "end_turn".into());
-                            self.end_turn("completed", Some(stop_reason), None).await;
+                            self.end_turn(TurnState::Completed, Some(stop_reason), None).await;
                         }
-                        Err(error) => self.end_turn("failed", None, Some(error.text())).await,
+                        Err(error) => {
+                            self.end_turn(TurnState::Failed, None, Some(error.text())).await
+                        }
                     }
                 }
                 true
@@ -401,7 +407,7 @@ impl SessionActor {
 
     /// The ACP session is open (new or restored): record it, settle a resume's outcome,
     /// and send the initial prompt if there is one.
-    async fn session_opened(&mut self, acp_session: String, restored: Option<&'static str>) {
+    async fn session_opened(&mut self, acp_session: String, restored: Option<ResumeOutcome>) {
         let execution_id =
             self.execution.as_ref().map(|execution| execution.id.clone()).unwrap_or_default();
         let token = self.profile.keeps_resume_token().then(|| acp_session.clone());
@@ -414,14 +420,15 @@ impl SessionActor {
         let _ = store
             .set_acp_session(self.row.id.clone(), execution_id.clone(), acp_session.clone())
             .await;
-        let _ =
-            store.set_executor_status(self.row.id.clone(), execution_id.clone(), "running").await;
+        let _ = store
+            .set_executor_status(self.row.id.clone(), execution_id.clone(), ExecutorStatus::Running)
+            .await;
         let outcome = match self.resume.take() {
             None => None,
             Some(resume) => {
                 let outcome = match restored {
                     Some(outcome) => outcome,
-                    None if resume.relaunched => "resume_command",
+                    None if resume.relaunched => ResumeOutcome::ResumeCommand,
                     None if !self.history.is_empty()
                         && (self.profile.session.history_injection || resume.native_failed) =>
                     {
@@ -433,9 +440,9 @@ impl SessionActor {
                                 true,
                             )
                             .await;
-                        "history_injection"
+                        ResumeOutcome::HistoryInjection
                     }
-                    None => "fresh",
+                    None => ResumeOutcome::Fresh,
                 };
                 let _ = store
                     .set_resume_outcome(self.row.id.clone(), execution_id.clone(), outcome)
@@ -452,14 +459,14 @@ impl SessionActor {
         self.enter(Phase::Open);
         let answer = match outcome {
             Some(outcome) => {
-                self.emit(SessionEventKind::ResumeOutcome { outcome: outcome.into() });
-                self.update_view(|view| view.resume_outcome = Some(outcome.into()));
+                self.emit(SessionEventKind::ResumeOutcome { outcome });
+                self.update_view(|view| view.resume_outcome = Some(outcome));
                 outcome
             }
-            None => "already_running",
+            None => ResumeOutcome::AlreadyRunning,
         };
         for waiter in self.waiters.drain(..) {
-            let _ = waiter.send(Ok(answer.into()));
+            let _ = waiter.send(Ok(answer));
         }
         if let Some(prompt) = self.initial_prompt.take().filter(|prompt| !prompt.trim().is_empty())
             && let Err(err) = self.start_turn(prompt, None).await
@@ -512,7 +519,11 @@ impl SessionActor {
             let _ = self
                 .context
                 .store
-                .set_executor_status(self.row.id.clone(), execution.id.clone(), "exited")
+                .set_executor_status(
+                    self.row.id.clone(),
+                    execution.id.clone(),
+                    ExecutorStatus::Exited,
+                )
                 .await;
         }
         if matches!(self.phase, Phase::Opening | Phase::Launching)

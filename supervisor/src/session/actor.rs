@@ -25,7 +25,9 @@ use super::{
 };
 use crate::events::{SessionEvent, SessionEventKind};
 use crate::history::{self, EntryType, History};
-use crate::store::{ExecutorRow, SessionRow, SessionState, task_state};
+use crate::store::{
+    ExecutorRow, ExecutorStatus, ResumeOutcome, SessionRow, SessionState, TurnState, task_state,
+};
 
 /// Reports from the actor's own tasks.
 pub(super) enum Internal {
@@ -110,7 +112,7 @@ pub(super) struct SessionActor {
     pub(super) resume: Option<ResumeState>,
     /// Everyone waiting for the session to open (resumes, and resumes of a session that was
     /// starting anyway).
-    pub(super) waiters: Vec<Reply<String>>,
+    pub(super) waiters: Vec<Reply<ResumeOutcome>>,
     /// The next prompt carries the resume context (mirrors the stored flag).
     pub(super) resume_context_pending: bool,
     /// A `session/load` is replaying: its conversation updates restore the agent, not our
@@ -282,7 +284,7 @@ impl SessionActor {
                 // One launch at a time; everyone gets its outcome.
                 Phase::Launching | Phase::Opening | Phase::Adopting => self.waiters.push(reply),
                 Phase::Open if self.execution.as_ref().is_some_and(|e| e.agent_running) => {
-                    let _ = reply.send(Ok("already_running".into()));
+                    let _ = reply.send(Ok(ResumeOutcome::AlreadyRunning));
                 }
                 _ => {
                     self.waiters.push(reply);
@@ -437,7 +439,7 @@ impl SessionActor {
             self.retire(execution, None);
         }
         if self.turn.is_some() {
-            self.end_turn("failed", None, Some("the session was stopped".into())).await;
+            self.end_turn(TurnState::Failed, None, Some("the session was stopped".into())).await;
         }
         self.handshake = None;
         self.update_view(|view| view.agent_running = false);
@@ -459,7 +461,7 @@ impl SessionActor {
             let _ = reply.send(Ok(()));
         }
         if self.turn.is_some() {
-            self.end_turn("failed", None, Some("the agent was stopped".into())).await;
+            self.end_turn(TurnState::Failed, None, Some("the agent was stopped".into())).await;
         }
         self.handshake = None;
         self.update_view(|view| view.agent_running = false);
@@ -478,7 +480,7 @@ impl SessionActor {
         let session_id = self.row.id.clone();
         tokio::spawn(async move {
             let result = launch::retire(context, calls, record, grace).await;
-            let _ = store.set_executor_status(session_id, id, "stopped").await;
+            let _ = store.set_executor_status(session_id, id, ExecutorStatus::Stopped).await;
             if let Some(reply) = reply {
                 let _ = reply.send(result.map_err(SessionError::InvalidState));
             }
@@ -701,7 +703,11 @@ impl SessionActor {
                     let _ = self
                         .context
                         .store
-                        .set_executor_status(self.row.id.clone(), record.execution_id, "dead")
+                        .set_executor_status(
+                            self.row.id.clone(),
+                            record.execution_id,
+                            ExecutorStatus::Dead,
+                        )
                         .await;
                 }
                 let reason = format!("could not re-attach to the agent after a restart: {err}");
@@ -713,7 +719,7 @@ impl SessionActor {
                         for turn_id in turns {
                             self.emit(SessionEventKind::TurnEnded {
                                 turn_id,
-                                state: "interrupted".into(),
+                                state: TurnState::Interrupted,
                                 stop_reason: None,
                                 error: Some(reason.clone()),
                             });
@@ -751,11 +757,11 @@ impl SessionActor {
             view.agent_running = running;
             view.acp_session_id = record.acp_session_id.clone();
             view.turn_id = turn_id;
-            view.resume_outcome = record.resume_outcome.clone();
+            view.resume_outcome = record.resume_outcome;
         });
         self.enter(Phase::Open);
         for waiter in self.waiters.drain(..) {
-            let _ = waiter.send(Ok("already_running".into()));
+            let _ = waiter.send(Ok(ResumeOutcome::AlreadyRunning));
         }
         // People may still answer what the agent asked before the restart.
         if let Ok(pending) = self.context.store.list_pending(self.row.id.clone()).await {
@@ -812,7 +818,7 @@ impl SessionActor {
                     |_, pending| !matches!(pending, Pending::Prompt { turn_id: id, .. } if *id == turn_id),
                 );
                 self.end_turn(
-                    "failed",
+                    TurnState::Failed,
                     Some("cancelled".into()),
                     Some(format!(
                         "cancelled; the agent did not end the turn within {} s",
@@ -906,7 +912,7 @@ impl SessionActor {
 
     pub(super) async fn end_turn(
         &mut self,
-        state: &'static str,
+        state: TurnState,
         stop_reason: Option<String>,
         error: Option<String>,
     ) {
@@ -919,7 +925,7 @@ impl SessionActor {
         // ended, a replay no longer ends it, so everything it publishes must be out first.
         self.emit(SessionEventKind::TurnEnded {
             turn_id: turn_id.clone(),
-            state: state.into(),
+            state,
             stop_reason: stop_reason.clone(),
             error: error.clone(),
         });
@@ -957,7 +963,7 @@ impl SessionActor {
             }
         }
         if self.turn.is_some() {
-            self.end_turn("failed", None, Some(reason.to_owned())).await;
+            self.end_turn(TurnState::Failed, None, Some(reason.to_owned())).await;
         }
         let _ = self
             .set_state(
@@ -980,7 +986,7 @@ impl SessionActor {
         let _ = self
             .context
             .store
-            .set_executor_status(self.row.id.clone(), execution.id.clone(), "lost")
+            .set_executor_status(self.row.id.clone(), execution.id.clone(), ExecutorStatus::Lost)
             .await;
         drop(execution);
         if matches!(self.phase, Phase::Opening | Phase::Launching) {
@@ -1000,7 +1006,7 @@ impl SessionActor {
         }
         self.update_view(|view| view.agent_running = false);
         if self.turn.is_some() {
-            self.end_turn("failed", None, Some(reason.clone())).await;
+            self.end_turn(TurnState::Failed, None, Some(reason.clone())).await;
         }
         let _ = self
             .set_state(SessionState::Failed, Some(reason.clone()), Some(task_state::FAILED))

@@ -18,7 +18,7 @@ use protocol::control::{StartAgent, Status};
 use super::SessionContext;
 use super::control::{Control, EventsRx};
 use crate::runtime::{FenceTarget, LaunchSpec};
-use crate::store::ExecutorRow;
+use crate::store::{ExecutorRow, ExecutorStatus};
 
 /// What a launch needs, decided by the actor.
 #[derive(Debug)]
@@ -73,7 +73,7 @@ pub(super) async fn launch(
         session_id: session_id.clone(),
         execution_id: plan.spec.execution_id.clone(),
         runtime: context.runtime.name().into(),
-        status: "launching".into(),
+        status: ExecutorStatus::Launching,
         resume_token: plan.previous.as_ref().and_then(|previous| previous.resume_token.clone()),
         agentctl_token: Some(plan.spec.token.clone()),
         generation: plan.previous.as_ref().map_or(1, |previous| previous.generation + 1),
@@ -85,7 +85,7 @@ pub(super) async fn launch(
         .launch(plan.spec.clone())
         .await
         .map_err(|err| fail(format!("runtime {}: {err}", context.runtime.name())))?;
-    record.status = "starting".into();
+    record.status = ExecutorStatus::Starting;
     record.agentctl_port = Some(endpoint.addr.port().into());
     record.agentctl_pid = Some(endpoint.ready.pid.into());
     record.agentctl_start_time = Some(endpoint.ready.start_time as i64);

@@ -107,7 +107,7 @@ async fn writes_for_a_stale_execution_change_nothing() {
             session_id: row.id.clone(),
             execution_id: "e1".into(),
             runtime: "standalone".into(),
-            status: "running".into(),
+            status: ExecutorStatus::Running,
             ..Default::default()
         })
         .await
@@ -121,7 +121,7 @@ async fn writes_for_a_stale_execution_change_nothing() {
             session_id: row.id.clone(),
             execution_id: "e2".into(),
             runtime: "standalone".into(),
-            status: "running".into(),
+            status: ExecutorStatus::Running,
             ..Default::default()
         })
         .await
@@ -154,7 +154,7 @@ async fn deleting_a_session_removes_its_records() {
             session_id: row.id.clone(),
             execution_id: "e".into(),
             runtime: "standalone".into(),
-            status: "running".into(),
+            status: ExecutorStatus::Running,
             ..Default::default()
         })
         .await
