@@ -284,13 +284,18 @@ impl AgentHost {
         if self.exit_tx.borrow().is_some() {
             return Err(AgentError::NotRunning);
         }
-        match &*self.lock() {
-            HostState::NotStarted | HostState::Starting => Err(AgentError::NotStarted),
-            HostState::Started(Running { stdin_tx: Some(tx), .. }) => {
-                tx.send(line).map_err(|_| AgentError::NotRunning)
-            }
-            HostState::Started(_) => Err(AgentError::NotRunning),
+        let guard = self.lock();
+        let tx = match &*guard {
+            HostState::NotStarted | HostState::Starting => return Err(AgentError::NotStarted),
+            HostState::Started(Running { stdin_tx: Some(tx), .. }) => tx,
+            HostState::Started(_) => return Err(AgentError::NotRunning),
+        };
+        // A request is recorded as delivered before it is queued (under the state lock, so
+        // deliveries are spooled in the order they are queued).
+        if let (Some(_), Some(id)) = (message.get("method"), message.get("id")) {
+            self.spool.append(EventKind::Delivered { id: id.clone() })?;
         }
+        tx.send(line).map_err(|_| AgentError::NotRunning)
     }
 
     /// Stops the agent: EOF, then SIGTERM, then SIGKILL, `grace` apart; then removes every

@@ -14,7 +14,8 @@
 //! - `launch.after_runtime`: the runtime started agentctl, nothing has connected to it yet;
 //! - `load.sent`: `session/load` went out, its answer has not arrived;
 //! - `permission.queued`: a permission answer was accepted and is not yet sent;
-//! - `turn.recorded`: the store says a turn ended (its events must be out already).
+//! - `turn.recorded`: the store says a turn ended (its events must be out already);
+//! - `prompt.recorded`: a turn is recorded and its prompt not yet sent.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};

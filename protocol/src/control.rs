@@ -229,6 +229,14 @@ pub enum EventKind {
         /// What.
         message: String,
     },
+    /// A request of the supervisor's (a message with a method and an id, through
+    /// `acp.send`) was queued for the agent's stdin. Spooled, so that after a restart the
+    /// supervisor knows which of its requests got through (a prompt that did not is failed,
+    /// not waited for forever).
+    Delivered {
+        /// The request's id.
+        id: Value,
+    },
     /// agentctl started (`reason` set) or stopped (`None`) holding the agent's output
     /// because its spool cannot be written (a full disk). Not spooled — it could not be —
     /// but sent to live subscribers with seq 0, outside the sequence.

@@ -288,8 +288,8 @@ pub struct AdoptPlan {
     pub executor: ExecutorRow,
     /// Where the sidecar listens.
     pub addr: std::net::SocketAddr,
-    /// Turns still running: `(turn_id, request_id)`.
-    pub open_turns: Vec<(String, String)>,
+    /// Turns still running.
+    pub open_turns: Vec<crate::store::OpenTurn>,
 }
 
 /// How long a cancelled turn may take to end before the supervisor ends it.

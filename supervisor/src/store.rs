@@ -315,6 +315,17 @@ text_enum! {
     }
 }
 
+/// A turn still running, as re-adoption needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenTurn {
+    /// The turn.
+    pub turn_id: String,
+    /// The JSON-RPC id of its `session/prompt`.
+    pub request_id: String,
+    /// Its prompt reached agentctl.
+    pub delivered: bool,
+}
+
 /// A task row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Task {
@@ -720,12 +731,16 @@ impl Store {
         &self,
         session_id: String,
         execution_id: String,
-    ) -> Result<Vec<(String, String)>, StoreError> {
+    ) -> Result<Vec<OpenTurn>, StoreError> {
         self.call(move |conn| {
             let mut stmt = conn.prepare(
-                "SELECT id, request_id FROM turns WHERE session_id = ?1 AND execution_id = ?2 AND state = 'running' ORDER BY id",
+                "SELECT id, request_id, delivered FROM turns WHERE session_id = ?1 AND execution_id = ?2 AND state = 'running' ORDER BY id",
             )?;
-            let rows = stmt.query_map(params![session_id, execution_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<Vec<_>, _>>()?;
+            let rows = stmt
+                .query_map(params![session_id, execution_id], |r| {
+                    Ok(OpenTurn { turn_id: r.get(0)?, request_id: r.get(1)?, delivered: r.get(2)? })
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
             Ok(rows)
         })
         .await
@@ -884,9 +899,18 @@ impl Store {
     ) -> Result<(), StoreError> {
         self.call(move |conn| {
             conn.execute(
-                "INSERT INTO turns (id, session_id, execution_id, request_id, state, started_at) VALUES (?1, ?2, ?3, ?4, 'running', ?5)",
+                "INSERT INTO turns (id, session_id, execution_id, request_id, state, started_at, delivered) VALUES (?1, ?2, ?3, ?4, 'running', ?5, 0)",
                 params![turn_id, session_id, execution_id, request_id, now_ms()],
             )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Records that a turn's prompt reached agentctl.
+    pub async fn mark_delivered(&self, turn_id: String) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            conn.execute("UPDATE turns SET delivered = 1 WHERE id = ?1", [&turn_id])?;
             Ok(())
         })
         .await

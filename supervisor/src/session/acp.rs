@@ -89,6 +89,7 @@ impl SessionActor {
             // Outside the sequence: nothing to record or acknowledge, only to say.
             return self.agentctl_stalled(reason);
         }
+        let seq = event.seq;
         self.durability.handled = event.seq;
         self.durability.unacked += 1;
         // After a restart, replayed events that were already recorded are not recorded
@@ -125,12 +126,35 @@ impl SessionActor {
                 }
                 false
             }
+            EventKind::Delivered { id } => {
+                self.delivered(&id).await;
+                false
+            }
             EventKind::AgentStarted { .. } => false,
             _ => false,
         };
         self.suppress_history = false;
         self.suppress_events = false;
+        if self.replay_until.is_some_and(|until| seq >= until) {
+            self.settle_undelivered().await;
+        }
         self.ack(force_ack).await;
+    }
+
+    /// A request of ours reached agentctl: for a prompt, the turn's row says so.
+    async fn delivered(&mut self, id: &Value) {
+        let key = match id {
+            Value::Number(n) => n.to_string(),
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        self.undelivered.remove(&key);
+        if let Some(Pending::Prompt { turn_id, .. }) = self.pending.get(&key) {
+            let turn_id = turn_id.clone();
+            if let Err(err) = self.context.store.mark_delivered(turn_id).await {
+                self.write_failed("a delivered prompt", &err);
+            }
+        }
     }
 
     /// agentctl cannot write its spool (a full disk): the agent's output is held there, and

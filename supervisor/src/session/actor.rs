@@ -133,6 +133,11 @@ pub(super) struct SessionActor {
     pub(super) stalled: Option<String>,
     /// When to try again after a failed write, and the delay after that.
     stall_retry: Option<(Instant, std::time::Duration)>,
+    /// Re-attached turns whose prompt was not known to be delivered: request id → turn id.
+    pub(super) undelivered: HashMap<String, String>,
+    /// After a re-attach: the agentctl seq the replay must reach before `undelivered` is
+    /// settled.
+    pub(super) replay_until: Option<u64>,
     /// Session events not yet in the event log. They are written together (one write per
     /// handled event or command) and before any store write that would make a replay skip
     /// them, so a kill leaves all of them or none, and a replay that finds them written
@@ -193,6 +198,8 @@ impl SessionActor {
             unflushed_events: Vec::new(),
             stalled: None,
             stall_retry: None,
+            undelivered: HashMap::new(),
+            replay_until: None,
         }
     }
 
@@ -358,6 +365,7 @@ impl SessionActor {
             .store
             .insert_turn(turn_id.clone(), self.row.id.clone(), execution_id, request_id.to_string())
             .await?;
+        agentctl::fault::point("prompt.recorded");
         self.next_request_id += 1;
         self.record_history(EntryType::UserMessage, text.clone(), None);
         self.emit(SessionEventKind::TurnStarted { turn_id: turn_id.clone(), prompt: text });
@@ -606,10 +614,38 @@ impl SessionActor {
             let adopted = launch::adopt(context, plan.addr, plan.executor).await;
             let _ = internal_tx.send(Internal::Adopted(adopted));
         });
-        for (turn_id, request_id) in plan.open_turns {
-            self.pending
-                .insert(request_id, Pending::Prompt { turn_id: turn_id.clone(), injected: false });
+        for open in plan.open_turns {
+            let turn_id = open.turn_id;
+            if !open.delivered {
+                self.undelivered.insert(open.request_id.clone(), turn_id.clone());
+            }
+            self.pending.insert(
+                open.request_id,
+                Pending::Prompt { turn_id: turn_id.clone(), injected: false },
+            );
             self.turn = Some(turn_id);
+        }
+    }
+
+    /// After a re-attach, once the replay has passed what agentctl held when we connected:
+    /// a turn whose prompt was never delivered will never end, so it fails now, saying so.
+    pub(super) async fn settle_undelivered(&mut self) {
+        self.replay_until = None;
+        let undelivered: Vec<(String, String)> = self.undelivered.drain().collect();
+        for (request_id, turn_id) in undelivered {
+            self.pending.remove(&request_id);
+            let error =
+                "the supervisor stopped before this prompt reached the agent; send it again";
+            if self.turn.as_deref() == Some(turn_id.as_str()) {
+                self.end_turn(TurnState::Failed, None, Some(error.into())).await;
+            } else if let Err(err) = self
+                .context
+                .store
+                .end_turn(turn_id, TurnState::Failed, None, Some(error.into()))
+                .await
+            {
+                self.write_failed("the end of a turn", &err);
+            }
         }
     }
 
@@ -751,6 +787,10 @@ impl SessionActor {
             self.durability.events_mark,
         );
         self.resume_context_pending = record.resume_context_pending;
+        match status.as_ref().map(|status| status.last_seq) {
+            Some(until) if until > acked => self.replay_until = Some(until),
+            _ => self.settle_undelivered().await,
+        }
         self.execution = Some(Execution { agent_running: running, ..execution });
         let turn_id = self.turn.clone();
         self.update_view(|view| {

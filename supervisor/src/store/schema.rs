@@ -83,6 +83,12 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE executors_running ADD COLUMN acp_session_id TEXT;
     ALTER TABLE executors_running ADD COLUMN resume_outcome TEXT;
     ",
+    // 3: whether a turn's prompt reached agentctl (its `delivered` event was handled), so a
+    // restart can fail a prompt that never got through instead of waiting for it forever.
+    // Turns recorded before this migration count as delivered.
+    "
+    ALTER TABLE turns ADD COLUMN delivered INTEGER NOT NULL DEFAULT 1;
+    ",
 ];
 
 /// Brings the database up to the newest migration.

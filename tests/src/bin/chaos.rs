@@ -38,8 +38,14 @@ const SETTLE: Duration = Duration::from_secs(10);
 const GO_AWAY: Duration = Duration::from_secs(5);
 
 /// The named fault points the matrix arms (each kills the supervisor there).
-const FAULT_POINTS: &[&str] =
-    &["ack.stored", "ack.sent", "history.mid_message", "permission.queued", "turn.recorded"];
+const FAULT_POINTS: &[&str] = &[
+    "ack.stored",
+    "ack.sent",
+    "history.mid_message",
+    "permission.queued",
+    "turn.recorded",
+    "prompt.recorded",
+];
 
 #[derive(Debug, Default)]
 struct Tally {

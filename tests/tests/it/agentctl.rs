@@ -411,12 +411,21 @@ async fn bad_agent_output_becomes_events_and_nothing_stops() {
             EventKind::AgentStarted { .. } => "agent_started",
             EventKind::AgentExited { .. } => "agent_exited",
             EventKind::Error { .. } => "error",
+            EventKind::Delivered { .. } => "delivered",
             _ => "other",
         })
         .collect();
     assert_eq!(
         kinds,
-        BTreeSet::from(["acp", "agent_exited", "agent_started", "error", "stderr", "stdout_noise"])
+        BTreeSet::from([
+            "acp",
+            "agent_exited",
+            "agent_started",
+            "delivered",
+            "error",
+            "stderr",
+            "stdout_noise"
+        ])
     );
 }
 

@@ -669,3 +669,32 @@ async fn r10_a_kill_after_a_turn_is_recorded_keeps_its_events() {
     assert_eq!(status["state"], "WAITING_FOR_INPUT", "{status}");
     assert!(api.ask(&session, "third").await.contains("you said: third"));
 }
+
+/// Found by the fault matrix: the supervisor killed after a turn was recorded but before
+/// its prompt reached agentctl. The restarted supervisor cannot wait for an answer that
+/// will never come: once the replay has caught up, the turn fails, saying why, and the
+/// session takes prompts again.
+#[tokio::test]
+async fn r10_a_prompt_cut_off_before_delivery_fails_its_turn_instead_of_hanging() {
+    let mut daemon = Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "prompt.recorded")]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("p")).await;
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let _ = api
+        .client_call_raw("task.session.prompt", json!({"session_id": &session, "prompt": "lost"}))
+        .await;
+    drop(api);
+    within("the supervisor to die at the fault point", daemon.wait_exit()).await;
+    daemon.restart_with_env(&[]).await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, after).await;
+    let seen = until(&mut events, turn_ended).await;
+    let ended = seen.last().unwrap();
+    assert_eq!(ended["state"], "failed", "{ended}");
+    assert!(
+        ended["error"].as_str().unwrap().contains("before this prompt reached the agent"),
+        "{ended}"
+    );
+    assert_eq!(api.status(&session).await["state"], "WAITING_FOR_INPUT");
+    assert!(api.ask(&session, "again").await.contains("you said: again"));
+}
