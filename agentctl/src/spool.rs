@@ -233,28 +233,8 @@ impl<E: Entry> Spool<E> {
         let entry = build(seq, now_ms());
         let mut line = serde_json::to_vec(&entry).expect("UNWRAP: spool entries always serialise");
         line.push(b'\n');
-        let (path, before) = {
-            let active = inner.segments.back().expect("UNWRAP: there is always an active segment");
-            (active.path.clone(), active.bytes)
-        };
-        if let Err(err) = inner.active.write_all(&line) {
-            // A short write (ENOSPC) must not leave half a line for the next one to be
-            // glued to: cut the segment back to its last whole line.
-            if let Err(cut) = inner.active.set_len(before) {
-                tracing::error!(%cut, path = %path.display(), "cannot cut a torn spool line");
-            }
-            let _ = std::io::Seek::seek(&mut inner.active, std::io::SeekFrom::Start(before));
-            return Err((SpoolError::Io { path, source: err }, entry));
-        }
-        inner.next_seq += 1;
-        let active = inner.segments.back_mut().expect("UNWRAP: there is always an active segment");
-        active.last_seq = seq;
-        active.bytes += line.len() as u64;
-        if active.bytes >= self.segment_bytes
-            && let Err(err) = self.rotate(&mut inner)
-        {
-            // The entry is written; a failed rotation only delays the next segment.
-            tracing::error!(%err, "cannot rotate the spool");
+        if let Err(err) = self.write_lines(&mut inner, &line, seq) {
+            return Err((err, entry));
         }
         drop(inner);
         self.last_seq_tx.send_replace(seq);
@@ -283,13 +263,23 @@ impl<E: Entry> Spool<E> {
         if last < first {
             return Ok(first - 1);
         }
+        self.write_lines(&mut inner, &lines, last)?;
+        drop(inner);
+        self.last_seq_tx.send_replace(last);
+        Ok(last)
+    }
+
+    /// Writes whole lines, the last of them for seq `last`, to the active segment and counts
+    /// them. A failed (short) write — a full disk — is cut back to the last whole line and
+    /// counts nothing, so the next line is not glued to half of this one.
+    fn write_lines(&self, inner: &mut Inner, lines: &[u8], last: u64) -> Result<(), SpoolError> {
         let (path, before) = {
             let active = inner.segments.back().expect("UNWRAP: there is always an active segment");
             (active.path.clone(), active.bytes)
         };
-        if let Err(err) = inner.active.write_all(&lines) {
+        if let Err(err) = inner.active.write_all(lines) {
             if let Err(cut) = inner.active.set_len(before) {
-                tracing::error!(%cut, path = %path.display(), "cannot cut torn spool lines");
+                tracing::error!(%cut, path = %path.display(), "cannot cut a torn spool line");
             }
             let _ = std::io::Seek::seek(&mut inner.active, std::io::SeekFrom::Start(before));
             return Err(SpoolError::Io { path, source: err });
@@ -299,13 +289,12 @@ impl<E: Entry> Spool<E> {
         active.last_seq = last;
         active.bytes += lines.len() as u64;
         if active.bytes >= self.segment_bytes
-            && let Err(err) = self.rotate(&mut inner)
+            && let Err(err) = self.rotate(inner)
         {
+            // The lines are written; a failed rotation only delays the next segment.
             tracing::error!(%err, "cannot rotate the spool");
         }
-        drop(inner);
-        self.last_seq_tx.send_replace(last);
-        Ok(last)
+        Ok(())
     }
 
     /// Marks everything up to `seq` acknowledged and drops the segments that holds. A seq

@@ -139,6 +139,20 @@ impl Daemon {
     pub async fn kill_restart_and_follow(&mut self, session: &str, seen: &mut Vec<Value>) -> Api {
         self.kill().await;
         self.restart().await;
+        self.follow_turn(session, seen).await
+    }
+
+    /// Like [`Daemon::kill_restart_and_follow`], for a daemon armed with a fault point
+    /// (`TETHER_FAULT`): waits for it to die there, then starts it again disarmed.
+    pub async fn fault_restart_and_follow(&mut self, session: &str, seen: &mut Vec<Value>) -> Api {
+        within("the supervisor to die at the fault point", self.wait_exit()).await;
+        self.restart_with_env(&[]).await;
+        self.follow_turn(session, seen).await
+    }
+
+    /// A new client that follows the session's events from the last one in `seen` to the
+    /// end of a turn, appending them.
+    async fn follow_turn(&self, session: &str, seen: &mut Vec<Value>) -> Api {
         let api = self.api().await;
         let after = seen.last().and_then(|event| event["seq"].as_u64()).unwrap_or(0);
         let mut events = api.subscribe(session, after).await;

@@ -57,13 +57,7 @@ async fn r10_a_kill_right_after_an_ack_loses_nothing_and_doubles_nothing() {
     let mut seen = vec![next(&mut events).await];
     drop(events);
     drop(api);
-    // The fault point kills it; the wait below returns once it is dead.
-    within("the supervisor to die at the fault point", daemon.wait_exit()).await;
-    daemon.restart_with_env(&[]).await;
-    let api = daemon.api().await;
-    let after_seen = seen.last().unwrap()["seq"].as_u64().unwrap();
-    let mut events = api.subscribe(&session, after_seen).await;
-    seen.extend(until(&mut events, turn_ended).await);
+    let api = daemon.fault_restart_and_follow(&session, &mut seen).await;
     let ended = seen.last().unwrap();
     assert_eq!(ended["state"], "completed", "{ended}");
     let texts = chunks(&seen);
@@ -129,11 +123,8 @@ async fn r10_a_kill_mid_message_at_the_fault_point_keeps_the_history_whole() {
         .await
         .unwrap();
     drop(api);
-    within("the supervisor to die at the fault point", daemon.wait_exit()).await;
-    daemon.restart_with_env(&[]).await;
-    let api = daemon.api().await;
-    let mut events = api.subscribe(&session, 0).await;
-    let seen = until(&mut events, turn_ended).await;
+    let mut seen = Vec::new();
+    let api = daemon.fault_restart_and_follow(&session, &mut seen).await;
     assert_eq!(chunks(&seen).len(), 2000);
     let history = history_text(&api, &session).await;
     let kinds: Vec<&str> = history.iter().map(|e| e["type"].as_str().unwrap()).collect();
@@ -658,11 +649,7 @@ async fn r10_a_kill_after_a_turn_is_recorded_keeps_its_events() {
     let mut seen = vec![next(&mut events).await];
     drop(events);
     drop(api);
-    within("the supervisor to die at the fault point", daemon.wait_exit()).await;
-    daemon.restart_with_env(&[]).await;
-    let api = daemon.api().await;
-    let mut events = api.subscribe(&session, seen.last().unwrap()["seq"].as_u64().unwrap()).await;
-    seen.extend(until(&mut events, turn_ended).await);
+    let api = daemon.fault_restart_and_follow(&session, &mut seen).await;
     assert_eq!(seen.iter().filter(|e| e["type"] == "turn_ended").count(), 1);
     assert_eq!(chunks(&seen).len(), 50);
     let status = api.status(&session).await;
