@@ -1,8 +1,9 @@
 //! The ACP client side of the actor: agentctl events in, history and session events out;
 //! responses matched to our requests; the resume ladder after `initialize`.
 //!
-//! Results are read through small tolerant types (unknown fields ignored, missing ones
-//! defaulted) rather than by indexing raw JSON.
+//! Results are parsed with the pinned ACP schema crate (`protocol::acp::schema`),
+//! tolerantly: a result that does not fit the schema (a newer agent) is kept raw and read
+//! for the one field needed, never a reason to fail the session.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -13,40 +14,8 @@ use super::outbox::Outgoing;
 use crate::events::SessionEventKind;
 use crate::history::{self, EntryType};
 use crate::store::{ExecutorStatus, ResumeOutcome, SessionState, TurnState, task_state};
+use protocol::acp::{Parsed, schema};
 use protocol::control::{Event, EventKind};
-
-/// `initialize`'s result, as far as the resume ladder needs it.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-struct InitializeResult {
-    agent_capabilities: AgentCapabilities,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-struct AgentCapabilities {
-    load_session: bool,
-    session_capabilities: SessionCapabilities,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct SessionCapabilities {
-    /// Present (an object) when the agent serves `session/resume`.
-    resume: Option<Value>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-struct NewSessionResult {
-    session_id: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-struct PromptResult {
-    stop_reason: Option<String>,
-}
 
 /// A JSON-RPC error object, tolerantly.
 #[derive(Debug, Default, Deserialize)]
@@ -332,11 +301,15 @@ impl SessionActor {
                 false
             }
             Pending::NewSession => {
-                match result.map(|result| {
-                    serde_json::from_value::<NewSessionResult>(result)
-                        .unwrap_or_default()
-                        .session_id
-                }) {
+                let session_id = result.map(|result| {
+                    match protocol::acp::parse::<schema::NewSessionResponse>(&result) {
+                        Parsed::Known(response) => Some(response.session_id.0.to_string()),
+                        Parsed::Unknown(raw) => {
+                            raw.get("sessionId").and_then(Value::as_str).map(str::to_owned)
+                        }
+                    }
+                });
+                match session_id {
                     Ok(Some(acp_session)) => self.session_opened(acp_session, None).await,
                     Ok(None) => self.fail("session/new returned no sessionId".into()).await,
                     Err(error) => {
@@ -353,9 +326,19 @@ impl SessionActor {
                                 self.clear_resume_context_pending().await;
                             }
                             self.store_token_again().await;
-                            let stop_reason = serde_json::from_value::<PromptResult>(result)
-                                .unwrap_or_default()
-                                .stop_reason
+                            let stop_reason =
+                                match protocol::acp::parse::<schema::PromptResponse>(&result) {
+                                    Parsed::Known(response) => {
+                                        serde_json::to_value(response.stop_reason)
+                                            .ok()
+                                            .and_then(|reason| reason.as_str().map(str::to_owned))
+                                    }
+                                    // A stop reason newer than the schema is kept as said.
+                                    Parsed::Unknown(raw) => raw
+                                        .get("stopReason")
+                                        .and_then(Value::as_str)
+                                        .map(str::to_owned),
+                                }
                                 .unwrap_or_else(|| "end_turn".into());
                             self.end_turn(TurnState::Completed, Some(stop_reason), None).await;
                         }
@@ -378,11 +361,13 @@ impl SessionActor {
             .filter(|resume| !resume.relaunched && self.profile.session.native_resume)
             .and_then(|resume| resume.token.clone());
         let Some(token) = native else { return self.new_acp_session() };
-        let capabilities = serde_json::from_value::<InitializeResult>(result)
-            .unwrap_or_default()
-            .agent_capabilities;
+        // An answer that does not fit the schema advertises nothing we can rely on.
+        let capabilities = match protocol::acp::parse::<schema::InitializeResponse>(&result) {
+            Parsed::Known(response) => response.agent_capabilities,
+            Parsed::Unknown(_) => schema::AgentCapabilities::default(),
+        };
         let params = json!({"sessionId": token, "cwd": self.row.workspace_path, "mcpServers": []});
-        if capabilities.session_capabilities.resume.as_ref().is_some_and(Value::is_object) {
+        if capabilities.session_capabilities.resume.is_some() {
             self.request(
                 protocol::acp::method::SESSION_RESUME,
                 params,

@@ -138,6 +138,8 @@ pub(super) struct SessionActor {
     /// After a re-attach: the agentctl seq the replay must reach before `undelivered` is
     /// settled.
     pub(super) replay_until: Option<u64>,
+    /// Prompts that arrived while a re-attach was still replaying.
+    deferred_prompts: Vec<(String, Reply<String>)>,
     /// Session events not yet in the event log. They are written together (one write per
     /// handled event or command) and before any store write that would make a replay skip
     /// them, so a kill leaves all of them or none, and a replay that finds them written
@@ -200,6 +202,7 @@ impl SessionActor {
             stall_retry: None,
             undelivered: HashMap::new(),
             replay_until: None,
+            deferred_prompts: Vec::new(),
         }
     }
 
@@ -274,7 +277,12 @@ impl SessionActor {
         }
         match command {
             Command::Prompt { text, reply } => {
-                if let Err(err) = self.start_turn(text, Some(reply)).await {
+                if self.replay_until.is_some() {
+                    // After a re-attach the event log is ahead of the store until the
+                    // replay catches up (a turn may have ended there already): a prompt
+                    // waits for it rather than being refused as `RUNNING`.
+                    self.deferred_prompts.push((text, reply));
+                } else if let Err(err) = self.start_turn(text, Some(reply)).await {
                     tracing::debug!(session = %self.row.id, %err, "prompt refused");
                 }
             }
@@ -631,6 +639,7 @@ impl SessionActor {
     /// a turn whose prompt was never delivered will never end, so it fails now, saying so.
     pub(super) async fn settle_undelivered(&mut self) {
         self.replay_until = None;
+        let deferred = std::mem::take(&mut self.deferred_prompts);
         let undelivered: Vec<(String, String)> = self.undelivered.drain().collect();
         for (request_id, turn_id) in undelivered {
             self.pending.remove(&request_id);
@@ -645,6 +654,11 @@ impl SessionActor {
                 .await
             {
                 self.write_failed("the end of a turn", &err);
+            }
+        }
+        for (text, reply) in deferred {
+            if let Err(err) = self.start_turn(text, Some(reply)).await {
+                tracing::debug!(session = %self.row.id, %err, "prompt refused");
             }
         }
     }
@@ -987,6 +1001,7 @@ impl SessionActor {
     /// with the reason, recoverable.
     pub(super) async fn execution_gone(&mut self, reason: &str) {
         self.handshake = None;
+        self.drop_replay(reason);
         self.update_view(|view| view.agent_running = false);
         self.answering.clear();
         if let Ok(pending) = self.context.store.list_pending(self.row.id.clone()).await {
@@ -1127,7 +1142,18 @@ impl SessionActor {
         self.start_adopt(AdoptPlan { executor: record, addr, open_turns });
     }
 
+    /// A re-attach's replay will not finish (the execution is gone): prompts that waited for
+    /// it are answered (the caller resumes and retries), and nothing is left to settle.
+    fn drop_replay(&mut self, reason: &str) {
+        self.replay_until = None;
+        self.undelivered.clear();
+        for (_, reply) in self.deferred_prompts.drain(..) {
+            let _ = reply.send(Err(SessionError::AgentGone(reason.to_owned())));
+        }
+    }
+
     fn fail_waiters(&mut self, reason: &str) {
+        self.drop_replay(reason);
         self.resume = None;
         for waiter in self.waiters.drain(..) {
             let _ = waiter.send(Err(SessionError::InvalidState(reason.to_owned())));
