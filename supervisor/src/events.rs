@@ -18,6 +18,9 @@ pub struct SessionEvent {
     /// at or below it are not emitted again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_seq: Option<u64>,
+    /// The execution (its generation) whose events `agent_seq` counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
     /// What happened.
     #[serde(flatten)]
     pub kind: SessionEventKind,

@@ -56,6 +56,16 @@ pub struct HistoryEntry {
     /// After a restart, events at or below it are not recorded again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_seq: Option<u64>,
+    /// The execution (its generation) whose events `agent_seq` counts: a mark means
+    /// nothing for another execution, whose agentctl numbers its events from 1 again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+}
+
+/// Whether a mark written for `written` counts for the execution of `generation`. Entries
+/// from before generations were written (`None`) are trusted, as they were then.
+pub fn same_execution(written: Option<i64>, generation: i64) -> bool {
+    written.is_none_or(|written| written == generation)
 }
 
 /// The writer of one session's history.
@@ -77,6 +87,10 @@ pub struct History {
     last_chunk: Option<u64>,
     /// The file's length after its last whole line.
     len: u64,
+    /// The execution whose events are being recorded (written into each entry).
+    generation: Option<i64>,
+    /// The execution of the newest entry on disk.
+    last_generation: Option<i64>,
 }
 
 impl History {
@@ -92,6 +106,7 @@ impl History {
         let last = repair_tail(&mut file)?
             .and_then(|line| serde_json::from_slice::<HistoryEntry>(&line).ok());
         let next_seq = last.as_ref().map_or(1, |entry| entry.seq + 1);
+        let last_generation = last.as_ref().and_then(|entry| entry.generation);
         let watermark = last.and_then(|entry| entry.agent_seq);
         let len = file.seek(SeekFrom::End(0))?;
         Ok(History {
@@ -103,6 +118,8 @@ impl History {
             unflushed_since: None,
             last_chunk: None,
             len,
+            generation: None,
+            last_generation,
         })
     }
 
@@ -125,6 +142,21 @@ impl History {
     /// The newest agentctl event seq the file reflects (from its last entry when opened).
     pub fn watermark(&self) -> Option<u64> {
         self.watermark
+    }
+
+    /// The mark to trust for the execution of `generation`: the newest entry's agentctl seq
+    /// if that entry was written for it, else 0 (nothing of it recorded yet).
+    pub fn mark_for(&self, generation: i64) -> u64 {
+        if same_execution(self.last_generation, generation) {
+            self.watermark.unwrap_or(0)
+        } else {
+            0
+        }
+    }
+
+    /// The execution whose events are recorded from now on.
+    pub fn set_generation(&mut self, generation: i64) {
+        self.generation = Some(generation);
     }
 
     /// Records that agentctl event `seq` is being handled.
@@ -208,6 +240,7 @@ impl History {
             tool_call_id,
             tool_status,
             agent_seq: self.watermark,
+            generation: self.generation,
         };
         let mut line = serde_json::to_vec(&entry).expect("UNWRAP: entries always serialise");
         line.push(b'\n');
@@ -221,6 +254,7 @@ impl History {
         }
         self.len += line.len() as u64;
         self.next_seq += 1;
+        self.last_generation = self.generation;
         Ok(seq)
     }
 }

@@ -128,6 +128,7 @@ mod tests {
             tool_call_id: tool.then(|| "c1".into()),
             tool_status: tool.then(|| "completed".into()),
             agent_seq: None,
+            generation: None,
         };
         serde_json::to_string(&entry).unwrap() + "\n"
     }

@@ -625,10 +625,15 @@ impl Supervisor {
         let boot_id = agentctl::ready::boot_id().unwrap_or_default();
         for (row, executor) in self.config.store.active_executions().await? {
             let session_id = row.id.clone();
+            let (kept_row, kept_executor) = (row.clone(), executor.clone());
             match self.recover_one(row, executor, &boot_id, &mut summary).await {
                 Ok(Some(view)) => adopting.push(view),
                 Ok(None) => {}
                 Err(err) => {
+                    // Whatever it was, no sidecar of it may run on unowned.
+                    if let Err(fence) = self.fence(&kept_row, Some(kept_executor)).await {
+                        tracing::error!(session = %session_id, %fence, "cannot fence a skipped session's sidecar");
+                    }
                     summary.skipped += 1;
                     tracing::error!(session = %session_id, %err, "cannot recover this session; skipped");
                     let message = format!("recovery skipped this session: {err}");
@@ -720,40 +725,55 @@ impl Supervisor {
         // Dead (or not to be trusted): make sure, then mark what it left behind.
         self.fence(&row, Some(executor.clone())).await?;
         let store = &self.config.store;
-        let turns = store.interrupt_turns(row.id.clone()).await?;
-        summary.interrupted += turns.len();
+        let turns = store.running_turns(row.id.clone()).await?;
         let pending = store.list_pending(row.id.clone()).await?;
-        summary.approvals_cancelled += store.clear_pending(row.id.clone()).await?;
-        let _ = store
-            .set_executor_status(row.id.clone(), executor.execution_id, ExecutorStatus::Dead)
-            .await;
-        summary.dead += 1;
         // Subscribers that only listen learn it from the stream: each interrupted turn ends,
-        // each question is void, and the session waits for input with the reason.
-        let log = self.event_log(&row.id)?;
-        let publish = |kind: SessionEventKind| {
-            if let Err(err) =
-                log.append_with(|seq, at| SessionEvent { seq, at, agent_seq: None, kind })
-            {
-                tracing::error!(session = %row.id, %err, "cannot publish a recovery event");
-            }
-        };
-        for (request_id, _, _) in pending {
-            publish(SessionEventKind::PermissionResolved {
-                request_id,
+        // each question is void, and the session waits for input with the reason. Published
+        // before the store changes (a kill in between publishes again at the next start,
+        // rather than never).
+        let reason = "the agent stopped while the supervisor was down; resume the session to go on";
+        let mut kinds: Vec<SessionEventKind> = Vec::new();
+        for (request_id, _, _) in &pending {
+            kinds.push(SessionEventKind::PermissionResolved {
+                request_id: request_id.clone(),
                 outcome: serde_json::json!({"outcome": "cancelled"}),
             });
         }
-        let reason = "the agent stopped while the supervisor was down; resume the session to go on";
-        for turn_id in turns {
-            publish(SessionEventKind::TurnEnded {
-                turn_id,
+        for turn_id in &turns {
+            kinds.push(SessionEventKind::TurnEnded {
+                turn_id: turn_id.clone(),
                 state: TurnState::Interrupted,
                 stop_reason: None,
                 error: Some(reason.into()),
             });
         }
-        if matches!(row.state, SessionState::Starting | SessionState::Running) {
+        let unstuck = matches!(row.state, SessionState::Starting | SessionState::Running);
+        if unstuck {
+            kinds.push(SessionEventKind::State {
+                state: SessionState::WaitingForInput,
+                error: Some(reason.into()),
+            });
+        }
+        if !kinds.is_empty() {
+            self.event_log(&row.id)?
+                .append_all(kinds, |seq, at, kind| SessionEvent {
+                    seq,
+                    at,
+                    agent_seq: None,
+                    generation: None,
+                    kind,
+                })
+                .map_err(|err| {
+                    ServiceError::Internal(format!("publishing recovery events: {err}"))
+                })?;
+        }
+        summary.interrupted += store.interrupt_turns(row.id.clone()).await?.len();
+        summary.approvals_cancelled += store.clear_pending(row.id.clone()).await?;
+        let _ = store
+            .set_executor_status(row.id.clone(), executor.execution_id, ExecutorStatus::Dead)
+            .await;
+        summary.dead += 1;
+        if unstuck {
             store
                 .set_session_state(
                     row.id.clone(),
@@ -762,10 +782,6 @@ impl Supervisor {
                     None,
                 )
                 .await?;
-            publish(SessionEventKind::State {
-                state: SessionState::WaitingForInput,
-                error: Some(reason.into()),
-            });
         }
         Ok(None)
     }
@@ -801,6 +817,11 @@ impl Supervisor {
         match self.handle(&session_id).filter(SessionHandle::is_live) {
             Some(handle) => Ok(handle.stop().await?),
             None => {
+                // No actor: whatever sidecar its record names must not outlive the session.
+                let executor = self.config.store.get_executor(session_id.clone()).await?;
+                if let Err(err) = self.fence(&row, executor).await {
+                    tracing::warn!(session = %session_id, %err, "cannot fence a stopped session's sidecar");
+                }
                 self.config
                     .store
                     .set_session_state(session_id, SessionState::Completed, None, None)

@@ -642,15 +642,24 @@ impl Store {
         .await
     }
 
-    /// Records a new execution, replacing the previous one (a new generation).
+    /// Records an execution, replacing the previous one: a new execution gets the next
+    /// generation; writing the same execution again keeps its own. Returns the row stored.
     pub async fn put_executor(&self, row: ExecutorRow) -> Result<ExecutorRow, StoreError> {
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let previous: Option<i64> = tx
-                .query_row("SELECT generation FROM executors_running WHERE session_id = ?1", [&row.session_id], |r| r.get(0))
+            let previous: Option<(i64, String)> = tx
+                .query_row(
+                    "SELECT generation, execution_id FROM executors_running WHERE session_id = ?1",
+                    [&row.session_id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
                 .optional()?;
             let mut row = row;
-            row.generation = previous.map_or(1, |generation| generation + 1);
+            row.generation = match previous {
+                Some((generation, execution_id)) if execution_id == row.execution_id => generation,
+                Some((generation, _)) => generation + 1,
+                None => 1,
+            };
             let now = now_ms();
             tx.execute(
                 "INSERT OR REPLACE INTO executors_running (session_id, execution_id, generation, runtime, status, resume_token, \
@@ -742,6 +751,19 @@ impl Store {
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(rows)
+        })
+        .await
+    }
+
+    /// The running turns of a session, oldest first.
+    pub async fn running_turns(&self, session_id: String) -> Result<Vec<String>, StoreError> {
+        self.call(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT id FROM turns WHERE session_id = ?1 AND state = 'running' ORDER BY id",
+            )?;
+            let ids =
+                stmt.query_map([&session_id], |r| r.get(0))?.collect::<Result<Vec<_>, _>>()?;
+            Ok(ids)
         })
         .await
     }

@@ -361,10 +361,14 @@ impl SessionActor {
             .filter(|resume| !resume.relaunched && self.profile.session.native_resume)
             .and_then(|resume| resume.token.clone());
         let Some(token) = native else { return self.new_acp_session() };
-        // An answer that does not fit the schema advertises nothing we can rely on.
+        // An answer that does not fit the schema is read for its capabilities alone.
         let capabilities = match protocol::acp::parse::<schema::InitializeResponse>(&result) {
             Parsed::Known(response) => response.agent_capabilities,
-            Parsed::Unknown(_) => schema::AgentCapabilities::default(),
+            // Its capabilities may still parse on their own (their fields default on error).
+            Parsed::Unknown(raw) => raw
+                .get("agentCapabilities")
+                .and_then(|caps| serde_json::from_value(caps.clone()).ok())
+                .unwrap_or_default(),
         };
         let params = json!({"sessionId": token, "cwd": self.row.workspace_path, "mcpServers": []});
         if capabilities.session_capabilities.resume.is_some() {

@@ -140,6 +140,11 @@ pub(super) struct SessionActor {
     pub(super) replay_until: Option<u64>,
     /// Prompts that arrived while a re-attach was still replaying.
     deferred_prompts: Vec<(String, Reply<String>)>,
+    /// The generation of the execution whose events are being handled (written into every
+    /// session event and history entry, so marks from another execution are not trusted).
+    generation: Option<i64>,
+    /// Background retires and fences not finished yet (a launch waits for them).
+    retiring: Vec<tokio::task::JoinHandle<()>>,
     /// Session events not yet in the event log. They are written together (one write per
     /// handled event or command) and before any store write that would make a replay skip
     /// them, so a kill leaves all of them or none, and a replay that finds them written
@@ -162,9 +167,6 @@ impl SessionActor {
         history: History,
         view_tx: watch::Sender<SessionView>,
     ) -> SessionActor {
-        let events_mark =
-            events.last_entry().ok().flatten().and_then(|event| event.agent_seq).unwrap_or(0);
-        let history_mark = history.watermark().unwrap_or(0);
         let (internal_tx, internal_rx) = mpsc::unbounded_channel();
         let phase = view_tx.borrow().phase;
         SessionActor {
@@ -191,13 +193,15 @@ impl SessionActor {
             waiters: Vec::new(),
             resume_context_pending: false,
             loading: false,
-            durability: Durability::resuming_at(0, history_mark, events_mark),
+            durability: Durability::default(),
+            generation: None,
             suppress_history: false,
             suppress_events: false,
             answering: HashMap::new(),
             after_launch: AfterLaunch::Keep,
             retire_waiters: Vec::new(),
             unflushed_events: Vec::new(),
+            retiring: Vec::new(),
             stalled: None,
             stall_retry: None,
             undelivered: HashMap::new(),
@@ -448,7 +452,8 @@ impl SessionActor {
     }
 
     async fn stop(&mut self, reply: Reply<()>) {
-        if self.phase == Phase::Launching {
+        if matches!(self.phase, Phase::Launching | Phase::Adopting) {
+            // Its task reports later; what it brings is retired then.
             self.after_launch = AfterLaunch::Retire;
         }
         if let Some(execution) = self.execution.take() {
@@ -468,7 +473,8 @@ impl SessionActor {
     /// Stops the agent and agentctl; the session stays active and needs a resume. The
     /// caller is answered once the sidecar is gone for certain.
     async fn detach(&mut self, reply: Reply<()>) {
-        if self.phase == Phase::Launching {
+        let in_flight = matches!(self.phase, Phase::Launching | Phase::Adopting);
+        if in_flight {
             self.after_launch = AfterLaunch::Retire;
             self.retire_waiters.push(reply);
         } else if let Some(execution) = self.execution.take() {
@@ -481,36 +487,49 @@ impl SessionActor {
         }
         self.handshake = None;
         self.update_view(|view| view.agent_running = false);
-        if self.phase != Phase::Launching {
+        self.fail_waiters("the agent was stopped");
+        if !in_flight {
             self.enter(Phase::Idle);
+            if self.row.state == SessionState::Starting {
+                let _ = self.set_state(SessionState::WaitingForInput, None, None).await;
+            }
         }
     }
 
     /// Stops an execution in the background: politely, then the fence. `reply` (if any)
     /// is answered when it is gone.
-    pub(super) fn retire(&self, execution: Execution, reply: Option<Reply<()>>) {
+    pub(super) fn retire(&mut self, execution: Execution, reply: Option<Reply<()>>) {
         let context = self.context.clone();
         let grace = std::time::Duration::from_millis(self.profile.process.stop_grace_ms);
         let Execution { id, record, calls, .. } = execution;
         let store = self.context.store.clone();
         let session_id = self.row.id.clone();
-        tokio::spawn(async move {
+        let retiring = tokio::spawn(async move {
             let result = launch::retire(context, calls, record, grace).await;
             let _ = store.set_executor_status(session_id, id, ExecutorStatus::Stopped).await;
             if let Some(reply) = reply {
                 let _ = reply.send(result.map_err(SessionError::InvalidState));
             }
         });
+        self.keep_retiring(retiring);
+    }
+
+    /// Remembers a background retire or fence: the next launch waits for it, so a fence
+    /// that runs late can never hit the execution launched after it.
+    fn keep_retiring(&mut self, task: tokio::task::JoinHandle<()>) {
+        self.retiring.retain(|task| !task.is_finished());
+        self.retiring.push(task);
     }
 
     /// Fences an execution that is being dropped (lost, refused), in the background.
-    pub(super) fn fence_now(&self, record: ExecutorRow) {
+    pub(super) fn fence_now(&mut self, record: ExecutorRow) {
         let context = self.context.clone();
-        tokio::spawn(async move {
+        let fencing = tokio::spawn(async move {
             if let Err(err) = launch::fence(&context, record, std::time::Duration::ZERO).await {
                 tracing::error!(%err, "cannot fence a lost execution");
             }
         });
+        self.keep_retiring(fencing);
     }
 
     // ---- launching ----------------------------------------------------------------------
@@ -550,6 +569,11 @@ impl SessionActor {
 
     /// Decides the argv and starts the launch task (fence, runtime, agentctl, agent).
     pub(super) async fn start_launch(&mut self, resume_token: Option<&str>) {
+        // An execution still held (an adopted one whose agent died, not yet replayed) is
+        // let go first; the launch fences it anyway, and its end must not look like a loss.
+        if let Some(execution) = self.execution.take() {
+            self.retire(execution, None);
+        }
         self.enter(Phase::Launching);
         if let Err(err) =
             self.set_state(SessionState::Starting, None, Some(task_state::IN_PROGRESS)).await
@@ -599,7 +623,11 @@ impl SessionActor {
         self.resume_context_pending = false;
         let context = self.context.clone();
         let internal_tx = self.internal_tx.clone();
+        let retiring = std::mem::take(&mut self.retiring);
         tokio::spawn(async move {
+            for task in retiring {
+                let _ = task.await;
+            }
             let launched = launch::launch(context.clone(), plan).await;
             if let Err(mpsc::error::SendError(Internal::Launched(Ok(connected)))) =
                 internal_tx.send(Internal::Launched(launched))
@@ -619,8 +647,17 @@ impl SessionActor {
         let internal_tx = self.internal_tx.clone();
         let context = self.context.clone();
         tokio::spawn(async move {
-            let adopted = launch::adopt(context, plan.addr, plan.executor).await;
-            let _ = internal_tx.send(Internal::Adopted(adopted));
+            let adopted = launch::adopt(context.clone(), plan.addr, plan.executor).await;
+            if let Err(mpsc::error::SendError(Internal::Adopted(Ok(connected)))) =
+                internal_tx.send(Internal::Adopted(adopted))
+            {
+                // The actor is gone: nobody owns this execution.
+                if let Err(err) =
+                    launch::fence(&context, connected.record, std::time::Duration::ZERO).await
+                {
+                    tracing::error!(%err, "cannot fence an unowned execution");
+                }
+            }
         });
         for open in plan.open_turns {
             let turn_id = open.turn_id;
@@ -729,6 +766,8 @@ impl SessionActor {
         }
         // A new execution starts a new agentctl sequence: nothing of it was recorded yet.
         self.durability = Default::default();
+        self.generation = Some(execution.record.generation);
+        self.history.set_generation(execution.record.generation);
         self.execution = Some(execution);
         self.update_view(|view| view.agent_running = true);
         self.enter(Phase::Opening);
@@ -741,6 +780,37 @@ impl SessionActor {
     }
 
     async fn adopted(&mut self, adopted: Result<Connected, String>) {
+        if self.after_launch == AfterLaunch::Retire {
+            // Stopped or detached while re-attaching: what was found is retired (or fenced).
+            self.after_launch = AfterLaunch::Keep;
+            let mut waiters = std::mem::take(&mut self.retire_waiters);
+            let reply = waiters.pop();
+            for other in waiters {
+                let _ = other.send(Ok(()));
+            }
+            match adopted {
+                Ok(connected) => {
+                    let execution = self.connect(connected, false);
+                    self.retire(execution, reply);
+                }
+                Err(_) => {
+                    if let Ok(Some(record)) =
+                        self.context.store.get_executor(self.row.id.clone()).await
+                    {
+                        self.fence_now(record);
+                    }
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Ok(()));
+                    }
+                }
+            }
+            if self.phase != Phase::Ended {
+                self.pending.clear();
+                self.turn = None;
+                self.enter(Phase::Idle);
+            }
+            return;
+        }
         let connected = match adopted {
             Ok(connected) => connected,
             Err(err) => {
@@ -764,7 +834,8 @@ impl SessionActor {
                 self.pending.clear();
                 self.turn = None;
                 self.update_view(|view| view.turn_id = None);
-                match self.context.store.interrupt_turns(self.row.id.clone()).await {
+                // Published before the rows change: a replay would not publish them again.
+                match self.context.store.running_turns(self.row.id.clone()).await {
                     Ok(turns) => {
                         for turn_id in turns {
                             self.emit(SessionEventKind::TurnEnded {
@@ -774,10 +845,14 @@ impl SessionActor {
                                 error: Some(reason.clone()),
                             });
                         }
+                        self.flush_events();
+                        if let Err(err) =
+                            self.context.store.interrupt_turns(self.row.id.clone()).await
+                        {
+                            self.write_failed("interrupted turns", &err);
+                        }
                     }
-                    Err(err) => {
-                        tracing::error!(session = %self.row.id, %err, "cannot mark turns interrupted")
-                    }
+                    Err(err) => self.write_failed("interrupted turns", &err),
                 }
                 self.enter(Phase::Idle);
                 self.execution_gone(&reason).await;
@@ -795,11 +870,19 @@ impl SessionActor {
             .as_ref()
             .is_some_and(|s| s.agent_state == protocol::control::AgentState::Running);
         let acked = record.acked_seq.max(0) as u64;
-        self.durability = Durability::resuming_at(
-            acked,
-            self.durability.history_mark,
-            self.durability.events_mark,
-        );
+        // Marks count only for the execution they were written for.
+        let events_mark = self
+            .events
+            .last_entry()
+            .ok()
+            .flatten()
+            .filter(|event| history::same_execution(event.generation, record.generation))
+            .and_then(|event| event.agent_seq)
+            .unwrap_or(0);
+        self.durability =
+            Durability::resuming_at(acked, self.history.mark_for(record.generation), events_mark);
+        self.generation = Some(record.generation);
+        self.history.set_generation(record.generation);
         self.resume_context_pending = record.resume_context_pending;
         match status.as_ref().map(|status| status.last_seq) {
             Some(until) if until > acked => self.replay_until = Some(until),
@@ -935,6 +1018,8 @@ impl SessionActor {
     /// Syncs what was written and stores `acked_seq`, then acknowledges through the
     /// outbox — nothing before it is durable (see `durability.rs`).
     pub(super) async fn ack(&mut self, force: bool) {
+        // What the handled events published must be in the log before it is synced.
+        self.flush_events();
         if self.stalled.is_some() {
             return;
         }
@@ -1128,9 +1213,6 @@ impl SessionActor {
             std::net::SocketAddr::from(([127, 0, 0, 1], record.agentctl_port.unwrap_or(0) as u16));
         drop(execution);
         self.history = history;
-        self.durability.history_mark = self.history.watermark().unwrap_or(0);
-        self.durability.events_mark =
-            self.events.last_entry().ok().flatten().and_then(|event| event.agent_seq).unwrap_or(0);
         self.unflushed_events.clear();
         self.pending.retain(|_, pending| !matches!(pending, Pending::Prompt { .. }));
         self.turn = None;
@@ -1197,12 +1279,19 @@ impl SessionActor {
         if self.unflushed_events.is_empty() {
             return;
         }
-        let handled = self.durability.handled;
-        let agent_seq = (handled > 0).then_some(handled);
+        // Never below what the log already holds for this execution (events re-published
+        // while a replay catches up must not lower the mark a restart reads back).
+        let mark = self.durability.handled.max(self.durability.events_mark);
+        let agent_seq = (mark > 0).then_some(mark);
+        let generation = self.generation;
         let kinds = std::mem::take(&mut self.unflushed_events);
-        if let Err(err) =
-            self.events.append_all(kinds, |seq, at, kind| SessionEvent { seq, at, agent_seq, kind })
-        {
+        if let Err(err) = self.events.append_all(kinds, |seq, at, kind| SessionEvent {
+            seq,
+            at,
+            agent_seq,
+            generation,
+            kind,
+        }) {
             self.write_failed("the session's event log", &err);
         }
     }

@@ -69,17 +69,17 @@ pub(super) async fn launch(
         .map_err(|err| fail(format!("the previous execution could not be stopped: {err}")))?;
     // Recorded before it exists, so a restart in the middle knows there may be a sidecar
     // to fence (found through its state dir or container name).
-    let mut record = ExecutorRow {
+    let record = ExecutorRow {
         session_id: session_id.clone(),
         execution_id: plan.spec.execution_id.clone(),
         runtime: context.runtime.name().into(),
         status: ExecutorStatus::Launching,
         resume_token: plan.previous.as_ref().and_then(|previous| previous.resume_token.clone()),
         agentctl_token: Some(plan.spec.token.clone()),
-        generation: plan.previous.as_ref().map_or(1, |previous| previous.generation + 1),
         ..Default::default()
     };
-    context.store.put_executor(record.clone()).await.map_err(|err| fail(err.to_string()))?;
+    let mut record =
+        context.store.put_executor(record).await.map_err(|err| fail(err.to_string()))?;
     let endpoint = context
         .runtime
         .launch(plan.spec.clone())
@@ -92,6 +92,9 @@ pub(super) async fn launch(
     record.boot_id = Some(endpoint.ready.boot_id.clone());
     record.container_id = endpoint.container_id.clone();
     let recorded = context.store.put_executor(record.clone()).await;
+    if let Ok(stored) = &recorded {
+        record = stored.clone();
+    }
     agentctl::fault::point("launch.after_runtime");
     let connected = async {
         recorded.map_err(|err| err.to_string())?;
