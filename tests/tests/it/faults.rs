@@ -685,3 +685,33 @@ async fn r10_a_prompt_cut_off_before_delivery_fails_its_turn_instead_of_hanging(
     assert_eq!(api.status(&session).await["state"], "WAITING_FOR_INPUT");
     assert!(api.ask(&session, "again").await.contains("you said: again"));
 }
+
+/// Found in review: marks are per execution. A resumed session's new agentctl numbers its
+/// events from 1 again; after a supervisor restart, marks written for the old execution
+/// must not hide the new one's events from the history and the stream.
+#[tokio::test]
+async fn r10_marks_from_an_earlier_execution_hide_nothing_after_a_restart() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("g")).await;
+    api.ask(&session, "/stream 300\nfirst").await;
+    let sidecar = daemon.agentctl_pid(&session);
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    signal(sidecar, Signal::SIGKILL);
+    gone(sidecar).await;
+    until(&mut events, |e| e["type"] == "state" && e["error"].is_string()).await;
+    let resumed = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap();
+    assert_eq!(resumed["outcome"], "native_load");
+    drop(events);
+    drop(api);
+    // Before the new execution wrote anything to the history.
+    daemon.kill().await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let reply = api.ask(&session, "/stream 50\nsecond").await;
+    assert!(reply.contains("you said: second") && reply.ends_with("[50/50]"), "{reply}");
+    let history = history_text(&api, &session).await;
+    let last = history.iter().rev().find(|e| e["type"] == "agent_message").unwrap();
+    assert_eq!(last["content"].as_str().unwrap(), reply, "the new execution's reply is recorded");
+}
