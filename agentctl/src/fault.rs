@@ -15,7 +15,8 @@
 //! - `load.sent`: `session/load` went out, its answer has not arrived;
 //! - `permission.queued`: a permission answer was accepted and is not yet sent;
 //! - `turn.recorded`: the store says a turn ended (its events must be out already);
-//! - `prompt.recorded`: a turn is recorded and its prompt not yet sent.
+//! - `prompt.recorded`: a turn is recorded and its prompt not yet sent;
+//! - `launch.started`: a session is `STARTING` and nothing of its launch is recorded yet.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -650,6 +650,37 @@ impl Supervisor {
                 }
             }
         }
+        // A session caught before its first launch recorded anything: whatever its runtime
+        // may have started is fenced (found through its state dir or container name), and it
+        // waits for input instead of reading `STARTING` forever.
+        for row in self.config.store.stranded_sessions().await? {
+            if let Err(err) = self.fence(&row, None).await {
+                tracing::error!(session = %row.id, %err, "cannot fence a stranded session's sidecar");
+            }
+            let reason = "the supervisor stopped while this session was starting; prompt or resume it to go on";
+            if let Ok(log) = self.event_log(&row.id) {
+                let _ = log.append_with(|seq, at| SessionEvent {
+                    seq,
+                    at,
+                    agent_seq: None,
+                    generation: None,
+                    kind: SessionEventKind::State {
+                        state: SessionState::WaitingForInput,
+                        error: Some(reason.into()),
+                    },
+                });
+            }
+            self.config
+                .store
+                .set_session_state(
+                    row.id.clone(),
+                    SessionState::WaitingForInput,
+                    Some(reason.into()),
+                    None,
+                )
+                .await?;
+            summary.dead += 1;
+        }
         // Containers of ours whose session is gone are removed (when an engine is there).
         let known: std::collections::HashSet<String> =
             self.config.store.list_sessions(None).await?.into_iter().map(|row| row.id).collect();

@@ -711,6 +711,23 @@ impl Store {
         .await
     }
 
+    /// Sessions caught `STARTING` or `RUNNING` with no runtime record at all (the supervisor
+    /// died before the first launch recorded anything): recovery must not leave them so.
+    pub async fn stranded_sessions(&self) -> Result<Vec<SessionRow>, StoreError> {
+        self.call(|conn| {
+            let columns: Vec<String> = SESSION_COLUMNS.split(", ").map(|c| format!("s.{c}")).collect();
+            let sql = format!(
+                "SELECT {} FROM task_sessions s LEFT JOIN executors_running e ON e.session_id = s.id \
+                 WHERE s.state IN ('STARTING', 'RUNNING') AND e.session_id IS NULL ORDER BY s.id",
+                columns.join(", ")
+            );
+            let mut stmt = conn.prepare(&sql)?;
+            let rows = stmt.query_map([], session_from_row)?.collect::<Result<Vec<_>, _>>()?;
+            rows.into_iter().map(finish_session).collect()
+        })
+        .await
+    }
+
     /// Every active session that has a runtime record: the candidates for re-adoption.
     pub async fn active_executions(&self) -> Result<Vec<(SessionRow, ExecutorRow)>, StoreError> {
         self.call(|conn| {

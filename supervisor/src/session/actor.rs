@@ -580,6 +580,7 @@ impl SessionActor {
         {
             return self.fail(format!("launch failed: {err}")).await;
         }
+        agentctl::fault::point("launch.started");
         // In a container the agent's home and programs are the container's.
         let in_container = self.context.runtime.agent_home();
         let home = in_container.clone().unwrap_or_else(|| self.context.agent_home.clone());

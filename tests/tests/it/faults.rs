@@ -715,3 +715,34 @@ async fn r10_marks_from_an_earlier_execution_hide_nothing_after_a_restart() {
     let last = history.iter().rev().find(|e| e["type"] == "agent_message").unwrap();
     assert_eq!(last["content"].as_str().unwrap(), reply, "the new execution's reply is recorded");
 }
+
+/// Found in review: a session whose first launch was cut short before anything of it was
+/// recorded (no runtime record) must not read `STARTING` forever after a restart.
+#[tokio::test]
+async fn r10_a_session_cut_short_before_its_first_record_is_not_stuck_starting() {
+    let mut daemon = Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "launch.started")]).await;
+    let api = daemon.api().await;
+    let task = api.call("task.create", json!({"title": "early"})).await.unwrap();
+    // The answer may be lost with the daemon; the session's directory names it either way.
+    let _ = api
+        .client_call_raw(
+            "task.session.create",
+            json!({"task_id": task["id"], "agent_profile_id": "mock", "workspace_path": daemon.workspace("e")}),
+        )
+        .await;
+    drop(api);
+    within("the supervisor to die at the fault point", daemon.wait_exit()).await;
+    let session = std::fs::read_dir(daemon.root.path().join("tether/sessions"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .next()
+        .expect("the session's directory");
+    daemon.restart_with_env(&[]).await;
+    let api = daemon.api().await;
+    let status = api.status(&session).await;
+    assert_eq!(status["state"], "WAITING_FOR_INPUT", "{status}");
+    assert!(
+        status["error"].as_str().is_some_and(|e| e.contains("while this session was starting"))
+    );
+    assert!(api.ask(&session, "hello").await.contains("you said: hello"));
+}
