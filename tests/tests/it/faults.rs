@@ -368,7 +368,7 @@ async fn r10_an_agent_lost_during_downtime_is_announced_on_the_stream() {
 /// timeout with a clear error instead of staying `STARTING`.
 #[tokio::test]
 async fn r10_a_hung_session_new_times_out_and_starting_is_not_needs_resume() {
-    let hang = "id = \"hang\"\ncommand = [\"mock-agent\", \"--hang-on\", \"session/new\"]\nprotocol = \"acp\"\n[process]\ninit_timeout_ms = 3000\n";
+    let hang = "id = \"hang\"\ncommand = [\"mock-agent\", \"--hang-on\", \"session/new\"]\nprotocol = \"acp\"\n[process]\ninit_timeout_ms = 8000\n";
     let daemon = Daemon::start_with_profiles(&[], &[("hang.toml", hang)]).await;
     let api = daemon.api().await;
     let task = api.call("task.create", json!({"title": "hang"})).await.unwrap();
@@ -390,7 +390,7 @@ async fn r10_a_hung_session_new_times_out_and_starting_is_not_needs_resume() {
     );
     let failed = until(&mut events, |e| e["type"] == "state" && e["state"] == "FAILED").await;
     let error = failed.last().unwrap()["error"].as_str().unwrap().to_owned();
-    assert!(error.contains("did not answer session/new within 3000 ms"), "{error}");
+    assert!(error.contains("did not answer session/new within 8000 ms"), "{error}");
     // The failed execution is retired in the background: each sidecar left goes.
     for pid in sidecars(&daemon, &session) {
         gone(pid).await;
