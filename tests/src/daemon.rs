@@ -28,6 +28,8 @@ pub struct Daemon {
     child: Child,
     /// Every line the daemon writes on stderr (also copied to the test's stderr).
     log_tx: tokio::sync::broadcast::Sender<String>,
+    /// Keep the root (data, histories, logs) when dropped, for a post-mortem.
+    keep_root: bool,
 }
 
 impl Daemon {
@@ -75,7 +77,14 @@ impl Daemon {
         let log_tx = tokio::sync::broadcast::channel(4096).0;
         let (url, child) = Daemon::spawn(root.path(), extra_args, &env, &log_tx).await;
         let args = extra_args.iter().map(|arg| arg.to_string()).collect();
-        (Daemon { url, install_id, env, args, root, child, log_tx }, prepared)
+        (Daemon { url, install_id, env, args, root, child, log_tx, keep_root: false }, prepared)
+    }
+
+    /// Keeps the root directory when the daemon is dropped (its processes are still
+    /// killed); returns its path.
+    pub fn keep_root(&mut self) -> PathBuf {
+        self.keep_root = true;
+        self.root.path().to_owned()
     }
 
     /// A receiver of the daemon's stderr lines from now on.
@@ -307,6 +316,11 @@ impl Drop for Daemon {
                 nix::unistd::Pid::from_raw(pid as i32),
                 nix::sys::signal::Signal::SIGKILL,
             );
+        }
+        if self.keep_root
+            && let Ok(empty) = tempfile::tempdir()
+        {
+            let _ = std::mem::replace(&mut self.root, empty).keep();
         }
     }
 }

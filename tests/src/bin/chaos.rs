@@ -240,6 +240,13 @@ async fn main() {
     }
     print_table(&tally, started.elapsed());
     let failed = tally.lost + tally.duplicated + tally.stuck + tally.orphans + tally.doubled > 0;
+    if failed {
+        let root = daemon.keep_root();
+        eprintln!(
+            "chaos: kept the data for a post-mortem in {} (sessions/<id>/history.jsonl, events/, state.db)",
+            root.display()
+        );
+    }
     drop(daemon);
     std::process::exit(i32::from(failed));
 }
