@@ -88,7 +88,9 @@ impl From<SessionError> for ServiceError {
             SessionError::InvalidParams(_) => ServiceError::InvalidParams(err.to_string()),
             SessionError::NoSuchRequest(_) => ServiceError::NotFound(err.to_string()),
             SessionError::Store(store) => store.into(),
-            SessionError::Agentctl(_) => ServiceError::RuntimeUnavailable(err.to_string()),
+            SessionError::Agentctl(_) | SessionError::Undelivered(_) => {
+                ServiceError::RuntimeUnavailable(err.to_string())
+            }
         }
     }
 }

@@ -73,9 +73,15 @@ pub enum SessionError {
     /// The actor is gone.
     #[error("the session actor stopped")]
     Gone,
-    /// The agent's execution is not there (it exited, or its sidecar vanished).
+    /// The agent's execution is not there (it exited, or its sidecar vanished). Nothing was
+    /// recorded: the request may be retried once the session is resumed.
     #[error("the agent is not running: {0}")]
     AgentGone(String),
+    /// A prompt's turn was recorded, but its delivery to agentctl failed (the sidecar went
+    /// away meanwhile). The turn ends failed; retrying would record, and perhaps send, the
+    /// same prompt twice, so it is not retried for the caller.
+    #[error("the prompt was recorded but could not be delivered (the turn fails): {0}")]
+    Undelivered(String),
 }
 
 /// Where a session's actor is in its life. Transitions:

@@ -286,6 +286,10 @@ impl SessionActor {
                             ResumeOutcome::NativeResume
                         };
                         self.session_opened(token, Some(outcome)).await;
+                        // A load's replay must never be replayed to us again after a restart
+                        // (a new actor would not know it was a replay and would record it):
+                        // everything up to its answer is acknowledged now.
+                        self.ack(true).await;
                     }
                     Err(error) if matches!(error.code, Some(-32601) | Some(-32002)) => {
                         self.restore_rejected(format!(

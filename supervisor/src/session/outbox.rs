@@ -56,7 +56,7 @@ pub(super) fn start_outbox(
                     if let Some(reply) = reply {
                         let _ = reply.send(match &sent {
                             Ok(()) => Ok(turn_id),
-                            Err(err) => Err(SessionError::AgentGone(err.to_string())),
+                            Err(err) => Err(SessionError::Undelivered(err.to_string())),
                         });
                     }
                     sent

@@ -93,6 +93,8 @@ struct TurnSeen {
     turn_id: Option<String>,
     chunks: Vec<String>,
     ended: Option<String>,
+    /// The prompt call failed (the daemon died answering it): the turn may never start.
+    prompt_failed: bool,
 }
 
 struct SessionTrack {
@@ -274,8 +276,13 @@ async fn run_round(
             )
             .await;
         if let Err(err) = sent {
-            // A fault point may fire while the prompt is accepted; it is retried below.
+            // A fault point may fire while the prompt is accepted: it may or may not start.
             eprintln!("chaos: round {round}: prompt to {} not answered: {err}", track.id);
+            // Only a lost answer, not a refusal: a refused prompt is a finding.
+            let lost_answer = !matches!(err, jsonrpsee::core::ClientError::Call(_));
+            if let Some(turn) = track.turns.last_mut() {
+                turn.prompt_failed = lost_answer;
+            }
         }
     }
     let victim = rng.below(tracks.len() as u64) as usize;
@@ -294,6 +301,21 @@ async fn run_round(
         let (idx, event) = match next {
             Ok(Some(item)) => item,
             Ok(None) => unreachable!("a reader task holds a sender"),
+            Err(_)
+                if tracks.iter().all(|t| {
+                    t.turns.last().is_some_and(|turn| {
+                        turn.ended.is_some() || (turn.turn_id.is_none() && turn.prompt_failed)
+                    })
+                }) =>
+            {
+                // Only prompts lost with a dying daemon are left, and they never started.
+                for track in tracks.iter_mut() {
+                    if let Some(turn) = track.turns.last_mut().filter(|turn| turn.ended.is_none()) {
+                        turn.ended = Some("not_started".into());
+                    }
+                }
+                break;
+            }
             Err(_) => {
                 for track in tracks
                     .iter()
@@ -333,8 +355,10 @@ async fn run_round(
                 (readers, events_rx) = subscribe_all(api, tracks).await;
                 settle_from = Instant::now();
                 struck = true;
-                // A prompt whose answer was lost with the daemon may not have started.
-                retry_unstarted(api, tracks).await;
+                // A prompt whose answer was lost with the daemon may or may not have
+                // started; it is not sent again (that would be a second prompt, which Tether
+                // rightly runs twice): a turn that never shows up ends the round as
+                // `not_started` once the others settled.
             }
             continue;
         };
@@ -376,29 +400,6 @@ async fn run_round(
             Some(_) => tally.turns_failed += 1,
             None => {}
         }
-    }
-}
-
-/// Re-sends the prompt of a session whose turn never started (its prompt was lost with a
-/// daemon that died before answering).
-async fn retry_unstarted(api: &Api, tracks: &mut [SessionTrack]) {
-    for track in tracks.iter_mut() {
-        let Some(turn) = track.turns.last() else { continue };
-        if turn.turn_id.is_some() || turn.ended.is_some() {
-            continue;
-        }
-        let status =
-            api.client_call_raw("task.session.status", json!({"session_id": track.id})).await;
-        if status.as_ref().is_ok_and(|s| s["state"] == "RUNNING") {
-            continue;
-        }
-        let prompt = format!("/stream {CHUNKS}\n/rounds {ROUNDS_PER_TURN}\n{}", turn.tag);
-        let _ = api
-            .client_call_raw(
-                "task.session.prompt",
-                json!({"session_id": track.id, "prompt": prompt}),
-            )
-            .await;
     }
 }
 
