@@ -89,6 +89,12 @@ pub struct History {
     len: u64,
     /// The execution whose events are being recorded (written into each entry).
     generation: Option<i64>,
+    /// The execution whose agentctl count `watermark` is in: each agentctl counts from 1,
+    /// so a seq means nothing without it.
+    watermark_generation: Option<i64>,
+    /// The execution whose events `agent_text` holds (an entry carries its own message's
+    /// execution even when it is flushed after the next one began).
+    text_generation: Option<i64>,
     /// The execution of the newest entry on disk.
     last_generation: Option<i64>,
 }
@@ -119,6 +125,8 @@ impl History {
             last_chunk: None,
             len,
             generation: None,
+            watermark_generation: last_generation,
+            text_generation: None,
             last_generation,
         })
     }
@@ -154,14 +162,21 @@ impl History {
         }
     }
 
-    /// The execution whose events are recorded from now on.
+    /// The execution whose events are recorded from now on. A mark of another execution's
+    /// count is not carried over: until an event of this one is handled, entries say that
+    /// nothing of it is reflected yet (0).
     pub fn set_generation(&mut self, generation: i64) {
         self.generation = Some(generation);
+        if !same_execution(self.watermark_generation, generation) {
+            self.watermark = Some(0);
+            self.watermark_generation = Some(generation);
+        }
     }
 
-    /// Records that agentctl event `seq` is being handled.
+    /// Records that agentctl event `seq` (of the current execution) is being handled.
     pub fn set_watermark(&mut self, seq: u64) {
         self.watermark = Some(seq);
+        self.watermark_generation = self.generation;
     }
 
     /// Whether any entry has been written.
@@ -178,6 +193,7 @@ impl History {
     pub fn agent_chunk(&mut self, text: &str) {
         if self.agent_text.is_empty() {
             self.unflushed_since = self.watermark;
+            self.text_generation = self.generation;
         } else {
             agentctl::fault::point("history.mid_message");
         }
@@ -197,10 +213,13 @@ impl History {
             return Ok(None);
         }
         let text = std::mem::take(&mut self.agent_text);
-        let current = self.watermark;
-        self.watermark = self.last_chunk.or(current);
+        // The entry carries its last chunk's seq and execution, not those of the event
+        // that ended the message.
+        let current = (self.watermark, self.generation);
+        self.watermark = self.last_chunk.or(current.0);
+        self.generation = self.text_generation.or(current.1);
         let written = self.write(EntryType::AgentMessage, text, None);
-        self.watermark = current;
+        (self.watermark, self.generation) = current;
         match written {
             Ok(seq) => {
                 self.unflushed_since = None;
@@ -377,6 +396,45 @@ mod tests {
             ]
         );
         assert_eq!(read(&path, 2, 1).unwrap()[0].seq, 3);
+    }
+
+    #[test]
+    fn marks_are_counted_per_execution() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
+        {
+            let mut history = History::open(&path).unwrap();
+            history.set_generation(1);
+            history.set_watermark(300);
+            history.append(EntryType::UserMessage, "one".into(), None).unwrap();
+            history.set_watermark(305);
+            history.agent_chunk("left over");
+        }
+        let mut history = History::open(&path).unwrap();
+        assert_eq!(history.mark_for(1), 300);
+        assert_eq!(history.mark_for(2), 0);
+        // A new execution counts from 1: the old count is not written for it.
+        history.set_generation(2);
+        history.append(EntryType::UserMessage, "two".into(), None).unwrap();
+        history.set_watermark(4);
+        history.agent_chunk("a");
+        history.set_generation(3);
+        history.append(EntryType::UserMessage, "three".into(), None).unwrap();
+        let entries = read(&path, 0, 100).unwrap();
+        let marks: Vec<(&str, Option<u64>, Option<i64>)> =
+            entries.iter().map(|e| (e.content.as_str(), e.agent_seq, e.generation)).collect();
+        assert_eq!(
+            marks,
+            [
+                ("one", Some(300), Some(1)),
+                ("two", Some(0), Some(2)),
+                // Flushed when execution 3 began, it keeps its own execution and seq.
+                ("a", Some(4), Some(2)),
+                ("three", Some(0), Some(3)),
+            ]
+        );
+        assert_eq!(history.mark_for(3), 0);
+        assert_eq!(history.mark_for(2), 0);
     }
 
     #[test]

@@ -746,3 +746,66 @@ async fn r10_a_session_cut_short_before_its_first_record_is_not_stuck_starting()
     );
     assert!(api.ask(&session, "hello").await.contains("you said: hello"));
 }
+
+/// Found by the fault matrix: after a restart, the first entry a new execution writes (its
+/// prompt) carried the old execution's mark — a seq of the old agentctl's count — labelled
+/// with the new generation. A second kill, mid-message, then trusted that mark, and the
+/// replayed chunks under it were taken as already recorded: the history lost the start of
+/// the reply.
+#[tokio::test]
+async fn r10_an_old_executions_mark_is_never_written_for_a_new_one() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("w")).await;
+    api.ask(&session, "/stream 300\nfirst").await;
+    let sidecar = daemon.agentctl_pid(&session);
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    signal(sidecar, Signal::SIGKILL);
+    gone(sidecar).await;
+    until(&mut events, |e| e["type"] == "state" && e["error"].is_string()).await;
+    drop(events);
+    drop(api);
+    // The next prompt starts a new execution (whose load is acknowledged at once), and the
+    // supervisor dies right after recording the turn, before any entry of the new execution.
+    daemon.kill().await;
+    daemon.restart_with_env(&[("TETHER_FAULT", "prompt.recorded")]).await;
+    let api = daemon.api().await;
+    let _ = api
+        .client_call_raw("task.session.prompt", json!({"session_id": &session, "prompt": "lost"}))
+        .await;
+    drop(api);
+    within("the supervisor to die at the fault point", daemon.wait_exit()).await;
+    // Restarted with nothing to replay, and armed to die again in the middle of the next
+    // reply, well below the old execution's mark (about 305).
+    daemon.restart_with_env(&[("TETHER_FAULT", "history.mid_message@100")]).await;
+    let api = daemon.api().await;
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    api.call(
+        "task.session.prompt",
+        json!({"session_id": &session, "prompt": "/stream 200\nsecond"}),
+    )
+    .await
+    .unwrap();
+    let mut seen = vec![next(&mut events).await];
+    drop(events);
+    drop(api);
+    let api = daemon.fault_restart_and_follow(&session, &mut seen).await;
+    let texts = chunks(&seen);
+    assert_eq!(texts.len(), 200, "the stream is complete");
+    let history = history_text(&api, &session).await;
+    let marks: Vec<String> = history
+        .iter()
+        .map(|e| format!("{} {} {} {}", e["seq"], e["type"], e["agent_seq"], e["generation"]))
+        .collect();
+    let last = history.iter().rev().find(|e| e["type"] == "agent_message").unwrap();
+    assert_eq!(
+        last["content"].as_str().unwrap(),
+        texts.concat(),
+        "the whole reply is recorded: {marks:?}"
+    );
+    let prompt = history.iter().rev().find(|e| e["type"] == "user_message").unwrap();
+    assert_eq!(prompt["generation"], 2, "{prompt}");
+    assert!(prompt["agent_seq"].as_u64().unwrap() < 100, "a mark of the new count: {prompt}");
+}
