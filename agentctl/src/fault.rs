@@ -13,6 +13,7 @@
 //! - `history.mid_message`: the supervisor folded a chunk into a message still coalescing;
 //! - `launch.after_runtime`: the runtime started agentctl, nothing has connected to it yet;
 //! - `load.sent`: `session/load` went out, its answer has not arrived;
+//! - `load.opened`: a load completed, was acknowledged and the session recorded open;
 //! - `permission.queued`: a permission answer was accepted and is not yet sent;
 //! - `turn.recorded`: the store says a turn ended (its events must be out already);
 //! - `prompt.recorded`: a turn is recorded and its prompt not yet sent;

@@ -285,11 +285,14 @@ impl SessionActor {
                         } else {
                             ResumeOutcome::NativeResume
                         };
-                        self.session_opened(token, Some(outcome)).await;
                         // A load's replay must never be replayed to us again after a restart
                         // (a new actor would not know it was a replay and would record it):
-                        // everything up to its answer is acknowledged now.
+                        // everything up to its answer is acknowledged before the session is
+                        // recorded as open. A kill in between leaves it STARTING, and a
+                        // session caught starting is fenced and resumed, not re-attached.
                         self.ack(true).await;
+                        self.session_opened(token, Some(outcome)).await;
+                        agentctl::fault::point("load.opened");
                     }
                     Err(error) if matches!(error.code, Some(-32601) | Some(-32002)) => {
                         self.restore_rejected(format!(

@@ -45,6 +45,9 @@ const FAULT_POINTS: &[&str] = &[
     "permission.queued",
     "turn.recorded",
     "prompt.recorded",
+    // These fire only when a session is resumed through `session/load` while armed.
+    "load.sent",
+    "load.opened",
 ];
 
 #[derive(Debug, Default)]

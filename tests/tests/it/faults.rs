@@ -809,3 +809,59 @@ async fn r10_an_old_executions_mark_is_never_written_for_a_new_one() {
     assert_eq!(prompt["generation"], 2, "{prompt}");
     assert!(prompt["agent_seq"].as_u64().unwrap() < 100, "a mark of the new count: {prompt}");
 }
+
+/// A kill while `session/load` is out (`load.sent`) or right after it completed
+/// (`load.opened`): the agent's replay of the conversation is in agentctl's spool, and a
+/// new actor could not tell it from new output. After the restart the replay must not be
+/// recorded again, and the session must go on (remembering).
+async fn a_kill_around_a_load_records_its_replay_nowhere(point: &str) {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("l")).await;
+    let first = api.ask(&session, "/stream 20\nfirst").await;
+    let sidecar = daemon.agentctl_pid(&session);
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    signal(sidecar, Signal::SIGKILL);
+    gone(sidecar).await;
+    until(&mut events, |e| e["type"] == "state" && e["error"].is_string()).await;
+    drop(events);
+    drop(api);
+    daemon.kill().await;
+    daemon.restart_with_env(&[("TETHER_FAULT", point)]).await;
+    let api = daemon.api().await;
+    let _ = api.client_call_raw("task.session.resume", json!({"session_id": &session})).await;
+    drop(api);
+    within("the supervisor to die at the fault point", daemon.wait_exit()).await;
+    daemon.restart_with_env(&[]).await;
+    let api = daemon.api().await;
+    let second = api.ask(&session, "second").await;
+    assert!(second.contains("remembered 2 earlier messages"), "{second}");
+    let history = history_text(&api, &session).await;
+    let summary: Vec<(&str, &str)> = history
+        .iter()
+        .map(|e| (e["type"].as_str().unwrap(), e["content"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("user_message", "/stream 20\nfirst"),
+            ("agent_message", first.as_str()),
+            ("user_message", "second"),
+            ("agent_message", second.as_str()),
+        ]
+    );
+    assert_eq!(sidecars(&daemon, &session).len(), 1, "one sidecar");
+}
+
+#[tokio::test]
+async fn r10_a_kill_during_a_load_records_its_replay_nowhere() {
+    a_kill_around_a_load_records_its_replay_nowhere("load.sent").await;
+}
+
+/// Found by the fault matrix: a kill after a load's session was recorded as open but before
+/// the load's replay was acknowledged made the restarted supervisor record the replay.
+#[tokio::test]
+async fn r10_a_kill_right_after_a_load_records_its_replay_nowhere() {
+    a_kill_around_a_load_records_its_replay_nowhere("load.opened").await;
+}
