@@ -129,19 +129,20 @@ impl SessionActor {
     /// agentctl cannot write its spool (a full disk): the agent's output is held there, and
     /// status says so until it can again.
     fn agentctl_stalled(&mut self, reason: Option<String>) {
+        let held = reason.is_some();
         let error = match reason {
-            Some(reason) => {
-                tracing::warn!(session = %self.row.id, %reason, "agentctl cannot write its spool; the agent's output is held");
-                Some(format!(
-                    "agentctl cannot write its spool ({reason}); the agent's output is held, nothing is lost"
-                ))
-            }
-            None => {
-                tracing::info!(session = %self.row.id, "agentctl writes its spool again");
-                self.row.error_message.clone()
-            }
+            Some(reason) => Some(format!(
+                "agentctl cannot write its spool ({reason}); the agent's output is held, nothing is lost"
+            )),
+            None => self.row.error_message.clone(),
         };
         self.update_view(|view| view.error = error);
+        // Said after the status shows it, so whoever reads the log line finds it there.
+        if held {
+            tracing::warn!(session = %self.row.id, "agentctl cannot write its spool; the agent's output is held");
+        } else {
+            tracing::info!(session = %self.row.id, "agentctl writes its spool again");
+        }
     }
 
     /// Handles one ACP message from the agent. Returns whether a turn ended.

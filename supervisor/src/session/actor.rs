@@ -1160,7 +1160,7 @@ impl SessionActor {
     /// actor stops taking agentctl's events (they wait in agentctl's spool) until a retry
     /// succeeds. Nothing acknowledged is lost; nothing unacknowledged is dropped.
     pub(super) fn write_failed(&mut self, what: &str, err: &dyn std::fmt::Display) {
-        tracing::error!(session = %self.row.id, %err, "cannot write {what}; intake stops until it can");
+        tracing::error!(session = %self.row.id, %err, "cannot write {what}");
         if self.stalled.is_none() {
             self.stalled = Some(format!(
                 "cannot write {what}: {err}; the agent's output is held (nothing is lost) until it can"
@@ -1171,7 +1171,9 @@ impl SessionActor {
     /// Stops intake and shows why; schedules the first retry.
     fn stall(&mut self) {
         let reason = self.stalled.clone().unwrap_or_default();
-        self.update_view(|view| view.error = Some(reason));
+        self.update_view(|view| view.error = Some(reason.clone()));
+        // Said after the status shows it, so whoever reads the log line finds it there.
+        tracing::error!(session = %self.row.id, %reason, "intake stops until it can");
         // The stream is dropped: what it still had comes again from agentctl on retry.
         if let Some(execution) = self.execution.as_mut() {
             let (_, closed) = mpsc::channel(1);
