@@ -25,6 +25,38 @@ async fn gone(pid: u32) {
     }
 }
 
+/// SIGKILLs the session's agentctl (its agent dies with it) and waits until the session
+/// says so on its stream.
+async fn kill_sidecar(daemon: &Daemon, api: &Api, session: &str) {
+    let sidecar = daemon.agentctl_pid(session);
+    let after = api.status(session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(session, after).await;
+    signal(sidecar, Signal::SIGKILL);
+    gone(sidecar).await;
+    until(&mut events, |e| e["type"] == "state" && e["error"].is_string()).await;
+}
+
+/// Sends a prompt to a daemon armed with a fault point, waits for the daemon to die there,
+/// restarts it disarmed and follows the session's events from before the prompt to the end
+/// of the turn. Returns a client of the new daemon and every event seen.
+async fn prompt_through_a_fault(
+    daemon: &mut Daemon,
+    api: Api,
+    session: &str,
+    prompt: &str,
+) -> (Api, Vec<Value>) {
+    let after = api.status(session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(session, after).await;
+    api.call("task.session.prompt", json!({"session_id": session, "prompt": prompt}))
+        .await
+        .unwrap();
+    let mut seen = vec![next(&mut events).await];
+    drop(events);
+    drop(api);
+    let api = daemon.fault_restart_and_follow(session, &mut seen).await;
+    (api, seen)
+}
+
 /// `(chunks, history)` of a finished turn: every streamed chunk and the agent messages of
 /// the history, for exactly-once checks.
 async fn history_text(api: &Api, session: &str) -> Vec<Value> {
@@ -45,19 +77,8 @@ async fn r10_a_kill_right_after_an_ack_loses_nothing_and_doubles_nothing() {
     let mut daemon = Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "ack.sent@3")]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("a")).await;
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(&session, after).await;
-    // 4 rounds of 600 chunks: acks happen at each message boundary past 256 events.
-    api.call(
-        "task.session.prompt",
-        json!({"session_id": &session, "prompt": "/stream 600\n/rounds 4\nmany"}),
-    )
-    .await
-    .unwrap();
-    let mut seen = vec![next(&mut events).await];
-    drop(events);
-    drop(api);
-    let api = daemon.fault_restart_and_follow(&session, &mut seen).await;
+    let (api, seen) =
+        prompt_through_a_fault(&mut daemon, api, &session, "/stream 600\n/rounds 4\nmany").await;
     let ended = seen.last().unwrap();
     assert_eq!(ended["state"], "completed", "{ended}");
     let texts = chunks(&seen);
@@ -638,18 +659,8 @@ async fn r10_a_kill_after_a_turn_is_recorded_keeps_its_events() {
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("t")).await;
     api.ask(&session, "first").await;
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(&session, after).await;
-    api.call(
-        "task.session.prompt",
-        json!({"session_id": &session, "prompt": "/stream 50\nsecond"}),
-    )
-    .await
-    .unwrap();
-    let mut seen = vec![next(&mut events).await];
-    drop(events);
-    drop(api);
-    let api = daemon.fault_restart_and_follow(&session, &mut seen).await;
+    let (api, seen) =
+        prompt_through_a_fault(&mut daemon, api, &session, "/stream 50\nsecond").await;
     assert_eq!(seen.iter().filter(|e| e["type"] == "turn_ended").count(), 1);
     assert_eq!(chunks(&seen).len(), 50);
     let status = api.status(&session).await;
@@ -695,15 +706,9 @@ async fn r10_marks_from_an_earlier_execution_hide_nothing_after_a_restart() {
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("g")).await;
     api.ask(&session, "/stream 300\nfirst").await;
-    let sidecar = daemon.agentctl_pid(&session);
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(&session, after).await;
-    signal(sidecar, Signal::SIGKILL);
-    gone(sidecar).await;
-    until(&mut events, |e| e["type"] == "state" && e["error"].is_string()).await;
+    kill_sidecar(&daemon, &api, &session).await;
     let resumed = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap();
     assert_eq!(resumed["outcome"], "native_load");
-    drop(events);
     drop(api);
     // Before the new execution wrote anything to the history.
     daemon.kill().await;
@@ -758,13 +763,7 @@ async fn r10_an_old_executions_mark_is_never_written_for_a_new_one() {
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("w")).await;
     api.ask(&session, "/stream 300\nfirst").await;
-    let sidecar = daemon.agentctl_pid(&session);
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(&session, after).await;
-    signal(sidecar, Signal::SIGKILL);
-    gone(sidecar).await;
-    until(&mut events, |e| e["type"] == "state" && e["error"].is_string()).await;
-    drop(events);
+    kill_sidecar(&daemon, &api, &session).await;
     drop(api);
     // The next prompt starts a new execution (whose load is acknowledged at once), and the
     // supervisor dies right after recording the turn, before any entry of the new execution.
@@ -780,18 +779,8 @@ async fn r10_an_old_executions_mark_is_never_written_for_a_new_one() {
     // reply, well below the old execution's mark (about 305).
     daemon.restart_with_env(&[("TETHER_FAULT", "history.mid_message@100")]).await;
     let api = daemon.api().await;
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(&session, after).await;
-    api.call(
-        "task.session.prompt",
-        json!({"session_id": &session, "prompt": "/stream 200\nsecond"}),
-    )
-    .await
-    .unwrap();
-    let mut seen = vec![next(&mut events).await];
-    drop(events);
-    drop(api);
-    let api = daemon.fault_restart_and_follow(&session, &mut seen).await;
+    let (api, seen) =
+        prompt_through_a_fault(&mut daemon, api, &session, "/stream 200\nsecond").await;
     let texts = chunks(&seen);
     assert_eq!(texts.len(), 200, "the stream is complete");
     let history = history_text(&api, &session).await;
@@ -819,13 +808,7 @@ async fn a_kill_around_a_load_records_its_replay_nowhere(point: &str) {
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("l")).await;
     let first = api.ask(&session, "/stream 20\nfirst").await;
-    let sidecar = daemon.agentctl_pid(&session);
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(&session, after).await;
-    signal(sidecar, Signal::SIGKILL);
-    gone(sidecar).await;
-    until(&mut events, |e| e["type"] == "state" && e["error"].is_string()).await;
-    drop(events);
+    kill_sidecar(&daemon, &api, &session).await;
     drop(api);
     daemon.kill().await;
     daemon.restart_with_env(&[("TETHER_FAULT", point)]).await;
