@@ -40,6 +40,7 @@ options:
   --auth-required       refuse sessions with -32000 until `authenticate`
   --resume ID           start with session ID restored; the first session/new continues it
   --reject-load         answer session/load and session/resume with -32002
+  --fail-load           answer session/load and session/resume with -32000 (as gemini does)
   --hang-on METHOD      never answer METHOD (e.g. initialize)
   --crash-on METHOD     exit when METHOD arrives, after a line on stderr
   --exit-code N         the exit code for --crash-on (default 3)
@@ -68,6 +69,8 @@ pub struct Config {
     pub resume: Option<String>,
     /// Answer `session/load` and `session/resume` with `-32002`.
     pub reject_load: bool,
+    /// Answer `session/load` and `session/resume` with a generic `-32000`.
+    pub fail_load: bool,
     /// A method never answered.
     pub hang_on: Option<String>,
     /// A method that makes the process exit.
@@ -95,6 +98,7 @@ impl Default for Config {
             auth_required: false,
             resume: None,
             reject_load: false,
+            fail_load: false,
             hang_on: None,
             crash_on: None,
             exit_code: 3,
@@ -136,6 +140,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, 
                 config.resume = Some(id);
             }
             "--reject-load" => config.reject_load = true,
+            "--fail-load" => config.fail_load = true,
             "--hang-on" => config.hang_on = Some(value("--hang-on")?),
             "--crash-on" => config.crash_on = Some(value("--crash-on")?),
             "--exit-code" => {
@@ -440,6 +445,12 @@ impl Agent {
         };
         if self.config.reject_load || !store::is_safe_id(session_id) {
             return Err(not_found());
+        }
+        if self.config.fail_load {
+            return Err(RpcError::new(
+                protocol::ErrorCode::Other(-32000),
+                "Internal error: the stored session could not be restored",
+            ));
         }
         if let Some(live) = self.lock().sessions.get(session_id) {
             return Ok(live.stored.clone());
@@ -764,6 +775,7 @@ mod tests {
             "--resume",
             "mock-1",
             "--reject-load",
+            "--fail-load",
             "--hang-on",
             "initialize",
             "--crash-on",
@@ -788,6 +800,7 @@ mod tests {
                 auth_required: true,
                 resume: Some("mock-1".into()),
                 reject_load: true,
+                fail_load: true,
                 hang_on: Some("initialize".into()),
                 crash_on: Some("session/new".into()),
                 exit_code: 9,

@@ -302,8 +302,14 @@ impl SessionActor {
                         ))
                         .await;
                     }
+                    // Any other failure (gemini answers a load it cannot do with -32000)
+                    // is not the session's end either: a fresh session with the history.
                     Err(error) => {
-                        self.fail(format!("restoring the session failed: {}", error.text())).await
+                        self.restore_rejected(format!(
+                            "restoring the stored session failed: {}",
+                            error.text()
+                        ))
+                        .await
                     }
                 }
                 false

@@ -175,7 +175,18 @@ async fn eliza_resumes_by_injection_and_goes_on() {
 
 #[tokio::test]
 async fn a_rejected_token_falls_back_to_a_fresh_session_with_a_notice() {
-    let reject = profile("reject", ", \"--reject-load\"", "native_resume = true");
+    a_refused_restore_falls_back("--reject-load", "rejected").await;
+}
+
+/// Issue 11, defect 3: a restore that fails (gemini answers `session/load` with a generic
+/// `-32000`) is not the session's end: it falls back like a rejected token.
+#[tokio::test]
+async fn r11_a_failed_restore_falls_back_to_a_fresh_session_never_failed() {
+    a_refused_restore_falls_back("--fail-load", "failed").await;
+}
+
+async fn a_refused_restore_falls_back(flag: &str, said: &str) {
+    let reject = profile("reject", &format!(", \"{flag}\""), "native_resume = true");
     let daemon = Daemon::start_with_profiles(&[], &[("reject.toml", &reject)]).await;
     let api = daemon.api().await;
     let session = api.ready_session("reject", &daemon.workspace("r")).await;
@@ -192,8 +203,7 @@ async fn a_rejected_token_falls_back_to_a_fresh_session_with_a_notice() {
     );
     let seen = until(&mut events, |e| e["type"] == "resume_outcome").await;
     assert!(
-        seen.iter()
-            .any(|e| e["type"] == "notice" && e["message"].as_str().unwrap().contains("rejected")),
+        seen.iter().any(|e| e["type"] == "notice" && e["message"].as_str().unwrap().contains(said)),
         "{seen:?}"
     );
     let new_token = api.status(&session).await["acp_session_id"].as_str().unwrap().to_owned();
