@@ -31,6 +31,10 @@ pub struct Profile {
     pub required_env: Vec<String>,
     /// The wire protocol.
     pub protocol: Protocol,
+    /// The ACP `authenticate` methods to use when the agent asks for authentication, in
+    /// order of preference (empty: none is chosen, and such an agent needs credentials).
+    #[serde(default)]
+    pub auth: Vec<AuthChoice>,
     /// Where sessions run unless the request says: `standalone` or `docker`.
     #[serde(default = "default_runtime")]
     pub runtime: String,
@@ -42,6 +46,17 @@ pub struct Profile {
     pub process: ProcessSettings,
     /// Where the profile came from.
     pub source: ProfileSource,
+}
+
+/// One `authenticate` method a profile allows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthChoice {
+    /// The method's id among the agent's `authMethods`.
+    pub method: String,
+    /// The method is used only when one of these variables is set and not empty (the
+    /// credentials it reads); empty: whenever the agent offers it.
+    #[serde(default)]
+    pub env: Vec<String>,
 }
 
 /// The protocols an agent can speak. Only ACP today.
@@ -127,6 +142,19 @@ pub mod defaults {
 }
 
 impl Profile {
+    /// The `authenticate` method to use among those the agent `offered`: the first of the
+    /// profile's choices that is offered and whose credentials are there (`is_set` says
+    /// whether a variable is set and not empty, in the profile's env or the supervisor's).
+    pub fn auth_method(&self, offered: &[String], is_set: impl Fn(&str) -> bool) -> Option<&str> {
+        self.auth
+            .iter()
+            .find(|choice| {
+                offered.contains(&choice.method)
+                    && (choice.env.is_empty() || choice.env.iter().any(|name| is_set(name)))
+            })
+            .map(|choice| choice.method.as_str())
+    }
+
     /// Whether a resume token is worth keeping: some restore path can use it.
     pub fn keeps_resume_token(&self) -> bool {
         self.session.native_resume || self.session.resume_command.is_some()
@@ -249,6 +277,8 @@ struct RawProfile {
     #[serde(default)]
     required_env: Vec<Spanned<String>>,
     protocol: Protocol,
+    #[serde(default)]
+    auth: Vec<RawAuth>,
     runtime: Option<Spanned<String>>,
     #[serde(default)]
     session: RawSession,
@@ -269,6 +299,14 @@ struct RawSession {
     #[serde(default)]
     agent_state_dirs: Vec<Spanned<String>>,
     resume_context_budget: Option<Spanned<usize>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    method: Spanned<String>,
+    #[serde(default)]
+    env: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -367,6 +405,22 @@ impl RawProfile {
             )?;
             if let Err(reason) = check_placeholders(value.get_ref(), &["home"]) {
                 return check.fail(value.span(), &format!("env.{}", key.get_ref()), reason);
+            }
+        }
+        for choice in &self.auth {
+            check.ensure(
+                !choice.method.get_ref().trim().is_empty(),
+                choice.method.span(),
+                "auth.method",
+                "must name one of the agent's authMethods",
+            )?;
+            for name in &choice.env {
+                check.ensure(
+                    is_env_name(name.get_ref()),
+                    name.span(),
+                    "auth.env",
+                    "not a valid environment variable name",
+                )?;
             }
         }
         for name in &self.required_env {
@@ -476,6 +530,14 @@ impl RawProfile {
                 .collect(),
             required_env: self.required_env.into_iter().map(Spanned::into_inner).collect(),
             protocol: self.protocol,
+            auth: self
+                .auth
+                .into_iter()
+                .map(|choice| AuthChoice {
+                    method: choice.method.into_inner(),
+                    env: choice.env.into_iter().map(Spanned::into_inner).collect(),
+                })
+                .collect(),
             runtime: self.runtime.map_or_else(default_runtime, Spanned::into_inner),
             session: SessionSettings {
                 native_resume: self.session.native_resume,

@@ -509,3 +509,22 @@ pub fn chunks(events: &[Value]) -> Vec<String> {
         .filter_map(|event| event["text"].as_str().map(str::to_owned))
         .collect()
 }
+
+/// SIGKILLs the session's agentctl (its agent dies with it) and waits until the session
+/// knows: it says so on its stream, and its status asks for a resume.
+pub async fn kill_sidecar(daemon: &Daemon, api: &Api, session: &str) {
+    let pid = daemon.agentctl_pid(session);
+    let after = api.status(session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(session, after).await;
+    let pidfd = agentctl::process::PidFd::open(pid).expect("a pidfd of agentctl");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL agentctl");
+    within("agentctl to die", pidfd.exited()).await.expect("pidfd");
+    until(&mut events, |e| e["type"] == "state" && e["error"].is_string()).await;
+    let lost = api.status(session).await;
+    assert_eq!(lost["is_agent_running"], false);
+    assert_eq!(lost["needs_resume"], true, "{lost}");
+}

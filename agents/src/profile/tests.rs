@@ -166,3 +166,25 @@ fn snapshot_round_trips_through_json() {
         assert_eq!(back, profile);
     }
 }
+
+#[test]
+fn auth_choices_pick_an_offered_method_whose_credentials_are_set() {
+    let text = format!(
+        "{MINIMAL}[[auth]]\nmethod = \"api-key\"\nenv = [\"CODEX_API_KEY\", \"OPENAI_API_KEY\"]\n\n[[auth]]\nmethod = \"agent-login\"\n"
+    );
+    let profile = parse(&text, file()).unwrap();
+    let offered = |ids: &[&str]| ids.iter().map(|id| id.to_string()).collect::<Vec<_>>();
+    let both = offered(&["chat-gpt", "api-key", "agent-login"]);
+    assert_eq!(profile.auth_method(&both, |name| name == "OPENAI_API_KEY"), Some("api-key"));
+    // Without its credentials a choice is skipped; a choice without env always applies.
+    assert_eq!(profile.auth_method(&both, |_| false), Some("agent-login"));
+    assert_eq!(profile.auth_method(&offered(&["chat-gpt"]), |_| true), None);
+    assert_eq!(parse(MINIMAL, file()).unwrap().auth_method(&both, |_| true), None);
+
+    let err = error(&format!("{MINIMAL}[[auth]]\nmethod = \"\"\n"));
+    assert_eq!((err.line, err.field.as_str()), (5, "auth.method"));
+    let err = error(&format!("{MINIMAL}[[auth]]\nmethod = \"m\"\nenv = [\"NO-NAME\"]\n"));
+    assert_eq!((err.line, err.field.as_str()), (6, "auth.env"));
+    let err = error(&format!("{MINIMAL}[[auth]]\nmethods = \"m\"\n"));
+    assert!(err.reason.contains("unknown field `methods`"), "{err}");
+}

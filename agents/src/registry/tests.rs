@@ -52,13 +52,14 @@ fn every_builtin_parses_and_follows_the_design_table() {
         ids,
         ["amp", "auggie", "claude-code", "codex", "copilot", "eliza", "gemini", "mock", "opencode"]
     );
-    // (native_resume, history_injection, has resume_command), per DESIGN §9.
+    // (native_resume, history_injection, has resume_command), per DESIGN §9, except
+    // claude-code and gemini, which issue 11 matched to what their agents do.
     let expected = [
-        ("claude-code", (false, false, true)),
+        ("claude-code", (true, false, false)),
         ("codex", (true, false, false)),
         ("copilot", (true, false, false)),
         ("auggie", (false, true, false)),
-        ("gemini", (false, false, false)),
+        ("gemini", (true, false, false)),
         ("amp", (false, false, true)),
         ("opencode", (true, false, false)),
         ("mock", (true, true, false)),

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Phase;
-use super::actor::{Pending, STDERR_IN_ERROR, SessionActor};
+use super::actor::{AfterAuth, Pending, STDERR_IN_ERROR, SessionActor};
 use super::outbox::Outgoing;
 use crate::events::SessionEventKind;
 use crate::history::{self, EntryType};
@@ -295,6 +295,11 @@ impl SessionActor {
                         self.session_opened(token, Some(outcome)).await;
                         agentctl::fault::point("load.opened");
                     }
+                    Err(error)
+                        if self.try_authenticate(
+                            &error,
+                            AfterAuth::Restore { load, token: token.clone() },
+                        ) => {}
                     Err(error) if matches!(error.code, Some(-32601) | Some(-32002)) => {
                         self.restore_rejected(format!(
                             "the agent rejected the stored session: {}",
@@ -314,6 +319,25 @@ impl SessionActor {
                 }
                 false
             }
+            Pending::Authenticate { method, then } => {
+                match result {
+                    Ok(_) => {
+                        self.authenticated = true;
+                        match then {
+                            AfterAuth::NewSession => self.new_acp_session(),
+                            AfterAuth::Restore { load, token } => self.restore(load, token),
+                        }
+                    }
+                    Err(error) => {
+                        self.fail(format!(
+                            "needs credentials: the agent refused authenticate with {method}: {}",
+                            error.text()
+                        ))
+                        .await
+                    }
+                }
+                false
+            }
             Pending::NewSession => {
                 let session_id = result.map(|result| {
                     match protocol::acp::parse::<schema::NewSessionResponse>(&result) {
@@ -326,6 +350,11 @@ impl SessionActor {
                 match session_id {
                     Ok(Some(acp_session)) => self.session_opened(acp_session, None).await,
                     Ok(None) => self.fail("session/new returned no sessionId".into()).await,
+                    Err(error) if self.try_authenticate(&error, AfterAuth::NewSession) => {}
+                    Err(error) if error.code == Some(protocol::ErrorCode::AuthRequired.code()) => {
+                        let reason = self.credentials_needed(&error);
+                        self.fail(reason).await
+                    }
                     Err(error) => {
                         self.fail(format!("the agent refused session/new: {}", error.text())).await
                     }
@@ -369,6 +398,14 @@ impl SessionActor {
     /// `initialize` answered: restore natively when a resume has a token and the agent
     /// can, else open a new ACP session.
     async fn initialized(&mut self, result: Value) {
+        self.authenticated = false;
+        self.auth_offered = result["authMethods"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|method| method["type"].as_str() != Some("terminal"))
+            .filter_map(|method| method["id"].as_str().map(str::to_owned))
+            .collect();
         let native = self
             .resume
             .as_ref()
@@ -384,14 +421,22 @@ impl SessionActor {
                 .and_then(|caps| serde_json::from_value(caps.clone()).ok())
                 .unwrap_or_default(),
         };
-        let params = json!({"sessionId": token, "cwd": self.row.workspace_path, "mcpServers": []});
         if capabilities.session_capabilities.resume.is_some() {
-            self.request(
-                protocol::acp::method::SESSION_RESUME,
-                params,
-                Pending::Restore { load: false, token },
-            );
+            self.restore(false, token);
         } else if capabilities.load_session {
+            self.restore(true, token);
+        } else {
+            self.restore_rejected(
+                "the agent offers neither session/resume nor session/load".into(),
+            )
+            .await;
+        }
+    }
+
+    /// Sends `session/load` (`load`) or `session/resume` for the stored `token`.
+    fn restore(&mut self, load: bool, token: String) {
+        let params = json!({"sessionId": token, "cwd": self.row.workspace_path, "mcpServers": []});
+        if load {
             self.loading = true;
             self.request(
                 protocol::acp::method::SESSION_LOAD,
@@ -400,11 +445,62 @@ impl SessionActor {
             );
             agentctl::fault::point("load.sent");
         } else {
-            self.restore_rejected(
-                "the agent offers neither session/resume nor session/load".into(),
-            )
-            .await;
+            self.request(
+                protocol::acp::method::SESSION_RESUME,
+                params,
+                Pending::Restore { load: false, token },
+            );
         }
+    }
+
+    /// The agent refused a step with ACP's "authentication required" (`-32000`): sends
+    /// `authenticate` with the profile's choice among the offered methods, once per
+    /// execution, and the step again after it. False when there is nothing to try.
+    fn try_authenticate(&mut self, error: &RpcErrorBody, then: AfterAuth) -> bool {
+        if error.code != Some(protocol::ErrorCode::AuthRequired.code()) || self.authenticated {
+            return false;
+        }
+        let env = &self.profile.env;
+        let is_set = |name: &str| {
+            env.get(name).is_some_and(|value| !value.is_empty())
+                || std::env::var_os(name).is_some_and(|value| !value.is_empty())
+        };
+        let Some(method) = self.profile.auth_method(&self.auth_offered, is_set) else {
+            return false;
+        };
+        let method = method.to_owned();
+        tracing::info!(session = %self.row.id, %method, "the agent asks for authentication");
+        self.request(
+            protocol::acp::method::AUTHENTICATE,
+            json!({"methodId": method}),
+            Pending::Authenticate { method, then },
+        );
+        true
+    }
+
+    /// Why a session cannot start without credentials: what the agent said and offers, and
+    /// what the profile allows.
+    fn credentials_needed(&self, error: &RpcErrorBody) -> String {
+        let offered = if self.auth_offered.is_empty() {
+            "it offers no authentication method Tether can use".to_owned()
+        } else {
+            format!("it offers {}", self.auth_offered.join(", "))
+        };
+        let allowed = if self.profile.auth.is_empty() {
+            "the profile allows none (add an [[auth]] method)".to_owned()
+        } else {
+            let choices: Vec<String> = self
+                .profile
+                .auth
+                .iter()
+                .map(|choice| match choice.env.as_slice() {
+                    [] => choice.method.clone(),
+                    env => format!("{} (with {} set)", choice.method, env.join(" or ")),
+                })
+                .collect();
+            format!("the profile allows {}", choices.join(", "))
+        };
+        format!("needs credentials: the agent said \"{}\"; {offered}; {allowed}", error.text())
     }
 
     fn new_acp_session(&mut self) {

@@ -55,6 +55,18 @@ pub(super) enum Pending {
         turn_id: String,
         injected: bool,
     },
+    /// `authenticate` with `method`, after which the refused step is sent again.
+    Authenticate {
+        method: String,
+        then: AfterAuth,
+    },
+}
+
+/// The handshake step an agent refused until `authenticate`.
+#[derive(Debug)]
+pub(super) enum AfterAuth {
+    NewSession,
+    Restore { load: bool, token: String },
 }
 
 /// The live connection to one execution.
@@ -118,6 +130,10 @@ pub(super) struct SessionActor {
     /// A `session/load` is replaying: its conversation updates restore the agent, not our
     /// records.
     pub(super) loading: bool,
+    /// The `authenticate` methods the agent offered at `initialize` (never a `terminal`
+    /// one: there is no terminal here), and whether this execution authenticated.
+    pub(super) auth_offered: Vec<String>,
+    pub(super) authenticated: bool,
     pub(super) durability: Durability,
     /// Suppress recording of the event being handled (it was recorded before a restart).
     pub(super) suppress_history: bool,
@@ -193,6 +209,8 @@ impl SessionActor {
             waiters: Vec::new(),
             resume_context_pending: false,
             loading: false,
+            auth_offered: Vec::new(),
+            authenticated: false,
             durability: Durability::default(),
             generation: None,
             suppress_history: false,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use agentctl::process::PidFd;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
-use tether_tests::daemon::{Api, Daemon, await_log, chunks, next, turn_ended, until};
+use tether_tests::daemon::{Api, Daemon, await_log, chunks, kill_sidecar, next, turn_ended, until};
 use tether_tests::within;
 
 fn signal(pid: u32, signal: Signal) {
@@ -23,17 +23,6 @@ async fn gone(pid: u32) {
     if let Ok(pidfd) = PidFd::open(pid) {
         within("a fenced process to die", pidfd.exited()).await.expect("pidfd");
     }
-}
-
-/// SIGKILLs the session's agentctl (its agent dies with it) and waits until the session
-/// says so on its stream.
-async fn kill_sidecar(daemon: &Daemon, api: &Api, session: &str) {
-    let sidecar = daemon.agentctl_pid(session);
-    let after = api.status(session).await["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(session, after).await;
-    signal(sidecar, Signal::SIGKILL);
-    gone(sidecar).await;
-    until(&mut events, |e| e["type"] == "state" && e["error"].is_string()).await;
 }
 
 /// Sends a prompt to a daemon armed with a fault point, waits for the daemon to die there,

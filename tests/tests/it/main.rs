@@ -3,6 +3,7 @@
 //! One test binary for the workspace (fast to link); each module is one boundary.
 
 mod agentctl;
+mod auth;
 mod conformance;
 mod docker;
 mod docker_runtime;

@@ -4,32 +4,13 @@
 
 use agentctl::process::PidFd;
 use serde_json::{Value, json};
-use tether_tests::daemon::{Api, Daemon, chunks, next, turn_ended, until};
+use tether_tests::daemon::{Api, Daemon, chunks, kill_sidecar, next, turn_ended, until};
 use tether_tests::within;
 
 fn profile(id: &str, extra: &str, session: &str) -> String {
     format!(
         "id = \"{id}\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{{home}}/.mock-agent\"{extra}]\nprotocol = \"acp\"\n[session]\n{session}\n"
     )
-}
-
-/// SIGKILLs the session's agentctl (its agent dies with it) and waits until the session
-/// knows.
-async fn kill_sidecar(daemon: &Daemon, api: &Api, session: &str) {
-    let pid = daemon.agentctl_pid(session);
-    let after = api.status(session).await["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(session, after).await;
-    let pidfd = PidFd::open(pid).unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    within("agentctl to die", pidfd.exited()).await.unwrap();
-    until(&mut events, |e| e["type"] == "state" && e["error"].is_string()).await;
-    let lost = api.status(session).await;
-    assert_eq!(lost["is_agent_running"], false);
-    assert_eq!(lost["needs_resume"], true, "{lost}");
 }
 
 async fn resume(api: &Api, session: &str) -> Value {

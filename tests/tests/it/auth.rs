@@ -1,0 +1,74 @@
+//! Issue 11: agents that require ACP `authenticate` before a session (codex-acp, gemini),
+//! played by `mock-agent --auth-required`, which offers the method `mock-login`.
+
+use serde_json::json;
+use tether_tests::daemon::{Daemon, kill_sidecar, until};
+
+fn profile(id: &str, auth: &str) -> String {
+    format!(
+        "id = \"{id}\"\ncommand = [\"mock-agent\", \"--auth-required\", \"--state-dir\", \"{{home}}/.mock-agent\"]\nprotocol = \"acp\"\n{auth}[session]\nnative_resume = true\n"
+    )
+}
+
+/// Creates a session of `profile` and returns its id and the first terminal-or-ready state
+/// event's `(state, error)`.
+async fn create(daemon: &Daemon, profile: &str) -> (String, String, String) {
+    let api = daemon.api().await;
+    let task = api.call("task.create", json!({"title": "auth"})).await.unwrap();
+    let row = api
+        .call(
+            "task.session.create",
+            json!({"task_id": task["id"], "agent_profile_id": profile, "workspace_path": daemon.workspace(profile)}),
+        )
+        .await
+        .unwrap();
+    let session = row["id"].as_str().unwrap().to_owned();
+    let mut events = api.subscribe(&session, 0).await;
+    let seen = until(&mut events, |e| {
+        e["type"] == "state" && (e["state"] == "WAITING_FOR_INPUT" || e["state"] == "FAILED")
+    })
+    .await;
+    let last = seen.last().unwrap();
+    (
+        session,
+        last["state"].as_str().unwrap().to_owned(),
+        last["error"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+/// Defect 1: the agent refuses `session/new` until `authenticate`; a profile that allows
+/// the method gets a working session, and it authenticates again for a native resume.
+#[tokio::test]
+async fn r11_an_agent_that_requires_authenticate_gets_it() {
+    let pinned = profile("authed", "[[auth]]\nmethod = \"mock-login\"\n");
+    let daemon = Daemon::start_with_profiles(&[], &[("authed.toml", &pinned)]).await;
+    let (session, state, error) = create(&daemon, "authed").await;
+    assert_eq!(state, "WAITING_FOR_INPUT", "{error}");
+    let api = daemon.api().await;
+    assert!(api.ask(&session, "hello").await.contains("you said: hello"));
+    // A new agent process: authenticate again, then session/load.
+    kill_sidecar(&daemon, &api, &session).await;
+    let resumed = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap();
+    assert_eq!(resumed["outcome"], "native_load", "{resumed}");
+    assert!(api.ask(&session, "again").await.contains("remembered 2 earlier messages"));
+}
+
+/// Defect 1: without a usable method the session fails saying that it needs credentials,
+/// which methods the agent offers, and what the profile's choice lacks.
+#[tokio::test]
+async fn r11_an_agent_without_usable_credentials_says_so() {
+    let none = profile("noauth", "");
+    let unset =
+        profile("unset", "[[auth]]\nmethod = \"mock-login\"\nenv = [\"TETHER_TEST_UNSET_KEY\"]\n");
+    let daemon =
+        Daemon::start_with_profiles(&[], &[("noauth.toml", &none), ("unset.toml", &unset)]).await;
+    let (_, state, error) = create(&daemon, "noauth").await;
+    assert_eq!(state, "FAILED");
+    assert!(error.contains("needs credentials") && error.contains("mock-login"), "{error}");
+    let (_, state, error) = create(&daemon, "unset").await;
+    assert_eq!(state, "FAILED");
+    assert!(
+        error.contains("needs credentials") && error.contains("TETHER_TEST_UNSET_KEY"),
+        "{error}"
+    );
+}
