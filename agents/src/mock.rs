@@ -41,6 +41,7 @@ options:
   --resume ID           start with session ID restored; the first session/new continues it
   --reject-load         answer session/load and session/resume with -32002
   --fail-load           answer session/load and session/resume with -32000 (as gemini does)
+  --cancel-as-end-turn  answer a cancelled prompt with stopReason end_turn (as opencode does)
   --hang-on METHOD      never answer METHOD (e.g. initialize)
   --crash-on METHOD     exit when METHOD arrives, after a line on stderr
   --exit-code N         the exit code for --crash-on (default 3)
@@ -71,6 +72,8 @@ pub struct Config {
     pub reject_load: bool,
     /// Answer `session/load` and `session/resume` with a generic `-32000`.
     pub fail_load: bool,
+    /// Answer a cancelled prompt with `end_turn` instead of `cancelled`.
+    pub cancel_as_end_turn: bool,
     /// A method never answered.
     pub hang_on: Option<String>,
     /// A method that makes the process exit.
@@ -99,6 +102,7 @@ impl Default for Config {
             resume: None,
             reject_load: false,
             fail_load: false,
+            cancel_as_end_turn: false,
             hang_on: None,
             crash_on: None,
             exit_code: 3,
@@ -141,6 +145,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, 
             }
             "--reject-load" => config.reject_load = true,
             "--fail-load" => config.fail_load = true,
+            "--cancel-as-end-turn" => config.cancel_as_end_turn = true,
             "--hang-on" => config.hang_on = Some(value("--hang-on")?),
             "--crash-on" => config.crash_on = Some(value("--crash-on")?),
             "--exit-code" => {
@@ -568,6 +573,7 @@ impl Turn<'_> {
     ) -> Result<&'static str, RpcError> {
         match self.steps(script, earlier).await {
             Ok(()) => Ok("end_turn"),
+            Err(Stop::Cancelled) if self.agent.config.cancel_as_end_turn => Ok("end_turn"),
             Err(Stop::Cancelled) => Ok("cancelled"),
             Err(Stop::Failed(error)) => Err(error),
         }
@@ -776,6 +782,7 @@ mod tests {
             "mock-1",
             "--reject-load",
             "--fail-load",
+            "--cancel-as-end-turn",
             "--hang-on",
             "initialize",
             "--crash-on",
@@ -801,6 +808,7 @@ mod tests {
                 resume: Some("mock-1".into()),
                 reject_load: true,
                 fail_load: true,
+                cancel_as_end_turn: true,
                 hang_on: Some("initialize".into()),
                 crash_on: Some("session/new".into()),
                 exit_code: 9,

@@ -383,6 +383,14 @@ impl SessionActor {
                                         .map(str::to_owned),
                                 }
                                 .unwrap_or_else(|| "end_turn".into());
+                            // Some agents (opencode) answer a prompt the user cancelled
+                            // with end_turn; what the user did is what is recorded.
+                            let stop_reason =
+                                if self.cancel_deadline.is_some() && stop_reason == "end_turn" {
+                                    "cancelled".to_owned()
+                                } else {
+                                    stop_reason
+                                };
                             self.end_turn(TurnState::Completed, Some(stop_reason), None).await;
                         }
                         Err(error) => {

@@ -135,6 +135,27 @@ async fn cancel_ends_a_slow_turn_and_the_session_is_ready_again() {
     assert_eq!(seen.last().unwrap()["stop_reason"], "end_turn");
 }
 
+/// Issue 11, defect 6: an agent that answers a cancelled prompt with `end_turn` (opencode)
+/// still has its turn recorded as cancelled.
+#[tokio::test]
+async fn r11_a_cancelled_turn_answered_end_turn_is_recorded_cancelled() {
+    let profile = "id = \"opencode-like\"\ncommand = [\"mock-agent\", \"--cancel-as-end-turn\"]\nprotocol = \"acp\"\n";
+    let daemon = Daemon::start_with_profiles(&[], &[("oc.toml", profile)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("opencode-like", &daemon.workspace("o")).await;
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    prompt(&api, &session, "/sleep 600000").await;
+    until(&mut events, |e| e["type"] == "state" && e["state"] == "RUNNING").await;
+    api.call("task.session.cancel", json!({"session_id": session})).await.unwrap();
+    let seen = until(&mut events, turn_ended).await;
+    assert_eq!(seen.last().unwrap()["stop_reason"], "cancelled", "{:?}", seen.last());
+    // Only a cancel makes end_turn read as cancelled.
+    prompt(&api, &session, "next").await;
+    let seen = until(&mut events, turn_ended).await;
+    assert_eq!(seen.last().unwrap()["stop_reason"], "end_turn");
+}
+
 #[tokio::test]
 async fn an_agent_crash_fails_the_turn_and_leaves_the_session_recoverable() {
     let daemon = Daemon::start(&[]).await;
