@@ -117,6 +117,10 @@ async fn dispatch(mut args: Vec<String>, self_command: Vec<OsString>) -> Result<
     let token = take_option(&mut args, "--token")?.or_else(|| std::env::var("TETHER_TOKEN").ok());
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
     match words.as_slice() {
+        ["serve", rest @ ..] if rest.iter().any(|arg| matches!(*arg, "-h" | "--help")) => {
+            print!("{USAGE}");
+            Ok(())
+        }
         ["serve", ..] => serve(args[1..].to_vec(), self_command).await.map_err(Failure::from),
         ["-h" | "--help"] | [] => {
             print!("{USAGE}");

@@ -454,3 +454,16 @@ async fn an_agent_that_never_answers_initialize_fails_the_launch_with_its_stderr
         (Some("FAILED"), Some(false))
     );
 }
+
+/// Issue 11, defect 6: `serve --help` prints the usage instead of failing.
+#[tokio::test]
+async fn r11_serve_help_prints_the_usage() {
+    let output = tokio::process::Command::new(tether_tests::workspace_bin("supervisor"))
+        .args(["serve", "--help"])
+        .output()
+        .await
+        .unwrap();
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert!(out.contains("serve [--listen ADDR]"), "{out}");
+}
