@@ -35,6 +35,9 @@ pub struct Profile {
     /// order of preference (empty: none is chosen, and such an agent needs credentials).
     #[serde(default)]
     pub auth: Vec<AuthChoice>,
+    /// Where the agent finds its credentials; any one of them is enough.
+    #[serde(default)]
+    pub credentials: Credentials,
     /// Where sessions run unless the request says: `standalone` or `docker`.
     #[serde(default = "default_runtime")]
     pub runtime: String,
@@ -57,6 +60,18 @@ pub struct AuthChoice {
     /// credentials it reads); empty: whenever the agent offers it.
     #[serde(default)]
     pub env: Vec<String>,
+}
+
+/// Where an agent's credentials may be: an API key in one of `env`, or a login file (one
+/// of `files`, relative to the user's home). Both empty: it needs none we know of.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Credentials {
+    /// Variables holding an API key.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// Files a login leaves behind, relative to `$HOME`.
+    #[serde(default)]
+    pub files: Vec<String>,
 }
 
 /// The protocols an agent can speak. Only ACP today.
@@ -279,6 +294,8 @@ struct RawProfile {
     protocol: Protocol,
     #[serde(default)]
     auth: Vec<RawAuth>,
+    #[serde(default)]
+    credentials: RawCredentials,
     runtime: Option<Spanned<String>>,
     #[serde(default)]
     session: RawSession,
@@ -299,6 +316,15 @@ struct RawSession {
     #[serde(default)]
     agent_state_dirs: Vec<Spanned<String>>,
     resume_context_budget: Option<Spanned<usize>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawCredentials {
+    #[serde(default)]
+    env: Vec<Spanned<String>>,
+    #[serde(default)]
+    files: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -423,6 +449,22 @@ impl RawProfile {
                 )?;
             }
         }
+        for name in &self.credentials.env {
+            check.ensure(
+                is_env_name(name.get_ref()),
+                name.span(),
+                "credentials.env",
+                "not a valid environment variable name",
+            )?;
+        }
+        for file in &self.credentials.files {
+            check.ensure(
+                is_inside(file.get_ref()),
+                file.span(),
+                "credentials.files",
+                "must be a relative path inside the user's home, without ..",
+            )?;
+        }
         for name in &self.required_env {
             check.ensure(
                 is_env_name(name.get_ref()),
@@ -441,12 +483,8 @@ impl RawProfile {
             )?;
         }
         for dir in &self.session.agent_state_dirs {
-            let path = Path::new(dir.get_ref());
-            let plain = !dir.get_ref().is_empty()
-                && path.is_relative()
-                && path.components().all(|c| matches!(c, std::path::Component::Normal(_)));
             check.ensure(
-                plain,
+                is_inside(dir.get_ref()),
                 dir.span(),
                 "session.agent_state_dirs",
                 "must be a relative path inside the agent's home, without ..",
@@ -538,6 +576,10 @@ impl RawProfile {
                     env: choice.env.into_iter().map(Spanned::into_inner).collect(),
                 })
                 .collect(),
+            credentials: Credentials {
+                env: self.credentials.env.into_iter().map(Spanned::into_inner).collect(),
+                files: self.credentials.files.into_iter().map(Spanned::into_inner).collect(),
+            },
             runtime: self.runtime.map_or_else(default_runtime, Spanned::into_inner),
             session: SessionSettings {
                 native_resume: self.session.native_resume,
@@ -560,6 +602,13 @@ impl RawProfile {
             source,
         })
     }
+}
+
+/// A non-empty relative path of plain components (no `..`, no root).
+fn is_inside(path: &str) -> bool {
+    !path.is_empty()
+        && Path::new(path).is_relative()
+        && Path::new(path).components().all(|c| matches!(c, std::path::Component::Normal(_)))
 }
 
 fn is_valid_id(id: &str) -> bool {

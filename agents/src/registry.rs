@@ -335,7 +335,9 @@ pub struct Availability {
     pub reasons: Vec<String>,
 }
 
-/// Checks that `command[0]` can be found and every `required_env` variable is set.
+/// Checks that `command[0]` can be found, every `required_env` variable is set, and the
+/// agent's credentials are somewhere (one of `credentials.env` set, or one of its login
+/// files under `$HOME`).
 pub fn availability(profile: &Profile, environment: &Environment) -> Availability {
     let mut reasons = Vec::new();
     let program_name = &profile.command[0];
@@ -346,6 +348,24 @@ pub fn availability(profile: &Profile, environment: &Environment) -> Availabilit
     for name in &profile.required_env {
         if environment.vars.get(name).is_none_or(|value| value.is_empty()) {
             reasons.push(format!("the environment variable {name} is not set"));
+        }
+    }
+    let credentials = &profile.credentials;
+    if !credentials.env.is_empty() || !credentials.files.is_empty() {
+        let set = |name: &String| environment.vars.get(name).is_some_and(|v| !v.is_empty());
+        let home = environment.vars.get("HOME").filter(|home| !home.is_empty()).map(PathBuf::from);
+        let logged_in = |file: &String| home.as_ref().is_some_and(|home| home.join(file).exists());
+        if !credentials.env.iter().any(set) && !credentials.files.iter().any(logged_in) {
+            let mut ways = Vec::new();
+            if !credentials.env.is_empty() {
+                ways.push(format!("set {}", credentials.env.join(" or ")));
+            }
+            if !credentials.files.is_empty() {
+                let files: Vec<String> =
+                    credentials.files.iter().map(|file| format!("~/{file}")).collect();
+                ways.push(format!("log in first (none of {} was found)", files.join(", ")));
+            }
+            reasons.push(format!("needs credentials: {}", ways.join(", or ")));
         }
     }
     Availability { available: reasons.is_empty(), program, reasons }

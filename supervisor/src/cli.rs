@@ -287,7 +287,12 @@ impl Client {
             ["agents"] => {
                 let agents = self.call(method::AGENTS_LIST, json!({})).await?;
                 for agent in agents.as_array().into_iter().flatten() {
-                    let state = if agent["available"] == true {
+                    let state = if agent["invalid"] == true {
+                        format!(
+                            "invalid profile: {}",
+                            agent["reasons"][0].as_str().unwrap_or_default()
+                        )
+                    } else if agent["available"] == true {
                         "available".to_owned()
                     } else {
                         format!(

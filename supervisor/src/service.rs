@@ -142,6 +142,9 @@ pub struct AgentInfo {
     pub native_resume: bool,
     /// Gets the history injected on resume.
     pub history_injection: bool,
+    /// A user profile file that does not load: `id` is its file name, `reasons` holds the
+    /// error with `file:line:col`. (A valid earlier version of it may be listed too.)
+    pub invalid: bool,
 }
 
 /// `task.session.status` (DESIGN §6.1).
@@ -288,24 +291,39 @@ impl Supervisor {
             .unwrap_or_else(|| self.config.home.root().to_owned())
     }
 
-    /// `agents.list`.
+    /// `agents.list`: every profile, then every user profile file that does not load.
     pub fn agents(&self) -> Vec<AgentInfo> {
-        self.config
-            .registry
-            .list()
-            .into_iter()
-            .map(|profile| {
-                let reasons = self.unavailable(&profile);
-                AgentInfo {
-                    id: profile.id.clone(),
-                    display_name: profile.display_name.clone(),
-                    available: reasons.is_empty(),
-                    reasons,
-                    native_resume: profile.session.native_resume,
-                    history_injection: profile.session.history_injection,
-                }
-            })
-            .collect()
+        let catalog = self.config.registry.catalog();
+        let valid = catalog.profiles().map(|profile| {
+            let reasons = self.unavailable(profile);
+            AgentInfo {
+                id: profile.id.clone(),
+                display_name: profile.display_name.clone(),
+                available: reasons.is_empty(),
+                reasons,
+                native_resume: profile.session.native_resume,
+                history_injection: profile.session.history_injection,
+                invalid: false,
+            }
+        });
+        let invalid = catalog.errors().iter().map(|error| {
+            let name = match &error.file {
+                agents::profile::ProfileSource::File(path) => path
+                    .file_name()
+                    .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into()),
+                source => source.to_string(),
+            };
+            AgentInfo {
+                id: name.clone(),
+                display_name: name,
+                available: false,
+                reasons: vec![error.to_string()],
+                native_resume: false,
+                history_injection: false,
+                invalid: true,
+            }
+        });
+        valid.chain(invalid).collect()
     }
 
     /// `task.create`.

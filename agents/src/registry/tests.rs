@@ -127,6 +127,34 @@ async fn the_profiles_directory_is_created_private() {
     assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
 }
 
+/// Issue 11, defect 5: an agent whose credentials are nowhere is not "available".
+#[test]
+fn availability_checks_credentials_in_the_environment_or_a_login_file() {
+    let home = tempfile::tempdir().unwrap();
+    let text = "id = \"t\"\ncommand = [\"sh\"]\nprotocol = \"acp\"\n[credentials]\nenv = [\"T_API_KEY\"]\nfiles = [\".t/auth.json\"]\n";
+    let profile = profile::parse(text, ProfileSource::Builtin("t.toml".into())).unwrap();
+    let mut environment = Environment::current(&[]);
+    environment.vars.insert("HOME".into(), home.path().to_str().unwrap().into());
+    environment.vars.remove("T_API_KEY");
+    let missing = availability(&profile, &environment);
+    assert!(!missing.available);
+    assert_eq!(
+        missing.reasons,
+        ["needs credentials: set T_API_KEY, or log in first (none of ~/.t/auth.json was found)"]
+    );
+    environment.vars.insert("T_API_KEY".into(), "k".into());
+    assert!(availability(&profile, &environment).available, "an API key");
+    environment.vars.remove("T_API_KEY");
+    std::fs::create_dir(home.path().join(".t")).unwrap();
+    std::fs::write(home.path().join(".t/auth.json"), "{}").unwrap();
+    assert!(availability(&profile, &environment).available, "a login file");
+
+    let bad =
+        "id = \"t\"\ncommand = [\"sh\"]\nprotocol = \"acp\"\n[credentials]\nfiles = [\"../x\"]\n";
+    let err = profile::parse(bad, ProfileSource::Builtin("t.toml".into())).unwrap_err();
+    assert_eq!((err.line, err.field.as_str()), (5, "credentials.files"));
+}
+
 #[test]
 fn availability_reports_missing_programs_and_variables() {
     let bin = tempfile::tempdir().unwrap();

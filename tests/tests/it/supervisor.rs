@@ -467,3 +467,42 @@ async fn r11_serve_help_prints_the_usage() {
     assert!(output.status.success(), "{output:?}");
     assert!(out.contains("serve [--listen ADDR]"), "{out}");
 }
+
+/// Issue 11, defect 5: `agents` does not call an agent available when its credentials are
+/// nowhere, and lists a user profile that does not load, with where and why.
+#[tokio::test]
+async fn r11_agents_lists_missing_credentials_and_invalid_profiles() {
+    let needs_key = "id = \"keyed\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n[credentials]\nenv = [\"TETHER_TEST_NO_SUCH_KEY\"]\nfiles = [\".tether-test-none/auth.json\"]\n";
+    let broken = "id = \"broken\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n[session]\nnativ_resume = true\n";
+    let daemon =
+        Daemon::start_with_profiles(&[], &[("keyed.toml", needs_key), ("broken.toml", broken)])
+            .await;
+    let api = daemon.api().await;
+    let agents = api.call("agents.list", json!({})).await.unwrap();
+    let find = |id: &str| agents.as_array().unwrap().iter().find(|a| a["id"] == id).cloned();
+    let keyed = find("keyed").expect("the keyed profile");
+    assert_eq!(keyed["available"], false, "{keyed}");
+    let reason = keyed["reasons"][0].as_str().unwrap();
+    assert!(
+        reason.contains("needs credentials: set TETHER_TEST_NO_SUCH_KEY")
+            && reason.contains("~/.tether-test-none/auth.json"),
+        "{reason}"
+    );
+    let broken = find("broken.toml").expect("the invalid file is listed");
+    assert_eq!(
+        (broken["invalid"].as_bool(), broken["available"].as_bool()),
+        (Some(true), Some(false))
+    );
+    let error = broken["reasons"][0].as_str().unwrap();
+    assert!(error.contains("broken.toml:5:1: session.nativ_resume"), "{error}");
+    let (code, out, _) = daemon.cli(&["agents"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        out.lines().any(|l| l.starts_with("broken.toml") && l.contains("invalid profile: ")),
+        "{out}"
+    );
+    assert!(
+        out.lines().any(|l| l.starts_with("keyed") && l.contains("needs credentials")),
+        "{out}"
+    );
+}
