@@ -2,7 +2,9 @@
 # Idempotent setup for the test suite. Safe to run again and again; each step checks first.
 #  - a Docker engine: when none is reachable and we are root, install Debian's docker.io and
 #    start dockerd (readiness is its "API listen on" log line, not a polling loop);
-#  - elizacp, the ACP agent nobody here wrote, from crates.io.
+#  - elizacp, the ACP agent nobody here wrote, from crates.io;
+#  - real agents from npm, pinned, into the project-local prefix .tools/npm (Node.js from
+#    Debian when it is missing and we are root).
 # Prints what it did. Exports nothing: scripts/test.sh sources it for DOCKERD_STARTED.
 set -euo pipefail
 
@@ -67,5 +69,40 @@ ensure_elizacp() {
   cargo install --quiet --locked elizacp
 }
 
+# Real agents, pinned: the versions the real-agent tests were written against.
+REAL_AGENTS=("@agentclientprotocol/claude-agent-acp@0.101.0")
+
+ensure_real_agents() {
+  local root prefix
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  prefix="$root/.tools/npm"
+  if ! command -v npm >/dev/null 2>&1; then
+    if [ "$(id -u)" != 0 ]; then
+      log "no npm and not root: real-agent tests will be skipped (or fail with REQUIRE_DOCKER=1)"
+      return 0
+    fi
+    log "installing nodejs and npm from Debian"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq nodejs npm >/dev/null
+  fi
+  local missing=()
+  for spec in "${REAL_AGENTS[@]}"; do
+    local name=${spec%@*} version=${spec##*@}
+    local manifest="$prefix/node_modules/$name/package.json"
+    if [ -f "$manifest" ] && grep -q "\"version\": \"$version\"" "$manifest"; then
+      log "$name $version present in $prefix"
+    else
+      missing+=("$spec")
+    fi
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]} into $prefix"
+    mkdir -p "$prefix"
+    npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error "${missing[@]}" >/dev/null
+  fi
+}
+
 ensure_docker
 ensure_elizacp
+ensure_real_agents

@@ -5,6 +5,7 @@
 pub mod client;
 pub mod daemon;
 pub mod docker;
+pub mod model_server;
 pub mod schema;
 pub mod sidecar;
 

@@ -11,6 +11,7 @@ mod eliza;
 mod faults;
 mod mock_agent;
 mod official_client;
+mod real_agents;
 mod resume;
 mod supervisor;
 mod tidy;

@@ -1,0 +1,252 @@
+//! A scripted model server on 127.0.0.1, so real agents complete real turns offline.
+//!
+//! It speaks enough of the Anthropic Messages API (`POST /v1/messages`, streamed as
+//! server-sent events or not, and `/v1/messages/count_tokens`) to stand in for the model
+//! behind claude-agent-acp. Each test scripts the replies of the agent's main loop (the
+//! requests that offer tools) and reads back every request the server received — which is
+//! how a test checks that a resumed agent sent its earlier conversation to the model.
+//!
+//! HTTP/1.1 by hand on a tokio listener: one request per connection (`Connection: close`),
+//! which every client handles.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+/// One scripted reply of the model.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// Text, streamed in a few deltas; the turn ends (`end_turn`).
+    Text(String),
+    /// A tool call (`stop_reason: tool_use`); the agent runs it and asks again.
+    ToolUse {
+        /// The tool's name (e.g. `Write`).
+        name: String,
+        /// Its input.
+        input: Value,
+    },
+}
+
+#[derive(Default)]
+struct Shared {
+    script: VecDeque<Reply>,
+    requests: Vec<Value>,
+    served: u64,
+}
+
+/// A running model server; stops when dropped.
+pub struct ModelServer {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    shared: Arc<Mutex<Shared>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ModelServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ModelServer {
+    /// Binds an ephemeral port on 127.0.0.1 and serves until dropped.
+    pub async fn start() -> ModelServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the model server");
+        let url = format!("http://{}", listener.local_addr().expect("its address"));
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let serving = Arc::clone(&shared);
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let shared = Arc::clone(&serving);
+                tokio::spawn(async move {
+                    if let Err(err) = serve(stream, shared).await {
+                        eprintln!("model server: {err}");
+                    }
+                });
+            }
+        });
+        ModelServer { url, shared, task }
+    }
+
+    /// Queues replies for the agent's main loop, in order.
+    pub fn script(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.lock().script.extend(replies);
+    }
+
+    /// Every request body received so far (with `"path"` added).
+    pub fn requests(&self) -> Vec<Value> {
+        self.lock().requests.clone()
+    }
+
+    /// The main-loop requests (those offering tools), in order.
+    pub fn main_requests(&self) -> Vec<Value> {
+        self.requests().into_iter().filter(is_main).collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Whether a request is the agent's main loop (it offers tools), not a side request (a
+/// title, a quota check).
+fn is_main(request: &Value) -> bool {
+    request["path"].as_str().is_some_and(|path| path.starts_with("/v1/messages"))
+        && !request["path"].as_str().is_some_and(|path| path.contains("count_tokens"))
+        && request["tools"].as_array().is_some_and(|tools| !tools.is_empty())
+}
+
+/// The text of every message of a request, joined (to look for earlier turns in it).
+pub fn conversation_text(request: &Value) -> String {
+    let mut text = String::new();
+    for message in request["messages"].as_array().into_iter().flatten() {
+        match &message["content"] {
+            Value::String(s) => text.push_str(s),
+            Value::Array(blocks) => {
+                for block in blocks {
+                    if let Some(s) = block["text"].as_str() {
+                        text.push_str(s);
+                    }
+                    text.push('\n');
+                }
+            }
+            _ => {}
+        }
+        text.push('\n');
+    }
+    text
+}
+
+async fn serve(stream: TcpStream, shared: Arc<Mutex<Shared>>) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line).await?;
+    let mut parts = request_line.split_whitespace();
+    let method = parts.next().unwrap_or_default().to_owned();
+    let path = parts.next().unwrap_or_default().to_owned();
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).await? == 0 || line == "\r\n" || line == "\n" {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.trim().eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body).await?;
+    let mut stream = reader.into_inner();
+    let mut request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if !request.is_object() {
+        request = json!({});
+    }
+    request["path"] = json!(path);
+    let main = is_main(&request);
+    let streamed = request["stream"].as_bool() == Some(true);
+    let model = request["model"].as_str().unwrap_or("scripted-model").to_owned();
+    let (reply, n) = {
+        let mut shared = shared.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        shared.requests.push(request);
+        shared.served += 1;
+        let reply = if main { shared.script.pop_front() } else { None };
+        (reply.unwrap_or_else(|| Reply::Text("scripted reply".into())), shared.served)
+    };
+    if method != "POST" || !path.starts_with("/v1/messages") {
+        return respond(&mut stream, "404 Not Found", "application/json", b"{}").await;
+    }
+    if path.contains("count_tokens") {
+        return respond(&mut stream, "200 OK", "application/json", br#"{"input_tokens":10}"#).await;
+    }
+    if streamed {
+        let events = stream_events(&reply, &model, n);
+        respond(&mut stream, "200 OK", "text/event-stream", events.as_bytes()).await
+    } else {
+        let message = whole_message(&reply, &model, n);
+        respond(&mut stream, "200 OK", "application/json", message.to_string().as_bytes()).await
+    }
+}
+
+async fn respond(
+    stream: &mut TcpStream,
+    status: &str,
+    content_type: &str,
+    body: &[u8],
+) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body).await?;
+    stream.shutdown().await
+}
+
+fn usage() -> Value {
+    json!({"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0})
+}
+
+fn whole_message(reply: &Reply, model: &str, n: u64) -> Value {
+    let (content, stop) = match reply {
+        Reply::Text(text) => (json!([{"type": "text", "text": text}]), "end_turn"),
+        Reply::ToolUse { name, input } => (
+            json!([{"type": "tool_use", "id": format!("toolu_{n}"), "name": name, "input": input}]),
+            "tool_use",
+        ),
+    };
+    json!({
+        "id": format!("msg_{n}"), "type": "message", "role": "assistant", "model": model,
+        "content": content, "stop_reason": stop, "stop_sequence": null, "usage": usage(),
+    })
+}
+
+fn stream_events(reply: &Reply, model: &str, n: u64) -> String {
+    let mut out = String::new();
+    let mut event = |name: &str, data: Value| {
+        out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+    };
+    let mut start = whole_message(reply, model, n);
+    start["content"] = json!([]);
+    start["stop_reason"] = Value::Null;
+    event("message_start", json!({"type": "message_start", "message": start}));
+    let stop = match reply {
+        Reply::Text(text) => {
+            event(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            );
+            // A few deltas, split on spaces, so the agent streams chunks.
+            let words: Vec<&str> = text.split_inclusive(' ').collect();
+            for piece in words.chunks(3) {
+                event(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece.concat()}}),
+                );
+            }
+            "end_turn"
+        }
+        Reply::ToolUse { name, input } => {
+            event(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": format!("toolu_{n}"), "name": name, "input": {}}}),
+            );
+            event(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
+            );
+            "tool_use"
+        }
+    };
+    event("content_block_stop", json!({"type": "content_block_stop", "index": 0}));
+    event(
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 5}}),
+    );
+    event("message_stop", json!({"type": "message_stop"}));
+    out
+}
