@@ -21,6 +21,8 @@ use tokio::net::{TcpListener, TcpStream};
 pub enum Reply {
     /// Text, streamed in a few deltas; the turn ends (`end_turn`).
     Text(String),
+    /// No answer: the request is held open until the client gives up on it (a cancel).
+    Hang,
     /// A tool call (`stop_reason: tool_use`); the agent runs it and asks again.
     ToolUse {
         /// The tool's name (e.g. `Write`).
@@ -30,11 +32,12 @@ pub enum Reply {
     },
 }
 
-#[derive(Default)]
 struct Shared {
     script: VecDeque<Reply>,
     requests: Vec<Value>,
     served: u64,
+    /// How many main-loop requests arrived (awaited by tests, never polled).
+    main_count: tokio::sync::watch::Sender<usize>,
 }
 
 /// A running model server; stops when dropped.
@@ -56,7 +59,12 @@ impl ModelServer {
     pub async fn start() -> ModelServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the model server");
         let url = format!("http://{}", listener.local_addr().expect("its address"));
-        let shared = Arc::new(Mutex::new(Shared::default()));
+        let shared = Arc::new(Mutex::new(Shared {
+            script: VecDeque::new(),
+            requests: Vec::new(),
+            served: 0,
+            main_count: tokio::sync::watch::channel(0).0,
+        }));
         let serving = Arc::clone(&shared);
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -74,6 +82,14 @@ impl ModelServer {
     /// Queues replies for the agent's main loop, in order.
     pub fn script(&self, replies: impl IntoIterator<Item = Reply>) {
         self.lock().script.extend(replies);
+    }
+
+    /// Waits until `n` main-loop requests have arrived.
+    pub async fn main_requested(&self, n: usize) {
+        let mut count = self.lock().main_count.subscribe();
+        crate::within("the model to be asked", count.wait_for(|&count| count >= n))
+            .await
+            .expect("the server lives as long as the test");
     }
 
     /// Every request body received so far (with `"path"` added).
@@ -154,6 +170,9 @@ async fn serve(stream: TcpStream, shared: Arc<Mutex<Shared>>) -> std::io::Result
         let mut shared = shared.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         shared.requests.push(request);
         shared.served += 1;
+        if main {
+            shared.main_count.send_modify(|count| *count += 1);
+        }
         let reply = if main { shared.script.pop_front() } else { None };
         (reply.unwrap_or_else(|| Reply::Text("scripted reply".into())), shared.served)
     };
@@ -162,6 +181,12 @@ async fn serve(stream: TcpStream, shared: Arc<Mutex<Shared>>) -> std::io::Result
     }
     if path.contains("count_tokens") {
         return respond(&mut stream, "200 OK", "application/json", br#"{"input_tokens":10}"#).await;
+    }
+    if matches!(reply, Reply::Hang) {
+        // Held until the client closes its side.
+        let mut rest = Vec::new();
+        let _ = stream.read_to_end(&mut rest).await;
+        return Ok(());
     }
     if streamed {
         let events = stream_events(&reply, &model, n);
@@ -194,6 +219,7 @@ fn usage() -> Value {
 fn whole_message(reply: &Reply, model: &str, n: u64) -> Value {
     let (content, stop) = match reply {
         Reply::Text(text) => (json!([{"type": "text", "text": text}]), "end_turn"),
+        Reply::Hang => (json!([]), "end_turn"),
         Reply::ToolUse { name, input } => (
             json!([{"type": "tool_use", "id": format!("toolu_{n}"), "name": name, "input": input}]),
             "tool_use",
@@ -215,6 +241,7 @@ fn stream_events(reply: &Reply, model: &str, n: u64) -> String {
     start["stop_reason"] = Value::Null;
     event("message_start", json!({"type": "message_start", "message": start}));
     let stop = match reply {
+        Reply::Hang => "end_turn",
         Reply::Text(text) => {
             event(
                 "content_block_start",

@@ -3,11 +3,13 @@
 //! full turns offline, and the check that a native resume really restored the context:
 //! the model's next request carries the earlier conversation.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::json;
-use tether_tests::daemon::{Daemon, kill_sidecar};
+use tether_tests::Direction;
+use tether_tests::daemon::{Daemon, kill_sidecar, turn_ended, until};
 use tether_tests::model_server::{ModelServer, Reply, conversation_text};
+use tether_tests::schema::AcpSchema;
 
 /// The project-local install of a real agent's binary, if `scripts/setup.sh` made one.
 /// CI (`REQUIRE_DOCKER=1`, which runs setup) must have it; elsewhere the test says it
@@ -26,12 +28,22 @@ fn installed(bin: &str) -> Option<PathBuf> {
     None
 }
 
-/// A daemon with a `claude` profile running claude-agent-acp against `server`.
-async fn claude_daemon(server: &ModelServer) -> Option<Daemon> {
+/// A daemon with a `claude` profile running claude-agent-acp against `server`; with a
+/// `transcript` path, every line Tether sends the agent is also appended to `<path>.in`,
+/// and every line the agent sends to `<path>.out`.
+async fn claude_daemon(server: &ModelServer, transcript: Option<&Path>) -> Option<Daemon> {
     let bin = installed("claude-agent-acp")?;
+    let command = match transcript {
+        None => format!("[\"{}\"]", bin.display()),
+        Some(path) => format!(
+            "[\"bash\", \"-c\", \"exec \\\"$0\\\" < <(tee -a \\\"$1.in\\\") > >(tee -a \\\"$1.out\\\")\", \"{}\", \"{}\"]",
+            bin.display(),
+            path.display()
+        ),
+    };
     let profile = format!(
         r#"id = "claude"
-command = ["{bin}"]
+command = {command}
 protocol = "acp"
 
 [env]
@@ -48,7 +60,6 @@ agent_state_dirs = [".claude"]
 [process]
 init_timeout_ms = 60000
 "#,
-        bin = bin.display(),
         url = server.url,
     );
     Some(Daemon::start_with_profiles(&[], &[("claude.toml", &profile)]).await)
@@ -59,7 +70,7 @@ init_timeout_ms = 60000
 #[tokio::test]
 async fn r11_claude_completes_a_turn_against_the_scripted_model() {
     let server = ModelServer::start().await;
-    let Some(daemon) = claude_daemon(&server).await else { return };
+    let Some(daemon) = claude_daemon(&server, None).await else { return };
     let api = daemon.api().await;
     let session = api.ready_session("claude", &daemon.workspace("c")).await;
     server.script([Reply::Text("Hello from the scripted model, streamed in pieces.".into())]);
@@ -75,7 +86,7 @@ async fn r11_claude_completes_a_turn_against_the_scripted_model() {
 #[tokio::test]
 async fn r11_claude_resumes_natively_with_its_context() {
     let server = ModelServer::start().await;
-    let Some(daemon) = claude_daemon(&server).await else { return };
+    let Some(daemon) = claude_daemon(&server, None).await else { return };
     let api = daemon.api().await;
     let session = api.ready_session("claude", &daemon.workspace("r")).await;
     server.script([Reply::Text("Noted: the code word is papaya.".into())]);
@@ -92,4 +103,135 @@ async fn r11_claude_resumes_natively_with_its_context() {
         seen.contains("remember the code word papaya") && seen.contains("Noted: the code word"),
         "the earlier turn is in the model's context: {seen}"
     );
+}
+
+/// A tool call that asks permission: the request reaches the API, is answered through
+/// `task.session.permission.respond`, and the file the model wrote is in the workspace.
+/// Everything Tether sent the agent validates against the ACP schema.
+#[tokio::test]
+async fn r11_claude_asks_permission_and_its_write_lands() {
+    let server = ModelServer::start().await;
+    let transcript = tempfile::tempdir().unwrap();
+    let lines = transcript.path().join("claude");
+    let Some(daemon) = claude_daemon(&server, Some(&lines)).await else { return };
+    let api = daemon.api().await;
+    let workspace = daemon.workspace("p");
+    // Claude Code's own default may approve edits by itself; this project asks first.
+    std::fs::create_dir_all(workspace.join(".claude")).unwrap();
+    std::fs::write(
+        workspace.join(".claude/settings.json"),
+        r#"{"permissions": {"defaultMode": "default"}}"#,
+    )
+    .unwrap();
+    let session = api.ready_session("claude", &workspace).await;
+    let target = workspace.join("hello.txt");
+    server.script([
+        Reply::ToolUse {
+            name: "Write".into(),
+            input: json!({"file_path": target, "content": "written by the scripted model\n"}),
+        },
+        Reply::Text("The file is written.".into()),
+    ]);
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    api.call("task.session.prompt", json!({"session_id": &session, "prompt": "write hello.txt"}))
+        .await
+        .unwrap();
+    let seen = until(&mut events, |e| e["type"] == "permission_request").await;
+    assert!(!target.exists(), "nothing is written before the answer");
+    let request = seen.last().unwrap();
+    let allow = request["params"]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|option| option["kind"] == "allow_once")
+        .unwrap_or_else(|| panic!("an allow-once option: {request}"));
+    api.call(
+        "task.session.permission.respond",
+        json!({"session_id": &session, "request_id": request["request_id"], "option_id": allow["optionId"]}),
+    )
+    .await
+    .unwrap();
+    let seen = until(&mut events, turn_ended).await;
+    assert_eq!(seen.last().unwrap()["stop_reason"], "end_turn", "{:?}", seen.last());
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "written by the scripted model\n");
+    drop(events);
+    api.call("task.session.stop", json!({"session_id": &session})).await.unwrap();
+    let read = |extension: &str| -> Vec<Vec<u8>> {
+        std::fs::read(lines.with_extension(extension))
+            .unwrap()
+            .split(|&b| b == b'\n')
+            .filter(|line| !line.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect()
+    };
+    let (sent, received) = (read("in"), read("out"));
+    assert!(sent.len() >= 4, "initialize, session/new, a prompt, a permission answer");
+    // Only our side is ours to answer for; the agent's lines pair the ids of our answers.
+    match AcpSchema::load().check_transcript(&sent, &received) {
+        Ok(checked) => {
+            let ours = checked.iter().filter(|c| c.direction == Direction::ToAgent).count();
+            assert_eq!(ours, sent.len(), "every line we sent was checked");
+        }
+        // The agent's own lines may use fields newer than the schema; not ours to judge.
+        Err(errors) => {
+            let ours: Vec<&String> =
+                errors.iter().filter(|error| error.starts_with("ToAgent")).collect();
+            assert!(ours.is_empty(), "{ours:#?}");
+        }
+    }
+}
+
+/// A cancel while the model has not answered ends the turn as cancelled, and the session
+/// takes the next prompt.
+#[tokio::test]
+async fn r11_claude_cancels_mid_turn() {
+    let server = ModelServer::start().await;
+    let Some(daemon) = claude_daemon(&server, None).await else { return };
+    let api = daemon.api().await;
+    let session = api.ready_session("claude", &daemon.workspace("x")).await;
+    server.script([Reply::Hang]);
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    api.call("task.session.prompt", json!({"session_id": &session, "prompt": "think forever"}))
+        .await
+        .unwrap();
+    until(&mut events, |e| e["type"] == "state" && e["state"] == "RUNNING").await;
+    // Cancel once the model has the request (it never answers).
+    server.main_requested(1).await;
+    api.call("task.session.cancel", json!({"session_id": &session})).await.unwrap();
+    let seen = until(&mut events, turn_ended).await;
+    assert_eq!(seen.last().unwrap()["stop_reason"], "cancelled", "{:?}", seen.last());
+    server.script([Reply::Text("back again".into())]);
+    assert!(api.ask(&session, "hello?").await.contains("back again"));
+}
+
+/// The same restore across a supervisor restart: the supervisor is SIGKILLed, the agent
+/// dies while it is down, and the resumed agent still has the conversation.
+#[tokio::test]
+async fn r11_claude_resumes_with_its_context_after_a_supervisor_restart() {
+    let server = ModelServer::start().await;
+    let Some(mut daemon) = claude_daemon(&server, None).await else { return };
+    let api = daemon.api().await;
+    let session = api.ready_session("claude", &daemon.workspace("s")).await;
+    server.script([Reply::Text("Noted: the colour is teal.".into())]);
+    api.ask(&session, "remember the colour teal").await;
+    let sidecar = daemon.agentctl_pid(&session);
+    drop(api);
+    daemon.kill().await;
+    let pidfd = agentctl::process::PidFd::open(sidecar).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sidecar as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    tether_tests::within("agentctl to die", pidfd.exited()).await.unwrap();
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let resumed = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap();
+    assert_eq!(resumed["outcome"], "native_resume", "{resumed}");
+    server.script([Reply::Text("It was teal.".into())]);
+    assert!(api.ask(&session, "which colour?").await.contains("teal"));
+    let seen = conversation_text(&server.main_requests().pop().unwrap());
+    assert!(seen.contains("remember the colour teal"), "{seen}");
 }
