@@ -235,3 +235,78 @@ async fn r11_claude_resumes_with_its_context_after_a_supervisor_restart() {
     let seen = conversation_text(&server.main_requests().pop().unwrap());
     assert!(seen.contains("remember the colour teal"), "{seen}");
 }
+
+/// A daemon with an `opencode` profile running `opencode acp`, and a workspace whose
+/// `opencode.json` points opencode's Anthropic provider at `server`.
+async fn opencode_daemon(server: &ModelServer) -> Option<(Daemon, PathBuf)> {
+    let bin = installed("opencode")?;
+    let profile = format!(
+        r#"id = "opencode"
+command = ["{bin}", "acp"]
+protocol = "acp"
+
+[env]
+ANTHROPIC_API_KEY = "sk-ant-test"
+OPENCODE_DISABLE_AUTOUPDATE = "1"
+OPENCODE_DISABLE_MODELS_FETCH = "1"
+
+[session]
+native_resume = true
+agent_state_dirs = [".local/share/opencode"]
+
+[process]
+init_timeout_ms = 60000
+"#,
+        bin = bin.display(),
+    );
+    let daemon = Daemon::start_with_profiles(&[], &[("opencode.toml", &profile)]).await;
+    let workspace = daemon.workspace("oc");
+    let config = json!({
+        "model": "anthropic/claude-haiku-4-5",
+        "small_model": "anthropic/claude-haiku-4-5",
+        "provider": {"anthropic": {"options": {"baseURL": format!("{}/v1", server.url), "apiKey": "sk-ant-test"}}},
+    });
+    std::fs::write(workspace.join("opencode.json"), config.to_string()).unwrap();
+    Some((daemon, workspace))
+}
+
+/// opencode: a full turn against the scripted model, then kill → resume → the model's
+/// next request carries the earlier conversation.
+#[tokio::test]
+async fn r11_opencode_completes_a_turn_and_resumes_with_its_context() {
+    let server = ModelServer::start().await;
+    let Some((daemon, workspace)) = opencode_daemon(&server).await else { return };
+    let api = daemon.api().await;
+    let session = api.ready_session("opencode", &workspace).await;
+    server.script([Reply::Text("Noted: the fruit is a mango.".into())]);
+    let reply = api.ask(&session, "remember the fruit mango").await;
+    assert!(reply.contains("Noted: the fruit is a mango."), "{reply}");
+    kill_sidecar(&daemon, &api, &session).await;
+    let resumed = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap();
+    assert_eq!(resumed["outcome"], "native_resume", "{resumed}");
+    server.script([Reply::Text("It was a mango.".into())]);
+    assert!(api.ask(&session, "which fruit?").await.contains("mango"));
+    let seen = conversation_text(&server.main_requests().pop().unwrap());
+    assert!(seen.contains("remember the fruit mango"), "{seen}");
+}
+
+/// opencode answers a cancelled prompt with `end_turn`; Tether records what the user did.
+#[tokio::test]
+async fn r11_opencode_cancel_is_recorded_cancelled() {
+    let server = ModelServer::start().await;
+    let Some((daemon, workspace)) = opencode_daemon(&server).await else { return };
+    let api = daemon.api().await;
+    let session = api.ready_session("opencode", &workspace).await;
+    server.script([Reply::Hang]);
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    api.call("task.session.prompt", json!({"session_id": &session, "prompt": "think forever"}))
+        .await
+        .unwrap();
+    server.main_requested(1).await;
+    api.call("task.session.cancel", json!({"session_id": &session})).await.unwrap();
+    let seen = until(&mut events, turn_ended).await;
+    assert_eq!(seen.last().unwrap()["stop_reason"], "cancelled", "{:?}", seen.last());
+    server.script([Reply::Text("back again".into())]);
+    assert!(api.ask(&session, "hello?").await.contains("back again"));
+}
