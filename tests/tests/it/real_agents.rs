@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 use tether_tests::Direction;
-use tether_tests::daemon::{Daemon, kill_sidecar, turn_ended, until};
+use tether_tests::daemon::{Api, Daemon, kill_sidecar, turn_ended, until};
 use tether_tests::model_server::{ModelServer, Reply, conversation_text};
 use tether_tests::schema::AcpSchema;
 
@@ -89,13 +89,20 @@ async fn r11_claude_resumes_natively_with_its_context() {
     let Some(daemon) = claude_daemon(&server, None).await else { return };
     let api = daemon.api().await;
     let session = api.ready_session("claude", &daemon.workspace("r")).await;
+    resume_keeps_the_context(&daemon, &api, &session, &server).await;
+}
+
+/// Tells the agent something (the model notes it), kills the agent, resumes, asks again:
+/// the resume is native, and the model's next request carries the first exchange.
+async fn resume_keeps_the_context(daemon: &Daemon, api: &Api, session: &str, server: &ModelServer) {
     server.script([Reply::Text("Noted: the code word is papaya.".into())]);
-    api.ask(&session, "remember the code word papaya").await;
-    kill_sidecar(&daemon, &api, &session).await;
-    let resumed = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap();
+    let noted = api.ask(session, "remember the code word papaya").await;
+    assert!(noted.contains("Noted: the code word is papaya."), "{noted}");
+    kill_sidecar(daemon, api, session).await;
+    let resumed = api.call("task.session.resume", json!({"session_id": session})).await.unwrap();
     assert_eq!(resumed["outcome"], "native_resume", "{resumed}");
     server.script([Reply::Text("The code word was papaya.".into())]);
-    let reply = api.ask(&session, "what was the code word?").await;
+    let reply = api.ask(session, "what was the code word?").await;
     assert!(reply.contains("papaya"), "{reply}");
     let last = server.main_requests().pop().expect("the model was asked");
     let seen = conversation_text(&last);
@@ -190,20 +197,25 @@ async fn r11_claude_cancels_mid_turn() {
     let Some(daemon) = claude_daemon(&server, None).await else { return };
     let api = daemon.api().await;
     let session = api.ready_session("claude", &daemon.workspace("x")).await;
+    cancel_mid_turn(&api, &session, &server).await;
+}
+
+/// A prompt the model never answers is cancelled: the turn ends `cancelled`, and the
+/// session takes the next prompt.
+async fn cancel_mid_turn(api: &Api, session: &str, server: &ModelServer) {
     server.script([Reply::Hang]);
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(&session, after).await;
-    api.call("task.session.prompt", json!({"session_id": &session, "prompt": "think forever"}))
+    let after = api.status(session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(session, after).await;
+    api.call("task.session.prompt", json!({"session_id": session, "prompt": "think forever"}))
         .await
         .unwrap();
-    until(&mut events, |e| e["type"] == "state" && e["state"] == "RUNNING").await;
     // Cancel once the model has the request (it never answers).
     server.main_requested(1).await;
-    api.call("task.session.cancel", json!({"session_id": &session})).await.unwrap();
+    api.call("task.session.cancel", json!({"session_id": session})).await.unwrap();
     let seen = until(&mut events, turn_ended).await;
     assert_eq!(seen.last().unwrap()["stop_reason"], "cancelled", "{:?}", seen.last());
     server.script([Reply::Text("back again".into())]);
-    assert!(api.ask(&session, "hello?").await.contains("back again"));
+    assert!(api.ask(session, "hello?").await.contains("back again"));
 }
 
 /// The same restore across a supervisor restart: the supervisor is SIGKILLed, the agent
@@ -278,16 +290,7 @@ async fn r11_opencode_completes_a_turn_and_resumes_with_its_context() {
     let Some((daemon, workspace)) = opencode_daemon(&server).await else { return };
     let api = daemon.api().await;
     let session = api.ready_session("opencode", &workspace).await;
-    server.script([Reply::Text("Noted: the fruit is a mango.".into())]);
-    let reply = api.ask(&session, "remember the fruit mango").await;
-    assert!(reply.contains("Noted: the fruit is a mango."), "{reply}");
-    kill_sidecar(&daemon, &api, &session).await;
-    let resumed = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap();
-    assert_eq!(resumed["outcome"], "native_resume", "{resumed}");
-    server.script([Reply::Text("It was a mango.".into())]);
-    assert!(api.ask(&session, "which fruit?").await.contains("mango"));
-    let seen = conversation_text(&server.main_requests().pop().unwrap());
-    assert!(seen.contains("remember the fruit mango"), "{seen}");
+    resume_keeps_the_context(&daemon, &api, &session, &server).await;
 }
 
 /// opencode answers a cancelled prompt with `end_turn`; Tether records what the user did.
@@ -297,16 +300,5 @@ async fn r11_opencode_cancel_is_recorded_cancelled() {
     let Some((daemon, workspace)) = opencode_daemon(&server).await else { return };
     let api = daemon.api().await;
     let session = api.ready_session("opencode", &workspace).await;
-    server.script([Reply::Hang]);
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(&session, after).await;
-    api.call("task.session.prompt", json!({"session_id": &session, "prompt": "think forever"}))
-        .await
-        .unwrap();
-    server.main_requested(1).await;
-    api.call("task.session.cancel", json!({"session_id": &session})).await.unwrap();
-    let seen = until(&mut events, turn_ended).await;
-    assert_eq!(seen.last().unwrap()["stop_reason"], "cancelled", "{:?}", seen.last());
-    server.script([Reply::Text("back again".into())]);
-    assert!(api.ask(&session, "hello?").await.contains("back again"));
+    cancel_mid_turn(&api, &session, &server).await;
 }
