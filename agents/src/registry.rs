@@ -77,6 +77,11 @@ impl Catalog {
     pub fn errors(&self) -> &[ProfileError] {
         &self.errors
     }
+
+    /// The errors of this catalog that `before` did not have.
+    pub fn new_errors<'a>(&'a self, before: &Catalog) -> Vec<&'a ProfileError> {
+        self.errors.iter().filter(|error| !before.errors.contains(error)).collect()
+    }
 }
 
 /// Errors that stop the registry from starting.
@@ -137,12 +142,13 @@ impl Registry {
             let catalog_tx = Arc::clone(&catalog_tx);
             move || {
                 let catalog = loader.lock().expect("UNWRAP: never poisoned").reload();
-                for error in catalog.errors() {
-                    tracing::warn!(%error, "profile not loaded");
-                }
                 catalog_tx.send_if_modified(|current| {
                     if **current == catalog {
                         return false;
+                    }
+                    // Each broken file is said once, not at every event an edit makes.
+                    for error in catalog.new_errors(current) {
+                        tracing::warn!(%error, "profile not loaded");
                     }
                     *current = Arc::new(catalog);
                     true

@@ -277,3 +277,21 @@ async fn rapid_writes_settle_on_the_final_content() {
             .await;
     assert!(catalog.errors().is_empty(), "{:?}", catalog.errors());
 }
+
+/// Issue 11, defect 5: a broken file was logged at every event of one edit (three times);
+/// only errors a new catalog did not have before are said.
+#[test]
+fn only_new_profile_errors_are_reported() {
+    let error = |reason: &str| ProfileError {
+        file: ProfileSource::File("/p/a.toml".into()),
+        line: 1,
+        column: 1,
+        field: "id".into(),
+        reason: reason.into(),
+    };
+    let catalog = |errors: Vec<ProfileError>| Catalog { profiles: BTreeMap::new(), errors };
+    let before = catalog(vec![error("x")]);
+    assert!(catalog(vec![error("x")]).new_errors(&before).is_empty());
+    let after = catalog(vec![error("x"), error("y")]);
+    assert_eq!(after.new_errors(&before), [&error("y")]);
+}
