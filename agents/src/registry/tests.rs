@@ -145,6 +145,10 @@ fn availability_checks_credentials_in_the_environment_or_a_login_file() {
     environment.vars.insert("T_API_KEY".into(), "k".into());
     assert!(availability(&profile, &environment).available, "an API key");
     environment.vars.remove("T_API_KEY");
+    let mut own_key = profile.clone();
+    own_key.env.insert("T_API_KEY".into(), "k".into());
+    assert!(availability(&own_key, &environment).available, "a key in the profile's env");
+    environment.vars.remove("T_API_KEY");
     std::fs::create_dir(home.path().join(".t")).unwrap();
     std::fs::write(home.path().join(".t/auth.json"), "{}").unwrap();
     assert!(availability(&profile, &environment).available, "a login file");

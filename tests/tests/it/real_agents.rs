@@ -302,3 +302,52 @@ async fn r11_opencode_cancel_is_recorded_cancelled() {
     let session = api.ready_session("opencode", &workspace).await;
     cancel_mid_turn(&api, &session, &server).await;
 }
+
+/// The built-in `codex` profile's `[[auth]]`, with the adapter installed here instead of
+/// fetched by `npx`, and `env` extra lines.
+fn codex_profile(bin: &Path, env: &str) -> String {
+    let builtin = include_str!("../../../agents/profiles/codex.toml");
+    let command = builtin
+        .lines()
+        .find(|line| line.starts_with("command = "))
+        .expect("the built-in has a command");
+    builtin
+        .replace(command, &format!("command = [\"{}\"]\n{env}", bin.display()))
+        .replace("id = \"codex\"", "id = \"codex-here\"")
+}
+
+/// Defect 1 for real: codex-acp 2.6.0 refuses `session/new` with `-32000` until
+/// `authenticate`; the built-in profile's choice (`api-key`, with OPENAI_API_KEY set)
+/// gets the session open, and without a key the agent is unavailable, saying why.
+#[tokio::test]
+async fn r11_codex_authenticates_with_an_api_key_and_says_when_it_has_none() {
+    let Some(bin) = installed("codex-acp") else { return };
+    let keyed = codex_profile(&bin, "env = { OPENAI_API_KEY = \"sk-test\" }");
+    let daemon = Daemon::start_with_profiles(&[], &[("codex.toml", &keyed)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("codex-here", &daemon.workspace("k")).await;
+    let status = api.status(&session).await;
+    assert_eq!(status["state"], "WAITING_FOR_INPUT", "{status}");
+    assert!(status["acp_session_id"].is_string(), "{status}");
+    drop(api);
+    drop(daemon);
+
+    // Without a key (and no login file) it is not offered at all, and says why.
+    let keyless = codex_profile(&bin, "");
+    let env = [("OPENAI_API_KEY", ""), ("CODEX_API_KEY", "")];
+    let daemon = Daemon::start_with_env(&[], &[("codex.toml", &keyless)], &env).await;
+    let api = daemon.api().await;
+    let task = api.call("task.create", json!({"title": "codex"})).await.unwrap();
+    let refused = api
+        .call(
+            "task.session.create",
+            json!({"task_id": task["id"], "agent_profile_id": "codex-here", "workspace_path": daemon.workspace("n")}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind, "agent_unavailable", "{refused:?}");
+    assert!(
+        refused.message.contains("needs credentials: set CODEX_API_KEY or OPENAI_API_KEY"),
+        "{refused:?}"
+    );
+}
