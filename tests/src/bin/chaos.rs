@@ -240,11 +240,25 @@ async fn main() {
             tally.problem(format!("agent {pid} survived stop-all"));
         }
     }
+    let failed = tally.lost + tally.duplicated + tally.stuck + tally.orphans + tally.doubled > 0;
+    // Nothing is left behind: each session is deleted (its stopped container with it) —
+    // unless the data is kept for a post-mortem, when only the containers go.
+    for track in &tracks {
+        if failed {
+            let _ = std::process::Command::new("docker")
+                .args(["rm", "-f", &format!("tether-{}", track.id)])
+                .output();
+            continue;
+        }
+        let (code, _, err) = daemon.cli(&["sessions", "delete", &track.id]).await;
+        if code != 0 {
+            tally.problem(format!("deleting {} failed: {err}", track.id));
+        }
+    }
     if tally.problems.len() > before {
         tally.rounds_failed += 1;
     }
     print_table(&tally, started.elapsed());
-    let failed = tally.lost + tally.duplicated + tally.stuck + tally.orphans + tally.doubled > 0;
     if failed {
         let root = daemon.keep_root();
         eprintln!(
