@@ -323,6 +323,9 @@ async fn r10_one_bad_row_does_not_stop_recovery() {
     drop(store);
     daemon.restart().await;
     let api = daemon.api().await;
+    // A resume joins the background re-attach and answers once it is done.
+    let resumed = api.call("task.session.resume", json!({"session_id": &good})).await.unwrap();
+    assert_eq!(resumed["outcome"], "already_running", "{resumed}");
     assert_eq!(api.status(&good).await["is_agent_running"], true, "the good one is re-adopted");
     let status = api.status(&bad).await;
     assert!(status["error"].as_str().is_some_and(|e| e.contains("kubernetes")), "{status}");

@@ -312,7 +312,12 @@ async fn sigterm_leaves_sidecars_running_and_stop_all_stops_them() {
     assert!(agentctl::process::is_alive(sidecar), "an operator restart leaves the sidecar running");
     daemon.restart().await;
     let api = daemon.api().await;
+    // The re-attach runs in the background (status says `reattaching` meanwhile); a resume
+    // joins it, and answers `already_running` once the same sidecar is adopted.
+    let resumed = resume(&api, &session).await;
+    assert_eq!(resumed["outcome"], "already_running", "re-adopted, not relaunched: {resumed}");
     assert_eq!(api.status(&session).await["is_agent_running"], true, "re-adopted");
+    assert_eq!(daemon.agentctl_pid(&session), sidecar, "the same sidecar");
     let pidfd = PidFd::open(sidecar).unwrap();
     let (code, out, err) = daemon.cli(&["stop-all"]).await;
     assert_eq!(code, 0, "{err}");
