@@ -157,15 +157,26 @@ pub mod defaults {
 }
 
 impl Profile {
+    /// Whether the agent gets variable `name` set and not empty: from the profile's own
+    /// env, or from the environment it inherits (`inherited` says for that one).
+    pub fn has_var(&self, name: &str, inherited: impl Fn(&str) -> bool) -> bool {
+        self.env.get(name).is_some_and(|value| !value.is_empty()) || inherited(name)
+    }
+
     /// The `authenticate` method to use among those the agent `offered`: the first of the
-    /// profile's choices that is offered and whose credentials are there (`is_set` says
-    /// whether a variable is set and not empty, in the profile's env or the supervisor's).
-    pub fn auth_method(&self, offered: &[String], is_set: impl Fn(&str) -> bool) -> Option<&str> {
+    /// profile's choices that is offered and whose credentials are there (see
+    /// [`Profile::has_var`] for `inherited`).
+    pub fn auth_method(
+        &self,
+        offered: &[String],
+        inherited: impl Fn(&str) -> bool,
+    ) -> Option<&str> {
         self.auth
             .iter()
             .find(|choice| {
                 offered.contains(&choice.method)
-                    && (choice.env.is_empty() || choice.env.iter().any(|name| is_set(name)))
+                    && (choice.env.is_empty()
+                        || choice.env.iter().any(|name| self.has_var(name, &inherited)))
             })
             .map(|choice| choice.method.as_str())
     }

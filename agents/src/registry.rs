@@ -360,10 +360,7 @@ pub fn availability(profile: &Profile, environment: &Environment) -> Availabilit
     if !credentials.env.is_empty() || !credentials.files.is_empty() {
         // A key may come from the supervisor's environment or from the profile's own env.
         let set = |name: &String| {
-            [environment.vars.get(name), profile.env.get(name)]
-                .into_iter()
-                .flatten()
-                .any(|value| !value.is_empty())
+            profile.has_var(name, |name| environment.vars.get(name).is_some_and(|v| !v.is_empty()))
         };
         let home = environment.vars.get("HOME").filter(|home| !home.is_empty()).map(PathBuf::from);
         let logged_in = |file: &String| home.as_ref().is_some_and(|home| home.join(file).exists());

@@ -678,17 +678,12 @@ impl Supervisor {
                 tracing::error!(session = %row.id, %err, "cannot fence a stranded session's sidecar");
             }
             let reason = "the supervisor stopped while this session was starting; prompt or resume it to go on";
-            if let Ok(log) = self.event_log(&row.id) {
-                let _ = log.append_with(|seq, at| SessionEvent {
-                    seq,
-                    at,
-                    agent_seq: None,
-                    generation: None,
-                    kind: SessionEventKind::State {
-                        state: SessionState::WaitingForInput,
-                        error: Some(reason.into()),
-                    },
-                });
+            let state = SessionEventKind::State {
+                state: SessionState::WaitingForInput,
+                error: Some(reason.into()),
+            };
+            if let Err(err) = self.publish_recovery(&row.id, vec![state]) {
+                tracing::error!(session = %row.id, %err, "cannot publish a stranded session's state");
             }
             self.config
                 .store
@@ -733,6 +728,28 @@ impl Supervisor {
             tracing::info!(readopted, failed, "recovery: re-attaching done");
         });
         Ok(summary)
+    }
+
+    /// Publishes what recovery found on a session's stream, in one append. The events
+    /// carry no agentctl mark: no agent event caused them.
+    fn publish_recovery(
+        &self,
+        session_id: &str,
+        kinds: Vec<SessionEventKind>,
+    ) -> Result<(), ServiceError> {
+        if kinds.is_empty() {
+            return Ok(());
+        }
+        self.event_log(session_id)?
+            .append_all(kinds, |seq, at, kind| SessionEvent {
+                seq,
+                at,
+                agent_seq: None,
+                generation: None,
+                kind,
+            })
+            .map_err(|err| ServiceError::Internal(format!("publishing recovery events: {err}")))?;
+        Ok(())
     }
 
     /// Recovers one session: returns a watch on its view when it is being re-attached.
@@ -805,19 +822,7 @@ impl Supervisor {
                 error: Some(reason.into()),
             });
         }
-        if !kinds.is_empty() {
-            self.event_log(&row.id)?
-                .append_all(kinds, |seq, at, kind| SessionEvent {
-                    seq,
-                    at,
-                    agent_seq: None,
-                    generation: None,
-                    kind,
-                })
-                .map_err(|err| {
-                    ServiceError::Internal(format!("publishing recovery events: {err}"))
-                })?;
-        }
+        self.publish_recovery(&row.id, kinds)?;
         summary.interrupted += store.interrupt_turns(row.id.clone()).await?.len();
         summary.approvals_cancelled += store.clear_pending(row.id.clone()).await?;
         let _ = store

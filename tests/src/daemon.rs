@@ -406,7 +406,13 @@ impl Api {
 
     /// Creates a task and a session on `profile` in `workspace`; waits until it is
     /// `WAITING_FOR_INPUT`. Returns the session id.
-    pub async fn ready_session(&self, profile: &str, workspace: &Path) -> String {
+    /// Creates a task and a session of `profile` in it; returns the session id, or the
+    /// refusal.
+    pub async fn create_session(
+        &self,
+        profile: &str,
+        workspace: &Path,
+    ) -> Result<String, ApiError> {
         let task = self
             .call("task.create", json!({"title": format!("{profile} test")}))
             .await
@@ -416,9 +422,12 @@ impl Api {
                 "task.session.create",
                 json!({"task_id": task["id"], "agent_profile_id": profile, "workspace_path": workspace}),
             )
-            .await
-            .expect("task.session.create");
-        let session = row["id"].as_str().expect("a session id").to_owned();
+            .await?;
+        Ok(row["id"].as_str().expect("a session id").to_owned())
+    }
+
+    pub async fn ready_session(&self, profile: &str, workspace: &Path) -> String {
+        let session = self.create_session(profile, workspace).await.expect("task.session.create");
         let mut events = self.subscribe(&session, 0).await;
         loop {
             let event = next(&mut events).await;

@@ -468,12 +468,8 @@ impl SessionActor {
         if error.code != Some(protocol::ErrorCode::AuthRequired.code()) || self.authenticated {
             return false;
         }
-        let env = &self.profile.env;
-        let is_set = |name: &str| {
-            env.get(name).is_some_and(|value| !value.is_empty())
-                || std::env::var_os(name).is_some_and(|value| !value.is_empty())
-        };
-        let Some(method) = self.profile.auth_method(&self.auth_offered, is_set) else {
+        let inherited = |name: &str| std::env::var_os(name).is_some_and(|value| !value.is_empty());
+        let Some(method) = self.profile.auth_method(&self.auth_offered, inherited) else {
             return false;
         };
         let method = method.to_owned();

@@ -749,13 +749,24 @@ impl SessionActor {
         }
     }
 
+    /// A stop or detach came while launching or re-attaching: clears the request and
+    /// returns the reply to give once the retire is done (other callers are answered now).
+    fn stop_after_launch(&mut self) -> Option<Reply<()>> {
+        self.after_launch = AfterLaunch::Keep;
+        let mut waiters = std::mem::take(&mut self.retire_waiters);
+        let reply = waiters.pop();
+        for other in waiters {
+            let _ = other.send(Ok(()));
+        }
+        reply
+    }
+
     async fn launched(&mut self, launched: Result<Connected, LaunchFailure>) {
         let connected = match launched {
             Ok(connected) => connected,
             Err(failure) => {
                 if self.after_launch == AfterLaunch::Retire {
-                    self.after_launch = AfterLaunch::Keep;
-                    for reply in self.retire_waiters.drain(..) {
+                    if let Some(reply) = self.stop_after_launch() {
                         let _ = reply.send(Ok(()));
                     }
                     if self.phase != Phase::Ended {
@@ -770,12 +781,7 @@ impl SessionActor {
         let execution = self.connect(connected, true);
         if self.after_launch == AfterLaunch::Retire {
             // Stopped or detached while launching.
-            self.after_launch = AfterLaunch::Keep;
-            let mut waiters = std::mem::take(&mut self.retire_waiters);
-            let reply = waiters.pop();
-            for other in waiters {
-                let _ = other.send(Ok(()));
-            }
+            let reply = self.stop_after_launch();
             self.retire(execution, reply);
             if self.phase != Phase::Ended {
                 self.enter(Phase::Idle);
@@ -801,12 +807,7 @@ impl SessionActor {
     async fn adopted(&mut self, adopted: Result<Connected, String>) {
         if self.after_launch == AfterLaunch::Retire {
             // Stopped or detached while re-attaching: what was found is retired (or fenced).
-            self.after_launch = AfterLaunch::Keep;
-            let mut waiters = std::mem::take(&mut self.retire_waiters);
-            let reply = waiters.pop();
-            for other in waiters {
-                let _ = other.send(Ok(()));
-            }
+            let reply = self.stop_after_launch();
             match adopted {
                 Ok(connected) => {
                     let execution = self.connect(connected, false);

@@ -14,15 +14,7 @@ fn profile(id: &str, auth: &str) -> String {
 /// event's `(state, error)`.
 async fn create(daemon: &Daemon, profile: &str) -> (String, String, String) {
     let api = daemon.api().await;
-    let task = api.call("task.create", json!({"title": "auth"})).await.unwrap();
-    let row = api
-        .call(
-            "task.session.create",
-            json!({"task_id": task["id"], "agent_profile_id": profile, "workspace_path": daemon.workspace(profile)}),
-        )
-        .await
-        .unwrap();
-    let session = row["id"].as_str().unwrap().to_owned();
+    let session = api.create_session(profile, &daemon.workspace(profile)).await.unwrap();
     let mut events = api.subscribe(&session, 0).await;
     let seen = until(&mut events, |e| {
         e["type"] == "state" && (e["state"] == "WAITING_FOR_INPUT" || e["state"] == "FAILED")

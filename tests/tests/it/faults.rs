@@ -384,15 +384,7 @@ async fn r10_a_hung_session_new_times_out_and_starting_is_not_needs_resume() {
     let hang = "id = \"hang\"\ncommand = [\"mock-agent\", \"--hang-on\", \"session/new\"]\nprotocol = \"acp\"\n[process]\ninit_timeout_ms = 8000\n";
     let daemon = Daemon::start_with_profiles(&[], &[("hang.toml", hang)]).await;
     let api = daemon.api().await;
-    let task = api.call("task.create", json!({"title": "hang"})).await.unwrap();
-    let row = api
-        .call(
-            "task.session.create",
-            json!({"task_id": task["id"], "agent_profile_id": "hang", "workspace_path": daemon.workspace("h")}),
-        )
-        .await
-        .unwrap();
-    let session = row["id"].as_str().unwrap().to_owned();
+    let session = api.create_session("hang", &daemon.workspace("h")).await.unwrap();
     let mut events = api.subscribe(&session, 0).await;
     until(&mut events, |e| e["type"] == "state" && e["state"] == "STARTING").await;
     let status = api.status(&session).await;

@@ -337,14 +337,7 @@ async fn r11_codex_authenticates_with_an_api_key_and_says_when_it_has_none() {
     let env = [("OPENAI_API_KEY", ""), ("CODEX_API_KEY", "")];
     let daemon = Daemon::start_with_env(&[], &[("codex.toml", &keyless)], &env).await;
     let api = daemon.api().await;
-    let task = api.call("task.create", json!({"title": "codex"})).await.unwrap();
-    let refused = api
-        .call(
-            "task.session.create",
-            json!({"task_id": task["id"], "agent_profile_id": "codex-here", "workspace_path": daemon.workspace("n")}),
-        )
-        .await
-        .unwrap_err();
+    let refused = api.create_session("codex-here", &daemon.workspace("n")).await.unwrap_err();
     assert_eq!(refused.kind, "agent_unavailable", "{refused:?}");
     assert!(
         refused.message.contains("needs credentials: set CODEX_API_KEY or OPENAI_API_KEY"),
