@@ -49,6 +49,8 @@ options:
   --ignore-eof          keep running after stdin closes (stop it with a signal)
   --ignore-sigterm      ignore SIGTERM (stop it with SIGKILL)
   --name NAME           the agentInfo name (default mock-agent)
+  --require-env N=V     exit with code 1 and nothing on stderr unless N is set to V
+                        (as claude-agent-acp does run as root without IS_SANDBOX=1)
 
 prompt commands (one per line; other lines are the message):
   /stream N  /tool  /permission  /read PATH  /write PATH TEXT  /sleep MS
@@ -90,6 +92,8 @@ pub struct Config {
     pub name: String,
     /// Internal: run as the idle child spawned by `/spawn`.
     pub idle: bool,
+    /// `(name, value)`: exit silently with code 1 unless the variable is set to the value.
+    pub require_env: Option<(String, String)>,
 }
 
 impl Default for Config {
@@ -111,6 +115,7 @@ impl Default for Config {
             ignore_sigterm: false,
             name: "mock-agent".into(),
             idle: false,
+            require_env: None,
         }
     }
 }
@@ -158,6 +163,13 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, 
             "--ignore-sigterm" => config.ignore_sigterm = true,
             "--name" => config.name = value("--name")?,
             "--idle" => config.idle = true,
+            "--require-env" => {
+                let pair = value("--require-env")?;
+                let (name, wanted) = pair
+                    .split_once('=')
+                    .ok_or_else(|| format!("--require-env: {pair:?} is not NAME=VALUE"))?;
+                config.require_env = Some((name.to_owned(), wanted.to_owned()));
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -197,6 +209,11 @@ pub async fn run(config: Config) -> i32 {
     if config.idle {
         // The child of `/spawn`: do nothing until killed.
         std::future::pending::<()>().await;
+    }
+    if let Some((name, wanted)) = &config.require_env
+        && std::env::var(name).ok().as_ref() != Some(wanted)
+    {
+        return 1;
     }
     if config.ignore_sigterm {
         ignore_sigterm();
@@ -794,6 +811,8 @@ mod tests {
             "--ignore-sigterm",
             "--name",
             "m2",
+            "--require-env",
+            "IS_SANDBOX=1",
         ])
         .unwrap() else {
             panic!("expected a run")
@@ -817,6 +836,7 @@ mod tests {
                 ignore_sigterm: true,
                 name: "m2".into(),
                 idle: false,
+                require_env: Some(("IS_SANDBOX".into(), "1".into())),
             }
         );
     }

@@ -84,12 +84,21 @@ pub enum Protocol {
 }
 
 /// How a session of this agent is resumed.
+///
+/// The agent says at `initialize` what it can restore (`sessionCapabilities.resume`,
+/// `loadSession`); these fields are overrides of that, and unset they follow it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionSettings {
-    /// The agent restores its context through ACP (`session/resume` or `session/load`).
-    pub native_resume: bool,
-    /// Without a native restore, the recorded history is injected into the first prompt.
-    pub history_injection: bool,
+    /// Native restore through ACP. Unset: as the agent advertises (`session/resume`, else
+    /// `session/load`, else none). `false`: never. `true`: always try, even when the agent
+    /// does not advertise it (`restore_method`, else what it advertises, else `load`).
+    pub native_resume: Option<bool>,
+    /// Pins the ACP method of a native restore, whatever the agent advertises.
+    #[serde(default)]
+    pub restore_method: Option<RestoreMethod>,
+    /// Injecting the recorded history into the first prompt when nothing was restored
+    /// natively. Unset or `true`: yes. `false`: only after a native restore that failed.
+    pub history_injection: Option<bool>,
     /// An argv that relaunches the agent restoring session `{token}` (a CLI `--resume`).
     pub resume_command: Option<Vec<String>>,
     /// The agent's own state directories, relative to its home (e.g. `.codex`), persisted
@@ -97,6 +106,25 @@ pub struct SessionSettings {
     pub agent_state_dirs: Vec<String>,
     /// The most characters of history a resume context may hold.
     pub resume_context_budget: usize,
+}
+
+/// The ACP method of a native restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RestoreMethod {
+    /// `session/resume`: the agent restores its context without replaying it.
+    Resume,
+    /// `session/load`: the agent restores its context and replays the conversation.
+    Load,
+}
+
+/// What an agent advertised at `initialize` that the resume ladder reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Advertised {
+    /// `agentCapabilities.sessionCapabilities.resume`.
+    pub resume: bool,
+    /// `agentCapabilities.loadSession`.
+    pub load: bool,
 }
 
 /// Container settings.
@@ -117,6 +145,11 @@ pub struct ProcessSettings {
     pub init_timeout_ms: u64,
     /// The grace period of each stop step (EOF, then SIGTERM).
     pub stop_grace_ms: u64,
+    /// Variables the agent needs, with these exact values, when it runs as root (e.g.
+    /// claude-agent-acp's `IS_SANDBOX = "1"`). Not set for it: it is unavailable as root,
+    /// saying so; in a container (a sandbox) they are set.
+    #[serde(default)]
+    pub root_env: BTreeMap<String, String>,
 }
 
 /// Where a profile was defined.
@@ -183,7 +216,54 @@ impl Profile {
 
     /// Whether a resume token is worth keeping: some restore path can use it.
     pub fn keeps_resume_token(&self) -> bool {
-        self.session.native_resume || self.session.resume_command.is_some()
+        self.session.native_resume != Some(false) || self.session.resume_command.is_some()
+    }
+
+    /// Whether a resume with a token relaunches the agent with `resume_command` (a profile
+    /// that has one and does not insist on a native restore).
+    pub fn relaunches_to_resume(&self) -> bool {
+        self.session.resume_command.is_some() && self.session.native_resume != Some(true)
+    }
+
+    /// The native restore to try, given what the agent advertised: `None` when the
+    /// profile turns it off, or leaves it to an agent that offers none.
+    pub fn restore_method(&self, advertised: Advertised) -> Option<RestoreMethod> {
+        let offered = if advertised.resume {
+            Some(RestoreMethod::Resume)
+        } else if advertised.load {
+            Some(RestoreMethod::Load)
+        } else {
+            None
+        };
+        match self.session.native_resume {
+            Some(false) => None,
+            None => match self.session.restore_method {
+                // A pinned method is used only when the agent restores at all.
+                Some(method) => offered.map(|_| method),
+                None => offered,
+            },
+            Some(true) => {
+                Some(self.session.restore_method.or(offered).unwrap_or(RestoreMethod::Load))
+            }
+        }
+    }
+
+    /// Whether a fresh session after a resume gets the recorded history injected.
+    pub fn injects_history(&self, native_failed: bool) -> bool {
+        native_failed || self.session.history_injection != Some(false)
+    }
+
+    /// The `root_env` entries not set to their value, neither inherited (`inherited`
+    /// returns a variable's value) nor in the profile's env; as `NAME=value`.
+    pub fn root_env_missing(&self, inherited: impl Fn(&str) -> Option<String>) -> Vec<String> {
+        self.process
+            .root_env
+            .iter()
+            .filter(|(name, value)| {
+                self.env.get(*name).or(inherited(name).as_ref()) != Some(*value)
+            })
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect()
     }
 
     /// The launch argv with `{home}` expanded.
@@ -319,10 +399,9 @@ struct RawProfile {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawSession {
-    #[serde(default)]
-    native_resume: bool,
-    #[serde(default)]
-    history_injection: bool,
+    native_resume: Option<bool>,
+    restore_method: Option<RestoreMethod>,
+    history_injection: Option<bool>,
     resume_command: Option<Spanned<Vec<String>>>,
     #[serde(default)]
     agent_state_dirs: Vec<Spanned<String>>,
@@ -359,6 +438,8 @@ struct RawDocker {
 struct RawProcess {
     init_timeout_ms: Option<Spanned<u64>>,
     stop_grace_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    root_env: BTreeMap<Spanned<String>, Spanned<String>>,
 }
 
 /// Collects the first validation error with its location.
@@ -443,6 +524,14 @@ impl RawProfile {
             if let Err(reason) = check_placeholders(value.get_ref(), &["home"]) {
                 return check.fail(value.span(), &format!("env.{}", key.get_ref()), reason);
             }
+        }
+        for key in self.process.root_env.keys() {
+            check.ensure(
+                is_env_name(key.get_ref()),
+                key.span(),
+                "process.root_env",
+                "not a valid environment variable name",
+            )?;
         }
         for choice in &self.auth {
             check.ensure(
@@ -594,6 +683,7 @@ impl RawProfile {
             runtime: self.runtime.map_or_else(default_runtime, Spanned::into_inner),
             session: SessionSettings {
                 native_resume: self.session.native_resume,
+                restore_method: self.session.restore_method,
                 history_injection: self.session.history_injection,
                 resume_command: self.session.resume_command.map(Spanned::into_inner),
                 agent_state_dirs: self
@@ -609,7 +699,16 @@ impl RawProfile {
                 memory_mb,
                 cpus,
             },
-            process: ProcessSettings { init_timeout_ms, stop_grace_ms },
+            process: ProcessSettings {
+                init_timeout_ms,
+                stop_grace_ms,
+                root_env: self
+                    .process
+                    .root_env
+                    .into_iter()
+                    .map(|(key, value)| (key.into_inner(), value.into_inner()))
+                    .collect(),
+            },
             source,
         })
     }

@@ -300,6 +300,8 @@ pub struct Environment {
     pub search_dirs: Vec<PathBuf>,
     /// The environment variables.
     pub vars: HashMap<String, String>,
+    /// Whether agents run as root here (the profile's `process.root_env` then applies).
+    pub root: bool,
 }
 
 impl Environment {
@@ -310,7 +312,11 @@ impl Environment {
         if let Some(path) = std::env::var_os("PATH") {
             search_dirs.extend(std::env::split_paths(&path));
         }
-        Environment { search_dirs, vars: std::env::vars().collect() }
+        Environment {
+            search_dirs,
+            vars: std::env::vars().collect(),
+            root: nix::unistd::geteuid().is_root(),
+        }
     }
 
     /// Resolves a program name as a shell would: a name with a `/` is a path, anything
@@ -375,6 +381,16 @@ pub fn availability(profile: &Profile, environment: &Environment) -> Availabilit
                 ways.push(format!("log in first (none of {} was found)", files.join(", ")));
             }
             reasons.push(format!("needs credentials: {}", ways.join(", or ")));
+        }
+    }
+    if environment.root {
+        let missing = profile.root_env_missing(|name| environment.vars.get(name).cloned());
+        if !missing.is_empty() {
+            reasons.push(format!(
+                "run as root, it needs {} in its environment (set it in the supervisor's \
+                 environment or the profile's [env]; in a container it is set)",
+                missing.join(" and ")
+            ));
         }
     }
     Availability { available: reasons.is_empty(), program, reasons }

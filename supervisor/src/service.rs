@@ -138,9 +138,14 @@ pub struct AgentInfo {
     pub available: bool,
     /// Why not, when not.
     pub reasons: Vec<String>,
-    /// Restores natively.
-    pub native_resume: bool,
-    /// Gets the history injected on resume.
+    /// Native restore: `null` as the agent advertises at `initialize`, `false` never,
+    /// `true` always tried (the profile's override).
+    pub native_resume: Option<bool>,
+    /// The ACP method a native restore is pinned to (`resume`, `load`), if any.
+    pub restore_method: Option<agents::profile::RestoreMethod>,
+    /// A resume relaunches the agent with the profile's `resume_command`.
+    pub resume_command: bool,
+    /// Gets the history injected when nothing was restored natively.
     pub history_injection: bool,
     /// A user profile file that does not load: `id` is its file name, `reasons` holds the
     /// error with `file:line:col`. (A valid earlier version of it may be listed too.)
@@ -218,9 +223,15 @@ impl Supervisor {
         })
     }
 
-    /// Why `profile` cannot be launched here (empty when it can).
-    fn unavailable(&self, profile: &Profile) -> Vec<String> {
-        let availability = agents::registry::availability(profile, &self.config.environment);
+    /// Why `profile` cannot be launched here, on `runtime` (empty when it can).
+    fn unavailable(&self, profile: &Profile, runtime: &str) -> Vec<String> {
+        let availability = if runtime == "docker" && self.config.environment.root {
+            // In a container the agent is sandboxed: its root_env is set there.
+            let environment = Environment { root: false, ..self.config.environment.clone() };
+            agents::registry::availability(profile, &environment)
+        } else {
+            agents::registry::availability(profile, &self.config.environment)
+        };
         let applet =
             availability.program.is_none() && self.config.applets.contains_key(&profile.command[0]);
         // The program reason comes first; an applet stands in for a missing program.
@@ -295,14 +306,16 @@ impl Supervisor {
     pub fn agents(&self) -> Vec<AgentInfo> {
         let catalog = self.config.registry.catalog();
         let valid = catalog.profiles().map(|profile| {
-            let reasons = self.unavailable(profile);
+            let reasons = self.unavailable(profile, &profile.runtime);
             AgentInfo {
                 id: profile.id.clone(),
                 display_name: profile.display_name.clone(),
                 available: reasons.is_empty(),
                 reasons,
                 native_resume: profile.session.native_resume,
-                history_injection: profile.session.history_injection,
+                restore_method: profile.session.restore_method,
+                resume_command: profile.relaunches_to_resume(),
+                history_injection: profile.injects_history(false),
                 invalid: false,
             }
         });
@@ -318,7 +331,9 @@ impl Supervisor {
                 display_name: name,
                 available: false,
                 reasons: vec![error.to_string()],
-                native_resume: false,
+                native_resume: None,
+                restore_method: None,
+                resume_command: false,
                 history_injection: false,
                 invalid: true,
             }
@@ -376,7 +391,7 @@ impl Supervisor {
         let profile = self.config.registry.get(&agent_profile_id).ok_or_else(|| {
             ServiceError::NotFound(format!("agent profile {agent_profile_id} not found"))
         })?;
-        let reasons = self.unavailable(&profile);
+        let reasons = self.unavailable(&profile, runtime.as_deref().unwrap_or(&profile.runtime));
         if !reasons.is_empty() {
             return Err(ServiceError::AgentUnavailable(format!(
                 "agent {agent_profile_id} is not available: {}",

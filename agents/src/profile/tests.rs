@@ -22,13 +22,74 @@ const MINIMAL: &str = "id = \"x\"\ncommand = [\"x-agent\"]\nprotocol = \"acp\"\n
 fn minimal_profile_gets_defaults() {
     let profile = parse(MINIMAL, file()).unwrap();
     assert_eq!(profile.display_name, "x");
-    assert!(!profile.session.native_resume && !profile.session.history_injection);
+    // Resume follows what the agent advertises; nothing is overridden.
+    assert_eq!((profile.session.native_resume, profile.session.history_injection), (None, None));
+    assert_eq!(profile.session.restore_method, None);
+    assert!(profile.process.root_env.is_empty());
     assert_eq!(profile.session.resume_context_budget, defaults::RESUME_CONTEXT_BUDGET);
     assert_eq!(profile.docker.image, None);
     assert_eq!(profile.docker.memory_mb, defaults::MEMORY_MB);
     assert_eq!(profile.process.init_timeout_ms, defaults::INIT_TIMEOUT_MS);
     assert_eq!(profile.process.stop_grace_ms, defaults::STOP_GRACE_MS);
-    assert!(!profile.keeps_resume_token());
+    assert!(profile.keeps_resume_token() && !profile.relaunches_to_resume());
+    assert!(profile.injects_history(false));
+}
+
+/// The ladder (issue 11): the agent's advertisement decides, the profile overrides.
+#[test]
+fn the_restore_method_follows_the_agent_unless_the_profile_overrides_it() {
+    use RestoreMethod::{Load, Resume};
+    let with = |session: &str| parse(&format!("{MINIMAL}[session]\n{session}\n"), file()).unwrap();
+    let both = Advertised { resume: true, load: true };
+    let load = Advertised { resume: false, load: true };
+    let none = Advertised::default();
+    let cases = [
+        ("", both, Some(Resume)),
+        ("", load, Some(Load)),
+        ("", none, None),
+        ("native_resume = false", both, None),
+        ("native_resume = true", none, Some(Load)),
+        ("native_resume = true", both, Some(Resume)),
+        ("restore_method = \"load\"", both, Some(Load)),
+        // A pinned method needs an agent that restores at all, unless forced.
+        ("restore_method = \"resume\"", none, None),
+        ("native_resume = true\nrestore_method = \"resume\"", none, Some(Resume)),
+        ("native_resume = false\nrestore_method = \"load\"", both, None),
+    ];
+    for (session, advertised, expected) in cases {
+        assert_eq!(
+            with(session).restore_method(advertised),
+            expected,
+            "{session:?} {advertised:?}"
+        );
+    }
+    let off = with("native_resume = false\nhistory_injection = false");
+    assert!(!off.keeps_resume_token());
+    assert!(!off.injects_history(false) && off.injects_history(true), "a failed restore injects");
+    let relaunch = with("native_resume = false\nresume_command = [\"x\", \"{token}\"]");
+    assert!(relaunch.keeps_resume_token() && relaunch.relaunches_to_resume());
+    let err = error(&format!("{MINIMAL}[session]\nrestore_method = \"reload\"\n"));
+    assert_eq!((err.line, err.field.as_str()), (5, "session.restore_method"));
+}
+
+#[test]
+fn root_env_is_checked_against_the_profile_and_the_inherited_environment() {
+    let profile =
+        parse(&format!("{MINIMAL}[process]\nroot_env = {{ IS_SANDBOX = \"1\" }}\n"), file())
+            .unwrap();
+    assert_eq!(profile.root_env_missing(|_| None), ["IS_SANDBOX=1"]);
+    assert_eq!(profile.root_env_missing(|_| Some("yes".into())), ["IS_SANDBOX=1"], "exactly 1");
+    assert!(profile.root_env_missing(|_| Some("1".into())).is_empty());
+    let in_profile = parse(
+        &format!(
+            "{MINIMAL}[env]\nIS_SANDBOX = \"1\"\n[process]\nroot_env = {{ IS_SANDBOX = \"1\" }}\n"
+        ),
+        file(),
+    )
+    .unwrap();
+    assert!(in_profile.root_env_missing(|_| None).is_empty());
+    let err = error(&format!("{MINIMAL}[process]\nroot_env = {{ \"1X\" = \"1\" }}\n"));
+    assert_eq!(err.field, "process.root_env");
 }
 
 #[test]

@@ -52,18 +52,19 @@ fn every_builtin_parses_and_follows_the_design_table() {
         ids,
         ["amp", "auggie", "claude-code", "codex", "copilot", "eliza", "gemini", "mock", "opencode"]
     );
-    // (native_resume, history_injection, has resume_command), per DESIGN §9, except
-    // claude-code and gemini, which issue 11 matched to what their agents do.
+    // (native_resume, history_injection, has resume_command). Issue 11: the resume ladder
+    // follows what each agent advertises, so only Amp (a relaunch, no ACP restore)
+    // overrides it; the rest leave both unset.
     let expected = [
-        ("claude-code", (true, false, false)),
-        ("codex", (true, false, false)),
-        ("copilot", (true, false, false)),
-        ("auggie", (false, true, false)),
-        ("gemini", (true, false, false)),
-        ("amp", (false, false, true)),
-        ("opencode", (true, false, false)),
-        ("mock", (true, true, false)),
-        ("eliza", (false, true, false)),
+        ("claude-code", (None, None, false)),
+        ("codex", (None, None, false)),
+        ("copilot", (None, None, false)),
+        ("auggie", (None, None, false)),
+        ("gemini", (None, None, false)),
+        ("amp", (Some(false), Some(false), true)),
+        ("opencode", (None, None, false)),
+        ("mock", (None, None, false)),
+        ("eliza", (None, None, false)),
     ];
     for (id, (native, injection, command)) in expected {
         let session = &profiles[id].session;
@@ -73,6 +74,10 @@ fn every_builtin_parses_and_follows_the_design_table() {
             "{id}"
         );
     }
+    assert_eq!(
+        profiles["claude-code"].process.root_env,
+        BTreeMap::from([("IS_SANDBOX".to_owned(), "1".to_owned())])
+    );
     assert_eq!(profiles["eliza"].command, ["elizacp", "--deterministic", "acp"]);
 }
 
@@ -159,6 +164,25 @@ fn availability_checks_credentials_in_the_environment_or_a_login_file() {
     assert_eq!((err.line, err.field.as_str()), (5, "credentials.files"));
 }
 
+/// claude-agent-acp as root refuses its session unless IS_SANDBOX=1 (issue 11): the
+/// profile's root_env makes that an availability reason, and only for root.
+#[test]
+fn availability_as_root_names_the_root_env_it_lacks() {
+    let text = "id = \"t\"\ncommand = [\"sh\"]\nprotocol = \"acp\"\n[process]\nroot_env = { IS_SANDBOX = \"1\" }\n";
+    let profile = profile::parse(text, ProfileSource::Builtin("t.toml".into())).unwrap();
+    let mut environment = Environment::current(&[]);
+    environment.vars.remove("IS_SANDBOX");
+    environment.root = false;
+    assert!(availability(&profile, &environment).available, "not root: nothing needed");
+    environment.root = true;
+    let as_root = availability(&profile, &environment);
+    assert!(!as_root.available);
+    assert_eq!(as_root.reasons.len(), 1);
+    assert!(as_root.reasons[0].starts_with("run as root, it needs IS_SANDBOX=1 "), "{as_root:?}");
+    environment.vars.insert("IS_SANDBOX".into(), "1".into());
+    assert!(availability(&profile, &environment).available, "set in the environment");
+}
+
 #[test]
 fn availability_reports_missing_programs_and_variables() {
     let bin = tempfile::tempdir().unwrap();
@@ -179,6 +203,7 @@ fn availability_reports_missing_programs_and_variables() {
     let mut environment = Environment {
         search_dirs: vec![PathBuf::from("/nonexistent"), bin.path().to_owned()],
         vars: HashMap::new(),
+        root: false,
     };
     environment.vars.insert("T_KEY".into(), "secret".into());
     environment.vars.insert("T_OTHER".into(), String::new());

@@ -14,6 +14,7 @@ use super::outbox::Outgoing;
 use crate::events::SessionEventKind;
 use crate::history::{self, EntryType};
 use crate::store::{ExecutorStatus, ResumeOutcome, SessionState, TurnState, task_state};
+use agents::profile::{Advertised, RestoreMethod};
 use protocol::acp::{Parsed, schema};
 use protocol::control::{Event, EventKind};
 
@@ -414,12 +415,14 @@ impl SessionActor {
             .filter(|method| method["type"].as_str() != Some("terminal"))
             .filter_map(|method| method["id"].as_str().map(str::to_owned))
             .collect();
-        let native = self
+        let Some(token) = self
             .resume
             .as_ref()
-            .filter(|resume| !resume.relaunched && self.profile.session.native_resume)
-            .and_then(|resume| resume.token.clone());
-        let Some(token) = native else { return self.new_acp_session() };
+            .filter(|resume| !resume.relaunched)
+            .and_then(|resume| resume.token.clone())
+        else {
+            return self.new_acp_session();
+        };
         // An answer that does not fit the schema is read for its capabilities alone.
         let capabilities = match protocol::acp::parse::<schema::InitializeResponse>(&result) {
             Parsed::Known(response) => response.agent_capabilities,
@@ -429,15 +432,19 @@ impl SessionActor {
                 .and_then(|caps| serde_json::from_value(caps.clone()).ok())
                 .unwrap_or_default(),
         };
-        if capabilities.session_capabilities.resume.is_some() {
-            self.restore(false, token);
-        } else if capabilities.load_session {
-            self.restore(true, token);
-        } else {
-            self.restore_rejected(
-                "the agent offers neither session/resume nor session/load".into(),
-            )
-            .await;
+        let advertised = Advertised {
+            resume: capabilities.session_capabilities.resume.is_some(),
+            load: capabilities.load_session,
+        };
+        match self.profile.restore_method(advertised) {
+            Some(RestoreMethod::Resume) => self.restore(false, token),
+            Some(RestoreMethod::Load) => self.restore(true, token),
+            // Nothing to restore with: a fresh session (with the history, when the
+            // profile injects it); the token is of no use to this agent.
+            None => {
+                self.forget_token().await;
+                self.new_acp_session();
+            }
         }
     }
 
@@ -518,6 +525,15 @@ impl SessionActor {
         self.emit(SessionEventKind::Notice {
             message: format!("{reason}; starting a fresh agent session"),
         });
+        self.forget_token().await;
+        if let Some(resume) = self.resume.as_mut() {
+            resume.native_failed = true;
+        }
+        self.new_acp_session();
+    }
+
+    /// The stored token cannot restore anything for this agent: it is cleared.
+    async fn forget_token(&mut self) {
         if let Some(execution) = &self.execution {
             let _ = self
                 .context
@@ -526,10 +542,8 @@ impl SessionActor {
                 .await;
         }
         if let Some(resume) = self.resume.as_mut() {
-            resume.native_failed = true;
             resume.token = None;
         }
-        self.new_acp_session();
     }
 
     /// The ACP session is open (new or restored): record it, settle a resume's outcome,
@@ -557,7 +571,7 @@ impl SessionActor {
                     Some(outcome) => outcome,
                     None if resume.relaunched => ResumeOutcome::ResumeCommand,
                     None if !self.history.is_empty()
-                        && (self.profile.session.history_injection || resume.native_failed) =>
+                        && self.profile.injects_history(resume.native_failed) =>
                     {
                         self.resume_context_pending = true;
                         let _ = store

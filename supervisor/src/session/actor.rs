@@ -569,9 +569,7 @@ impl SessionActor {
             }
             token = None;
         }
-        let relaunch = token.is_some()
-            && !self.profile.session.native_resume
-            && self.profile.session.resume_command.is_some();
+        let relaunch = token.is_some() && self.profile.relaunches_to_resume();
         self.initial_prompt = match (&token, self.row.state) {
             (Some(_), _) | (None, SessionState::WaitingForInput) => None,
             (None, _) => match self.context.store.get_task(self.row.task_id.clone()).await {
@@ -636,7 +634,16 @@ impl SessionActor {
         let plan = LaunchPlan {
             spec,
             argv: resolved,
-            env: self.profile.launch_env(&home).into_iter().collect(),
+            env: {
+                let mut env = self.profile.launch_env(&home);
+                if in_container.is_some() {
+                    // A container is the sandbox such an agent asks for when run as root.
+                    for (name, value) in &self.profile.process.root_env {
+                        env.entry(name.clone()).or_insert_with(|| value.clone());
+                    }
+                }
+                env.into_iter().collect()
+            },
             previous,
         };
         self.resume_context_pending = false;

@@ -54,7 +54,6 @@ DISABLE_AUTOUPDATER = "1"
 IS_SANDBOX = "1"
 
 [session]
-native_resume = true
 agent_state_dirs = [".claude"]
 
 [process]
@@ -263,7 +262,6 @@ OPENCODE_DISABLE_AUTOUPDATE = "1"
 OPENCODE_DISABLE_MODELS_FETCH = "1"
 
 [session]
-native_resume = true
 agent_state_dirs = [".local/share/opencode"]
 
 [process]

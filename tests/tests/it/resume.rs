@@ -65,7 +65,8 @@ async fn native_resume_through_load_resume_and_resume_command() {
     let profiles = [
         (
             "resumable.toml",
-            profile("resumable", ", \"--resume-capability\"", "native_resume = true"),
+            // Nothing said about resume: the agent's advertisement decides (issue 11).
+            profile("resumable", ", \"--resume-capability\"", ""),
         ),
         (
             "relaunch.toml",
@@ -102,6 +103,54 @@ async fn native_resume_through_load_resume_and_resume_command() {
         assert_eq!(history.as_array().unwrap().len(), 4, "{agent}: {history}");
         let again = resume(&api, &session).await;
         assert_eq!(again["outcome"], "already_running");
+    }
+}
+
+/// Issue 11, defect 4: the ladder follows what the agent advertises at `initialize`; the
+/// profile's fields only override it. Each case: (profile, mock flags, session fields,
+/// outcome, whether the fallback notice is expected).
+#[tokio::test]
+async fn r11_the_resume_ladder_follows_what_the_agent_advertises() {
+    let cases = [
+        // Advertises nothing: no restore is tried, the history is injected, no complaint.
+        ("silent", ", \"--no-load-session\"", "", "history_injection", false),
+        // Advertises both: session/resume is preferred…
+        ("both", ", \"--resume-capability\"", "", "native_resume", false),
+        // …unless the profile pins session/load.
+        ("pinned", ", \"--resume-capability\"", "restore_method = \"load\"", "native_load", false),
+        // Forced where the agent advertises nothing: tried, refused, and the fallback says so.
+        ("forced", ", \"--no-load-session\"", "native_resume = true", "history_injection", true),
+        // Turned off where the agent could: the history is injected instead.
+        ("off", "", "native_resume = false", "history_injection", false),
+    ];
+    let files: Vec<(String, String)> = cases
+        .iter()
+        .map(|(id, flags, session, ..)| (format!("{id}.toml"), profile(id, flags, session)))
+        .collect();
+    let refs: Vec<(&str, &str)> = files.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
+    let daemon = Daemon::start_with_profiles(&[], &refs).await;
+    let api = daemon.api().await;
+    for (agent, _, _, expected, notice) in cases {
+        let session = api.ready_session(agent, &daemon.workspace(agent)).await;
+        api.ask(&session, "the secret is kumquat").await;
+        kill_sidecar(&daemon, &api, &session).await;
+        let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+        let mut events = api.subscribe(&session, after).await;
+        let resumed = resume(&api, &session).await;
+        assert_eq!(
+            (resumed["outcome"].as_str(), resumed["state"].as_str()),
+            (Some(expected), Some("WAITING_FOR_INPUT")),
+            "{agent}"
+        );
+        let seen = until(&mut events, |e| e["type"] == "resume_outcome").await;
+        assert_eq!(seen.iter().any(|e| e["type"] == "notice"), notice, "{agent}: {seen:?}");
+        let reply = api.ask(&session, "what was the secret?").await;
+        if expected == "history_injection" {
+            assert!(reply.contains("remembered 0 earlier messages"), "{agent}: {reply}");
+            assert!(reply.contains("[USER]: the secret is kumquat"), "{agent}: {reply}");
+        } else {
+            assert!(reply.contains("remembered 2 earlier messages"), "{agent}: {reply}");
+        }
     }
 }
 

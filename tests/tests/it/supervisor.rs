@@ -506,3 +506,43 @@ async fn r11_agents_lists_missing_credentials_and_invalid_profiles() {
         "{out}"
     );
 }
+
+/// Issue 11, defect 4: claude-agent-acp run as root refuses its session unless
+/// IS_SANDBOX=1 (the Claude CLI under it exits with code 1). A profile's `root_env` says
+/// so up front — the agent is unavailable, naming the variable — instead of a launch that
+/// fails obscurely; with the variable set it starts. (The mock stands in: run as root with
+/// `--require-env` it exits silently with code 1 unless the variable is set.)
+#[tokio::test]
+async fn r11_an_agent_that_needs_a_sandbox_as_root_says_so() {
+    let root = nix::unistd::geteuid().is_root();
+    let flag = if root { ", \"--require-env\", \"TETHER_TEST_SANDBOX=1\"" } else { "" };
+    let profile = format!(
+        "id = \"sandboxed\"\ncommand = [\"mock-agent\"{flag}]\nprotocol = \"acp\"\n\
+         [process]\nroot_env = {{ TETHER_TEST_SANDBOX = \"1\" }}\n"
+    );
+    let profiles = [("sandboxed.toml", profile.as_str())];
+    let daemon = Daemon::start_with_env(&[], &profiles, &[("TETHER_TEST_SANDBOX", "")]).await;
+    let api = daemon.api().await;
+    let created = api.create_session("sandboxed", &daemon.workspace("s")).await;
+    if root {
+        let refused = created.expect_err("unavailable as root without the variable");
+        assert_eq!(refused.kind, "agent_unavailable", "{refused:?}");
+        assert!(
+            refused.message.contains("run as root, it needs TETHER_TEST_SANDBOX=1"),
+            "{refused:?}"
+        );
+        let agents = api.call("agents.list", json!({})).await.unwrap();
+        let listed = agents.as_array().unwrap().iter().find(|a| a["id"] == "sandboxed").unwrap();
+        assert_eq!(listed["available"], false, "{listed}");
+        assert!(listed["reasons"][0].as_str().unwrap().contains("TETHER_TEST_SANDBOX=1"));
+    } else {
+        println!("not root: root_env does not apply, and the session opens");
+        created.expect("not root: nothing needed");
+    }
+    drop(api);
+    drop(daemon);
+    let daemon = Daemon::start_with_env(&[], &profiles, &[("TETHER_TEST_SANDBOX", "1")]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("sandboxed", &daemon.workspace("s")).await;
+    assert!(api.ask(&session, "hello").await.contains("hello"));
+}
