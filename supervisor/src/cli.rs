@@ -345,7 +345,7 @@ impl Client {
                 Ok(())
             }
             ["session", "start", ..] => self.session_start(args, quiet).await,
-            ["prompt", session, text] => self.prompt(session, text).await,
+            ["prompt", session, text] => self.prompt(session, text, quiet).await,
             ["status", session] | ["sessions", "show", session] => {
                 let status =
                     self.call(method::SESSION_STATUS, json!({"session_id": session})).await?;
@@ -379,8 +379,8 @@ impl Client {
                 Ok(())
             }
             ["resume", session] => {
-                let result =
-                    self.call(method::SESSION_RESUME, json!({"session_id": session})).await?;
+                let resume = self.call(method::SESSION_RESUME, json!({"session_id": session}));
+                let result = self.with_progress(session, resume, quiet).await?;
                 println!(
                     "session {session} resumed ({}), {}",
                     result["outcome"].as_str().unwrap_or(""),
@@ -441,8 +441,10 @@ impl Client {
             .await?;
         let session = row["id"].as_str().unwrap_or_default().to_owned();
         let mut events = Feed::open(self, &session, 0).await?;
+        let shown = Shown::new(quiet);
         loop {
             let event = events.next(self).await?;
+            shown.progress(&event);
             if event["type"] == "state" {
                 match event["state"].as_str() {
                     Some("WAITING_FOR_INPUT") | Some("RUNNING") => break,
@@ -482,17 +484,58 @@ impl Client {
             .map_err(|err| self.failure(err))
     }
 
-    async fn prompt(&self, session: &str, text: &str) -> Result<(), Failure> {
+    /// Awaits `call` while showing `session`'s progress events (a slow agent start says
+    /// what it is doing instead of nothing).
+    async fn with_progress<T>(
+        &self,
+        session: &str,
+        call: impl std::future::Future<Output = Result<T, Failure>>,
+        quiet: bool,
+    ) -> Result<T, Failure> {
         let status = self.call(method::SESSION_STATUS, json!({"session_id": session})).await?;
         let after = status["last_event_seq"].as_u64().unwrap_or(0);
         let mut events = Feed::open(self, session, after).await?;
-        let started = self
-            .call(method::SESSION_PROMPT, json!({"session_id": session, "prompt": text}))
-            .await?;
-        let turn = started["turn_id"].clone();
+        let shown = Shown::new(quiet);
+        tokio::pin!(call);
+        loop {
+            tokio::select! {
+                result = &mut call => return result,
+                event = events.next(self) => match event {
+                    Ok(event) => shown.progress(&event),
+                    // The stream is only for show: the call's answer is what counts.
+                    Err(_) => return call.await,
+                },
+            }
+        }
+    }
+
+    async fn prompt(&self, session: &str, text: &str, quiet: bool) -> Result<(), Failure> {
+        let status = self.call(method::SESSION_STATUS, json!({"session_id": session})).await?;
+        let after = status["last_event_seq"].as_u64().unwrap_or(0);
+        let mut events = Feed::open(self, session, after).await?;
+        // A prompt to a session without a live agent resumes it first, which can take a
+        // while: its progress is shown as it happens, so the call runs beside the stream.
+        let call =
+            self.call(method::SESSION_PROMPT, json!({"session_id": session, "prompt": text}));
+        tokio::pin!(call);
+        let mut turn: Option<Value> = None;
+        // Turn ends seen before the call answered with its turn id.
+        let mut early: Vec<Value> = Vec::new();
+        let shown = Shown::new(quiet);
         let mut stdout = std::io::stdout();
         loop {
-            let event = events.next(self).await?;
+            let event = tokio::select! {
+                started = &mut call, if turn.is_none() => {
+                    let id = started?["turn_id"].clone();
+                    if let Some(ended) = early.iter().find(|event| event["turn_id"] == id) {
+                        return turn_result(ended);
+                    }
+                    turn = Some(id);
+                    continue;
+                }
+                event = events.next(self) => event?,
+            };
+            shown.progress(&event);
             match event["type"].as_str() {
                 Some("agent_message_chunk") => {
                     let _ = write!(stdout, "{}", event["text"].as_str().unwrap_or(""));
@@ -505,23 +548,70 @@ impl Client {
                     "\n[permission requested ({}): answer with task.session.permission.respond]",
                     event["request_id"]
                 ),
-                Some("turn_ended") if event["turn_id"] == turn => {
-                    let state = event["state"].as_str().unwrap_or("");
-                    match event["stop_reason"].as_str() {
-                        Some(reason) => println!("\n[turn {state}: {reason}]"),
-                        None => {
-                            println!("\n[turn {state}: {}]", event["error"].as_str().unwrap_or(""))
-                        }
-                    }
-                    return if state == "completed" {
-                        Ok(())
-                    } else {
-                        Err(Failure { code: 1, line: "error: the turn failed".into() })
-                    };
+                Some("turn_ended") if turn.as_ref() == Some(&event["turn_id"]) => {
+                    return turn_result(&event);
                 }
+                Some("turn_ended") if turn.is_none() => early.push(event),
                 _ => {}
             }
         }
+    }
+}
+
+/// Prints how a turn ended; a turn that did not complete is exit code 1.
+fn turn_result(event: &Value) -> Result<(), Failure> {
+    let state = event["state"].as_str().unwrap_or("");
+    match event["stop_reason"].as_str() {
+        Some(reason) => println!("\n[turn {state}: {reason}]"),
+        None => println!("\n[turn {state}: {}]", event["error"].as_str().unwrap_or("")),
+    }
+    if state == "completed" {
+        Ok(())
+    } else {
+        Err(Failure { code: 1, line: "error: the turn failed".into() })
+    }
+}
+
+/// Shows, on stderr, what a session does while the user waits: the steps of bringing its
+/// agent up (with the time since the command started), notices and a resume's outcome.
+/// Nothing with `--quiet`.
+struct Shown {
+    quiet: bool,
+    started: std::time::Instant,
+}
+
+impl Shown {
+    fn new(quiet: bool) -> Shown {
+        Shown { quiet, started: std::time::Instant::now() }
+    }
+
+    fn progress(&self, event: &Value) {
+        if self.quiet {
+            return;
+        }
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let line = match event["type"].as_str() {
+            Some("progress") => {
+                let step = match event["step"].as_str() {
+                    Some("launching") => "launching the agent",
+                    Some("initializing") => "the agent is starting (initialize)",
+                    Some("authenticating") => "authenticating",
+                    Some("restoring") => "restoring the agent's session",
+                    Some("opening") => "opening an agent session",
+                    _ => "working",
+                };
+                match event["detail"].as_str() {
+                    Some(detail) => format!("{step}: {detail}"),
+                    None => step.to_owned(),
+                }
+            }
+            Some("notice") => format!("notice: {}", event["message"].as_str().unwrap_or("")),
+            Some("resume_outcome") => {
+                format!("resumed: {}", event["outcome"].as_str().unwrap_or(""))
+            }
+            _ => return,
+        };
+        eprintln!("[{elapsed:5.1}s] {line}");
     }
 }
 

@@ -110,10 +110,36 @@ pub enum SessionEventKind {
         /// The message.
         message: String,
     },
+    /// A step of bringing the agent up, for a "starting…" / "resuming…" indicator (an agent
+    /// may take seconds per step).
+    Progress {
+        /// The step.
+        step: LaunchStep,
+        /// What it is about: the program launched, the method used.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
     /// How a resume restored the session: `native_resume`, `native_load`,
     /// `resume_command`, `history_injection` or `fresh`.
     ResumeOutcome {
         /// The outcome.
         outcome: ResumeOutcome,
     },
+}
+
+/// The steps of bringing an agent up, in order (`authenticating` and `restoring` only when
+/// they happen).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LaunchStep {
+    /// The runtime starts the sidecar and the agent.
+    Launching,
+    /// The agent runs; ACP `initialize` is sent.
+    Initializing,
+    /// The agent asked for credentials; `authenticate` is sent.
+    Authenticating,
+    /// A native restore is sent (`session/resume` or `session/load`).
+    Restoring,
+    /// A new ACP session is asked for (`session/new`).
+    Opening,
 }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::Phase;
 use super::actor::{AfterAuth, Pending, STDERR_IN_ERROR, SessionActor};
 use super::outbox::Outgoing;
-use crate::events::SessionEventKind;
+use crate::events::{LaunchStep, SessionEventKind};
 use crate::history::{self, EntryType};
 use crate::store::{ExecutorStatus, ResumeOutcome, SessionState, TurnState, task_state};
 use agents::profile::{Advertised, RestoreMethod};
@@ -450,6 +450,8 @@ impl SessionActor {
 
     /// Sends `session/load` (`load`) or `session/resume` for the stored `token`.
     fn restore(&mut self, load: bool, token: String) {
+        let method = if load { "session/load" } else { "session/resume" };
+        self.progress(LaunchStep::Restoring, Some(method.to_owned()));
         let params = json!({"sessionId": token, "cwd": self.row.workspace_path, "mcpServers": []});
         if load {
             self.loading = true;
@@ -481,6 +483,7 @@ impl SessionActor {
         };
         let method = method.to_owned();
         tracing::info!(session = %self.row.id, %method, "the agent asks for authentication");
+        self.progress(LaunchStep::Authenticating, Some(method.clone()));
         self.request(
             protocol::acp::method::AUTHENTICATE,
             json!({"methodId": method}),
@@ -515,6 +518,7 @@ impl SessionActor {
     }
 
     fn new_acp_session(&mut self) {
+        self.progress(LaunchStep::Opening, None);
         let params = json!({"cwd": self.row.workspace_path, "mcpServers": []});
         self.request(protocol::acp::method::SESSION_NEW, params, Pending::NewSession);
     }

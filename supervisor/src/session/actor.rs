@@ -23,7 +23,7 @@ use super::{
     AdoptPlan, CANCEL_GRACE, Command, MAX_PROMPT_LINE, Phase, Reply, SessionContext, SessionError,
     SessionView, Start,
 };
-use crate::events::{SessionEvent, SessionEventKind};
+use crate::events::{LaunchStep, SessionEvent, SessionEventKind};
 use crate::history::{self, EntryType, History};
 use crate::store::{
     ExecutorRow, ExecutorStatus, ResumeOutcome, SessionRow, SessionState, TurnState, task_state,
@@ -622,6 +622,8 @@ impl SessionActor {
             },
         };
         resolved.extend(argv[1..].iter().map(OsString::from));
+        let runtime = self.context.runtime.name();
+        self.progress(LaunchStep::Launching, Some(format!("{} ({runtime})", argv[0])));
         let previous = self.context.store.get_executor(self.row.id.clone()).await.ok().flatten();
         let execution_id = uuid::Uuid::now_v7().to_string();
         let spec = launch::spec(
@@ -808,7 +810,13 @@ impl SessionActor {
             "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false},
             "clientInfo": {"name": "tether", "title": "Tether", "version": env!("CARGO_PKG_VERSION")},
         });
+        self.progress(LaunchStep::Initializing, None);
         self.request(protocol::acp::method::INITIALIZE, params, Pending::Initialize);
+    }
+
+    /// Publishes a step of bringing the agent up.
+    pub(super) fn progress(&mut self, step: LaunchStep, detail: Option<String>) {
+        self.emit(SessionEventKind::Progress { step, detail });
     }
 
     async fn adopted(&mut self, adopted: Result<Connected, String>) {

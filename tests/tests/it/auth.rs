@@ -64,3 +64,68 @@ async fn r11_an_agent_without_usable_credentials_says_so() {
         "{error}"
     );
 }
+
+/// Defect 6: a slow agent start printed nothing. The CLI now shows each step of bringing
+/// the agent up — on `session start`, on `resume`, and on a `prompt` that resumes first —
+/// in order, on stderr (stdout keeps its one line), and nothing with `--quiet`.
+#[tokio::test]
+async fn r11_the_cli_shows_each_step_of_a_slow_start() {
+    let pinned = profile("authed", "[[auth]]\nmethod = \"mock-login\"\n");
+    let daemon = Daemon::start_with_profiles(&[], &[("authed.toml", &pinned)]).await;
+    let workspace = daemon.workspace("progress");
+    let start = |quiet: bool| {
+        let mut args = vec!["session", "start", "--new-task", "t", "--agent", "authed"];
+        args.extend(["--workspace", workspace.to_str().unwrap()]);
+        if quiet {
+            args.push("--quiet");
+        }
+        args.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let in_order = |err: &str, steps: &[&str]| {
+        let mut rest = err;
+        for step in steps {
+            let at = rest.find(step).unwrap_or_else(|| panic!("{step:?} (in order) in:\n{err}"));
+            rest = &rest[at + step.len()..];
+        }
+    };
+    let args = start(false);
+    let (code, out, err) = daemon.cli(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("session ") && out.lines().count() == 1, "{out}");
+    in_order(
+        &err,
+        &[
+            "s] launching the agent: ",
+            "mock-agent (standalone)",
+            "s] the agent is starting (initialize)",
+            "s] opening an agent session",
+            "s] authenticating: mock-login",
+            "s] opening an agent session",
+        ],
+    );
+    let args = start(true);
+    let (code, out, err) = daemon.cli(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    assert_eq!((code, err.as_str()), (0, ""), "--quiet shows nothing");
+    let session = out.trim().to_owned();
+
+    let api = daemon.api().await;
+    kill_sidecar(&daemon, &api, &session).await;
+    let (code, _, err) = daemon.cli(&["resume", &session]).await;
+    assert_eq!(code, 0, "{err}");
+    in_order(
+        &err,
+        &[
+            "launching the agent",
+            "initialize",
+            "restoring the agent's session: session/load",
+            "authenticating: mock-login",
+            "restoring the agent's session: session/load",
+            "resumed: native_load",
+        ],
+    );
+    kill_sidecar(&daemon, &api, &session).await;
+    let (code, out, err) = daemon.cli(&["prompt", &session, "hello again"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("you said: hello again"), "{out}");
+    in_order(&err, &["launching the agent", "initialize", "resumed: native_load"]);
+}
