@@ -6,7 +6,8 @@
 //!
 //! Placeholders: `command`, `env` values and `session.resume_command` may contain `{home}`
 //! (the agent's home directory, expanded by the launcher); `session.resume_command` must
-//! contain `{token}` (the stored resume token). Any other `{…}` is an error.
+//! contain `{token}` (the stored resume token). Any other `{name}` is an error; braces
+//! around anything but a name (JSON in an env value) are literal.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -734,23 +735,30 @@ fn is_env_name(name: &str) -> bool {
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
-/// Checks that every `{name}` in `text` is one of `allowed`.
+/// Checks that every `{name}` in `text` (a name: letters, digits, `_`) is one of
+/// `allowed`. Other braces are literal, so a value may hold JSON (codex's CODEX_CONFIG).
 fn check_placeholders(text: &str, allowed: &[&str]) -> Result<(), String> {
     let mut rest = text;
     while let Some(open) = rest.find('{') {
         let after = &rest[open + 1..];
-        let Some(close) = after.find('}') else {
-            return Err(format!("unclosed placeholder in {text:?}"));
-        };
-        let name = &after[..close];
-        if !allowed.contains(&name) {
-            let allowed: Vec<String> = allowed.iter().map(|name| format!("{{{name}}}")).collect();
-            return Err(format!(
-                "unknown placeholder {{{name}}} (allowed here: {})",
-                allowed.join(", ")
-            ));
+        let name_len =
+            after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len());
+        let name = &after[..name_len];
+        match after[name_len..].chars().next() {
+            Some('}') if !name.is_empty() => {
+                if !allowed.contains(&name) {
+                    let allowed: Vec<String> =
+                        allowed.iter().map(|name| format!("{{{name}}}")).collect();
+                    return Err(format!(
+                        "unknown placeholder {{{name}}} (allowed here: {})",
+                        allowed.join(", ")
+                    ));
+                }
+            }
+            None if !name.is_empty() => return Err(format!("unclosed placeholder in {text:?}")),
+            _ => {}
         }
-        rest = &after[close + 1..];
+        rest = &after[name_len..];
     }
     Ok(())
 }

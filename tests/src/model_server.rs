@@ -2,7 +2,8 @@
 //!
 //! It speaks enough of the Anthropic Messages API (`POST /v1/messages`, streamed as
 //! server-sent events or not, and `/v1/messages/count_tokens`) to stand in for the model
-//! behind claude-agent-acp. Each test scripts the replies of the agent's main loop (the
+//! behind claude-agent-acp and opencode, and of the OpenAI Responses API (`POST
+//! /v1/responses`, streamed) for codex, which has no other wire API. Each test scripts the replies of the agent's main loop (the
 //! requests that offer tools) and reads back every request the server received — which is
 //! how a test checks that a resumed agent sent its earlier conversation to the model.
 //!
@@ -110,15 +111,29 @@ impl ModelServer {
 /// Whether a request is the agent's main loop (it offers tools), not a side request (a
 /// title, a quota check).
 fn is_main(request: &Value) -> bool {
-    request["path"].as_str().is_some_and(|path| path.starts_with("/v1/messages"))
-        && !request["path"].as_str().is_some_and(|path| path.contains("count_tokens"))
+    let path = request["path"].as_str().unwrap_or_default();
+    if path.starts_with("/v1/responses") {
+        // codex lists its tools among the input items; its one side request asks for a
+        // title through a JSON schema.
+        return !is_title_request(request);
+    }
+    path.starts_with("/v1/messages")
+        && !path.contains("count_tokens")
         && request["tools"].as_array().is_some_and(|tools| !tools.is_empty())
 }
 
-/// The text of every message of a request, joined (to look for earlier turns in it).
+/// codex's background title request: a structured output with a `title` property.
+fn is_title_request(request: &Value) -> bool {
+    request["text"]["format"]["schema"]["properties"]["title"].is_object()
+}
+
+/// The text of every message of a request, joined (to look for earlier turns in it):
+/// Anthropic's `messages` and OpenAI's `input` items alike.
 pub fn conversation_text(request: &Value) -> String {
     let mut text = String::new();
-    for message in request["messages"].as_array().into_iter().flatten() {
+    let messages = request["messages"].as_array().into_iter().flatten();
+    let items = request["input"].as_array().into_iter().flatten();
+    for message in messages.chain(items) {
         match &message["content"] {
             Value::String(s) => text.push_str(s),
             Value::Array(blocks) => {
@@ -176,7 +191,8 @@ async fn serve(stream: TcpStream, shared: Arc<Mutex<Shared>>) -> std::io::Result
         let reply = if main { shared.script.pop_front() } else { None };
         (reply.unwrap_or_else(|| Reply::Text("scripted reply".into())), shared.served)
     };
-    if method != "POST" || !path.starts_with("/v1/messages") {
+    let responses = path.starts_with("/v1/responses");
+    if method != "POST" || !(path.starts_with("/v1/messages") || responses) {
         return respond(&mut stream, "404 Not Found", "application/json", b"{}").await;
     }
     if path.contains("count_tokens") {
@@ -187,6 +203,11 @@ async fn serve(stream: TcpStream, shared: Arc<Mutex<Shared>>) -> std::io::Result
         let mut rest = Vec::new();
         let _ = stream.read_to_end(&mut rest).await;
         return Ok(());
+    }
+    if responses {
+        let reply = if main { reply } else { Reply::Text(r#"{"title":"Scripted title"}"#.into()) };
+        let events = response_events(&reply, n);
+        return respond(&mut stream, "200 OK", "text/event-stream", events.as_bytes()).await;
     }
     if streamed {
         let events = stream_events(&reply, &model, n);
@@ -275,5 +296,50 @@ fn stream_events(reply: &Reply, model: &str, n: u64) -> String {
         json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 5}}),
     );
     event("message_stop", json!({"type": "message_stop"}));
+    out
+}
+
+/// A streamed OpenAI Responses answer: the message item added, its text in deltas, the
+/// item done (codex keeps only what `output_item.done` carries), and the response
+/// completed with its id.
+fn response_events(reply: &Reply, n: u64) -> String {
+    let mut out = String::new();
+    let mut event = |data: Value| {
+        out.push_str(&format!("event: {}\ndata: {data}\n\n", data["type"].as_str().unwrap_or("")));
+    };
+    let id = format!("resp_{n}");
+    let item = format!("msg_{n}");
+    event(json!({"type": "response.created", "response": {"id": id}}));
+    let text = match reply {
+        Reply::Text(text) => text.clone(),
+        Reply::Hang => String::new(),
+        Reply::ToolUse { name, .. } => format!("(the scripted model cannot call {name} here)"),
+    };
+    event(json!({
+        "type": "response.output_item.added", "output_index": 0,
+        "item": {"type": "message", "id": item, "role": "assistant", "status": "in_progress", "content": []},
+    }));
+    let words: Vec<&str> = text.split_inclusive(' ').collect();
+    for piece in words.chunks(3) {
+        event(json!({
+            "type": "response.output_text.delta", "item_id": item, "output_index": 0,
+            "content_index": 0, "delta": piece.concat(),
+        }));
+    }
+    event(json!({
+        "type": "response.output_item.done", "output_index": 0,
+        "item": {
+            "type": "message", "id": item, "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        },
+    }));
+    event(json!({
+        "type": "response.completed",
+        "response": {"id": id, "usage": {
+            "input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 15,
+        }},
+    }));
     out
 }

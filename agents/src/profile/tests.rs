@@ -147,6 +147,14 @@ fn bad_templates_are_located_errors() {
     let err = error("id = \"x\"\ncommand = [\"x\", \"{token}\"]\nprotocol = \"acp\"\n");
     assert_eq!(err.field, "command");
     assert!(err.reason.contains("unknown placeholder {token}"));
+    // JSON in an env value is not a placeholder (codex reads its config from CODEX_CONFIG);
+    // a name in braces inside it still is, and is checked.
+    let json = r#"{"model_providers":{"x":{"base_url":"http://h/v1"}},"dir":"{home}/x"}"#;
+    let profile = parse(&format!("{MINIMAL}[env]\nCODEX_CONFIG = '{json}'\n"), file()).unwrap();
+    let expanded = profile.launch_env(Path::new("/h"));
+    assert_eq!(expanded["CODEX_CONFIG"], json.replace("{home}", "/h"));
+    let err = error(&format!("{MINIMAL}[env]\nC = '{{\"a\":\"{{hom}}\"}}'\n"));
+    assert!(err.reason.contains("unknown placeholder {hom}"), "{}", err.reason);
 }
 
 #[test]

@@ -342,3 +342,39 @@ async fn r11_codex_authenticates_with_an_api_key_and_says_when_it_has_none() {
         "{refused:?}"
     );
 }
+
+/// A daemon whose `codex-here` profile is the built-in one with an API key, and codex's
+/// model provider pointed at `server` through `CODEX_CONFIG` (the adapter's own variable;
+/// codex ignores OPENAI_BASE_URL, and speaks only the Responses API).
+async fn codex_daemon(server: &ModelServer) -> Option<Daemon> {
+    let bin = installed("codex-acp")?;
+    let config = json!({
+        "model_provider": "scripted",
+        "model_providers": {"scripted": {
+            "name": "Scripted", "base_url": format!("{}/v1", server.url),
+            "wire_api": "responses", "requires_openai_auth": true,
+        }},
+    });
+    let env = format!("env = {{ OPENAI_API_KEY = \"sk-test\", CODEX_CONFIG = '{config}' }}");
+    let profile = codex_profile(&bin, &env);
+    Some(Daemon::start_with_profiles(&[], &[("codex.toml", &profile)]).await)
+}
+
+/// codex-acp end to end against the scripted Responses API: `authenticate` with the key,
+/// a streamed turn, cancel while the model holds the request, then kill → resume: a
+/// native restore (it advertises `session/resume`), and the model's next request carries
+/// the earlier exchange.
+#[tokio::test]
+async fn r11_codex_turns_cancels_and_resumes_with_its_context() {
+    let server = ModelServer::start().await;
+    let Some(daemon) = codex_daemon(&server).await else { return };
+    let api = daemon.api().await;
+    let session = api.ready_session("codex-here", &daemon.workspace("cx")).await;
+    cancel_mid_turn(&api, &session, &server).await;
+    server.script([Reply::Text("A streamed answer from the scripted Responses API.".into())]);
+    let reply = api.ask(&session, "say something").await;
+    assert!(reply.contains("A streamed answer from the scripted Responses API."), "{reply}");
+    let asked = server.main_requests().pop().expect("the model was asked");
+    assert!(conversation_text(&asked).contains("say something"), "{asked}");
+    resume_keeps_the_context(&daemon, &api, &session, &server).await;
+}
