@@ -745,15 +745,13 @@ fn check_placeholders(text: &str, allowed: &[&str]) -> Result<(), String> {
             after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len());
         let name = &after[..name_len];
         match after[name_len..].chars().next() {
-            Some('}') if !name.is_empty() => {
-                if !allowed.contains(&name) {
-                    let allowed: Vec<String> =
-                        allowed.iter().map(|name| format!("{{{name}}}")).collect();
-                    return Err(format!(
-                        "unknown placeholder {{{name}}} (allowed here: {})",
-                        allowed.join(", ")
-                    ));
-                }
+            Some('}') if !name.is_empty() && !allowed.contains(&name) => {
+                let allowed: Vec<String> =
+                    allowed.iter().map(|name| format!("{{{name}}}")).collect();
+                return Err(format!(
+                    "unknown placeholder {{{name}}} (allowed here: {})",
+                    allowed.join(", ")
+                ));
             }
             None if !name.is_empty() => return Err(format!("unclosed placeholder in {text:?}")),
             _ => {}
