@@ -49,6 +49,7 @@ options:
   --ignore-eof          keep running after stdin closes (stop it with a signal)
   --ignore-sigterm      ignore SIGTERM (stop it with SIGKILL)
   --name NAME           the agentInfo name (default mock-agent)
+  --late-replay         replay a loaded session after answering session/load (gemini)
   --require-env N=V     exit with code 1 and nothing on stderr unless N is set to V
                         (as claude-agent-acp does run as root without IS_SANDBOX=1)
 
@@ -94,6 +95,8 @@ pub struct Config {
     pub idle: bool,
     /// `(name, value)`: exit silently with code 1 unless the variable is set to the value.
     pub require_env: Option<(String, String)>,
+    /// Replay a loaded session after the `session/load` answer, not before it.
+    pub late_replay: bool,
 }
 
 impl Default for Config {
@@ -116,6 +119,7 @@ impl Default for Config {
             name: "mock-agent".into(),
             idle: false,
             require_env: None,
+            late_replay: false,
         }
     }
 }
@@ -163,6 +167,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, 
             "--ignore-sigterm" => config.ignore_sigterm = true,
             "--name" => config.name = value("--name")?,
             "--idle" => config.idle = true,
+            "--late-replay" => config.late_replay = true,
             "--require-env" => {
                 let pair = value("--require-env")?;
                 let (name, wanted) = pair
@@ -249,6 +254,7 @@ pub async fn run(config: Config) -> i32 {
             authenticated: false,
             restored,
             sessions: HashMap::new(),
+            late_replay: None,
         })),
     };
     while let Some(item) = inbound.recv().await {
@@ -305,6 +311,8 @@ struct State {
     /// The `--resume` session, handed out by the first `session/new`.
     restored: Option<StoredSession>,
     sessions: HashMap<String, LiveSession>,
+    /// A loaded session to replay once the load is answered (`--late-replay`).
+    late_replay: Option<StoredSession>,
 }
 
 struct LiveSession {
@@ -355,6 +363,10 @@ impl Agent {
             other => Err(RpcError::method_not_found(other)),
         };
         let _ = self.peer.respond(request.id, result);
+        let late = self.lock().late_replay.take();
+        if let Some(stored) = late {
+            let _ = self.replay(&stored);
+        }
     }
 
     fn initialize(&self, params: Option<&Value>) -> Result<Value, RpcError> {
@@ -423,16 +435,12 @@ impl Agent {
     fn load_session(&self, params: Option<&Value>) -> Result<Value, RpcError> {
         let request: schema::LoadSessionRequest = acp::params(params)?;
         let stored = self.restore(&request.session_id.0)?;
-        // Replay the conversation before answering, as ACP requires.
-        for message in &stored.messages {
-            let kind = match message.role {
-                Role::User => "user_message_chunk",
-                Role::Agent => "agent_message_chunk",
-            };
-            self.update(
-                &stored.session_id,
-                json!({"sessionUpdate": kind, "content": {"type": "text", "text": message.text}}),
-            )?;
+        if self.config.late_replay {
+            // As gemini-cli does: the replay is not awaited, and comes after the answer.
+            self.lock().late_replay = Some(stored.clone());
+        } else {
+            // Replay the conversation before answering, as ACP requires.
+            self.replay(&stored)?;
         }
         // What real agents also send while loading, and which is not part of the replay.
         self.update(
@@ -447,6 +455,20 @@ impl Agent {
         )?;
         self.lock().sessions.insert(stored.session_id.clone(), LiveSession { stored, turn: None });
         Ok(json!({}))
+    }
+
+    fn replay(&self, stored: &StoredSession) -> Result<(), RpcError> {
+        for message in &stored.messages {
+            let kind = match message.role {
+                Role::User => "user_message_chunk",
+                Role::Agent => "agent_message_chunk",
+            };
+            self.update(
+                &stored.session_id,
+                json!({"sessionUpdate": kind, "content": {"type": "text", "text": message.text}}),
+            )?;
+        }
+        Ok(())
     }
 
     fn resume_session(&self, params: Option<&Value>) -> Result<Value, RpcError> {
@@ -813,6 +835,7 @@ mod tests {
             "m2",
             "--require-env",
             "IS_SANDBOX=1",
+            "--late-replay",
         ])
         .unwrap() else {
             panic!("expected a run")
@@ -837,6 +860,7 @@ mod tests {
                 name: "m2".into(),
                 idle: false,
                 require_env: Some(("IS_SANDBOX".into(), "1".into())),
+                late_replay: true,
             }
         );
     }

@@ -243,6 +243,11 @@ impl Daemon {
         Api::connect(&self.url, &[]).await.expect("connects to the API")
     }
 
+    /// The `HOME` the daemon and its agents see (the test's private root).
+    pub fn home(&self) -> &Path {
+        self.root.path()
+    }
+
     /// A fresh workspace directory.
     pub fn workspace(&self, name: &str) -> PathBuf {
         let dir = self.root.path().join("work").join(name);

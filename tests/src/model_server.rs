@@ -2,8 +2,9 @@
 //!
 //! It speaks enough of the Anthropic Messages API (`POST /v1/messages`, streamed as
 //! server-sent events or not, and `/v1/messages/count_tokens`) to stand in for the model
-//! behind claude-agent-acp and opencode, and of the OpenAI Responses API (`POST
-//! /v1/responses`, streamed) for codex, which has no other wire API. Each test scripts the replies of the agent's main loop (the
+//! behind claude-agent-acp and opencode, of the OpenAI Responses API (`POST
+//! /v1/responses`, streamed) for codex, which has no other wire API, and of the Gemini API
+//! (`POST /v1beta/models/M:streamGenerateContent?alt=sse`) for gemini-cli. Each test scripts the replies of the agent's main loop (the
 //! requests that offer tools) and reads back every request the server received — which is
 //! how a test checks that a resumed agent sent its earlier conversation to the model.
 //!
@@ -112,6 +113,10 @@ impl ModelServer {
 /// title, a quota check).
 fn is_main(request: &Value) -> bool {
     let path = request["path"].as_str().unwrap_or_default();
+    if path.starts_with("/v1beta/models/") {
+        // gemini-cli's turns stream; its side calls (choosing a model) do not.
+        return path.contains(":streamGenerateContent");
+    }
     if path.starts_with("/v1/responses") {
         // codex lists its tools among the input items; its one side request asks for a
         // title through a JSON schema.
@@ -133,6 +138,14 @@ pub fn conversation_text(request: &Value) -> String {
     let mut text = String::new();
     let messages = request["messages"].as_array().into_iter().flatten();
     let items = request["input"].as_array().into_iter().flatten();
+    for content in request["contents"].as_array().into_iter().flatten() {
+        for part in content["parts"].as_array().into_iter().flatten() {
+            if let Some(s) = part["text"].as_str() {
+                text.push_str(s);
+                text.push('\n');
+            }
+        }
+    }
     for message in messages.chain(items) {
         match &message["content"] {
             Value::String(s) => text.push_str(s),
@@ -192,7 +205,8 @@ async fn serve(stream: TcpStream, shared: Arc<Mutex<Shared>>) -> std::io::Result
         (reply.unwrap_or_else(|| Reply::Text("scripted reply".into())), shared.served)
     };
     let responses = path.starts_with("/v1/responses");
-    if method != "POST" || !(path.starts_with("/v1/messages") || responses) {
+    let gemini = path.starts_with("/v1beta/models/");
+    if method != "POST" || !(path.starts_with("/v1/messages") || responses || gemini) {
         return respond(&mut stream, "404 Not Found", "application/json", b"{}").await;
     }
     if path.contains("count_tokens") {
@@ -203,6 +217,17 @@ async fn serve(stream: TcpStream, shared: Arc<Mutex<Shared>>) -> std::io::Result
         let mut rest = Vec::new();
         let _ = stream.read_to_end(&mut rest).await;
         return Ok(());
+    }
+    if gemini && !main {
+        // A side call with a JSON schema (gemini-cli choosing a model): the lowest score.
+        let text = r#"{"complexity_reasoning":"scripted","complexity_score":0}"#;
+        let body = json!({"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP", "index": 0}]});
+        return respond(&mut stream, "200 OK", "application/json", body.to_string().as_bytes())
+            .await;
+    }
+    if gemini {
+        let events = gemini_events(&reply, n);
+        return respond(&mut stream, "200 OK", "text/event-stream", events.as_bytes()).await;
     }
     if responses {
         let reply = if main { reply } else { Reply::Text(r#"{"title":"Scripted title"}"#.into()) };
@@ -341,5 +366,31 @@ fn response_events(reply: &Reply, n: u64) -> String {
             "total_tokens": 15,
         }},
     }));
+    out
+}
+
+/// A streamed Gemini answer: the text in a few chunks, the last with `finishReason` (the
+/// CLI retries a stream that ends without one).
+fn gemini_events(reply: &Reply, n: u64) -> String {
+    let text = match reply {
+        Reply::Text(text) => text.clone(),
+        Reply::Hang => String::new(),
+        Reply::ToolUse { name, .. } => format!("(the scripted model cannot call {name} here)"),
+    };
+    let words: Vec<&str> = text.split_inclusive(' ').collect();
+    let pieces: Vec<String> = words.chunks(3).map(|piece| piece.concat()).collect();
+    let mut out = String::new();
+    for (index, piece) in pieces.iter().enumerate() {
+        let mut chunk = json!({
+            "candidates": [{"content": {"role": "model", "parts": [{"text": piece}]}, "index": 0}],
+            "modelVersion": "scripted-model", "responseId": format!("resp-{n}"),
+        });
+        if index + 1 == pieces.len() {
+            chunk["candidates"][0]["finishReason"] = json!("STOP");
+            chunk["usageMetadata"] =
+                json!({"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15});
+        }
+        out.push_str(&format!("data: {chunk}\r\n\r\n"));
+    }
     out
 }

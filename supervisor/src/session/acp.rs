@@ -279,7 +279,8 @@ impl SessionActor {
                 false
             }
             Pending::Restore { load, token } => {
-                self.loading = false;
+                // A load that worked keeps dropping its replay until the next prompt.
+                self.loading &= result.is_ok();
                 match result {
                     Ok(_) => {
                         let outcome = if load {

@@ -128,7 +128,8 @@ pub(super) struct SessionActor {
     /// The next prompt carries the resume context (mirrors the stored flag).
     pub(super) resume_context_pending: bool,
     /// A `session/load` is replaying: its conversation updates restore the agent, not our
-    /// records.
+    /// records. It lasts until the next prompt is sent, not until the load's answer:
+    /// gemini-cli's replay trails its answer.
     pub(super) loading: bool,
     /// The `authenticate` methods the agent offered at `initialize` (never a `terminal`
     /// one: there is no terminal here), and whether this execution authenticated.
@@ -341,6 +342,8 @@ impl SessionActor {
     ) -> Result<(), String> {
         match self.prepare_turn(text).await {
             Ok((turn_id, message)) => {
+                // Whatever a load still replays came before this prompt.
+                self.loading = false;
                 self.send(Outgoing::Prompt { message, turn_id, reply });
                 Ok(())
             }
@@ -800,6 +803,7 @@ impl SessionActor {
         }
         // A new execution starts a new agentctl sequence: nothing of it was recorded yet.
         self.durability = Default::default();
+        self.loading = false;
         self.generation = Some(execution.record.generation);
         self.history.set_generation(execution.record.generation);
         self.execution = Some(execution);

@@ -154,6 +154,38 @@ async fn r11_the_resume_ladder_follows_what_the_agent_advertises() {
     }
 }
 
+/// gemini-cli replays a loaded session *after* answering `session/load` (its replay is
+/// not awaited). Those updates are the old conversation, not new output: nothing of them
+/// is recorded or published again, and the next turn is recorded once.
+#[tokio::test]
+async fn r11_a_replay_that_trails_the_load_answer_is_not_recorded_again() {
+    let late = profile("late", ", \"--late-replay\"", "");
+    let daemon = Daemon::start_with_profiles(&[], &[("late.toml", &late)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("late", &daemon.workspace("l")).await;
+    api.ask(&session, "the secret is kumquat").await;
+    kill_sidecar(&daemon, &api, &session).await;
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    assert_eq!(resume(&api, &session).await["outcome"], "native_load");
+    let reply = api.ask(&session, "what was the secret?\n/recall").await;
+    assert!(reply.contains("kumquat"), "{reply}");
+    let seen = until(&mut events, turn_ended).await;
+    let chunks: Vec<&Value> = seen.iter().filter(|e| e["type"] == "agent_message_chunk").collect();
+    assert!(
+        chunks.iter().all(|e| !e["text"].as_str().unwrap().contains("you said: the secret")),
+        "the old reply is not published again: {chunks:?}"
+    );
+    let history = api.call("task.session.history", json!({"session_id": &session})).await.unwrap();
+    let kinds: Vec<&str> =
+        history.as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["user_message", "agent_message", "user_message", "agent_message"],
+        "{history}"
+    );
+}
+
 #[tokio::test]
 async fn history_injection_wraps_the_first_prompt_once_even_across_a_restart() {
     let inject = profile("inject", "", "native_resume = false\nhistory_injection = true");
