@@ -495,3 +495,42 @@ async fn r11_gemini_turns_cancels_and_resumes_with_its_context() {
         "the load's replay is not recorded again: {history}"
     );
 }
+
+/// Defects 1 and 3 for gemini: with only GEMINI_API_KEY (no Google login, no gateway),
+/// its `session/load` answers `-32000` until ACP `authenticate`; the built-in profile's
+/// `gemini-api-key` choice is sent and the load retried. A session that never had a turn
+/// has nothing saved, so gemini then fails the load ("No previous sessions found") — which
+/// falls back to a fresh session with a notice, never FAILED. (No model is asked.)
+#[tokio::test]
+async fn r11_gemini_authenticates_before_a_load_and_a_failed_load_falls_back() {
+    let Some(daemon) = gemini_daemon(None).await else { return };
+    let api = daemon.api().await;
+    let session = api.ready_session("gemini-here", &daemon.workspace("ga")).await;
+    kill_sidecar(&daemon, &api, &session).await;
+    age_gemini_sessions(&daemon);
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    let resumed = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap();
+    let seen = until(&mut events, |e| e["type"] == "resume_outcome").await;
+    let steps: Vec<String> = seen
+        .iter()
+        .filter(|e| e["type"] == "progress")
+        .map(|e| format!("{} {}", e["step"].as_str().unwrap(), e["detail"].as_str().unwrap_or("")))
+        .collect();
+    let at = |step: &str| steps.iter().position(|s| s == step);
+    let authenticated = at("authenticating gemini-api-key").expect("it authenticated");
+    assert!(at("restoring session/load") < Some(authenticated), "{steps:?}");
+    assert_eq!(resumed["state"], "WAITING_FOR_INPUT", "{resumed}");
+    match resumed["outcome"].as_str() {
+        Some("native_load") => {}
+        Some("fresh") => assert!(
+            seen.iter().any(|e| e["type"] == "notice"
+                && e["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("restoring the stored session failed")),
+            "{seen:?}"
+        ),
+        other => panic!("unexpected outcome {other:?}: {resumed}"),
+    }
+}
