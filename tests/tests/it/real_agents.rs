@@ -37,19 +37,78 @@ async fn timed<T>(label: &str, future: impl std::future::Future<Output = T>) -> 
     out
 }
 
-/// A daemon with a `claude` profile running claude-agent-acp against `server`; with a
-/// `transcript` path, every line Tether sends the agent is also appended to `<path>.in`,
-/// and every line the agent sends to `<path>.out`.
+/// A profile `command` (a TOML array) running `bin args…`; with a `transcript` path,
+/// every line Tether sends the agent is also appended to `<path>.<pid>.in`, and every line
+/// the agent sends to `<path>.<pid>.out` — a pair of files per agent process.
+fn agent_command(bin: &Path, args: &[&str], transcript: Option<&Path>) -> String {
+    let mut argv: Vec<String> = Vec::new();
+    if let Some(path) = transcript {
+        let tee = r#"exec "$0" "${@:2}" < <(tee -a "$1.$$.in") > >(tee -a "$1.$$.out")"#;
+        argv.extend(["bash".into(), "-c".into(), tee.into()]);
+        argv.push(bin.display().to_string());
+        argv.push(path.display().to_string());
+    } else {
+        argv.push(bin.display().to_string());
+    }
+    argv.extend(args.iter().map(|arg| arg.to_string()));
+    serde_json::to_string(&argv).unwrap()
+}
+
+/// Checks every line Tether sent the agents recorded under `transcript` (see
+/// [`agent_command`]) against the ACP schema, and that among them were requests of each
+/// of `methods`. The agents' own lines may use fields newer than the schema: not ours to
+/// judge, though they pair the ids of our answers.
+fn check_what_we_sent(transcript: &Path, methods: &[&str]) {
+    let read = |path: &Path| -> Vec<Vec<u8>> {
+        std::fs::read(path)
+            .unwrap_or_default()
+            .split(|&b| b == b'\n')
+            .filter(|line| !line.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect()
+    };
+    let dir = transcript.parent().unwrap();
+    let prefix = format!("{}.", transcript.file_name().unwrap().to_string_lossy());
+    let mut schema = AcpSchema::load();
+    let mut sent_methods = std::collections::BTreeSet::new();
+    let mut processes = 0;
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !(name.starts_with(&prefix) && name.ends_with(".in")) {
+            continue;
+        }
+        processes += 1;
+        let sent = read(&entry.path());
+        let received = read(&entry.path().with_extension("out"));
+        for line in &sent {
+            let message: serde_json::Value = serde_json::from_slice(line).unwrap();
+            if let Some(method) = message["method"].as_str() {
+                sent_methods.insert(method.to_owned());
+            }
+        }
+        match schema.check_transcript(&sent, &received) {
+            Ok(checked) => {
+                let ours = checked.iter().filter(|c| c.direction == Direction::ToAgent).count();
+                assert_eq!(ours, sent.len(), "every line we sent was checked ({name})");
+            }
+            Err(errors) => {
+                let ours: Vec<&String> =
+                    errors.iter().filter(|error| error.starts_with("ToAgent")).collect();
+                assert!(ours.is_empty(), "{name}: {ours:#?}");
+            }
+        }
+    }
+    assert!(processes > 0, "a transcript was recorded under {}", transcript.display());
+    for method in methods {
+        assert!(sent_methods.contains(*method), "we sent {method}: {sent_methods:?}");
+    }
+}
+
+/// A daemon with a `claude` profile running claude-agent-acp against `server`, its
+/// traffic recorded under `transcript` if given (see [`agent_command`]).
 async fn claude_daemon(server: &ModelServer, transcript: Option<&Path>) -> Option<Daemon> {
     let bin = installed("claude-agent-acp")?;
-    let command = match transcript {
-        None => format!("[\"{}\"]", bin.display()),
-        Some(path) => format!(
-            "[\"bash\", \"-c\", \"exec \\\"$0\\\" < <(tee -a \\\"$1.in\\\") > >(tee -a \\\"$1.out\\\")\", \"{}\", \"{}\"]",
-            bin.display(),
-            path.display()
-        ),
-    };
+    let command = agent_command(&bin, &[], transcript);
     let profile = format!(
         r#"id = "claude"
 command = {command}
@@ -179,29 +238,7 @@ async fn r11_claude_asks_permission_and_its_write_lands() {
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "written by the scripted model\n");
     drop(events);
     api.call("task.session.stop", json!({"session_id": &session})).await.unwrap();
-    let read = |extension: &str| -> Vec<Vec<u8>> {
-        std::fs::read(lines.with_extension(extension))
-            .unwrap()
-            .split(|&b| b == b'\n')
-            .filter(|line| !line.is_empty())
-            .map(<[u8]>::to_vec)
-            .collect()
-    };
-    let (sent, received) = (read("in"), read("out"));
-    assert!(sent.len() >= 4, "initialize, session/new, a prompt, a permission answer");
-    // Only our side is ours to answer for; the agent's lines pair the ids of our answers.
-    match AcpSchema::load().check_transcript(&sent, &received) {
-        Ok(checked) => {
-            let ours = checked.iter().filter(|c| c.direction == Direction::ToAgent).count();
-            assert_eq!(ours, sent.len(), "every line we sent was checked");
-        }
-        // The agent's own lines may use fields newer than the schema; not ours to judge.
-        Err(errors) => {
-            let ours: Vec<&String> =
-                errors.iter().filter(|error| error.starts_with("ToAgent")).collect();
-            assert!(ours.is_empty(), "{ours:#?}");
-        }
-    }
+    check_what_we_sent(&lines, &["initialize", "session/new", "session/prompt"]);
 }
 
 /// A cancel while the model has not answered ends the turn as cancelled, and the session
@@ -323,14 +360,14 @@ async fn r11_opencode_cancel_is_recorded_cancelled() {
 
 /// The built-in `codex` profile's `[[auth]]`, with the adapter installed here instead of
 /// fetched by `npx`, and `env` extra lines.
-fn codex_profile(bin: &Path, env: &str) -> String {
+fn codex_profile(command: &str, env: &str) -> String {
     let builtin = include_str!("../../../agents/profiles/codex.toml");
-    let command = builtin
+    let line = builtin
         .lines()
         .find(|line| line.starts_with("command = "))
         .expect("the built-in has a command");
     builtin
-        .replace(command, &format!("command = [\"{}\"]\n{env}", bin.display()))
+        .replace(line, &format!("command = {command}\n{env}"))
         .replace("id = \"codex\"", "id = \"codex-here\"")
 }
 
@@ -340,7 +377,8 @@ fn codex_profile(bin: &Path, env: &str) -> String {
 #[tokio::test]
 async fn r11_codex_authenticates_with_an_api_key_and_says_when_it_has_none() {
     let Some(bin) = installed("codex-acp") else { return };
-    let keyed = codex_profile(&bin, "env = { OPENAI_API_KEY = \"sk-test\" }");
+    let command = agent_command(&bin, &[], None);
+    let keyed = codex_profile(&command, "env = { OPENAI_API_KEY = \"sk-test\" }");
     let daemon = Daemon::start_with_profiles(&[], &[("codex.toml", &keyed)]).await;
     let api = daemon.api().await;
     let session = api.ready_session("codex-here", &daemon.workspace("k")).await;
@@ -351,7 +389,7 @@ async fn r11_codex_authenticates_with_an_api_key_and_says_when_it_has_none() {
     drop(daemon);
 
     // Without a key (and no login file) it is not offered at all, and says why.
-    let keyless = codex_profile(&bin, "");
+    let keyless = codex_profile(&command, "");
     let env = [("OPENAI_API_KEY", ""), ("CODEX_API_KEY", "")];
     let daemon = Daemon::start_with_env(&[], &[("codex.toml", &keyless)], &env).await;
     let api = daemon.api().await;
@@ -366,7 +404,7 @@ async fn r11_codex_authenticates_with_an_api_key_and_says_when_it_has_none() {
 /// A daemon whose `codex-here` profile is the built-in one with an API key, and codex's
 /// model provider pointed at `server` through `CODEX_CONFIG` (the adapter's own variable;
 /// codex ignores OPENAI_BASE_URL, and speaks only the Responses API).
-async fn codex_daemon(server: &ModelServer) -> Option<Daemon> {
+async fn codex_daemon(server: &ModelServer, transcript: &Path) -> Option<Daemon> {
     let bin = installed("codex-acp")?;
     let config = json!({
         "model_provider": "scripted",
@@ -376,7 +414,7 @@ async fn codex_daemon(server: &ModelServer) -> Option<Daemon> {
         }},
     });
     let env = format!("env = {{ OPENAI_API_KEY = \"sk-test\", CODEX_CONFIG = '{config}' }}");
-    let profile = codex_profile(&bin, &env);
+    let profile = codex_profile(&agent_command(&bin, &[], Some(transcript)), &env);
     Some(Daemon::start_with_profiles(&[], &[("codex.toml", &profile)]).await)
 }
 
@@ -387,7 +425,9 @@ async fn codex_daemon(server: &ModelServer) -> Option<Daemon> {
 #[tokio::test]
 async fn r11_codex_turns_cancels_and_resumes_with_its_context() {
     let server = ModelServer::start().await;
-    let Some(daemon) = codex_daemon(&server).await else { return };
+    let transcript = tempfile::tempdir().unwrap();
+    let lines = transcript.path().join("codex");
+    let Some(daemon) = codex_daemon(&server, &lines).await else { return };
     let api = daemon.api().await;
     let session =
         timed("codex start", api.ready_session("codex-here", &daemon.workspace("cx"))).await;
@@ -398,13 +438,16 @@ async fn r11_codex_turns_cancels_and_resumes_with_its_context() {
     let asked = server.main_requests().pop().expect("the model was asked");
     assert!(conversation_text(&asked).contains("say something"), "{asked}");
     resume_keeps_the_context(&daemon, &api, &session, &server).await;
+    api.call("task.session.stop", json!({"session_id": &session})).await.unwrap();
+    let methods = ["initialize", "authenticate", "session/new", "session/prompt", "session/cancel"];
+    check_what_we_sent(&lines, &[&methods[..], &["session/resume"]].concat());
 }
 
 /// A daemon whose `gemini-here` profile is the built-in one with the installed CLI, an
 /// API key, and (with `server`) the Gemini API pointed at the scripted model. Its HOME's
 /// `~/.gemini/settings.json` turns off telemetry and the session cleanup that deletes a
 /// loaded session (an upstream bug).
-async fn gemini_daemon(server: Option<&ModelServer>) -> Option<Daemon> {
+async fn gemini_daemon(server: Option<&ModelServer>, transcript: Option<&Path>) -> Option<Daemon> {
     let bin = installed("gemini")?;
     let builtin = include_str!("../../../agents/profiles/gemini.toml");
     let command = builtin.lines().find(|line| line.starts_with("command = ")).unwrap();
@@ -416,7 +459,7 @@ async fn gemini_daemon(server: Option<&ModelServer>) -> Option<Daemon> {
         ));
     }
     let profile = builtin
-        .replace(command, &format!("command = [\"{}\", \"--acp\"]", bin.display()))
+        .replace(command, &format!("command = {}", agent_command(&bin, &["--acp"], transcript)))
         .replace("id = \"gemini\"", "id = \"gemini-here\"")
         .replace("[env]\n", &env)
         .replace("[process]\n", "[process]\ninit_timeout_ms = 60000\n");
@@ -459,7 +502,9 @@ fn age_gemini_sessions(daemon: &Daemon) {
 #[tokio::test]
 async fn r11_gemini_turns_cancels_and_resumes_with_its_context() {
     let server = ModelServer::start().await;
-    let Some(daemon) = gemini_daemon(Some(&server)).await else { return };
+    let transcript = tempfile::tempdir().unwrap();
+    let lines = transcript.path().join("gemini");
+    let Some(daemon) = gemini_daemon(Some(&server), Some(&lines)).await else { return };
     let api = daemon.api().await;
     let workspace = daemon.workspace("gm");
     let session = timed("gemini start", api.ready_session("gemini-here", &workspace)).await;
@@ -494,6 +539,9 @@ async fn r11_gemini_turns_cancels_and_resumes_with_its_context() {
         1,
         "the load's replay is not recorded again: {history}"
     );
+    api.call("task.session.stop", json!({"session_id": &session})).await.unwrap();
+    let methods = ["initialize", "session/new", "session/prompt", "session/cancel", "session/load"];
+    check_what_we_sent(&lines, &methods);
 }
 
 /// Defects 1 and 3 for gemini: with only GEMINI_API_KEY (no Google login, no gateway),
@@ -503,7 +551,7 @@ async fn r11_gemini_turns_cancels_and_resumes_with_its_context() {
 /// falls back to a fresh session with a notice, never FAILED. (No model is asked.)
 #[tokio::test]
 async fn r11_gemini_authenticates_before_a_load_and_a_failed_load_falls_back() {
-    let Some(daemon) = gemini_daemon(None).await else { return };
+    let Some(daemon) = gemini_daemon(None, None).await else { return };
     let api = daemon.api().await;
     let session = api.ready_session("gemini-here", &daemon.workspace("ga")).await;
     kill_sidecar(&daemon, &api, &session).await;
