@@ -434,7 +434,7 @@ async fn r11_codex_turns_cancels_and_resumes_with_its_context() {
     cancel_mid_turn(&api, &session, &server).await;
     server.script([Reply::Text("A streamed answer from the scripted Responses API.".into())]);
     let reply = timed("codex turn", api.ask(&session, "say something")).await;
-    assert!(reply.contains("A streamed answer from the scripted Responses API."), "{reply}");
+    assert_eq!(reply, "A streamed answer from the scripted Responses API.");
     let asked = server.main_requests().pop().expect("the model was asked");
     assert!(conversation_text(&asked).contains("say something"), "{asked}");
     resume_keeps_the_context(&daemon, &api, &session, &server).await;
