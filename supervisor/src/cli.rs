@@ -379,8 +379,7 @@ impl Client {
                 Ok(())
             }
             ["resume", session] => {
-                let resume = self.call(method::SESSION_RESUME, json!({"session_id": session}));
-                let result = self.with_progress(session, resume, quiet).await?;
+                let result = self.resume_with_progress(session, quiet).await?;
                 println!(
                     "session {session} resumed ({}), {}",
                     result["outcome"].as_str().unwrap_or(""),
@@ -484,29 +483,37 @@ impl Client {
             .map_err(|err| self.failure(err))
     }
 
-    /// Awaits `call` while showing `session`'s progress events (a slow agent start says
-    /// what it is doing instead of nothing).
-    async fn with_progress<T>(
-        &self,
-        session: &str,
-        call: impl std::future::Future<Output = Result<T, Failure>>,
-        quiet: bool,
-    ) -> Result<T, Failure> {
+    /// Resumes `session` while showing its progress events (a slow agent start says what
+    /// it is doing instead of nothing), through the event that states the outcome.
+    async fn resume_with_progress(&self, session: &str, quiet: bool) -> Result<Value, Failure> {
         let status = self.call(method::SESSION_STATUS, json!({"session_id": session})).await?;
         let after = status["last_event_seq"].as_u64().unwrap_or(0);
         let mut events = Feed::open(self, session, after).await?;
         let shown = Shown::new(quiet);
+        let call = self.call(method::SESSION_RESUME, json!({"session_id": session}));
         tokio::pin!(call);
-        loop {
+        let mut outcome_shown = false;
+        let result = loop {
             tokio::select! {
-                result = &mut call => return result,
+                result = &mut call => break result?,
                 event = events.next(self) => match event {
-                    Ok(event) => shown.progress(&event),
+                    Ok(event) => {
+                        outcome_shown |= event["type"] == "resume_outcome";
+                        shown.progress(&event);
+                    }
                     // The stream is only for show: the call's answer is what counts.
                     Err(_) => return call.await,
                 },
             }
+        };
+        // The answer can overtake the outcome's event on the stream; show it too (a
+        // resume that joined a running agent has none).
+        while !quiet && !outcome_shown && result["outcome"] != "already_running" {
+            let Ok(event) = events.next(self).await else { break };
+            outcome_shown |= event["type"] == "resume_outcome";
+            shown.progress(&event);
         }
+        Ok(result)
     }
 
     async fn prompt(&self, session: &str, text: &str, quiet: bool) -> Result<(), Failure> {

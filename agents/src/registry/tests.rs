@@ -53,15 +53,15 @@ fn every_builtin_parses_and_follows_the_design_table() {
         ["amp", "auggie", "claude-code", "codex", "copilot", "eliza", "gemini", "mock", "opencode"]
     );
     // (native_resume, history_injection, has resume_command). Issue 11: the resume ladder
-    // follows what each agent advertises, so only Amp (a relaunch, no ACP restore)
-    // overrides it; the rest leave both unset.
+    // follows what each agent advertises, so no built-in overrides it (Amp's adapter had
+    // no continue flag after all: it gets the history injected, as it advertises nothing).
     let expected = [
         ("claude-code", (None, None, false)),
         ("codex", (None, None, false)),
         ("copilot", (None, None, false)),
         ("auggie", (None, None, false)),
         ("gemini", (None, None, false)),
-        ("amp", (Some(false), Some(false), true)),
+        ("amp", (None, None, false)),
         ("opencode", (None, None, false)),
         ("mock", (None, None, false)),
         ("eliza", (None, None, false)),
