@@ -736,7 +736,8 @@ fn is_env_name(name: &str) -> bool {
 }
 
 /// Checks that every `{name}` in `text` (a name: letters, digits, `_`) is one of
-/// `allowed`. Other braces are literal, so a value may hold JSON (codex's CODEX_CONFIG).
+/// `allowed`, and that a name after `{` is closed at once. A `{` followed by anything
+/// else (`"`, a space, `}`) is literal, so a value may hold JSON (codex's CODEX_CONFIG).
 fn check_placeholders(text: &str, allowed: &[&str]) -> Result<(), String> {
     let mut rest = text;
     while let Some(open) = rest.find('{') {
@@ -753,7 +754,11 @@ fn check_placeholders(text: &str, allowed: &[&str]) -> Result<(), String> {
                     allowed.join(", ")
                 ));
             }
-            None if !name.is_empty() => return Err(format!("unclosed placeholder in {text:?}")),
+            Some('}') => {}
+            // `{home.x}`, `{home-x}`, `{home`: a name not closed at once is a typo.
+            _ if !name.is_empty() => {
+                return Err(format!("unclosed placeholder in {text:?}"));
+            }
             _ => {}
         }
         rest = &after[name_len..];

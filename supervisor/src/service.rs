@@ -238,6 +238,26 @@ impl Supervisor {
         availability.reasons.into_iter().skip(usize::from(applet)).collect()
     }
 
+    /// A session's agent needs, run as root on this host, variables that are not set (its
+    /// profile's `root_env`): it would exit at once, so it is not launched.
+    fn check_root_env(&self, row: &SessionRow) -> Result<(), ServiceError> {
+        if row.runtime == "docker" || !self.config.environment.root {
+            return Ok(());
+        }
+        let profile = Supervisor::snapshot(row)?;
+        let missing =
+            profile.root_env_missing(|name| self.config.environment.vars.get(name).cloned());
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(ServiceError::AgentUnavailable(format!(
+            "agent {} cannot start here: run as root, it needs {} in its environment (set it \
+             in the supervisor's environment and restart it)",
+            row.agent_profile_id,
+            missing.join(" and ")
+        )))
+    }
+
     /// The runtime of that name.
     fn runtime(&self, name: &str) -> Result<Arc<dyn Runtime>, ServiceError> {
         match name {
@@ -532,12 +552,17 @@ impl Supervisor {
 
     /// A live actor whose agent runs: resumes the session if needed and waits for it.
     async fn ensure_running(&self, row: &SessionRow) -> Result<SessionHandle, ServiceError> {
+        // Checked before an actor is started: a new one begins its launch at once.
+        let live = self.handle(&row.id).filter(SessionHandle::is_live);
+        if live.is_none_or(|handle| !handle.view().is_ready()) {
+            check_workspace(row)?;
+            self.check_root_env(row)?;
+            self.check_runtime(&row.runtime).await?;
+        }
         let handle = self.actor(row).await?;
         if handle.view().is_ready() {
             return Ok(handle);
         }
-        check_workspace(row)?;
-        self.check_runtime(&row.runtime).await?;
         let outcome = tokio::time::timeout(RESUME_WAIT, handle.resume()).await.map_err(|_| {
             ServiceError::RuntimeUnavailable(format!(
                 "session {} did not become ready in time",
@@ -576,11 +601,14 @@ impl Supervisor {
                 row.state.as_str()
             )));
         }
-        let handle = self.actor(&row).await?;
-        if !handle.view().agent_running {
+        // Checked before an actor is started: a new one begins its launch at once.
+        let live = self.handle(&row.id).filter(SessionHandle::is_live);
+        if live.is_none_or(|handle| !handle.view().agent_running) {
             check_workspace(&row)?;
+            self.check_root_env(&row)?;
             self.check_runtime(&row.runtime).await?;
         }
+        let handle = self.actor(&row).await?;
         let outcome =
             tokio::time::timeout(RESUME_WAIT, handle.resume()).await.map_err(|_| {
                 ServiceError::RuntimeUnavailable(format!(

@@ -155,6 +155,10 @@ fn bad_templates_are_located_errors() {
     assert_eq!(expanded["CODEX_CONFIG"], json.replace("{home}", "/h"));
     let err = error(&format!("{MINIMAL}[env]\nC = '{{\"a\":\"{{hom}}\"}}'\n"));
     assert!(err.reason.contains("unknown placeholder {hom}"), "{}", err.reason);
+    for typo in ["{home.dir}", "{home-x}", "x{home"] {
+        let err = error(&format!("{MINIMAL}[env]\nC = \"{typo}\"\n"));
+        assert!(err.reason.contains("unclosed placeholder"), "{typo}: {}", err.reason);
+    }
 }
 
 #[test]

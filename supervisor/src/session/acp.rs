@@ -108,7 +108,14 @@ impl SessionActor {
         if self.replay_until.is_some_and(|until| seq >= until) {
             self.settle_undelivered().await;
         }
-        self.ack(force_ack).await;
+        // A trailing replay is acknowledged once its burst is through (nothing queued
+        // behind it), not one fsync per dropped chunk.
+        let replay_done = self.replay_unacked
+            && self.execution.as_ref().is_some_and(|execution| execution.events_rx.is_empty());
+        if replay_done {
+            self.replay_unacked = false;
+        }
+        self.ack(force_ack || replay_done).await;
     }
 
     /// A request of ours reached agentctl: for a prompt, the turn's row says so.
@@ -120,6 +127,8 @@ impl SessionActor {
         };
         self.undelivered.remove(&key);
         if let Some(Pending::Prompt { turn_id, .. }) = self.pending.get(&key) {
+            // Whatever a load still replays was logged before this prompt.
+            self.loading = false;
             let turn_id = turn_id.clone();
             if let Err(err) = self.context.store.mark_delivered(turn_id).await {
                 self.write_failed("a delivered prompt", &err);
@@ -210,6 +219,11 @@ impl SessionActor {
             update.get("sessionUpdate").and_then(Value::as_str).unwrap_or_default().to_owned();
         if self.loading && is_replayed_kind(&kind) {
             // `session/load` replays the conversation into the agent; we have it already.
+            // After the load's answer the session is open and nothing else acknowledges
+            // these events soon: were the supervisor killed now, a new actor would not know
+            // they are a replay. They hold nothing to write, so they are acknowledged.
+            let restoring = self.pending.values().any(|p| matches!(p, Pending::Restore { .. }));
+            self.replay_unacked |= !restoring;
             return;
         }
         let text = || update["content"]["text"].as_str().map(str::to_owned);
@@ -526,7 +540,7 @@ impl SessionActor {
 
     /// A native restore was refused: the token is cleared, a notice says so, and a fresh
     /// ACP session takes its place (not a failure).
-    async fn restore_rejected(&mut self, reason: String) {
+    pub(super) async fn restore_rejected(&mut self, reason: String) {
         self.emit(SessionEventKind::Notice {
             message: format!("{reason}; starting a fresh agent session"),
         });
@@ -648,6 +662,23 @@ impl SessionActor {
         }
     }
 
+    /// claude-agent-acp run as root without IS_SANDBOX=1 exits with code 1 and says
+    /// nothing: when that is what happened (on the host, as root, a `root_env` variable not
+    /// set), the error says which.
+    fn root_env_hint(&self, code: Option<i32>) -> String {
+        if code != Some(1)
+            || self.context.runtime.agent_home().is_some()
+            || !nix::unistd::geteuid().is_root()
+        {
+            return String::new();
+        }
+        let missing = self.profile.root_env_missing(|name| std::env::var(name).ok());
+        if missing.is_empty() {
+            return String::new();
+        }
+        format!("; run as root, this agent needs {} in its environment", missing.join(" and "))
+    }
+
     async fn agent_exited(&mut self, status: protocol::control::ExitInfo, stderr_tail: String) {
         let how = match (status.code, status.signal) {
             (Some(code), _) => format!("exit code {code}"),
@@ -656,7 +687,7 @@ impl SessionActor {
         };
         let tail = history::excerpt_tail(stderr_tail.trim_end(), STDERR_IN_ERROR);
         let reason = if tail.is_empty() {
-            format!("the agent exited ({how})")
+            format!("the agent exited ({how}){}", self.root_env_hint(status.code))
         } else {
             format!("the agent exited ({how}): {tail}")
         };

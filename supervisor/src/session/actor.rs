@@ -128,9 +128,14 @@ pub(super) struct SessionActor {
     /// The next prompt carries the resume context (mirrors the stored flag).
     pub(super) resume_context_pending: bool,
     /// A `session/load` is replaying: its conversation updates restore the agent, not our
-    /// records. It lasts until the next prompt is sent, not until the load's answer:
-    /// gemini-cli's replay trails its answer.
+    /// records. It lasts until the next prompt reached agentctl (its `Delivered` event),
+    /// not until the load's answer: gemini-cli's replay trails its answer, and agentctl
+    /// logs `Delivered` before the agent can read the prompt, so all output before it is
+    /// the replay's.
     pub(super) loading: bool,
+    /// Replayed updates were dropped after the load's answer and are not acknowledged yet
+    /// (see [`SessionActor::handle_agent_event`]).
+    pub(super) replay_unacked: bool,
     /// The `authenticate` methods the agent offered at `initialize` (never a `terminal`
     /// one: there is no terminal here), and whether this execution authenticated.
     pub(super) auth_offered: Vec<String>,
@@ -210,6 +215,7 @@ impl SessionActor {
             waiters: Vec::new(),
             resume_context_pending: false,
             loading: false,
+            replay_unacked: false,
             auth_offered: Vec::new(),
             authenticated: false,
             durability: Durability::default(),
@@ -342,8 +348,6 @@ impl SessionActor {
     ) -> Result<(), String> {
         match self.prepare_turn(text).await {
             Ok((turn_id, message)) => {
-                // Whatever a load still replays came before this prompt.
-                self.loading = false;
                 self.send(Outgoing::Prompt { message, turn_id, reply });
                 Ok(())
             }
@@ -975,6 +979,17 @@ impl SessionActor {
             && at <= now
         {
             self.handshake = None;
+            let restoring = self.pending.values().any(|p| matches!(p, Pending::Restore { .. }));
+            if restoring {
+                // A restore that never answers is a failed restore, not the session's end:
+                // forget it (a late answer is ignored) and fall back to a fresh session.
+                self.pending.retain(|_, pending| !matches!(pending, Pending::Restore { .. }));
+                let reason = format!(
+                    "the agent did not answer {step} within {} ms",
+                    self.profile.process.init_timeout_ms
+                );
+                return self.restore_rejected(reason).await;
+            }
             let tail = self.stderr_tail();
             return self
                 .fail(format!(

@@ -186,6 +186,36 @@ async fn r11_a_replay_that_trails_the_load_answer_is_not_recorded_again() {
     );
 }
 
+/// The same, when the prompt itself resumes the session: the prompt is handled right
+/// after the load's answer, while the trailing replay is still on its way. Only what the
+/// agent sends after the prompt reached agentctl is the new turn's.
+#[tokio::test]
+async fn r11_a_prompt_that_resumes_does_not_take_the_trailing_replay_as_its_reply() {
+    let late = profile("late", ", \"--late-replay\"", "");
+    let daemon = Daemon::start_with_profiles(&[], &[("late.toml", &late)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("late", &daemon.workspace("l")).await;
+    for round in 0..5 {
+        api.ask(&session, &format!("message {round}")).await;
+        kill_sidecar(&daemon, &api, &session).await;
+    }
+    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let mut events = api.subscribe(&session, after).await;
+    // No status or resume call in between: the prompt resumes, then is sent at once.
+    api.call("task.session.prompt", json!({"session_id": &session, "prompt": "last one"}))
+        .await
+        .unwrap();
+    let seen = until(&mut events, turn_ended).await;
+    let reply = chunks(&seen).concat();
+    assert!(
+        reply.starts_with("mock-agent: remembered 10 earlier messages; you said: last one"),
+        "{reply}"
+    );
+    let history = api.call("task.session.history", json!({"session_id": &session})).await.unwrap();
+    let agents = history.as_array().unwrap().iter().filter(|e| e["type"] == "agent_message");
+    assert_eq!(agents.count(), 6, "one reply per prompt: {history}");
+}
+
 #[tokio::test]
 async fn history_injection_wraps_the_first_prompt_once_even_across_a_restart() {
     let inject = profile("inject", "", "native_resume = false\nhistory_injection = true");
@@ -247,8 +277,25 @@ async fn r11_a_failed_restore_falls_back_to_a_fresh_session_never_failed() {
     a_refused_restore_falls_back("--fail-load", "failed").await;
 }
 
+/// A restore the agent never answers (a load of a long conversation, or a method it does
+/// not really serve) is not the session's end either: after the handshake timeout the
+/// session falls back like a rejected token.
+#[tokio::test]
+async fn r11_a_restore_that_times_out_falls_back_too() {
+    a_refused_restore_falls_back_with(
+        "--hang-on\", \"session/load",
+        "native_resume = true\n[process]\ninit_timeout_ms = 1000",
+        "did not answer session/load",
+    )
+    .await;
+}
+
 async fn a_refused_restore_falls_back(flag: &str, said: &str) {
-    let reject = profile("reject", &format!(", \"{flag}\""), "native_resume = true");
+    a_refused_restore_falls_back_with(flag, "native_resume = true", said).await;
+}
+
+async fn a_refused_restore_falls_back_with(flag: &str, session_settings: &str, said: &str) {
+    let reject = profile("reject", &format!(", \"{flag}\""), session_settings);
     let daemon = Daemon::start_with_profiles(&[], &[("reject.toml", &reject)]).await;
     let api = daemon.api().await;
     let session = api.ready_session("reject", &daemon.workspace("r")).await;

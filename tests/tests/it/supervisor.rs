@@ -541,8 +541,29 @@ async fn r11_an_agent_that_needs_a_sandbox_as_root_says_so() {
     }
     drop(api);
     drop(daemon);
-    let daemon = Daemon::start_with_env(&[], &profiles, &[("TETHER_TEST_SANDBOX", "1")]).await;
+    let mut daemon = Daemon::start_with_env(&[], &profiles, &[("TETHER_TEST_SANDBOX", "1")]).await;
     let api = daemon.api().await;
     let session = api.ready_session("sandboxed", &daemon.workspace("s")).await;
     assert!(api.ask(&session, "hello").await.contains("hello"));
+    if !root {
+        return;
+    }
+    // The supervisor restarted (as root) without the variable, the agent gone: a resume is
+    // refused up front, naming it, and the session stays resumable — not a FAILED session
+    // whose agent "exited (exit code 1)".
+    api.call("sessions.stop_all", json!({})).await.unwrap();
+    drop(api);
+    daemon.terminate().await;
+    daemon.restart_with_env(&[("TETHER_TEST_SANDBOX", "")]).await;
+    let api = daemon.api().await;
+    let refused =
+        api.call("task.session.resume", json!({"session_id": &session})).await.unwrap_err();
+    assert_eq!(refused.kind, "agent_unavailable", "{refused:?}");
+    assert!(refused.message.contains("TETHER_TEST_SANDBOX=1"), "{refused:?}");
+    let status = api.status(&session).await;
+    assert_eq!(
+        (status["state"].as_str(), status["is_resumable"].as_bool()),
+        (Some("WAITING_FOR_INPUT"), Some(true)),
+        "{status}"
+    );
 }
