@@ -162,14 +162,29 @@ async fn r11_claude_resumes_natively_with_its_context() {
 /// Tells the agent something (the model notes it), kills the agent, resumes, asks again:
 /// the resume is native, and the model's next request carries the first exchange.
 async fn resume_keeps_the_context(daemon: &Daemon, api: &Api, session: &str, server: &ModelServer) {
+    resume_restores(daemon, api, session, server, "native_resume", || ()).await;
+}
+
+/// [`resume_keeps_the_context`] with the `outcome` expected, and `before_resume` run once
+/// the agent is dead.
+async fn resume_restores(
+    daemon: &Daemon,
+    api: &Api,
+    session: &str,
+    server: &ModelServer,
+    outcome: &str,
+    before_resume: impl FnOnce(),
+) {
+    let agent = session_agent(api, session).await;
     server.script([Reply::Text("Noted: the code word is papaya.".into())]);
-    let noted = api.ask(session, "remember the code word papaya").await;
+    let label = format!("{agent} turn");
+    let noted = timed(&label, api.ask(session, "remember the code word papaya")).await;
     assert!(noted.contains("Noted: the code word is papaya."), "{noted}");
     kill_sidecar(daemon, api, session).await;
+    before_resume();
     let resume = api.call("task.session.resume", json!({"session_id": session}));
-    let resumed = timed(&format!("{} resume", session_agent(api, session).await), resume).await;
-    let resumed = resumed.unwrap();
-    assert_eq!(resumed["outcome"], "native_resume", "{resumed}");
+    let resumed = timed(&format!("{agent} resume"), resume).await.unwrap();
+    assert_eq!(resumed["outcome"], outcome, "{resumed}");
     server.script([Reply::Text("The code word was papaya.".into())]);
     let reply = api.ask(session, "what was the code word?").await;
     assert!(reply.contains("papaya"), "{reply}");
@@ -510,23 +525,8 @@ async fn r11_gemini_turns_cancels_and_resumes_with_its_context() {
     let workspace = daemon.workspace("gm");
     let session = timed("gemini start", api.ready_session("gemini-here", &workspace)).await;
     cancel_mid_turn(&api, &session, &server).await;
-    server.script([Reply::Text("Noted: the code word is papaya.".into())]);
-    let noted = timed("gemini turn", api.ask(&session, "remember the code word papaya")).await;
-    assert!(noted.contains("Noted: the code word is papaya."), "{noted}");
-    kill_sidecar(&daemon, &api, &session).await;
-    age_gemini_sessions(&daemon);
-    let resume = api.call("task.session.resume", json!({"session_id": &session}));
-    let resumed = timed("gemini-here resume", resume).await.unwrap();
-    assert_eq!(resumed["outcome"], "native_load", "{resumed}");
-    server.script([Reply::Text("The code word was papaya.".into())]);
-    let reply = api.ask(&session, "what was the code word?").await;
-    assert!(reply.contains("papaya"), "{reply}");
-    let last = server.main_requests().pop().expect("the model was asked");
-    let seen = conversation_text(&last);
-    assert!(
-        seen.contains("remember the code word papaya") && seen.contains("Noted: the code word"),
-        "the earlier turn is in the model's context: {seen}"
-    );
+    let age = || age_gemini_sessions(&daemon);
+    resume_restores(&daemon, &api, &session, &server, "native_load", age).await;
     let history = api.call("task.session.history", json!({"session_id": &session})).await.unwrap();
     let agent_messages: Vec<&str> = history
         .as_array()
