@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agentctl::client::object_params;
@@ -30,7 +30,8 @@ const USAGE: &str = "\
 usage: supervisor [--url URL] [--token TOKEN] <command>
 
 daemon:
-  serve [--listen ADDR] [--home DIR] [--auth-token TOKEN] [--allow-origin ORIGIN]...
+  serve [--listen ADDR] [--home DIR] [--auth-token-file FILE | --auth-token TOKEN]
+        [--allow-origin ORIGIN]...  (or the token in TETHER_AUTH_TOKEN; a file must be 0600)
         [--static-agentctl PATH]     (for the Docker runtime; or $TETHER_STATIC_AGENTCTL)
 
 client (talks to a running daemon; --url defaults to ws://127.0.0.1:7733, or $TETHER_URL):
@@ -133,6 +134,27 @@ async fn dispatch(mut args: Vec<String>, self_command: Vec<OsString>) -> Result<
     }
 }
 
+/// The daemon's token from a file that only its owner can read (it is a password).
+fn read_token_file(path: &Path) -> anyhow::Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let metadata =
+        std::fs::metadata(path).with_context(|| format!("--auth-token-file {}", path.display()))?;
+    let mode = metadata.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        bail!(
+            "--auth-token-file {}: readable by others (mode {mode:o}); chmod 600 it",
+            path.display()
+        );
+    }
+    let token = std::fs::read_to_string(path)
+        .with_context(|| format!("--auth-token-file {}", path.display()))?;
+    let token = token.trim();
+    if token.is_empty() {
+        bail!("--auth-token-file {}: empty", path.display());
+    }
+    Ok(token.to_owned())
+}
+
 async fn serve(mut args: Vec<String>, self_command: Vec<OsString>) -> anyhow::Result<()> {
     let listen: SocketAddr = take_option(&mut args, "--listen")
         .map_err(|f| anyhow::anyhow!(f.line))?
@@ -142,6 +164,15 @@ async fn serve(mut args: Vec<String>, self_command: Vec<OsString>) -> anyhow::Re
     let home =
         take_option(&mut args, "--home").map_err(|f| anyhow::anyhow!(f.line))?.map(PathBuf::from);
     let token = take_option(&mut args, "--auth-token").map_err(|f| anyhow::anyhow!(f.line))?;
+    let token_file =
+        take_option(&mut args, "--auth-token-file").map_err(|f| anyhow::anyhow!(f.line))?;
+    // A token in argv shows in `ps`: a 0600 file or the environment keeps it out of sight.
+    let token = match (token, token_file) {
+        (Some(_), Some(_)) => bail!("give --auth-token or --auth-token-file, not both"),
+        (Some(token), None) => Some(token),
+        (None, Some(path)) => Some(read_token_file(Path::new(&path))?),
+        (None, None) => std::env::var("TETHER_AUTH_TOKEN").ok().filter(|t| !t.is_empty()),
+    };
     let static_agentctl = take_option(&mut args, "--static-agentctl")
         .map_err(|f| anyhow::anyhow!(f.line))?
         .or_else(|| std::env::var("TETHER_STATIC_AGENTCTL").ok())
@@ -156,7 +187,10 @@ async fn serve(mut args: Vec<String>, self_command: Vec<OsString>) -> anyhow::Re
         bail!("unknown argument {extra:?}\n\n{USAGE}");
     }
     if !listen.ip().is_loopback() && token.is_none() {
-        bail!("listening on {listen} (beyond loopback) requires --auth-token");
+        bail!(
+            "listening on {listen} (beyond loopback) requires a token: --auth-token-file, \
+             TETHER_AUTH_TOKEN or --auth-token"
+        );
     }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(

@@ -1,5 +1,6 @@
 //! The data directory (`$TETHER_HOME`, default `$XDG_DATA_HOME/tether`, i.e.
-//! `~/.local/share/tether`): mode 0700, and where everything of a session lives.
+//! `~/.local/share/tether`): mode 0700 (its directories 0700, its files 0600), and where
+//! everything of a session lives.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -31,6 +32,11 @@ impl Home {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))?;
         create_private_dir(&root.join("sessions"))?;
+        // Agents' own state (their logins among it) is as private as the rest; a directory
+        // left 0755 by an older version is tightened.
+        let agent_state = root.join("agent-state");
+        create_private_dir(&agent_state)?;
+        std::fs::set_permissions(&agent_state, std::fs::Permissions::from_mode(0o700))?;
         Ok(Home { root })
     }
 
@@ -47,12 +53,25 @@ impl Home {
     /// This installation's id (a UUID kept in `install_id`, created on first use): it
     /// marks the containers this installation owns.
     pub fn install_id(&self) -> io::Result<String> {
+        use std::io::Write;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
         let path = self.root.join("install_id");
         match std::fs::read_to_string(&path) {
-            Ok(id) if is_valid_id(id.trim()) => Ok(id.trim().to_owned()),
+            Ok(id) if is_valid_id(id.trim()) => {
+                // Files here are 0600; one written 0644 by an older version is tightened.
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+                Ok(id.trim().to_owned())
+            }
             Ok(_) | Err(_) => {
                 let id = uuid::Uuid::new_v4().to_string();
-                std::fs::write(&path, &id)?;
+                let mut file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(&path)?;
+                file.write_all(id.as_bytes())?;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
                 Ok(id)
             }
         }
@@ -82,7 +101,41 @@ pub fn is_valid_id(id: &str) -> bool {
     uuid::Uuid::try_parse(id).is_ok_and(|uuid| uuid.hyphenated().to_string() == id)
 }
 
-fn create_private_dir(dir: &Path) -> io::Result<()> {
+/// Creates `dir` and any missing parents with mode 0700.
+pub fn create_private_dir(dir: &Path) -> io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    /// Issue 12 (the edge, hardened): `install_id` was 0644 and `agent-state/` 0755.
+    #[test]
+    fn the_install_id_and_agent_state_are_private_even_when_an_older_version_left_them_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("tether");
+        let home = Home::open(&root).unwrap();
+        let id = home.install_id().unwrap();
+        assert_eq!(mode(&root.join("install_id")), 0o600);
+        assert_eq!(mode(&root.join("agent-state")), 0o700);
+        create_private_dir(&root.join("agent-state/s/.codex")).unwrap();
+        assert_eq!(mode(&root.join("agent-state/s")), 0o700);
+        // As an older version left them.
+        std::fs::set_permissions(root.join("install_id"), std::fs::Permissions::from_mode(0o644))
+            .unwrap();
+        std::fs::set_permissions(root.join("agent-state"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        let home = Home::open(&root).unwrap();
+        assert_eq!(home.install_id().unwrap(), id, "the same id, kept");
+        assert_eq!(mode(&root.join("install_id")), 0o600);
+        assert_eq!(mode(&root.join("agent-state")), 0o700);
+    }
 }

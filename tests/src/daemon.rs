@@ -243,6 +243,11 @@ impl Daemon {
         Api::connect(&self.url, &[]).await.expect("connects to the API")
     }
 
+    /// The daemon's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// The `HOME` the daemon and its agents see (the test's private root).
     pub fn home(&self) -> &Path {
         self.root.path()

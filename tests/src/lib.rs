@@ -59,11 +59,6 @@ pub fn workspace_bin(name: &str) -> PathBuf {
     path
 }
 
-/// Where the shared ACP material lives: `../shared` beside the checkout.
-pub fn shared_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared")
-}
-
 /// Which way a recorded line went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {

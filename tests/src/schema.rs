@@ -1,5 +1,5 @@
 //! Validates recorded ACP traffic against the ACP v1 JSON schema
-//! (`../shared/acp/schema.v1.json`), each message against its own definition.
+//! (`tests/acp/schema.v1.json`, vendored), each message against its own definition.
 //!
 //! The root schema is an untagged union that accepts almost anything, so it is never used.
 //! Instead every definition carries `x-method` and `x-side` (the side that *handles* the
@@ -60,9 +60,9 @@ pub struct AcpSchema {
 }
 
 impl AcpSchema {
-    /// Loads `../shared/acp/schema.v1.json`.
+    /// Loads the vendored `tests/acp/schema.v1.json`.
     pub fn load() -> AcpSchema {
-        let path = crate::shared_dir().join("acp/schema.v1.json");
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("acp/schema.v1.json");
         let text = std::fs::read_to_string(&path).unwrap_or_else(|err| {
             panic!("cannot read the ACP schema at {}: {err}", path.display())
         });

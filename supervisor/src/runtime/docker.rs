@@ -168,7 +168,7 @@ impl DockerRuntime {
         ];
         for dir in &spec.agent_state_dirs {
             let host = spec.agent_state_root.join(dir);
-            std::fs::create_dir_all(&host)
+            crate::home::create_private_dir(&host)
                 .map_err(|err| RuntimeError::Engine(format!("{}: {err}", host.display())))?;
             binds.push(format!("{}:{CONTAINER_HOME}/{dir}", host.display()));
         }

@@ -567,3 +567,45 @@ async fn r11_an_agent_that_needs_a_sandbox_as_root_says_so() {
         "{status}"
     );
 }
+
+/// Issue 12 (the edge, hardened): the daemon's token could only be given in argv, where
+/// `ps` shows it. It now also comes from TETHER_AUTH_TOKEN or a file only its owner can
+/// read (a looser file is refused, saying so); either way it is out of the command line
+/// and still enforced.
+#[tokio::test]
+async fn the_daemons_token_can_stay_out_of_its_command_line() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "from-the-file\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let refused = tokio::process::Command::new(tether_tests::workspace_bin("supervisor"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--home"])
+        .arg(dir.path().join("home"))
+        .arg("--auth-token-file")
+        .arg(&file)
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "a world-readable token file is refused");
+    assert!(err.contains("readable by others (mode 644); chmod 600 it"), "{err}");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    let by_file = ["--auth-token-file", file.to_str().unwrap()];
+    token_is_enforced_and_unseen(Daemon::start(&by_file).await, "from-the-file").await;
+    let by_env = [("TETHER_AUTH_TOKEN", "from-the-env")];
+    token_is_enforced_and_unseen(Daemon::start_with_env(&[], &[], &by_env).await, "from-the-env")
+        .await;
+}
+
+async fn token_is_enforced_and_unseen(daemon: Daemon, token: &str) {
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", daemon.pid().unwrap())).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    assert!(!cmdline.contains(token), "the token is not in argv: {cmdline}");
+    let (code, _, _) = daemon.cli(&["agents"]).await;
+    assert_ne!(code, 0, "no token, no answer ({token})");
+    let (code, out, err) = daemon.cli(&["--token", token, "agents"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("mock"), "{out}");
+}
