@@ -128,6 +128,17 @@ async fn dispatch(mut args: Vec<String>, self_command: Vec<OsString>) -> Result<
             Ok(())
         }
         _ => {
+            // A client command's output may go to `head`: when the reader goes, the
+            // command ends quietly as Unix tools do, instead of panicking in a print.
+            // SAFETY: restores the default disposition of one signal before any thread of
+            // ours writes to a pipe; no handler is installed. The daemon (above) keeps
+            // Rust's "ignore", since it writes to sockets and agents' pipes.
+            let _ = unsafe {
+                nix::sys::signal::signal(
+                    nix::sys::signal::Signal::SIGPIPE,
+                    nix::sys::signal::SigHandler::SigDfl,
+                )
+            };
             let client = Client::connect(&url, token.as_deref()).await?;
             client.run(args).await
         }

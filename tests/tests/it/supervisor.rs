@@ -609,3 +609,35 @@ async fn token_is_enforced_and_unseen(daemon: Daemon, token: &str) {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("mock"), "{out}");
 }
+
+/// Issue 12 (the edge, hardened): `supervisor history S | head` panicked on the broken
+/// pipe. A reader that goes away now ends the command quietly (SIGPIPE, as `cat` does).
+#[tokio::test]
+async fn a_client_command_piped_into_a_reader_that_quits_ends_quietly() {
+    use tokio::io::AsyncBufReadExt;
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("p")).await;
+    for _ in 0..3 {
+        api.ask(&session, "/stream 3000\na long reply").await;
+    }
+    let mut child = tokio::process::Command::new(tether_tests::workspace_bin("supervisor"))
+        .args(["--url", &daemon.url, "history", &session])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().expect("a first line");
+    assert!(first.starts_with("[1] user_message"), "{first}");
+    drop(lines);
+    let output = tether_tests::within("the CLI", child.wait_with_output()).await.unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        output.status.success() || output.status.signal() == Some(nix::libc::SIGPIPE),
+        "{:?}",
+        output.status
+    );
+}
