@@ -1,6 +1,7 @@
 //! The `supervisor` command line: `serve` runs the daemon; every other command is a client
 //! of a running daemon's API and prints plain, specific lines. Exit codes: 0 ok, 1 other
-//! error, 2 usage, 3 server not running, 4 not found, 5 conflict.
+//! error, 2 usage, 3 server not running, 4 not found, 5 conflict, 6 refused (a missing or
+//! wrong token).
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -273,6 +274,41 @@ struct Client {
     client: WsClient,
 }
 
+/// Why the CLI could not connect: a daemon that refused it (wrong or missing token, an
+/// origin it does not allow) is not a daemon that is not running.
+fn connect_failure(url: &str, had_token: bool, err: jsonrpsee::core::ClientError) -> Failure {
+    use jsonrpsee::client_transport::ws::WsHandshakeError;
+    let rejected = match &err {
+        jsonrpsee::core::ClientError::Transport(inner) => {
+            match inner.downcast_ref::<WsHandshakeError>() {
+                Some(WsHandshakeError::Rejected { status_code }) => Some(*status_code),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    match rejected {
+        Some(401) if had_token => Failure {
+            code: 6,
+            line: format!("unauthorized: the daemon at {url} refused this token"),
+        },
+        Some(401) => Failure {
+            code: 6,
+            line: format!(
+                "unauthorized: the daemon at {url} wants a token (--token or TETHER_TOKEN)"
+            ),
+        },
+        Some(status) => Failure {
+            code: 6,
+            line: format!("refused: the daemon at {url} answered HTTP {status}"),
+        },
+        None => Failure {
+            code: 3,
+            line: format!("server not running at {url} (start it with `supervisor serve`): {err}"),
+        },
+    }
+}
+
 impl Client {
     async fn connect(url: &str, token: Option<&str>) -> Result<Client, Failure> {
         let mut headers = http::HeaderMap::new();
@@ -281,15 +317,11 @@ impl Client {
                 .map_err(|_| usage("the token is not a valid header value"))?;
             headers.insert(http::header::AUTHORIZATION, value);
         }
-        let client =
-            WsClientBuilder::default().set_headers(headers).build(url).await.map_err(|err| {
-                Failure {
-                    code: 3,
-                    line: format!(
-                        "server not running at {url} (start it with `supervisor serve`): {err}"
-                    ),
-                }
-            })?;
+        let client = WsClientBuilder::default()
+            .set_headers(headers)
+            .build(url)
+            .await
+            .map_err(|err| connect_failure(url, token.is_some(), err))?;
         Ok(Client { url: url.to_owned(), client })
     }
 

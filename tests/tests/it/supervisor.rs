@@ -603,8 +603,13 @@ async fn token_is_enforced_and_unseen(daemon: Daemon, token: &str) {
     let cmdline = std::fs::read(format!("/proc/{}/cmdline", daemon.pid().unwrap())).unwrap();
     let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
     assert!(!cmdline.contains(token), "the token is not in argv: {cmdline}");
-    let (code, _, _) = daemon.cli(&["agents"]).await;
-    assert_ne!(code, 0, "no token, no answer ({token})");
+    // Refused, and said so: not "server not running" (exit code 3), which it is not.
+    let (code, _, err) = daemon.cli(&["agents"]).await;
+    assert_eq!(code, 6, "no token, no answer ({token}): {err}");
+    assert!(err.starts_with("unauthorized: ") && err.contains("wants a token"), "{err}");
+    let (code, _, err) = daemon.cli(&["--token", "wrong", "agents"]).await;
+    assert_eq!(code, 6, "{err}");
+    assert!(err.contains("refused this token"), "{err}");
     let (code, out, err) = daemon.cli(&["--token", token, "agents"]).await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("mock"), "{out}");
