@@ -469,6 +469,15 @@ impl Check<'_> {
         if ok { Ok(()) } else { self.fail(span, field, reason) }
     }
 
+    fn env_name(&self, name: &Spanned<String>, field: &str) -> Result<(), ProfileError> {
+        self.ensure(
+            is_env_name(name.get_ref()),
+            name.span(),
+            field,
+            "not a valid environment variable name",
+        )
+    }
+
     fn argv(
         &self,
         argv: &Spanned<Vec<String>>,
@@ -516,23 +525,13 @@ impl RawProfile {
             )?;
         }
         for (key, value) in &self.env {
-            check.ensure(
-                is_env_name(key.get_ref()),
-                key.span(),
-                "env",
-                "not a valid environment variable name",
-            )?;
+            check.env_name(key, "env")?;
             if let Err(reason) = check_placeholders(value.get_ref(), &["home"]) {
                 return check.fail(value.span(), &format!("env.{}", key.get_ref()), reason);
             }
         }
         for key in self.process.root_env.keys() {
-            check.ensure(
-                is_env_name(key.get_ref()),
-                key.span(),
-                "process.root_env",
-                "not a valid environment variable name",
-            )?;
+            check.env_name(key, "process.root_env")?;
         }
         for choice in &self.auth {
             check.ensure(
@@ -542,21 +541,11 @@ impl RawProfile {
                 "must name one of the agent's authMethods",
             )?;
             for name in &choice.env {
-                check.ensure(
-                    is_env_name(name.get_ref()),
-                    name.span(),
-                    "auth.env",
-                    "not a valid environment variable name",
-                )?;
+                check.env_name(name, "auth.env")?;
             }
         }
         for name in &self.credentials.env {
-            check.ensure(
-                is_env_name(name.get_ref()),
-                name.span(),
-                "credentials.env",
-                "not a valid environment variable name",
-            )?;
+            check.env_name(name, "credentials.env")?;
         }
         for file in &self.credentials.files {
             check.ensure(
@@ -567,12 +556,7 @@ impl RawProfile {
             )?;
         }
         for name in &self.required_env {
-            check.ensure(
-                is_env_name(name.get_ref()),
-                name.span(),
-                "required_env",
-                "not a valid environment variable name",
-            )?;
+            check.env_name(name, "required_env")?;
         }
         if let Some(resume) = &self.session.resume_command {
             check.argv(resume, "session.resume_command", &["home", "token"])?;

@@ -383,17 +383,25 @@ pub fn availability(profile: &Profile, environment: &Environment) -> Availabilit
             reasons.push(format!("needs credentials: {}", ways.join(", or ")));
         }
     }
-    if environment.root {
-        let missing = profile.root_env_missing(|name| environment.vars.get(name).cloned());
-        if !missing.is_empty() {
-            reasons.push(format!(
-                "run as root, it needs {} in its environment (set it in the supervisor's \
-                 environment or the profile's [env]; in a container it is set)",
-                missing.join(" and ")
-            ));
-        }
-    }
+    reasons.extend(root_env_lacking(profile, environment));
     Availability { available: reasons.is_empty(), program, reasons }
+}
+
+/// Why the agent cannot run as root here, if agents run as root and a variable of its
+/// `process.root_env` is not set to its value (neither in `environment` nor in the
+/// profile's env).
+pub fn root_env_lacking(profile: &Profile, environment: &Environment) -> Option<String> {
+    if !environment.root {
+        return None;
+    }
+    let missing = profile.root_env_missing(|name| environment.vars.get(name).cloned());
+    (!missing.is_empty()).then(|| {
+        format!(
+            "run as root, it needs {} in its environment (set it in the supervisor's \
+             environment or the profile's [env]; in a container it is set)",
+            missing.join(" and ")
+        )
+    })
 }
 
 #[cfg(test)]

@@ -563,9 +563,7 @@ impl Client {
     /// Resumes `session` while showing its progress events (a slow agent start says what
     /// it is doing instead of nothing), through the event that states the outcome.
     async fn resume_with_progress(&self, session: &str, quiet: bool) -> Result<Value, Failure> {
-        let status = self.call(method::SESSION_STATUS, json!({"session_id": session})).await?;
-        let after = status["last_event_seq"].as_u64().unwrap_or(0);
-        let mut events = Feed::open(self, session, after).await?;
+        let mut events = Feed::open_at_end(self, session).await?;
         let shown = Shown::new(quiet);
         let call = self.call(method::SESSION_RESUME, json!({"session_id": session}));
         tokio::pin!(call);
@@ -594,9 +592,7 @@ impl Client {
     }
 
     async fn prompt(&self, session: &str, text: &str, quiet: bool) -> Result<(), Failure> {
-        let status = self.call(method::SESSION_STATUS, json!({"session_id": session})).await?;
-        let after = status["last_event_seq"].as_u64().unwrap_or(0);
-        let mut events = Feed::open(self, session, after).await?;
+        let mut events = Feed::open_at_end(self, session).await?;
         // A prompt to a session without a live agent resumes it first, which can take a
         // while: its progress is shown as it happens, so the call runs beside the stream.
         let call =
@@ -709,6 +705,12 @@ struct Feed {
 }
 
 impl Feed {
+    /// From the session's newest event on: what happens after now.
+    async fn open_at_end(client: &Client, session: &str) -> Result<Feed, Failure> {
+        let status = client.call(method::SESSION_STATUS, json!({"session_id": session})).await?;
+        Feed::open(client, session, status["last_event_seq"].as_u64().unwrap_or(0)).await
+    }
+
     async fn open(client: &Client, session: &str, after: u64) -> Result<Feed, Failure> {
         let subscription = client.subscribe(session, after).await?;
         Ok(Feed { session: session.to_owned(), cursor: after, subscription })

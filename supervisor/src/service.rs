@@ -241,21 +241,17 @@ impl Supervisor {
     /// A session's agent needs, run as root on this host, variables that are not set (its
     /// profile's `root_env`): it would exit at once, so it is not launched.
     fn check_root_env(&self, row: &SessionRow) -> Result<(), ServiceError> {
-        if row.runtime == "docker" || !self.config.environment.root {
+        if row.runtime == "docker" {
             return Ok(());
         }
         let profile = Supervisor::snapshot(row)?;
-        let missing =
-            profile.root_env_missing(|name| self.config.environment.vars.get(name).cloned());
-        if missing.is_empty() {
-            return Ok(());
+        match agents::registry::root_env_lacking(&profile, &self.config.environment) {
+            None => Ok(()),
+            Some(reason) => Err(ServiceError::AgentUnavailable(format!(
+                "agent {} cannot start here: {reason}",
+                row.agent_profile_id
+            ))),
         }
-        Err(ServiceError::AgentUnavailable(format!(
-            "agent {} cannot start here: run as root, it needs {} in its environment (set it \
-             in the supervisor's environment and restart it)",
-            row.agent_profile_id,
-            missing.join(" and ")
-        )))
     }
 
     /// The runtime of that name.

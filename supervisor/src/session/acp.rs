@@ -222,8 +222,7 @@ impl SessionActor {
             // After the load's answer the session is open and nothing else acknowledges
             // these events soon: were the supervisor killed now, a new actor would not know
             // they are a replay. They hold nothing to write, so they are acknowledged.
-            let restoring = self.pending.values().any(|p| matches!(p, Pending::Restore { .. }));
-            self.replay_unacked |= !restoring;
+            self.replay_unacked |= !self.restoring();
             return;
         }
         let text = || update["content"]["text"].as_str().map(str::to_owned);

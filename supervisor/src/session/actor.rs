@@ -822,6 +822,11 @@ impl SessionActor {
         self.request(protocol::acp::method::INITIALIZE, params, Pending::Initialize);
     }
 
+    /// A native restore (`session/load`, `session/resume`) awaits the agent's answer.
+    pub(super) fn restoring(&self) -> bool {
+        self.pending.values().any(|pending| matches!(pending, Pending::Restore { .. }))
+    }
+
     /// Publishes a step of bringing the agent up.
     pub(super) fn progress(&mut self, step: LaunchStep, detail: Option<String>) {
         self.emit(SessionEventKind::Progress { step, detail });
@@ -979,8 +984,7 @@ impl SessionActor {
             && at <= now
         {
             self.handshake = None;
-            let restoring = self.pending.values().any(|p| matches!(p, Pending::Restore { .. }));
-            if restoring {
+            if self.restoring() {
                 // A restore that never answers is a failed restore, not the session's end:
                 // forget it (a late answer is ignored) and fall back to a fresh session.
                 self.pending.retain(|_, pending| !matches!(pending, Pending::Restore { .. }));
