@@ -10,14 +10,13 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use jsonrpsee::core::client::{ClientT, Subscription, SubscriptionClientT};
+use jsonrpsee::core::client::{ClientT, Subscription};
 use jsonrpsee::core::params::ObjectParams;
 use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
 use protocol::control::{
-    self, Ack, AgentStarted, Event, ReadyInfo, StartAgent, Status, Stop, Stopped, Subscribe, method,
+    self, AgentStarted, ControlClient as _, Event, ReadyInfo, StartAgent, Status, Stopped,
 };
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use protocol::errors::{ErrorData, ErrorKind};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -41,7 +40,7 @@ pub enum ClientError {
         /// The method.
         method: String,
         /// `data.kind`, e.g. `not_running`, `pruned`.
-        kind: String,
+        kind: ErrorKind,
         /// The message.
         message: String,
     },
@@ -65,11 +64,7 @@ impl ClientError {
         match err {
             jsonrpsee::core::ClientError::Call(object) => ClientError::Refused {
                 method: method.to_owned(),
-                kind: object
-                    .data()
-                    .and_then(|data| serde_json::from_str::<Value>(data.get()).ok())
-                    .and_then(|data| data.get("kind").and_then(Value::as_str).map(str::to_owned))
-                    .unwrap_or_else(|| "unknown".into()),
+                kind: ErrorData::of(&object).map_or(ErrorKind::Unknown, |data| data.kind),
                 message: object.message().to_owned(),
             },
             other => ClientError::Transport { addr, source: other },
@@ -77,9 +72,9 @@ impl ClientError {
     }
 
     /// The `data.kind` of a refusal.
-    pub fn kind(&self) -> Option<&str> {
+    pub fn kind(&self) -> Option<ErrorKind> {
         match self {
-            ClientError::Refused { kind, .. } => Some(kind),
+            ClientError::Refused { kind, .. } => Some(*kind),
             _ => None,
         }
     }
@@ -118,10 +113,6 @@ pub fn object_params(value: Value) -> ObjectParams {
     params
 }
 
-fn object<T: Serialize>(value: &T) -> ObjectParams {
-    object_params(serde_json::to_value(value).expect("UNWRAP: control params always serialise"))
-}
-
 impl ControlClient {
     /// Connects to agentctl at `addr` with its bearer token.
     pub async fn connect(addr: SocketAddr, token: &str) -> Result<ControlClient, ClientError> {
@@ -139,7 +130,7 @@ impl ControlClient {
         let value = http::HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
             ClientError::Refused {
                 method: "connect".into(),
-                kind: "invalid_params".into(),
+                kind: ErrorKind::InvalidParams,
                 message: "the token is not a valid header value".into(),
             }
         })?;
@@ -166,21 +157,14 @@ impl ControlClient {
         Ok(ControlClient { addr, token: token.to_owned(), client, capacity })
     }
 
-    async fn call<R: DeserializeOwned>(
+    /// Runs `call` (a method of the generated [`control::ControlClient`]) within `limit`.
+    async fn within<R>(
         &self,
         method: &str,
-        params: ObjectParams,
-    ) -> Result<R, ClientError> {
-        self.call_within(method, params, CALL_TIMEOUT).await
-    }
-
-    async fn call_within<R: DeserializeOwned>(
-        &self,
-        method: &str,
-        params: ObjectParams,
         limit: Duration,
+        call: impl Future<Output = Result<R, jsonrpsee::core::ClientError>>,
     ) -> Result<R, ClientError> {
-        match tokio::time::timeout(limit, self.client.request(method, params)).await {
+        match tokio::time::timeout(limit, call).await {
             Ok(answer) => answer.map_err(|err| ClientError::from_call(self.addr, method, err)),
             Err(_) => Err(ClientError::Timeout {
                 addr: self.addr,
@@ -190,63 +174,56 @@ impl ControlClient {
         }
     }
 
-    /// Any method with any params, for diagnostics and tests of malformed input.
+    /// Any method with any params, for tests of malformed input (everything else goes
+    /// through the typed methods).
     pub async fn call_raw(&self, method: &str, params: Value) -> Result<Value, ClientError> {
-        self.call(method, object_params(params)).await
+        self.within(method, CALL_TIMEOUT, self.client.request(method, object_params(params))).await
     }
 
     /// `status`.
     pub async fn status(&self) -> Result<Status, ClientError> {
-        self.call(method::STATUS, ObjectParams::new()).await
+        self.within("status", CALL_TIMEOUT, self.client.status()).await
     }
 
     /// `agent.start`.
     pub async fn start_agent(&self, start: &StartAgent) -> Result<AgentStarted, ClientError> {
-        self.call(method::AGENT_START, object(start)).await
+        let start = start.clone();
+        let call = self.client.agent_start(
+            start.command,
+            Some(start.args),
+            Some(start.env),
+            start.cwd,
+            Some(start.extra_roots),
+        );
+        self.within("agent.start", CALL_TIMEOUT, call).await
     }
 
     /// `acp.send`: one JSON-RPC message to the agent.
     pub async fn send_acp(&self, message: &Value) -> Result<(), ClientError> {
-        let mut params = ObjectParams::new();
-        params.insert("message", message).expect("UNWRAP: a Value always serialises");
-        self.call::<Value>(method::ACP_SEND, params).await.map(drop)
+        self.within("acp.send", CALL_TIMEOUT, self.client.acp_send(message.clone())).await.map(drop)
     }
 
     /// `events.ack`; returns the acknowledged seq.
     pub async fn ack(&self, seq: u64) -> Result<u64, ClientError> {
-        let result: Value = self.call(method::EVENTS_ACK, object(&Ack { seq })).await?;
-        Ok(result["acked_seq"].as_u64().unwrap_or(0))
+        let acked = self.within("events.ack", CALL_TIMEOUT, self.client.events_ack(seq)).await?;
+        Ok(acked.acked_seq)
     }
 
     /// `agent.stop`.
     pub async fn stop_agent(&self, grace: Duration) -> Result<Stopped, ClientError> {
         // EOF, SIGTERM and SIGKILL are each `grace` apart, then the output drains.
         let limit = grace * 2 + crate::agent::DRAIN_AFTER_EXIT + CALL_TIMEOUT;
-        let params = object(&Stop { grace_ms: grace.as_millis() as u64 });
-        self.call_within(method::AGENT_STOP, params, limit).await
+        self.within("agent.stop", limit, self.client.agent_stop(grace.as_millis() as u64)).await
     }
 
     /// `shutdown`: agentctl stops its agent and exits.
     pub async fn shutdown(&self) -> Result<(), ClientError> {
-        self.call::<Value>(method::SHUTDOWN, ObjectParams::new()).await.map(drop)
+        self.within("shutdown", CALL_TIMEOUT, self.client.shutdown()).await.map(drop)
     }
 
     /// `events.subscribe`: every event with `seq > after_seq`, then live ones.
     pub async fn subscribe(&self, after_seq: u64) -> Result<Subscription<Event>, ClientError> {
-        let subscribed = self.client.subscribe(
-            method::EVENTS_SUBSCRIBE,
-            object(&Subscribe { after_seq }),
-            method::EVENTS_UNSUBSCRIBE,
-        );
-        match tokio::time::timeout(CALL_TIMEOUT, subscribed).await {
-            Ok(answer) => answer
-                .map_err(|err| ClientError::from_call(self.addr, method::EVENTS_SUBSCRIBE, err)),
-            Err(_) => Err(ClientError::Timeout {
-                addr: self.addr,
-                method: method::EVENTS_SUBSCRIBE.into(),
-                after: CALL_TIMEOUT,
-            }),
-        }
+        self.within("events.subscribe", CALL_TIMEOUT, self.client.events_subscribe(after_seq)).await
     }
 
     /// An event stream starting after `after_seq` that survives reconnects.

@@ -1,9 +1,9 @@
 //! The control channel's server side: JSON-RPC 2.0 over WebSocket (jsonrpsee), behind a
 //! bearer-token check on the HTTP upgrade.
 //!
-//! Every method maps to the [`AgentHost`] or the [`Spool`]; errors become JSON-RPC errors
-//! whose `data.kind` names the case (`invalid_params`, `already_started`, `not_started`,
-//! `not_running`, `pruned`, `internal`), so clients never match on message text.
+//! The methods are the [`ControlServer`] trait (defined once in `protocol::control`); each
+//! maps to the [`AgentHost`] or the [`Spool`]. Errors carry `data.kind` from
+//! `protocol::errors::ErrorKind`, so clients never match on message text.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -11,12 +11,19 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use jsonrpsee::PendingSubscriptionSink;
+use jsonrpsee::core::{RpcResult, SubscriptionResult};
 use jsonrpsee::server::{
     HttpBody, HttpRequest, HttpResponse, RpcModule, Server, ServerConfig, ServerHandle,
 };
-use jsonrpsee::types::{ErrorObjectOwned, Params};
-use protocol::control::{Ack, AcpSend, AgentStarted, StartAgent, Stop, Subscribe, method};
-use serde_json::json;
+use jsonrpsee::types::ErrorObjectOwned;
+use protocol::api::Done;
+use protocol::control::{Acked, AgentStarted, ControlServer, StartAgent, Status, Stopped};
+use protocol::errors::{ErrorKind, error_object};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{AgentError, AgentHost};
@@ -36,23 +43,20 @@ pub struct Ctl {
     pub shutdown: CancellationToken,
 }
 
-/// Error kinds in `data.kind`.
-fn error(code: i32, kind: &str, message: impl std::fmt::Display) -> ErrorObjectOwned {
-    ErrorObjectOwned::owned(code, message.to_string(), Some(json!({"kind": kind})))
-}
-
-fn invalid_params(message: impl std::fmt::Display) -> ErrorObjectOwned {
-    error(-32602, "invalid_params", message)
+fn error(kind: ErrorKind, message: impl std::fmt::Display) -> ErrorObjectOwned {
+    error_object(kind, message.to_string())
 }
 
 impl From<AgentError> for ErrorObjectOwned {
     fn from(err: AgentError) -> ErrorObjectOwned {
         match &err {
-            AgentError::AlreadyStarted => error(-32010, "already_started", err),
-            AgentError::NotStarted => error(-32011, "not_started", err),
-            AgentError::NotRunning => error(-32012, "not_running", err),
-            AgentError::InvalidMessage(_) | AgentError::Root { .. } => invalid_params(err),
-            AgentError::Spawn { .. } => error(-32014, "spawn_failed", err),
+            AgentError::AlreadyStarted => error(ErrorKind::AlreadyStarted, err),
+            AgentError::NotStarted => error(ErrorKind::NotStarted, err),
+            AgentError::NotRunning => error(ErrorKind::NotRunning, err),
+            AgentError::InvalidMessage(_) | AgentError::Root { .. } => {
+                error(ErrorKind::InvalidParams, err)
+            }
+            AgentError::Spawn { .. } => error(ErrorKind::SpawnFailed, err),
             AgentError::Spool(spool) => spool_error(spool),
         }
     }
@@ -60,72 +64,80 @@ impl From<AgentError> for ErrorObjectOwned {
 
 fn spool_error(err: &SpoolError) -> ErrorObjectOwned {
     match err {
-        SpoolError::Pruned { .. } => error(-32013, "pruned", err),
-        _ => error(-32603, "internal", err),
+        SpoolError::Pruned { .. } => error(ErrorKind::Pruned, err),
+        _ => error(ErrorKind::Internal, err),
     }
 }
 
-fn parse<T: serde::de::DeserializeOwned>(params: &Params<'_>) -> Result<T, ErrorObjectOwned> {
-    params.parse::<T>().map_err(|err| invalid_params(err.message()))
+/// The [`ControlServer`] side of agentctl, over what the methods share.
+struct Methods(Arc<Ctl>);
+
+#[jsonrpsee::core::async_trait]
+impl ControlServer for Methods {
+    async fn status(&self) -> RpcResult<Status> {
+        Ok(self.0.agent.status())
+    }
+
+    async fn agent_start(
+        &self,
+        command: String,
+        args: Option<Vec<String>>,
+        env: Option<BTreeMap<String, String>>,
+        cwd: PathBuf,
+        extra_roots: Option<Vec<PathBuf>>,
+    ) -> RpcResult<AgentStarted> {
+        let start = StartAgent {
+            command,
+            args: args.unwrap_or_default(),
+            env: env.unwrap_or_default(),
+            cwd,
+            extra_roots: extra_roots.unwrap_or_default(),
+        };
+        let (pid, seq) = self.0.agent.start(start).await?;
+        Ok(AgentStarted { pid, seq })
+    }
+
+    async fn acp_send(&self, message: Value) -> RpcResult<Done> {
+        self.0.agent.send(&message)?;
+        Ok(Done {})
+    }
+
+    async fn events_ack(&self, seq: u64) -> RpcResult<Acked> {
+        let acked_seq = self.0.spool.ack(seq).map_err(|err| spool_error(&err))?;
+        Ok(Acked { acked_seq })
+    }
+
+    async fn agent_stop(&self, grace_ms: u64) -> RpcResult<Stopped> {
+        Ok(self.0.agent.stop(Duration::from_millis(grace_ms)).await?)
+    }
+
+    async fn shutdown(&self) -> RpcResult<Done> {
+        self.0.shutdown.cancel();
+        Ok(Done {})
+    }
+
+    async fn events_subscribe(
+        &self,
+        pending: PendingSubscriptionSink,
+        after_seq: u64,
+    ) -> SubscriptionResult {
+        match self.0.spool.reader(after_seq) {
+            Ok(reader) => {
+                let sink = pending.accept().await?;
+                stream_events(sink, reader, self.0.spool.watch_stalled()).await
+            }
+            Err(err) => {
+                pending.reject(spool_error(&err)).await;
+                Ok(())
+            }
+        }
+    }
 }
 
 /// Builds the method table.
-pub fn methods(ctl: Arc<Ctl>) -> RpcModule<Ctl> {
-    let mut module = RpcModule::from_arc(ctl);
-    let registered = (|| -> Result<(), jsonrpsee::core::RegisterMethodError> {
-        module.register_method(method::STATUS, |_, ctl, _| {
-            Ok::<_, ErrorObjectOwned>(ctl.agent.status())
-        })?;
-        module.register_async_method(method::AGENT_START, |params, ctl, _| async move {
-            let start: StartAgent = parse(&params)?;
-            let (pid, seq) = ctl.agent.start(start).await?;
-            Ok::<_, ErrorObjectOwned>(AgentStarted { pid, seq })
-        })?;
-        module.register_method(method::ACP_SEND, |params, ctl, _| {
-            let send: AcpSend = parse(&params)?;
-            ctl.agent.send(&send.message)?;
-            Ok::<_, ErrorObjectOwned>(json!({}))
-        })?;
-        module.register_method(method::EVENTS_ACK, |params, ctl, _| {
-            let ack: Ack = parse(&params)?;
-            let acked = ctl.spool.ack(ack.seq).map_err(|err| spool_error(&err))?;
-            Ok::<_, ErrorObjectOwned>(json!({"acked_seq": acked}))
-        })?;
-        module.register_async_method(method::AGENT_STOP, |params, ctl, _| async move {
-            let stop: Stop = parse(&params)?;
-            Ok::<_, ErrorObjectOwned>(ctl.agent.stop(Duration::from_millis(stop.grace_ms)).await?)
-        })?;
-        module.register_method(method::SHUTDOWN, |_, ctl, _| {
-            ctl.shutdown.cancel();
-            json!({})
-        })?;
-        module.register_subscription(
-            method::EVENTS_SUBSCRIBE,
-            method::EVENTS_NOTIFICATION,
-            method::EVENTS_UNSUBSCRIBE,
-            |params, pending, ctl, _| async move {
-                let subscribe: Subscribe = match parse(&params) {
-                    Ok(subscribe) => subscribe,
-                    Err(err) => {
-                        pending.reject(err).await;
-                        return Ok(());
-                    }
-                };
-                match ctl.spool.reader(subscribe.after_seq) {
-                    Ok(reader) => {
-                        let sink = pending.accept().await.map_err(|err| err.to_string())?;
-                        stream_events(sink, reader, ctl.spool.watch_stalled()).await
-                    }
-                    Err(err) => {
-                        pending.reject(spool_error(&err)).await;
-                        Ok(())
-                    }
-                }
-            },
-        )?;
-        Ok(())
-    })();
-    registered.expect("UNWRAP: method names are distinct constants");
+pub fn methods(ctl: Arc<Ctl>) -> RpcModule<()> {
+    let mut module = RpcModule::new(());
+    module.merge(Methods(ctl).into_rpc()).expect("UNWRAP: one set of distinct methods");
     module
 }
 
@@ -143,8 +155,15 @@ pub async fn serve(
         .max_response_body_size(MAX_MESSAGE_BYTES)
         .ws_only()
         .build();
-    let server =
-        Server::builder().set_config(config).set_http_middleware(auth).build(listen).await?;
+    let server = Server::builder()
+        .set_config(config)
+        .set_http_middleware(auth)
+        .set_rpc_middleware(
+            jsonrpsee::server::middleware::rpc::RpcServiceBuilder::new()
+                .layer_fn(protocol::errors::WithKinds),
+        )
+        .build(listen)
+        .await?;
     let addr = server.local_addr()?;
     Ok((addr, server.start(methods(ctl))))
 }

@@ -1,34 +1,18 @@
-//! The control channel between the supervisor and agentctl: method names, params, results
-//! and the event stream, as plain serde types. The transport (JSON-RPC over WebSocket)
-//! lives in the `agentctl` crate; this module only fixes the shapes both sides agree on.
+//! The control channel between the supervisor and agentctl: the [`Control`] trait (one
+//! definition: jsonrpsee generates agentctl's server side and the supervisor's client side)
+//! and its params, results and event stream. The transport (JSON-RPC over WebSocket) lives
+//! in the `agentctl` crate; this module only fixes what both sides agree on. Errors carry
+//! `data.kind` from [`crate::errors::ErrorKind`].
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use jsonrpsee::core::{RpcResult, SubscriptionResult};
+use jsonrpsee::proc_macros::rpc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Method names.
-pub mod method {
-    /// `status` → [`super::Status`].
-    pub const STATUS: &str = "status";
-    /// `agent.start` [`super::StartAgent`] → [`super::AgentStarted`].
-    pub const AGENT_START: &str = "agent.start";
-    /// `acp.send {message}`: one JSON-RPC message to the agent's stdin.
-    pub const ACP_SEND: &str = "acp.send";
-    /// Subscription: `events.subscribe {after_seq}` → a stream of [`super::Event`].
-    pub const EVENTS_SUBSCRIBE: &str = "events.subscribe";
-    /// The notification name of the event subscription.
-    pub const EVENTS_NOTIFICATION: &str = "events.event";
-    /// Unsubscribe from events.
-    pub const EVENTS_UNSUBSCRIBE: &str = "events.unsubscribe";
-    /// `events.ack {seq}`: everything up to `seq` is durably handled.
-    pub const EVENTS_ACK: &str = "events.ack";
-    /// `agent.stop {grace_ms}` → [`super::Stopped`].
-    pub const AGENT_STOP: &str = "agent.stop";
-    /// `shutdown`: stop the agent and exit.
-    pub const SHUTDOWN: &str = "shutdown";
-}
+use crate::api::Done;
 
 /// The environment variable that carries agentctl's bearer token.
 pub const TOKEN_ENV: &str = "AGENTCTL_TOKEN";
@@ -76,32 +60,11 @@ pub struct AgentStarted {
     pub seq: u64,
 }
 
-/// `acp.send` params.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct AcpSend {
-    /// One JSON-RPC message, written to the agent's stdin as one line.
-    pub message: Value,
-}
-
-/// `events.subscribe` params.
+/// `events.ack` result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Subscribe {
-    /// Deliver events with `seq > after_seq`, then live ones.
-    pub after_seq: u64,
-}
-
-/// `events.ack` params.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Ack {
-    /// Everything up to and including this seq may be dropped.
-    pub seq: u64,
-}
-
-/// `agent.stop` params.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stop {
-    /// The grace period of each step: after closing stdin, and after SIGTERM.
-    pub grace_ms: u64,
+pub struct Acked {
+    /// The acknowledged seq now (never lower than before).
+    pub acked_seq: u64,
 }
 
 /// How a stop ended the agent.
@@ -244,6 +207,50 @@ pub enum EventKind {
         /// Why, while it lasts.
         reason: Option<String>,
     },
+}
+
+/// agentctl's control channel. Params are objects by name.
+#[rpc(server, client)]
+pub trait Control {
+    /// agentctl's and its agent's state.
+    #[method(name = "status")]
+    async fn status(&self) -> RpcResult<Status>;
+
+    /// Starts the agent (once per agentctl). See [`StartAgent`] for the params.
+    #[method(name = "agent.start", param_kind = map)]
+    async fn agent_start(
+        &self,
+        command: String,
+        args: Option<Vec<String>>,
+        env: Option<BTreeMap<String, String>>,
+        cwd: PathBuf,
+        extra_roots: Option<Vec<PathBuf>>,
+    ) -> RpcResult<AgentStarted>;
+
+    /// Writes one JSON-RPC message to the agent's stdin as one line.
+    #[method(name = "acp.send", param_kind = map)]
+    async fn acp_send(&self, message: Value) -> RpcResult<Done>;
+
+    /// Everything up to and including `seq` is durably handled and may be dropped.
+    #[method(name = "events.ack", param_kind = map)]
+    async fn events_ack(&self, seq: u64) -> RpcResult<Acked>;
+
+    /// Stops the agent: stdin closed, then SIGTERM, then SIGKILL, `grace_ms` apart.
+    #[method(name = "agent.stop", param_kind = map)]
+    async fn agent_stop(&self, grace_ms: u64) -> RpcResult<Stopped>;
+
+    /// Stops the agent and exits.
+    #[method(name = "shutdown")]
+    async fn shutdown(&self) -> RpcResult<Done>;
+
+    /// Every event with `seq > after_seq`, then live ones.
+    #[subscription(
+        name = "events.subscribe" => "events.event",
+        unsubscribe = "events.unsubscribe",
+        item = Event,
+        param_kind = map
+    )]
+    async fn events_subscribe(&self, after_seq: u64) -> SubscriptionResult;
 }
 
 #[cfg(test)]

@@ -17,7 +17,9 @@
 //!   caller decides on which runtime it lives.
 
 pub mod acp;
+pub mod api;
 pub mod control;
+pub mod errors;
 pub mod frame;
 pub mod message;
 pub mod peer;

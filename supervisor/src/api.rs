@@ -1,250 +1,240 @@
-//! The frontend API: JSON-RPC 2.0 over WebSocket (jsonrpsee), the only module that knows
-//! the wire format. Methods map one to one onto [`Supervisor`] operations; errors carry
-//! `data.kind` ∈ `not_found, conflict, invalid_params, invalid_state, agent_unavailable,
-//! runtime_unavailable, internal`.
+//! The frontend API's server: the [`ApiServer`] trait (defined once in `protocol::api`)
+//! over [`Supervisor`] operations, JSON-RPC 2.0 over WebSocket (jsonrpsee). Each call's
+//! params are checked against `protocol::api::params` first; errors carry `data.kind`
+//! from `protocol::errors::ErrorKind` (and `data.field` for a bad param).
 //!
 //! Access: every upgrade request passes one check — a browser `Origin` must be on the
 //! allowlist (a local WebSocket server is reachable from any web page otherwise), and when
 //! a token is configured (required beyond loopback) the `Authorization: Bearer` header must
 //! match it.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use jsonrpsee::server::{RpcModule, Server, ServerConfig, ServerHandle};
-use jsonrpsee::types::{ErrorObjectOwned, Params};
-use serde::Deserialize;
-use serde::de::DeserializeOwned;
-use serde_json::json;
+use jsonrpsee::PendingSubscriptionSink;
+use jsonrpsee::core::middleware::{Batch, Notification, RpcServiceBuilder, RpcServiceT};
+use jsonrpsee::core::{RpcResult, SubscriptionResult};
+use jsonrpsee::server::{
+    BatchRequestConfig, MethodResponse, RpcModule, Server, ServerConfig, ServerHandle,
+};
+use jsonrpsee::types::{ErrorObjectOwned, Request};
+use protocol::api::{
+    AgentInfo, ApiServer, Done, ErrorData, HistoryEntry, PromptStarted, ResumeResult, RuntimeKind,
+    SessionEvent, SessionState, SessionStatus, SessionSummary, StopAllResult, Task, TaskDetail,
+    Timeline, params,
+};
+use serde_json::Value;
 
+use agentctl::server::AccessLayer;
 pub use agentctl::server::AccessPolicy;
-use agentctl::server::{AccessLayer, serve_subscription};
 
 use crate::service::{ServiceError, Supervisor};
 
-/// Method names.
-pub mod method {
-    /// `agents.list`
-    pub const AGENTS_LIST: &str = "agents.list";
-    /// `task.create`
-    pub const TASK_CREATE: &str = "task.create";
-    /// `task.list`
-    pub const TASK_LIST: &str = "task.list";
-    /// `task.get`
-    pub const TASK_GET: &str = "task.get";
-    /// `task.session.create`
-    pub const SESSION_CREATE: &str = "task.session.create";
-    /// `task.session.list`
-    pub const SESSION_LIST: &str = "task.session.list";
-    /// `task.session.status`
-    pub const SESSION_STATUS: &str = "task.session.status";
-    /// `task.session.prompt`
-    pub const SESSION_PROMPT: &str = "task.session.prompt";
-    /// `task.session.resume`
-    pub const SESSION_RESUME: &str = "task.session.resume";
-    /// `sessions.stop_all`: stop every live agent, keep the sessions resumable.
-    pub const STOP_ALL: &str = "sessions.stop_all";
-    /// `task.session.cancel`
-    pub const SESSION_CANCEL: &str = "task.session.cancel";
-    /// `task.session.stop`
-    pub const SESSION_STOP: &str = "task.session.stop";
-    /// `task.session.delete`
-    pub const SESSION_DELETE: &str = "task.session.delete";
-    /// `task.session.permission.respond`
-    pub const PERMISSION_RESPOND: &str = "task.session.permission.respond";
-    /// `task.session.history`
-    pub const SESSION_HISTORY: &str = "task.session.history";
-    /// Subscription: `task.session.subscribe`.
-    pub const SESSION_SUBSCRIBE: &str = "task.session.subscribe";
-    /// The subscription's notifications.
-    pub const SESSION_EVENT: &str = "task.session.event";
-    /// Unsubscribe.
-    pub const SESSION_UNSUBSCRIBE: &str = "task.session.unsubscribe";
-}
-
 fn to_rpc(err: ServiceError) -> ErrorObjectOwned {
-    let code = match &err {
-        ServiceError::InvalidParams(_) => -32602,
-        ServiceError::NotFound(_) => -32001,
-        ServiceError::Conflict(_) => -32002,
-        ServiceError::InvalidState(_) => -32003,
-        ServiceError::AgentUnavailable(_) => -32004,
-        ServiceError::RuntimeUnavailable(_) => -32005,
-        ServiceError::Internal(_) => -32603,
+    let field = match &err {
+        ServiceError::InvalidParams { field, .. } => Some((*field).to_owned()),
+        _ => None,
     };
-    ErrorObjectOwned::owned(code, err.to_string(), Some(json!({"kind": err.kind()})))
+    ErrorData { kind: err.kind(), field, limit: None }.into_error(err.to_string())
 }
 
-fn parse<T: DeserializeOwned>(params: &Params<'_>) -> Result<T, ErrorObjectOwned> {
-    params.parse::<T>().map_err(|err| to_rpc(ServiceError::InvalidParams(err.message().to_owned())))
+/// The [`ApiServer`] side of the frontend API, over the supervisor.
+struct Methods(Arc<Supervisor>);
+
+#[jsonrpsee::core::async_trait]
+impl ApiServer for Methods {
+    async fn agents_list(&self) -> RpcResult<Vec<AgentInfo>> {
+        Ok(self.0.agents())
+    }
+
+    async fn task_create(&self, title: String, description: Option<String>) -> RpcResult<Task> {
+        let task = self.0.create_task(title, description.unwrap_or_default()).await;
+        task.map(Into::into).map_err(to_rpc)
+    }
+
+    async fn task_list(&self) -> RpcResult<Vec<Task>> {
+        let tasks = self.0.list_tasks().await.map_err(to_rpc)?;
+        Ok(tasks.into_iter().map(Into::into).collect())
+    }
+
+    async fn task_get(&self, task_id: String) -> RpcResult<TaskDetail> {
+        self.0.get_task(task_id).await.map_err(to_rpc)
+    }
+
+    async fn session_create(
+        &self,
+        task_id: String,
+        agent_profile_id: String,
+        workspace_path: String,
+        prompt: Option<String>,
+        runtime: Option<RuntimeKind>,
+    ) -> RpcResult<SessionSummary> {
+        let runtime = runtime.map(|kind| kind.as_str().to_owned());
+        let row = self
+            .0
+            .create_session(task_id, agent_profile_id, workspace_path, prompt, runtime)
+            .await
+            .map_err(to_rpc)?;
+        Ok(row.into())
+    }
+
+    async fn session_list(
+        &self,
+        task_id: Option<String>,
+        state: Option<SessionState>,
+        agent_profile_id: Option<String>,
+    ) -> RpcResult<Vec<SessionSummary>> {
+        let rows = self
+            .0
+            .list_sessions(task_id, state.map(Into::into), agent_profile_id)
+            .await
+            .map_err(to_rpc)?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    async fn session_status(&self, session_id: String) -> RpcResult<SessionStatus> {
+        self.0.status(session_id).await.map_err(to_rpc)
+    }
+
+    async fn session_prompt(&self, session_id: String, prompt: String) -> RpcResult<PromptStarted> {
+        let turn_id = self.0.prompt(session_id, prompt).await.map_err(to_rpc)?;
+        Ok(PromptStarted { turn_id })
+    }
+
+    async fn session_resume(&self, session_id: String) -> RpcResult<ResumeResult> {
+        self.0.resume(session_id).await.map_err(to_rpc)
+    }
+
+    async fn stop_all(&self) -> RpcResult<StopAllResult> {
+        Ok(StopAllResult { stopped: self.0.stop_all().await })
+    }
+
+    async fn session_cancel(&self, session_id: String) -> RpcResult<Done> {
+        self.0.cancel(session_id).await.map_err(to_rpc).map(|()| Done {})
+    }
+
+    async fn session_stop(&self, session_id: String) -> RpcResult<Done> {
+        self.0.stop(session_id).await.map_err(to_rpc).map(|()| Done {})
+    }
+
+    async fn session_delete(&self, session_id: String) -> RpcResult<Done> {
+        self.0.delete(session_id).await.map_err(to_rpc).map(|()| Done {})
+    }
+
+    async fn permission_respond(
+        &self,
+        session_id: String,
+        request_id: String,
+        option_id: Option<String>,
+    ) -> RpcResult<Done> {
+        let answered = self.0.respond_permission(session_id, request_id, option_id).await;
+        answered.map_err(to_rpc).map(|()| Done {})
+    }
+
+    async fn session_history(
+        &self,
+        session_id: String,
+        after_seq: Option<u64>,
+        limit: Option<usize>,
+    ) -> RpcResult<Vec<HistoryEntry>> {
+        let entries = self
+            .0
+            .history(session_id, after_seq.unwrap_or(0), limit.unwrap_or(DEFAULT_HISTORY_LIMIT))
+            .await
+            .map_err(to_rpc)?;
+        Ok(entries.into_iter().map(Into::into).collect())
+    }
+
+    async fn session_timeline(&self, session_id: String) -> RpcResult<Timeline> {
+        self.0.timeline(session_id).await.map_err(to_rpc)
+    }
+
+    async fn session_subscribe(
+        &self,
+        pending: PendingSubscriptionSink,
+        session_id: String,
+        after_seq: Option<u64>,
+    ) -> SubscriptionResult {
+        let mut reader = match self.0.subscribe(session_id, after_seq.unwrap_or(0)).await {
+            Ok(reader) => reader,
+            Err(err) => {
+                pending.reject(to_rpc(err)).await;
+                return Ok(());
+            }
+        };
+        let sink = pending.accept().await?;
+        loop {
+            let event = tokio::select! {
+                biased;
+                _ = sink.closed() => return Ok(()),
+                event = reader.next() => event.map_err(|err| err.to_string())?,
+            };
+            // The log's own marks stay here: subscribers get the wire event.
+            let event: SessionEvent = event.to_wire();
+            let message = serde_json::value::to_raw_value(&event).map_err(|err| err.to_string())?;
+            if sink.send(message).await.is_err() {
+                // The connection is gone; the client resumes from its last seq.
+                return Ok(());
+            }
+        }
+    }
+
+    async fn discover(&self) -> RpcResult<Value> {
+        serde_json::from_str(protocol::api::openrpc::DOCUMENT).map_err(|err| {
+            to_rpc(ServiceError::Internal(format!("the OpenRPC document does not parse: {err}")))
+        })
+    }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TaskCreate {
-    title: String,
-    #[serde(default)]
-    description: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TaskId {
-    task_id: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SessionCreate {
-    task_id: String,
-    agent_profile_id: String,
-    workspace_path: String,
-    #[serde(default)]
-    prompt: Option<String>,
-    /// `standalone` or `docker`; the profile's default when absent.
-    #[serde(default)]
-    runtime: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SessionList {
-    #[serde(default)]
-    task_id: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SessionId {
-    session_id: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SessionPrompt {
-    session_id: String,
-    prompt: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PermissionRespond {
-    session_id: String,
-    request_id: String,
-    /// The chosen option; absent means "cancelled".
-    #[serde(default)]
-    option_id: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct HistoryParams {
-    session_id: String,
-    #[serde(default)]
-    after_seq: u64,
-    #[serde(default = "default_limit")]
-    limit: usize,
-}
-
-fn default_limit() -> usize {
-    1000
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SubscribeParams {
-    session_id: String,
-    #[serde(default)]
-    after_seq: u64,
-}
+/// How many history entries `task.session.history` returns when not told.
+pub const DEFAULT_HISTORY_LIMIT: usize = 1000;
 
 /// Builds the method table over `supervisor`.
-pub fn methods(supervisor: Arc<Supervisor>) -> RpcModule<Supervisor> {
-    let mut module = RpcModule::from_arc(supervisor);
-    let registered = (|| -> Result<(), jsonrpsee::core::RegisterMethodError> {
-        module.register_method(method::AGENTS_LIST, |_, sup, _| {
-            Ok::<_, ErrorObjectOwned>(sup.agents())
-        })?;
-        module.register_async_method(method::TASK_CREATE, |params, sup, _| async move {
-            let p: TaskCreate = parse(&params)?;
-            sup.create_task(p.title, p.description).await.map_err(to_rpc)
-        })?;
-        module.register_async_method(method::TASK_LIST, |_, sup, _| async move {
-            sup.list_tasks().await.map_err(to_rpc)
-        })?;
-        module.register_async_method(method::TASK_GET, |params, sup, _| async move {
-            let p: TaskId = parse(&params)?;
-            sup.get_task(p.task_id).await.map_err(to_rpc)
-        })?;
-        module.register_async_method(method::SESSION_CREATE, |params, sup, _| async move {
-            let p: SessionCreate = parse(&params)?;
-            sup.create_session(p.task_id, p.agent_profile_id, p.workspace_path, p.prompt, p.runtime)
-                .await
-                .map_err(to_rpc)
-        })?;
-        module.register_async_method(method::SESSION_LIST, |params, sup, _| async move {
-            let p: SessionList = parse(&params)?;
-            sup.list_sessions(p.task_id).await.map_err(to_rpc)
-        })?;
-        module.register_async_method(method::SESSION_STATUS, |params, sup, _| async move {
-            let p: SessionId = parse(&params)?;
-            sup.status(p.session_id).await.map_err(to_rpc)
-        })?;
-        module.register_async_method(method::SESSION_PROMPT, |params, sup, _| async move {
-            let p: SessionPrompt = parse(&params)?;
-            let turn_id = sup.prompt(p.session_id, p.prompt).await.map_err(to_rpc)?;
-            Ok::<_, ErrorObjectOwned>(json!({"turn_id": turn_id}))
-        })?;
-        module.register_async_method(method::SESSION_RESUME, |params, sup, _| async move {
-            let p: SessionId = parse(&params)?;
-            sup.resume(p.session_id).await.map_err(to_rpc)
-        })?;
-        module.register_async_method(method::STOP_ALL, |_, sup, _| async move {
-            Ok::<_, ErrorObjectOwned>(json!({"stopped": sup.stop_all().await}))
-        })?;
-        module.register_async_method(method::SESSION_CANCEL, |params, sup, _| async move {
-            let p: SessionId = parse(&params)?;
-            sup.cancel(p.session_id).await.map_err(to_rpc).map(|()| json!({}))
-        })?;
-        module.register_async_method(method::SESSION_STOP, |params, sup, _| async move {
-            let p: SessionId = parse(&params)?;
-            sup.stop(p.session_id).await.map_err(to_rpc).map(|()| json!({}))
-        })?;
-        module.register_async_method(method::SESSION_DELETE, |params, sup, _| async move {
-            let p: SessionId = parse(&params)?;
-            sup.delete(p.session_id).await.map_err(to_rpc).map(|()| json!({}))
-        })?;
-        module.register_async_method(method::PERMISSION_RESPOND, |params, sup, _| async move {
-            let p: PermissionRespond = parse(&params)?;
-            sup.respond_permission(p.session_id, p.request_id, p.option_id)
-                .await
-                .map_err(to_rpc)
-                .map(|()| json!({}))
-        })?;
-        module.register_async_method(method::SESSION_HISTORY, |params, sup, _| async move {
-            let p: HistoryParams = parse(&params)?;
-            sup.history(p.session_id, p.after_seq, p.limit).await.map_err(to_rpc)
-        })?;
-        module.register_subscription(
-            method::SESSION_SUBSCRIBE,
-            method::SESSION_EVENT,
-            method::SESSION_UNSUBSCRIBE,
-            |params, pending, sup, _| async move {
-                let p: SubscribeParams = match parse(&params) {
-                    Ok(p) => p,
-                    Err(err) => {
-                        pending.reject(err).await;
-                        return Ok(());
-                    }
-                };
-                let reader = sup.subscribe(p.session_id, p.after_seq).await.map_err(to_rpc);
-                serve_subscription(pending, reader).await
-            },
-        )?;
-        Ok(())
-    })();
-    registered.expect("UNWRAP: method names are distinct constants");
+pub fn methods(supervisor: Arc<Supervisor>) -> RpcModule<()> {
+    let mut module = RpcModule::new(());
+    module.merge(Methods(supervisor).into_rpc()).expect("UNWRAP: one set of distinct methods");
     module
+}
+
+/// Checks each call's params against `protocol::api::params` before the method runs, so a
+/// bad field is refused with its name (and the limit it broke) in `data`.
+#[derive(Clone)]
+struct CheckParams<S>(S);
+
+impl<S> RpcServiceT for CheckParams<S>
+where
+    S: RpcServiceT<MethodResponse = MethodResponse> + Send + Sync + Clone + 'static,
+{
+    type MethodResponse = S::MethodResponse;
+    type NotificationResponse = S::NotificationResponse;
+    type BatchResponse = S::BatchResponse;
+
+    fn call<'a>(
+        &self,
+        request: Request<'a>,
+    ) -> impl Future<Output = Self::MethodResponse> + Send + 'a {
+        let service = self.0.clone();
+        async move {
+            match params::check(&request.method, request.params.as_deref()) {
+                Ok(()) => service.call(request).await,
+                Err(err) => MethodResponse::error(request.id, err.into_error()),
+            }
+        }
+    }
+
+    // Batches are disabled on this server (see `serve`), so none reaches the methods
+    // unchecked.
+    fn batch<'a>(&self, batch: Batch<'a>) -> impl Future<Output = Self::BatchResponse> + Send + 'a {
+        self.0.batch(batch)
+    }
+
+    fn notification<'a>(
+        &self,
+        notification: Notification<'a>,
+    ) -> impl Future<Output = Self::NotificationResponse> + Send + 'a {
+        self.0.notification(notification)
+    }
 }
 
 /// Starts the API server.
@@ -258,10 +248,18 @@ pub async fn serve(
         .max_request_body_size(32 * 1024 * 1024)
         .max_response_body_size(64 * 1024 * 1024)
         .max_connections(1024)
+        // Params are checked per call (`CheckParams`); a batch would go around that.
+        .set_batch_request_config(BatchRequestConfig::Disabled)
         .ws_only()
         .build();
-    let server =
-        Server::builder().set_config(config).set_http_middleware(access).build(listen).await?;
+    let server = Server::builder()
+        .set_config(config)
+        .set_http_middleware(access)
+        .set_rpc_middleware(
+            RpcServiceBuilder::new().layer_fn(protocol::errors::WithKinds).layer_fn(CheckParams),
+        )
+        .build(listen)
+        .await?;
     let addr = server.local_addr()?;
     Ok((addr, server.start(methods(supervisor))))
 }

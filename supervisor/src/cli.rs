@@ -1,7 +1,6 @@
-//! The `supervisor` command line: `serve` runs the daemon; every other command is a client
-//! of a running daemon's API and prints plain, specific lines. Exit codes: 0 ok, 1 other
-//! error, 2 usage, 3 server not running, 4 not found, 5 conflict, 6 refused (a missing or
-//! wrong token).
+//! The `supervisor` command line (clap): `serve` runs the daemon; every other command is a
+//! typed client (`protocol::api::ApiClient`) of a running daemon and prints plain,
+//! specific lines, or JSON with `--json` on the commands that read.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -9,15 +8,20 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use agentctl::client::object_params;
 use agents::registry::{DEFAULT_DEBOUNCE, Environment, Registry};
 use anyhow::{Context, bail};
-use jsonrpsee::core::client::{ClientT, SubscriptionClientT};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use jsonrpsee::core::client::Subscription;
 use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
-use serde_json::{Value, json};
+use protocol::api::{
+    ApiClient, ErrorKind, EventKind, LaunchStep, ResumeOutcome, ResumeResult, RuntimeKind,
+    SessionEvent, SessionState, TurnState,
+};
+use serde::Serialize;
 
-use crate::api::{self, AccessPolicy, method};
+use crate::api::{self, AccessPolicy};
 use crate::home::Home;
 use crate::runtime::StandaloneRuntime;
 use crate::runtime::docker::{DockerConfig, DockerRuntime};
@@ -27,33 +31,278 @@ use crate::store::Store;
 /// The default API address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7733";
 
-const USAGE: &str = "\
-usage: supervisor [--url URL] [--token TOKEN] <command>
+const EXIT_CODES: &str = "\
+Exit codes: 0 ok, 1 error, 2 usage, 3 server not running, 4 not found, 5 conflict (the
+session has ended), 6 refused (a missing or wrong token).";
 
-daemon:
-  serve [--listen ADDR] [--home DIR] [--auth-token-file FILE | --auth-token TOKEN]
-        [--allow-origin ORIGIN]...  (or the token in TETHER_AUTH_TOKEN; a file must be 0600)
-        [--static-agentctl PATH]     (for the Docker runtime; or $TETHER_STATIC_AGENTCTL)
+/// How long a client command waits for a daemon that went away (a restart) to answer
+/// again before it gives up.
+const RECONNECT_WINDOW: Duration = Duration::from_secs(60);
 
-client (talks to a running daemon; --url defaults to ws://127.0.0.1:7733, or $TETHER_URL):
-  agents
-  task create TITLE [--description TEXT]
-  task list
-    session start --agent PROFILE --workspace DIR (--task ID | --new-task TITLE) [--prompt TEXT]
-                [--runtime standalone|docker] [--quiet]
-  prompt SESSION TEXT          (resumes the session first if its agent is not running)
-  resume SESSION
-  status SESSION
-  sessions list [--task ID]
-  sessions show SESSION
-  sessions delete SESSION
-  stop SESSION
-  stop-all                     stop every agent and sidecar; sessions stay resumable
-  history SESSION
+#[derive(Parser, Debug)]
+#[command(
+    name = "supervisor",
+    version,
+    about = "Tether: a supervisor for coding agents that speak ACP.",
+    after_help = EXIT_CODES
+)]
+struct Cli {
+    /// The daemon's API address (client commands).
+    #[arg(long, env = "TETHER_URL", value_name = "URL")]
+    url: Option<String>,
+    /// The daemon's bearer token (client commands).
+    #[arg(long, env = "TETHER_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    token: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
 
-`serve` leaves agent sidecars running when it gets SIGTERM, so a restart loses nothing; it
-re-adopts them when it starts again.
-";
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the daemon. It leaves agent sidecars running when it gets SIGTERM, so a restart
+    /// loses nothing; it re-adopts them when it starts again.
+    #[command(args_override_self = true)]
+    Serve(ServeArgs),
+    /// List the agent profiles and whether each can run here.
+    Agents(JsonFlag),
+    /// Tasks.
+    #[command(subcommand)]
+    Task(TaskCommand),
+    /// Start sessions.
+    #[command(subcommand)]
+    Session(SessionCommand),
+    /// List, show and delete sessions.
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
+    /// Send a prompt and follow its turn to the end (resuming the session first if its agent
+    /// is not running; following on across a daemon restart). Options go before SESSION:
+    /// everything after it is the prompt.
+    Prompt {
+        /// Print only the agent's reply.
+        #[arg(long, short)]
+        quiet: bool,
+        /// The session.
+        session: String,
+        /// The prompt (words are joined by spaces).
+        #[arg(required = true, num_args = 1.., trailing_var_arg = true, allow_hyphen_values = true)]
+        text: Vec<String>,
+    },
+    /// Bring a session's agent back (natively when it can), showing progress and outcome.
+    Resume {
+        /// Print nothing but the outcome line.
+        #[arg(long, short)]
+        quiet: bool,
+        /// The session.
+        session: String,
+    },
+    /// A session's status.
+    Status {
+        /// The session.
+        session: String,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Cancel a session's running turn.
+    Cancel {
+        /// The session.
+        session: String,
+    },
+    /// Answer an agent's permission request.
+    #[command(subcommand)]
+    Permission(PermissionCommand),
+    /// Print a session's events as they happen, from a seq on; follows on across daemon
+    /// restarts and ends when the session ends (or on Ctrl-C).
+    Follow {
+        /// The session.
+        session: String,
+        /// Start after this event seq (default: from now on).
+        #[arg(long, value_name = "SEQ")]
+        after: Option<u64>,
+        /// One JSON event per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// End a session FOR GOOD: its agent stops and it cannot be resumed or prompted again.
+    /// (To free an agent but keep the session resumable, use `stop-all`.)
+    Stop {
+        /// The session.
+        session: String,
+    },
+    /// Stop every agent and sidecar; the sessions stay resumable.
+    StopAll,
+    /// A session's conversation history.
+    History {
+        /// The session.
+        session: String,
+        /// Entries after this seq.
+        #[arg(long, default_value_t = 0, value_name = "SEQ")]
+        after: u64,
+        /// At most this many entries.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// The address the API listens on.
+    #[arg(long, default_value = DEFAULT_LISTEN)]
+    listen: SocketAddr,
+    /// The data directory (default: $TETHER_HOME, else $XDG_DATA_HOME/tether, else
+    /// ~/.local/share/tether).
+    #[arg(long)]
+    home: Option<PathBuf>,
+    /// A file holding the API token; it must be readable by its owner only (0600).
+    #[arg(long, value_name = "FILE", conflicts_with = "auth_token")]
+    auth_token_file: Option<PathBuf>,
+    /// The API token (visible in `ps`: prefer --auth-token-file or TETHER_AUTH_TOKEN).
+    #[arg(long, value_name = "TOKEN")]
+    auth_token: Option<String>,
+    /// A browser origin allowed to connect (repeatable).
+    #[arg(long, value_name = "ORIGIN", action = clap::ArgAction::Append)]
+    allow_origin: Vec<String>,
+    /// A statically linked agentctl for the Docker runtime.
+    #[arg(long, env = "TETHER_STATIC_AGENTCTL", value_name = "PATH")]
+    static_agentctl: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone, Copy)]
+struct JsonFlag {
+    /// Print JSON (the API's result) instead of lines.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum TaskCommand {
+    /// Create a task.
+    Create {
+        /// The title.
+        title: String,
+        /// The description (the first prompt of its sessions when they get none).
+        #[arg(long, default_value = "")]
+        description: String,
+        /// Print only the task id.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// List tasks.
+    List(JsonFlag),
+    /// A task and its sessions.
+    Show {
+        /// The task.
+        task: String,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum SessionCommand {
+    /// Start a session and wait until its agent is ready.
+    Start {
+        /// The agent profile.
+        #[arg(long)]
+        agent: String,
+        /// The workspace directory.
+        #[arg(long)]
+        workspace: PathBuf,
+        /// The task.
+        #[arg(long, required_unless_present = "new_task", conflicts_with = "new_task")]
+        task: Option<String>,
+        /// Create a task with this title for the session.
+        #[arg(long, value_name = "TITLE")]
+        new_task: Option<String>,
+        /// The first prompt.
+        #[arg(long)]
+        prompt: Option<String>,
+        /// Where the agent runs (default: the profile's).
+        #[arg(long, value_enum)]
+        runtime: Option<RuntimeArg>,
+        /// Print only the session id.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum SessionsCommand {
+    /// List sessions, newest first.
+    List {
+        /// Only this task's.
+        #[arg(long)]
+        task: Option<String>,
+        /// Only those in this state.
+        #[arg(long, value_enum)]
+        status: Option<StateArg>,
+        /// Only those of this agent profile.
+        #[arg(long)]
+        agent: Option<String>,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// A session's status and its timeline of executions and turns.
+    Show {
+        /// The session.
+        session: String,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Delete a session and its records.
+    Delete {
+        /// The session.
+        session: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum PermissionCommand {
+    /// Answer a permission request (see its `permission_request` event) with `allow`,
+    /// `deny`, `cancel` or one of its option ids.
+    Respond {
+        /// The session.
+        session: String,
+        /// The request id.
+        request: String,
+        /// `allow` (the first allow option), `deny` (the first reject option), `cancel`,
+        /// or an option id.
+        answer: String,
+    },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum RuntimeArg {
+    Standalone,
+    Docker,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+#[value(rename_all = "SCREAMING_SNAKE_CASE")]
+enum StateArg {
+    Created,
+    Starting,
+    Running,
+    WaitingForInput,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl From<StateArg> for SessionState {
+    fn from(state: StateArg) -> SessionState {
+        match state {
+            StateArg::Created => SessionState::Created,
+            StateArg::Starting => SessionState::Starting,
+            StateArg::Running => SessionState::Running,
+            StateArg::WaitingForInput => SessionState::WaitingForInput,
+            StateArg::Completed => SessionState::Completed,
+            StateArg::Failed => SessionState::Failed,
+            StateArg::Cancelled => SessionState::Cancelled,
+        }
+    }
+}
 
 /// A failure with its exit code and the one line to print.
 struct Failure {
@@ -67,8 +316,20 @@ impl From<anyhow::Error> for Failure {
     }
 }
 
+fn usage(line: String) -> Failure {
+    Failure { code: 2, line }
+}
+
 /// Runs the command line (without the program name); returns the exit code.
-pub fn main(args: Vec<String>, self_command: Vec<OsString>) -> i32 {
+pub fn main(args: Vec<OsString>, self_command: Vec<OsString>) -> i32 {
+    let cli = match Cli::try_parse_from(std::iter::once(OsString::from("supervisor")).chain(args)) {
+        Ok(cli) => cli,
+        Err(err) => {
+            // Help and version go to stdout with 0; usage errors to stderr with 2.
+            let _ = err.print();
+            return if err.use_stderr() { 2 } else { 0 };
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -76,7 +337,7 @@ pub fn main(args: Vec<String>, self_command: Vec<OsString>) -> i32 {
             return 1;
         }
     };
-    match runtime.block_on(dispatch(args, self_command)) {
+    match runtime.block_on(dispatch(cli, self_command)) {
         Ok(()) => 0,
         Err(failure) => {
             eprintln!("{}", failure.line);
@@ -85,65 +346,24 @@ pub fn main(args: Vec<String>, self_command: Vec<OsString>) -> i32 {
     }
 }
 
-fn usage(message: &str) -> Failure {
-    Failure { code: 2, line: format!("{message}\n\n{USAGE}") }
-}
-
-/// Pulls `--name VALUE` out of `args`.
-fn take_option(args: &mut Vec<String>, name: &str) -> Result<Option<String>, Failure> {
-    match args.iter().position(|arg| arg == name) {
-        Some(idx) if idx + 1 < args.len() => {
-            let value = args.remove(idx + 1);
-            args.remove(idx);
-            Ok(Some(value))
-        }
-        Some(_) => Err(usage(&format!("{name} needs a value"))),
-        None => Ok(None),
+async fn dispatch(cli: Cli, self_command: Vec<OsString>) -> Result<(), Failure> {
+    if let Command::Serve(args) = cli.command {
+        return serve(args, self_command).await.map_err(Failure::from);
     }
-}
-
-fn take_flag(args: &mut Vec<String>, name: &str) -> bool {
-    match args.iter().position(|arg| arg == name) {
-        Some(idx) => {
-            args.remove(idx);
-            true
-        }
-        None => false,
-    }
-}
-
-async fn dispatch(mut args: Vec<String>, self_command: Vec<OsString>) -> Result<(), Failure> {
-    let url = take_option(&mut args, "--url")?
-        .or_else(|| std::env::var("TETHER_URL").ok())
-        .unwrap_or_else(|| format!("ws://{DEFAULT_LISTEN}"));
-    let token = take_option(&mut args, "--token")?.or_else(|| std::env::var("TETHER_TOKEN").ok());
-    let words: Vec<&str> = args.iter().map(String::as_str).collect();
-    match words.as_slice() {
-        ["serve", rest @ ..] if rest.iter().any(|arg| matches!(*arg, "-h" | "--help")) => {
-            print!("{USAGE}");
-            Ok(())
-        }
-        ["serve", ..] => serve(args[1..].to_vec(), self_command).await.map_err(Failure::from),
-        ["-h" | "--help"] | [] => {
-            print!("{USAGE}");
-            Ok(())
-        }
-        _ => {
-            // A client command's output may go to `head`: when the reader goes, the
-            // command ends quietly as Unix tools do, instead of panicking in a print.
-            // SAFETY: restores the default disposition of one signal before any thread of
-            // ours writes to a pipe; no handler is installed. The daemon (above) keeps
-            // Rust's "ignore", since it writes to sockets and agents' pipes.
-            let _ = unsafe {
-                nix::sys::signal::signal(
-                    nix::sys::signal::Signal::SIGPIPE,
-                    nix::sys::signal::SigHandler::SigDfl,
-                )
-            };
-            let client = Client::connect(&url, token.as_deref()).await?;
-            client.run(args).await
-        }
-    }
+    // A client command's output may go to `head`: when the reader goes, the command ends
+    // quietly as Unix tools do, instead of panicking in a print.
+    // SAFETY: restores the default disposition of one signal before any thread of ours
+    // writes to a pipe; no handler is installed. The daemon (above) keeps Rust's "ignore",
+    // since it writes to sockets and agents' pipes.
+    let _ = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigDfl,
+        )
+    };
+    let url = cli.url.unwrap_or_else(|| format!("ws://{DEFAULT_LISTEN}"));
+    let client = Client::connect(Target { url, token: cli.token }).await?;
+    client.run(cli.command).await
 }
 
 /// The daemon's token from a file that only its owner can read (it is a password).
@@ -167,37 +387,14 @@ fn read_token_file(path: &Path) -> anyhow::Result<String> {
     Ok(token.to_owned())
 }
 
-async fn serve(mut args: Vec<String>, self_command: Vec<OsString>) -> anyhow::Result<()> {
-    let listen: SocketAddr = take_option(&mut args, "--listen")
-        .map_err(|f| anyhow::anyhow!(f.line))?
-        .unwrap_or_else(|| DEFAULT_LISTEN.into())
-        .parse()
-        .context("--listen: not an address")?;
-    let home =
-        take_option(&mut args, "--home").map_err(|f| anyhow::anyhow!(f.line))?.map(PathBuf::from);
-    let token = take_option(&mut args, "--auth-token").map_err(|f| anyhow::anyhow!(f.line))?;
-    let token_file =
-        take_option(&mut args, "--auth-token-file").map_err(|f| anyhow::anyhow!(f.line))?;
+async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<()> {
+    let listen = args.listen;
     // A token in argv shows in `ps`: a 0600 file or the environment keeps it out of sight.
-    let token = match (token, token_file) {
-        (Some(_), Some(_)) => bail!("give --auth-token or --auth-token-file, not both"),
-        (Some(token), None) => Some(token),
-        (None, Some(path)) => Some(read_token_file(Path::new(&path))?),
+    let token = match (args.auth_token, args.auth_token_file) {
+        (Some(token), _) => Some(token),
+        (None, Some(path)) => Some(read_token_file(&path)?),
         (None, None) => std::env::var("TETHER_AUTH_TOKEN").ok().filter(|t| !t.is_empty()),
     };
-    let static_agentctl = take_option(&mut args, "--static-agentctl")
-        .map_err(|f| anyhow::anyhow!(f.line))?
-        .or_else(|| std::env::var("TETHER_STATIC_AGENTCTL").ok())
-        .map(PathBuf::from);
-    let mut allowed_origins = Vec::new();
-    while let Some(origin) =
-        take_option(&mut args, "--allow-origin").map_err(|f| anyhow::anyhow!(f.line))?
-    {
-        allowed_origins.push(origin);
-    }
-    if let Some(extra) = args.first() {
-        bail!("unknown argument {extra:?}\n\n{USAGE}");
-    }
     if !listen.ip().is_loopback() && token.is_none() {
         bail!(
             "listening on {listen} (beyond loopback) requires a token: --auth-token-file, \
@@ -211,7 +408,8 @@ async fn serve(mut args: Vec<String>, self_command: Vec<OsString>) -> anyhow::Re
         )
         .with_writer(std::io::stderr)
         .try_init();
-    let root = home
+    let root = args
+        .home
         .or_else(Home::default_root)
         .context("no data directory: set TETHER_HOME or HOME, or pass --home")?;
     let home = Home::open(&root)
@@ -243,14 +441,14 @@ async fn serve(mut args: Vec<String>, self_command: Vec<OsString>) -> anyhow::Re
         environment,
         standalone: Arc::new(StandaloneRuntime { agentctl }),
         docker: Arc::new(DockerRuntime::new(DockerConfig {
-            agentctl: static_agentctl.map(|path| std::path::absolute(&path).unwrap_or(path)),
+            agentctl: args.static_agentctl.map(|path| std::path::absolute(&path).unwrap_or(path)),
             install_id: home.install_id().context("cannot read or create the install id")?,
         })),
         applets,
     }));
     // Restart recovery happens before the API serves anything.
     supervisor.recover().await?;
-    let policy = AccessPolicy { token, allowed_origins };
+    let policy = AccessPolicy { token, allowed_origins: args.allow_origin };
     let (addr, handle) = api::serve(listen, policy, supervisor)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
@@ -269,267 +467,377 @@ async fn serve(mut args: Vec<String>, self_command: Vec<OsString>) -> anyhow::Re
     Ok(())
 }
 
-struct Client {
+/// Where the daemon is and how to get in.
+#[derive(Clone)]
+struct Target {
     url: String,
-    client: WsClient,
+    token: Option<String>,
 }
 
-/// Why the CLI could not connect: a daemon that refused it (wrong or missing token, an
-/// origin it does not allow) is not a daemon that is not running.
-fn connect_failure(url: &str, had_token: bool, err: jsonrpsee::core::ClientError) -> Failure {
-    use jsonrpsee::client_transport::ws::WsHandshakeError;
-    let rejected = match &err {
-        jsonrpsee::core::ClientError::Transport(inner) => {
-            match inner.downcast_ref::<WsHandshakeError>() {
-                Some(WsHandshakeError::Rejected { status_code }) => Some(*status_code),
-                _ => None,
+impl Target {
+    async fn open(&self) -> Result<WsClient, Failure> {
+        let mut headers = http::HeaderMap::new();
+        if let Some(token) = &self.token {
+            let value = http::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| usage("error: the token is not a valid header value".into()))?;
+            headers.insert(http::header::AUTHORIZATION, value);
+        }
+        WsClientBuilder::default()
+            .set_headers(headers)
+            .max_response_size(64 * 1024 * 1024)
+            .build(&self.url)
+            .await
+            .map_err(|err| self.connect_failure(err))
+    }
+
+    /// Why the CLI could not connect: a daemon that refused it (wrong or missing token, an
+    /// origin it does not allow) is not a daemon that is not running.
+    fn connect_failure(&self, err: jsonrpsee::core::ClientError) -> Failure {
+        use jsonrpsee::client_transport::ws::WsHandshakeError;
+        let url = &self.url;
+        let rejected = match &err {
+            jsonrpsee::core::ClientError::Transport(inner) => {
+                match inner.downcast_ref::<WsHandshakeError>() {
+                    Some(WsHandshakeError::Rejected { status_code }) => Some(*status_code),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        match rejected {
+            Some(401) if self.token.is_some() => Failure {
+                code: 6,
+                line: format!("unauthorized: the daemon at {url} refused this token"),
+            },
+            Some(401) => Failure {
+                code: 6,
+                line: format!(
+                    "unauthorized: the daemon at {url} wants a token (--token or TETHER_TOKEN)"
+                ),
+            },
+            Some(status) => Failure {
+                code: 6,
+                line: format!("refused: the daemon at {url} answered HTTP {status}"),
+            },
+            None => Failure {
+                code: 3,
+                line: format!(
+                    "server not running at {url} (start it with `supervisor serve`): {err}"
+                ),
+            },
+        }
+    }
+
+    /// Connects again after the daemon went away, within [`RECONNECT_WINDOW`]. There is no
+    /// event to await for a daemon that is not there yet, so this retries with a growing
+    /// delay.
+    async fn reopen(&self, shown: &Shown) -> Result<WsClient, Failure> {
+        shown.line(&format!("the daemon at {} went away; reconnecting", self.url));
+        let deadline = Instant::now() + RECONNECT_WINDOW;
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match self.open().await {
+                Ok(client) => {
+                    shown.line("reconnected");
+                    return Ok(client);
+                }
+                Err(failure) if failure.code != 3 || Instant::now() >= deadline => {
+                    return Err(failure);
+                }
+                Err(_) => {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                }
             }
         }
-        _ => None,
-    };
-    match rejected {
-        Some(401) if had_token => Failure {
-            code: 6,
-            line: format!("unauthorized: the daemon at {url} refused this token"),
-        },
-        Some(401) => Failure {
-            code: 6,
-            line: format!(
-                "unauthorized: the daemon at {url} wants a token (--token or TETHER_TOKEN)"
-            ),
-        },
-        Some(status) => Failure {
-            code: 6,
-            line: format!("refused: the daemon at {url} answered HTTP {status}"),
-        },
-        None => Failure {
-            code: 3,
-            line: format!("server not running at {url} (start it with `supervisor serve`): {err}"),
-        },
     }
+}
+
+struct Client {
+    target: Target,
+    client: Arc<WsClient>,
+}
+
+/// What a failed call means for the exit code.
+fn call_failure(target: &Target, client: &WsClient, err: jsonrpsee::core::ClientError) -> Failure {
+    match err {
+        jsonrpsee::core::ClientError::Call(object) => {
+            let kind = protocol::errors::ErrorData::of(&object).map(|data| data.kind);
+            let message = object.message();
+            match kind {
+                Some(ErrorKind::NotFound) => {
+                    Failure { code: 4, line: format!("not found: {message}") }
+                }
+                Some(ErrorKind::Conflict) => {
+                    Failure { code: 5, line: format!("conflict: {message}") }
+                }
+                Some(kind) => Failure { code: 1, line: format!("error ({kind}): {message}") },
+                None => Failure { code: 1, line: format!("error: {message}") },
+            }
+        }
+        other if !client.is_connected() => Failure {
+            code: 3,
+            line: format!("server not running at {} (the connection closed: {other})", target.url),
+        },
+        other => Failure { code: 1, line: format!("error: {other}") },
+    }
+}
+
+/// Prints `value` as pretty JSON.
+fn print_json<T: Serialize>(value: &T) -> Result<(), Failure> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|err| Failure { code: 1, line: format!("error: {err}") })?;
+    println!("{text}");
+    Ok(())
+}
+
+fn or_dash(value: Option<&str>) -> &str {
+    value.unwrap_or("-")
 }
 
 impl Client {
-    async fn connect(url: &str, token: Option<&str>) -> Result<Client, Failure> {
-        let mut headers = http::HeaderMap::new();
-        if let Some(token) = token {
-            let value = http::HeaderValue::from_str(&format!("Bearer {token}"))
-                .map_err(|_| usage("the token is not a valid header value"))?;
-            headers.insert(http::header::AUTHORIZATION, value);
-        }
-        let client = WsClientBuilder::default()
-            .set_headers(headers)
-            .build(url)
-            .await
-            .map_err(|err| connect_failure(url, token.is_some(), err))?;
-        Ok(Client { url: url.to_owned(), client })
-    }
-
-    async fn call(&self, method: &str, params: Value) -> Result<Value, Failure> {
-        self.client.request(method, object_params(params)).await.map_err(|err| self.failure(err))
+    async fn connect(target: Target) -> Result<Client, Failure> {
+        let client = Arc::new(target.open().await?);
+        Ok(Client { target, client })
     }
 
     fn failure(&self, err: jsonrpsee::core::ClientError) -> Failure {
-        match err {
-            jsonrpsee::core::ClientError::Call(object) => {
-                let kind = object
-                    .data()
-                    .and_then(|data| serde_json::from_str::<Value>(data.get()).ok())
-                    .and_then(|data| data["kind"].as_str().map(str::to_owned))
-                    .unwrap_or_default();
-                let message = object.message();
-                match kind.as_str() {
-                    "not_found" => Failure { code: 4, line: format!("not found: {message}") },
-                    "conflict" => Failure { code: 5, line: format!("conflict: {message}") },
-                    "" => Failure { code: 1, line: format!("error: {message}") },
-                    other => Failure { code: 1, line: format!("error ({other}): {message}") },
-                }
-            }
-            other if !self.client.is_connected() => Failure {
-                code: 3,
-                line: format!(
-                    "server not running at {} (the connection closed: {other})",
-                    self.url
-                ),
-            },
-            other => Failure { code: 1, line: format!("error: {other}") },
-        }
+        call_failure(&self.target, &self.client, err)
     }
 
-    async fn run(&self, mut args: Vec<String>) -> Result<(), Failure> {
-        let quiet = take_flag(&mut args, "--quiet");
-        let words: Vec<String> = args.clone();
-        let words: Vec<&str> = words.iter().map(String::as_str).collect();
-        match words.as_slice() {
-            ["agents"] => {
-                let agents = self.call(method::AGENTS_LIST, json!({})).await?;
-                for agent in agents.as_array().into_iter().flatten() {
-                    let state = if agent["invalid"] == true {
-                        format!(
-                            "invalid profile: {}",
-                            agent["reasons"][0].as_str().unwrap_or_default()
-                        )
-                    } else if agent["available"] == true {
+    async fn run(&self, command: Command) -> Result<(), Failure> {
+        let api = &*self.client;
+        match command {
+            Command::Serve(_) => unreachable!("UNWRAP: dispatched before connecting"),
+            Command::Agents(JsonFlag { json }) => {
+                let agents = api.agents_list().await.map_err(|e| self.failure(e))?;
+                if json {
+                    return print_json(&agents);
+                }
+                for agent in agents {
+                    let state = if agent.invalid {
+                        format!("invalid profile: {}", agent.reasons.join("; "))
+                    } else if agent.available {
                         "available".to_owned()
                     } else {
-                        format!(
-                            "unavailable: {}",
-                            agent["reasons"]
-                                .as_array()
-                                .map(|r| r
-                                    .iter()
-                                    .filter_map(Value::as_str)
-                                    .collect::<Vec<_>>()
-                                    .join("; "))
-                                .unwrap_or_default()
-                        )
+                        format!("unavailable: {}", agent.reasons.join("; "))
                     };
-                    println!(
-                        "{}\t{}\t{state}",
-                        agent["id"].as_str().unwrap_or(""),
-                        agent["display_name"].as_str().unwrap_or("")
-                    );
+                    println!("{}\t{}\t{state}", agent.id, agent.display_name);
                 }
                 Ok(())
             }
-            ["task", "create", ..] => {
-                let description = take_option(&mut args, "--description")?.unwrap_or_default();
-                let [_, _, title] = args.as_slice() else {
-                    return Err(usage("task create takes one TITLE"));
-                };
-                let task = self
-                    .call(method::TASK_CREATE, json!({"title": title, "description": description}))
-                    .await?;
-                let id = task["id"].as_str().unwrap_or_default();
+            Command::Task(TaskCommand::Create { title, description, quiet }) => {
+                let task =
+                    api.task_create(title, Some(description)).await.map_err(|e| self.failure(e))?;
                 if quiet {
-                    println!("{id}")
+                    println!("{}", task.id)
                 } else {
-                    println!("task {id} created")
+                    println!("task {} created", task.id)
                 }
                 Ok(())
             }
-            ["task", "list"] => {
-                for task in
-                    self.call(method::TASK_LIST, json!({})).await?.as_array().into_iter().flatten()
-                {
+            Command::Task(TaskCommand::List(JsonFlag { json })) => {
+                let tasks = api.task_list().await.map_err(|e| self.failure(e))?;
+                if json {
+                    return print_json(&tasks);
+                }
+                for task in tasks {
+                    println!("{}\t{}\t{}", task.id, task.state, task.title);
+                }
+                Ok(())
+            }
+            Command::Task(TaskCommand::Show { task, json: JsonFlag { json } }) => {
+                let detail = api.task_get(task).await.map_err(|e| self.failure(e))?;
+                if json {
+                    return print_json(&detail);
+                }
+                println!("task {}: {} ({})", detail.task.id, detail.task.title, detail.task.state);
+                for session in detail.sessions {
                     println!(
-                        "{}\t{}\t{}",
-                        task["id"].as_str().unwrap_or(""),
-                        task["state"].as_str().unwrap_or(""),
-                        task["title"].as_str().unwrap_or("")
+                        "  session {}\t{}\t{}",
+                        session.id,
+                        state_name(session.state),
+                        session.agent_profile_id
                     );
                 }
                 Ok(())
             }
-            ["session", "start", ..] => self.session_start(args, quiet).await,
-            ["prompt", session, text] => self.prompt(session, text, quiet).await,
-            ["status", session] | ["sessions", "show", session] => {
-                let status =
-                    self.call(method::SESSION_STATUS, json!({"session_id": session})).await?;
-                for (key, value) in status.as_object().into_iter().flatten() {
-                    let shown = match value {
-                        Value::String(text) => text.clone(),
-                        Value::Null => "-".into(),
-                        other => other.to_string(),
-                    };
-                    println!("{key}: {shown}");
-                }
-                Ok(())
+            Command::Session(SessionCommand::Start {
+                agent,
+                workspace,
+                task,
+                new_task,
+                prompt,
+                runtime,
+                quiet,
+            }) => {
+                self.session_start(agent, workspace, task, new_task, prompt, runtime, quiet).await
             }
-            ["sessions", "list", ..] => {
-                let task = take_option(&mut args, "--task")?;
-                let sessions = self.call(method::SESSION_LIST, json!({"task_id": task})).await?;
-                for session in sessions.as_array().into_iter().flatten() {
-                    println!(
-                        "{}\t{}\t{}\ttask {}",
-                        session["id"].as_str().unwrap_or(""),
-                        session["state"].as_str().unwrap_or(""),
-                        session["agent_profile_id"].as_str().unwrap_or(""),
-                        session["task_id"].as_str().unwrap_or("")
-                    );
-                }
-                Ok(())
+            Command::Prompt { quiet, session, text } => {
+                self.prompt(&session, &text.join(" "), quiet).await
             }
-            ["sessions", "delete", session] => {
-                self.call(method::SESSION_DELETE, json!({"session_id": session})).await?;
-                println!("session {session} deleted");
-                Ok(())
-            }
-            ["resume", session] => {
-                let result = self.resume_with_progress(session, quiet).await?;
+            Command::Resume { quiet, session } => {
+                let result = self.resume_with_progress(&session, quiet).await?;
                 println!(
                     "session {session} resumed ({}), {}",
-                    result["outcome"].as_str().unwrap_or(""),
-                    result["state"].as_str().unwrap_or("")
+                    outcome_name(result.outcome),
+                    state_name(result.state)
                 );
                 Ok(())
             }
-            ["stop-all"] => {
-                let result = self.call(method::STOP_ALL, json!({})).await?;
-                println!("stopped {} agent(s); their sessions stay resumable", result["stopped"]);
+            Command::Status { session, json: JsonFlag { json } } => {
+                let status = api.session_status(session).await.map_err(|e| self.failure(e))?;
+                if json {
+                    return print_json(&status);
+                }
+                print_fields(&status)
+            }
+            Command::Cancel { session } => {
+                api.session_cancel(session.clone()).await.map_err(|e| self.failure(e))?;
+                println!("session {session}: cancel sent (the turn ends as cancelled)");
                 Ok(())
             }
-            ["stop", session] => {
-                self.call(method::SESSION_STOP, json!({"session_id": session})).await?;
+            Command::Permission(PermissionCommand::Respond { session, request, answer }) => {
+                self.permission_respond(&session, &request, &answer).await
+            }
+            Command::Follow { session, after, json } => self.follow(&session, after, json).await,
+            Command::Stop { session } => {
+                api.session_stop(session.clone()).await.map_err(|e| self.failure(e))?;
                 println!("session {session} stopped");
                 Ok(())
             }
-            ["history", session] => {
-                let entries =
-                    self.call(method::SESSION_HISTORY, json!({"session_id": session})).await?;
-                for entry in entries.as_array().into_iter().flatten() {
+            Command::StopAll => {
+                let result = api.stop_all().await.map_err(|e| self.failure(e))?;
+                println!("stopped {} agent(s); their sessions stay resumable", result.stopped);
+                Ok(())
+            }
+            Command::History { session, after, limit, json: JsonFlag { json } } => {
+                let entries = api
+                    .session_history(session, Some(after), Some(limit))
+                    .await
+                    .map_err(|e| self.failure(e))?;
+                if json {
+                    return print_json(&entries);
+                }
+                for entry in entries {
+                    let kind = serde_json::to_value(entry.kind).unwrap_or_default();
+                    println!("[{}] {}: {}", entry.seq, kind.as_str().unwrap_or(""), entry.content);
+                }
+                Ok(())
+            }
+            Command::Sessions(SessionsCommand::List { task, status, agent, json }) => {
+                let sessions = api
+                    .session_list(task, status.map(Into::into), agent)
+                    .await
+                    .map_err(|e| self.failure(e))?;
+                if json.json {
+                    return print_json(&sessions);
+                }
+                for session in sessions {
                     println!(
-                        "[{}] {}: {}",
-                        entry["seq"],
-                        entry["type"].as_str().unwrap_or(""),
-                        entry["content"].as_str().unwrap_or("")
+                        "{}\t{}\t{}\ttask {}",
+                        session.id,
+                        state_name(session.state),
+                        session.agent_profile_id,
+                        session.task_id
                     );
                 }
                 Ok(())
             }
-            _ => Err(usage("unknown command")),
+            Command::Sessions(SessionsCommand::Show { session, json: JsonFlag { json } }) => {
+                let status =
+                    api.session_status(session.clone()).await.map_err(|e| self.failure(e))?;
+                let timeline = api.session_timeline(session).await.map_err(|e| self.failure(e))?;
+                if json {
+                    return print_json(
+                        &serde_json::json!({"status": status, "timeline": timeline}),
+                    );
+                }
+                print_fields(&status)?;
+                println!("executions:");
+                for execution in &timeline.executions {
+                    println!(
+                        "  {}{}\tgeneration {}\t{}\t{}\t{} turn(s)",
+                        execution.execution_id,
+                        if execution.current { " (current)" } else { "" },
+                        execution.generation.map_or_else(|| "-".into(), |g| g.to_string()),
+                        or_dash(execution.status.as_deref()),
+                        execution.resume_outcome.map_or("-", outcome_name),
+                        execution.turns
+                    );
+                }
+                println!("turns:");
+                for turn in &timeline.turns {
+                    println!(
+                        "  {}\t{}\t{}\t{}\tstarted {}\tended {}",
+                        turn.turn_id,
+                        turn_state_name(turn.state),
+                        or_dash(turn.stop_reason.as_deref().or(turn.error.as_deref())),
+                        turn.execution_id,
+                        turn.started_at,
+                        turn.ended_at.map_or_else(|| "-".into(), |at| at.to_string())
+                    );
+                }
+                Ok(())
+            }
+            Command::Sessions(SessionsCommand::Delete { session }) => {
+                api.session_delete(session.clone()).await.map_err(|e| self.failure(e))?;
+                println!("session {session} deleted");
+                Ok(())
+            }
         }
     }
 
-    async fn session_start(&self, mut args: Vec<String>, quiet: bool) -> Result<(), Failure> {
-        let agent = take_option(&mut args, "--agent")?
-            .ok_or_else(|| usage("session start needs --agent"))?;
-        let workspace = take_option(&mut args, "--workspace")?
-            .ok_or_else(|| usage("session start needs --workspace"))?;
-        let prompt = take_option(&mut args, "--prompt")?;
-        let runtime = take_option(&mut args, "--runtime")?;
-        let task = match (take_option(&mut args, "--task")?, take_option(&mut args, "--new-task")?)
-        {
-            (Some(task), None) => task,
+    #[allow(clippy::too_many_arguments)]
+    async fn session_start(
+        &self,
+        agent: String,
+        workspace: PathBuf,
+        task: Option<String>,
+        new_task: Option<String>,
+        prompt: Option<String>,
+        runtime: Option<RuntimeArg>,
+        quiet: bool,
+    ) -> Result<(), Failure> {
+        let api = &*self.client;
+        let workspace = std::path::absolute(&workspace)
+            .map_err(|err| usage(format!("error: --workspace: {err}")))?;
+        let workspace = workspace.to_str().map(str::to_owned).ok_or_else(|| {
+            usage(format!(
+                "error: --workspace {}: not valid UTF-8 (the API carries paths as UTF-8 text)",
+                workspace.display()
+            ))
+        })?;
+        let task = match (task, new_task) {
+            (Some(task), _) => task,
             (None, Some(title)) => {
-                let task = self.call(method::TASK_CREATE, json!({"title": title})).await?;
-                task["id"].as_str().unwrap_or_default().to_owned()
+                api.task_create(title, None).await.map_err(|e| self.failure(e))?.id
             }
-            _ => return Err(usage("session start needs one of --task ID or --new-task TITLE")),
+            (None, None) => unreachable!("UNWRAP: clap requires one of --task, --new-task"),
         };
-        let workspace =
-            std::path::absolute(&workspace).map_err(|err| usage(&format!("--workspace: {err}")))?;
-        let row = self
-            .call(
-                method::SESSION_CREATE,
-                json!({"task_id": task, "agent_profile_id": agent, "workspace_path": workspace, "prompt": prompt, "runtime": runtime}),
-            )
-            .await?;
-        let session = row["id"].as_str().unwrap_or_default().to_owned();
-        let mut events = Feed::open(self, &session, 0).await?;
+        let runtime = runtime.map(|runtime| match runtime {
+            RuntimeArg::Standalone => RuntimeKind::Standalone,
+            RuntimeArg::Docker => RuntimeKind::Docker,
+        });
+        let row = api
+            .session_create(task.clone(), agent.clone(), workspace, prompt, runtime)
+            .await
+            .map_err(|e| self.failure(e))?;
         let shown = Shown::new(quiet);
+        let mut events = Feed::open(self, &row.id, 0, &shown).await?;
         loop {
-            let event = events.next(self).await?;
+            let event = events.next().await?;
             shown.progress(&event);
-            if event["type"] == "state" {
-                match event["state"].as_str() {
-                    Some("WAITING_FOR_INPUT") | Some("RUNNING") => break,
-                    Some("FAILED") => {
+            if let EventKind::State { state, error } = &event.kind {
+                match state {
+                    SessionState::WaitingForInput | SessionState::Running => break,
+                    SessionState::Failed => {
                         return Err(Failure {
                             code: 1,
                             line: format!(
-                                "session {session} failed: {}",
-                                event["error"].as_str().unwrap_or("")
+                                "session {} failed: {}",
+                                row.id,
+                                error.as_deref().unwrap_or("")
                             ),
                         });
                     }
@@ -538,114 +846,325 @@ impl Client {
             }
         }
         if quiet {
-            println!("{session}")
+            println!("{}", row.id)
         } else {
-            println!("session {session} ready (agent {agent}, task {task})")
+            println!("session {} ready (agent {agent}, task {task})", row.id)
         }
         Ok(())
     }
 
-    async fn subscribe(
-        &self,
-        session: &str,
-        after: u64,
-    ) -> Result<jsonrpsee::core::client::Subscription<Value>, Failure> {
-        self.client
-            .subscribe(
-                method::SESSION_SUBSCRIBE,
-                object_params(json!({"session_id": session, "after_seq": after})),
-                method::SESSION_UNSUBSCRIBE,
-            )
-            .await
-            .map_err(|err| self.failure(err))
-    }
-
     /// Resumes `session` while showing its progress events (a slow agent start says what
     /// it is doing instead of nothing), through the event that states the outcome.
-    async fn resume_with_progress(&self, session: &str, quiet: bool) -> Result<Value, Failure> {
-        let mut events = Feed::open_at_end(self, session).await?;
+    async fn resume_with_progress(
+        &self,
+        session: &str,
+        quiet: bool,
+    ) -> Result<ResumeResult, Failure> {
         let shown = Shown::new(quiet);
-        let call = self.call(method::SESSION_RESUME, json!({"session_id": session}));
+        let mut events = Feed::open_at_end(self, session, &shown).await?;
+        let call = self.client.session_resume(session.to_owned());
         tokio::pin!(call);
         let mut outcome_shown = false;
         let result = loop {
             tokio::select! {
-                result = &mut call => break result?,
-                event = events.next(self) => match event {
+                result = &mut call => break result.map_err(|e| self.failure(e))?,
+                event = events.next() => match event {
                     Ok(event) => {
-                        outcome_shown |= event["type"] == "resume_outcome";
+                        outcome_shown |= matches!(event.kind, EventKind::ResumeOutcome { .. });
                         shown.progress(&event);
                     }
                     // The stream is only for show: the call's answer is what counts.
-                    Err(_) => return call.await,
+                    Err(_) => return call.await.map_err(|e| self.failure(e)),
                 },
             }
         };
         // The answer can overtake the outcome's event on the stream; show it too (a
         // resume that joined a running agent has none).
-        while !quiet && !outcome_shown && result["outcome"] != "already_running" {
-            let Ok(event) = events.next(self).await else { break };
-            outcome_shown |= event["type"] == "resume_outcome";
+        while !quiet && !outcome_shown && result.outcome != ResumeOutcome::AlreadyRunning {
+            let Ok(event) = events.next().await else { break };
+            outcome_shown |= matches!(event.kind, EventKind::ResumeOutcome { .. });
             shown.progress(&event);
         }
         Ok(result)
     }
 
+    /// Sends a prompt and prints the turn to its end. When the daemon restarts meanwhile,
+    /// it reconnects and follows the same turn from the last event it printed.
     async fn prompt(&self, session: &str, text: &str, quiet: bool) -> Result<(), Failure> {
-        let mut events = Feed::open_at_end(self, session).await?;
+        let shown = Shown::new(quiet);
+        let mut events = Feed::open_at_end(self, session, &shown).await?;
+        events.follow_restarts = true;
+        let started_after = events.cursor;
         // A prompt to a session without a live agent resumes it first, which can take a
         // while: its progress is shown as it happens, so the call runs beside the stream.
-        let call =
-            self.call(method::SESSION_PROMPT, json!({"session_id": session, "prompt": text}));
+        let call = self.client.session_prompt(session.to_owned(), text.to_owned());
         tokio::pin!(call);
-        let mut turn: Option<Value> = None;
-        // Turn ends seen before the call answered with its turn id.
-        let mut early: Vec<Value> = Vec::new();
-        let shown = Shown::new(quiet);
+        let mut turn: Option<String> = None;
+        let mut call_lost = false;
+        // Turns seen starting and ending before the call answered with its turn id.
+        let mut seen: Vec<SessionEvent> = Vec::new();
         let mut stdout = std::io::stdout();
         loop {
             let event = tokio::select! {
-                started = &mut call, if turn.is_none() => {
-                    let id = started?["turn_id"].clone();
-                    if let Some(ended) = early.iter().find(|event| event["turn_id"] == id) {
-                        return turn_result(ended);
+                started = &mut call, if turn.is_none() && !call_lost => {
+                    match started {
+                        Ok(started) => {
+                            if let Some(ended) = seen.iter().find(|e| ends_turn(e, &started.turn_id)) {
+                                return turn_result(ended);
+                            }
+                            turn = Some(started.turn_id);
+                        }
+                        // The daemon went away before it answered: whether it took the
+                        // prompt is told by the stream (a `turn_started` with our text).
+                        Err(err) if !self.client.is_connected() => {
+                            let _ = err;
+                            call_lost = true;
+                        }
+                        Err(err) => return Err(self.failure(err)),
                     }
-                    turn = Some(id);
                     continue;
                 }
-                event = events.next(self) => event?,
+                event = events.next() => event?,
             };
             shown.progress(&event);
-            match event["type"].as_str() {
-                Some("agent_message_chunk") => {
-                    let _ = write!(stdout, "{}", event["text"].as_str().unwrap_or(""));
+            match &event.kind {
+                EventKind::TurnStarted { turn_id, prompt }
+                    if call_lost
+                        && turn.is_none()
+                        && prompt == text
+                        && event.seq > started_after =>
+                {
+                    turn = Some(turn_id.clone());
+                }
+                EventKind::AgentMessageChunk { text } => {
+                    let _ = write!(stdout, "{text}");
                     let _ = stdout.flush();
                 }
-                Some("tool_call") => {
-                    println!("\n[tool: {}]", event["update"]["title"].as_str().unwrap_or("tool"))
-                }
-                Some("permission_request") => println!(
-                    "\n[permission requested ({}): answer with task.session.permission.respond]",
-                    event["request_id"]
+                EventKind::ToolCall { update } => println!(
+                    "\n[tool: {}]",
+                    update.get("title").and_then(|t| t.as_str()).unwrap_or("tool")
                 ),
-                Some("turn_ended") if turn.as_ref() == Some(&event["turn_id"]) => {
+                EventKind::PermissionRequest { request_id, .. } => println!(
+                    "\n[permission requested: answer with `supervisor permission respond {session} {request_id} allow|deny`]"
+                ),
+                EventKind::TurnEnded { turn_id, .. } if turn.as_deref() == Some(turn_id) => {
                     return turn_result(&event);
                 }
-                Some("turn_ended") if turn.is_none() => early.push(event),
                 _ => {}
+            }
+            if turn.is_none() && matches!(event.kind, EventKind::TurnEnded { .. }) {
+                seen.push(event);
+            }
+            if call_lost && turn.is_none() && events.caught_up() {
+                return Err(Failure {
+                    code: 1,
+                    line: "error: the daemon restarted before it took the prompt; send it again"
+                        .into(),
+                });
+            }
+        }
+    }
+
+    /// Answers a permission request; `allow`/`deny` pick the request's first option of
+    /// that kind (read from its `permission_request` event).
+    async fn permission_respond(
+        &self,
+        session: &str,
+        request: &str,
+        answer: &str,
+    ) -> Result<(), Failure> {
+        let option = match answer {
+            "cancel" => None,
+            "allow" | "deny" => {
+                let params = self.permission_params(session, request).await?;
+                let wanted: &[&str] = if answer == "allow" {
+                    &["allow_once", "allow_always"]
+                } else {
+                    &["reject_once", "reject_always"]
+                };
+                let options = params.get("options").and_then(|o| o.as_array());
+                let chosen = options.into_iter().flatten().find(|option| {
+                    option.get("kind").and_then(|k| k.as_str()).is_some_and(|k| wanted.contains(&k))
+                });
+                match chosen.and_then(|option| option.get("optionId")).and_then(|id| id.as_str()) {
+                    Some(id) => Some(id.to_owned()),
+                    None => {
+                        return Err(usage(format!(
+                            "error: request {request} offers no {answer} option; give an option id"
+                        )));
+                    }
+                }
+            }
+            option_id => Some(option_id.to_owned()),
+        };
+        self.client
+            .permission_respond(session.to_owned(), request.to_owned(), option.clone())
+            .await
+            .map_err(|e| self.failure(e))?;
+        match option {
+            Some(option) => println!("request {request} answered: {option}"),
+            None => println!("request {request} cancelled"),
+        }
+        Ok(())
+    }
+
+    /// The ACP params of a session's permission request, from its event.
+    async fn permission_params(
+        &self,
+        session: &str,
+        request: &str,
+    ) -> Result<serde_json::Value, Failure> {
+        let shown = Shown::new(true);
+        let mut events = Feed::open(self, session, 0, &shown).await?;
+        let last = events.last_seq;
+        while events.cursor < last {
+            let event = events.next().await?;
+            if let EventKind::PermissionRequest { request_id, params } = event.kind
+                && request_id == request
+            {
+                return Ok(params);
+            }
+        }
+        Err(Failure {
+            code: 4,
+            line: format!("not found: session {session} has no permission request {request}"),
+        })
+    }
+
+    /// Prints a session's events until it ends, across daemon restarts.
+    async fn follow(&self, session: &str, after: Option<u64>, json: bool) -> Result<(), Failure> {
+        let shown = Shown::new(json);
+        let mut events = match after {
+            Some(after) => Feed::open(self, session, after, &shown).await?,
+            None => Feed::open_at_end(self, session, &shown).await?,
+        };
+        events.follow_restarts = true;
+        loop {
+            let event = events.next().await?;
+            if json {
+                let line = serde_json::to_string(&event)
+                    .map_err(|err| Failure { code: 1, line: format!("error: {err}") })?;
+                println!("{line}");
+            } else {
+                println!("[{}] {}", event.seq, describe(&event.kind));
+            }
+            if let EventKind::State { state, .. } = event.kind
+                && matches!(
+                    state,
+                    SessionState::Completed | SessionState::Failed | SessionState::Cancelled
+                )
+            {
+                return Ok(());
             }
         }
     }
 }
 
-/// Prints how a turn ended; a turn that did not complete is exit code 1.
-fn turn_result(event: &Value) -> Result<(), Failure> {
-    let state = event["state"].as_str().unwrap_or("");
-    match event["stop_reason"].as_str() {
-        Some(reason) => println!("\n[turn {state}: {reason}]"),
-        None => println!("\n[turn {state}: {}]", event["error"].as_str().unwrap_or("")),
+/// Prints a struct's members as `key: value` lines.
+fn print_fields<T: Serialize>(value: &T) -> Result<(), Failure> {
+    let value = serde_json::to_value(value)
+        .map_err(|err| Failure { code: 1, line: format!("error: {err}") })?;
+    for (key, value) in value.as_object().into_iter().flatten() {
+        let shown = match value {
+            serde_json::Value::String(text) => text.clone(),
+            serde_json::Value::Null => "-".into(),
+            other => other.to_string(),
+        };
+        println!("{key}: {shown}");
     }
-    if state == "completed" {
+    Ok(())
+}
+
+fn state_name(state: SessionState) -> String {
+    serde_json::to_value(state).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+}
+
+fn turn_state_name(state: TurnState) -> &'static str {
+    match state {
+        TurnState::Running => "running",
+        TurnState::Completed => "completed",
+        TurnState::Failed => "failed",
+        TurnState::Interrupted => "interrupted",
+    }
+}
+
+fn outcome_name(outcome: ResumeOutcome) -> &'static str {
+    match outcome {
+        ResumeOutcome::NativeResume => "native_resume",
+        ResumeOutcome::NativeLoad => "native_load",
+        ResumeOutcome::ResumeCommand => "resume_command",
+        ResumeOutcome::HistoryInjection => "history_injection",
+        ResumeOutcome::Fresh => "fresh",
+        ResumeOutcome::AlreadyRunning => "already_running",
+    }
+}
+
+fn step_name(step: LaunchStep) -> &'static str {
+    match step {
+        LaunchStep::Launching => "launching the agent",
+        LaunchStep::Initializing => "the agent is starting (initialize)",
+        LaunchStep::Authenticating => "authenticating",
+        LaunchStep::Restoring => "restoring the agent's session",
+        LaunchStep::Opening => "opening an agent session",
+    }
+}
+
+/// One line for an event, as `follow` prints it.
+fn describe(kind: &EventKind) -> String {
+    match kind {
+        EventKind::State { state, error } => match error {
+            Some(error) => format!("state {}: {error}", state_name(*state)),
+            None => format!("state {}", state_name(*state)),
+        },
+        EventKind::TurnStarted { turn_id, prompt } => format!("turn {turn_id} started: {prompt}"),
+        EventKind::AgentMessageChunk { text } => format!("agent: {text}"),
+        EventKind::AgentThoughtChunk { text } => format!("thought: {text}"),
+        EventKind::ToolCall { update } => {
+            format!("tool: {}", update.get("title").and_then(|t| t.as_str()).unwrap_or("tool"))
+        }
+        EventKind::ToolCallUpdate { update } => {
+            format!("tool update: {}", update.get("status").and_then(|t| t.as_str()).unwrap_or("-"))
+        }
+        EventKind::SessionUpdate { update } => format!(
+            "update: {}",
+            update.get("sessionUpdate").and_then(|t| t.as_str()).unwrap_or("-")
+        ),
+        EventKind::PermissionRequest { request_id, .. } => {
+            format!("permission requested: {request_id}")
+        }
+        EventKind::PermissionResolved { request_id, .. } => {
+            format!("permission resolved: {request_id}")
+        }
+        EventKind::TurnEnded { turn_id, state, stop_reason, error } => format!(
+            "turn {turn_id} {}: {}",
+            turn_state_name(*state),
+            stop_reason.as_deref().or(error.as_deref()).unwrap_or("-")
+        ),
+        EventKind::Notice { message } => format!("notice: {message}"),
+        EventKind::Progress { step, detail } => match detail {
+            Some(detail) => format!("{}: {detail}", step_name(*step)),
+            None => step_name(*step).to_owned(),
+        },
+        EventKind::ResumeOutcome { outcome } => format!("resumed: {}", outcome_name(*outcome)),
+        _ => "event".to_owned(),
+    }
+}
+
+fn ends_turn(event: &SessionEvent, turn: &str) -> bool {
+    matches!(&event.kind, EventKind::TurnEnded { turn_id, .. } if turn_id == turn)
+}
+
+/// Prints how a turn ended; a turn that did not complete is exit code 1.
+fn turn_result(event: &SessionEvent) -> Result<(), Failure> {
+    let EventKind::TurnEnded { state, stop_reason, error, .. } = &event.kind else {
+        return Err(Failure { code: 1, line: "error: not a turn's end".into() });
+    };
+    let name = turn_state_name(*state);
+    match stop_reason {
+        Some(reason) => println!("\n[turn {name}: {reason}]"),
+        None => println!("\n[turn {name}: {}]", error.as_deref().unwrap_or("")),
+    }
+    if *state == TurnState::Completed {
         Ok(())
     } else {
         Err(Failure { code: 1, line: "error: the turn failed".into() })
@@ -653,82 +1172,124 @@ fn turn_result(event: &Value) -> Result<(), Failure> {
 }
 
 /// Shows, on stderr, what a session does while the user waits: the steps of bringing its
-/// agent up (with the time since the command started), notices and a resume's outcome.
-/// Nothing with `--quiet`.
+/// agent up (with the time since the command started), notices, a resume's outcome and
+/// reconnects. Nothing with `--quiet`.
 struct Shown {
     quiet: bool,
-    started: std::time::Instant,
+    started: Instant,
 }
 
 impl Shown {
     fn new(quiet: bool) -> Shown {
-        Shown { quiet, started: std::time::Instant::now() }
+        Shown { quiet, started: Instant::now() }
     }
 
-    fn progress(&self, event: &Value) {
-        if self.quiet {
-            return;
+    fn line(&self, line: &str) {
+        if !self.quiet {
+            eprintln!("[{:5.1}s] {line}", self.started.elapsed().as_secs_f64());
         }
-        let elapsed = self.started.elapsed().as_secs_f64();
-        let line = match event["type"].as_str() {
-            Some("progress") => {
-                let step = match event["step"].as_str() {
-                    Some("launching") => "launching the agent",
-                    Some("initializing") => "the agent is starting (initialize)",
-                    Some("authenticating") => "authenticating",
-                    Some("restoring") => "restoring the agent's session",
-                    Some("opening") => "opening an agent session",
-                    _ => "working",
-                };
-                match event["detail"].as_str() {
-                    Some(detail) => format!("{step}: {detail}"),
-                    None => step.to_owned(),
-                }
-            }
-            Some("notice") => format!("notice: {}", event["message"].as_str().unwrap_or("")),
-            Some("resume_outcome") => {
-                format!("resumed: {}", event["outcome"].as_str().unwrap_or(""))
-            }
+    }
+
+    fn progress(&self, event: &SessionEvent) {
+        let line = match &event.kind {
+            EventKind::Progress { step, detail } => match detail {
+                Some(detail) => format!("{}: {detail}", step_name(*step)),
+                None => step_name(*step).to_owned(),
+            },
+            EventKind::Notice { message } => format!("notice: {message}"),
+            EventKind::ResumeOutcome { outcome } => format!("resumed: {}", outcome_name(*outcome)),
             _ => return,
         };
-        eprintln!("[{elapsed:5.1}s] {line}");
+        self.line(&line);
     }
 }
 
 /// A session's events from a cursor, resubscribing after the last one seen when the
 /// client library drops the subscription or a notification (it does when the reader falls
-/// behind). Session event seqs have no gaps, so a gap means a dropped notification.
-struct Feed {
+/// behind), and — with `follow_restarts` — reconnecting when the daemon restarts. Session
+/// event seqs have no gaps, so a gap means a dropped notification.
+struct Feed<'a> {
+    target: Target,
+    client: Arc<WsClient>,
+    shown: &'a Shown,
     session: String,
     cursor: u64,
-    subscription: jsonrpsee::core::client::Subscription<Value>,
+    /// The session's newest event when the feed (re)connected.
+    last_seq: u64,
+    subscription: Subscription<SessionEvent>,
+    follow_restarts: bool,
 }
 
-impl Feed {
+impl<'a> Feed<'a> {
     /// From the session's newest event on: what happens after now.
-    async fn open_at_end(client: &Client, session: &str) -> Result<Feed, Failure> {
-        let status = client.call(method::SESSION_STATUS, json!({"session_id": session})).await?;
-        Feed::open(client, session, status["last_event_seq"].as_u64().unwrap_or(0)).await
+    async fn open_at_end(
+        client: &Client,
+        session: &str,
+        shown: &'a Shown,
+    ) -> Result<Feed<'a>, Failure> {
+        let status = client
+            .client
+            .session_status(session.to_owned())
+            .await
+            .map_err(|e| client.failure(e))?;
+        Feed::open(client, session, status.last_event_seq, shown).await
     }
 
-    async fn open(client: &Client, session: &str, after: u64) -> Result<Feed, Failure> {
-        let subscription = client.subscribe(session, after).await?;
-        Ok(Feed { session: session.to_owned(), cursor: after, subscription })
+    async fn open(
+        client: &Client,
+        session: &str,
+        after: u64,
+        shown: &'a Shown,
+    ) -> Result<Feed<'a>, Failure> {
+        let status = client
+            .client
+            .session_status(session.to_owned())
+            .await
+            .map_err(|e| client.failure(e))?;
+        let subscription = client
+            .client
+            .session_subscribe(session.to_owned(), Some(after))
+            .await
+            .map_err(|e| client.failure(e))?;
+        Ok(Feed {
+            target: client.target.clone(),
+            client: Arc::clone(&client.client),
+            shown,
+            session: session.to_owned(),
+            cursor: after,
+            last_seq: status.last_event_seq,
+            subscription,
+            follow_restarts: false,
+        })
     }
 
-    async fn next(&mut self, client: &Client) -> Result<Value, Failure> {
+    /// Every event up to the newest one at (re)connection has been delivered.
+    fn caught_up(&self) -> bool {
+        self.cursor >= self.last_seq
+    }
+
+    async fn resubscribe(&mut self) -> Result<(), Failure> {
+        let subscription = self
+            .client
+            .session_subscribe(self.session.clone(), Some(self.cursor))
+            .await
+            .map_err(|e| call_failure(&self.target, &self.client, e))?;
+        self.subscription = subscription;
+        Ok(())
+    }
+
+    async fn next(&mut self) -> Result<SessionEvent, Failure> {
         loop {
             match self.subscription.next().await {
                 Some(Ok(event)) => {
-                    let seq = event["seq"].as_u64().unwrap_or(0);
-                    if seq <= self.cursor {
+                    if event.seq <= self.cursor {
                         continue;
                     }
-                    if seq > self.cursor + 1 {
-                        self.subscription = client.subscribe(&self.session, self.cursor).await?;
+                    if event.seq > self.cursor + 1 {
+                        self.resubscribe().await?;
                         continue;
                     }
-                    self.cursor = seq;
+                    self.cursor = event.seq;
                     return Ok(event);
                 }
                 Some(Err(err)) => {
@@ -737,15 +1298,23 @@ impl Feed {
                         line: format!("error: malformed event: {err}"),
                     });
                 }
-                None if client.client.is_connected() => {
-                    self.subscription = client.subscribe(&self.session, self.cursor).await?;
+                None if self.client.is_connected() => self.resubscribe().await?,
+                None if self.follow_restarts => {
+                    self.client = Arc::new(self.target.reopen(self.shown).await?);
+                    let status = self
+                        .client
+                        .session_status(self.session.clone())
+                        .await
+                        .map_err(|e| call_failure(&self.target, &self.client, e))?;
+                    self.last_seq = status.last_event_seq;
+                    self.resubscribe().await?;
                 }
                 None => {
                     return Err(Failure {
                         code: 3,
                         line: format!(
                             "server not running at {} (the connection closed)",
-                            client.url
+                            self.target.url
                         ),
                     });
                 }

@@ -3,9 +3,6 @@
 //! client reconnecting with `after_seq` misses nothing.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-
-use crate::store::{ResumeOutcome, SessionState, TurnState};
 
 /// One session event.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -32,114 +29,14 @@ impl agentctl::spool::Entry for SessionEvent {
     }
 }
 
-/// The kinds of [`SessionEvent`].
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum SessionEventKind {
-    /// The session's state changed.
-    State {
-        /// The new state.
-        state: SessionState,
-        /// Why, when it is an error.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        error: Option<String>,
-    },
-    /// A turn started with this prompt.
-    TurnStarted {
-        /// The turn.
-        turn_id: String,
-        /// The user's prompt.
-        prompt: String,
-    },
-    /// A chunk of the agent's reply.
-    AgentMessageChunk {
-        /// The text.
-        text: String,
-    },
-    /// A chunk of the agent's reasoning.
-    AgentThoughtChunk {
-        /// The text.
-        text: String,
-    },
-    /// A tool call started (the raw ACP update).
-    ToolCall {
-        /// The `update` object.
-        update: Value,
-    },
-    /// A tool call progressed (the raw ACP update).
-    ToolCallUpdate {
-        /// The `update` object.
-        update: Value,
-    },
-    /// Any other `session/update` (plans, modes, …), raw.
-    SessionUpdate {
-        /// The `update` object.
-        update: Value,
-    },
-    /// The agent asks a person for permission; answer with
-    /// `task.session.permission.respond`.
-    PermissionRequest {
-        /// The id to answer with.
-        request_id: String,
-        /// The ACP params (tool call, options).
-        params: Value,
-    },
-    /// A permission request was answered (or cancelled).
-    PermissionResolved {
-        /// The request.
-        request_id: String,
-        /// The ACP outcome sent to the agent.
-        outcome: Value,
-    },
-    /// A turn ended.
-    TurnEnded {
-        /// The turn.
-        turn_id: String,
-        /// `completed`, `failed` or `interrupted`.
-        state: TurnState,
-        /// The agent's stop reason, when it answered.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        stop_reason: Option<String>,
-        /// Why it failed.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        error: Option<String>,
-    },
-    /// Something a person should know (agent noise, a fallback taken).
-    Notice {
-        /// The message.
-        message: String,
-    },
-    /// A step of bringing the agent up, for a "starting…" / "resuming…" indicator (an agent
-    /// may take seconds per step).
-    Progress {
-        /// The step.
-        step: LaunchStep,
-        /// What it is about: the program launched, the method used.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        detail: Option<String>,
-    },
-    /// How a resume restored the session: `native_resume`, `native_load`,
-    /// `resume_command`, `history_injection` or `fresh`.
-    ResumeOutcome {
-        /// The outcome.
-        outcome: ResumeOutcome,
-    },
-}
+/// What a session event says: the API's event kinds. The log exists to replay exactly what
+/// subscribers are sent, so it stores the wire payload; only the marks around it
+/// (`agent_seq`, `generation`) are the log's own and never leave the daemon.
+pub use protocol::api::{EventKind as SessionEventKind, LaunchStep};
 
-/// The steps of bringing an agent up, in order (`authenticating` and `restoring` only when
-/// they happen).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LaunchStep {
-    /// The runtime starts the sidecar and the agent.
-    Launching,
-    /// The agent runs; ACP `initialize` is sent.
-    Initializing,
-    /// The agent asked for credentials; `authenticate` is sent.
-    Authenticating,
-    /// A native restore is sent (`session/resume` or `session/load`).
-    Restoring,
-    /// A new ACP session is asked for (`session/new`).
-    Opening,
+impl SessionEvent {
+    /// The event as subscribers get it.
+    pub fn to_wire(&self) -> protocol::api::SessionEvent {
+        protocol::api::SessionEvent { seq: self.seq, at: self.at, kind: self.kind.clone() }
+    }
 }

@@ -26,3 +26,4 @@ pub mod runtime;
 pub mod service;
 pub mod session;
 pub mod store;
+pub mod wire;

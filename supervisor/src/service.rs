@@ -23,8 +23,11 @@ use crate::runtime::docker::DockerRuntime;
 use crate::session::{
     self, AdoptPlan, Phase, SessionContext, SessionError, SessionHandle, SessionView, Start,
 };
-use crate::store::{
-    ExecutorStatus, ResumeOutcome, SessionRow, SessionState, Store, StoreError, Task, TurnState,
+use crate::store::{ExecutorStatus, SessionRow, SessionState, Store, StoreError, Task, TurnState};
+use crate::wire::runtime_kind;
+use protocol::api::{
+    AgentInfo, ErrorKind, ExecutionInfo, ResumeResult, SessionStatus, TaskDetail, Timeline,
+    TurnInfo,
 };
 
 /// Errors of the operations, each with the `data.kind` the API reports.
@@ -37,9 +40,14 @@ pub enum ServiceError {
     /// The request conflicts with the session's state (e.g. it has ended).
     #[error("{0}")]
     Conflict(String),
-    /// Bad params.
-    #[error("{0}")]
-    InvalidParams(String),
+    /// A param is invalid; `field` names it.
+    #[error("{message}")]
+    InvalidParams {
+        /// The field.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
     /// Not possible in the current state (e.g. a prompt during a turn).
     #[error("{0}")]
     InvalidState(String),
@@ -56,15 +64,15 @@ pub enum ServiceError {
 
 impl ServiceError {
     /// The `data.kind` of the error.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            ServiceError::NotFound(_) => "not_found",
-            ServiceError::Conflict(_) => "conflict",
-            ServiceError::InvalidParams(_) => "invalid_params",
-            ServiceError::InvalidState(_) => "invalid_state",
-            ServiceError::AgentUnavailable(_) => "agent_unavailable",
-            ServiceError::RuntimeUnavailable(_) => "runtime_unavailable",
-            ServiceError::Internal(_) => "internal",
+            ServiceError::NotFound(_) => ErrorKind::NotFound,
+            ServiceError::Conflict(_) => ErrorKind::Conflict,
+            ServiceError::InvalidParams { .. } => ErrorKind::InvalidParams,
+            ServiceError::InvalidState(_) => ErrorKind::InvalidState,
+            ServiceError::AgentUnavailable(_) => ErrorKind::AgentUnavailable,
+            ServiceError::RuntimeUnavailable(_) => ErrorKind::RuntimeUnavailable,
+            ServiceError::Internal(_) => ErrorKind::Internal,
         }
     }
 }
@@ -85,7 +93,9 @@ impl From<SessionError> for ServiceError {
             SessionError::InvalidState(_) | SessionError::Gone | SessionError::AgentGone(_) => {
                 ServiceError::InvalidState(err.to_string())
             }
-            SessionError::InvalidParams(_) => ServiceError::InvalidParams(err.to_string()),
+            SessionError::InvalidParams { field, .. } => {
+                ServiceError::InvalidParams { field, message: err.to_string() }
+            }
             SessionError::NoSuchRequest(_) => ServiceError::NotFound(err.to_string()),
             SessionError::Store(store) => store.into(),
             SessionError::Agentctl(_) | SessionError::Undelivered(_) => {
@@ -125,74 +135,6 @@ pub struct Supervisor {
     /// Serialises "is there a live actor, else start one", so one session gets one actor
     /// and one launch however many resumes and prompts race.
     start_lock: tokio::sync::Mutex<()>,
-}
-
-/// One agent profile as `agents.list` shows it.
-#[derive(Debug, Clone, Serialize)]
-pub struct AgentInfo {
-    /// Profile id.
-    pub id: String,
-    /// Display name.
-    pub display_name: String,
-    /// Whether it can be launched here.
-    pub available: bool,
-    /// Why not, when not.
-    pub reasons: Vec<String>,
-    /// Native restore: `null` as the agent advertises at `initialize`, `false` never,
-    /// `true` always tried (the profile's override).
-    pub native_resume: Option<bool>,
-    /// The ACP method a native restore is pinned to (`resume`, `load`), if any.
-    pub restore_method: Option<agents::profile::RestoreMethod>,
-    /// A resume relaunches the agent with the profile's `resume_command`.
-    pub resume_command: bool,
-    /// Gets the history injected when nothing was restored natively.
-    pub history_injection: bool,
-    /// A user profile file that does not load: `id` is its file name, `reasons` holds the
-    /// error with `file:line:col`. (A valid earlier version of it may be listed too.)
-    pub invalid: bool,
-}
-
-/// `task.session.status` (DESIGN §6.1).
-#[derive(Debug, Clone, Serialize)]
-pub struct SessionStatus {
-    /// The session.
-    pub session_id: String,
-    /// Its task.
-    pub task_id: String,
-    /// Its state.
-    pub state: SessionState,
-    /// The profile.
-    pub agent_profile_id: String,
-    /// The agent is live and attached.
-    pub is_agent_running: bool,
-    /// A resume is possible.
-    pub is_resumable: bool,
-    /// The frontend should resume it.
-    pub needs_resume: bool,
-    /// Why.
-    pub resume_reason: String,
-    /// The ACP session id.
-    pub acp_session_id: Option<String>,
-    /// `standalone` or `docker`.
-    pub runtime: String,
-    /// The workspace.
-    pub worktree_path: Option<String>,
-    /// The branch, for worktrees Tether made.
-    pub worktree_branch: Option<String>,
-    /// The last error.
-    pub error: Option<String>,
-    /// The seq of the newest session event (subscribe after it to see only new ones).
-    pub last_event_seq: u64,
-}
-
-/// `task.get`: a task and its sessions.
-#[derive(Debug, Clone, Serialize)]
-pub struct TaskDetail {
-    /// The task.
-    #[serde(flatten)]
-    pub task: Task,
-    /// Its sessions.
-    pub sessions: Vec<SessionRow>,
 }
 
 impl Supervisor {
@@ -259,9 +201,10 @@ impl Supervisor {
         match name {
             "standalone" => Ok(Arc::clone(&self.config.standalone)),
             "docker" => Ok(Arc::clone(&self.config.docker) as Arc<dyn Runtime>),
-            other => Err(ServiceError::InvalidParams(format!(
-                "unknown runtime {other:?} (standalone or docker)"
-            ))),
+            other => Err(ServiceError::InvalidParams {
+                field: "runtime",
+                message: format!("unknown runtime {other:?} (standalone or docker)"),
+            }),
         }
     }
 
@@ -329,7 +272,7 @@ impl Supervisor {
                 available: reasons.is_empty(),
                 reasons,
                 native_resume: profile.session.native_resume,
-                restore_method: profile.session.restore_method,
+                restore_method: profile.session.restore_method.map(crate::wire::restore_method),
                 resume_command: profile.relaunches_to_resume(),
                 history_injection: profile.injects_history(false),
                 invalid: false,
@@ -364,7 +307,10 @@ impl Supervisor {
         description: String,
     ) -> Result<Task, ServiceError> {
         if title.trim().is_empty() {
-            return Err(ServiceError::InvalidParams("title must not be empty".into()));
+            return Err(ServiceError::InvalidParams {
+                field: "title",
+                message: "title must not be empty".into(),
+            });
         }
         Ok(self.config.store.create_task(title, description).await?)
     }
@@ -379,7 +325,10 @@ impl Supervisor {
         check_id("task_id", &task_id)?;
         let task = self.config.store.get_task(task_id.clone()).await?;
         let sessions = self.config.store.list_sessions(Some(task_id)).await?;
-        Ok(TaskDetail { task, sessions })
+        Ok(TaskDetail {
+            task: task.into(),
+            sessions: sessions.into_iter().map(Into::into).collect(),
+        })
     }
 
     /// `task.session.create`: records the session and starts its actor, which launches the
@@ -395,14 +344,16 @@ impl Supervisor {
         check_id("task_id", &task_id)?;
         let workspace = Path::new(&workspace_path);
         if !workspace.is_absolute() {
-            return Err(ServiceError::InvalidParams(format!(
-                "workspace_path {workspace_path:?} must be absolute"
-            )));
+            return Err(ServiceError::InvalidParams {
+                field: "workspace_path",
+                message: format!("workspace_path {workspace_path:?} must be absolute"),
+            });
         }
         if !workspace.is_dir() {
-            return Err(ServiceError::InvalidParams(format!(
-                "workspace_path {workspace_path} is not a directory"
-            )));
+            return Err(ServiceError::InvalidParams {
+                field: "workspace_path",
+                message: format!("workspace_path {workspace_path} is not a directory"),
+            });
         }
         let profile = self.config.registry.get(&agent_profile_id).ok_or_else(|| {
             ServiceError::NotFound(format!("agent profile {agent_profile_id} not found"))
@@ -503,7 +454,7 @@ impl Supervisor {
         Ok(SessionStatus {
             session_id,
             task_id: row.task_id,
-            state: row.state,
+            state: row.state.into(),
             agent_profile_id: row.agent_profile_id,
             is_agent_running: running,
             is_resumable,
@@ -513,7 +464,7 @@ impl Supervisor {
                 .as_ref()
                 .and_then(|view| view.acp_session_id.clone())
                 .or(executor.and_then(|e| e.resume_token)),
-            runtime: row.runtime,
+            runtime: runtime_kind(&row.runtime),
             worktree_path: Some(row.workspace_path),
             worktree_branch: None,
             // The actor's view is newer than the row when the store cannot be written.
@@ -525,7 +476,10 @@ impl Supervisor {
     /// `task.session.prompt`: starts a turn; returns its id.
     pub async fn prompt(&self, session_id: String, prompt: String) -> Result<String, ServiceError> {
         if prompt.trim().is_empty() {
-            return Err(ServiceError::InvalidParams("prompt must not be empty".into()));
+            return Err(ServiceError::InvalidParams {
+                field: "prompt",
+                message: "prompt must not be empty".into(),
+            });
         }
         let row = self.session_row(&session_id).await?;
         if row.state.is_terminal() {
@@ -614,8 +568,8 @@ impl Supervisor {
         let view = handle.view();
         Ok(ResumeResult {
             session_id,
-            outcome,
-            state: view.state,
+            outcome: outcome.into(),
+            state: view.state.into(),
             is_agent_running: view.agent_running,
             acp_session_id: view.acp_session_id,
             error: view.error,
@@ -718,7 +672,7 @@ impl Supervisor {
             }
             let reason = "the supervisor stopped while this session was starting; prompt or resume it to go on";
             let state = SessionEventKind::State {
-                state: SessionState::WaitingForInput,
+                state: SessionState::WaitingForInput.into(),
                 error: Some(reason.into()),
             };
             if let Err(err) = self.publish_recovery(&row.id, vec![state]) {
@@ -849,7 +803,7 @@ impl Supervisor {
         for turn_id in &turns {
             kinds.push(SessionEventKind::TurnEnded {
                 turn_id: turn_id.clone(),
-                state: TurnState::Interrupted,
+                state: TurnState::Interrupted.into(),
                 stop_reason: None,
                 error: Some(reason.into()),
             });
@@ -857,7 +811,7 @@ impl Supervisor {
         let unstuck = matches!(row.state, SessionState::Starting | SessionState::Running);
         if unstuck {
             kinds.push(SessionEventKind::State {
-                state: SessionState::WaitingForInput,
+                state: SessionState::WaitingForInput.into(),
                 error: Some(reason.into()),
             });
         }
@@ -977,17 +931,92 @@ impl Supervisor {
         after_seq: u64,
     ) -> Result<SpoolReader<SessionEvent>, ServiceError> {
         self.session_row(&session_id).await?;
-        self.event_log(&session_id)?
-            .reader(after_seq)
-            .map_err(|err| ServiceError::InvalidParams(err.to_string()))
+        let log = self.event_log(&session_id)?;
+        let last = log.last_seq();
+        if after_seq > last {
+            return Err(ServiceError::InvalidParams {
+                field: "after_seq",
+                message: format!(
+                    "after_seq {after_seq} is past session {session_id}'s newest event ({last}); \
+                     subscribe from at most {last}"
+                ),
+            });
+        }
+        log.reader(after_seq).map_err(|err| ServiceError::Internal(err.to_string()))
     }
 
-    /// Every session, or a task's.
+    /// `task.session.timeline`: the session's turns and the executions that ran them (and
+    /// the current one).
+    pub async fn timeline(&self, session_id: String) -> Result<Timeline, ServiceError> {
+        self.session_row(&session_id).await?;
+        let turns = self.config.store.session_turns(session_id.clone()).await?;
+        let current = self.config.store.get_executor(session_id.clone()).await?;
+        let mut executions: Vec<ExecutionInfo> = Vec::new();
+        for turn in &turns {
+            match executions.iter_mut().find(|e| e.execution_id == turn.execution_id) {
+                Some(execution) => execution.turns += 1,
+                None => executions.push(ExecutionInfo {
+                    execution_id: turn.execution_id.clone(),
+                    current: false,
+                    generation: None,
+                    status: None,
+                    resume_outcome: None,
+                    first_turn_at: Some(turn.started_at),
+                    turns: 1,
+                }),
+            }
+        }
+        if let Some(current) = current {
+            let index = match executions.iter().position(|e| e.execution_id == current.execution_id)
+            {
+                Some(index) => index,
+                None => {
+                    executions.push(ExecutionInfo {
+                        execution_id: current.execution_id.clone(),
+                        current: false,
+                        generation: None,
+                        status: None,
+                        resume_outcome: None,
+                        first_turn_at: None,
+                        turns: 0,
+                    });
+                    executions.len() - 1
+                }
+            };
+            let execution = &mut executions[index];
+            execution.current = true;
+            execution.generation = Some(current.generation);
+            execution.status = Some(current.status.as_str().to_owned());
+            execution.resume_outcome = current.resume_outcome.map(Into::into);
+        }
+        let turns = turns
+            .into_iter()
+            .map(|turn| TurnInfo {
+                turn_id: turn.id,
+                execution_id: turn.execution_id,
+                state: turn.state.into(),
+                stop_reason: turn.stop_reason,
+                error: turn.error,
+                started_at: turn.started_at,
+                ended_at: turn.ended_at,
+            })
+            .collect();
+        Ok(Timeline { session_id, executions, turns })
+    }
+
+    /// Every session, or a task's; only those in `state` and of `profile` when given.
     pub async fn list_sessions(
         &self,
         task_id: Option<String>,
+        state: Option<SessionState>,
+        profile: Option<String>,
     ) -> Result<Vec<SessionRow>, ServiceError> {
-        Ok(self.config.store.list_sessions(task_id).await?)
+        let mut rows = self.config.store.list_sessions(task_id).await?;
+        rows.retain(|row| {
+            state.is_none_or(|state| row.state == state)
+                && profile.as_ref().is_none_or(|profile| &row.agent_profile_id == profile)
+        });
+        Ok(rows)
     }
 
     /// The profiles' JSON, for diagnostics.
@@ -998,23 +1027,6 @@ impl Supervisor {
 
 /// How long a resume (or a prompt that waits for one) may take.
 pub const RESUME_WAIT: Duration = Duration::from_secs(90);
-
-/// `task.session.resume`'s answer.
-#[derive(Debug, Clone, Serialize)]
-pub struct ResumeResult {
-    /// The session.
-    pub session_id: String,
-    /// How it was restored, or `already_running`.
-    pub outcome: ResumeOutcome,
-    /// Its state now.
-    pub state: SessionState,
-    /// Whether the agent runs.
-    pub is_agent_running: bool,
-    /// The ACP session id.
-    pub acp_session_id: Option<String>,
-    /// The session's error message, if any (a rejected token leaves a notice, not an error).
-    pub error: Option<String>,
-}
 
 /// What restart recovery did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -1044,10 +1056,13 @@ fn check_workspace(row: &SessionRow) -> Result<(), ServiceError> {
     )))
 }
 
-fn check_id(name: &str, id: &str) -> Result<(), ServiceError> {
+fn check_id(field: &'static str, id: &str) -> Result<(), ServiceError> {
     if home::is_valid_id(id) {
         Ok(())
     } else {
-        Err(ServiceError::InvalidParams(format!("{name} {id:?} is not a valid id")))
+        Err(ServiceError::InvalidParams {
+            field,
+            message: format!("{field} {id:?} is not a valid id"),
+        })
     }
 }

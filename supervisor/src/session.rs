@@ -56,8 +56,13 @@ pub enum SessionError {
     #[error("{0}")]
     InvalidState(String),
     /// The request cannot be carried out as given (e.g. a prompt over the line limit).
-    #[error("{0}")]
-    InvalidParams(String),
+    #[error("{message}")]
+    InvalidParams {
+        /// The field.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
     /// The session has ended.
     #[error("the session is {0:?}; it takes no more commands")]
     Terminal(SessionState),

@@ -326,6 +326,25 @@ pub struct OpenTurn {
     pub delivered: bool,
 }
 
+/// A turn row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnRow {
+    /// The turn.
+    pub id: String,
+    /// The execution that ran it.
+    pub execution_id: String,
+    /// Its state.
+    pub state: TurnState,
+    /// The agent's stop reason.
+    pub stop_reason: Option<String>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// Started, Unix ms.
+    pub started_at: i64,
+    /// Ended, Unix ms.
+    pub ended_at: Option<i64>,
+}
+
 /// A task row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Task {
@@ -986,6 +1005,29 @@ impl Store {
             )
             .optional()?
             .ok_or(StoreError::NotFound { what: "turn", id: turn_id })
+        })
+        .await
+    }
+
+    /// Every turn of a session, oldest first.
+    pub async fn session_turns(&self, session_id: String) -> Result<Vec<TurnRow>, StoreError> {
+        self.call(move |conn| {
+            let mut statement = conn.prepare(
+                "SELECT id, execution_id, state, stop_reason, error, started_at, ended_at \
+                 FROM turns WHERE session_id = ?1 ORDER BY started_at, id",
+            )?;
+            let rows = statement.query_map([&session_id], |r| {
+                Ok(TurnRow {
+                    id: r.get(0)?,
+                    execution_id: r.get(1)?,
+                    state: r.get(2)?,
+                    stop_reason: r.get(3)?,
+                    error: r.get(4)?,
+                    started_at: r.get(5)?,
+                    ended_at: r.get(6)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })
         .await
     }

@@ -618,7 +618,7 @@ impl SessionActor {
         self.enter(Phase::Open);
         let answer = match outcome {
             Some(outcome) => {
-                self.emit(SessionEventKind::ResumeOutcome { outcome });
+                self.emit(SessionEventKind::ResumeOutcome { outcome: outcome.into() });
                 self.update_view(|view| view.resume_outcome = Some(outcome));
                 outcome
             }

@@ -392,9 +392,12 @@ impl SessionActor {
         // The agent's framing drops a line over its limit: the turn would never end.
         let size = serde_json::to_vec(&message).map_or(usize::MAX, |line| line.len() + 1);
         if size > MAX_PROMPT_LINE {
-            return Err(SessionError::InvalidParams(format!(
-                "the prompt is {size} bytes as a JSON-RPC line, over the agent's {MAX_PROMPT_LINE}-byte line limit"
-            )));
+            return Err(SessionError::InvalidParams {
+                field: "prompt",
+                message: format!(
+                    "the prompt is {size} bytes as a JSON-RPC line, over the agent's {MAX_PROMPT_LINE}-byte line limit"
+                ),
+            });
         }
         let turn_id = uuid::Uuid::now_v7().to_string();
         // The turn and its request id are durable before the request leaves.
@@ -888,7 +891,7 @@ impl SessionActor {
                         for turn_id in turns {
                             self.emit(SessionEventKind::TurnEnded {
                                 turn_id,
-                                state: TurnState::Interrupted,
+                                state: TurnState::Interrupted.into(),
                                 stop_reason: None,
                                 error: Some(reason.clone()),
                             });
@@ -1122,7 +1125,7 @@ impl SessionActor {
         // ended, a replay no longer ends it, so everything it publishes must be out first.
         self.emit(SessionEventKind::TurnEnded {
             turn_id: turn_id.clone(),
-            state,
+            state: state.into(),
             stop_reason: stop_reason.clone(),
             error: error.clone(),
         });
@@ -1368,7 +1371,7 @@ impl SessionActor {
             return Ok(());
         }
         // The event first: a replay re-applies the store write, but would skip the event.
-        self.emit(SessionEventKind::State { state, error: error.clone() });
+        self.emit(SessionEventKind::State { state: state.into(), error: error.clone() });
         self.flush_events();
         self.context
             .store

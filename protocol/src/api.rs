@@ -1,0 +1,617 @@
+//! The frontend API: one definition of Tether's JSON-RPC surface over WebSocket — the
+//! [`Api`] trait (jsonrpsee generates the server side the daemon implements and the client
+//! side the CLI and the tests call) and the wire types of its params, results and events.
+//!
+//! Wire types are API types: the daemon converts its store rows and log records into them,
+//! so a column can change without the API changing, and internal bookkeeping (profile
+//! snapshots, agentctl marks) never leaks. Params are objects by name; [`params`] holds
+//! their checked shapes, which the server applies before a method runs so that a bad
+//! field gets an `invalid_params` error naming it. [`openrpc`] describes the whole surface
+//! as an OpenRPC document (served by `rpc.discover`, checked in as `docs/openrpc.json`).
+
+pub mod openrpc;
+pub mod params;
+
+use jsonrpsee::core::{RpcResult, SubscriptionResult};
+use jsonrpsee::proc_macros::rpc;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use crate::errors::{ErrorData, ErrorKind};
+
+/// Session states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SessionState {
+    /// Recorded, never launched.
+    Created,
+    /// Its agent is being brought up.
+    Starting,
+    /// A turn is running.
+    Running,
+    /// Idle, waiting for a prompt.
+    WaitingForInput,
+    /// Ended by `task.session.stop`: for good.
+    Completed,
+    /// Failed for good (its first launch failed).
+    Failed,
+    /// Cancelled for good.
+    Cancelled,
+}
+
+/// A turn's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnState {
+    /// Its prompt went out; no answer yet.
+    Running,
+    /// The agent answered (any stop reason, `cancelled` included).
+    Completed,
+    /// It failed (an error, the agent exited, a cancel the agent did not confirm).
+    Failed,
+    /// Its agent died while the supervisor was away.
+    Interrupted,
+}
+
+/// How a resume restored a session, or that none was needed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ResumeOutcome {
+    /// ACP `session/resume` of the stored token.
+    NativeResume,
+    /// ACP `session/load` of the stored token (the agent replays; the replay is dropped).
+    NativeLoad,
+    /// The agent relaunched with the profile's `resume_command`.
+    ResumeCommand,
+    /// A fresh agent session; the recorded history goes into the next prompt.
+    HistoryInjection,
+    /// A fresh agent session, nothing restored.
+    Fresh,
+    /// The agent was running already.
+    AlreadyRunning,
+}
+
+/// The steps of bringing an agent up, in order (`authenticating` and `restoring` only when
+/// they happen).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LaunchStep {
+    /// The runtime starts the sidecar and the agent.
+    Launching,
+    /// The agent runs; ACP `initialize` is sent.
+    Initializing,
+    /// The agent asked for credentials; `authenticate` is sent.
+    Authenticating,
+    /// A native restore is sent (`session/resume` or `session/load`).
+    Restoring,
+    /// A new ACP session is asked for (`session/new`).
+    Opening,
+}
+
+/// The ACP method of a native restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RestoreMethod {
+    /// `session/resume`: the agent restores its context without replaying it.
+    Resume,
+    /// `session/load`: the agent restores its context and replays the conversation.
+    Load,
+}
+
+/// Where a session's agent runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RuntimeKind {
+    /// A local process (through its agentctl sidecar).
+    Standalone,
+    /// A Docker container (agentctl inside).
+    Docker,
+}
+
+impl RuntimeKind {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuntimeKind::Standalone => "standalone",
+            RuntimeKind::Docker => "docker",
+        }
+    }
+}
+
+/// One agent profile as `agents.list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentInfo {
+    /// Profile id.
+    pub id: String,
+    /// Display name.
+    pub display_name: String,
+    /// Whether it can be launched here.
+    pub available: bool,
+    /// Why not, when not.
+    pub reasons: Vec<String>,
+    /// Native restore: `null` as the agent advertises at `initialize`, `false` never,
+    /// `true` always tried (the profile's override).
+    pub native_resume: Option<bool>,
+    /// The ACP method a native restore is pinned to, if any.
+    pub restore_method: Option<RestoreMethod>,
+    /// A resume relaunches the agent with the profile's `resume_command`.
+    pub resume_command: bool,
+    /// Gets the history injected when nothing was restored natively.
+    pub history_injection: bool,
+    /// A user profile file that does not load: `id` is its file name, `reasons` holds the
+    /// error with `file:line:col`.
+    pub invalid: bool,
+}
+
+/// A task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Task {
+    /// Id (UUID v7).
+    pub id: String,
+    /// Title.
+    pub title: String,
+    /// Description (the initial prompt of a fresh start).
+    pub description: String,
+    /// `TODO`, `IN_PROGRESS`, `REVIEW`, `COMPLETED`, `FAILED` or `CANCELLED`.
+    pub state: String,
+    /// Created, Unix ms.
+    pub created_at: i64,
+    /// Updated, Unix ms.
+    pub updated_at: i64,
+}
+
+/// A session as lists show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionSummary {
+    /// Id (UUID v7).
+    pub id: String,
+    /// Its task.
+    pub task_id: String,
+    /// The profile it was started with.
+    pub agent_profile_id: String,
+    /// Where its agent runs.
+    pub runtime: RuntimeKind,
+    /// Its state.
+    pub state: SessionState,
+    /// The workspace directory.
+    pub workspace_path: String,
+    /// The last error, if any.
+    pub error_message: Option<String>,
+    /// Created, Unix ms.
+    pub created_at: i64,
+    /// Updated, Unix ms.
+    pub updated_at: i64,
+}
+
+/// `task.get`: a task and its sessions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskDetail {
+    /// The task.
+    #[serde(flatten)]
+    pub task: Task,
+    /// Its sessions.
+    pub sessions: Vec<SessionSummary>,
+}
+
+/// `task.session.status`: what a frontend needs to decide on a resume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionStatus {
+    /// The session.
+    pub session_id: String,
+    /// Its task.
+    pub task_id: String,
+    /// Its state.
+    pub state: SessionState,
+    /// The profile.
+    pub agent_profile_id: String,
+    /// The agent is live and attached.
+    pub is_agent_running: bool,
+    /// A resume is possible.
+    pub is_resumable: bool,
+    /// The frontend should resume it (`task.session.resume`) before using it.
+    pub needs_resume: bool,
+    /// Why, in words.
+    pub resume_reason: String,
+    /// The ACP session id.
+    pub acp_session_id: Option<String>,
+    /// Where its agent runs.
+    pub runtime: RuntimeKind,
+    /// The workspace.
+    pub worktree_path: Option<String>,
+    /// The branch, for worktrees Tether made.
+    pub worktree_branch: Option<String>,
+    /// The last error.
+    pub error: Option<String>,
+    /// The seq of the newest session event (subscribe after it to see only new ones).
+    pub last_event_seq: u64,
+}
+
+/// `task.session.prompt`: the turn that started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PromptStarted {
+    /// The turn; its `turn_ended` event carries the same id.
+    pub turn_id: String,
+}
+
+/// `task.session.resume`'s answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ResumeResult {
+    /// The session.
+    pub session_id: String,
+    /// How it was restored, or `already_running`.
+    pub outcome: ResumeOutcome,
+    /// Its state now.
+    pub state: SessionState,
+    /// Whether the agent runs.
+    pub is_agent_running: bool,
+    /// The ACP session id.
+    pub acp_session_id: Option<String>,
+    /// The session's error message, if any (a rejected token leaves a notice, not an error).
+    pub error: Option<String>,
+}
+
+/// `sessions.stop_all`'s answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct StopAllResult {
+    /// How many agents were stopped.
+    pub stopped: usize,
+}
+
+/// The answer of a method that has nothing to say but "done": `{}`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Done {}
+
+/// The kinds of history entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryType {
+    /// What the user asked.
+    UserMessage,
+    /// What the agent answered (chunks coalesced into one message).
+    AgentMessage,
+    /// A tool the agent started.
+    ToolCall,
+    /// A tool's outcome.
+    ToolResult,
+}
+
+/// One entry of a session's conversation history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct HistoryEntry {
+    /// From 1, without gaps.
+    pub seq: u64,
+    /// Unix ms.
+    pub at: i64,
+    /// The kind.
+    #[serde(rename = "type")]
+    pub kind: EntryType,
+    /// `user`, `assistant` or `tool`.
+    pub role: String,
+    /// The text.
+    pub content: String,
+    /// The tool's title, for tool entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+    /// The tool call id, for tool entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// The tool's status, for tool entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_status: Option<String>,
+}
+
+/// One event of a session's stream (`task.session.event` notifications).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionEvent {
+    /// From 1, without gaps, per session: resubscribe with the last one seen as
+    /// `after_seq` and nothing is missed.
+    pub seq: u64,
+    /// Unix ms.
+    pub at: u64,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// The kinds of [`SessionEvent`] (its `type` member).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EventKind {
+    /// The session's state changed.
+    State {
+        /// The new state.
+        state: SessionState,
+        /// Why, when it is an error.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// A turn started with this prompt.
+    TurnStarted {
+        /// The turn.
+        turn_id: String,
+        /// The user's prompt.
+        prompt: String,
+    },
+    /// A chunk of the agent's reply.
+    AgentMessageChunk {
+        /// The text.
+        text: String,
+    },
+    /// A chunk of the agent's reasoning.
+    AgentThoughtChunk {
+        /// The text.
+        text: String,
+    },
+    /// A tool call started (the raw ACP update).
+    ToolCall {
+        /// The ACP `update` object.
+        update: Value,
+    },
+    /// A tool call progressed (the raw ACP update).
+    ToolCallUpdate {
+        /// The ACP `update` object.
+        update: Value,
+    },
+    /// Any other ACP `session/update` (plans, modes, …), raw.
+    SessionUpdate {
+        /// The ACP `update` object.
+        update: Value,
+    },
+    /// The agent asks a person for permission; answer with
+    /// `task.session.permission.respond`.
+    PermissionRequest {
+        /// The id to answer with.
+        request_id: String,
+        /// The ACP params (tool call, options).
+        params: Value,
+    },
+    /// A permission request was answered (or cancelled).
+    PermissionResolved {
+        /// The request.
+        request_id: String,
+        /// The ACP outcome sent to the agent.
+        outcome: Value,
+    },
+    /// A turn ended.
+    TurnEnded {
+        /// The turn.
+        turn_id: String,
+        /// How.
+        state: TurnState,
+        /// The agent's stop reason, when it answered.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stop_reason: Option<String>,
+        /// Why it failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// Something a person should know (agent noise, a fallback taken, a rejected token).
+    Notice {
+        /// The message.
+        message: String,
+    },
+    /// A step of bringing the agent up, for a "starting…" / "resuming…" indicator.
+    Progress {
+        /// The step.
+        step: LaunchStep,
+        /// What it is about: the program launched, the method used.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
+    /// How a resume restored the session.
+    ResumeOutcome {
+        /// The outcome.
+        outcome: ResumeOutcome,
+    },
+}
+
+/// `task.session.timeline`: a session's executions and turns, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Timeline {
+    /// The session.
+    pub session_id: String,
+    /// Each execution (one run of its agent) that ran a turn, and the current one.
+    pub executions: Vec<ExecutionInfo>,
+    /// Every turn.
+    pub turns: Vec<TurnInfo>,
+}
+
+/// One execution in a [`Timeline`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ExecutionInfo {
+    /// The execution's id.
+    pub execution_id: String,
+    /// It is the session's current (newest) execution.
+    pub current: bool,
+    /// Its number (from 1), for the current execution.
+    pub generation: Option<i64>,
+    /// Where it is (`running`, `exited`, `stopped`, …), for the current execution.
+    pub status: Option<String>,
+    /// How the resume that started it restored the session, for the current execution.
+    pub resume_outcome: Option<ResumeOutcome>,
+    /// Its first turn's start, Unix ms.
+    pub first_turn_at: Option<i64>,
+    /// How many turns it ran.
+    pub turns: usize,
+}
+
+/// One turn in a [`Timeline`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TurnInfo {
+    /// The turn.
+    pub turn_id: String,
+    /// The execution that ran it.
+    pub execution_id: String,
+    /// How it went.
+    pub state: TurnState,
+    /// The agent's stop reason.
+    pub stop_reason: Option<String>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// Started, Unix ms.
+    pub started_at: i64,
+    /// Ended, Unix ms.
+    pub ended_at: Option<i64>,
+}
+
+/// Method names, for servers that check params before a method runs and for docs.
+pub mod method {
+    /// `agents.list`
+    pub const AGENTS_LIST: &str = "agents.list";
+    /// `task.create`
+    pub const TASK_CREATE: &str = "task.create";
+    /// `task.list`
+    pub const TASK_LIST: &str = "task.list";
+    /// `task.get`
+    pub const TASK_GET: &str = "task.get";
+    /// `task.session.create`
+    pub const SESSION_CREATE: &str = "task.session.create";
+    /// `task.session.list`
+    pub const SESSION_LIST: &str = "task.session.list";
+    /// `task.session.status`
+    pub const SESSION_STATUS: &str = "task.session.status";
+    /// `task.session.prompt`
+    pub const SESSION_PROMPT: &str = "task.session.prompt";
+    /// `task.session.resume`
+    pub const SESSION_RESUME: &str = "task.session.resume";
+    /// `sessions.stop_all`
+    pub const STOP_ALL: &str = "sessions.stop_all";
+    /// `task.session.cancel`
+    pub const SESSION_CANCEL: &str = "task.session.cancel";
+    /// `task.session.stop`
+    pub const SESSION_STOP: &str = "task.session.stop";
+    /// `task.session.delete`
+    pub const SESSION_DELETE: &str = "task.session.delete";
+    /// `task.session.permission.respond`
+    pub const PERMISSION_RESPOND: &str = "task.session.permission.respond";
+    /// `task.session.history`
+    pub const SESSION_HISTORY: &str = "task.session.history";
+    /// `task.session.timeline`
+    pub const SESSION_TIMELINE: &str = "task.session.timeline";
+    /// `task.session.subscribe`
+    pub const SESSION_SUBSCRIBE: &str = "task.session.subscribe";
+    /// The subscription's notifications.
+    pub const SESSION_EVENT: &str = "task.session.event";
+    /// `task.session.unsubscribe`
+    pub const SESSION_UNSUBSCRIBE: &str = "task.session.unsubscribe";
+    /// `rpc.discover`: the OpenRPC document.
+    pub const DISCOVER: &str = "rpc.discover";
+}
+
+/// Tether's frontend API. Every method takes its params as an object by name (see
+/// [`params`] for each one's checked shape and limits) and fails with an error whose
+/// `data` is an [`ErrorData`].
+#[rpc(server, client)]
+pub trait Api {
+    /// Every agent profile, with whether it can run here and why not.
+    #[method(name = "agents.list")]
+    async fn agents_list(&self) -> RpcResult<Vec<AgentInfo>>;
+
+    /// Creates a task.
+    #[method(name = "task.create", param_kind = map)]
+    async fn task_create(&self, title: String, description: Option<String>) -> RpcResult<Task>;
+
+    /// Every task, oldest first.
+    #[method(name = "task.list")]
+    async fn task_list(&self) -> RpcResult<Vec<Task>>;
+
+    /// A task and its sessions.
+    #[method(name = "task.get", param_kind = map)]
+    async fn task_get(&self, task_id: String) -> RpcResult<TaskDetail>;
+
+    /// Creates a session of `task_id` with an agent profile in a workspace and starts its
+    /// agent; `prompt` (or else the task's description) is its first prompt.
+    #[method(name = "task.session.create", param_kind = map)]
+    async fn session_create(
+        &self,
+        task_id: String,
+        agent_profile_id: String,
+        workspace_path: String,
+        prompt: Option<String>,
+        runtime: Option<RuntimeKind>,
+    ) -> RpcResult<SessionSummary>;
+
+    /// Sessions, oldest first, filtered by task, state and profile when given.
+    #[method(name = "task.session.list", param_kind = map)]
+    async fn session_list(
+        &self,
+        task_id: Option<String>,
+        state: Option<SessionState>,
+        agent_profile_id: Option<String>,
+    ) -> RpcResult<Vec<SessionSummary>>;
+
+    /// A session's status; `needs_resume` says whether to call `task.session.resume`.
+    #[method(name = "task.session.status", param_kind = map)]
+    async fn session_status(&self, session_id: String) -> RpcResult<SessionStatus>;
+
+    /// Sends a prompt (resuming the session first when its agent is not running); the
+    /// turn's output arrives as events.
+    #[method(name = "task.session.prompt", param_kind = map)]
+    async fn session_prompt(&self, session_id: String, prompt: String) -> RpcResult<PromptStarted>;
+
+    /// Brings a session's agent back: natively when it can, else with the history for the
+    /// next prompt. Joins a resume already under way.
+    #[method(name = "task.session.resume", param_kind = map)]
+    async fn session_resume(&self, session_id: String) -> RpcResult<ResumeResult>;
+
+    /// Stops every live agent; the sessions stay resumable.
+    #[method(name = "sessions.stop_all")]
+    async fn stop_all(&self) -> RpcResult<StopAllResult>;
+
+    /// Cancels the running turn (it ends `cancelled`, or `failed` if the agent does not
+    /// confirm within the grace period).
+    #[method(name = "task.session.cancel", param_kind = map)]
+    async fn session_cancel(&self, session_id: String) -> RpcResult<Done>;
+
+    /// Ends a session for good: its agent stops and it cannot be resumed.
+    #[method(name = "task.session.stop", param_kind = map)]
+    async fn session_stop(&self, session_id: String) -> RpcResult<Done>;
+
+    /// Deletes a session and its records (its agent is stopped first).
+    #[method(name = "task.session.delete", param_kind = map)]
+    async fn session_delete(&self, session_id: String) -> RpcResult<Done>;
+
+    /// Answers a permission request with one of its options (`option_id`), or cancels it
+    /// (no `option_id`).
+    #[method(name = "task.session.permission.respond", param_kind = map)]
+    async fn permission_respond(
+        &self,
+        session_id: String,
+        request_id: String,
+        option_id: Option<String>,
+    ) -> RpcResult<Done>;
+
+    /// The conversation history after `after_seq` (default 0), at most `limit` entries
+    /// (default 1000).
+    #[method(name = "task.session.history", param_kind = map)]
+    async fn session_history(
+        &self,
+        session_id: String,
+        after_seq: Option<u64>,
+        limit: Option<usize>,
+    ) -> RpcResult<Vec<HistoryEntry>>;
+
+    /// A session's executions and turns.
+    #[method(name = "task.session.timeline", param_kind = map)]
+    async fn session_timeline(&self, session_id: String) -> RpcResult<Timeline>;
+
+    /// A session's events after `after_seq` (default 0), then live ones. `after_seq` past
+    /// the newest event is refused.
+    #[subscription(
+        name = "task.session.subscribe" => "task.session.event",
+        unsubscribe = "task.session.unsubscribe",
+        item = SessionEvent,
+        param_kind = map
+    )]
+    async fn session_subscribe(
+        &self,
+        session_id: String,
+        after_seq: Option<u64>,
+    ) -> SubscriptionResult;
+
+    /// This API as an OpenRPC document.
+    #[method(name = "rpc.discover")]
+    async fn discover(&self) -> RpcResult<Value>;
+}

@@ -1,0 +1,368 @@
+//! The frontend API as an OpenRPC 1.3 document, generated from the same types the
+//! [`super::Api`] trait uses: each method's params from its [`super::params`] struct, its
+//! result and the subscription's item from their wire types, the error kinds from
+//! [`ErrorKind`]. The daemon serves the checked-in copy (`docs/openrpc.json`) through
+//! `rpc.discover`; a test regenerates it and fails when the two differ.
+
+use schemars::JsonSchema;
+use schemars::generate::{SchemaGenerator, SchemaSettings};
+use serde_json::{Map, Value, json};
+
+use super::params::{self, Checked};
+use super::{method, *};
+use crate::errors::ErrorKind;
+
+/// The checked-in document, as served by `rpc.discover`.
+pub const DOCUMENT: &str = include_str!("../../../docs/openrpc.json");
+
+struct Methods {
+    generator: SchemaGenerator,
+    methods: Vec<Value>,
+}
+
+impl Methods {
+    fn add<P: Checked, R: JsonSchema>(&mut self, name: &str, summary: &str) {
+        let params = self.params::<P>();
+        let result = self.generator.subschema_for::<R>();
+        self.push(name, summary, params, json!({"name": "result", "schema": result.to_value()}));
+    }
+
+    /// A subscription: the call answers with the subscription's id; each item arrives as a
+    /// notification (`x-notification`) whose `params.result` is an `R`.
+    fn add_subscription<P: Checked, R: JsonSchema>(
+        &mut self,
+        name: &str,
+        notification: &str,
+        unsubscribe: &str,
+        summary: &str,
+    ) {
+        let params = self.params::<P>();
+        let item = self.generator.subschema_for::<R>().to_value();
+        let id = json!({"name": "subscription", "schema": {"type": ["string", "integer"]}});
+        self.push(name, summary, params, id);
+        let method = self.methods.last_mut().expect("UNWRAP: just pushed");
+        method["x-notification"] =
+            json!({"name": notification, "result": {"name": "event", "schema": item}});
+        method["x-unsubscribe"] = json!({"name": unsubscribe, "params": "[subscription id]"});
+    }
+
+    fn push(&mut self, name: &str, summary: &str, params: Vec<Value>, result: Value) {
+        self.methods.push(json!({
+            "name": name,
+            "summary": summary,
+            "paramStructure": "by-name",
+            "params": params,
+            "result": result,
+            "errors": [{"$ref": "#/components/errors/TetherError"}],
+        }));
+    }
+
+    fn params<P: Checked>(&mut self) -> Vec<Value> {
+        let schema = P::json_schema(&mut self.generator).to_value();
+        let required: Vec<&str> = schema["required"]
+            .as_array()
+            .map(|names| names.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let Some(properties) = schema["properties"].as_object() else { return Vec::new() };
+        properties
+            .iter()
+            .map(|(name, property)| {
+                let mut property = property.clone();
+                let description = property
+                    .as_object_mut()
+                    .and_then(|object| object.remove("description"))
+                    .unwrap_or(Value::Null);
+                let mut descriptor = json!({
+                    "name": name,
+                    "required": required.contains(&name.as_str()),
+                    "schema": property,
+                });
+                if !description.is_null() {
+                    descriptor["description"] = description;
+                }
+                descriptor
+            })
+            .collect()
+    }
+}
+
+/// Generates the document.
+pub fn generate() -> Value {
+    let settings = SchemaSettings::draft07().with(|settings| {
+        settings.definitions_path = "#/components/schemas/".into();
+    });
+    let mut m = Methods { generator: settings.into_generator(), methods: Vec::new() };
+    use params::*;
+    m.add::<NoParams, Vec<AgentInfo>>(
+        method::AGENTS_LIST,
+        "Every agent profile, with whether it can run here and why not.",
+    );
+    m.add::<TaskCreate, Task>(method::TASK_CREATE, "Creates a task.");
+    m.add::<NoParams, Vec<Task>>(method::TASK_LIST, "Every task, oldest first.");
+    m.add::<TaskGet, TaskDetail>(method::TASK_GET, "A task and its sessions.");
+    m.add::<SessionCreate, SessionSummary>(
+        method::SESSION_CREATE,
+        "Creates a session and starts its agent; the prompt (or the task's description) is its first prompt.",
+    );
+    m.add::<SessionList, Vec<SessionSummary>>(
+        method::SESSION_LIST,
+        "Sessions, oldest first, filtered by task, state and profile when given.",
+    );
+    m.add::<SessionId, SessionStatus>(
+        method::SESSION_STATUS,
+        "A session's status; `needs_resume` says whether to call task.session.resume.",
+    );
+    m.add::<SessionPrompt, PromptStarted>(
+        method::SESSION_PROMPT,
+        "Sends a prompt (resuming the session first when its agent is not running); the turn's output arrives as events.",
+    );
+    m.add::<SessionId, ResumeResult>(
+        method::SESSION_RESUME,
+        "Brings a session's agent back: natively when it can, else with the history for the next prompt.",
+    );
+    m.add::<NoParams, StopAllResult>(
+        method::STOP_ALL,
+        "Stops every live agent; the sessions stay resumable.",
+    );
+    m.add::<SessionId, Done>(method::SESSION_CANCEL, "Cancels the running turn.");
+    m.add::<SessionId, Done>(
+        method::SESSION_STOP,
+        "Ends a session for good: its agent stops and it cannot be resumed.",
+    );
+    m.add::<SessionId, Done>(method::SESSION_DELETE, "Deletes a session and its records.");
+    m.add::<PermissionRespond, Done>(
+        method::PERMISSION_RESPOND,
+        "Answers a permission request with one of its options, or cancels it (no option_id).",
+    );
+    m.add::<SessionHistory, Vec<HistoryEntry>>(
+        method::SESSION_HISTORY,
+        "The conversation history after after_seq, at most limit entries.",
+    );
+    m.add::<SessionId, Timeline>(method::SESSION_TIMELINE, "A session's executions and turns.");
+    m.add_subscription::<SessionSubscribe, SessionEvent>(
+        method::SESSION_SUBSCRIBE,
+        method::SESSION_EVENT,
+        method::SESSION_UNSUBSCRIBE,
+        "Subscribes to a session's events after after_seq, then live ones; each arrives as a task.session.event notification whose result is the event. Unsubscribe with task.session.unsubscribe [subscription id].",
+    );
+    m.add::<NoParams, Value>(method::DISCOVER, "This document.");
+    let Methods { mut generator, methods } = m;
+    let mut schemas: Map<String, Value> = generator.take_definitions(true);
+    schemas.insert("ErrorData".into(), ErrorData::json_schema(&mut generator).to_value());
+    schemas.extend(generator.take_definitions(true));
+    let kinds: Vec<Value> = ErrorKind::ALL
+        .iter()
+        .map(|kind| json!({"kind": kind.as_str(), "code": kind.code()}))
+        .collect();
+    json!({
+        "openrpc": "1.3.2",
+        "info": {
+            "title": "Tether frontend API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "JSON-RPC 2.0 over WebSocket. Params are objects by name. Every error's data is an ErrorData: decide on data.kind, never on the message. x-error-kinds lists each kind with its code.",
+        },
+        "methods": methods,
+        "components": {
+            "schemas": schemas,
+            "errors": {
+                "TetherError": {
+                    "code": -32000,
+                    "message": "An error whose data.kind says which (see x-error-kinds for the code of each).",
+                    "data": {"$ref": "#/components/schemas/ErrorData"},
+                },
+            },
+        },
+        "x-error-kinds": kinds,
+    })
+}
+
+/// The generated document as the checked-in file holds it (pretty, newline-terminated).
+pub fn render() -> String {
+    let mut text = serde_json::to_string_pretty(&generate()).expect("UNWRAP: a Value serialises");
+    text.push('\n');
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    //! The trait, the params structs and the document are three views of one API; these
+    //! tests hold them together. The trait's generated client is driven through a recorder
+    //! that keeps each (method, params) it would send: every method's params must pass its
+    //! params struct's check (so the trait's argument names and the struct's fields agree),
+    //! and the methods must be exactly the document's.
+
+    use std::sync::Mutex;
+
+    use jsonrpsee::core::client::{
+        BatchResponse, ClientT, Error, Subscription, SubscriptionClientT,
+    };
+    use jsonrpsee::core::params::BatchRequestBuilder;
+    use jsonrpsee::core::traits::ToRpcParams;
+    use serde::de::DeserializeOwned;
+
+    use super::super::{ApiClient, params};
+    use super::*;
+
+    #[derive(Default)]
+    struct Recorder {
+        sent: Mutex<Vec<(String, Option<Box<serde_json::value::RawValue>>)>>,
+    }
+
+    impl Recorder {
+        fn record(&self, method: &str, params: impl ToRpcParams) -> Error {
+            let params = params.to_rpc_params().expect("params serialise");
+            self.sent.lock().unwrap().push((method.to_owned(), params));
+            // Every call "fails" after it is recorded: only what was sent matters here.
+            Error::Custom("recorded".into())
+        }
+    }
+
+    impl ClientT for Recorder {
+        async fn notification<P: ToRpcParams + Send>(
+            &self,
+            method: &str,
+            params: P,
+        ) -> Result<(), Error> {
+            Err(self.record(method, params))
+        }
+
+        async fn request<R: DeserializeOwned, P: ToRpcParams + Send>(
+            &self,
+            method: &str,
+            params: P,
+        ) -> Result<R, Error> {
+            Err(self.record(method, params))
+        }
+
+        async fn batch_request<'a, R: DeserializeOwned + std::fmt::Debug + 'a>(
+            &self,
+            _batch: BatchRequestBuilder<'a>,
+        ) -> Result<BatchResponse<'a, R>, Error> {
+            Err(Error::Custom("no batches".into()))
+        }
+    }
+
+    impl SubscriptionClientT for Recorder {
+        async fn subscribe<'a, N: DeserializeOwned, P: ToRpcParams + Send>(
+            &self,
+            subscribe_method: &'a str,
+            params: P,
+            _unsubscribe_method: &'a str,
+        ) -> Result<Subscription<N>, Error> {
+            Err(self.record(subscribe_method, params))
+        }
+
+        async fn subscribe_to_method<N: DeserializeOwned>(
+            &self,
+            method: &str,
+        ) -> Result<Subscription<N>, Error> {
+            Err(self.record(method, jsonrpsee::core::params::ArrayParams::new()))
+        }
+    }
+
+    /// Calls every method of the generated client once, with every optional argument set.
+    async fn call_everything(client: &Recorder) {
+        let s = || "01900000-0000-7000-8000-000000000000".to_owned();
+        let _ = client.agents_list().await;
+        let _ = client.task_create("t".into(), Some("d".into())).await;
+        let _ = client.task_list().await;
+        let _ = client.task_get(s()).await;
+        let _ = client
+            .session_create(
+                s(),
+                "mock".into(),
+                "/w".into(),
+                Some("p".into()),
+                Some(RuntimeKind::Docker),
+            )
+            .await;
+        let _ =
+            client.session_list(Some(s()), Some(SessionState::Failed), Some("mock".into())).await;
+        let _ = client.session_status(s()).await;
+        let _ = client.session_prompt(s(), "p".into()).await;
+        let _ = client.session_resume(s()).await;
+        let _ = client.stop_all().await;
+        let _ = client.session_cancel(s()).await;
+        let _ = client.session_stop(s()).await;
+        let _ = client.session_delete(s()).await;
+        let _ = client.permission_respond(s(), "7".into(), Some("allow".into())).await;
+        let _ = client.session_history(s(), Some(3), Some(10)).await;
+        let _ = client.session_timeline(s()).await;
+        let _ = client.session_subscribe(s(), Some(2)).await;
+        let _ = client.discover().await;
+    }
+
+    #[tokio::test]
+    async fn the_trait_the_params_and_the_document_name_the_same_methods_and_fields() {
+        let recorder = Recorder::default();
+        call_everything(&recorder).await;
+        let sent = recorder.sent.into_inner().unwrap();
+        for (method, params) in &sent {
+            params::check(method, params.as_deref()).unwrap_or_else(|err| {
+                panic!("{method}: the trait sends what its params refuse: {err}")
+            });
+            // Every field the struct knows was set above: the trait sends all of them.
+            let sent_fields = params
+                .as_deref()
+                .map(|raw| serde_json::from_str::<Map<String, Value>>(raw.get()).unwrap())
+                .unwrap_or_default();
+            let document = generate();
+            let described = document["methods"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["name"] == method.as_str())
+                .unwrap_or_else(|| panic!("{method} is not in the OpenRPC document"));
+            let described: Vec<&str> = described["params"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["name"].as_str().unwrap())
+                .collect();
+            let mut sent_names: Vec<&str> = sent_fields.keys().map(String::as_str).collect();
+            sent_names.sort_unstable();
+            let mut described_sorted = described.clone();
+            described_sorted.sort_unstable();
+            assert_eq!(
+                sent_names, described_sorted,
+                "{method}: the trait's arguments vs the document's params"
+            );
+        }
+        let mut called: Vec<&str> = sent.iter().map(|(m, _)| m.as_str()).collect();
+        called.sort_unstable();
+        let document = generate();
+        let mut documented: Vec<&str> = document["methods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["name"].as_str().unwrap())
+            .collect();
+        documented.sort_unstable();
+        assert_eq!(called, documented);
+    }
+
+    #[test]
+    fn the_checked_in_document_is_the_generated_one() {
+        let generated = render();
+        if std::env::var_os("UPDATE_OPENRPC").is_some() {
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/openrpc.json");
+            std::fs::write(path, &generated).unwrap();
+            return;
+        }
+        assert!(
+            DOCUMENT == generated,
+            "docs/openrpc.json is out of date with the API's types: run \
+             `UPDATE_OPENRPC=1 cargo test -p protocol openrpc` and commit it"
+        );
+    }
+
+    #[test]
+    fn every_error_kind_is_documented_with_its_code() {
+        let document = generate();
+        let kinds = document["x-error-kinds"].as_array().unwrap();
+        assert_eq!(kinds.len(), ErrorKind::ALL.len());
+        for kind in ErrorKind::ALL {
+            assert!(kinds.iter().any(|k| k["kind"] == kind.as_str() && k["code"] == kind.code()));
+        }
+    }
+}

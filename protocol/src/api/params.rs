@@ -1,0 +1,370 @@
+//! The checked shape of each method's params: objects by name, no unknown fields, each
+//! string within its limit. The server runs [`check`] before a method, so a bad request
+//! gets an `invalid_params` error whose `data.field` names the field (and `data.limit` the
+//! bound it broke) instead of reaching the method. These structs mirror the [`super::Api`]
+//! trait's arguments one for one; `tests` in this module hold the two together.
+
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use super::{RuntimeKind, SessionState, method};
+use crate::errors::{ErrorData, ErrorKind};
+
+/// The longest id (task, session, profile, permission request, option), in bytes.
+pub const MAX_ID: usize = 256;
+/// The longest task title, in bytes.
+pub const MAX_TITLE: usize = 1024;
+/// The longest task description, in bytes.
+pub const MAX_DESCRIPTION: usize = 1024 * 1024;
+/// The longest prompt, in bytes (its JSON-RPC line to the agent has a limit of its own).
+pub const MAX_PROMPT: usize = 8 * 1024 * 1024;
+/// The longest workspace path, in bytes (Linux's `PATH_MAX`).
+pub const MAX_PATH: usize = 4096;
+/// The most history entries one call returns.
+pub const MAX_HISTORY_LIMIT: usize = 100_000;
+
+/// Why params were refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ParamError {
+    /// The field at fault, when one is.
+    pub field: Option<String>,
+    /// What is wrong.
+    pub message: String,
+    /// The limit broken, for a size.
+    pub limit: Option<u64>,
+}
+
+impl ParamError {
+    /// The error object the server answers with.
+    pub fn into_error(self) -> jsonrpsee::types::ErrorObjectOwned {
+        ErrorData { kind: ErrorKind::InvalidParams, field: self.field, limit: self.limit }
+            .into_error(self.message)
+    }
+}
+
+fn within(field: &str, value: &str, limit: usize) -> Result<(), ParamError> {
+    if value.len() <= limit {
+        return Ok(());
+    }
+    Err(ParamError {
+        field: Some(field.to_owned()),
+        message: format!("{field} is {} bytes, over its limit of {limit} bytes", value.len()),
+        limit: Some(limit as u64),
+    })
+}
+
+fn within_opt(field: &str, value: &Option<String>, limit: usize) -> Result<(), ParamError> {
+    value.as_deref().map_or(Ok(()), |value| within(field, value, limit))
+}
+
+/// A method's params: their shape (serde) and their limits.
+pub trait Checked: DeserializeOwned + JsonSchema {
+    /// The limits beyond the shape.
+    fn limits(&self) -> Result<(), ParamError> {
+        Ok(())
+    }
+}
+
+/// No params (absent, `{}` or `[]`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoParams {}
+impl Checked for NoParams {}
+
+/// `task.create`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskCreate {
+    /// The title (at most 1024 bytes).
+    pub title: String,
+    /// The description (at most 1 MiB); empty when absent.
+    #[serde(default)]
+    pub description: Option<String>,
+}
+impl Checked for TaskCreate {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("title", &self.title, MAX_TITLE)?;
+        within_opt("description", &self.description, MAX_DESCRIPTION)
+    }
+}
+
+/// `task.get`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskGet {
+    /// The task.
+    pub task_id: String,
+}
+impl Checked for TaskGet {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("task_id", &self.task_id, MAX_ID)
+    }
+}
+
+/// `task.session.create`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionCreate {
+    /// The task.
+    pub task_id: String,
+    /// The agent profile.
+    pub agent_profile_id: String,
+    /// The workspace, an absolute path to a directory (at most 4096 bytes).
+    pub workspace_path: String,
+    /// The first prompt; the task's description when absent.
+    #[serde(default)]
+    pub prompt: Option<String>,
+    /// Where the agent runs; the profile's default when absent.
+    #[serde(default)]
+    pub runtime: Option<RuntimeKind>,
+}
+impl Checked for SessionCreate {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("task_id", &self.task_id, MAX_ID)?;
+        within("agent_profile_id", &self.agent_profile_id, MAX_ID)?;
+        within("workspace_path", &self.workspace_path, MAX_PATH)?;
+        within_opt("prompt", &self.prompt, MAX_PROMPT)
+    }
+}
+
+/// `task.session.list`
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionList {
+    /// Only this task's sessions.
+    #[serde(default)]
+    pub task_id: Option<String>,
+    /// Only sessions in this state.
+    #[serde(default)]
+    pub state: Option<SessionState>,
+    /// Only sessions of this profile.
+    #[serde(default)]
+    pub agent_profile_id: Option<String>,
+}
+impl Checked for SessionList {
+    fn limits(&self) -> Result<(), ParamError> {
+        within_opt("task_id", &self.task_id, MAX_ID)?;
+        within_opt("agent_profile_id", &self.agent_profile_id, MAX_ID)
+    }
+}
+
+/// Methods that take just a session: `task.session.status`, `resume`, `cancel`, `stop`,
+/// `delete`, `timeline`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionId {
+    /// The session.
+    pub session_id: String,
+}
+impl Checked for SessionId {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)
+    }
+}
+
+/// `task.session.prompt`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionPrompt {
+    /// The session.
+    pub session_id: String,
+    /// The prompt (at most 8 MiB).
+    pub prompt: String,
+}
+impl Checked for SessionPrompt {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)?;
+        within("prompt", &self.prompt, MAX_PROMPT)
+    }
+}
+
+/// `task.session.permission.respond`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PermissionRespond {
+    /// The session.
+    pub session_id: String,
+    /// The request (from its `permission_request` event).
+    pub request_id: String,
+    /// The chosen option; absent means "cancelled".
+    #[serde(default)]
+    pub option_id: Option<String>,
+}
+impl Checked for PermissionRespond {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)?;
+        within("request_id", &self.request_id, MAX_ID)?;
+        within_opt("option_id", &self.option_id, MAX_ID)
+    }
+}
+
+/// `task.session.history`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionHistory {
+    /// The session.
+    pub session_id: String,
+    /// Entries after this seq (default 0).
+    #[serde(default)]
+    pub after_seq: Option<u64>,
+    /// At most this many entries (default 1000, at most 100000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+impl Checked for SessionHistory {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)?;
+        match self.limit {
+            Some(limit) if limit > MAX_HISTORY_LIMIT => Err(ParamError {
+                field: Some("limit".into()),
+                message: format!("limit is {limit}, over its maximum of {MAX_HISTORY_LIMIT}"),
+                limit: Some(MAX_HISTORY_LIMIT as u64),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `task.session.subscribe`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionSubscribe {
+    /// The session.
+    pub session_id: String,
+    /// Events after this seq (default 0); not past the session's newest event.
+    #[serde(default)]
+    pub after_seq: Option<u64>,
+}
+impl Checked for SessionSubscribe {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)
+    }
+}
+
+/// Parses `raw` as `T` and applies its limits. Params must be an object by name (or
+/// absent).
+pub fn parse<T: Checked>(raw: Option<&RawValue>) -> Result<T, ParamError> {
+    let text = match raw.map(RawValue::get) {
+        None => "{}",
+        Some(text) if text.trim() == "[]" => "{}",
+        Some(text) if text.trim_start().starts_with('[') => {
+            return Err(ParamError {
+                field: None,
+                message: "params must be an object by name, not an array".into(),
+                limit: None,
+            });
+        }
+        Some(text) => text,
+    };
+    let mut de = serde_json::Deserializer::from_str(text);
+    let parsed: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        let message = inner.to_string();
+        // serde names a missing or unknown field in its message, not in the path.
+        let field = match path.as_str() {
+            "." | "" => named_field(&message),
+            path => Some(path.to_owned()),
+        };
+        let message = match &field {
+            Some(field) if !message.contains(&format!("`{field}`")) => {
+                format!("{field}: {}", strip_position(&message))
+            }
+            _ => strip_position(&message),
+        };
+        ParamError { field, message, limit: None }
+    })?;
+    parsed.limits()?;
+    Ok(parsed)
+}
+
+/// The field a serde message names (`missing field `x``, `unknown field `x``).
+fn named_field(message: &str) -> Option<String> {
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    Some(message[start..start + len].to_owned())
+}
+
+/// Drops serde_json's " at line 1 column 42": the caller sent an object, not a file.
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(idx) => message[..idx].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+/// Checks the params of `method` (a method of the frontend API). Methods it does not know
+/// pass: the router answers them.
+pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError> {
+    use method::*;
+    match method_name {
+        AGENTS_LIST | TASK_LIST | STOP_ALL | DISCOVER => parse::<NoParams>(raw).map(drop),
+        TASK_CREATE => parse::<TaskCreate>(raw).map(drop),
+        TASK_GET => parse::<TaskGet>(raw).map(drop),
+        SESSION_CREATE => parse::<SessionCreate>(raw).map(drop),
+        SESSION_LIST => parse::<SessionList>(raw).map(drop),
+        SESSION_STATUS | SESSION_RESUME | SESSION_CANCEL | SESSION_STOP | SESSION_DELETE
+        | SESSION_TIMELINE => parse::<SessionId>(raw).map(drop),
+        SESSION_PROMPT => parse::<SessionPrompt>(raw).map(drop),
+        PERMISSION_RESPOND => parse::<PermissionRespond>(raw).map(drop),
+        SESSION_HISTORY => parse::<SessionHistory>(raw).map(drop),
+        SESSION_SUBSCRIBE => parse::<SessionSubscribe>(raw).map(drop),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.to_owned()).unwrap()
+    }
+
+    fn refused(method_name: &str, text: &str) -> ParamError {
+        check(method_name, Some(&raw(text))).expect_err(text)
+    }
+
+    #[test]
+    fn every_refusal_names_its_field() {
+        let missing = refused(method::TASK_CREATE, r#"{"description":"d"}"#);
+        assert_eq!(missing.field.as_deref(), Some("title"));
+        let unknown = refused(method::TASK_CREATE, r#"{"title":"t","titel":"x"}"#);
+        assert_eq!(unknown.field.as_deref(), Some("titel"));
+        let mistyped = refused(method::SESSION_HISTORY, r#"{"session_id":"s","limit":"ten"}"#);
+        assert_eq!(mistyped.field.as_deref(), Some("limit"));
+        assert!(mistyped.message.starts_with("limit: "), "{}", mistyped.message);
+        let bad_enum = refused(method::SESSION_LIST, r#"{"state":"FAILD"}"#);
+        assert_eq!(bad_enum.field.as_deref(), Some("state"));
+        let bad_runtime = refused(
+            method::SESSION_CREATE,
+            r#"{"task_id":"t","agent_profile_id":"a","workspace_path":"/w","runtime":"vm"}"#,
+        );
+        assert_eq!(bad_runtime.field.as_deref(), Some("runtime"));
+        assert!(refused(method::SESSION_STATUS, r#"["s"]"#).message.contains("object"));
+        assert!(check(method::SESSION_LIST, None).is_ok());
+        assert!(check(method::TASK_LIST, Some(&raw("[]"))).is_ok());
+    }
+
+    #[test]
+    fn sizes_are_bounded_and_the_refusal_says_which_limit() {
+        let title = "t".repeat(MAX_TITLE + 1);
+        let err = refused(method::TASK_CREATE, &format!(r#"{{"title":"{title}"}}"#));
+        assert_eq!(err.field.as_deref(), Some("title"));
+        assert_eq!(err.limit, Some(MAX_TITLE as u64));
+        assert!(err.message.contains("1024"), "{}", err.message);
+        let ok = "t".repeat(MAX_TITLE);
+        assert!(check(method::TASK_CREATE, Some(&raw(&format!(r#"{{"title":"{ok}"}}"#)))).is_ok());
+        let err = refused(method::SESSION_HISTORY, r#"{"session_id":"s","limit":100001}"#);
+        assert_eq!((err.field.as_deref(), err.limit), (Some("limit"), Some(100_000)));
+        let long_id = "s".repeat(MAX_ID + 1);
+        let err = refused(method::SESSION_STOP, &format!(r#"{{"session_id":"{long_id}"}}"#));
+        assert_eq!(err.field.as_deref(), Some("session_id"));
+        let data = ErrorData::of(&err.into_error()).unwrap();
+        assert_eq!(data.kind, ErrorKind::InvalidParams);
+        assert_eq!(data.field.as_deref(), Some("session_id"));
+    }
+}

@@ -1,0 +1,274 @@
+//! The one vocabulary of error kinds on both JSON-RPC surfaces (the frontend API and
+//! agentctl's control channel): every error object carries `data.kind` from
+//! [`ErrorKind`], and, for bad params, the field at fault and the limit it broke. Clients
+//! decide on the kind, never on the message.
+
+use std::future::Future;
+
+use jsonrpsee::types::{ErrorObject, ErrorObjectOwned};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `data.kind` of an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Params that do not fit the method: a missing, unknown, mistyped or oversized field
+    /// (`data.field` names it, `data.limit` gives the bound it broke).
+    InvalidParams,
+    /// No such task, session or permission request.
+    NotFound,
+    /// The request conflicts with the session's state for good (it has ended).
+    Conflict,
+    /// Not possible now (a prompt during a turn, a resume of a session whose workspace is
+    /// gone); may be possible later.
+    InvalidState,
+    /// The agent profile cannot run here (its program is missing, a root-only setting).
+    AgentUnavailable,
+    /// The runtime (agentctl, Docker) failed or did not answer.
+    RuntimeUnavailable,
+    /// A bug or an I/O failure on the server's side.
+    Internal,
+    /// No method of that name (a client newer than the server, or a typo).
+    NoSuchMethod,
+    /// Control channel: `agent.start` a second time.
+    AlreadyStarted,
+    /// Control channel: the agent was never started.
+    NotStarted,
+    /// Control channel: the agent has exited.
+    NotRunning,
+    /// Control channel: events at or below the acknowledged seq are gone.
+    Pruned,
+    /// Control channel: the agent's program could not be spawned.
+    SpawnFailed,
+    /// A kind this build does not know (a newer server).
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorKind {
+    /// The JSON-RPC error code that goes with the kind.
+    pub fn code(self) -> i32 {
+        match self {
+            ErrorKind::InvalidParams => -32602,
+            ErrorKind::NotFound => -32001,
+            ErrorKind::Conflict => -32002,
+            ErrorKind::InvalidState => -32003,
+            ErrorKind::AgentUnavailable => -32004,
+            ErrorKind::RuntimeUnavailable => -32005,
+            ErrorKind::NoSuchMethod => -32601,
+            ErrorKind::AlreadyStarted => -32010,
+            ErrorKind::NotStarted => -32011,
+            ErrorKind::NotRunning => -32012,
+            ErrorKind::Pruned => -32013,
+            ErrorKind::SpawnFailed => -32014,
+            ErrorKind::Internal | ErrorKind::Unknown => -32603,
+        }
+    }
+
+    /// Every kind, in declaration order (for documentation and tests).
+    pub const ALL: [ErrorKind; 13] = [
+        ErrorKind::InvalidParams,
+        ErrorKind::NotFound,
+        ErrorKind::Conflict,
+        ErrorKind::InvalidState,
+        ErrorKind::AgentUnavailable,
+        ErrorKind::RuntimeUnavailable,
+        ErrorKind::Internal,
+        ErrorKind::NoSuchMethod,
+        ErrorKind::AlreadyStarted,
+        ErrorKind::NotStarted,
+        ErrorKind::NotRunning,
+        ErrorKind::Pruned,
+        ErrorKind::SpawnFailed,
+    ];
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidParams => "invalid_params",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::InvalidState => "invalid_state",
+            ErrorKind::AgentUnavailable => "agent_unavailable",
+            ErrorKind::RuntimeUnavailable => "runtime_unavailable",
+            ErrorKind::Internal => "internal",
+            ErrorKind::NoSuchMethod => "no_such_method",
+            ErrorKind::AlreadyStarted => "already_started",
+            ErrorKind::NotStarted => "not_started",
+            ErrorKind::NotRunning => "not_running",
+            ErrorKind::Pruned => "pruned",
+            ErrorKind::SpawnFailed => "spawn_failed",
+            ErrorKind::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The `data` member of every error object Tether sends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ErrorData {
+    /// What went wrong, as a kind to decide on.
+    pub kind: ErrorKind,
+    /// For `invalid_params`: the field at fault (a dotted path for nested ones).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// For `invalid_params` over a size limit: the limit (bytes, or items for counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+}
+
+impl ErrorData {
+    /// Just a kind.
+    pub fn kind(kind: ErrorKind) -> ErrorData {
+        ErrorData { kind, field: None, limit: None }
+    }
+
+    /// Reads the data of an error object; `None` when it has none or not ours.
+    pub fn of(object: &ErrorObject<'_>) -> Option<ErrorData> {
+        object.data().and_then(|data| serde_json::from_str(data.get()).ok())
+    }
+
+    /// The error object with this data, `message` and the kind's code.
+    pub fn into_error(self, message: impl Into<String>) -> ErrorObjectOwned {
+        ErrorObjectOwned::owned(self.kind.code(), message.into(), Some(self))
+    }
+}
+
+/// An error object of `kind` with `message`.
+pub fn error_object(kind: ErrorKind, message: impl Into<String>) -> ErrorObjectOwned {
+    ErrorData::kind(kind).into_error(message)
+}
+
+/// The kind of a client-side error: a server's refusal has one; a transport failure has
+/// none.
+pub fn kind_of(err: &jsonrpsee::core::ClientError) -> Option<ErrorKind> {
+    match err {
+        jsonrpsee::core::ClientError::Call(object) => ErrorData::of(object).map(|data| data.kind),
+        _ => None,
+    }
+}
+
+/// An RPC middleware that gives every error its `data.kind`: errors jsonrpsee makes itself
+/// (params the generated code cannot parse, an unknown method) carry no data of ours; they
+/// are answered again as `invalid_params` (-32602), `no_such_method` (-32601) or `internal`
+/// (-32603, anything else), with the library's detail moved into the message, so no client
+/// ever has to read a message to decide.
+#[derive(Debug, Clone)]
+pub struct WithKinds<S>(pub S);
+
+impl<S> jsonrpsee::core::middleware::RpcServiceT for WithKinds<S>
+where
+    S: jsonrpsee::core::middleware::RpcServiceT<MethodResponse = jsonrpsee::MethodResponse>
+        + Send
+        + Sync
+        + Clone
+        + 'static,
+{
+    type MethodResponse = S::MethodResponse;
+    type NotificationResponse = S::NotificationResponse;
+    type BatchResponse = S::BatchResponse;
+
+    fn call<'a>(
+        &self,
+        request: jsonrpsee::types::Request<'a>,
+    ) -> impl Future<Output = Self::MethodResponse> + Send + 'a {
+        let service = self.0.clone();
+        async move {
+            let id = request.id.clone().into_owned();
+            let response = service.call(request).await;
+            if !response.is_error() {
+                return response;
+            }
+            let Ok(parsed) = serde_json::from_str::<ErrorResponse>(response.as_json().get()) else {
+                return response;
+            };
+            let data = parsed.error.data;
+            if data.as_ref().is_some_and(|data| ErrorData::deserialize(data).is_ok()) {
+                return response;
+            }
+            let kind = match parsed.error.code {
+                -32602 => ErrorKind::InvalidParams,
+                -32601 => ErrorKind::NoSuchMethod,
+                _ => ErrorKind::Internal,
+            };
+            // jsonrpsee puts the parse error's text in `data`: it moves into the message.
+            let message = match data {
+                Some(serde_json::Value::String(detail)) => {
+                    format!("{}: {detail}", parsed.error.message)
+                }
+                _ => parsed.error.message,
+            };
+            let error = ErrorData::kind(kind).into_error(message);
+            if response.is_subscription() {
+                jsonrpsee::MethodResponse::subscription_error(id, error)
+            } else {
+                jsonrpsee::MethodResponse::error(id, error)
+            }
+        }
+    }
+
+    fn batch<'a>(
+        &self,
+        batch: jsonrpsee::core::middleware::Batch<'a>,
+    ) -> impl Future<Output = Self::BatchResponse> + Send + 'a {
+        self.0.batch(batch)
+    }
+
+    fn notification<'a>(
+        &self,
+        notification: jsonrpsee::core::middleware::Notification<'a>,
+    ) -> impl Future<Output = Self::NotificationResponse> + Send + 'a {
+        self.0.notification(notification)
+    }
+}
+
+#[derive(Deserialize)]
+struct ErrorResponse {
+    error: ErrorMember,
+}
+
+#[derive(Deserialize)]
+struct ErrorMember {
+    code: i32,
+    message: String,
+    #[serde(default)]
+    data: Option<serde_json::Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_round_trip_by_their_wire_names_and_unknown_ones_are_tolerated() {
+        for kind in ErrorKind::ALL {
+            let json = serde_json::to_value(kind).unwrap();
+            assert_eq!(json, kind.as_str());
+            assert_eq!(serde_json::from_value::<ErrorKind>(json).unwrap(), kind);
+        }
+        let newer: ErrorKind = serde_json::from_str("\"quota_exceeded\"").unwrap();
+        assert_eq!(newer, ErrorKind::Unknown);
+    }
+
+    #[test]
+    fn an_error_object_carries_its_data() {
+        let object = ErrorData {
+            kind: ErrorKind::InvalidParams,
+            field: Some("title".into()),
+            limit: Some(8),
+        }
+        .into_error("too long");
+        assert_eq!(object.code(), -32602);
+        let data = ErrorData::of(&object).unwrap();
+        assert_eq!(data.field.as_deref(), Some("title"));
+        assert_eq!(data.limit, Some(8));
+        assert_eq!(ErrorData::of(&ErrorObjectOwned::owned::<()>(1, "x", None)), None);
+    }
+}
