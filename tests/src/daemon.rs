@@ -2,6 +2,7 @@
 //! (ready when it prints its serving line), a WebSocket API client, and cleanup that
 //! removes every process the daemon started, even when a test fails.
 
+use protocol::errors::{ErrorData, ErrorKind};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -335,11 +336,15 @@ impl Drop for Daemon {
     }
 }
 
-/// An API error: `data.kind` and the message.
+/// An API error: `data` (kind, field, limit) and the message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
-    /// `data.kind`, or empty when the server gave none.
-    pub kind: String,
+    /// `data.kind` (`Unknown` when the server gave none).
+    pub kind: ErrorKind,
+    /// `data.field`: the param at fault.
+    pub field: Option<String>,
+    /// `data.limit`: the size limit broken.
+    pub limit: Option<u64>,
     /// The JSON-RPC code.
     pub code: i32,
     /// The message.
@@ -373,18 +378,25 @@ impl Api {
         Ok(Api { client })
     }
 
+    /// The typed client of the API (`protocol::api::ApiClient`'s methods).
+    pub fn typed(&self) -> &WsClient {
+        &self.client
+    }
+
     /// Calls a method with object params.
     pub async fn call(&self, method: &str, params: Value) -> Result<Value, ApiError> {
         match within(method, self.client.request::<Value, _>(method, object_params(params))).await {
             Ok(value) => Ok(value),
-            Err(jsonrpsee::core::ClientError::Call(error)) => Err(ApiError {
-                kind: error
-                    .data()
-                    .and_then(|data| serde_json::from_str::<Value>(data.get()).ok())
-                    .and_then(|data| data["kind"].as_str().map(str::to_owned))
-                    .unwrap_or_default(),
-                code: error.code(),
-                message: error.message().to_owned(),
+            Err(jsonrpsee::core::ClientError::Call(error)) => Err({
+                let data =
+                    ErrorData::of(&error).unwrap_or_else(|| ErrorData::kind(ErrorKind::Unknown));
+                ApiError {
+                    kind: data.kind,
+                    field: data.field,
+                    limit: data.limit,
+                    code: error.code(),
+                    message: error.message().to_owned(),
+                }
             }),
             Err(other) => panic!("{method}: transport error {other}"),
         }

@@ -685,7 +685,7 @@ async fn check_histories(api: &Api, tracks: &[SessionTrack], tally: &mut Tally) 
         let history = match api
             .client_call_raw(
                 "task.session.history",
-                json!({"session_id": track.id, "limit": 1_000_000}),
+                json!({"session_id": track.id, "limit": 100_000}),
             )
             .await
         {

@@ -2,6 +2,7 @@
 //! relay, fs confinement, replay and ack, survival of its launcher, process hygiene and bad
 //! input.
 
+use protocol::errors::ErrorKind;
 use std::collections::BTreeSet;
 use std::process::Stdio;
 use std::time::Duration;
@@ -205,7 +206,7 @@ async fn ack_truncates_the_spool() {
     let status = talk.calls.status().await.unwrap();
     assert_eq!((status.last_seq, status.acked_seq), (last, last));
     match talk.calls.subscribe(last - 10).await {
-        Err(error) => assert_eq!(error.kind(), Some("pruned")),
+        Err(error) => assert_eq!(error.kind(), Some(ErrorKind::Pruned)),
         Ok(_) => panic!("replay from before the ack point must be refused"),
     }
     // New events still flow after the truncation.
@@ -373,19 +374,19 @@ async fn bad_agent_output_becomes_events_and_nothing_stops() {
     // Malformed control requests get JSON-RPC errors.
     for bad in [json!({"message": {"not": "json-rpc"}}), json!({"message": [1, 2]}), json!({})] {
         let error = talk.calls.call_raw("acp.send", bad.clone()).await.unwrap_err();
-        assert_eq!(error.kind(), Some("invalid_params"), "{bad}: {error}");
+        assert_eq!(error.kind(), Some(ErrorKind::InvalidParams), "{bad}: {error}");
     }
     let error = talk.calls.call_raw("agent.start", json!({"command": 5})).await.unwrap_err();
-    assert_eq!(error.kind(), Some("invalid_params"));
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidParams));
     let error = talk.calls.call_raw("events.ack", json!({"seq": "soon"})).await.unwrap_err();
-    assert_eq!(error.kind(), Some("invalid_params"));
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidParams));
     assert!(matches!(
         talk.calls.call_raw("no.such.method", json!({})).await,
         Err(ClientError::Refused { .. })
     ));
     let error =
         talk.calls.call_raw("agent.start", json!({"command": "x", "cwd": "/"})).await.unwrap_err();
-    assert_eq!(error.kind(), Some("already_started"));
+    assert_eq!(error.kind(), Some(ErrorKind::AlreadyStarted));
 
     // The agent dying mid-turn is an event with its status and stderr tail.
     talk.calls
@@ -397,7 +398,7 @@ async fn bad_agent_output_becomes_events_and_nothing_stops() {
     assert_eq!(status.code, Some(7));
     assert!(stderr_tail.contains("crashing mid-turn"), "{stderr_tail}");
     let error = talk.calls.send_acp(&json!({"jsonrpc": "2.0", "method": "x"})).await.unwrap_err();
-    assert_eq!(error.kind(), Some("not_running"));
+    assert_eq!(error.kind(), Some(ErrorKind::NotRunning));
     // agentctl itself goes on.
     let status = talk.calls.status().await.unwrap();
     assert_eq!(status.agent_state, AgentState::Exited);

@@ -2,6 +2,7 @@
 //! supervisor restart, resume in the same and in a new container, orphan removal, and an
 //! unreachable engine. Every container and image is removed, even when a test fails.
 
+use protocol::errors::ErrorKind;
 use std::collections::HashMap;
 
 use bollard::Docker;
@@ -225,7 +226,7 @@ async fn an_unreachable_engine_gives_runtime_unavailable_and_standalone_goes_on(
         )
         .await
         .unwrap_err();
-    assert_eq!(error.kind, "runtime_unavailable", "{error:?}");
+    assert_eq!(error.kind, ErrorKind::RuntimeUnavailable, "{error:?}");
     assert!(error.message.contains("unreachable"), "{error:?}");
     let session = api.ready_session("mock", &daemon.workspace("s")).await;
     assert!(api.ask(&session, "standalone still works").await.contains("standalone still works"));

@@ -2,6 +2,7 @@
 //! with real processes and, where timing would otherwise decide, a named fault point
 //! (`TETHER_FAULT`) that SIGKILLs the supervisor exactly there.
 
+use protocol::errors::ErrorKind;
 use std::time::Duration;
 
 use agentctl::process::PidFd;
@@ -284,7 +285,7 @@ async fn r10_concurrent_agent_starts_spawn_one_agent() {
     let (first, second) = tokio::join!(a.start_agent(&start), b.start_agent(&start));
     let refused: Vec<_> = [&first, &second].iter().filter_map(|r| r.as_ref().err()).collect();
     assert_eq!(refused.len(), 1, "exactly one start is refused: {first:?} {second:?}");
-    assert_eq!(refused[0].kind(), Some("already_started"));
+    assert_eq!(refused[0].kind(), Some(ErrorKind::AlreadyStarted));
     let agents = Daemon::processes_mentioning(&tether_tests::workspace_bin("mock-agent"))
         .into_iter()
         .filter(|pid| agentctl_parent(*pid) == Some(sidecar.pid()))
@@ -410,12 +411,23 @@ async fn r10_an_oversized_prompt_is_refused() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("big")).await;
+    // Over the API's prompt limit: refused before it reaches the session, naming the limit.
     let huge = "x".repeat(17 * 1024 * 1024);
     let error = api
         .call("task.session.prompt", json!({"session_id": &session, "prompt": huge}))
         .await
         .unwrap_err();
-    assert_eq!(error.kind, "invalid_params", "{error:?}");
+    assert_eq!(error.kind, ErrorKind::InvalidParams, "{error:?}");
+    assert_eq!((error.field.as_deref(), error.limit), (Some("prompt"), Some(8 * 1024 * 1024)));
+    // Within it, but over the agent's line limit once escaped as JSON: refused by the
+    // session, which says so.
+    let quotes = "\"".repeat(8 * 1024 * 1024);
+    let error = api
+        .call("task.session.prompt", json!({"session_id": &session, "prompt": quotes}))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind, ErrorKind::InvalidParams, "{error:?}");
+    assert_eq!(error.field.as_deref(), Some("prompt"));
     assert!(error.message.contains("line limit"), "{error:?}");
     // The session is untouched and goes on.
     assert!(api.ask(&session, "small").await.contains("you said: small"));
@@ -763,11 +775,15 @@ async fn r10_an_old_executions_mark_is_never_written_for_a_new_one() {
     // reply, well below the old execution's mark (about 305).
     daemon.restart_with_env(&[("TETHER_FAULT", "history.mid_message@100")]).await;
     let api = daemon.api().await;
-    let (api, seen) =
+    let (_api, seen) =
         prompt_through_a_fault(&mut daemon, api, &session, "/stream 200\nsecond").await;
     let texts = chunks(&seen);
     assert_eq!(texts.len(), 200, "the stream is complete");
-    let history = history_text(&api, &session).await;
+    // The marks are the history file's own bookkeeping (the API does not carry them): read
+    // the file.
+    let file = std::fs::read_to_string(daemon.session_dir(&session).join("history.jsonl")).unwrap();
+    let history: Vec<Value> =
+        file.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
     let marks: Vec<String> = history
         .iter()
         .map(|e| format!("{} {} {} {}", e["seq"], e["type"], e["agent_seq"], e["generation"]))

@@ -4,6 +4,7 @@
 
 mod agentctl;
 mod auth;
+mod cli;
 mod conformance;
 mod docker;
 mod docker_runtime;

@@ -3,6 +3,7 @@
 //! full turns offline, and the check that a native resume really restored the context:
 //! the model's next request carries the earlier conversation.
 
+use protocol::errors::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
@@ -410,7 +411,7 @@ async fn r11_codex_authenticates_with_an_api_key_and_says_when_it_has_none() {
     let daemon = Daemon::start_with_env(&[], &[("codex.toml", &keyless)], &env).await;
     let api = daemon.api().await;
     let refused = api.create_session("codex-here", &daemon.workspace("n")).await.unwrap_err();
-    assert_eq!(refused.kind, "agent_unavailable", "{refused:?}");
+    assert_eq!(refused.kind, ErrorKind::AgentUnavailable, "{refused:?}");
     assert!(
         refused.message.contains("needs credentials: set CODEX_API_KEY or OPENAI_API_KEY"),
         "{refused:?}"

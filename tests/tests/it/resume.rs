@@ -3,6 +3,7 @@
 //! injection, and nothing acknowledged lost.
 
 use agentctl::process::PidFd;
+use protocol::errors::ErrorKind;
 use serde_json::{Value, json};
 use tether_tests::daemon::{Api, Daemon, chunks, kill_sidecar, next, turn_ended, until};
 use tether_tests::within;
@@ -270,6 +271,27 @@ async fn a_rejected_token_falls_back_to_a_fresh_session_with_a_notice() {
     a_refused_restore_falls_back("--reject-load", "rejected").await;
 }
 
+/// Issue 12: `supervisor resume` prints the notice of a rejected token, with the progress
+/// and the outcome.
+#[tokio::test]
+async fn r12_the_cli_prints_a_rejected_tokens_notice_and_the_outcome() {
+    let reject = profile("reject", ", \"--reject-load\"", "native_resume = true");
+    let daemon = Daemon::start_with_profiles(&[], &[("reject.toml", &reject)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("reject", &daemon.workspace("r")).await;
+    api.ask(&session, "hello").await;
+    kill_sidecar(&daemon, &api, &session).await;
+    let (code, out, err) = daemon.cli(&["resume", &session]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("] launching the agent"), "{err}");
+    assert!(err.contains("] notice: ") && err.contains("rejected"), "{err}");
+    assert!(err.contains("] resumed: history_injection"), "{err}");
+    assert!(
+        out.contains(&format!("session {session} resumed (history_injection), WAITING_FOR_INPUT")),
+        "{out}"
+    );
+}
+
 /// Issue 11, defect 3: a restore that fails (gemini answers `session/load` with a generic
 /// `-32000`) is not the session's end: it falls back like a rejected token.
 #[tokio::test]
@@ -356,11 +378,11 @@ async fn concurrent_resumes_launch_one_agent_and_bad_resumes_are_refused() {
     kill_sidecar(&daemon, &api, &other).await;
     std::fs::remove_dir_all(daemon.workspace("gone")).unwrap();
     let error = api.call("task.session.resume", json!({"session_id": &other})).await.unwrap_err();
-    assert_eq!(error.kind, "invalid_state");
+    assert_eq!(error.kind, ErrorKind::InvalidState);
     assert!(error.message.contains("no longer exists"), "{error:?}");
     api.call("task.session.stop", json!({"session_id": &session})).await.unwrap();
     let error = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap_err();
-    assert_eq!(error.kind, "conflict");
+    assert_eq!(error.kind, ErrorKind::Conflict);
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! The real `supervisor` binary, driven over its WebSocket API (and its CLI): sessions end
 //! to end with mock-agent and with elizacp.
 
+use protocol::errors::ErrorKind;
 use serde_json::{Value, json};
 use tether_tests::daemon::{Api, Daemon, chunks, next, turn_ended, until};
 use tether_tests::within;
@@ -91,7 +92,7 @@ async fn a_permission_request_is_answered_through_the_api() {
         )
         .await
         .unwrap_err();
-    assert_eq!(wrong.kind, "not_found");
+    assert_eq!(wrong.kind, ErrorKind::NotFound);
     api.call(
         "task.session.permission.respond",
         json!({"session_id": session, "request_id": request_id, "option_id": "allow"}),
@@ -125,7 +126,7 @@ async fn cancel_ends_a_slow_turn_and_the_session_is_ready_again() {
         .call("task.session.prompt", json!({"session_id": session, "prompt": "again"}))
         .await
         .unwrap_err();
-    assert_eq!(busy.kind, "invalid_state");
+    assert_eq!(busy.kind, ErrorKind::InvalidState);
     api.call("task.session.cancel", json!({"session_id": session})).await.unwrap();
     let seen = until(&mut events, turn_ended).await;
     assert_eq!(seen.last().unwrap()["stop_reason"], "cancelled");
@@ -263,17 +264,51 @@ async fn bad_requests_get_the_right_kind() {
     let api = daemon.api().await;
     let unknown = "01900000-0000-7000-8000-000000000000";
     let cases = [
-        ("task.session.status", json!({"session_id": unknown}), "not_found"),
-        ("task.session.status", json!({"session_id": "../etc"}), "invalid_params"),
-        ("task.session.status", json!({}), "invalid_params"),
-        ("task.session.prompt", json!({"session_id": unknown, "prompt": "x"}), "not_found"),
-        ("task.get", json!({"task_id": unknown}), "not_found"),
-        ("task.create", json!({"title": ""}), "invalid_params"),
-        ("task.create", json!({"title": "x", "colour": "red"}), "invalid_params"),
+        ("task.session.status", json!({"session_id": unknown}), ErrorKind::NotFound, None),
+        (
+            "task.session.status",
+            json!({"session_id": "../etc"}),
+            ErrorKind::InvalidParams,
+            Some("session_id"),
+        ),
+        ("task.session.status", json!({}), ErrorKind::InvalidParams, Some("session_id")),
+        (
+            "task.session.status",
+            json!({"session_id": 7}),
+            ErrorKind::InvalidParams,
+            Some("session_id"),
+        ),
+        (
+            "task.session.prompt",
+            json!({"session_id": unknown, "prompt": "x"}),
+            ErrorKind::NotFound,
+            None,
+        ),
+        ("task.get", json!({"task_id": unknown}), ErrorKind::NotFound, None),
+        ("task.create", json!({"title": ""}), ErrorKind::InvalidParams, Some("title")),
+        (
+            "task.create",
+            json!({"title": "x", "colour": "red"}),
+            ErrorKind::InvalidParams,
+            Some("colour"),
+        ),
+        ("task.session.list", json!({"state": "FAILD"}), ErrorKind::InvalidParams, Some("state")),
+        (
+            "task.session.history",
+            json!({"session_id": unknown, "limit": -1}),
+            ErrorKind::InvalidParams,
+            Some("limit"),
+        ),
+        ("no.such.method", json!({}), ErrorKind::NoSuchMethod, None),
     ];
-    for (method, params, kind) in cases {
+    // Issue 12, edge: every refused param is named in `data.field`.
+    for (method, params, kind, field) in cases {
         let error = api.call(method, params.clone()).await.unwrap_err();
-        assert_eq!(error.kind, kind, "{method} {params}: {error:?}");
+        assert_eq!(
+            (error.kind, error.field.as_deref()),
+            (kind, field),
+            "{method} {params}: {error:?}"
+        );
     }
     let task = api.call("task.create", json!({"title": "t"})).await.unwrap();
     let workspace = daemon.workspace("w");
@@ -283,22 +318,22 @@ async fn bad_requests_get_the_right_kind() {
             .await
             .unwrap_err()
             .kind,
-        "not_found"
+        ErrorKind::NotFound
     );
     assert_eq!(
         api.call("task.session.create", create("mock", "/no/such/dir")).await.unwrap_err().kind,
-        "invalid_params"
+        ErrorKind::InvalidParams
     );
     assert_eq!(
         api.call("task.session.create", create("mock", "relative/dir")).await.unwrap_err().kind,
-        "invalid_params"
+        ErrorKind::InvalidParams
     );
     assert_eq!(
         api.call("task.session.create", create("gemini", workspace.to_str().unwrap()))
             .await
             .unwrap_err()
             .kind,
-        "agent_unavailable"
+        ErrorKind::AgentUnavailable
     );
     // A terminal session refuses prompts with `conflict`.
     let session = api.ready_session("mock", &workspace).await;
@@ -307,10 +342,10 @@ async fn bad_requests_get_the_right_kind() {
         .call("task.session.prompt", json!({"session_id": session, "prompt": "x"}))
         .await
         .unwrap_err();
-    assert_eq!(error.kind, "conflict");
+    assert_eq!(error.kind, ErrorKind::Conflict);
     assert_eq!(
         api.call("task.session.stop", json!({"session_id": session})).await.unwrap_err().kind,
-        "conflict"
+        ErrorKind::Conflict
     );
     let stopped = api.status(&session).await;
     assert_eq!(
@@ -324,7 +359,7 @@ async fn bad_requests_get_the_right_kind() {
     assert!(!daemon.session_dir(&session).exists());
     assert_eq!(
         api.call("task.session.status", json!({"session_id": session})).await.unwrap_err().kind,
-        "not_found"
+        ErrorKind::NotFound
     );
 }
 
@@ -465,7 +500,10 @@ async fn r11_serve_help_prints_the_usage() {
         .unwrap();
     let out = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{output:?}");
-    assert!(out.contains("serve [--listen ADDR]"), "{out}");
+    assert!(
+        out.contains("Usage: supervisor serve [OPTIONS]") && out.contains("--auth-token-file"),
+        "{out}"
+    );
 }
 
 /// Issue 11, defect 5: `agents` does not call an agent available when its credentials are
@@ -526,7 +564,7 @@ async fn r11_an_agent_that_needs_a_sandbox_as_root_says_so() {
     let created = api.create_session("sandboxed", &daemon.workspace("s")).await;
     if root {
         let refused = created.expect_err("unavailable as root without the variable");
-        assert_eq!(refused.kind, "agent_unavailable", "{refused:?}");
+        assert_eq!(refused.kind, ErrorKind::AgentUnavailable, "{refused:?}");
         assert!(
             refused.message.contains("run as root, it needs TETHER_TEST_SANDBOX=1"),
             "{refused:?}"
@@ -558,7 +596,7 @@ async fn r11_an_agent_that_needs_a_sandbox_as_root_says_so() {
     let api = daemon.api().await;
     let refused =
         api.call("task.session.resume", json!({"session_id": &session})).await.unwrap_err();
-    assert_eq!(refused.kind, "agent_unavailable", "{refused:?}");
+    assert_eq!(refused.kind, ErrorKind::AgentUnavailable, "{refused:?}");
     assert!(refused.message.contains("TETHER_TEST_SANDBOX=1"), "{refused:?}");
     let status = api.status(&session).await;
     assert_eq!(

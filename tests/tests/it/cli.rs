@@ -1,0 +1,333 @@
+//! Issue 12: the CLI people expect (clap), and the API's edge. One test per verified
+//! problem; the API calls here go through the typed client (`protocol::api::ApiClient`).
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::process::Stdio;
+
+use protocol::api::{ApiClient, EventKind, SessionEvent, SessionState, SessionSummary, TurnState};
+use protocol::errors::{ErrorData, ErrorKind};
+use tether_tests::daemon::{Daemon, cli};
+use tether_tests::{within, workspace_bin};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// A URL nothing listens on.
+fn dead_url() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    format!("ws://127.0.0.1:{port}")
+}
+
+/// The next event of `events` for which `pred` holds.
+async fn wait_for(
+    events: &mut jsonrpsee::core::client::Subscription<SessionEvent>,
+    mut pred: impl FnMut(&SessionEvent) -> bool,
+) -> SessionEvent {
+    loop {
+        let event = within("an event", events.next()).await.expect("open").expect("an event");
+        if pred(&event) {
+            return event;
+        }
+    }
+}
+
+#[tokio::test]
+async fn options_are_not_taken_from_prompt_text_and_help_needs_no_server() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("o")).await;
+    // Words that look like options after SESSION are the prompt, sent as typed.
+    let (code, out, err) =
+        daemon.cli(&["prompt", &session, "--url", "nowhere", "--quiet", "-h", "--token"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("you said: --url nowhere --quiet -h --token"), "{out}");
+    // `--quiet` where it means nothing is a usage error, not silently dropped.
+    let (code, _, err) = daemon.cli(&["status", &session, "--quiet"]).await;
+    assert_eq!(code, 2, "{err}");
+    // Help never needs a daemon.
+    let nowhere = dead_url();
+    for args in [
+        &["session", "--help"][..],
+        &["session", "start", "--help"],
+        &["prompt", "--help"],
+        &["permission", "respond", "--help"],
+        &["--help"],
+    ] {
+        let (code, out, err) = cli(&nowhere, args).await;
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(out.contains("Usage: supervisor"), "{args:?}: {out}");
+    }
+    let (_, out, _) = cli(&nowhere, &["stop", "--help"]).await;
+    assert!(out.contains("FOR GOOD") && out.contains("cannot be resumed"), "{out}");
+    let (_, out, _) = cli(&nowhere, &["--help"]).await;
+    for command in ["cancel", "permission", "follow", "sessions", "Exit codes"] {
+        assert!(out.contains(command), "{command} in {out}");
+    }
+}
+
+#[tokio::test]
+async fn a_non_utf8_argument_is_a_clear_error_not_a_panic() {
+    let daemon = Daemon::start(&[]).await;
+    let bad = OsStr::from_bytes(b"/tmp/caf\xe9");
+    let run = |args: Vec<&OsStr>| {
+        tokio::process::Command::new(workspace_bin("supervisor"))
+            .arg("--url")
+            .arg(&daemon.url)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+    };
+    let output = within(
+        "the CLI",
+        run(vec![
+            "session".as_ref(),
+            "start".as_ref(),
+            "--agent".as_ref(),
+            "mock".as_ref(),
+            "--new-task".as_ref(),
+            "t".as_ref(),
+            "--workspace".as_ref(),
+            bad,
+        ]),
+    )
+    .await
+    .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(err.contains("not valid UTF-8") && !err.contains("panicked"), "{err}");
+    let output = within("the CLI", run(vec!["status".as_ref(), bad])).await.unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(err.contains("UTF-8") && !err.contains("panicked"), "{err}");
+}
+
+#[tokio::test]
+async fn sessions_list_filters_by_status_task_and_agent() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let kept = api.ready_session("mock", &daemon.workspace("a")).await;
+    let stopped = api.ready_session("mock", &daemon.workspace("b")).await;
+    let (code, _, err) = daemon.cli(&["stop", &stopped]).await;
+    assert_eq!(code, 0, "{err}");
+    let list = |args: Vec<&'static str>| {
+        let daemon = &daemon;
+        async move {
+            let mut full = vec!["sessions", "list", "--json"];
+            full.extend(args);
+            let (code, out, err) = daemon.cli(&full).await;
+            assert_eq!(code, 0, "{full:?}: {err}");
+            let sessions: Vec<SessionSummary> = serde_json::from_str(&out).expect(&out);
+            sessions.into_iter().map(|s| s.id).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(list(vec!["--status", "COMPLETED"]).await, vec![stopped.clone()]);
+    assert_eq!(list(vec!["--status", "WAITING_FOR_INPUT"]).await, vec![kept.clone()]);
+    assert!(list(vec!["--status", "FAILED"]).await.is_empty());
+    assert_eq!(list(vec!["--agent", "mock"]).await.len(), 2);
+    assert!(list(vec!["--agent", "nosuch"]).await.is_empty());
+    let task = api.typed().session_status(kept.clone()).await.unwrap().task_id;
+    let (code, out, _) = daemon.cli(&["sessions", "list", "--task", &task]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains(&kept) && !out.contains(&stopped), "{out}");
+    let (code, _, err) = daemon.cli(&["sessions", "list", "--status", "FAILD"]).await;
+    assert_eq!(code, 2);
+    assert!(err.contains("FAILED"), "the valid values are listed: {err}");
+}
+
+#[tokio::test]
+async fn cancel_and_permission_answers_from_the_cli() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let typed = api.typed();
+    let session = api.ready_session("mock", &daemon.workspace("p")).await;
+    for (answer, reply) in [("allow", "the tool ran"), ("deny", "the tool was not allowed")] {
+        let last = typed.session_status(session.clone()).await.unwrap().last_event_seq;
+        let mut events = typed.session_subscribe(session.clone(), Some(last)).await.unwrap();
+        let turn = typed.session_prompt(session.clone(), "/permission\nask".into()).await.unwrap();
+        let asked =
+            wait_for(&mut events, |e| matches!(e.kind, EventKind::PermissionRequest { .. })).await;
+        let EventKind::PermissionRequest { request_id, .. } = asked.kind else { unreachable!() };
+        let (code, out, err) =
+            daemon.cli(&["permission", "respond", &session, &request_id, answer]).await;
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains(&format!(
+                "request {request_id} answered: {}",
+                if answer == "allow" { "allow" } else { "reject" }
+            )),
+            "{out}"
+        );
+        let mut text = String::new();
+        loop {
+            let event = wait_for(&mut events, |_| true).await;
+            match event.kind {
+                EventKind::AgentMessageChunk { text: chunk } => text.push_str(&chunk),
+                EventKind::TurnEnded { turn_id, state, .. } if turn_id == turn.turn_id => {
+                    assert_eq!(state, TurnState::Completed);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        assert!(text.contains(reply), "{answer}: {text}");
+    }
+    // An unknown request is `not found` (exit 4).
+    let (code, _, err) = daemon.cli(&["permission", "respond", &session, "999", "allow"]).await;
+    assert_eq!(code, 4, "{err}");
+
+    let last = typed.session_status(session.clone()).await.unwrap().last_event_seq;
+    let mut events = typed.session_subscribe(session.clone(), Some(last)).await.unwrap();
+    let turn = typed.session_prompt(session.clone(), "/sleep 60000\nslow".into()).await.unwrap();
+    wait_for(&mut events, |e| matches!(e.kind, EventKind::TurnStarted { .. })).await;
+    let (code, out, err) = daemon.cli(&["cancel", &session]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("cancel sent"), "{out}");
+    let ended = wait_for(
+        &mut events,
+        |e| matches!(&e.kind, EventKind::TurnEnded { turn_id, .. } if *turn_id == turn.turn_id),
+    )
+    .await;
+    let EventKind::TurnEnded { stop_reason, .. } = ended.kind else { unreachable!() };
+    assert_eq!(stop_reason.as_deref(), Some("cancelled"));
+}
+
+#[tokio::test]
+async fn prompt_and_follow_carry_on_across_a_daemon_restart() {
+    // A fixed port, so the restarted daemon is where the CLI left it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut daemon = Daemon::start(&["--listen", &listen]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("r")).await;
+    let spawn = |args: Vec<String>| {
+        tokio::process::Command::new(workspace_bin("supervisor"))
+            .arg("--url")
+            .arg(&daemon.url)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    };
+    let mut follow = spawn(vec!["follow".into(), session.clone(), "--json".into()]);
+    let mut follow_lines = BufReader::new(follow.stdout.take().unwrap()).lines();
+    let mut prompt = spawn(vec![
+        "prompt".into(),
+        session.clone(),
+        "/tool\n/sleep 3000\nafter the restart".into(),
+    ]);
+    let mut prompt_lines = BufReader::new(prompt.stdout.take().unwrap()).lines();
+    // The turn is under way once its tool call is printed.
+    loop {
+        let line = within("the prompt's output", prompt_lines.next_line()).await.unwrap();
+        if line.expect("more output").contains("[tool:") {
+            break;
+        }
+    }
+    drop(api);
+    daemon.kill().await;
+    daemon.restart().await;
+    let mut out = String::new();
+    while let Some(line) = within("the prompt's output", prompt_lines.next_line()).await.unwrap() {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    let output = within("the prompt to end", prompt.wait_with_output()).await.unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{out}\n{err}");
+    assert!(out.contains("you said: after the restart"), "{out}");
+    assert!(out.trim_end().ends_with("[turn completed: end_turn]"), "{out}");
+    assert!(err.contains("went away; reconnecting") && err.contains("reconnected"), "{err}");
+
+    // `follow` saw the whole turn, seqs without a gap, and ends with the session.
+    let api = daemon.api().await;
+    api.typed().session_stop(session.clone()).await.unwrap();
+    let mut events: Vec<SessionEvent> = Vec::new();
+    while let Some(line) = within("follow's output", follow_lines.next_line()).await.unwrap() {
+        events.push(serde_json::from_str(&line).expect(&line));
+    }
+    let status = within("follow to end", follow.wait()).await.unwrap();
+    assert!(status.success(), "{status:?}");
+    for pair in events.windows(2) {
+        assert_eq!(pair[1].seq, pair[0].seq + 1, "no gap: {events:?}");
+    }
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(&e.kind, EventKind::TurnEnded { state: TurnState::Completed, .. }))
+    );
+    assert!(matches!(
+        events.last().map(|e| &e.kind),
+        Some(EventKind::State { state: SessionState::Completed, .. })
+    ));
+}
+
+#[tokio::test]
+async fn sessions_show_has_the_timeline_of_executions_and_turns() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("t")).await;
+    api.ask(&session, "one").await;
+    tether_tests::daemon::kill_sidecar(&daemon, &api, &session).await;
+    api.ask(&session, "two").await;
+    let timeline = api.typed().session_timeline(session.clone()).await.unwrap();
+    assert_eq!(timeline.turns.len(), 2, "{timeline:?}");
+    assert_eq!(timeline.executions.len(), 2, "a turn per execution: {timeline:?}");
+    assert!(timeline.executions[1].current && !timeline.executions[0].current);
+    assert_eq!(timeline.executions[1].generation, Some(2));
+    let (code, out, err) = daemon.cli(&["sessions", "show", &session]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("state: WAITING_FOR_INPUT"), "{out}");
+    assert!(out.contains("executions:") && out.contains("(current)"), "{out}");
+    for turn in &timeline.turns {
+        assert!(out.contains(&turn.turn_id), "{out}");
+    }
+    let (_, status_out, _) = daemon.cli(&["status", &session]).await;
+    assert_ne!(out, status_out, "show is more than status");
+}
+
+#[tokio::test]
+async fn oversized_fields_are_refused_and_subscribing_past_the_end_too() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let typed = api.typed();
+    let title = "t".repeat(20 * 1024 * 1024);
+    let err = typed.task_create(title, None).await.unwrap_err();
+    let data = match &err {
+        jsonrpsee::core::ClientError::Call(object) => ErrorData::of(object).expect("data"),
+        other => panic!("{other}"),
+    };
+    assert_eq!(
+        (data.kind, data.field.as_deref(), data.limit),
+        (ErrorKind::InvalidParams, Some("title"), Some(1024))
+    );
+    assert!(typed.task_list().await.unwrap().is_empty(), "nothing was stored");
+    let session = api.ready_session("mock", &daemon.workspace("s")).await;
+    let last = typed.session_status(session.clone()).await.unwrap().last_event_seq;
+    assert!(typed.session_subscribe(session.clone(), Some(last)).await.is_ok());
+    let err = typed.session_subscribe(session.clone(), Some(last + 1)).await.unwrap_err();
+    match &err {
+        jsonrpsee::core::ClientError::Call(object) => {
+            let data = ErrorData::of(object).expect("data");
+            assert_eq!(
+                (data.kind, data.field.as_deref()),
+                (ErrorKind::InvalidParams, Some("after_seq"))
+            );
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[tokio::test]
+async fn the_openrpc_document_is_served_by_rpc_discover() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let served = api.typed().discover().await.unwrap();
+    let checked_in: serde_json::Value =
+        serde_json::from_str(protocol::api::openrpc::DOCUMENT).unwrap();
+    assert_eq!(served, checked_in);
+    assert!(
+        served["methods"].as_array().unwrap().iter().any(|m| m["name"] == "task.session.timeline")
+    );
+}
