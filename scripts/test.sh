@@ -22,6 +22,8 @@ echo "test: building static binaries for container images"
 static_dir=$(scripts/build-static.sh)
 export TETHER_STATIC_MOCK_AGENT="$static_dir/mock-agent"
 export TETHER_STATIC_AGENTCTL="$static_dir/agentctl"
+# Built above: the tests need not build them again (a plain `cargo test` does).
+export TETHER_TEST_BINS_BUILT=1
 
 # The fault matrix first, with a small round count (scripts/chaos.sh --rounds 1000 is the
 # long run); the test runner's summary stays the last word.

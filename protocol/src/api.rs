@@ -1,6 +1,6 @@
 //! The frontend API: one definition of Tether's JSON-RPC surface over WebSocket — the
-//! [`Api`] trait (jsonrpsee generates the server side the daemon implements and the client
-//! side the CLI and the tests call) and the wire types of its params, results and events.
+//! `Api` trait (jsonrpsee generates [`ApiServer`], which the daemon implements, and the client
+//! side [`ApiClient`] the CLI and the tests call) and the wire types of its params, results and events.
 //!
 //! Wire types are API types: the daemon converts its store rows and log records into them,
 //! so a column can change without the API changing, and internal bookkeeping (profile

@@ -1,4 +1,4 @@
-//! The control channel between the supervisor and agentctl: the [`Control`] trait (one
+//! The control channel between the supervisor and agentctl: the `Control` trait (one
 //! definition: jsonrpsee generates agentctl's server side and the supervisor's client side)
 //! and its params, results and event stream. The transport (JSON-RPC over WebSocket) lives
 //! in the `agentctl` crate; this module only fixes what both sides agree on. Errors carry

@@ -38,9 +38,16 @@ pub async fn engine() -> Option<Docker> {
 
 /// A static binary that `scripts/build-static.sh` builds, from `$VAR` or the default path.
 pub fn static_binary(var: &str, name: &str) -> PathBuf {
-    let path = std::env::var_os(var)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| target_dir().join("../x86_64-unknown-linux-gnu/debug").join(name));
+    let path = match std::env::var_os(var) {
+        Some(path) => PathBuf::from(path),
+        None => {
+            // A plain `cargo test`: build them (once per test build) rather than test a
+            // stale copy.
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/build-static.sh");
+            crate::ensure_built("static", &["bash", script], "scripts/build-static.sh");
+            target_dir().join("../x86_64-unknown-linux-gnu/debug").join(name)
+        }
+    };
     assert!(
         path.is_file(),
         "no static {name} at {}: run scripts/build-static.sh (scripts/test.sh does)",

@@ -10,7 +10,7 @@ pub mod schema;
 pub mod sidecar;
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -46,9 +46,15 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
-/// The path of a workspace binary, which must have been built (`scripts/test.sh` builds
-/// them all before running tests).
+/// The path of a workspace binary. A plain `cargo test` (or `cargo nextest run`) builds
+/// the workspace's binaries first, once per test build (see [`ensure_built`]);
+/// `scripts/test.sh` builds them itself and says so with `TETHER_TEST_BINS_BUILT=1`.
 pub fn workspace_bin(name: &str) -> PathBuf {
+    ensure_built(
+        "bins",
+        &[env!("CARGO"), "build", "--quiet", "--workspace", "--bins"],
+        "cargo build --workspace --bins",
+    );
     let path = target_dir().join(name);
     assert!(
         path.is_file(),
@@ -57,6 +63,47 @@ pub fn workspace_bin(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// Runs `command` (from the workspace root) once per build of this test binary: the first
+/// test process to get here builds, holding a lock, and leaves a stamp naming the test
+/// binary it built for; the others (nextest runs each test in a process of its own) find
+/// the stamp and go on. Nothing runs when `TETHER_TEST_BINS_BUILT` is set (scripts/test.sh
+/// builds everything before the tests). A failed build fails the test with `what` to run.
+pub fn ensure_built(stamp: &str, command: &[&str], what: &str) {
+    static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    if std::env::var_os("TETHER_TEST_BINS_BUILT").is_some() {
+        return;
+    }
+    let mut built = BUILT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if built.iter().any(|done| done == stamp) {
+        return;
+    }
+    let exe = std::env::current_exe().expect("UNWRAP: the running binary has a path");
+    let modified = std::fs::metadata(&exe).and_then(|m| m.modified()).ok();
+    let want = format!("{} {modified:?}", exe.display());
+    let dir = target_dir();
+    let lock = std::fs::File::create(dir.join(format!(".tether-{stamp}.lock")))
+        .expect("the build lock file can be created");
+    let _lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, err)| err)
+        .expect("the build lock");
+    let stamp_path = dir.join(format!(".tether-{stamp}.stamp"));
+    if std::fs::read_to_string(&stamp_path).is_ok_and(|have| have == want) {
+        built.push(stamp.to_owned());
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut build = std::process::Command::new(command[0]);
+    build.args(&command[1..]).current_dir(&root).stdout(std::process::Stdio::null());
+    if dir.file_name().is_some_and(|name| name == "release") {
+        build.arg("--release");
+    }
+    eprintln!("tests: building what they need first: {what}");
+    let status = build.status().unwrap_or_else(|err| panic!("{what}: cannot run: {err}"));
+    assert!(status.success(), "{what} failed ({status}): run it to see why");
+    std::fs::write(&stamp_path, want).expect("the build stamp can be written");
+    built.push(stamp.to_owned());
 }
 
 /// Which way a recorded line went.

@@ -1,5 +1,5 @@
 //! The frontend API as an OpenRPC 1.3 document, generated from the same types the
-//! [`super::Api`] trait uses: each method's params from its [`super::params`] struct, its
+//! `Api` trait uses: each method's params from its [`super::params`] struct, its
 //! result and the subscription's item from their wire types, the error kinds from
 //! [`ErrorKind`]. The daemon serves the checked-in copy (`docs/openrpc.json`) through
 //! `rpc.discover`; a test regenerates it and fails when the two differ.

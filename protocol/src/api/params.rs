@@ -1,7 +1,7 @@
 //! The checked shape of each method's params: objects by name, no unknown fields, each
 //! string within its limit. The server runs [`check`] before a method, so a bad request
 //! gets an `invalid_params` error whose `data.field` names the field (and `data.limit` the
-//! bound it broke) instead of reaching the method. These structs mirror the [`super::Api`]
+//! bound it broke) instead of reaching the method. These structs mirror the `Api`
 //! trait's arguments one for one; `tests` in this module hold the two together.
 
 use schemars::JsonSchema;
