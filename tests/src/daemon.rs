@@ -2,14 +2,18 @@
 //! (ready when it prints its serving line), a WebSocket API client, and cleanup that
 //! removes every process the daemon started, even when a test fails.
 
-use protocol::errors::{ErrorData, ErrorKind};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use agentctl::client::object_params;
-use jsonrpsee::core::client::{ClientT, Subscription, SubscriptionClientT};
+use jsonrpsee::core::client::{ClientT, Subscription};
 use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
-use serde_json::{Value, json};
+use protocol::api::{
+    ApiClient, EventKind, HistoryEntry, ResumeResult, SessionEvent, SessionState, SessionStatus,
+    TurnState,
+};
+use protocol::errors::{ErrorData, ErrorKind};
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -146,7 +150,11 @@ impl Daemon {
     /// SIGKILLs the daemon in the middle of a turn, restarts it, and follows the session's
     /// events from the last one in `seen` to the end of the turn (appending them). Returns
     /// a client of the new daemon.
-    pub async fn kill_restart_and_follow(&mut self, session: &str, seen: &mut Vec<Value>) -> Api {
+    pub async fn kill_restart_and_follow(
+        &mut self,
+        session: &str,
+        seen: &mut Vec<SessionEvent>,
+    ) -> Api {
         self.kill().await;
         self.restart().await;
         self.follow_turn(session, seen).await
@@ -154,7 +162,11 @@ impl Daemon {
 
     /// Like [`Daemon::kill_restart_and_follow`], for a daemon armed with a fault point
     /// (`TETHER_FAULT`): waits for it to die there, then starts it again disarmed.
-    pub async fn fault_restart_and_follow(&mut self, session: &str, seen: &mut Vec<Value>) -> Api {
+    pub async fn fault_restart_and_follow(
+        &mut self,
+        session: &str,
+        seen: &mut Vec<SessionEvent>,
+    ) -> Api {
         within("the supervisor to die at the fault point", self.wait_exit()).await;
         self.restart_with_env(&[]).await;
         self.follow_turn(session, seen).await
@@ -162,9 +174,9 @@ impl Daemon {
 
     /// A new client that follows the session's events from the last one in `seen` to the
     /// end of a turn, appending them.
-    async fn follow_turn(&self, session: &str, seen: &mut Vec<Value>) -> Api {
+    async fn follow_turn(&self, session: &str, seen: &mut Vec<SessionEvent>) -> Api {
         let api = self.api().await;
-        let after = seen.last().and_then(|event| event["seq"].as_u64()).unwrap_or(0);
+        let after = seen.last().map_or(0, |event| event.seq);
         let mut events = api.subscribe(session, after).await;
         seen.extend(until(&mut events, turn_ended).await);
         api
@@ -351,7 +363,55 @@ pub struct ApiError {
     pub message: String,
 }
 
-/// A WebSocket client of the API.
+impl ApiError {
+    /// The server's refusal in `err`; a transport error fails the test (`what` says where).
+    pub fn of(what: &str, err: jsonrpsee::core::ClientError) -> ApiError {
+        match err {
+            jsonrpsee::core::ClientError::Call(error) => {
+                let data =
+                    ErrorData::of(&error).unwrap_or_else(|| ErrorData::kind(ErrorKind::Unknown));
+                ApiError {
+                    kind: data.kind,
+                    field: data.field,
+                    limit: data.limit,
+                    code: error.code(),
+                    message: error.message().to_owned(),
+                }
+            }
+            other => panic!("{what}: transport error {other}"),
+        }
+    }
+}
+
+/// Awaits an API call (bounded by [`within`]): its answer, or the server's refusal.
+pub async fn call<T>(
+    what: &str,
+    call: impl std::future::Future<Output = Result<T, jsonrpsee::core::ClientError>>,
+) -> Result<T, ApiError> {
+    within(what, call).await.map_err(|err| ApiError::of(what, err))
+}
+
+/// Awaits an API call that must succeed.
+pub async fn ok<T>(
+    what: &str,
+    answer: impl std::future::Future<Output = Result<T, jsonrpsee::core::ClientError>>,
+) -> T {
+    call(what, answer).await.unwrap_or_else(|err| panic!("{what}: {err:?}"))
+}
+
+/// Awaits an API call that must be refused; returns the refusal.
+pub async fn refused<T: std::fmt::Debug>(
+    what: &str,
+    answer: impl std::future::Future<Output = Result<T, jsonrpsee::core::ClientError>>,
+) -> ApiError {
+    match call(what, answer).await {
+        Ok(answer) => panic!("{what}: accepted, answered {answer:?}"),
+        Err(err) => err,
+    }
+}
+
+/// A WebSocket client of the API: [`Api::typed`] is the typed client every test calls
+/// (`protocol::api::ApiClient`); the helpers below wrap the common sequences.
 pub struct Api {
     client: WsClient,
 }
@@ -383,51 +443,27 @@ impl Api {
         &self.client
     }
 
-    /// Calls a method with object params.
-    pub async fn call(&self, method: &str, params: Value) -> Result<Value, ApiError> {
-        match within(method, self.client.request::<Value, _>(method, object_params(params))).await {
-            Ok(value) => Ok(value),
-            Err(jsonrpsee::core::ClientError::Call(error)) => Err({
-                let data =
-                    ErrorData::of(&error).unwrap_or_else(|| ErrorData::kind(ErrorKind::Unknown));
-                ApiError {
-                    kind: data.kind,
-                    field: data.field,
-                    limit: data.limit,
-                    code: error.code(),
-                    message: error.message().to_owned(),
-                }
-            }),
-            Err(other) => panic!("{method}: transport error {other}"),
-        }
-    }
-
-    /// Calls a method whose answer may be lost (the server may die meanwhile): any error,
-    /// transport included, is returned rather than failing the test.
-    pub async fn client_call_raw(
-        &self,
-        method: &str,
-        params: Value,
-    ) -> Result<Value, jsonrpsee::core::ClientError> {
-        within(method, self.client.request::<Value, _>(method, object_params(params))).await
+    /// Sends `params` as they are, for tests of malformed input; only the refusal can be
+    /// looked at (an answer is reduced to "accepted").
+    pub async fn call_raw(&self, method: &str, params: Value) -> Result<(), ApiError> {
+        call(method, self.client.request::<Value, _>(method, object_params(params))).await.map(drop)
     }
 
     /// Subscribes to a session's events after `after_seq`.
-    pub async fn subscribe(&self, session_id: &str, after_seq: u64) -> Subscription<Value> {
-        within(
+    pub async fn subscribe(&self, session_id: &str, after_seq: u64) -> Subscription<SessionEvent> {
+        ok(
             "task.session.subscribe",
-            self.client.subscribe(
-                "task.session.subscribe",
-                object_params(json!({"session_id": session_id, "after_seq": after_seq})),
-                "task.session.unsubscribe",
-            ),
+            self.client.session_subscribe(session_id.to_owned(), Some(after_seq)),
         )
         .await
-        .expect("subscribed")
     }
 
-    /// Creates a task and a session on `profile` in `workspace`; waits until it is
-    /// `WAITING_FOR_INPUT`. Returns the session id.
+    /// Subscribes to a session's events from now on.
+    pub async fn subscribe_at_end(&self, session_id: &str) -> Subscription<SessionEvent> {
+        let after = self.status(session_id).await.last_event_seq;
+        self.subscribe(session_id, after).await
+    }
+
     /// Creates a task and a session of `profile` in it; returns the session id, or the
     /// refusal.
     pub async fn create_session(
@@ -435,32 +471,79 @@ impl Api {
         profile: &str,
         workspace: &Path,
     ) -> Result<String, ApiError> {
-        let task = self
-            .call("task.create", json!({"title": format!("{profile} test")}))
-            .await
-            .expect("task.create");
-        let row = self
-            .call(
-                "task.session.create",
-                json!({"task_id": task["id"], "agent_profile_id": profile, "workspace_path": workspace}),
-            )
-            .await?;
-        Ok(row["id"].as_str().expect("a session id").to_owned())
+        let task =
+            ok("task.create", self.client.task_create(format!("{profile} test"), None)).await;
+        let row = call(
+            "task.session.create",
+            self.client.session_create(
+                task.id,
+                profile.to_owned(),
+                workspace.to_str().expect("a UTF-8 workspace").to_owned(),
+                None,
+                None,
+            ),
+        )
+        .await?;
+        Ok(row.id)
     }
 
+    /// Creates a task and a session on `profile` in `workspace`; waits until it is
+    /// `WAITING_FOR_INPUT`. Returns the session id.
     pub async fn ready_session(&self, profile: &str, workspace: &Path) -> String {
         let session = self.create_session(profile, workspace).await.expect("task.session.create");
         let mut events = self.subscribe(&session, 0).await;
         loop {
             let event = next(&mut events).await;
-            if event["type"] == "state" {
-                match event["state"].as_str() {
-                    Some("WAITING_FOR_INPUT") => return session,
-                    Some("FAILED") => panic!("the session failed: {event}"),
-                    _ => {}
+            match event.kind {
+                EventKind::State { state: SessionState::WaitingForInput, .. } => return session,
+                EventKind::State { state: SessionState::Failed, .. } => {
+                    panic!("the session failed: {event:?}")
                 }
+                _ => {}
             }
         }
+    }
+
+    /// `task.session.status`.
+    pub async fn status(&self, session: &str) -> SessionStatus {
+        ok("task.session.status", self.client.session_status(session.to_owned())).await
+    }
+
+    /// `task.session.prompt`: the turn's id, or the refusal.
+    pub async fn prompt(&self, session: &str, text: &str) -> Result<String, ApiError> {
+        let started = call(
+            "task.session.prompt",
+            self.client.session_prompt(session.to_owned(), text.to_owned()),
+        )
+        .await?;
+        Ok(started.turn_id)
+    }
+
+    /// `task.session.resume`, or the refusal.
+    pub async fn resume(&self, session: &str) -> Result<ResumeResult, ApiError> {
+        call("task.session.resume", self.client.session_resume(session.to_owned())).await
+    }
+
+    /// The whole history of a session.
+    pub async fn history(&self, session: &str) -> Vec<HistoryEntry> {
+        ok(
+            "task.session.history",
+            self.client.session_history(session.to_owned(), None, Some(100_000)),
+        )
+        .await
+    }
+
+    /// Prompts and waits for the end of the turn, which must complete; returns the reply.
+    pub async fn ask(&self, session: &str, text: &str) -> String {
+        let mut events = self.subscribe_at_end(session).await;
+        self.prompt(session, text).await.expect("prompt");
+        let seen = until(&mut events, turn_ended).await;
+        let ended = seen.last().expect("UNWRAP: until returns what it found");
+        assert!(
+            matches!(ended.kind, EventKind::TurnEnded { state: TurnState::Completed, .. }),
+            "{ended:?}"
+        );
+        chunks(&seen).concat()
     }
 }
 
@@ -484,7 +567,7 @@ pub async fn await_log(
 }
 
 /// The next event of a subscription.
-pub async fn next(events: &mut Subscription<Value>) -> Value {
+pub async fn next(events: &mut Subscription<SessionEvent>) -> SessionEvent {
     within("a session event", events.next())
         .await
         .expect("the subscription is open")
@@ -493,9 +576,9 @@ pub async fn next(events: &mut Subscription<Value>) -> Value {
 
 /// Reads events until one satisfies `pred`; returns all read, that one last.
 pub async fn until(
-    events: &mut Subscription<Value>,
-    mut pred: impl FnMut(&Value) -> bool,
-) -> Vec<Value> {
+    events: &mut Subscription<SessionEvent>,
+    mut pred: impl FnMut(&SessionEvent) -> bool,
+) -> Vec<SessionEvent> {
     let mut seen = Vec::new();
     loop {
         let event = next(events).await;
@@ -508,36 +591,68 @@ pub async fn until(
 }
 
 /// Whether an event ends a turn.
-pub fn turn_ended(event: &Value) -> bool {
-    event["type"] == "turn_ended"
+pub fn turn_ended(event: &SessionEvent) -> bool {
+    matches!(event.kind, EventKind::TurnEnded { .. })
 }
 
-impl Api {
-    /// `task.session.status`.
-    pub async fn status(&self, session: &str) -> Value {
-        self.call("task.session.status", json!({"session_id": session})).await.expect("status")
+/// Reads events until the session settles (`WAITING_FOR_INPUT` or `FAILED`); returns that
+/// state and its error ("" when none).
+pub async fn settled(events: &mut Subscription<SessionEvent>) -> (SessionState, String) {
+    loop {
+        if let EventKind::State { state, error } = next(events).await.kind
+            && matches!(state, SessionState::WaitingForInput | SessionState::Failed)
+        {
+            return (state, error.unwrap_or_default());
+        }
     }
+}
 
-    /// Prompts and waits for the end of the turn, which must complete; returns the reply.
-    pub async fn ask(&self, session: &str, text: &str) -> String {
-        let after = self.status(session).await["last_event_seq"].as_u64().expect("a seq");
-        let mut events = self.subscribe(session, after).await;
-        self.call("task.session.prompt", json!({"session_id": session, "prompt": text}))
-            .await
-            .expect("prompt");
-        let seen = until(&mut events, turn_ended).await;
-        let ended = seen.last().expect("UNWRAP: until returns what it found");
-        assert_eq!(ended["state"], "completed", "{ended}");
-        chunks(&seen).concat()
+/// Whether an event is a change to `state`.
+pub fn is_state(event: &SessionEvent, wanted: SessionState) -> bool {
+    matches!(event.kind, EventKind::State { state, .. } if state == wanted)
+}
+
+/// The stop reason of a `turn_ended` event (`None` for any other event or a failed turn).
+pub fn stop_reason(event: &SessionEvent) -> Option<&str> {
+    match &event.kind {
+        EventKind::TurnEnded { stop_reason, .. } => stop_reason.as_deref(),
+        _ => None,
     }
+}
+
+/// The messages of the `notice` events among `events`.
+pub fn notices(events: &[SessionEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::Notice { message } => Some(message.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `progress` events among `events`, each as `"step detail"` (`"step "` without one).
+pub fn progress_steps(events: &[SessionEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::Progress { step, detail } => {
+                let step = serde_json::to_value(step).ok()?;
+                Some(format!("{} {}", step.as_str()?, detail.as_deref().unwrap_or("")))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// The texts of the `agent_message_chunk` events among `events`.
-pub fn chunks(events: &[Value]) -> Vec<String> {
+pub fn chunks(events: &[SessionEvent]) -> Vec<String> {
     events
         .iter()
-        .filter(|event| event["type"] == "agent_message_chunk")
-        .filter_map(|event| event["text"].as_str().map(str::to_owned))
+        .filter_map(|event| match &event.kind {
+            EventKind::AgentMessageChunk { text } => Some(text.clone()),
+            _ => None,
+        })
         .collect()
 }
 
@@ -545,8 +660,7 @@ pub fn chunks(events: &[Value]) -> Vec<String> {
 /// knows: it says so on its stream, and its status asks for a resume.
 pub async fn kill_sidecar(daemon: &Daemon, api: &Api, session: &str) {
     let pid = daemon.agentctl_pid(session);
-    let after = api.status(session).await["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(session, after).await;
+    let mut events = api.subscribe_at_end(session).await;
     let pidfd = agentctl::process::PidFd::open(pid).expect("a pidfd of agentctl");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
@@ -554,8 +668,8 @@ pub async fn kill_sidecar(daemon: &Daemon, api: &Api, session: &str) {
     )
     .expect("SIGKILL agentctl");
     within("agentctl to die", pidfd.exited()).await.expect("pidfd");
-    until(&mut events, |e| e["type"] == "state" && e["error"].is_string()).await;
+    until(&mut events, |e| matches!(&e.kind, EventKind::State { error: Some(_), .. })).await;
     let lost = api.status(session).await;
-    assert_eq!(lost["is_agent_running"], false);
-    assert_eq!(lost["needs_resume"], true, "{lost}");
+    assert!(!lost.is_agent_running);
+    assert!(lost.needs_resume, "{lost:?}");
 }

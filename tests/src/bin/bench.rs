@@ -4,8 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use protocol::api::{ApiClient, ResumeOutcome, SessionState};
 use serde_json::{Value, json};
-use tether_tests::daemon::{Api, Daemon, until};
+use tether_tests::daemon::{Api, Daemon, chunks, is_state, ok, turn_ended, until};
 
 struct Row {
     measure: &'static str,
@@ -25,18 +26,22 @@ fn ms(d: Duration) -> f64 {
 }
 
 async fn create_ready(api: &Api, workspace: &std::path::Path) -> (String, Duration) {
-    let task = api.call("task.create", json!({"title": "bench"})).await.unwrap();
+    let task = ok("task.create", api.typed().task_create("bench".into(), None)).await;
     let started = Instant::now();
-    let row = api
-        .call(
-            "task.session.create",
-            json!({"task_id": task["id"], "agent_profile_id": "mock", "workspace_path": workspace}),
-        )
-        .await
-        .unwrap();
-    let session = row["id"].as_str().unwrap().to_owned();
+    let row = ok(
+        "task.session.create",
+        api.typed().session_create(
+            task.id,
+            "mock".into(),
+            workspace.to_str().unwrap().to_owned(),
+            None,
+            None,
+        ),
+    )
+    .await;
+    let session = row.id;
     let mut events = api.subscribe(&session, 0).await;
-    until(&mut events, |e| e["type"] == "state" && e["state"] == "WAITING_FOR_INPUT").await;
+    until(&mut events, |e| is_state(e, SessionState::WaitingForInput)).await;
     (session, started.elapsed())
 }
 
@@ -82,15 +87,12 @@ async fn main() {
 
     // 2. relay throughput: session/update chunks reaching a WebSocket client.
     let session = &sessions[0];
-    let after = api.call("task.session.status", json!({"session_id": session})).await.unwrap()["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(session, after).await;
+    let mut events = api.subscribe_at_end(session).await;
     let started = Instant::now();
-    api.call("task.session.prompt", json!({"session_id": session, "prompt": "/stream 100000"}))
-        .await
-        .unwrap();
-    let seen = until(&mut events, |e| e["type"] == "turn_ended").await;
+    api.prompt(session, "/stream 100000").await.unwrap();
+    let seen = until(&mut events, turn_ended).await;
     let took = started.elapsed();
-    let count = seen.iter().filter(|e| e["type"] == "agent_message_chunk").count();
+    let count = chunks(&seen).len();
     let rate = count as f64 / took.as_secs_f64();
     rows.push(Row {
         measure: "agent → WebSocket client relay",
@@ -104,13 +106,12 @@ async fn main() {
     for session in sessions.iter().take(20) {
         api.ask(session, "hello").await;
     }
-    api.call("sessions.stop_all", json!({})).await.unwrap();
+    ok("sessions.stop_all", api.typed().stop_all()).await;
     for session in sessions.iter().take(20) {
         let started = Instant::now();
-        let resumed =
-            api.call("task.session.resume", json!({"session_id": session})).await.unwrap();
+        let resumed = api.resume(session).await.unwrap();
         samples.push(started.elapsed());
-        assert_eq!(resumed["outcome"], "native_load");
+        assert_eq!(resumed.outcome, ResumeOutcome::NativeLoad);
     }
     let p50 = percentile(&mut samples, 0.5);
     rows.push(Row {
@@ -138,9 +139,7 @@ async fn main() {
     let api = daemon.api().await;
     let mut running = 0;
     for session in &sessions {
-        if api.call("task.session.status", json!({"session_id": session})).await.unwrap()["is_agent_running"]
-            == true
-        {
+        if api.status(session).await.is_agent_running {
             running += 1;
         }
     }
@@ -150,7 +149,7 @@ async fn main() {
         result: format!("{:.0} ms for {running} live sidecars", ms(took)),
         value: json!({"ms": ms(took), "readopted": running}),
     });
-    api.call("sessions.stop_all", json!({})).await.unwrap();
+    ok("sessions.stop_all", api.typed().stop_all()).await;
     drop(api);
     drop(daemon);
 

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use agentctl::process::PidFd;
 use jsonrpsee::core::client::Subscription;
-use serde_json::{Value, json};
+use protocol::api::{ApiClient, EntryType, EventKind, SessionEvent, TurnState};
 use tether_tests::daemon::{Api, Daemon};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -286,12 +286,7 @@ async fn run_round(
         let tag = format!("chaos round {round} session {idx}");
         let prompt = format!("/stream {CHUNKS}\n/rounds {ROUNDS_PER_TURN}{permission}\n{tag}");
         track.turns.push(TurnSeen { tag, ..Default::default() });
-        let sent = api
-            .client_call_raw(
-                "task.session.prompt",
-                json!({"session_id": track.id, "prompt": prompt}),
-            )
-            .await;
+        let sent = lossy(api.typed().session_prompt(track.id.clone(), prompt)).await;
         if let Err(err) = sent {
             // A fault point may fire while the prompt is accepted: it may or may not start.
             eprintln!("chaos: round {round}: prompt to {} not answered: {err}", track.id);
@@ -339,10 +334,9 @@ async fn run_round(
                     .filter(|t| t.turns.last().is_some_and(|turn| turn.ended.is_none()))
                 {
                     tally.stuck += 1;
-                    let status = api
-                        .client_call_raw("task.session.status", json!({"session_id": track.id}))
+                    let status = lossy(api.typed().session_status(track.id.clone()))
                         .await
-                        .map(|s| s.to_string())
+                        .map(|s| format!("{s:?}"))
                         .unwrap_or_else(|err| err.to_string());
                     let turn = track.turns.last().expect("UNWRAP: filtered on it");
                     tally.problem(format!(
@@ -380,15 +374,15 @@ async fn run_round(
             continue;
         };
         observe(&mut tracks[idx], &event, tally, round);
-        if event["type"] == "permission_request" {
-            let _ = api
-                .client_call_raw(
-                    "task.session.permission.respond",
-                    json!({"session_id": tracks[idx].id, "request_id": event["request_id"], "option_id": "allow"}),
-                )
-                .await;
+        if let EventKind::PermissionRequest { request_id, .. } = &event.kind {
+            let answer = api.typed().permission_respond(
+                tracks[idx].id.clone(),
+                request_id.clone(),
+                Some("allow".into()),
+            );
+            let _ = lossy(answer).await;
         }
-        if event["type"] == "agent_message_chunk" {
+        if matches!(event.kind, EventKind::AgentMessageChunk { .. }) {
             seen_in_round += 1;
         }
         if !struck && seen_in_round >= strike_at && !matches!(disruption, Disruption::Fault(_)) {
@@ -424,8 +418,7 @@ async fn run_round(
 async fn unstick(api: &Api, tracks: &mut [SessionTrack]) {
     for track in tracks.iter_mut() {
         if let Some(turn) = track.turns.last_mut().filter(|turn| turn.ended.is_none()) {
-            let _ =
-                api.client_call_raw("task.session.cancel", json!({"session_id": track.id})).await;
+            let _ = lossy(api.typed().session_cancel(track.id.clone())).await;
             turn.ended = Some("stuck".into());
         }
     }
@@ -435,7 +428,7 @@ async fn unstick(api: &Api, tracks: &mut [SessionTrack]) {
 async fn subscribe_all(
     api: &Api,
     tracks: &[SessionTrack],
-) -> (Vec<tokio::task::JoinHandle<()>>, mpsc::UnboundedReceiver<(usize, Option<Value>)>) {
+) -> (Vec<tokio::task::JoinHandle<()>>, mpsc::UnboundedReceiver<(usize, Option<SessionEvent>)>) {
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let mut readers = Vec::new();
     for (idx, track) in tracks.iter().enumerate() {
@@ -452,8 +445,8 @@ async fn subscribe_all(
 
 async fn forward(
     idx: usize,
-    mut subscription: Subscription<Value>,
-    events_tx: mpsc::UnboundedSender<(usize, Option<Value>)>,
+    mut subscription: Subscription<SessionEvent>,
+    events_tx: mpsc::UnboundedSender<(usize, Option<SessionEvent>)>,
 ) {
     while let Some(Ok(event)) = subscription.next().await {
         if events_tx.send((idx, Some(event))).is_err() {
@@ -464,8 +457,8 @@ async fn forward(
 }
 
 /// Folds one event into what the subscriber saw; checks seqs are gapless and unique.
-fn observe(track: &mut SessionTrack, event: &Value, tally: &mut Tally, round: u64) {
-    let seq = event["seq"].as_u64().unwrap_or(0);
+fn observe(track: &mut SessionTrack, event: &SessionEvent, tally: &mut Tally, round: u64) {
+    let seq = event.seq;
     if seq <= track.last_seq {
         tally.duplicated += 1;
         tally.problem(format!("round {round}: {} event {seq} delivered twice", track.id));
@@ -481,15 +474,15 @@ fn observe(track: &mut SessionTrack, event: &Value, tally: &mut Tally, round: u6
     }
     track.last_seq = seq;
     let Some(turn) = track.turns.last_mut() else { return };
-    match event["type"].as_str() {
-        Some("turn_started") if event["prompt"].as_str().is_some_and(|p| p.contains(&turn.tag)) => {
-            turn.turn_id = event["turn_id"].as_str().map(str::to_owned);
+    match &event.kind {
+        EventKind::TurnStarted { turn_id, prompt } if prompt.contains(&turn.tag) => {
+            turn.turn_id = Some(turn_id.clone());
         }
-        Some("agent_message_chunk") if turn.turn_id.is_some() && turn.ended.is_none() => {
-            turn.chunks.push(event["text"].as_str().unwrap_or_default().to_owned());
+        EventKind::AgentMessageChunk { text } if turn.turn_id.is_some() && turn.ended.is_none() => {
+            turn.chunks.push(text.clone());
         }
-        Some("turn_ended") if turn.turn_id.as_deref() == event["turn_id"].as_str() => {
-            turn.ended = event["state"].as_str().map(str::to_owned);
+        EventKind::TurnEnded { turn_id, state, .. } if turn.turn_id.as_ref() == Some(turn_id) => {
+            turn.ended = Some(turn_state_name(*state).to_owned());
             check_turn(&track.id, turn, tally, round);
         }
         _ => {}
@@ -682,26 +675,21 @@ async fn check_processes(daemon: &Daemon, tracks: &[SessionTrack], tally: &mut T
 /// Each turn's recorded agent text is exactly what was streamed for it.
 async fn check_histories(api: &Api, tracks: &[SessionTrack], tally: &mut Tally) {
     for track in tracks {
-        let history = match api
-            .client_call_raw(
-                "task.session.history",
-                json!({"session_id": track.id, "limit": 100_000}),
-            )
-            .await
-        {
-            Ok(history) => history,
-            Err(err) => {
-                tally.problem(format!("history of {}: {err}", track.id));
-                continue;
-            }
-        };
+        let history =
+            match lossy(api.typed().session_history(track.id.clone(), None, Some(100_000))).await {
+                Ok(history) => history,
+                Err(err) => {
+                    tally.problem(format!("history of {}: {err}", track.id));
+                    continue;
+                }
+            };
         let mut recorded: HashMap<String, String> = HashMap::new();
         let mut user_turns: HashMap<String, u64> = HashMap::new();
         let mut current: Option<String> = None;
-        for entry in history.as_array().into_iter().flatten() {
-            match entry["type"].as_str() {
-                Some("user_message") => {
-                    let content = entry["content"].as_str().unwrap_or_default();
+        for entry in history {
+            match entry.kind {
+                EntryType::UserMessage => {
+                    let content = entry.content.as_str();
                     current = track
                         .turns
                         .iter()
@@ -711,12 +699,9 @@ async fn check_histories(api: &Api, tracks: &[SessionTrack], tally: &mut Tally) 
                         *user_turns.entry(tag.clone()).or_default() += 1;
                     }
                 }
-                Some("agent_message") => {
+                EntryType::AgentMessage => {
                     if let Some(tag) = &current {
-                        recorded
-                            .entry(tag.clone())
-                            .or_default()
-                            .push_str(entry["content"].as_str().unwrap_or_default());
+                        recorded.entry(tag.clone()).or_default().push_str(&entry.content);
                     }
                 }
                 _ => {}
@@ -776,4 +761,22 @@ fn print_table(tally: &Tally, took: Duration) {
     // Each round is one check, and the end-of-run checks (histories, stop-all) one more.
     let checks = tally.rounds + 1;
     println!("chaos: {} passed, {} failed", checks - tally.rounds_failed, tally.rounds_failed);
+}
+
+/// An API call whose answer may be lost (a fault point may kill the daemon meanwhile):
+/// bounded by [`within`], any error returned.
+async fn lossy<T>(
+    call: impl std::future::Future<Output = Result<T, jsonrpsee::core::ClientError>>,
+) -> Result<T, jsonrpsee::core::ClientError> {
+    tether_tests::within("an API call", call).await
+}
+
+/// How the round tally names a turn's end.
+fn turn_state_name(state: TurnState) -> &'static str {
+    match state {
+        TurnState::Running => "running",
+        TurnState::Completed => "completed",
+        TurnState::Failed => "failed",
+        TurnState::Interrupted => "interrupted",
+    }
 }

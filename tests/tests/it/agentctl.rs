@@ -380,12 +380,16 @@ async fn bad_agent_output_becomes_events_and_nothing_stops() {
     assert_eq!(error.kind(), Some(ErrorKind::InvalidParams));
     let error = talk.calls.call_raw("events.ack", json!({"seq": "soon"})).await.unwrap_err();
     assert_eq!(error.kind(), Some(ErrorKind::InvalidParams));
-    assert!(matches!(
-        talk.calls.call_raw("no.such.method", json!({})).await,
-        Err(ClientError::Refused { .. })
-    ));
-    let error =
-        talk.calls.call_raw("agent.start", json!({"command": "x", "cwd": "/"})).await.unwrap_err();
+    let error = talk.calls.call_raw("no.such.method", json!({})).await.unwrap_err();
+    assert_eq!(error.kind(), Some(ErrorKind::NoSuchMethod));
+    let again = protocol::control::StartAgent {
+        command: "x".into(),
+        args: Vec::new(),
+        env: Default::default(),
+        cwd: "/".into(),
+        extra_roots: Vec::new(),
+    };
+    let error = talk.calls.start_agent(&again).await.unwrap_err();
     assert_eq!(error.kind(), Some(ErrorKind::AlreadyStarted));
 
     // The agent dying mid-turn is an event with its status and stderr tail.

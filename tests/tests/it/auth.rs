@@ -1,8 +1,8 @@
 //! Issue 11: agents that require ACP `authenticate` before a session (codex-acp, gemini),
 //! played by `mock-agent --auth-required`, which offers the method `mock-login`.
 
-use serde_json::json;
-use tether_tests::daemon::{Daemon, kill_sidecar, until};
+use protocol::api::{ResumeOutcome, SessionState};
+use tether_tests::daemon::{Daemon, kill_sidecar, settled};
 
 fn profile(id: &str, auth: &str) -> String {
     format!(
@@ -12,20 +12,12 @@ fn profile(id: &str, auth: &str) -> String {
 
 /// Creates a session of `profile` and returns its id and the first terminal-or-ready state
 /// event's `(state, error)`.
-async fn create(daemon: &Daemon, profile: &str) -> (String, String, String) {
+async fn create(daemon: &Daemon, profile: &str) -> (String, SessionState, String) {
     let api = daemon.api().await;
     let session = api.create_session(profile, &daemon.workspace(profile)).await.unwrap();
     let mut events = api.subscribe(&session, 0).await;
-    let seen = until(&mut events, |e| {
-        e["type"] == "state" && (e["state"] == "WAITING_FOR_INPUT" || e["state"] == "FAILED")
-    })
-    .await;
-    let last = seen.last().unwrap();
-    (
-        session,
-        last["state"].as_str().unwrap().to_owned(),
-        last["error"].as_str().unwrap_or_default().to_owned(),
-    )
+    let (state, error) = settled(&mut events).await;
+    (session, state, error)
 }
 
 /// Defect 1: the agent refuses `session/new` until `authenticate`; a profile that allows
@@ -35,13 +27,13 @@ async fn r11_an_agent_that_requires_authenticate_gets_it() {
     let pinned = profile("authed", "[[auth]]\nmethod = \"mock-login\"\n");
     let daemon = Daemon::start_with_profiles(&[], &[("authed.toml", &pinned)]).await;
     let (session, state, error) = create(&daemon, "authed").await;
-    assert_eq!(state, "WAITING_FOR_INPUT", "{error}");
+    assert_eq!(state, SessionState::WaitingForInput, "{error}");
     let api = daemon.api().await;
     assert!(api.ask(&session, "hello").await.contains("you said: hello"));
     // A new agent process: authenticate again, then session/load.
     kill_sidecar(&daemon, &api, &session).await;
-    let resumed = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap();
-    assert_eq!(resumed["outcome"], "native_load", "{resumed}");
+    let resumed = api.resume(&session).await.unwrap();
+    assert_eq!(resumed.outcome, ResumeOutcome::NativeLoad, "{resumed:?}");
     assert!(api.ask(&session, "again").await.contains("remembered 2 earlier messages"));
 }
 
@@ -55,10 +47,10 @@ async fn r11_an_agent_without_usable_credentials_says_so() {
     let daemon =
         Daemon::start_with_profiles(&[], &[("noauth.toml", &none), ("unset.toml", &unset)]).await;
     let (_, state, error) = create(&daemon, "noauth").await;
-    assert_eq!(state, "FAILED");
+    assert_eq!(state, SessionState::Failed);
     assert!(error.contains("needs credentials") && error.contains("mock-login"), "{error}");
     let (_, state, error) = create(&daemon, "unset").await;
-    assert_eq!(state, "FAILED");
+    assert_eq!(state, SessionState::Failed);
     assert!(
         error.contains("needs credentials") && error.contains("TETHER_TEST_UNSET_KEY"),
         "{error}"

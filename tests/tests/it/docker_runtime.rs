@@ -10,8 +10,8 @@ use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
     CreateContainerOptions, InspectContainerOptions, StopContainerOptions,
 };
-use serde_json::json;
-use tether_tests::daemon::{Api, Daemon, chunks, next, until};
+use protocol::api::{ApiClient, EventKind, ResumeOutcome, RuntimeKind, SessionState};
+use tether_tests::daemon::{Api, Daemon, chunks, next, ok, settled, until};
 use tether_tests::docker::{Cleanup, build_mock_image, engine, remove_labelled, static_binary};
 use tether_tests::within;
 
@@ -54,8 +54,8 @@ async fn container_id(docker: &Docker, session: &str) -> String {
 /// Waits until the session has noticed its sidecar is gone.
 async fn until_lost(api: &Api, session: &str, after: u64) {
     let mut events = api.subscribe(session, after).await;
-    until(&mut events, |e| e["type"] == "state" && e["error"].is_string()).await;
-    assert_eq!(api.status(session).await["needs_resume"], true);
+    until(&mut events, |e| matches!(&e.kind, EventKind::State { error: Some(_), .. })).await;
+    assert!(api.status(session).await.needs_resume);
 }
 
 #[tokio::test]
@@ -63,7 +63,7 @@ async fn docker_session_streams_and_is_readopted_after_a_supervisor_kill() {
     let Some((docker, mut daemon, cleanup)) = setup().await else { return };
     let api = daemon.api().await;
     let session = api.ready_session("mock-docker", &daemon.workspace("d")).await;
-    assert_eq!(api.status(&session).await["runtime"], "docker");
+    assert_eq!(api.status(&session).await.runtime, RuntimeKind::Docker);
     let reply = api.ask(&session, "/stream 5\nhello from a container").await;
     assert!(
         reply.contains("you said: hello from a container [1/5]") && reply.ends_with("[5/5]"),
@@ -99,11 +99,8 @@ async fn docker_session_streams_and_is_readopted_after_a_supervisor_kill() {
     );
 
     // SIGKILL the supervisor mid-turn; the restarted one re-adopts the container.
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(&session, after).await;
-    api.call("task.session.prompt", json!({"session_id": &session, "prompt": "/stream 1000"}))
-        .await
-        .unwrap();
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/stream 1000").await.unwrap();
     let mut seen = vec![next(&mut events).await];
     drop(events);
     drop(api);
@@ -113,7 +110,7 @@ async fn docker_session_streams_and_is_readopted_after_a_supervisor_kill() {
     assert!(
         texts.iter().enumerate().all(|(idx, text)| text.ends_with(&format!("[{}/1000]", idx + 1)))
     );
-    assert_eq!(api.status(&session).await["is_agent_running"], true);
+    assert!(api.status(&session).await.is_agent_running);
     drop(cleanup);
 }
 
@@ -126,19 +123,19 @@ async fn resume_restarts_a_stopped_container_or_creates_a_new_one_that_still_rem
     let first = container_id(&docker, &session).await;
 
     // Stopped behind Tether's back: status says resume; resume starts the same container.
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     docker
         .stop_container(&first, Some(StopContainerOptions { t: Some(1), ..Default::default() }))
         .await
         .unwrap();
     until_lost(&api, &session, after).await;
-    let resumed = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap();
-    assert_eq!(resumed["outcome"], "native_load");
+    let resumed = api.resume(&session).await.unwrap();
+    assert_eq!(resumed.outcome, ResumeOutcome::NativeLoad);
     assert_eq!(container_id(&docker, &session).await, first, "the same container");
     assert!(api.ask(&session, "/recall").await.contains("remembered 2 earlier messages"));
 
     // Removed: resume creates a new container, and the mounted agent state restores it.
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     docker
         .remove_container(
             &first,
@@ -150,8 +147,8 @@ async fn resume_restarts_a_stopped_container_or_creates_a_new_one_that_still_rem
         .await
         .unwrap();
     until_lost(&api, &session, after).await;
-    let resumed = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap();
-    assert_eq!(resumed["outcome"], "native_load");
+    let resumed = api.resume(&session).await.unwrap();
+    assert_eq!(resumed.outcome, ResumeOutcome::NativeLoad);
     let second = container_id(&docker, &session).await;
     assert_ne!(second, first, "a new container");
     let reply = api.ask(&session, "what was the secret?\n/recall").await;
@@ -161,7 +158,7 @@ async fn resume_restarts_a_stopped_container_or_creates_a_new_one_that_still_rem
     );
 
     // Delete removes the container and the agent state.
-    api.call("task.session.delete", json!({"session_id": &session})).await.unwrap();
+    ok("task.session.delete", api.typed().session_delete(session.clone())).await;
     assert!(docker.inspect_container(&second, None::<InspectContainerOptions>).await.is_err());
     assert!(!daemon.root.path().join("tether/agent-state").join(&session).exists());
     drop(cleanup);
@@ -196,7 +193,7 @@ async fn orphan_containers_are_removed_at_startup() {
     daemon.kill().await;
     daemon.restart().await;
     // Recovery ran before the API answered this.
-    daemon.api().await.call("task.list", json!({})).await.unwrap();
+    ok("task.list", daemon.api().await.typed().task_list()).await;
     assert!(
         docker.inspect_container(&orphan.id, None::<InspectContainerOptions>).await.is_err(),
         "the orphan is gone"
@@ -218,14 +215,7 @@ async fn an_unreachable_engine_gives_runtime_unavailable_and_standalone_goes_on(
     )
     .await;
     let api = daemon.api().await;
-    let task = api.call("task.create", json!({"title": "no engine"})).await.unwrap();
-    let error = api
-        .call(
-            "task.session.create",
-            json!({"task_id": task["id"], "agent_profile_id": "mock-docker", "workspace_path": daemon.workspace("u")}),
-        )
-        .await
-        .unwrap_err();
+    let error = api.create_session("mock-docker", &daemon.workspace("u")).await.unwrap_err();
     assert_eq!(error.kind, ErrorKind::RuntimeUnavailable, "{error:?}");
     assert!(error.message.contains("unreachable"), "{error:?}");
     let session = api.ready_session("mock", &daemon.workspace("s")).await;
@@ -237,17 +227,10 @@ async fn an_unreachable_engine_gives_runtime_unavailable_and_standalone_goes_on(
     )
     .await;
     let api = missing.api().await;
-    let task = api.call("task.create", json!({"title": "no image"})).await.unwrap();
-    let row = api
-        .call(
-            "task.session.create",
-            json!({"task_id": task["id"], "agent_profile_id": "mock-docker", "workspace_path": missing.workspace("m")}),
-        )
-        .await
-        .unwrap();
-    let mut events = api.subscribe(row["id"].as_str().unwrap(), 0).await;
-    let failed = until(&mut events, |e| e["type"] == "state" && e["state"] == "FAILED").await;
-    let reason = failed.last().unwrap()["error"].as_str().unwrap().to_owned();
+    let session = api.create_session("mock-docker", &missing.workspace("m")).await.unwrap();
+    let mut events = api.subscribe(&session, 0).await;
+    let (state, reason) = settled(&mut events).await;
+    assert_eq!(state, SessionState::Failed);
     assert!(
         reason.contains("tether-test-no-such-image:latest"),
         "the error names the image: {reason}"

@@ -7,8 +7,14 @@ use std::time::Duration;
 
 use agentctl::process::PidFd;
 use nix::sys::signal::Signal;
-use serde_json::{Value, json};
-use tether_tests::daemon::{Api, Daemon, await_log, chunks, kill_sidecar, next, turn_ended, until};
+use protocol::api::{
+    ApiClient, EntryType, EventKind, HistoryEntry, ResumeOutcome, SessionEvent, SessionState,
+    TurnState,
+};
+use tether_tests::daemon::{
+    Api, Daemon, await_log, chunks, is_state, kill_sidecar, next, ok, stop_reason, turn_ended,
+    until,
+};
 use tether_tests::within;
 
 fn signal(pid: u32, signal: Signal) {
@@ -34,12 +40,9 @@ async fn prompt_through_a_fault(
     api: Api,
     session: &str,
     prompt: &str,
-) -> (Api, Vec<Value>) {
-    let after = api.status(session).await["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(session, after).await;
-    api.call("task.session.prompt", json!({"session_id": session, "prompt": prompt}))
-        .await
-        .unwrap();
+) -> (Api, Vec<SessionEvent>) {
+    let mut events = api.subscribe_at_end(session).await;
+    api.prompt(session, prompt).await.unwrap();
     let mut seen = vec![next(&mut events).await];
     drop(events);
     drop(api);
@@ -49,13 +52,28 @@ async fn prompt_through_a_fault(
 
 /// `(chunks, history)` of a finished turn: every streamed chunk and the agent messages of
 /// the history, for exactly-once checks.
-async fn history_text(api: &Api, session: &str) -> Vec<Value> {
-    let history = api
-        .call("task.session.history", json!({"session_id": session, "limit": 100000}))
-        .await
-        .expect("history");
-    history.as_array().expect("an array").clone()
+async fn history_text(api: &Api, session: &str) -> Vec<HistoryEntry> {
+    api.history(session).await
 }
+
+/// The texts of the agent messages in a history.
+fn agent_messages(history: &[HistoryEntry]) -> Vec<&str> {
+    history
+        .iter()
+        .filter(|e| e.kind == EntryType::AgentMessage)
+        .map(|e| e.content.as_str())
+        .collect()
+}
+
+/// The state of the turn a `turn_ended` event ended.
+fn turn_state(event: &SessionEvent) -> Option<TurnState> {
+    match event.kind {
+        EventKind::TurnEnded { state, .. } => Some(state),
+        _ => None,
+    }
+}
+
+const WAITING: SessionState = SessionState::WaitingForInput;
 
 /// Issue 10, defects 0 and 1: an acknowledgement racing a SIGKILL. The turn holds several
 /// messages (tool calls between them), so acknowledgements go out mid-turn; the supervisor
@@ -70,7 +88,7 @@ async fn r10_a_kill_right_after_an_ack_loses_nothing_and_doubles_nothing() {
     let (api, seen) =
         prompt_through_a_fault(&mut daemon, api, &session, "/stream 600\n/rounds 4\nmany").await;
     let ended = seen.last().unwrap();
-    assert_eq!(ended["state"], "completed", "{ended}");
+    assert_eq!(turn_state(ended), Some(TurnState::Completed), "{ended:?}");
     let texts = chunks(&seen);
     assert_eq!(texts.len(), 3 * 600 + 600, "every chunk once in the stream");
     let mut unique = texts.clone();
@@ -78,11 +96,7 @@ async fn r10_a_kill_right_after_an_ack_loses_nothing_and_doubles_nothing() {
     unique.dedup();
     assert_eq!(unique.len(), texts.len(), "no chunk twice");
     let history = history_text(&api, &session).await;
-    let recorded: String = history
-        .iter()
-        .filter(|e| e["type"] == "agent_message")
-        .map(|e| e["content"].as_str().unwrap())
-        .collect();
+    let recorded: String = agent_messages(&history).concat();
     assert_eq!(recorded, texts.concat(), "the history holds every chunk once, in order");
     assert_eq!(sidecars(&daemon, &session).len(), 1, "one sidecar");
     assert!(api.ask(&session, "still there?").await.contains("remembered 2 earlier messages"));
@@ -96,14 +110,9 @@ async fn r10_history_keeps_the_start_of_a_message_cut_by_a_kill() {
     let mut daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("h")).await;
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     let mut events = api.subscribe(&session, after).await;
-    api.call(
-        "task.session.prompt",
-        json!({"session_id": &session, "prompt": "/stream 3000\nlong"}),
-    )
-    .await
-    .unwrap();
+    api.prompt(&session, "/stream 3000\nlong").await.unwrap();
     // About a thousand chunks in: past several 256-event ack points.
     let mut seen = Vec::new();
     while chunks(&seen).len() < 1000 {
@@ -115,12 +124,7 @@ async fn r10_history_keeps_the_start_of_a_message_cut_by_a_kill() {
     let texts = chunks(&seen);
     assert_eq!(texts.len(), 3000, "the stream is complete");
     let history = history_text(&api, &session).await;
-    let messages: Vec<&str> = history
-        .iter()
-        .filter(|e| e["type"] == "agent_message")
-        .map(|e| e["content"].as_str().unwrap())
-        .collect();
-    assert_eq!(messages, [texts.concat().as_str()], "one message, all 3000 chunks");
+    assert_eq!(agent_messages(&history), [texts.concat().as_str()], "one message, all 3000 chunks");
 }
 
 /// The same, killed by the fault point inside the message (deterministic position).
@@ -130,17 +134,15 @@ async fn r10_a_kill_mid_message_at_the_fault_point_keeps_the_history_whole() {
         Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "history.mid_message@1500")]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("m")).await;
-    api.call("task.session.prompt", json!({"session_id": &session, "prompt": "/stream 2000\nx"}))
-        .await
-        .unwrap();
+    api.prompt(&session, "/stream 2000\nx").await.unwrap();
     drop(api);
     let mut seen = Vec::new();
     let api = daemon.fault_restart_and_follow(&session, &mut seen).await;
     assert_eq!(chunks(&seen).len(), 2000);
     let history = history_text(&api, &session).await;
-    let kinds: Vec<&str> = history.iter().map(|e| e["type"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["user_message", "agent_message"]);
-    assert_eq!(history[1]["content"].as_str().unwrap(), chunks(&seen).concat());
+    let kinds: Vec<EntryType> = history.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [EntryType::UserMessage, EntryType::AgentMessage]);
+    assert_eq!(history[1].content, chunks(&seen).concat());
 }
 
 /// Issue 10, defect 2: two sidecars are SIGSTOPped across a supervisor restart. The API
@@ -165,22 +167,19 @@ async fn r10_hung_sidecars_at_restart_are_fenced_never_doubled() {
     // Serving already, while the re-attaches hang.
     let status = api.status(&one).await;
     assert_eq!(
-        (status["resume_reason"].as_str(), status["needs_resume"].as_bool()),
-        (Some("reattaching"), Some(false)),
-        "{status}"
+        (status.resume_reason.as_str(), status.needs_resume),
+        ("reattaching", false),
+        "{status:?}"
     );
     // A resume asked meanwhile waits for the re-attach, which fails and fences.
-    let resumed = api.call("task.session.resume", json!({"session_id": &one})).await.unwrap();
-    assert_eq!(resumed["outcome"], "native_load", "{resumed}");
+    let resumed = api.resume(&one).await.unwrap();
+    assert_eq!(resumed.outcome, ResumeOutcome::NativeLoad, "{resumed:?}");
     for pid in stopped {
         gone(pid).await;
     }
     let lost = api.status(&two).await;
-    assert_eq!(
-        (lost["needs_resume"].as_bool(), lost["is_agent_running"].as_bool()),
-        (Some(true), Some(false))
-    );
-    api.call("task.session.resume", json!({"session_id": &two})).await.unwrap();
+    assert_eq!((lost.needs_resume, lost.is_agent_running), (true, false));
+    api.resume(&two).await.unwrap();
     for session in [&one, &two] {
         assert_eq!(sidecars(&daemon, session).len(), 1, "one sidecar for {session}");
     }
@@ -199,15 +198,17 @@ async fn r10_a_launch_cut_short_leaves_no_orphan_sidecar() {
     let mut daemon =
         Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "launch.after_runtime")]).await;
     let api = daemon.api().await;
-    let task = api.call("task.create", json!({"title": "cut"})).await.unwrap();
+    let task = ok("task.create", api.typed().task_create("cut".into(), None)).await;
     let workspace = daemon.workspace("cut");
     // The create call itself may lose its answer when the supervisor dies.
-    let _ = api
-        .client_call_raw(
-            "task.session.create",
-            json!({"task_id": task["id"], "agent_profile_id": "mock", "workspace_path": workspace}),
-        )
-        .await;
+    let create = api.typed().session_create(
+        task.id,
+        "mock".into(),
+        workspace.to_str().unwrap().to_owned(),
+        None,
+        None,
+    );
+    let _ = within("task.session.create", create).await;
     drop(api);
     within("the supervisor to die at the fault point", daemon.wait_exit()).await;
     let sessions: Vec<String> = std::fs::read_dir(daemon.root.path().join("tether/sessions"))
@@ -222,10 +223,10 @@ async fn r10_a_launch_cut_short_leaves_no_orphan_sidecar() {
     gone(orphans[0]).await;
     let api = daemon.api().await;
     let status = api.status(session).await;
-    assert_eq!(status["state"], "WAITING_FOR_INPUT", "{status}");
+    assert_eq!(status.state, WAITING, "{status:?}");
     assert!(
-        status["error"].as_str().is_some_and(|e| e.contains("supervisor was down")),
-        "{status}"
+        status.error.as_deref().is_some_and(|e| e.contains("supervisor was down")),
+        "{status:?}"
     );
     // It can be used: a prompt resumes it, with one sidecar.
     assert!(api.ask(session, "hi").await.contains("you said: hi"));
@@ -239,34 +240,29 @@ async fn r10_a_stalled_sidecar_does_not_freeze_the_session() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("s")).await;
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     let mut events = api.subscribe(&session, after).await;
-    api.call(
-        "task.session.prompt",
-        json!({"session_id": &session, "prompt": "/sleep 60000\nslow"}),
-    )
-    .await
-    .unwrap();
-    until(&mut events, |e| e["type"] == "state" && e["state"] == "RUNNING").await;
+    api.prompt(&session, "/sleep 60000\nslow").await.unwrap();
+    until(&mut events, |e| is_state(e, SessionState::Running)).await;
     let sidecar = daemon.agentctl_pid(&session);
     signal(sidecar, Signal::SIGSTOP);
     let quick = Duration::from_secs(1);
     let status =
         tokio::time::timeout(quick, api.status(&session)).await.expect("status answers at once");
-    assert_eq!(status["state"], "RUNNING");
-    tokio::time::timeout(quick, api.call("task.session.cancel", json!({"session_id": &session})))
+    assert_eq!(status.state, SessionState::Running);
+    tokio::time::timeout(quick, api.typed().session_cancel(session.clone()))
         .await
         .expect("cancel answers at once")
         .expect("cancel");
-    tokio::time::timeout(quick, api.call("task.session.stop", json!({"session_id": &session})))
+    tokio::time::timeout(quick, api.typed().session_stop(session.clone()))
         .await
         .expect("stop answers at once")
         .expect("stop");
     gone(sidecar).await;
     let status = api.status(&session).await;
-    assert_eq!(status["state"], "COMPLETED");
+    assert_eq!(status.state, SessionState::Completed);
     let ended = until(&mut events, turn_ended).await;
-    assert_eq!(ended.last().unwrap()["state"], "failed");
+    assert_eq!(turn_state(ended.last().unwrap()), Some(TurnState::Failed));
     assert!(sidecars(&daemon, &session).is_empty());
 }
 
@@ -325,11 +321,11 @@ async fn r10_one_bad_row_does_not_stop_recovery() {
     daemon.restart().await;
     let api = daemon.api().await;
     // A resume joins the background re-attach and answers once it is done.
-    let resumed = api.call("task.session.resume", json!({"session_id": &good})).await.unwrap();
-    assert_eq!(resumed["outcome"], "already_running", "{resumed}");
-    assert_eq!(api.status(&good).await["is_agent_running"], true, "the good one is re-adopted");
+    let resumed = api.resume(&good).await.unwrap();
+    assert_eq!(resumed.outcome, ResumeOutcome::AlreadyRunning, "{resumed:?}");
+    assert!(api.status(&good).await.is_agent_running, "the good one is re-adopted");
     let status = api.status(&bad).await;
-    assert!(status["error"].as_str().is_some_and(|e| e.contains("kubernetes")), "{status}");
+    assert!(status.error.as_deref().is_some_and(|e| e.contains("kubernetes")), "{status:?}");
 }
 
 /// Issue 10, defect 4: an agent that died while the supervisor was down ends its turn and
@@ -339,16 +335,11 @@ async fn r10_an_agent_lost_during_downtime_is_announced_on_the_stream() {
     let mut daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("d")).await;
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     let mut events = api.subscribe(&session, after).await;
-    api.call(
-        "task.session.prompt",
-        json!({"session_id": &session, "prompt": "/sleep 60000\nslow"}),
-    )
-    .await
-    .unwrap();
-    let seen = until(&mut events, |e| e["type"] == "state" && e["state"] == "RUNNING").await;
-    let last = seen.last().unwrap()["seq"].as_u64().unwrap();
+    api.prompt(&session, "/sleep 60000\nslow").await.unwrap();
+    let seen = until(&mut events, |e| is_state(e, SessionState::Running)).await;
+    let last = seen.last().unwrap().seq;
     let sidecar = daemon.agentctl_pid(&session);
     drop(events);
     drop(api);
@@ -359,22 +350,11 @@ async fn r10_an_agent_lost_during_downtime_is_announced_on_the_stream() {
     let api = daemon.api().await;
     let mut events = api.subscribe(&session, last).await;
     let ended = next(&mut events).await;
-    assert_eq!(
-        (ended["type"].as_str(), ended["state"].as_str()),
-        (Some("turn_ended"), Some("interrupted")),
-        "{ended}"
-    );
+    assert_eq!(turn_state(&ended), Some(TurnState::Interrupted), "{ended:?}");
     let state = next(&mut events).await;
-    assert_eq!(
-        (state["type"].as_str(), state["state"].as_str()),
-        (Some("state"), Some("WAITING_FOR_INPUT")),
-        "{state}"
-    );
+    assert!(is_state(&state, WAITING), "{state:?}");
     let status = api.status(&session).await;
-    assert_eq!(
-        (status["state"].as_str(), status["needs_resume"].as_bool()),
-        (Some("WAITING_FOR_INPUT"), Some(true))
-    );
+    assert_eq!((status.state, status.needs_resume), (WAITING, true));
 }
 
 /// Issue 10, defects 4 and 5: while a session is starting, status does not ask for a
@@ -387,15 +367,15 @@ async fn r10_a_hung_session_new_times_out_and_starting_is_not_needs_resume() {
     let api = daemon.api().await;
     let session = api.create_session("hang", &daemon.workspace("h")).await.unwrap();
     let mut events = api.subscribe(&session, 0).await;
-    until(&mut events, |e| e["type"] == "state" && e["state"] == "STARTING").await;
+    until(&mut events, |e| is_state(e, SessionState::Starting)).await;
     let status = api.status(&session).await;
     assert_eq!(
-        (status["needs_resume"].as_bool(), status["resume_reason"].as_str()),
-        (Some(false), Some("starting")),
-        "{status}"
+        (status.needs_resume, status.resume_reason.as_str()),
+        (false, "starting"),
+        "{status:?}"
     );
-    let failed = until(&mut events, |e| e["type"] == "state" && e["state"] == "FAILED").await;
-    let error = failed.last().unwrap()["error"].as_str().unwrap().to_owned();
+    let (state, error) = tether_tests::daemon::settled(&mut events).await;
+    assert_eq!(state, SessionState::Failed);
     assert!(error.contains("did not answer session/new within 8000 ms"), "{error}");
     // The failed execution is retired in the background: each sidecar left goes.
     for pid in sidecars(&daemon, &session) {
@@ -413,19 +393,13 @@ async fn r10_an_oversized_prompt_is_refused() {
     let session = api.ready_session("mock", &daemon.workspace("big")).await;
     // Over the API's prompt limit: refused before it reaches the session, naming the limit.
     let huge = "x".repeat(17 * 1024 * 1024);
-    let error = api
-        .call("task.session.prompt", json!({"session_id": &session, "prompt": huge}))
-        .await
-        .unwrap_err();
+    let error = api.prompt(&session, &huge).await.unwrap_err();
     assert_eq!(error.kind, ErrorKind::InvalidParams, "{error:?}");
     assert_eq!((error.field.as_deref(), error.limit), (Some("prompt"), Some(8 * 1024 * 1024)));
     // Within it, but over the agent's line limit once escaped as JSON: refused by the
     // session, which says so.
     let quotes = "\"".repeat(8 * 1024 * 1024);
-    let error = api
-        .call("task.session.prompt", json!({"session_id": &session, "prompt": quotes}))
-        .await
-        .unwrap_err();
+    let error = api.prompt(&session, &quotes).await.unwrap_err();
     assert_eq!(error.kind, ErrorKind::InvalidParams, "{error:?}");
     assert_eq!(error.field.as_deref(), Some("prompt"));
     assert!(error.message.contains("line limit"), "{error:?}");
@@ -439,16 +413,12 @@ async fn r10_a_crash_mid_turn_publishes_one_state_change() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("c")).await;
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     let mut events = api.subscribe(&session, after).await;
-    api.call("task.session.prompt", json!({"session_id": &session, "prompt": "/crash 4"}))
-        .await
-        .unwrap();
+    api.prompt(&session, "/crash 4").await.unwrap();
     let mut seen = until(&mut events, turn_ended).await;
-    seen.extend(until(&mut events, |e| e["type"] == "notice").await);
-    let states: Vec<&Value> =
-        seen.iter().filter(|e| e["type"] == "state" && e["state"] == "WAITING_FOR_INPUT").collect();
-    assert_eq!(states.len(), 1, "{seen:#?}");
+    seen.extend(until(&mut events, |e| matches!(e.kind, EventKind::Notice { .. })).await);
+    assert_eq!(seen.iter().filter(|e| is_state(e, WAITING)).count(), 1, "{seen:#?}");
 }
 
 /// Issue 10, defect 4: a permission answer cut off by a kill (accepted, not yet sent) is
@@ -459,37 +429,33 @@ async fn r10_a_permission_answer_cut_off_by_a_kill_can_be_given_again() {
         Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "permission.queued")]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("p")).await;
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     let mut events = api.subscribe(&session, after).await;
-    api.call("task.session.prompt", json!({"session_id": &session, "prompt": "/permission"}))
-        .await
-        .unwrap();
-    let asked = until(&mut events, |e| e["type"] == "permission_request").await;
-    let request_id = asked.last().unwrap()["request_id"].as_str().unwrap().to_owned();
-    let _ = api
-        .client_call_raw(
-            "task.session.permission.respond",
-            json!({"session_id": &session, "request_id": &request_id, "option_id": "allow"}),
-        )
-        .await;
+    api.prompt(&session, "/permission").await.unwrap();
+    let asked = until(&mut events, |e| matches!(e.kind, EventKind::PermissionRequest { .. })).await;
+    let Some(EventKind::PermissionRequest { request_id, .. }) = asked.last().map(|e| &e.kind)
+    else {
+        unreachable!("until returns the request last")
+    };
+    let request_id = request_id.clone();
+    let allow = Some("allow".to_owned());
+    // The answer may be lost with the daemon.
+    let answer = api.typed().permission_respond(session.clone(), request_id.clone(), allow.clone());
+    let _ = within("task.session.permission.respond", answer).await;
     drop(events);
     drop(api);
     within("the supervisor to die at the fault point", daemon.wait_exit()).await;
     daemon.restart_with_env(&[]).await;
     let api = daemon.api().await;
-    let mut events = api.subscribe(&session, asked.last().unwrap()["seq"].as_u64().unwrap()).await;
+    let mut events = api.subscribe(&session, asked.last().unwrap().seq).await;
     until(&mut events, |e| {
-        e["type"] == "permission_request" && e["request_id"] == request_id.as_str()
+        matches!(&e.kind, EventKind::PermissionRequest { request_id: id, .. } if *id == request_id)
     })
     .await;
-    api.call(
-        "task.session.permission.respond",
-        json!({"session_id": &session, "request_id": &request_id, "option_id": "allow"}),
-    )
-    .await
-    .unwrap();
+    let answer = api.typed().permission_respond(session.clone(), request_id.clone(), allow);
+    ok("task.session.permission.respond", answer).await;
     let seen = until(&mut events, turn_ended).await;
-    assert_eq!(seen.last().unwrap()["state"], "completed");
+    assert_eq!(turn_state(seen.last().unwrap()), Some(TurnState::Completed));
     assert!(chunks(&seen).concat().contains("the tool ran"));
 }
 
@@ -502,18 +468,21 @@ async fn r10_updates_during_a_load_that_are_not_replay_are_forwarded() {
     let session = api.ready_session("mock", &daemon.workspace("l")).await;
     api.ask(&session, "remember this").await;
     let sidecar = daemon.agentctl_pid(&session);
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     signal(sidecar, Signal::SIGKILL);
     gone(sidecar).await;
     let mut events = api.subscribe(&session, after).await;
-    until(&mut events, |e| e["type"] == "state" && e["error"].is_string()).await;
-    let resumed = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap();
-    assert_eq!(resumed["outcome"], "native_load");
-    let seen = until(&mut events, |e| e["type"] == "resume_outcome").await;
+    until(&mut events, |e| matches!(&e.kind, EventKind::State { error: Some(_), .. })).await;
+    let resumed = api.resume(&session).await.unwrap();
+    assert_eq!(resumed.outcome, ResumeOutcome::NativeLoad);
+    let seen = until(&mut events, |e| matches!(e.kind, EventKind::ResumeOutcome { .. })).await;
+    // The updates are the agent's ACP `session/update` payloads, relayed raw.
     let kinds: Vec<&str> = seen
         .iter()
-        .filter(|e| e["type"] == "session_update")
-        .filter_map(|e| e["update"]["sessionUpdate"].as_str())
+        .filter_map(|e| match &e.kind {
+            EventKind::SessionUpdate { update } => update["sessionUpdate"].as_str(),
+            _ => None,
+        })
         .collect();
     assert_eq!(kinds, ["available_commands_update", "session_info_update"], "{seen:#?}");
     assert!(chunks(&seen).is_empty(), "the replay is not shown again");
@@ -568,7 +537,7 @@ async fn r10_a_full_disk_holds_the_output_and_loses_nothing() {
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("full")).await;
     api.ask(&session, "warm up").await;
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     let mut events = api.subscribe(&session, after).await;
     // Fill the disk but for a little room: enough to accept the prompt, far too little for
     // its 30,000 chunks.
@@ -589,12 +558,7 @@ async fn r10_a_full_disk_holds_the_output_and_loses_nothing() {
             left -= n as u64;
         }
     }
-    api.call(
-        "task.session.prompt",
-        json!({"session_id": &session, "prompt": "/stream 30000\nflood"}),
-    )
-    .await
-    .expect("the prompt fits in what is left");
+    api.prompt(&session, "/stream 30000\nflood").await.expect("the prompt fits in what is left");
     // The stall is said: by agentctl (its spool) or by the supervisor (its own writes).
     let line = tokio::select! {
         line = await_log(&mut log, "the agent's output is held") => line,
@@ -602,21 +566,18 @@ async fn r10_a_full_disk_holds_the_output_and_loses_nothing() {
     };
     println!("stalled: {line}");
     let status = api.status(&session).await;
-    let error = status["error"].as_str().unwrap_or_default().to_owned();
-    assert!(error.contains("held") || error.contains("cannot write"), "{status}");
-    tokio::time::timeout(
-        Duration::from_secs(1),
-        api.call("task.session.cancel", json!({"session_id": &session})),
-    )
-    .await
-    .expect("cancel answers at once")
-    .expect("cancel");
+    let error = status.error.clone().unwrap_or_default();
+    assert!(error.contains("held") || error.contains("cannot write"), "{status:?}");
+    tokio::time::timeout(Duration::from_secs(1), api.typed().session_cancel(session.clone()))
+        .await
+        .expect("cancel answers at once")
+        .expect("cancel");
     std::fs::remove_file(&filler).unwrap();
     let seen = until(&mut events, turn_ended).await;
     let ended = seen.last().unwrap();
     assert!(
-        ended["stop_reason"] == "cancelled" || ended["state"] == "completed",
-        "the turn ends once space is back: {ended}"
+        stop_reason(ended) == Some("cancelled") || turn_state(ended) == Some(TurnState::Completed),
+        "the turn ends once space is back: {ended:?}"
     );
     let texts = chunks(&seen);
     assert!(!texts.is_empty());
@@ -627,10 +588,9 @@ async fn r10_a_full_disk_holds_the_output_and_loses_nothing() {
         );
     }
     let history = history_text(&api, &session).await;
-    let last_message = history.iter().rev().find(|e| e["type"] == "agent_message").unwrap();
     assert_eq!(
-        last_message["content"].as_str().unwrap(),
-        texts.concat(),
+        agent_messages(&history).last().copied(),
+        Some(texts.concat().as_str()),
         "the history holds what was streamed, once"
     );
     assert!(api.ask(&session, "still there?").await.contains("you said: still there?"));
@@ -657,10 +617,10 @@ async fn r10_a_kill_after_a_turn_is_recorded_keeps_its_events() {
     api.ask(&session, "first").await;
     let (api, seen) =
         prompt_through_a_fault(&mut daemon, api, &session, "/stream 50\nsecond").await;
-    assert_eq!(seen.iter().filter(|e| e["type"] == "turn_ended").count(), 1);
+    assert_eq!(seen.iter().filter(|e| turn_ended(e)).count(), 1);
     assert_eq!(chunks(&seen).len(), 50);
     let status = api.status(&session).await;
-    assert_eq!(status["state"], "WAITING_FOR_INPUT", "{status}");
+    assert_eq!(status.state, WAITING, "{status:?}");
     assert!(api.ask(&session, "third").await.contains("you said: third"));
 }
 
@@ -673,10 +633,11 @@ async fn r10_a_prompt_cut_off_before_delivery_fails_its_turn_instead_of_hanging(
     let mut daemon = Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "prompt.recorded")]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("p")).await;
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
-    let _ = api
-        .client_call_raw("task.session.prompt", json!({"session_id": &session, "prompt": "lost"}))
-        .await;
+    let after = api.status(&session).await.last_event_seq;
+    // The answer is lost with the daemon.
+    let _ =
+        within("task.session.prompt", api.typed().session_prompt(session.clone(), "lost".into()))
+            .await;
     drop(api);
     within("the supervisor to die at the fault point", daemon.wait_exit()).await;
     daemon.restart_with_env(&[]).await;
@@ -684,12 +645,12 @@ async fn r10_a_prompt_cut_off_before_delivery_fails_its_turn_instead_of_hanging(
     let mut events = api.subscribe(&session, after).await;
     let seen = until(&mut events, turn_ended).await;
     let ended = seen.last().unwrap();
-    assert_eq!(ended["state"], "failed", "{ended}");
     assert!(
-        ended["error"].as_str().unwrap().contains("before this prompt reached the agent"),
-        "{ended}"
+        matches!(&ended.kind, EventKind::TurnEnded { state: TurnState::Failed, error: Some(error), .. }
+            if error.contains("before this prompt reached the agent")),
+        "{ended:?}"
     );
-    assert_eq!(api.status(&session).await["state"], "WAITING_FOR_INPUT");
+    assert_eq!(api.status(&session).await.state, WAITING);
     assert!(api.ask(&session, "again").await.contains("you said: again"));
 }
 
@@ -703,8 +664,8 @@ async fn r10_marks_from_an_earlier_execution_hide_nothing_after_a_restart() {
     let session = api.ready_session("mock", &daemon.workspace("g")).await;
     api.ask(&session, "/stream 300\nfirst").await;
     kill_sidecar(&daemon, &api, &session).await;
-    let resumed = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap();
-    assert_eq!(resumed["outcome"], "native_load");
+    let resumed = api.resume(&session).await.unwrap();
+    assert_eq!(resumed.outcome, ResumeOutcome::NativeLoad);
     drop(api);
     // Before the new execution wrote anything to the history.
     daemon.kill().await;
@@ -713,8 +674,11 @@ async fn r10_marks_from_an_earlier_execution_hide_nothing_after_a_restart() {
     let reply = api.ask(&session, "/stream 50\nsecond").await;
     assert!(reply.contains("you said: second") && reply.ends_with("[50/50]"), "{reply}");
     let history = history_text(&api, &session).await;
-    let last = history.iter().rev().find(|e| e["type"] == "agent_message").unwrap();
-    assert_eq!(last["content"].as_str().unwrap(), reply, "the new execution's reply is recorded");
+    assert_eq!(
+        agent_messages(&history).last().copied(),
+        Some(reply.as_str()),
+        "the new execution's reply is recorded"
+    );
 }
 
 /// Found in review: a session whose first launch was cut short before anything of it was
@@ -723,14 +687,16 @@ async fn r10_marks_from_an_earlier_execution_hide_nothing_after_a_restart() {
 async fn r10_a_session_cut_short_before_its_first_record_is_not_stuck_starting() {
     let mut daemon = Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "launch.started")]).await;
     let api = daemon.api().await;
-    let task = api.call("task.create", json!({"title": "early"})).await.unwrap();
+    let task = ok("task.create", api.typed().task_create("early".into(), None)).await;
     // The answer may be lost with the daemon; the session's directory names it either way.
-    let _ = api
-        .client_call_raw(
-            "task.session.create",
-            json!({"task_id": task["id"], "agent_profile_id": "mock", "workspace_path": daemon.workspace("e")}),
-        )
-        .await;
+    let create = api.typed().session_create(
+        task.id,
+        "mock".into(),
+        daemon.workspace("e").to_str().unwrap().to_owned(),
+        None,
+        None,
+    );
+    let _ = within("task.session.create", create).await;
     drop(api);
     within("the supervisor to die at the fault point", daemon.wait_exit()).await;
     let session = std::fs::read_dir(daemon.root.path().join("tether/sessions"))
@@ -741,10 +707,8 @@ async fn r10_a_session_cut_short_before_its_first_record_is_not_stuck_starting()
     daemon.restart_with_env(&[]).await;
     let api = daemon.api().await;
     let status = api.status(&session).await;
-    assert_eq!(status["state"], "WAITING_FOR_INPUT", "{status}");
-    assert!(
-        status["error"].as_str().is_some_and(|e| e.contains("while this session was starting"))
-    );
+    assert_eq!(status.state, WAITING, "{status:?}");
+    assert!(status.error.as_deref().is_some_and(|e| e.contains("while this session was starting")));
     assert!(api.ask(&session, "hello").await.contains("you said: hello"));
 }
 
@@ -766,9 +730,10 @@ async fn r10_an_old_executions_mark_is_never_written_for_a_new_one() {
     daemon.kill().await;
     daemon.restart_with_env(&[("TETHER_FAULT", "prompt.recorded")]).await;
     let api = daemon.api().await;
-    let _ = api
-        .client_call_raw("task.session.prompt", json!({"session_id": &session, "prompt": "lost"}))
-        .await;
+    // The answer is lost with the daemon.
+    let _ =
+        within("task.session.prompt", api.typed().session_prompt(session.clone(), "lost".into()))
+            .await;
     drop(api);
     within("the supervisor to die at the fault point", daemon.wait_exit()).await;
     // Restarted with nothing to replay, and armed to die again in the middle of the next
@@ -782,21 +747,18 @@ async fn r10_an_old_executions_mark_is_never_written_for_a_new_one() {
     // The marks are the history file's own bookkeeping (the API does not carry them): read
     // the file.
     let file = std::fs::read_to_string(daemon.session_dir(&session).join("history.jsonl")).unwrap();
-    let history: Vec<Value> =
+    let history: Vec<supervisor::history::HistoryEntry> =
         file.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
     let marks: Vec<String> = history
         .iter()
-        .map(|e| format!("{} {} {} {}", e["seq"], e["type"], e["agent_seq"], e["generation"]))
+        .map(|e| format!("{} {:?} {:?} {:?}", e.seq, e.kind, e.agent_seq, e.generation))
         .collect();
-    let last = history.iter().rev().find(|e| e["type"] == "agent_message").unwrap();
-    assert_eq!(
-        last["content"].as_str().unwrap(),
-        texts.concat(),
-        "the whole reply is recorded: {marks:?}"
-    );
-    let prompt = history.iter().rev().find(|e| e["type"] == "user_message").unwrap();
-    assert_eq!(prompt["generation"], 2, "{prompt}");
-    assert!(prompt["agent_seq"].as_u64().unwrap() < 100, "a mark of the new count: {prompt}");
+    use supervisor::history::EntryType as Recorded;
+    let last = history.iter().rev().find(|e| e.kind == Recorded::AgentMessage).unwrap();
+    assert_eq!(last.content, texts.concat(), "the whole reply is recorded: {marks:?}");
+    let prompt = history.iter().rev().find(|e| e.kind == Recorded::UserMessage).unwrap();
+    assert_eq!(prompt.generation, Some(2), "{prompt:?}");
+    assert!(prompt.agent_seq.unwrap() < 100, "a mark of the new count: {prompt:?}");
 }
 
 /// A kill while `session/load` is out (`load.sent`) or right after it completed
@@ -813,7 +775,8 @@ async fn a_kill_around_a_load_records_its_replay_nowhere(point: &str) {
     daemon.kill().await;
     daemon.restart_with_env(&[("TETHER_FAULT", point)]).await;
     let api = daemon.api().await;
-    let _ = api.client_call_raw("task.session.resume", json!({"session_id": &session})).await;
+    // The answer may be lost with the daemon.
+    let _ = within("task.session.resume", api.typed().session_resume(session.clone())).await;
     drop(api);
     within("the supervisor to die at the fault point", daemon.wait_exit()).await;
     daemon.restart_with_env(&[]).await;
@@ -821,17 +784,15 @@ async fn a_kill_around_a_load_records_its_replay_nowhere(point: &str) {
     let second = api.ask(&session, "second").await;
     assert!(second.contains("remembered 2 earlier messages"), "{second}");
     let history = history_text(&api, &session).await;
-    let summary: Vec<(&str, &str)> = history
-        .iter()
-        .map(|e| (e["type"].as_str().unwrap(), e["content"].as_str().unwrap()))
-        .collect();
+    let summary: Vec<(EntryType, &str)> =
+        history.iter().map(|e| (e.kind, e.content.as_str())).collect();
     assert_eq!(
         summary,
         [
-            ("user_message", "/stream 20\nfirst"),
-            ("agent_message", first.as_str()),
-            ("user_message", "second"),
-            ("agent_message", second.as_str()),
+            (EntryType::UserMessage, "/stream 20\nfirst"),
+            (EntryType::AgentMessage, first.as_str()),
+            (EntryType::UserMessage, "second"),
+            (EntryType::AgentMessage, second.as_str()),
         ]
     );
     assert_eq!(sidecars(&daemon, &session).len(), 1, "one sidecar");

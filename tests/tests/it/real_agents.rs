@@ -6,9 +6,13 @@
 use protocol::errors::ErrorKind;
 use std::path::{Path, PathBuf};
 
+use protocol::acp::schema as acp;
+use protocol::api::{ApiClient, EntryType, EventKind, ResumeOutcome, SessionState};
 use serde_json::json;
 use tether_tests::Direction;
-use tether_tests::daemon::{Api, Daemon, kill_sidecar, turn_ended, until};
+use tether_tests::daemon::{
+    Api, Daemon, kill_sidecar, notices, ok, progress_steps, stop_reason, turn_ended, until,
+};
 use tether_tests::model_server::{ModelServer, Reply, conversation_text};
 use tether_tests::schema::AcpSchema;
 
@@ -163,7 +167,7 @@ async fn r11_claude_resumes_natively_with_its_context() {
 /// Tells the agent something (the model notes it), kills the agent, resumes, asks again:
 /// the resume is native, and the model's next request carries the first exchange.
 async fn resume_keeps_the_context(daemon: &Daemon, api: &Api, session: &str, server: &ModelServer) {
-    resume_restores(daemon, api, session, server, "native_resume", || ()).await;
+    resume_restores(daemon, api, session, server, ResumeOutcome::NativeResume, || ()).await;
 }
 
 /// [`resume_keeps_the_context`] with the `outcome` expected, and `before_resume` run once
@@ -173,7 +177,7 @@ async fn resume_restores(
     api: &Api,
     session: &str,
     server: &ModelServer,
-    outcome: &str,
+    outcome: ResumeOutcome,
     before_resume: impl FnOnce(),
 ) {
     let agent = session_agent(api, session).await;
@@ -183,9 +187,8 @@ async fn resume_restores(
     assert!(noted.contains("Noted: the code word is papaya."), "{noted}");
     kill_sidecar(daemon, api, session).await;
     before_resume();
-    let resume = api.call("task.session.resume", json!({"session_id": session}));
-    let resumed = timed(&format!("{agent} resume"), resume).await.unwrap();
-    assert_eq!(resumed["outcome"], outcome, "{resumed}");
+    let resumed = timed(&format!("{agent} resume"), api.resume(session)).await.unwrap();
+    assert_eq!(resumed.outcome, outcome, "{resumed:?}");
     server.script([Reply::Text("The code word was papaya.".into())]);
     let reply = api.ask(session, "what was the code word?").await;
     assert!(reply.contains("papaya"), "{reply}");
@@ -199,7 +202,7 @@ async fn resume_restores(
 
 /// The profile a session runs.
 async fn session_agent(api: &Api, session: &str) -> String {
-    api.status(session).await["agent_profile_id"].as_str().unwrap_or_default().to_owned()
+    api.status(session).await.agent_profile_id
 }
 
 /// A tool call that asks permission: the request reaches the API, is answered through
@@ -229,31 +232,35 @@ async fn r11_claude_asks_permission_and_its_write_lands() {
         },
         Reply::Text("The file is written.".into()),
     ]);
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(&session, after).await;
-    api.call("task.session.prompt", json!({"session_id": &session, "prompt": "write hello.txt"}))
-        .await
-        .unwrap();
-    let seen = until(&mut events, |e| e["type"] == "permission_request").await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "write hello.txt").await.unwrap();
+    let seen = until(&mut events, |e| matches!(e.kind, EventKind::PermissionRequest { .. })).await;
     assert!(!target.exists(), "nothing is written before the answer");
-    let request = seen.last().unwrap();
-    let allow = request["params"]["options"]
-        .as_array()
-        .unwrap()
+    let Some(EventKind::PermissionRequest { request_id, params }) = seen.last().map(|e| &e.kind)
+    else {
+        unreachable!("until returns the request last")
+    };
+    // The ACP params are the agent's (`session/request_permission`), relayed as they came.
+    let options: Vec<acp::PermissionOption> =
+        serde_json::from_value(params["options"].clone()).expect("ACP permission options");
+    let allow = options
         .iter()
-        .find(|option| option["kind"] == "allow_once")
-        .unwrap_or_else(|| panic!("an allow-once option: {request}"));
-    api.call(
+        .find(|option| option.kind == acp::PermissionOptionKind::AllowOnce)
+        .unwrap_or_else(|| panic!("an allow-once option: {options:?}"));
+    ok(
         "task.session.permission.respond",
-        json!({"session_id": &session, "request_id": request["request_id"], "option_id": allow["optionId"]}),
+        api.typed().permission_respond(
+            session.clone(),
+            request_id.clone(),
+            Some(allow.option_id.to_string()),
+        ),
     )
-    .await
-    .unwrap();
+    .await;
     let seen = until(&mut events, turn_ended).await;
-    assert_eq!(seen.last().unwrap()["stop_reason"], "end_turn", "{:?}", seen.last());
+    assert_eq!(stop_reason(seen.last().unwrap()), Some("end_turn"), "{:?}", seen.last());
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "written by the scripted model\n");
     drop(events);
-    api.call("task.session.stop", json!({"session_id": &session})).await.unwrap();
+    ok("task.session.stop", api.typed().session_stop(session.clone())).await;
     check_what_we_sent(&lines, &["initialize", "session/new", "session/prompt"]);
 }
 
@@ -273,20 +280,17 @@ async fn r11_claude_cancels_mid_turn() {
 async fn cancel_mid_turn(api: &Api, session: &str, server: &ModelServer) {
     server.script([Reply::Hang]);
     let asked = server.main_requests().len();
-    let after = api.status(session).await["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(session, after).await;
-    api.call("task.session.prompt", json!({"session_id": session, "prompt": "think forever"}))
-        .await
-        .unwrap();
+    let mut events = api.subscribe_at_end(session).await;
+    api.prompt(session, "think forever").await.unwrap();
     // Cancel once the model has the request (it never answers).
     server.main_requested(asked + 1).await;
     let label = format!("{} cancel", session_agent(api, session).await);
     let seen = timed(&label, async {
-        api.call("task.session.cancel", json!({"session_id": session})).await.unwrap();
+        ok("task.session.cancel", api.typed().session_cancel(session.to_owned())).await;
         until(&mut events, turn_ended).await
     })
     .await;
-    assert_eq!(seen.last().unwrap()["stop_reason"], "cancelled", "{:?}", seen.last());
+    assert_eq!(stop_reason(seen.last().unwrap()), Some("cancelled"), "{:?}", seen.last());
     server.script([Reply::Text("back again".into())]);
     assert!(api.ask(session, "hello?").await.contains("back again"));
 }
@@ -313,8 +317,8 @@ async fn r11_claude_resumes_with_its_context_after_a_supervisor_restart() {
     tether_tests::within("agentctl to die", pidfd.exited()).await.unwrap();
     daemon.restart().await;
     let api = daemon.api().await;
-    let resumed = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap();
-    assert_eq!(resumed["outcome"], "native_resume", "{resumed}");
+    let resumed = api.resume(&session).await.unwrap();
+    assert_eq!(resumed.outcome, ResumeOutcome::NativeResume, "{resumed:?}");
     server.script([Reply::Text("It was teal.".into())]);
     assert!(api.ask(&session, "which colour?").await.contains("teal"));
     let seen = conversation_text(&server.main_requests().pop().unwrap());
@@ -400,8 +404,8 @@ async fn r11_codex_authenticates_with_an_api_key_and_says_when_it_has_none() {
     let api = daemon.api().await;
     let session = api.ready_session("codex-here", &daemon.workspace("k")).await;
     let status = api.status(&session).await;
-    assert_eq!(status["state"], "WAITING_FOR_INPUT", "{status}");
-    assert!(status["acp_session_id"].is_string(), "{status}");
+    assert_eq!(status.state, SessionState::WaitingForInput, "{status:?}");
+    assert!(status.acp_session_id.is_some(), "{status:?}");
     drop(api);
     drop(daemon);
 
@@ -455,7 +459,7 @@ async fn r11_codex_turns_cancels_and_resumes_with_its_context() {
     let asked = server.main_requests().pop().expect("the model was asked");
     assert!(conversation_text(&asked).contains("say something"), "{asked}");
     resume_keeps_the_context(&daemon, &api, &session, &server).await;
-    api.call("task.session.stop", json!({"session_id": &session})).await.unwrap();
+    ok("task.session.stop", api.typed().session_stop(session.clone())).await;
     let methods = ["initialize", "authenticate", "session/new", "session/prompt", "session/cancel"];
     check_what_we_sent(&lines, &[&methods[..], &["session/resume"]].concat());
 }
@@ -527,21 +531,19 @@ async fn r11_gemini_turns_cancels_and_resumes_with_its_context() {
     let session = timed("gemini start", api.ready_session("gemini-here", &workspace)).await;
     cancel_mid_turn(&api, &session, &server).await;
     let age = || age_gemini_sessions(&daemon);
-    resume_restores(&daemon, &api, &session, &server, "native_load", age).await;
-    let history = api.call("task.session.history", json!({"session_id": &session})).await.unwrap();
+    resume_restores(&daemon, &api, &session, &server, ResumeOutcome::NativeLoad, age).await;
+    let history = api.history(&session).await;
     let agent_messages: Vec<&str> = history
-        .as_array()
-        .unwrap()
         .iter()
-        .filter(|e| e["type"] == "agent_message")
-        .map(|e| e["content"].as_str().unwrap())
+        .filter(|e| e.kind == EntryType::AgentMessage)
+        .map(|e| e.content.as_str())
         .collect();
     assert_eq!(
         agent_messages.iter().filter(|m| m.contains("Noted: the code word")).count(),
         1,
-        "the load's replay is not recorded again: {history}"
+        "the load's replay is not recorded again: {history:?}"
     );
-    api.call("task.session.stop", json!({"session_id": &session})).await.unwrap();
+    ok("task.session.stop", api.typed().session_stop(session.clone())).await;
     let methods = ["initialize", "session/new", "session/prompt", "session/cancel", "session/load"];
     check_what_we_sent(&lines, &methods);
 }
@@ -558,27 +560,21 @@ async fn r11_gemini_authenticates_before_a_load_and_a_failed_load_falls_back() {
     let session = api.ready_session("gemini-here", &daemon.workspace("ga")).await;
     kill_sidecar(&daemon, &api, &session).await;
     age_gemini_sessions(&daemon);
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
-    let mut events = api.subscribe(&session, after).await;
-    let resumed = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap();
-    let seen = until(&mut events, |e| e["type"] == "resume_outcome").await;
-    let steps: Vec<String> = seen
-        .iter()
-        .filter(|e| e["type"] == "progress")
-        .map(|e| format!("{} {}", e["step"].as_str().unwrap(), e["detail"].as_str().unwrap_or("")))
-        .collect();
+    let mut events = api.subscribe_at_end(&session).await;
+    let resumed = api.resume(&session).await.unwrap();
+    let seen = until(&mut events, |e| matches!(e.kind, EventKind::ResumeOutcome { .. })).await;
+    let steps = progress_steps(&seen);
     let at = |step: &str| {
         steps.iter().position(|s| s == step).unwrap_or_else(|| panic!("{step}: {steps:?}"))
     };
     assert!(at("restoring session/load") < at("authenticating gemini-api-key"), "{steps:?}");
     assert_eq!(
-        (resumed["state"].as_str(), resumed["outcome"].as_str()),
-        (Some("WAITING_FOR_INPUT"), Some("fresh")),
-        "{resumed}"
+        (resumed.state, resumed.outcome),
+        (SessionState::WaitingForInput, ResumeOutcome::Fresh),
+        "{resumed:?}"
     );
     assert!(
-        seen.iter().any(|e| e["type"] == "notice"
-            && e["message"].as_str().unwrap().starts_with("restoring the stored session failed")),
+        notices(&seen).iter().any(|m| m.starts_with("restoring the stored session failed")),
         "{seen:?}"
     );
 }

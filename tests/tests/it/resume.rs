@@ -3,9 +3,11 @@
 //! injection, and nothing acknowledged lost.
 
 use agentctl::process::PidFd;
+use protocol::api::{ApiClient, EntryType, EventKind, ResumeOutcome, ResumeResult, SessionState};
 use protocol::errors::ErrorKind;
-use serde_json::{Value, json};
-use tether_tests::daemon::{Api, Daemon, chunks, kill_sidecar, next, turn_ended, until};
+use tether_tests::daemon::{
+    Api, Daemon, chunks, kill_sidecar, next, notices, ok, stop_reason, turn_ended, until,
+};
 use tether_tests::within;
 
 fn profile(id: &str, extra: &str, session: &str) -> String {
@@ -14,29 +16,34 @@ fn profile(id: &str, extra: &str, session: &str) -> String {
     )
 }
 
-async fn resume(api: &Api, session: &str) -> Value {
-    api.call("task.session.resume", json!({"session_id": session})).await.expect("resume")
+async fn resume(api: &Api, session: &str) -> ResumeResult {
+    api.resume(session).await.expect("resume")
 }
+
+/// The kinds of a session's history entries, in order.
+async fn kinds(api: &Api, session: &str) -> Vec<EntryType> {
+    api.history(session).await.iter().map(|e| e.kind).collect()
+}
+
+const WAITING: SessionState = SessionState::WaitingForInput;
+const INJECTION: ResumeOutcome = ResumeOutcome::HistoryInjection;
+const USER: EntryType = EntryType::UserMessage;
+const AGENT: EntryType = EntryType::AgentMessage;
 
 #[tokio::test]
 async fn a_supervisor_killed_mid_turn_loses_nothing() {
     let mut daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("k")).await;
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     let mut events = api.subscribe(&session, after).await;
-    api.call(
-        "task.session.prompt",
-        json!({"session_id": &session, "prompt": "/stream 2000\nstreaming"}),
-    )
-    .await
-    .unwrap();
+    api.prompt(&session, "/stream 2000\nstreaming").await.unwrap();
     let mut seen = vec![next(&mut events).await];
     drop(events);
     drop(api);
     let api = daemon.kill_restart_and_follow(&session, &mut seen).await;
-    assert_eq!(seen.last().unwrap()["stop_reason"], "end_turn");
-    let seqs: Vec<u64> = seen.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(stop_reason(seen.last().unwrap()), Some("end_turn"));
+    let seqs: Vec<u64> = seen.iter().map(|e| e.seq).collect();
     assert_eq!(
         seqs,
         (after + 1..=after + seqs.len() as u64).collect::<Vec<_>>(),
@@ -47,16 +54,12 @@ async fn a_supervisor_killed_mid_turn_loses_nothing() {
     assert!(
         texts.iter().enumerate().all(|(idx, text)| text.ends_with(&format!("[{}/2000]", idx + 1)))
     );
-    let history = api.call("task.session.history", json!({"session_id": &session})).await.unwrap();
-    let kinds: Vec<&str> =
-        history.as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["user_message", "agent_message"], "the turn is in the history once");
-    assert_eq!(history[1]["content"].as_str().unwrap(), texts.concat());
+    let history = api.history(&session).await;
+    let kinds: Vec<EntryType> = history.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [USER, AGENT], "the turn is in the history once");
+    assert_eq!(history[1].content, texts.concat());
     let adopted = api.status(&session).await;
-    assert_eq!(
-        (adopted["is_agent_running"].as_bool(), adopted["resume_reason"].as_str()),
-        (Some(true), Some("agent_running"))
-    );
+    assert_eq!((adopted.is_agent_running, adopted.resume_reason.as_str()), (true, "agent_running"));
     // The re-adopted agent keeps working.
     assert!(api.ask(&session, "still there?").await.contains("remembered 2 earlier messages"));
 }
@@ -82,28 +85,25 @@ async fn native_resume_through_load_resume_and_resume_command() {
         profiles.iter().map(|(name, text)| (*name, text.as_str())).collect();
     let daemon = Daemon::start_with_profiles(&[], &profile_refs).await;
     let api = daemon.api().await;
-    for (agent, expected) in
-        [("mock", "native_load"), ("resumable", "native_resume"), ("relaunch", "resume_command")]
-    {
+    for (agent, expected) in [
+        ("mock", ResumeOutcome::NativeLoad),
+        ("resumable", ResumeOutcome::NativeResume),
+        ("relaunch", ResumeOutcome::ResumeCommand),
+    ] {
         let session = api.ready_session(agent, &daemon.workspace(agent)).await;
         api.ask(&session, "the secret is kumquat").await;
         kill_sidecar(&daemon, &api, &session).await;
-        assert_eq!(api.status(&session).await["resume_reason"], "agent_not_running");
+        assert_eq!(api.status(&session).await.resume_reason, "agent_not_running");
         let resumed = resume(&api, &session).await;
-        assert_eq!(
-            (resumed["outcome"].as_str(), resumed["state"].as_str()),
-            (Some(expected), Some("WAITING_FOR_INPUT")),
-            "{agent}"
-        );
+        assert_eq!((resumed.outcome, resumed.state), (expected, WAITING), "{agent}");
         let reply = api.ask(&session, "what was the secret?\n/recall").await;
         assert!(reply.contains("remembered 2 earlier messages"), "{agent}: {reply}");
         assert!(reply.contains("kumquat"), "{agent}: {reply}");
         // A load's replay restores the agent; it is not recorded again.
-        let history =
-            api.call("task.session.history", json!({"session_id": &session})).await.unwrap();
-        assert_eq!(history.as_array().unwrap().len(), 4, "{agent}: {history}");
+        let history = api.history(&session).await;
+        assert_eq!(history.len(), 4, "{agent}: {history:?}");
         let again = resume(&api, &session).await;
-        assert_eq!(again["outcome"], "already_running");
+        assert_eq!(again.outcome, ResumeOutcome::AlreadyRunning);
     }
 }
 
@@ -114,15 +114,21 @@ async fn native_resume_through_load_resume_and_resume_command() {
 async fn r11_the_resume_ladder_follows_what_the_agent_advertises() {
     let cases = [
         // Advertises nothing: no restore is tried, the history is injected, no complaint.
-        ("silent", ", \"--no-load-session\"", "", "history_injection", false),
+        ("silent", ", \"--no-load-session\"", "", INJECTION, false),
         // Advertises both: session/resume is preferred…
-        ("both", ", \"--resume-capability\"", "", "native_resume", false),
+        ("both", ", \"--resume-capability\"", "", ResumeOutcome::NativeResume, false),
         // …unless the profile pins session/load.
-        ("pinned", ", \"--resume-capability\"", "restore_method = \"load\"", "native_load", false),
+        (
+            "pinned",
+            ", \"--resume-capability\"",
+            "restore_method = \"load\"",
+            ResumeOutcome::NativeLoad,
+            false,
+        ),
         // Forced where the agent advertises nothing: tried, refused, and the fallback says so.
-        ("forced", ", \"--no-load-session\"", "native_resume = true", "history_injection", true),
+        ("forced", ", \"--no-load-session\"", "native_resume = true", INJECTION, true),
         // Turned off where the agent could: the history is injected instead.
-        ("off", "", "native_resume = false", "history_injection", false),
+        ("off", "", "native_resume = false", INJECTION, false),
     ];
     let files: Vec<(String, String)> = cases
         .iter()
@@ -135,18 +141,14 @@ async fn r11_the_resume_ladder_follows_what_the_agent_advertises() {
         let session = api.ready_session(agent, &daemon.workspace(agent)).await;
         api.ask(&session, "the secret is kumquat").await;
         kill_sidecar(&daemon, &api, &session).await;
-        let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+        let after = api.status(&session).await.last_event_seq;
         let mut events = api.subscribe(&session, after).await;
         let resumed = resume(&api, &session).await;
-        assert_eq!(
-            (resumed["outcome"].as_str(), resumed["state"].as_str()),
-            (Some(expected), Some("WAITING_FOR_INPUT")),
-            "{agent}"
-        );
-        let seen = until(&mut events, |e| e["type"] == "resume_outcome").await;
-        assert_eq!(seen.iter().any(|e| e["type"] == "notice"), notice, "{agent}: {seen:?}");
+        assert_eq!((resumed.outcome, resumed.state), (expected, WAITING), "{agent}");
+        let seen = until(&mut events, |e| matches!(e.kind, EventKind::ResumeOutcome { .. })).await;
+        assert_eq!(!notices(&seen).is_empty(), notice, "{agent}: {seen:?}");
         let reply = api.ask(&session, "what was the secret?").await;
-        if expected == "history_injection" {
+        if expected == INJECTION {
             assert!(reply.contains("remembered 0 earlier messages"), "{agent}: {reply}");
             assert!(reply.contains("[USER]: the secret is kumquat"), "{agent}: {reply}");
         } else {
@@ -166,25 +168,18 @@ async fn r11_a_replay_that_trails_the_load_answer_is_not_recorded_again() {
     let session = api.ready_session("late", &daemon.workspace("l")).await;
     api.ask(&session, "the secret is kumquat").await;
     kill_sidecar(&daemon, &api, &session).await;
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     let mut events = api.subscribe(&session, after).await;
-    assert_eq!(resume(&api, &session).await["outcome"], "native_load");
+    assert_eq!(resume(&api, &session).await.outcome, ResumeOutcome::NativeLoad);
     let reply = api.ask(&session, "what was the secret?\n/recall").await;
     assert!(reply.contains("kumquat"), "{reply}");
     let seen = until(&mut events, turn_ended).await;
-    let chunks: Vec<&Value> = seen.iter().filter(|e| e["type"] == "agent_message_chunk").collect();
+    let chunks = chunks(&seen);
     assert!(
-        chunks.iter().all(|e| !e["text"].as_str().unwrap().contains("you said: the secret")),
+        chunks.iter().all(|text| !text.contains("you said: the secret")),
         "the old reply is not published again: {chunks:?}"
     );
-    let history = api.call("task.session.history", json!({"session_id": &session})).await.unwrap();
-    let kinds: Vec<&str> =
-        history.as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap()).collect();
-    assert_eq!(
-        kinds,
-        ["user_message", "agent_message", "user_message", "agent_message"],
-        "{history}"
-    );
+    assert_eq!(kinds(&api, &session).await, [USER, AGENT, USER, AGENT]);
 }
 
 /// The same, when the prompt itself resumes the session: the prompt is handled right
@@ -200,21 +195,18 @@ async fn r11_a_prompt_that_resumes_does_not_take_the_trailing_replay_as_its_repl
         api.ask(&session, &format!("message {round}")).await;
         kill_sidecar(&daemon, &api, &session).await;
     }
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     let mut events = api.subscribe(&session, after).await;
     // No status or resume call in between: the prompt resumes, then is sent at once.
-    api.call("task.session.prompt", json!({"session_id": &session, "prompt": "last one"}))
-        .await
-        .unwrap();
+    api.prompt(&session, "last one").await.unwrap();
     let seen = until(&mut events, turn_ended).await;
     let reply = chunks(&seen).concat();
     assert!(
         reply.starts_with("mock-agent: remembered 10 earlier messages; you said: last one"),
         "{reply}"
     );
-    let history = api.call("task.session.history", json!({"session_id": &session})).await.unwrap();
-    let agents = history.as_array().unwrap().iter().filter(|e| e["type"] == "agent_message");
-    assert_eq!(agents.count(), 6, "one reply per prompt: {history}");
+    let kinds = kinds(&api, &session).await;
+    assert_eq!(kinds.iter().filter(|k| **k == AGENT).count(), 6, "one reply per prompt: {kinds:?}");
 }
 
 #[tokio::test]
@@ -225,9 +217,9 @@ async fn history_injection_wraps_the_first_prompt_once_even_across_a_restart() {
     let session = api.ready_session("inject", &daemon.workspace("i")).await;
     api.ask(&session, "the code word is papaya").await;
     kill_sidecar(&daemon, &api, &session).await;
-    assert_eq!(api.status(&session).await["resume_reason"], "agent_not_running_fresh_start");
+    assert_eq!(api.status(&session).await.resume_reason, "agent_not_running_fresh_start");
     let resumed = resume(&api, &session).await;
-    assert_eq!(resumed["outcome"], "history_injection");
+    assert_eq!(resumed.outcome, INJECTION);
     // A supervisor restart between the resume and the first prompt keeps the flag.
     drop(api);
     daemon.kill().await;
@@ -244,14 +236,9 @@ async fn history_injection_wraps_the_first_prompt_once_even_across_a_restart() {
         "{second}"
     );
     // The history keeps what the user typed, not the wrapper.
-    let history = api.call("task.session.history", json!({"session_id": &session})).await.unwrap();
-    let users: Vec<&str> = history
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["type"] == "user_message")
-        .map(|e| e["content"].as_str().unwrap())
-        .collect();
+    let history = api.history(&session).await;
+    let users: Vec<&str> =
+        history.iter().filter(|e| e.kind == USER).map(|e| e.content.as_str()).collect();
     assert_eq!(users, ["the code word is papaya", "what was the code word?", "second question"]);
 }
 
@@ -262,7 +249,7 @@ async fn eliza_resumes_by_injection_and_goes_on() {
     let session = api.ready_session("eliza", &daemon.workspace("e")).await;
     assert!(!api.ask(&session, "I am worried about my tests.").await.trim().is_empty());
     kill_sidecar(&daemon, &api, &session).await;
-    assert_eq!(resume(&api, &session).await["outcome"], "history_injection");
+    assert_eq!(resume(&api, &session).await.outcome, INJECTION);
     assert!(!api.ask(&session, "They keep failing.").await.trim().is_empty());
 }
 
@@ -322,22 +309,16 @@ async fn a_refused_restore_falls_back_with(flag: &str, session_settings: &str, s
     let api = daemon.api().await;
     let session = api.ready_session("reject", &daemon.workspace("r")).await;
     api.ask(&session, "hello").await;
-    let old_token = api.status(&session).await["acp_session_id"].as_str().unwrap().to_owned();
+    let old_token = api.status(&session).await.acp_session_id.unwrap();
     kill_sidecar(&daemon, &api, &session).await;
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     let mut events = api.subscribe(&session, after).await;
     let resumed = resume(&api, &session).await;
     // Not a failure: the session waits for input, with the earlier conversation injected.
-    assert_eq!(
-        (resumed["state"].as_str(), resumed["outcome"].as_str()),
-        (Some("WAITING_FOR_INPUT"), Some("history_injection"))
-    );
-    let seen = until(&mut events, |e| e["type"] == "resume_outcome").await;
-    assert!(
-        seen.iter().any(|e| e["type"] == "notice" && e["message"].as_str().unwrap().contains(said)),
-        "{seen:?}"
-    );
-    let new_token = api.status(&session).await["acp_session_id"].as_str().unwrap().to_owned();
+    assert_eq!((resumed.state, resumed.outcome), (WAITING, INJECTION));
+    let seen = until(&mut events, |e| matches!(e.kind, EventKind::ResumeOutcome { .. })).await;
+    assert!(notices(&seen).iter().any(|m| m.contains(said)), "{seen:?}");
+    let new_token = api.status(&session).await.acp_session_id.unwrap();
     assert_ne!(new_token, old_token, "the rejected token was replaced");
     assert!(api.ask(&session, "again").await.contains("[USER]: hello"));
 }
@@ -357,17 +338,20 @@ async fn concurrent_resumes_launch_one_agent_and_bad_resumes_are_refused() {
         for _ in 0..10 {
             let api = std::sync::Arc::clone(&api);
             let session = session.clone();
-            calls.push(tokio::spawn(async move {
-                api.call("task.session.resume", json!({"session_id": session})).await.unwrap()
-            }));
+            calls.push(tokio::spawn(async move { api.resume(&session).await.unwrap() }));
         }
     }
     let mut outcomes = Vec::new();
     for call in calls {
-        outcomes.push(call.await.unwrap()["outcome"].as_str().unwrap().to_owned());
+        outcomes.push(call.await.unwrap().outcome);
     }
-    assert!(outcomes.iter().all(|o| o == "native_load" || o == "already_running"), "{outcomes:?}");
-    assert!(outcomes.iter().any(|o| o == "native_load"));
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, ResumeOutcome::NativeLoad | ResumeOutcome::AlreadyRunning)),
+        "{outcomes:?}"
+    );
+    assert!(outcomes.contains(&ResumeOutcome::NativeLoad));
     // Exactly one sidecar and one agent run for the session.
     daemon.agentctl_pid(&session);
     let agents = Daemon::processes_mentioning(&daemon.root.path().join(".mock-agent"));
@@ -377,11 +361,11 @@ async fn concurrent_resumes_launch_one_agent_and_bad_resumes_are_refused() {
     let other = api.ready_session("mock", &daemon.workspace("gone")).await;
     kill_sidecar(&daemon, &api, &other).await;
     std::fs::remove_dir_all(daemon.workspace("gone")).unwrap();
-    let error = api.call("task.session.resume", json!({"session_id": &other})).await.unwrap_err();
+    let error = api.resume(&other).await.unwrap_err();
     assert_eq!(error.kind, ErrorKind::InvalidState);
     assert!(error.message.contains("no longer exists"), "{error:?}");
-    api.call("task.session.stop", json!({"session_id": &session})).await.unwrap();
-    let error = api.call("task.session.resume", json!({"session_id": &session})).await.unwrap_err();
+    ok("task.session.stop", api.typed().session_stop(session.clone())).await;
+    let error = api.resume(&session).await.unwrap_err();
     assert_eq!(error.kind, ErrorKind::Conflict);
 }
 
@@ -404,10 +388,7 @@ async fn a_prompt_after_a_restart_that_lost_the_agent_resumes_lazily() {
     daemon.restart().await;
     let api = daemon.api().await;
     let lost = api.status(&session).await;
-    assert_eq!(
-        (lost["needs_resume"].as_bool(), lost["resume_reason"].as_str()),
-        (Some(true), Some("agent_not_running"))
-    );
+    assert_eq!((lost.needs_resume, lost.resume_reason.as_str()), (true, "agent_not_running"));
     // No agent was launched eagerly.
     assert!(
         Daemon::processes_mentioning(&daemon.session_dir(&session).join("agentctl")).is_empty()
@@ -421,33 +402,31 @@ async fn a_pending_permission_request_survives_a_restart() {
     let mut daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("p")).await;
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     let mut events = api.subscribe(&session, after).await;
-    api.call("task.session.prompt", json!({"session_id": &session, "prompt": "/permission"}))
-        .await
-        .unwrap();
-    let asked = until(&mut events, |e| e["type"] == "permission_request").await;
-    let request_id = asked.last().unwrap()["request_id"].as_str().unwrap().to_owned();
+    api.prompt(&session, "/permission").await.unwrap();
+    let asked = until(&mut events, |e| matches!(e.kind, EventKind::PermissionRequest { .. })).await;
+    let Some(EventKind::PermissionRequest { request_id, .. }) = asked.last().map(|e| &e.kind)
+    else {
+        unreachable!("until returns the request last")
+    };
+    let request_id = request_id.clone();
     drop(events);
     drop(api);
     daemon.kill().await;
     daemon.restart().await;
     let api = daemon.api().await;
-    let asked_seq = asked.last().unwrap()["seq"].as_u64().unwrap();
+    let asked_seq = asked.last().unwrap().seq;
     let mut events = api.subscribe(&session, asked_seq).await;
     // Re-emitted after the restart, so a fresh client learns of it.
     until(&mut events, |e| {
-        e["type"] == "permission_request" && e["request_id"] == request_id.as_str()
+        matches!(&e.kind, EventKind::PermissionRequest { request_id: id, .. } if *id == request_id)
     })
     .await;
-    api.call(
-        "task.session.permission.respond",
-        json!({"session_id": &session, "request_id": request_id, "option_id": "allow"}),
-    )
-    .await
-    .unwrap();
+    let answer = api.typed().permission_respond(session.clone(), request_id, Some("allow".into()));
+    ok("task.session.permission.respond", answer).await;
     let seen = until(&mut events, turn_ended).await;
-    assert_eq!(seen.last().unwrap()["stop_reason"], "end_turn");
+    assert_eq!(stop_reason(seen.last().unwrap()), Some("end_turn"));
     assert!(chunks(&seen).concat().contains("the tool ran"));
 }
 
@@ -465,8 +444,12 @@ async fn sigterm_leaves_sidecars_running_and_stop_all_stops_them() {
     // The re-attach runs in the background (status says `reattaching` meanwhile); a resume
     // joins it, and answers `already_running` once the same sidecar is adopted.
     let resumed = resume(&api, &session).await;
-    assert_eq!(resumed["outcome"], "already_running", "re-adopted, not relaunched: {resumed}");
-    assert_eq!(api.status(&session).await["is_agent_running"], true, "re-adopted");
+    assert_eq!(
+        resumed.outcome,
+        ResumeOutcome::AlreadyRunning,
+        "re-adopted, not relaunched: {resumed:?}"
+    );
+    assert!(api.status(&session).await.is_agent_running, "re-adopted");
     assert_eq!(daemon.agentctl_pid(&session), sidecar, "the same sidecar");
     let pidfd = PidFd::open(sidecar).unwrap();
     let (code, out, err) = daemon.cli(&["stop-all"]).await;
@@ -474,8 +457,5 @@ async fn sigterm_leaves_sidecars_running_and_stop_all_stops_them() {
     assert!(out.contains("stopped 1 agent"), "{out}");
     within("the sidecar to stop", pidfd.exited()).await.unwrap();
     let stopped = api.status(&session).await;
-    assert_eq!(
-        (stopped["needs_resume"].as_bool(), stopped["state"].as_str()),
-        (Some(true), Some("WAITING_FOR_INPUT"))
-    );
+    assert_eq!((stopped.needs_resume, stopped.state), (true, WAITING));
 }

@@ -1,24 +1,35 @@
 //! The real `supervisor` binary, driven over its WebSocket API (and its CLI): sessions end
 //! to end with mock-agent and with elizacp.
 
+use protocol::api::{ApiClient, EntryType, EventKind, SessionEvent, SessionState, TurnState};
 use protocol::errors::ErrorKind;
-use serde_json::{Value, json};
-use tether_tests::daemon::{Api, Daemon, chunks, next, turn_ended, until};
+use serde_json::json;
+use tether_tests::daemon::{
+    Api, Daemon, chunks, is_state, next, ok, refused, stop_reason, turn_ended, until,
+};
 use tether_tests::within;
 
 async fn prompt(api: &Api, session: &str, text: &str) -> String {
-    let started = api
-        .call("task.session.prompt", json!({"session_id": session, "prompt": text}))
-        .await
-        .expect("prompt accepted");
-    started["turn_id"].as_str().expect("a turn id").to_owned()
+    api.prompt(session, text).await.expect("prompt accepted")
 }
 
-async fn history(api: &Api, session: &str) -> Vec<Value> {
-    let entries =
-        api.call("task.session.history", json!({"session_id": session})).await.expect("history");
-    entries.as_array().expect("an array").clone()
+/// The kinds of a session's history entries, in order.
+async fn kinds(api: &Api, session: &str) -> Vec<EntryType> {
+    api.history(session).await.iter().map(|e| e.kind).collect()
 }
+
+/// The states among `events`.
+fn states(events: &[SessionEvent]) -> Vec<SessionState> {
+    events
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::State { state, .. } => Some(state),
+            _ => None,
+        })
+        .collect()
+}
+
+const WAITING: SessionState = SessionState::WaitingForInput;
 
 #[tokio::test]
 async fn a_mock_session_streams_a_turn_and_records_history() {
@@ -26,37 +37,36 @@ async fn a_mock_session_streams_a_turn_and_records_history() {
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("a")).await;
     let status_before = api.status(&session).await;
-    assert_eq!(
-        (status_before["state"].as_str(), status_before["is_agent_running"].as_bool()),
-        (Some("WAITING_FOR_INPUT"), Some(true))
-    );
-    assert_eq!(status_before["resume_reason"], "agent_running");
+    assert_eq!((status_before.state, status_before.is_agent_running), (WAITING, true));
+    assert_eq!(status_before.resume_reason, "agent_running");
 
-    let mut events =
-        api.subscribe(&session, status_before["last_event_seq"].as_u64().unwrap()).await;
+    let mut events = api.subscribe(&session, status_before.last_event_seq).await;
     let turn = prompt(&api, &session, "/stream 20\nhello there").await;
     let mut seen = until(&mut events, turn_ended).await;
     let ended = seen.last().unwrap().clone();
-    assert_eq!(
-        (ended["turn_id"].as_str(), ended["stop_reason"].as_str()),
-        (Some(turn.as_str()), Some("end_turn"))
+    assert!(
+        matches!(&ended.kind, EventKind::TurnEnded { turn_id, stop_reason: Some(reason), .. }
+            if *turn_id == turn && reason == "end_turn"),
+        "{ended:?}"
     );
     // The state change follows the turn's end.
-    seen.extend(until(&mut events, |e| e["type"] == "state").await);
+    seen.extend(until(&mut events, |e| matches!(e.kind, EventKind::State { .. })).await);
     let texts = chunks(&seen);
     assert_eq!(texts.len(), 20);
     for (idx, text) in texts.iter().enumerate() {
         assert!(text.ends_with(&format!("[{}/20]", idx + 1)), "chunk {idx} out of order: {text}");
     }
-    let states: Vec<&str> =
-        seen.iter().filter(|e| e["type"] == "state").filter_map(|e| e["state"].as_str()).collect();
-    assert_eq!(states, ["RUNNING", "WAITING_FOR_INPUT"]);
+    assert_eq!(states(&seen), [SessionState::Running, WAITING]);
 
-    let entries = history(&api, &session).await;
-    let kinds: Vec<&str> = entries.iter().filter_map(|e| e["type"].as_str()).collect();
-    assert_eq!(kinds, ["user_message", "agent_message"], "chunks are coalesced into one message");
-    assert_eq!(entries[0]["content"], "/stream 20\nhello there");
-    assert_eq!(entries[1]["content"].as_str().unwrap(), texts.concat());
+    let entries = api.history(&session).await;
+    let kinds: Vec<EntryType> = entries.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [EntryType::UserMessage, EntryType::AgentMessage],
+        "chunks are coalesced into one message"
+    );
+    assert_eq!(entries[0].content, "/stream 20\nhello there");
+    assert_eq!(entries[1].content, texts.concat());
     // The file on disk is what the API returned, and private, like the data directory.
     let path = daemon.session_dir(&session).join("history.jsonl");
     let file = std::fs::read_to_string(&path).unwrap();
@@ -67,9 +77,9 @@ async fn a_mock_session_streams_a_turn_and_records_history() {
     assert_eq!(mode(&path), 0o600);
     assert_eq!(mode(&daemon.root.path().join("tether")), 0o700);
     assert_eq!(mode(&daemon.root.path().join("tether/state.db")), 0o600);
-    let task = api.call("task.get", json!({"task_id": status_before["task_id"]})).await.unwrap();
-    assert_eq!(task["state"], "REVIEW");
-    assert_eq!(task["sessions"][0]["id"], session);
+    let task = ok("task.get", api.typed().task_get(status_before.task_id.clone())).await;
+    assert_eq!(task.task.state, "REVIEW");
+    assert_eq!(task.sessions[0].id, session);
 }
 
 #[tokio::test]
@@ -77,40 +87,38 @@ async fn a_permission_request_is_answered_through_the_api() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("p")).await;
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     let mut events = api.subscribe(&session, after).await;
     prompt(&api, &session, "/permission").await;
-    let seen = until(&mut events, |e| e["type"] == "permission_request").await;
-    let request = seen.last().unwrap();
-    assert_eq!(request["params"]["options"][0]["optionId"], "allow");
-    let request_id = request["request_id"].as_str().unwrap();
+    let seen = until(&mut events, |e| matches!(e.kind, EventKind::PermissionRequest { .. })).await;
+    let Some(EventKind::PermissionRequest { request_id, params }) = seen.last().map(|e| &e.kind)
+    else {
+        unreachable!("until returns the request last")
+    };
+    // The ACP params are the agent's, relayed as they came.
+    let options: Vec<protocol::acp::schema::PermissionOption> =
+        serde_json::from_value(params["options"].clone()).expect("ACP permission options");
+    assert_eq!(options[0].option_id.to_string(), "allow");
     // A wrong id is not found; the right one proceeds.
-    let wrong = api
-        .call(
-            "task.session.permission.respond",
-            json!({"session_id": session, "request_id": "999", "option_id": "allow"}),
-        )
-        .await
-        .unwrap_err();
+    let answer = |request: &str| {
+        api.typed().permission_respond(session.clone(), request.to_owned(), Some("allow".into()))
+    };
+    let wrong = refused("a wrong request id", answer("999")).await;
     assert_eq!(wrong.kind, ErrorKind::NotFound);
-    api.call(
-        "task.session.permission.respond",
-        json!({"session_id": session, "request_id": request_id, "option_id": "allow"}),
-    )
-    .await
-    .unwrap();
+    ok("task.session.permission.respond", answer(request_id)).await;
     let seen = until(&mut events, turn_ended).await;
-    assert!(
-        seen.iter()
-            .any(|e| e["type"] == "tool_call_update" && e["update"]["status"] == "completed")
-    );
+    assert!(seen.iter().any(|e| matches!(&e.kind,
+        EventKind::ToolCallUpdate { update } if update["status"] == "completed")));
     assert!(chunks(&seen).concat().contains("the tool ran"));
-    let kinds: Vec<String> = history(&api, &session)
-        .await
-        .iter()
-        .map(|e| e["type"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(kinds, ["user_message", "tool_call", "tool_result", "agent_message"]);
+    assert_eq!(
+        kinds(&api, &session).await,
+        [
+            EntryType::UserMessage,
+            EntryType::ToolCall,
+            EntryType::ToolResult,
+            EntryType::AgentMessage
+        ]
+    );
 }
 
 #[tokio::test]
@@ -118,22 +126,19 @@ async fn cancel_ends_a_slow_turn_and_the_session_is_ready_again() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("c")).await;
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     let mut events = api.subscribe(&session, after).await;
     prompt(&api, &session, "/sleep 600000").await;
-    until(&mut events, |e| e["type"] == "state" && e["state"] == "RUNNING").await;
-    let busy = api
-        .call("task.session.prompt", json!({"session_id": session, "prompt": "again"}))
-        .await
-        .unwrap_err();
+    until(&mut events, |e| is_state(e, SessionState::Running)).await;
+    let busy = api.prompt(&session, "again").await.unwrap_err();
     assert_eq!(busy.kind, ErrorKind::InvalidState);
-    api.call("task.session.cancel", json!({"session_id": session})).await.unwrap();
+    ok("task.session.cancel", api.typed().session_cancel(session.clone())).await;
     let seen = until(&mut events, turn_ended).await;
-    assert_eq!(seen.last().unwrap()["stop_reason"], "cancelled");
-    until(&mut events, |e| e["type"] == "state" && e["state"] == "WAITING_FOR_INPUT").await;
+    assert_eq!(stop_reason(seen.last().unwrap()), Some("cancelled"));
+    until(&mut events, |e| is_state(e, WAITING)).await;
     prompt(&api, &session, "after the cancel").await;
     let seen = until(&mut events, turn_ended).await;
-    assert_eq!(seen.last().unwrap()["stop_reason"], "end_turn");
+    assert_eq!(stop_reason(seen.last().unwrap()), Some("end_turn"));
 }
 
 /// Issue 11, defect 6: an agent that answers a cancelled prompt with `end_turn` (opencode)
@@ -144,17 +149,17 @@ async fn r11_a_cancelled_turn_answered_end_turn_is_recorded_cancelled() {
     let daemon = Daemon::start_with_profiles(&[], &[("oc.toml", profile)]).await;
     let api = daemon.api().await;
     let session = api.ready_session("opencode-like", &daemon.workspace("o")).await;
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     let mut events = api.subscribe(&session, after).await;
     prompt(&api, &session, "/sleep 600000").await;
-    until(&mut events, |e| e["type"] == "state" && e["state"] == "RUNNING").await;
-    api.call("task.session.cancel", json!({"session_id": session})).await.unwrap();
+    until(&mut events, |e| is_state(e, SessionState::Running)).await;
+    ok("task.session.cancel", api.typed().session_cancel(session.clone())).await;
     let seen = until(&mut events, turn_ended).await;
-    assert_eq!(seen.last().unwrap()["stop_reason"], "cancelled", "{:?}", seen.last());
+    assert_eq!(stop_reason(seen.last().unwrap()), Some("cancelled"), "{:?}", seen.last());
     // Only a cancel makes end_turn read as cancelled.
     prompt(&api, &session, "next").await;
     let seen = until(&mut events, turn_ended).await;
-    assert_eq!(seen.last().unwrap()["stop_reason"], "end_turn");
+    assert_eq!(stop_reason(seen.last().unwrap()), Some("end_turn"));
 }
 
 #[tokio::test]
@@ -170,21 +175,23 @@ async fn an_agent_crash_fails_the_turn_and_leaves_the_session_recoverable() {
     let pidfds: Vec<_> =
         pids.iter().filter_map(|&pid| agentctl::process::PidFd::open(pid).ok()).collect();
 
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     let mut events = api.subscribe(&session, after).await;
     prompt(&api, &session, "/crash 9").await;
     let seen = until(&mut events, turn_ended).await;
-    let ended = seen.last().unwrap();
-    assert_eq!(ended["state"], "failed");
-    let error = ended["error"].as_str().unwrap();
+    let Some(EventKind::TurnEnded { state, error: Some(error), .. }) = seen.last().map(|e| &e.kind)
+    else {
+        panic!("a failed turn with its error: {:?}", seen.last())
+    };
+    assert_eq!(*state, TurnState::Failed);
     assert!(error.contains("exit code 9") && error.contains("crashing mid-turn"), "{error}");
-    until(&mut events, |e| e["type"] == "state" && e["state"] == "WAITING_FOR_INPUT").await;
+    until(&mut events, |e| is_state(e, WAITING)).await;
     let after_crash = api.status(&session).await;
-    assert_eq!(after_crash["state"], "WAITING_FOR_INPUT");
-    assert_eq!(after_crash["is_agent_running"], false);
-    assert_eq!(after_crash["needs_resume"], true);
-    assert_eq!(after_crash["is_resumable"], true);
-    assert!(after_crash["error"].as_str().unwrap().contains("exit code 9"));
+    assert_eq!(after_crash.state, WAITING);
+    assert!(!after_crash.is_agent_running);
+    assert!(after_crash.needs_resume);
+    assert!(after_crash.is_resumable);
+    assert!(after_crash.error.unwrap().contains("exit code 9"));
     // No orphan: every process of the session is gone.
     for pidfd in &pidfds {
         within("a process of the crashed session to exit", pidfd.exited()).await.unwrap();
@@ -196,7 +203,7 @@ async fn a_subscriber_that_reconnects_misses_nothing() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("r")).await;
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     let first = daemon.api().await;
     let mut events = first.subscribe(&session, after).await;
     prompt(&api, &session, "/stream 2000").await;
@@ -207,10 +214,9 @@ async fn a_subscriber_that_reconnects_misses_nothing() {
     drop(events);
     drop(first);
     let second = daemon.api().await;
-    let mut events =
-        second.subscribe(&session, seen.last().unwrap()["seq"].as_u64().unwrap()).await;
+    let mut events = second.subscribe(&session, seen.last().unwrap().seq).await;
     seen.extend(until(&mut events, turn_ended).await);
-    let seqs: Vec<u64> = seen.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    let seqs: Vec<u64> = seen.iter().map(|e| e.seq).collect();
     assert_eq!(
         seqs,
         (after + 1..=after + seqs.len() as u64).collect::<Vec<_>>(),
@@ -231,31 +237,26 @@ async fn the_same_flow_works_with_elizacp() {
     );
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
-    let agents = api.call("agents.list", json!({})).await.unwrap();
-    let eliza = agents.as_array().unwrap().iter().find(|a| a["id"] == "eliza").unwrap().clone();
-    assert_eq!(eliza["available"], true, "{eliza}");
+    let agents = ok("agents.list", api.typed().agents_list()).await;
+    let eliza = agents.iter().find(|a| a.id == "eliza").unwrap();
+    assert!(eliza.available, "{eliza:?}");
     let session = api.ready_session("eliza", &daemon.workspace("e")).await;
-    let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+    let after = api.status(&session).await.last_event_seq;
     let mut events = api.subscribe(&session, after).await;
     prompt(&api, &session, "Hello, I am feeling sad today.").await;
     let seen = until(&mut events, turn_ended).await;
-    assert_eq!(seen.last().unwrap()["stop_reason"], "end_turn");
+    assert_eq!(stop_reason(seen.last().unwrap()), Some("end_turn"));
     assert!(!chunks(&seen).concat().trim().is_empty());
-    let kinds: Vec<String> = history(&api, &session)
-        .await
-        .iter()
-        .map(|e| e["type"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(kinds, ["user_message", "agent_message"]);
+    assert_eq!(kinds(&api, &session).await, [EntryType::UserMessage, EntryType::AgentMessage]);
     // elizacp ignores EOF: the stop takes the SIGTERM step, and nothing is left running.
     let pids = Daemon::processes_mentioning(&daemon.session_dir(&session));
     let pidfds: Vec<_> =
         pids.iter().filter_map(|&pid| agentctl::process::PidFd::open(pid).ok()).collect();
-    api.call("task.session.stop", json!({"session_id": session})).await.unwrap();
+    ok("task.session.stop", api.typed().session_stop(session.clone())).await;
     for pidfd in &pidfds {
         within("the eliza session's processes to exit", pidfd.exited()).await.unwrap();
     }
-    assert_eq!(api.status(&session).await["state"], "COMPLETED");
+    assert_eq!(api.status(&session).await.state, SessionState::Completed);
 }
 
 #[tokio::test]
@@ -303,64 +304,55 @@ async fn bad_requests_get_the_right_kind() {
     ];
     // Issue 12, edge: every refused param is named in `data.field`.
     for (method, params, kind, field) in cases {
-        let error = api.call(method, params.clone()).await.unwrap_err();
+        let error = api.call_raw(method, params.clone()).await.unwrap_err();
         assert_eq!(
             (error.kind, error.field.as_deref()),
             (kind, field),
             "{method} {params}: {error:?}"
         );
     }
-    let task = api.call("task.create", json!({"title": "t"})).await.unwrap();
+    let task = ok("task.create", api.typed().task_create("t".into(), None)).await;
     let workspace = daemon.workspace("w");
-    let create = |profile: &str, path: &str| json!({"task_id": task["id"], "agent_profile_id": profile, "workspace_path": path});
+    let create = |profile: &str, path: &str| {
+        let call = api.typed().session_create(
+            task.id.clone(),
+            profile.to_owned(),
+            path.to_owned(),
+            None,
+            None,
+        );
+        refused("task.session.create", call)
+    };
+    let here = workspace.to_str().unwrap();
+    let error = create("nope", here).await;
+    assert_eq!((error.kind, error.field.as_deref()), (ErrorKind::NotFound, None));
+    let error = create("mock", "/no/such/dir").await;
     assert_eq!(
-        api.call("task.session.create", create("nope", workspace.to_str().unwrap()))
-            .await
-            .unwrap_err()
-            .kind,
-        ErrorKind::NotFound
+        (error.kind, error.field.as_deref()),
+        (ErrorKind::InvalidParams, Some("workspace_path"))
     );
+    let error = create("mock", "relative/dir").await;
     assert_eq!(
-        api.call("task.session.create", create("mock", "/no/such/dir")).await.unwrap_err().kind,
-        ErrorKind::InvalidParams
+        (error.kind, error.field.as_deref()),
+        (ErrorKind::InvalidParams, Some("workspace_path"))
     );
-    assert_eq!(
-        api.call("task.session.create", create("mock", "relative/dir")).await.unwrap_err().kind,
-        ErrorKind::InvalidParams
-    );
-    assert_eq!(
-        api.call("task.session.create", create("gemini", workspace.to_str().unwrap()))
-            .await
-            .unwrap_err()
-            .kind,
-        ErrorKind::AgentUnavailable
-    );
+    assert_eq!(create("gemini", here).await.kind, ErrorKind::AgentUnavailable);
     // A terminal session refuses prompts with `conflict`.
     let session = api.ready_session("mock", &workspace).await;
-    api.call("task.session.stop", json!({"session_id": session})).await.unwrap();
-    let error = api
-        .call("task.session.prompt", json!({"session_id": session, "prompt": "x"}))
-        .await
-        .unwrap_err();
+    ok("task.session.stop", api.typed().session_stop(session.clone())).await;
+    let error = api.prompt(&session, "x").await.unwrap_err();
     assert_eq!(error.kind, ErrorKind::Conflict);
-    assert_eq!(
-        api.call("task.session.stop", json!({"session_id": session})).await.unwrap_err().kind,
-        ErrorKind::Conflict
-    );
+    let error = refused("a second stop", api.typed().session_stop(session.clone())).await;
+    assert_eq!(error.kind, ErrorKind::Conflict);
     let stopped = api.status(&session).await;
-    assert_eq!(
-        (stopped["is_resumable"].as_bool(), stopped["needs_resume"].as_bool()),
-        (Some(false), Some(false))
-    );
+    assert_eq!((stopped.is_resumable, stopped.needs_resume), (false, false));
     // Unknown methods are JSON-RPC "method not found".
-    assert_eq!(api.call("task.nope", json!({})).await.unwrap_err().code, -32601);
+    assert_eq!(api.call_raw("task.nope", json!({})).await.unwrap_err().code, -32601);
     // Delete removes records and files.
-    api.call("task.session.delete", json!({"session_id": session})).await.unwrap();
+    ok("task.session.delete", api.typed().session_delete(session.clone())).await;
     assert!(!daemon.session_dir(&session).exists());
-    assert_eq!(
-        api.call("task.session.status", json!({"session_id": session})).await.unwrap_err().kind,
-        ErrorKind::NotFound
-    );
+    let error = refused("status of a deleted session", api.typed().session_status(session)).await;
+    assert_eq!(error.kind, ErrorKind::NotFound);
 }
 
 #[tokio::test]
@@ -370,8 +362,8 @@ async fn cross_origin_websockets_are_refused() {
     let allowed = Api::connect(&daemon.url, &[("Origin", "http://localhost:5173")])
         .await
         .expect("an allowed origin connects");
-    allowed.call("task.list", json!({})).await.unwrap();
-    daemon.api().await.call("task.list", json!({})).await.unwrap();
+    ok("task.list", allowed.typed().task_list()).await;
+    ok("task.list", daemon.api().await.typed().task_list()).await;
 }
 
 #[tokio::test]
@@ -384,16 +376,16 @@ async fn fifty_sessions_in_parallel_each_complete_a_turn() {
         runs.push(tokio::spawn(async move {
             let api = Api::connect(&url, &[]).await.unwrap();
             let session = api.ready_session("mock", &workspace).await;
-            let after = api.status(&session).await["last_event_seq"].as_u64().unwrap();
+            let after = api.status(&session).await.last_event_seq;
             let mut events = api.subscribe(&session, after).await;
             prompt(&api, &session, &format!("/stream 3\nsession {n}")).await;
             let seen = until(&mut events, turn_ended).await;
-            (n, seen.last().unwrap()["stop_reason"].clone(), chunks(&seen).concat())
+            (n, stop_reason(seen.last().unwrap()).map(str::to_owned), chunks(&seen).concat())
         }));
     }
     for run in runs {
         let (n, stop_reason, reply) = run.await.unwrap();
-        assert_eq!(stop_reason, "end_turn");
+        assert_eq!(stop_reason.as_deref(), Some("end_turn"));
         assert!(reply.contains(&format!("session {n} [1/3]")), "{reply}");
     }
 }
@@ -465,29 +457,19 @@ async fn an_agent_that_never_answers_initialize_fails_the_launch_with_its_stderr
     let profile = "id = \"hang\"\ncommand = [\"mock-agent\", \"--hang-on\", \"initialize\"]\nprotocol = \"acp\"\n[process]\ninit_timeout_ms = 300\n";
     let daemon = Daemon::start_with_profiles(&[], &[("hang.toml", profile)]).await;
     let api = daemon.api().await;
-    let task = api.call("task.create", json!({"title": "hang"})).await.unwrap();
-    let row = api
-        .call("task.session.create", json!({"task_id": task["id"], "agent_profile_id": "hang", "workspace_path": daemon.workspace("h")}))
-        .await
-        .unwrap();
-    let session = row["id"].as_str().unwrap().to_owned();
+    let session = api.create_session("hang", &daemon.workspace("h")).await.unwrap();
     let mut events = api.subscribe(&session, 0).await;
-    let seen = until(&mut events, |e| e["type"] == "state" && e["state"] == "FAILED").await;
-    let error = seen.last().unwrap()["error"].as_str().unwrap().to_owned();
+    let (state, error) = tether_tests::daemon::settled(&mut events).await;
+    assert_eq!(state, SessionState::Failed);
     assert!(error.contains("did not answer initialize within 300 ms"), "{error}");
     assert!(
         error.contains("not answering initialize as configured"),
         "the stderr tail is included: {error}"
     );
-    assert_eq!(
-        api.call("task.get", json!({"task_id": task["id"]})).await.unwrap()["state"],
-        "FAILED"
-    );
     let failed = api.status(&session).await;
-    assert_eq!(
-        (failed["state"].as_str(), failed["is_resumable"].as_bool()),
-        (Some("FAILED"), Some(false))
-    );
+    let task = ok("task.get", api.typed().task_get(failed.task_id.clone())).await;
+    assert_eq!(task.task.state, "FAILED");
+    assert_eq!((failed.state, failed.is_resumable), (SessionState::Failed, false));
 }
 
 /// Issue 11, defect 6: `serve --help` prints the usage instead of failing.
@@ -516,22 +498,19 @@ async fn r11_agents_lists_missing_credentials_and_invalid_profiles() {
         Daemon::start_with_profiles(&[], &[("keyed.toml", needs_key), ("broken.toml", broken)])
             .await;
     let api = daemon.api().await;
-    let agents = api.call("agents.list", json!({})).await.unwrap();
-    let find = |id: &str| agents.as_array().unwrap().iter().find(|a| a["id"] == id).cloned();
+    let agents = ok("agents.list", api.typed().agents_list()).await;
+    let find = |id: &str| agents.iter().find(|a| a.id == id).cloned();
     let keyed = find("keyed").expect("the keyed profile");
-    assert_eq!(keyed["available"], false, "{keyed}");
-    let reason = keyed["reasons"][0].as_str().unwrap();
+    assert!(!keyed.available, "{keyed:?}");
+    let reason = &keyed.reasons[0];
     assert!(
         reason.contains("needs credentials: set TETHER_TEST_NO_SUCH_KEY")
             && reason.contains("~/.tether-test-none/auth.json"),
         "{reason}"
     );
     let broken = find("broken.toml").expect("the invalid file is listed");
-    assert_eq!(
-        (broken["invalid"].as_bool(), broken["available"].as_bool()),
-        (Some(true), Some(false))
-    );
-    let error = broken["reasons"][0].as_str().unwrap();
+    assert_eq!((broken.invalid, broken.available), (true, false));
+    let error = &broken.reasons[0];
     assert!(error.contains("broken.toml:5:1: session.nativ_resume"), "{error}");
     let (code, out, _) = daemon.cli(&["agents"]).await;
     assert_eq!(code, 0);
@@ -569,10 +548,10 @@ async fn r11_an_agent_that_needs_a_sandbox_as_root_says_so() {
             refused.message.contains("run as root, it needs TETHER_TEST_SANDBOX=1"),
             "{refused:?}"
         );
-        let agents = api.call("agents.list", json!({})).await.unwrap();
-        let listed = agents.as_array().unwrap().iter().find(|a| a["id"] == "sandboxed").unwrap();
-        assert_eq!(listed["available"], false, "{listed}");
-        assert!(listed["reasons"][0].as_str().unwrap().contains("TETHER_TEST_SANDBOX=1"));
+        let agents = ok("agents.list", api.typed().agents_list()).await;
+        let listed = agents.iter().find(|a| a.id == "sandboxed").unwrap();
+        assert!(!listed.available, "{listed:?}");
+        assert!(listed.reasons[0].contains("TETHER_TEST_SANDBOX=1"));
     } else {
         println!("not root: root_env does not apply, and the session opens");
         created.expect("not root: nothing needed");
@@ -589,21 +568,16 @@ async fn r11_an_agent_that_needs_a_sandbox_as_root_says_so() {
     // The supervisor restarted (as root) without the variable, the agent gone: a resume is
     // refused up front, naming it, and the session stays resumable — not a FAILED session
     // whose agent "exited (exit code 1)".
-    api.call("sessions.stop_all", json!({})).await.unwrap();
+    ok("sessions.stop_all", api.typed().stop_all()).await;
     drop(api);
     daemon.terminate().await;
     daemon.restart_with_env(&[("TETHER_TEST_SANDBOX", "")]).await;
     let api = daemon.api().await;
-    let refused =
-        api.call("task.session.resume", json!({"session_id": &session})).await.unwrap_err();
+    let refused = api.resume(&session).await.unwrap_err();
     assert_eq!(refused.kind, ErrorKind::AgentUnavailable, "{refused:?}");
     assert!(refused.message.contains("TETHER_TEST_SANDBOX=1"), "{refused:?}");
     let status = api.status(&session).await;
-    assert_eq!(
-        (status["state"].as_str(), status["is_resumable"].as_bool()),
-        (Some("WAITING_FOR_INPUT"), Some(true)),
-        "{status}"
-    );
+    assert_eq!((status.state, status.is_resumable), (WAITING, true), "{status:?}");
 }
 
 /// Issue 12 (the edge, hardened): the daemon's token could only be given in argv, where
