@@ -287,6 +287,43 @@ async fn sessions_show_has_the_timeline_of_executions_and_turns() {
     assert_ne!(out, status_out, "show is more than status");
 }
 
+/// Runs a CLI command that must succeed and print JSON.
+async fn cli_json(daemon: &Daemon, args: &[&str]) -> serde_json::Value {
+    let (code, out, err) = daemon.cli(args).await;
+    assert_eq!(code, 0, "{args:?}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+}
+
+/// Every read command prints the API's own result with `--json`, for scripts.
+#[tokio::test]
+async fn read_commands_print_json_for_scripts() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("j")).await;
+    api.ask(&session, "hello").await;
+    let agents: Vec<protocol::api::AgentInfo> =
+        serde_json::from_value(cli_json(&daemon, &["agents", "--json"]).await).unwrap();
+    assert!(agents.iter().any(|a| a.id == "mock" && a.available));
+    let status: protocol::api::SessionStatus =
+        serde_json::from_value(cli_json(&daemon, &["status", &session, "--json"]).await).unwrap();
+    assert_eq!(status.session_id, session);
+    let history: Vec<protocol::api::HistoryEntry> =
+        serde_json::from_value(cli_json(&daemon, &["history", &session, "--json"]).await).unwrap();
+    assert_eq!(history.len(), 2);
+    let tasks: Vec<protocol::api::Task> =
+        serde_json::from_value(cli_json(&daemon, &["task", "list", "--json"]).await).unwrap();
+    assert_eq!(tasks.len(), 1);
+    let detail: protocol::api::TaskDetail = serde_json::from_value(
+        cli_json(&daemon, &["task", "show", &status.task_id, "--json"]).await,
+    )
+    .unwrap();
+    assert_eq!(detail.sessions[0].id, session);
+    let shown = cli_json(&daemon, &["sessions", "show", &session, "--json"]).await;
+    let timeline: protocol::api::Timeline =
+        serde_json::from_value(shown["timeline"].clone()).unwrap();
+    assert_eq!(timeline.turns.len(), 1);
+}
+
 #[tokio::test]
 async fn oversized_fields_are_refused_and_subscribing_past_the_end_too() {
     let daemon = Daemon::start(&[]).await;

@@ -54,3 +54,64 @@ fn no_ignored_or_should_panic_tests() {
         .collect();
     assert!(offenders.is_empty(), "assert Err/None explicitly instead: {offenders:#?}");
 }
+
+/// Copies what `scripts/check-shape.sh` reads (manifests and Rust sources) into `to`.
+fn copy_shape(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).expect("a directory") {
+        let path = entry.expect("a directory entry").path();
+        let name = path.file_name().and_then(|name| name.to_str()).unwrap_or_default().to_owned();
+        if name == "target" || name.starts_with('.') || name == "node_modules" {
+            continue;
+        }
+        let dest = to.join(&name);
+        if path.is_dir() {
+            std::fs::create_dir_all(&dest).unwrap();
+            copy_shape(&path, &dest);
+        } else if name.ends_with(".rs")
+            || name.ends_with(".toml")
+            || name == "Cargo.lock"
+            || name.ends_with(".sh")
+        {
+            std::fs::copy(&path, &dest).unwrap();
+        }
+    }
+}
+
+fn check_shape(root: &Path) -> (bool, String) {
+    let output = std::process::Command::new("bash")
+        .arg(root.join("scripts/check-shape.sh"))
+        .output()
+        .expect("bash runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
+fn append(path: &Path, section: &str, line: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let edited = text.replacen(section, &format!("{section}\n{line}"), 1);
+    assert_ne!(text, edited, "{section} in {}", path.display());
+    std::fs::write(path, edited).unwrap();
+}
+
+/// Issue 12: CI's shape check passes on the tree as it is, and fails — naming the crate
+/// and the dependency — when a crate depends on one above it or declares a dependency it
+/// does not use.
+#[test]
+fn the_shape_check_fails_on_a_layering_violation_and_an_unused_dependency() {
+    let (ok, out) = check_shape(&workspace_root());
+    assert!(ok, "the tree passes: {out}");
+    for (krate, line, expected) in [
+        ("protocol", "agents.workspace = true", "protocol: depends on workspace crate `agents`"),
+        ("agents", "itoa = \"1\"", "agents: unused dependency `itoa`"),
+    ] {
+        let copy = tempfile::tempdir().unwrap();
+        copy_shape(&workspace_root(), copy.path());
+        append(&copy.path().join(krate).join("Cargo.toml"), "[dependencies]", line);
+        let (ok, out) = check_shape(copy.path());
+        assert!(!ok && out.contains(expected), "{krate} + {line}: {out}");
+    }
+}
