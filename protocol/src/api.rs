@@ -20,6 +20,40 @@ use serde_json::Value;
 
 pub use crate::errors::{ErrorData, ErrorKind};
 
+/// `as_str`, `ALL`, `FromStr` and `Display` by the wire names of a fieldless enum.
+macro_rules! wire_names {
+    ($name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The wire name.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+
+            fn from_str(text: &str) -> Result<$name, String> {
+                $name::ALL.iter().copied().find(|value| value.as_str() == text).ok_or_else(|| {
+                    let names: Vec<&str> = $name::ALL.iter().map(|value| value.as_str()).collect();
+                    format!("{text:?} is not one of {}", names.join(", "))
+                })
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
 /// Session states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -40,6 +74,16 @@ pub enum SessionState {
     Cancelled,
 }
 
+wire_names!(SessionState {
+    Created => "CREATED",
+    Starting => "STARTING",
+    Running => "RUNNING",
+    WaitingForInput => "WAITING_FOR_INPUT",
+    Completed => "COMPLETED",
+    Failed => "FAILED",
+    Cancelled => "CANCELLED",
+});
+
 /// A turn's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -53,6 +97,13 @@ pub enum TurnState {
     /// Its agent died while the supervisor was away.
     Interrupted,
 }
+
+wire_names!(TurnState {
+    Running => "running",
+    Completed => "completed",
+    Failed => "failed",
+    Interrupted => "interrupted",
+});
 
 /// How a resume restored a session, or that none was needed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -72,6 +123,15 @@ pub enum ResumeOutcome {
     AlreadyRunning,
 }
 
+wire_names!(ResumeOutcome {
+    NativeResume => "native_resume",
+    NativeLoad => "native_load",
+    ResumeCommand => "resume_command",
+    HistoryInjection => "history_injection",
+    Fresh => "fresh",
+    AlreadyRunning => "already_running",
+});
+
 /// The steps of bringing an agent up, in order (`authenticating` and `restoring` only when
 /// they happen).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -88,6 +148,14 @@ pub enum LaunchStep {
     /// A new ACP session is asked for (`session/new`).
     Opening,
 }
+
+wire_names!(LaunchStep {
+    Launching => "launching",
+    Initializing => "initializing",
+    Authenticating => "authenticating",
+    Restoring => "restoring",
+    Opening => "opening",
+});
 
 /// The ACP method of a native restore.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -109,15 +177,10 @@ pub enum RuntimeKind {
     Docker,
 }
 
-impl RuntimeKind {
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RuntimeKind::Standalone => "standalone",
-            RuntimeKind::Docker => "docker",
-        }
-    }
-}
+wire_names!(RuntimeKind {
+    Standalone => "standalone",
+    Docker => "docker",
+});
 
 /// One agent profile as `agents.list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -275,6 +338,13 @@ pub enum EntryType {
     /// A tool's outcome.
     ToolResult,
 }
+
+wire_names!(EntryType {
+    UserMessage => "user_message",
+    AgentMessage => "agent_message",
+    ToolCall => "tool_call",
+    ToolResult => "tool_result",
+});
 
 /// One entry of a session's conversation history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -454,6 +524,39 @@ pub struct TurnInfo {
     pub started_at: i64,
     /// Ended, Unix ms.
     pub ended_at: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names `as_str` gives are the ones serde puts on the wire, and parse back.
+    #[test]
+    fn wire_names_are_serdes_names() {
+        fn check<T>(all: &[T])
+        where
+            T: Copy
+                + PartialEq
+                + std::fmt::Debug
+                + Serialize
+                + std::str::FromStr
+                + std::fmt::Display,
+            <T as std::str::FromStr>::Err: std::fmt::Debug,
+        {
+            for value in all {
+                assert_eq!(serde_json::to_value(value).unwrap(), value.to_string());
+                assert_eq!(value.to_string().parse::<T>().unwrap(), *value);
+            }
+        }
+        check(SessionState::ALL);
+        check(TurnState::ALL);
+        check(ResumeOutcome::ALL);
+        check(LaunchStep::ALL);
+        check(EntryType::ALL);
+        check(RuntimeKind::ALL);
+        let err = "FAILD".parse::<SessionState>().unwrap_err();
+        assert!(err.contains("FAILED"), "{err}");
+    }
 }
 
 /// Method names, for servers that check params before a method runs and for docs.

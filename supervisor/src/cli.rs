@@ -234,9 +234,10 @@ enum SessionsCommand {
         /// Only this task's.
         #[arg(long)]
         task: Option<String>,
-        /// Only those in this state.
-        #[arg(long, value_enum)]
-        status: Option<StateArg>,
+        /// Only those in this state (CREATED, STARTING, RUNNING, WAITING_FOR_INPUT,
+        /// COMPLETED, FAILED, CANCELLED).
+        #[arg(long, value_name = "STATE")]
+        status: Option<SessionState>,
         /// Only those of this agent profile.
         #[arg(long)]
         agent: Option<String>,
@@ -276,32 +277,6 @@ enum PermissionCommand {
 enum RuntimeArg {
     Standalone,
     Docker,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug)]
-#[value(rename_all = "SCREAMING_SNAKE_CASE")]
-enum StateArg {
-    Created,
-    Starting,
-    Running,
-    WaitingForInput,
-    Completed,
-    Failed,
-    Cancelled,
-}
-
-impl From<StateArg> for SessionState {
-    fn from(state: StateArg) -> SessionState {
-        match state {
-            StateArg::Created => SessionState::Created,
-            StateArg::Starting => SessionState::Starting,
-            StateArg::Running => SessionState::Running,
-            StateArg::WaitingForInput => SessionState::WaitingForInput,
-            StateArg::Completed => SessionState::Completed,
-            StateArg::Failed => SessionState::Failed,
-            StateArg::Cancelled => SessionState::Cancelled,
-        }
-    }
 }
 
 /// A failure with its exit code and the one line to print.
@@ -656,7 +631,7 @@ impl Client {
                     println!(
                         "  session {}\t{}\t{}",
                         session.id,
-                        state_name(session.state),
+                        session.state.as_str(),
                         session.agent_profile_id
                     );
                 }
@@ -680,8 +655,8 @@ impl Client {
                 let result = self.resume_with_progress(&session, quiet).await?;
                 println!(
                     "session {session} resumed ({}), {}",
-                    outcome_name(result.outcome),
-                    state_name(result.state)
+                    result.outcome.as_str(),
+                    result.state.as_str()
                 );
                 Ok(())
             }
@@ -720,16 +695,13 @@ impl Client {
                     return print_json(&entries);
                 }
                 for entry in entries {
-                    let kind = serde_json::to_value(entry.kind).unwrap_or_default();
-                    println!("[{}] {}: {}", entry.seq, kind.as_str().unwrap_or(""), entry.content);
+                    println!("[{}] {}: {}", entry.seq, entry.kind, entry.content);
                 }
                 Ok(())
             }
             Command::Sessions(SessionsCommand::List { task, status, agent, json }) => {
-                let sessions = api
-                    .session_list(task, status.map(Into::into), agent)
-                    .await
-                    .map_err(|e| self.failure(e))?;
+                let sessions =
+                    api.session_list(task, status, agent).await.map_err(|e| self.failure(e))?;
                 if json.json {
                     return print_json(&sessions);
                 }
@@ -737,7 +709,7 @@ impl Client {
                     println!(
                         "{}\t{}\t{}\ttask {}",
                         session.id,
-                        state_name(session.state),
+                        session.state.as_str(),
                         session.agent_profile_id,
                         session.task_id
                     );
@@ -762,7 +734,7 @@ impl Client {
                         if execution.current { " (current)" } else { "" },
                         execution.generation.map_or_else(|| "-".into(), |g| g.to_string()),
                         or_dash(execution.status.as_deref()),
-                        execution.resume_outcome.map_or("-", outcome_name),
+                        execution.resume_outcome.map_or("-", ResumeOutcome::as_str),
                         execution.turns
                     );
                 }
@@ -771,7 +743,7 @@ impl Client {
                     println!(
                         "  {}\t{}\t{}\t{}\tstarted {}\tended {}",
                         turn.turn_id,
-                        turn_state_name(turn.state),
+                        turn.state.as_str(),
                         or_dash(turn.stop_reason.as_deref().or(turn.error.as_deref())),
                         turn.execution_id,
                         turn.started_at,
@@ -824,7 +796,7 @@ impl Client {
             .await
             .map_err(|e| self.failure(e))?;
         let shown = Shown::new(quiet);
-        let mut events = Feed::open(self, &row.id, 0, &shown).await?;
+        let mut events = Feed::open(self, &row.id, Some(0), &shown).await?;
         loop {
             let event = events.next().await?;
             shown.progress(&event);
@@ -861,7 +833,7 @@ impl Client {
         quiet: bool,
     ) -> Result<ResumeResult, Failure> {
         let shown = Shown::new(quiet);
-        let mut events = Feed::open_at_end(self, session, &shown).await?;
+        let mut events = Feed::open(self, session, None, &shown).await?;
         let call = self.client.session_resume(session.to_owned());
         tokio::pin!(call);
         let mut outcome_shown = false;
@@ -892,7 +864,7 @@ impl Client {
     /// it reconnects and follows the same turn from the last event it printed.
     async fn prompt(&self, session: &str, text: &str, quiet: bool) -> Result<(), Failure> {
         let shown = Shown::new(quiet);
-        let mut events = Feed::open_at_end(self, session, &shown).await?;
+        let mut events = Feed::open(self, session, None, &shown).await?;
         events.follow_restarts = true;
         let started_after = events.cursor;
         // A prompt to a session without a live agent resumes it first, which can take a
@@ -1015,7 +987,7 @@ impl Client {
         request: &str,
     ) -> Result<serde_json::Value, Failure> {
         let shown = Shown::new(true);
-        let mut events = Feed::open(self, session, 0, &shown).await?;
+        let mut events = Feed::open(self, session, Some(0), &shown).await?;
         let last = events.last_seq;
         while events.cursor < last {
             let event = events.next().await?;
@@ -1034,10 +1006,7 @@ impl Client {
     /// Prints a session's events until it ends, across daemon restarts.
     async fn follow(&self, session: &str, after: Option<u64>, json: bool) -> Result<(), Failure> {
         let shown = Shown::new(json);
-        let mut events = match after {
-            Some(after) => Feed::open(self, session, after, &shown).await?,
-            None => Feed::open_at_end(self, session, &shown).await?,
-        };
+        let mut events = Feed::open(self, session, after, &shown).await?;
         events.follow_restarts = true;
         loop {
             let event = events.next().await?;
@@ -1075,30 +1044,7 @@ fn print_fields<T: Serialize>(value: &T) -> Result<(), Failure> {
     Ok(())
 }
 
-fn state_name(state: SessionState) -> String {
-    serde_json::to_value(state).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
-}
-
-fn turn_state_name(state: TurnState) -> &'static str {
-    match state {
-        TurnState::Running => "running",
-        TurnState::Completed => "completed",
-        TurnState::Failed => "failed",
-        TurnState::Interrupted => "interrupted",
-    }
-}
-
-fn outcome_name(outcome: ResumeOutcome) -> &'static str {
-    match outcome {
-        ResumeOutcome::NativeResume => "native_resume",
-        ResumeOutcome::NativeLoad => "native_load",
-        ResumeOutcome::ResumeCommand => "resume_command",
-        ResumeOutcome::HistoryInjection => "history_injection",
-        ResumeOutcome::Fresh => "fresh",
-        ResumeOutcome::AlreadyRunning => "already_running",
-    }
-}
-
+/// What a launch step is doing, in words.
 fn step_name(step: LaunchStep) -> &'static str {
     match step {
         LaunchStep::Launching => "launching the agent",
@@ -1109,12 +1055,20 @@ fn step_name(step: LaunchStep) -> &'static str {
     }
 }
 
+/// A progress event's line.
+fn progress_line(step: LaunchStep, detail: Option<&str>) -> String {
+    match detail {
+        Some(detail) => format!("{}: {detail}", step_name(step)),
+        None => step_name(step).to_owned(),
+    }
+}
+
 /// One line for an event, as `follow` prints it.
 fn describe(kind: &EventKind) -> String {
     match kind {
         EventKind::State { state, error } => match error {
-            Some(error) => format!("state {}: {error}", state_name(*state)),
-            None => format!("state {}", state_name(*state)),
+            Some(error) => format!("state {}: {error}", state.as_str()),
+            None => format!("state {}", state.as_str()),
         },
         EventKind::TurnStarted { turn_id, prompt } => format!("turn {turn_id} started: {prompt}"),
         EventKind::AgentMessageChunk { text } => format!("agent: {text}"),
@@ -1137,15 +1091,12 @@ fn describe(kind: &EventKind) -> String {
         }
         EventKind::TurnEnded { turn_id, state, stop_reason, error } => format!(
             "turn {turn_id} {}: {}",
-            turn_state_name(*state),
+            state.as_str(),
             stop_reason.as_deref().or(error.as_deref()).unwrap_or("-")
         ),
         EventKind::Notice { message } => format!("notice: {message}"),
-        EventKind::Progress { step, detail } => match detail {
-            Some(detail) => format!("{}: {detail}", step_name(*step)),
-            None => step_name(*step).to_owned(),
-        },
-        EventKind::ResumeOutcome { outcome } => format!("resumed: {}", outcome_name(*outcome)),
+        EventKind::Progress { step, detail } => progress_line(*step, detail.as_deref()),
+        EventKind::ResumeOutcome { outcome } => format!("resumed: {}", outcome.as_str()),
         _ => "event".to_owned(),
     }
 }
@@ -1159,7 +1110,7 @@ fn turn_result(event: &SessionEvent) -> Result<(), Failure> {
     let EventKind::TurnEnded { state, stop_reason, error, .. } = &event.kind else {
         return Err(Failure { code: 1, line: "error: not a turn's end".into() });
     };
-    let name = turn_state_name(*state);
+    let name = state.as_str();
     match stop_reason {
         Some(reason) => println!("\n[turn {name}: {reason}]"),
         None => println!("\n[turn {name}: {}]", error.as_deref().unwrap_or("")),
@@ -1192,12 +1143,9 @@ impl Shown {
 
     fn progress(&self, event: &SessionEvent) {
         let line = match &event.kind {
-            EventKind::Progress { step, detail } => match detail {
-                Some(detail) => format!("{}: {detail}", step_name(*step)),
-                None => step_name(*step).to_owned(),
-            },
+            EventKind::Progress { step, detail } => progress_line(*step, detail.as_deref()),
             EventKind::Notice { message } => format!("notice: {message}"),
-            EventKind::ResumeOutcome { outcome } => format!("resumed: {}", outcome_name(*outcome)),
+            EventKind::ResumeOutcome { outcome } => format!("resumed: {}", outcome.as_str()),
             _ => return,
         };
         self.line(&line);
@@ -1221,24 +1169,12 @@ struct Feed<'a> {
 }
 
 impl<'a> Feed<'a> {
-    /// From the session's newest event on: what happens after now.
-    async fn open_at_end(
-        client: &Client,
-        session: &str,
-        shown: &'a Shown,
-    ) -> Result<Feed<'a>, Failure> {
-        let status = client
-            .client
-            .session_status(session.to_owned())
-            .await
-            .map_err(|e| client.failure(e))?;
-        Feed::open(client, session, status.last_event_seq, shown).await
-    }
-
+    /// The session's events after `after`, or, without one, from its newest event on
+    /// (what happens after now).
     async fn open(
         client: &Client,
         session: &str,
-        after: u64,
+        after: Option<u64>,
         shown: &'a Shown,
     ) -> Result<Feed<'a>, Failure> {
         let status = client
@@ -1246,6 +1182,7 @@ impl<'a> Feed<'a> {
             .session_status(session.to_owned())
             .await
             .map_err(|e| client.failure(e))?;
+        let after = after.unwrap_or(status.last_event_seq);
         let subscription = client
             .client
             .session_subscribe(session.to_owned(), Some(after))

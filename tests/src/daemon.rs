@@ -590,6 +590,21 @@ pub async fn until(
     }
 }
 
+/// Reads events until a permission request; returns all read, the request's id and its
+/// ACP params (the agent's, relayed as they came).
+pub async fn until_permission_request(
+    events: &mut Subscription<SessionEvent>,
+) -> (Vec<SessionEvent>, String, Value) {
+    let seen = until(events, |e| matches!(e.kind, EventKind::PermissionRequest { .. })).await;
+    match seen.last().map(|e| &e.kind) {
+        Some(EventKind::PermissionRequest { request_id, params }) => {
+            let (id, params) = (request_id.clone(), params.clone());
+            (seen, id, params)
+        }
+        _ => unreachable!("until returns the request last"),
+    }
+}
+
 /// Whether an event ends a turn.
 pub fn turn_ended(event: &SessionEvent) -> bool {
     matches!(event.kind, EventKind::TurnEnded { .. })
@@ -637,8 +652,7 @@ pub fn progress_steps(events: &[SessionEvent]) -> Vec<String> {
         .iter()
         .filter_map(|event| match &event.kind {
             EventKind::Progress { step, detail } => {
-                let step = serde_json::to_value(step).ok()?;
-                Some(format!("{} {}", step.as_str()?, detail.as_deref().unwrap_or("")))
+                Some(format!("{step} {}", detail.as_deref().unwrap_or("")))
             }
             _ => None,
         })

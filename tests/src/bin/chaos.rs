@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use agentctl::process::PidFd;
 use jsonrpsee::core::client::Subscription;
-use protocol::api::{ApiClient, EntryType, EventKind, SessionEvent, TurnState};
+use protocol::api::{ApiClient, EntryType, EventKind, SessionEvent};
 use tether_tests::daemon::{Api, Daemon};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -482,7 +482,7 @@ fn observe(track: &mut SessionTrack, event: &SessionEvent, tally: &mut Tally, ro
             turn.chunks.push(text.clone());
         }
         EventKind::TurnEnded { turn_id, state, .. } if turn.turn_id.as_ref() == Some(turn_id) => {
-            turn.ended = Some(turn_state_name(*state).to_owned());
+            turn.ended = Some(state.as_str().to_owned());
             check_turn(&track.id, turn, tally, round);
         }
         _ => {}
@@ -764,19 +764,9 @@ fn print_table(tally: &Tally, took: Duration) {
 }
 
 /// An API call whose answer may be lost (a fault point may kill the daemon meanwhile):
-/// bounded by [`within`], any error returned.
+/// bounded by [`tether_tests::within`], any error returned.
 async fn lossy<T>(
     call: impl std::future::Future<Output = Result<T, jsonrpsee::core::ClientError>>,
 ) -> Result<T, jsonrpsee::core::ClientError> {
     tether_tests::within("an API call", call).await
-}
-
-/// How the round tally names a turn's end.
-fn turn_state_name(state: TurnState) -> &'static str {
-    match state {
-        TurnState::Running => "running",
-        TurnState::Completed => "completed",
-        TurnState::Failed => "failed",
-        TurnState::Interrupted => "interrupted",
-    }
 }

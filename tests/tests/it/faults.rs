@@ -13,7 +13,7 @@ use protocol::api::{
 };
 use tether_tests::daemon::{
     Api, Daemon, await_log, chunks, is_state, kill_sidecar, next, ok, stop_reason, turn_ended,
-    until,
+    until, until_permission_request,
 };
 use tether_tests::within;
 
@@ -432,12 +432,7 @@ async fn r10_a_permission_answer_cut_off_by_a_kill_can_be_given_again() {
     let after = api.status(&session).await.last_event_seq;
     let mut events = api.subscribe(&session, after).await;
     api.prompt(&session, "/permission").await.unwrap();
-    let asked = until(&mut events, |e| matches!(e.kind, EventKind::PermissionRequest { .. })).await;
-    let Some(EventKind::PermissionRequest { request_id, .. }) = asked.last().map(|e| &e.kind)
-    else {
-        unreachable!("until returns the request last")
-    };
-    let request_id = request_id.clone();
+    let (asked, request_id, _) = until_permission_request(&mut events).await;
     let allow = Some("allow".to_owned());
     // The answer may be lost with the daemon.
     let answer = api.typed().permission_respond(session.clone(), request_id.clone(), allow.clone());

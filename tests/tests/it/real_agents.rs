@@ -12,6 +12,7 @@ use serde_json::json;
 use tether_tests::Direction;
 use tether_tests::daemon::{
     Api, Daemon, kill_sidecar, notices, ok, progress_steps, stop_reason, turn_ended, until,
+    until_permission_request,
 };
 use tether_tests::model_server::{ModelServer, Reply, conversation_text};
 use tether_tests::schema::AcpSchema;
@@ -234,12 +235,8 @@ async fn r11_claude_asks_permission_and_its_write_lands() {
     ]);
     let mut events = api.subscribe_at_end(&session).await;
     api.prompt(&session, "write hello.txt").await.unwrap();
-    let seen = until(&mut events, |e| matches!(e.kind, EventKind::PermissionRequest { .. })).await;
+    let (_, request_id, params) = until_permission_request(&mut events).await;
     assert!(!target.exists(), "nothing is written before the answer");
-    let Some(EventKind::PermissionRequest { request_id, params }) = seen.last().map(|e| &e.kind)
-    else {
-        unreachable!("until returns the request last")
-    };
     // The ACP params are the agent's (`session/request_permission`), relayed as they came.
     let options: Vec<acp::PermissionOption> =
         serde_json::from_value(params["options"].clone()).expect("ACP permission options");
@@ -251,7 +248,7 @@ async fn r11_claude_asks_permission_and_its_write_lands() {
         "task.session.permission.respond",
         api.typed().permission_respond(
             session.clone(),
-            request_id.clone(),
+            request_id,
             Some(allow.option_id.to_string()),
         ),
     )

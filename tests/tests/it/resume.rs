@@ -7,6 +7,7 @@ use protocol::api::{ApiClient, EntryType, EventKind, ResumeOutcome, ResumeResult
 use protocol::errors::ErrorKind;
 use tether_tests::daemon::{
     Api, Daemon, chunks, kill_sidecar, next, notices, ok, stop_reason, turn_ended, until,
+    until_permission_request,
 };
 use tether_tests::within;
 
@@ -405,12 +406,7 @@ async fn a_pending_permission_request_survives_a_restart() {
     let after = api.status(&session).await.last_event_seq;
     let mut events = api.subscribe(&session, after).await;
     api.prompt(&session, "/permission").await.unwrap();
-    let asked = until(&mut events, |e| matches!(e.kind, EventKind::PermissionRequest { .. })).await;
-    let Some(EventKind::PermissionRequest { request_id, .. }) = asked.last().map(|e| &e.kind)
-    else {
-        unreachable!("until returns the request last")
-    };
-    let request_id = request_id.clone();
+    let (asked, request_id, _) = until_permission_request(&mut events).await;
     drop(events);
     drop(api);
     daemon.kill().await;

@@ -6,6 +6,7 @@ use protocol::errors::ErrorKind;
 use serde_json::json;
 use tether_tests::daemon::{
     Api, Daemon, chunks, is_state, next, ok, refused, stop_reason, turn_ended, until,
+    until_permission_request,
 };
 use tether_tests::within;
 
@@ -90,11 +91,7 @@ async fn a_permission_request_is_answered_through_the_api() {
     let after = api.status(&session).await.last_event_seq;
     let mut events = api.subscribe(&session, after).await;
     prompt(&api, &session, "/permission").await;
-    let seen = until(&mut events, |e| matches!(e.kind, EventKind::PermissionRequest { .. })).await;
-    let Some(EventKind::PermissionRequest { request_id, params }) = seen.last().map(|e| &e.kind)
-    else {
-        unreachable!("until returns the request last")
-    };
+    let (_, request_id, params) = until_permission_request(&mut events).await;
     // The ACP params are the agent's, relayed as they came.
     let options: Vec<protocol::acp::schema::PermissionOption> =
         serde_json::from_value(params["options"].clone()).expect("ACP permission options");
@@ -105,7 +102,7 @@ async fn a_permission_request_is_answered_through_the_api() {
     };
     let wrong = refused("a wrong request id", answer("999")).await;
     assert_eq!(wrong.kind, ErrorKind::NotFound);
-    ok("task.session.permission.respond", answer(request_id)).await;
+    ok("task.session.permission.respond", answer(&request_id)).await;
     let seen = until(&mut events, turn_ended).await;
     assert!(seen.iter().any(|e| matches!(&e.kind,
         EventKind::ToolCallUpdate { update } if update["status"] == "completed")));
