@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use agents::registry::{DEFAULT_DEBOUNCE, Environment, Registry};
 use anyhow::{Context, bail};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use jsonrpsee::core::client::Subscription;
 use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
 use protocol::api::{
@@ -297,7 +298,22 @@ fn usage(line: String) -> Failure {
 
 /// Runs the command line (without the program name); returns the exit code.
 pub fn main(args: Vec<OsString>, self_command: Vec<OsString>) -> i32 {
-    let cli = match Cli::try_parse_from(std::iter::once(OsString::from("supervisor")).chain(args)) {
+    let argv = std::iter::once(OsString::from("supervisor")).chain(args);
+    let parsed = Cli::command().try_get_matches_from(argv).and_then(|matches| {
+        let cli = Cli::from_arg_matches(&matches)?;
+        // `--url` and `--token` say which daemon a client talks to: given to `serve`, which
+        // is the daemon, they would be silently ignored.
+        let given = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+        if matches!(cli.command, Command::Serve(_)) && (given("url") || given("token")) {
+            return Err(Cli::command().error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--url and --token are for client commands; `serve` takes --listen and \
+                 --auth-token-file",
+            ));
+        }
+        Ok(cli)
+    });
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(err) => {
             // Help and version go to stdout with 0; usage errors to stderr with 2.

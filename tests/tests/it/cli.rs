@@ -43,6 +43,10 @@ async fn options_are_not_taken_from_prompt_text_and_help_needs_no_server() {
     // `--quiet` where it means nothing is a usage error, not silently dropped.
     let (code, _, err) = daemon.cli(&["status", &session, "--quiet"]).await;
     assert_eq!(code, 2, "{err}");
+    // Client options given to the daemon are refused, not ignored.
+    let (code, _, err) = daemon.cli(&["serve", "--listen", "127.0.0.1:0"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--url and --token are for client commands"), "{err}");
     // Help never needs a daemon.
     let nowhere = dead_url();
     for args in [
