@@ -176,6 +176,8 @@ impl AgentHost {
             .args(&params.args)
             .envs(&params.env)
             .env_remove(protocol::control::TOKEN_ENV)
+            .env_remove(protocol::control::DAEMON_SECRET_ENV[0])
+            .env_remove(protocol::control::DAEMON_SECRET_ENV[1])
             .current_dir(&params.cwd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -393,6 +393,8 @@ pub async fn launch(config: &LaunchConfig) -> Result<Launched, LaunchError> {
         .arg(config.listen.to_string())
         .args(&config.extra_args)
         .env(control::TOKEN_ENV, &config.token)
+        .env_remove(control::DAEMON_SECRET_ENV[0])
+        .env_remove(control::DAEMON_SECRET_ENV[1])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))

@@ -153,6 +153,8 @@ pub async fn serve(
     let config = ServerConfig::builder()
         .max_request_body_size(MAX_MESSAGE_BYTES)
         .max_response_body_size(MAX_MESSAGE_BYTES)
+        // Params are checked per call (`CheckParams`), and a batch would go around that.
+        .set_batch_request_config(jsonrpsee::server::BatchRequestConfig::Disabled)
         .ws_only()
         .build();
     let server = Server::builder()
@@ -160,7 +162,10 @@ pub async fn serve(
         .set_http_middleware(auth)
         .set_rpc_middleware(
             jsonrpsee::server::middleware::rpc::RpcServiceBuilder::new()
-                .layer_fn(protocol::errors::WithKinds),
+                .layer_fn(protocol::errors::WithKinds)
+                .layer_fn(|service| {
+                    protocol::errors::CheckParams::new(service, protocol::control::params::check)
+                }),
         )
         .build(listen)
         .await?;

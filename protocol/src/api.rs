@@ -68,10 +68,17 @@ pub enum SessionState {
     WaitingForInput,
     /// Ended by `task.session.stop`: for good.
     Completed,
-    /// Failed for good (its first launch failed).
+    /// Failed for good (its agent could not be launched).
     Failed,
     /// Cancelled for good.
     Cancelled,
+}
+
+impl SessionState {
+    /// `COMPLETED`, `FAILED`, `CANCELLED`: no more prompts, no resume, no more events.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, SessionState::Completed | SessionState::Failed | SessionState::Cancelled)
+    }
 }
 
 wire_names!(SessionState {
@@ -475,6 +482,10 @@ pub enum EventKind {
         /// The outcome.
         outcome: ResumeOutcome,
     },
+    /// An event type this build does not know (a newer daemon): skip it, and count its seq.
+    #[serde(other)]
+    #[schemars(skip)]
+    Other,
 }
 
 /// `task.session.timeline`: a session's executions and turns, oldest first.
@@ -486,6 +497,16 @@ pub struct Timeline {
     pub executions: Vec<ExecutionInfo>,
     /// Every turn.
     pub turns: Vec<TurnInfo>,
+}
+
+/// A session's status and timeline together, as `supervisor sessions show --json` prints
+/// them (two calls: `task.session.status` and `task.session.timeline`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionDetail {
+    /// `task.session.status`.
+    pub status: SessionStatus,
+    /// `task.session.timeline`.
+    pub timeline: Timeline,
 }
 
 /// One execution in a [`Timeline`].
@@ -556,6 +577,15 @@ mod tests {
         check(RuntimeKind::ALL);
         let err = "FAILD".parse::<SessionState>().unwrap_err();
         assert!(err.contains("FAILED"), "{err}");
+    }
+
+    /// A newer daemon's event type does not break an older client: it reads as `Other`,
+    /// with its seq.
+    #[test]
+    fn an_unknown_event_type_is_skippable() {
+        let event: SessionEvent =
+            serde_json::from_str(r#"{"seq":9,"at":1,"type":"snapshot_taken","id":"s1"}"#).unwrap();
+        assert_eq!((event.seq, event.kind), (9, EventKind::Other));
     }
 }
 

@@ -17,6 +17,11 @@ use crate::api::Done;
 /// The environment variable that carries agentctl's bearer token.
 pub const TOKEN_ENV: &str = "AGENTCTL_TOKEN";
 
+/// Tokens that never reach a sidecar or an agent: the daemon's API token and the CLI's
+/// (an agent that prints its environment would hand them to its model). agentctl's own
+/// token is removed from the agent's environment separately.
+pub const DAEMON_SECRET_ENV: &[&str] = &["TETHER_AUTH_TOKEN", "TETHER_TOKEN"];
+
 /// What agentctl prints as its one ready line and writes to `ready.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReadyInfo {
@@ -207,6 +212,86 @@ pub enum EventKind {
         /// Why, while it lasts.
         reason: Option<String>,
     },
+}
+
+/// The control channel's params, checked before a method runs (types only: unknown fields
+/// pass, so sidecars and supervisors of neighbouring versions still understand each other).
+pub mod params {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    use schemars::JsonSchema;
+    use serde::Deserialize;
+    use serde_json::Value;
+    use serde_json::value::RawValue;
+
+    use crate::api::params::{Checked, ParamError, parse};
+
+    /// `agent.start`
+    #[derive(Deserialize, JsonSchema)]
+    pub struct AgentStart {
+        /// The program.
+        pub command: String,
+        /// Its arguments.
+        #[serde(default)]
+        pub args: Option<Vec<String>>,
+        /// Extra environment variables.
+        #[serde(default)]
+        pub env: Option<BTreeMap<String, String>>,
+        /// The working directory.
+        pub cwd: PathBuf,
+        /// More roots.
+        #[serde(default)]
+        pub extra_roots: Option<Vec<PathBuf>>,
+    }
+    impl Checked for AgentStart {}
+
+    /// `acp.send`
+    #[derive(Deserialize, JsonSchema)]
+    pub struct AcpSend {
+        /// The message.
+        pub message: Value,
+    }
+    impl Checked for AcpSend {}
+
+    /// `events.ack`
+    #[derive(Deserialize, JsonSchema)]
+    pub struct EventsAck {
+        /// The seq.
+        pub seq: u64,
+    }
+    impl Checked for EventsAck {}
+
+    /// `agent.stop`
+    #[derive(Deserialize, JsonSchema)]
+    pub struct AgentStop {
+        /// The grace period, ms.
+        pub grace_ms: u64,
+    }
+    impl Checked for AgentStop {}
+
+    /// `events.subscribe`
+    #[derive(Deserialize, JsonSchema)]
+    pub struct EventsSubscribe {
+        /// After this seq.
+        pub after_seq: u64,
+    }
+    impl Checked for EventsSubscribe {}
+
+    /// Checks the params of a control method (unknown methods pass: the router answers
+    /// them).
+    pub fn check(method: &str, raw: Option<&RawValue>) -> Result<(), ParamError> {
+        match method {
+            // These take nothing and ignore what they are given.
+            "status" | "shutdown" => Ok(()),
+            "agent.start" => parse::<AgentStart>(raw).map(drop),
+            "acp.send" => parse::<AcpSend>(raw).map(drop),
+            "events.ack" => parse::<EventsAck>(raw).map(drop),
+            "agent.stop" => parse::<AgentStop>(raw).map(drop),
+            "events.subscribe" => parse::<EventsSubscribe>(raw).map(drop),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// agentctl's control channel. Params are objects by name.

@@ -229,6 +229,69 @@ where
     }
 }
 
+/// How a server checks a method's params before it runs: `Err` names the field.
+pub type ParamCheck =
+    fn(&str, Option<&serde_json::value::RawValue>) -> Result<(), crate::api::params::ParamError>;
+
+/// An RPC middleware that checks each call's params with `check` before the method runs, so
+/// a bad field is refused with its name (and the limit it broke) in `data` — the
+/// generated parsers name neither. The refusal is an ordinary call error, which reaches
+/// the client for subscriptions too. Servers that use it disable batches, which would go
+/// around it.
+#[derive(Clone)]
+pub struct CheckParams<S> {
+    service: S,
+    check: ParamCheck,
+}
+
+impl<S> CheckParams<S> {
+    /// Wraps `service`.
+    pub fn new(service: S, check: ParamCheck) -> CheckParams<S> {
+        CheckParams { service, check }
+    }
+}
+
+impl<S> jsonrpsee::core::middleware::RpcServiceT for CheckParams<S>
+where
+    S: jsonrpsee::core::middleware::RpcServiceT<MethodResponse = jsonrpsee::MethodResponse>
+        + Send
+        + Sync
+        + Clone
+        + 'static,
+{
+    type MethodResponse = S::MethodResponse;
+    type NotificationResponse = S::NotificationResponse;
+    type BatchResponse = S::BatchResponse;
+
+    fn call<'a>(
+        &self,
+        request: jsonrpsee::types::Request<'a>,
+    ) -> impl Future<Output = Self::MethodResponse> + Send + 'a {
+        let service = self.service.clone();
+        let check = self.check;
+        async move {
+            match check(&request.method, request.params.as_deref()) {
+                Ok(()) => service.call(request).await,
+                Err(err) => jsonrpsee::MethodResponse::error(request.id, err.into_error()),
+            }
+        }
+    }
+
+    fn batch<'a>(
+        &self,
+        batch: jsonrpsee::core::middleware::Batch<'a>,
+    ) -> impl Future<Output = Self::BatchResponse> + Send + 'a {
+        self.service.batch(batch)
+    }
+
+    fn notification<'a>(
+        &self,
+        notification: jsonrpsee::core::middleware::Notification<'a>,
+    ) -> impl Future<Output = Self::NotificationResponse> + Send + 'a {
+        self.service.notification(notification)
+    }
+}
+
 #[derive(Deserialize)]
 struct ErrorResponse {
     error: ErrorMember,

@@ -8,22 +8,20 @@
 //! a token is configured (required beyond loopback) the `Authorization: Bearer` header must
 //! match it.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use jsonrpsee::PendingSubscriptionSink;
-use jsonrpsee::core::middleware::{Batch, Notification, RpcServiceBuilder, RpcServiceT};
+use jsonrpsee::core::middleware::RpcServiceBuilder;
 use jsonrpsee::core::{RpcResult, SubscriptionResult};
-use jsonrpsee::server::{
-    BatchRequestConfig, MethodResponse, RpcModule, Server, ServerConfig, ServerHandle,
-};
-use jsonrpsee::types::{ErrorObjectOwned, Request};
+use jsonrpsee::server::{BatchRequestConfig, RpcModule, Server, ServerConfig, ServerHandle};
+use jsonrpsee::types::ErrorObjectOwned;
 use protocol::api::{
     AgentInfo, ApiServer, Done, ErrorData, HistoryEntry, PromptStarted, ResumeResult, RuntimeKind,
     SessionEvent, SessionState, SessionStatus, SessionSummary, StopAllResult, Task, TaskDetail,
     Timeline, params,
 };
+use protocol::errors::CheckParams;
 use serde_json::Value;
 
 use agentctl::server::AccessLayer;
@@ -197,46 +195,6 @@ pub fn methods(supervisor: Arc<Supervisor>) -> RpcModule<()> {
     module
 }
 
-/// Checks each call's params against `protocol::api::params` before the method runs, so a
-/// bad field is refused with its name (and the limit it broke) in `data`.
-#[derive(Clone)]
-struct CheckParams<S>(S);
-
-impl<S> RpcServiceT for CheckParams<S>
-where
-    S: RpcServiceT<MethodResponse = MethodResponse> + Send + Sync + Clone + 'static,
-{
-    type MethodResponse = S::MethodResponse;
-    type NotificationResponse = S::NotificationResponse;
-    type BatchResponse = S::BatchResponse;
-
-    fn call<'a>(
-        &self,
-        request: Request<'a>,
-    ) -> impl Future<Output = Self::MethodResponse> + Send + 'a {
-        let service = self.0.clone();
-        async move {
-            match params::check(&request.method, request.params.as_deref()) {
-                Ok(()) => service.call(request).await,
-                Err(err) => MethodResponse::error(request.id, err.into_error()),
-            }
-        }
-    }
-
-    // Batches are disabled on this server (see `serve`), so none reaches the methods
-    // unchecked.
-    fn batch<'a>(&self, batch: Batch<'a>) -> impl Future<Output = Self::BatchResponse> + Send + 'a {
-        self.0.batch(batch)
-    }
-
-    fn notification<'a>(
-        &self,
-        notification: Notification<'a>,
-    ) -> impl Future<Output = Self::NotificationResponse> + Send + 'a {
-        self.0.notification(notification)
-    }
-}
-
 /// Starts the API server.
 pub async fn serve(
     listen: SocketAddr,
@@ -248,7 +206,7 @@ pub async fn serve(
         .max_request_body_size(32 * 1024 * 1024)
         .max_response_body_size(64 * 1024 * 1024)
         .max_connections(1024)
-        // Params are checked per call (`CheckParams`); a batch would go around that.
+        // Params are checked per call (`CheckParams`), and a batch would go around that.
         .set_batch_request_config(BatchRequestConfig::Disabled)
         .ws_only()
         .build();
@@ -256,7 +214,9 @@ pub async fn serve(
         .set_config(config)
         .set_http_middleware(access)
         .set_rpc_middleware(
-            RpcServiceBuilder::new().layer_fn(protocol::errors::WithKinds).layer_fn(CheckParams),
+            RpcServiceBuilder::new()
+                .layer_fn(protocol::errors::WithKinds)
+                .layer_fn(|service| CheckParams::new(service, params::check)),
         )
         .build(listen)
         .await?;

@@ -16,11 +16,12 @@ use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use jsonrpsee::core::client::Subscription;
 use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
+use protocol::acp::schema as acp;
 use protocol::api::{
     ApiClient, ErrorKind, EventKind, LaunchStep, ResumeOutcome, ResumeResult, RuntimeKind,
     SessionEvent, SessionState, TurnState,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::api::{self, AccessPolicy};
 use crate::home::Home;
@@ -230,7 +231,7 @@ enum SessionCommand {
 
 #[derive(Subcommand, Debug)]
 enum SessionsCommand {
-    /// List sessions, newest first.
+    /// List sessions, oldest first.
     List {
         /// Only this task's.
         #[arg(long)]
@@ -737,9 +738,7 @@ impl Client {
                     api.session_status(session.clone()).await.map_err(|e| self.failure(e))?;
                 let timeline = api.session_timeline(session).await.map_err(|e| self.failure(e))?;
                 if json {
-                    return print_json(
-                        &serde_json::json!({"status": status, "timeline": timeline}),
-                    );
+                    return print_json(&protocol::api::SessionDetail { status, timeline });
                 }
                 print_fields(&status)?;
                 println!("executions:");
@@ -889,6 +888,8 @@ impl Client {
         tokio::pin!(call);
         let mut turn: Option<String> = None;
         let mut call_lost = false;
+        // A turn started with our text since we began: ours, if the call's answer is lost.
+        let mut candidate: Option<String> = None;
         // Turns seen starting and ending before the call answered with its turn id.
         let mut seen: Vec<SessionEvent> = Vec::new();
         let mut stdout = std::io::stdout();
@@ -903,10 +904,21 @@ impl Client {
                             turn = Some(started.turn_id);
                         }
                         // The daemon went away before it answered: whether it took the
-                        // prompt is told by the stream (a `turn_started` with our text).
-                        Err(err) if !self.client.is_connected() => {
-                            let _ = err;
+                        // prompt is told by the stream (a `turn_started` with our text),
+                        // seen already or found once reconnected.
+                        Err(_) if !self.client.is_connected() => {
                             call_lost = true;
+                            if let Some(id) = candidate.take() {
+                                if let Some(ended) = seen.iter().find(|e| ends_turn(e, &id)) {
+                                    return turn_result(ended);
+                                }
+                                turn = Some(id);
+                            } else {
+                                events.reconnect().await?;
+                                if events.caught_up() {
+                                    return Err(not_taken());
+                                }
+                            }
                         }
                         Err(err) => return Err(self.failure(err)),
                     }
@@ -917,21 +929,24 @@ impl Client {
             shown.progress(&event);
             match &event.kind {
                 EventKind::TurnStarted { turn_id, prompt }
-                    if call_lost
-                        && turn.is_none()
-                        && prompt == text
-                        && event.seq > started_after =>
+                    if turn.is_none() && prompt == text && event.seq > started_after =>
                 {
-                    turn = Some(turn_id.clone());
+                    if call_lost {
+                        turn = Some(turn_id.clone());
+                    } else {
+                        candidate = Some(turn_id.clone());
+                    }
                 }
                 EventKind::AgentMessageChunk { text } => {
                     let _ = write!(stdout, "{text}");
                     let _ = stdout.flush();
                 }
-                EventKind::ToolCall { update } => println!(
-                    "\n[tool: {}]",
-                    update.get("title").and_then(|t| t.as_str()).unwrap_or("tool")
-                ),
+                EventKind::ToolCall { update } => {
+                    println!(
+                        "\n[tool: {}]",
+                        AcpUpdate::of(update).title.as_deref().unwrap_or("tool")
+                    )
+                }
                 EventKind::PermissionRequest { request_id, .. } => println!(
                     "\n[permission requested: answer with `supervisor permission respond {session} {request_id} allow|deny`]"
                 ),
@@ -944,11 +959,7 @@ impl Client {
                 seen.push(event);
             }
             if call_lost && turn.is_none() && events.caught_up() {
-                return Err(Failure {
-                    code: 1,
-                    line: "error: the daemon restarted before it took the prompt; send it again"
-                        .into(),
-                });
+                return Err(not_taken());
             }
         }
     }
@@ -965,17 +976,22 @@ impl Client {
             "cancel" => None,
             "allow" | "deny" => {
                 let params = self.permission_params(session, request).await?;
-                let wanted: &[&str] = if answer == "allow" {
-                    &["allow_once", "allow_always"]
+                // The agent's ACP params, as relayed.
+                let asked: PermissionParams =
+                    serde_json::from_value(params).map_err(|err| Failure {
+                        code: 1,
+                        line: format!("error: request {request}'s options do not parse: {err}"),
+                    })?;
+                let wanted: &[acp::PermissionOptionKind] = if answer == "allow" {
+                    &[acp::PermissionOptionKind::AllowOnce, acp::PermissionOptionKind::AllowAlways]
                 } else {
-                    &["reject_once", "reject_always"]
+                    &[
+                        acp::PermissionOptionKind::RejectOnce,
+                        acp::PermissionOptionKind::RejectAlways,
+                    ]
                 };
-                let options = params.get("options").and_then(|o| o.as_array());
-                let chosen = options.into_iter().flatten().find(|option| {
-                    option.get("kind").and_then(|k| k.as_str()).is_some_and(|k| wanted.contains(&k))
-                });
-                match chosen.and_then(|option| option.get("optionId")).and_then(|id| id.as_str()) {
-                    Some(id) => Some(id.to_owned()),
+                match asked.options.iter().find(|option| wanted.contains(&option.kind)) {
+                    Some(option) => Some(option.option_id.to_string()),
                     None => {
                         return Err(usage(format!(
                             "error: request {request} offers no {answer} option; give an option id"
@@ -1024,6 +1040,11 @@ impl Client {
         let shown = Shown::new(json);
         let mut events = Feed::open(self, session, after, &shown).await?;
         events.follow_restarts = true;
+        if after.is_none() && events.state.is_terminal() {
+            // Nothing more will happen; `--after` replays what did.
+            eprintln!("session {session} has ended ({}); nothing to follow", events.state);
+            return Ok(());
+        }
         loop {
             let event = events.next().await?;
             if json {
@@ -1034,10 +1055,7 @@ impl Client {
                 println!("[{}] {}", event.seq, describe(&event.kind));
             }
             if let EventKind::State { state, .. } = event.kind
-                && matches!(
-                    state,
-                    SessionState::Completed | SessionState::Failed | SessionState::Cancelled
-                )
+                && state.is_terminal()
             {
                 return Ok(());
             }
@@ -1090,15 +1108,14 @@ fn describe(kind: &EventKind) -> String {
         EventKind::AgentMessageChunk { text } => format!("agent: {text}"),
         EventKind::AgentThoughtChunk { text } => format!("thought: {text}"),
         EventKind::ToolCall { update } => {
-            format!("tool: {}", update.get("title").and_then(|t| t.as_str()).unwrap_or("tool"))
+            format!("tool: {}", AcpUpdate::of(update).title.as_deref().unwrap_or("tool"))
         }
         EventKind::ToolCallUpdate { update } => {
-            format!("tool update: {}", update.get("status").and_then(|t| t.as_str()).unwrap_or("-"))
+            format!("tool update: {}", AcpUpdate::of(update).status.as_deref().unwrap_or("-"))
         }
-        EventKind::SessionUpdate { update } => format!(
-            "update: {}",
-            update.get("sessionUpdate").and_then(|t| t.as_str()).unwrap_or("-")
-        ),
+        EventKind::SessionUpdate { update } => {
+            format!("update: {}", AcpUpdate::of(update).kind.as_deref().unwrap_or("-"))
+        }
         EventKind::PermissionRequest { request_id, .. } => {
             format!("permission requested: {request_id}")
         }
@@ -1115,6 +1132,38 @@ fn describe(kind: &EventKind) -> String {
         EventKind::ResumeOutcome { outcome } => format!("resumed: {}", outcome.as_str()),
         _ => "event".to_owned(),
     }
+}
+
+/// How many resubscriptions in a row may bring no event before the feed gives up.
+const MAX_EMPTY_RESUBSCRIBES: u32 = 5;
+
+/// A prompt whose call was cut off and whose turn never showed up.
+fn not_taken() -> Failure {
+    Failure {
+        code: 1,
+        line: "error: the daemon restarted before it took the prompt; send it again".into(),
+    }
+}
+
+/// What the CLI reads of an ACP update it relays (tool calls, other session updates).
+#[derive(Debug, Default, Deserialize)]
+struct AcpUpdate {
+    title: Option<String>,
+    status: Option<String>,
+    #[serde(rename = "sessionUpdate")]
+    kind: Option<String>,
+}
+
+impl AcpUpdate {
+    fn of(update: &serde_json::Value) -> AcpUpdate {
+        AcpUpdate::deserialize(update).unwrap_or_default()
+    }
+}
+
+/// What the CLI reads of an ACP `session/request_permission`.
+#[derive(Debug, Deserialize)]
+struct PermissionParams {
+    options: Vec<acp::PermissionOption>,
 }
 
 fn ends_turn(event: &SessionEvent, turn: &str) -> bool {
@@ -1182,6 +1231,11 @@ struct Feed<'a> {
     last_seq: u64,
     subscription: Subscription<SessionEvent>,
     follow_restarts: bool,
+    /// The session's state when the feed (re)connected.
+    state: SessionState,
+    /// Resubscriptions in a row that brought no event: a stream the daemon keeps ending
+    /// is an error, not a loop.
+    empty_resubscribes: u32,
 }
 
 impl<'a> Feed<'a> {
@@ -1213,7 +1267,23 @@ impl<'a> Feed<'a> {
             last_seq: status.last_event_seq,
             subscription,
             follow_restarts: false,
+            state: status.state,
+            empty_resubscribes: 0,
         })
+    }
+
+    /// Connects to the daemon again (it went away) and resubscribes after the cursor.
+    async fn reconnect(&mut self) -> Result<(), Failure> {
+        self.client = Arc::new(self.target.reopen(self.shown).await?);
+        let status = self
+            .client
+            .session_status(self.session.clone())
+            .await
+            .map_err(|e| call_failure(&self.target, &self.client, e))?;
+        self.last_seq = status.last_event_seq;
+        self.state = status.state;
+        self.empty_resubscribes = 0;
+        self.resubscribe().await
     }
 
     /// Every event up to the newest one at (re)connection has been delivered.
@@ -1222,6 +1292,16 @@ impl<'a> Feed<'a> {
     }
 
     async fn resubscribe(&mut self) -> Result<(), Failure> {
+        self.empty_resubscribes += 1;
+        if self.empty_resubscribes > MAX_EMPTY_RESUBSCRIBES {
+            return Err(Failure {
+                code: 1,
+                line: format!(
+                    "error: the daemon at {} keeps ending the event stream of session {}",
+                    self.target.url, self.session
+                ),
+            });
+        }
         let subscription = self
             .client
             .session_subscribe(self.session.clone(), Some(self.cursor))
@@ -1243,6 +1323,7 @@ impl<'a> Feed<'a> {
                         continue;
                     }
                     self.cursor = event.seq;
+                    self.empty_resubscribes = 0;
                     return Ok(event);
                 }
                 Some(Err(err)) => {
@@ -1252,16 +1333,7 @@ impl<'a> Feed<'a> {
                     });
                 }
                 None if self.client.is_connected() => self.resubscribe().await?,
-                None if self.follow_restarts => {
-                    self.client = Arc::new(self.target.reopen(self.shown).await?);
-                    let status = self
-                        .client
-                        .session_status(self.session.clone())
-                        .await
-                        .map_err(|e| call_failure(&self.target, &self.client, e))?;
-                    self.last_seq = status.last_event_seq;
-                    self.resubscribe().await?;
-                }
+                None if self.follow_restarts => self.reconnect().await?,
                 None => {
                     return Err(Failure {
                         code: 3,

@@ -65,10 +65,10 @@ pub fn workspace_bin(name: &str) -> PathBuf {
     path
 }
 
-/// Runs `command` (from the workspace root) once per build of this test binary: the first
-/// test process to get here builds, holding a lock, and leaves a stamp naming the test
-/// binary it built for; the others (nextest runs each test in a process of its own) find
-/// the stamp and go on. Nothing runs when `TETHER_TEST_BINS_BUILT` is set (scripts/test.sh
+/// Runs `command` (from the workspace root) once per state of the sources: the first test
+/// process to get here builds, holding a lock, and leaves a stamp naming the newest source
+/// it built; the others (nextest runs each test in a process of its own) find the stamp
+/// and go on, until a source changes. Nothing runs when `TETHER_TEST_BINS_BUILT` is set (scripts/test.sh
 /// builds everything before the tests). A failed build fails the test with `what` to run.
 pub fn ensure_built(stamp: &str, command: &[&str], what: &str) {
     static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
@@ -79,9 +79,10 @@ pub fn ensure_built(stamp: &str, command: &[&str], what: &str) {
     if built.iter().any(|done| done == stamp) {
         return;
     }
-    let exe = std::env::current_exe().expect("UNWRAP: the running binary has a path");
-    let modified = std::fs::metadata(&exe).and_then(|m| m.modified()).ok();
-    let want = format!("{} {modified:?}", exe.display());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // Built for the sources as they are now: the newest manifest or source file of the
+    // workspace (binaries' own sources included) names the build.
+    let want = format!("{:?}", newest_source(&root));
     let dir = target_dir();
     let lock = std::fs::File::create(dir.join(format!(".tether-{stamp}.lock")))
         .expect("the build lock file can be created");
@@ -93,7 +94,6 @@ pub fn ensure_built(stamp: &str, command: &[&str], what: &str) {
         built.push(stamp.to_owned());
         return;
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut build = std::process::Command::new(command[0]);
     build.args(&command[1..]).current_dir(&root).stdout(std::process::Stdio::null());
     if dir.file_name().is_some_and(|name| name == "release") {
@@ -104,6 +104,30 @@ pub fn ensure_built(stamp: &str, command: &[&str], what: &str) {
     assert!(status.success(), "{what} failed ({status}): run it to see why");
     std::fs::write(&stamp_path, want).expect("the build stamp can be written");
     built.push(stamp.to_owned());
+}
+
+/// The newest modification time among the workspace's manifests and Rust sources.
+fn newest_source(root: &Path) -> Option<std::time::SystemTime> {
+    fn walk(dir: &Path, newest: &mut Option<std::time::SystemTime>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name == "target" || name.starts_with('.') || name == "node_modules" {
+                continue;
+            }
+            if path.is_dir() {
+                walk(&path, newest);
+            } else if name.ends_with(".rs") || name == "Cargo.toml" || name == "Cargo.lock" {
+                let modified = entry.metadata().and_then(|m| m.modified()).ok();
+                *newest = (*newest).max(modified);
+            }
+        }
+    }
+    let mut newest = None;
+    walk(root, &mut newest);
+    newest
 }
 
 /// Which way a recorded line went.

@@ -341,6 +341,132 @@ mod tests {
         assert_eq!(called, documented);
     }
 
+    /// A server that answers nothing: only its method table is looked at.
+    struct Unanswered;
+
+    fn never<T>() -> jsonrpsee::core::RpcResult<T> {
+        Err(crate::errors::error_object(ErrorKind::Internal, "not served"))
+    }
+
+    #[jsonrpsee::core::async_trait]
+    impl super::super::ApiServer for Unanswered {
+        async fn agents_list(&self) -> jsonrpsee::core::RpcResult<Vec<AgentInfo>> {
+            never()
+        }
+        async fn task_create(
+            &self,
+            _: String,
+            _: Option<String>,
+        ) -> jsonrpsee::core::RpcResult<Task> {
+            never()
+        }
+        async fn task_list(&self) -> jsonrpsee::core::RpcResult<Vec<Task>> {
+            never()
+        }
+        async fn task_get(&self, _: String) -> jsonrpsee::core::RpcResult<TaskDetail> {
+            never()
+        }
+        async fn session_create(
+            &self,
+            _: String,
+            _: String,
+            _: String,
+            _: Option<String>,
+            _: Option<RuntimeKind>,
+        ) -> jsonrpsee::core::RpcResult<SessionSummary> {
+            never()
+        }
+        async fn session_list(
+            &self,
+            _: Option<String>,
+            _: Option<SessionState>,
+            _: Option<String>,
+        ) -> jsonrpsee::core::RpcResult<Vec<SessionSummary>> {
+            never()
+        }
+        async fn session_status(&self, _: String) -> jsonrpsee::core::RpcResult<SessionStatus> {
+            never()
+        }
+        async fn session_prompt(
+            &self,
+            _: String,
+            _: String,
+        ) -> jsonrpsee::core::RpcResult<PromptStarted> {
+            never()
+        }
+        async fn session_resume(&self, _: String) -> jsonrpsee::core::RpcResult<ResumeResult> {
+            never()
+        }
+        async fn stop_all(&self) -> jsonrpsee::core::RpcResult<StopAllResult> {
+            never()
+        }
+        async fn session_cancel(&self, _: String) -> jsonrpsee::core::RpcResult<Done> {
+            never()
+        }
+        async fn session_stop(&self, _: String) -> jsonrpsee::core::RpcResult<Done> {
+            never()
+        }
+        async fn session_delete(&self, _: String) -> jsonrpsee::core::RpcResult<Done> {
+            never()
+        }
+        async fn permission_respond(
+            &self,
+            _: String,
+            _: String,
+            _: Option<String>,
+        ) -> jsonrpsee::core::RpcResult<Done> {
+            never()
+        }
+        async fn session_history(
+            &self,
+            _: String,
+            _: Option<u64>,
+            _: Option<usize>,
+        ) -> jsonrpsee::core::RpcResult<Vec<HistoryEntry>> {
+            never()
+        }
+        async fn session_timeline(&self, _: String) -> jsonrpsee::core::RpcResult<Timeline> {
+            never()
+        }
+        async fn session_subscribe(
+            &self,
+            _: jsonrpsee::PendingSubscriptionSink,
+            _: String,
+            _: Option<u64>,
+        ) -> jsonrpsee::core::SubscriptionResult {
+            Ok(())
+        }
+        async fn discover(&self) -> jsonrpsee::core::RpcResult<Value> {
+            never()
+        }
+    }
+
+    /// The server's method table (what the trait really registers) is what the document
+    /// describes and what the params check knows: a method added to the trait alone fails
+    /// here.
+    #[test]
+    fn every_method_the_server_registers_is_documented_and_checked() {
+        use super::super::ApiServer;
+        let module = Unanswered.into_rpc();
+        let mut registered: Vec<&str> =
+            module.method_names().filter(|name| *name != method::SESSION_UNSUBSCRIBE).collect();
+        registered.sort_unstable();
+        let document = generate();
+        let mut documented: Vec<&str> = document["methods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["name"].as_str().unwrap())
+            .collect();
+        documented.sort_unstable();
+        assert_eq!(registered, documented);
+        // The params check has a shape for each: an unknown field is refused everywhere.
+        let bogus = serde_json::value::RawValue::from_string(r#"{"bogus":1}"#.into()).unwrap();
+        for name in registered {
+            assert!(params::check(name, Some(&bogus)).is_err(), "{name} has no params check");
+        }
+    }
+
     #[test]
     fn the_checked_in_document_is_the_generated_one() {
         let generated = render();

@@ -380,6 +380,11 @@ async fn bad_agent_output_becomes_events_and_nothing_stops() {
     assert_eq!(error.kind(), Some(ErrorKind::InvalidParams));
     let error = talk.calls.call_raw("events.ack", json!({"seq": "soon"})).await.unwrap_err();
     assert_eq!(error.kind(), Some(ErrorKind::InvalidParams));
+    // A subscription's bad params are refused with their kind too (jsonrpsee's own
+    // refusal of a subscription carries none).
+    let error =
+        talk.calls.call_raw("events.subscribe", json!({"after_seq": "x"})).await.unwrap_err();
+    assert_eq!(error.kind(), Some(ErrorKind::InvalidParams), "{error}");
     let error = talk.calls.call_raw("no.such.method", json!({})).await.unwrap_err();
     assert_eq!(error.kind(), Some(ErrorKind::NoSuchMethod));
     let again = protocol::control::StartAgent {

@@ -267,6 +267,37 @@ async fn prompt_and_follow_carry_on_across_a_daemon_restart() {
     ));
 }
 
+/// The daemon dies after it recorded the turn but before the prompt went anywhere (and
+/// before its start was published): the CLI reconnects to the restarted daemon, finds no
+/// turn of its own, and says to send the prompt again — at once, not after a hang.
+#[tokio::test]
+async fn a_prompt_cut_off_before_it_was_taken_says_to_send_it_again() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut daemon =
+        Daemon::start_with_env(&["--listen", &listen], &[], &[("TETHER_FAULT", "prompt.recorded")])
+            .await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("l")).await;
+    drop(api);
+    let prompt = tokio::process::Command::new(workspace_bin("supervisor"))
+        .args(["--url", &daemon.url, "prompt", &session, "cut off"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    within("the supervisor to die at the fault point", daemon.wait_exit()).await;
+    daemon.restart_with_env(&[]).await;
+    let output = within("the prompt to end", prompt.wait_with_output()).await.unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(err.contains("reconnected") && err.contains("send it again"), "{err}");
+    let api = daemon.api().await;
+    assert!(api.ask(&session, "again").await.contains("you said: again"));
+}
+
 #[tokio::test]
 async fn sessions_show_has_the_timeline_of_executions_and_turns() {
     let daemon = Daemon::start(&[]).await;
@@ -322,10 +353,10 @@ async fn read_commands_print_json_for_scripts() {
     )
     .unwrap();
     assert_eq!(detail.sessions[0].id, session);
-    let shown = cli_json(&daemon, &["sessions", "show", &session, "--json"]).await;
-    let timeline: protocol::api::Timeline =
-        serde_json::from_value(shown["timeline"].clone()).unwrap();
-    assert_eq!(timeline.turns.len(), 1);
+    let shown: protocol::api::SessionDetail =
+        serde_json::from_value(cli_json(&daemon, &["sessions", "show", &session, "--json"]).await)
+            .unwrap();
+    assert_eq!((shown.status.session_id, shown.timeline.turns.len()), (session, 1));
 }
 
 #[tokio::test]

@@ -604,8 +604,23 @@ async fn the_daemons_token_can_stay_out_of_its_command_line() {
     let by_file = ["--auth-token-file", file.to_str().unwrap()];
     token_is_enforced_and_unseen(Daemon::start(&by_file).await, "from-the-file").await;
     let by_env = [("TETHER_AUTH_TOKEN", "from-the-env")];
-    token_is_enforced_and_unseen(Daemon::start_with_env(&[], &[], &by_env).await, "from-the-env")
-        .await;
+    let daemon = Daemon::start_with_env(&[], &[], &by_env).await;
+    // Nor does it reach the sidecar or the agent a session starts (an agent that prints its
+    // environment would hand it to its model).
+    let api = Api::connect(&daemon.url, &[("Authorization", "Bearer from-the-env")]).await.unwrap();
+    let session = api.ready_session("mock", &daemon.workspace("t")).await;
+    let mut processes = Daemon::processes_mentioning(&daemon.session_dir(&session));
+    processes.extend(Daemon::processes_mentioning(&daemon.root.path().join(".mock-agent")));
+    assert!(processes.len() >= 2, "agentctl and the agent: {processes:?}");
+    for pid in processes {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&environ).contains("from-the-env"),
+            "process {pid} has the daemon's token in its environment"
+        );
+    }
+    drop(api);
+    token_is_enforced_and_unseen(daemon, "from-the-env").await;
 }
 
 async fn token_is_enforced_and_unseen(daemon: Daemon, token: &str) {
