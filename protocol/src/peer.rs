@@ -202,25 +202,33 @@ async fn read_loop<R: AsyncRead + Unpin>(
 }
 
 async fn write_loop<W: AsyncWrite + Unpin>(
-    mut writer: W,
+    writer: W,
     mut out_rx: mpsc::UnboundedReceiver<Outgoing>,
     mut reader_done: watch::Receiver<bool>,
 ) -> io::Result<()> {
+    // Lines queued together go out in one write: the buffer is flushed when the queue is
+    // empty (and before a flush is confirmed), so a burst costs a few syscalls, not one per
+    // line, and a lone line still leaves at once.
+    let mut writer = tokio::io::BufWriter::with_capacity(WRITE_BUFFER, writer);
     loop {
         let line = tokio::select! {
             biased;
             line = out_rx.recv() => line,
             _ = reader_done.wait_for(|done| *done) => None,
         };
-        let line = match line {
+        let written = match line {
             None => break,
             Some(Outgoing::Flushed(done)) => {
+                let flushed = writer.flush().await;
                 let _ = done.send(());
-                continue;
+                flushed
             }
-            Some(Outgoing::Line(line)) => line,
+            Some(Outgoing::Line(line)) => match writer.write_all(&line).await {
+                Ok(()) if out_rx.is_empty() => writer.flush().await,
+                other => other,
+            },
         };
-        if let Err(err) = write_line(&mut writer, &line).await {
+        if let Err(err) = written {
             // The other side stopped reading; nothing we send can be answered any more.
             if err.kind() == io::ErrorKind::BrokenPipe {
                 return Ok(());
@@ -234,10 +242,8 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     }
 }
 
-async fn write_line<W: AsyncWrite + Unpin>(writer: &mut W, line: &[u8]) -> io::Result<()> {
-    writer.write_all(line).await?;
-    writer.flush().await
-}
+/// The most bytes of queued lines gathered into one write.
+const WRITE_BUFFER: usize = 64 * 1024;
 
 impl Shared {
     fn route(&self, response: Response) {

@@ -44,6 +44,44 @@ fn render(entry: &HistoryEntry) -> String {
     }
 }
 
+/// The rendered entries kept so far, newest first, within the budget.
+struct Lines {
+    newest_first: Vec<String>,
+    used: usize,
+    budget: usize,
+    newest_seq: Option<u64>,
+}
+
+impl Lines {
+    /// Takes one line of the history (newer lines were taken before it); `false` once the
+    /// budget is spent and no older line can fit.
+    fn take(&mut self, line: &[u8]) -> bool {
+        if line.is_empty() {
+            return true;
+        }
+        // A line that does not parse (a torn write that recovery cuts) is skipped.
+        let Ok(entry) = serde_json::from_slice::<HistoryEntry>(line) else { return true };
+        self.newest_seq.get_or_insert(entry.seq);
+        let rendered = render(&entry);
+        let cost = rendered.chars().count() + 1;
+        if self.used + cost > self.budget {
+            return false;
+        }
+        self.used += cost;
+        self.newest_first.push(rendered);
+        true
+    }
+}
+
+/// Joins the pieces of one line (nearest the end first) in file order, and empties them.
+fn join(pending: &mut Vec<Vec<u8>>) -> Vec<u8> {
+    let mut line = Vec::with_capacity(pending.iter().map(Vec::len).sum());
+    for piece in pending.drain(..).rev() {
+        line.extend_from_slice(&piece);
+    }
+    line
+}
+
 /// Builds the resume context for `prompt` from the history in `file`, keeping the newest
 /// entries that fit in `budget` characters.
 pub fn build<F: Read + Seek>(
@@ -54,41 +92,51 @@ pub fn build<F: Read + Seek>(
     let len = file.seek(SeekFrom::End(0))?;
     let mut pos = len;
     let mut bytes_read = 0u64;
-    // Bytes of lines not yet complete (their start lies in an earlier chunk).
-    let mut carry: Vec<u8> = Vec::new();
-    let mut lines_newest_first: Vec<String> = Vec::new();
-    let mut used = 0usize;
-    let mut newest_seq: Option<u64> = None;
-    let mut full = false;
-    while pos > 0 && !full {
+    // The pieces of the line whose start has not been reached yet, the piece nearest the
+    // end of the file first. A line is joined once, when its start is found, so a huge entry
+    // costs its own size, not its size times the number of chunks it spans.
+    let mut pending: Vec<Vec<u8>> = Vec::new();
+    let mut lines = Lines { newest_first: Vec::new(), used: 0, budget, newest_seq: None };
+    while pos > 0 {
         let step = pos.min(CHUNK);
         pos -= step;
         let mut chunk = vec![0u8; step as usize];
         file.seek(SeekFrom::Start(pos))?;
         file.read_exact(&mut chunk)?;
         bytes_read += step;
-        chunk.extend_from_slice(&carry);
-        // Every line but the first is complete (the first may start in an earlier chunk,
-        // unless we are at the start of the file).
-        let mut parts: Vec<&[u8]> = chunk.split(|&b| b == b'\n').collect();
-        let first = if pos > 0 { parts.remove(0).to_vec() } else { Vec::new() };
-        for line in parts.into_iter().rev() {
-            if line.is_empty() {
-                continue;
+        let Some(last) = chunk.iter().rposition(|&b| b == b'\n') else {
+            // No line starts in this chunk (unless the file does).
+            pending.push(chunk);
+            if pos == 0 && !lines.take(&join(&mut pending)) {
+                break;
             }
-            let Ok(entry) = serde_json::from_slice::<HistoryEntry>(line) else { continue };
-            newest_seq.get_or_insert(entry.seq);
-            let rendered = render(&entry);
-            let cost = rendered.chars().count() + 1;
-            if used + cost > budget {
+            continue;
+        };
+        // The line the pending pieces end starts right after this chunk's last newline.
+        pending.push(chunk[last + 1..].to_vec());
+        if !lines.take(&join(&mut pending)) {
+            break;
+        }
+        // Whole lines inside the chunk, newest first; the bytes before its first newline
+        // are the end of a line that starts earlier (or, at the file's start, a line).
+        let mut full = false;
+        let mut segments = chunk[..last].rsplit(|&b| b == b'\n').peekable();
+        while let Some(line) = segments.next() {
+            let is_first = segments.peek().is_none();
+            if is_first && pos > 0 {
+                pending.push(line.to_vec());
+                break;
+            }
+            if !lines.take(line) {
                 full = true;
                 break;
             }
-            used += cost;
-            lines_newest_first.push(rendered);
         }
-        carry = first;
+        if full {
+            break;
+        }
     }
+    let Lines { newest_first: lines_newest_first, newest_seq, .. } = lines;
     let included = lines_newest_first.len();
     // Entries are numbered from 1 without gaps, so the newest seq is the total count.
     let omitted = newest_seq.map_or(0, |seq| seq.saturating_sub(included as u64));
@@ -183,6 +231,40 @@ mod tests {
         assert!(context.text.contains("message 100"));
         assert!(!context.text.contains("message 001"));
         assert!(context.text.contains(&format!("[{} earlier entries omitted]", context.omitted)));
+    }
+
+    /// Entries much larger than the read step (several chunks each, the newest too) come
+    /// out whole and in order; the budget counts their rendered excerpt, not their size.
+    #[test]
+    fn entries_larger_than_the_read_step_are_read_whole() {
+        let big = |c: char| c.to_string().repeat(3 * CHUNK as usize + 17);
+        let history = [
+            entry(1, EntryType::UserMessage, "small first"),
+            entry(2, EntryType::AgentMessage, &big('a')),
+            entry(3, EntryType::UserMessage, "small middle"),
+            entry(4, EntryType::ToolResult, &big('t')),
+            entry(5, EntryType::AgentMessage, &big('z')),
+        ]
+        .concat();
+        let context = build(&mut Cursor::new(history.clone()), "p", 100_000).unwrap();
+        assert_eq!((context.included, context.omitted), (5, 0));
+        let order = [
+            "[USER]: small first",
+            "[ASSISTANT]: aaa",
+            "[USER]: small middle",
+            "[TOOL RESULT: ls] ttt",
+            "[ASSISTANT]: zzz",
+        ];
+        let mut rest = context.text.as_str();
+        for part in order {
+            let at = rest.find(part).unwrap_or_else(|| panic!("{part} in order"));
+            rest = &rest[at + part.len()..];
+        }
+        assert!(context.text.contains(&format!("[ASSISTANT]: {}\n", "z".repeat(MESSAGE_CHARS))));
+        assert_eq!(context.bytes_read, history.len() as u64);
+        // A budget for the newest entry alone keeps just it.
+        let context = build(&mut Cursor::new(history), "p", MESSAGE_CHARS + 20).unwrap();
+        assert_eq!((context.included, context.omitted), (1, 4));
     }
 
     #[test]

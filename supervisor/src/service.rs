@@ -690,8 +690,7 @@ impl Supervisor {
             summary.dead += 1;
         }
         // Containers of ours whose session is gone are removed (when an engine is there).
-        let known: std::collections::HashSet<String> =
-            self.config.store.list_sessions(None).await?.into_iter().map(|row| row.id).collect();
+        let known = self.config.store.session_ids().await?;
         match self.config.docker.remove_orphans(&known).await {
             Ok(removed) => summary.orphans_removed = removed.len(),
             Err(err) => {

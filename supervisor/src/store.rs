@@ -619,6 +619,17 @@ impl Store {
         .await
     }
 
+    /// Every session's id: what recovery needs to tell an orphaned container (no snapshot
+    /// is parsed).
+    pub async fn session_ids(&self) -> Result<std::collections::HashSet<String>, StoreError> {
+        self.call(|conn| {
+            let mut stmt = conn.prepare("SELECT id FROM task_sessions")?;
+            let ids = stmt.query_map([], |row| row.get(0))?.collect::<Result<_, _>>()?;
+            Ok(ids)
+        })
+        .await
+    }
+
     /// Sets a session's state and error message, and its task's state with it.
     pub async fn set_session_state(
         &self,

@@ -176,3 +176,24 @@ async fn deleting_a_session_removes_its_records() {
     assert!(matches!(store.get_turn("t1".into()).await, Err(StoreError::NotFound { .. })));
     assert!(matches!(store.delete_session(row.id).await, Err(StoreError::NotFound { .. })));
 }
+
+/// Recovery's orphan check reads ids only: a snapshot that does not parse (which
+/// `list_sessions` reports as corrupt) does not stop it.
+#[tokio::test]
+async fn session_ids_do_not_parse_snapshots() {
+    let (_dir, store) = open();
+    let task = store.create_task("t".into(), String::new()).await.unwrap();
+    let a = store.create_session(session(&task.id)).await.unwrap();
+    let b = store.create_session(session(&task.id)).await.unwrap();
+    let b_id = b.id.clone();
+    store
+        .call(move |conn| {
+            conn.execute("UPDATE task_sessions SET profile_snapshot = '{' WHERE id = ?1", [&b_id])?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert!(store.list_sessions(None).await.is_err(), "the snapshot is corrupt");
+    let ids = store.session_ids().await.unwrap();
+    assert_eq!(ids, [a.id, b.id].into_iter().collect());
+}
