@@ -387,11 +387,24 @@ impl<E: Entry> Spool<E> {
         if after_seq < inner.acked_seq {
             return Err(SpoolError::Pruned { after_seq, acked_seq: inner.acked_seq });
         }
+        // Subscribing at the tail (the common case: a client that wants what happens from
+        // now on) starts at the end of what is written, instead of reading the active
+        // segment from its start to skip every line in it.
+        let mut file = None;
+        if let Some(active) = inner.segments.back()
+            && active.last_seq != 0
+            && after_seq == active.last_seq
+        {
+            let mut handle = File::open(&active.path).map_err(io_err(&active.path))?;
+            io::Seek::seek(&mut handle, io::SeekFrom::Start(active.bytes))
+                .map_err(io_err(&active.path))?;
+            file = Some((active.first_seq, active.path.clone(), BufReader::new(handle)));
+        }
         Ok(SpoolReader {
             spool: Arc::clone(self),
             cursor: after_seq,
             last_seq_rx: self.last_seq_tx.subscribe(),
-            file: None,
+            file,
             partial: Vec::new(),
             drained_closed: false,
         })

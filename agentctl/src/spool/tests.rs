@@ -194,3 +194,30 @@ async fn readers_survive_concurrent_rotation_and_acks() {
     }
     writer.join().unwrap();
 }
+
+/// A reader at the tail starts at the end of what is written: it never reads the active
+/// segment's earlier lines. (They are overwritten with garbage of the same length here; a
+/// reader that scanned them would fail on the first.)
+#[tokio::test]
+async fn a_reader_at_the_tail_does_not_scan_the_active_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Arc::new(Spool::create(dir.path(), DEFAULT_SEGMENT_BYTES).unwrap());
+    for n in 1..=100 {
+        spool.append(stderr(n)).unwrap();
+    }
+    let segment = std::fs::read_dir(dir.path()).unwrap().next().unwrap().unwrap().path();
+    let text = std::fs::read(&segment).unwrap();
+    let first_line = text.iter().position(|&b| b == b'\n').unwrap();
+    let mut garbled = text.clone();
+    garbled[..first_line].fill(b'x');
+    std::fs::write(&segment, &garbled).unwrap();
+    let mut scanning = spool.reader(50).unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(10), scanning.next()).await.unwrap().is_err(),
+        "a reader from the middle reads the garbled first line"
+    );
+    let mut tail = spool.reader(100).unwrap();
+    spool.append(stderr(101)).unwrap();
+    let event = next(&mut tail).await;
+    assert_eq!((event.seq, line_of(&event)), (101, "line 101".to_owned()));
+}
