@@ -160,13 +160,9 @@ pub async fn serve(
     let server = Server::builder()
         .set_config(config)
         .set_http_middleware(auth)
-        .set_rpc_middleware(
-            jsonrpsee::server::middleware::rpc::RpcServiceBuilder::new()
-                .layer_fn(protocol::errors::WithKinds)
-                .layer_fn(|service| {
-                    protocol::errors::CheckParams::new(service, protocol::control::params::check)
-                }),
-        )
+        .set_rpc_middleware(jsonrpsee::server::middleware::rpc::RpcServiceBuilder::new().layer_fn(
+            |service| protocol::errors::CheckParams::new(service, protocol::control::params::check),
+        ))
         .build(listen)
         .await?;
     let addr = server.local_addr()?;
@@ -269,37 +265,23 @@ where
     }
 }
 
-/// Answers a subscription request: refused with `reader`'s error, or accepted and fed from
-/// the reader until the client goes away.
-pub async fn serve_subscription<E: crate::spool::Entry>(
-    pending: jsonrpsee::PendingSubscriptionSink,
-    reader: Result<crate::spool::SpoolReader<E>, ErrorObjectOwned>,
-) -> Result<(), jsonrpsee::core::SubscriptionError> {
-    match reader {
-        Ok(reader) => {
-            let sink = pending.accept().await.map_err(|err| err.to_string())?;
-            stream_spool(sink, reader).await
-        }
-        Err(err) => {
-            pending.reject(err).await;
-            Ok(())
-        }
-    }
-}
-
-/// Sends every entry of `reader` on `sink` until the client goes away. The subscription
-/// loop of both agentctl's `events.subscribe` and the supervisor's session subscription.
-pub async fn stream_spool<E: crate::spool::Entry>(
+/// Sends every entry of `reader` on `sink`, as `wire` makes it, until the client goes
+/// away: the supervisor's session subscription (whose log records keep marks of their own
+/// that subscribers do not get).
+pub async fn stream_spool<E: crate::spool::Entry, W: serde::Serialize>(
     sink: jsonrpsee::SubscriptionSink,
     mut reader: crate::spool::SpoolReader<E>,
+    wire: impl Fn(E) -> W,
 ) -> Result<(), jsonrpsee::core::SubscriptionError> {
     loop {
         let entry = tokio::select! {
             biased;
             _ = sink.closed() => return Ok(()),
-                        entry = reader.next_raw() => entry.map_err(|err| err.to_string())?,
+            entry = reader.next() => entry.map_err(|err| err.to_string())?,
         };
-        if sink.send(entry).await.is_err() {
+        let message =
+            serde_json::value::to_raw_value(&wire(entry)).map_err(|err| err.to_string())?;
+        if sink.send(message).await.is_err() {
             // The connection is gone; the client resumes from its last seq.
             return Ok(());
         }

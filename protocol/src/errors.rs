@@ -155,89 +155,20 @@ pub fn kind_of(err: &jsonrpsee::core::ClientError) -> Option<ErrorKind> {
     }
 }
 
-/// An RPC middleware that gives every error its `data.kind`: errors jsonrpsee makes itself
-/// (params the generated code cannot parse, an unknown method) carry no data of ours; they
-/// are answered again as `invalid_params` (-32602), `no_such_method` (-32601) or `internal`
-/// (-32603, anything else), with the library's detail moved into the message, so no client
-/// ever has to read a message to decide.
-#[derive(Debug, Clone)]
-pub struct WithKinds<S>(pub S);
-
-impl<S> jsonrpsee::core::middleware::RpcServiceT for WithKinds<S>
-where
-    S: jsonrpsee::core::middleware::RpcServiceT<MethodResponse = jsonrpsee::MethodResponse>
-        + Send
-        + Sync
-        + Clone
-        + 'static,
-{
-    type MethodResponse = S::MethodResponse;
-    type NotificationResponse = S::NotificationResponse;
-    type BatchResponse = S::BatchResponse;
-
-    fn call<'a>(
-        &self,
-        request: jsonrpsee::types::Request<'a>,
-    ) -> impl Future<Output = Self::MethodResponse> + Send + 'a {
-        let service = self.0.clone();
-        async move {
-            let id = request.id.clone().into_owned();
-            let response = service.call(request).await;
-            if !response.is_error() {
-                return response;
-            }
-            let Ok(parsed) = serde_json::from_str::<ErrorResponse>(response.as_json().get()) else {
-                return response;
-            };
-            let data = parsed.error.data;
-            if data.as_ref().is_some_and(|data| ErrorData::deserialize(data).is_ok()) {
-                return response;
-            }
-            let kind = match parsed.error.code {
-                -32602 => ErrorKind::InvalidParams,
-                -32601 => ErrorKind::NoSuchMethod,
-                _ => ErrorKind::Internal,
-            };
-            // jsonrpsee puts the parse error's text in `data`: it moves into the message.
-            let message = match data {
-                Some(serde_json::Value::String(detail)) => {
-                    format!("{}: {detail}", parsed.error.message)
-                }
-                _ => parsed.error.message,
-            };
-            let error = ErrorData::kind(kind).into_error(message);
-            if response.is_subscription() {
-                jsonrpsee::MethodResponse::subscription_error(id, error)
-            } else {
-                jsonrpsee::MethodResponse::error(id, error)
-            }
-        }
-    }
-
-    fn batch<'a>(
-        &self,
-        batch: jsonrpsee::core::middleware::Batch<'a>,
-    ) -> impl Future<Output = Self::BatchResponse> + Send + 'a {
-        self.0.batch(batch)
-    }
-
-    fn notification<'a>(
-        &self,
-        notification: jsonrpsee::core::middleware::Notification<'a>,
-    ) -> impl Future<Output = Self::NotificationResponse> + Send + 'a {
-        self.0.notification(notification)
-    }
-}
-
 /// How a server checks a method's params before it runs: `Err` names the field.
 pub type ParamCheck =
     fn(&str, Option<&serde_json::value::RawValue>) -> Result<(), crate::api::params::ParamError>;
 
-/// An RPC middleware that checks each call's params with `check` before the method runs, so
-/// a bad field is refused with its name (and the limit it broke) in `data` — the
-/// generated parsers name neither. The refusal is an ordinary call error, which reaches
-/// the client for subscriptions too. Servers that use it disable batches, which would go
-/// around it.
+/// The RPC middleware both servers put in front of their methods, so every error carries
+/// `data` of ours:
+/// - each call's params are checked with `check` before the method runs, so a bad field is
+///   refused with its name (and the limit it broke) — the generated parsers name neither.
+///   The refusal is an ordinary call error, which reaches the client for subscriptions too;
+/// - errors jsonrpsee makes itself (an unknown method, params it cannot parse) are answered
+///   again as `no_such_method` (-32601), `invalid_params` (-32602) or `internal` (-32603,
+///   anything else), the library's detail moved into the message.
+///
+/// Servers that use it disable batches, which would go around it.
 #[derive(Clone)]
 pub struct CheckParams<S> {
     service: S,
@@ -270,9 +201,17 @@ where
         let service = self.service.clone();
         let check = self.check;
         async move {
-            match check(&request.method, request.params.as_deref()) {
-                Ok(()) => service.call(request).await,
-                Err(err) => jsonrpsee::MethodResponse::error(request.id, err.into_error()),
+            if let Err(err) = check(&request.method, request.params.as_deref()) {
+                return jsonrpsee::MethodResponse::error(request.id, err.into_error());
+            }
+            let id = request.id.clone().into_owned();
+            let response = service.call(request).await;
+            match kinded(&response) {
+                Some(error) if response.is_subscription() => {
+                    jsonrpsee::MethodResponse::subscription_error(id, error)
+                }
+                Some(error) => jsonrpsee::MethodResponse::error(id, error),
+                None => response,
             }
         }
     }
@@ -290,6 +229,30 @@ where
     ) -> impl Future<Output = Self::NotificationResponse> + Send + 'a {
         self.service.notification(notification)
     }
+}
+
+/// The error of `response` again with a kind, when it is an error jsonrpsee made (no data
+/// of ours); `None` otherwise.
+fn kinded(response: &jsonrpsee::MethodResponse) -> Option<ErrorObjectOwned> {
+    if !response.is_error() {
+        return None;
+    }
+    let parsed = serde_json::from_str::<ErrorResponse>(response.as_json().get()).ok()?;
+    let data = parsed.error.data;
+    if data.as_ref().is_some_and(|data| ErrorData::deserialize(data).is_ok()) {
+        return None;
+    }
+    let kind = match parsed.error.code {
+        -32602 => ErrorKind::InvalidParams,
+        -32601 => ErrorKind::NoSuchMethod,
+        _ => ErrorKind::Internal,
+    };
+    // jsonrpsee puts the parse error's text in `data`: it moves into the message.
+    let message = match data {
+        Some(serde_json::Value::String(detail)) => format!("{}: {detail}", parsed.error.message),
+        _ => parsed.error.message,
+    };
+    Some(ErrorData::kind(kind).into_error(message))
 }
 
 #[derive(Deserialize)]

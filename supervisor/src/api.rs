@@ -18,14 +18,13 @@ use jsonrpsee::server::{BatchRequestConfig, RpcModule, Server, ServerConfig, Ser
 use jsonrpsee::types::ErrorObjectOwned;
 use protocol::api::{
     AgentInfo, ApiServer, Done, ErrorData, HistoryEntry, PromptStarted, ResumeResult, RuntimeKind,
-    SessionEvent, SessionState, SessionStatus, SessionSummary, StopAllResult, Task, TaskDetail,
-    Timeline, params,
+    SessionState, SessionStatus, SessionSummary, StopAllResult, Task, TaskDetail, Timeline, params,
 };
 use protocol::errors::CheckParams;
 use serde_json::Value;
 
-use agentctl::server::AccessLayer;
 pub use agentctl::server::AccessPolicy;
+use agentctl::server::{AccessLayer, stream_spool};
 
 use crate::service::{ServiceError, Supervisor};
 
@@ -154,7 +153,7 @@ impl ApiServer for Methods {
         session_id: String,
         after_seq: Option<u64>,
     ) -> SubscriptionResult {
-        let mut reader = match self.0.subscribe(session_id, after_seq.unwrap_or(0)).await {
+        let reader = match self.0.subscribe(session_id, after_seq.unwrap_or(0)).await {
             Ok(reader) => reader,
             Err(err) => {
                 pending.reject(to_rpc(err)).await;
@@ -162,20 +161,8 @@ impl ApiServer for Methods {
             }
         };
         let sink = pending.accept().await?;
-        loop {
-            let event = tokio::select! {
-                biased;
-                _ = sink.closed() => return Ok(()),
-                event = reader.next() => event.map_err(|err| err.to_string())?,
-            };
-            // The log's own marks stay here: subscribers get the wire event.
-            let event: SessionEvent = event.to_wire();
-            let message = serde_json::value::to_raw_value(&event).map_err(|err| err.to_string())?;
-            if sink.send(message).await.is_err() {
-                // The connection is gone; the client resumes from its last seq.
-                return Ok(());
-            }
-        }
+        // The log's own marks stay here: subscribers get the wire event.
+        stream_spool(sink, reader, |event| event.to_wire()).await
     }
 
     async fn discover(&self) -> RpcResult<Value> {
@@ -214,9 +201,7 @@ pub async fn serve(
         .set_config(config)
         .set_http_middleware(access)
         .set_rpc_middleware(
-            RpcServiceBuilder::new()
-                .layer_fn(protocol::errors::WithKinds)
-                .layer_fn(|service| CheckParams::new(service, params::check)),
+            RpcServiceBuilder::new().layer_fn(|service| CheckParams::new(service, params::check)),
         )
         .build(listen)
         .await?;

@@ -492,15 +492,9 @@ impl Api {
     pub async fn ready_session(&self, profile: &str, workspace: &Path) -> String {
         let session = self.create_session(profile, workspace).await.expect("task.session.create");
         let mut events = self.subscribe(&session, 0).await;
-        loop {
-            let event = next(&mut events).await;
-            match event.kind {
-                EventKind::State { state: SessionState::WaitingForInput, .. } => return session,
-                EventKind::State { state: SessionState::Failed, .. } => {
-                    panic!("the session failed: {event:?}")
-                }
-                _ => {}
-            }
+        match settled(&mut events).await {
+            (SessionState::WaitingForInput, _) => session,
+            (state, error) => panic!("the session settled {state}: {error}"),
         }
     }
 
