@@ -455,45 +455,52 @@ struct Relay {
     max_line: usize,
 }
 
+/// The most agent lines gathered into one spool write.
+const RELAY_BATCH: usize = 256;
+
 impl Relay {
+    /// Reads lines and spools their events, several in one write while more lines are
+    /// already buffered (a burst costs one write per batch, not one per line); a batch is
+    /// written as soon as no further line is waiting, so nothing is held back.
     async fn run(self, stdout: ChildStdout) {
         let mut lines = LineReader::new(BufReader::with_capacity(64 * 1024, stdout), self.max_line);
+        let mut batch = Vec::new();
         loop {
             match lines.next_line().await {
-                Ok(Some(line)) => self.handle(line).await,
-                Ok(None) => return,
+                Ok(Some(line)) => self.handle(line, &mut batch).await,
+                Ok(None) => break,
                 Err(err) => {
-                    self.emit(EventKind::Error {
+                    batch.push(EventKind::Error {
                         message: format!("reading the agent's stdout failed: {err}"),
-                    })
-                    .await;
-                    return;
+                    });
+                    break;
                 }
             }
+            if batch.len() >= RELAY_BATCH || !lines.has_buffered_line() {
+                append_durably(&self.spool, std::mem::take(&mut batch)).await;
+            }
         }
+        append_durably(&self.spool, batch).await;
     }
 
-    async fn handle(&self, line: Line) {
+    async fn handle(&self, line: Line, batch: &mut Vec<EventKind>) {
         let bytes = match line {
             Line::TooLong { len } => {
                 let message = format!(
                     "the agent wrote a stdout line of {len} bytes, over the {}-byte limit; it was dropped",
                     self.max_line
                 );
-                return self.emit(EventKind::Error { message }).await;
+                return batch.push(EventKind::Error { message });
             }
             Line::Complete(bytes) => bytes,
         };
         // One parse: the message is checked and forwarded as the agent wrote it.
         match frame::inspect(&bytes) {
             Inspected::Blank => {}
-            Inspected::Invalid(invalid) => {
-                self.emit(EventKind::StdoutNoise {
-                    line: String::from_utf8_lossy(&invalid.excerpt).into_owned(),
-                    reason: invalid.reason.to_string(),
-                })
-                .await
-            }
+            Inspected::Invalid(invalid) => batch.push(EventKind::StdoutNoise {
+                line: String::from_utf8_lossy(&invalid.excerpt).into_owned(),
+                reason: invalid.reason.to_string(),
+            }),
             Inspected::Valid(shape, raw) => {
                 let fs_method = match raw["method"].as_str() {
                     Some(
@@ -510,7 +517,7 @@ impl Relay {
                     }
                     _ => None,
                 };
-                self.emit(EventKind::Acp { message: raw, answered }).await;
+                batch.push(EventKind::Acp { message: raw, answered });
             }
         }
     }
@@ -530,25 +537,22 @@ impl Relay {
         }
         response.to_value()
     }
-
-    async fn emit(&self, kind: EventKind) {
-        append_durably(&self.spool, kind).await;
-    }
 }
 
 /// How long a failing spool write waits before it is tried again, at most.
 const STALL_RETRY_MAX: Duration = Duration::from_secs(2);
 
-/// Appends an event, waiting out a spool that cannot be written (a full disk): the agent's
-/// output is never dropped. Meanwhile the reader that called this stops reading, so the
-/// agent blocks on its full pipe (intake stops), and `status` says why. There is no event
-/// for "space was freed", so the write is tried again with a growing delay.
-async fn append_durably(spool: &Spool, kind: EventKind) -> u64 {
+/// Appends events (one write), waiting out a spool that cannot be written (a full disk):
+/// the agent's output is never dropped. Meanwhile the reader that called this stops
+/// reading, so the agent blocks on its full pipe (intake stops), and `status` says why.
+/// There is no event for "space was freed", so the write is tried again with a growing
+/// delay.
+async fn append_durably(spool: &Spool, kinds: Vec<EventKind>) -> u64 {
     let mut delay = Duration::from_millis(50);
     let mut failed: Option<(std::time::Instant, String)> = None;
-    let mut kind = kind;
+    let mut kinds = kinds;
     loop {
-        match spool.try_append(kind) {
+        match spool.try_append_kinds(kinds) {
             Ok(seq) => {
                 if let Some((since, why)) = failed {
                     spool.set_stalled(None);
@@ -563,7 +567,7 @@ async fn append_durably(spool: &Spool, kind: EventKind) -> u64 {
             }
             Err(failed_write) => {
                 let (err, unwritten) = *failed_write;
-                kind = unwritten;
+                kinds = unwritten;
                 failed.get_or_insert_with(|| (std::time::Instant::now(), err.to_string()));
                 tracing::error!(%err, "cannot spool an agent event; intake stops until it can");
                 spool.set_stalled(Some(err.to_string()));
@@ -596,7 +600,7 @@ async fn read_stderr(
             let excess = tail.len().saturating_sub(STDERR_TAIL_BYTES);
             tail.drain(..excess);
         }
-        append_durably(&spool, EventKind::Stderr { line }).await;
+        append_durably(&spool, vec![EventKind::Stderr { line }]).await;
     }
 }
 
@@ -633,6 +637,6 @@ async fn watch_exit(
         let (a, b) = tail.as_slices();
         String::from_utf8_lossy(&[a, b].concat()).into_owned()
     };
-    append_durably(&spool, EventKind::AgentExited { status, stderr_tail }).await;
+    append_durably(&spool, vec![EventKind::AgentExited { status, stderr_tail }]).await;
     exit_tx.send_replace(Some(status));
 }

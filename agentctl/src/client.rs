@@ -80,17 +80,24 @@ impl ClientError {
     }
 }
 
-/// A connection to one agentctl.
-#[derive(Debug)]
+/// A connection to one agentctl. Clones share the connection (calls and the event stream
+/// of one session go over one socket).
+#[derive(Debug, Clone)]
 pub struct ControlClient {
     addr: SocketAddr,
     token: String,
-    client: WsClient,
+    client: std::sync::Arc<WsClient>,
     capacity: usize,
 }
 
-/// How many unread events a subscription may hold by default.
+/// How many unread notifications a subscription may hold by default.
 pub const DEFAULT_SUBSCRIPTION_CAPACITY: usize = 16 * 1024;
+
+/// How many unread batches the supervisor's event stream may hold: a batch holds at most
+/// `protocol::control::MAX_BATCH_EVENTS` events and about `MAX_BATCH_BYTES`, so this bounds
+/// a session's buffered events to about 64 MiB. A stream that falls further behind is
+/// closed by the client library and resubscribed from its cursor (the rest is on disk).
+pub const BATCH_SUBSCRIPTION_CAPACITY: usize = 256;
 
 /// How long a connection (TCP and the WebSocket handshake) may take. A sidecar that is
 /// stopped (SIGSTOP) or wedged accepts the TCP connection in the kernel and then never
@@ -154,7 +161,12 @@ impl ControlClient {
                 });
             }
         };
-        Ok(ControlClient { addr, token: token.to_owned(), client, capacity })
+        Ok(ControlClient {
+            addr,
+            token: token.to_owned(),
+            client: std::sync::Arc::new(client),
+            capacity,
+        })
     }
 
     /// Runs `call` (a method of the generated [`control::ControlClient`]) within `limit`.
@@ -226,6 +238,19 @@ impl ControlClient {
         self.within("events.subscribe", CALL_TIMEOUT, self.client.events_subscribe(after_seq)).await
     }
 
+    /// `events.subscribe_batch` (each item the events ready at once), or, from an agentctl
+    /// that does not have it, `events.subscribe`.
+    pub async fn subscribe_feed(&self, after_seq: u64) -> Result<Feed, ClientError> {
+        let batch = self.client.events_subscribe_batch(after_seq);
+        match self.within("events.subscribe_batch", CALL_TIMEOUT, batch).await {
+            Ok(subscription) => Ok(Feed::Batches(subscription)),
+            Err(ClientError::Refused { kind: ErrorKind::NoSuchMethod, .. }) => {
+                self.subscribe(after_seq).await.map(Feed::Single)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
     /// An event stream starting after `after_seq` that survives reconnects.
     pub fn events(self, after_seq: u64) -> EventStream {
         EventStream {
@@ -235,12 +260,35 @@ impl ControlClient {
             cursor: after_seq,
             client: Some(self),
             subscription: None,
+            queued: std::collections::VecDeque::new(),
         }
     }
 
     /// Where this client is connected.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+}
+
+/// A subscription to agentctl's events: batched, or one event per notification (an
+/// older agentctl).
+#[derive(Debug)]
+pub enum Feed {
+    /// `events.subscribe_batch`.
+    Batches(Subscription<Vec<Event>>),
+    /// `events.subscribe`.
+    Single(Subscription<Event>),
+}
+
+impl Feed {
+    /// The next notification's events; `None` when the subscription ended.
+    async fn next(&mut self) -> Option<Result<Vec<Event>, serde_json::Error>> {
+        match self {
+            Feed::Batches(subscription) => subscription.next().await,
+            Feed::Single(subscription) => {
+                subscription.next().await.map(|next| next.map(|event| vec![event]))
+            }
+        }
     }
 }
 
@@ -252,7 +300,9 @@ pub struct EventStream {
     capacity: usize,
     cursor: u64,
     client: Option<ControlClient>,
-    subscription: Option<Subscription<Event>>,
+    subscription: Option<Feed>,
+    /// Events of the last notification not returned yet.
+    queued: std::collections::VecDeque<Event>,
 }
 
 impl EventStream {
@@ -261,11 +311,42 @@ impl EventStream {
         self.cursor
     }
 
+    /// Whether the next event is already here (returning it needs no I/O).
+    pub fn has_queued(&self) -> bool {
+        !self.queued.is_empty()
+    }
+
     /// The next event. When the connection drops, it reconnects once and resubscribes after
     /// the last delivered seq; if that fails, the error is returned (and the next call
     /// tries again).
     pub async fn next(&mut self) -> Result<Event, ClientError> {
         loop {
+            if let Some(event) = self.queued.pop_front() {
+                match event {
+                    // Outside the sequence: delivered as is, the cursor stays.
+                    event if event.seq == 0 => return Ok(event),
+                    event if event.seq <= self.cursor => continue,
+                    event if event.seq > self.cursor + 1 => {
+                        // agentctl's seqs have no gaps, so one here means the client library
+                        // dropped a notification (it does when a subscription falls behind,
+                        // and may deliver later ones before it closes the subscription).
+                        // Start over from what was delivered.
+                        tracing::debug!(
+                            cursor = self.cursor,
+                            seq = event.seq,
+                            "gap in the event stream; resubscribing"
+                        );
+                        // The connection itself is kept while it lives (calls share it).
+                        self.queued.clear();
+                        self.subscription = None;
+                    }
+                    event => {
+                        self.cursor = event.seq;
+                        return Ok(event);
+                    }
+                }
+                continue;
+            }
             if self.subscription.is_none() {
                 let client = match self.client.take() {
                     Some(client) if client.client.is_connected() => client,
@@ -274,37 +355,17 @@ impl EventStream {
                             .await?
                     }
                 };
-                self.subscription = Some(client.subscribe(self.cursor).await?);
+                self.subscription = Some(client.subscribe_feed(self.cursor).await?);
                 self.client = Some(client);
             }
             let subscription = self.subscription.as_mut().expect("UNWRAP: set above");
             match subscription.next().await {
-                // Outside the sequence: delivered as is, the cursor stays.
-                Some(Ok(event)) if event.seq == 0 => return Ok(event),
-                Some(Ok(event)) if event.seq <= self.cursor => continue,
-                Some(Ok(event)) if event.seq > self.cursor + 1 => {
-                    // agentctl's seqs have no gaps, so one here means the client library
-                    // dropped a notification (it does when a subscription falls behind,
-                    // and may deliver later ones before it closes the subscription).
-                    // Start over from what was delivered.
-                    tracing::debug!(
-                        cursor = self.cursor,
-                        seq = event.seq,
-                        "gap in the event stream; resubscribing"
-                    );
-                    self.subscription = None;
-                    self.client = None;
-                }
-                Some(Ok(event)) => {
-                    self.cursor = event.seq;
-                    return Ok(event);
-                }
+                Some(Ok(events)) => self.queued.extend(events),
                 Some(Err(err)) => return Err(ClientError::Malformed(err.to_string())),
                 None => {
                     // The subscription ended (connection lost, or the client fell behind):
-                    // start over from the cursor.
+                    // start over from the cursor, on the same connection while it lives.
                     self.subscription = None;
-                    self.client = None;
                 }
             }
         }

@@ -132,6 +132,23 @@ impl ControlServer for Methods {
             }
         }
     }
+
+    async fn events_subscribe_batch(
+        &self,
+        pending: PendingSubscriptionSink,
+        after_seq: u64,
+    ) -> SubscriptionResult {
+        match self.0.spool.reader(after_seq) {
+            Ok(reader) => {
+                let sink = pending.accept().await?;
+                stream_event_batches(sink, reader, self.0.spool.watch_stalled()).await
+            }
+            Err(err) => {
+                pending.reject(spool_error(&err)).await;
+                Ok(())
+            }
+        }
+    }
 }
 
 /// Builds the method table.
@@ -288,6 +305,28 @@ pub async fn stream_spool<E: crate::spool::Entry, W: serde::Serialize>(
     }
 }
 
+/// [`stream_spool`] in batches: each notification an array of the entries that were ready
+/// at once (up to `max`), as `wire` makes them.
+pub async fn stream_spool_batches<E: crate::spool::Entry, W: serde::Serialize>(
+    sink: jsonrpsee::SubscriptionSink,
+    mut reader: crate::spool::SpoolReader<E>,
+    max: usize,
+    wire: impl Fn(E) -> W,
+) -> Result<(), jsonrpsee::core::SubscriptionError> {
+    loop {
+        let entries = tokio::select! {
+            biased;
+            _ = sink.closed() => return Ok(()),
+            entries = reader.next_batch(max) => entries.map_err(|err| err.to_string())?,
+        };
+        let batch: Vec<W> = entries.into_iter().map(&wire).collect();
+        let message = serde_json::value::to_raw_value(&batch).map_err(|err| err.to_string())?;
+        if sink.send(message).await.is_err() {
+            return Ok(());
+        }
+    }
+}
+
 /// agentctl's event subscription: the spool's events, and, outside the sequence (seq 0),
 /// a notice whenever the spool starts or stops failing, so the supervisor can say why the
 /// agent's output is held although nothing can be spooled.
@@ -319,6 +358,43 @@ async fn stream_events(
             entry = reader.next_raw() => entry.map_err(|err| err.to_string())?,
         };
         if sink.send(entry).await.is_err() {
+            return Ok(());
+        }
+    }
+}
+
+/// `events.subscribe_batch`: [`stream_events`], each notification an array of the events
+/// ready at once (a stall notice goes alone).
+async fn stream_event_batches(
+    sink: jsonrpsee::SubscriptionSink,
+    mut reader: crate::spool::SpoolReader<protocol::control::Event>,
+    mut stalled: tokio::sync::watch::Receiver<Option<String>>,
+) -> Result<(), jsonrpsee::core::SubscriptionError> {
+    use protocol::control::{MAX_BATCH_BYTES, MAX_BATCH_EVENTS};
+    if stalled.borrow().is_some() {
+        stalled.mark_changed();
+    }
+    loop {
+        let batch = tokio::select! {
+            biased;
+            _ = sink.closed() => return Ok(()),
+            changed = stalled.changed() => {
+                if changed.is_err() {
+                    return Ok(());
+                }
+                let reason = stalled.borrow_and_update().clone();
+                let event = protocol::control::Event {
+                    seq: 0,
+                    at: 0,
+                    kind: protocol::control::EventKind::IntakeStalled { reason },
+                };
+                serde_json::value::to_raw_value(&[event]).map_err(|err| err.to_string())?
+            }
+            batch = reader.next_raw_batch(MAX_BATCH_EVENTS, MAX_BATCH_BYTES) => {
+                batch.map_err(|err| err.to_string())?
+            }
+        };
+        if sink.send(batch).await.is_err() {
             return Ok(());
         }
     }

@@ -124,6 +124,43 @@ impl Spool<Event> {
         self.try_append_with(|seq, at| Event { seq, at, kind })
             .map_err(|(err, event)| Box::new((err, event.kind)))
     }
+
+    /// Appends several agent events with one write (all or none, as
+    /// [`Spool::append_all`]) and publishes them; a failed write hands them back. Returns
+    /// the last seq (the current one when `kinds` is empty).
+    pub fn try_append_kinds(
+        &self,
+        kinds: Vec<EventKind>,
+    ) -> Result<u64, Box<(SpoolError, Vec<EventKind>)>> {
+        /// [`Event`]'s serialised form, borrowing its kind (so a failed write can hand
+        /// the kinds back without having cloned them).
+        #[derive(Serialize)]
+        struct Borrowed<'a> {
+            seq: u64,
+            at: u64,
+            #[serde(flatten)]
+            kind: &'a EventKind,
+        }
+        let mut inner = self.lock();
+        let first = inner.next_seq;
+        if kinds.is_empty() {
+            return Ok(first - 1);
+        }
+        let at = now_ms();
+        let mut lines = Vec::with_capacity(kinds.len() * 256);
+        for (n, kind) in kinds.iter().enumerate() {
+            let event = Borrowed { seq: first + n as u64, at, kind };
+            serde_json::to_writer(&mut lines, &event).expect("UNWRAP: events always serialise");
+            lines.push(b'\n');
+        }
+        let last = first + kinds.len() as u64 - 1;
+        if let Err(err) = self.write_lines(&mut inner, &lines, last) {
+            return Err(Box::new((err, kinds)));
+        }
+        drop(inner);
+        self.last_seq_tx.send_replace(last);
+        Ok(last)
+    }
 }
 
 impl<E: Entry> Spool<E> {
@@ -489,15 +526,61 @@ impl<E: Entry> SpoolReader<E> {
     /// between events loses nothing (the cursor only moves when an event is returned).
     pub async fn next(&mut self) -> Result<E, SpoolError> {
         let (_, line) = self.next_line().await?;
-        serde_json::from_slice(&line)
-            .map_err(|source| SpoolError::Corrupt { path: self.current_path(), source })
+        self.parse(&line)
     }
 
     /// The next entry as its JSON text, unparsed: what a relay forwards without paying for a
     /// parse and a re-serialisation. Same ordering and cancel safety as [`SpoolReader::next`].
     pub async fn next_raw(&mut self) -> Result<Box<serde_json::value::RawValue>, SpoolError> {
         let (_, line) = self.next_line().await?;
-        let text = String::from_utf8(line).map_err(|err| SpoolError::Corrupt {
+        self.raw(line)
+    }
+
+    /// The next entry and every further one already on disk, as one JSON array of their
+    /// text (unparsed), up to `max_entries` entries or until the array passes `max_bytes`.
+    /// Waits only for the first. Same ordering and cancel safety as [`SpoolReader::next`]
+    /// (the only wait comes before anything is taken).
+    pub async fn next_raw_batch(
+        &mut self,
+        max_entries: usize,
+        max_bytes: usize,
+    ) -> Result<Box<serde_json::value::RawValue>, SpoolError> {
+        let (_, first) = self.next_line().await?;
+        let mut text = Vec::with_capacity(first.len() + 2);
+        text.push(b'[');
+        text.extend_from_slice(&first);
+        let mut count = 1;
+        while count < max_entries && text.len() < max_bytes {
+            let Some((seq, line)) = self.read_next()? else { break };
+            self.cursor = seq;
+            text.push(b',');
+            text.extend_from_slice(&line);
+            count += 1;
+        }
+        text.push(b']');
+        self.raw(text)
+    }
+
+    /// The next entry and every further one already on disk (up to `max_entries`),
+    /// parsed. Waits only for the first; cancel safe like [`SpoolReader::next`].
+    pub async fn next_batch(&mut self, max_entries: usize) -> Result<Vec<E>, SpoolError> {
+        let (_, first) = self.next_line().await?;
+        let mut entries = vec![self.parse(&first)?];
+        while entries.len() < max_entries {
+            let Some((seq, line)) = self.read_next()? else { break };
+            self.cursor = seq;
+            entries.push(self.parse(&line)?);
+        }
+        Ok(entries)
+    }
+
+    fn parse(&self, line: &[u8]) -> Result<E, SpoolError> {
+        serde_json::from_slice(line)
+            .map_err(|source| SpoolError::Corrupt { path: self.current_path(), source })
+    }
+
+    fn raw(&self, text: Vec<u8>) -> Result<Box<serde_json::value::RawValue>, SpoolError> {
+        let text = String::from_utf8(text).map_err(|err| SpoolError::Corrupt {
             path: self.current_path(),
             source: serde::de::Error::custom(err),
         })?;

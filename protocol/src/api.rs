@@ -629,9 +629,18 @@ pub mod method {
     pub const SESSION_EVENT: &str = "task.session.event";
     /// `task.session.unsubscribe`
     pub const SESSION_UNSUBSCRIBE: &str = "task.session.unsubscribe";
+    /// `task.session.subscribe_batch`
+    pub const SESSION_SUBSCRIBE_BATCH: &str = "task.session.subscribe_batch";
+    /// The batched subscription's notifications.
+    pub const SESSION_EVENTS: &str = "task.session.events";
+    /// `task.session.unsubscribe_batch`
+    pub const SESSION_UNSUBSCRIBE_BATCH: &str = "task.session.unsubscribe_batch";
     /// `rpc.discover`: the OpenRPC document.
     pub const DISCOVER: &str = "rpc.discover";
 }
+
+/// The most events in one `task.session.events` notification.
+pub const MAX_BATCH_EVENTS: usize = 512;
 
 /// Tether's frontend API. Every method takes its params as an object by name (see
 /// [`params`] for each one's checked shape and limits) and fails with an error whose
@@ -739,6 +748,21 @@ pub trait Api {
         param_kind = map
     )]
     async fn session_subscribe(
+        &self,
+        session_id: String,
+        after_seq: Option<u64>,
+    ) -> SubscriptionResult;
+
+    /// Like `task.session.subscribe`, but each notification is an array of the events that
+    /// were ready at once, oldest first (at most [`MAX_BATCH_EVENTS`]): a burst of chunks
+    /// costs one WebSocket frame, not one per event. Nothing is held back to fill a batch.
+    #[subscription(
+        name = "task.session.subscribe_batch" => "task.session.events",
+        unsubscribe = "task.session.unsubscribe_batch",
+        item = Vec<SessionEvent>,
+        param_kind = map
+    )]
+    async fn session_subscribe_batch(
         &self,
         session_id: String,
         after_seq: Option<u64>,

@@ -288,7 +288,9 @@ pub mod params {
             "acp.send" => parse::<AcpSend>(raw).map(drop),
             "events.ack" => parse::<EventsAck>(raw).map(drop),
             "agent.stop" => parse::<AgentStop>(raw).map(drop),
-            "events.subscribe" => parse::<EventsSubscribe>(raw).map(drop),
+            "events.subscribe" | "events.subscribe_batch" => {
+                parse::<EventsSubscribe>(raw).map(drop)
+            }
             _ => Ok(()),
         }
     }
@@ -336,7 +338,25 @@ pub trait Control {
         param_kind = map
     )]
     async fn events_subscribe(&self, after_seq: u64) -> SubscriptionResult;
+
+    /// Like `events.subscribe`, but each notification is an array of the events that were
+    /// ready at once, oldest first: a burst costs one frame, not one per event. Nothing is
+    /// held back to fill a batch. (An agentctl without it answers "method not found", and
+    /// the client falls back to `events.subscribe`.)
+    #[subscription(
+        name = "events.subscribe_batch" => "events.batch",
+        unsubscribe = "events.unsubscribe_batch",
+        item = Vec<Event>,
+        param_kind = map
+    )]
+    async fn events_subscribe_batch(&self, after_seq: u64) -> SubscriptionResult;
 }
+
+/// The most events in one `events.batch` notification.
+pub const MAX_BATCH_EVENTS: usize = 1024;
+
+/// A batch is closed once its JSON passes this many bytes (one event may pass it alone).
+pub const MAX_BATCH_BYTES: usize = 256 * 1024;
 
 #[cfg(test)]
 mod tests {

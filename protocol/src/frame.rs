@@ -89,12 +89,32 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
         }
     }
 
+    /// Whether a whole next line is already buffered (reading it needs no I/O).
+    pub fn has_buffered_line(&self) -> bool
+    where
+        R: BufferedBytes,
+    {
+        self.reader.buffered().contains(&b'\n')
+    }
+
     fn finish_line(&mut self) -> Line {
         let mut line = std::mem::take(&mut self.buf);
         if line.last() == Some(&b'\r') {
             line.pop();
         }
         Line::Complete(line)
+    }
+}
+
+/// A reader whose buffered, not yet consumed, bytes can be looked at.
+pub trait BufferedBytes {
+    /// The bytes read ahead.
+    fn buffered(&self) -> &[u8];
+}
+
+impl<R: tokio::io::AsyncRead> BufferedBytes for tokio::io::BufReader<R> {
+    fn buffered(&self) -> &[u8] {
+        self.buffer()
     }
 }
 

@@ -24,7 +24,7 @@ use protocol::errors::CheckParams;
 use serde_json::Value;
 
 pub use agentctl::server::AccessPolicy;
-use agentctl::server::{AccessLayer, stream_spool};
+use agentctl::server::{AccessLayer, stream_spool, stream_spool_batches};
 
 use crate::service::{ServiceError, Supervisor};
 
@@ -163,6 +163,24 @@ impl ApiServer for Methods {
         let sink = pending.accept().await?;
         // The log's own marks stay here: subscribers get the wire event.
         stream_spool(sink, reader, |event| event.to_wire()).await
+    }
+
+    async fn session_subscribe_batch(
+        &self,
+        pending: PendingSubscriptionSink,
+        session_id: String,
+        after_seq: Option<u64>,
+    ) -> SubscriptionResult {
+        let reader = match self.0.subscribe(session_id, after_seq.unwrap_or(0)).await {
+            Ok(reader) => reader,
+            Err(err) => {
+                pending.reject(to_rpc(err)).await;
+                return Ok(());
+            }
+        };
+        let sink = pending.accept().await?;
+        stream_spool_batches(sink, reader, protocol::api::MAX_BATCH_EVENTS, |event| event.to_wire())
+            .await
     }
 
     async fn discover(&self) -> RpcResult<Value> {

@@ -458,6 +458,20 @@ impl Api {
         .await
     }
 
+    /// Subscribes to a session's events after `after_seq`, in batches
+    /// (`task.session.subscribe_batch`).
+    pub async fn subscribe_batches(
+        &self,
+        session_id: &str,
+        after_seq: u64,
+    ) -> Subscription<Vec<SessionEvent>> {
+        ok(
+            "task.session.subscribe_batch",
+            self.client.session_subscribe_batch(session_id.to_owned(), Some(after_seq)),
+        )
+        .await
+    }
+
     /// Subscribes to a session's events from now on.
     pub async fn subscribe_at_end(&self, session_id: &str) -> Subscription<SessionEvent> {
         let after = self.status(session_id).await.last_event_seq;

@@ -221,3 +221,24 @@ async fn a_reader_at_the_tail_does_not_scan_the_active_segment() {
     let event = next(&mut tail).await;
     assert_eq!((event.seq, line_of(&event)), (101, "line 101".to_owned()));
 }
+
+#[tokio::test]
+async fn a_batch_takes_what_is_on_disk_in_order_across_segments_and_waits_only_for_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    // Small segments: a batch crosses several of them.
+    let spool = Arc::new(Spool::create(dir.path(), 128).unwrap());
+    // Written in one append, as the relay does with a burst.
+    assert_eq!(spool.try_append_kinds((1..=10).map(stderr).collect()).unwrap(), 10);
+    let mut reader = spool.reader(0).unwrap();
+    let first: Vec<Event> =
+        serde_json::from_str(reader.next_raw_batch(4, 1 << 20).await.unwrap().get()).unwrap();
+    assert_eq!(first.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3, 4], "at most 4");
+    let rest = reader.next_batch(100).await.unwrap();
+    assert_eq!(rest.iter().map(|e| e.seq).collect::<Vec<_>>(), (5..=10).collect::<Vec<_>>());
+    assert_eq!(line_of(&rest[5]), "line 10");
+    // Caught up: the next batch waits for the next event and holds just it.
+    let waiting = tokio::spawn(async move { reader.next_batch(100).await.unwrap() });
+    spool.append(stderr(11)).unwrap();
+    let live = tokio::time::timeout(Duration::from_secs(10), waiting).await.unwrap().unwrap();
+    assert_eq!(live.iter().map(|e| e.seq).collect::<Vec<_>>(), [11]);
+}

@@ -228,7 +228,7 @@ impl Checked for SessionHistory {
     }
 }
 
-/// `task.session.subscribe`
+/// `task.session.subscribe` and `task.session.subscribe_batch`
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionSubscribe {
@@ -311,7 +311,7 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         SESSION_PROMPT => parse::<SessionPrompt>(raw).map(drop),
         PERMISSION_RESPOND => parse::<PermissionRespond>(raw).map(drop),
         SESSION_HISTORY => parse::<SessionHistory>(raw).map(drop),
-        SESSION_SUBSCRIBE => parse::<SessionSubscribe>(raw).map(drop),
+        SESSION_SUBSCRIBE | SESSION_SUBSCRIBE_BATCH => parse::<SessionSubscribe>(raw).map(drop),
         _ => Ok(()),
     }
 }

@@ -175,6 +175,10 @@ pub(super) struct SessionActor {
 }
 
 /// The longest wait between two tries after a failed write.
+/// The most agent events handled in a row before the session events are written and
+/// commands are looked at again.
+const AGENT_EVENT_BURST: usize = 256;
+
 const STALL_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The most stderr put into a turn's error.
@@ -277,11 +281,24 @@ impl SessionActor {
                 },
                 Some(report) = internal.recv() => self.handle_internal(report).await,
                 () = deadline => self.deadline_passed().await,
-                event = agent_event => match event {
-                    Some(Ok(event)) => self.handle_agent_event(event).await,
-                    Some(Err(err)) => self.lost(format!("lost the connection to agentctl: {err}")).await,
-                    None => self.lost("agentctl's event stream ended".into()).await,
-                },
+                event = agent_event => {
+                    self.agent_event(event).await;
+                    // Events already queued behind it are handled too before the session
+                    // events are written: one append per burst, not one per event.
+                    for _ in 1..AGENT_EVENT_BURST {
+                        let queued = match self.execution.as_mut() {
+                            Some(execution) if self.stalled.is_none() && self.phase != Phase::Ended => {
+                                match execution.events_rx.try_recv() {
+                                    Ok(event) => Some(event),
+                                    Err(mpsc::error::TryRecvError::Empty) => break,
+                                    Err(mpsc::error::TryRecvError::Disconnected) => None,
+                                }
+                            }
+                            _ => break,
+                        };
+                        self.agent_event(queued).await;
+                    }
+                }
             }
             self.flush_events();
             if self.stalled.is_some() && self.stall_retry.is_none() {
@@ -294,6 +311,17 @@ impl SessionActor {
         while let Some(command) = commands.recv().await {
             let state = self.row.state;
             reject(command, || SessionError::Terminal(state));
+        }
+    }
+
+    async fn agent_event(
+        &mut self,
+        event: Option<Result<protocol::control::Event, agentctl::client::ClientError>>,
+    ) {
+        match event {
+            Some(Ok(event)) => self.handle_agent_event(event).await,
+            Some(Err(err)) => self.lost(format!("lost the connection to agentctl: {err}")).await,
+            None => self.lost("agentctl's event stream ended".into()).await,
         }
     }
 
@@ -1079,14 +1107,19 @@ impl SessionActor {
     /// Syncs what was written and stores `acked_seq`, then acknowledges through the
     /// outbox — nothing before it is durable (see `durability.rs`).
     pub(super) async fn ack(&mut self, force: bool) {
+        if self.stalled.is_some() {
+            return;
+        }
+        let Some(seq) = self.durability.due(self.history.unflushed_since(), force) else {
+            // Nothing to acknowledge: the session events stay buffered until the actor's
+            // loop writes them (once per burst of agent events).
+            return;
+        };
         // What the handled events published must be in the log before it is synced.
         self.flush_events();
         if self.stalled.is_some() {
             return;
         }
-        let Some(seq) = self.durability.due(self.history.unflushed_since(), force) else {
-            return;
-        };
         let Some(execution_id) = self.execution.as_ref().map(|execution| execution.id.clone())
         else {
             return;

@@ -81,8 +81,8 @@ impl Control for ControlClient {
     }
 }
 
-/// The control channel over WebSocket (one connection for calls, one for the stream, so a
-/// burst of events never delays a call).
+/// The control channel over WebSocket: one connection per session for calls and the event
+/// stream.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WsConnector;
 
@@ -94,8 +94,11 @@ impl Connector for WsConnector {
         after_seq: u64,
     ) -> BoxFuture<'a, Result<Connection, ClientError>> {
         Box::pin(async move {
-            let calls = ControlClient::connect(addr, token).await?;
-            let mut stream = ControlClient::connect(addr, token).await?.events(after_seq);
+            // One connection per session: calls and the event stream share it (events come
+            // in batches, so a burst is a few frames ahead of a call's answer, not thousands).
+            let capacity = agentctl::client::BATCH_SUBSCRIPTION_CAPACITY;
+            let calls = ControlClient::connect_with_capacity(addr, token, capacity).await?;
+            let mut stream = calls.clone().events(after_seq);
             let (events_tx, events_rx) = mpsc::channel(1024);
             tokio::spawn(async move {
                 loop {

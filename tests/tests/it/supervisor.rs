@@ -670,3 +670,37 @@ async fn a_client_command_piped_into_a_reader_that_quits_ends_quietly() {
         output.status
     );
 }
+
+/// `task.session.subscribe_batch` is the same stream as `task.session.subscribe`, in
+/// arrays: every event once, in order, from any point, backlog and live alike.
+#[tokio::test]
+async fn the_batched_subscription_carries_the_same_events_as_the_plain_one() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("batch")).await;
+    let start = api.status(&session).await.last_event_seq;
+    let mut plain = api.subscribe(&session, start).await;
+    let mut batches = api.subscribe_batches(&session, start).await;
+    api.prompt(&session, "/stream 2000").await.unwrap();
+    let expected = tether_tests::daemon::until(&mut plain, turn_ended).await;
+    let mut got: Vec<SessionEvent> = Vec::new();
+    let mut sizes: Vec<usize> = Vec::new();
+    while !got.iter().any(turn_ended) {
+        let batch = within("a batch", batches.next()).await.expect("open").expect("parses");
+        assert!(!batch.is_empty() && batch.len() <= protocol::api::MAX_BATCH_EVENTS);
+        sizes.push(batch.len());
+        got.extend(batch);
+    }
+    assert!(sizes.iter().sum::<usize>() == got.len());
+    // What came after the turn's end in the same batch is not compared.
+    got.truncate(got.iter().position(turn_ended).unwrap() + 1);
+    let seqs = |events: &[SessionEvent]| events.iter().map(|e| e.seq).collect::<Vec<_>>();
+    assert_eq!(seqs(&got), seqs(&expected), "the same events, once each, in order");
+    assert_eq!(serde_json::to_value(&got).unwrap(), serde_json::to_value(&expected).unwrap());
+    // From the backlog, at any point: what is on disk comes in full batches.
+    let mut replay = api.subscribe_batches(&session, start + 5).await;
+    let first = within("a batch", replay.next()).await.expect("open").expect("parses");
+    assert_eq!(first[0].seq, start + 6);
+    assert_eq!(first.len(), protocol::api::MAX_BATCH_EVENTS, "a full batch from the backlog");
+    assert_eq!(seqs(&first), seqs(&expected[5..5 + protocol::api::MAX_BATCH_EVENTS]));
+}
