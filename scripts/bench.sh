@@ -1,7 +1,25 @@
 #!/usr/bin/env bash
-# Benchmarks against DESIGN §12's targets, with real processes and a release build.
-# Prints a table and writes target/bench.json. Numbers, not pass/fail.
+# Benchmarks against DESIGN §12's and issue 13's targets, with real processes and a release
+# build. Prints a table and writes target/bench.json. Numbers, not pass/fail: each figure is
+# the min / median of 3 runs, and the relay is set beside two baselines measured in the
+# same run (fast-agent read from a pipe, and the official ACP SDK client, tests/sdk-baseline).
+#
+#   scripts/bench.sh               # every section
+#   scripts/bench.sh relay scale   # some: relay sessions scale restart docker context
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The Docker section needs an engine (started here when there is none, and stopped after).
+source scripts/setup.sh
+if [ -n "${DOCKERD_STARTED:-}" ]; then
+  trap 'kill "$DOCKERD_STARTED" 2>/dev/null && wait "$DOCKERD_STARTED" 2>/dev/null || true' EXIT
+fi
+
 cargo build --quiet --release --workspace --bins
-exec target/release/bench
+# The SDK baseline is a package of its own (outside the workspace, so the tests never build
+# it), sharing the target dir.
+CARGO_TARGET_DIR="$PWD/target" cargo build --quiet --release --manifest-path tests/sdk-baseline/Cargo.toml
+static_dir=$(scripts/build-static.sh)
+export TETHER_STATIC_MOCK_AGENT="$static_dir/mock-agent"
+export TETHER_STATIC_AGENTCTL="$static_dir/agentctl"
+target/release/bench "$@"

@@ -379,6 +379,24 @@ fn read_token_file(path: &Path) -> anyhow::Result<String> {
     Ok(token.to_owned())
 }
 
+/// Raises the soft limit on open files to the hard one: every live session holds a
+/// connection and a file, and the common soft default (1,024) would cap the daemon at a few
+/// hundred sessions. Sidecars and agents inherit what they were given by their own spawns.
+fn raise_fd_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            if let Err(err) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::warn!(%err, soft, hard, "cannot raise the open-file limit");
+            } else {
+                tracing::debug!(from = soft, to = hard, "raised the open-file limit");
+            }
+        }
+        Ok(_) => {}
+        Err(err) => tracing::warn!(%err, "cannot read the open-file limit"),
+    }
+}
+
 async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<()> {
     let listen = args.listen;
     // A token in argv shows in `ps`: a 0600 file or the environment keeps it out of sight.
@@ -400,6 +418,7 @@ async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<(
         )
         .with_writer(std::io::stderr)
         .try_init();
+    raise_fd_limit();
     let root = args
         .home
         .or_else(Home::default_root)

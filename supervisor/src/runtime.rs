@@ -235,6 +235,31 @@ async fn kill_sidecar(
 
 /// A local sidecar is alive only if the machine has not rebooted since it started, its pid
 /// still exists, and that pid's start time is the one it announced (not a recycled pid).
+/// Every live agentctl's pid and `--state-dir`, from one scan of `/proc`: how recovery
+/// tells, for thousands of stored sessions at once, which might still have a sidecar.
+pub fn live_sidecars() -> (std::collections::HashSet<u32>, std::collections::HashSet<PathBuf>) {
+    let (mut pids, mut dirs) = (std::collections::HashSet::new(), std::collections::HashSet::new());
+    let Ok(entries) = std::fs::read_dir("/proc") else { return (pids, dirs) };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let mut args = cmdline.split(|&b| b == 0);
+        while let Some(arg) = args.next() {
+            if arg == b"--state-dir" {
+                if let Some(dir) = args.next() {
+                    use std::os::unix::ffi::OsStrExt;
+                    pids.insert(pid);
+                    dirs.insert(PathBuf::from(std::ffi::OsStr::from_bytes(dir)));
+                }
+                break;
+            }
+        }
+    }
+    (pids, dirs)
+}
+
 fn standalone_alive(executor: &ExecutorRow, boot_id: &str) -> bool {
     let (Some(pid), Some(start_time)) = (executor.agentctl_pid, executor.agentctl_start_time)
     else {

@@ -636,7 +636,24 @@ impl Supervisor {
         let mut summary = RecoverySummary::default();
         let mut adopting = Vec::new();
         let boot_id = agentctl::ready::boot_id().unwrap_or_default();
-        for (row, executor) in self.config.store.active_executions().await? {
+        // Sessions at rest — stopped, nothing open, no sidecar of theirs alive — need
+        // nothing: they are told apart with one query and one scan of the processes, so a
+        // restart does not grow with the number of stored sessions.
+        let (sidecar_pids, sidecar_dirs) = crate::runtime::live_sidecars();
+        for candidate in self.config.store.recovery_candidates().await? {
+            if self.at_rest(&candidate, &sidecar_pids, &sidecar_dirs) {
+                summary.at_rest += 1;
+                continue;
+            }
+            let executor = candidate.executor;
+            let row = match self.config.store.get_session(executor.session_id.clone()).await {
+                Ok(row) => row,
+                Err(err) => {
+                    summary.skipped += 1;
+                    tracing::error!(session = %executor.session_id, %err, "cannot read this session for recovery; skipped");
+                    continue;
+                }
+            };
             let session_id = row.id.clone();
             let (kept_row, kept_executor) = (row.clone(), executor.clone());
             match self.recover_one(row, executor, &boot_id, &mut summary).await {
@@ -699,6 +716,7 @@ impl Supervisor {
         }
         tracing::info!(
             reattaching = adopting.len(),
+            at_rest = summary.at_rest,
             dead = summary.dead,
             interrupted = summary.interrupted,
             approvals_restored = summary.approvals_restored,
@@ -720,6 +738,31 @@ impl Supervisor {
             tracing::info!(readopted, failed, "recovery: re-attaching done");
         });
         Ok(summary)
+    }
+
+    /// A session recovery can leave as it is: standalone, waiting for input, its execution
+    /// over, no turn running or request pending, and no live agentctl that is its recorded
+    /// one or serves its state dir.
+    fn at_rest(
+        &self,
+        candidate: &crate::store::RecoveryCandidate,
+        sidecar_pids: &std::collections::HashSet<u32>,
+        sidecar_dirs: &std::collections::HashSet<std::path::PathBuf>,
+    ) -> bool {
+        let executor = &candidate.executor;
+        let recorded_alive = executor
+            .agentctl_pid
+            .and_then(|pid| u32::try_from(pid).ok())
+            .is_some_and(|pid| sidecar_pids.contains(&pid));
+        let standalone = self.config.standalone.name();
+        candidate.runtime == standalone
+            && executor.runtime == standalone
+            && candidate.state == SessionState::WaitingForInput
+            && executor.status.is_over()
+            && !candidate.open_work
+            && !recorded_alive
+            && !sidecar_dirs
+                .contains(&self.config.home.session_path(&executor.session_id).join("agentctl"))
     }
 
     /// Publishes what recovery found on a session's stream, in one append. The events
@@ -1030,6 +1073,8 @@ pub const RESUME_WAIT: Duration = Duration::from_secs(90);
 /// What restart recovery did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RecoverySummary {
+    /// Sessions left as they were: stopped, nothing open, no sidecar alive.
+    pub at_rest: usize,
     /// Sessions whose sidecar was dead.
     pub dead: usize,
     /// Turns marked interrupted.

@@ -362,6 +362,19 @@ pub struct Task {
     pub updated_at: i64,
 }
 
+/// An active session with a runtime record, as [`Store::recovery_candidates`] reads it.
+#[derive(Debug, Clone)]
+pub struct RecoveryCandidate {
+    /// The session's state.
+    pub state: SessionState,
+    /// The session's runtime.
+    pub runtime: String,
+    /// A turn is running or a request is pending.
+    pub open_work: bool,
+    /// Its current execution.
+    pub executor: ExecutorRow,
+}
+
 /// A session row.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionRow {
@@ -754,6 +767,47 @@ impl Store {
             let mut stmt = conn.prepare(&sql)?;
             let rows = stmt.query_map([], session_from_row)?.collect::<Result<Vec<_>, _>>()?;
             rows.into_iter().map(finish_session).collect()
+        })
+        .await
+    }
+
+    /// Every active session that has a runtime record, as recovery first looks at it: its
+    /// state, runtime and record, and whether it left work open (a running turn or a pending
+    /// request) — one query, no profile snapshot parsed. See
+    /// [`Store::active_executions`] for the whole rows.
+    pub async fn recovery_candidates(&self) -> Result<Vec<RecoveryCandidate>, StoreError> {
+        self.call(|conn| {
+            let exec_columns: Vec<String> =
+                EXECUTOR_COLUMNS.split(", ").map(|c| format!("e.{c}")).collect();
+            let sql = format!(
+                "SELECT s.state, s.runtime, \
+                 EXISTS(SELECT 1 FROM turns t WHERE t.session_id = s.id AND t.state = 'running') \
+                 OR EXISTS(SELECT 1 FROM pending_requests p WHERE p.session_id = s.id), {} \
+                 FROM task_sessions s JOIN executors_running e ON e.session_id = s.id \
+                 WHERE s.state IN ('STARTING', 'RUNNING', 'WAITING_FOR_INPUT') ORDER BY s.id",
+                exec_columns.join(", ")
+            );
+            let mut stmt = conn.prepare(&sql)?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, bool>(2)?,
+                        executor_from_row_at(r, 3)?,
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            rows.into_iter()
+                .map(|(state, runtime, open_work, executor)| {
+                    Ok(RecoveryCandidate {
+                        state: SessionState::parse(&state)?,
+                        runtime,
+                        open_work,
+                        executor,
+                    })
+                })
+                .collect()
         })
         .await
     }
