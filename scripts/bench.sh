@@ -22,4 +22,7 @@ CARGO_TARGET_DIR="$PWD/target" cargo build --quiet --release --manifest-path tes
 static_dir=$(scripts/build-static.sh)
 export TETHER_STATIC_MOCK_AGENT="$static_dir/mock-agent"
 export TETHER_STATIC_AGENTCTL="$static_dir/agentctl"
+# The restart sections wait for the daemon's "re-attaching done" line (an info line of the
+# recovery); the rest of its log stays at warn.
+export TETHER_TEST_LOG="${TETHER_TEST_LOG:-warn,supervisor::service=info}"
 target/release/bench "$@"

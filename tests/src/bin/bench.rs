@@ -280,6 +280,15 @@ async fn relay(rows: &mut Vec<Row>) {
     ok("sessions.stop_all", api.typed().stop_all()).await;
 }
 
+/// Prints the newest rows to stderr as each section ends (the table comes at the end).
+fn progress(rows: &[Row]) {
+    static SHOWN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let from = SHOWN.swap(rows.len(), std::sync::atomic::Ordering::Relaxed);
+    for row in &rows[from..] {
+        eprintln!("bench: {} — {}", row.measure, row.result);
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let wanted: Vec<String> = std::env::args().skip(1).collect();
@@ -287,21 +296,27 @@ async fn main() {
     let mut rows = Vec::new();
     if run("relay") {
         relay(&mut rows).await;
+        progress(&rows);
     }
     if run("sessions") {
         sessions(&mut rows).await;
+        progress(&rows);
     }
     if run("scale") {
         scale(&mut rows).await;
+        progress(&rows);
     }
     if run("restart") {
         restart(&mut rows).await;
+        progress(&rows);
     }
     if run("docker") {
         docker(&mut rows).await;
+        progress(&rows);
     }
     if run("context") {
         context(&mut rows);
+        progress(&rows);
     }
 
     println!("| measure | target | result |\n|---|---|---|");
@@ -512,27 +527,28 @@ async fn restart(rows: &mut Vec<Row>) {
     ok("sessions.stop_all", api.typed().stop_all()).await;
     drop(api);
     daemon.terminate().await;
-    let store = supervisor::store::Store::open(&daemon.home().join("state.db")).unwrap();
+    let store = supervisor::store::Store::open(&daemon.home().join("tether/state.db")).unwrap();
     store
         .call(move |conn| {
             let tx = conn.transaction()?;
+            let mut inserted = 0;
             let copies = format!(
                 "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {STORED})"
             );
-            tx.execute(
+            inserted += tx.execute(
                 &format!(
-                    "{copies} INSERT INTO task_sessions (id, task_id, agent_profile_id, profile_snapshot, runtime, state, \\
+                    "{copies} INSERT INTO task_sessions (id, task_id, agent_profile_id, profile_snapshot, runtime, state, \
                      workspace_path, error_message, created_at, updated_at) SELECT substr(s.id, 1, 24) || printf('%012x', n.i), task_id, agent_profile_id, \
                      profile_snapshot, runtime, state, workspace_path, error_message, created_at, updated_at \
                      FROM n, task_sessions s WHERE s.id = ?1"
                 ),
                 [&model],
             )?;
-            tx.execute(
+            inserted += tx.execute(
                 &format!(
-                    "{copies} INSERT INTO executors_running (session_id, execution_id, generation, runtime, status, \\
-                     resume_token, agentctl_port, agentctl_pid, agentctl_start_time, boot_id, agentctl_token, acked_seq, \\
-                     resume_context_pending, acp_session_id, resume_outcome, container_id, last_seen_at, created_at, \\
+                    "{copies} INSERT INTO executors_running (session_id, execution_id, generation, runtime, status, \
+                     resume_token, agentctl_port, agentctl_pid, agentctl_start_time, boot_id, agentctl_token, acked_seq, \
+                     resume_context_pending, acp_session_id, resume_outcome, container_id, last_seen_at, created_at, \
                      updated_at) SELECT substr(e.session_id, 1, 24) || printf('%012x', n.i), \
                      substr(e.execution_id, 1, 24) || printf('%012x', n.i), generation, runtime, status, resume_token, agentctl_port, \
                      agentctl_pid, agentctl_start_time, boot_id, agentctl_token, acked_seq, resume_context_pending, \
@@ -542,9 +558,10 @@ async fn restart(rows: &mut Vec<Row>) {
                 [&model],
             )?;
             tx.commit()?;
-            Ok(())
+            Ok(inserted)
         })
         .await
+        .map(|inserted| assert_eq!(inserted, 2 * STORED, "sessions and runtime records copied"))
         .unwrap();
     drop(store);
     let mut samples = Vec::new();
