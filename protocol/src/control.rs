@@ -138,7 +138,11 @@ pub struct Status {
 }
 
 /// One event from agentctl. Every event is in the spool before it is delivered.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+///
+/// Read in one pass (a hand-written `Deserialize`): the derived form of a flattened,
+/// internally tagged enum buffers the whole event — the agent's message included — in an
+/// intermediate tree and parses it twice, which was a good share of the relay's cost.
+#[derive(Debug, Clone, Serialize)]
 pub struct Event {
     /// Strictly increasing from 1, without gaps.
     pub seq: u64,
@@ -147,6 +151,86 @@ pub struct Event {
     /// What happened.
     #[serde(flatten)]
     pub kind: EventKind,
+}
+
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Event, D::Error> {
+        use serde::de::Error;
+        /// Every member any kind has; each kind takes its own (unknown members are
+        /// ignored, as the derived form did).
+        #[derive(Deserialize)]
+        struct Flat {
+            seq: u64,
+            at: u64,
+            kind: String,
+            #[serde(default)]
+            message: Option<Value>,
+            #[serde(default)]
+            answered: Option<Value>,
+            #[serde(default)]
+            line: Option<String>,
+            #[serde(default)]
+            reason: Option<String>,
+            #[serde(default)]
+            pid: Option<u32>,
+            #[serde(default)]
+            command: Option<String>,
+            #[serde(default)]
+            args: Option<Vec<String>>,
+            #[serde(default)]
+            status: Option<ExitInfo>,
+            #[serde(default)]
+            stderr_tail: Option<String>,
+            #[serde(default)]
+            id: Option<Value>,
+        }
+        fn need<T, E: Error>(value: Option<T>, field: &'static str) -> Result<T, E> {
+            value.ok_or_else(|| E::missing_field(field))
+        }
+        let flat = Flat::deserialize(deserializer)?;
+        let kind = match flat.kind.as_str() {
+            "acp" => {
+                EventKind::Acp { message: need(flat.message, "message")?, answered: flat.answered }
+            }
+            "stderr" => EventKind::Stderr { line: need(flat.line, "line")? },
+            "stdout_noise" => EventKind::StdoutNoise {
+                line: need(flat.line, "line")?,
+                reason: need(flat.reason, "reason")?,
+            },
+            "agent_started" => EventKind::AgentStarted {
+                pid: need(flat.pid, "pid")?,
+                command: need(flat.command, "command")?,
+                args: need(flat.args, "args")?,
+            },
+            "agent_exited" => EventKind::AgentExited {
+                status: need(flat.status, "status")?,
+                stderr_tail: need(flat.stderr_tail, "stderr_tail")?,
+            },
+            "error" => match need(flat.message, "message")? {
+                Value::String(message) => EventKind::Error { message },
+                _ => return Err(D::Error::custom("an error event's message must be a string")),
+            },
+            // A null id reads as null, as the derived form read it.
+            "delivered" => EventKind::Delivered { id: flat.id.unwrap_or(Value::Null) },
+            "intake_stalled" => EventKind::IntakeStalled { reason: flat.reason },
+            other => {
+                return Err(D::Error::unknown_variant(
+                    other,
+                    &[
+                        "acp",
+                        "stderr",
+                        "stdout_noise",
+                        "agent_started",
+                        "agent_exited",
+                        "error",
+                        "delivered",
+                        "intake_stalled",
+                    ],
+                ));
+            }
+        };
+        Ok(Event { seq: flat.seq, at: flat.at, kind })
+    }
 }
 
 /// The kinds of [`Event`].
@@ -361,6 +445,52 @@ pub const MAX_BATCH_BYTES: usize = 256 * 1024;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The hand-written reader reads back what the derived writer writes, for every kind,
+    /// and refuses what the derived reader refused.
+    #[test]
+    fn every_kind_reads_back_as_written() {
+        let kinds = [
+            EventKind::Acp {
+                message: serde_json::json!({"jsonrpc": "2.0", "method": "m", "params": {"z": 1, "a": [1, {"b": null}]}}),
+                answered: None,
+            },
+            EventKind::Acp {
+                message: serde_json::json!({"jsonrpc": "2.0", "id": 4, "method": "fs/read_text_file"}),
+                answered: Some(serde_json::json!({"jsonrpc": "2.0", "id": 4, "result": {}})),
+            },
+            EventKind::Stderr { line: "a line".into() },
+            EventKind::StdoutNoise { line: "noise".into(), reason: "not JSON".into() },
+            EventKind::AgentStarted { pid: 7, command: "agent".into(), args: vec!["-x".into()] },
+            EventKind::AgentExited {
+                status: ExitInfo { code: Some(1), signal: None },
+                stderr_tail: "tail".into(),
+            },
+            EventKind::Error { message: "oops".into() },
+            EventKind::Delivered { id: serde_json::json!("req-1") },
+            EventKind::IntakeStalled { reason: Some("disk full".into()) },
+            EventKind::IntakeStalled { reason: None },
+        ];
+        for (n, kind) in kinds.into_iter().enumerate() {
+            let event = Event { seq: n as u64 + 1, at: 99, kind };
+            let text = serde_json::to_string(&event).unwrap();
+            let back: Event = serde_json::from_str(&text).unwrap();
+            assert_eq!(serde_json::to_string(&back).unwrap(), text);
+        }
+        for bad in [
+            r#"{"seq":1,"at":1,"kind":"nonsense"}"#,
+            r#"{"seq":1,"at":1,"kind":"stderr"}"#,
+            r#"{"seq":1,"at":1,"kind":"error","message":{"not":"a string"}}"#,
+            r#"{"at":1,"kind":"stderr","line":"x"}"#,
+        ] {
+            assert!(serde_json::from_str::<Event>(bad).is_err(), "{bad}");
+        }
+        // Members of newer kinds or versions are ignored.
+        let newer: Event =
+            serde_json::from_str(r#"{"seq":1,"at":1,"kind":"stderr","line":"x","extra":true}"#)
+                .unwrap();
+        assert!(matches!(newer.kind, EventKind::Stderr { .. }));
+    }
 
     #[test]
     fn events_are_flat_json_objects() {

@@ -159,17 +159,21 @@ impl SessionActor {
     async fn handle_acp(&mut self, message: Value, answered_by_agentctl: bool) -> bool {
         let method = message.get("method").and_then(Value::as_str).map(str::to_owned);
         let id = message.get("id").cloned();
+        // The params are moved out of the message, not copied (a chunk's whole tree).
+        let params = |mut message: Value| match message.get_mut("params") {
+            Some(params) => params.take(),
+            None => Value::Null,
+        };
         match (method, id) {
             (Some(method), Some(id)) => {
                 if !answered_by_agentctl {
-                    let params = message.get("params").cloned().unwrap_or(Value::Null);
-                    self.agent_request(method, id, params).await;
+                    self.agent_request(method, id, params(message)).await;
                 }
                 false
             }
             (Some(method), None) => {
                 if method == protocol::acp::method::SESSION_UPDATE {
-                    self.session_update(message.get("params").cloned().unwrap_or(Value::Null));
+                    self.session_update(params(message));
                 }
                 false
             }
@@ -213,8 +217,8 @@ impl SessionActor {
         })));
     }
 
-    fn session_update(&mut self, params: Value) {
-        let update = params.get("update").cloned().unwrap_or(Value::Null);
+    fn session_update(&mut self, mut params: Value) {
+        let update = params.get_mut("update").map(Value::take).unwrap_or(Value::Null);
         let kind =
             update.get("sessionUpdate").and_then(Value::as_str).unwrap_or_default().to_owned();
         if self.loading && is_replayed_kind(&kind) {
