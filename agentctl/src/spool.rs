@@ -99,7 +99,9 @@ pub struct Spool<E = Event> {
 struct Inner {
     /// Oldest first; the last one is active.
     segments: VecDeque<Segment>,
-    active: File,
+    /// The active segment, open for appending; `None` after [`Spool::release`] until the
+    /// next write (an idle session's log holds no file open).
+    active: Option<File>,
     next_seq: u64,
     acked_seq: u64,
 }
@@ -182,7 +184,7 @@ impl<E: Entry> Spool<E> {
             segment_bytes,
             inner: Mutex::new(Inner {
                 segments: VecDeque::from([segment]),
-                active,
+                active: Some(active),
                 next_seq: 1,
                 acked_seq: 0,
             }),
@@ -246,7 +248,7 @@ impl<E: Entry> Spool<E> {
         Ok(Spool {
             dir: dir.to_owned(),
             segment_bytes,
-            inner: Mutex::new(Inner { segments, active, next_seq, acked_seq: 0 }),
+            inner: Mutex::new(Inner { segments, active: Some(active), next_seq, acked_seq: 0 }),
             last_seq_tx,
             stalled: watch::channel(None).0,
             _entries: std::marker::PhantomData,
@@ -314,11 +316,17 @@ impl<E: Entry> Spool<E> {
             let active = inner.segments.back().expect("UNWRAP: there is always an active segment");
             (active.path.clone(), active.bytes)
         };
-        if let Err(err) = inner.active.write_all(lines) {
-            if let Err(cut) = inner.active.set_len(before) {
+        if inner.active.is_none() {
+            let reopened =
+                std::fs::OpenOptions::new().append(true).open(&path).map_err(io_err(&path))?;
+            inner.active = Some(reopened);
+        }
+        let active = inner.active.as_mut().expect("UNWRAP: opened above");
+        if let Err(err) = active.write_all(lines) {
+            if let Err(cut) = active.set_len(before) {
                 tracing::error!(%cut, path = %path.display(), "cannot cut a torn spool line");
             }
-            let _ = std::io::Seek::seek(&mut inner.active, std::io::SeekFrom::Start(before));
+            let _ = std::io::Seek::seek(active, std::io::SeekFrom::Start(before));
             return Err(SpoolError::Io { path, source: err });
         }
         inner.next_seq = last + 1;
@@ -361,7 +369,18 @@ impl<E: Entry> Spool<E> {
     pub fn sync(&self) -> Result<(), SpoolError> {
         let inner = self.lock();
         let path = inner.segments.back().map(|s| s.path.clone()).unwrap_or_default();
-        inner.active.sync_data().map_err(io_err(&path))
+        match &inner.active {
+            Some(file) => file.sync_data().map_err(io_err(&path)),
+            // Released: what was written went through a handle since closed; syncing the
+            // file through a new one flushes it all the same.
+            None => File::open(&path).and_then(|file| file.sync_data()).map_err(io_err(&path)),
+        }
+    }
+
+    /// Closes the active segment's file until the next write (which reopens it), so a
+    /// spool that is not being written holds no descriptor. Readers are not affected.
+    pub fn release(&self) {
+        self.lock().active = None;
     }
 
     /// The newest entry, read back from disk.
@@ -449,10 +468,14 @@ impl<E: Entry> Spool<E> {
 
     fn rotate(&self, inner: &mut Inner) -> Result<(), SpoolError> {
         if let Some(closing) = inner.segments.back() {
-            inner.active.sync_data().map_err(io_err(&closing.path))?;
+            match &inner.active {
+                Some(file) => file.sync_data(),
+                None => File::open(&closing.path).and_then(|file| file.sync_data()),
+            }
+            .map_err(io_err(&closing.path))?;
         }
         let (segment, file) = open_segment(&self.dir, inner.next_seq)?;
-        inner.active = file;
+        inner.active = Some(file);
         inner.segments.push_back(segment);
         Ok(())
     }

@@ -72,7 +72,10 @@ pub fn same_execution(written: Option<i64>, generation: i64) -> bool {
 #[derive(Debug)]
 pub struct History {
     path: PathBuf,
-    file: std::fs::File,
+    /// Entries were written since the last [`History::sync`]. The file is not kept open:
+    /// each entry is appended through a handle of its own (entries are whole messages, not
+    /// chunks), so a session holds no descriptor for its history.
+    unsynced: bool,
     next_seq: u64,
     /// Agent text not yet written (the current message).
     agent_text: String,
@@ -115,9 +118,10 @@ impl History {
         let last_generation = last.as_ref().and_then(|entry| entry.generation);
         let watermark = last.and_then(|entry| entry.agent_seq);
         let len = file.seek(SeekFrom::End(0))?;
+        drop(file);
         Ok(History {
             path: path.to_owned(),
-            file,
+            unsynced: false,
             next_seq,
             agent_text: String::new(),
             watermark,
@@ -185,8 +189,14 @@ impl History {
     }
 
     /// Forces what was written to disk (before an ack).
-    pub fn sync(&self) -> io::Result<()> {
-        self.file.sync_data()
+    pub fn sync(&mut self) -> io::Result<()> {
+        if self.unsynced {
+            // A new handle flushes what the closed ones wrote (the file's data, not a
+            // handle's).
+            std::fs::File::open(&self.path)?.sync_data()?;
+            self.unsynced = false;
+        }
+        Ok(())
     }
 
     /// Adds a chunk of agent text to the current message.
@@ -263,10 +273,15 @@ impl History {
         };
         let mut line = serde_json::to_vec(&entry).expect("UNWRAP: entries always serialise");
         line.push(b'\n');
-        if let Err(err) = self.file.write_all(&line) {
+        let mut file = match std::fs::OpenOptions::new().append(true).open(&self.path) {
+            Ok(file) => file,
+            Err(err) => return Err((err, entry.content)),
+        };
+        self.unsynced = true;
+        if let Err(err) = file.write_all(&line) {
             // A short write (a full disk) must not leave half a line for the next one to
             // be glued to.
-            if let Err(cut) = self.file.set_len(self.len) {
+            if let Err(cut) = file.set_len(self.len) {
                 tracing::error!(%cut, path = %self.path.display(), "cannot cut a torn history line");
             }
             return Err((err, entry.content));

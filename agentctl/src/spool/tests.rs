@@ -242,3 +242,27 @@ async fn a_batch_takes_what_is_on_disk_in_order_across_segments_and_waits_only_f
     let live = tokio::time::timeout(Duration::from_secs(10), waiting).await.unwrap().unwrap();
     assert_eq!(live.iter().map(|e| e.seq).collect::<Vec<_>>(), [11]);
 }
+
+#[tokio::test]
+async fn a_released_spool_holds_no_file_and_reopens_on_the_next_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Arc::new(Spool::<Event>::create(dir.path(), 1 << 20).unwrap());
+    spool.append(stderr(1)).unwrap();
+    let held = |dir: &std::path::Path| {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .filter(|target| target.starts_with(dir))
+            .count()
+    };
+    assert_eq!(held(dir.path()), 1, "the active segment is open while written");
+    spool.release();
+    assert_eq!(held(dir.path()), 0, "released: nothing open");
+    spool.sync().unwrap();
+    assert_eq!(spool.append(stderr(2)).unwrap(), 2);
+    assert_eq!(held(dir.path()), 1, "reopened by the write");
+    let mut reader = spool.reader(0).unwrap();
+    assert_eq!(line_of(&next(&mut reader).await), "line 1");
+    assert_eq!(line_of(&next(&mut reader).await), "line 2");
+}

@@ -301,11 +301,17 @@ impl SessionActor {
                 }
             }
             self.flush_events();
+            if matches!(self.phase, Phase::Idle | Phase::Ended) {
+                // No execution: the log is written rarely, so it holds no descriptor
+                // meanwhile (the next write reopens it).
+                self.events.release();
+            }
             if self.stalled.is_some() && self.stall_retry.is_none() {
                 self.stall();
             }
         }
         self.flush_events();
+        self.events.release();
         // Answer whatever is still queued, so no caller waits forever.
         commands.close();
         while let Some(command) = commands.recv().await {

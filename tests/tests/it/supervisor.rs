@@ -704,3 +704,37 @@ async fn the_batched_subscription_carries_the_same_events_as_the_plain_one() {
     assert_eq!(first.len(), protocol::api::MAX_BATCH_EVENTS, "a full batch from the backlog");
     assert_eq!(seqs(&first), seqs(&expected[5..5 + protocol::api::MAX_BATCH_EVENTS]));
 }
+
+/// The daemon's open files under a session's directory (resolved from /proc).
+fn open_files_under(pid: u32, dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter(|target| target.starts_with(dir))
+        .collect()
+}
+
+/// A live session costs the daemon its connection and its event log's active segment, no
+/// more: the history is appended through short-lived handles (issue 13: ≤ 2 descriptors a
+/// live session).
+#[tokio::test]
+async fn a_live_session_holds_only_its_event_log_open() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("fds")).await;
+    let reply = api.ask(&session, "/stream 20\nhello").await;
+    assert!(reply.contains("you said: hello"), "{reply}");
+    // The turn's history is written (its entries are on disk) and nothing holds it.
+    assert!(api.history(&session).await.len() >= 2);
+    let pid = daemon.pid().expect("the daemon runs");
+    let open = open_files_under(pid, &daemon.session_dir(&session));
+    assert!(
+        open.len() <= 1
+            && open
+                .iter()
+                .all(|path| path.starts_with(daemon.session_dir(&session).join("events"))),
+        "only the event log's active segment: {open:?}"
+    );
+    assert!(api.status(&session).await.is_agent_running);
+}
