@@ -245,10 +245,12 @@ impl<E: Entry> Spool<E> {
         });
         let next_seq = if last_seq == 0 { active_first } else { last_seq + 1 };
         let (last_seq_tx, _) = watch::channel(next_seq - 1);
+        // What retention (or acks) dropped before is known as dropped.
+        let acked_seq = segments.front().map_or(0, |oldest| oldest.first_seq.saturating_sub(1));
         Ok(Spool {
             dir: dir.to_owned(),
             segment_bytes,
-            inner: Mutex::new(Inner { segments, active: Some(active), next_seq, acked_seq: 0 }),
+            inner: Mutex::new(Inner { segments, active: Some(active), next_seq, acked_seq }),
             last_seq_tx,
             stalled: watch::channel(None).0,
             _entries: std::marker::PhantomData,
@@ -415,6 +417,22 @@ impl<E: Entry> Spool<E> {
     /// Why appends are failing, if they are.
     pub fn stalled(&self) -> Option<String> {
         self.stalled.borrow().clone()
+    }
+
+    /// Retention: drops the oldest closed segments while the spool holds more than
+    /// `max_bytes` (the active segment is always kept, so at least the newest
+    /// `max_bytes − one segment` stay). Readers asking for a dropped event are refused
+    /// ([`SpoolError::Pruned`]). Returns the newest seq no longer kept (0: none dropped).
+    pub fn retain(&self, max_bytes: u64) -> Result<u64, SpoolError> {
+        let mut inner = self.lock();
+        let mut total: u64 = inner.segments.iter().map(|s| s.bytes).sum();
+        while total > max_bytes && inner.segments.len() > 1 {
+            let segment = inner.segments.pop_front().expect("UNWRAP: more than one");
+            std::fs::remove_file(&segment.path).map_err(io_err(&segment.path))?;
+            total -= segment.bytes;
+            inner.acked_seq = inner.acked_seq.max(segment.last_seq);
+        }
+        Ok(inner.acked_seq)
     }
 
     /// A receiver that changes when appends start or stop failing.

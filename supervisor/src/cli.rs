@@ -152,6 +152,14 @@ struct ServeArgs {
     /// The address the API listens on.
     #[arg(long, default_value = DEFAULT_LISTEN)]
     listen: SocketAddr,
+    /// Each session's event log keeps at least its newest this many bytes; older
+    /// segments are dropped (subscribing before them is refused; the history keeps the
+    /// conversation).
+    #[arg(long, value_name = "BYTES", default_value_t = crate::events::DEFAULT_RETAIN_BYTES)]
+    event_log_retain_bytes: u64,
+    /// The size of an event log's segments (what retention drops at a time).
+    #[arg(long, value_name = "BYTES", default_value_t = agentctl::spool::DEFAULT_SEGMENT_BYTES, hide = true)]
+    event_log_segment_bytes: u64,
     /// The data directory (default: $TETHER_HOME, else $XDG_DATA_HOME/tether, else
     /// ~/.local/share/tether).
     #[arg(long)]
@@ -456,6 +464,10 @@ async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<(
             install_id: home.install_id().context("cannot read or create the install id")?,
         })),
         applets,
+        event_log: crate::events::LogLimits {
+            retain_bytes: args.event_log_retain_bytes,
+            segment_bytes: args.event_log_segment_bytes.max(1),
+        },
     }));
     // Restart recovery happens before the API serves anything.
     supervisor.recover().await?;

@@ -4,6 +4,23 @@
 
 use serde::{Deserialize, Serialize};
 
+/// How much of a session's event log is kept: it is cut in segments of `segment_bytes`, and
+/// once it holds more than `retain_bytes` its oldest segments are dropped — so at least the
+/// newest `retain_bytes − segment_bytes` stay. `task.session.subscribe` delivers every event
+/// after `after_seq` when the log still holds it, and refuses an `after_seq` before what it
+/// holds (`invalid_params`, field `after_seq`, naming the oldest seq kept); the
+/// conversation itself stays whole in the history.
+#[derive(Debug, Clone, Copy)]
+pub struct LogLimits {
+    /// Keep at least the newest this many bytes.
+    pub retain_bytes: u64,
+    /// Segment size.
+    pub segment_bytes: u64,
+}
+
+/// The default of [`LogLimits::retain_bytes`]: 64 MiB, about 600,000 chunk events.
+pub const DEFAULT_RETAIN_BYTES: u64 = 64 << 20;
+
 /// One session event.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionEvent {

@@ -122,6 +122,8 @@ pub struct SupervisorConfig {
     /// Applets embedded in this binary (`mock-agent` → `[exe, "mock-agent"]`), used when
     /// no program of that name is installed.
     pub applets: HashMap<String, Vec<OsString>>,
+    /// How much of each session's event log is kept.
+    pub event_log: crate::events::LogLimits,
 }
 
 /// The supervisor's state: shared by every API connection.
@@ -230,6 +232,7 @@ impl Supervisor {
             ready_timeout: Duration::from_secs(30),
             agent_state_root: self.config.home.root().join("agent-state").join(session_id),
             connector: Arc::new(session::control::WsConnector),
+            event_log_retain_bytes: self.config.event_log.retain_bytes,
         })
     }
 
@@ -241,7 +244,7 @@ impl Supervisor {
         }
         let dir = self.config.home.session_path(session_id).join("events");
         let log =
-            Arc::new(Spool::open(&dir, agentctl::spool::DEFAULT_SEGMENT_BYTES).map_err(|err| {
+            Arc::new(Spool::open(&dir, self.config.event_log.segment_bytes).map_err(|err| {
                 ServiceError::Internal(format!("the event log of {session_id}: {err}"))
             })?);
         logs.insert(session_id.to_owned(), Arc::clone(&log));
@@ -640,7 +643,15 @@ impl Supervisor {
         // nothing: they are told apart with one query and one scan of the processes, so a
         // restart does not grow with the number of stored sessions.
         let (sidecar_pids, sidecar_dirs) = crate::runtime::live_sidecars();
-        for candidate in self.config.store.recovery_candidates().await? {
+        let candidates = self.config.store.recovery_candidates().await?;
+        // Containers: which run, with one call to the engine, not an inspect each.
+        let docker = self.config.docker.name();
+        let running_containers = if candidates.iter().any(|c| c.executor.runtime == docker) {
+            self.config.docker.running_containers().await.ok()
+        } else {
+            None
+        };
+        for candidate in candidates {
             if self.at_rest(&candidate, &sidecar_pids, &sidecar_dirs) {
                 summary.at_rest += 1;
                 continue;
@@ -656,7 +667,9 @@ impl Supervisor {
             };
             let session_id = row.id.clone();
             let (kept_row, kept_executor) = (row.clone(), executor.clone());
-            match self.recover_one(row, executor, &boot_id, &mut summary).await {
+            let recorded =
+                Recorded { boot_id: &boot_id, running_containers: running_containers.as_ref() };
+            match self.recover_one(row, executor, recorded, &mut summary).await {
                 Ok(Some(view)) => adopting.push(view),
                 Ok(None) => {}
                 Err(err) => {
@@ -792,7 +805,7 @@ impl Supervisor {
         &self,
         row: SessionRow,
         executor: crate::store::ExecutorRow,
-        boot_id: &str,
+        recorded: Recorded<'_>,
         summary: &mut RecoverySummary,
     ) -> Result<Option<tokio::sync::watch::Receiver<SessionView>>, ServiceError> {
         let runtime = self.runtime(&executor.runtime)?;
@@ -802,7 +815,12 @@ impl Supervisor {
         // later like a dead one.
         let alive = recorded_live
             && row.state != SessionState::Starting
-            && runtime.is_alive(&executor, boot_id).await;
+            && match recorded.running_containers {
+                Some(running) if executor.runtime == self.config.docker.name() => {
+                    executor.container_id.as_ref().is_some_and(|id| running.contains(id))
+                }
+                _ => runtime.is_alive(&executor, recorded.boot_id).await,
+            };
         if alive {
             let addr = std::net::SocketAddr::from((
                 [127, 0, 0, 1],
@@ -984,7 +1002,18 @@ impl Supervisor {
                 ),
             });
         }
-        log.reader(after_seq).map_err(|err| ServiceError::Internal(err.to_string()))
+        log.reader(after_seq).map_err(|err| match err {
+            agentctl::spool::SpoolError::Pruned { acked_seq, .. } => ServiceError::InvalidParams {
+                field: "after_seq",
+                message: format!(
+                    "events up to {acked_seq} of session {session_id} are no longer kept (the event \
+                     log keeps its newest {} MiB); subscribe from {acked_seq} or later, and read the \
+                     conversation with task.session.history",
+                    self.config.event_log.retain_bytes >> 20
+                ),
+            },
+            other => ServiceError::Internal(other.to_string()),
+        })
     }
 
     /// `task.session.timeline`: the session's turns and the executions that ran them (and
@@ -1087,6 +1116,14 @@ pub struct RecoverySummary {
     pub orphans_removed: usize,
     /// Sessions recovery could not handle (reported, marked with the reason, skipped).
     pub skipped: usize,
+}
+
+/// What recovery learnt once for every session: the boot, and (when the engine answered)
+/// the ids of the running containers.
+#[derive(Clone, Copy)]
+struct Recorded<'a> {
+    boot_id: &'a str,
+    running_containers: Option<&'a std::collections::HashSet<String>>,
 }
 
 /// A resume needs the workspace the session worked in.

@@ -269,6 +269,9 @@ pub struct SessionContext {
     pub agent_state_root: PathBuf,
     /// Reaches sidecars ([`control::WsConnector`] in the daemon).
     pub connector: Arc<dyn control::Connector>,
+    /// The event log keeps at least its newest this many bytes
+    /// ([`crate::events::LogLimits`]).
+    pub event_log_retain_bytes: u64,
 }
 
 impl SessionContext {

@@ -139,6 +139,12 @@ impl Daemon {
         self.restart().await;
     }
 
+    /// Like [`Daemon::restart`], with other `serve` arguments (kept for later restarts).
+    pub async fn restart_with_args(&mut self, args: &[&str]) {
+        self.args = args.iter().map(|arg| arg.to_string()).collect();
+        self.restart().await;
+    }
+
     /// Starts the daemon again on the same data directory (after [`Daemon::kill`]).
     pub async fn restart(&mut self) {
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();

@@ -266,3 +266,28 @@ async fn a_released_spool_holds_no_file_and_reopens_on_the_next_write() {
     assert_eq!(line_of(&next(&mut reader).await), "line 1");
     assert_eq!(line_of(&next(&mut reader).await), "line 2");
 }
+
+#[tokio::test]
+async fn retention_drops_the_oldest_segments_and_refuses_readers_of_them_also_after_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Arc::new(Spool::<Event>::open(dir.path(), 256).unwrap());
+    for n in 1..=100 {
+        spool.append(stderr(n)).unwrap();
+    }
+    let before = spool.disk_bytes();
+    let dropped = spool.retain(1024).unwrap();
+    assert!(dropped > 0 && spool.disk_bytes() <= 1024 && spool.disk_bytes() < before);
+    // What is kept reads in full, from just after the cut.
+    let mut reader = spool.reader(dropped).unwrap();
+    for n in dropped + 1..=100 {
+        assert_eq!(line_of(&next(&mut reader).await), format!("line {n}"));
+    }
+    assert!(matches!(spool.reader(dropped - 1), Err(SpoolError::Pruned { .. })));
+    // A reopened spool knows what was dropped.
+    drop(reader);
+    drop(spool);
+    let spool = Arc::new(Spool::<Event>::open(dir.path(), 256).unwrap());
+    assert_eq!(spool.acked_seq(), dropped);
+    assert!(matches!(spool.reader(0), Err(SpoolError::Pruned { .. })));
+    assert_eq!(spool.append(stderr(101)).unwrap(), 101);
+}

@@ -104,6 +104,33 @@ impl DockerRuntime {
         }
     }
 
+    /// The ids of this installation's running containers, in one call: how recovery tells
+    /// which of many recorded containers still run without inspecting each.
+    pub async fn running_containers(
+        &self,
+    ) -> Result<std::collections::HashSet<String>, RuntimeError> {
+        let docker = self.engine().await?;
+        let filters = HashMap::from([
+            (
+                "label".to_owned(),
+                vec![
+                    format!("{MANAGED_LABEL}=true"),
+                    format!("tether.install_id={}", self.config.install_id),
+                ],
+            ),
+            ("status".to_owned(), vec!["running".to_owned()]),
+        ]);
+        let containers = docker
+            .list_containers(Some(ListContainersOptions {
+                all: false,
+                filters: Some(filters),
+                ..Default::default()
+            }))
+            .await
+            .map_err(engine_error)?;
+        Ok(containers.into_iter().filter_map(|container| container.id).collect())
+    }
+
     /// Removes our containers whose session is not in `known`; returns their names.
     pub async fn remove_orphans(
         &self,

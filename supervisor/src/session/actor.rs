@@ -1396,6 +1396,13 @@ impl SessionActor {
         }) {
             self.write_failed("the session's event log", &err);
         }
+        // Retention: the oldest segments go once the log passes its limit. (A restart
+        // reads its marks from the newest events, which are always kept.)
+        if self.events.disk_bytes() > self.context.event_log_retain_bytes
+            && let Err(err) = self.events.retain(self.context.event_log_retain_bytes)
+        {
+            tracing::warn!(session = %self.row.id, %err, "cannot drop old event log segments");
+        }
     }
 
     /// Records and publishes a state change; publishing the same state and error again is

@@ -738,3 +738,51 @@ async fn a_live_session_holds_only_its_event_log_open() {
     );
     assert!(api.status(&session).await.is_agent_running);
 }
+
+/// Retention (issue 13): an event log keeps its newest bytes, drops whole old segments,
+/// refuses a subscription from before what it keeps (saying from where to go on), keeps
+/// serving the rest — across a restart too — while the history keeps the conversation.
+#[tokio::test]
+async fn the_event_log_keeps_its_newest_events_and_says_what_it_dropped() {
+    // A long turn is recorded whole first (nothing dropped under a subscriber that lags:
+    // one that falls behind what the log keeps is cut off, as documented)…
+    let mut daemon = Daemon::start(&["--event-log-segment-bytes", "16384"]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("retain")).await;
+    let reply = api.ask(&session, "/stream 3000\nlong").await;
+    assert!(reply.ends_with("[3000/3000]"), "{}", &reply[reply.len().saturating_sub(80)..]);
+    let log_bytes = |dir: &std::path::Path| -> u64 {
+        std::fs::read_dir(dir).unwrap().flatten().map(|f| f.metadata().unwrap().len()).sum()
+    };
+    let events_dir = daemon.session_dir(&session).join("events");
+    assert!(log_bytes(&events_dir) > 65536, "the turn's events: {}", log_bytes(&events_dir));
+    // …then the daemon keeps 64 KiB: the next append drops the oldest segments.
+    daemon.kill().await;
+    let limits = ["--event-log-segment-bytes", "16384", "--event-log-retain-bytes", "65536"];
+    daemon.restart_with_args(&limits).await;
+    let api = daemon.api().await;
+    api.resume(&session).await.unwrap();
+    assert!(api.ask(&session, "hello again").await.contains("hello again"));
+    assert!(log_bytes(&events_dir) <= 65536, "bounded: {}", log_bytes(&events_dir));
+    refuses_the_dropped_and_serves_the_kept(&api, &session).await;
+    daemon.kill().await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    refuses_the_dropped_and_serves_the_kept(&api, &session).await;
+    // The conversation itself is whole.
+    let history = api.history(&session).await;
+    assert!(history.iter().any(|entry| entry.content.ends_with("[3000/3000]")));
+}
+
+async fn refuses_the_dropped_and_serves_the_kept(api: &Api, session: &str) {
+    let error = refused(
+        "a subscription from the start",
+        api.typed().session_subscribe(session.to_owned(), Some(0)),
+    )
+    .await;
+    assert_eq!((error.kind, error.field.as_deref()), (ErrorKind::InvalidParams, Some("after_seq")));
+    // What is kept is served, to its end.
+    let last = api.status(session).await.last_event_seq;
+    let mut events = api.subscribe(session, last - 50).await;
+    assert_eq!(next(&mut events).await.seq, last - 49);
+}
