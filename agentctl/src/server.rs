@@ -124,7 +124,7 @@ impl ControlServer for Methods {
         match self.0.spool.reader(after_seq) {
             Ok(reader) => {
                 let sink = pending.accept().await?;
-                stream_events(sink, reader, self.0.spool.watch_stalled()).await
+                stream_events(sink, reader, self.0.spool.watch_stalled(), false).await
             }
             Err(err) => {
                 pending.reject(spool_error(&err)).await;
@@ -141,7 +141,7 @@ impl ControlServer for Methods {
         match self.0.spool.reader(after_seq) {
             Ok(reader) => {
                 let sink = pending.accept().await?;
-                stream_event_batches(sink, reader, self.0.spool.watch_stalled()).await
+                stream_events(sink, reader, self.0.spool.watch_stalled(), true).await
             }
             Err(err) => {
                 pending.reject(spool_error(&err)).await;
@@ -329,18 +329,22 @@ pub async fn stream_spool_batches<E: crate::spool::Entry, W: serde::Serialize>(
 
 /// agentctl's event subscription: the spool's events, and, outside the sequence (seq 0),
 /// a notice whenever the spool starts or stops failing, so the supervisor can say why the
-/// agent's output is held although nothing can be spooled.
+/// agent's output is held although nothing can be spooled. `batched`
+/// (`events.subscribe_batch`): each notification is an array of the events ready at once
+/// (a stall notice goes alone).
 async fn stream_events(
     sink: jsonrpsee::SubscriptionSink,
     mut reader: crate::spool::SpoolReader<protocol::control::Event>,
     mut stalled: tokio::sync::watch::Receiver<Option<String>>,
+    batched: bool,
 ) -> Result<(), jsonrpsee::core::SubscriptionError> {
+    use protocol::control::{MAX_BATCH_BYTES, MAX_BATCH_EVENTS};
     // A stall that began before this subscription is announced first.
     if stalled.borrow().is_some() {
         stalled.mark_changed();
     }
     loop {
-        let entry = tokio::select! {
+        let message = tokio::select! {
             biased;
             _ = sink.closed() => return Ok(()),
             changed = stalled.changed() => {
@@ -353,48 +357,22 @@ async fn stream_events(
                     at: 0,
                     kind: protocol::control::EventKind::IntakeStalled { reason },
                 };
-                serde_json::value::to_raw_value(&event).map_err(|err| err.to_string())?
-            }
-            entry = reader.next_raw() => entry.map_err(|err| err.to_string())?,
-        };
-        if sink.send(entry).await.is_err() {
-            return Ok(());
-        }
-    }
-}
-
-/// `events.subscribe_batch`: [`stream_events`], each notification an array of the events
-/// ready at once (a stall notice goes alone).
-async fn stream_event_batches(
-    sink: jsonrpsee::SubscriptionSink,
-    mut reader: crate::spool::SpoolReader<protocol::control::Event>,
-    mut stalled: tokio::sync::watch::Receiver<Option<String>>,
-) -> Result<(), jsonrpsee::core::SubscriptionError> {
-    use protocol::control::{MAX_BATCH_BYTES, MAX_BATCH_EVENTS};
-    if stalled.borrow().is_some() {
-        stalled.mark_changed();
-    }
-    loop {
-        let batch = tokio::select! {
-            biased;
-            _ = sink.closed() => return Ok(()),
-            changed = stalled.changed() => {
-                if changed.is_err() {
-                    return Ok(());
-                }
-                let reason = stalled.borrow_and_update().clone();
-                let event = protocol::control::Event {
-                    seq: 0,
-                    at: 0,
-                    kind: protocol::control::EventKind::IntakeStalled { reason },
+                let notice = if batched {
+                    serde_json::value::to_raw_value(&[event])
+                } else {
+                    serde_json::value::to_raw_value(&event)
                 };
-                serde_json::value::to_raw_value(&[event]).map_err(|err| err.to_string())?
+                notice.map_err(|err| err.to_string())?
             }
-            batch = reader.next_raw_batch(MAX_BATCH_EVENTS, MAX_BATCH_BYTES) => {
-                batch.map_err(|err| err.to_string())?
-            }
+            entry = async {
+                if batched {
+                    reader.next_raw_batch(MAX_BATCH_EVENTS, MAX_BATCH_BYTES).await
+                } else {
+                    reader.next_raw().await
+                }
+            } => entry.map_err(|err| err.to_string())?,
         };
-        if sink.send(batch).await.is_err() {
+        if sink.send(message).await.is_err() {
             return Ok(());
         }
     }

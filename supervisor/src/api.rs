@@ -39,6 +39,31 @@ fn to_rpc(err: ServiceError) -> ErrorObjectOwned {
 /// The [`ApiServer`] side of the frontend API, over the supervisor.
 struct Methods(Arc<Supervisor>);
 
+impl Methods {
+    /// Opens a reader of the session's event log and accepts the subscription, or rejects
+    /// it with the reason (`None`: rejected, nothing more to do).
+    async fn accept(
+        &self,
+        pending: PendingSubscriptionSink,
+        session_id: String,
+        after_seq: Option<u64>,
+    ) -> Result<
+        Option<(
+            jsonrpsee::SubscriptionSink,
+            agentctl::spool::SpoolReader<crate::events::SessionEvent>,
+        )>,
+        jsonrpsee::core::SubscriptionError,
+    > {
+        match self.0.subscribe(session_id, after_seq.unwrap_or(0)).await {
+            Ok(reader) => Ok(Some((pending.accept().await?, reader))),
+            Err(err) => {
+                pending.reject(to_rpc(err)).await;
+                Ok(None)
+            }
+        }
+    }
+}
+
 #[jsonrpsee::core::async_trait]
 impl ApiServer for Methods {
     async fn agents_list(&self) -> RpcResult<Vec<AgentInfo>> {
@@ -153,14 +178,9 @@ impl ApiServer for Methods {
         session_id: String,
         after_seq: Option<u64>,
     ) -> SubscriptionResult {
-        let reader = match self.0.subscribe(session_id, after_seq.unwrap_or(0)).await {
-            Ok(reader) => reader,
-            Err(err) => {
-                pending.reject(to_rpc(err)).await;
-                return Ok(());
-            }
+        let Some((sink, reader)) = self.accept(pending, session_id, after_seq).await? else {
+            return Ok(());
         };
-        let sink = pending.accept().await?;
         // The log's own marks stay here: subscribers get the wire event.
         stream_spool(sink, reader, |event| event.to_wire()).await
     }
@@ -171,14 +191,9 @@ impl ApiServer for Methods {
         session_id: String,
         after_seq: Option<u64>,
     ) -> SubscriptionResult {
-        let reader = match self.0.subscribe(session_id, after_seq.unwrap_or(0)).await {
-            Ok(reader) => reader,
-            Err(err) => {
-                pending.reject(to_rpc(err)).await;
-                return Ok(());
-            }
+        let Some((sink, reader)) = self.accept(pending, session_id, after_seq).await? else {
+            return Ok(());
         };
-        let sink = pending.accept().await?;
         stream_spool_batches(sink, reader, protocol::api::MAX_BATCH_EVENTS, |event| event.to_wire())
             .await
     }

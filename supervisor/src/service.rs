@@ -774,8 +774,10 @@ impl Supervisor {
             && executor.status.is_over()
             && !candidate.open_work
             && !recorded_alive
-            && !sidecar_dirs
-                .contains(&self.config.home.session_path(&executor.session_id).join("agentctl"))
+            && (sidecar_dirs.is_empty()
+                || !sidecar_dirs.contains(
+                    &self.config.home.session_path(&executor.session_id).join("agentctl"),
+                ))
     }
 
     /// Publishes what recovery found on a session's stream, in one append. The events

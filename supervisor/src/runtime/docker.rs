@@ -104,22 +104,23 @@ impl DockerRuntime {
         }
     }
 
+    /// The list filter that selects this installation's containers.
+    fn ours(&self) -> (String, Vec<String>) {
+        let labels = vec![
+            format!("{MANAGED_LABEL}=true"),
+            format!("tether.install_id={}", self.config.install_id),
+        ];
+        ("label".to_owned(), labels)
+    }
+
     /// The ids of this installation's running containers, in one call: how recovery tells
     /// which of many recorded containers still run without inspecting each.
     pub async fn running_containers(
         &self,
     ) -> Result<std::collections::HashSet<String>, RuntimeError> {
         let docker = self.engine().await?;
-        let filters = HashMap::from([
-            (
-                "label".to_owned(),
-                vec![
-                    format!("{MANAGED_LABEL}=true"),
-                    format!("tether.install_id={}", self.config.install_id),
-                ],
-            ),
-            ("status".to_owned(), vec!["running".to_owned()]),
-        ]);
+        let filters =
+            HashMap::from([self.ours(), ("status".to_owned(), vec!["running".to_owned()])]);
         let containers = docker
             .list_containers(Some(ListContainersOptions {
                 all: false,
@@ -137,13 +138,7 @@ impl DockerRuntime {
         known: &std::collections::HashSet<String>,
     ) -> Result<Vec<String>, RuntimeError> {
         let docker = self.engine().await?;
-        let filters = HashMap::from([(
-            "label".to_owned(),
-            vec![
-                format!("{MANAGED_LABEL}=true"),
-                format!("tether.install_id={}", self.config.install_id),
-            ],
-        )]);
+        let filters = HashMap::from([self.ours()]);
         let containers = docker
             .list_containers(Some(ListContainersOptions {
                 all: true,
