@@ -727,6 +727,12 @@ async fn a_live_session_holds_only_its_event_log_open() {
     assert!(reply.contains("you said: hello"), "{reply}");
     // The turn's history is written (its entries are on disk) and nothing holds it.
     assert!(api.history(&session).await.len() >= 2);
+    // The actor syncs the history (through a handle of its own) while it ends the turn,
+    // which a subscriber can see end first: a command the actor answers afterwards (a
+    // cancel with no turn, refused) marks that it is done.
+    let refusal =
+        refused("a cancel between turns", api.typed().session_cancel(session.clone())).await;
+    assert_eq!(refusal.kind, ErrorKind::InvalidState);
     let pid = daemon.pid().expect("the daemon runs");
     let open = open_files_under(pid, &daemon.session_dir(&session));
     assert!(
