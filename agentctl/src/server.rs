@@ -121,16 +121,7 @@ impl ControlServer for Methods {
         pending: PendingSubscriptionSink,
         after_seq: u64,
     ) -> SubscriptionResult {
-        match self.0.spool.reader(after_seq) {
-            Ok(reader) => {
-                let sink = pending.accept().await?;
-                stream_events(sink, reader, self.0.spool.watch_stalled(), false).await
-            }
-            Err(err) => {
-                pending.reject(spool_error(&err)).await;
-                Ok(())
-            }
-        }
+        self.subscribe(pending, after_seq, false).await
     }
 
     async fn events_subscribe_batch(
@@ -138,10 +129,23 @@ impl ControlServer for Methods {
         pending: PendingSubscriptionSink,
         after_seq: u64,
     ) -> SubscriptionResult {
+        self.subscribe(pending, after_seq, true).await
+    }
+}
+
+impl Methods {
+    /// Accepts a subscription after `after_seq` and streams it (see [`stream_events`]),
+    /// or rejects it when those events were dropped.
+    async fn subscribe(
+        &self,
+        pending: PendingSubscriptionSink,
+        after_seq: u64,
+        batched: bool,
+    ) -> SubscriptionResult {
         match self.0.spool.reader(after_seq) {
             Ok(reader) => {
                 let sink = pending.accept().await?;
-                stream_events(sink, reader, self.0.spool.watch_stalled(), true).await
+                stream_events(sink, reader, self.0.spool.watch_stalled(), batched).await
             }
             Err(err) => {
                 pending.reject(spool_error(&err)).await;

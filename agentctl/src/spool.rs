@@ -121,12 +121,6 @@ impl Spool<Event> {
         self.append_with(|seq, at| Event { seq, at, kind })
     }
 
-    /// Appends one agent event; a failed write hands the event back.
-    pub fn try_append(&self, kind: EventKind) -> Result<u64, Box<(SpoolError, EventKind)>> {
-        self.try_append_with(|seq, at| Event { seq, at, kind })
-            .map_err(|(err, event)| Box::new((err, event.kind)))
-    }
-
     /// Appends several agent events with one write (all or none, as
     /// [`Spool::append_all`]) and publishes them; a failed write hands them back. Returns
     /// the last seq (the current one when `kinds` is empty).

@@ -104,13 +104,26 @@ impl DockerRuntime {
         }
     }
 
-    /// The list filter that selects this installation's containers.
-    fn ours(&self) -> (String, Vec<String>) {
+    /// This installation's containers (running ones only unless `all`), in one call.
+    async fn list_ours(
+        &self,
+        all: bool,
+    ) -> Result<(Docker, Vec<bollard::models::ContainerSummary>), RuntimeError> {
+        let docker = self.engine().await?;
         let labels = vec![
             format!("{MANAGED_LABEL}=true"),
             format!("tether.install_id={}", self.config.install_id),
         ];
-        ("label".to_owned(), labels)
+        let filters = HashMap::from([("label".to_owned(), labels)]);
+        let containers = docker
+            .list_containers(Some(ListContainersOptions {
+                all,
+                filters: Some(filters),
+                ..Default::default()
+            }))
+            .await
+            .map_err(engine_error)?;
+        Ok((docker, containers))
     }
 
     /// The ids of this installation's running containers, in one call: how recovery tells
@@ -118,17 +131,7 @@ impl DockerRuntime {
     pub async fn running_containers(
         &self,
     ) -> Result<std::collections::HashSet<String>, RuntimeError> {
-        let docker = self.engine().await?;
-        let filters =
-            HashMap::from([self.ours(), ("status".to_owned(), vec!["running".to_owned()])]);
-        let containers = docker
-            .list_containers(Some(ListContainersOptions {
-                all: false,
-                filters: Some(filters),
-                ..Default::default()
-            }))
-            .await
-            .map_err(engine_error)?;
+        let (_, containers) = self.list_ours(false).await?;
         Ok(containers.into_iter().filter_map(|container| container.id).collect())
     }
 
@@ -137,16 +140,7 @@ impl DockerRuntime {
         &self,
         known: &std::collections::HashSet<String>,
     ) -> Result<Vec<String>, RuntimeError> {
-        let docker = self.engine().await?;
-        let filters = HashMap::from([self.ours()]);
-        let containers = docker
-            .list_containers(Some(ListContainersOptions {
-                all: true,
-                filters: Some(filters),
-                ..Default::default()
-            }))
-            .await
-            .map_err(engine_error)?;
+        let (docker, containers) = self.list_ours(true).await?;
         let mut removed = Vec::new();
         for container in containers {
             let session = container
