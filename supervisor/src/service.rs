@@ -640,10 +640,23 @@ impl Supervisor {
         let mut adopting = Vec::new();
         let boot_id = agentctl::ready::boot_id().unwrap_or_default();
         // Sessions at rest — stopped, nothing open, no sidecar of theirs alive — need
-        // nothing: they are told apart with one query and one scan of the processes, so a
-        // restart does not grow with the number of stored sessions.
+        // nothing: one scan of the processes and one indexed query leave them out unread,
+        // so a restart does not grow with the number of stored sessions.
         let (sidecar_pids, sidecar_dirs) = crate::runtime::live_sidecars();
-        let candidates = self.config.store.recovery_candidates().await?;
+        let sessions_dir = self.config.home.root().join("sessions");
+        let live_sessions: Vec<String> = sidecar_dirs
+            .iter()
+            .filter(|dir| dir.file_name().is_some_and(|name| name == "agentctl"))
+            .filter_map(|dir| dir.parent())
+            .filter(|session| session.parent() == Some(sessions_dir.as_path()))
+            .filter_map(|session| session.file_name()?.to_str().map(str::to_owned))
+            .collect();
+        let (candidates, active) = self
+            .config
+            .store
+            .recovery_candidates(self.config.standalone.name(), &sidecar_pids, live_sessions)
+            .await?;
+        let examined = candidates.len();
         // Containers: which run, with one call to the engine, not an inspect each.
         let docker = self.config.docker.name();
         let running_containers = if candidates.iter().any(|c| c.executor.runtime == docker) {
@@ -696,7 +709,10 @@ impl Supervisor {
         // A session caught before its first launch recorded anything: whatever its runtime
         // may have started is fenced (found through its state dir or container name), and it
         // waits for input instead of reading `STARTING` forever.
-        for row in self.config.store.stranded_sessions().await? {
+        let stranded = self.config.store.stranded_sessions().await?;
+        // Those the query left out are at rest too.
+        summary.at_rest += active.saturating_sub(examined + stranded.len());
+        for row in stranded {
             if let Err(err) = self.fence(&row, None).await {
                 tracing::error!(session = %row.id, %err, "cannot fence a stranded session's sidecar");
             }
@@ -720,9 +736,8 @@ impl Supervisor {
             summary.dead += 1;
         }
         // Containers of ours whose session is gone are removed (when an engine is there).
-        let known = self.config.store.session_ids().await?;
-        match self.config.docker.remove_orphans(&known).await {
-            Ok(removed) => summary.orphans_removed = removed.len(),
+        match self.remove_orphaned_containers().await {
+            Ok(removed) => summary.orphans_removed = removed,
             Err(err) => {
                 tracing::debug!(%err, "no orphan check: the Docker engine is not available")
             }
@@ -751,6 +766,22 @@ impl Supervisor {
             tracing::info!(readopted, failed, "recovery: re-attaching done");
         });
         Ok(summary)
+    }
+
+    /// Removes our containers (stopped ones too) whose session is not stored; how many.
+    /// Only the sessions the containers name are looked up.
+    async fn remove_orphaned_containers(&self) -> Result<usize, ServiceError> {
+        let unavailable =
+            |err: crate::runtime::RuntimeError| ServiceError::RuntimeUnavailable(err.to_string());
+        let containers = self.config.docker.containers_by_session().await.map_err(unavailable)?;
+        let named = containers.iter().map(|(_, session)| session.clone()).collect();
+        let known = self.config.store.existing_sessions(named).await?;
+        let mut removed = 0;
+        for (id, session) in containers.iter().filter(|(_, session)| !known.contains(session)) {
+            self.config.docker.remove_orphan(id, session).await.map_err(unavailable)?;
+            removed += 1;
+        }
+        Ok(removed)
     }
 
     /// A session recovery can leave as it is: standalone, waiting for input, its execution

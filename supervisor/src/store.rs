@@ -211,6 +211,9 @@ macro_rules! text_enum {
         }
 
         impl $name {
+            /// Every value.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
             /// The stored name.
             pub fn as_str(self) -> &'static str {
                 match self {
@@ -475,6 +478,33 @@ fn executor_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ExecutorRow> {
     executor_from_row_at(row, 0)
 }
 
+/// [`Store::recovery_candidates`]' query. Parameters: the standalone runtime's name, the
+/// statuses of executions not over, the live sidecars' pids and the sessions whose state dir
+/// a live sidecar serves (the last three JSON arrays).
+fn recovery_candidates_sql() -> String {
+    let exec_columns: Vec<String> =
+        EXECUTOR_COLUMNS.split(", ").map(|c| format!("e.{c}")).collect();
+    // Each arm of `wanted` is an index search; `<` or `>` rather than `<>`, so
+    // that the runtime index serves it.
+    format!(
+        "WITH wanted(id) AS ( \
+           SELECT id FROM task_sessions WHERE state IN ('STARTING', 'RUNNING') \
+           UNION SELECT id FROM task_sessions WHERE state = 'WAITING_FOR_INPUT' AND (runtime < ?1 OR runtime > ?1) \
+           UNION SELECT session_id FROM executors_running WHERE status IN (SELECT value FROM json_each(?2)) \
+           UNION SELECT session_id FROM executors_running WHERE runtime < ?1 OR runtime > ?1 \
+           UNION SELECT session_id FROM executors_running WHERE agentctl_pid IN (SELECT value FROM json_each(?3)) \
+           UNION SELECT session_id FROM turns WHERE state = 'running' \
+           UNION SELECT session_id FROM pending_requests \
+           UNION SELECT value FROM json_each(?4)) \
+         SELECT s.state, s.runtime, \
+         EXISTS(SELECT 1 FROM turns t WHERE t.session_id = s.id AND t.state = 'running') \
+         OR EXISTS(SELECT 1 FROM pending_requests p WHERE p.session_id = s.id), {} \
+         FROM wanted w JOIN task_sessions s ON s.id = w.id JOIN executors_running e ON e.session_id = s.id \
+         WHERE s.state IN ('STARTING', 'RUNNING', 'WAITING_FOR_INPUT') ORDER BY s.id",
+        exec_columns.join(", ")
+    )
+}
+
 /// An executor row from `EXECUTOR_COLUMNS`, starting at column `base`.
 fn executor_from_row_at(row: &rusqlite::Row<'_>, base: usize) -> rusqlite::Result<ExecutorRow> {
     Ok(ExecutorRow {
@@ -632,12 +662,21 @@ impl Store {
         .await
     }
 
-    /// Every session's id: what recovery needs to tell an orphaned container (no snapshot
-    /// is parsed).
-    pub async fn session_ids(&self) -> Result<std::collections::HashSet<String>, StoreError> {
-        self.call(|conn| {
-            let mut stmt = conn.prepare("SELECT id FROM task_sessions")?;
-            let ids = stmt.query_map([], |row| row.get(0))?.collect::<Result<_, _>>()?;
+    /// Which of `ids` are stored sessions: what recovery needs to tell an orphaned container
+    /// (no snapshot is parsed, and only the sessions asked about are read).
+    pub async fn existing_sessions(
+        &self,
+        ids: Vec<String>,
+    ) -> Result<std::collections::HashSet<String>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Default::default());
+        }
+        let ids = serde_json::Value::from(ids).to_string();
+        self.call(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT id FROM task_sessions WHERE id IN (SELECT value FROM json_each(?1))",
+            )?;
+            let ids = stmt.query_map([ids], |row| row.get(0))?.collect::<Result<_, _>>()?;
             Ok(ids)
         })
         .await
@@ -771,25 +810,38 @@ impl Store {
         .await
     }
 
-    /// Every active session that has a runtime record, as recovery first looks at it: its
-    /// state, runtime and record, and whether it left work open (a running turn or a pending
-    /// request) — one query, no profile snapshot parsed. See
-    /// [`Store::active_executions`] for the whole rows.
-    pub async fn recovery_candidates(&self) -> Result<Vec<RecoveryCandidate>, StoreError> {
-        self.call(|conn| {
-            let exec_columns: Vec<String> =
-                EXECUTOR_COLUMNS.split(", ").map(|c| format!("e.{c}")).collect();
-            let sql = format!(
-                "SELECT s.state, s.runtime, \
-                 EXISTS(SELECT 1 FROM turns t WHERE t.session_id = s.id AND t.state = 'running') \
-                 OR EXISTS(SELECT 1 FROM pending_requests p WHERE p.session_id = s.id), {} \
-                 FROM task_sessions s JOIN executors_running e ON e.session_id = s.id \
-                 WHERE s.state IN ('STARTING', 'RUNNING', 'WAITING_FOR_INPUT') ORDER BY s.id",
-                exec_columns.join(", ")
-            );
+    /// What restart recovery looks at: every active session that has a runtime record and
+    /// may need recovering, with its state, runtime and record, and whether it left work open
+    /// (a running turn or a pending request); and how many sessions are active in all.
+    ///
+    /// Sessions certainly at rest are left out without reading their rows: runtime
+    /// `standalone` (both the session's and the record's), waiting for input, the execution
+    /// over, no work open, no live sidecar with the recorded pid (`live_pids`) and none
+    /// serving the session's state dir (`live_sessions`). Everything else comes back, found
+    /// through indexes, so a restart does not grow with the sessions at rest. No profile
+    /// snapshot is parsed. See [`Store::active_executions`] for the whole rows.
+    pub async fn recovery_candidates(
+        &self,
+        standalone: &str,
+        live_pids: &std::collections::HashSet<u32>,
+        live_sessions: Vec<String>,
+    ) -> Result<(Vec<RecoveryCandidate>, usize), StoreError> {
+        let standalone = standalone.to_owned();
+        // Lists go in as JSON arrays (read with `json_each`).
+        let live_pids =
+            serde_json::Value::from(live_pids.iter().copied().collect::<Vec<_>>()).to_string();
+        let live_sessions = serde_json::Value::from(live_sessions).to_string();
+        let not_over: Vec<&str> = ExecutorStatus::ALL
+            .iter()
+            .filter(|status| !status.is_over())
+            .map(|status| status.as_str())
+            .collect();
+        let not_over = serde_json::Value::from(not_over).to_string();
+        self.call(move |conn| {
+            let sql = recovery_candidates_sql();
             let mut stmt = conn.prepare(&sql)?;
             let rows = stmt
-                .query_map([], |r| {
+                .query_map(params![standalone, not_over, live_pids, live_sessions], |r| {
                     Ok((
                         r.get::<_, String>(0)?,
                         r.get::<_, String>(1)?,
@@ -798,7 +850,8 @@ impl Store {
                     ))
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
-            rows.into_iter()
+            let candidates = rows
+                .into_iter()
                 .map(|(state, runtime, open_work, executor)| {
                     Ok(RecoveryCandidate {
                         state: SessionState::parse(&state)?,
@@ -807,7 +860,13 @@ impl Store {
                         executor,
                     })
                 })
-                .collect()
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            let active: i64 = conn.query_row(
+                "SELECT count(*) FROM task_sessions WHERE state IN ('STARTING', 'RUNNING', 'WAITING_FOR_INPUT')",
+                [],
+                |r| r.get(0),
+            )?;
+            Ok((candidates, usize::try_from(active).unwrap_or(0)))
         })
         .await
     }

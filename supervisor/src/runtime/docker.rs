@@ -135,35 +135,35 @@ impl DockerRuntime {
         Ok(containers.into_iter().filter_map(|container| container.id).collect())
     }
 
-    /// Removes our containers whose session is not in `known`; returns their names.
-    pub async fn remove_orphans(
-        &self,
-        known: &std::collections::HashSet<String>,
-    ) -> Result<Vec<String>, RuntimeError> {
-        let (docker, containers) = self.list_ours(true).await?;
-        let mut removed = Vec::new();
-        for container in containers {
-            let session = container
-                .labels
-                .as_ref()
-                .and_then(|labels| labels.get("tether.session_id"))
-                .cloned()
-                .unwrap_or_default();
-            if known.contains(&session) {
-                continue;
-            }
-            let Some(id) = container.id else { continue };
-            tracing::info!(container = %id, session = %session, "removing an orphaned container");
-            docker
-                .remove_container(
-                    &id,
-                    Some(RemoveContainerOptions { force: true, v: true, ..Default::default() }),
-                )
-                .await
-                .map_err(engine_error)?;
-            removed.push(id);
-        }
-        Ok(removed)
+    /// This installation's containers, stopped ones too, each with the session it names
+    /// (its `tether.session_id` label; empty when it has none): `(container id, session)`.
+    pub async fn containers_by_session(&self) -> Result<Vec<(String, String)>, RuntimeError> {
+        let (_, containers) = self.list_ours(true).await?;
+        Ok(containers
+            .into_iter()
+            .filter_map(|container| {
+                let session = container
+                    .labels
+                    .as_ref()
+                    .and_then(|labels| labels.get("tether.session_id"))
+                    .cloned()
+                    .unwrap_or_default();
+                Some((container.id?, session))
+            })
+            .collect())
+    }
+
+    /// Removes an orphaned container (a session of ours it belonged to is gone).
+    pub async fn remove_orphan(&self, id: &str, session: &str) -> Result<(), RuntimeError> {
+        let docker = self.engine().await?;
+        tracing::info!(container = %id, session = %session, "removing an orphaned container");
+        docker
+            .remove_container(
+                id,
+                Some(RemoveContainerOptions { force: true, v: true, ..Default::default() }),
+            )
+            .await
+            .map_err(engine_error)
     }
 
     async fn create(

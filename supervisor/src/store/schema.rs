@@ -89,6 +89,17 @@ pub const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE turns ADD COLUMN delivered INTEGER NOT NULL DEFAULT 1;
     ",
+    // 4: restart recovery finds the few sessions that need it through indexes, without
+    // reading the rows of the thousands at rest (a session row's profile snapshot comes
+    // before its state and runtime, so reading those from the table reads the snapshot).
+    "
+    DROP INDEX task_sessions_by_state;
+    CREATE INDEX task_sessions_by_state_runtime ON task_sessions(state, runtime, id);
+    CREATE INDEX executors_running_by_status ON executors_running(status);
+    CREATE INDEX executors_running_by_runtime ON executors_running(runtime);
+    CREATE INDEX executors_running_by_pid ON executors_running(agentctl_pid);
+    CREATE INDEX turns_running ON turns(session_id) WHERE state = 'running';
+    ",
 ];
 
 /// Brings the database up to the newest migration.

@@ -180,7 +180,7 @@ async fn deleting_a_session_removes_its_records() {
 /// Recovery's orphan check reads ids only: a snapshot that does not parse (which
 /// `list_sessions` reports as corrupt) does not stop it.
 #[tokio::test]
-async fn session_ids_do_not_parse_snapshots() {
+async fn existing_sessions_do_not_parse_snapshots() {
     let (_dir, store) = open();
     let task = store.create_task("t".into(), String::new()).await.unwrap();
     let a = store.create_session(session(&task.id)).await.unwrap();
@@ -194,6 +194,212 @@ async fn session_ids_do_not_parse_snapshots() {
         .await
         .unwrap();
     assert!(store.list_sessions(None).await.is_err(), "the snapshot is corrupt");
-    let ids = store.session_ids().await.unwrap();
-    assert_eq!(ids, [a.id, b.id].into_iter().collect());
+    let asked = vec![a.id.clone(), b.id.clone(), "01a20a40-0000-7000-8000-000000000000".to_owned()];
+    let ids = store.existing_sessions(asked).await.unwrap();
+    assert_eq!(ids, [a.id, b.id].into_iter().collect(), "the two stored ones, not the unknown one");
+    assert!(store.existing_sessions(Vec::new()).await.unwrap().is_empty());
+}
+
+/// Recovery's query leaves out exactly the sessions certainly at rest, and counts every
+/// active session: each way a session can need recovering brings it back.
+#[tokio::test]
+async fn recovery_candidates_leave_out_only_sessions_at_rest() {
+    let (_dir, store) = open();
+    let task = store.create_task("t".into(), String::new()).await.unwrap();
+    // One session per case: (name, session state, session runtime, record runtime, status, pid).
+    let cases = [
+        (
+            "at rest",
+            SessionState::WaitingForInput,
+            "standalone",
+            "standalone",
+            ExecutorStatus::Stopped,
+            Some(10),
+        ),
+        (
+            "at rest, exited",
+            SessionState::WaitingForInput,
+            "standalone",
+            "standalone",
+            ExecutorStatus::Exited,
+            None,
+        ),
+        (
+            "running record",
+            SessionState::WaitingForInput,
+            "standalone",
+            "standalone",
+            ExecutorStatus::Running,
+            None,
+        ),
+        (
+            "launching record",
+            SessionState::WaitingForInput,
+            "standalone",
+            "standalone",
+            ExecutorStatus::Launching,
+            None,
+        ),
+        (
+            "session running",
+            SessionState::Running,
+            "standalone",
+            "standalone",
+            ExecutorStatus::Stopped,
+            None,
+        ),
+        (
+            "session starting",
+            SessionState::Starting,
+            "standalone",
+            "standalone",
+            ExecutorStatus::Dead,
+            None,
+        ),
+        (
+            "docker session",
+            SessionState::WaitingForInput,
+            "docker",
+            "docker",
+            ExecutorStatus::Stopped,
+            None,
+        ),
+        (
+            "docker record",
+            SessionState::WaitingForInput,
+            "standalone",
+            "docker",
+            ExecutorStatus::Lost,
+            None,
+        ),
+        (
+            "open turn",
+            SessionState::WaitingForInput,
+            "standalone",
+            "standalone",
+            ExecutorStatus::Stopped,
+            None,
+        ),
+        (
+            "pending request",
+            SessionState::WaitingForInput,
+            "standalone",
+            "standalone",
+            ExecutorStatus::Stopped,
+            None,
+        ),
+        (
+            "live pid",
+            SessionState::WaitingForInput,
+            "standalone",
+            "standalone",
+            ExecutorStatus::Stopped,
+            Some(4242),
+        ),
+        (
+            "live state dir",
+            SessionState::WaitingForInput,
+            "standalone",
+            "standalone",
+            ExecutorStatus::Stopped,
+            None,
+        ),
+        (
+            "ended",
+            SessionState::Completed,
+            "standalone",
+            "standalone",
+            ExecutorStatus::Running,
+            None,
+        ),
+    ];
+    let mut ids = std::collections::HashMap::new();
+    for (name, state, runtime, record_runtime, status, pid) in cases {
+        let mut row = session(&task.id);
+        row.runtime = runtime.into();
+        let row = store.create_session(row).await.unwrap();
+        store.set_session_state(row.id.clone(), state, None, None).await.unwrap();
+        store
+            .put_executor(ExecutorRow {
+                session_id: row.id.clone(),
+                execution_id: format!("e-{name}"),
+                runtime: record_runtime.into(),
+                status,
+                agentctl_pid: pid,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        ids.insert(name, row.id);
+    }
+    let (open_turn, pending) = (ids["open turn"].clone(), ids["pending request"].clone());
+    store.insert_turn("t1".into(), open_turn, "e-open turn".into(), "r1".into()).await.unwrap();
+    let execution = "e-pending request".to_owned();
+    let params = serde_json::json!({});
+    store.insert_pending(pending, execution, "7".into(), "x".into(), params).await.unwrap();
+    // A session with no runtime record yet is active but no candidate.
+    let unlaunched = store.create_session(session(&task.id)).await.unwrap();
+    store
+        .set_session_state(unlaunched.id, SessionState::WaitingForInput, None, None)
+        .await
+        .unwrap();
+
+    let live_pids = [4242].into_iter().collect();
+    let live_sessions = vec![ids["live state dir"].clone()];
+    let (candidates, active) =
+        store.recovery_candidates("standalone", &live_pids, live_sessions).await.unwrap();
+    let found: std::collections::HashSet<&str> = candidates
+        .iter()
+        .map(|c| *ids.iter().find(|(_, id)| **id == c.executor.session_id).unwrap().0)
+        .collect();
+    let expected: std::collections::HashSet<&str> = [
+        "running record",
+        "launching record",
+        "session running",
+        "session starting",
+        "docker session",
+        "docker record",
+        "open turn",
+        "pending request",
+        "live pid",
+        "live state dir",
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(found, expected);
+    assert_eq!(active, 13, "12 active with a record, and the one without");
+    let work = |name: &str| {
+        candidates.iter().find(|c| c.executor.session_id == ids[name]).unwrap().open_work
+    };
+    assert!(work("open turn") && work("pending request") && !work("live pid"));
+    // Nothing live: the two kept only for their sidecar are at rest.
+    let (candidates, _) =
+        store.recovery_candidates("standalone", &Default::default(), Vec::new()).await.unwrap();
+    assert_eq!(candidates.len(), expected.len() - 2);
+}
+
+/// The query never reads every session or every runtime record: each table is searched
+/// through an index (a scan of `turns` reads only the running ones, through its partial
+/// index; `pending_requests` holds only requests waiting for a person).
+#[tokio::test]
+async fn recovery_candidates_search_indexes_instead_of_scanning_tables() {
+    let (_dir, store) = open();
+    let plan: Vec<String> = store
+        .call(|conn| {
+            let mut stmt =
+                conn.prepare(&format!("EXPLAIN QUERY PLAN {}", recovery_candidates_sql()))?;
+            let rows =
+                stmt.query_map(params!["standalone", "[]", "[]", "[]"], |r| r.get::<_, String>(3))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+        .unwrap();
+    for step in &plan {
+        let full_scan = ["task_sessions", "executors_running"]
+            .iter()
+            .any(|table| step.starts_with(&format!("SCAN {table}")))
+            || (step.starts_with("SCAN turns") && !step.contains("turns_running"));
+        assert!(!full_scan, "a full scan in the recovery query: {step}\n{plan:#?}");
+    }
+    assert!(plan.iter().any(|step| step.contains("task_sessions_by_state_runtime")), "{plan:#?}");
 }
