@@ -469,6 +469,11 @@ async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<(
             segment_bytes: args.event_log_segment_bytes.max(1),
         },
     }));
+    // Signals are caught from here on: once "serving" is printed a SIGTERM must be the
+    // clean stop it promises, however soon it comes.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
     // Restart recovery happens before the API serves anything.
     supervisor.recover().await?;
     let policy = AccessPolicy { token, allowed_origins: args.allow_origin };
@@ -477,9 +482,6 @@ async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<(
         .with_context(|| format!("cannot listen on {listen}"))?;
     println!("tether serving on ws://{addr} (data in {})", home.root().display());
     let _ = std::io::stdout().flush();
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: stopping the API; agent sidecars keep running"),
         _ = int.recv() => tracing::info!("SIGINT: stopping the API; agent sidecars keep running"),

@@ -792,3 +792,17 @@ async fn refuses_the_dropped_and_serves_the_kept(api: &Api, session: &str) {
     let mut events = api.subscribe(session, last - 50).await;
     assert_eq!(next(&mut events).await.seq, last - 49);
 }
+
+/// Found by the restart bench: the daemon printed "serving" before it caught SIGTERM, so a
+/// SIGTERM right after the line killed it (exit by signal) instead of stopping it cleanly.
+/// Each of these restarts is SIGTERMed the moment it says it serves.
+#[tokio::test]
+async fn a_sigterm_right_after_serving_is_a_clean_stop() {
+    let mut daemon = Daemon::start(&[]).await;
+    daemon.terminate().await;
+    for _ in 0..30 {
+        daemon.restart().await;
+        // `terminate` asserts the exit was clean (status 0), not death by the signal.
+        daemon.terminate().await;
+    }
+}
