@@ -348,15 +348,9 @@ impl EventStream {
                 continue;
             }
             if self.subscription.is_none() {
-                let client = match self.client.take() {
-                    Some(client) if client.client.is_connected() => client,
-                    _ => {
-                        ControlClient::connect_with_capacity(self.addr, &self.token, self.capacity)
-                            .await?
-                    }
-                };
-                self.subscription = Some(client.subscribe_feed(self.cursor).await?);
-                self.client = Some(client);
+                // Boxed: connecting is a large future, and a rare one; inline it would make
+                // every `next` (and whatever holds one) that large.
+                Box::pin(self.resubscribe()).await?;
             }
             let subscription = self.subscription.as_mut().expect("UNWRAP: set above");
             match subscription.next().await {
@@ -369,6 +363,19 @@ impl EventStream {
                 }
             }
         }
+    }
+
+    /// Subscribes after the cursor, on the same connection while it lives, else on a new one.
+    async fn resubscribe(&mut self) -> Result<(), ClientError> {
+        let client = match self.client.take() {
+            Some(client) if client.client.is_connected() => client,
+            _ => {
+                ControlClient::connect_with_capacity(self.addr, &self.token, self.capacity).await?
+            }
+        };
+        self.subscription = Some(client.subscribe_feed(self.cursor).await?);
+        self.client = Some(client);
+        Ok(())
     }
 
     /// The connection, for other calls (e.g. acks) on the same socket.

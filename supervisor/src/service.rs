@@ -137,16 +137,20 @@ pub struct Supervisor {
     /// Serialises "is there a live actor, else start one", so one session gets one actor
     /// and one launch however many resumes and prompts race.
     start_lock: tokio::sync::Mutex<()>,
+    /// Resolves program names; one shared by every session.
+    resolver: session::Resolver,
 }
 
 impl Supervisor {
     /// A supervisor over an opened store and home.
     pub fn new(config: SupervisorConfig) -> Supervisor {
+        let resolver = Supervisor::resolver(&config);
         Supervisor {
             config,
             sessions: Mutex::new(HashMap::new()),
             event_logs: Mutex::new(HashMap::new()),
             start_lock: tokio::sync::Mutex::new(()),
+            resolver,
         }
     }
 
@@ -156,9 +160,9 @@ impl Supervisor {
 
     /// Resolves a program name to the argv prefix that runs it: an installed program, or
     /// an applet of this binary.
-    fn resolver(&self) -> session::Resolver {
-        let environment = self.config.environment.clone();
-        let applets = self.config.applets.clone();
+    fn resolver(config: &SupervisorConfig) -> session::Resolver {
+        let environment = config.environment.clone();
+        let applets = config.applets.clone();
         Arc::new(move |name| {
             environment
                 .find_program(name)
@@ -227,7 +231,7 @@ impl Supervisor {
             store: self.config.store.clone(),
             runtime: self.runtime(&row.runtime)?,
             dir,
-            resolve: self.resolver(),
+            resolve: Arc::clone(&self.resolver),
             agent_home: self.agent_home(),
             ready_timeout: Duration::from_secs(30),
             agent_state_root: self.config.home.root().join("agent-state").join(session_id),

@@ -175,7 +175,9 @@ impl std::fmt::Debug for Command {
 /// Handle to a session's actor. Cloning shares the actor.
 #[derive(Debug, Clone)]
 pub struct SessionHandle {
-    commands: mpsc::Sender<Command>,
+    /// Commands are boxed: a channel's buffer is allocated in slots of its item's size, for
+    /// as long as the session lives.
+    commands: mpsc::Sender<Box<Command>>,
     view: watch::Receiver<SessionView>,
     events: Arc<Spool<SessionEvent>>,
 }
@@ -183,7 +185,7 @@ pub struct SessionHandle {
 impl SessionHandle {
     async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, SessionError> {
         let (reply, result) = oneshot::channel();
-        self.commands.send(make(reply)).await.map_err(|_| SessionError::Gone)?;
+        self.commands.send(Box::new(make(reply))).await.map_err(|_| SessionError::Gone)?;
         result.await.map_err(|_| SessionError::Gone)?
     }
 
@@ -338,6 +340,9 @@ pub fn start_session(
         resume_outcome: None,
     };
     let (view_tx, view_rx) = watch::channel(view);
+    // The actor works from the parsed profile: the snapshot's JSON tree would only take
+    // memory for as long as the session lives.
+    let row = SessionRow { profile_snapshot: Value::Null, ..row };
     let actor =
         actor::SessionActor::new(context, row, profile, Arc::clone(&events), history, view_tx);
     tokio::spawn(actor.run(commands_rx, start));

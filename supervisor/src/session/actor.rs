@@ -31,10 +31,11 @@ use crate::store::{
 
 /// Reports from the actor's own tasks.
 pub(super) enum Internal {
-    /// A launch finished.
-    Launched(Result<Connected, LaunchFailure>),
+    /// A launch finished. (Boxed, like the re-attach: this channel's buffer is allocated
+    /// per session in slots of the largest message, and these two are rare.)
+    Launched(Box<Result<Connected, LaunchFailure>>),
     /// A re-attach finished.
-    Adopted(Result<Connected, String>),
+    Adopted(Box<Result<Connected, String>>),
     /// A control call of the outbox failed: the execution is lost.
     ControlFailed { execution_id: String, error: String },
     /// A permission answer reached agentctl.
@@ -74,9 +75,8 @@ pub(super) struct Execution {
     pub(super) id: String,
     pub(super) record: ExecutorRow,
     pub(super) calls: Arc<dyn Control>,
-    pub(super) outbox: mpsc::UnboundedSender<Outgoing>,
-    pub(super) events_rx:
-        mpsc::Receiver<Result<protocol::control::Event, agentctl::client::ClientError>>,
+    pub(super) outbox: mpsc::UnboundedSender<Box<Outgoing>>,
+    pub(super) events_rx: super::control::EventsRx,
     pub(super) agent_running: bool,
 }
 
@@ -239,14 +239,14 @@ impl SessionActor {
         }
     }
 
-    pub(super) async fn run(mut self, mut commands: mpsc::Receiver<Command>, start: Start) {
+    pub(super) async fn run(mut self, mut commands: mpsc::Receiver<Box<Command>>, start: Start) {
         let mut internal = self.internal_rx.take().expect("UNWRAP: taken once, here");
         match start {
             Start::Fresh { initial_prompt } => {
                 self.initial_prompt = initial_prompt;
-                self.start_launch(None).await;
+                Box::pin(self.start_launch(None)).await;
             }
-            Start::Resume => self.begin_resume().await,
+            Start::Resume => Box::pin(self.begin_resume()).await,
             Start::Adopt(plan) => self.start_adopt(*plan),
         }
         // The actor lives while it may own an execution: after the session ends, until a
@@ -275,30 +275,17 @@ impl SessionActor {
             };
             tokio::select! {
                 biased;
+                // The rare arms are boxed: the task's size is its largest await, and it
+                // lives as long as the session.
                 command = commands.recv(), if self.phase != Phase::Ended => match command {
-                    Some(command) => self.handle_command(command).await,
+                    Some(command) => Box::pin(self.handle_command(*command)).await,
                     None => break,
                 },
-                Some(report) = internal.recv() => self.handle_internal(report).await,
-                () = deadline => self.deadline_passed().await,
-                event = agent_event => {
-                    self.agent_event(event).await;
-                    // Events already queued behind it are handled too before the session
-                    // events are written: one append per burst, not one per event.
-                    for _ in 1..AGENT_EVENT_BURST {
-                        let queued = match self.execution.as_mut() {
-                            Some(execution) if self.stalled.is_none() && self.phase != Phase::Ended => {
-                                match execution.events_rx.try_recv() {
-                                    Ok(event) => Some(event),
-                                    Err(mpsc::error::TryRecvError::Empty) => break,
-                                    Err(mpsc::error::TryRecvError::Disconnected) => None,
-                                }
-                            }
-                            _ => break,
-                        };
-                        self.agent_event(queued).await;
-                    }
-                }
+                Some(report) = internal.recv() => Box::pin(self.handle_internal(report)).await,
+                () = deadline => Box::pin(self.deadline_passed()).await,
+                // Boxed once per burst (not per event): handling an event is the largest
+                // await of this task, which lives as long as the session.
+                event = agent_event => Box::pin(self.agent_burst(event)).await,
             }
             self.flush_events();
             if matches!(self.phase, Phase::Idle | Phase::Ended) {
@@ -316,16 +303,32 @@ impl SessionActor {
         commands.close();
         while let Some(command) = commands.recv().await {
             let state = self.row.state;
-            reject(command, || SessionError::Terminal(state));
+            reject(*command, || SessionError::Terminal(state));
         }
     }
 
-    async fn agent_event(
-        &mut self,
-        event: Option<Result<protocol::control::Event, agentctl::client::ClientError>>,
-    ) {
+    /// Handles an agent event and the events already queued behind it, before the session
+    /// events are written: one append per burst, not one per event.
+    async fn agent_burst(&mut self, first: Option<super::control::EventItem>) {
+        self.agent_event(first).await;
+        for _ in 1..AGENT_EVENT_BURST {
+            let queued = match self.execution.as_mut() {
+                Some(execution) if self.stalled.is_none() && self.phase != Phase::Ended => {
+                    match execution.events_rx.try_recv() {
+                        Ok(event) => Some(event),
+                        Err(mpsc::error::TryRecvError::Empty) => break,
+                        Err(mpsc::error::TryRecvError::Disconnected) => None,
+                    }
+                }
+                _ => break,
+            };
+            self.agent_event(queued).await;
+        }
+    }
+
+    async fn agent_event(&mut self, event: Option<super::control::EventItem>) {
         match event {
-            Some(Ok(event)) => self.handle_agent_event(event).await,
+            Some(Ok(event)) => self.handle_agent_event(*event).await,
             Some(Err(err)) => self.lost(format!("lost the connection to agentctl: {err}")).await,
             None => self.lost("agentctl's event stream ended".into()).await,
         }
@@ -700,9 +703,10 @@ impl SessionActor {
             for task in retiring {
                 let _ = task.await;
             }
-            let launched = launch::launch(context.clone(), plan).await;
-            if let Err(mpsc::error::SendError(Internal::Launched(Ok(connected)))) =
+            let launched = Box::new(launch::launch(context.clone(), plan).await);
+            if let Err(mpsc::error::SendError(Internal::Launched(launched))) =
                 internal_tx.send(Internal::Launched(launched))
+                && let Ok(connected) = *launched
             {
                 // The actor is gone: nobody owns this execution.
                 if let Err(err) =
@@ -719,9 +723,10 @@ impl SessionActor {
         let internal_tx = self.internal_tx.clone();
         let context = self.context.clone();
         tokio::spawn(async move {
-            let adopted = launch::adopt(context.clone(), plan.addr, plan.executor).await;
-            if let Err(mpsc::error::SendError(Internal::Adopted(Ok(connected)))) =
+            let adopted = Box::new(launch::adopt(context.clone(), plan.addr, plan.executor).await);
+            if let Err(mpsc::error::SendError(Internal::Adopted(adopted))) =
                 internal_tx.send(Internal::Adopted(adopted))
+                && let Ok(connected) = *adopted
             {
                 // The actor is gone: nobody owns this execution.
                 if let Err(err) =
@@ -774,8 +779,8 @@ impl SessionActor {
 
     async fn handle_internal(&mut self, report: Internal) {
         match report {
-            Internal::Launched(launched) => self.launched(launched).await,
-            Internal::Adopted(adopted) => self.adopted(adopted).await,
+            Internal::Launched(launched) => self.launched(*launched).await,
+            Internal::Adopted(adopted) => self.adopted(*adopted).await,
             Internal::ControlFailed { execution_id, error } => {
                 if self.execution.as_ref().is_some_and(|execution| execution.id == execution_id) {
                     self.lost(format!("agentctl stopped answering: {error}")).await;
@@ -1091,7 +1096,7 @@ impl SessionActor {
     /// Queues a control call (a failure is reported back as [`Internal::ControlFailed`]).
     pub(super) fn send(&self, outgoing: Outgoing) {
         if let Some(execution) = &self.execution {
-            let _ = execution.outbox.send(outgoing);
+            let _ = execution.outbox.send(Box::new(outgoing));
         }
     }
 

@@ -34,8 +34,12 @@ pub trait Control: Send + Sync + 'static {
     fn status(&self) -> BoxFuture<'_, Result<Status, ClientError>>;
 }
 
+/// One item of an event stream. Boxed: the channel's buffer is allocated in slots of its
+/// item's size, for as long as the session lives.
+pub type EventItem = Result<Box<Event>, Box<ClientError>>;
+
 /// agentctl's events, in order, each once (an error ends the stream).
-pub type EventsRx = mpsc::Receiver<Result<Event, ClientError>>;
+pub type EventsRx = mpsc::Receiver<EventItem>;
 
 /// A connected sidecar: its calls and its event stream.
 pub type Connection = (Arc<dyn Control>, EventsRx);
@@ -106,6 +110,7 @@ impl Connector for WsConnector {
                         next = stream.next() => next,
                         () = events_tx.closed() => return,
                     };
+                    let next = next.map(Box::new).map_err(Box::new);
                     let failed = next.is_err();
                     if events_tx.send(next).await.is_err() || failed {
                         return;

@@ -39,17 +39,18 @@ pub(super) enum Outgoing {
     Ack(u64),
 }
 
-/// Starts the outbox of an execution; returns where to queue calls. The task ends when the
+/// Starts the outbox of an execution; returns where to queue calls (boxed: the channel's
+/// buffer is allocated in slots of its item's size). The task ends when the
 /// sender is dropped or a call fails.
 pub(super) fn start_outbox(
     execution_id: String,
     calls: Arc<dyn Control>,
     internal_tx: mpsc::UnboundedSender<Internal>,
-) -> mpsc::UnboundedSender<Outgoing> {
-    let (outbox_tx, mut outbox_rx) = mpsc::unbounded_channel();
+) -> mpsc::UnboundedSender<Box<Outgoing>> {
+    let (outbox_tx, mut outbox_rx) = mpsc::unbounded_channel::<Box<Outgoing>>();
     tokio::spawn(async move {
         while let Some(outgoing) = outbox_rx.recv().await {
-            let result = match outgoing {
+            let result = match *outgoing {
                 Outgoing::Acp(message) => calls.send_acp(&message).await,
                 Outgoing::Prompt { message, turn_id, reply } => {
                     let sent = calls.send_acp(&message).await;

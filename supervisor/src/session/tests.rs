@@ -79,7 +79,7 @@ enum Mode {
 /// A sidecar with a scripted agent behind it.
 struct FakeSidecar {
     mode: Mode,
-    events_tx: mpsc::Sender<Result<Event, ClientError>>,
+    events_tx: mpsc::Sender<super::control::EventItem>,
     seq: AtomicU64,
     open: std::sync::atomic::AtomicBool,
     /// Every `events.ack` seq, in order.
@@ -91,7 +91,7 @@ impl FakeSidecar {
     async fn emit(&self, message: Value) {
         let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
         let event = Event { seq, at: 0, kind: EventKind::Acp { message, answered: None } };
-        let _ = self.events_tx.send(Ok(event)).await;
+        let _ = self.events_tx.send(Ok(Box::new(event))).await;
     }
 
     async fn hang(&self) -> ClientError {
