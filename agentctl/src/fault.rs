@@ -17,7 +17,10 @@
 //! - `permission.queued`: a permission answer was accepted and is not yet sent;
 //! - `turn.recorded`: the store says a turn ended (its events must be out already);
 //! - `prompt.recorded`: a turn is recorded and its prompt not yet sent;
-//! - `launch.started`: a session is `STARTING` and nothing of its launch is recorded yet.
+//! - `launch.started`: a session is `STARTING` and nothing of its launch is recorded yet;
+//! - `state.opened_published`: a session's ACP session is open and recorded (its execution
+//!   `running`), its `WAITING_FOR_INPUT` event is in the log, and the store still says
+//!   `STARTING`.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -849,9 +849,13 @@ impl Supervisor {
         let recorded_live = !executor.status.is_over();
         // A session caught mid-launch or mid-handshake cannot pick up where it was (the
         // handshake's requests are gone with the old process): it is fenced and resumed
-        // later like a dead one.
+        // later like a dead one. An execution recorded `running` finished its handshake
+        // (that is recorded when the ACP session opens, before the session's state): caught
+        // between the two, it is re-attached and its state completed, not killed — its
+        // `WAITING_FOR_INPUT` may already have been published.
+        let handshake_done = executor.status == ExecutorStatus::Running;
         let alive = recorded_live
-            && row.state != SessionState::Starting
+            && (row.state != SessionState::Starting || handshake_done)
             && match recorded.running_containers {
                 Some(running) if executor.runtime == self.config.docker.name() => {
                     executor.container_id.as_ref().is_some_and(|id| running.contains(id))

@@ -987,6 +987,15 @@ impl SessionActor {
             view.resume_outcome = record.resume_outcome;
         });
         self.enter(Phase::Open);
+        // Killed after the ACP session opened and before the store said so: the state is
+        // completed now (published again if it was already; the same state twice is
+        // harmless, never is not).
+        if self.row.state == SessionState::Starting
+            && let Err(err) =
+                self.set_state(SessionState::WaitingForInput, None, Some(task_state::REVIEW)).await
+        {
+            tracing::error!(session = %self.row.id, %err, "cannot record the session state");
+        }
         for waiter in self.waiters.drain(..) {
             let _ = waiter.send(Ok(ResumeOutcome::AlreadyRunning));
         }
@@ -1424,6 +1433,9 @@ impl SessionActor {
         // The event first: a replay re-applies the store write, but would skip the event.
         self.emit(SessionEventKind::State { state: state.into(), error: error.clone() });
         self.flush_events();
+        if self.row.state == SessionState::Starting && state == SessionState::WaitingForInput {
+            agentctl::fault::point("state.opened_published");
+        }
         self.context
             .store
             .set_session_state(self.row.id.clone(), state, error.clone(), task)

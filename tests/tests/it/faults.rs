@@ -804,3 +804,33 @@ async fn r10_a_kill_during_a_load_records_its_replay_nowhere() {
 async fn r10_a_kill_right_after_a_load_records_its_replay_nowhere() {
     a_kill_around_a_load_records_its_replay_nowhere("load.opened").await;
 }
+
+/// Found by the restart bench (one of 100 live sidecars lost): a session's
+/// `WAITING_FOR_INPUT` is published before the store says it, and a kill in between left
+/// the session `STARTING`, which recovery took for a handshake cut short — it killed the
+/// agent of a session its client had been told was ready. The execution is recorded
+/// `running` when the ACP session opens, before the state: such a session is re-attached
+/// and its state completed.
+#[tokio::test]
+async fn a_kill_between_a_published_ready_state_and_its_store_write_keeps_the_agent() {
+    let fault = [("TETHER_FAULT", "state.opened_published")];
+    let mut daemon = Daemon::start_with_env(&[], &[], &fault).await;
+    let api = daemon.api().await;
+    let session = api.create_session("mock", &daemon.workspace("o")).await.unwrap();
+    within("the supervisor to die at the fault point", daemon.wait_exit()).await;
+    let sidecar = daemon.agentctl_pid(&session);
+    drop(api);
+    daemon.restart_with_env(&[]).await;
+    let api = daemon.api().await;
+    // The log had told subscribers the session was ready before the kill.
+    let mut events = api.subscribe(&session, 0).await;
+    let (state, _) = tether_tests::daemon::settled(&mut events).await;
+    assert_eq!(state, SessionState::WaitingForInput);
+    let resumed = api.resume(&session).await.unwrap();
+    assert_eq!(resumed.outcome, ResumeOutcome::AlreadyRunning, "re-attached, not relaunched");
+    assert_eq!(daemon.agentctl_pid(&session), sidecar, "the same sidecar");
+    let status = api.status(&session).await;
+    assert_eq!(status.state, SessionState::WaitingForInput, "{status:?}");
+    assert!(status.is_agent_running, "{status:?}");
+    assert!(api.ask(&session, "still there?").await.contains("still there?"));
+}
