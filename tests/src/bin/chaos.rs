@@ -48,6 +48,8 @@ const FAULT_POINTS: &[&str] = &[
     // These fire only when a session is resumed through `session/load` while armed.
     "load.sent",
     "load.opened",
+    // This one when a session opens (a relaunch after an agent was lost) while armed.
+    "state.opened_published",
 ];
 
 #[derive(Debug, Default)]
