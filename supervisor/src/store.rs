@@ -365,6 +365,19 @@ pub struct Task {
     pub updated_at: i64,
 }
 
+/// What [`Store::record_opened`] records of an execution whose ACP session opened.
+#[derive(Debug, Clone, Default)]
+pub struct Opened {
+    /// The resume token to keep (none when the profile keeps none).
+    pub resume_token: Option<String>,
+    /// The ACP session id.
+    pub acp_session_id: String,
+    /// How a resume restored the session (none for a fresh start).
+    pub outcome: Option<ResumeOutcome>,
+    /// The history is to be injected into the next prompt.
+    pub inject_history: bool,
+}
+
 /// An active session with a runtime record, as [`Store::recovery_candidates`] reads it.
 #[derive(Debug, Clone)]
 pub struct RecoveryCandidate {
@@ -959,35 +972,35 @@ impl Store {
         .await
     }
 
-    /// Stores the ACP session id, if the execution is still current.
-    pub async fn set_acp_session(
+    /// The ACP session of an execution opened: its resume token (or none), its ACP session
+    /// id, status `running`, and for a resume its outcome and whether the history is to be
+    /// injected — one write, if the execution is still current. (`running` is what tells
+    /// restart recovery that the handshake finished.) Returns whether it applied.
+    pub async fn record_opened(
         &self,
         session_id: String,
         execution_id: String,
-        acp_session_id: String,
+        opened: Opened,
     ) -> Result<bool, StoreError> {
-        self.cas_executor(
-            session_id,
-            execution_id,
-            "acp_session_id = ?3",
-            rusqlite::types::Value::Text(acp_session_id),
-        )
-        .await
-    }
-
-    /// Stores the outcome of a resume, if the execution is still current.
-    pub async fn set_resume_outcome(
-        &self,
-        session_id: String,
-        execution_id: String,
-        outcome: ResumeOutcome,
-    ) -> Result<bool, StoreError> {
-        self.cas_executor(
-            session_id,
-            execution_id,
-            "resume_outcome = ?3",
-            rusqlite::types::Value::Text(outcome.as_str().into()),
-        )
+        self.call(move |conn| {
+            let changed = conn.execute(
+                "UPDATE executors_running SET resume_token = ?3, acp_session_id = ?4, status = ?5, \
+                 resume_outcome = COALESCE(?6, resume_outcome), \
+                 resume_context_pending = COALESCE(?7, resume_context_pending), \
+                 updated_at = ?8, last_seen_at = ?8 WHERE session_id = ?1 AND execution_id = ?2",
+                params![
+                    session_id,
+                    execution_id,
+                    opened.resume_token,
+                    opened.acp_session_id,
+                    ExecutorStatus::Running,
+                    opened.outcome,
+                    opened.inject_history.then_some(true),
+                    now_ms()
+                ],
+            )?;
+            Ok(changed == 1)
+        })
         .await
     }
 

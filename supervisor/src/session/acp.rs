@@ -573,46 +573,32 @@ impl SessionActor {
     async fn session_opened(&mut self, acp_session: String, restored: Option<ResumeOutcome>) {
         let execution_id =
             self.execution.as_ref().map(|execution| execution.id.clone()).unwrap_or_default();
-        let token = self.profile.keeps_resume_token().then(|| acp_session.clone());
-        let store = self.context.store.clone();
-        if let Err(err) =
-            store.set_resume_token(self.row.id.clone(), execution_id.clone(), token).await
-        {
-            tracing::error!(session = %self.row.id, %err, "cannot store the resume token");
-        }
-        let _ = store
-            .set_acp_session(self.row.id.clone(), execution_id.clone(), acp_session.clone())
-            .await;
-        let _ = store
-            .set_executor_status(self.row.id.clone(), execution_id.clone(), ExecutorStatus::Running)
-            .await;
         let outcome = match self.resume.take() {
             None => None,
-            Some(resume) => {
-                let outcome = match restored {
-                    Some(outcome) => outcome,
-                    None if resume.relaunched => ResumeOutcome::ResumeCommand,
-                    None if !self.history.is_empty()
-                        && self.profile.injects_history(resume.native_failed) =>
-                    {
-                        self.resume_context_pending = true;
-                        let _ = store
-                            .set_resume_context_pending(
-                                self.row.id.clone(),
-                                execution_id.clone(),
-                                true,
-                            )
-                            .await;
-                        ResumeOutcome::HistoryInjection
-                    }
-                    None => ResumeOutcome::Fresh,
-                };
-                let _ = store
-                    .set_resume_outcome(self.row.id.clone(), execution_id.clone(), outcome)
-                    .await;
-                Some(outcome)
-            }
+            Some(resume) => Some(match restored {
+                Some(outcome) => outcome,
+                None if resume.relaunched => ResumeOutcome::ResumeCommand,
+                None if !self.history.is_empty()
+                    && self.profile.injects_history(resume.native_failed) =>
+                {
+                    self.resume_context_pending = true;
+                    ResumeOutcome::HistoryInjection
+                }
+                None => ResumeOutcome::Fresh,
+            }),
         };
+        // One write: the token, the ACP session, `running`, and a resume's outcome.
+        let opened = crate::store::Opened {
+            resume_token: self.profile.keeps_resume_token().then(|| acp_session.clone()),
+            acp_session_id: acp_session.clone(),
+            outcome,
+            inject_history: outcome == Some(ResumeOutcome::HistoryInjection),
+        };
+        if let Err(err) =
+            self.context.store.record_opened(self.row.id.clone(), execution_id, opened).await
+        {
+            tracing::error!(session = %self.row.id, %err, "cannot record the opened session");
+        }
         self.update_view(|view| view.acp_session_id = Some(acp_session));
         if let Err(err) =
             self.set_state(SessionState::WaitingForInput, None, Some(task_state::REVIEW)).await

@@ -403,3 +403,45 @@ async fn recovery_candidates_search_indexes_instead_of_scanning_tables() {
     }
     assert!(plan.iter().any(|step| step.contains("task_sessions_by_state_runtime")), "{plan:#?}");
 }
+
+/// The opened session is recorded in one write, only for the current execution; a fresh
+/// start keeps what a resume recorded before (outcome, injection flag) untouched.
+#[tokio::test]
+async fn an_opened_session_is_recorded_at_once_for_the_current_execution_only() {
+    let (_dir, store) = open();
+    let task = store.create_task("t".into(), String::new()).await.unwrap();
+    let row = store.create_session(session(&task.id)).await.unwrap();
+    let record = |execution: &str| ExecutorRow {
+        session_id: row.id.clone(),
+        execution_id: execution.into(),
+        runtime: "standalone".into(),
+        status: ExecutorStatus::Starting,
+        ..Default::default()
+    };
+    store.put_executor(record("e1")).await.unwrap();
+    let resumed = Opened {
+        resume_token: Some("tok".into()),
+        acp_session_id: "acp-1".into(),
+        outcome: Some(ResumeOutcome::HistoryInjection),
+        inject_history: true,
+    };
+    assert!(store.record_opened(row.id.clone(), "e1".into(), resumed).await.unwrap());
+    let now = store.get_executor(row.id.clone()).await.unwrap().unwrap();
+    assert_eq!(now.status, ExecutorStatus::Running);
+    assert_eq!(now.resume_token.as_deref(), Some("tok"));
+    assert_eq!(now.acp_session_id.as_deref(), Some("acp-1"));
+    assert_eq!(now.resume_outcome, Some(ResumeOutcome::HistoryInjection));
+    assert!(now.resume_context_pending);
+    // A stale execution changes nothing.
+    let stale = Opened { acp_session_id: "stale".into(), ..Default::default() };
+    assert!(!store.record_opened(row.id.clone(), "e0".into(), stale).await.unwrap());
+    let same = store.get_executor(row.id.clone()).await.unwrap().unwrap();
+    assert_eq!(same.acp_session_id.as_deref(), Some("acp-1"));
+    // No resume: the token is what the profile keeps (none here); the rest stays.
+    let fresh = Opened { acp_session_id: "acp-2".into(), ..Default::default() };
+    assert!(store.record_opened(row.id.clone(), "e1".into(), fresh).await.unwrap());
+    let now = store.get_executor(row.id.clone()).await.unwrap().unwrap();
+    assert_eq!((now.resume_token, now.acp_session_id.as_deref()), (None, Some("acp-2")));
+    assert_eq!(now.resume_outcome, Some(ResumeOutcome::HistoryInjection));
+    assert!(now.resume_context_pending);
+}
