@@ -72,6 +72,9 @@ pub enum SessionState {
     Failed,
     /// Cancelled for good.
     Cancelled,
+    /// Paused at a turn boundary (`task.session.pause`): its agent and sidecar are stopped,
+    /// and it is resumed like any session whose agent is not running.
+    Paused,
 }
 
 impl SessionState {
@@ -89,6 +92,7 @@ wire_names!(SessionState {
     Completed => "COMPLETED",
     Failed => "FAILED",
     Cancelled => "CANCELLED",
+    Paused => "PAUSED",
 });
 
 /// A turn's state.
@@ -295,6 +299,23 @@ pub struct SessionStatus {
     pub error: Option<String>,
     /// The seq of the newest session event (subscribe after it to see only new ones).
     pub last_event_seq: u64,
+    /// A pause waits for the running turn to end.
+    #[serde(default)]
+    pub pause_requested: bool,
+    /// How many executions (runs of its agent) the session has had.
+    #[serde(default)]
+    pub generation: u64,
+}
+
+/// `task.session.pause`'s answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PauseResult {
+    /// The session.
+    pub session_id: String,
+    /// Its state now: `PAUSED`, or (a turn running) the state it pauses from.
+    pub state: SessionState,
+    /// The pause waits for the running turn to end (or for `force_after_ms`).
+    pub pause_requested: bool,
 }
 
 /// `task.session.prompt`: the turn that started.
@@ -482,6 +503,24 @@ pub enum EventKind {
         /// The outcome.
         outcome: ResumeOutcome,
     },
+    /// A pause was asked for while a turn runs: the session pauses when the turn ends, or
+    /// cancels the turn after `force_after_ms`.
+    PauseRequested {
+        /// Why, as the caller said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// How long the running turn may still take before it is cancelled.
+        force_after_ms: u64,
+    },
+    /// The session is paused: its agent and sidecar are stopped (a `state` event `PAUSED`
+    /// comes with it).
+    Paused {
+        /// Why, as the caller said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// The running turn was cancelled to pause (the timeout passed).
+        forced: bool,
+    },
     /// An event type this build does not know (a newer daemon): skip it, and count its seq.
     #[serde(other)]
     #[schemars(skip)]
@@ -613,6 +652,8 @@ pub mod method {
     pub const STOP_ALL: &str = "sessions.stop_all";
     /// `task.session.cancel`
     pub const SESSION_CANCEL: &str = "task.session.cancel";
+    /// `task.session.pause`
+    pub const SESSION_PAUSE: &str = "task.session.pause";
     /// `task.session.stop`
     pub const SESSION_STOP: &str = "task.session.stop";
     /// `task.session.delete`
@@ -706,6 +747,17 @@ pub trait Api {
     /// confirm within the grace period).
     #[method(name = "task.session.cancel", param_kind = map)]
     async fn session_cancel(&self, session_id: String) -> RpcResult<Done>;
+
+    /// Pauses a session at the next turn boundary: a running turn ends first (or is
+    /// cancelled after `force_after_ms`, default 5 minutes); then its agent and sidecar stop
+    /// and it is `PAUSED`, resumable with `task.session.resume` (or a prompt).
+    #[method(name = "task.session.pause", param_kind = map)]
+    async fn session_pause(
+        &self,
+        session_id: String,
+        reason: Option<String>,
+        force_after_ms: Option<u64>,
+    ) -> RpcResult<PauseResult>;
 
     /// Ends a session for good: its agent stops and it cannot be resumed.
     #[method(name = "task.session.stop", param_kind = map)]

@@ -17,8 +17,9 @@ use jsonrpsee::core::{RpcResult, SubscriptionResult};
 use jsonrpsee::server::{BatchRequestConfig, RpcModule, Server, ServerConfig, ServerHandle};
 use jsonrpsee::types::ErrorObjectOwned;
 use protocol::api::{
-    AgentInfo, ApiServer, Done, ErrorData, HistoryEntry, PromptStarted, ResumeResult, RuntimeKind,
-    SessionState, SessionStatus, SessionSummary, StopAllResult, Task, TaskDetail, Timeline, params,
+    AgentInfo, ApiServer, Done, ErrorData, HistoryEntry, PauseResult, PromptStarted, ResumeResult,
+    RuntimeKind, SessionState, SessionStatus, SessionSummary, StopAllResult, Task, TaskDetail,
+    Timeline, params,
 };
 use protocol::errors::CheckParams;
 use serde_json::Value;
@@ -134,6 +135,15 @@ impl ApiServer for Methods {
 
     async fn session_cancel(&self, session_id: String) -> RpcResult<Done> {
         self.0.cancel(session_id).await.map_err(to_rpc).map(|()| Done {})
+    }
+
+    async fn session_pause(
+        &self,
+        session_id: String,
+        reason: Option<String>,
+        force_after_ms: Option<u64>,
+    ) -> RpcResult<PauseResult> {
+        self.0.pause(session_id, reason, force_after_ms).await.map_err(to_rpc)
     }
 
     async fn session_stop(&self, session_id: String) -> RpcResult<Done> {

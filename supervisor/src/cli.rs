@@ -104,10 +104,26 @@ enum Command {
         #[command(flatten)]
         json: JsonFlag,
     },
-    /// Cancel a session's running turn.
+    /// Cancel a session's running turn (a PAUSED session: end it, CANCELLED).
     Cancel {
         /// The session.
         session: String,
+    },
+    /// Pause a session at the next turn boundary: a running turn ends first (or is
+    /// cancelled after --force-after-ms), then its agent stops and it is PAUSED until
+    /// resumed (`resume`, or a prompt). Waits until it is paused unless --no-wait.
+    Pause {
+        /// The session.
+        session: String,
+        /// Why (kept with the pause and shown in its events).
+        #[arg(long)]
+        reason: Option<String>,
+        /// How long a running turn may still take before it is cancelled [default: 300000].
+        #[arg(long, value_name = "MS")]
+        force_after_ms: Option<u64>,
+        /// Return once the pause is requested, without waiting for the turn to end.
+        #[arg(long)]
+        no_wait: bool,
     },
     /// Answer an agent's permission request.
     #[command(subcommand)]
@@ -722,6 +738,9 @@ impl Client {
                 println!("session {session}: cancel sent (the turn ends as cancelled)");
                 Ok(())
             }
+            Command::Pause { session, reason, force_after_ms, no_wait } => {
+                self.pause(&session, reason, force_after_ms, no_wait).await
+            }
             Command::Permission(PermissionCommand::Respond { session, request, answer }) => {
                 self.permission_respond(&session, &request, &answer).await
             }
@@ -1069,6 +1088,50 @@ impl Client {
     }
 
     /// Prints a session's events until it ends, across daemon restarts.
+    async fn pause(
+        &self,
+        session: &str,
+        reason: Option<String>,
+        force_after_ms: Option<u64>,
+        no_wait: bool,
+    ) -> Result<(), Failure> {
+        let api = &*self.client;
+        // Where the stream is now, so that the pause's own events are not missed.
+        let status = api.session_status(session.to_owned()).await.map_err(|e| self.failure(e))?;
+        let paused = api
+            .session_pause(session.to_owned(), reason, force_after_ms)
+            .await
+            .map_err(|e| self.failure(e))?;
+        if !paused.pause_requested {
+            println!("session {session} paused");
+            return Ok(());
+        }
+        println!("session {session}: pause requested; the running turn finishes first");
+        if no_wait {
+            return Ok(());
+        }
+        let shown = Shown::new(false);
+        let mut events = Feed::open(self, session, Some(status.last_event_seq), &shown).await?;
+        events.follow_restarts = true;
+        loop {
+            let event = events.next().await?;
+            match event.kind {
+                EventKind::Paused { forced, .. } => {
+                    let how = if forced { " (the turn was cancelled)" } else { "" };
+                    println!("session {session} paused{how}");
+                    return Ok(());
+                }
+                EventKind::State { state, .. } if state.is_terminal() => {
+                    return Err(Failure {
+                        code: 5,
+                        line: format!("error: session {session} ended ({state}) before it paused"),
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+
     async fn follow(&self, session: &str, after: Option<u64>, json: bool) -> Result<(), Failure> {
         let shown = Shown::new(json);
         let mut events = Feed::open(self, session, after, &shown).await?;

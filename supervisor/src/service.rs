@@ -26,8 +26,8 @@ use crate::session::{
 use crate::store::{ExecutorStatus, SessionRow, SessionState, Store, StoreError, Task, TurnState};
 use crate::wire::runtime_kind;
 use protocol::api::{
-    AgentInfo, ErrorKind, ExecutionInfo, ResumeResult, SessionStatus, TaskDetail, Timeline,
-    TurnInfo,
+    AgentInfo, ErrorKind, ExecutionInfo, PauseResult, ResumeResult, SessionStatus, TaskDetail,
+    Timeline, TurnInfo,
 };
 
 /// Errors of the operations, each with the `data.kind` the API reports.
@@ -434,6 +434,7 @@ impl Supervisor {
         let row = self.session_row(&session_id).await?;
         let last_event_seq = self.event_log(&session_id).map_or(0, |log| log.last_seq());
         let executor = self.config.store.get_executor(session_id.clone()).await?;
+        let generation = executor.as_ref().map_or(0, |e| u64::try_from(e.generation).unwrap_or(0));
         let handle = self.handle(&session_id);
         let view = handle.as_ref().map(SessionHandle::view);
         let running = view.as_ref().is_some_and(|view| view.agent_running);
@@ -451,6 +452,8 @@ impl Supervisor {
             (true, false, "starting")
         } else if row.state == SessionState::Created {
             (true, false, "not_started")
+        } else if row.state == SessionState::Paused {
+            (true, true, "paused")
         } else if executor.as_ref().is_some_and(|e| e.resume_token.is_some()) {
             (true, true, "agent_not_running")
         } else if executor.is_some() {
@@ -475,8 +478,10 @@ impl Supervisor {
             worktree_path: Some(row.workspace_path),
             worktree_branch: None,
             // The actor's view is newer than the row when the store cannot be written.
+            pause_requested: view.as_ref().is_some_and(|view| view.pause_requested),
             error: view.and_then(|view| view.error).or(row.error_message),
             last_event_seq,
+            generation,
         })
     }
 
@@ -713,6 +718,22 @@ impl Supervisor {
         // A session caught before its first launch recorded anything: whatever its runtime
         // may have started is fenced (found through its state dir or container name), and it
         // waits for input instead of reading `STARTING` forever.
+        // A pause asked for before the restart, whose session has no agent any more (it was
+        // found dead): nothing is left to wait for.
+        for (session_id, request) in self.config.store.pauses().await? {
+            let adopting_it = self.handle(&session_id).is_some_and(|handle| handle.is_live());
+            if adopting_it {
+                continue;
+            }
+            match self.config.store.get_session(session_id.clone()).await {
+                Ok(row) if row.state.is_active() => {
+                    if let Err(err) = self.pause_without_agent(&row, request.reason, false).await {
+                        tracing::error!(session = %session_id, %err, "cannot pause a session at recovery");
+                    }
+                }
+                _ => {}
+            }
+        }
         let stranded = self.config.store.stranded_sessions().await?;
         // Those the query left out are at rest too.
         summary.at_rest += active.saturating_sub(examined + stranded.len());
@@ -936,9 +957,71 @@ impl Supervisor {
         Ok(None)
     }
 
-    /// `task.session.cancel`.
+    /// `task.session.cancel`: cancels the running turn; a `PAUSED` session (no turn) is
+    /// ended `CANCELLED`.
     pub async fn cancel(&self, session_id: String) -> Result<(), ServiceError> {
+        let row = self.session_row(&session_id).await?;
+        if row.state == SessionState::Paused {
+            return self.end(row, SessionState::Cancelled).await;
+        }
         Ok(self.live(&session_id).await?.cancel().await?)
+    }
+
+    /// `task.session.pause`: at the next turn boundary (see [`SessionHandle::pause`]).
+    pub async fn pause(
+        &self,
+        session_id: String,
+        reason: Option<String>,
+        force_after_ms: Option<u64>,
+    ) -> Result<PauseResult, ServiceError> {
+        let row = self.session_row(&session_id).await?;
+        if row.state.is_terminal() {
+            return Err(ServiceError::Conflict(format!(
+                "session {session_id} is {} and cannot be paused",
+                row.state.as_str()
+            )));
+        }
+        if row.state == SessionState::Paused {
+            return Err(ServiceError::InvalidState(format!(
+                "session {session_id} is already PAUSED"
+            )));
+        }
+        let force_after = Duration::from_millis(force_after_ms.unwrap_or(DEFAULT_PAUSE_WAIT_MS));
+        let live = {
+            let _guard = self.start_lock.lock().await;
+            match self.handle(&session_id).filter(SessionHandle::is_live) {
+                Some(handle) => Some(handle),
+                None => {
+                    // No actor, so no agent: nothing to stop or wait for.
+                    self.pause_without_agent(&row, reason.clone(), false).await?;
+                    None
+                }
+            }
+        };
+        let Some(handle) = live else {
+            return Ok(PauseResult {
+                session_id,
+                state: SessionState::Paused.into(),
+                pause_requested: false,
+            });
+        };
+        let waits = handle.pause(reason, force_after).await?;
+        let view = handle.view();
+        Ok(PauseResult { session_id, state: view.state.into(), pause_requested: waits })
+    }
+
+    /// Pauses a session that has no actor (its agent is not running): the events are
+    /// published, then the store says `PAUSED` (and forgets the pause request).
+    async fn pause_without_agent(
+        &self,
+        row: &SessionRow,
+        reason: Option<String>,
+        forced: bool,
+    ) -> Result<(), ServiceError> {
+        let state = SessionEventKind::State { state: SessionState::Paused.into(), error: None };
+        self.publish_recovery(&row.id, vec![state, SessionEventKind::Paused { reason, forced }])?;
+        self.config.store.set_paused(row.id.clone()).await?;
+        Ok(())
     }
 
     /// `task.session.permission.respond`: `option_id` selects an option; `None` cancels.
@@ -958,6 +1041,12 @@ impl Supervisor {
     /// `task.session.stop`: the agent is stopped and the session ends (`COMPLETED`).
     pub async fn stop(&self, session_id: String) -> Result<(), ServiceError> {
         let row = self.session_row(&session_id).await?;
+        self.end(row, SessionState::Completed).await
+    }
+
+    /// Ends a session for good as `end` (`COMPLETED` or `CANCELLED`).
+    async fn end(&self, row: SessionRow, end: SessionState) -> Result<(), ServiceError> {
+        let session_id = row.id.clone();
         if row.state.is_terminal() {
             return Err(ServiceError::Conflict(format!(
                 "session {session_id} is already {}",
@@ -965,6 +1054,7 @@ impl Supervisor {
             )));
         }
         match self.handle(&session_id).filter(SessionHandle::is_live) {
+            Some(handle) if end == SessionState::Cancelled => Ok(handle.cancel_session().await?),
             Some(handle) => Ok(handle.stop().await?),
             None => {
                 // No actor: whatever sidecar its record names must not outlive the session.
@@ -972,10 +1062,7 @@ impl Supervisor {
                 if let Err(err) = self.fence(&row, executor).await {
                     tracing::warn!(session = %session_id, %err, "cannot fence a stopped session's sidecar");
                 }
-                self.config
-                    .store
-                    .set_session_state(session_id, SessionState::Completed, None, None)
-                    .await?;
+                self.config.store.set_session_state(session_id, end, None, None).await?;
                 Ok(())
             }
         }
@@ -1139,6 +1226,9 @@ impl Supervisor {
 
 /// How long a resume (or a prompt that waits for one) may take.
 pub const RESUME_WAIT: Duration = Duration::from_secs(90);
+
+/// How long a pause waits for the running turn before it cancels it, unless told: 5 minutes.
+pub const DEFAULT_PAUSE_WAIT_MS: u64 = 5 * 60 * 1000;
 
 /// What restart recovery did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

@@ -134,6 +134,8 @@ pub struct SessionView {
     pub turn_id: Option<String>,
     /// How the last resume went.
     pub resume_outcome: Option<ResumeOutcome>,
+    /// A pause waits for the running turn to end.
+    pub pause_requested: bool,
 }
 
 impl SessionView {
@@ -154,9 +156,10 @@ enum Command {
     Prompt { text: String, reply: Reply<String> },
     Cancel { reply: Reply<()> },
     Permission { request_id: String, outcome: Value, reply: Reply<()> },
-    Stop { reply: Reply<()> },
+    Stop { end: SessionState, reply: Reply<()> },
     Resume { reply: Reply<ResumeOutcome> },
     Detach { reply: Reply<()> },
+    Pause { reason: Option<String>, force_after: Duration, reply: Reply<bool> },
 }
 
 impl std::fmt::Debug for Command {
@@ -168,6 +171,7 @@ impl std::fmt::Debug for Command {
             Command::Stop { .. } => "Stop",
             Command::Resume { .. } => "Resume",
             Command::Detach { .. } => "Detach",
+            Command::Pause { .. } => "Pause",
         })
     }
 }
@@ -212,7 +216,22 @@ impl SessionHandle {
     /// Ends the session (`COMPLETED`). Answers at once; the agent and its sidecar are
     /// stopped in the background, and killed if they do not stop.
     pub async fn stop(&self) -> Result<(), SessionError> {
-        self.ask(|reply| Command::Stop { reply }).await
+        self.ask(|reply| Command::Stop { end: SessionState::Completed, reply }).await
+    }
+
+    /// Ends a paused session as `CANCELLED` (any other session: like [`Self::stop`]).
+    pub async fn cancel_session(&self) -> Result<(), SessionError> {
+        self.ask(|reply| Command::Stop { end: SessionState::Cancelled, reply }).await
+    }
+
+    /// Pauses the session at the next turn boundary: returns `true` when the pause waits
+    /// for the running turn (cancelled after `force_after`), `false` once it is `PAUSED`.
+    pub async fn pause(
+        &self,
+        reason: Option<String>,
+        force_after: Duration,
+    ) -> Result<bool, SessionError> {
+        self.ask(|reply| Command::Pause { reason, force_after, reply }).await
     }
 
     /// Resumes the session if its agent is not running (once, however many ask at the same
@@ -338,6 +357,7 @@ pub fn start_session(
         error: row.error_message.clone(),
         turn_id: None,
         resume_outcome: None,
+        pause_requested: false,
     };
     let (view_tx, view_rx) = watch::channel(view);
     // The actor works from the parsed profile: the snapshot's JSON tree would only take

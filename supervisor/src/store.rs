@@ -151,6 +151,8 @@ pub enum SessionState {
     Failed,
     /// Cancelled.
     Cancelled,
+    /// Paused at a turn boundary: no agent, resumable.
+    Paused,
 }
 
 impl SessionState {
@@ -164,6 +166,7 @@ impl SessionState {
             SessionState::Completed => "COMPLETED",
             SessionState::Failed => "FAILED",
             SessionState::Cancelled => "CANCELLED",
+            SessionState::Paused => "PAUSED",
         }
     }
 
@@ -177,6 +180,7 @@ impl SessionState {
             "COMPLETED" => SessionState::Completed,
             "FAILED" => SessionState::Failed,
             "CANCELLED" => SessionState::Cancelled,
+            "PAUSED" => SessionState::Paused,
             other => {
                 return Err(StoreError::Corrupt {
                     what: "session state",
@@ -363,6 +367,16 @@ pub struct Task {
     pub created_at: i64,
     /// Updated, Unix ms.
     pub updated_at: i64,
+}
+
+/// A pause asked for while a turn ran (`session_pauses`): it takes effect when the turn
+/// ends, or cancels the turn at `force_at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PauseRequest {
+    /// Why, as the caller said.
+    pub reason: Option<String>,
+    /// When the running turn is cancelled, Unix ms.
+    pub force_at: i64,
 }
 
 /// What [`Store::record_opened`] records of an execution whose ACP session opened.
@@ -960,6 +974,71 @@ impl Store {
             )?;
             tx.commit()?;
             Ok(ids)
+        })
+        .await
+    }
+
+    /// Keeps a pause request (replacing an earlier one).
+    pub async fn put_pause(
+        &self,
+        session_id: String,
+        pause: PauseRequest,
+    ) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            conn.execute(
+                "INSERT OR REPLACE INTO session_pauses (session_id, reason, force_at, requested_at) \
+                 VALUES (?1, ?2, ?3, ?4)",
+                params![session_id, pause.reason, pause.force_at, now_ms()],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Every pause request that waits: `(session id, request)`.
+    pub async fn pauses(&self) -> Result<Vec<(String, PauseRequest)>, StoreError> {
+        self.call(|conn| {
+            let mut stmt =
+                conn.prepare("SELECT session_id, reason, force_at FROM session_pauses")?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((r.get(0)?, PauseRequest { reason: r.get(1)?, force_at: r.get(2)? }))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// The session's pause request, if one waits.
+    pub async fn get_pause(&self, session_id: String) -> Result<Option<PauseRequest>, StoreError> {
+        self.call(move |conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT reason, force_at FROM session_pauses WHERE session_id = ?1",
+                    [&session_id],
+                    |r| Ok(PauseRequest { reason: r.get(0)?, force_at: r.get(1)? }),
+                )
+                .optional()?)
+        })
+        .await
+    }
+
+    /// Sets the session `PAUSED` (and its task's state with it, none here) and drops its
+    /// pause request, in one transaction.
+    pub async fn set_paused(&self, session_id: String) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let changed = tx.execute(
+                "UPDATE task_sessions SET state = 'PAUSED', error_message = NULL, updated_at = ?2 WHERE id = ?1",
+                params![session_id, now_ms()],
+            )?;
+            if changed == 0 {
+                return Err(StoreError::NotFound { what: "session", id: session_id });
+            }
+            tx.execute("DELETE FROM session_pauses WHERE session_id = ?1", [&session_id])?;
+            tx.commit()?;
+            Ok(())
         })
         .await
     }

@@ -22,10 +22,10 @@ macro_rules! same_variants {
 }
 
 same_variants!(SessionState => api::SessionState {
-    Created, Starting, Running, WaitingForInput, Completed, Failed, Cancelled,
+    Created, Starting, Running, WaitingForInput, Completed, Failed, Cancelled, Paused,
 });
 same_variants!(api::SessionState => SessionState {
-    Created, Starting, Running, WaitingForInput, Completed, Failed, Cancelled,
+    Created, Starting, Running, WaitingForInput, Completed, Failed, Cancelled, Paused,
 });
 same_variants!(TurnState => api::TurnState { Running, Completed, Failed, Interrupted });
 same_variants!(ResumeOutcome => api::ResumeOutcome {

@@ -125,6 +125,10 @@ pub fn generate() -> Value {
         "Stops every live agent; the sessions stay resumable.",
     );
     m.add::<SessionId, Done>(method::SESSION_CANCEL, "Cancels the running turn.");
+    m.add::<SessionPause, PauseResult>(
+        method::SESSION_PAUSE,
+        "Pauses a session at the next turn boundary (a running turn ends first, or is cancelled after force_after_ms); then its agent stops and it is PAUSED, resumable.",
+    );
     m.add::<SessionId, Done>(
         method::SESSION_STOP,
         "Ends a session for good: its agent stops and it cannot be resumed.",
@@ -289,6 +293,7 @@ mod tests {
         let _ = client.session_resume(s()).await;
         let _ = client.stop_all().await;
         let _ = client.session_cancel(s()).await;
+        let _ = client.session_pause(s(), Some("why".into()), Some(1000)).await;
         let _ = client.session_stop(s()).await;
         let _ = client.session_delete(s()).await;
         let _ = client.permission_respond(s(), "7".into(), Some("allow".into())).await;
@@ -433,6 +438,14 @@ mod tests {
             never()
         }
         async fn session_timeline(&self, _: String) -> jsonrpsee::core::RpcResult<Timeline> {
+            never()
+        }
+        async fn session_pause(
+            &self,
+            _: String,
+            _: Option<String>,
+            _: Option<u64>,
+        ) -> jsonrpsee::core::RpcResult<PauseResult> {
             never()
         }
         async fn session_subscribe(

@@ -181,6 +181,38 @@ impl Checked for SessionPrompt {
     }
 }
 
+/// The longest a pause may wait for the running turn: a day.
+pub const MAX_PAUSE_WAIT_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// `task.session.pause`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionPause {
+    /// The session.
+    pub session_id: String,
+    /// Why (at most 1 KiB), kept with the pause.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// How long a running turn may still take before it is cancelled (default 300,000: 5
+    /// minutes; at most a day).
+    #[serde(default)]
+    pub force_after_ms: Option<u64>,
+}
+impl Checked for SessionPause {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)?;
+        within_opt("reason", &self.reason, MAX_TITLE)?;
+        match self.force_after_ms {
+            Some(ms) if ms > MAX_PAUSE_WAIT_MS => Err(ParamError {
+                field: Some("force_after_ms".into()),
+                limit: Some(MAX_PAUSE_WAIT_MS),
+                message: format!("force_after_ms must be at most {MAX_PAUSE_WAIT_MS} (a day)"),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// `task.session.permission.respond`
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -309,6 +341,7 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         SESSION_STATUS | SESSION_RESUME | SESSION_CANCEL | SESSION_STOP | SESSION_DELETE
         | SESSION_TIMELINE => parse::<SessionId>(raw).map(drop),
         SESSION_PROMPT => parse::<SessionPrompt>(raw).map(drop),
+        SESSION_PAUSE => parse::<SessionPause>(raw).map(drop),
         PERMISSION_RESPOND => parse::<PermissionRespond>(raw).map(drop),
         SESSION_HISTORY => parse::<SessionHistory>(raw).map(drop),
         SESSION_SUBSCRIBE | SESSION_SUBSCRIBE_BATCH => parse::<SessionSubscribe>(raw).map(drop),

@@ -70,6 +70,16 @@ pub(super) enum AfterAuth {
     Restore { load: bool, token: String },
 }
 
+/// A pause asked for while a turn ran.
+#[derive(Debug, Clone)]
+pub(super) struct PendingPause {
+    pub(super) reason: Option<String>,
+    /// When the running turn is cancelled.
+    pub(super) force_at: Instant,
+    /// The turn was cancelled for it.
+    pub(super) forced: bool,
+}
+
 /// The live connection to one execution.
 pub(super) struct Execution {
     pub(super) id: String,
@@ -117,6 +127,8 @@ pub(super) struct SessionActor {
     pub(super) handshake: Option<(&'static str, Instant)>,
     /// When a cancelled turn is ended by us if the agent has not ended it.
     pub(super) cancel_deadline: Option<Instant>,
+    /// A pause waiting for the running turn (or the launch in flight) to end.
+    pub(super) pause: Option<PendingPause>,
     /// The prompt to send once the ACP session is open.
     pub(super) initial_prompt: Option<String>,
     /// The agent's recent stderr, for error messages.
@@ -213,6 +225,7 @@ impl SessionActor {
             turn: None,
             handshake: None,
             cancel_deadline: None,
+            pause: None,
             initial_prompt: None,
             recent_stderr: String::new(),
             resume: None,
@@ -256,6 +269,7 @@ impl SessionActor {
                 self.handshake.map(|(_, at)| at),
                 self.cancel_deadline,
                 self.stall_retry.map(|(at, _)| at),
+                self.pause.as_ref().filter(|pause| !pause.forced).map(|pause| pause.force_at),
             ]
             .into_iter()
             .flatten()
@@ -295,6 +309,15 @@ impl SessionActor {
             }
             if self.stalled.is_some() && self.stall_retry.is_none() {
                 self.stall();
+            }
+            // A pause takes effect at the turn boundary (or once a launch in flight landed).
+            // (After a re-attach, not before the replay caught up: a turn may still end there.)
+            if self.pause.is_some()
+                && self.turn.is_none()
+                && self.replay_until.is_none()
+                && matches!(self.phase, Phase::Open | Phase::Idle)
+            {
+                Box::pin(self.pause_now()).await;
             }
         }
         self.flush_events();
@@ -360,7 +383,11 @@ impl SessionActor {
                 let result = self.answer_permission(&request_id, outcome).await;
                 let _ = reply.send(result);
             }
-            Command::Stop { reply } => self.stop(reply).await,
+            Command::Stop { end, reply } => self.stop(end, reply).await,
+            Command::Pause { reason, force_after, reply } => {
+                let result = self.pause(reason, force_after).await;
+                let _ = reply.send(result);
+            }
             Command::Resume { reply } => match self.phase {
                 // One launch at a time; everyone gets its outcome.
                 Phase::Launching | Phase::Opening | Phase::Adopting => self.waiters.push(reply),
@@ -516,7 +543,7 @@ impl SessionActor {
         Ok(())
     }
 
-    async fn stop(&mut self, reply: Reply<()>) {
+    async fn stop(&mut self, end: SessionState, reply: Reply<()>) {
         if matches!(self.phase, Phase::Launching | Phase::Adopting) {
             // Its task reports later; what it brings is retired then.
             self.after_launch = AfterLaunch::Retire;
@@ -529,10 +556,87 @@ impl SessionActor {
         }
         self.handshake = None;
         self.update_view(|view| view.agent_running = false);
-        let result = self.set_state(SessionState::Completed, None, None).await;
+        self.pause = None;
+        let result = self.set_state(end, None, None).await;
         self.fail_waiters("the session was stopped");
         self.enter(Phase::Ended);
         let _ = reply.send(result);
+    }
+
+    /// `task.session.pause`: at once when no turn runs (the agent and sidecar stopped, then
+    /// `PAUSED`); else it waits for the turn (or the launch in flight) to end, cancelling
+    /// the turn after `force_after`. Returns whether it waits.
+    async fn pause(
+        &mut self,
+        reason: Option<String>,
+        force_after: std::time::Duration,
+    ) -> Result<bool, SessionError> {
+        match self.row.state {
+            state if state.is_terminal() => return Err(SessionError::Terminal(state)),
+            SessionState::Paused => {
+                return Err(SessionError::InvalidState("the session is already PAUSED".into()));
+            }
+            _ => {}
+        }
+        if self.pause.is_some() {
+            return Err(SessionError::InvalidState(
+                "a pause is already requested; it waits for the running turn to end".into(),
+            ));
+        }
+        let busy = self.turn.is_some()
+            || matches!(self.phase, Phase::Launching | Phase::Opening | Phase::Adopting);
+        self.pause = Some(PendingPause {
+            reason: reason.clone(),
+            force_at: Instant::now() + force_after,
+            forced: false,
+        });
+        if !busy {
+            self.pause_now().await;
+            return Ok(false);
+        }
+        // Kept before it is announced, so a restart still pauses.
+        let force_at = crate::store::now_ms()
+            .saturating_add(i64::try_from(force_after.as_millis()).unwrap_or(i64::MAX));
+        let request = crate::store::PauseRequest { reason: reason.clone(), force_at };
+        if let Err(err) = self.context.store.put_pause(self.row.id.clone(), request).await {
+            self.pause = None;
+            return Err(err.into());
+        }
+        self.emit(SessionEventKind::PauseRequested {
+            reason,
+            force_after_ms: u64::try_from(force_after.as_millis()).unwrap_or(u64::MAX),
+        });
+        self.update_view(|view| view.pause_requested = true);
+        Ok(true)
+    }
+
+    /// Pauses now: the agent and sidecar are stopped (and awaited), then the session is
+    /// `PAUSED` — its events first, then the store (a replay re-applies the store write).
+    pub(super) async fn pause_now(&mut self) {
+        let Some(pause) = self.pause.take() else { return };
+        if let Some(execution) = self.execution.take() {
+            let (gone_tx, gone) = tokio::sync::oneshot::channel();
+            self.retire(execution, Some(gone_tx));
+            if let Ok(Err(err)) = gone.await {
+                tracing::warn!(session = %self.row.id, %err, "stopping the agent for a pause");
+            }
+        }
+        self.handshake = None;
+        self.emit(SessionEventKind::State { state: SessionState::Paused.into(), error: None });
+        self.emit(SessionEventKind::Paused { reason: pause.reason, forced: pause.forced });
+        self.flush_events();
+        if let Err(err) = self.context.store.set_paused(self.row.id.clone()).await {
+            self.write_failed("the paused state", &err);
+        }
+        self.row.state = SessionState::Paused;
+        self.row.error_message = None;
+        self.update_view(|view| {
+            view.state = SessionState::Paused;
+            view.error = None;
+            view.agent_running = false;
+            view.pause_requested = false;
+        });
+        self.enter(Phase::Idle);
     }
 
     /// Stops the agent and agentctl; the session stays active and needs a resume. The
@@ -618,7 +722,7 @@ impl SessionActor {
         }
         let relaunch = token.is_some() && self.profile.relaunches_to_resume();
         self.initial_prompt = match (&token, self.row.state) {
-            (Some(_), _) | (None, SessionState::WaitingForInput) => None,
+            (Some(_), _) | (None, SessionState::WaitingForInput | SessionState::Paused) => None,
             (None, _) => match self.context.store.get_task(self.row.task_id.clone()).await {
                 Ok(task) if !task.description.trim().is_empty() => Some(task.description),
                 _ => None,
@@ -987,6 +1091,16 @@ impl SessionActor {
             view.resume_outcome = record.resume_outcome;
         });
         self.enter(Phase::Open);
+        // A pause asked for before the restart still holds (its turn may still run).
+        if let Ok(Some(request)) = self.context.store.get_pause(self.row.id.clone()).await {
+            let left = request.force_at.saturating_sub(crate::store::now_ms()).max(0);
+            self.pause = Some(PendingPause {
+                reason: request.reason,
+                force_at: Instant::now() + std::time::Duration::from_millis(left as u64),
+                forced: false,
+            });
+            self.update_view(|view| view.pause_requested = true);
+        }
         // Killed after the ACP session opened and before the store said so: the state is
         // completed now (published again if it was already; the same state twice is
         // harmless, never is not).
@@ -1052,6 +1166,21 @@ impl SessionActor {
                     self.profile.process.init_timeout_ms
                 ))
                 .await;
+        }
+        if let Some(pause) = self.pause.as_mut()
+            && !pause.forced
+            && pause.force_at <= now
+        {
+            pause.forced = true;
+            if self.turn.is_some() {
+                let message =
+                    "the pause waited long enough: the running turn is cancelled".to_owned();
+                tracing::warn!(session = %self.row.id, "{message}");
+                self.emit(SessionEventKind::Notice { message });
+                if let Err(err) = self.cancel().await {
+                    tracing::debug!(session = %self.row.id, %err, "cancel for a pause");
+                }
+            }
         }
         if let Some(at) = self.cancel_deadline
             && at <= now
@@ -1464,8 +1593,9 @@ fn reject(command: Command, error: impl Fn() -> SessionError) {
         Command::Prompt { reply, .. } => drop(reply.send(Err(error()))),
         Command::Resume { reply } => drop(reply.send(Err(error()))),
         Command::Cancel { reply }
-        | Command::Stop { reply }
+        | Command::Stop { reply, .. }
         | Command::Detach { reply }
         | Command::Permission { reply, .. } => drop(reply.send(Err(error()))),
+        Command::Pause { reply, .. } => drop(reply.send(Err(error()))),
     }
 }

@@ -1,7 +1,7 @@
 //! The schema as numbered migrations. Each runs in its own transaction and is recorded in
 //! `schema_migrations`; existing migrations are never edited, only new ones appended.
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{StoreError, now_ms};
 
@@ -100,6 +100,38 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX executors_running_by_pid ON executors_running(agentctl_pid);
     CREATE INDEX turns_running ON turns(session_id) WHERE state = 'running';
     ",
+    // 5: the `PAUSED` state (issue 14). A CHECK constraint cannot be altered: the table is
+    // rebuilt (foreign keys are off while migrations run, so dropping the old table
+    // cascades to nothing; `foreign_key_check` runs before the commit). A pause asked for
+    // while a turn runs is kept in `session_pauses`, so it survives a restart.
+    "
+    CREATE TABLE task_sessions_new (
+        id TEXT PRIMARY KEY,
+        task_id TEXT NOT NULL REFERENCES tasks(id) ON DELETE CASCADE,
+        agent_profile_id TEXT NOT NULL,
+        profile_snapshot TEXT NOT NULL,
+        runtime TEXT NOT NULL CHECK (runtime IN ('standalone','docker')),
+        state TEXT NOT NULL CHECK (state IN ('CREATED','STARTING','RUNNING','WAITING_FOR_INPUT','COMPLETED','FAILED','CANCELLED','PAUSED')),
+        workspace_path TEXT NOT NULL,
+        error_message TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    INSERT INTO task_sessions_new (id, task_id, agent_profile_id, profile_snapshot, runtime, state,
+        workspace_path, error_message, created_at, updated_at)
+        SELECT id, task_id, agent_profile_id, profile_snapshot, runtime, state, workspace_path,
+        error_message, created_at, updated_at FROM task_sessions;
+    DROP TABLE task_sessions;
+    ALTER TABLE task_sessions_new RENAME TO task_sessions;
+    CREATE INDEX task_sessions_by_task ON task_sessions(task_id);
+    CREATE INDEX task_sessions_by_state_runtime ON task_sessions(state, runtime, id);
+    CREATE TABLE session_pauses (
+        session_id TEXT PRIMARY KEY REFERENCES task_sessions(id) ON DELETE CASCADE,
+        reason TEXT,
+        force_at INTEGER NOT NULL,
+        requested_at INTEGER NOT NULL
+    );
+    ",
 ];
 
 /// Brings the database up to the newest migration.
@@ -120,19 +152,37 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             ),
         });
     }
+    if current < MIGRATIONS.len() {
+        // Off while migrations run: a table rebuild must not cascade (each migration checks
+        // the keys before it commits). It only takes effect outside a transaction.
+        conn.pragma_update(None, "foreign_keys", "OFF")?;
+    }
     for (idx, sql) in MIGRATIONS.iter().enumerate().skip(current) {
         let version = idx + 1;
         let apply = |conn: &mut Connection| -> rusqlite::Result<()> {
             let tx = conn.transaction()?;
             tx.execute_batch(sql)?;
+            let broken: Option<String> =
+                tx.query_row("PRAGMA foreign_key_check", [], |r| r.get(0)).optional()?;
+            if let Some(table) = broken {
+                return Err(rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY),
+                    Some(format!("a row of {table} refers to a missing row")),
+                ));
+            }
             tx.execute(
                 "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
                 params![version, now_ms()],
             )?;
             tx.commit()
         };
-        apply(conn).map_err(|source| StoreError::Migration { version, source })?;
+        let applied = apply(conn);
+        if applied.is_err() {
+            let _ = conn.pragma_update(None, "foreign_keys", "ON");
+        }
+        applied.map_err(|source| StoreError::Migration { version, source })?;
         tracing::info!(version, "applied database migration");
     }
+    conn.pragma_update(None, "foreign_keys", "ON")?;
     Ok(())
 }

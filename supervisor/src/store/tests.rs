@@ -445,3 +445,72 @@ async fn an_opened_session_is_recorded_at_once_for_the_current_execution_only() 
     assert_eq!(now.resume_outcome, Some(ResumeOutcome::HistoryInjection));
     assert!(now.resume_context_pending);
 }
+
+/// Migration 5 rebuilds `task_sessions` (for `PAUSED`): a database of version 4 keeps every
+/// row, its references and its cascades, and takes the new state.
+#[tokio::test]
+async fn migration_5_keeps_sessions_and_their_references() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+        )
+        .unwrap();
+        for (idx, sql) in MIGRATIONS.iter().take(4).enumerate() {
+            conn.execute_batch(sql).unwrap();
+            conn.execute("INSERT INTO schema_migrations VALUES (?1, 0)", [idx + 1]).unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO tasks VALUES ('t', 'T', '', 'TODO', 0, 0);
+             INSERT INTO task_sessions VALUES ('s', 't', 'mock', '{}', 'standalone', 'WAITING_FOR_INPUT', '/w', NULL, 0, 0);
+             INSERT INTO executors_running (session_id, execution_id, generation, runtime, status, created_at, updated_at)
+                 VALUES ('s', 'e', 1, 'standalone', 'stopped', 0, 0);
+             INSERT INTO turns (id, session_id, execution_id, request_id, state, started_at) VALUES ('u', 's', 'e', '1', 'completed', 0);",
+        )
+        .unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    let row = store.get_session("s".into()).await.unwrap();
+    assert_eq!(row.state, SessionState::WaitingForInput);
+    assert!(store.get_executor("s".into()).await.unwrap().is_some());
+    store.set_paused("s".into()).await.unwrap();
+    assert_eq!(store.get_session("s".into()).await.unwrap().state, SessionState::Paused);
+    let fk: i64 = store
+        .call(|conn| Ok(conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0))?))
+        .await
+        .unwrap();
+    assert_eq!(fk, 1, "foreign keys are on again after the migrations");
+    // The references still point at the rebuilt table: deleting cascades.
+    store.delete_session("s".into()).await.unwrap();
+    let left: i64 = store
+        .call(|conn| {
+            Ok(conn.query_row(
+                "SELECT (SELECT count(*) FROM executors_running) + (SELECT count(*) FROM turns)",
+                [],
+                |r| r.get(0),
+            )?)
+        })
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the session's rows went with it");
+}
+
+/// A pause request is kept, listed and dropped when the session is paused.
+#[tokio::test]
+async fn a_pause_request_is_kept_until_the_session_is_paused() {
+    let (_dir, store) = open();
+    let task = store.create_task("t".into(), String::new()).await.unwrap();
+    let row = store.create_session(session(&task.id)).await.unwrap();
+    assert_eq!(store.get_pause(row.id.clone()).await.unwrap(), None);
+    let request = PauseRequest { reason: Some("why".into()), force_at: 42 };
+    store.put_pause(row.id.clone(), request.clone()).await.unwrap();
+    assert_eq!(store.get_pause(row.id.clone()).await.unwrap(), Some(request.clone()));
+    assert_eq!(store.pauses().await.unwrap(), vec![(row.id.clone(), request)]);
+    store.set_paused(row.id.clone()).await.unwrap();
+    assert_eq!(store.get_session(row.id.clone()).await.unwrap().state, SessionState::Paused);
+    assert!(store.pauses().await.unwrap().is_empty());
+    let unknown = store.set_paused("nope".into()).await.unwrap_err();
+    assert!(matches!(unknown, StoreError::NotFound { .. }), "{unknown:?}");
+}

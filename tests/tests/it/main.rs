@@ -12,6 +12,7 @@ mod eliza;
 mod faults;
 mod mock_agent;
 mod official_client;
+mod pause;
 mod real_agents;
 mod resume;
 mod supervisor;
