@@ -227,3 +227,43 @@ async fn the_cli_pauses_a_session() {
     assert_ne!(code, 0, "pausing twice is refused");
     assert!(err.contains("already PAUSED"), "{err}");
 }
+
+/// A pause waiting for its turn when the daemon is killed, whose agent is gone when the
+/// daemon comes back (its sidecar was killed meanwhile): nothing is left to wait for, so
+/// recovery pauses the session.
+#[tokio::test]
+async fn a_pending_pause_whose_agent_died_with_the_daemon_is_applied_at_recovery() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("d")).await;
+    let after = api.status(&session).await.last_event_seq;
+    let mut events = api.subscribe(&session, after).await;
+    api.prompt(&session, "/permission\nheld").await.unwrap();
+    until_permission_request(&mut events).await;
+    let pause = api.typed().session_pause(session.clone(), Some("gone".into()), None);
+    assert!(ok("pause", pause).await.pause_requested);
+    until(&mut events, |e| matches!(e.kind, EventKind::PauseRequested { .. })).await;
+    drop(events);
+    drop(api);
+    let sidecar = daemon.agentctl_pid(&session);
+    daemon.kill().await;
+    let pidfd = agentctl::process::PidFd::open(sidecar).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sidecar as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    within("the sidecar to die", pidfd.exited()).await.unwrap();
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let status = api.status(&session).await;
+    assert_eq!(status.state, PAUSED, "{status:?}");
+    assert!(!status.pause_requested && status.needs_resume, "{status:?}");
+    let mut events = api.subscribe(&session, after).await;
+    let seen = until(&mut events, |e| paused(e).is_some()).await;
+    // The interrupted turn is published as such before the pause.
+    assert!(seen.iter().any(turn_ended), "{seen:?}");
+    // And it comes back.
+    let resumed = api.resume(&session).await.unwrap();
+    assert_eq!(resumed.state, SessionState::WaitingForInput, "{resumed:?}");
+}
