@@ -74,8 +74,8 @@ pub(super) enum AfterAuth {
 #[derive(Debug, Clone)]
 pub(super) struct PendingPause {
     pub(super) reason: Option<String>,
-    /// When the running turn is cancelled.
-    pub(super) force_at: Instant,
+    /// When the running turn is cancelled (`None` once that time has passed).
+    pub(super) force_at: Option<Instant>,
     /// The turn was cancelled for it.
     pub(super) forced: bool,
 }
@@ -269,7 +269,7 @@ impl SessionActor {
                 self.handshake.map(|(_, at)| at),
                 self.cancel_deadline,
                 self.stall_retry.map(|(at, _)| at),
-                self.pause.as_ref().filter(|pause| !pause.forced).map(|pause| pause.force_at),
+                self.pause.as_ref().and_then(|pause| pause.force_at),
             ]
             .into_iter()
             .flatten()
@@ -587,7 +587,7 @@ impl SessionActor {
             || matches!(self.phase, Phase::Launching | Phase::Opening | Phase::Adopting);
         self.pause = Some(PendingPause {
             reason: reason.clone(),
-            force_at: Instant::now() + force_after,
+            force_at: Some(Instant::now() + force_after),
             forced: false,
         });
         if !busy {
@@ -1096,7 +1096,7 @@ impl SessionActor {
             let left = request.force_at.saturating_sub(crate::store::now_ms()).max(0);
             self.pause = Some(PendingPause {
                 reason: request.reason,
-                force_at: Instant::now() + std::time::Duration::from_millis(left as u64),
+                force_at: Some(Instant::now() + std::time::Duration::from_millis(left as u64)),
                 forced: false,
             });
             self.update_view(|view| view.pause_requested = true);
@@ -1168,11 +1168,12 @@ impl SessionActor {
                 .await;
         }
         if let Some(pause) = self.pause.as_mut()
-            && !pause.forced
-            && pause.force_at <= now
+            && pause.force_at.is_some_and(|at| at <= now)
         {
-            pause.forced = true;
+            // Once: a launch in flight (no turn) just lands, and then the pause applies.
+            pause.force_at = None;
             if self.turn.is_some() {
+                pause.forced = true;
                 let message =
                     "the pause waited long enough: the running turn is cancelled".to_owned();
                 tracing::warn!(session = %self.row.id, "{message}");

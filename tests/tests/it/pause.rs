@@ -267,3 +267,21 @@ async fn a_pending_pause_whose_agent_died_with_the_daemon_is_applied_at_recovery
     let resumed = api.resume(&session).await.unwrap();
     assert_eq!(resumed.state, SessionState::WaitingForInput, "{resumed:?}");
 }
+
+/// A pause asked for while the agent is still being launched applies once the launch
+/// landed — not `forced` (no turn was cancelled), even when its wait ran out first.
+#[tokio::test]
+async fn a_pause_during_a_launch_applies_when_the_launch_lands() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.create_session("mock", &daemon.workspace("l")).await.unwrap();
+    let mut events = api.subscribe(&session, 0).await;
+    let pause = ok("pause", api.typed().session_pause(session.clone(), None, Some(1))).await;
+    if pause.pause_requested {
+        let seen = until(&mut events, |e| paused(e).is_some()).await;
+        assert_eq!(paused(seen.last().unwrap()), Some(false), "no turn was cancelled");
+        assert!(!seen.iter().any(turn_ended), "{seen:?}");
+    }
+    assert_eq!(api.status(&session).await.state, PAUSED);
+    sidecars_gone(&daemon, &session).await;
+}
