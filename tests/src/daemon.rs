@@ -684,18 +684,23 @@ pub fn chunks(events: &[SessionEvent]) -> Vec<String> {
         .collect()
 }
 
+/// SIGKILLs a process (e.g. an agentctl) and waits until it is gone.
+pub async fn sigkill(pid: u32) {
+    let pidfd = agentctl::process::PidFd::open(pid).expect("a pidfd of the process");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL");
+    within("the SIGKILLed process to die", pidfd.exited()).await.expect("pidfd");
+}
+
 /// SIGKILLs the session's agentctl (its agent dies with it) and waits until the session
 /// knows: it says so on its stream, and its status asks for a resume.
 pub async fn kill_sidecar(daemon: &Daemon, api: &Api, session: &str) {
     let pid = daemon.agentctl_pid(session);
     let mut events = api.subscribe_at_end(session).await;
-    let pidfd = agentctl::process::PidFd::open(pid).expect("a pidfd of agentctl");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("SIGKILL agentctl");
-    within("agentctl to die", pidfd.exited()).await.expect("pidfd");
+    sigkill(pid).await;
     until(&mut events, |e| matches!(&e.kind, EventKind::State { error: Some(_), .. })).await;
     let lost = api.status(session).await;
     assert!(!lost.is_agent_running);

@@ -247,13 +247,7 @@ async fn a_pending_pause_whose_agent_died_with_the_daemon_is_applied_at_recovery
     drop(api);
     let sidecar = daemon.agentctl_pid(&session);
     daemon.kill().await;
-    let pidfd = agentctl::process::PidFd::open(sidecar).unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(sidecar as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    within("the sidecar to die", pidfd.exited()).await.unwrap();
+    tether_tests::daemon::sigkill(sidecar).await;
     daemon.restart().await;
     let api = daemon.api().await;
     let status = api.status(&session).await;

@@ -305,13 +305,7 @@ async fn r11_claude_resumes_with_its_context_after_a_supervisor_restart() {
     let sidecar = daemon.agentctl_pid(&session);
     drop(api);
     daemon.kill().await;
-    let pidfd = agentctl::process::PidFd::open(sidecar).unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(sidecar as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    tether_tests::within("agentctl to die", pidfd.exited()).await.unwrap();
+    tether_tests::daemon::sigkill(sidecar).await;
     daemon.restart().await;
     let api = daemon.api().await;
     let resumed = api.resume(&session).await.unwrap();

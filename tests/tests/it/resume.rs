@@ -379,13 +379,7 @@ async fn a_prompt_after_a_restart_that_lost_the_agent_resumes_lazily() {
     let sidecar = daemon.agentctl_pid(&session);
     drop(api);
     daemon.kill().await;
-    let pidfd = PidFd::open(sidecar).unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(sidecar as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    within("agentctl to die", pidfd.exited()).await.unwrap();
+    tether_tests::daemon::sigkill(sidecar).await;
     daemon.restart().await;
     let api = daemon.api().await;
     let lost = api.status(&session).await;
