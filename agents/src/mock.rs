@@ -56,6 +56,7 @@ options:
 prompt commands (one per line; other lines are the message):
   /stream N  /tool  /permission  /read PATH  /write PATH TEXT  /sleep MS
   /crash [CODE]  /garbage  /stderr TEXT  /recall  /spawn  /rounds R
+  /usage USED SIZE [COST]
 ";
 
 /// Process-wide settings, from the command line.
@@ -697,6 +698,15 @@ impl Turn<'_> {
                 }
                 Command::Spawn => reply.push_str(&spawn_idle_child().map_err(Stop::Failed)?),
                 Command::Rounds(n) => rounds = *n,
+                Command::Usage { used, size, cost } => {
+                    let mut update =
+                        json!({"sessionUpdate": "usage_update", "used": used, "size": size});
+                    if let Some(amount) = cost.as_deref().and_then(|cost| cost.parse::<f64>().ok())
+                    {
+                        update["cost"] = json!({"amount": amount, "currency": "USD"});
+                    }
+                    self.update(update)?;
+                }
             }
         }
         for round in 1..rounds {

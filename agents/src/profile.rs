@@ -107,6 +107,11 @@ pub struct SessionSettings {
     pub agent_state_dirs: Vec<String>,
     /// The most characters of history a resume context may hold.
     pub resume_context_budget: usize,
+    /// When the agent reports its context this full (`usage_update` used/size, in
+    /// percent), the session pauses at the turn boundary and its resume hands over to a
+    /// fresh agent session primed from a snapshot. `0`: never.
+    #[serde(default = "defaults::context_handoff_percent")]
+    pub context_handoff_percent: u8,
 }
 
 /// The ACP method of a native restore.
@@ -180,6 +185,13 @@ fn default_runtime() -> String {
 pub mod defaults {
     /// `session.resume_context_budget`, in characters.
     pub const RESUME_CONTEXT_BUDGET: usize = 50_000;
+    /// `session.context_handoff_percent`.
+    pub const CONTEXT_HANDOFF_PERCENT: u8 = 85;
+
+    /// [`CONTEXT_HANDOFF_PERCENT`], for serde (profile snapshots stored before the field).
+    pub fn context_handoff_percent() -> u8 {
+        CONTEXT_HANDOFF_PERCENT
+    }
     /// `docker.memory_mb`.
     pub const MEMORY_MB: u64 = 2048;
     /// `docker.cpus`.
@@ -407,6 +419,7 @@ struct RawSession {
     #[serde(default)]
     agent_state_dirs: Vec<Spanned<String>>,
     resume_context_budget: Option<Spanned<usize>>,
+    context_handoff_percent: Option<Spanned<u8>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -587,6 +600,18 @@ impl RawProfile {
             }
             None => defaults::RESUME_CONTEXT_BUDGET,
         };
+        let handoff = match &self.session.context_handoff_percent {
+            Some(percent) => {
+                check.ensure(
+                    *percent.get_ref() <= 100,
+                    percent.span(),
+                    "session.context_handoff_percent",
+                    "must be a percentage, 0 (never) to 100",
+                )?;
+                *percent.get_ref()
+            }
+            None => defaults::CONTEXT_HANDOFF_PERCENT,
+        };
         if let Some(image) = &self.docker.image {
             check.ensure(
                 !image.get_ref().trim().is_empty(),
@@ -678,6 +703,7 @@ impl RawProfile {
                     .map(Spanned::into_inner)
                     .collect(),
                 resume_context_budget: budget,
+                context_handoff_percent: handoff,
             },
             docker: DockerSettings {
                 image: self.docker.image.map(Spanned::into_inner),

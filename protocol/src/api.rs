@@ -128,6 +128,9 @@ pub enum ResumeOutcome {
     ResumeCommand,
     /// A fresh agent session; the recorded history goes into the next prompt.
     HistoryInjection,
+    /// A fresh agent session primed with a context compiled from the latest snapshot (the
+    /// session was paused because its agent's context was nearly full).
+    ContextHandoff,
     /// A fresh agent session, nothing restored.
     Fresh,
     /// The agent was running already.
@@ -139,6 +142,7 @@ wire_names!(ResumeOutcome {
     NativeLoad => "native_load",
     ResumeCommand => "resume_command",
     HistoryInjection => "history_injection",
+    ContextHandoff => "context_handoff",
     Fresh => "fresh",
     AlreadyRunning => "already_running",
 });
@@ -521,13 +525,27 @@ pub enum EventKind {
         /// The running turn was cancelled to pause (the timeout passed).
         forced: bool,
     },
+    /// A snapshot of the session was taken (`task.session.snapshot.get` reads it).
+    SnapshotTaken {
+        /// The snapshot.
+        snapshot_id: String,
+        /// What took it.
+        trigger: SnapshotTrigger,
+    },
+    /// A resume brought the session's agent back (a `resume_outcome` event, kept for older
+    /// clients, says the same).
+    Resumed {
+        /// How it was restored.
+        outcome: ResumeOutcome,
+    },
     /// An event type this build does not know (a newer daemon): skip it, and count its seq.
     #[serde(other)]
     #[schemars(skip)]
     Other,
 }
 
-/// `task.session.timeline`: a session's executions and turns, oldest first.
+/// `task.session.timeline`: a session's executions and turns, and everything that happened
+/// to it in order (`entries`), oldest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Timeline {
     /// The session.
@@ -536,6 +554,295 @@ pub struct Timeline {
     pub executions: Vec<ExecutionInfo>,
     /// Every turn.
     pub turns: Vec<TurnInfo>,
+    /// What happened, in order: executions started, state changes, turns, pauses, resumes
+    /// and their outcome, snapshots, errors. Only those after the `after` asked for (at
+    /// most [`MAX_TIMELINE_ENTRIES`]); page on with the last `seq`.
+    #[serde(default)]
+    pub entries: Vec<TimelineEntry>,
+}
+
+/// The most entries one `task.session.timeline` call returns.
+pub const MAX_TIMELINE_ENTRIES: usize = 1000;
+
+/// One entry of a [`Timeline`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TimelineEntry {
+    /// Increasing (not per session and not without gaps): pass the last one seen as
+    /// `after` to get only newer entries.
+    pub seq: i64,
+    /// Unix ms.
+    pub at: i64,
+    /// What happened.
+    #[serde(flatten)]
+    pub event: TimelineEvent,
+}
+
+/// What a [`TimelineEntry`] records (its `kind` member).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TimelineEvent {
+    /// An execution (a run of the agent and its sidecar) was started.
+    ExecutionStarted {
+        /// The execution.
+        execution_id: String,
+        /// Its number, from 1.
+        generation: i64,
+    },
+    /// The session's state changed.
+    State {
+        /// The new state.
+        state: SessionState,
+        /// Why, when it is an error.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// A turn started.
+    TurnStarted {
+        /// The turn.
+        turn_id: String,
+        /// The execution that runs it.
+        execution_id: String,
+    },
+    /// A turn ended.
+    TurnEnded {
+        /// The turn.
+        turn_id: String,
+        /// How.
+        state: TurnState,
+        /// The agent's stop reason.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stop_reason: Option<String>,
+        /// Why it failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// A pause was asked for while a turn ran.
+    PauseRequested {
+        /// Why.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// `pause`, or `exhaustion` when the agent's context was nearly full.
+        trigger: SnapshotTrigger,
+        /// When the running turn is cancelled if it has not ended, Unix ms.
+        force_at: i64,
+    },
+    /// The session was paused.
+    Paused {
+        /// Why.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// What paused it.
+        trigger: SnapshotTrigger,
+        /// A running turn was cancelled for it.
+        forced: bool,
+    },
+    /// A resume opened an agent session.
+    Resumed {
+        /// The execution it started.
+        execution_id: String,
+        /// How it restored the session.
+        outcome: ResumeOutcome,
+    },
+    /// A snapshot was taken.
+    SnapshotTaken {
+        /// The snapshot.
+        snapshot_id: String,
+        /// What took it.
+        trigger: SnapshotTrigger,
+    },
+    /// Something went wrong: the agent exited, a restore failed, a launch failed.
+    Error {
+        /// What.
+        message: String,
+    },
+}
+
+/// What took a snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotTrigger {
+    /// `task.session.pause`.
+    Pause,
+    /// A turn completed.
+    TurnComplete,
+    /// The agent's context reached the profile's threshold; the session paused for a
+    /// handoff to a fresh agent session.
+    Exhaustion,
+    /// A pause's wait ran out and the running turn was cancelled.
+    Timeout,
+    /// The agent died, or a turn was found interrupted at recovery.
+    Crash,
+}
+
+wire_names!(SnapshotTrigger {
+    Pause => "pause",
+    TurnComplete => "turn_complete",
+    Exhaustion => "exhaustion",
+    Timeout => "timeout",
+    Crash => "crash",
+});
+
+/// One snapshot in `task.session.snapshot.list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SnapshotSummary {
+    /// The snapshot.
+    pub snapshot_id: String,
+    /// Its session.
+    pub session_id: String,
+    /// What took it.
+    pub trigger: SnapshotTrigger,
+    /// Why, when something said.
+    pub reason: Option<String>,
+    /// When, Unix ms.
+    pub taken_at: i64,
+    /// The workspace's branch then.
+    pub git_branch: Option<String>,
+    /// The workspace's commit then.
+    pub git_head: Option<String>,
+    /// The workspace had uncommitted changes.
+    pub git_dirty: Option<bool>,
+    /// Tokens in the agent's context, as it last said.
+    pub context_used: Option<u64>,
+    /// The agent's context window, as it last said.
+    pub context_size: Option<u64>,
+}
+
+/// `task.session.snapshot.get`: a structured account of a session at one moment — what
+/// it was asked, what it did, what failed and what followed, where the workspace stands,
+/// and what it cost. A handoff's resume context is compiled from the latest one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Snapshot {
+    /// The snapshot.
+    pub snapshot_id: String,
+    /// Its session.
+    pub session_id: String,
+    /// What took it.
+    pub trigger: SnapshotTrigger,
+    /// Why, when something said.
+    pub reason: Option<String>,
+    /// When, Unix ms.
+    pub taken_at: i64,
+    /// The session's current execution then.
+    pub execution_id: Option<String>,
+    /// The original task.
+    pub task: SnapshotTask,
+    /// The workspace's git state.
+    pub git: GitState,
+    /// The newest turns (at most 20), oldest first.
+    pub turns: Vec<SnapshotTurn>,
+    /// Older turns left out.
+    pub turns_omitted: usize,
+    /// Errors (failed turns and tool calls, agent exits, failed restores) with what
+    /// followed each, oldest first (at most 20, the newest).
+    pub errors: Vec<SnapshotError>,
+    /// What the session used.
+    pub usage: SnapshotUsage,
+}
+
+/// The task of a [`Snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SnapshotTask {
+    /// The task.
+    pub task_id: String,
+    /// Its title.
+    pub title: String,
+    /// Its description.
+    pub description: String,
+}
+
+/// A workspace's git state in a [`Snapshot`]. A workspace that is not in a repository
+/// (or where git cannot run) has `repository: false` and nothing else.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct GitState {
+    /// The workspace is in a git repository.
+    pub repository: bool,
+    /// The checked-out branch (`None` when detached).
+    pub branch: Option<String>,
+    /// The commit when the session started.
+    pub start_commit: Option<String>,
+    /// The commit now.
+    pub head_commit: Option<String>,
+    /// Commits made since the start, newest first, `<short hash> <subject>` (at most 20).
+    pub commits_since_start: Vec<String>,
+    /// Files changed since the start (committed or not) and new untracked files.
+    pub modified_files: Vec<String>,
+    /// Files staged in the index.
+    pub staged_files: Vec<String>,
+    /// There are uncommitted changes (tracked or untracked).
+    pub dirty: bool,
+    /// `git diff --shortstat` against the start commit.
+    pub diffstat: Option<String>,
+    /// Why part of the state could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A turn in a [`Snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SnapshotTurn {
+    /// The turn.
+    pub turn_id: String,
+    /// The user's prompt (at most 1,000 characters).
+    pub prompt: Option<String>,
+    /// How it ended.
+    pub state: TurnState,
+    /// The agent's stop reason.
+    pub stop_reason: Option<String>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// The agent's last message in it (at most 1,000 characters).
+    pub reply: Option<String>,
+    /// Its tool calls and how each ended.
+    pub tool_calls: Vec<SnapshotToolCall>,
+    /// Started, Unix ms.
+    pub started_at: i64,
+    /// Ended, Unix ms.
+    pub ended_at: Option<i64>,
+}
+
+/// A tool call in a [`SnapshotTurn`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SnapshotToolCall {
+    /// The ACP tool call id.
+    pub tool_call_id: String,
+    /// Its title.
+    pub title: String,
+    /// Its last status (`pending`, `in_progress`, `completed`, `failed`).
+    pub status: String,
+}
+
+/// An error in a [`Snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SnapshotError {
+    /// When, Unix ms.
+    pub at: i64,
+    /// `tool`, `turn` or `session` (agent exits, failed restores and launches).
+    pub source: String,
+    /// What went wrong.
+    pub message: String,
+    /// What happened next, when anything did.
+    pub followed_by: Option<String>,
+}
+
+/// Usage in a [`Snapshot`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SnapshotUsage {
+    /// Tokens in the agent's context (ACP `usage_update.used`), as it last said.
+    pub context_used: Option<u64>,
+    /// Its context window (`usage_update.size`).
+    pub context_size: Option<u64>,
+    /// The session's cumulative cost (`usage_update.cost.amount`), when said.
+    pub cost: Option<f64>,
+    /// Its unit (`usage_update.cost.currency`).
+    pub cost_currency: Option<String>,
+    /// Turns run.
+    pub turns: usize,
+    /// Tool calls seen (in the history read).
+    pub tool_calls: usize,
+    /// Time since the session was created, ms.
+    pub wall_ms: i64,
+    /// Time spent in turns, ms.
+    pub turn_ms: i64,
 }
 
 /// A session's status and timeline together, as `supervisor sessions show --json` prints
@@ -613,6 +920,7 @@ mod tests {
         check(ResumeOutcome::ALL);
         check(LaunchStep::ALL);
         check(EntryType::ALL);
+        check(SnapshotTrigger::ALL);
         check(RuntimeKind::ALL);
         let err = "FAILD".parse::<SessionState>().unwrap_err();
         assert!(err.contains("FAILED"), "{err}");
@@ -623,7 +931,7 @@ mod tests {
     #[test]
     fn an_unknown_event_type_is_skippable() {
         let event: SessionEvent =
-            serde_json::from_str(r#"{"seq":9,"at":1,"type":"snapshot_taken","id":"s1"}"#).unwrap();
+            serde_json::from_str(r#"{"seq":9,"at":1,"type":"teleported","id":"s1"}"#).unwrap();
         assert_eq!((event.seq, event.kind), (9, EventKind::Other));
     }
 }
@@ -664,6 +972,10 @@ pub mod method {
     pub const SESSION_HISTORY: &str = "task.session.history";
     /// `task.session.timeline`
     pub const SESSION_TIMELINE: &str = "task.session.timeline";
+    /// `task.session.snapshot.list`
+    pub const SNAPSHOT_LIST: &str = "task.session.snapshot.list";
+    /// `task.session.snapshot.get`
+    pub const SNAPSHOT_GET: &str = "task.session.snapshot.get";
     /// `task.session.subscribe`
     pub const SESSION_SUBSCRIBE: &str = "task.session.subscribe";
     /// The subscription's notifications.
@@ -787,9 +1099,19 @@ pub trait Api {
         limit: Option<usize>,
     ) -> RpcResult<Vec<HistoryEntry>>;
 
-    /// A session's executions and turns.
+    /// A session's executions and turns, and what happened to it in order after `after`
+    /// (an entry's `seq`; default: from the start).
     #[method(name = "task.session.timeline", param_kind = map)]
-    async fn session_timeline(&self, session_id: String) -> RpcResult<Timeline>;
+    async fn session_timeline(&self, session_id: String, after: Option<i64>)
+    -> RpcResult<Timeline>;
+
+    /// A session's snapshots, oldest first.
+    #[method(name = "task.session.snapshot.list", param_kind = map)]
+    async fn snapshot_list(&self, session_id: String) -> RpcResult<Vec<SnapshotSummary>>;
+
+    /// One snapshot, whole.
+    #[method(name = "task.session.snapshot.get", param_kind = map)]
+    async fn snapshot_get(&self, snapshot_id: String) -> RpcResult<Snapshot>;
 
     /// A session's events after `after_seq` (default 0), then live ones. `after_seq` past
     /// the newest event is refused.

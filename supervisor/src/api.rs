@@ -18,8 +18,8 @@ use jsonrpsee::server::{BatchRequestConfig, RpcModule, Server, ServerConfig, Ser
 use jsonrpsee::types::ErrorObjectOwned;
 use protocol::api::{
     AgentInfo, ApiServer, Done, ErrorData, HistoryEntry, PauseResult, PromptStarted, ResumeResult,
-    RuntimeKind, SessionState, SessionStatus, SessionSummary, StopAllResult, Task, TaskDetail,
-    Timeline, params,
+    RuntimeKind, SessionState, SessionStatus, SessionSummary, Snapshot, SnapshotSummary,
+    StopAllResult, Task, TaskDetail, Timeline, params,
 };
 use protocol::errors::CheckParams;
 use serde_json::Value;
@@ -178,8 +178,20 @@ impl ApiServer for Methods {
         Ok(entries.into_iter().map(Into::into).collect())
     }
 
-    async fn session_timeline(&self, session_id: String) -> RpcResult<Timeline> {
-        self.0.timeline(session_id).await.map_err(to_rpc)
+    async fn session_timeline(
+        &self,
+        session_id: String,
+        after: Option<i64>,
+    ) -> RpcResult<Timeline> {
+        self.0.timeline(session_id, after).await.map_err(to_rpc)
+    }
+
+    async fn snapshot_list(&self, session_id: String) -> RpcResult<Vec<SnapshotSummary>> {
+        self.0.snapshot_list(session_id).await.map_err(to_rpc)
+    }
+
+    async fn snapshot_get(&self, snapshot_id: String) -> RpcResult<Snapshot> {
+        self.0.snapshot_get(snapshot_id).await.map_err(to_rpc)
     }
 
     async fn session_subscribe(

@@ -76,6 +76,9 @@ enum Command {
     /// List, show and delete sessions.
     #[command(subcommand)]
     Sessions(SessionsCommand),
+    /// List and read a session's snapshots.
+    #[command(subcommand)]
+    Snapshots(SnapshotsCommand),
     /// Send a prompt and follow its turn to the end (resuming the session first if its agent
     /// is not running; following on across a daemon restart). Options go before SESSION:
     /// everything after it is the prompt.
@@ -270,7 +273,7 @@ enum SessionsCommand {
         #[command(flatten)]
         json: JsonFlag,
     },
-    /// A session's status and its timeline of executions and turns.
+    /// A session's status, its executions and turns, and its timeline.
     Show {
         /// The session.
         session: String,
@@ -281,6 +284,22 @@ enum SessionsCommand {
     Delete {
         /// The session.
         session: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum SnapshotsCommand {
+    /// A session's snapshots, oldest first.
+    List {
+        /// The session.
+        session: String,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// One snapshot, whole (JSON).
+    Get {
+        /// The snapshot.
+        snapshot: String,
     },
 }
 
@@ -788,7 +807,8 @@ impl Client {
             Command::Sessions(SessionsCommand::Show { session, json: JsonFlag { json } }) => {
                 let status =
                     api.session_status(session.clone()).await.map_err(|e| self.failure(e))?;
-                let timeline = api.session_timeline(session).await.map_err(|e| self.failure(e))?;
+                let timeline =
+                    api.session_timeline(session, None).await.map_err(|e| self.failure(e))?;
                 if json {
                     return print_json(&protocol::api::SessionDetail { status, timeline });
                 }
@@ -817,7 +837,38 @@ impl Client {
                         turn.ended_at.map_or_else(|| "-".into(), |at| at.to_string())
                     );
                 }
+                println!("timeline:");
+                for entry in &timeline.entries {
+                    println!("  {}	{}	{}", entry.seq, entry.at, describe_timeline(&entry.event));
+                }
                 Ok(())
+            }
+            Command::Snapshots(SnapshotsCommand::List { session, json }) => {
+                let snapshots = api.snapshot_list(session).await.map_err(|e| self.failure(e))?;
+                if json.json {
+                    return print_json(&snapshots);
+                }
+                for snapshot in snapshots {
+                    let context = match (snapshot.context_used, snapshot.context_size) {
+                        (Some(used), Some(size)) => format!("context {used}/{size}"),
+                        _ => "context -".into(),
+                    };
+                    println!(
+                        "{}	{}	{}	{}	{}	{}{}",
+                        snapshot.snapshot_id,
+                        snapshot.trigger,
+                        snapshot.taken_at,
+                        or_dash(snapshot.git_branch.as_deref()),
+                        or_dash(snapshot.git_head.as_deref()),
+                        context,
+                        if snapshot.git_dirty == Some(true) { "\tdirty" } else { "" },
+                    );
+                }
+                Ok(())
+            }
+            Command::Snapshots(SnapshotsCommand::Get { snapshot }) => {
+                let snapshot = api.snapshot_get(snapshot).await.map_err(|e| self.failure(e))?;
+                print_json(&snapshot)
             }
             Command::Sessions(SessionsCommand::Delete { session }) => {
                 api.session_delete(session.clone()).await.map_err(|e| self.failure(e))?;
@@ -1441,5 +1492,36 @@ impl<'a> Feed<'a> {
                 }
             }
         }
+    }
+}
+
+/// One timeline entry, as `sessions show` prints it.
+fn describe_timeline(event: &protocol::api::TimelineEvent) -> String {
+    use protocol::api::TimelineEvent as E;
+    match event {
+        E::ExecutionStarted { execution_id, generation } => {
+            format!("execution started\t{execution_id} (generation {generation})")
+        }
+        E::State { state, error } => match error {
+            Some(error) => format!("state {state}\t{error}"),
+            None => format!("state {state}"),
+        },
+        E::TurnStarted { turn_id, .. } => format!("turn started\t{turn_id}"),
+        E::TurnEnded { turn_id, state, stop_reason, error } => format!(
+            "turn {state}\t{turn_id}\t{}",
+            or_dash(error.as_deref().or(stop_reason.as_deref()))
+        ),
+        E::PauseRequested { reason, trigger, force_at } => format!(
+            "pause requested ({trigger})\t{}\tforced at {force_at}",
+            or_dash(reason.as_deref())
+        ),
+        E::Paused { reason, trigger, forced } => format!(
+            "paused ({trigger}{})\t{}",
+            if *forced { ", forced" } else { "" },
+            or_dash(reason.as_deref())
+        ),
+        E::Resumed { outcome, execution_id } => format!("resumed ({outcome})\t{execution_id}"),
+        E::SnapshotTaken { snapshot_id, trigger } => format!("snapshot ({trigger})\t{snapshot_id}"),
+        E::Error { message } => format!("error\t{message}"),
     }
 }

@@ -25,5 +25,6 @@ pub mod resume_context;
 pub mod runtime;
 pub mod service;
 pub mod session;
+pub mod snapshot;
 pub mod store;
 pub mod wire;

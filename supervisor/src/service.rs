@@ -26,8 +26,8 @@ use crate::session::{
 use crate::store::{ExecutorStatus, SessionRow, SessionState, Store, StoreError, Task, TurnState};
 use crate::wire::runtime_kind;
 use protocol::api::{
-    AgentInfo, ErrorKind, ExecutionInfo, PauseResult, ResumeResult, SessionStatus, TaskDetail,
-    Timeline, TurnInfo,
+    AgentInfo, ErrorKind, ExecutionInfo, PauseResult, ResumeResult, SessionStatus, Snapshot,
+    SnapshotSummary, SnapshotTrigger, TaskDetail, Timeline, TimelineEntry, TurnInfo,
 };
 
 /// Errors of the operations, each with the `data.kind` the API reports.
@@ -727,7 +727,9 @@ impl Supervisor {
             }
             match self.config.store.get_session(session_id.clone()).await {
                 Ok(row) if row.state.is_active() => {
-                    if let Err(err) = self.pause_without_agent(&row, request.reason, false).await {
+                    if let Err(err) =
+                        self.pause_without_agent(&row, request.reason, false, request.trigger).await
+                    {
                         tracing::error!(session = %session_id, %err, "cannot pause a session at recovery");
                     }
                 }
@@ -954,6 +956,16 @@ impl Supervisor {
                 )
                 .await?;
         }
+        // A crash found at recovery: the error, and a snapshot (taken before serving, while
+        // no actor writes this session's event log).
+        store.log_error(row.id.clone(), reason.into()).await?;
+        let trigger = SnapshotTrigger::Crash;
+        if let Some(snapshot_id) = self.snapshot_now(&row.id, trigger, Some(reason.into())).await {
+            self.publish_recovery(
+                &row.id,
+                vec![SessionEventKind::SnapshotTaken { snapshot_id, trigger }],
+            )?;
+        }
         Ok(None)
     }
 
@@ -993,7 +1005,8 @@ impl Supervisor {
                 Some(handle) => Some(handle),
                 None => {
                     // No actor, so no agent: nothing to stop or wait for.
-                    self.pause_without_agent(&row, reason.clone(), false).await?;
+                    self.pause_without_agent(&row, reason.clone(), false, SnapshotTrigger::Pause)
+                        .await?;
                     None
                 }
             }
@@ -1017,11 +1030,52 @@ impl Supervisor {
         row: &SessionRow,
         reason: Option<String>,
         forced: bool,
+        trigger: SnapshotTrigger,
     ) -> Result<(), ServiceError> {
-        let state = SessionEventKind::State { state: SessionState::Paused.into(), error: None };
-        self.publish_recovery(&row.id, vec![state, SessionEventKind::Paused { reason, forced }])?;
-        self.config.store.set_paused(row.id.clone()).await?;
+        let snapshot = self.snapshot_now(&row.id, trigger, reason.clone()).await;
+        let mut kinds = Vec::new();
+        if let Some(snapshot_id) = &snapshot {
+            kinds.push(SessionEventKind::SnapshotTaken {
+                snapshot_id: snapshot_id.clone(),
+                trigger,
+            });
+        }
+        kinds.push(SessionEventKind::State { state: SessionState::Paused.into(), error: None });
+        kinds.push(SessionEventKind::Paused { reason: reason.clone(), forced });
+        self.publish_recovery(&row.id, kinds)?;
+        let paused = crate::store::PausedRecord {
+            reason,
+            trigger,
+            forced,
+            handoff: snapshot.filter(|_| trigger == SnapshotTrigger::Exhaustion),
+        };
+        self.config.store.set_paused(row.id.clone(), paused).await?;
         Ok(())
+    }
+
+    /// Takes a snapshot of a session that has no live agent; its id, or `None` (logged)
+    /// when it could not be taken.
+    async fn snapshot_now(
+        &self,
+        session_id: &str,
+        trigger: SnapshotTrigger,
+        reason: Option<String>,
+    ) -> Option<String> {
+        let request = crate::snapshot::Request {
+            session_id: session_id.to_owned(),
+            trigger,
+            reason,
+            history: self.config.home.session_path(session_id).join("history.jsonl"),
+            execution_id: None,
+            usage: None,
+        };
+        match crate::snapshot::take(&self.config.store, request).await {
+            Ok(snapshot) => Some(snapshot.snapshot_id),
+            Err(err) => {
+                tracing::warn!(session = %session_id, %err, "cannot take a snapshot");
+                None
+            }
+        }
     }
 
     /// `task.session.permission.respond`: `option_id` selects an option; `None` cancels.
@@ -1146,7 +1200,11 @@ impl Supervisor {
 
     /// `task.session.timeline`: the session's turns and the executions that ran them (and
     /// the current one).
-    pub async fn timeline(&self, session_id: String) -> Result<Timeline, ServiceError> {
+    pub async fn timeline(
+        &self,
+        session_id: String,
+        after: Option<i64>,
+    ) -> Result<Timeline, ServiceError> {
         self.session_row(&session_id).await?;
         let turns = self.config.store.session_turns(session_id.clone()).await?;
         let current = self.config.store.get_executor(session_id.clone()).await?;
@@ -1200,7 +1258,38 @@ impl Supervisor {
                 ended_at: turn.ended_at,
             })
             .collect();
-        Ok(Timeline { session_id, executions, turns })
+        let rows = self
+            .config
+            .store
+            .timeline(session_id.clone(), after.unwrap_or(0), protocol::api::MAX_TIMELINE_ENTRIES)
+            .await?;
+        let mut entries = Vec::with_capacity(rows.len());
+        for (seq, at, json) in rows {
+            match serde_json::from_str(&json) {
+                Ok(event) => entries.push(TimelineEntry { seq, at, event }),
+                // Written by a newer build, or damaged: left out, not fatal.
+                Err(err) => {
+                    tracing::warn!(session = %session_id, seq, %err, "unreadable timeline entry")
+                }
+            }
+        }
+        Ok(Timeline { session_id, executions, turns, entries })
+    }
+
+    /// `task.session.snapshot.list`: a session's snapshots, oldest first.
+    pub async fn snapshot_list(
+        &self,
+        session_id: String,
+    ) -> Result<Vec<SnapshotSummary>, ServiceError> {
+        self.session_row(&session_id).await?;
+        Ok(self.config.store.snapshots(session_id).await?)
+    }
+
+    /// `task.session.snapshot.get`: one snapshot.
+    pub async fn snapshot_get(&self, snapshot_id: String) -> Result<Snapshot, ServiceError> {
+        self.config.store.snapshot(snapshot_id.clone()).await?.ok_or_else(|| {
+            ServiceError::from(StoreError::NotFound { what: "snapshot", id: snapshot_id })
+        })
     }
 
     /// Every session, or a task's; only those in `state` and of `profile` when given.

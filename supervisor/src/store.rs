@@ -9,6 +9,7 @@
 //! Schema changes are numbered migrations recorded in `schema_migrations`; a failed
 //! migration stops startup with [`StoreError::Migration`].
 
+mod journal;
 mod schema;
 
 use std::path::{Path, PathBuf};
@@ -17,7 +18,11 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
+pub use journal::{LogRow, TURN_SNAPSHOTS_KEPT};
 pub use schema::MIGRATIONS;
+
+use journal::log;
+use protocol::api::{SnapshotTrigger, TimelineEvent};
 
 /// Errors from the store.
 #[derive(Debug, thiserror::Error)]
@@ -315,6 +320,8 @@ text_enum! {
         ResumeCommand = "resume_command",
         /// A fresh agent session; the history goes into the next prompt.
         HistoryInjection = "history_injection",
+        /// A fresh agent session primed from the latest snapshot (a capacity handoff).
+        ContextHandoff = "context_handoff",
         /// A fresh agent session, nothing restored.
         Fresh = "fresh",
         /// The agent was running already.
@@ -377,6 +384,21 @@ pub struct PauseRequest {
     pub reason: Option<String>,
     /// When the running turn is cancelled, Unix ms.
     pub force_at: i64,
+    /// `pause`, or `exhaustion` (the agent's context was nearly full).
+    pub trigger: SnapshotTrigger,
+}
+
+/// How a session paused, as [`Store::set_paused`] records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PausedRecord {
+    /// Why.
+    pub reason: Option<String>,
+    /// What paused it.
+    pub trigger: SnapshotTrigger,
+    /// A running turn was cancelled for it.
+    pub forced: bool,
+    /// For an exhaustion: the snapshot the next resume's fresh agent session is primed from.
+    pub handoff: Option<String>,
 }
 
 /// What [`Store::record_opened`] records of an execution whose ACP session opened.
@@ -727,6 +749,7 @@ impl Store {
             if changed == 0 {
                 return Err(StoreError::NotFound { what: "session", id });
             }
+            log(&tx, &id, &TimelineEvent::State { state: state.into(), error })?;
             if let Some(task_state) = task_state {
                 tx.execute(
                     "UPDATE tasks SET state = ?2, updated_at = ?3 WHERE id = (SELECT task_id FROM task_sessions WHERE id = ?1)",
@@ -764,11 +787,19 @@ impl Store {
                 )
                 .optional()?;
             let mut row = row;
+            let same = previous.as_ref().is_some_and(|(_, id)| *id == row.execution_id);
             row.generation = match previous {
-                Some((generation, execution_id)) if execution_id == row.execution_id => generation,
+                Some((generation, _)) if same => generation,
                 Some((generation, _)) => generation + 1,
                 None => 1,
             };
+            if !same {
+                let started = TimelineEvent::ExecutionStarted {
+                    execution_id: row.execution_id.clone(),
+                    generation: row.generation,
+                };
+                log(&tx, &row.session_id, &started)?;
+            }
             let now = now_ms();
             tx.execute(
                 "INSERT OR REPLACE INTO executors_running (session_id, execution_id, generation, runtime, status, resume_token, \
@@ -967,11 +998,21 @@ impl Store {
                 stmt.query_map([&session_id], |r| r.get::<_, String>(0))?
                     .collect::<Result<Vec<_>, _>>()?
             };
+            const LOST: &str = "the agent was lost while the supervisor was down";
             tx.execute(
-                "UPDATE turns SET state = 'interrupted', error = 'the agent was lost while the supervisor was down', \
+                "UPDATE turns SET state = 'interrupted', error = ?3, \
                  ended_at = ?2 WHERE session_id = ?1 AND state = 'running'",
-                params![session_id, now_ms()],
+                params![session_id, now_ms(), LOST],
             )?;
+            for turn_id in &ids {
+                let ended = TimelineEvent::TurnEnded {
+                    turn_id: turn_id.clone(),
+                    state: protocol::api::TurnState::Interrupted,
+                    stop_reason: None,
+                    error: Some(LOST.into()),
+                };
+                log(&tx, &session_id, &ended)?;
+            }
             tx.commit()?;
             Ok(ids)
         })
@@ -985,11 +1026,19 @@ impl Store {
         pause: PauseRequest,
     ) -> Result<(), StoreError> {
         self.call(move |conn| {
-            conn.execute(
-                "INSERT OR REPLACE INTO session_pauses (session_id, reason, force_at, requested_at) \
-                 VALUES (?1, ?2, ?3, ?4)",
-                params![session_id, pause.reason, pause.force_at, now_ms()],
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute(
+                "INSERT OR REPLACE INTO session_pauses (session_id, reason, force_at, requested_at, kind) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![session_id, pause.reason, pause.force_at, now_ms(), pause.trigger.as_str()],
             )?;
+            let requested = TimelineEvent::PauseRequested {
+                reason: pause.reason,
+                trigger: pause.trigger,
+                force_at: pause.force_at,
+            };
+            log(&tx, &session_id, &requested)?;
+            tx.commit()?;
             Ok(())
         })
         .await
@@ -999,13 +1048,18 @@ impl Store {
     pub async fn pauses(&self) -> Result<Vec<(String, PauseRequest)>, StoreError> {
         self.call(|conn| {
             let mut stmt =
-                conn.prepare("SELECT session_id, reason, force_at FROM session_pauses")?;
+                conn.prepare("SELECT session_id, reason, force_at, kind FROM session_pauses")?;
             let rows = stmt
                 .query_map([], |r| {
-                    Ok((r.get(0)?, PauseRequest { reason: r.get(1)?, force_at: r.get(2)? }))
+                    Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?, r.get::<_, String>(3)?))
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
-            Ok(rows)
+            rows.into_iter()
+                .map(|(session_id, reason, force_at, kind)| {
+                    let trigger = journal::parse_trigger(&kind)?;
+                    Ok((session_id, PauseRequest { reason, force_at, trigger }))
+                })
+                .collect()
         })
         .await
     }
@@ -1013,20 +1067,28 @@ impl Store {
     /// The session's pause request, if one waits.
     pub async fn get_pause(&self, session_id: String) -> Result<Option<PauseRequest>, StoreError> {
         self.call(move |conn| {
-            Ok(conn
+            let row: Option<(Option<String>, i64, String)> = conn
                 .query_row(
-                    "SELECT reason, force_at FROM session_pauses WHERE session_id = ?1",
+                    "SELECT reason, force_at, kind FROM session_pauses WHERE session_id = ?1",
                     [&session_id],
-                    |r| Ok(PauseRequest { reason: r.get(0)?, force_at: r.get(1)? }),
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
                 )
-                .optional()?)
+                .optional()?;
+            row.map(|(reason, force_at, kind)| {
+                Ok(PauseRequest { reason, force_at, trigger: journal::parse_trigger(&kind)? })
+            })
+            .transpose()
         })
         .await
     }
 
-    /// Sets the session `PAUSED` (and its task's state with it, none here) and drops its
-    /// pause request, in one transaction.
-    pub async fn set_paused(&self, session_id: String) -> Result<(), StoreError> {
+    /// Sets the session `PAUSED` and drops its pause request, in one transaction with its
+    /// timeline rows and, for an exhaustion, the pending handoff.
+    pub async fn set_paused(
+        &self,
+        session_id: String,
+        paused: PausedRecord,
+    ) -> Result<(), StoreError> {
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let changed = tx.execute(
@@ -1037,6 +1099,21 @@ impl Store {
                 return Err(StoreError::NotFound { what: "session", id: session_id });
             }
             tx.execute("DELETE FROM session_pauses WHERE session_id = ?1", [&session_id])?;
+            log(&tx, &session_id, &TimelineEvent::State {
+                state: protocol::api::SessionState::Paused,
+                error: None,
+            })?;
+            log(&tx, &session_id, &TimelineEvent::Paused {
+                reason: paused.reason,
+                trigger: paused.trigger,
+                forced: paused.forced,
+            })?;
+            if let Some(snapshot_id) = paused.handoff {
+                tx.execute(
+                    "INSERT OR REPLACE INTO session_handoffs (session_id, snapshot_id, created_at) VALUES (?1, ?2, ?3)",
+                    params![session_id, snapshot_id, now_ms()],
+                )?;
+            }
             tx.commit()?;
             Ok(())
         })
@@ -1062,7 +1139,8 @@ impl Store {
         opened: Opened,
     ) -> Result<bool, StoreError> {
         self.call(move |conn| {
-            let changed = conn.execute(
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let changed = tx.execute(
                 "UPDATE executors_running SET resume_token = ?3, acp_session_id = ?4, status = ?5, \
                  resume_outcome = COALESCE(?6, resume_outcome), \
                  resume_context_pending = COALESCE(?7, resume_context_pending), \
@@ -1078,6 +1156,26 @@ impl Store {
                     now_ms()
                 ],
             )?;
+            if changed == 1
+                && let Some(outcome) = opened.outcome
+                && outcome != ResumeOutcome::AlreadyRunning
+            {
+                log(
+                    &tx,
+                    &session_id,
+                    &TimelineEvent::Resumed {
+                        execution_id: execution_id.clone(),
+                        outcome: outcome.into(),
+                    },
+                )?;
+                if outcome == ResumeOutcome::ContextHandoff {
+                    tx.execute(
+                        "DELETE FROM session_handoffs WHERE session_id = ?1",
+                        [&session_id],
+                    )?;
+                }
+            }
+            tx.commit()?;
             Ok(changed == 1)
         })
         .await
@@ -1172,10 +1270,13 @@ impl Store {
         request_id: String,
     ) -> Result<(), StoreError> {
         self.call(move |conn| {
-            conn.execute(
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute(
                 "INSERT INTO turns (id, session_id, execution_id, request_id, state, started_at, delivered) VALUES (?1, ?2, ?3, ?4, 'running', ?5, 0)",
                 params![turn_id, session_id, execution_id, request_id, now_ms()],
             )?;
+            log(&tx, &session_id, &TimelineEvent::TurnStarted { turn_id, execution_id })?;
+            tx.commit()?;
             Ok(())
         })
         .await
@@ -1199,10 +1300,20 @@ impl Store {
         error: Option<String>,
     ) -> Result<(), StoreError> {
         self.call(move |conn| {
-            conn.execute(
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute(
                 "UPDATE turns SET state = ?2, stop_reason = ?3, error = ?4, ended_at = ?5 WHERE id = ?1",
                 params![turn_id, state, stop_reason, error, now_ms()],
             )?;
+            let session_id: Option<String> = tx
+                .query_row("SELECT session_id FROM turns WHERE id = ?1", [&turn_id], |r| r.get(0))
+                .optional()?;
+            if let Some(session_id) = session_id {
+                let ended =
+                    TimelineEvent::TurnEnded { turn_id, state: state.into(), stop_reason, error };
+                log(&tx, &session_id, &ended)?;
+            }
+            tx.commit()?;
             Ok(())
         })
         .await

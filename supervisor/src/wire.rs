@@ -29,7 +29,7 @@ same_variants!(api::SessionState => SessionState {
 });
 same_variants!(TurnState => api::TurnState { Running, Completed, Failed, Interrupted });
 same_variants!(ResumeOutcome => api::ResumeOutcome {
-    NativeResume, NativeLoad, ResumeCommand, HistoryInjection, Fresh, AlreadyRunning,
+    NativeResume, NativeLoad, ResumeCommand, HistoryInjection, ContextHandoff, Fresh, AlreadyRunning,
 });
 same_variants!(EntryType => api::EntryType { UserMessage, AgentMessage, ToolCall, ToolResult });
 

@@ -32,6 +32,9 @@ pub enum Command {
     /// `/stream` says, each ` <rK:n/N>`) closed by a tool call, so one turn holds many
     /// messages.
     Rounds(u32),
+    /// `/usage USED SIZE [COST]`: report context use with an ACP `usage_update` (and a
+    /// cumulative cost in USD when given).
+    Usage { used: u64, size: u64, cost: Option<String> },
 }
 
 /// A prompt split into commands and the message proper.
@@ -78,7 +81,9 @@ pub fn parse(prompt: &str) -> Result<Script, ScriptError> {
 }
 
 fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
-    let Some(rest) = line.trim().strip_prefix('/') else { return Ok(None) };
+    // Only at the very start of a line: an indented `/word` (a quoted earlier prompt in a
+    // resume context) is message text.
+    let Some(rest) = line.trim_end().strip_prefix('/') else { return Ok(None) };
     let (word, args) = rest.split_once(' ').map_or((rest, ""), |(w, a)| (w, a.trim()));
     let command = match word {
         "stream" => Command::Stream(match args.parse() {
@@ -104,6 +109,19 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
             Ok(n) if n > 0 => n,
             _ => return Err("expects a positive round count"),
         }),
+        "usage" => {
+            let mut words = args.split_whitespace();
+            let mut number = || words.next().and_then(|word| word.parse::<u64>().ok());
+            let (Some(used), Some(size)) = (number(), number()) else {
+                return Err("expects USED SIZE [COST]");
+            };
+            let cost = match words.next() {
+                Some(cost) if cost.parse::<f64>().is_ok() => Some(cost.to_owned()),
+                Some(_) => return Err("expects USED SIZE [COST]"),
+                None => None,
+            };
+            Command::Usage { used, size, cost }
+        }
         _ => return Ok(None),
     };
     Ok(Some(command))
@@ -156,6 +174,8 @@ mod tests {
         let script = parse("/usr/bin is a directory").unwrap();
         assert!(script.commands.is_empty());
         assert_eq!(script.message, "/usr/bin is a directory");
+        let quoted = parse("Turn 1: hello\n    /permission").unwrap();
+        assert!(quoted.commands.is_empty(), "an indented command is quoted text");
     }
 
     #[test]
@@ -166,5 +186,11 @@ mod tests {
         assert_eq!(parse("/read").unwrap_err().reason, "expects a path");
         assert_eq!(parse("/rounds 0").unwrap_err().reason, "expects a positive round count");
         assert_eq!(parse("/rounds 3").unwrap().commands, vec![Command::Rounds(3)]);
+        assert_eq!(parse("/usage 90").unwrap_err().reason, "expects USED SIZE [COST]");
+        assert_eq!(parse("/usage 9 10 cheap").unwrap_err().reason, "expects USED SIZE [COST]");
+        assert_eq!(
+            parse("/usage 90 100 0.25").unwrap().commands,
+            vec![Command::Usage { used: 90, size: 100, cost: Some("0.25".into()) }]
+        );
     }
 }

@@ -142,7 +142,15 @@ pub fn generate() -> Value {
         method::SESSION_HISTORY,
         "The conversation history after after_seq, at most limit entries.",
     );
-    m.add::<SessionId, Timeline>(method::SESSION_TIMELINE, "A session's executions and turns.");
+    m.add::<SessionTimeline, Timeline>(
+        method::SESSION_TIMELINE,
+        "A session's executions and turns, and what happened to it in order (entries after `after`).",
+    );
+    m.add::<SessionId, Vec<SnapshotSummary>>(
+        method::SNAPSHOT_LIST,
+        "A session's snapshots, oldest first.",
+    );
+    m.add::<SnapshotGet, Snapshot>(method::SNAPSHOT_GET, "One snapshot, whole.");
     m.add_subscription::<SessionSubscribe, SessionEvent>(
         method::SESSION_SUBSCRIBE,
         method::SESSION_EVENT,
@@ -298,7 +306,9 @@ mod tests {
         let _ = client.session_delete(s()).await;
         let _ = client.permission_respond(s(), "7".into(), Some("allow".into())).await;
         let _ = client.session_history(s(), Some(3), Some(10)).await;
-        let _ = client.session_timeline(s()).await;
+        let _ = client.session_timeline(s(), Some(4)).await;
+        let _ = client.snapshot_list(s()).await;
+        let _ = client.snapshot_get(s()).await;
         let _ = client.session_subscribe(s(), Some(2)).await;
         let _ = client.session_subscribe_batch(s(), Some(2)).await;
         let _ = client.discover().await;
@@ -437,7 +447,20 @@ mod tests {
         ) -> jsonrpsee::core::RpcResult<Vec<HistoryEntry>> {
             never()
         }
-        async fn session_timeline(&self, _: String) -> jsonrpsee::core::RpcResult<Timeline> {
+        async fn session_timeline(
+            &self,
+            _: String,
+            _: Option<i64>,
+        ) -> jsonrpsee::core::RpcResult<Timeline> {
+            never()
+        }
+        async fn snapshot_list(
+            &self,
+            _: String,
+        ) -> jsonrpsee::core::RpcResult<Vec<SnapshotSummary>> {
+            never()
+        }
+        async fn snapshot_get(&self, _: String) -> jsonrpsee::core::RpcResult<Snapshot> {
             never()
         }
         async fn session_pause(

@@ -152,7 +152,7 @@ impl Checked for SessionList {
 }
 
 /// Methods that take just a session: `task.session.status`, `resume`, `cancel`, `stop`,
-/// `delete`, `timeline`.
+/// `delete`, `snapshot.list`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionId {
@@ -162,6 +162,35 @@ pub struct SessionId {
 impl Checked for SessionId {
     fn limits(&self) -> Result<(), ParamError> {
         within("session_id", &self.session_id, MAX_ID)
+    }
+}
+
+/// `task.session.timeline`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionTimeline {
+    /// The session.
+    pub session_id: String,
+    /// Only entries after this `seq` (default: all).
+    #[serde(default)]
+    pub after: Option<i64>,
+}
+impl Checked for SessionTimeline {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)
+    }
+}
+
+/// `task.session.snapshot.get`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotGet {
+    /// The snapshot.
+    pub snapshot_id: String,
+}
+impl Checked for SnapshotGet {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("snapshot_id", &self.snapshot_id, MAX_ID)
     }
 }
 
@@ -339,7 +368,9 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         SESSION_CREATE => parse::<SessionCreate>(raw).map(drop),
         SESSION_LIST => parse::<SessionList>(raw).map(drop),
         SESSION_STATUS | SESSION_RESUME | SESSION_CANCEL | SESSION_STOP | SESSION_DELETE
-        | SESSION_TIMELINE => parse::<SessionId>(raw).map(drop),
+        | SNAPSHOT_LIST => parse::<SessionId>(raw).map(drop),
+        SESSION_TIMELINE => parse::<SessionTimeline>(raw).map(drop),
+        SNAPSHOT_GET => parse::<SnapshotGet>(raw).map(drop),
         SESSION_PROMPT => parse::<SessionPrompt>(raw).map(drop),
         SESSION_PAUSE => parse::<SessionPause>(raw).map(drop),
         PERMISSION_RESPOND => parse::<PermissionRespond>(raw).map(drop),

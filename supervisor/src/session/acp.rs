@@ -262,7 +262,34 @@ impl SessionActor {
                 }
                 self.emit(SessionEventKind::ToolCallUpdate { update });
             }
+            "usage_update" => {
+                self.usage_reported(&update);
+                self.emit(SessionEventKind::SessionUpdate { update });
+            }
             _ => self.emit(SessionEventKind::SessionUpdate { update }),
+        }
+    }
+
+    /// ACP `usage_update`: kept for snapshots; at the profile's threshold the session is
+    /// to pause for a handoff.
+    fn usage_reported(&mut self, update: &Value) {
+        let (Some(used), Some(size)) = (update["used"].as_u64(), update["size"].as_u64()) else {
+            return;
+        };
+        let usage = self.usage.get_or_insert_with(Default::default);
+        usage.context_used = Some(used);
+        usage.context_size = Some(size);
+        if let Some(amount) = update["cost"]["amount"].as_f64() {
+            usage.cost = Some(amount);
+            usage.cost_currency = update["cost"]["currency"].as_str().map(str::to_owned);
+        }
+        let threshold = u64::from(self.profile.session.context_handoff_percent);
+        // The new agent of a handoff starts small; its first report says so.
+        if threshold > 0 && size > 0 && used.saturating_mul(100) >= threshold.saturating_mul(size) {
+            let percent = used.saturating_mul(100) / size;
+            self.exhausted = Some(format!(
+                "the agent's context is {percent}% full ({used} of {size} tokens; the threshold is {threshold}%)"
+            ));
         }
     }
 
@@ -544,6 +571,7 @@ impl SessionActor {
     /// A native restore was refused: the token is cleared, a notice says so, and a fresh
     /// ACP session takes its place (not a failure).
     pub(super) async fn restore_rejected(&mut self, reason: String) {
+        let _ = self.context.store.log_error(self.row.id.clone(), reason.clone()).await;
         self.emit(SessionEventKind::Notice {
             message: format!("{reason}; starting a fresh agent session"),
         });
@@ -577,6 +605,11 @@ impl SessionActor {
             None => None,
             Some(resume) => Some(match restored {
                 Some(outcome) => outcome,
+                None if resume.handoff => {
+                    self.resume_context_pending = true;
+                    self.handoff_pending = true;
+                    ResumeOutcome::ContextHandoff
+                }
                 None if resume.relaunched => ResumeOutcome::ResumeCommand,
                 None if !self.history.is_empty()
                     && self.profile.injects_history(resume.native_failed) =>
@@ -592,7 +625,10 @@ impl SessionActor {
             resume_token: self.profile.keeps_resume_token().then(|| acp_session.clone()),
             acp_session_id: acp_session.clone(),
             outcome,
-            inject_history: outcome == Some(ResumeOutcome::HistoryInjection),
+            inject_history: matches!(
+                outcome,
+                Some(ResumeOutcome::HistoryInjection | ResumeOutcome::ContextHandoff)
+            ),
         };
         if let Err(err) =
             self.context.store.record_opened(self.row.id.clone(), execution_id, opened).await
@@ -609,6 +645,7 @@ impl SessionActor {
         let answer = match outcome {
             Some(outcome) => {
                 self.emit(SessionEventKind::ResumeOutcome { outcome: outcome.into() });
+                self.emit(SessionEventKind::Resumed { outcome: outcome.into() });
                 self.update_view(|view| view.resume_outcome = Some(outcome));
                 outcome
             }
@@ -628,6 +665,7 @@ impl SessionActor {
 
     async fn clear_resume_context_pending(&mut self) {
         self.resume_context_pending = false;
+        self.handoff_pending = false;
         if let Some(execution) = &self.execution {
             let _ = self
                 .context

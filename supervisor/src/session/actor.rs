@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use agentctl::spool::Spool;
 use agents::profile::Profile;
+use protocol::api::{SnapshotTrigger, SnapshotUsage};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -40,6 +41,8 @@ pub(super) enum Internal {
     ControlFailed { execution_id: String, error: String },
     /// A permission answer reached agentctl.
     AnswerSent { execution_id: String, request_id: String },
+    /// A snapshot taken in the background was stored.
+    SnapshotTaken { snapshot_id: String, trigger: SnapshotTrigger },
 }
 
 /// What an outstanding request of ours was for.
@@ -78,6 +81,8 @@ pub(super) struct PendingPause {
     pub(super) force_at: Option<Instant>,
     /// The turn was cancelled for it.
     pub(super) forced: bool,
+    /// `Pause`, or `Exhaustion` (the agent's context reached the profile's threshold).
+    pub(super) trigger: SnapshotTrigger,
 }
 
 /// The live connection to one execution.
@@ -98,6 +103,8 @@ pub(super) struct ResumeState {
     pub(super) relaunched: bool,
     /// A native restore was tried and rejected.
     pub(super) native_failed: bool,
+    /// A capacity handoff: a fresh agent session primed from the latest snapshot.
+    pub(super) handoff: bool,
 }
 
 /// What to do with a launch still in flight when it lands.
@@ -139,6 +146,13 @@ pub(super) struct SessionActor {
     pub(super) waiters: Vec<Reply<ResumeOutcome>>,
     /// The next prompt carries the resume context (mirrors the stored flag).
     pub(super) resume_context_pending: bool,
+    /// That context is a handoff's, compiled from the latest snapshot (else the history's).
+    pub(super) handoff_pending: bool,
+    /// Context use and cost as the agent last reported them (`usage_update`).
+    pub(super) usage: Option<Box<SnapshotUsage>>,
+    /// A usage report reached the profile's threshold: a pause for a handoff is asked for
+    /// once the report is handled (the reason).
+    pub(super) exhausted: Option<String>,
     /// A `session/load` is replaying: its conversation updates restore the agent, not our
     /// records. It lasts until the next prompt reached agentctl (its `Delivered` event),
     /// not until the load's answer: gemini-cli's replay trails its answer, and agentctl
@@ -179,6 +193,9 @@ pub(super) struct SessionActor {
     generation: Option<i64>,
     /// Background retires and fences not finished yet (a launch waits for them).
     retiring: Vec<tokio::task::JoinHandle<()>>,
+    /// The first launch also records the workspace's commit at the start (see
+    /// [`record_start_commit`]).
+    record_start: bool,
     /// Session events not yet in the event log. They are written together (one write per
     /// handled event or command) and before any store write that would make a replay skip
     /// them, so a kill leaves all of them or none, and a replay that finds them written
@@ -231,6 +248,10 @@ impl SessionActor {
             resume: None,
             waiters: Vec::new(),
             resume_context_pending: false,
+            handoff_pending: false,
+            usage: None,
+            exhausted: None,
+            record_start: false,
             loading: false,
             replay_unacked: false,
             auth_offered: Vec::new(),
@@ -257,6 +278,7 @@ impl SessionActor {
         match start {
             Start::Fresh { initial_prompt } => {
                 self.initial_prompt = initial_prompt;
+                self.record_start = true;
                 Box::pin(self.start_launch(None)).await;
             }
             Start::Resume => Box::pin(self.begin_resume()).await,
@@ -309,6 +331,10 @@ impl SessionActor {
             }
             if self.stalled.is_some() && self.stall_retry.is_none() {
                 self.stall();
+            }
+            if let Some(reason) = self.exhausted.take() {
+                Box::pin(self.exhaustion(reason)).await;
+                self.flush_events();
             }
             // A pause takes effect at the turn boundary (or once a launch in flight landed).
             // (After a re-attach, not before the replay caught up: a turn may still end there.)
@@ -571,6 +597,30 @@ impl SessionActor {
         reason: Option<String>,
         force_after: std::time::Duration,
     ) -> Result<bool, SessionError> {
+        self.request_pause(reason, force_after, SnapshotTrigger::Pause).await
+    }
+
+    /// The agent's context reached the profile's threshold: the session pauses at the turn
+    /// boundary for a handoff (unless a pause is asked for already, or it cannot pause).
+    async fn exhaustion(&mut self, reason: String) {
+        if self.pause.is_some() || self.row.state.is_terminal() {
+            return;
+        }
+        tracing::info!(session = %self.row.id, %reason, "the agent's context is nearly full; pausing for a handoff");
+        let wait = std::time::Duration::from_millis(crate::service::DEFAULT_PAUSE_WAIT_MS);
+        if let Err(err) = self.request_pause(Some(reason), wait, SnapshotTrigger::Exhaustion).await
+        {
+            tracing::warn!(session = %self.row.id, %err, "cannot pause for a handoff");
+        }
+    }
+
+    /// A pause of either kind; see [`SessionActor::pause`].
+    async fn request_pause(
+        &mut self,
+        reason: Option<String>,
+        force_after: std::time::Duration,
+        trigger: SnapshotTrigger,
+    ) -> Result<bool, SessionError> {
         match self.row.state {
             state if state.is_terminal() => return Err(SessionError::Terminal(state)),
             SessionState::Paused => {
@@ -589,6 +639,7 @@ impl SessionActor {
             reason: reason.clone(),
             force_at: Some(Instant::now() + force_after),
             forced: false,
+            trigger,
         });
         if !busy {
             self.pause_now().await;
@@ -597,7 +648,7 @@ impl SessionActor {
         // Kept before it is announced, so a restart still pauses.
         let force_at = crate::store::now_ms()
             .saturating_add(i64::try_from(force_after.as_millis()).unwrap_or(i64::MAX));
-        let request = crate::store::PauseRequest { reason: reason.clone(), force_at };
+        let request = crate::store::PauseRequest { reason: reason.clone(), force_at, trigger };
         if let Err(err) = self.context.store.put_pause(self.row.id.clone(), request).await {
             self.pause = None;
             return Err(err.into());
@@ -622,10 +673,36 @@ impl SessionActor {
             }
         }
         self.handshake = None;
+        // The snapshot sees the workspace as the stopped agent left it.
+        let trigger = match pause.trigger {
+            SnapshotTrigger::Exhaustion => SnapshotTrigger::Exhaustion,
+            _ if pause.forced => SnapshotTrigger::Timeout,
+            other => other,
+        };
+        let request = self.snapshot_request(trigger, pause.reason.clone());
+        let snapshot = match crate::snapshot::take(&self.context.store, request).await {
+            Ok(snapshot) => Some(snapshot.snapshot_id),
+            Err(err) => {
+                tracing::warn!(session = %self.row.id, %err, "cannot take the pause's snapshot");
+                None
+            }
+        };
+        if let Some(snapshot_id) = &snapshot {
+            self.emit(SessionEventKind::SnapshotTaken {
+                snapshot_id: snapshot_id.clone(),
+                trigger,
+            });
+        }
         self.emit(SessionEventKind::State { state: SessionState::Paused.into(), error: None });
-        self.emit(SessionEventKind::Paused { reason: pause.reason, forced: pause.forced });
+        self.emit(SessionEventKind::Paused { reason: pause.reason.clone(), forced: pause.forced });
         self.flush_events();
-        if let Err(err) = self.context.store.set_paused(self.row.id.clone()).await {
+        let paused = crate::store::PausedRecord {
+            reason: pause.reason,
+            trigger: pause.trigger,
+            forced: pause.forced,
+            handoff: snapshot.filter(|_| trigger == SnapshotTrigger::Exhaustion),
+        };
+        if let Err(err) = self.context.store.set_paused(self.row.id.clone(), paused).await {
             self.write_failed("the paused state", &err);
         }
         self.row.state = SessionState::Paused;
@@ -720,6 +797,12 @@ impl SessionActor {
             }
             token = None;
         }
+        // A session paused for exhaustion is handed over to a fresh agent session: a native
+        // restore would bring the full context back.
+        let handoff = matches!(self.context.store.handoff(self.row.id.clone()).await, Ok(Some(_)));
+        if handoff {
+            token = None;
+        }
         let relaunch = token.is_some() && self.profile.relaunches_to_resume();
         self.initial_prompt = match (&token, self.row.state) {
             (Some(_), _) | (None, SessionState::WaitingForInput | SessionState::Paused) => None,
@@ -728,8 +811,12 @@ impl SessionActor {
                 _ => None,
             },
         };
-        self.resume =
-            Some(ResumeState { token: token.clone(), relaunched: relaunch, native_failed: false });
+        self.resume = Some(ResumeState {
+            token: token.clone(),
+            relaunched: relaunch,
+            native_failed: false,
+            handoff,
+        });
         let relaunch_token = if relaunch { token } else { None };
         self.start_launch(relaunch_token.as_deref()).await;
     }
@@ -800,14 +887,22 @@ impl SessionActor {
             previous,
         };
         self.resume_context_pending = false;
+        self.handoff_pending = false;
         let context = self.context.clone();
         let internal_tx = self.internal_tx.clone();
         let retiring = std::mem::take(&mut self.retiring);
+        let start = std::mem::take(&mut self.record_start)
+            .then(|| (self.row.id.clone(), std::path::PathBuf::from(&self.row.workspace_path)));
         tokio::spawn(async move {
             for task in retiring {
                 let _ = task.await;
             }
-            let launched = Box::new(launch::launch(context.clone(), plan).await);
+            let (launched, ()) = tokio::join!(launch::launch(context.clone(), plan), async {
+                if let Some((session_id, workspace)) = start {
+                    record_start_commit(&context.store, session_id, &workspace).await;
+                }
+            });
+            let launched = Box::new(launched);
             if let Err(mpsc::error::SendError(Internal::Launched(launched))) =
                 internal_tx.send(Internal::Launched(launched))
                 && let Ok(connected) = *launched
@@ -883,6 +978,9 @@ impl SessionActor {
 
     async fn handle_internal(&mut self, report: Internal) {
         match report {
+            Internal::SnapshotTaken { snapshot_id, trigger } => {
+                self.emit(SessionEventKind::SnapshotTaken { snapshot_id, trigger });
+            }
             Internal::Launched(launched) => self.launched(*launched).await,
             Internal::Adopted(adopted) => self.adopted(*adopted).await,
             Internal::ControlFailed { execution_id, error } => {
@@ -1078,6 +1176,8 @@ impl SessionActor {
         self.generation = Some(record.generation);
         self.history.set_generation(record.generation);
         self.resume_context_pending = record.resume_context_pending;
+        self.handoff_pending = record.resume_context_pending
+            && record.resume_outcome == Some(ResumeOutcome::ContextHandoff);
         match status.as_ref().map(|status| status.last_seq) {
             Some(until) if until > acked => self.replay_until = Some(until),
             _ => self.settle_undelivered().await,
@@ -1098,6 +1198,7 @@ impl SessionActor {
                 reason: request.reason,
                 force_at: Some(Instant::now() + std::time::Duration::from_millis(left as u64)),
                 forced: false,
+                trigger: request.trigger,
             });
             self.update_view(|view| view.pause_requested = true);
         }
@@ -1241,6 +1342,17 @@ impl SessionActor {
 
     /// The resume context around `prompt`, from the history on disk.
     async fn resume_context(&self, prompt: &str) -> Result<String, SessionError> {
+        if self.handoff_pending {
+            match self.context.store.latest_snapshot(self.row.id.clone()).await {
+                Ok(Some(snapshot)) => {
+                    let budget = self.profile.session.resume_context_budget;
+                    return Ok(crate::snapshot::handoff_context(&snapshot, prompt, budget));
+                }
+                // No snapshot to compile from: the history it would summarise instead.
+                Ok(None) => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
         let path = self.history.path().to_owned();
         let prompt = prompt.to_owned();
         let budget = self.profile.session.resume_context_budget;
@@ -1323,6 +1435,9 @@ impl SessionActor {
             self.write_failed("the end of a turn", &err);
         }
         agentctl::fault::point("turn.recorded");
+        if state == TurnState::Completed {
+            self.snapshot_in_background(SnapshotTrigger::TurnComplete, None);
+        }
     }
 
     /// The execution is gone (its agent exited, its sidecar was lost or refused us): the
@@ -1356,6 +1471,43 @@ impl SessionActor {
                 Some(task_state::REVIEW),
             )
             .await;
+        let _ = self.context.store.log_error(self.row.id.clone(), reason.to_owned()).await;
+        self.snapshot_in_background(SnapshotTrigger::Crash, Some(reason.to_owned()));
+    }
+
+    /// What a snapshot of this session now is taken from.
+    fn snapshot_request(
+        &self,
+        trigger: SnapshotTrigger,
+        reason: Option<String>,
+    ) -> crate::snapshot::Request {
+        crate::snapshot::Request {
+            session_id: self.row.id.clone(),
+            trigger,
+            reason,
+            history: self.history.path().to_owned(),
+            execution_id: self.execution.as_ref().map(|execution| execution.id.clone()),
+            usage: self.usage.as_deref().cloned(),
+        }
+    }
+
+    /// Takes a snapshot without holding the actor up; its event follows when it is stored.
+    pub(super) fn snapshot_in_background(&self, trigger: SnapshotTrigger, reason: Option<String>) {
+        let request = self.snapshot_request(trigger, reason);
+        let store = self.context.store.clone();
+        let report = self.internal_tx.clone();
+        tokio::spawn(async move {
+            match crate::snapshot::take(&store, request).await {
+                Ok(snapshot) => {
+                    let _ = report.send(Internal::SnapshotTaken {
+                        snapshot_id: snapshot.snapshot_id,
+                        trigger,
+                    });
+                }
+                // A session deleted meanwhile has nothing to snapshot.
+                Err(err) => tracing::debug!(%err, "cannot take a snapshot"),
+            }
+        });
     }
 
     /// agentctl itself went away, stopped answering, or refused our subscription.
@@ -1384,6 +1536,7 @@ impl SessionActor {
     /// retired (and fenced).
     pub(super) async fn fail(&mut self, reason: String) {
         tracing::warn!(session = %self.row.id, %reason, "session failed");
+        let _ = self.context.store.log_error(self.row.id.clone(), reason.clone()).await;
         self.handshake = None;
         if let Some(execution) = self.execution.take() {
             self.retire(execution, None);
@@ -1586,6 +1739,20 @@ impl SessionActor {
 
     pub(super) fn update_view(&self, change: impl FnOnce(&mut SessionView)) {
         self.view_tx.send_modify(change);
+    }
+}
+
+/// Keeps the workspace's commit as a session starts, for its snapshots to compare with. It
+/// runs beside the first launch (no added latency) and is stored before the launch is
+/// reported, so before the agent could commit anything.
+async fn record_start_commit(
+    store: &crate::store::Store,
+    session_id: String,
+    workspace: &std::path::Path,
+) {
+    let commit = crate::snapshot::git::head(workspace).await;
+    if let Err(err) = store.set_start_commit(session_id, commit).await {
+        tracing::debug!(%err, "cannot record the start commit");
     }
 }
 

@@ -132,6 +132,46 @@ pub const MIGRATIONS: &[&str] = &[
         requested_at INTEGER NOT NULL
     );
     ",
+    // 6: snapshots, the timeline and the capacity handoff (issue 14). `session_log` is the
+    // timeline: one row per thing that happened to a session, written in the same
+    // transaction as the change it records. A snapshot is its JSON plus the columns a list
+    // shows. `session_start` keeps the workspace's commit when the session started;
+    // `session_handoffs` marks a session paused for exhaustion, whose next resume opens a
+    // fresh agent session primed from the snapshot named.
+    "
+    CREATE TABLE session_log (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL REFERENCES task_sessions(id) ON DELETE CASCADE,
+        at INTEGER NOT NULL,
+        entry TEXT NOT NULL
+    );
+    CREATE INDEX session_log_by_session ON session_log(session_id, seq);
+    CREATE TABLE session_snapshots (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES task_sessions(id) ON DELETE CASCADE,
+        kind TEXT NOT NULL CHECK (kind IN ('pause','turn_complete','exhaustion','timeout','crash')),
+        reason TEXT,
+        taken_at INTEGER NOT NULL,
+        git_branch TEXT,
+        git_head TEXT,
+        git_dirty INTEGER,
+        context_used INTEGER,
+        context_size INTEGER,
+        snapshot TEXT NOT NULL
+    );
+    CREATE INDEX session_snapshots_by_session ON session_snapshots(session_id, taken_at);
+    CREATE TABLE session_start (
+        session_id TEXT PRIMARY KEY REFERENCES task_sessions(id) ON DELETE CASCADE,
+        git_commit TEXT,
+        recorded_at INTEGER NOT NULL
+    );
+    CREATE TABLE session_handoffs (
+        session_id TEXT PRIMARY KEY REFERENCES task_sessions(id) ON DELETE CASCADE,
+        snapshot_id TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    ALTER TABLE session_pauses ADD COLUMN kind TEXT NOT NULL DEFAULT 'pause';
+    ",
 ];
 
 /// Brings the database up to the newest migration.

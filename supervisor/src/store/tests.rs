@@ -475,7 +475,7 @@ async fn migration_5_keeps_sessions_and_their_references() {
     let row = store.get_session("s".into()).await.unwrap();
     assert_eq!(row.state, SessionState::WaitingForInput);
     assert!(store.get_executor("s".into()).await.unwrap().is_some());
-    store.set_paused("s".into()).await.unwrap();
+    store.set_paused("s".into(), paused(None)).await.unwrap();
     assert_eq!(store.get_session("s".into()).await.unwrap().state, SessionState::Paused);
     let fk: i64 = store
         .call(|conn| Ok(conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0))?))
@@ -504,13 +504,189 @@ async fn a_pause_request_is_kept_until_the_session_is_paused() {
     let task = store.create_task("t".into(), String::new()).await.unwrap();
     let row = store.create_session(session(&task.id)).await.unwrap();
     assert_eq!(store.get_pause(row.id.clone()).await.unwrap(), None);
-    let request = PauseRequest { reason: Some("why".into()), force_at: 42 };
+    let request =
+        PauseRequest { reason: Some("why".into()), force_at: 42, trigger: SnapshotTrigger::Pause };
     store.put_pause(row.id.clone(), request.clone()).await.unwrap();
     assert_eq!(store.get_pause(row.id.clone()).await.unwrap(), Some(request.clone()));
     assert_eq!(store.pauses().await.unwrap(), vec![(row.id.clone(), request)]);
-    store.set_paused(row.id.clone()).await.unwrap();
+    store.set_paused(row.id.clone(), paused(None)).await.unwrap();
     assert_eq!(store.get_session(row.id.clone()).await.unwrap().state, SessionState::Paused);
     assert!(store.pauses().await.unwrap().is_empty());
-    let unknown = store.set_paused("nope".into()).await.unwrap_err();
+    let unknown = store.set_paused("nope".into(), paused(None)).await.unwrap_err();
     assert!(matches!(unknown, StoreError::NotFound { .. }), "{unknown:?}");
+}
+
+fn paused(handoff: Option<&str>) -> PausedRecord {
+    PausedRecord {
+        reason: Some("why".into()),
+        trigger: if handoff.is_some() {
+            SnapshotTrigger::Exhaustion
+        } else {
+            SnapshotTrigger::Pause
+        },
+        forced: false,
+        handoff: handoff.map(str::to_owned),
+    }
+}
+
+fn kinds(rows: &[LogRow]) -> Vec<String> {
+    rows.iter()
+        .map(|(_, _, json)| {
+            let value: serde_json::Value = serde_json::from_str(json).unwrap();
+            value["kind"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+/// Each change that the timeline records writes its row with it, in order; `after` pages.
+#[tokio::test]
+async fn the_timeline_records_each_change_in_order() {
+    let (_dir, store) = open();
+    let task = store.create_task("t".into(), String::new()).await.unwrap();
+    let row = store.create_session(session(&task.id)).await.unwrap();
+    let id = row.id.clone();
+    store.put_executor(executor(&id, "e1")).await.unwrap();
+    store.put_executor(executor(&id, "e1")).await.unwrap();
+    store.set_session_state(id.clone(), SessionState::WaitingForInput, None, None).await.unwrap();
+    store.insert_turn("u1".into(), id.clone(), "e1".into(), "1".into()).await.unwrap();
+    store.end_turn("u1".into(), TurnState::Failed, None, Some("boom".into())).await.unwrap();
+    store.log_error(id.clone(), "the agent exited".into()).await.unwrap();
+    store.put_executor(executor(&id, "e2")).await.unwrap();
+    let resumed = Opened {
+        acp_session_id: "a".into(),
+        outcome: Some(ResumeOutcome::NativeLoad),
+        ..Default::default()
+    };
+    store.record_opened(id.clone(), "e2".into(), resumed).await.unwrap();
+    let pause = PauseRequest { reason: None, force_at: 9, trigger: SnapshotTrigger::Pause };
+    store.put_pause(id.clone(), pause).await.unwrap();
+    store.set_paused(id.clone(), paused(None)).await.unwrap();
+    let rows = store.timeline(id.clone(), 0, 100).await.unwrap();
+    assert_eq!(
+        kinds(&rows),
+        [
+            "execution_started",
+            "state",
+            "turn_started",
+            "turn_ended",
+            "error",
+            "execution_started",
+            "resumed",
+            "pause_requested",
+            "state",
+            "paused"
+        ]
+    );
+    // Writing the same execution again is not a new one.
+    assert!(rows[5].2.contains("\"generation\":2"), "{}", rows[5].2);
+    let after = store.timeline(id.clone(), rows[6].0, 2).await.unwrap();
+    assert_eq!(kinds(&after), ["pause_requested", "state"]);
+    // The rows go with the session.
+    store.delete_session(id.clone()).await.unwrap();
+    assert!(store.timeline(id, 0, 100).await.unwrap().is_empty());
+}
+
+/// Snapshots are stored, listed and read back; a session keeps its newest turn snapshots
+/// only; an exhaustion's handoff stays until a handoff's resume opens.
+#[tokio::test]
+async fn snapshots_and_handoffs_are_kept_as_documented() {
+    let (_dir, store) = open();
+    let task = store.create_task("t".into(), String::new()).await.unwrap();
+    let row = store.create_session(session(&task.id)).await.unwrap();
+    let id = row.id.clone();
+    let snapshot = |n: usize, trigger| protocol::api::Snapshot {
+        snapshot_id: format!("snap-{n:03}"),
+        session_id: id.clone(),
+        trigger,
+        reason: None,
+        taken_at: n as i64,
+        execution_id: None,
+        task: protocol::api::SnapshotTask {
+            task_id: task.id.clone(),
+            title: "t".into(),
+            description: String::new(),
+        },
+        git: Default::default(),
+        turns: vec![],
+        turns_omitted: 0,
+        errors: vec![],
+        usage: protocol::api::SnapshotUsage { context_used: Some(n as u64), ..Default::default() },
+    };
+    store.insert_snapshot(snapshot(0, SnapshotTrigger::Crash)).await.unwrap();
+    for n in 1..=TURN_SNAPSHOTS_KEPT + 5 {
+        store.insert_snapshot(snapshot(n, SnapshotTrigger::TurnComplete)).await.unwrap();
+    }
+    let last = TURN_SNAPSHOTS_KEPT + 6;
+    store.insert_snapshot(snapshot(last, SnapshotTrigger::Exhaustion)).await.unwrap();
+    let list = store.snapshots(id.clone()).await.unwrap();
+    assert_eq!(list.len(), TURN_SNAPSHOTS_KEPT + 2);
+    assert_eq!(list[0].trigger, SnapshotTrigger::Crash);
+    assert_eq!(list[1].snapshot_id, "snap-006", "the oldest turn snapshots went");
+    assert_eq!(list.last().unwrap().context_used, Some(last as u64));
+    let latest = store.latest_snapshot(id.clone()).await.unwrap().unwrap();
+    assert_eq!(latest, snapshot(last, SnapshotTrigger::Exhaustion));
+    assert_eq!(store.snapshot("snap-003".into()).await.unwrap(), None);
+    assert_eq!(store.snapshot("nope".into()).await.unwrap(), None);
+    // The handoff.
+    store.set_paused(id.clone(), paused(Some(&latest.snapshot_id))).await.unwrap();
+    assert_eq!(store.handoff(id.clone()).await.unwrap(), Some(latest.snapshot_id.clone()));
+    store.put_executor(executor(&id, "e1")).await.unwrap();
+    let injected = Opened {
+        acp_session_id: "a".into(),
+        outcome: Some(ResumeOutcome::HistoryInjection),
+        inject_history: true,
+        ..Default::default()
+    };
+    store.record_opened(id.clone(), "e1".into(), injected).await.unwrap();
+    assert!(store.handoff(id.clone()).await.unwrap().is_some(), "only a handoff clears it");
+    let handed = Opened {
+        acp_session_id: "b".into(),
+        outcome: Some(ResumeOutcome::ContextHandoff),
+        inject_history: true,
+        ..Default::default()
+    };
+    store.record_opened(id.clone(), "e1".into(), handed).await.unwrap();
+    assert_eq!(store.handoff(id.clone()).await.unwrap(), None);
+    // The start commit: the first recorded stays.
+    assert_eq!(store.start_commit(id.clone()).await.unwrap(), None);
+    store.set_start_commit(id.clone(), Some("c1".into())).await.unwrap();
+    store.set_start_commit(id.clone(), Some("c2".into())).await.unwrap();
+    assert_eq!(store.start_commit(id.clone()).await.unwrap(), Some(Some("c1".into())));
+}
+
+/// Migration 6 keeps a waiting pause request of version 5 (as a plain pause).
+#[tokio::test]
+async fn migration_6_keeps_pause_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+        )
+        .unwrap();
+        for (idx, sql) in MIGRATIONS.iter().take(5).enumerate() {
+            conn.execute_batch(sql).unwrap();
+            conn.execute("INSERT INTO schema_migrations VALUES (?1, 0)", [idx + 1]).unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO tasks VALUES ('t', 'T', '', 'TODO', 0, 0);
+             INSERT INTO task_sessions VALUES ('s', 't', 'mock', '{}', 'standalone', 'RUNNING', '/w', NULL, 0, 0);
+             INSERT INTO session_pauses VALUES ('s', 'why', 42, 1);",
+        )
+        .unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    let expected =
+        PauseRequest { reason: Some("why".into()), force_at: 42, trigger: SnapshotTrigger::Pause };
+    assert_eq!(store.get_pause("s".into()).await.unwrap(), Some(expected));
+}
+
+fn executor(session_id: &str, execution_id: &str) -> ExecutorRow {
+    ExecutorRow {
+        session_id: session_id.into(),
+        execution_id: execution_id.into(),
+        runtime: "standalone".into(),
+        ..Default::default()
+    }
 }

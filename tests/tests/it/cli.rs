@@ -306,7 +306,7 @@ async fn sessions_show_has_the_timeline_of_executions_and_turns() {
     api.ask(&session, "one").await;
     tether_tests::daemon::kill_sidecar(&daemon, &api, &session).await;
     api.ask(&session, "two").await;
-    let timeline = api.typed().session_timeline(session.clone()).await.unwrap();
+    let timeline = api.typed().session_timeline(session.clone(), None).await.unwrap();
     assert_eq!(timeline.turns.len(), 2, "{timeline:?}");
     assert_eq!(timeline.executions.len(), 2, "a turn per execution: {timeline:?}");
     assert!(timeline.executions[1].current && !timeline.executions[0].current);

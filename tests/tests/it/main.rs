@@ -15,5 +15,6 @@ mod official_client;
 mod pause;
 mod real_agents;
 mod resume;
+mod snapshots;
 mod supervisor;
 mod tidy;

@@ -1,0 +1,389 @@
+//! Session snapshots (issue 14): a structured account of a session at one moment, taken
+//! at a pause, a completed turn, a context exhaustion, a forced pause and a crash — and the
+//! handoff context compiled from one, which primes a fresh agent session when the old
+//! one's context is full.
+//!
+//! A snapshot is built from what the daemon already keeps: the session and task rows, the
+//! turns, the timeline, the newest part of the history file (at most
+//! [`HISTORY_TAIL_BYTES`], so its cost does not grow with the session), the workspace's
+//! git state, and the usage the agent last reported.
+
+pub mod git;
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use protocol::api::{
+    GitState, Snapshot, SnapshotError, SnapshotTask, SnapshotToolCall, SnapshotTrigger,
+    SnapshotTurn, SnapshotUsage, TimelineEvent, TurnState,
+};
+
+use crate::history::{EntryType, HistoryEntry, excerpt};
+use crate::store::{Store, StoreError, now_ms};
+
+/// The most of the history file's end a snapshot reads.
+pub const HISTORY_TAIL_BYTES: u64 = 512 * 1024;
+/// The most turns in a snapshot.
+pub const MAX_TURNS: usize = 20;
+/// The most errors in a snapshot.
+pub const MAX_ERRORS: usize = 20;
+/// The most characters of a prompt, a reply or an error in a snapshot.
+pub const TEXT_CHARS: usize = 1000;
+/// The newest timeline rows a snapshot reads for errors and what followed them.
+const TIMELINE_ROWS: usize = 500;
+
+/// What to snapshot.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The session.
+    pub session_id: String,
+    /// What takes it.
+    pub trigger: SnapshotTrigger,
+    /// Why, when something said.
+    pub reason: Option<String>,
+    /// The session's history file.
+    pub history: PathBuf,
+    /// The current execution.
+    pub execution_id: Option<String>,
+    /// Context and cost as the agent last reported them (the actor keeps them); `None`
+    /// takes them from the previous snapshot.
+    pub usage: Option<SnapshotUsage>,
+}
+
+/// Takes a snapshot and stores it (with its timeline row).
+pub async fn take(store: &Store, request: Request) -> Result<Snapshot, StoreError> {
+    let snapshot = build(store, request).await?;
+    store.insert_snapshot(snapshot.clone()).await?;
+    Ok(snapshot)
+}
+
+/// Builds a snapshot without storing it.
+pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreError> {
+    let Request { session_id, trigger, reason, history, execution_id, usage } = request;
+    let row = store.get_session(session_id.clone()).await?;
+    let task = store.get_task(row.task_id.clone()).await?;
+    let start = store.start_commit(session_id.clone()).await?.flatten();
+    let git = git::state(Path::new(&row.workspace_path), start.as_deref()).await;
+    let turns = store.session_turns(session_id.clone()).await?;
+    let mut timeline = store.recent_timeline(session_id.clone(), TIMELINE_ROWS).await?;
+    timeline.reverse();
+    let entries = tokio::task::spawn_blocking(move || read_tail(&history, HISTORY_TAIL_BYTES))
+        .await
+        .unwrap_or_default();
+    let reported = match usage {
+        Some(usage) => usage,
+        None => store
+            .latest_snapshot(session_id.clone())
+            .await?
+            .map(|snapshot| snapshot.usage)
+            .unwrap_or_default(),
+    };
+    let now = now_ms();
+    let timeline: Vec<(i64, TimelineEvent)> = timeline
+        .into_iter()
+        .filter_map(|(_, at, json)| serde_json::from_str(&json).ok().map(|event| (at, event)))
+        .collect();
+    let usage = SnapshotUsage {
+        turns: turns.len(),
+        tool_calls: entries.iter().filter(|e| e.kind == EntryType::ToolCall).count(),
+        wall_ms: now.saturating_sub(row.created_at),
+        turn_ms: turns.iter().map(|t| t.ended_at.unwrap_or(now).saturating_sub(t.started_at)).sum(),
+        ..reported
+    };
+    let turns_omitted = turns.len().saturating_sub(MAX_TURNS);
+    let recent = &turns[turns_omitted..];
+    let snapshot_turns = recent
+        .iter()
+        .enumerate()
+        .map(|(idx, turn)| {
+            let until = recent.get(idx + 1).map_or(i64::MAX, |next| next.started_at);
+            let mine = entries.iter().filter(|e| e.at >= turn.started_at && e.at < until);
+            summarize_turn(turn, mine)
+        })
+        .collect();
+    Ok(Snapshot {
+        snapshot_id: uuid::Uuid::now_v7().to_string(),
+        session_id,
+        trigger,
+        reason,
+        taken_at: now,
+        execution_id,
+        task: SnapshotTask { task_id: task.id, title: task.title, description: task.description },
+        git,
+        turns: snapshot_turns,
+        turns_omitted,
+        errors: errors(&entries, &timeline),
+        usage,
+    })
+}
+
+fn summarize_turn<'a>(
+    turn: &crate::store::TurnRow,
+    entries: impl Iterator<Item = &'a HistoryEntry>,
+) -> SnapshotTurn {
+    let mut prompt = None;
+    let mut reply = None;
+    let mut tool_calls: Vec<SnapshotToolCall> = Vec::new();
+    for entry in entries {
+        match entry.kind {
+            EntryType::UserMessage if prompt.is_none() => {
+                prompt = Some(excerpt(&entry.content, TEXT_CHARS));
+            }
+            EntryType::UserMessage => {}
+            EntryType::AgentMessage => reply = Some(excerpt(&entry.content, TEXT_CHARS)),
+            EntryType::ToolCall | EntryType::ToolResult => {
+                let id = entry.tool_call_id.clone().unwrap_or_default();
+                let status = entry.tool_status.clone().unwrap_or_default();
+                match tool_calls.iter_mut().find(|call| call.tool_call_id == id) {
+                    Some(call) => call.status = status,
+                    None => tool_calls.push(SnapshotToolCall {
+                        tool_call_id: id,
+                        title: entry.tool_name.clone().unwrap_or_else(|| "tool".into()),
+                        status,
+                    }),
+                }
+            }
+        }
+    }
+    SnapshotTurn {
+        turn_id: turn.id.clone(),
+        prompt,
+        state: turn.state.into(),
+        stop_reason: turn.stop_reason.clone(),
+        error: turn.error.clone(),
+        reply,
+        tool_calls,
+        started_at: turn.started_at,
+        ended_at: turn.ended_at,
+    }
+}
+
+/// One thing that happened, for finding what followed an error.
+struct Happening {
+    at: i64,
+    what: String,
+    /// `(source, message)` when it is an error.
+    error: Option<(&'static str, String)>,
+}
+
+/// Errors (failed tool calls, failed or interrupted turns, session errors) with what
+/// followed each: the next thing that happened after it.
+fn errors(entries: &[HistoryEntry], timeline: &[(i64, TimelineEvent)]) -> Vec<SnapshotError> {
+    let mut happenings: Vec<Happening> = Vec::new();
+    for (at, event) in timeline {
+        let (what, error) = match event {
+            TimelineEvent::Error { message } => {
+                (format!("error: {message}"), Some(("session", message.clone())))
+            }
+            TimelineEvent::TurnEnded { state, error, stop_reason, .. } => match state {
+                TurnState::Failed | TurnState::Interrupted => {
+                    let message = error.clone().unwrap_or_else(|| format!("the turn {state}"));
+                    (format!("the turn {state}"), Some(("turn", message)))
+                }
+                _ => (
+                    format!("the turn ended ({})", stop_reason.as_deref().unwrap_or("completed")),
+                    None,
+                ),
+            },
+            TimelineEvent::Resumed { outcome, .. } => {
+                (format!("the session resumed ({outcome})"), None)
+            }
+            TimelineEvent::ExecutionStarted { generation, .. } => {
+                (format!("the agent was started (execution {generation})"), None)
+            }
+            TimelineEvent::Paused { trigger, .. } => {
+                (format!("the session paused ({trigger})"), None)
+            }
+            TimelineEvent::State { state, .. } => (format!("the session became {state}"), None),
+            TimelineEvent::TurnStarted { .. }
+            | TimelineEvent::PauseRequested { .. }
+            | TimelineEvent::SnapshotTaken { .. } => continue,
+        };
+        happenings.push(Happening { at: *at, what, error });
+    }
+    for entry in entries {
+        let name = entry.tool_name.as_deref().unwrap_or("tool");
+        let (what, error) = match entry.kind {
+            EntryType::UserMessage => {
+                (format!("the user asked: {}", excerpt(&entry.content, 200)), None)
+            }
+            EntryType::AgentMessage => {
+                (format!("the agent said: {}", excerpt(&entry.content, 200)), None)
+            }
+            EntryType::ToolCall => (format!("the agent called {name}"), None),
+            EntryType::ToolResult if entry.tool_status.as_deref() == Some("failed") => {
+                let message = format!("{name} failed: {}", excerpt(&entry.content, TEXT_CHARS));
+                (format!("{name} failed"), Some(("tool", message)))
+            }
+            EntryType::ToolResult => (format!("{name} completed"), None),
+        };
+        happenings.push(Happening { at: entry.at, what, error });
+    }
+    // Stable: at the same millisecond the timeline (the store's view) comes first.
+    happenings.sort_by_key(|happening| happening.at);
+    let mut found: Vec<SnapshotError> = Vec::new();
+    for (idx, happening) in happenings.iter().enumerate() {
+        let Some((source, message)) = &happening.error else { continue };
+        let followed_by = happenings[idx + 1..]
+            .iter()
+            .find(|next| next.what != happening.what)
+            .map(|next| next.what.clone());
+        found.push(SnapshotError {
+            at: happening.at,
+            source: (*source).to_owned(),
+            message: excerpt(message, TEXT_CHARS),
+            followed_by,
+        });
+    }
+    let skip = found.len().saturating_sub(MAX_ERRORS);
+    found.split_off(skip)
+}
+
+/// The whole lines of the last `max` bytes of a history file (a line cut by the start of
+/// the window, and any that do not parse, are left out).
+fn read_tail(path: &Path, max: u64) -> Vec<HistoryEntry> {
+    let Ok(mut file) = std::fs::File::open(path) else { return Vec::new() };
+    let Ok(len) = file.seek(SeekFrom::End(0)) else { return Vec::new() };
+    let start = len.saturating_sub(max);
+    let mut bytes = Vec::new();
+    if file.seek(SeekFrom::Start(start)).is_err() || file.read_to_end(&mut bytes).is_err() {
+        return Vec::new();
+    }
+    let mut lines = bytes.split(|&b| b == b'\n');
+    if start > 0 {
+        lines.next();
+    }
+    lines.filter_map(|line| serde_json::from_slice(line).ok()).collect()
+}
+
+/// The resume context of a capacity handoff: the session's state compiled from `snapshot`
+/// around the user's `prompt`, within `budget` characters (the prompt itself is always
+/// whole, as with history injection). The format is documented in ARCHITECTURE.md.
+pub fn handoff_context(snapshot: &Snapshot, prompt: &str, budget: usize) -> String {
+    let mut head = String::from("RESUME CONTEXT FOR CONTINUING TASK\n");
+    head.push_str(&format!(
+        "(handed over from an agent session whose context was full; compiled from snapshot {})\n",
+        snapshot.snapshot_id
+    ));
+    head.push_str("\n=== ORIGINAL TASK ===\n");
+    head.push_str(&excerpt(&snapshot.task.title, 200));
+    if !snapshot.task.description.trim().is_empty() {
+        head.push('\n');
+        head.push_str(&excerpt(&snapshot.task.description, 2000));
+    }
+    head.push('\n');
+    let mut tail = String::new();
+    if !snapshot.errors.is_empty() {
+        tail.push_str("\n=== ERRORS AND WHAT FOLLOWED ===\n");
+        for error in snapshot.errors.iter().rev().take(10).rev() {
+            tail.push_str(&format!("- [{}] {}", error.source, excerpt(&error.message, 300)));
+            if let Some(next) = &error.followed_by {
+                tail.push_str(&format!(" -> then: {}", excerpt(next, 200)));
+            }
+            tail.push('\n');
+        }
+    }
+    tail.push_str("\n=== WORKSPACE ===\n");
+    tail.push_str(&describe_git(&snapshot.git));
+    let end = format!(
+        "\n=== CURRENT REQUEST ===\n{prompt}\n\n=== INSTRUCTIONS ===\nYou are continuing work on the above task in a fresh agent session: the previous one ran out of context.\n\
+         The sections above summarise what was asked, what was done and what failed. Check the workspace before changing it,\n\
+         do not repeat work that was already completed, and go on with the current request.\n"
+    );
+    // The turns fill what the budget leaves, newest first.
+    let fixed = head.chars().count() + tail.chars().count() + 40;
+    let mut room = budget.saturating_sub(fixed);
+    let mut rendered: Vec<String> = Vec::new();
+    let first = snapshot.turns_omitted;
+    for (idx, turn) in snapshot.turns.iter().enumerate().rev() {
+        let text = describe_turn(first + idx + 1, turn);
+        let cost = text.chars().count();
+        if cost > room {
+            break;
+        }
+        room -= cost;
+        rendered.push(text);
+    }
+    let omitted = snapshot.turns_omitted + snapshot.turns.len() - rendered.len();
+    let mut text = head;
+    text.push_str("\n=== WORK SO FAR ===\n");
+    if omitted > 0 {
+        text.push_str(&format!("[{omitted} earlier turns omitted]\n"));
+    }
+    if rendered.is_empty() && omitted == 0 {
+        text.push_str("(no turns yet)\n");
+    }
+    for turn in rendered.iter().rev() {
+        text.push_str(turn);
+    }
+    text.push_str(&tail);
+    text.push_str(&end);
+    text
+}
+
+fn describe_turn(number: usize, turn: &SnapshotTurn) -> String {
+    let how = match (&turn.stop_reason, &turn.error) {
+        (_, Some(error)) => format!("{}: {}", turn.state, excerpt(error, 200)),
+        (Some(reason), None) => format!("{}, {reason}", turn.state),
+        (None, None) => turn.state.to_string(),
+    };
+    // Continuation lines are indented, so each turn's text stays inside its entry.
+    let indented = |text: &str| excerpt(text, 500).replace('\n', "\n    ");
+    let mut text = format!(
+        "Turn {number} ({how}): {}\n",
+        indented(turn.prompt.as_deref().unwrap_or("(prompt not in the history read)"))
+    );
+    if !turn.tool_calls.is_empty() {
+        let tools: Vec<String> = turn
+            .tool_calls
+            .iter()
+            .map(|call| format!("{} ({})", call.title, call.status))
+            .collect();
+        text.push_str(&format!("  Tools: {}\n", excerpt(&tools.join("; "), 500)));
+    }
+    if let Some(reply) = &turn.reply {
+        text.push_str(&format!("  Result: {}\n", indented(reply)));
+    }
+    text
+}
+
+fn describe_git(git: &GitState) -> String {
+    if !git.repository {
+        return "The workspace is not a git repository.\n".into();
+    }
+    let short = |commit: &Option<String>| {
+        commit.as_deref().map_or_else(|| "no commit".to_owned(), |c| c.chars().take(12).collect())
+    };
+    let mut text = format!(
+        "Branch {} at {} (the session started at {}).\n",
+        git.branch.as_deref().unwrap_or("(detached)"),
+        short(&git.head_commit),
+        short(&git.start_commit),
+    );
+    if !git.commits_since_start.is_empty() {
+        text.push_str(&format!(
+            "Commits since the start: {}\n",
+            git.commits_since_start.join("; ")
+        ));
+    }
+    let list = |files: &[String]| excerpt(&files.join(", "), 600);
+    if !git.modified_files.is_empty() {
+        text.push_str(&format!("Files changed since the start: {}\n", list(&git.modified_files)));
+    }
+    if !git.staged_files.is_empty() {
+        text.push_str(&format!("Staged: {}\n", list(&git.staged_files)));
+    }
+    text.push_str(if git.dirty {
+        "There are uncommitted changes.\n"
+    } else {
+        "Nothing uncommitted.\n"
+    });
+    if let Some(diffstat) = &git.diffstat {
+        text.push_str(diffstat);
+        text.push('\n');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,162 @@
+//! A workspace's git state, read with the `git` CLI (read-only: `GIT_OPTIONAL_LOCKS=0`, so
+//! a snapshot never takes the index lock from an agent at work).
+
+use std::path::Path;
+
+use protocol::api::GitState;
+
+/// The most paths in one list of a [`GitState`].
+pub const MAX_PATHS: usize = 200;
+/// The most commits listed.
+pub const MAX_COMMITS: usize = 20;
+
+/// Runs git in `dir`; its stdout, or why it failed.
+async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
+    let output = tokio::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "core.quotePath=false"])
+        .args(args)
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .env("LC_ALL", "C")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|err| format!("cannot run git: {err}"))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(format!("git {} failed: {}", args.join(" "), stderr.trim()));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The commit checked out in `dir`, if it is a repository with one.
+pub async fn head(dir: &Path) -> Option<String> {
+    git(dir, &["rev-parse", "--verify", "-q", "HEAD"]).await.ok().map(|out| out.trim().to_owned())
+}
+
+/// What `git status --porcelain=v2 --branch` says.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Status {
+    head: Option<String>,
+    branch: Option<String>,
+    /// Tracked files with changes, staged or not.
+    changed: Vec<String>,
+    staged: Vec<String>,
+    untracked: Vec<String>,
+}
+
+fn parse_status(out: &str) -> Status {
+    let mut status = Status::default();
+    for line in out.lines() {
+        if let Some(oid) = line.strip_prefix("# branch.oid ") {
+            status.head = (oid != "(initial)").then(|| oid.to_owned());
+        } else if let Some(head) = line.strip_prefix("# branch.head ") {
+            status.branch = (head != "(detached)").then(|| head.to_owned());
+        } else if let Some(path) = line.strip_prefix("? ") {
+            status.untracked.push(path.to_owned());
+        } else if let Some(rest) = line.strip_prefix("1 ") {
+            // `1 XY sub mH mI mW hH hI path`: the path is what follows the 7th space.
+            if let Some(path) = rest.splitn(8, ' ').nth(7) {
+                note_change(&mut status, rest, path);
+            }
+        } else if let Some(rest) = line.strip_prefix("2 ") {
+            // `2 XY sub mH mI mW hH hI Xscore path<TAB>orig`.
+            if let Some(paths) = rest.splitn(9, ' ').nth(8) {
+                let path = paths.split('\t').next().unwrap_or(paths);
+                note_change(&mut status, rest, path);
+            }
+        } else if let Some(rest) = line.strip_prefix("u ") {
+            // `u XY sub m1 m2 m3 mW h1 h2 h3 path`.
+            if let Some(path) = rest.splitn(10, ' ').nth(9) {
+                status.changed.push(path.to_owned());
+            }
+        }
+    }
+    status
+}
+
+fn note_change(status: &mut Status, rest: &str, path: &str) {
+    status.changed.push(path.to_owned());
+    if !rest.starts_with('.') {
+        status.staged.push(path.to_owned());
+    }
+}
+
+fn capped(mut paths: Vec<String>) -> Vec<String> {
+    paths.sort();
+    paths.dedup();
+    paths.truncate(MAX_PATHS);
+    paths
+}
+
+/// The git state of `dir`, against `start` (the commit when the session started). Not a
+/// repository, or no git: `repository: false`.
+pub async fn state(dir: &Path, start: Option<&str>) -> GitState {
+    let out =
+        match git(dir, &["status", "--porcelain=v2", "--branch", "--untracked-files=all"]).await {
+            Ok(out) => out,
+            Err(_) => return GitState::default(),
+        };
+    let status = parse_status(&out);
+    let mut state = GitState {
+        repository: true,
+        branch: status.branch,
+        start_commit: start.map(str::to_owned),
+        head_commit: status.head.clone(),
+        dirty: !(status.changed.is_empty() && status.untracked.is_empty()),
+        staged_files: capped(status.staged),
+        ..GitState::default()
+    };
+    let mut errors = Vec::new();
+    // Against the start when it is known (and still there), else against HEAD.
+    let base = start.or(status.head.as_deref());
+    let mut modified = status.changed;
+    if let Some(base) = base {
+        match git(dir, &["diff", "--name-only", base, "--"]).await {
+            Ok(out) => modified.extend(out.lines().map(str::to_owned)),
+            Err(err) => errors.push(err),
+        }
+        match git(dir, &["diff", "--shortstat", base, "--"]).await {
+            Ok(out) => state.diffstat = Some(out.trim().to_owned()).filter(|s| !s.is_empty()),
+            Err(err) => errors.push(err),
+        }
+    }
+    if let (Some(start), Some(_)) = (start, status.head.as_deref()) {
+        let range = format!("{start}..HEAD");
+        let count = format!("-n{MAX_COMMITS}");
+        match git(dir, &["log", "--format=%h %s", &count, &range, "--"]).await {
+            Ok(out) => state.commits_since_start = out.lines().map(str::to_owned).collect(),
+            Err(err) => errors.push(err),
+        }
+    }
+    modified.extend(status.untracked);
+    state.modified_files = capped(modified);
+    if !errors.is_empty() {
+        state.error = Some(errors.join("; "));
+    }
+    state
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn porcelain_v2_is_read() {
+        let out = "# branch.oid 1234abcd\n# branch.head feature/x\n\
+                   1 M. N... 100644 100644 100644 aa bb src/a b.rs\n\
+                   1 .M N... 100644 100644 100644 aa bb README.md\n\
+                   2 R. N... 100644 100644 100644 aa bb R100 new.rs\told.rs\n\
+                   ? notes.txt\n";
+        let status = parse_status(out);
+        assert_eq!(status.head.as_deref(), Some("1234abcd"));
+        assert_eq!(status.branch.as_deref(), Some("feature/x"));
+        assert_eq!(status.changed, ["src/a b.rs", "README.md", "new.rs"]);
+        assert_eq!(status.staged, ["src/a b.rs", "new.rs"]);
+        assert_eq!(status.untracked, ["notes.txt"]);
+        let fresh = parse_status("# branch.oid (initial)\n# branch.head (detached)\n");
+        assert_eq!((fresh.head, fresh.branch), (None, None));
+    }
+}

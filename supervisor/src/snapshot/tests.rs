@@ -1,0 +1,202 @@
+use protocol::api::SnapshotToolCall;
+
+use super::*;
+
+fn turn(n: usize, prompt: &str) -> SnapshotTurn {
+    SnapshotTurn {
+        turn_id: format!("t{n}"),
+        prompt: Some(prompt.into()),
+        state: TurnState::Completed,
+        stop_reason: Some("end_turn".into()),
+        error: None,
+        reply: Some(format!("did step {n}")),
+        tool_calls: vec![SnapshotToolCall {
+            tool_call_id: format!("c{n}"),
+            title: "run tests".into(),
+            status: "completed".into(),
+        }],
+        started_at: n as i64,
+        ended_at: Some(n as i64 + 1),
+    }
+}
+
+fn snapshot(turns: Vec<SnapshotTurn>, omitted: usize) -> Snapshot {
+    Snapshot {
+        snapshot_id: "snap-1".into(),
+        session_id: "s".into(),
+        trigger: SnapshotTrigger::Exhaustion,
+        reason: None,
+        taken_at: 0,
+        execution_id: None,
+        task: SnapshotTask {
+            task_id: "t".into(),
+            title: "Port the parser".into(),
+            description: "Move the parser to the new crate".into(),
+        },
+        git: GitState {
+            repository: true,
+            branch: Some("work".into()),
+            start_commit: Some("aaaaaaaaaaaaaaaa".into()),
+            head_commit: Some("bbbbbbbbbbbbbbbb".into()),
+            commits_since_start: vec!["bbbbbbb move lexer".into()],
+            modified_files: vec!["src/lexer.rs".into()],
+            staged_files: vec![],
+            dirty: true,
+            diffstat: Some("1 file changed, 3 insertions(+)".into()),
+            error: None,
+        },
+        turns,
+        turns_omitted: omitted,
+        errors: vec![SnapshotError {
+            at: 1,
+            source: "tool".into(),
+            message: "cargo test failed: 2 failures".into(),
+            followed_by: Some("the agent said: fixing the two tests".into()),
+        }],
+        usage: SnapshotUsage::default(),
+    }
+}
+
+#[test]
+fn the_handoff_context_has_the_documented_sections() {
+    let text = handoff_context(
+        &snapshot(vec![turn(1, "split the lexer\nthen the parser")], 0),
+        "go on",
+        50_000,
+    );
+    let expected = "RESUME CONTEXT FOR CONTINUING TASK\n\
+        (handed over from an agent session whose context was full; compiled from snapshot snap-1)\n\
+        \n=== ORIGINAL TASK ===\nPort the parser\nMove the parser to the new crate\n\
+        \n=== WORK SO FAR ===\n\
+        Turn 1 (completed, end_turn): split the lexer\n    then the parser\n  Tools: run tests (completed)\n  Result: did step 1\n\
+        \n=== ERRORS AND WHAT FOLLOWED ===\n\
+        - [tool] cargo test failed: 2 failures -> then: the agent said: fixing the two tests\n\
+        \n=== WORKSPACE ===\nBranch work at bbbbbbbbbbbb (the session started at aaaaaaaaaaaa).\n\
+        Commits since the start: bbbbbbb move lexer\nFiles changed since the start: src/lexer.rs\n\
+        There are uncommitted changes.\n1 file changed, 3 insertions(+)\n\
+        \n=== CURRENT REQUEST ===\ngo on\n\n=== INSTRUCTIONS ===\n";
+    assert!(text.starts_with(expected), "{text}");
+}
+
+#[test]
+fn the_handoff_context_keeps_the_newest_turns_within_the_budget() {
+    let turns: Vec<SnapshotTurn> = (1..=20).map(|n| turn(n, &"x".repeat(400))).collect();
+    let prompt = "p".repeat(5000);
+    let text = handoff_context(&snapshot(turns, 7), &prompt, 3000);
+    // The prompt is always whole; the rest keeps to the budget.
+    assert!(text.contains(&prompt));
+    assert!(text.chars().count() - prompt.chars().count() < 3000 + 400, "{}", text.len());
+    // Numbered from the session's first turn: 7 omitted before the 20 kept here.
+    assert!(text.contains("Turn 27 ("), "{text}");
+    assert!(!text.contains("Turn 8 ("), "the oldest go first: {text}");
+    let kept = text.matches("\nTurn ").count();
+    assert!(kept >= 1 && kept < 20, "{kept}");
+    assert!(text.contains(&format!("[{} earlier turns omitted]", 27 - kept)), "{text}");
+}
+
+fn entry(seq: u64, at: i64, kind: EntryType, content: &str, status: Option<&str>) -> HistoryEntry {
+    HistoryEntry {
+        seq,
+        at,
+        kind,
+        role: "x".into(),
+        content: content.into(),
+        tool_name: status.map(|_| "cargo test".into()),
+        tool_call_id: status.map(|_| "c1".into()),
+        tool_status: status.map(str::to_owned),
+        agent_seq: None,
+        generation: None,
+    }
+}
+
+#[test]
+fn an_error_names_what_followed_it() {
+    let entries = vec![
+        entry(1, 10, EntryType::UserMessage, "fix it", None),
+        entry(2, 11, EntryType::ToolCall, "cargo test", Some("pending")),
+        entry(3, 12, EntryType::ToolResult, "2 failures", Some("failed")),
+        entry(4, 13, EntryType::AgentMessage, "fixing the two tests", None),
+    ];
+    let timeline = vec![
+        (20, TimelineEvent::Error { message: "the agent exited (exit code 3)".into() }),
+        (
+            30,
+            TimelineEvent::Resumed {
+                execution_id: "e2".into(),
+                outcome: protocol::api::ResumeOutcome::NativeLoad,
+            },
+        ),
+    ];
+    let found = errors(&entries, &timeline);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert_eq!(found[0].source, "tool");
+    assert_eq!(found[0].message, "cargo test failed: 2 failures");
+    assert_eq!(found[0].followed_by.as_deref(), Some("the agent said: fixing the two tests"));
+    assert_eq!(found[1].source, "session");
+    assert_eq!(found[1].followed_by.as_deref(), Some("the session resumed (native_load)"));
+}
+
+#[test]
+fn the_history_tail_skips_the_line_its_window_cuts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("history.jsonl");
+    let lines: String = (1..=50)
+        .map(|n| {
+            serde_json::to_string(&entry(n, n as i64, EntryType::AgentMessage, "abc", None))
+                .unwrap()
+                + "\n"
+        })
+        .collect();
+    std::fs::write(&path, &lines).unwrap();
+    let all = read_tail(&path, 1 << 20);
+    assert_eq!(all.len(), 50);
+    let some = read_tail(&path, 300);
+    assert!(!some.is_empty() && some.len() < 50);
+    assert_eq!(some.last().unwrap().seq, 50);
+    assert_eq!(some.first().unwrap().seq, 51 - some.len() as u64, "whole lines only");
+}
+
+async fn run(dir: &Path, args: &[&str]) -> String {
+    let out = tokio::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+#[tokio::test]
+async fn the_git_state_of_a_repository_since_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path();
+    run(repo, &["init", "-q", "-b", "feature"]).await;
+    std::fs::write(repo.join("a.txt"), "one\n").unwrap();
+    std::fs::write(repo.join("b.txt"), "two\n").unwrap();
+    run(repo, &["add", "."]).await;
+    run(repo, &["commit", "-q", "-m", "start"]).await;
+    let start = git::head(repo).await.unwrap();
+    std::fs::write(repo.join("a.txt"), "one more\n").unwrap();
+    run(repo, &["commit", "-q", "-am", "edit a"]).await;
+    std::fs::write(repo.join("b.txt"), "two more\n").unwrap();
+    std::fs::write(repo.join("c.txt"), "new\n").unwrap();
+    run(repo, &["add", "c.txt"]).await;
+    std::fs::write(repo.join("d.txt"), "untracked\n").unwrap();
+    let state = git::state(repo, Some(&start)).await;
+    assert!(state.repository && state.dirty, "{state:?}");
+    assert_eq!(state.branch.as_deref(), Some("feature"));
+    assert_eq!(state.start_commit.as_deref(), Some(start.as_str()));
+    assert_eq!(state.head_commit, git::head(repo).await);
+    assert_ne!(state.head_commit.as_deref(), Some(start.as_str()));
+    assert_eq!(state.commits_since_start.len(), 1);
+    assert!(state.commits_since_start[0].ends_with(" edit a"), "{state:?}");
+    assert_eq!(state.modified_files, ["a.txt", "b.txt", "c.txt", "d.txt"]);
+    assert_eq!(state.staged_files, ["c.txt"]);
+    assert!(state.diffstat.as_deref().unwrap().starts_with("3 files changed"), "{state:?}");
+    assert_eq!(state.error, None);
+    let plain = tempfile::tempdir().unwrap();
+    assert_eq!(git::state(plain.path(), None).await, GitState::default());
+}
