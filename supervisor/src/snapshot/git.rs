@@ -31,8 +31,18 @@ async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
+/// Whether `dir` is inside a git work tree, as far as a `.git` entry in it or an ancestor
+/// says: a few `stat`s, so a workspace that is not a repository costs no git process.
+/// (A repository named only by `GIT_DIR` is not seen.)
+pub fn in_repository(dir: &Path) -> bool {
+    dir.ancestors().any(|ancestor| ancestor.join(".git").exists())
+}
+
 /// The commit checked out in `dir`, if it is a repository with one.
 pub async fn head(dir: &Path) -> Option<String> {
+    if !in_repository(dir) {
+        return None;
+    }
     git(dir, &["rev-parse", "--verify", "-q", "HEAD"]).await.ok().map(|out| out.trim().to_owned())
 }
 
@@ -94,6 +104,9 @@ fn capped(mut paths: Vec<String>) -> Vec<String> {
 /// The git state of `dir`, against `start` (the commit when the session started). Not a
 /// repository, or no git: `repository: false`.
 pub async fn state(dir: &Path, start: Option<&str>) -> GitState {
+    if !in_repository(dir) {
+        return GitState::default();
+    }
     let out =
         match git(dir, &["status", "--porcelain=v2", "--branch", "--untracked-files=all"]).await {
             Ok(out) => out,

@@ -1,3 +1,6 @@
+//! Snapshots, the handoff context and the git state, against real files and a real git
+//! repository.
+
 use protocol::api::SnapshotToolCall;
 
 use super::*;
@@ -90,7 +93,7 @@ fn the_handoff_context_keeps_the_newest_turns_within_the_budget() {
     assert!(text.contains("Turn 27 ("), "{text}");
     assert!(!text.contains("Turn 8 ("), "the oldest go first: {text}");
     let kept = text.matches("\nTurn ").count();
-    assert!(kept >= 1 && kept < 20, "{kept}");
+    assert!((1..20).contains(&kept), "{kept}");
     assert!(text.contains(&format!("[{} earlier turns omitted]", 27 - kept)), "{text}");
 }
 
