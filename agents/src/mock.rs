@@ -50,6 +50,7 @@ options:
   --ignore-sigterm      ignore SIGTERM (stop it with SIGKILL)
   --name NAME           the agentInfo name (default mock-agent)
   --late-replay         replay a loaded session after answering session/load (gemini)
+  --replay-with-next    hold that replay until the next request, and send it first
   --require-env N=V     exit with code 1 and nothing on stderr unless N is set to V
                         (as claude-agent-acp does run as root without IS_SANDBOX=1)
 
@@ -98,6 +99,9 @@ pub struct Config {
     pub require_env: Option<(String, String)>,
     /// Replay a loaded session after the `session/load` answer, not before it.
     pub late_replay: bool,
+    /// Later still: hold the replay until the next request arrives, then send it first
+    /// (the worst case of gemini-cli under load: the replay trails the next prompt).
+    pub replay_with_next: bool,
 }
 
 impl Default for Config {
@@ -121,6 +125,7 @@ impl Default for Config {
             idle: false,
             require_env: None,
             late_replay: false,
+            replay_with_next: false,
         }
     }
 }
@@ -169,6 +174,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, 
             "--name" => config.name = value("--name")?,
             "--idle" => config.idle = true,
             "--late-replay" => config.late_replay = true,
+            "--replay-with-next" => config.replay_with_next = true,
             "--require-env" => {
                 let pair = value("--require-env")?;
                 let (name, wanted) = pair
@@ -256,6 +262,7 @@ pub async fn run(config: Config) -> i32 {
             restored,
             sessions: HashMap::new(),
             late_replay: None,
+            held_replay: None,
         })),
     };
     while let Some(item) = inbound.recv().await {
@@ -314,6 +321,8 @@ struct State {
     sessions: HashMap<String, LiveSession>,
     /// A loaded session to replay once the load is answered (`--late-replay`).
     late_replay: Option<StoredSession>,
+    /// `--replay-with-next`: the replay waiting for the next request.
+    held_replay: Option<StoredSession>,
 }
 
 struct LiveSession {
@@ -325,6 +334,10 @@ struct LiveSession {
 impl Agent {
     fn handle_request(&self, request: Request) {
         let method = request.method.as_str();
+        let held = self.lock().held_replay.take();
+        if let Some(stored) = held {
+            let _ = self.replay(&stored);
+        }
         if self.config.crash_on.as_deref() == Some(method) {
             eprintln!("mock-agent: crashing on {method} as configured (--crash-on)");
             std::process::exit(self.config.exit_code);
@@ -436,7 +449,9 @@ impl Agent {
     fn load_session(&self, params: Option<&Value>) -> Result<Value, RpcError> {
         let request: schema::LoadSessionRequest = acp::params(params)?;
         let stored = self.restore(&request.session_id.0)?;
-        if self.config.late_replay {
+        if self.config.replay_with_next {
+            self.lock().held_replay = Some(stored.clone());
+        } else if self.config.late_replay {
             // As gemini-cli does: the replay is not awaited, and comes after the answer.
             self.lock().late_replay = Some(stored.clone());
         } else {
@@ -871,6 +886,7 @@ mod tests {
                 idle: false,
                 require_env: Some(("IS_SANDBOX".into(), "1".into())),
                 late_replay: true,
+                replay_with_next: false,
             }
         );
     }

@@ -359,6 +359,23 @@ pub fn read(path: &Path, after_seq: u64, limit: usize) -> io::Result<Vec<History
     Ok(entries)
 }
 
+/// The whole lines of the last `max` bytes of a history file (a line cut by the start of
+/// the window, and any that do not parse, are left out).
+pub fn read_tail(path: &Path, max: u64) -> Vec<HistoryEntry> {
+    let Ok(mut file) = std::fs::File::open(path) else { return Vec::new() };
+    let Ok(len) = file.seek(SeekFrom::End(0)) else { return Vec::new() };
+    let start = len.saturating_sub(max);
+    let mut bytes = Vec::new();
+    if file.seek(SeekFrom::Start(start)).is_err() || file.read_to_end(&mut bytes).is_err() {
+        return Vec::new();
+    }
+    let mut lines = bytes.split(|&b| b == b'\n');
+    if start > 0 {
+        lines.next();
+    }
+    lines.filter_map(|line| serde_json::from_slice(line).ok()).collect()
+}
+
 /// The last `max` characters of `text`, cut on a character boundary.
 pub fn excerpt_tail(text: &str, max: usize) -> String {
     let count = text.chars().count();

@@ -10,7 +10,6 @@
 
 pub mod git;
 
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use protocol::api::{
@@ -18,7 +17,7 @@ use protocol::api::{
     SnapshotTurn, SnapshotUsage, TimelineEvent, TurnState,
 };
 
-use crate::history::{EntryType, HistoryEntry, excerpt};
+use crate::history::{self, EntryType, HistoryEntry, excerpt};
 use crate::store::{Store, StoreError, now_ms};
 
 /// The most of the history file's end a snapshot reads.
@@ -67,9 +66,10 @@ pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreErr
     let turns = store.session_turns(session_id.clone()).await?;
     let mut timeline = store.recent_timeline(session_id.clone(), TIMELINE_ROWS).await?;
     timeline.reverse();
-    let entries = tokio::task::spawn_blocking(move || read_tail(&history, HISTORY_TAIL_BYTES))
-        .await
-        .unwrap_or_default();
+    let entries =
+        tokio::task::spawn_blocking(move || history::read_tail(&history, HISTORY_TAIL_BYTES))
+            .await
+            .unwrap_or_default();
     let reported = match usage {
         Some(usage) => usage,
         None => store
@@ -237,23 +237,6 @@ fn errors(entries: &[HistoryEntry], timeline: &[(i64, TimelineEvent)]) -> Vec<Sn
     }
     let skip = found.len().saturating_sub(MAX_ERRORS);
     found.split_off(skip)
-}
-
-/// The whole lines of the last `max` bytes of a history file (a line cut by the start of
-/// the window, and any that do not parse, are left out).
-fn read_tail(path: &Path, max: u64) -> Vec<HistoryEntry> {
-    let Ok(mut file) = std::fs::File::open(path) else { return Vec::new() };
-    let Ok(len) = file.seek(SeekFrom::End(0)) else { return Vec::new() };
-    let start = len.saturating_sub(max);
-    let mut bytes = Vec::new();
-    if file.seek(SeekFrom::Start(start)).is_err() || file.read_to_end(&mut bytes).is_err() {
-        return Vec::new();
-    }
-    let mut lines = bytes.split(|&b| b == b'\n');
-    if start > 0 {
-        lines.next();
-    }
-    lines.filter_map(|line| serde_json::from_slice(line).ok()).collect()
 }
 
 /// The resume context of a capacity handoff: the session's state compiled from `snapshot`

@@ -221,6 +221,16 @@ impl SessionActor {
         let update = params.get_mut("update").map(Value::take).unwrap_or(Value::Null);
         let kind =
             update.get("sessionUpdate").and_then(Value::as_str).unwrap_or_default().to_owned();
+        if !self.loading
+            && let Some(known) = self.replay_known.as_deref()
+        {
+            if known.is_replay(&kind, &update) {
+                // The tail of a replay that trails even the next prompt's delivery (gemini
+                // under load): it repeats what is recorded, and is dropped like the rest.
+                return;
+            }
+            self.replay_known = None;
+        }
         if self.loading && is_replayed_kind(&kind) {
             // `session/load` replays the conversation into the agent; we have it already.
             // After the load's answer the session is open and nothing else acknowledges
@@ -268,6 +278,28 @@ impl SessionActor {
             }
             _ => self.emit(SessionEventKind::SessionUpdate { update }),
         }
+    }
+
+    /// What a `session/load` may replay: the recorded conversation's newest messages and
+    /// tool call ids (from the last [`REPLAY_WINDOW_BYTES`] of the history).
+    async fn known_conversation(&self) -> KnownConversation {
+        let path = self.history.path().to_owned();
+        let entries =
+            tokio::task::spawn_blocking(move || history::read_tail(&path, REPLAY_WINDOW_BYTES))
+                .await
+                .unwrap_or_default();
+        let mut known = KnownConversation::default();
+        for entry in entries {
+            match entry.kind {
+                EntryType::UserMessage | EntryType::AgentMessage => {
+                    known.texts.insert(entry.content.trim().to_owned());
+                }
+                EntryType::ToolCall | EntryType::ToolResult => {
+                    known.tool_calls.extend(entry.tool_call_id);
+                }
+            }
+        }
+        known
     }
 
     /// ACP `usage_update`: kept for snapshots; at the profile's threshold the session is
@@ -325,6 +357,9 @@ impl SessionActor {
             Pending::Restore { load, token } => {
                 // A load that worked keeps dropping its replay until the next prompt.
                 self.loading &= result.is_ok();
+                if self.loading {
+                    self.replay_known = Some(Box::new(self.known_conversation().await));
+                }
                 match result {
                     Ok(_) => {
                         let outcome = if load {
@@ -758,4 +793,32 @@ fn tool_text(update: &Value) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// How much of the history's end a load's trailing replay is matched against.
+const REPLAY_WINDOW_BYTES: u64 = 256 * 1024;
+
+/// The recorded conversation a `session/load` replays. After the next prompt reached the
+/// agent, updates that repeat it — a user message, an agent message recorded whole, a
+/// known tool call — are still the replay's; the first update that does not is the turn's
+/// own, and ends the matching.
+#[derive(Debug, Default)]
+pub(super) struct KnownConversation {
+    texts: std::collections::HashSet<String>,
+    tool_calls: std::collections::HashSet<String>,
+}
+
+impl KnownConversation {
+    fn is_replay(&self, kind: &str, update: &Value) -> bool {
+        let text = update["content"]["text"].as_str().map(str::trim);
+        match kind {
+            // A live turn never streams the user's own message back.
+            "user_message_chunk" => true,
+            "agent_message_chunk" => text.is_some_and(|text| self.texts.contains(text)),
+            "tool_call" | "tool_call_update" => {
+                update["toolCallId"].as_str().is_some_and(|id| self.tool_calls.contains(id))
+            }
+            _ => false,
+        }
+    }
 }

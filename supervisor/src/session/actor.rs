@@ -159,6 +159,9 @@ pub(super) struct SessionActor {
     /// logs `Delivered` before the agent can read the prompt, so all output before it is
     /// the replay's.
     pub(super) loading: bool,
+    /// After a load: the conversation its replay repeats, to drop a replay that trails the
+    /// next prompt's delivery (see [`super::acp::KnownConversation`]).
+    pub(super) replay_known: Option<Box<super::acp::KnownConversation>>,
     /// Replayed updates were dropped after the load's answer and are not acknowledged yet
     /// (see [`SessionActor::handle_agent_event`]).
     pub(super) replay_unacked: bool,
@@ -253,6 +256,7 @@ impl SessionActor {
             exhausted: None,
             record_start: false,
             loading: false,
+            replay_known: None,
             replay_unacked: false,
             auth_offered: Vec::new(),
             authenticated: false,
@@ -817,6 +821,11 @@ impl SessionActor {
             native_failed: false,
             handoff,
         });
+        if handoff {
+            // The fresh agent session starts with an empty context: the old figures (which
+            // caused the handoff) no longer hold until the new agent reports its own.
+            self.usage = Some(Box::default());
+        }
         let relaunch_token = if relaunch { token } else { None };
         self.start_launch(relaunch_token.as_deref()).await;
     }
@@ -888,6 +897,7 @@ impl SessionActor {
         };
         self.resume_context_pending = false;
         self.handoff_pending = false;
+        self.replay_known = None;
         let context = self.context.clone();
         let internal_tx = self.internal_tx.clone();
         let retiring = std::mem::take(&mut self.retiring);
@@ -1413,6 +1423,7 @@ impl SessionActor {
     ) {
         let Some(turn_id) = self.turn.take() else { return };
         self.cancel_deadline = None;
+        self.replay_known = None;
         if let Err(err) = self.history.flush_agent() {
             self.write_failed("the history", &err);
         }

@@ -151,9 +151,9 @@ fn the_history_tail_skips_the_line_its_window_cuts() {
         })
         .collect();
     std::fs::write(&path, &lines).unwrap();
-    let all = read_tail(&path, 1 << 20);
+    let all = history::read_tail(&path, 1 << 20);
     assert_eq!(all.len(), 50);
-    let some = read_tail(&path, 300);
+    let some = history::read_tail(&path, 300);
     assert!(!some.is_empty() && some.len() < 50);
     assert_eq!(some.last().unwrap().seq, 50);
     assert_eq!(some.first().unwrap().seq, 51 - some.len() as u64, "whole lines only");

@@ -183,6 +183,37 @@ async fn r11_a_replay_that_trails_the_load_answer_is_not_recorded_again() {
     assert_eq!(kinds(&api, &session).await, [USER, AGENT, USER, AGENT]);
 }
 
+/// A replay that trails even the next prompt's delivery (gemini-cli under load: it
+/// replays without awaiting, so the prompt can reach it first) is still not recorded or
+/// published again: after the delivery, updates that repeat the recorded conversation are
+/// dropped until the turn's own output begins.
+#[tokio::test]
+async fn a_replay_that_trails_the_next_prompt_is_not_recorded_again() {
+    let late = profile("later", ", \"--replay-with-next\"", "");
+    let daemon = Daemon::start_with_profiles(&[], &[("later.toml", &late)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("later", &daemon.workspace("l")).await;
+    api.ask(&session, "the secret is kumquat").await;
+    kill_sidecar(&daemon, &api, &session).await;
+    assert_eq!(resume(&api, &session).await.outcome, ResumeOutcome::NativeLoad);
+    let after = api.status(&session).await.last_event_seq;
+    let mut events = api.subscribe(&session, after).await;
+    let reply = api.ask(&session, "what was the secret?\n/recall").await;
+    assert!(reply.starts_with("mock-agent: remembered 2 earlier messages"), "{reply}");
+    assert!(reply.contains("kumquat"), "{reply}");
+    let seen = until(&mut events, turn_ended).await;
+    let chunks = chunks(&seen);
+    assert!(
+        chunks.iter().all(|text| !text.contains("you said: the secret")),
+        "the old reply is not published again: {chunks:?}"
+    );
+    assert!(
+        !seen.iter().any(|e| matches!(&e.kind, EventKind::SessionUpdate { update } if update["sessionUpdate"] == "user_message_chunk")),
+        "{seen:?}"
+    );
+    assert_eq!(kinds(&api, &session).await, [USER, AGENT, USER, AGENT]);
+}
+
 /// The same, when the prompt itself resumes the session: the prompt is handled right
 /// after the load's answer, while the trailing replay is still on its way. Only what the
 /// agent sends after the prompt reached agentctl is the new turn's.
