@@ -4,7 +4,8 @@
 #    start dockerd (readiness is its "API listen on" log line, not a polling loop);
 #  - elizacp, the ACP agent nobody here wrote, from crates.io;
 #  - real agents from npm, pinned, into the project-local prefix .tools/npm (Node.js from
-#    Debian when it is missing and we are root).
+#    Debian when it is missing and we are root);
+#  - chromium and chromium-driver from Debian, for the web UI's browser tests.
 # Prints what it did. Exports nothing: scripts/test.sh sources it for DOCKERD_STARTED.
 set -euo pipefail
 
@@ -103,6 +104,23 @@ ensure_real_agents() {
   fi
 }
 
+# A real browser for the UI tests: Debian's chromium and its WebDriver.
+ensure_browser() {
+  if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
+    log "chromium and chromedriver present"
+    return 0
+  fi
+  if [ "$(id -u)" != 0 ]; then
+    log "no chromium/chromedriver and not root: UI tests will be skipped (or fail with REQUIRE_DOCKER=1)"
+    return 0
+  fi
+  log "installing chromium and chromium-driver from Debian"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq chromium chromium-driver >/dev/null
+}
+
 ensure_docker
 ensure_elizacp
 ensure_real_agents
+ensure_browser

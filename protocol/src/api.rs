@@ -990,6 +990,34 @@ pub mod method {
     pub const SESSION_UNSUBSCRIBE_BATCH: &str = "task.session.unsubscribe_batch";
     /// `rpc.discover`: the OpenRPC document.
     pub const DISCOVER: &str = "rpc.discover";
+
+    /// Every method a client calls (not the notifications), for bounded metric labels.
+    pub const ALL: &[&str] = &[
+        AGENTS_LIST,
+        TASK_CREATE,
+        TASK_LIST,
+        TASK_GET,
+        SESSION_CREATE,
+        SESSION_LIST,
+        SESSION_STATUS,
+        SESSION_PROMPT,
+        SESSION_RESUME,
+        STOP_ALL,
+        SESSION_CANCEL,
+        SESSION_PAUSE,
+        SESSION_STOP,
+        SESSION_DELETE,
+        PERMISSION_RESPOND,
+        SESSION_HISTORY,
+        SESSION_TIMELINE,
+        SNAPSHOT_LIST,
+        SNAPSHOT_GET,
+        SESSION_SUBSCRIBE,
+        SESSION_UNSUBSCRIBE,
+        SESSION_SUBSCRIBE_BATCH,
+        SESSION_UNSUBSCRIBE_BATCH,
+        DISCOVER,
+    ];
 }
 
 /// The most events in one `task.session.events` notification.

@@ -243,7 +243,13 @@ pub async fn serve(
     policy: AccessPolicy,
     supervisor: Arc<Supervisor>,
 ) -> std::io::Result<(SocketAddr, ServerHandle)> {
-    let access = tower::ServiceBuilder::new().layer(AccessLayer::new(policy));
+    // Outermost first: the page (no token needed: it holds no data) and browser upgrades,
+    // then the access check, then /metrics behind it, then JSON-RPC.
+    let token_required = policy.token.is_some();
+    let access = tower::ServiceBuilder::new()
+        .layer(crate::web::PagesLayer::new(token_required))
+        .layer(AccessLayer::new(policy))
+        .layer(crate::web::MetricsLayer::new(Arc::clone(&supervisor)));
     let config = ServerConfig::builder()
         .max_request_body_size(32 * 1024 * 1024)
         .max_response_body_size(64 * 1024 * 1024)
@@ -256,10 +262,75 @@ pub async fn serve(
         .set_config(config)
         .set_http_middleware(access)
         .set_rpc_middleware(
-            RpcServiceBuilder::new().layer_fn(|service| CheckParams::new(service, params::check)),
+            RpcServiceBuilder::new()
+                .layer_fn(Counted)
+                .layer_fn(|service| CheckParams::new(service, params::check)),
         )
         .build(listen)
         .await?;
     let addr = server.local_addr()?;
     Ok((addr, server.start(methods(supervisor))))
+}
+
+/// Counts every API request by method and error kind (`tether_api_requests_total`). It
+/// sits outside [`CheckParams`], so the kinds counted are the ones clients get. Method
+/// names outside the API are counted as `other`, so a client cannot grow the label set.
+#[derive(Clone)]
+struct Counted<S>(S);
+
+/// The error kind of a response (`none` for success).
+fn error_kind(response: &jsonrpsee::MethodResponse) -> String {
+    if !response.is_error() {
+        return "none".into();
+    }
+    let parsed: Option<Value> = serde_json::from_str(response.as_json().get()).ok();
+    parsed
+        .as_ref()
+        .and_then(|value| value["error"]["data"]["kind"].as_str())
+        .unwrap_or("unknown")
+        .to_owned()
+}
+
+impl<S> jsonrpsee::core::middleware::RpcServiceT for Counted<S>
+where
+    S: jsonrpsee::core::middleware::RpcServiceT<MethodResponse = jsonrpsee::MethodResponse>
+        + Send
+        + Sync
+        + Clone
+        + 'static,
+{
+    type MethodResponse = S::MethodResponse;
+    type NotificationResponse = S::NotificationResponse;
+    type BatchResponse = S::BatchResponse;
+
+    fn call<'a>(
+        &self,
+        request: jsonrpsee::types::Request<'a>,
+    ) -> impl Future<Output = Self::MethodResponse> + Send + 'a {
+        let service = self.0.clone();
+        let method = protocol::api::method::ALL
+            .iter()
+            .find(|name| **name == request.method)
+            .map_or("other", |name| name);
+        async move {
+            let response = service.call(request).await;
+            let labels = vec![("method", method.to_owned()), ("error", error_kind(&response))];
+            crate::metrics::get().api_requests.get_or_create(&labels).inc();
+            response
+        }
+    }
+
+    fn batch<'a>(
+        &self,
+        batch: jsonrpsee::core::middleware::Batch<'a>,
+    ) -> impl Future<Output = Self::BatchResponse> + Send + 'a {
+        self.0.batch(batch)
+    }
+
+    fn notification<'a>(
+        &self,
+        notification: jsonrpsee::core::middleware::Notification<'a>,
+    ) -> impl Future<Output = Self::NotificationResponse> + Send + 'a {
+        self.0.notification(notification)
+    }
 }

@@ -769,6 +769,20 @@ impl Supervisor {
                 tracing::debug!(%err, "no orphan check: the Docker engine is not available")
             }
         }
+        let counted = [
+            ("reattaching", adopting.len()),
+            ("at_rest", summary.at_rest),
+            ("dead", summary.dead),
+            ("interrupted", summary.interrupted),
+            ("approvals_restored", summary.approvals_restored),
+            ("approvals_cancelled", summary.approvals_cancelled),
+            ("orphans_removed", summary.orphans_removed),
+            ("skipped", summary.skipped),
+        ];
+        for (outcome, count) in counted {
+            let family = &crate::metrics::get().recovery;
+            family.get_or_create(&crate::metrics::label("outcome", outcome)).inc_by(count as u64);
+        }
         tracing::info!(
             reattaching = adopting.len(),
             at_rest = summary.at_rest,
@@ -1274,6 +1288,21 @@ impl Supervisor {
             }
         }
         Ok(Timeline { session_id, executions, turns, entries })
+    }
+
+    /// The metrics text, with the gauges of what exists now read first: sessions by state
+    /// and runtime (one indexed query), and executions whose agent runs.
+    pub async fn metrics(&self) -> Result<String, ServiceError> {
+        let counts = self.config.store.session_counts().await?;
+        let metrics = crate::metrics::get();
+        metrics.sessions.clear();
+        for (state, runtime, count) in counts {
+            let labels = vec![("state", state.as_str().to_owned()), ("runtime", runtime)];
+            metrics.sessions.get_or_create(&labels).set(count);
+        }
+        let live = self.sessions().values().filter(|handle| handle.view().agent_running).count();
+        metrics.live_executions.set(live as i64);
+        Ok(crate::metrics::render())
     }
 
     /// `task.session.snapshot.list`: a session's snapshots, oldest first.

@@ -115,9 +115,11 @@ impl Store {
         f: impl FnOnce(&mut Connection) -> Result<R, StoreError> + Send + 'static,
     ) -> Result<R, StoreError> {
         let (reply, result) = oneshot::channel();
+        let queued = std::time::Instant::now();
         self.jobs
             .send(Box::new(move |conn| {
                 let _ = reply.send(f(conn));
+                crate::metrics::observe(&crate::metrics::get().store_seconds, queued.elapsed());
             }))
             .map_err(|_| StoreError::Closed)?;
         result.await.map_err(|_| StoreError::Closed)?
@@ -758,6 +760,22 @@ impl Store {
             }
             tx.commit()?;
             Ok(())
+        })
+        .await
+    }
+
+    /// How many sessions there are per `(state, runtime)` (from the index, not the rows).
+    pub async fn session_counts(&self) -> Result<Vec<(SessionState, String, i64)>, StoreError> {
+        self.call(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT state, runtime, count(*) FROM task_sessions GROUP BY state, runtime",
+            )?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<Result<Vec<_>, _>>()?;
+            rows.into_iter()
+                .map(|(state, runtime, count)| Ok((SessionState::parse(&state)?, runtime, count)))
+                .collect()
         })
         .await
     }

@@ -2,6 +2,7 @@
 //! as real processes that are always cleaned up, recording every line that crosses their
 //! stdio, and validating those lines against the ACP v1 JSON schema.
 
+pub mod browser;
 pub mod client;
 pub mod daemon;
 pub mod docker;

@@ -361,6 +361,11 @@ mod tests {
             .collect();
         documented.sort_unstable();
         assert_eq!(called, documented);
+        // `method::ALL` names every method called (the unsubscribes are called by the
+        // client's subscription machinery, not here).
+        for name in &called {
+            assert!(method::ALL.contains(name), "{name} is missing from method::ALL");
+        }
     }
 
     /// A server that answers nothing: only its method table is looked at.

@@ -60,6 +60,7 @@ impl SessionActor {
             return self.agentctl_stalled(reason);
         }
         let seq = event.seq;
+        crate::metrics::get().relayed_events.inc();
         self.durability.handled = event.seq;
         self.durability.unacked += 1;
         // After a restart, replayed events that were already recorded are not recorded
@@ -677,6 +678,18 @@ impl SessionActor {
             tracing::error!(session = %self.row.id, %err, "cannot record the session state");
         }
         self.enter(Phase::Open);
+        let metrics = crate::metrics::get();
+        if let Some(started) = self.launch_started.take() {
+            let histogram =
+                if outcome.is_some() { &metrics.resume_seconds } else { &metrics.launch_seconds };
+            crate::metrics::observe(histogram, started.elapsed());
+        }
+        if let Some(outcome) = outcome {
+            metrics
+                .resumes
+                .get_or_create(&crate::metrics::label("outcome", outcome.as_str()))
+                .inc();
+        }
         let answer = match outcome {
             Some(outcome) => {
                 self.emit(SessionEventKind::ResumeOutcome { outcome: outcome.into() });

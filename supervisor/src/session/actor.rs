@@ -196,6 +196,8 @@ pub(super) struct SessionActor {
     generation: Option<i64>,
     /// Background retires and fences not finished yet (a launch waits for them).
     retiring: Vec<tokio::task::JoinHandle<()>>,
+    /// When the launch in flight started (for the launch and resume latency metrics).
+    pub(super) launch_started: Option<std::time::Instant>,
     /// The first launch also records the workspace's commit at the start (see
     /// [`record_start_commit`]).
     record_start: bool,
@@ -255,6 +257,7 @@ impl SessionActor {
             usage: None,
             exhausted: None,
             record_start: false,
+            launch_started: None,
             loading: false,
             replay_known: None,
             replay_unacked: false,
@@ -838,6 +841,7 @@ impl SessionActor {
             self.retire(execution, None);
         }
         self.enter(Phase::Launching);
+        self.launch_started = Some(std::time::Instant::now());
         if let Err(err) =
             self.set_state(SessionState::Starting, None, Some(task_state::IN_PROGRESS)).await
         {
@@ -1412,6 +1416,9 @@ impl SessionActor {
         }
         agentctl::fault::point("ack.stored");
         self.send(Outgoing::Ack(seq));
+        let metrics = crate::metrics::get();
+        metrics.acks.inc();
+        metrics.ack_lag.observe(self.durability.handled.saturating_sub(seq) as f64);
         self.durability.acked(seq);
     }
 
@@ -1695,6 +1702,9 @@ impl SessionActor {
         let agent_seq = (mark > 0).then_some(mark);
         let generation = self.generation;
         let kinds = std::mem::take(&mut self.unflushed_events);
+        let metrics = crate::metrics::get();
+        metrics.published_events.inc_by(kinds.len() as u64);
+        let before = self.events.disk_bytes();
         if let Err(err) = self.events.append_all(kinds, |seq, at, kind| SessionEvent {
             seq,
             at,
@@ -1704,6 +1714,7 @@ impl SessionActor {
         }) {
             self.write_failed("the session's event log", &err);
         }
+        metrics.published_bytes.inc_by(self.events.disk_bytes().saturating_sub(before));
         // Retention: the oldest segments go once the log passes its limit. (A restart
         // reads its marks from the newest events, which are always kept.)
         if self.events.disk_bytes() > self.context.event_log_retain_bytes

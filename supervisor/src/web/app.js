@@ -1,0 +1,553 @@
+// Tether's web UI: one page over the daemon's JSON-RPC WebSocket API (docs/api.md).
+// No framework and no build step: this file is served as it is, embedded in the binary.
+//
+// Opening a session follows the frontend contract: task.session.status; if needs_resume,
+// one task.session.resume per page visit, with a "resuming…" indicator, then the outcome.
+// Events are rendered by seq: after a reconnect (the daemon restarted) the page
+// resubscribes after the last seq it rendered, so nothing is shown twice or missed.
+"use strict";
+
+const $ = (selector) => document.querySelector(selector);
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (name === "class") node.className = value;
+    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else if (value !== undefined && value !== null) node.setAttribute(name, value);
+  }
+  for (const child of children) {
+    if (child !== undefined && child !== null) node.append(child);
+  }
+  return node;
+}
+
+function hex(text) {
+  return Array.from(new TextEncoder().encode(text), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+// ---- the connection --------------------------------------------------------------------
+
+class Rpc {
+  constructor(onOpen, onClose) {
+    this.nextId = 1;
+    this.pending = new Map();
+    this.handlers = new Map();
+    this.onOpen = onOpen;
+    this.onClose = onClose;
+    this.delay = 250;
+  }
+
+  connect() {
+    const token = sessionStorage.getItem("tether-token");
+    const protocols = ["tether"];
+    // Never in the URL: the token travels as a WebSocket subprotocol entry.
+    if (token) protocols.push("tether-token." + hex(token));
+    const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/";
+    const ws = new WebSocket(url, protocols);
+    this.ws = ws;
+    ws.onopen = () => {
+      this.delay = 250;
+      this.onOpen();
+    };
+    ws.onmessage = (message) => this.receive(JSON.parse(message.data));
+    ws.onclose = () => {
+      for (const { reject } of this.pending.values()) reject(new Error("the connection closed"));
+      this.pending.clear();
+      this.handlers.clear();
+      this.onClose();
+      // Reconnect with a growing delay (at most 5 s): the daemon may be restarting.
+      setTimeout(() => this.connect(), this.delay);
+      this.delay = Math.min(this.delay * 2, 5000);
+    };
+  }
+
+  receive(message) {
+    if (message.id !== undefined && this.pending.has(message.id)) {
+      const { resolve, reject } = this.pending.get(message.id);
+      this.pending.delete(message.id);
+      if (message.error) {
+        const error = new Error(message.error.message);
+        error.kind = message.error.data && message.error.data.kind;
+        reject(error);
+      } else {
+        resolve(message.result);
+      }
+      return;
+    }
+    if (message.method === "task.session.event" && message.params) {
+      const handler = this.handlers.get(String(message.params.subscription));
+      if (handler) handler(message.params.result);
+    }
+  }
+
+  call(method, params = {}) {
+    if (!this.ws || this.ws.readyState !== WebSocket.OPEN) {
+      return Promise.reject(new Error("not connected to the daemon"));
+    }
+    const id = this.nextId++;
+    this.ws.send(JSON.stringify({ jsonrpc: "2.0", id, method, params }));
+    return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject }));
+  }
+
+  async subscribe(sessionId, afterSeq, handler) {
+    const id = await this.call("task.session.subscribe", { session_id: sessionId, after_seq: afterSeq });
+    this.handlers.set(String(id), handler);
+    return id;
+  }
+}
+
+// ---- state -----------------------------------------------------------------------------
+
+const state = {
+  tasks: [],
+  sessions: [],
+  agents: [],
+  open: null, // the session shown
+  lastSeq: new Map(), // session id → the last event seq rendered
+  resumedThisVisit: new Set(),
+  badgeSubscriptions: new Set(),
+  currentAgent: null, // the agent message block being streamed into
+  currentThought: null,
+  tools: new Map(),
+  permissions: new Map(),
+};
+
+const rpc = new Rpc(onConnected, onDisconnected);
+
+function showError(error) {
+  const box = $("#error");
+  if (!error) {
+    box.hidden = true;
+    box.textContent = "";
+    return;
+  }
+  box.hidden = false;
+  box.textContent = error.kind ? `${error.kind}: ${error.message}` : error.message;
+}
+
+function activity(text) {
+  const item = el("li", {}, `${new Date().toLocaleTimeString()} ${text}`);
+  $("#activity").append(item);
+  $("#activity").scrollTop = $("#activity").scrollHeight;
+}
+
+// ---- lists -----------------------------------------------------------------------------
+
+async function refreshLists() {
+  const [tasks, sessions, agents] = await Promise.all([
+    rpc.call("task.list"),
+    rpc.call("task.session.list", {}),
+    rpc.call("agents.list"),
+  ]);
+  state.tasks = tasks;
+  state.sessions = sessions;
+  state.agents = agents;
+  renderLists();
+  for (const session of sessions) watchBadge(session.id);
+}
+
+function renderLists() {
+  const list = $("#tasks");
+  list.replaceChildren();
+  for (const task of state.tasks) {
+    const sessions = state.sessions.filter((s) => s.task_id === task.id);
+    const items = sessions.map((session) =>
+      el(
+        "li",
+        {
+          class: "session" + (session.id === state.open ? " open" : ""),
+          "data-session": session.id,
+          onclick: () => openSession(session.id),
+        },
+        el("span", { class: `badge ${session.state}`, "data-badge": session.id }, session.state),
+        `${session.agent_profile_id} · ${session.id.slice(-8)}`,
+      ),
+    );
+    list.append(el("li", {}, el("strong", {}, task.title), el("ul", {}, ...items)));
+  }
+  const taskSelect = document.forms["new-session"].elements.task;
+  taskSelect.replaceChildren(...state.tasks.map((t) => el("option", { value: t.id }, t.title)));
+  const agentSelect = document.forms["new-session"].elements.agent;
+  const chosen = agentSelect.value;
+  agentSelect.replaceChildren(
+    ...state.agents.map((agent) =>
+      el(
+        "option",
+        { value: agent.id, disabled: agent.available ? null : "" },
+        agent.available ? `${agent.display_name || agent.id} (${agent.id})` : `${agent.id} (unavailable)`,
+      ),
+    ),
+  );
+  if (chosen) agentSelect.value = chosen;
+  const reasons = state.agents
+    .filter((agent) => !agent.available)
+    .map((agent) => `${agent.id}: ${agent.reasons.join("; ")}`);
+  $("#agent-reasons").textContent = reasons.join("\n");
+}
+
+function setBadge(sessionId, sessionState) {
+  for (const badge of document.querySelectorAll(`[data-badge="${sessionId}"]`)) {
+    badge.textContent = sessionState;
+    badge.className = `badge ${sessionState}`;
+  }
+  const known = state.sessions.find((s) => s.id === sessionId);
+  if (known) known.state = sessionState;
+}
+
+// Live state badges: a subscription per listed session from its newest event, for its
+// `state` events only (the open session's own subscription renders everything).
+async function watchBadge(sessionId) {
+  if (state.badgeSubscriptions.has(sessionId)) return;
+  state.badgeSubscriptions.add(sessionId);
+  try {
+    const status = await rpc.call("task.session.status", { session_id: sessionId });
+    setBadge(sessionId, status.state);
+    await rpc.subscribe(sessionId, status.last_event_seq, (event) => {
+      if (event.type === "state") setBadge(sessionId, event.state);
+    });
+  } catch (error) {
+    state.badgeSubscriptions.delete(sessionId);
+  }
+}
+
+// ---- a session -------------------------------------------------------------------------
+
+async function openSession(sessionId) {
+  location.hash = "#/session/" + sessionId;
+  state.open = sessionId;
+  state.lastSeq.set(sessionId, 0);
+  state.currentAgent = null;
+  state.currentThought = null;
+  state.tools.clear();
+  state.permissions.clear();
+  $("#session").hidden = false;
+  $("#transcript").replaceChildren();
+  $("#activity").replaceChildren();
+  $("#session-error").hidden = true;
+  $("#session-title").textContent = sessionId;
+  renderLists();
+  showTab("transcript");
+  let status;
+  try {
+    status = await rpc.call("task.session.status", { session_id: sessionId });
+  } catch (error) {
+    return sessionError(error);
+  }
+  renderStatus(status);
+  await follow(sessionId);
+  if (status.needs_resume && !state.resumedThisVisit.has(sessionId)) {
+    state.resumedThisVisit.add(sessionId);
+    await resume(sessionId);
+  }
+}
+
+async function resume(sessionId) {
+  $("#resume-indicator").hidden = false;
+  activity("resuming…");
+  try {
+    const result = await rpc.call("task.session.resume", { session_id: sessionId });
+    activity(`resumed: ${result.outcome}`);
+    $("#session-state").dataset.outcome = result.outcome;
+  } catch (error) {
+    activity(`resume failed: ${error.message}`);
+    sessionError(error);
+  } finally {
+    $("#resume-indicator").hidden = true;
+  }
+}
+
+async function follow(sessionId) {
+  const after = state.lastSeq.get(sessionId) || 0;
+  try {
+    await rpc.subscribe(sessionId, after, (event) => {
+      if (state.open !== sessionId) return;
+      const last = state.lastSeq.get(sessionId) || 0;
+      if (event.seq <= last) return; // already rendered (a resubscribe's overlap)
+      state.lastSeq.set(sessionId, event.seq);
+      render(event);
+    });
+  } catch (error) {
+    sessionError(error);
+  }
+}
+
+function renderStatus(status) {
+  $("#session-title").textContent = `${status.agent_profile_id} · ${status.session_id}`;
+  const badge = $("#session-state");
+  badge.textContent = status.state;
+  badge.className = `badge ${status.state}`;
+  if (status.error) sessionError(new Error(status.error));
+}
+
+function sessionError(error) {
+  const box = $("#session-error");
+  box.hidden = false;
+  box.textContent = error.kind ? `${error.kind}: ${error.message}` : error.message;
+}
+
+function transcript(node) {
+  const box = $("#transcript");
+  box.append(node);
+  box.scrollTop = box.scrollHeight;
+  return node;
+}
+
+function render(event) {
+  switch (event.type) {
+    case "state": {
+      const badge = $("#session-state");
+      badge.textContent = event.state;
+      badge.className = `badge ${event.state}`;
+      setBadge(state.open, event.state);
+      if (event.error) sessionError(new Error(event.error));
+      else if (event.state === "RUNNING") $("#session-error").hidden = true;
+      break;
+    }
+    case "turn_started":
+      state.currentAgent = null;
+      state.currentThought = null;
+      transcript(el("div", { class: "user", "data-turn": event.turn_id }, "You: " + event.prompt));
+      break;
+    case "agent_message_chunk":
+      state.currentThought = null;
+      if (!state.currentAgent) state.currentAgent = transcript(el("div", { class: "agent" }));
+      state.currentAgent.append(event.text);
+      break;
+    case "agent_thought_chunk":
+      if (!state.currentThought) state.currentThought = transcript(el("div", { class: "thought" }));
+      state.currentThought.append(event.text);
+      break;
+    case "tool_call": {
+      state.currentAgent = null;
+      const id = event.update.toolCallId;
+      const status = el("span", { class: "status" }, event.update.status || "pending");
+      transcript(el("div", { class: "tool", "data-tool": id }, `tool: ${event.update.title || "tool"} — `, status));
+      state.tools.set(id, status);
+      break;
+    }
+    case "tool_call_update": {
+      const status = state.tools.get(event.update.toolCallId);
+      if (status && event.update.status) status.textContent = event.update.status;
+      break;
+    }
+    case "permission_request":
+      renderPermission(event);
+      break;
+    case "permission_resolved": {
+      const box = state.permissions.get(event.request_id);
+      if (box) {
+        const outcome = event.outcome.outcome === "selected" ? `answered: ${event.outcome.optionId}` : "cancelled";
+        box.querySelector(".answer").replaceChildren(outcome);
+      }
+      break;
+    }
+    case "turn_ended":
+      state.currentAgent = null;
+      state.currentThought = null;
+      transcript(
+        el("div", { class: "turn-end", "data-turn-end": event.turn_id },
+          `turn ${event.state}${event.stop_reason ? ": " + event.stop_reason : ""}${event.error ? ": " + event.error : ""}`),
+      );
+      break;
+    case "notice":
+      transcript(el("div", { class: "notice" }, "notice: " + event.message));
+      break;
+    case "progress":
+      activity(`${event.step}${event.detail ? ": " + event.detail : ""}`);
+      break;
+    case "resume_outcome":
+      activity(`outcome: ${event.outcome}`);
+      break;
+    case "pause_requested":
+      activity(`pause requested${event.reason ? ": " + event.reason : ""}`);
+      break;
+    case "paused":
+      activity(`paused${event.forced ? " (the turn was cancelled)" : ""}`);
+      break;
+    case "snapshot_taken":
+      activity(`snapshot (${event.trigger})`);
+      break;
+    default:
+      break;
+  }
+}
+
+function renderPermission(event) {
+  const options = (event.params && event.params.options) || [];
+  const tool = (event.params && event.params.toolCall && event.params.toolCall.title) || "a tool";
+  const pick = (kinds) => options.find((o) => kinds.includes(o.kind));
+  const answer = (option) => async () => {
+    try {
+      await rpc.call("task.session.permission.respond", {
+        session_id: state.open,
+        request_id: event.request_id,
+        option_id: option ? option.optionId : undefined,
+      });
+    } catch (error) {
+      sessionError(error);
+    }
+  };
+  const allow = pick(["allow_once", "allow_always"]);
+  const deny = pick(["reject_once", "reject_always"]);
+  const box = transcript(
+    el("div", { class: "permission", "data-permission": event.request_id },
+      `The agent asks to run ${tool}. `,
+      el("span", { class: "answer" },
+        el("button", { class: "allow", onclick: answer(allow) }, "Allow"),
+        " ",
+        el("button", { class: "deny", onclick: answer(deny) }, "Deny"),
+      ),
+    ),
+  );
+  state.permissions.set(event.request_id, box);
+}
+
+// ---- history and timeline ----------------------------------------------------------------
+
+function showTab(name) {
+  for (const tab of ["transcript", "history", "timeline"]) {
+    $("#" + tab).hidden = tab !== name;
+    document.querySelector(`[data-tab="${tab}"]`).classList.toggle("active", tab === name);
+  }
+  if (name === "history") loadHistory();
+  if (name === "timeline") loadTimeline();
+}
+
+async function loadHistory() {
+  try {
+    const entries = await rpc.call("task.session.history", { session_id: state.open });
+    $("#history").replaceChildren(
+      ...entries.map((e) => el("li", {}, `[${e.type}] ${e.tool_name ? e.tool_name + ": " : ""}${e.content}`)),
+    );
+  } catch (error) {
+    sessionError(error);
+  }
+}
+
+async function loadTimeline() {
+  try {
+    const timeline = await rpc.call("task.session.timeline", { session_id: state.open });
+    $("#timeline").replaceChildren(
+      ...timeline.entries.map((entry) => {
+        const { at, kind, ...rest } = entry;
+        delete rest.seq;
+        const detail = Object.entries(rest).map(([k, v]) => `${k}=${v}`).join(" ");
+        return el("li", {}, `${new Date(at).toLocaleTimeString()} ${kind} ${detail}`);
+      }),
+    );
+  } catch (error) {
+    sessionError(error);
+  }
+}
+
+// ---- actions ---------------------------------------------------------------------------
+
+async function act(method, params, confirmText) {
+  if (confirmText && !window.confirm(confirmText)) return undefined;
+  try {
+    showError(null);
+    return await rpc.call(method, params);
+  } catch (error) {
+    showError(error);
+    if (state.open) sessionError(error);
+    return undefined;
+  }
+}
+
+function wire() {
+  $("#token-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    sessionStorage.setItem("tether-token", $("#token").value);
+    $("#token-form").hidden = true;
+    rpc.connect();
+  });
+  document.forms["new-task"].addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const form = event.target.elements;
+    const task = await act("task.create", { title: form.title.value, description: form.description.value || undefined });
+    if (task) {
+      event.target.reset();
+      await refreshLists();
+      document.forms["new-session"].elements.task.value = task.id;
+    }
+  });
+  document.forms["new-session"].addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const form = event.target.elements;
+    const session = await act("task.session.create", {
+      task_id: form.task.value,
+      agent_profile_id: form.agent.value,
+      workspace_path: form.workspace.value,
+      prompt: form.prompt.value || undefined,
+      runtime: form.runtime.value || undefined,
+    });
+    if (session) {
+      await refreshLists();
+      await openSession(session.id);
+    }
+  });
+  $("#prompt-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const text = $("#prompt").value;
+    if (!text.trim()) return;
+    const started = await act("task.session.prompt", { session_id: state.open, prompt: text });
+    if (started) $("#prompt").value = "";
+  });
+  $("#cancel").addEventListener("click", () => act("task.session.cancel", { session_id: state.open }));
+  $("#pause").addEventListener("click", () => act("task.session.pause", { session_id: state.open }));
+  $("#resume").addEventListener("click", () => resume(state.open));
+  $("#stop").addEventListener("click", () =>
+    act("task.session.stop", { session_id: state.open }, "Stop this session for good? It cannot be resumed."));
+  $("#delete").addEventListener("click", async () => {
+    const done = await act("task.session.delete", { session_id: state.open }, "Delete this session and its records?");
+    if (done) {
+      state.open = null;
+      $("#session").hidden = true;
+      location.hash = "";
+      await refreshLists();
+    }
+  });
+  for (const button of document.querySelectorAll(".tabs button")) {
+    button.addEventListener("click", () => showTab(button.dataset.tab));
+  }
+}
+
+// ---- connection state ------------------------------------------------------------------
+
+async function onConnected() {
+  const badge = $("#connection");
+  badge.textContent = "connected";
+  badge.className = "badge online";
+  $("#app").hidden = false;
+  showError(null);
+  state.badgeSubscriptions.clear();
+  try {
+    await refreshLists();
+    const match = location.hash.match(/^#\/session\/(.+)$/);
+    if (state.open) {
+      // A reconnect: go on after the last event rendered.
+      const status = await rpc.call("task.session.status", { session_id: state.open });
+      renderStatus(status);
+      await follow(state.open);
+    } else if (match) {
+      await openSession(match[1]);
+    }
+  } catch (error) {
+    showError(error);
+  }
+}
+
+function onDisconnected() {
+  const badge = $("#connection");
+  badge.textContent = "reconnecting…";
+  badge.className = "badge offline";
+}
+
+wire();
+const tokenRequired = document.querySelector('meta[name="tether-token-required"]').content === "true";
+if (tokenRequired && !sessionStorage.getItem("tether-token")) {
+  $("#token-form").hidden = false;
+} else {
+  rpc.connect();
+}

@@ -1,0 +1,185 @@
+//! Issue 15, the built-in web UI in a real browser (headless chromium through
+//! chromedriver): the page creates a session and streams its reply, answers a permission
+//! request, keeps its transcript whole across a daemon restart, resumes a session whose
+//! agent was killed (showing "resuming…" and the outcome), shows errors with their reason,
+//! and asks for the token when the daemon has one. Screenshots land in
+//! `target/ui-screenshots/`.
+
+use protocol::api::ApiClient;
+use tether_tests::browser::{self, Browser};
+use tether_tests::daemon::{Api, Daemon, kill_sidecar, ok};
+
+fn page(daemon: &Daemon) -> String {
+    daemon.url.replace("ws://", "http://") + "/"
+}
+
+/// Opens the page and waits until it is connected.
+async fn connected(browser: &Browser, url: &str) {
+    browser.open(url).await;
+    browser.wait_text("#connection", "connected").await;
+}
+
+/// Opens a session in the page and sends a prompt through its prompt box.
+async fn prompt_in_page(browser: &Browser, text: &str) {
+    browser.set_value("#prompt", text).await;
+    browser.click("#prompt-form button[type=submit]").await;
+}
+
+#[tokio::test]
+async fn the_page_creates_a_session_and_streams_its_reply() {
+    let Some(browser) = browser::start("create").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    connected(&browser, &page(&daemon)).await;
+    // A task, then a session of the mock agent with a first prompt.
+    browser.type_into("#new-task input[name=title]", "ui task").await;
+    browser.click("#new-task button[type=submit]").await;
+    browser.wait_text("#new-session select[name=task]", "ui task").await;
+    browser.set_value("#new-session select[name=agent]", "mock").await;
+    let workspace = daemon.workspace("ui");
+    browser.type_into("#new-session input[name=workspace]", workspace.to_str().unwrap()).await;
+    browser.set_value("#new-session textarea[name=prompt]", "/stream 5\nhello from the page").await;
+    browser.click("#new-session button[type=submit]").await;
+    let reply = browser.wait_text("#transcript .agent", "[5/5]").await;
+    assert!(
+        reply.contains("you said: hello from the page [1/5] [2/5] [3/5] [4/5] [5/5]"),
+        "{reply}"
+    );
+    browser.wait_text("#transcript .turn-end", "turn completed: end_turn").await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    // The list shows the session with a live badge.
+    browser.wait_text("#tasks .session", "WAITING_FOR_INPUT").await;
+    // Unavailable agents are listed with their reason.
+    let reasons = browser.texts("#agent-reasons").await.concat();
+    assert!(reasons.contains("needs") || reasons.is_empty(), "{reasons}");
+    browser.screenshot("streamed").await;
+    // And the API agrees.
+    let api = daemon.api().await;
+    let sessions = ok("list", api.typed().session_list(None, None, None)).await;
+    assert_eq!(sessions.len(), 1);
+    let history = api.history(&sessions[0].id).await;
+    assert_eq!(history.len(), 2, "{history:?}");
+}
+
+#[tokio::test]
+async fn a_permission_request_is_answered_with_allow() {
+    let Some(browser) = browser::start("permission").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("p")).await;
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    prompt_in_page(&browser, "/permission\nlist the files").await;
+    browser.wait_text(".permission", "The agent asks to run mock tool: list files").await;
+    browser.screenshot("asked").await;
+    browser.click(".permission button.allow").await;
+    browser.wait_text(".permission", "answered: allow").await;
+    browser.wait_text("#transcript .agent", "the tool ran").await;
+    browser.wait_text("#transcript .turn-end", "turn completed: end_turn").await;
+    browser.wait_text("#transcript .tool", "completed").await;
+    browser.screenshot("allowed").await;
+}
+
+#[tokio::test]
+async fn the_transcript_survives_a_daemon_restart_whole_and_once() {
+    let Some(browser) = browser::start("restart").await else { return };
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut daemon = Daemon::start(&["--listen", &listen]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("r")).await;
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    // A turn that has shown a tool call and then waits: the daemon is killed under it.
+    prompt_in_page(&browser, "/tool\n/sleep 3000\n/stream 10\nafter the restart").await;
+    browser.wait_text("#transcript .tool", "completed").await;
+    drop(api);
+    daemon.kill().await;
+    browser.wait_text("#connection", "reconnecting").await;
+    daemon.restart().await;
+    browser.wait_text("#connection", "connected").await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    browser.screenshot("after-restart").await;
+    let agent = browser.texts("#transcript .agent").await.concat();
+    for n in 1..=10 {
+        assert_eq!(agent.matches(&format!("[{n}/10]")).count(), 1, "chunk {n} once: {agent}");
+    }
+    assert_eq!(browser.texts("#transcript .user").await.len(), 1, "the prompt once");
+    assert_eq!(browser.texts("#transcript .tool").await.len(), 1, "the tool call once");
+    assert_eq!(browser.texts("#transcript .turn-end").await.len(), 1, "the turn's end once");
+}
+
+#[tokio::test]
+async fn a_session_whose_agent_was_killed_is_resumed_once_when_opened() {
+    let Some(browser) = browser::start("resume").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("k")).await;
+    api.ask(&session, "the code word is quince").await;
+    kill_sidecar(&daemon, &api, &session).await;
+    assert!(api.status(&session).await.needs_resume);
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#activity", "resuming…").await;
+    browser.wait_text("#activity", "resumed: native_load").await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    browser.screenshot("resumed").await;
+    // The agent remembers, through the page.
+    prompt_in_page(&browser, "/recall\nwhat was it?").await;
+    browser
+        .wait_text("#transcript .agent", "earlier user messages: [the code word is quince]")
+        .await;
+    // One resume for the visit.
+    let resumes = browser.texts("#activity li").await;
+    assert_eq!(resumes.iter().filter(|line| line.contains("resuming…")).count(), 1, "{resumes:?}");
+    // The history and timeline views.
+    browser.click("[data-tab=history]").await;
+    browser.wait_text("#history", "[user_message] the code word is quince").await;
+    browser.click("[data-tab=timeline]").await;
+    browser.wait_text("#timeline", "resumed").await;
+    browser.wait_text("#timeline", "outcome=native_load").await;
+}
+
+#[tokio::test]
+async fn errors_are_shown_with_their_reason() {
+    let Some(browser) = browser::start("errors").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api: Api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("e")).await;
+    ok("stop", api.typed().session_stop(session.clone())).await;
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#session-state", "COMPLETED").await;
+    prompt_in_page(&browser, "anyone there?").await;
+    let shown = browser.wait_text("#error", "conflict").await;
+    assert!(shown.contains("COMPLETED"), "the reason is shown: {shown}");
+    browser.screenshot("error").await;
+    // A session that cannot start says why.
+    browser.type_into("#new-task input[name=title]", "bad").await;
+    browser.click("#new-task button[type=submit]").await;
+    browser.wait_text("#new-session select[name=task]", "bad").await;
+    browser.set_value("#new-session select[name=agent]", "mock").await;
+    browser.type_into("#new-session input[name=workspace]", "relative/path").await;
+    browser.click("#new-session button[type=submit]").await;
+    let shown = browser.wait_text("#error", "invalid_params").await;
+    assert!(shown.contains("workspace"), "{shown}");
+}
+
+#[tokio::test]
+async fn the_page_asks_for_the_token_and_keeps_it_for_the_tab() {
+    let Some(browser) = browser::start("token").await else { return };
+    let token = "ui-s3cret";
+    let daemon = Daemon::start_with_env(&[], &[], &[("TETHER_AUTH_TOKEN", token)]).await;
+    browser.open(&page(&daemon)).await;
+    browser.wait_text("#token-form", "asks for its API token").await;
+    browser.type_into("#token", token).await;
+    browser.click("#token-form button[type=submit]").await;
+    browser.wait_text("#connection", "connected").await;
+    browser.wait_text("#new-session select[name=agent]", "mock").await;
+    // Kept for the tab (a reload does not ask again), never in the URL.
+    browser.open(&page(&daemon)).await;
+    browser.wait_text("#connection", "connected").await;
+    let url = browser.run("return location.href;", serde_json::json!([])).await;
+    assert!(!url.as_str().unwrap().contains(token), "{url}");
+    // And the API's own guard still stands: a plain request without it is refused.
+    let addr = daemon.url.trim_start_matches("ws://").to_owned();
+    let (status, _, _) = browser::http(&addr, "GET", "/metrics", &[], None).await;
+    assert_eq!(status, 401);
+}
