@@ -1045,7 +1045,8 @@ pub trait Api {
     async fn task_get(&self, task_id: String) -> RpcResult<TaskDetail>;
 
     /// Creates a session of `task_id` with an agent profile in a workspace and starts its
-    /// agent; `prompt` (or else the task's description) is its first prompt.
+    /// agent; `prompt` (or else the task's description) is its first prompt. A workspace
+    /// held by a live session is refused (`conflict`) unless `shared` is true.
     #[method(name = "task.session.create", param_kind = map)]
     async fn session_create(
         &self,
@@ -1054,6 +1055,7 @@ pub trait Api {
         workspace_path: String,
         prompt: Option<String>,
         runtime: Option<RuntimeKind>,
+        shared: Option<bool>,
     ) -> RpcResult<SessionSummary>;
 
     /// Sessions, oldest first, filtered by task, state and profile when given.

@@ -92,11 +92,13 @@ impl ApiServer for Methods {
         workspace_path: String,
         prompt: Option<String>,
         runtime: Option<RuntimeKind>,
+        shared: Option<bool>,
     ) -> RpcResult<SessionSummary> {
         let runtime = runtime.map(|kind| kind.as_str().to_owned());
+        let shared = shared.unwrap_or(false);
         let row = self
             .0
-            .create_session(task_id, agent_profile_id, workspace_path, prompt, runtime)
+            .create_session(task_id, agent_profile_id, workspace_path, prompt, runtime, shared)
             .await
             .map_err(to_rpc)?;
         Ok(row.into())

@@ -250,6 +250,10 @@ enum SessionCommand {
         /// Where the agent runs (default: the profile's).
         #[arg(long, value_enum)]
         runtime: Option<RuntimeArg>,
+        /// Share the workspace with live sessions already in it (else a held workspace is
+        /// refused, naming its holder).
+        #[arg(long)]
+        shared: bool,
         /// Print only the session id.
         #[arg(long, short)]
         quiet: bool,
@@ -285,6 +289,17 @@ enum SessionsCommand {
         /// The session.
         session: String,
     },
+}
+
+/// What `session start` creates.
+struct StartArgs {
+    agent: String,
+    workspace: PathBuf,
+    task: Option<String>,
+    new_task: Option<String>,
+    prompt: Option<String>,
+    runtime: Option<RuntimeArg>,
+    shared: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -729,9 +744,11 @@ impl Client {
                 new_task,
                 prompt,
                 runtime,
+                shared,
                 quiet,
             }) => {
-                self.session_start(agent, workspace, task, new_task, prompt, runtime, quiet).await
+                let start = StartArgs { agent, workspace, task, new_task, prompt, runtime, shared };
+                self.session_start(start, quiet).await
             }
             Command::Prompt { quiet, session, text } => {
                 self.prompt(&session, &text.join(" "), quiet).await
@@ -878,17 +895,8 @@ impl Client {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn session_start(
-        &self,
-        agent: String,
-        workspace: PathBuf,
-        task: Option<String>,
-        new_task: Option<String>,
-        prompt: Option<String>,
-        runtime: Option<RuntimeArg>,
-        quiet: bool,
-    ) -> Result<(), Failure> {
+    async fn session_start(&self, start: StartArgs, quiet: bool) -> Result<(), Failure> {
+        let StartArgs { agent, workspace, task, new_task, prompt, runtime, shared } = start;
         let api = &*self.client;
         let workspace = std::path::absolute(&workspace)
             .map_err(|err| usage(format!("error: --workspace: {err}")))?;
@@ -910,7 +918,7 @@ impl Client {
             RuntimeArg::Docker => RuntimeKind::Docker,
         });
         let row = api
-            .session_create(task.clone(), agent.clone(), workspace, prompt, runtime)
+            .session_create(task.clone(), agent.clone(), workspace, prompt, runtime, Some(shared))
             .await
             .map_err(|e| self.failure(e))?;
         let shown = Shown::new(quiet);

@@ -347,6 +347,7 @@ impl Supervisor {
         workspace_path: String,
         prompt: Option<String>,
         runtime: Option<String>,
+        shared: bool,
     ) -> Result<SessionRow, ServiceError> {
         check_id("task_id", &task_id)?;
         let workspace = Path::new(&workspace_path);
@@ -388,6 +389,20 @@ impl Supervisor {
             created_at: now,
             updated_at: now,
         };
+        // Occupancy: checked and taken under one lock, so two creates cannot both pass.
+        let _guard = self.start_lock.lock().await;
+        if !shared {
+            let canonical = std::fs::canonicalize(&row.workspace_path)
+                .map_or_else(|_| row.workspace_path.clone(), |path| path.display().to_string());
+            let paths = vec![row.workspace_path.clone(), canonical];
+            if let Some((holder, state)) = self.config.store.workspace_holder(paths).await? {
+                return Err(ServiceError::Conflict(format!(
+                    "workspace {} is held by live session {holder} ({}); pass shared: true (CLI --shared) to share it",
+                    row.workspace_path,
+                    state.as_str()
+                )));
+            }
+        }
         let row = self.config.store.create_session(row).await?;
         let context = self.context(&row)?;
         let events = self.event_log(&row.id)?;

@@ -764,6 +764,26 @@ impl Store {
         .await
     }
 
+    /// A live session (not ended) whose workspace is one of `paths`: `(id, state)`.
+    pub async fn workspace_holder(
+        &self,
+        paths: Vec<String>,
+    ) -> Result<Option<(String, SessionState)>, StoreError> {
+        let paths = serde_json::Value::from(paths).to_string();
+        self.call(move |conn| {
+            let row: Option<(String, String)> = conn
+                .query_row(
+                    "SELECT id, state FROM task_sessions WHERE workspace_path IN (SELECT value FROM json_each(?1)) \
+                     AND state NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') ORDER BY created_at LIMIT 1",
+                    [paths],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()?;
+            row.map(|(id, state)| Ok((id, SessionState::parse(&state)?))).transpose()
+        })
+        .await
+    }
+
     /// How many sessions there are per `(state, runtime)` (from the index, not the rows).
     pub async fn session_counts(&self) -> Result<Vec<(SessionState, String, i64)>, StoreError> {
         self.call(|conn| {

@@ -501,6 +501,7 @@ impl Api {
                 workspace.to_str().expect("a UTF-8 workspace").to_owned(),
                 None,
                 None,
+                None,
             ),
         )
         .await?;

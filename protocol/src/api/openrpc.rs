@@ -292,6 +292,7 @@ mod tests {
                 "/w".into(),
                 Some("p".into()),
                 Some(RuntimeKind::Docker),
+                Some(true),
             )
             .await;
         let _ =
@@ -400,6 +401,7 @@ mod tests {
             _: String,
             _: Option<String>,
             _: Option<RuntimeKind>,
+            _: Option<bool>,
         ) -> jsonrpsee::core::RpcResult<SessionSummary> {
             never()
         }

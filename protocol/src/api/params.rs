@@ -120,6 +120,10 @@ pub struct SessionCreate {
     /// Where the agent runs; the profile's default when absent.
     #[serde(default)]
     pub runtime: Option<RuntimeKind>,
+    /// Share the workspace with the live sessions already in it (default: a workspace is
+    /// held by one live session, and a second gets `conflict` naming the holder).
+    #[serde(default)]
+    pub shared: Option<bool>,
 }
 impl Checked for SessionCreate {
     fn limits(&self) -> Result<(), ParamError> {

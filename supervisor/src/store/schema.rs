@@ -172,6 +172,10 @@ pub const MIGRATIONS: &[&str] = &[
     );
     ALTER TABLE session_pauses ADD COLUMN kind TEXT NOT NULL DEFAULT 'pause';
     ",
+    // 7: occupancy (issue 16): a workspace's live holder is found through an index.
+    "
+    CREATE INDEX task_sessions_by_workspace ON task_sessions(workspace_path, state);
+    ",
 ];
 
 /// Brings the database up to the newest migration.

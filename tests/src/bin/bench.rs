@@ -44,6 +44,7 @@ async fn create_ready(api: &Api, workspace: &std::path::Path) -> (String, Durati
             workspace.to_str().unwrap().to_owned(),
             None,
             None,
+            Some(true),
         ),
     )
     .await;

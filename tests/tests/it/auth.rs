@@ -69,7 +69,8 @@ async fn r11_the_cli_shows_each_step_of_a_slow_start() {
         let mut args = vec!["session", "start", "--new-task", "t", "--agent", "authed"];
         args.extend(["--workspace", workspace.to_str().unwrap()]);
         if quiet {
-            args.push("--quiet");
+            // A second session in the same workspace says it shares it.
+            args.extend(["--quiet", "--shared"]);
         }
         args.into_iter().map(str::to_owned).collect::<Vec<_>>()
     };

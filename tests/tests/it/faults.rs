@@ -207,6 +207,7 @@ async fn r10_a_launch_cut_short_leaves_no_orphan_sidecar() {
         workspace.to_str().unwrap().to_owned(),
         None,
         None,
+        None,
     );
     let _ = within("task.session.create", create).await;
     drop(api);
@@ -688,6 +689,7 @@ async fn r10_a_session_cut_short_before_its_first_record_is_not_stuck_starting()
         task.id,
         "mock".into(),
         daemon.workspace("e").to_str().unwrap().to_owned(),
+        None,
         None,
         None,
     );

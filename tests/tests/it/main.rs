@@ -20,3 +20,4 @@ mod snapshots;
 mod supervisor;
 mod tidy;
 mod web_ui;
+mod workspaces;

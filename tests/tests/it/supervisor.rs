@@ -317,6 +317,7 @@ async fn bad_requests_get_the_right_kind() {
             path.to_owned(),
             None,
             None,
+            None,
         );
         refused("task.session.create", call)
     };
