@@ -309,6 +309,12 @@ pub struct SessionStatus {
     /// How many executions (runs of its agent) the session has had.
     #[serde(default)]
     pub generation: u64,
+    /// Where the session's profile snapshot differs from the profile as it is now (dotted
+    /// field names, e.g. `session.native_resume`; `profile` when it no longer exists). A
+    /// session keeps the profile it started with until `task.session.resume` is asked to
+    /// `refresh_profile`.
+    #[serde(default)]
+    pub profile_drift: Vec<String>,
 }
 
 /// `task.session.pause`'s answer.
@@ -344,6 +350,13 @@ pub struct ResumeResult {
     pub acp_session_id: Option<String>,
     /// The session's error message, if any (a rejected token leaves a notice, not an error).
     pub error: Option<String>,
+    /// Where the session's profile snapshot differs from the profile as it is now (dotted
+    /// field names); after `refresh_profile`, the fields just adopted.
+    #[serde(default)]
+    pub profile_drift: Vec<String>,
+    /// The current profile was adopted (`refresh_profile: true`).
+    #[serde(default)]
+    pub profile_refreshed: bool,
 }
 
 /// `sessions.stop_all`'s answer.
@@ -1079,7 +1092,11 @@ pub trait Api {
     /// Brings a session's agent back: natively when it can, else with the history for the
     /// next prompt. Joins a resume already under way.
     #[method(name = "task.session.resume", param_kind = map)]
-    async fn session_resume(&self, session_id: String) -> RpcResult<ResumeResult>;
+    async fn session_resume(
+        &self,
+        session_id: String,
+        refresh_profile: Option<bool>,
+    ) -> RpcResult<ResumeResult>;
 
     /// Stops every live agent; the sessions stay resumable.
     #[method(name = "sessions.stop_all")]

@@ -127,8 +127,12 @@ impl ApiServer for Methods {
         Ok(PromptStarted { turn_id })
     }
 
-    async fn session_resume(&self, session_id: String) -> RpcResult<ResumeResult> {
-        self.0.resume(session_id).await.map_err(to_rpc)
+    async fn session_resume(
+        &self,
+        session_id: String,
+        refresh_profile: Option<bool>,
+    ) -> RpcResult<ResumeResult> {
+        self.0.resume(session_id, refresh_profile.unwrap_or(false)).await.map_err(to_rpc)
     }
 
     async fn stop_all(&self) -> RpcResult<StopAllResult> {

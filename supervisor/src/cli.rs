@@ -97,6 +97,10 @@ enum Command {
         /// Print nothing but the outcome line.
         #[arg(long, short)]
         quiet: bool,
+        /// Adopt the agent profile as it is now (the session keeps the one it started
+        /// with otherwise; `status` shows where they differ).
+        #[arg(long)]
+        refresh_profile: bool,
         /// The session.
         session: String,
     },
@@ -753,13 +757,23 @@ impl Client {
             Command::Prompt { quiet, session, text } => {
                 self.prompt(&session, &text.join(" "), quiet).await
             }
-            Command::Resume { quiet, session } => {
-                let result = self.resume_with_progress(&session, quiet).await?;
+            Command::Resume { quiet, refresh_profile, session } => {
+                let result = self.resume_with_progress(&session, quiet, refresh_profile).await?;
                 println!(
                     "session {session} resumed ({}), {}",
                     result.outcome.as_str(),
                     result.state.as_str()
                 );
+                match (result.profile_refreshed, result.profile_drift.is_empty()) {
+                    (true, _) => {
+                        println!("adopted the current profile: {}", result.profile_drift.join(", "))
+                    }
+                    (false, false) => println!(
+                        "the profile changed since the session started ({}); resume --refresh-profile adopts it",
+                        result.profile_drift.join(", ")
+                    ),
+                    (false, true) => {}
+                }
                 Ok(())
             }
             Command::Status { session, json: JsonFlag { json } } => {
@@ -957,10 +971,11 @@ impl Client {
         &self,
         session: &str,
         quiet: bool,
+        refresh_profile: bool,
     ) -> Result<ResumeResult, Failure> {
         let shown = Shown::new(quiet);
         let mut events = Feed::open(self, session, None, &shown).await?;
-        let call = self.client.session_resume(session.to_owned());
+        let call = self.client.session_resume(session.to_owned(), Some(refresh_profile));
         tokio::pin!(call);
         let mut outcome_shown = false;
         let result = loop {

@@ -454,6 +454,7 @@ impl Supervisor {
         let view = handle.as_ref().map(SessionHandle::view);
         let running = view.as_ref().is_some_and(|view| view.agent_running);
         let phase = view.as_ref().map(|view| view.phase);
+        let profile_drift = self.profile_drift(&row);
         let (is_resumable, needs_resume, reason) = if row.state.is_terminal() {
             (false, false, "terminal")
         } else if running {
@@ -497,6 +498,7 @@ impl Supervisor {
             error: view.and_then(|view| view.error).or(row.error_message),
             last_event_seq,
             generation,
+            profile_drift,
         })
     }
 
@@ -570,14 +572,46 @@ impl Supervisor {
 
     /// `task.session.resume`: one launch per session however many callers; every caller
     /// gets its outcome.
-    pub async fn resume(&self, session_id: String) -> Result<ResumeResult, ServiceError> {
-        let row = self.session_row(&session_id).await?;
+    pub async fn resume(
+        &self,
+        session_id: String,
+        refresh_profile: bool,
+    ) -> Result<ResumeResult, ServiceError> {
+        let mut row = self.session_row(&session_id).await?;
         if row.state.is_terminal() {
             return Err(ServiceError::Conflict(format!(
                 "session {session_id} is {} and cannot be resumed",
                 row.state.as_str()
             )));
         }
+        let profile_drift = self.profile_drift(&row);
+        // Adopting today's profile: refused while the agent runs (it runs with the old
+        // one); otherwise stored first, so a restart launches with it too.
+        let refresh = if refresh_profile && !profile_drift.is_empty() {
+            let current = self.config.registry.get(&row.agent_profile_id).ok_or_else(|| {
+                ServiceError::InvalidState(format!(
+                    "agent profile {} no longer exists; the session keeps its snapshot",
+                    row.agent_profile_id
+                ))
+            })?;
+            let running = self.handle(&row.id).is_some_and(|handle| {
+                let view = handle.view();
+                handle.is_live() && (view.agent_running || view.is_starting())
+            });
+            if running {
+                return Err(ServiceError::InvalidState(format!(
+                    "session {session_id}'s agent is running with its profile snapshot; pause the session (or stop-all) first, then resume with refresh_profile"
+                )));
+            }
+            let snapshot = serde_json::to_value(&*current)
+                .map_err(|err| ServiceError::Internal(err.to_string()))?;
+            self.config.store.set_profile_snapshot(row.id.clone(), snapshot.clone()).await?;
+            row.profile_snapshot = snapshot;
+            tracing::info!(session = %session_id, fields = ?profile_drift, "adopting the current profile");
+            Some(current)
+        } else {
+            None
+        };
         // Checked before an actor is started: a new one begins its launch at once.
         let live = self.handle(&row.id).filter(SessionHandle::is_live);
         if live.is_none_or(|handle| !handle.view().agent_running) {
@@ -586,12 +620,18 @@ impl Supervisor {
             self.check_runtime(&row.runtime).await?;
         }
         let handle = self.actor(&row).await?;
-        let outcome =
-            tokio::time::timeout(RESUME_WAIT, handle.resume()).await.map_err(|_| {
-                ServiceError::RuntimeUnavailable(format!(
-                    "session {session_id} did not become ready in time"
-                ))
-            })??;
+        let profile_refreshed = refresh.is_some();
+        let resumed = async {
+            match refresh {
+                Some(profile) => handle.resume_with(profile).await,
+                None => handle.resume().await,
+            }
+        };
+        let outcome = tokio::time::timeout(RESUME_WAIT, resumed).await.map_err(|_| {
+            ServiceError::RuntimeUnavailable(format!(
+                "session {session_id} did not become ready in time"
+            ))
+        })??;
         let view = handle.view();
         Ok(ResumeResult {
             session_id,
@@ -600,7 +640,32 @@ impl Supervisor {
             is_agent_running: view.agent_running,
             acp_session_id: view.acp_session_id,
             error: view.error,
+            profile_drift,
+            profile_refreshed,
         })
+    }
+
+    /// Where a session's profile snapshot differs from the profile as it is now: dotted
+    /// field names (`profile` when it no longer exists). Both sides go through the profile
+    /// type, so a field added since the snapshot was taken (with its default) is no drift.
+    fn profile_drift(&self, row: &SessionRow) -> Vec<String> {
+        let Some(current) = self.config.registry.get(&row.agent_profile_id) else {
+            return vec!["profile".into()];
+        };
+        let (Ok(then), Ok(now)) = (
+            Supervisor::snapshot(row).and_then(|profile| {
+                serde_json::to_value(&*profile)
+                    .map_err(|err| ServiceError::Internal(err.to_string()))
+            }),
+            serde_json::to_value(&*current),
+        ) else {
+            return Vec::new();
+        };
+        let mut fields = Vec::new();
+        json_diff("", &then, &now, &mut fields);
+        // Where it was loaded from is not part of what it does.
+        fields.retain(|field| field != "source" && !field.starts_with("source."));
+        fields
     }
 
     /// Stops every live agent and its sidecar; the sessions stay resumable. Then every
@@ -1409,5 +1474,31 @@ fn check_id(field: &'static str, id: &str) -> Result<(), ServiceError> {
             field,
             message: format!("{field} {id:?} is not a valid id"),
         })
+    }
+}
+
+/// The dotted paths where two JSON values differ (objects are compared member by member;
+/// anything else whole).
+fn json_diff(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+    use serde_json::Value;
+    if a == b {
+        return;
+    }
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => {
+            let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            for key in keys {
+                let child = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+                json_diff(
+                    &child,
+                    a.get(key).unwrap_or(&Value::Null),
+                    b.get(key).unwrap_or(&Value::Null),
+                    out,
+                );
+            }
+        }
+        _ => out.push(if path.is_empty() { "profile".into() } else { path.to_owned() }),
     }
 }

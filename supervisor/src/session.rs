@@ -153,13 +153,35 @@ impl SessionView {
 type Reply<T> = oneshot::Sender<Result<T, SessionError>>;
 
 enum Command {
-    Prompt { text: String, reply: Reply<String> },
-    Cancel { reply: Reply<()> },
-    Permission { request_id: String, outcome: Value, reply: Reply<()> },
-    Stop { end: SessionState, reply: Reply<()> },
-    Resume { reply: Reply<ResumeOutcome> },
-    Detach { reply: Reply<()> },
-    Pause { reason: Option<String>, force_after: Duration, reply: Reply<bool> },
+    Prompt {
+        text: String,
+        reply: Reply<String>,
+    },
+    Cancel {
+        reply: Reply<()>,
+    },
+    Permission {
+        request_id: String,
+        outcome: Value,
+        reply: Reply<()>,
+    },
+    Stop {
+        end: SessionState,
+        reply: Reply<()>,
+    },
+    /// `refresh`: the profile to adopt first (refused while the agent runs).
+    Resume {
+        refresh: Option<Arc<Profile>>,
+        reply: Reply<ResumeOutcome>,
+    },
+    Detach {
+        reply: Reply<()>,
+    },
+    Pause {
+        reason: Option<String>,
+        force_after: Duration,
+        reply: Reply<bool>,
+    },
 }
 
 impl std::fmt::Debug for Command {
@@ -238,7 +260,12 @@ impl SessionHandle {
     /// time); returns the outcome (`native_resume`, `native_load`, `resume_command`,
     /// `history_injection`, `fresh`, or `already_running`).
     pub async fn resume(&self) -> Result<ResumeOutcome, SessionError> {
-        self.ask(|reply| Command::Resume { reply }).await
+        self.ask(|reply| Command::Resume { refresh: None, reply }).await
+    }
+
+    /// Adopts `profile` (refused while the agent runs), then resumes.
+    pub async fn resume_with(&self, profile: Arc<Profile>) -> Result<ResumeOutcome, SessionError> {
+        self.ask(|reply| Command::Resume { refresh: Some(profile), reply }).await
     }
 
     /// Stops the agent and its sidecar but keeps the session active (it needs a resume).

@@ -800,6 +800,26 @@ impl Store {
         .await
     }
 
+    /// Replaces a session's profile snapshot (`resume {refresh_profile: true}`).
+    pub async fn set_profile_snapshot(
+        &self,
+        id: String,
+        snapshot: serde_json::Value,
+    ) -> Result<(), StoreError> {
+        let json = snapshot.to_string();
+        self.call(move |conn| {
+            let changed = conn.execute(
+                "UPDATE task_sessions SET profile_snapshot = ?2, updated_at = ?3 WHERE id = ?1",
+                params![id, json, now_ms()],
+            )?;
+            if changed == 0 {
+                return Err(StoreError::NotFound { what: "session", id });
+            }
+            Ok(())
+        })
+        .await
+    }
+
     /// Deletes a session and everything that hangs off it.
     pub async fn delete_session(&self, id: String) -> Result<(), StoreError> {
         self.call(move |conn| {

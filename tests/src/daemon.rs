@@ -536,7 +536,7 @@ impl Api {
 
     /// `task.session.resume`, or the refusal.
     pub async fn resume(&self, session: &str) -> Result<ResumeResult, ApiError> {
-        call("task.session.resume", self.client.session_resume(session.to_owned())).await
+        call("task.session.resume", self.client.session_resume(session.to_owned(), None)).await
     }
 
     /// The whole history of a session.

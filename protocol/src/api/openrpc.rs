@@ -116,7 +116,7 @@ pub fn generate() -> Value {
         method::SESSION_PROMPT,
         "Sends a prompt (resuming the session first when its agent is not running); the turn's output arrives as events.",
     );
-    m.add::<SessionId, ResumeResult>(
+    m.add::<SessionResume, ResumeResult>(
         method::SESSION_RESUME,
         "Brings a session's agent back: natively when it can, else with the history for the next prompt.",
     );
@@ -299,7 +299,7 @@ mod tests {
             client.session_list(Some(s()), Some(SessionState::Failed), Some("mock".into())).await;
         let _ = client.session_status(s()).await;
         let _ = client.session_prompt(s(), "p".into()).await;
-        let _ = client.session_resume(s()).await;
+        let _ = client.session_resume(s(), Some(true)).await;
         let _ = client.stop_all().await;
         let _ = client.session_cancel(s()).await;
         let _ = client.session_pause(s(), Some("why".into()), Some(1000)).await;
@@ -423,7 +423,11 @@ mod tests {
         ) -> jsonrpsee::core::RpcResult<PromptStarted> {
             never()
         }
-        async fn session_resume(&self, _: String) -> jsonrpsee::core::RpcResult<ResumeResult> {
+        async fn session_resume(
+            &self,
+            _: String,
+            _: Option<bool>,
+        ) -> jsonrpsee::core::RpcResult<ResumeResult> {
             never()
         }
         async fn stop_all(&self) -> jsonrpsee::core::RpcResult<StopAllResult> {

@@ -155,7 +155,7 @@ impl Checked for SessionList {
     }
 }
 
-/// Methods that take just a session: `task.session.status`, `resume`, `cancel`, `stop`,
+/// Methods that take just a session: `task.session.status`, `cancel`, `stop`,
 /// `delete`, `snapshot.list`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -164,6 +164,23 @@ pub struct SessionId {
     pub session_id: String,
 }
 impl Checked for SessionId {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)
+    }
+}
+
+/// `task.session.resume`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionResume {
+    /// The session.
+    pub session_id: String,
+    /// Adopt the profile as it is now instead of the snapshot the session started with
+    /// (refused while its agent runs).
+    #[serde(default)]
+    pub refresh_profile: Option<bool>,
+}
+impl Checked for SessionResume {
     fn limits(&self) -> Result<(), ParamError> {
         within("session_id", &self.session_id, MAX_ID)
     }
@@ -371,8 +388,10 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         TASK_GET => parse::<TaskGet>(raw).map(drop),
         SESSION_CREATE => parse::<SessionCreate>(raw).map(drop),
         SESSION_LIST => parse::<SessionList>(raw).map(drop),
-        SESSION_STATUS | SESSION_RESUME | SESSION_CANCEL | SESSION_STOP | SESSION_DELETE
-        | SNAPSHOT_LIST => parse::<SessionId>(raw).map(drop),
+        SESSION_STATUS | SESSION_CANCEL | SESSION_STOP | SESSION_DELETE | SNAPSHOT_LIST => {
+            parse::<SessionId>(raw).map(drop)
+        }
+        SESSION_RESUME => parse::<SessionResume>(raw).map(drop),
         SESSION_TIMELINE => parse::<SessionTimeline>(raw).map(drop),
         SNAPSHOT_GET => parse::<SnapshotGet>(raw).map(drop),
         SESSION_PROMPT => parse::<SessionPrompt>(raw).map(drop),

@@ -421,7 +421,21 @@ impl SessionActor {
                 let result = self.pause(reason, force_after).await;
                 let _ = reply.send(result);
             }
-            Command::Resume { reply } => match self.phase {
+            Command::Resume { refresh: Some(profile), reply } => {
+                let busy =
+                    matches!(self.phase, Phase::Launching | Phase::Opening | Phase::Adopting)
+                        || self.execution.as_ref().is_some_and(|e| e.agent_running);
+                if busy {
+                    let _ = reply.send(Err(SessionError::InvalidState(
+                        "the agent is running with the session's profile; pause the session (or stop-all) first, then resume with refresh_profile".into(),
+                    )));
+                } else {
+                    self.profile = profile;
+                    self.waiters.push(reply);
+                    self.begin_resume().await;
+                }
+            }
+            Command::Resume { refresh: None, reply } => match self.phase {
                 // One launch at a time; everyone gets its outcome.
                 Phase::Launching | Phase::Opening | Phase::Adopting => self.waiters.push(reply),
                 Phase::Open if self.execution.as_ref().is_some_and(|e| e.agent_running) => {
@@ -1781,7 +1795,7 @@ async fn record_start_commit(
 fn reject(command: Command, error: impl Fn() -> SessionError) {
     match command {
         Command::Prompt { reply, .. } => drop(reply.send(Err(error()))),
-        Command::Resume { reply } => drop(reply.send(Err(error()))),
+        Command::Resume { reply, .. } => drop(reply.send(Err(error()))),
         Command::Cancel { reply }
         | Command::Stop { reply, .. }
         | Command::Detach { reply }

@@ -773,7 +773,7 @@ async fn a_kill_around_a_load_records_its_replay_nowhere(point: &str) {
     daemon.restart_with_env(&[("TETHER_FAULT", point)]).await;
     let api = daemon.api().await;
     // The answer may be lost with the daemon.
-    let _ = within("task.session.resume", api.typed().session_resume(session.clone())).await;
+    let _ = within("task.session.resume", api.typed().session_resume(session.clone(), None)).await;
     drop(api);
     within("the supervisor to die at the fault point", daemon.wait_exit()).await;
     daemon.restart_with_env(&[]).await;

@@ -207,7 +207,7 @@ async fn pause_refuses_what_it_cannot_do_and_a_paused_session_can_end_or_go_on()
     ok("pause", typed.session_pause(b.clone(), None, None)).await;
     ok("cancel", typed.session_cancel(b.clone())).await;
     assert_eq!(api.status(&b).await.state, SessionState::Cancelled);
-    let over = refused("resume a cancelled session", typed.session_resume(b.clone())).await;
+    let over = refused("resume a cancelled session", typed.session_resume(b.clone(), None)).await;
     assert_eq!(over.kind, ErrorKind::Conflict, "{over:?}");
 }
 

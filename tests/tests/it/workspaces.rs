@@ -63,3 +63,57 @@ async fn concurrent_creates_of_one_workspace_let_one_through() {
         assert_eq!(refusal.kind, ErrorKind::Conflict);
     }
 }
+
+/// A session keeps the profile it started with: an edit of the profile is reported as
+/// drift (which fields) by status and resume, and adopted only by a resume that asks —
+/// refused while the agent runs with the old one.
+#[tokio::test]
+async fn a_profile_edit_is_reported_as_drift_and_adopted_only_on_request() {
+    let before = "id = \"drifty\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{home}/.mock-agent\"]\nprotocol = \"acp\"\n";
+    let mut daemon = Daemon::start_with_profiles(&[], &[("drifty.toml", before)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("drifty", &daemon.workspace("d")).await;
+    assert_eq!(api.status(&session).await.profile_drift, Vec::<String>::new());
+    // The profile is edited; a restart reads it (the daemon's watcher would too, later).
+    let after = format!("{before}[env]\nDRIFT_MARK = \"adopted\"\n");
+    std::fs::write(daemon.root.path().join("tether/profiles/drifty.toml"), after).unwrap();
+    drop(api);
+    daemon.terminate().await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    assert_eq!(api.status(&session).await.profile_drift, ["env.DRIFT_MARK"]);
+    // Not adopted by an ordinary resume, nor while the agent runs.
+    let joined = api.resume(&session).await.unwrap();
+    assert_eq!(
+        (joined.profile_drift.as_slice(), joined.profile_refreshed),
+        (&["env.DRIFT_MARK".to_owned()][..], false)
+    );
+    let busy = api.typed().session_resume(session.clone(), Some(true));
+    let busy = tether_tests::daemon::refused("refresh while running", busy).await;
+    assert_eq!(busy.kind, ErrorKind::InvalidState, "{busy:?}");
+    let agents = || Daemon::processes_mentioning(&daemon.root.path().join(".mock-agent"));
+    let environ = |pid: u32| std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    assert!(
+        agents()
+            .into_iter()
+            .all(|pid| !String::from_utf8_lossy(&environ(pid)).contains("DRIFT_MARK"))
+    );
+    // Paused, then resumed with the refresh: the new agent runs with the edited profile,
+    // and the session remembers (a native restore, as before).
+    ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
+    let refreshed = ok("resume", api.typed().session_resume(session.clone(), Some(true))).await;
+    assert!(refreshed.profile_refreshed, "{refreshed:?}");
+    assert_eq!(refreshed.profile_drift, ["env.DRIFT_MARK"]);
+    assert_eq!(refreshed.outcome, protocol::api::ResumeOutcome::NativeLoad);
+    assert!(api.status(&session).await.profile_drift.is_empty(), "adopted");
+    let marked = agents()
+        .into_iter()
+        .any(|pid| String::from_utf8_lossy(&environ(pid)).contains("DRIFT_MARK=adopted"));
+    assert!(marked, "the agent runs with the edited profile");
+    // Kept across a restart: it is the session's snapshot now.
+    drop(api);
+    daemon.terminate().await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    assert!(api.status(&session).await.profile_drift.is_empty());
+}
