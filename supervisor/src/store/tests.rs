@@ -450,27 +450,14 @@ async fn an_opened_session_is_recorded_at_once_for_the_current_execution_only() 
 /// row, its references and its cascades, and takes the new state.
 #[tokio::test]
 async fn migration_5_keeps_sessions_and_their_references() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("state.db");
-    {
-        let conn = Connection::open(&path).unwrap();
-        conn.execute_batch(
-            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
-        )
-        .unwrap();
-        for (idx, sql) in MIGRATIONS.iter().take(4).enumerate() {
-            conn.execute_batch(sql).unwrap();
-            conn.execute("INSERT INTO schema_migrations VALUES (?1, 0)", [idx + 1]).unwrap();
-        }
-        conn.execute_batch(
-            "INSERT INTO tasks VALUES ('t', 'T', '', 'TODO', 0, 0);
-             INSERT INTO task_sessions VALUES ('s', 't', 'mock', '{}', 'standalone', 'WAITING_FOR_INPUT', '/w', NULL, 0, 0);
-             INSERT INTO executors_running (session_id, execution_id, generation, runtime, status, created_at, updated_at)
-                 VALUES ('s', 'e', 1, 'standalone', 'stopped', 0, 0);
-             INSERT INTO turns (id, session_id, execution_id, request_id, state, started_at) VALUES ('u', 's', 'e', '1', 'completed', 0);",
-        )
-        .unwrap();
-    }
+    let (_dir, path) = database_at(
+        4,
+        "INSERT INTO tasks VALUES ('t', 'T', '', 'TODO', 0, 0);
+         INSERT INTO task_sessions VALUES ('s', 't', 'mock', '{}', 'standalone', 'WAITING_FOR_INPUT', '/w', NULL, 0, 0);
+         INSERT INTO executors_running (session_id, execution_id, generation, runtime, status, created_at, updated_at)
+             VALUES ('s', 'e', 1, 'standalone', 'stopped', 0, 0);
+         INSERT INTO turns (id, session_id, execution_id, request_id, state, started_at) VALUES ('u', 's', 'e', '1', 'completed', 0);",
+    );
     let store = Store::open(&path).unwrap();
     let row = store.get_session("s".into()).await.unwrap();
     assert_eq!(row.state, SessionState::WaitingForInput);
@@ -657,25 +644,12 @@ async fn snapshots_and_handoffs_are_kept_as_documented() {
 /// Migration 6 keeps a waiting pause request of version 5 (as a plain pause).
 #[tokio::test]
 async fn migration_6_keeps_pause_requests() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("state.db");
-    {
-        let conn = Connection::open(&path).unwrap();
-        conn.execute_batch(
-            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
-        )
-        .unwrap();
-        for (idx, sql) in MIGRATIONS.iter().take(5).enumerate() {
-            conn.execute_batch(sql).unwrap();
-            conn.execute("INSERT INTO schema_migrations VALUES (?1, 0)", [idx + 1]).unwrap();
-        }
-        conn.execute_batch(
-            "INSERT INTO tasks VALUES ('t', 'T', '', 'TODO', 0, 0);
-             INSERT INTO task_sessions VALUES ('s', 't', 'mock', '{}', 'standalone', 'RUNNING', '/w', NULL, 0, 0);
-             INSERT INTO session_pauses VALUES ('s', 'why', 42, 1);",
-        )
-        .unwrap();
-    }
+    let (_dir, path) = database_at(
+        5,
+        "INSERT INTO tasks VALUES ('t', 'T', '', 'TODO', 0, 0);
+         INSERT INTO task_sessions VALUES ('s', 't', 'mock', '{}', 'standalone', 'RUNNING', '/w', NULL, 0, 0);
+         INSERT INTO session_pauses VALUES ('s', 'why', 42, 1);",
+    );
     let store = Store::open(&path).unwrap();
     let expected =
         PauseRequest { reason: Some("why".into()), force_at: 42, trigger: SnapshotTrigger::Pause };
@@ -689,4 +663,21 @@ fn executor(session_id: &str, execution_id: &str) -> ExecutorRow {
         runtime: "standalone".into(),
         ..Default::default()
     }
+}
+
+/// A database file migrated to `version` only (as an older build left it), holding `rows`.
+fn database_at(version: usize, rows: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let conn = Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+    )
+    .unwrap();
+    for (idx, sql) in MIGRATIONS.iter().take(version).enumerate() {
+        conn.execute_batch(sql).unwrap();
+        conn.execute("INSERT INTO schema_migrations VALUES (?1, 0)", [idx + 1]).unwrap();
+    }
+    conn.execute_batch(rows).unwrap();
+    (dir, path)
 }
