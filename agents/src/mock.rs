@@ -53,6 +53,8 @@ options:
   --replay-with-next    hold that replay until the next request, and send it first
   --require-env N=V     exit with code 1 and nothing on stderr unless N is set to V
                         (as claude-agent-acp does run as root without IS_SANDBOX=1)
+  --fail-while PATH     exit with --exit-code at start, after a line on stderr, while PATH
+                        exists (a launch failure that a later attempt outlives)
 
 prompt commands (one per line; other lines are the message):
   /stream N  /tool  /permission  /read PATH  /write PATH TEXT  /sleep MS
@@ -97,6 +99,8 @@ pub struct Config {
     pub idle: bool,
     /// `(name, value)`: exit silently with code 1 unless the variable is set to the value.
     pub require_env: Option<(String, String)>,
+    /// `--fail-while`: the file whose existence makes the start fail.
+    pub fail_while: Option<PathBuf>,
     /// Replay a loaded session after the `session/load` answer, not before it.
     pub late_replay: bool,
     /// Later still: hold the replay until the next request arrives, then send it first
@@ -124,6 +128,7 @@ impl Default for Config {
             name: "mock-agent".into(),
             idle: false,
             require_env: None,
+            fail_while: None,
             late_replay: false,
             replay_with_next: false,
         }
@@ -175,6 +180,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, 
             "--idle" => config.idle = true,
             "--late-replay" => config.late_replay = true,
             "--replay-with-next" => config.replay_with_next = true,
+            "--fail-while" => config.fail_while = Some(value("--fail-while")?.into()),
             "--require-env" => {
                 let pair = value("--require-env")?;
                 let (name, wanted) = pair
@@ -226,6 +232,10 @@ pub async fn run(config: Config) -> i32 {
         && std::env::var(name).ok().as_ref() != Some(wanted)
     {
         return 1;
+    }
+    if let Some(path) = config.fail_while.as_ref().filter(|path| path.exists()) {
+        eprintln!("mock-agent: failing at start while {} exists (--fail-while)", path.display());
+        return config.exit_code;
     }
     if config.ignore_sigterm {
         ignore_sigterm();
@@ -861,6 +871,8 @@ mod tests {
             "--require-env",
             "IS_SANDBOX=1",
             "--late-replay",
+            "--fail-while",
+            "/tmp/flag",
         ])
         .unwrap() else {
             panic!("expected a run")
@@ -885,6 +897,7 @@ mod tests {
                 name: "m2".into(),
                 idle: false,
                 require_env: Some(("IS_SANDBOX".into(), "1".into())),
+                fail_while: Some("/tmp/flag".into()),
                 late_replay: true,
                 replay_with_next: false,
             }

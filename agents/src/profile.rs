@@ -48,8 +48,24 @@ pub struct Profile {
     pub docker: DockerSettings,
     /// Process timeouts.
     pub process: ProcessSettings,
+    /// `[workspace]`: present, sessions of this profile work in a git worktree of their
+    /// own (unless a create says `worktree: false`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<WorkspaceSettings>,
     /// Where the profile came from.
     pub source: ProfileSource,
+}
+
+/// `[workspace]`: the repository a session's worktree is made from, and its base.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceSettings {
+    /// The repository (an absolute path); absent, the session's `workspace_path` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    /// The branch or commit the session's branch starts from; absent, the repository's
+    /// `HEAD`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
 }
 
 /// One `authenticate` method a profile allows.
@@ -347,6 +363,14 @@ fn locate(
     ProfileError { file: source.clone(), line, column, field: field.to_owned(), reason }
 }
 
+/// Where a byte offset of a TOML document is, for located errors in other TOML files (the
+/// daemon's config): 1-based line and character column, and the dotted key path of the
+/// entry there, if the text parses as TOML at all.
+pub fn toml_location(text: &str, offset: usize) -> (usize, usize, Option<String>) {
+    let (line, column) = line_col(text, offset);
+    (line, column, field_at(text, offset))
+}
+
 /// 1-based line and character column of a byte offset.
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(text.len());
@@ -407,6 +431,14 @@ struct RawProfile {
     docker: RawDocker,
     #[serde(default)]
     process: RawProcess,
+    workspace: Option<RawWorkspace>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorkspace {
+    repo: Option<Spanned<String>>,
+    base: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -645,6 +677,25 @@ impl RawProfile {
             }
             None => defaults::CPUS,
         };
+        if let Some(workspace) = &self.workspace {
+            if let Some(repo) = &workspace.repo {
+                check.ensure(
+                    Path::new(repo.get_ref()).is_absolute(),
+                    repo.span(),
+                    "workspace.repo",
+                    "must be an absolute path to a git repository",
+                )?;
+            }
+            if let Some(base) = &workspace.base {
+                let name = base.get_ref();
+                check.ensure(
+                    !name.trim().is_empty() && !name.starts_with('-') && !name.contains(".."),
+                    base.span(),
+                    "workspace.base",
+                    "must name a branch or commit (not empty, no leading -, no ..)",
+                )?;
+            }
+        }
         let positive = |value: &Option<Spanned<u64>>, field: &str, default: u64| match value {
             Some(value) => {
                 check.ensure(
@@ -710,6 +761,10 @@ impl RawProfile {
                 memory_mb,
                 cpus,
             },
+            workspace: self.workspace.map(|workspace| WorkspaceSettings {
+                repo: workspace.repo.map(Spanned::into_inner),
+                base: workspace.base.map(Spanned::into_inner),
+            }),
             process: ProcessSettings {
                 init_timeout_ms,
                 stop_grace_ms,

@@ -68,7 +68,8 @@ pub enum SessionState {
     WaitingForInput,
     /// Ended by `task.session.stop`: for good.
     Completed,
-    /// Failed for good (its agent could not be launched).
+    /// Its last launch failed (the reason is in the status's `error`). Not terminal: a
+    /// resume (or a prompt) launches it again; `stop` or `cancel` ends it for good.
     Failed,
     /// Cancelled for good.
     Cancelled,
@@ -78,9 +79,15 @@ pub enum SessionState {
 }
 
 impl SessionState {
-    /// `COMPLETED`, `FAILED`, `CANCELLED`: no more prompts, no resume, no more events.
+    /// `COMPLETED`, `CANCELLED`: ended for good, no more prompts, no resume, no more events.
     pub fn is_terminal(self) -> bool {
-        matches!(self, SessionState::Completed | SessionState::Failed | SessionState::Cancelled)
+        matches!(self, SessionState::Completed | SessionState::Cancelled)
+    }
+
+    /// Terminal, or `FAILED`: nothing happens until someone resumes it (what a follower
+    /// waits for).
+    pub fn is_at_rest(self) -> bool {
+        self.is_terminal() || self == SessionState::Failed
     }
 }
 
@@ -260,6 +267,9 @@ pub struct SessionSummary {
     pub created_at: i64,
     /// Updated, Unix ms.
     pub updated_at: i64,
+    /// The branch of the worktree Tether made for it (`workspace_path` is that worktree).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree_branch: Option<String>,
 }
 
 /// `task.get`: a task and its sessions.
@@ -357,6 +367,42 @@ pub struct ResumeResult {
     /// The current profile was adopted (`refresh_profile: true`).
     #[serde(default)]
     pub profile_refreshed: bool,
+}
+
+/// `sessions.cleanup`'s answer: what was removed, and what matched but was kept and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CleanupResult {
+    /// Nothing was removed: `removed` lists what would be.
+    pub dry_run: bool,
+    /// The sessions removed (or that would be), oldest first.
+    pub removed: Vec<CleanedSession>,
+    /// Sessions the filters matched that were kept, with the reason.
+    pub kept: Vec<KeptSession>,
+}
+
+/// A session `sessions.cleanup` removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CleanedSession {
+    /// The session.
+    pub session_id: String,
+    /// Its state.
+    pub state: SessionState,
+    /// Its last change, Unix ms.
+    pub updated_at: i64,
+    /// What went with it besides its rows: `history`, `events`, `spool`, `container`,
+    /// `worktree` (each present only when there was one).
+    pub resources: Vec<String>,
+}
+
+/// A session `sessions.cleanup` matched and kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct KeptSession {
+    /// The session.
+    pub session_id: String,
+    /// Its state.
+    pub state: SessionState,
+    /// Why it was kept.
+    pub reason: String,
 }
 
 /// `sessions.stop_all`'s answer.
@@ -971,6 +1017,8 @@ pub mod method {
     pub const SESSION_RESUME: &str = "task.session.resume";
     /// `sessions.stop_all`
     pub const STOP_ALL: &str = "sessions.stop_all";
+    /// `sessions.cleanup`
+    pub const CLEANUP: &str = "sessions.cleanup";
     /// `task.session.cancel`
     pub const SESSION_CANCEL: &str = "task.session.cancel";
     /// `task.session.pause`
@@ -1016,6 +1064,7 @@ pub mod method {
         SESSION_PROMPT,
         SESSION_RESUME,
         STOP_ALL,
+        CLEANUP,
         SESSION_CANCEL,
         SESSION_PAUSE,
         SESSION_STOP,
@@ -1059,16 +1108,22 @@ pub trait Api {
 
     /// Creates a session of `task_id` with an agent profile in a workspace and starts its
     /// agent; `prompt` (or else the task's description) is its first prompt. A workspace
-    /// held by a live session is refused (`conflict`) unless `shared` is true.
+    /// held by a live session is refused (`conflict`) unless `shared` is true. With
+    /// `worktree` (default: whether the profile has a `[workspace]` section), the session
+    /// works in a git worktree of its own, on a new branch from `base`, of the repository
+    /// at `workspace_path` (or the profile's `workspace.repo`).
     #[method(name = "task.session.create", param_kind = map)]
+    #[allow(clippy::too_many_arguments)]
     async fn session_create(
         &self,
         task_id: String,
         agent_profile_id: String,
-        workspace_path: String,
+        workspace_path: Option<String>,
         prompt: Option<String>,
         runtime: Option<RuntimeKind>,
         shared: Option<bool>,
+        worktree: Option<bool>,
+        base: Option<String>,
     ) -> RpcResult<SessionSummary>;
 
     /// Sessions, oldest first, filtered by task, state and profile when given.
@@ -1122,9 +1177,31 @@ pub trait Api {
     #[method(name = "task.session.stop", param_kind = map)]
     async fn session_stop(&self, session_id: String) -> RpcResult<Done>;
 
-    /// Deletes a session and its records (its agent is stopped first).
+    /// Deletes a session and its records (its agent is stopped first), and its worktree if
+    /// Tether made one — refused while that holds uncommitted work unless `force`; the
+    /// worktree's branch stays unless `delete_branch`.
     #[method(name = "task.session.delete", param_kind = map)]
-    async fn session_delete(&self, session_id: String) -> RpcResult<Done>;
+    async fn session_delete(
+        &self,
+        session_id: String,
+        force: Option<bool>,
+        delete_branch: Option<bool>,
+    ) -> RpcResult<Done>;
+
+    /// Removes the sessions at rest (not live: `COMPLETED`, `CANCELLED`, `FAILED`, and
+    /// `PAUSED` or `WAITING_FOR_INPUT` without an agent) whose last change is older than
+    /// `max_age_days`: rows, history, event logs, spools, containers and worktrees.
+    /// `states` narrows the states; `keep_completed` spares `COMPLETED` ones; a worktree
+    /// with uncommitted work is kept unless `force`; `dry_run` removes nothing.
+    #[method(name = "sessions.cleanup", param_kind = map)]
+    async fn cleanup(
+        &self,
+        max_age_days: u32,
+        states: Option<Vec<SessionState>>,
+        keep_completed: Option<bool>,
+        dry_run: Option<bool>,
+        force: Option<bool>,
+    ) -> RpcResult<CleanupResult>;
 
     /// Answers a permission request with one of its options (`option_id`), or cancels it
     /// (no `option_id`).

@@ -17,7 +17,7 @@ use jsonrpsee::core::{RpcResult, SubscriptionResult};
 use jsonrpsee::server::{BatchRequestConfig, RpcModule, Server, ServerConfig, ServerHandle};
 use jsonrpsee::types::ErrorObjectOwned;
 use protocol::api::{
-    AgentInfo, ApiServer, Done, ErrorData, HistoryEntry, PauseResult, PromptStarted, ResumeResult,
+    AgentInfo, ApiServer, CleanupResult, Done, ErrorData, HistoryEntry, PauseResult, PromptStarted, ResumeResult,
     RuntimeKind, SessionState, SessionStatus, SessionSummary, Snapshot, SnapshotSummary,
     StopAllResult, Task, TaskDetail, Timeline, params,
 };
@@ -27,7 +27,7 @@ use serde_json::Value;
 pub use agentctl::server::AccessPolicy;
 use agentctl::server::{AccessLayer, stream_spool, stream_spool_batches};
 
-use crate::service::{ServiceError, Supervisor};
+use crate::service::{CleanupPolicy, NewSession, ServiceError, Supervisor};
 
 fn to_rpc(err: ServiceError) -> ErrorObjectOwned {
     let field = match &err {
@@ -89,18 +89,24 @@ impl ApiServer for Methods {
         &self,
         task_id: String,
         agent_profile_id: String,
-        workspace_path: String,
+        workspace_path: Option<String>,
         prompt: Option<String>,
         runtime: Option<RuntimeKind>,
         shared: Option<bool>,
+        worktree: Option<bool>,
+        base: Option<String>,
     ) -> RpcResult<SessionSummary> {
-        let runtime = runtime.map(|kind| kind.as_str().to_owned());
-        let shared = shared.unwrap_or(false);
-        let row = self
-            .0
-            .create_session(task_id, agent_profile_id, workspace_path, prompt, runtime, shared)
-            .await
-            .map_err(to_rpc)?;
+        let new = NewSession {
+            task_id,
+            agent_profile_id,
+            workspace_path,
+            prompt,
+            runtime: runtime.map(|kind| kind.as_str().to_owned()),
+            shared: shared.unwrap_or(false),
+            worktree,
+            base,
+        };
+        let row = self.0.create_session(new).await.map_err(to_rpc)?;
         Ok(row.into())
     }
 
@@ -156,8 +162,32 @@ impl ApiServer for Methods {
         self.0.stop(session_id).await.map_err(to_rpc).map(|()| Done {})
     }
 
-    async fn session_delete(&self, session_id: String) -> RpcResult<Done> {
-        self.0.delete(session_id).await.map_err(to_rpc).map(|()| Done {})
+    async fn session_delete(
+        &self,
+        session_id: String,
+        force: Option<bool>,
+        delete_branch: Option<bool>,
+    ) -> RpcResult<Done> {
+        let (force, delete_branch) = (force.unwrap_or(false), delete_branch.unwrap_or(false));
+        self.0.delete(session_id, force, delete_branch).await.map_err(to_rpc).map(|()| Done {})
+    }
+
+    async fn cleanup(
+        &self,
+        max_age_days: u32,
+        states: Option<Vec<SessionState>>,
+        keep_completed: Option<bool>,
+        dry_run: Option<bool>,
+        force: Option<bool>,
+    ) -> RpcResult<CleanupResult> {
+        let policy = CleanupPolicy {
+            max_age_days,
+            states: states.map(|states| states.into_iter().map(Into::into).collect()),
+            keep_completed: keep_completed.unwrap_or(false),
+            dry_run: dry_run.unwrap_or(false),
+            force: force.unwrap_or(false),
+        };
+        self.0.cleanup(&policy).await.map_err(to_rpc)
     }
 
     async fn permission_respond(

@@ -172,14 +172,16 @@ enum Command {
 
 #[derive(Args, Debug)]
 struct ServeArgs {
-    /// The address the API listens on.
-    #[arg(long, default_value = DEFAULT_LISTEN)]
-    listen: SocketAddr,
+    /// The address the API listens on [default: config.toml's `listen`, else
+    /// 127.0.0.1:7733]. Every flag here wins over `$TETHER_HOME/config.toml`, which wins
+    /// over the default; the file also holds the automatic retention policy.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
     /// Each session's event log keeps at least its newest this many bytes; older
     /// segments are dropped (subscribing before them is refused; the history keeps the
-    /// conversation).
-    #[arg(long, value_name = "BYTES", default_value_t = crate::events::DEFAULT_RETAIN_BYTES)]
-    event_log_retain_bytes: u64,
+    /// conversation) [default: 64 MiB].
+    #[arg(long, value_name = "BYTES")]
+    event_log_retain_bytes: Option<u64>,
     /// The size of an event log's segments (what retention drops at a time).
     #[arg(long, value_name = "BYTES", default_value_t = agentctl::spool::DEFAULT_SEGMENT_BYTES, hide = true)]
     event_log_segment_bytes: u64,
@@ -239,9 +241,10 @@ enum SessionCommand {
         /// The agent profile.
         #[arg(long)]
         agent: String,
-        /// The workspace directory.
+        /// The workspace directory; with --worktree, the repository (optional when the
+        /// profile names workspace.repo).
         #[arg(long)]
-        workspace: PathBuf,
+        workspace: Option<PathBuf>,
         /// The task.
         #[arg(long, required_unless_present = "new_task", conflicts_with = "new_task")]
         task: Option<String>,
@@ -258,6 +261,17 @@ enum SessionCommand {
         /// refused, naming its holder).
         #[arg(long)]
         shared: bool,
+        /// Work in a git worktree of its own, on a new branch tether/<task>-<id> (the
+        /// default when the profile has a [workspace] section).
+        #[arg(long, conflicts_with = "no_worktree")]
+        worktree: bool,
+        /// Work in the workspace itself even when the profile asks for worktrees.
+        #[arg(long)]
+        no_worktree: bool,
+        /// The branch or commit the worktree's branch starts from (default: the profile's
+        /// workspace.base, else the repository's HEAD).
+        #[arg(long, value_name = "REF")]
+        base: Option<String>,
         /// Print only the session id.
         #[arg(long, short)]
         quiet: bool,
@@ -288,22 +302,55 @@ enum SessionsCommand {
         #[command(flatten)]
         json: JsonFlag,
     },
-    /// Delete a session and its records.
+    /// Delete a session and its records, and its worktree if Tether made one (refused
+    /// while that holds uncommitted work, unless --force; its branch stays unless
+    /// --delete-branch).
     Delete {
         /// The session.
         session: String,
+        /// Remove its worktree even with uncommitted work in it.
+        #[arg(long)]
+        force: bool,
+        /// Delete its worktree's branch too.
+        #[arg(long)]
+        delete_branch: bool,
+    },
+    /// Remove the sessions at rest older than --max-age-days: rows, history, event logs,
+    /// spools, containers and worktrees. Live sessions are never touched; a worktree with
+    /// uncommitted work keeps its session unless --force. Prints what went and what was
+    /// kept, and why.
+    Cleanup {
+        /// Sessions whose last change is older than this many days (0: any age).
+        #[arg(long, value_name = "DAYS")]
+        max_age_days: u32,
+        /// Spare COMPLETED sessions.
+        #[arg(long)]
+        keep_completed: bool,
+        /// Only sessions in this state (repeatable).
+        #[arg(long = "state", value_name = "STATE", action = clap::ArgAction::Append)]
+        states: Vec<SessionState>,
+        /// Print what would be removed; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Remove worktrees with uncommitted work too.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        json: JsonFlag,
     },
 }
 
 /// What `session start` creates.
 struct StartArgs {
     agent: String,
-    workspace: PathBuf,
+    workspace: Option<PathBuf>,
     task: Option<String>,
     new_task: Option<String>,
     prompt: Option<String>,
     runtime: Option<RuntimeArg>,
     shared: bool,
+    worktree: Option<bool>,
+    base: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -460,12 +507,22 @@ fn raise_fd_limit() {
 }
 
 async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<()> {
-    let listen = args.listen;
+    let root = args
+        .home
+        .clone()
+        .or_else(Home::default_root)
+        .context("no data directory: set TETHER_HOME or HOME, or pass --home")?;
+    let config = crate::config::load(&root.join(crate::config::FILE_NAME))?;
+    let default_listen: SocketAddr = DEFAULT_LISTEN.parse().expect("UNWRAP: a valid constant");
+    let listen = args.listen.or(config.listen).unwrap_or(default_listen);
     // A token in argv shows in `ps`: a 0600 file or the environment keeps it out of sight.
     let token = match (args.auth_token, args.auth_token_file) {
         (Some(token), _) => Some(token),
         (None, Some(path)) => Some(read_token_file(&path)?),
-        (None, None) => std::env::var("TETHER_AUTH_TOKEN").ok().filter(|t| !t.is_empty()),
+        (None, None) => match std::env::var("TETHER_AUTH_TOKEN").ok().filter(|t| !t.is_empty()) {
+            Some(token) => Some(token),
+            None => config.auth_token_file.as_deref().map(read_token_file).transpose()?,
+        },
     };
     if !listen.ip().is_loopback() && token.is_none() {
         bail!(
@@ -481,10 +538,6 @@ async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<(
         .with_writer(std::io::stderr)
         .try_init();
     raise_fd_limit();
-    let root = args
-        .home
-        .or_else(Home::default_root)
-        .context("no data directory: set TETHER_HOME or HOME, or pass --home")?;
     let home = Home::open(&root)
         .with_context(|| format!("cannot create the data directory {}", root.display()))?;
     let store = Store::open(&home.database())?;
@@ -514,12 +567,18 @@ async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<(
         environment,
         standalone: Arc::new(StandaloneRuntime { agentctl }),
         docker: Arc::new(DockerRuntime::new(DockerConfig {
-            agentctl: args.static_agentctl.map(|path| std::path::absolute(&path).unwrap_or(path)),
+            agentctl: args
+                .static_agentctl
+                .map(|path| std::path::absolute(&path).unwrap_or(path))
+                .or(config.static_agentctl.clone()),
             install_id: home.install_id().context("cannot read or create the install id")?,
         })),
         applets,
         event_log: crate::events::LogLimits {
-            retain_bytes: args.event_log_retain_bytes,
+            retain_bytes: args
+                .event_log_retain_bytes
+                .or(config.event_log_retain_bytes)
+                .unwrap_or(crate::events::DEFAULT_RETAIN_BYTES),
             segment_bytes: args.event_log_segment_bytes.max(1),
         },
     }));
@@ -530,7 +589,12 @@ async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<(
     let mut int = signal(SignalKind::interrupt())?;
     // Restart recovery happens before the API serves anything.
     supervisor.recover().await?;
-    let policy = AccessPolicy { token, allowed_origins: args.allow_origin };
+    let mut allowed_origins = config.allow_origins.clone();
+    allowed_origins.extend(args.allow_origin);
+    let policy = AccessPolicy { token, allowed_origins };
+    if let Some(retention) = config.retention.clone() {
+        tokio::spawn(run_retention(Arc::clone(&supervisor), retention));
+    }
     let (addr, handle) = api::serve(listen, policy, supervisor)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
@@ -544,6 +608,36 @@ async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<(
     let _ = handle.stop();
     handle.stopped().await;
     Ok(())
+}
+
+/// The automatic retention policy: a cleanup when serving starts, then one per interval
+/// (a timer, not a poll: nothing signals that a session grew old). Each run is one log
+/// line with what it removed and kept.
+async fn run_retention(supervisor: Arc<Supervisor>, retention: crate::config::Retention) {
+    let mut ticks = tokio::time::interval(retention.interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        match supervisor.cleanup(&retention.policy).await {
+            Ok(result) => {
+                let removed: Vec<&str> =
+                    result.removed.iter().map(|gone| gone.session_id.as_str()).collect();
+                let kept: Vec<String> = result
+                    .kept
+                    .iter()
+                    .map(|kept| format!("{} ({})", kept.session_id, kept.reason))
+                    .collect();
+                tracing::info!(
+                    removed = removed.len(),
+                    kept = kept.len(),
+                    ?removed,
+                    ?kept,
+                    "retention: cleanup done"
+                );
+            }
+            Err(err) => tracing::warn!(%err, "retention: cleanup failed"),
+        }
+    }
 }
 
 /// Where the daemon is and how to get in.
@@ -749,9 +843,27 @@ impl Client {
                 prompt,
                 runtime,
                 shared,
+                worktree,
+                no_worktree,
+                base,
                 quiet,
             }) => {
-                let start = StartArgs { agent, workspace, task, new_task, prompt, runtime, shared };
+                let worktree = match (worktree, no_worktree) {
+                    (true, _) => Some(true),
+                    (_, true) => Some(false),
+                    _ => None,
+                };
+                let start = StartArgs {
+                    agent,
+                    workspace,
+                    task,
+                    new_task,
+                    prompt,
+                    runtime,
+                    shared,
+                    worktree,
+                    base,
+                };
                 self.session_start(start, quiet).await
             }
             Command::Prompt { quiet, session, text } => {
@@ -901,25 +1013,73 @@ impl Client {
                 let snapshot = api.snapshot_get(snapshot).await.map_err(|e| self.failure(e))?;
                 print_json(&snapshot)
             }
-            Command::Sessions(SessionsCommand::Delete { session }) => {
-                api.session_delete(session.clone()).await.map_err(|e| self.failure(e))?;
+            Command::Sessions(SessionsCommand::Delete { session, force, delete_branch }) => {
+                api.session_delete(session.clone(), Some(force), Some(delete_branch))
+                    .await
+                    .map_err(|e| self.failure(e))?;
                 println!("session {session} deleted");
+                Ok(())
+            }
+            Command::Sessions(SessionsCommand::Cleanup {
+                max_age_days,
+                keep_completed,
+                states,
+                dry_run,
+                force,
+                json: JsonFlag { json },
+            }) => {
+                let states = (!states.is_empty()).then_some(states);
+                let result = api
+                    .cleanup(max_age_days, states, Some(keep_completed), Some(dry_run), Some(force))
+                    .await
+                    .map_err(|e| self.failure(e))?;
+                if json {
+                    return print_json(&result);
+                }
+                let verb = if result.dry_run { "would remove" } else { "removed" };
+                for gone in &result.removed {
+                    let with = if gone.resources.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (with its {})", gone.resources.join(", "))
+                    };
+                    println!("{verb} {} {}{with}", gone.session_id, gone.state);
+                }
+                for kept in &result.kept {
+                    println!("kept {} {}: {}", kept.session_id, kept.state, kept.reason);
+                }
+                println!("{verb} {} session(s), kept {}", result.removed.len(), result.kept.len());
                 Ok(())
             }
         }
     }
 
     async fn session_start(&self, start: StartArgs, quiet: bool) -> Result<(), Failure> {
-        let StartArgs { agent, workspace, task, new_task, prompt, runtime, shared } = start;
+        let StartArgs {
+            agent,
+            workspace,
+            task,
+            new_task,
+            prompt,
+            runtime,
+            shared,
+            worktree,
+            base,
+        } = start;
         let api = &*self.client;
-        let workspace = std::path::absolute(&workspace)
-            .map_err(|err| usage(format!("error: --workspace: {err}")))?;
-        let workspace = workspace.to_str().map(str::to_owned).ok_or_else(|| {
-            usage(format!(
-                "error: --workspace {}: not valid UTF-8 (the API carries paths as UTF-8 text)",
-                workspace.display()
-            ))
-        })?;
+        let workspace = match workspace {
+            Some(workspace) => {
+                let workspace = std::path::absolute(&workspace)
+                    .map_err(|err| usage(format!("error: --workspace: {err}")))?;
+                Some(workspace.to_str().map(str::to_owned).ok_or_else(|| {
+                    usage(format!(
+                        "error: --workspace {}: not valid UTF-8 (the API carries paths as UTF-8 text)",
+                        workspace.display()
+                    ))
+                })?)
+            }
+            None => None,
+        };
         let task = match (task, new_task) {
             (Some(task), _) => task,
             (None, Some(title)) => {
@@ -932,7 +1092,16 @@ impl Client {
             RuntimeArg::Docker => RuntimeKind::Docker,
         });
         let row = api
-            .session_create(task.clone(), agent.clone(), workspace, prompt, runtime, Some(shared))
+            .session_create(
+                task.clone(),
+                agent.clone(),
+                workspace,
+                prompt,
+                runtime,
+                Some(shared),
+                worktree,
+                base,
+            )
             .await
             .map_err(|e| self.failure(e))?;
         let shown = Shown::new(quiet);
@@ -1195,7 +1364,7 @@ impl Client {
                     println!("session {session} paused{how}");
                     return Ok(());
                 }
-                EventKind::State { state, .. } if state.is_terminal() => {
+                EventKind::State { state, .. } if state.is_at_rest() => {
                     return Err(Failure {
                         code: 5,
                         line: format!("error: session {session} ended ({state}) before it paused"),
@@ -1210,9 +1379,10 @@ impl Client {
         let shown = Shown::new(json);
         let mut events = Feed::open(self, session, after, &shown).await?;
         events.follow_restarts = true;
-        if after.is_none() && events.state.is_terminal() {
-            // Nothing more will happen; `--after` replays what did.
-            eprintln!("session {session} has ended ({}); nothing to follow", events.state);
+        if after.is_none() && events.state.is_at_rest() {
+            // Nothing more will happen (until a resume); `--after` replays what did.
+            let what = if events.state.is_terminal() { "has ended" } else { "is at rest" };
+            eprintln!("session {session} {what} ({}); nothing to follow", events.state);
             return Ok(());
         }
         loop {
@@ -1225,7 +1395,7 @@ impl Client {
                 println!("[{}] {}", event.seq, describe(&event.kind));
             }
             if let EventKind::State { state, .. } = event.kind
-                && state.is_terminal()
+                && state.is_at_rest()
             {
                 return Ok(());
             }

@@ -9,7 +9,8 @@
 //! - [`runtime`]: where agentctl runs (standalone today);
 //! - [`history`] and [`events`]: the conversation record and the subscriber stream;
 //! - [`store`]: SQLite, owned by one thread;
-//! - [`home`]: the data directory.
+//! - [`home`]: the data directory; [`worktree`]: a git worktree per session;
+//!   [`config`]: the daemon's config file.
 //!
 //! Guarantees: a turn's row and request id are durable before its prompt is sent; an
 //! agentctl event is acknowledged only after what it caused is synced to disk; writes that
@@ -18,6 +19,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod config;
 pub mod events;
 pub mod history;
 pub mod home;
@@ -30,3 +32,4 @@ pub mod snapshot;
 pub mod store;
 pub mod web;
 pub mod wire;
+pub mod worktree;

@@ -33,6 +33,8 @@ pub struct LaunchSpec {
     pub ready_timeout: Duration,
     /// The workspace (mounted at the same path in a container).
     pub workspace: PathBuf,
+    /// For a worktree, the repository's git dir (mounted at the same path too).
+    pub git_dir: Option<PathBuf>,
     /// The profile's container settings.
     pub docker: DockerSettings,
     /// The agent's own state dirs, relative to its home.
@@ -98,9 +100,10 @@ pub trait Runtime: Send + Sync + 'static {
         Box::pin(async { None })
     }
 
-    /// Forgets a deleted session: removes what the runtime keeps for it.
-    fn remove<'a>(&'a self, _session_id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
-        Box::pin(async { Ok(()) })
+    /// Forgets a deleted session: removes what the runtime keeps for it (a container);
+    /// whether there was anything.
+    fn remove<'a>(&'a self, _session_id: &'a str) -> BoxFuture<'a, Result<bool, RuntimeError>> {
+        Box::pin(async { Ok(false) })
     }
 
     /// The fence: makes certain that no sidecar of the session is alive — the one its

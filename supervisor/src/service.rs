@@ -25,10 +25,47 @@ use crate::session::{
 };
 use crate::store::{ExecutorStatus, SessionRow, SessionState, Store, StoreError, Task, TurnState};
 use crate::wire::runtime_kind;
+use crate::worktree;
 use protocol::api::{
-    AgentInfo, ErrorKind, ExecutionInfo, PauseResult, ResumeResult, SessionStatus, Snapshot,
+    AgentInfo, CleanedSession, CleanupResult, KeptSession, ErrorKind, ExecutionInfo, PauseResult, ResumeResult, SessionStatus, Snapshot,
     SnapshotSummary, SnapshotTrigger, TaskDetail, Timeline, TimelineEntry, TurnInfo,
 };
+
+/// Which sessions `sessions.cleanup` removes (also the daemon's automatic policy).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    /// Sessions whose last change is older than this many days (0: any age).
+    pub max_age_days: u32,
+    /// Only these states (else any state at rest).
+    pub states: Option<Vec<SessionState>>,
+    /// Spare `COMPLETED` sessions.
+    pub keep_completed: bool,
+    /// Remove nothing; report what would go.
+    pub dry_run: bool,
+    /// Remove worktrees with uncommitted work too.
+    pub force: bool,
+}
+
+/// What `task.session.create` asks for.
+#[derive(Debug, Clone, Default)]
+pub struct NewSession {
+    /// The task.
+    pub task_id: String,
+    /// The agent profile.
+    pub agent_profile_id: String,
+    /// The workspace; for a worktree session, the repository (else the profile's).
+    pub workspace_path: Option<String>,
+    /// The first prompt (else the task's description).
+    pub prompt: Option<String>,
+    /// `standalone` or `docker` (else the profile's).
+    pub runtime: Option<String>,
+    /// Share a workspace held by a live session.
+    pub shared: bool,
+    /// A worktree of its own (else: whether the profile has `[workspace]`).
+    pub worktree: Option<bool>,
+    /// The worktree's base branch or commit (else the profile's, else `HEAD`).
+    pub base: Option<String>,
+}
 
 /// Errors of the operations, each with the `data.kind` the API reports.
 #[derive(Debug, thiserror::Error)]
@@ -338,30 +375,34 @@ impl Supervisor {
         })
     }
 
-    /// `task.session.create`: records the session and starts its actor, which launches the
-    /// agent. Returns the row (state `CREATED`); progress is published as events.
-    pub async fn create_session(
-        &self,
-        task_id: String,
-        agent_profile_id: String,
-        workspace_path: String,
-        prompt: Option<String>,
-        runtime: Option<String>,
-        shared: bool,
-    ) -> Result<SessionRow, ServiceError> {
+    /// `task.session.create`: records the session (and makes its worktree, when it has one)
+    /// and starts its launch in the background.
+    pub async fn create_session(&self, new: NewSession) -> Result<SessionRow, ServiceError> {
+        let NewSession {
+            task_id,
+            agent_profile_id,
+            workspace_path,
+            prompt,
+            runtime,
+            shared,
+            worktree,
+            base,
+        } = new;
         check_id("task_id", &task_id)?;
-        let workspace = Path::new(&workspace_path);
-        if !workspace.is_absolute() {
-            return Err(ServiceError::InvalidParams {
-                field: "workspace_path",
-                message: format!("workspace_path {workspace_path:?} must be absolute"),
-            });
-        }
-        if !workspace.is_dir() {
-            return Err(ServiceError::InvalidParams {
-                field: "workspace_path",
-                message: format!("workspace_path {workspace_path} is not a directory"),
-            });
+        if let Some(path) = &workspace_path {
+            let workspace = Path::new(path);
+            if !workspace.is_absolute() {
+                return Err(ServiceError::InvalidParams {
+                    field: "workspace_path",
+                    message: format!("workspace_path {path:?} must be absolute"),
+                });
+            }
+            if !workspace.is_dir() {
+                return Err(ServiceError::InvalidParams {
+                    field: "workspace_path",
+                    message: format!("workspace_path {path} is not a directory"),
+                });
+            }
         }
         let profile = self.config.registry.get(&agent_profile_id).ok_or_else(|| {
             ServiceError::NotFound(format!("agent profile {agent_profile_id} not found"))
@@ -375,9 +416,53 @@ impl Supervisor {
         }
         let runtime = self.check_runtime(runtime.as_deref().unwrap_or(&profile.runtime)).await?;
         let task = self.config.store.get_task(task_id.clone()).await?;
+        let initial_prompt = prompt
+            .or_else(|| (!task.description.trim().is_empty()).then(|| task.description.clone()));
         let now = crate::store::now_ms();
+        let id = uuid::Uuid::now_v7().to_string();
+        // A worktree of its own: asked for, or the profile's default.
+        let made = if worktree.unwrap_or(profile.workspace.is_some()) {
+            let settings = profile.workspace.clone().unwrap_or_default();
+            let repo = workspace_path.clone().or(settings.repo).ok_or_else(|| {
+                ServiceError::InvalidParams {
+                    field: "workspace_path",
+                    message: format!(
+                        "a worktree session needs workspace_path (the repository): profile {agent_profile_id} names no workspace.repo"
+                    ),
+                }
+            })?;
+            let repo = worktree::toplevel(Path::new(&repo)).await.map_err(|err| {
+                ServiceError::InvalidParams { field: "workspace_path", message: err.to_string() }
+            })?;
+            let made = worktree::Worktree {
+                repo,
+                path: self.config.home.root().join("worktrees").join(&id),
+                branch: worktree::branch_name(&task.title, &id),
+            };
+            let base = base.or(settings.base).unwrap_or_else(|| "HEAD".to_owned());
+            home::create_private_dir(&self.config.home.root().join("worktrees"))
+                .map_err(|err| ServiceError::Internal(format!("worktrees dir: {err}")))?;
+            worktree::create(&made, &base).await.map_err(|err| match err {
+                worktree::WorktreeError::BadBase { .. } => {
+                    ServiceError::InvalidParams { field: "base", message: err.to_string() }
+                }
+                other => ServiceError::InvalidState(other.to_string()),
+            })?;
+            tracing::info!(session = %id, branch = %made.branch, path = %made.path.display(), "made a worktree");
+            Some(made)
+        } else {
+            None
+        };
+        let Some(workspace_path) =
+            made.as_ref().map(|made| made.path.display().to_string()).or(workspace_path)
+        else {
+            return Err(ServiceError::InvalidParams {
+                field: "workspace_path",
+                message: "workspace_path is required (an absolute directory)".into(),
+            });
+        };
         let row = SessionRow {
-            id: uuid::Uuid::now_v7().to_string(),
+            id,
             task_id,
             agent_profile_id,
             profile_snapshot: serde_json::to_value(&*profile)
@@ -388,26 +473,20 @@ impl Supervisor {
             error_message: None,
             created_at: now,
             updated_at: now,
+            initial_prompt: initial_prompt.clone(),
+            worktree_repo: made.as_ref().map(|made| made.repo.display().to_string()),
+            worktree_branch: made.as_ref().map(|made| made.branch.clone()),
         };
-        // Occupancy: checked and taken under one lock, so two creates cannot both pass.
-        let _guard = self.start_lock.lock().await;
-        if !shared {
-            let canonical = std::fs::canonicalize(&row.workspace_path)
-                .map_or_else(|_| row.workspace_path.clone(), |path| path.display().to_string());
-            let paths = vec![row.workspace_path.clone(), canonical];
-            if let Some((holder, state)) = self.config.store.workspace_holder(paths).await? {
-                return Err(ServiceError::Conflict(format!(
-                    "workspace {} is held by live session {holder} ({}); pass shared: true (CLI --shared) to share it",
-                    row.workspace_path,
-                    state.as_str()
-                )));
-            }
+        let created = self.record_session(row, shared).await;
+        if created.is_err()
+            && let Some(made) = &made
+            && let Err(err) = worktree::remove(made, true, true).await
+        {
+            tracing::warn!(%err, "cannot remove the worktree of a session not created");
         }
-        let row = self.config.store.create_session(row).await?;
+        let row = created?;
         let context = self.context(&row)?;
         let events = self.event_log(&row.id)?;
-        let initial_prompt = prompt
-            .or_else(|| (!task.description.trim().is_empty()).then(|| task.description.clone()));
         let handle = session::start_session(
             context,
             row.clone(),
@@ -417,6 +496,25 @@ impl Supervisor {
         )?;
         self.sessions().insert(row.id.clone(), handle);
         Ok(row)
+    }
+
+    /// Stores a new session, its workspace's occupancy checked and taken under the start
+    /// lock (so two creates cannot both pass).
+    async fn record_session(&self, row: SessionRow, shared: bool) -> Result<SessionRow, ServiceError> {
+        let _guard = self.start_lock.lock().await;
+        if !shared {
+            let canonical = std::fs::canonicalize(&row.workspace_path)
+                .map_or_else(|_| row.workspace_path.clone(), |path| path.display().to_string());
+            let paths = vec![row.workspace_path.clone(), canonical];
+            if let Some((holder, state)) = self.config.store.workspace_holder(paths).await? {
+                return Err(ServiceError::Conflict(format!(
+                    "workspace {} is held by live session {holder} ({}); pass shared: true (CLI --shared) to share it, or end that session (stop)",
+                    row.workspace_path,
+                    state.as_str()
+                )));
+            }
+        }
+        Ok(self.config.store.create_session(row).await?)
     }
 
     fn handle(&self, session_id: &str) -> Option<SessionHandle> {
@@ -470,6 +568,9 @@ impl Supervisor {
             (true, false, "not_started")
         } else if row.state == SessionState::Paused {
             (true, true, "paused")
+        } else if row.state == SessionState::Failed {
+            // Its last launch failed (the reason is in `error`): a resume tries again.
+            (true, true, "failed")
         } else if executor.as_ref().is_some_and(|e| e.resume_token.is_some()) {
             (true, true, "agent_not_running")
         } else if executor.is_some() {
@@ -492,7 +593,7 @@ impl Supervisor {
                 .or(executor.and_then(|e| e.resume_token)),
             runtime: runtime_kind(&row.runtime),
             worktree_path: Some(row.workspace_path),
-            worktree_branch: None,
+            worktree_branch: row.worktree_branch,
             // The actor's view is newer than the row when the store cannot be written.
             pause_requested: view.as_ref().is_some_and(|view| view.pause_requested),
             error: view.and_then(|view| view.error).or(row.error_message),
@@ -534,7 +635,7 @@ impl Supervisor {
         // Checked before an actor is started: a new one begins its launch at once.
         let live = self.handle(&row.id).filter(SessionHandle::is_live);
         if live.is_none_or(|handle| !handle.view().is_ready()) {
-            check_workspace(row)?;
+            ensure_workspace(row).await?;
             self.check_root_env(row)?;
             self.check_runtime(&row.runtime).await?;
         }
@@ -615,7 +716,7 @@ impl Supervisor {
         // Checked before an actor is started: a new one begins its launch at once.
         let live = self.handle(&row.id).filter(SessionHandle::is_live);
         if live.is_none_or(|handle| !handle.view().agent_running) {
-            check_workspace(&row)?;
+            ensure_workspace(&row).await?;
             self.check_root_env(&row)?;
             self.check_runtime(&row.runtime).await?;
         }
@@ -1087,6 +1188,11 @@ impl Supervisor {
                 row.state.as_str()
             )));
         }
+        if row.state == SessionState::Failed {
+            return Err(ServiceError::InvalidState(format!(
+                "session {session_id} is FAILED: no agent runs to pause (resume it, or stop it)"
+            )));
+        }
         if row.state == SessionState::Paused {
             return Err(ServiceError::InvalidState(format!(
                 "session {session_id} is already PAUSED"
@@ -1216,18 +1322,70 @@ impl Supervisor {
         }
     }
 
-    /// `task.session.delete`: stops it if live, then removes its records and files.
-    pub async fn delete(&self, session_id: String) -> Result<(), ServiceError> {
+    /// `task.session.delete`: stops it if live, then removes its records and files, and its
+    /// worktree (refused while that holds uncommitted work, unless `force`; the branch is
+    /// kept unless `delete_branch`).
+    pub async fn delete(
+        &self,
+        session_id: String,
+        force: bool,
+        delete_branch: bool,
+    ) -> Result<(), ServiceError> {
         let row = self.session_row(&session_id).await?;
+        if let Some(made) = session_worktree(&row)
+            && !force
+        {
+            // Checked before anything stops: a refusal changes nothing.
+            let changed = worktree::uncommitted(&made)
+                .await
+                .map_err(|err| ServiceError::Internal(err.to_string()))?;
+            if !changed.is_empty() {
+                let err = worktree::WorktreeError::Uncommitted {
+                    path: made.path.display().to_string(),
+                    files: changed.into_iter().take(20).collect(),
+                };
+                return Err(ServiceError::Conflict(format!("session {session_id}: {err}")));
+            }
+        }
+        self.remove_session(&row, force, delete_branch).await.map(|_| ())
+    }
+
+    /// Removes a session whatever it is doing (its agent stopped first): its worktree, its
+    /// container, its rows, its history, event log and spool. Returns what went besides the
+    /// rows (see `CleanedSession::resources`).
+    async fn remove_session(
+        &self,
+        row: &SessionRow,
+        force: bool,
+        delete_branch: bool,
+    ) -> Result<Vec<String>, ServiceError> {
+        let session_id = row.id.clone();
+        let mut removed = Vec::new();
         if let Some(handle) = self.handle(&session_id).filter(SessionHandle::is_live)
             && !row.state.is_terminal()
         {
             let _ = handle.stop().await;
         }
-        if let Ok(runtime) = self.runtime(&row.runtime)
-            && let Err(err) = runtime.remove(&session_id).await
-        {
-            tracing::warn!(session = %session_id, %err, "cannot remove the session's runtime resources");
+        if let Some(made) = session_worktree(row) {
+            let existed = made.path.is_dir();
+            worktree::remove(&made, force, delete_branch).await.map_err(|err| match err {
+                worktree::WorktreeError::Uncommitted { .. } => {
+                    ServiceError::Conflict(format!("session {session_id}: {err}"))
+                }
+                other => ServiceError::Internal(format!("session {session_id}: {other}")),
+            })?;
+            if existed {
+                removed.push("worktree".to_owned());
+            }
+        }
+        if let Ok(runtime) = self.runtime(&row.runtime) {
+            match runtime.remove(&session_id).await {
+                Ok(true) => removed.push("container".to_owned()),
+                Ok(false) => {}
+                Err(err) => {
+                    tracing::warn!(session = %session_id, %err, "cannot remove the session's runtime resources");
+                }
+            }
         }
         self.config.store.delete_session(session_id.clone()).await?;
         self.sessions().remove(&session_id);
@@ -1237,12 +1395,106 @@ impl Supervisor {
             let _ = std::fs::remove_dir_all(&agent_state);
         }
         let dir = self.config.home.session_path(&session_id);
+        for (file, name) in [("history.jsonl", "history"), ("events", "events"), ("agentctl", "spool")] {
+            if dir.join(file).exists() {
+                removed.push(name.to_owned());
+            }
+        }
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|err| {
                 ServiceError::Internal(format!("removing {}: {err}", dir.display()))
             })?;
         }
-        Ok(())
+        Ok(removed)
+    }
+
+    /// `sessions.cleanup`: removes the sessions at rest whose last change is older than the
+    /// policy's age and that its filters select; never a live one (an agent running, a
+    /// launch or re-attach under way, `STARTING` or `RUNNING`). A worktree with uncommitted
+    /// work keeps its session unless `force`.
+    pub async fn cleanup(&self, policy: &CleanupPolicy) -> Result<CleanupResult, ServiceError> {
+        let cutoff = crate::store::now_ms()
+            .saturating_sub(i64::from(policy.max_age_days).saturating_mul(86_400_000));
+        let mut removed = Vec::new();
+        let mut kept = Vec::new();
+        for row in self.config.store.list_sessions(None).await? {
+            if row.updated_at > cutoff
+                || policy.states.as_ref().is_some_and(|states| !states.contains(&row.state))
+                || (policy.keep_completed && row.state == SessionState::Completed)
+            {
+                continue;
+            }
+            let keep = |reason: String| KeptSession {
+                session_id: row.id.clone(),
+                state: row.state.into(),
+                reason,
+            };
+            let live = self.handle(&row.id).filter(SessionHandle::is_live).is_some_and(|handle| {
+                let view = handle.view();
+                view.agent_running || view.is_starting() || view.phase == Phase::Adopting
+            });
+            if live || matches!(row.state, SessionState::Starting | SessionState::Running) {
+                kept.push(keep("live: its agent runs (or is being brought up)".into()));
+                continue;
+            }
+            if let Some(made) = session_worktree(&row)
+                && !policy.force
+            {
+                match worktree::uncommitted(&made).await {
+                    Ok(changed) if !changed.is_empty() => {
+                        kept.push(keep(format!(
+                            "its worktree {} has uncommitted changes ({} paths); --force removes them",
+                            made.path.display(),
+                            changed.len()
+                        )));
+                        continue;
+                    }
+                    Ok(_) => {}
+                    Err(err) => {
+                        kept.push(keep(format!("its worktree cannot be read: {err}")));
+                        continue;
+                    }
+                }
+            }
+            let resources = if policy.dry_run {
+                self.resources_of(&row)
+            } else {
+                match self.remove_session(&row, policy.force, false).await {
+                    Ok(resources) => resources,
+                    Err(err) => {
+                        kept.push(keep(format!("cannot remove it: {err}")));
+                        continue;
+                    }
+                }
+            };
+            tracing::info!(session = %row.id, state = %row.state.as_str(), dry_run = policy.dry_run, ?resources, "cleanup");
+            removed.push(CleanedSession {
+                session_id: row.id.clone(),
+                state: row.state.into(),
+                updated_at: row.updated_at,
+                resources,
+            });
+        }
+        removed.sort_by_key(|session| session.updated_at);
+        Ok(CleanupResult { dry_run: policy.dry_run, removed, kept })
+    }
+
+    /// What removing a session would take besides its rows (for a dry run).
+    fn resources_of(&self, row: &SessionRow) -> Vec<String> {
+        let mut resources = Vec::new();
+        if session_worktree(row).is_some_and(|made| made.path.is_dir()) {
+            resources.push("worktree".to_owned());
+        }
+        if row.runtime == "docker" {
+            resources.push("container".to_owned());
+        }
+        let dir = self.config.home.session_path(&row.id);
+        for (file, name) in [("history.jsonl", "history"), ("events", "events"), ("agentctl", "spool")] {
+            if dir.join(file).exists() {
+                resources.push(name.to_owned());
+            }
+        }
+        resources
     }
 
     /// `task.session.history`.
@@ -1456,8 +1708,26 @@ struct Recorded<'a> {
 }
 
 /// A resume needs the workspace the session worked in.
-fn check_workspace(row: &SessionRow) -> Result<(), ServiceError> {
+/// The session's worktree, when Tether made one.
+fn session_worktree(row: &SessionRow) -> Option<worktree::Worktree> {
+    Some(worktree::Worktree {
+        repo: PathBuf::from(row.worktree_repo.as_ref()?),
+        path: PathBuf::from(&row.workspace_path),
+        branch: row.worktree_branch.clone()?,
+    })
+}
+
+/// The workspace must be there before anything launches: a worktree Tether made that went
+/// away is rebuilt from its branch; any other missing workspace is refused.
+async fn ensure_workspace(row: &SessionRow) -> Result<(), ServiceError> {
     if Path::new(&row.workspace_path).is_dir() {
+        return Ok(());
+    }
+    if let Some(made) = session_worktree(row) {
+        worktree::restore(&made)
+            .await
+            .map_err(|err| ServiceError::InvalidState(format!("session {}: {err}", row.id)))?;
+        tracing::info!(session = %row.id, branch = %made.branch, "rebuilt the worktree from its branch");
         return Ok(());
     }
     Err(ServiceError::InvalidState(format!(

@@ -197,9 +197,10 @@ impl SessionState {
         })
     }
 
-    /// `COMPLETED`, `FAILED`, `CANCELLED`: no more prompts, no resume.
+    /// `COMPLETED`, `CANCELLED`: ended for good, no more prompts, no resume. (`FAILED` is
+    /// not: its launch failed, and a resume tries again.)
     pub fn is_terminal(self) -> bool {
-        matches!(self, SessionState::Completed | SessionState::Failed | SessionState::Cancelled)
+        matches!(self, SessionState::Completed | SessionState::Cancelled)
     }
 
     /// `STARTING`, `RUNNING`, `WAITING_FOR_INPUT`.
@@ -452,6 +453,13 @@ pub struct SessionRow {
     pub created_at: i64,
     /// Updated, Unix ms.
     pub updated_at: i64,
+    /// The prompt it was created with (explicit or the task's description): sent by the
+    /// first launch, and by the resume of a session whose launch failed before any turn.
+    pub initial_prompt: Option<String>,
+    /// The repository whose worktree `workspace_path` is, when Tether made one for it.
+    pub worktree_repo: Option<String>,
+    /// That worktree's branch.
+    pub worktree_branch: Option<String>,
 }
 
 /// The runtime record of a session's current execution.
@@ -504,13 +512,16 @@ fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(SessionRow, St
             error_message: row.get(7)?,
             created_at: row.get(8)?,
             updated_at: row.get(9)?,
+            initial_prompt: row.get(10)?,
+            worktree_repo: row.get(11)?,
+            worktree_branch: row.get(12)?,
         },
         row.get::<_, String>(3)?,
         row.get::<_, String>(5)?,
     ))
 }
 
-const SESSION_COLUMNS: &str = "id, task_id, agent_profile_id, profile_snapshot, runtime, state, workspace_path, error_message, created_at, updated_at";
+const SESSION_COLUMNS: &str = "id, task_id, agent_profile_id, profile_snapshot, runtime, state, workspace_path, error_message, created_at, updated_at, initial_prompt, worktree_repo, worktree_branch";
 
 fn finish_session(
     (mut row, snapshot, state): (SessionRow, String, String),
@@ -662,7 +673,7 @@ impl Store {
                 return Err(StoreError::NotFound { what: "task", id: row.task_id });
             }
             tx.execute(
-                &format!("INSERT INTO task_sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
+                &format!("INSERT INTO task_sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"),
                 params![
                     row.id,
                     row.task_id,
@@ -673,7 +684,10 @@ impl Store {
                     row.workspace_path,
                     row.error_message,
                     row.created_at,
-                    row.updated_at
+                    row.updated_at,
+                    row.initial_prompt,
+                    row.worktree_repo,
+                    row.worktree_branch
                 ],
             )?;
             tx.commit()?;
@@ -774,7 +788,7 @@ impl Store {
             let row: Option<(String, String)> = conn
                 .query_row(
                     "SELECT id, state FROM task_sessions WHERE workspace_path IN (SELECT value FROM json_each(?1)) \
-                     AND state NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') ORDER BY created_at LIMIT 1",
+                     AND state NOT IN ('COMPLETED', 'CANCELLED') ORDER BY created_at LIMIT 1",
                     [paths],
                     |r| Ok((r.get(0)?, r.get(1)?)),
                 )

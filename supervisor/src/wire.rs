@@ -75,6 +75,7 @@ impl From<SessionRow> for api::SessionSummary {
             error_message: row.error_message,
             created_at: row.created_at,
             updated_at: row.updated_at,
+            worktree_branch: row.worktree_branch,
         }
     }
 }

@@ -498,7 +498,9 @@ impl Api {
             self.client.session_create(
                 task.id,
                 profile.to_owned(),
-                workspace.to_str().expect("a UTF-8 workspace").to_owned(),
+                Some(workspace.to_str().expect("a UTF-8 workspace").to_owned()),
+                None,
+                None,
                 None,
                 None,
                 None,

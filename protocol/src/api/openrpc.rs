@@ -102,7 +102,7 @@ pub fn generate() -> Value {
     m.add::<TaskGet, TaskDetail>(method::TASK_GET, "A task and its sessions.");
     m.add::<SessionCreate, SessionSummary>(
         method::SESSION_CREATE,
-        "Creates a session and starts its agent; the prompt (or the task's description) is its first prompt.",
+        "Creates a session and starts its agent; the prompt (or the task's description) is its first prompt. With worktree, it works in a git worktree of its own on a new branch.",
     );
     m.add::<SessionList, Vec<SessionSummary>>(
         method::SESSION_LIST,
@@ -133,7 +133,14 @@ pub fn generate() -> Value {
         method::SESSION_STOP,
         "Ends a session for good: its agent stops and it cannot be resumed.",
     );
-    m.add::<SessionId, Done>(method::SESSION_DELETE, "Deletes a session and its records.");
+    m.add::<SessionDelete, Done>(
+        method::SESSION_DELETE,
+        "Deletes a session and its records, and its worktree (refused with uncommitted work unless force; the branch stays unless delete_branch).",
+    );
+    m.add::<Cleanup, CleanupResult>(
+        method::CLEANUP,
+        "Removes the sessions at rest older than max_age_days (rows, history, event logs, spools, containers, worktrees); reports what it removed and what it kept and why. Never a live session.",
+    );
     m.add::<PermissionRespond, Done>(
         method::PERMISSION_RESPOND,
         "Answers a permission request with one of its options, or cancels it (no option_id).",
@@ -289,10 +296,12 @@ mod tests {
             .session_create(
                 s(),
                 "mock".into(),
-                "/w".into(),
+                Some("/w".into()),
                 Some("p".into()),
                 Some(RuntimeKind::Docker),
                 Some(true),
+                Some(true),
+                Some("main".into()),
             )
             .await;
         let _ =
@@ -301,10 +310,13 @@ mod tests {
         let _ = client.session_prompt(s(), "p".into()).await;
         let _ = client.session_resume(s(), Some(true)).await;
         let _ = client.stop_all().await;
+        let _ = client
+            .cleanup(7, Some(vec![SessionState::Completed]), Some(true), Some(true), Some(true))
+            .await;
         let _ = client.session_cancel(s()).await;
         let _ = client.session_pause(s(), Some("why".into()), Some(1000)).await;
         let _ = client.session_stop(s()).await;
-        let _ = client.session_delete(s()).await;
+        let _ = client.session_delete(s(), Some(true), Some(true)).await;
         let _ = client.permission_respond(s(), "7".into(), Some("allow".into())).await;
         let _ = client.session_history(s(), Some(3), Some(10)).await;
         let _ = client.session_timeline(s(), Some(4)).await;
@@ -398,10 +410,12 @@ mod tests {
             &self,
             _: String,
             _: String,
-            _: String,
+            _: Option<String>,
             _: Option<String>,
             _: Option<RuntimeKind>,
             _: Option<bool>,
+            _: Option<bool>,
+            _: Option<String>,
         ) -> jsonrpsee::core::RpcResult<SessionSummary> {
             never()
         }
@@ -439,7 +453,22 @@ mod tests {
         async fn session_stop(&self, _: String) -> jsonrpsee::core::RpcResult<Done> {
             never()
         }
-        async fn session_delete(&self, _: String) -> jsonrpsee::core::RpcResult<Done> {
+        async fn session_delete(
+            &self,
+            _: String,
+            _: Option<bool>,
+            _: Option<bool>,
+        ) -> jsonrpsee::core::RpcResult<Done> {
+            never()
+        }
+        async fn cleanup(
+            &self,
+            _: u32,
+            _: Option<Vec<SessionState>>,
+            _: Option<bool>,
+            _: Option<bool>,
+            _: Option<bool>,
+        ) -> jsonrpsee::core::RpcResult<CleanupResult> {
             never()
         }
         async fn permission_respond(

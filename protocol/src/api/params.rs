@@ -112,8 +112,10 @@ pub struct SessionCreate {
     pub task_id: String,
     /// The agent profile.
     pub agent_profile_id: String,
-    /// The workspace, an absolute path to a directory (at most 4096 bytes).
-    pub workspace_path: String,
+    /// The workspace, an absolute path to a directory (at most 4096 bytes). For a worktree
+    /// session, the repository (optional when the profile names `workspace.repo`).
+    #[serde(default)]
+    pub workspace_path: Option<String>,
     /// The first prompt; the task's description when absent.
     #[serde(default)]
     pub prompt: Option<String>,
@@ -124,13 +126,66 @@ pub struct SessionCreate {
     /// held by one live session, and a second gets `conflict` naming the holder).
     #[serde(default)]
     pub shared: Option<bool>,
+    /// Work in a git worktree of its own on a new branch (default: whether the profile
+    /// has a `[workspace]` section).
+    #[serde(default)]
+    pub worktree: Option<bool>,
+    /// The branch or commit the worktree's branch starts from (default: the profile's
+    /// `workspace.base`, else the repository's `HEAD`; at most 256 bytes).
+    #[serde(default)]
+    pub base: Option<String>,
 }
 impl Checked for SessionCreate {
     fn limits(&self) -> Result<(), ParamError> {
         within("task_id", &self.task_id, MAX_ID)?;
         within("agent_profile_id", &self.agent_profile_id, MAX_ID)?;
-        within("workspace_path", &self.workspace_path, MAX_PATH)?;
+        within_opt("workspace_path", &self.workspace_path, MAX_PATH)?;
+        within_opt("base", &self.base, MAX_ID)?;
         within_opt("prompt", &self.prompt, MAX_PROMPT)
+    }
+}
+
+/// `task.session.delete`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionDelete {
+    /// The session.
+    pub session_id: String,
+    /// Remove its worktree even with uncommitted work in it.
+    #[serde(default)]
+    pub force: Option<bool>,
+    /// Delete its worktree's branch too (kept by default).
+    #[serde(default)]
+    pub delete_branch: Option<bool>,
+}
+impl Checked for SessionDelete {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)
+    }
+}
+
+/// `sessions.cleanup`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Cleanup {
+    /// Sessions whose last change is older than this many days (0: any age).
+    pub max_age_days: u32,
+    /// Only sessions in these states (default: any state at rest).
+    #[serde(default)]
+    pub states: Option<Vec<SessionState>>,
+    /// Spare `COMPLETED` sessions.
+    #[serde(default)]
+    pub keep_completed: Option<bool>,
+    /// Report what would be removed; remove nothing.
+    #[serde(default)]
+    pub dry_run: Option<bool>,
+    /// Remove worktrees with uncommitted work too.
+    #[serde(default)]
+    pub force: Option<bool>,
+}
+impl Checked for Cleanup {
+    fn limits(&self) -> Result<(), ParamError> {
+        Ok(())
     }
 }
 
@@ -156,7 +211,7 @@ impl Checked for SessionList {
 }
 
 /// Methods that take just a session: `task.session.status`, `cancel`, `stop`,
-/// `delete`, `snapshot.list`.
+/// `snapshot.list`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionId {
@@ -388,9 +443,11 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         TASK_GET => parse::<TaskGet>(raw).map(drop),
         SESSION_CREATE => parse::<SessionCreate>(raw).map(drop),
         SESSION_LIST => parse::<SessionList>(raw).map(drop),
-        SESSION_STATUS | SESSION_CANCEL | SESSION_STOP | SESSION_DELETE | SNAPSHOT_LIST => {
+        SESSION_STATUS | SESSION_CANCEL | SESSION_STOP | SNAPSHOT_LIST => {
             parse::<SessionId>(raw).map(drop)
         }
+        SESSION_DELETE => parse::<SessionDelete>(raw).map(drop),
+        CLEANUP => parse::<Cleanup>(raw).map(drop),
         SESSION_RESUME => parse::<SessionResume>(raw).map(drop),
         SESSION_TIMELINE => parse::<SessionTimeline>(raw).map(drop),
         SNAPSHOT_GET => parse::<SnapshotGet>(raw).map(drop),

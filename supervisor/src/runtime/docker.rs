@@ -182,6 +182,9 @@ impl DockerRuntime {
             format!("{}:/tether/state", spec.state_dir.display()),
             format!("{0}:{0}", spec.workspace.display()),
         ];
+        if let Some(git_dir) = &spec.git_dir {
+            binds.push(format!("{0}:{0}", git_dir.display()));
+        }
         for dir in &spec.agent_state_dirs {
             let host = spec.agent_state_root.join(dir);
             crate::home::create_private_dir(&host)
@@ -411,7 +414,7 @@ impl Runtime for DockerRuntime {
         })
     }
 
-    fn remove<'a>(&'a self, session_id: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
+    fn remove<'a>(&'a self, session_id: &'a str) -> BoxFuture<'a, Result<bool, RuntimeError>> {
         Box::pin(async move {
             let docker = self.engine().await?;
             match docker
@@ -421,8 +424,8 @@ impl Runtime for DockerRuntime {
                 )
                 .await
             {
-                Ok(()) => Ok(()),
-                Err(err) if is_not_found(&err) => Ok(()),
+                Ok(()) => Ok(true),
+                Err(err) if is_not_found(&err) => Ok(false),
                 Err(err) => Err(engine_error(err)),
             }
         })

@@ -827,6 +827,14 @@ impl SessionActor {
         let relaunch = token.is_some() && self.profile.relaunches_to_resume();
         self.initial_prompt = match (&token, self.row.state) {
             (Some(_), _) | (None, SessionState::WaitingForInput | SessionState::Paused) => None,
+            // A launch that failed before any turn: the prompt it was created with goes out
+            // now. After turns, the history is what carries on.
+            (None, SessionState::Failed) => {
+                match self.context.store.session_turns(self.row.id.clone()).await {
+                    Ok(turns) if turns.is_empty() => self.row.initial_prompt.clone(),
+                    _ => None,
+                }
+            }
             (None, _) => match self.context.store.get_task(self.row.task_id.clone()).await {
                 Ok(task) if !task.description.trim().is_empty() => Some(task.description),
                 _ => None,

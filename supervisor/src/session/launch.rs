@@ -193,6 +193,13 @@ pub(super) fn spec(
         token,
         ready_timeout: context.ready_timeout,
         workspace: PathBuf::from(&row.workspace_path),
+        // A worktree's `.git` file points into the repository's git dir, which commits
+        // write to: a container needs it too, at the same path.
+        git_dir: row
+            .worktree_repo
+            .as_ref()
+            .map(|repo| PathBuf::from(repo).join(".git"))
+            .filter(|dir| dir.is_dir()),
         docker: profile.docker.clone(),
         agent_state_dirs: profile.session.agent_state_dirs.clone(),
         agent_state_root: context.agent_state_root.clone(),

@@ -254,6 +254,9 @@ async fn start(mode: Mode) -> Setup {
         error_message: None,
         created_at: now,
         updated_at: now,
+        initial_prompt: None,
+        worktree_repo: None,
+        worktree_branch: None,
     };
     let row = store.create_session(row).await.unwrap();
     let session_dir = dir.path().join("sessions").join(&row.id);

@@ -176,6 +176,15 @@ pub const MIGRATIONS: &[&str] = &[
     "
     CREATE INDEX task_sessions_by_workspace ON task_sessions(workspace_path, state);
     ",
+    // 8: issue 16. The prompt a session was created with, so the resume of a session whose
+    // first launch failed sends it; the repository and branch of the worktree Tether made
+    // for a session (its `workspace_path` is the worktree). Added last, after the columns
+    // restart recovery reads.
+    "
+    ALTER TABLE task_sessions ADD COLUMN initial_prompt TEXT;
+    ALTER TABLE task_sessions ADD COLUMN worktree_repo TEXT;
+    ALTER TABLE task_sessions ADD COLUMN worktree_branch TEXT;
+    ",
 ];
 
 /// Brings the database up to the newest migration.

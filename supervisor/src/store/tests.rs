@@ -20,6 +20,9 @@ fn session(task_id: &str) -> SessionRow {
         error_message: None,
         created_at: 1,
         updated_at: 1,
+        initial_prompt: None,
+        worktree_repo: None,
+        worktree_branch: None,
     }
 }
 

@@ -41,10 +41,12 @@ async fn create_ready(api: &Api, workspace: &std::path::Path) -> (String, Durati
         api.typed().session_create(
             task.id,
             "mock".into(),
-            workspace.to_str().unwrap().to_owned(),
+            Some(workspace.to_str().unwrap().to_owned()),
             None,
             None,
             Some(true),
+            None,
+            None,
         ),
     )
     .await;

@@ -158,7 +158,7 @@ async fn resume_restarts_a_stopped_container_or_creates_a_new_one_that_still_rem
     );
 
     // Delete removes the container and the agent state.
-    ok("task.session.delete", api.typed().session_delete(session.clone())).await;
+    ok("task.session.delete", api.typed().session_delete(session.clone(), None, None)).await;
     assert!(docker.inspect_container(&second, None::<InspectContainerOptions>).await.is_err());
     assert!(!daemon.root.path().join("tether/agent-state").join(&session).exists());
     drop(cleanup);

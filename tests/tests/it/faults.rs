@@ -204,7 +204,9 @@ async fn r10_a_launch_cut_short_leaves_no_orphan_sidecar() {
     let create = api.typed().session_create(
         task.id,
         "mock".into(),
-        workspace.to_str().unwrap().to_owned(),
+        Some(workspace.to_str().unwrap().to_owned()),
+        None,
+        None,
         None,
         None,
         None,
@@ -688,7 +690,9 @@ async fn r10_a_session_cut_short_before_its_first_record_is_not_stuck_starting()
     let create = api.typed().session_create(
         task.id,
         "mock".into(),
-        daemon.workspace("e").to_str().unwrap().to_owned(),
+        Some(daemon.workspace("e").to_str().unwrap().to_owned()),
+        None,
+        None,
         None,
         None,
         None,

@@ -314,7 +314,9 @@ async fn bad_requests_get_the_right_kind() {
         let call = api.typed().session_create(
             task.id.clone(),
             profile.to_owned(),
-            path.to_owned(),
+            Some(path.to_owned()),
+            None,
+            None,
             None,
             None,
             None,
@@ -347,7 +349,7 @@ async fn bad_requests_get_the_right_kind() {
     // Unknown methods are JSON-RPC "method not found".
     assert_eq!(api.call_raw("task.nope", json!({})).await.unwrap_err().code, -32601);
     // Delete removes records and files.
-    ok("task.session.delete", api.typed().session_delete(session.clone())).await;
+    ok("task.session.delete", api.typed().session_delete(session.clone(), None, None)).await;
     assert!(!daemon.session_dir(&session).exists());
     let error = refused("status of a deleted session", api.typed().session_status(session)).await;
     assert_eq!(error.kind, ErrorKind::NotFound);
@@ -467,7 +469,7 @@ async fn an_agent_that_never_answers_initialize_fails_the_launch_with_its_stderr
     let failed = api.status(&session).await;
     let task = ok("task.get", api.typed().task_get(failed.task_id.clone())).await;
     assert_eq!(task.task.state, "FAILED");
-    assert_eq!((failed.state, failed.is_resumable), (SessionState::Failed, false));
+    assert_eq!((failed.state, failed.is_resumable), (SessionState::Failed, true));
 }
 
 /// Issue 11, defect 6: `serve --help` prints the usage instead of failing.

@@ -14,10 +14,12 @@ async fn create(
     let create = api.typed().session_create(
         task.to_owned(),
         "mock".into(),
-        workspace.to_str().unwrap().to_owned(),
+        Some(workspace.to_str().unwrap().to_owned()),
         None,
         None,
         shared,
+        None,
+        None,
     );
     call("task.session.create", create).await.map(|row| row.id)
 }
@@ -116,4 +118,78 @@ async fn a_profile_edit_is_reported_as_drift_and_adopted_only_on_request() {
     daemon.restart().await;
     let api = daemon.api().await;
     assert!(api.status(&session).await.profile_drift.is_empty());
+}
+
+/// A launch that fails for a reason a later attempt can outlive (here the agent exits at
+/// start while a file exists) leaves the session `FAILED` but resumable, the reason shown;
+/// a resume once the cause is gone launches it and delivers the prompt it was created with.
+/// A failed session can still be ended for good; a pause is refused, saying why.
+#[tokio::test]
+async fn a_crash_at_launch_leaves_the_session_resumable_and_a_resume_fixes_it() {
+    let root = tempfile::tempdir().unwrap();
+    let flag = root.path().join("broken");
+    std::fs::write(&flag, "").unwrap();
+    let profile = format!(
+        "id = \"flaky\"\ncommand = [\"mock-agent\", \"--fail-while\", \"{}\"]\nprotocol = \"acp\"\n",
+        flag.display()
+    );
+    let daemon = Daemon::start_with_profiles(&[], &[("flaky.toml", &profile)]).await;
+    let api = daemon.api().await;
+    let task = ok("task.create", api.typed().task_create("flaky".into(), None)).await.id;
+    let workspace = daemon.workspace("f");
+    let create = api.typed().session_create(
+        task.clone(),
+        "flaky".into(),
+        Some(workspace.to_str().unwrap().to_owned()),
+        Some("the first words".into()),
+        None,
+        None,
+        None,
+        None,
+    );
+    let session = ok("task.session.create", create).await.id;
+    let mut events = api.subscribe(&session, 0).await;
+    let (state, error) = tether_tests::daemon::settled(&mut events).await;
+    assert_eq!(state, protocol::api::SessionState::Failed);
+    assert!(error.contains("--fail-while"), "the agent's stderr is in the reason: {error}");
+    let status = api.status(&session).await;
+    assert_eq!(
+        (status.is_resumable, status.needs_resume, status.resume_reason.as_str()),
+        (true, true, "failed"),
+        "{status:?}"
+    );
+    assert!(status.error.as_deref().is_some_and(|e| e.contains("--fail-while")), "{status:?}");
+    let pause = api.typed().session_pause(session.clone(), None, None);
+    let pause = tether_tests::daemon::refused("pause a failed session", pause).await;
+    assert_eq!(pause.kind, ErrorKind::InvalidState, "{pause:?}");
+    assert!(pause.message.contains("FAILED"), "{pause:?}");
+    // Still failing: the resume says why, and the session stays resumable.
+    let again = api.resume(&session).await.unwrap_err();
+    assert!(again.message.contains("--fail-while"), "{again:?}");
+    assert!(api.status(&session).await.is_resumable);
+    // The cause is gone: a resume launches it, and the prompt it was created with goes out.
+    std::fs::remove_file(&flag).unwrap();
+    let mut events = api.subscribe_at_end(&session).await;
+    let resumed = api.resume(&session).await.unwrap();
+    assert_eq!(resumed.outcome, protocol::api::ResumeOutcome::Fresh, "{resumed:?}");
+    tether_tests::daemon::until(&mut events, tether_tests::daemon::turn_ended).await;
+    let history = api.history(&session).await;
+    let prompts: Vec<_> = history.iter().filter(|entry| entry.role == "user").collect();
+    assert_eq!(prompts.len(), 1, "{history:?}");
+    assert_eq!(prompts[0].content, "the first words");
+    assert!(
+        history.iter().any(|entry| entry.role == "assistant"
+            && entry.content.contains("you said: the first words")),
+        "{history:?}"
+    );
+    let status = api.status(&session).await;
+    assert_eq!(
+        (status.state, status.is_agent_running, status.error),
+        (protocol::api::SessionState::WaitingForInput, true, None)
+    );
+    let task = ok("task.get", api.typed().task_get(task)).await;
+    assert_ne!(task.task.state, "FAILED", "{task:?}");
+    // Ended for good on request, failed or not.
+    ok("stop", api.typed().session_stop(session.clone())).await;
+    assert_eq!(api.status(&session).await.state, protocol::api::SessionState::Completed);
 }

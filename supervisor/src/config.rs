@@ -1,0 +1,319 @@
+//! The daemon's config file, `$TETHER_HOME/config.toml` (issue 16): what `serve`'s flags
+//! set, and the automatic retention policy. Optional; a flag given on the command line
+//! wins over the file, the file over the built-in default. Validated strictly (unknown
+//! keys refused) with errors located like a profile's: `file:line:column: field: reason`.
+//!
+//! ```toml
+//! listen = "127.0.0.1:7777"
+//! auth_token_file = "/etc/tether/token"     # 0600
+//! allow_origins = ["https://tether.example"]
+//! static_agentctl = "/opt/tether/agentctl"
+//! event_log_retain_bytes = 67108864
+//!
+//! [retention]                # absent: nothing is removed automatically
+//! max_age_days = 30          # required in the section
+//! keep_completed = false
+//! states = ["COMPLETED", "CANCELLED", "FAILED"]   # default: any state at rest
+//! force = false              # remove worktrees with uncommitted work too
+//! interval_minutes = 60      # how often it runs (first: when serving starts)
+//! ```
+
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::service::CleanupPolicy;
+use crate::store::SessionState;
+
+/// The file's name in the data directory.
+pub const FILE_NAME: &str = "config.toml";
+
+/// The default for `retention.interval_minutes`.
+pub const DEFAULT_RETENTION_INTERVAL_MINUTES: u64 = 60;
+
+/// A config file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// It exists but cannot be read.
+    #[error("{file}: cannot read it: {source}")]
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It does not parse or validate.
+    #[error("{file}:{line}:{column}: {field}: {reason}")]
+    Invalid {
+        /// The file.
+        file: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column, in characters.
+        column: usize,
+        /// The dotted field (`retention.max_age_days`), or `(file)`.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The validated file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DaemonConfig {
+    /// `listen`.
+    pub listen: Option<SocketAddr>,
+    /// `auth_token_file`.
+    pub auth_token_file: Option<PathBuf>,
+    /// `allow_origins`.
+    pub allow_origins: Vec<String>,
+    /// `static_agentctl`.
+    pub static_agentctl: Option<PathBuf>,
+    /// `event_log_retain_bytes`.
+    pub event_log_retain_bytes: Option<u64>,
+    /// `[retention]`.
+    pub retention: Option<Retention>,
+}
+
+/// The automatic retention policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retention {
+    /// What each run removes (never a dry run).
+    pub policy: CleanupPolicy,
+    /// How often it runs.
+    pub interval: Duration,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    listen: Option<Spanned<String>>,
+    auth_token_file: Option<Spanned<String>>,
+    #[serde(default)]
+    allow_origins: Vec<Spanned<String>>,
+    static_agentctl: Option<Spanned<String>>,
+    event_log_retain_bytes: Option<Spanned<u64>>,
+    retention: Option<RawRetention>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetention {
+    max_age_days: Spanned<u32>,
+    #[serde(default)]
+    keep_completed: bool,
+    states: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    force: bool,
+    interval_minutes: Option<Spanned<u64>>,
+}
+
+/// Reads `path`; a missing file is the empty config.
+pub fn load(path: &Path) -> Result<DaemonConfig, ConfigError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => parse(&text, path),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(DaemonConfig::default()),
+        Err(source) => Err(ConfigError::Read { file: path.to_owned(), source }),
+    }
+}
+
+/// Parses and validates the file's text (`file` is for the messages).
+pub fn parse(text: &str, file: &Path) -> Result<DaemonConfig, ConfigError> {
+    let invalid = |span: Range<usize>, field: Option<&str>, reason: String| {
+        let (line, column, found) = agents::profile::toml_location(text, span.start);
+        let field = field.map(str::to_owned).or(found).unwrap_or_else(|| "(file)".to_owned());
+        ConfigError::Invalid { file: file.to_owned(), line, column, field, reason }
+    };
+    let raw: RawConfig = toml::from_str(text).map_err(|err| {
+        invalid(err.span().unwrap_or(0..0), None, err.message().trim().to_owned())
+    })?;
+    let listen = raw
+        .listen
+        .map(|listen| {
+            listen.get_ref().parse::<SocketAddr>().map_err(|_| {
+                invalid(
+                    listen.span(),
+                    Some("listen"),
+                    format!("{:?} is not an address with a port (127.0.0.1:7777)", listen.get_ref()),
+                )
+            })
+        })
+        .transpose()?;
+    let absolute = |value: Option<Spanned<String>>, field: &str| {
+        value
+            .map(|value| {
+                let path = PathBuf::from(value.get_ref());
+                if path.is_absolute() {
+                    Ok(path)
+                } else {
+                    Err(invalid(value.span(), Some(field), "must be an absolute path".into()))
+                }
+            })
+            .transpose()
+    };
+    let auth_token_file = absolute(raw.auth_token_file, "auth_token_file")?;
+    let static_agentctl = absolute(raw.static_agentctl, "static_agentctl")?;
+    let mut allow_origins = Vec::new();
+    for origin in raw.allow_origins {
+        let text = origin.get_ref();
+        if !(text.starts_with("http://") || text.starts_with("https://")) || text.ends_with('/') {
+            return Err(invalid(
+                origin.span(),
+                Some("allow_origins"),
+                format!("{text:?} is not an origin (scheme://host[:port], no path)"),
+            ));
+        }
+        allow_origins.push(origin.into_inner());
+    }
+    let event_log_retain_bytes = match raw.event_log_retain_bytes {
+        Some(bytes) if *bytes.get_ref() == 0 => {
+            return Err(invalid(
+                bytes.span(),
+                Some("event_log_retain_bytes"),
+                "must be greater than 0".into(),
+            ));
+        }
+        other => other.map(Spanned::into_inner),
+    };
+    let retention = match raw.retention {
+        None => None,
+        Some(retention) => {
+            let states = match retention.states {
+                None => None,
+                Some(names) => {
+                    let mut states = Vec::new();
+                    for name in names {
+                        let state: protocol::api::SessionState =
+                            name.get_ref().parse().map_err(|reason| {
+                                invalid(name.span(), Some("retention.states"), reason)
+                            })?;
+                        let state = SessionState::from(state);
+                        if matches!(state, SessionState::Starting | SessionState::Running) {
+                            return Err(invalid(
+                                name.span(),
+                                Some("retention.states"),
+                                format!("{state:?} sessions are live; cleanup never removes them"),
+                            ));
+                        }
+                        states.push(state);
+                    }
+                    Some(states)
+                }
+            };
+            let interval = match retention.interval_minutes {
+                Some(minutes) if *minutes.get_ref() == 0 => {
+                    return Err(invalid(
+                        minutes.span(),
+                        Some("retention.interval_minutes"),
+                        "must be at least 1".into(),
+                    ));
+                }
+                Some(minutes) => *minutes.get_ref(),
+                None => DEFAULT_RETENTION_INTERVAL_MINUTES,
+            };
+            Some(Retention {
+                policy: CleanupPolicy {
+                    max_age_days: retention.max_age_days.into_inner(),
+                    states,
+                    keep_completed: retention.keep_completed,
+                    dry_run: false,
+                    force: retention.force,
+                },
+                interval: Duration::from_secs(interval.saturating_mul(60)),
+            })
+        }
+    };
+    Ok(DaemonConfig {
+        listen,
+        auth_token_file,
+        allow_origins,
+        static_agentctl,
+        event_log_retain_bytes,
+        retention,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn invalid(text: &str) -> (usize, usize, String, String) {
+        match parse(text, Path::new("/h/config.toml")) {
+            Err(ConfigError::Invalid { line, column, field, reason, .. }) => {
+                (line, column, field, reason)
+            }
+            other => panic!("expected a located error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_full_file_is_read_and_an_empty_one_is_the_defaults() {
+        let text = r#"
+listen = "0.0.0.0:9000"
+auth_token_file = "/etc/tether/token"
+allow_origins = ["https://tether.example", "http://localhost:3000"]
+static_agentctl = "/opt/agentctl"
+event_log_retain_bytes = 1048576
+
+[retention]
+max_age_days = 30
+keep_completed = true
+states = ["COMPLETED", "FAILED"]
+interval_minutes = 5
+"#;
+        let config = parse(text, Path::new("/h/config.toml")).unwrap();
+        assert_eq!(config.listen, Some("0.0.0.0:9000".parse().unwrap()));
+        assert_eq!(config.auth_token_file.as_deref(), Some(Path::new("/etc/tether/token")));
+        assert_eq!(config.allow_origins.len(), 2);
+        assert_eq!(config.event_log_retain_bytes, Some(1_048_576));
+        let retention = config.retention.unwrap();
+        assert_eq!(retention.interval, Duration::from_secs(300));
+        assert_eq!(
+            retention.policy,
+            CleanupPolicy {
+                max_age_days: 30,
+                states: Some(vec![SessionState::Completed, SessionState::Failed]),
+                keep_completed: true,
+                dry_run: false,
+                force: false,
+            }
+        );
+        assert_eq!(parse("", Path::new("/x")).unwrap(), DaemonConfig::default());
+        let missing = load(Path::new("/nonexistent/tether/config.toml")).unwrap();
+        assert_eq!(missing, DaemonConfig::default());
+    }
+
+    #[test]
+    fn errors_name_the_line_column_and_field() {
+        let (line, column, field, reason) = invalid("listen = \"127.0.0.1:1\"\nlisen = 3\n");
+        assert_eq!((line, column, field.as_str()), (2, 1, "lisen"));
+        assert!(reason.contains("unknown field"), "{reason}");
+        let (line, column, field, _) = invalid("[retention]\nmax_age_days = \"ten\"\n");
+        assert_eq!((line, field.as_str()), (2, "retention.max_age_days"));
+        assert_eq!(column, 16);
+        let (line, _, field, reason) =
+            invalid("[retention]\nmax_age_days = 1\nstates = [\"DONE\"]\n");
+        assert_eq!((line, field.as_str()), (3, "retention.states"));
+        assert!(reason.contains("COMPLETED"), "the valid names are listed: {reason}");
+        let (_, _, field, reason) =
+            invalid("[retention]\nmax_age_days = 1\nstates = [\"RUNNING\"]\n");
+        assert_eq!(field, "retention.states");
+        assert!(reason.contains("live"), "{reason}");
+        let (line, _, field, _) = invalid("listen = \"localhost\"\n");
+        assert_eq!((line, field.as_str()), (1, "listen"));
+        let (_, _, field, _) = invalid("static_agentctl = \"bin/agentctl\"\n");
+        assert_eq!(field, "static_agentctl");
+        let (_, _, field, _) = invalid("allow_origins = [\"tether.example\"]\n");
+        assert_eq!(field, "allow_origins");
+        let (_, _, field, reason) = invalid("[retention]\nkeep_completed = true\n");
+        assert!(reason.contains("max_age_days"), "{field}: {reason}");
+        let (_, _, field, _) = invalid("[retention]\nmax_age_days = 1\ninterval_minutes = 0\n");
+        assert_eq!(field, "retention.interval_minutes");
+        let (line, _, field, _) = invalid("listen = [");
+        assert_eq!((line, field.as_str()), (1, "(file)"));
+    }
+}
