@@ -139,7 +139,7 @@ impl Default for Config {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Invocation {
     /// Run the agent.
-    Run(Config),
+    Run(Box<Config>),
     /// Print [`USAGE`] and exit successfully.
     Help,
 }
@@ -194,7 +194,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, 
     if config.resume.is_some() && config.state_dir.is_none() {
         return Err("--resume needs --state-dir".into());
     }
-    Ok(Invocation::Run(config))
+    Ok(Invocation::Run(Box::new(config)))
 }
 
 /// The whole program: parses `args` (without the program name), runs the agent on its own
@@ -202,7 +202,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, 
 pub fn main(args: impl IntoIterator<Item = String>, self_command: Vec<std::ffi::OsString>) -> i32 {
     let _ = SELF_COMMAND.set(self_command);
     let config = match parse_args(args) {
-        Ok(Invocation::Run(config)) => config,
+        Ok(Invocation::Run(config)) => *config,
         Ok(Invocation::Help) => {
             print!("{USAGE}");
             return 0;
@@ -878,7 +878,7 @@ mod tests {
             panic!("expected a run")
         };
         assert_eq!(
-            config,
+            *config,
             Config {
                 state_dir: Some("/s".into()),
                 load_session: false,

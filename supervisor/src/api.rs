@@ -17,9 +17,9 @@ use jsonrpsee::core::{RpcResult, SubscriptionResult};
 use jsonrpsee::server::{BatchRequestConfig, RpcModule, Server, ServerConfig, ServerHandle};
 use jsonrpsee::types::ErrorObjectOwned;
 use protocol::api::{
-    AgentInfo, ApiServer, CleanupResult, Done, ErrorData, HistoryEntry, PauseResult, PromptStarted, ResumeResult,
-    RuntimeKind, SessionState, SessionStatus, SessionSummary, Snapshot, SnapshotSummary,
-    StopAllResult, Task, TaskDetail, Timeline, params,
+    AgentInfo, ApiServer, CleanupResult, Done, ErrorData, HistoryEntry, PauseResult, PromptStarted,
+    ResumeResult, RuntimeKind, SessionState, SessionStatus, SessionSummary, Snapshot,
+    SnapshotSummary, StopAllResult, Task, TaskDetail, Timeline, params,
 };
 use protocol::errors::CheckParams;
 use serde_json::Value;

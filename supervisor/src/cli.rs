@@ -593,6 +593,9 @@ async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<(
     allowed_origins.extend(args.allow_origin);
     let policy = AccessPolicy { token, allowed_origins };
     if let Some(retention) = config.retention.clone() {
+        // The first pass runs before the API serves, so a restart applies the policy
+        // before anyone can see what it removes.
+        retention_pass(&supervisor, &retention.policy).await;
         tokio::spawn(run_retention(Arc::clone(&supervisor), retention));
     }
     let (addr, handle) = api::serve(listen, policy, supervisor)
@@ -610,33 +613,38 @@ async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<(
     Ok(())
 }
 
-/// The automatic retention policy: a cleanup when serving starts, then one per interval
-/// (a timer, not a poll: nothing signals that a session grew old). Each run is one log
-/// line with what it removed and kept.
+/// The automatic retention policy after its first pass: one per interval (a timer, not a
+/// poll: nothing signals that a session grew old).
 async fn run_retention(supervisor: Arc<Supervisor>, retention: crate::config::Retention) {
-    let mut ticks = tokio::time::interval(retention.interval);
+    let start = tokio::time::Instant::now() + retention.interval;
+    let mut ticks = tokio::time::interval_at(start, retention.interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        match supervisor.cleanup(&retention.policy).await {
-            Ok(result) => {
-                let removed: Vec<&str> =
-                    result.removed.iter().map(|gone| gone.session_id.as_str()).collect();
-                let kept: Vec<String> = result
-                    .kept
-                    .iter()
-                    .map(|kept| format!("{} ({})", kept.session_id, kept.reason))
-                    .collect();
-                tracing::info!(
-                    removed = removed.len(),
-                    kept = kept.len(),
-                    ?removed,
-                    ?kept,
-                    "retention: cleanup done"
-                );
-            }
-            Err(err) => tracing::warn!(%err, "retention: cleanup failed"),
+        retention_pass(&supervisor, &retention.policy).await;
+    }
+}
+
+/// One cleanup by the retention policy; one log line with what it removed and kept.
+async fn retention_pass(supervisor: &Supervisor, policy: &crate::service::CleanupPolicy) {
+    match supervisor.cleanup(policy).await {
+        Ok(result) => {
+            let removed: Vec<&str> =
+                result.removed.iter().map(|gone| gone.session_id.as_str()).collect();
+            let kept: Vec<String> = result
+                .kept
+                .iter()
+                .map(|kept| format!("{} ({})", kept.session_id, kept.reason))
+                .collect();
+            tracing::info!(
+                removed = removed.len(),
+                kept = kept.len(),
+                ?removed,
+                ?kept,
+                "retention: cleanup done"
+            );
         }
+        Err(err) => tracing::warn!(%err, "retention: cleanup failed"),
     }
 }
 
@@ -1055,17 +1063,8 @@ impl Client {
     }
 
     async fn session_start(&self, start: StartArgs, quiet: bool) -> Result<(), Failure> {
-        let StartArgs {
-            agent,
-            workspace,
-            task,
-            new_task,
-            prompt,
-            runtime,
-            shared,
-            worktree,
-            base,
-        } = start;
+        let StartArgs { agent, workspace, task, new_task, prompt, runtime, shared, worktree, base } =
+            start;
         let api = &*self.client;
         let workspace = match workspace {
             Some(workspace) => {

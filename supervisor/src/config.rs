@@ -138,7 +138,10 @@ pub fn parse(text: &str, file: &Path) -> Result<DaemonConfig, ConfigError> {
                 invalid(
                     listen.span(),
                     Some("listen"),
-                    format!("{:?} is not an address with a port (127.0.0.1:7777)", listen.get_ref()),
+                    format!(
+                        "{:?} is not an address with a port (127.0.0.1:7777)",
+                        listen.get_ref()
+                    ),
                 )
             })
         })

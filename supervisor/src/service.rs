@@ -27,8 +27,9 @@ use crate::store::{ExecutorStatus, SessionRow, SessionState, Store, StoreError, 
 use crate::wire::runtime_kind;
 use crate::worktree;
 use protocol::api::{
-    AgentInfo, CleanedSession, CleanupResult, KeptSession, ErrorKind, ExecutionInfo, PauseResult, ResumeResult, SessionStatus, Snapshot,
-    SnapshotSummary, SnapshotTrigger, TaskDetail, Timeline, TimelineEntry, TurnInfo,
+    AgentInfo, CleanedSession, CleanupResult, ErrorKind, ExecutionInfo, KeptSession, PauseResult,
+    ResumeResult, SessionStatus, Snapshot, SnapshotSummary, SnapshotTrigger, TaskDetail, Timeline,
+    TimelineEntry, TurnInfo,
 };
 
 /// Which sessions `sessions.cleanup` removes (also the daemon's automatic policy).
@@ -500,7 +501,11 @@ impl Supervisor {
 
     /// Stores a new session, its workspace's occupancy checked and taken under the start
     /// lock (so two creates cannot both pass).
-    async fn record_session(&self, row: SessionRow, shared: bool) -> Result<SessionRow, ServiceError> {
+    async fn record_session(
+        &self,
+        row: SessionRow,
+        shared: bool,
+    ) -> Result<SessionRow, ServiceError> {
         let _guard = self.start_lock.lock().await;
         if !shared {
             let canonical = std::fs::canonicalize(&row.workspace_path)
@@ -1395,7 +1400,9 @@ impl Supervisor {
             let _ = std::fs::remove_dir_all(&agent_state);
         }
         let dir = self.config.home.session_path(&session_id);
-        for (file, name) in [("history.jsonl", "history"), ("events", "events"), ("agentctl", "spool")] {
+        for (file, name) in
+            [("history.jsonl", "history"), ("events", "events"), ("agentctl", "spool")]
+        {
             if dir.join(file).exists() {
                 removed.push(name.to_owned());
             }
@@ -1489,7 +1496,9 @@ impl Supervisor {
             resources.push("container".to_owned());
         }
         let dir = self.config.home.session_path(&row.id);
-        for (file, name) in [("history.jsonl", "history"), ("events", "events"), ("agentctl", "spool")] {
+        for (file, name) in
+            [("history.jsonl", "history"), ("events", "events"), ("agentctl", "spool")]
+        {
             if dir.join(file).exists() {
                 resources.push(name.to_owned());
             }

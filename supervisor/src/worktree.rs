@@ -1,7 +1,7 @@
 //! A git worktree per session (issue 16), made and removed with the `git` CLI.
 //!
 //! A worktree session works in `$TETHER_HOME/worktrees/<session id>`, on its own branch
-//! `tether/<task slug>-<first 8 of the session id>` made from a base (a branch, or the
+//! `tether/<task slug>-<last 8 hex digits of the session id>` made from a base (a branch, or the
 //! repository's `HEAD`). The branch is the durable part: a worktree directory that went
 //! away is rebuilt from it, with the session's commits; deleting a session removes the
 //! worktree and keeps the branch unless asked. Uncommitted work is never removed without
@@ -111,8 +111,9 @@ fn detail(err: WorktreeError) -> String {
 }
 
 /// The branch of a session's worktree: `tether/<slug of the task title>-<session id's
-/// first 8 characters>` (the slug is lowercase ASCII letters, digits and dashes, at most
-/// 40; `task` when the title has none).
+/// last 8 hex digits>` (a v7 id begins with its timestamp, so its end is what differs
+/// between sessions made in the same moment; the slug is lowercase ASCII letters, digits
+/// and dashes, at most 40; `task` when the title has none).
 pub fn branch_name(task_title: &str, session_id: &str) -> String {
     let mut slug = String::new();
     for ch in task_title.chars() {
@@ -127,7 +128,8 @@ pub fn branch_name(task_title: &str, session_id: &str) -> String {
     }
     let slug = slug.trim_end_matches('-');
     let slug = if slug.is_empty() { "task" } else { slug };
-    let short: String = session_id.chars().filter(|c| *c != '-').take(8).collect();
+    let hex: Vec<char> = session_id.chars().filter(|c| *c != '-').collect();
+    let short: String = hex[hex.len().saturating_sub(8)..].iter().collect();
     format!("tether/{slug}-{short}")
 }
 
@@ -222,10 +224,10 @@ mod tests {
     #[test]
     fn branch_names_are_safe_and_short() {
         let id = "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
-        assert_eq!(branch_name("Fix the login bug!", id), "tether/fix-the-login-bug-0193a1b2");
-        assert_eq!(branch_name("  ../..  ", id), "tether/task-0193a1b2");
-        assert_eq!(branch_name("ünïcode only", id), "tether/n-code-only-0193a1b2");
+        assert_eq!(branch_name("Fix the login bug!", id), "tether/fix-the-login-bug-2e3f4a5b");
+        assert_eq!(branch_name("  ../..  ", id), "tether/task-2e3f4a5b");
+        assert_eq!(branch_name("ünïcode only", id), "tether/n-code-only-2e3f4a5b");
         let long = branch_name(&"a".repeat(100), id);
-        assert_eq!(long, format!("tether/{}-0193a1b2", "a".repeat(40)));
+        assert_eq!(long, format!("tether/{}-2e3f4a5b", "a".repeat(40)));
     }
 }

@@ -261,3 +261,28 @@ fn auth_choices_pick_an_offered_method_whose_credentials_are_set() {
     let err = error(&format!("{MINIMAL}[[auth]]\nmethods = \"m\"\n"));
     assert!(err.reason.contains("unknown field `methods`"), "{err}");
 }
+
+#[test]
+fn a_workspace_section_asks_for_worktrees_and_is_validated() {
+    let plain = parse(MINIMAL, file()).unwrap();
+    assert_eq!(plain.workspace, None);
+    let text = format!("{MINIMAL}[workspace]\nrepo = \"/src/project\"\nbase = \"main\"\n");
+    let profile = parse(&text, file()).unwrap();
+    let workspace = profile.workspace.clone().unwrap();
+    assert_eq!(
+        (workspace.repo.as_deref(), workspace.base.as_deref()),
+        (Some("/src/project"), Some("main"))
+    );
+    // An empty section: worktrees of the session's own workspace, from its HEAD.
+    let empty = parse(&format!("{MINIMAL}[workspace]\n"), file()).unwrap();
+    assert_eq!(empty.workspace, Some(WorkspaceSettings::default()));
+    // A snapshot without the section (stored before it existed) reads back the same.
+    let json = serde_json::to_value(&plain).unwrap();
+    assert!(json.get("workspace").is_none(), "absent, not null: no drift for old snapshots");
+    let relative = error(&format!("{MINIMAL}[workspace]\nrepo = \"src/project\"\n"));
+    assert_eq!((relative.line, relative.field.as_str()), (5, "workspace.repo"));
+    let dashed = error(&format!("{MINIMAL}[workspace]\nbase = \"--force\"\n"));
+    assert_eq!((dashed.line, dashed.field.as_str()), (5, "workspace.base"));
+    let unknown = error(&format!("{MINIMAL}[workspace]\nbranch = \"x\"\n"));
+    assert_eq!(unknown.field, "workspace.branch");
+}

@@ -75,6 +75,18 @@ pub(super) fn start_outbox(
                     agentctl::fault::point("ack.sent");
                 }),
             };
+            // The agent has exited (agentctl took the call, the agent was gone): not a lost
+            // sidecar. agentctl publishes the exit, with its status and stderr tail, on the
+            // event stream, and the actor handles it there (a launch fails with that
+            // reason; a running turn ends). The handshake's timeout still bounds the wait.
+            if let Err(agentctl::client::ClientError::Refused {
+                kind: protocol::errors::ErrorKind::NotRunning,
+                ..
+            }) = &result
+            {
+                tracing::debug!(execution = %execution_id, "the agent is not running; its exit event follows");
+                continue;
+            }
             if let Err(err) = result {
                 let _ = internal_tx.send(Internal::ControlFailed {
                     execution_id: execution_id.clone(),

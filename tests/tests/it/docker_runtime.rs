@@ -242,3 +242,75 @@ async fn an_unreachable_engine_gives_runtime_unavailable_and_standalone_goes_on(
     .await;
     drop(cleanup);
 }
+
+async fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = tokio::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=tether", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .await
+        .expect("git runs");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// Issue 16: a worktree session in a container gets its worktree and the repository's git
+/// dir mounted at their own paths (the worktree's `.git` file points there), and what the
+/// agent writes lands in the worktree; `sessions.cleanup` then removes its container and
+/// its worktree along with its records.
+#[tokio::test]
+async fn a_docker_worktree_session_mounts_the_git_dir_and_cleanup_removes_its_container() {
+    let Some((docker, daemon, cleanup)) = setup().await else { return };
+    let api = daemon.api().await;
+    let repo = daemon.workspace("repo");
+    git(&repo, &["init", "-q", "-b", "main"]).await;
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "start"]).await;
+    let task = ok("task.create", api.typed().task_create("in a box".into(), None)).await.id;
+    let create = api.typed().session_create(
+        task,
+        "mock-docker".into(),
+        Some(repo.to_str().unwrap().to_owned()),
+        None,
+        None,
+        None,
+        Some(true),
+        None,
+    );
+    let session = ok("task.session.create", create).await.id;
+    let (state, error) = settled(&mut api.subscribe(&session, 0).await).await;
+    assert_eq!(state, SessionState::WaitingForInput, "{error}");
+    let worktree = std::path::PathBuf::from(api.status(&session).await.worktree_path.unwrap());
+    let container = docker
+        .inspect_container(&format!("tether-{session}"), None::<InspectContainerOptions>)
+        .await
+        .unwrap();
+    let binds = container.host_config.and_then(|host| host.binds).unwrap_or_default();
+    let git_dir = repo.join(".git");
+    for path in [&worktree, &git_dir] {
+        let bind = format!("{0}:{0}", path.display());
+        assert!(binds.contains(&bind), "{bind} in {binds:?}");
+    }
+    let file = worktree.join("from-the-box.txt");
+    api.ask(&session, &format!("/write {} written in a container", file.display())).await;
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "written in a container");
+    assert!(git(&worktree, &["status", "--porcelain"]).await.contains("from-the-box.txt"));
+    ok("stop", api.typed().session_stop(session.clone())).await;
+    let call = api.typed().cleanup(0, Some(vec![SessionState::Completed]), None, None, Some(true));
+    let result = ok("sessions.cleanup", call).await;
+    assert_eq!(result.removed.len(), 1, "{result:?}");
+    let resources = &result.removed[0].resources;
+    for what in ["container", "worktree", "history"] {
+        assert!(resources.contains(&what.to_owned()), "{what} in {resources:?}");
+    }
+    assert!(
+        docker
+            .inspect_container(&format!("tether-{session}"), None::<InspectContainerOptions>)
+            .await
+            .is_err(),
+        "the container is gone"
+    );
+    assert!(!worktree.exists());
+    drop(cleanup);
+}

@@ -16,6 +16,7 @@ mod official_client;
 mod pause;
 mod real_agents;
 mod resume;
+mod retention;
 mod snapshots;
 mod supervisor;
 mod tidy;

@@ -193,3 +193,252 @@ async fn a_crash_at_launch_leaves_the_session_resumable_and_a_resume_fixes_it() 
     ok("stop", api.typed().session_stop(session.clone())).await;
     assert_eq!(api.status(&session).await.state, protocol::api::SessionState::Completed);
 }
+
+// ---- worktrees ------------------------------------------------------------------------
+
+async fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = tokio::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=tether", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .await
+        .expect("git runs");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// A repository with one commit on `main`.
+async fn repository(daemon: &Daemon, name: &str) -> std::path::PathBuf {
+    let repo = daemon.workspace(name);
+    git(&repo, &["init", "-q", "-b", "main"]).await;
+    std::fs::write(repo.join("README"), "the project\n").unwrap();
+    git(&repo, &["add", "."]).await;
+    git(&repo, &["commit", "-q", "-m", "start"]).await;
+    repo
+}
+
+/// A worktree session of `mock` on `repo`, ready for prompts; its status.
+async fn worktree_session(
+    api: &Api,
+    title: &str,
+    repo: &std::path::Path,
+    base: Option<&str>,
+) -> protocol::api::SessionStatus {
+    let task = ok("task.create", api.typed().task_create(title.into(), None)).await.id;
+    let create = api.typed().session_create(
+        task,
+        "mock".into(),
+        Some(repo.to_str().unwrap().to_owned()),
+        None,
+        None,
+        None,
+        Some(true),
+        base.map(str::to_owned),
+    );
+    let row = ok("task.session.create", create).await;
+    let mut events = api.subscribe(&row.id, 0).await;
+    let (state, error) = tether_tests::daemon::settled(&mut events).await;
+    assert_eq!(state, protocol::api::SessionState::WaitingForInput, "{error}");
+    assert_eq!(row.worktree_branch, api.status(&row.id).await.worktree_branch);
+    api.status(&row.id).await
+}
+
+fn worktree_of(status: &protocol::api::SessionStatus) -> std::path::PathBuf {
+    std::path::PathBuf::from(status.worktree_path.clone().expect("a worktree path"))
+}
+
+/// Two sessions on one repository each get a worktree of their own on a branch of their
+/// own (named after the task and the session), outside the repository; what the agents
+/// write lands in their own worktree only, and the repository's checkout is untouched.
+#[tokio::test]
+async fn two_sessions_on_one_repository_get_separate_worktrees_and_their_edits_do_not_mix() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let repo = repository(&daemon, "repo").await;
+    let one = worktree_session(&api, "Fix the parser", &repo, None).await;
+    let two = worktree_session(&api, "Fix the parser", &repo, Some("main")).await;
+    let (path_one, path_two) = (worktree_of(&one), worktree_of(&two));
+    assert_ne!(path_one, path_two);
+    for (status, path) in [(&one, &path_one), (&two, &path_two)] {
+        assert!(path.starts_with(daemon.root.path().join("tether/worktrees")), "{path:?}");
+        let branch = status.worktree_branch.clone().expect("a branch");
+        let short = &status.session_id[status.session_id.len() - 8..];
+        assert_eq!(branch, format!("tether/fix-the-parser-{short}"));
+        assert_eq!(git(path, &["branch", "--show-current"]).await, branch);
+        assert!(path.join("README").exists(), "checked out from main");
+    }
+    assert_ne!(one.worktree_branch, two.worktree_branch);
+    let branches = git(&repo, &["branch", "--list", "tether/*"]).await;
+    assert_eq!(branches.lines().count(), 2, "{branches}");
+    // Each agent writes through ACP (fs/write_text_file) into its own worktree.
+    let a = path_one.join("one.txt");
+    let b = path_two.join("two.txt");
+    api.ask(&one.session_id, &format!("/write {} from one", a.display())).await;
+    api.ask(&two.session_id, &format!("/write {} from two", b.display())).await;
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "from one");
+    assert_eq!(std::fs::read_to_string(&b).unwrap(), "from two");
+    assert!(!path_one.join("two.txt").exists() && !path_two.join("one.txt").exists());
+    assert!(!repo.join("one.txt").exists() && !repo.join("two.txt").exists());
+    assert_eq!(git(&repo, &["status", "--porcelain"]).await, "", "the repository is untouched");
+    // Committed on one branch, absent from the other.
+    git(&path_one, &["add", "one.txt"]).await;
+    git(&path_one, &["commit", "-q", "-m", "one"]).await;
+    let on_two =
+        git(&repo, &["ls-tree", "--name-only", two.worktree_branch.as_deref().unwrap()]).await;
+    assert!(!on_two.contains("one.txt"), "{on_two}");
+    // Worktree sessions do not hold the repository: an ordinary session may still use it.
+    create(&api, &one.task_id, &repo, None).await.expect("the repository itself is free");
+    // A base that names nothing is refused before anything is made.
+    let task = one.task_id.clone();
+    let bad = api.typed().session_create(
+        task,
+        "mock".into(),
+        Some(repo.to_str().unwrap().to_owned()),
+        None,
+        None,
+        None,
+        Some(true),
+        Some("no-such-branch".into()),
+    );
+    let bad = tether_tests::daemon::refused("a bad base", bad).await;
+    assert_eq!((bad.kind, bad.field.as_deref()), (ErrorKind::InvalidParams, Some("base")));
+    let not_repo = daemon.workspace("plain");
+    let task = one.task_id.clone();
+    let plain = api.typed().session_create(
+        task,
+        "mock".into(),
+        Some(not_repo.to_str().unwrap().to_owned()),
+        None,
+        None,
+        None,
+        Some(true),
+        None,
+    );
+    let plain = tether_tests::daemon::refused("not a repository", plain).await;
+    assert_eq!(plain.kind, ErrorKind::InvalidParams, "{plain:?}");
+    assert!(plain.message.contains("not in a git repository"), "{plain:?}");
+    assert_eq!(git(&repo, &["branch", "--list", "tether/*"]).await.lines().count(), 2);
+}
+
+/// A worktree directory that went away is rebuilt from its branch on resume, with the
+/// session's commits; the session carries on natively. With the branch gone too, the
+/// resume says there is nothing to rebuild from.
+#[tokio::test]
+async fn a_deleted_worktree_is_rebuilt_from_its_branch_with_the_sessions_commits() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let repo = repository(&daemon, "repo").await;
+    let status = worktree_session(&api, "rebuild", &repo, None).await;
+    let session = status.session_id.clone();
+    let path = worktree_of(&status);
+    let file = path.join("work.txt");
+    api.ask(&session, &format!("/write {} committed work", file.display())).await;
+    git(&path, &["add", "work.txt"]).await;
+    git(&path, &["commit", "-q", "-m", "the session's work"]).await;
+    let head = git(&path, &["rev-parse", "HEAD"]).await;
+    ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
+    std::fs::remove_dir_all(&path).unwrap();
+    let resumed = api.resume(&session).await.unwrap();
+    assert_eq!(resumed.state, protocol::api::SessionState::WaitingForInput, "{resumed:?}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "committed work");
+    assert_eq!(git(&path, &["rev-parse", "HEAD"]).await, head);
+    assert_eq!(git(&path, &["branch", "--show-current"]).await, status.worktree_branch.unwrap());
+    assert!(api.ask(&session, "/recall").await.contains("remembered"), "the agent carries on");
+    // Both gone: nothing to rebuild from, said plainly; nothing launched.
+    let other = worktree_session(&api, "gone", &repo, None).await;
+    ok("pause", api.typed().session_pause(other.session_id.clone(), None, None)).await;
+    let other_path = worktree_of(&other);
+    std::fs::remove_dir_all(&other_path).unwrap();
+    git(&repo, &["worktree", "prune"]).await;
+    git(&repo, &["branch", "-D", other.worktree_branch.as_deref().unwrap()]).await;
+    let refused = api.resume(&other.session_id).await.unwrap_err();
+    assert_eq!(refused.kind, ErrorKind::InvalidState, "{refused:?}");
+    assert!(refused.message.contains("nothing to rebuild it from"), "{refused:?}");
+    assert!(api.status(&other.session_id).await.is_resumable, "still resumable once fixed");
+}
+
+/// Deleting a worktree session removes its worktree and keeps its branch; uncommitted work
+/// refuses the delete (naming the files) unless forced; `delete_branch` takes the branch.
+#[tokio::test]
+async fn delete_removes_the_worktree_keeps_the_branch_and_never_loses_uncommitted_work() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let repo = repository(&daemon, "repo").await;
+    let status = worktree_session(&api, "delete me", &repo, None).await;
+    let (session, path) = (status.session_id.clone(), worktree_of(&status));
+    let branch = status.worktree_branch.clone().unwrap();
+    std::fs::write(path.join("draft.txt"), "not committed").unwrap();
+    let delete = api.typed().session_delete(session.clone(), None, None);
+    let refused = tether_tests::daemon::refused("a dirty worktree", delete).await;
+    assert_eq!(refused.kind, ErrorKind::Conflict, "{refused:?}");
+    assert!(refused.message.contains("draft.txt"), "names the files: {refused:?}");
+    assert!(path.join("draft.txt").exists() && api.status(&session).await.is_agent_running);
+    ok("delete", api.typed().session_delete(session.clone(), Some(true), None)).await;
+    assert!(!path.exists(), "the worktree is gone");
+    assert_eq!(git(&repo, &["branch", "--list", &branch]).await.trim_start_matches("* "), branch);
+    assert!(!git(&repo, &["worktree", "list"]).await.contains(path.to_str().unwrap()));
+    let status = worktree_session(&api, "and the branch", &repo, None).await;
+    let branch = status.worktree_branch.clone().unwrap();
+    ok("delete", api.typed().session_delete(status.session_id.clone(), None, Some(true))).await;
+    assert_eq!(git(&repo, &["branch", "--list", &branch]).await, "", "the branch went too");
+}
+
+/// A profile with `[workspace] repo = …, base = …` gives its sessions worktrees of that
+/// repository from that base without being asked (no workspace_path needed); a create
+/// that says `worktree: false` works in its workspace itself.
+#[tokio::test]
+async fn a_profiles_workspace_section_makes_worktrees_by_default() {
+    let root = tempfile::tempdir().unwrap();
+    let repo = root.path().join("project");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]).await;
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "start"]).await;
+    git(&repo, &["checkout", "-q", "-b", "develop"]).await;
+    std::fs::write(repo.join("DEVELOP"), "only on develop\n").unwrap();
+    git(&repo, &["add", "."]).await;
+    git(&repo, &["commit", "-q", "-m", "develop"]).await;
+    git(&repo, &["checkout", "-q", "main"]).await;
+    let profile = format!(
+        "id = \"wt\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n[workspace]\nrepo = \"{}\"\nbase = \"develop\"\n",
+        repo.display()
+    );
+    let daemon = Daemon::start_with_profiles(&[], &[("wt.toml", &profile)]).await;
+    let api = daemon.api().await;
+    let task = ok("task.create", api.typed().task_create("by profile".into(), None)).await.id;
+    let create =
+        api.typed().session_create(task.clone(), "wt".into(), None, None, None, None, None, None);
+    let row = ok("task.session.create", create).await;
+    let branch = row.worktree_branch.clone().expect("a worktree by default");
+    let path = std::path::PathBuf::from(&row.workspace_path);
+    assert!(path.join("DEVELOP").exists(), "made from the profile's base");
+    assert_eq!(git(&path, &["branch", "--show-current"]).await, branch);
+    let (state, error) = tether_tests::daemon::settled(&mut api.subscribe(&row.id, 0).await).await;
+    assert_eq!(state, protocol::api::SessionState::WaitingForInput, "{error}");
+    let plain_dir = daemon.workspace("plain");
+    let create = api.typed().session_create(
+        task,
+        "wt".into(),
+        Some(plain_dir.to_str().unwrap().to_owned()),
+        None,
+        None,
+        None,
+        Some(false),
+        None,
+    );
+    let plain = ok("task.session.create", create).await;
+    assert_eq!(
+        (plain.worktree_branch, plain.workspace_path.as_str()),
+        (None, plain_dir.to_str().unwrap())
+    );
+    // Without the profile's repo and without a workspace, there is nothing to work in.
+    let task = ok("task.create", api.typed().task_create("nowhere".into(), None)).await.id;
+    let create =
+        api.typed().session_create(task, "mock".into(), None, None, None, None, None, None);
+    let refused = tether_tests::daemon::refused("no workspace", create).await;
+    assert_eq!(
+        (refused.kind, refused.field.as_deref()),
+        (ErrorKind::InvalidParams, Some("workspace_path"))
+    );
+}
