@@ -273,7 +273,8 @@ async function follow(sessionId) {
 }
 
 function renderStatus(status) {
-  $("#session-title").textContent = `${status.agent_profile_id} · ${status.session_id}`;
+  const branch = status.worktree_branch ? ` · ${status.worktree_branch}` : "";
+  $("#session-title").textContent = `${status.agent_profile_id} · ${status.session_id}${branch}`;
   const badge = $("#session-state");
   badge.textContent = status.state;
   badge.className = `badge ${status.state}`;
@@ -478,9 +479,12 @@ function wire() {
     const session = await act("task.session.create", {
       task_id: form.task.value,
       agent_profile_id: form.agent.value,
-      workspace_path: form.workspace.value,
+      workspace_path: form.workspace.value || undefined,
       prompt: form.prompt.value || undefined,
       runtime: form.runtime.value || undefined,
+      // Unchecked leaves it to the profile (a [workspace] section makes worktrees).
+      worktree: form.worktree.checked || undefined,
+      base: form.base.value || undefined,
     });
     if (session) {
       await refreshLists();

@@ -60,6 +60,44 @@ async fn the_page_creates_a_session_and_streams_its_reply() {
     assert_eq!(history.len(), 2, "{history:?}");
 }
 
+/// Issue 16: the form makes a worktree session of a repository, and the session's header
+/// names its branch.
+#[tokio::test]
+async fn the_page_creates_a_worktree_session_and_shows_its_branch() {
+    let Some(browser) = browser::start("worktree").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let repo = daemon.workspace("repo");
+    for args in
+        [&["init", "-q", "-b", "main"][..], &["commit", "-q", "--allow-empty", "-m", "start"]]
+    {
+        let status = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(["-c", "user.name=tether", "-c", "user.email=t@example.com"])
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    connected(&browser, &page(&daemon)).await;
+    browser.type_into("#new-task input[name=title]", "Branch Me").await;
+    browser.click("#new-task button[type=submit]").await;
+    browser.wait_text("#new-session select[name=task]", "Branch Me").await;
+    browser.set_value("#new-session select[name=agent]", "mock").await;
+    browser.type_into("#new-session input[name=workspace]", repo.to_str().unwrap()).await;
+    browser.click("#new-session input[name=worktree]").await;
+    browser.type_into("#new-session input[name=base]", "main").await;
+    browser.click("#new-session button[type=submit]").await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    let title = browser.wait_text("#session-title", "tether/branch-me-").await;
+    browser.screenshot("worktree").await;
+    let api = daemon.api().await;
+    let sessions = ok("list", api.typed().session_list(None, None, None)).await;
+    let branch = sessions[0].worktree_branch.clone().expect("a worktree session");
+    assert!(title.ends_with(&branch), "{title}");
+    assert!(sessions[0].workspace_path.contains("/worktrees/"), "{:?}", sessions[0]);
+}
+
 #[tokio::test]
 async fn a_permission_request_is_answered_with_allow() {
     let Some(browser) = browser::start("permission").await else { return };
