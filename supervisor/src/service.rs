@@ -450,6 +450,8 @@ impl Supervisor {
                 other => ServiceError::InvalidState(other.to_string()),
             })?;
             tracing::info!(session = %id, branch = %made.branch, path = %made.path.display(), "made a worktree");
+            // Killed here, the worktree has no session: recovery removes it.
+            agentctl::fault::point("create.worktree_made");
             Some(made)
         } else {
             None
@@ -663,6 +665,16 @@ impl Supervisor {
         let _guard = self.start_lock.lock().await;
         if let Some(handle) = self.handle(&row.id).filter(SessionHandle::is_live) {
             return Ok(handle);
+        }
+        // Read again under the lock: a cleanup or delete may have removed it, or a stop
+        // ended it, since the caller read it.
+        let row = &self.session_row(&row.id).await?;
+        if row.state.is_terminal() {
+            return Err(ServiceError::Conflict(format!(
+                "session {} is {}",
+                row.id,
+                row.state.as_str()
+            )));
         }
         let profile = Supervisor::snapshot(row)?;
         let handle = session::start_session(
@@ -948,6 +960,8 @@ impl Supervisor {
                 .await?;
             summary.dead += 1;
         }
+        // Worktrees made for a session that was never stored (killed mid-create) go.
+        summary.orphans_removed += self.remove_orphaned_worktrees().await;
         // Containers of ours whose session is gone are removed (when an engine is there).
         match self.remove_orphaned_containers().await {
             Ok(removed) => summary.orphans_removed = removed,
@@ -997,6 +1011,45 @@ impl Supervisor {
 
     /// Removes our containers (stopped ones too) whose session is not stored; how many.
     /// Only the sessions the containers name are looked up.
+    /// Worktrees under `$TETHER_HOME/worktrees/` whose session is not stored: made by a
+    /// create that was killed before it stored the session. One with uncommitted work is
+    /// kept (and said); its branch is kept either way.
+    async fn remove_orphaned_worktrees(&self) -> usize {
+        let dir = self.config.home.root().join("worktrees");
+        let Ok(entries) = std::fs::read_dir(&dir) else { return 0 };
+        let ids: Vec<String> = entries
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str().map(str::to_owned))
+            .filter(|name| home::is_valid_id(name))
+            .collect();
+        let known = match self.config.store.existing_sessions(ids.clone()).await {
+            Ok(known) => known,
+            Err(err) => {
+                tracing::warn!(%err, "cannot check the worktrees for orphans");
+                return 0;
+            }
+        };
+        let mut removed = 0;
+        for id in ids.into_iter().filter(|id| !known.contains(id)) {
+            let path = dir.join(&id);
+            match worktree::orphan(&path).await {
+                Ok(made) => match worktree::remove(&made, false, false).await {
+                    Ok(()) => {
+                        tracing::info!(path = %path.display(), branch = %made.branch, "removed a worktree whose session was never stored");
+                        removed += 1;
+                    }
+                    Err(err) => {
+                        tracing::warn!(path = %path.display(), %err, "an orphaned worktree is kept")
+                    }
+                },
+                Err(err) => {
+                    tracing::warn!(path = %path.display(), %err, "an orphaned worktree is kept")
+                }
+            }
+        }
+        removed
+    }
+
     async fn remove_orphaned_containers(&self) -> Result<usize, ServiceError> {
         let unavailable =
             |err: crate::runtime::RuntimeError| ServiceError::RuntimeUnavailable(err.to_string());
@@ -1436,6 +1489,10 @@ impl Supervisor {
                 state: row.state.into(),
                 reason,
             };
+            // Checked and removed under the start lock: no resume or prompt can bring the
+            // session's agent up in between (they start actors under it, and read the row
+            // again there).
+            let _guard = self.start_lock.lock().await;
             let live = self.handle(&row.id).filter(SessionHandle::is_live).is_some_and(|handle| {
                 let view = handle.view();
                 view.agent_running || view.is_starting() || view.phase == Phase::Adopting

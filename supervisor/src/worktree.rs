@@ -164,6 +164,17 @@ pub async fn branch_exists(repo: &Path, branch: &str) -> bool {
     git(repo, &["rev-parse", "--verify", "-q", &reference]).await.is_ok()
 }
 
+/// What git knows of a worktree directory that has no session (found at recovery): its
+/// repository (from its git common dir) and its branch.
+pub async fn orphan(path: &Path) -> Result<Worktree, WorktreeError> {
+    let common = git(path, &["rev-parse", "--path-format=absolute", "--git-common-dir"]).await?;
+    let repo = Path::new(&common).parent().map(Path::to_path_buf).ok_or_else(|| {
+        WorktreeError::NotARepository { path: path.display().to_string(), detail: common.clone() }
+    })?;
+    let branch = git(path, &["branch", "--show-current"]).await?;
+    Ok(Worktree { repo, path: path.to_owned(), branch })
+}
+
 /// Rebuilds a worktree whose directory went away, from its branch (the session's commits
 /// are on it). Git's record of the old directory is pruned first.
 pub async fn restore(worktree: &Worktree) -> Result<(), WorktreeError> {

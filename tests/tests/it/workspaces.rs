@@ -442,3 +442,40 @@ async fn a_profiles_workspace_section_makes_worktrees_by_default() {
         (ErrorKind::InvalidParams, Some("workspace_path"))
     );
 }
+
+/// Killed after it made a session's worktree and before it stored the session, the daemon
+/// finds the worktree without a session when it starts again and removes it (the branch,
+/// the durable part, stays); nothing else remembers the half-made session.
+#[tokio::test]
+async fn a_worktree_made_by_a_create_cut_short_is_removed_at_restart() {
+    let mut daemon =
+        Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "create.worktree_made")]).await;
+    let api = daemon.api().await;
+    let repo = repository(&daemon, "repo").await;
+    let task = ok("task.create", api.typed().task_create("cut short".into(), None)).await.id;
+    let create = api.typed().session_create(
+        task,
+        "mock".into(),
+        Some(repo.to_str().unwrap().to_owned()),
+        None,
+        None,
+        None,
+        Some(true),
+        None,
+    );
+    let cut = create.await;
+    assert!(cut.is_err(), "the daemon died before answering: {cut:?}");
+    assert!(!daemon.wait_exit().await.success());
+    let worktrees = daemon.root.path().join("tether/worktrees");
+    let made: Vec<_> = std::fs::read_dir(&worktrees).unwrap().flatten().collect();
+    assert_eq!(made.len(), 1, "the fault point is after the worktree was made");
+    let branches = ["for-each-ref", "--format=%(refname:short)", "refs/heads/tether/"];
+    let branch = git(&repo, &branches).await;
+    assert_eq!(branch.lines().count(), 1);
+    daemon.restart_with_env(&[]).await;
+    assert_eq!(std::fs::read_dir(&worktrees).unwrap().count(), 0, "removed at recovery");
+    assert!(!git(&repo, &["worktree", "list"]).await.contains("tether/worktrees"));
+    assert_eq!(git(&repo, &branches).await, branch, "the branch stays");
+    let api = daemon.api().await;
+    assert!(ok("list", api.typed().session_list(None, None, None)).await.is_empty());
+}
