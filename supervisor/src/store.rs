@@ -1016,7 +1016,7 @@ impl Store {
             let rows = stmt
                 .query_map([], |r| {
                     let session = session_from_row(r)?;
-                    let executor = executor_from_row_at(r, 10)?;
+                    let executor = executor_from_row_at(r, SESSION_COLUMNS.split(", ").count())?;
                     Ok((session, executor))
                 })?
                 .collect::<Result<Vec<_>, _>>()?;

@@ -684,3 +684,33 @@ fn database_at(version: usize, rows: &str) -> (tempfile::TempDir, std::path::Pat
     conn.execute_batch(rows).unwrap();
     (dir, path)
 }
+
+/// The rows recovery and `stop_all` read whole carry every session column, the ones added
+/// by migration 8 included, and the executor after them (a join read by position once put
+/// the executor where the new columns now are).
+#[tokio::test]
+async fn joined_reads_carry_the_new_session_columns_and_the_executor() {
+    let (_dir, store) = open();
+    let task = store.create_task("t".into(), String::new()).await.unwrap();
+    let row = SessionRow {
+        initial_prompt: Some("first words".into()),
+        worktree_repo: Some("/src/project".into()),
+        worktree_branch: Some("tether/t-0a1b2c3d".into()),
+        ..session(&task.id)
+    };
+    let row = store.create_session(row).await.unwrap();
+    assert_eq!(store.get_session(row.id.clone()).await.unwrap(), row);
+    store.put_executor(executor(&row.id, "e1")).await.unwrap();
+    store
+        .set_session_state(row.id.clone(), SessionState::WaitingForInput, None, None)
+        .await
+        .unwrap();
+    let executions = store.active_executions().await.unwrap();
+    assert_eq!(executions.len(), 1);
+    let (session, execution) = &executions[0];
+    assert_eq!(
+        (session.initial_prompt.as_deref(), session.worktree_branch.as_deref()),
+        (Some("first words"), Some("tether/t-0a1b2c3d"))
+    );
+    assert_eq!((execution.execution_id.as_str(), execution.runtime.as_str()), ("e1", "standalone"));
+}
