@@ -237,45 +237,7 @@ enum TaskCommand {
 #[derive(Subcommand, Debug)]
 enum SessionCommand {
     /// Start a session and wait until its agent is ready.
-    Start {
-        /// The agent profile.
-        #[arg(long)]
-        agent: String,
-        /// The workspace directory; with --worktree, the repository (optional when the
-        /// profile names workspace.repo).
-        #[arg(long)]
-        workspace: Option<PathBuf>,
-        /// The task.
-        #[arg(long, required_unless_present = "new_task", conflicts_with = "new_task")]
-        task: Option<String>,
-        /// Create a task with this title for the session.
-        #[arg(long, value_name = "TITLE")]
-        new_task: Option<String>,
-        /// The first prompt.
-        #[arg(long)]
-        prompt: Option<String>,
-        /// Where the agent runs (default: the profile's).
-        #[arg(long, value_enum)]
-        runtime: Option<RuntimeArg>,
-        /// Share the workspace with live sessions already in it (else a held workspace is
-        /// refused, naming its holder).
-        #[arg(long)]
-        shared: bool,
-        /// Work in a git worktree of its own, on a new branch tether/<task>-<id> (the
-        /// default when the profile has a [workspace] section).
-        #[arg(long, conflicts_with = "no_worktree")]
-        worktree: bool,
-        /// Work in the workspace itself even when the profile asks for worktrees.
-        #[arg(long)]
-        no_worktree: bool,
-        /// The branch or commit the worktree's branch starts from (default: the profile's
-        /// workspace.base, else the repository's HEAD).
-        #[arg(long, value_name = "REF")]
-        base: Option<String>,
-        /// Print only the session id.
-        #[arg(long, short)]
-        quiet: bool,
-    },
+    Start(StartArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -341,16 +303,45 @@ enum SessionsCommand {
 }
 
 /// What `session start` creates.
+#[derive(Args, Debug)]
 struct StartArgs {
+    /// The agent profile.
+    #[arg(long)]
     agent: String,
+    /// The workspace directory; with --worktree, the repository (optional when the
+    /// profile names workspace.repo).
+    #[arg(long)]
     workspace: Option<PathBuf>,
+    /// The task.
+    #[arg(long, required_unless_present = "new_task", conflicts_with = "new_task")]
     task: Option<String>,
+    /// Create a task with this title for the session.
+    #[arg(long, value_name = "TITLE")]
     new_task: Option<String>,
+    /// The first prompt.
+    #[arg(long)]
     prompt: Option<String>,
+    /// Where the agent runs (default: the profile's).
+    #[arg(long, value_enum)]
     runtime: Option<RuntimeArg>,
+    /// Share the workspace with live sessions already in it (else a held workspace is
+    /// refused, naming its holder).
+    #[arg(long)]
     shared: bool,
-    worktree: Option<bool>,
+    /// Work in a git worktree of its own, on a new branch tether/<task>-<id> (the
+    /// default when the profile has a [workspace] section).
+    #[arg(long, conflicts_with = "no_worktree")]
+    worktree: bool,
+    /// Work in the workspace itself even when the profile asks for worktrees.
+    #[arg(long)]
+    no_worktree: bool,
+    /// The branch or commit the worktree's branch starts from (default: the profile's
+    /// workspace.base, else the repository's HEAD).
+    #[arg(long, value_name = "REF")]
     base: Option<String>,
+    /// Print only the session id.
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -843,37 +834,7 @@ impl Client {
                 }
                 Ok(())
             }
-            Command::Session(SessionCommand::Start {
-                agent,
-                workspace,
-                task,
-                new_task,
-                prompt,
-                runtime,
-                shared,
-                worktree,
-                no_worktree,
-                base,
-                quiet,
-            }) => {
-                let worktree = match (worktree, no_worktree) {
-                    (true, _) => Some(true),
-                    (_, true) => Some(false),
-                    _ => None,
-                };
-                let start = StartArgs {
-                    agent,
-                    workspace,
-                    task,
-                    new_task,
-                    prompt,
-                    runtime,
-                    shared,
-                    worktree,
-                    base,
-                };
-                self.session_start(start, quiet).await
-            }
+            Command::Session(SessionCommand::Start(start)) => self.session_start(start).await,
             Command::Prompt { quiet, session, text } => {
                 self.prompt(&session, &text.join(" "), quiet).await
             }
@@ -1062,9 +1023,25 @@ impl Client {
         }
     }
 
-    async fn session_start(&self, start: StartArgs, quiet: bool) -> Result<(), Failure> {
-        let StartArgs { agent, workspace, task, new_task, prompt, runtime, shared, worktree, base } =
-            start;
+    async fn session_start(&self, start: StartArgs) -> Result<(), Failure> {
+        let StartArgs {
+            agent,
+            workspace,
+            task,
+            new_task,
+            prompt,
+            runtime,
+            shared,
+            worktree,
+            no_worktree,
+            base,
+            quiet,
+        } = start;
+        let worktree = match (worktree, no_worktree) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        };
         let api = &*self.client;
         let workspace = match workspace {
             Some(workspace) => {

@@ -510,6 +510,28 @@ impl Api {
         Ok(row.id)
     }
 
+    /// `task.session.create` of a worktree session of `profile` on `repo` in `task`, from
+    /// `base`; the row, or the refusal.
+    pub async fn create_worktree(
+        &self,
+        task: &str,
+        profile: &str,
+        repo: &Path,
+        base: Option<&str>,
+    ) -> Result<protocol::api::SessionSummary, ApiError> {
+        let create = self.client.session_create(
+            task.to_owned(),
+            profile.to_owned(),
+            Some(repo.to_str().expect("a UTF-8 repository path").to_owned()),
+            None,
+            None,
+            None,
+            Some(true),
+            base.map(str::to_owned),
+        );
+        call("task.session.create", create).await
+    }
+
     /// Creates a task and a session on `profile` in `workspace`; waits until it is
     /// `WAITING_FOR_INPUT`. Returns the session id.
     pub async fn ready_session(&self, profile: &str, workspace: &Path) -> String {

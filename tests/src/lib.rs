@@ -34,6 +34,27 @@ pub async fn within<F: Future>(what: &str, future: F) -> F::Output {
     }
 }
 
+/// Runs git in `dir` (as a fixed test author); its trimmed stdout. Fails the test when
+/// git fails.
+pub async fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=tether", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .await
+        .expect("git runs");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("git prints UTF-8").trim().to_owned()
+}
+
+/// Makes `dir` a repository on `main` with one (empty) commit.
+pub async fn git_repository(dir: &Path) {
+    git(dir, &["init", "-q", "-b", "main"]).await;
+    git(dir, &["commit", "-q", "--allow-empty", "-m", "start"]).await;
+}
+
 /// The directory holding the workspace's built binaries (`target/<profile>`), derived from
 /// the running executable: a test (`target/<profile>/deps/it-…`) or a binary beside them.
 pub fn target_dir() -> PathBuf {

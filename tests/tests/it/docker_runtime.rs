@@ -14,6 +14,7 @@ use protocol::api::{ApiClient, EventKind, ResumeOutcome, RuntimeKind, SessionSta
 use tether_tests::daemon::{Api, Daemon, chunks, next, ok, settled, until};
 use tether_tests::docker::{Cleanup, build_mock_image, engine, remove_labelled, static_binary};
 use tether_tests::within;
+use tether_tests::{git, git_repository};
 
 fn docker_profile(image: &str) -> String {
     format!(
@@ -243,19 +244,6 @@ async fn an_unreachable_engine_gives_runtime_unavailable_and_standalone_goes_on(
     drop(cleanup);
 }
 
-async fn git(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = tokio::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=tether", "-c", "user.email=t@example.com"])
-        .args(args)
-        .output()
-        .await
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
 /// Issue 16: a worktree session in a container gets its worktree and the repository's git
 /// dir mounted at their own paths (the worktree's `.git` file points there), and what the
 /// agent writes lands in the worktree; `sessions.cleanup` then removes its container and
@@ -265,20 +253,9 @@ async fn a_docker_worktree_session_mounts_the_git_dir_and_cleanup_removes_its_co
     let Some((docker, daemon, cleanup)) = setup().await else { return };
     let api = daemon.api().await;
     let repo = daemon.workspace("repo");
-    git(&repo, &["init", "-q", "-b", "main"]).await;
-    git(&repo, &["commit", "-q", "--allow-empty", "-m", "start"]).await;
+    git_repository(&repo).await;
     let task = ok("task.create", api.typed().task_create("in a box".into(), None)).await.id;
-    let create = api.typed().session_create(
-        task,
-        "mock-docker".into(),
-        Some(repo.to_str().unwrap().to_owned()),
-        None,
-        None,
-        None,
-        Some(true),
-        None,
-    );
-    let session = ok("task.session.create", create).await.id;
+    let session = api.create_worktree(&task, "mock-docker", &repo, None).await.unwrap().id;
     let (state, error) = settled(&mut api.subscribe(&session, 0).await).await;
     assert_eq!(state, SessionState::WaitingForInput, "{error}");
     let worktree = std::path::PathBuf::from(api.status(&session).await.worktree_path.unwrap());

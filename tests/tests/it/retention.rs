@@ -4,11 +4,12 @@
 //! daemon's config file carries an automatic policy, and a bad config file is refused with
 //! a located error.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use protocol::api::{ApiClient, CleanupResult, SessionState};
 use protocol::errors::ErrorKind;
 use tether_tests::daemon::{Api, Daemon, ok, settled};
+use tether_tests::{git, git_repository};
 
 const DAY_MS: i64 = 86_400_000;
 
@@ -69,19 +70,6 @@ async fn exists(api: &Api, session: &str) -> bool {
     }
 }
 
-async fn git(dir: &Path, args: &[&str]) -> String {
-    let out = tokio::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=tether", "-c", "user.email=t@example.com"])
-        .args(args)
-        .output()
-        .await
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
 /// Each filter removes exactly what it says, with the session's files; a dry run removes
 /// nothing; live sessions and uncommitted work are kept, saying why.
 #[tokio::test]
@@ -119,20 +107,9 @@ async fn cleanup_with_each_filter_removes_exactly_what_it_says() {
     assert_eq!(state, SessionState::Failed);
     // A worktree session with uncommitted work, ended.
     let repo = daemon.workspace("repo");
-    git(&repo, &["init", "-q", "-b", "main"]).await;
-    git(&repo, &["commit", "-q", "--allow-empty", "-m", "start"]).await;
+    git_repository(&repo).await;
     let task = ok("task.create", api.typed().task_create("dirty".into(), None)).await.id;
-    let create = api.typed().session_create(
-        task,
-        "mock".into(),
-        Some(repo.to_str().unwrap().to_owned()),
-        None,
-        None,
-        None,
-        Some(true),
-        None,
-    );
-    let dirty_old = ok("create", create).await.id;
+    let dirty_old = api.create_worktree(&task, "mock", &repo, None).await.unwrap().id;
     settled(&mut api.subscribe(&dirty_old, 0).await).await;
     let dirty_tree = PathBuf::from(api.status(&dirty_old).await.worktree_path.unwrap());
     std::fs::write(dirty_tree.join("draft.txt"), "unsaved").unwrap();
@@ -225,6 +202,22 @@ async fn the_cli_reports_what_cleanup_removed_and_kept() {
     assert_eq!(code, 2, "a bad state is a usage error: {err}");
 }
 
+/// `supervisor serve` on the daemon's data directory (the test's daemon stopped), with
+/// `args`; killed if the test drops it.
+fn serve(daemon: &Daemon, args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(tether_tests::workspace_bin("supervisor"));
+    command
+        .arg("serve")
+        .args(args)
+        .arg("--home")
+        .arg(daemon.root.path().join("tether"))
+        .env("HOME", daemon.root.path())
+        .env("TETHER_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
 /// `[retention]` in `$TETHER_HOME/config.toml` runs when the daemon starts (before it
 /// serves) and then on its interval; a config file that does not validate stops `serve`
 /// with the file, line, column and field.
@@ -249,45 +242,20 @@ async fn the_config_files_retention_policy_applies_and_a_bad_file_is_located() {
     daemon.terminate().await;
 
     std::fs::write(&config, "# the policy\n[retention]\nmax_age_days = \"ten\"\n").unwrap();
-    let output = tokio::process::Command::new(tether_tests::workspace_bin("supervisor"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--home"])
-        .arg(daemon.root.path().join("tether"))
-        .env("HOME", daemon.root.path())
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .unwrap();
+    let output = serve(&daemon, &["--listen", "127.0.0.1:0"]).output().await.unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     let located = format!("{}:3:16: retention.max_age_days:", config.display());
     assert!(stderr.contains(&located), "{stderr}");
     std::fs::write(&config, "listen = \"127.0.0.1:0\"\nunknown_knob = 1\n").unwrap();
-    let output = tokio::process::Command::new(tether_tests::workspace_bin("supervisor"))
-        .args(["serve", "--home"])
-        .arg(daemon.root.path().join("tether"))
-        .env("HOME", daemon.root.path())
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .unwrap();
+    let output = serve(&daemon, &[]).output().await.unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains(":2:1: unknown_knob: unknown field"), "{stderr}");
     // Fixed, the file's settings apply where no flag overrides them: its listen address.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     std::fs::write(&config, format!("listen = \"127.0.0.1:{port}\"\n")).unwrap();
-    let mut serve = tokio::process::Command::new(tether_tests::workspace_bin("supervisor"))
-        .args(["serve", "--home"])
-        .arg(daemon.root.path().join("tether"))
-        .env("HOME", daemon.root.path())
-        .env("TETHER_LOG", "warn")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut serve = serve(&daemon, &[]).stdout(std::process::Stdio::piped()).spawn().unwrap();
     let stdout = serve.stdout.take().unwrap();
     let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
     let line = tether_tests::within("the serving line", lines.next_line()).await.unwrap().unwrap();

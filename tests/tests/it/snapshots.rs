@@ -4,14 +4,13 @@
 //! handed over to a fresh agent session primed from its snapshot; the timeline lists what
 //! happened in order.
 
-use std::path::Path;
-
 use protocol::api::{
     ApiClient, EventKind, ResumeOutcome, SessionEvent, SessionState, SnapshotTrigger,
     TimelineEvent, TurnState,
 };
 use protocol::errors::ErrorKind;
 use tether_tests::daemon::{Api, Daemon, ok, refused, turn_ended, until, until_permission_request};
+use tether_tests::git;
 
 fn snapshot_taken(event: &SessionEvent, wanted: SnapshotTrigger) -> bool {
     matches!(event.kind, EventKind::SnapshotTaken { trigger, .. } if trigger == wanted)
@@ -118,19 +117,6 @@ async fn exhaustion_pauses_and_hands_over_to_a_fresh_session_primed_once() {
         event,
         TimelineEvent::PauseRequested { trigger: SnapshotTrigger::Exhaustion, .. }
     )));
-}
-
-async fn git(dir: &Path, args: &[&str]) -> String {
-    let out = tokio::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=tether", "-c", "user.email=t@example.com"])
-        .args(args)
-        .output()
-        .await
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
 /// A snapshot of a session in a git workspace reports its branch, the commit at the

@@ -4,6 +4,7 @@
 use protocol::api::ApiClient;
 use protocol::errors::ErrorKind;
 use tether_tests::daemon::{Api, ApiError, Daemon, call, ok};
+use tether_tests::git;
 
 async fn create(
     api: &Api,
@@ -196,19 +197,6 @@ async fn a_crash_at_launch_leaves_the_session_resumable_and_a_resume_fixes_it() 
 
 // ---- worktrees ------------------------------------------------------------------------
 
-async fn git(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = tokio::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=tether", "-c", "user.email=t@example.com"])
-        .args(args)
-        .output()
-        .await
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
 /// A repository with one commit on `main`.
 async fn repository(daemon: &Daemon, name: &str) -> std::path::PathBuf {
     let repo = daemon.workspace(name);
@@ -227,17 +215,7 @@ async fn worktree_session(
     base: Option<&str>,
 ) -> protocol::api::SessionStatus {
     let task = ok("task.create", api.typed().task_create(title.into(), None)).await.id;
-    let create = api.typed().session_create(
-        task,
-        "mock".into(),
-        Some(repo.to_str().unwrap().to_owned()),
-        None,
-        None,
-        None,
-        Some(true),
-        base.map(str::to_owned),
-    );
-    let row = ok("task.session.create", create).await;
+    let row = api.create_worktree(&task, "mock", repo, base).await.unwrap();
     let mut events = api.subscribe(&row.id, 0).await;
     let (state, error) = tether_tests::daemon::settled(&mut events).await;
     assert_eq!(state, protocol::api::SessionState::WaitingForInput, "{error}");
@@ -291,32 +269,11 @@ async fn two_sessions_on_one_repository_get_separate_worktrees_and_their_edits_d
     // Worktree sessions do not hold the repository: an ordinary session may still use it.
     create(&api, &one.task_id, &repo, None).await.expect("the repository itself is free");
     // A base that names nothing is refused before anything is made.
-    let task = one.task_id.clone();
-    let bad = api.typed().session_create(
-        task,
-        "mock".into(),
-        Some(repo.to_str().unwrap().to_owned()),
-        None,
-        None,
-        None,
-        Some(true),
-        Some("no-such-branch".into()),
-    );
-    let bad = tether_tests::daemon::refused("a bad base", bad).await;
+    let bad = api.create_worktree(&one.task_id, "mock", &repo, Some("no-such-branch")).await;
+    let bad = bad.unwrap_err();
     assert_eq!((bad.kind, bad.field.as_deref()), (ErrorKind::InvalidParams, Some("base")));
     let not_repo = daemon.workspace("plain");
-    let task = one.task_id.clone();
-    let plain = api.typed().session_create(
-        task,
-        "mock".into(),
-        Some(not_repo.to_str().unwrap().to_owned()),
-        None,
-        None,
-        None,
-        Some(true),
-        None,
-    );
-    let plain = tether_tests::daemon::refused("not a repository", plain).await;
+    let plain = api.create_worktree(&one.task_id, "mock", &not_repo, None).await.unwrap_err();
     assert_eq!(plain.kind, ErrorKind::InvalidParams, "{plain:?}");
     assert!(plain.message.contains("not in a git repository"), "{plain:?}");
     assert_eq!(git(&repo, &["branch", "--list", "tether/*"]).await.lines().count(), 2);
