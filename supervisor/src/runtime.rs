@@ -25,6 +25,9 @@ pub struct LaunchSpec {
     pub task_id: String,
     /// The execution being launched.
     pub execution_id: String,
+    /// Its generation (the previous execution's plus one; 1 for the first): a container
+    /// carries it as its `tether.generation` label, checked at re-adoption.
+    pub generation: i64,
     /// agentctl's state dir on the host (spool, ready.json, log).
     pub state_dir: PathBuf,
     /// The bearer token for this execution.

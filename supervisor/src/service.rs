@@ -1134,7 +1134,20 @@ impl Supervisor {
             && (row.state != SessionState::Starting || handshake_done)
             && match recorded.running_containers {
                 Some(running) if executor.runtime == self.config.docker.name() => {
-                    executor.container_id.as_ref().is_some_and(|id| running.contains(id))
+                    match executor.container_id.as_ref().and_then(|id| running.get(id)) {
+                        Some(labels) if labels.is_current(&executor) => true,
+                        Some(labels) => {
+                            // Fenced below like a dead one; the session resumes afresh.
+                            tracing::warn!(
+                                session = %row.id,
+                                recorded = executor.generation,
+                                labelled = ?labels.generation,
+                                "a container of a stale generation is not re-adopted"
+                            );
+                            false
+                        }
+                        None => false,
+                    }
                 }
                 _ => runtime.is_alive(&executor, recorded.boot_id).await,
             };
@@ -1770,7 +1783,7 @@ pub struct RecoverySummary {
 #[derive(Clone, Copy)]
 struct Recorded<'a> {
     boot_id: &'a str,
-    running_containers: Option<&'a std::collections::HashSet<String>>,
+    running_containers: Option<&'a HashMap<String, crate::runtime::docker::ContainerExecution>>,
 }
 
 /// A resume needs the workspace the session worked in.

@@ -2,12 +2,15 @@
 //! bind-mounted read-only as its entrypoint, so any image works.
 //!
 //! Container lifecycle:
-//! - launch: reuse the session's stopped container (`docker start`, fast), or create one
-//!   (`tether-<session id>`) from the profile's image; attach to its stdout *before*
+//! - launch: one container per execution: a container the session's earlier execution
+//!   left (stopped, or running with an agent we lost) is removed, and a new one
+//!   (`tether-<session id>`) created from the profile's image; attach to its stdout *before*
 //!   starting it and read agentctl's ready line there (no polling); the control port
 //!   (7070) is published on `127.0.0.1` only, on a port the engine picks;
 //! - labels: `tether.managed=true`, `tether.session_id`, `tether.task_id`,
-//!   `tether.execution_id`, `tether.generation`, `tether.install_id`;
+//!   `tether.execution_id`, `tether.generation` (the execution's), `tether.install_id`;
+//!   recovery re-adopts a running container only when its execution id and generation
+//!   are the ones recorded for the session (a stale one is fenced);
 //! - mounts: agentctl (read-only), its state dir, the workspace (at the same path), and the
 //!   agent's own state dirs from `agent-state/<session-id>/` (so a native resume works in a
 //!   new container);
@@ -48,6 +51,24 @@ pub struct DockerConfig {
     pub agentctl: Option<PathBuf>,
     /// This installation's id, on every container's labels.
     pub install_id: String,
+}
+
+/// The execution a running container's labels name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerExecution {
+    /// `tether.execution_id`.
+    pub execution_id: String,
+    /// `tether.generation` (`None` when missing or not a number).
+    pub generation: Option<i64>,
+}
+
+impl ContainerExecution {
+    /// Whether the container runs the execution recorded for its session: the same id
+    /// and generation. A container from an older execution (a stale generation) is not
+    /// re-adopted, whatever else it says.
+    pub fn is_current(&self, executor: &crate::store::ExecutorRow) -> bool {
+        self.execution_id == executor.execution_id && self.generation == Some(executor.generation)
+    }
 }
 
 /// Containers through bollard (`DOCKER_HOST` honoured).
@@ -126,13 +147,24 @@ impl DockerRuntime {
         Ok((docker, containers))
     }
 
-    /// The ids of this installation's running containers, in one call: how recovery tells
-    /// which of many recorded containers still run without inspecting each.
+    /// This installation's running containers, in one call: how recovery tells which of
+    /// many recorded containers still run without inspecting each. Each id maps to the
+    /// execution its labels name: `(tether.execution_id, tether.generation)`.
     pub async fn running_containers(
         &self,
-    ) -> Result<std::collections::HashSet<String>, RuntimeError> {
+    ) -> Result<HashMap<String, ContainerExecution>, RuntimeError> {
         let (_, containers) = self.list_ours(false).await?;
-        Ok(containers.into_iter().filter_map(|container| container.id).collect())
+        Ok(containers
+            .into_iter()
+            .filter_map(|container| {
+                let labels = container.labels.unwrap_or_default();
+                let execution = ContainerExecution {
+                    execution_id: labels.get("tether.execution_id").cloned().unwrap_or_default(),
+                    generation: labels.get("tether.generation").and_then(|g| g.parse().ok()),
+                };
+                Some((container.id?, execution))
+            })
+            .collect())
     }
 
     /// This installation's containers, stopped ones too, each with the session it names
@@ -197,7 +229,7 @@ impl DockerRuntime {
             ("tether.session_id".to_owned(), spec.session_id.clone()),
             ("tether.task_id".to_owned(), spec.task_id.clone()),
             ("tether.execution_id".to_owned(), spec.execution_id.clone()),
-            ("tether.generation".to_owned(), "1".to_owned()),
+            ("tether.generation".to_owned(), spec.generation.to_string()),
             ("tether.install_id".to_owned(), self.config.install_id.clone()),
         ]);
         let body = ContainerCreateBody {
@@ -277,10 +309,12 @@ impl Runtime for DockerRuntime {
             let agentctl = self.agentctl()?.to_owned();
             write_token(&spec.state_dir, &spec.token)?;
             let name = container_name(&spec.session_id);
-            // A stopped container of this session is reused: starting it is the fast path.
+            // One container per execution: its labels name the execution and generation
+            // (checked at re-adoption), and labels cannot change, so a container left by an
+            // earlier execution — stopped, or running with an agent we lost — is replaced.
+            // What the agent keeps lives in the mounted state dirs, not in the container.
             let id = match docker.inspect_container(&name, None::<InspectContainerOptions>).await {
-                Ok(existing) if existing.state.as_ref().and_then(|s| s.running) == Some(true) => {
-                    // A running container whose agent we lost: replace it.
+                Ok(_) => {
                     docker
                         .remove_container(
                             &name,
@@ -290,7 +324,6 @@ impl Runtime for DockerRuntime {
                         .map_err(engine_error)?;
                     self.create(&docker, &spec, &agentctl).await?
                 }
-                Ok(existing) => existing.id.unwrap_or(name.clone()),
                 Err(err) if is_not_found(&err) => self.create(&docker, &spec, &agentctl).await?,
                 Err(err) => return Err(engine_error(err)),
             };

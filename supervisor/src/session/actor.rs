@@ -903,7 +903,8 @@ impl SessionActor {
             &self.context,
             &self.row,
             &self.profile,
-            execution_id,
+            // The store gives the execution the same generation when it records it.
+            (execution_id, previous.as_ref().map_or(1, |previous| previous.generation + 1)),
             agentctl::client::new_token(),
         );
         let plan = LaunchPlan {

@@ -182,13 +182,14 @@ pub(super) fn spec(
     context: &SessionContext,
     row: &crate::store::SessionRow,
     profile: &agents::profile::Profile,
-    execution_id: String,
+    (execution_id, generation): (String, i64),
     token: String,
 ) -> LaunchSpec {
     LaunchSpec {
         session_id: row.id.clone(),
         task_id: row.task_id.clone(),
         execution_id,
+        generation,
         state_dir: context.agentctl_dir(),
         token,
         ready_timeout: context.ready_timeout,

@@ -44,6 +44,15 @@ async fn setup() -> Option<(Docker, Daemon, Cleanup)> {
     Some((docker, daemon, cleanup))
 }
 
+/// The `tether.generation` label of the session's container.
+async fn generation_label(docker: &Docker, session: &str) -> String {
+    let container = docker
+        .inspect_container(&format!("tether-{session}"), None::<InspectContainerOptions>)
+        .await
+        .expect("the container");
+    container.config.and_then(|c| c.labels).unwrap_or_default()["tether.generation"].clone()
+}
+
 async fn container_id(docker: &Docker, session: &str) -> String {
     let container = docker
         .inspect_container(&format!("tether-{session}"), None::<InspectContainerOptions>)
@@ -116,14 +125,17 @@ async fn docker_session_streams_and_is_readopted_after_a_supervisor_kill() {
 }
 
 #[tokio::test]
-async fn resume_restarts_a_stopped_container_or_creates_a_new_one_that_still_remembers() {
+async fn resume_replaces_a_stopped_or_removed_container_and_still_remembers() {
     let Some((docker, daemon, cleanup)) = setup().await else { return };
     let api = daemon.api().await;
     let session = api.ready_session("mock-docker", &daemon.workspace("r")).await;
     api.ask(&session, "the secret is kumquat").await;
     let first = container_id(&docker, &session).await;
 
-    // Stopped behind Tether's back: status says resume; resume starts the same container.
+    assert_eq!(generation_label(&docker, &session).await, "1");
+
+    // Stopped behind Tether's back: status says resume; resume replaces the container
+    // with one of the next execution (its labels say which), and the agent remembers.
     let after = api.status(&session).await.last_event_seq;
     docker
         .stop_container(&first, Some(StopContainerOptions { t: Some(1), ..Default::default() }))
@@ -132,7 +144,9 @@ async fn resume_restarts_a_stopped_container_or_creates_a_new_one_that_still_rem
     until_lost(&api, &session, after).await;
     let resumed = api.resume(&session).await.unwrap();
     assert_eq!(resumed.outcome, ResumeOutcome::NativeLoad);
-    assert_eq!(container_id(&docker, &session).await, first, "the same container");
+    let first = container_id(&docker, &session).await;
+    assert_eq!(generation_label(&docker, &session).await, "2", "one container per execution");
+    assert_eq!(api.status(&session).await.generation, 2);
     assert!(api.ask(&session, "/recall").await.contains("remembered 2 earlier messages"));
 
     // Removed: resume creates a new container, and the mounted agent state restores it.
@@ -289,5 +303,54 @@ async fn a_docker_worktree_session_mounts_the_git_dir_and_cleanup_removes_its_co
         "the container is gone"
     );
     assert!(!worktree.exists());
+    drop(cleanup);
+}
+
+/// Issue 17 (part): a container carries its execution's generation, and recovery
+/// re-adopts a running container only when its labels name the execution recorded for the
+/// session. Recorded as a later generation (as when the container is a leftover of an
+/// older execution), it is fenced instead of re-adopted, and the session resumes in a new
+/// container of the next generation, its conversation intact.
+#[tokio::test]
+async fn a_container_of_a_stale_generation_is_not_readopted() {
+    let Some((docker, mut daemon, cleanup)) = setup().await else { return };
+    let api = daemon.api().await;
+    let session = api.ready_session("mock-docker", &daemon.workspace("g")).await;
+    api.ask(&session, "remember the plum").await;
+    let stale = container_id(&docker, &session).await;
+    assert_eq!(generation_label(&docker, &session).await, "1");
+    drop(api);
+    daemon.kill().await;
+    let db = rusqlite::Connection::open(daemon.root.path().join("tether/state.db")).unwrap();
+    let changed = db
+        .execute(
+            "UPDATE executors_running SET generation = generation + 1 WHERE session_id = ?1",
+            [&session],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(db);
+    let mut log = daemon.log_lines();
+    daemon.restart().await;
+    tether_tests::daemon::await_log(
+        &mut log,
+        "a container of a stale generation is not re-adopted",
+    )
+    .await;
+    let api = daemon.api().await;
+    let status = api.status(&session).await;
+    assert!(!status.is_agent_running && status.needs_resume, "not re-adopted: {status:?}");
+    let running = docker
+        .inspect_container(&stale, None::<InspectContainerOptions>)
+        .await
+        .ok()
+        .and_then(|c| c.state)
+        .and_then(|state| state.running);
+    assert_ne!(running, Some(true), "the stale container was fenced");
+    let resumed = api.resume(&session).await.unwrap();
+    assert_eq!(resumed.outcome, ResumeOutcome::NativeLoad, "{resumed:?}");
+    assert_eq!(generation_label(&docker, &session).await, "3");
+    assert_ne!(container_id(&docker, &session).await, stale);
+    assert!(api.ask(&session, "/recall").await.contains("remembered 2 earlier messages"));
     drop(cleanup);
 }
