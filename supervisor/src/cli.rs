@@ -551,6 +551,13 @@ async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<(
         None => applet("agentctl"),
     };
     let applets = HashMap::from([("mock-agent".to_owned(), applet("mock-agent"))]);
+    // Zero-config Docker: without --static-agentctl, a static build is found where the
+    // build and set-up scripts put it.
+    let own_dir = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+        .unwrap_or_default();
+    let searched = crate::runtime::docker::static_agentctl_candidates(&own_dir, home.root());
     let supervisor = Arc::new(Supervisor::new(SupervisorConfig {
         home: home.clone(),
         store,
@@ -561,7 +568,9 @@ async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<(
             agentctl: args
                 .static_agentctl
                 .map(|path| std::path::absolute(&path).unwrap_or(path))
-                .or(config.static_agentctl.clone()),
+                .or(config.static_agentctl.clone())
+                .or_else(|| crate::runtime::docker::find_static_agentctl(&searched)),
+            searched,
             install_id: home.install_id().context("cannot read or create the install id")?,
         })),
         applets,

@@ -225,6 +225,10 @@ impl Daemon {
             .arg(root.join("tether"))
             .args(extra_args)
             .env("HOME", root)
+            // A test says what it configures: `scripts/test.sh` exports the static
+            // agentctl for the tests' own use, not for every daemon (issue 17: the daemon
+            // finds one by itself).
+            .env_remove("TETHER_STATIC_AGENTCTL")
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             // `TETHER_TEST_LOG=debug` shows the daemon's reasoning when a test fails.
             .env("TETHER_LOG", std::env::var("TETHER_TEST_LOG").unwrap_or_else(|_| "warn".into()))

@@ -47,10 +47,66 @@ pub const MANAGED_LABEL: &str = "tether.managed";
 /// Settings for the Docker runtime.
 #[derive(Debug, Clone)]
 pub struct DockerConfig {
-    /// The statically linked agentctl to mount (`scripts/build-static.sh` builds it).
+    /// The statically linked agentctl to mount (`scripts/build-static.sh` builds it): as
+    /// configured, else found by [`find_static_agentctl`].
     pub agentctl: Option<PathBuf>,
+    /// Where [`find_static_agentctl`] looked, for the error when nothing was found.
+    pub searched: Vec<PathBuf>,
     /// This installation's id, on every container's labels.
     pub install_id: String,
+}
+
+/// The places a statically linked agentctl is looked for when none is configured, in
+/// order: beside the daemon's binary (`agentctl-static`, an installed layout); the cargo
+/// target layout the daemon runs from (`target/<profile>/supervisor` →
+/// `target/x86_64-unknown-linux-gnu/<profile>/agentctl`, then the other profile), where
+/// `scripts/build-static.sh` puts it; `$TETHER_HOME/bin/agentctl`.
+pub fn static_agentctl_candidates(exe_dir: &Path, home: &Path) -> Vec<PathBuf> {
+    let mut candidates = vec![exe_dir.join("agentctl-static")];
+    if let (Some(profile), Some(target)) = (exe_dir.file_name(), exe_dir.parent()) {
+        let static_dir = target.join("x86_64-unknown-linux-gnu");
+        candidates.push(static_dir.join(profile).join("agentctl"));
+        for other in ["release", "debug"] {
+            if profile != other {
+                candidates.push(static_dir.join(other).join("agentctl"));
+            }
+        }
+    }
+    candidates.push(home.join("bin").join("agentctl"));
+    candidates
+}
+
+/// The first of `candidates` that is a statically linked ELF executable (no program
+/// interpreter: it runs in any image, `FROM scratch` included).
+pub fn find_static_agentctl(candidates: &[PathBuf]) -> Option<PathBuf> {
+    candidates.iter().find(|path| is_static_elf(path)).cloned()
+}
+
+/// Whether `path` is a 64-bit little-endian ELF file without a `PT_INTERP` program header
+/// (a dynamically linked one names its loader there).
+pub fn is_static_elf(path: &Path) -> bool {
+    use std::os::unix::fs::FileExt;
+    const PT_INTERP: u32 = 3;
+    let Ok(file) = std::fs::File::open(path) else { return false };
+    let mut header = [0u8; 64];
+    if file.read_exact_at(&mut header, 0).is_err()
+        || &header[..4] != b"\x7fELF"
+        || header[4] != 2
+        || header[5] != 1
+    {
+        return false;
+    }
+    let phoff = u64::from_le_bytes(header[0x20..0x28].try_into().expect("UNWRAP: 8 bytes"));
+    let phentsize = u64::from(u16::from_le_bytes([header[0x36], header[0x37]]));
+    let phnum = u64::from(u16::from_le_bytes([header[0x38], header[0x39]]));
+    if phentsize < 4 {
+        return false;
+    }
+    (0..phnum).all(|index| {
+        let mut kind = [0u8; 4];
+        file.read_exact_at(&mut kind, phoff + index * phentsize).is_ok()
+            && u32::from_le_bytes(kind) != PT_INTERP
+    })
 }
 
 /// The execution a running container's labels name.
@@ -119,9 +175,14 @@ impl DockerRuntime {
                 "the static agentctl {} does not exist (scripts/build-static.sh builds it)",
                 path.display()
             ))),
-            None => Err(RuntimeError::Unavailable(
-                "no static agentctl is configured (serve --static-agentctl PATH; scripts/build-static.sh builds it)".into(),
-            )),
+            None => {
+                let searched: Vec<String> =
+                    self.config.searched.iter().map(|path| path.display().to_string()).collect();
+                Err(RuntimeError::Unavailable(format!(
+                    "no statically linked agentctl to run in containers (looked for one at {}); scripts/build-static.sh builds it where it is found, or pass serve --static-agentctl PATH",
+                    searched.join(", ")
+                )))
+            }
         }
     }
 
@@ -512,4 +573,39 @@ fn write_token(state_dir: &Path, token: &str) -> Result<(), RuntimeError> {
         .open(state_dir.join("token"))
         .map_err(io)?;
     file.write_all(token.as_bytes()).map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn static_agentctl_is_looked_for_where_the_scripts_put_it() {
+        let candidates =
+            static_agentctl_candidates(Path::new("/src/tether/target/release"), Path::new("/h"));
+        let shown: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+        assert_eq!(
+            shown,
+            [
+                "/src/tether/target/release/agentctl-static",
+                "/src/tether/target/x86_64-unknown-linux-gnu/release/agentctl",
+                "/src/tether/target/x86_64-unknown-linux-gnu/debug/agentctl",
+                "/h/bin/agentctl",
+            ]
+        );
+    }
+
+    #[test]
+    fn only_a_static_elf_is_taken() {
+        // The test binary itself is dynamically linked (it names its loader), and a text
+        // file is no ELF at all.
+        let this = std::env::current_exe().unwrap();
+        assert!(!is_static_elf(&this));
+        let dir = tempfile::tempdir().unwrap();
+        let text = dir.path().join("agentctl");
+        std::fs::write(&text, "#!/bin/sh\n").unwrap();
+        assert!(!is_static_elf(&text));
+        assert!(!is_static_elf(&dir.path().join("missing")));
+        assert_eq!(find_static_agentctl(&[text, this]), None);
+    }
 }

@@ -354,3 +354,22 @@ async fn a_container_of_a_stale_generation_is_not_readopted() {
     assert!(api.ask(&session, "/recall").await.contains("remembered 2 earlier messages"));
     drop(cleanup);
 }
+
+/// Issue 17 (part), zero-config Docker: a daemon started with no flag and no variable
+/// naming a static agentctl finds the one the build script made (`scripts/build-static.sh`,
+/// run by the set-up) and runs a `--runtime docker` session.
+#[tokio::test]
+async fn a_docker_session_needs_no_extra_flag() {
+    let Some(docker) = engine().await else { return };
+    let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
+    build_mock_image(&docker, &tag).await;
+    let daemon =
+        Daemon::start_with_profiles(&[], &[("mock-docker.toml", &docker_profile(&tag))]).await;
+    let cleanup =
+        Cleanup { label: format!("tether.install_id={}", daemon.install_id), image: Some(tag) };
+    let api = daemon.api().await;
+    let session = api.ready_session("mock-docker", &daemon.workspace("z")).await;
+    assert_eq!(api.status(&session).await.runtime, RuntimeKind::Docker);
+    assert!(api.ask(&session, "no flags").await.contains("you said: no flags"));
+    drop(cleanup);
+}
