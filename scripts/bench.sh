@@ -11,9 +11,12 @@ cd "$(dirname "$0")/.."
 
 # The Docker section needs an engine (started here when there is none, and stopped after).
 source scripts/setup.sh
-if [ -n "${DOCKERD_STARTED:-}" ]; then
-  trap 'kill "$DOCKERD_STARTED" 2>/dev/null && wait "$DOCKERD_STARTED" 2>/dev/null || true' EXIT
-fi
+stop_engines() {
+  for pid in ${SECOND_DOCKERD_STARTED:-} ${DOCKERD_STARTED:-}; do
+    kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
+  done
+}
+trap stop_engines EXIT
 
 cargo build --quiet --release --workspace --bins
 # The SDK baseline is a package of its own (outside the workspace, so the tests never build

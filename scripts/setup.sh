@@ -5,8 +5,13 @@
 #  - elizacp, the ACP agent nobody here wrote, from crates.io;
 #  - real agents from npm, pinned, into the project-local prefix .tools/npm (Node.js from
 #    Debian when it is missing and we are root);
-#  - chromium and chromium-driver from Debian, for the web UI's browser tests.
-# Prints what it did. Exports nothing: scripts/test.sh sources it for DOCKERD_STARTED.
+#  - chromium and chromium-driver from Debian, for the web UI's browser tests;
+#  - a second Docker engine for the multi-engine tests (issue 17): dockerd on
+#    tcp://127.0.0.1:23750 (loopback only) with its own data root, exec root, pid file and
+#    bridge (tether-br2), under $TMPDIR/tether-engine2.
+# Prints what it did. scripts/test.sh sources it for DOCKERD_STARTED and
+# SECOND_DOCKERD_STARTED (engines it started, to stop after); it exports
+# TETHER_SECOND_DOCKER_HOST when the second engine is up.
 set -euo pipefail
 
 log() { printf 'setup: %s\n' "$*"; }
@@ -55,6 +60,45 @@ ensure_docker() {
   fi
   docker_reachable || { log "dockerd started but the engine is not reachable"; return 1; }
   log "Docker engine started"
+}
+
+SECOND_ENGINE_HOST=tcp://127.0.0.1:23750
+
+ensure_second_engine() {
+  SECOND_DOCKERD_STARTED=""
+  if command -v docker >/dev/null 2>&1 && DOCKER_HOST=$SECOND_ENGINE_HOST docker info >/dev/null 2>&1; then
+    log "second Docker engine reachable at $SECOND_ENGINE_HOST"
+    export TETHER_SECOND_DOCKER_HOST=$SECOND_ENGINE_HOST
+    return 0
+  fi
+  if [ "$(id -u)" != 0 ] || ! command -v dockerd >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1; then
+    log "no second Docker engine (it needs root, dockerd and ip): multi-engine tests will be skipped (or fail with REQUIRE_DOCKER=1)"
+    return 0
+  fi
+  local root=${TMPDIR:-/tmp}/tether-engine2
+  mkdir -p "$root/data" "$root/exec"
+  # Its own bridge, so its containers' network does not collide with the first engine's.
+  if ! ip link show tether-br2 >/dev/null 2>&1; then
+    ip link add name tether-br2 type bridge
+    ip addr add 172.31.250.1/24 dev tether-br2
+  fi
+  ip link set tether-br2 up
+  if [ -f "$root/dockerd.pid" ] && ! kill -0 "$(cat "$root/dockerd.pid")" 2>/dev/null; then
+    log "removing stale $root/dockerd.pid"
+    rm -f "$root/dockerd.pid"
+  fi
+  : > "$root/dockerd.log"
+  log "starting a second dockerd on $SECOND_ENGINE_HOST (log: $root/dockerd.log)"
+  setsid dockerd --host "$SECOND_ENGINE_HOST" --data-root "$root/data" --exec-root "$root/exec" \
+    --pidfile "$root/dockerd.pid" --bridge tether-br2 >"$root/dockerd.log" 2>&1 < /dev/null &
+  SECOND_DOCKERD_STARTED=$!
+  if ! await_log_line "$root/dockerd.log" "API listen on" 120; then
+    log "the second dockerd did not come up; its log:"
+    tail -n 30 "$root/dockerd.log" >&2 || true
+    return 1
+  fi
+  export TETHER_SECOND_DOCKER_HOST=$SECOND_ENGINE_HOST
+  log "second Docker engine started"
 }
 
 find_elizacp() {
@@ -121,6 +165,7 @@ ensure_browser() {
 }
 
 ensure_docker
+ensure_second_engine
 ensure_elizacp
 ensure_real_agents
 ensure_browser

@@ -11,10 +11,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 source scripts/setup.sh
-if [ -n "${DOCKERD_STARTED:-}" ]; then
-  # We started the engine, so we stop it when the tests are done.
-  trap 'kill "$DOCKERD_STARTED" 2>/dev/null && wait "$DOCKERD_STARTED" 2>/dev/null || true' EXIT
-fi
+# The engines we started, we stop when the tests are done.
+stop_engines() {
+  for pid in ${SECOND_DOCKERD_STARTED:-} ${DOCKERD_STARTED:-}; do
+    kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
+  done
+}
+trap stop_engines EXIT
 
 echo "test: building workspace binaries"
 cargo build --quiet --workspace --bins

@@ -36,6 +36,36 @@ pub async fn engine() -> Option<Docker> {
     None
 }
 
+/// The second engine `scripts/setup.sh` starts (`TETHER_SECOND_DOCKER_HOST`, a `tcp://`
+/// address) and that address, or `None` after printing the SKIPPED line (a failure when
+/// Docker is required).
+pub async fn second_engine() -> Option<(Docker, String)> {
+    let host = std::env::var("TETHER_SECOND_DOCKER_HOST").ok().filter(|host| !host.is_empty());
+    let reason = match &host {
+        None => "TETHER_SECOND_DOCKER_HOST is not set (scripts/setup.sh starts it)".to_owned(),
+        Some(host) => {
+            let connected = match Docker::connect_with_http(host, 120, bollard::API_DEFAULT_VERSION)
+            {
+                Ok(docker) => docker.negotiate_version().await,
+                Err(err) => Err(err),
+            };
+            match connected {
+                Ok(docker) => match docker.ping().await {
+                    Ok(_) => return Some((docker, host.clone())),
+                    Err(err) => err.to_string(),
+                },
+                Err(err) => err.to_string(),
+            }
+        }
+    };
+    assert!(
+        !docker_required(),
+        "REQUIRE_DOCKER=1 but the second engine is not reachable: {reason}"
+    );
+    eprintln!("SKIPPED: no second Docker engine ({reason})");
+    None
+}
+
 /// A static binary that `scripts/build-static.sh` builds, from `$VAR` or the default path.
 pub fn static_binary(var: &str, name: &str) -> PathBuf {
     let path = match std::env::var_os(var) {
@@ -94,6 +124,11 @@ pub async fn build_mock_image(docker: &Docker, tag: &str) {
 /// how many containers there were.
 pub async fn remove_labelled(label: &str, image: Option<&str>) -> usize {
     let Some(docker) = Docker::connect_with_defaults().ok() else { return 0 };
+    remove_labelled_on(&docker, label, image).await
+}
+
+/// [`remove_labelled`] on a given engine.
+pub async fn remove_labelled_on(docker: &Docker, label: &str, image: Option<&str>) -> usize {
     let filters = HashMap::from([("label".to_owned(), vec![label.to_owned()])]);
     let containers = docker
         .list_containers(Some(ListContainersOptions {
@@ -136,14 +171,40 @@ pub struct Cleanup {
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let (label, image) = (self.label.clone(), self.image.clone());
-        // Drop cannot await: clean up on a thread with its own runtime, and wait for it.
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime");
-            runtime.block_on(remove_labelled(&label, image.as_deref()));
-        })
-        .join();
+        on_a_thread(async move {
+            remove_labelled(&label, image.as_deref()).await;
+        });
     }
+}
+
+/// [`Cleanup`] on the engine at `host` (a `tcp://` address).
+pub struct CleanupOn {
+    /// The engine.
+    pub host: String,
+    /// The label filter, `key=value`.
+    pub label: String,
+    /// An image to remove, if any.
+    pub image: Option<String>,
+}
+
+impl Drop for CleanupOn {
+    fn drop(&mut self) {
+        let (host, label, image) = (self.host.clone(), self.label.clone(), self.image.clone());
+        on_a_thread(async move {
+            if let Ok(docker) = Docker::connect_with_http(&host, 120, bollard::API_DEFAULT_VERSION)
+            {
+                remove_labelled_on(&docker, &label, image.as_deref()).await;
+            }
+        });
+    }
+}
+
+/// Runs `work` to its end on a thread with its own runtime (Drop cannot await), and waits.
+fn on_a_thread(work: impl Future<Output = ()> + Send + 'static) {
+    let _ = std::thread::spawn(move || {
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(work);
+    })
+    .join();
 }

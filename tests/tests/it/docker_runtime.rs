@@ -373,3 +373,44 @@ async fn a_docker_session_needs_no_extra_flag() {
     assert!(api.ask(&session, "no flags").await.contains("you said: no flags"));
     drop(cleanup);
 }
+
+/// Issue 17 (part): an engine reached over TCP (`DOCKER_HOST=tcp://…`: the second engine
+/// `scripts/setup.sh` starts, with its own data root and bridge) runs sessions like the
+/// local one — a streamed turn, and re-adoption after a supervisor SIGKILL with every chunk
+/// once — and its containers are its own (none on the first engine).
+#[tokio::test]
+async fn an_engine_reached_over_tcp_runs_and_readopts_sessions() {
+    let Some((docker, host)) = tether_tests::docker::second_engine().await else { return };
+    let Some(local) = engine().await else { return };
+    let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
+    build_mock_image(&docker, &tag).await;
+    let mut daemon = Daemon::start_with_env(
+        &[],
+        &[("mock-docker.toml", &docker_profile(&tag))],
+        &[("DOCKER_HOST", &host)],
+    )
+    .await;
+    let _cleanup = tether_tests::docker::CleanupOn {
+        host: host.clone(),
+        label: format!("tether.install_id={}", daemon.install_id),
+        image: Some(tag),
+    };
+    let api = daemon.api().await;
+    let session = api.ready_session("mock-docker", &daemon.workspace("tcp")).await;
+    assert!(api.ask(&session, "over tcp").await.contains("you said: over tcp"));
+    let name = format!("tether-{session}");
+    assert!(docker.inspect_container(&name, None::<InspectContainerOptions>).await.is_ok());
+    assert!(
+        local.inspect_container(&name, None::<InspectContainerOptions>).await.is_err(),
+        "not on the local engine"
+    );
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/stream 1000").await.unwrap();
+    let mut seen = vec![next(&mut events).await];
+    drop(events);
+    drop(api);
+    let api = daemon.kill_restart_and_follow(&session, &mut seen).await;
+    let texts = chunks(&seen);
+    assert_eq!(texts.len(), 1000, "every chunk exactly once");
+    assert!(api.status(&session).await.is_agent_running, "re-adopted on the TCP engine");
+}
