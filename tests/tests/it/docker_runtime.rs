@@ -109,19 +109,25 @@ async fn docker_session_streams_and_is_readopted_after_a_supervisor_kill() {
     );
 
     // SIGKILL the supervisor mid-turn; the restarted one re-adopts the container.
-    let mut events = api.subscribe_at_end(&session).await;
-    api.prompt(&session, "/stream 1000").await.unwrap();
+    readopted_mid_turn(&mut daemon, api, &session).await;
+    drop(cleanup);
+}
+
+/// SIGKILLs the supervisor in the middle of a 1000-chunk turn, restarts it, and checks
+/// that the restarted one re-adopted the session's container with every chunk once.
+async fn readopted_mid_turn(daemon: &mut Daemon, api: Api, session: &str) {
+    let mut events = api.subscribe_at_end(session).await;
+    api.prompt(session, "/stream 1000").await.unwrap();
     let mut seen = vec![next(&mut events).await];
     drop(events);
     drop(api);
-    let api = daemon.kill_restart_and_follow(&session, &mut seen).await;
+    let api = daemon.kill_restart_and_follow(session, &mut seen).await;
     let texts = chunks(&seen);
     assert_eq!(texts.len(), 1000, "every chunk exactly once");
     assert!(
         texts.iter().enumerate().all(|(idx, text)| text.ends_with(&format!("[{}/1000]", idx + 1)))
     );
-    assert!(api.status(&session).await.is_agent_running);
-    drop(cleanup);
+    assert!(api.status(session).await.is_agent_running, "re-adopted");
 }
 
 #[tokio::test]
@@ -404,13 +410,5 @@ async fn an_engine_reached_over_tcp_runs_and_readopts_sessions() {
         local.inspect_container(&name, None::<InspectContainerOptions>).await.is_err(),
         "not on the local engine"
     );
-    let mut events = api.subscribe_at_end(&session).await;
-    api.prompt(&session, "/stream 1000").await.unwrap();
-    let mut seen = vec![next(&mut events).await];
-    drop(events);
-    drop(api);
-    let api = daemon.kill_restart_and_follow(&session, &mut seen).await;
-    let texts = chunks(&seen);
-    assert_eq!(texts.len(), 1000, "every chunk exactly once");
-    assert!(api.status(&session).await.is_agent_running, "re-adopted on the TCP engine");
+    readopted_mid_turn(&mut daemon, api, &session).await;
 }
