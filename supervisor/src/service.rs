@@ -1152,10 +1152,8 @@ impl Supervisor {
                 _ => runtime.is_alive(&executor, recorded.boot_id).await,
             };
         if alive {
-            let addr = std::net::SocketAddr::from((
-                [127, 0, 0, 1],
-                executor.agentctl_port.unwrap_or(0) as u16,
-            ));
+            // Where the runtime said agentctl listens, as stored (issue 17).
+            let addr = executor.endpoint();
             let open_turns =
                 self.config.store.open_turns(row.id.clone(), executor.execution_id.clone()).await?;
             summary.approvals_restored +=

@@ -497,6 +497,23 @@ pub struct ExecutorRow {
     pub resume_outcome: Option<ResumeOutcome>,
     /// The container, for the Docker runtime.
     pub container_id: Option<String>,
+    /// Where agentctl's control channel listens (`host:port`), as the runtime returned it:
+    /// recovery connects there as stored (issue 17) instead of rebuilding an address.
+    pub agentctl_url: Option<String>,
+}
+
+impl ExecutorRow {
+    /// agentctl's control-channel address: the stored endpoint, else (a row written before
+    /// endpoints were stored, or one that does not parse) loopback and the recorded port —
+    /// what every runtime returned until then.
+    pub fn endpoint(&self) -> std::net::SocketAddr {
+        self.agentctl_url.as_deref().and_then(|url| url.parse().ok()).unwrap_or_else(|| {
+            std::net::SocketAddr::from((
+                [127, 0, 0, 1],
+                u16::try_from(self.agentctl_port.unwrap_or(0)).unwrap_or(0),
+            ))
+        })
+    }
 }
 
 fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(SessionRow, String, String)> {
@@ -534,7 +551,7 @@ fn finish_session(
 
 const EXECUTOR_COLUMNS: &str = "session_id, execution_id, generation, runtime, status, resume_token, agentctl_port, \
      agentctl_pid, agentctl_start_time, boot_id, agentctl_token, acked_seq, resume_context_pending, acp_session_id, \
-     resume_outcome, container_id";
+     resume_outcome, container_id, agentctl_url";
 
 fn executor_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ExecutorRow> {
     executor_from_row_at(row, 0)
@@ -586,6 +603,7 @@ fn executor_from_row_at(row: &rusqlite::Row<'_>, base: usize) -> rusqlite::Resul
         acp_session_id: row.get(base + 13)?,
         resume_outcome: row.get(base + 14)?,
         container_id: row.get(base + 15)?,
+        agentctl_url: row.get(base + 16)?,
     })
 }
 
@@ -876,8 +894,8 @@ impl Store {
             tx.execute(
                 "INSERT OR REPLACE INTO executors_running (session_id, execution_id, generation, runtime, status, resume_token, \
                  agentctl_port, agentctl_pid, agentctl_start_time, boot_id, agentctl_token, acked_seq, resume_context_pending, \
-                 acp_session_id, resume_outcome, container_id, last_seen_at, created_at, updated_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?15, ?16, ?17, ?14, ?14, ?14)",
+                 acp_session_id, resume_outcome, container_id, agentctl_url, last_seen_at, created_at, updated_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?15, ?16, ?17, ?18, ?14, ?14, ?14)",
                 params![
                     row.session_id,
                     row.execution_id,
@@ -895,7 +913,8 @@ impl Store {
                     now,
                     row.acp_session_id,
                     row.resume_outcome,
-                    row.container_id
+                    row.container_id,
+                    row.agentctl_url
                 ],
             )?;
             tx.commit()?;

@@ -1649,8 +1649,7 @@ impl SessionActor {
         let mut record = execution.record.clone();
         record.acked_seq = self.durability.acked as i64;
         record.acp_session_id = self.view_tx.borrow().acp_session_id.clone();
-        let addr =
-            std::net::SocketAddr::from(([127, 0, 0, 1], record.agentctl_port.unwrap_or(0) as u16));
+        let addr = record.endpoint();
         drop(execution);
         self.history = history;
         self.unflushed_events.clear();

@@ -87,6 +87,7 @@ pub(super) async fn launch(
         .map_err(|err| fail(format!("runtime {}: {err}", context.runtime.name())))?;
     record.status = ExecutorStatus::Starting;
     record.agentctl_port = Some(endpoint.addr.port().into());
+    record.agentctl_url = Some(endpoint.addr.to_string());
     record.agentctl_pid = Some(endpoint.ready.pid.into());
     record.agentctl_start_time = Some(endpoint.ready.start_time as i64);
     record.boot_id = Some(endpoint.ready.boot_id.clone());

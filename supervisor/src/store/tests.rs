@@ -714,3 +714,24 @@ async fn joined_reads_carry_the_new_session_columns_and_the_executor() {
     );
     assert_eq!((execution.execution_id.as_str(), execution.runtime.as_str()), ("e1", "standalone"));
 }
+
+/// The control channel's endpoint is stored as the runtime returned it and read back as
+/// is; a row from before endpoints were stored falls back to loopback and its port.
+#[tokio::test]
+async fn the_agentctl_endpoint_is_kept_as_the_runtime_returned_it() {
+    let (_dir, store) = open();
+    let task = store.create_task("t".into(), String::new()).await.unwrap();
+    let row = store.create_session(session(&task.id)).await.unwrap();
+    let stored = ExecutorRow {
+        agentctl_port: Some(40123),
+        agentctl_url: Some("10.1.2.3:40123".into()),
+        ..executor(&row.id, "e1")
+    };
+    store.put_executor(stored).await.unwrap();
+    let back = store.get_executor(row.id.clone()).await.unwrap().unwrap();
+    assert_eq!(back.endpoint(), "10.1.2.3:40123".parse().unwrap());
+    let older = ExecutorRow { agentctl_url: None, ..back.clone() };
+    assert_eq!(older.endpoint(), "127.0.0.1:40123".parse().unwrap());
+    let garbled = ExecutorRow { agentctl_url: Some("not an address".into()), ..back };
+    assert_eq!(garbled.endpoint(), "127.0.0.1:40123".parse().unwrap());
+}
