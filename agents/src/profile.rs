@@ -158,6 +158,9 @@ pub struct DockerSettings {
     pub memory_mb: u64,
     /// CPU limit.
     pub cpus: f64,
+    /// Placement: the labels an engine must carry to run this agent (`gpu = "yes"`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Process timeouts.
@@ -477,6 +480,8 @@ struct RawDocker {
     image: Option<Spanned<String>>,
     memory_mb: Option<Spanned<u64>>,
     cpus: Option<Spanned<f64>>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -760,6 +765,7 @@ impl RawProfile {
                 image: self.docker.image.map(Spanned::into_inner),
                 memory_mb,
                 cpus,
+                labels: self.docker.labels,
             },
             workspace: self.workspace.map(|workspace| WorkspaceSettings {
                 repo: workspace.repo.map(Spanned::into_inner),

@@ -189,20 +189,35 @@ pub enum RestoreMethod {
     Load,
 }
 
-/// Where a session's agent runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RuntimeKind {
-    /// A local process (through its agentctl sidecar).
-    Standalone,
-    /// A Docker container (agentctl inside).
-    Docker,
+/// Where a session's agent runs: the name a runtime is registered under in the daemon
+/// (`standalone`, a local process through its agentctl sidecar; `docker`, a container
+/// with agentctl inside). An open set: a daemon with another runtime names it here.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct RuntimeKind(pub std::borrow::Cow<'static, str>);
+
+impl RuntimeKind {
+    /// A local process.
+    pub const STANDALONE: RuntimeKind = RuntimeKind(std::borrow::Cow::Borrowed("standalone"));
+    /// A Docker container.
+    pub const DOCKER: RuntimeKind = RuntimeKind(std::borrow::Cow::Borrowed("docker"));
+
+    /// A runtime by name.
+    pub fn named(name: impl Into<String>) -> RuntimeKind {
+        RuntimeKind(std::borrow::Cow::Owned(name.into()))
+    }
+
+    /// The wire name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
-wire_names!(RuntimeKind {
-    Standalone => "standalone",
-    Docker => "docker",
-});
+impl std::fmt::Display for RuntimeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
 
 /// One agent profile as `agents.list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -325,6 +340,9 @@ pub struct SessionStatus {
     /// `refresh_profile`.
     #[serde(default)]
     pub profile_drift: Vec<String>,
+    /// Where its agent runs or last ran within its runtime: the Docker engine's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
 }
 
 /// `task.session.pause`'s answer.
@@ -980,7 +998,9 @@ mod tests {
         check(LaunchStep::ALL);
         check(EntryType::ALL);
         check(SnapshotTrigger::ALL);
-        check(RuntimeKind::ALL);
+        assert_eq!(serde_json::to_value(RuntimeKind::DOCKER).unwrap(), "docker");
+        let named: RuntimeKind = serde_json::from_value(serde_json::json!("kubernetes")).unwrap();
+        assert_eq!(named, RuntimeKind::named("kubernetes"));
         let err = "FAILD".parse::<SessionState>().unwrap_err();
         assert!(err.contains("FAILED"), "{err}");
     }
@@ -1119,7 +1139,9 @@ mod rpc_api {
         /// held by a live session is refused (`conflict`) unless `shared` is true. With
         /// `worktree` (default: whether the profile has a `[workspace]` section), the session
         /// works in a git worktree of its own, on a new branch from `base`, of the repository
-        /// at `workspace_path` (or the profile's `workspace.repo`).
+        /// at `workspace_path` (or the profile's `workspace.repo`). `labels` place it: the
+        /// runtime runs it only where every label is carried (a Docker engine's labels),
+        /// besides the profile's own `[docker] labels`.
         #[method(name = "task.session.create", param_kind = map)]
         async fn session_create(
             &self,
@@ -1131,6 +1153,7 @@ mod rpc_api {
             shared: Option<bool>,
             worktree: Option<bool>,
             base: Option<String>,
+            labels: Option<std::collections::BTreeMap<String, String>>,
         ) -> RpcResult<SessionSummary>;
 
         /// Sessions, oldest first, filtered by task, state and profile when given.

@@ -95,6 +95,7 @@ impl ApiServer for Methods {
         shared: Option<bool>,
         worktree: Option<bool>,
         base: Option<String>,
+        labels: Option<std::collections::BTreeMap<String, String>>,
     ) -> RpcResult<SessionSummary> {
         let new = NewSession {
             task_id,
@@ -105,6 +106,7 @@ impl ApiServer for Methods {
             shared: shared.unwrap_or(false),
             worktree,
             base,
+            labels: labels.unwrap_or_default(),
         };
         let row = self.0.create_session(new).await.map_err(to_rpc)?;
         Ok(row.into())

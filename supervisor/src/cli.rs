@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use agents::registry::{DEFAULT_DEBOUNCE, Environment, Registry};
 use anyhow::{Context, bail};
 use clap::parser::ValueSource;
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use jsonrpsee::core::client::Subscription;
 use jsonrpsee::ws_client::{WsClient, WsClientBuilder};
 use protocol::acp::schema as acp;
@@ -25,8 +25,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::{self, AccessPolicy};
 use crate::home::Home;
-use crate::runtime::StandaloneRuntime;
 use crate::runtime::docker::{DockerConfig, DockerRuntime};
+use crate::runtime::{Runtimes, StandaloneRuntime};
 use crate::service::{Supervisor, SupervisorConfig};
 use crate::store::Store;
 
@@ -321,9 +321,12 @@ struct StartArgs {
     /// The first prompt.
     #[arg(long)]
     prompt: Option<String>,
-    /// Where the agent runs (default: the profile's).
-    #[arg(long, value_enum)]
-    runtime: Option<RuntimeArg>,
+    /// Where the agent runs: `standalone` or `docker` (default: the profile's).
+    #[arg(long, value_name = "NAME")]
+    runtime: Option<String>,
+    /// Place it where this label is carried (a Docker engine's `labels`); repeatable.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    labels: Vec<(String, String)>,
     /// Share the workspace with live sessions already in it (else a held workspace is
     /// refused, naming its holder).
     #[arg(long)]
@@ -373,12 +376,6 @@ enum PermissionCommand {
         /// or an option id.
         answer: String,
     },
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug)]
-enum RuntimeArg {
-    Standalone,
-    Docker,
 }
 
 /// A failure with its exit code and the one line to print.
@@ -563,16 +560,18 @@ async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<(
         store,
         registry,
         environment,
-        standalone: Arc::new(StandaloneRuntime { agentctl }),
-        docker: Arc::new(DockerRuntime::new(DockerConfig {
-            agentctl: args
-                .static_agentctl
-                .map(|path| std::path::absolute(&path).unwrap_or(path))
-                .or(config.static_agentctl.clone())
-                .or_else(|| crate::runtime::docker::find_static_agentctl(&searched)),
-            searched,
-            install_id: home.install_id().context("cannot read or create the install id")?,
-        })),
+        runtimes: Runtimes::new().register(Arc::new(StandaloneRuntime { agentctl })).register(
+            Arc::new(DockerRuntime::new(DockerConfig {
+                agentctl: args
+                    .static_agentctl
+                    .map(|path| std::path::absolute(&path).unwrap_or(path))
+                    .or(config.static_agentctl.clone())
+                    .or_else(|| crate::runtime::docker::find_static_agentctl(&searched)),
+                searched,
+                install_id: home.install_id().context("cannot read or create the install id")?,
+                engines: config.docker_engines.clone(),
+            })),
+        ),
         applets,
         event_log: crate::events::LogLimits {
             retain_bytes: args
@@ -1044,6 +1043,7 @@ impl Client {
             worktree,
             no_worktree,
             base,
+            labels,
             quiet,
         } = start;
         let worktree = match (worktree, no_worktree) {
@@ -1072,10 +1072,7 @@ impl Client {
             }
             (None, None) => unreachable!("UNWRAP: clap requires one of --task, --new-task"),
         };
-        let runtime = runtime.map(|runtime| match runtime {
-            RuntimeArg::Standalone => RuntimeKind::Standalone,
-            RuntimeArg::Docker => RuntimeKind::Docker,
-        });
+        let runtime = runtime.map(RuntimeKind::named);
         let row = api
             .session_create(
                 task.clone(),
@@ -1086,6 +1083,7 @@ impl Client {
                 Some(shared),
                 worktree,
                 base,
+                (!labels.is_empty()).then(|| labels.into_iter().collect()),
             )
             .await
             .map_err(|e| self.failure(e))?;
@@ -1701,5 +1699,13 @@ fn describe_timeline(event: &protocol::api::TimelineEvent) -> String {
         E::Resumed { outcome, execution_id } => format!("resumed ({outcome})\t{execution_id}"),
         E::SnapshotTaken { snapshot_id, trigger } => format!("snapshot ({trigger})\t{snapshot_id}"),
         E::Error { message } => format!("error\t{message}"),
+    }
+}
+
+/// A `--label KEY=VALUE`.
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("{text:?} is not KEY=VALUE")),
     }
 }

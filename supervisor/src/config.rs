@@ -16,6 +16,19 @@
 //! states = ["COMPLETED", "CANCELLED", "FAILED"]   # default: any state at rest
 //! force = false              # remove worktrees with uncommitted work too
 //! interval_minutes = 60      # how often it runs (first: when serving starts)
+//!
+//! [[docker.engines]]         # absent: the one engine at DOCKER_HOST, or the local socket
+//! name = "local"
+//! host = "unix:///var/run/docker.sock"
+//! labels = { zone = "a" }
+//! capacity = 8               # live sessions at most (default 16)
+//!
+//! [[docker.engines]]
+//! name = "build-2"
+//! host = "tcp://10.0.0.12:2376"
+//! address = "10.0.0.12"      # where its published ports are reached (default: host's IP)
+//! labels = { zone = "b", gpu = "yes" }
+//! tls = { ca = "/etc/tether/ca.pem", cert = "/etc/tether/cert.pem", key = "/etc/tether/key.pem" }
 //! ```
 
 use std::net::SocketAddr;
@@ -26,6 +39,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::runtime::docker::engines::EngineConfig;
 use crate::service::CleanupPolicy;
 use crate::store::SessionState;
 
@@ -77,6 +91,8 @@ pub struct DaemonConfig {
     pub event_log_retain_bytes: Option<u64>,
     /// `[retention]`.
     pub retention: Option<Retention>,
+    /// `[[docker.engines]]`.
+    pub docker_engines: Vec<EngineConfig>,
 }
 
 /// The automatic retention policy.
@@ -98,6 +114,14 @@ struct RawConfig {
     static_agentctl: Option<Spanned<String>>,
     event_log_retain_bytes: Option<Spanned<u64>>,
     retention: Option<RawRetention>,
+    docker: Option<RawDockerSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDockerSection {
+    #[serde(default)]
+    engines: Vec<Spanned<EngineConfig>>,
 }
 
 #[derive(Deserialize)]
@@ -182,6 +206,30 @@ pub fn parse(text: &str, file: &Path) -> Result<DaemonConfig, ConfigError> {
         }
         other => other.map(Spanned::into_inner),
     };
+    let mut docker_engines: Vec<EngineConfig> = Vec::new();
+    for (index, engine) in
+        raw.docker.map(|docker| docker.engines).unwrap_or_default().into_iter().enumerate()
+    {
+        let span = engine.span();
+        let engine = engine.into_inner();
+        if let Err((field, reason)) = engine.validate() {
+            let field = format!("docker.engines[{index}].{field}");
+            return Err(invalid(span, Some(&field), reason));
+        }
+        if let Some(tls) = &engine.tls {
+            for (name, path) in [("ca", &tls.ca), ("cert", &tls.cert), ("key", &tls.key)] {
+                if !path.is_absolute() {
+                    let field = format!("docker.engines[{index}].tls.{name}");
+                    return Err(invalid(span, Some(&field), "must be an absolute path".into()));
+                }
+            }
+        }
+        if docker_engines.iter().any(|known| known.name == engine.name) {
+            let field = format!("docker.engines[{index}].name");
+            return Err(invalid(span, Some(&field), format!("{:?} is named twice", engine.name)));
+        }
+        docker_engines.push(engine);
+    }
     let retention = match raw.retention {
         None => None,
         Some(retention) => {
@@ -237,6 +285,7 @@ pub fn parse(text: &str, file: &Path) -> Result<DaemonConfig, ConfigError> {
         static_agentctl,
         event_log_retain_bytes,
         retention,
+        docker_engines,
     })
 }
 
@@ -318,5 +367,42 @@ interval_minutes = 5
         assert_eq!(field, "retention.interval_minutes");
         let (line, _, field, _) = invalid("listen = [");
         assert_eq!((line, field.as_str()), (1, "(file)"));
+    }
+
+    #[test]
+    fn docker_engines_are_read_and_checked_one_by_one() {
+        let text = r#"
+[[docker.engines]]
+name = "local"
+labels = { zone = "a" }
+capacity = 4
+
+[[docker.engines]]
+name = "far"
+host = "tcp://10.0.0.12:2376"
+labels = { zone = "b", gpu = "yes" }
+tls = { ca = "/etc/t/ca.pem", cert = "/etc/t/cert.pem", key = "/etc/t/key.pem" }
+"#;
+        let config = parse(text, Path::new("config.toml")).unwrap();
+        let names: Vec<&str> = config.docker_engines.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["local", "far"]);
+        assert_eq!(config.docker_engines[0].capacity, 4);
+        assert_eq!(config.docker_engines[1].capacity, 16, "the default capacity");
+        assert_eq!(config.docker_engines[1].reach_address(), Ok("10.0.0.12".parse().unwrap()));
+        assert_eq!(config.docker_engines[1].labels.get("gpu").map(String::as_str), Some("yes"));
+        let twice = "[[docker.engines]]\nname = \"a\"\n[[docker.engines]]\nname = \"a\"\n";
+        let (line, _, field, reason) = invalid(twice);
+        assert_eq!((line, field.as_str()), (3, "docker.engines[1].name"));
+        assert!(reason.contains("twice"), "{reason}");
+        let (_, _, field, _) = invalid("[[docker.engines]]\nname = \"a\"\nhost = \"ftp://x\"\n");
+        assert_eq!(field, "docker.engines[0].host");
+        let (_, _, field, _) = invalid("[[docker.engines]]\nname = \"a\"\ncapacity = 0\n");
+        assert_eq!(field, "docker.engines[0].capacity");
+        let relative = "[[docker.engines]]\nname = \"a\"\nhost = \"tcp://1.2.3.4:2376\"\ntls = { ca = \"ca.pem\", cert = \"/c\", key = \"/k\" }\n";
+        let (_, _, field, _) = invalid(relative);
+        assert_eq!(field, "docker.engines[0].tls.ca");
+        let (line, _, field, reason) = invalid("[[docker.engines]]\nname = \"a\"\nlables = {}\n");
+        assert_eq!(line, 3, "{field}: {reason}");
+        assert!(reason.contains("unknown field"), "{reason}");
     }
 }

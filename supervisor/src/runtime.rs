@@ -1,13 +1,22 @@
 //! Runtimes launch a session's agentctl somewhere and say how to reach it: the standalone
-//! runtime as a detached local process, the Docker runtime ([`docker`]) in a container.
-//! The session actor and recovery see only the [`Runtime`] trait.
+//! runtime as a detached local process, the Docker runtime ([`docker`]) in a container on
+//! one of several engines. The session actor, the service and recovery see only the
+//! [`Runtime`] trait and the [`Runtimes`] registry.
+//!
+//! The seam: a launch returns an [`Endpoint`] — the control channel's address, which is
+//! stored and used as stored, and an opaque, serialisable handle (which container on which
+//! engine, for Docker) that the runtime alone reads back. Liveness at restart, fencing,
+//! orphans and removal are all asked of the runtime with what it returned. Adding a runtime
+//! is one module implementing [`Runtime`] and one [`Runtimes::register`] call.
 
 pub mod docker;
 
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentctl::client::{self, LaunchConfig, LaunchError};
@@ -44,6 +53,12 @@ pub struct LaunchSpec {
     pub agent_state_dirs: Vec<String>,
     /// Where those dirs live on the host (`agent-state/<session-id>/`).
     pub agent_state_root: PathBuf,
+    /// Placement: labels the place it runs on must carry (the profile's and the
+    /// session's requested ones; empty: anywhere).
+    pub labels: BTreeMap<String, String>,
+    /// The previous execution's handle, when there was one: a runtime whose agent state
+    /// lives on one place (an engine's host) launches there again.
+    pub previous: Option<serde_json::Value>,
 }
 
 /// A launched agentctl.
@@ -53,8 +68,44 @@ pub struct Endpoint {
     pub addr: SocketAddr,
     /// What it announced.
     pub ready: ReadyInfo,
-    /// Its container, for the Docker runtime.
-    pub container_id: Option<String>,
+    /// What the runtime needs to find it again (stored as JSON, read only by the runtime
+    /// that made it): for Docker, the engine and the container.
+    pub handle: serde_json::Value,
+}
+
+/// What a runtime says of a recorded execution at restart recovery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Liveness {
+    /// Its sidecar runs and is the one recorded: re-adopt it.
+    Alive,
+    /// It is gone (or cannot be told to run): fence and mark it.
+    Dead,
+    /// Something of the session runs, but not the execution recorded (a stale
+    /// generation): it is fenced, never re-adopted. The reason, for the log.
+    Stale(String),
+    /// Where it ran cannot be reached now (an engine is down): it is neither re-adopted
+    /// nor fenced; the session waits, `runtime_unavailable`, until the place returns.
+    Unreachable(String),
+}
+
+/// Something a runtime runs for this installation whose session is not stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Orphan {
+    /// The session it names (empty when it names none).
+    pub session_id: String,
+    /// Where it is, for the log (`engine/container`).
+    pub location: String,
+    /// What [`Runtime::remove_orphan`] needs.
+    pub handle: serde_json::Value,
+}
+
+/// Orphans found on the places a runtime could reach, and the places it could not.
+#[derive(Debug, Default)]
+pub struct OrphanScan {
+    /// What runs for sessions that are not stored… or may not be: the caller checks.
+    pub found: Vec<Orphan>,
+    /// Places that could not be searched, with why.
+    pub unreachable: Vec<String>,
 }
 
 /// Errors from a runtime; the API reports them as `runtime_unavailable`.
@@ -73,6 +124,9 @@ pub enum RuntimeError {
     /// The engine refused something else.
     #[error("docker: {0}")]
     Engine(String),
+    /// No place matches the session's placement (labels, capacity).
+    #[error("{0}")]
+    NoPlacement(String),
 }
 
 /// A boxed future, so the trait stays object safe.
@@ -80,13 +134,69 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Where agentctl runs.
 pub trait Runtime: Send + Sync + 'static {
-    /// `standalone` or `docker`, as stored in the session row.
-    fn name(&self) -> &'static str;
+    /// The name it is registered and stored under (`standalone`, `docker`).
+    fn name(&self) -> &str;
 
     /// The agent's home as the agent sees it (for `{home}`), when it is not the
-    /// supervisor's own; programs are then looked up where the agent runs, not here.
+    /// supervisor's own; programs are then looked up where the agent runs, not here, and
+    /// the agent counts as sandboxed (a root user's `root_env` is not asked for).
     fn agent_home(&self) -> Option<PathBuf> {
         None
+    }
+
+    /// Whether liveness is told by this host's processes (the restart scan of `/proc`
+    /// finds its sidecars): a session at rest on such a runtime is left unread at restart.
+    fn local_processes(&self) -> bool {
+        false
+    }
+
+    /// What [`Runtime::remove`] removes for a session, as cleanup reports name it
+    /// (`container`); `None` when it keeps nothing.
+    fn resource_kind(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Where an execution runs, in words (an engine's name), from its handle.
+    fn placement(&self, _handle: Option<&serde_json::Value>) -> Option<String> {
+        None
+    }
+
+    /// Whether the place an execution ran on (its handle) can be used now: a session whose
+    /// place is gone is `runtime_unavailable` until it returns.
+    fn reachable<'a>(
+        &'a self,
+        _handle: Option<&'a serde_json::Value>,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        self.check()
+    }
+
+    /// Liveness of many recorded executions at once (restart recovery), keyed by session.
+    /// By default each is asked of [`Runtime::is_alive`].
+    fn liveness<'a>(
+        &'a self,
+        executors: &'a [ExecutorRow],
+        boot_id: &'a str,
+    ) -> BoxFuture<'a, HashMap<String, Liveness>> {
+        Box::pin(async move {
+            let mut found = HashMap::new();
+            for executor in executors {
+                let alive = self.is_alive(executor, boot_id).await;
+                let liveness = if alive { Liveness::Alive } else { Liveness::Dead };
+                found.insert(executor.session_id.clone(), liveness);
+            }
+            found
+        })
+    }
+
+    /// What runs for this installation on every place the runtime can reach (the caller
+    /// keeps those whose session is not stored). None by default.
+    fn orphans(&self) -> BoxFuture<'_, OrphanScan> {
+        Box::pin(async { OrphanScan::default() })
+    }
+
+    /// Removes one orphan found by [`Runtime::orphans`].
+    fn remove_orphan<'a>(&'a self, _orphan: &'a Orphan) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async { Ok(()) })
     }
 
     /// Whether the runtime can launch anything now.
@@ -103,9 +213,14 @@ pub trait Runtime: Send + Sync + 'static {
         Box::pin(async { None })
     }
 
-    /// Forgets a deleted session: removes what the runtime keeps for it (a container);
-    /// whether there was anything.
-    fn remove<'a>(&'a self, _session_id: &'a str) -> BoxFuture<'a, Result<bool, RuntimeError>> {
+    /// Forgets a deleted session: removes what the runtime keeps for it (a container),
+    /// where its last execution's handle says and wherever else it finds one; whether
+    /// there was anything.
+    fn remove<'a>(
+        &'a self,
+        _session_id: &'a str,
+        _handle: Option<&'a serde_json::Value>,
+    ) -> BoxFuture<'a, Result<bool, RuntimeError>> {
         Box::pin(async { Ok(false) })
     }
 
@@ -131,6 +246,52 @@ pub struct FenceTarget {
     pub grace: Duration,
 }
 
+/// The runtimes this daemon has, by name: how the service, the actor and recovery find
+/// the one a session is stored with.
+#[derive(Clone)]
+pub struct Runtimes {
+    by_name: BTreeMap<String, Arc<dyn Runtime>>,
+}
+
+impl Runtimes {
+    /// An empty registry.
+    pub fn new() -> Runtimes {
+        Runtimes { by_name: BTreeMap::new() }
+    }
+
+    /// Adds a runtime under its [`Runtime::name`] (a later one of the same name wins).
+    pub fn register(mut self, runtime: Arc<dyn Runtime>) -> Runtimes {
+        self.by_name.insert(runtime.name().to_owned(), runtime);
+        self
+    }
+
+    /// The runtime of that name.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Runtime>> {
+        self.by_name.get(name).cloned()
+    }
+
+    /// Every registered name, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        self.by_name.keys().map(String::as_str).collect()
+    }
+
+    /// Every runtime.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<dyn Runtime>> {
+        self.by_name.values()
+    }
+
+    /// The names of the runtimes whose sidecars are this host's processes.
+    pub fn local_names(&self) -> Vec<String> {
+        self.all().filter(|r| r.local_processes()).map(|r| r.name().to_owned()).collect()
+    }
+}
+
+impl Default for Runtimes {
+    fn default() -> Runtimes {
+        Runtimes::new()
+    }
+}
+
 /// How long a killed sidecar may take to be gone before the fence reports failure.
 pub const FENCE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -142,8 +303,12 @@ pub struct StandaloneRuntime {
 }
 
 impl Runtime for StandaloneRuntime {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "standalone"
+    }
+
+    fn local_processes(&self) -> bool {
+        true
     }
 
     fn check(&self) -> BoxFuture<'_, Result<(), RuntimeError>> {
@@ -164,7 +329,11 @@ impl Runtime for StandaloneRuntime {
                 extra_args: Vec::new(),
             };
             let launched = client::launch(&config).await?;
-            Ok(Endpoint { addr: launched.addr, ready: launched.ready, container_id: None })
+            Ok(Endpoint {
+                addr: launched.addr,
+                ready: launched.ready,
+                handle: serde_json::Value::Null,
+            })
         })
     }
 

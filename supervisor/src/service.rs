@@ -17,9 +17,7 @@ use crate::events::SessionEvent;
 use crate::events::SessionEventKind;
 use crate::history::{self, HistoryEntry};
 use crate::home::{self, Home};
-use crate::runtime::FenceTarget;
-use crate::runtime::Runtime;
-use crate::runtime::docker::DockerRuntime;
+use crate::runtime::{FenceTarget, Liveness, Runtime, Runtimes};
 use crate::session::{
     self, AdoptPlan, Phase, SessionContext, SessionError, SessionHandle, SessionView, Start,
 };
@@ -58,7 +56,7 @@ pub struct NewSession {
     pub workspace_path: Option<String>,
     /// The first prompt (else the task's description).
     pub prompt: Option<String>,
-    /// `standalone` or `docker` (else the profile's).
+    /// A registered runtime's name (else the profile's).
     pub runtime: Option<String>,
     /// Share a workspace held by a live session.
     pub shared: bool,
@@ -66,6 +64,8 @@ pub struct NewSession {
     pub worktree: Option<bool>,
     /// The worktree's base branch or commit (else the profile's, else `HEAD`).
     pub base: Option<String>,
+    /// Placement labels asked for (the profile's `[docker] labels` are added at launch).
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// Errors of the operations, each with the `data.kind` the API reports.
@@ -153,10 +153,8 @@ pub struct SupervisorConfig {
     pub registry: Registry,
     /// Where programs are found.
     pub environment: Environment,
-    /// The standalone runtime.
-    pub standalone: Arc<dyn Runtime>,
-    /// The Docker runtime.
-    pub docker: Arc<DockerRuntime>,
+    /// The runtimes, by name.
+    pub runtimes: Runtimes,
     /// Applets embedded in this binary (`mock-agent` → `[exe, "mock-agent"]`), used when
     /// no program of that name is installed.
     pub applets: HashMap<String, Vec<OsString>>,
@@ -211,7 +209,8 @@ impl Supervisor {
 
     /// Why `profile` cannot be launched here, on `runtime` (empty when it can).
     fn unavailable(&self, profile: &Profile, runtime: &str) -> Vec<String> {
-        let availability = if runtime == "docker" && self.config.environment.root {
+        let sandboxed = self.runtime(runtime).is_ok_and(|runtime| runtime.agent_home().is_some());
+        let availability = if sandboxed && self.config.environment.root {
             // In a container the agent is sandboxed: its root_env is set there.
             let environment = Environment { root: false, ..self.config.environment.clone() };
             agents::registry::availability(profile, &environment)
@@ -227,7 +226,8 @@ impl Supervisor {
     /// A session's agent needs, run as root on this host, variables that are not set (its
     /// profile's `root_env`): it would exit at once, so it is not launched.
     fn check_root_env(&self, row: &SessionRow) -> Result<(), ServiceError> {
-        if row.runtime == "docker" {
+        if self.runtime(&row.runtime).is_ok_and(|runtime| runtime.agent_home().is_some()) {
+            // Sandboxed: the agent's environment is the container's.
             return Ok(());
         }
         let profile = Supervisor::snapshot(row)?;
@@ -242,20 +242,33 @@ impl Supervisor {
 
     /// The runtime of that name.
     fn runtime(&self, name: &str) -> Result<Arc<dyn Runtime>, ServiceError> {
-        match name {
-            "standalone" => Ok(Arc::clone(&self.config.standalone)),
-            "docker" => Ok(Arc::clone(&self.config.docker) as Arc<dyn Runtime>),
-            other => Err(ServiceError::InvalidParams {
-                field: "runtime",
-                message: format!("unknown runtime {other:?} (standalone or docker)"),
-            }),
-        }
+        self.config.runtimes.get(name).ok_or_else(|| ServiceError::InvalidParams {
+            field: "runtime",
+            message: format!(
+                "unknown runtime {name:?} (this daemon has {})",
+                self.config.runtimes.names().join(", ")
+            ),
+        })
     }
 
     async fn check_runtime(&self, name: &str) -> Result<Arc<dyn Runtime>, ServiceError> {
         let runtime = self.runtime(name)?;
         runtime.check().await.map_err(|err| ServiceError::RuntimeUnavailable(err.to_string()))?;
         Ok(runtime)
+    }
+
+    /// Whether a session can be launched where it must run: on the place its last
+    /// execution ran when the runtime keeps it there (a Docker engine), else anywhere the
+    /// runtime can launch. Checked before an actor starts, so a session whose engine is
+    /// down stays as it is and the caller gets `runtime_unavailable`.
+    async fn check_session_runtime(&self, row: &SessionRow) -> Result<(), ServiceError> {
+        let runtime = self.runtime(&row.runtime)?;
+        let executor = self.config.store.get_executor(row.id.clone()).await?;
+        let handle = executor.and_then(|executor| executor.runtime_handle);
+        runtime
+            .reachable(handle.as_ref())
+            .await
+            .map_err(|err| ServiceError::RuntimeUnavailable(err.to_string()))
     }
 
     fn context(&self, row: &SessionRow) -> Result<SessionContext, ServiceError> {
@@ -388,6 +401,7 @@ impl Supervisor {
             shared,
             worktree,
             base,
+            labels,
         } = new;
         check_id("task_id", &task_id)?;
         if let Some(path) = &workspace_path {
@@ -479,6 +493,7 @@ impl Supervisor {
             initial_prompt: initial_prompt.clone(),
             worktree_repo: made.as_ref().map(|made| made.repo.display().to_string()),
             worktree_branch: made.as_ref().map(|made| made.branch.clone()),
+            runtime_labels: labels,
         };
         let created = self.record_session(row, shared).await;
         if created.is_err()
@@ -560,7 +575,11 @@ impl Supervisor {
         let running = view.as_ref().is_some_and(|view| view.agent_running);
         let phase = view.as_ref().map(|view| view.phase);
         let profile_drift = self.profile_drift(&row);
-        let (is_resumable, needs_resume, reason) = if row.state.is_terminal() {
+        let runtime = self.runtime(&row.runtime).ok();
+        let runtime_handle = executor.as_ref().and_then(|e| e.runtime_handle.clone());
+        let placement =
+            runtime.as_ref().and_then(|runtime| runtime.placement(runtime_handle.as_ref()));
+        let (mut is_resumable, needs_resume, mut reason) = if row.state.is_terminal() {
             (false, false, "terminal")
         } else if running {
             (true, false, "agent_running")
@@ -585,6 +604,16 @@ impl Supervisor {
         } else {
             (true, false, "not_started")
         };
+        // A resume now would fail where it must run (its Docker engine is down): it is
+        // `runtime_unavailable` until that place is back.
+        let mut unreachable = None;
+        if needs_resume
+            && let Some(runtime) = &runtime
+            && let Err(err) = runtime.reachable(runtime_handle.as_ref()).await
+        {
+            (is_resumable, reason) = (false, "runtime_unavailable");
+            unreachable = Some(err.to_string());
+        }
         Ok(SessionStatus {
             session_id,
             task_id: row.task_id,
@@ -603,10 +632,11 @@ impl Supervisor {
             worktree_branch: row.worktree_branch,
             // The actor's view is newer than the row when the store cannot be written.
             pause_requested: view.as_ref().is_some_and(|view| view.pause_requested),
-            error: view.and_then(|view| view.error).or(row.error_message),
+            error: unreachable.or(view.and_then(|view| view.error)).or(row.error_message),
             last_event_seq,
             generation,
             profile_drift,
+            placement,
         })
     }
 
@@ -644,7 +674,7 @@ impl Supervisor {
         if live.is_none_or(|handle| !handle.view().is_ready()) {
             ensure_workspace(row).await?;
             self.check_root_env(row)?;
-            self.check_runtime(&row.runtime).await?;
+            self.check_session_runtime(row).await?;
         }
         let handle = self.actor(row).await?;
         if handle.view().is_ready() {
@@ -735,7 +765,7 @@ impl Supervisor {
         if live.is_none_or(|handle| !handle.view().agent_running) {
             ensure_workspace(&row).await?;
             self.check_root_env(&row)?;
-            self.check_runtime(&row.runtime).await?;
+            self.check_session_runtime(&row).await?;
         }
         let handle = self.actor(&row).await?;
         let profile_refreshed = refresh.is_some();
@@ -858,24 +888,33 @@ impl Supervisor {
             .filter(|session| session.parent() == Some(sessions_dir.as_path()))
             .filter_map(|session| session.file_name()?.to_str().map(str::to_owned))
             .collect();
-        let (candidates, active) = self
-            .config
-            .store
-            .recovery_candidates(self.config.standalone.name(), &sidecar_pids, live_sessions)
-            .await?;
+        // The runtime whose sidecars the process scan finds (the standalone one).
+        let local = self.config.runtimes.local_names().into_iter().next().unwrap_or_default();
+        let (candidates, active) =
+            self.config.store.recovery_candidates(&local, &sidecar_pids, live_sessions).await?;
         let examined = candidates.len();
-        // Containers: which run, with one call to the engine, not an inspect each.
-        let docker = self.config.docker.name();
-        let running_containers = if candidates.iter().any(|c| c.executor.runtime == docker) {
-            self.config.docker.running_containers().await.ok()
-        } else {
-            None
-        };
+        let mut to_recover = Vec::new();
         for candidate in candidates {
             if self.at_rest(&candidate, &sidecar_pids, &sidecar_dirs) {
                 summary.at_rest += 1;
-                continue;
+            } else {
+                to_recover.push(candidate);
             }
+        }
+        // Liveness, asked of each runtime once for all its executions (one call per Docker
+        // engine, not an inspect per container).
+        let mut by_runtime: HashMap<String, Vec<crate::store::ExecutorRow>> = HashMap::new();
+        for candidate in &to_recover {
+            let executor = &candidate.executor;
+            by_runtime.entry(executor.runtime.clone()).or_default().push(executor.clone());
+        }
+        let mut liveness: HashMap<String, Liveness> = HashMap::new();
+        for (name, executors) in &by_runtime {
+            if let Some(runtime) = self.config.runtimes.get(name) {
+                liveness.extend(runtime.liveness(executors, &boot_id).await);
+            }
+        }
+        for candidate in to_recover {
             let executor = candidate.executor;
             let row = match self.config.store.get_session(executor.session_id.clone()).await {
                 Ok(row) => row,
@@ -887,9 +926,8 @@ impl Supervisor {
             };
             let session_id = row.id.clone();
             let (kept_row, kept_executor) = (row.clone(), executor.clone());
-            let recorded =
-                Recorded { boot_id: &boot_id, running_containers: running_containers.as_ref() };
-            match self.recover_one(row, executor, recorded, &mut summary).await {
+            let found = liveness.remove(&session_id).unwrap_or(Liveness::Dead);
+            match self.recover_one(row, executor, found, &mut summary).await {
                 Ok(Some(view)) => adopting.push(view),
                 Ok(None) => {}
                 Err(err) => {
@@ -962,13 +1000,8 @@ impl Supervisor {
         }
         // Worktrees made for a session that was never stored (killed mid-create) go.
         summary.orphans_removed += self.remove_orphaned_worktrees().await;
-        // Containers of ours whose session is gone are removed (when an engine is there).
-        match self.remove_orphaned_containers().await {
-            Ok(removed) => summary.orphans_removed = removed,
-            Err(err) => {
-                tracing::debug!(%err, "no orphan check: the Docker engine is not available")
-            }
-        }
+        // Containers of ours whose session is gone are removed (on every engine there).
+        summary.orphans_removed += self.remove_orphaned_runtime_resources().await;
         let counted = [
             ("reattaching", adopting.len()),
             ("at_rest", summary.at_rest),
@@ -1050,18 +1083,33 @@ impl Supervisor {
         removed
     }
 
-    async fn remove_orphaned_containers(&self) -> Result<usize, ServiceError> {
-        let unavailable =
-            |err: crate::runtime::RuntimeError| ServiceError::RuntimeUnavailable(err.to_string());
-        let containers = self.config.docker.containers_by_session().await.map_err(unavailable)?;
-        let named = containers.iter().map(|(_, session)| session.clone()).collect();
-        let known = self.config.store.existing_sessions(named).await?;
+    /// Removes what each runtime runs for this installation whose session is not stored
+    /// (on every engine that answers); how many. Only the sessions named are looked up.
+    async fn remove_orphaned_runtime_resources(&self) -> usize {
         let mut removed = 0;
-        for (id, session) in containers.iter().filter(|(_, session)| !known.contains(session)) {
-            self.config.docker.remove_orphan(id, session).await.map_err(unavailable)?;
-            removed += 1;
+        for runtime in self.config.runtimes.all() {
+            let scan = runtime.orphans().await;
+            for place in &scan.unreachable {
+                tracing::warn!(runtime = runtime.name(), %place, "not searched for orphans");
+            }
+            let named = scan.found.iter().map(|orphan| orphan.session_id.clone()).collect();
+            let known = match self.config.store.existing_sessions(named).await {
+                Ok(known) => known,
+                Err(err) => {
+                    tracing::warn!(%err, "cannot check for orphans");
+                    continue;
+                }
+            };
+            for orphan in scan.found.iter().filter(|orphan| !known.contains(&orphan.session_id)) {
+                match runtime.remove_orphan(orphan).await {
+                    Ok(()) => removed += 1,
+                    Err(err) => {
+                        tracing::warn!(location = %orphan.location, %err, "cannot remove an orphan")
+                    }
+                }
+            }
         }
-        Ok(removed)
+        removed
     }
 
     /// A session recovery can leave as it is: standalone, waiting for input, its execution
@@ -1078,9 +1126,11 @@ impl Supervisor {
             .agentctl_pid
             .and_then(|pid| u32::try_from(pid).ok())
             .is_some_and(|pid| sidecar_pids.contains(&pid));
-        let standalone = self.config.standalone.name();
-        candidate.runtime == standalone
-            && executor.runtime == standalone
+        let local = |name: &str| {
+            self.config.runtimes.get(name).is_some_and(|runtime| runtime.local_processes())
+        };
+        local(&candidate.runtime)
+            && local(&executor.runtime)
             && candidate.state == SessionState::WaitingForInput
             && executor.status.is_over()
             && !candidate.open_work
@@ -1118,10 +1168,11 @@ impl Supervisor {
         &self,
         row: SessionRow,
         executor: crate::store::ExecutorRow,
-        recorded: Recorded<'_>,
+        liveness: Liveness,
         summary: &mut RecoverySummary,
     ) -> Result<Option<tokio::sync::watch::Receiver<SessionView>>, ServiceError> {
-        let runtime = self.runtime(&executor.runtime)?;
+        // A runtime this daemon does not have: reported, and the session skipped.
+        self.runtime(&executor.runtime)?;
         let recorded_live = !executor.status.is_over();
         // A session caught mid-launch or mid-handshake cannot pick up where it was (the
         // handshake's requests are gone with the old process): it is fenced and resumed
@@ -1130,26 +1181,21 @@ impl Supervisor {
         // between the two, it is re-attached and its state completed, not killed — its
         // `WAITING_FOR_INPUT` may already have been published.
         let handshake_done = executor.status == ExecutorStatus::Running;
+        let mut unreachable = None;
         let alive = recorded_live
             && (row.state != SessionState::Starting || handshake_done)
-            && match recorded.running_containers {
-                Some(running) if executor.runtime == self.config.docker.name() => {
-                    match executor.container_id.as_ref().and_then(|id| running.get(id)) {
-                        Some(labels) if labels.is_current(&executor) => true,
-                        Some(labels) => {
-                            // Fenced below like a dead one; the session resumes afresh.
-                            tracing::warn!(
-                                session = %row.id,
-                                recorded = executor.generation,
-                                labelled = ?labels.generation,
-                                "a container of a stale generation is not re-adopted"
-                            );
-                            false
-                        }
-                        None => false,
-                    }
+            && match &liveness {
+                Liveness::Alive => true,
+                Liveness::Dead => false,
+                Liveness::Stale(why) => {
+                    // Fenced below like a dead one; the session resumes afresh.
+                    tracing::warn!(session = %row.id, %why, "a container of a stale generation is not re-adopted");
+                    false
                 }
-                _ => runtime.is_alive(&executor, recorded.boot_id).await,
+                Liveness::Unreachable(why) => {
+                    unreachable = Some(why.clone());
+                    false
+                }
             };
         if alive {
             // Where the runtime said agentctl listens, as stored (issue 17).
@@ -1171,8 +1217,13 @@ impl Supervisor {
             self.sessions().insert(row.id.clone(), handle);
             return Ok(Some(view));
         }
-        // Dead (or not to be trusted): make sure, then mark what it left behind.
-        self.fence(&row, Some(executor.clone())).await?;
+        // Dead (or not to be trusted): make sure, then mark what it left behind. Where it
+        // ran cannot be reached (an engine is down): it cannot be fenced now — the next
+        // launch fences it on that engine before anything starts — and the session waits,
+        // `runtime_unavailable`, until the engine is back.
+        if unreachable.is_none() {
+            self.fence(&row, Some(executor.clone())).await?;
+        }
         let store = &self.config.store;
         let turns = store.running_turns(row.id.clone()).await?;
         let pending = store.list_pending(row.id.clone()).await?;
@@ -1180,7 +1231,11 @@ impl Supervisor {
         // each question is void, and the session waits for input with the reason. Published
         // before the store changes (a kill in between publishes again at the next start,
         // rather than never).
-        let reason = "the agent stopped while the supervisor was down; resume the session to go on";
+        let unreachable_reason = unreachable
+            .map(|why| format!("{why}; the session resumes when its runtime is reachable again"));
+        let reason = unreachable_reason.as_deref().unwrap_or(
+            "the agent stopped while the supervisor was down; resume the session to go on",
+        );
         let mut kinds: Vec<SessionEventKind> = Vec::new();
         for (request_id, _, _) in &pending {
             kinds.push(SessionEventKind::PermissionResolved {
@@ -1448,8 +1503,12 @@ impl Supervisor {
             }
         }
         if let Ok(runtime) = self.runtime(&row.runtime) {
-            match runtime.remove(&session_id).await {
-                Ok(true) => removed.push("container".to_owned()),
+            let handle = match self.config.store.get_executor(session_id.clone()).await {
+                Ok(executor) => executor.and_then(|executor| executor.runtime_handle),
+                Err(_) => None,
+            };
+            match runtime.remove(&session_id, handle.as_ref()).await {
+                Ok(true) => removed.push(runtime.resource_kind().unwrap_or("runtime").to_owned()),
                 Ok(false) => {}
                 Err(err) => {
                     tracing::warn!(session = %session_id, %err, "cannot remove the session's runtime resources");
@@ -1560,8 +1619,8 @@ impl Supervisor {
         if session_worktree(row).is_some_and(|made| made.path.is_dir()) {
             resources.push("worktree".to_owned());
         }
-        if row.runtime == "docker" {
-            resources.push("container".to_owned());
+        if let Some(kind) = self.runtime(&row.runtime).ok().and_then(|r| r.resource_kind()) {
+            resources.push(kind.to_owned());
         }
         let dir = self.config.home.session_path(&row.id);
         for (file, name) in
@@ -1776,15 +1835,6 @@ pub struct RecoverySummary {
     pub skipped: usize,
 }
 
-/// What recovery learnt once for every session: the boot, and (when the engine answered)
-/// the ids of the running containers.
-#[derive(Clone, Copy)]
-struct Recorded<'a> {
-    boot_id: &'a str,
-    running_containers: Option<&'a HashMap<String, crate::runtime::docker::ContainerExecution>>,
-}
-
-/// A resume needs the workspace the session worked in.
 /// The session's worktree, when Tether made one.
 fn session_worktree(row: &SessionRow) -> Option<worktree::Worktree> {
     Some(worktree::Worktree {

@@ -441,7 +441,7 @@ pub struct SessionRow {
     pub agent_profile_id: String,
     /// The profile snapshot (JSON of `agents::profile::Profile`).
     pub profile_snapshot: serde_json::Value,
-    /// `standalone` or `docker`.
+    /// The runtime's registered name (`standalone`, `docker`…).
     pub runtime: String,
     /// State.
     pub state: SessionState,
@@ -460,6 +460,9 @@ pub struct SessionRow {
     pub worktree_repo: Option<String>,
     /// That worktree's branch.
     pub worktree_branch: Option<String>,
+    /// Labels the place it runs on must carry, as asked at create (placement).
+    #[serde(default)]
+    pub runtime_labels: std::collections::BTreeMap<String, String>,
 }
 
 /// The runtime record of a session's current execution.
@@ -495,8 +498,9 @@ pub struct ExecutorRow {
     pub acp_session_id: Option<String>,
     /// How the last resume went.
     pub resume_outcome: Option<ResumeOutcome>,
-    /// The container, for the Docker runtime.
-    pub container_id: Option<String>,
+    /// What the runtime returned to find this execution again (for Docker, the engine and
+    /// the container), read only by that runtime.
+    pub runtime_handle: Option<serde_json::Value>,
     /// Where agentctl's control channel listens (`host:port`), as the runtime returned it:
     /// recovery connects there as stored (issue 17) instead of rebuilding an address.
     pub agentctl_url: Option<String>,
@@ -532,13 +536,17 @@ fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(SessionRow, St
             initial_prompt: row.get(10)?,
             worktree_repo: row.get(11)?,
             worktree_branch: row.get(12)?,
+            runtime_labels: row
+                .get::<_, Option<String>>(13)?
+                .and_then(|text| serde_json::from_str(&text).ok())
+                .unwrap_or_default(),
         },
         row.get::<_, String>(3)?,
         row.get::<_, String>(5)?,
     ))
 }
 
-const SESSION_COLUMNS: &str = "id, task_id, agent_profile_id, profile_snapshot, runtime, state, workspace_path, error_message, created_at, updated_at, initial_prompt, worktree_repo, worktree_branch";
+const SESSION_COLUMNS: &str = "id, task_id, agent_profile_id, profile_snapshot, runtime, state, workspace_path, error_message, created_at, updated_at, initial_prompt, worktree_repo, worktree_branch, runtime_labels";
 
 fn finish_session(
     (mut row, snapshot, state): (SessionRow, String, String),
@@ -551,7 +559,7 @@ fn finish_session(
 
 const EXECUTOR_COLUMNS: &str = "session_id, execution_id, generation, runtime, status, resume_token, agentctl_port, \
      agentctl_pid, agentctl_start_time, boot_id, agentctl_token, acked_seq, resume_context_pending, acp_session_id, \
-     resume_outcome, container_id, agentctl_url";
+     resume_outcome, runtime_handle, agentctl_url";
 
 fn executor_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ExecutorRow> {
     executor_from_row_at(row, 0)
@@ -602,7 +610,9 @@ fn executor_from_row_at(row: &rusqlite::Row<'_>, base: usize) -> rusqlite::Resul
         resume_context_pending: row.get(base + 12)?,
         acp_session_id: row.get(base + 13)?,
         resume_outcome: row.get(base + 14)?,
-        container_id: row.get(base + 15)?,
+        runtime_handle: row
+            .get::<_, Option<String>>(base + 15)?
+            .and_then(|text| serde_json::from_str(&text).ok()),
         agentctl_url: row.get(base + 16)?,
     })
 }
@@ -691,7 +701,7 @@ impl Store {
                 return Err(StoreError::NotFound { what: "task", id: row.task_id });
             }
             tx.execute(
-                &format!("INSERT INTO task_sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"),
+                &format!("INSERT INTO task_sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"),
                 params![
                     row.id,
                     row.task_id,
@@ -705,7 +715,9 @@ impl Store {
                     row.updated_at,
                     row.initial_prompt,
                     row.worktree_repo,
-                    row.worktree_branch
+                    row.worktree_branch,
+                    (!row.runtime_labels.is_empty())
+                        .then(|| serde_json::to_string(&row.runtime_labels).unwrap_or_default())
                 ],
             )?;
             tx.commit()?;
@@ -894,7 +906,7 @@ impl Store {
             tx.execute(
                 "INSERT OR REPLACE INTO executors_running (session_id, execution_id, generation, runtime, status, resume_token, \
                  agentctl_port, agentctl_pid, agentctl_start_time, boot_id, agentctl_token, acked_seq, resume_context_pending, \
-                 acp_session_id, resume_outcome, container_id, agentctl_url, last_seen_at, created_at, updated_at) \
+                 acp_session_id, resume_outcome, runtime_handle, agentctl_url, last_seen_at, created_at, updated_at) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?15, ?16, ?17, ?18, ?14, ?14, ?14)",
                 params![
                     row.session_id,
@@ -913,7 +925,7 @@ impl Store {
                     now,
                     row.acp_session_id,
                     row.resume_outcome,
-                    row.container_id,
+                    row.runtime_handle.as_ref().map(|handle| handle.to_string()),
                     row.agentctl_url
                 ],
             )?;

@@ -41,13 +41,9 @@ pub fn restore_method(method: agents::profile::RestoreMethod) -> api::RestoreMet
     }
 }
 
-/// A stored runtime name; `standalone` for anything else (the store's CHECK allows only
-/// the two).
+/// A stored runtime name as the API carries it (any registered runtime's name).
 pub fn runtime_kind(name: &str) -> api::RuntimeKind {
-    match name {
-        "docker" => api::RuntimeKind::Docker,
-        _ => api::RuntimeKind::Standalone,
-    }
+    api::RuntimeKind::named(name)
 }
 
 impl From<Task> for api::Task {

@@ -508,6 +508,7 @@ impl Api {
                 None,
                 None,
                 None,
+                None,
             ),
         )
         .await?;
@@ -532,6 +533,7 @@ impl Api {
             None,
             Some(true),
             base.map(str::to_owned),
+            None,
         );
         call("task.session.create", create).await
     }

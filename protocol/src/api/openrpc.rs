@@ -298,10 +298,11 @@ mod tests {
                 "mock".into(),
                 Some("/w".into()),
                 Some("p".into()),
-                Some(RuntimeKind::Docker),
+                Some(RuntimeKind::DOCKER),
                 Some(true),
                 Some(true),
                 Some("main".into()),
+                Some([("zone".to_owned(), "b".to_owned())].into()),
             )
             .await;
         let _ =
@@ -416,6 +417,7 @@ mod tests {
             _: Option<bool>,
             _: Option<bool>,
             _: Option<String>,
+            _: Option<std::collections::BTreeMap<String, String>>,
         ) -> jsonrpsee::core::RpcResult<SessionSummary> {
             never()
         }

@@ -134,9 +134,36 @@ pub struct SessionCreate {
     /// `workspace.base`, else the repository's `HEAD`; at most 256 bytes).
     #[serde(default)]
     pub base: Option<String>,
+    /// Placement labels: the runtime runs the session only where every one is carried (a
+    /// Docker engine's `labels`); at most 32, each key and value at most 256 bytes.
+    #[serde(default)]
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
 }
+
+/// How many placement labels a session may ask for.
+pub const MAX_LABELS: usize = 32;
+
 impl Checked for SessionCreate {
     fn limits(&self) -> Result<(), ParamError> {
+        let labels = self.labels.iter().flatten();
+        if labels.clone().count() > MAX_LABELS {
+            return Err(ParamError {
+                field: Some("labels".into()),
+                message: format!("at most {MAX_LABELS} labels"),
+                limit: Some(MAX_LABELS as u64),
+            });
+        }
+        for (key, value) in labels {
+            if key.is_empty() {
+                return Err(ParamError {
+                    field: Some("labels".into()),
+                    message: "a label's key is empty".into(),
+                    limit: None,
+                });
+            }
+            within("labels", key, MAX_ID)?;
+            within("labels", value, MAX_ID)?;
+        }
         within("task_id", &self.task_id, MAX_ID)?;
         within("agent_profile_id", &self.agent_profile_id, MAX_ID)?;
         within_opt("workspace_path", &self.workspace_path, MAX_PATH)?;
@@ -483,11 +510,29 @@ mod tests {
         assert!(mistyped.message.starts_with("limit: "), "{}", mistyped.message);
         let bad_enum = refused(method::SESSION_LIST, r#"{"state":"FAILD"}"#);
         assert_eq!(bad_enum.field.as_deref(), Some("state"));
+        // Runtimes are an open set (the daemon refuses a name it has not registered), but
+        // a runtime is a name.
         let bad_runtime = refused(
             method::SESSION_CREATE,
-            r#"{"task_id":"t","agent_profile_id":"a","workspace_path":"/w","runtime":"vm"}"#,
+            r#"{"task_id":"t","agent_profile_id":"a","workspace_path":"/w","runtime":7}"#,
         );
         assert_eq!(bad_runtime.field.as_deref(), Some("runtime"));
+        let bad_labels = refused(
+            method::SESSION_CREATE,
+            r#"{"task_id":"t","agent_profile_id":"a","labels":{"zone":1}}"#,
+        );
+        assert_eq!(bad_labels.field.as_deref(), Some("labels.zone"));
+        let empty_key = refused(
+            method::SESSION_CREATE,
+            r#"{"task_id":"t","agent_profile_id":"a","labels":{"":"x"}}"#,
+        );
+        assert_eq!(empty_key.field.as_deref(), Some("labels"));
+        let many: Vec<String> = (0..=MAX_LABELS).map(|i| format!(r#""k{i}":"v""#)).collect();
+        let too_many = refused(
+            method::SESSION_CREATE,
+            &format!(r#"{{"task_id":"t","agent_profile_id":"a","labels":{{{}}}}}"#, many.join(",")),
+        );
+        assert_eq!((too_many.field.as_deref(), too_many.limit), (Some("labels"), Some(32)));
         assert!(refused(method::SESSION_STATUS, r#"["s"]"#).message.contains("object"));
         assert!(check(method::SESSION_LIST, None).is_ok());
         assert!(check(method::TASK_LIST, Some(&raw("[]"))).is_ok());

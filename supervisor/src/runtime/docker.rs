@@ -1,14 +1,22 @@
 //! The Docker runtime: one container per session, with the statically linked agentctl
 //! bind-mounted read-only as its entrypoint, so any image works.
 //!
+//! Engines ([`engines`]): one or more, each with labels and a capacity. A new session is
+//! placed by the labels it asks for, then on the least loaded engine; a resumed one goes
+//! back to the engine it ran on (its agent's state is there), and is `runtime_unavailable`
+//! while that engine is unreachable. The handle stored for an execution is
+//! [`DockerHandle`]: the engine's name and the container's id.
+//!
 //! Container lifecycle:
 //! - launch: one container per execution: a container the session's earlier execution
 //!   left (stopped, or running with an agent we lost) is removed, and a new one
 //!   (`tether-<session id>`) created from the profile's image; attach to its stdout *before*
 //!   starting it and read agentctl's ready line there (no polling); the control port
-//!   (7070) is published on `127.0.0.1` only, on a port the engine picks;
+//!   (7070) is published only on the address the engine's host is reached at (loopback
+//!   for a local engine), on a port the engine picks;
 //! - labels: `tether.managed=true`, `tether.session_id`, `tether.task_id`,
-//!   `tether.execution_id`, `tether.generation` (the execution's), `tether.install_id`;
+//!   `tether.execution_id`, `tether.generation` (the execution's), `tether.install_id`,
+//!   `tether.engine`;
 //!   recovery re-adopts a running container only when its execution id and generation
 //!   are the ones recorded for the session (a stale one is fenced);
 //! - mounts: agentctl (read-only), its state dir, the workspace (at the same path), and the
@@ -20,9 +28,12 @@
 //!   appear in `docker inspect`;
 //! - a plain stop keeps the container; delete removes it.
 
+pub mod engines;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 
 use bollard::Docker;
 use bollard::container::LogOutput;
@@ -34,7 +45,13 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 use protocol::control::ReadyInfo;
 
-use super::{BoxFuture, Endpoint, FenceTarget, LaunchSpec, Runtime, RuntimeError};
+use serde::{Deserialize, Serialize};
+
+use self::engines::{Candidate, Engine, EngineConfig, place};
+use super::{
+    BoxFuture, Endpoint, FenceTarget, LaunchSpec, Liveness, Orphan, OrphanScan, Runtime,
+    RuntimeError,
+};
 use crate::store::ExecutorRow;
 
 /// The port agentctl listens on inside the container.
@@ -54,6 +71,9 @@ pub struct DockerConfig {
     pub searched: Vec<PathBuf>,
     /// This installation's id, on every container's labels.
     pub install_id: String,
+    /// The engines sessions are placed on (`[[docker.engines]]`); empty: the one at
+    /// `DOCKER_HOST`, else the local socket.
+    pub engines: Vec<EngineConfig>,
 }
 
 /// The places a statically linked agentctl is looked for when none is configured, in
@@ -125,13 +145,39 @@ impl ContainerExecution {
     pub fn is_current(&self, executor: &crate::store::ExecutorRow) -> bool {
         self.execution_id == executor.execution_id && self.generation == Some(executor.generation)
     }
+
+    fn from_labels(labels: &HashMap<String, String>) -> ContainerExecution {
+        ContainerExecution {
+            execution_id: labels.get("tether.execution_id").cloned().unwrap_or_default(),
+            generation: labels.get("tether.generation").and_then(|g| g.parse().ok()),
+        }
+    }
 }
 
-/// Containers through bollard (`DOCKER_HOST` honoured).
+/// What the Docker runtime stores for an execution (its opaque handle): the engine and
+/// the container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DockerHandle {
+    /// The engine's name (absent in rows from before there were several: the first
+    /// engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    /// The container id.
+    pub container: String,
+}
+
+impl DockerHandle {
+    /// The handle in a stored value, if it is one of ours.
+    pub fn parse(handle: Option<&serde_json::Value>) -> Option<DockerHandle> {
+        serde_json::from_value(handle?.clone()).ok()
+    }
+}
+
+/// Containers through bollard, on one or more engines.
 #[derive(Debug)]
 pub struct DockerRuntime {
     config: DockerConfig,
-    docker: Result<Docker, String>,
+    engines: Vec<Engine>,
 }
 
 fn engine_error(err: bollard::errors::Error) -> RuntimeError {
@@ -142,29 +188,47 @@ fn is_not_found(err: &bollard::errors::Error) -> bool {
     matches!(err, bollard::errors::Error::DockerResponseServerError { status_code: 404, .. })
 }
 
-/// The container name of a session.
+/// The container name of a session (the same on every engine).
 pub fn container_name(session_id: &str) -> String {
     format!("tether-{session_id}")
 }
 
 impl DockerRuntime {
-    /// A runtime for the engine at `DOCKER_HOST` (or the local socket). Nothing is
-    /// contacted until it is used.
+    /// A runtime for the configured engines (none: the one at `DOCKER_HOST`, or the local
+    /// socket). Nothing is contacted until it is used.
     pub fn new(config: DockerConfig) -> DockerRuntime {
-        let docker = Docker::connect_with_defaults().map_err(|err| err.to_string());
-        DockerRuntime { config, docker }
+        let configured = if config.engines.is_empty() {
+            vec![EngineConfig::default_engine()]
+        } else {
+            config.engines.clone()
+        };
+        DockerRuntime { engines: configured.into_iter().map(Engine::new).collect(), config }
     }
 
-    async fn engine(&self) -> Result<Docker, RuntimeError> {
-        let docker = self.docker.clone().map_err(|reason| {
-            RuntimeError::Unavailable(format!("the Docker engine is unreachable: {reason}"))
-        })?;
-        let docker = docker.negotiate_version().await.map_err(|err| {
-            RuntimeError::Unavailable(format!("the Docker engine is unreachable: {err}"))
-        })?;
-        docker.ping().await.map_err(|err| {
-            RuntimeError::Unavailable(format!("the Docker engine is unreachable: {err}"))
-        })?;
+    /// The engine of that name; `None` names the first (rows from before there were
+    /// several).
+    fn engine_named(&self, name: Option<&str>) -> Option<&Engine> {
+        match name {
+            None => self.engines.first(),
+            Some(name) => self.engines.iter().find(|engine| engine.config.name == name),
+        }
+    }
+
+    /// The engine a handle names, if it is configured.
+    fn engine_of(&self, handle: &DockerHandle) -> Option<&Engine> {
+        self.engine_named(handle.engine.as_deref())
+    }
+
+    /// A client that has just answered a ping.
+    async fn reach(&self, engine: &Engine) -> Result<Docker, RuntimeError> {
+        let name = &engine.config.name;
+        let unreachable = |reason: String| {
+            RuntimeError::Unavailable(format!("the Docker engine {name} is unreachable: {reason}"))
+        };
+        let docker = engine.docker.clone().map_err(unreachable)?;
+        let docker =
+            docker.negotiate_version().await.map_err(|err| unreachable(err.to_string()))?;
+        docker.ping().await.map_err(|err| unreachable(err.to_string()))?;
         Ok(docker)
     }
 
@@ -186,82 +250,90 @@ impl DockerRuntime {
         }
     }
 
-    /// This installation's containers (running ones only unless `all`), in one call.
+    /// This installation's containers on an engine (running ones only unless `all`), in
+    /// one call.
     async fn list_ours(
         &self,
+        docker: &Docker,
         all: bool,
-    ) -> Result<(Docker, Vec<bollard::models::ContainerSummary>), RuntimeError> {
-        let docker = self.engine().await?;
+    ) -> Result<Vec<bollard::models::ContainerSummary>, RuntimeError> {
         let labels = vec![
             format!("{MANAGED_LABEL}=true"),
             format!("tether.install_id={}", self.config.install_id),
         ];
         let filters = HashMap::from([("label".to_owned(), labels)]);
-        let containers = docker
+        docker
             .list_containers(Some(ListContainersOptions {
                 all,
                 filters: Some(filters),
                 ..Default::default()
             }))
             .await
-            .map_err(engine_error)?;
-        Ok((docker, containers))
+            .map_err(engine_error)
     }
 
-    /// This installation's running containers, in one call: how recovery tells which of
-    /// many recorded containers still run without inspecting each. Each id maps to the
-    /// execution its labels name: `(tether.execution_id, tether.generation)`.
-    pub async fn running_containers(
+    /// This installation's running containers on an engine, each id with the execution
+    /// its labels name.
+    async fn running_on(
         &self,
+        engine: &Engine,
     ) -> Result<HashMap<String, ContainerExecution>, RuntimeError> {
-        let (_, containers) = self.list_ours(false).await?;
+        let docker = self.reach(engine).await?;
+        let containers = self.list_ours(&docker, false).await?;
         Ok(containers
             .into_iter()
             .filter_map(|container| {
                 let labels = container.labels.unwrap_or_default();
-                let execution = ContainerExecution {
-                    execution_id: labels.get("tether.execution_id").cloned().unwrap_or_default(),
-                    generation: labels.get("tether.generation").and_then(|g| g.parse().ok()),
-                };
-                Some((container.id?, execution))
+                Some((container.id?, ContainerExecution::from_labels(&labels)))
             })
             .collect())
     }
 
-    /// This installation's containers, stopped ones too, each with the session it names
-    /// (its `tether.session_id` label; empty when it has none): `(container id, session)`.
-    pub async fn containers_by_session(&self) -> Result<Vec<(String, String)>, RuntimeError> {
-        let (_, containers) = self.list_ours(true).await?;
-        Ok(containers
-            .into_iter()
-            .filter_map(|container| {
-                let session = container
-                    .labels
-                    .as_ref()
-                    .and_then(|labels| labels.get("tether.session_id"))
-                    .cloned()
-                    .unwrap_or_default();
-                Some((container.id?, session))
+    /// Where a new execution goes: the engine of the previous one when it is still
+    /// configured (the agent's state lives there: it must be reachable), else placement
+    /// by labels and least load over every engine.
+    async fn choose(&self, spec: &LaunchSpec) -> Result<&Engine, RuntimeError> {
+        if let Some(previous) = DockerHandle::parse(spec.previous.as_ref()) {
+            match self.engine_of(&previous) {
+                Some(engine) => {
+                    self.reach(engine).await.map_err(|err| {
+                        RuntimeError::Unavailable(format!(
+                            "{err}; the session ran there and resumes there when it is back"
+                        ))
+                    })?;
+                    return Ok(engine);
+                }
+                None => tracing::warn!(
+                    session = %spec.session_id,
+                    engine = ?previous.engine,
+                    "the session's engine is no longer configured: it is placed afresh"
+                ),
+            }
+        }
+        let loads = futures_util::future::join_all(self.engines.iter().map(|engine| async move {
+            let running = self.running_on(engine).await.map_err(|err| err.to_string())?;
+            Ok::<usize, String>(running.len() + engine.inflight.load(Ordering::SeqCst))
+        }))
+        .await;
+        let candidates: Vec<Candidate<'_>> = self
+            .engines
+            .iter()
+            .zip(loads)
+            .map(|(engine, load)| Candidate {
+                name: &engine.config.name,
+                labels: &engine.config.labels,
+                capacity: engine.config.capacity,
+                load,
             })
-            .collect())
-    }
-
-    /// Removes an orphaned container (a session of ours it belonged to is gone).
-    pub async fn remove_orphan(&self, id: &str, session: &str) -> Result<(), RuntimeError> {
-        let docker = self.engine().await?;
-        tracing::info!(container = %id, session = %session, "removing an orphaned container");
-        docker
-            .remove_container(
-                id,
-                Some(RemoveContainerOptions { force: true, v: true, ..Default::default() }),
-            )
-            .await
-            .map_err(engine_error)
+            .collect();
+        let index = place(&candidates, &spec.labels).map_err(RuntimeError::NoPlacement)?;
+        Ok(&self.engines[index])
     }
 
     async fn create(
         &self,
         docker: &Docker,
+        engine: &Engine,
         spec: &LaunchSpec,
         agentctl: &Path,
     ) -> Result<String, RuntimeError> {
@@ -292,6 +364,7 @@ impl DockerRuntime {
             ("tether.execution_id".to_owned(), spec.execution_id.clone()),
             ("tether.generation".to_owned(), spec.generation.to_string()),
             ("tether.install_id".to_owned(), self.config.install_id.clone()),
+            ("tether.engine".to_owned(), engine.config.name.clone()),
         ]);
         let body = ContainerCreateBody {
             image: Some(image.clone()),
@@ -321,10 +394,11 @@ impl DockerRuntime {
             tty: Some(false),
             host_config: Some(HostConfig {
                 binds: Some(binds),
+                // Published on the address the engine's host is reached at, only there.
                 port_bindings: Some(HashMap::from([(
                     port,
                     Some(vec![PortBinding {
-                        host_ip: Some("127.0.0.1".into()),
+                        host_ip: Some(engine.address.to_string()),
                         host_port: Some(String::new()),
                     }]),
                 )])),
@@ -346,10 +420,88 @@ impl DockerRuntime {
             Err(err) => Err(engine_error(err)),
         }
     }
+
+    /// Starts a created container and reads agentctl's ready line from its output
+    /// (attached before the start, so it cannot be missed).
+    async fn start_and_read_ready(
+        &self,
+        docker: &Docker,
+        id: &str,
+        ready_timeout: std::time::Duration,
+    ) -> Result<ReadyInfo, RuntimeError> {
+        let attached = docker
+            .attach_container(
+                id,
+                Some(AttachContainerOptions {
+                    stdout: true,
+                    stderr: true,
+                    stream: true,
+                    ..Default::default()
+                }),
+            )
+            .await
+            .map_err(engine_error)?;
+        docker.start_container(id, None).await.map_err(engine_error)?;
+        let mut output = attached.output;
+        let mut line = Vec::new();
+        let mut stderr = String::new();
+        let read = async {
+            while let Some(frame) = output.next().await {
+                match frame {
+                    Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
+                        line.extend_from_slice(&message);
+                        if line.contains(&b'\n') {
+                            return true;
+                        }
+                    }
+                    Ok(LogOutput::StdErr { message }) => {
+                        stderr.push_str(&String::from_utf8_lossy(&message))
+                    }
+                    _ => {}
+                }
+            }
+            false
+        };
+        let got_line = tokio::time::timeout(ready_timeout, read).await.unwrap_or(false);
+        if !got_line {
+            let tail: String =
+                stderr.chars().rev().take(2000).collect::<Vec<_>>().into_iter().rev().collect();
+            return Err(RuntimeError::Engine(format!(
+                "agentctl in container {id} never became ready: {tail}"
+            )));
+        }
+        let first = line.split(|&b| b == b'\n').next().unwrap_or_default();
+        serde_json::from_slice(first).map_err(|err| {
+            RuntimeError::Engine(format!("agentctl's ready line in {id} is malformed: {err}"))
+        })
+    }
+
+    /// The engines to search for a session's containers: the one its handle names first
+    /// (it must answer), then the others that answer.
+    async fn engines_for(
+        &self,
+        handle: Option<&DockerHandle>,
+    ) -> Result<Vec<(&Engine, Docker)>, RuntimeError> {
+        let named = handle.and_then(|handle| self.engine_of(handle));
+        let mut found = Vec::new();
+        if let Some(engine) = named {
+            found.push((engine, self.reach(engine).await?));
+        }
+        for engine in &self.engines {
+            if named.is_some_and(|named| std::ptr::eq(named, engine)) {
+                continue;
+            }
+            match self.reach(engine).await {
+                Ok(docker) => found.push((engine, docker)),
+                Err(err) => tracing::debug!(%err, "not searched for the session's containers"),
+            }
+        }
+        Ok(found)
+    }
 }
 
 impl Runtime for DockerRuntime {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "docker"
     }
 
@@ -357,83 +509,68 @@ impl Runtime for DockerRuntime {
         Some(PathBuf::from(CONTAINER_HOME))
     }
 
+    fn resource_kind(&self) -> Option<&'static str> {
+        Some("container")
+    }
+
+    fn placement(&self, handle: Option<&serde_json::Value>) -> Option<String> {
+        let handle = DockerHandle::parse(handle)?;
+        Some(self.engine_of(&handle)?.config.name.clone())
+    }
+
     fn check(&self) -> BoxFuture<'_, Result<(), RuntimeError>> {
         Box::pin(async move {
             self.agentctl()?;
-            self.engine().await.map(drop)
+            // One engine that answers is enough here; placement picks among them.
+            let mut reasons = Vec::new();
+            for engine in &self.engines {
+                match self.reach(engine).await {
+                    Ok(_) => return Ok(()),
+                    Err(err) => reasons.push(err.to_string()),
+                }
+            }
+            Err(RuntimeError::Unavailable(reasons.join("; ")))
+        })
+    }
+
+    fn reachable<'a>(
+        &'a self,
+        handle: Option<&'a serde_json::Value>,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            self.agentctl()?;
+            match DockerHandle::parse(handle).and_then(|handle| self.engine_of(&handle)) {
+                Some(engine) => self.reach(engine).await.map(drop),
+                None => self.check().await,
+            }
         })
     }
 
     fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, Result<Endpoint, RuntimeError>> {
         Box::pin(async move {
-            let docker = self.engine().await?;
             let agentctl = self.agentctl()?.to_owned();
+            let engine = self.choose(&spec).await?;
+            let _counted = engine.launching();
+            let docker = self.reach(engine).await?;
             write_token(&spec.state_dir, &spec.token)?;
             let name = container_name(&spec.session_id);
             // One container per execution: its labels name the execution and generation
             // (checked at re-adoption), and labels cannot change, so a container left by an
             // earlier execution — stopped, or running with an agent we lost — is replaced.
             // What the agent keeps lives in the mounted state dirs, not in the container.
-            let id = match docker.inspect_container(&name, None::<InspectContainerOptions>).await {
-                Ok(_) => {
-                    docker
-                        .remove_container(
-                            &name,
-                            Some(RemoveContainerOptions { force: true, ..Default::default() }),
-                        )
-                        .await
-                        .map_err(engine_error)?;
-                    self.create(&docker, &spec, &agentctl).await?
-                }
-                Err(err) if is_not_found(&err) => self.create(&docker, &spec, &agentctl).await?,
+            match docker.inspect_container(&name, None::<InspectContainerOptions>).await {
+                Ok(_) => docker
+                    .remove_container(
+                        &name,
+                        Some(RemoveContainerOptions { force: true, ..Default::default() }),
+                    )
+                    .await
+                    .map_err(engine_error)?,
+                Err(err) if is_not_found(&err) => {}
                 Err(err) => return Err(engine_error(err)),
-            };
-            // Attach before starting, so the ready line cannot be missed.
-            let attached = docker
-                .attach_container(
-                    &id,
-                    Some(AttachContainerOptions {
-                        stdout: true,
-                        stderr: true,
-                        stream: true,
-                        ..Default::default()
-                    }),
-                )
-                .await
-                .map_err(engine_error)?;
-            docker.start_container(&id, None).await.map_err(engine_error)?;
-            let mut output = attached.output;
-            let mut line = Vec::new();
-            let mut stderr = String::new();
-            let read = async {
-                while let Some(frame) = output.next().await {
-                    match frame {
-                        Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
-                            line.extend_from_slice(&message);
-                            if line.contains(&b'\n') {
-                                return true;
-                            }
-                        }
-                        Ok(LogOutput::StdErr { message }) => {
-                            stderr.push_str(&String::from_utf8_lossy(&message))
-                        }
-                        _ => {}
-                    }
-                }
-                false
-            };
-            let got_line = tokio::time::timeout(spec.ready_timeout, read).await.unwrap_or(false);
-            if !got_line {
-                let tail: String =
-                    stderr.chars().rev().take(2000).collect::<Vec<_>>().into_iter().rev().collect();
-                return Err(RuntimeError::Engine(format!(
-                    "agentctl in container {id} never became ready: {tail}"
-                )));
             }
-            let first = line.split(|&b| b == b'\n').next().unwrap_or_default();
-            let ready: ReadyInfo = serde_json::from_slice(first).map_err(|err| {
-                RuntimeError::Engine(format!("agentctl's ready line in {id} is malformed: {err}"))
-            })?;
+            let id = self.create(&docker, engine, &spec, &agentctl).await?;
+            let ready = self.start_and_read_ready(&docker, &id, spec.ready_timeout).await?;
             let inspected = docker
                 .inspect_container(&id, None::<InspectContainerOptions>)
                 .await
@@ -447,22 +584,25 @@ impl Runtime for DockerRuntime {
                 .ok_or_else(|| {
                     RuntimeError::Engine(format!("container {id} has no published control port"))
                 })?;
+            let handle = DockerHandle { engine: Some(engine.config.name.clone()), container: id };
             Ok(Endpoint {
-                addr: SocketAddr::from(([127, 0, 0, 1], host_port)),
+                addr: SocketAddr::new(engine.address, host_port),
                 ready,
-                container_id: Some(id),
+                handle: serde_json::to_value(handle)
+                    .map_err(|err| RuntimeError::Engine(err.to_string()))?,
             })
         })
     }
 
     fn is_alive<'a>(&'a self, executor: &'a ExecutorRow, _boot_id: &'a str) -> BoxFuture<'a, bool> {
         Box::pin(async move {
-            let (Ok(docker), Some(id)) = (self.engine().await, executor.container_id.as_deref())
-            else {
+            let Some(handle) = DockerHandle::parse(executor.runtime_handle.as_ref()) else {
                 return false;
             };
+            let Some(engine) = self.engine_of(&handle) else { return false };
+            let Ok(docker) = self.reach(engine).await else { return false };
             docker
-                .inspect_container(id, None::<InspectContainerOptions>)
+                .inspect_container(&handle.container, None::<InspectContainerOptions>)
                 .await
                 .ok()
                 .and_then(|container| container.state)
@@ -471,14 +611,56 @@ impl Runtime for DockerRuntime {
         })
     }
 
+    fn liveness<'a>(
+        &'a self,
+        executors: &'a [ExecutorRow],
+        _boot_id: &'a str,
+    ) -> BoxFuture<'a, HashMap<String, Liveness>> {
+        Box::pin(async move {
+            // One list per engine, not an inspect per container.
+            let mut running: HashMap<&str, Result<HashMap<String, ContainerExecution>, String>> =
+                HashMap::new();
+            for engine in &self.engines {
+                let listed = self.running_on(engine).await.map_err(|err| err.to_string());
+                running.insert(engine.config.name.as_str(), listed);
+            }
+            let mut found = HashMap::new();
+            for executor in executors {
+                let handle = DockerHandle::parse(executor.runtime_handle.as_ref());
+                let engine = handle.as_ref().and_then(|handle| self.engine_of(handle));
+                let liveness = match (handle, engine) {
+                    (Some(handle), Some(engine)) => match &running[engine.config.name.as_str()] {
+                        Err(reason) => Liveness::Unreachable(reason.clone()),
+                        Ok(containers) => match containers.get(&handle.container) {
+                            Some(labels) if labels.is_current(executor) => Liveness::Alive,
+                            Some(labels) => Liveness::Stale(format!(
+                                "its container is labelled generation {:?} of execution {}; generation {} of {} is recorded",
+                                labels.generation,
+                                labels.execution_id,
+                                executor.generation,
+                                executor.execution_id
+                            )),
+                            None => Liveness::Dead,
+                        },
+                    },
+                    _ => Liveness::Dead,
+                };
+                found.insert(executor.session_id.clone(), liveness);
+            }
+            found
+        })
+    }
+
     fn exit_reason<'a>(&'a self, executor: &'a ExecutorRow) -> BoxFuture<'a, Option<String>> {
         Box::pin(async move {
-            let docker = self.engine().await.ok()?;
+            let handle = DockerHandle::parse(executor.runtime_handle.as_ref())?;
+            let engine = self.engine_of(&handle)?;
+            let docker = match self.reach(engine).await {
+                Ok(docker) => docker,
+                Err(err) => return Some(err.to_string()),
+            };
             let state = docker
-                .inspect_container(
-                    executor.container_id.as_deref()?,
-                    None::<InspectContainerOptions>,
-                )
+                .inspect_container(&handle.container, None::<InspectContainerOptions>)
                 .await
                 .ok()?
                 .state?;
@@ -496,63 +678,135 @@ impl Runtime for DockerRuntime {
 
     fn fence<'a>(&'a self, target: &'a FenceTarget) -> BoxFuture<'a, Result<(), RuntimeError>> {
         Box::pin(async move {
-            if !target.grace.is_zero()
-                && let Ok(docker) = self.engine().await
-            {
-                // A container whose agentctl is shutting down stops by itself.
-                let name = container_name(&target.session_id);
-                let mut waited = docker.wait_container(&name, None::<WaitContainerOptions>);
-                let _ = tokio::time::timeout(target.grace, waited.next()).await;
+            let handle = target
+                .executor
+                .as_ref()
+                .and_then(|executor| DockerHandle::parse(executor.runtime_handle.as_ref()));
+            // The recorded engine must answer (else nothing can be promised); a launch cut
+            // short before it was recorded may have left a container on any other.
+            let engines = self.engines_for(handle.as_ref()).await?;
+            let name = container_name(&target.session_id);
+            for (index, (engine, docker)) in engines.iter().enumerate() {
+                if index == 0 && !target.grace.is_zero() {
+                    // A container whose agentctl is shutting down stops by itself.
+                    let mut waited = docker.wait_container(&name, None::<WaitContainerOptions>);
+                    let _ = tokio::time::timeout(target.grace, waited.next()).await;
+                }
+                kill_container(docker, &engine.config.name, &name).await?;
             }
-            self.kill_container(&target.session_id).await
+            Ok(())
         })
     }
 
-    fn remove<'a>(&'a self, session_id: &'a str) -> BoxFuture<'a, Result<bool, RuntimeError>> {
+    fn remove<'a>(
+        &'a self,
+        session_id: &'a str,
+        handle: Option<&'a serde_json::Value>,
+    ) -> BoxFuture<'a, Result<bool, RuntimeError>> {
         Box::pin(async move {
-            let docker = self.engine().await?;
+            let handle = DockerHandle::parse(handle);
+            let mut removed = false;
+            for (_, docker) in self.engines_for(handle.as_ref()).await? {
+                match docker
+                    .remove_container(
+                        &container_name(session_id),
+                        Some(RemoveContainerOptions { force: true, v: true, ..Default::default() }),
+                    )
+                    .await
+                {
+                    Ok(()) => removed = true,
+                    Err(err) if is_not_found(&err) => {}
+                    Err(err) => return Err(engine_error(err)),
+                }
+            }
+            Ok(removed)
+        })
+    }
+
+    fn orphans(&self) -> BoxFuture<'_, OrphanScan> {
+        Box::pin(async move {
+            let mut scan = OrphanScan::default();
+            for engine in &self.engines {
+                let listed = match self.reach(engine).await {
+                    Ok(docker) => self.list_ours(&docker, true).await,
+                    Err(err) => Err(err),
+                };
+                match listed {
+                    Ok(containers) => {
+                        for container in containers {
+                            let Some(id) = container.id else { continue };
+                            let session_id = container
+                                .labels
+                                .as_ref()
+                                .and_then(|labels| labels.get("tether.session_id"))
+                                .cloned()
+                                .unwrap_or_default();
+                            let handle = DockerHandle {
+                                engine: Some(engine.config.name.clone()),
+                                container: id.clone(),
+                            };
+                            scan.found.push(Orphan {
+                                session_id,
+                                location: format!("{}/{id}", engine.config.name),
+                                handle: serde_json::to_value(handle).unwrap_or_default(),
+                            });
+                        }
+                    }
+                    Err(err) => scan.unreachable.push(err.to_string()),
+                }
+            }
+            scan
+        })
+    }
+
+    fn remove_orphan<'a>(&'a self, orphan: &'a Orphan) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            let handle = DockerHandle::parse(Some(&orphan.handle))
+                .ok_or_else(|| RuntimeError::Engine("not a container handle".into()))?;
+            let engine = self.engine_of(&handle).ok_or_else(|| {
+                RuntimeError::Engine(format!("no engine named {:?}", handle.engine))
+            })?;
+            let docker = self.reach(engine).await?;
+            tracing::info!(container = %orphan.location, session = %orphan.session_id, "removing an orphaned container");
             match docker
                 .remove_container(
-                    &container_name(session_id),
+                    &handle.container,
                     Some(RemoveContainerOptions { force: true, v: true, ..Default::default() }),
                 )
                 .await
             {
-                Ok(()) => Ok(true),
-                Err(err) if is_not_found(&err) => Ok(false),
+                Ok(()) => Ok(()),
+                Err(err) if is_not_found(&err) => Ok(()),
                 Err(err) => Err(engine_error(err)),
             }
         })
     }
 }
 
-impl DockerRuntime {
-    /// Kills the session's container if it runs (it is kept, stopped, for a fast resume).
-    async fn kill_container(&self, session_id: &str) -> Result<(), RuntimeError> {
-        let docker = self.engine().await?;
-        let name = container_name(session_id);
-        match docker.inspect_container(&name, None::<InspectContainerOptions>).await {
-            Ok(container) if container.state.as_ref().and_then(|s| s.running) == Some(true) => {}
-            Ok(_) => return Ok(()),
-            Err(err) if is_not_found(&err) => return Ok(()),
-            Err(err) => return Err(engine_error(err)),
-        }
-        tracing::warn!(container = %name, "fencing a container: kill");
-        match docker.kill_container(&name, None::<KillContainerOptions>).await {
-            Ok(()) => {}
-            // Not running any more (409) or gone (404): dead either way.
-            Err(err) if is_not_found(&err) || is_conflict(&err) => return Ok(()),
-            Err(err) => return Err(engine_error(err)),
-        }
-        // Killing is asynchronous in the engine: wait until it reports the container stopped.
-        let mut waited = docker.wait_container(&name, None::<WaitContainerOptions>);
-        match tokio::time::timeout(super::FENCE_TIMEOUT, waited.next()).await {
-            Ok(_) => Ok(()),
-            Err(_) => Err(RuntimeError::Engine(format!(
-                "container {name} did not stop within {:?} of a kill",
-                super::FENCE_TIMEOUT
-            ))),
-        }
+/// Kills a session's container on an engine if it runs (it is kept, stopped, for a fast
+/// resume), and waits until the engine reports it stopped.
+async fn kill_container(docker: &Docker, engine: &str, name: &str) -> Result<(), RuntimeError> {
+    match docker.inspect_container(name, None::<InspectContainerOptions>).await {
+        Ok(container) if container.state.as_ref().and_then(|s| s.running) == Some(true) => {}
+        Ok(_) => return Ok(()),
+        Err(err) if is_not_found(&err) => return Ok(()),
+        Err(err) => return Err(engine_error(err)),
+    }
+    tracing::warn!(container = %name, %engine, "fencing a container: kill");
+    match docker.kill_container(name, None::<KillContainerOptions>).await {
+        Ok(()) => {}
+        // Not running any more (409) or gone (404): dead either way.
+        Err(err) if is_not_found(&err) || is_conflict(&err) => return Ok(()),
+        Err(err) => return Err(engine_error(err)),
+    }
+    // Killing is asynchronous in the engine: wait until it reports the container stopped.
+    let mut waited = docker.wait_container(name, None::<WaitContainerOptions>);
+    match tokio::time::timeout(super::FENCE_TIMEOUT, waited.next()).await {
+        Ok(_) => Ok(()),
+        Err(_) => Err(RuntimeError::Engine(format!(
+            "container {name} on {engine} did not stop within {:?} of a kill",
+            super::FENCE_TIMEOUT
+        ))),
     }
 }
 

@@ -906,6 +906,7 @@ impl SessionActor {
             // The store gives the execution the same generation when it records it.
             (execution_id, previous.as_ref().map_or(1, |previous| previous.generation + 1)),
             agentctl::client::new_token(),
+            previous.as_ref().and_then(|previous| previous.runtime_handle.clone()),
         );
         let plan = LaunchPlan {
             spec,

@@ -75,6 +75,9 @@ pub(super) async fn launch(
         runtime: context.runtime.name().into(),
         status: ExecutorStatus::Launching,
         resume_token: plan.previous.as_ref().and_then(|previous| previous.resume_token.clone()),
+        // Where the previous execution ran, until the runtime says where this one runs: a
+        // launch that fails still resumes where the session's state is.
+        runtime_handle: plan.spec.previous.clone(),
         agentctl_token: Some(plan.spec.token.clone()),
         ..Default::default()
     };
@@ -91,7 +94,7 @@ pub(super) async fn launch(
     record.agentctl_pid = Some(endpoint.ready.pid.into());
     record.agentctl_start_time = Some(endpoint.ready.start_time as i64);
     record.boot_id = Some(endpoint.ready.boot_id.clone());
-    record.container_id = endpoint.container_id.clone();
+    record.runtime_handle = Some(endpoint.handle.clone()).filter(|handle| !handle.is_null());
     let recorded = context.store.put_executor(record.clone()).await;
     if let Ok(stored) = &recorded {
         record = stored.clone();
@@ -185,7 +188,11 @@ pub(super) fn spec(
     profile: &agents::profile::Profile,
     (execution_id, generation): (String, i64),
     token: String,
+    previous: Option<serde_json::Value>,
 ) -> LaunchSpec {
+    // The profile's placement labels, and the session's own on top.
+    let mut labels = profile.docker.labels.clone();
+    labels.extend(row.runtime_labels.clone());
     LaunchSpec {
         session_id: row.id.clone(),
         task_id: row.task_id.clone(),
@@ -205,5 +212,7 @@ pub(super) fn spec(
         docker: profile.docker.clone(),
         agent_state_dirs: profile.session.agent_state_dirs.clone(),
         agent_state_root: context.agent_state_root.clone(),
+        labels,
+        previous,
     }
 }

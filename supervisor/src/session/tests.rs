@@ -29,7 +29,7 @@ struct FakeRuntime {
 }
 
 impl Runtime for FakeRuntime {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "standalone"
     }
 
@@ -48,7 +48,7 @@ impl Runtime for FakeRuntime {
                     boot_id: "fake".into(),
                     version: "0".into(),
                 },
-                container_id: None,
+                handle: serde_json::Value::Null,
             })
         })
     }
@@ -257,6 +257,7 @@ async fn start(mode: Mode) -> Setup {
         initial_prompt: None,
         worktree_repo: None,
         worktree_branch: None,
+        runtime_labels: Default::default(),
     };
     let row = store.create_session(row).await.unwrap();
     let session_dir = dir.path().join("sessions").join(&row.id);

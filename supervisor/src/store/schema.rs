@@ -185,6 +185,42 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE task_sessions ADD COLUMN worktree_repo TEXT;
     ALTER TABLE task_sessions ADD COLUMN worktree_branch TEXT;
     ",
+    // 9: issue 17, an open runtime seam. The runtime is any registered name (the CHECK
+    // goes: the table is rebuilt as in 5); the labels a session asked to be placed by; the
+    // runtime's opaque handle of an execution (JSON) replaces the per-runtime
+    // `container_id`, which is carried over into it and no longer written.
+    "
+    CREATE TABLE task_sessions_new (
+        id TEXT PRIMARY KEY,
+        task_id TEXT NOT NULL REFERENCES tasks(id) ON DELETE CASCADE,
+        agent_profile_id TEXT NOT NULL,
+        profile_snapshot TEXT NOT NULL,
+        runtime TEXT NOT NULL CHECK (length(runtime) BETWEEN 1 AND 64),
+        state TEXT NOT NULL CHECK (state IN ('CREATED','STARTING','RUNNING','WAITING_FOR_INPUT','COMPLETED','FAILED','CANCELLED','PAUSED')),
+        workspace_path TEXT NOT NULL,
+        error_message TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        initial_prompt TEXT,
+        worktree_repo TEXT,
+        worktree_branch TEXT,
+        runtime_labels TEXT
+    );
+    INSERT INTO task_sessions_new (id, task_id, agent_profile_id, profile_snapshot, runtime, state,
+        workspace_path, error_message, created_at, updated_at, initial_prompt, worktree_repo,
+        worktree_branch)
+        SELECT id, task_id, agent_profile_id, profile_snapshot, runtime, state, workspace_path,
+        error_message, created_at, updated_at, initial_prompt, worktree_repo, worktree_branch
+        FROM task_sessions;
+    DROP TABLE task_sessions;
+    ALTER TABLE task_sessions_new RENAME TO task_sessions;
+    CREATE INDEX task_sessions_by_task ON task_sessions(task_id);
+    CREATE INDEX task_sessions_by_state_runtime ON task_sessions(state, runtime, id);
+    CREATE INDEX task_sessions_by_workspace ON task_sessions(workspace_path, state);
+    ALTER TABLE executors_running ADD COLUMN runtime_handle TEXT;
+    UPDATE executors_running SET runtime_handle = json_object('container', container_id)
+        WHERE container_id IS NOT NULL;
+    ",
 ];
 
 /// Brings the database up to the newest migration.

@@ -23,6 +23,7 @@ fn session(task_id: &str) -> SessionRow {
         initial_prompt: None,
         worktree_repo: None,
         worktree_branch: None,
+        runtime_labels: Default::default(),
     }
 }
 

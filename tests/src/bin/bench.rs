@@ -47,6 +47,7 @@ async fn create_ready(api: &Api, workspace: &std::path::Path) -> (String, Durati
             Some(true),
             None,
             None,
+            None,
         ),
     )
     .await;

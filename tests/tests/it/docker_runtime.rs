@@ -73,7 +73,7 @@ async fn docker_session_streams_and_is_readopted_after_a_supervisor_kill() {
     let Some((docker, mut daemon, cleanup)) = setup().await else { return };
     let api = daemon.api().await;
     let session = api.ready_session("mock-docker", &daemon.workspace("d")).await;
-    assert_eq!(api.status(&session).await.runtime, RuntimeKind::Docker);
+    assert_eq!(api.status(&session).await.runtime, RuntimeKind::DOCKER);
     let reply = api.ask(&session, "/stream 5\nhello from a container").await;
     assert!(
         reply.contains("you said: hello from a container [1/5]") && reply.ends_with("[5/5]"),
@@ -375,7 +375,7 @@ async fn a_docker_session_needs_no_extra_flag() {
         Cleanup { label: format!("tether.install_id={}", daemon.install_id), image: Some(tag) };
     let api = daemon.api().await;
     let session = api.ready_session("mock-docker", &daemon.workspace("z")).await;
-    assert_eq!(api.status(&session).await.runtime, RuntimeKind::Docker);
+    assert_eq!(api.status(&session).await.runtime, RuntimeKind::DOCKER);
     assert!(api.ask(&session, "no flags").await.contains("you said: no flags"));
     drop(cleanup);
 }

@@ -210,6 +210,7 @@ async fn r10_a_launch_cut_short_leaves_no_orphan_sidecar() {
         None,
         None,
         None,
+        None,
     );
     let _ = within("task.session.create", create).await;
     drop(api);
@@ -691,6 +692,7 @@ async fn r10_a_session_cut_short_before_its_first_record_is_not_stuck_starting()
         task.id,
         "mock".into(),
         Some(daemon.workspace("e").to_str().unwrap().to_owned()),
+        None,
         None,
         None,
         None,

@@ -320,6 +320,7 @@ async fn bad_requests_get_the_right_kind() {
             None,
             None,
             None,
+            None,
         );
         refused("task.session.create", call)
     };

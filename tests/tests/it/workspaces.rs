@@ -21,6 +21,7 @@ async fn create(
         shared,
         None,
         None,
+        None,
     );
     call("task.session.create", create).await.map(|row| row.id)
 }
@@ -143,6 +144,7 @@ async fn a_crash_at_launch_leaves_the_session_resumable_and_a_resume_fixes_it() 
         "flaky".into(),
         Some(workspace.to_str().unwrap().to_owned()),
         Some("the first words".into()),
+        None,
         None,
         None,
         None,
@@ -364,8 +366,17 @@ async fn a_profiles_workspace_section_makes_worktrees_by_default() {
     let daemon = Daemon::start_with_profiles(&[], &[("wt.toml", &profile)]).await;
     let api = daemon.api().await;
     let task = ok("task.create", api.typed().task_create("by profile".into(), None)).await.id;
-    let create =
-        api.typed().session_create(task.clone(), "wt".into(), None, None, None, None, None, None);
+    let create = api.typed().session_create(
+        task.clone(),
+        "wt".into(),
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+    );
     let row = ok("task.session.create", create).await;
     let branch = row.worktree_branch.clone().expect("a worktree by default");
     let path = std::path::PathBuf::from(&row.workspace_path);
@@ -383,6 +394,7 @@ async fn a_profiles_workspace_section_makes_worktrees_by_default() {
         None,
         Some(false),
         None,
+        None,
     );
     let plain = ok("task.session.create", create).await;
     assert_eq!(
@@ -392,7 +404,7 @@ async fn a_profiles_workspace_section_makes_worktrees_by_default() {
     // Without the profile's repo and without a workspace, there is nothing to work in.
     let task = ok("task.create", api.typed().task_create("nowhere".into(), None)).await.id;
     let create =
-        api.typed().session_create(task, "mock".into(), None, None, None, None, None, None);
+        api.typed().session_create(task, "mock".into(), None, None, None, None, None, None, None);
     let refused = tether_tests::daemon::refused("no workspace", create).await;
     assert_eq!(
         (refused.kind, refused.field.as_deref()),
@@ -418,6 +430,7 @@ async fn a_worktree_made_by_a_create_cut_short_is_removed_at_restart() {
         None,
         None,
         Some(true),
+        None,
         None,
     );
     let cut = create.await;
