@@ -177,7 +177,7 @@ impl Drop for Cleanup {
     }
 }
 
-/// [`Cleanup`] on the engine at `host` (a `tcp://` address).
+/// [`Cleanup`] on the engine at `host` (a `tcp://` or `unix://` address).
 pub struct CleanupOn {
     /// The engine.
     pub host: String,
@@ -191,8 +191,7 @@ impl Drop for CleanupOn {
     fn drop(&mut self) {
         let (host, label, image) = (self.host.clone(), self.label.clone(), self.image.clone());
         on_a_thread(async move {
-            if let Ok(docker) = Docker::connect_with_http(&host, 120, bollard::API_DEFAULT_VERSION)
-            {
+            if let Ok(docker) = Docker::connect_with_host(&host) {
                 remove_labelled_on(&docker, &label, image.as_deref()).await;
             }
         });
@@ -207,4 +206,140 @@ fn on_a_thread(work: impl Future<Output = ()> + Send + 'static) {
         runtime.block_on(work);
     })
     .join();
+}
+
+/// A Docker engine of the test's own: a `dockerd` on a unix socket in a temp dir, with its
+/// own data root, exec root and bridge, that the test can stop and start again (an engine
+/// that goes away and comes back). Stopped, its bridge deleted and its dirs removed when
+/// dropped.
+pub struct PrivateEngine {
+    dir: PathBuf,
+    bridge: String,
+    child: Option<tokio::process::Child>,
+}
+
+impl PrivateEngine {
+    /// Starts one, or `None` after printing the SKIPPED line (a failure when Docker is
+    /// required): it needs root, `dockerd` and `ip`.
+    pub async fn start() -> Option<PrivateEngine> {
+        let root = nix::unistd::Uid::effective().is_root();
+        let have = |program: &str| {
+            std::env::var_os("PATH").is_some_and(|path| {
+                std::env::split_paths(&path).any(|dir| dir.join(program).is_file())
+            })
+        };
+        if !(root && have("dockerd") && have("ip")) {
+            assert!(
+                !docker_required(),
+                "REQUIRE_DOCKER=1 but no private engine can be started (root, dockerd and ip are needed)"
+            );
+            eprintln!("SKIPPED: no private Docker engine (it needs root, dockerd and ip)");
+            return None;
+        }
+        // Short: the socket's path must fit in sun_path.
+        let dir =
+            PathBuf::from(format!("/tmp/te-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]));
+        std::fs::create_dir_all(dir.join("data")).expect("the engine's dirs");
+        std::fs::create_dir_all(dir.join("exec")).expect("the engine's dirs");
+        // A bridge and subnet of its own (engine 2 of setup.sh has 172.31.250.0/24).
+        let octet = 10 + (std::process::id() % 200);
+        let bridge = format!("tbr{octet}");
+        let ip = |args: &[&str]| {
+            let status = std::process::Command::new("ip").args(args).status().expect("run ip");
+            assert!(status.success(), "ip {args:?}");
+        };
+        let _ = std::process::Command::new("ip").args(["link", "del", &bridge]).status();
+        ip(&["link", "add", "name", &bridge, "type", "bridge"]);
+        ip(&["addr", "add", &format!("172.31.{octet}.1/24"), "dev", &bridge]);
+        ip(&["link", "set", &bridge, "up"]);
+        let mut engine = PrivateEngine { dir, bridge, child: None };
+        engine.run().await;
+        Some(engine)
+    }
+
+    /// `unix://…/docker.sock`.
+    pub fn host(&self) -> String {
+        format!("unix://{}", self.dir.join("docker.sock").display())
+    }
+
+    /// A client.
+    pub fn client(&self) -> Docker {
+        Docker::connect_with_host(&self.host()).expect("a client of the private engine")
+    }
+
+    /// Starts `dockerd` and waits for its "API listen on" line.
+    async fn run(&mut self) {
+        use tokio::io::AsyncBufReadExt;
+        let _ = std::fs::remove_file(self.dir.join("docker.pid"));
+        let mut child = tokio::process::Command::new("dockerd")
+            .arg("--host")
+            .arg(self.host())
+            .arg("--data-root")
+            .arg(self.dir.join("data"))
+            .arg("--exec-root")
+            .arg(self.dir.join("exec"))
+            .arg("--pidfile")
+            .arg(self.dir.join("docker.pid"))
+            .args(["--bridge", &self.bridge, "--shutdown-timeout", "2"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start dockerd");
+        let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let mut seen = Vec::new();
+        let listening = async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.contains("API listen on") {
+                    return true;
+                }
+                seen.push(line);
+            }
+            false
+        };
+        assert!(
+            within("the private dockerd to listen", listening).await,
+            "dockerd exited: {}",
+            seen.join("\n")
+        );
+        // Keep draining its log, so it never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        self.child = Some(child);
+    }
+
+    /// Stops the engine (SIGTERM: its containers are stopped) and waits for it to exit.
+    pub async fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if let Some(pid) = child.id() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGTERM,
+                );
+            }
+            let _ = within("the private dockerd to stop", child.wait()).await;
+        }
+    }
+
+    /// Starts it again on the same data.
+    pub async fn restart(&mut self) {
+        self.run().await;
+    }
+}
+
+impl Drop for PrivateEngine {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.take() {
+            if let Some(pid) = child.id() {
+                // SIGTERM, then wait for it (blocking; it stops its containers first). If
+                // tokio reaped it already, the wait answers at once.
+                let pid = nix::unistd::Pid::from_raw(pid as i32);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+                let _ = nix::sys::wait::waitpid(pid, None);
+            }
+            drop(child);
+        }
+        let _ = std::process::Command::new("ip").args(["link", "del", &self.bridge]).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

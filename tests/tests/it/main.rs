@@ -9,6 +9,7 @@ mod conformance;
 mod docker;
 mod docker_runtime;
 mod eliza;
+mod engines;
 mod faults;
 mod metrics;
 mod mock_agent;

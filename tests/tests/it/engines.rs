@@ -1,0 +1,219 @@
+//! Many Docker engines (issue 17): sessions placed across two real engines by label and by
+//! load, re-adopted on both after a supervisor SIGKILL, orphans removed from both at
+//! start, and an engine that goes away making only its own sessions
+//! `runtime_unavailable` until it is back, when they resume there.
+//!
+//! The second engine is the test's own `dockerd` (on a unix socket, with its own data
+//! root, exec root and bridge), so the test can stop it and start it again without
+//! disturbing other tests.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use bollard::Docker;
+use bollard::models::ContainerCreateBody;
+use bollard::query_parameters::{CreateContainerOptions, InspectContainerOptions};
+use protocol::api::{ApiClient, SessionState};
+use protocol::errors::ErrorKind;
+use tether_tests::daemon::{Api, Daemon, call, ok, settled};
+use tether_tests::docker::{
+    Cleanup, CleanupOn, PrivateEngine, build_mock_image, engine, static_binary,
+};
+
+fn docker_profile(image: &str) -> String {
+    format!(
+        "id = \"mock-docker\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{{home}}/.mock-agent\"]\nprotocol = \"acp\"\n\
+         runtime = \"docker\"\n[session]\nnative_resume = true\nhistory_injection = true\nagent_state_dirs = [\".mock-agent\"]\n\
+         [docker]\nimage = \"{image}\"\nmemory_mb = 256\ncpus = 1.0\n"
+    )
+}
+
+/// Creates a session placed by `labels` and waits until it is `WAITING_FOR_INPUT`.
+async fn placed_session(api: &Api, workspace: &Path, labels: &[(&str, &str)]) -> String {
+    let task = ok("task.create", api.typed().task_create("placed".into(), None)).await;
+    let labels: BTreeMap<String, String> =
+        labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let row = ok(
+        "task.session.create",
+        api.typed().session_create(
+            task.id,
+            "mock-docker".into(),
+            Some(workspace.to_str().unwrap().to_owned()),
+            None,
+            None,
+            None,
+            None,
+            None,
+            (!labels.is_empty()).then_some(labels),
+        ),
+    )
+    .await;
+    let mut events = api.subscribe(&row.id, 0).await;
+    match settled(&mut events).await {
+        (SessionState::WaitingForInput, _) => row.id,
+        (state, error) => panic!("the session settled {state}: {error}"),
+    }
+}
+
+async fn container_on(docker: &Docker, session: &str) -> Option<String> {
+    let name = format!("tether-{session}");
+    docker.inspect_container(&name, None::<InspectContainerOptions>).await.ok()?.id
+}
+
+/// A container of ours (this daemon's install id) whose session was never stored.
+async fn make_orphan(docker: &Docker, install_id: &str, image: &str) -> String {
+    let unknown = uuid::Uuid::now_v7().to_string();
+    let labels = HashMap::from([
+        ("tether.managed".to_owned(), "true".to_owned()),
+        ("tether.session_id".to_owned(), unknown.clone()),
+        ("tether.install_id".to_owned(), install_id.to_owned()),
+    ]);
+    let body = ContainerCreateBody {
+        image: Some(image.to_owned()),
+        cmd: Some(vec!["mock-agent".into()]),
+        labels: Some(labels),
+        ..Default::default()
+    };
+    let options =
+        CreateContainerOptions { name: Some(format!("tether-{unknown}")), ..Default::default() };
+    docker.create_container(Some(options), body).await.unwrap().id
+}
+
+#[tokio::test]
+async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_its_own() {
+    let Some(local) = engine().await else { return };
+    let Some(mut other_engine) = PrivateEngine::start().await else { return };
+    let other = other_engine.client();
+    let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
+    build_mock_image(&local, &tag).await;
+    build_mock_image(&other, &tag).await;
+    let agentctl = static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
+    let config = format!(
+        "static_agentctl = \"{}\"\n\n\
+         [[docker.engines]]\nname = \"local\"\nhost = \"unix:///var/run/docker.sock\"\nlabels = {{ zone = \"a\" }}\ncapacity = 3\n\n\
+         [[docker.engines]]\nname = \"other\"\nhost = \"{}\"\nlabels = {{ zone = \"b\" }}\ncapacity = 3\n",
+        agentctl.display(),
+        other_engine.host()
+    );
+    let (mut daemon, ()) =
+        Daemon::start_prepared(&[], &[("mock-docker.toml", &docker_profile(&tag))], &[], |root| {
+            std::fs::create_dir_all(root.join("tether")).unwrap();
+            std::fs::write(root.join("tether/config.toml"), &config).unwrap();
+        })
+        .await;
+    let label = format!("tether.install_id={}", daemon.install_id);
+    let _cleanup_local = Cleanup { label: label.clone(), image: Some(tag.clone()) };
+    let _cleanup_other =
+        CleanupOn { host: other_engine.host(), label: label.clone(), image: Some(tag.clone()) };
+    let api = daemon.api().await;
+
+    // By label: each on the engine that carries it, and only there.
+    let a = placed_session(&api, &daemon.workspace("a"), &[("zone", "a")]).await;
+    let b = placed_session(&api, &daemon.workspace("b"), &[("zone", "b")]).await;
+    assert_eq!(api.status(&a).await.placement.as_deref(), Some("local"));
+    assert_eq!(api.status(&b).await.placement.as_deref(), Some("other"));
+    assert!(container_on(&local, &a).await.is_some() && container_on(&other, &a).await.is_none());
+    assert!(container_on(&other, &b).await.is_some() && container_on(&local, &b).await.is_none());
+    // A label no engine carries: refused, saying so.
+    let task = ok("task.create", api.typed().task_create("nowhere".into(), None)).await;
+    let nowhere = call(
+        "task.session.create",
+        api.typed().session_create(
+            task.id,
+            "mock-docker".into(),
+            Some(daemon.workspace("n").to_str().unwrap().to_owned()),
+            None,
+            None,
+            None,
+            None,
+            None,
+            Some([("zone".to_owned(), "c".to_owned())].into()),
+        ),
+    )
+    .await;
+    // Refused by placement at its launch: FAILED with the reason (and resumable, should
+    // such an engine be added).
+    let nowhere = nowhere.expect("created; placement happens at the launch");
+    let mut events = api.subscribe(&nowhere.id, 0).await;
+    let (state, error) = settled(&mut events).await;
+    assert_eq!(state, SessionState::Failed, "{error}");
+    assert!(error.contains("no Docker engine carries the labels asked for (zone=c)"), "{error}");
+
+    // By load: one each, a tie, goes to the first engine; then the other has fewer.
+    let c = placed_session(&api, &daemon.workspace("c"), &[]).await;
+    assert_eq!(api.status(&c).await.placement.as_deref(), Some("local"));
+    let d = placed_session(&api, &daemon.workspace("d"), &[]).await;
+    assert_eq!(api.status(&d).await.placement.as_deref(), Some("other"));
+    for session in [&a, &b, &c, &d] {
+        assert!(api.ask(session, &format!("hello {session}")).await.contains("you said"));
+    }
+    let containers: Vec<(String, Option<String>)> =
+        futures_util::future::join_all(
+            [(&a, &local), (&b, &other), (&c, &local), (&d, &other)].map(
+                |(session, docker)| async move {
+                    (session.clone(), container_on(docker, session).await)
+                },
+            ),
+        )
+        .await;
+
+    // SIGKILL the supervisor; orphans appear on both engines meanwhile. At restart every
+    // session on both engines is re-adopted (same containers, same generation), and the
+    // orphans are gone from both.
+    drop(api);
+    daemon.kill().await;
+    let orphan_local = make_orphan(&local, &daemon.install_id, &tag).await;
+    let orphan_other = make_orphan(&other, &daemon.install_id, &tag).await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    for (session, container) in &containers {
+        assert!(api.ask(session, "still there?").await.contains("you said: still there?"));
+        let status = api.status(session).await;
+        assert!(status.is_agent_running, "{status:?}");
+        assert_eq!(status.generation, 1, "re-adopted, not relaunched: {status:?}");
+        let docker = if status.placement.as_deref() == Some("local") { &local } else { &other };
+        assert_eq!(&container_on(docker, session).await, container, "the same container");
+    }
+    assert!(local.inspect_container(&orphan_local, None::<InspectContainerOptions>).await.is_err());
+    assert!(other.inspect_container(&orphan_other, None::<InspectContainerOptions>).await.is_err());
+
+    // The other engine goes away: its sessions lose their agents and are
+    // runtime_unavailable; the local ones keep running.
+    let mut watch_b = api.subscribe_at_end(&b).await;
+    let mut watch_d = api.subscribe_at_end(&d).await;
+    other_engine.stop().await;
+    for events in [&mut watch_b, &mut watch_d] {
+        tether_tests::daemon::until(events, |e| {
+            matches!(&e.kind, protocol::api::EventKind::State { error: Some(_), .. })
+        })
+        .await;
+    }
+    for session in [&b, &d] {
+        let status = api.status(session).await;
+        assert_eq!(status.resume_reason, "runtime_unavailable", "{status:?}");
+        assert!(status.needs_resume && !status.is_resumable, "{status:?}");
+        assert_eq!(status.placement.as_deref(), Some("other"));
+        assert!(status.error.as_deref().unwrap_or_default().contains("other"), "{status:?}");
+        let refused = api.resume(session).await.expect_err("its engine is down");
+        assert_eq!(refused.kind, ErrorKind::RuntimeUnavailable, "{refused:?}");
+        assert!(api.prompt(session, "anyone?").await.is_err());
+    }
+    for session in [&a, &c] {
+        assert!(api.ask(session, "unaffected").await.contains("you said: unaffected"));
+        assert!(api.status(session).await.is_agent_running);
+    }
+
+    // Back: they resume, on the same engine (their state is there), and remember.
+    other_engine.restart().await;
+    for session in [&b, &d] {
+        let status = api.status(session).await;
+        assert_eq!(status.resume_reason, "agent_not_running", "{status:?}");
+        let resumed = api.resume(session).await.expect("resumed once the engine is back");
+        assert!(resumed.is_agent_running, "{resumed:?}");
+        assert_eq!(api.status(session).await.placement.as_deref(), Some("other"));
+        assert!(container_on(&other, session).await.is_some());
+        assert!(container_on(&local, session).await.is_none());
+        let recalled = api.ask(session, "/recall").await;
+        assert!(recalled.contains("remembered"), "{recalled}");
+    }
+}
