@@ -17,13 +17,15 @@ const USAGE: &str = "\
 usage:
   agentctl serve --state-dir DIR [--listen ADDR] [--token-file PATH] [--max-line BYTES]
                  [--segment-bytes BYTES] [--stop-grace-ms MS]
+                 [--tls-cert PEM --tls-key PEM]
   agentctl call --addr ADDR METHOD [PARAMS_JSON]
   agentctl events --addr ADDR [--after SEQ]
   agentctl guard --pgid PGID
 
 serve: run the sidecar. The bearer token comes from --token-file (mode 0600) or the
 AGENTCTL_TOKEN environment variable, never from argv. Prints one ready line (JSON) on
-stdout once it listens (default 127.0.0.1:0).
+stdout once it listens (default 127.0.0.1:0). With --tls-cert and --tls-key the control
+channel is served over TLS (wss://), for a supervisor on another host.
 
 call, events: a small client for operators. The token comes from AGENTCTL_TOKEN. `call`
 prints the result as JSON; `events` prints every event after SEQ as one JSON line each, then
@@ -39,6 +41,8 @@ struct ServeArgs {
     max_line: usize,
     segment_bytes: u64,
     stop_grace: Duration,
+    /// The control channel's certificate and key (PEM), for TLS.
+    tls: Option<(PathBuf, PathBuf)>,
 }
 
 /// Runs agentctl with `args` (without the program name). `self_command` is the argv prefix
@@ -75,7 +79,9 @@ fn parse_serve(args: &[String]) -> anyhow::Result<ServeArgs> {
         max_line: protocol::frame::DEFAULT_MAX_LINE,
         segment_bytes: DEFAULT_SEGMENT_BYTES,
         stop_grace: Duration::from_secs(5),
+        tls: None,
     };
+    let (mut tls_cert, mut tls_key) = (None, None);
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
@@ -83,6 +89,8 @@ fn parse_serve(args: &[String]) -> anyhow::Result<ServeArgs> {
             "--state-dir" => state_dir = Some(PathBuf::from(value()?)),
             "--listen" => parsed.listen = value()?.parse().context("--listen: not an address")?,
             "--token-file" => parsed.token_file = Some(PathBuf::from(value()?)),
+            "--tls-cert" => tls_cert = Some(PathBuf::from(value()?)),
+            "--tls-key" => tls_key = Some(PathBuf::from(value()?)),
             "--max-line" => {
                 parsed.max_line = value()?.parse().context("--max-line: not a number")?
             }
@@ -98,6 +106,11 @@ fn parse_serve(args: &[String]) -> anyhow::Result<ServeArgs> {
         }
     }
     parsed.state_dir = state_dir.context("--state-dir is required")?;
+    parsed.tls = match (tls_cert, tls_key) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        _ => bail!("--tls-cert and --tls-key go together"),
+    };
     Ok(parsed)
 }
 
@@ -139,6 +152,17 @@ fn serve(args: ServeArgs, self_command: Vec<std::ffi::OsString>) -> anyhow::Resu
         .with_ansi(false)
         .init();
     let token = read_token(args.token_file.as_ref())?;
+    let tls = match &args.tls {
+        None => None,
+        Some((cert, key)) => {
+            let read = |path: &PathBuf| {
+                std::fs::read(path).with_context(|| format!("TLS file {}", path.display()))
+            };
+            let config = crate::tls::server_config(&read(cert)?, &read(key)?)
+                .context("--tls-cert/--tls-key")?;
+            Some(Arc::new(config))
+        }
+    };
     // Orphaned descendants of the agent come back to us, so a stop can remove them.
     nix::sys::prctl::set_child_subreaper(true).context("cannot become a child subreaper")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -152,7 +176,7 @@ fn serve(args: ServeArgs, self_command: Vec<std::ffi::OsString>) -> anyhow::Resu
         let agent = AgentHost::new(Arc::clone(&spool), config, tokio::runtime::Handle::current());
         let shutdown = CancellationToken::new();
         let ctl = Arc::new(Ctl { spool, agent, shutdown: shutdown.clone() });
-        let (addr, handle) = server::serve(args.listen, &token, Arc::clone(&ctl))
+        let (addr, handle) = server::serve(args.listen, &token, Arc::clone(&ctl), tls)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         let info =

@@ -88,6 +88,8 @@ pub struct ControlClient {
     token: String,
     client: std::sync::Arc<WsClient>,
     capacity: usize,
+    /// The pinned certificate (PEM) when the channel is TLS.
+    pinned: Option<std::sync::Arc<[u8]>>,
 }
 
 /// How many unread notifications a subscription may hold by default.
@@ -133,6 +135,17 @@ impl ControlClient {
         token: &str,
         capacity: usize,
     ) -> Result<ControlClient, ClientError> {
+        ControlClient::connect_pinned(addr, token, capacity, None).await
+    }
+
+    /// Like [`ControlClient::connect_with_capacity`]; with `pinned` (a certificate, PEM)
+    /// over TLS, trusting the sidecar only if it presents exactly that certificate.
+    pub async fn connect_pinned(
+        addr: SocketAddr,
+        token: &str,
+        capacity: usize,
+        pinned: Option<std::sync::Arc<[u8]>>,
+    ) -> Result<ControlClient, ClientError> {
         let mut headers = http::HeaderMap::new();
         let value = http::HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
             ClientError::Refused {
@@ -142,7 +155,19 @@ impl ControlClient {
             }
         })?;
         headers.insert(http::header::AUTHORIZATION, value);
-        let client = WsClientBuilder::default()
+        let mut builder = WsClientBuilder::default();
+        let mut url = format!("ws://{addr}");
+        if let Some(cert) = &pinned {
+            let config =
+                crate::tls::pinned_client_config(cert).map_err(|err| ClientError::Refused {
+                    method: "connect".into(),
+                    kind: ErrorKind::InvalidParams,
+                    message: format!("the sidecar's certificate: {err}"),
+                })?;
+            builder = builder.with_custom_cert_store(config);
+            url = format!("wss://{addr}");
+        }
+        let client = builder
             .set_headers(headers)
             .max_request_size(MAX_MESSAGE_BYTES)
             .max_response_size(MAX_MESSAGE_BYTES)
@@ -150,7 +175,7 @@ impl ControlClient {
             // Each call has its own bound (`call_within`); this is only a backstop.
             .request_timeout(Duration::from_secs(3600))
             .connection_timeout(CONNECT_TIMEOUT)
-            .build(format!("ws://{addr}"));
+            .build(url);
         let client = match tokio::time::timeout(CONNECT_TIMEOUT, client).await {
             Ok(built) => built.map_err(|source| ClientError::Transport { addr, source })?,
             Err(_) => {
@@ -166,6 +191,7 @@ impl ControlClient {
             token: token.to_owned(),
             client: std::sync::Arc::new(client),
             capacity,
+            pinned,
         })
     }
 
@@ -257,6 +283,7 @@ impl ControlClient {
             addr: self.addr,
             token: self.token.clone(),
             capacity: self.capacity,
+            pinned: self.pinned.clone(),
             cursor: after_seq,
             client: Some(self),
             subscription: None,
@@ -298,6 +325,7 @@ pub struct EventStream {
     addr: SocketAddr,
     token: String,
     capacity: usize,
+    pinned: Option<std::sync::Arc<[u8]>>,
     cursor: u64,
     client: Option<ControlClient>,
     subscription: Option<Feed>,
@@ -370,7 +398,8 @@ impl EventStream {
         let client = match self.client.take() {
             Some(client) if client.client.is_connected() => client,
             _ => {
-                ControlClient::connect_with_capacity(self.addr, &self.token, self.capacity).await?
+                let pinned = self.pinned.clone();
+                ControlClient::connect_pinned(self.addr, &self.token, self.capacity, pinned).await?
             }
         };
         self.subscription = Some(client.subscribe_feed(self.cursor).await?);

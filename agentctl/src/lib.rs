@@ -30,3 +30,4 @@ pub mod process;
 pub mod ready;
 pub mod server;
 pub mod spool;
+pub mod tls;

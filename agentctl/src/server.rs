@@ -162,12 +162,13 @@ pub fn methods(ctl: Arc<Ctl>) -> RpcModule<()> {
     module
 }
 
-/// Starts the server on `listen` with the bearer `token`. Returns the bound address and the
-/// handle that stops it.
+/// Starts the server on `listen` with the bearer `token`, over TLS when `tls` is given
+/// (`wss://`; see [`crate::tls`]). Returns the bound address and the handle that stops it.
 pub async fn serve(
     listen: SocketAddr,
     token: &str,
     ctl: Arc<Ctl>,
+    tls: Option<Arc<rustls::ServerConfig>>,
 ) -> std::io::Result<(SocketAddr, ServerHandle)> {
     let policy = AccessPolicy { token: Some(token.to_owned()), allowed_origins: Vec::new() };
     let auth = tower::ServiceBuilder::new().layer(AccessLayer::new(policy));
@@ -178,17 +179,64 @@ pub async fn serve(
         .set_batch_request_config(jsonrpsee::server::BatchRequestConfig::Disabled)
         .ws_only()
         .build();
-    let server = Server::builder()
+    let builder = Server::builder()
         .set_config(config)
         .set_http_middleware(auth)
         .set_rpc_middleware(jsonrpsee::server::middleware::rpc::RpcServiceBuilder::new().layer_fn(
             |service| protocol::errors::CheckParams::new(service, protocol::control::params::check),
-        ))
-        .build(listen)
-        .await?;
-    let addr = server.local_addr()?;
-    Ok((addr, server.start(methods(ctl))))
+        ));
+    let Some(tls) = tls else {
+        let server = builder.build(listen).await?;
+        let addr = server.local_addr()?;
+        return Ok((addr, server.start(methods(ctl))));
+    };
+    // TLS: accept, handshake, then serve each connection with the same service stack.
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    let services = builder.to_service_builder();
+    let methods: jsonrpsee::Methods = methods(ctl).into();
+    let (stop_handle, server_handle) = jsonrpsee::server::stop_channel();
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    tokio::spawn(async move {
+        loop {
+            let socket = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((socket, _)) => socket,
+                    Err(err) => {
+                        tracing::warn!(%err, "cannot accept a control connection");
+                        continue;
+                    }
+                },
+                () = stop_handle.clone().shutdown() => return,
+            };
+            let acceptor = acceptor.clone();
+            let service = services.clone().build(methods.clone(), stop_handle.clone());
+            let stopped = stop_handle.clone().shutdown();
+            tokio::spawn(async move {
+                let handshake =
+                    tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(socket));
+                match handshake.await {
+                    Ok(Ok(stream)) => {
+                        let served = jsonrpsee::server::serve_with_graceful_shutdown(
+                            stream, service, stopped,
+                        );
+                        if let Err(err) = served.await {
+                            tracing::debug!(%err, "a control connection ended");
+                        }
+                    }
+                    Ok(Err(err)) => {
+                        tracing::warn!(%err, "a TLS handshake on the control port failed")
+                    }
+                    Err(_) => tracing::warn!("a TLS handshake on the control port timed out"),
+                }
+            });
+        }
+    });
+    Ok((addr, server_handle))
 }
+
+/// How long a client may take to complete its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Who may open a connection. agentctl requires its token and sees no browsers; the
 /// supervisor's API also checks browser origins, and a token only when configured.

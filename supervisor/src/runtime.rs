@@ -71,6 +71,9 @@ pub struct Endpoint {
     /// What the runtime needs to find it again (stored as JSON, read only by the runtime
     /// that made it): for Docker, the engine and the container.
     pub handle: serde_json::Value,
+    /// The certificate (PEM) agentctl serves its control channel with, when the runtime
+    /// put it behind TLS (a sidecar across a network); the client pins it.
+    pub tls_cert: Option<String>,
 }
 
 /// What a runtime says of a recorded execution at restart recovery.
@@ -333,6 +336,7 @@ impl Runtime for StandaloneRuntime {
                 addr: launched.addr,
                 ready: launched.ready,
                 handle: serde_json::Value::Null,
+                tls_cert: None,
             })
         })
     }

@@ -504,6 +504,9 @@ pub struct ExecutorRow {
     /// Where agentctl's control channel listens (`host:port`), as the runtime returned it:
     /// recovery connects there as stored (issue 17) instead of rebuilding an address.
     pub agentctl_url: Option<String>,
+    /// The certificate (PEM) its control channel serves over TLS, pinned by the client;
+    /// `None`: plain WebSocket.
+    pub agentctl_cert: Option<String>,
 }
 
 impl ExecutorRow {
@@ -559,7 +562,7 @@ fn finish_session(
 
 const EXECUTOR_COLUMNS: &str = "session_id, execution_id, generation, runtime, status, resume_token, agentctl_port, \
      agentctl_pid, agentctl_start_time, boot_id, agentctl_token, acked_seq, resume_context_pending, acp_session_id, \
-     resume_outcome, runtime_handle, agentctl_url";
+     resume_outcome, runtime_handle, agentctl_url, agentctl_cert";
 
 fn executor_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ExecutorRow> {
     executor_from_row_at(row, 0)
@@ -614,6 +617,7 @@ fn executor_from_row_at(row: &rusqlite::Row<'_>, base: usize) -> rusqlite::Resul
             .get::<_, Option<String>>(base + 15)?
             .and_then(|text| serde_json::from_str(&text).ok()),
         agentctl_url: row.get(base + 16)?,
+        agentctl_cert: row.get(base + 17)?,
     })
 }
 
@@ -906,8 +910,8 @@ impl Store {
             tx.execute(
                 "INSERT OR REPLACE INTO executors_running (session_id, execution_id, generation, runtime, status, resume_token, \
                  agentctl_port, agentctl_pid, agentctl_start_time, boot_id, agentctl_token, acked_seq, resume_context_pending, \
-                 acp_session_id, resume_outcome, runtime_handle, agentctl_url, last_seen_at, created_at, updated_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?15, ?16, ?17, ?18, ?14, ?14, ?14)",
+                 acp_session_id, resume_outcome, runtime_handle, agentctl_url, agentctl_cert, last_seen_at, created_at, updated_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?15, ?16, ?17, ?18, ?19, ?14, ?14, ?14)",
                 params![
                     row.session_id,
                     row.execution_id,
@@ -926,7 +930,8 @@ impl Store {
                     row.acp_session_id,
                     row.resume_outcome,
                     row.runtime_handle.as_ref().map(|handle| handle.to_string()),
-                    row.agentctl_url
+                    row.agentctl_url,
+                    row.agentctl_cert
                 ],
             )?;
             tx.commit()?;

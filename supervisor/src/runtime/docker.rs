@@ -336,6 +336,7 @@ impl DockerRuntime {
         engine: &Engine,
         spec: &LaunchSpec,
         agentctl: &Path,
+        tls: bool,
     ) -> Result<String, RuntimeError> {
         let image = spec.docker.image.clone().ok_or_else(|| {
             RuntimeError::Unavailable(
@@ -366,22 +367,27 @@ impl DockerRuntime {
             ("tether.install_id".to_owned(), self.config.install_id.clone()),
             ("tether.engine".to_owned(), engine.config.name.clone()),
         ]);
+        let mut cmd: Vec<String> = [
+            "serve",
+            "--state-dir",
+            "/tether/state",
+            "--listen",
+            &format!("0.0.0.0:{CONTAINER_PORT}"),
+            "--token-file",
+            "/tether/state/token",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        if tls {
+            cmd.extend(
+                ["--tls-cert", "/tether/state/tls.crt", "--tls-key", "/tether/state/tls.key"]
+                    .map(str::to_owned),
+            );
+        }
         let body = ContainerCreateBody {
             image: Some(image.clone()),
             entrypoint: Some(vec!["/tether/agentctl".into()]),
-            cmd: Some(
-                [
-                    "serve",
-                    "--state-dir",
-                    "/tether/state",
-                    "--listen",
-                    &format!("0.0.0.0:{CONTAINER_PORT}"),
-                    "--token-file",
-                    "/tether/state/token",
-                ]
-                .map(str::to_owned)
-                .to_vec(),
-            ),
+            cmd: Some(cmd),
             env: Some(vec![
                 "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
                 format!("HOME={CONTAINER_HOME}"),
@@ -569,7 +575,18 @@ impl Runtime for DockerRuntime {
                 Err(err) if is_not_found(&err) => {}
                 Err(err) => return Err(engine_error(err)),
             }
-            let id = self.create(&docker, engine, &spec, &agentctl).await?;
+            // A sidecar reached across a network serves TLS with a certificate made for this
+            // execution, which the supervisor pins.
+            let tls = engine.config.sidecar_tls();
+            let tls_cert = if tls {
+                let (cert, key) = sidecar_certificate(engine.address)?;
+                write_private(&spec.state_dir, "tls.key", &key)?;
+                write_private(&spec.state_dir, "tls.crt", &cert)?;
+                Some(cert)
+            } else {
+                None
+            };
+            let id = self.create(&docker, engine, &spec, &agentctl, tls).await?;
             let ready = self.start_and_read_ready(&docker, &id, spec.ready_timeout).await?;
             let inspected = docker
                 .inspect_container(&id, None::<InspectContainerOptions>)
@@ -590,6 +607,7 @@ impl Runtime for DockerRuntime {
                 ready,
                 handle: serde_json::to_value(handle)
                     .map_err(|err| RuntimeError::Engine(err.to_string()))?,
+                tls_cert,
             })
         })
     }
@@ -814,7 +832,24 @@ fn is_conflict(err: &bollard::errors::Error) -> bool {
     matches!(err, bollard::errors::Error::DockerResponseServerError { status_code: 409, .. })
 }
 
+/// A self-signed certificate and its key (PEM) for one execution's control channel, named
+/// for the address it is reached at.
+pub fn sidecar_certificate(address: std::net::IpAddr) -> Result<(String, String), RuntimeError> {
+    let failed = |err: rcgen::Error| {
+        RuntimeError::Engine(format!("cannot make the sidecar's certificate: {err}"))
+    };
+    let key = rcgen::KeyPair::generate().map_err(failed)?;
+    let params = rcgen::CertificateParams::new(vec![address.to_string()]).map_err(failed)?;
+    let cert = params.self_signed(&key).map_err(failed)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
 fn write_token(state_dir: &Path, token: &str) -> Result<(), RuntimeError> {
+    write_private(state_dir, "token", token)
+}
+
+/// Writes `name` in the state dir, readable by its owner only.
+fn write_private(state_dir: &Path, name: &str, text: &str) -> Result<(), RuntimeError> {
     use std::io::Write;
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let io = |err: std::io::Error| RuntimeError::Engine(format!("{}: {err}", state_dir.display()));
@@ -824,9 +859,9 @@ fn write_token(state_dir: &Path, token: &str) -> Result<(), RuntimeError> {
         .truncate(true)
         .write(true)
         .mode(0o600)
-        .open(state_dir.join("token"))
+        .open(state_dir.join(name))
         .map_err(io)?;
-    file.write_all(token.as_bytes()).map_err(io)
+    file.write_all(text.as_bytes()).map_err(io)
 }
 
 #[cfg(test)]

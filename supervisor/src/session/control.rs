@@ -46,12 +46,13 @@ pub type Connection = (Arc<dyn Control>, EventsRx);
 
 /// Reaches sidecars.
 pub trait Connector: Send + Sync + 'static {
-    /// Connects to the sidecar at `addr` with its token: its calls, and its events after
-    /// `after_seq`.
+    /// Connects to the sidecar at `addr` with its token (over TLS pinned to `cert`, a PEM
+    /// certificate, when there is one): its calls, and its events after `after_seq`.
     fn connect<'a>(
         &'a self,
         addr: SocketAddr,
         token: &'a str,
+        cert: Option<&'a str>,
         after_seq: u64,
     ) -> BoxFuture<'a, Result<Connection, ClientError>>;
 }
@@ -95,13 +96,15 @@ impl Connector for WsConnector {
         &'a self,
         addr: SocketAddr,
         token: &'a str,
+        cert: Option<&'a str>,
         after_seq: u64,
     ) -> BoxFuture<'a, Result<Connection, ClientError>> {
         Box::pin(async move {
             // One connection per session: calls and the event stream share it (events come
             // in batches, so a burst is a few frames ahead of a call's answer, not thousands).
             let capacity = agentctl::client::BATCH_SUBSCRIPTION_CAPACITY;
-            let calls = ControlClient::connect_with_capacity(addr, token, capacity).await?;
+            let pinned = cert.map(|pem| std::sync::Arc::from(pem.as_bytes()));
+            let calls = ControlClient::connect_pinned(addr, token, capacity, pinned).await?;
             let mut stream = calls.clone().events(after_seq);
             let (events_tx, events_rx) = mpsc::channel(1024);
             tokio::spawn(async move {

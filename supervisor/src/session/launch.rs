@@ -95,6 +95,7 @@ pub(super) async fn launch(
     record.agentctl_start_time = Some(endpoint.ready.start_time as i64);
     record.boot_id = Some(endpoint.ready.boot_id.clone());
     record.runtime_handle = Some(endpoint.handle.clone()).filter(|handle| !handle.is_null());
+    record.agentctl_cert = endpoint.tls_cert.clone();
     let recorded = context.store.put_executor(record.clone()).await;
     if let Ok(stored) = &recorded {
         record = stored.clone();
@@ -105,7 +106,7 @@ pub(super) async fn launch(
         let token = plan.spec.token.as_str();
         let (calls, events_rx) = context
             .connector
-            .connect(endpoint.addr, token, 0)
+            .connect(endpoint.addr, token, endpoint.tls_cert.as_deref(), 0)
             .await
             .map_err(|err| err.to_string())?;
         let (program, args) =
@@ -140,8 +141,12 @@ pub(super) async fn adopt(
 ) -> Result<Connected, String> {
     let token = record.agentctl_token.clone().unwrap_or_default();
     let after = record.acked_seq.max(0) as u64;
-    let (calls, events_rx) =
-        context.connector.connect(addr, &token, after).await.map_err(|err| err.to_string())?;
+    let cert = record.agentctl_cert.as_deref();
+    let (calls, events_rx) = context
+        .connector
+        .connect(addr, &token, cert, after)
+        .await
+        .map_err(|err| err.to_string())?;
     let status = calls.status().await.map_err(|err| err.to_string())?;
     Ok(Connected { record, calls, events_rx, status: Some(status) })
 }

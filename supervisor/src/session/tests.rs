@@ -49,6 +49,7 @@ impl Runtime for FakeRuntime {
                     version: "0".into(),
                 },
                 handle: serde_json::Value::Null,
+                tls_cert: None,
             })
         })
     }
@@ -205,6 +206,7 @@ impl Connector for FakeConnector {
         &'a self,
         addr: SocketAddr,
         _token: &'a str,
+        _cert: Option<&'a str>,
         _after_seq: u64,
     ) -> BoxFuture<'a, Result<Connection, ClientError>> {
         Box::pin(async move {

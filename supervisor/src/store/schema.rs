@@ -188,7 +188,8 @@ pub const MIGRATIONS: &[&str] = &[
     // 9: issue 17, an open runtime seam. The runtime is any registered name (the CHECK
     // goes: the table is rebuilt as in 5); the labels a session asked to be placed by; the
     // runtime's opaque handle of an execution (JSON) replaces the per-runtime
-    // `container_id`, which is carried over into it and no longer written.
+    // `container_id`, which is carried over into it and no longer written; the certificate
+    // a TLS control channel is pinned to (a sidecar on a remote engine).
     "
     CREATE TABLE task_sessions_new (
         id TEXT PRIMARY KEY,
@@ -218,6 +219,7 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX task_sessions_by_state_runtime ON task_sessions(state, runtime, id);
     CREATE INDEX task_sessions_by_workspace ON task_sessions(workspace_path, state);
     ALTER TABLE executors_running ADD COLUMN runtime_handle TEXT;
+    ALTER TABLE executors_running ADD COLUMN agentctl_cert TEXT;
     UPDATE executors_running SET runtime_handle = json_object('container', container_id)
         WHERE container_id IS NOT NULL;
     ",

@@ -63,6 +63,67 @@ async fn connections_without_the_token_are_refused() {
     assert!(ControlClient::connect(sidecar.addr(), &sidecar.token).await.is_ok());
 }
 
+/// Issue 17: a sidecar on a remote engine serves its control channel over TLS with a
+/// certificate made for it; a client pinned to that certificate (and holding the token)
+/// gets through, events included; plain WebSocket, another certificate, or the wrong token
+/// do not.
+#[tokio::test]
+async fn a_tls_control_channel_answers_only_a_client_pinned_to_its_certificate() {
+    use std::os::unix::fs::PermissionsExt;
+    let files = tempfile::tempdir().unwrap();
+    let local = "127.0.0.1".parse().unwrap();
+    let (cert, key) = supervisor::runtime::docker::sidecar_certificate(local).unwrap();
+    let (cert_path, key_path) = (files.path().join("tls.crt"), files.path().join("tls.key"));
+    std::fs::write(&cert_path, &cert).unwrap();
+    std::fs::write(&key_path, &key).unwrap();
+    std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let sidecar = Sidecar::launch(&[
+        "--tls-cert",
+        cert_path.to_str().unwrap(),
+        "--tls-key",
+        key_path.to_str().unwrap(),
+    ])
+    .await;
+    let pinned = || Some(std::sync::Arc::<[u8]>::from(cert.as_bytes()));
+    let (addr, token) = (sidecar.addr(), sidecar.token.as_str());
+
+    let client =
+        within("a pinned connection", ControlClient::connect_pinned(addr, token, 64, pinned()))
+            .await
+            .expect("the pinned client gets through");
+    let status = within("status", client.status()).await.expect("status over TLS");
+    assert_eq!(status.agent_pid, None, "no agent yet: {status:?}");
+    let start = protocol::control::StartAgent {
+        command: workspace_bin("mock-agent").to_string_lossy().into_owned(),
+        args: Vec::new(),
+        env: Default::default(),
+        cwd: sidecar.workspace.path().to_owned(),
+        extra_roots: Vec::new(),
+    };
+    within("agent.start", client.start_agent(&start)).await.expect("the agent starts over TLS");
+    let mut events = client.clone().events(0);
+    let first = within("an event over TLS", events.next()).await.expect("an event");
+    assert!(matches!(first.kind, EventKind::AgentStarted { .. }), "{first:?}");
+
+    // Plain WebSocket to a TLS port: no handshake, no connection.
+    assert!(matches!(
+        within("plain ws", ControlClient::connect(addr, token)).await,
+        Err(ClientError::Transport { .. })
+    ));
+    // Another certificate pinned: refused by the client before anything is sent.
+    let (other, _) = supervisor::runtime::docker::sidecar_certificate(local).unwrap();
+    let other = Some(std::sync::Arc::<[u8]>::from(other.as_bytes()));
+    assert!(matches!(
+        within("another pin", ControlClient::connect_pinned(addr, token, 64, other)).await,
+        Err(ClientError::Transport { .. })
+    ));
+    // The right certificate and the wrong token: refused by the sidecar.
+    assert!(matches!(
+        within("wrong token", ControlClient::connect_pinned(addr, "wrong", 64, pinned())).await,
+        Err(ClientError::Transport { .. })
+    ));
+}
+
 #[tokio::test]
 async fn acp_round_trip_with_streaming_and_a_permission_answered_through_acp_send() {
     let sidecar = Sidecar::launch(&[]).await;

@@ -410,5 +410,29 @@ async fn an_engine_reached_over_tcp_runs_and_readopts_sessions() {
         local.inspect_container(&name, None::<InspectContainerOptions>).await.is_err(),
         "not on the local engine"
     );
+    // Reached across a network (tcp://): its control channel is TLS, with a certificate
+    // made for this execution; plain WebSocket gets nowhere. After the SIGKILL below the
+    // re-adoption reconnects with the certificate pinned in the store.
+    let inspected = docker.inspect_container(&name, None::<InspectContainerOptions>).await.unwrap();
+    let cmd = inspected.config.and_then(|config| config.cmd).unwrap_or_default();
+    assert!(cmd.iter().any(|arg| arg == "--tls-cert"), "{cmd:?}");
+    let port = inspected
+        .network_settings
+        .and_then(|settings| settings.ports)
+        .and_then(|ports| ports.get("7070/tcp").cloned().flatten())
+        .and_then(|bindings| bindings.into_iter().find_map(|binding| binding.host_port))
+        .expect("a published control port");
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let token =
+        std::fs::read_to_string(daemon.session_dir(&session).join("agentctl/token")).unwrap();
+    let plain = agentctl::client::ControlClient::connect(addr, &token).await;
+    assert!(plain.is_err(), "plain WebSocket is refused by a TLS sidecar");
+    let cert = std::fs::read(daemon.session_dir(&session).join("agentctl/tls.crt")).unwrap();
+    let pinned =
+        agentctl::client::ControlClient::connect_pinned(addr, &token, 16, Some(cert.into()))
+            .await
+            .expect("the pinned certificate gets through");
+    pinned.status().await.expect("status over TLS");
+    drop(pinned);
     readopted_mid_turn(&mut daemon, api, &session).await;
 }

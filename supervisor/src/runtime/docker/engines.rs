@@ -44,6 +44,11 @@ pub struct EngineConfig {
     /// Client certificates for a `tcp://` engine that requires TLS (`dockerd --tlsverify`).
     #[serde(default)]
     pub tls: Option<EngineTls>,
+    /// Whether the control channel to sidecars on this engine is TLS (a certificate made
+    /// for each execution and pinned); default: for a `tcp://` engine, whose published
+    /// ports are reached across a network.
+    #[serde(default)]
+    pub sidecar_tls: Option<bool>,
 }
 
 fn default_capacity() -> u32 {
@@ -72,7 +77,19 @@ impl EngineConfig {
             labels: BTreeMap::new(),
             capacity: DEFAULT_CAPACITY,
             tls: None,
+            sidecar_tls: None,
         }
+    }
+
+    /// Whether its sidecars serve their control channel over TLS.
+    pub fn sidecar_tls(&self) -> bool {
+        self.sidecar_tls.unwrap_or_else(|| {
+            let host = match &self.host {
+                Some(host) => host.clone(),
+                None => std::env::var("DOCKER_HOST").unwrap_or_default(),
+            };
+            host.starts_with("tcp://")
+        })
     }
 
     /// Checks what can be checked without contacting it: the name, the address scheme,
