@@ -177,6 +177,25 @@ impl Drop for Cleanup {
     }
 }
 
+/// [`Cleanup`] through a given client (any engine, TLS included).
+pub struct CleanupWith {
+    /// The engine.
+    pub docker: Docker,
+    /// The label filter, `key=value`.
+    pub label: String,
+    /// An image to remove, if any.
+    pub image: Option<String>,
+}
+
+impl Drop for CleanupWith {
+    fn drop(&mut self) {
+        let (docker, label, image) = (self.docker.clone(), self.label.clone(), self.image.clone());
+        on_a_thread(async move {
+            remove_labelled_on(&docker, &label, image.as_deref()).await;
+        });
+    }
+}
+
 /// [`Cleanup`] on the engine at `host` (a `tcp://` or `unix://` address).
 pub struct CleanupOn {
     /// The engine.
@@ -208,20 +227,71 @@ fn on_a_thread(work: impl Future<Output = ()> + Send + 'static) {
     .join();
 }
 
-/// A Docker engine of the test's own: a `dockerd` on a unix socket in a temp dir, with its
-/// own data root, exec root and bridge, that the test can stop and start again (an engine
-/// that goes away and comes back). Stopped, its bridge deleted and its dirs removed when
-/// dropped.
+/// A Docker engine of the test's own: a `dockerd` with its own data root, exec root and
+/// bridge, that the test can stop and start again (an engine that goes away and comes
+/// back); on a unix socket in a temp dir, or on a loopback TCP port requiring TLS client
+/// certificates (`--tlsverify`, a CA made for it). Stopped, its bridge deleted and its dirs
+/// removed when dropped.
 pub struct PrivateEngine {
     dir: PathBuf,
     bridge: String,
     child: Option<tokio::process::Child>,
+    /// The TCP port, for a TLS engine.
+    tls_port: Option<u16>,
+}
+
+/// The files a client of a TLS engine presents: `(ca, cert, key)`.
+pub struct ClientTls {
+    /// The CA that signed the engine's certificate.
+    pub ca: PathBuf,
+    /// The client's certificate.
+    pub cert: PathBuf,
+    /// Its key.
+    pub key: PathBuf,
+}
+
+/// A CA, and a server and a client certificate it signed (PEM files in `dir`): `ca.pem`,
+/// `server.pem`/`server-key.pem` for 127.0.0.1, `client.pem`/`client-key.pem`.
+fn make_certificates(dir: &std::path::Path) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose,
+    };
+    let write = |name: &str, text: &str| std::fs::write(dir.join(name), text).expect("write PEM");
+    let ca_key = KeyPair::generate().expect("a key");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca.distinguished_name.push(DnType::CommonName, "tether test CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    write("ca.pem", &ca.self_signed(&ca_key).expect("the CA").pem());
+    let issuer = Issuer::new(ca, ca_key);
+    for (name, sans, purpose) in [
+        ("server", vec!["127.0.0.1".to_owned()], ExtendedKeyUsagePurpose::ServerAuth),
+        ("client", Vec::new(), ExtendedKeyUsagePurpose::ClientAuth),
+    ] {
+        let key = KeyPair::generate().expect("a key");
+        let mut params = CertificateParams::new(sans).expect("params");
+        params.distinguished_name.push(DnType::CommonName, format!("tether test {name}"));
+        params.extended_key_usages = vec![purpose];
+        let cert = params.signed_by(&key, &issuer).expect("a certificate");
+        write(&format!("{name}.pem"), &cert.pem());
+        write(&format!("{name}-key.pem"), &key.serialize_pem());
+    }
 }
 
 impl PrivateEngine {
-    /// Starts one, or `None` after printing the SKIPPED line (a failure when Docker is
-    /// required): it needs root, `dockerd` and `ip`.
+    /// Starts one on a unix socket, or `None` after printing the SKIPPED line (a failure
+    /// when Docker is required): it needs root, `dockerd` and `ip`.
     pub async fn start() -> Option<PrivateEngine> {
+        PrivateEngine::start_with(false).await
+    }
+
+    /// Starts one on a loopback TCP port that requires TLS client certificates.
+    pub async fn start_tls() -> Option<PrivateEngine> {
+        PrivateEngine::start_with(true).await
+    }
+
+    async fn start_with(tls: bool) -> Option<PrivateEngine> {
         let root = nix::unistd::Uid::effective().is_root();
         let have = |program: &str| {
             std::env::var_os("PATH").is_some_and(|path| {
@@ -252,19 +322,48 @@ impl PrivateEngine {
         ip(&["link", "add", "name", &bridge, "type", "bridge"]);
         ip(&["addr", "add", &format!("172.31.{octet}.1/24"), "dev", &bridge]);
         ip(&["link", "set", &bridge, "up"]);
-        let mut engine = PrivateEngine { dir, bridge, child: None };
+        let tls_port = tls.then(|| {
+            make_certificates(&dir);
+            // A free port now; dockerd binds it a moment later.
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+            probe.local_addr().expect("its address").port()
+        });
+        let mut engine = PrivateEngine { dir, bridge, child: None, tls_port };
         engine.run().await;
         Some(engine)
     }
 
-    /// `unix://…/docker.sock`.
+    /// `unix://…/docker.sock`, or `tcp://127.0.0.1:PORT` for a TLS engine.
     pub fn host(&self) -> String {
-        format!("unix://{}", self.dir.join("docker.sock").display())
+        match self.tls_port {
+            Some(port) => format!("tcp://127.0.0.1:{port}"),
+            None => format!("unix://{}", self.dir.join("docker.sock").display()),
+        }
+    }
+
+    /// What a client of a TLS engine presents.
+    pub fn client_tls(&self) -> Option<ClientTls> {
+        self.tls_port.map(|_| ClientTls {
+            ca: self.dir.join("ca.pem"),
+            cert: self.dir.join("client.pem"),
+            key: self.dir.join("client-key.pem"),
+        })
     }
 
     /// A client.
     pub fn client(&self) -> Docker {
-        Docker::connect_with_host(&self.host()).expect("a client of the private engine")
+        let connected = match self.client_tls() {
+            Some(tls) => Docker::connect_with_ssl(
+                &self.host(),
+                &tls.key,
+                &tls.cert,
+                &tls.ca,
+                120,
+                bollard::API_DEFAULT_VERSION,
+            ),
+            None => Docker::connect_with_host(&self.host()),
+        };
+        connected.expect("a client of the private engine")
     }
 
     /// Starts `dockerd` and waits for its "API listen on" line.
@@ -281,6 +380,15 @@ impl PrivateEngine {
             .arg("--pidfile")
             .arg(self.dir.join("docker.pid"))
             .args(["--bridge", &self.bridge, "--shutdown-timeout", "2"])
+            .args(match self.tls_port {
+                Some(_) => vec![
+                    "--tlsverify".into(),
+                    format!("--tlscacert={}", self.dir.join("ca.pem").display()),
+                    format!("--tlscert={}", self.dir.join("server.pem").display()),
+                    format!("--tlskey={}", self.dir.join("server-key.pem").display()),
+                ],
+                None => Vec::new(),
+            })
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())

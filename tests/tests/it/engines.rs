@@ -3,9 +3,10 @@
 //! start, and an engine that goes away making only its own sessions
 //! `runtime_unavailable` until it is back, when they resume there.
 //!
-//! The second engine is the test's own `dockerd` (on a unix socket, with its own data
-//! root, exec root and bridge), so the test can stop it and start it again without
-//! disturbing other tests.
+//! The second engine is the test's own `dockerd` (with its own data root, exec root and
+//! bridge), so the test can stop it and start it again without disturbing other tests. It
+//! is reached as a remote engine is: over TCP with TLS client certificates
+//! (`dockerd --tlsverify`), and its sidecars' control channels are TLS too.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -17,7 +18,7 @@ use protocol::api::{ApiClient, SessionState};
 use protocol::errors::ErrorKind;
 use tether_tests::daemon::{Api, Daemon, call, ok, settled};
 use tether_tests::docker::{
-    Cleanup, CleanupOn, PrivateEngine, build_mock_image, engine, static_binary,
+    Cleanup, CleanupWith, PrivateEngine, build_mock_image, engine, static_binary,
 };
 
 fn docker_profile(image: &str) -> String {
@@ -82,7 +83,8 @@ async fn make_orphan(docker: &Docker, install_id: &str, image: &str) -> String {
 #[tokio::test]
 async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_its_own() {
     let Some(local) = engine().await else { return };
-    let Some(mut other_engine) = PrivateEngine::start().await else { return };
+    let Some(mut other_engine) = PrivateEngine::start_tls().await else { return };
+    let tls = other_engine.client_tls().expect("a TLS engine");
     let other = other_engine.client();
     let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
     build_mock_image(&local, &tag).await;
@@ -91,9 +93,13 @@ async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_i
     let config = format!(
         "static_agentctl = \"{}\"\n\n\
          [[docker.engines]]\nname = \"local\"\nhost = \"unix:///var/run/docker.sock\"\nlabels = {{ zone = \"a\" }}\ncapacity = 3\n\n\
-         [[docker.engines]]\nname = \"other\"\nhost = \"{}\"\nlabels = {{ zone = \"b\" }}\ncapacity = 3\n",
+         [[docker.engines]]\nname = \"other\"\nhost = \"{}\"\nlabels = {{ zone = \"b\" }}\ncapacity = 3\n\
+         tls = {{ ca = \"{}\", cert = \"{}\", key = \"{}\" }}\n",
         agentctl.display(),
-        other_engine.host()
+        other_engine.host(),
+        tls.ca.display(),
+        tls.cert.display(),
+        tls.key.display(),
     );
     let (mut daemon, ()) =
         Daemon::start_prepared(&[], &[("mock-docker.toml", &docker_profile(&tag))], &[], |root| {
@@ -104,7 +110,7 @@ async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_i
     let label = format!("tether.install_id={}", daemon.install_id);
     let _cleanup_local = Cleanup { label: label.clone(), image: Some(tag.clone()) };
     let _cleanup_other =
-        CleanupOn { host: other_engine.host(), label: label.clone(), image: Some(tag.clone()) };
+        CleanupWith { docker: other.clone(), label: label.clone(), image: Some(tag.clone()) };
     let api = daemon.api().await;
 
     // By label: each on the engine that carries it, and only there.
@@ -114,6 +120,11 @@ async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_i
     assert_eq!(api.status(&b).await.placement.as_deref(), Some("other"));
     assert!(container_on(&local, &a).await.is_some() && container_on(&other, &a).await.is_none());
     assert!(container_on(&other, &b).await.is_some() && container_on(&local, &b).await.is_none());
+    // The remote engine's sidecars serve TLS; the local one's plain WebSocket on loopback.
+    for (session, tls) in [(&a, false), (&b, true)] {
+        let cert = daemon.session_dir(session).join("agentctl/tls.crt");
+        assert_eq!(cert.exists(), tls, "{session}: TLS as its engine asks");
+    }
     // A label no engine carries: refused, saying so.
     let task = ok("task.create", api.typed().task_create("nowhere".into(), None)).await;
     let nowhere = call(
