@@ -227,4 +227,25 @@ async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_i
         let recalled = api.ask(session, "/recall").await;
         assert!(recalled.contains("remembered"), "{recalled}");
     }
+
+    // The supervisor is SIGKILLed and the other engine goes away before it is back: at
+    // restart the local sessions are re-adopted; the other engine's cannot be reached,
+    // fenced or re-adopted, and wait runtime_unavailable. When the engine returns, a
+    // prompt resumes one there.
+    drop(api);
+    daemon.kill().await;
+    other_engine.stop().await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    for session in [&a, &c] {
+        assert!(api.ask(session, "after both").await.contains("you said: after both"));
+        assert_eq!(api.status(session).await.generation, 1, "re-adopted");
+    }
+    let status = api.status(&b).await;
+    assert_eq!(status.resume_reason, "runtime_unavailable", "{status:?}");
+    assert!(!status.is_agent_running && !status.is_resumable, "{status:?}");
+    other_engine.restart().await;
+    let reply = api.ask(&b, "/recall").await;
+    assert!(reply.contains("remembered"), "resumed lazily on its engine: {reply}");
+    assert_eq!(api.status(&b).await.placement.as_deref(), Some("other"));
 }
