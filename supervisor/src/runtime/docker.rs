@@ -40,14 +40,15 @@ use bollard::container::LogOutput;
 use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
 use bollard::query_parameters::{
     AttachContainerOptions, CreateContainerOptions, InspectContainerOptions, KillContainerOptions,
-    ListContainersOptions, RemoveContainerOptions, WaitContainerOptions,
+    ListContainersOptions, ListVolumesOptions, RemoveContainerOptions, RemoveVolumeOptions,
+    UploadToContainerOptions, WaitContainerOptions,
 };
 use futures_util::StreamExt;
 use protocol::control::ReadyInfo;
 
 use serde::{Deserialize, Serialize};
 
-use self::engines::{Candidate, Engine, EngineConfig, place};
+use self::engines::{Candidate, Engine, EngineConfig, Storage, place};
 use super::{
     BoxFuture, Endpoint, FenceTarget, LaunchSpec, Liveness, Orphan, OrphanScan, Runtime,
     RuntimeError,
@@ -343,20 +344,33 @@ impl DockerRuntime {
                 "the profile names no [docker] image, so it cannot run in Docker".into(),
             )
         })?;
-        let mut binds = vec![
-            format!("{}:/tether/agentctl:ro", agentctl.display()),
-            format!("{}:/tether/state", spec.state_dir.display()),
-            format!("{0}:{0}", spec.workspace.display()),
-        ];
+        let mut binds = vec![format!("{0}:{0}", spec.workspace.display())];
         if let Some(git_dir) = &spec.git_dir {
             binds.push(format!("{0}:{0}", git_dir.display()));
         }
-        for dir in &spec.agent_state_dirs {
-            let host = spec.agent_state_root.join(dir);
-            crate::home::create_private_dir(&host)
-                .map_err(|err| RuntimeError::Engine(format!("{}: {err}", host.display())))?;
-            binds.push(format!("{}:{CONTAINER_HOME}/{dir}", host.display()));
+        let on_volumes = engine.config.storage == Storage::Volumes;
+        if on_volumes {
+            // The engine keeps the session's state: named volumes there, made once and
+            // found again by the next container of the session.
+            let state = self.ensure_volume(docker, engine, &spec.session_id, "state").await?;
+            binds.push(format!("{state}:/tether/state"));
+            for (index, dir) in spec.agent_state_dirs.iter().enumerate() {
+                let kind = format!("agent-{index}");
+                let volume = self.ensure_volume(docker, engine, &spec.session_id, &kind).await?;
+                binds.push(format!("{volume}:{CONTAINER_HOME}/{dir}"));
+            }
+        } else {
+            binds.push(format!("{}:/tether/agentctl:ro", agentctl.display()));
+            binds.push(format!("{}:/tether/state", spec.state_dir.display()));
+            for dir in &spec.agent_state_dirs {
+                let host = spec.agent_state_root.join(dir);
+                crate::home::create_private_dir(&host)
+                    .map_err(|err| RuntimeError::Engine(format!("{}: {err}", host.display())))?;
+                binds.push(format!("{}:{CONTAINER_HOME}/{dir}", host.display()));
+            }
         }
+        // Secrets: in the mounted state dir, or copied into the container with agentctl.
+        let secrets = if on_volumes { "/tether/secrets" } else { "/tether/state" };
         let port = format!("{CONTAINER_PORT}/tcp");
         let labels = HashMap::from([
             (MANAGED_LABEL.to_owned(), "true".to_owned()),
@@ -374,15 +388,17 @@ impl DockerRuntime {
             "--listen",
             &format!("0.0.0.0:{CONTAINER_PORT}"),
             "--token-file",
-            "/tether/state/token",
+            &format!("{secrets}/token"),
         ]
         .map(str::to_owned)
         .to_vec();
         if tls {
-            cmd.extend(
-                ["--tls-cert", "/tether/state/tls.crt", "--tls-key", "/tether/state/tls.key"]
-                    .map(str::to_owned),
-            );
+            cmd.extend([
+                "--tls-cert".to_owned(),
+                format!("{secrets}/tls.crt"),
+                "--tls-key".to_owned(),
+                format!("{secrets}/tls.key"),
+            ]);
         }
         let body = ContainerCreateBody {
             image: Some(image.clone()),
@@ -425,6 +441,62 @@ impl DockerRuntime {
             Err(err) if is_not_found(&err) => Err(RuntimeError::ImageMissing(image)),
             Err(err) => Err(engine_error(err)),
         }
+    }
+
+    /// The session's named volume of `kind` on an engine (made, labelled as ours, when it
+    /// does not exist yet); its name.
+    async fn ensure_volume(
+        &self,
+        docker: &Docker,
+        engine: &Engine,
+        session_id: &str,
+        kind: &str,
+    ) -> Result<String, RuntimeError> {
+        let name = format!("tether-{session_id}-{kind}");
+        let labels = HashMap::from([
+            (MANAGED_LABEL.to_owned(), "true".to_owned()),
+            ("tether.session_id".to_owned(), session_id.to_owned()),
+            ("tether.install_id".to_owned(), self.config.install_id.clone()),
+            ("tether.engine".to_owned(), engine.config.name.clone()),
+        ]);
+        let request = bollard::models::VolumeCreateRequest {
+            name: Some(name.clone()),
+            labels: Some(labels),
+            ..Default::default()
+        };
+        // Creating one that exists answers the existing one.
+        docker.create_volume(request).await.map_err(engine_error)?;
+        Ok(name)
+    }
+
+    /// This installation's volumes on an engine (all of them, or one session's), by name
+    /// with the session each names.
+    async fn volumes_of(
+        &self,
+        docker: &Docker,
+        session_id: Option<&str>,
+    ) -> Result<Vec<(String, String)>, RuntimeError> {
+        let mut labels = vec![
+            format!("{MANAGED_LABEL}=true"),
+            format!("tether.install_id={}", self.config.install_id),
+        ];
+        if let Some(session_id) = session_id {
+            labels.push(format!("tether.session_id={session_id}"));
+        }
+        let filters = HashMap::from([("label".to_owned(), labels)]);
+        let listed = docker
+            .list_volumes(Some(ListVolumesOptions { filters: Some(filters) }))
+            .await
+            .map_err(engine_error)?;
+        Ok(listed
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|volume| {
+                let session = volume.labels.get("tether.session_id").cloned().unwrap_or_default();
+                (volume.name, session)
+            })
+            .collect())
     }
 
     /// Starts a created container and reads agentctl's ready line from its output
@@ -587,6 +659,23 @@ impl Runtime for DockerRuntime {
                 None
             };
             let id = self.create(&docker, engine, &spec, &agentctl, tls).await?;
+            if engine.config.storage == Storage::Volumes {
+                // Nothing of the supervisor's host is mounted: agentctl and its secrets are
+                // copied in before the start.
+                let mut secrets = vec![("token", spec.token.clone(), 0o600)];
+                if let Some(cert) = &tls_cert {
+                    let key = std::fs::read_to_string(spec.state_dir.join("tls.key"))
+                        .map_err(|err| RuntimeError::Engine(format!("tls.key: {err}")))?;
+                    secrets.push(("tls.crt", cert.clone(), 0o644));
+                    secrets.push(("tls.key", key, 0o600));
+                }
+                let archive = entrypoint_archive(&agentctl, &secrets)?;
+                let options = UploadToContainerOptions { path: "/".into(), ..Default::default() };
+                docker
+                    .upload_to_container(&id, Some(options), bollard::body_full(archive.into()))
+                    .await
+                    .map_err(engine_error)?;
+            }
             let ready = self.start_and_read_ready(&docker, &id, spec.ready_timeout).await?;
             let inspected = docker
                 .inspect_container(&id, None::<InspectContainerOptions>)
@@ -736,6 +825,15 @@ impl Runtime for DockerRuntime {
                     Err(err) if is_not_found(&err) => {}
                     Err(err) => return Err(engine_error(err)),
                 }
+                // Its state volumes (an engine with `storage = "volumes"`), after the
+                // container that used them.
+                for (volume, _) in self.volumes_of(&docker, Some(session_id)).await? {
+                    match docker.remove_volume(&volume, None::<RemoveVolumeOptions>).await {
+                        Ok(()) => removed = true,
+                        Err(err) if is_not_found(&err) => {}
+                        Err(err) => return Err(engine_error(err)),
+                    }
+                }
             }
             Ok(removed)
         })
@@ -770,6 +868,27 @@ impl Runtime for DockerRuntime {
                             });
                         }
                     }
+                    Err(err) => {
+                        scan.unreachable.push(err.to_string());
+                        continue;
+                    }
+                }
+                // Volumes after containers: a volume is removed once nothing uses it.
+                let Ok(docker) = self.reach(engine).await else { continue };
+                match self.volumes_of(&docker, None).await {
+                    Ok(volumes) => {
+                        for (volume, session_id) in volumes {
+                            let handle = serde_json::json!({
+                                "engine": engine.config.name,
+                                "volume": volume,
+                            });
+                            scan.found.push(Orphan {
+                                session_id,
+                                location: format!("{}/volume {volume}", engine.config.name),
+                                handle,
+                            });
+                        }
+                    }
                     Err(err) => scan.unreachable.push(err.to_string()),
                 }
             }
@@ -779,6 +898,19 @@ impl Runtime for DockerRuntime {
 
     fn remove_orphan<'a>(&'a self, orphan: &'a Orphan) -> BoxFuture<'a, Result<(), RuntimeError>> {
         Box::pin(async move {
+            if let Some(volume) = orphan.handle.get("volume").and_then(|v| v.as_str()) {
+                let name = orphan.handle.get("engine").and_then(|e| e.as_str());
+                let engine = self
+                    .engine_named(name)
+                    .ok_or_else(|| RuntimeError::Engine(format!("no engine named {name:?}")))?;
+                let docker = self.reach(engine).await?;
+                tracing::info!(volume = %orphan.location, session = %orphan.session_id, "removing an orphaned volume");
+                return match docker.remove_volume(volume, None::<RemoveVolumeOptions>).await {
+                    Ok(()) => Ok(()),
+                    Err(err) if is_not_found(&err) => Ok(()),
+                    Err(err) => Err(engine_error(err)),
+                };
+            }
             let handle = DockerHandle::parse(Some(&orphan.handle))
                 .ok_or_else(|| RuntimeError::Engine("not a container handle".into()))?;
             let engine = self.engine_of(&handle).ok_or_else(|| {
@@ -830,6 +962,36 @@ async fn kill_container(docker: &Docker, engine: &str, name: &str) -> Result<(),
 
 fn is_conflict(err: &bollard::errors::Error) -> bool {
     matches!(err, bollard::errors::Error::DockerResponseServerError { status_code: 409, .. })
+}
+
+/// A tar archive (extracted at `/`) of `tether/agentctl` and the secrets in
+/// `tether/secrets/` (`(name, text, mode)`): what a container on an engine that mounts
+/// nothing of the supervisor's host needs before it starts.
+fn entrypoint_archive(
+    agentctl: &Path,
+    secrets: &[(&str, String, u32)],
+) -> Result<Vec<u8>, RuntimeError> {
+    let binary = std::fs::read(agentctl)
+        .map_err(|err| RuntimeError::Unavailable(format!("{}: {err}", agentctl.display())))?;
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut entry = |path: &str, bytes: &[u8], mode: u32, kind: tar::EntryType| {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(kind);
+        header.set_size(bytes.len() as u64);
+        header.set_mode(mode);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_cksum();
+        tar.append_data(&mut header, path, bytes)
+            .map_err(|err| RuntimeError::Engine(format!("building the archive: {err}")))
+    };
+    entry("tether/", &[], 0o755, tar::EntryType::Directory)?;
+    entry("tether/agentctl", &binary, 0o755, tar::EntryType::Regular)?;
+    entry("tether/secrets/", &[], 0o700, tar::EntryType::Directory)?;
+    for (name, text, mode) in secrets {
+        entry(&format!("tether/secrets/{name}"), text.as_bytes(), *mode, tar::EntryType::Regular)?;
+    }
+    tar.into_inner().map_err(|err| RuntimeError::Engine(format!("building the archive: {err}")))
 }
 
 /// A self-signed certificate and its key (PEM) for one execution's control channel, named

@@ -6,7 +6,9 @@
 //! The second engine is the test's own `dockerd` (with its own data root, exec root and
 //! bridge), so the test can stop it and start it again without disturbing other tests. It
 //! is reached as a remote engine is: over TCP with TLS client certificates
-//! (`dockerd --tlsverify`), and its sidecars' control channels are TLS too.
+//! (`dockerd --tlsverify`), its sidecars' control channels are TLS too, and nothing of the
+//! supervisor's host but the workspace is mounted there (`storage = "volumes"`: agentctl
+//! is copied in, the session's state lives in volumes on that engine).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -94,7 +96,7 @@ async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_i
         "static_agentctl = \"{}\"\n\n\
          [[docker.engines]]\nname = \"local\"\nhost = \"unix:///var/run/docker.sock\"\nlabels = {{ zone = \"a\" }}\ncapacity = 3\n\n\
          [[docker.engines]]\nname = \"other\"\nhost = \"{}\"\nlabels = {{ zone = \"b\" }}\ncapacity = 3\n\
-         tls = {{ ca = \"{}\", cert = \"{}\", key = \"{}\" }}\n",
+         tls = {{ ca = \"{}\", cert = \"{}\", key = \"{}\" }}\nstorage = \"volumes\"\n",
         agentctl.display(),
         other_engine.host(),
         tls.ca.display(),
@@ -125,6 +127,20 @@ async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_i
         let cert = daemon.session_dir(session).join("agentctl/tls.crt");
         assert_eq!(cert.exists(), tls, "{session}: TLS as its engine asks");
     }
+    // On the volumes engine only the workspace is bind-mounted; the state is in volumes.
+    let binds = |docker: &Docker, session: &str| {
+        let (docker, name) = (docker.clone(), format!("tether-{session}"));
+        async move {
+            let inspected = docker.inspect_container(&name, None::<InspectContainerOptions>).await;
+            inspected.unwrap().host_config.and_then(|config| config.binds).unwrap_or_default()
+        }
+    };
+    let on_other = binds(&other, &b).await;
+    assert!(on_other.iter().all(|bind| !bind.contains("/tether/agentctl")), "{on_other:?}");
+    assert!(on_other.contains(&format!("tether-{b}-state:/tether/state")), "{on_other:?}");
+    assert!(on_other.contains(&format!("tether-{b}-agent-0:/root/.mock-agent")), "{on_other:?}");
+    let on_local = binds(&local, &a).await;
+    assert!(on_local.iter().any(|bind| bind.contains("/tether/agentctl")), "{on_local:?}");
     // A label no engine carries: refused, saying so.
     let task = ok("task.create", api.typed().task_create("nowhere".into(), None)).await;
     let nowhere = call(
@@ -175,6 +191,20 @@ async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_i
     daemon.kill().await;
     let orphan_local = make_orphan(&local, &daemon.install_id, &tag).await;
     let orphan_other = make_orphan(&other, &daemon.install_id, &tag).await;
+    let orphan_volume = format!("tether-{}-state", uuid::Uuid::now_v7());
+    let volume_labels = HashMap::from([
+        ("tether.managed".to_owned(), "true".to_owned()),
+        ("tether.session_id".to_owned(), orphan_volume[7..43].to_owned()),
+        ("tether.install_id".to_owned(), daemon.install_id.clone()),
+    ]);
+    other
+        .create_volume(bollard::models::VolumeCreateRequest {
+            name: Some(orphan_volume.clone()),
+            labels: Some(volume_labels),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     daemon.restart().await;
     let api = daemon.api().await;
     for (session, container) in &containers {
@@ -187,6 +217,8 @@ async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_i
     }
     assert!(local.inspect_container(&orphan_local, None::<InspectContainerOptions>).await.is_err());
     assert!(other.inspect_container(&orphan_other, None::<InspectContainerOptions>).await.is_err());
+    assert!(other.inspect_volume(&orphan_volume).await.is_err(), "the orphaned volume is gone");
+    assert!(other.inspect_volume(&format!("tether-{b}-state")).await.is_ok(), "a kept one stays");
 
     // The other engine goes away: its sessions lose their agents and are
     // runtime_unavailable; the local ones keep running.
@@ -248,4 +280,10 @@ async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_i
     let reply = api.ask(&b, "/recall").await;
     assert!(reply.contains("remembered"), "resumed lazily on its engine: {reply}");
     assert_eq!(api.status(&b).await.placement.as_deref(), Some("other"));
+
+    // Deleting a session removes its container and volumes from its engine.
+    ok("delete", api.typed().session_delete(d.clone(), None, None)).await;
+    assert!(container_on(&other, &d).await.is_none());
+    assert!(other.inspect_volume(&format!("tether-{d}-state")).await.is_err());
+    assert!(other.inspect_volume(&format!("tether-{d}-agent-0")).await.is_err());
 }

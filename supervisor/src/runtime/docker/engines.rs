@@ -49,6 +49,24 @@ pub struct EngineConfig {
     /// ports are reached across a network.
     #[serde(default)]
     pub sidecar_tls: Option<bool>,
+    /// Where a session's files live: `host` (default), bind mounts of the supervisor's
+    /// paths (the engine's host must see them: a local engine, or a shared filesystem);
+    /// `volumes`, named volumes on the engine for agentctl's state and the agent's own
+    /// state, with agentctl and its secrets copied into the container (only the workspace
+    /// is bind-mounted, at its own path).
+    #[serde(default)]
+    pub storage: Storage,
+}
+
+/// See [`EngineConfig::storage`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Storage {
+    /// Bind mounts of the supervisor's paths.
+    #[default]
+    Host,
+    /// Named volumes on the engine.
+    Volumes,
 }
 
 fn default_capacity() -> u32 {
@@ -78,6 +96,7 @@ impl EngineConfig {
             capacity: DEFAULT_CAPACITY,
             tls: None,
             sidecar_tls: None,
+            storage: Storage::Host,
         }
     }
 
