@@ -35,6 +35,24 @@ fn minimal_profile_gets_defaults() {
     assert!(profile.injects_history(false));
 }
 
+/// Issue 17: a profile can ask for engines with labels; a snapshot stored before the field
+/// reads as asking for none.
+#[test]
+fn docker_placement_labels_are_read_and_optional() {
+    let text = "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[docker]\nimage = \"i\"\nlabels = { gpu = \"yes\" }\n";
+    let profile = parse(text, file()).unwrap();
+    assert_eq!(profile.docker.labels.get("gpu").map(String::as_str), Some("yes"));
+    assert!(parse(MINIMAL, file()).unwrap().docker.labels.is_empty());
+    let mut stored = serde_json::to_value(&profile).unwrap();
+    stored["docker"].as_object_mut().unwrap().remove("labels");
+    let old: Profile = serde_json::from_value(stored).unwrap();
+    assert!(old.docker.labels.is_empty());
+    let bad = error(
+        "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[docker]\nlabels = { gpu = 1 }\n",
+    );
+    assert!(bad.to_string().contains("docker.labels"), "{bad}");
+}
+
 /// The ladder (issue 11): the agent's advertisement decides, the profile overrides.
 #[test]
 fn the_restore_method_follows_the_agent_unless_the_profile_overrides_it() {
