@@ -6,6 +6,8 @@
 #  - real agents from npm, pinned, into the project-local prefix .tools/npm (Node.js from
 #    Debian when it is missing and we are root);
 #  - chromium and chromium-driver from Debian, for the web UI's browser tests;
+#  - Debian's openssh-server (sshd; not started: the ssh:// engine test runs its own on a
+#    loopback port with keys it makes);
 #  - a second Docker engine for the multi-engine tests (issue 17): dockerd on
 #    tcp://127.0.0.1:23750 (loopback only) with its own data root, exec root, pid file and
 #    bridge (tether-br2), under $TMPDIR/tether-engine2.
@@ -164,8 +166,26 @@ ensure_browser() {
   apt-get install -y -qq chromium chromium-driver >/dev/null
 }
 
+# sshd, for the test of an engine reached over ssh:// (the test starts its own).
+ensure_sshd() {
+  if [ -x /usr/sbin/sshd ]; then
+    log "sshd present"
+    return 0
+  fi
+  if [ "$(id -u)" != 0 ]; then
+    log "no sshd and not root: the ssh:// engine test will be skipped (or fail with REQUIRE_DOCKER=1)"
+    return 0
+  fi
+  log "installing openssh-server from Debian"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  # The package's own service is not wanted: the test runs a private sshd.
+  apt-get install -y -qq --no-install-recommends openssh-server >/dev/null
+}
+
 ensure_docker
 ensure_second_engine
 ensure_elizacp
 ensure_real_agents
 ensure_browser
+ensure_sshd

@@ -29,6 +29,12 @@
 //! address = "10.0.0.12"      # where its published ports are reached (default: host's IP)
 //! labels = { zone = "b", gpu = "yes" }
 //! tls = { ca = "/etc/tether/ca.pem", cert = "/etc/tether/cert.pem", key = "/etc/tether/key.pem" }
+//! storage = "volumes"        # the session's state in volumes there; agentctl copied in
+//!
+//! [[docker.engines]]
+//! name = "build-3"
+//! host = "ssh://tether@build-3"   # a port goes in ~/.ssh/config, not here
+//! ssh_key = "/etc/tether/id_ed25519"
 //! ```
 
 use std::net::SocketAddr;

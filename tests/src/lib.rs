@@ -9,6 +9,7 @@ pub mod docker;
 pub mod model_server;
 pub mod schema;
 pub mod sidecar;
+pub mod ssh;
 
 use std::io;
 use std::path::{Path, PathBuf};

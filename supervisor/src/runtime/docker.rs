@@ -203,6 +203,12 @@ impl DockerRuntime {
         } else {
             config.engines.clone()
         };
+        if configured
+            .iter()
+            .any(|engine| engine.host.as_deref().is_some_and(|h| h.starts_with("ssh://")))
+        {
+            engines::close_stale_ssh_masters();
+        }
         DockerRuntime { engines: configured.into_iter().map(Engine::new).collect(), config }
     }
 

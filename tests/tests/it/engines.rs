@@ -287,3 +287,58 @@ async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_i
     assert!(other.inspect_volume(&format!("tether-{d}-state")).await.is_err());
     assert!(other.inspect_volume(&format!("tether-{d}-agent-0")).await.is_err());
 }
+
+/// An engine reached over `ssh://` (here the local engine, through an sshd of the test's
+/// own and `docker system dial-stdio`): a session placed there runs, is re-adopted after a
+/// supervisor SIGKILL, and the ssh masters the killed daemon left are closed at restart.
+#[tokio::test]
+async fn an_engine_reached_over_ssh_runs_and_readopts_a_session() {
+    let Some(local) = engine().await else { return };
+    let Some(sshd) = tether_tests::ssh::PrivateSshd::start().await else { return };
+    let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
+    build_mock_image(&local, &tag).await;
+    let agentctl = static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
+    let config = format!(
+        "static_agentctl = \"{}\"\n\n\
+         [[docker.engines]]\nname = \"over-ssh\"\nhost = \"{}\"\n\
+         ssh_key = \"{}\"\nlabels = {{ via = \"ssh\" }}\n",
+        agentctl.display(),
+        sshd.url(),
+        sshd.key().display(),
+    );
+    let (mut daemon, ()) =
+        Daemon::start_prepared(&[], &[("mock-docker.toml", &docker_profile(&tag))], &[], |root| {
+            std::fs::create_dir_all(root.join("tether")).unwrap();
+            std::fs::write(root.join("tether/config.toml"), &config).unwrap();
+        })
+        .await;
+    let _cleanup =
+        Cleanup { label: format!("tether.install_id={}", daemon.install_id), image: Some(tag) };
+    let api = daemon.api().await;
+    let session = placed_session(&api, &daemon.workspace("s"), &[("via", "ssh")]).await;
+    assert_eq!(api.status(&session).await.placement.as_deref(), Some("over-ssh"));
+    assert!(api.ask(&session, "through ssh").await.contains("you said: through ssh"));
+    let container = container_on(&local, &session).await;
+    assert!(container.is_some(), "the container is on the engine ssh reaches");
+
+    // SIGKILL: the ssh masters it held are left behind; the next daemon closes them.
+    drop(api);
+    daemon.kill().await;
+    let control = daemon.root.path().join(".local/state");
+    let stale: Vec<std::path::PathBuf> = std::fs::read_dir(&control)
+        .map(|entries| entries.flatten().map(|entry| entry.path()).collect())
+        .unwrap_or_default();
+    // Its pooled connections' masters outlive it (they persist until told to exit).
+    assert!(!stale.is_empty(), "the killed daemon left ssh masters behind");
+    daemon.restart().await;
+    let api = daemon.api().await;
+    assert!(api.ask(&session, "still through ssh").await.contains("you said: still through ssh"));
+    let status = api.status(&session).await;
+    assert_eq!(status.generation, 1, "re-adopted: {status:?}");
+    assert_eq!(container_on(&local, &session).await, container, "the same container");
+    for dir in &stale {
+        assert!(!dir.exists(), "{} was closed and removed", dir.display());
+        let left = tether_tests::ssh::processes_naming(&dir.to_string_lossy());
+        assert!(left.is_empty(), "no ssh master of the killed daemon is left: {left:?}");
+    }
+}

@@ -25,8 +25,10 @@ const REQUEST_TIMEOUT: u64 = 120;
 pub struct EngineConfig {
     /// Its name (letters, digits, `-`, `_`): stored with each execution placed on it.
     pub name: String,
-    /// `unix:///path/docker.sock` or `tcp://host:port` (with `tls`, HTTPS); absent: the
-    /// `DOCKER_HOST` environment variable, else the local socket.
+    /// `unix:///path/docker.sock`, `tcp://host:port` (with `tls`, HTTPS) or
+    /// `ssh://user@host[:port]` (the system `ssh` runs `docker system dial-stdio` there, as
+    /// the Docker CLI does); absent: the `DOCKER_HOST` environment variable, else the local
+    /// socket.
     #[serde(default)]
     pub host: Option<String>,
     /// The address the supervisor reaches this engine's published ports at, and that the
@@ -44,6 +46,9 @@ pub struct EngineConfig {
     /// Client certificates for a `tcp://` engine that requires TLS (`dockerd --tlsverify`).
     #[serde(default)]
     pub tls: Option<EngineTls>,
+    /// The private key for an `ssh://` engine (else ssh's own configuration decides).
+    #[serde(default)]
+    pub ssh_key: Option<PathBuf>,
     /// Whether the control channel to sidecars on this engine is TLS (a certificate made
     /// for each execution and pinned); default: for a `tcp://` engine, whose published
     /// ports are reached across a network.
@@ -95,6 +100,7 @@ impl EngineConfig {
             labels: BTreeMap::new(),
             capacity: DEFAULT_CAPACITY,
             tls: None,
+            ssh_key: None,
             sidecar_tls: None,
             storage: Storage::Host,
         }
@@ -107,7 +113,7 @@ impl EngineConfig {
                 Some(host) => host.clone(),
                 None => std::env::var("DOCKER_HOST").unwrap_or_default(),
             };
-            host.starts_with("tcp://")
+            host.starts_with("tcp://") || host.starts_with("ssh://")
         })
     }
 
@@ -131,13 +137,24 @@ impl EngineConfig {
             }
             Some(host) if host.starts_with("unix://") => {}
             Some(host) if host.starts_with("tcp://") => {}
-            Some(host) if host.starts_with("ssh://") => {
+            Some(host) if host.starts_with("ssh://") && self.tls.is_some() => {
+                return Err(("tls", "an ssh:// engine is reached through ssh, not TLS".into()));
+            }
+            Some(host) if ssh_port(host).is_some() => {
                 return Err((
                     "host",
-                    "ssh:// engines are not supported by this build; forward the engine's socket (ssh -L) and name it unix:// or tcp://".into(),
+                    "an ssh:// engine cannot take a port here (bollard's ssh transport drops it): name a Host from ~/.ssh/config that sets HostName and Port, e.g. ssh://build-2".into(),
                 ));
             }
-            Some(_) => return Err(("host", "must start with unix:// or tcp://".into())),
+            Some(host) if host.starts_with("ssh://") => {}
+            Some(_) => return Err(("host", "must start with unix://, tcp:// or ssh://".into())),
+        }
+        let over_ssh = self.host.as_deref().is_some_and(|host| host.starts_with("ssh://"));
+        if self.ssh_key.is_some() && !over_ssh {
+            return Err(("ssh_key", "applies to ssh:// engines only".into()));
+        }
+        if self.ssh_key.as_ref().is_some_and(|key| !key.is_absolute()) {
+            return Err(("ssh_key", "must be an absolute path".into()));
         }
         self.reach_address().map(drop).map_err(|reason| ("address", reason))
     }
@@ -157,14 +174,19 @@ impl EngineConfig {
                 from_env.as_str()
             }
         };
-        let Some(rest) = host.strip_prefix("tcp://") else {
-            return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let (rest, default_port) = match (host.strip_prefix("tcp://"), host.strip_prefix("ssh://"))
+        {
+            (Some(rest), _) => (rest, 2375),
+            (_, Some(rest)) => (rest, 22),
+            _ => return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)),
         };
         let authority = rest.split('/').next().unwrap_or_default();
+        // `user@` is ssh's business, not the address's.
+        let authority = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
         let with_port = if authority.rsplit_once(':').is_some() {
             authority.to_owned()
         } else {
-            format!("{authority}:2375")
+            format!("{authority}:{default_port}")
         };
         with_port
             .to_socket_addrs()
@@ -177,6 +199,13 @@ impl EngineConfig {
     }
 }
 
+/// The port in an `ssh://[user@]host[:port]` address, if one is given.
+fn ssh_port(host: &str) -> Option<&str> {
+    let authority = host.strip_prefix("ssh://")?.split('/').next()?;
+    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    host.rsplit_once(':').map(|(_, port)| port)
+}
+
 /// A client for an engine (nothing is contacted yet).
 pub fn connect(config: &EngineConfig) -> Result<Docker, String> {
     let connected = match (config.host.as_deref(), &config.tls) {
@@ -184,6 +213,12 @@ pub fn connect(config: &EngineConfig) -> Result<Docker, String> {
         (Some(host), _) if host.starts_with("unix://") => {
             Docker::connect_with_unix(host, REQUEST_TIMEOUT, API_DEFAULT_VERSION)
         }
+        (Some(host), _) if host.starts_with("ssh://") => Docker::connect_with_ssh(
+            host,
+            REQUEST_TIMEOUT,
+            API_DEFAULT_VERSION,
+            config.ssh_key.as_ref().map(|key| key.display().to_string()),
+        ),
         (Some(host), Some(tls)) => Docker::connect_with_ssl(
             host,
             &tls.key,
@@ -195,6 +230,49 @@ pub fn connect(config: &EngineConfig) -> Result<Docker, String> {
         (Some(host), None) => Docker::connect_with_http(host, REQUEST_TIMEOUT, API_DEFAULT_VERSION),
     };
     connected.map_err(|err| err.to_string())
+}
+
+/// Where bollard's ssh transport (the `openssh` crate) keeps its ssh masters' control
+/// sockets: `$XDG_STATE_HOME`, else `~/.local/state`, in `.ssh-connection*` dirs.
+fn ssh_control_dir() -> Option<PathBuf> {
+    match std::env::var_os("XDG_STATE_HOME").map(PathBuf::from) {
+        Some(dir) if dir.is_absolute() => Some(dir),
+        _ => std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/state")),
+    }
+}
+
+/// Tells the ssh masters an earlier daemon process left behind (they live until told to
+/// exit, and a SIGKILLed daemon never told them) to exit, and removes their control dirs.
+/// Called before this process connects to any engine, so every master found is stale.
+/// Returns how many were closed.
+pub fn close_stale_ssh_masters() -> usize {
+    let Some(dir) = ssh_control_dir() else { return 0 };
+    let Ok(entries) = std::fs::read_dir(&dir) else { return 0 };
+    let mut closed = 0;
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(".ssh-connection") {
+            continue;
+        }
+        let master = entry.path().join("master");
+        if master.exists() {
+            let exited = std::process::Command::new("ssh")
+                .arg("-S")
+                .arg(&master)
+                .args(["-O", "exit", "stale-master"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+            if exited.is_ok_and(|status| status.success()) {
+                closed += 1;
+            }
+        }
+        let _ = std::fs::remove_dir_all(entry.path());
+    }
+    if closed > 0 {
+        tracing::info!(closed, dir = %dir.display(), "closed ssh masters left by an earlier run");
+    }
+    closed
 }
 
 /// An engine in use.
@@ -369,8 +447,15 @@ mod tests {
         engine.tls = Some(EngineTls { ca: "ca".into(), cert: "c".into(), key: "k".into() });
         assert_eq!(engine.validate().unwrap_err().0, "tls");
         engine.tls = None;
-        engine.host = Some("ssh://me@far".into());
-        assert_eq!(engine.validate().unwrap_err().0, "host");
+        engine.host = Some("ssh://me@10.0.0.7:2222".into());
+        assert_eq!(engine.validate().unwrap_err().0, "host", "a port is refused, with a hint");
+        engine.host = Some("ssh://me@10.0.0.7".into());
+        assert_eq!(engine.validate(), Ok(()));
+        assert_eq!(engine.reach_address(), Ok("10.0.0.7".parse().unwrap()));
+        assert!(engine.sidecar_tls(), "across a network");
+        engine.ssh_key = Some("id_ed25519".into());
+        assert_eq!(engine.validate().unwrap_err().0, "ssh_key");
+        engine.ssh_key = None;
         engine.host = Some("http://x".into());
         assert_eq!(engine.validate().unwrap_err().0, "host");
         engine.host = None;
