@@ -153,6 +153,12 @@ pub trait Runtime: Send + Sync + 'static {
         false
     }
 
+    /// Whether it places sessions by labels (`LaunchSpec::labels`); a session asking for
+    /// labels on a runtime that does not is refused at create.
+    fn places_by_labels(&self) -> bool {
+        false
+    }
+
     /// What [`Runtime::remove`] removes for a session, as cleanup reports name it
     /// (`container`); `None` when it keeps nothing.
     fn resource_kind(&self) -> Option<&'static str> {

@@ -430,6 +430,15 @@ impl Supervisor {
             )));
         }
         let runtime = self.check_runtime(runtime.as_deref().unwrap_or(&profile.runtime)).await?;
+        if !labels.is_empty() && !runtime.places_by_labels() {
+            return Err(ServiceError::InvalidParams {
+                field: "labels",
+                message: format!(
+                    "runtime {} does not place sessions by labels (docker does)",
+                    runtime.name()
+                ),
+            });
+        }
         let task = self.config.store.get_task(task_id.clone()).await?;
         let initial_prompt = prompt
             .or_else(|| (!task.description.trim().is_empty()).then(|| task.description.clone()));

@@ -597,6 +597,10 @@ impl Runtime for DockerRuntime {
         Some("container")
     }
 
+    fn places_by_labels(&self) -> bool {
+        true
+    }
+
     fn placement(&self, handle: Option<&serde_json::Value>) -> Option<String> {
         let handle = DockerHandle::parse(handle)?;
         Some(self.engine_of(&handle)?.config.name.clone())

@@ -298,6 +298,20 @@ async fn bad_requests_get_the_right_kind() {
             Some("limit"),
         ),
         ("no.such.method", json!({}), ErrorKind::NoSuchMethod, None),
+        // Issue 17: runtimes are an open set, checked against those the daemon has.
+        (
+            "task.session.create",
+            json!({"task_id": unknown, "agent_profile_id": "mock", "workspace_path": "/", "runtime": "vm"}),
+            ErrorKind::InvalidParams,
+            Some("runtime"),
+        ),
+        // Placement labels on a runtime that does not place.
+        (
+            "task.session.create",
+            json!({"task_id": unknown, "agent_profile_id": "mock", "workspace_path": "/", "labels": {"gpu": "yes"}}),
+            ErrorKind::InvalidParams,
+            Some("labels"),
+        ),
     ];
     // Issue 12, edge: every refused param is named in `data.field`.
     for (method, params, kind, field) in cases {
