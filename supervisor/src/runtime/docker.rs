@@ -59,6 +59,8 @@ use crate::store::ExecutorRow;
 pub const CONTAINER_PORT: u16 = 7070;
 /// The agent's home inside the container.
 pub const CONTAINER_HOME: &str = "/root";
+/// How long an engine may take to answer a ping before it counts as unreachable.
+pub const ENGINE_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// The label every container of ours carries.
 pub const MANAGED_LABEL: &str = "tether.managed";
 
@@ -233,10 +235,30 @@ impl DockerRuntime {
             RuntimeError::Unavailable(format!("the Docker engine {name} is unreachable: {reason}"))
         };
         let docker = engine.docker.clone().map_err(unreachable)?;
-        let docker =
-            docker.negotiate_version().await.map_err(|err| unreachable(err.to_string()))?;
-        docker.ping().await.map_err(|err| unreachable(err.to_string()))?;
-        Ok(docker)
+        // One that just let a ping time out is taken as down for a while, not waited for
+        // again by every status, placement and fence (a refusal is cheap: asked each time).
+        if let Some(reason) = engine.recently_timed_out() {
+            return Err(unreachable(reason));
+        }
+        // Bounded: an engine whose host does not answer at all (a dropped route) would
+        // otherwise hold a restart, a status or a placement for the OS's connect timeout.
+        let answered = tokio::time::timeout(ENGINE_ANSWER_TIMEOUT, async {
+            let docker = docker.negotiate_version().await?;
+            docker.ping().await?;
+            Ok::<Docker, bollard::errors::Error>(docker)
+        });
+        match answered.await {
+            Ok(Ok(docker)) => {
+                engine.record_timeout(None);
+                Ok(docker)
+            }
+            Ok(Err(err)) => Err(unreachable(err.to_string())),
+            Err(_) => {
+                let reason = format!("it did not answer within {ENGINE_ANSWER_TIMEOUT:?}");
+                engine.record_timeout(Some(reason.clone()));
+                Err(unreachable(reason))
+            }
+        }
     }
 
     fn agentctl(&self) -> Result<&Path, RuntimeError> {
@@ -317,7 +339,12 @@ impl DockerRuntime {
                 ),
             }
         }
+        // Only the engines carrying the labels are asked for their load.
         let loads = futures_util::future::join_all(self.engines.iter().map(|engine| async move {
+            let labels = &engine.config.labels;
+            if !spec.labels.iter().all(|(key, value)| labels.get(key) == Some(value)) {
+                return Ok(0);
+            }
             let running = self.running_on(engine).await.map_err(|err| err.to_string())?;
             Ok::<usize, String>(running.len() + engine.inflight.load(Ordering::SeqCst))
         }))
@@ -567,16 +594,19 @@ impl DockerRuntime {
         handle: Option<&DockerHandle>,
     ) -> Result<Vec<(&Engine, Docker)>, RuntimeError> {
         let named = handle.and_then(|handle| self.engine_of(handle));
+        // Every engine is asked at once; the named one first in the answer.
+        let mut ordered: Vec<&Engine> = named.into_iter().collect();
+        ordered.extend(
+            self.engines.iter().filter(|engine| !named.is_some_and(|n| std::ptr::eq(n, *engine))),
+        );
+        let answers =
+            futures_util::future::join_all(ordered.iter().map(|engine| self.reach(engine))).await;
         let mut found = Vec::new();
-        if let Some(engine) = named {
-            found.push((engine, self.reach(engine).await?));
-        }
-        for engine in &self.engines {
-            if named.is_some_and(|named| std::ptr::eq(named, engine)) {
-                continue;
-            }
-            match self.reach(engine).await {
+        for (index, (engine, answer)) in ordered.into_iter().zip(answers).enumerate() {
+            match answer {
                 Ok(docker) => found.push((engine, docker)),
+                // The recorded engine must answer: nothing can be promised without it.
+                Err(err) if index == 0 && named.is_some() => return Err(err),
                 Err(err) => tracing::debug!(%err, "not searched for the session's containers"),
             }
         }
@@ -609,10 +639,14 @@ impl Runtime for DockerRuntime {
     fn check(&self) -> BoxFuture<'_, Result<(), RuntimeError>> {
         Box::pin(async move {
             self.agentctl()?;
-            // One engine that answers is enough here; placement picks among them.
+            // One engine that answers is enough here; placement picks among them. The
+            // first answer decides, so an engine that does not answer costs nothing when
+            // another does.
+            let mut asked: futures_util::stream::FuturesUnordered<_> =
+                self.engines.iter().map(|engine| self.reach(engine)).collect();
             let mut reasons = Vec::new();
-            for engine in &self.engines {
-                match self.reach(engine).await {
+            while let Some(answer) = asked.next().await {
+                match answer {
                     Ok(_) => return Ok(()),
                     Err(err) => reasons.push(err.to_string()),
                 }
@@ -734,13 +768,25 @@ impl Runtime for DockerRuntime {
         _boot_id: &'a str,
     ) -> BoxFuture<'a, HashMap<String, Liveness>> {
         Box::pin(async move {
-            // One list per engine, not an inspect per container.
-            let mut running: HashMap<&str, Result<HashMap<String, ContainerExecution>, String>> =
-                HashMap::new();
-            for engine in &self.engines {
-                let listed = self.running_on(engine).await.map_err(|err| err.to_string());
-                running.insert(engine.config.name.as_str(), listed);
-            }
+            // One list per engine the executions name, not an inspect per container; the
+            // engines are asked together, so one that does not answer costs its timeout once.
+            let named: Vec<&Engine> = self
+                .engines
+                .iter()
+                .filter(|engine| {
+                    executors.iter().any(|executor| {
+                        DockerHandle::parse(executor.runtime_handle.as_ref())
+                            .and_then(|handle| self.engine_of(&handle))
+                            .is_some_and(|of| std::ptr::eq(of, *engine))
+                    })
+                })
+                .collect();
+            let listed = futures_util::future::join_all(named.iter().map(|engine| async move {
+                self.running_on(engine).await.map_err(|err| err.to_string())
+            }))
+            .await;
+            let running: HashMap<&str, Result<HashMap<String, ContainerExecution>, String>> =
+                named.iter().map(|engine| engine.config.name.as_str()).zip(listed).collect();
             let mut found = HashMap::new();
             for executor in executors {
                 let handle = DockerHandle::parse(executor.runtime_handle.as_ref());
@@ -852,10 +898,15 @@ impl Runtime for DockerRuntime {
     fn orphans(&self) -> BoxFuture<'_, OrphanScan> {
         Box::pin(async move {
             let mut scan = OrphanScan::default();
-            for engine in &self.engines {
-                let listed = match self.reach(engine).await {
-                    Ok(docker) => self.list_ours(&docker, true).await,
-                    Err(err) => Err(err),
+            // The engines are asked together: one that does not answer costs its timeout once.
+            let answers = futures_util::future::join_all(
+                self.engines.iter().map(|engine| self.reach(engine)),
+            )
+            .await;
+            for (engine, answer) in self.engines.iter().zip(answers) {
+                let listed = match &answer {
+                    Ok(docker) => self.list_ours(docker, true).await,
+                    Err(err) => Err(RuntimeError::Unavailable(err.to_string())),
                 };
                 match listed {
                     Ok(containers) => {
@@ -884,7 +935,7 @@ impl Runtime for DockerRuntime {
                     }
                 }
                 // Volumes after containers: a volume is removed once nothing uses it.
-                let Ok(docker) = self.reach(engine).await else { continue };
+                let Ok(docker) = answer else { continue };
                 match self.volumes_of(&docker, None).await {
                     Ok(volumes) => {
                         for (volume, session_id) in volumes {

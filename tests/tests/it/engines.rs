@@ -342,3 +342,61 @@ async fn an_engine_reached_over_ssh_runs_and_readopts_a_session() {
         assert!(left.is_empty(), "no ssh master of the killed daemon is left: {left:?}");
     }
 }
+
+/// An engine whose host takes connections and never answers (a listener nobody serves):
+/// it counts as unreachable within a bound instead of holding anything up. The daemon
+/// serves, a session placed on the other engine runs, and one that can only go to the
+/// silent engine fails its launch saying why, resumable later.
+#[tokio::test]
+async fn an_engine_that_never_answers_is_unreachable_within_a_bound() {
+    let Some(local) = engine().await else { return };
+    // The kernel completes the handshakes; nothing ever reads or answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
+    build_mock_image(&local, &tag).await;
+    let agentctl = static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
+    let config = format!(
+        "static_agentctl = \"{}\"\n\n\
+         [[docker.engines]]\nname = \"local\"\nhost = \"unix:///var/run/docker.sock\"\nlabels = {{ zone = \"a\" }}\n\n\
+         [[docker.engines]]\nname = \"silent\"\nhost = \"tcp://127.0.0.1:{silent_port}\"\nlabels = {{ zone = \"s\" }}\n",
+        agentctl.display(),
+    );
+    let (daemon, ()) =
+        Daemon::start_prepared(&[], &[("mock-docker.toml", &docker_profile(&tag))], &[], |root| {
+            std::fs::create_dir_all(root.join("tether")).unwrap();
+            std::fs::write(root.join("tether/config.toml"), &config).unwrap();
+        })
+        .await;
+    let _cleanup =
+        Cleanup { label: format!("tether.install_id={}", daemon.install_id), image: Some(tag) };
+    let api = daemon.api().await;
+    let here = placed_session(&api, &daemon.workspace("a"), &[("zone", "a")]).await;
+    assert_eq!(api.status(&here).await.placement.as_deref(), Some("local"));
+
+    let task = ok("task.create", api.typed().task_create("silent".into(), None)).await;
+    let row = ok(
+        "task.session.create",
+        api.typed().session_create(
+            task.id,
+            "mock-docker".into(),
+            Some(daemon.workspace("s").to_str().unwrap().to_owned()),
+            None,
+            None,
+            None,
+            None,
+            None,
+            Some([("zone".to_owned(), "s".to_owned())].into()),
+        ),
+    )
+    .await;
+    let mut events = api.subscribe(&row.id, 0).await;
+    let (state, error) = settled(&mut events).await;
+    assert_eq!(state, SessionState::Failed, "{error}");
+    assert!(error.contains("silent: unreachable") && error.contains("did not answer"), "{error}");
+    let status = api.status(&row.id).await;
+    assert!(status.is_resumable && status.needs_resume, "{status:?}");
+    // The other engine's session never noticed.
+    assert!(api.ask(&here, "still here").await.contains("you said: still here"));
+    drop(silent);
+}

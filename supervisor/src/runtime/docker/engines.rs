@@ -287,7 +287,12 @@ pub struct Engine {
     /// Launches placed on it that have not finished (they count as load, so concurrent
     /// placements spread).
     pub inflight: AtomicUsize,
+    /// When a ping last timed out, and the reason (cleared when it answers).
+    last_timeout: std::sync::Mutex<Option<(std::time::Instant, String)>>,
 }
+
+/// How long an engine whose ping timed out is taken as down before it is asked again.
+pub const DOWN_FOR: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Engine {
     /// An engine from its config (checked with [`EngineConfig::validate`] first; an
@@ -295,7 +300,25 @@ impl Engine {
     pub fn new(config: EngineConfig) -> Engine {
         let docker = connect(&config);
         let address = config.reach_address().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-        Engine { config, docker, address, inflight: AtomicUsize::new(0) }
+        Engine {
+            config,
+            docker,
+            address,
+            inflight: AtomicUsize::new(0),
+            last_timeout: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Records a ping that timed out (`Some(reason)`), or one that was answered.
+    pub fn record_timeout(&self, timed_out: Option<String>) {
+        let mut last = self.last_timeout.lock().expect("UNWRAP: never poisoned");
+        *last = timed_out.map(|reason| (std::time::Instant::now(), reason));
+    }
+
+    /// Why it is taken as down: a ping timed out within the last [`DOWN_FOR`].
+    pub fn recently_timed_out(&self) -> Option<String> {
+        let last = self.last_timeout.lock().expect("UNWRAP: never poisoned");
+        last.as_ref().filter(|(at, _)| at.elapsed() < DOWN_FOR).map(|(_, reason)| reason.clone())
     }
 
     /// Counts a launch on it until the guard drops.
