@@ -150,37 +150,35 @@ ensure_real_agents() {
   fi
 }
 
-# A real browser for the UI tests: Debian's chromium and its WebDriver.
-ensure_browser() {
-  if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
-    log "chromium and chromedriver present"
+# Installs Debian packages (the arguments after the first two) for WHAT ($1) unless the
+# test $2 says it is there; only as root (otherwise the tests that need it say so).
+apt_ensure() {
+  local what=$1 present=$2
+  shift 2
+  if eval "$present"; then
+    log "$what present"
     return 0
   fi
   if [ "$(id -u)" != 0 ]; then
-    log "no chromium/chromedriver and not root: UI tests will be skipped (or fail with REQUIRE_DOCKER=1)"
+    log "no $what and not root: the tests that need it will be skipped (or fail with REQUIRE_DOCKER=1)"
     return 0
   fi
-  log "installing chromium and chromium-driver from Debian"
+  log "installing $what from Debian"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
-  apt-get install -y -qq chromium chromium-driver >/dev/null
+  apt-get install -y -qq "$@" >/dev/null
 }
 
-# sshd, for the test of an engine reached over ssh:// (the test starts its own).
+# A real browser for the UI tests: Debian's chromium and its WebDriver.
+ensure_browser() {
+  apt_ensure "chromium and chromedriver" '[ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]' \
+    chromium chromium-driver
+}
+
+# sshd, for the test of an engine reached over ssh:// (the test starts its own; nothing
+# starts the package's service here).
 ensure_sshd() {
-  if [ -x /usr/sbin/sshd ]; then
-    log "sshd present"
-    return 0
-  fi
-  if [ "$(id -u)" != 0 ]; then
-    log "no sshd and not root: the ssh:// engine test will be skipped (or fail with REQUIRE_DOCKER=1)"
-    return 0
-  fi
-  log "installing openssh-server from Debian"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  # The package's own service is not wanted: the test runs a private sshd.
-  apt-get install -y -qq --no-install-recommends openssh-server >/dev/null
+  apt_ensure "sshd" '[ -x /usr/sbin/sshd ]' --no-install-recommends openssh-server
 }
 
 ensure_docker

@@ -499,17 +499,7 @@ impl Api {
             ok("task.create", self.client.task_create(format!("{profile} test"), None)).await;
         let row = call(
             "task.session.create",
-            self.client.session_create(
-                task.id,
-                profile.to_owned(),
-                Some(workspace.to_str().expect("a UTF-8 workspace").to_owned()),
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-            ),
+            Create::new(&task.id, profile, Some(workspace)).send(&self.client),
         )
         .await?;
         Ok(row.id)
@@ -524,17 +514,12 @@ impl Api {
         repo: &Path,
         base: Option<&str>,
     ) -> Result<protocol::api::SessionSummary, ApiError> {
-        let create = self.client.session_create(
-            task.to_owned(),
-            profile.to_owned(),
-            Some(repo.to_str().expect("a UTF-8 repository path").to_owned()),
-            None,
-            None,
-            None,
-            Some(true),
-            base.map(str::to_owned),
-            None,
-        );
+        let create = Create {
+            worktree: Some(true),
+            base: base.map(str::to_owned),
+            ..Create::new(task, profile, Some(repo))
+        }
+        .send(&self.client);
         call("task.session.create", create).await
     }
 
@@ -736,4 +721,60 @@ pub async fn kill_sidecar(daemon: &Daemon, api: &Api, session: &str) {
     let lost = api.status(session).await;
     assert!(!lost.is_agent_running);
     assert!(lost.needs_resume, "{lost:?}");
+}
+
+/// `task.session.create`'s params, with what a test does not set left to the daemon:
+/// `Create { shared: Some(true), ..Create::new(task, "mock", Some(dir)) }.send(client)`.
+#[derive(Debug, Clone, Default)]
+pub struct Create {
+    /// `task_id`.
+    pub task_id: String,
+    /// `agent_profile_id`.
+    pub profile: String,
+    /// `workspace_path`.
+    pub workspace: Option<String>,
+    /// `prompt`.
+    pub prompt: Option<String>,
+    /// `runtime`.
+    pub runtime: Option<protocol::api::RuntimeKind>,
+    /// `shared`.
+    pub shared: Option<bool>,
+    /// `worktree`.
+    pub worktree: Option<bool>,
+    /// `base`.
+    pub base: Option<String>,
+    /// `labels`.
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
+}
+
+impl Create {
+    /// A session of `profile` in `task`, in `workspace` when given.
+    pub fn new(task_id: &str, profile: &str, workspace: Option<&Path>) -> Create {
+        Create {
+            task_id: task_id.to_owned(),
+            profile: profile.to_owned(),
+            workspace: workspace.map(|dir| dir.to_str().expect("a UTF-8 path").to_owned()),
+            ..Create::default()
+        }
+    }
+
+    /// The call (to be awaited, or given to `ok`, `call` or `refused`).
+    pub fn send(
+        self,
+        client: &WsClient,
+    ) -> impl std::future::Future<
+        Output = Result<protocol::api::SessionSummary, jsonrpsee::core::ClientError>,
+    > + '_ {
+        client.session_create(
+            self.task_id,
+            self.profile,
+            self.workspace,
+            self.prompt,
+            self.runtime,
+            self.shared,
+            self.worktree,
+            self.base,
+            self.labels,
+        )
+    }
 }

@@ -196,27 +196,6 @@ impl Drop for CleanupWith {
     }
 }
 
-/// [`Cleanup`] on the engine at `host` (a `tcp://` or `unix://` address).
-pub struct CleanupOn {
-    /// The engine.
-    pub host: String,
-    /// The label filter, `key=value`.
-    pub label: String,
-    /// An image to remove, if any.
-    pub image: Option<String>,
-}
-
-impl Drop for CleanupOn {
-    fn drop(&mut self) {
-        let (host, label, image) = (self.host.clone(), self.label.clone(), self.image.clone());
-        on_a_thread(async move {
-            if let Ok(docker) = Docker::connect_with_host(&host) {
-                remove_labelled_on(&docker, &label, image.as_deref()).await;
-            }
-        });
-    }
-}
-
 /// Runs `work` to its end on a thread with its own runtime (Drop cannot await), and waits.
 fn on_a_thread(work: impl Future<Output = ()> + Send + 'static) {
     let _ = std::thread::spawn(move || {
@@ -368,9 +347,9 @@ impl PrivateEngine {
 
     /// Starts `dockerd` and waits for its "API listen on" line.
     async fn run(&mut self) {
-        use tokio::io::AsyncBufReadExt;
         let _ = std::fs::remove_file(self.dir.join("docker.pid"));
-        let mut child = tokio::process::Command::new("dockerd")
+        let mut command = tokio::process::Command::new("dockerd");
+        command
             .arg("--host")
             .arg(self.host())
             .arg("--data-root")
@@ -388,31 +367,8 @@ impl PrivateEngine {
                     format!("--tlskey={}", self.dir.join("server-key.pem").display()),
                 ],
                 None => Vec::new(),
-            })
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start dockerd");
-        let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let mut seen = Vec::new();
-        let listening = async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if line.contains("API listen on") {
-                    return true;
-                }
-                seen.push(line);
-            }
-            false
-        };
-        assert!(
-            within("the private dockerd to listen", listening).await,
-            "dockerd exited: {}",
-            seen.join("\n")
-        );
-        // Keep draining its log, so it never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            });
+        let child = crate::spawn_until_ready(command, "API listen on", "the private dockerd").await;
         self.child = Some(child);
     }
 

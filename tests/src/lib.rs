@@ -392,3 +392,36 @@ pub fn find_program(name: &str) -> Option<PathBuf> {
     }
     dirs.into_iter().map(|dir| dir.join(name)).find(|path| path.is_file())
 }
+
+/// Spawns `command` with its stderr piped and waits for the stderr line containing
+/// `ready` (the program's own readiness line), failing the test with what it printed if
+/// it exits first; the rest of its stderr is drained in the background, so it never blocks
+/// on a full pipe. Killed when the child is dropped.
+pub async fn spawn_until_ready(
+    mut command: tokio::process::Command,
+    ready: &str,
+    what: &str,
+) -> tokio::process::Child {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|err| panic!("cannot start {what}: {err}"));
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut seen = Vec::new();
+    let started = async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains(ready) {
+                return true;
+            }
+            seen.push(line);
+        }
+        false
+    };
+    assert!(within(what, started).await, "{what} exited: {}", seen.join("\n"));
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    child
+}

@@ -11,10 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use tokio::io::AsyncBufReadExt;
-
 use crate::docker::docker_required;
-use crate::within;
 
 /// A running private sshd.
 pub struct PrivateSshd {
@@ -66,30 +63,9 @@ impl PrivateSshd {
             dir.path().display()
         );
         std::fs::write(dir.path().join("sshd_config"), config).expect("sshd_config");
-        let mut child = tokio::process::Command::new(sshd)
-            .arg("-D")
-            .arg("-e")
-            .arg("-f")
-            .arg(dir.path().join("sshd_config"))
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start sshd");
-        let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let mut seen = Vec::new();
-        let listening = async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if line.contains("Server listening on") {
-                    return true;
-                }
-                seen.push(line);
-            }
-            false
-        };
-        assert!(within("sshd to listen", listening).await, "sshd exited: {}", seen.join("\n"));
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let mut command = tokio::process::Command::new(sshd);
+        command.arg("-D").arg("-e").arg("-f").arg(dir.path().join("sshd_config"));
+        let child = crate::spawn_until_ready(command, "Server listening on", "sshd").await;
         Some(PrivateSshd { dir, ip, child, user_ssh, user_ssh_existed, known_hosts_before })
     }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use protocol::api::EventKind;
 use protocol::api::{ApiClient, ResumeOutcome, SessionState};
 use serde_json::{Value, json};
-use tether_tests::daemon::{Api, Daemon, is_state, ok, turn_ended, until};
+use tether_tests::daemon::{Api, Create, Daemon, is_state, ok, turn_ended, until};
 
 struct Row {
     measure: &'static str,
@@ -38,17 +38,8 @@ async fn create_ready(api: &Api, workspace: &std::path::Path) -> (String, Durati
     let started = Instant::now();
     let row = ok(
         "task.session.create",
-        api.typed().session_create(
-            task.id,
-            "mock".into(),
-            Some(workspace.to_str().unwrap().to_owned()),
-            None,
-            None,
-            Some(true),
-            None,
-            None,
-            None,
-        ),
+        Create { shared: Some(true), ..Create::new(&task.id, "mock", Some(workspace)) }
+            .send(api.typed()),
     )
     .await;
     let session = row.id;

@@ -396,8 +396,8 @@ async fn an_engine_reached_over_tcp_runs_and_readopts_sessions() {
         &[("DOCKER_HOST", &host)],
     )
     .await;
-    let _cleanup = tether_tests::docker::CleanupOn {
-        host: host.clone(),
+    let _cleanup = tether_tests::docker::CleanupWith {
+        docker: docker.clone(),
         label: format!("tether.install_id={}", daemon.install_id),
         image: Some(tag),
     };

@@ -18,7 +18,7 @@ use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{CreateContainerOptions, InspectContainerOptions};
 use protocol::api::{ApiClient, SessionState};
 use protocol::errors::ErrorKind;
-use tether_tests::daemon::{Api, Daemon, call, ok, settled};
+use tether_tests::daemon::{Api, Create, Daemon, ok, settled};
 use tether_tests::docker::{
     Cleanup, CleanupWith, PrivateEngine, build_mock_image, engine, static_binary,
 };
@@ -31,31 +31,61 @@ fn docker_profile(image: &str) -> String {
     )
 }
 
-/// Creates a session placed by `labels` and waits until it is `WAITING_FOR_INPUT`.
-async fn placed_session(api: &Api, workspace: &Path, labels: &[(&str, &str)]) -> String {
+/// A daemon whose config lists `engines` (TOML), with the test image built on the local
+/// engine (the tag is returned; build it on the others too) and the static agentctl named;
+/// what it leaves on the local engine is removed when the [`Cleanup`] drops.
+async fn daemon_with_engines(local: &Docker, engines: &str) -> (Daemon, Cleanup, String) {
+    let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
+    build_mock_image(local, &tag).await;
+    let agentctl = static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
+    let config = format!("static_agentctl = \"{}\"\n\n{engines}", agentctl.display());
+    let (daemon, ()) =
+        Daemon::start_prepared(&[], &[("mock-docker.toml", &docker_profile(&tag))], &[], |root| {
+            std::fs::create_dir_all(root.join("tether")).unwrap();
+            std::fs::write(root.join("tether/config.toml"), &config).unwrap();
+        })
+        .await;
+    let label = format!("tether.install_id={}", daemon.install_id);
+    let cleanup = Cleanup { label, image: Some(tag.clone()) };
+    (daemon, cleanup, tag)
+}
+
+/// Creates a task and a session of it placed by `labels`.
+async fn create_placed(api: &Api, workspace: &Path, labels: &[(&str, &str)]) -> String {
     let task = ok("task.create", api.typed().task_create("placed".into(), None)).await;
     let labels: BTreeMap<String, String> =
         labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    let row = ok(
-        "task.session.create",
-        api.typed().session_create(
-            task.id,
-            "mock-docker".into(),
-            Some(workspace.to_str().unwrap().to_owned()),
-            None,
-            None,
-            None,
-            None,
-            None,
-            (!labels.is_empty()).then_some(labels),
-        ),
-    )
-    .await;
-    let mut events = api.subscribe(&row.id, 0).await;
+    let create = Create {
+        labels: (!labels.is_empty()).then_some(labels),
+        ..Create::new(&task.id, "mock-docker", Some(workspace))
+    };
+    ok("task.session.create", create.send(api.typed())).await.id
+}
+
+/// Creates a session placed by `labels` and waits until it is `WAITING_FOR_INPUT`.
+async fn placed_session(api: &Api, workspace: &Path, labels: &[(&str, &str)]) -> String {
+    let session = create_placed(api, workspace, labels).await;
+    let mut events = api.subscribe(&session, 0).await;
     match settled(&mut events).await {
-        (SessionState::WaitingForInput, _) => row.id,
+        (SessionState::WaitingForInput, _) => session,
         (state, error) => panic!("the session settled {state}: {error}"),
     }
+}
+
+/// Creates a session placed by `labels` that no engine can take: its launch fails, and it
+/// is `FAILED` (resumable, should such an engine come). Returns the session and the error.
+async fn unplaceable_session(
+    api: &Api,
+    workspace: &Path,
+    labels: &[(&str, &str)],
+) -> (String, String) {
+    let session = create_placed(api, workspace, labels).await;
+    let mut events = api.subscribe(&session, 0).await;
+    let (state, error) = settled(&mut events).await;
+    assert_eq!(state, SessionState::Failed, "{error}");
+    let status = api.status(&session).await;
+    assert!(status.is_resumable && status.needs_resume, "{status:?}");
+    (session, error)
 }
 
 async fn container_on(docker: &Docker, session: &str) -> Option<String> {
@@ -88,29 +118,18 @@ async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_i
     let Some(mut other_engine) = PrivateEngine::start_tls().await else { return };
     let tls = other_engine.client_tls().expect("a TLS engine");
     let other = other_engine.client();
-    let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
-    build_mock_image(&local, &tag).await;
-    build_mock_image(&other, &tag).await;
-    let agentctl = static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
-    let config = format!(
-        "static_agentctl = \"{}\"\n\n\
-         [[docker.engines]]\nname = \"local\"\nhost = \"unix:///var/run/docker.sock\"\nlabels = {{ zone = \"a\" }}\ncapacity = 3\n\n\
+    let engines = format!(
+        "[[docker.engines]]\nname = \"local\"\nhost = \"unix:///var/run/docker.sock\"\nlabels = {{ zone = \"a\" }}\ncapacity = 3\n\n\
          [[docker.engines]]\nname = \"other\"\nhost = \"{}\"\nlabels = {{ zone = \"b\" }}\ncapacity = 3\n\
          tls = {{ ca = \"{}\", cert = \"{}\", key = \"{}\" }}\nstorage = \"volumes\"\n",
-        agentctl.display(),
         other_engine.host(),
         tls.ca.display(),
         tls.cert.display(),
         tls.key.display(),
     );
-    let (mut daemon, ()) =
-        Daemon::start_prepared(&[], &[("mock-docker.toml", &docker_profile(&tag))], &[], |root| {
-            std::fs::create_dir_all(root.join("tether")).unwrap();
-            std::fs::write(root.join("tether/config.toml"), &config).unwrap();
-        })
-        .await;
+    let (mut daemon, _cleanup_local, tag) = daemon_with_engines(&local, &engines).await;
+    build_mock_image(&other, &tag).await;
     let label = format!("tether.install_id={}", daemon.install_id);
-    let _cleanup_local = Cleanup { label: label.clone(), image: Some(tag.clone()) };
     let _cleanup_other =
         CleanupWith { docker: other.clone(), label: label.clone(), image: Some(tag.clone()) };
     let api = daemon.api().await;
@@ -141,29 +160,8 @@ async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_i
     assert!(on_other.contains(&format!("tether-{b}-agent-0:/root/.mock-agent")), "{on_other:?}");
     let on_local = binds(&local, &a).await;
     assert!(on_local.iter().any(|bind| bind.contains("/tether/agentctl")), "{on_local:?}");
-    // A label no engine carries: refused, saying so.
-    let task = ok("task.create", api.typed().task_create("nowhere".into(), None)).await;
-    let nowhere = call(
-        "task.session.create",
-        api.typed().session_create(
-            task.id,
-            "mock-docker".into(),
-            Some(daemon.workspace("n").to_str().unwrap().to_owned()),
-            None,
-            None,
-            None,
-            None,
-            None,
-            Some([("zone".to_owned(), "c".to_owned())].into()),
-        ),
-    )
-    .await;
-    // Refused by placement at its launch: FAILED with the reason (and resumable, should
-    // such an engine be added).
-    let nowhere = nowhere.expect("created; placement happens at the launch");
-    let mut events = api.subscribe(&nowhere.id, 0).await;
-    let (state, error) = settled(&mut events).await;
-    assert_eq!(state, SessionState::Failed, "{error}");
+    // A label no engine carries: the launch fails, saying so.
+    let (_, error) = unplaceable_session(&api, &daemon.workspace("n"), &[("zone", "c")]).await;
     assert!(error.contains("no Docker engine carries the labels asked for (zone=c)"), "{error}");
 
     // By load: one each, a tie, goes to the first engine; then the other has fewer.
@@ -295,25 +293,12 @@ async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_i
 async fn an_engine_reached_over_ssh_runs_and_readopts_a_session() {
     let Some(local) = engine().await else { return };
     let Some(sshd) = tether_tests::ssh::PrivateSshd::start().await else { return };
-    let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
-    build_mock_image(&local, &tag).await;
-    let agentctl = static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
-    let config = format!(
-        "static_agentctl = \"{}\"\n\n\
-         [[docker.engines]]\nname = \"over-ssh\"\nhost = \"{}\"\n\
-         ssh_key = \"{}\"\nlabels = {{ via = \"ssh\" }}\n",
-        agentctl.display(),
+    let engines = format!(
+        "[[docker.engines]]\nname = \"over-ssh\"\nhost = \"{}\"\nssh_key = \"{}\"\nlabels = {{ via = \"ssh\" }}\n",
         sshd.url(),
         sshd.key().display(),
     );
-    let (mut daemon, ()) =
-        Daemon::start_prepared(&[], &[("mock-docker.toml", &docker_profile(&tag))], &[], |root| {
-            std::fs::create_dir_all(root.join("tether")).unwrap();
-            std::fs::write(root.join("tether/config.toml"), &config).unwrap();
-        })
-        .await;
-    let _cleanup =
-        Cleanup { label: format!("tether.install_id={}", daemon.install_id), image: Some(tag) };
+    let (mut daemon, _cleanup, _) = daemon_with_engines(&local, &engines).await;
     let api = daemon.api().await;
     let session = placed_session(&api, &daemon.workspace("s"), &[("via", "ssh")]).await;
     assert_eq!(api.status(&session).await.placement.as_deref(), Some("over-ssh"));
@@ -353,49 +338,17 @@ async fn an_engine_that_never_answers_is_unreachable_within_a_bound() {
     // The kernel completes the handshakes; nothing ever reads or answers.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let silent_port = silent.local_addr().unwrap().port();
-    let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
-    build_mock_image(&local, &tag).await;
-    let agentctl = static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
-    let config = format!(
-        "static_agentctl = \"{}\"\n\n\
-         [[docker.engines]]\nname = \"local\"\nhost = \"unix:///var/run/docker.sock\"\nlabels = {{ zone = \"a\" }}\n\n\
+    let engines = format!(
+        "[[docker.engines]]\nname = \"local\"\nhost = \"unix:///var/run/docker.sock\"\nlabels = {{ zone = \"a\" }}\n\n\
          [[docker.engines]]\nname = \"silent\"\nhost = \"tcp://127.0.0.1:{silent_port}\"\nlabels = {{ zone = \"s\" }}\n",
-        agentctl.display(),
     );
-    let (daemon, ()) =
-        Daemon::start_prepared(&[], &[("mock-docker.toml", &docker_profile(&tag))], &[], |root| {
-            std::fs::create_dir_all(root.join("tether")).unwrap();
-            std::fs::write(root.join("tether/config.toml"), &config).unwrap();
-        })
-        .await;
-    let _cleanup =
-        Cleanup { label: format!("tether.install_id={}", daemon.install_id), image: Some(tag) };
+    let (daemon, _cleanup, _) = daemon_with_engines(&local, &engines).await;
     let api = daemon.api().await;
     let here = placed_session(&api, &daemon.workspace("a"), &[("zone", "a")]).await;
     assert_eq!(api.status(&here).await.placement.as_deref(), Some("local"));
 
-    let task = ok("task.create", api.typed().task_create("silent".into(), None)).await;
-    let row = ok(
-        "task.session.create",
-        api.typed().session_create(
-            task.id,
-            "mock-docker".into(),
-            Some(daemon.workspace("s").to_str().unwrap().to_owned()),
-            None,
-            None,
-            None,
-            None,
-            None,
-            Some([("zone".to_owned(), "s".to_owned())].into()),
-        ),
-    )
-    .await;
-    let mut events = api.subscribe(&row.id, 0).await;
-    let (state, error) = settled(&mut events).await;
-    assert_eq!(state, SessionState::Failed, "{error}");
+    let (_, error) = unplaceable_session(&api, &daemon.workspace("s"), &[("zone", "s")]).await;
     assert!(error.contains("silent: unreachable") && error.contains("did not answer"), "{error}");
-    let status = api.status(&row.id).await;
-    assert!(status.is_resumable && status.needs_resume, "{status:?}");
     // The other engine's session never noticed.
     assert!(api.ask(&here, "still here").await.contains("you said: still here"));
     drop(silent);

@@ -12,8 +12,8 @@ use protocol::api::{
     TurnState,
 };
 use tether_tests::daemon::{
-    Api, Daemon, await_log, chunks, is_state, kill_sidecar, next, ok, stop_reason, turn_ended,
-    until, until_permission_request,
+    Api, Create, Daemon, await_log, chunks, is_state, kill_sidecar, next, ok, stop_reason,
+    turn_ended, until, until_permission_request,
 };
 use tether_tests::within;
 
@@ -201,17 +201,7 @@ async fn r10_a_launch_cut_short_leaves_no_orphan_sidecar() {
     let task = ok("task.create", api.typed().task_create("cut".into(), None)).await;
     let workspace = daemon.workspace("cut");
     // The create call itself may lose its answer when the supervisor dies.
-    let create = api.typed().session_create(
-        task.id,
-        "mock".into(),
-        Some(workspace.to_str().unwrap().to_owned()),
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-    );
+    let create = Create::new(&task.id, "mock", Some(&workspace)).send(api.typed());
     let _ = within("task.session.create", create).await;
     drop(api);
     within("the supervisor to die at the fault point", daemon.wait_exit()).await;
@@ -688,17 +678,7 @@ async fn r10_a_session_cut_short_before_its_first_record_is_not_stuck_starting()
     let api = daemon.api().await;
     let task = ok("task.create", api.typed().task_create("early".into(), None)).await;
     // The answer may be lost with the daemon; the session's directory names it either way.
-    let create = api.typed().session_create(
-        task.id,
-        "mock".into(),
-        Some(daemon.workspace("e").to_str().unwrap().to_owned()),
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-    );
+    let create = Create::new(&task.id, "mock", Some(&daemon.workspace("e"))).send(api.typed());
     let _ = within("task.session.create", create).await;
     drop(api);
     within("the supervisor to die at the fault point", daemon.wait_exit()).await;

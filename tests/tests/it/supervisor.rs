@@ -5,7 +5,7 @@ use protocol::api::{ApiClient, EntryType, EventKind, SessionEvent, SessionState,
 use protocol::errors::ErrorKind;
 use serde_json::json;
 use tether_tests::daemon::{
-    Api, Daemon, chunks, is_state, next, ok, refused, stop_reason, turn_ended, until,
+    Api, Create, Daemon, chunks, is_state, next, ok, refused, stop_reason, turn_ended, until,
     until_permission_request,
 };
 use tether_tests::within;
@@ -325,17 +325,8 @@ async fn bad_requests_get_the_right_kind() {
     let task = ok("task.create", api.typed().task_create("t".into(), None)).await;
     let workspace = daemon.workspace("w");
     let create = |profile: &str, path: &str| {
-        let call = api.typed().session_create(
-            task.id.clone(),
-            profile.to_owned(),
-            Some(path.to_owned()),
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-        );
+        let call =
+            Create::new(&task.id, profile, Some(std::path::Path::new(path))).send(api.typed());
         refused("task.session.create", call)
     };
     let here = workspace.to_str().unwrap();

@@ -3,7 +3,7 @@
 
 use protocol::api::ApiClient;
 use protocol::errors::ErrorKind;
-use tether_tests::daemon::{Api, ApiError, Daemon, call, ok};
+use tether_tests::daemon::{Api, ApiError, Create, Daemon, call, ok};
 use tether_tests::git;
 
 async fn create(
@@ -12,17 +12,7 @@ async fn create(
     workspace: &std::path::Path,
     shared: Option<bool>,
 ) -> Result<String, ApiError> {
-    let create = api.typed().session_create(
-        task.to_owned(),
-        "mock".into(),
-        Some(workspace.to_str().unwrap().to_owned()),
-        None,
-        None,
-        shared,
-        None,
-        None,
-        None,
-    );
+    let create = Create { shared, ..Create::new(task, "mock", Some(workspace)) }.send(api.typed());
     call("task.session.create", create).await.map(|row| row.id)
 }
 
@@ -139,17 +129,11 @@ async fn a_crash_at_launch_leaves_the_session_resumable_and_a_resume_fixes_it() 
     let api = daemon.api().await;
     let task = ok("task.create", api.typed().task_create("flaky".into(), None)).await.id;
     let workspace = daemon.workspace("f");
-    let create = api.typed().session_create(
-        task.clone(),
-        "flaky".into(),
-        Some(workspace.to_str().unwrap().to_owned()),
-        Some("the first words".into()),
-        None,
-        None,
-        None,
-        None,
-        None,
-    );
+    let create = Create {
+        prompt: Some("the first words".into()),
+        ..Create::new(&task, "flaky", Some(&workspace))
+    }
+    .send(api.typed());
     let session = ok("task.session.create", create).await.id;
     let mut events = api.subscribe(&session, 0).await;
     let (state, error) = tether_tests::daemon::settled(&mut events).await;
@@ -366,17 +350,7 @@ async fn a_profiles_workspace_section_makes_worktrees_by_default() {
     let daemon = Daemon::start_with_profiles(&[], &[("wt.toml", &profile)]).await;
     let api = daemon.api().await;
     let task = ok("task.create", api.typed().task_create("by profile".into(), None)).await.id;
-    let create = api.typed().session_create(
-        task.clone(),
-        "wt".into(),
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-    );
+    let create = Create::new(&task, "wt", None).send(api.typed());
     let row = ok("task.session.create", create).await;
     let branch = row.worktree_branch.clone().expect("a worktree by default");
     let path = std::path::PathBuf::from(&row.workspace_path);
@@ -385,17 +359,8 @@ async fn a_profiles_workspace_section_makes_worktrees_by_default() {
     let (state, error) = tether_tests::daemon::settled(&mut api.subscribe(&row.id, 0).await).await;
     assert_eq!(state, protocol::api::SessionState::WaitingForInput, "{error}");
     let plain_dir = daemon.workspace("plain");
-    let create = api.typed().session_create(
-        task,
-        "wt".into(),
-        Some(plain_dir.to_str().unwrap().to_owned()),
-        None,
-        None,
-        None,
-        Some(false),
-        None,
-        None,
-    );
+    let create = Create { worktree: Some(false), ..Create::new(&task, "wt", Some(&plain_dir)) }
+        .send(api.typed());
     let plain = ok("task.session.create", create).await;
     assert_eq!(
         (plain.worktree_branch, plain.workspace_path.as_str()),
@@ -403,8 +368,7 @@ async fn a_profiles_workspace_section_makes_worktrees_by_default() {
     );
     // Without the profile's repo and without a workspace, there is nothing to work in.
     let task = ok("task.create", api.typed().task_create("nowhere".into(), None)).await.id;
-    let create =
-        api.typed().session_create(task, "mock".into(), None, None, None, None, None, None, None);
+    let create = Create::new(&task, "mock", None).send(api.typed());
     let refused = tether_tests::daemon::refused("no workspace", create).await;
     assert_eq!(
         (refused.kind, refused.field.as_deref()),
@@ -422,17 +386,8 @@ async fn a_worktree_made_by_a_create_cut_short_is_removed_at_restart() {
     let api = daemon.api().await;
     let repo = repository(&daemon, "repo").await;
     let task = ok("task.create", api.typed().task_create("cut short".into(), None)).await.id;
-    let create = api.typed().session_create(
-        task,
-        "mock".into(),
-        Some(repo.to_str().unwrap().to_owned()),
-        None,
-        None,
-        None,
-        Some(true),
-        None,
-        None,
-    );
+    let create = Create { worktree: Some(true), ..Create::new(&task, "mock", Some(&repo)) }
+        .send(api.typed());
     let cut = create.await;
     assert!(cut.is_err(), "the daemon died before answering: {cut:?}");
     assert!(!daemon.wait_exit().await.success());
