@@ -274,7 +274,9 @@ async function follow(sessionId) {
 
 function renderStatus(status) {
   const branch = status.worktree_branch ? ` · ${status.worktree_branch}` : "";
-  $("#session-title").textContent = `${status.agent_profile_id} · ${status.session_id}${branch}`;
+  const placement = status.placement ? ` · on ${status.placement}` : "";
+  $("#session-title").textContent =
+    `${status.agent_profile_id} · ${status.session_id}${branch}${placement}`;
   const badge = $("#session-state");
   badge.textContent = status.state;
   badge.className = `badge ${status.state}`;
@@ -444,6 +446,20 @@ async function loadTimeline() {
 
 // ---- actions ---------------------------------------------------------------------------
 
+// "zone=a gpu=yes" → {zone: "a", gpu: "yes"}; nothing typed → undefined. A word
+// without "=" is sent as a key with an empty value, for the daemon to judge.
+function parseLabels(text) {
+  const words = text.split(/\s+/).filter((word) => word);
+  if (!words.length) return undefined;
+  const labels = {};
+  for (const word of words) {
+    const at = word.indexOf("=");
+    if (at < 0) labels[word] = "";
+    else labels[word.slice(0, at)] = word.slice(at + 1);
+  }
+  return labels;
+}
+
 async function act(method, params, confirmText) {
   if (confirmText && !window.confirm(confirmText)) return undefined;
   try {
@@ -485,6 +501,7 @@ function wire() {
       // Unchecked leaves it to the profile (a [workspace] section makes worktrees).
       worktree: form.worktree.checked || undefined,
       base: form.base.value || undefined,
+      labels: parseLabels(form.labels.value),
     });
     if (session) {
       await refreshLists();

@@ -98,6 +98,30 @@ async fn the_page_creates_a_worktree_session_and_shows_its_branch() {
     assert!(sessions[0].workspace_path.contains("/worktrees/"), "{:?}", sessions[0]);
 }
 
+/// Issue 17: the form sends placement labels as typed; on a runtime that does not place
+/// by labels the daemon refuses them, and the page shows why.
+#[tokio::test]
+async fn the_page_sends_placement_labels_and_shows_a_refusal() {
+    let Some(browser) = browser::start("labels").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    connected(&browser, &page(&daemon)).await;
+    browser.type_into("#new-task input[name=title]", "Placed").await;
+    browser.click("#new-task button[type=submit]").await;
+    browser.wait_text("#new-session select[name=task]", "Placed").await;
+    browser.set_value("#new-session select[name=agent]", "mock").await;
+    browser.set_value("#new-session select[name=runtime]", "standalone").await;
+    let workspace = daemon.workspace("l");
+    browser.type_into("#new-session input[name=workspace]", workspace.to_str().unwrap()).await;
+    browser.type_into("#new-session input[name=labels]", "zone=a gpu=yes").await;
+    browser.click("#new-session button[type=submit]").await;
+    let shown = browser.wait_text("#error", "does not place sessions by labels").await;
+    assert!(shown.starts_with("invalid_params"), "{shown}");
+    browser.screenshot("labels").await;
+    let api = daemon.api().await;
+    let sessions = ok("list", api.typed().session_list(None, None, None)).await;
+    assert!(sessions.is_empty(), "nothing was created: {sessions:?}");
+}
+
 #[tokio::test]
 async fn a_permission_request_is_answered_with_allow() {
     let Some(browser) = browser::start("permission").await else { return };
