@@ -179,23 +179,13 @@ pub trait Runtime: Send + Sync + 'static {
         self.check()
     }
 
-    /// Liveness of many recorded executions at once (restart recovery), keyed by session.
-    /// By default each is asked of [`Runtime::is_alive`].
+    /// Liveness of many recorded executions at once (restart recovery), keyed by session;
+    /// a session left out counts as [`Liveness::Dead`]. `boot_id` is this machine's boot.
     fn liveness<'a>(
         &'a self,
         executors: &'a [ExecutorRow],
         boot_id: &'a str,
-    ) -> BoxFuture<'a, HashMap<String, Liveness>> {
-        Box::pin(async move {
-            let mut found = HashMap::new();
-            for executor in executors {
-                let alive = self.is_alive(executor, boot_id).await;
-                let liveness = if alive { Liveness::Alive } else { Liveness::Dead };
-                found.insert(executor.session_id.clone(), liveness);
-            }
-            found
-        })
-    }
+    ) -> BoxFuture<'a, HashMap<String, Liveness>>;
 
     /// What runs for this installation on every place the runtime can reach (the caller
     /// keeps those whose session is not stored). None by default.
@@ -213,9 +203,6 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// Launches agentctl and waits for its ready line.
     fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, Result<Endpoint, RuntimeError>>;
-
-    /// Whether an execution's sidecar is still alive (restart recovery).
-    fn is_alive<'a>(&'a self, executor: &'a ExecutorRow, boot_id: &'a str) -> BoxFuture<'a, bool>;
 
     /// Why an execution's sidecar went away, when the runtime can tell (e.g. OOM).
     fn exit_reason<'a>(&'a self, _executor: &'a ExecutorRow) -> BoxFuture<'a, Option<String>> {
@@ -289,9 +276,10 @@ impl Runtimes {
         self.by_name.values()
     }
 
-    /// The names of the runtimes whose sidecars are this host's processes.
-    pub fn local_names(&self) -> Vec<String> {
-        self.all().filter(|r| r.local_processes()).map(|r| r.name().to_owned()).collect()
+    /// The runtime whose sidecars are this host's processes (standalone), if registered:
+    /// the restart's process scan tells its liveness for thousands of sessions at once.
+    pub fn local(&self) -> Option<&Arc<dyn Runtime>> {
+        self.all().find(|runtime| runtime.local_processes())
     }
 }
 
@@ -347,8 +335,21 @@ impl Runtime for StandaloneRuntime {
         })
     }
 
-    fn is_alive<'a>(&'a self, executor: &'a ExecutorRow, boot_id: &'a str) -> BoxFuture<'a, bool> {
-        Box::pin(async move { standalone_alive(executor, boot_id) })
+    fn liveness<'a>(
+        &'a self,
+        executors: &'a [ExecutorRow],
+        boot_id: &'a str,
+    ) -> BoxFuture<'a, HashMap<String, Liveness>> {
+        Box::pin(async move {
+            executors
+                .iter()
+                .map(|executor| {
+                    let alive = standalone_alive(executor, boot_id);
+                    let liveness = if alive { Liveness::Alive } else { Liveness::Dead };
+                    (executor.session_id.clone(), liveness)
+                })
+                .collect()
+        })
     }
 
     fn fence<'a>(&'a self, target: &'a FenceTarget) -> BoxFuture<'a, Result<(), RuntimeError>> {

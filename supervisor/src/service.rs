@@ -209,8 +209,7 @@ impl Supervisor {
 
     /// Why `profile` cannot be launched here, on `runtime` (empty when it can).
     fn unavailable(&self, profile: &Profile, runtime: &str) -> Vec<String> {
-        let sandboxed = self.runtime(runtime).is_ok_and(|runtime| runtime.agent_home().is_some());
-        let availability = if sandboxed && self.config.environment.root {
+        let availability = if self.sandboxed(runtime) && self.config.environment.root {
             // In a container the agent is sandboxed: its root_env is set there.
             let environment = Environment { root: false, ..self.config.environment.clone() };
             agents::registry::availability(profile, &environment)
@@ -226,8 +225,8 @@ impl Supervisor {
     /// A session's agent needs, run as root on this host, variables that are not set (its
     /// profile's `root_env`): it would exit at once, so it is not launched.
     fn check_root_env(&self, row: &SessionRow) -> Result<(), ServiceError> {
-        if self.runtime(&row.runtime).is_ok_and(|runtime| runtime.agent_home().is_some()) {
-            // Sandboxed: the agent's environment is the container's.
+        if self.sandboxed(&row.runtime) {
+            // The agent's environment is the container's.
             return Ok(());
         }
         let profile = Supervisor::snapshot(row)?;
@@ -238,6 +237,12 @@ impl Supervisor {
                 row.agent_profile_id
             ))),
         }
+    }
+
+    /// Whether the runtime of that name runs agents in a sandbox of their own (a home
+    /// that is not the supervisor's).
+    fn sandboxed(&self, runtime: &str) -> bool {
+        self.runtime(runtime).is_ok_and(|runtime| runtime.agent_home().is_some())
     }
 
     /// The runtime of that name.
@@ -898,9 +903,9 @@ impl Supervisor {
             .filter_map(|session| session.file_name()?.to_str().map(str::to_owned))
             .collect();
         // The runtime whose sidecars the process scan finds (the standalone one).
-        let local = self.config.runtimes.local_names().into_iter().next().unwrap_or_default();
+        let local = self.config.runtimes.local().map_or("", |runtime| runtime.name());
         let (candidates, active) =
-            self.config.store.recovery_candidates(&local, &sidecar_pids, live_sessions).await?;
+            self.config.store.recovery_candidates(local, &sidecar_pids, live_sessions).await?;
         let examined = candidates.len();
         let mut to_recover = Vec::new();
         for candidate in candidates {
@@ -1135,11 +1140,9 @@ impl Supervisor {
             .agentctl_pid
             .and_then(|pid| u32::try_from(pid).ok())
             .is_some_and(|pid| sidecar_pids.contains(&pid));
-        let local = |name: &str| {
-            self.config.runtimes.get(name).is_some_and(|runtime| runtime.local_processes())
-        };
-        local(&candidate.runtime)
-            && local(&executor.runtime)
+        let local = self.config.runtimes.local().map(|runtime| runtime.name());
+        local == Some(candidate.runtime.as_str())
+            && local == Some(executor.runtime.as_str())
             && candidate.state == SessionState::WaitingForInput
             && executor.status.is_over()
             && !candidate.open_work

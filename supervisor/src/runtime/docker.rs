@@ -674,45 +674,33 @@ impl Runtime for DockerRuntime {
             let engine = self.choose(&spec).await?;
             let _counted = engine.launching();
             let docker = self.reach(engine).await?;
-            write_token(&spec.state_dir, &spec.token)?;
-            let name = container_name(&spec.session_id);
             // One container per execution: its labels name the execution and generation
             // (checked at re-adoption), and labels cannot change, so a container left by an
             // earlier execution — stopped, or running with an agent we lost — is replaced.
             // What the agent keeps lives in the mounted state dirs, not in the container.
-            match docker.inspect_container(&name, None::<InspectContainerOptions>).await {
-                Ok(_) => docker
-                    .remove_container(
-                        &name,
-                        Some(RemoveContainerOptions { force: true, ..Default::default() }),
-                    )
-                    .await
-                    .map_err(engine_error)?,
-                Err(err) if is_not_found(&err) => {}
-                Err(err) => return Err(engine_error(err)),
-            }
+            remove_container(&docker, &container_name(&spec.session_id)).await?;
             // A sidecar reached across a network serves TLS with a certificate made for this
             // execution, which the supervisor pins.
             let tls = engine.config.sidecar_tls();
-            let tls_cert = if tls {
-                let (cert, key) = sidecar_certificate(engine.address)?;
-                write_private(&spec.state_dir, "tls.key", &key)?;
-                write_private(&spec.state_dir, "tls.crt", &cert)?;
-                Some(cert)
-            } else {
-                None
-            };
+            let tls_material = tls.then(|| sidecar_certificate(engine.address)).transpose()?;
+            // Its secrets: files in the mounted state dir, or copied into the container
+            // below. The certificate (public) is kept in the state dir either way.
+            let on_volumes = engine.config.storage == Storage::Volumes;
+            let mut secrets = vec![("token", spec.token.clone(), 0o600)];
+            if let Some((cert, key)) = &tls_material {
+                secrets.push(("tls.crt", cert.clone(), 0o644));
+                secrets.push(("tls.key", key.clone(), 0o600));
+            }
+            for (name, text, _) in &secrets {
+                if !on_volumes || *name == "tls.crt" {
+                    write_private(&spec.state_dir, name, text)?;
+                }
+            }
+            let tls_cert = tls_material.map(|(cert, _)| cert);
             let id = self.create(&docker, engine, &spec, &agentctl, tls).await?;
-            if engine.config.storage == Storage::Volumes {
+            if on_volumes {
                 // Nothing of the supervisor's host is mounted: agentctl and its secrets are
                 // copied in before the start.
-                let mut secrets = vec![("token", spec.token.clone(), 0o600)];
-                if let Some(cert) = &tls_cert {
-                    let key = std::fs::read_to_string(spec.state_dir.join("tls.key"))
-                        .map_err(|err| RuntimeError::Engine(format!("tls.key: {err}")))?;
-                    secrets.push(("tls.crt", cert.clone(), 0o644));
-                    secrets.push(("tls.key", key, 0o600));
-                }
                 let archive = entrypoint_archive(&agentctl, &secrets)?;
                 let options = UploadToContainerOptions { path: "/".into(), ..Default::default() };
                 docker
@@ -742,23 +730,6 @@ impl Runtime for DockerRuntime {
                     .map_err(|err| RuntimeError::Engine(err.to_string()))?,
                 tls_cert,
             })
-        })
-    }
-
-    fn is_alive<'a>(&'a self, executor: &'a ExecutorRow, _boot_id: &'a str) -> BoxFuture<'a, bool> {
-        Box::pin(async move {
-            let Some(handle) = DockerHandle::parse(executor.runtime_handle.as_ref()) else {
-                return false;
-            };
-            let Some(engine) = self.engine_of(&handle) else { return false };
-            let Ok(docker) = self.reach(engine).await else { return false };
-            docker
-                .inspect_container(&handle.container, None::<InspectContainerOptions>)
-                .await
-                .ok()
-                .and_then(|container| container.state)
-                .and_then(|state| state.running)
-                .unwrap_or(false)
         })
     }
 
@@ -870,25 +841,11 @@ impl Runtime for DockerRuntime {
             let handle = DockerHandle::parse(handle);
             let mut removed = false;
             for (_, docker) in self.engines_for(handle.as_ref()).await? {
-                match docker
-                    .remove_container(
-                        &container_name(session_id),
-                        Some(RemoveContainerOptions { force: true, v: true, ..Default::default() }),
-                    )
-                    .await
-                {
-                    Ok(()) => removed = true,
-                    Err(err) if is_not_found(&err) => {}
-                    Err(err) => return Err(engine_error(err)),
-                }
+                removed |= remove_container(&docker, &container_name(session_id)).await?;
                 // Its state volumes (an engine with `storage = "volumes"`), after the
                 // container that used them.
                 for (volume, _) in self.volumes_of(&docker, Some(session_id)).await? {
-                    match docker.remove_volume(&volume, None::<RemoveVolumeOptions>).await {
-                        Ok(()) => removed = true,
-                        Err(err) if is_not_found(&err) => {}
-                        Err(err) => return Err(engine_error(err)),
-                    }
+                    removed |= remove_volume(&docker, &volume).await?;
                 }
             }
             Ok(removed)
@@ -959,38 +916,38 @@ impl Runtime for DockerRuntime {
 
     fn remove_orphan<'a>(&'a self, orphan: &'a Orphan) -> BoxFuture<'a, Result<(), RuntimeError>> {
         Box::pin(async move {
-            if let Some(volume) = orphan.handle.get("volume").and_then(|v| v.as_str()) {
-                let name = orphan.handle.get("engine").and_then(|e| e.as_str());
-                let engine = self
-                    .engine_named(name)
-                    .ok_or_else(|| RuntimeError::Engine(format!("no engine named {name:?}")))?;
-                let docker = self.reach(engine).await?;
-                tracing::info!(volume = %orphan.location, session = %orphan.session_id, "removing an orphaned volume");
-                return match docker.remove_volume(volume, None::<RemoveVolumeOptions>).await {
-                    Ok(()) => Ok(()),
-                    Err(err) if is_not_found(&err) => Ok(()),
-                    Err(err) => Err(engine_error(err)),
-                };
-            }
-            let handle = DockerHandle::parse(Some(&orphan.handle))
-                .ok_or_else(|| RuntimeError::Engine("not a container handle".into()))?;
-            let engine = self.engine_of(&handle).ok_or_else(|| {
-                RuntimeError::Engine(format!("no engine named {:?}", handle.engine))
+            let text = |key: &str| orphan.handle.get(key).and_then(|value| value.as_str());
+            let engine = self.engine_named(text("engine")).ok_or_else(|| {
+                RuntimeError::Engine(format!("no engine named {:?}", text("engine")))
             })?;
             let docker = self.reach(engine).await?;
-            tracing::info!(container = %orphan.location, session = %orphan.session_id, "removing an orphaned container");
-            match docker
-                .remove_container(
-                    &handle.container,
-                    Some(RemoveContainerOptions { force: true, v: true, ..Default::default() }),
-                )
-                .await
-            {
-                Ok(()) => Ok(()),
-                Err(err) if is_not_found(&err) => Ok(()),
-                Err(err) => Err(engine_error(err)),
+            tracing::info!(orphan = %orphan.location, session = %orphan.session_id, "removing an orphan");
+            match (text("container"), text("volume")) {
+                (Some(container), _) => remove_container(&docker, container).await.map(drop),
+                (_, Some(volume)) => remove_volume(&docker, volume).await.map(drop),
+                _ => Err(RuntimeError::Engine(format!("not an orphan of ours: {}", orphan.handle))),
             }
         })
+    }
+}
+
+/// Removes a container (by id or name), with its anonymous volumes, running or not;
+/// whether there was one.
+async fn remove_container(docker: &Docker, container: &str) -> Result<bool, RuntimeError> {
+    let options = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+    match docker.remove_container(container, Some(options)).await {
+        Ok(()) => Ok(true),
+        Err(err) if is_not_found(&err) => Ok(false),
+        Err(err) => Err(engine_error(err)),
+    }
+}
+
+/// Removes a named volume; whether there was one.
+async fn remove_volume(docker: &Docker, volume: &str) -> Result<bool, RuntimeError> {
+    match docker.remove_volume(volume, None::<RemoveVolumeOptions>).await {
+        Ok(()) => Ok(true),
+        Err(err) if is_not_found(&err) => Ok(false),
+        Err(err) => Err(engine_error(err)),
     }
 }
 
@@ -1065,10 +1022,6 @@ pub fn sidecar_certificate(address: std::net::IpAddr) -> Result<(String, String)
     let params = rcgen::CertificateParams::new(vec![address.to_string()]).map_err(failed)?;
     let cert = params.self_signed(&key).map_err(failed)?;
     Ok((cert.pem(), key.serialize_pem()))
-}
-
-fn write_token(state_dir: &Path, token: &str) -> Result<(), RuntimeError> {
-    write_private(state_dir, "token", token)
 }
 
 /// Writes `name` in the state dir, readable by its owner only.

@@ -54,8 +54,12 @@ impl Runtime for FakeRuntime {
         })
     }
 
-    fn is_alive<'a>(&'a self, _: &'a ExecutorRow, _: &'a str) -> BoxFuture<'a, bool> {
-        Box::pin(async { false })
+    fn liveness<'a>(
+        &'a self,
+        _: &'a [ExecutorRow],
+        _: &'a str,
+    ) -> BoxFuture<'a, std::collections::HashMap<String, crate::runtime::Liveness>> {
+        Box::pin(async { Default::default() })
     }
 
     fn fence<'a>(&'a self, target: &'a FenceTarget) -> BoxFuture<'a, Result<(), RuntimeError>> {
