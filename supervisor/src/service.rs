@@ -517,17 +517,33 @@ impl Supervisor {
             tracing::warn!(%err, "cannot remove the worktree of a session not created");
         }
         let row = created?;
-        let context = self.context(&row)?;
-        let events = self.event_log(&row.id)?;
-        let handle = session::start_session(
-            context,
-            row.clone(),
-            profile,
-            events,
-            Start::Fresh { initial_prompt },
-        )?;
-        self.sessions().insert(row.id.clone(), handle);
-        Ok(row)
+        // Killed here, the session is stored `CREATED` and nothing of it started.
+        agentctl::fault::point("create.recorded");
+        let started = self.context(&row).and_then(|context| {
+            let events = self.event_log(&row.id)?;
+            let start = Start::Fresh { initial_prompt };
+            Ok(session::start_session(context, row.clone(), profile, events, start)?)
+        });
+        match started {
+            Ok(handle) => {
+                self.sessions().insert(row.id.clone(), handle);
+                Ok(row)
+            }
+            Err(err) => {
+                // Refused: nothing of it is left behind (no row stuck `CREATED`).
+                self.event_logs.lock().expect("UNWRAP: never poisoned").remove(&row.id);
+                if let Err(undo) = self.config.store.delete_session(row.id.clone()).await {
+                    tracing::error!(session = %row.id, %undo, "cannot remove a session whose start failed");
+                }
+                if let Some(made) = &made
+                    && let Err(undo) = worktree::remove(made, true, true).await
+                {
+                    tracing::warn!(%undo, "cannot remove the worktree of a session not created");
+                }
+                let _ = std::fs::remove_dir_all(self.config.home.session_path(&row.id));
+                Err(err)
+            }
+        }
     }
 
     /// Stores a new session, its workspace's occupancy checked and taken under the start
@@ -604,7 +620,7 @@ impl Supervisor {
         {
             // Launching or opening: a resume now would only join it.
             (true, false, "starting")
-        } else if row.state == SessionState::Created {
+        } else if row.state == SessionState::Created && handle.is_some() {
             (true, false, "not_started")
         } else if row.state == SessionState::Paused {
             (true, true, "paused")
@@ -616,7 +632,9 @@ impl Supervisor {
         } else if executor.is_some() {
             (true, true, "agent_not_running_fresh_start")
         } else {
-            (true, false, "not_started")
+            // Never launched (or cut short before its launch recorded anything): a resume
+            // starts it, with the prompt it was created with.
+            (true, true, "not_started")
         };
         // A resume now would fail where it must run (its Docker engine is down): it is
         // `runtime_unavailable` until that place is back.
@@ -1153,6 +1171,28 @@ impl Supervisor {
                 ))
     }
 
+    /// Whether a dead execution's spool holds events that are not in the session's
+    /// history or event log (past what each had recorded of that execution, and past
+    /// what was acknowledged).
+    fn unrecorded_leftovers(&self, executor: &crate::store::ExecutorRow) -> bool {
+        let dir = self.config.home.session_path(&executor.session_id);
+        let last = session::leftover_seq(&dir.join("agentctl"));
+        if last <= executor.acked_seq.max(0) as u64 {
+            return false;
+        }
+        let generation = executor.generation;
+        let history_mark = crate::history::History::open(&dir.join("history.jsonl"))
+            .map_or(0, |history| history.mark_for(generation));
+        let events_mark = self
+            .event_log(&executor.session_id)
+            .ok()
+            .and_then(|log| log.last_entry().ok().flatten())
+            .filter(|event| history::same_execution(event.generation, generation))
+            .and_then(|event| event.agent_seq)
+            .unwrap_or(0);
+        last > history_mark.min(events_mark)
+    }
+
     /// Publishes what recovery found on a session's stream, in one append. The events
     /// carry no agentctl mark: no agent event caused them.
     fn publish_recovery(
@@ -1209,7 +1249,18 @@ impl Supervisor {
                     false
                 }
             };
-        if alive {
+        // Dead (or not to be trusted): make sure. Where it ran cannot be reached (an engine
+        // is down): it cannot be fenced now — the next launch fences it on that engine
+        // before anything starts — and the session waits, `runtime_unavailable`, until the
+        // engine is back.
+        if !alive && unreachable.is_none() {
+            self.fence(&row, Some(executor.clone())).await?;
+        }
+        // A dead sidecar whose spool holds what was never recorded (the supervisor died
+        // with it, or while reading it): the spool is replayed like a live re-attach's,
+        // then the execution is lost — whatever reached a spool is recorded once.
+        let gone = !alive && unreachable.is_none() && self.unrecorded_leftovers(&executor);
+        if alive || gone {
             // Where the runtime said agentctl listens, as stored (issue 17).
             let addr = executor.endpoint();
             let open_turns =
@@ -1217,7 +1268,7 @@ impl Supervisor {
             summary.approvals_restored +=
                 self.config.store.list_pending(row.id.clone()).await?.len();
             let profile = Supervisor::snapshot(&row)?;
-            let plan = AdoptPlan { executor, addr, open_turns };
+            let plan = AdoptPlan { executor, addr, open_turns, gone };
             let handle = session::start_session(
                 self.context(&row)?,
                 row.clone(),
@@ -1229,13 +1280,7 @@ impl Supervisor {
             self.sessions().insert(row.id.clone(), handle);
             return Ok(Some(view));
         }
-        // Dead (or not to be trusted): make sure, then mark what it left behind. Where it
-        // ran cannot be reached (an engine is down): it cannot be fenced now — the next
-        // launch fences it on that engine before anything starts — and the session waits,
-        // `runtime_unavailable`, until the engine is back.
-        if unreachable.is_none() {
-            self.fence(&row, Some(executor.clone())).await?;
-        }
+        // Then what it left behind is marked.
         let store = &self.config.store;
         let turns = store.running_turns(row.id.clone()).await?;
         let pending = store.list_pending(row.id.clone()).await?;
@@ -1245,9 +1290,7 @@ impl Supervisor {
         // rather than never).
         let unreachable_reason = unreachable
             .map(|why| format!("{why}; the session resumes when its runtime is reachable again"));
-        let reason = unreachable_reason.as_deref().unwrap_or(
-            "the agent stopped while the supervisor was down; resume the session to go on",
-        );
+        let reason = unreachable_reason.as_deref().unwrap_or(session::STOPPED_WHILE_DOWN);
         let mut kinds: Vec<SessionEventKind> = Vec::new();
         for (request_id, _, _) in &pending {
             kinds.push(SessionEventKind::PermissionResolved {

@@ -30,6 +30,7 @@ mod actor;
 pub mod control;
 mod durability;
 mod launch;
+mod leftovers;
 mod outbox;
 
 use std::ffi::OsString;
@@ -352,6 +353,19 @@ pub struct AdoptPlan {
     pub addr: std::net::SocketAddr,
     /// Turns still running.
     pub open_turns: Vec<crate::store::OpenTurn>,
+    /// The sidecar is dead and its spool holds events not recorded yet: they are read from
+    /// the spool and handled as a re-attach's replay, then the execution is lost.
+    pub gone: bool,
+}
+
+/// Why a session whose agent died while the supervisor was down waits for input.
+pub const STOPPED_WHILE_DOWN: &str =
+    "the agent stopped while the supervisor was down; resume the session to go on";
+
+/// The newest seq the spool of a session's dead sidecar holds (its agentctl state dir; 0
+/// when there is none).
+pub fn leftover_seq(agentctl_dir: &std::path::Path) -> u64 {
+    leftovers::last_seq(&leftovers::spool_dir(agentctl_dir))
 }
 
 /// How long a cancelled turn may take to end before the supervisor ends it.

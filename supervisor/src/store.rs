@@ -966,7 +966,7 @@ impl Store {
             let columns: Vec<String> = SESSION_COLUMNS.split(", ").map(|c| format!("s.{c}")).collect();
             let sql = format!(
                 "SELECT {} FROM task_sessions s LEFT JOIN executors_running e ON e.session_id = s.id \
-                 WHERE s.state IN ('STARTING', 'RUNNING') AND e.session_id IS NULL ORDER BY s.id",
+                 WHERE s.state IN ('CREATED', 'STARTING', 'RUNNING') AND e.session_id IS NULL ORDER BY s.id",
                 columns.join(", ")
             );
             let mut stmt = conn.prepare(&sql)?;
@@ -1440,6 +1440,19 @@ impl Store {
             )
             .optional()?
             .ok_or(StoreError::NotFound { what: "turn", id: turn_id })
+        })
+        .await
+    }
+
+    /// Whether a prompt of the session ever reached its agent (a turn marked delivered):
+    /// until one did, the prompt the session was created with has not run.
+    pub async fn prompt_delivered(&self, session_id: String) -> Result<bool, StoreError> {
+        self.call(move |conn| {
+            Ok(conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM turns WHERE session_id = ?1 AND delivered = 1)",
+                [&session_id],
+                |row| row.get(0),
+            )?)
         })
         .await
     }

@@ -59,6 +59,13 @@ impl SessionActor {
             // Outside the sequence: nothing to record or acknowledge, only to say.
             return self.agentctl_stalled(reason);
         }
+        if event.seq == 0 {
+            // Outside the sequence too (a damaged spool line, said where it was).
+            if let EventKind::Error { message } = event.kind {
+                self.emit(SessionEventKind::Notice { message });
+            }
+            return;
+        }
         let seq = event.seq;
         crate::metrics::get().relayed_events.inc();
         self.durability.handled = event.seq;
@@ -754,18 +761,27 @@ impl SessionActor {
         format!("; run as root, this agent needs {} in its environment", missing.join(" and "))
     }
 
-    async fn agent_exited(&mut self, status: protocol::control::ExitInfo, stderr_tail: String) {
+    /// Why the agent is gone, from its exit status and the tail of its stderr.
+    pub(super) fn exit_reason(
+        &self,
+        status: protocol::control::ExitInfo,
+        stderr_tail: &str,
+    ) -> String {
         let how = match (status.code, status.signal) {
             (Some(code), _) => format!("exit code {code}"),
             (None, Some(signal)) => format!("signal {signal}"),
             (None, None) => "unknown status".into(),
         };
         let tail = history::excerpt_tail(stderr_tail.trim_end(), STDERR_IN_ERROR);
-        let reason = if tail.is_empty() {
+        if tail.is_empty() {
             format!("the agent exited ({how}){}", self.root_env_hint(status.code))
         } else {
             format!("the agent exited ({how}): {tail}")
-        };
+        }
+    }
+
+    async fn agent_exited(&mut self, status: protocol::control::ExitInfo, stderr_tail: String) {
+        let reason = self.exit_reason(status, &stderr_tail);
         if let Some(execution) = self.execution.as_mut() {
             execution.agent_running = false;
             let _ = self
@@ -784,7 +800,7 @@ impl SessionActor {
             return self.fail(format!("launch failed: {reason}")).await;
         }
         self.enter(Phase::Idle);
-        self.execution_gone(&reason).await;
+        self.execution_gone(&reason, TurnState::Failed).await;
         self.emit(SessionEventKind::Notice { message: reason });
         // What was handled is acknowledged before agentctl is let go.
         self.ack(true).await;

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use super::control::Control;
 use super::durability::Durability;
 use super::launch::{self, Connected, LaunchFailure, LaunchPlan};
+use super::leftovers;
 use super::outbox::{self, Outgoing};
 use super::{
     AdoptPlan, CANCEL_GRACE, Command, MAX_PROMPT_LINE, Phase, Reply, SessionContext, SessionError,
@@ -29,6 +30,7 @@ use crate::history::{self, EntryType, History};
 use crate::store::{
     ExecutorRow, ExecutorStatus, ResumeOutcome, SessionRow, SessionState, TurnState, task_state,
 };
+use protocol::control::{Event, EventKind};
 
 /// Reports from the actor's own tasks.
 pub(super) enum Internal {
@@ -43,6 +45,9 @@ pub(super) enum Internal {
     AnswerSent { execution_id: String, request_id: String },
     /// A snapshot taken in the background was stored.
     SnapshotTaken { snapshot_id: String, trigger: SnapshotTrigger },
+    /// A stop's or detach's retire is done: the sidecar is gone, and these are the events
+    /// its spool held past what was handled (see [`SessionActor::retire_open`]).
+    Retired(Box<Retired>),
 }
 
 /// What an outstanding request of ours was for.
@@ -93,6 +98,8 @@ pub(super) struct Execution {
     pub(super) outbox: mpsc::UnboundedSender<Box<Outgoing>>,
     pub(super) events_rx: super::control::EventsRx,
     pub(super) agent_running: bool,
+    /// Its sidecar is gone: these are the events its spool held (see `leftovers.rs`).
+    pub(super) gone: bool,
 }
 
 /// A resume in progress.
@@ -105,6 +112,22 @@ pub(super) struct ResumeState {
     pub(super) native_failed: bool,
     /// A capacity handoff: a fresh agent session primed from the latest snapshot.
     pub(super) handoff: bool,
+}
+
+/// A retired execution and what its spool held past what was handled.
+pub(super) struct Retired {
+    id: String,
+    record: ExecutorRow,
+    result: Result<(), SessionError>,
+    leftovers: Vec<Event>,
+}
+
+/// A stop or detach whose sidecar is being retired.
+struct Teardown {
+    /// Answered once the sidecar is gone and its leftovers are recorded.
+    reply: Option<Reply<()>>,
+    /// How the turn ends, if the leftovers did not end it.
+    turn_error: &'static str,
 }
 
 /// What to do with a launch still in flight when it lands.
@@ -179,6 +202,8 @@ pub(super) struct SessionActor {
     after_launch: AfterLaunch,
     /// Stop and detach callers waiting for a launch in flight to be retired.
     retire_waiters: Vec<Reply<()>>,
+    /// A stop's or detach's retire in flight, whose leftovers are recorded when it is done.
+    teardown: Option<Teardown>,
     /// Why a durable write failed (a full disk): intake is stopped, nothing more is
     /// acknowledged, and the actor re-attaches to its own sidecar after `stall_retry`.
     pub(super) stalled: Option<String>,
@@ -270,6 +295,7 @@ impl SessionActor {
             answering: HashMap::new(),
             after_launch: AfterLaunch::Keep,
             retire_waiters: Vec::new(),
+            teardown: None,
             unflushed_events: Vec::new(),
             retiring: Vec::new(),
             stalled: None,
@@ -293,7 +319,10 @@ impl SessionActor {
         }
         // The actor lives while it may own an execution: after the session ends, until a
         // launch in flight has landed (and been retired).
-        while self.phase != Phase::Ended || self.after_launch == AfterLaunch::Retire {
+        while self.phase != Phase::Ended
+            || self.after_launch == AfterLaunch::Retire
+            || self.teardown.is_some()
+        {
             let next_deadline = [
                 self.handshake.map(|(_, at)| at),
                 self.cancel_deadline,
@@ -435,6 +464,8 @@ impl SessionActor {
                     self.begin_resume().await;
                 }
             }
+            // A retire in flight: its leftovers are recorded before anything launches.
+            Command::Resume { reply, .. } if self.teardown.is_some() => self.waiters.push(reply),
             Command::Resume { refresh: None, reply } => match self.phase {
                 // One launch at a time; everyone gets its outcome.
                 Phase::Launching | Phase::Opening | Phase::Adopting => self.waiters.push(reply),
@@ -596,9 +627,9 @@ impl SessionActor {
             self.after_launch = AfterLaunch::Retire;
         }
         if let Some(execution) = self.execution.take() {
-            self.retire(execution, None);
+            self.retire_open(execution, None, "the session was stopped");
         }
-        if self.turn.is_some() {
+        if self.turn.is_some() && self.teardown.is_none() {
             self.end_turn(TurnState::Failed, None, Some("the session was stopped".into())).await;
         }
         self.handshake = None;
@@ -686,13 +717,12 @@ impl SessionActor {
     /// `PAUSED` — its events first, then the store (a replay re-applies the store write).
     pub(super) async fn pause_now(&mut self) {
         let Some(pause) = self.pause.take() else { return };
-        if let Some(execution) = self.execution.take() {
-            let (gone_tx, gone) = tokio::sync::oneshot::channel();
-            self.retire(execution, Some(gone_tx));
-            if let Ok(Err(err)) = gone.await {
-                tracing::warn!(session = %self.row.id, %err, "stopping the agent for a pause");
-            }
+        if let Some(execution) = self.execution.take()
+            && let Err(err) = self.retire_and_record(execution).await
+        {
+            tracing::warn!(session = %self.row.id, %err, "stopping the agent for a pause");
         }
+        self.update_view(|view| view.agent_running = false);
         self.handshake = None;
         // The snapshot sees the workspace as the stopped agent left it.
         let trigger = match pause.trigger {
@@ -745,11 +775,11 @@ impl SessionActor {
             self.after_launch = AfterLaunch::Retire;
             self.retire_waiters.push(reply);
         } else if let Some(execution) = self.execution.take() {
-            self.retire(execution, Some(reply));
+            self.retire_open(execution, Some(reply), "the agent was stopped");
         } else {
             let _ = reply.send(Ok(()));
         }
-        if self.turn.is_some() {
+        if self.turn.is_some() && self.teardown.is_none() {
             self.end_turn(TurnState::Failed, None, Some("the agent was stopped".into())).await;
         }
         self.handshake = None;
@@ -825,17 +855,14 @@ impl SessionActor {
             token = None;
         }
         let relaunch = token.is_some() && self.profile.relaunches_to_resume();
-        self.initial_prompt = match (&token, self.row.state) {
-            (Some(_), _) | (None, SessionState::WaitingForInput | SessionState::Paused) => None,
-            // A launch that failed before any turn: the prompt it was created with goes out
-            // now. After turns, the history is what carries on.
-            (None, SessionState::Failed) => {
-                match self.context.store.session_turns(self.row.id.clone()).await {
-                    Ok(turns) if turns.is_empty() => self.row.initial_prompt.clone(),
-                    _ => None,
-                }
-            }
-            (None, _) => match self.context.store.get_task(self.row.task_id.clone()).await {
+        self.initial_prompt = match (self.unsent_initial_prompt().await, &token, self.row.state) {
+            // The prompt the session was created with never reached an agent (a launch that
+            // failed, a create cut short by a kill): it goes out now, whatever else holds.
+            (Some(prompt), _, _) => Some(prompt),
+            (None, Some(_), _)
+            | (None, None, SessionState::WaitingForInput | SessionState::Paused)
+            | (None, None, SessionState::Failed) => None,
+            (None, None, _) => match self.context.store.get_task(self.row.task_id.clone()).await {
                 Ok(task) if !task.description.trim().is_empty() => Some(task.description),
                 _ => None,
             },
@@ -960,7 +987,11 @@ impl SessionActor {
         let internal_tx = self.internal_tx.clone();
         let context = self.context.clone();
         tokio::spawn(async move {
-            let adopted = Box::new(launch::adopt(context.clone(), plan.addr, plan.executor).await);
+            let adopted = Box::new(if plan.gone {
+                Ok(launch::adopt_gone(&context, plan.executor))
+            } else {
+                launch::adopt(context.clone(), plan.addr, plan.executor).await
+            });
             if let Err(mpsc::error::SendError(Internal::Adopted(adopted))) =
                 internal_tx.send(Internal::Adopted(adopted))
                 && let Ok(connected) = *adopted
@@ -992,7 +1023,16 @@ impl SessionActor {
         self.replay_until = None;
         let deferred = std::mem::take(&mut self.deferred_prompts);
         let undelivered: Vec<(String, String)> = self.undelivered.drain().collect();
+        let first_prompt = self.unsent_initial_prompt().await;
         for (request_id, turn_id) in undelivered {
+            // The create's prompt was acknowledged: sent again under the same request, so it
+            // runs once and is recorded once. Any other prompt's caller had no answer yet.
+            if let Some(prompt) = &first_prompt
+                && self.turn.as_deref() == Some(turn_id.as_str())
+                && self.resend_prompt(&request_id, &turn_id, prompt)
+            {
+                continue;
+            }
             self.pending.remove(&request_id);
             let error =
                 "the supervisor stopped before this prompt reached the agent; send it again";
@@ -1007,10 +1047,77 @@ impl SessionActor {
                 self.write_failed("the end of a turn", &err);
             }
         }
+        self.send_unsent_initial_prompt().await;
         for (text, reply) in deferred {
             if let Err(err) = self.start_turn(text, Some(reply)).await {
                 tracing::debug!(session = %self.row.id, %err, "prompt refused");
             }
+        }
+    }
+
+    /// Sends a recorded turn's prompt that never reached the agent again, under its own
+    /// request id; false when it cannot be (no agent, no ACP session, a resume context).
+    fn resend_prompt(&mut self, request_id: &str, turn_id: &str, prompt: &str) -> bool {
+        let running = self.execution.as_ref().is_some_and(|execution| execution.agent_running);
+        let acp_session = self.view_tx.borrow().acp_session_id.clone();
+        let injected =
+            matches!(self.pending.get(request_id), Some(Pending::Prompt { injected: true, .. }));
+        let (Some(acp_session), Ok(id), true, false) =
+            (acp_session, request_id.parse::<i64>(), running, injected)
+        else {
+            return false;
+        };
+        let message = json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": protocol::acp::method::SESSION_PROMPT,
+            "params": {"sessionId": acp_session, "prompt": [{"type": "text", "text": prompt}]},
+        });
+        tracing::info!(session = %self.row.id, turn = %turn_id, "sending the first prompt again: it never reached the agent");
+        if self.history.is_empty() {
+            // Killed before the turn's start was written (see `prepare_turn`).
+            self.record_history(EntryType::UserMessage, prompt.to_owned(), None);
+            self.emit(SessionEventKind::TurnStarted {
+                turn_id: turn_id.to_owned(),
+                prompt: prompt.to_owned(),
+            });
+        }
+        self.send(Outgoing::Prompt { message, turn_id: turn_id.to_owned(), reply: None });
+        true
+    }
+
+    /// The prompt the session was created with (its task's description when it was
+    /// created without one), while no prompt of it ever reached an agent: an acknowledged
+    /// create runs it exactly once, across kills and failed launches.
+    pub(super) async fn unsent_initial_prompt(&self) -> Option<String> {
+        let prompt = self.row.initial_prompt.clone().filter(|prompt| !prompt.trim().is_empty())?;
+        match self.context.store.prompt_delivered(self.row.id.clone()).await {
+            Ok(false) => Some(prompt),
+            Ok(true) => None,
+            Err(err) => {
+                tracing::error!(session = %self.row.id, %err, "cannot tell whether the initial prompt ran");
+                None
+            }
+        }
+    }
+
+    /// After a re-attach settled: a create cut short between the agent's start and its
+    /// first prompt's delivery has its prompt sent now (once the replay caught up).
+    async fn send_unsent_initial_prompt(&mut self) {
+        let ready = self.execution.as_ref().is_some_and(|execution| execution.agent_running)
+            && self.phase == Phase::Open
+            && self.turn.is_none()
+            && self.replay_until.is_none()
+            && self.row.state == SessionState::WaitingForInput;
+        if !ready {
+            return;
+        }
+        if let Some(prompt) = self.unsent_initial_prompt().await
+            && let Err(err) = self.start_turn(prompt, None).await
+        {
+            self.emit(SessionEventKind::Notice {
+                message: format!("the initial prompt could not be sent: {err}"),
+            });
         }
     }
 
@@ -1019,6 +1126,7 @@ impl SessionActor {
             Internal::SnapshotTaken { snapshot_id, trigger } => {
                 self.emit(SessionEventKind::SnapshotTaken { snapshot_id, trigger });
             }
+            Internal::Retired(retired) => self.retired(*retired).await,
             Internal::Launched(launched) => self.launched(*launched).await,
             Internal::Adopted(adopted) => self.adopted(*adopted).await,
             Internal::ControlFailed { execution_id, error } => {
@@ -1185,7 +1293,7 @@ impl SessionActor {
                     Err(err) => self.write_failed("interrupted turns", &err),
                 }
                 self.enter(Phase::Idle);
-                self.execution_gone(&reason).await;
+                self.execution_gone(&reason, TurnState::Failed).await;
                 // Anyone who asked for a resume meanwhile gets one now.
                 if !self.waiters.is_empty() {
                     self.begin_resume().await;
@@ -1216,10 +1324,6 @@ impl SessionActor {
         self.resume_context_pending = record.resume_context_pending;
         self.handoff_pending = record.resume_context_pending
             && record.resume_outcome == Some(ResumeOutcome::ContextHandoff);
-        match status.as_ref().map(|status| status.last_seq) {
-            Some(until) if until > acked => self.replay_until = Some(until),
-            _ => self.settle_undelivered().await,
-        }
         self.execution = Some(Execution { agent_running: running, ..execution });
         let turn_id = self.turn.clone();
         self.update_view(|view| {
@@ -1228,6 +1332,10 @@ impl SessionActor {
             view.turn_id = turn_id;
             view.resume_outcome = record.resume_outcome;
         });
+        match status.as_ref().map(|status| status.last_seq) {
+            Some(until) if until > acked => self.replay_until = Some(until),
+            _ => self.settle_undelivered().await,
+        }
         self.enter(Phase::Open);
         // A pause asked for before the restart still holds (its turn may still run).
         if let Ok(Some(request)) = self.context.store.get_pause(self.row.id.clone()).await {
@@ -1258,10 +1366,11 @@ impl SessionActor {
                 self.emit(SessionEventKind::PermissionRequest { request_id, params });
             }
         }
+        self.send_unsent_initial_prompt().await;
     }
 
     fn connect(&self, connected: Connected, agent_running: bool) -> Execution {
-        let Connected { record, calls, events_rx, .. } = connected;
+        let Connected { record, calls, events_rx, gone, .. } = connected;
         let outbox = outbox::start_outbox(
             record.execution_id.clone(),
             Arc::clone(&calls),
@@ -1274,6 +1383,7 @@ impl SessionActor {
             outbox,
             events_rx,
             agent_running,
+            gone,
         }
     }
 
@@ -1485,7 +1595,7 @@ impl SessionActor {
     /// The execution is gone (its agent exited, its sidecar was lost or refused us): the
     /// agent's questions are void, a running turn fails, and the session waits for input
     /// with the reason, recoverable.
-    pub(super) async fn execution_gone(&mut self, reason: &str) {
+    pub(super) async fn execution_gone(&mut self, reason: &str, turn_ends: TurnState) {
         self.handshake = None;
         self.drop_replay(reason);
         self.update_view(|view| view.agent_running = false);
@@ -1504,7 +1614,7 @@ impl SessionActor {
             }
         }
         if self.turn.is_some() {
-            self.end_turn(TurnState::Failed, None, Some(reason.to_owned())).await;
+            self.end_turn(turn_ends, None, Some(reason.to_owned())).await;
         }
         let _ = self
             .set_state(
@@ -1552,26 +1662,171 @@ impl SessionActor {
         });
     }
 
-    /// agentctl itself went away, stopped answering, or refused our subscription.
+    /// agentctl itself went away, stopped answering, or refused our subscription. It is
+    /// fenced (nothing may run unowned), then what its spool holds beyond what was handled
+    /// is recorded, then the execution's open work is void.
     pub(super) async fn lost(&mut self, reason: String) {
         let mut reason = reason;
         let Some(execution) = self.execution.take() else { return };
         if let Some(why) = self.context.runtime.exit_reason(&execution.record).await {
             reason = format!("{reason}: {why}");
         }
-        // Nothing may run unowned: the sidecar is killed if it still lives.
-        self.fence_now(execution.record.clone());
         let _ = self
             .context
             .store
             .set_executor_status(self.row.id.clone(), execution.id.clone(), ExecutorStatus::Lost)
             .await;
-        drop(execution);
         if matches!(self.phase, Phase::Opening | Phase::Launching) {
+            self.fence_now(execution.record.clone());
+            drop(execution);
             return self.fail(reason).await;
         }
+        // Its turn was cut by the supervisor's own downtime (its spool replayed at
+        // recovery), or by the sidecar's loss now.
+        let mut turn_ends = TurnState::Failed;
+        if execution.gone {
+            reason = super::STOPPED_WHILE_DOWN.into();
+            turn_ends = TurnState::Interrupted;
+        } else {
+            // Its spool is read once nothing writes it any more.
+            let Execution { id, record, .. } = execution;
+            match launch::fence(&self.context, record.clone(), std::time::Duration::ZERO).await {
+                Ok(()) => {
+                    let dir = leftovers::spool_dir(&self.context.agentctl_dir());
+                    let events = leftovers::read(dir, self.durability.handled);
+                    if let Some(exit) = self.record_leftovers(id, record, events).await {
+                        reason = exit;
+                    }
+                }
+                Err(err) => {
+                    tracing::error!(session = %self.row.id, %err, "cannot fence a lost execution")
+                }
+            }
+        }
         self.enter(Phase::Idle);
-        self.execution_gone(&reason).await;
+        self.execution_gone(&reason, turn_ends).await;
+        // Anyone who asked for a resume meanwhile gets one now.
+        if !self.waiters.is_empty() {
+            self.begin_resume().await;
+        }
+    }
+
+    /// Records what the spool of an execution whose sidecar is gone (fenced or retired)
+    /// holds beyond the last event handled, through the same handling as live events, and
+    /// acknowledges it. Returns why the agent exited, when the spool says so (its exit is
+    /// the caller's to handle: a stop ends the turn its own way).
+    pub(super) async fn record_leftovers(
+        &mut self,
+        id: String,
+        record: ExecutorRow,
+        events_rx: super::control::EventsRx,
+    ) -> Option<String> {
+        let calls: Arc<dyn Control> = Arc::new(leftovers::DeadSidecar);
+        let outbox = outbox::start_outbox(id.clone(), Arc::clone(&calls), self.internal_tx.clone());
+        self.execution = Some(Execution {
+            id,
+            record,
+            calls,
+            outbox,
+            events_rx,
+            agent_running: false,
+            gone: true,
+        });
+        let mut exit = None;
+        let mut in_burst = 0;
+        while let Some(execution) = self.execution.as_mut() {
+            if self.stalled.is_some() {
+                // Not acknowledged: read again at the next try (the spool stays).
+                break;
+            }
+            let Some(Ok(event)) = execution.events_rx.recv().await else { break };
+            match event.kind {
+                EventKind::AgentExited { status, stderr_tail } => {
+                    self.durability.handled = event.seq;
+                    exit = Some(self.exit_reason(status, &stderr_tail));
+                }
+                _ => self.handle_agent_event(*event).await,
+            }
+            in_burst += 1;
+            if in_burst == AGENT_EVENT_BURST {
+                in_burst = 0;
+                self.flush_events();
+            }
+        }
+        self.ack(true).await;
+        self.flush_events();
+        self.execution = None;
+        exit
+    }
+
+    /// Retires an execution on a stop or detach: an open one is stopped in the background
+    /// and what its spool still held is recorded when that is done (see
+    /// [`Internal::Retired`]), then its turn ends with `turn_error`; one still shaking
+    /// hands has nothing to record. `reply` is answered once it is gone.
+    fn retire_open(
+        &mut self,
+        execution: Execution,
+        reply: Option<Reply<()>>,
+        turn_error: &'static str,
+    ) {
+        if self.phase != Phase::Open || execution.gone {
+            return self.retire(execution, reply);
+        }
+        let after = self.durability.handled;
+        let dir = leftovers::spool_dir(&self.context.agentctl_dir());
+        let (id, record) = (execution.id.clone(), execution.record.clone());
+        let (gone_tx, gone) = tokio::sync::oneshot::channel();
+        self.retire(execution, Some(gone_tx));
+        self.teardown = Some(Teardown { reply, turn_error });
+        let report = self.internal_tx.clone();
+        tokio::spawn(async move {
+            let result = gone.await.unwrap_or(Ok(()));
+            // Read before anything else may start a sidecar (and its fresh spool) there:
+            // a launch waits for the retire, and the actor for this report.
+            let leftovers = tokio::task::spawn_blocking(move || leftovers::read_all(&dir, after))
+                .await
+                .unwrap_or_default();
+            let retired = Retired { id, record, result, leftovers };
+            let _ = report.send(Internal::Retired(Box::new(retired)));
+        });
+    }
+
+    /// A retire of [`SessionActor::retire_open`] is done: what the spool held is recorded,
+    /// the turn ends, and the stop or detach is answered.
+    async fn retired(&mut self, retired: Retired) {
+        let Retired { id, record, result, leftovers } = retired;
+        let Some(teardown) = self.teardown.take() else { return };
+        let (tx, events) = mpsc::channel(leftovers.len().max(1));
+        for event in leftovers {
+            let _ = tx.try_send(Ok(Box::new(event)));
+        }
+        drop(tx);
+        self.record_leftovers(id, record, events).await;
+        if self.turn.is_some() {
+            self.end_turn(TurnState::Failed, None, Some(teardown.turn_error.into())).await;
+        }
+        if let Some(reply) = teardown.reply {
+            let _ = reply.send(result);
+        }
+        // Anyone who asked for a resume meanwhile gets one now.
+        if self.phase != Phase::Ended && !self.waiters.is_empty() {
+            self.begin_resume().await;
+        }
+    }
+
+    /// Retires an execution and waits until its sidecar is gone, then records what its
+    /// spool still held: what the agent emitted until it exited is kept, whatever ended it.
+    async fn retire_and_record(&mut self, execution: Execution) -> Result<(), SessionError> {
+        let (id, record) = (execution.id.clone(), execution.record.clone());
+        let (gone_tx, gone) = tokio::sync::oneshot::channel();
+        self.retire(execution, Some(gone_tx));
+        let retired = gone.await.unwrap_or(Ok(()));
+        let events = leftovers::read(
+            leftovers::spool_dir(&self.context.agentctl_dir()),
+            self.durability.handled,
+        );
+        self.record_leftovers(id, record, events).await;
+        retired
     }
 
     /// A launch failure: session and task `FAILED` with the reason; the execution is
@@ -1651,6 +1906,7 @@ impl SessionActor {
         record.acked_seq = self.durability.acked as i64;
         record.acp_session_id = self.view_tx.borrow().acp_session_id.clone();
         let addr = record.endpoint();
+        let gone = execution.gone;
         drop(execution);
         self.history = history;
         self.unflushed_events.clear();
@@ -1661,7 +1917,7 @@ impl SessionActor {
         let error = self.row.error_message.clone();
         self.update_view(|view| view.error = error);
         tracing::info!(session = %self.row.id, "re-attaching after a failed write");
-        self.start_adopt(AdoptPlan { executor: record, addr, open_turns });
+        self.start_adopt(AdoptPlan { executor: record, addr, open_turns, gone });
     }
 
     /// A re-attach's replay will not finish (the execution is gone): prompts that waited for

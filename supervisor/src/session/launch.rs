@@ -40,6 +40,8 @@ pub(super) struct Connected {
     pub(super) events_rx: EventsRx,
     /// agentctl's status at re-attach (`None` for a launch: its agent was just started).
     pub(super) status: Option<Status>,
+    /// The sidecar is gone: the events are what its spool held (see `leftovers.rs`).
+    pub(super) gone: bool,
 }
 
 /// Why a launch failed, and whether its own sidecar was fenced.
@@ -122,7 +124,9 @@ pub(super) async fn launch(
         Ok::<_, String>((calls, events_rx))
     };
     match connected.await {
-        Ok((calls, events_rx)) => Ok(Connected { record, calls, events_rx, status: None }),
+        Ok((calls, events_rx)) => {
+            Ok(Connected { record, calls, events_rx, status: None, gone: false })
+        }
         Err(reason) => {
             let target = FenceTarget { executor: Some(record), ..target };
             if let Err(err) = context.runtime.fence(&target).await {
@@ -148,7 +152,18 @@ pub(super) async fn adopt(
         .await
         .map_err(|err| err.to_string())?;
     let status = calls.status().await.map_err(|err| err.to_string())?;
-    Ok(Connected { record, calls, events_rx, status: Some(status) })
+    Ok(Connected { record, calls, events_rx, status: Some(status), gone: false })
+}
+
+/// "Re-attaches" to a sidecar that died: its events are what its spool holds after
+/// `acked_seq` (see `leftovers.rs`), its calls those of a dead sidecar.
+pub(super) fn adopt_gone(context: &SessionContext, record: ExecutorRow) -> Connected {
+    let dir = super::leftovers::spool_dir(&context.agentctl_dir());
+    let acked = record.acked_seq.max(0) as u64;
+    let status = super::leftovers::status(&dir, acked);
+    let events_rx = super::leftovers::read(dir, acked);
+    let calls: Arc<dyn Control> = Arc::new(super::leftovers::DeadSidecar);
+    Connected { record, calls, events_rx, status: Some(status), gone: true }
 }
 
 /// Stops an execution politely (`agent.stop`, `shutdown`, each bounded), then fences it.

@@ -8,6 +8,7 @@ mod cli;
 mod conformance;
 mod docker;
 mod docker_runtime;
+mod edges;
 mod eliza;
 mod engines;
 mod faults;

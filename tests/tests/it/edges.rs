@@ -1,0 +1,274 @@
+//! Regression tests for "Nothing lost, stuck or leaked at the edges" (issue 27): each
+//! defect found from outside, driven with real processes (and named fault points where a
+//! timing window is narrow).
+
+use protocol::api::{ApiClient, EntryType, EventKind, SessionEvent, SessionState, TurnState};
+use serde_json::Value;
+use tether_tests::daemon::{Api, Create, Daemon, chunks, next, ok, sigkill, turn_ended, until};
+use tether_tests::within;
+
+/// The agent message chunks a session's (dead) agentctl spool holds, in order: what the
+/// agent emitted and agentctl took in.
+fn spooled_chunks(daemon: &Daemon, session: &str) -> Vec<String> {
+    let dir = daemon.session_dir(session).join("agentctl/spool");
+    let mut segments: Vec<_> = std::fs::read_dir(&dir)
+        .expect("the spool is there")
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "jsonl"))
+        .collect();
+    segments.sort();
+    let mut texts = Vec::new();
+    for path in segments {
+        let text = std::fs::read_to_string(&path).expect("a readable segment");
+        for line in text.lines() {
+            let Ok(event) = serde_json::from_str::<Value>(line) else { continue };
+            let update = &event["message"]["params"]["update"];
+            if event["kind"] == "acp" && update["sessionUpdate"] == "agent_message_chunk" {
+                texts.push(update["content"]["text"].as_str().unwrap_or_default().to_owned());
+            }
+        }
+    }
+    texts
+}
+
+/// Asserts that two chunk lists are the same, saying where they part (not printing both).
+fn same_chunks(got: &[String], spooled: &[String], what: &str) {
+    let parted = got.iter().zip(spooled).position(|(a, b)| a != b);
+    assert!(
+        got.len() == spooled.len() && parted.is_none(),
+        "{what}: {} chunks, the spool {}; first difference at {parted:?}",
+        got.len(),
+        spooled.len()
+    );
+}
+
+/// The texts of the agent messages of a session's history, joined.
+async fn recorded(api: &Api, session: &str) -> String {
+    api.history(session)
+        .await
+        .iter()
+        .filter(|entry| entry.kind == EntryType::AgentMessage)
+        .map(|entry| entry.content.as_str())
+        .collect()
+}
+
+/// Reads a subscription until `count` chunks were seen.
+async fn until_chunks(
+    events: &mut jsonrpsee::core::client::Subscription<SessionEvent>,
+    count: usize,
+) -> Vec<SessionEvent> {
+    let mut seen = Vec::new();
+    while chunks(&seen).len() < count {
+        seen.push(next(events).await);
+    }
+    seen
+}
+
+/// The state a `turn_ended` event gives its turn.
+fn ended_as(event: &SessionEvent) -> Option<TurnState> {
+    match event.kind {
+        EventKind::TurnEnded { state, .. } => Some(state),
+        _ => None,
+    }
+}
+
+/// Defect 0 (b): agentctl is SIGKILLed early in a burst while the supervisor lives. What
+/// it had spooled and not yet relayed is recorded and streamed, once each.
+#[tokio::test]
+async fn r27_a_sidecar_killed_mid_burst_leaves_nothing_of_its_spool_unrecorded() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("burst")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/stream 20000\nburst").await.unwrap();
+    let mut seen = until_chunks(&mut events, 100).await;
+    sigkill(daemon.agentctl_pid(&session)).await;
+    seen.extend(until(&mut events, turn_ended).await);
+    let spooled = spooled_chunks(&daemon, &session);
+    assert!(spooled.len() >= 100, "the spool holds what was streamed: {}", spooled.len());
+    same_chunks(&chunks(&seen), &spooled, "every spooled chunk is streamed, once");
+    assert!(recorded(&api, &session).await == spooled.concat(), "and recorded, once");
+    // The session goes on.
+    assert!(api.ask(&session, "still there?").await.contains("you said: still there?"));
+}
+
+/// Defect 0 (a): the supervisor and the session's agentctl are SIGKILLed together in a
+/// long turn. After a restart, the dead sidecar's spool is recorded: the history holds
+/// every chunk the spool held (more than the stream had relayed), each once.
+#[tokio::test]
+async fn r27_a_sidecar_dead_with_the_supervisor_has_its_spool_recorded_at_restart() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("both")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/stream 20000\nlong").await.unwrap();
+    let mut seen = until_chunks(&mut events, 300).await;
+    let sidecar = daemon.agentctl_pid(&session);
+    drop(events);
+    drop(api);
+    daemon.kill().await;
+    sigkill(sidecar).await;
+    let spooled = spooled_chunks(&daemon, &session);
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, seen.last().map_or(0, |e| e.seq)).await;
+    seen.extend(until(&mut events, turn_ended).await);
+    assert!(spooled.len() >= 300, "{}", spooled.len());
+    same_chunks(&chunks(&seen), &spooled, "the stream has every spooled chunk once, in order");
+    assert!(recorded(&api, &session).await == spooled.concat(), "so has the history");
+    let status = api.status(&session).await;
+    assert_eq!(status.state, SessionState::WaitingForInput, "{status:?}");
+    assert!(status.needs_resume && status.is_resumable, "{status:?}");
+    assert!(api.ask(&session, "and now?").await.contains("you said: and now?"));
+}
+
+/// Defect 2: a stop in the middle of a streaming turn. Whatever the agent emitted until it
+/// exited (agentctl spooled it, through the stop's grace period) is recorded and streamed.
+async fn a_stop_mid_turn_keeps_what_the_agent_emitted(stop_all: bool) {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("stop")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/stream 20000\nlong").await.unwrap();
+    let mut seen = until_chunks(&mut events, 100).await;
+    if stop_all {
+        ok("stop_all", api.typed().stop_all()).await;
+    } else {
+        ok("stop", api.typed().session_stop(session.clone())).await;
+    }
+    seen.extend(until(&mut events, turn_ended).await);
+    let spooled = spooled_chunks(&daemon, &session);
+    assert!(spooled.len() >= 100, "{}", spooled.len());
+    // The agent may have finished the turn within the stop's grace period: then it ended
+    // as the agent said; otherwise it failed, stopped.
+    let finished = spooled.len() == 20000;
+    let expected = if finished { TurnState::Completed } else { TurnState::Failed };
+    assert_eq!(ended_as(seen.last().unwrap()), Some(expected), "{:?}", seen.last());
+    same_chunks(&chunks(&seen), &spooled, "the stream has all the agent emitted, once");
+    assert!(recorded(&api, &session).await == spooled.concat(), "so has the history");
+    assert!(daemon.sidecars(&session).is_empty(), "no sidecar is left");
+}
+
+#[tokio::test]
+async fn r27_a_stop_mid_turn_keeps_what_the_agent_emitted() {
+    a_stop_mid_turn_keeps_what_the_agent_emitted(false).await;
+}
+
+#[tokio::test]
+async fn r27_stop_all_mid_turn_keeps_what_the_agent_emitted() {
+    a_stop_mid_turn_keeps_what_the_agent_emitted(true).await;
+}
+
+/// Creates a task (with a description of its own) and a mock session with `prompt`, on a
+/// daemon that may die while starting it (even before it answers); returns the task.
+async fn create_with_prompt(daemon: &Daemon, prompt: &str) -> String {
+    let api = daemon.api().await;
+    let description = Some("the task's description, not the prompt".to_owned());
+    let task = ok("task.create", api.typed().task_create("first prompt".into(), description)).await;
+    let create = Create {
+        prompt: Some(prompt.to_owned()),
+        ..Create::new(&task.id, "mock", Some(&daemon.workspace("first")))
+    };
+    let _ = create.send(api.typed()).await;
+    task.id
+}
+
+/// The one session of a task.
+async fn session_of(api: &Api, task: &str) -> String {
+    let listed = ok("list", api.typed().session_list(Some(task.to_owned()), None, None)).await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    listed[0].id.clone()
+}
+
+/// The user messages of a session's history.
+async fn user_messages(api: &Api, session: &str) -> Vec<String> {
+    api.history(session)
+        .await
+        .into_iter()
+        .filter(|entry| entry.kind == EntryType::UserMessage)
+        .map(|entry| entry.content)
+        .collect()
+}
+
+/// Waits until the session has ended a turn (from the start of its event log).
+async fn first_turn_ends(api: &Api, session: &str) -> Vec<SessionEvent> {
+    let mut events = api.subscribe(session, 0).await;
+    until(&mut events, turn_ended).await
+}
+
+/// Defect 1 (and 9): a create is answered, then the supervisor is SIGKILLed at `point`
+/// while the session starts. After the restart the prompt it was created with runs, once:
+/// by itself when the agent was re-attached, else at the next resume.
+async fn an_acknowledged_first_prompt_survives_a_kill_at(point: &str, readopted: bool) {
+    let mut daemon = Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", point)]).await;
+    let task = create_with_prompt(&daemon, "/stream 3\nthe first prompt").await;
+    within("the supervisor to die at the fault point", daemon.wait_exit()).await;
+    daemon.restart_with_env(&[]).await;
+    let api = daemon.api().await;
+    let session = session_of(&api, &task).await;
+    if !readopted {
+        let status = api.status(&session).await;
+        assert_eq!(status.state, SessionState::WaitingForInput, "{point}: {status:?}");
+        assert!(status.needs_resume && status.is_resumable, "{point}: {status:?}");
+        api.resume(&session).await.unwrap();
+    }
+    let seen = first_turn_ends(&api, &session).await;
+    assert_eq!(ended_as(seen.last().unwrap()), Some(TurnState::Completed), "{point}: {seen:?}");
+    assert_eq!(
+        chunks(&seen).concat(),
+        "mock-agent: remembered 0 earlier messages; you said: the first prompt [1/3] [2/3] [3/3]",
+        "{point}"
+    );
+    assert_eq!(user_messages(&api, &session).await, ["/stream 3\nthe first prompt"], "{point}");
+    // Exactly once: the next resume does not send it again.
+    assert!(api.ask(&session, "next").await.contains("remembered 2 earlier messages"), "{point}");
+    assert_eq!(user_messages(&api, &session).await.len(), 2, "{point}");
+}
+
+#[tokio::test]
+async fn r27_a_first_prompt_survives_a_kill_right_after_the_create_is_stored() {
+    an_acknowledged_first_prompt_survives_a_kill_at("create.recorded", false).await;
+}
+
+#[tokio::test]
+async fn r27_a_first_prompt_survives_a_kill_as_the_launch_starts() {
+    an_acknowledged_first_prompt_survives_a_kill_at("launch.started", false).await;
+}
+
+#[tokio::test]
+async fn r27_a_first_prompt_survives_a_kill_once_the_sidecar_runs() {
+    an_acknowledged_first_prompt_survives_a_kill_at("launch.after_runtime", false).await;
+}
+
+#[tokio::test]
+async fn r27_a_first_prompt_survives_a_kill_once_the_agent_session_is_open() {
+    an_acknowledged_first_prompt_survives_a_kill_at("state.opened_published", true).await;
+}
+
+#[tokio::test]
+async fn r27_a_first_prompt_survives_a_kill_before_it_reached_the_agent() {
+    an_acknowledged_first_prompt_survives_a_kill_at("prompt.recorded", true).await;
+}
+
+/// Defect 9: a create that fails after its row is written (the sessions dir cannot be
+/// written) leaves no session behind, and the next create works once it can.
+#[tokio::test]
+async fn r27_a_create_that_cannot_write_its_files_leaves_no_session() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let sessions = daemon.home().join("tether/sessions");
+    // Not a directory: refused even to root.
+    std::fs::remove_dir_all(&sessions).ok();
+    std::fs::write(&sessions, "not a directory").unwrap();
+    let task = ok("task.create", api.typed().task_create("unwritable".into(), None)).await;
+    let create = Create::new(&task.id, "mock", Some(&daemon.workspace("u")));
+    let refused = create.clone().send(api.typed()).await;
+    assert!(refused.is_err(), "{refused:?}");
+    let listed = ok("list", api.typed().session_list(None, None, None)).await;
+    assert!(listed.is_empty(), "no session is left behind: {listed:?}");
+    std::fs::remove_file(&sessions).unwrap();
+    let created = ok("task.session.create", create.send(api.typed())).await;
+    let status = api.status(&created.id).await;
+    assert_ne!(status.state, SessionState::Created, "{status:?}");
+}
