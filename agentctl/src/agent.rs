@@ -48,6 +48,10 @@ pub const STDERR_TAIL_BYTES: usize = 64 * 1024;
 /// `agent_exited` is emitted anyway (a descendant may hold them open forever).
 pub const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 
+/// How long the agent may live on after closing its stdout before `stdout_closed` is
+/// spooled (an agent that exits meanwhile gets only `agent_exited`).
+pub const STDOUT_CLOSED_GRACE: Duration = Duration::from_secs(2);
+
 /// Errors from agent operations, each mapped to a JSON-RPC error by the server.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -225,13 +229,17 @@ impl AgentHost {
         let stderr = child.stderr.take().expect("UNWRAP: stderr is piped");
         tokio::spawn(write_stdin(stdin, stdin_rx, Arc::clone(&self.spool)));
         let tail = Arc::new(Mutex::new(VecDeque::new()));
+        // Cancelled when the agent's process has exited (before its pipes are drained).
+        let exited = tokio_util::sync::CancellationToken::new();
         let relay = Relay {
             spool: Arc::clone(&self.spool),
             roots: Arc::new(roots),
             stdin_tx: stdin_tx.downgrade(),
             max_line: self.config.max_line,
+            exited: exited.clone(),
         };
         let stdout_task = tokio::spawn(relay.run(stdout));
+        let exited_by = exited;
         let stderr_task = tokio::spawn(read_stderr(
             stderr,
             Arc::clone(&self.spool),
@@ -240,6 +248,7 @@ impl AgentHost {
         ));
         tokio::spawn(watch_exit(
             child,
+            exited_by,
             stdout_task,
             stderr_task,
             tail,
@@ -453,6 +462,8 @@ struct Relay {
     /// Weak, so that it does not keep stdin open after a stop dropped the real sender.
     stdin_tx: mpsc::WeakUnboundedSender<Vec<u8>>,
     max_line: usize,
+    /// Cancelled once the agent's process exited.
+    exited: tokio_util::sync::CancellationToken,
 }
 
 /// The most agent lines gathered into one spool write.
@@ -481,6 +492,15 @@ impl Relay {
             }
         }
         append_durably(&self.spool, batch).await;
+        // EOF. An agent that exits now is reported by its exit; one that lives on with its
+        // stdout closed can answer nothing more, and the supervisor must be told.
+        tokio::select! {
+            () = self.exited.cancelled() => {}
+            () = tokio::time::sleep(STDOUT_CLOSED_GRACE) => {
+                tracing::warn!("the agent closed its stdout and is still running");
+                append_durably(&self.spool, vec![EventKind::StdoutClosed]).await;
+            }
+        }
     }
 
     async fn handle(&self, line: Line, batch: &mut Vec<EventKind>) {
@@ -606,6 +626,7 @@ async fn read_stderr(
 
 async fn watch_exit(
     mut child: Child,
+    exited: tokio_util::sync::CancellationToken,
     stdout_task: tokio::task::JoinHandle<()>,
     stderr_task: tokio::task::JoinHandle<()>,
     tail: Arc<Mutex<VecDeque<u8>>>,
@@ -622,6 +643,7 @@ async fn watch_exit(
             ExitInfo { code: None, signal: None }
         }
     };
+    exited.cancel();
     // Lines the agent wrote just before exiting belong before `agent_exited`.
     let drained = async {
         let _ = stdout_task.await;

@@ -18,6 +18,7 @@
 //! - `turn.recorded`: the store says a turn ended (its events must be out already);
 //! - `prompt.recorded`: a turn is recorded and its prompt not yet sent;
 //! - `create.recorded`: a new session is stored `CREATED` and its actor is not started;
+//! - `stop.recorded`: a stopped session's end is stored and its sidecar not yet retired;
 //! - `launch.started`: a session is `STARTING` and nothing of its launch is recorded yet;
 //! - `state.opened_published`: a session's ACP session is open and recorded (its execution
 //!   `running`), its `WAITING_FOR_INPUT` event is in the log, and the store still says

@@ -424,6 +424,22 @@ async fn stream_events(
                 }
             } => entry.map_err(|err| err.to_string())?,
         };
+        // Damaged lines skipped on the way are said first, outside the sequence.
+        for message in reader.take_damaged() {
+            let event = protocol::control::Event {
+                seq: 0,
+                at: 0,
+                kind: protocol::control::EventKind::Error { message },
+            };
+            let notice = if batched {
+                serde_json::value::to_raw_value(&[event])
+            } else {
+                serde_json::value::to_raw_value(&event)
+            };
+            if sink.send(notice.map_err(|err| err.to_string())?).await.is_err() {
+                return Ok(());
+            }
+        }
         if sink.send(message).await.is_err() {
             return Ok(());
         }

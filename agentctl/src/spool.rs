@@ -222,13 +222,24 @@ impl<E: Entry> Spool<E> {
         let path = dir.join(format!("events-{active_first:020}.jsonl"));
         let text = std::fs::read(&path).map_err(io_err(&path))?;
         let whole = text.iter().rposition(|&b| b == b'\n').map_or(0, |idx| idx + 1);
+        // The newest entry that parses: a damaged line after it is left for readers to
+        // skip (and say), not a reason to lose the log.
+        let mut damaged = 0;
         let last_seq = text[..whole]
             .split(|&b| b == b'\n')
-            .rfind(|line| !line.is_empty())
-            .map(|line| serde_json::from_slice::<E>(line).map(|entry| entry.seq()))
-            .transpose()
-            .map_err(|source| SpoolError::Corrupt { path: path.clone(), source })?
+            .filter(|line| !line.is_empty())
+            .rev()
+            .find_map(|line| match serde_json::from_slice::<E>(line) {
+                Ok(entry) => Some(entry.seq()),
+                Err(_) => {
+                    damaged += 1;
+                    None
+                }
+            })
             .unwrap_or(0);
+        if damaged > 0 {
+            tracing::warn!(path = %path.display(), damaged, "the spool ends in damaged lines; readers skip them");
+        }
         let active = std::fs::OpenOptions::new().append(true).open(&path).map_err(io_err(&path))?;
         active.set_len(whole as u64).map_err(io_err(&path))?;
         segments.push_back(Segment {
@@ -475,6 +486,7 @@ impl<E: Entry> Spool<E> {
             file,
             partial: Vec::new(),
             drained_closed: false,
+            damaged: Vec::new(),
         })
     }
 
@@ -549,6 +561,8 @@ pub struct SpoolReader<E = Event> {
     partial: Vec<u8>,
     /// The open segment was seen closed and read to its end after that.
     drained_closed: bool,
+    /// Damaged lines skipped since [`SpoolReader::take_damaged`] was last asked.
+    damaged: Vec<String>,
 }
 
 impl<E: Entry> SpoolReader<E> {
@@ -560,8 +574,38 @@ impl<E: Entry> SpoolReader<E> {
     /// The next event, waiting for it when caught up. Cancel safe: dropping the future
     /// between events loses nothing (the cursor only moves when an event is returned).
     pub async fn next(&mut self) -> Result<E, SpoolError> {
-        let (_, line) = self.next_line().await?;
-        self.parse(&line)
+        loop {
+            let (_, line) = self.next_line().await?;
+            if let Some(entry) = self.parse_or_skip(&line) {
+                return Ok(entry);
+            }
+        }
+    }
+
+    /// What was said of the damaged lines skipped since the last call: each names its file
+    /// and line. A damaged line (garbage, or a line cut short and followed by another) is
+    /// skipped; the entries around it are read as usual.
+    pub fn take_damaged(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.damaged)
+    }
+
+    /// Records the damaged line just read from the open segment (its number is counted
+    /// then: damage is rare, and the reader may have started mid-file).
+    fn skip_damaged(&mut self, err: &dyn std::fmt::Display) {
+        let line = self.file.as_mut().and_then(|(_, path, reader)| {
+            let end = io::Seek::stream_position(reader).ok()?;
+            let mut prefix = Vec::new();
+            io::Read::read_to_end(&mut io::Read::take(File::open(path).ok()?, end), &mut prefix)
+                .ok()?;
+            Some(prefix.iter().filter(|&&b| b == b'\n').count())
+        });
+        let line = line.map_or_else(|| "?".to_owned(), |line| line.to_string());
+        let message = format!(
+            "a damaged line in the agent's spool was skipped ({}:{line}: {err})",
+            self.current_path().display()
+        );
+        tracing::warn!("{message}");
+        self.damaged.push(message);
     }
 
     /// The next entry as its JSON text, unparsed: what a relay forwards without paying for a
@@ -599,19 +643,24 @@ impl<E: Entry> SpoolReader<E> {
     /// The next entry and every further one already on disk (up to `max_entries`),
     /// parsed. Waits only for the first; cancel safe like [`SpoolReader::next`].
     pub async fn next_batch(&mut self, max_entries: usize) -> Result<Vec<E>, SpoolError> {
-        let (_, first) = self.next_line().await?;
-        let mut entries = vec![self.parse(&first)?];
+        let mut entries = vec![self.next().await?];
         while entries.len() < max_entries {
             let Some((seq, line)) = self.read_next()? else { break };
             self.cursor = seq;
-            entries.push(self.parse(&line)?);
+            entries.extend(self.parse_or_skip(&line));
         }
         Ok(entries)
     }
 
-    fn parse(&self, line: &[u8]) -> Result<E, SpoolError> {
-        serde_json::from_slice(line)
-            .map_err(|source| SpoolError::Corrupt { path: self.current_path(), source })
+    /// The entry a line holds, or `None` when it does not parse (said, and skipped).
+    fn parse_or_skip(&mut self, line: &[u8]) -> Option<E> {
+        match serde_json::from_slice(line) {
+            Ok(entry) => Some(entry),
+            Err(err) => {
+                self.skip_damaged(&err);
+                None
+            }
+        }
     }
 
     fn raw(&self, text: Vec<u8>) -> Result<Box<serde_json::value::RawValue>, SpoolError> {
@@ -668,8 +717,14 @@ impl<E: Entry> SpoolReader<E> {
                 struct SeqOnly {
                     seq: u64,
                 }
-                let SeqOnly { seq } = serde_json::from_slice(&self.partial)
-                    .map_err(|source| SpoolError::Corrupt { path: path.clone(), source })?;
+                let seq = match serde_json::from_slice::<SeqOnly>(&self.partial) {
+                    Ok(SeqOnly { seq }) => seq,
+                    Err(err) => {
+                        self.partial.clear();
+                        self.skip_damaged(&err);
+                        continue;
+                    }
+                };
                 let mut line = std::mem::take(&mut self.partial);
                 if seq > self.cursor {
                     line.pop();

@@ -58,7 +58,7 @@ options:
 
 prompt commands (one per line; other lines are the message):
   /stream N  /tool  /permission  /read PATH  /write PATH TEXT  /sleep MS
-  /crash [CODE]  /garbage  /stderr TEXT  /recall  /spawn  /rounds R
+  /crash [CODE]  /close-stdout  /garbage  /stderr TEXT  /recall  /spawn  /rounds R
   /usage USED SIZE [COST]
 ";
 
@@ -702,6 +702,20 @@ impl Turn<'_> {
                     let _ = self.agent.peer.flush().await;
                     eprintln!("mock-agent: crashing mid-turn as asked (/crash {code})");
                     std::process::exit(*code);
+                }
+                Command::CloseStdout => {
+                    self.chunk("mock-agent: closing stdout")?;
+                    let _ = self.agent.peer.flush().await;
+                    eprintln!("mock-agent: closing stdout and staying up as asked (/close-stdout)");
+                    // /dev/null takes stdout's place: the pipe's last writer is gone, so the
+                    // reader sees EOF, and later writes vanish.
+                    let null = std::fs::OpenOptions::new()
+                        .write(true)
+                        .open("/dev/null")
+                        .map_err(|err| Stop::Failed(RpcError::internal(err)))?;
+                    nix::unistd::dup2_stdout(&null)
+                        .map_err(|err| Stop::Failed(RpcError::internal(err)))?;
+                    std::future::pending::<()>().await;
                 }
                 Command::Garbage => {
                     let peer = &self.agent.peer;

@@ -170,6 +170,10 @@ pub struct ProcessSettings {
     pub init_timeout_ms: u64,
     /// The grace period of each stop step (EOF, then SIGTERM).
     pub stop_grace_ms: u64,
+    /// A turn still running after this long is cancelled (for agents that may never
+    /// answer); `None`, the default: turns may take as long as they take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_timeout_ms: Option<u64>,
     /// Variables the agent needs, with these exact values, when it runs as root (e.g.
     /// claude-agent-acp's `IS_SANDBOX = "1"`). Not set for it: it is unavailable as root,
     /// saying so; in a container (a sandbox) they are set.
@@ -489,6 +493,7 @@ struct RawDocker {
 struct RawProcess {
     init_timeout_ms: Option<Spanned<u64>>,
     stop_grace_ms: Option<Spanned<u64>>,
+    turn_timeout_ms: Option<Spanned<u64>>,
     #[serde(default)]
     root_env: BTreeMap<Spanned<String>, Spanned<String>>,
 }
@@ -723,6 +728,10 @@ impl RawProfile {
             "process.stop_grace_ms",
             defaults::STOP_GRACE_MS,
         )?;
+        let turn_timeout_ms = match &self.process.turn_timeout_ms {
+            Some(value) => Some(positive(&Some(value.clone()), "process.turn_timeout_ms", 0)?),
+            None => None,
+        };
         Ok(Profile {
             display_name: self.display_name.unwrap_or_else(|| id.clone()),
             id: self.id.into_inner(),
@@ -774,6 +783,7 @@ impl RawProfile {
             process: ProcessSettings {
                 init_timeout_ms,
                 stop_grace_ms,
+                turn_timeout_ms,
                 root_env: self
                     .process
                     .root_env

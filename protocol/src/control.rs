@@ -213,6 +213,7 @@ impl<'de> Deserialize<'de> for Event {
             // A null id reads as null, as the derived form read it.
             "delivered" => EventKind::Delivered { id: flat.id.unwrap_or(Value::Null) },
             "intake_stalled" => EventKind::IntakeStalled { reason: flat.reason },
+            "stdout_closed" => EventKind::StdoutClosed,
             other => {
                 return Err(D::Error::unknown_variant(
                     other,
@@ -225,6 +226,7 @@ impl<'de> Deserialize<'de> for Event {
                         "error",
                         "delivered",
                         "intake_stalled",
+                        "stdout_closed",
                     ],
                 ));
             }
@@ -296,6 +298,9 @@ pub enum EventKind {
         /// Why, while it lasts.
         reason: Option<String>,
     },
+    /// The agent closed its stdout and is still running some time later: it can answer
+    /// nothing more (an agent that exits after closing it gets only `agent_exited`).
+    StdoutClosed,
 }
 
 /// The control channel's params, checked before a method runs (types only: unknown fields

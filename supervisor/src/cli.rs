@@ -597,7 +597,7 @@ async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<(
         retention_pass(&supervisor, &retention.policy).await;
         tokio::spawn(run_retention(Arc::clone(&supervisor), retention));
     }
-    let (addr, handle) = api::serve(listen, policy, supervisor)
+    let (addr, handle) = api::serve(listen, policy, Arc::clone(&supervisor))
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     println!("tether serving on ws://{addr} (data in {})", home.root().display());
@@ -609,8 +609,16 @@ async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<(
     }
     let _ = handle.stop();
     handle.stopped().await;
+    // A launch, retire or fence under way is finished first: nothing is left half done.
+    let pending = supervisor.shutdown(SHUTDOWN_TEARDOWN_BOUND).await;
+    if pending > 0 {
+        tracing::info!(pending, "shutdown: waited for the teardowns in flight");
+    }
     Ok(())
 }
+
+/// How long a shutdown waits for launches, retires and fences in flight.
+const SHUTDOWN_TEARDOWN_BOUND: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The automatic retention policy after its first pass: one per interval (a timer, not a
 /// poll: nothing signals that a session grew old).

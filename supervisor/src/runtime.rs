@@ -419,13 +419,10 @@ async fn kill_sidecar(
     }
 }
 
-/// A local sidecar is alive only if the machine has not rebooted since it started, its pid
-/// still exists, and that pid's start time is the one it announced (not a recycled pid).
-/// Every live agentctl's pid and `--state-dir`, from one scan of `/proc`: how recovery
-/// tells, for thousands of stored sessions at once, which might still have a sidecar.
-pub fn live_sidecars() -> (std::collections::HashSet<u32>, std::collections::HashSet<PathBuf>) {
-    let (mut pids, mut dirs) = (std::collections::HashSet::new(), std::collections::HashSet::new());
-    let Ok(entries) = std::fs::read_dir("/proc") else { return (pids, dirs) };
+/// Every local agentctl (any process started with `--state-dir`): its pid and state dir.
+pub fn local_sidecars() -> Vec<(u32, PathBuf)> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return found };
     for entry in entries.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else {
             continue;
@@ -436,16 +433,35 @@ pub fn live_sidecars() -> (std::collections::HashSet<u32>, std::collections::Has
             if arg == b"--state-dir" {
                 if let Some(dir) = args.next() {
                     use std::os::unix::ffi::OsStrExt;
-                    pids.insert(pid);
-                    dirs.insert(PathBuf::from(std::ffi::OsStr::from_bytes(dir)));
+                    found.push((pid, PathBuf::from(std::ffi::OsStr::from_bytes(dir))));
                 }
                 break;
             }
         }
     }
-    (pids, dirs)
+    found
 }
 
+/// The pids and the state dirs of every local agentctl (see [`local_sidecars`]).
+pub fn live_sidecars() -> (std::collections::HashSet<u32>, std::collections::HashSet<PathBuf>) {
+    local_sidecars().into_iter().unzip()
+}
+
+/// SIGKILLs a local agentctl found by [`local_sidecars`], if it is still the process that
+/// serves `state_dir`, and waits until it is gone (its guard then kills the agent's group).
+pub async fn kill_local_sidecar(pid: u32, state_dir: &std::path::Path) -> std::io::Result<()> {
+    let pidfd = agentctl::process::PidFd::open(pid)?;
+    // Opened first, then checked: the pid cannot be reused while the pidfd is held.
+    let serves = local_sidecars().into_iter().any(|(p, dir)| p == pid && dir == state_dir);
+    if !serves {
+        return Ok(());
+    }
+    pidfd.kill()?;
+    pidfd.exited().await
+}
+
+/// A local sidecar is alive only if the machine has not rebooted since it started, its pid
+/// still exists, and that pid's start time is the one it announced (not a recycled pid).
 fn standalone_alive(executor: &ExecutorRow, boot_id: &str) -> bool {
     let (Some(pid), Some(start_time)) = (executor.agentctl_pid, executor.agentctl_start_time)
     else {

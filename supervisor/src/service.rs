@@ -170,6 +170,8 @@ pub struct Supervisor {
     /// Each session's event log, opened once per process and shared with its actor (two
     /// writers on one spool would corrupt it).
     event_logs: Mutex<HashMap<String, Arc<Spool<SessionEvent>>>>,
+    /// Launches, retires and fences in flight (see [`Supervisor::shutdown`]).
+    teardowns: tokio_util::task::TaskTracker,
     /// Serialises "is there a live actor, else start one", so one session gets one actor
     /// and one launch however many resumes and prompts race.
     start_lock: tokio::sync::Mutex<()>,
@@ -185,6 +187,7 @@ impl Supervisor {
             config,
             sessions: Mutex::new(HashMap::new()),
             event_logs: Mutex::new(HashMap::new()),
+            teardowns: tokio_util::task::TaskTracker::new(),
             start_lock: tokio::sync::Mutex::new(()),
             resolver,
         }
@@ -293,7 +296,22 @@ impl Supervisor {
             agent_state_root: self.config.home.root().join("agent-state").join(session_id),
             connector: Arc::new(session::control::WsConnector),
             event_log_retain_bytes: self.config.event_log.retain_bytes,
+            teardowns: self.teardowns.clone(),
         })
+    }
+
+    /// Waits, at most `bound`, for the launches, retires and fences in flight (a shutdown
+    /// must not abandon a sidecar half started or half stopped); how many were waited for.
+    pub async fn shutdown(&self, bound: Duration) -> usize {
+        let pending = self.teardowns.len();
+        self.teardowns.close();
+        if tokio::time::timeout(bound, self.teardowns.wait()).await.is_err() {
+            tracing::warn!(
+                pending = self.teardowns.len(),
+                "shutdown: teardowns still in flight after {bound:?}"
+            );
+        }
+        pending
     }
 
     /// The session's event log (opened, or reopened after a restart).
@@ -871,6 +889,8 @@ impl Supervisor {
             }
             Err(err) => tracing::error!(%err, "cannot list executions to fence"),
         }
+        // And whatever a teardown cut short left behind.
+        self.sweep_leaked_sidecars().await;
         stopped
     }
 
@@ -1030,6 +1050,9 @@ impl Supervisor {
                 .await?;
             summary.dead += 1;
         }
+        // Sidecars a teardown cut short left running (a stop, delete or failed launch
+        // killed halfway), whatever their session's state, go.
+        summary.orphans_removed += self.sweep_leaked_sidecars().await;
         // Worktrees made for a session that was never stored (killed mid-create) go.
         summary.orphans_removed += self.remove_orphaned_worktrees().await;
         // Containers of ours whose session is gone are removed (on every engine there).
@@ -1072,6 +1095,62 @@ impl Supervisor {
             tracing::info!(readopted, failed, "recovery: re-attaching done");
         });
         Ok(summary)
+    }
+
+    /// Kills every sidecar no actor owns that a cut-short teardown left running: those of
+    /// executions not marked over whose session is at rest (stopped, paused, failed,
+    /// cancelled), on any runtime, and every local agentctl serving a session dir under
+    /// this home whose session has no live actor (or is not stored at all). Returns how
+    /// many were found.
+    async fn sweep_leaked_sidecars(&self) -> usize {
+        let mut swept = 0;
+        let owned =
+            |session_id: &str| self.handle(session_id).is_some_and(|handle| handle.is_live());
+        match self.config.store.unfinished_executions_at_rest().await {
+            Ok(executions) => {
+                for (row, executor) in executions {
+                    if owned(&row.id) {
+                        continue;
+                    }
+                    let execution_id = executor.execution_id.clone();
+                    match self.fence(&row, Some(executor)).await {
+                        Ok(()) => {
+                            let dead = ExecutorStatus::Dead;
+                            let _ = self
+                                .config
+                                .store
+                                .set_executor_status(row.id.clone(), execution_id, dead)
+                                .await;
+                            swept += 1;
+                        }
+                        Err(err) => {
+                            tracing::warn!(session = %row.id, %err, "cannot fence a sidecar left by a teardown")
+                        }
+                    }
+                }
+            }
+            Err(err) => tracing::warn!(%err, "cannot list the executions left by teardowns"),
+        }
+        let sessions_dir = self.config.home.root().join("sessions");
+        for (pid, dir) in crate::runtime::local_sidecars() {
+            let session_id = dir
+                .parent()
+                .filter(|session| session.parent() == Some(sessions_dir.as_path()))
+                .filter(|_| dir.file_name().is_some_and(|name| name == "agentctl"))
+                .and_then(|session| session.file_name()?.to_str().map(str::to_owned));
+            let Some(session_id) = session_id else { continue };
+            if owned(&session_id) {
+                continue;
+            }
+            tracing::warn!(session = %session_id, pid, "killing a sidecar that no session owns");
+            match crate::runtime::kill_local_sidecar(pid, &dir).await {
+                Ok(()) => swept += 1,
+                Err(err) => {
+                    tracing::warn!(session = %session_id, pid, %err, "cannot kill a sidecar no session owns")
+                }
+            }
+        }
+        swept
     }
 
     /// Removes our containers (stopped ones too) whose session is not stored; how many.
@@ -1544,6 +1623,11 @@ impl Supervisor {
             && !row.state.is_terminal()
         {
             let _ = handle.stop().await;
+        }
+        // Whatever sidecar of it still runs (a stop cut short by a kill left one) goes first.
+        let executor = self.config.store.get_executor(session_id.clone()).await.ok().flatten();
+        if let Err(err) = self.fence(row, executor).await {
+            tracing::warn!(session = %session_id, %err, "cannot fence a deleted session's sidecar");
         }
         if let Some(made) = session_worktree(row) {
             let existed = made.path.is_dir();

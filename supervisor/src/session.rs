@@ -321,6 +321,9 @@ pub struct SessionContext {
     /// The event log keeps at least its newest this many bytes
     /// ([`crate::events::LogLimits`]).
     pub event_log_retain_bytes: u64,
+    /// Launches, retires and fences in flight, the daemon's as a whole: a shutdown waits
+    /// for them, so it never abandons a sidecar half started or half stopped.
+    pub teardowns: tokio_util::task::TaskTracker,
 }
 
 impl SessionContext {

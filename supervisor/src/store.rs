@@ -1037,14 +1037,35 @@ impl Store {
         .await
     }
 
+    /// Executions not known to be over whose session is not active (stopped, paused,
+    /// failed, cancelled): a teardown cut short by a kill left them, and their sidecars
+    /// must go.
+    pub async fn unfinished_executions_at_rest(
+        &self,
+    ) -> Result<Vec<(SessionRow, ExecutorRow)>, StoreError> {
+        self.executions_where(
+            "s.state NOT IN ('CREATED', 'STARTING', 'RUNNING', 'WAITING_FOR_INPUT') \
+             AND e.status NOT IN ('exited', 'lost', 'dead', 'stopped')",
+        )
+        .await
+    }
+
     /// Every active session that has a runtime record: the candidates for re-adoption.
     pub async fn active_executions(&self) -> Result<Vec<(SessionRow, ExecutorRow)>, StoreError> {
-        self.call(|conn| {
+        self.executions_where("s.state IN ('STARTING', 'RUNNING', 'WAITING_FOR_INPUT')").await
+    }
+
+    /// Sessions and their runtime records, where `condition` (over `s` and `e`) holds.
+    async fn executions_where(
+        &self,
+        condition: &'static str,
+    ) -> Result<Vec<(SessionRow, ExecutorRow)>, StoreError> {
+        self.call(move |conn| {
             let columns: Vec<String> = SESSION_COLUMNS.split(", ").map(|c| format!("s.{c}")).collect();
             let exec_columns: Vec<String> = EXECUTOR_COLUMNS.split(", ").map(|c| format!("e.{c}")).collect();
             let sql = format!(
                 "SELECT {}, {} FROM task_sessions s JOIN executors_running e ON e.session_id = s.id \
-                 WHERE s.state IN ('STARTING', 'RUNNING', 'WAITING_FOR_INPUT') ORDER BY s.id",
+                 WHERE {condition} ORDER BY s.id",
                 columns.join(", "),
                 exec_columns.join(", ")
             );

@@ -20,6 +20,9 @@ pub enum Command {
     Sleep(u64),
     /// `/crash [CODE]`: send one chunk, print to stderr and exit mid-turn (default code 3).
     Crash(i32),
+    /// `/close-stdout`: send one chunk, then close stdout and stay up, answering nothing
+    /// more (an agent whose output is gone but whose process lives).
+    CloseStdout,
     /// `/garbage`: print a non-JSON line and an invalid UTF-8 line on stdout, then go on.
     Garbage,
     /// `/stderr TEXT`: print TEXT on stderr.
@@ -102,6 +105,7 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
         "crash" if args.is_empty() => Command::Crash(3),
         "crash" => Command::Crash(args.parse().map_err(|_| "expects an exit code")?),
         "garbage" => Command::Garbage,
+        "close-stdout" => Command::CloseStdout,
         "stderr" => Command::Stderr(args.to_owned()),
         "recall" => Command::Recall,
         "spawn" => Command::Spawn,

@@ -82,7 +82,14 @@ impl SessionActor {
                 self.handle_acp(message, answered.is_some()).await
             }
             EventKind::AgentExited { status, stderr_tail } => {
-                self.agent_exited(status, stderr_tail).await;
+                let reason = self.exit_reason(status, &stderr_tail);
+                self.agent_gone(reason).await;
+                true
+            }
+            EventKind::StdoutClosed => {
+                let reason =
+                    "the agent closed its stdout and can answer nothing more; it was stopped";
+                self.agent_gone(reason.into()).await;
                 true
             }
             EventKind::StdoutNoise { line, reason } => {
@@ -780,8 +787,9 @@ impl SessionActor {
         }
     }
 
-    async fn agent_exited(&mut self, status: protocol::control::ExitInfo, stderr_tail: String) {
-        let reason = self.exit_reason(status, &stderr_tail);
+    /// The agent can do nothing more (it exited, or closed its stdout): a launch fails; an
+    /// open session's turn and questions end with `reason`, and the execution is retired.
+    async fn agent_gone(&mut self, reason: String) {
         if let Some(execution) = self.execution.as_mut() {
             execution.agent_running = false;
             let _ = self

@@ -157,6 +157,8 @@ pub(super) struct SessionActor {
     pub(super) handshake: Option<(&'static str, Instant)>,
     /// When a cancelled turn is ended by us if the agent has not ended it.
     pub(super) cancel_deadline: Option<Instant>,
+    /// When the running turn is cancelled (the profile's `process.turn_timeout_ms`).
+    turn_deadline: Option<Instant>,
     /// A pause waiting for the running turn (or the launch in flight) to end.
     pub(super) pause: Option<PendingPause>,
     /// The prompt to send once the ACP session is open.
@@ -272,6 +274,7 @@ impl SessionActor {
             turn: None,
             handshake: None,
             cancel_deadline: None,
+            turn_deadline: None,
             pause: None,
             initial_prompt: None,
             recent_stderr: String::new(),
@@ -326,6 +329,7 @@ impl SessionActor {
             let next_deadline = [
                 self.handshake.map(|(_, at)| at),
                 self.cancel_deadline,
+                self.turn_deadline,
                 self.stall_retry.map(|(at, _)| at),
                 self.pause.as_ref().and_then(|pause| pause.force_at),
             ]
@@ -552,6 +556,11 @@ impl SessionActor {
         self.record_history(EntryType::UserMessage, text.clone(), None);
         self.emit(SessionEventKind::TurnStarted { turn_id: turn_id.clone(), prompt: text });
         self.turn = Some(turn_id.clone());
+        self.turn_deadline = self
+            .profile
+            .process
+            .turn_timeout_ms
+            .map(|ms| Instant::now() + std::time::Duration::from_millis(ms));
         self.set_state(SessionState::Running, None, Some(task_state::IN_PROGRESS)).await?;
         self.update_view(|view| view.turn_id = Some(turn_id.clone()));
         self.pending
@@ -622,6 +631,10 @@ impl SessionActor {
     }
 
     async fn stop(&mut self, end: SessionState, reply: Reply<()>) {
+        // The end is recorded first: a kill from here on leaves a stopped session whose
+        // sidecar recovery kills, never a live session without its stop.
+        let recorded = self.set_state(end, None, None).await;
+        agentctl::fault::point("stop.recorded");
         if matches!(self.phase, Phase::Launching | Phase::Adopting) {
             // Its task reports later; what it brings is retired then.
             self.after_launch = AfterLaunch::Retire;
@@ -635,10 +648,9 @@ impl SessionActor {
         self.handshake = None;
         self.update_view(|view| view.agent_running = false);
         self.pause = None;
-        let result = self.set_state(end, None, None).await;
         self.fail_waiters("the session was stopped");
         self.enter(Phase::Ended);
-        let _ = reply.send(result);
+        let _ = reply.send(recorded);
     }
 
     /// `task.session.pause`: at once when no turn runs (the agent and sidecar stopped, then
@@ -801,7 +813,7 @@ impl SessionActor {
         let Execution { id, record, calls, .. } = execution;
         let store = self.context.store.clone();
         let session_id = self.row.id.clone();
-        let retiring = tokio::spawn(async move {
+        let retiring = self.context.teardowns.spawn(async move {
             let result = launch::retire(context, calls, record, grace).await;
             let _ = store.set_executor_status(session_id, id, ExecutorStatus::Stopped).await;
             if let Some(reply) = reply {
@@ -821,7 +833,7 @@ impl SessionActor {
     /// Fences an execution that is being dropped (lost, refused), in the background.
     pub(super) fn fence_now(&mut self, record: ExecutorRow) {
         let context = self.context.clone();
-        let fencing = tokio::spawn(async move {
+        let fencing = self.context.teardowns.spawn(async move {
             if let Err(err) = launch::fence(&context, record, std::time::Duration::ZERO).await {
                 tracing::error!(%err, "cannot fence a lost execution");
             }
@@ -958,7 +970,7 @@ impl SessionActor {
         let retiring = std::mem::take(&mut self.retiring);
         let start = std::mem::take(&mut self.record_start)
             .then(|| (self.row.id.clone(), std::path::PathBuf::from(&self.row.workspace_path)));
-        tokio::spawn(async move {
+        self.context.teardowns.spawn(async move {
             for task in retiring {
                 let _ = task.await;
             }
@@ -986,7 +998,7 @@ impl SessionActor {
         self.enter(Phase::Adopting);
         let internal_tx = self.internal_tx.clone();
         let context = self.context.clone();
-        tokio::spawn(async move {
+        self.context.teardowns.spawn(async move {
             let adopted = Box::new(if plan.gone {
                 Ok(launch::adopt_gone(&context, plan.executor))
             } else {
@@ -1432,6 +1444,22 @@ impl SessionActor {
                 }
             }
         }
+        if let Some(at) = self.turn_deadline
+            && at <= now
+        {
+            self.turn_deadline = None;
+            if self.turn.is_some() {
+                let message = format!(
+                    "the turn ran longer than the profile's process.turn_timeout_ms ({} ms): it is cancelled",
+                    self.profile.process.turn_timeout_ms.unwrap_or_default()
+                );
+                tracing::warn!(session = %self.row.id, "{message}");
+                self.emit(SessionEventKind::Notice { message });
+                if let Err(err) = self.cancel().await {
+                    tracing::debug!(session = %self.row.id, %err, "cancel for the turn timeout");
+                }
+            }
+        }
         if let Some(at) = self.cancel_deadline
             && at <= now
         {
@@ -1564,6 +1592,7 @@ impl SessionActor {
     ) {
         let Some(turn_id) = self.turn.take() else { return };
         self.cancel_deadline = None;
+        self.turn_deadline = None;
         self.replay_known = None;
         if let Err(err) = self.history.flush_agent() {
             self.write_failed("the history", &err);
@@ -1740,11 +1769,13 @@ impl SessionActor {
                 break;
             }
             let Some(Ok(event)) = execution.events_rx.recv().await else { break };
+            // The agent's end is the caller's to handle (a stop ends the turn its own way).
             match event.kind {
                 EventKind::AgentExited { status, stderr_tail } => {
                     self.durability.handled = event.seq;
                     exit = Some(self.exit_reason(status, &stderr_tail));
                 }
+                EventKind::StdoutClosed => self.durability.handled = event.seq,
                 _ => self.handle_agent_event(*event).await,
             }
             in_burst += 1;
@@ -1779,7 +1810,7 @@ impl SessionActor {
         self.retire(execution, Some(gone_tx));
         self.teardown = Some(Teardown { reply, turn_error });
         let report = self.internal_tx.clone();
-        tokio::spawn(async move {
+        self.context.teardowns.spawn(async move {
             let result = gone.await.unwrap_or(Ok(()));
             // Read before anything else may start a sidecar (and its fresh spool) there:
             // a launch waits for the retire, and the actor for this report.

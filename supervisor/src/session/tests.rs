@@ -280,6 +280,7 @@ async fn start(mode: Mode) -> Setup {
         agent_state_root: dir.path().join("agent-state"),
         connector: Arc::clone(&connector) as Arc<dyn Connector>,
         event_log_retain_bytes: crate::events::DEFAULT_RETAIN_BYTES,
+        teardowns: tokio_util::task::TaskTracker::new(),
     };
     let events = Arc::new(Spool::open(&session_dir.join("events"), 1 << 22).unwrap());
     let handle =

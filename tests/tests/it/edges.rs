@@ -272,3 +272,162 @@ async fn r27_a_create_that_cannot_write_its_files_leaves_no_session() {
     let status = api.status(&created.id).await;
     assert_ne!(status.state, SessionState::Created, "{status:?}");
 }
+
+/// Whether a process runs (a zombie waits only to be reaped by whoever adopted it).
+fn running(pid: u32) -> bool {
+    agentctl::process::is_alive(pid) && !agentctl::process::is_zombie(pid)
+}
+
+/// Defect 3: the supervisor is SIGKILLed right after a stop (or a delete, which stops
+/// first) recorded the session's end, before its sidecar was retired. The restart kills
+/// the leaked sidecar (and its agent) whatever the session's state, and a delete works.
+async fn a_teardown_cut_by_a_kill_leaks_no_sidecar(delete: bool) {
+    let mut daemon = Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "stop.recorded")]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("leak")).await;
+    let sidecar = daemon.agentctl_pid(&session);
+    let cut = if delete {
+        api.typed().session_delete(session.clone(), None, None).await.map(|_| ())
+    } else {
+        api.typed().session_stop(session.clone()).await.map(|_| ())
+    };
+    assert!(cut.is_err(), "the daemon died in the teardown");
+    within("the supervisor to die at the fault point", daemon.wait_exit()).await;
+    assert!(running(sidecar), "the kill left the sidecar running");
+    daemon.restart_with_env(&[]).await;
+    let api = daemon.api().await;
+    assert!(!running(sidecar), "the restart killed the leaked sidecar");
+    assert!(daemon.sidecars(&session).is_empty());
+    assert_eq!(api.status(&session).await.state, SessionState::Completed);
+    ok("delete", api.typed().session_delete(session.clone(), None, None)).await;
+}
+
+#[tokio::test]
+async fn r27_a_stop_cut_by_a_kill_leaks_no_sidecar() {
+    a_teardown_cut_by_a_kill_leaks_no_sidecar(false).await;
+}
+
+#[tokio::test]
+async fn r27_a_delete_cut_by_a_kill_leaks_no_sidecar() {
+    a_teardown_cut_by_a_kill_leaks_no_sidecar(true).await;
+}
+
+/// Defect 3: a stop while the session is still starting, cut by a kill. Whatever of the
+/// launch had started is gone after the restart.
+#[tokio::test]
+async fn r27_a_stop_of_a_starting_session_cut_by_a_kill_leaks_no_sidecar() {
+    let mut daemon = Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "stop.recorded")]).await;
+    let api = daemon.api().await;
+    let task = ok("task.create", api.typed().task_create("starting".into(), None)).await;
+    let create = Create::new(&task.id, "mock", Some(&daemon.workspace("starting")));
+    let session = ok("task.session.create", create.send(api.typed())).await.id;
+    let _ = api.typed().session_stop(session.clone()).await;
+    within("the supervisor to die at the fault point", daemon.wait_exit()).await;
+    daemon.restart_with_env(&[]).await;
+    let api = daemon.api().await;
+    assert_eq!(api.status(&session).await.state, SessionState::Completed);
+    assert!(daemon.sidecars(&session).is_empty(), "no sidecar outlives the stopped session");
+}
+
+/// Defect 3: SIGTERM right after a failed launch. The daemon finishes the teardown it has
+/// in flight before it exits: no sidecar is left.
+#[tokio::test]
+async fn r27_a_sigterm_after_a_failed_launch_leaves_no_sidecar() {
+    let flag = tempfile::NamedTempFile::new().unwrap();
+    let profile = format!(
+        "id = \"flaky\"\ncommand = [\"mock-agent\", \"--fail-while\", \"{}\"]\nprotocol = \"acp\"\n",
+        flag.path().display()
+    );
+    let mut daemon = Daemon::start_with_profiles(&[], &[("flaky.toml", &profile)]).await;
+    let api = daemon.api().await;
+    let task = ok("task.create", api.typed().task_create("flaky".into(), None)).await;
+    let create = Create::new(&task.id, "flaky", Some(&daemon.workspace("flaky")));
+    let session = ok("task.session.create", create.send(api.typed())).await.id;
+    let mut events = api.subscribe(&session, 0).await;
+    until(&mut events, |e| matches!(&e.kind, EventKind::State { state: SessionState::Failed, .. }))
+        .await;
+    daemon.terminate().await;
+    assert!(daemon.sidecars(&session).is_empty(), "the teardown in flight was finished");
+}
+
+/// Defect 4: a damaged line lands in a live sidecar's spool while the supervisor is down.
+/// The re-attach does not wedge: the line is skipped and said (its file and line), and the
+/// turn goes on to its end with everything else.
+#[tokio::test]
+async fn r27_a_damaged_spool_line_is_skipped_and_said_and_the_session_goes_on() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("damaged")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/sleep 1500\n/stream 50\nafter a nap").await.unwrap();
+    let mut seen = until(&mut events, |e| {
+        matches!(&e.kind, EventKind::State { state: SessionState::Running, .. })
+    })
+    .await;
+    drop(events);
+    drop(api);
+    daemon.kill().await;
+    // The agent sleeps: agentctl writes nothing now. A garbage line and a torn one.
+    let spool = daemon.session_dir(&session).join("agentctl/spool");
+    let mut segments: Vec<_> =
+        std::fs::read_dir(&spool).unwrap().flatten().map(|entry| entry.path()).collect();
+    segments.sort();
+    let active = segments.last().expect("a segment").clone();
+    let lines_before = std::fs::read_to_string(&active).unwrap().lines().count();
+    {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new().append(true).open(&active).unwrap();
+        file.write_all(b"this is not an event\n{\"seq\": 99999, \"at\": 1, \"ki\n").unwrap();
+    }
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, seen.last().unwrap().seq).await;
+    seen.extend(until(&mut events, turn_ended).await);
+    assert_eq!(ended_as(seen.last().unwrap()), Some(TurnState::Completed), "{:?}", seen.last());
+    assert_eq!(chunks(&seen).len(), 50, "every chunk after the damage");
+    let notices = tether_tests::daemon::notices(&seen);
+    let at = format!("{}:{}", active.display(), lines_before + 1);
+    assert!(
+        notices.iter().any(|notice| notice.contains("damaged") && notice.contains(&at)),
+        "the damage is said with its file and line ({at}): {notices:?}"
+    );
+    assert!(api.ask(&session, "still there?").await.contains("you said: still there?"));
+}
+
+/// Defect 5: an agent that closes its stdout and stays alive can never end its turn. The
+/// closed stdout is noticed: the turn fails saying so, the agent is stopped, and a resume
+/// goes on.
+#[tokio::test]
+async fn r27_an_agent_that_closes_its_stdout_ends_its_turn_with_that_reason() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("closed")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/close-stdout\nbye").await.unwrap();
+    let seen = until(&mut events, turn_ended).await;
+    let ended = seen.last().unwrap();
+    assert_eq!(ended_as(ended), Some(TurnState::Failed), "{ended:?}");
+    let EventKind::TurnEnded { error: Some(error), .. } = &ended.kind else { unreachable!() };
+    assert!(error.contains("closed its stdout"), "{error}");
+    let status = api.status(&session).await;
+    assert!(!status.is_agent_running && status.needs_resume, "{status:?}");
+    assert!(api.ask(&session, "again").await.contains("you said: again"));
+}
+
+/// Defect 5: a profile's optional turn timeout cancels a turn that runs too long (off by
+/// default).
+#[tokio::test]
+async fn r27_a_profile_turn_timeout_cancels_a_turn_that_never_ends() {
+    let profile = "id = \"patient\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n\n[process]\nturn_timeout_ms = 300\n";
+    let daemon = Daemon::start_with_profiles(&[], &[("patient.toml", profile)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("patient", &daemon.workspace("patient")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/sleep 600000\nforever").await.unwrap();
+    let seen = until(&mut events, turn_ended).await;
+    assert_eq!(tether_tests::daemon::stop_reason(seen.last().unwrap()), Some("cancelled"));
+    let notices = tether_tests::daemon::notices(&seen);
+    assert!(notices.iter().any(|n| n.contains("turn_timeout_ms")), "{notices:?}");
+    // The session goes on.
+    assert!(api.ask(&session, "quick one").await.contains("you said: quick one"));
+}
