@@ -51,6 +51,8 @@ options:
   --name NAME           the agentInfo name (default mock-agent)
   --late-replay         replay a loaded session after answering session/load (gemini)
   --replay-with-next    hold that replay until the next request, and send it first
+  --replay-on-resume    replay the conversation on session/resume too, as one agent
+                        message holding all of it (fast-agent)
   --require-env N=V     exit with code 1 and nothing on stderr unless N is set to V
                         (as claude-agent-acp does run as root without IS_SANDBOX=1)
   --fail-while PATH     exit with --exit-code at start, after a line on stderr, while PATH
@@ -106,6 +108,9 @@ pub struct Config {
     /// Later still: hold the replay until the next request arrives, then send it first
     /// (the worst case of gemini-cli under load: the replay trails the next prompt).
     pub replay_with_next: bool,
+    /// Answer `session/resume` after replaying the whole conversation as one agent message
+    /// (as fast-agent does).
+    pub replay_on_resume: bool,
 }
 
 impl Default for Config {
@@ -131,6 +136,7 @@ impl Default for Config {
             fail_while: None,
             late_replay: false,
             replay_with_next: false,
+            replay_on_resume: false,
         }
     }
 }
@@ -165,6 +171,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, 
             }
             "--reject-load" => config.reject_load = true,
             "--fail-load" => config.fail_load = true,
+            "--replay-on-resume" => config.replay_on_resume = true,
             "--cancel-as-end-turn" => config.cancel_as_end_turn = true,
             "--hang-on" => config.hang_on = Some(value("--hang-on")?),
             "--crash-on" => config.crash_on = Some(value("--crash-on")?),
@@ -500,6 +507,15 @@ impl Agent {
     fn resume_session(&self, params: Option<&Value>) -> Result<Value, RpcError> {
         let request: schema::ResumeSessionRequest = acp::params(params)?;
         let stored = self.restore(&request.session_id.0)?;
+        if self.config.replay_on_resume {
+            let whole: Vec<&str> =
+                stored.messages.iter().map(|message| message.text.as_str()).collect();
+            self.update(
+                &stored.session_id,
+                json!({"sessionUpdate": "agent_message_chunk",
+                       "content": {"type": "text", "text": whole.join("\n")}}),
+            )?;
+        }
         self.lock().sessions.insert(stored.session_id.clone(), LiveSession { stored, turn: None });
         Ok(json!({}))
     }
@@ -914,6 +930,7 @@ mod tests {
                 fail_while: Some("/tmp/flag".into()),
                 late_replay: true,
                 replay_with_next: false,
+                replay_on_resume: false,
             }
         );
     }

@@ -101,6 +101,21 @@ pub enum ServiceError {
 }
 
 impl ServiceError {
+    /// The same error (same kind), its message followed by `hint`.
+    pub fn with_hint(self, hint: &str) -> ServiceError {
+        match self {
+            ServiceError::NotFound(m) => ServiceError::NotFound(m + hint),
+            ServiceError::Conflict(m) => ServiceError::Conflict(m + hint),
+            ServiceError::InvalidParams { field, message } => {
+                ServiceError::InvalidParams { field, message: message + hint }
+            }
+            ServiceError::InvalidState(m) => ServiceError::InvalidState(m + hint),
+            ServiceError::AgentUnavailable(m) => ServiceError::AgentUnavailable(m + hint),
+            ServiceError::RuntimeUnavailable(m) => ServiceError::RuntimeUnavailable(m + hint),
+            ServiceError::Internal(m) => ServiceError::Internal(m + hint),
+        }
+    }
+
     /// The `data.kind` of the error.
     pub fn kind(&self) -> ErrorKind {
         match self {
@@ -742,9 +757,15 @@ impl Supervisor {
 
     /// The session's actor, starting one (idle, ready to resume) if none is live.
     async fn actor(&self, row: &SessionRow) -> Result<SessionHandle, ServiceError> {
+        self.actor_started(row).await.map(|(handle, _)| handle)
+    }
+
+    /// The session's live actor, or a new one that begins a resume at once (with the
+    /// snapshot stored now); whether it is new.
+    async fn actor_started(&self, row: &SessionRow) -> Result<(SessionHandle, bool), ServiceError> {
         let _guard = self.start_lock.lock().await;
         if let Some(handle) = self.handle(&row.id).filter(SessionHandle::is_live) {
-            return Ok(handle);
+            return Ok((handle, false));
         }
         // Read again under the lock: a cleanup or delete may have removed it, or a stop
         // ended it, since the caller read it.
@@ -765,7 +786,7 @@ impl Supervisor {
             Start::Resume,
         )?;
         self.sessions().insert(row.id.clone(), handle.clone());
-        Ok(handle)
+        Ok((handle, true))
     }
 
     /// `task.session.resume`: one launch per session however many callers; every caller
@@ -817,19 +838,35 @@ impl Supervisor {
             self.check_root_env(&row)?;
             self.check_session_runtime(&row).await?;
         }
-        let handle = self.actor(&row).await?;
+        let (handle, started) = self.actor_started(&row).await?;
         let profile_refreshed = refresh.is_some();
         let resumed = async {
             match refresh {
-                Some(profile) => handle.resume_with(profile).await,
-                None => handle.resume().await,
+                // A new actor resumes with the snapshot just stored: it is joined, not
+                // asked again (it is launching, and would refuse a refresh).
+                Some(profile) if !started => handle.resume_with(profile).await,
+                _ => handle.resume().await,
             }
         };
-        let outcome = tokio::time::timeout(RESUME_WAIT, resumed).await.map_err(|_| {
-            ServiceError::RuntimeUnavailable(format!(
-                "session {session_id} did not become ready in time"
-            ))
-        })??;
+        let outcome = tokio::time::timeout(RESUME_WAIT, resumed)
+            .await
+            .map_err(|_| {
+                ServiceError::RuntimeUnavailable(format!(
+                    "session {session_id} did not become ready in time"
+                ))
+            })?
+            .map_err(ServiceError::from)
+            .map_err(|err| {
+                // A launch that failed with a stale snapshot: say how to adopt the profile.
+                if profile_refreshed || profile_drift.is_empty() {
+                    return err;
+                }
+                err.with_hint(&format!(
+                    "; the session runs its profile snapshot, which differs from profile {} as it is now ({}): resume with refresh_profile (CLI: resume --refresh-profile) to adopt it",
+                    row.agent_profile_id,
+                    profile_drift.join(", ")
+                ))
+            })?;
         let view = handle.view();
         Ok(ResumeResult {
             session_id,

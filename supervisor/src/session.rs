@@ -361,6 +361,24 @@ pub struct AdoptPlan {
     pub gone: bool,
 }
 
+/// The id a permission request is published and answered under: the execution's
+/// generation, a dot, and the agent's JSON-RPC id in JSON form (`3.7`, `3."abc"`). The
+/// agent's ids repeat across executions; these never do within a session, so a late answer
+/// to an old request cannot reach a new one.
+pub fn permission_request_id(generation: i64, agent_id: &Value) -> String {
+    format!("{generation}.{agent_id}")
+}
+
+/// The agent's JSON-RPC id in a permission request id (see [`permission_request_id`]); an
+/// id stored before generations were part of it is the agent's id itself.
+pub fn agent_request_id(request_id: &str) -> Value {
+    let agent_part = match request_id.split_once('.') {
+        Some((generation, rest)) if generation.parse::<i64>().is_ok() => rest,
+        _ => request_id,
+    };
+    serde_json::from_str(agent_part).unwrap_or_else(|_| Value::String(agent_part.to_owned()))
+}
+
 /// Why a session whose agent died while the supervisor was down waits for input.
 pub const STOPPED_WHILE_DOWN: &str =
     "the agent stopped while the supervisor was down; resume the session to go on";

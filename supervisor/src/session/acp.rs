@@ -203,7 +203,8 @@ impl SessionActor {
             return;
         }
         if method == protocol::acp::method::SESSION_REQUEST_PERMISSION {
-            let request_id = id.to_string();
+            // Unique for the session's whole life: the agent's id within its execution.
+            let request_id = super::permission_request_id(self.generation(), &id);
             let Some(execution_id) = self.execution.as_ref().map(|execution| execution.id.clone())
             else {
                 return;
@@ -548,8 +549,10 @@ impl SessionActor {
         let method = if load { "session/load" } else { "session/resume" };
         self.progress(LaunchStep::Restoring, Some(method.to_owned()));
         let params = json!({"sessionId": token, "cwd": self.row.workspace_path, "mcpServers": []});
+        // Either may replay the conversation (a load must; some agents' resume does too,
+        // fast-agent's as one message holding all of it): it is in our records already.
+        self.loading = true;
         if load {
-            self.loading = true;
             self.request(
                 protocol::acp::method::SESSION_LOAD,
                 params,

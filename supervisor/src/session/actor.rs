@@ -619,8 +619,7 @@ impl SessionActor {
         if self.execution.as_ref().is_none_or(|execution| !execution.agent_running) {
             return Err(SessionError::AgentGone("the agent that asked is not running".into()));
         }
-        let id: Value =
-            serde_json::from_str(request_id).unwrap_or(Value::String(request_id.to_owned()));
+        let id = super::agent_request_id(request_id);
         agentctl::fault::point("permission.queued");
         self.send(Outgoing::Answer {
             request_id: request_id.to_owned(),
@@ -1096,6 +1095,11 @@ impl SessionActor {
         }
         self.send(Outgoing::Prompt { message, turn_id: turn_id.to_owned(), reply: None });
         true
+    }
+
+    /// The generation of the execution whose events are being handled (0 before any).
+    pub(super) fn generation(&self) -> i64 {
+        self.generation.unwrap_or_default()
     }
 
     /// The prompt the session was created with (its task's description when it was

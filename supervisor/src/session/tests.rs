@@ -380,3 +380,19 @@ impl Setup {
             .into_owned()
     }
 }
+
+#[test]
+fn permission_request_ids_carry_the_generation_and_give_back_the_agents_id() {
+    use super::{agent_request_id, permission_request_id};
+    assert_eq!(permission_request_id(2, &serde_json::json!(0)), "2.0");
+    assert_eq!(permission_request_id(3, &serde_json::json!("a.b")), "3.\"a.b\"");
+    assert_ne!(
+        permission_request_id(1, &serde_json::json!(0)),
+        permission_request_id(2, &serde_json::json!(0))
+    );
+    assert_eq!(agent_request_id("2.0"), serde_json::json!(0));
+    assert_eq!(agent_request_id("3.\"a.b\""), serde_json::json!("a.b"));
+    // Stored before generations were part of it: the agent's id itself.
+    assert_eq!(agent_request_id("7"), serde_json::json!(7));
+    assert_eq!(agent_request_id("\"x.y\""), serde_json::json!("x.y"));
+}

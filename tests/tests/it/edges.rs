@@ -431,3 +431,154 @@ async fn r27_a_profile_turn_timeout_cancels_a_turn_that_never_ends() {
     // The session goes on.
     assert!(api.ask(&session, "quick one").await.contains("you said: quick one"));
 }
+
+/// Defect 8: a session FAILED because of its profile. A plain resume (with the stale
+/// snapshot) fails again saying how to adopt the fixed profile; a resume with
+/// refresh_profile is not refused (nothing runs) and goes on with the fixed profile.
+#[tokio::test]
+async fn r27_a_session_failed_by_its_profile_is_fixed_by_a_refreshed_resume() {
+    let flag = tempfile::NamedTempFile::new().unwrap();
+    let broken = format!(
+        "id = \"fixable\"\ncommand = [\"mock-agent\", \"--fail-while\", \"{}\"]\nprotocol = \"acp\"\n",
+        flag.path().display()
+    );
+    let mut daemon = Daemon::start_with_profiles(&[], &[("fixable.toml", &broken)]).await;
+    let api = daemon.api().await;
+    let task = ok("task.create", api.typed().task_create("fixable".into(), None)).await;
+    let create = Create::new(&task.id, "fixable", Some(&daemon.workspace("fixable")));
+    let session = ok("task.session.create", create.send(api.typed())).await.id;
+    let mut events = api.subscribe(&session, 0).await;
+    until(&mut events, |e| matches!(&e.kind, EventKind::State { state: SessionState::Failed, .. }))
+        .await;
+    // The profile is fixed (the flag stays: the old snapshot would fail again).
+    let fixed = "id = \"fixable\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n";
+    std::fs::write(daemon.home().join("tether/profiles/fixable.toml"), fixed).unwrap();
+    drop(events);
+    drop(api);
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let status = api.status(&session).await;
+    assert_eq!(status.state, SessionState::Failed);
+    assert!(!status.profile_drift.is_empty(), "{status:?}");
+    let stale = api.resume(&session).await.expect_err("the old snapshot fails again");
+    assert!(stale.message.contains("refresh_profile"), "says how to fix it: {stale:?}");
+    let refreshed = ok("resume", api.typed().session_resume(session.clone(), Some(true))).await;
+    assert!(refreshed.profile_refreshed, "{refreshed:?}");
+    assert_eq!(refreshed.state, SessionState::WaitingForInput, "{refreshed:?}");
+    assert!(api.ask(&session, "fixed?").await.contains("you said: fixed?"));
+    assert!(api.status(&session).await.profile_drift.is_empty());
+}
+
+/// Defect 10: the agent numbers its permission requests from 0 again in every execution;
+/// the session's ids never repeat, and an answer to a request of an earlier execution is
+/// refused instead of reaching the new one.
+#[tokio::test]
+async fn r27_permission_request_ids_never_repeat_within_a_session() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("perm")).await;
+    let mut ids = Vec::new();
+    for round in 0..2 {
+        let mut events = api.subscribe_at_end(&session).await;
+        api.prompt(&session, "/permission\nmay I?").await.unwrap();
+        let (_, request_id, _) = tether_tests::daemon::until_permission_request(&mut events).await;
+        ids.push(request_id.clone());
+        if round == 0 {
+            // The agent goes away with the question open: a new execution asks again.
+            tether_tests::daemon::kill_sidecar(&daemon, &api, &session).await;
+            api.resume(&session).await.unwrap();
+        } else {
+            let answer =
+                api.typed().permission_respond(session.clone(), request_id, Some("allow".into()));
+            ok("permission.respond", answer).await;
+            until(&mut events, turn_ended).await;
+        }
+    }
+    assert_ne!(ids[0], ids[1], "ids repeat: {ids:?}");
+    let stale =
+        api.typed().permission_respond(session.clone(), ids[0].clone(), Some("allow".into()));
+    let refused = tether_tests::daemon::refused("answer an old request", stale).await;
+    assert_eq!(refused.kind, protocol::errors::ErrorKind::NotFound, "{refused:?}");
+}
+
+/// Fills the file system holding `dir` but for `room` bytes; returns the filler file.
+fn fill_disk(dir: &std::path::Path, room: u64) -> std::path::PathBuf {
+    use std::io::Write;
+    let stat = nix::sys::statvfs::statvfs(dir).unwrap();
+    let free = stat.blocks_available() as u64 * stat.fragment_size() as u64;
+    let filler = dir.join("filler");
+    let mut file = std::fs::File::create(&filler).unwrap();
+    let block = vec![0u8; 1024 * 1024];
+    let mut left = free.saturating_sub(room);
+    while left > 0 {
+        let n = left.min(block.len() as u64) as usize;
+        if file.write_all(&block[..n]).is_err() {
+            break;
+        }
+        left -= n as u64;
+    }
+    filler
+}
+
+/// Defect 6: the supervisor's own writes fail on a full disk (a small tmpfs home, a long
+/// turn). Once space is freed the session recovers by itself, as agentctl's side does:
+/// the turn ends, the history holds every streamed chunk once, the error clears.
+#[tokio::test]
+async fn r27_a_full_disk_on_the_supervisors_side_recovers_once_space_is_freed() {
+    let (daemon, tmpfs) = Daemon::start_prepared(&[], &[], &[], |root| {
+        crate::faults::Tmpfs::mount(root, 24 * 1024 * 1024)
+    })
+    .await;
+    let Some(_tmpfs) = tmpfs else {
+        assert!(std::env::var_os("REQUIRE_DOCKER").is_none(), "CI must be able to mount a tmpfs");
+        println!("SKIPPED: a tmpfs cannot be mounted here (needs root)");
+        return;
+    };
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("full")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    let filler = fill_disk(&daemon.home().join("tether"), 3 * 1024 * 1024);
+    api.prompt(&session, "/stream 100000\nflood").await.expect("the prompt fits");
+    crate::faults::await_log_again(&daemon, "intake stops until it can").await;
+    let status = api.status(&session).await;
+    assert!(status.error.as_deref().is_some_and(|e| e.contains("cannot write")), "{status:?}");
+    std::fs::remove_file(&filler).unwrap();
+    let seen = until(&mut events, turn_ended).await;
+    assert_eq!(ended_as(seen.last().unwrap()), Some(TurnState::Completed), "{:?}", seen.last());
+    let streamed = chunks(&seen);
+    assert_eq!(streamed.len(), 100_000, "every chunk once in the stream");
+    assert!(recorded(&api, &session).await == streamed.concat(), "and in the history, once");
+    let status = api.status(&session).await;
+    assert_eq!(
+        (status.state, status.error.clone()),
+        (SessionState::WaitingForInput, None),
+        "{status:?}"
+    );
+    assert!(api.ask(&session, "still there?").await.contains("you said: still there?"));
+}
+
+/// Defect 7: an agent that replays the conversation on `session/resume` (fast-agent sends
+/// it as one agent message holding all of it). The replay restores the agent; it is not
+/// recorded or streamed again.
+#[tokio::test]
+async fn r27_a_replay_on_session_resume_is_not_recorded_again() {
+    let profile = "id = \"replayer\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{home}/.mock-agent\", \"--no-load-session\", \"--resume-capability\", \"--replay-on-resume\"]\nprotocol = \"acp\"\n\n[session]\nagent_state_dirs = [\".mock-agent\"]\n";
+    let daemon = Daemon::start_with_profiles(&[], &[("replayer.toml", profile)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("replayer", &daemon.workspace("replay")).await;
+    api.ask(&session, "one").await;
+    let before = api.history(&session).await.len();
+    for _ in 0..2 {
+        tether_tests::daemon::kill_sidecar(&daemon, &api, &session).await;
+        let mut events = api.subscribe_at_end(&session).await;
+        let resumed = api.resume(&session).await.unwrap();
+        assert_eq!(resumed.outcome, protocol::api::ResumeOutcome::NativeResume, "{resumed:?}");
+        api.prompt(&session, "again").await.unwrap();
+        let seen = until(&mut events, turn_ended).await;
+        let streamed = chunks(&seen);
+        assert_eq!(streamed.len(), 1, "only the new turn's reply is streamed: {streamed:?}");
+        assert!(streamed[0].contains("you said: again"), "{streamed:?}");
+    }
+    let history = api.history(&session).await;
+    assert_eq!(history.len(), before + 4, "two turns added, no replay: {history:?}");
+}

@@ -479,12 +479,12 @@ async fn r10_updates_during_a_load_that_are_not_replay_are_forwarded() {
 
 /// A small tmpfs mounted at `root/tether` for one test (root only), lazily unmounted and
 /// removed when dropped.
-struct Tmpfs {
+pub(crate) struct Tmpfs {
     root: std::path::PathBuf,
 }
 
 impl Tmpfs {
-    fn mount(root: &std::path::Path, bytes: u64) -> Option<Tmpfs> {
+    pub(crate) fn mount(root: &std::path::Path, bytes: u64) -> Option<Tmpfs> {
         let data = root.join("tether");
         std::fs::create_dir_all(&data).ok()?;
         let mounted = std::process::Command::new("mount")
@@ -589,7 +589,7 @@ async fn r10_a_full_disk_holds_the_output_and_loses_nothing() {
 }
 
 /// [`await_log`] on a second receiver (so two needles can be awaited at once).
-async fn await_log_again(daemon: &Daemon, needle: &str) -> String {
+pub(crate) async fn await_log_again(daemon: &Daemon, needle: &str) -> String {
     let mut lines = daemon.log_lines();
     await_log(&mut lines, needle).await
 }
