@@ -108,6 +108,8 @@ pub struct AgentHost {
     /// A std mutex: held for short state changes, never across an await.
     state: Mutex<HostState>,
     exit_tx: watch::Sender<Option<ExitInfo>>,
+    /// The supervisor asked to hold the agent's output (`intake.hold`).
+    hold_tx: watch::Sender<bool>,
 }
 
 #[derive(Debug)]
@@ -142,6 +144,14 @@ impl AgentHost {
             spawner: Spawner::start(runtime),
             state: Mutex::new(HostState::NotStarted),
             exit_tx: watch::channel(None).0,
+            hold_tx: watch::channel(false).0,
+        }
+    }
+
+    /// Holds the agent's output (its stdout is not read until released) or releases it.
+    pub fn hold_intake(&self, hold: bool) {
+        if self.hold_tx.send_replace(hold) != hold {
+            tracing::info!(hold, "the supervisor asked to hold the agent's output");
         }
     }
 
@@ -237,6 +247,7 @@ impl AgentHost {
             stdin_tx: stdin_tx.downgrade(),
             max_line: self.config.max_line,
             exited: exited.clone(),
+            held: self.hold_tx.subscribe(),
         };
         let stdout_task = tokio::spawn(relay.run(stdout));
         let exited_by = exited;
@@ -464,6 +475,8 @@ struct Relay {
     max_line: usize,
     /// Cancelled once the agent's process exited.
     exited: tokio_util::sync::CancellationToken,
+    /// Whether the supervisor holds the agent's output.
+    held: watch::Receiver<bool>,
 }
 
 /// The most agent lines gathered into one spool write.
@@ -473,10 +486,19 @@ impl Relay {
     /// Reads lines and spools their events, several in one write while more lines are
     /// already buffered (a burst costs one write per batch, not one per line); a batch is
     /// written as soon as no further line is waiting, so nothing is held back.
-    async fn run(self, stdout: ChildStdout) {
+    async fn run(mut self, stdout: ChildStdout) {
         let mut lines = LineReader::new(BufReader::with_capacity(64 * 1024, stdout), self.max_line);
         let mut batch = Vec::new();
         loop {
+            if *self.held.borrow() {
+                // Held: what was read is spooled, then nothing more until released (lines
+                // already buffered wait in the reader; a supervisor that went away
+                // releases nothing: its successor does).
+                if !batch.is_empty() {
+                    append_durably(&self.spool, std::mem::take(&mut batch)).await;
+                }
+                let _ = self.held.wait_for(|held| !held).await;
+            }
             match lines.next_line().await {
                 Ok(Some(line)) => self.handle(line, &mut batch).await,
                 Ok(None) => break,

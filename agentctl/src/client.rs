@@ -247,6 +247,11 @@ impl ControlClient {
         Ok(acked.acked_seq)
     }
 
+    /// `intake.hold`.
+    pub async fn hold_intake(&self, hold: bool) -> Result<(), ClientError> {
+        self.within("intake.hold", CALL_TIMEOUT, self.client.intake_hold(hold)).await.map(drop)
+    }
+
     /// `agent.stop`.
     pub async fn stop_agent(&self, grace: Duration) -> Result<Stopped, ClientError> {
         // EOF, SIGTERM and SIGKILL are each `grace` apart, then the output drains.

@@ -111,6 +111,11 @@ impl ControlServer for Methods {
         Ok(self.0.agent.stop(Duration::from_millis(grace_ms)).await?)
     }
 
+    async fn intake_hold(&self, hold: bool) -> RpcResult<Done> {
+        self.0.agent.hold_intake(hold);
+        Ok(Done {})
+    }
+
     async fn shutdown(&self) -> RpcResult<Done> {
         self.0.shutdown.cancel();
         Ok(Done {})

@@ -359,6 +359,14 @@ pub mod params {
     }
     impl Checked for AgentStop {}
 
+    /// `intake.hold`
+    #[derive(Deserialize, JsonSchema)]
+    pub struct IntakeHold {
+        /// Hold (true) or take in again (false).
+        pub hold: bool,
+    }
+    impl Checked for IntakeHold {}
+
     /// `events.subscribe`
     #[derive(Deserialize, JsonSchema)]
     pub struct EventsSubscribe {
@@ -377,6 +385,7 @@ pub mod params {
             "acp.send" => parse::<AcpSend>(raw).map(drop),
             "events.ack" => parse::<EventsAck>(raw).map(drop),
             "agent.stop" => parse::<AgentStop>(raw).map(drop),
+            "intake.hold" => parse::<IntakeHold>(raw).map(drop),
             "events.subscribe" | "events.subscribe_batch" => {
                 parse::<EventsSubscribe>(raw).map(drop)
             }
@@ -414,6 +423,12 @@ pub trait Control {
     /// Stops the agent: stdin closed, then SIGTERM, then SIGKILL, `grace_ms` apart.
     #[method(name = "agent.stop", param_kind = map)]
     async fn agent_stop(&self, grace_ms: u64) -> RpcResult<Stopped>;
+
+    /// Holds the agent's output (`hold`: its stdout is not read, so the agent waits on
+    /// it) or takes it in again. The supervisor holds it while it cannot record (a full
+    /// disk), so that the room freed goes to recording what is spooled first.
+    #[method(name = "intake.hold", param_kind = map)]
+    async fn intake_hold(&self, hold: bool) -> RpcResult<Done>;
 
     /// Stops the agent and exits.
     #[method(name = "shutdown")]

@@ -1090,6 +1090,18 @@ impl Supervisor {
         // Sidecars a teardown cut short left running (a stop, delete or failed launch
         // killed halfway), whatever their session's state, go.
         summary.orphans_removed += self.sweep_leaked_sidecars().await;
+        // And the rest of such a teardown: what the sidecar spooled is recorded, the turn
+        // ends.
+        for row in self.config.store.ended_with_open_work().await? {
+            match self.finish_teardown(row.clone()).await {
+                Ok(Some(view)) => adopting.push(view),
+                Ok(None) => summary.interrupted += 1,
+                Err(err) => {
+                    summary.skipped += 1;
+                    tracing::error!(session = %row.id, %err, "cannot finish a stopped session's teardown");
+                }
+            }
+        }
         // Worktrees made for a session that was never stored (killed mid-create) go.
         summary.orphans_removed += self.remove_orphaned_worktrees().await;
         // Containers of ours whose session is gone are removed (on every engine there).
@@ -1287,6 +1299,53 @@ impl Supervisor {
                 ))
     }
 
+    /// Finishes the teardown of a session stopped (or cancelled) by a stop that a kill cut
+    /// short: when its sidecar's spool holds what was never recorded, an actor replays it
+    /// (its turn ends there; returns its view); else its open turns and questions end now.
+    async fn finish_teardown(
+        &self,
+        row: SessionRow,
+    ) -> Result<Option<tokio::sync::watch::Receiver<SessionView>>, ServiceError> {
+        let store = &self.config.store;
+        let reason = "the session was stopped";
+        let executor = store.get_executor(row.id.clone()).await?;
+        if let Some(executor) = executor.filter(|executor| self.unrecorded_leftovers(executor)) {
+            let open_turns =
+                store.open_turns(row.id.clone(), executor.execution_id.clone()).await?;
+            let addr = executor.endpoint();
+            let plan = AdoptPlan { executor, addr, open_turns, gone: true };
+            let handle = session::start_session(
+                self.context(&row)?,
+                row.clone(),
+                Supervisor::snapshot(&row)?,
+                self.event_log(&row.id)?,
+                Start::Adopt(Box::new(plan)),
+            )?;
+            let view = handle.watch();
+            self.sessions().insert(row.id.clone(), handle);
+            return Ok(Some(view));
+        }
+        let mut kinds: Vec<SessionEventKind> = Vec::new();
+        for (request_id, _, _) in store.list_pending(row.id.clone()).await? {
+            kinds.push(SessionEventKind::PermissionResolved {
+                request_id,
+                outcome: serde_json::json!({"outcome": "cancelled"}),
+            });
+        }
+        for turn_id in store.running_turns(row.id.clone()).await? {
+            kinds.push(SessionEventKind::TurnEnded {
+                turn_id,
+                state: TurnState::Interrupted.into(),
+                stop_reason: None,
+                error: Some(reason.into()),
+            });
+        }
+        self.publish_recovery(&row.id, kinds)?;
+        store.interrupt_turns(row.id.clone(), reason.into()).await?;
+        store.clear_pending(row.id.clone()).await?;
+        Ok(None)
+    }
+
     /// Whether a dead execution's spool holds events that are not in the session's
     /// history or event log (past what each had recorded of that execution, and past
     /// what was acknowledged).
@@ -1430,7 +1489,7 @@ impl Supervisor {
             });
         }
         self.publish_recovery(&row.id, kinds)?;
-        summary.interrupted += store.interrupt_turns(row.id.clone()).await?.len();
+        summary.interrupted += store.interrupt_turns(row.id.clone(), reason.into()).await?.len();
         summary.approvals_cancelled += store.clear_pending(row.id.clone()).await?;
         let _ = store
             .set_executor_status(row.id.clone(), executor.execution_id, ExecutorStatus::Dead)

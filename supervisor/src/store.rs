@@ -1037,6 +1037,23 @@ impl Store {
         .await
     }
 
+    /// Sessions ended (stopped or cancelled) with work still open: a running turn or a
+    /// pending request. A stop records the end first and the turn's end after its
+    /// sidecar is retired; a kill in between leaves this, for recovery to finish.
+    pub async fn ended_with_open_work(&self) -> Result<Vec<SessionRow>, StoreError> {
+        self.call(|conn| {
+            let sql = format!(
+                "SELECT {SESSION_COLUMNS} FROM task_sessions s WHERE s.state IN ('COMPLETED', 'CANCELLED') \
+                 AND (EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id AND t.state = 'running') \
+                 OR EXISTS (SELECT 1 FROM pending_requests p WHERE p.session_id = s.id)) ORDER BY s.id"
+            );
+            let mut stmt = conn.prepare(&sql)?;
+            let rows = stmt.query_map([], session_from_row)?.collect::<Result<Vec<_>, _>>()?;
+            rows.into_iter().map(finish_session).collect()
+        })
+        .await
+    }
+
     /// Executions not known to be over whose session is not active (stopped, paused,
     /// failed, cancelled): a teardown cut short by a kill left them, and their sidecars
     /// must go.
@@ -1117,7 +1134,11 @@ impl Store {
 
     /// Marks every running turn of a session `interrupted` (its execution died while the
     /// supervisor was away); returns their ids.
-    pub async fn interrupt_turns(&self, session_id: String) -> Result<Vec<String>, StoreError> {
+    pub async fn interrupt_turns(
+        &self,
+        session_id: String,
+        error: String,
+    ) -> Result<Vec<String>, StoreError> {
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let ids = {
@@ -1127,18 +1148,18 @@ impl Store {
                 stmt.query_map([&session_id], |r| r.get::<_, String>(0))?
                     .collect::<Result<Vec<_>, _>>()?
             };
-            const LOST: &str = "the agent was lost while the supervisor was down";
+            // The same error its `turn_ended` event carries.
             tx.execute(
                 "UPDATE turns SET state = 'interrupted', error = ?3, \
                  ended_at = ?2 WHERE session_id = ?1 AND state = 'running'",
-                params![session_id, now_ms(), LOST],
+                params![session_id, now_ms(), error],
             )?;
             for turn_id in &ids {
                 let ended = TimelineEvent::TurnEnded {
                     turn_id: turn_id.clone(),
                     state: protocol::api::TurnState::Interrupted,
                     stop_reason: None,
-                    error: Some(LOST.into()),
+                    error: Some(error.clone()),
                 };
                 log(&tx, &session_id, &ended)?;
             }

@@ -206,6 +206,8 @@ pub(super) struct SessionActor {
     retire_waiters: Vec<Reply<()>>,
     /// A stop's or detach's retire in flight, whose leftovers are recorded when it is done.
     teardown: Option<Teardown>,
+    /// The agent's output is held at agentctl until a re-attach after a stall catches up.
+    holding: bool,
     /// Why a durable write failed (a full disk): intake is stopped, nothing more is
     /// acknowledged, and the actor re-attaches to its own sidecar after `stall_retry`.
     pub(super) stalled: Option<String>,
@@ -303,6 +305,7 @@ impl SessionActor {
             retiring: Vec::new(),
             stalled: None,
             stall_retry: None,
+            holding: false,
             undelivered: HashMap::new(),
             replay_until: None,
             deferred_prompts: Vec::new(),
@@ -1032,6 +1035,10 @@ impl SessionActor {
     /// a turn whose prompt was never delivered will never end, so it fails now, saying so.
     pub(super) async fn settle_undelivered(&mut self) {
         self.replay_until = None;
+        if std::mem::take(&mut self.holding) {
+            // Caught up after a stall: the agent's output is taken in again.
+            self.send(Outgoing::Hold(false));
+        }
         let deferred = std::mem::take(&mut self.deferred_prompts);
         let undelivered: Vec<(String, String)> = self.undelivered.drain().collect();
         let first_prompt = self.unsent_initial_prompt().await;
@@ -1211,8 +1218,10 @@ impl SessionActor {
             }
             return;
         }
-        // A new execution starts a new agentctl sequence: nothing of it was recorded yet.
+        // A new execution starts a new agentctl sequence: nothing of it was recorded yet
+        // (and nothing of it is held).
         self.durability = Default::default();
+        self.holding = false;
         self.loading = false;
         self.generation = Some(execution.record.generation);
         self.history.set_generation(execution.record.generation);
@@ -1300,8 +1309,11 @@ impl SessionActor {
                             });
                         }
                         self.flush_events();
-                        if let Err(err) =
-                            self.context.store.interrupt_turns(self.row.id.clone()).await
+                        if let Err(err) = self
+                            .context
+                            .store
+                            .interrupt_turns(self.row.id.clone(), reason.clone())
+                            .await
                         {
                             self.write_failed("interrupted turns", &err);
                         }
@@ -1348,6 +1360,10 @@ impl SessionActor {
             view.turn_id = turn_id;
             view.resume_outcome = record.resume_outcome;
         });
+        if !self.holding && running {
+            // A hold a stalled predecessor (killed since) asked for ends here.
+            self.send(Outgoing::Hold(false));
+        }
         match status.as_ref().map(|status| status.last_seq) {
             Some(until) if until > acked => self.replay_until = Some(until),
             _ => self.settle_undelivered().await,
@@ -1649,6 +1665,10 @@ impl SessionActor {
         if self.turn.is_some() {
             self.end_turn(turn_ends, None, Some(reason.to_owned())).await;
         }
+        if self.row.state.is_terminal() {
+            // The end of a stopped session's teardown: it stays as it was ended.
+            return;
+        }
         let _ = self
             .set_state(
                 SessionState::WaitingForInput,
@@ -1718,7 +1738,12 @@ impl SessionActor {
         // recovery), or by the sidecar's loss now.
         let mut turn_ends = TurnState::Failed;
         if execution.gone {
-            reason = super::STOPPED_WHILE_DOWN.into();
+            // A stop cut short by a kill, finished at recovery, or a loss while down.
+            reason = if self.row.state.is_terminal() {
+                "the session was stopped".into()
+            } else {
+                super::STOPPED_WHILE_DOWN.into()
+            };
             turn_ends = TurnState::Interrupted;
         } else {
             // Its spool is read once nothing writes it any more.
@@ -1738,6 +1763,10 @@ impl SessionActor {
         }
         self.enter(Phase::Idle);
         self.execution_gone(&reason, turn_ends).await;
+        if self.row.state.is_terminal() {
+            // A stopped session's teardown, finished: nothing more to own.
+            return self.enter(Phase::Ended);
+        }
         // Anyone who asked for a resume meanwhile gets one now.
         if !self.waiters.is_empty() {
             self.begin_resume().await;
@@ -1903,9 +1932,15 @@ impl SessionActor {
         // Said after the status shows it, so whoever reads the log line finds it there.
         tracing::error!(session = %self.row.id, %reason, "intake stops until it can");
         // The stream is dropped: what it still had comes again from agentctl on retry.
+        // And the agent's output is held at agentctl meanwhile: the room freed later goes
+        // to recording what is spooled, not to more output (released once caught up).
         if let Some(execution) = self.execution.as_mut() {
             let (_, closed) = mpsc::channel(1);
             execution.events_rx = closed;
+            if !execution.gone {
+                self.holding = true;
+                self.send(Outgoing::Hold(true));
+            }
         }
         let delay = std::time::Duration::from_millis(200);
         self.stall_retry = Some((Instant::now() + delay, delay));

@@ -32,6 +32,11 @@ pub trait Control: Send + Sync + 'static {
     fn shutdown(&self) -> BoxFuture<'_, Result<(), ClientError>>;
     /// `status`.
     fn status(&self) -> BoxFuture<'_, Result<Status, ClientError>>;
+    /// `intake.hold`: hold the agent's output, or take it in again (a sidecar that cannot
+    /// hold takes it in as before).
+    fn hold_intake(&self, _hold: bool) -> BoxFuture<'_, Result<(), ClientError>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// One item of an event stream. Boxed: the channel's buffer is allocated in slots of its
@@ -83,6 +88,10 @@ impl Control for ControlClient {
 
     fn status(&self) -> BoxFuture<'_, Result<Status, ClientError>> {
         Box::pin(ControlClient::status(self))
+    }
+
+    fn hold_intake(&self, hold: bool) -> BoxFuture<'_, Result<(), ClientError>> {
+        Box::pin(ControlClient::hold_intake(self, hold))
     }
 }
 

@@ -37,6 +37,9 @@ pub(super) enum Outgoing {
     },
     /// `events.ack`: everything up to this seq is durable (and `acked_seq` is stored).
     Ack(u64),
+    /// `intake.hold`: hold the agent's output while nothing can be recorded, or take it
+    /// in again.
+    Hold(bool),
 }
 
 /// Starts the outbox of an execution; returns where to queue calls (boxed: the channel's
@@ -69,6 +72,14 @@ pub(super) fn start_outbox(
                             request_id,
                         });
                     })
+                }
+                Outgoing::Hold(hold) => {
+                    // Best effort: an agentctl that cannot hold (an older one) takes the
+                    // output in as before, which is no reason to give up on it.
+                    if let Err(err) = calls.hold_intake(hold).await {
+                        tracing::warn!(execution = %execution_id, %err, hold, "cannot hold the agent's output");
+                    }
+                    Ok(())
                 }
                 Outgoing::Ack(seq) => calls.ack(seq).await.map(|_| {
                     // agentctl may now drop everything up to `seq`.
