@@ -7,6 +7,25 @@
 //! of that session's container. The operator's part (restarting the supervisor) is done as
 //! an operator would.
 //!
+//! One round in ten each is an edge of a session's life instead:
+//! - create: a new session, its first prompt given with the create, while the supervisor is
+//!   armed at `create.recorded`, `launch.started` or `launch.after_runtime` (it dies after
+//!   the row is stored, before the agent is up). After the restart the session is found in
+//!   its task and resumed if it asks to be; its first prompt runs exactly once (one turn,
+//!   one user message in the history) and whole (every chunk once, the history the stream),
+//!   within 10 s (stuck otherwise). Then it is stopped, and nothing of it may run on;
+//! - stop: `task.session.stop` of a session mid-turn, the supervisor armed at
+//!   `stop.recorded` (it dies after the end is stored, before the sidecar is retired). After
+//!   the restart its sidecar and agent are gone (orphans otherwise), it is `COMPLETED`, its
+//!   turn ends (stuck otherwise) and every chunk streamed is in its history once. A fresh
+//!   session takes its place in the matrix;
+//! - delete: the same with `task.session.delete` (which stops first, at the same point);
+//!   besides, a second delete succeeds;
+//! - stop-all: `sessions.stop_all` mid-turn, no kill. Every running turn ends (a turn the
+//!   agent finished within its stop grace may end `completed`), each session's history is
+//!   what it streamed, once, and no sidecar or agent is left. The next round's prompts
+//!   resume the sessions.
+//!
 //! After each round it checks, and at the end it prints (zero everywhere is the only pass):
 //! - lost / duplicated: every chunk the agent streamed appears exactly once in the
 //!   subscriber's stream (seqs gapless, each turn's chunks in order, a completed turn whole)
@@ -24,8 +43,8 @@ use std::time::Duration;
 
 use agentctl::process::PidFd;
 use jsonrpsee::core::client::Subscription;
-use protocol::api::{ApiClient, EntryType, EventKind, SessionEvent};
-use tether_tests::daemon::{Api, Daemon};
+use protocol::api::{ApiClient, EntryType, EventKind, SessionEvent, SessionState};
+use tether_tests::daemon::{Api, Create, Daemon};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -51,6 +70,12 @@ const FAULT_POINTS: &[&str] = &[
     // This one when a session opens (a relaunch after an agent was lost) while armed.
     "state.opened_published",
 ];
+
+/// The fault points a [`Disruption::Create`] round arms: each fires after the new session's
+/// row is stored and before its agent is up.
+const CREATE_POINTS: &[&str] = &["create.recorded", "launch.started", "launch.after_runtime"];
+/// Chunks of a created session's first prompt (one message).
+const CREATE_CHUNKS: usize = 20;
 
 #[derive(Debug, Default)]
 struct Tally {
@@ -100,6 +125,16 @@ struct TurnSeen {
     ended: Option<String>,
     /// The prompt call failed (the daemon died answering it): the turn may never start.
     prompt_failed: bool,
+    /// Its prompt's `/stream` and `/rounds` when not the matrix's own (a create's prompt).
+    shape: Option<(usize, usize)>,
+}
+
+impl TurnSeen {
+    /// The chunk keys a completed turn streams, in order.
+    fn expected(&self) -> Vec<String> {
+        let (chunks, rounds) = self.shape.unwrap_or((CHUNKS, ROUNDS_PER_TURN));
+        expected_keys(chunks, rounds)
+    }
 }
 
 struct SessionTrack {
@@ -118,6 +153,45 @@ enum Disruption {
     Agentctl,
     Agent,
     Container,
+    /// A new session created with the supervisor armed at one of [`CREATE_POINTS`].
+    Create(&'static str),
+    /// `task.session.stop` of a session mid-turn, the supervisor armed at `stop.recorded`.
+    Stop,
+    /// `task.session.delete` of a session mid-turn, armed likewise.
+    Delete,
+    /// `sessions.stop_all` mid-turn (no kill).
+    StopAll,
+}
+
+impl Disruption {
+    /// The `TETHER_FAULT` the supervisor is armed with for the round (through a clean
+    /// restart); draws the hit for a [`Disruption::Fault`].
+    fn armed(self, rng: &mut Rng) -> Option<String> {
+        match self {
+            Disruption::Fault(point) => Some(format!("{point}@{}", 1 + rng.below(3))),
+            Disruption::Create(point) => Some(point.to_owned()),
+            Disruption::Stop | Disruption::Delete => Some("stop.recorded".to_owned()),
+            _ => None,
+        }
+    }
+
+    /// A seeded choice: the kills of a running session six times in ten, each edge of a
+    /// session's life (create, stop, delete, stop-all) once in ten.
+    fn choose(rng: &mut Rng, docker: bool) -> Disruption {
+        match rng.below(10) {
+            0..6 => match rng.below(if docker { 5 } else { 4 }) {
+                0 => Disruption::Supervisor,
+                1 => Disruption::Fault(FAULT_POINTS[rng.below(FAULT_POINTS.len() as u64) as usize]),
+                2 => Disruption::Agentctl,
+                3 => Disruption::Agent,
+                _ => Disruption::Container,
+            },
+            6 => Disruption::Create(CREATE_POINTS[rng.below(CREATE_POINTS.len() as u64) as usize]),
+            7 => Disruption::Stop,
+            8 => Disruption::Delete,
+            _ => Disruption::StopAll,
+        }
+    }
 }
 
 /// The chunk's identity: `<rK:n/N>` for round chunks, `[n/N]` for the final reply's.
@@ -129,15 +203,15 @@ fn chunk_key(text: &str) -> String {
     }
 }
 
-fn expected_keys() -> Vec<String> {
+fn expected_keys(chunks: usize, rounds: usize) -> Vec<String> {
     let mut keys = Vec::new();
-    for round in 1..ROUNDS_PER_TURN {
-        for n in 1..=CHUNKS {
-            keys.push(format!("<r{round}:{n}/{CHUNKS}>"));
+    for round in 1..rounds {
+        for n in 1..=chunks {
+            keys.push(format!("<r{round}:{n}/{chunks}>"));
         }
     }
-    for n in 1..=CHUNKS {
-        keys.push(format!("[{n}/{CHUNKS}]"));
+    for n in 1..=chunks {
+        keys.push(format!("[{n}/{chunks}]"));
     }
     keys
 }
@@ -190,25 +264,37 @@ async fn main() {
         let id = api.ready_session("mock-docker", &daemon.workspace("docker")).await;
         tracks.push(SessionTrack { id, docker: true, last_seq: 0, turns: Vec::new() });
     }
+    // Sessions stopped by a round (and replaced in `tracks`).
+    let mut retired: Vec<SessionTrack> = Vec::new();
     for round in 1..=rounds {
         tally.rounds += 1;
-        let disruption = match rng.below(if docker.is_some() { 5 } else { 4 }) {
-            0 => Disruption::Supervisor,
-            1 => Disruption::Fault(FAULT_POINTS[rng.below(FAULT_POINTS.len() as u64) as usize]),
-            2 => Disruption::Agentctl,
-            3 => Disruption::Agent,
-            _ => Disruption::Container,
-        };
-        if let Disruption::Fault(point) = disruption {
+        let disruption = Disruption::choose(&mut rng, docker.is_some());
+        if let Some(armed) = disruption.armed(&mut rng) {
             // Armed through a clean restart (SIGTERM leaves the sidecars running).
-            let hit = 1 + rng.below(3);
             daemon.terminate().await;
-            daemon.restart_with_env(&[("TETHER_FAULT", &format!("{point}@{hit}"))]).await;
+            daemon.restart_with_env(&[("TETHER_FAULT", &armed)]).await;
             api = daemon.api().await;
         }
         let before = tally.problems.len();
-        run_round(&mut daemon, &mut api, &mut tracks, round, disruption, &mut rng, &mut tally)
-            .await;
+        // A session that left the matrix (stopped): its history is checked at the end too.
+        let retire = match disruption {
+            Disruption::Create(point) => {
+                create_round(&mut daemon, &mut api, round, point, &mut tally).await
+            }
+            _ => {
+                run_round(
+                    &mut daemon,
+                    &mut api,
+                    &mut tracks,
+                    round,
+                    disruption,
+                    &mut rng,
+                    &mut tally,
+                )
+                .await
+            }
+        };
+        retired.extend(retire);
         check_processes(&daemon, &tracks, &mut tally).await;
         if tally.problems.len() > before {
             tally.rounds_failed += 1;
@@ -223,12 +309,13 @@ async fn main() {
     }
     let before = tally.problems.len();
     check_histories(&api, &tracks, &mut tally).await;
+    check_histories(&api, &retired, &mut tally).await;
     // The end: stop-all leaves nothing behind, and neither does the daemon.
     let (code, _, err) = daemon.cli(&["stop-all"]).await;
     if code != 0 {
         tally.problem(format!("stop-all failed: {err}"));
     }
-    for track in &tracks {
+    for track in tracks.iter().chain(&retired) {
         for pid in daemon.sidecars(&track.id) {
             if !went_away(pid).await {
                 tally.orphans += 1;
@@ -245,7 +332,7 @@ async fn main() {
     let failed = tally.lost + tally.duplicated + tally.stuck + tally.orphans + tally.doubled > 0;
     // Nothing is left behind: each session is deleted (its stopped container with it) —
     // unless the data is kept for a post-mortem, when only the containers go.
-    for track in &tracks {
+    for track in tracks.iter().chain(&retired) {
         if failed {
             let _ = std::process::Command::new("docker")
                 .args(["rm", "-f", &format!("tether-{}", track.id)])
@@ -272,7 +359,8 @@ async fn main() {
     std::process::exit(i32::from(failed));
 }
 
-/// One round: a turn on every session, one disruption, then everything settles.
+/// One round: a turn on every session, one disruption, then everything settles. Returns
+/// the session a stop took out of the matrix (replaced in `tracks` by a fresh one).
 async fn run_round(
     daemon: &mut Daemon,
     api: &mut Api,
@@ -281,7 +369,7 @@ async fn run_round(
     disruption: Disruption,
     rng: &mut Rng,
     tally: &mut Tally,
-) {
+) -> Option<SessionTrack> {
     let (mut readers, mut events_rx) = subscribe_all(api, tracks).await;
     for (idx, track) in tracks.iter_mut().enumerate() {
         let permission = if rng.below(2) == 0 { "\n/permission" } else { "" };
@@ -303,6 +391,8 @@ async fn run_round(
     let strike_at = 1 + rng.below((CHUNKS * ROUNDS_PER_TURN) as u64 * tracks.len() as u64 / 2);
     let mut seen_in_round = 0u64;
     let mut struck = false;
+    // What of the victim must go with its stop or delete: its sidecar and agent.
+    let mut doomed = Vec::new();
     let mut settle_from = Instant::now();
     loop {
         let all_ended =
@@ -389,6 +479,10 @@ async fn run_round(
         }
         if !struck && seen_in_round >= strike_at && !matches!(disruption, Disruption::Fault(_)) {
             struck = true;
+            if matches!(disruption, Disruption::Stop | Disruption::Delete) {
+                doomed = daemon.sidecars(&tracks[victim].id);
+                doomed.extend(doomed.clone().into_iter().flat_map(children_named_mock_agent));
+            }
             if strike(daemon, api, tracks, victim, disruption, tally).await {
                 // A new daemon: new subscriptions, from the last seq each session saw; what
                 // the old ones still had queued is dropped with their channel.
@@ -399,7 +493,13 @@ async fn run_round(
         }
     }
     readers.iter().for_each(|reader| reader.abort());
-    if let Disruption::Fault(_) = disruption {
+    // A stop or delete that struck restarted the daemon disarmed already.
+    let still_armed = match disruption {
+        Disruption::Fault(_) => true,
+        Disruption::Stop | Disruption::Delete => !struck,
+        _ => false,
+    };
+    if still_armed {
         // Disarm for the next round.
         if !daemon.has_exited() {
             daemon.terminate().await;
@@ -414,6 +514,264 @@ async fn run_round(
             None => {}
         }
     }
+    match disruption {
+        Disruption::Stop | Disruption::Delete if struck => {
+            let victim = Victim { idx: victim, pids: doomed };
+            end_victim(daemon, api, tracks, victim, disruption, round, tally).await
+        }
+        Disruption::StopAll if struck => {
+            check_stopped_all(daemon, api, tracks, round, tally).await;
+            None
+        }
+        _ => None,
+    }
+}
+
+/// A session a round stopped or deleted, and the processes that must go with it.
+struct Victim {
+    idx: usize,
+    pids: Vec<u32>,
+}
+
+/// After a stop or delete cut short by a kill at `stop.recorded`, and the restart: nothing
+/// of the victim runs on, its end stood (`COMPLETED`), what it streamed is its history once,
+/// and a delete can be asked again and succeeds. The victim is replaced by a fresh session
+/// (as the setup makes them), so the matrix keeps its size; a stopped one is returned.
+async fn end_victim(
+    daemon: &Daemon,
+    api: &Api,
+    tracks: &mut [SessionTrack],
+    victim: Victim,
+    disruption: Disruption,
+    round: u64,
+    tally: &mut Tally,
+) -> Option<SessionTrack> {
+    let track = &tracks[victim.idx];
+    let id = track.id.clone();
+    let mut pids = victim.pids;
+    pids.extend(daemon.sidecars(&id));
+    pids.sort_unstable();
+    pids.dedup();
+    for pid in pids {
+        if !went_away(pid).await {
+            tally.orphans += 1;
+            tally.problem(format!(
+                "round {round}: process {pid} of {id} outlived its {disruption:?} by {GO_AWAY:?}"
+            ));
+        }
+    }
+    match lossy(api.typed().session_status(id.clone())).await {
+        Ok(status) if status.state == SessionState::Completed => {}
+        Ok(status) => {
+            tally.lost += 1;
+            tally.problem(format!(
+                "round {round}: {id} is {} after its {disruption:?} (want COMPLETED): {status:?}",
+                status.state
+            ));
+        }
+        Err(err) => tally.problem(format!("round {round}: status of {id}: {err}")),
+    }
+    check_histories(api, std::slice::from_ref(track), tally).await;
+    if disruption == Disruption::Delete {
+        // The delete was cut short: asked again, it goes through.
+        if let Err(err) = lossy(api.typed().session_delete(id.clone(), None, None)).await {
+            tally.orphans += 1;
+            tally.problem(format!("round {round}: the second delete of {id} failed: {err}"));
+        }
+    }
+    let profile = if track.docker { "mock-docker" } else { "mock" };
+    let docker = track.docker;
+    let workspace = daemon.workspace(&format!("s{}-r{round}", victim.idx));
+    let fresh = SessionTrack {
+        id: api.ready_session(profile, &workspace).await,
+        docker,
+        last_seq: 0,
+        turns: Vec::new(),
+    };
+    let old = std::mem::replace(&mut tracks[victim.idx], fresh);
+    (disruption == Disruption::Stop).then_some(old)
+}
+
+/// After `sessions.stop_all` mid-turn (every turn ended already): no sidecar or agent is
+/// left, and each session's history holds what it streamed, once.
+async fn check_stopped_all(
+    daemon: &Daemon,
+    api: &Api,
+    tracks: &[SessionTrack],
+    round: u64,
+    tally: &mut Tally,
+) {
+    for track in tracks.iter().filter(|track| !track.docker) {
+        for pid in daemon.sidecars(&track.id) {
+            if !went_away(pid).await {
+                tally.orphans += 1;
+                tally.problem(format!(
+                    "round {round}: sidecar {pid} of {} survived stop-all",
+                    track.id
+                ));
+            }
+        }
+    }
+    for pid in Daemon::processes_mentioning(&daemon.root.path().join(".mock-agent")) {
+        if !went_away(pid).await {
+            tally.orphans += 1;
+            tally.problem(format!("round {round}: agent {pid} survived stop-all"));
+        }
+    }
+    check_histories(api, tracks, tally).await;
+}
+
+/// A create round: a new session (its first prompt given with the create) while the
+/// supervisor is armed at `point`, which kills it after the session's row is stored and
+/// before its agent is up. After the operator's restart the session is found in its task,
+/// resumed if it asks to be, and its first prompt runs exactly once, whole; then it is
+/// stopped (and nothing of it may run on). Returns it, stopped.
+async fn create_round(
+    daemon: &mut Daemon,
+    api: &mut Api,
+    round: u64,
+    point: &'static str,
+    tally: &mut Tally,
+) -> Option<SessionTrack> {
+    let tag = format!("chaos create round {round}");
+    let task = match lossy(api.typed().task_create(format!("chaos create {round}"), None)).await {
+        Ok(task) => task,
+        Err(err) => {
+            tally.problem(format!("round {round}: task.create: {err}"));
+            return None;
+        }
+    };
+    let workspace = daemon.workspace(&format!("create-r{round}"));
+    let create = Create {
+        prompt: Some(format!("/stream {CREATE_CHUNKS}\n{tag}")),
+        ..Create::new(&task.id, "mock", Some(&workspace))
+    };
+    // The daemon dies at the point: the answer may or may not arrive.
+    let answer = lossy(create.send(api.typed())).await;
+    if tokio::time::timeout(GO_AWAY, daemon.wait_exit()).await.is_ok() {
+        *tally.kills.entry(format!("supervisor at {point} (create)")).or_default() += 1;
+    } else {
+        tally.problem(format!(
+            "round {round}: the create did not reach {point} (answered {:?})",
+            answer.map(|row| row.id)
+        ));
+        daemon.terminate().await;
+    }
+    daemon.restart_with_env(&[]).await;
+    *api = daemon.api().await;
+    let listed = match lossy(api.typed().session_list(Some(task.id.clone()), None, None)).await {
+        Ok(listed) => listed,
+        Err(err) => {
+            tally.problem(format!("round {round}: task.session.list: {err}"));
+            return None;
+        }
+    };
+    let Some(row) = listed.first() else {
+        // Every create point fires after the row is stored.
+        tally.lost += 1;
+        tally.problem(format!("round {round}: the session created at {point} is not stored"));
+        return None;
+    };
+    if listed.len() > 1 {
+        tally.duplicated += (listed.len() - 1) as u64;
+        tally.problem(format!(
+            "round {round}: one create at {point} stored {} sessions",
+            listed.len()
+        ));
+    }
+    let mut track = SessionTrack {
+        id: row.id.clone(),
+        docker: false,
+        last_seq: 0,
+        turns: vec![TurnSeen {
+            tag: tag.clone(),
+            shape: Some((CREATE_CHUNKS, 1)),
+            ..Default::default()
+        }],
+    };
+    // Subscribed before a resume, from the start: nothing it publishes is missed.
+    let (readers, mut events_rx) = subscribe_all(api, std::slice::from_ref(&track)).await;
+    match lossy(api.typed().session_status(track.id.clone())).await {
+        Ok(status) if status.needs_resume => {
+            if let Err(err) = lossy(api.typed().session_resume(track.id.clone(), None)).await {
+                tally.problem(format!("round {round}: resuming {} failed: {err}", track.id));
+            }
+        }
+        // Re-attached (or attaching): the prompt goes on by itself.
+        Ok(_) => {}
+        Err(err) => tally.problem(format!("round {round}: status of {}: {err}", track.id)),
+    }
+    let deadline = Instant::now() + SETTLE;
+    let mut tagged_turns = 0;
+    while track.turns[0].ended.is_none() {
+        match tokio::time::timeout_at(deadline, events_rx.recv()).await {
+            Ok(Some((_, Some(event)))) => {
+                if matches!(&event.kind, EventKind::TurnStarted { prompt, .. } if prompt.contains(&tag))
+                {
+                    tagged_turns += 1;
+                }
+                observe(&mut track, &event, tally, round);
+            }
+            Ok(Some((_, None))) | Ok(None) => {
+                tally.problem(format!("round {round}: the subscription to {} ended", track.id));
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    let turn = &track.turns[0];
+    match turn.ended.as_deref() {
+        None => {
+            tally.stuck += 1;
+            let status = lossy(api.typed().session_status(track.id.clone()))
+                .await
+                .map(|s| format!("{s:?}"))
+                .unwrap_or_else(|err| err.to_string());
+            tally.problem(format!(
+                "round {round}: the first prompt of {} (created at {point}) did not run to its end (turn {:?}, {} chunks): {status}",
+                track.id,
+                turn.turn_id,
+                turn.chunks.len()
+            ));
+        }
+        Some("completed") if turn.chunks.len() == CREATE_CHUNKS => tally.turns_completed += 1,
+        Some(state) => {
+            tally.turns_failed += 1;
+            tally.lost += 1;
+            tally.problem(format!(
+                "round {round}: the first prompt of {} (created at {point}) ended {state} with {} of {CREATE_CHUNKS} chunks",
+                track.id,
+                turn.chunks.len()
+            ));
+        }
+    }
+    if tagged_turns > 1 {
+        tally.duplicated += tagged_turns - 1;
+        tally.problem(format!(
+            "round {round}: the first prompt of {} ran {tagged_turns} times",
+            track.id
+        ));
+    }
+    // Stopped, so created sessions do not pile up: nothing of it may run on.
+    let doomed: Vec<u32> = daemon
+        .sidecars(&track.id)
+        .into_iter()
+        .flat_map(|pid| std::iter::once(pid).chain(children_named_mock_agent(pid)))
+        .collect();
+    if let Err(err) = lossy(api.typed().session_stop(track.id.clone())).await {
+        tally.problem(format!("round {round}: stopping {} failed: {err}", track.id));
+    }
+    readers.iter().for_each(|reader| reader.abort());
+    for pid in doomed.into_iter().chain(daemon.sidecars(&track.id)) {
+        if !went_away(pid).await {
+            tally.orphans += 1;
+            tally
+                .problem(format!("round {round}: process {pid} of {} outlived its stop", track.id));
+        }
+    }
+    // Its prompt is in the history once, with what it streamed.
+    check_histories(api, std::slice::from_ref(&track), tally).await;
+    Some(track)
 }
 
 /// Ends what did not settle, so the next round starts clean (already counted as stuck).
@@ -494,7 +852,7 @@ fn observe(track: &mut SessionTrack, event: &SessionEvent, tally: &mut Tally, ro
 /// A completed turn holds every expected chunk once, in order; a failed one a prefix.
 fn check_turn(session: &str, turn: &TurnSeen, tally: &mut Tally, round: u64) {
     let keys: Vec<String> = turn.chunks.iter().map(|text| chunk_key(text)).collect();
-    let expected = expected_keys();
+    let expected = turn.expected();
     let mut unique = keys.clone();
     unique.sort();
     unique.dedup();
@@ -562,7 +920,35 @@ async fn strike(
             }
         }
         Disruption::Container => return kill_container(session, tally).await,
-        Disruption::Fault(_) => {}
+        Disruption::Stop | Disruption::Delete => {
+            let (what, answer) = if disruption == Disruption::Stop {
+                ("stop", lossy(api.typed().session_stop(session.clone())).await.map(drop))
+            } else {
+                let delete = api.typed().session_delete(session.clone(), None, None);
+                ("delete", lossy(delete).await.map(drop))
+            };
+            // Armed at `stop.recorded`, the supervisor dies answering: the operator
+            // restarts it (disarmed).
+            if tokio::time::timeout(GO_AWAY, daemon.wait_exit()).await.is_ok() {
+                *tally.kills.entry(format!("supervisor at stop.recorded ({what})")).or_default() +=
+                    1;
+            } else {
+                tally.problem(format!(
+                    "the {what} of {session} did not reach stop.recorded (answered {answer:?})"
+                ));
+                daemon.terminate().await;
+            }
+            daemon.restart_with_env(&[]).await;
+            *api = daemon.api().await;
+            return true;
+        }
+        Disruption::StopAll => {
+            *tally.kills.entry("stop-all".into()).or_default() += 1;
+            if let Err(err) = lossy(api.typed().stop_all()).await {
+                tally.problem(format!("stop-all failed: {err}"));
+            }
+        }
+        Disruption::Fault(_) | Disruption::Create(_) => {}
     }
     false
 }
