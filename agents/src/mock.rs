@@ -60,7 +60,7 @@ options:
 
 prompt commands (one per line; other lines are the message):
   /stream N  /tool  /permission  /read PATH  /write PATH TEXT  /sleep MS
-  /crash [CODE]  /close-stdout  /garbage  /stderr TEXT  /recall  /spawn  /rounds R
+  /crash [CODE]  /close-stdout  /edit PATH TEXT  /garbage  /stderr TEXT  /recall  /spawn  /rounds R
   /usage USED SIZE [COST]
 ";
 
@@ -718,6 +718,19 @@ impl Turn<'_> {
                     let _ = self.agent.peer.flush().await;
                     eprintln!("mock-agent: crashing mid-turn as asked (/crash {code})");
                     std::process::exit(*code);
+                }
+                Command::Edit(path, text) => {
+                    let id = format!("call-{}", uuid::Uuid::new_v4());
+                    self.update(json!({"sessionUpdate": "tool_call", "toolCallId": id,
+                        "title": "Preparing file…", "kind": "edit", "status": "pending"}))?;
+                    self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": id,
+                        "title": format!("Edit {path}"), "status": "in_progress",
+                        "rawInput": {"file_path": path, "new_string": text}}))?;
+                    self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": id,
+                        "status": "completed",
+                        "content": [{"type": "diff", "path": path, "oldText": "", "newText": text}],
+                        "rawOutput": format!("The file {path} has been updated.")}))?;
+                    reply.push_str(&format!("; edited {path}"));
                 }
                 Command::CloseStdout => {
                     self.chunk("mock-agent: closing stdout")?;

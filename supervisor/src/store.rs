@@ -1449,11 +1449,24 @@ impl Store {
         stop_reason: Option<String>,
         error: Option<String>,
     ) -> Result<(), StoreError> {
+        self.end_turn_then(turn_id, (state, stop_reason, error), None).await
+    }
+
+    /// Ends a turn and, in the same transaction, sets its session's state (`then`: state,
+    /// error, task state): one write, and the timeline lists the turn's end before the
+    /// state it led to.
+    pub async fn end_turn_then(
+        &self,
+        turn_id: String,
+        (state, stop_reason, error): (TurnState, Option<String>, Option<String>),
+        then: Option<(SessionState, Option<String>, Option<&'static str>)>,
+    ) -> Result<(), StoreError> {
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = now_ms();
             tx.execute(
                 "UPDATE turns SET state = ?2, stop_reason = ?3, error = ?4, ended_at = ?5 WHERE id = ?1",
-                params![turn_id, state, stop_reason, error, now_ms()],
+                params![turn_id, state, stop_reason, error, now],
             )?;
             let session_id: Option<String> = tx
                 .query_row("SELECT session_id FROM turns WHERE id = ?1", [&turn_id], |r| r.get(0))
@@ -1462,6 +1475,19 @@ impl Store {
                 let ended =
                     TimelineEvent::TurnEnded { turn_id, state: state.into(), stop_reason, error };
                 log(&tx, &session_id, &ended)?;
+                if let Some((session_state, error, task_state)) = then {
+                    tx.execute(
+                        "UPDATE task_sessions SET state = ?2, error_message = ?3, updated_at = ?4 WHERE id = ?1",
+                        params![session_id, session_state.as_str(), error, now],
+                    )?;
+                    log(&tx, &session_id, &TimelineEvent::State { state: session_state.into(), error })?;
+                    if let Some(task_state) = task_state {
+                        tx.execute(
+                            "UPDATE tasks SET state = ?2, updated_at = ?3 WHERE id = (SELECT task_id FROM task_sessions WHERE id = ?1)",
+                            params![session_id, task_state, now],
+                        )?;
+                    }
+                }
             }
             tx.commit()?;
             Ok(())

@@ -20,6 +20,10 @@ pub enum Command {
     Sleep(u64),
     /// `/crash [CODE]`: send one chunk, print to stderr and exit mid-turn (default code 3).
     Crash(i32),
+    /// `/edit PATH TEXT`: report an edit as claude-agent-acp does: a `tool_call` with a
+    /// placeholder title, then updates that give the real title, a diff and raw output
+    /// (nothing is written).
+    Edit(String, String),
     /// `/close-stdout`: send one chunk, then close stdout and stay up, answering nothing
     /// more (an agent whose output is gone but whose process lives).
     CloseStdout,
@@ -106,6 +110,10 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
         "crash" => Command::Crash(args.parse().map_err(|_| "expects an exit code")?),
         "garbage" => Command::Garbage,
         "close-stdout" => Command::CloseStdout,
+        "edit" => match args.split_once(' ') {
+            Some((path, text)) => Command::Edit(path.to_owned(), text.to_owned()),
+            None => return Err("expects a path and text"),
+        },
         "stderr" => Command::Stderr(args.to_owned()),
         "recall" => Command::Recall,
         "spawn" => Command::Spawn,

@@ -271,19 +271,28 @@ impl SessionActor {
                 }
             }
             "tool_call" => {
-                let title = update["title"].as_str().unwrap_or("tool").to_owned();
+                let title = tool_title(&update).unwrap_or("tool").to_owned();
                 let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
                 let status = update["status"].as_str().unwrap_or("pending").to_owned();
+                self.tool_titles.insert(id.clone(), title.clone());
                 self.record_history(EntryType::ToolCall, title.clone(), Some((title, id, status)));
                 self.emit(SessionEventKind::ToolCall { update });
             }
             "tool_call_update" => {
                 let status = update["status"].as_str().unwrap_or_default().to_owned();
+                let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
+                // Later updates name the tool better than its first placeholder did.
+                if let Some(title) = tool_title(&update) {
+                    self.tool_titles.insert(id.clone(), title.to_owned());
+                }
                 if matches!(status.as_str(), "completed" | "failed") {
-                    let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
                     let content = tool_text(&update);
                     let excerpt = history::excerpt(&content, history::TOOL_RESULT_EXCERPT_CHARS);
-                    let name = update["title"].as_str().unwrap_or("tool").to_owned();
+                    let name = self
+                        .tool_titles
+                        .remove(&id)
+                        .or_else(|| update["kind"].as_str().map(str::to_owned))
+                        .unwrap_or_else(|| "tool".to_owned());
                     self.record_history(EntryType::ToolResult, excerpt, Some((name, id, status)));
                 }
                 self.emit(SessionEventKind::ToolCallUpdate { update });
@@ -821,18 +830,39 @@ impl SessionActor {
     }
 }
 
-/// The text of a tool call update's content blocks.
+/// A tool call's title, when it has a non-empty one.
+fn tool_title(update: &Value) -> Option<&str> {
+    update["title"].as_str().map(str::trim).filter(|title| !title.is_empty())
+}
+
+/// What a tool call's final update says it did: its content blocks (text, and each diff as
+/// the file and its new text), else its raw output.
 fn tool_text(update: &Value) -> String {
-    let Some(content) = update.get("content").and_then(Value::as_array) else {
-        return String::new();
-    };
-    content
-        .iter()
-        .filter_map(|item| {
-            item.get("content").and_then(|inner| inner.get("text")).and_then(Value::as_str)
+    let blocks: Vec<String> = update
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|item| match item["type"].as_str() {
+            Some("diff") => Some(format!(
+                "diff {}:\n{}",
+                item["path"].as_str().unwrap_or("?"),
+                item["newText"].as_str().unwrap_or_default()
+            )),
+            Some("terminal") => {
+                Some(format!("terminal {}", item["terminalId"].as_str().unwrap_or("?")))
+            }
+            _ => item["content"]["text"].as_str().map(str::to_owned),
         })
-        .collect::<Vec<_>>()
-        .join("\n")
+        .collect();
+    if !blocks.is_empty() {
+        return blocks.join("\n");
+    }
+    match update.get("rawOutput") {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    }
 }
 
 /// How much of the history's end a load's trailing replay is matched against.

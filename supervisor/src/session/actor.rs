@@ -165,6 +165,8 @@ pub(super) struct SessionActor {
     pub(super) initial_prompt: Option<String>,
     /// The agent's recent stderr, for error messages.
     pub(super) recent_stderr: String,
+    /// Open tool calls' latest titles (an agent's first title may be a placeholder).
+    pub(super) tool_titles: HashMap<String, String>,
     pub(super) resume: Option<ResumeState>,
     /// Everyone waiting for the session to open (resumes, and resumes of a session that was
     /// starting anyway).
@@ -280,6 +282,7 @@ impl SessionActor {
             pause: None,
             initial_prompt: None,
             recent_stderr: String::new(),
+            tool_titles: HashMap::new(),
             resume: None,
             waiters: Vec::new(),
             resume_context_pending: false,
@@ -905,6 +908,8 @@ impl SessionActor {
         }
         self.enter(Phase::Launching);
         self.launch_started = Some(std::time::Instant::now());
+        // A new agent: an earlier one's stderr explains nothing of its failures.
+        self.recent_stderr.clear();
         if let Err(err) =
             self.set_state(SessionState::Starting, None, Some(task_state::IN_PROGRESS)).await
         {
@@ -1613,12 +1618,14 @@ impl SessionActor {
         let Some(turn_id) = self.turn.take() else { return };
         self.cancel_deadline = None;
         self.turn_deadline = None;
+        self.tool_titles.clear();
         self.replay_known = None;
         if let Err(err) = self.history.flush_agent() {
             self.write_failed("the history", &err);
         }
-        // Events, then the session's state, then the turn's row: once the row says the turn
-        // ended, a replay no longer ends it, so everything it publishes must be out first.
+        // Events first (the turn's end, then the state it leads to), then one store write
+        // for both: once the row says the turn ended, a replay no longer ends it, so
+        // everything it publishes must be out first.
         self.emit(SessionEventKind::TurnEnded {
             turn_id: turn_id.clone(),
             state: state.into(),
@@ -1626,14 +1633,31 @@ impl SessionActor {
             error: error.clone(),
         });
         self.update_view(|view| view.turn_id = None);
-        if !self.row.state.is_terminal() {
-            let _ = self
-                .set_state(SessionState::WaitingForInput, error.clone(), Some(task_state::REVIEW))
-                .await;
+        let waiting = SessionState::WaitingForInput;
+        let then = (!self.row.state.is_terminal()
+            && (self.row.state != waiting || self.row.error_message != error))
+            .then(|| (waiting, error.clone(), Some(task_state::REVIEW)));
+        if let Some((state, error, _)) = &then {
+            self.emit(SessionEventKind::State { state: (*state).into(), error: error.clone() });
         }
         self.flush_events();
-        if let Err(err) = self.context.store.end_turn(turn_id, state, stop_reason, error).await {
-            self.write_failed("the end of a turn", &err);
+        let written = self
+            .context
+            .store
+            .end_turn_then(turn_id, (state, stop_reason, error), then.clone())
+            .await;
+        match written {
+            Ok(()) => {
+                if let Some((state, error, _)) = then {
+                    self.row.state = state;
+                    self.row.error_message = error.clone();
+                    self.update_view(|view| {
+                        view.state = state;
+                        view.error = error;
+                    });
+                }
+            }
+            Err(err) => self.write_failed("the end of a turn", &err),
         }
         agentctl::fault::point("turn.recorded");
         if state == TurnState::Completed {

@@ -596,3 +596,92 @@ async fn r27_a_replay_on_session_resume_is_not_recorded_again() {
     let history = api.history(&session).await;
     assert_eq!(history.len(), before + 4, "two turns added, no replay: {history:?}");
 }
+
+/// Defect 11: the records agree with each other. An interrupted turn's stored error is its
+/// event's; the timeline lists a turn's end before the state it led to.
+#[tokio::test]
+async fn r27_an_interrupted_turns_records_agree_and_the_timeline_is_in_order() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("records")).await;
+    api.ask(&session, "first").await;
+    let timeline = ok("timeline", api.typed().session_timeline(session.clone(), None)).await;
+    let kinds: Vec<String> = timeline
+        .entries
+        .iter()
+        .filter_map(|entry| match &entry.event {
+            protocol::api::TimelineEvent::TurnEnded { .. } => Some("turn_ended".to_owned()),
+            protocol::api::TimelineEvent::State { state, .. } => Some(format!("{state:?}")),
+            _ => None,
+        })
+        .collect();
+    let ended = kinds.iter().position(|kind| kind == "turn_ended").expect("the turn ended");
+    assert_eq!(kinds.get(ended + 1).map(String::as_str), Some("WaitingForInput"), "{kinds:?}");
+    assert!(!kinds[..ended].iter().rev().take(1).any(|k| k == "WaitingForInput"), "{kinds:?}");
+    // A turn cut by the agent's loss while the supervisor is down.
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/sleep 60000\nslow").await.unwrap();
+    let seen = until(&mut events, |e| matches!(&e.kind, EventKind::TurnStarted { .. })).await;
+    let sidecar = daemon.agentctl_pid(&session);
+    drop(events);
+    drop(api);
+    daemon.kill().await;
+    sigkill(sidecar).await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, seen.last().unwrap().seq).await;
+    let ended = until(&mut events, turn_ended).await.pop().unwrap();
+    let EventKind::TurnEnded { turn_id, error, .. } = &ended.kind else { unreachable!() };
+    let timeline = ok("timeline", api.typed().session_timeline(session.clone(), None)).await;
+    let stored = timeline.turns.iter().find(|turn| &turn.turn_id == turn_id).expect("the turn");
+    assert_eq!(&stored.error, error, "the stored error is the event's");
+}
+
+/// Defect 11: a dead agent's error quotes its own stderr, not an earlier launch's.
+#[tokio::test]
+async fn r27_a_dead_agents_error_does_not_quote_an_earlier_failure() {
+    let flag = tempfile::NamedTempFile::new().unwrap();
+    let profile = format!(
+        "id = \"flaky\"\ncommand = [\"mock-agent\", \"--fail-while\", \"{}\"]\nprotocol = \"acp\"\n",
+        flag.path().display()
+    );
+    let daemon = Daemon::start_with_profiles(&[], &[("flaky.toml", &profile)]).await;
+    let api = daemon.api().await;
+    let task = ok("task.create", api.typed().task_create("flaky".into(), None)).await;
+    let create = Create::new(&task.id, "flaky", Some(&daemon.workspace("flaky")));
+    let session = ok("task.session.create", create.send(api.typed())).await.id;
+    let mut events = api.subscribe(&session, 0).await;
+    until(&mut events, |e| matches!(&e.kind, EventKind::State { state: SessionState::Failed, .. }))
+        .await;
+    let path = flag.path().to_owned();
+    flag.close().unwrap();
+    assert!(!path.exists());
+    api.resume(&session).await.unwrap();
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/crash 7\nbye").await.unwrap();
+    let ended = until(&mut events, turn_ended).await.pop().unwrap();
+    let EventKind::TurnEnded { error: Some(error), .. } = &ended.kind else { unreachable!() };
+    assert!(error.contains("crashing mid-turn"), "its own stderr: {error}");
+    assert!(!error.contains("--fail-while"), "not the earlier launch's: {error}");
+}
+
+/// Defect 11: a tool call reported as claude-agent-acp does (a placeholder title, then
+/// updates with the real title, a diff and raw output) is recorded with what the updates
+/// said.
+#[tokio::test]
+async fn r27_a_tool_call_is_recorded_with_its_final_title_and_its_diff() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("tools")).await;
+    api.ask(&session, "/edit notes.txt hello there\nedit it").await;
+    let history = api.history(&session).await;
+    let result = history
+        .iter()
+        .find(|entry| entry.kind == EntryType::ToolResult)
+        .unwrap_or_else(|| panic!("the tool's result is recorded: {history:?}"));
+    assert_eq!(result.tool_name.as_deref(), Some("Edit notes.txt"), "{result:?}");
+    assert!(
+        result.content.contains("notes.txt") && result.content.contains("hello there"),
+        "{result:?}"
+    );
+}
