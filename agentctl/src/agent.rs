@@ -97,6 +97,9 @@ pub struct HostConfig {
     /// The argv prefix that runs agentctl (`<prefix> guard --pgid N` is the guard): its
     /// own binary, or a binary that embeds it as an applet (`supervisor agentctl`).
     pub self_command: Vec<std::ffi::OsString>,
+    /// The most the spool may hold on disk before the agent's output waits for
+    /// acknowledgements (flow control: the agent blocks on its pipe meanwhile).
+    pub max_backlog: u64,
 }
 
 /// Owns the agent. Shared behind an `Arc` by the control server.
@@ -248,6 +251,7 @@ impl AgentHost {
             max_line: self.config.max_line,
             exited: exited.clone(),
             held: self.hold_tx.subscribe(),
+            max_backlog: self.config.max_backlog,
         };
         let stdout_task = tokio::spawn(relay.run(stdout));
         let exited_by = exited;
@@ -477,6 +481,8 @@ struct Relay {
     exited: tokio_util::sync::CancellationToken,
     /// Whether the supervisor holds the agent's output.
     held: watch::Receiver<bool>,
+    /// See [`HostConfig::max_backlog`].
+    max_backlog: u64,
 }
 
 /// The most agent lines gathered into one spool write.
@@ -498,6 +504,18 @@ impl Relay {
                     append_durably(&self.spool, std::mem::take(&mut batch)).await;
                 }
                 let _ = self.held.wait_for(|held| !held).await;
+            }
+            if self.spool.disk_bytes() >= self.max_backlog {
+                // Flow control: what was read is spooled, then the agent waits until the
+                // supervisor's acknowledgements drop segments.
+                if !batch.is_empty() {
+                    append_durably(&self.spool, std::mem::take(&mut batch)).await;
+                }
+                tracing::debug!(
+                    max = self.max_backlog,
+                    "the spool is full of unacknowledged events; the agent's output waits"
+                );
+                self.spool.room_below(self.max_backlog).await;
             }
             match lines.next_line().await {
                 Ok(Some(line)) => self.handle(line, &mut batch).await,

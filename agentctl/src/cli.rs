@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 const USAGE: &str = "\
 usage:
   agentctl serve --state-dir DIR [--listen ADDR] [--token-file PATH] [--max-line BYTES]
-                 [--segment-bytes BYTES] [--stop-grace-ms MS]
+                 [--segment-bytes BYTES] [--max-backlog-bytes BYTES] [--stop-grace-ms MS]
                  [--tls-cert PEM --tls-key PEM]
   agentctl call --addr ADDR METHOD [PARAMS_JSON]
   agentctl events --addr ADDR [--after SEQ]
@@ -40,6 +40,9 @@ struct ServeArgs {
     token_file: Option<PathBuf>,
     max_line: usize,
     segment_bytes: u64,
+    /// The most the spool may hold unacknowledged before the agent's output waits (`None`:
+    /// a quarter of the file system, between two segments and 64 MiB).
+    max_backlog: Option<u64>,
     stop_grace: Duration,
     /// The control channel's certificate and key (PEM), for TLS.
     tls: Option<(PathBuf, PathBuf)>,
@@ -70,6 +73,16 @@ pub fn run(args: &[String], self_command: Vec<std::ffi::OsString>) -> i32 {
     }
 }
 
+/// The spool's default bound: a quarter of the file system it is on (so the supervisor,
+/// often on the same one, keeps room to record and acknowledge), at least two segments
+/// (acknowledgements free whole segments), at most 64 MiB.
+fn default_backlog(spool_dir: &std::path::Path, segment_bytes: u64) -> u64 {
+    let quarter = nix::sys::statvfs::statvfs(spool_dir)
+        .map(|fs| fs.blocks().saturating_mul(fs.fragment_size()) / 4)
+        .unwrap_or(u64::MAX);
+    quarter.clamp(2 * segment_bytes, (64 << 20).max(2 * segment_bytes))
+}
+
 fn parse_serve(args: &[String]) -> anyhow::Result<ServeArgs> {
     let mut state_dir = None;
     let mut parsed = ServeArgs {
@@ -78,6 +91,7 @@ fn parse_serve(args: &[String]) -> anyhow::Result<ServeArgs> {
         token_file: None,
         max_line: protocol::frame::DEFAULT_MAX_LINE,
         segment_bytes: DEFAULT_SEGMENT_BYTES,
+        max_backlog: None,
         stop_grace: Duration::from_secs(5),
         tls: None,
     };
@@ -96,6 +110,10 @@ fn parse_serve(args: &[String]) -> anyhow::Result<ServeArgs> {
             }
             "--segment-bytes" => {
                 parsed.segment_bytes = value()?.parse().context("--segment-bytes: not a number")?
+            }
+            "--max-backlog-bytes" => {
+                parsed.max_backlog =
+                    Some(value()?.parse().context("--max-backlog-bytes: not a number")?)
             }
             "--stop-grace-ms" => {
                 parsed.stop_grace = Duration::from_millis(
@@ -172,7 +190,10 @@ fn serve(args: ServeArgs, self_command: Vec<std::ffi::OsString>) -> anyhow::Resu
         .context("cannot start the runtime")?;
     runtime.block_on(async move {
         let spool = Arc::new(Spool::create(&args.state_dir.join("spool"), args.segment_bytes)?);
-        let config = HostConfig { max_line: args.max_line, self_command };
+        let max_backlog = args
+            .max_backlog
+            .unwrap_or_else(|| default_backlog(&args.state_dir.join("spool"), args.segment_bytes));
+        let config = HostConfig { max_line: args.max_line, self_command, max_backlog };
         let agent = AgentHost::new(Arc::clone(&spool), config, tokio::runtime::Handle::current());
         let shutdown = CancellationToken::new();
         let ctl = Arc::new(Ctl { spool, agent, shutdown: shutdown.clone() });

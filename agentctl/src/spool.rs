@@ -92,6 +92,9 @@ pub struct Spool<E = Event> {
     last_seq_tx: watch::Sender<u64>,
     /// Why appends are failing, while they are (set by the writer that keeps retrying).
     stalled: watch::Sender<Option<String>>,
+    /// The bytes the segments hold on disk, as they change (appends, acknowledged
+    /// segments dropped): what a writer bounded by it awaits.
+    disk_tx: watch::Sender<u64>,
     _entries: std::marker::PhantomData<fn() -> E>,
 }
 
@@ -184,6 +187,7 @@ impl<E: Entry> Spool<E> {
             }),
             last_seq_tx,
             stalled: watch::channel(None).0,
+            disk_tx: watch::channel(0).0,
             _entries: std::marker::PhantomData,
         })
     }
@@ -249,6 +253,7 @@ impl<E: Entry> Spool<E> {
             bytes: whole as u64,
         });
         let next_seq = if last_seq == 0 { active_first } else { last_seq + 1 };
+        let held: u64 = segments.iter().map(|s| s.bytes).sum();
         let (last_seq_tx, _) = watch::channel(next_seq - 1);
         // What retention (or acks) dropped before is known as dropped.
         let acked_seq = segments.front().map_or(0, |oldest| oldest.first_seq.saturating_sub(1));
@@ -258,6 +263,7 @@ impl<E: Entry> Spool<E> {
             inner: Mutex::new(Inner { segments, active: Some(active), next_seq, acked_seq }),
             last_seq_tx,
             stalled: watch::channel(None).0,
+            disk_tx: watch::channel(held).0,
             _entries: std::marker::PhantomData,
         })
     }
@@ -340,9 +346,9 @@ impl<E: Entry> Spool<E> {
         let active = inner.segments.back_mut().expect("UNWRAP: there is always an active segment");
         active.last_seq = last;
         active.bytes += lines.len() as u64;
-        if active.bytes >= self.segment_bytes
-            && let Err(err) = self.rotate(inner)
-        {
+        let full = active.bytes >= self.segment_bytes;
+        self.disk_tx.send_replace(inner.segments.iter().map(|s| s.bytes).sum());
+        if full && let Err(err) = self.rotate(inner) {
             // The lines are written; a failed rotation only delays the next segment.
             tracing::error!(%err, "cannot rotate the spool");
         }
@@ -367,6 +373,7 @@ impl<E: Entry> Spool<E> {
             let segment = inner.segments.pop_front().expect("UNWRAP: checked non-empty");
             std::fs::remove_file(&segment.path).map_err(io_err(&segment.path))?;
         }
+        self.disk_tx.send_replace(inner.segments.iter().map(|s| s.bytes).sum());
         Ok(acked)
     }
 
@@ -453,6 +460,13 @@ impl<E: Entry> Spool<E> {
     /// Bytes currently on disk, over all segments.
     pub fn disk_bytes(&self) -> u64 {
         self.lock().segments.iter().map(|s| s.bytes).sum()
+    }
+
+    /// Waits until the segments hold less than `bytes` on disk (acknowledgements drop
+    /// segments): a writer's flow control.
+    pub async fn room_below(&self, bytes: u64) {
+        let mut disk = self.disk_tx.subscribe();
+        let _ = disk.wait_for(|&held| held < bytes).await;
     }
 
     /// The spool directory.

@@ -211,6 +211,11 @@ impl History {
         self.agent_text.push_str(text);
     }
 
+    /// The bytes of the message being coalesced.
+    pub fn coalesced_bytes(&self) -> usize {
+        self.agent_text.len()
+    }
+
     /// The agentctl seq from which the current message is still only in memory, if one
     /// is being coalesced.
     pub fn unflushed_since(&self) -> Option<u64> {

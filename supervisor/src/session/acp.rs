@@ -261,6 +261,7 @@ impl SessionActor {
                 if let Some(text) = text() {
                     if !self.suppress_history {
                         self.history.agent_chunk(&text);
+                        self.bound_coalescing();
                     }
                     self.emit(SessionEventKind::AgentMessageChunk { text });
                 }
@@ -302,6 +303,18 @@ impl SessionActor {
                 self.emit(SessionEventKind::SessionUpdate { update });
             }
             _ => self.emit(SessionEventKind::SessionUpdate { update }),
+        }
+    }
+
+    /// A message being coalesced in memory holds the ack point back (it is on no disk
+    /// yet), and agentctl bounds what it keeps unacknowledged: a very long message is
+    /// written in parts, so acknowledgements go on and the agent never waits on itself.
+    fn bound_coalescing(&mut self) {
+        let since = self.history.unflushed_since().unwrap_or(self.durability.handled);
+        let long = self.history.coalesced_bytes() >= MAX_COALESCED_BYTES
+            || self.durability.handled.saturating_sub(since) >= MAX_COALESCED_EVENTS;
+        if long && let Err(err) = self.history.flush_agent() {
+            self.write_failed("the history", &err);
         }
     }
 
@@ -864,6 +877,11 @@ fn tool_text(update: &Value) -> String {
         Some(other) => other.to_string(),
     }
 }
+
+/// The longest a message is coalesced in memory, in bytes of text and in agentctl events,
+/// before what it has so far is written as one history entry (the rest follows in the next).
+const MAX_COALESCED_BYTES: usize = 256 * 1024;
+const MAX_COALESCED_EVENTS: u64 = 4096;
 
 /// How much of the history's end a load's trailing replay is matched against.
 const REPLAY_WINDOW_BYTES: u64 = 256 * 1024;
