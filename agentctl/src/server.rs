@@ -409,17 +409,8 @@ async fn stream_events(
                     return Ok(());
                 }
                 let reason = stalled.borrow_and_update().clone();
-                let event = protocol::control::Event {
-                    seq: 0,
-                    at: 0,
-                    kind: protocol::control::EventKind::IntakeStalled { reason },
-                };
-                let notice = if batched {
-                    serde_json::value::to_raw_value(&[event])
-                } else {
-                    serde_json::value::to_raw_value(&event)
-                };
-                notice.map_err(|err| err.to_string())?
+                let kind = protocol::control::EventKind::IntakeStalled { reason };
+                out_of_sequence(kind, batched).map_err(|err| err.to_string())?
             }
             entry = async {
                 if batched {
@@ -431,23 +422,29 @@ async fn stream_events(
         };
         // Damaged lines skipped on the way are said first, outside the sequence.
         for message in reader.take_damaged() {
-            let event = protocol::control::Event {
-                seq: 0,
-                at: 0,
-                kind: protocol::control::EventKind::Error { message },
-            };
-            let notice = if batched {
-                serde_json::value::to_raw_value(&[event])
-            } else {
-                serde_json::value::to_raw_value(&event)
-            };
-            if sink.send(notice.map_err(|err| err.to_string())?).await.is_err() {
+            let kind = protocol::control::EventKind::Error { message };
+            let notice = out_of_sequence(kind, batched).map_err(|err| err.to_string())?;
+            if sink.send(notice).await.is_err() {
                 return Ok(());
             }
         }
         if sink.send(message).await.is_err() {
             return Ok(());
         }
+    }
+}
+
+/// An event outside the sequence (seq 0: nothing to acknowledge), as one notification
+/// of the stream (`batched`: an array of it).
+fn out_of_sequence(
+    kind: protocol::control::EventKind,
+    batched: bool,
+) -> Result<Box<serde_json::value::RawValue>, serde_json::Error> {
+    let event = protocol::control::Event { seq: 0, at: 0, kind };
+    if batched {
+        serde_json::value::to_raw_value(&[event])
+    } else {
+        serde_json::value::to_raw_value(&event)
     }
 }
 

@@ -1299,6 +1299,26 @@ impl Supervisor {
                 ))
     }
 
+    /// Starts an actor that re-attaches (to a live sidecar, or to a dead one's spool) at
+    /// recovery; returns a watch on its view.
+    fn start_adopting(
+        &self,
+        row: &SessionRow,
+        profile: Arc<Profile>,
+        plan: AdoptPlan,
+    ) -> Result<tokio::sync::watch::Receiver<SessionView>, ServiceError> {
+        let handle = session::start_session(
+            self.context(row)?,
+            row.clone(),
+            profile,
+            self.event_log(&row.id)?,
+            Start::Adopt(Box::new(plan)),
+        )?;
+        let view = handle.watch();
+        self.sessions().insert(row.id.clone(), handle);
+        Ok(view)
+    }
+
     /// Finishes the teardown of a session stopped (or cancelled) by a stop that a kill cut
     /// short: when its sidecar's spool holds what was never recorded, an actor replays it
     /// (its turn ends there; returns its view); else its open turns and questions end now.
@@ -1314,16 +1334,7 @@ impl Supervisor {
                 store.open_turns(row.id.clone(), executor.execution_id.clone()).await?;
             let addr = executor.endpoint();
             let plan = AdoptPlan { executor, addr, open_turns, gone: true };
-            let handle = session::start_session(
-                self.context(&row)?,
-                row.clone(),
-                Supervisor::snapshot(&row)?,
-                self.event_log(&row.id)?,
-                Start::Adopt(Box::new(plan)),
-            )?;
-            let view = handle.watch();
-            self.sessions().insert(row.id.clone(), handle);
-            return Ok(Some(view));
+            return self.start_adopting(&row, Supervisor::snapshot(&row)?, plan).map(Some);
         }
         let mut kinds: Vec<SessionEventKind> = Vec::new();
         for (request_id, _, _) in store.list_pending(row.id.clone()).await? {
@@ -1444,16 +1455,7 @@ impl Supervisor {
                 self.config.store.list_pending(row.id.clone()).await?.len();
             let profile = Supervisor::snapshot(&row)?;
             let plan = AdoptPlan { executor, addr, open_turns, gone };
-            let handle = session::start_session(
-                self.context(&row)?,
-                row.clone(),
-                profile,
-                self.event_log(&row.id)?,
-                Start::Adopt(Box::new(plan)),
-            )?;
-            let view = handle.watch();
-            self.sessions().insert(row.id.clone(), handle);
-            return Ok(Some(view));
+            return self.start_adopting(&row, profile, plan).map(Some);
         }
         // Then what it left behind is marked.
         let store = &self.config.store;
