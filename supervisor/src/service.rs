@@ -1361,8 +1361,13 @@ impl Supervisor {
     /// history or event log (past what each had recorded of that execution, and past
     /// what was acknowledged).
     fn unrecorded_leftovers(&self, executor: &crate::store::ExecutorRow) -> bool {
+        // Before its ACP session opened an execution holds nothing of the conversation
+        // (a load's replay is acknowledged before the open is recorded): nothing to record.
+        if executor.acp_session_id.is_none() {
+            return false;
+        }
         let dir = self.config.home.session_path(&executor.session_id);
-        let last = session::leftover_seq(&dir.join("agentctl"));
+        let last = session::leftover_seq(&dir.join("agentctl"), executor);
         if last <= executor.acked_seq.max(0) as u64 {
             return false;
         }

@@ -383,9 +383,13 @@ pub fn agent_request_id(request_id: &str) -> Value {
 pub const STOPPED_WHILE_DOWN: &str =
     "the agent stopped while the supervisor was down; resume the session to go on";
 
-/// The newest seq the spool of a session's dead sidecar holds (its agentctl state dir; 0
-/// when there is none).
-pub fn leftover_seq(agentctl_dir: &std::path::Path) -> u64 {
+/// The newest seq the spool in a session's agentctl state dir holds for `executor` (0
+/// when there is none, or when the spool is not that execution's: the state dir is reused,
+/// and a launch killed before its agentctl started leaves the previous one's spool).
+pub fn leftover_seq(agentctl_dir: &std::path::Path, executor: &ExecutorRow) -> u64 {
+    if !leftovers::spool_is_of(agentctl_dir, executor) {
+        return 0;
+    }
     leftovers::last_seq(&leftovers::spool_dir(agentctl_dir))
 }
 

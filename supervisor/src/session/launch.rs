@@ -161,7 +161,12 @@ pub(super) fn adopt_gone(context: &SessionContext, record: ExecutorRow) -> Conne
     let dir = super::leftovers::spool_dir(&context.agentctl_dir());
     let acked = record.acked_seq.max(0) as u64;
     let status = super::leftovers::status(&dir, acked);
-    let events_rx = super::leftovers::read(dir, acked);
+    let events_rx = if super::leftovers::spool_is_of(&context.agentctl_dir(), &record) {
+        super::leftovers::read(dir, acked)
+    } else {
+        // Another execution's spool (this one's agentctl never started): nothing of it.
+        tokio::sync::mpsc::channel(1).1
+    };
     let calls: Arc<dyn Control> = Arc::new(super::leftovers::DeadSidecar);
     Connected { record, calls, events_rx, status: Some(status), gone: true }
 }
