@@ -27,7 +27,7 @@ fn docker_profile(image: &str) -> String {
 }
 
 /// An engine, a test image, a daemon with the Docker profile, and cleanup of all of it.
-async fn setup() -> Option<(Docker, Daemon, Cleanup)> {
+pub(crate) async fn setup() -> Option<(Docker, Daemon, Cleanup)> {
     let docker = engine().await?;
     let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
     build_mock_image(&docker, &tag).await;

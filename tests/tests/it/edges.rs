@@ -686,3 +686,33 @@ async fn r27_a_tool_call_is_recorded_with_its_final_title_and_its_diff() {
         "{result:?}"
     );
 }
+
+/// Defect 0 (c), in a container: the supervisor and the session's container are killed
+/// together mid-turn. The container's spool (on the host, under the session's state dir)
+/// is recorded at restart: the history holds every chunk it held, once.
+#[tokio::test]
+async fn r27_a_container_dead_with_the_supervisor_has_its_spool_recorded_at_restart() {
+    let Some((docker, mut daemon, cleanup)) = crate::docker_runtime::setup().await else {
+        return;
+    };
+    let api = daemon.api().await;
+    let session = api.ready_session("mock-docker", &daemon.workspace("container")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/stream 20000\nlong").await.unwrap();
+    let mut seen = until_chunks(&mut events, 300).await;
+    drop(events);
+    drop(api);
+    daemon.kill().await;
+    let kill = bollard::query_parameters::KillContainerOptions { signal: "SIGKILL".into() };
+    docker.kill_container(&format!("tether-{session}"), Some(kill)).await.expect("kill");
+    let spooled = spooled_chunks(&daemon, &session);
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, seen.last().map_or(0, |e| e.seq)).await;
+    seen.extend(until(&mut events, turn_ended).await);
+    assert!(spooled.len() >= 300, "{}", spooled.len());
+    same_chunks(&chunks(&seen), &spooled, "the stream has every spooled chunk once, in order");
+    assert!(recorded(&api, &session).await == spooled.concat(), "so has the history");
+    assert!(api.ask(&session, "and now?").await.contains("you said: and now?"));
+    drop(cleanup);
+}
