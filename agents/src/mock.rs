@@ -60,7 +60,7 @@ options:
 
 prompt commands (one per line; other lines are the message):
   /stream N  /tool  /permission  /read PATH  /write PATH TEXT  /sleep MS
-  /crash [CODE]  /close-stdout  /edit PATH TEXT  /garbage  /stderr TEXT  /recall  /spawn  /rounds R
+  /crash [CODE]  /close-stdout  /edit PATH TEXT  /patch PATH TEXT  /garbage  /stderr TEXT  /recall  /spawn  /rounds R
   /usage USED SIZE [COST]
 ";
 
@@ -731,6 +731,17 @@ impl Turn<'_> {
                         "content": [{"type": "diff", "path": path, "oldText": "", "newText": text}],
                         "rawOutput": format!("The file {path} has been updated.")}))?;
                     reply.push_str(&format!("; edited {path}"));
+                }
+                Command::Patch(path, text) => {
+                    let id = format!("call-{}", uuid::Uuid::new_v4());
+                    self.update(json!({"sessionUpdate": "tool_call", "toolCallId": id,
+                        "title": "edit", "kind": "edit", "status": "pending",
+                        "locations": [{"path": path}]}))?;
+                    self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": id,
+                        "title": path, "kind": "edit", "status": "completed",
+                        "content": [{"type": "diff", "path": path, "oldText": "", "newText": text}],
+                        "rawInput": {"filePath": path}}))?;
+                    reply.push_str(&format!("; patched {path}"));
                 }
                 Command::CloseStdout => {
                     self.chunk("mock-agent: closing stdout")?;

@@ -24,6 +24,9 @@ pub enum Command {
     /// placeholder title, then updates that give the real title, a diff and raw output
     /// (nothing is written).
     Edit(String, String),
+    /// `/patch PATH TEXT`: report an edit as opencode does: a `tool_call` titled with the
+    /// tool's name, completed by an update titled with the file's path.
+    Patch(String, String),
     /// `/close-stdout`: send one chunk, then close stdout and stay up, answering nothing
     /// more (an agent whose output is gone but whose process lives).
     CloseStdout,
@@ -110,8 +113,9 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
         "crash" => Command::Crash(args.parse().map_err(|_| "expects an exit code")?),
         "garbage" => Command::Garbage,
         "close-stdout" => Command::CloseStdout,
-        "edit" => match args.split_once(' ') {
-            Some((path, text)) => Command::Edit(path.to_owned(), text.to_owned()),
+        "edit" | "patch" => match args.split_once(' ') {
+            Some((path, text)) if word == "edit" => Command::Edit(path.to_owned(), text.to_owned()),
+            Some((path, text)) => Command::Patch(path.to_owned(), text.to_owned()),
             None => return Err("expects a path and text"),
         },
         "stderr" => Command::Stderr(args.to_owned()),

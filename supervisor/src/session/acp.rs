@@ -275,7 +275,9 @@ impl SessionActor {
                 let title = tool_title(&update).unwrap_or("tool").to_owned();
                 let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
                 let status = update["status"].as_str().unwrap_or("pending").to_owned();
-                self.tool_titles.insert(id.clone(), title.clone());
+                let kind = update["kind"].as_str().unwrap_or_default().to_owned();
+                let diffs = tool_diffs(&update);
+                self.tool_titles.insert(id.clone(), (title.clone(), kind, diffs));
                 self.record_history(EntryType::ToolCall, title.clone(), Some((title, id, status)));
                 self.emit(SessionEventKind::ToolCall { update });
             }
@@ -283,17 +285,28 @@ impl SessionActor {
                 let status = update["status"].as_str().unwrap_or_default().to_owned();
                 let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
                 // Later updates name the tool better than its first placeholder did.
+                let known = self.tool_titles.entry(id.clone()).or_default();
                 if let Some(title) = tool_title(&update) {
-                    self.tool_titles.insert(id.clone(), title.to_owned());
+                    known.0 = title.to_owned();
+                }
+                if let Some(kind) = update["kind"].as_str() {
+                    known.1 = kind.to_owned();
+                }
+                let diffs = tool_diffs(&update);
+                if !diffs.is_empty() {
+                    known.2 = diffs;
                 }
                 if matches!(status.as_str(), "completed" | "failed") {
-                    let content = tool_text(&update);
+                    let (title, kind, diffs) = self.tool_titles.remove(&id).unwrap_or_default();
+                    let mut content = tool_text(&update);
+                    if !diffs.is_empty() && !content.contains(&diffs) {
+                        // The change was shown by an earlier update (claude's), the final
+                        // one says only that it was made.
+                        content =
+                            if content.is_empty() { diffs } else { format!("{diffs}\n{content}") };
+                    }
                     let excerpt = history::excerpt(&content, history::TOOL_RESULT_EXCERPT_CHARS);
-                    let name = self
-                        .tool_titles
-                        .remove(&id)
-                        .or_else(|| update["kind"].as_str().map(str::to_owned))
-                        .unwrap_or_else(|| "tool".to_owned());
+                    let name = tool_name(title, kind);
                     self.record_history(EntryType::ToolResult, excerpt, Some((name, id, status)));
                 }
                 self.emit(SessionEventKind::ToolCallUpdate { update });
@@ -843,9 +856,43 @@ impl SessionActor {
     }
 }
 
+/// What a tool's result is recorded as: its title, with its kind before a title that is
+/// only a path (opencode titles an edit with the file: `edit src/main.rs`).
+fn tool_name(title: String, kind: String) -> String {
+    let bare_path =
+        !title.contains(char::is_whitespace) && (title.contains('/') || title.contains('.'));
+    match (title.is_empty(), kind.is_empty()) {
+        (true, true) => "tool".to_owned(),
+        (true, false) => kind,
+        (false, false) if bare_path && title != kind => format!("{kind} {title}"),
+        _ => title,
+    }
+}
+
 /// A tool call's title, when it has a non-empty one.
 fn tool_title(update: &Value) -> Option<&str> {
     update["title"].as_str().map(str::trim).filter(|title| !title.is_empty())
+}
+
+/// A diff content block as recorded: the file and its new text.
+fn diff_text(item: &Value) -> String {
+    format!(
+        "diff {}:\n{}",
+        item["path"].as_str().unwrap_or("?"),
+        item["newText"].as_str().unwrap_or_default()
+    )
+}
+
+/// The diffs a tool call update shows, as recorded.
+fn tool_diffs(update: &Value) -> String {
+    let content = update.get("content").and_then(Value::as_array);
+    let diffs: Vec<String> = content
+        .into_iter()
+        .flatten()
+        .filter(|item| item["type"] == "diff")
+        .map(diff_text)
+        .collect();
+    diffs.join("\n")
 }
 
 /// What a tool call's final update says it did: its content blocks (text, and each diff as
@@ -857,11 +904,7 @@ fn tool_text(update: &Value) -> String {
         .into_iter()
         .flatten()
         .filter_map(|item| match item["type"].as_str() {
-            Some("diff") => Some(format!(
-                "diff {}:\n{}",
-                item["path"].as_str().unwrap_or("?"),
-                item["newText"].as_str().unwrap_or_default()
-            )),
+            Some("diff") => Some(diff_text(item)),
             Some("terminal") => {
                 Some(format!("terminal {}", item["terminalId"].as_str().unwrap_or("?")))
             }

@@ -165,8 +165,9 @@ pub(super) struct SessionActor {
     pub(super) initial_prompt: Option<String>,
     /// The agent's recent stderr, for error messages.
     pub(super) recent_stderr: String,
-    /// Open tool calls' latest titles (an agent's first title may be a placeholder).
-    pub(super) tool_titles: HashMap<String, String>,
+    /// Open tool calls' latest titles, kinds and diffs (an agent's first title may be a
+    /// placeholder, and its final update may no longer show the change).
+    pub(super) tool_titles: HashMap<String, (String, String, String)>,
     pub(super) resume: Option<ResumeState>,
     /// Everyone waiting for the session to open (resumes, and resumes of a session that was
     /// starting anyway).

@@ -685,6 +685,12 @@ async fn r27_a_tool_call_is_recorded_with_its_final_title_and_its_diff() {
         result.content.contains("notes.txt") && result.content.contains("hello there"),
         "{result:?}"
     );
+    // As opencode reports one: the kind stays in the name, the path follows it.
+    api.ask(&session, "/patch src/lib.rs fn main() {}\npatch it").await;
+    let history = api.history(&session).await;
+    let result = history.iter().rfind(|entry| entry.kind == EntryType::ToolResult).unwrap();
+    assert_eq!(result.tool_name.as_deref(), Some("edit src/lib.rs"), "{result:?}");
+    assert!(result.content.contains("fn main() {}"), "{result:?}");
 }
 
 /// Defect 0 (c), in a container: the supervisor and the session's container are killed

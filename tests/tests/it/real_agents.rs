@@ -256,6 +256,16 @@ async fn r11_claude_asks_permission_and_its_write_lands() {
     let seen = until(&mut events, turn_ended).await;
     assert_eq!(stop_reason(seen.last().unwrap()), Some("end_turn"), "{:?}", seen.last());
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "written by the scripted model\n");
+    // Issue 27, defect 11: the write's result is recorded with what claude's updates said
+    // of it (not its first placeholder title, not `tool`), and with what it wrote.
+    let history = api.history(&session).await;
+    let result = history
+        .iter()
+        .find(|entry| entry.kind == protocol::api::EntryType::ToolResult)
+        .unwrap_or_else(|| panic!("the write's result is recorded: {history:?}"));
+    let name = result.tool_name.clone().unwrap_or_default();
+    assert!(name != "tool" && !name.ends_with('…'), "{result:?}");
+    assert!(result.content.contains("written by the scripted model"), "{result:?}");
     drop(events);
     ok("task.session.stop", api.typed().session_stop(session.clone())).await;
     check_what_we_sent(&lines, &["initialize", "session/new", "session/prompt"]);
