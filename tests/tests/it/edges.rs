@@ -384,12 +384,14 @@ async fn r27_a_damaged_spool_line_is_skipped_and_said_and_the_session_goes_on() 
         std::fs::read_dir(&spool).unwrap().flatten().map(|entry| entry.path()).collect();
     segments.sort();
     let active = segments.last().expect("a segment").clone();
-    let lines_before = std::fs::read_to_string(&active).unwrap().lines().count();
     {
         use std::io::Write;
         let mut file = std::fs::OpenOptions::new().append(true).open(&active).unwrap();
         file.write_all(b"this is not an event\n{\"seq\": 99999, \"at\": 1, \"ki\n").unwrap();
     }
+    // Where it landed (agentctl may have appended meanwhile, had the agent woken).
+    let text = std::fs::read_to_string(&active).unwrap();
+    let line = text.lines().position(|line| line == "this is not an event").unwrap() + 1;
     daemon.restart().await;
     let api = daemon.api().await;
     let mut events = api.subscribe(&session, seen.last().unwrap().seq).await;
@@ -397,7 +399,7 @@ async fn r27_a_damaged_spool_line_is_skipped_and_said_and_the_session_goes_on() 
     assert_eq!(ended_as(seen.last().unwrap()), Some(TurnState::Completed), "{:?}", seen.last());
     assert_eq!(chunks(&seen).len(), 50, "every chunk after the damage");
     let notices = tether_tests::daemon::notices(&seen);
-    let at = format!("{}:{}", active.display(), lines_before + 1);
+    let at = format!("{}:{line}", active.display());
     assert!(
         notices.iter().any(|notice| notice.contains("damaged") && notice.contains(&at)),
         "the damage is said with its file and line ({at}): {notices:?}"
