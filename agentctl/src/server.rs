@@ -150,7 +150,8 @@ impl Methods {
         match self.0.spool.reader(after_seq) {
             Ok(reader) => {
                 let sink = pending.accept().await?;
-                stream_events(sink, reader, self.0.spool.watch_stalled(), batched).await
+                let watches = (self.0.spool.watch_stalled(), self.0.spool.watch_backlog_full());
+                stream_events(sink, reader, watches, batched).await
             }
             Err(err) => {
                 pending.reject(spool_error(&err)).await;
@@ -392,7 +393,10 @@ pub async fn stream_spool_batches<E: crate::spool::Entry, W: serde::Serialize>(
 async fn stream_events(
     sink: jsonrpsee::SubscriptionSink,
     mut reader: crate::spool::SpoolReader<protocol::control::Event>,
-    mut stalled: tokio::sync::watch::Receiver<Option<String>>,
+    (mut stalled, mut backlog_full): (
+        tokio::sync::watch::Receiver<Option<String>>,
+        tokio::sync::watch::Receiver<bool>,
+    ),
     batched: bool,
 ) -> Result<(), jsonrpsee::core::SubscriptionError> {
     use protocol::control::{MAX_BATCH_BYTES, MAX_BATCH_EVENTS};
@@ -410,6 +414,16 @@ async fn stream_events(
                 }
                 let reason = stalled.borrow_and_update().clone();
                 let kind = protocol::control::EventKind::IntakeStalled { reason };
+                out_of_sequence(kind, batched).map_err(|err| err.to_string())?
+            }
+            changed = backlog_full.changed() => {
+                if changed.is_err() {
+                    return Ok(());
+                }
+                if !*backlog_full.borrow_and_update() {
+                    continue;
+                }
+                let kind = protocol::control::EventKind::BacklogFull;
                 out_of_sequence(kind, batched).map_err(|err| err.to_string())?
             }
             entry = async {

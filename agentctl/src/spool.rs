@@ -95,6 +95,8 @@ pub struct Spool<E = Event> {
     /// The bytes the segments hold on disk, as they change (appends, acknowledged
     /// segments dropped): what a writer bounded by it awaits.
     disk_tx: watch::Sender<u64>,
+    /// A writer waits for room (see [`Spool::room_below`]).
+    backlog_full: watch::Sender<bool>,
     _entries: std::marker::PhantomData<fn() -> E>,
 }
 
@@ -188,6 +190,7 @@ impl<E: Entry> Spool<E> {
             last_seq_tx,
             stalled: watch::channel(None).0,
             disk_tx: watch::channel(0).0,
+            backlog_full: watch::channel(false).0,
             _entries: std::marker::PhantomData,
         })
     }
@@ -264,6 +267,7 @@ impl<E: Entry> Spool<E> {
             last_seq_tx,
             stalled: watch::channel(None).0,
             disk_tx: watch::channel(held).0,
+            backlog_full: watch::channel(false).0,
             _entries: std::marker::PhantomData,
         })
     }
@@ -466,7 +470,15 @@ impl<E: Entry> Spool<E> {
     /// segments): a writer's flow control.
     pub async fn room_below(&self, bytes: u64) {
         let mut disk = self.disk_tx.subscribe();
+        // Said while it waits, so the reader acknowledges what it holds durably.
+        self.backlog_full.send_replace(true);
         let _ = disk.wait_for(|&held| held < bytes).await;
+        self.backlog_full.send_replace(false);
+    }
+
+    /// Whether a writer waits for room, as it changes.
+    pub fn watch_backlog_full(&self) -> watch::Receiver<bool> {
+        self.backlog_full.subscribe()
     }
 
     /// The spool directory.

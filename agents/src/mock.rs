@@ -60,7 +60,7 @@ options:
 
 prompt commands (one per line; other lines are the message):
   /stream N  /tool  /permission  /read PATH  /write PATH TEXT  /sleep MS
-  /crash [CODE]  /close-stdout  /edit PATH TEXT  /patch PATH TEXT  /garbage  /stderr TEXT  /recall  /spawn  /rounds R
+  /crash [CODE]  /close-stdout  /edit PATH TEXT  /patch PATH TEXT  /blob N KB  /garbage  /stderr TEXT  /recall  /spawn  /rounds R
   /usage USED SIZE [COST]
 ";
 
@@ -742,6 +742,12 @@ impl Turn<'_> {
                         "content": [{"type": "diff", "path": path, "oldText": "", "newText": text}],
                         "rawInput": {"filePath": path}}))?;
                     reply.push_str(&format!("; patched {path}"));
+                }
+                Command::Blob(n, kb) => {
+                    let filler = "x".repeat(*kb as usize * 1024);
+                    for index in 0..*n {
+                        self.chunk(&format!("<blob {}/{n}>{filler}", index + 1))?;
+                    }
                 }
                 Command::CloseStdout => {
                     self.chunk("mock-agent: closing stdout")?;

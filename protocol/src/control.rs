@@ -214,6 +214,7 @@ impl<'de> Deserialize<'de> for Event {
             "delivered" => EventKind::Delivered { id: flat.id.unwrap_or(Value::Null) },
             "intake_stalled" => EventKind::IntakeStalled { reason: flat.reason },
             "stdout_closed" => EventKind::StdoutClosed,
+            "backlog_full" => EventKind::BacklogFull,
             other => {
                 return Err(D::Error::unknown_variant(
                     other,
@@ -227,6 +228,7 @@ impl<'de> Deserialize<'de> for Event {
                         "delivered",
                         "intake_stalled",
                         "stdout_closed",
+                        "backlog_full",
                     ],
                 ));
             }
@@ -301,6 +303,10 @@ pub enum EventKind {
     /// The agent closed its stdout and is still running some time later: it can answer
     /// nothing more (an agent that exits after closing it gets only `agent_exited`).
     StdoutClosed,
+    /// The spool holds its bound of unacknowledged events and the agent's output waits:
+    /// whatever is durable should be acknowledged now. Not spooled; sent to live
+    /// subscribers with seq 0, outside the sequence.
+    BacklogFull,
 }
 
 /// The control channel's params, checked before a method runs (types only: unknown fields

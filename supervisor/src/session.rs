@@ -369,6 +369,12 @@ pub fn permission_request_id(generation: i64, agent_id: &Value) -> String {
     format!("{generation}.{agent_id}")
 }
 
+/// The generation a permission request id names (`None` for an id stored before
+/// generations were part of it).
+pub fn permission_request_generation(request_id: &str) -> Option<i64> {
+    request_id.split_once('.').and_then(|(generation, _)| generation.parse().ok())
+}
+
 /// The agent's JSON-RPC id in a permission request id (see [`permission_request_id`]); an
 /// id stored before generations were part of it is the agent's id itself.
 pub fn agent_request_id(request_id: &str) -> Value {

@@ -27,6 +27,8 @@ pub enum Command {
     /// `/patch PATH TEXT`: report an edit as opencode does: a `tool_call` titled with the
     /// tool's name, completed by an update titled with the file's path.
     Patch(String, String),
+    /// `/blob N KB`: send N agent message chunks of KB kilobytes each (few, large events).
+    Blob(u32, u32),
     /// `/close-stdout`: send one chunk, then close stdout and stay up, answering nothing
     /// more (an agent whose output is gone but whose process lives).
     CloseStdout,
@@ -113,6 +115,10 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
         "crash" => Command::Crash(args.parse().map_err(|_| "expects an exit code")?),
         "garbage" => Command::Garbage,
         "close-stdout" => Command::CloseStdout,
+        "blob" => match args.split_once(' ').map(|(n, kb)| (n.parse(), kb.parse())) {
+            Some((Ok(n), Ok(kb))) if n > 0 && kb > 0 => Command::Blob(n, kb),
+            _ => return Err("expects a chunk count and kilobytes per chunk"),
+        },
         "edit" | "patch" => match args.split_once(' ') {
             Some((path, text)) if word == "edit" => Command::Edit(path.to_owned(), text.to_owned()),
             Some((path, text)) => Command::Patch(path.to_owned(), text.to_owned()),

@@ -59,6 +59,16 @@ impl SessionActor {
             // Outside the sequence: nothing to record or acknowledge, only to say.
             return self.agentctl_stalled(reason);
         }
+        if let EventKind::BacklogFull = event.kind {
+            // agentctl's spool is at its bound and the agent waits: what is handled is
+            // made durable and acknowledged now (a message being coalesced included).
+            if let Err(err) = self.history.flush_agent() {
+                self.write_failed("the history", &err);
+            }
+            // Again once what is still in flight is handled (the notice may overtake it).
+            self.replay_unacked = true;
+            return self.ack(true).await;
+        }
         if event.seq == 0 {
             // Outside the sequence too (a damaged spool line, said where it was).
             if let EventKind::Error { message } = event.kind {
@@ -852,6 +862,10 @@ impl SessionActor {
         self.ack(true).await;
         if let Some(execution) = self.execution.take() {
             self.retire(execution, None);
+        }
+        if self.row.state.is_terminal() {
+            // A stopped session's teardown (replayed at recovery) ended with its agent.
+            self.enter(Phase::Ended);
         }
     }
 }

@@ -190,8 +190,9 @@ pub(super) struct SessionActor {
     /// After a load: the conversation its replay repeats, to drop a replay that trails the
     /// next prompt's delivery (see [`super::acp::KnownConversation`]).
     pub(super) replay_known: Option<Box<super::acp::KnownConversation>>,
-    /// Replayed updates were dropped after the load's answer and are not acknowledged yet
-    /// (see [`SessionActor::handle_agent_event`]).
+    /// Acknowledge once the burst of events in flight is through (nothing queued behind
+    /// it): replayed updates dropped after a load's answer, or agentctl's backlog at its
+    /// bound (see [`SessionActor::handle_agent_event`]).
     pub(super) replay_unacked: bool,
     /// The `authenticate` methods the agent offered at `initialize` (never a `terminal`
     /// one: there is no terminal here), and whether this execution authenticated.
@@ -461,6 +462,8 @@ impl SessionActor {
                 let result = self.pause(reason, force_after).await;
                 let _ = reply.send(result);
             }
+            // A retire in flight: its leftovers are recorded before anything launches.
+            Command::Resume { reply, .. } if self.teardown.is_some() => self.waiters.push(reply),
             Command::Resume { refresh: Some(profile), reply } => {
                 let busy =
                     matches!(self.phase, Phase::Launching | Phase::Opening | Phase::Adopting)
@@ -475,8 +478,6 @@ impl SessionActor {
                     self.begin_resume().await;
                 }
             }
-            // A retire in flight: its leftovers are recorded before anything launches.
-            Command::Resume { reply, .. } if self.teardown.is_some() => self.waiters.push(reply),
             Command::Resume { refresh: None, reply } => match self.phase {
                 // One launch at a time; everyone gets its outcome.
                 Phase::Launching | Phase::Opening | Phase::Adopting => self.waiters.push(reply),
@@ -620,7 +621,10 @@ impl SessionActor {
             .await?
             .iter()
             .any(|(id, _, _)| id == request_id);
-        if !known || self.answering.contains_key(request_id) {
+        // Asked by this execution's agent (its generation leads the id), or not at all.
+        let current = super::permission_request_generation(request_id)
+            .is_none_or(|generation| generation == self.generation());
+        if !known || !current || self.answering.contains_key(request_id) {
             return Err(SessionError::NoSuchRequest(request_id.to_owned()));
         }
         if self.execution.as_ref().is_none_or(|execution| !execution.agent_running) {
@@ -646,7 +650,7 @@ impl SessionActor {
             self.after_launch = AfterLaunch::Retire;
         }
         if let Some(execution) = self.execution.take() {
-            self.retire_open(execution, None, "the session was stopped");
+            self.retire_open(execution, None, "the session was stopped").await;
         }
         if self.turn.is_some() && self.teardown.is_none() {
             self.end_turn(TurnState::Failed, None, Some("the session was stopped".into())).await;
@@ -793,7 +797,7 @@ impl SessionActor {
             self.after_launch = AfterLaunch::Retire;
             self.retire_waiters.push(reply);
         } else if let Some(execution) = self.execution.take() {
-            self.retire_open(execution, Some(reply), "the agent was stopped");
+            self.retire_open(execution, Some(reply), "the agent was stopped").await;
         } else {
             let _ = reply.send(Ok(()));
         }
@@ -1673,20 +1677,7 @@ impl SessionActor {
         self.handshake = None;
         self.drop_replay(reason);
         self.update_view(|view| view.agent_running = false);
-        self.answering.clear();
-        if let Ok(pending) = self.context.store.list_pending(self.row.id.clone()).await {
-            // Published before the rows go: a replay finds no row to publish again.
-            for (request_id, _, _) in &pending {
-                self.emit(SessionEventKind::PermissionResolved {
-                    request_id: request_id.clone(),
-                    outcome: json!({"outcome": "cancelled"}),
-                });
-            }
-            self.flush_events();
-            for (request_id, _, _) in pending {
-                let _ = self.context.store.delete_pending(self.row.id.clone(), request_id).await;
-            }
-        }
+        self.void_pending().await;
         if self.turn.is_some() {
             self.end_turn(turn_ends, None, Some(reason.to_owned())).await;
         }
@@ -1703,6 +1694,25 @@ impl SessionActor {
             .await;
         let _ = self.context.store.log_error(self.row.id.clone(), reason.to_owned()).await;
         self.snapshot_in_background(SnapshotTrigger::Crash, Some(reason.to_owned()));
+    }
+
+    /// The agent's open questions are void (it is gone): each is resolved `cancelled`,
+    /// published before its row goes (a replay finds no row to publish again).
+    async fn void_pending(&mut self) {
+        self.answering.clear();
+        let Ok(pending) = self.context.store.list_pending(self.row.id.clone()).await else {
+            return;
+        };
+        for (request_id, _, _) in &pending {
+            self.emit(SessionEventKind::PermissionResolved {
+                request_id: request_id.clone(),
+                outcome: json!({"outcome": "cancelled"}),
+            });
+        }
+        self.flush_events();
+        for (request_id, _, _) in pending {
+            let _ = self.context.store.delete_pending(self.row.id.clone(), request_id).await;
+        }
     }
 
     /// What a snapshot of this session now is taken from.
@@ -1852,13 +1862,22 @@ impl SessionActor {
     /// and what its spool still held is recorded when that is done (see
     /// [`Internal::Retired`]), then its turn ends with `turn_error`; one still shaking
     /// hands has nothing to record. `reply` is answered once it is gone.
-    fn retire_open(
+    async fn retire_open(
         &mut self,
         execution: Execution,
         reply: Option<Reply<()>>,
         turn_error: &'static str,
     ) {
-        if self.phase != Phase::Open || execution.gone {
+        if execution.gone {
+            // A dead sidecar's spool being replayed: the rest of it is recorded first.
+            let Execution { id, record, events_rx, .. } = execution;
+            self.record_leftovers(id, record, events_rx).await;
+            if let Some(reply) = reply {
+                let _ = reply.send(Ok(()));
+            }
+            return;
+        }
+        if self.phase != Phase::Open {
             return self.retire(execution, reply);
         }
         let after = self.durability.handled;
@@ -1891,6 +1910,8 @@ impl SessionActor {
         }
         drop(tx);
         self.record_leftovers(id, record, events).await;
+        // The agent that asked is gone: its questions are void.
+        self.void_pending().await;
         if self.turn.is_some() {
             self.end_turn(TurnState::Failed, None, Some(teardown.turn_error.into())).await;
         }

@@ -487,6 +487,17 @@ async fn r27_a_session_failed_by_its_profile_is_fixed_by_a_refreshed_resume() {
 /// refused instead of reaching the new one.
 #[tokio::test]
 async fn r27_permission_request_ids_never_repeat_within_a_session() {
+    permission_ids_never_repeat(false).await;
+}
+
+/// The same when the agent was let go by stop-all (its sidecar retired, not lost): the
+/// question it left open is void, and answering it later is refused.
+#[tokio::test]
+async fn r27_a_question_left_open_by_stop_all_cannot_be_answered_later() {
+    permission_ids_never_repeat(true).await;
+}
+
+async fn permission_ids_never_repeat(stop_all: bool) {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("perm")).await;
@@ -498,7 +509,16 @@ async fn r27_permission_request_ids_never_repeat_within_a_session() {
         ids.push(request_id.clone());
         if round == 0 {
             // The agent goes away with the question open: a new execution asks again.
-            tether_tests::daemon::kill_sidecar(&daemon, &api, &session).await;
+            if stop_all {
+                ok("stop_all", api.typed().stop_all()).await;
+                // The open question is void (after what the agent said as it went).
+                until(&mut events, |e| {
+                    matches!(&e.kind, EventKind::PermissionResolved { request_id: id, .. } if *id == request_id)
+                })
+                .await;
+            } else {
+                tether_tests::daemon::kill_sidecar(&daemon, &api, &session).await;
+            }
             api.resume(&session).await.unwrap();
         } else {
             let answer =
@@ -723,4 +743,31 @@ async fn r27_a_container_dead_with_the_supervisor_has_its_spool_recorded_at_rest
     assert!(recorded(&api, &session).await == spooled.concat(), "so has the history");
     assert!(api.ask(&session, "and now?").await.contains("you said: and now?"));
     drop(cleanup);
+}
+
+/// Defect 6's flow control, with few large events: agentctl's backlog reaches its bound
+/// (64 MiB here) in fewer events than the supervisor's ack cadence. agentctl says so, the
+/// supervisor acknowledges what it holds, and the turn completes instead of waiting forever.
+#[tokio::test]
+async fn r27_a_backlog_at_its_bound_in_few_large_events_is_acknowledged() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("blobs")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    // 200 chunks of 400 KiB: about 80 MiB of events, past the bound in under 256 events.
+    api.prompt(&session, "/blob 200 400\nbig").await.unwrap();
+    let seen = until(&mut events, turn_ended).await;
+    assert_eq!(ended_as(seen.last().unwrap()), Some(TurnState::Completed), "{:?}", seen.last());
+    let streamed = chunks(&seen);
+    let blobs = streamed.concat().matches("<blob ").count();
+    assert_eq!(blobs, 200, "every chunk once");
+    // Read from the file: the whole history is more than one API answer may carry.
+    let text = std::fs::read_to_string(daemon.session_dir(&session).join("history.jsonl")).unwrap();
+    let recorded: String = text
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|entry| entry["type"] == "agent_message")
+        .map(|entry| entry["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(recorded == streamed.concat(), "and in the history, once");
 }
