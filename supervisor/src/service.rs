@@ -1336,14 +1336,29 @@ impl Supervisor {
             let plan = AdoptPlan { executor, addr, open_turns, gone: true };
             return self.start_adopting(&row, Supervisor::snapshot(&row)?, plan).map(Some);
         }
+        self.void_open_work(&row.id, reason, Vec::new()).await?;
+        Ok(None)
+    }
+
+    /// Ends what a session without an agent left open, as recovery finds it: each running
+    /// turn `interrupted` with `reason`, each question void. Published (with `then` after
+    /// them) before the store changes: a kill in between publishes again at the next
+    /// start, rather than never. Returns how many turns and questions there were.
+    async fn void_open_work(
+        &self,
+        session_id: &str,
+        reason: &str,
+        then: Vec<SessionEventKind>,
+    ) -> Result<(usize, usize), ServiceError> {
+        let store = &self.config.store;
         let mut kinds: Vec<SessionEventKind> = Vec::new();
-        for (request_id, _, _) in store.list_pending(row.id.clone()).await? {
+        for (request_id, _, _) in store.list_pending(session_id.to_owned()).await? {
             kinds.push(SessionEventKind::PermissionResolved {
                 request_id,
                 outcome: serde_json::json!({"outcome": "cancelled"}),
             });
         }
-        for turn_id in store.running_turns(row.id.clone()).await? {
+        for turn_id in store.running_turns(session_id.to_owned()).await? {
             kinds.push(SessionEventKind::TurnEnded {
                 turn_id,
                 state: TurnState::Interrupted.into(),
@@ -1351,10 +1366,11 @@ impl Supervisor {
                 error: Some(reason.into()),
             });
         }
-        self.publish_recovery(&row.id, kinds)?;
-        store.interrupt_turns(row.id.clone(), reason.into()).await?;
-        store.clear_pending(row.id.clone()).await?;
-        Ok(None)
+        kinds.extend(then);
+        self.publish_recovery(session_id, kinds)?;
+        let interrupted = store.interrupt_turns(session_id.to_owned(), reason.into()).await?.len();
+        let cancelled = store.clear_pending(session_id.to_owned()).await?;
+        Ok((interrupted, cancelled))
     }
 
     /// Whether a dead execution's spool holds events that are not in the session's
@@ -1464,8 +1480,6 @@ impl Supervisor {
         }
         // Then what it left behind is marked.
         let store = &self.config.store;
-        let turns = store.running_turns(row.id.clone()).await?;
-        let pending = store.list_pending(row.id.clone()).await?;
         // Subscribers that only listen learn it from the stream: each interrupted turn ends,
         // each question is void, and the session waits for input with the reason. Published
         // before the store changes (a kill in between publishes again at the next start,
@@ -1473,31 +1487,17 @@ impl Supervisor {
         let unreachable_reason = unreachable
             .map(|why| format!("{why}; the session resumes when its runtime is reachable again"));
         let reason = unreachable_reason.as_deref().unwrap_or(session::STOPPED_WHILE_DOWN);
-        let mut kinds: Vec<SessionEventKind> = Vec::new();
-        for (request_id, _, _) in &pending {
-            kinds.push(SessionEventKind::PermissionResolved {
-                request_id: request_id.clone(),
-                outcome: serde_json::json!({"outcome": "cancelled"}),
-            });
-        }
-        for turn_id in &turns {
-            kinds.push(SessionEventKind::TurnEnded {
-                turn_id: turn_id.clone(),
-                state: TurnState::Interrupted.into(),
-                stop_reason: None,
-                error: Some(reason.into()),
-            });
-        }
         let unstuck = matches!(row.state, SessionState::Starting | SessionState::Running);
+        let mut then = Vec::new();
         if unstuck {
-            kinds.push(SessionEventKind::State {
+            then.push(SessionEventKind::State {
                 state: SessionState::WaitingForInput.into(),
                 error: Some(reason.into()),
             });
         }
-        self.publish_recovery(&row.id, kinds)?;
-        summary.interrupted += store.interrupt_turns(row.id.clone(), reason.into()).await?.len();
-        summary.approvals_cancelled += store.clear_pending(row.id.clone()).await?;
+        let (interrupted, cancelled) = self.void_open_work(&row.id, reason, then).await?;
+        summary.interrupted += interrupted;
+        summary.approvals_cancelled += cancelled;
         let _ = store
             .set_executor_status(row.id.clone(), executor.execution_id, ExecutorStatus::Dead)
             .await;
