@@ -31,6 +31,18 @@ use tokio::sync::watch;
 pub trait Entry: Serialize + DeserializeOwned + Send + 'static {
     /// The entry's seq.
     fn seq(&self) -> u64;
+
+    /// For an entry written by [`Spool::append_all`] with others: the seq of the batch's
+    /// last entry. A log whose readers rely on a batch being whole (the supervisor's event
+    /// log: one mark covers the batch) keeps it, so [`Spool::open`] can cut a batch a kill
+    /// left half-written; others need not (`None`: every entry stands alone).
+    fn batch_last(&self) -> Option<u64> {
+        None
+    }
+
+    /// Records the seq of the last entry of the batch this entry is written in (only called
+    /// for batches of more than one entry).
+    fn set_batch_last(&mut self, _last: u64) {}
 }
 
 impl Entry for Event {
@@ -228,22 +240,16 @@ impl<E: Entry> Spool<E> {
         }
         let path = dir.join(format!("events-{active_first:020}.jsonl"));
         let text = std::fs::read(&path).map_err(io_err(&path))?;
-        let whole = text.iter().rposition(|&b| b == b'\n').map_or(0, |idx| idx + 1);
-        // The newest entry that parses: a damaged line after it is left for readers to
-        // skip (and say), not a reason to lose the log.
-        let mut damaged = 0;
-        let last_seq = text[..whole]
-            .split(|&b| b == b'\n')
-            .filter(|line| !line.is_empty())
-            .rev()
-            .find_map(|line| match serde_json::from_slice::<E>(line) {
-                Ok(entry) => Some(entry.seq()),
-                Err(_) => {
-                    damaged += 1;
-                    None
-                }
-            })
-            .unwrap_or(0);
+        let mut whole = text.iter().rposition(|&b| b == b'\n').map_or(0, |idx| idx + 1);
+        let (mut last_seq, mut damaged) = newest_entry::<E>(&text[..whole]);
+        if let Some((seq, Some(batch_last))) = last_seq.filter(|(seq, last)| last > &Some(*seq)) {
+            // A batch the writer was killed writing: none of it was published, all of it goes
+            // (its last entry's marks would claim what the missing ones hold).
+            whole = batch_start::<E>(&text[..whole], batch_last);
+            tracing::warn!(path = %path.display(), seq, batch_last, "cutting a batch a kill left unfinished");
+            (last_seq, damaged) = newest_entry::<E>(&text[..whole]);
+        }
+        let last_seq = last_seq.map_or(0, |(seq, _)| seq);
         if damaged > 0 {
             tracing::warn!(path = %path.display(), damaged, "the spool ends in damaged lines; readers skip them");
         }
@@ -297,8 +303,12 @@ impl<E: Entry> Spool<E> {
         Ok(seq)
     }
 
-    /// Appends several entries with one write, so a process killed meanwhile leaves all of
-    /// them or none (short of a torn last line, which `open` cuts). Returns the last seq.
+    /// Appends several entries with one write. A process killed meanwhile may leave any
+    /// prefix of that write on disk (the kernel stops copying a large write between pages
+    /// when the process is killed): for entries that keep their batch
+    /// ([`Entry::batch_last`]), [`Spool::open`] cuts a batch left unfinished, so the log
+    /// holds all of them or none; for others, whole lines of a prefix stay. Returns the
+    /// last seq.
     pub fn append_all<K>(
         &self,
         items: Vec<K>,
@@ -309,8 +319,13 @@ impl<E: Entry> Spool<E> {
         let at = now_ms();
         let mut lines = Vec::new();
         let mut seq = first;
+        let batch_last = (items.len() > 1).then(|| first + items.len() as u64 - 1);
         for item in items {
-            serde_json::to_writer(&mut lines, &build(seq, at, item))
+            let mut entry = build(seq, at, item);
+            if let Some(last) = batch_last {
+                entry.set_batch_last(last);
+            }
+            serde_json::to_writer(&mut lines, &entry)
                 .expect("UNWRAP: spool entries always serialise");
             lines.push(b'\n');
             seq += 1;
@@ -513,6 +528,8 @@ impl<E: Entry> Spool<E> {
             partial: Vec::new(),
             drained_closed: false,
             damaged: Vec::new(),
+            published: 0,
+            held: None,
         })
     }
 
@@ -548,6 +565,41 @@ impl<E: Entry> Spool<E> {
     fn is_active(&self, first_seq: u64) -> bool {
         self.lock().segments.back().is_some_and(|s| s.first_seq == first_seq)
     }
+}
+
+/// The newest entry of whole lines that parses (its seq and batch end), and how many
+/// damaged lines follow it: those are left for readers to skip (and say), not a reason to
+/// lose the log.
+fn newest_entry<E: Entry>(lines: &[u8]) -> (Option<(u64, Option<u64>)>, usize) {
+    let mut damaged = 0;
+    let newest =
+        lines.split(|&b| b == b'\n').filter(|line| !line.is_empty()).rev().find_map(|line| {
+            match serde_json::from_slice::<E>(line) {
+                Ok(entry) => Some((entry.seq(), entry.batch_last())),
+                Err(_) => {
+                    damaged += 1;
+                    None
+                }
+            }
+        });
+    (newest, damaged)
+}
+
+/// Where the batch ending at `batch_last` begins among whole `lines`: the offset of its
+/// first line (the batch's lines are the newest ones, each naming `batch_last`).
+fn batch_start<E: Entry>(lines: &[u8], batch_last: u64) -> usize {
+    let mut start = lines.len();
+    // Lines end in '\n'; walk them from the newest.
+    while start > 0 {
+        let line_start =
+            lines[..start - 1].iter().rposition(|&b| b == b'\n').map_or(0, |at| at + 1);
+        let entry = serde_json::from_slice::<E>(&lines[line_start..start - 1]);
+        if entry.ok().and_then(|entry| entry.batch_last()) != Some(batch_last) {
+            break;
+        }
+        start = line_start;
+    }
+    start
 }
 
 fn is_segment(path: &Path) -> bool {
@@ -589,6 +641,11 @@ pub struct SpoolReader<E = Event> {
     drained_closed: bool,
     /// Damaged lines skipped since [`SpoolReader::take_damaged`] was last asked.
     damaged: Vec<String>,
+    /// The newest seq the writer published, as last looked at.
+    published: u64,
+    /// A whole line read before its writer published it (a batch still being written): it
+    /// is returned once published, so no reader sees what a kill could still cut.
+    held: Option<(u64, Vec<u8>)>,
 }
 
 impl<E: Entry> SpoolReader<E> {
@@ -711,23 +768,35 @@ impl<E: Entry> SpoolReader<E> {
                 self.cursor = seq;
                 return Ok((seq, line));
             }
-            let cursor = self.cursor;
+            // The next seq wanted: the held line's, or any after the cursor.
+            let want = self.held.as_ref().map_or(self.cursor + 1, |(seq, _)| *seq);
             let published = *self.last_seq_rx.borrow_and_update();
-            if published > cursor {
+            if published >= want {
                 // The event is on disk; it is in a later segment, or the line was read
                 // partially before its flush completed. Look again.
                 continue;
             }
             self.last_seq_rx
-                .wait_for(|&last| last > cursor)
+                .wait_for(|&last| last >= want)
                 .await
                 .map_err(|_| SpoolError::Closed)?;
         }
     }
 
-    /// The next line already on disk (its seq and its bytes, without the newline), or
-    /// `None` when caught up. Only the seq is parsed.
+    /// Whether the writer published `seq` (looking again only when the last look says no).
+    fn is_published(&mut self, seq: u64) -> bool {
+        if seq > self.published {
+            self.published = *self.last_seq_rx.borrow();
+        }
+        seq <= self.published
+    }
+
+    /// The next line already on disk and published (its seq and its bytes, without the
+    /// newline), or `None` when caught up. Only the seq is parsed.
     fn read_next(&mut self) -> Result<Option<(u64, Vec<u8>)>, SpoolError> {
+        if let Some((seq, _)) = self.held {
+            return Ok(if self.is_published(seq) { self.held.take() } else { None });
+        }
         loop {
             if self.file.is_none() {
                 let segment = self.spool.segment_for(self.cursor + 1)?;
@@ -754,6 +823,10 @@ impl<E: Entry> SpoolReader<E> {
                 let mut line = std::mem::take(&mut self.partial);
                 if seq > self.cursor {
                     line.pop();
+                    if !self.is_published(seq) {
+                        self.held = Some((seq, line));
+                        return Ok(None);
+                    }
                     return Ok(Some((seq, line)));
                 }
                 continue;

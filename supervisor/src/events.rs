@@ -35,6 +35,11 @@ pub struct SessionEvent {
     /// The execution (its generation) whose events `agent_seq` counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
+    /// In a batch written at once: the seq of its last event. The batch's events share one
+    /// `agent_seq`, so a batch a kill left half-written is cut whole when the log is
+    /// reopened (its mark would claim the events that are missing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_last: Option<u64>,
     /// What happened.
     #[serde(flatten)]
     pub kind: SessionEventKind,
@@ -44,11 +49,19 @@ impl agentctl::spool::Entry for SessionEvent {
     fn seq(&self) -> u64 {
         self.seq
     }
+
+    fn batch_last(&self) -> Option<u64> {
+        self.batch_last
+    }
+
+    fn set_batch_last(&mut self, last: u64) {
+        self.batch_last = Some(last);
+    }
 }
 
 /// What a session event says: the API's event kinds. The log exists to replay exactly what
 /// subscribers are sent, so it stores the wire payload; only the marks around it
-/// (`agent_seq`, `generation`) are the log's own and never leave the daemon.
+/// (`agent_seq`, `generation`, `batch_last`) are the log's own and never leave the daemon.
 pub use protocol::api::{EventKind as SessionEventKind, LaunchStep};
 
 impl SessionEvent {

@@ -1416,6 +1416,7 @@ impl Supervisor {
                 at,
                 agent_seq: None,
                 generation: None,
+                batch_last: None,
                 kind,
             })
             .map_err(|err| ServiceError::Internal(format!("publishing recovery events: {err}")))?;

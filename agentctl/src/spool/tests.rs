@@ -291,3 +291,106 @@ async fn retention_drops_the_oldest_segments_and_refuses_readers_of_them_also_af
     assert!(matches!(spool.reader(0), Err(SpoolError::Pruned { .. })));
     assert_eq!(spool.append(stderr(101)).unwrap(), 101);
 }
+
+/// An entry that keeps its batch, as the supervisor's event log does.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Framed {
+    seq: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    batch_last: Option<u64>,
+    text: String,
+}
+
+impl Entry for Framed {
+    fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    fn batch_last(&self) -> Option<u64> {
+        self.batch_last
+    }
+
+    fn set_batch_last(&mut self, last: u64) {
+        self.batch_last = Some(last);
+    }
+}
+
+fn framed(seq: u64, _at: u64, text: String) -> Framed {
+    Framed { seq, batch_last: None, text }
+}
+
+/// The active segment's file (the newest).
+fn active_segment(dir: &Path) -> PathBuf {
+    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).max().unwrap()
+}
+
+/// Issue 27 (found by the chaos matrix): a kill lands while a batch is being written, and
+/// the kernel stops the write between pages, so whole lines of the batch's first part are
+/// on disk. Those lines are cut with the rest of the batch when the log is reopened: the
+/// batch was never published, and its entries' marks speak for the whole batch.
+#[test]
+fn a_batch_a_kill_left_half_written_is_cut_whole_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let spool: Spool<Framed> = Spool::create(dir.path(), 1 << 20).unwrap();
+        spool.append_all(vec!["a".to_owned(), "b".to_owned()], framed).unwrap();
+        spool.append_all(vec!["c".to_owned()], framed).unwrap();
+        let big: Vec<String> = (0..40).map(|n| format!("{n:0>200}")).collect();
+        assert_eq!(spool.append_all(big, framed).unwrap(), 43);
+    }
+    // What the kill left of the last write: its first 5 lines whole, the 6th torn.
+    let path = active_segment(dir.path());
+    let text = std::fs::read(&path).unwrap();
+    let starts: Vec<usize> =
+        text.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(at, _)| at + 1).collect();
+    // Lines 1–3 are the first two writes; the batch's 5 whole lines end at starts[7].
+    let cut = starts[7] + 30;
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(cut as u64).unwrap();
+    let spool: Spool<Framed> = Spool::open(dir.path(), 1 << 20).unwrap();
+    assert_eq!(spool.last_seq(), 3, "the unfinished batch is gone, the finished ones stay");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), starts[2] as u64);
+    let last = spool.last_entry().unwrap().unwrap();
+    assert_eq!((last.seq, last.text.as_str(), last.batch_last), (3, "c", None));
+    // The sequence goes on from there.
+    assert_eq!(spool.append_all(vec!["d".to_owned()], framed).unwrap(), 4);
+    // Entries that do not keep their batch keep each whole line (they stand alone).
+    let plain = tempfile::tempdir().unwrap();
+    {
+        let spool: Spool = Spool::create(plain.path(), 1 << 20).unwrap();
+        spool
+            .append_all((1..=5).map(stderr).collect(), |seq, at, kind| Event { seq, at, kind })
+            .unwrap();
+    }
+    let path = active_segment(plain.path());
+    let text = std::fs::read(&path).unwrap();
+    let third = text.iter().enumerate().filter(|(_, b)| **b == b'\n').nth(2).unwrap().0 + 1;
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(third as u64 + 7).unwrap();
+    let spool: Spool = Spool::open(plain.path(), 1 << 20).unwrap();
+    assert_eq!(spool.last_seq(), 3);
+}
+
+/// A reader never returns a line its writer has not published yet: the line may be part of
+/// a batch still being written, which a kill could cut (and the next process write again
+/// under the same seq).
+#[tokio::test]
+async fn a_reader_waits_for_a_line_to_be_published() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool: Arc<Spool<Framed>> = Arc::new(Spool::create(dir.path(), 1 << 20).unwrap());
+    spool.append_all(vec!["a".to_owned()], framed).unwrap();
+    let mut reader = spool.reader(0).unwrap();
+    assert_eq!(reader.next().await.unwrap().text, "a");
+    // Seq 2 and 3 reach the file, as a batch's first lines do before its write returns.
+    let mut file =
+        std::fs::OpenOptions::new().append(true).open(active_segment(dir.path())).unwrap();
+    std::io::Write::write_all(
+        &mut file,
+        b"{\"seq\":2,\"batch_last\":3,\"text\":\"b\"}\n{\"seq\":3,\"batch_last\":3,\"text\":\"c\"}\n",
+    )
+    .unwrap();
+    assert!(reader.read_next().unwrap().is_none(), "seq 2 is not published yet");
+    assert!(reader.read_next().unwrap().is_none(), "nor on a second look");
+    // The write returned and the writer published through seq 3.
+    spool.last_seq_tx.send_replace(3);
+    assert_eq!(reader.next().await.unwrap().text, "b");
+    assert_eq!(reader.next().await.unwrap().text, "c");
+}

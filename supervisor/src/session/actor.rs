@@ -1355,8 +1355,17 @@ impl SessionActor {
             .filter(|event| history::same_execution(event.generation, record.generation))
             .and_then(|event| event.agent_seq)
             .unwrap_or(0);
-        self.durability =
-            Durability::resuming_at(acked, self.history.mark_for(record.generation), events_mark);
+        let history_mark = self.history.mark_for(record.generation);
+        tracing::debug!(
+            session = %self.row.id,
+            generation = record.generation,
+            acked,
+            history_mark,
+            events_mark,
+            last_seq = ?status.as_ref().map(|status| status.last_seq),
+            "re-attached to agentctl"
+        );
+        self.durability = Durability::resuming_at(acked, history_mark, events_mark);
         self.generation = Some(record.generation);
         self.history.set_generation(record.generation);
         self.resume_context_pending = record.resume_context_pending;
@@ -2105,6 +2114,7 @@ impl SessionActor {
             at,
             agent_seq,
             generation,
+            batch_last: None,
             kind,
         }) {
             self.write_failed("the session's event log", &err);

@@ -35,7 +35,8 @@
 //!   its pidfd);
 //! - doubled: never two live sidecars for one session, nor two agents under one sidecar.
 //!
-//! Usage: `chaos [--rounds N] [--sessions N] [--seed N] [--no-docker]`. Exit code 1 when any column is
+//! Usage: `chaos [--rounds N] [--sessions N] [--seed N] [--no-docker] [--only KIND]` (`--only`
+//! keeps the rounds whose disruption's name starts with KIND, e.g. `stop`, `fault`, `create`). Exit code 1 when any column is
 //! not zero. Run by `scripts/chaos.sh`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -122,6 +123,8 @@ struct TurnSeen {
     tag: String,
     turn_id: Option<String>,
     chunks: Vec<String>,
+    /// The event seq of each chunk (where a hole is, for a post-mortem).
+    chunk_seqs: Vec<u64>,
     ended: Option<String>,
     /// The prompt call failed (the daemon died answering it): the turn may never start.
     prompt_failed: bool,
@@ -173,6 +176,11 @@ impl Disruption {
             Disruption::Stop | Disruption::Delete => Some("stop.recorded".to_owned()),
             _ => None,
         }
+    }
+
+    /// Whether `--only NAME` keeps this disruption (its lowercased name starts with it).
+    fn named(self, only: &str) -> bool {
+        format!("{self:?}").to_lowercase().starts_with(&only.to_lowercase())
     }
 
     /// A seeded choice: the kills of a running session six times in ten, each edge of a
@@ -229,6 +237,7 @@ async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let rounds = arg(&args, "--rounds", 20);
     let sessions = arg(&args, "--sessions", 3) as usize;
+    let only = args.iter().position(|a| a == "--only").and_then(|at| args.get(at + 1)).cloned();
     let seed = arg(&args, "--seed", 0x7e7e_5eed);
     let started = Instant::now();
     let mut rng = Rng(seed | 1);
@@ -268,7 +277,10 @@ async fn main() {
     let mut retired: Vec<SessionTrack> = Vec::new();
     for round in 1..=rounds {
         tally.rounds += 1;
-        let disruption = Disruption::choose(&mut rng, docker.is_some());
+        let mut disruption = Disruption::choose(&mut rng, docker.is_some());
+        while !only.as_deref().is_none_or(|only| disruption.named(only)) {
+            disruption = Disruption::choose(&mut rng, docker.is_some());
+        }
         if let Some(armed) = disruption.armed(&mut rng) {
             // Armed through a clean restart (SIGTERM leaves the sidecars running).
             daemon.terminate().await;
@@ -840,6 +852,7 @@ fn observe(track: &mut SessionTrack, event: &SessionEvent, tally: &mut Tally, ro
         }
         EventKind::AgentMessageChunk { text } if turn.turn_id.is_some() && turn.ended.is_none() => {
             turn.chunks.push(text.clone());
+            turn.chunk_seqs.push(seq);
         }
         EventKind::TurnEnded { turn_id, state, .. } if turn.turn_id.as_ref() == Some(turn_id) => {
             turn.ended = Some(state.as_str().to_owned());
@@ -864,8 +877,21 @@ fn check_turn(session: &str, turn: &TurnSeen, tally: &mut Tally, round: u64) {
     let prefix_ok = keys.len() <= expected.len() && keys[..] == expected[..keys.len()];
     if completed && keys.len() < expected.len() {
         tally.lost += (expected.len() - keys.len()) as u64;
+        // Where the first hole is: the chunks (and their event seqs) on either side.
+        let hole = keys.iter().zip(&expected).position(|(got, want)| got != want);
+        let at = match hole {
+            Some(0) => format!(" (the first, {}, missing)", expected[0]),
+            Some(i) => format!(
+                " (after {} at event {}, {} came at event {})",
+                keys[i - 1],
+                turn.chunk_seqs[i - 1],
+                keys[i],
+                turn.chunk_seqs[i]
+            ),
+            None => " (the last missing)".into(),
+        };
         tally.problem(format!(
-            "round {round}: {session} completed with {} of {} chunks",
+            "round {round}: {session} completed with {} of {} chunks{at}",
             keys.len(),
             expected.len()
         ));

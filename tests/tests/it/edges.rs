@@ -771,3 +771,61 @@ async fn r27_a_backlog_at_its_bound_in_few_large_events_is_acknowledged() {
         .collect();
     assert!(recorded == streamed.concat(), "and in the history, once");
 }
+
+/// Found by the chaos matrix (round 598 of the default seed): the supervisor is killed
+/// while it writes a batch of events to a session's log, and the kernel stops that write
+/// between pages, so the batch's first lines are on disk and the rest is not. Every line of
+/// a batch carries the same mark (the agentctl seq handled when it was written), so the
+/// restarted supervisor took the missing events for written and never published them: the
+/// stream lost them (the history kept them). Here the kill is the fault point inside a long
+/// message, and the cut a kill mid-write leaves is made by hand where the last batch of
+/// several events begins.
+#[tokio::test]
+async fn r27_a_kill_mid_write_of_an_event_batch_loses_no_event() {
+    let mut daemon =
+        Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "history.mid_message@1500")]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("batch")).await;
+    api.prompt(&session, "/stream 2000\nx").await.unwrap();
+    drop(api);
+    within("the supervisor to die at the fault point", daemon.wait_exit()).await;
+    // The newest batch of more than one event: consecutive lines with one mark.
+    let dir = daemon.session_dir(&session).join("events");
+    let segment = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).max().unwrap();
+    let text = std::fs::read(&segment).unwrap();
+    let mut lines = Vec::new();
+    let mut start = 0;
+    for (at, byte) in text.iter().enumerate() {
+        if *byte == b'\n' {
+            let event: Value = serde_json::from_slice(&text[start..at]).unwrap();
+            lines.push((start, at + 1, event["agent_seq"].as_u64()));
+            start = at + 1;
+        }
+    }
+    let batch = (1..lines.len())
+        .rev()
+        .find(|&i| lines[i].2.is_some() && lines[i].2 == lines[i - 1].2)
+        .expect("a batch of several events in the log");
+    let mut first = batch - 1;
+    while first > 0 && lines[first - 1].2 == lines[batch].2 {
+        first -= 1;
+    }
+    // The kill's cut: the batch's first line whole, the second torn, nothing after.
+    let cut = lines[first].1 + (lines[first + 1].1 - lines[first].1) / 2;
+    std::fs::OpenOptions::new().write(true).open(&segment).unwrap().set_len(cut as u64).unwrap();
+    daemon.restart_with_env(&[]).await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, 0).await;
+    let seen = until(&mut events, turn_ended).await;
+    let texts = chunks(&seen);
+    let expected: Vec<String> = (1..=2000).map(|n| format!("[{n}/2000]")).collect();
+    let keys: Vec<String> =
+        texts.iter().map(|t| t[t.rfind('[').unwrap_or(0)..].to_owned()).collect();
+    let parted = keys.iter().zip(&expected).position(|(a, b)| a != b);
+    assert!(
+        keys.len() == expected.len() && parted.is_none(),
+        "the stream holds {} of 2000 chunks, first difference at {parted:?}",
+        keys.len()
+    );
+    assert_eq!(recorded(&api, &session).await, texts.concat(), "the history is the stream");
+}
