@@ -89,6 +89,14 @@ impl SessionState {
     pub fn is_at_rest(self) -> bool {
         self.is_terminal() || self == SessionState::Failed
     }
+
+    /// `STARTING`, `RUNNING`, `WAITING_FOR_INPUT`: an agent is (being) brought up for it.
+    pub fn is_active(self) -> bool {
+        matches!(
+            self,
+            SessionState::Starting | SessionState::Running | SessionState::WaitingForInput
+        )
+    }
 }
 
 wire_names!(SessionState {

@@ -118,11 +118,7 @@ impl ApiServer for Methods {
         state: Option<SessionState>,
         agent_profile_id: Option<String>,
     ) -> RpcResult<Vec<SessionSummary>> {
-        let rows = self
-            .0
-            .list_sessions(task_id, state.map(Into::into), agent_profile_id)
-            .await
-            .map_err(to_rpc)?;
+        let rows = self.0.list_sessions(task_id, state, agent_profile_id).await.map_err(to_rpc)?;
         Ok(rows.into_iter().map(Into::into).collect())
     }
 
@@ -184,7 +180,7 @@ impl ApiServer for Methods {
     ) -> RpcResult<CleanupResult> {
         let policy = CleanupPolicy {
             max_age_days,
-            states: states.map(|states| states.into_iter().map(Into::into).collect()),
+            states: states.map(|states| states.into_iter().collect()),
             keep_completed: keep_completed.unwrap_or(false),
             dry_run: dry_run.unwrap_or(false),
             force: force.unwrap_or(false),

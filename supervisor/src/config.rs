@@ -244,11 +244,9 @@ pub fn parse(text: &str, file: &Path) -> Result<DaemonConfig, ConfigError> {
                 Some(names) => {
                     let mut states = Vec::new();
                     for name in names {
-                        let state: protocol::api::SessionState =
-                            name.get_ref().parse().map_err(|reason| {
-                                invalid(name.span(), Some("retention.states"), reason)
-                            })?;
-                        let state = SessionState::from(state);
+                        let state: SessionState = name.get_ref().parse().map_err(|reason| {
+                            invalid(name.span(), Some("retention.states"), reason)
+                        })?;
                         if matches!(state, SessionState::Starting | SessionState::Running) {
                             return Err(invalid(
                                 name.span(),

@@ -15,43 +15,15 @@ use serde::{Deserialize, Serialize};
 /// The most characters of a tool result kept in the history.
 pub const TOOL_RESULT_EXCERPT_CHARS: usize = 2000;
 
-/// The kinds of entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EntryType {
-    /// What the user asked.
-    UserMessage,
-    /// What the agent answered (chunks coalesced).
-    AgentMessage,
-    /// A tool the agent started.
-    ToolCall,
-    /// A tool's outcome.
-    ToolResult,
-}
+pub use protocol::api::EntryType;
 
-/// One history line.
+/// One history line: the entry as the API serves it, and the marks around it that are the
+/// history's own (they never leave the daemon).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryEntry {
-    /// From 1, without gaps.
-    pub seq: u64,
-    /// Unix ms.
-    pub at: i64,
-    /// The kind.
-    #[serde(rename = "type")]
-    pub kind: EntryType,
-    /// `user`, `assistant` or `tool`.
-    pub role: String,
-    /// The text.
-    pub content: String,
-    /// The tool's title, for tool entries.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_name: Option<String>,
-    /// The tool call id, for tool entries.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_call_id: Option<String>,
-    /// The tool's status, for tool entries.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_status: Option<String>,
+    /// The entry (`seq`, `at`, `type`, `role`, `content`, the tool's fields).
+    #[serde(flatten)]
+    pub wire: protocol::api::HistoryEntry,
     /// The newest agentctl event seq folded into the history when this entry was written.
     /// After a restart, events at or below it are not recorded again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -60,6 +32,14 @@ pub struct HistoryEntry {
     /// nothing for another execution, whose agentctl numbers its events from 1 again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
+}
+
+impl std::ops::Deref for HistoryEntry {
+    type Target = protocol::api::HistoryEntry;
+
+    fn deref(&self) -> &protocol::api::HistoryEntry {
+        &self.wire
+    }
 }
 
 /// Whether a mark written for `written` counts for the execution of `generation`. Entries
@@ -264,7 +244,7 @@ impl History {
             Some((name, id, status)) => (Some(name), Some(id), Some(status)),
             None => (None, None, None),
         };
-        let entry = HistoryEntry {
+        let wire = protocol::api::HistoryEntry {
             seq,
             at: crate::store::now_ms(),
             kind,
@@ -273,14 +253,13 @@ impl History {
             tool_name,
             tool_call_id,
             tool_status,
-            agent_seq: self.watermark,
-            generation: self.generation,
         };
+        let entry = HistoryEntry { wire, agent_seq: self.watermark, generation: self.generation };
         let mut line = serde_json::to_vec(&entry).expect("UNWRAP: entries always serialise");
         line.push(b'\n');
         let mut file = match std::fs::OpenOptions::new().append(true).open(&self.path) {
             Ok(file) => file,
-            Err(err) => return Err((err, entry.content)),
+            Err(err) => return Err((err, entry.wire.content)),
         };
         self.unsynced = true;
         if let Err(err) = file.write_all(&line) {
@@ -289,7 +268,7 @@ impl History {
             if let Err(cut) = file.set_len(self.len) {
                 tracing::error!(%cut, path = %self.path.display(), "cannot cut a torn history line");
             }
-            return Err((err, entry.content));
+            return Err((err, entry.wire.content));
         }
         self.len += line.len() as u64;
         self.next_seq += 1;

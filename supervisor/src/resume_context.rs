@@ -167,14 +167,16 @@ mod tests {
     fn entry(seq: u64, kind: EntryType, content: &str) -> String {
         let tool = matches!(kind, EntryType::ToolCall | EntryType::ToolResult);
         let entry = HistoryEntry {
-            seq,
-            at: 0,
-            kind,
-            role: "x".into(),
-            content: content.into(),
-            tool_name: tool.then(|| "ls".into()),
-            tool_call_id: tool.then(|| "c1".into()),
-            tool_status: tool.then(|| "completed".into()),
+            wire: protocol::api::HistoryEntry {
+                seq,
+                at: 0,
+                kind,
+                role: "x".into(),
+                content: content.into(),
+                tool_name: tool.then(|| "ls".into()),
+                tool_call_id: tool.then(|| "c1".into()),
+                tool_status: tool.then(|| "completed".into()),
+            },
             agent_seq: None,
             generation: None,
         };

@@ -682,7 +682,7 @@ impl Supervisor {
         Ok(SessionStatus {
             session_id,
             task_id: row.task_id,
-            state: row.state.into(),
+            state: row.state,
             agent_profile_id: row.agent_profile_id,
             is_agent_running: running,
             is_resumable,
@@ -870,8 +870,8 @@ impl Supervisor {
         let view = handle.view();
         Ok(ResumeResult {
             session_id,
-            outcome: outcome.into(),
-            state: view.state.into(),
+            outcome,
+            state: view.state,
             is_agent_running: view.agent_running,
             acp_session_id: view.acp_session_id,
             error: view.error,
@@ -1070,7 +1070,7 @@ impl Supervisor {
             }
             let reason = "the supervisor stopped while this session was starting; prompt or resume it to go on";
             let state = SessionEventKind::State {
-                state: SessionState::WaitingForInput.into(),
+                state: SessionState::WaitingForInput,
                 error: Some(reason.into()),
             };
             if let Err(err) = self.publish_recovery(&row.id, vec![state]) {
@@ -1361,7 +1361,7 @@ impl Supervisor {
         for turn_id in store.running_turns(session_id.to_owned()).await? {
             kinds.push(SessionEventKind::TurnEnded {
                 turn_id,
-                state: TurnState::Interrupted.into(),
+                state: TurnState::Interrupted,
                 stop_reason: None,
                 error: Some(reason.into()),
             });
@@ -1492,7 +1492,7 @@ impl Supervisor {
         let mut then = Vec::new();
         if unstuck {
             then.push(SessionEventKind::State {
-                state: SessionState::WaitingForInput.into(),
+                state: SessionState::WaitingForInput,
                 error: Some(reason.into()),
             });
         }
@@ -1576,13 +1576,13 @@ impl Supervisor {
         let Some(handle) = live else {
             return Ok(PauseResult {
                 session_id,
-                state: SessionState::Paused.into(),
+                state: SessionState::Paused,
                 pause_requested: false,
             });
         };
         let waits = handle.pause(reason, force_after).await?;
         let view = handle.view();
-        Ok(PauseResult { session_id, state: view.state.into(), pause_requested: waits })
+        Ok(PauseResult { session_id, state: view.state, pause_requested: waits })
     }
 
     /// Pauses a session that has no actor (its agent is not running): the events are
@@ -1602,7 +1602,7 @@ impl Supervisor {
                 trigger,
             });
         }
-        kinds.push(SessionEventKind::State { state: SessionState::Paused.into(), error: None });
+        kinds.push(SessionEventKind::State { state: SessionState::Paused, error: None });
         kinds.push(SessionEventKind::Paused { reason: reason.clone(), forced });
         self.publish_recovery(&row.id, kinds)?;
         let paused = crate::store::PausedRecord {
@@ -1799,7 +1799,7 @@ impl Supervisor {
             }
             let keep = |reason: String| KeptSession {
                 session_id: row.id.clone(),
-                state: row.state.into(),
+                state: row.state,
                 reason,
             };
             // Checked and removed under the start lock: no resume or prompt can bring the
@@ -1847,7 +1847,7 @@ impl Supervisor {
             tracing::info!(session = %row.id, state = %row.state.as_str(), dry_run = policy.dry_run, ?resources, "cleanup");
             removed.push(CleanedSession {
                 session_id: row.id.clone(),
-                state: row.state.into(),
+                state: row.state,
                 updated_at: row.updated_at,
                 resources,
             });
@@ -1969,14 +1969,14 @@ impl Supervisor {
             execution.current = true;
             execution.generation = Some(current.generation);
             execution.status = Some(current.status.as_str().to_owned());
-            execution.resume_outcome = current.resume_outcome.map(Into::into);
+            execution.resume_outcome = current.resume_outcome;
         }
         let turns = turns
             .into_iter()
             .map(|turn| TurnInfo {
                 turn_id: turn.id,
                 execution_id: turn.execution_id,
-                state: turn.state.into(),
+                state: turn.state,
                 stop_reason: turn.stop_reason,
                 error: turn.error,
                 started_at: turn.started_at,

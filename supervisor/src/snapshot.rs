@@ -148,7 +148,7 @@ fn summarize_turn<'a>(
     SnapshotTurn {
         turn_id: turn.id.clone(),
         prompt,
-        state: turn.state.into(),
+        state: turn.state,
         stop_reason: turn.stop_reason.clone(),
         error: turn.error.clone(),
         reply,

@@ -22,6 +22,7 @@ pub use journal::{LogRow, TURN_SNAPSHOTS_KEPT};
 pub use schema::MIGRATIONS;
 
 use journal::log;
+pub use protocol::api::{ResumeOutcome, SessionState, TurnState};
 use protocol::api::{SnapshotTrigger, TimelineEvent};
 
 /// Errors from the store.
@@ -140,76 +141,32 @@ pub mod task_state {
     pub const FAILED: &str = "FAILED";
 }
 
-/// Session states (DESIGN §3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum SessionState {
-    /// Recorded, never launched.
-    Created,
-    /// Launching.
-    Starting,
-    /// A turn is running.
-    Running,
-    /// Idle, waiting for a prompt.
-    WaitingForInput,
-    /// Ended by a stop.
-    Completed,
-    /// Failed to launch.
-    Failed,
-    /// Cancelled.
-    Cancelled,
-    /// Paused at a turn boundary: no agent, resumable.
-    Paused,
-}
+/// An API enum in a SQL column, by its wire name (one definition of the enum and its
+/// names, in `protocol::api`): a name this build does not know reads as a corrupt row.
+pub(crate) struct Named<T>(pub T);
 
-impl SessionState {
-    /// The stored name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SessionState::Created => "CREATED",
-            SessionState::Starting => "STARTING",
-            SessionState::Running => "RUNNING",
-            SessionState::WaitingForInput => "WAITING_FOR_INPUT",
-            SessionState::Completed => "COMPLETED",
-            SessionState::Failed => "FAILED",
-            SessionState::Cancelled => "CANCELLED",
-            SessionState::Paused => "PAUSED",
-        }
-    }
-
-    /// Parses a stored name.
-    pub fn parse(text: &str) -> Result<SessionState, StoreError> {
-        Ok(match text {
-            "CREATED" => SessionState::Created,
-            "STARTING" => SessionState::Starting,
-            "RUNNING" => SessionState::Running,
-            "WAITING_FOR_INPUT" => SessionState::WaitingForInput,
-            "COMPLETED" => SessionState::Completed,
-            "FAILED" => SessionState::Failed,
-            "CANCELLED" => SessionState::Cancelled,
-            "PAUSED" => SessionState::Paused,
-            other => {
-                return Err(StoreError::Corrupt {
-                    what: "session state",
-                    detail: other.to_owned(),
-                });
-            }
+impl<T: std::str::FromStr<Err = String>> rusqlite::types::FromSql for Named<T> {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        let text = value.as_str()?;
+        let what = std::any::type_name::<T>().rsplit("::").next().unwrap_or("value");
+        text.parse().map(Named).map_err(|_| {
+            rusqlite::types::FromSqlError::Other(Box::new(StoreError::Corrupt {
+                what,
+                detail: text.to_owned(),
+            }))
         })
     }
+}
 
-    /// `COMPLETED`, `CANCELLED`: ended for good, no more prompts, no resume. (`FAILED` is
-    /// not: its launch failed, and a resume tries again.)
-    pub fn is_terminal(self) -> bool {
-        matches!(self, SessionState::Completed | SessionState::Cancelled)
+impl<T: std::fmt::Display> rusqlite::types::ToSql for Named<T> {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        Ok(rusqlite::types::ToSqlOutput::from(self.0.to_string()))
     }
+}
 
-    /// `STARTING`, `RUNNING`, `WAITING_FOR_INPUT`.
-    pub fn is_active(self) -> bool {
-        matches!(
-            self,
-            SessionState::Starting | SessionState::Running | SessionState::WaitingForInput
-        )
-    }
+/// A stored session state.
+fn session_state(text: &str) -> Result<SessionState, StoreError> {
+    text.parse().map_err(|_| StoreError::Corrupt { what: "session state", detail: text.to_owned() })
 }
 
 /// An enum stored as text: its names on the wire and in SQL are the same, and a stored name
@@ -258,20 +215,6 @@ macro_rules! text_enum {
 }
 
 text_enum! {
-    /// A turn's state (`turns.state`).
-    TurnState, "turn state" {
-        /// Its prompt went out; no answer yet.
-        Running = "running",
-        /// The agent answered.
-        Completed = "completed",
-        /// It failed (an error, the agent exited, a cancel the agent did not confirm).
-        Failed = "failed",
-        /// Its execution died while the supervisor was away.
-        Interrupted = "interrupted",
-    }
-}
-
-text_enum! {
     /// Where an execution is (`executors_running.status`).
     ExecutorStatus, "execution status" {
         /// Recorded before the runtime starts it, so a restart knows to fence.
@@ -309,26 +252,6 @@ impl ExecutorStatus {
                 | ExecutorStatus::Dead
                 | ExecutorStatus::Stopped
         )
-    }
-}
-
-text_enum! {
-    /// How a resume restored a session (DESIGN §6.2), or that none was needed.
-    ResumeOutcome, "resume outcome" {
-        /// ACP `session/resume` of the stored token.
-        NativeResume = "native_resume",
-        /// ACP `session/load` of the stored token (with replay).
-        NativeLoad = "native_load",
-        /// The agent relaunched with the profile's `resume_command`.
-        ResumeCommand = "resume_command",
-        /// A fresh agent session; the history goes into the next prompt.
-        HistoryInjection = "history_injection",
-        /// A fresh agent session primed from the latest snapshot (a capacity handoff).
-        ContextHandoff = "context_handoff",
-        /// A fresh agent session, nothing restored.
-        Fresh = "fresh",
-        /// The agent was running already.
-        AlreadyRunning = "already_running",
     }
 }
 
@@ -556,7 +479,7 @@ fn finish_session(
 ) -> Result<SessionRow, StoreError> {
     row.profile_snapshot = serde_json::from_str(&snapshot)
         .map_err(|err| StoreError::Corrupt { what: "profile snapshot", detail: err.to_string() })?;
-    row.state = SessionState::parse(&state)?;
+    row.state = session_state(&state)?;
     Ok(row)
 }
 
@@ -612,7 +535,7 @@ fn executor_from_row_at(row: &rusqlite::Row<'_>, base: usize) -> rusqlite::Resul
         acked_seq: row.get(base + 11)?,
         resume_context_pending: row.get(base + 12)?,
         acp_session_id: row.get(base + 13)?,
-        resume_outcome: row.get(base + 14)?,
+        resume_outcome: row.get::<_, Option<Named<ResumeOutcome>>>(base + 14)?.map(|named| named.0),
         runtime_handle: row
             .get::<_, Option<String>>(base + 15)?
             .and_then(|text| serde_json::from_str(&text).ok()),
@@ -799,7 +722,7 @@ impl Store {
             if changed == 0 {
                 return Err(StoreError::NotFound { what: "session", id });
             }
-            log(&tx, &id, &TimelineEvent::State { state: state.into(), error })?;
+            log(&tx, &id, &TimelineEvent::State { state, error })?;
             if let Some(task_state) = task_state {
                 tx.execute(
                     "UPDATE tasks SET state = ?2, updated_at = ?3 WHERE id = (SELECT task_id FROM task_sessions WHERE id = ?1)",
@@ -827,7 +750,7 @@ impl Store {
                     |r| Ok((r.get(0)?, r.get(1)?)),
                 )
                 .optional()?;
-            row.map(|(id, state)| Ok((id, SessionState::parse(&state)?))).transpose()
+            row.map(|(id, state)| Ok((id, session_state(&state)?))).transpose()
         })
         .await
     }
@@ -842,7 +765,7 @@ impl Store {
                 .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?)))?
                 .collect::<Result<Vec<_>, _>>()?;
             rows.into_iter()
-                .map(|(state, runtime, count)| Ok((SessionState::parse(&state)?, runtime, count)))
+                .map(|(state, runtime, count)| Ok((session_state(&state)?, runtime, count)))
                 .collect()
         })
         .await
@@ -928,7 +851,7 @@ impl Store {
                     row.resume_context_pending,
                     now,
                     row.acp_session_id,
-                    row.resume_outcome,
+                    row.resume_outcome.map(Named),
                     row.runtime_handle.as_ref().map(|handle| handle.to_string()),
                     row.agentctl_url,
                     row.agentctl_cert
@@ -1020,7 +943,7 @@ impl Store {
                 .into_iter()
                 .map(|(state, runtime, open_work, executor)| {
                     Ok(RecoveryCandidate {
-                        state: SessionState::parse(&state)?,
+                        state: session_state(&state)?,
                         runtime,
                         open_work,
                         executor,
@@ -1301,7 +1224,7 @@ impl Store {
                     opened.resume_token,
                     opened.acp_session_id,
                     ExecutorStatus::Running,
-                    opened.outcome,
+                    opened.outcome.map(Named),
                     opened.inject_history.then_some(true),
                     now_ms()
                 ],
@@ -1313,10 +1236,7 @@ impl Store {
                 log(
                     &tx,
                     &session_id,
-                    &TimelineEvent::Resumed {
-                        execution_id: execution_id.clone(),
-                        outcome: outcome.into(),
-                    },
+                    &TimelineEvent::Resumed { execution_id: execution_id.clone(), outcome },
                 )?;
                 if outcome == ResumeOutcome::ContextHandoff {
                     tx.execute(
@@ -1466,21 +1386,21 @@ impl Store {
             let now = now_ms();
             tx.execute(
                 "UPDATE turns SET state = ?2, stop_reason = ?3, error = ?4, ended_at = ?5 WHERE id = ?1",
-                params![turn_id, state, stop_reason, error, now],
+                params![turn_id, Named(state), stop_reason, error, now],
             )?;
             let session_id: Option<String> = tx
                 .query_row("SELECT session_id FROM turns WHERE id = ?1", [&turn_id], |r| r.get(0))
                 .optional()?;
             if let Some(session_id) = session_id {
                 let ended =
-                    TimelineEvent::TurnEnded { turn_id, state: state.into(), stop_reason, error };
+                    TimelineEvent::TurnEnded { turn_id, state, stop_reason, error };
                 log(&tx, &session_id, &ended)?;
                 if let Some((session_state, error, task_state)) = then {
                     tx.execute(
                         "UPDATE task_sessions SET state = ?2, error_message = ?3, updated_at = ?4 WHERE id = ?1",
                         params![session_id, session_state.as_str(), error, now],
                     )?;
-                    log(&tx, &session_id, &TimelineEvent::State { state: session_state.into(), error })?;
+                    log(&tx, &session_id, &TimelineEvent::State { state: session_state, error })?;
                     if let Some(task_state) = task_state {
                         tx.execute(
                             "UPDATE tasks SET state = ?2, updated_at = ?3 WHERE id = (SELECT task_id FROM task_sessions WHERE id = ?1)",
@@ -1536,7 +1456,7 @@ impl Store {
                 Ok(TurnRow {
                     id: r.get(0)?,
                     execution_id: r.get(1)?,
-                    state: r.get(2)?,
+                    state: r.get::<_, Named<TurnState>>(2)?.0,
                     stop_reason: r.get(3)?,
                     error: r.get(4)?,
                     started_at: r.get(5)?,

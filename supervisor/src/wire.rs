@@ -1,37 +1,13 @@
 //! From the daemon's records to the API's wire types (`protocol::api`): the store's rows
-//! and enums, the history file's entries. The two sides are separate types so a column can
-//! change without the API changing, and bookkeeping (profile snapshots, agentctl marks)
-//! stays inside.
+//! and the history file's entries. Rows are separate types so a column can change without
+//! the API changing, and bookkeeping (profile snapshots, agentctl marks) stays inside; the
+//! enums (session and turn states, resume outcomes, entry types) have one definition, the
+//! API's, which the store keeps by their wire names.
 
 use protocol::api;
 
-use crate::history::{EntryType, HistoryEntry};
-use crate::store::{ResumeOutcome, SessionRow, SessionState, Task, TurnState};
-
-/// `$from` and `$to` have the same variants; `From` maps each to its namesake.
-macro_rules! same_variants {
-    ($from:ty => $to:ty { $($variant:ident),+ $(,)? }) => {
-        impl From<$from> for $to {
-            fn from(value: $from) -> $to {
-                match value {
-                    $(<$from>::$variant => <$to>::$variant,)+
-                }
-            }
-        }
-    };
-}
-
-same_variants!(SessionState => api::SessionState {
-    Created, Starting, Running, WaitingForInput, Completed, Failed, Cancelled, Paused,
-});
-same_variants!(api::SessionState => SessionState {
-    Created, Starting, Running, WaitingForInput, Completed, Failed, Cancelled, Paused,
-});
-same_variants!(TurnState => api::TurnState { Running, Completed, Failed, Interrupted });
-same_variants!(ResumeOutcome => api::ResumeOutcome {
-    NativeResume, NativeLoad, ResumeCommand, HistoryInjection, ContextHandoff, Fresh, AlreadyRunning,
-});
-same_variants!(EntryType => api::EntryType { UserMessage, AgentMessage, ToolCall, ToolResult });
+use crate::history::HistoryEntry;
+use crate::store::{SessionRow, Task};
 
 /// A profile's pinned restore method as the API names it.
 pub fn restore_method(method: agents::profile::RestoreMethod) -> api::RestoreMethod {
@@ -66,7 +42,7 @@ impl From<SessionRow> for api::SessionSummary {
             id: row.id,
             task_id: row.task_id,
             agent_profile_id: row.agent_profile_id,
-            state: row.state.into(),
+            state: row.state,
             workspace_path: row.workspace_path,
             error_message: row.error_message,
             created_at: row.created_at,
@@ -78,15 +54,6 @@ impl From<SessionRow> for api::SessionSummary {
 
 impl From<HistoryEntry> for api::HistoryEntry {
     fn from(entry: HistoryEntry) -> api::HistoryEntry {
-        api::HistoryEntry {
-            seq: entry.seq,
-            at: entry.at,
-            kind: entry.kind.into(),
-            role: entry.role,
-            content: entry.content,
-            tool_name: entry.tool_name,
-            tool_call_id: entry.tool_call_id,
-            tool_status: entry.tool_status,
-        }
+        entry.wire
     }
 }

@@ -356,7 +356,7 @@ impl SessionActor {
                     known.texts.insert(entry.content.trim().to_owned());
                 }
                 EntryType::ToolCall | EntryType::ToolResult => {
-                    known.tool_calls.extend(entry.tool_call_id);
+                    known.tool_calls.extend(entry.wire.tool_call_id);
                 }
             }
         }
@@ -754,8 +754,8 @@ impl SessionActor {
         }
         let answer = match outcome {
             Some(outcome) => {
-                self.emit(SessionEventKind::ResumeOutcome { outcome: outcome.into() });
-                self.emit(SessionEventKind::Resumed { outcome: outcome.into() });
+                self.emit(SessionEventKind::ResumeOutcome { outcome });
+                self.emit(SessionEventKind::Resumed { outcome });
                 self.update_view(|view| view.resume_outcome = Some(outcome));
                 outcome
             }

@@ -766,7 +766,7 @@ impl SessionActor {
                 trigger,
             });
         }
-        self.emit(SessionEventKind::State { state: SessionState::Paused.into(), error: None });
+        self.emit(SessionEventKind::State { state: SessionState::Paused, error: None });
         self.emit(SessionEventKind::Paused { reason: pause.reason.clone(), forced: pause.forced });
         self.flush_events();
         let paused = crate::store::PausedRecord {
@@ -1313,7 +1313,7 @@ impl SessionActor {
                         for turn_id in turns {
                             self.emit(SessionEventKind::TurnEnded {
                                 turn_id,
-                                state: TurnState::Interrupted.into(),
+                                state: TurnState::Interrupted,
                                 stop_reason: None,
                                 error: Some(reason.clone()),
                             });
@@ -1642,7 +1642,7 @@ impl SessionActor {
         // everything it publishes must be out first.
         self.emit(SessionEventKind::TurnEnded {
             turn_id: turn_id.clone(),
-            state: state.into(),
+            state,
             stop_reason: stop_reason.clone(),
             error: error.clone(),
         });
@@ -1652,7 +1652,7 @@ impl SessionActor {
             && (self.row.state != waiting || self.row.error_message != error))
             .then(|| (waiting, error.clone(), Some(task_state::REVIEW)));
         if let Some((state, error, _)) = &then {
-            self.emit(SessionEventKind::State { state: (*state).into(), error: error.clone() });
+            self.emit(SessionEventKind::State { state: (*state), error: error.clone() });
         }
         self.flush_events();
         let written = self
@@ -2141,7 +2141,7 @@ impl SessionActor {
             return Ok(());
         }
         // The event first: a replay re-applies the store write, but would skip the event.
-        self.emit(SessionEventKind::State { state: state.into(), error: error.clone() });
+        self.emit(SessionEventKind::State { state, error: error.clone() });
         self.flush_events();
         if self.row.state == SessionState::Starting && state == SessionState::WaitingForInput {
             agentctl::fault::point("state.opened_published");

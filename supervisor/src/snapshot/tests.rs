@@ -99,14 +99,16 @@ fn the_handoff_context_keeps_the_newest_turns_within_the_budget() {
 
 fn entry(seq: u64, at: i64, kind: EntryType, content: &str, status: Option<&str>) -> HistoryEntry {
     HistoryEntry {
-        seq,
-        at,
-        kind,
-        role: "x".into(),
-        content: content.into(),
-        tool_name: status.map(|_| "cargo test".into()),
-        tool_call_id: status.map(|_| "c1".into()),
-        tool_status: status.map(str::to_owned),
+        wire: protocol::api::HistoryEntry {
+            seq,
+            at,
+            kind,
+            role: "x".into(),
+            content: content.into(),
+            tool_name: status.map(|_| "cargo test".into()),
+            tool_call_id: status.map(|_| "c1".into()),
+            tool_status: status.map(str::to_owned),
+        },
         agent_seq: None,
         generation: None,
     }
