@@ -2056,8 +2056,7 @@ impl Supervisor {
 /// How long a resume (or a prompt that waits for one) may take.
 pub const RESUME_WAIT: Duration = Duration::from_secs(90);
 
-/// How long a pause waits for the running turn before it cancels it, unless told: 5 minutes.
-pub const DEFAULT_PAUSE_WAIT_MS: u64 = 5 * 60 * 1000;
+pub use crate::session::DEFAULT_PAUSE_WAIT_MS;
 
 /// What restart recovery did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

@@ -402,6 +402,9 @@ pub fn leftover_seq(agentctl_dir: &std::path::Path, executor: &ExecutorRow) -> u
 /// How long a cancelled turn may take to end before the supervisor ends it.
 pub const CANCEL_GRACE: Duration = Duration::from_secs(10);
 
+/// How long a pause waits for the running turn before it cancels it, unless told: 5 minutes.
+pub const DEFAULT_PAUSE_WAIT_MS: u64 = 5 * 60 * 1000;
+
 /// The largest prompt, in bytes of its JSON-RPC line: the agent's framing drops a longer
 /// line, and the turn would never end.
 pub const MAX_PROMPT_LINE: usize = protocol::frame::DEFAULT_MAX_LINE;

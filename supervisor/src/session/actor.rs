@@ -681,7 +681,7 @@ impl SessionActor {
             return;
         }
         tracing::info!(session = %self.row.id, %reason, "the agent's context is nearly full; pausing for a handoff");
-        let wait = std::time::Duration::from_millis(crate::service::DEFAULT_PAUSE_WAIT_MS);
+        let wait = std::time::Duration::from_millis(super::DEFAULT_PAUSE_WAIT_MS);
         if let Err(err) = self.request_pause(Some(reason), wait, SnapshotTrigger::Exhaustion).await
         {
             tracing::warn!(session = %self.row.id, %err, "cannot pause for a handoff");
