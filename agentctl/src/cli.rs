@@ -189,10 +189,13 @@ fn serve(args: ServeArgs, self_command: Vec<std::ffi::OsString>) -> anyhow::Resu
         .build()
         .context("cannot start the runtime")?;
     runtime.block_on(async move {
-        let spool = Arc::new(Spool::create(&args.state_dir.join("spool"), args.segment_bytes)?);
-        let max_backlog = args
-            .max_backlog
-            .unwrap_or_else(|| default_backlog(&args.state_dir.join("spool"), args.segment_bytes));
+        let spool = Arc::new(Spool::create(
+            &args.state_dir.join(crate::spool::SPOOL_DIR),
+            args.segment_bytes,
+        )?);
+        let max_backlog = args.max_backlog.unwrap_or_else(|| {
+            default_backlog(&args.state_dir.join(crate::spool::SPOOL_DIR), args.segment_bytes)
+        });
         let config = HostConfig { max_line: args.max_line, self_command, max_backlog };
         let agent = AgentHost::new(Arc::clone(&spool), config, tokio::runtime::Handle::current());
         let shutdown = CancellationToken::new();

@@ -51,6 +51,9 @@ impl Entry for Event {
     }
 }
 
+/// The spool's directory under agentctl's state dir.
+pub const SPOOL_DIR: &str = "spool";
+
 /// The default size at which the active segment is closed.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 4 * 1024 * 1024;
 

@@ -92,7 +92,74 @@ impl Home {
     /// `sessions/<id>/` without creating it. The id must be a UUID (checked by callers
     /// before any path is built from it).
     pub fn session_path(&self, session_id: &str) -> PathBuf {
-        self.root.join("sessions").join(session_id)
+        self.sessions().join(session_id)
+    }
+
+    /// The files of one session (`sessions/<id>/…`), none created.
+    pub fn session(&self, session_id: &str) -> SessionPaths {
+        SessionPaths::new(self.session_path(session_id))
+    }
+
+    /// `sessions/`.
+    pub fn sessions(&self) -> PathBuf {
+        self.root.join("sessions")
+    }
+
+    /// The session whose agentctl state dir `dir` is (`sessions/<id>/agentctl`), if any.
+    pub fn session_of_agentctl(&self, dir: &Path) -> Option<String> {
+        let session = dir.parent()?;
+        let id = session.file_name()?.to_str()?;
+        (session.parent() == Some(self.sessions().as_path()) && self.session(id).agentctl() == dir)
+            .then(|| id.to_owned())
+    }
+
+    /// `agent-state/<id>/`: what a session's agent keeps between executions (its own
+    /// home's state), outside the session's directory.
+    pub fn agent_state(&self, session_id: &str) -> PathBuf {
+        self.root.join("agent-state").join(session_id)
+    }
+}
+
+/// The files of one session's directory: the only place their names are spelled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionPaths {
+    dir: PathBuf,
+}
+
+impl SessionPaths {
+    /// The files under `dir` (a session's directory).
+    pub fn new(dir: PathBuf) -> SessionPaths {
+        SessionPaths { dir }
+    }
+
+    /// The session's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `history.jsonl`: the conversation.
+    pub fn history(&self) -> PathBuf {
+        self.dir.join("history.jsonl")
+    }
+
+    /// `events/`: the session's event log.
+    pub fn events(&self) -> PathBuf {
+        self.dir.join("events")
+    }
+
+    /// `agentctl/`: the sidecar's state dir (its spool, `ready.json`).
+    pub fn agentctl(&self) -> PathBuf {
+        self.dir.join("agentctl")
+    }
+
+    /// `agentctl/spool/`: the sidecar's spool of the agent's output.
+    pub fn spool(&self) -> PathBuf {
+        self.agentctl().join(agentctl::spool::SPOOL_DIR)
+    }
+
+    /// What the session keeps on disk, each with the name a delete reports it by.
+    pub fn kept(&self) -> [(PathBuf, &'static str); 3] {
+        [(self.history(), "history"), (self.events(), "events"), (self.agentctl(), "spool")]
     }
 }
 
@@ -115,6 +182,20 @@ mod tests {
 
     fn mode(path: &Path) -> u32 {
         std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn a_sidecars_state_dir_names_its_session_only_under_this_home() {
+        let root = tempfile::tempdir().unwrap();
+        let home = Home::open(root.path()).unwrap();
+        let id = "01a21730-7013-75bf-a008-aa96bc7f83f2";
+        let paths = home.session(id);
+        assert_eq!(home.session_of_agentctl(&paths.agentctl()).as_deref(), Some(id));
+        assert_eq!(home.session_of_agentctl(&paths.spool()), None);
+        assert_eq!(home.session_of_agentctl(paths.dir()), None);
+        let elsewhere = Path::new("/elsewhere/sessions").join(id).join("agentctl");
+        assert_eq!(home.session_of_agentctl(&elsewhere), None);
+        assert_eq!(paths.history(), home.session_path(id).join("history.jsonl"));
     }
 
     /// Issue 12 (the edge, hardened): `install_id` was 0644 and `agent-state/` 0755.

@@ -364,7 +364,7 @@ impl Runtime for StandaloneRuntime {
             {
                 candidates.push((pid, start_time, executor.boot_id.clone()));
             }
-            if let Ok(text) = std::fs::read(target.state_dir.join("ready.json"))
+            if let Ok(text) = std::fs::read(target.state_dir.join(agentctl::ready::READY_FILE))
                 && let Ok(ready) = serde_json::from_slice::<ReadyInfo>(&text)
             {
                 candidates.push((ready.pid.into(), ready.start_time as i64, Some(ready.boot_id)));

@@ -308,7 +308,7 @@ impl Supervisor {
             resolve: Arc::clone(&self.resolver),
             agent_home: self.agent_home(),
             ready_timeout: Duration::from_secs(30),
-            agent_state_root: self.config.home.root().join("agent-state").join(session_id),
+            agent_state_root: self.config.home.agent_state(session_id),
             connector: Arc::new(session::control::WsConnector),
             event_log_retain_bytes: self.config.event_log.retain_bytes,
             teardowns: self.teardowns.clone(),
@@ -335,7 +335,7 @@ impl Supervisor {
         if let Some(log) = logs.get(session_id) {
             return Ok(Arc::clone(log));
         }
-        let dir = self.config.home.session_path(session_id).join("events");
+        let dir = self.config.home.session(session_id).events();
         let log =
             Arc::new(Spool::open(&dir, self.config.event_log.segment_bytes).map_err(|err| {
                 ServiceError::Internal(format!("the event log of {session_id}: {err}"))
@@ -942,8 +942,8 @@ impl Supervisor {
             .config
             .home
             .session_dir(&row.id)
-            .map_err(|err| ServiceError::Internal(err.to_string()))?
-            .join("agentctl");
+            .map(|dir| crate::home::SessionPaths::new(dir).agentctl())
+            .map_err(|err| ServiceError::Internal(err.to_string()))?;
         let target = FenceTarget {
             session_id: row.id.clone(),
             state_dir,
@@ -969,13 +969,9 @@ impl Supervisor {
         // nothing: one scan of the processes and one indexed query leave them out unread,
         // so a restart does not grow with the number of stored sessions.
         let (sidecar_pids, sidecar_dirs) = crate::runtime::live_sidecars();
-        let sessions_dir = self.config.home.root().join("sessions");
         let live_sessions: Vec<String> = sidecar_dirs
             .iter()
-            .filter(|dir| dir.file_name().is_some_and(|name| name == "agentctl"))
-            .filter_map(|dir| dir.parent())
-            .filter(|session| session.parent() == Some(sessions_dir.as_path()))
-            .filter_map(|session| session.file_name()?.to_str().map(str::to_owned))
+            .filter_map(|dir| self.config.home.session_of_agentctl(dir))
             .collect();
         // The runtime whose sidecars the process scan finds (the standalone one).
         let local = self.config.runtimes.local().map_or("", |runtime| runtime.name());
@@ -1180,14 +1176,8 @@ impl Supervisor {
             }
             Err(err) => tracing::warn!(%err, "cannot list the executions left by teardowns"),
         }
-        let sessions_dir = self.config.home.root().join("sessions");
         for (pid, dir) in crate::runtime::local_sidecars() {
-            let session_id = dir
-                .parent()
-                .filter(|session| session.parent() == Some(sessions_dir.as_path()))
-                .filter(|_| dir.file_name().is_some_and(|name| name == "agentctl"))
-                .and_then(|session| session.file_name()?.to_str().map(str::to_owned));
-            let Some(session_id) = session_id else { continue };
+            let Some(session_id) = self.config.home.session_of_agentctl(&dir) else { continue };
             if owned(&session_id) {
                 continue;
             }
@@ -1294,9 +1284,8 @@ impl Supervisor {
             && !candidate.open_work
             && !recorded_alive
             && (sidecar_dirs.is_empty()
-                || !sidecar_dirs.contains(
-                    &self.config.home.session_path(&executor.session_id).join("agentctl"),
-                ))
+                || !sidecar_dirs
+                    .contains(&self.config.home.session(&executor.session_id).agentctl()))
     }
 
     /// Starts an actor that re-attaches (to a live sidecar, or to a dead one's spool) at
@@ -1382,13 +1371,13 @@ impl Supervisor {
         if executor.acp_session_id.is_none() {
             return false;
         }
-        let dir = self.config.home.session_path(&executor.session_id);
-        let last = session::leftover_seq(&dir.join("agentctl"), executor);
+        let paths = self.config.home.session(&executor.session_id);
+        let last = session::leftover_seq(&paths.agentctl(), executor);
         if last <= executor.acked_seq.max(0) as u64 {
             return false;
         }
         let generation = executor.generation;
-        let history_mark = crate::history::History::open(&dir.join("history.jsonl"))
+        let history_mark = crate::history::History::open(&paths.history())
             .map_or(0, |history| history.mark_for(generation));
         let events_mark = self
             .event_log(&executor.session_id)
@@ -1627,7 +1616,7 @@ impl Supervisor {
             session_id: session_id.to_owned(),
             trigger,
             reason,
-            history: self.config.home.session_path(session_id).join("history.jsonl"),
+            history: self.config.home.session(session_id).history(),
             execution_id: None,
             usage: None,
         };
@@ -1761,20 +1750,19 @@ impl Supervisor {
         self.config.store.delete_session(session_id.clone()).await?;
         self.sessions().remove(&session_id);
         self.event_logs.lock().expect("UNWRAP: never poisoned").remove(&session_id);
-        let agent_state = self.config.home.root().join("agent-state").join(&session_id);
+        let agent_state = self.config.home.agent_state(&session_id);
         if agent_state.exists() {
             let _ = std::fs::remove_dir_all(&agent_state);
         }
-        let dir = self.config.home.session_path(&session_id);
-        for (file, name) in
-            [("history.jsonl", "history"), ("events", "events"), ("agentctl", "spool")]
-        {
-            if dir.join(file).exists() {
+        let paths = self.config.home.session(&session_id);
+        for (path, name) in paths.kept() {
+            if path.exists() {
                 removed.push(name.to_owned());
             }
         }
+        let dir = paths.dir();
         if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(|err| {
+            std::fs::remove_dir_all(dir).map_err(|err| {
                 ServiceError::Internal(format!("removing {}: {err}", dir.display()))
             })?;
         }
@@ -1865,11 +1853,8 @@ impl Supervisor {
         if let Some(kind) = self.runtime(&row.runtime).ok().and_then(|r| r.resource_kind()) {
             resources.push(kind.to_owned());
         }
-        let dir = self.config.home.session_path(&row.id);
-        for (file, name) in
-            [("history.jsonl", "history"), ("events", "events"), ("agentctl", "spool")]
-        {
-            if dir.join(file).exists() {
+        for (path, name) in self.config.home.session(&row.id).kept() {
+            if path.exists() {
                 resources.push(name.to_owned());
             }
         }
@@ -1884,7 +1869,7 @@ impl Supervisor {
         limit: usize,
     ) -> Result<Vec<HistoryEntry>, ServiceError> {
         self.session_row(&session_id).await?;
-        let path = self.config.home.session_path(&session_id).join("history.jsonl");
+        let path = self.config.home.session(&session_id).history();
         tokio::task::spawn_blocking(move || history::read(&path, after_seq, limit))
             .await
             .map_err(|err| ServiceError::Internal(err.to_string()))?

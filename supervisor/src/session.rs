@@ -327,9 +327,14 @@ pub struct SessionContext {
 }
 
 impl SessionContext {
+    /// The session's files.
+    pub fn paths(&self) -> crate::home::SessionPaths {
+        crate::home::SessionPaths::new(self.dir.clone())
+    }
+
     /// agentctl's state dir for this session.
     pub fn agentctl_dir(&self) -> PathBuf {
-        self.dir.join("agentctl")
+        self.paths().agentctl()
     }
 }
 
@@ -417,7 +422,7 @@ pub fn start_session(
     events: Arc<Spool<SessionEvent>>,
     start: Start,
 ) -> Result<SessionHandle, SessionError> {
-    let history = History::open(&context.dir.join("history.jsonl"))
+    let history = History::open(&context.paths().history())
         .map_err(|err| SessionError::InvalidState(format!("cannot open the history: {err}")))?;
     let (commands_tx, commands_rx) = mpsc::channel(256);
     let phase = match start {

@@ -83,7 +83,9 @@ impl Control for DeadSidecar {
 /// one `ready.json` announces (a new agentctl empties the spool before it announces) is
 /// the one the execution recorded.
 pub(super) fn spool_is_of(agentctl_dir: &Path, executor: &crate::store::ExecutorRow) -> bool {
-    let Ok(text) = std::fs::read(agentctl_dir.join("ready.json")) else { return false };
+    let Ok(text) = std::fs::read(agentctl_dir.join(agentctl::ready::READY_FILE)) else {
+        return false;
+    };
     let Ok(ready) = serde_json::from_slice::<protocol::control::ReadyInfo>(&text) else {
         return false;
     };
@@ -93,7 +95,7 @@ pub(super) fn spool_is_of(agentctl_dir: &Path, executor: &crate::store::Executor
 
 /// The spool directory of a session's agentctl state dir.
 pub(super) fn spool_dir(agentctl_dir: &Path) -> PathBuf {
-    agentctl_dir.join("spool")
+    agentctl_dir.join(agentctl::spool::SPOOL_DIR)
 }
 
 /// The segments of a spool, oldest first.
