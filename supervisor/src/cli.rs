@@ -378,20 +378,45 @@ enum PermissionCommand {
     },
 }
 
+/// The CLI's exit codes (listed in `--help` and the README).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+enum Exit {
+    Ok = 0,
+    /// Anything else that failed.
+    Error = 1,
+    /// The command line is wrong.
+    Usage = 2,
+    /// No daemon answers at the URL.
+    NotRunning = 3,
+    /// The session, task or request named does not exist.
+    NotFound = 4,
+    /// The session has ended.
+    Conflict = 5,
+    /// The daemon refused the token (missing or wrong).
+    Refused = 6,
+}
+
+impl Exit {
+    fn code(self) -> i32 {
+        self as i32
+    }
+}
+
 /// A failure with its exit code and the one line to print.
 struct Failure {
-    code: i32,
+    code: Exit,
     line: String,
 }
 
 impl From<anyhow::Error> for Failure {
     fn from(err: anyhow::Error) -> Failure {
-        Failure { code: 1, line: format!("error: {err:#}") }
+        Failure { code: Exit::Error, line: format!("error: {err:#}") }
     }
 }
 
 fn usage(line: String) -> Failure {
-    Failure { code: 2, line }
+    Failure { code: Exit::Usage, line }
 }
 
 /// Runs the command line (without the program name); returns the exit code.
@@ -416,21 +441,21 @@ pub fn main(args: Vec<OsString>, self_command: Vec<OsString>) -> i32 {
         Err(err) => {
             // Help and version go to stdout with 0; usage errors to stderr with 2.
             let _ = err.print();
-            return if err.use_stderr() { 2 } else { 0 };
+            return if err.use_stderr() { Exit::Usage } else { Exit::Ok }.code();
         }
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("error: cannot start the runtime: {err}");
-            return 1;
+            return Exit::Error.code();
         }
     };
     match runtime.block_on(dispatch(cli, self_command)) {
-        Ok(()) => 0,
+        Ok(()) => Exit::Ok.code(),
         Err(failure) => {
             eprintln!("{}", failure.line);
-            failure.code
+            failure.code.code()
         }
     }
 }
@@ -694,21 +719,21 @@ impl Target {
         };
         match rejected {
             Some(401) if self.token.is_some() => Failure {
-                code: 6,
+                code: Exit::Refused,
                 line: format!("unauthorized: the daemon at {url} refused this token"),
             },
             Some(401) => Failure {
-                code: 6,
+                code: Exit::Refused,
                 line: format!(
                     "unauthorized: the daemon at {url} wants a token (--token or TETHER_TOKEN)"
                 ),
             },
             Some(status) => Failure {
-                code: 6,
+                code: Exit::Refused,
                 line: format!("refused: the daemon at {url} answered HTTP {status}"),
             },
             None => Failure {
-                code: 3,
+                code: Exit::NotRunning,
                 line: format!(
                     "server not running at {url} (start it with `supervisor serve`): {err}"
                 ),
@@ -729,7 +754,7 @@ impl Target {
                     shown.line("reconnected");
                     return Ok(client);
                 }
-                Err(failure) if failure.code != 3 || Instant::now() >= deadline => {
+                Err(failure) if failure.code != Exit::NotRunning || Instant::now() >= deadline => {
                     return Err(failure);
                 }
                 Err(_) => {
@@ -754,27 +779,29 @@ fn call_failure(target: &Target, client: &WsClient, err: jsonrpsee::core::Client
             let message = object.message();
             match kind {
                 Some(ErrorKind::NotFound) => {
-                    Failure { code: 4, line: format!("not found: {message}") }
+                    Failure { code: Exit::NotFound, line: format!("not found: {message}") }
                 }
                 Some(ErrorKind::Conflict) => {
-                    Failure { code: 5, line: format!("conflict: {message}") }
+                    Failure { code: Exit::Conflict, line: format!("conflict: {message}") }
                 }
-                Some(kind) => Failure { code: 1, line: format!("error ({kind}): {message}") },
-                None => Failure { code: 1, line: format!("error: {message}") },
+                Some(kind) => {
+                    Failure { code: Exit::Error, line: format!("error ({kind}): {message}") }
+                }
+                None => Failure { code: Exit::Error, line: format!("error: {message}") },
             }
         }
         other if !client.is_connected() => Failure {
-            code: 3,
+            code: Exit::NotRunning,
             line: format!("server not running at {} (the connection closed: {other})", target.url),
         },
-        other => Failure { code: 1, line: format!("error: {other}") },
+        other => Failure { code: Exit::Error, line: format!("error: {other}") },
     }
 }
 
 /// Prints `value` as pretty JSON.
 fn print_json<T: Serialize>(value: &T) -> Result<(), Failure> {
     let text = serde_json::to_string_pretty(value)
-        .map_err(|err| Failure { code: 1, line: format!("error: {err}") })?;
+        .map_err(|err| Failure { code: Exit::Error, line: format!("error: {err}") })?;
     println!("{text}");
     Ok(())
 }
@@ -1105,7 +1132,7 @@ impl Client {
                     SessionState::WaitingForInput | SessionState::Running => break,
                     SessionState::Failed => {
                         return Err(Failure {
-                            code: 1,
+                            code: Exit::Error,
                             line: format!(
                                 "session {} failed: {}",
                                 row.id,
@@ -1265,7 +1292,7 @@ impl Client {
                 // The agent's ACP params, as relayed.
                 let asked: PermissionParams =
                     serde_json::from_value(params).map_err(|err| Failure {
-                        code: 1,
+                        code: Exit::Error,
                         line: format!("error: request {request}'s options do not parse: {err}"),
                     })?;
                 let wanted: &[acp::PermissionOptionKind] = if answer == "allow" {
@@ -1316,7 +1343,7 @@ impl Client {
             }
         }
         Err(Failure {
-            code: 4,
+            code: Exit::NotFound,
             line: format!("not found: session {session} has no permission request {request}"),
         })
     }
@@ -1357,7 +1384,7 @@ impl Client {
                 }
                 EventKind::State { state, .. } if state.is_at_rest() => {
                     return Err(Failure {
-                        code: 5,
+                        code: Exit::Conflict,
                         line: format!("error: session {session} ended ({state}) before it paused"),
                     });
                 }
@@ -1380,7 +1407,7 @@ impl Client {
             let event = events.next().await?;
             if json {
                 let line = serde_json::to_string(&event)
-                    .map_err(|err| Failure { code: 1, line: format!("error: {err}") })?;
+                    .map_err(|err| Failure { code: Exit::Error, line: format!("error: {err}") })?;
                 println!("{line}");
             } else {
                 println!("[{}] {}", event.seq, describe(&event.kind));
@@ -1397,7 +1424,7 @@ impl Client {
 /// Prints a struct's members as `key: value` lines.
 fn print_fields<T: Serialize>(value: &T) -> Result<(), Failure> {
     let value = serde_json::to_value(value)
-        .map_err(|err| Failure { code: 1, line: format!("error: {err}") })?;
+        .map_err(|err| Failure { code: Exit::Error, line: format!("error: {err}") })?;
     for (key, value) in value.as_object().into_iter().flatten() {
         let shown = match value {
             serde_json::Value::String(text) => text.clone(),
@@ -1471,7 +1498,7 @@ const MAX_EMPTY_RESUBSCRIBES: u32 = 5;
 /// A prompt whose call was cut off and whose turn never showed up.
 fn not_taken() -> Failure {
     Failure {
-        code: 1,
+        code: Exit::Error,
         line: "error: the daemon restarted before it took the prompt; send it again".into(),
     }
 }
@@ -1504,7 +1531,7 @@ fn ends_turn(event: &SessionEvent, turn: &str) -> bool {
 /// Prints how a turn ended; a turn that did not complete is exit code 1.
 fn turn_result(event: &SessionEvent) -> Result<(), Failure> {
     let EventKind::TurnEnded { state, stop_reason, error, .. } = &event.kind else {
-        return Err(Failure { code: 1, line: "error: not a turn's end".into() });
+        return Err(Failure { code: Exit::Error, line: "error: not a turn's end".into() });
     };
     let name = state.as_str();
     match stop_reason {
@@ -1514,7 +1541,7 @@ fn turn_result(event: &SessionEvent) -> Result<(), Failure> {
     if *state == TurnState::Completed {
         Ok(())
     } else {
-        Err(Failure { code: 1, line: "error: the turn failed".into() })
+        Err(Failure { code: Exit::Error, line: "error: the turn failed".into() })
     }
 }
 
@@ -1626,7 +1653,7 @@ impl<'a> Feed<'a> {
         self.empty_resubscribes += 1;
         if self.empty_resubscribes > MAX_EMPTY_RESUBSCRIBES {
             return Err(Failure {
-                code: 1,
+                code: Exit::Error,
                 line: format!(
                     "error: the daemon at {} keeps ending the event stream of session {}",
                     self.target.url, self.session
@@ -1659,7 +1686,7 @@ impl<'a> Feed<'a> {
                 }
                 Some(Err(err)) => {
                     return Err(Failure {
-                        code: 1,
+                        code: Exit::Error,
                         line: format!("error: malformed event: {err}"),
                     });
                 }
@@ -1667,7 +1694,7 @@ impl<'a> Feed<'a> {
                 None if self.follow_restarts => self.reconnect().await?,
                 None => {
                     return Err(Failure {
-                        code: 3,
+                        code: Exit::NotRunning,
                         line: format!(
                             "server not running at {} (the connection closed)",
                             self.target.url
