@@ -18,10 +18,11 @@ use crate::events::SessionEventKind;
 use crate::history::{self, HistoryEntry};
 use crate::home::{self, Home};
 use crate::runtime::{FenceTarget, Liveness, Runtime, Runtimes};
+use crate::session::record::{Mark, RecordError, SessionRecord};
 use crate::session::{
     self, AdoptPlan, Phase, SessionContext, SessionError, SessionHandle, SessionView, Start,
 };
-use crate::store::{ExecutorStatus, SessionRow, SessionState, Store, StoreError, Task, TurnState};
+use crate::store::{ExecutorStatus, SessionRow, SessionState, Store, StoreError, Task};
 use crate::wire::runtime_kind;
 use crate::worktree;
 use protocol::api::{
@@ -134,6 +135,15 @@ impl From<StoreError> for ServiceError {
     fn from(err: StoreError) -> ServiceError {
         match err {
             StoreError::NotFound { .. } => ServiceError::NotFound(err.to_string()),
+            other => ServiceError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<RecordError> for ServiceError {
+    fn from(err: RecordError) -> ServiceError {
+        match err {
+            RecordError::Store(err) => err.into(),
             other => ServiceError::Internal(other.to_string()),
         }
     }
@@ -1330,36 +1340,16 @@ impl Supervisor {
     }
 
     /// Ends what a session without an agent left open, as recovery finds it: each running
-    /// turn `interrupted` with `reason`, each question void. Published (with `then` after
-    /// them) before the store changes: a kill in between publishes again at the next
-    /// start, rather than never. Returns how many turns and questions there were.
+    /// turn `interrupted` with `reason`, each question void, published (with `then` after
+    /// them) before the store changes. Returns how many turns and questions there were.
     async fn void_open_work(
         &self,
         session_id: &str,
         reason: &str,
         then: Vec<SessionEventKind>,
     ) -> Result<(usize, usize), ServiceError> {
-        let store = &self.config.store;
-        let mut kinds: Vec<SessionEventKind> = Vec::new();
-        for (request_id, _, _) in store.list_pending(session_id.to_owned()).await? {
-            kinds.push(SessionEventKind::PermissionResolved {
-                request_id,
-                outcome: serde_json::json!({"outcome": "cancelled"}),
-            });
-        }
-        for turn_id in store.running_turns(session_id.to_owned()).await? {
-            kinds.push(SessionEventKind::TurnEnded {
-                turn_id,
-                state: TurnState::Interrupted,
-                stop_reason: None,
-                error: Some(reason.into()),
-            });
-        }
-        kinds.extend(then);
-        self.publish_recovery(session_id, kinds)?;
-        let interrupted = store.interrupt_turns(session_id.to_owned(), reason.into()).await?.len();
-        let cancelled = store.clear_pending(session_id.to_owned()).await?;
-        Ok((interrupted, cancelled))
+        let record = self.record(session_id)?;
+        record.void_open_work(reason, then, Mark::default()).await.map_err(ServiceError::from)
     }
 
     /// Whether a dead execution's spool holds events that are not in the session's
@@ -1379,13 +1369,8 @@ impl Supervisor {
         let generation = executor.generation;
         let history_mark = crate::history::History::open(&paths.history())
             .map_or(0, |history| history.mark_for(generation));
-        let events_mark = self
-            .event_log(&executor.session_id)
-            .ok()
-            .and_then(|log| log.last_entry().ok().flatten())
-            .filter(|event| history::same_execution(event.generation, generation))
-            .and_then(|event| event.agent_seq)
-            .unwrap_or(0);
+        let events_mark =
+            self.record(&executor.session_id).map_or(0, |record| record.events_mark(generation));
         last > history_mark.min(events_mark)
     }
 
@@ -1396,20 +1381,16 @@ impl Supervisor {
         session_id: &str,
         kinds: Vec<SessionEventKind>,
     ) -> Result<(), ServiceError> {
-        if kinds.is_empty() {
-            return Ok(());
-        }
-        self.event_log(session_id)?
-            .append_all(kinds, |seq, at, kind| SessionEvent {
-                seq,
-                at,
-                agent_seq: None,
-                generation: None,
-                batch_last: None,
-                kind,
-            })
-            .map_err(|err| ServiceError::Internal(format!("publishing recovery events: {err}")))?;
-        Ok(())
+        self.record(session_id)?
+            .publish(kinds, Mark::default())
+            .map_err(|err| ServiceError::Internal(format!("publishing recovery events: {err}")))
+    }
+
+    /// The record of a session (its event log and open-work rows), for recovery and the
+    /// paths that change a session without its actor.
+    fn record(&self, session_id: &str) -> Result<SessionRecord, ServiceError> {
+        let log = self.event_log(session_id)?;
+        Ok(SessionRecord::new(session_id.to_owned(), self.config.store.clone(), log))
     }
 
     /// Recovers one session: returns a watch on its view when it is being re-attached.
@@ -1583,25 +1564,26 @@ impl Supervisor {
         forced: bool,
         trigger: SnapshotTrigger,
     ) -> Result<(), ServiceError> {
-        let snapshot = self.snapshot_now(&row.id, trigger, reason.clone()).await;
-        let mut kinds = Vec::new();
-        if let Some(snapshot_id) = &snapshot {
-            kinds.push(SessionEventKind::SnapshotTaken {
-                snapshot_id: snapshot_id.clone(),
-                trigger,
-            });
-        }
-        kinds.push(SessionEventKind::State { state: SessionState::Paused, error: None });
-        kinds.push(SessionEventKind::Paused { reason: reason.clone(), forced });
-        self.publish_recovery(&row.id, kinds)?;
-        let paused = crate::store::PausedRecord {
-            reason,
+        let request = self.snapshot_request(&row.id, trigger, reason.clone());
+        let record = self.record(&row.id)?;
+        Ok(record.pause(request, reason, trigger, forced, Mark::default()).await?)
+    }
+
+    /// What a snapshot of a session that has no live agent is taken from.
+    fn snapshot_request(
+        &self,
+        session_id: &str,
+        trigger: SnapshotTrigger,
+        reason: Option<String>,
+    ) -> crate::snapshot::Request {
+        crate::snapshot::Request {
+            session_id: session_id.to_owned(),
             trigger,
-            forced,
-            handoff: snapshot.filter(|_| trigger == SnapshotTrigger::Exhaustion),
-        };
-        self.config.store.set_paused(row.id.clone(), paused).await?;
-        Ok(())
+            reason,
+            history: self.config.home.session(session_id).history(),
+            execution_id: None,
+            usage: None,
+        }
     }
 
     /// Takes a snapshot of a session that has no live agent; its id, or `None` (logged)
@@ -1612,14 +1594,7 @@ impl Supervisor {
         trigger: SnapshotTrigger,
         reason: Option<String>,
     ) -> Option<String> {
-        let request = crate::snapshot::Request {
-            session_id: session_id.to_owned(),
-            trigger,
-            reason,
-            history: self.config.home.session(session_id).history(),
-            execution_id: None,
-            usage: None,
-        };
+        let request = self.snapshot_request(session_id, trigger, reason);
         match crate::snapshot::take(&self.config.store, request).await {
             Ok(snapshot) => Some(snapshot.snapshot_id),
             Err(err) => {

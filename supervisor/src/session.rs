@@ -9,7 +9,8 @@
 //! - `launch.rs`: launching, re-attaching and retiring executions, and the fence;
 //! - `acp.rs`: the ACP client (agent events, responses, the resume ladder);
 //! - `durability.rs`: what may be acknowledged to agentctl, and when;
-//! - `outbox.rs`: the one task that makes control calls, so the actor never waits on one.
+//! - `outbox.rs`: the one task that makes control calls, so the actor never waits on one;
+//! - `record.rs`: the session's event log and open-work rows, with or without an actor.
 //!
 //! Theory of operation:
 //! - The actor never awaits the sidecar. Launching and re-attaching run as tasks that
@@ -32,6 +33,7 @@ mod durability;
 mod launch;
 mod leftovers;
 mod outbox;
+pub mod record;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -443,8 +445,9 @@ pub fn start_session(
     // The actor works from the parsed profile: the snapshot's JSON tree would only take
     // memory for as long as the session lives.
     let row = SessionRow { profile_snapshot: Value::Null, ..row };
-    let actor =
-        actor::SessionActor::new(context, row, profile, Arc::clone(&events), history, view_tx);
+    let record =
+        record::SessionRecord::new(row.id.clone(), context.store.clone(), Arc::clone(&events));
+    let actor = actor::SessionActor::new(context, row, profile, record, history, view_tx);
     tokio::spawn(actor.run(commands_rx, start));
     Ok(SessionHandle { commands: commands_tx, view: view_rx, events })
 }

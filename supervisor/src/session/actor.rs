@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::sync::Arc;
 
-use agentctl::spool::Spool;
 use agents::profile::Profile;
 use protocol::api::{SnapshotTrigger, SnapshotUsage};
 use serde_json::{Value, json};
@@ -25,7 +24,7 @@ use super::{
     AdoptPlan, CANCEL_GRACE, Command, MAX_PROMPT_LINE, Phase, Reply, SessionContext, SessionError,
     SessionView, Start,
 };
-use crate::events::{LaunchStep, SessionEvent, SessionEventKind};
+use crate::events::{LaunchStep, SessionEventKind};
 use crate::history::{self, EntryType, History};
 use crate::store::{
     ExecutorRow, ExecutorStatus, ResumeOutcome, SessionRow, SessionState, TurnState, task_state,
@@ -142,7 +141,7 @@ pub(super) struct SessionActor {
     pub(super) context: SessionContext,
     pub(super) row: SessionRow,
     pub(super) profile: Arc<Profile>,
-    pub(super) events: Arc<Spool<SessionEvent>>,
+    pub(super) record: super::record::SessionRecord,
     pub(super) history: History,
     pub(super) view_tx: watch::Sender<SessionView>,
     pub(super) phase: Phase,
@@ -256,7 +255,7 @@ impl SessionActor {
         context: SessionContext,
         row: SessionRow,
         profile: Arc<Profile>,
-        events: Arc<Spool<SessionEvent>>,
+        record: super::record::SessionRecord,
         history: History,
         view_tx: watch::Sender<SessionView>,
     ) -> SessionActor {
@@ -266,7 +265,7 @@ impl SessionActor {
             context,
             row,
             profile,
-            events,
+            record,
             history,
             view_tx,
             phase,
@@ -375,7 +374,7 @@ impl SessionActor {
             if matches!(self.phase, Phase::Idle | Phase::Ended) {
                 // No execution: the log is written rarely, so it holds no descriptor
                 // meanwhile (the next write reopens it).
-                self.events.release();
+                self.record.log().release();
             }
             if self.stalled.is_some() && self.stall_retry.is_none() {
                 self.stall();
@@ -395,7 +394,7 @@ impl SessionActor {
             }
         }
         self.flush_events();
-        self.events.release();
+        self.record.log().release();
         // Answer whatever is still queued, so no caller waits forever.
         commands.close();
         while let Some(command) = commands.recv().await {
@@ -753,30 +752,15 @@ impl SessionActor {
             other => other,
         };
         let request = self.snapshot_request(trigger, pause.reason.clone());
-        let snapshot = match crate::snapshot::take(&self.context.store, request).await {
-            Ok(snapshot) => Some(snapshot.snapshot_id),
-            Err(err) => {
-                tracing::warn!(session = %self.row.id, %err, "cannot take the pause's snapshot");
-                None
-            }
-        };
-        if let Some(snapshot_id) = &snapshot {
-            self.emit(SessionEventKind::SnapshotTaken {
-                snapshot_id: snapshot_id.clone(),
-                trigger,
-            });
-        }
-        self.emit(SessionEventKind::State { state: SessionState::Paused, error: None });
-        self.emit(SessionEventKind::Paused { reason: pause.reason.clone(), forced: pause.forced });
+        // After what this actor published so far.
         self.flush_events();
-        let paused = crate::store::PausedRecord {
-            reason: pause.reason,
-            trigger: pause.trigger,
-            forced: pause.forced,
-            handoff: snapshot.filter(|_| trigger == SnapshotTrigger::Exhaustion),
-        };
-        if let Err(err) = self.context.store.set_paused(self.row.id.clone(), paused).await {
-            self.write_failed("the paused state", &err);
+        let (reason, forced) = (pause.reason, pause.forced);
+        match self.record.pause(request, reason, pause.trigger, forced, self.mark()).await {
+            Ok(()) => {}
+            Err(err @ super::record::RecordError::Log(_)) => {
+                self.write_failed("the session's event log", &err)
+            }
+            Err(err) => self.write_failed("the paused state", &err),
         }
         self.row.state = SessionState::Paused;
         self.row.error_message = None;
@@ -1307,28 +1291,13 @@ impl SessionActor {
                 self.pending.clear();
                 self.turn = None;
                 self.update_view(|view| view.turn_id = None);
-                // Published before the rows change: a replay would not publish them again.
-                match self.context.store.running_turns(self.row.id.clone()).await {
-                    Ok(turns) => {
-                        for turn_id in turns {
-                            self.emit(SessionEventKind::TurnEnded {
-                                turn_id,
-                                state: TurnState::Interrupted,
-                                stop_reason: None,
-                                error: Some(reason.clone()),
-                            });
-                        }
-                        self.flush_events();
-                        if let Err(err) = self
-                            .context
-                            .store
-                            .interrupt_turns(self.row.id.clone(), reason.clone())
-                            .await
-                        {
-                            self.write_failed("interrupted turns", &err);
-                        }
-                    }
-                    Err(err) => self.write_failed("interrupted turns", &err),
+                // Its turns interrupted and its questions void, as recovery ends a dead
+                // execution's work (after what this actor published so far).
+                self.flush_events();
+                self.answering.clear();
+                if let Err(err) = self.record.void_open_work(&reason, Vec::new(), self.mark()).await
+                {
+                    self.write_failed("interrupted turns", &err);
                 }
                 self.enter(Phase::Idle);
                 self.execution_gone(&reason, TurnState::Failed).await;
@@ -1347,14 +1316,7 @@ impl SessionActor {
             .is_some_and(|s| s.agent_state == protocol::control::AgentState::Running);
         let acked = record.acked_seq.max(0) as u64;
         // Marks count only for the execution they were written for.
-        let events_mark = self
-            .events
-            .last_entry()
-            .ok()
-            .flatten()
-            .filter(|event| history::same_execution(event.generation, record.generation))
-            .and_then(|event| event.agent_seq)
-            .unwrap_or(0);
+        let events_mark = self.record.events_mark(record.generation);
         let history_mark = self.history.mark_for(record.generation);
         tracing::debug!(
             session = %self.row.id,
@@ -1601,8 +1563,10 @@ impl SessionActor {
         else {
             return;
         };
-        if let Err(err) =
-            self.history.sync().and_then(|()| self.events.sync().map_err(std::io::Error::other))
+        if let Err(err) = self
+            .history
+            .sync()
+            .and_then(|()| self.record.log().sync().map_err(std::io::Error::other))
         {
             self.write_failed("the history and event log (sync)", &err);
             return;
@@ -1709,18 +1673,15 @@ impl SessionActor {
     /// published before its row goes (a replay finds no row to publish again).
     async fn void_pending(&mut self) {
         self.answering.clear();
-        let Ok(pending) = self.context.store.list_pending(self.row.id.clone()).await else {
-            return;
-        };
-        for (request_id, _, _) in &pending {
-            self.emit(SessionEventKind::PermissionResolved {
-                request_id: request_id.clone(),
-                outcome: json!({"outcome": "cancelled"}),
-            });
-        }
+        // After what this actor published so far.
         self.flush_events();
-        for (request_id, _, _) in pending {
-            let _ = self.context.store.delete_pending(self.row.id.clone(), request_id).await;
+        match self.record.void_questions(self.mark()).await {
+            Ok(_) => {}
+            Err(err @ super::record::RecordError::Log(_)) => {
+                self.write_failed("the session's event log", &err)
+            }
+            // The rows stay; the next end of this execution's work tries again.
+            Err(err) => tracing::warn!(session = %self.row.id, %err, "cannot void open questions"),
         }
     }
 
@@ -2092,6 +2053,14 @@ impl SessionActor {
         self.unflushed_events.push(kind);
     }
 
+    /// The marks of what is published now: the agentctl seq being handled, never below
+    /// what the log already holds for this execution (events re-published while a replay
+    /// catches up must not lower the mark a restart reads back).
+    pub(super) fn mark(&self) -> super::record::Mark {
+        let mark = self.durability.handled.max(self.durability.events_mark);
+        super::record::Mark { agent_seq: (mark > 0).then_some(mark), generation: self.generation }
+    }
+
     /// Writes the buffered session events in one append, each carrying the agentctl seq
     /// being handled: after a restart, events of an agentctl event at or below the newest
     /// mark in the log are all known to be written, so none is written twice and none is
@@ -2100,30 +2069,19 @@ impl SessionActor {
         if self.unflushed_events.is_empty() {
             return;
         }
-        // Never below what the log already holds for this execution (events re-published
-        // while a replay catches up must not lower the mark a restart reads back).
-        let mark = self.durability.handled.max(self.durability.events_mark);
-        let agent_seq = (mark > 0).then_some(mark);
-        let generation = self.generation;
         let kinds = std::mem::take(&mut self.unflushed_events);
         let metrics = crate::metrics::get();
         metrics.published_events.inc_by(kinds.len() as u64);
-        let before = self.events.disk_bytes();
-        if let Err(err) = self.events.append_all(kinds, |seq, at, kind| SessionEvent {
-            seq,
-            at,
-            agent_seq,
-            generation,
-            batch_last: None,
-            kind,
-        }) {
+        let log = Arc::clone(self.record.log());
+        let before = log.disk_bytes();
+        if let Err(err) = self.record.publish(kinds, self.mark()) {
             self.write_failed("the session's event log", &err);
         }
-        metrics.published_bytes.inc_by(self.events.disk_bytes().saturating_sub(before));
+        metrics.published_bytes.inc_by(log.disk_bytes().saturating_sub(before));
         // Retention: the oldest segments go once the log passes its limit. (A restart
         // reads its marks from the newest events, which are always kept.)
-        if self.events.disk_bytes() > self.context.event_log_retain_bytes
-            && let Err(err) = self.events.retain(self.context.event_log_retain_bytes)
+        if log.disk_bytes() > self.context.event_log_retain_bytes
+            && let Err(err) = log.retain(self.context.event_log_retain_bytes)
         {
             tracing::warn!(session = %self.row.id, %err, "cannot drop old event log segments");
         }
