@@ -1,0 +1,277 @@
+//! How sessions end: stop, stop-all, delete and the retention cleanup, each fencing what
+//! runs before the records change.
+
+use super::*;
+
+impl Supervisor {
+    /// Stops every live agent and its sidecar; the sessions stay resumable. Then every
+    /// recorded execution of an active session is fenced, so a sidecar that no actor owns
+    /// (whatever happened to it) is gone too. Returns how many agents were stopped.
+    pub async fn stop_all(&self) -> usize {
+        let handles: Vec<SessionHandle> =
+            self.sessions().values().filter(|handle| handle.is_live()).cloned().collect();
+        let mut stopped = 0;
+        for handle in handles {
+            let running = handle.view().agent_running;
+            if handle.detach().await.is_ok() && running {
+                stopped += 1;
+            }
+        }
+        match self.config.store.active_executions().await {
+            Ok(executions) => {
+                for (row, executor) in executions {
+                    if let Err(err) = self.fence(&row, Some(executor)).await {
+                        tracing::error!(session = %row.id, %err, "cannot fence a sidecar");
+                    }
+                }
+            }
+            Err(err) => tracing::error!(%err, "cannot list executions to fence"),
+        }
+        // And whatever a teardown cut short left behind.
+        self.sweep_leaked_sidecars().await;
+        stopped
+    }
+
+    /// Kills whatever sidecar of the session still lives (see [`crate::runtime::Runtime::fence`]).
+    pub(super) async fn fence(
+        &self,
+        row: &SessionRow,
+        executor: Option<crate::store::ExecutorRow>,
+    ) -> Result<(), ServiceError> {
+        let runtime = self.runtime(&row.runtime)?;
+        let state_dir = self
+            .config
+            .home
+            .session_dir(&row.id)
+            .map(|dir| crate::home::SessionPaths::new(dir).agentctl())
+            .map_err(|err| ServiceError::Internal(err.to_string()))?;
+        let target = FenceTarget {
+            session_id: row.id.clone(),
+            state_dir,
+            executor,
+            grace: std::time::Duration::ZERO,
+        };
+        runtime
+            .fence(&target)
+            .await
+            .map_err(|err| ServiceError::RuntimeUnavailable(err.to_string()))
+    }
+
+    /// `task.session.stop`: the agent is stopped and the session ends (`COMPLETED`).
+    pub async fn stop(&self, session_id: String) -> Result<(), ServiceError> {
+        let row = self.session_row(&session_id).await?;
+        self.end(row, SessionState::Completed).await
+    }
+
+    /// Ends a session for good as `end` (`COMPLETED` or `CANCELLED`).
+    pub(super) async fn end(&self, row: SessionRow, end: SessionState) -> Result<(), ServiceError> {
+        let session_id = row.id.clone();
+        if row.state.is_terminal() {
+            return Err(ServiceError::Conflict(format!(
+                "session {session_id} is already {}",
+                row.state.as_str()
+            )));
+        }
+        match self.handle(&session_id).filter(SessionHandle::is_live) {
+            Some(handle) if end == SessionState::Cancelled => Ok(handle.cancel_session().await?),
+            Some(handle) => Ok(handle.stop().await?),
+            None => {
+                // No actor: whatever sidecar its record names must not outlive the session.
+                let executor = self.config.store.get_executor(session_id.clone()).await?;
+                if let Err(err) = self.fence(&row, executor).await {
+                    tracing::warn!(session = %session_id, %err, "cannot fence a stopped session's sidecar");
+                }
+                self.config.store.set_session_state(session_id, end, None, None).await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// `task.session.delete`: stops it if live, then removes its records and files, and its
+    /// worktree (refused while that holds uncommitted work, unless `force`; the branch is
+    /// kept unless `delete_branch`).
+    pub async fn delete(
+        &self,
+        session_id: String,
+        force: bool,
+        delete_branch: bool,
+    ) -> Result<(), ServiceError> {
+        let row = self.session_row(&session_id).await?;
+        if let Some(made) = session_worktree(&row)
+            && !force
+        {
+            // Checked before anything stops: a refusal changes nothing.
+            let changed = worktree::uncommitted(&made)
+                .await
+                .map_err(|err| ServiceError::Internal(err.to_string()))?;
+            if !changed.is_empty() {
+                let err = worktree::WorktreeError::Uncommitted {
+                    path: made.path.display().to_string(),
+                    files: changed.into_iter().take(20).collect(),
+                };
+                return Err(ServiceError::Conflict(format!("session {session_id}: {err}")));
+            }
+        }
+        self.remove_session(&row, force, delete_branch).await.map(|_| ())
+    }
+
+    /// Removes a session whatever it is doing (its agent stopped first): its worktree, its
+    /// container, its rows, its history, event log and spool. Returns what went besides the
+    /// rows (see `CleanedSession::resources`).
+    pub(super) async fn remove_session(
+        &self,
+        row: &SessionRow,
+        force: bool,
+        delete_branch: bool,
+    ) -> Result<Vec<String>, ServiceError> {
+        let session_id = row.id.clone();
+        let mut removed = Vec::new();
+        if let Some(handle) = self.handle(&session_id).filter(SessionHandle::is_live)
+            && !row.state.is_terminal()
+        {
+            let _ = handle.stop().await;
+        }
+        // Whatever sidecar of it still runs (a stop cut short by a kill left one) goes first.
+        let executor = self.config.store.get_executor(session_id.clone()).await.ok().flatten();
+        if let Err(err) = self.fence(row, executor).await {
+            tracing::warn!(session = %session_id, %err, "cannot fence a deleted session's sidecar");
+        }
+        if let Some(made) = session_worktree(row) {
+            let existed = made.path.is_dir();
+            worktree::remove(&made, force, delete_branch).await.map_err(|err| match err {
+                worktree::WorktreeError::Uncommitted { .. } => {
+                    ServiceError::Conflict(format!("session {session_id}: {err}"))
+                }
+                other => ServiceError::Internal(format!("session {session_id}: {other}")),
+            })?;
+            if existed {
+                removed.push("worktree".to_owned());
+            }
+        }
+        if let Ok(runtime) = self.runtime(&row.runtime) {
+            let handle = match self.config.store.get_executor(session_id.clone()).await {
+                Ok(executor) => executor.and_then(|executor| executor.runtime_handle),
+                Err(_) => None,
+            };
+            match runtime.remove(&session_id, handle.as_ref()).await {
+                Ok(true) => removed.push(runtime.resource_kind().unwrap_or("runtime").to_owned()),
+                Ok(false) => {}
+                Err(err) => {
+                    tracing::warn!(session = %session_id, %err, "cannot remove the session's runtime resources");
+                }
+            }
+        }
+        self.config.store.delete_session(session_id.clone()).await?;
+        self.sessions().remove(&session_id);
+        self.event_logs.lock().expect("UNWRAP: never poisoned").remove(&session_id);
+        let agent_state = self.config.home.agent_state(&session_id);
+        if agent_state.exists() {
+            let _ = std::fs::remove_dir_all(&agent_state);
+        }
+        let paths = self.config.home.session(&session_id);
+        for (path, name) in paths.kept() {
+            if path.exists() {
+                removed.push(name.to_owned());
+            }
+        }
+        let dir = paths.dir();
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).map_err(|err| {
+                ServiceError::Internal(format!("removing {}: {err}", dir.display()))
+            })?;
+        }
+        Ok(removed)
+    }
+
+    /// `sessions.cleanup`: removes the sessions at rest whose last change is older than the
+    /// policy's age and that its filters select; never a live one (an agent running, a
+    /// launch or re-attach under way, `STARTING` or `RUNNING`). A worktree with uncommitted
+    /// work keeps its session unless `force`.
+    pub async fn cleanup(&self, policy: &CleanupPolicy) -> Result<CleanupResult, ServiceError> {
+        let cutoff = crate::store::now_ms()
+            .saturating_sub(i64::from(policy.max_age_days).saturating_mul(86_400_000));
+        let mut removed = Vec::new();
+        let mut kept = Vec::new();
+        for row in self.config.store.list_sessions(None).await? {
+            if row.updated_at > cutoff
+                || policy.states.as_ref().is_some_and(|states| !states.contains(&row.state))
+                || (policy.keep_completed && row.state == SessionState::Completed)
+            {
+                continue;
+            }
+            let keep = |reason: String| KeptSession {
+                session_id: row.id.clone(),
+                state: row.state,
+                reason,
+            };
+            // Checked and removed under the start lock: no resume or prompt can bring the
+            // session's agent up in between (they start actors under it, and read the row
+            // again there).
+            let _guard = self.start_lock.lock().await;
+            let live = self.handle(&row.id).filter(SessionHandle::is_live).is_some_and(|handle| {
+                let view = handle.view();
+                view.agent_running || view.is_starting() || view.phase == Phase::Adopting
+            });
+            if live || matches!(row.state, SessionState::Starting | SessionState::Running) {
+                kept.push(keep("live: its agent runs (or is being brought up)".into()));
+                continue;
+            }
+            if let Some(made) = session_worktree(&row)
+                && !policy.force
+            {
+                match worktree::uncommitted(&made).await {
+                    Ok(changed) if !changed.is_empty() => {
+                        kept.push(keep(format!(
+                            "its worktree {} has uncommitted changes ({} paths); --force removes them",
+                            made.path.display(),
+                            changed.len()
+                        )));
+                        continue;
+                    }
+                    Ok(_) => {}
+                    Err(err) => {
+                        kept.push(keep(format!("its worktree cannot be read: {err}")));
+                        continue;
+                    }
+                }
+            }
+            let resources = if policy.dry_run {
+                self.resources_of(&row)
+            } else {
+                match self.remove_session(&row, policy.force, false).await {
+                    Ok(resources) => resources,
+                    Err(err) => {
+                        kept.push(keep(format!("cannot remove it: {err}")));
+                        continue;
+                    }
+                }
+            };
+            tracing::info!(session = %row.id, state = %row.state.as_str(), dry_run = policy.dry_run, ?resources, "cleanup");
+            removed.push(CleanedSession {
+                session_id: row.id.clone(),
+                state: row.state,
+                updated_at: row.updated_at,
+                resources,
+            });
+        }
+        removed.sort_by_key(|session| session.updated_at);
+        Ok(CleanupResult { dry_run: policy.dry_run, removed, kept })
+    }
+
+    /// What removing a session would take besides its rows (for a dry run).
+    pub(super) fn resources_of(&self, row: &SessionRow) -> Vec<String> {
+        let mut resources = Vec::new();
+        if session_worktree(row).is_some_and(|made| made.path.is_dir()) {
+            resources.push("worktree".to_owned());
+        }
+        if let Some(kind) = self.runtime(&row.runtime).ok().and_then(|r| r.resource_kind()) {
+            resources.push(kind.to_owned());
+        }
+        for (path, name) in self.config.home.session(&row.id).kept() {
+            if path.exists() {
+                resources.push(name.to_owned());
+            }
+        }
+        resources
+    }
+}

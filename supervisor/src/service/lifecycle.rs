@@ -1,0 +1,585 @@
+//! A session's life while it lasts: created (and its first prompt), its status, prompts,
+//! resumes, cancel, pause and permission answers.
+
+use super::*;
+
+impl Supervisor {
+    /// `task.session.create`: records the session (and makes its worktree, when it has one)
+    /// and starts its launch in the background.
+    pub async fn create_session(&self, new: NewSession) -> Result<SessionRow, ServiceError> {
+        let NewSession {
+            task_id,
+            agent_profile_id,
+            workspace_path,
+            prompt,
+            runtime,
+            shared,
+            worktree,
+            base,
+            labels,
+        } = new;
+        check_id("task_id", &task_id)?;
+        if let Some(path) = &workspace_path {
+            let workspace = Path::new(path);
+            if !workspace.is_absolute() {
+                return Err(ServiceError::InvalidParams {
+                    field: "workspace_path",
+                    message: format!("workspace_path {path:?} must be absolute"),
+                });
+            }
+            if !workspace.is_dir() {
+                return Err(ServiceError::InvalidParams {
+                    field: "workspace_path",
+                    message: format!("workspace_path {path} is not a directory"),
+                });
+            }
+        }
+        let profile = self.config.registry.get(&agent_profile_id).ok_or_else(|| {
+            ServiceError::NotFound(format!("agent profile {agent_profile_id} not found"))
+        })?;
+        let reasons = self.unavailable(&profile, runtime.as_deref().unwrap_or(&profile.runtime));
+        if !reasons.is_empty() {
+            return Err(ServiceError::AgentUnavailable(format!(
+                "agent {agent_profile_id} is not available: {}",
+                reasons.join("; ")
+            )));
+        }
+        let runtime = self.check_runtime(runtime.as_deref().unwrap_or(&profile.runtime)).await?;
+        if !labels.is_empty() && !runtime.places_by_labels() {
+            return Err(ServiceError::InvalidParams {
+                field: "labels",
+                message: format!(
+                    "runtime {} does not place sessions by labels (docker does)",
+                    runtime.name()
+                ),
+            });
+        }
+        let task = self.config.store.get_task(task_id.clone()).await?;
+        let initial_prompt = prompt
+            .or_else(|| (!task.description.trim().is_empty()).then(|| task.description.clone()));
+        let now = crate::store::now_ms();
+        let id = uuid::Uuid::now_v7().to_string();
+        // A worktree of its own: asked for, or the profile's default.
+        let made = if worktree.unwrap_or(profile.workspace.is_some()) {
+            let settings = profile.workspace.clone().unwrap_or_default();
+            let repo = workspace_path.clone().or(settings.repo).ok_or_else(|| {
+                ServiceError::InvalidParams {
+                    field: "workspace_path",
+                    message: format!(
+                        "a worktree session needs workspace_path (the repository): profile {agent_profile_id} names no workspace.repo"
+                    ),
+                }
+            })?;
+            let repo = worktree::toplevel(Path::new(&repo)).await.map_err(|err| {
+                ServiceError::InvalidParams { field: "workspace_path", message: err.to_string() }
+            })?;
+            let made = worktree::Worktree {
+                repo,
+                path: self.config.home.root().join("worktrees").join(&id),
+                branch: worktree::branch_name(&task.title, &id),
+            };
+            let base = base.or(settings.base).unwrap_or_else(|| "HEAD".to_owned());
+            home::create_private_dir(&self.config.home.root().join("worktrees"))
+                .map_err(|err| ServiceError::Internal(format!("worktrees dir: {err}")))?;
+            worktree::create(&made, &base).await.map_err(|err| match err {
+                worktree::WorktreeError::BadBase { .. } => {
+                    ServiceError::InvalidParams { field: "base", message: err.to_string() }
+                }
+                other => ServiceError::InvalidState(other.to_string()),
+            })?;
+            tracing::info!(session = %id, branch = %made.branch, path = %made.path.display(), "made a worktree");
+            // Killed here, the worktree has no session: recovery removes it.
+            agentctl::fault::point("create.worktree_made");
+            Some(made)
+        } else {
+            None
+        };
+        let Some(workspace_path) =
+            made.as_ref().map(|made| made.path.display().to_string()).or(workspace_path)
+        else {
+            return Err(ServiceError::InvalidParams {
+                field: "workspace_path",
+                message: "workspace_path is required (an absolute directory)".into(),
+            });
+        };
+        let row = SessionRow {
+            id,
+            task_id,
+            agent_profile_id,
+            profile_snapshot: serde_json::to_value(&*profile)
+                .map_err(|err| ServiceError::Internal(err.to_string()))?,
+            runtime: runtime.name().into(),
+            state: SessionState::Created,
+            workspace_path,
+            error_message: None,
+            created_at: now,
+            updated_at: now,
+            initial_prompt: initial_prompt.clone(),
+            worktree_repo: made.as_ref().map(|made| made.repo.display().to_string()),
+            worktree_branch: made.as_ref().map(|made| made.branch.clone()),
+            runtime_labels: labels,
+        };
+        let created = self.record_session(row, shared).await;
+        if created.is_err()
+            && let Some(made) = &made
+            && let Err(err) = worktree::remove(made, true, true).await
+        {
+            tracing::warn!(%err, "cannot remove the worktree of a session not created");
+        }
+        let row = created?;
+        // Killed here, the session is stored `CREATED` and nothing of it started.
+        agentctl::fault::point("create.recorded");
+        let started = self.context(&row).and_then(|context| {
+            let events = self.event_log(&row.id)?;
+            let start = Start::Fresh { initial_prompt };
+            Ok(session::start_session(context, row.clone(), profile, events, start)?)
+        });
+        match started {
+            Ok(handle) => {
+                self.sessions().insert(row.id.clone(), handle);
+                Ok(row)
+            }
+            Err(err) => {
+                // Refused: nothing of it is left behind (no row stuck `CREATED`).
+                self.event_logs.lock().expect("UNWRAP: never poisoned").remove(&row.id);
+                if let Err(undo) = self.config.store.delete_session(row.id.clone()).await {
+                    tracing::error!(session = %row.id, %undo, "cannot remove a session whose start failed");
+                }
+                if let Some(made) = &made
+                    && let Err(undo) = worktree::remove(made, true, true).await
+                {
+                    tracing::warn!(%undo, "cannot remove the worktree of a session not created");
+                }
+                let _ = std::fs::remove_dir_all(self.config.home.session_path(&row.id));
+                Err(err)
+            }
+        }
+    }
+
+    /// Stores a new session, its workspace's occupancy checked and taken under the start
+    /// lock (so two creates cannot both pass).
+    pub(super) async fn record_session(
+        &self,
+        row: SessionRow,
+        shared: bool,
+    ) -> Result<SessionRow, ServiceError> {
+        let _guard = self.start_lock.lock().await;
+        if !shared {
+            let canonical = std::fs::canonicalize(&row.workspace_path)
+                .map_or_else(|_| row.workspace_path.clone(), |path| path.display().to_string());
+            let paths = vec![row.workspace_path.clone(), canonical];
+            if let Some((holder, state)) = self.config.store.workspace_holder(paths).await? {
+                return Err(ServiceError::Conflict(format!(
+                    "workspace {} is held by live session {holder} ({}); pass shared: true (CLI --shared) to share it, or end that session (stop)",
+                    row.workspace_path,
+                    state.as_str()
+                )));
+            }
+        }
+        Ok(self.config.store.create_session(row).await?)
+    }
+
+    /// `task.session.status`.
+    pub async fn status(&self, session_id: String) -> Result<SessionStatus, ServiceError> {
+        let row = self.session_row(&session_id).await?;
+        let last_event_seq = self.event_log(&session_id).map_or(0, |log| log.last_seq());
+        let executor = self.config.store.get_executor(session_id.clone()).await?;
+        let generation = executor.as_ref().map_or(0, |e| u64::try_from(e.generation).unwrap_or(0));
+        let handle = self.handle(&session_id);
+        let view = handle.as_ref().map(SessionHandle::view);
+        let running = view.as_ref().is_some_and(|view| view.agent_running);
+        let phase = view.as_ref().map(|view| view.phase);
+        let profile_drift = self.profile_drift(&row);
+        let runtime = self.runtime(&row.runtime).ok();
+        let runtime_handle = executor.as_ref().and_then(|e| e.runtime_handle.clone());
+        let placement =
+            runtime.as_ref().and_then(|runtime| runtime.placement(runtime_handle.as_ref()));
+        let (mut is_resumable, needs_resume, mut reason) = if row.state.is_terminal() {
+            (false, false, "terminal")
+        } else if running {
+            (true, false, "agent_running")
+        } else if phase == Some(Phase::Adopting) {
+            (true, false, "reattaching")
+        } else if view.as_ref().is_some_and(SessionView::is_starting)
+            || row.state == SessionState::Starting
+        {
+            // Launching or opening: a resume now would only join it.
+            (true, false, "starting")
+        } else if row.state == SessionState::Created && handle.is_some() {
+            (true, false, "not_started")
+        } else if row.state == SessionState::Paused {
+            (true, true, "paused")
+        } else if row.state == SessionState::Failed {
+            // Its last launch failed (the reason is in `error`): a resume tries again.
+            (true, true, "failed")
+        } else if executor.as_ref().is_some_and(|e| e.resume_token.is_some()) {
+            (true, true, "agent_not_running")
+        } else if executor.is_some() {
+            (true, true, "agent_not_running_fresh_start")
+        } else {
+            // Never launched (or cut short before its launch recorded anything): a resume
+            // starts it, with the prompt it was created with.
+            (true, true, "not_started")
+        };
+        // A resume now would fail where it must run (its Docker engine is down): it is
+        // `runtime_unavailable` until that place is back.
+        let mut unreachable = None;
+        if needs_resume
+            && let Some(runtime) = &runtime
+            && let Err(err) = runtime.reachable(runtime_handle.as_ref()).await
+        {
+            (is_resumable, reason) = (false, "runtime_unavailable");
+            unreachable = Some(err.to_string());
+        }
+        Ok(SessionStatus {
+            session_id,
+            task_id: row.task_id,
+            state: row.state,
+            agent_profile_id: row.agent_profile_id,
+            is_agent_running: running,
+            is_resumable,
+            needs_resume,
+            resume_reason: reason.into(),
+            acp_session_id: view
+                .as_ref()
+                .and_then(|view| view.acp_session_id.clone())
+                .or(executor.and_then(|e| e.resume_token)),
+            runtime: runtime_kind(&row.runtime),
+            worktree_path: Some(row.workspace_path),
+            worktree_branch: row.worktree_branch,
+            // The actor's view is newer than the row when the store cannot be written.
+            pause_requested: view.as_ref().is_some_and(|view| view.pause_requested),
+            error: unreachable.or(view.and_then(|view| view.error)).or(row.error_message),
+            last_event_seq,
+            generation,
+            profile_drift,
+            placement,
+        })
+    }
+
+    /// `task.session.prompt`: starts a turn; returns its id.
+    pub async fn prompt(&self, session_id: String, prompt: String) -> Result<String, ServiceError> {
+        if prompt.trim().is_empty() {
+            return Err(ServiceError::InvalidParams {
+                field: "prompt",
+                message: "prompt must not be empty".into(),
+            });
+        }
+        let row = self.session_row(&session_id).await?;
+        if row.state.is_terminal() {
+            return Err(ServiceError::Conflict(format!(
+                "session {session_id} is {}",
+                row.state.as_str()
+            )));
+        }
+        // Lazily: a session without a live agent is resumed first (and waited for).
+        let handle = self.ensure_running(&row).await?;
+        match handle.prompt(prompt.clone()).await {
+            Err(SessionError::AgentGone(_)) => {
+                // The execution vanished under us: resume once, retry once.
+                let handle = self.ensure_running(&row).await?;
+                Ok(handle.prompt(prompt).await?)
+            }
+            other => Ok(other?),
+        }
+    }
+
+    /// A live actor whose agent runs: resumes the session if needed and waits for it.
+    pub(super) async fn ensure_running(
+        &self,
+        row: &SessionRow,
+    ) -> Result<SessionHandle, ServiceError> {
+        // Checked before an actor is started: a new one begins its launch at once.
+        let live = self.handle(&row.id).filter(SessionHandle::is_live);
+        if live.is_none_or(|handle| !handle.view().is_ready()) {
+            ensure_workspace(row).await?;
+            self.check_root_env(row)?;
+            self.check_session_runtime(row).await?;
+        }
+        let handle = self.actor(row).await?;
+        if handle.view().is_ready() {
+            return Ok(handle);
+        }
+        let outcome = tokio::time::timeout(RESUME_WAIT, handle.resume()).await.map_err(|_| {
+            ServiceError::RuntimeUnavailable(format!(
+                "session {} did not become ready in time",
+                row.id
+            ))
+        })?;
+        outcome?;
+        Ok(handle)
+    }
+
+    /// The session's actor, starting one (idle, ready to resume) if none is live.
+    pub(super) async fn actor(&self, row: &SessionRow) -> Result<SessionHandle, ServiceError> {
+        self.actor_started(row).await.map(|(handle, _)| handle)
+    }
+
+    /// The session's live actor, or a new one that begins a resume at once (with the
+    /// snapshot stored now); whether it is new.
+    pub(super) async fn actor_started(
+        &self,
+        row: &SessionRow,
+    ) -> Result<(SessionHandle, bool), ServiceError> {
+        let _guard = self.start_lock.lock().await;
+        if let Some(handle) = self.handle(&row.id).filter(SessionHandle::is_live) {
+            return Ok((handle, false));
+        }
+        // Read again under the lock: a cleanup or delete may have removed it, or a stop
+        // ended it, since the caller read it.
+        let row = &self.session_row(&row.id).await?;
+        if row.state.is_terminal() {
+            return Err(ServiceError::Conflict(format!(
+                "session {} is {}",
+                row.id,
+                row.state.as_str()
+            )));
+        }
+        let profile = Supervisor::snapshot(row)?;
+        let handle = session::start_session(
+            self.context(row)?,
+            row.clone(),
+            profile,
+            self.event_log(&row.id)?,
+            Start::Resume,
+        )?;
+        self.sessions().insert(row.id.clone(), handle.clone());
+        Ok((handle, true))
+    }
+
+    /// `task.session.resume`: one launch per session however many callers; every caller
+    /// gets its outcome.
+    pub async fn resume(
+        &self,
+        session_id: String,
+        refresh_profile: bool,
+    ) -> Result<ResumeResult, ServiceError> {
+        let mut row = self.session_row(&session_id).await?;
+        if row.state.is_terminal() {
+            return Err(ServiceError::Conflict(format!(
+                "session {session_id} is {} and cannot be resumed",
+                row.state.as_str()
+            )));
+        }
+        let profile_drift = self.profile_drift(&row);
+        // Adopting today's profile: refused while the agent runs (it runs with the old
+        // one); otherwise stored first, so a restart launches with it too.
+        let refresh = if refresh_profile && !profile_drift.is_empty() {
+            let current = self.config.registry.get(&row.agent_profile_id).ok_or_else(|| {
+                ServiceError::InvalidState(format!(
+                    "agent profile {} no longer exists; the session keeps its snapshot",
+                    row.agent_profile_id
+                ))
+            })?;
+            let running = self.handle(&row.id).is_some_and(|handle| {
+                let view = handle.view();
+                handle.is_live() && (view.agent_running || view.is_starting())
+            });
+            if running {
+                return Err(ServiceError::InvalidState(format!(
+                    "session {session_id}'s agent is running with its profile snapshot; pause the session (or stop-all) first, then resume with refresh_profile"
+                )));
+            }
+            let snapshot = serde_json::to_value(&*current)
+                .map_err(|err| ServiceError::Internal(err.to_string()))?;
+            self.config.store.set_profile_snapshot(row.id.clone(), snapshot.clone()).await?;
+            row.profile_snapshot = snapshot;
+            tracing::info!(session = %session_id, fields = ?profile_drift, "adopting the current profile");
+            Some(current)
+        } else {
+            None
+        };
+        // Checked before an actor is started: a new one begins its launch at once.
+        let live = self.handle(&row.id).filter(SessionHandle::is_live);
+        if live.is_none_or(|handle| !handle.view().agent_running) {
+            ensure_workspace(&row).await?;
+            self.check_root_env(&row)?;
+            self.check_session_runtime(&row).await?;
+        }
+        let (handle, started) = self.actor_started(&row).await?;
+        let profile_refreshed = refresh.is_some();
+        let resumed = async {
+            match refresh {
+                // A new actor resumes with the snapshot just stored: it is joined, not
+                // asked again (it is launching, and would refuse a refresh).
+                Some(profile) if !started => handle.resume_with(profile).await,
+                _ => handle.resume().await,
+            }
+        };
+        let outcome = tokio::time::timeout(RESUME_WAIT, resumed)
+            .await
+            .map_err(|_| {
+                ServiceError::RuntimeUnavailable(format!(
+                    "session {session_id} did not become ready in time"
+                ))
+            })?
+            .map_err(ServiceError::from)
+            .map_err(|err| {
+                // A launch that failed with a stale snapshot: say how to adopt the profile.
+                if profile_refreshed || profile_drift.is_empty() {
+                    return err;
+                }
+                err.with_hint(&format!(
+                    "; the session runs its profile snapshot, which differs from profile {} as it is now ({}): resume with refresh_profile (CLI: resume --refresh-profile) to adopt it",
+                    row.agent_profile_id,
+                    profile_drift.join(", ")
+                ))
+            })?;
+        let view = handle.view();
+        Ok(ResumeResult {
+            session_id,
+            outcome,
+            state: view.state,
+            is_agent_running: view.agent_running,
+            acp_session_id: view.acp_session_id,
+            error: view.error,
+            profile_drift,
+            profile_refreshed,
+        })
+    }
+
+    /// Where a session's profile snapshot differs from the profile as it is now: dotted
+    /// field names (`profile` when it no longer exists). Both sides go through the profile
+    /// type, so a field added since the snapshot was taken (with its default) is no drift.
+    pub(super) fn profile_drift(&self, row: &SessionRow) -> Vec<String> {
+        let Some(current) = self.config.registry.get(&row.agent_profile_id) else {
+            return vec!["profile".into()];
+        };
+        let (Ok(then), Ok(now)) = (
+            Supervisor::snapshot(row).and_then(|profile| {
+                serde_json::to_value(&*profile)
+                    .map_err(|err| ServiceError::Internal(err.to_string()))
+            }),
+            serde_json::to_value(&*current),
+        ) else {
+            return Vec::new();
+        };
+        let mut fields = Vec::new();
+        json_diff("", &then, &now, &mut fields);
+        // Where it was loaded from is not part of what it does.
+        fields.retain(|field| field != "source" && !field.starts_with("source."));
+        fields
+    }
+
+    /// `task.session.cancel`: cancels the running turn; a `PAUSED` session (no turn) is
+    /// ended `CANCELLED`.
+    pub async fn cancel(&self, session_id: String) -> Result<(), ServiceError> {
+        let row = self.session_row(&session_id).await?;
+        if row.state == SessionState::Paused {
+            return self.end(row, SessionState::Cancelled).await;
+        }
+        Ok(self.live(&session_id).await?.cancel().await?)
+    }
+
+    /// `task.session.pause`: at the next turn boundary (see [`SessionHandle::pause`]).
+    pub async fn pause(
+        &self,
+        session_id: String,
+        reason: Option<String>,
+        force_after_ms: Option<u64>,
+    ) -> Result<PauseResult, ServiceError> {
+        let row = self.session_row(&session_id).await?;
+        if row.state.is_terminal() {
+            return Err(ServiceError::Conflict(format!(
+                "session {session_id} is {} and cannot be paused",
+                row.state.as_str()
+            )));
+        }
+        if row.state == SessionState::Failed {
+            return Err(ServiceError::InvalidState(format!(
+                "session {session_id} is FAILED: no agent runs to pause (resume it, or stop it)"
+            )));
+        }
+        if row.state == SessionState::Paused {
+            return Err(ServiceError::InvalidState(format!(
+                "session {session_id} is already PAUSED"
+            )));
+        }
+        let force_after = Duration::from_millis(force_after_ms.unwrap_or(DEFAULT_PAUSE_WAIT_MS));
+        let live = {
+            let _guard = self.start_lock.lock().await;
+            match self.handle(&session_id).filter(SessionHandle::is_live) {
+                Some(handle) => Some(handle),
+                None => {
+                    // No actor, so no agent: nothing to stop or wait for.
+                    self.pause_without_agent(&row, reason.clone(), false, SnapshotTrigger::Pause)
+                        .await?;
+                    None
+                }
+            }
+        };
+        let Some(handle) = live else {
+            return Ok(PauseResult {
+                session_id,
+                state: SessionState::Paused,
+                pause_requested: false,
+            });
+        };
+        let waits = handle.pause(reason, force_after).await?;
+        let view = handle.view();
+        Ok(PauseResult { session_id, state: view.state, pause_requested: waits })
+    }
+
+    /// Pauses a session that has no actor (its agent is not running): the events are
+    /// published, then the store says `PAUSED` (and forgets the pause request).
+    pub(super) async fn pause_without_agent(
+        &self,
+        row: &SessionRow,
+        reason: Option<String>,
+        forced: bool,
+        trigger: SnapshotTrigger,
+    ) -> Result<(), ServiceError> {
+        let request = self.snapshot_request(&row.id, trigger, reason.clone());
+        let record = self.record(&row.id)?;
+        Ok(record.pause(request, reason, trigger, forced, Mark::default()).await?)
+    }
+
+    /// What a snapshot of a session that has no live agent is taken from.
+    pub(super) fn snapshot_request(
+        &self,
+        session_id: &str,
+        trigger: SnapshotTrigger,
+        reason: Option<String>,
+    ) -> crate::snapshot::Request {
+        crate::snapshot::Request {
+            session_id: session_id.to_owned(),
+            trigger,
+            reason,
+            history: self.config.home.session(session_id).history(),
+            execution_id: None,
+            usage: None,
+        }
+    }
+
+    /// Takes a snapshot of a session that has no live agent; its id, or `None` (logged)
+    /// when it could not be taken.
+    pub(super) async fn snapshot_now(
+        &self,
+        session_id: &str,
+        trigger: SnapshotTrigger,
+        reason: Option<String>,
+    ) -> Option<String> {
+        let request = self.snapshot_request(session_id, trigger, reason);
+        match crate::snapshot::take(&self.config.store, request).await {
+            Ok(snapshot) => Some(snapshot.snapshot_id),
+            Err(err) => {
+                tracing::warn!(session = %session_id, %err, "cannot take a snapshot");
+                None
+            }
+        }
+    }
+
+    /// `task.session.permission.respond`: `option_id` selects an option; `None` cancels.
+    pub async fn respond_permission(
+        &self,
+        session_id: String,
+        request_id: String,
+        option_id: Option<String>,
+    ) -> Result<(), ServiceError> {
+        let outcome = match option_id {
+            Some(option_id) => serde_json::json!({"outcome": "selected", "optionId": option_id}),
+            None => serde_json::json!({"outcome": "cancelled"}),
+        };
+        Ok(self.live(&session_id).await?.respond_permission(request_id, outcome).await?)
+    }
+}

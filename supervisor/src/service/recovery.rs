@@ -1,0 +1,537 @@
+//! Restart recovery: what the supervisor finds of each session when it starts (a sidecar to
+//! re-attach to, a dead one's spool to record, a stop cut short to finish, leaked sidecars,
+//! worktrees and runtime resources), and how each is brought to a state with an exit.
+
+use super::*;
+
+impl Supervisor {
+    /// Restart recovery (DESIGN §7). Serves at once: live sidecars are re-attached in the
+    /// background (status says `reattaching` meanwhile), and a summary is logged when every
+    /// re-attach has settled. Dead sidecars are fenced (a stray one is killed) and what
+    /// they leave behind is marked and published. One bad row is reported and skipped; it
+    /// never stops the daemon. No agent is launched.
+    pub async fn recover(&self) -> Result<RecoverySummary, ServiceError> {
+        let mut summary = RecoverySummary::default();
+        let mut adopting = Vec::new();
+        let boot_id = agentctl::ready::boot_id().unwrap_or_default();
+        // Sessions at rest — stopped, nothing open, no sidecar of theirs alive — need
+        // nothing: one scan of the processes and one indexed query leave them out unread,
+        // so a restart does not grow with the number of stored sessions.
+        let (sidecar_pids, sidecar_dirs) = crate::runtime::live_sidecars();
+        let live_sessions: Vec<String> = sidecar_dirs
+            .iter()
+            .filter_map(|dir| self.config.home.session_of_agentctl(dir))
+            .collect();
+        // The runtime whose sidecars the process scan finds (the standalone one).
+        let local = self.config.runtimes.local().map_or("", |runtime| runtime.name());
+        let (candidates, active) =
+            self.config.store.recovery_candidates(local, &sidecar_pids, live_sessions).await?;
+        let examined = candidates.len();
+        let mut to_recover = Vec::new();
+        for candidate in candidates {
+            if self.at_rest(&candidate, &sidecar_pids, &sidecar_dirs) {
+                summary.at_rest += 1;
+            } else {
+                to_recover.push(candidate);
+            }
+        }
+        // Liveness, asked of each runtime once for all its executions (one call per Docker
+        // engine, not an inspect per container).
+        let mut by_runtime: HashMap<String, Vec<crate::store::ExecutorRow>> = HashMap::new();
+        for candidate in &to_recover {
+            let executor = &candidate.executor;
+            by_runtime.entry(executor.runtime.clone()).or_default().push(executor.clone());
+        }
+        let mut liveness: HashMap<String, Liveness> = HashMap::new();
+        for (name, executors) in &by_runtime {
+            if let Some(runtime) = self.config.runtimes.get(name) {
+                liveness.extend(runtime.liveness(executors, &boot_id).await);
+            }
+        }
+        for candidate in to_recover {
+            let executor = candidate.executor;
+            let row = match self.config.store.get_session(executor.session_id.clone()).await {
+                Ok(row) => row,
+                Err(err) => {
+                    summary.skipped += 1;
+                    tracing::error!(session = %executor.session_id, %err, "cannot read this session for recovery; skipped");
+                    continue;
+                }
+            };
+            let session_id = row.id.clone();
+            let (kept_row, kept_executor) = (row.clone(), executor.clone());
+            let found = liveness.remove(&session_id).unwrap_or(Liveness::Dead);
+            match self.recover_one(row, executor, found, &mut summary).await {
+                Ok(Some(view)) => adopting.push(view),
+                Ok(None) => {}
+                Err(err) => {
+                    // Whatever it was, no sidecar of it may run on unowned.
+                    if let Err(fence) = self.fence(&kept_row, Some(kept_executor)).await {
+                        tracing::error!(session = %session_id, %fence, "cannot fence a skipped session's sidecar");
+                    }
+                    summary.skipped += 1;
+                    tracing::error!(session = %session_id, %err, "cannot recover this session; skipped");
+                    let message = format!("recovery skipped this session: {err}");
+                    let _ = self
+                        .config
+                        .store
+                        .set_session_state(
+                            session_id,
+                            SessionState::WaitingForInput,
+                            Some(message),
+                            None,
+                        )
+                        .await;
+                }
+            }
+        }
+        // A session caught before its first launch recorded anything: whatever its runtime
+        // may have started is fenced (found through its state dir or container name), and it
+        // waits for input instead of reading `STARTING` forever.
+        // A pause asked for before the restart, whose session has no agent any more (it was
+        // found dead): nothing is left to wait for.
+        for (session_id, request) in self.config.store.pauses().await? {
+            let adopting_it = self.handle(&session_id).is_some_and(|handle| handle.is_live());
+            if adopting_it {
+                continue;
+            }
+            match self.config.store.get_session(session_id.clone()).await {
+                Ok(row) if row.state.is_active() => {
+                    if let Err(err) =
+                        self.pause_without_agent(&row, request.reason, false, request.trigger).await
+                    {
+                        tracing::error!(session = %session_id, %err, "cannot pause a session at recovery");
+                    }
+                }
+                _ => {}
+            }
+        }
+        let stranded = self.config.store.stranded_sessions().await?;
+        // Those the query left out are at rest too.
+        summary.at_rest += active.saturating_sub(examined + stranded.len());
+        for row in stranded {
+            if let Err(err) = self.fence(&row, None).await {
+                tracing::error!(session = %row.id, %err, "cannot fence a stranded session's sidecar");
+            }
+            let reason = "the supervisor stopped while this session was starting; prompt or resume it to go on";
+            let state = SessionEventKind::State {
+                state: SessionState::WaitingForInput,
+                error: Some(reason.into()),
+            };
+            if let Err(err) = self.publish_recovery(&row.id, vec![state]) {
+                tracing::error!(session = %row.id, %err, "cannot publish a stranded session's state");
+            }
+            self.config
+                .store
+                .set_session_state(
+                    row.id.clone(),
+                    SessionState::WaitingForInput,
+                    Some(reason.into()),
+                    None,
+                )
+                .await?;
+            summary.dead += 1;
+        }
+        // Sidecars a teardown cut short left running (a stop, delete or failed launch
+        // killed halfway), whatever their session's state, go.
+        summary.orphans_removed += self.sweep_leaked_sidecars().await;
+        // And the rest of such a teardown: what the sidecar spooled is recorded, the turn
+        // ends.
+        for row in self.config.store.ended_with_open_work().await? {
+            match self.finish_teardown(row.clone()).await {
+                Ok(Some(view)) => adopting.push(view),
+                Ok(None) => summary.interrupted += 1,
+                Err(err) => {
+                    summary.skipped += 1;
+                    tracing::error!(session = %row.id, %err, "cannot finish a stopped session's teardown");
+                }
+            }
+        }
+        // Worktrees made for a session that was never stored (killed mid-create) go.
+        summary.orphans_removed += self.remove_orphaned_worktrees().await;
+        // Containers of ours whose session is gone are removed (on every engine there).
+        summary.orphans_removed += self.remove_orphaned_runtime_resources().await;
+        let counted = [
+            ("reattaching", adopting.len()),
+            ("at_rest", summary.at_rest),
+            ("dead", summary.dead),
+            ("interrupted", summary.interrupted),
+            ("approvals_restored", summary.approvals_restored),
+            ("approvals_cancelled", summary.approvals_cancelled),
+            ("orphans_removed", summary.orphans_removed),
+            ("skipped", summary.skipped),
+        ];
+        for (outcome, count) in counted {
+            let family = &crate::metrics::get().recovery;
+            family.get_or_create(&crate::metrics::label("outcome", outcome)).inc_by(count as u64);
+        }
+        tracing::info!(
+            reattaching = adopting.len(),
+            at_rest = summary.at_rest,
+            dead = summary.dead,
+            interrupted = summary.interrupted,
+            approvals_restored = summary.approvals_restored,
+            approvals_cancelled = summary.approvals_cancelled,
+            orphans_removed = summary.orphans_removed,
+            skipped = summary.skipped,
+            "recovery: serving; re-attaching in the background"
+        );
+        // The summary of the re-attaches, counted once each has settled (connected or not).
+        tokio::spawn(async move {
+            let (mut readopted, mut failed) = (0, 0);
+            for mut view in adopting {
+                let settled = view.wait_for(|view| view.phase != Phase::Adopting).await;
+                match settled {
+                    Ok(view) if view.agent_running || view.phase == Phase::Open => readopted += 1,
+                    _ => failed += 1,
+                }
+            }
+            tracing::info!(readopted, failed, "recovery: re-attaching done");
+        });
+        Ok(summary)
+    }
+
+    /// Kills every sidecar no actor owns that a cut-short teardown left running: those of
+    /// executions not marked over whose session is at rest (stopped, paused, failed,
+    /// cancelled), on any runtime, and every local agentctl serving a session dir under
+    /// this home whose session has no live actor (or is not stored at all). Returns how
+    /// many were found.
+    pub(super) async fn sweep_leaked_sidecars(&self) -> usize {
+        let mut swept = 0;
+        let owned =
+            |session_id: &str| self.handle(session_id).is_some_and(|handle| handle.is_live());
+        match self.config.store.unfinished_executions_at_rest().await {
+            Ok(executions) => {
+                for (row, executor) in executions {
+                    if owned(&row.id) {
+                        continue;
+                    }
+                    let execution_id = executor.execution_id.clone();
+                    match self.fence(&row, Some(executor)).await {
+                        Ok(()) => {
+                            let dead = ExecutorStatus::Dead;
+                            let _ = self
+                                .config
+                                .store
+                                .set_executor_status(row.id.clone(), execution_id, dead)
+                                .await;
+                            swept += 1;
+                        }
+                        Err(err) => {
+                            tracing::warn!(session = %row.id, %err, "cannot fence a sidecar left by a teardown")
+                        }
+                    }
+                }
+            }
+            Err(err) => tracing::warn!(%err, "cannot list the executions left by teardowns"),
+        }
+        for (pid, dir) in crate::runtime::local_sidecars() {
+            let Some(session_id) = self.config.home.session_of_agentctl(&dir) else { continue };
+            if owned(&session_id) {
+                continue;
+            }
+            tracing::warn!(session = %session_id, pid, "killing a sidecar that no session owns");
+            match crate::runtime::kill_local_sidecar(pid, &dir).await {
+                Ok(()) => swept += 1,
+                Err(err) => {
+                    tracing::warn!(session = %session_id, pid, %err, "cannot kill a sidecar no session owns")
+                }
+            }
+        }
+        swept
+    }
+
+    /// Removes our containers (stopped ones too) whose session is not stored; how many.
+    /// Only the sessions the containers name are looked up.
+    /// Worktrees under `$TETHER_HOME/worktrees/` whose session is not stored: made by a
+    /// create that was killed before it stored the session. One with uncommitted work is
+    /// kept (and said); its branch is kept either way.
+    pub(super) async fn remove_orphaned_worktrees(&self) -> usize {
+        let dir = self.config.home.root().join("worktrees");
+        let Ok(entries) = std::fs::read_dir(&dir) else { return 0 };
+        let ids: Vec<String> = entries
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str().map(str::to_owned))
+            .filter(|name| home::is_valid_id(name))
+            .collect();
+        let known = match self.config.store.existing_sessions(ids.clone()).await {
+            Ok(known) => known,
+            Err(err) => {
+                tracing::warn!(%err, "cannot check the worktrees for orphans");
+                return 0;
+            }
+        };
+        let mut removed = 0;
+        for id in ids.into_iter().filter(|id| !known.contains(id)) {
+            let path = dir.join(&id);
+            match worktree::orphan(&path).await {
+                Ok(made) => match worktree::remove(&made, false, false).await {
+                    Ok(()) => {
+                        tracing::info!(path = %path.display(), branch = %made.branch, "removed a worktree whose session was never stored");
+                        removed += 1;
+                    }
+                    Err(err) => {
+                        tracing::warn!(path = %path.display(), %err, "an orphaned worktree is kept")
+                    }
+                },
+                Err(err) => {
+                    tracing::warn!(path = %path.display(), %err, "an orphaned worktree is kept")
+                }
+            }
+        }
+        removed
+    }
+
+    /// Removes what each runtime runs for this installation whose session is not stored
+    /// (on every engine that answers); how many. Only the sessions named are looked up.
+    pub(super) async fn remove_orphaned_runtime_resources(&self) -> usize {
+        let mut removed = 0;
+        for runtime in self.config.runtimes.all() {
+            let scan = runtime.orphans().await;
+            for place in &scan.unreachable {
+                tracing::warn!(runtime = runtime.name(), %place, "not searched for orphans");
+            }
+            let named = scan.found.iter().map(|orphan| orphan.session_id.clone()).collect();
+            let known = match self.config.store.existing_sessions(named).await {
+                Ok(known) => known,
+                Err(err) => {
+                    tracing::warn!(%err, "cannot check for orphans");
+                    continue;
+                }
+            };
+            for orphan in scan.found.iter().filter(|orphan| !known.contains(&orphan.session_id)) {
+                match runtime.remove_orphan(orphan).await {
+                    Ok(()) => removed += 1,
+                    Err(err) => {
+                        tracing::warn!(location = %orphan.location, %err, "cannot remove an orphan")
+                    }
+                }
+            }
+        }
+        removed
+    }
+
+    /// A session recovery can leave as it is: standalone, waiting for input, its execution
+    /// over, no turn running or request pending, and no live agentctl that is its recorded
+    /// one or serves its state dir.
+    pub(super) fn at_rest(
+        &self,
+        candidate: &crate::store::RecoveryCandidate,
+        sidecar_pids: &std::collections::HashSet<u32>,
+        sidecar_dirs: &std::collections::HashSet<std::path::PathBuf>,
+    ) -> bool {
+        let executor = &candidate.executor;
+        let recorded_alive = executor
+            .agentctl_pid
+            .and_then(|pid| u32::try_from(pid).ok())
+            .is_some_and(|pid| sidecar_pids.contains(&pid));
+        let local = self.config.runtimes.local().map(|runtime| runtime.name());
+        local == Some(candidate.runtime.as_str())
+            && local == Some(executor.runtime.as_str())
+            && candidate.state == SessionState::WaitingForInput
+            && executor.status.is_over()
+            && !candidate.open_work
+            && !recorded_alive
+            && (sidecar_dirs.is_empty()
+                || !sidecar_dirs
+                    .contains(&self.config.home.session(&executor.session_id).agentctl()))
+    }
+
+    /// Starts an actor that re-attaches (to a live sidecar, or to a dead one's spool) at
+    /// recovery; returns a watch on its view.
+    pub(super) fn start_adopting(
+        &self,
+        row: &SessionRow,
+        profile: Arc<Profile>,
+        plan: AdoptPlan,
+    ) -> Result<tokio::sync::watch::Receiver<SessionView>, ServiceError> {
+        let handle = session::start_session(
+            self.context(row)?,
+            row.clone(),
+            profile,
+            self.event_log(&row.id)?,
+            Start::Adopt(Box::new(plan)),
+        )?;
+        let view = handle.watch();
+        self.sessions().insert(row.id.clone(), handle);
+        Ok(view)
+    }
+
+    /// Finishes the teardown of a session stopped (or cancelled) by a stop that a kill cut
+    /// short: when its sidecar's spool holds what was never recorded, an actor replays it
+    /// (its turn ends there; returns its view); else its open turns and questions end now.
+    pub(super) async fn finish_teardown(
+        &self,
+        row: SessionRow,
+    ) -> Result<Option<tokio::sync::watch::Receiver<SessionView>>, ServiceError> {
+        let store = &self.config.store;
+        let reason = "the session was stopped";
+        let executor = store.get_executor(row.id.clone()).await?;
+        if let Some(executor) = executor.filter(|executor| self.unrecorded_leftovers(executor)) {
+            let open_turns =
+                store.open_turns(row.id.clone(), executor.execution_id.clone()).await?;
+            let addr = executor.endpoint();
+            let plan = AdoptPlan { executor, addr, open_turns, gone: true };
+            return self.start_adopting(&row, Supervisor::snapshot(&row)?, plan).map(Some);
+        }
+        self.void_open_work(&row.id, reason, Vec::new()).await?;
+        Ok(None)
+    }
+
+    /// Ends what a session without an agent left open, as recovery finds it: each running
+    /// turn `interrupted` with `reason`, each question void, published (with `then` after
+    /// them) before the store changes. Returns how many turns and questions there were.
+    pub(super) async fn void_open_work(
+        &self,
+        session_id: &str,
+        reason: &str,
+        then: Vec<SessionEventKind>,
+    ) -> Result<(usize, usize), ServiceError> {
+        let record = self.record(session_id)?;
+        record.void_open_work(reason, then, Mark::default()).await.map_err(ServiceError::from)
+    }
+
+    /// Whether a dead execution's spool holds events that are not in the session's
+    /// history or event log (past what each had recorded of that execution, and past
+    /// what was acknowledged).
+    pub(super) fn unrecorded_leftovers(&self, executor: &crate::store::ExecutorRow) -> bool {
+        // Before its ACP session opened an execution holds nothing of the conversation
+        // (a load's replay is acknowledged before the open is recorded): nothing to record.
+        if executor.acp_session_id.is_none() {
+            return false;
+        }
+        let paths = self.config.home.session(&executor.session_id);
+        let last = session::leftover_seq(&paths.agentctl(), executor);
+        if last <= executor.acked_seq.max(0) as u64 {
+            return false;
+        }
+        let generation = executor.generation;
+        let history_mark = crate::history::History::open(&paths.history())
+            .map_or(0, |history| history.mark_for(generation));
+        let events_mark =
+            self.record(&executor.session_id).map_or(0, |record| record.events_mark(generation));
+        last > history_mark.min(events_mark)
+    }
+
+    /// Publishes what recovery found on a session's stream, in one append. The events
+    /// carry no agentctl mark: no agent event caused them.
+    pub(super) fn publish_recovery(
+        &self,
+        session_id: &str,
+        kinds: Vec<SessionEventKind>,
+    ) -> Result<(), ServiceError> {
+        self.record(session_id)?
+            .publish(kinds, Mark::default())
+            .map_err(|err| ServiceError::Internal(format!("publishing recovery events: {err}")))
+    }
+
+    /// The record of a session (its event log and open-work rows), for recovery and the
+    /// paths that change a session without its actor.
+    pub(super) fn record(&self, session_id: &str) -> Result<SessionRecord, ServiceError> {
+        let log = self.event_log(session_id)?;
+        Ok(SessionRecord::new(session_id.to_owned(), self.config.store.clone(), log))
+    }
+
+    /// Recovers one session: returns a watch on its view when it is being re-attached.
+    pub(super) async fn recover_one(
+        &self,
+        row: SessionRow,
+        executor: crate::store::ExecutorRow,
+        liveness: Liveness,
+        summary: &mut RecoverySummary,
+    ) -> Result<Option<tokio::sync::watch::Receiver<SessionView>>, ServiceError> {
+        // A runtime this daemon does not have: reported, and the session skipped.
+        self.runtime(&executor.runtime)?;
+        let recorded_live = !executor.status.is_over();
+        // A session caught mid-launch or mid-handshake cannot pick up where it was (the
+        // handshake's requests are gone with the old process): it is fenced and resumed
+        // later like a dead one. An execution recorded `running` finished its handshake
+        // (that is recorded when the ACP session opens, before the session's state): caught
+        // between the two, it is re-attached and its state completed, not killed — its
+        // `WAITING_FOR_INPUT` may already have been published.
+        let handshake_done = executor.status == ExecutorStatus::Running;
+        let mut unreachable = None;
+        let alive = recorded_live
+            && (row.state != SessionState::Starting || handshake_done)
+            && match &liveness {
+                Liveness::Alive => true,
+                Liveness::Dead => false,
+                Liveness::Stale(why) => {
+                    // Fenced below like a dead one; the session resumes afresh.
+                    tracing::warn!(session = %row.id, %why, "a container of a stale generation is not re-adopted");
+                    false
+                }
+                Liveness::Unreachable(why) => {
+                    unreachable = Some(why.clone());
+                    false
+                }
+            };
+        // Dead (or not to be trusted): make sure. Where it ran cannot be reached (an engine
+        // is down): it cannot be fenced now — the next launch fences it on that engine
+        // before anything starts — and the session waits, `runtime_unavailable`, until the
+        // engine is back.
+        if !alive && unreachable.is_none() {
+            self.fence(&row, Some(executor.clone())).await?;
+        }
+        // A dead sidecar whose spool holds what was never recorded (the supervisor died
+        // with it, or while reading it): the spool is replayed like a live re-attach's,
+        // then the execution is lost — whatever reached a spool is recorded once.
+        let gone = !alive && unreachable.is_none() && self.unrecorded_leftovers(&executor);
+        if alive || gone {
+            // Where the runtime said agentctl listens, as stored (issue 17).
+            let addr = executor.endpoint();
+            let open_turns =
+                self.config.store.open_turns(row.id.clone(), executor.execution_id.clone()).await?;
+            summary.approvals_restored +=
+                self.config.store.list_pending(row.id.clone()).await?.len();
+            let profile = Supervisor::snapshot(&row)?;
+            let plan = AdoptPlan { executor, addr, open_turns, gone };
+            return self.start_adopting(&row, profile, plan).map(Some);
+        }
+        // Then what it left behind is marked.
+        let store = &self.config.store;
+        // Subscribers that only listen learn it from the stream: each interrupted turn ends,
+        // each question is void, and the session waits for input with the reason. Published
+        // before the store changes (a kill in between publishes again at the next start,
+        // rather than never).
+        let unreachable_reason = unreachable
+            .map(|why| format!("{why}; the session resumes when its runtime is reachable again"));
+        let reason = unreachable_reason.as_deref().unwrap_or(session::STOPPED_WHILE_DOWN);
+        let unstuck = matches!(row.state, SessionState::Starting | SessionState::Running);
+        let mut then = Vec::new();
+        if unstuck {
+            then.push(SessionEventKind::State {
+                state: SessionState::WaitingForInput,
+                error: Some(reason.into()),
+            });
+        }
+        let (interrupted, cancelled) = self.void_open_work(&row.id, reason, then).await?;
+        summary.interrupted += interrupted;
+        summary.approvals_cancelled += cancelled;
+        let _ = store
+            .set_executor_status(row.id.clone(), executor.execution_id, ExecutorStatus::Dead)
+            .await;
+        summary.dead += 1;
+        if unstuck {
+            store
+                .set_session_state(
+                    row.id.clone(),
+                    SessionState::WaitingForInput,
+                    Some(reason.into()),
+                    None,
+                )
+                .await?;
+        }
+        // A crash found at recovery: the error, and a snapshot (taken before serving, while
+        // no actor writes this session's event log).
+        store.log_error(row.id.clone(), reason.into()).await?;
+        let trigger = SnapshotTrigger::Crash;
+        if let Some(snapshot_id) = self.snapshot_now(&row.id, trigger, Some(reason.into())).await {
+            self.publish_recovery(
+                &row.id,
+                vec![SessionEventKind::SnapshotTaken { snapshot_id, trigger }],
+            )?;
+        }
+        Ok(None)
+    }
+}
