@@ -1,0 +1,785 @@
+//! The client commands: a typed API client of a running daemon, what each command calls
+//! and how a failed call becomes an exit code.
+
+use super::*;
+
+/// Where the daemon is and how to get in.
+#[derive(Clone)]
+pub(super) struct Target {
+    pub(super) url: String,
+    pub(super) token: Option<String>,
+}
+
+impl Target {
+    pub(super) async fn open(&self) -> Result<WsClient, Failure> {
+        let mut headers = http::HeaderMap::new();
+        if let Some(token) = &self.token {
+            let value = http::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| usage("error: the token is not a valid header value".into()))?;
+            headers.insert(http::header::AUTHORIZATION, value);
+        }
+        WsClientBuilder::default()
+            .set_headers(headers)
+            .max_response_size(64 * 1024 * 1024)
+            .build(&self.url)
+            .await
+            .map_err(|err| self.connect_failure(err))
+    }
+
+    /// Why the CLI could not connect: a daemon that refused it (wrong or missing token, an
+    /// origin it does not allow) is not a daemon that is not running.
+    pub(super) fn connect_failure(&self, err: jsonrpsee::core::ClientError) -> Failure {
+        use jsonrpsee::client_transport::ws::WsHandshakeError;
+        let url = &self.url;
+        let rejected = match &err {
+            jsonrpsee::core::ClientError::Transport(inner) => {
+                match inner.downcast_ref::<WsHandshakeError>() {
+                    Some(WsHandshakeError::Rejected { status_code }) => Some(*status_code),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        match rejected {
+            Some(401) if self.token.is_some() => Failure {
+                code: Exit::Refused,
+                line: format!("unauthorized: the daemon at {url} refused this token"),
+            },
+            Some(401) => Failure {
+                code: Exit::Refused,
+                line: format!(
+                    "unauthorized: the daemon at {url} wants a token (--token or TETHER_TOKEN)"
+                ),
+            },
+            Some(status) => Failure {
+                code: Exit::Refused,
+                line: format!("refused: the daemon at {url} answered HTTP {status}"),
+            },
+            None => Failure {
+                code: Exit::NotRunning,
+                line: format!(
+                    "server not running at {url} (start it with `supervisor serve`): {err}"
+                ),
+            },
+        }
+    }
+
+    /// Connects again after the daemon went away, within [`RECONNECT_WINDOW`]. There is no
+    /// event to await for a daemon that is not there yet, so this retries with a growing
+    /// delay.
+    pub(super) async fn reopen(&self, shown: &Shown) -> Result<WsClient, Failure> {
+        shown.line(&format!("the daemon at {} went away; reconnecting", self.url));
+        let deadline = Instant::now() + RECONNECT_WINDOW;
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match self.open().await {
+                Ok(client) => {
+                    shown.line("reconnected");
+                    return Ok(client);
+                }
+                Err(failure) if failure.code != Exit::NotRunning || Instant::now() >= deadline => {
+                    return Err(failure);
+                }
+                Err(_) => {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    }
+}
+
+pub(super) struct Client {
+    pub(super) target: Target,
+    pub(super) client: Arc<WsClient>,
+}
+
+/// What a failed call means for the exit code.
+pub(super) fn call_failure(
+    target: &Target,
+    client: &WsClient,
+    err: jsonrpsee::core::ClientError,
+) -> Failure {
+    match err {
+        jsonrpsee::core::ClientError::Call(object) => {
+            let kind = protocol::errors::ErrorData::of(&object).map(|data| data.kind);
+            let message = object.message();
+            match kind {
+                Some(ErrorKind::NotFound) => {
+                    Failure { code: Exit::NotFound, line: format!("not found: {message}") }
+                }
+                Some(ErrorKind::Conflict) => {
+                    Failure { code: Exit::Conflict, line: format!("conflict: {message}") }
+                }
+                Some(kind) => {
+                    Failure { code: Exit::Error, line: format!("error ({kind}): {message}") }
+                }
+                None => Failure { code: Exit::Error, line: format!("error: {message}") },
+            }
+        }
+        other if !client.is_connected() => Failure {
+            code: Exit::NotRunning,
+            line: format!("server not running at {} (the connection closed: {other})", target.url),
+        },
+        other => Failure { code: Exit::Error, line: format!("error: {other}") },
+    }
+}
+
+impl Client {
+    pub(super) async fn connect(target: Target) -> Result<Client, Failure> {
+        let client = Arc::new(target.open().await?);
+        Ok(Client { target, client })
+    }
+
+    pub(super) fn failure(&self, err: jsonrpsee::core::ClientError) -> Failure {
+        call_failure(&self.target, &self.client, err)
+    }
+
+    pub(super) async fn run(&self, command: Command) -> Result<(), Failure> {
+        let api = &*self.client;
+        match command {
+            Command::Serve(_) => unreachable!("UNWRAP: dispatched before connecting"),
+            Command::Agents(JsonFlag { json }) => {
+                let agents = api.agents_list().await.map_err(|e| self.failure(e))?;
+                if json {
+                    return print_json(&agents);
+                }
+                for agent in agents {
+                    let state = if agent.invalid {
+                        format!("invalid profile: {}", agent.reasons.join("; "))
+                    } else if agent.available {
+                        "available".to_owned()
+                    } else {
+                        format!("unavailable: {}", agent.reasons.join("; "))
+                    };
+                    println!("{}\t{}\t{state}", agent.id, agent.display_name);
+                }
+                Ok(())
+            }
+            Command::Task(TaskCommand::Create { title, description, quiet }) => {
+                let task =
+                    api.task_create(title, Some(description)).await.map_err(|e| self.failure(e))?;
+                if quiet {
+                    println!("{}", task.id)
+                } else {
+                    println!("task {} created", task.id)
+                }
+                Ok(())
+            }
+            Command::Task(TaskCommand::List(JsonFlag { json })) => {
+                let tasks = api.task_list().await.map_err(|e| self.failure(e))?;
+                if json {
+                    return print_json(&tasks);
+                }
+                for task in tasks {
+                    println!("{}\t{}\t{}", task.id, task.state, task.title);
+                }
+                Ok(())
+            }
+            Command::Task(TaskCommand::Show { task, json: JsonFlag { json } }) => {
+                let detail = api.task_get(task).await.map_err(|e| self.failure(e))?;
+                if json {
+                    return print_json(&detail);
+                }
+                println!("task {}: {} ({})", detail.task.id, detail.task.title, detail.task.state);
+                for session in detail.sessions {
+                    println!(
+                        "  session {}\t{}\t{}",
+                        session.id,
+                        session.state.as_str(),
+                        session.agent_profile_id
+                    );
+                }
+                Ok(())
+            }
+            Command::Session(SessionCommand::Start(start)) => self.session_start(start).await,
+            Command::Prompt { quiet, session, text } => {
+                self.prompt(&session, &text.join(" "), quiet).await
+            }
+            Command::Resume { quiet, refresh_profile, session } => {
+                let result = self.resume_with_progress(&session, quiet, refresh_profile).await?;
+                println!(
+                    "session {session} resumed ({}), {}",
+                    result.outcome.as_str(),
+                    result.state.as_str()
+                );
+                match (result.profile_refreshed, result.profile_drift.is_empty()) {
+                    (true, _) => {
+                        println!("adopted the current profile: {}", result.profile_drift.join(", "))
+                    }
+                    (false, false) => println!(
+                        "the profile changed since the session started ({}); resume --refresh-profile adopts it",
+                        result.profile_drift.join(", ")
+                    ),
+                    (false, true) => {}
+                }
+                Ok(())
+            }
+            Command::Status { session, json: JsonFlag { json } } => {
+                let status = api.session_status(session).await.map_err(|e| self.failure(e))?;
+                if json {
+                    return print_json(&status);
+                }
+                print_fields(&status)
+            }
+            Command::Cancel { session } => {
+                api.session_cancel(session.clone()).await.map_err(|e| self.failure(e))?;
+                println!("session {session}: cancel sent (the turn ends as cancelled)");
+                Ok(())
+            }
+            Command::Pause { session, reason, force_after_ms, no_wait } => {
+                self.pause(&session, reason, force_after_ms, no_wait).await
+            }
+            Command::Permission(PermissionCommand::Respond { session, request, answer }) => {
+                self.permission_respond(&session, &request, &answer).await
+            }
+            Command::Follow { session, after, json } => self.follow(&session, after, json).await,
+            Command::Stop { session } => {
+                api.session_stop(session.clone()).await.map_err(|e| self.failure(e))?;
+                println!("session {session} stopped");
+                Ok(())
+            }
+            Command::StopAll => {
+                let result = api.stop_all().await.map_err(|e| self.failure(e))?;
+                println!("stopped {} agent(s); their sessions stay resumable", result.stopped);
+                Ok(())
+            }
+            Command::History { session, after, limit, json: JsonFlag { json } } => {
+                let entries = api
+                    .session_history(session, Some(after), Some(limit))
+                    .await
+                    .map_err(|e| self.failure(e))?;
+                if json {
+                    return print_json(&entries);
+                }
+                for entry in entries {
+                    println!("[{}] {}: {}", entry.seq, entry.kind, entry.content);
+                }
+                Ok(())
+            }
+            Command::Sessions(SessionsCommand::List { task, status, agent, json }) => {
+                let sessions =
+                    api.session_list(task, status, agent).await.map_err(|e| self.failure(e))?;
+                if json.json {
+                    return print_json(&sessions);
+                }
+                for session in sessions {
+                    println!(
+                        "{}\t{}\t{}\ttask {}",
+                        session.id,
+                        session.state.as_str(),
+                        session.agent_profile_id,
+                        session.task_id
+                    );
+                }
+                Ok(())
+            }
+            Command::Sessions(SessionsCommand::Show { session, json: JsonFlag { json } }) => {
+                let status =
+                    api.session_status(session.clone()).await.map_err(|e| self.failure(e))?;
+                let timeline =
+                    api.session_timeline(session, None).await.map_err(|e| self.failure(e))?;
+                if json {
+                    return print_json(&protocol::api::SessionDetail { status, timeline });
+                }
+                print_fields(&status)?;
+                println!("executions:");
+                for execution in &timeline.executions {
+                    println!(
+                        "  {}{}\tgeneration {}\t{}\t{}\t{} turn(s)",
+                        execution.execution_id,
+                        if execution.current { " (current)" } else { "" },
+                        execution.generation.map_or_else(|| "-".into(), |g| g.to_string()),
+                        or_dash(execution.status.as_deref()),
+                        execution.resume_outcome.map_or("-", ResumeOutcome::as_str),
+                        execution.turns
+                    );
+                }
+                println!("turns:");
+                for turn in &timeline.turns {
+                    println!(
+                        "  {}\t{}\t{}\t{}\tstarted {}\tended {}",
+                        turn.turn_id,
+                        turn.state.as_str(),
+                        or_dash(turn.stop_reason.as_deref().or(turn.error.as_deref())),
+                        turn.execution_id,
+                        turn.started_at,
+                        turn.ended_at.map_or_else(|| "-".into(), |at| at.to_string())
+                    );
+                }
+                println!("timeline:");
+                for entry in &timeline.entries {
+                    println!("  {}	{}	{}", entry.seq, entry.at, describe_timeline(&entry.event));
+                }
+                Ok(())
+            }
+            Command::Snapshots(SnapshotsCommand::List { session, json }) => {
+                let snapshots = api.snapshot_list(session).await.map_err(|e| self.failure(e))?;
+                if json.json {
+                    return print_json(&snapshots);
+                }
+                for snapshot in snapshots {
+                    let context = match (snapshot.context_used, snapshot.context_size) {
+                        (Some(used), Some(size)) => format!("context {used}/{size}"),
+                        _ => "context -".into(),
+                    };
+                    println!(
+                        "{}	{}	{}	{}	{}	{}{}",
+                        snapshot.snapshot_id,
+                        snapshot.trigger,
+                        snapshot.taken_at,
+                        or_dash(snapshot.git_branch.as_deref()),
+                        or_dash(snapshot.git_head.as_deref()),
+                        context,
+                        if snapshot.git_dirty == Some(true) { "\tdirty" } else { "" },
+                    );
+                }
+                Ok(())
+            }
+            Command::Snapshots(SnapshotsCommand::Get { snapshot }) => {
+                let snapshot = api.snapshot_get(snapshot).await.map_err(|e| self.failure(e))?;
+                print_json(&snapshot)
+            }
+            Command::Sessions(SessionsCommand::Delete { session, force, delete_branch }) => {
+                api.session_delete(session.clone(), Some(force), Some(delete_branch))
+                    .await
+                    .map_err(|e| self.failure(e))?;
+                println!("session {session} deleted");
+                Ok(())
+            }
+            Command::Sessions(SessionsCommand::Cleanup {
+                max_age_days,
+                keep_completed,
+                states,
+                dry_run,
+                force,
+                json: JsonFlag { json },
+            }) => {
+                let states = (!states.is_empty()).then_some(states);
+                let result = api
+                    .cleanup(max_age_days, states, Some(keep_completed), Some(dry_run), Some(force))
+                    .await
+                    .map_err(|e| self.failure(e))?;
+                if json {
+                    return print_json(&result);
+                }
+                let verb = if result.dry_run { "would remove" } else { "removed" };
+                for gone in &result.removed {
+                    let with = if gone.resources.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (with its {})", gone.resources.join(", "))
+                    };
+                    println!("{verb} {} {}{with}", gone.session_id, gone.state);
+                }
+                for kept in &result.kept {
+                    println!("kept {} {}: {}", kept.session_id, kept.state, kept.reason);
+                }
+                println!("{verb} {} session(s), kept {}", result.removed.len(), result.kept.len());
+                Ok(())
+            }
+        }
+    }
+
+    pub(super) async fn session_start(&self, start: StartArgs) -> Result<(), Failure> {
+        let StartArgs {
+            agent,
+            workspace,
+            task,
+            new_task,
+            prompt,
+            runtime,
+            shared,
+            worktree,
+            no_worktree,
+            base,
+            labels,
+            quiet,
+        } = start;
+        let worktree = match (worktree, no_worktree) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        };
+        let api = &*self.client;
+        let workspace = match workspace {
+            Some(workspace) => {
+                let workspace = std::path::absolute(&workspace)
+                    .map_err(|err| usage(format!("error: --workspace: {err}")))?;
+                Some(workspace.to_str().map(str::to_owned).ok_or_else(|| {
+                    usage(format!(
+                        "error: --workspace {}: not valid UTF-8 (the API carries paths as UTF-8 text)",
+                        workspace.display()
+                    ))
+                })?)
+            }
+            None => None,
+        };
+        let task = match (task, new_task) {
+            (Some(task), _) => task,
+            (None, Some(title)) => {
+                api.task_create(title, None).await.map_err(|e| self.failure(e))?.id
+            }
+            (None, None) => unreachable!("UNWRAP: clap requires one of --task, --new-task"),
+        };
+        let runtime = runtime.map(RuntimeKind::named);
+        let row = api
+            .session_create(
+                task.clone(),
+                agent.clone(),
+                workspace,
+                prompt,
+                runtime,
+                Some(shared),
+                worktree,
+                base,
+                (!labels.is_empty()).then(|| labels.into_iter().collect()),
+            )
+            .await
+            .map_err(|e| self.failure(e))?;
+        let shown = Shown::new(quiet);
+        let mut events = Feed::open(self, &row.id, Some(0), &shown).await?;
+        loop {
+            let event = events.next().await?;
+            shown.progress(&event);
+            if let EventKind::State { state, error } = &event.kind {
+                match state {
+                    SessionState::WaitingForInput | SessionState::Running => break,
+                    SessionState::Failed => {
+                        return Err(Failure {
+                            code: Exit::Error,
+                            line: format!(
+                                "session {} failed: {}",
+                                row.id,
+                                error.as_deref().unwrap_or("")
+                            ),
+                        });
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if quiet {
+            println!("{}", row.id)
+        } else {
+            println!("session {} ready (agent {agent}, task {task})", row.id)
+        }
+        Ok(())
+    }
+
+    /// Resumes `session` while showing its progress events (a slow agent start says what
+    /// it is doing instead of nothing), through the event that states the outcome.
+    pub(super) async fn resume_with_progress(
+        &self,
+        session: &str,
+        quiet: bool,
+        refresh_profile: bool,
+    ) -> Result<ResumeResult, Failure> {
+        let shown = Shown::new(quiet);
+        let mut events = Feed::open(self, session, None, &shown).await?;
+        let call = self.client.session_resume(session.to_owned(), Some(refresh_profile));
+        tokio::pin!(call);
+        let mut outcome_shown = false;
+        let result = loop {
+            tokio::select! {
+                result = &mut call => break result.map_err(|e| self.failure(e))?,
+                event = events.next() => match event {
+                    Ok(event) => {
+                        outcome_shown |= matches!(event.kind, EventKind::ResumeOutcome { .. });
+                        shown.progress(&event);
+                    }
+                    // The stream is only for show: the call's answer is what counts.
+                    Err(_) => return call.await.map_err(|e| self.failure(e)),
+                },
+            }
+        };
+        // The answer can overtake the outcome's event on the stream; show it too (a
+        // resume that joined a running agent has none).
+        while !quiet && !outcome_shown && result.outcome != ResumeOutcome::AlreadyRunning {
+            let Ok(event) = events.next().await else { break };
+            outcome_shown |= matches!(event.kind, EventKind::ResumeOutcome { .. });
+            shown.progress(&event);
+        }
+        Ok(result)
+    }
+
+    /// Sends a prompt and prints the turn to its end. When the daemon restarts meanwhile,
+    /// it reconnects and follows the same turn from the last event it printed.
+    pub(super) async fn prompt(
+        &self,
+        session: &str,
+        text: &str,
+        quiet: bool,
+    ) -> Result<(), Failure> {
+        let shown = Shown::new(quiet);
+        let mut events = Feed::open(self, session, None, &shown).await?;
+        events.follow_restarts = true;
+        let started_after = events.cursor;
+        // A prompt to a session without a live agent resumes it first, which can take a
+        // while: its progress is shown as it happens, so the call runs beside the stream.
+        let call = self.client.session_prompt(session.to_owned(), text.to_owned());
+        tokio::pin!(call);
+        let mut turn: Option<String> = None;
+        let mut call_lost = false;
+        // A turn started with our text since we began: ours, if the call's answer is lost.
+        let mut candidate: Option<String> = None;
+        // Turns seen starting and ending before the call answered with its turn id.
+        let mut seen: Vec<SessionEvent> = Vec::new();
+        let mut stdout = std::io::stdout();
+        loop {
+            let event = tokio::select! {
+                started = &mut call, if turn.is_none() && !call_lost => {
+                    match started {
+                        Ok(started) => {
+                            if let Some(ended) = seen.iter().find(|e| ends_turn(e, &started.turn_id)) {
+                                return turn_result(ended);
+                            }
+                            turn = Some(started.turn_id);
+                        }
+                        // The daemon went away before it answered: whether it took the
+                        // prompt is told by the stream (a `turn_started` with our text),
+                        // seen already or found once reconnected.
+                        Err(_) if !self.client.is_connected() => {
+                            call_lost = true;
+                            if let Some(id) = candidate.take() {
+                                if let Some(ended) = seen.iter().find(|e| ends_turn(e, &id)) {
+                                    return turn_result(ended);
+                                }
+                                turn = Some(id);
+                            } else {
+                                events.reconnect().await?;
+                                if events.caught_up() {
+                                    return Err(not_taken());
+                                }
+                            }
+                        }
+                        Err(err) => return Err(self.failure(err)),
+                    }
+                    continue;
+                }
+                event = events.next() => event?,
+            };
+            shown.progress(&event);
+            match &event.kind {
+                EventKind::TurnStarted { turn_id, prompt }
+                    if turn.is_none() && prompt == text && event.seq > started_after =>
+                {
+                    if call_lost {
+                        turn = Some(turn_id.clone());
+                    } else {
+                        candidate = Some(turn_id.clone());
+                    }
+                }
+                EventKind::AgentMessageChunk { text } => {
+                    let _ = write!(stdout, "{text}");
+                    let _ = stdout.flush();
+                }
+                EventKind::ToolCall { update } => {
+                    println!(
+                        "\n[tool: {}]",
+                        AcpUpdate::of(update).title.as_deref().unwrap_or("tool")
+                    )
+                }
+                EventKind::PermissionRequest { request_id, .. } => println!(
+                    "\n[permission requested: answer with `supervisor permission respond {session} {request_id} allow|deny`]"
+                ),
+                EventKind::TurnEnded { turn_id, .. } if turn.as_deref() == Some(turn_id) => {
+                    return turn_result(&event);
+                }
+                _ => {}
+            }
+            if turn.is_none() && matches!(event.kind, EventKind::TurnEnded { .. }) {
+                seen.push(event);
+            }
+            if call_lost && turn.is_none() && events.caught_up() {
+                return Err(not_taken());
+            }
+        }
+    }
+
+    /// Answers a permission request; `allow`/`deny` pick the request's first option of
+    /// that kind (read from its `permission_request` event).
+    pub(super) async fn permission_respond(
+        &self,
+        session: &str,
+        request: &str,
+        answer: &str,
+    ) -> Result<(), Failure> {
+        let option = match answer {
+            "cancel" => None,
+            "allow" | "deny" => {
+                let params = self.permission_params(session, request).await?;
+                // The agent's ACP params, as relayed.
+                let asked: PermissionParams =
+                    serde_json::from_value(params).map_err(|err| Failure {
+                        code: Exit::Error,
+                        line: format!("error: request {request}'s options do not parse: {err}"),
+                    })?;
+                let wanted: &[acp::PermissionOptionKind] = if answer == "allow" {
+                    &[acp::PermissionOptionKind::AllowOnce, acp::PermissionOptionKind::AllowAlways]
+                } else {
+                    &[
+                        acp::PermissionOptionKind::RejectOnce,
+                        acp::PermissionOptionKind::RejectAlways,
+                    ]
+                };
+                match asked.options.iter().find(|option| wanted.contains(&option.kind)) {
+                    Some(option) => Some(option.option_id.to_string()),
+                    None => {
+                        return Err(usage(format!(
+                            "error: request {request} offers no {answer} option; give an option id"
+                        )));
+                    }
+                }
+            }
+            option_id => Some(option_id.to_owned()),
+        };
+        self.client
+            .permission_respond(session.to_owned(), request.to_owned(), option.clone())
+            .await
+            .map_err(|e| self.failure(e))?;
+        match option {
+            Some(option) => println!("request {request} answered: {option}"),
+            None => println!("request {request} cancelled"),
+        }
+        Ok(())
+    }
+
+    /// The ACP params of a session's permission request, from its event.
+    pub(super) async fn permission_params(
+        &self,
+        session: &str,
+        request: &str,
+    ) -> Result<serde_json::Value, Failure> {
+        let shown = Shown::new(true);
+        let mut events = Feed::open(self, session, Some(0), &shown).await?;
+        let last = events.last_seq;
+        while events.cursor < last {
+            let event = events.next().await?;
+            if let EventKind::PermissionRequest { request_id, params } = event.kind
+                && request_id == request
+            {
+                return Ok(params);
+            }
+        }
+        Err(Failure {
+            code: Exit::NotFound,
+            line: format!("not found: session {session} has no permission request {request}"),
+        })
+    }
+
+    /// Prints a session's events until it ends, across daemon restarts.
+    pub(super) async fn pause(
+        &self,
+        session: &str,
+        reason: Option<String>,
+        force_after_ms: Option<u64>,
+        no_wait: bool,
+    ) -> Result<(), Failure> {
+        let api = &*self.client;
+        // Where the stream is now, so that the pause's own events are not missed.
+        let status = api.session_status(session.to_owned()).await.map_err(|e| self.failure(e))?;
+        let paused = api
+            .session_pause(session.to_owned(), reason, force_after_ms)
+            .await
+            .map_err(|e| self.failure(e))?;
+        if !paused.pause_requested {
+            println!("session {session} paused");
+            return Ok(());
+        }
+        println!("session {session}: pause requested; the running turn finishes first");
+        if no_wait {
+            return Ok(());
+        }
+        let shown = Shown::new(false);
+        let mut events = Feed::open(self, session, Some(status.last_event_seq), &shown).await?;
+        events.follow_restarts = true;
+        loop {
+            let event = events.next().await?;
+            match event.kind {
+                EventKind::Paused { forced, .. } => {
+                    let how = if forced { " (the turn was cancelled)" } else { "" };
+                    println!("session {session} paused{how}");
+                    return Ok(());
+                }
+                EventKind::State { state, .. } if state.is_at_rest() => {
+                    return Err(Failure {
+                        code: Exit::Conflict,
+                        line: format!("error: session {session} ended ({state}) before it paused"),
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+
+    pub(super) async fn follow(
+        &self,
+        session: &str,
+        after: Option<u64>,
+        json: bool,
+    ) -> Result<(), Failure> {
+        let shown = Shown::new(json);
+        let mut events = Feed::open(self, session, after, &shown).await?;
+        events.follow_restarts = true;
+        if after.is_none() && events.state.is_at_rest() {
+            // Nothing more will happen (until a resume); `--after` replays what did.
+            let what = if events.state.is_terminal() { "has ended" } else { "is at rest" };
+            eprintln!("session {session} {what} ({}); nothing to follow", events.state);
+            return Ok(());
+        }
+        loop {
+            let event = events.next().await?;
+            if json {
+                let line = serde_json::to_string(&event)
+                    .map_err(|err| Failure { code: Exit::Error, line: format!("error: {err}") })?;
+                println!("{line}");
+            } else {
+                println!("[{}] {}", event.seq, describe(&event.kind));
+            }
+            if let EventKind::State { state, .. } = event.kind
+                && state.is_at_rest()
+            {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// A prompt whose call was cut off and whose turn never showed up.
+pub(super) fn not_taken() -> Failure {
+    Failure {
+        code: Exit::Error,
+        line: "error: the daemon restarted before it took the prompt; send it again".into(),
+    }
+}
+
+/// What the CLI reads of an ACP `session/request_permission`.
+#[derive(Debug, Deserialize)]
+pub(super) struct PermissionParams {
+    pub(super) options: Vec<acp::PermissionOption>,
+}
+
+pub(super) fn ends_turn(event: &SessionEvent, turn: &str) -> bool {
+    matches!(&event.kind, EventKind::TurnEnded { turn_id, .. } if turn_id == turn)
+}
+
+/// Prints how a turn ended; a turn that did not complete is exit code 1.
+pub(super) fn turn_result(event: &SessionEvent) -> Result<(), Failure> {
+    let EventKind::TurnEnded { state, stop_reason, error, .. } = &event.kind else {
+        return Err(Failure { code: Exit::Error, line: "error: not a turn's end".into() });
+    };
+    let name = state.as_str();
+    match stop_reason {
+        Some(reason) => println!("\n[turn {name}: {reason}]"),
+        None => println!("\n[turn {name}: {}]", error.as_deref().unwrap_or("")),
+    }
+    if *state == TurnState::Completed {
+        Ok(())
+    } else {
+        Err(Failure { code: Exit::Error, line: "error: the turn failed".into() })
+    }
+}
+
+/// How many resubscriptions in a row may bring no event before the feed gives up.
+pub(super) const MAX_EMPTY_RESUBSCRIBES: u32 = 5;

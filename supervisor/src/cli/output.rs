@@ -1,0 +1,162 @@
+//! What the client commands print: fields, events as lines, launch progress, timelines.
+
+use super::*;
+
+/// Prints `value` as pretty JSON.
+pub(super) fn print_json<T: Serialize>(value: &T) -> Result<(), Failure> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|err| Failure { code: Exit::Error, line: format!("error: {err}") })?;
+    println!("{text}");
+    Ok(())
+}
+
+pub(super) fn or_dash(value: Option<&str>) -> &str {
+    value.unwrap_or("-")
+}
+
+/// Prints a struct's members as `key: value` lines.
+pub(super) fn print_fields<T: Serialize>(value: &T) -> Result<(), Failure> {
+    let value = serde_json::to_value(value)
+        .map_err(|err| Failure { code: Exit::Error, line: format!("error: {err}") })?;
+    for (key, value) in value.as_object().into_iter().flatten() {
+        let shown = match value {
+            serde_json::Value::String(text) => text.clone(),
+            serde_json::Value::Null => "-".into(),
+            other => other.to_string(),
+        };
+        println!("{key}: {shown}");
+    }
+    Ok(())
+}
+
+/// What a launch step is doing, in words.
+pub(super) fn step_name(step: LaunchStep) -> &'static str {
+    match step {
+        LaunchStep::Launching => "launching the agent",
+        LaunchStep::Initializing => "the agent is starting (initialize)",
+        LaunchStep::Authenticating => "authenticating",
+        LaunchStep::Restoring => "restoring the agent's session",
+        LaunchStep::Opening => "opening an agent session",
+    }
+}
+
+/// A progress event's line.
+pub(super) fn progress_line(step: LaunchStep, detail: Option<&str>) -> String {
+    match detail {
+        Some(detail) => format!("{}: {detail}", step_name(step)),
+        None => step_name(step).to_owned(),
+    }
+}
+
+/// One line for an event, as `follow` prints it.
+pub(super) fn describe(kind: &EventKind) -> String {
+    match kind {
+        EventKind::State { state, error } => match error {
+            Some(error) => format!("state {}: {error}", state.as_str()),
+            None => format!("state {}", state.as_str()),
+        },
+        EventKind::TurnStarted { turn_id, prompt } => format!("turn {turn_id} started: {prompt}"),
+        EventKind::AgentMessageChunk { text } => format!("agent: {text}"),
+        EventKind::AgentThoughtChunk { text } => format!("thought: {text}"),
+        EventKind::ToolCall { update } => {
+            format!("tool: {}", AcpUpdate::of(update).title.as_deref().unwrap_or("tool"))
+        }
+        EventKind::ToolCallUpdate { update } => {
+            format!("tool update: {}", AcpUpdate::of(update).status.as_deref().unwrap_or("-"))
+        }
+        EventKind::SessionUpdate { update } => {
+            format!("update: {}", AcpUpdate::of(update).kind.as_deref().unwrap_or("-"))
+        }
+        EventKind::PermissionRequest { request_id, .. } => {
+            format!("permission requested: {request_id}")
+        }
+        EventKind::PermissionResolved { request_id, .. } => {
+            format!("permission resolved: {request_id}")
+        }
+        EventKind::TurnEnded { turn_id, state, stop_reason, error } => format!(
+            "turn {turn_id} {}: {}",
+            state.as_str(),
+            stop_reason.as_deref().or(error.as_deref()).unwrap_or("-")
+        ),
+        EventKind::Notice { message } => format!("notice: {message}"),
+        EventKind::Progress { step, detail } => progress_line(*step, detail.as_deref()),
+        EventKind::ResumeOutcome { outcome } => format!("resumed: {}", outcome.as_str()),
+        _ => "event".to_owned(),
+    }
+}
+
+/// What the CLI reads of an ACP update it relays (tool calls, other session updates).
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct AcpUpdate {
+    pub(super) title: Option<String>,
+    pub(super) status: Option<String>,
+    #[serde(rename = "sessionUpdate")]
+    pub(super) kind: Option<String>,
+}
+
+impl AcpUpdate {
+    pub(super) fn of(update: &serde_json::Value) -> AcpUpdate {
+        AcpUpdate::deserialize(update).unwrap_or_default()
+    }
+}
+
+/// Shows, on stderr, what a session does while the user waits: the steps of bringing its
+/// agent up (with the time since the command started), notices, a resume's outcome and
+/// reconnects. Nothing with `--quiet`.
+pub(super) struct Shown {
+    pub(super) quiet: bool,
+    pub(super) started: Instant,
+}
+
+impl Shown {
+    pub(super) fn new(quiet: bool) -> Shown {
+        Shown { quiet, started: Instant::now() }
+    }
+
+    pub(super) fn line(&self, line: &str) {
+        if !self.quiet {
+            eprintln!("[{:5.1}s] {line}", self.started.elapsed().as_secs_f64());
+        }
+    }
+
+    pub(super) fn progress(&self, event: &SessionEvent) {
+        let line = match &event.kind {
+            EventKind::Progress { step, detail } => progress_line(*step, detail.as_deref()),
+            EventKind::Notice { message } => format!("notice: {message}"),
+            EventKind::ResumeOutcome { outcome } => format!("resumed: {}", outcome.as_str()),
+            _ => return,
+        };
+        self.line(&line);
+    }
+}
+
+/// One timeline entry, as `sessions show` prints it.
+pub(super) fn describe_timeline(event: &protocol::api::TimelineEvent) -> String {
+    use protocol::api::TimelineEvent as E;
+    match event {
+        E::ExecutionStarted { execution_id, generation } => {
+            format!("execution started\t{execution_id} (generation {generation})")
+        }
+        E::State { state, error } => match error {
+            Some(error) => format!("state {state}\t{error}"),
+            None => format!("state {state}"),
+        },
+        E::TurnStarted { turn_id, .. } => format!("turn started\t{turn_id}"),
+        E::TurnEnded { turn_id, state, stop_reason, error } => format!(
+            "turn {state}\t{turn_id}\t{}",
+            or_dash(error.as_deref().or(stop_reason.as_deref()))
+        ),
+        E::PauseRequested { reason, trigger, force_at } => format!(
+            "pause requested ({trigger})\t{}\tforced at {force_at}",
+            or_dash(reason.as_deref())
+        ),
+        E::Paused { reason, trigger, forced } => format!(
+            "paused ({trigger}{})\t{}",
+            if *forced { ", forced" } else { "" },
+            or_dash(reason.as_deref())
+        ),
+        E::Resumed { outcome, execution_id } => format!("resumed ({outcome})\t{execution_id}"),
+        E::SnapshotTaken { snapshot_id, trigger } => format!("snapshot ({trigger})\t{snapshot_id}"),
+        E::Error { message } => format!("error\t{message}"),
+    }
+}

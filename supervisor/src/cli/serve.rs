@@ -1,0 +1,210 @@
+//! `supervisor serve`: the daemon's wiring — its home, store, runtimes, profiles, the API
+//! server, recovery, retention and a bounded shutdown.
+
+use super::*;
+
+/// The daemon's token from a file that only its owner can read (it is a password).
+pub(super) fn read_token_file(path: &Path) -> anyhow::Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let metadata =
+        std::fs::metadata(path).with_context(|| format!("--auth-token-file {}", path.display()))?;
+    let mode = metadata.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        bail!(
+            "--auth-token-file {}: readable by others (mode {mode:o}); chmod 600 it",
+            path.display()
+        );
+    }
+    let token = std::fs::read_to_string(path)
+        .with_context(|| format!("--auth-token-file {}", path.display()))?;
+    let token = token.trim();
+    if token.is_empty() {
+        bail!("--auth-token-file {}: empty", path.display());
+    }
+    Ok(token.to_owned())
+}
+
+/// Raises the soft limit on open files to the hard one: every live session holds a
+/// connection and a file, and the common soft default (1,024) would cap the daemon at a few
+/// hundred sessions. Sidecars and agents inherit what they were given by their own spawns.
+pub(super) fn raise_fd_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            if let Err(err) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::warn!(%err, soft, hard, "cannot raise the open-file limit");
+            } else {
+                tracing::debug!(from = soft, to = hard, "raised the open-file limit");
+            }
+        }
+        Ok(_) => {}
+        Err(err) => tracing::warn!(%err, "cannot read the open-file limit"),
+    }
+}
+
+pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<()> {
+    let root = args
+        .home
+        .clone()
+        .or_else(Home::default_root)
+        .context("no data directory: set TETHER_HOME or HOME, or pass --home")?;
+    let config = crate::config::load(&root.join(crate::config::FILE_NAME))?;
+    let default_listen: SocketAddr = DEFAULT_LISTEN.parse().expect("UNWRAP: a valid constant");
+    let listen = args.listen.or(config.listen).unwrap_or(default_listen);
+    // A token in argv shows in `ps`: a 0600 file or the environment keeps it out of sight.
+    let token = match (args.auth_token, args.auth_token_file) {
+        (Some(token), _) => Some(token),
+        (None, Some(path)) => Some(read_token_file(&path)?),
+        (None, None) => match std::env::var("TETHER_AUTH_TOKEN").ok().filter(|t| !t.is_empty()) {
+            Some(token) => Some(token),
+            None => config.auth_token_file.as_deref().map(read_token_file).transpose()?,
+        },
+    };
+    if !listen.ip().is_loopback() && token.is_none() {
+        bail!(
+            "listening on {listen} (beyond loopback) requires a token: --auth-token-file, \
+             TETHER_AUTH_TOKEN or --auth-token"
+        );
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TETHER_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    raise_fd_limit();
+    let home = Home::open(&root)
+        .with_context(|| format!("cannot create the data directory {}", root.display()))?;
+    let store = Store::open(&home.database())?;
+    let registry = Registry::open(&home.profiles(), DEFAULT_DEBOUNCE)?;
+    for error in registry.catalog().errors() {
+        tracing::warn!(%error, "profile not loaded");
+    }
+    let exe_dir: Vec<PathBuf> = self_command
+        .first()
+        .and_then(|exe| PathBuf::from(exe).parent().map(|dir| vec![dir.to_owned()]))
+        .unwrap_or_default();
+    let environment = Environment::current(&exe_dir);
+    let applet = |name: &str| -> Vec<OsString> {
+        let mut command = self_command.clone();
+        command.push(name.into());
+        command
+    };
+    let agentctl = match environment.find_program("agentctl") {
+        Some(path) => vec![path.into_os_string()],
+        None => applet("agentctl"),
+    };
+    let applets = HashMap::from([("mock-agent".to_owned(), applet("mock-agent"))]);
+    // Zero-config Docker: without --static-agentctl, a static build is found where the
+    // build and set-up scripts put it.
+    let own_dir = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+        .unwrap_or_default();
+    let searched = crate::runtime::docker::static_agentctl_candidates(&own_dir, home.root());
+    let supervisor = Arc::new(Supervisor::new(SupervisorConfig {
+        home: home.clone(),
+        store,
+        registry,
+        environment,
+        runtimes: Runtimes::new().register(Arc::new(StandaloneRuntime { agentctl })).register(
+            Arc::new(DockerRuntime::new(DockerConfig {
+                agentctl: args
+                    .static_agentctl
+                    .map(|path| std::path::absolute(&path).unwrap_or(path))
+                    .or(config.static_agentctl.clone())
+                    .or_else(|| crate::runtime::docker::find_static_agentctl(&searched)),
+                searched,
+                install_id: home.install_id().context("cannot read or create the install id")?,
+                engines: config.docker_engines.clone(),
+            })),
+        ),
+        applets,
+        event_log: crate::events::LogLimits {
+            retain_bytes: args
+                .event_log_retain_bytes
+                .or(config.event_log_retain_bytes)
+                .unwrap_or(crate::events::DEFAULT_RETAIN_BYTES),
+            segment_bytes: args.event_log_segment_bytes.max(1),
+        },
+    }));
+    // Signals are caught from here on: once "serving" is printed a SIGTERM must be the
+    // clean stop it promises, however soon it comes.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    // Restart recovery happens before the API serves anything.
+    supervisor.recover().await?;
+    let mut allowed_origins = config.allow_origins.clone();
+    allowed_origins.extend(args.allow_origin);
+    let policy = AccessPolicy { token, allowed_origins };
+    if let Some(retention) = config.retention.clone() {
+        // The first pass runs before the API serves, so a restart applies the policy
+        // before anyone can see what it removes.
+        retention_pass(&supervisor, &retention.policy).await;
+        tokio::spawn(run_retention(Arc::clone(&supervisor), retention));
+    }
+    let (addr, handle) = api::serve(listen, policy, Arc::clone(&supervisor))
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    println!("tether serving on ws://{addr} (data in {})", home.root().display());
+    let _ = std::io::stdout().flush();
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping the API; agent sidecars keep running"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping the API; agent sidecars keep running"),
+        () = handle.clone().stopped() => {}
+    }
+    let _ = handle.stop();
+    handle.stopped().await;
+    // A launch, retire or fence under way is finished first: nothing is left half done.
+    let pending = supervisor.shutdown(SHUTDOWN_TEARDOWN_BOUND).await;
+    if pending > 0 {
+        tracing::info!(pending, "shutdown: waited for the teardowns in flight");
+    }
+    Ok(())
+}
+
+/// How long a shutdown waits for launches, retires and fences in flight.
+pub(super) const SHUTDOWN_TEARDOWN_BOUND: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The automatic retention policy after its first pass: one per interval (a timer, not a
+/// poll: nothing signals that a session grew old).
+pub(super) async fn run_retention(
+    supervisor: Arc<Supervisor>,
+    retention: crate::config::Retention,
+) {
+    let start = tokio::time::Instant::now() + retention.interval;
+    let mut ticks = tokio::time::interval_at(start, retention.interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        retention_pass(&supervisor, &retention.policy).await;
+    }
+}
+
+/// One cleanup by the retention policy; one log line with what it removed and kept.
+pub(super) async fn retention_pass(
+    supervisor: &Supervisor,
+    policy: &crate::service::CleanupPolicy,
+) {
+    match supervisor.cleanup(policy).await {
+        Ok(result) => {
+            let removed: Vec<&str> =
+                result.removed.iter().map(|gone| gone.session_id.as_str()).collect();
+            let kept: Vec<String> = result
+                .kept
+                .iter()
+                .map(|kept| format!("{} ({})", kept.session_id, kept.reason))
+                .collect();
+            tracing::info!(
+                removed = removed.len(),
+                kept = kept.len(),
+                ?removed,
+                ?kept,
+                "retention: cleanup done"
+            );
+        }
+        Err(err) => tracing::warn!(%err, "retention: cleanup failed"),
+    }
+}
