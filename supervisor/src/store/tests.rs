@@ -1,5 +1,6 @@
 //! Tests for the store against real SQLite files.
 
+use super::executions::recovery_candidates_sql;
 use super::*;
 
 fn open() -> (tempfile::TempDir, Store) {

@@ -1,0 +1,379 @@
+//! Turns, open permission requests and pauses: the open work of a session.
+
+use super::*;
+
+impl Store {
+    /// The running turns of an execution: `(turn_id, request_id)`.
+    pub async fn open_turns(
+        &self,
+        session_id: String,
+        execution_id: String,
+    ) -> Result<Vec<OpenTurn>, StoreError> {
+        self.call(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT id, request_id, delivered FROM turns WHERE session_id = ?1 AND execution_id = ?2 AND state = 'running' ORDER BY id",
+            )?;
+            let rows = stmt
+                .query_map(params![session_id, execution_id], |r| {
+                    Ok(OpenTurn { turn_id: r.get(0)?, request_id: r.get(1)?, delivered: r.get(2)? })
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// The running turns of a session, oldest first.
+    pub async fn running_turns(&self, session_id: String) -> Result<Vec<String>, StoreError> {
+        self.call(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT id FROM turns WHERE session_id = ?1 AND state = 'running' ORDER BY id",
+            )?;
+            let ids =
+                stmt.query_map([&session_id], |r| r.get(0))?.collect::<Result<Vec<_>, _>>()?;
+            Ok(ids)
+        })
+        .await
+    }
+
+    /// Marks every running turn of a session `interrupted` (its execution died while the
+    /// supervisor was away); returns their ids.
+    pub async fn interrupt_turns(
+        &self,
+        session_id: String,
+        error: String,
+    ) -> Result<Vec<String>, StoreError> {
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let ids = {
+                let mut stmt = tx.prepare(
+                    "SELECT id FROM turns WHERE session_id = ?1 AND state = 'running' ORDER BY id",
+                )?;
+                stmt.query_map([&session_id], |r| r.get::<_, String>(0))?
+                    .collect::<Result<Vec<_>, _>>()?
+            };
+            // The same error its `turn_ended` event carries.
+            tx.execute(
+                "UPDATE turns SET state = 'interrupted', error = ?3, \
+                 ended_at = ?2 WHERE session_id = ?1 AND state = 'running'",
+                params![session_id, now_ms(), error],
+            )?;
+            for turn_id in &ids {
+                let ended = TimelineEvent::TurnEnded {
+                    turn_id: turn_id.clone(),
+                    state: protocol::api::TurnState::Interrupted,
+                    stop_reason: None,
+                    error: Some(error.clone()),
+                };
+                log(&tx, &session_id, &ended)?;
+            }
+            tx.commit()?;
+            Ok(ids)
+        })
+        .await
+    }
+
+    /// Keeps a pause request (replacing an earlier one).
+    pub async fn put_pause(
+        &self,
+        session_id: String,
+        pause: PauseRequest,
+    ) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute(
+                "INSERT OR REPLACE INTO session_pauses (session_id, reason, force_at, requested_at, kind) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![session_id, pause.reason, pause.force_at, now_ms(), pause.trigger.as_str()],
+            )?;
+            let requested = TimelineEvent::PauseRequested {
+                reason: pause.reason,
+                trigger: pause.trigger,
+                force_at: pause.force_at,
+            };
+            log(&tx, &session_id, &requested)?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Every pause request that waits: `(session id, request)`.
+    pub async fn pauses(&self) -> Result<Vec<(String, PauseRequest)>, StoreError> {
+        self.call(|conn| {
+            let mut stmt =
+                conn.prepare("SELECT session_id, reason, force_at, kind FROM session_pauses")?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?, r.get::<_, String>(3)?))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            rows.into_iter()
+                .map(|(session_id, reason, force_at, kind)| {
+                    let trigger = journal::parse_trigger(&kind)?;
+                    Ok((session_id, PauseRequest { reason, force_at, trigger }))
+                })
+                .collect()
+        })
+        .await
+    }
+
+    /// The session's pause request, if one waits.
+    pub async fn get_pause(&self, session_id: String) -> Result<Option<PauseRequest>, StoreError> {
+        self.call(move |conn| {
+            let row: Option<(Option<String>, i64, String)> = conn
+                .query_row(
+                    "SELECT reason, force_at, kind FROM session_pauses WHERE session_id = ?1",
+                    [&session_id],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .optional()?;
+            row.map(|(reason, force_at, kind)| {
+                Ok(PauseRequest { reason, force_at, trigger: journal::parse_trigger(&kind)? })
+            })
+            .transpose()
+        })
+        .await
+    }
+
+    /// Sets the session `PAUSED` and drops its pause request, in one transaction with its
+    /// timeline rows and, for an exhaustion, the pending handoff.
+    pub async fn set_paused(
+        &self,
+        session_id: String,
+        paused: PausedRecord,
+    ) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let changed = tx.execute(
+                "UPDATE task_sessions SET state = 'PAUSED', error_message = NULL, updated_at = ?2 WHERE id = ?1",
+                params![session_id, now_ms()],
+            )?;
+            if changed == 0 {
+                return Err(StoreError::NotFound { what: "session", id: session_id });
+            }
+            tx.execute("DELETE FROM session_pauses WHERE session_id = ?1", [&session_id])?;
+            log(&tx, &session_id, &TimelineEvent::State {
+                state: protocol::api::SessionState::Paused,
+                error: None,
+            })?;
+            log(&tx, &session_id, &TimelineEvent::Paused {
+                reason: paused.reason,
+                trigger: paused.trigger,
+                forced: paused.forced,
+            })?;
+            if let Some(snapshot_id) = paused.handoff {
+                tx.execute(
+                    "INSERT OR REPLACE INTO session_handoffs (session_id, snapshot_id, created_at) VALUES (?1, ?2, ?3)",
+                    params![session_id, snapshot_id, now_ms()],
+                )?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Removes every pending request of a session; returns how many.
+    pub async fn clear_pending(&self, session_id: String) -> Result<usize, StoreError> {
+        self.call(move |conn| {
+            Ok(conn.execute("DELETE FROM pending_requests WHERE session_id = ?1", [&session_id])?)
+        })
+        .await
+    }
+
+    /// Records a turn before its prompt is sent.
+    pub async fn insert_turn(
+        &self,
+        turn_id: String,
+        session_id: String,
+        execution_id: String,
+        request_id: String,
+    ) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute(
+                "INSERT INTO turns (id, session_id, execution_id, request_id, state, started_at, delivered) VALUES (?1, ?2, ?3, ?4, 'running', ?5, 0)",
+                params![turn_id, session_id, execution_id, request_id, now_ms()],
+            )?;
+            log(&tx, &session_id, &TimelineEvent::TurnStarted { turn_id, execution_id })?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Records that a turn's prompt reached agentctl.
+    pub async fn mark_delivered(&self, turn_id: String) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            conn.execute("UPDATE turns SET delivered = 1 WHERE id = ?1", [&turn_id])?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Ends a turn.
+    pub async fn end_turn(
+        &self,
+        turn_id: String,
+        state: TurnState,
+        stop_reason: Option<String>,
+        error: Option<String>,
+    ) -> Result<(), StoreError> {
+        self.end_turn_then(turn_id, (state, stop_reason, error), None).await
+    }
+
+    /// Ends a turn and, in the same transaction, sets its session's state (`then`: state,
+    /// error, task state): one write, and the timeline lists the turn's end before the
+    /// state it led to.
+    pub async fn end_turn_then(
+        &self,
+        turn_id: String,
+        (state, stop_reason, error): (TurnState, Option<String>, Option<String>),
+        then: Option<(SessionState, Option<String>, Option<&'static str>)>,
+    ) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = now_ms();
+            tx.execute(
+                "UPDATE turns SET state = ?2, stop_reason = ?3, error = ?4, ended_at = ?5 WHERE id = ?1",
+                params![turn_id, Named(state), stop_reason, error, now],
+            )?;
+            let session_id: Option<String> = tx
+                .query_row("SELECT session_id FROM turns WHERE id = ?1", [&turn_id], |r| r.get(0))
+                .optional()?;
+            if let Some(session_id) = session_id {
+                let ended =
+                    TimelineEvent::TurnEnded { turn_id, state, stop_reason, error };
+                log(&tx, &session_id, &ended)?;
+                if let Some((session_state, error, task_state)) = then {
+                    tx.execute(
+                        "UPDATE task_sessions SET state = ?2, error_message = ?3, updated_at = ?4 WHERE id = ?1",
+                        params![session_id, session_state.as_str(), error, now],
+                    )?;
+                    log(&tx, &session_id, &TimelineEvent::State { state: session_state, error })?;
+                    if let Some(task_state) = task_state {
+                        tx.execute(
+                            "UPDATE tasks SET state = ?2, updated_at = ?3 WHERE id = (SELECT task_id FROM task_sessions WHERE id = ?1)",
+                            params![session_id, task_state, now],
+                        )?;
+                    }
+                }
+            }
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// A turn's `(state, stop_reason, error)`.
+    pub async fn get_turn(
+        &self,
+        turn_id: String,
+    ) -> Result<(String, Option<String>, Option<String>), StoreError> {
+        self.call(move |conn| {
+            conn.query_row(
+                "SELECT state, stop_reason, error FROM turns WHERE id = ?1",
+                [&turn_id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?
+            .ok_or(StoreError::NotFound { what: "turn", id: turn_id })
+        })
+        .await
+    }
+
+    /// Whether a prompt of the session ever reached its agent (a turn marked delivered):
+    /// until one did, the prompt the session was created with has not run.
+    pub async fn prompt_delivered(&self, session_id: String) -> Result<bool, StoreError> {
+        self.call(move |conn| {
+            Ok(conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM turns WHERE session_id = ?1 AND delivered = 1)",
+                [&session_id],
+                |row| row.get(0),
+            )?)
+        })
+        .await
+    }
+
+    /// Every turn of a session, oldest first.
+    pub async fn session_turns(&self, session_id: String) -> Result<Vec<TurnRow>, StoreError> {
+        self.call(move |conn| {
+            let mut statement = conn.prepare(
+                "SELECT id, execution_id, state, stop_reason, error, started_at, ended_at \
+                 FROM turns WHERE session_id = ?1 ORDER BY started_at, id",
+            )?;
+            let rows = statement.query_map([&session_id], |r| {
+                Ok(TurnRow {
+                    id: r.get(0)?,
+                    execution_id: r.get(1)?,
+                    state: r.get::<_, Named<TurnState>>(2)?.0,
+                    stop_reason: r.get(3)?,
+                    error: r.get(4)?,
+                    started_at: r.get(5)?,
+                    ended_at: r.get(6)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    /// Records an agent request waiting for a person.
+    pub async fn insert_pending(
+        &self,
+        session_id: String,
+        execution_id: String,
+        request_id: String,
+        method: String,
+        params: serde_json::Value,
+    ) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            conn.execute(
+                "INSERT OR REPLACE INTO pending_requests (session_id, execution_id, request_id, method, params, created_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![session_id, execution_id, request_id, method, params.to_string(), now_ms()],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Removes a pending request; returns whether it existed.
+    pub async fn delete_pending(
+        &self,
+        session_id: String,
+        request_id: String,
+    ) -> Result<bool, StoreError> {
+        self.call(move |conn| {
+            Ok(conn.execute(
+                "DELETE FROM pending_requests WHERE session_id = ?1 AND request_id = ?2",
+                params![session_id, request_id],
+            )? == 1)
+        })
+        .await
+    }
+
+    /// The pending requests of a session: `(request_id, method, params)`.
+    pub async fn list_pending(
+        &self,
+        session_id: String,
+    ) -> Result<Vec<(String, String, serde_json::Value)>, StoreError> {
+        self.call(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT request_id, method, params FROM pending_requests WHERE session_id = ?1 ORDER BY created_at",
+            )?;
+            let rows = stmt
+                .query_map([&session_id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))?
+                .collect::<Result<Vec<_>, _>>()?;
+            rows.into_iter()
+                .map(|(id, method, params)| {
+                    let params = serde_json::from_str(&params)
+                        .map_err(|err| StoreError::Corrupt { what: "pending request", detail: err.to_string() })?;
+                    Ok((id, method, params))
+                })
+                .collect()
+        })
+        .await
+    }
+}
