@@ -1,0 +1,773 @@
+//! Executions: launching, re-attaching, retiring, stopping and losing an agent's sidecar,
+//! and recording what a gone sidecar's spool still held.
+
+use super::*;
+
+impl SessionActor {
+    pub(in crate::session) async fn stop(&mut self, end: SessionState, reply: Reply<()>) {
+        // The end is recorded first: a kill from here on leaves a stopped session whose
+        // sidecar recovery kills, never a live session without its stop.
+        let recorded = self.set_state(end, None, None).await;
+        agentctl::fault::point("stop.recorded");
+        if matches!(self.phase, Phase::Launching | Phase::Adopting) {
+            // Its task reports later; what it brings is retired then.
+            self.after_launch = AfterLaunch::Retire;
+        }
+        if let Some(execution) = self.execution.take() {
+            self.retire_open(execution, None, "the session was stopped").await;
+        }
+        if self.turn.is_some() && self.teardown.is_none() {
+            self.end_turn(TurnState::Failed, None, Some("the session was stopped".into())).await;
+        }
+        self.handshake = None;
+        self.update_view(|view| view.agent_running = false);
+        self.pause = None;
+        self.fail_waiters("the session was stopped");
+        self.enter(Phase::Ended);
+        let _ = reply.send(recorded);
+    }
+
+    /// Stops the agent and agentctl; the session stays active and needs a resume. The
+    /// caller is answered once the sidecar is gone for certain.
+    pub(in crate::session) async fn detach(&mut self, reply: Reply<()>) {
+        let in_flight = matches!(self.phase, Phase::Launching | Phase::Adopting);
+        if in_flight {
+            self.after_launch = AfterLaunch::Retire;
+            self.retire_waiters.push(reply);
+        } else if let Some(execution) = self.execution.take() {
+            self.retire_open(execution, Some(reply), "the agent was stopped").await;
+        } else {
+            let _ = reply.send(Ok(()));
+        }
+        if self.turn.is_some() && self.teardown.is_none() {
+            self.end_turn(TurnState::Failed, None, Some("the agent was stopped".into())).await;
+        }
+        self.handshake = None;
+        self.update_view(|view| view.agent_running = false);
+        self.fail_waiters("the agent was stopped");
+        if !in_flight {
+            self.enter(Phase::Idle);
+            if self.row.state == SessionState::Starting {
+                let _ = self.set_state(SessionState::WaitingForInput, None, None).await;
+            }
+        }
+    }
+
+    /// Stops an execution in the background: politely, then the fence. `reply` (if any)
+    /// is answered when it is gone.
+    pub(in crate::session) fn retire(&mut self, execution: Execution, reply: Option<Reply<()>>) {
+        let context = self.context.clone();
+        let grace = std::time::Duration::from_millis(self.profile.process.stop_grace_ms);
+        let Execution { id, record, calls, .. } = execution;
+        let store = self.context.store.clone();
+        let session_id = self.row.id.clone();
+        let retiring = self.context.teardowns.spawn(async move {
+            let result = launch::retire(context, calls, record, grace).await;
+            let _ = store.set_executor_status(session_id, id, ExecutorStatus::Stopped).await;
+            if let Some(reply) = reply {
+                let _ = reply.send(result.map_err(SessionError::InvalidState));
+            }
+        });
+        self.keep_retiring(retiring);
+    }
+
+    /// Remembers a background retire or fence: the next launch waits for it, so a fence
+    /// that runs late can never hit the execution launched after it.
+    pub(in crate::session) fn keep_retiring(&mut self, task: tokio::task::JoinHandle<()>) {
+        self.retiring.retain(|task| !task.is_finished());
+        self.retiring.push(task);
+    }
+
+    /// Fences an execution that is being dropped (lost, refused), in the background.
+    pub(in crate::session) fn fence_now(&mut self, record: ExecutorRow) {
+        let context = self.context.clone();
+        let fencing = self.context.teardowns.spawn(async move {
+            if let Err(err) = launch::fence(&context, record, std::time::Duration::ZERO).await {
+                tracing::error!(%err, "cannot fence a lost execution");
+            }
+        });
+        self.keep_retiring(fencing);
+    }
+
+    // ---- launching ----------------------------------------------------------------------
+
+    /// Starts a resume (DESIGN §6.2): A, a token → native restore (or `resume_command`), no
+    /// prompt; B, no token and the session was waiting → boot idle; C, otherwise → the
+    /// task's description as the initial prompt.
+    pub(in crate::session) async fn begin_resume(&mut self) {
+        let executor = self.context.store.get_executor(self.row.id.clone()).await.ok().flatten();
+        let mut token = executor.as_ref().and_then(|executor| executor.resume_token.clone());
+        if token.is_some() && !self.profile.keeps_resume_token() {
+            // The profile has no restore path (any more): the token is useless.
+            if let Some(executor) = &executor {
+                let _ = self
+                    .context
+                    .store
+                    .set_resume_token(self.row.id.clone(), executor.execution_id.clone(), None)
+                    .await;
+            }
+            token = None;
+        }
+        // A session paused for exhaustion is handed over to a fresh agent session: a native
+        // restore would bring the full context back.
+        let handoff = matches!(self.context.store.handoff(self.row.id.clone()).await, Ok(Some(_)));
+        if handoff {
+            token = None;
+        }
+        let relaunch = token.is_some() && self.profile.relaunches_to_resume();
+        self.initial_prompt = match (self.unsent_initial_prompt().await, &token, self.row.state) {
+            // The prompt the session was created with never reached an agent (a launch that
+            // failed, a create cut short by a kill): it goes out now, whatever else holds.
+            (Some(prompt), _, _) => Some(prompt),
+            (None, Some(_), _)
+            | (None, None, SessionState::WaitingForInput | SessionState::Paused)
+            | (None, None, SessionState::Failed) => None,
+            (None, None, _) => match self.context.store.get_task(self.row.task_id.clone()).await {
+                Ok(task) if !task.description.trim().is_empty() => Some(task.description),
+                _ => None,
+            },
+        };
+        self.resume = Some(ResumeState {
+            token: token.clone(),
+            relaunched: relaunch,
+            native_failed: false,
+            handoff,
+        });
+        if handoff {
+            // The fresh agent session starts with an empty context: the old figures (which
+            // caused the handoff) no longer hold until the new agent reports its own.
+            self.usage = Some(Box::default());
+        }
+        let relaunch_token = if relaunch { token } else { None };
+        self.start_launch(relaunch_token.as_deref()).await;
+    }
+
+    /// Decides the argv and starts the launch task (fence, runtime, agentctl, agent).
+    pub(in crate::session) async fn start_launch(&mut self, resume_token: Option<&str>) {
+        // An execution still held (an adopted one whose agent died, not yet replayed) is
+        // let go first; the launch fences it anyway, and its end must not look like a loss.
+        if let Some(execution) = self.execution.take() {
+            self.retire(execution, None);
+        }
+        self.enter(Phase::Launching);
+        self.launch_started = Some(std::time::Instant::now());
+        // A new agent: an earlier one's stderr explains nothing of its failures.
+        self.recent_stderr.clear();
+        if let Err(err) =
+            self.set_state(SessionState::Starting, None, Some(task_state::IN_PROGRESS)).await
+        {
+            return self.fail(format!("launch failed: {err}")).await;
+        }
+        agentctl::fault::point("launch.started");
+        // In a container the agent's home and programs are the container's.
+        let in_container = self.context.runtime.agent_home();
+        let home = in_container.clone().unwrap_or_else(|| self.context.agent_home.clone());
+        let argv = match resume_token {
+            Some(token) => self
+                .profile
+                .resume_argv(&home, token)
+                .unwrap_or_else(|| self.profile.launch_argv(&home)),
+            None => self.profile.launch_argv(&home),
+        };
+        let mut resolved = match in_container {
+            Some(_) => vec![OsString::from(&argv[0])],
+            None => match (self.context.resolve)(&argv[0]) {
+                Some(resolved) => resolved,
+                None => {
+                    return self
+                        .fail(format!(
+                            "launch failed: the agent program {} is not available",
+                            argv[0]
+                        ))
+                        .await;
+                }
+            },
+        };
+        resolved.extend(argv[1..].iter().map(OsString::from));
+        let runtime = self.context.runtime.name();
+        self.progress(LaunchStep::Launching, Some(format!("{} ({runtime})", argv[0])));
+        let previous = self.context.store.get_executor(self.row.id.clone()).await.ok().flatten();
+        let execution_id = uuid::Uuid::now_v7().to_string();
+        let spec = launch::spec(
+            &self.context,
+            &self.row,
+            &self.profile,
+            // The store gives the execution the same generation when it records it.
+            (execution_id, previous.as_ref().map_or(1, |previous| previous.generation + 1)),
+            agentctl::client::new_token(),
+            previous.as_ref().and_then(|previous| previous.runtime_handle.clone()),
+        );
+        let plan = LaunchPlan {
+            spec,
+            argv: resolved,
+            env: {
+                let mut env = self.profile.launch_env(&home);
+                if in_container.is_some() {
+                    // A container is the sandbox such an agent asks for when run as root.
+                    for (name, value) in &self.profile.process.root_env {
+                        env.entry(name.clone()).or_insert_with(|| value.clone());
+                    }
+                }
+                env.into_iter().collect()
+            },
+            previous,
+        };
+        self.resume_context_pending = false;
+        self.handoff_pending = false;
+        self.replay_known = None;
+        let context = self.context.clone();
+        let internal_tx = self.internal_tx.clone();
+        let retiring = std::mem::take(&mut self.retiring);
+        let start = std::mem::take(&mut self.record_start)
+            .then(|| (self.row.id.clone(), std::path::PathBuf::from(&self.row.workspace_path)));
+        self.context.teardowns.spawn(async move {
+            for task in retiring {
+                let _ = task.await;
+            }
+            let (launched, ()) = tokio::join!(launch::launch(context.clone(), plan), async {
+                if let Some((session_id, workspace)) = start {
+                    record_start_commit(&context.store, session_id, &workspace).await;
+                }
+            });
+            let launched = Box::new(launched);
+            if let Err(mpsc::error::SendError(Internal::Launched(launched))) =
+                internal_tx.send(Internal::Launched(launched))
+                && let Ok(connected) = *launched
+            {
+                // The actor is gone: nobody owns this execution.
+                if let Err(err) =
+                    launch::fence(&context, connected.record, std::time::Duration::ZERO).await
+                {
+                    tracing::error!(%err, "cannot fence an unowned execution");
+                }
+            }
+        });
+    }
+
+    pub(in crate::session) fn start_adopt(&mut self, plan: AdoptPlan) {
+        self.enter(Phase::Adopting);
+        let internal_tx = self.internal_tx.clone();
+        let context = self.context.clone();
+        self.context.teardowns.spawn(async move {
+            let adopted = Box::new(if plan.gone {
+                Ok(launch::adopt_gone(&context, plan.executor))
+            } else {
+                launch::adopt(context.clone(), plan.addr, plan.executor).await
+            });
+            if let Err(mpsc::error::SendError(Internal::Adopted(adopted))) =
+                internal_tx.send(Internal::Adopted(adopted))
+                && let Ok(connected) = *adopted
+            {
+                // The actor is gone: nobody owns this execution.
+                if let Err(err) =
+                    launch::fence(&context, connected.record, std::time::Duration::ZERO).await
+                {
+                    tracing::error!(%err, "cannot fence an unowned execution");
+                }
+            }
+        });
+        for open in plan.open_turns {
+            let turn_id = open.turn_id;
+            if !open.delivered {
+                self.undelivered.insert(open.request_id.clone(), turn_id.clone());
+            }
+            self.pending.insert(
+                open.request_id,
+                Pending::Prompt { turn_id: turn_id.clone(), injected: false },
+            );
+            self.turn = Some(turn_id);
+        }
+    }
+
+    /// A stop or detach came while launching or re-attaching: clears the request and
+    /// returns the reply to give once the retire is done (other callers are answered now).
+    pub(in crate::session) fn stop_after_launch(&mut self) -> Option<Reply<()>> {
+        self.after_launch = AfterLaunch::Keep;
+        let mut waiters = std::mem::take(&mut self.retire_waiters);
+        let reply = waiters.pop();
+        for other in waiters {
+            let _ = other.send(Ok(()));
+        }
+        reply
+    }
+
+    pub(in crate::session) async fn launched(
+        &mut self,
+        launched: Result<Connected, LaunchFailure>,
+    ) {
+        let connected = match launched {
+            Ok(connected) => connected,
+            Err(failure) => {
+                if self.after_launch == AfterLaunch::Retire {
+                    if let Some(reply) = self.stop_after_launch() {
+                        let _ = reply.send(Ok(()));
+                    }
+                    if self.phase != Phase::Ended {
+                        self.enter(Phase::Idle);
+                        let _ = self.set_state(SessionState::WaitingForInput, None, None).await;
+                    }
+                    return;
+                }
+                return self.fail(format!("launch failed: {}", failure.reason)).await;
+            }
+        };
+        let execution = self.connect(connected, true);
+        if self.after_launch == AfterLaunch::Retire {
+            // Stopped or detached while launching.
+            let reply = self.stop_after_launch();
+            self.retire(execution, reply);
+            if self.phase != Phase::Ended {
+                self.enter(Phase::Idle);
+                let _ = self.set_state(SessionState::WaitingForInput, None, None).await;
+            }
+            return;
+        }
+        // A new execution starts a new agentctl sequence: nothing of it was recorded yet
+        // (and nothing of it is held).
+        self.durability = Default::default();
+        self.holding = false;
+        self.loading = false;
+        self.generation = Some(execution.record.generation);
+        self.history.set_generation(execution.record.generation);
+        self.execution = Some(execution);
+        self.update_view(|view| view.agent_running = true);
+        self.enter(Phase::Opening);
+        let params = json!({
+            "protocolVersion": protocol::acp::PROTOCOL_VERSION,
+            "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false},
+            "clientInfo": {"name": "tether", "title": "Tether", "version": env!("CARGO_PKG_VERSION")},
+        });
+        self.progress(LaunchStep::Initializing, None);
+        self.request(protocol::acp::method::INITIALIZE, params, Pending::Initialize);
+    }
+
+    pub(in crate::session) async fn adopted(&mut self, adopted: Result<Connected, String>) {
+        if self.after_launch == AfterLaunch::Retire {
+            // Stopped or detached while re-attaching: what was found is retired (or fenced).
+            let reply = self.stop_after_launch();
+            match adopted {
+                Ok(connected) => {
+                    let execution = self.connect(connected, false);
+                    self.retire(execution, reply);
+                }
+                Err(_) => {
+                    if let Ok(Some(record)) =
+                        self.context.store.get_executor(self.row.id.clone()).await
+                    {
+                        self.fence_now(record);
+                    }
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Ok(()));
+                    }
+                }
+            }
+            if self.phase != Phase::Ended {
+                self.pending.clear();
+                self.turn = None;
+                self.enter(Phase::Idle);
+            }
+            return;
+        }
+        let connected = match adopted {
+            Ok(connected) => connected,
+            Err(err) => {
+                // The sidecar died, hangs, or refused us: fence it, recover as dead.
+                tracing::warn!(session = %self.row.id, %err, "cannot re-attach to agentctl");
+                let record =
+                    self.context.store.get_executor(self.row.id.clone()).await.ok().flatten();
+                if let Some(record) = record {
+                    self.fence_now(record.clone());
+                    let _ = self
+                        .context
+                        .store
+                        .set_executor_status(
+                            self.row.id.clone(),
+                            record.execution_id,
+                            ExecutorStatus::Dead,
+                        )
+                        .await;
+                }
+                let reason = format!("could not re-attach to the agent after a restart: {err}");
+                self.pending.clear();
+                self.turn = None;
+                self.update_view(|view| view.turn_id = None);
+                // Its turns interrupted and its questions void, as recovery ends a dead
+                // execution's work (after what this actor published so far).
+                self.flush_events();
+                self.answering.clear();
+                if let Err(err) = self.record.void_open_work(&reason, Vec::new(), self.mark()).await
+                {
+                    self.write_failed("interrupted turns", &err);
+                }
+                self.enter(Phase::Idle);
+                self.execution_gone(&reason, TurnState::Failed).await;
+                // Anyone who asked for a resume meanwhile gets one now.
+                if !self.waiters.is_empty() {
+                    self.begin_resume().await;
+                }
+                return;
+            }
+        };
+        let status = connected.status.clone();
+        let record = connected.record.clone();
+        let execution = self.connect(connected, false);
+        let running = status
+            .as_ref()
+            .is_some_and(|s| s.agent_state == protocol::control::AgentState::Running);
+        let acked = record.acked_seq.max(0) as u64;
+        // Marks count only for the execution they were written for.
+        let events_mark = self.record.events_mark(record.generation);
+        let history_mark = self.history.mark_for(record.generation);
+        tracing::debug!(
+            session = %self.row.id,
+            generation = record.generation,
+            acked,
+            history_mark,
+            events_mark,
+            last_seq = ?status.as_ref().map(|status| status.last_seq),
+            "re-attached to agentctl"
+        );
+        self.durability = Durability::resuming_at(acked, history_mark, events_mark);
+        self.generation = Some(record.generation);
+        self.history.set_generation(record.generation);
+        self.resume_context_pending = record.resume_context_pending;
+        self.handoff_pending = record.resume_context_pending
+            && record.resume_outcome == Some(ResumeOutcome::ContextHandoff);
+        self.execution = Some(Execution { agent_running: running, ..execution });
+        let turn_id = self.turn.clone();
+        self.update_view(|view| {
+            view.agent_running = running;
+            view.acp_session_id = record.acp_session_id.clone();
+            view.turn_id = turn_id;
+            view.resume_outcome = record.resume_outcome;
+        });
+        if !self.holding && running {
+            // A hold a stalled predecessor (killed since) asked for ends here.
+            self.send(Outgoing::Hold(false));
+        }
+        match status.as_ref().map(|status| status.last_seq) {
+            Some(until) if until > acked => self.replay_until = Some(until),
+            _ => self.settle_undelivered().await,
+        }
+        self.enter(Phase::Open);
+        // A pause asked for before the restart still holds (its turn may still run).
+        if let Ok(Some(request)) = self.context.store.get_pause(self.row.id.clone()).await {
+            let left = request.force_at.saturating_sub(crate::store::now_ms()).max(0);
+            self.pause = Some(PendingPause {
+                reason: request.reason,
+                force_at: Some(Instant::now() + std::time::Duration::from_millis(left as u64)),
+                forced: false,
+                trigger: request.trigger,
+            });
+            self.update_view(|view| view.pause_requested = true);
+        }
+        // Killed after the ACP session opened and before the store said so: the state is
+        // completed now (published again if it was already; the same state twice is
+        // harmless, never is not).
+        if self.row.state == SessionState::Starting
+            && let Err(err) =
+                self.set_state(SessionState::WaitingForInput, None, Some(task_state::REVIEW)).await
+        {
+            tracing::error!(session = %self.row.id, %err, "cannot record the session state");
+        }
+        for waiter in self.waiters.drain(..) {
+            let _ = waiter.send(Ok(ResumeOutcome::AlreadyRunning));
+        }
+        // People may still answer what the agent asked before the restart.
+        if let Ok(pending) = self.context.store.list_pending(self.row.id.clone()).await {
+            for (request_id, _, params) in pending {
+                self.emit(SessionEventKind::PermissionRequest { request_id, params });
+            }
+        }
+        self.send_unsent_initial_prompt().await;
+    }
+
+    pub(in crate::session) fn connect(
+        &self,
+        connected: Connected,
+        agent_running: bool,
+    ) -> Execution {
+        let Connected { record, calls, events_rx, gone, .. } = connected;
+        let outbox = outbox::start_outbox(
+            record.execution_id.clone(),
+            Arc::clone(&calls),
+            self.internal_tx.clone(),
+        );
+        Execution {
+            id: record.execution_id.clone(),
+            record,
+            calls,
+            outbox,
+            events_rx,
+            agent_running,
+            gone,
+        }
+    }
+
+    /// The resume context around `prompt`, from the history on disk.
+    pub(in crate::session) async fn resume_context(
+        &self,
+        prompt: &str,
+    ) -> Result<String, SessionError> {
+        if self.handoff_pending {
+            match self.context.store.latest_snapshot(self.row.id.clone()).await {
+                Ok(Some(snapshot)) => {
+                    let budget = self.profile.session.resume_context_budget;
+                    return Ok(crate::snapshot::handoff_context(&snapshot, prompt, budget));
+                }
+                // No snapshot to compile from: the history it would summarise instead.
+                Ok(None) => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+        let path = self.history.path().to_owned();
+        let prompt = prompt.to_owned();
+        let budget = self.profile.session.resume_context_budget;
+        let built = tokio::task::spawn_blocking(move || {
+            let mut file = std::fs::File::open(&path)?;
+            crate::resume_context::build(&mut file, &prompt, budget)
+        })
+        .await
+        .map_err(|err| SessionError::InvalidState(format!("building the resume context: {err}")))?
+        .map_err(|err| SessionError::InvalidState(format!("reading the history: {err}")))?;
+        Ok(built.text)
+    }
+
+    /// The execution is gone (its agent exited, its sidecar was lost or refused us): the
+    /// agent's questions are void, a running turn fails, and the session waits for input
+    /// with the reason, recoverable.
+    pub(in crate::session) async fn execution_gone(&mut self, reason: &str, turn_ends: TurnState) {
+        self.handshake = None;
+        self.drop_replay(reason);
+        self.update_view(|view| view.agent_running = false);
+        self.void_pending().await;
+        if self.turn.is_some() {
+            self.end_turn(turn_ends, None, Some(reason.to_owned())).await;
+        }
+        if self.row.state.is_terminal() {
+            // The end of a stopped session's teardown: it stays as it was ended.
+            return;
+        }
+        let _ = self
+            .set_state(
+                SessionState::WaitingForInput,
+                Some(reason.to_owned()),
+                Some(task_state::REVIEW),
+            )
+            .await;
+        let _ = self.context.store.log_error(self.row.id.clone(), reason.to_owned()).await;
+        self.snapshot_in_background(SnapshotTrigger::Crash, Some(reason.to_owned()));
+    }
+
+    /// agentctl itself went away, stopped answering, or refused our subscription. It is
+    /// fenced (nothing may run unowned), then what its spool holds beyond what was handled
+    /// is recorded, then the execution's open work is void.
+    pub(in crate::session) async fn lost(&mut self, reason: String) {
+        let mut reason = reason;
+        let Some(execution) = self.execution.take() else { return };
+        if let Some(why) = self.context.runtime.exit_reason(&execution.record).await {
+            reason = format!("{reason}: {why}");
+        }
+        let _ = self
+            .context
+            .store
+            .set_executor_status(self.row.id.clone(), execution.id.clone(), ExecutorStatus::Lost)
+            .await;
+        if matches!(self.phase, Phase::Opening | Phase::Launching) {
+            self.fence_now(execution.record.clone());
+            drop(execution);
+            return self.fail(reason).await;
+        }
+        // Its turn was cut by the supervisor's own downtime (its spool replayed at
+        // recovery), or by the sidecar's loss now.
+        let mut turn_ends = TurnState::Failed;
+        if execution.gone {
+            // A stop cut short by a kill, finished at recovery, or a loss while down.
+            reason = if self.row.state.is_terminal() {
+                "the session was stopped".into()
+            } else {
+                crate::session::STOPPED_WHILE_DOWN.into()
+            };
+            turn_ends = TurnState::Interrupted;
+        } else {
+            // Its spool is read once nothing writes it any more.
+            let Execution { id, record, .. } = execution;
+            match launch::fence(&self.context, record.clone(), std::time::Duration::ZERO).await {
+                Ok(()) => {
+                    let dir = leftovers::spool_dir(&self.context.agentctl_dir());
+                    let events = leftovers::read(dir, self.durability.handled);
+                    if let Some(exit) = self.record_leftovers(id, record, events).await {
+                        reason = exit;
+                    }
+                }
+                Err(err) => {
+                    tracing::error!(session = %self.row.id, %err, "cannot fence a lost execution")
+                }
+            }
+        }
+        self.enter(Phase::Idle);
+        self.execution_gone(&reason, turn_ends).await;
+        if self.row.state.is_terminal() {
+            // A stopped session's teardown, finished: nothing more to own.
+            return self.enter(Phase::Ended);
+        }
+        // Anyone who asked for a resume meanwhile gets one now.
+        if !self.waiters.is_empty() {
+            self.begin_resume().await;
+        }
+    }
+
+    /// Records what the spool of an execution whose sidecar is gone (fenced or retired)
+    /// holds beyond the last event handled, through the same handling as live events, and
+    /// acknowledges it. Returns why the agent exited, when the spool says so (its exit is
+    /// the caller's to handle: a stop ends the turn its own way).
+    pub(in crate::session) async fn record_leftovers(
+        &mut self,
+        id: String,
+        record: ExecutorRow,
+        events_rx: crate::session::control::EventsRx,
+    ) -> Option<String> {
+        let calls: Arc<dyn Control> = Arc::new(leftovers::DeadSidecar);
+        let outbox = outbox::start_outbox(id.clone(), Arc::clone(&calls), self.internal_tx.clone());
+        self.execution = Some(Execution {
+            id,
+            record,
+            calls,
+            outbox,
+            events_rx,
+            agent_running: false,
+            gone: true,
+        });
+        let mut exit = None;
+        let mut in_burst = 0;
+        while let Some(execution) = self.execution.as_mut() {
+            if self.stalled.is_some() {
+                // Not acknowledged: read again at the next try (the spool stays).
+                break;
+            }
+            let Some(Ok(event)) = execution.events_rx.recv().await else { break };
+            // The agent's end is the caller's to handle (a stop ends the turn its own way).
+            match event.kind {
+                EventKind::AgentExited { status, stderr_tail } => {
+                    self.durability.handled = event.seq;
+                    exit = Some(self.exit_reason(status, &stderr_tail));
+                }
+                EventKind::StdoutClosed => self.durability.handled = event.seq,
+                _ => self.handle_agent_event(*event).await,
+            }
+            in_burst += 1;
+            if in_burst == AGENT_EVENT_BURST {
+                in_burst = 0;
+                self.flush_events();
+            }
+        }
+        self.ack(true).await;
+        self.flush_events();
+        self.execution = None;
+        exit
+    }
+
+    /// Retires an execution on a stop or detach: an open one is stopped in the background
+    /// and what its spool still held is recorded when that is done (see
+    /// [`Internal::Retired`]), then its turn ends with `turn_error`; one still shaking
+    /// hands has nothing to record. `reply` is answered once it is gone.
+    pub(in crate::session) async fn retire_open(
+        &mut self,
+        execution: Execution,
+        reply: Option<Reply<()>>,
+        turn_error: &'static str,
+    ) {
+        if execution.gone {
+            // A dead sidecar's spool being replayed: the rest of it is recorded first.
+            let Execution { id, record, events_rx, .. } = execution;
+            self.record_leftovers(id, record, events_rx).await;
+            if let Some(reply) = reply {
+                let _ = reply.send(Ok(()));
+            }
+            return;
+        }
+        if self.phase != Phase::Open {
+            return self.retire(execution, reply);
+        }
+        let after = self.durability.handled;
+        let dir = leftovers::spool_dir(&self.context.agentctl_dir());
+        let (id, record) = (execution.id.clone(), execution.record.clone());
+        let (gone_tx, gone) = tokio::sync::oneshot::channel();
+        self.retire(execution, Some(gone_tx));
+        self.teardown = Some(Teardown { reply, turn_error });
+        let report = self.internal_tx.clone();
+        self.context.teardowns.spawn(async move {
+            let result = gone.await.unwrap_or(Ok(()));
+            // Read before anything else may start a sidecar (and its fresh spool) there:
+            // a launch waits for the retire, and the actor for this report.
+            let leftovers = tokio::task::spawn_blocking(move || leftovers::read_all(&dir, after))
+                .await
+                .unwrap_or_default();
+            let retired = Retired { id, record, result, leftovers };
+            let _ = report.send(Internal::Retired(Box::new(retired)));
+        });
+    }
+
+    /// A retire of [`SessionActor::retire_open`] is done: what the spool held is recorded,
+    /// the turn ends, and the stop or detach is answered.
+    pub(in crate::session) async fn retired(&mut self, retired: Retired) {
+        let Retired { id, record, result, leftovers } = retired;
+        let Some(teardown) = self.teardown.take() else { return };
+        let (tx, events) = mpsc::channel(leftovers.len().max(1));
+        for event in leftovers {
+            let _ = tx.try_send(Ok(Box::new(event)));
+        }
+        drop(tx);
+        self.record_leftovers(id, record, events).await;
+        // The agent that asked is gone: its questions are void.
+        self.void_pending().await;
+        if self.turn.is_some() {
+            self.end_turn(TurnState::Failed, None, Some(teardown.turn_error.into())).await;
+        }
+        if let Some(reply) = teardown.reply {
+            let _ = reply.send(result);
+        }
+        // Anyone who asked for a resume meanwhile gets one now.
+        if self.phase != Phase::Ended && !self.waiters.is_empty() {
+            self.begin_resume().await;
+        }
+    }
+
+    /// Retires an execution and waits until its sidecar is gone, then records what its
+    /// spool still held: what the agent emitted until it exited is kept, whatever ended it.
+    pub(in crate::session) async fn retire_and_record(
+        &mut self,
+        execution: Execution,
+    ) -> Result<(), SessionError> {
+        let (id, record) = (execution.id.clone(), execution.record.clone());
+        let (gone_tx, gone) = tokio::sync::oneshot::channel();
+        self.retire(execution, Some(gone_tx));
+        let retired = gone.await.unwrap_or(Ok(()));
+        let events = leftovers::read(
+            leftovers::spool_dir(&self.context.agentctl_dir()),
+            self.durability.handled,
+        );
+        self.record_leftovers(id, record, events).await;
+        retired
+    }
+
+    /// A launch failure: session and task `FAILED` with the reason; the execution is
+    /// retired (and fenced).
+    pub(in crate::session) async fn fail(&mut self, reason: String) {
+        tracing::warn!(session = %self.row.id, %reason, "session failed");
+        let _ = self.context.store.log_error(self.row.id.clone(), reason.clone()).await;
+        self.handshake = None;
+        if let Some(execution) = self.execution.take() {
+            self.retire(execution, None);
+        }
+        self.update_view(|view| view.agent_running = false);
+        if self.turn.is_some() {
+            self.end_turn(TurnState::Failed, None, Some(reason.clone())).await;
+        }
+        let _ = self
+            .set_state(SessionState::Failed, Some(reason.clone()), Some(task_state::FAILED))
+            .await;
+        self.fail_waiters(&reason);
+        self.enter(Phase::Ended);
+    }
+}

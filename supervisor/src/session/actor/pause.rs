@@ -1,0 +1,155 @@
+//! Pausing at a turn boundary (asked, or forced by the context filling up), and snapshots.
+
+use super::*;
+
+impl SessionActor {
+    /// `task.session.pause`: at once when no turn runs (the agent and sidecar stopped, then
+    /// `PAUSED`); else it waits for the turn (or the launch in flight) to end, cancelling
+    /// the turn after `force_after`. Returns whether it waits.
+    pub(in crate::session) async fn pause(
+        &mut self,
+        reason: Option<String>,
+        force_after: std::time::Duration,
+    ) -> Result<bool, SessionError> {
+        self.request_pause(reason, force_after, SnapshotTrigger::Pause).await
+    }
+
+    /// The agent's context reached the profile's threshold: the session pauses at the turn
+    /// boundary for a handoff (unless a pause is asked for already, or it cannot pause).
+    pub(in crate::session) async fn exhaustion(&mut self, reason: String) {
+        if self.pause.is_some() || self.row.state.is_terminal() {
+            return;
+        }
+        tracing::info!(session = %self.row.id, %reason, "the agent's context is nearly full; pausing for a handoff");
+        let wait = std::time::Duration::from_millis(crate::session::DEFAULT_PAUSE_WAIT_MS);
+        if let Err(err) = self.request_pause(Some(reason), wait, SnapshotTrigger::Exhaustion).await
+        {
+            tracing::warn!(session = %self.row.id, %err, "cannot pause for a handoff");
+        }
+    }
+
+    /// A pause of either kind; see [`SessionActor::pause`].
+    pub(in crate::session) async fn request_pause(
+        &mut self,
+        reason: Option<String>,
+        force_after: std::time::Duration,
+        trigger: SnapshotTrigger,
+    ) -> Result<bool, SessionError> {
+        match self.row.state {
+            state if state.is_terminal() => return Err(SessionError::Terminal(state)),
+            SessionState::Paused => {
+                return Err(SessionError::InvalidState("the session is already PAUSED".into()));
+            }
+            _ => {}
+        }
+        if self.pause.is_some() {
+            return Err(SessionError::InvalidState(
+                "a pause is already requested; it waits for the running turn to end".into(),
+            ));
+        }
+        let busy = self.turn.is_some()
+            || matches!(self.phase, Phase::Launching | Phase::Opening | Phase::Adopting);
+        self.pause = Some(PendingPause {
+            reason: reason.clone(),
+            force_at: Some(Instant::now() + force_after),
+            forced: false,
+            trigger,
+        });
+        if !busy {
+            self.pause_now().await;
+            return Ok(false);
+        }
+        // Kept before it is announced, so a restart still pauses.
+        let force_at = crate::store::now_ms()
+            .saturating_add(i64::try_from(force_after.as_millis()).unwrap_or(i64::MAX));
+        let request = crate::store::PauseRequest { reason: reason.clone(), force_at, trigger };
+        if let Err(err) = self.context.store.put_pause(self.row.id.clone(), request).await {
+            self.pause = None;
+            return Err(err.into());
+        }
+        self.emit(SessionEventKind::PauseRequested {
+            reason,
+            force_after_ms: u64::try_from(force_after.as_millis()).unwrap_or(u64::MAX),
+        });
+        self.update_view(|view| view.pause_requested = true);
+        Ok(true)
+    }
+
+    /// Pauses now: the agent and sidecar are stopped (and awaited), then the session is
+    /// `PAUSED` — its events first, then the store (a replay re-applies the store write).
+    pub(in crate::session) async fn pause_now(&mut self) {
+        let Some(pause) = self.pause.take() else { return };
+        if let Some(execution) = self.execution.take()
+            && let Err(err) = self.retire_and_record(execution).await
+        {
+            tracing::warn!(session = %self.row.id, %err, "stopping the agent for a pause");
+        }
+        self.update_view(|view| view.agent_running = false);
+        self.handshake = None;
+        // The snapshot sees the workspace as the stopped agent left it.
+        let trigger = match pause.trigger {
+            SnapshotTrigger::Exhaustion => SnapshotTrigger::Exhaustion,
+            _ if pause.forced => SnapshotTrigger::Timeout,
+            other => other,
+        };
+        let request = self.snapshot_request(trigger, pause.reason.clone());
+        // After what this actor published so far.
+        self.flush_events();
+        let (reason, forced) = (pause.reason, pause.forced);
+        match self.record.pause(request, reason, pause.trigger, forced, self.mark()).await {
+            Ok(()) => {}
+            Err(err @ crate::session::record::RecordError::Log(_)) => {
+                self.write_failed("the session's event log", &err)
+            }
+            Err(err) => self.write_failed("the paused state", &err),
+        }
+        self.row.state = SessionState::Paused;
+        self.row.error_message = None;
+        self.update_view(|view| {
+            view.state = SessionState::Paused;
+            view.error = None;
+            view.agent_running = false;
+            view.pause_requested = false;
+        });
+        self.enter(Phase::Idle);
+    }
+
+    /// What a snapshot of this session now is taken from.
+    pub(in crate::session) fn snapshot_request(
+        &self,
+        trigger: SnapshotTrigger,
+        reason: Option<String>,
+    ) -> crate::snapshot::Request {
+        crate::snapshot::Request {
+            session_id: self.row.id.clone(),
+            trigger,
+            reason,
+            history: self.history.path().to_owned(),
+            execution_id: self.execution.as_ref().map(|execution| execution.id.clone()),
+            usage: self.usage.as_deref().cloned(),
+        }
+    }
+
+    /// Takes a snapshot without holding the actor up; its event follows when it is stored.
+    pub(in crate::session) fn snapshot_in_background(
+        &self,
+        trigger: SnapshotTrigger,
+        reason: Option<String>,
+    ) {
+        let request = self.snapshot_request(trigger, reason);
+        let store = self.context.store.clone();
+        let report = self.internal_tx.clone();
+        tokio::spawn(async move {
+            match crate::snapshot::take(&store, request).await {
+                Ok(snapshot) => {
+                    let _ = report.send(Internal::SnapshotTaken {
+                        snapshot_id: snapshot.snapshot_id,
+                        trigger,
+                    });
+                }
+                // A session deleted meanwhile has nothing to snapshot.
+                Err(err) => tracing::debug!(%err, "cannot take a snapshot"),
+            }
+        });
+    }
+}

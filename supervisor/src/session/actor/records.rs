@@ -1,0 +1,233 @@
+//! What the actor writes: session events (with their marks), history entries, state
+//! changes, acknowledgements to agentctl, and the stall after a failed write.
+
+use super::*;
+
+impl SessionActor {
+    /// Syncs what was written and stores `acked_seq`, then acknowledges through the
+    /// outbox — nothing before it is durable (see `durability.rs`).
+    pub(in crate::session) async fn ack(&mut self, force: bool) {
+        if self.stalled.is_some() {
+            return;
+        }
+        let Some(seq) = self.durability.due(self.history.unflushed_since(), force) else {
+            // Nothing to acknowledge: the session events stay buffered until the actor's
+            // loop writes them (once per burst of agent events).
+            return;
+        };
+        // What the handled events published must be in the log before it is synced.
+        self.flush_events();
+        if self.stalled.is_some() {
+            return;
+        }
+        let Some(execution_id) = self.execution.as_ref().map(|execution| execution.id.clone())
+        else {
+            return;
+        };
+        if let Err(err) = self
+            .history
+            .sync()
+            .and_then(|()| self.record.log().sync().map_err(std::io::Error::other))
+        {
+            self.write_failed("the history and event log (sync)", &err);
+            return;
+        }
+        match self.context.store.set_acked_seq(self.row.id.clone(), execution_id, seq).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(err) => {
+                self.write_failed("acked_seq", &err);
+                return;
+            }
+        }
+        agentctl::fault::point("ack.stored");
+        self.send(Outgoing::Ack(seq));
+        let metrics = crate::metrics::get();
+        metrics.acks.inc();
+        metrics.ack_lag.observe(self.durability.handled.saturating_sub(seq) as f64);
+        self.durability.acked(seq);
+    }
+
+    /// The agent's open questions are void (it is gone): each is resolved `cancelled`,
+    /// published before its row goes (a replay finds no row to publish again).
+    pub(in crate::session) async fn void_pending(&mut self) {
+        self.answering.clear();
+        // After what this actor published so far.
+        self.flush_events();
+        match self.record.void_questions(self.mark()).await {
+            Ok(_) => {}
+            Err(err @ crate::session::record::RecordError::Log(_)) => {
+                self.write_failed("the session's event log", &err)
+            }
+            // The rows stay; the next end of this execution's work tries again.
+            Err(err) => tracing::warn!(session = %self.row.id, %err, "cannot void open questions"),
+        }
+    }
+
+    /// A durable write failed: nothing more is acknowledged, and after this handling the
+    /// actor stops taking agentctl's events (they wait in agentctl's spool) until a retry
+    /// succeeds. Nothing acknowledged is lost; nothing unacknowledged is dropped.
+    pub(in crate::session) fn write_failed(&mut self, what: &str, err: &dyn std::fmt::Display) {
+        tracing::error!(session = %self.row.id, %err, "cannot write {what}");
+        if self.stalled.is_none() {
+            self.stalled = Some(format!(
+                "cannot write {what}: {err}; the agent's output is held (nothing is lost) until it can"
+            ));
+        }
+    }
+
+    /// Stops intake and shows why; schedules the first retry.
+    pub(in crate::session) fn stall(&mut self) {
+        let reason = self.stalled.clone().unwrap_or_default();
+        self.update_view(|view| view.error = Some(reason.clone()));
+        // Said after the status shows it, so whoever reads the log line finds it there.
+        tracing::error!(session = %self.row.id, %reason, "intake stops until it can");
+        // The stream is dropped: what it still had comes again from agentctl on retry.
+        // And the agent's output is held at agentctl meanwhile: the room freed later goes
+        // to recording what is spooled, not to more output (released once caught up).
+        if let Some(execution) = self.execution.as_mut() {
+            let (_, closed) = mpsc::channel(1);
+            execution.events_rx = closed;
+            if !execution.gone {
+                self.holding = true;
+                self.send(Outgoing::Hold(true));
+            }
+        }
+        let delay = std::time::Duration::from_millis(200);
+        self.stall_retry = Some((Instant::now() + delay, delay));
+    }
+
+    /// Tries again after a failed write: the history is reopened (a torn tail cut, its mark
+    /// read back), the open turns are read back from the store, and the actor re-attaches to
+    /// its own sidecar after the acknowledged seq — the replay path of a restart, so each
+    /// event is recorded once. A failure here waits longer and tries again.
+    pub(in crate::session) async fn retry_after_stall(&mut self, delay: std::time::Duration) {
+        let again = |actor: &mut SessionActor, why: String| {
+            let next = (delay * 2).min(STALL_RETRY_MAX);
+            actor.stalled = Some(why);
+            actor.stall_retry = Some((Instant::now() + next, next));
+        };
+        let Some(execution) = self.execution.as_ref() else {
+            // Nothing to re-attach to (the agent is gone meanwhile): just go on.
+            self.stalled = None;
+            self.stall_retry = None;
+            return;
+        };
+        let history = match History::open(self.history.path()) {
+            Ok(history) => history,
+            Err(err) => return again(self, format!("cannot reopen the history: {err}")),
+        };
+        let open_turns =
+            match self.context.store.open_turns(self.row.id.clone(), execution.id.clone()).await {
+                Ok(turns) => turns,
+                Err(err) => return again(self, format!("cannot read the open turns: {err}")),
+            };
+        let Some(execution) = self.execution.take() else { return };
+        let mut record = execution.record.clone();
+        record.acked_seq = self.durability.acked as i64;
+        record.acp_session_id = self.view_tx.borrow().acp_session_id.clone();
+        let addr = record.endpoint();
+        let gone = execution.gone;
+        drop(execution);
+        self.history = history;
+        self.unflushed_events.clear();
+        self.pending.retain(|_, pending| !matches!(pending, Pending::Prompt { .. }));
+        self.turn = None;
+        self.stalled = None;
+        self.stall_retry = None;
+        let error = self.row.error_message.clone();
+        self.update_view(|view| view.error = error);
+        tracing::info!(session = %self.row.id, "re-attaching after a failed write");
+        self.start_adopt(AdoptPlan { executor: record, addr, open_turns, gone });
+    }
+
+    pub(in crate::session) fn record_history(
+        &mut self,
+        kind: EntryType,
+        content: String,
+        tool: Option<(String, String, String)>,
+    ) {
+        if self.suppress_history {
+            return;
+        }
+        if let Err(err) = self.history.append(kind, content, tool) {
+            self.write_failed("the history", &err);
+        }
+    }
+
+    /// Publishes a session event (buffered until [`SessionActor::flush_events`]). During
+    /// a replay of events recorded before a restart it does nothing.
+    pub(in crate::session) fn emit(&mut self, kind: SessionEventKind) {
+        if self.suppress_events {
+            return;
+        }
+        self.unflushed_events.push(kind);
+    }
+
+    /// The marks of what is published now: the agentctl seq being handled, never below
+    /// what the log already holds for this execution (events re-published while a replay
+    /// catches up must not lower the mark a restart reads back).
+    pub(in crate::session) fn mark(&self) -> crate::session::record::Mark {
+        let mark = self.durability.handled.max(self.durability.events_mark);
+        crate::session::record::Mark {
+            agent_seq: (mark > 0).then_some(mark),
+            generation: self.generation,
+        }
+    }
+
+    /// Writes the buffered session events in one append, each carrying the agentctl seq
+    /// being handled: after a restart, events of an agentctl event at or below the newest
+    /// mark in the log are all known to be written, so none is written twice and none is
+    /// lost.
+    pub(in crate::session) fn flush_events(&mut self) {
+        if self.unflushed_events.is_empty() {
+            return;
+        }
+        let kinds = std::mem::take(&mut self.unflushed_events);
+        let metrics = crate::metrics::get();
+        metrics.published_events.inc_by(kinds.len() as u64);
+        let log = Arc::clone(self.record.log());
+        let before = log.disk_bytes();
+        if let Err(err) = self.record.publish(kinds, self.mark()) {
+            self.write_failed("the session's event log", &err);
+        }
+        metrics.published_bytes.inc_by(log.disk_bytes().saturating_sub(before));
+        // Retention: the oldest segments go once the log passes its limit. (A restart
+        // reads its marks from the newest events, which are always kept.)
+        if log.disk_bytes() > self.context.event_log_retain_bytes
+            && let Err(err) = log.retain(self.context.event_log_retain_bytes)
+        {
+            tracing::warn!(session = %self.row.id, %err, "cannot drop old event log segments");
+        }
+    }
+
+    /// Records and publishes a state change; publishing the same state and error again is
+    /// skipped, so a subscriber sees each change once.
+    pub(in crate::session) async fn set_state(
+        &mut self,
+        state: SessionState,
+        error: Option<String>,
+        task: Option<&'static str>,
+    ) -> Result<(), SessionError> {
+        if state == self.row.state && error == self.row.error_message {
+            return Ok(());
+        }
+        // The event first: a replay re-applies the store write, but would skip the event.
+        self.emit(SessionEventKind::State { state, error: error.clone() });
+        self.flush_events();
+        if self.row.state == SessionState::Starting && state == SessionState::WaitingForInput {
+            agentctl::fault::point("state.opened_published");
+        }
+        self.context
+            .store
+            .set_session_state(self.row.id.clone(), state, error.clone(), task)
+            .await?;
+        self.row.state = state;
+        self.row.error_message = error.clone();
+        self.update_view(|view| {
+            view.state = state;
+            view.error = error;
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,343 @@
+//! Turns: a prompt's start and end, cancel, permission answers, and the prompts a restart
+//! found undelivered.
+
+use super::*;
+
+impl SessionActor {
+    /// Starts a turn and queues its prompt; `reply` (if any) gets the turn id once the
+    /// prompt reached agentctl, or the error. Returns the error too, for the caller's log.
+    pub(in crate::session) async fn start_turn(
+        &mut self,
+        text: String,
+        reply: Option<Reply<String>>,
+    ) -> Result<(), String> {
+        match self.prepare_turn(text).await {
+            Ok((turn_id, message)) => {
+                self.send(Outgoing::Prompt { message, turn_id, reply });
+                Ok(())
+            }
+            Err(err) => {
+                let text = err.to_string();
+                if let Some(reply) = reply {
+                    let _ = reply.send(Err(err));
+                }
+                Err(text)
+            }
+        }
+    }
+
+    /// Records a turn (row, history, events, state) and builds its `session/prompt`.
+    pub(in crate::session) async fn prepare_turn(
+        &mut self,
+        text: String,
+    ) -> Result<(String, Value), SessionError> {
+        match self.row.state {
+            SessionState::WaitingForInput => {}
+            other => {
+                return Err(SessionError::InvalidState(format!(
+                    "the session is {}; prompts are taken in WAITING_FOR_INPUT",
+                    other.as_str()
+                )));
+            }
+        }
+        let Some(execution) = self.execution.as_ref().filter(|execution| execution.agent_running)
+        else {
+            return Err(SessionError::AgentGone("no execution".into()));
+        };
+        let execution_id = execution.id.clone();
+        let Some(acp_session) = self.view_tx.borrow().acp_session_id.clone() else {
+            return Err(SessionError::InvalidState("the ACP session is not open yet".into()));
+        };
+        let injected = self.resume_context_pending;
+        let sent_text = if injected { self.resume_context(&text).await? } else { text.clone() };
+        let request_id = self.next_request_id;
+        let message = json!({
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": protocol::acp::method::SESSION_PROMPT,
+            "params": {"sessionId": acp_session, "prompt": [{"type": "text", "text": sent_text}]},
+        });
+        // The agent's framing drops a line over its limit: the turn would never end.
+        let size = serde_json::to_vec(&message).map_or(usize::MAX, |line| line.len() + 1);
+        if size > MAX_PROMPT_LINE {
+            return Err(SessionError::InvalidParams {
+                field: "prompt",
+                message: format!(
+                    "the prompt is {size} bytes as a JSON-RPC line, over the agent's {MAX_PROMPT_LINE}-byte line limit"
+                ),
+            });
+        }
+        let turn_id = uuid::Uuid::now_v7().to_string();
+        // The turn and its request id are durable before the request leaves.
+        self.context
+            .store
+            .insert_turn(turn_id.clone(), self.row.id.clone(), execution_id, request_id.to_string())
+            .await?;
+        agentctl::fault::point("prompt.recorded");
+        self.next_request_id += 1;
+        self.record_history(EntryType::UserMessage, text.clone(), None);
+        self.emit(SessionEventKind::TurnStarted { turn_id: turn_id.clone(), prompt: text });
+        self.turn = Some(turn_id.clone());
+        self.turn_deadline = self
+            .profile
+            .process
+            .turn_timeout_ms
+            .map(|ms| Instant::now() + std::time::Duration::from_millis(ms));
+        self.set_state(SessionState::Running, None, Some(task_state::IN_PROGRESS)).await?;
+        self.update_view(|view| view.turn_id = Some(turn_id.clone()));
+        self.pending
+            .insert(request_id.to_string(), Pending::Prompt { turn_id: turn_id.clone(), injected });
+        Ok((turn_id, message))
+    }
+
+    pub(in crate::session) async fn cancel(&mut self) -> Result<(), SessionError> {
+        if self.turn.is_none() {
+            return Err(SessionError::InvalidState("no turn is running".into()));
+        }
+        let acp_session = self.view_tx.borrow().acp_session_id.clone();
+        self.send(Outgoing::Acp(json!({
+            "jsonrpc": "2.0",
+            "method": protocol::acp::method::SESSION_CANCEL,
+            "params": {"sessionId": acp_session},
+        })));
+        self.cancel_pending_permissions().await;
+        // The agent ends the turn with `cancelled`; if it does not, we do.
+        self.cancel_deadline.get_or_insert(Instant::now() + CANCEL_GRACE);
+        Ok(())
+    }
+
+    pub(in crate::session) async fn cancel_pending_permissions(&mut self) {
+        let pending =
+            self.context.store.list_pending(self.row.id.clone()).await.unwrap_or_default();
+        for (request_id, _, _) in pending {
+            if self.answering.contains_key(&request_id) {
+                continue;
+            }
+            if let Err(err) =
+                self.answer_permission(&request_id, json!({"outcome": "cancelled"})).await
+            {
+                tracing::warn!(session = %self.row.id, %err, "cannot cancel a permission request");
+            }
+        }
+    }
+
+    /// Queues the answer; its row is deleted (and `permission_resolved` published) only once
+    /// it reached agentctl, so an answer cut off by a kill is asked again after a restart.
+    pub(in crate::session) async fn answer_permission(
+        &mut self,
+        request_id: &str,
+        outcome: Value,
+    ) -> Result<(), SessionError> {
+        let known = self
+            .context
+            .store
+            .list_pending(self.row.id.clone())
+            .await?
+            .iter()
+            .any(|(id, _, _)| id == request_id);
+        // Asked by this execution's agent (its generation leads the id), or not at all.
+        let current = crate::session::permission_request_generation(request_id)
+            .is_none_or(|generation| generation == self.generation());
+        if !known || !current || self.answering.contains_key(request_id) {
+            return Err(SessionError::NoSuchRequest(request_id.to_owned()));
+        }
+        if self.execution.as_ref().is_none_or(|execution| !execution.agent_running) {
+            return Err(SessionError::AgentGone("the agent that asked is not running".into()));
+        }
+        let id = crate::session::agent_request_id(request_id);
+        agentctl::fault::point("permission.queued");
+        self.send(Outgoing::Answer {
+            request_id: request_id.to_owned(),
+            message: json!({"jsonrpc": "2.0", "id": id, "result": {"outcome": outcome.clone()}}),
+        });
+        self.answering.insert(request_id.to_owned(), outcome);
+        Ok(())
+    }
+
+    pub(in crate::session) async fn end_turn(
+        &mut self,
+        state: TurnState,
+        stop_reason: Option<String>,
+        error: Option<String>,
+    ) {
+        let Some(turn_id) = self.turn.take() else { return };
+        self.cancel_deadline = None;
+        self.turn_deadline = None;
+        self.tool_titles.clear();
+        self.replay_known = None;
+        if let Err(err) = self.history.flush_agent() {
+            self.write_failed("the history", &err);
+        }
+        // Events first (the turn's end, then the state it leads to), then one store write
+        // for both: once the row says the turn ended, a replay no longer ends it, so
+        // everything it publishes must be out first.
+        self.emit(SessionEventKind::TurnEnded {
+            turn_id: turn_id.clone(),
+            state,
+            stop_reason: stop_reason.clone(),
+            error: error.clone(),
+        });
+        self.update_view(|view| view.turn_id = None);
+        let waiting = SessionState::WaitingForInput;
+        let then = (!self.row.state.is_terminal()
+            && (self.row.state != waiting || self.row.error_message != error))
+            .then(|| (waiting, error.clone(), Some(task_state::REVIEW)));
+        if let Some((state, error, _)) = &then {
+            self.emit(SessionEventKind::State { state: (*state), error: error.clone() });
+        }
+        self.flush_events();
+        let written = self
+            .context
+            .store
+            .end_turn_then(turn_id, (state, stop_reason, error), then.clone())
+            .await;
+        match written {
+            Ok(()) => {
+                if let Some((state, error, _)) = then {
+                    self.row.state = state;
+                    self.row.error_message = error.clone();
+                    self.update_view(|view| {
+                        view.state = state;
+                        view.error = error;
+                    });
+                }
+            }
+            Err(err) => self.write_failed("the end of a turn", &err),
+        }
+        agentctl::fault::point("turn.recorded");
+        if state == TurnState::Completed {
+            self.snapshot_in_background(SnapshotTrigger::TurnComplete, None);
+        }
+    }
+
+    /// After a re-attach, once the replay has passed what agentctl held when we connected:
+    /// a turn whose prompt was never delivered will never end, so it fails now, saying so.
+    pub(in crate::session) async fn settle_undelivered(&mut self) {
+        self.replay_until = None;
+        if std::mem::take(&mut self.holding) {
+            // Caught up after a stall: the agent's output is taken in again.
+            self.send(Outgoing::Hold(false));
+        }
+        let deferred = std::mem::take(&mut self.deferred_prompts);
+        let undelivered: Vec<(String, String)> = self.undelivered.drain().collect();
+        let first_prompt = self.unsent_initial_prompt().await;
+        for (request_id, turn_id) in undelivered {
+            // The create's prompt was acknowledged: sent again under the same request, so it
+            // runs once and is recorded once. Any other prompt's caller had no answer yet.
+            if let Some(prompt) = &first_prompt
+                && self.turn.as_deref() == Some(turn_id.as_str())
+                && self.resend_prompt(&request_id, &turn_id, prompt)
+            {
+                continue;
+            }
+            self.pending.remove(&request_id);
+            let error =
+                "the supervisor stopped before this prompt reached the agent; send it again";
+            if self.turn.as_deref() == Some(turn_id.as_str()) {
+                self.end_turn(TurnState::Failed, None, Some(error.into())).await;
+            } else if let Err(err) = self
+                .context
+                .store
+                .end_turn(turn_id, TurnState::Failed, None, Some(error.into()))
+                .await
+            {
+                self.write_failed("the end of a turn", &err);
+            }
+        }
+        self.send_unsent_initial_prompt().await;
+        for (text, reply) in deferred {
+            if let Err(err) = self.start_turn(text, Some(reply)).await {
+                tracing::debug!(session = %self.row.id, %err, "prompt refused");
+            }
+        }
+    }
+
+    /// Sends a recorded turn's prompt that never reached the agent again, under its own
+    /// request id; false when it cannot be (no agent, no ACP session, a resume context).
+    pub(in crate::session) fn resend_prompt(
+        &mut self,
+        request_id: &str,
+        turn_id: &str,
+        prompt: &str,
+    ) -> bool {
+        let running = self.execution.as_ref().is_some_and(|execution| execution.agent_running);
+        let acp_session = self.view_tx.borrow().acp_session_id.clone();
+        let injected =
+            matches!(self.pending.get(request_id), Some(Pending::Prompt { injected: true, .. }));
+        let (Some(acp_session), Ok(id), true, false) =
+            (acp_session, request_id.parse::<i64>(), running, injected)
+        else {
+            return false;
+        };
+        let message = json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": protocol::acp::method::SESSION_PROMPT,
+            "params": {"sessionId": acp_session, "prompt": [{"type": "text", "text": prompt}]},
+        });
+        tracing::info!(session = %self.row.id, turn = %turn_id, "sending the first prompt again: it never reached the agent");
+        if self.history.is_empty() {
+            // Killed before the turn's start was written (see `prepare_turn`).
+            self.record_history(EntryType::UserMessage, prompt.to_owned(), None);
+            self.emit(SessionEventKind::TurnStarted {
+                turn_id: turn_id.to_owned(),
+                prompt: prompt.to_owned(),
+            });
+        }
+        self.send(Outgoing::Prompt { message, turn_id: turn_id.to_owned(), reply: None });
+        true
+    }
+
+    /// The prompt the session was created with (its task's description when it was
+    /// created without one), while no prompt of it ever reached an agent: an acknowledged
+    /// create runs it exactly once, across kills and failed launches.
+    pub(in crate::session) async fn unsent_initial_prompt(&self) -> Option<String> {
+        let prompt = self.row.initial_prompt.clone().filter(|prompt| !prompt.trim().is_empty())?;
+        match self.context.store.prompt_delivered(self.row.id.clone()).await {
+            Ok(false) => Some(prompt),
+            Ok(true) => None,
+            Err(err) => {
+                tracing::error!(session = %self.row.id, %err, "cannot tell whether the initial prompt ran");
+                None
+            }
+        }
+    }
+
+    /// After a re-attach settled: a create cut short between the agent's start and its
+    /// first prompt's delivery has its prompt sent now (once the replay caught up).
+    pub(in crate::session) async fn send_unsent_initial_prompt(&mut self) {
+        let ready = self.execution.as_ref().is_some_and(|execution| execution.agent_running)
+            && self.phase == Phase::Open
+            && self.turn.is_none()
+            && self.replay_until.is_none()
+            && self.row.state == SessionState::WaitingForInput;
+        if !ready {
+            return;
+        }
+        if let Some(prompt) = self.unsent_initial_prompt().await
+            && let Err(err) = self.start_turn(prompt, None).await
+        {
+            self.emit(SessionEventKind::Notice {
+                message: format!("the initial prompt could not be sent: {err}"),
+            });
+        }
+    }
+
+    /// A re-attach's replay will not finish (the execution is gone): prompts that waited for
+    /// it are answered (the caller resumes and retries), and nothing is left to settle.
+    pub(in crate::session) fn drop_replay(&mut self, reason: &str) {
+        self.replay_until = None;
+        self.undelivered.clear();
+        for (_, reply) in self.deferred_prompts.drain(..) {
+            let _ = reply.send(Err(SessionError::AgentGone(reason.to_owned())));
+        }
+    }
+
+    pub(in crate::session) fn fail_waiters(&mut self, reason: &str) {
+        self.drop_replay(reason);
+        self.resume = None;
+        for waiter in self.waiters.drain(..) {
+            let _ = waiter.send(Err(SessionError::InvalidState(reason.to_owned())));
+        }
+    }
+}
