@@ -1,0 +1,188 @@
+//! The API trait: every method of Tether's JSON-RPC surface, its params and results.
+
+use super::*;
+
+#[rpc(server, client)]
+pub trait Api {
+    /// Every agent profile, with whether it can run here and why not.
+    #[method(name = "agents.list")]
+    async fn agents_list(&self) -> RpcResult<Vec<AgentInfo>>;
+
+    /// Creates a task.
+    #[method(name = "task.create", param_kind = map)]
+    async fn task_create(&self, title: String, description: Option<String>) -> RpcResult<Task>;
+
+    /// Every task, oldest first.
+    #[method(name = "task.list")]
+    async fn task_list(&self) -> RpcResult<Vec<Task>>;
+
+    /// A task and its sessions.
+    #[method(name = "task.get", param_kind = map)]
+    async fn task_get(&self, task_id: String) -> RpcResult<TaskDetail>;
+
+    /// Creates a session of `task_id` with an agent profile in a workspace and starts its
+    /// agent; `prompt` (or else the task's description) is its first prompt. A workspace
+    /// held by a live session is refused (`conflict`) unless `shared` is true. With
+    /// `worktree` (default: whether the profile has a `[workspace]` section), the session
+    /// works in a git worktree of its own, on a new branch from `base`, of the repository
+    /// at `workspace_path` (or the profile's `workspace.repo`). `labels` place it: the
+    /// runtime runs it only where every label is carried (a Docker engine's labels),
+    /// besides the profile's own `[docker] labels`.
+    #[method(name = "task.session.create", param_kind = map)]
+    async fn session_create(
+        &self,
+        task_id: String,
+        agent_profile_id: String,
+        workspace_path: Option<String>,
+        prompt: Option<String>,
+        runtime: Option<RuntimeKind>,
+        shared: Option<bool>,
+        worktree: Option<bool>,
+        base: Option<String>,
+        labels: Option<std::collections::BTreeMap<String, String>>,
+    ) -> RpcResult<SessionSummary>;
+
+    /// Sessions, oldest first, filtered by task, state and profile when given.
+    #[method(name = "task.session.list", param_kind = map)]
+    async fn session_list(
+        &self,
+        task_id: Option<String>,
+        state: Option<SessionState>,
+        agent_profile_id: Option<String>,
+    ) -> RpcResult<Vec<SessionSummary>>;
+
+    /// A session's status; `needs_resume` says whether to call `task.session.resume`.
+    #[method(name = "task.session.status", param_kind = map)]
+    async fn session_status(&self, session_id: String) -> RpcResult<SessionStatus>;
+
+    /// Sends a prompt (resuming the session first when its agent is not running); the
+    /// turn's output arrives as events.
+    #[method(name = "task.session.prompt", param_kind = map)]
+    async fn session_prompt(&self, session_id: String, prompt: String) -> RpcResult<PromptStarted>;
+
+    /// Brings a session's agent back: natively when it can, else with the history for the
+    /// next prompt. Joins a resume already under way.
+    #[method(name = "task.session.resume", param_kind = map)]
+    async fn session_resume(
+        &self,
+        session_id: String,
+        refresh_profile: Option<bool>,
+    ) -> RpcResult<ResumeResult>;
+
+    /// Stops every live agent; the sessions stay resumable.
+    #[method(name = "sessions.stop_all")]
+    async fn stop_all(&self) -> RpcResult<StopAllResult>;
+
+    /// Cancels the running turn (it ends `cancelled`, or `failed` if the agent does not
+    /// confirm within the grace period).
+    #[method(name = "task.session.cancel", param_kind = map)]
+    async fn session_cancel(&self, session_id: String) -> RpcResult<Done>;
+
+    /// Pauses a session at the next turn boundary: a running turn ends first (or is
+    /// cancelled after `force_after_ms`, default 5 minutes); then its agent and sidecar stop
+    /// and it is `PAUSED`, resumable with `task.session.resume` (or a prompt).
+    #[method(name = "task.session.pause", param_kind = map)]
+    async fn session_pause(
+        &self,
+        session_id: String,
+        reason: Option<String>,
+        force_after_ms: Option<u64>,
+    ) -> RpcResult<PauseResult>;
+
+    /// Ends a session for good: its agent stops and it cannot be resumed.
+    #[method(name = "task.session.stop", param_kind = map)]
+    async fn session_stop(&self, session_id: String) -> RpcResult<Done>;
+
+    /// Deletes a session and its records (its agent is stopped first), and its worktree if
+    /// Tether made one — refused while that holds uncommitted work unless `force`; the
+    /// worktree's branch stays unless `delete_branch`.
+    #[method(name = "task.session.delete", param_kind = map)]
+    async fn session_delete(
+        &self,
+        session_id: String,
+        force: Option<bool>,
+        delete_branch: Option<bool>,
+    ) -> RpcResult<Done>;
+
+    /// Removes the sessions at rest (not live: `COMPLETED`, `CANCELLED`, `FAILED`, and
+    /// `PAUSED` or `WAITING_FOR_INPUT` without an agent) whose last change is older than
+    /// `max_age_days`: rows, history, event logs, spools, containers and worktrees.
+    /// `states` narrows the states; `keep_completed` spares `COMPLETED` ones; a worktree
+    /// with uncommitted work is kept unless `force`; `dry_run` removes nothing.
+    #[method(name = "sessions.cleanup", param_kind = map)]
+    async fn cleanup(
+        &self,
+        max_age_days: u32,
+        states: Option<Vec<SessionState>>,
+        keep_completed: Option<bool>,
+        dry_run: Option<bool>,
+        force: Option<bool>,
+    ) -> RpcResult<CleanupResult>;
+
+    /// Answers a permission request with one of its options (`option_id`), or cancels it
+    /// (no `option_id`).
+    #[method(name = "task.session.permission.respond", param_kind = map)]
+    async fn permission_respond(
+        &self,
+        session_id: String,
+        request_id: String,
+        option_id: Option<String>,
+    ) -> RpcResult<Done>;
+
+    /// The conversation history after `after_seq` (default 0), at most `limit` entries
+    /// (default 1000).
+    #[method(name = "task.session.history", param_kind = map)]
+    async fn session_history(
+        &self,
+        session_id: String,
+        after_seq: Option<u64>,
+        limit: Option<usize>,
+    ) -> RpcResult<Vec<HistoryEntry>>;
+
+    /// A session's executions and turns, and what happened to it in order after `after`
+    /// (an entry's `seq`; default: from the start).
+    #[method(name = "task.session.timeline", param_kind = map)]
+    async fn session_timeline(&self, session_id: String, after: Option<i64>)
+    -> RpcResult<Timeline>;
+
+    /// A session's snapshots, oldest first.
+    #[method(name = "task.session.snapshot.list", param_kind = map)]
+    async fn snapshot_list(&self, session_id: String) -> RpcResult<Vec<SnapshotSummary>>;
+
+    /// One snapshot, whole.
+    #[method(name = "task.session.snapshot.get", param_kind = map)]
+    async fn snapshot_get(&self, snapshot_id: String) -> RpcResult<Snapshot>;
+
+    /// A session's events after `after_seq` (default 0), then live ones. `after_seq` past
+    /// the newest event is refused.
+    #[subscription(
+        name = "task.session.subscribe" => "task.session.event",
+        unsubscribe = "task.session.unsubscribe",
+        item = SessionEvent,
+        param_kind = map
+    )]
+    async fn session_subscribe(
+        &self,
+        session_id: String,
+        after_seq: Option<u64>,
+    ) -> SubscriptionResult;
+
+    /// Like `task.session.subscribe`, but each notification is an array of the events that
+    /// were ready at once, oldest first (at most [`MAX_BATCH_EVENTS`]): a burst of chunks
+    /// costs one WebSocket frame, not one per event. Nothing is held back to fill a batch.
+    #[subscription(
+        name = "task.session.subscribe_batch" => "task.session.events",
+        unsubscribe = "task.session.unsubscribe_batch",
+        item = Vec<SessionEvent>,
+        param_kind = map
+    )]
+    async fn session_subscribe_batch(
+        &self,
+        session_id: String,
+        after_seq: Option<u64>,
+    ) -> SubscriptionResult;
+
+    /// This API as an OpenRPC document.
+    #[method(name = "rpc.discover")]
+    async fn discover(&self) -> RpcResult<Value>;
+}

@@ -1,0 +1,194 @@
+//! Snapshots on the wire: what a session was asked, did and cost at one moment.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::TurnState;
+
+/// What took a snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotTrigger {
+    /// `task.session.pause`.
+    Pause,
+    /// A turn completed.
+    TurnComplete,
+    /// The agent's context reached the profile's threshold; the session paused for a
+    /// handoff to a fresh agent session.
+    Exhaustion,
+    /// A pause's wait ran out and the running turn was cancelled.
+    Timeout,
+    /// The agent died, or a turn was found interrupted at recovery.
+    Crash,
+}
+
+wire_names!(SnapshotTrigger {
+    Pause => "pause",
+    TurnComplete => "turn_complete",
+    Exhaustion => "exhaustion",
+    Timeout => "timeout",
+    Crash => "crash",
+});
+
+/// One snapshot in `task.session.snapshot.list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SnapshotSummary {
+    /// The snapshot.
+    pub snapshot_id: String,
+    /// Its session.
+    pub session_id: String,
+    /// What took it.
+    pub trigger: SnapshotTrigger,
+    /// Why, when something said.
+    pub reason: Option<String>,
+    /// When, Unix ms.
+    pub taken_at: i64,
+    /// The workspace's branch then.
+    pub git_branch: Option<String>,
+    /// The workspace's commit then.
+    pub git_head: Option<String>,
+    /// The workspace had uncommitted changes.
+    pub git_dirty: Option<bool>,
+    /// Tokens in the agent's context, as it last said.
+    pub context_used: Option<u64>,
+    /// The agent's context window, as it last said.
+    pub context_size: Option<u64>,
+}
+
+/// `task.session.snapshot.get`: a structured account of a session at one moment — what
+/// it was asked, what it did, what failed and what followed, where the workspace stands,
+/// and what it cost. A handoff's resume context is compiled from the latest one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Snapshot {
+    /// The snapshot.
+    pub snapshot_id: String,
+    /// Its session.
+    pub session_id: String,
+    /// What took it.
+    pub trigger: SnapshotTrigger,
+    /// Why, when something said.
+    pub reason: Option<String>,
+    /// When, Unix ms.
+    pub taken_at: i64,
+    /// The session's current execution then.
+    pub execution_id: Option<String>,
+    /// The original task.
+    pub task: SnapshotTask,
+    /// The workspace's git state.
+    pub git: GitState,
+    /// The newest turns (at most 20), oldest first.
+    pub turns: Vec<SnapshotTurn>,
+    /// Older turns left out.
+    pub turns_omitted: usize,
+    /// Errors (failed turns and tool calls, agent exits, failed restores) with what
+    /// followed each, oldest first (at most 20, the newest).
+    pub errors: Vec<SnapshotError>,
+    /// What the session used.
+    pub usage: SnapshotUsage,
+}
+
+/// The task of a [`Snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SnapshotTask {
+    /// The task.
+    pub task_id: String,
+    /// Its title.
+    pub title: String,
+    /// Its description.
+    pub description: String,
+}
+
+/// A workspace's git state in a [`Snapshot`]. A workspace that is not in a repository
+/// (or where git cannot run) has `repository: false` and nothing else.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct GitState {
+    /// The workspace is in a git repository.
+    pub repository: bool,
+    /// The checked-out branch (`None` when detached).
+    pub branch: Option<String>,
+    /// The commit when the session started.
+    pub start_commit: Option<String>,
+    /// The commit now.
+    pub head_commit: Option<String>,
+    /// Commits made since the start, newest first, `<short hash> <subject>` (at most 20).
+    pub commits_since_start: Vec<String>,
+    /// Files changed since the start (committed or not) and new untracked files.
+    pub modified_files: Vec<String>,
+    /// Files staged in the index.
+    pub staged_files: Vec<String>,
+    /// There are uncommitted changes (tracked or untracked).
+    pub dirty: bool,
+    /// `git diff --shortstat` against the start commit.
+    pub diffstat: Option<String>,
+    /// Why part of the state could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A turn in a [`Snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SnapshotTurn {
+    /// The turn.
+    pub turn_id: String,
+    /// The user's prompt (at most 1,000 characters).
+    pub prompt: Option<String>,
+    /// How it ended.
+    pub state: TurnState,
+    /// The agent's stop reason.
+    pub stop_reason: Option<String>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// The agent's last message in it (at most 1,000 characters).
+    pub reply: Option<String>,
+    /// Its tool calls and how each ended.
+    pub tool_calls: Vec<SnapshotToolCall>,
+    /// Started, Unix ms.
+    pub started_at: i64,
+    /// Ended, Unix ms.
+    pub ended_at: Option<i64>,
+}
+
+/// A tool call in a [`SnapshotTurn`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SnapshotToolCall {
+    /// The ACP tool call id.
+    pub tool_call_id: String,
+    /// Its title.
+    pub title: String,
+    /// Its last status (`pending`, `in_progress`, `completed`, `failed`).
+    pub status: String,
+}
+
+/// An error in a [`Snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SnapshotError {
+    /// When, Unix ms.
+    pub at: i64,
+    /// `tool`, `turn` or `session` (agent exits, failed restores and launches).
+    pub source: String,
+    /// What went wrong.
+    pub message: String,
+    /// What happened next, when anything did.
+    pub followed_by: Option<String>,
+}
+
+/// Usage in a [`Snapshot`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SnapshotUsage {
+    /// Tokens in the agent's context (ACP `usage_update.used`), as it last said.
+    pub context_used: Option<u64>,
+    /// Its context window (`usage_update.size`).
+    pub context_size: Option<u64>,
+    /// The session's cumulative cost (`usage_update.cost.amount`), when said.
+    pub cost: Option<f64>,
+    /// Its unit (`usage_update.cost.currency`).
+    pub cost_currency: Option<String>,
+    /// Turns run.
+    pub turns: usize,
+    /// Tool calls seen (in the history read).
+    pub tool_calls: usize,
+    /// Time since the session was created, ms.
+    pub wall_ms: i64,
+    /// Time spent in turns, ms.
+    pub turn_ms: i64,
+}
