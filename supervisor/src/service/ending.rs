@@ -81,7 +81,7 @@ impl Supervisor {
                 if let Err(err) = self.fence(&row, executor).await {
                     tracing::warn!(session = %session_id, %err, "cannot fence a stopped session's sidecar");
                 }
-                self.config.store.set_session_state(session_id, end, None, None).await?;
+                self.set_state_without_actor(&session_id, end, None).await?;
                 Ok(())
             }
         }

@@ -73,13 +73,10 @@ impl Supervisor {
                     tracing::error!(session = %session_id, %err, "cannot recover this session; skipped");
                     let message = format!("recovery skipped this session: {err}");
                     let _ = self
-                        .config
-                        .store
-                        .set_session_state(
-                            session_id,
+                        .set_state_without_actor(
+                            &session_id,
                             SessionState::WaitingForInput,
                             Some(message),
-                            None,
                         )
                         .await;
                 }
@@ -114,22 +111,12 @@ impl Supervisor {
                 tracing::error!(session = %row.id, %err, "cannot fence a stranded session's sidecar");
             }
             let reason = "the supervisor stopped while this session was starting; prompt or resume it to go on";
-            let state = SessionEventKind::State {
-                state: SessionState::WaitingForInput,
-                error: Some(reason.into()),
-            };
-            if let Err(err) = self.publish_recovery(&row.id, vec![state]) {
-                tracing::error!(session = %row.id, %err, "cannot publish a stranded session's state");
-            }
-            self.config
-                .store
-                .set_session_state(
-                    row.id.clone(),
-                    SessionState::WaitingForInput,
-                    Some(reason.into()),
-                    None,
-                )
-                .await?;
+            self.set_state_without_actor(
+                &row.id,
+                SessionState::WaitingForInput,
+                Some(reason.into()),
+            )
+            .await?;
             summary.dead += 1;
         }
         // Sidecars a teardown cut short left running (a stop, delete or failed launch
@@ -413,6 +400,17 @@ impl Supervisor {
         last > history_mark.min(events_mark)
     }
 
+    /// Changes the state of a session that has no actor, published before the row changes.
+    pub(super) async fn set_state_without_actor(
+        &self,
+        session_id: &str,
+        state: SessionState,
+        error: Option<String>,
+    ) -> Result<(), ServiceError> {
+        let record = self.record(session_id)?;
+        Ok(record.set_state(state, error, None, Mark::default(), None).await?)
+    }
+
     /// Publishes what recovery found on a session's stream, in one append. The events
     /// carry no agentctl mark: no agent event caused them.
     pub(super) fn publish_recovery(
@@ -498,14 +496,7 @@ impl Supervisor {
             .map(|why| format!("{why}; the session resumes when its runtime is reachable again"));
         let reason = unreachable_reason.as_deref().unwrap_or(session::STOPPED_WHILE_DOWN);
         let unstuck = matches!(row.state, SessionState::Starting | SessionState::Running);
-        let mut then = Vec::new();
-        if unstuck {
-            then.push(SessionEventKind::State {
-                state: SessionState::WaitingForInput,
-                error: Some(reason.into()),
-            });
-        }
-        let (interrupted, cancelled) = self.void_open_work(&row.id, reason, then).await?;
+        let (interrupted, cancelled) = self.void_open_work(&row.id, reason, Vec::new()).await?;
         summary.interrupted += interrupted;
         summary.approvals_cancelled += cancelled;
         let _ = store
@@ -513,14 +504,12 @@ impl Supervisor {
             .await;
         summary.dead += 1;
         if unstuck {
-            store
-                .set_session_state(
-                    row.id.clone(),
-                    SessionState::WaitingForInput,
-                    Some(reason.into()),
-                    None,
-                )
-                .await?;
+            self.set_state_without_actor(
+                &row.id,
+                SessionState::WaitingForInput,
+                Some(reason.into()),
+            )
+            .await?;
         }
         // A crash found at recovery: the error, and a snapshot (taken before serving, while
         // no actor writes this session's event log).

@@ -92,6 +92,27 @@ impl SessionRecord {
             .unwrap_or(0)
     }
 
+    /// Changes the session's state: `state` published, then the row (and the task's state
+    /// with it, when given). `between` names a fault point reached in between (tests kill
+    /// the supervisor there). A failed publish still writes the row, and is returned after
+    /// it (the state is the store's either way; the caller says the log failed).
+    pub async fn set_state(
+        &self,
+        state: SessionState,
+        error: Option<String>,
+        task: Option<&'static str>,
+        mark: Mark,
+        between: Option<&'static str>,
+    ) -> Result<(), RecordError> {
+        let published =
+            self.publish(vec![SessionEventKind::State { state, error: error.clone() }], mark);
+        if let Some(point) = between {
+            agentctl::fault::point(point);
+        }
+        self.store.set_session_state(self.session_id.clone(), state, error, task).await?;
+        Ok(published?)
+    }
+
     /// The agent that asked is gone: each open question of the session is resolved
     /// `cancelled`, published before its row goes. Returns how many there were.
     pub async fn void_questions(&self, mark: Mark) -> Result<usize, RecordError> {

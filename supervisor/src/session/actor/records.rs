@@ -2,6 +2,7 @@
 //! changes, acknowledgements to agentctl, and the stall after a failed write.
 
 use super::*;
+use crate::session::record::RecordError;
 
 impl SessionActor {
     /// Syncs what was written and stores `acked_seq`, then acknowledges through the
@@ -213,15 +214,17 @@ impl SessionActor {
             return Ok(());
         }
         // The event first: a replay re-applies the store write, but would skip the event.
-        self.emit(SessionEventKind::State { state, error: error.clone() });
+        // (After what this actor published so far.)
         self.flush_events();
-        if self.row.state == SessionState::Starting && state == SessionState::WaitingForInput {
-            agentctl::fault::point("state.opened_published");
+        let opened =
+            self.row.state == SessionState::Starting && state == SessionState::WaitingForInput;
+        let between = opened.then_some("state.opened_published");
+        let mark = self.mark();
+        match self.record.set_state(state, error.clone(), task, mark, between).await {
+            Ok(()) => {}
+            Err(RecordError::Log(err)) => self.write_failed("the session's event log", &err),
+            Err(RecordError::Store(err)) => return Err(err.into()),
         }
-        self.context
-            .store
-            .set_session_state(self.row.id.clone(), state, error.clone(), task)
-            .await?;
         self.row.state = state;
         self.row.error_message = error.clone();
         self.update_view(|view| {
