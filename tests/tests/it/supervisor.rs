@@ -815,3 +815,25 @@ async fn a_sigterm_right_after_serving_is_a_clean_stop() {
         daemon.terminate().await;
     }
 }
+
+/// Issue 28 (one owner per transition): a session stopped while it has no actor — its agent
+/// let go by stop-all, then the daemon restarted — says so on its stream like every other
+/// state change, so a follower learns it ended. (Before, only its row changed.)
+#[tokio::test]
+async fn a_session_stopped_without_an_actor_publishes_its_end() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("w")).await;
+    api.ask(&session, "hello").await;
+    let (code, _, err) = daemon.cli(&["stop-all"]).await;
+    assert_eq!(code, 0, "{err}");
+    drop(api);
+    daemon.kill().await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe_at_end(&session).await;
+    ok("stop", api.typed().session_stop(session.clone())).await;
+    let seen = until(&mut events, |event| is_state(event, SessionState::Completed)).await;
+    assert!(is_state(seen.last().unwrap(), SessionState::Completed));
+    assert_eq!(api.status(&session).await.state, SessionState::Completed);
+}
