@@ -198,3 +198,6 @@ impl SessionRecord {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests;
