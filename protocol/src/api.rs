@@ -72,7 +72,7 @@ pub enum SessionState {
     /// Ended by `task.session.stop`: for good.
     Completed,
     /// Its last launch failed (the reason is in the status's `error`). Not terminal: a
-    /// resume (or a prompt) launches it again; `stop` or `cancel` ends it for good.
+    /// resume (or a prompt) launches it again; `stop` ends it for good.
     Failed,
     /// Cancelled for good.
     Cancelled,

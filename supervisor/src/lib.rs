@@ -6,7 +6,8 @@
 //! - [`service`]: the operations (tasks, sessions, agents) over the pieces below;
 //! - [`session`]: one actor per live session, owning its execution and serialising its
 //!   commands, publishing state on a watch channel and events on a per-session spool;
-//! - [`runtime`]: where agentctl runs (standalone today);
+//! - [`runtime`]: where agentctl runs (a local process, or a Docker container on one of
+//!   several engines);
 //! - [`history`] and [`events`]: the conversation record and the subscriber stream;
 //! - [`store`]: SQLite, owned by one thread;
 //! - [`home`]: the data directory; [`worktree`]: a git worktree per session;

@@ -5,8 +5,11 @@
 //!
 //! Files, by concern:
 //! - this file: the handle, the view, the commands and how an actor begins;
-//! - `actor.rs`: the loop and the commands (prompt, cancel, permission, stop, resume);
+//! - `actor.rs` (and `actor/`): the loop, and by concern turns, executions, pauses and
+//!   what the actor writes;
 //! - `launch.rs`: launching, re-attaching and retiring executions, and the fence;
+//! - `leftovers.rs`: a gone sidecar's spool, read past what was handled;
+//! - `control.rs`: the agentctl connection (its calls and its event stream);
 //! - `acp.rs`: the ACP client (agent events, responses, the resume ladder);
 //! - `durability.rs`: what may be acknowledged to agentctl, and when;
 //! - `outbox.rs`: the one task that makes control calls, so the actor never waits on one;
