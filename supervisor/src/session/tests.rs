@@ -79,6 +79,9 @@ enum Mode {
     HangsAfterOpen(u64),
     /// Refuses to be connected to.
     Unreachable,
+    /// Answers the handshake, but a prompt gets no answer: its turn runs until something
+    /// else ends it.
+    Holds,
 }
 
 /// A sidecar with a scripted agent behind it.
@@ -122,8 +125,16 @@ impl FakeSidecar {
                 self.open.store(true, Ordering::SeqCst);
                 self.emit(json!({"jsonrpc": "2.0", "id": id, "result": {"sessionId": "fake-session"}})).await
             }
+            Some("session/load") => {
+                self.open.store(true, Ordering::SeqCst);
+                self.emit(json!({"jsonrpc": "2.0", "id": id, "result": null})).await
+            }
             Some("session/prompt") => {
                 let (Mode::Streams(chunks) | Mode::HangsAfterOpen(chunks)) = self.mode else {
+                    // (`Holds`: one chunk, then nothing.)
+                    if self.mode == Mode::Holds {
+                        self.emit(json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "fake-session", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "<held>"}}}})).await;
+                    }
                     return;
                 };
                 self.first_chunk.store(self.seq.load(Ordering::SeqCst) + 1, Ordering::SeqCst);
@@ -395,4 +406,157 @@ fn permission_request_ids_carry_the_generation_and_give_back_the_agents_id() {
     // Stored before generations were part of it: the agent's id itself.
     assert_eq!(agent_request_id("7"), serde_json::json!(7));
     assert_eq!(agent_request_id("\"x.y\""), serde_json::json!("x.y"));
+}
+
+impl Setup {
+    fn sidecar(&self) -> Arc<FakeSidecar> {
+        self.connector.sidecar.lock().unwrap().clone().expect("a sidecar was connected")
+    }
+
+    /// Every event of the session's log, in order.
+    async fn logged(&self) -> Vec<crate::events::SessionEvent> {
+        let log = self.handle.events();
+        let mut reader = log.reader(0).unwrap();
+        let mut events = Vec::new();
+        for _ in 0..log.last_seq() {
+            events.push(reader.next().await.unwrap());
+        }
+        events
+    }
+
+    fn store(&self) -> Store {
+        Store::open(&self.dir.path().join("state.db")).unwrap()
+    }
+}
+
+/// Whether an event is a state change to `state`.
+fn is_state(event: &crate::events::SessionEvent, state: SessionState) -> bool {
+    matches!(event.kind, crate::events::SessionEventKind::State { state: s, .. } if s == state)
+}
+
+#[tokio::test]
+async fn a_prompt_streams_its_chunks_and_its_turn_completes() {
+    use crate::events::SessionEventKind as K;
+    let setup = start(Mode::Streams(5)).await;
+    until(&setup.handle, |view| view.phase == Phase::Open).await;
+    let turn = setup.handle.prompt("hi".into()).await.unwrap();
+    until(&setup.handle, |view| {
+        view.turn_id.is_none() && view.state == SessionState::WaitingForInput
+    })
+    .await;
+    let events = setup.logged().await;
+    let started = events
+        .iter()
+        .position(|e| matches!(&e.kind, K::TurnStarted { turn_id, .. } if *turn_id == turn));
+    let ended = events.iter().position(|e| matches!(&e.kind, K::TurnEnded { turn_id, state, .. } if *turn_id == turn && *state == protocol::api::TurnState::Completed));
+    let (started, ended) = (started.expect("turn_started"), ended.expect("turn_ended completed"));
+    let chunks: Vec<&str> = events[started..ended]
+        .iter()
+        .filter_map(|e| match &e.kind {
+            K::AgentMessageChunk { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(chunks, ["<1>", "<2>", "<3>", "<4>", "<5>"]);
+    assert!(events[ended..].iter().any(|e| is_state(e, SessionState::WaitingForInput)));
+    let store = setup.store();
+    let (state, _, _) = store.get_turn(turn.clone()).await.unwrap();
+    assert_eq!(state, "completed");
+}
+
+#[tokio::test]
+async fn a_second_prompt_while_a_turn_runs_is_refused_and_the_first_runs_on() {
+    let setup = start(Mode::Holds).await;
+    until(&setup.handle, |view| view.phase == Phase::Open).await;
+    let first = setup.handle.prompt("one".into()).await.unwrap();
+    let second = setup.handle.prompt("two".into()).await;
+    assert!(matches!(second, Err(super::SessionError::InvalidState(_))), "{second:?}");
+    assert_eq!(setup.handle.view().turn_id, Some(first));
+    assert_eq!(setup.handle.view().state, SessionState::Running);
+}
+
+#[tokio::test]
+async fn stop_ends_an_open_session_completed_publishes_it_and_fences_its_sidecar() {
+    let setup = start(Mode::Streams(1)).await;
+    until(&setup.handle, |view| view.phase == Phase::Open).await;
+    let fenced_before = setup.runtime.fenced.lock().unwrap().len();
+    setup.handle.stop().await.unwrap();
+    until(&setup.handle, |view| view.phase == Phase::Ended).await;
+    assert_eq!(setup.handle.view().state, SessionState::Completed);
+    assert!(setup.runtime.fenced.lock().unwrap().len() > fenced_before, "the sidecar is fenced");
+    let events = setup.logged().await;
+    assert!(events.iter().any(|e| is_state(e, SessionState::Completed)));
+    // Ended for good: a prompt is refused as terminal.
+    let refused = setup.handle.prompt("more".into()).await;
+    assert!(
+        matches!(refused, Err(super::SessionError::Terminal(_) | super::SessionError::Gone)),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_detached_session_keeps_its_state_and_a_resume_launches_a_new_execution() {
+    let setup = start(Mode::Streams(1)).await;
+    until(&setup.handle, |view| view.phase == Phase::Open).await;
+    let first = setup.sidecar();
+    setup.handle.detach().await.unwrap();
+    let view = setup.handle.view();
+    assert_eq!((view.state, view.agent_running), (SessionState::WaitingForInput, false));
+    let outcome = setup.handle.resume().await.unwrap();
+    assert_eq!(outcome, crate::store::ResumeOutcome::NativeLoad, "the agent can load its session");
+    until(&setup.handle, |view| view.phase == Phase::Open && view.agent_running).await;
+    assert!(!Arc::ptr_eq(&first, &setup.sidecar()), "a new sidecar");
+    let executor = setup.store().get_executor(setup.handle_id()).await.unwrap().unwrap();
+    assert_eq!(executor.generation, 2, "the new execution is the session's second");
+}
+
+#[tokio::test]
+async fn a_lost_sidecar_fails_the_running_turn_with_the_reason_and_fences_it() {
+    let setup = start(Mode::Holds).await;
+    until(&setup.handle, |view| view.phase == Phase::Open).await;
+    let turn = setup.handle.prompt("one".into()).await.unwrap();
+    let fenced_before = setup.runtime.fenced.lock().unwrap().len();
+    // The control channel breaks.
+    let broken = ClientError::Timeout {
+        addr: SocketAddr::from(([127, 0, 0, 1], 9)),
+        method: "events".into(),
+        after: Duration::ZERO,
+    };
+    setup.sidecar().events_tx.send(Err(Box::new(broken))).await.unwrap();
+    until(&setup.handle, |view| {
+        view.turn_id.is_none() && !view.agent_running && view.state == SessionState::WaitingForInput
+    })
+    .await;
+    let view = setup.handle.view();
+    assert_eq!(view.state, SessionState::WaitingForInput);
+    assert!(view.error.as_deref().is_some_and(|e| e.contains("lost the connection")), "{view:?}");
+    assert!(
+        setup.runtime.fenced.lock().unwrap().len() > fenced_before,
+        "the lost sidecar is fenced"
+    );
+    let (state, _, error) = setup.store().get_turn(turn).await.unwrap();
+    assert_eq!(state, "failed", "{error:?}");
+}
+
+#[tokio::test]
+async fn pausing_an_idle_session_stops_its_agent_snapshots_and_publishes_it() {
+    use crate::events::SessionEventKind as K;
+    let setup = start(Mode::Streams(1)).await;
+    until(&setup.handle, |view| view.phase == Phase::Open).await;
+    let waits = setup.handle.pause(Some("lunch".into()), Duration::from_secs(60)).await.unwrap();
+    assert!(!waits, "no turn to wait for");
+    until(&setup.handle, |view| view.state == SessionState::Paused).await;
+    assert!(!setup.handle.view().agent_running);
+    let events = setup.logged().await;
+    let tail: Vec<&K> = events.iter().rev().take(3).map(|e| &e.kind).collect();
+    assert!(
+        matches!(tail[0], K::Paused { reason: Some(r), forced: false } if r == "lunch"),
+        "{tail:?}"
+    );
+    assert!(matches!(tail[1], K::State { state: SessionState::Paused, .. }), "{tail:?}");
+    assert!(matches!(tail[2], K::SnapshotTaken { .. }), "{tail:?}");
+    assert_eq!(
+        setup.store().get_session(setup.handle_id()).await.unwrap().state,
+        SessionState::Paused
+    );
 }
