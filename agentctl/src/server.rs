@@ -176,8 +176,8 @@ pub async fn serve(
     ctl: Arc<Ctl>,
     tls: Option<Arc<rustls::ServerConfig>>,
 ) -> std::io::Result<(SocketAddr, ServerHandle)> {
-    let policy = AccessPolicy { token: Some(token.to_owned()), allowed_origins: Vec::new() };
-    let auth = tower::ServiceBuilder::new().layer(AccessLayer::new(policy));
+    let gate = TokenGate { token: token.to_owned() };
+    let auth = tower::ServiceBuilder::new().layer(AccessLayer::new(gate));
     let config = ServerConfig::builder()
         .max_request_body_size(MAX_MESSAGE_BYTES)
         .max_response_body_size(MAX_MESSAGE_BYTES)
@@ -244,52 +244,45 @@ pub async fn serve(
 /// How long a client may take to complete its TLS handshake.
 const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Who may open a connection. agentctl requires its token and sees no browsers; the
-/// supervisor's API also checks browser origins, and a token only when configured.
-#[derive(Debug, Clone, Default)]
-pub struct AccessPolicy {
-    /// The bearer token every request must present, if any.
-    pub token: Option<String>,
-    /// Browser origins allowed to connect (exact match). A request with an `Origin` header
-    /// that is not listed is refused: a local WebSocket server is otherwise reachable from
-    /// any web page.
-    pub allowed_origins: Vec<String>,
+/// A check every request (and so every WebSocket upgrade) passes before it is served:
+/// agentctl's is its bearer token ([`TokenGate`]); the supervisor's API has its own policy.
+pub trait Gate: Send + Sync + 'static {
+    /// Why a request is refused (its status and a short reason), if it is.
+    fn refuse(&self, headers: &http::HeaderMap) -> Option<(http::StatusCode, &'static str)>;
 }
 
-impl AccessPolicy {
-    /// Why a request is refused, if it is.
-    pub fn refuse(&self, headers: &http::HeaderMap) -> Option<(http::StatusCode, &'static str)> {
-        if let Some(origin) = headers.get(http::header::ORIGIN) {
-            let listed = origin
-                .to_str()
-                .is_ok_and(|origin| self.allowed_origins.iter().any(|allowed| allowed == origin));
-            if !listed {
-                return Some((http::StatusCode::FORBIDDEN, "origin not allowed"));
-            }
-        }
-        if let Some(token) = &self.token {
-            let expected = format!("Bearer {token}");
-            let presented = headers.get(http::header::AUTHORIZATION).map(|value| value.as_bytes());
-            if !presented.is_some_and(|presented| constant_time_eq(presented, expected.as_bytes()))
-            {
-                return Some((http::StatusCode::UNAUTHORIZED, "missing or wrong bearer token"));
-            }
-        }
-        None
+/// Whether `headers` carry `Authorization: Bearer <token>`, compared in constant time.
+pub fn bearer_matches(headers: &http::HeaderMap, token: &str) -> bool {
+    let expected = format!("Bearer {token}");
+    let presented = headers.get(http::header::AUTHORIZATION).map(|value| value.as_bytes());
+    presented.is_some_and(|presented| constant_time_eq(presented, expected.as_bytes()))
+}
+
+/// agentctl's gate: its bearer token on every request.
+#[derive(Debug, Clone)]
+pub struct TokenGate {
+    /// The token.
+    pub token: String,
+}
+
+impl Gate for TokenGate {
+    fn refuse(&self, headers: &http::HeaderMap) -> Option<(http::StatusCode, &'static str)> {
+        (!bearer_matches(headers, &self.token))
+            .then_some((http::StatusCode::UNAUTHORIZED, "missing or wrong bearer token"))
     }
 }
 
-/// HTTP middleware that applies an [`AccessPolicy`] to every request, and so to every
-/// WebSocket upgrade, answering refusals with their status and no detail.
-#[derive(Debug, Clone)]
+/// HTTP middleware that applies a [`Gate`] to every request, and so to every WebSocket
+/// upgrade, answering refusals with their status and no detail.
+#[derive(Clone)]
 pub struct AccessLayer {
-    policy: Arc<AccessPolicy>,
+    policy: Arc<dyn Gate>,
 }
 
 impl AccessLayer {
-    /// A layer enforcing `policy`.
-    pub fn new(policy: AccessPolicy) -> AccessLayer {
-        AccessLayer { policy: Arc::new(policy) }
+    /// A layer enforcing `gate`.
+    pub fn new(gate: impl Gate) -> AccessLayer {
+        AccessLayer { policy: Arc::new(gate) }
     }
 }
 
@@ -302,10 +295,10 @@ impl<S> tower::Layer<S> for AccessLayer {
 }
 
 /// The service made by [`AccessLayer`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Access<S> {
     inner: S,
-    policy: Arc<AccessPolicy>,
+    policy: Arc<dyn Gate>,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -336,51 +329,6 @@ where
                     .body(HttpBody::from(why))
                     .expect("UNWRAP: a static response is well formed"))
             }),
-        }
-    }
-}
-
-/// Sends every entry of `reader` on `sink`, as `wire` makes it, until the client goes
-/// away: the supervisor's session subscription (whose log records keep marks of their own
-/// that subscribers do not get).
-pub async fn stream_spool<E: crate::spool::Entry, W: serde::Serialize>(
-    sink: jsonrpsee::SubscriptionSink,
-    mut reader: crate::spool::SpoolReader<E>,
-    wire: impl Fn(E) -> W,
-) -> Result<(), jsonrpsee::core::SubscriptionError> {
-    loop {
-        let entry = tokio::select! {
-            biased;
-            _ = sink.closed() => return Ok(()),
-            entry = reader.next() => entry.map_err(|err| err.to_string())?,
-        };
-        let message =
-            serde_json::value::to_raw_value(&wire(entry)).map_err(|err| err.to_string())?;
-        if sink.send(message).await.is_err() {
-            // The connection is gone; the client resumes from its last seq.
-            return Ok(());
-        }
-    }
-}
-
-/// [`stream_spool`] in batches: each notification an array of the entries that were ready
-/// at once (up to `max`), as `wire` makes them.
-pub async fn stream_spool_batches<E: crate::spool::Entry, W: serde::Serialize>(
-    sink: jsonrpsee::SubscriptionSink,
-    mut reader: crate::spool::SpoolReader<E>,
-    max: usize,
-    wire: impl Fn(E) -> W,
-) -> Result<(), jsonrpsee::core::SubscriptionError> {
-    loop {
-        let entries = tokio::select! {
-            biased;
-            _ = sink.closed() => return Ok(()),
-            entries = reader.next_batch(max) => entries.map_err(|err| err.to_string())?,
-        };
-        let batch: Vec<W> = entries.into_iter().map(&wire).collect();
-        let message = serde_json::value::to_raw_value(&batch).map_err(|err| err.to_string())?;
-        if sink.send(message).await.is_err() {
-            return Ok(());
         }
     }
 }
@@ -475,23 +423,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn origins_and_tokens_are_checked() {
-        let policy = AccessPolicy {
-            token: Some("t".into()),
-            allowed_origins: vec!["http://localhost:5173".into()],
-        };
+    fn the_token_gate_wants_the_exact_bearer_token() {
+        let gate = TokenGate { token: "t".into() };
         let mut headers = http::HeaderMap::new();
-        assert_eq!(policy.refuse(&headers).map(|r| r.0), Some(http::StatusCode::UNAUTHORIZED));
+        assert_eq!(gate.refuse(&headers).map(|r| r.0), Some(http::StatusCode::UNAUTHORIZED));
         headers.insert(http::header::AUTHORIZATION, "Bearer t".parse().unwrap());
-        assert_eq!(policy.refuse(&headers), None);
+        assert_eq!(gate.refuse(&headers), None);
         headers.insert(http::header::AUTHORIZATION, "Bearer x".parse().unwrap());
-        assert_eq!(policy.refuse(&headers).map(|r| r.0), Some(http::StatusCode::UNAUTHORIZED));
-        headers.insert(http::header::AUTHORIZATION, "Bearer t".parse().unwrap());
-        headers.insert(http::header::ORIGIN, "http://evil.example".parse().unwrap());
-        assert_eq!(policy.refuse(&headers).map(|r| r.0), Some(http::StatusCode::FORBIDDEN));
-        headers.insert(http::header::ORIGIN, "http://localhost:5173".parse().unwrap());
-        assert_eq!(policy.refuse(&headers), None);
-        assert_eq!(AccessPolicy::default().refuse(&http::HeaderMap::new()), None);
+        assert_eq!(gate.refuse(&headers).map(|r| r.0), Some(http::StatusCode::UNAUTHORIZED));
     }
 
     #[test]

@@ -24,8 +24,12 @@ use protocol::api::{
 use protocol::errors::CheckParams;
 use serde_json::Value;
 
-pub use agentctl::server::AccessPolicy;
-use agentctl::server::{AccessLayer, stream_spool, stream_spool_batches};
+mod access;
+mod streaming;
+
+pub use access::AccessPolicy;
+use agentctl::server::AccessLayer;
+use streaming::{stream_spool, stream_spool_batches};
 
 use crate::service::{CleanupPolicy, NewSession, ServiceError, Supervisor};
 
