@@ -255,6 +255,20 @@ struct Setup {
 }
 
 async fn start(mode: Mode) -> Setup {
+    start_with(mode, SessionState::Created, |_, _| async { Start::Fresh { initial_prompt: None } })
+        .await
+}
+
+/// A session in `state`, its actor begun as `begin` says (given the store and the row, it
+/// may record what the start needs first).
+async fn start_with<F>(
+    mode: Mode,
+    state: SessionState,
+    begin: impl FnOnce(Store, SessionRow) -> F,
+) -> Setup
+where
+    F: std::future::Future<Output = Start>,
+{
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("state.db")).unwrap();
     let task = store.create_task("t".into(), String::new()).await.unwrap();
@@ -266,7 +280,7 @@ async fn start(mode: Mode) -> Setup {
         agent_profile_id: "mock".into(),
         profile_snapshot: serde_json::to_value(&*profile).unwrap(),
         runtime: "standalone".into(),
-        state: SessionState::Created,
+        state,
         workspace_path: dir.path().to_string_lossy().into_owned(),
         error_message: None,
         created_at: now,
@@ -294,9 +308,8 @@ async fn start(mode: Mode) -> Setup {
         teardowns: tokio_util::task::TaskTracker::new(),
     };
     let events = Arc::new(Spool::open(&session_dir.join("events"), 1 << 22).unwrap());
-    let handle =
-        start_session(context, row, profile, events, Start::Fresh { initial_prompt: None })
-            .unwrap();
+    let how = begin(context.store.clone(), row.clone()).await;
+    let handle = start_session(context, row, profile, events, how).unwrap();
     Setup { handle, runtime, connector, dir }
 }
 
@@ -559,4 +572,60 @@ async fn pausing_an_idle_session_stops_its_agent_snapshots_and_publishes_it() {
         setup.store().get_session(setup.handle_id()).await.unwrap().state,
         SessionState::Paused
     );
+}
+
+#[tokio::test]
+async fn a_failed_adopt_voids_the_open_work_fences_and_leaves_the_session_resumable() {
+    use crate::events::SessionEventKind as K;
+    let setup = start_with(Mode::Unreachable, SessionState::Running, |store, row| async move {
+        let executor = ExecutorRow {
+            session_id: row.id.clone(),
+            execution_id: "e1".into(),
+            generation: 1,
+            runtime: "standalone".into(),
+            agentctl_port: Some(9),
+            acp_session_id: Some("fake-session".into()),
+            ..ExecutorRow::default()
+        };
+        store.put_executor(executor.clone()).await.unwrap();
+        store.insert_turn("t1".into(), row.id.clone(), "e1".into(), "5".into()).await.unwrap();
+        let method = "session/request_permission".to_owned();
+        let params = json!({"toolCall": {"title": "ls"}});
+        store
+            .insert_pending(row.id.clone(), "e1".into(), "1.3".into(), method, params)
+            .await
+            .unwrap();
+        let open_turns = store.open_turns(row.id.clone(), "e1".into()).await.unwrap();
+        let addr = SocketAddr::from(([127, 0, 0, 1], 9));
+        Start::Adopt(Box::new(super::AdoptPlan { executor, addr, open_turns, gone: false }))
+    })
+    .await;
+    until(&setup.handle, |view| {
+        view.phase == Phase::Idle && view.state == SessionState::WaitingForInput
+    })
+    .await;
+    let view = setup.handle.view();
+    assert!(!view.agent_running);
+    assert!(view.error.as_deref().is_some_and(|e| e.contains("could not re-attach")), "{view:?}");
+    let fenced = setup.runtime.fenced.lock().unwrap().clone();
+    assert!(
+        fenced
+            .iter()
+            .any(|target| target.executor.as_ref().is_some_and(|e| e.execution_id == "e1"))
+    );
+    // The stream says each end before the rows change: the question void, the turn
+    // interrupted, then the state.
+    let events = setup.logged().await;
+    let question = events.iter().position(
+        |e| matches!(&e.kind, K::PermissionResolved { request_id, .. } if request_id == "1.3"),
+    );
+    let turn = events.iter().position(|e| matches!(&e.kind, K::TurnEnded { turn_id, state, .. } if turn_id == "t1" && *state == protocol::api::TurnState::Interrupted));
+    let state = events.iter().position(|e| is_state(e, SessionState::WaitingForInput));
+    let (question, turn, state) = (question.unwrap(), turn.unwrap(), state.unwrap());
+    assert!(question < turn && turn < state, "{events:?}");
+    let store = setup.store();
+    assert!(store.running_turns(setup.handle_id()).await.unwrap().is_empty());
+    assert!(store.list_pending(setup.handle_id()).await.unwrap().is_empty());
+    let (turn_state, _, _) = store.get_turn("t1".into()).await.unwrap();
+    assert_eq!(turn_state, "interrupted");
 }
