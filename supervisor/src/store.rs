@@ -393,6 +393,38 @@ pub struct SessionRow {
     pub runtime_labels: std::collections::BTreeMap<String, String>,
 }
 
+#[cfg(test)]
+impl Store {
+    /// Tests: a task and a session of the `mock` profile in `state`, working in
+    /// `workspace`, recorded; its row.
+    pub async fn test_session(
+        &self,
+        state: SessionState,
+        workspace: &Path,
+        profile_snapshot: serde_json::Value,
+    ) -> SessionRow {
+        let task = self.create_task("t".into(), String::new()).await.unwrap();
+        let now = now_ms();
+        let row = SessionRow {
+            id: uuid::Uuid::now_v7().to_string(),
+            task_id: task.id,
+            agent_profile_id: "mock".into(),
+            profile_snapshot,
+            runtime: "standalone".into(),
+            state,
+            workspace_path: workspace.to_string_lossy().into_owned(),
+            error_message: None,
+            created_at: now,
+            updated_at: now,
+            initial_prompt: None,
+            worktree_repo: None,
+            worktree_branch: None,
+            runtime_labels: Default::default(),
+        };
+        self.create_session(row).await.unwrap()
+    }
+}
+
 /// The runtime record of a session's current execution.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct ExecutorRow {

@@ -271,26 +271,9 @@ where
 {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("state.db")).unwrap();
-    let task = store.create_task("t".into(), String::new()).await.unwrap();
     let profile = agents::registry::Registry::builtin_only().get("mock").unwrap();
-    let now = crate::store::now_ms();
-    let row = SessionRow {
-        id: uuid::Uuid::now_v7().to_string(),
-        task_id: task.id,
-        agent_profile_id: "mock".into(),
-        profile_snapshot: serde_json::to_value(&*profile).unwrap(),
-        runtime: "standalone".into(),
-        state,
-        workspace_path: dir.path().to_string_lossy().into_owned(),
-        error_message: None,
-        created_at: now,
-        updated_at: now,
-        initial_prompt: None,
-        worktree_repo: None,
-        worktree_branch: None,
-        runtime_labels: Default::default(),
-    };
-    let row = store.create_session(row).await.unwrap();
+    let snapshot = serde_json::to_value(&*profile).unwrap();
+    let row = store.test_session(state, dir.path(), snapshot).await;
     let session_dir = dir.path().join("sessions").join(&row.id);
     std::fs::create_dir_all(&session_dir).unwrap();
     let runtime = Arc::new(FakeRuntime::default());

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::{Mark, RecordError, SessionRecord};
 use crate::events::{SessionEvent, SessionEventKind};
-use crate::store::{SessionRow, Store};
+use crate::store::Store;
 
 struct Setup {
     dir: tempfile::TempDir,
@@ -21,25 +21,7 @@ struct Setup {
 async fn setup() -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("state.db")).unwrap();
-    let task = store.create_task("t".into(), String::new()).await.unwrap();
-    let now = crate::store::now_ms();
-    let row = SessionRow {
-        id: uuid::Uuid::now_v7().to_string(),
-        task_id: task.id,
-        agent_profile_id: "mock".into(),
-        profile_snapshot: json!({}),
-        runtime: "standalone".into(),
-        state: SessionState::Running,
-        workspace_path: dir.path().to_string_lossy().into_owned(),
-        error_message: None,
-        created_at: now,
-        updated_at: now,
-        initial_prompt: None,
-        worktree_repo: None,
-        worktree_branch: None,
-        runtime_labels: Default::default(),
-    };
-    let session_id = store.create_session(row).await.unwrap().id;
+    let session_id = store.test_session(SessionState::Running, dir.path(), json!({})).await.id;
     let log = Arc::new(Spool::open(&dir.path().join("events"), 1 << 20).unwrap());
     let record = SessionRecord::new(session_id.clone(), store.clone(), log);
     Setup { dir, store, session_id, record }
