@@ -612,3 +612,87 @@ async fn a_failed_adopt_voids_the_open_work_fences_and_leaves_the_session_resuma
     let (turn_state, _, _) = store.get_turn("t1".into()).await.unwrap();
     assert_eq!(turn_state, "interrupted");
 }
+
+#[tokio::test]
+async fn a_dead_sidecars_spool_is_recorded_at_recovery_and_its_turn_ends_as_the_agent_did() {
+    use crate::events::SessionEventKind as K;
+    let setup = start_with(Mode::Unreachable, SessionState::Running, |store, row| async move {
+        let executor = ExecutorRow {
+            session_id: row.id.clone(),
+            execution_id: "e1".into(),
+            generation: 1,
+            runtime: "standalone".into(),
+            agentctl_port: Some(9),
+            agentctl_pid: Some(4_242),
+            agentctl_start_time: Some(77),
+            acp_session_id: Some("fake-session".into()),
+            ..ExecutorRow::default()
+        };
+        store.put_executor(executor.clone()).await.unwrap();
+        store.insert_turn("t1".into(), row.id.clone(), "e1".into(), "5".into()).await.unwrap();
+        store.mark_delivered("t1".into()).await.unwrap();
+        // The dead sidecar's state dir: `ready.json` naming it, and its spool — two chunks
+        // of the turn nobody recorded, then the agent's exit.
+        let agentctl =
+            std::path::PathBuf::from(&row.workspace_path).join("sessions").join(&row.id).join("agentctl");
+        std::fs::create_dir_all(agentctl.join("spool")).unwrap();
+        let ready = protocol::control::ReadyInfo {
+            pid: 4_242,
+            port: 9,
+            start_time: 77,
+            boot_id: "fake".into(),
+            version: "0".into(),
+        };
+        std::fs::write(agentctl.join("ready.json"), serde_json::to_vec(&ready).unwrap()).unwrap();
+        let chunk = |text: &str| EventKind::Acp {
+            message: json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "fake-session", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}}}),
+            answered: None,
+        };
+        let exited = EventKind::AgentExited {
+            status: ExitInfo { code: None, signal: Some(9) },
+            stderr_tail: String::new(),
+        };
+        let mut lines = String::new();
+        for (seq, kind) in [chunk("<a>"), chunk("<b>"), exited].into_iter().enumerate() {
+            let event = Event { seq: seq as u64 + 1, at: 0, kind };
+            lines.push_str(&serde_json::to_string(&event).unwrap());
+            lines.push('\n');
+        }
+        std::fs::write(agentctl.join("spool").join(format!("events-{:020}.jsonl", 1)), lines)
+            .unwrap();
+        let open_turns = store.open_turns(row.id.clone(), "e1".into()).await.unwrap();
+        let addr = SocketAddr::from(([127, 0, 0, 1], 9));
+        Start::Adopt(Box::new(super::AdoptPlan { executor, addr, open_turns, gone: true }))
+    })
+    .await;
+    until(&setup.handle, |view| {
+        view.phase == Phase::Idle && view.state == SessionState::WaitingForInput
+    })
+    .await;
+    let events = setup.logged().await;
+    let chunks: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            K::AgentMessageChunk { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(chunks, ["<a>", "<b>"], "what the dead sidecar spooled is published once");
+    // The spool says the agent exited: the turn ends with why, after what it said.
+    let ended = events.iter().position(|e| matches!(&e.kind, K::TurnEnded { turn_id, state, error: Some(error), .. } if turn_id == "t1" && *state == protocol::api::TurnState::Failed && error.contains("signal 9")));
+    let ended = ended.unwrap_or_else(|| panic!("{events:?}"));
+    assert!(
+        events[..ended].iter().filter(|e| matches!(e.kind, K::AgentMessageChunk { .. })).count()
+            == 2
+    );
+    let history = crate::history::read(
+        &setup.dir.path().join("sessions").join(setup.handle_id()).join("history.jsonl"),
+        0,
+        10,
+    )
+    .unwrap();
+    assert!(history.iter().any(|entry| entry.content == "<a><b>"), "{history:?}");
+    let (turn_state, _, _) = setup.store().get_turn("t1".into()).await.unwrap();
+    assert_eq!(turn_state, "failed");
+    assert!(setup.handle.view().error.as_deref().is_some_and(|e| e.contains("signal 9")));
+}
