@@ -557,21 +557,30 @@ async fn pausing_an_idle_session_stops_its_agent_snapshots_and_publishes_it() {
     );
 }
 
+/// The execution a restart finds recorded for `row` (`e1`, generation 1, agentctl pid 4242
+/// started at tick 77, its ACP session open), with turn `t1` running in it.
+async fn recorded_execution(store: &Store, row: &SessionRow) -> ExecutorRow {
+    let executor = ExecutorRow {
+        session_id: row.id.clone(),
+        execution_id: "e1".into(),
+        generation: 1,
+        runtime: "standalone".into(),
+        agentctl_port: Some(9),
+        agentctl_pid: Some(4_242),
+        agentctl_start_time: Some(77),
+        acp_session_id: Some("fake-session".into()),
+        ..ExecutorRow::default()
+    };
+    store.put_executor(executor.clone()).await.unwrap();
+    store.insert_turn("t1".into(), row.id.clone(), "e1".into(), "5".into()).await.unwrap();
+    executor
+}
+
 #[tokio::test]
 async fn a_failed_adopt_voids_the_open_work_fences_and_leaves_the_session_resumable() {
     use crate::events::SessionEventKind as K;
     let setup = start_with(Mode::Unreachable, SessionState::Running, |store, row| async move {
-        let executor = ExecutorRow {
-            session_id: row.id.clone(),
-            execution_id: "e1".into(),
-            generation: 1,
-            runtime: "standalone".into(),
-            agentctl_port: Some(9),
-            acp_session_id: Some("fake-session".into()),
-            ..ExecutorRow::default()
-        };
-        store.put_executor(executor.clone()).await.unwrap();
-        store.insert_turn("t1".into(), row.id.clone(), "e1".into(), "5".into()).await.unwrap();
+        let executor = recorded_execution(&store, &row).await;
         let method = "session/request_permission".to_owned();
         let params = json!({"toolCall": {"title": "ls"}});
         store
@@ -617,19 +626,7 @@ async fn a_failed_adopt_voids_the_open_work_fences_and_leaves_the_session_resuma
 async fn a_dead_sidecars_spool_is_recorded_at_recovery_and_its_turn_ends_as_the_agent_did() {
     use crate::events::SessionEventKind as K;
     let setup = start_with(Mode::Unreachable, SessionState::Running, |store, row| async move {
-        let executor = ExecutorRow {
-            session_id: row.id.clone(),
-            execution_id: "e1".into(),
-            generation: 1,
-            runtime: "standalone".into(),
-            agentctl_port: Some(9),
-            agentctl_pid: Some(4_242),
-            agentctl_start_time: Some(77),
-            acp_session_id: Some("fake-session".into()),
-            ..ExecutorRow::default()
-        };
-        store.put_executor(executor.clone()).await.unwrap();
-        store.insert_turn("t1".into(), row.id.clone(), "e1".into(), "5".into()).await.unwrap();
+        let executor = recorded_execution(&store, &row).await;
         store.mark_delivered("t1".into()).await.unwrap();
         // The dead sidecar's state dir: `ready.json` naming it, and its spool — two chunks
         // of the turn nobody recorded, then the agent's exit.
