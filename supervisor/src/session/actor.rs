@@ -227,6 +227,9 @@ pub(super) struct SessionActor {
     pub(super) stalled: Option<String>,
     /// When to try again after a failed write, and the delay after that.
     stall_retry: Option<(Instant, std::time::Duration)>,
+    /// User messages whose history entry could not be written: no agentctl replay brings
+    /// them back, so the retry after the stall writes them first.
+    unwritten_prompts: Vec<String>,
     /// Re-attached turns whose prompt was not known to be delivered: request id → turn id.
     pub(super) undelivered: HashMap<String, String>,
     /// After a re-attach: the agentctl seq the replay must reach before `undelivered` is
@@ -320,6 +323,7 @@ impl SessionActor {
             retiring: Vec::new(),
             stalled: None,
             stall_retry: None,
+            unwritten_prompts: Vec::new(),
             holding: false,
             undelivered: HashMap::new(),
             replay_until: None,

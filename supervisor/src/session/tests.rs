@@ -693,3 +693,32 @@ async fn a_dead_sidecars_spool_is_recorded_at_recovery_and_its_turn_ends_as_the_
     assert_eq!(turn_state, "failed");
     assert!(setup.handle.view().error.as_deref().is_some_and(|e| e.contains("signal 9")));
 }
+
+/// A prompt whose user message cannot be written to the history (a full disk) stalls the
+/// session, which says why; once the disk takes writes again the retry writes the message
+/// (no agentctl replay brings it back) and re-attaches, and the session goes on.
+#[tokio::test]
+async fn a_prompt_whose_history_write_fails_is_recorded_once_the_disk_takes_it() {
+    let setup = start(Mode::Holds).await;
+    until(&setup.handle, |view| view.phase == Phase::Open).await;
+    let path = setup.dir.path().join("sessions").join(setup.handle_id()).join("history.jsonl");
+    // The history cannot be appended to: a directory stands where its file was.
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    setup.handle.prompt("remember me".into()).await.unwrap();
+    until(&setup.handle, |view| view.error.as_deref().is_some_and(|e| e.contains("history"))).await;
+    std::fs::remove_dir(&path).unwrap();
+    // Re-attached, the stall over. (The fake sidecar never says a prompt was delivered, so
+    // the turn then ends as undelivered; a real agentctl says it.)
+    until(&setup.handle, |view| {
+        view.phase == Phase::Open && !view.error.as_deref().is_some_and(|e| e.contains("history"))
+    })
+    .await;
+    let history = crate::history::read(&path, 0, 10).unwrap();
+    let prompts: Vec<&str> = history
+        .iter()
+        .filter(|entry| entry.kind == crate::history::EntryType::UserMessage)
+        .map(|entry| entry.content.as_str())
+        .collect();
+    assert_eq!(prompts, ["remember me"], "{history:?}");
+}

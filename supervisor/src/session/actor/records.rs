@@ -114,10 +114,18 @@ impl SessionActor {
             self.stall_retry = None;
             return;
         };
-        let history = match History::open(self.history.path()) {
+        let mut history = match History::open(self.history.path()) {
             Ok(history) => history,
             Err(err) => return again(self, format!("cannot reopen the history: {err}")),
         };
+        // The user messages that could not be written come first, in their order (their
+        // agent's answer, not acknowledged, follows from the replay).
+        while let Some(prompt) = self.unwritten_prompts.first().cloned() {
+            if let Err(err) = history.append(EntryType::UserMessage, prompt, None) {
+                return again(self, format!("cannot write a prompt to the history: {err}"));
+            }
+            self.unwritten_prompts.remove(0);
+        }
         let open_turns =
             match self.context.store.open_turns(self.row.id.clone(), execution.id.clone()).await {
                 Ok(turns) => turns,
@@ -151,7 +159,11 @@ impl SessionActor {
         if self.suppress_history {
             return;
         }
+        // A user message is the actor's own: no replay writes it again (an agent's entries
+        // are rebuilt from agentctl's replay after the stall).
+        let prompt = (kind == EntryType::UserMessage).then(|| content.clone());
         if let Err(err) = self.history.append(kind, content, tool) {
+            self.unwritten_prompts.extend(prompt);
             self.write_failed("the history", &err);
         }
     }
