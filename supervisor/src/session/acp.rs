@@ -504,7 +504,7 @@ impl SessionActor {
                 false
             }
             Pending::Prompt { turn_id, injected } => {
-                if self.turn.as_deref() == Some(turn_id.as_str()) {
+                if self.turn_id() == Some(turn_id.as_str()) {
                     match result {
                         Ok(result) => {
                             if injected {
@@ -528,7 +528,7 @@ impl SessionActor {
                             // Some agents (opencode) answer a prompt the user cancelled
                             // with end_turn; what the user did is what is recorded.
                             let stop_reason =
-                                if self.cancel_deadline.is_some() && stop_reason == "end_turn" {
+                                if self.turn.as_ref().is_some_and(|turn| turn.cancel_at.is_some()) && stop_reason == "end_turn" {
                                     "cancelled".to_owned()
                                 } else {
                                     stop_reason

@@ -124,6 +124,15 @@ pub(super) struct ResumeState {
     pub(super) handoff: bool,
 }
 
+/// The running turn, with the deadlines only it has.
+pub(super) struct Turn {
+    pub(super) id: String,
+    /// When its cancel is ended by us if the agent has not ended it.
+    pub(super) cancel_at: Option<Instant>,
+    /// When it is cancelled (the profile's `process.turn_timeout_ms`).
+    pub(super) deadline: Option<Instant>,
+}
+
 /// A retired execution and what its spool held past what was handled.
 pub(super) struct Retired {
     id: String,
@@ -162,13 +171,9 @@ pub(super) struct SessionActor {
     pub(super) next_request_id: i64,
     pub(super) pending: HashMap<String, Pending>,
     /// The running turn.
-    pub(super) turn: Option<String>,
+    pub(super) turn: Option<Turn>,
     /// The handshake step awaited and its deadline.
     pub(super) handshake: Option<(&'static str, Instant)>,
-    /// When a cancelled turn is ended by us if the agent has not ended it.
-    pub(super) cancel_deadline: Option<Instant>,
-    /// When the running turn is cancelled (the profile's `process.turn_timeout_ms`).
-    turn_deadline: Option<Instant>,
     /// A pause waiting for the running turn (or the launch in flight) to end.
     pub(super) pause: Option<PendingPause>,
     /// The prompt to send once the ACP session is open.
@@ -292,8 +297,6 @@ impl SessionActor {
             pending: HashMap::new(),
             turn: None,
             handshake: None,
-            cancel_deadline: None,
-            turn_deadline: None,
             pause: None,
             initial_prompt: None,
             recent_stderr: String::new(),
@@ -350,8 +353,8 @@ impl SessionActor {
         {
             let next_deadline = [
                 self.handshake.map(|(_, at)| at),
-                self.cancel_deadline,
-                self.turn_deadline,
+                self.turn.as_ref().and_then(|turn| turn.cancel_at),
+                self.turn.as_ref().and_then(|turn| turn.deadline),
                 self.stall_retry.map(|(at, _)| at),
                 self.pause.as_ref().and_then(|pause| pause.force_at),
             ]
@@ -601,42 +604,39 @@ impl SessionActor {
                 }
             }
         }
-        if let Some(at) = self.turn_deadline
-            && at <= now
+        if let Some(turn) = self.turn.as_mut()
+            && turn.deadline.is_some_and(|at| at <= now)
         {
-            self.turn_deadline = None;
-            if self.turn.is_some() {
-                let message = format!(
-                    "the turn ran longer than the profile's process.turn_timeout_ms ({} ms): it is cancelled",
-                    self.profile.process.turn_timeout_ms.unwrap_or_default()
-                );
-                tracing::warn!(session = %self.row.id, "{message}");
-                self.emit(SessionEventKind::Notice { message });
-                if let Err(err) = self.cancel().await {
-                    tracing::debug!(session = %self.row.id, %err, "cancel for the turn timeout");
-                }
+            turn.deadline = None;
+            let message = format!(
+                "the turn ran longer than the profile's process.turn_timeout_ms ({} ms): it is cancelled",
+                self.profile.process.turn_timeout_ms.unwrap_or_default()
+            );
+            tracing::warn!(session = %self.row.id, "{message}");
+            self.emit(SessionEventKind::Notice { message });
+            if let Err(err) = self.cancel().await {
+                tracing::debug!(session = %self.row.id, %err, "cancel for the turn timeout");
             }
         }
-        if let Some(at) = self.cancel_deadline
-            && at <= now
+        if let Some(turn) = self.turn.as_mut()
+            && turn.cancel_at.is_some_and(|at| at <= now)
         {
-            self.cancel_deadline = None;
-            if let Some(turn_id) = self.turn.clone() {
-                // The agent never confirmed the cancel: end the turn ourselves and forget
-                // its request (a late answer is ignored).
-                self.pending.retain(
-                    |_, pending| !matches!(pending, Pending::Prompt { turn_id: id, .. } if *id == turn_id),
-                );
-                self.end_turn(
-                    TurnState::Failed,
-                    Some("cancelled".into()),
-                    Some(format!(
-                        "cancelled; the agent did not end the turn within {} s",
-                        CANCEL_GRACE.as_secs()
-                    )),
-                )
-                .await;
-            }
+            turn.cancel_at = None;
+            let turn_id = turn.id.clone();
+            // The agent never confirmed the cancel: end the turn ourselves and forget
+            // its request (a late answer is ignored).
+            self.pending.retain(
+                |_, pending| !matches!(pending, Pending::Prompt { turn_id: id, .. } if *id == turn_id),
+            );
+            self.end_turn(
+                TurnState::Failed,
+                Some("cancelled".into()),
+                Some(format!(
+                    "cancelled; the agent did not end the turn within {} s",
+                    CANCEL_GRACE.as_secs()
+                )),
+            )
+            .await;
         }
     }
 
@@ -677,6 +677,11 @@ impl SessionActor {
     pub(super) fn stderr_tail(&self) -> String {
         let tail = history::excerpt_tail(self.recent_stderr.trim_end(), STDERR_IN_ERROR);
         if tail.is_empty() { String::new() } else { format!("; stderr: {tail}") }
+    }
+
+    /// The running turn's id.
+    pub(super) fn turn_id(&self) -> Option<&str> {
+        self.turn.as_ref().map(|turn| turn.id.as_str())
     }
 
     pub(super) fn enter(&mut self, phase: Phase) {

@@ -275,7 +275,7 @@ impl SessionActor {
                 open.request_id,
                 Pending::Prompt { turn_id: turn_id.clone(), injected: false },
             );
-            self.turn = Some(turn_id);
+            self.turn = Some(Turn { id: turn_id, cancel_at: None, deadline: None });
         }
     }
 
@@ -434,7 +434,7 @@ impl SessionActor {
         self.handoff_pending = record.resume_context_pending
             && record.resume_outcome == Some(ResumeOutcome::ContextHandoff);
         self.execution = Some(Execution { agent_running: running, ..execution });
-        let turn_id = self.turn.clone();
+        let turn_id = self.turn_id().map(str::to_owned);
         self.update_view(|view| {
             view.agent_running = running;
             view.acp_session_id = record.acp_session_id.clone();

@@ -77,12 +77,15 @@ impl SessionActor {
         self.next_request_id += 1;
         self.record_history(EntryType::UserMessage, text.clone(), None);
         self.emit(SessionEventKind::TurnStarted { turn_id: turn_id.clone(), prompt: text });
-        self.turn = Some(turn_id.clone());
-        self.turn_deadline = self
-            .profile
-            .process
-            .turn_timeout_ms
-            .map(|ms| Instant::now() + std::time::Duration::from_millis(ms));
+        self.turn = Some(Turn {
+            id: turn_id.clone(),
+            cancel_at: None,
+            deadline: self
+                .profile
+                .process
+                .turn_timeout_ms
+                .map(|ms| Instant::now() + std::time::Duration::from_millis(ms)),
+        });
         self.set_state(SessionState::Running, None, Some(task_state::IN_PROGRESS)).await?;
         self.update_view(|view| view.turn_id = Some(turn_id.clone()));
         self.pending
@@ -91,9 +94,11 @@ impl SessionActor {
     }
 
     pub(in crate::session) async fn cancel(&mut self) -> Result<(), SessionError> {
-        if self.turn.is_none() {
+        let Some(turn) = self.turn.as_mut() else {
             return Err(SessionError::InvalidState("no turn is running".into()));
-        }
+        };
+        // The agent ends the turn with `cancelled`; if it does not, we do.
+        turn.cancel_at.get_or_insert(Instant::now() + CANCEL_GRACE);
         let acp_session = self.view_tx.borrow().acp_session_id.clone();
         self.send(Outgoing::Acp(json!({
             "jsonrpc": "2.0",
@@ -101,8 +106,6 @@ impl SessionActor {
             "params": {"sessionId": acp_session},
         })));
         self.cancel_pending_permissions().await;
-        // The agent ends the turn with `cancelled`; if it does not, we do.
-        self.cancel_deadline.get_or_insert(Instant::now() + CANCEL_GRACE);
         Ok(())
     }
 
@@ -160,9 +163,7 @@ impl SessionActor {
         stop_reason: Option<String>,
         error: Option<String>,
     ) {
-        let Some(turn_id) = self.turn.take() else { return };
-        self.cancel_deadline = None;
-        self.turn_deadline = None;
+        let Some(Turn { id: turn_id, .. }) = self.turn.take() else { return };
         self.tool_titles.clear();
         self.replay_known = None;
         if let Err(err) = self.history.flush_agent() {
@@ -225,7 +226,7 @@ impl SessionActor {
             // The create's prompt was acknowledged: sent again under the same request, so it
             // runs once and is recorded once. Any other prompt's caller had no answer yet.
             if let Some(prompt) = &first_prompt
-                && self.turn.as_deref() == Some(turn_id.as_str())
+                && self.turn_id() == Some(turn_id.as_str())
                 && self.resend_prompt(&request_id, &turn_id, prompt)
             {
                 continue;
@@ -233,7 +234,7 @@ impl SessionActor {
             self.pending.remove(&request_id);
             let error =
                 "the supervisor stopped before this prompt reached the agent; send it again";
-            if self.turn.as_deref() == Some(turn_id.as_str()) {
+            if self.turn_id() == Some(turn_id.as_str()) {
                 self.end_turn(TurnState::Failed, None, Some(error.into())).await;
             } else if let Err(err) = self
                 .context
