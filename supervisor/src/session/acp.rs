@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Phase;
-use super::actor::{AfterAuth, Pending, STDERR_IN_ERROR, SessionActor};
+use super::actor::{AfterAuth, Pending, STDERR_IN_ERROR, SessionActor, Stage};
 use super::outbox::Outgoing;
 use crate::events::{LaunchStep, SessionEventKind};
 use crate::history::{self, EntryType};
@@ -394,8 +394,10 @@ impl SessionActor {
             other => other.to_string(),
         };
         let Some(purpose) = self.pending.remove(&key) else { return false };
-        if !matches!(purpose, Pending::Prompt { .. }) {
-            self.handshake = None;
+        if !matches!(purpose, Pending::Prompt { .. })
+            && let Some(opening) = self.stage.opening()
+        {
+            opening.step = None;
         }
         let result = match message.get("error") {
             Some(error) => {
@@ -464,7 +466,9 @@ impl SessionActor {
             Pending::Authenticate { method, then } => {
                 match result {
                     Ok(_) => {
-                        self.authenticated = true;
+                        if let Some(opening) = self.stage.opening() {
+                            opening.authenticated = true;
+                        }
                         match then {
                             AfterAuth::NewSession => self.new_acp_session(),
                             AfterAuth::Restore { load, token } => self.restore(load, token),
@@ -528,7 +532,9 @@ impl SessionActor {
                             // Some agents (opencode) answer a prompt the user cancelled
                             // with end_turn; what the user did is what is recorded.
                             let stop_reason =
-                                if self.turn.as_ref().is_some_and(|turn| turn.cancel_at.is_some()) && stop_reason == "end_turn" {
+                                if self.turn.as_ref().is_some_and(|turn| turn.cancel_at.is_some())
+                                    && stop_reason == "end_turn"
+                                {
                                     "cancelled".to_owned()
                                 } else {
                                     stop_reason
@@ -548,15 +554,17 @@ impl SessionActor {
     /// `initialize` answered: restore natively when a resume has a token and the agent
     /// can, else open a new ACP session.
     async fn initialized(&mut self, result: Value) {
-        self.authenticated = false;
-        self.auth_offered = result["authMethods"]
+        let Some(opening) = self.stage.opening() else { return };
+        opening.authenticated = false;
+        opening.auth_offered = result["authMethods"]
             .as_array()
             .into_iter()
             .flatten()
             .filter(|method| method["type"].as_str() != Some("terminal"))
             .filter_map(|method| method["id"].as_str().map(str::to_owned))
             .collect();
-        let Some(token) = self
+        let Some(token) = opening
+            .launch
             .resume
             .as_ref()
             .filter(|resume| !resume.relaunched)
@@ -617,11 +625,15 @@ impl SessionActor {
     /// `authenticate` with the profile's choice among the offered methods, once per
     /// execution, and the step again after it. False when there is nothing to try.
     fn try_authenticate(&mut self, error: &RpcErrorBody, then: AfterAuth) -> bool {
-        if error.code != Some(protocol::ErrorCode::AuthRequired.code()) || self.authenticated {
+        if error.code != Some(protocol::ErrorCode::AuthRequired.code()) {
+            return false;
+        }
+        let Stage::Opening(opening) = &self.stage else { return false };
+        if opening.authenticated {
             return false;
         }
         let inherited = |name: &str| std::env::var_os(name).is_some_and(|value| !value.is_empty());
-        let Some(method) = self.profile.auth_method(&self.auth_offered, inherited) else {
+        let Some(method) = self.profile.auth_method(&opening.auth_offered, inherited) else {
             return false;
         };
         let method = method.to_owned();
@@ -638,10 +650,11 @@ impl SessionActor {
     /// Why a session cannot start without credentials: what the agent said and offers, and
     /// what the profile allows.
     fn credentials_needed(&self, error: &RpcErrorBody) -> String {
-        let offered = if self.auth_offered.is_empty() {
-            "it offers no authentication method Tether can use".to_owned()
-        } else {
-            format!("it offers {}", self.auth_offered.join(", "))
+        let offered = match &self.stage {
+            Stage::Opening(opening) if !opening.auth_offered.is_empty() => {
+                format!("it offers {}", opening.auth_offered.join(", "))
+            }
+            _ => "it offers no authentication method Tether can use".to_owned(),
         };
         let allowed = if self.profile.auth.is_empty() {
             "the profile allows none (add an [[auth]] method)".to_owned()
@@ -674,7 +687,7 @@ impl SessionActor {
             message: format!("{reason}; starting a fresh agent session"),
         });
         self.forget_token().await;
-        if let Some(resume) = self.resume.as_mut() {
+        if let Some(resume) = self.stage.opening().and_then(|o| o.launch.resume.as_mut()) {
             resume.native_failed = true;
         }
         self.new_acp_session();
@@ -689,7 +702,7 @@ impl SessionActor {
                 .set_resume_token(self.row.id.clone(), execution.id.clone(), None)
                 .await;
         }
-        if let Some(resume) = self.resume.as_mut() {
+        if let Some(resume) = self.stage.opening().and_then(|o| o.launch.resume.as_mut()) {
             resume.token = None;
         }
     }
@@ -699,7 +712,8 @@ impl SessionActor {
     async fn session_opened(&mut self, acp_session: String, restored: Option<ResumeOutcome>) {
         let execution_id =
             self.execution.as_ref().map(|execution| execution.id.clone()).unwrap_or_default();
-        let outcome = match self.resume.take() {
+        let resume = self.stage.opening().and_then(|opening| opening.launch.resume.take());
+        let outcome = match resume {
             None => None,
             Some(resume) => Some(match restored {
                 Some(outcome) => outcome,
@@ -739,9 +753,9 @@ impl SessionActor {
         {
             tracing::error!(session = %self.row.id, %err, "cannot record the session state");
         }
-        self.enter(Phase::Open);
+        let launch = self.enter_open();
         let metrics = crate::metrics::get();
-        if let Some(started) = self.launch_started.take() {
+        if let Some(started) = launch.as_ref().map(|launch| launch.started) {
             let histogram =
                 if outcome.is_some() { &metrics.resume_seconds } else { &metrics.launch_seconds };
             crate::metrics::observe(histogram, started.elapsed());
@@ -764,7 +778,9 @@ impl SessionActor {
         for waiter in self.waiters.drain(..) {
             let _ = waiter.send(Ok(answer));
         }
-        if let Some(prompt) = self.initial_prompt.take().filter(|prompt| !prompt.trim().is_empty())
+        if let Some(prompt) = launch
+            .and_then(|launch| launch.initial_prompt)
+            .filter(|prompt| !prompt.trim().is_empty())
             && let Err(err) = self.start_turn(prompt, None).await
         {
             self.emit(SessionEventKind::Notice {
@@ -850,12 +866,12 @@ impl SessionActor {
                 )
                 .await;
         }
-        if matches!(self.phase, Phase::Opening | Phase::Launching)
+        if matches!(self.phase(), Phase::Opening | Phase::Launching)
             || self.row.state == SessionState::Starting
         {
             return self.fail(format!("launch failed: {reason}")).await;
         }
-        self.enter(Phase::Idle);
+        self.enter(Stage::Idle);
         self.execution_gone(&reason, TurnState::Failed).await;
         self.emit(SessionEventKind::Notice { message: reason });
         // What was handled is acknowledged before agentctl is let go.
@@ -865,7 +881,7 @@ impl SessionActor {
         }
         if self.row.state.is_terminal() {
             // A stopped session's teardown (replayed at recovery) ended with its agent.
-            self.enter(Phase::Ended);
+            self.enter(Stage::Ended);
         }
     }
 }

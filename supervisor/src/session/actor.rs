@@ -113,6 +113,7 @@ pub(super) struct Execution {
 }
 
 /// A resume in progress.
+#[derive(Debug)]
 pub(super) struct ResumeState {
     /// The token being restored, if any.
     pub(super) token: Option<String>,
@@ -122,6 +123,76 @@ pub(super) struct ResumeState {
     pub(super) native_failed: bool,
     /// A capacity handoff: a fresh agent session primed from the latest snapshot.
     pub(super) handoff: bool,
+}
+
+/// Where the actor is, with what only makes sense there; the view shows its [`Phase`].
+#[derive(Debug)]
+pub(super) enum Stage {
+    Idle,
+    Launching(Box<Launch>),
+    Adopting,
+    Opening(Box<Opening>),
+    Open,
+    Ended,
+}
+
+impl Stage {
+    pub(super) fn phase(&self) -> Phase {
+        match self {
+            Stage::Idle => Phase::Idle,
+            Stage::Launching(_) => Phase::Launching,
+            Stage::Adopting => Phase::Adopting,
+            Stage::Opening(_) => Phase::Opening,
+            Stage::Open => Phase::Open,
+            Stage::Ended => Phase::Ended,
+        }
+    }
+
+    /// The handshake step awaited and its deadline.
+    pub(super) fn handshake(&self) -> Option<(&'static str, Instant)> {
+        match self {
+            Stage::Opening(opening) => opening.step,
+            _ => None,
+        }
+    }
+
+    /// The handshake under way.
+    pub(super) fn opening(&mut self) -> Option<&mut Opening> {
+        match self {
+            Stage::Opening(opening) => Some(opening),
+            _ => None,
+        }
+    }
+}
+
+/// A launch, from its start until its ACP session is open.
+#[derive(Debug)]
+pub(super) struct Launch {
+    /// When it started (the launch and resume latency metrics).
+    pub(super) started: std::time::Instant,
+    /// The resume it is for, if it is one.
+    pub(super) resume: Option<ResumeState>,
+    /// The prompt sent once the ACP session is open.
+    pub(super) initial_prompt: Option<String>,
+}
+
+impl Launch {
+    pub(super) fn new(resume: Option<ResumeState>, initial_prompt: Option<String>) -> Launch {
+        Launch { started: std::time::Instant::now(), resume, initial_prompt }
+    }
+}
+
+/// The ACP handshake of a launched agent.
+#[derive(Debug)]
+pub(super) struct Opening {
+    pub(super) launch: Launch,
+    /// The step awaited and its deadline.
+    pub(super) step: Option<(&'static str, Instant)>,
+    /// The `authenticate` methods the agent offered at `initialize` (never a `terminal`
+    /// one: there is no terminal here).
+    pub(super) auth_offered: Vec<String>,
+    /// This execution authenticated (once is all it tries).
+    pub(super) authenticated: bool,
 }
 
 /// The running turn, with the deadlines only it has.
@@ -164,7 +235,8 @@ pub(super) struct SessionActor {
     pub(super) record: super::record::SessionRecord,
     pub(super) history: History,
     pub(super) view_tx: watch::Sender<SessionView>,
-    pub(super) phase: Phase,
+    /// Where the actor is, with what only makes sense there.
+    pub(super) stage: Stage,
     pub(super) execution: Option<Execution>,
     pub(super) internal_tx: mpsc::UnboundedSender<Internal>,
     internal_rx: Option<mpsc::UnboundedReceiver<Internal>>,
@@ -172,18 +244,13 @@ pub(super) struct SessionActor {
     pub(super) pending: HashMap<String, Pending>,
     /// The running turn.
     pub(super) turn: Option<Turn>,
-    /// The handshake step awaited and its deadline.
-    pub(super) handshake: Option<(&'static str, Instant)>,
     /// A pause waiting for the running turn (or the launch in flight) to end.
     pub(super) pause: Option<PendingPause>,
-    /// The prompt to send once the ACP session is open.
-    pub(super) initial_prompt: Option<String>,
     /// The agent's recent stderr, for error messages.
     pub(super) recent_stderr: String,
     /// Open tool calls' latest titles, kinds and diffs (an agent's first title may be a
     /// placeholder, and its final update may no longer show the change).
     pub(super) tool_titles: HashMap<String, (String, String, String)>,
-    pub(super) resume: Option<ResumeState>,
     /// Everyone waiting for the session to open (resumes, and resumes of a session that was
     /// starting anyway).
     pub(super) waiters: Vec<Reply<ResumeOutcome>>,
@@ -209,10 +276,6 @@ pub(super) struct SessionActor {
     /// it): replayed updates dropped after a load's answer, or agentctl's backlog at its
     /// bound (see [`SessionActor::handle_agent_event`]).
     pub(super) replay_unacked: bool,
-    /// The `authenticate` methods the agent offered at `initialize` (never a `terminal`
-    /// one: there is no terminal here), and whether this execution authenticated.
-    pub(super) auth_offered: Vec<String>,
-    pub(super) authenticated: bool,
     pub(super) durability: Durability,
     /// Suppress recording of the event being handled (it was recorded before a restart).
     pub(super) suppress_history: bool,
@@ -247,8 +310,6 @@ pub(super) struct SessionActor {
     generation: Option<i64>,
     /// Background retires and fences not finished yet (a launch waits for them).
     retiring: Vec<tokio::task::JoinHandle<()>>,
-    /// When the launch in flight started (for the launch and resume latency metrics).
-    pub(super) launch_started: Option<std::time::Instant>,
     /// The first launch also records the workspace's commit at the start (see
     /// [`record_start_commit`]).
     record_start: bool,
@@ -279,7 +340,11 @@ impl SessionActor {
         view_tx: watch::Sender<SessionView>,
     ) -> SessionActor {
         let (internal_tx, internal_rx) = mpsc::unbounded_channel();
-        let phase = view_tx.borrow().phase;
+        let stage = match view_tx.borrow().phase {
+            Phase::Launching => Stage::Launching(Box::new(Launch::new(None, None))),
+            Phase::Adopting => Stage::Adopting,
+            _ => Stage::Idle,
+        };
         SessionActor {
             context,
             row,
@@ -287,7 +352,7 @@ impl SessionActor {
             record,
             history,
             view_tx,
-            phase,
+            stage,
             execution: None,
             internal_tx,
             internal_rx: Some(internal_rx),
@@ -296,24 +361,18 @@ impl SessionActor {
             next_request_id: crate::store::now_ms() * 1000,
             pending: HashMap::new(),
             turn: None,
-            handshake: None,
             pause: None,
-            initial_prompt: None,
             recent_stderr: String::new(),
             tool_titles: HashMap::new(),
-            resume: None,
             waiters: Vec::new(),
             resume_context_pending: false,
             handoff_pending: false,
             usage: None,
             exhausted: None,
             record_start: false,
-            launch_started: None,
             loading: false,
             replay_known: None,
             replay_unacked: false,
-            auth_offered: Vec::new(),
-            authenticated: false,
             durability: Durability::default(),
             generation: None,
             suppress_history: false,
@@ -338,21 +397,20 @@ impl SessionActor {
         let mut internal = self.internal_rx.take().expect("UNWRAP: taken once, here");
         match start {
             Start::Fresh { initial_prompt } => {
-                self.initial_prompt = initial_prompt;
                 self.record_start = true;
-                Box::pin(self.start_launch(None)).await;
+                Box::pin(self.start_launch(None, Launch::new(None, initial_prompt))).await;
             }
             Start::Resume => Box::pin(self.begin_resume()).await,
             Start::Adopt(plan) => self.start_adopt(*plan),
         }
         // The actor lives while it may own an execution: after the session ends, until a
         // launch in flight has landed (and been retired).
-        while self.phase != Phase::Ended
+        while self.phase() != Phase::Ended
             || self.after_launch == AfterLaunch::Retire
             || self.teardown.is_some()
         {
             let next_deadline = [
-                self.handshake.map(|(_, at)| at),
+                self.stage.handshake().map(|(_, at)| at),
                 self.turn.as_ref().and_then(|turn| turn.cancel_at),
                 self.turn.as_ref().and_then(|turn| turn.deadline),
                 self.stall_retry.map(|(at, _)| at),
@@ -378,7 +436,7 @@ impl SessionActor {
                 biased;
                 // The rare arms are boxed: the task's size is its largest await, and it
                 // lives as long as the session.
-                command = commands.recv(), if self.phase != Phase::Ended => match command {
+                command = commands.recv(), if !matches!(self.stage, Stage::Ended) => match command {
                     Some(command) => Box::pin(self.handle_command(*command)).await,
                     None => break,
                 },
@@ -389,7 +447,7 @@ impl SessionActor {
                 event = agent_event => Box::pin(self.agent_burst(event)).await,
             }
             self.flush_events();
-            if matches!(self.phase, Phase::Idle | Phase::Ended) {
+            if matches!(self.phase(), Phase::Idle | Phase::Ended) {
                 // No execution: the log is written rarely, so it holds no descriptor
                 // meanwhile (the next write reopens it).
                 self.record.log().release();
@@ -406,7 +464,7 @@ impl SessionActor {
             if self.pause.is_some()
                 && self.turn.is_none()
                 && self.replay_until.is_none()
-                && matches!(self.phase, Phase::Open | Phase::Idle)
+                && matches!(self.phase(), Phase::Open | Phase::Idle)
             {
                 Box::pin(self.pause_now()).await;
             }
@@ -427,7 +485,9 @@ impl SessionActor {
         self.agent_event(first).await;
         for _ in 1..AGENT_EVENT_BURST {
             let queued = match self.execution.as_mut() {
-                Some(execution) if self.stalled.is_none() && self.phase != Phase::Ended => {
+                Some(execution)
+                    if self.stalled.is_none() && !matches!(self.stage, Stage::Ended) =>
+                {
                     match execution.events_rx.try_recv() {
                         Ok(event) => Some(event),
                         Err(mpsc::error::TryRecvError::Empty) => break,
@@ -483,7 +543,7 @@ impl SessionActor {
             Command::Resume { reply, .. } if self.teardown.is_some() => self.waiters.push(reply),
             Command::Resume { refresh: Some(profile), reply } => {
                 let busy =
-                    matches!(self.phase, Phase::Launching | Phase::Opening | Phase::Adopting)
+                    matches!(self.phase(), Phase::Launching | Phase::Opening | Phase::Adopting)
                         || self.execution.as_ref().is_some_and(|e| e.agent_running);
                 if busy {
                     let _ = reply.send(Err(SessionError::InvalidState(
@@ -495,7 +555,7 @@ impl SessionActor {
                     self.begin_resume().await;
                 }
             }
-            Command::Resume { refresh: None, reply } => match self.phase {
+            Command::Resume { refresh: None, reply } => match self.phase() {
                 // One launch at a time; everyone gets its outcome.
                 Phase::Launching | Phase::Opening | Phase::Adopting => self.waiters.push(reply),
                 Phase::Open if self.execution.as_ref().is_some_and(|e| e.agent_running) => {
@@ -566,10 +626,12 @@ impl SessionActor {
         {
             return self.retry_after_stall(delay).await;
         }
-        if let Some((step, at)) = self.handshake
+        if let Some((step, at)) = self.stage.handshake()
             && at <= now
         {
-            self.handshake = None;
+            if let Stage::Opening(opening) = &mut self.stage {
+                opening.step = None;
+            }
             if self.restoring() {
                 // A restore that never answers is a failed restore, not the session's end:
                 // forget it (a late answer is ignored) and fall back to a fresh session.
@@ -653,11 +715,13 @@ impl SessionActor {
         self.next_request_id += 1;
         let key = id.to_string();
         if !matches!(purpose, Pending::Prompt { .. }) {
-            self.handshake = Some((
-                method,
-                Instant::now()
-                    + std::time::Duration::from_millis(self.profile.process.init_timeout_ms),
-            ));
+            let at = Instant::now()
+                + std::time::Duration::from_millis(self.profile.process.init_timeout_ms);
+            match &mut self.stage {
+                Stage::Opening(opening) => opening.step = Some((method, at)),
+                // Only the handshake sends requests other than prompts.
+                other => debug_assert!(false, "{method} sent while {:?}", other.phase()),
+            }
         }
         self.pending.insert(key.clone(), purpose);
         self.send(Outgoing::Acp(
@@ -684,9 +748,25 @@ impl SessionActor {
         self.turn.as_ref().map(|turn| turn.id.as_str())
     }
 
-    pub(super) fn enter(&mut self, phase: Phase) {
-        self.phase = phase;
+    /// Where the actor is.
+    pub(super) fn phase(&self) -> Phase {
+        self.stage.phase()
+    }
+
+    pub(super) fn enter(&mut self, stage: Stage) {
+        let phase = stage.phase();
+        self.stage = stage;
         self.update_view(|view| view.phase = phase);
+    }
+
+    /// Leaves the handshake for the open session: what the launch carried until now.
+    pub(super) fn enter_open(&mut self) -> Option<Launch> {
+        let launch = match std::mem::replace(&mut self.stage, Stage::Open) {
+            Stage::Opening(opening) => Some(opening.launch),
+            _ => None,
+        };
+        self.update_view(|view| view.phase = Phase::Open);
+        launch
     }
 
     pub(super) fn update_view(&self, change: impl FnOnce(&mut SessionView)) {

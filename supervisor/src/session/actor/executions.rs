@@ -9,7 +9,7 @@ impl SessionActor {
         // sidecar recovery kills, never a live session without its stop.
         let recorded = self.set_state(end, None, None).await;
         agentctl::fault::point("stop.recorded");
-        if matches!(self.phase, Phase::Launching | Phase::Adopting) {
+        if matches!(self.phase(), Phase::Launching | Phase::Adopting) {
             // Its task reports later; what it brings is retired then.
             self.after_launch = AfterLaunch::Retire;
         }
@@ -19,18 +19,17 @@ impl SessionActor {
         if self.turn.is_some() && self.teardown.is_none() {
             self.end_turn(TurnState::Failed, None, Some("the session was stopped".into())).await;
         }
-        self.handshake = None;
         self.update_view(|view| view.agent_running = false);
         self.pause = None;
         self.fail_waiters("the session was stopped");
-        self.enter(Phase::Ended);
+        self.enter(Stage::Ended);
         let _ = reply.send(recorded);
     }
 
     /// Stops the agent and agentctl; the session stays active and needs a resume. The
     /// caller is answered once the sidecar is gone for certain.
     pub(in crate::session) async fn detach(&mut self, reply: Reply<()>) {
-        let in_flight = matches!(self.phase, Phase::Launching | Phase::Adopting);
+        let in_flight = matches!(self.phase(), Phase::Launching | Phase::Adopting);
         if in_flight {
             self.after_launch = AfterLaunch::Retire;
             self.retire_waiters.push(reply);
@@ -42,11 +41,10 @@ impl SessionActor {
         if self.turn.is_some() && self.teardown.is_none() {
             self.end_turn(TurnState::Failed, None, Some("the agent was stopped".into())).await;
         }
-        self.handshake = None;
         self.update_view(|view| view.agent_running = false);
         self.fail_waiters("the agent was stopped");
         if !in_flight {
-            self.enter(Phase::Idle);
+            self.enter(Stage::Idle);
             if self.row.state == SessionState::Starting {
                 let _ = self.set_state(SessionState::WaitingForInput, None, None).await;
             }
@@ -115,7 +113,7 @@ impl SessionActor {
             token = None;
         }
         let relaunch = token.is_some() && self.profile.relaunches_to_resume();
-        self.initial_prompt = match (self.unsent_initial_prompt().await, &token, self.row.state) {
+        let initial_prompt = match (self.unsent_initial_prompt().await, &token, self.row.state) {
             // The prompt the session was created with never reached an agent (a launch that
             // failed, a create cut short by a kill): it goes out now, whatever else holds.
             (Some(prompt), _, _) => Some(prompt),
@@ -127,30 +125,34 @@ impl SessionActor {
                 _ => None,
             },
         };
-        self.resume = Some(ResumeState {
+        let resume = ResumeState {
             token: token.clone(),
             relaunched: relaunch,
             native_failed: false,
             handoff,
-        });
+        };
         if handoff {
             // The fresh agent session starts with an empty context: the old figures (which
             // caused the handoff) no longer hold until the new agent reports its own.
             self.usage = Some(Box::default());
         }
         let relaunch_token = if relaunch { token } else { None };
-        self.start_launch(relaunch_token.as_deref()).await;
+        self.start_launch(relaunch_token.as_deref(), Launch::new(Some(resume), initial_prompt))
+            .await;
     }
 
     /// Decides the argv and starts the launch task (fence, runtime, agentctl, agent).
-    pub(in crate::session) async fn start_launch(&mut self, resume_token: Option<&str>) {
+    pub(in crate::session) async fn start_launch(
+        &mut self,
+        resume_token: Option<&str>,
+        launch: Launch,
+    ) {
         // An execution still held (an adopted one whose agent died, not yet replayed) is
         // let go first; the launch fences it anyway, and its end must not look like a loss.
         if let Some(execution) = self.execution.take() {
             self.retire(execution, None);
         }
-        self.enter(Phase::Launching);
-        self.launch_started = Some(std::time::Instant::now());
+        self.enter(Stage::Launching(Box::new(launch)));
         // A new agent: an earlier one's stderr explains nothing of its failures.
         self.recent_stderr.clear();
         if let Err(err) =
@@ -245,7 +247,7 @@ impl SessionActor {
     }
 
     pub(in crate::session) fn start_adopt(&mut self, plan: AdoptPlan) {
-        self.enter(Phase::Adopting);
+        self.enter(Stage::Adopting);
         let internal_tx = self.internal_tx.clone();
         let context = self.context.clone();
         self.context.teardowns.spawn(async move {
@@ -302,8 +304,8 @@ impl SessionActor {
                     if let Some(reply) = self.stop_after_launch() {
                         let _ = reply.send(Ok(()));
                     }
-                    if self.phase != Phase::Ended {
-                        self.enter(Phase::Idle);
+                    if self.phase() != Phase::Ended {
+                        self.enter(Stage::Idle);
                         let _ = self.set_state(SessionState::WaitingForInput, None, None).await;
                     }
                     return;
@@ -316,8 +318,8 @@ impl SessionActor {
             // Stopped or detached while launching.
             let reply = self.stop_after_launch();
             self.retire(execution, reply);
-            if self.phase != Phase::Ended {
-                self.enter(Phase::Idle);
+            if self.phase() != Phase::Ended {
+                self.enter(Stage::Idle);
                 let _ = self.set_state(SessionState::WaitingForInput, None, None).await;
             }
             return;
@@ -331,7 +333,17 @@ impl SessionActor {
         self.history.set_generation(execution.record.generation);
         self.execution = Some(execution);
         self.update_view(|view| view.agent_running = true);
-        self.enter(Phase::Opening);
+        let launch = match std::mem::replace(&mut self.stage, Stage::Idle) {
+            Stage::Launching(launch) => *launch,
+            // (Only a launch lands here.)
+            _ => Launch::new(None, None),
+        };
+        self.enter(Stage::Opening(Box::new(Opening {
+            launch,
+            step: None,
+            auth_offered: Vec::new(),
+            authenticated: false,
+        })));
         let params = json!({
             "protocolVersion": protocol::acp::PROTOCOL_VERSION,
             "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false},
@@ -361,10 +373,10 @@ impl SessionActor {
                     }
                 }
             }
-            if self.phase != Phase::Ended {
+            if self.phase() != Phase::Ended {
                 self.pending.clear();
                 self.turn = None;
-                self.enter(Phase::Idle);
+                self.enter(Stage::Idle);
             }
             return;
         }
@@ -399,7 +411,7 @@ impl SessionActor {
                 {
                     self.write_failed("interrupted turns", &err);
                 }
-                self.enter(Phase::Idle);
+                self.enter(Stage::Idle);
                 self.execution_gone(&reason, TurnState::Failed).await;
                 // Anyone who asked for a resume meanwhile gets one now.
                 if !self.waiters.is_empty() {
@@ -449,7 +461,7 @@ impl SessionActor {
             Some(until) if until > acked => self.replay_until = Some(until),
             _ => self.settle_undelivered().await,
         }
-        self.enter(Phase::Open);
+        self.enter(Stage::Open);
         // A pause asked for before the restart still holds (its turn may still run).
         if let Ok(Some(request)) = self.context.store.get_pause(self.row.id.clone()).await {
             let left = request.force_at.saturating_sub(crate::store::now_ms()).max(0);
@@ -537,7 +549,6 @@ impl SessionActor {
     /// agent's questions are void, a running turn fails, and the session waits for input
     /// with the reason, recoverable.
     pub(in crate::session) async fn execution_gone(&mut self, reason: &str, turn_ends: TurnState) {
-        self.handshake = None;
         self.drop_replay(reason);
         self.update_view(|view| view.agent_running = false);
         self.void_pending().await;
@@ -573,7 +584,7 @@ impl SessionActor {
             .store
             .set_executor_status(self.row.id.clone(), execution.id.clone(), ExecutorStatus::Lost)
             .await;
-        if matches!(self.phase, Phase::Opening | Phase::Launching) {
+        if matches!(self.phase(), Phase::Opening | Phase::Launching) {
             self.fence_now(execution.record.clone());
             drop(execution);
             return self.fail(reason).await;
@@ -605,11 +616,11 @@ impl SessionActor {
                 }
             }
         }
-        self.enter(Phase::Idle);
+        self.enter(Stage::Idle);
         self.execution_gone(&reason, turn_ends).await;
         if self.row.state.is_terminal() {
             // A stopped session's teardown, finished: nothing more to own.
-            return self.enter(Phase::Ended);
+            return self.enter(Stage::Ended);
         }
         // Anyone who asked for a resume meanwhile gets one now.
         if !self.waiters.is_empty() {
@@ -686,7 +697,7 @@ impl SessionActor {
             }
             return;
         }
-        if self.phase != Phase::Open {
+        if self.phase() != Phase::Open {
             return self.retire(execution, reply);
         }
         let after = self.durability.handled;
@@ -728,7 +739,7 @@ impl SessionActor {
             let _ = reply.send(result);
         }
         // Anyone who asked for a resume meanwhile gets one now.
-        if self.phase != Phase::Ended && !self.waiters.is_empty() {
+        if self.phase() != Phase::Ended && !self.waiters.is_empty() {
             self.begin_resume().await;
         }
     }
@@ -756,7 +767,6 @@ impl SessionActor {
     pub(in crate::session) async fn fail(&mut self, reason: String) {
         tracing::warn!(session = %self.row.id, %reason, "session failed");
         let _ = self.context.store.log_error(self.row.id.clone(), reason.clone()).await;
-        self.handshake = None;
         if let Some(execution) = self.execution.take() {
             self.retire(execution, None);
         }
@@ -768,6 +778,6 @@ impl SessionActor {
             .set_state(SessionState::Failed, Some(reason.clone()), Some(task_state::FAILED))
             .await;
         self.fail_waiters(&reason);
-        self.enter(Phase::Ended);
+        self.enter(Stage::Ended);
     }
 }

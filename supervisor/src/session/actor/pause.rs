@@ -48,7 +48,7 @@ impl SessionActor {
             ));
         }
         let busy = self.turn.is_some()
-            || matches!(self.phase, Phase::Launching | Phase::Opening | Phase::Adopting);
+            || matches!(self.phase(), Phase::Launching | Phase::Opening | Phase::Adopting);
         self.pause = Some(PendingPause {
             reason: reason.clone(),
             force_at: Some(Instant::now() + force_after),
@@ -85,7 +85,6 @@ impl SessionActor {
             tracing::warn!(session = %self.row.id, %err, "stopping the agent for a pause");
         }
         self.update_view(|view| view.agent_running = false);
-        self.handshake = None;
         // The snapshot sees the workspace as the stopped agent left it.
         let trigger = match pause.trigger {
             SnapshotTrigger::Exhaustion => SnapshotTrigger::Exhaustion,
@@ -111,7 +110,7 @@ impl SessionActor {
             view.agent_running = false;
             view.pause_requested = false;
         });
-        self.enter(Phase::Idle);
+        self.enter(Stage::Idle);
     }
 
     /// What a snapshot of this session now is taken from.

@@ -308,7 +308,7 @@ impl SessionActor {
     /// first prompt's delivery has its prompt sent now (once the replay caught up).
     pub(in crate::session) async fn send_unsent_initial_prompt(&mut self) {
         let ready = self.execution.as_ref().is_some_and(|execution| execution.agent_running)
-            && self.phase == Phase::Open
+            && self.phase() == Phase::Open
             && self.turn.is_none()
             && self.replay_until.is_none()
             && self.row.state == SessionState::WaitingForInput;
@@ -336,7 +336,6 @@ impl SessionActor {
 
     pub(in crate::session) fn fail_waiters(&mut self, reason: &str) {
         self.drop_replay(reason);
-        self.resume = None;
         for waiter in self.waiters.drain(..) {
             let _ = waiter.send(Err(SessionError::InvalidState(reason.to_owned())));
         }
