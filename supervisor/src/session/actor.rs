@@ -221,11 +221,11 @@ struct Teardown {
 }
 
 /// What to do with a launch still in flight when it lands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum AfterLaunch {
     Keep,
-    /// The session was stopped meanwhile: retire it.
-    Retire,
+    /// The session was stopped or detached meanwhile: retire it, then answer the stop and
+    /// detach callers waiting for that.
+    Retire(Vec<Reply<()>>),
 }
 
 pub(super) struct SessionActor {
@@ -284,8 +284,6 @@ pub(super) struct SessionActor {
     /// until they are.
     pub(super) answering: HashMap<String, Value>,
     after_launch: AfterLaunch,
-    /// Stop and detach callers waiting for a launch in flight to be retired.
-    retire_waiters: Vec<Reply<()>>,
     /// A stop's or detach's retire in flight, whose leftovers are recorded when it is done.
     teardown: Option<Teardown>,
     /// The agent's output is held at agentctl until a re-attach after a stall catches up.
@@ -379,7 +377,6 @@ impl SessionActor {
             suppress_events: false,
             answering: HashMap::new(),
             after_launch: AfterLaunch::Keep,
-            retire_waiters: Vec::new(),
             teardown: None,
             unflushed_events: Vec::new(),
             retiring: Vec::new(),
@@ -406,7 +403,7 @@ impl SessionActor {
         // The actor lives while it may own an execution: after the session ends, until a
         // launch in flight has landed (and been retired).
         while self.phase() != Phase::Ended
-            || self.after_launch == AfterLaunch::Retire
+            || matches!(self.after_launch, AfterLaunch::Retire(_))
             || self.teardown.is_some()
         {
             let next_deadline = [

@@ -11,7 +11,7 @@ impl SessionActor {
         agentctl::fault::point("stop.recorded");
         if matches!(self.phase(), Phase::Launching | Phase::Adopting) {
             // Its task reports later; what it brings is retired then.
-            self.after_launch = AfterLaunch::Retire;
+            self.retire_on_landing(None);
         }
         if let Some(execution) = self.execution.take() {
             self.retire_open(execution, None, "the session was stopped").await;
@@ -31,8 +31,7 @@ impl SessionActor {
     pub(in crate::session) async fn detach(&mut self, reply: Reply<()>) {
         let in_flight = matches!(self.phase(), Phase::Launching | Phase::Adopting);
         if in_flight {
-            self.after_launch = AfterLaunch::Retire;
-            self.retire_waiters.push(reply);
+            self.retire_on_landing(Some(reply));
         } else if let Some(execution) = self.execution.take() {
             self.retire_open(execution, Some(reply), "the agent was stopped").await;
         } else {
@@ -281,11 +280,25 @@ impl SessionActor {
         }
     }
 
+    /// A launch or re-attach in flight is retired when it lands; `reply` (a detach's) is
+    /// answered once that is done.
+    fn retire_on_landing(&mut self, reply: Option<Reply<()>>) {
+        match &mut self.after_launch {
+            AfterLaunch::Retire(waiters) => waiters.extend(reply),
+            AfterLaunch::Keep => {
+                self.after_launch = AfterLaunch::Retire(reply.into_iter().collect())
+            }
+        }
+    }
+
     /// A stop or detach came while launching or re-attaching: clears the request and
     /// returns the reply to give once the retire is done (other callers are answered now).
     pub(in crate::session) fn stop_after_launch(&mut self) -> Option<Reply<()>> {
-        self.after_launch = AfterLaunch::Keep;
-        let mut waiters = std::mem::take(&mut self.retire_waiters);
+        let AfterLaunch::Retire(mut waiters) =
+            std::mem::replace(&mut self.after_launch, AfterLaunch::Keep)
+        else {
+            return None;
+        };
         let reply = waiters.pop();
         for other in waiters {
             let _ = other.send(Ok(()));
@@ -300,7 +313,7 @@ impl SessionActor {
         let connected = match launched {
             Ok(connected) => connected,
             Err(failure) => {
-                if self.after_launch == AfterLaunch::Retire {
+                if matches!(self.after_launch, AfterLaunch::Retire(_)) {
                     if let Some(reply) = self.stop_after_launch() {
                         let _ = reply.send(Ok(()));
                     }
@@ -314,7 +327,7 @@ impl SessionActor {
             }
         };
         let execution = self.connect(connected, true);
-        if self.after_launch == AfterLaunch::Retire {
+        if matches!(self.after_launch, AfterLaunch::Retire(_)) {
             // Stopped or detached while launching.
             let reply = self.stop_after_launch();
             self.retire(execution, reply);
@@ -354,7 +367,7 @@ impl SessionActor {
     }
 
     pub(in crate::session) async fn adopted(&mut self, adopted: Result<Connected, String>) {
-        if self.after_launch == AfterLaunch::Retire {
+        if matches!(self.after_launch, AfterLaunch::Retire(_)) {
             // Stopped or detached while re-attaching: what was found is retired (or fenced).
             let reply = self.stop_after_launch();
             match adopted {
