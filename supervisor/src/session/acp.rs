@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Phase;
-use super::actor::{AfterAuth, Pending, STDERR_IN_ERROR, SessionActor, Stage};
+use super::actor::{AfterAuth, Pending, Replay, STDERR_IN_ERROR, SessionActor, Stage};
 use super::outbox::Outgoing;
 use crate::events::{LaunchStep, SessionEventKind};
 use crate::history::{self, EntryType};
@@ -153,7 +153,9 @@ impl SessionActor {
         self.undelivered.remove(&key);
         if let Some(Pending::Prompt { turn_id, .. }) = self.pending.get(&key) {
             // Whatever a load still replays was logged before this prompt.
-            self.loading = false;
+            if let Replay::Loading(known) = std::mem::take(&mut self.replay) {
+                self.replay = known.map_or(Replay::Off, Replay::Trailing);
+            }
             let turn_id = turn_id.clone();
             if let Err(err) = self.context.store.mark_delivered(turn_id).await {
                 self.write_failed("a delivered prompt", &err);
@@ -247,17 +249,15 @@ impl SessionActor {
         let update = params.get_mut("update").map(Value::take).unwrap_or(Value::Null);
         let kind =
             update.get("sessionUpdate").and_then(Value::as_str).unwrap_or_default().to_owned();
-        if !self.loading
-            && let Some(known) = self.replay_known.as_deref()
-        {
+        if let Replay::Trailing(known) = &self.replay {
             if known.is_replay(&kind, &update) {
                 // The tail of a replay that trails even the next prompt's delivery (gemini
                 // under load): it repeats what is recorded, and is dropped like the rest.
                 return;
             }
-            self.replay_known = None;
+            self.replay = Replay::Off;
         }
-        if self.loading && is_replayed_kind(&kind) {
+        if matches!(self.replay, Replay::Loading(_)) && is_replayed_kind(&kind) {
             // `session/load` replays the conversation into the agent; we have it already.
             // After the load's answer the session is open and nothing else acknowledges
             // these events soon: were the supervisor killed now, a new actor would not know
@@ -419,9 +419,11 @@ impl SessionActor {
             }
             Pending::Restore { load, token } => {
                 // A load that worked keeps dropping its replay until the next prompt.
-                self.loading &= result.is_ok();
-                if self.loading {
-                    self.replay_known = Some(Box::new(self.known_conversation().await));
+                if matches!(self.replay, Replay::Loading(_)) {
+                    self.replay = match result {
+                        Ok(_) => Replay::Loading(Some(Box::new(self.known_conversation().await))),
+                        Err(_) => Replay::Off,
+                    };
                 }
                 match result {
                     Ok(_) => {
@@ -604,7 +606,7 @@ impl SessionActor {
         let params = json!({"sessionId": token, "cwd": self.row.workspace_path, "mcpServers": []});
         // Either may replay the conversation (a load must; some agents' resume does too,
         // fast-agent's as one message holding all of it): it is in our records already.
-        self.loading = true;
+        self.replay = Replay::Loading(None);
         if load {
             self.request(
                 protocol::acp::method::SESSION_LOAD,

@@ -195,6 +195,24 @@ pub(super) struct Opening {
     pub(super) authenticated: bool,
 }
 
+/// What a native restore still replays of the conversation we have recorded.
+#[derive(Debug, Default)]
+pub(super) enum Replay {
+    #[default]
+    Off,
+    /// A `session/load` (or a `session/resume` that replays) is under way: its
+    /// conversation updates restore the agent, not our records. It lasts until the next
+    /// prompt reached agentctl (its `Delivered` event), not until the load's answer:
+    /// gemini-cli's replay trails its answer, and agentctl logs `Delivered` before the
+    /// agent can read the prompt, so all output before it is the replay's. From the load's
+    /// answer on, it holds the conversation the replay repeats.
+    Loading(Option<Box<super::acp::KnownConversation>>),
+    /// After the next prompt's delivery: the conversation the replay repeats, to drop a
+    /// replay that trails even that (see [`super::acp::KnownConversation`]). It ends with
+    /// the first update that is not a repeat, or the turn.
+    Trailing(Box<super::acp::KnownConversation>),
+}
+
 /// The running turn, with the deadlines only it has.
 pub(super) struct Turn {
     pub(super) id: String,
@@ -263,15 +281,8 @@ pub(super) struct SessionActor {
     /// A usage report reached the profile's threshold: a pause for a handoff is asked for
     /// once the report is handled (the reason).
     pub(super) exhausted: Option<String>,
-    /// A `session/load` is replaying: its conversation updates restore the agent, not our
-    /// records. It lasts until the next prompt reached agentctl (its `Delivered` event),
-    /// not until the load's answer: gemini-cli's replay trails its answer, and agentctl
-    /// logs `Delivered` before the agent can read the prompt, so all output before it is
-    /// the replay's.
-    pub(super) loading: bool,
-    /// After a load: the conversation its replay repeats, to drop a replay that trails the
-    /// next prompt's delivery (see [`super::acp::KnownConversation`]).
-    pub(super) replay_known: Option<Box<super::acp::KnownConversation>>,
+    /// What a `session/load` (or a replaying `session/resume`) still repeats.
+    pub(super) replay: Replay,
     /// Acknowledge once the burst of events in flight is through (nothing queued behind
     /// it): replayed updates dropped after a load's answer, or agentctl's backlog at its
     /// bound (see [`SessionActor::handle_agent_event`]).
@@ -368,8 +379,7 @@ impl SessionActor {
             usage: None,
             exhausted: None,
             record_start: false,
-            loading: false,
-            replay_known: None,
+            replay: Replay::Off,
             replay_unacked: false,
             durability: Durability::default(),
             generation: None,

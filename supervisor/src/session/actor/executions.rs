@@ -215,7 +215,7 @@ impl SessionActor {
         };
         self.resume_context_pending = false;
         self.handoff_pending = false;
-        self.replay_known = None;
+        self.replay = Replay::Off;
         let context = self.context.clone();
         let internal_tx = self.internal_tx.clone();
         let retiring = std::mem::take(&mut self.retiring);
@@ -341,7 +341,7 @@ impl SessionActor {
         // (and nothing of it is held).
         self.durability = Default::default();
         self.holding = false;
-        self.loading = false;
+        self.replay = Replay::Off;
         self.generation = Some(execution.record.generation);
         self.history.set_generation(execution.record.generation);
         self.execution = Some(execution);

@@ -165,7 +165,11 @@ impl SessionActor {
     ) {
         let Some(Turn { id: turn_id, .. }) = self.turn.take() else { return };
         self.tool_titles.clear();
-        self.replay_known = None;
+        // A replay that trails a turn does not trail its end.
+        self.replay = match std::mem::take(&mut self.replay) {
+            Replay::Loading(_) => Replay::Loading(None),
+            Replay::Off | Replay::Trailing(_) => Replay::Off,
+        };
         if let Err(err) = self.history.flush_agent() {
             self.write_failed("the history", &err);
         }
