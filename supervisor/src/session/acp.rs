@@ -9,7 +9,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Phase;
-use super::actor::{AfterAuth, Pending, Replay, STDERR_IN_ERROR, SessionActor, Stage};
+use super::actor::{
+    AfterAuth, Pending, Replay, ResumeContext, STDERR_IN_ERROR, SessionActor, Stage,
+};
 use super::outbox::Outgoing;
 use crate::events::{LaunchStep, SessionEventKind};
 use crate::history::{self, EntryType};
@@ -720,15 +722,14 @@ impl SessionActor {
             Some(resume) => Some(match restored {
                 Some(outcome) => outcome,
                 None if resume.handoff => {
-                    self.resume_context_pending = true;
-                    self.handoff_pending = true;
+                    self.resume_context = Some(ResumeContext::Handoff);
                     ResumeOutcome::ContextHandoff
                 }
                 None if resume.relaunched => ResumeOutcome::ResumeCommand,
                 None if !self.history.is_empty()
                     && self.profile.injects_history(resume.native_failed) =>
                 {
-                    self.resume_context_pending = true;
+                    self.resume_context = Some(ResumeContext::History);
                     ResumeOutcome::HistoryInjection
                 }
                 None => ResumeOutcome::Fresh,
@@ -792,8 +793,7 @@ impl SessionActor {
     }
 
     async fn clear_resume_context_pending(&mut self) {
-        self.resume_context_pending = false;
-        self.handoff_pending = false;
+        self.resume_context = None;
         if let Some(execution) = &self.execution {
             let _ = self
                 .context

@@ -195,6 +195,15 @@ pub(super) struct Opening {
     pub(super) authenticated: bool,
 }
 
+/// What the resume context put before the next prompt is compiled from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ResumeContext {
+    /// The history (an injection).
+    History,
+    /// The latest snapshot (a capacity handoff), else the history.
+    Handoff,
+}
+
 /// What a native restore still replays of the conversation we have recorded.
 #[derive(Debug, Default)]
 pub(super) enum Replay {
@@ -272,10 +281,8 @@ pub(super) struct SessionActor {
     /// Everyone waiting for the session to open (resumes, and resumes of a session that was
     /// starting anyway).
     pub(super) waiters: Vec<Reply<ResumeOutcome>>,
-    /// The next prompt carries the resume context (mirrors the stored flag).
-    pub(super) resume_context_pending: bool,
-    /// That context is a handoff's, compiled from the latest snapshot (else the history's).
-    pub(super) handoff_pending: bool,
+    /// The resume context the next prompt carries, if any (mirrors the stored flag).
+    pub(super) resume_context: Option<ResumeContext>,
     /// Context use and cost as the agent last reported them (`usage_update`).
     pub(super) usage: Option<Box<SnapshotUsage>>,
     /// A usage report reached the profile's threshold: a pause for a handoff is asked for
@@ -374,8 +381,7 @@ impl SessionActor {
             recent_stderr: String::new(),
             tool_titles: HashMap::new(),
             waiters: Vec::new(),
-            resume_context_pending: false,
-            handoff_pending: false,
+            resume_context: None,
             usage: None,
             exhausted: None,
             record_start: false,

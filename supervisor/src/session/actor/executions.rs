@@ -213,8 +213,7 @@ impl SessionActor {
             },
             previous,
         };
-        self.resume_context_pending = false;
-        self.handoff_pending = false;
+        self.resume_context = None;
         self.replay = Replay::Off;
         let context = self.context.clone();
         let internal_tx = self.internal_tx.clone();
@@ -455,9 +454,11 @@ impl SessionActor {
         self.durability = Durability::resuming_at(acked, history_mark, events_mark);
         self.generation = Some(record.generation);
         self.history.set_generation(record.generation);
-        self.resume_context_pending = record.resume_context_pending;
-        self.handoff_pending = record.resume_context_pending
-            && record.resume_outcome == Some(ResumeOutcome::ContextHandoff);
+        self.resume_context =
+            record.resume_context_pending.then_some(match record.resume_outcome {
+                Some(ResumeOutcome::ContextHandoff) => ResumeContext::Handoff,
+                _ => ResumeContext::History,
+            });
         self.execution = Some(Execution { agent_running: running, ..execution });
         let turn_id = self.turn_id().map(str::to_owned);
         self.update_view(|view| {
@@ -534,7 +535,7 @@ impl SessionActor {
         &self,
         prompt: &str,
     ) -> Result<String, SessionError> {
-        if self.handoff_pending {
+        if self.resume_context == Some(ResumeContext::Handoff) {
             match self.context.store.latest_snapshot(self.row.id.clone()).await {
                 Ok(Some(snapshot)) => {
                     let budget = self.profile.session.resume_context_budget;

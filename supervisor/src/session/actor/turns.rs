@@ -48,7 +48,7 @@ impl SessionActor {
         let Some(acp_session) = self.view_tx.borrow().acp_session_id.clone() else {
             return Err(SessionError::InvalidState("the ACP session is not open yet".into()));
         };
-        let injected = self.resume_context_pending;
+        let injected = self.resume_context.is_some();
         let sent_text = if injected { self.resume_context(&text).await? } else { text.clone() };
         let request_id = self.next_request_id;
         let message = json!({
