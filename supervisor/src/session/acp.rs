@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::Phase;
 use super::actor::{
-    AfterAuth, Pending, Replay, ResumeContext, STDERR_IN_ERROR, SessionActor, Stage,
+    AfterAuth, Pending, Recorded, Replay, ResumeContext, STDERR_IN_ERROR, SessionActor, Stage,
 };
 use super::outbox::Outgoing;
 use crate::events::{LaunchStep, SessionEventKind};
@@ -84,9 +84,11 @@ impl SessionActor {
         self.durability.unacked += 1;
         // After a restart, replayed events that were already recorded are not recorded
         // again (their effects on the store are idempotent).
-        self.suppress_history = self.durability.in_history(event.seq);
-        self.suppress_events = self.durability.in_events(event.seq);
-        if !self.suppress_history {
+        self.recorded = Recorded {
+            history: self.durability.in_history(event.seq),
+            events: self.durability.in_events(event.seq),
+        };
+        if !self.recorded.history {
             self.history.set_watermark(event.seq);
         }
         let force_ack = match event.kind {
@@ -130,9 +132,8 @@ impl SessionActor {
             EventKind::AgentStarted { .. } => false,
             _ => false,
         };
-        self.suppress_history = false;
-        self.suppress_events = false;
-        if self.replay_until.is_some_and(|until| seq >= until) {
+        self.recorded = Recorded::default();
+        if self.catch_up.until.is_some_and(|until| seq >= until) {
             self.settle_undelivered().await;
         }
         // A trailing replay is acknowledged once its burst is through (nothing queued
@@ -152,7 +153,7 @@ impl SessionActor {
             Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        self.undelivered.remove(&key);
+        self.catch_up.undelivered.remove(&key);
         if let Some(Pending::Prompt { turn_id, .. }) = self.pending.get(&key) {
             // Whatever a load still replays was logged before this prompt.
             if let Replay::Loading(known) = std::mem::take(&mut self.replay) {
@@ -212,7 +213,7 @@ impl SessionActor {
     }
 
     async fn agent_request(&mut self, method: String, id: Value, params: Value) {
-        if self.suppress_events {
+        if self.recorded.events {
             // Handled before the restart (recorded, and possibly answered since).
             return;
         }
@@ -271,7 +272,7 @@ impl SessionActor {
         match kind.as_str() {
             "agent_message_chunk" => {
                 if let Some(text) = text() {
-                    if !self.suppress_history {
+                    if !self.recorded.history {
                         self.history.agent_chunk(&text);
                         self.bound_coalescing();
                     }

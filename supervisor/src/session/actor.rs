@@ -174,11 +174,14 @@ pub(super) struct Launch {
     pub(super) resume: Option<ResumeState>,
     /// The prompt sent once the ACP session is open.
     pub(super) initial_prompt: Option<String>,
+    /// The session's first: it also records the workspace's commit at the start (see
+    /// [`record_start_commit`]).
+    pub(super) first: bool,
 }
 
 impl Launch {
     pub(super) fn new(resume: Option<ResumeState>, initial_prompt: Option<String>) -> Launch {
-        Launch { started: std::time::Instant::now(), resume, initial_prompt }
+        Launch { started: std::time::Instant::now(), resume, initial_prompt, first: false }
     }
 }
 
@@ -202,6 +205,33 @@ pub(super) enum ResumeContext {
     History,
     /// The latest snapshot (a capacity handoff), else the history.
     Handoff,
+}
+
+/// Why intake stopped after a failed write, and when it is tried again.
+#[derive(Debug)]
+pub(super) struct Stall {
+    pub(super) reason: String,
+    /// When the next try is due, and the delay after that one (none before the first is
+    /// scheduled).
+    pub(super) retry: Option<(Instant, std::time::Duration)>,
+}
+
+/// After a re-attach, until agentctl's replay passed what it held when we connected.
+#[derive(Default)]
+pub(super) struct CatchUp {
+    /// The agentctl seq the replay must reach before `undelivered` is settled.
+    pub(super) until: Option<u64>,
+    /// Re-attached turns whose prompt was not known to be delivered: request id → turn id.
+    pub(super) undelivered: HashMap<String, String>,
+    /// Prompts that arrived while the replay ran.
+    pub(super) deferred: Vec<(String, Reply<String>)>,
+}
+
+/// What of a replayed event was recorded before a restart: those records are skipped.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Recorded {
+    pub(super) history: bool,
+    pub(super) events: bool,
 }
 
 /// What a native restore still replays of the conversation we have recorded.
@@ -295,9 +325,8 @@ pub(super) struct SessionActor {
     /// bound (see [`SessionActor::handle_agent_event`]).
     pub(super) replay_unacked: bool,
     pub(super) durability: Durability,
-    /// Suppress recording of the event being handled (it was recorded before a restart).
-    pub(super) suppress_history: bool,
-    pub(super) suppress_events: bool,
+    /// What of the event being handled was recorded before a restart (and is not again).
+    pub(super) recorded: Recorded,
     /// Permission answers queued and not yet sent, with their outcomes: their rows stay
     /// until they are.
     pub(super) answering: HashMap<String, Value>,
@@ -306,29 +335,19 @@ pub(super) struct SessionActor {
     teardown: Option<Teardown>,
     /// The agent's output is held at agentctl until a re-attach after a stall catches up.
     holding: bool,
-    /// Why a durable write failed (a full disk): intake is stopped, nothing more is
-    /// acknowledged, and the actor re-attaches to its own sidecar after `stall_retry`.
-    pub(super) stalled: Option<String>,
-    /// When to try again after a failed write, and the delay after that.
-    stall_retry: Option<(Instant, std::time::Duration)>,
+    /// A durable write failed (a full disk): intake is stopped, nothing more is
+    /// acknowledged, and the actor re-attaches to its own sidecar when its retry is due.
+    pub(super) stall: Option<Stall>,
     /// User messages whose history entry could not be written: no agentctl replay brings
     /// them back, so the retry after the stall writes them first.
     unwritten_prompts: Vec<String>,
-    /// Re-attached turns whose prompt was not known to be delivered: request id → turn id.
-    pub(super) undelivered: HashMap<String, String>,
-    /// After a re-attach: the agentctl seq the replay must reach before `undelivered` is
-    /// settled.
-    pub(super) replay_until: Option<u64>,
-    /// Prompts that arrived while a re-attach was still replaying.
-    deferred_prompts: Vec<(String, Reply<String>)>,
+    /// After a re-attach: what waits for agentctl's replay to catch up.
+    pub(super) catch_up: CatchUp,
     /// The generation of the execution whose events are being handled (written into every
     /// session event and history entry, so marks from another execution are not trusted).
     generation: Option<i64>,
     /// Background retires and fences not finished yet (a launch waits for them).
     retiring: Vec<tokio::task::JoinHandle<()>>,
-    /// The first launch also records the workspace's commit at the start (see
-    /// [`record_start_commit`]).
-    record_start: bool,
     /// Session events not yet in the event log. They are written together (one write per
     /// handled event or command) and before any store write that would make a replay skip
     /// them, so a kill leaves all of them or none, and a replay that finds them written
@@ -384,25 +403,20 @@ impl SessionActor {
             resume_context: None,
             usage: None,
             exhausted: None,
-            record_start: false,
             replay: Replay::Off,
             replay_unacked: false,
             durability: Durability::default(),
             generation: None,
-            suppress_history: false,
-            suppress_events: false,
+            recorded: Recorded::default(),
             answering: HashMap::new(),
             after_launch: AfterLaunch::Keep,
             teardown: None,
             unflushed_events: Vec::new(),
             retiring: Vec::new(),
-            stalled: None,
-            stall_retry: None,
+            stall: None,
             unwritten_prompts: Vec::new(),
             holding: false,
-            undelivered: HashMap::new(),
-            replay_until: None,
-            deferred_prompts: Vec::new(),
+            catch_up: CatchUp::default(),
         }
     }
 
@@ -410,8 +424,8 @@ impl SessionActor {
         let mut internal = self.internal_rx.take().expect("UNWRAP: taken once, here");
         match start {
             Start::Fresh { initial_prompt } => {
-                self.record_start = true;
-                Box::pin(self.start_launch(None, Launch::new(None, initial_prompt))).await;
+                let launch = Launch { first: true, ..Launch::new(None, initial_prompt) };
+                Box::pin(self.start_launch(None, launch)).await;
             }
             Start::Resume => Box::pin(self.begin_resume()).await,
             Start::Adopt(plan) => self.start_adopt(*plan),
@@ -426,7 +440,7 @@ impl SessionActor {
                 self.stage.handshake().map(|(_, at)| at),
                 self.turn.as_ref().and_then(|turn| turn.cancel_at),
                 self.turn.as_ref().and_then(|turn| turn.deadline),
-                self.stall_retry.map(|(at, _)| at),
+                self.stall.as_ref().and_then(|stall| stall.retry).map(|(at, _)| at),
                 self.pause.as_ref().and_then(|pause| pause.force_at),
             ]
             .into_iter()
@@ -438,7 +452,7 @@ impl SessionActor {
                     None => std::future::pending().await,
                 }
             };
-            let intake = self.stalled.is_none();
+            let intake = self.stall.is_none();
             let agent_event = async {
                 match self.execution.as_mut() {
                     Some(execution) if intake => execution.events_rx.recv().await,
@@ -465,7 +479,7 @@ impl SessionActor {
                 // meanwhile (the next write reopens it).
                 self.record.log().release();
             }
-            if self.stalled.is_some() && self.stall_retry.is_none() {
+            if self.stall.as_ref().is_some_and(|stall| stall.retry.is_none()) {
                 self.stall();
             }
             if let Some(reason) = self.exhausted.take() {
@@ -476,7 +490,7 @@ impl SessionActor {
             // (After a re-attach, not before the replay caught up: a turn may still end there.)
             if self.pause.is_some()
                 && self.turn.is_none()
-                && self.replay_until.is_none()
+                && self.catch_up.until.is_none()
                 && matches!(self.phase(), Phase::Open | Phase::Idle)
             {
                 Box::pin(self.pause_now()).await;
@@ -498,9 +512,7 @@ impl SessionActor {
         self.agent_event(first).await;
         for _ in 1..AGENT_EVENT_BURST {
             let queued = match self.execution.as_mut() {
-                Some(execution)
-                    if self.stalled.is_none() && !matches!(self.stage, Stage::Ended) =>
-                {
+                Some(execution) if self.stall.is_none() && !matches!(self.stage, Stage::Ended) => {
                     match execution.events_rx.try_recv() {
                         Ok(event) => Some(event),
                         Err(mpsc::error::TryRecvError::Empty) => break,
@@ -530,11 +542,11 @@ impl SessionActor {
         }
         match command {
             Command::Prompt { text, reply } => {
-                if self.replay_until.is_some() {
+                if self.catch_up.until.is_some() {
                     // After a re-attach the event log is ahead of the store until the
                     // replay catches up (a turn may have ended there already): a prompt
                     // waits for it rather than being refused as `RUNNING`.
-                    self.deferred_prompts.push((text, reply));
+                    self.catch_up.deferred.push((text, reply));
                 } else if let Err(err) = self.start_turn(text, Some(reply)).await {
                     tracing::debug!(session = %self.row.id, %err, "prompt refused");
                 }
@@ -634,7 +646,7 @@ impl SessionActor {
 
     async fn deadline_passed(&mut self) {
         let now = Instant::now();
-        if let Some((at, delay)) = self.stall_retry
+        if let Some((at, delay)) = self.stall.as_ref().and_then(|stall| stall.retry)
             && at <= now
         {
             return self.retry_after_stall(delay).await;

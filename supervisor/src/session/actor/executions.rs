@@ -218,7 +218,8 @@ impl SessionActor {
         let context = self.context.clone();
         let internal_tx = self.internal_tx.clone();
         let retiring = std::mem::take(&mut self.retiring);
-        let start = std::mem::take(&mut self.record_start)
+        let first = matches!(&self.stage, Stage::Launching(launch) if launch.first);
+        let start = first
             .then(|| (self.row.id.clone(), std::path::PathBuf::from(&self.row.workspace_path)));
         self.context.teardowns.spawn(async move {
             for task in retiring {
@@ -269,7 +270,7 @@ impl SessionActor {
         for open in plan.open_turns {
             let turn_id = open.turn_id;
             if !open.delivered {
-                self.undelivered.insert(open.request_id.clone(), turn_id.clone());
+                self.catch_up.undelivered.insert(open.request_id.clone(), turn_id.clone());
             }
             self.pending.insert(
                 open.request_id,
@@ -472,7 +473,7 @@ impl SessionActor {
             self.send(Outgoing::Hold(false));
         }
         match status.as_ref().map(|status| status.last_seq) {
-            Some(until) if until > acked => self.replay_until = Some(until),
+            Some(until) if until > acked => self.catch_up.until = Some(until),
             _ => self.settle_undelivered().await,
         }
         self.enter(Stage::Open);
@@ -666,7 +667,7 @@ impl SessionActor {
         let mut exit = None;
         let mut in_burst = 0;
         while let Some(execution) = self.execution.as_mut() {
-            if self.stalled.is_some() {
+            if self.stall.is_some() {
                 // Not acknowledged: read again at the next try (the spool stays).
                 break;
             }

@@ -8,7 +8,7 @@ impl SessionActor {
     /// Syncs what was written and stores `acked_seq`, then acknowledges through the
     /// outbox — nothing before it is durable (see `durability.rs`).
     pub(in crate::session) async fn ack(&mut self, force: bool) {
-        if self.stalled.is_some() {
+        if self.stall.is_some() {
             return;
         }
         let Some(seq) = self.durability.due(self.history.unflushed_since(), force) else {
@@ -18,7 +18,7 @@ impl SessionActor {
         };
         // What the handled events published must be in the log before it is synced.
         self.flush_events();
-        if self.stalled.is_some() {
+        if self.stall.is_some() {
             return;
         }
         let Some(execution_id) = self.execution.as_ref().map(|execution| execution.id.clone())
@@ -70,16 +70,17 @@ impl SessionActor {
     /// succeeds. Nothing acknowledged is lost; nothing unacknowledged is dropped.
     pub(in crate::session) fn write_failed(&mut self, what: &str, err: &dyn std::fmt::Display) {
         tracing::error!(session = %self.row.id, %err, "cannot write {what}");
-        if self.stalled.is_none() {
-            self.stalled = Some(format!(
+        if self.stall.is_none() {
+            let reason = format!(
                 "cannot write {what}: {err}; the agent's output is held (nothing is lost) until it can"
-            ));
+            );
+            self.stall = Some(Stall { reason, retry: None });
         }
     }
 
     /// Stops intake and shows why; schedules the first retry.
     pub(in crate::session) fn stall(&mut self) {
-        let reason = self.stalled.clone().unwrap_or_default();
+        let reason = self.stall.as_ref().map(|stall| stall.reason.clone()).unwrap_or_default();
         self.update_view(|view| view.error = Some(reason.clone()));
         // Said after the status shows it, so whoever reads the log line finds it there.
         tracing::error!(session = %self.row.id, %reason, "intake stops until it can");
@@ -95,7 +96,9 @@ impl SessionActor {
             }
         }
         let delay = std::time::Duration::from_millis(200);
-        self.stall_retry = Some((Instant::now() + delay, delay));
+        if let Some(stall) = self.stall.as_mut() {
+            stall.retry = Some((Instant::now() + delay, delay));
+        }
     }
 
     /// Tries again after a failed write: the history is reopened (a torn tail cut, its mark
@@ -105,13 +108,11 @@ impl SessionActor {
     pub(in crate::session) async fn retry_after_stall(&mut self, delay: std::time::Duration) {
         let again = |actor: &mut SessionActor, why: String| {
             let next = (delay * 2).min(STALL_RETRY_MAX);
-            actor.stalled = Some(why);
-            actor.stall_retry = Some((Instant::now() + next, next));
+            actor.stall = Some(Stall { reason: why, retry: Some((Instant::now() + next, next)) });
         };
         let Some(execution) = self.execution.as_ref() else {
             // Nothing to re-attach to (the agent is gone meanwhile): just go on.
-            self.stalled = None;
-            self.stall_retry = None;
+            self.stall = None;
             return;
         };
         let mut history = match History::open(self.history.path()) {
@@ -142,8 +143,7 @@ impl SessionActor {
         self.unflushed_events.clear();
         self.pending.retain(|_, pending| !matches!(pending, Pending::Prompt { .. }));
         self.turn = None;
-        self.stalled = None;
-        self.stall_retry = None;
+        self.stall = None;
         let error = self.row.error_message.clone();
         self.update_view(|view| view.error = error);
         tracing::info!(session = %self.row.id, "re-attaching after a failed write");
@@ -156,7 +156,7 @@ impl SessionActor {
         content: String,
         tool: Option<(String, String, String)>,
     ) {
-        if self.suppress_history {
+        if self.recorded.history {
             return;
         }
         // A user message is the actor's own: no replay writes it again (an agent's entries
@@ -171,7 +171,7 @@ impl SessionActor {
     /// Publishes a session event (buffered until [`SessionActor::flush_events`]). During
     /// a replay of events recorded before a restart it does nothing.
     pub(in crate::session) fn emit(&mut self, kind: SessionEventKind) {
-        if self.suppress_events {
+        if self.recorded.events {
             return;
         }
         self.unflushed_events.push(kind);

@@ -218,13 +218,13 @@ impl SessionActor {
     /// After a re-attach, once the replay has passed what agentctl held when we connected:
     /// a turn whose prompt was never delivered will never end, so it fails now, saying so.
     pub(in crate::session) async fn settle_undelivered(&mut self) {
-        self.replay_until = None;
+        self.catch_up.until = None;
         if std::mem::take(&mut self.holding) {
             // Caught up after a stall: the agent's output is taken in again.
             self.send(Outgoing::Hold(false));
         }
-        let deferred = std::mem::take(&mut self.deferred_prompts);
-        let undelivered: Vec<(String, String)> = self.undelivered.drain().collect();
+        let deferred = std::mem::take(&mut self.catch_up.deferred);
+        let undelivered: Vec<(String, String)> = self.catch_up.undelivered.drain().collect();
         let first_prompt = self.unsent_initial_prompt().await;
         for (request_id, turn_id) in undelivered {
             // The create's prompt was acknowledged: sent again under the same request, so it
@@ -314,7 +314,7 @@ impl SessionActor {
         let ready = self.execution.as_ref().is_some_and(|execution| execution.agent_running)
             && self.phase() == Phase::Open
             && self.turn.is_none()
-            && self.replay_until.is_none()
+            && self.catch_up.until.is_none()
             && self.row.state == SessionState::WaitingForInput;
         if !ready {
             return;
@@ -331,9 +331,9 @@ impl SessionActor {
     /// A re-attach's replay will not finish (the execution is gone): prompts that waited for
     /// it are answered (the caller resumes and retries), and nothing is left to settle.
     pub(in crate::session) fn drop_replay(&mut self, reason: &str) {
-        self.replay_until = None;
-        self.undelivered.clear();
-        for (_, reply) in self.deferred_prompts.drain(..) {
+        self.catch_up.until = None;
+        self.catch_up.undelivered.clear();
+        for (_, reply) in self.catch_up.deferred.drain(..) {
             let _ = reply.send(Err(SessionError::AgentGone(reason.to_owned())));
         }
     }
