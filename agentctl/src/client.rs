@@ -20,6 +20,7 @@ use protocol::errors::{ErrorData, ErrorKind};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use crate::resubscribe::{Resubscribing, Source};
 use crate::server::MAX_MESSAGE_BYTES;
 
 /// Errors on the client side.
@@ -284,16 +285,15 @@ impl ControlClient {
 
     /// An event stream starting after `after_seq` that survives reconnects.
     pub fn events(self, after_seq: u64) -> EventStream {
-        EventStream {
+        let events = SidecarEvents {
             addr: self.addr,
             token: self.token.clone(),
             capacity: self.capacity,
             pinned: self.pinned.clone(),
-            cursor: after_seq,
             client: Some(self),
             subscription: None,
-            queued: std::collections::VecDeque::new(),
-        }
+        };
+        Resubscribing::new(events, after_seq)
     }
 
     /// Where this client is connected.
@@ -324,82 +324,31 @@ impl Feed {
     }
 }
 
-/// Events in order, each once and without gaps, across reconnects and lagging.
+/// agentctl's events in order, each once and without gaps, across reconnects and lagging
+/// (see [`crate::resubscribe`]).
+pub type EventStream = Resubscribing<SidecarEvents>;
+
+/// agentctl's event subscriptions: on one connection while it lives, else on a new one.
 #[derive(Debug)]
-pub struct EventStream {
+pub struct SidecarEvents {
     addr: SocketAddr,
     token: String,
     capacity: usize,
     pinned: Option<std::sync::Arc<[u8]>>,
-    cursor: u64,
     client: Option<ControlClient>,
     subscription: Option<Feed>,
-    /// Events of the last notification not returned yet.
-    queued: std::collections::VecDeque<Event>,
 }
 
-impl EventStream {
-    /// The last seq delivered.
-    pub fn cursor(&self) -> u64 {
-        self.cursor
+impl Source for SidecarEvents {
+    type Item = Event;
+    type Error = ClientError;
+
+    fn seq(event: &Event) -> u64 {
+        event.seq
     }
 
-    /// Whether the next event is already here (returning it needs no I/O).
-    pub fn has_queued(&self) -> bool {
-        !self.queued.is_empty()
-    }
-
-    /// The next event. When the connection drops, it reconnects once and resubscribes after
-    /// the last delivered seq; if that fails, the error is returned (and the next call
-    /// tries again).
-    pub async fn next(&mut self) -> Result<Event, ClientError> {
-        loop {
-            if let Some(event) = self.queued.pop_front() {
-                match event {
-                    // Outside the sequence: delivered as is, the cursor stays.
-                    event if event.seq == 0 => return Ok(event),
-                    event if event.seq <= self.cursor => continue,
-                    event if event.seq > self.cursor + 1 => {
-                        // agentctl's seqs have no gaps, so one here means the client library
-                        // dropped a notification (it does when a subscription falls behind,
-                        // and may deliver later ones before it closes the subscription).
-                        // Start over from what was delivered.
-                        tracing::debug!(
-                            cursor = self.cursor,
-                            seq = event.seq,
-                            "gap in the event stream; resubscribing"
-                        );
-                        // The connection itself is kept while it lives (calls share it).
-                        self.queued.clear();
-                        self.subscription = None;
-                    }
-                    event => {
-                        self.cursor = event.seq;
-                        return Ok(event);
-                    }
-                }
-                continue;
-            }
-            if self.subscription.is_none() {
-                // Boxed: connecting is a large future, and a rare one; inline it would make
-                // every `next` (and whatever holds one) that large.
-                Box::pin(self.resubscribe()).await?;
-            }
-            let subscription = self.subscription.as_mut().expect("UNWRAP: set above");
-            match subscription.next().await {
-                Some(Ok(events)) => self.queued.extend(events),
-                Some(Err(err)) => return Err(ClientError::Malformed(err.to_string())),
-                None => {
-                    // The subscription ended (connection lost, or the client fell behind):
-                    // start over from the cursor, on the same connection while it lives.
-                    self.subscription = None;
-                }
-            }
-        }
-    }
-
-    /// Subscribes after the cursor, on the same connection while it lives, else on a new one.
-    async fn resubscribe(&mut self) -> Result<(), ClientError> {
+    async fn subscribe(&mut self, after: u64) -> Result<(), ClientError> {
+        self.subscription = None;
         let client = match self.client.take() {
             Some(client) if client.client.is_connected() => client,
             _ => {
@@ -407,14 +356,29 @@ impl EventStream {
                 ControlClient::connect_pinned(self.addr, &self.token, self.capacity, pinned).await?
             }
         };
-        self.subscription = Some(client.subscribe_feed(self.cursor).await?);
+        self.subscription = Some(client.subscribe_feed(after).await?);
         self.client = Some(client);
         Ok(())
     }
 
+    async fn next_batch(&mut self) -> Option<Result<Vec<Event>, ClientError>> {
+        let next = self.subscription.as_mut()?.next().await;
+        match next {
+            Some(Ok(events)) => Some(Ok(events)),
+            Some(Err(err)) => Some(Err(ClientError::Malformed(err.to_string()))),
+            None => {
+                // The subscription ended (connection lost, or the client fell behind).
+                self.subscription = None;
+                None
+            }
+        }
+    }
+}
+
+impl Resubscribing<SidecarEvents> {
     /// The connection, for other calls (e.g. acks) on the same socket.
     pub fn client(&self) -> Option<&ControlClient> {
-        self.client.as_ref()
+        self.source().client.as_ref()
     }
 }
 

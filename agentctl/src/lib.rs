@@ -28,6 +28,7 @@ pub mod fault;
 pub mod fs;
 pub mod process;
 pub mod ready;
+pub mod resubscribe;
 pub mod server;
 pub mod spool;
 pub mod tls;

@@ -513,8 +513,8 @@ impl Client {
     ) -> Result<(), Failure> {
         let shown = Shown::new(quiet);
         let mut events = Feed::open(self, session, None, &shown).await?;
-        events.follow_restarts = true;
-        let started_after = events.cursor;
+        events.follow_restarts();
+        let started_after = events.cursor();
         // A prompt to a session without a live agent resumes it first, which can take a
         // while: its progress is shown as it happens, so the call runs beside the stream.
         let call = self.client.session_prompt(session.to_owned(), text.to_owned());
@@ -653,8 +653,8 @@ impl Client {
     ) -> Result<serde_json::Value, Failure> {
         let shown = Shown::new(true);
         let mut events = Feed::open(self, session, Some(0), &shown).await?;
-        let last = events.last_seq;
-        while events.cursor < last {
+        let last = events.last_seq();
+        while events.cursor() < last {
             let event = events.next().await?;
             if let EventKind::PermissionRequest { request_id, params } = event.kind
                 && request_id == request
@@ -693,7 +693,7 @@ impl Client {
         }
         let shown = Shown::new(false);
         let mut events = Feed::open(self, session, Some(status.last_event_seq), &shown).await?;
-        events.follow_restarts = true;
+        events.follow_restarts();
         loop {
             let event = events.next().await?;
             match event.kind {
@@ -721,11 +721,11 @@ impl Client {
     ) -> Result<(), Failure> {
         let shown = Shown::new(json);
         let mut events = Feed::open(self, session, after, &shown).await?;
-        events.follow_restarts = true;
-        if after.is_none() && events.state.is_at_rest() {
+        events.follow_restarts();
+        if after.is_none() && events.state().is_at_rest() {
             // Nothing more will happen (until a resume); `--after` replays what did.
-            let what = if events.state.is_terminal() { "has ended" } else { "is at rest" };
-            eprintln!("session {session} {what} ({}); nothing to follow", events.state);
+            let what = if events.state().is_terminal() { "has ended" } else { "is at rest" };
+            eprintln!("session {session} {what} ({}); nothing to follow", events.state());
             return Ok(());
         }
         loop {

@@ -1,27 +1,103 @@
-//! A session's events as a client follows them: resubscribing from the last seq seen when
-//! the daemon goes away (a restart) and comes back within the reconnect window.
+//! A session's events as a client follows them: the resubscribing stream the supervisor
+//! reads agentctl with ([`agentctl::resubscribe`]), over the daemon's `session.subscribe`,
+//! reconnecting when the daemon restarts within the reconnect window (`follow_restarts`).
+
+use agentctl::resubscribe::{Resubscribing, Source};
 
 use super::*;
 
-/// A session's events from a cursor, resubscribing after the last one seen when the
-/// client library drops the subscription or a notification (it does when the reader falls
-/// behind), and — with `follow_restarts` — reconnecting when the daemon restarts. Session
-/// event seqs have no gaps, so a gap means a dropped notification.
+/// A session's events from a cursor, in order, each once: a gap (the client library drops a
+/// notification when the reader falls behind) or an ended subscription subscribes again
+/// after the last event seen.
 pub(super) struct Feed<'a> {
-    pub(super) target: Target,
-    pub(super) client: Arc<WsClient>,
-    pub(super) shown: &'a Shown,
-    pub(super) session: String,
-    pub(super) cursor: u64,
+    events: Resubscribing<Subscriptions<'a>>,
+}
+
+/// A session's event subscriptions on the daemon.
+pub(super) struct Subscriptions<'a> {
+    target: Target,
+    client: Arc<WsClient>,
+    shown: &'a Shown,
+    session: String,
+    subscription: Option<Subscription<SessionEvent>>,
+    /// A closed connection is opened again (the daemon restarted), not the end.
+    follow_restarts: bool,
     /// The session's newest event when the feed (re)connected.
-    pub(super) last_seq: u64,
-    pub(super) subscription: Subscription<SessionEvent>,
-    pub(super) follow_restarts: bool,
+    last_seq: u64,
     /// The session's state when the feed (re)connected.
-    pub(super) state: SessionState,
-    /// Resubscriptions in a row that brought no event: a stream the daemon keeps ending
-    /// is an error, not a loop.
-    pub(super) empty_resubscribes: u32,
+    state: SessionState,
+    /// Subscriptions in a row that brought no event: a stream the daemon keeps ending is an
+    /// error, not a loop.
+    empty_resubscribes: u32,
+}
+
+impl Subscriptions<'_> {
+    /// Connects to the daemon again (it went away) and reads where the session is.
+    async fn reconnect(&mut self) -> Result<(), Failure> {
+        self.subscription = None;
+        self.client = Arc::new(self.target.reopen(self.shown).await?);
+        let status = self
+            .client
+            .session_status(self.session.clone())
+            .await
+            .map_err(|e| call_failure(&self.target, &self.client, e))?;
+        self.last_seq = status.last_event_seq;
+        self.state = status.state;
+        self.empty_resubscribes = 0;
+        Ok(())
+    }
+}
+
+impl Source for Subscriptions<'_> {
+    type Item = SessionEvent;
+    type Error = Failure;
+
+    fn seq(event: &SessionEvent) -> u64 {
+        event.seq
+    }
+
+    async fn subscribe(&mut self, after: u64) -> Result<(), Failure> {
+        self.subscription = None;
+        if !self.client.is_connected() {
+            if !self.follow_restarts {
+                return Err(Failure {
+                    code: Exit::NotRunning,
+                    line: format!(
+                        "server not running at {} (the connection closed)",
+                        self.target.url
+                    ),
+                });
+            }
+            self.reconnect().await?;
+        }
+        self.empty_resubscribes += 1;
+        if self.empty_resubscribes > MAX_EMPTY_RESUBSCRIBES {
+            return Err(Failure {
+                code: Exit::Error,
+                line: format!(
+                    "error: the daemon at {} keeps ending the event stream of session {}",
+                    self.target.url, self.session
+                ),
+            });
+        }
+        let subscription = self
+            .client
+            .session_subscribe(self.session.clone(), Some(after))
+            .await
+            .map_err(|e| call_failure(&self.target, &self.client, e))?;
+        self.subscription = Some(subscription);
+        Ok(())
+    }
+
+    async fn next_batch(&mut self) -> Option<Result<Vec<SessionEvent>, Failure>> {
+        match self.subscription.as_mut()?.next().await? {
+            Ok(event) => Some(Ok(vec![event])),
+            Err(err) => Some(Err(Failure {
+                code: Exit::Error,
+                line: format!("error: malformed event: {err}"),
+            })),
+        }
+    }
 }
 
 impl<'a> Feed<'a> {
@@ -44,92 +120,54 @@ impl<'a> Feed<'a> {
             .session_subscribe(session.to_owned(), Some(after))
             .await
             .map_err(|e| client.failure(e))?;
-        Ok(Feed {
+        let subscriptions = Subscriptions {
             target: client.target.clone(),
             client: Arc::clone(&client.client),
             shown,
             session: session.to_owned(),
-            cursor: after,
-            last_seq: status.last_event_seq,
-            subscription,
+            subscription: Some(subscription),
             follow_restarts: false,
+            last_seq: status.last_event_seq,
             state: status.state,
             empty_resubscribes: 0,
-        })
+        };
+        Ok(Feed { events: Resubscribing::subscribed(subscriptions, after) })
+    }
+
+    /// A daemon restart is followed (the connection is opened again), not the end.
+    pub(super) fn follow_restarts(&mut self) {
+        self.events.source_mut().follow_restarts = true;
+    }
+
+    /// The last seq delivered.
+    pub(super) fn cursor(&self) -> u64 {
+        self.events.cursor()
+    }
+
+    /// The session's newest event when the feed (re)connected.
+    pub(super) fn last_seq(&self) -> u64 {
+        self.events.source().last_seq
+    }
+
+    /// The session's state when the feed (re)connected.
+    pub(super) fn state(&self) -> SessionState {
+        self.events.source().state
     }
 
     /// Connects to the daemon again (it went away) and resubscribes after the cursor.
     pub(super) async fn reconnect(&mut self) -> Result<(), Failure> {
-        self.client = Arc::new(self.target.reopen(self.shown).await?);
-        let status = self
-            .client
-            .session_status(self.session.clone())
-            .await
-            .map_err(|e| call_failure(&self.target, &self.client, e))?;
-        self.last_seq = status.last_event_seq;
-        self.state = status.state;
-        self.empty_resubscribes = 0;
-        self.resubscribe().await
+        self.events.source_mut().reconnect().await?;
+        self.events.resubscribe().await
     }
 
     /// Every event up to the newest one at (re)connection has been delivered.
     pub(super) fn caught_up(&self) -> bool {
-        self.cursor >= self.last_seq
-    }
-
-    pub(super) async fn resubscribe(&mut self) -> Result<(), Failure> {
-        self.empty_resubscribes += 1;
-        if self.empty_resubscribes > MAX_EMPTY_RESUBSCRIBES {
-            return Err(Failure {
-                code: Exit::Error,
-                line: format!(
-                    "error: the daemon at {} keeps ending the event stream of session {}",
-                    self.target.url, self.session
-                ),
-            });
-        }
-        let subscription = self
-            .client
-            .session_subscribe(self.session.clone(), Some(self.cursor))
-            .await
-            .map_err(|e| call_failure(&self.target, &self.client, e))?;
-        self.subscription = subscription;
-        Ok(())
+        self.cursor() >= self.last_seq()
     }
 
     pub(super) async fn next(&mut self) -> Result<SessionEvent, Failure> {
-        loop {
-            match self.subscription.next().await {
-                Some(Ok(event)) => {
-                    if event.seq <= self.cursor {
-                        continue;
-                    }
-                    if event.seq > self.cursor + 1 {
-                        self.resubscribe().await?;
-                        continue;
-                    }
-                    self.cursor = event.seq;
-                    self.empty_resubscribes = 0;
-                    return Ok(event);
-                }
-                Some(Err(err)) => {
-                    return Err(Failure {
-                        code: Exit::Error,
-                        line: format!("error: malformed event: {err}"),
-                    });
-                }
-                None if self.client.is_connected() => self.resubscribe().await?,
-                None if self.follow_restarts => self.reconnect().await?,
-                None => {
-                    return Err(Failure {
-                        code: Exit::NotRunning,
-                        line: format!(
-                            "server not running at {} (the connection closed)",
-                            self.target.url
-                        ),
-                    });
-                }
-            }
-        }
+        let event = self.events.next().await?;
+        self.events.source_mut().empty_resubscribes = 0;
+        Ok(event)
     }
 }
