@@ -225,6 +225,9 @@ pub(super) struct CatchUp {
     pub(super) undelivered: HashMap<String, String>,
     /// Prompts that arrived while the replay ran.
     pub(super) deferred: Vec<(String, Reply<String>)>,
+    /// The agent's output is held at agentctl (asked for by a stall) until the re-attach
+    /// after it catches up.
+    pub(super) holding: bool,
 }
 
 /// What of a replayed event was recorded before a restart: those records are skipped.
@@ -333,8 +336,6 @@ pub(super) struct SessionActor {
     after_launch: AfterLaunch,
     /// A stop's or detach's retire in flight, whose leftovers are recorded when it is done.
     teardown: Option<Teardown>,
-    /// The agent's output is held at agentctl until a re-attach after a stall catches up.
-    holding: bool,
     /// A durable write failed (a full disk): intake is stopped, nothing more is
     /// acknowledged, and the actor re-attaches to its own sidecar when its retry is due.
     pub(super) stall: Option<Stall>,
@@ -415,7 +416,6 @@ impl SessionActor {
             retiring: Vec::new(),
             stall: None,
             unwritten_prompts: Vec::new(),
-            holding: false,
             catch_up: CatchUp::default(),
         }
     }

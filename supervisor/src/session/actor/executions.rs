@@ -340,7 +340,7 @@ impl SessionActor {
         // A new execution starts a new agentctl sequence: nothing of it was recorded yet
         // (and nothing of it is held).
         self.durability = Default::default();
-        self.holding = false;
+        self.catch_up.holding = false;
         self.replay = Replay::Off;
         self.generation = Some(execution.record.generation);
         self.history.set_generation(execution.record.generation);
@@ -468,7 +468,7 @@ impl SessionActor {
             view.turn_id = turn_id;
             view.resume_outcome = record.resume_outcome;
         });
-        if !self.holding && running {
+        if !self.catch_up.holding && running {
             // A hold a stalled predecessor (killed since) asked for ends here.
             self.send(Outgoing::Hold(false));
         }

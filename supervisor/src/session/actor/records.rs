@@ -91,7 +91,7 @@ impl SessionActor {
             let (_, closed) = mpsc::channel(1);
             execution.events_rx = closed;
             if !execution.gone {
-                self.holding = true;
+                self.catch_up.holding = true;
                 self.send(Outgoing::Hold(true));
             }
         }

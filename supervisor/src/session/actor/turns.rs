@@ -219,7 +219,7 @@ impl SessionActor {
     /// a turn whose prompt was never delivered will never end, so it fails now, saying so.
     pub(in crate::session) async fn settle_undelivered(&mut self) {
         self.catch_up.until = None;
-        if std::mem::take(&mut self.holding) {
+        if std::mem::take(&mut self.catch_up.holding) {
             // Caught up after a stall: the agent's output is taken in again.
             self.send(Outgoing::Hold(false));
         }
