@@ -27,7 +27,9 @@ use serde_json::Value;
 mod access;
 mod streaming;
 
-pub use access::AccessPolicy;
+pub use access::{
+    AccessPolicy, ApiToken, MIN_TOKEN_CHARS, TOKEN_ENV, TokenError, TokenSource, resolve_token,
+};
 use agentctl::server::AccessLayer;
 use streaming::{stream_spool, stream_spool_batches};
 

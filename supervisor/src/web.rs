@@ -33,6 +33,13 @@ pub const TOKEN_PROTOCOL: &str = "tether-token.";
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 type BoxFuture = Pin<Box<dyn Future<Output = Result<HttpResponse, BoxError>> + Send + 'static>>;
 
+/// What the page may do: its own script, style and WebSocket, nothing inline, no plugins,
+/// and never inside another page's frame (a transparent overlay could make a user click
+/// Allow, Start or Delete). `X-Frame-Options` says the last for browsers without CSP.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
+     style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; \
+     form-action 'none'; frame-ancestors 'none'";
+
 fn respond(
     status: StatusCode,
     content_type: &'static str,
@@ -42,7 +49,10 @@ fn respond(
         .status(status)
         .header(header::CONTENT_TYPE, content_type)
         .header(header::CACHE_CONTROL, "no-store")
-        .header("x-content-type-options", "nosniff")
+        .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
+        .header(header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY)
+        .header(header::X_FRAME_OPTIONS, "DENY")
+        .header(header::REFERRER_POLICY, "no-referrer")
         .body(body.into())
         .expect("UNWRAP: a static response is well formed")
 }

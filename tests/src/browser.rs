@@ -212,6 +212,20 @@ impl Browser {
         self.command("POST", &format!("element/{id}/value"), json!({"text": text})).await;
     }
 
+    /// Runs the next commands in the page's `index`th frame (`None`: the top page again).
+    pub async fn switch_to_frame(&self, index: Option<u32>) {
+        match index {
+            Some(index) => self.command("POST", "frame", json!({"id": index})).await,
+            None => self.command("POST", "frame", json!({"id": null})).await,
+        };
+    }
+
+    /// Runs an asynchronous script in the page (it calls its last argument with the
+    /// result; the WebDriver script timeout bounds it); its result.
+    pub async fn run_async(&self, script: &str, args: Value) -> Value {
+        self.command("POST", "execute/async", json!({"script": script, "args": args})).await
+    }
+
     /// Runs a script in the page; its result.
     pub async fn run(&self, script: &str, args: Value) -> Value {
         self.command("POST", "execute/sync", json!({"script": script, "args": args})).await

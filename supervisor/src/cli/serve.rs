@@ -3,27 +3,6 @@
 
 use super::*;
 
-/// The daemon's token from a file that only its owner can read (it is a password).
-pub(super) fn read_token_file(path: &Path) -> anyhow::Result<String> {
-    use std::os::unix::fs::PermissionsExt;
-    let metadata =
-        std::fs::metadata(path).with_context(|| format!("--auth-token-file {}", path.display()))?;
-    let mode = metadata.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        bail!(
-            "--auth-token-file {}: readable by others (mode {mode:o}); chmod 600 it",
-            path.display()
-        );
-    }
-    let token = std::fs::read_to_string(path)
-        .with_context(|| format!("--auth-token-file {}", path.display()))?;
-    let token = token.trim();
-    if token.is_empty() {
-        bail!("--auth-token-file {}: empty", path.display());
-    }
-    Ok(token.to_owned())
-}
-
 /// Raises the soft limit on open files to the hard one: every live session holds a
 /// connection and a file, and the common soft default (1,024) would cap the daemon at a few
 /// hundred sessions. Sidecars and agents inherit what they were given by their own spawns.
@@ -52,14 +31,13 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
     let default_listen: SocketAddr = DEFAULT_LISTEN.parse().expect("UNWRAP: a valid constant");
     let listen = args.listen.or(config.listen).unwrap_or(default_listen);
     // A token in argv shows in `ps`: a 0600 file or the environment keeps it out of sight.
-    let token = match (args.auth_token, args.auth_token_file) {
-        (Some(token), _) => Some(token),
-        (None, Some(path)) => Some(read_token_file(&path)?),
-        (None, None) => match std::env::var("TETHER_AUTH_TOKEN").ok().filter(|t| !t.is_empty()) {
-            Some(token) => Some(token),
-            None => config.auth_token_file.as_deref().map(read_token_file).transpose()?,
-        },
-    };
+    let config_path = root.join(crate::config::FILE_NAME);
+    let token = crate::api::resolve_token(
+        args.auth_token.as_deref(),
+        args.auth_token_file.as_deref(),
+        std::env::var_os(crate::api::TOKEN_ENV).as_deref(),
+        config.auth_token_file.as_deref().map(|file| (file, config_path.as_path())),
+    )?;
     if !listen.ip().is_loopback() && token.is_none() {
         bail!(
             "listening on {listen} (beyond loopback) requires a token: --auth-token-file, \

@@ -12,6 +12,7 @@ mod edges;
 mod eliza;
 mod engines;
 mod faults;
+mod hardening;
 mod metrics;
 mod mock_agent;
 mod official_client;

@@ -88,7 +88,7 @@ async fn a_scripted_workload_moves_the_counters_by_what_it_did() {
 
 #[tokio::test]
 async fn metrics_ask_for_the_token_like_the_api() {
-    let token = "metrics-s3cret";
+    let token = "metrics-s3cret-0123456789";
     let daemon = Daemon::start_with_env(&[], &[], &[("TETHER_AUTH_TOKEN", token)]).await;
     let addr = daemon.url.trim_start_matches("ws://").to_owned();
     let (status, _, _) = http(&addr, "GET", "/metrics", &[], None).await;

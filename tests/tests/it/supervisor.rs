@@ -595,7 +595,7 @@ async fn the_daemons_token_can_stay_out_of_its_command_line() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("token");
-    std::fs::write(&file, "from-the-file\n").unwrap();
+    std::fs::write(&file, "from-the-file-0123456789\n").unwrap();
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
     let refused = tokio::process::Command::new(tether_tests::workspace_bin("supervisor"))
         .args(["serve", "--listen", "127.0.0.1:0", "--home"])
@@ -611,12 +611,14 @@ async fn the_daemons_token_can_stay_out_of_its_command_line() {
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
 
     let by_file = ["--auth-token-file", file.to_str().unwrap()];
-    token_is_enforced_and_unseen(Daemon::start(&by_file).await, "from-the-file").await;
-    let by_env = [("TETHER_AUTH_TOKEN", "from-the-env")];
+    token_is_enforced_and_unseen(Daemon::start(&by_file).await, "from-the-file-0123456789").await;
+    let by_env = [("TETHER_AUTH_TOKEN", "from-the-env-0123456789")];
     let daemon = Daemon::start_with_env(&[], &[], &by_env).await;
     // Nor does it reach the sidecar or the agent a session starts (an agent that prints its
     // environment would hand it to its model).
-    let api = Api::connect(&daemon.url, &[("Authorization", "Bearer from-the-env")]).await.unwrap();
+    let api = Api::connect(&daemon.url, &[("Authorization", "Bearer from-the-env-0123456789")])
+        .await
+        .unwrap();
     let session = api.ready_session("mock", &daemon.workspace("t")).await;
     let mut processes = Daemon::processes_mentioning(&daemon.session_dir(&session));
     processes.extend(Daemon::processes_mentioning(&daemon.root.path().join(".mock-agent")));
@@ -629,7 +631,7 @@ async fn the_daemons_token_can_stay_out_of_its_command_line() {
         );
     }
     drop(api);
-    token_is_enforced_and_unseen(daemon, "from-the-env").await;
+    token_is_enforced_and_unseen(daemon, "from-the-env-0123456789").await;
 }
 
 async fn token_is_enforced_and_unseen(daemon: Daemon, token: &str) {

@@ -227,7 +227,7 @@ async fn errors_are_shown_with_their_reason() {
 #[tokio::test]
 async fn the_page_asks_for_the_token_and_keeps_it_for_the_tab() {
     let Some(browser) = browser::start("token").await else { return };
-    let token = "ui-s3cret";
+    let token = "ui-s3cret-0123456789";
     let daemon = Daemon::start_with_env(&[], &[], &[("TETHER_AUTH_TOKEN", token)]).await;
     browser.open(&page(&daemon)).await;
     browser.wait_text("#token-form", "asks for its API token").await;

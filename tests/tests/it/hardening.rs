@@ -1,0 +1,176 @@
+//! Issue 29: hardening, each point tried from outside — a weak token, a framed page,
+//! secrets within an agent's reach, damaged files, odd request ids, escaped descendants.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tether_tests::browser;
+use tether_tests::daemon::Daemon;
+
+/// How long a refused start may take before the test calls it "it started".
+const START_REFUSAL_BOUND: Duration = Duration::from_secs(20);
+
+/// Starts `supervisor serve` beyond loopback with `args` and `env`, and returns its exit
+/// code and stderr, or `None` if it is still running after [`START_REFUSAL_BOUND`] (then it
+/// is killed: it started and served).
+async fn serve_outcome(args: &[&str], env: &[(&str, &str)]) -> Option<(i32, String)> {
+    let home = tempfile::tempdir().unwrap();
+    let mut command = tokio::process::Command::new(tether_tests::workspace_bin("supervisor"));
+    command
+        .args(["serve", "--listen", "0.0.0.0:0", "--home"])
+        .arg(home.path().join("tether"))
+        .args(args)
+        .env_remove("TETHER_AUTH_TOKEN")
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let child = command.spawn().unwrap();
+    match tokio::time::timeout(START_REFUSAL_BOUND, child.wait_with_output()).await {
+        Ok(output) => {
+            let output = output.unwrap();
+            Some((
+                output.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&output.stderr).into(),
+            ))
+        }
+        Err(_) => None,
+    }
+}
+
+/// Point 1: an empty or whitespace token (a script's unset `$TOKEN`) beyond loopback started
+/// the daemon, and a client offering the subprotocol `tether-token.` (or `tether-token.20`)
+/// got the whole API. Now a token is checked once, wherever it comes from: empty, short or
+/// spaced tokens stop the start naming their source, and an empty offered token never
+/// matches.
+#[tokio::test]
+async fn r29_an_empty_or_weak_token_is_refused_at_start_naming_its_source() {
+    let cases: [(&[&str], &[(&str, &str)], &str); 4] = [
+        (&["--auth-token", ""], &[], "the API token from --auth-token is empty"),
+        (&[], &[("TETHER_AUTH_TOKEN", " ")], "the API token from TETHER_AUTH_TOKEN is empty"),
+        (&[], &[("TETHER_AUTH_TOKEN", "")], "the API token from TETHER_AUTH_TOKEN is empty"),
+        (
+            &["--auth-token", "hunter2"],
+            &[],
+            "the API token from --auth-token has 7 characters; it needs at least 16",
+        ),
+    ];
+    for (args, env, said) in cases {
+        let outcome = serve_outcome(args, env).await;
+        let Some((code, err)) = outcome else {
+            panic!("serve {args:?} {env:?} started and served");
+        };
+        assert_ne!(code, 0, "{err}");
+        assert!(err.contains(said), "serve {args:?} {env:?}: {err}");
+    }
+    // A file named in config.toml is named as that, not as the flag.
+    let home = tempfile::tempdir().unwrap();
+    let data = home.path().join("tether");
+    std::fs::create_dir_all(&data).unwrap();
+    let missing = home.path().join("no-such-token");
+    std::fs::write(
+        data.join("config.toml"),
+        format!("auth_token_file = \"{}\"\n", missing.display()),
+    )
+    .unwrap();
+    let output = tokio::process::Command::new(tether_tests::workspace_bin("supervisor"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--home"])
+        .arg(&data)
+        .env_remove("TETHER_AUTH_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("auth_token_file {} (set in {}", missing.display(), data.display())),
+        "{err}"
+    );
+    assert!(!err.contains("--auth-token-file"), "not named as the flag: {err}");
+
+    // A daemon with a real token: an empty or blank token offered the browser's way is
+    // refused like any wrong one; the real one, offered the same way, is taken.
+    let token = "a-real-token-0123456789";
+    let daemon = Daemon::start_with_env(&[], &[], &[("TETHER_AUTH_TOKEN", token)]).await;
+    let host = daemon.url.trim_start_matches("ws://").trim_end_matches('/').to_owned();
+    for offered in ["tether, tether-token.", "tether, tether-token.20"] {
+        assert_eq!(upgrade_status(&host, offered).await, 401, "{offered}");
+    }
+    let real = format!("tether, tether-token.{}", hex(token));
+    assert_eq!(upgrade_status(&host, &real).await, 101, "the real token opens it");
+}
+
+/// The status of a WebSocket upgrade of `/` offering the subprotocols `offered`.
+async fn upgrade_status(host: &str, offered: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    let request = format!(
+        "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Protocol: {offered}\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.unwrap() == 1 {
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    head.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or_else(|| panic!("{head}"))
+}
+
+fn hex(text: &str) -> String {
+    text.bytes().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Point 2: any origin could frame the page, and the framed page passed the Origin check,
+/// so a transparent overlay could make a user click Allow, Start session or Delete. Now the
+/// page says `frame-ancestors 'none'` (and `X-Frame-Options: DENY`): framed from another
+/// origin in a real browser, it does not load; opened directly, it works (the other UI
+/// tests drive it under the same policy).
+#[tokio::test]
+async fn r29_the_page_refuses_to_be_framed_by_another_origin() {
+    let Some(browser) = browser::start("framed").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let page = daemon.url.replace("ws://", "http://") + "/";
+    let host = daemon.url.trim_start_matches("ws://").trim_end_matches('/').to_owned();
+    // Another origin frames it: `localhost` is not `127.0.0.1` to a browser (and both are
+    // local, so the browser's private-network rules play no part). The framing page is
+    // whatever `localhost` serves (here the same daemon), with a frame added.
+    let other_origin = page.replace("127.0.0.1", "localhost");
+    assert_ne!(other_origin, page);
+    browser.open(&other_origin).await;
+    let loaded = browser
+        .run_async(
+            "const [url, done] = arguments; const frame = document.createElement('iframe'); \
+             frame.onload = () => done(true); frame.src = url; document.body.append(frame);",
+            json!([page]),
+        )
+        .await;
+    assert_eq!(loaded, json!(true), "the frame finished loading (or failing)");
+    browser.switch_to_frame(Some(0)).await;
+    let inside = browser
+        .run("return [location.href, document.querySelector('#connection') !== null, document.body ? document.body.innerText.slice(0, 300) : ''];", json!([]))
+        .await;
+    browser.switch_to_frame(None).await;
+    browser.screenshot("framed").await;
+    assert_eq!(
+        inside[1],
+        json!(false),
+        "the page rendered inside another origin's frame: {inside}"
+    );
+    // And the headers that say so.
+    let (status, headers, _) = browser::http(&host, "GET", "/", &[], None).await;
+    assert_eq!(status, 200);
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.clone())
+            .unwrap_or_default()
+    };
+    assert!(header("content-security-policy").contains("frame-ancestors 'none'"), "{headers:?}");
+    assert_eq!(header("x-frame-options"), "DENY");
+    assert_eq!(header("referrer-policy"), "no-referrer");
+    assert_eq!(header("x-content-type-options"), "nosniff");
+}
