@@ -7,6 +7,9 @@ use serde_json::json;
 use tether_tests::browser;
 use tether_tests::daemon::Daemon;
 
+/// Arguments, environment, and what the refusal says.
+type ServeCase = (&'static [&'static str], &'static [(&'static str, &'static str)], &'static str);
+
 /// How long a refused start may take before the test calls it "it started".
 const START_REFUSAL_BOUND: Duration = Duration::from_secs(20);
 
@@ -45,7 +48,7 @@ async fn serve_outcome(args: &[&str], env: &[(&str, &str)]) -> Option<(i32, Stri
 /// matches.
 #[tokio::test]
 async fn r29_an_empty_or_weak_token_is_refused_at_start_naming_its_source() {
-    let cases: [(&[&str], &[(&str, &str)], &str); 4] = [
+    let cases: [ServeCase; 4] = [
         (&["--auth-token", ""], &[], "the API token from --auth-token is empty"),
         (&[], &[("TETHER_AUTH_TOKEN", " ")], "the API token from TETHER_AUTH_TOKEN is empty"),
         (&[], &[("TETHER_AUTH_TOKEN", "")], "the API token from TETHER_AUTH_TOKEN is empty"),
