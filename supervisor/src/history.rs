@@ -320,27 +320,66 @@ fn rfind_newline(file: &mut std::fs::File, before: u64) -> io::Result<Option<u64
     Ok(None)
 }
 
-/// Reads entries with `seq > after_seq`, at most `limit`. A missing file is empty.
-pub fn read(path: &Path, after_seq: u64, limit: usize) -> io::Result<Vec<HistoryEntry>> {
+/// A history line that is not an entry (a bad byte, a garbled write), skipped and reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedLine {
+    /// From 1.
+    pub line: usize,
+    /// Why it is not an entry.
+    pub reason: String,
+}
+
+/// Entries read from a history, and the damaged lines skipped among them.
+#[derive(Debug, Default)]
+pub struct HistoryRead {
+    pub entries: Vec<HistoryEntry>,
+    pub damaged: Vec<DamagedLine>,
+}
+
+/// Reads entries with `seq > after_seq`, at most `limit`, line by line: a damaged line (not
+/// JSON, not UTF-8, not an entry) is skipped and reported, the rest kept; an unfinished last
+/// line (being written; the writer repairs it on open) is skipped silently. A missing file
+/// is empty.
+pub fn read(path: &Path, after_seq: u64, limit: usize) -> io::Result<HistoryRead> {
     use std::io::BufRead;
     let file = match std::fs::File::open(path) {
         Ok(file) => file,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(HistoryRead::default()),
         Err(err) => return Err(err),
     };
-    let mut entries = Vec::new();
-    for line in io::BufReader::new(file).lines() {
-        let line = line?;
-        // A torn line (being written) is skipped; the writer repairs on open.
-        let Ok(entry) = serde_json::from_str::<HistoryEntry>(&line) else { continue };
+    let mut read = HistoryRead::default();
+    let mut reader = io::BufReader::new(file);
+    let mut line = Vec::new();
+    for number in 1.. {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        let finished = line.ends_with(b"\n");
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        if text.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let entry = match serde_json::from_slice::<HistoryEntry>(text) {
+            Ok(entry) => entry,
+            Err(_) if !finished => break,
+            Err(err) => {
+                let reason = match std::str::from_utf8(text) {
+                    Err(bad) => format!("not UTF-8 (byte {})", bad.valid_up_to() + 1),
+                    Ok(_) => err.to_string(),
+                };
+                read.damaged.push(DamagedLine { line: number, reason });
+                continue;
+            }
+        };
         if entry.seq > after_seq {
-            entries.push(entry);
-            if entries.len() >= limit {
+            read.entries.push(entry);
+            if read.entries.len() >= limit {
                 break;
             }
         }
     }
-    Ok(entries)
+    Ok(read)
 }
 
 /// The whole lines of the last `max` bytes of a history file (a line cut by the start of
@@ -399,7 +438,7 @@ mod tests {
         history.agent_chunk("done");
         history.flush_agent().unwrap();
         assert_eq!(history.flush_agent().unwrap(), None);
-        let entries = read(&path, 0, 100).unwrap();
+        let entries = read(&path, 0, 100).unwrap().entries;
         let summary: Vec<(u64, EntryType, &str)> =
             entries.iter().map(|e| (e.seq, e.kind, e.content.as_str())).collect();
         assert_eq!(
@@ -411,7 +450,35 @@ mod tests {
                 (4, EntryType::AgentMessage, "done")
             ]
         );
-        assert_eq!(read(&path, 2, 1).unwrap()[0].seq, 3);
+        assert_eq!(read(&path, 2, 1).unwrap().entries[0].seq, 3);
+    }
+
+    #[test]
+    fn a_damaged_line_is_skipped_and_reported_and_the_rest_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
+        let mut history = History::open(&path).unwrap();
+        for text in ["one", "two", "three"] {
+            history.append(EntryType::UserMessage, text.into(), None).unwrap();
+        }
+        drop(history);
+        let text = std::fs::read(&path).unwrap();
+        let mut lines: Vec<Vec<u8>> =
+            text.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(<[u8]>::to_vec).collect();
+        // Line 2 gets a byte that is not UTF-8; a garbage line goes after line 3; and an
+        // unfinished last line is being written.
+        lines[1][10] = 0xff;
+        lines.push(b"{not json".to_vec());
+        let mut damaged = lines.join(&b'\n');
+        damaged.extend_from_slice(b"\n{\"seq\": 9, \"at");
+        std::fs::write(&path, damaged).unwrap();
+        let read = read(&path, 0, 100).unwrap();
+        let contents: Vec<&str> = read.entries.iter().map(|e| e.content.as_str()).collect();
+        assert_eq!(contents, ["one", "three"]);
+        assert_eq!(read.damaged.len(), 2, "{:?}", read.damaged);
+        assert_eq!(read.damaged[0], DamagedLine { line: 2, reason: "not UTF-8 (byte 11)".into() });
+        assert_eq!(read.damaged[1].line, 4);
+        assert!(read.damaged[1].reason.contains("key must be a string"), "{:?}", read.damaged);
     }
 
     #[test]
@@ -436,7 +503,7 @@ mod tests {
         history.agent_chunk("a");
         history.set_generation(3);
         history.append(EntryType::UserMessage, "three".into(), None).unwrap();
-        let entries = read(&path, 0, 100).unwrap();
+        let entries = read(&path, 0, 100).unwrap().entries;
         let marks: Vec<(&str, Option<u64>, Option<i64>)> =
             entries.iter().map(|e| (e.content.as_str(), e.agent_seq, e.generation)).collect();
         assert_eq!(

@@ -211,6 +211,8 @@ pub struct Supervisor {
     start_lock: tokio::sync::Mutex<()>,
     /// Resolves program names; one shared by every session.
     resolver: session::Resolver,
+    /// Damaged history lines already put in a session's timeline (session, line).
+    damage_reported: Mutex<std::collections::HashSet<(String, usize)>>,
 }
 
 impl Supervisor {
@@ -224,6 +226,7 @@ impl Supervisor {
             teardowns: tokio_util::task::TaskTracker::new(),
             start_lock: tokio::sync::Mutex::new(()),
             resolver,
+            damage_reported: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -480,10 +483,44 @@ impl Supervisor {
     ) -> Result<Vec<HistoryEntry>, ServiceError> {
         self.session_row(&session_id).await?;
         let path = self.config.home.session(&session_id).history();
-        tokio::task::spawn_blocking(move || history::read(&path, after_seq, limit))
+        let read = {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || history::read(&path, after_seq, limit))
+        };
+        let read = read
             .await
             .map_err(|err| ServiceError::Internal(err.to_string()))?
-            .map_err(|err| ServiceError::Internal(err.to_string()))
+            .map_err(|err| ServiceError::Internal(format!("{}: {err}", path.display())))?;
+        for damaged in read.damaged {
+            self.report_damaged_history(&session_id, &path, damaged).await;
+        }
+        Ok(read.entries)
+    }
+
+    /// A damaged history line, skipped: a log line each time it is read, and once per line
+    /// (per daemon run) a row in the session's timeline, where its owner looks.
+    async fn report_damaged_history(
+        &self,
+        session_id: &str,
+        path: &std::path::Path,
+        damaged: history::DamagedLine,
+    ) {
+        let message = format!(
+            "{}:{}: a damaged history line was skipped ({}); the rest of the history is kept",
+            path.display(),
+            damaged.line,
+            damaged.reason
+        );
+        tracing::warn!(session = %session_id, "{message}");
+        let first = self
+            .damage_reported
+            .lock()
+            .expect("UNWRAP: never poisoned")
+            .insert((session_id.to_owned(), damaged.line));
+        if first && let Err(err) = self.config.store.log_error(session_id.to_owned(), message).await
+        {
+            tracing::warn!(session = %session_id, %err, "cannot record a damaged history line");
+        }
     }
 
     /// `task.session.subscribe`: a reader of the session's events after `after_seq`.

@@ -335,7 +335,8 @@ async fn nothing_of_a_coalescing_message_is_acknowledged_before_it_is_written() 
         0,
         10,
     )
-    .unwrap();
+    .unwrap()
+    .entries;
     let text: String = (1..=1000).map(|n| format!("<{n}>")).collect();
     assert_eq!(history.last().unwrap().content, text);
 }
@@ -687,7 +688,8 @@ async fn a_dead_sidecars_spool_is_recorded_at_recovery_and_its_turn_ends_as_the_
         0,
         10,
     )
-    .unwrap();
+    .unwrap()
+    .entries;
     assert!(history.iter().any(|entry| entry.content == "<a><b>"), "{history:?}");
     let (turn_state, _, _) = setup.store().get_turn("t1".into()).await.unwrap();
     assert_eq!(turn_state, "failed");
@@ -714,7 +716,7 @@ async fn a_prompt_whose_history_write_fails_is_recorded_once_the_disk_takes_it()
         view.phase == Phase::Open && !view.error.as_deref().is_some_and(|e| e.contains("history"))
     })
     .await;
-    let history = crate::history::read(&path, 0, 10).unwrap();
+    let history = crate::history::read(&path, 0, 10).unwrap().entries;
     let prompts: Vec<&str> = history
         .iter()
         .filter(|entry| entry.kind == crate::history::EntryType::UserMessage)
