@@ -28,6 +28,10 @@ pub enum ErrorKind {
     AgentUnavailable,
     /// The runtime (agentctl, Docker) failed or did not answer.
     RuntimeUnavailable,
+    /// The daemon's storage failed: its database or a session's files cannot be read or
+    /// written (a read-only or full disk, a locked or damaged database); the message names
+    /// the file and the cause.
+    Storage,
     /// A bug or an I/O failure on the server's side.
     Internal,
     /// No method of that name (a client newer than the server, or a typo).
@@ -63,18 +67,20 @@ impl ErrorKind {
             ErrorKind::NotRunning => -32012,
             ErrorKind::Pruned => -32013,
             ErrorKind::SpawnFailed => -32014,
+            ErrorKind::Storage => -32015,
             ErrorKind::Internal | ErrorKind::Unknown => -32603,
         }
     }
 
     /// Every kind, in declaration order (for documentation and tests).
-    pub const ALL: [ErrorKind; 13] = [
+    pub const ALL: [ErrorKind; 14] = [
         ErrorKind::InvalidParams,
         ErrorKind::NotFound,
         ErrorKind::Conflict,
         ErrorKind::InvalidState,
         ErrorKind::AgentUnavailable,
         ErrorKind::RuntimeUnavailable,
+        ErrorKind::Storage,
         ErrorKind::Internal,
         ErrorKind::NoSuchMethod,
         ErrorKind::AlreadyStarted,
@@ -100,6 +106,7 @@ impl ErrorKind {
             ErrorKind::NotRunning => "not_running",
             ErrorKind::Pruned => "pruned",
             ErrorKind::SpawnFailed => "spawn_failed",
+            ErrorKind::Storage => "storage",
             ErrorKind::Unknown => "unknown",
         }
     }

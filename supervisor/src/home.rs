@@ -168,10 +168,14 @@ pub fn is_valid_id(id: &str) -> bool {
     uuid::Uuid::try_parse(id).is_ok_and(|uuid| uuid.hyphenated().to_string() == id)
 }
 
-/// Creates `dir` and any missing parents with mode 0700.
+/// Creates `dir` and any missing parents with mode 0700. A failure names the directory.
 pub fn create_private_dir(dir: &Path) -> io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|err| io::Error::new(err.kind(), format!("{}: {err}", dir.display())))
 }
 
 #[cfg(test)]

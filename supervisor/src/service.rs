@@ -105,6 +105,10 @@ pub enum ServiceError {
     /// The runtime cannot launch anything.
     #[error("{0}")]
     RuntimeUnavailable(String),
+    /// The database or a session's files cannot be read or written (the message names the
+    /// file and the cause).
+    #[error("{0}")]
+    Storage(String),
     /// Anything else.
     #[error("{0}")]
     Internal(String),
@@ -122,6 +126,7 @@ impl ServiceError {
             ServiceError::InvalidState(m) => ServiceError::InvalidState(m + hint),
             ServiceError::AgentUnavailable(m) => ServiceError::AgentUnavailable(m + hint),
             ServiceError::RuntimeUnavailable(m) => ServiceError::RuntimeUnavailable(m + hint),
+            ServiceError::Storage(m) => ServiceError::Storage(m + hint),
             ServiceError::Internal(m) => ServiceError::Internal(m + hint),
         }
     }
@@ -135,6 +140,7 @@ impl ServiceError {
             ServiceError::InvalidState(_) => ErrorKind::InvalidState,
             ServiceError::AgentUnavailable(_) => ErrorKind::AgentUnavailable,
             ServiceError::RuntimeUnavailable(_) => ErrorKind::RuntimeUnavailable,
+            ServiceError::Storage(_) => ErrorKind::Storage,
             ServiceError::Internal(_) => ErrorKind::Internal,
         }
     }
@@ -144,7 +150,7 @@ impl From<StoreError> for ServiceError {
     fn from(err: StoreError) -> ServiceError {
         match err {
             StoreError::NotFound { .. } => ServiceError::NotFound(err.to_string()),
-            other => ServiceError::Internal(other.to_string()),
+            other => ServiceError::Storage(other.to_string()),
         }
     }
 }
@@ -322,7 +328,7 @@ impl Supervisor {
             .config
             .home
             .session_dir(session_id)
-            .map_err(|err| ServiceError::Internal(err.to_string()))?;
+            .map_err(|err| ServiceError::Storage(format!("the session's directory: {err}")))?;
         Ok(SessionContext {
             store: self.config.store.clone(),
             runtime: self.runtime(&row.runtime)?,
@@ -360,7 +366,7 @@ impl Supervisor {
         let dir = self.config.home.session(session_id).events();
         let log =
             Arc::new(Spool::open(&dir, self.config.event_log.segment_bytes).map_err(|err| {
-                ServiceError::Internal(format!("the event log of {session_id}: {err}"))
+                ServiceError::Storage(format!("the event log {}: {err}", dir.display()))
             })?);
         logs.insert(session_id.to_owned(), Arc::clone(&log));
         Ok(log)
@@ -487,10 +493,10 @@ impl Supervisor {
             let path = path.clone();
             tokio::task::spawn_blocking(move || history::read(&path, after_seq, limit))
         };
-        let read = read
-            .await
-            .map_err(|err| ServiceError::Internal(err.to_string()))?
-            .map_err(|err| ServiceError::Internal(format!("{}: {err}", path.display())))?;
+        let read =
+            read.await.map_err(|err| ServiceError::Internal(err.to_string()))?.map_err(|err| {
+                ServiceError::Storage(format!("the history {}: {err}", path.display()))
+            })?;
         for damaged in read.damaged {
             self.report_damaged_history(&session_id, &path, damaged).await;
         }

@@ -45,6 +45,22 @@ pub enum StoreError {
         /// Why.
         source: rusqlite::Error,
     },
+    /// The database at `path` cannot be used (a migration failed).
+    #[error("the database {path}: {source}")]
+    Unusable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: Box<StoreError>,
+    },
+    /// The database cannot be written (read-only, locked by another process).
+    #[error("cannot write the database {path}: {source}")]
+    Unwritable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: rusqlite::Error,
+    },
     /// A migration failed; the database is left at the previous version.
     #[error("migration {version} failed: {source}")]
     Migration {
@@ -92,17 +108,23 @@ pub fn now_ms() -> i64 {
 impl Store {
     /// Opens (creating, mode 0600) and migrates the database, then starts its thread.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let mut conn = Connection::open(path)
-            .map_err(|source| StoreError::Open { path: path.to_owned(), source })?;
+        let at = |source| StoreError::Open { path: path.to_owned(), source };
+        let mut conn = Connection::open(path).map_err(at)?;
         {
             use std::os::unix::fs::PermissionsExt;
             let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
         }
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        schema::migrate(&mut conn)?;
+        // (SQLite reads the file lazily: a file that is not a database fails here.)
+        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(at)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(at)?;
+        conn.pragma_update(None, "synchronous", "FULL").map_err(at)?;
+        conn.pragma_update(None, "foreign_keys", "ON").map_err(at)?;
+        schema::migrate(&mut conn)
+            .map_err(|err| StoreError::Unusable { path: path.to_owned(), source: Box::new(err) })?;
+        // Written now, not at the first prompt: a read-only or locked database stops the
+        // start, saying which and why.
+        conn.execute_batch("BEGIN IMMEDIATE; COMMIT;")
+            .map_err(|source| StoreError::Unwritable { path: path.to_owned(), source })?;
         let (jobs, rx) = std::sync::mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("store".into())

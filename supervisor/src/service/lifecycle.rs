@@ -80,7 +80,7 @@ impl Supervisor {
             };
             let base = base.or(settings.base).unwrap_or_else(|| "HEAD".to_owned());
             home::create_private_dir(&self.config.home.root().join("worktrees"))
-                .map_err(|err| ServiceError::Internal(format!("worktrees dir: {err}")))?;
+                .map_err(|err| ServiceError::Storage(format!("the worktrees directory: {err}")))?;
             worktree::create(&made, &base).await.map_err(|err| match err {
                 worktree::WorktreeError::BadBase { .. } => {
                     ServiceError::InvalidParams { field: "base", message: err.to_string() }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use protocol::api::ApiClient;
 use serde_json::json;
 use tether_tests::browser;
 use tether_tests::daemon::Daemon;
@@ -176,4 +177,113 @@ async fn r29_the_page_refuses_to_be_framed_by_another_origin() {
     assert_eq!(header("x-frame-options"), "DENY");
     assert_eq!(header("referrer-policy"), "no-referrer");
     assert_eq!(header("x-content-type-options"), "nosniff");
+}
+
+/// Point 6: one unparsable history line vanished silently from `task.session.history`, and
+/// one byte that is not UTF-8 made the whole history unreadable (`internal: stream did not
+/// contain valid UTF-8`, no path, no line), new turns included. Now each damaged line is
+/// skipped and reported with its path and line (a log line, and a timeline row), and the
+/// rest — new turns too — reads as before.
+#[tokio::test]
+async fn r29_a_damaged_history_line_is_reported_with_path_and_line_and_the_rest_kept() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("damaged")).await;
+    api.ask(&session, "first").await;
+    api.ask(&session, "second").await;
+    let whole = api.history(&session).await;
+    assert_eq!(whole.len(), 4, "{whole:?}");
+    // The disk goes bad while the session is idle: line 2 gets a byte that is not UTF-8,
+    // and a garbage line appears after line 3.
+    let path = daemon.session_dir(&session).join("history.jsonl");
+    let text = std::fs::read(&path).unwrap();
+    let mut lines: Vec<Vec<u8>> =
+        text.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(<[u8]>::to_vec).collect();
+    assert_eq!(lines.len(), 4);
+    let quote = lines[1].iter().rposition(|&b| b == b'"').unwrap();
+    lines[1][quote - 1] = 0xff;
+    lines.insert(3, b"\x00\x00garbage".to_vec());
+    let mut damaged = lines.join(&b'\n');
+    damaged.push(b'\n');
+    std::fs::write(&path, damaged).unwrap();
+
+    let kept = api.history(&session).await;
+    let seqs: Vec<u64> = kept.iter().map(|entry| entry.seq).collect();
+    assert_eq!(seqs, [1, 3, 4], "the damaged entry alone is skipped");
+    // New turns are read as before.
+    api.ask(&session, "third").await;
+    let after = api.history(&session).await;
+    assert_eq!(after.len(), 5, "{after:?}");
+    assert_eq!(after[3].content, "third");
+    // Said where: path and line, once each in the timeline however often it is read.
+    let timeline = api.typed().session_timeline(session.clone(), None).await.unwrap();
+    let errors: Vec<String> = timeline
+        .entries
+        .iter()
+        .filter_map(|entry| match &entry.event {
+            protocol::api::TimelineEvent::Error { message } => Some(message.clone()),
+            _ => None,
+        })
+        .collect();
+    let at = |line: usize| format!("{}:{line}: a damaged history line was skipped", path.display());
+    assert_eq!(errors.iter().filter(|e| e.starts_with(&at(2))).count(), 1, "{errors:?}");
+    assert_eq!(errors.iter().filter(|e| e.starts_with(&at(4))).count(), 1, "{errors:?}");
+    assert!(errors.iter().any(|e| e.contains("not UTF-8")), "{errors:?}");
+}
+
+/// `supervisor serve --home HOME` on loopback, expected to refuse to start: its stderr.
+async fn refused_start(home: &std::path::Path) -> String {
+    let output = tokio::process::Command::new(tether_tests::workspace_bin("supervisor"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--home"])
+        .arg(home)
+        .env_remove("TETHER_AUTH_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "it started: {err}");
+    err
+}
+
+/// Points 8 and 9: a database that is not one ("file is not a database", no path), a
+/// locked one (the daemon served, then refused prompts as `conflict`), and an unwritable
+/// `sessions/` (`internal: Permission denied`, no path). Now a database that cannot be
+/// opened or written stops the start naming the file and the cause, and a storage failure
+/// while serving is its own kind, `storage`, naming the path.
+#[tokio::test]
+async fn r29_storage_failures_name_the_file_and_have_their_own_kind() {
+    // Not a database.
+    let root = tempfile::tempdir().unwrap();
+    let home = root.path().join("tether");
+    std::fs::create_dir_all(&home).unwrap();
+    let db = home.join("state.db");
+    std::fs::write(&db, vec![b'x'; 4096]).unwrap();
+    let err = refused_start(&home).await;
+    assert!(err.contains(&format!("cannot open the database {}", db.display())), "{err}");
+    assert!(err.contains("file is not a database"), "{err}");
+
+    // Locked by another process for writing: said at start (after the busy timeout), not at
+    // the first prompt.
+    std::fs::remove_file(&db).unwrap();
+    let mut daemon = Daemon::start(&[]).await;
+    let home = daemon.root.path().join("tether");
+    let db = home.join("state.db");
+    daemon.terminate().await;
+    let locker = rusqlite::Connection::open(&db).unwrap();
+    locker.execute_batch("BEGIN EXCLUSIVE;").unwrap();
+    let err = refused_start(&home).await;
+    assert!(err.contains(&format!("{}", db.display())), "{err}");
+    assert!(err.contains("database is locked"), "{err}");
+    drop(locker);
+
+    // `sessions/` cannot hold a session's directory (a file stands there; root ignores
+    // modes): the create is refused as `storage`, naming the path.
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let sessions = daemon.root.path().join("tether/sessions");
+    std::fs::remove_dir_all(&sessions).unwrap();
+    std::fs::write(&sessions, b"").unwrap();
+    let refused = api.create_session("mock", &daemon.workspace("storage")).await.unwrap_err();
+    assert_eq!(refused.kind, protocol::errors::ErrorKind::Storage, "{refused:?}");
+    assert!(refused.message.contains(&sessions.display().to_string()), "{refused:?}");
 }
