@@ -158,6 +158,10 @@ pub struct DockerSettings {
     pub memory_mb: u64,
     /// CPU limit.
     pub cpus: f64,
+    /// The most processes and threads the container may hold (a fork bomb stops there); 0
+    /// lifts the limit.
+    #[serde(default = "defaults::pids_limit")]
+    pub pids_limit: u64,
     /// Placement: the labels an engine must carry to run this agent (`gpu = "yes"`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
@@ -219,6 +223,13 @@ pub mod defaults {
     pub const MEMORY_MB: u64 = 2048;
     /// `docker.cpus`.
     pub const CPUS: f64 = 2.0;
+    /// `docker.pids_limit`.
+    pub const PIDS_LIMIT: u64 = 4096;
+
+    /// [`PIDS_LIMIT`], for serde (profile snapshots stored before the field).
+    pub fn pids_limit() -> u64 {
+        PIDS_LIMIT
+    }
     /// `process.init_timeout_ms`.
     pub const INIT_TIMEOUT_MS: u64 = 30_000;
     /// `process.stop_grace_ms`.
@@ -484,6 +495,7 @@ struct RawDocker {
     image: Option<Spanned<String>>,
     memory_mb: Option<Spanned<u64>>,
     cpus: Option<Spanned<f64>>,
+    pids_limit: Option<Spanned<u64>>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
 }
@@ -687,6 +699,19 @@ impl RawProfile {
             }
             None => defaults::CPUS,
         };
+        let pids_limit = match &self.docker.pids_limit {
+            Some(limit) => {
+                let value = *limit.get_ref();
+                check.ensure(
+                    value == 0 || value >= 64,
+                    limit.span(),
+                    "docker.pids_limit",
+                    "must be at least 64 (or 0 for no limit)",
+                )?;
+                value
+            }
+            None => defaults::PIDS_LIMIT,
+        };
         if let Some(workspace) = &self.workspace {
             if let Some(repo) = &workspace.repo {
                 check.ensure(
@@ -774,6 +799,7 @@ impl RawProfile {
                 image: self.docker.image.map(Spanned::into_inner),
                 memory_mb,
                 cpus,
+                pids_limit,
                 labels: self.docker.labels,
             },
             workspace: self.workspace.map(|workspace| WorkspaceSettings {

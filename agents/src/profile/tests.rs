@@ -29,6 +29,7 @@ fn minimal_profile_gets_defaults() {
     assert_eq!(profile.session.resume_context_budget, defaults::RESUME_CONTEXT_BUDGET);
     assert_eq!(profile.docker.image, None);
     assert_eq!(profile.docker.memory_mb, defaults::MEMORY_MB);
+    assert_eq!(profile.docker.pids_limit, defaults::PIDS_LIMIT);
     assert_eq!(profile.process.init_timeout_ms, defaults::INIT_TIMEOUT_MS);
     assert_eq!(profile.process.stop_grace_ms, defaults::STOP_GRACE_MS);
     assert!(profile.keeps_resume_token() && !profile.relaunches_to_resume());
@@ -45,6 +46,7 @@ fn docker_placement_labels_are_read_and_optional() {
     assert!(parse(MINIMAL, file()).unwrap().docker.labels.is_empty());
     let mut stored = serde_json::to_value(&profile).unwrap();
     stored["docker"].as_object_mut().unwrap().remove("labels");
+    stored["docker"].as_object_mut().unwrap().remove("pids_limit");
     let old: Profile = serde_json::from_value(stored).unwrap();
     assert!(old.docker.labels.is_empty());
     let bad = error(
@@ -207,6 +209,10 @@ fn other_values_are_checked() {
         (
             "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[docker]\ncpus = 0.0\n",
             "docker.cpus",
+        ),
+        (
+            "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[docker]\npids_limit = 5\n",
+            "docker.pids_limit",
         ),
         (
             "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[docker]\nimage = \" \"\n",

@@ -414,6 +414,8 @@ impl DockerRuntime {
                 privileged: Some(false),
                 memory: Some((spec.docker.memory_mb * 1024 * 1024) as i64),
                 nano_cpus: Some((spec.docker.cpus * 1e9) as i64),
+                // Docker reads 0 (and -1) as no limit.
+                pids_limit: Some(i64::try_from(spec.docker.pids_limit).unwrap_or(i64::MAX)),
                 ..Default::default()
             }),
             ..Default::default()

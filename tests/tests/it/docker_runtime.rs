@@ -95,6 +95,8 @@ async fn docker_session_streams_and_is_readopted_after_a_supervisor_kill() {
     let host = container.host_config.clone().unwrap();
     assert_eq!((host.init, host.privileged), (Some(true), Some(false)));
     assert_eq!(host.memory, Some(256 * 1024 * 1024));
+    // Issue 29, point 4: a fork bomb stops at the default pids limit.
+    assert_eq!(host.pids_limit, Some(4096), "the default docker.pids_limit");
     let bindings = host.port_bindings.unwrap();
     let binding = bindings.values().flatten().flatten().next().unwrap();
     assert_eq!(binding.host_ip.as_deref(), Some("127.0.0.1"), "published on loopback only");
