@@ -312,6 +312,11 @@ pub async fn serve(
     Ok((addr, server.start(methods(supervisor))))
 }
 
+/// The answer to a notification, or to a request whose id cannot be echoed.
+pub const NOT_A_REQUEST: &str = "invalid request: every call needs an id that is a string or an \
+     integer (notifications are not served; an object, array, float or over-large id cannot be \
+     answered with itself)";
+
 /// Counts every API request by method and error kind (`tether_api_requests_total`). It
 /// sits outside [`CheckParams`], so the kinds counted are the ones clients get. Method
 /// names outside the API are counted as `other`, so a client cannot grow the label set.
@@ -333,8 +338,10 @@ fn error_kind(response: &jsonrpsee::MethodResponse) -> String {
 
 impl<S> jsonrpsee::core::middleware::RpcServiceT for Counted<S>
 where
-    S: jsonrpsee::core::middleware::RpcServiceT<MethodResponse = jsonrpsee::MethodResponse>
-        + Send
+    S: jsonrpsee::core::middleware::RpcServiceT<
+            MethodResponse = jsonrpsee::MethodResponse,
+            NotificationResponse = jsonrpsee::MethodResponse,
+        > + Send
         + Sync
         + Clone
         + 'static,
@@ -367,10 +374,28 @@ where
         self.0.batch(batch)
     }
 
+    /// Every method of the API answers, so a notification (no id) is refused with
+    /// `-32600` and `id: null` rather than dropped unseen; a request whose id is not a
+    /// string or an integer (an object, an array, a float, a number over 2^64) reaches here
+    /// too, and so gets an answer instead of none.
     fn notification<'a>(
         &self,
         notification: jsonrpsee::core::middleware::Notification<'a>,
     ) -> impl Future<Output = Self::NotificationResponse> + Send + 'a {
-        self.0.notification(notification)
+        drop(notification);
+        async move {
+            let response = jsonrpsee::MethodResponse::error(
+                jsonrpsee::types::Id::Null,
+                jsonrpsee::types::ErrorObject::owned(
+                    jsonrpsee::types::error::INVALID_REQUEST_CODE,
+                    NOT_A_REQUEST,
+                    None::<()>,
+                ),
+            );
+            let labels =
+                vec![("method", "other".to_owned()), ("error", "invalid_request".to_owned())];
+            crate::metrics::get().api_requests.get_or_create(&labels).inc();
+            response
+        }
     }
 }

@@ -287,3 +287,110 @@ async fn r29_storage_failures_name_the_file_and_have_their_own_kind() {
     assert_eq!(refused.kind, protocol::errors::ErrorKind::Storage, "{refused:?}");
     assert!(refused.message.contains(&sessions.display().to_string()), "{refused:?}");
 }
+
+/// A bare WebSocket client (RFC 6455 text frames), for messages a JSON-RPC library will not
+/// send.
+struct RawWs {
+    stream: tokio::net::TcpStream,
+}
+
+impl RawWs {
+    async fn connect(host: &str) -> RawWs {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+        let request = format!(
+            "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.unwrap() == 1 {
+            head.push(byte[0]);
+        }
+        assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+        RawWs { stream }
+    }
+
+    /// Sends one masked text frame.
+    async fn send(&mut self, text: &str) {
+        use tokio::io::AsyncWriteExt;
+        let payload = text.as_bytes();
+        let mut frame = vec![0x81u8];
+        match payload.len() {
+            len if len < 126 => frame.push(0x80 | len as u8),
+            len => {
+                frame.push(0x80 | 126);
+                frame.extend_from_slice(&(len as u16).to_be_bytes());
+            }
+        }
+        let mask = [0x37u8, 0xfa, 0x21, 0x3d];
+        frame.extend_from_slice(&mask);
+        frame.extend(payload.iter().enumerate().map(|(at, byte)| byte ^ mask[at % 4]));
+        self.stream.write_all(&frame).await.unwrap();
+    }
+
+    /// The next text message (pings and other control frames are skipped).
+    async fn receive(&mut self) -> String {
+        use tokio::io::AsyncReadExt;
+        loop {
+            let mut head = [0u8; 2];
+            self.stream.read_exact(&mut head).await.unwrap();
+            let len = match head[1] & 0x7f {
+                126 => {
+                    let mut len = [0u8; 2];
+                    self.stream.read_exact(&mut len).await.unwrap();
+                    u16::from_be_bytes(len) as usize
+                }
+                127 => {
+                    let mut len = [0u8; 8];
+                    self.stream.read_exact(&mut len).await.unwrap();
+                    u64::from_be_bytes(len) as usize
+                }
+                len => len as usize,
+            };
+            let mut payload = vec![0u8; len];
+            self.stream.read_exact(&mut payload).await.unwrap();
+            if head[0] & 0x0f == 0x1 {
+                return String::from_utf8(payload).unwrap();
+            }
+        }
+    }
+}
+
+/// Point 10: a request whose `id` is an object, an array, a float or over 2^64 got no
+/// answer at all (the client waits forever), and a notification to a method that changes
+/// state was dropped unseen. Now both are answered `-32600` with `id: null`, and the
+/// notification changes nothing.
+#[tokio::test]
+async fn r29_odd_ids_and_notifications_are_answered_not_dropped() {
+    let daemon = Daemon::start(&[]).await;
+    let host = daemon.url.trim_start_matches("ws://").trim_end_matches('/').to_owned();
+    let mut ws = RawWs::connect(&host).await;
+    let odd = [
+        r#"{"jsonrpc":"2.0","id":{"a":1},"method":"task.list","params":{}}"#,
+        r#"{"jsonrpc":"2.0","id":[1],"method":"task.list","params":{}}"#,
+        r#"{"jsonrpc":"2.0","id":1.5,"method":"task.list","params":{}}"#,
+        r#"{"jsonrpc":"2.0","id":18446744073709551616,"method":"task.list","params":{}}"#,
+        r#"{"jsonrpc":"2.0","method":"task.create","params":{"title":"by notification"}}"#,
+    ];
+    for message in odd {
+        ws.send(message).await;
+        // Bounded only so that a missing answer fails the test instead of hanging it.
+        let answer = tokio::time::timeout(START_REFUSAL_BOUND, ws.receive())
+            .await
+            .unwrap_or_else(|_| panic!("no answer to {message}"));
+        let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(answer["id"], serde_json::Value::Null, "{message}: {answer}");
+        assert_eq!(answer["error"]["code"], -32600, "{message}: {answer}");
+        assert!(
+            answer["error"]["message"].as_str().unwrap_or_default().contains("needs an id"),
+            "{answer}"
+        );
+    }
+    // The notification created nothing.
+    ws.send(r#"{"jsonrpc":"2.0","id":9,"method":"task.list","params":{}}"#).await;
+    let answer: serde_json::Value = serde_json::from_str(&ws.receive().await).unwrap();
+    assert_eq!(answer["id"], 9);
+    assert_eq!(answer["result"], json!([]), "{answer}");
+}
