@@ -806,6 +806,8 @@ pub mod method {
     pub const TASK_LIST: &str = "task.list";
     /// `task.get`
     pub const TASK_GET: &str = "task.get";
+    /// `task.delete`
+    pub const TASK_DELETE: &str = "task.delete";
     /// `task.session.create`
     pub const SESSION_CREATE: &str = "task.session.create";
     /// `task.session.list`
@@ -859,6 +861,7 @@ pub mod method {
         TASK_CREATE,
         TASK_LIST,
         TASK_GET,
+        TASK_DELETE,
         SESSION_CREATE,
         SESSION_LIST,
         SESSION_STATUS,

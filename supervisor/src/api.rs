@@ -91,6 +91,16 @@ impl ApiServer for Methods {
         self.0.get_task(task_id).await.map_err(to_rpc)
     }
 
+    async fn task_delete(
+        &self,
+        task_id: String,
+        force: Option<bool>,
+        delete_branch: Option<bool>,
+    ) -> RpcResult<Done> {
+        let (force, delete_branch) = (force.unwrap_or(false), delete_branch.unwrap_or(false));
+        self.0.delete_task(task_id, force, delete_branch).await.map_err(to_rpc).map(|()| Done {})
+    }
+
     async fn session_create(
         &self,
         task_id: String,

@@ -246,6 +246,18 @@ enum TaskCommand {
         #[command(flatten)]
         json: JsonFlag,
     },
+    /// Delete a task and every session of it (refused while one is live: stop or pause it
+    /// first).
+    Delete {
+        /// The task.
+        task: String,
+        /// Remove its sessions' worktrees even with uncommitted work in them.
+        #[arg(long)]
+        force: bool,
+        /// Delete their worktree branches too.
+        #[arg(long)]
+        delete_branch: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -100,6 +100,10 @@ pub fn generate() -> Value {
     m.add::<TaskCreate, Task>(method::TASK_CREATE, "Creates a task.");
     m.add::<NoParams, Vec<Task>>(method::TASK_LIST, "Every task, oldest first.");
     m.add::<TaskGet, TaskDetail>(method::TASK_GET, "A task and its sessions.");
+    m.add::<TaskDelete, Done>(
+        method::TASK_DELETE,
+        "Deletes a task and every session of it (as task.session.delete does each); refused, changing nothing, while one of its sessions is live or a worktree of one holds uncommitted work (unless force).",
+    );
     m.add::<SessionCreate, SessionSummary>(
         method::SESSION_CREATE,
         "Creates a session and starts its agent; the prompt (or the task's description) is its first prompt. With worktree, it works in a git worktree of its own on a new branch.",
@@ -292,6 +296,7 @@ mod tests {
         let _ = client.task_create("t".into(), Some("d".into())).await;
         let _ = client.task_list().await;
         let _ = client.task_get(s()).await;
+        let _ = client.task_delete(s(), Some(true), Some(true)).await;
         let _ = client
             .session_create(
                 s(),
@@ -405,6 +410,14 @@ mod tests {
             never()
         }
         async fn task_get(&self, _: String) -> jsonrpsee::core::RpcResult<TaskDetail> {
+            never()
+        }
+        async fn task_delete(
+            &self,
+            _: String,
+            _: Option<bool>,
+            _: Option<bool>,
+        ) -> jsonrpsee::core::RpcResult<Done> {
             never()
         }
         async fn session_create(

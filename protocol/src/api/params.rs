@@ -104,6 +104,25 @@ impl Checked for TaskGet {
     }
 }
 
+/// `task.delete`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskDelete {
+    /// The task.
+    pub task_id: String,
+    /// Remove its sessions' worktrees even with uncommitted work in them.
+    #[serde(default)]
+    pub force: Option<bool>,
+    /// Delete its sessions' worktree branches too (kept by default).
+    #[serde(default)]
+    pub delete_branch: Option<bool>,
+}
+impl Checked for TaskDelete {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("task_id", &self.task_id, MAX_ID)
+    }
+}
+
 /// `task.session.create`
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -468,6 +487,7 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         AGENTS_LIST | TASK_LIST | STOP_ALL | DISCOVER => parse::<NoParams>(raw).map(drop),
         TASK_CREATE => parse::<TaskCreate>(raw).map(drop),
         TASK_GET => parse::<TaskGet>(raw).map(drop),
+        TASK_DELETE => parse::<TaskDelete>(raw).map(drop),
         SESSION_CREATE => parse::<SessionCreate>(raw).map(drop),
         SESSION_LIST => parse::<SessionList>(raw).map(drop),
         SESSION_STATUS | SESSION_CANCEL | SESSION_STOP | SNAPSHOT_LIST => {

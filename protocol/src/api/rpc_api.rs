@@ -20,6 +20,18 @@ pub trait Api {
     #[method(name = "task.get", param_kind = map)]
     async fn task_get(&self, task_id: String) -> RpcResult<TaskDetail>;
 
+    /// Deletes a task and every session of it (each as `task.session.delete` does):
+    /// refused, changing nothing, while one of its sessions is live (its agent runs or is
+    /// being brought up: stop or pause it first) or, unless `force`, while a worktree of one
+    /// holds uncommitted work; the branches stay unless `delete_branch`.
+    #[method(name = "task.delete", param_kind = map)]
+    async fn task_delete(
+        &self,
+        task_id: String,
+        force: Option<bool>,
+        delete_branch: Option<bool>,
+    ) -> RpcResult<Done>;
+
     /// Creates a session of `task_id` with an agent profile in a workspace and starts its
     /// agent; `prompt` (or else the task's description) is its first prompt. A workspace
     /// held by a live session is refused (`conflict`) unless `shared` is true. With

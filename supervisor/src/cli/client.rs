@@ -166,6 +166,13 @@ impl Client {
                 }
                 Ok(())
             }
+            Command::Task(TaskCommand::Delete { task, force, delete_branch }) => {
+                api.task_delete(task.clone(), Some(force), Some(delete_branch))
+                    .await
+                    .map_err(|e| self.failure(e))?;
+                println!("task {task} deleted");
+                Ok(())
+            }
             Command::Task(TaskCommand::List(JsonFlag { json })) => {
                 let tasks = api.task_list().await.map_err(|e| self.failure(e))?;
                 if json {

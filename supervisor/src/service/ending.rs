@@ -115,6 +115,58 @@ impl Supervisor {
         self.remove_session(&row, force, delete_branch).await.map(|_| ())
     }
 
+    /// `task.delete`: the task and every session of it. Refused, changing nothing, while a
+    /// session of it is live or (unless `force`) a worktree of one holds uncommitted work.
+    pub async fn delete_task(
+        &self,
+        task_id: String,
+        force: bool,
+        delete_branch: bool,
+    ) -> Result<(), ServiceError> {
+        self.config.store.get_task(task_id.clone()).await?;
+        // Under the start lock: no resume or prompt can bring an agent up meanwhile.
+        let _guard = self.start_lock.lock().await;
+        let rows = self.config.store.list_sessions(Some(task_id.clone())).await?;
+        let live: Vec<String> = rows
+            .iter()
+            .filter(|row| {
+                let running =
+                    self.handle(&row.id).filter(SessionHandle::is_live).is_some_and(|h| {
+                        let view = h.view();
+                        view.agent_running || view.is_starting() || view.phase == Phase::Adopting
+                    });
+                running || matches!(row.state, SessionState::Starting | SessionState::Running)
+            })
+            .map(|row| format!("{} ({})", row.id, row.state.as_str()))
+            .collect();
+        if !live.is_empty() {
+            return Err(ServiceError::InvalidState(format!(
+                "task {task_id} has live sessions: {}; stop or pause them first",
+                live.join(", ")
+            )));
+        }
+        if !force {
+            for row in &rows {
+                let Some(made) = session_worktree(row) else { continue };
+                let changed = worktree::uncommitted(&made)
+                    .await
+                    .map_err(|err| ServiceError::Internal(err.to_string()))?;
+                if !changed.is_empty() {
+                    let err = worktree::WorktreeError::Uncommitted {
+                        path: made.path.display().to_string(),
+                        files: changed.into_iter().take(20).collect(),
+                    };
+                    return Err(ServiceError::Conflict(format!("session {}: {err}", row.id)));
+                }
+            }
+        }
+        for row in &rows {
+            self.remove_session(row, force, delete_branch).await?;
+        }
+        self.config.store.delete_task(task_id).await?;
+        Ok(())
+    }
+
     /// Removes a session whatever it is doing (its agent stopped first): its worktree, its
     /// container, its rows, its history, event log and spool. Returns what went besides the
     /// rows (see `CleanedSession::resources`).

@@ -42,6 +42,17 @@ impl Store {
         .await
     }
 
+    /// Deletes a task row (its sessions' rows go with it).
+    pub async fn delete_task(&self, id: String) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            if conn.execute("DELETE FROM tasks WHERE id = ?1", [&id])? == 0 {
+                return Err(StoreError::NotFound { what: "task", id });
+            }
+            Ok(())
+        })
+        .await
+    }
+
     /// Every task, oldest first.
     pub async fn list_tasks(&self) -> Result<Vec<Task>, StoreError> {
         self.call(|conn| {

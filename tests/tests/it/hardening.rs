@@ -394,3 +394,50 @@ async fn r29_odd_ids_and_notifications_are_answered_not_dropped() {
     assert_eq!(answer["id"], 9);
     assert_eq!(answer["result"], json!([]), "{answer}");
 }
+
+/// Point 12 (first part): there was no way to delete a task (2,394 were left after a soak).
+/// `task.delete` removes a task and every session of it, and is refused, changing nothing,
+/// while one of them is live.
+#[tokio::test]
+async fn r29_a_task_is_deleted_with_its_sessions_but_not_while_one_is_live() {
+    use tether_tests::daemon::{Create, ok};
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let task = ok("task.create", api.typed().task_create("to delete".into(), None)).await;
+    let mut sessions = Vec::new();
+    for name in ["one", "two"] {
+        let workspace = daemon.workspace(name);
+        let row = Create::new(&task.id, "mock", Some(&workspace)).send(api.typed()).await.unwrap();
+        let mut events = api.subscribe(&row.id, 0).await;
+        tether_tests::daemon::settled(&mut events).await;
+        sessions.push(row.id);
+    }
+    api.ask(&sessions[0], "leave a history").await;
+    // Live: refused, naming the session, and nothing changed.
+    let refused = api.typed().task_delete(task.id.clone(), None, None).await.unwrap_err();
+    let refused = tether_tests::daemon::ApiError::of("task.delete", refused);
+    assert_eq!(refused.kind, protocol::errors::ErrorKind::InvalidState, "{refused:?}");
+    assert!(refused.message.contains(&sessions[0]), "{refused:?}");
+    assert_eq!(ok("task.get", api.typed().task_get(task.id.clone())).await.sessions.len(), 2);
+    // Stopped: the task goes, and its sessions with their files.
+    for session in &sessions {
+        ok("stop", api.typed().session_stop(session.clone())).await;
+    }
+    ok("task.delete", api.typed().task_delete(task.id.clone(), None, None)).await;
+    let gone = api.typed().task_get(task.id.clone()).await.unwrap_err();
+    let gone = tether_tests::daemon::ApiError::of("task.get", gone);
+    assert_eq!(gone.kind, protocol::errors::ErrorKind::NotFound);
+    for session in &sessions {
+        assert!(!daemon.session_dir(session).exists(), "{session}'s files are gone");
+        let status = api.typed().session_status(session.clone()).await.unwrap_err();
+        assert_eq!(
+            tether_tests::daemon::ApiError::of("status", status).kind,
+            protocol::errors::ErrorKind::NotFound
+        );
+    }
+    // The CLI says it too.
+    let again = ok("task.create", api.typed().task_create("by the cli".into(), None)).await;
+    let (code, out, err) = daemon.cli(&["task", "delete", &again.id]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), format!("task {} deleted", again.id));
+}
