@@ -193,14 +193,15 @@ impl AgentHost {
             .args(&params.args)
             .envs(&params.env)
             .env_remove(protocol::control::TOKEN_ENV)
-            .env_remove(protocol::control::DAEMON_SECRET_ENV[0])
-            .env_remove(protocol::control::DAEMON_SECRET_ENV[1])
             .current_dir(&params.cwd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(false);
+        for name in protocol::control::DAEMON_ONLY_ENV {
+            command.env_remove(name);
+        }
         let parent = std::process::id();
         // SAFETY: the closure runs between fork and exec and only makes two syscalls
         // (prctl, getppid), both async-signal-safe; it allocates nothing on success.

@@ -459,12 +459,13 @@ pub async fn launch(config: &LaunchConfig) -> Result<Launched, LaunchError> {
         .arg(config.listen.to_string())
         .args(&config.extra_args)
         .env(control::TOKEN_ENV, &config.token)
-        .env_remove(control::DAEMON_SECRET_ENV[0])
-        .env_remove(control::DAEMON_SECRET_ENV[1])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
         .kill_on_drop(false);
+    for name in control::DAEMON_ONLY_ENV {
+        command.env_remove(name);
+    }
     // SAFETY: setsid is async-signal-safe and touches no memory of ours.
     unsafe {
         command.pre_exec(|| nix::unistd::setsid().map(drop).map_err(std::io::Error::from));

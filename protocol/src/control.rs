@@ -17,10 +17,11 @@ use crate::api::Done;
 /// The environment variable that carries agentctl's bearer token.
 pub const TOKEN_ENV: &str = "AGENTCTL_TOKEN";
 
-/// Tokens that never reach a sidecar or an agent: the daemon's API token and the CLI's
-/// (an agent that prints its environment would hand them to its model). agentctl's own
-/// token is removed from the agent's environment separately.
-pub const DAEMON_SECRET_ENV: &[&str] = &["TETHER_AUTH_TOKEN", "TETHER_TOKEN"];
+/// The daemon's own variables, which never reach a sidecar or an agent: the daemon's API
+/// token and the CLI's (an agent that prints its environment would hand them to its
+/// model), and where the daemon keeps its data (an agent has no business there). agentctl's
+/// own token is removed from the agent's environment separately.
+pub const DAEMON_ONLY_ENV: &[&str] = &["TETHER_AUTH_TOKEN", "TETHER_TOKEN", "TETHER_HOME"];
 
 /// What agentctl prints as its one ready line and writes to `ready.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -33,6 +33,22 @@ impl Supervisor {
                     message: format!("workspace_path {path} is not a directory"),
                 });
             }
+            // The agent works where it is pointed: never beside the store, the histories and
+            // the sidecars' tokens (`..` and symlinks are resolved first).
+            let home = self.config.home.root();
+            let inside = |dir: &Path| {
+                let home = std::fs::canonicalize(home).unwrap_or_else(|_| home.to_owned());
+                std::fs::canonicalize(dir).is_ok_and(|dir| dir.starts_with(&home))
+            };
+            if inside(workspace) {
+                return Err(ServiceError::InvalidParams {
+                    field: "workspace_path",
+                    message: format!(
+                        "workspace_path {path} is Tether's data directory {} or inside it; point the agent at a project",
+                        home.display()
+                    ),
+                });
+            }
         }
         let profile = self.config.registry.get(&agent_profile_id).ok_or_else(|| {
             ServiceError::NotFound(format!("agent profile {agent_profile_id} not found"))

@@ -441,3 +441,36 @@ async fn r29_a_task_is_deleted_with_its_sessions_but_not_while_one_is_live() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.trim(), format!("task {} deleted", again.id));
 }
+
+/// Point 3 (the easy paths, first part): a `workspace_path` that is `$TETHER_HOME` or
+/// normalises into it (`work/../tether/sessions`) was accepted, and the agent then worked
+/// beside `state.db`; and `TETHER_HOME` reached the agent's environment, telling it where
+/// the daemon's data is. Now such a workspace is refused, and the variable stays with the
+/// daemon.
+#[tokio::test]
+async fn r29_an_agent_is_never_pointed_into_the_daemons_data_nor_told_where_it_is() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let data = daemon.root.path().join("tether");
+    let sneaky = daemon.workspace("w").join("../../tether/sessions");
+    for workspace in [data.clone(), sneaky] {
+        let refused = api.create_session("mock", &workspace).await.unwrap_err();
+        assert_eq!(refused.kind, protocol::errors::ErrorKind::InvalidParams, "{refused:?}");
+        assert_eq!(refused.field.as_deref(), Some("workspace_path"));
+        assert!(refused.message.contains("Tether's data directory"), "{refused:?}");
+    }
+    // A daemon started with TETHER_HOME set does not pass it on.
+    let env = [("TETHER_HOME", "/a/tether/home")];
+    let daemon = Daemon::start_with_env(&[], &[], &env).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("env")).await;
+    let processes = Daemon::processes_mentioning(&daemon.session_dir(&session));
+    assert!(!processes.is_empty(), "its sidecar runs");
+    let mut agents = Daemon::processes_mentioning(&daemon.root.path().join(".mock-agent"));
+    agents.extend(processes);
+    for pid in agents {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let environ = String::from_utf8_lossy(&environ);
+        assert!(!environ.split('\0').any(|var| var.starts_with("TETHER_HOME=")), "{pid}");
+    }
+}
