@@ -287,10 +287,14 @@ pub fn methods(supervisor: Arc<Supervisor>) -> RpcModule<()> {
     module
 }
 
+/// The most API connections at once, by default (`serve --max-connections`).
+pub const MAX_CONNECTIONS: u32 = 1024;
+
 /// Starts the API server.
 pub async fn serve(
     listen: SocketAddr,
     policy: AccessPolicy,
+    max_connections: u32,
     supervisor: Arc<Supervisor>,
 ) -> std::io::Result<(SocketAddr, ServerHandle)> {
     // Outermost first: the page (no token needed: it holds no data) and browser upgrades,
@@ -303,7 +307,7 @@ pub async fn serve(
     let config = ServerConfig::builder()
         .max_request_body_size(32 * 1024 * 1024)
         .max_response_body_size(64 * 1024 * 1024)
-        .max_connections(1024)
+        .max_connections(max_connections)
         // Params are checked per call (`CheckParams`), and a batch would go around that.
         .set_batch_request_config(BatchRequestConfig::Disabled)
         .ws_only()

@@ -49,7 +49,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7733";
 
 const EXIT_CODES: &str = "\
 Exit codes: 0 ok, 1 error, 2 usage, 3 server not running, 4 not found, 5 conflict (the
-session has ended), 6 refused (a missing or wrong token).";
+session has ended), 6 refused (a missing or wrong token), 7 busy (the daemon has no room
+for another connection).";
 
 /// How long a client command waits for a daemon that went away (a restart) to answer
 /// again before it gives up.
@@ -215,6 +216,10 @@ struct ServeArgs {
     /// A statically linked agentctl for the Docker runtime.
     #[arg(long, env = "TETHER_STATIC_AGENTCTL", value_name = "PATH")]
     static_agentctl: Option<PathBuf>,
+    /// The most API connections at once (pages, CLIs, frontends); one more is answered
+    /// HTTP 429, "too many connections".
+    #[arg(long, value_name = "N", default_value_t = crate::api::MAX_CONNECTIONS)]
+    max_connections: u32,
 }
 
 #[derive(Args, Debug, Clone, Copy)]
@@ -421,6 +426,8 @@ enum Exit {
     Conflict = 5,
     /// The daemon refused the token (missing or wrong).
     Refused = 6,
+    /// The daemon has no room for another connection (HTTP 429).
+    Busy = 7,
 }
 
 impl Exit {

@@ -45,6 +45,12 @@ impl Target {
                 code: Exit::Refused,
                 line: format!("unauthorized: the daemon at {url} refused this token"),
             },
+            Some(429) => Failure {
+                code: Exit::Busy,
+                line: format!(
+                    "too many connections: the daemon at {url} has no room for another one (its --max-connections); try again when clients have closed theirs"
+                ),
+            },
             Some(401) => Failure {
                 code: Exit::Refused,
                 line: format!(

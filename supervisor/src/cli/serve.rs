@@ -123,7 +123,7 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
         retention_pass(&supervisor, &retention.policy).await;
         tokio::spawn(run_retention(Arc::clone(&supervisor), retention));
     }
-    let (addr, handle) = api::serve(listen, policy, Arc::clone(&supervisor))
+    let (addr, handle) = api::serve(listen, policy, args.max_connections, Arc::clone(&supervisor))
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     println!("tether serving on ws://{addr} (data in {})", home.root().display());

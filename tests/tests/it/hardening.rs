@@ -474,3 +474,23 @@ async fn r29_an_agent_is_never_pointed_into_the_daemons_data_nor_told_where_it_i
         assert!(!environ.split('\0').any(|var| var.starts_with("TETHER_HOME=")), "{pid}");
     }
 }
+
+/// Point 5 (the message): when the daemon had no room for another connection, the CLI
+/// exited 6 "refused", which its help documents as a wrong token. Now a full daemon's HTTP
+/// 429 is "too many connections", exit 7, and the limit is `serve --max-connections`.
+#[tokio::test]
+async fn r29_a_full_daemon_is_reported_as_too_many_connections_not_a_wrong_token() {
+    let daemon = Daemon::start(&["--max-connections", "3"]).await;
+    let host = daemon.url.trim_start_matches("ws://").trim_end_matches('/').to_owned();
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(RawWs::connect(&host).await);
+    }
+    let (code, _, err) = daemon.cli(&["agents"]).await;
+    assert_eq!(code, 7, "{err}");
+    assert!(err.starts_with("too many connections: "), "{err}");
+    assert!(!err.contains("token"), "{err}");
+    let (_, help, _) = daemon.cli(&["--help"]).await;
+    assert!(help.contains("7 busy"), "{help}");
+    drop(held);
+}
