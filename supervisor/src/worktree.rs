@@ -204,6 +204,17 @@ pub async fn uncommitted(worktree: &Worktree) -> Result<Vec<String>, WorktreeErr
 /// Removes the worktree: refused with [`WorktreeError::Uncommitted`] when it holds
 /// uncommitted work, unless `force`. The branch is deleted too when `delete_branch`
 /// (forced: its commits may be on no other branch, which the caller asked for).
+/// Deletes `branch` of `repo` if it exists (and is not checked out anywhere); whether it
+/// did. A repository that is gone has nothing to delete.
+pub async fn delete_branch(repo: &Path, branch: &str) -> Result<bool, WorktreeError> {
+    if !repo.is_dir() || !branch_exists(repo, branch).await {
+        return Ok(false);
+    }
+    git(repo, &["worktree", "prune"]).await?;
+    git(repo, &["branch", "-D", branch]).await?;
+    Ok(true)
+}
+
 pub async fn remove(
     worktree: &Worktree,
     force: bool,
@@ -222,6 +233,7 @@ pub async fn remove(
     } else {
         git(&worktree.repo, &["worktree", "prune"]).await?;
     }
+    agentctl::fault::point("delete.worktree_removed");
     if delete_branch && branch_exists(&worktree.repo, &worktree.branch).await {
         git(&worktree.repo, &["branch", "-D", &worktree.branch]).await?;
     }

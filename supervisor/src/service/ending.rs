@@ -190,12 +190,22 @@ impl Supervisor {
         }
         if let Some(made) = session_worktree(row) {
             let existed = made.path.is_dir();
+            if delete_branch {
+                // Recorded first: recovery finishes a deletion a kill cuts short.
+                let repo = made.repo.display().to_string();
+                let branch = made.branch.clone();
+                self.config.store.add_branch_deletion(repo, branch, session_id.clone()).await?;
+            }
             worktree::remove(&made, force, delete_branch).await.map_err(|err| match err {
                 worktree::WorktreeError::Uncommitted { .. } => {
                     ServiceError::Conflict(format!("session {session_id}: {err}"))
                 }
                 other => ServiceError::Internal(format!("session {session_id}: {other}")),
             })?;
+            if delete_branch {
+                let repo = made.repo.display().to_string();
+                self.config.store.remove_branch_deletion(repo, made.branch.clone()).await?;
+            }
             if existed {
                 removed.push("worktree".to_owned());
             }

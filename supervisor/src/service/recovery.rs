@@ -136,6 +136,7 @@ impl Supervisor {
         }
         // Worktrees made for a session that was never stored (killed mid-create) go.
         summary.orphans_removed += self.remove_orphaned_worktrees().await;
+        summary.orphans_removed += self.finish_branch_deletions().await;
         // Containers of ours whose session is gone are removed (on every engine there).
         summary.orphans_removed += self.remove_orphaned_runtime_resources().await;
         let counted = [
@@ -226,6 +227,38 @@ impl Supervisor {
             }
         }
         swept
+    }
+
+    /// Branches whose deletion a kill cut short (recorded before it began) are deleted now,
+    /// by their recorded names only, unless a session still works on one; how many went.
+    pub(super) async fn finish_branch_deletions(&self) -> usize {
+        let pending = match self.config.store.branch_deletions().await {
+            Ok(pending) => pending,
+            Err(err) => {
+                tracing::warn!(%err, "cannot read the branch deletions left to finish");
+                return 0;
+            }
+        };
+        let mut deleted = 0;
+        for (repo, branch, in_use) in pending {
+            if !in_use {
+                match worktree::delete_branch(std::path::Path::new(&repo), &branch).await {
+                    Ok(true) => {
+                        tracing::info!(%repo, %branch, "deleted a branch whose deletion was cut short");
+                        deleted += 1;
+                    }
+                    Ok(false) => {}
+                    Err(err) => {
+                        tracing::warn!(%repo, %branch, %err, "cannot delete a branch left to delete");
+                        continue;
+                    }
+                }
+            }
+            if let Err(err) = self.config.store.remove_branch_deletion(repo, branch).await {
+                tracing::warn!(%err, "cannot record a finished branch deletion");
+            }
+        }
+        deleted
     }
 
     /// Removes our containers (stopped ones too) whose session is not stored; how many.

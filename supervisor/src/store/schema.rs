@@ -223,6 +223,17 @@ pub const MIGRATIONS: &[&str] = &[
     UPDATE executors_running SET runtime_handle = json_object('container', container_id)
         WHERE container_id IS NOT NULL;
     ",
+    // 10: issue 29, branches Tether made whose deletion was asked for (a delete with
+    // `delete_branch`), kept until the branch is gone: recovery finishes a deletion a kill
+    // cut short, by the recorded name only.
+    "
+    CREATE TABLE branch_deletions (
+        repo TEXT NOT NULL,
+        branch TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        PRIMARY KEY (repo, branch)
+    );
+    ",
 ];
 
 /// Brings the database up to the newest migration.

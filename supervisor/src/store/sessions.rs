@@ -53,6 +53,57 @@ impl Store {
         .await
     }
 
+    /// Records that a branch Tether made is to be deleted (before it is).
+    pub async fn add_branch_deletion(
+        &self,
+        repo: String,
+        branch: String,
+        session_id: String,
+    ) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            conn.execute(
+                "INSERT OR REPLACE INTO branch_deletions (repo, branch, session_id) VALUES (?1, ?2, ?3)",
+                [&repo, &branch, &session_id],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The branch is gone: its deletion is done.
+    pub async fn remove_branch_deletion(
+        &self,
+        repo: String,
+        branch: String,
+    ) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            conn.execute(
+                "DELETE FROM branch_deletions WHERE repo = ?1 AND branch = ?2",
+                [&repo, &branch],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Branch deletions not known to be done, with whether another stored session (not the
+    /// one being deleted) still works on the branch (`repo`, `branch`, `in use`).
+    pub async fn branch_deletions(&self) -> Result<Vec<(String, String, bool)>, StoreError> {
+        self.call(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT b.repo, b.branch, EXISTS (SELECT 1 FROM task_sessions s \
+                 WHERE s.worktree_repo = b.repo AND s.worktree_branch = b.branch \
+                 AND s.id != b.session_id AND s.state NOT IN ('COMPLETED', 'CANCELLED')) \
+                 FROM branch_deletions b ORDER BY b.repo, b.branch",
+            )?;
+            let rows = stmt
+                .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
+        .await
+    }
+
     /// Every task, oldest first.
     pub async fn list_tasks(&self) -> Result<Vec<Task>, StoreError> {
         self.call(|conn| {

@@ -404,3 +404,29 @@ async fn a_worktree_made_by_a_create_cut_short_is_removed_at_restart() {
     let api = daemon.api().await;
     assert!(ok("list", api.typed().session_list(None, None, None)).await.is_empty());
 }
+
+/// Issue 29, point 12: an interrupted `delete_branch` left a `tether/*` branch behind for
+/// good. The deletion is recorded before it begins, and the restarted daemon finishes it
+/// (by the recorded name only) before it serves.
+#[tokio::test]
+async fn r29_a_branch_deletion_cut_short_is_finished_at_restart() {
+    let fault = [("TETHER_FAULT", "delete.worktree_removed")];
+    let mut daemon = Daemon::start_with_env(&[], &[], &fault).await;
+    let api = daemon.api().await;
+    let repo = repository(&daemon, "repo").await;
+    let status = worktree_session(&api, "Cut short", &repo, None).await;
+    let branch = status.worktree_branch.clone().expect("a branch");
+    let session = status.session_id.clone();
+    ok("stop", api.typed().session_stop(session.clone())).await;
+    let cut = api.typed().session_delete(session, None, Some(true)).await;
+    assert!(cut.is_err(), "the daemon died between the worktree and the branch");
+    tether_tests::within("the supervisor to die at the fault point", daemon.wait_exit()).await;
+    let branches = git(&repo, &["branch", "--list", "tether/*"]).await;
+    assert!(branches.contains(&branch), "the kill left the branch: {branches}");
+    daemon.restart_with_env(&[]).await;
+    // Recovery runs before the API serves.
+    let _api = daemon.api().await;
+    let branches = git(&repo, &["branch", "--list", "tether/*"]).await;
+    assert!(!branches.contains(&branch), "finished at restart: {branches}");
+    assert!(git(&repo, &["branch", "--list", "main"]).await.contains("main"), "ours only");
+}
