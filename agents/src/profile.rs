@@ -121,6 +121,11 @@ pub struct SessionSettings {
     /// The agent's own state directories, relative to its home (e.g. `.codex`), persisted
     /// per session so a native resume works in a new container.
     pub agent_state_dirs: Vec<String>,
+    /// Files the agent keeps per ACP session, relative to its home, with `{acp_session}`
+    /// where the session's id goes (e.g. `.mock-agent/{acp_session}.json`): removed when
+    /// the session is deleted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub state_files: Vec<String>,
     /// The most characters of history a resume context may hold.
     pub resume_context_budget: usize,
     /// When the agent reports its context this full (`usage_update` used/size, in
@@ -468,6 +473,8 @@ struct RawSession {
     resume_command: Option<Spanned<Vec<String>>>,
     #[serde(default)]
     agent_state_dirs: Vec<Spanned<String>>,
+    #[serde(default)]
+    state_files: Vec<Spanned<String>>,
     resume_context_budget: Option<Spanned<usize>>,
     context_handoff_percent: Option<Spanned<u8>>,
 }
@@ -642,6 +649,14 @@ impl RawProfile {
                 "must be a relative path inside the agent's home, without ..",
             )?;
         }
+        for file in &self.session.state_files {
+            check.ensure(
+                is_inside(file.get_ref()) && file.get_ref().contains("{acp_session}"),
+                file.span(),
+                "session.state_files",
+                "must be a relative path inside the agent's home, without .., naming {acp_session}",
+            )?;
+        }
         let budget = match &self.session.resume_context_budget {
             Some(budget) => {
                 check.ensure(
@@ -789,6 +804,12 @@ impl RawProfile {
                 agent_state_dirs: self
                     .session
                     .agent_state_dirs
+                    .into_iter()
+                    .map(Spanned::into_inner)
+                    .collect(),
+                state_files: self
+                    .session
+                    .state_files
                     .into_iter()
                     .map(Spanned::into_inner)
                     .collect(),

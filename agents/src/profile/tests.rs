@@ -215,6 +215,14 @@ fn other_values_are_checked() {
             "docker.pids_limit",
         ),
         (
+            "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[session]\nstate_files = [\".x/state.json\"]\n",
+            "session.state_files",
+        ),
+        (
+            "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[session]\nstate_files = [\"../{acp_session}\"]\n",
+            "session.state_files",
+        ),
+        (
             "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[docker]\nimage = \" \"\n",
             "docker.image",
         ),

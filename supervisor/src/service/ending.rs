@@ -185,7 +185,7 @@ impl Supervisor {
         }
         // Whatever sidecar of it still runs (a stop cut short by a kill left one) goes first.
         let executor = self.config.store.get_executor(session_id.clone()).await.ok().flatten();
-        if let Err(err) = self.fence(row, executor).await {
+        if let Err(err) = self.fence(row, executor.clone()).await {
             tracing::warn!(session = %session_id, %err, "cannot fence a deleted session's sidecar");
         }
         if let Some(made) = session_worktree(row) {
@@ -226,6 +226,22 @@ impl Supervisor {
         self.config.store.delete_session(session_id.clone()).await?;
         self.sessions().remove(&session_id);
         self.event_logs.lock().expect("UNWRAP: never poisoned").remove(&session_id);
+        // The files the agent kept per ACP session on this host (the profile names them).
+        if let (Some(executor), Ok(profile)) = (&executor, Self::snapshot(row))
+            && self.runtime(&row.runtime).is_ok_and(|runtime| runtime.agent_home().is_none())
+        {
+            let ids = [&executor.acp_session_id, &executor.resume_token];
+            let ids: std::collections::BTreeSet<&str> =
+                ids.into_iter().flatten().map(String::as_str).collect();
+            for id in ids.into_iter().filter(|id| is_file_name(id)) {
+                for file in &profile.session.state_files {
+                    let path = self.agent_home().join(file.replace("{acp_session}", id));
+                    if std::fs::remove_file(&path).is_ok() {
+                        removed.push(format!("agent state {}", path.display()));
+                    }
+                }
+            }
+        }
         let agent_state = self.config.home.agent_state(&session_id);
         if agent_state.exists() {
             let _ = std::fs::remove_dir_all(&agent_state);
@@ -336,4 +352,9 @@ impl Supervisor {
         }
         resources
     }
+}
+
+/// Whether `id` can stand for one file name (an agent's session id put into a path).
+fn is_file_name(id: &str) -> bool {
+    !id.is_empty() && id != "." && id != ".." && !id.contains(['/', '\\', '\0'])
 }

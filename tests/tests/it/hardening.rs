@@ -494,3 +494,20 @@ async fn r29_a_full_daemon_is_reported_as_too_many_connections_not_a_wrong_token
     assert!(help.contains("7 busy"), "{help}");
     drop(held);
 }
+
+/// Point 12 (third part): the mock agent's per-session state files were never removed.
+/// A profile names the files its agent keeps per ACP session (`session.state_files`), and
+/// deleting the session removes them on this host.
+#[tokio::test]
+async fn r29_deleting_a_session_removes_the_state_files_its_agent_kept() {
+    use tether_tests::daemon::ok;
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("state")).await;
+    api.ask(&session, "remember this").await;
+    let acp = api.status(&session).await.acp_session_id.expect("an ACP session");
+    let file = daemon.root.path().join(".mock-agent").join(format!("{acp}.json"));
+    assert!(file.exists(), "the agent keeps {}", file.display());
+    ok("delete", api.typed().session_delete(session.clone(), None, None)).await;
+    assert!(!file.exists(), "{} is removed with the session", file.display());
+}
