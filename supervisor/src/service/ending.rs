@@ -97,22 +97,22 @@ impl Supervisor {
         delete_branch: bool,
     ) -> Result<(), ServiceError> {
         let row = self.session_row(&session_id).await?;
-        if let Some(made) = session_worktree(&row)
-            && !force
-        {
+        if !force {
             // Checked before anything stops: a refusal changes nothing.
-            let changed = worktree::uncommitted(&made)
-                .await
-                .map_err(|err| ServiceError::Internal(err.to_string()))?;
-            if !changed.is_empty() {
-                let err = worktree::WorktreeError::Uncommitted {
-                    path: made.path.display().to_string(),
-                    files: changed.into_iter().take(20).collect(),
-                };
-                return Err(ServiceError::Conflict(format!("session {session_id}: {err}")));
-            }
+            refuse_uncommitted(&row).await?;
         }
         self.remove_session(&row, force, delete_branch).await.map(|_| ())
+    }
+
+    /// Whether a session is live: its agent runs or is being brought up (a launch or
+    /// re-attach under way, `STARTING` or `RUNNING`). Asked under the start lock, it stays
+    /// so until the lock is let go.
+    fn is_live_now(&self, row: &SessionRow) -> bool {
+        let running = self.handle(&row.id).filter(SessionHandle::is_live).is_some_and(|handle| {
+            let view = handle.view();
+            view.agent_running || view.is_starting() || view.phase == Phase::Adopting
+        });
+        running || matches!(row.state, SessionState::Starting | SessionState::Running)
     }
 
     /// `task.delete`: the task and every session of it. Refused, changing nothing, while a
@@ -129,14 +129,7 @@ impl Supervisor {
         let rows = self.config.store.list_sessions(Some(task_id.clone())).await?;
         let live: Vec<String> = rows
             .iter()
-            .filter(|row| {
-                let running =
-                    self.handle(&row.id).filter(SessionHandle::is_live).is_some_and(|h| {
-                        let view = h.view();
-                        view.agent_running || view.is_starting() || view.phase == Phase::Adopting
-                    });
-                running || matches!(row.state, SessionState::Starting | SessionState::Running)
-            })
+            .filter(|row| self.is_live_now(row))
             .map(|row| format!("{} ({})", row.id, row.state.as_str()))
             .collect();
         if !live.is_empty() {
@@ -147,17 +140,7 @@ impl Supervisor {
         }
         if !force {
             for row in &rows {
-                let Some(made) = session_worktree(row) else { continue };
-                let changed = worktree::uncommitted(&made)
-                    .await
-                    .map_err(|err| ServiceError::Internal(err.to_string()))?;
-                if !changed.is_empty() {
-                    let err = worktree::WorktreeError::Uncommitted {
-                        path: made.path.display().to_string(),
-                        files: changed.into_iter().take(20).collect(),
-                    };
-                    return Err(ServiceError::Conflict(format!("session {}: {err}", row.id)));
-                }
+                refuse_uncommitted(row).await?;
             }
         }
         for row in &rows {
@@ -286,11 +269,7 @@ impl Supervisor {
             // session's agent up in between (they start actors under it, and read the row
             // again there).
             let _guard = self.start_lock.lock().await;
-            let live = self.handle(&row.id).filter(SessionHandle::is_live).is_some_and(|handle| {
-                let view = handle.view();
-                view.agent_running || view.is_starting() || view.phase == Phase::Adopting
-            });
-            if live || matches!(row.state, SessionState::Starting | SessionState::Running) {
+            if self.is_live_now(&row) {
                 kept.push(keep("live: its agent runs (or is being brought up)".into()));
                 continue;
             }
@@ -357,4 +336,20 @@ impl Supervisor {
 /// Whether `id` can stand for one file name (an agent's session id put into a path).
 fn is_file_name(id: &str) -> bool {
     !id.is_empty() && id != "." && id != ".." && !id.contains(['/', '\\', '\0'])
+}
+
+/// A `conflict` naming the files, when the session's worktree holds uncommitted work.
+async fn refuse_uncommitted(row: &SessionRow) -> Result<(), ServiceError> {
+    let Some(made) = session_worktree(row) else { return Ok(()) };
+    let changed = worktree::uncommitted(&made)
+        .await
+        .map_err(|err| ServiceError::Internal(err.to_string()))?;
+    if changed.is_empty() {
+        return Ok(());
+    }
+    let err = worktree::WorktreeError::Uncommitted {
+        path: made.path.display().to_string(),
+        files: changed.into_iter().take(20).collect(),
+    };
+    Err(ServiceError::Conflict(format!("session {}: {err}", row.id)))
 }
