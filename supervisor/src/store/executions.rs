@@ -93,9 +93,7 @@ impl Store {
                  WHERE s.state IN ('CREATED', 'STARTING', 'RUNNING') AND e.session_id IS NULL ORDER BY s.id",
                 columns.join(", ")
             );
-            let mut stmt = conn.prepare(&sql)?;
-            let rows = stmt.query_map([], session_from_row)?.collect::<Result<Vec<_>, _>>()?;
-            rows.into_iter().map(finish_session).collect()
+            sessions_matching(conn, &sql, [])
         })
         .await
     }
@@ -171,9 +169,7 @@ impl Store {
                  AND (EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id AND t.state = 'running') \
                  OR EXISTS (SELECT 1 FROM pending_requests p WHERE p.session_id = s.id)) ORDER BY s.id"
             );
-            let mut stmt = conn.prepare(&sql)?;
-            let rows = stmt.query_map([], session_from_row)?.collect::<Result<Vec<_>, _>>()?;
-            rows.into_iter().map(finish_session).collect()
+            sessions_matching(conn, &sql, [])
         })
         .await
     }

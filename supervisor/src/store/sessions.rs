@@ -183,11 +183,10 @@ impl Store {
         task_id: Option<String>,
     ) -> Result<Vec<SessionRow>, StoreError> {
         self.call(move |conn| {
-            let mut stmt = conn.prepare(&format!(
+            let sql = format!(
                 "SELECT {SESSION_COLUMNS} FROM task_sessions WHERE ?1 IS NULL OR task_id = ?1 ORDER BY id"
-            ))?;
-            let rows = stmt.query_map([&task_id], session_from_row)?.collect::<Result<Vec<_>, _>>()?;
-            rows.into_iter().map(finish_session).collect()
+            );
+            sessions_matching(conn, &sql, [&task_id])
         })
         .await
     }
@@ -338,6 +337,17 @@ pub(super) fn session_from_row(
         row.get::<_, String>(3)?,
         row.get::<_, String>(5)?,
     ))
+}
+
+/// The session rows `sql` selects (its columns those of [`SESSION_COLUMNS`], in order).
+pub(super) fn sessions_matching(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<SessionRow>, StoreError> {
+    let mut stmt = conn.prepare(sql)?;
+    let rows = stmt.query_map(params, session_from_row)?.collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter().map(finish_session).collect()
 }
 
 pub(super) fn finish_session(
