@@ -124,6 +124,8 @@ struct Inner {
     active: Option<File>,
     next_seq: u64,
     acked_seq: u64,
+    /// Where every append records the highest seq issued (see [`Spool::open_marked`]).
+    mark: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -201,6 +203,7 @@ impl<E: Entry> Spool<E> {
                 active: Some(active),
                 next_seq: 1,
                 acked_seq: 0,
+                mark: None,
             }),
             last_seq_tx,
             stalled: watch::channel(None).0,
@@ -272,13 +275,73 @@ impl<E: Entry> Spool<E> {
         Ok(Spool {
             dir: dir.to_owned(),
             segment_bytes,
-            inner: Mutex::new(Inner { segments, active: Some(active), next_seq, acked_seq }),
+            inner: Mutex::new(Inner {
+                segments,
+                active: Some(active),
+                next_seq,
+                acked_seq,
+                mark: None,
+            }),
             last_seq_tx,
             stalled: watch::channel(None).0,
             disk_tx: watch::channel(held).0,
             backlog_full: watch::channel(false).0,
             _entries: std::marker::PhantomData,
         })
+    }
+
+    /// Like [`Spool::open`], for a log whose seqs must never go backwards because clients
+    /// hold cursors into it (the supervisor's per-session event log). Every append records
+    /// the highest seq issued in the file `mark` (beside the log, so it outlives the log's
+    /// directory); `floor` is the highest seq the caller's own records know was issued.
+    /// When the log holds less than the higher of the two — cut, emptied or deleted while
+    /// nobody wrote it — numbering continues after it in a new segment, and the seqs lost
+    /// are returned. Readers asking for seqs in the gap get what follows it.
+    pub fn open_marked(
+        dir: &Path,
+        segment_bytes: u64,
+        mark: &Path,
+        floor: u64,
+    ) -> Result<(Spool<E>, Option<std::ops::RangeInclusive<u64>>), SpoolError> {
+        let spool = Spool::open(dir, segment_bytes)?;
+        let marked = match std::fs::read_to_string(mark) {
+            Ok(text) => text.trim().parse::<u64>().unwrap_or_else(|err| {
+                tracing::warn!(path = %mark.display(), %err, "a damaged seq mark is ignored");
+                0
+            }),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => 0,
+            Err(err) => return Err(SpoolError::Io { path: mark.to_owned(), source: err }),
+        };
+        let issued = floor.max(marked);
+        let mut inner = spool.lock();
+        inner.mark = Some(mark.to_owned());
+        let lost = (issued >= inner.next_seq).then(|| inner.next_seq..=issued);
+        if lost.is_some() {
+            inner.next_seq = issued + 1;
+            spool.rotate(&mut inner)?;
+            spool.write_mark(&mut inner, issued);
+        }
+        drop(inner);
+        Ok((spool, lost))
+    }
+
+    /// Records `last` as the highest seq issued, when the spool keeps a mark (opened for
+    /// the write only: a live log holds one descriptor, its active segment). A failure is
+    /// only logged: the entries are written, and the mark is the second of two witnesses.
+    fn write_mark(&self, inner: &mut Inner, last: u64) {
+        use std::os::unix::fs::{FileExt, OpenOptionsExt};
+        let Some(path) = &inner.mark else { return };
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(path)
+            // Fixed width: a later mark always covers an earlier one.
+            .and_then(|file| file.write_all_at(format!("{last:020}\n").as_bytes(), 0));
+        if let Err(err) = written {
+            tracing::warn!(path = %path.display(), %err, "cannot record the seq mark");
+        }
     }
 
     /// Appends the entry built from the next seq and the current time (Unix ms), and
@@ -365,6 +428,7 @@ impl<E: Entry> Spool<E> {
             return Err(SpoolError::Io { path, source: err });
         }
         inner.next_seq = last + 1;
+        self.write_mark(inner, last);
         let active = inner.segments.back_mut().expect("UNWRAP: there is always an active segment");
         active.last_seq = last;
         active.bytes += lines.len() as u64;
@@ -554,14 +618,23 @@ impl<E: Entry> Spool<E> {
         self.inner.lock().expect("UNWRAP: never poisoned")
     }
 
-    /// The segment that holds `seq` (or will: the active one). `Pruned` when `seq` was in
-    /// a segment already dropped by an ack.
+    /// The segment that holds `seq` (or will: the active one; or, for a seq lost before the
+    /// oldest segment, that one). `Pruned` when `seq` was in a segment already dropped by an
+    /// ack or retention.
     fn segment_for(&self, seq: u64) -> Result<Segment, SpoolError> {
         let inner = self.lock();
         match inner.segments.iter().rev().find(|segment| segment.first_seq <= seq) {
             Some(segment) => Ok(segment.clone()),
+            None if seq > inner.acked_seq && !inner.segments.is_empty() => {
+                Ok(inner.segments.front().expect("UNWRAP: checked non-empty").clone())
+            }
             None => Err(SpoolError::Pruned { after_seq: seq - 1, acked_seq: inner.acked_seq }),
         }
+    }
+
+    /// The segment after the one starting at `first_seq`, if there is one.
+    fn segment_after(&self, first_seq: u64) -> Option<Segment> {
+        self.lock().segments.iter().find(|segment| segment.first_seq > first_seq).cloned()
     }
 
     /// Whether the segment starting at `first_seq` is still the active one.
@@ -851,8 +924,12 @@ impl<E: Entry> SpoolReader<E> {
             }
             self.file = None;
             if self.spool.segment_for(self.cursor + 1)?.first_seq == first_seq {
-                // The cursor's segment is this one and nothing newer exists yet.
-                return Ok(None);
+                // The cursor's segment is this one: it ended before the cursor's seq (seqs
+                // were lost after it, see `Spool::open_marked`), so read the next one.
+                let Some(next) = self.spool.segment_after(first_seq) else { return Ok(None) };
+                let file = File::open(&next.path).map_err(io_err(&next.path))?;
+                self.file = Some((next.first_seq, next.path, BufReader::new(file)));
+                self.drained_closed = false;
             }
         }
     }

@@ -147,6 +147,11 @@ impl SessionPaths {
         self.dir.join("events")
     }
 
+    /// `events.seq`: the highest event seq issued, beside the log so that it outlives it.
+    pub fn events_mark(&self) -> PathBuf {
+        self.dir.join("events.seq")
+    }
+
     /// `agentctl/`: the sidecar's state dir (its spool, `ready.json`).
     pub fn agentctl(&self) -> PathBuf {
         self.dir.join("agentctl")

@@ -358,18 +358,68 @@ impl Supervisor {
     }
 
     /// The session's event log (opened, or reopened after a restart).
-    fn event_log(&self, session_id: &str) -> Result<Arc<Spool<SessionEvent>>, ServiceError> {
-        let mut logs = self.event_logs.lock().expect("UNWRAP: never poisoned");
-        if let Some(log) = logs.get(session_id) {
+    async fn event_log(&self, session_id: &str) -> Result<Arc<Spool<SessionEvent>>, ServiceError> {
+        if let Some(log) = self.event_logs.lock().expect("UNWRAP: never poisoned").get(session_id) {
             return Ok(Arc::clone(log));
         }
-        let dir = self.config.home.session(session_id).events();
-        let log =
-            Arc::new(Spool::open(&dir, self.config.event_log.segment_bytes).map_err(|err| {
-                ServiceError::Storage(format!("the event log {}: {err}", dir.display()))
-            })?);
-        logs.insert(session_id.to_owned(), Arc::clone(&log));
+        let floor = self.config.store.event_seq_high(session_id.to_owned()).await?;
+        let paths = self.config.home.session(session_id);
+        let (dir, mark) = (paths.events(), paths.events_mark());
+        let (log, lost) = {
+            let mut logs = self.event_logs.lock().expect("UNWRAP: never poisoned");
+            if let Some(log) = logs.get(session_id) {
+                return Ok(Arc::clone(log));
+            }
+            let (log, lost) =
+                Spool::open_marked(&dir, self.config.event_log.segment_bytes, &mark, floor)
+                    .map_err(|err| {
+                        ServiceError::Storage(format!("the event log {}: {err}", dir.display()))
+                    })?;
+            let log = Arc::new(log);
+            logs.insert(session_id.to_owned(), Arc::clone(&log));
+            (log, lost)
+        };
+        if let Some(lost) = lost {
+            self.report_lost_events(session_id, &dir, &log, lost).await;
+        }
         Ok(log)
+    }
+
+    /// A session's event log was found holding fewer events than were issued (cut,
+    /// emptied or deleted while the daemon was down): said to subscribers (a notice at the
+    /// first new seq), in the log and in the session's timeline.
+    async fn report_lost_events(
+        &self,
+        session_id: &str,
+        dir: &std::path::Path,
+        log: &Arc<Spool<SessionEvent>>,
+        lost: std::ops::RangeInclusive<u64>,
+    ) {
+        let (first, last) = (*lost.start(), *lost.end());
+        let message = format!(
+            "the event log lost events {first}–{last} while the daemon was down ({} holds \
+             fewer events than were issued); numbering continues at {}, and the conversation \
+             is in task.session.history",
+            dir.display(),
+            last + 1
+        );
+        tracing::warn!(session = %session_id, "{message}");
+        let record =
+            SessionRecord::new(session_id.to_owned(), self.config.store.clone(), Arc::clone(log));
+        let notice = SessionEventKind::Notice { message: message.clone() };
+        // It carries the marks of the newest event kept: the agent events past them are
+        // still published again from agentctl's spool, the ones before are not.
+        let kept = log.last_entry().ok().flatten();
+        let mark = Mark {
+            agent_seq: kept.as_ref().and_then(|event| event.agent_seq),
+            generation: kept.as_ref().and_then(|event| event.generation),
+        };
+        if let Err(err) = record.publish(vec![notice], mark) {
+            tracing::warn!(session = %session_id, %err, "cannot publish the lost events' notice");
+        }
+        if let Err(err) = self.config.store.log_error(session_id.to_owned(), message).await {
+            tracing::warn!(session = %session_id, %err, "cannot record the lost events");
+        }
     }
 
     /// The profile a session started with (its snapshot), not today's.
@@ -536,7 +586,7 @@ impl Supervisor {
         after_seq: u64,
     ) -> Result<SpoolReader<SessionEvent>, ServiceError> {
         self.session_row(&session_id).await?;
-        let log = self.event_log(&session_id)?;
+        let log = self.event_log(&session_id).await?;
         let last = log.last_seq();
         if after_seq > last {
             return Err(ServiceError::InvalidParams {

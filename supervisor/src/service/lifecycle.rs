@@ -145,11 +145,13 @@ impl Supervisor {
         let row = created?;
         // Killed here, the session is stored `CREATED` and nothing of it started.
         agentctl::fault::point("create.recorded");
-        let started = self.context(&row).and_then(|context| {
-            let events = self.event_log(&row.id)?;
-            let start = Start::Fresh { initial_prompt };
-            Ok(session::start_session(context, row.clone(), profile, events, start)?)
-        });
+        let started = match self.event_log(&row.id).await {
+            Ok(events) => self.context(&row).and_then(|context| {
+                let start = Start::Fresh { initial_prompt };
+                Ok(session::start_session(context, row.clone(), profile, events, start)?)
+            }),
+            Err(err) => Err(err),
+        };
         match started {
             Ok(handle) => {
                 self.sessions().insert(row.id.clone(), handle);
@@ -198,7 +200,7 @@ impl Supervisor {
     /// `task.session.status`.
     pub async fn status(&self, session_id: String) -> Result<SessionStatus, ServiceError> {
         let row = self.session_row(&session_id).await?;
-        let last_event_seq = self.event_log(&session_id).map_or(0, |log| log.last_seq());
+        let last_event_seq = self.event_log(&session_id).await.map_or(0, |log| log.last_seq());
         let executor = self.config.store.get_executor(session_id.clone()).await?;
         let generation = executor.as_ref().map_or(0, |e| u64::try_from(e.generation).unwrap_or(0));
         let handle = self.handle(&session_id);
@@ -356,7 +358,7 @@ impl Supervisor {
             self.context(row)?,
             row.clone(),
             profile,
-            self.event_log(&row.id)?,
+            self.event_log(&row.id).await?,
             Start::Resume,
         )?;
         self.sessions().insert(row.id.clone(), handle.clone());
@@ -546,7 +548,7 @@ impl Supervisor {
         trigger: SnapshotTrigger,
     ) -> Result<(), ServiceError> {
         let request = self.snapshot_request(&row.id, trigger, reason.clone());
-        let record = self.record(&row.id)?;
+        let record = self.record(&row.id).await?;
         Ok(record.pause(request, reason, trigger, forced, Mark::default()).await?)
     }
 

@@ -359,7 +359,7 @@ impl Supervisor {
 
     /// Starts an actor that re-attaches (to a live sidecar, or to a dead one's spool) at
     /// recovery; returns a watch on its view.
-    pub(super) fn start_adopting(
+    pub(super) async fn start_adopting(
         &self,
         row: &SessionRow,
         profile: Arc<Profile>,
@@ -369,7 +369,7 @@ impl Supervisor {
             self.context(row)?,
             row.clone(),
             profile,
-            self.event_log(&row.id)?,
+            self.event_log(&row.id).await?,
             Start::Adopt(Box::new(plan)),
         )?;
         let view = handle.watch();
@@ -387,12 +387,16 @@ impl Supervisor {
         let store = &self.config.store;
         let reason = "the session was stopped";
         let executor = store.get_executor(row.id.clone()).await?;
-        if let Some(executor) = executor.filter(|executor| self.unrecorded_leftovers(executor)) {
+        let leftovers = match executor {
+            Some(executor) if self.unrecorded_leftovers(&executor).await => Some(executor),
+            _ => None,
+        };
+        if let Some(executor) = leftovers {
             let open_turns =
                 store.open_turns(row.id.clone(), executor.execution_id.clone()).await?;
             let addr = executor.endpoint();
             let plan = AdoptPlan { executor, addr, open_turns, gone: true };
-            return self.start_adopting(&row, Supervisor::snapshot(&row)?, plan).map(Some);
+            return self.start_adopting(&row, Supervisor::snapshot(&row)?, plan).await.map(Some);
         }
         self.void_open_work(&row.id, reason, Vec::new()).await?;
         Ok(None)
@@ -407,14 +411,14 @@ impl Supervisor {
         reason: &str,
         then: Vec<SessionEventKind>,
     ) -> Result<(usize, usize), ServiceError> {
-        let record = self.record(session_id)?;
+        let record = self.record(session_id).await?;
         record.void_open_work(reason, then, Mark::default()).await.map_err(ServiceError::from)
     }
 
     /// Whether a dead execution's spool holds events that are not in the session's
     /// history or event log (past what each had recorded of that execution, and past
     /// what was acknowledged).
-    pub(super) fn unrecorded_leftovers(&self, executor: &crate::store::ExecutorRow) -> bool {
+    pub(super) async fn unrecorded_leftovers(&self, executor: &crate::store::ExecutorRow) -> bool {
         // Before its ACP session opened an execution holds nothing of the conversation
         // (a load's replay is acknowledged before the open is recorded): nothing to record.
         if executor.acp_session_id.is_none() {
@@ -428,8 +432,10 @@ impl Supervisor {
         let generation = executor.generation;
         let history_mark = crate::history::History::open(&paths.history())
             .map_or(0, |history| history.mark_for(generation));
-        let events_mark =
-            self.record(&executor.session_id).map_or(0, |record| record.events_mark(generation));
+        let events_mark = self
+            .record(&executor.session_id)
+            .await
+            .map_or(0, |record| record.events_mark(generation));
         last > history_mark.min(events_mark)
     }
 
@@ -440,26 +446,27 @@ impl Supervisor {
         state: SessionState,
         error: Option<String>,
     ) -> Result<(), ServiceError> {
-        let record = self.record(session_id)?;
+        let record = self.record(session_id).await?;
         Ok(record.set_state(state, error, None, Mark::default(), None).await?)
     }
 
     /// Publishes what recovery found on a session's stream, in one append. The events
     /// carry no agentctl mark: no agent event caused them.
-    pub(super) fn publish_recovery(
+    pub(super) async fn publish_recovery(
         &self,
         session_id: &str,
         kinds: Vec<SessionEventKind>,
     ) -> Result<(), ServiceError> {
-        self.record(session_id)?
+        self.record(session_id)
+            .await?
             .publish(kinds, Mark::default())
             .map_err(|err| ServiceError::Internal(format!("publishing recovery events: {err}")))
     }
 
     /// The record of a session (its event log and open-work rows), for recovery and the
     /// paths that change a session without its actor.
-    pub(super) fn record(&self, session_id: &str) -> Result<SessionRecord, ServiceError> {
-        let log = self.event_log(session_id)?;
+    pub(super) async fn record(&self, session_id: &str) -> Result<SessionRecord, ServiceError> {
+        let log = self.event_log(session_id).await?;
         Ok(SessionRecord::new(session_id.to_owned(), self.config.store.clone(), log))
     }
 
@@ -507,7 +514,7 @@ impl Supervisor {
         // A dead sidecar whose spool holds what was never recorded (the supervisor died
         // with it, or while reading it): the spool is replayed like a live re-attach's,
         // then the execution is lost — whatever reached a spool is recorded once.
-        let gone = !alive && unreachable.is_none() && self.unrecorded_leftovers(&executor);
+        let gone = !alive && unreachable.is_none() && self.unrecorded_leftovers(&executor).await;
         if alive || gone {
             // Where the runtime said agentctl listens, as stored (issue 17).
             let addr = executor.endpoint();
@@ -517,7 +524,7 @@ impl Supervisor {
                 self.config.store.list_pending(row.id.clone()).await?.len();
             let profile = Supervisor::snapshot(&row)?;
             let plan = AdoptPlan { executor, addr, open_turns, gone };
-            return self.start_adopting(&row, profile, plan).map(Some);
+            return self.start_adopting(&row, profile, plan).await.map(Some);
         }
         // Then what it left behind is marked.
         let store = &self.config.store;
@@ -552,7 +559,8 @@ impl Supervisor {
             self.publish_recovery(
                 &row.id,
                 vec![SessionEventKind::SnapshotTaken { snapshot_id, trigger }],
-            )?;
+            )
+            .await?;
         }
         Ok(None)
     }

@@ -109,7 +109,8 @@ impl SessionRecord {
         if let Some(point) = between {
             agentctl::fault::point(point);
         }
-        self.store.set_session_state(self.session_id.clone(), state, error, task).await?;
+        let high = self.events.last_seq();
+        self.store.set_session_state(self.session_id.clone(), state, error, task, high).await?;
         Ok(published?)
     }
 
@@ -180,7 +181,7 @@ impl SessionRecord {
         // An exhaustion's snapshot primes the next resume's fresh agent session.
         let handoff = snapshot.filter(|_| snapshot_trigger == SnapshotTrigger::Exhaustion);
         let paused = PausedRecord { reason, trigger, forced, handoff };
-        self.store.set_paused(self.session_id.clone(), paused).await?;
+        self.store.set_paused(self.session_id.clone(), paused, self.events.last_seq()).await?;
         Ok(())
     }
 

@@ -234,6 +234,11 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (repo, branch)
     );
     ",
+    // 11: issue 29, the highest session event seq issued as of the session's last state
+    // change: a reopened event log never numbers below it (see `Spool::open_marked`).
+    "
+    ALTER TABLE task_sessions ADD COLUMN event_seq_high INTEGER NOT NULL DEFAULT 0;
+    ",
 ];
 
 /// Brings the database up to the newest migration.

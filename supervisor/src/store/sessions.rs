@@ -211,20 +211,37 @@ impl Store {
         .await
     }
 
-    /// Sets a session's state and error message, and its task's state with it.
+    /// The highest event seq a session's state changes recorded (0: none, or no such
+    /// session).
+    pub async fn event_seq_high(&self, id: String) -> Result<u64, StoreError> {
+        self.call(move |conn| {
+            let high: Option<i64> = conn
+                .query_row("SELECT event_seq_high FROM task_sessions WHERE id = ?1", [id], |row| {
+                    row.get(0)
+                })
+                .optional()?;
+            Ok(high.map_or(0, |high| u64::try_from(high).unwrap_or(0)))
+        })
+        .await
+    }
+
+    /// Sets a session's state and error message, and its task's state with it, and records
+    /// `event_seq_high`, the highest event seq its log has issued (it never goes down).
     pub async fn set_session_state(
         &self,
         id: String,
         state: SessionState,
         error: Option<String>,
         task_state: Option<&'static str>,
+        event_seq_high: u64,
     ) -> Result<(), StoreError> {
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = now_ms();
             let changed = tx.execute(
-                "UPDATE task_sessions SET state = ?2, error_message = ?3, updated_at = ?4 WHERE id = ?1",
-                params![id, state.as_str(), error, now],
+                "UPDATE task_sessions SET state = ?2, error_message = ?3, updated_at = ?4, \
+                 event_seq_high = MAX(event_seq_high, ?5) WHERE id = ?1",
+                params![id, state.as_str(), error, now, event_seq_high as i64],
             )?;
             if changed == 0 {
                 return Err(StoreError::NotFound { what: "session", id });

@@ -82,9 +82,23 @@ async fn tasks_and_sessions_round_trip() {
             SessionState::WaitingForInput,
             Some("note".into()),
             Some(task_state::REVIEW),
+            7,
         )
         .await
         .unwrap();
+    // The event seq mark never goes down.
+    store
+        .set_session_state(
+            row.id.clone(),
+            SessionState::WaitingForInput,
+            Some("note".into()),
+            None,
+            3,
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.event_seq_high(row.id.clone()).await.unwrap(), 7);
+    assert_eq!(store.event_seq_high("nope".into()).await.unwrap(), 0);
     let back = store.get_session(row.id.clone()).await.unwrap();
     assert_eq!(
         (back.state, back.error_message.as_deref()),
@@ -323,7 +337,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
         let mut row = session(&task.id);
         row.runtime = runtime.into();
         let row = store.create_session(row).await.unwrap();
-        store.set_session_state(row.id.clone(), state, None, None).await.unwrap();
+        store.set_session_state(row.id.clone(), state, None, None, 0).await.unwrap();
         store
             .put_executor(ExecutorRow {
                 session_id: row.id.clone(),
@@ -345,7 +359,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
     // A session with no runtime record yet is active but no candidate.
     let unlaunched = store.create_session(session(&task.id)).await.unwrap();
     store
-        .set_session_state(unlaunched.id, SessionState::WaitingForInput, None, None)
+        .set_session_state(unlaunched.id, SessionState::WaitingForInput, None, None, 0)
         .await
         .unwrap();
 
@@ -467,7 +481,7 @@ async fn migration_5_keeps_sessions_and_their_references() {
     let row = store.get_session("s".into()).await.unwrap();
     assert_eq!(row.state, SessionState::WaitingForInput);
     assert!(store.get_executor("s".into()).await.unwrap().is_some());
-    store.set_paused("s".into(), paused(None)).await.unwrap();
+    store.set_paused("s".into(), paused(None), 0).await.unwrap();
     assert_eq!(store.get_session("s".into()).await.unwrap().state, SessionState::Paused);
     let fk: i64 = store
         .call(|conn| Ok(conn.query_row("PRAGMA foreign_keys", [], |r| r.get(0))?))
@@ -501,10 +515,10 @@ async fn a_pause_request_is_kept_until_the_session_is_paused() {
     store.put_pause(row.id.clone(), request.clone()).await.unwrap();
     assert_eq!(store.get_pause(row.id.clone()).await.unwrap(), Some(request.clone()));
     assert_eq!(store.pauses().await.unwrap(), vec![(row.id.clone(), request)]);
-    store.set_paused(row.id.clone(), paused(None)).await.unwrap();
+    store.set_paused(row.id.clone(), paused(None), 0).await.unwrap();
     assert_eq!(store.get_session(row.id.clone()).await.unwrap().state, SessionState::Paused);
     assert!(store.pauses().await.unwrap().is_empty());
-    let unknown = store.set_paused("nope".into(), paused(None)).await.unwrap_err();
+    let unknown = store.set_paused("nope".into(), paused(None), 0).await.unwrap_err();
     assert!(matches!(unknown, StoreError::NotFound { .. }), "{unknown:?}");
 }
 
@@ -539,7 +553,10 @@ async fn the_timeline_records_each_change_in_order() {
     let id = row.id.clone();
     store.put_executor(executor(&id, "e1")).await.unwrap();
     store.put_executor(executor(&id, "e1")).await.unwrap();
-    store.set_session_state(id.clone(), SessionState::WaitingForInput, None, None).await.unwrap();
+    store
+        .set_session_state(id.clone(), SessionState::WaitingForInput, None, None, 0)
+        .await
+        .unwrap();
     store.insert_turn("u1".into(), id.clone(), "e1".into(), "1".into()).await.unwrap();
     store.end_turn("u1".into(), TurnState::Failed, None, Some("boom".into())).await.unwrap();
     store.log_error(id.clone(), "the agent exited".into()).await.unwrap();
@@ -552,7 +569,7 @@ async fn the_timeline_records_each_change_in_order() {
     store.record_opened(id.clone(), "e2".into(), resumed).await.unwrap();
     let pause = PauseRequest { reason: None, force_at: 9, trigger: SnapshotTrigger::Pause };
     store.put_pause(id.clone(), pause).await.unwrap();
-    store.set_paused(id.clone(), paused(None)).await.unwrap();
+    store.set_paused(id.clone(), paused(None), 0).await.unwrap();
     let rows = store.timeline(id.clone(), 0, 100).await.unwrap();
     assert_eq!(
         kinds(&rows),
@@ -620,7 +637,7 @@ async fn snapshots_and_handoffs_are_kept_as_documented() {
     assert_eq!(store.snapshot("snap-003".into()).await.unwrap(), None);
     assert_eq!(store.snapshot("nope".into()).await.unwrap(), None);
     // The handoff.
-    store.set_paused(id.clone(), paused(Some(&latest.snapshot_id))).await.unwrap();
+    store.set_paused(id.clone(), paused(Some(&latest.snapshot_id)), 0).await.unwrap();
     assert_eq!(store.handoff(id.clone()).await.unwrap(), Some(latest.snapshot_id.clone()));
     store.put_executor(executor(&id, "e1")).await.unwrap();
     let injected = Opened {
@@ -704,7 +721,7 @@ async fn joined_reads_carry_the_new_session_columns_and_the_executor() {
     assert_eq!(store.get_session(row.id.clone()).await.unwrap(), row);
     store.put_executor(executor(&row.id, "e1")).await.unwrap();
     store
-        .set_session_state(row.id.clone(), SessionState::WaitingForInput, None, None)
+        .set_session_state(row.id.clone(), SessionState::WaitingForInput, None, None, 0)
         .await
         .unwrap();
     let executions = store.active_executions().await.unwrap();

@@ -142,12 +142,14 @@ impl Store {
         &self,
         session_id: String,
         paused: PausedRecord,
+        event_seq_high: u64,
     ) -> Result<(), StoreError> {
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let changed = tx.execute(
-                "UPDATE task_sessions SET state = 'PAUSED', error_message = NULL, updated_at = ?2 WHERE id = ?1",
-                params![session_id, now_ms()],
+                "UPDATE task_sessions SET state = 'PAUSED', error_message = NULL, updated_at = ?2, \
+                 event_seq_high = MAX(event_seq_high, ?3) WHERE id = ?1",
+                params![session_id, now_ms(), event_seq_high as i64],
             )?;
             if changed == 0 {
                 return Err(StoreError::NotFound { what: "session", id: session_id });
@@ -220,17 +222,18 @@ impl Store {
         stop_reason: Option<String>,
         error: Option<String>,
     ) -> Result<(), StoreError> {
-        self.end_turn_then(turn_id, (state, stop_reason, error), None).await
+        self.end_turn_then(turn_id, (state, stop_reason, error), None, 0).await
     }
 
     /// Ends a turn and, in the same transaction, sets its session's state (`then`: state,
     /// error, task state): one write, and the timeline lists the turn's end before the
-    /// state it led to.
+    /// state it led to. Records `event_seq_high` as [`Store::set_session_state`] does.
     pub async fn end_turn_then(
         &self,
         turn_id: String,
         (state, stop_reason, error): (TurnState, Option<String>, Option<String>),
         then: Option<(SessionState, Option<String>, Option<&'static str>)>,
+        event_seq_high: u64,
     ) -> Result<(), StoreError> {
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -246,6 +249,10 @@ impl Store {
                 let ended =
                     TimelineEvent::TurnEnded { turn_id, state, stop_reason, error };
                 log(&tx, &session_id, &ended)?;
+                tx.execute(
+                    "UPDATE task_sessions SET event_seq_high = MAX(event_seq_high, ?2) WHERE id = ?1",
+                    params![session_id, event_seq_high as i64],
+                )?;
                 if let Some((session_state, error, task_state)) = then {
                     tx.execute(
                         "UPDATE task_sessions SET state = ?2, error_message = ?3, updated_at = ?4 WHERE id = ?1",

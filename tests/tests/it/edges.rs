@@ -813,6 +813,12 @@ async fn r27_a_kill_mid_write_of_an_event_batch_loses_no_event() {
     // The kill's cut: the batch's first line whole, the second torn, nothing after.
     let cut = lines[first].1 + (lines[first + 1].1 - lines[first].1) / 2;
     std::fs::OpenOptions::new().write(true).open(&segment).unwrap().set_len(cut as u64).unwrap();
+    // The log's mark of the highest seq issued is written after a write completes: a kill
+    // mid-write leaves it naming the write before.
+    let before: Value =
+        serde_json::from_slice(&text[lines[first - 1].0..lines[first - 1].1]).unwrap();
+    let mark = daemon.session_dir(&session).join("events.seq");
+    std::fs::write(&mark, format!("{:020}\n", before["seq"].as_u64().unwrap())).unwrap();
     daemon.restart_with_env(&[]).await;
     let api = daemon.api().await;
     let mut events = api.subscribe(&session, 0).await;

@@ -511,3 +511,110 @@ async fn r29_deleting_a_session_removes_the_state_files_its_agent_kept() {
     ok("delete", api.typed().session_delete(session.clone(), None, None)).await;
     assert!(!file.exists(), "{} is removed with the session", file.display());
 }
+
+/// The session's events from `after_seq` up to its newest (`task.session.status`).
+async fn events_after(
+    api: &tether_tests::daemon::Api,
+    session: &str,
+    after_seq: u64,
+) -> Vec<protocol::api::SessionEvent> {
+    let last = api.status(session).await.last_event_seq;
+    let mut events = api.subscribe(session, after_seq).await;
+    tether_tests::daemon::until(&mut events, |event| event.seq >= last).await
+}
+
+/// The "events lost" error a reopened log published, if any.
+fn lost_notice(events: &[protocol::api::SessionEvent]) -> Option<(u64, String)> {
+    events.iter().find_map(|event| match &event.kind {
+        protocol::api::EventKind::Notice { message } if message.contains("event log lost") => {
+            Some((event.seq, message.clone()))
+        }
+        _ => None,
+    })
+}
+
+/// Point 7: an event log truncated, emptied or deleted while the daemon was down was taken
+/// as it was: `subscribe {after_seq: 0}` returned half the events with no error, and new
+/// events reused the lost seqs, so a client holding a cursor among them missed events.
+/// Now numbering continues after the highest seq ever issued, and the gap is said (an
+/// `notice` event at the first new seq, naming the range) to whoever subscribes.
+#[tokio::test]
+async fn r29_event_seqs_never_go_backwards_when_the_log_is_cut_while_down() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("seqs")).await;
+    for n in 0..3 {
+        api.ask(&session, &format!("turn {n}")).await;
+    }
+    let high = api.status(&session).await.last_event_seq;
+    assert!(high >= 12, "{high}");
+    drop(api);
+    daemon.terminate().await;
+
+    // Truncated to its first half.
+    let dir = daemon.session_dir(&session);
+    let segments: Vec<_> = std::fs::read_dir(dir.join("events"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "jsonl"))
+        .collect();
+    assert_eq!(segments.len(), 1, "{segments:?}");
+    let text = std::fs::read_to_string(&segments[0]).unwrap();
+    let kept = (high / 2) as usize;
+    let half: String = text.lines().take(kept).map(|line| format!("{line}\n")).collect();
+    std::fs::write(&segments[0], half).unwrap();
+
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let all = events_after(&api, &session, 0).await;
+    let seqs: Vec<u64> = all.iter().map(|event| event.seq).collect();
+    assert_eq!(&seqs[..kept], (1..=kept as u64).collect::<Vec<_>>(), "{seqs:?}");
+    let (at, message) = lost_notice(&all).expect("the loss is said");
+    assert_eq!(at, high + 1, "numbering continues after the highest seq: {seqs:?}");
+    assert_eq!(seqs[kept], high + 1, "{seqs:?}");
+    assert!(message.contains(&format!("{}–{high}", kept + 1)), "{message}");
+    // A client whose cursor is among the lost seqs gets the notice first, then new events.
+    let mut events = api.subscribe(&session, kept as u64 + 2).await;
+    let first = tether_tests::daemon::next(&mut events).await;
+    assert_eq!(first.seq, high + 1, "{first:?}");
+    api.ask(&session, "after the cut").await;
+    let after: Vec<u64> =
+        events_after(&api, &session, high + 1).await.iter().map(|event| event.seq).collect();
+    assert!(after.first().is_some_and(|&seq| seq == high + 2), "no seq reused: {after:?}");
+    let high = *after.last().unwrap();
+    drop(events);
+    drop(api);
+    daemon.terminate().await;
+
+    // Deleted whole, and every file beside it that counts events: the store still knows
+    // the seq of the last state change.
+    let last_state_seq = {
+        let text: String = std::fs::read_dir(dir.join("events"))
+            .unwrap()
+            .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap())
+            .collect();
+        text.lines()
+            .filter(|line| line.contains("\"type\":\"state\""))
+            .map(|line| {
+                serde_json::from_str::<serde_json::Value>(line).unwrap()["seq"].as_u64().unwrap()
+            })
+            .max()
+            .expect("state events")
+    };
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap().to_string_lossy().starts_with("events") {
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path).unwrap();
+            } else {
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
+    }
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let all = events_after(&api, &session, 0).await;
+    let (at, message) = lost_notice(&all).expect("the loss is said");
+    assert!(at > last_state_seq && at <= high + 1, "{at} after {last_state_seq}: {message}");
+    assert_eq!(all[0].seq, at, "nothing older is left: {all:?}");
+}

@@ -194,7 +194,12 @@ impl SessionActor {
         let written = self
             .context
             .store
-            .end_turn_then(turn_id, (state, stop_reason, error), then.clone())
+            .end_turn_then(
+                turn_id,
+                (state, stop_reason, error),
+                then.clone(),
+                self.record.log().last_seq(),
+            )
             .await;
         match written {
             Ok(()) => {
