@@ -15,6 +15,7 @@ use jsonrpsee::PendingSubscriptionSink;
 use jsonrpsee::core::middleware::RpcServiceBuilder;
 use jsonrpsee::core::{RpcResult, SubscriptionResult};
 use jsonrpsee::server::{BatchRequestConfig, RpcModule, Server, ServerConfig, ServerHandle};
+
 use jsonrpsee::types::ErrorObjectOwned;
 use protocol::api::{
     AgentInfo, ApiServer, CleanupResult, Done, ErrorData, HistoryEntry, PauseResult, PromptStarted,
@@ -25,11 +26,14 @@ use protocol::errors::CheckParams;
 use serde_json::Value;
 
 mod access;
+pub mod admission;
 mod streaming;
 
 pub use access::{
     AccessPolicy, ApiToken, MIN_TOKEN_CHARS, TOKEN_ENV, TokenError, TokenSource, resolve_token,
 };
+use admission::{Admission, Admitted, Limits};
+pub use admission::{MAX_CONNECTIONS, MAX_CONNECTIONS_PER_PEER};
 use agentctl::server::AccessLayer;
 use streaming::{stream_spool, stream_spool_batches};
 
@@ -287,14 +291,12 @@ pub fn methods(supervisor: Arc<Supervisor>) -> RpcModule<()> {
     module
 }
 
-/// The most API connections at once, by default (`serve --max-connections`).
-pub const MAX_CONNECTIONS: u32 = 1024;
-
-/// Starts the API server.
+/// Starts the API server: its own accept loop, so that each connection is admitted by its
+/// peer ([`admission`]) before the API sees it.
 pub async fn serve(
     listen: SocketAddr,
     policy: AccessPolicy,
-    max_connections: u32,
+    limits: Limits,
     supervisor: Arc<Supervisor>,
 ) -> std::io::Result<(SocketAddr, ServerHandle)> {
     // Outermost first: the page (no token needed: it holds no data) and browser upgrades,
@@ -307,12 +309,12 @@ pub async fn serve(
     let config = ServerConfig::builder()
         .max_request_body_size(32 * 1024 * 1024)
         .max_response_body_size(64 * 1024 * 1024)
-        .max_connections(max_connections)
+        .max_connections(limits.max)
         // Params are checked per call (`CheckParams`), and a batch would go around that.
         .set_batch_request_config(BatchRequestConfig::Disabled)
         .ws_only()
         .build();
-    let server = Server::builder()
+    let services = Server::builder()
         .set_config(config)
         .set_http_middleware(access)
         .set_rpc_middleware(
@@ -320,10 +322,45 @@ pub async fn serve(
                 .layer_fn(Counted)
                 .layer_fn(|service| CheckParams::new(service, params::check)),
         )
-        .build(listen)
-        .await?;
-    let addr = server.local_addr()?;
-    Ok((addr, server.start(methods(supervisor))))
+        .to_service_builder();
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    let (stop, handle) = jsonrpsee::server::stop_channel();
+    let methods: jsonrpsee::server::Methods = methods(supervisor).into();
+    let admission = Admission::new(limits, nix::unistd::geteuid().as_raw());
+    tokio::spawn(async move {
+        loop {
+            let (socket, remote) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(err) => {
+                        tracing::debug!(%err, "cannot accept an API connection");
+                        continue;
+                    }
+                },
+                () = stop.clone().shutdown() => break,
+            };
+            if let Err(err) = socket.set_nodelay(true) {
+                tracing::debug!(%err, "cannot set TCP_NODELAY on an API connection");
+            }
+            let peer = admission.identify(addr, remote);
+            let slot = admission.admit(peer.clone());
+            if let Err(refusal) = &slot {
+                tracing::warn!(%remote, ?peer, %refusal, "refusing an API connection");
+            }
+            let service =
+                Admitted { inner: services.clone().build(methods.clone(), stop.clone()), slot };
+            let stopped = stop.clone().shutdown();
+            tokio::spawn(async move {
+                let served =
+                    jsonrpsee::server::serve_with_graceful_shutdown(socket, service, stopped).await;
+                if let Err(err) = served {
+                    tracing::debug!(%err, %remote, "an API connection ended");
+                }
+            });
+        }
+    });
+    Ok((addr, handle))
 }
 
 /// The answer to a notification, or to a request whose id cannot be echoed.

@@ -220,6 +220,11 @@ struct ServeArgs {
     /// HTTP 429, "too many connections".
     #[arg(long, value_name = "N", default_value_t = crate::api::MAX_CONNECTIONS)]
     max_connections: u32,
+    /// The most API connections one peer other than the daemon's own user holds (another
+    /// local user, or a remote address); the last sixteenth of --max-connections is kept
+    /// for the daemon's own user.
+    #[arg(long, value_name = "N", default_value_t = crate::api::MAX_CONNECTIONS_PER_PEER)]
+    max_connections_per_peer: u32,
 }
 
 #[derive(Args, Debug, Clone, Copy)]

@@ -123,7 +123,11 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
         retention_pass(&supervisor, &retention.policy).await;
         tokio::spawn(run_retention(Arc::clone(&supervisor), retention));
     }
-    let (addr, handle) = api::serve(listen, policy, args.max_connections, Arc::clone(&supervisor))
+    let limits = api::admission::Limits {
+        max: args.max_connections,
+        per_peer: args.max_connections_per_peer,
+    };
+    let (addr, handle) = api::serve(listen, policy, limits, Arc::clone(&supervisor))
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     println!("tether serving on ws://{addr} (data in {})", home.root().display());

@@ -618,3 +618,89 @@ async fn r29_event_seqs_never_go_backwards_when_the_log_is_cut_while_down() {
     assert!(at > last_state_seq && at <= high + 1, "{at} after {last_state_seq}: {message}");
     assert_eq!(all[0].seq, at, "nothing older is left: {all:?}");
 }
+
+/// Opens `count` WebSocket connections to `host` as user `uid` and holds them until the
+/// returned child's stdin closes; returns the child and each upgrade's HTTP status and
+/// body.
+async fn hold_connections_as(
+    uid: u32,
+    host: &str,
+    count: usize,
+) -> (tokio::process::Child, Vec<(u16, String)>) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    const HOLDER: &str = r#"
+import socket, sys
+host, port = sys.argv[1].rsplit(":", 1)
+held = []
+for n in range(int(sys.argv[2])):
+    s = socket.create_connection((host, int(port)))
+    s.sendall(("GET / HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+               % sys.argv[1]).encode())
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 101"):
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            body += chunk
+    print(head.split(b" ")[1].decode(), body.decode(errors="replace").replace("\n", " "), flush=True)
+    held.append(s)
+sys.stdin.read()
+"#;
+    let mut child = tokio::process::Command::new("/usr/bin/python3")
+        .args(["-c", HOLDER, host, &count.to_string()])
+        .uid(uid)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut answers = Vec::new();
+    while answers.len() < count {
+        let line = tether_tests::within("an upgrade's answer", lines.next_line())
+            .await
+            .unwrap()
+            .expect("the holder answers for each connection");
+        let (status, body) = line.split_once(' ').unwrap_or((&line, ""));
+        answers.push((status.parse().unwrap(), body.trim().to_owned()));
+    }
+    (child, answers)
+}
+
+/// Point 5 (the limit): 1,024 idle WebSockets from any local process locked everyone out.
+/// Now a peer — a remote address, or on loopback a local user — holds at most
+/// `--max-connections-per-peer`, and the last slots are kept for the daemon's own user
+/// (its CLI and page): other users together get at most `--max-connections` less that
+/// headroom.
+#[tokio::test]
+async fn r29_one_peer_cannot_take_every_connection_and_the_owner_keeps_headroom() {
+    let daemon =
+        Daemon::start(&["--max-connections", "12", "--max-connections-per-peer", "4"]).await;
+    let host = daemon.url.trim_start_matches("ws://").trim_end_matches('/').to_owned();
+    // One local user opens twelve: four get in.
+    let (nobody, answers) = hold_connections_as(65534, &host, 12).await;
+    let statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
+    assert_eq!(statuses, [[101; 4].as_slice(), &[429; 8]].concat(), "{answers:?}");
+    assert!(answers[4].1.contains("too many connections from this peer"), "{answers:?}");
+    // Two more users: together the others get 12 less the headroom (2 for 12).
+    let (second, answers) = hold_connections_as(65533, &host, 4).await;
+    assert!(answers.iter().all(|(status, _)| *status == 101), "{answers:?}");
+    let (third, answers) = hold_connections_as(65532, &host, 4).await;
+    let statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
+    assert_eq!(statuses, [101, 101, 429, 429], "{answers:?}");
+    assert!(answers[2].1.contains("too many connections"), "{answers:?}");
+    // The daemon's own user still gets in, twice at once.
+    let api = daemon.api().await;
+    let (code, out, err) = daemon.cli(&["agents"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    drop(api);
+    drop((nobody, second, third));
+}
