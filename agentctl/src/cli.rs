@@ -15,15 +15,17 @@ use tokio_util::sync::CancellationToken;
 
 const USAGE: &str = "\
 usage:
-  agentctl serve --state-dir DIR [--listen ADDR] [--token-file PATH] [--max-line BYTES]
+  agentctl serve --state-dir DIR [--listen ADDR] [--token-file PATH | --token-stdin]
+                 [--max-line BYTES]
                  [--segment-bytes BYTES] [--max-backlog-bytes BYTES] [--stop-grace-ms MS]
                  [--tls-cert PEM --tls-key PEM]
   agentctl call --addr ADDR METHOD [PARAMS_JSON]
   agentctl events --addr ADDR [--after SEQ]
   agentctl guard --pgid PGID
 
-serve: run the sidecar. The bearer token comes from --token-file (mode 0600) or the
-AGENTCTL_TOKEN environment variable, never from argv. Prints one ready line (JSON) on
+serve: run the sidecar. The bearer token comes from --token-file (mode 0600), from the
+first line of stdin (--token-stdin: what the supervisor uses, so that no process's
+environment holds it) or the AGENTCTL_TOKEN environment variable, never from argv. Prints one ready line (JSON) on
 stdout once it listens (default 127.0.0.1:0). With --tls-cert and --tls-key the control
 channel is served over TLS (wss://), for a supervisor on another host.
 
@@ -38,6 +40,8 @@ struct ServeArgs {
     state_dir: PathBuf,
     listen: SocketAddr,
     token_file: Option<PathBuf>,
+    /// The token is the first line of stdin.
+    token_stdin: bool,
     max_line: usize,
     segment_bytes: u64,
     /// The most the spool may hold unacknowledged before the agent's output waits (`None`:
@@ -89,6 +93,7 @@ fn parse_serve(args: &[String]) -> anyhow::Result<ServeArgs> {
         state_dir: PathBuf::new(),
         listen: "127.0.0.1:0".parse().expect("UNWRAP: a literal address"),
         token_file: None,
+        token_stdin: false,
         max_line: protocol::frame::DEFAULT_MAX_LINE,
         segment_bytes: DEFAULT_SEGMENT_BYTES,
         max_backlog: None,
@@ -103,6 +108,7 @@ fn parse_serve(args: &[String]) -> anyhow::Result<ServeArgs> {
             "--state-dir" => state_dir = Some(PathBuf::from(value()?)),
             "--listen" => parsed.listen = value()?.parse().context("--listen: not an address")?,
             "--token-file" => parsed.token_file = Some(PathBuf::from(value()?)),
+            "--token-stdin" => parsed.token_stdin = true,
             "--tls-cert" => tls_cert = Some(PathBuf::from(value()?)),
             "--tls-key" => tls_key = Some(PathBuf::from(value()?)),
             "--max-line" => {
@@ -132,7 +138,16 @@ fn parse_serve(args: &[String]) -> anyhow::Result<ServeArgs> {
     Ok(parsed)
 }
 
-fn read_token(token_file: Option<&PathBuf>) -> anyhow::Result<String> {
+fn read_token(token_file: Option<&PathBuf>, from_stdin: bool) -> anyhow::Result<String> {
+    if from_stdin {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).context("--token-stdin: reading stdin")?;
+        let token = line.trim().to_owned();
+        if token.is_empty() {
+            bail!("--token-stdin: stdin holds no token");
+        }
+        return Ok(token);
+    }
     let token = match token_file {
         Some(path) => {
             use std::os::unix::fs::PermissionsExt;
@@ -169,7 +184,7 @@ fn serve(args: ServeArgs, self_command: Vec<std::ffi::OsString>) -> anyhow::Resu
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .init();
-    let token = read_token(args.token_file.as_ref())?;
+    let token = read_token(args.token_file.as_ref(), args.token_stdin)?;
     let tls = match &args.tls {
         None => None,
         Some((cert, key)) => {
@@ -254,7 +269,7 @@ fn client_command(args: &[String], events: bool) -> anyhow::Result<()> {
         }
     }
     let addr = addr.context("--addr is required")?;
-    let token = read_token(None)?;
+    let token = read_token(None, false)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -18,7 +18,7 @@ use protocol::control::{
 };
 use protocol::errors::{ErrorData, ErrorKind};
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::resubscribe::{Resubscribing, Source};
 use crate::server::MAX_MESSAGE_BYTES;
@@ -441,9 +441,10 @@ pub fn new_token() -> String {
     format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
 }
 
-/// Launches `agentctl serve` fully detached — its own session, stdin `/dev/null`, stderr
-/// appended to `<state_dir>/agentctl.log`, not killed when we drop it or die — and waits for
-/// its ready line on the stdout pipe. The token goes through the environment.
+/// Launches `agentctl serve` fully detached — its own session, stderr appended to
+/// `<state_dir>/agentctl.log`, not killed when we drop it or die — and waits for its ready
+/// line on the stdout pipe. The token goes as the first line of its stdin (then closed),
+/// so that no process's environment or argv holds it.
 pub async fn launch(config: &LaunchConfig) -> Result<Launched, LaunchError> {
     let spawn_err = |source| LaunchError::Spawn { program: config.program.clone(), source };
     create_private_dir(&config.state_dir).map_err(spawn_err)?;
@@ -457,9 +458,10 @@ pub async fn launch(config: &LaunchConfig) -> Result<Launched, LaunchError> {
         .arg(&config.state_dir)
         .arg("--listen")
         .arg(config.listen.to_string())
+        .arg("--token-stdin")
         .args(&config.extra_args)
-        .env(control::TOKEN_ENV, &config.token)
-        .stdin(Stdio::null())
+        .env_remove(control::TOKEN_ENV)
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
         .kill_on_drop(false);
@@ -471,6 +473,17 @@ pub async fn launch(config: &LaunchConfig) -> Result<Launched, LaunchError> {
         command.pre_exec(|| nix::unistd::setsid().map(drop).map_err(std::io::Error::from));
     }
     let mut child = command.spawn().map_err(spawn_err)?;
+    let mut stdin = child.stdin.take().expect("UNWRAP: stdin is piped");
+    // One short line into an empty pipe: written at once, whatever agentctl does.
+    let handed = async {
+        stdin.write_all(format!("{}\n", config.token).as_bytes()).await?;
+        stdin.shutdown().await
+    };
+    if let Err(err) = handed.await {
+        let _ = child.start_kill();
+        return Err(spawn_err(err));
+    }
+    drop(stdin);
     let stdout = child.stdout.take().expect("UNWRAP: stdout is piped");
     let mut line = String::new();
     let mut stdout = BufReader::new(stdout);

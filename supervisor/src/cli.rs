@@ -207,9 +207,14 @@ struct ServeArgs {
     /// A file holding the API token; it must be readable by its owner only (0600).
     #[arg(long, value_name = "FILE", conflicts_with = "auth_token")]
     auth_token_file: Option<PathBuf>,
-    /// The API token (visible in `ps`: prefer --auth-token-file or TETHER_AUTH_TOKEN).
+    /// The API token. The daemon starts itself again at once (same pid) with the token
+    /// on an inherited pipe, so it does not stay in its argv or environment (nor does
+    /// TETHER_AUTH_TOKEN's).
     #[arg(long, value_name = "TOKEN")]
     auth_token: Option<String>,
+    /// Internal: the token on this inherited descriptor (see --auth-token).
+    #[arg(long, value_name = "FD", hide = true)]
+    auth_token_fd: Option<i32>,
     /// A browser origin allowed to connect (repeatable).
     #[arg(long, value_name = "ORIGIN", action = clap::ArgAction::Append)]
     allow_origin: Vec<String>,

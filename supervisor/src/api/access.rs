@@ -56,6 +56,9 @@ pub enum TokenSource {
     Env,
     /// `auth_token_file` in `config.toml`.
     ConfigFile { file: PathBuf, config: PathBuf },
+    /// `--auth-token` or `TETHER_AUTH_TOKEN`, handed on when the daemon started itself
+    /// again without them in sight.
+    Inherited,
 }
 
 impl fmt::Display for TokenSource {
@@ -64,6 +67,7 @@ impl fmt::Display for TokenSource {
             TokenSource::Flag => f.write_str("--auth-token"),
             TokenSource::FlagFile(path) => write!(f, "--auth-token-file {}", path.display()),
             TokenSource::Env => f.write_str(TOKEN_ENV),
+            TokenSource::Inherited => write!(f, "--auth-token or {TOKEN_ENV} (handed on)"),
             TokenSource::ConfigFile { file, config } => {
                 write!(f, "auth_token_file {} (set in {})", file.display(), config.display())
             }

@@ -21,6 +21,61 @@ pub(super) fn raise_fd_limit() {
     }
 }
 
+/// Any process of the daemon's user can read its argv (`/proc/<pid>/cmdline`) and its
+/// environment (`/proc/<pid>/environ`), and neither can be wiped in place: a token given by
+/// `--auth-token` or `TETHER_AUTH_TOKEN` is handed to a fresh image of this program (same
+/// pid, same stdio) on an inherited pipe, with both removed. Returns only on failure.
+fn restart_out_of_sight(token: Option<&crate::api::ApiToken>) -> anyhow::Error {
+    use std::ffi::CString;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let restarted = (|| -> anyhow::Result<std::convert::Infallible> {
+        let c_string = |bytes: &[u8]| CString::new(bytes).context("a NUL inside an argument");
+        let mut argv = Vec::new();
+        let mut args = std::env::args_os();
+        let mut fd = None;
+        while let Some(arg) = args.next() {
+            if arg == "--auth-token" {
+                args.next();
+            } else if !arg.as_bytes().starts_with(b"--auth-token=") {
+                argv.push(c_string(arg.as_bytes())?);
+            }
+        }
+        if let Some(token) = token {
+            // Not close-on-exec: the new image inherits it. A short token fits the pipe.
+            let (read, write) = nix::unistd::pipe().context("a pipe for the token")?;
+            nix::unistd::write(&write, token.as_str().as_bytes()).context("the token's pipe")?;
+            drop(write);
+            argv.push(c_string(b"--auth-token-fd")?);
+            argv.push(c_string(read.as_raw_fd().to_string().as_bytes())?);
+            fd = Some(read);
+        }
+        let env = std::env::vars_os()
+            .filter(|(name, _)| name != crate::api::TOKEN_ENV)
+            .map(|(name, value)| c_string(&[name.as_bytes(), b"=", value.as_bytes()].concat()))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let restarted = nix::unistd::execve(c"/proc/self/exe", &argv, &env);
+        drop(fd);
+        restarted.context("starting again without the token in sight")
+    })();
+    match restarted {
+        Ok(never) => match never {},
+        Err(err) => err,
+    }
+}
+
+/// The token handed on by [`restart_out_of_sight`].
+fn inherited_token(fd: i32) -> anyhow::Result<crate::api::ApiToken> {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    // SAFETY: the descriptor is the pipe `restart_out_of_sight` opened for this image
+    // alone; nothing else here owns or closes it.
+    let mut pipe = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut token = String::new();
+    pipe.read_to_string(&mut token).context("--auth-token-fd: reading the token")?;
+    Ok(crate::api::ApiToken::new(&token, &crate::api::TokenSource::Inherited)?)
+}
+
 pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<()> {
     let root = args
         .home
@@ -32,17 +87,24 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
     let listen = args.listen.or(config.listen).unwrap_or(default_listen);
     // A token in argv shows in `ps`: a 0600 file or the environment keeps it out of sight.
     let config_path = root.join(crate::config::FILE_NAME);
-    let token = crate::api::resolve_token(
-        args.auth_token.as_deref(),
-        args.auth_token_file.as_deref(),
-        std::env::var_os(crate::api::TOKEN_ENV).as_deref(),
-        config.auth_token_file.as_deref().map(|file| (file, config_path.as_path())),
-    )?;
+    let token = match args.auth_token_fd {
+        Some(fd) => Some(inherited_token(fd)?),
+        None => crate::api::resolve_token(
+            args.auth_token.as_deref(),
+            args.auth_token_file.as_deref(),
+            std::env::var_os(crate::api::TOKEN_ENV).as_deref(),
+            config.auth_token_file.as_deref().map(|file| (file, config_path.as_path())),
+        )?,
+    };
     if !listen.ip().is_loopback() && token.is_none() {
         bail!(
             "listening on {listen} (beyond loopback) requires a token: --auth-token-file, \
              TETHER_AUTH_TOKEN or --auth-token"
         );
+    }
+    let in_sight = args.auth_token.is_some() || std::env::var_os(crate::api::TOKEN_ENV).is_some();
+    if args.auth_token_fd.is_none() && in_sight {
+        return Err(restart_out_of_sight(token.as_ref()));
     }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(

@@ -704,3 +704,41 @@ async fn r29_one_peer_cannot_take_every_connection_and_the_owner_keeps_headroom(
     drop(api);
     drop((nobody, second, third));
 }
+
+/// Whether `/proc/<pid>/<file>` mentions `secret`.
+fn proc_mentions(pid: u32, file: &str, secret: &str) -> bool {
+    let text = std::fs::read(format!("/proc/{pid}/{file}")).unwrap_or_default();
+    String::from_utf8_lossy(&text).contains(secret)
+}
+
+/// Point 3 (secrets in environments): an agent of the same user read the daemon's token in
+/// `/proc/<supervisor>/environ` (`TETHER_AUTH_TOKEN`) and its sidecar's in
+/// `/proc/<agentctl>/environ` (`AGENTCTL_TOKEN`). Now no secret stays in any process's
+/// environment or argv after start: the daemon takes its token and starts itself again
+/// (same pid) with the token on an inherited pipe, and a sidecar reads its token from its
+/// stdin.
+#[tokio::test]
+async fn r29_no_secret_is_left_in_a_process_environment_or_argv() {
+    use tether_tests::daemon::Api;
+    let token = "scrubbed-token-0123456789";
+    let flag = ["--auth-token", token];
+    let env = [("TETHER_AUTH_TOKEN", token)];
+    for (args, env) in [(&flag[..], &[][..]), (&[][..], &env[..])] {
+        let daemon = Daemon::start_with_env(args, &[], env).await;
+        let pid = daemon.pid().unwrap();
+        assert!(!proc_mentions(pid, "environ", token), "the daemon's environment ({args:?})");
+        assert!(!proc_mentions(pid, "cmdline", token), "the daemon's argv ({args:?})");
+        let bearer = format!("Bearer {token}");
+        let api = Api::connect(&daemon.url, &[("Authorization", bearer.as_str())]).await.unwrap();
+        let session = api.ready_session("mock", &daemon.workspace("secrets")).await;
+        assert!(api.ask(&session, "still works").await.contains("you said: still works"));
+        let sidecar = daemon.agentctl_pid(&session);
+        let sidecar_token = std::fs::read_to_string(format!("/proc/{sidecar}/environ")).unwrap();
+        assert!(!sidecar_token.contains("AGENTCTL_TOKEN="), "the sidecar's environment");
+        assert!(!proc_mentions(sidecar, "environ", token), "the sidecar's environment");
+        for agent in Daemon::processes_mentioning(&daemon.root.path().join(".mock-agent")) {
+            assert!(!proc_mentions(agent, "environ", token), "the agent's environment");
+            assert!(!proc_mentions(agent, "environ", "AGENTCTL_TOKEN="), "the agent's");
+        }
+    }
+}
