@@ -84,9 +84,79 @@ pub enum AgentError {
         /// Why.
         source: io::Error,
     },
+    /// The user the agent should run as cannot be used.
+    #[error("cannot run the agent as user {user:?}: {reason}")]
+    User {
+        /// The `process.user` given.
+        user: String,
+        /// Why.
+        reason: String,
+    },
     /// The spool failed.
     #[error(transparent)]
     Spool(#[from] SpoolError),
+}
+
+/// Who the agent runs as: a profile's `process.user`, resolved on this host (or in this
+/// container).
+#[derive(Debug, Clone)]
+struct RunAs {
+    uid: nix::unistd::Uid,
+    gid: nix::unistd::Gid,
+    groups: Vec<nix::unistd::Gid>,
+    /// The user's name and home, when `/etc/passwd` knows it.
+    account: Option<(String, PathBuf)>,
+}
+
+impl RunAs {
+    /// `spec`: a name, a uid, or `uid:gid`. Changing user takes root.
+    fn resolve(spec: &str) -> Result<RunAs, AgentError> {
+        use nix::unistd::{Gid, Uid, User};
+        let refuse = |reason: String| AgentError::User { user: spec.to_owned(), reason };
+        if !nix::unistd::geteuid().is_root() {
+            return Err(refuse(format!(
+                "agentctl runs as uid {}, and only root can start a process as another user",
+                nix::unistd::geteuid()
+            )));
+        }
+        let lookup = |found: nix::Result<Option<User>>| {
+            found.map_err(|err| refuse(format!("cannot read the user database: {err}")))
+        };
+        let (uid, gid, user) = match spec.split_once(':') {
+            Some((uid, gid)) => {
+                let uid: u32 = uid.parse().map_err(|_| refuse("uid:gid must be numbers".into()))?;
+                let gid: u32 = gid.parse().map_err(|_| refuse("uid:gid must be numbers".into()))?;
+                (
+                    Uid::from_raw(uid),
+                    Gid::from_raw(gid),
+                    lookup(User::from_uid(Uid::from_raw(uid)))?,
+                )
+            }
+            None => match spec.parse::<u32>() {
+                Ok(uid) => {
+                    let user = lookup(User::from_uid(Uid::from_raw(uid)))?;
+                    let gid = user.as_ref().map_or(Gid::from_raw(uid), |user| user.gid);
+                    (Uid::from_raw(uid), gid, user)
+                }
+                Err(_) => {
+                    let user = lookup(User::from_name(spec))?
+                        .ok_or_else(|| refuse("no such user here".into()))?;
+                    (user.uid, user.gid, Some(user))
+                }
+            },
+        };
+        let groups = match &user {
+            Some(user) => {
+                let name = std::ffi::CString::new(user.name.as_bytes())
+                    .map_err(|_| refuse("a NUL in the user's name".into()))?;
+                nix::unistd::getgrouplist(&name, gid)
+                    .map_err(|err| refuse(format!("cannot list the user's groups: {err}")))?
+            }
+            None => vec![gid],
+        };
+        let account = user.map(|user| (user.name, user.dir));
+        Ok(RunAs { uid, gid, groups, account })
+    }
 }
 
 /// Settings for the agent host.
@@ -188,7 +258,12 @@ impl AgentHost {
         let roots = Roots::new(&root_paths)
             .map_err(|source| AgentError::Root { path: params.cwd.clone(), source })?;
 
+        let run_as = params.user.as_deref().map(RunAs::resolve).transpose()?;
         let mut command = Command::new(&params.command);
+        if let Some((name, home)) = run_as.as_ref().and_then(|run_as| run_as.account.as_ref()) {
+            // The user's own, unless the profile says otherwise.
+            command.env("HOME", home).env("USER", name).env("LOGNAME", name);
+        }
         command
             .args(&params.args)
             .envs(&params.env)
@@ -203,10 +278,18 @@ impl AgentHost {
             command.env_remove(name);
         }
         let parent = std::process::id();
-        // SAFETY: the closure runs between fork and exec and only makes two syscalls
-        // (prctl, getppid), both async-signal-safe; it allocates nothing on success.
+        // SAFETY: the closure runs between fork and exec and only makes syscalls (setgroups,
+        // setgid, setuid, prctl, getppid), all async-signal-safe; it allocates nothing on
+        // success (the groups were listed before the fork).
         unsafe {
             command.pre_exec(move || {
+                if let Some(run_as) = &run_as {
+                    // Groups, then gid, then uid (after which none could change). The
+                    // parent-death signal is armed after: changing user clears it.
+                    nix::unistd::setgroups(&run_as.groups).map_err(io::Error::from)?;
+                    nix::unistd::setgid(run_as.gid).map_err(io::Error::from)?;
+                    nix::unistd::setuid(run_as.uid).map_err(io::Error::from)?;
+                }
                 nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
                 if nix::unistd::getppid().as_raw() as u32 != parent {
                     // agentctl died before the parent-death signal was armed.

@@ -233,6 +233,7 @@ impl ControlClient {
             Some(start.env),
             start.cwd,
             Some(start.extra_roots),
+            start.user,
         );
         self.within("agent.start", CALL_TIMEOUT, call).await
     }

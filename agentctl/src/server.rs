@@ -53,7 +53,7 @@ impl From<AgentError> for ErrorObjectOwned {
             AgentError::AlreadyStarted => error(ErrorKind::AlreadyStarted, err),
             AgentError::NotStarted => error(ErrorKind::NotStarted, err),
             AgentError::NotRunning => error(ErrorKind::NotRunning, err),
-            AgentError::InvalidMessage(_) | AgentError::Root { .. } => {
+            AgentError::InvalidMessage(_) | AgentError::Root { .. } | AgentError::User { .. } => {
                 error(ErrorKind::InvalidParams, err)
             }
             AgentError::Spawn { .. } => error(ErrorKind::SpawnFailed, err),
@@ -85,6 +85,7 @@ impl ControlServer for Methods {
         env: Option<BTreeMap<String, String>>,
         cwd: PathBuf,
         extra_roots: Option<Vec<PathBuf>>,
+        user: Option<String>,
     ) -> RpcResult<AgentStarted> {
         let start = StartAgent {
             command,
@@ -92,6 +93,7 @@ impl ControlServer for Methods {
             env: env.unwrap_or_default(),
             cwd,
             extra_roots: extra_roots.unwrap_or_default(),
+            user,
         };
         let (pid, seq) = self.0.agent.start(start).await?;
         Ok(AgentStarted { pid, seq })

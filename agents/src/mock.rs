@@ -59,7 +59,7 @@ options:
                         exists (a launch failure that a later attempt outlives)
 
 prompt commands (one per line; other lines are the message):
-  /stream N  /tool  /permission  /read PATH  /write PATH TEXT  /sleep MS
+  /stream N  /tool  /permission  /read PATH  /write PATH TEXT  /peek PATH  /sleep MS
   /crash [CODE]  /close-stdout  /edit PATH TEXT  /patch PATH TEXT  /blob N KB  /garbage  /stderr TEXT  /recall  /spawn  /rounds R
   /usage USED SIZE [COST]
 ";
@@ -719,6 +719,10 @@ impl Turn<'_> {
                     eprintln!("mock-agent: crashing mid-turn as asked (/crash {code})");
                     std::process::exit(*code);
                 }
+                Command::Peek(path) => match std::fs::read(path) {
+                    Ok(bytes) => reply.push_str(&format!("; peek {path}: {} bytes", bytes.len())),
+                    Err(err) => reply.push_str(&format!("; peek {path} failed: {err}")),
+                },
                 Command::Edit(path, text) => {
                     let id = format!("call-{}", uuid::Uuid::new_v4());
                     self.update(json!({"sessionUpdate": "tool_call", "toolCallId": id,

@@ -188,6 +188,13 @@ pub struct ProcessSettings {
     /// saying so; in a container (a sandbox) they are set.
     #[serde(default)]
     pub root_env: BTreeMap<String, String>,
+    /// Who the agent runs as: a user name, a uid, or `uid:gid` (an image without
+    /// `/etc/passwd`). agentctl, running as root, starts the agent with that user's uid,
+    /// gid and groups (and its `HOME`, `USER`, `LOGNAME` unless the profile sets them), so
+    /// it cannot read the daemon's data or another session's secrets; the workspace is
+    /// shared through group permissions. `None`: as agentctl's own user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 /// Where a profile was defined.
@@ -515,6 +522,7 @@ struct RawProcess {
     turn_timeout_ms: Option<Spanned<u64>>,
     #[serde(default)]
     root_env: BTreeMap<Spanned<String>, Spanned<String>>,
+    user: Option<Spanned<String>>,
 }
 
 /// Collects the first validation error with its location.
@@ -606,6 +614,15 @@ impl RawProfile {
         }
         for key in self.process.root_env.keys() {
             check.env_name(key, "process.root_env")?;
+        }
+        if let Some(user) = &self.process.user {
+            let text = user.get_ref();
+            check.ensure(
+                !text.is_empty() && !text.chars().any(|c| c.is_whitespace() || c.is_control()),
+                user.span(),
+                "process.user",
+                "must name a user: a name, a uid, or uid:gid",
+            )?;
         }
         for choice in &self.auth {
             check.ensure(
@@ -837,6 +854,7 @@ impl RawProfile {
                     .into_iter()
                     .map(|(key, value)| (key.into_inner(), value.into_inner()))
                     .collect(),
+                user: self.process.user.map(Spanned::into_inner),
             },
             source,
         })

@@ -391,7 +391,7 @@ pub fn availability(profile: &Profile, environment: &Environment) -> Availabilit
 /// `process.root_env` is not set to its value (neither in `environment` nor in the
 /// profile's env).
 pub fn root_env_lacking(profile: &Profile, environment: &Environment) -> Option<String> {
-    if !environment.root {
+    if !environment.root || profile.process.user.is_some() {
         return None;
     }
     let missing = profile.root_env_missing(|name| environment.vars.get(name).cloned());

@@ -55,6 +55,10 @@ pub struct StartAgent {
     /// More directories the agent's `fs/*` requests may touch, besides `cwd`.
     #[serde(default)]
     pub extra_roots: Vec<PathBuf>,
+    /// Who the agent runs as (a profile's `process.user`: a name, a uid, or `uid:gid`);
+    /// `None`: as agentctl's user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 /// `agent.start` result.
@@ -417,6 +421,7 @@ pub trait Control {
         env: Option<BTreeMap<String, String>>,
         cwd: PathBuf,
         extra_roots: Option<Vec<PathBuf>>,
+        user: Option<String>,
     ) -> RpcResult<AgentStarted>;
 
     /// Writes one JSON-RPC message to the agent's stdin as one line.

@@ -265,7 +265,17 @@ impl Supervisor {
         let applet =
             availability.program.is_none() && self.config.applets.contains_key(&profile.command[0]);
         // The program reason comes first; an applet stands in for a missing program.
-        availability.reasons.into_iter().skip(usize::from(applet)).collect()
+        let mut reasons: Vec<String> =
+            availability.reasons.into_iter().skip(usize::from(applet)).collect();
+        if let Some(user) = &profile.process.user
+            && !self.sandboxed(runtime)
+            && !self.config.environment.root
+        {
+            reasons.push(format!(
+                "process.user = {user:?}: agents run as another user only when the daemon runs as root"
+            ));
+        }
+        reasons
     }
 
     /// A session's agent needs, run as root on this host, variables that are not set (its

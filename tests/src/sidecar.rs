@@ -75,6 +75,7 @@ impl Sidecar {
             env: Default::default(),
             cwd: self.workspace.path().to_owned(),
             extra_roots: Vec::new(),
+            user: None,
         };
         within("agent.start", self.client().await.start_agent(&start))
             .await

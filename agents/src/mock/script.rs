@@ -14,6 +14,9 @@ pub enum Command {
     Permission,
     /// `/read PATH`: ask the client for a file with `fs/read_text_file`.
     Read(String),
+    /// `/peek PATH`: read a file directly, as any process of the agent's user could (what
+    /// an agent that goes looking for secrets does).
+    Peek(String),
     /// `/write PATH TEXT`: ask the client to write TEXT with `fs/write_text_file`.
     Write(String, String),
     /// `/sleep MS`: a slow turn; `session/cancel` ends it early with stop reason `cancelled`.
@@ -106,6 +109,8 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
         "permission" => Command::Permission,
         "read" if args.is_empty() => return Err("expects a path"),
         "read" => Command::Read(args.to_owned()),
+        "peek" if args.is_empty() => return Err("expects a path"),
+        "peek" => Command::Peek(args.to_owned()),
         "write" => match args.split_once(' ') {
             Some((path, text)) => Command::Write(path.to_owned(), text.to_owned()),
             None => return Err("expects a path and text"),

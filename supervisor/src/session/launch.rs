@@ -28,6 +28,8 @@ pub(super) struct LaunchPlan {
     pub(super) argv: Vec<OsString>,
     /// The agent's environment.
     pub(super) env: Vec<(String, String)>,
+    /// Who the agent runs as (`process.user`).
+    pub(super) user: Option<String>,
     /// The runtime record of the previous execution, if any (fenced first; its resume token
     /// carries over).
     pub(super) previous: Option<ExecutorRow>,
@@ -119,6 +121,7 @@ pub(super) async fn launch(
             env: plan.env.iter().cloned().collect(),
             cwd: plan.spec.workspace.clone(),
             extra_roots: Vec::new(),
+            user: plan.user.clone(),
         };
         calls.start_agent(&start).await.map_err(|e| e.to_string())?;
         Ok::<_, String>((calls, events_rx))

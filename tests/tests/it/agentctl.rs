@@ -99,6 +99,7 @@ async fn a_tls_control_channel_answers_only_a_client_pinned_to_its_certificate()
         env: Default::default(),
         cwd: sidecar.workspace.path().to_owned(),
         extra_roots: Vec::new(),
+        user: None,
     };
     within("agent.start", client.start_agent(&start)).await.expect("the agent starts over TLS");
     let mut events = client.clone().events(0);
@@ -318,6 +319,7 @@ async fn agentctl_survives_its_launcher_and_replays_what_happened_meanwhile() {
         env: Default::default(),
         cwd: workspace.path().to_owned(),
         extra_roots: vec![],
+        user: None,
     };
     let agent_pid = calls.start_agent(&start).await.unwrap().pid;
     let send = |message: Value| {
@@ -454,6 +456,7 @@ async fn bad_agent_output_becomes_events_and_nothing_stops() {
         env: Default::default(),
         cwd: "/".into(),
         extra_roots: Vec::new(),
+        user: None,
     };
     let error = talk.calls.start_agent(&again).await.unwrap_err();
     assert_eq!(error.kind(), Some(ErrorKind::AlreadyStarted));

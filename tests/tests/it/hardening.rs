@@ -742,3 +742,72 @@ async fn r29_no_secret_is_left_in_a_process_environment_or_argv() {
         }
     }
 }
+
+/// A process's real uid and its groups, from `/proc/<pid>/status`.
+fn uid_and_groups(pid: u32) -> (u32, Vec<u32>) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(|n| n.parse::<u32>().unwrap())
+            .collect::<Vec<_>>()
+    };
+    (field("Uid:")[0], field("Groups:"))
+}
+
+/// Point 3 (real isolation): an agent of the daemon's user could read every secret its
+/// user can — the daemon's and its sidecar's environments, `state.db` with every sidecar's
+/// token. A profile's `[process] user` now runs its agents as another user (agentctl, as
+/// root, starts them with that uid, gid and groups), sharing the workspace through group
+/// permissions: the agent works, and where it looks for secrets it finds none.
+#[tokio::test]
+async fn r29_a_profile_runs_its_agent_as_another_user_who_finds_no_secrets() {
+    use std::os::unix::fs::{PermissionsExt, chown};
+    const NOBODY: u32 = 65534;
+    let profile = "id = \"isolated\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{home}/.agent-nobody\"]\nprotocol = \"acp\"\n[process]\nuser = \"nobody\"\n";
+    let (daemon, ()) = Daemon::start_prepared(&[], &[("isolated.toml", profile)], &[], |root| {
+        // The test's root may be passed through; the daemon's data stays 0700.
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711)).unwrap();
+        let state = root.join(".agent-nobody");
+        std::fs::create_dir(&state).unwrap();
+        chown(&state, Some(NOBODY), Some(NOBODY)).unwrap();
+        // The workspace: the daemon's user's, shared with the agent's group.
+        let work = root.join("work/iso");
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::set_permissions(root.join("work"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        chown(&work, None, Some(NOBODY)).unwrap();
+        std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o2770)).unwrap();
+    })
+    .await;
+    let api = daemon.api().await;
+    let session = api.ready_session("isolated", &daemon.workspace("iso")).await;
+    let agents = Daemon::processes_mentioning(&daemon.root.path().join(".agent-nobody"));
+    let [agent] = agents[..] else { panic!("one agent: {agents:?}") };
+    let (uid, groups) = uid_and_groups(agent);
+    assert_eq!(uid, NOBODY, "the agent runs as nobody");
+    assert!(groups.contains(&NOBODY), "with its groups: {groups:?}");
+    let sidecar = daemon.agentctl_pid(&session);
+    let db = daemon.root.path().join("tether/state.db");
+    let secrets = [
+        format!("/proc/{}/environ", daemon.pid().unwrap()),
+        format!("/proc/{sidecar}/environ"),
+        db.display().to_string(),
+    ];
+    let probe: String = secrets.iter().map(|path| format!("/peek {path}\n")).collect();
+    let reply = api.ask(&session, &format!("{probe}look around")).await;
+    for path in &secrets {
+        assert!(
+            reply.contains(&format!("peek {path} failed: Permission denied")),
+            "{path}: {reply}"
+        );
+    }
+    // The same agent as the daemon's user reads them all.
+    let daemon_user = api.ready_session("mock", &daemon.workspace("plain")).await;
+    let reply = api.ask(&daemon_user, &format!("{probe}look around")).await;
+    assert!(reply.contains(&format!("peek {}: ", db.display())), "{reply}");
+    assert!(!reply.contains("failed"), "{reply}");
+}

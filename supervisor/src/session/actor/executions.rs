@@ -211,6 +211,7 @@ impl SessionActor {
                 }
                 env.into_iter().collect()
             },
+            user: self.profile.process.user.clone(),
             previous,
         };
         self.resume_context = None;
