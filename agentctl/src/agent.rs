@@ -23,7 +23,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -97,6 +97,25 @@ pub enum AgentError {
     Spool(#[from] SpoolError),
 }
 
+/// Gives `path` and everything under it to `uid:gid` (symlinks themselves, never what they
+/// point at).
+fn give(path: &Path, uid: nix::unistd::Uid, gid: nix::unistd::Gid) -> io::Result<()> {
+    nix::unistd::fchownat(
+        nix::fcntl::AT_FDCWD,
+        path,
+        Some(uid),
+        Some(gid),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .map_err(io::Error::from)?;
+    if std::fs::symlink_metadata(path)?.is_dir() {
+        for entry in std::fs::read_dir(path)? {
+            give(&entry?.path(), uid, gid)?;
+        }
+    }
+    Ok(())
+}
+
 /// Who the agent runs as: a profile's `process.user`, resolved on this host (or in this
 /// container).
 #[derive(Debug, Clone)]
@@ -122,19 +141,17 @@ impl RunAs {
         let lookup = |found: nix::Result<Option<User>>| {
             found.map_err(|err| refuse(format!("cannot read the user database: {err}")))
         };
+        // A number needs no user database (an image may have none).
+        let by_uid = |uid: Uid| User::from_uid(uid).ok().flatten();
         let (uid, gid, user) = match spec.split_once(':') {
             Some((uid, gid)) => {
                 let uid: u32 = uid.parse().map_err(|_| refuse("uid:gid must be numbers".into()))?;
                 let gid: u32 = gid.parse().map_err(|_| refuse("uid:gid must be numbers".into()))?;
-                (
-                    Uid::from_raw(uid),
-                    Gid::from_raw(gid),
-                    lookup(User::from_uid(Uid::from_raw(uid)))?,
-                )
+                (Uid::from_raw(uid), Gid::from_raw(gid), by_uid(Uid::from_raw(uid)))
             }
             None => match spec.parse::<u32>() {
                 Ok(uid) => {
-                    let user = lookup(User::from_uid(Uid::from_raw(uid)))?;
+                    let user = by_uid(Uid::from_raw(uid));
                     let gid = user.as_ref().map_or(Gid::from_raw(uid), |user| user.gid);
                     (Uid::from_raw(uid), gid, user)
                 }
@@ -149,8 +166,10 @@ impl RunAs {
             Some(user) => {
                 let name = std::ffi::CString::new(user.name.as_bytes())
                     .map_err(|_| refuse("a NUL in the user's name".into()))?;
-                nix::unistd::getgrouplist(&name, gid)
-                    .map_err(|err| refuse(format!("cannot list the user's groups: {err}")))?
+                nix::unistd::getgrouplist(&name, gid).unwrap_or_else(|err| {
+                    tracing::warn!(user = %spec, %err, "cannot list the user's groups; its own only");
+                    vec![gid]
+                })
             }
             None => vec![gid],
         };
@@ -259,6 +278,14 @@ impl AgentHost {
             .map_err(|source| AgentError::Root { path: params.cwd.clone(), source })?;
 
         let run_as = params.user.as_deref().map(RunAs::resolve).transpose()?;
+        if let (Some(run_as), Some(user)) = (&run_as, &params.user) {
+            for dir in &params.owned_dirs {
+                give(dir, run_as.uid, run_as.gid).map_err(|err| AgentError::User {
+                    user: user.clone(),
+                    reason: format!("cannot give it {}: {err}", dir.display()),
+                })?;
+            }
+        }
         let mut command = Command::new(&params.command);
         if let Some((name, home)) = run_as.as_ref().and_then(|run_as| run_as.account.as_ref()) {
             // The user's own, unless the profile says otherwise.

@@ -234,6 +234,7 @@ impl ControlClient {
             start.cwd,
             Some(start.extra_roots),
             start.user,
+            Some(start.owned_dirs),
         );
         self.within("agent.start", CALL_TIMEOUT, call).await
     }

@@ -86,6 +86,7 @@ impl ControlServer for Methods {
         cwd: PathBuf,
         extra_roots: Option<Vec<PathBuf>>,
         user: Option<String>,
+        owned_dirs: Option<Vec<PathBuf>>,
     ) -> RpcResult<AgentStarted> {
         let start = StartAgent {
             command,
@@ -94,6 +95,7 @@ impl ControlServer for Methods {
             cwd,
             extra_roots: extra_roots.unwrap_or_default(),
             user,
+            owned_dirs: owned_dirs.unwrap_or_default(),
         };
         let (pid, seq) = self.0.agent.start(start).await?;
         Ok(AgentStarted { pid, seq })

@@ -59,6 +59,10 @@ pub struct StartAgent {
     /// `None`: as agentctl's user.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// Directories given to `user` (recursively) before the agent starts: its state
+    /// directories in a container, mounted there as root's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owned_dirs: Vec<PathBuf>,
 }
 
 /// `agent.start` result.
@@ -405,67 +409,78 @@ pub mod params {
     }
 }
 
-/// agentctl's control channel. Params are objects by name.
-#[rpc(server, client)]
-pub trait Control {
-    /// agentctl's and its agent's state.
-    #[method(name = "status")]
-    async fn status(&self) -> RpcResult<Status>;
+pub use control_rpc::*;
 
-    /// Starts the agent (once per agentctl). See [`StartAgent`] for the params.
-    #[method(name = "agent.start", param_kind = map)]
-    async fn agent_start(
-        &self,
-        command: String,
-        args: Option<Vec<String>>,
-        env: Option<BTreeMap<String, String>>,
-        cwd: PathBuf,
-        extra_roots: Option<Vec<PathBuf>>,
-        user: Option<String>,
-    ) -> RpcResult<AgentStarted>;
+/// The control channel's trait, apart so that the lint allowance covers the code the macro
+/// writes: `agent.start` takes one param per field of [`StartAgent`].
+#[allow(clippy::too_many_arguments)]
+mod control_rpc {
+    use super::*;
 
-    /// Writes one JSON-RPC message to the agent's stdin as one line.
-    #[method(name = "acp.send", param_kind = map)]
-    async fn acp_send(&self, message: Value) -> RpcResult<Done>;
+    /// agentctl's control channel. Params are objects by name (`agent.start` has one per field
+    /// of [`StartAgent`], hence the allowance).
+    #[rpc(server, client)]
+    pub trait Control {
+        /// agentctl's and its agent's state.
+        #[method(name = "status")]
+        async fn status(&self) -> RpcResult<Status>;
 
-    /// Everything up to and including `seq` is durably handled and may be dropped.
-    #[method(name = "events.ack", param_kind = map)]
-    async fn events_ack(&self, seq: u64) -> RpcResult<Acked>;
+        /// Starts the agent (once per agentctl). See [`StartAgent`] for the params.
+        #[method(name = "agent.start", param_kind = map)]
+        async fn agent_start(
+            &self,
+            command: String,
+            args: Option<Vec<String>>,
+            env: Option<BTreeMap<String, String>>,
+            cwd: PathBuf,
+            extra_roots: Option<Vec<PathBuf>>,
+            user: Option<String>,
+            owned_dirs: Option<Vec<PathBuf>>,
+        ) -> RpcResult<AgentStarted>;
 
-    /// Stops the agent: stdin closed, then SIGTERM, then SIGKILL, `grace_ms` apart.
-    #[method(name = "agent.stop", param_kind = map)]
-    async fn agent_stop(&self, grace_ms: u64) -> RpcResult<Stopped>;
+        /// Writes one JSON-RPC message to the agent's stdin as one line.
+        #[method(name = "acp.send", param_kind = map)]
+        async fn acp_send(&self, message: Value) -> RpcResult<Done>;
 
-    /// Holds the agent's output (`hold`: its stdout is not read, so the agent waits on
-    /// it) or takes it in again. The supervisor holds it while it cannot record (a full
-    /// disk), so that the room freed goes to recording what is spooled first.
-    #[method(name = "intake.hold", param_kind = map)]
-    async fn intake_hold(&self, hold: bool) -> RpcResult<Done>;
+        /// Everything up to and including `seq` is durably handled and may be dropped.
+        #[method(name = "events.ack", param_kind = map)]
+        async fn events_ack(&self, seq: u64) -> RpcResult<Acked>;
 
-    /// Stops the agent and exits.
-    #[method(name = "shutdown")]
-    async fn shutdown(&self) -> RpcResult<Done>;
+        /// Stops the agent: stdin closed, then SIGTERM, then SIGKILL, `grace_ms` apart.
+        #[method(name = "agent.stop", param_kind = map)]
+        async fn agent_stop(&self, grace_ms: u64) -> RpcResult<Stopped>;
 
-    /// Every event with `seq > after_seq`, then live ones.
-    #[subscription(
-        name = "events.subscribe" => "events.event",
-        unsubscribe = "events.unsubscribe",
-        item = Event,
-        param_kind = map
-    )]
-    async fn events_subscribe(&self, after_seq: u64) -> SubscriptionResult;
+        /// Holds the agent's output (`hold`: its stdout is not read, so the agent waits on
+        /// it) or takes it in again. The supervisor holds it while it cannot record (a full
+        /// disk), so that the room freed goes to recording what is spooled first.
+        #[method(name = "intake.hold", param_kind = map)]
+        async fn intake_hold(&self, hold: bool) -> RpcResult<Done>;
 
-    /// Like `events.subscribe`, but each notification is an array of the events that were
-    /// ready at once, oldest first: a burst costs one frame, not one per event. Nothing is
-    /// held back to fill a batch. (An agentctl without it answers "method not found", and
-    /// the client falls back to `events.subscribe`.)
-    #[subscription(
-        name = "events.subscribe_batch" => "events.batch",
-        unsubscribe = "events.unsubscribe_batch",
-        item = Vec<Event>,
-        param_kind = map
-    )]
-    async fn events_subscribe_batch(&self, after_seq: u64) -> SubscriptionResult;
+        /// Stops the agent and exits.
+        #[method(name = "shutdown")]
+        async fn shutdown(&self) -> RpcResult<Done>;
+
+        /// Every event with `seq > after_seq`, then live ones.
+        #[subscription(
+            name = "events.subscribe" => "events.event",
+            unsubscribe = "events.unsubscribe",
+            item = Event,
+            param_kind = map
+        )]
+        async fn events_subscribe(&self, after_seq: u64) -> SubscriptionResult;
+
+        /// Like `events.subscribe`, but each notification is an array of the events that were
+        /// ready at once, oldest first: a burst costs one frame, not one per event. Nothing is
+        /// held back to fill a batch. (An agentctl without it answers "method not found", and
+        /// the client falls back to `events.subscribe`.)
+        #[subscription(
+            name = "events.subscribe_batch" => "events.batch",
+            unsubscribe = "events.unsubscribe_batch",
+            item = Vec<Event>,
+            param_kind = map
+        )]
+        async fn events_subscribe_batch(&self, after_seq: u64) -> SubscriptionResult;
+    }
 }
 
 /// The most events in one `events.batch` notification.

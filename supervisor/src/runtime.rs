@@ -74,6 +74,9 @@ pub struct Endpoint {
     /// The certificate (PEM) agentctl serves its control channel with, when the runtime
     /// put it behind TLS (a sidecar across a network); the client pins it.
     pub tls_cert: Option<String>,
+    /// Who the agent runs as when its profile names no one (`process.user`): the
+    /// runtime's choice (a container's non-root user), or `None` (agentctl's own user).
+    pub agent_user: Option<String>,
 }
 
 /// What a runtime says of a recorded execution at restart recovery.
@@ -327,6 +330,7 @@ impl Runtime for StandaloneRuntime {
             };
             let launched = client::launch(&config).await?;
             Ok(Endpoint {
+                agent_user: None,
                 addr: launched.addr,
                 ready: launched.ready,
                 handle: serde_json::Value::Null,

@@ -76,6 +76,7 @@ impl Sidecar {
             cwd: self.workspace.path().to_owned(),
             extra_roots: Vec::new(),
             user: None,
+            owned_dirs: Vec::new(),
         };
         within("agent.start", self.client().await.start_agent(&start))
             .await

@@ -388,6 +388,9 @@ impl DockerRuntime {
         }
         let body = ContainerCreateBody {
             image: Some(image.clone()),
+            // agentctl is root in its container, so that it can start the agent as a user of
+            // its own (see `non_root_user`) and always stop it.
+            user: Some("0:0".into()),
             entrypoint: Some(vec!["/tether/agentctl".into()]),
             cmd: Some(cmd),
             env: Some(vec![
@@ -678,7 +681,13 @@ impl Runtime for DockerRuntime {
                     RuntimeError::Engine(format!("container {id} has no published control port"))
                 })?;
             let handle = DockerHandle { engine: Some(engine.config.name.clone()), container: id };
+            let workspace = (!on_volumes).then_some(spec.workspace.as_path());
+            let agent_user = match &spec.docker.image {
+                Some(image) => non_root_user(&docker, image, workspace).await,
+                None => None,
+            };
             Ok(Endpoint {
+                agent_user,
                 addr: SocketAddr::new(engine.address, host_port),
                 ready,
                 handle: serde_json::to_value(handle)
@@ -935,4 +944,25 @@ async fn kill_container(docker: &Docker, engine: &str, name: &str) -> Result<(),
 
 fn is_conflict(err: &bollard::errors::Error) -> bool {
     matches!(err, bollard::errors::Error::DockerResponseServerError { status_code: 409, .. })
+}
+
+/// Who a container's agent runs as when its profile names no one: the image's own `USER`
+/// when that is not root, else — for a workspace bind-mounted from this host — its owner
+/// when that is not root (what the agent writes keeps that owner), else root (`None`).
+async fn non_root_user(docker: &Docker, image: &str, workspace: Option<&Path>) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let is_root =
+        |user: &str| user.is_empty() || matches!(user.split(':').next(), Some("0" | "root"));
+    let image_user = match docker.inspect_image(image).await {
+        Ok(inspected) => inspected.config.and_then(|config| config.user),
+        Err(err) => {
+            tracing::warn!(%image, %err, "cannot read the image's user");
+            None
+        }
+    };
+    if let Some(user) = image_user.filter(|user| !is_root(user)) {
+        return Some(user);
+    }
+    let owner = std::fs::metadata(workspace?).ok()?;
+    (owner.uid() != 0).then(|| format!("{}:{}", owner.uid(), owner.gid()))
 }

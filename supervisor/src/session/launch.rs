@@ -121,7 +121,12 @@ pub(super) async fn launch(
             env: plan.env.iter().cloned().collect(),
             cwd: plan.spec.workspace.clone(),
             extra_roots: Vec::new(),
-            user: plan.user.clone(),
+            user: plan.user.clone().or_else(|| endpoint.agent_user.clone()),
+            // In a container the agent's state directories are mounts made as root's.
+            owned_dirs: match context.runtime.agent_home() {
+                Some(home) => plan.spec.agent_state_dirs.iter().map(|dir| home.join(dir)).collect(),
+                None => Vec::new(),
+            },
         };
         calls.start_agent(&start).await.map_err(|e| e.to_string())?;
         Ok::<_, String>((calls, events_rx))

@@ -40,6 +40,7 @@ impl Runtime for FakeRuntime {
     fn launch(&self, _spec: LaunchSpec) -> BoxFuture<'_, Result<Endpoint, RuntimeError>> {
         Box::pin(async {
             Ok(Endpoint {
+                agent_user: None,
                 addr: SocketAddr::from(([127, 0, 0, 1], 9)),
                 ready: ReadyInfo {
                     pid: 4_000_000,

@@ -100,6 +100,7 @@ async fn a_tls_control_channel_answers_only_a_client_pinned_to_its_certificate()
         cwd: sidecar.workspace.path().to_owned(),
         extra_roots: Vec::new(),
         user: None,
+        owned_dirs: Vec::new(),
     };
     within("agent.start", client.start_agent(&start)).await.expect("the agent starts over TLS");
     let mut events = client.clone().events(0);
@@ -320,6 +321,7 @@ async fn agentctl_survives_its_launcher_and_replays_what_happened_meanwhile() {
         cwd: workspace.path().to_owned(),
         extra_roots: vec![],
         user: None,
+        owned_dirs: Vec::new(),
     };
     let agent_pid = calls.start_agent(&start).await.unwrap().pid;
     let send = |message: Value| {
@@ -457,6 +459,7 @@ async fn bad_agent_output_becomes_events_and_nothing_stops() {
         cwd: "/".into(),
         extra_roots: Vec::new(),
         user: None,
+        owned_dirs: Vec::new(),
     };
     let error = talk.calls.start_agent(&again).await.unwrap_err();
     assert_eq!(error.kind(), Some(ErrorKind::AlreadyStarted));

@@ -272,6 +272,7 @@ async fn r10_concurrent_agent_starts_spawn_one_agent() {
         cwd: sidecar.workspace.path().to_owned(),
         extra_roots: Vec::new(),
         user: None,
+        owned_dirs: Vec::new(),
     };
     let (first, second) = tokio::join!(a.start_agent(&start), b.start_agent(&start));
     let refused: Vec<_> = [&first, &second].iter().filter_map(|r| r.as_ref().err()).collect();

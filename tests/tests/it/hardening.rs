@@ -811,3 +811,39 @@ async fn r29_a_profile_runs_its_agent_as_another_user_who_finds_no_secrets() {
     assert!(reply.contains(&format!("peek {}: ", db.display())), "{reply}");
     assert!(!reply.contains("failed"), "{reply}");
 }
+
+/// Point 4 (the user): a container's agent ran as root. agentctl is now root in its
+/// container and starts the agent as a user of its own where the image and workspace allow
+/// it — the image's non-root `USER`, else the owner of the workspace (what the agent writes
+/// keeps that owner) — giving it the state directories mounted for it.
+#[tokio::test]
+async fn r29_a_containers_agent_runs_as_the_workspaces_owner_not_root() {
+    use std::os::unix::fs::{MetadataExt, chown};
+    let Some((docker, daemon, _cleanup)) = crate::docker_runtime::setup().await else { return };
+    let api = daemon.api().await;
+    let work = daemon.workspace("owned");
+    chown(&work, Some(1234), Some(1234)).unwrap();
+    let session = api.ready_session("mock-docker", &work).await;
+    assert!(api.ask(&session, "as whom?").await.contains("you said: as whom?"));
+    let top = docker
+        .top_processes(&format!("tether-{session}"), None::<bollard::query_parameters::TopOptions>)
+        .await
+        .unwrap();
+    let titles = top.titles.unwrap_or_default();
+    let pid_at = titles.iter().position(|title| title == "PID").unwrap();
+    let uid_of = |needle: &str| {
+        top.processes.iter().flatten().find_map(|row| {
+            row.last().filter(|command| command.contains(needle))?;
+            let pid: u32 = row[pid_at].parse().ok()?;
+            Some(uid_and_groups(pid).0)
+        })
+    };
+    assert_eq!(uid_of("mock-agent"), Some(1234), "the agent: {:?}", top.processes);
+    assert_eq!(uid_of("agentctl"), Some(0), "agentctl stays root: {:?}", top.processes);
+    // Its state directory was given to it, and what it wrote there is its own.
+    let state = daemon.root.path().join("tether/agent-state").join(&session).join(".mock-agent");
+    let owners: Vec<u32> = std::fs::read_dir(&state)
+        .map(|entries| entries.flatten().map(|entry| entry.metadata().unwrap().uid()).collect())
+        .unwrap_or_default();
+    assert!(!owners.is_empty() && owners.iter().all(|&uid| uid == 1234), "{owners:?}");
+}
