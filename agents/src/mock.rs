@@ -60,7 +60,7 @@ options:
 
 prompt commands (one per line; other lines are the message):
   /stream N  /tool  /permission  /read PATH  /write PATH TEXT  /peek PATH  /sleep MS
-  /crash [CODE]  /close-stdout  /edit PATH TEXT  /patch PATH TEXT  /blob N KB  /garbage  /stderr TEXT  /recall  /spawn  /rounds R
+  /crash [CODE]  /close-stdout  /edit PATH TEXT  /patch PATH TEXT  /blob N KB  /garbage  /stderr TEXT  /recall  /spawn  /escape  /rounds R
   /usage USED SIZE [COST]
 ";
 
@@ -785,7 +785,8 @@ impl Turn<'_> {
                         .collect();
                     reply.push_str(&format!("; earlier user messages: [{}]", users.join(" | ")));
                 }
-                Command::Spawn => reply.push_str(&spawn_idle_child().map_err(Stop::Failed)?),
+                Command::Spawn => reply.push_str(&spawn_idle_child(false).map_err(Stop::Failed)?),
+                Command::Escape => reply.push_str(&spawn_idle_child(true).map_err(Stop::Failed)?),
                 Command::Rounds(n) => rounds = *n,
                 Command::Usage { used, size, cost } => {
                     let mut update =
@@ -884,12 +885,17 @@ static SELF_COMMAND: std::sync::OnceLock<Vec<std::ffi::OsString>> = std::sync::O
 
 /// Starts `mock-agent --idle` as a child that outlives the turn (it stays in our process
 /// group), for tests that check no descendant survives a stop.
-fn spawn_idle_child() -> Result<String, RpcError> {
+fn spawn_idle_child(own_group: bool) -> Result<String, RpcError> {
+    use std::os::unix::process::CommandExt;
     let own = match SELF_COMMAND.get() {
         Some(command) if !command.is_empty() => command.clone(),
         _ => vec![std::env::current_exe().map_err(RpcError::internal)?.into_os_string()],
     };
-    let child = std::process::Command::new(&own[0])
+    let mut command = std::process::Command::new(&own[0]);
+    if own_group {
+        command.process_group(0);
+    }
+    let child = command
         .args(&own[1..])
         .arg("--idle")
         .stdin(std::process::Stdio::null())

@@ -9,6 +9,7 @@
 //! orphans and removal are all asked of the runtime with what it returned. Adding a runtime
 //! is one module implementing [`Runtime`] and one [`Runtimes::register`] call.
 
+pub mod cgroup;
 pub mod docker;
 
 use std::collections::{BTreeMap, HashMap};
@@ -300,6 +301,8 @@ pub const FENCE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct StandaloneRuntime {
     /// The argv prefix that runs agentctl (its binary, or `supervisor agentctl`).
     pub agentctl: Vec<OsString>,
+    /// A cgroup per session, where cgroup v2 can be written (see `cgroup.rs`).
+    pub cgroups: Option<cgroup::Cgroups>,
 }
 
 impl Runtime for StandaloneRuntime {
@@ -329,6 +332,12 @@ impl Runtime for StandaloneRuntime {
                 extra_args: Vec::new(),
             };
             let launched = client::launch(&config).await?;
+            // Before its agent starts (agent.start comes next): all it starts is in there.
+            if let Some(cgroups) = &self.cgroups
+                && let Err(err) = cgroups.enter(&spec.session_id, launched.ready.pid)
+            {
+                tracing::warn!(session = %spec.session_id, %err, "cannot put the sidecar in its cgroup");
+            }
             Ok(Endpoint {
                 agent_user: None,
                 addr: launched.addr,
@@ -381,6 +390,12 @@ impl Runtime for StandaloneRuntime {
                     ..ExecutorRow::default()
                 };
                 kill_sidecar(&record, &boot_id, target.grace).await?;
+            }
+            // What escaped the agent's process group (its guard killed the group).
+            if let Some(cgroups) = &self.cgroups
+                && let Err(err) = cgroups.kill(&target.session_id, FENCE_TIMEOUT).await
+            {
+                tracing::warn!(session = %target.session_id, %err, "cannot kill the session's cgroup");
             }
             Ok(())
         })

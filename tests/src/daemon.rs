@@ -350,6 +350,8 @@ impl Drop for Daemon {
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
+        // And their cgroups (where the daemon made them), with anything that escaped.
+        supervisor::runtime::cgroup::discard(&self.install_id);
         if self.keep_root
             && let Ok(empty) = tempfile::tempdir()
         {

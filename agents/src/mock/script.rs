@@ -43,6 +43,9 @@ pub enum Command {
     Recall,
     /// `/spawn`: start a long-lived child process (`sleep`) and name its pid in the reply.
     Spawn,
+    /// `/escape`: like `/spawn`, the child in a process group of its own (out of the
+    /// agent's, as a daemonising tool does).
+    Escape,
     /// `/rounds R`: before the reply, R−1 rounds of a streamed message (as many chunks as
     /// `/stream` says, each ` <rK:n/N>`) closed by a tool call, so one turn holds many
     /// messages.
@@ -132,6 +135,7 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
         "stderr" => Command::Stderr(args.to_owned()),
         "recall" => Command::Recall,
         "spawn" => Command::Spawn,
+        "escape" => Command::Escape,
         "rounds" => Command::Rounds(match args.parse() {
             Ok(n) if n > 0 => n,
             _ => return Err("expects a positive round count"),

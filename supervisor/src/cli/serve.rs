@@ -136,6 +136,17 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
         None => applet("agentctl"),
     };
     let applets = HashMap::from([("mock-agent".to_owned(), applet("mock-agent"))]);
+    let install_id = home.install_id().context("cannot read or create the install id")?;
+    let cgroups = match crate::runtime::cgroup::Cgroups::open(&install_id) {
+        Ok(cgroups) => Some(cgroups),
+        Err(why) => {
+            tracing::warn!(
+                "no cgroup per session ({why}): a process that leaves its agent's process group \
+                 outlives a killed sidecar"
+            );
+            None
+        }
+    };
     // Zero-config Docker: without --static-agentctl, a static build is found where the
     // build and set-up scripts put it.
     let own_dir = std::env::current_exe()
@@ -148,18 +159,18 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
         store,
         registry,
         environment,
-        runtimes: Runtimes::new().register(Arc::new(StandaloneRuntime { agentctl })).register(
-            Arc::new(DockerRuntime::new(DockerConfig {
+        runtimes: Runtimes::new()
+            .register(Arc::new(StandaloneRuntime { agentctl, cgroups }))
+            .register(Arc::new(DockerRuntime::new(DockerConfig {
                 agentctl: args
                     .static_agentctl
                     .map(|path| std::path::absolute(&path).unwrap_or(path))
                     .or(config.static_agentctl.clone())
                     .or_else(|| crate::runtime::docker::find_static_agentctl(&searched)),
                 searched,
-                install_id: home.install_id().context("cannot read or create the install id")?,
+                install_id: install_id.clone(),
                 engines: config.docker_engines.clone(),
-            })),
-        ),
+            }))),
         applets,
         event_log: crate::events::LogLimits {
             retain_bytes: args

@@ -847,3 +847,41 @@ async fn r29_a_containers_agent_runs_as_the_workspaces_owner_not_root() {
         .unwrap_or_default();
     assert!(!owners.is_empty() && owners.iter().all(|&uid| uid == 1234), "{owners:?}");
 }
+
+/// Whether process `pid` is gone (or a zombie nobody reaped yet: it runs no more).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')),
+    }
+}
+
+/// Point 11: a descendant that left the agent's process group survived a SIGKILL of
+/// agentctl forever, even through stop and delete (the guard kills the group, and is a
+/// subreaper only while agentctl lives). Where cgroup v2 can be written, each local session
+/// now runs in a cgroup of its own, killed whole when the session is fenced, stopped or
+/// deleted.
+#[tokio::test]
+async fn r29_an_escaped_grandchild_is_killed_with_its_session() {
+    use tether_tests::daemon::ok;
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    for ending in ["stop", "delete"] {
+        let session = api.ready_session("mock", &daemon.workspace(ending)).await;
+        let reply = api.ask(&session, "/escape\nleave a daemon behind").await;
+        let pid: u32 = reply
+            .split("spawned pid ")
+            .nth(1)
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|pid| pid.parse().ok())
+            .unwrap_or_else(|| panic!("a pid in {reply}"));
+        assert!(!gone(pid), "the escaped child runs");
+        // agentctl dies hard: its guard kills the agent's group, not the escaped child.
+        tether_tests::daemon::sigkill(daemon.agentctl_pid(&session)).await;
+        match ending {
+            "stop" => ok("stop", api.typed().session_stop(session.clone())).await,
+            _ => ok("delete", api.typed().session_delete(session.clone(), None, None)).await,
+        };
+        assert!(gone(pid), "the escaped child {pid} is killed by the session's {ending}");
+    }
+}
