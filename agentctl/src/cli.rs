@@ -2,7 +2,6 @@
 //! client) and `guard` (the helper that kills the agent's process group when agentctl
 //! dies). A library module so that another binary can embed agentctl as an applet.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 const USAGE: &str = "\
 usage:
-  agentctl serve --state-dir DIR [--listen ADDR] [--token-file PATH | --token-stdin]
+  agentctl serve --state-dir DIR [--listen ADDR | --listen unix:PATH] [--token-file PATH | --token-stdin]
                  [--max-line BYTES]
                  [--segment-bytes BYTES] [--max-backlog-bytes BYTES] [--stop-grace-ms MS]
                  [--tls-cert PEM --tls-key PEM]
@@ -38,7 +37,7 @@ guard: internal. Blocks on stdin; when it closes, SIGKILLs process group PGID.
 
 struct ServeArgs {
     state_dir: PathBuf,
-    listen: SocketAddr,
+    listen: crate::client::ControlAddr,
     token_file: Option<PathBuf>,
     /// The token is the first line of stdin.
     token_stdin: bool,
@@ -91,7 +90,9 @@ fn parse_serve(args: &[String]) -> anyhow::Result<ServeArgs> {
     let mut state_dir = None;
     let mut parsed = ServeArgs {
         state_dir: PathBuf::new(),
-        listen: "127.0.0.1:0".parse().expect("UNWRAP: a literal address"),
+        listen: crate::client::ControlAddr::Tcp(
+            "127.0.0.1:0".parse().expect("UNWRAP: a literal address"),
+        ),
         token_file: None,
         token_stdin: false,
         max_line: protocol::frame::DEFAULT_MAX_LINE,
@@ -106,7 +107,10 @@ fn parse_serve(args: &[String]) -> anyhow::Result<ServeArgs> {
         let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
         match arg.as_str() {
             "--state-dir" => state_dir = Some(PathBuf::from(value()?)),
-            "--listen" => parsed.listen = value()?.parse().context("--listen: not an address")?,
+            "--listen" => {
+                parsed.listen =
+                    value()?.parse().context("--listen: not an address (IP:PORT or unix:PATH)")?
+            }
             "--token-file" => parsed.token_file = Some(PathBuf::from(value()?)),
             "--token-stdin" => parsed.token_stdin = true,
             "--tls-cert" => tls_cert = Some(PathBuf::from(value()?)),
@@ -215,11 +219,11 @@ fn serve(args: ServeArgs, self_command: Vec<std::ffi::OsString>) -> anyhow::Resu
         let agent = AgentHost::new(Arc::clone(&spool), config, tokio::runtime::Handle::current());
         let shutdown = CancellationToken::new();
         let ctl = Arc::new(Ctl { spool, agent, shutdown: shutdown.clone() });
-        let (addr, handle) = server::serve(args.listen, &token, Arc::clone(&ctl), tls)
+        let (addr, handle) = server::serve(args.listen.clone(), &token, Arc::clone(&ctl), tls)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         let info =
-            crate::ready::ready_info(addr.port()).context("cannot read this process's identity")?;
+            crate::ready::ready_info(&addr).context("cannot read this process's identity")?;
         crate::ready::announce(&args.state_dir, &info).context("cannot announce readiness")?;
         tracing::info!(%addr, pid = info.pid, "agentctl ready");
 
@@ -244,7 +248,7 @@ fn serve(args: ServeArgs, self_command: Vec<std::ffi::OsString>) -> anyhow::Resu
 /// `call` and `events`: the operator's client.
 fn client_command(args: &[String], events: bool) -> anyhow::Result<()> {
     use std::io::Write;
-    let mut addr: Option<SocketAddr> = None;
+    let mut addr: Option<crate::client::ControlAddr> = None;
     let mut after = 0u64;
     let mut rest = Vec::new();
     let mut args = args.iter();
@@ -255,7 +259,7 @@ fn client_command(args: &[String], events: bool) -> anyhow::Result<()> {
                     args.next()
                         .context("--addr needs a value")?
                         .parse()
-                        .context("--addr: not an address")?,
+                        .context("--addr: not an address (IP:PORT or unix:PATH)")?,
                 )
             }
             "--after" if events => {

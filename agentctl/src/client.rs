@@ -23,6 +23,46 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use crate::resubscribe::{Resubscribing, Source};
 use crate::server::MAX_MESSAGE_BYTES;
 
+/// Where a sidecar's control channel listens: a TCP address, or the Unix socket a local
+/// sidecar serves in its 0700 state dir (`unix:PATH`), which only its user can dial.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ControlAddr {
+    /// `IP:PORT`.
+    Tcp(SocketAddr),
+    /// `unix:PATH`.
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for ControlAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ControlAddr::Tcp(addr) => write!(f, "{addr}"),
+            ControlAddr::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+impl std::str::FromStr for ControlAddr {
+    type Err = std::net::AddrParseError;
+
+    fn from_str(text: &str) -> Result<ControlAddr, Self::Err> {
+        match text.strip_prefix("unix:") {
+            Some(path) => Ok(ControlAddr::Unix(PathBuf::from(path))),
+            None => text.parse().map(ControlAddr::Tcp),
+        }
+    }
+}
+
+impl From<SocketAddr> for ControlAddr {
+    fn from(addr: SocketAddr) -> ControlAddr {
+        ControlAddr::Tcp(addr)
+    }
+}
+
+/// The longest Unix socket path (`sun_path` holds 108 bytes with its NUL); a longer one
+/// cannot be bound, and a local sidecar then listens on loopback TCP.
+pub const MAX_SOCKET_PATH: usize = 107;
+
 /// Errors on the client side.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -31,7 +71,7 @@ pub enum ClientError {
     #[error("control channel to {addr}: {source}")]
     Transport {
         /// Where.
-        addr: SocketAddr,
+        addr: ControlAddr,
         /// Why.
         source: jsonrpsee::core::ClientError,
     },
@@ -52,7 +92,7 @@ pub enum ClientError {
     #[error("agentctl at {addr} did not answer {method} within {after:?}")]
     Timeout {
         /// Where.
-        addr: SocketAddr,
+        addr: ControlAddr,
         /// The method.
         method: String,
         /// How long we waited.
@@ -61,7 +101,11 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    fn from_call(addr: SocketAddr, method: &str, err: jsonrpsee::core::ClientError) -> ClientError {
+    fn from_call(
+        addr: ControlAddr,
+        method: &str,
+        err: jsonrpsee::core::ClientError,
+    ) -> ClientError {
         match err {
             jsonrpsee::core::ClientError::Call(object) => ClientError::Refused {
                 method: method.to_owned(),
@@ -85,7 +129,7 @@ impl ClientError {
 /// of one session go over one socket).
 #[derive(Debug, Clone)]
 pub struct ControlClient {
-    addr: SocketAddr,
+    addr: ControlAddr,
     token: String,
     client: std::sync::Arc<WsClient>,
     capacity: usize,
@@ -125,14 +169,14 @@ pub fn object_params(value: Value) -> ObjectParams {
 
 impl ControlClient {
     /// Connects to agentctl at `addr` with its bearer token.
-    pub async fn connect(addr: SocketAddr, token: &str) -> Result<ControlClient, ClientError> {
+    pub async fn connect(addr: ControlAddr, token: &str) -> Result<ControlClient, ClientError> {
         ControlClient::connect_with_capacity(addr, token, DEFAULT_SUBSCRIPTION_CAPACITY).await
     }
 
     /// Like [`ControlClient::connect`], with the number of events a subscription may hold
     /// unread before the client library gives up on it (and [`EventStream`] resubscribes).
     pub async fn connect_with_capacity(
-        addr: SocketAddr,
+        addr: ControlAddr,
         token: &str,
         capacity: usize,
     ) -> Result<ControlClient, ClientError> {
@@ -142,7 +186,7 @@ impl ControlClient {
     /// Like [`ControlClient::connect_with_capacity`]; with `pinned` (a certificate, PEM)
     /// over TLS, trusting the sidecar only if it presents exactly that certificate.
     pub async fn connect_pinned(
-        addr: SocketAddr,
+        addr: ControlAddr,
         token: &str,
         capacity: usize,
         pinned: Option<std::sync::Arc<[u8]>>,
@@ -168,17 +212,28 @@ impl ControlClient {
             builder = builder.with_custom_cert_store(config);
             url = format!("wss://{addr}");
         }
-        let client = builder
+        let builder = builder
             .set_headers(headers)
             .max_request_size(MAX_MESSAGE_BYTES)
             .max_response_size(MAX_MESSAGE_BYTES)
             .max_buffer_capacity_per_subscription(capacity)
             // Each call has its own bound (`call_within`); this is only a backstop.
             .request_timeout(Duration::from_secs(3600))
-            .connection_timeout(CONNECT_TIMEOUT)
-            .build(url);
+            .connection_timeout(CONNECT_TIMEOUT);
+        let transport = |source| ClientError::Transport { addr: addr.clone(), source };
+        let client = async {
+            match &addr {
+                ControlAddr::Tcp(_) => builder.build(url).await.map_err(transport),
+                ControlAddr::Unix(path) => {
+                    let stream = tokio::net::UnixStream::connect(path).await.map_err(|err| {
+                        transport(jsonrpsee::core::ClientError::Transport(err.into()))
+                    })?;
+                    builder.build_with_stream("ws://localhost", stream).await.map_err(transport)
+                }
+            }
+        };
         let client = match tokio::time::timeout(CONNECT_TIMEOUT, client).await {
-            Ok(built) => built.map_err(|source| ClientError::Transport { addr, source })?,
+            Ok(built) => built?,
             Err(_) => {
                 return Err(ClientError::Timeout {
                     addr,
@@ -204,9 +259,11 @@ impl ControlClient {
         call: impl Future<Output = Result<R, jsonrpsee::core::ClientError>>,
     ) -> Result<R, ClientError> {
         match tokio::time::timeout(limit, call).await {
-            Ok(answer) => answer.map_err(|err| ClientError::from_call(self.addr, method, err)),
+            Ok(answer) => {
+                answer.map_err(|err| ClientError::from_call(self.addr.clone(), method, err))
+            }
             Err(_) => Err(ClientError::Timeout {
-                addr: self.addr,
+                addr: self.addr.clone(),
                 method: method.to_owned(),
                 after: limit,
             }),
@@ -288,7 +345,7 @@ impl ControlClient {
     /// An event stream starting after `after_seq` that survives reconnects.
     pub fn events(self, after_seq: u64) -> EventStream {
         let events = SidecarEvents {
-            addr: self.addr,
+            addr: self.addr.clone(),
             token: self.token.clone(),
             capacity: self.capacity,
             pinned: self.pinned.clone(),
@@ -299,8 +356,8 @@ impl ControlClient {
     }
 
     /// Where this client is connected.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
+    pub fn addr(&self) -> &ControlAddr {
+        &self.addr
     }
 }
 
@@ -333,7 +390,7 @@ pub type EventStream = Resubscribing<SidecarEvents>;
 /// agentctl's event subscriptions: on one connection while it lives, else on a new one.
 #[derive(Debug)]
 pub struct SidecarEvents {
-    addr: SocketAddr,
+    addr: ControlAddr,
     token: String,
     capacity: usize,
     pinned: Option<std::sync::Arc<[u8]>>,
@@ -355,7 +412,8 @@ impl Source for SidecarEvents {
             Some(client) if client.client.is_connected() => client,
             _ => {
                 let pinned = self.pinned.clone();
-                ControlClient::connect_pinned(self.addr, &self.token, self.capacity, pinned).await?
+                ControlClient::connect_pinned(self.addr.clone(), &self.token, self.capacity, pinned)
+                    .await?
             }
         };
         self.subscription = Some(client.subscribe_feed(after).await?);
@@ -393,8 +451,8 @@ pub struct LaunchConfig {
     pub prefix_args: Vec<std::ffi::OsString>,
     /// Its state dir (spool, ready.json, log).
     pub state_dir: PathBuf,
-    /// Where the control channel listens.
-    pub listen: SocketAddr,
+    /// Where the control channel listens (a Unix socket path, or a TCP address).
+    pub listen: ControlAddr,
     /// The bearer token, passed in the environment (never argv).
     pub token: String,
     /// How long to wait for the ready line.
@@ -409,7 +467,7 @@ pub struct Launched {
     /// What it announced.
     pub ready: ReadyInfo,
     /// The address to connect to.
-    pub addr: SocketAddr,
+    pub addr: ControlAddr,
 }
 
 /// Errors while launching.
@@ -503,7 +561,10 @@ pub async fn launch(config: &LaunchConfig) -> Result<Launched, LaunchError> {
     drop(child);
     let ready: ReadyInfo = serde_json::from_str(line.trim())
         .map_err(|err| LaunchError::BadReadyLine(err.to_string()))?;
-    let addr = SocketAddr::new(config.listen.ip(), ready.port);
+    let addr = match &config.listen {
+        ControlAddr::Tcp(listen) => ControlAddr::Tcp(SocketAddr::new(listen.ip(), ready.port)),
+        ControlAddr::Unix(path) => ControlAddr::Unix(path.clone()),
+    };
     Ok(Launched { ready, addr })
 }
 

@@ -31,11 +31,17 @@ fn parse_start_time(stat: &str) -> Option<u64> {
 }
 
 /// This process's ready info for `port`.
-pub fn ready_info(port: u16) -> io::Result<ReadyInfo> {
+pub fn ready_info(listening: &crate::client::ControlAddr) -> io::Result<ReadyInfo> {
+    use crate::client::ControlAddr;
     let pid = std::process::id();
+    let (port, socket) = match listening {
+        ControlAddr::Tcp(addr) => (addr.port(), None),
+        ControlAddr::Unix(path) => (0, Some(path.clone())),
+    };
     Ok(ReadyInfo {
         pid,
         port,
+        socket,
         start_time: process_start_time(pid)?,
         boot_id: boot_id()?,
         version: env!("CARGO_PKG_VERSION").to_owned(),

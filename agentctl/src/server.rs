@@ -5,7 +5,7 @@
 //! maps to the [`AgentHost`] or the [`Spool`]. Errors carry `data.kind` from
 //! `protocol::errors::ErrorKind`, so clients never match on message text.
 
-use std::net::SocketAddr;
+use crate::client::ControlAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -175,11 +175,11 @@ pub fn methods(ctl: Arc<Ctl>) -> RpcModule<()> {
 /// Starts the server on `listen` with the bearer `token`, over TLS when `tls` is given
 /// (`wss://`; see [`crate::tls`]). Returns the bound address and the handle that stops it.
 pub async fn serve(
-    listen: SocketAddr,
+    listen: ControlAddr,
     token: &str,
     ctl: Arc<Ctl>,
     tls: Option<Arc<rustls::ServerConfig>>,
-) -> std::io::Result<(SocketAddr, ServerHandle)> {
+) -> std::io::Result<(ControlAddr, ServerHandle)> {
     let gate = TokenGate { token: token.to_owned() };
     let auth = tower::ServiceBuilder::new().layer(AccessLayer::new(gate));
     let config = ServerConfig::builder()
@@ -195,10 +195,55 @@ pub async fn serve(
         .set_rpc_middleware(jsonrpsee::server::middleware::rpc::RpcServiceBuilder::new().layer_fn(
             |service| protocol::errors::CheckParams::new(service, protocol::control::params::check),
         ));
+    let listen = match listen {
+        ControlAddr::Tcp(listen) => listen,
+        ControlAddr::Unix(path) => {
+            // In the 0700 state dir, 0600 itself: only agentctl's user can dial it. A
+            // socket left by an earlier agentctl of this dir (fenced before this one was
+            // launched) is replaced.
+            match std::fs::remove_file(&path) {
+                Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(err),
+                _ => {}
+            }
+            let listener = tokio::net::UnixListener::bind(&path)?;
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+            }
+            let services = builder.to_service_builder();
+            let methods: jsonrpsee::Methods = methods(ctl).into();
+            let (stop_handle, server_handle) = jsonrpsee::server::stop_channel();
+            tokio::spawn(async move {
+                loop {
+                    let socket = tokio::select! {
+                        accepted = listener.accept() => match accepted {
+                            Ok((socket, _)) => socket,
+                            Err(err) => {
+                                tracing::warn!(%err, "cannot accept a control connection");
+                                continue;
+                            }
+                        },
+                        () = stop_handle.clone().shutdown() => return,
+                    };
+                    let service = services.clone().build(methods.clone(), stop_handle.clone());
+                    let stopped = stop_handle.clone().shutdown();
+                    tokio::spawn(async move {
+                        let served = jsonrpsee::server::serve_with_graceful_shutdown(
+                            socket, service, stopped,
+                        );
+                        if let Err(err) = served.await {
+                            tracing::debug!(%err, "a control connection ended");
+                        }
+                    });
+                }
+            });
+            return Ok((ControlAddr::Unix(path), server_handle));
+        }
+    };
     let Some(tls) = tls else {
         let server = builder.build(listen).await?;
         let addr = server.local_addr()?;
-        return Ok((addr, server.start(methods(ctl))));
+        return Ok((ControlAddr::Tcp(addr), server.start(methods(ctl))));
     };
     // TLS: accept, handshake, then serve each connection with the same service stack.
     let listener = tokio::net::TcpListener::bind(listen).await?;
@@ -242,7 +287,7 @@ pub async fn serve(
             });
         }
     });
-    Ok((addr, server_handle))
+    Ok((ControlAddr::Tcp(addr), server_handle))
 }
 
 /// How long a client may take to complete its TLS handshake.

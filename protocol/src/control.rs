@@ -28,8 +28,11 @@ pub const DAEMON_ONLY_ENV: &[&str] = &["TETHER_AUTH_TOKEN", "TETHER_TOKEN", "TET
 pub struct ReadyInfo {
     /// agentctl's pid.
     pub pid: u32,
-    /// The port the control channel listens on.
+    /// The port the control channel listens on (0 when it is a Unix socket).
     pub port: u16,
+    /// The Unix socket the control channel listens on, when it is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<PathBuf>,
     /// agentctl's start time in clock ticks since boot (`/proc/<pid>/stat` field 22), which
     /// with `boot_id` tells a live sidecar from a recycled pid.
     pub start_time: u64,

@@ -65,8 +65,9 @@ pub struct LaunchSpec {
 /// A launched agentctl.
 #[derive(Debug, Clone)]
 pub struct Endpoint {
-    /// Where its control channel listens (on the host).
-    pub addr: SocketAddr,
+    /// Where its control channel listens (on the host): a local sidecar's Unix socket, or
+    /// a TCP address.
+    pub addr: client::ControlAddr,
     /// What it announced.
     pub ready: ReadyInfo,
     /// What the runtime needs to find it again (stored as JSON, read only by the runtime
@@ -325,8 +326,8 @@ impl Runtime for StandaloneRuntime {
             let config = LaunchConfig {
                 program: PathBuf::from(program),
                 prefix_args: prefix.to_vec(),
+                listen: control_socket(&spec.state_dir),
                 state_dir: spec.state_dir,
-                listen: SocketAddr::from(([127, 0, 0, 1], 0)),
                 token: spec.token,
                 ready_timeout: spec.ready_timeout,
                 extra_args: Vec::new(),
@@ -399,6 +400,18 @@ impl Runtime for StandaloneRuntime {
             }
             Ok(())
         })
+    }
+}
+
+/// Where a local sidecar listens: a Unix socket in its 0700 state dir, which only the
+/// daemon's user can dial, or loopback TCP when that path is too long for a socket.
+fn control_socket(state_dir: &std::path::Path) -> client::ControlAddr {
+    let path = state_dir.join("control.sock");
+    if path.as_os_str().len() <= client::MAX_SOCKET_PATH {
+        client::ControlAddr::Unix(path)
+    } else {
+        tracing::warn!(path = %path.display(), "too long for a Unix socket: the sidecar listens on loopback TCP");
+        client::ControlAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 0)))
     }
 }
 

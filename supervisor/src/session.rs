@@ -363,7 +363,7 @@ pub struct AdoptPlan {
     /// The runtime record.
     pub executor: ExecutorRow,
     /// Where the sidecar listens.
-    pub addr: std::net::SocketAddr,
+    pub addr: agentctl::client::ControlAddr,
     /// Turns still running.
     pub open_turns: Vec<crate::store::OpenTurn>,
     /// The sidecar is dead and its spool holds events not recorded yet: they are read from

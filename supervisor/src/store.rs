@@ -495,12 +495,12 @@ impl ExecutorRow {
     /// agentctl's control-channel address: the stored endpoint, else (a row written before
     /// endpoints were stored, or one that does not parse) loopback and the recorded port —
     /// what every runtime returned until then.
-    pub fn endpoint(&self) -> std::net::SocketAddr {
+    pub fn endpoint(&self) -> agentctl::client::ControlAddr {
         self.agentctl_url.as_deref().and_then(|url| url.parse().ok()).unwrap_or_else(|| {
-            std::net::SocketAddr::from((
+            agentctl::client::ControlAddr::Tcp(std::net::SocketAddr::from((
                 [127, 0, 0, 1],
                 u16::try_from(self.agentctl_port.unwrap_or(0)).unwrap_or(0),
-            ))
+            )))
         })
     }
 }

@@ -2,7 +2,6 @@
 //! takes the agent's group with it), and an ACP conversation driven through the control
 //! channel.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -35,7 +34,9 @@ impl Sidecar {
             program: workspace_bin("agentctl"),
             prefix_args: Vec::new(),
             state_dir: state_dir.clone(),
-            listen: "127.0.0.1:0".parse().expect("UNWRAP: a literal address"),
+            listen: client::ControlAddr::Tcp(
+                "127.0.0.1:0".parse().expect("UNWRAP: a literal address"),
+            ),
             token: token.clone(),
             ready_timeout: Duration::from_secs(30),
             extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
@@ -56,8 +57,8 @@ impl Sidecar {
     }
 
     /// The control address.
-    pub fn addr(&self) -> SocketAddr {
-        self.launched.addr
+    pub fn addr(&self) -> client::ControlAddr {
+        self.launched.addr.clone()
     }
 
     /// A new control connection.

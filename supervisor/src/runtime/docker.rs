@@ -688,7 +688,7 @@ impl Runtime for DockerRuntime {
             };
             Ok(Endpoint {
                 agent_user,
-                addr: SocketAddr::new(engine.address, host_port),
+                addr: SocketAddr::new(engine.address, host_port).into(),
                 ready,
                 handle: serde_json::to_value(handle)
                     .map_err(|err| RuntimeError::Engine(err.to_string()))?,

@@ -3,7 +3,7 @@
 //! WebSocket implementations over `agentctl::client`; the actor's unit tests use in-memory
 //! fakes, so its state machine is tested without processes.
 
-use std::net::SocketAddr;
+pub use agentctl::client::ControlAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,7 +55,7 @@ pub trait Connector: Send + Sync + 'static {
     /// certificate, when there is one): its calls, and its events after `after_seq`.
     fn connect<'a>(
         &'a self,
-        addr: SocketAddr,
+        addr: ControlAddr,
         token: &'a str,
         cert: Option<&'a str>,
         after_seq: u64,
@@ -103,7 +103,7 @@ pub struct WsConnector;
 impl Connector for WsConnector {
     fn connect<'a>(
         &'a self,
-        addr: SocketAddr,
+        addr: ControlAddr,
         token: &'a str,
         cert: Option<&'a str>,
         after_seq: u64,

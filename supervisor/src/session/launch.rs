@@ -8,7 +8,6 @@
 //! refused, a failed launch, a failed re-attach) is fenced at once, so nothing runs unowned.
 
 use std::ffi::OsString;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,7 +92,10 @@ pub(super) async fn launch(
         .await
         .map_err(|err| fail(format!("runtime {}: {err}", context.runtime.name())))?;
     record.status = ExecutorStatus::Starting;
-    record.agentctl_port = Some(endpoint.addr.port().into());
+    record.agentctl_port = match &endpoint.addr {
+        agentctl::client::ControlAddr::Tcp(addr) => Some(addr.port().into()),
+        agentctl::client::ControlAddr::Unix(_) => None,
+    };
     record.agentctl_url = Some(endpoint.addr.to_string());
     record.agentctl_pid = Some(endpoint.ready.pid.into());
     record.agentctl_start_time = Some(endpoint.ready.start_time as i64);
@@ -110,7 +112,7 @@ pub(super) async fn launch(
         let token = plan.spec.token.as_str();
         let (calls, events_rx) = context
             .connector
-            .connect(endpoint.addr, token, endpoint.tls_cert.as_deref(), 0)
+            .connect(endpoint.addr.clone(), token, endpoint.tls_cert.as_deref(), 0)
             .await
             .map_err(|err| err.to_string())?;
         let (program, args) =
@@ -148,7 +150,7 @@ pub(super) async fn launch(
 /// Connects to a live sidecar found at startup and subscribes after `acked_seq`.
 pub(super) async fn adopt(
     context: SessionContext,
-    addr: SocketAddr,
+    addr: agentctl::client::ControlAddr,
     record: ExecutorRow,
 ) -> Result<Connected, String> {
     let token = record.agentctl_token.clone().unwrap_or_default();

@@ -41,8 +41,9 @@ impl Runtime for FakeRuntime {
         Box::pin(async {
             Ok(Endpoint {
                 agent_user: None,
-                addr: SocketAddr::from(([127, 0, 0, 1], 9)),
+                addr: SocketAddr::from(([127, 0, 0, 1], 9)).into(),
                 ready: ReadyInfo {
+                    socket: None,
                     pid: 4_000_000,
                     port: 9,
                     start_time: 1,
@@ -106,7 +107,7 @@ impl FakeSidecar {
     async fn hang(&self) -> ClientError {
         tokio::time::sleep(Duration::from_millis(300)).await;
         ClientError::Timeout {
-            addr: SocketAddr::from(([127, 0, 0, 1], 9)),
+            addr: SocketAddr::from(([127, 0, 0, 1], 9)).into(),
             method: "fake".into(),
             after: Duration::from_millis(300),
         }
@@ -220,7 +221,7 @@ struct FakeConnector {
 impl Connector for FakeConnector {
     fn connect<'a>(
         &'a self,
-        addr: SocketAddr,
+        addr: agentctl::client::ControlAddr,
         _token: &'a str,
         _cert: Option<&'a str>,
         _after_seq: u64,
@@ -516,7 +517,7 @@ async fn a_lost_sidecar_fails_the_running_turn_with_the_reason_and_fences_it() {
     let fenced_before = setup.runtime.fenced.lock().unwrap().len();
     // The control channel breaks.
     let broken = ClientError::Timeout {
-        addr: SocketAddr::from(([127, 0, 0, 1], 9)),
+        addr: SocketAddr::from(([127, 0, 0, 1], 9)).into(),
         method: "events".into(),
         after: Duration::ZERO,
     };
@@ -591,7 +592,12 @@ async fn a_failed_adopt_voids_the_open_work_fences_and_leaves_the_session_resuma
             .unwrap();
         let open_turns = store.open_turns(row.id.clone(), "e1".into()).await.unwrap();
         let addr = SocketAddr::from(([127, 0, 0, 1], 9));
-        Start::Adopt(Box::new(super::AdoptPlan { executor, addr, open_turns, gone: false }))
+        Start::Adopt(Box::new(super::AdoptPlan {
+            executor,
+            addr: addr.into(),
+            open_turns,
+            gone: false,
+        }))
     })
     .await;
     until(&setup.handle, |view| {
@@ -636,6 +642,7 @@ async fn a_dead_sidecars_spool_is_recorded_at_recovery_and_its_turn_ends_as_the_
             std::path::PathBuf::from(&row.workspace_path).join("sessions").join(&row.id).join("agentctl");
         std::fs::create_dir_all(agentctl.join("spool")).unwrap();
         let ready = protocol::control::ReadyInfo {
+            socket: None,
             pid: 4_242,
             port: 9,
             start_time: 77,
@@ -661,7 +668,7 @@ async fn a_dead_sidecars_spool_is_recorded_at_recovery_and_its_turn_ends_as_the_
             .unwrap();
         let open_turns = store.open_turns(row.id.clone(), "e1".into()).await.unwrap();
         let addr = SocketAddr::from(([127, 0, 0, 1], 9));
-        Start::Adopt(Box::new(super::AdoptPlan { executor, addr, open_turns, gone: true }))
+        Start::Adopt(Box::new(super::AdoptPlan { executor, addr: addr.into(), open_turns, gone: true }))
     })
     .await;
     until(&setup.handle, |view| {

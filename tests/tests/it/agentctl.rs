@@ -87,10 +87,12 @@ async fn a_tls_control_channel_answers_only_a_client_pinned_to_its_certificate()
     let pinned = || Some(std::sync::Arc::<[u8]>::from(cert.as_bytes()));
     let (addr, token) = (sidecar.addr(), sidecar.token.as_str());
 
-    let client =
-        within("a pinned connection", ControlClient::connect_pinned(addr, token, 64, pinned()))
-            .await
-            .expect("the pinned client gets through");
+    let client = within(
+        "a pinned connection",
+        ControlClient::connect_pinned(addr.clone(), token, 64, pinned()),
+    )
+    .await
+    .expect("the pinned client gets through");
     let status = within("status", client.status()).await.expect("status over TLS");
     assert_eq!(status.agent_pid, None, "no agent yet: {status:?}");
     let start = protocol::control::StartAgent {
@@ -109,19 +111,20 @@ async fn a_tls_control_channel_answers_only_a_client_pinned_to_its_certificate()
 
     // Plain WebSocket to a TLS port: no handshake, no connection.
     assert!(matches!(
-        within("plain ws", ControlClient::connect(addr, token)).await,
+        within("plain ws", ControlClient::connect(addr.clone(), token)).await,
         Err(ClientError::Transport { .. })
     ));
     // Another certificate pinned: refused by the client before anything is sent.
     let (other, _) = supervisor::runtime::docker::sidecar_certificate(local).unwrap();
     let other = Some(std::sync::Arc::<[u8]>::from(other.as_bytes()));
     assert!(matches!(
-        within("another pin", ControlClient::connect_pinned(addr, token, 64, other)).await,
+        within("another pin", ControlClient::connect_pinned(addr.clone(), token, 64, other)).await,
         Err(ClientError::Transport { .. })
     ));
     // The right certificate and the wrong token: refused by the sidecar.
     assert!(matches!(
-        within("wrong token", ControlClient::connect_pinned(addr, "wrong", 64, pinned())).await,
+        within("wrong token", ControlClient::connect_pinned(addr.clone(), "wrong", 64, pinned()))
+            .await,
         Err(ClientError::Transport { .. })
     ));
 }
@@ -300,7 +303,7 @@ async fn agentctl_survives_its_launcher_and_replays_what_happened_meanwhile() {
     let mut stdout = BufReader::new(launcher.stdout.take().unwrap());
     within("the ready line", stdout.read_line(&mut line)).await.unwrap();
     let ready: ReadyInfo = serde_json::from_str(line.trim()).unwrap();
-    let addr = format!("127.0.0.1:{}", ready.port).parse().unwrap();
+    let addr: agentctl::client::ControlAddr = format!("127.0.0.1:{}", ready.port).parse().unwrap();
     // Make sure the sidecar is cleaned up whatever happens below.
     struct KillOnDrop(u32);
     impl Drop for KillOnDrop {
@@ -313,7 +316,7 @@ async fn agentctl_survives_its_launcher_and_replays_what_happened_meanwhile() {
     }
     let _cleanup = KillOnDrop(ready.pid);
 
-    let calls = ControlClient::connect(addr, &token).await.unwrap();
+    let calls = ControlClient::connect(addr.clone(), &token).await.unwrap();
     let start = protocol::control::StartAgent {
         command: workspace_bin("mock-agent").to_string_lossy().into_owned(),
         args: vec![],
@@ -344,9 +347,9 @@ async fn agentctl_survives_its_launcher_and_replays_what_happened_meanwhile() {
     // Events keep being spooled while nobody listens.
     send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": workspace.path(), "mcpServers": []}})).await;
     drop(calls);
-    let fresh = ControlClient::connect(addr, &token).await.unwrap();
+    let fresh = ControlClient::connect(addr.clone(), &token).await.unwrap();
     let mut talk = Conversation {
-        calls: ControlClient::connect(addr, &token).await.unwrap(),
+        calls: ControlClient::connect(addr.clone(), &token).await.unwrap(),
         events: fresh.events(0),
         seen: vec![],
     };

@@ -427,11 +427,11 @@ async fn an_engine_reached_over_tcp_runs_and_readopts_sessions() {
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let token =
         std::fs::read_to_string(daemon.session_dir(&session).join("agentctl/token")).unwrap();
-    let plain = agentctl::client::ControlClient::connect(addr, &token).await;
+    let plain = agentctl::client::ControlClient::connect(addr.into(), &token).await;
     assert!(plain.is_err(), "plain WebSocket is refused by a TLS sidecar");
     let cert = std::fs::read(daemon.session_dir(&session).join("agentctl/tls.crt")).unwrap();
     let pinned =
-        agentctl::client::ControlClient::connect_pinned(addr, &token, 16, Some(cert.into()))
+        agentctl::client::ControlClient::connect_pinned(addr.into(), &token, 16, Some(cert.into()))
             .await
             .expect("the pinned certificate gets through");
     pinned.status().await.expect("status over TLS");

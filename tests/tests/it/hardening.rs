@@ -885,3 +885,57 @@ async fn r29_an_escaped_grandchild_is_killed_with_its_session() {
         assert!(gone(pid), "the escaped child {pid} is killed by the session's {ending}");
     }
 }
+
+/// The socket inodes process `pid` holds open.
+fn socket_inodes(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.flatten()
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .filter_map(|target| {
+                    let target = target.to_string_lossy().into_owned();
+                    Some(target.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Point 3 (the control channel): a local sidecar listened on a loopback TCP port any
+/// local process could dial (and, with a token read elsewhere, drive). It now listens on a
+/// Unix socket in its 0700 state dir: no TCP port, and another user cannot even connect.
+#[tokio::test]
+async fn r29_a_local_sidecar_listens_on_a_private_unix_socket_not_a_tcp_port() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("socket")).await;
+    assert!(api.ask(&session, "over the socket").await.contains("you said: over the socket"));
+    let sidecar = daemon.agentctl_pid(&session);
+    let held = socket_inodes(sidecar);
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let listening = fields.get(3) == Some(&"0A");
+            assert!(
+                !(listening && fields.get(9).is_some_and(|inode| held.iter().any(|h| h == inode))),
+                "agentctl {sidecar} listens on TCP: {line}"
+            );
+        }
+    }
+    let socket = daemon.session_dir(&session).join("agentctl/control.sock");
+    assert!(socket.exists(), "{}", socket.display());
+    // Another user cannot reach it at all.
+    let tried = tokio::process::Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect(sys.argv[1])\n    print('connected')\nexcept OSError as e:\n    print(type(e).__name__)",
+        ])
+        .arg(&socket)
+        .uid(65534)
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&tried.stdout);
+    assert_eq!(said.trim(), "PermissionError", "{said}{}", String::from_utf8_lossy(&tried.stderr));
+}
