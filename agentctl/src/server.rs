@@ -195,9 +195,17 @@ pub async fn serve(
         .set_rpc_middleware(jsonrpsee::server::middleware::rpc::RpcServiceBuilder::new().layer_fn(
             |service| protocol::errors::CheckParams::new(service, protocol::control::params::check),
         ));
-    let listen = match listen {
-        ControlAddr::Tcp(listen) => listen,
-        ControlAddr::Unix(path) => {
+    let listener = match (listen, tls) {
+        (ControlAddr::Tcp(listen), None) => {
+            let server = builder.build(listen).await?;
+            let addr = server.local_addr()?;
+            return Ok((ControlAddr::Tcp(addr), server.start(methods(ctl))));
+        }
+        (ControlAddr::Tcp(listen), Some(tls)) => Listener::Tls(
+            tokio::net::TcpListener::bind(listen).await?,
+            tokio_rustls::TlsAcceptor::from(tls),
+        ),
+        (ControlAddr::Unix(path), _) => {
             // In the 0700 state dir, 0600 itself: only agentctl's user can dial it. A
             // socket left by an earlier agentctl of this dir (fenced before this one was
             // launched) is replaced.
@@ -206,57 +214,21 @@ pub async fn serve(
                 _ => {}
             }
             let listener = tokio::net::UnixListener::bind(&path)?;
-            {
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-            }
-            let services = builder.to_service_builder();
-            let methods: jsonrpsee::Methods = methods(ctl).into();
-            let (stop_handle, server_handle) = jsonrpsee::server::stop_channel();
-            tokio::spawn(async move {
-                loop {
-                    let socket = tokio::select! {
-                        accepted = listener.accept() => match accepted {
-                            Ok((socket, _)) => socket,
-                            Err(err) => {
-                                tracing::warn!(%err, "cannot accept a control connection");
-                                continue;
-                            }
-                        },
-                        () = stop_handle.clone().shutdown() => return,
-                    };
-                    let service = services.clone().build(methods.clone(), stop_handle.clone());
-                    let stopped = stop_handle.clone().shutdown();
-                    tokio::spawn(async move {
-                        let served = jsonrpsee::server::serve_with_graceful_shutdown(
-                            socket, service, stopped,
-                        );
-                        if let Err(err) = served.await {
-                            tracing::debug!(%err, "a control connection ended");
-                        }
-                    });
-                }
-            });
-            return Ok((ControlAddr::Unix(path), server_handle));
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+            Listener::Unix(listener, path)
         }
     };
-    let Some(tls) = tls else {
-        let server = builder.build(listen).await?;
-        let addr = server.local_addr()?;
-        return Ok((ControlAddr::Tcp(addr), server.start(methods(ctl))));
-    };
-    // TLS: accept, handshake, then serve each connection with the same service stack.
-    let listener = tokio::net::TcpListener::bind(listen).await?;
-    let addr = listener.local_addr()?;
+    // Accept (and for TLS handshake), then serve each connection with the same stack.
+    let addr = listener.addr()?;
     let services = builder.to_service_builder();
     let methods: jsonrpsee::Methods = methods(ctl).into();
     let (stop_handle, server_handle) = jsonrpsee::server::stop_channel();
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     tokio::spawn(async move {
         loop {
-            let socket = tokio::select! {
+            let opening = tokio::select! {
                 accepted = listener.accept() => match accepted {
-                    Ok((socket, _)) => socket,
+                    Ok(opening) => opening,
                     Err(err) => {
                         tracing::warn!(%err, "cannot accept a control connection");
                         continue;
@@ -264,30 +236,66 @@ pub async fn serve(
                 },
                 () = stop_handle.clone().shutdown() => return,
             };
-            let acceptor = acceptor.clone();
             let service = services.clone().build(methods.clone(), stop_handle.clone());
             let stopped = stop_handle.clone().shutdown();
             tokio::spawn(async move {
-                let handshake =
-                    tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(socket));
-                match handshake.await {
-                    Ok(Ok(stream)) => {
-                        let served = jsonrpsee::server::serve_with_graceful_shutdown(
-                            stream, service, stopped,
-                        );
-                        if let Err(err) = served.await {
-                            tracing::debug!(%err, "a control connection ended");
-                        }
-                    }
-                    Ok(Err(err)) => {
-                        tracing::warn!(%err, "a TLS handshake on the control port failed")
-                    }
-                    Err(_) => tracing::warn!("a TLS handshake on the control port timed out"),
+                let stream = match opening.await {
+                    Ok(stream) => stream,
+                    Err(err) => return tracing::warn!(%err, "a control connection failed to open"),
+                };
+                let served =
+                    jsonrpsee::server::serve_with_graceful_shutdown(stream, service, stopped);
+                if let Err(err) = served.await {
+                    tracing::debug!(%err, "a control connection ended");
                 }
             });
         }
     });
-    Ok((ControlAddr::Tcp(addr), server_handle))
+    Ok((addr, server_handle))
+}
+
+/// A connection's byte stream, whatever carries it.
+trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> Stream for T {}
+
+/// An accepted connection still to be opened (a TLS handshake, bounded).
+type Opening = Pin<Box<dyn Future<Output = std::io::Result<Box<dyn Stream>>> + Send>>;
+
+/// What the control server accepts on besides plain TCP, which jsonrpsee's own loop serves.
+enum Listener {
+    Tls(tokio::net::TcpListener, tokio_rustls::TlsAcceptor),
+    Unix(tokio::net::UnixListener, std::path::PathBuf),
+}
+
+impl Listener {
+    fn addr(&self) -> std::io::Result<ControlAddr> {
+        match self {
+            Listener::Tls(listener, _) => listener.local_addr().map(ControlAddr::Tcp),
+            Listener::Unix(_, path) => Ok(ControlAddr::Unix(path.clone())),
+        }
+    }
+
+    async fn accept(&self) -> std::io::Result<Opening> {
+        Ok(match self {
+            Listener::Unix(listener, _) => {
+                let (socket, _) = listener.accept().await?;
+                Box::pin(async move { Ok(Box::new(socket) as Box<dyn Stream>) })
+            }
+            Listener::Tls(listener, acceptor) => {
+                let (socket, _) = listener.accept().await?;
+                let handshake = acceptor.accept(socket);
+                Box::pin(async move {
+                    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, handshake).await {
+                        Ok(stream) => Ok(Box::new(stream?) as Box<dyn Stream>),
+                        Err(_) => Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "the TLS handshake timed out",
+                        )),
+                    }
+                })
+            }
+        })
+    }
 }
 
 /// How long a client may take to complete its TLS handshake.
@@ -298,6 +306,19 @@ const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 pub trait Gate: Send + Sync + 'static {
     /// Why a request is refused (its status and a short reason), if it is.
     fn refuse(&self, headers: &http::HeaderMap) -> Option<(http::StatusCode, &'static str)>;
+
+    /// Like [`Gate::refuse`], for a gate that marks what it lets through (in its
+    /// extensions) or says more about a refusal.
+    fn admit(
+        &self,
+        headers: &http::HeaderMap,
+        _extensions: &mut http::Extensions,
+    ) -> Result<(), (http::StatusCode, String)> {
+        match self.refuse(headers) {
+            Some((status, why)) => Err((status, why.to_owned())),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Whether `headers` carry `Authorization: Bearer <token>`, compared in constant time.
@@ -367,14 +388,19 @@ where
     }
 
     fn call(&mut self, request: HttpRequest<B>) -> Self::Future {
-        match self.policy.refuse(request.headers()) {
-            None => {
+        let (mut parts, body) = request.into_parts();
+        let admitted = self.policy.admit(&parts.headers, &mut parts.extensions);
+        let request = HttpRequest::from_parts(parts, body);
+        match admitted {
+            Ok(()) => {
                 let future = self.inner.call(request);
                 Box::pin(async move { future.await.map_err(Into::into) })
             }
-            Some((status, why)) => Box::pin(async move {
+            Err((status, why)) => Box::pin(async move {
                 Ok(http::Response::builder()
                     .status(status)
+                    .header(http::header::CONNECTION, "close")
+                    .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
                     .body(HttpBody::from(why))
                     .expect("UNWRAP: a static response is well formed"))
             }),

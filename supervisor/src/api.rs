@@ -32,7 +32,7 @@ mod streaming;
 pub use access::{
     AccessPolicy, ApiToken, MIN_TOKEN_CHARS, TOKEN_ENV, TokenError, TokenSource, resolve_token,
 };
-use admission::{Admission, Admitted, Limits};
+use admission::{Admission, Limits, SlotGate};
 pub use admission::{MAX_CONNECTIONS, MAX_CONNECTIONS_PER_PEER};
 use agentctl::server::AccessLayer;
 use streaming::{stream_spool, stream_spool_batches};
@@ -348,8 +348,10 @@ pub async fn serve(
             if let Err(refusal) = &slot {
                 tracing::warn!(%remote, ?peer, %refusal, "refusing an API connection");
             }
-            let service =
-                Admitted { inner: services.clone().build(methods.clone(), stop.clone()), slot };
+            let service = tower::Layer::layer(
+                &AccessLayer::new(SlotGate(slot)),
+                services.clone().build(methods.clone(), stop.clone()),
+            );
             let stopped = stop.clone().shutdown();
             tokio::spawn(async move {
                 let served =

@@ -8,13 +8,8 @@
 //! daemon): see the threat model in ARCHITECTURE.md.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-
-use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
 
 /// The most API connections at once, by default (`serve --max-connections`).
 pub const MAX_CONNECTIONS: u32 = 1024;
@@ -193,49 +188,26 @@ fn proc_address(addr: SocketAddr) -> String {
     text
 }
 
-/// A connection's service: with a slot, the API's (each request carrying the slot, so an
-/// upgraded WebSocket keeps it); without one, HTTP 429 saying why, and the connection
-/// closed.
-#[derive(Clone)]
-pub struct Admitted<S> {
-    /// The API's service.
-    pub inner: S,
-    /// The connection's slot, or why it has none.
-    pub slot: Result<Arc<Slot>, Refusal>,
-}
+/// A connection's gate: with a slot, each request passes carrying it (so an upgraded
+/// WebSocket keeps it); without one, each is answered HTTP 429 saying why.
+pub struct SlotGate(pub Result<Arc<Slot>, Refusal>);
 
-type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-impl<S, B> tower::Service<HttpRequest<B>> for Admitted<S>
-where
-    S: tower::Service<HttpRequest<B>, Response = HttpResponse>,
-    S::Error: Into<BoxError> + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = HttpResponse;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, BoxError>> + Send + 'static>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+impl agentctl::server::Gate for SlotGate {
+    fn refuse(&self, _headers: &http::HeaderMap) -> Option<(http::StatusCode, &'static str)> {
+        self.0.is_err().then_some((http::StatusCode::TOO_MANY_REQUESTS, "too many connections"))
     }
 
-    fn call(&mut self, mut request: HttpRequest<B>) -> Self::Future {
-        match &self.slot {
+    fn admit(
+        &self,
+        _headers: &http::HeaderMap,
+        extensions: &mut http::Extensions,
+    ) -> Result<(), (http::StatusCode, String)> {
+        match &self.0 {
             Ok(slot) => {
-                request.extensions_mut().insert(Arc::clone(slot));
-                let future = self.inner.call(request);
-                Box::pin(async move { future.await.map_err(Into::into) })
+                extensions.insert(Arc::clone(slot));
+                Ok(())
             }
-            Err(refusal) => {
-                let response = http::Response::builder()
-                    .status(http::StatusCode::TOO_MANY_REQUESTS)
-                    .header(http::header::CONNECTION, "close")
-                    .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
-                    .body(HttpBody::from(refusal.to_string()))
-                    .expect("UNWRAP: a static response is well formed");
-                Box::pin(async move { Ok(response) })
-            }
+            Err(refusal) => Err((http::StatusCode::TOO_MANY_REQUESTS, refusal.to_string())),
         }
     }
 }
