@@ -459,6 +459,9 @@ pub struct LaunchConfig {
     pub ready_timeout: Duration,
     /// More `serve` arguments (e.g. `--max-line`).
     pub extra_args: Vec<String>,
+    /// A cgroup (v2) directory to move agentctl into before it is announced ready, so the
+    /// agent it starts later is in it.
+    pub cgroup: Option<PathBuf>,
 }
 
 /// A launched agentctl.
@@ -544,6 +547,13 @@ pub async fn launch(config: &LaunchConfig) -> Result<Launched, LaunchError> {
         return Err(spawn_err(err));
     }
     drop(stdin);
+    // A migration takes the kernel a while (an RCU grace period): it runs beside agentctl's
+    // own start, off the runtime's threads, and is awaited with the ready line.
+    let moving = config.cgroup.clone().zip(child.id()).map(|(dir, pid)| {
+        tokio::task::spawn_blocking(move || {
+            std::fs::write(dir.join("cgroup.procs"), pid.to_string()).map_err(|err| (dir, err))
+        })
+    });
     let stdout = child.stdout.take().expect("UNWRAP: stdout is piped");
     let mut line = String::new();
     let mut stdout = BufReader::new(stdout);
@@ -555,6 +565,15 @@ pub async fn launch(config: &LaunchConfig) -> Result<Launched, LaunchError> {
         }
         Ok(Err(_)) | Ok(Ok(0)) => return Err(LaunchError::NoReadyLine { log: log_path }),
         Ok(Ok(_)) => {}
+    }
+    if let Some(moving) = moving {
+        match moving.await {
+            Ok(Ok(())) => {}
+            Ok(Err((dir, err))) => {
+                tracing::warn!(cgroup = %dir.display(), %err, "cannot move agentctl into its cgroup")
+            }
+            Err(err) => tracing::warn!(%err, "moving agentctl into its cgroup failed"),
+        }
     }
     // `child` is dropped without a kill: agentctl lives on, and tokio reaps it if it exits
     // while we are still here.

@@ -321,6 +321,7 @@ impl Runtime for StandaloneRuntime {
 
     fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, Result<Endpoint, RuntimeError>> {
         Box::pin(async move {
+            let session_id = spec.session_id.clone();
             let (program, prefix) =
                 self.agentctl.split_first().expect("UNWRAP: the agentctl command is never empty");
             let config = LaunchConfig {
@@ -331,14 +332,15 @@ impl Runtime for StandaloneRuntime {
                 token: spec.token,
                 ready_timeout: spec.ready_timeout,
                 extra_args: Vec::new(),
+                // Joined before it is announced ready, so before its agent starts: all it
+                // starts is in there.
+                cgroup: self.cgroups.as_ref().and_then(|cgroups| {
+                    cgroups.prepare(&session_id).map_err(|err| {
+                        tracing::warn!(session = %session_id, %err, "cannot make the session's cgroup");
+                    }).ok()
+                }),
             };
             let launched = client::launch(&config).await?;
-            // Before its agent starts (agent.start comes next): all it starts is in there.
-            if let Some(cgroups) = &self.cgroups
-                && let Err(err) = cgroups.enter(&spec.session_id, launched.ready.pid)
-            {
-                tracing::warn!(session = %spec.session_id, %err, "cannot put the sidecar in its cgroup");
-            }
             Ok(Endpoint {
                 agent_user: None,
                 addr: launched.addr,

@@ -40,6 +40,7 @@ impl Sidecar {
             token: token.clone(),
             ready_timeout: Duration::from_secs(30),
             extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
+            cgroup: None,
         };
         let launched = client::launch(&config).await.expect("agentctl launches");
         Sidecar {

@@ -39,16 +39,14 @@ impl Cgroups {
         self.base.join(session_id)
     }
 
-    /// Moves `pid` (a session's agentctl, before its agent starts) into the session's
-    /// cgroup, created if needed.
-    pub fn enter(&self, session_id: &str, pid: u32) -> io::Result<()> {
+    /// The session's cgroup, created if needed (for `agentctl::client::LaunchConfig`, which
+    /// moves the sidecar into it).
+    pub fn prepare(&self, session_id: &str) -> io::Result<PathBuf> {
         let dir = self.session(session_id);
         match std::fs::create_dir(&dir) {
-            Ok(()) => {}
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(err) => return Err(err),
+            Err(err) if err.kind() != io::ErrorKind::AlreadyExists => Err(err),
+            _ => Ok(dir),
         }
-        std::fs::write(dir.join("cgroup.procs"), pid.to_string())
     }
 
     /// Kills every process in the session's cgroup, waits (at most `bound`) until it is
