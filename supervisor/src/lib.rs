@@ -11,7 +11,8 @@
 //! - [`history`] and [`events`]: the conversation record and the subscriber stream;
 //! - [`store`]: SQLite, owned by one thread;
 //! - [`home`]: the data directory; [`worktree`]: a git worktree per session;
-//!   [`config`]: the daemon's config file.
+//!   [`config`]: the daemon's config file; [`workflow`]: workflow files (loaded and checked;
+//!   running them is issue 30's next part).
 //!
 //! Guarantees: a turn's row and request id are durable before its prompt is sent; an
 //! agentctl event is acknowledged only after what it caused is synced to disk; writes that
@@ -33,4 +34,5 @@ pub mod snapshot;
 pub mod store;
 pub mod web;
 pub mod wire;
+pub mod workflow;
 pub mod worktree;
