@@ -57,11 +57,13 @@ options:
                         (as claude-agent-acp does run as root without IS_SANDBOX=1)
   --fail-while PATH     exit with --exit-code at start, after a line on stderr, while PATH
                         exists (a launch failure that a later attempt outlives)
+  --turn-log PATH       append a JSON line {session, prompt} for each prompt it
+                        starts to answer (tests count turns from the agent's side)
 
 prompt commands (one per line; other lines are the message):
   /stream N  /tool  /permission  /read PATH  /write PATH TEXT  /peek PATH  /sleep MS
   /crash [CODE]  /close-stdout  /edit PATH TEXT  /patch PATH TEXT  /blob N KB  /garbage  /stderr TEXT  /recall  /spawn  /escape  /rounds R
-  /usage USED SIZE [COST]
+  /usage USED SIZE [COST]  /say TEXT (the reply is exactly TEXT; a backslash-n in it is a newline)
 ";
 
 /// Process-wide settings, from the command line.
@@ -103,6 +105,9 @@ pub struct Config {
     pub require_env: Option<(String, String)>,
     /// `--fail-while`: the file whose existence makes the start fail.
     pub fail_while: Option<PathBuf>,
+    /// `--turn-log`: a file that gets one JSON line per prompt this agent starts to answer
+    /// (`{"session", "prompt"}`), so tests count turns from the agent's side.
+    pub turn_log: Option<PathBuf>,
     /// Replay a loaded session after the `session/load` answer, not before it.
     pub late_replay: bool,
     /// Later still: hold the replay until the next request arrives, then send it first
@@ -134,6 +139,7 @@ impl Default for Config {
             idle: false,
             require_env: None,
             fail_while: None,
+            turn_log: None,
             late_replay: false,
             replay_with_next: false,
             replay_on_resume: false,
@@ -188,6 +194,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, 
             "--late-replay" => config.late_replay = true,
             "--replay-with-next" => config.replay_with_next = true,
             "--fail-while" => config.fail_while = Some(value("--fail-while")?.into()),
+            "--turn-log" => config.turn_log = Some(value("--turn-log")?.into()),
             "--require-env" => {
                 let pair = value("--require-env")?;
                 let (name, wanted) = pair
@@ -652,6 +659,16 @@ impl Turn<'_> {
         script: &Script,
         earlier: &[StoredMessage],
     ) -> Result<&'static str, RpcError> {
+        if let Some(log) = &self.agent.config.turn_log {
+            use std::io::Write;
+            let line = json!({"session": self.session_id, "prompt": script.message}).to_string();
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .and_then(|mut file| writeln!(file, "{line}"))
+                .map_err(RpcError::internal)?;
+        }
         match self.steps(script, earlier).await {
             Ok(()) => Ok("end_turn"),
             Err(Stop::Cancelled) if self.agent.config.cancel_as_end_turn => Ok("end_turn"),
@@ -719,6 +736,7 @@ impl Turn<'_> {
                     eprintln!("mock-agent: crashing mid-turn as asked (/crash {code})");
                     std::process::exit(*code);
                 }
+                Command::Say(text) => reply = text.clone(),
                 Command::Peek(path) => match std::fs::read(path) {
                     Ok(bytes) => reply.push_str(&format!("; peek {path}: {} bytes", bytes.len())),
                     Err(err) => reply.push_str(&format!("; peek {path} failed: {err}")),
@@ -943,6 +961,8 @@ mod tests {
             "--late-replay",
             "--fail-while",
             "/tmp/flag",
+            "--turn-log",
+            "/tmp/turns",
         ])
         .unwrap() else {
             panic!("expected a run")
@@ -968,6 +988,7 @@ mod tests {
                 idle: false,
                 require_env: Some(("IS_SANDBOX".into(), "1".into())),
                 fail_while: Some("/tmp/flag".into()),
+                turn_log: Some("/tmp/turns".into()),
                 late_replay: true,
                 replay_with_next: false,
                 replay_on_resume: false,

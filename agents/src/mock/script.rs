@@ -14,6 +14,9 @@ pub enum Command {
     Permission,
     /// `/read PATH`: ask the client for a file with `fs/read_text_file`.
     Read(String),
+    /// `/say TEXT`: the reply is exactly TEXT (`\n` in it a newline), for callers that
+    /// feed it on (a workflow step's output: a chosen text, a score, a JSON list).
+    Say(String),
     /// `/peek PATH`: read a file directly, as any process of the agent's user could (what
     /// an agent that goes looking for secrets does).
     Peek(String),
@@ -112,6 +115,7 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
         "permission" => Command::Permission,
         "read" if args.is_empty() => return Err("expects a path"),
         "read" => Command::Read(args.to_owned()),
+        "say" => Command::Say(args.replace("\\n", "\n")),
         "peek" if args.is_empty() => return Err("expects a path"),
         "peek" => Command::Peek(args.to_owned()),
         "write" => match args.split_once(' ') {
@@ -179,6 +183,13 @@ mod tests {
             ]
         );
         assert_eq!(script.message, "hello\nworld");
+    }
+
+    #[test]
+    fn say_sets_the_reply_with_escaped_newlines() {
+        let script = parse("/say [\"a\", \"b\"]\\nscore: 0.9\nignored").unwrap();
+        assert_eq!(script.commands, vec![Command::Say("[\"a\", \"b\"]\nscore: 0.9".into())]);
+        assert_eq!(script.message, "ignored");
     }
 
     #[test]

@@ -311,3 +311,32 @@ async fn stop_escalates_for_agents_that_ignore_eof_and_sigterm() {
     assert!(matches!(stage, StopStage::Killed(_)), "{stage:?}");
     assert!(deaf.stderr_text().contains("ignoring SIGTERM"), "{}", deaf.stderr_text());
 }
+
+/// For workflow tests (issue 30): `/say` makes the reply exactly a chosen text (a step's
+/// output), and `--turn-log` counts the prompts the agent answered from its own side.
+#[tokio::test]
+async fn say_chooses_the_reply_and_the_turn_log_counts_prompts() {
+    let state = tempfile::tempdir().unwrap();
+    let log = state.path().join("turns.jsonl");
+    let mut agent =
+        mock(&["--state-dir", state.path().to_str().unwrap(), "--turn-log", log.to_str().unwrap()]);
+    agent.initialize().await.unwrap();
+    let session = agent.new_session(state.path()).await.unwrap();
+    let turn = agent
+        .prompt(&session, "plan it\n/say [\"parse\", \"test\"]\\nscore: 0.9", no_requests)
+        .await;
+    assert_eq!(turn.reply(), "[\"parse\", \"test\"]\nscore: 0.9");
+    agent.prompt(&session, "again", no_requests).await;
+    let lines: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            json!({"session": session, "prompt": "plan it"}),
+            json!({"session": session, "prompt": "again"})
+        ]
+    );
+}
