@@ -275,6 +275,22 @@ pub fn parse(
     Ok(Spec { name: raw.name.into_inner(), vars, max_parallel, steps })
 }
 
+impl Spec {
+    /// The steps that may start now: not done and not running, every dependency done, in
+    /// file order, as many as `max_parallel` leaves room for beside the running ones.
+    pub fn ready(&self, done: &BTreeSet<&str>, running: &BTreeSet<&str>) -> Vec<&Step> {
+        let room = self.max_parallel.saturating_sub(running.len());
+        self.steps
+            .iter()
+            .filter(|step| !done.contains(step.id.as_str()) && !running.contains(step.id.as_str()))
+            .filter(|step| {
+                step.depends_on.iter().all(|dependency| done.contains(dependency.as_str()))
+            })
+            .take(room)
+            .collect()
+    }
+}
+
 /// Parses a template: `{{ reference }}` among text. An error is the byte offset of the
 /// reference in the template and the reason.
 fn template(

@@ -132,3 +132,26 @@ fn a_dependency_cycle_is_named() {
                 [[steps]]\nid = \"c\"\nagent = \"mock\"\nprompt = \"p\"\ndepends_on = [\"b\"]\n";
     assert_eq!(refusal(text), "/w/flow.toml:3:6: steps[0].depends_on: a cycle: a → c → b → a");
 }
+
+#[test]
+fn ready_steps_follow_the_dependencies_within_max_parallel() {
+    let text = "name = \"fan\"\nmax_parallel = 2\n\
+                [[steps]]\nid = \"split\"\nagent = \"mock\"\nprompt = \"p\"\n\
+                [[steps]]\nid = \"a\"\nagent = \"mock\"\nprompt = \"p\"\ndepends_on = [\"split\"]\n\
+                [[steps]]\nid = \"b\"\nagent = \"mock\"\nprompt = \"p\"\ndepends_on = [\"split\"]\n\
+                [[steps]]\nid = \"c\"\nagent = \"mock\"\nprompt = \"p\"\ndepends_on = [\"split\"]\n\
+                [[steps]]\nid = \"merge\"\nagent = \"mock\"\nprompt = \"{{steps.a.output}} {{steps.c.output}}\"\ndepends_on = [\"a\", \"b\", \"c\"]\n";
+    let spec = load_text(text).unwrap();
+    let ids = |steps: Vec<&Step>| steps.into_iter().map(|s| s.id.clone()).collect::<Vec<_>>();
+    let none = BTreeSet::new();
+    assert_eq!(ids(spec.ready(&none, &none)), ["split"]);
+    let done = BTreeSet::from(["split"]);
+    assert_eq!(ids(spec.ready(&done, &none)), ["a", "b"], "two at once");
+    assert_eq!(ids(spec.ready(&done, &BTreeSet::from(["a"]))), ["b"]);
+    let done = BTreeSet::from(["split", "a", "b"]);
+    assert_eq!(ids(spec.ready(&done, &none)), ["c"], "merge waits for all three");
+    let done = BTreeSet::from(["split", "a", "b", "c"]);
+    assert_eq!(ids(spec.ready(&done, &none)), ["merge"]);
+    let all = BTreeSet::from(["split", "a", "b", "c", "merge"]);
+    assert!(spec.ready(&all, &none).is_empty());
+}
