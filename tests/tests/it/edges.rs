@@ -4,7 +4,9 @@
 
 use protocol::api::{ApiClient, EntryType, EventKind, SessionEvent, SessionState, TurnState};
 use serde_json::Value;
-use tether_tests::daemon::{Api, Create, Daemon, chunks, next, ok, sigkill, turn_ended, until};
+use tether_tests::daemon::{
+    Api, Create, Daemon, chunks, next, ok, settled, sigkill, turn_ended, until,
+};
 use tether_tests::within;
 
 /// The agent message chunks a session's (dead) agentctl spool holds, in order: what the
@@ -269,6 +271,9 @@ async fn r27_a_create_that_cannot_write_its_files_leaves_no_session() {
     assert!(listed.is_empty(), "no session is left behind: {listed:?}");
     std::fs::remove_file(&sessions).unwrap();
     let created = ok("task.session.create", create.send(api.typed())).await;
+    // The launch runs in the background: its outcome, awaited, before the state is read.
+    let (state, error) = settled(&mut api.subscribe(&created.id, 0).await).await;
+    assert_eq!(state, SessionState::WaitingForInput, "{error}");
     let status = api.status(&created.id).await;
     assert_ne!(status.state, SessionState::Created, "{status:?}");
 }
