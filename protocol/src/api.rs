@@ -56,6 +56,8 @@ macro_rules! wire_names {
 
 mod snapshots;
 pub use snapshots::*;
+mod workflows;
+pub use workflows::*;
 
 /// Session states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]

@@ -80,6 +80,9 @@ pub struct History {
     text_generation: Option<i64>,
     /// The execution of the newest entry on disk.
     last_generation: Option<i64>,
+    /// The agent's text since the last entry that was not an agent message: the final
+    /// message so far (a long one is written in several entries).
+    tail_message: String,
 }
 
 impl History {
@@ -95,6 +98,11 @@ impl History {
         let last = repair_tail(&mut file)?
             .and_then(|line| serde_json::from_slice::<HistoryEntry>(&line).ok());
         let next_seq = last.as_ref().map_or(1, |entry| entry.seq + 1);
+        let tail_message = last
+            .as_ref()
+            .filter(|entry| entry.kind == EntryType::AgentMessage)
+            .map(|entry| entry.content.clone())
+            .unwrap_or_default();
         let last_generation = last.as_ref().and_then(|entry| entry.generation);
         let watermark = last.and_then(|entry| entry.agent_seq);
         let len = file.seek(SeekFrom::End(0))?;
@@ -112,6 +120,7 @@ impl History {
             watermark_generation: last_generation,
             text_generation: None,
             last_generation,
+            tail_message,
         })
     }
 
@@ -189,6 +198,12 @@ impl History {
         }
         self.last_chunk = self.watermark;
         self.agent_text.push_str(text);
+    }
+
+    /// The agent's final message so far: its text since the last entry that was not an
+    /// agent message, written or not (a turn's output, once the turn ended).
+    pub fn final_message(&self) -> String {
+        format!("{}{}", self.tail_message, self.agent_text)
     }
 
     /// The bytes of the message being coalesced.
@@ -272,6 +287,11 @@ impl History {
         }
         self.len += line.len() as u64;
         self.next_seq += 1;
+        if kind == EntryType::AgentMessage {
+            self.tail_message.push_str(&entry.wire.content);
+        } else {
+            self.tail_message.clear();
+        }
         self.last_generation = self.generation;
         Ok(seq)
     }

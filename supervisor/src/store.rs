@@ -14,6 +14,7 @@ mod journal;
 mod schema;
 mod sessions;
 mod turns;
+mod workflows;
 
 use sessions::*;
 
@@ -25,6 +26,7 @@ use tokio::sync::oneshot;
 
 pub use journal::{LogRow, TURN_SNAPSHOTS_KEPT};
 pub use schema::MIGRATIONS;
+pub use workflows::{StepPatch, StepRow, WorkflowRow};
 
 use journal::log;
 pub use protocol::api::{ResumeOutcome, SessionState, TurnState};
@@ -96,6 +98,9 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 #[derive(Debug, Clone)]
 pub struct Store {
     jobs: std::sync::mpsc::Sender<Job>,
+    /// Workflows whose records changed (a step's session ended a turn or changed state, a
+    /// step or the workflow moved), announced after the change committed.
+    changes: tokio::sync::broadcast::Sender<String>,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -134,7 +139,8 @@ impl Store {
                 }
             })
             .map_err(|_| StoreError::Closed)?;
-        Ok(Store { jobs })
+        let (changes, _) = tokio::sync::broadcast::channel(256);
+        Ok(Store { jobs, changes })
     }
 
     /// Runs `f` on the database thread and returns its result.

@@ -21,6 +21,8 @@ fn wire_names_are_serdes_names() {
     check(LaunchStep::ALL);
     check(EntryType::ALL);
     check(SnapshotTrigger::ALL);
+    check(WorkflowState::ALL);
+    check(StepState::ALL);
     assert_eq!(serde_json::to_value(RuntimeKind::DOCKER).unwrap(), "docker");
     let named: RuntimeKind = serde_json::from_value(serde_json::json!("kubernetes")).unwrap();
     assert_eq!(named, RuntimeKind::named("kubernetes"));

@@ -239,6 +239,55 @@ pub const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE task_sessions ADD COLUMN event_seq_high INTEGER NOT NULL DEFAULT 0;
     ",
+    // 12: issue 30, workflows: the spec they run (text and SHA-256), each step's state,
+    // run, loop pass, session and output, and the workflow's event stream. A step's end is
+    // written in the transaction that ends its session's turn.
+    "
+    CREATE TABLE workflows (
+        id TEXT PRIMARY KEY,
+        task_id TEXT NOT NULL REFERENCES tasks(id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        spec_file TEXT,
+        spec_text TEXT NOT NULL,
+        spec_sha256 TEXT NOT NULL,
+        vars TEXT NOT NULL,
+        workspace TEXT,
+        state TEXT NOT NULL CHECK (state IN ('running','completed','failed','cancelled')),
+        error TEXT,
+        resumes INTEGER NOT NULL DEFAULT 0,
+        event_seq INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE INDEX workflows_by_state ON workflows(state);
+    CREATE TABLE workflow_steps (
+        workflow_id TEXT NOT NULL REFERENCES workflows(id) ON DELETE CASCADE,
+        step_id TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('pending','waiting_approval','running','completed','failed','skipped','cancelled')),
+        iteration INTEGER NOT NULL DEFAULT 0,
+        runs INTEGER NOT NULL DEFAULT 0,
+        resends INTEGER NOT NULL DEFAULT 0,
+        launch_failures INTEGER NOT NULL DEFAULT 0,
+        approved INTEGER NOT NULL DEFAULT 0,
+        applied INTEGER NOT NULL DEFAULT 0,
+        session_id TEXT,
+        prompt TEXT,
+        output TEXT,
+        error TEXT,
+        started_at INTEGER,
+        ended_at INTEGER,
+        PRIMARY KEY (workflow_id, step_id)
+    );
+    CREATE INDEX workflow_steps_by_session ON workflow_steps(session_id);
+    CREATE TABLE workflow_events (
+        workflow_id TEXT NOT NULL REFERENCES workflows(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        at INTEGER NOT NULL,
+        event TEXT NOT NULL,
+        PRIMARY KEY (workflow_id, seq)
+    );
+    ",
 ];
 
 /// Brings the database up to the newest migration.

@@ -131,30 +131,7 @@ impl Store {
     pub async fn create_session(&self, row: SessionRow) -> Result<SessionRow, StoreError> {
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let exists: bool = tx.query_row("SELECT EXISTS(SELECT 1 FROM tasks WHERE id = ?1)", [&row.task_id], |r| r.get(0))?;
-            if !exists {
-                return Err(StoreError::NotFound { what: "task", id: row.task_id });
-            }
-            tx.execute(
-                &format!("INSERT INTO task_sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"),
-                params![
-                    row.id,
-                    row.task_id,
-                    row.agent_profile_id,
-                    row.profile_snapshot.to_string(),
-                    row.runtime,
-                    row.state.as_str(),
-                    row.workspace_path,
-                    row.error_message,
-                    row.created_at,
-                    row.updated_at,
-                    row.initial_prompt,
-                    row.worktree_repo,
-                    row.worktree_branch,
-                    (!row.runtime_labels.is_empty())
-                        .then(|| serde_json::to_string(&row.runtime_labels).unwrap_or_default())
-                ],
-            )?;
+            insert_session(&tx, &row)?;
             tx.commit()?;
             Ok(row)
         })
@@ -253,10 +230,12 @@ impl Store {
                     params![id, task_state, now],
                 )?;
             }
+            let workflow = super::workflows::workflow_of(&tx, &id)?;
             tx.commit()?;
-            Ok(())
+            Ok(workflow)
         })
         .await
+        .map(|workflow| self.announce(workflow))
     }
 
     /// A live session (not ended) whose workspace is one of `paths`: `(id, state)`.
@@ -385,4 +364,39 @@ pub(super) fn task_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Task> {
         created_at: row.get(4)?,
         updated_at: row.get(5)?,
     })
+}
+
+/// Inserts a session row inside the caller's transaction (the task must exist).
+pub(super) fn insert_session(
+    tx: &rusqlite::Connection,
+    row: &SessionRow,
+) -> Result<(), StoreError> {
+    let exists: bool =
+        tx.query_row("SELECT EXISTS(SELECT 1 FROM tasks WHERE id = ?1)", [&row.task_id], |r| {
+            r.get(0)
+        })?;
+    if !exists {
+        return Err(StoreError::NotFound { what: "task", id: row.task_id.clone() });
+    }
+    tx.execute(
+        &format!("INSERT INTO task_sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"),
+        params![
+            row.id,
+            row.task_id,
+            row.agent_profile_id,
+            row.profile_snapshot.to_string(),
+            row.runtime,
+            row.state.as_str(),
+            row.workspace_path,
+            row.error_message,
+            row.created_at,
+            row.updated_at,
+            row.initial_prompt,
+            row.worktree_repo,
+            row.worktree_branch,
+            (!row.runtime_labels.is_empty())
+                .then(|| serde_json::to_string(&row.runtime_labels).unwrap_or_default())
+        ],
+    )?;
+    Ok(())
 }

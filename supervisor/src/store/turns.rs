@@ -67,10 +67,15 @@ impl Store {
                 };
                 log(&tx, &session_id, &ended)?;
             }
+            let workflow = super::workflows::workflow_of(&tx, &session_id)?;
             tx.commit()?;
-            Ok(ids)
+            Ok((ids, workflow))
         })
         .await
+        .map(|(ids, workflow)| {
+            self.announce(workflow);
+            ids
+        })
     }
 
     /// Keeps a pause request (replacing an earlier one).
@@ -222,20 +227,26 @@ impl Store {
         stop_reason: Option<String>,
         error: Option<String>,
     ) -> Result<(), StoreError> {
-        self.end_turn_then(turn_id, (state, stop_reason, error), None, 0).await
+        self.end_turn_then(turn_id, (state, stop_reason, error), None, 0, None).await
     }
 
     /// Ends a turn and, in the same transaction, sets its session's state (`then`: state,
     /// error, task state): one write, and the timeline lists the turn's end before the
-    /// state it led to. Records `event_seq_high` as [`Store::set_session_state`] does.
+    /// state it led to. Records `event_seq_high` as [`Store::set_session_state`] does. A
+    /// session that runs a workflow step completes the step in the same transaction when
+    /// the turn completed (stop reason `end_turn`), its output `output` (the turn's final
+    /// agent message).
     pub async fn end_turn_then(
         &self,
         turn_id: String,
         (state, stop_reason, error): (TurnState, Option<String>, Option<String>),
         then: Option<(SessionState, Option<String>, Option<&'static str>)>,
         event_seq_high: u64,
+        output: Option<String>,
     ) -> Result<(), StoreError> {
-        self.call(move |conn| {
+        let workflow = self.call(move |conn| {
+            let completed = state == TurnState::Completed
+                && stop_reason.as_deref().is_none_or(|reason| reason == "end_turn");
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = now_ms();
             tx.execute(
@@ -266,11 +277,21 @@ impl Store {
                         )?;
                     }
                 }
+                let workflow = super::workflows::step_turn_ended(
+                    &tx,
+                    &session_id,
+                    completed,
+                    output.as_deref(),
+                )?;
+                tx.commit()?;
+                return Ok(workflow);
             }
             tx.commit()?;
-            Ok(())
+            Ok(None)
         })
-        .await
+        .await?;
+        self.announce(workflow);
+        Ok(())
     }
 
     /// A turn's `(state, stop_reason, error)`.

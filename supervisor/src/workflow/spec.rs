@@ -39,6 +39,8 @@ pub struct Spec {
     pub vars: BTreeMap<String, String>,
     /// The most steps that run at once.
     pub max_parallel: usize,
+    /// Where the steps work (the repository of their worktrees), as written.
+    pub workspace: Option<String>,
     /// The steps, in file order.
     pub steps: Vec<Step>,
 }
@@ -54,6 +56,95 @@ pub struct Step {
     pub prompt: Template,
     /// The steps that complete before it starts.
     pub depends_on: Vec<String>,
+    /// The runtime its session runs on (else its profile's).
+    pub runtime: Option<String>,
+    /// Where it works.
+    pub worktree: WorktreeChoice,
+    /// It waits for `workflow approve` before it starts.
+    pub approval: bool,
+    /// How long its turn may run, ms (then it is cancelled and the step fails).
+    pub timeout_ms: Option<u64>,
+    /// Failed launches of its session tolerated (each launches it again).
+    pub retries: u32,
+    /// Go back to an earlier step until the output says so.
+    pub repeat: Option<Loop>,
+    /// Routes: a marker in its output → the step that runs (the other routes' steps are
+    /// skipped), in file order.
+    pub routes: Vec<(String, String)>,
+    /// Run once per item of this step's output (a JSON list): a worker per item.
+    pub for_each: Option<String>,
+}
+
+/// Where a step's session works.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WorktreeChoice {
+    /// In the workflow's workspace itself.
+    #[default]
+    None,
+    /// In a git worktree of its own.
+    Step,
+    /// In the one git worktree the workflow's steps share.
+    Workflow,
+}
+
+/// A loop: after its step completes, unless its output passes, the steps from `back_to`
+/// to it run again (at most `max_iterations` passes in all).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loop {
+    /// The step the loop goes back to (the step itself or one it depends on).
+    pub back_to: String,
+    /// The output passes when it contains this.
+    pub until: Option<String>,
+    /// The output passes when the first number in it is at least this.
+    pub until_score: Option<f64>,
+    /// Passes at most (the first included).
+    pub max_iterations: u32,
+}
+
+impl Eq for Loop {}
+
+impl Loop {
+    /// Whether `output` ends the loop.
+    pub fn passes(&self, output: &str) -> bool {
+        if let Some(marker) = &self.until
+            && output.contains(marker.as_str())
+        {
+            return true;
+        }
+        self.until_score
+            .is_some_and(|threshold| first_number(output).is_some_and(|n| n >= threshold))
+    }
+}
+
+/// The first number written in `text` (`8`, `8.5`, `-1`).
+pub fn first_number(text: &str) -> Option<f64> {
+    let bytes = text.as_bytes();
+    let start = bytes.iter().position(u8::is_ascii_digit)?;
+    let start = if start > 0 && bytes[start - 1] == b'-' { start - 1 } else { start };
+    let mut end = start + 1;
+    let mut dot = false;
+    while end < bytes.len() {
+        match bytes[end] {
+            b'0'..=b'9' => {}
+            b'.' if !dot && bytes.get(end + 1).is_some_and(u8::is_ascii_digit) => dot = true,
+            _ => break,
+        }
+        end += 1;
+    }
+    text[start..end].parse().ok()
+}
+
+impl Step {
+    /// The route `output` chooses: the route whose marker appears first in it (case
+    /// insensitive; at the same place, the longer marker).
+    pub fn route(&self, output: &str) -> Option<&(String, String)> {
+        let lower = output.to_lowercase();
+        self.routes
+            .iter()
+            .filter_map(|route| lower.find(&route.0.to_lowercase()).map(|at| (at, route)))
+            .min_by(|(a, x), (b, y)| a.cmp(b).then(y.0.len().cmp(&x.0.len())))
+            .map(|(_, route)| route)
+    }
 }
 
 /// A prompt with references, checked at load time.
@@ -69,6 +160,7 @@ enum Part {
     TaskTitle,
     TaskDescription,
     StepOutput(String),
+    Item,
 }
 
 /// What a template is filled from when its step starts.
@@ -79,6 +171,10 @@ pub trait Values {
     fn task_description(&self) -> &str;
     /// A completed step's output (its final agent message).
     fn step_output(&self, step: &str) -> Option<&str>;
+    /// A `for_each` worker's item.
+    fn item(&self) -> Option<&str> {
+        None
+    }
 }
 
 impl Template {
@@ -92,6 +188,7 @@ impl Template {
                 Part::TaskTitle => text.push_str(values.task_title()),
                 Part::TaskDescription => text.push_str(values.task_description()),
                 Part::StepOutput(step) => text.push_str(values.step_output(step).unwrap_or("")),
+                Part::Item => text.push_str(values.item().unwrap_or("")),
             }
         }
         text
@@ -113,8 +210,18 @@ struct RawSpec {
     #[serde(default)]
     vars: BTreeMap<Spanned<String>, Spanned<String>>,
     max_parallel: Option<Spanned<i64>>,
+    workspace: Option<Spanned<String>>,
     #[serde(default)]
     steps: Vec<Spanned<RawStep>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLoop {
+    back_to: Spanned<String>,
+    until: Option<Spanned<String>>,
+    until_score: Option<f64>,
+    max_iterations: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -125,6 +232,17 @@ struct RawStep {
     prompt: Spanned<String>,
     #[serde(default)]
     depends_on: Vec<Spanned<String>>,
+    runtime: Option<String>,
+    worktree: Option<Spanned<String>>,
+    #[serde(default)]
+    approval: bool,
+    timeout_ms: Option<Spanned<i64>>,
+    retries: Option<Spanned<i64>>,
+    #[serde(rename = "loop")]
+    repeat: Option<Spanned<RawLoop>>,
+    #[serde(default)]
+    routes: BTreeMap<String, Spanned<String>>,
+    for_each: Option<Spanned<String>>,
 }
 
 /// Loads the workflow file at `path`, with `overrides` (`--var NAME=VALUE`) replacing its
@@ -234,17 +352,122 @@ pub fn parse(
                 ));
             }
         }
-        let prompt = template(step.prompt.get_ref(), &vars, &ids).map_err(|(offset, reason)| {
-            // The string's text starts after its opening quote (or quotes).
-            let quote = if text[step.prompt.span()].starts_with("\"\"\"") { 3 } else { 1 };
-            let start = step.prompt.span().start + quote + offset;
-            fail(start..start, &at("prompt"), reason)
-        })?;
+        let count = |value: &Option<Spanned<i64>>, field: &str, least: i64| match value {
+            None => Ok(None),
+            Some(n) if *n.get_ref() >= least => Ok(Some(*n.get_ref() as u64)),
+            Some(n) => Err(fail(n.span(), &at(field), format!("must be at least {least}"))),
+        };
+        let timeout_ms = count(&step.timeout_ms, "timeout_ms", 1)?;
+        let retries = count(&step.retries, "retries", 0)?.unwrap_or(0).min(100) as u32;
+        let worktree = match step.worktree.as_ref().map(|w| (w.get_ref().as_str(), w.span())) {
+            None | Some(("none", _)) => WorktreeChoice::None,
+            Some(("step", _)) => WorktreeChoice::Step,
+            Some(("workflow", _)) => WorktreeChoice::Workflow,
+            Some((other, span)) => {
+                return Err(fail(
+                    span,
+                    &at("worktree"),
+                    format!(
+                        "{other:?}: one of \"none\" (the workspace), \"step\" (a worktree of its own), \"workflow\" (one the steps share)"
+                    ),
+                ));
+            }
+        };
+        let repeat = match &step.repeat {
+            None => None,
+            Some(raw) => {
+                let span = raw.span();
+                let raw = raw.get_ref();
+                if raw.until.is_none() && raw.until_score.is_none() {
+                    return Err(fail(
+                        span,
+                        &at("loop"),
+                        "a loop needs `until` (a marker) or `until_score` (a threshold)".into(),
+                    ));
+                }
+                if let Some(until) = &raw.until
+                    && until.get_ref().is_empty()
+                {
+                    return Err(fail(until.span(), &at("loop.until"), "must not be empty".into()));
+                }
+                let max_iterations = count(&raw.max_iterations, "loop.max_iterations", 1)?
+                    .unwrap_or(3)
+                    .min(1000) as u32;
+                Some((
+                    raw.back_to.clone(),
+                    Loop {
+                        back_to: raw.back_to.get_ref().clone(),
+                        until: raw.until.as_ref().map(|u| u.get_ref().clone()),
+                        until_score: raw.until_score,
+                        max_iterations,
+                    },
+                ))
+            }
+        };
+        if let Some((back_to, _)) = &repeat
+            && !ids.contains(back_to.get_ref().as_str())
+        {
+            return Err(fail(
+                back_to.span(),
+                &at("loop.back_to"),
+                format!("no step {:?}", back_to.get_ref()),
+            ));
+        }
+        for target in step.routes.values() {
+            if !ids.contains(target.get_ref().as_str()) {
+                return Err(fail(
+                    target.span(),
+                    &at("routes"),
+                    format!("no step {:?}", target.get_ref()),
+                ));
+            }
+        }
+        let mut depends_on: Vec<String> =
+            step.depends_on.iter().map(|d| d.get_ref().clone()).collect();
+        if let Some(source) = &step.for_each {
+            let name = source.get_ref();
+            if name == id || !ids.contains(name.as_str()) {
+                return Err(fail(
+                    source.span(),
+                    &at("for_each"),
+                    format!("no other step {name:?}"),
+                ));
+            }
+            if repeat.is_some() || !step.routes.is_empty() {
+                return Err(fail(
+                    source.span(),
+                    &at("for_each"),
+                    "a for_each step has no loop and no routes".into(),
+                ));
+            }
+            if !depends_on.contains(name) {
+                depends_on.push(name.clone());
+            }
+        }
+        let prompt = template(step.prompt.get_ref(), &vars, &ids, step.for_each.is_some())
+            .map_err(|(offset, reason)| {
+                // The string's text starts after its opening quote (or quotes).
+                let quote = if text[step.prompt.span()].starts_with("\"\"\"") { 3 } else { 1 };
+                let start = step.prompt.span().start + quote + offset;
+                fail(start..start, &at("prompt"), reason)
+            })?;
         steps.push(Step {
             id: id.clone(),
             agent: step.agent.get_ref().clone(),
             prompt,
-            depends_on: step.depends_on.iter().map(|d| d.get_ref().clone()).collect(),
+            depends_on,
+            runtime: step.runtime.clone(),
+            worktree,
+            approval: step.approval,
+            timeout_ms,
+            retries,
+            repeat: repeat.map(|(_, repeat)| repeat),
+            routes: step
+                .routes
+                .iter()
+                .map(|(marker, target)| (marker.clone(), target.get_ref().clone()))
+                .collect(),
+            for_each: step.for_each.as_ref().map(|f| f.get_ref().clone()),
         });
     }
     if let Some(cycle) = cycle(&steps) {
@@ -257,10 +480,70 @@ pub fn parse(
             format!("a cycle: {}", cycle.join(" → ")),
         ));
     }
-    // A step reads only the output of a step that completes before it starts.
+    for (index, step) in steps.iter().enumerate() {
+        let raw_step = raw.steps[index].get_ref();
+        let before = ancestors(&steps, &step.id);
+        if let Some(repeat) = &step.repeat {
+            let span = raw_step.repeat.as_ref().map_or(0..0, |r| r.get_ref().back_to.span());
+            if repeat.back_to != step.id && !before.contains(repeat.back_to.as_str()) {
+                return Err(fail(
+                    span,
+                    &format!("steps[{index}].loop.back_to"),
+                    format!(
+                        "{:?} is not a step {:?} depends on (a loop goes back to an earlier step, or the step itself)",
+                        repeat.back_to, step.id
+                    ),
+                ));
+            }
+            let body = loop_body(&steps, &repeat.back_to, &step.id);
+            if let Some(inner) = steps.iter().find(|other| {
+                body.contains(other.id.as_str())
+                    && (other.for_each.is_some()
+                        || !other.routes.is_empty()
+                        || (other.repeat.is_some() && other.id != step.id))
+            }) {
+                return Err(fail(
+                    span,
+                    &format!("steps[{index}].loop.back_to"),
+                    format!(
+                        "step {:?} in the loop has routes, for_each or a loop of its own; loops do not nest",
+                        inner.id
+                    ),
+                ));
+            }
+        }
+        for (marker, target) in &step.routes {
+            let direct = steps
+                .iter()
+                .any(|other| other.id == *target && other.depends_on.contains(&step.id));
+            if !direct {
+                let span = raw_step.routes.get(marker).map_or(0..0, Spanned::span);
+                return Err(fail(
+                    span,
+                    &format!("steps[{index}].routes"),
+                    format!(
+                        "route {marker:?}: step {target:?} must depend on {:?} (depends_on)",
+                        step.id
+                    ),
+                ));
+            }
+        }
+    }
     for (index, step) in steps.iter().enumerate() {
         let before = ancestors(&steps, &step.id);
-        if let Some(used) = step.prompt.steps_used().find(|used| !before.contains(*used)) {
+        // A step reads only the output of a step that completes before it starts, or of
+        // a later step of its loop (its previous pass; empty on the first).
+        let feedback = |used: &str| {
+            steps.iter().any(|other| {
+                other.id == used
+                    && other.repeat.as_ref().is_some_and(|repeat| {
+                        loop_body(&steps, &repeat.back_to, &other.id).contains(step.id.as_str())
+                    })
+            })
+        };
+        if let Some(used) =
+            step.prompt.steps_used().find(|used| !before.contains(*used) && !feedback(used))
+        {
             let span = raw.steps[index].get_ref().prompt.span();
             return Err(fail(
                 span,
@@ -272,7 +555,8 @@ pub fn parse(
             ));
         }
     }
-    Ok(Spec { name: raw.name.into_inner(), vars, max_parallel, steps })
+    let workspace = raw.workspace.map(Spanned::into_inner);
+    Ok(Spec { name: raw.name.into_inner(), vars, max_parallel, workspace, steps })
 }
 
 impl Spec {
@@ -297,6 +581,7 @@ fn template(
     text: &str,
     vars: &BTreeMap<String, String>,
     steps: &BTreeSet<&str>,
+    item: bool,
 ) -> Result<Template, (usize, String)> {
     let mut parts = Vec::new();
     let mut rest = text;
@@ -317,6 +602,13 @@ fn template(
             }
             ["task", "title"] => Part::TaskTitle,
             ["task", "description"] => Part::TaskDescription,
+            ["item"] if item => Part::Item,
+            ["item"] => {
+                return Err((
+                    at,
+                    "{{item}} is a for_each step's item; this step has no for_each".into(),
+                ));
+            }
             ["steps", step, "output"] if steps.contains(step) => {
                 Part::StepOutput((*step).to_owned())
             }
@@ -327,7 +619,7 @@ fn template(
                 return Err((
                     at,
                     format!(
-                        "{{{{{reference}}}}} is not a reference (vars.NAME, task.title, task.description, steps.ID.output)"
+                        "{{{{{reference}}}}} is not a reference (vars.NAME, task.title, task.description, steps.ID.output, item)"
                     ),
                 ));
             }
@@ -372,8 +664,19 @@ fn cycle(steps: &[Step]) -> Option<Vec<String>> {
     steps.iter().find_map(|step| visit(&step.id, steps, &mut Vec::new(), &mut done))
 }
 
+/// The steps of a loop: `last`, `back_to`, and every step between (depending on
+/// `back_to` and depended on by `last`, directly or not).
+pub fn loop_body<'a>(steps: &'a [Step], back_to: &str, last: &'a str) -> BTreeSet<&'a str> {
+    let mut body: BTreeSet<&str> = ancestors(steps, last)
+        .into_iter()
+        .filter(|id| *id == back_to || ancestors(steps, id).contains(back_to))
+        .collect();
+    body.insert(last);
+    body
+}
+
 /// Every step that `id` depends on, directly or not.
-fn ancestors<'a>(steps: &'a [Step], id: &str) -> BTreeSet<&'a str> {
+pub fn ancestors<'a>(steps: &'a [Step], id: &str) -> BTreeSet<&'a str> {
     let mut found = BTreeSet::new();
     let mut todo: Vec<&str> = vec![id];
     while let Some(next) = todo.pop() {

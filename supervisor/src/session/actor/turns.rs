@@ -199,6 +199,7 @@ impl SessionActor {
                 (state, stop_reason, error),
                 then.clone(),
                 self.record.log().last_seq(),
+                (state == TurnState::Completed).then(|| self.history.final_message()),
             )
             .await;
         match written {

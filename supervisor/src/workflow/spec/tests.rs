@@ -108,11 +108,11 @@ fn bad_files_are_refused_with_file_line_and_column() {
         ),
         (
             "name = \"x\"\n[[steps]]\nid = \"a\"\nagent = \"mock\"\nprompt = \"{{task.owner}}\"\n".into(),
-            "/w/flow.toml:5:11: steps[0].prompt: {{task.owner}} is not a reference (vars.NAME, task.title, task.description, steps.ID.output)",
+            "/w/flow.toml:5:11: steps[0].prompt: {{task.owner}} is not a reference (vars.NAME, task.title, task.description, steps.ID.output, item)",
         ),
         (
             "name = \"x\"\n[[steps]]\nid = \"a\"\nagent = \"mock\"\nprompt = \"p\"\ncolour = 1\n".into(),
-            "/w/flow.toml:6:1: (file): unknown field `colour`, expected one of `id`, `agent`, `prompt`, `depends_on`",
+            "/w/flow.toml:6:1: (file): unknown field `colour`, expected one of `id`, `agent`, `prompt`, `depends_on`, `runtime`, `worktree`, `approval`, `timeout_ms`, `retries`, `loop`, `routes`, `for_each`",
         ),
         ("name = \"x\"\n".into(), "/w/flow.toml:1:8: steps: a workflow needs at least one step"),
         (
@@ -154,4 +154,145 @@ fn ready_steps_follow_the_dependencies_within_max_parallel() {
     assert_eq!(ids(spec.ready(&done, &none)), ["merge"]);
     let all = BTreeSet::from(["split", "a", "b", "c", "merge"]);
     assert!(spec.ready(&all, &none).is_empty());
+}
+
+const PATTERNS: &str = r#"name = "patterns"
+workspace = "/repo"
+
+[[steps]]
+id = "triage"
+agent = "mock"
+prompt = "bug or feature?"
+routes = { bug = "fix", feature = "design" }
+
+[[steps]]
+id = "fix"
+agent = "mock"
+depends_on = ["triage"]
+prompt = "Fix it. Reviewer said: {{steps.review.output}}"
+worktree = "workflow"
+retries = 2
+
+[[steps]]
+id = "design"
+agent = "mock"
+depends_on = ["triage"]
+prompt = "Design it"
+approval = true
+timeout_ms = 60000
+
+[[steps]]
+id = "review"
+agent = "mock"
+depends_on = ["fix"]
+prompt = "Review: {{steps.fix.output}}"
+loop = { back_to = "fix", until = "APPROVED", max_iterations = 4 }
+
+[[steps]]
+id = "split"
+agent = "mock"
+depends_on = ["review", "design"]
+prompt = "List the subtasks as JSON"
+
+[[steps]]
+id = "work"
+agent = "mock"
+for_each = "split"
+prompt = "Do {{item}}"
+worktree = "step"
+
+[[steps]]
+id = "merge"
+agent = "mock"
+depends_on = ["work"]
+prompt = "Merge {{steps.work.output}}"
+"#;
+
+#[test]
+fn loops_routes_workers_and_step_settings_load() {
+    let spec = load_text(PATTERNS).unwrap();
+    assert_eq!(spec.workspace.as_deref(), Some("/repo"));
+    let step = |id: &str| spec.steps.iter().find(|step| step.id == id).unwrap();
+    assert_eq!(step("fix").worktree, WorktreeChoice::Workflow);
+    assert_eq!(step("fix").retries, 2);
+    assert!(step("design").approval);
+    assert_eq!(step("design").timeout_ms, Some(60000));
+    let repeat = step("review").repeat.clone().unwrap();
+    assert_eq!((repeat.back_to.as_str(), repeat.max_iterations), ("fix", 4));
+    assert!(repeat.passes("looks good. APPROVED") && !repeat.passes("needs work"));
+    // for_each adds its source to the dependencies.
+    assert_eq!(step("work").depends_on, ["split"]);
+    assert_eq!(step("work").worktree, WorktreeChoice::Step);
+    // The earliest marker in the output wins, whatever its case.
+    assert_eq!(step("triage").route("A Feature, not a bug").unwrap().1, "design");
+    assert_eq!(step("triage").route("bug").unwrap().1, "fix");
+    assert!(step("triage").route("neither").is_none());
+    let mut done = Done(BTreeMap::new());
+    done.0.insert("fix", "patched");
+    struct Item<'a>(&'a Done);
+    impl Values for Item<'_> {
+        fn task_title(&self) -> &str {
+            self.0.task_title()
+        }
+        fn task_description(&self) -> &str {
+            self.0.task_description()
+        }
+        fn step_output(&self, step: &str) -> Option<&str> {
+            self.0.step_output(step)
+        }
+        fn item(&self) -> Option<&str> {
+            Some("the lexer")
+        }
+    }
+    assert_eq!(step("work").prompt.render(&spec.vars, &Item(&done)), "Do the lexer");
+    // A loop's feedback: empty on the first pass.
+    assert_eq!(step("fix").prompt.render(&spec.vars, &done), "Fix it. Reviewer said: ");
+}
+
+#[test]
+fn a_score_loop_reads_the_first_number() {
+    assert_eq!(first_number("score: 7.5/10"), Some(7.5));
+    assert_eq!(first_number("-2 points"), Some(-2.0));
+    assert_eq!(first_number("none"), None);
+    let text = CHAIN.replace(
+        "depends_on = [\"plan\"]\nprompt",
+        "depends_on = [\"plan\"]\nloop = { back_to = \"plan\", until_score = 8 }\nprompt",
+    );
+    let spec = load_text(&text).unwrap();
+    let repeat = spec.steps[1].repeat.clone().unwrap();
+    assert_eq!(repeat.max_iterations, 3);
+    assert!(repeat.passes("I rate it 9") && !repeat.passes("7 of 10"));
+}
+
+#[test]
+fn bad_patterns_are_refused_where_they_are_written() {
+    let cases = [
+        ("until = \"APPROVED\"", "until_x = \"APPROVED\"", "unknown field `until_x`"),
+        ("back_to = \"fix\"", "back_to = \"merge\"", "is not a step \"review\" depends on"),
+        ("back_to = \"fix\"", "back_to = \"nope\"", "loop.back_to: no step \"nope\""),
+        ("bug = \"fix\"", "bug = \"merge\"", "step \"merge\" must depend on \"triage\""),
+        ("for_each = \"split\"", "for_each = \"work\"", "for_each: no other step \"work\""),
+        ("Do {{item}}\"\nworktree", "Do\"\nworktree", ""),
+        ("prompt = \"Design it\"", "prompt = \"Design {{item}}\"", "this step has no for_each"),
+        ("worktree = \"step\"", "worktree = \"mine\"", "worktree: \"mine\": one of"),
+        ("timeout_ms = 60000", "timeout_ms = 0", "timeout_ms: must be at least 1"),
+        ("retries = 2", "retries = -1", "retries: must be at least 0"),
+    ];
+    for (from, to, wanted) in cases {
+        assert!(PATTERNS.contains(from), "{from}");
+        let text = PATTERNS.replacen(from, to, 1);
+        if wanted.is_empty() {
+            load_text(&text).unwrap();
+            continue;
+        }
+        let err = refusal(&text);
+        assert!(err.starts_with("/w/flow.toml:"), "{err}");
+        assert!(err.contains(wanted), "{to}: {err}");
+    }
+    // A feedback reference to a step outside the loop is not one.
+    let text = PATTERNS.replace("Design it", "Design {{steps.review.output}}");
+    assert!(refusal(&text).contains("does not depend on \"review\""));
+    // No route without a marker condition: a loop needs until or until_score.
+    let text = PATTERNS.replace("until = \"APPROVED\", ", "");
+    assert!(refusal(&text).contains("a loop needs `until`"));
 }
