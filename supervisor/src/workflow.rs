@@ -1,5 +1,7 @@
-//! Durable workflows (issue 30): a task as a chain or graph of agent steps. This is its
-//! first part, the workflow file: parsed, its templates and dependencies checked, every
-//! error located `file:line:col` before anything runs. Running steps as sessions comes next.
+//! Durable workflows (issue 30): a task as a chain or graph of agent steps, each step a
+//! session. `spec` reads and checks the workflow file; `plan` decides, from what is
+//! stored, what a workflow does next; the engine that carries the plan out is
+//! `service::workflows`.
 
+pub mod plan;
 pub mod spec;

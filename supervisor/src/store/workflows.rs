@@ -85,7 +85,7 @@ pub struct StepRow {
 
 /// A change to one step, applied only while the step is in `expect` (else the whole
 /// update is dropped: the caller decided on a stale read).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct StepPatch {
     /// The step.
     pub step_id: String,
@@ -105,6 +105,8 @@ pub struct StepPatch {
     pub applied: Option<bool>,
     /// Set (or, with `Some(None)`, clear) the error.
     pub error: Option<Option<String>>,
+    /// Set the output (a `for_each` template's, its workers' outputs).
+    pub output: Option<String>,
     /// Forget the session, output and times (the step runs again).
     pub clear_run: bool,
     /// Set `ended_at` to now.
@@ -424,7 +426,9 @@ impl Store {
                 Ok(true)
             })
             .await?;
-        self.announce(Some(announce));
+        if started {
+            self.announce(Some(announce));
+        }
         Ok(started)
     }
 
@@ -471,7 +475,9 @@ impl Store {
                 Ok(true)
             })
             .await?;
-        self.announce(Some(announce));
+        if applied {
+            self.announce(Some(announce));
+        }
         Ok(applied)
     }
 
@@ -574,6 +580,9 @@ fn apply_patch(conn: &Connection, workflow_id: &str, patch: &StepPatch) -> rusql
         if let Some(error) = &patch.error {
             set("error", Box::new(error.clone()));
         }
+        if let Some(output) = &patch.output {
+            set("output", Box::new(output.clone()));
+        }
         if patch.ended {
             set("ended_at", Box::new(now_ms()));
         }
@@ -584,10 +593,7 @@ fn apply_patch(conn: &Connection, workflow_id: &str, patch: &StepPatch) -> rusql
             sets.push("launch_failures = launch_failures + 1".into());
         }
         if patch.clear_run {
-            sets.push(
-                "session_id = NULL, output = NULL, started_at = NULL, ended_at = NULL, applied = 0"
-                    .into(),
-            );
+            sets.push("session_id = NULL, started_at = NULL, ended_at = NULL, applied = 0".into());
         }
         if !sets.is_empty() {
             conn.execute(

@@ -1,0 +1,611 @@
+//! What a workflow does next, decided from what is stored: its spec, its rows, and what
+//! each running step's session is doing. Pure — no I/O — so every pattern (chain, DAG,
+//! fan-out, loop, route, workers) and every failure is decided the same way on the first
+//! pass and after a restart, and is tested without processes.
+//!
+//! The engine (`service::workflows`) reads, plans, carries the actions out, and plans again
+//! when the store announces a change. Every decision is a conditional write (a
+//! [`StepPatch`] expects the step's state), so a decision made on a stale read changes
+//! nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use protocol::api::{SessionState, StepState, TurnState, WorkflowEventKind, WorkflowState};
+
+use super::spec::{Spec, Step, Values};
+use crate::store::{StepPatch, StepRow, WorkflowRow};
+
+/// The most times a step's prompt is sent again after its turns were interrupted (its
+/// agent died mid-turn), before the step fails: an agent that dies on every prompt must
+/// not be fed it forever.
+pub const MAX_RESENDS: u32 = 3;
+
+/// What a running step's session is doing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionFacts {
+    /// Its stored state.
+    pub state: SessionState,
+    /// An actor runs it and its agent runs or is being brought up.
+    pub live: bool,
+    /// A turn of it is running.
+    pub turn_running: bool,
+    /// Its newest turn, once one ended and none runs.
+    pub last_turn: Option<TurnFacts>,
+    /// Some prompt of it reached the agent (else its first prompt, the step's, is still
+    /// to be sent by the session itself).
+    pub prompt_delivered: bool,
+    /// Its error (a failed launch says why).
+    pub error: Option<String>,
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnFacts {
+    /// Its state.
+    pub state: TurnState,
+    /// The agent's stop reason.
+    pub stop_reason: Option<String>,
+    /// Its error.
+    pub error: Option<String>,
+    /// Its prompt reached the agent.
+    pub delivered: bool,
+}
+
+/// One thing to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Create the step's session with this prompt (it starts the step in the same write).
+    Start {
+        /// The row (`ID` or a worker's `ID[N]`).
+        step_id: String,
+        /// Its prompt, rendered.
+        prompt: String,
+    },
+    /// Conditional writes, then (if given) the workflow's state.
+    Write {
+        /// The step changes.
+        patches: Vec<StepPatch>,
+        /// The workflow's new state.
+        state: Option<(WorkflowState, Option<String>)>,
+    },
+    /// Bring the step's session on: resume it (it sends its first prompt itself) or, when
+    /// `resend` is given, send that prompt again (resuming first when needed). `patch`
+    /// (counting the resend or the failed launch) is written first.
+    Continue {
+        /// The row.
+        step_id: String,
+        /// Its session.
+        session_id: String,
+        /// The prompt to send again.
+        resend: Option<String>,
+        /// Written before.
+        patch: StepPatch,
+    },
+    /// Cancel the running turn (a timeout).
+    CancelTurn {
+        /// The session.
+        session_id: String,
+    },
+    /// End a step's session (its step is over; its agent is not needed any more).
+    Stop {
+        /// The session.
+        session_id: String,
+    },
+}
+
+/// What the planner sees.
+pub struct Input<'a> {
+    /// The spec the workflow runs.
+    pub spec: &'a Spec,
+    /// The workflow.
+    pub workflow: &'a WorkflowRow,
+    /// Its steps.
+    pub steps: &'a [StepRow],
+    /// The sessions of its steps, by session id.
+    pub sessions: &'a BTreeMap<String, SessionFacts>,
+    /// Steps with an action still in flight (left alone this pass).
+    pub busy: &'a BTreeSet<String>,
+    /// The task's title and description.
+    pub task: (&'a str, &'a str),
+    /// Unix ms.
+    pub now: i64,
+}
+
+/// The plan: actions, and when to look again at the latest (a timeout).
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// What to do, in order.
+    pub actions: Vec<Action>,
+    /// Unix ms of the next timeout, if a step has one.
+    pub deadline: Option<i64>,
+}
+
+/// The template a row runs: `work[2]` runs `work`.
+pub fn base_id(step_id: &str) -> &str {
+    step_id.split_once('[').map_or(step_id, |(base, _)| base)
+}
+
+/// A worker's index: `work[2]` → 2.
+fn worker_index(step_id: &str) -> Option<usize> {
+    step_id.split_once('[')?.1.strip_suffix(']')?.parse().ok()
+}
+
+/// The items of a `for_each` source's output: a JSON list, alone or among other text
+/// (from its first `[` to its last `]`). A string item is itself; another is its JSON.
+pub fn items(output: &str) -> Result<Vec<String>, String> {
+    let list = serde_json::from_str::<Vec<serde_json::Value>>(output.trim()).or_else(|_| {
+        let (start, end) = (output.find('['), output.rfind(']'));
+        match (start, end) {
+            (Some(start), Some(end)) if start < end => {
+                serde_json::from_str::<Vec<serde_json::Value>>(&output[start..=end])
+            }
+            _ => serde_json::from_str::<Vec<serde_json::Value>>("not a list"),
+        }
+    });
+    let list = list.map_err(|err| format!("its output is not a JSON list ({err})"))?;
+    Ok(list
+        .into_iter()
+        .map(|item| match item {
+            serde_json::Value::String(text) => text,
+            other => other.to_string(),
+        })
+        .collect())
+}
+
+struct Rendering<'a> {
+    task: (&'a str, &'a str),
+    outputs: BTreeMap<&'a str, &'a str>,
+    item: Option<String>,
+}
+
+impl Values for Rendering<'_> {
+    fn task_title(&self) -> &str {
+        self.task.0
+    }
+    fn task_description(&self) -> &str {
+        self.task.1
+    }
+    fn step_output(&self, step: &str) -> Option<&str> {
+        self.outputs.get(step).copied()
+    }
+    fn item(&self) -> Option<&str> {
+        self.item.as_deref()
+    }
+}
+
+fn fail_step(step_id: &str, error: String) -> Action {
+    Action::Write {
+        patches: vec![StepPatch {
+            step_id: step_id.to_owned(),
+            expect: None,
+            state: Some(StepState::Failed),
+            error: Some(Some(error.clone())),
+            ended: true,
+            event: Some(WorkflowEventKind::StepFailed {
+                step_id: step_id.to_owned(),
+                error: error.clone(),
+            }),
+            ..StepPatch::default()
+        }],
+        state: Some((WorkflowState::Failed, Some(format!("step {step_id}: {error}")))),
+    }
+}
+
+/// Decides what to do next.
+pub fn plan(input: &Input<'_>) -> Plan {
+    let mut plan = Plan::default();
+    let Input { spec, workflow, steps, sessions, busy, now, .. } = *input;
+    let running_workflow = workflow.state == WorkflowState::Running;
+    let by_id: BTreeMap<&str, &StepRow> =
+        steps.iter().map(|row| (row.step_id.as_str(), row)).collect();
+    let spec_step = |row: &StepRow| spec.steps.iter().find(|step| step.id == base_id(&row.step_id));
+
+    // Sessions whose step is over: their agents are not needed.
+    for row in steps {
+        if row.state == StepState::Running || busy.contains(&row.step_id) {
+            continue;
+        }
+        if let Some(session) = &row.session_id
+            && sessions.get(session).is_some_and(|facts| !facts.state.is_terminal())
+        {
+            plan.actions.push(Action::Stop { session_id: session.clone() });
+        }
+    }
+
+    // Running steps: each session watched until its turn ends.
+    for row in steps.iter().filter(|row| row.state == StepState::Running) {
+        if busy.contains(&row.step_id) {
+            continue;
+        }
+        let Some(session_id) = &row.session_id else { continue };
+        let Some(facts) = sessions.get(session_id) else { continue };
+        let step = spec_step(row);
+        if let (Some(timeout), Some(started)) = (step.and_then(|s| s.timeout_ms), row.started_at) {
+            let deadline = started.saturating_add(timeout as i64);
+            if now >= deadline {
+                if facts.turn_running {
+                    plan.actions.push(Action::CancelTurn { session_id: session_id.clone() });
+                }
+                plan.actions.push(fail_step(&row.step_id, format!("timed out after {timeout} ms")));
+                continue;
+            }
+            plan.deadline = Some(plan.deadline.map_or(deadline, |d| d.min(deadline)));
+        }
+        if facts.state.is_terminal() {
+            let error = format!(
+                "its session {session_id} was ended ({}) before the step completed",
+                facts.state.as_str()
+            );
+            plan.actions.push(fail_step(&row.step_id, error));
+            continue;
+        }
+        if facts.turn_running || (facts.live && facts.state != SessionState::Failed) {
+            // A turn runs, or the session is being brought up (it sends the first prompt).
+            if facts.turn_running || !facts.prompt_delivered || facts.last_turn.is_none() {
+                continue;
+            }
+        }
+        if !running_workflow {
+            // The workflow failed or was cancelled: nothing more is started for it.
+            let error = "the workflow stopped before this step's turn completed".to_owned();
+            plan.actions.push(Action::Write {
+                patches: vec![StepPatch {
+                    step_id: row.step_id.clone(),
+                    expect: Some(StepState::Running),
+                    state: Some(StepState::Failed),
+                    error: Some(Some(error.clone())),
+                    ended: true,
+                    event: Some(WorkflowEventKind::StepFailed {
+                        step_id: row.step_id.clone(),
+                        error,
+                    }),
+                    ..StepPatch::default()
+                }],
+                state: None,
+            });
+            continue;
+        }
+        let retries = step.map_or(0, |step| step.retries);
+        if facts.state == SessionState::Failed && !facts.live {
+            // Its last launch failed.
+            let error = facts.error.clone().unwrap_or_else(|| "its launch failed".into());
+            if row.launch_failures >= retries {
+                plan.actions.push(fail_step(
+                    &row.step_id,
+                    format!("its session could not launch: {error}"),
+                ));
+            } else {
+                let resend = facts.prompt_delivered.then(|| row.prompt.clone()).flatten();
+                plan.actions.push(Action::Continue {
+                    step_id: row.step_id.clone(),
+                    session_id: session_id.clone(),
+                    resend,
+                    patch: StepPatch {
+                        step_id: row.step_id.clone(),
+                        expect: Some(StepState::Running),
+                        launch_failed: true,
+                        ..StepPatch::default()
+                    },
+                });
+            }
+            continue;
+        }
+        if !facts.prompt_delivered {
+            if !facts.live {
+                // Never launched, or its launch was cut short: a resume launches it and
+                // the session sends its first prompt, once.
+                plan.actions.push(Action::Continue {
+                    step_id: row.step_id.clone(),
+                    session_id: session_id.clone(),
+                    resend: None,
+                    patch: StepPatch::default(),
+                });
+            }
+            continue;
+        }
+        let Some(turn) = &facts.last_turn else { continue };
+        let again = match turn.state {
+            // Its agent died mid-turn: the prompt goes again, once per interruption.
+            TurnState::Interrupted => true,
+            // Never reached the agent: sending it again is sending it once.
+            TurnState::Failed if !turn.delivered => true,
+            TurnState::Failed => {
+                let error =
+                    turn.error.clone().unwrap_or_else(|| "the agent failed the turn".into());
+                plan.actions.push(fail_step(&row.step_id, format!("its turn failed: {error}")));
+                continue;
+            }
+            TurnState::Completed => {
+                let reason = turn.stop_reason.clone().unwrap_or_default();
+                plan.actions.push(fail_step(
+                    &row.step_id,
+                    format!("its turn ended with stop reason {reason}"),
+                ));
+                continue;
+            }
+            TurnState::Running => false,
+        };
+        if again {
+            if row.resends >= MAX_RESENDS {
+                plan.actions.push(fail_step(
+                    &row.step_id,
+                    format!("its turn was interrupted {} times", row.resends + 1),
+                ));
+                continue;
+            }
+            plan.actions.push(Action::Continue {
+                step_id: row.step_id.clone(),
+                session_id: session_id.clone(),
+                resend: row.prompt.clone(),
+                patch: StepPatch {
+                    step_id: row.step_id.clone(),
+                    expect: Some(StepState::Running),
+                    resent: true,
+                    ..StepPatch::default()
+                },
+            });
+        }
+    }
+    if !running_workflow {
+        return plan;
+    }
+
+    // What a completed step leads to: a loop back, a route, workers.
+    for row in steps.iter().filter(|row| row.state == StepState::Completed && !row.applied) {
+        let Some(step) = spec_step(row) else { continue };
+        if let Some(action) = effects(spec, step, row, &by_id) {
+            plan.actions.push(action);
+            // One decision per pass: the next is made on what this one wrote.
+            return plan;
+        }
+    }
+
+    // Workers done: their template completes with their outputs, as a JSON list.
+    for row in
+        steps.iter().filter(|row| row.state == StepState::Running && row.session_id.is_none())
+    {
+        let prefix = format!("{}[", row.step_id);
+        let mut workers: Vec<&StepRow> =
+            steps.iter().filter(|w| w.step_id.starts_with(&prefix)).collect();
+        workers.sort_by_key(|w| worker_index(&w.step_id));
+        if workers.iter().all(|w| w.state == StepState::Completed) {
+            let outputs: Vec<&str> =
+                workers.iter().map(|w| w.output.as_deref().unwrap_or("")).collect();
+            let output = serde_json::to_string(&outputs).unwrap_or_else(|_| "[]".into());
+            plan.actions.push(Action::Write {
+                patches: vec![StepPatch {
+                    step_id: row.step_id.clone(),
+                    expect: Some(StepState::Running),
+                    state: Some(StepState::Completed),
+                    output: Some(output.clone()),
+                    applied: Some(true),
+                    ended: true,
+                    event: Some(WorkflowEventKind::StepCompleted {
+                        step_id: row.step_id.clone(),
+                        output,
+                    }),
+                    ..StepPatch::default()
+                }],
+                state: None,
+            });
+            return plan;
+        }
+    }
+
+    // Steps whose dependencies are done start (or wait for their approval), within
+    // max_parallel; a step whose every dependency was skipped is skipped.
+    let mut running = steps
+        .iter()
+        .filter(|row| row.state == StepState::Running && row.session_id.is_some())
+        .count();
+    let mut writes = Vec::new();
+    for row in steps.iter().filter(|row| row.state == StepState::Pending) {
+        let Some(step) = spec_step(row) else { continue };
+        let worker = row.step_id.contains('[');
+        if step.for_each.is_some() && !worker {
+            // Its workers are made when its source completes.
+            continue;
+        }
+        let dependencies: Vec<Option<&&StepRow>> =
+            step.depends_on.iter().map(|dep| by_id.get(dep.as_str())).collect();
+        if !dependencies.iter().all(|dep| dep.is_some_and(|dep| dep.state.is_done())) {
+            continue;
+        }
+        if !dependencies.is_empty()
+            && dependencies.iter().all(|dep| dep.is_some_and(|dep| dep.state == StepState::Skipped))
+        {
+            writes.push(skip(&row.step_id, "every step it depends on was skipped".into()));
+            continue;
+        }
+        if step.approval && !row.approved {
+            writes.push(StepPatch {
+                step_id: row.step_id.clone(),
+                expect: Some(StepState::Pending),
+                state: Some(StepState::WaitingApproval),
+                event: Some(WorkflowEventKind::StepWaitingApproval {
+                    step_id: row.step_id.clone(),
+                }),
+                ..StepPatch::default()
+            });
+            continue;
+        }
+        if running >= spec.max_parallel {
+            continue;
+        }
+        running += 1;
+        let prompt = render(input, step, row, &by_id);
+        plan.actions.push(Action::Start { step_id: row.step_id.clone(), prompt });
+    }
+    if !writes.is_empty() {
+        plan.actions.push(Action::Write { patches: writes, state: None });
+    }
+    if plan.actions.is_empty() && !steps.is_empty() && steps.iter().all(|row| row.state.is_done()) {
+        plan.actions.push(Action::Write {
+            patches: Vec::new(),
+            state: Some((WorkflowState::Completed, None)),
+        });
+    }
+    plan
+}
+
+fn skip(step_id: &str, reason: String) -> StepPatch {
+    StepPatch {
+        step_id: step_id.to_owned(),
+        expect: Some(StepState::Pending),
+        state: Some(StepState::Skipped),
+        ended: true,
+        event: Some(WorkflowEventKind::StepReset {
+            step_id: step_id.to_owned(),
+            state: StepState::Skipped,
+            reason,
+        }),
+        ..StepPatch::default()
+    }
+}
+
+/// A row's prompt, its references filled from the rows.
+fn render(
+    input: &Input<'_>,
+    step: &Step,
+    row: &StepRow,
+    by_id: &BTreeMap<&str, &StepRow>,
+) -> String {
+    let outputs = by_id
+        .iter()
+        .filter_map(|(id, row)| row.output.as_deref().map(|output| (*id, output)))
+        .collect();
+    let item = match (&step.for_each, worker_index(&row.step_id)) {
+        (Some(source), Some(index)) => by_id
+            .get(source.as_str())
+            .and_then(|source| source.output.as_deref())
+            .and_then(|output| items(output).ok())
+            .and_then(|items| items.get(index).cloned()),
+        _ => None,
+    };
+    let values = Rendering { task: input.task, outputs, item };
+    step.prompt.render(&input.spec.vars, &values)
+}
+
+/// What a completed step leads to, if anything is left to do.
+fn effects(
+    spec: &Spec,
+    step: &Step,
+    row: &StepRow,
+    by_id: &BTreeMap<&str, &StepRow>,
+) -> Option<Action> {
+    let output = row.output.as_deref().unwrap_or("");
+    let mut patches = Vec::new();
+    let applied = StepPatch {
+        step_id: row.step_id.clone(),
+        expect: Some(StepState::Completed),
+        applied: Some(true),
+        ..StepPatch::default()
+    };
+    if let Some(repeat) = &step.repeat
+        && !repeat.passes(output)
+    {
+        let wanted = match (&repeat.until, repeat.until_score) {
+            (Some(marker), _) => format!("{marker:?} is not in its output"),
+            (None, Some(score)) => format!("its output scores under {score}"),
+            (None, None) => "its output did not pass".into(),
+        };
+        let pass = row.iteration + 1;
+        if pass >= repeat.max_iterations {
+            let error = format!(
+                "{wanted} after {} passes of its loop (max_iterations)",
+                repeat.max_iterations
+            );
+            return Some(fail_step(&row.step_id, error));
+        }
+        let body = super::spec::loop_body(&spec.steps, &repeat.back_to, &step.id);
+        for id in body {
+            let Some(member) = by_id.get(id) else { continue };
+            patches.push(StepPatch {
+                step_id: member.step_id.clone(),
+                expect: Some(member.state),
+                state: Some(StepState::Pending),
+                iteration: Some(pass),
+                approved: Some(false),
+                clear_run: true,
+                event: Some(WorkflowEventKind::StepReset {
+                    step_id: member.step_id.clone(),
+                    state: StepState::Pending,
+                    reason: format!(
+                        "loop pass {} of {}: {} {wanted}",
+                        pass + 1,
+                        repeat.max_iterations,
+                        step.id
+                    ),
+                }),
+                ..StepPatch::default()
+            });
+        }
+        return Some(Action::Write { patches, state: None });
+    }
+    if !step.routes.is_empty() {
+        let Some((marker, chosen)) = step.route(output) else {
+            let markers: Vec<&str> =
+                step.routes.iter().map(|(marker, _)| marker.as_str()).collect();
+            return Some(fail_step(
+                &row.step_id,
+                format!("its output names none of its routes ({})", markers.join(", ")),
+            ));
+        };
+        for (_, target) in &step.routes {
+            if target != chosen
+                && by_id.get(target.as_str()).is_some_and(|t| t.state == StepState::Pending)
+            {
+                patches
+                    .push(skip(target, format!("{} chose route {marker:?} ({chosen})", step.id)));
+            }
+        }
+    }
+    for worker in spec.steps.iter().filter(|other| other.for_each.as_deref() == Some(&step.id)) {
+        let list = match items(output) {
+            Ok(list) => list,
+            Err(err) => {
+                return Some(fail_step(
+                    &row.step_id,
+                    format!("{err}; step {} needs one", worker.id),
+                ));
+            }
+        };
+        let Some(template) = by_id.get(worker.id.as_str()) else { continue };
+        for index in 0..list.len() {
+            patches.push(StepPatch {
+                step_id: format!("{}[{index}]", worker.id),
+                insert_at: Some(template.position),
+                iteration: Some(template.iteration),
+                ..StepPatch::default()
+            });
+        }
+        let empty = list.is_empty();
+        patches.push(StepPatch {
+            step_id: worker.id.clone(),
+            expect: Some(StepState::Pending),
+            state: Some(if empty { StepState::Completed } else { StepState::Running }),
+            output: empty.then(|| "[]".to_owned()),
+            applied: Some(true),
+            event: Some(if empty {
+                WorkflowEventKind::StepCompleted { step_id: worker.id.clone(), output: "[]".into() }
+            } else {
+                WorkflowEventKind::StepReset {
+                    step_id: worker.id.clone(),
+                    state: StepState::Running,
+                    reason: format!("{} workers from {}'s list", list.len(), step.id),
+                }
+            }),
+            ..StepPatch::default()
+        });
+    }
+    if patches.is_empty() {
+        // Nothing follows from it (a plain step, a loop that passed, a route already
+        // taken): nothing to write.
+        return None;
+    }
+    patches.push(applied);
+    Some(Action::Write { patches, state: None })
+}
+
+#[cfg(test)]
+mod tests;

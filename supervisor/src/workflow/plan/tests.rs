@@ -1,0 +1,580 @@
+//! The planner, pattern by pattern, against rows kept in memory: each step's session is
+//! simulated (started, completed with a chosen output, interrupted, failed to launch) and
+//! the plan's writes are applied as the store applies them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use super::*;
+use crate::workflow::spec::parse;
+
+struct Sim {
+    spec: Spec,
+    workflow: WorkflowRow,
+    steps: Vec<StepRow>,
+    sessions: BTreeMap<String, SessionFacts>,
+    now: i64,
+    /// Every prompt sent, by row: (step, prompt).
+    sent: Vec<(String, String)>,
+}
+
+fn row(step_id: &str, position: i64) -> StepRow {
+    StepRow {
+        step_id: step_id.into(),
+        position,
+        state: StepState::Pending,
+        iteration: 0,
+        runs: 0,
+        resends: 0,
+        launch_failures: 0,
+        approved: false,
+        applied: false,
+        session_id: None,
+        prompt: None,
+        output: None,
+        error: None,
+        started_at: None,
+        ended_at: None,
+    }
+}
+
+fn running_session() -> SessionFacts {
+    SessionFacts {
+        state: SessionState::Running,
+        live: true,
+        turn_running: true,
+        last_turn: None,
+        prompt_delivered: true,
+        error: None,
+    }
+}
+
+impl Sim {
+    fn new(text: &str) -> Sim {
+        let spec = parse(text, Path::new("/w/f.toml"), &BTreeMap::new(), &|_| true).unwrap();
+        let steps = spec.steps.iter().enumerate().map(|(i, s)| row(&s.id, i as i64)).collect();
+        let workflow = WorkflowRow {
+            id: "w".into(),
+            task_id: "t".into(),
+            name: spec.name.clone(),
+            spec_file: None,
+            spec_text: text.into(),
+            spec_sha256: String::new(),
+            vars: BTreeMap::new(),
+            workspace: None,
+            state: WorkflowState::Running,
+            error: None,
+            resumes: 0,
+            event_seq: 0,
+            created_at: 0,
+            updated_at: 0,
+        };
+        Sim { spec, workflow, steps, sessions: BTreeMap::new(), now: 1000, sent: Vec::new() }
+    }
+
+    fn plan(&self) -> Plan {
+        plan(&Input {
+            spec: &self.spec,
+            workflow: &self.workflow,
+            steps: &self.steps,
+            sessions: &self.sessions,
+            busy: &BTreeSet::new(),
+            task: ("Title", "Description"),
+            now: self.now,
+        })
+    }
+
+    fn row(&mut self, id: &str) -> &mut StepRow {
+        self.steps.iter_mut().find(|row| row.step_id == id).unwrap()
+    }
+
+    fn state(&self, id: &str) -> StepState {
+        self.steps.iter().find(|row| row.step_id == id).unwrap().state
+    }
+
+    /// Applies a plan as the engine would; the sessions started are running their turn.
+    fn apply(&mut self, plan: Plan) -> Vec<Action> {
+        for action in &plan.actions {
+            match action {
+                Action::Start { step_id, prompt } => {
+                    let session = format!("s-{step_id}-{}", self.sent.len());
+                    let now = self.now;
+                    let row = self.row(step_id);
+                    assert_eq!(row.state, StepState::Pending);
+                    row.state = StepState::Running;
+                    row.runs += 1;
+                    row.session_id = Some(session.clone());
+                    row.prompt = Some(prompt.clone());
+                    row.output = None;
+                    row.started_at = Some(now);
+                    self.sessions.insert(session, running_session());
+                    self.sent.push((step_id.clone(), prompt.clone()));
+                }
+                Action::Write { patches, state } => {
+                    for patch in patches {
+                        self.patch(patch);
+                    }
+                    if let Some((state, error)) = state {
+                        self.workflow.state = *state;
+                        self.workflow.error = error.clone();
+                    }
+                }
+                Action::Continue { step_id, session_id, resend, patch } => {
+                    self.patch(patch);
+                    let facts = self.sessions.get_mut(session_id).unwrap();
+                    facts.live = true;
+                    facts.state = SessionState::Running;
+                    facts.turn_running = true;
+                    facts.prompt_delivered = true;
+                    if let Some(prompt) = resend {
+                        self.sent.push((step_id.clone(), prompt.clone()));
+                    } else {
+                        let prompt = self.row(step_id).prompt.clone().unwrap();
+                        self.sent.push((step_id.clone(), prompt));
+                    }
+                }
+                Action::CancelTurn { session_id } | Action::Stop { session_id } => {
+                    let facts = self.sessions.get_mut(session_id).unwrap();
+                    facts.turn_running = false;
+                    facts.live = false;
+                    if matches!(action, Action::Stop { .. }) {
+                        facts.state = SessionState::Completed;
+                    }
+                }
+            }
+        }
+        plan.actions
+    }
+
+    fn patch(&mut self, patch: &StepPatch) {
+        if patch.step_id.is_empty() {
+            return;
+        }
+        if let Some(position) = patch.insert_at {
+            let mut new = row(&patch.step_id, position);
+            new.iteration = patch.iteration.unwrap_or(0);
+            self.steps.push(new);
+            self.steps.sort_by(|a, b| (a.position, &a.step_id).cmp(&(b.position, &b.step_id)));
+            return;
+        }
+        let row = self.row(&patch.step_id);
+        if let Some(expected) = patch.expect {
+            assert_eq!(row.state, expected, "{}", patch.step_id);
+        }
+        if let Some(state) = patch.state {
+            row.state = state;
+        }
+        if let Some(iteration) = patch.iteration {
+            row.iteration = iteration;
+        }
+        if let Some(approved) = patch.approved {
+            row.approved = approved;
+        }
+        if let Some(applied) = patch.applied {
+            row.applied = applied;
+        }
+        if let Some(error) = &patch.error {
+            row.error = error.clone();
+        }
+        if let Some(output) = &patch.output {
+            row.output = Some(output.clone());
+        }
+        row.resends += u32::from(patch.resent);
+        row.launch_failures += u32::from(patch.launch_failed);
+        if patch.clear_run {
+            row.session_id = None;
+            row.applied = false;
+        }
+    }
+
+    /// The step's turn completes with `output` (the store does this with the turn's end).
+    fn complete(&mut self, id: &str, output: &str) {
+        let row = self.row(id);
+        assert_eq!(row.state, StepState::Running, "{id}");
+        row.state = StepState::Completed;
+        row.output = Some(output.into());
+        row.applied = false;
+        let session = row.session_id.clone().unwrap();
+        let facts = self.sessions.get_mut(&session).unwrap();
+        facts.turn_running = false;
+        facts.state = SessionState::WaitingForInput;
+        facts.last_turn = Some(TurnFacts {
+            state: TurnState::Completed,
+            stop_reason: Some("end_turn".into()),
+            error: None,
+            delivered: true,
+        });
+    }
+
+    /// Plans and applies until nothing is left to do.
+    fn settle(&mut self) {
+        for _ in 0..50 {
+            let plan = self.plan();
+            if self.apply(plan).is_empty() {
+                return;
+            }
+        }
+        panic!("the plan never settles: {:?}", self.steps);
+    }
+
+    fn running(&self) -> Vec<String> {
+        let ids = self.steps.iter().filter(|row| row.state == StepState::Running);
+        ids.filter(|row| row.session_id.is_some()).map(|row| row.step_id.clone()).collect()
+    }
+}
+
+const CHAIN: &str = r#"name = "chain"
+[[steps]]
+id = "plan"
+agent = "mock"
+prompt = "Plan {{task.title}}"
+[[steps]]
+id = "build"
+agent = "mock"
+depends_on = ["plan"]
+prompt = "Build: {{steps.plan.output}}"
+[[steps]]
+id = "review"
+agent = "mock"
+depends_on = ["build"]
+prompt = "Review: {{steps.build.output}}"
+"#;
+
+#[test]
+fn a_chain_runs_step_by_step_each_prompt_carrying_the_output_before() {
+    let mut sim = Sim::new(CHAIN);
+    sim.settle();
+    assert_eq!(sim.running(), ["plan"]);
+    sim.complete("plan", "P1");
+    sim.settle();
+    assert_eq!(sim.running(), ["build"]);
+    // The completed step's session is stopped.
+    assert_eq!(sim.sessions["s-plan-0"].state, SessionState::Completed);
+    sim.complete("build", "B1");
+    sim.settle();
+    sim.complete("review", "ok");
+    sim.settle();
+    assert_eq!(sim.workflow.state, WorkflowState::Completed);
+    let prompts: Vec<&str> = sim.sent.iter().map(|(_, p)| p.as_str()).collect();
+    assert_eq!(prompts, ["Plan Title", "Build: P1", "Review: B1"]);
+}
+
+#[test]
+fn a_dag_runs_ready_steps_together_within_max_parallel_then_reduces() {
+    let text = r#"name = "fan"
+max_parallel = 2
+[[steps]]
+id = "a"
+agent = "mock"
+prompt = "a"
+[[steps]]
+id = "b"
+agent = "mock"
+prompt = "b"
+[[steps]]
+id = "c"
+agent = "mock"
+prompt = "c"
+[[steps]]
+id = "reduce"
+agent = "mock"
+depends_on = ["a", "b", "c"]
+prompt = "{{steps.a.output}}+{{steps.b.output}}+{{steps.c.output}}"
+"#;
+    let mut sim = Sim::new(text);
+    sim.settle();
+    assert_eq!(sim.running(), ["a", "b"]);
+    sim.complete("b", "B");
+    sim.settle();
+    assert_eq!(sim.running(), ["a", "c"]);
+    sim.complete("a", "A");
+    sim.complete("c", "C");
+    sim.settle();
+    assert_eq!(sim.running(), ["reduce"]);
+    assert_eq!(sim.sent.last().unwrap().1, "A+B+C");
+}
+
+#[test]
+fn a_loop_goes_back_until_the_marker_then_goes_on() {
+    let text = r#"name = "loop"
+[[steps]]
+id = "build"
+agent = "mock"
+prompt = "Build. Feedback: {{steps.review.output}}"
+[[steps]]
+id = "review"
+agent = "mock"
+depends_on = ["build"]
+prompt = "Review {{steps.build.output}}"
+loop = { back_to = "build", until = "APPROVED", max_iterations = 3 }
+[[steps]]
+id = "ship"
+agent = "mock"
+depends_on = ["review"]
+prompt = "Ship"
+"#;
+    let mut sim = Sim::new(text);
+    sim.settle();
+    sim.complete("build", "v1");
+    sim.settle();
+    sim.complete("review", "fix the tests");
+    sim.settle();
+    // Back to build, pass 2, with the review's words.
+    assert_eq!(sim.running(), ["build"]);
+    assert_eq!(sim.steps[0].iteration, 1);
+    assert_eq!(sim.sent.last().unwrap().1, "Build. Feedback: fix the tests");
+    sim.complete("build", "v2");
+    sim.settle();
+    assert_eq!(sim.sent.last().unwrap().1, "Review v2");
+    sim.complete("review", "APPROVED");
+    sim.settle();
+    assert_eq!(sim.running(), ["ship"]);
+    assert_eq!(sim.steps[0].runs, 2);
+    assert_eq!(sim.steps[1].runs, 2);
+}
+
+#[test]
+fn a_loop_that_never_passes_fails_after_max_iterations() {
+    let text = r#"name = "loop"
+[[steps]]
+id = "score"
+agent = "mock"
+prompt = "Rate it"
+loop = { back_to = "score", until_score = 8, max_iterations = 2 }
+"#;
+    let mut sim = Sim::new(text);
+    sim.settle();
+    sim.complete("score", "5/10");
+    sim.settle();
+    assert_eq!(sim.running(), ["score"]);
+    sim.complete("score", "6/10");
+    sim.settle();
+    assert_eq!(sim.workflow.state, WorkflowState::Failed);
+    assert_eq!(sim.state("score"), StepState::Failed);
+    assert!(
+        sim.workflow.error.as_deref().unwrap().contains("after 2 passes"),
+        "{:?}",
+        sim.workflow.error
+    );
+}
+
+#[test]
+fn a_route_runs_the_chosen_step_and_skips_the_others_and_what_only_they_lead_to() {
+    let text = r#"name = "route"
+[[steps]]
+id = "triage"
+agent = "mock"
+prompt = "bug or feature?"
+routes = { bug = "fix", feature = "design" }
+[[steps]]
+id = "fix"
+agent = "mock"
+depends_on = ["triage"]
+prompt = "fix"
+[[steps]]
+id = "design"
+agent = "mock"
+depends_on = ["triage"]
+prompt = "design"
+[[steps]]
+id = "spec"
+agent = "mock"
+depends_on = ["design"]
+prompt = "spec"
+[[steps]]
+id = "summary"
+agent = "mock"
+depends_on = ["fix", "spec"]
+prompt = "summary: {{steps.fix.output}}{{steps.spec.output}}"
+"#;
+    let mut sim = Sim::new(text);
+    sim.settle();
+    sim.complete("triage", "It is a BUG.");
+    sim.settle();
+    assert_eq!(sim.running(), ["fix"]);
+    assert_eq!(sim.state("design"), StepState::Skipped);
+    assert_eq!(sim.state("spec"), StepState::Skipped);
+    sim.complete("fix", "fixed");
+    sim.settle();
+    assert_eq!(sim.sent.last().unwrap().1, "summary: fixed");
+    sim.complete("summary", "done");
+    sim.settle();
+    assert_eq!(sim.workflow.state, WorkflowState::Completed);
+
+    let mut sim = Sim::new(text);
+    sim.settle();
+    sim.complete("triage", "no idea");
+    sim.settle();
+    assert_eq!(sim.workflow.state, WorkflowState::Failed);
+    assert!(sim.workflow.error.as_deref().unwrap().contains("none of its routes (bug, feature)"));
+}
+
+const WORKERS: &str = r#"name = "workers"
+[[steps]]
+id = "split"
+agent = "mock"
+prompt = "split"
+[[steps]]
+id = "work"
+agent = "mock"
+for_each = "split"
+prompt = "do {{item}}"
+[[steps]]
+id = "merge"
+agent = "mock"
+depends_on = ["work"]
+prompt = "merge {{steps.work.output}}"
+"#;
+
+#[test]
+fn an_orchestrator_s_list_becomes_workers_then_a_reduce() {
+    let mut sim = Sim::new(WORKERS);
+    sim.settle();
+    sim.complete("split", "Here:\n```json\n[\"lexer\", \"parser\", {\"x\": 1}]\n```");
+    sim.settle();
+    assert_eq!(sim.running(), ["work[0]", "work[1]", "work[2]"]);
+    assert_eq!(sim.state("work"), StepState::Running);
+    let prompts: Vec<&str> = sim.sent[1..].iter().map(|(_, p)| p.as_str()).collect();
+    assert_eq!(prompts, ["do lexer", "do parser", "do {\"x\":1}"]);
+    sim.complete("work[1]", "P");
+    sim.complete("work[0]", "L");
+    sim.settle();
+    assert!(sim.running().is_empty() || sim.running() == ["work[2]"]);
+    sim.complete("work[2]", "X");
+    sim.settle();
+    assert_eq!(sim.state("work"), StepState::Completed);
+    assert_eq!(sim.sent.last().unwrap().1, r#"merge ["L","P","X"]"#);
+
+    let mut sim = Sim::new(WORKERS);
+    sim.settle();
+    sim.complete("split", "[]");
+    sim.settle();
+    assert_eq!(sim.running(), ["merge"]);
+
+    let mut sim = Sim::new(WORKERS);
+    sim.settle();
+    sim.complete("split", "lexer, parser");
+    sim.settle();
+    assert_eq!(sim.workflow.state, WorkflowState::Failed);
+    assert!(sim.workflow.error.as_deref().unwrap().contains("not a JSON list"));
+}
+
+#[test]
+fn an_approval_step_waits_until_approved() {
+    let text = CHAIN.replace("id = \"build\"\n", "id = \"build\"\napproval = true\n");
+    let mut sim = Sim::new(&text);
+    sim.settle();
+    sim.complete("plan", "P");
+    sim.settle();
+    assert_eq!(sim.state("build"), StepState::WaitingApproval);
+    assert!(sim.running().is_empty());
+    // Approving (what workflow.approve writes).
+    let build = sim.row("build");
+    build.state = StepState::Pending;
+    build.approved = true;
+    sim.settle();
+    assert_eq!(sim.running(), ["build"]);
+}
+
+#[test]
+fn an_interrupted_turn_is_sent_again_once_and_a_turn_never_delivered_too() {
+    let mut sim = Sim::new(CHAIN);
+    sim.settle();
+    let interrupted = TurnFacts {
+        state: TurnState::Interrupted,
+        stop_reason: None,
+        error: Some("the agent died".into()),
+        delivered: true,
+    };
+    let facts = sim.sessions.get_mut("s-plan-0").unwrap();
+    facts.turn_running = false;
+    facts.live = false;
+    facts.state = SessionState::WaitingForInput;
+    facts.last_turn = Some(interrupted.clone());
+    // One action: the resend (the engine marks the step busy until it lands).
+    let plan = sim.plan();
+    assert_eq!(plan.actions.len(), 1);
+    sim.apply(plan);
+    assert_eq!(sim.sent.len(), 2);
+    assert_eq!(sim.steps[0].resends, 1);
+    // The resend's turn runs: nothing more is sent.
+    sim.settle();
+    assert_eq!(sim.sent.len(), 2);
+    // Interrupted again and again: the step fails after MAX_RESENDS.
+    for _ in 0..MAX_RESENDS {
+        let facts = sim.sessions.get_mut("s-plan-0").unwrap();
+        facts.turn_running = false;
+        facts.last_turn = Some(interrupted.clone());
+        sim.settle();
+    }
+    assert_eq!(sim.state("plan"), StepState::Failed);
+    assert_eq!(sim.workflow.state, WorkflowState::Failed);
+
+    // A turn whose prompt never reached the agent is sent again; one the agent failed is not.
+    for (delivered, resent) in [(false, true), (true, false)] {
+        let mut sim = Sim::new(CHAIN);
+        sim.settle();
+        let facts = sim.sessions.get_mut("s-plan-0").unwrap();
+        facts.turn_running = false;
+        facts.last_turn =
+            Some(TurnFacts { state: TurnState::Failed, stop_reason: None, error: None, delivered });
+        sim.settle();
+        assert_eq!(sim.sent.len() == 2, resent);
+        assert_eq!(sim.state("plan") == StepState::Failed, !resent);
+    }
+}
+
+#[test]
+fn a_failed_launch_is_retried_as_many_times_as_the_step_says() {
+    let text =
+        CHAIN.replacen("prompt = \"Plan {{task.title}}\"", "prompt = \"Plan\"\nretries = 1", 1);
+    let mut sim = Sim::new(&text);
+    sim.settle();
+    let failed = |sim: &mut Sim| {
+        let facts = sim.sessions.get_mut("s-plan-0").unwrap();
+        *facts = SessionFacts {
+            state: SessionState::Failed,
+            live: false,
+            turn_running: false,
+            last_turn: None,
+            prompt_delivered: false,
+            error: Some("exited at once".into()),
+        };
+    };
+    failed(&mut sim);
+    sim.settle();
+    assert_eq!(sim.steps[0].launch_failures, 1);
+    assert_eq!(sim.state("plan"), StepState::Running);
+    failed(&mut sim);
+    sim.settle();
+    assert_eq!(sim.state("plan"), StepState::Failed);
+    assert!(sim.workflow.error.as_deref().unwrap().contains("could not launch: exited at once"));
+}
+
+#[test]
+fn a_step_over_its_timeout_is_cancelled_and_fails() {
+    let text = CHAIN.replacen(
+        "prompt = \"Plan {{task.title}}\"",
+        "prompt = \"Plan\"\ntimeout_ms = 500",
+        1,
+    );
+    let mut sim = Sim::new(&text);
+    sim.settle();
+    assert_eq!(sim.plan().deadline, Some(1500));
+    sim.now = 1500;
+    let actions = sim.apply(sim.plan());
+    assert!(matches!(actions[0], Action::CancelTurn { .. }), "{actions:?}");
+    assert_eq!(sim.state("plan"), StepState::Failed);
+    assert!(sim.workflow.error.as_deref().unwrap().contains("timed out after 500 ms"));
+}
+
+#[test]
+fn a_step_whose_session_was_stopped_fails_and_a_failed_workflow_starts_nothing() {
+    let mut sim = Sim::new(CHAIN);
+    sim.settle();
+    sim.sessions.get_mut("s-plan-0").unwrap().state = SessionState::Completed;
+    sim.settle();
+    assert_eq!(sim.state("plan"), StepState::Failed);
+    assert_eq!(sim.state("build"), StepState::Pending);
+    assert_eq!(sim.workflow.state, WorkflowState::Failed);
+}
