@@ -854,6 +854,24 @@ pub mod method {
     pub const SESSION_EVENTS: &str = "task.session.events";
     /// `task.session.unsubscribe_batch`
     pub const SESSION_UNSUBSCRIBE_BATCH: &str = "task.session.unsubscribe_batch";
+    /// `workflow.start`
+    pub const WORKFLOW_START: &str = "workflow.start";
+    /// `workflow.status`
+    pub const WORKFLOW_STATUS: &str = "workflow.status";
+    /// `workflow.list`
+    pub const WORKFLOW_LIST: &str = "workflow.list";
+    /// `workflow.resume`
+    pub const WORKFLOW_RESUME: &str = "workflow.resume";
+    /// `workflow.cancel`
+    pub const WORKFLOW_CANCEL: &str = "workflow.cancel";
+    /// `workflow.approve`
+    pub const WORKFLOW_APPROVE: &str = "workflow.approve";
+    /// `workflow.subscribe`
+    pub const WORKFLOW_SUBSCRIBE: &str = "workflow.subscribe";
+    /// The workflow subscription's notifications.
+    pub const WORKFLOW_EVENT: &str = "workflow.event";
+    /// `workflow.unsubscribe`
+    pub const WORKFLOW_UNSUBSCRIBE: &str = "workflow.unsubscribe";
     /// `rpc.discover`: the OpenRPC document.
     pub const DISCOVER: &str = "rpc.discover";
 
@@ -884,6 +902,14 @@ pub mod method {
         SESSION_UNSUBSCRIBE,
         SESSION_SUBSCRIBE_BATCH,
         SESSION_UNSUBSCRIBE_BATCH,
+        WORKFLOW_START,
+        WORKFLOW_STATUS,
+        WORKFLOW_LIST,
+        WORKFLOW_RESUME,
+        WORKFLOW_CANCEL,
+        WORKFLOW_APPROVE,
+        WORKFLOW_SUBSCRIBE,
+        WORKFLOW_UNSUBSCRIBE,
         DISCOVER,
     ];
 }

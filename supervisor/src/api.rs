@@ -20,7 +20,8 @@ use jsonrpsee::types::ErrorObjectOwned;
 use protocol::api::{
     AgentInfo, ApiServer, CleanupResult, Done, ErrorData, HistoryEntry, PauseResult, PromptStarted,
     ResumeResult, RuntimeKind, SessionState, SessionStatus, SessionSummary, Snapshot,
-    SnapshotSummary, StopAllResult, Task, TaskDetail, Timeline, params,
+    SnapshotSummary, StopAllResult, Task, TaskDetail, Timeline, WorkflowStarted, WorkflowStatus,
+    WorkflowSummary, params,
 };
 use protocol::errors::CheckParams;
 use serde_json::Value;
@@ -35,9 +36,9 @@ pub use access::{
 use admission::{Admission, Limits, SlotGate};
 pub use admission::{MAX_CONNECTIONS, MAX_CONNECTIONS_PER_PEER};
 use agentctl::server::AccessLayer;
-use streaming::{stream_spool, stream_spool_batches};
+use streaming::{stream_spool, stream_spool_batches, stream_workflow};
 
-use crate::service::{CleanupPolicy, NewSession, ServiceError, Supervisor};
+use crate::service::{CleanupPolicy, NewSession, NewWorkflow, ServiceError, Supervisor};
 
 fn to_rpc(err: ServiceError) -> ErrorObjectOwned {
     let field = match &err {
@@ -127,6 +128,7 @@ impl ApiServer for Methods {
             worktree,
             base,
             labels: labels.unwrap_or_default(),
+            workflow_step: None,
         };
         let row = self.0.create_session(new).await.map_err(to_rpc)?;
         Ok(row.into())
@@ -272,6 +274,66 @@ impl ApiServer for Methods {
         };
         stream_spool_batches(sink, reader, protocol::api::MAX_BATCH_EVENTS, |event| event.to_wire())
             .await
+    }
+
+    async fn workflow_start(
+        &self,
+        spec: String,
+        spec_file: Option<String>,
+        vars: Option<std::collections::BTreeMap<String, String>>,
+        task_id: Option<String>,
+        workspace: Option<String>,
+    ) -> RpcResult<WorkflowStarted> {
+        let new =
+            NewWorkflow { spec, spec_file, vars: vars.unwrap_or_default(), task_id, workspace };
+        self.0.workflow_start(new).await.map_err(to_rpc)
+    }
+
+    async fn workflow_status(&self, workflow_id: String) -> RpcResult<WorkflowStatus> {
+        self.0.workflow_status(workflow_id).await.map_err(to_rpc)
+    }
+
+    async fn workflow_list(&self) -> RpcResult<Vec<WorkflowSummary>> {
+        self.0.workflow_list().await.map_err(to_rpc)
+    }
+
+    async fn workflow_resume(
+        &self,
+        workflow_id: String,
+        spec: Option<String>,
+        accept_spec_change: Option<bool>,
+    ) -> RpcResult<WorkflowStatus> {
+        let accept = accept_spec_change.unwrap_or(false);
+        self.0.workflow_resume(workflow_id, spec, accept).await.map_err(to_rpc)
+    }
+
+    async fn workflow_cancel(&self, workflow_id: String) -> RpcResult<Done> {
+        self.0.workflow_cancel(workflow_id).await.map_err(to_rpc).map(|()| Done {})
+    }
+
+    async fn workflow_approve(&self, workflow_id: String, step_id: String) -> RpcResult<Done> {
+        self.0.workflow_approve(workflow_id, step_id).await.map_err(to_rpc).map(|()| Done {})
+    }
+
+    async fn workflow_subscribe(
+        &self,
+        pending: PendingSubscriptionSink,
+        workflow_id: String,
+        after_seq: Option<u64>,
+    ) -> SubscriptionResult {
+        let after_seq = after_seq.unwrap_or(0);
+        // Listening before the first read: nothing written between the two is missed.
+        let changes = self.0.workflow_changes();
+        match self.0.workflow_events(workflow_id.clone(), after_seq, 1).await {
+            Ok(_) => {
+                let sink = pending.accept().await?;
+                stream_workflow(sink, Arc::clone(&self.0), workflow_id, after_seq, changes).await
+            }
+            Err(err) => {
+                pending.reject(to_rpc(err)).await;
+                Ok(())
+            }
+        }
     }
 
     async fn discover(&self) -> RpcResult<Value> {

@@ -4,12 +4,14 @@
 //!
 //! Files: this one holds the command line's shape, the exit codes and the dispatch;
 //! `serve.rs` the daemon's wiring; `client.rs` the client commands; `feed.rs` a session's
-//! events as a client follows them; `output.rs` what the commands print.
+//! events as a client follows them; `output.rs` what the commands print; `workflow.rs`
+//! the `workflow` commands.
 
 mod client;
 mod feed;
 mod output;
 mod serve;
+mod workflow;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -43,6 +45,7 @@ use client::*;
 use feed::*;
 use output::*;
 use serve::*;
+use workflow::WorkflowCommand;
 
 /// The default API address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7733";
@@ -94,6 +97,9 @@ enum Command {
     /// List and read a session's snapshots.
     #[command(subcommand)]
     Snapshots(SnapshotsCommand),
+    /// Run workflows: tasks as chains or graphs of agent steps (docs/workflows.md).
+    #[command(subcommand)]
+    Workflow(WorkflowCommand),
     /// Send a prompt and follow its turn to the end (resuming the session first if its agent
     /// is not running; following on across a daemon restart). Options go before SESSION:
     /// everything after it is the prompt.

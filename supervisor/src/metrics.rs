@@ -54,6 +54,12 @@ pub struct Metrics {
     pub store_seconds: Histogram,
     /// API requests, by `method` and `error` kind (`none` when it succeeded).
     pub api_requests: Family<Labels, Counter>,
+    /// Workflow steps now, by `state` (set at scrape time).
+    pub workflow_steps: Family<Labels, Gauge>,
+    /// From a step's start to its completion, seconds.
+    pub step_seconds: Histogram,
+    /// Workflows resumed (`workflow.resume`).
+    pub workflow_resumes: Counter,
 }
 
 fn seconds() -> Histogram {
@@ -78,6 +84,9 @@ impl Metrics {
             recovery: Family::default(),
             store_seconds: seconds(),
             api_requests: Family::default(),
+            workflow_steps: Family::default(),
+            step_seconds: seconds(),
+            workflow_resumes: Counter::default(),
             registry: Registry::default(),
         };
         registry.register("sessions", "Sessions by state and runtime", metrics.sessions.clone());
@@ -132,6 +141,21 @@ impl Metrics {
             "api_requests",
             "API requests by method and error kind",
             metrics.api_requests.clone(),
+        );
+        registry.register(
+            "workflow_steps",
+            "Workflow steps by state",
+            metrics.workflow_steps.clone(),
+        );
+        registry.register(
+            "workflow_step_seconds",
+            "Time from a workflow step's start to its completion",
+            metrics.step_seconds.clone(),
+        );
+        registry.register(
+            "workflow_resumes",
+            "Workflows resumed",
+            metrics.workflow_resumes.clone(),
         );
         Metrics { registry, ..metrics }
     }

@@ -9,6 +9,7 @@
 mod ending;
 mod lifecycle;
 mod recovery;
+mod workflows;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -39,6 +40,8 @@ use protocol::api::{
     ResumeResult, SessionStatus, Snapshot, SnapshotSummary, SnapshotTrigger, TaskDetail, Timeline,
     TimelineEntry, TurnInfo,
 };
+
+pub use workflows::NewWorkflow;
 
 /// Which sessions `sessions.cleanup` removes (also the daemon's automatic policy).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -76,6 +79,9 @@ pub struct NewSession {
     pub base: Option<String>,
     /// Placement labels asked for (the profile's `[docker] labels` are added at launch).
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The workflow step it runs, `(workflow, step)`: the step starts in the write that
+    /// stores the session, and only if it is still pending.
+    pub workflow_step: Option<(String, String)>,
 }
 
 /// Errors of the operations, each with the `data.kind` the API reports.
@@ -219,6 +225,9 @@ pub struct Supervisor {
     resolver: session::Resolver,
     /// Damaged history lines already put in a session's timeline (session, line).
     damage_reported: Mutex<std::collections::HashSet<(String, usize)>>,
+    /// The workflows being driven: whether one was poked again while its driver ran (it
+    /// then looks once more before it ends).
+    drivers: Mutex<HashMap<String, bool>>,
 }
 
 impl Supervisor {
@@ -233,6 +242,7 @@ impl Supervisor {
             start_lock: tokio::sync::Mutex::new(()),
             resolver,
             damage_reported: Mutex::new(std::collections::HashSet::new()),
+            drivers: Mutex::new(HashMap::new()),
         }
     }
 
@@ -703,7 +713,12 @@ impl Supervisor {
     /// and runtime (one indexed query), and executions whose agent runs.
     pub async fn metrics(&self) -> Result<String, ServiceError> {
         let counts = self.config.store.session_counts().await?;
+        let steps = self.config.store.step_counts().await?;
         let metrics = crate::metrics::get();
+        metrics.workflow_steps.clear();
+        for (state, count) in steps {
+            metrics.workflow_steps.get_or_create(&crate::metrics::label("state", state)).set(count);
+        }
         metrics.sessions.clear();
         for (state, runtime, count) in counts {
             let labels = vec![("state", state.as_str().to_owned()), ("runtime", runtime)];

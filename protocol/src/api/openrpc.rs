@@ -174,6 +174,33 @@ pub fn generate() -> Value {
         method::SESSION_UNSUBSCRIBE_BATCH,
         "Like task.session.subscribe, but each task.session.events notification's result is an array of the events that were ready at once, oldest first (at most 512; nothing is held back to fill one): one frame per burst. Unsubscribe with task.session.unsubscribe_batch [subscription id].",
     );
+    m.add::<WorkflowStart, WorkflowStarted>(
+        method::WORKFLOW_START,
+        "Starts a workflow: its file checked (a refusal names file:line:col), stored with its SHA-256, and its first steps started as sessions.",
+    );
+    m.add::<WorkflowId, WorkflowStatus>(
+        method::WORKFLOW_STATUS,
+        "A workflow and each step's state, session, runs and output.",
+    );
+    m.add::<NoParams, Vec<WorkflowSummary>>(method::WORKFLOW_LIST, "Every workflow, oldest first.");
+    m.add::<WorkflowResume, WorkflowStatus>(
+        method::WORKFLOW_RESUME,
+        "Goes on with a failed or cancelled workflow from its steps not completed; a changed workflow file is refused (conflict, saying what changed) unless accept_spec_change.",
+    );
+    m.add::<WorkflowId, Done>(
+        method::WORKFLOW_CANCEL,
+        "Cancels a running workflow: steps not done are cancelled and their sessions stopped. Resumable.",
+    );
+    m.add::<WorkflowApprove, Done>(
+        method::WORKFLOW_APPROVE,
+        "Approves a step that waits for approval (or approves a pending one ahead).",
+    );
+    m.add_subscription::<WorkflowSubscribe, WorkflowEvent>(
+        method::WORKFLOW_SUBSCRIBE,
+        method::WORKFLOW_EVENT,
+        method::WORKFLOW_UNSUBSCRIBE,
+        "Subscribes to a workflow's events after after_seq, then live ones; each arrives as a workflow.event notification. Unsubscribe with workflow.unsubscribe [subscription id].",
+    );
     m.add::<NoParams, Value>(method::DISCOVER, "This document.");
     let Methods { mut generator, methods } = m;
     let mut schemas: Map<String, Value> = generator.take_definitions(true);
@@ -330,6 +357,21 @@ mod tests {
         let _ = client.snapshot_get(s()).await;
         let _ = client.session_subscribe(s(), Some(2)).await;
         let _ = client.session_subscribe_batch(s(), Some(2)).await;
+        let _ = client
+            .workflow_start(
+                "name = \"x\"".into(),
+                Some("/w/f.toml".into()),
+                Some([("goal".to_owned(), "g".to_owned())].into()),
+                Some(s()),
+                Some("/w".into()),
+            )
+            .await;
+        let _ = client.workflow_status(s()).await;
+        let _ = client.workflow_list().await;
+        let _ = client.workflow_resume(s(), Some("name = \"x\"".into()), Some(true)).await;
+        let _ = client.workflow_cancel(s()).await;
+        let _ = client.workflow_approve(s(), "build".into()).await;
+        let _ = client.workflow_subscribe(s(), Some(2)).await;
         let _ = client.discover().await;
     }
 
@@ -542,6 +584,44 @@ mod tests {
         ) -> jsonrpsee::core::SubscriptionResult {
             Ok(())
         }
+        async fn workflow_start(
+            &self,
+            _: String,
+            _: Option<String>,
+            _: Option<std::collections::BTreeMap<String, String>>,
+            _: Option<String>,
+            _: Option<String>,
+        ) -> jsonrpsee::core::RpcResult<WorkflowStarted> {
+            never()
+        }
+        async fn workflow_status(&self, _: String) -> jsonrpsee::core::RpcResult<WorkflowStatus> {
+            never()
+        }
+        async fn workflow_list(&self) -> jsonrpsee::core::RpcResult<Vec<WorkflowSummary>> {
+            never()
+        }
+        async fn workflow_resume(
+            &self,
+            _: String,
+            _: Option<String>,
+            _: Option<bool>,
+        ) -> jsonrpsee::core::RpcResult<WorkflowStatus> {
+            never()
+        }
+        async fn workflow_cancel(&self, _: String) -> jsonrpsee::core::RpcResult<Done> {
+            never()
+        }
+        async fn workflow_approve(&self, _: String, _: String) -> jsonrpsee::core::RpcResult<Done> {
+            never()
+        }
+        async fn workflow_subscribe(
+            &self,
+            _: jsonrpsee::PendingSubscriptionSink,
+            _: String,
+            _: Option<u64>,
+        ) -> jsonrpsee::core::SubscriptionResult {
+            Ok(())
+        }
         async fn discover(&self) -> jsonrpsee::core::RpcResult<Value> {
             never()
         }
@@ -555,7 +635,11 @@ mod tests {
         use super::super::ApiServer;
         let module = Unanswered.into_rpc();
         // Unsubscribing is documented with its subscription (`x-unsubscribe`).
-        let unsubscribe = [method::SESSION_UNSUBSCRIBE, method::SESSION_UNSUBSCRIBE_BATCH];
+        let unsubscribe = [
+            method::SESSION_UNSUBSCRIBE,
+            method::SESSION_UNSUBSCRIBE_BATCH,
+            method::WORKFLOW_UNSUBSCRIBE,
+        ];
         let mut registered: Vec<&str> =
             module.method_names().filter(|name| !unsubscribe.contains(name)).collect();
         registered.sort_unstable();

@@ -427,6 +427,119 @@ impl Checked for SessionSubscribe {
     }
 }
 
+/// The longest workflow file, in bytes.
+pub const MAX_SPEC: usize = 1024 * 1024;
+/// The most `vars` of `workflow.start`.
+pub const MAX_VARS: usize = 256;
+
+/// `workflow.start`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowStart {
+    /// The workflow file's text (TOML; see docs/workflows.md).
+    pub spec: String,
+    /// The file it was read from: errors name it, and `workflow.resume` reads it again to
+    /// see whether it changed.
+    #[serde(default)]
+    pub spec_file: Option<String>,
+    /// Values replacing the file's `[vars]` (each must be one of them).
+    #[serde(default)]
+    pub vars: Option<std::collections::BTreeMap<String, String>>,
+    /// The task to run it for (default: a new task named after the workflow).
+    #[serde(default)]
+    pub task_id: Option<String>,
+    /// Where its steps work, absolute (default: the file's `workspace`).
+    #[serde(default)]
+    pub workspace: Option<String>,
+}
+impl Checked for WorkflowStart {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("spec", &self.spec, MAX_SPEC)?;
+        within_opt("spec_file", &self.spec_file, MAX_PATH)?;
+        within_opt("task_id", &self.task_id, MAX_ID)?;
+        within_opt("workspace", &self.workspace, MAX_PATH)?;
+        let vars = self.vars.as_ref().map_or(0, |vars| vars.len());
+        if vars > MAX_VARS {
+            return Err(ParamError {
+                field: Some("vars".into()),
+                message: format!("vars has {vars} entries, over its limit of {MAX_VARS}"),
+                limit: Some(MAX_VARS as u64),
+            });
+        }
+        for (name, value) in self.vars.iter().flatten() {
+            within("vars", name, MAX_ID)?;
+            within(&format!("vars.{name}"), value, MAX_DESCRIPTION)?;
+        }
+        Ok(())
+    }
+}
+
+/// `workflow.status`, `workflow.cancel`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowId {
+    /// The workflow.
+    pub workflow_id: String,
+}
+impl Checked for WorkflowId {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("workflow_id", &self.workflow_id, MAX_ID)
+    }
+}
+
+/// `workflow.resume`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowResume {
+    /// The workflow.
+    pub workflow_id: String,
+    /// The workflow file's text now (default: its file read again, else the stored text).
+    #[serde(default)]
+    pub spec: Option<String>,
+    /// Run the changed file (changed steps, and those after them, run again) instead of
+    /// refusing.
+    #[serde(default)]
+    pub accept_spec_change: Option<bool>,
+}
+impl Checked for WorkflowResume {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("workflow_id", &self.workflow_id, MAX_ID)?;
+        within_opt("spec", &self.spec, MAX_SPEC)
+    }
+}
+
+/// `workflow.approve`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowApprove {
+    /// The workflow.
+    pub workflow_id: String,
+    /// The step.
+    pub step_id: String,
+}
+impl Checked for WorkflowApprove {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("workflow_id", &self.workflow_id, MAX_ID)?;
+        within("step_id", &self.step_id, MAX_ID)
+    }
+}
+
+/// `workflow.subscribe`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowSubscribe {
+    /// The workflow.
+    pub workflow_id: String,
+    /// Events after this seq (default 0); not past the workflow's newest event.
+    #[serde(default)]
+    pub after_seq: Option<u64>,
+}
+impl Checked for WorkflowSubscribe {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("workflow_id", &self.workflow_id, MAX_ID)
+    }
+}
+
 /// Parses `raw` as `T` and applies its limits. Params must be an object by name (or
 /// absent).
 pub fn parse<T: Checked>(raw: Option<&RawValue>) -> Result<T, ParamError> {
@@ -484,7 +597,14 @@ fn strip_position(message: &str) -> String {
 pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError> {
     use method::*;
     match method_name {
-        AGENTS_LIST | TASK_LIST | STOP_ALL | DISCOVER => parse::<NoParams>(raw).map(drop),
+        AGENTS_LIST | TASK_LIST | STOP_ALL | DISCOVER | WORKFLOW_LIST => {
+            parse::<NoParams>(raw).map(drop)
+        }
+        WORKFLOW_START => parse::<WorkflowStart>(raw).map(drop),
+        WORKFLOW_STATUS | WORKFLOW_CANCEL => parse::<WorkflowId>(raw).map(drop),
+        WORKFLOW_RESUME => parse::<WorkflowResume>(raw).map(drop),
+        WORKFLOW_APPROVE => parse::<WorkflowApprove>(raw).map(drop),
+        WORKFLOW_SUBSCRIBE => parse::<WorkflowSubscribe>(raw).map(drop),
         TASK_CREATE => parse::<TaskCreate>(raw).map(drop),
         TASK_GET => parse::<TaskGet>(raw).map(drop),
         TASK_DELETE => parse::<TaskDelete>(raw).map(drop),

@@ -194,6 +194,59 @@ pub trait Api {
         after_seq: Option<u64>,
     ) -> SubscriptionResult;
 
+    /// Starts a workflow (see docs/workflows.md): its file checked (a refusal names
+    /// `file:line:col`), stored, and its first steps started as sessions.
+    #[method(name = "workflow.start", param_kind = map)]
+    async fn workflow_start(
+        &self,
+        spec: String,
+        spec_file: Option<String>,
+        vars: Option<std::collections::BTreeMap<String, String>>,
+        task_id: Option<String>,
+        workspace: Option<String>,
+    ) -> RpcResult<WorkflowStarted>;
+
+    /// A workflow and each step's state, session, runs and output.
+    #[method(name = "workflow.status", param_kind = map)]
+    async fn workflow_status(&self, workflow_id: String) -> RpcResult<WorkflowStatus>;
+
+    /// Every workflow, oldest first.
+    #[method(name = "workflow.list")]
+    async fn workflow_list(&self) -> RpcResult<Vec<WorkflowSummary>>;
+
+    /// Goes on with a failed or cancelled workflow from its steps not completed. A changed
+    /// file is refused (`conflict`, saying what changed) unless `accept_spec_change`.
+    #[method(name = "workflow.resume", param_kind = map)]
+    async fn workflow_resume(
+        &self,
+        workflow_id: String,
+        spec: Option<String>,
+        accept_spec_change: Option<bool>,
+    ) -> RpcResult<WorkflowStatus>;
+
+    /// Cancels a running workflow: its steps not done are cancelled and their sessions
+    /// stopped. It can be resumed.
+    #[method(name = "workflow.cancel", param_kind = map)]
+    async fn workflow_cancel(&self, workflow_id: String) -> RpcResult<Done>;
+
+    /// Approves a step (`approval = true`) so it may start.
+    #[method(name = "workflow.approve", param_kind = map)]
+    async fn workflow_approve(&self, workflow_id: String, step_id: String) -> RpcResult<Done>;
+
+    /// A workflow's events after `after_seq` (default 0), then live ones, with the same
+    /// cursor rules as `task.session.subscribe`.
+    #[subscription(
+        name = "workflow.subscribe" => "workflow.event",
+        unsubscribe = "workflow.unsubscribe",
+        item = WorkflowEvent,
+        param_kind = map
+    )]
+    async fn workflow_subscribe(
+        &self,
+        workflow_id: String,
+        after_seq: Option<u64>,
+    ) -> SubscriptionResult;
+
     /// This API as an OpenRPC document.
     #[method(name = "rpc.discover")]
     async fn discover(&self) -> RpcResult<Value>;

@@ -45,3 +45,45 @@ pub(super) async fn stream_spool_batches<E: agentctl::spool::Entry, W: serde::Se
         }
     }
 }
+
+/// A workflow's events after `after_seq`, then each one as it is written: read from the
+/// store whenever it announces a change of the workflow (`changes` was subscribed before
+/// the first read, so nothing falls between).
+pub(super) async fn stream_workflow(
+    sink: jsonrpsee::SubscriptionSink,
+    supervisor: std::sync::Arc<crate::service::Supervisor>,
+    workflow_id: String,
+    mut after_seq: u64,
+    mut changes: tokio::sync::broadcast::Receiver<String>,
+) -> Result<(), jsonrpsee::core::SubscriptionError> {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let events = supervisor
+            .workflow_events(workflow_id.clone(), after_seq, 512)
+            .await
+            .map_err(|err| err.to_string())?;
+        let full = events.len() == 512;
+        for event in events {
+            after_seq = event.seq;
+            let message = serde_json::value::to_raw_value(&event).map_err(|err| err.to_string())?;
+            if sink.send(message).await.is_err() {
+                return Ok(());
+            }
+        }
+        if full {
+            continue;
+        }
+        loop {
+            tokio::select! {
+                biased;
+                _ = sink.closed() => return Ok(()),
+                changed = changes.recv() => match changed {
+                    Ok(id) if id == workflow_id => break,
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(_)) => break,
+                    Err(RecvError::Closed) => return Ok(()),
+                },
+            }
+        }
+    }
+}

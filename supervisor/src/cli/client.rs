@@ -206,6 +206,7 @@ impl Client {
                 Ok(())
             }
             Command::Session(SessionCommand::Start(start)) => self.session_start(start).await,
+            Command::Workflow(command) => self.workflow(command).await,
             Command::Prompt { quiet, session, text } => {
                 self.prompt(&session, &text.join(" "), quiet).await
             }

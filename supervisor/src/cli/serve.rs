@@ -187,6 +187,8 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
     let mut int = signal(SignalKind::interrupt())?;
     // Restart recovery happens before the API serves anything.
     supervisor.recover().await?;
+    // Workflows go on once their sessions are re-adopted.
+    supervisor.drive_workflows().await?;
     let mut allowed_origins = config.allow_origins.clone();
     allowed_origins.extend(args.allow_origin);
     let policy = AccessPolicy { token, allowed_origins };

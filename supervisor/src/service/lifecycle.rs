@@ -17,6 +17,7 @@ impl Supervisor {
             worktree,
             base,
             labels,
+            workflow_step,
         } = new;
         check_id("task_id", &task_id)?;
         if let Some(path) = &workspace_path {
@@ -135,7 +136,7 @@ impl Supervisor {
             worktree_branch: made.as_ref().map(|made| made.branch.clone()),
             runtime_labels: labels,
         };
-        let created = self.record_session(row, shared).await;
+        let created = self.record_session(row, shared, workflow_step).await;
         if created.is_err()
             && let Some(made) = &made
             && let Err(err) = worktree::remove(made, true, true).await
@@ -180,6 +181,7 @@ impl Supervisor {
         &self,
         row: SessionRow,
         shared: bool,
+        workflow_step: Option<(String, String)>,
     ) -> Result<SessionRow, ServiceError> {
         let _guard = self.start_lock.lock().await;
         if !shared {
@@ -194,7 +196,19 @@ impl Supervisor {
                 )));
             }
         }
-        Ok(self.config.store.create_session(row).await?)
+        match workflow_step {
+            None => Ok(self.config.store.create_session(row).await?),
+            Some((workflow, step)) => {
+                if self.config.store.start_step(row.clone(), workflow.clone(), step.clone()).await?
+                {
+                    Ok(row)
+                } else {
+                    Err(ServiceError::Conflict(format!(
+                        "step {step} of workflow {workflow} is no longer pending"
+                    )))
+                }
+            }
+        }
     }
 
     /// `task.session.status`.

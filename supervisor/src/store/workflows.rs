@@ -210,15 +210,22 @@ pub(super) fn step_turn_ended(
 ) -> rusqlite::Result<Option<String>> {
     let Some(workflow_id) = workflow_of(conn, session_id)? else { return Ok(None) };
     if completed {
-        let step: Option<String> = conn
+        let step: Option<(String, Option<i64>)> = conn
             .query_row(
-                "SELECT step_id FROM workflow_steps WHERE session_id = ?1 AND state = 'running'",
+                "SELECT step_id, started_at FROM workflow_steps WHERE session_id = ?1 AND state = 'running'",
                 [session_id],
-                |r| r.get(0),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .optional()?;
-        if let Some(step_id) = step {
+        if let Some((step_id, started_at)) = step {
             let output = output.unwrap_or_default();
+            if let Some(started) = started_at {
+                let took = (now_ms() - started).max(0) as u64;
+                crate::metrics::observe(
+                    &crate::metrics::get().step_seconds,
+                    std::time::Duration::from_millis(took),
+                );
+            }
             conn.execute(
                 "UPDATE workflow_steps SET state = 'completed', output = ?3, error = NULL, \
                  ended_at = ?4, applied = 0 WHERE workflow_id = ?1 AND step_id = ?2",
@@ -231,7 +238,63 @@ pub(super) fn step_turn_ended(
     Ok(Some(workflow_id))
 }
 
+/// What the engine reads of a step's session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepSession {
+    /// Its state.
+    pub state: protocol::api::SessionState,
+    /// Its error.
+    pub error: Option<String>,
+    /// Its newest turn: state, stop reason, error, delivered.
+    pub last_turn: Option<(protocol::api::TurnState, Option<String>, Option<String>, bool)>,
+    /// Some prompt of it reached the agent.
+    pub prompt_delivered: bool,
+}
+
 impl Store {
+    /// A step's session as the engine reads it (`None`: it was deleted).
+    pub async fn step_session(
+        &self,
+        session_id: String,
+    ) -> Result<Option<StepSession>, StoreError> {
+        self.call(move |conn| {
+            let row: Option<(String, Option<String>)> = conn
+                .query_row(
+                    "SELECT state, error_message FROM task_sessions WHERE id = ?1",
+                    [&session_id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()?;
+            let Some((state, error)) = row else { return Ok(None) };
+            let last_turn = conn
+                .query_row(
+                    "SELECT state, stop_reason, error, delivered FROM turns WHERE session_id = ?1 ORDER BY started_at DESC, id DESC LIMIT 1",
+                    [&session_id],
+                    |r| {
+                        Ok((
+                            r.get::<_, Named<protocol::api::TurnState>>(0)?.0,
+                            r.get(1)?,
+                            r.get(2)?,
+                            r.get(3)?,
+                        ))
+                    },
+                )
+                .optional()?;
+            let prompt_delivered: bool = conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM turns WHERE session_id = ?1 AND delivered = 1)",
+                [&session_id],
+                |r| r.get(0),
+            )?;
+            Ok(Some(StepSession {
+                state: super::session_state(&state)?,
+                error,
+                last_turn,
+                prompt_delivered,
+            }))
+        })
+        .await
+    }
+
     /// Workflows whose records changed, by id, announced after each commit. A receiver
     /// that lags is told so (`Lagged`) and must read everything again.
     pub fn workflow_changes(&self) -> tokio::sync::broadcast::Receiver<String> {
@@ -338,6 +401,19 @@ impl Store {
         .await
     }
 
+    /// How many steps are in each state.
+    pub async fn step_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        self.call(move |conn| {
+            let mut statement =
+                conn.prepare("SELECT state, COUNT(*) FROM workflow_steps GROUP BY state")?;
+            let rows = statement
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
+        .await
+    }
+
     /// The workflows that are `running` (the engine drives them after a restart).
     pub async fn running_workflows(&self) -> Result<Vec<String>, StoreError> {
         self.call(move |conn| {
@@ -411,7 +487,7 @@ impl Store {
                 insert_session(&tx, &session)?;
                 tx.execute(
                     "UPDATE workflow_steps SET state = 'running', session_id = ?3, prompt = ?4, runs = runs + 1, \
-                     resends = 0, launch_failures = 0, output = NULL, error = NULL, started_at = ?5, ended_at = NULL \
+                     resends = 0, output = NULL, error = NULL, started_at = ?5, ended_at = NULL \
                      WHERE workflow_id = ?1 AND step_id = ?2",
                     params![workflow_id, step_id, session.id, session.initial_prompt, now_ms()],
                 )?;

@@ -88,6 +88,8 @@ pub enum Action {
     },
     /// End a step's session (its step is over; its agent is not needed any more).
     Stop {
+        /// The row.
+        step_id: String,
         /// The session.
         session_id: String,
     },
@@ -208,7 +210,8 @@ pub fn plan(input: &Input<'_>) -> Plan {
         if let Some(session) = &row.session_id
             && sessions.get(session).is_some_and(|facts| !facts.state.is_terminal())
         {
-            plan.actions.push(Action::Stop { session_id: session.clone() });
+            plan.actions
+                .push(Action::Stop { step_id: row.step_id.clone(), session_id: session.clone() });
         }
     }
 

@@ -194,6 +194,11 @@ impl Template {
         text
     }
 
+    /// Whether it reads variable `name`.
+    pub fn uses_var(&self, name: &str) -> bool {
+        self.parts.iter().any(|part| matches!(part, Part::Var(var) if var == name))
+    }
+
     /// The steps whose output it uses.
     pub fn steps_used(&self) -> impl Iterator<Item = &str> {
         self.parts.iter().filter_map(|part| match part {

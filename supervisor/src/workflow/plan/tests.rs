@@ -133,7 +133,7 @@ impl Sim {
                         self.sent.push((step_id.clone(), prompt));
                     }
                 }
-                Action::CancelTurn { session_id } | Action::Stop { session_id } => {
+                Action::CancelTurn { session_id } | Action::Stop { session_id, .. } => {
                     let facts = self.sessions.get_mut(session_id).unwrap();
                     facts.turn_running = false;
                     facts.live = false;

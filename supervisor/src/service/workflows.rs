@@ -1,0 +1,844 @@
+//! Workflows: started, read, cancelled, approved and resumed, and the engine that drives
+//! each running one.
+//!
+//! The engine is one task per running workflow (a "driver"). Each pass it reads the
+//! workflow's rows and its running steps' sessions, asks [`plan`] what to do, carries the
+//! actions out, then waits — for the store to announce a change of this workflow (a step's
+//! session ended a turn or changed state, a row moved), for an action of its own to land,
+//! or for a step's timeout. Nothing is polled. A restart starts a driver for every
+//! running workflow once recovery re-adopted the sessions; since every decision is made
+//! from what is stored, the driver after a kill decides what the one before would have.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use protocol::api::{
+    StepState, StepStatus, TurnState, WorkflowEvent, WorkflowEventKind, WorkflowStarted,
+    WorkflowState, WorkflowStatus, WorkflowSummary,
+};
+use tokio::sync::mpsc;
+
+use super::*;
+use crate::store::{StepPatch, StepRow, WorkflowRow};
+use crate::workflow::plan::{self, Action, Input, SessionFacts, TurnFacts};
+use crate::workflow::spec::{self, Spec, WorktreeChoice};
+
+/// What `workflow.start` asks for.
+#[derive(Debug, Clone, Default)]
+pub struct NewWorkflow {
+    /// The workflow file's text.
+    pub spec: String,
+    /// The file it was read from (errors name it; `workflow.resume` reads it again to see
+    /// whether it changed).
+    pub spec_file: Option<String>,
+    /// `--var NAME=VALUE` overrides.
+    pub vars: BTreeMap<String, String>,
+    /// The task to run it for (else a task is made, titled with the workflow's name).
+    pub task_id: Option<String>,
+    /// Where its steps work (else the file's `workspace`).
+    pub workspace: Option<String>,
+}
+
+/// SHA-256 of a text, hex.
+pub(crate) fn sha256(text: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    digest.as_ref().iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+impl Supervisor {
+    /// Parses and checks a workflow file; agents are checked against the profiles when
+    /// `check_agents` (a stored spec is read whatever became of its profiles).
+    fn workflow_spec(
+        &self,
+        text: &str,
+        file: Option<&str>,
+        vars: &BTreeMap<String, String>,
+        check_agents: bool,
+    ) -> Result<Spec, ServiceError> {
+        let file = Path::new(file.unwrap_or("workflow.toml"));
+        let known = |agent: &str| !check_agents || self.config.registry.get(agent).is_some();
+        spec::parse(text, file, vars, &known)
+            .map_err(|err| ServiceError::InvalidParams { field: "spec", message: err.to_string() })
+    }
+
+    /// `workflow.start`: checks the file, stores the workflow (and its task) and starts
+    /// driving it.
+    pub async fn workflow_start(
+        self: &Arc<Self>,
+        new: NewWorkflow,
+    ) -> Result<WorkflowStarted, ServiceError> {
+        let spec = self.workflow_spec(&new.spec, new.spec_file.as_deref(), &new.vars, true)?;
+        // The file's workspace is relative to the file.
+        let from_file = spec.workspace.as_ref().map(|path| {
+            let dir = new.spec_file.as_deref().and_then(|file| Path::new(file).parent());
+            dir.map_or_else(|| PathBuf::from(path), |dir| dir.join(path))
+        });
+        let workspace = new.workspace.clone().map(PathBuf::from).or(from_file);
+        let Some(workspace) = workspace else {
+            return Err(ServiceError::InvalidParams {
+                field: "workspace",
+                message: "a workflow needs a workspace: pass workspace (the CLI passes its current directory) or set `workspace` in the file".into(),
+            });
+        };
+        let workspace =
+            std::fs::canonicalize(&workspace).map_err(|err| ServiceError::InvalidParams {
+                field: "workspace",
+                message: format!("workspace {}: {err}", workspace.display()),
+            })?;
+        if !workspace.is_dir() {
+            return Err(ServiceError::InvalidParams {
+                field: "workspace",
+                message: format!("workspace {} is not a directory", workspace.display()),
+            });
+        }
+        let task = match &new.task_id {
+            Some(task_id) => {
+                check_id("task_id", task_id)?;
+                self.config.store.get_task(task_id.clone()).await?
+            }
+            None => self.create_task(spec.name.clone(), String::new()).await?,
+        };
+        let now = crate::store::now_ms();
+        let row = WorkflowRow {
+            id: uuid::Uuid::now_v7().to_string(),
+            task_id: task.id.clone(),
+            name: spec.name.clone(),
+            spec_file: new.spec_file.clone(),
+            spec_sha256: sha256(&new.spec),
+            spec_text: new.spec,
+            vars: new.vars,
+            workspace: Some(workspace.display().to_string()),
+            state: WorkflowState::Running,
+            error: None,
+            resumes: 0,
+            event_seq: 0,
+            created_at: now,
+            updated_at: now,
+        };
+        let steps = spec.steps.iter().map(|step| step.id.clone()).collect();
+        let row = self.config.store.create_workflow(row, steps).await?;
+        tracing::info!(workflow = %row.id, name = %row.name, "workflow started");
+        self.drive(&row.id);
+        Ok(WorkflowStarted { workflow_id: row.id, task_id: task.id })
+    }
+
+    async fn workflow_row(&self, id: &str) -> Result<(WorkflowRow, Vec<StepRow>), ServiceError> {
+        check_id("workflow_id", id)?;
+        Ok(self.config.store.workflow(id.to_owned()).await?)
+    }
+
+    /// `workflow.status`.
+    pub async fn workflow_status(&self, id: String) -> Result<WorkflowStatus, ServiceError> {
+        let (row, steps) = self.workflow_row(&id).await?;
+        let spec =
+            self.workflow_spec(&row.spec_text, row.spec_file.as_deref(), &row.vars, false)?;
+        let steps = steps
+            .into_iter()
+            .map(|step| {
+                let spec_step = spec.steps.iter().find(|s| s.id == plan::base_id(&step.step_id));
+                StepStatus {
+                    agent: spec_step.map(|s| s.agent.clone()).unwrap_or_default(),
+                    depends_on: spec_step.map(|s| s.depends_on.clone()).unwrap_or_default(),
+                    approval: spec_step.is_some_and(|s| s.approval),
+                    id: step.step_id,
+                    state: step.state,
+                    session_id: step.session_id,
+                    runs: step.runs,
+                    iteration: step.iteration,
+                    output: step.output,
+                    error: step.error,
+                    prompt: step.prompt,
+                    started_at: step.started_at,
+                    ended_at: step.ended_at,
+                }
+            })
+            .collect();
+        Ok(WorkflowStatus {
+            workflow_id: row.id,
+            task_id: row.task_id,
+            name: row.name,
+            state: row.state,
+            error: row.error,
+            spec_file: row.spec_file,
+            spec_sha256: row.spec_sha256,
+            workspace: row.workspace,
+            resumes: row.resumes,
+            last_event_seq: row.event_seq,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+            steps,
+        })
+    }
+
+    /// `workflow.list`.
+    pub async fn workflow_list(&self) -> Result<Vec<WorkflowSummary>, ServiceError> {
+        let rows = self.config.store.list_workflows().await?;
+        Ok(rows
+            .into_iter()
+            .map(|(row, steps, done)| WorkflowSummary {
+                workflow_id: row.id,
+                task_id: row.task_id,
+                name: row.name,
+                state: row.state,
+                steps,
+                steps_done: done,
+                created_at: row.created_at,
+                updated_at: row.updated_at,
+            })
+            .collect())
+    }
+
+    /// A workflow's events after `after_seq`, at most `limit`; `after_seq` past the newest
+    /// is refused.
+    pub async fn workflow_events(
+        &self,
+        id: String,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<WorkflowEvent>, ServiceError> {
+        let (row, _) = self.workflow_row(&id).await?;
+        if after_seq > row.event_seq {
+            return Err(ServiceError::InvalidParams {
+                field: "after_seq",
+                message: format!(
+                    "after_seq {after_seq} is past the newest event of workflow {id} ({})",
+                    row.event_seq
+                ),
+            });
+        }
+        Ok(self.config.store.workflow_events(id, after_seq, limit).await?)
+    }
+
+    /// Announcements of changed workflows (what a stream of a workflow's events awaits).
+    pub fn workflow_changes(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.config.store.workflow_changes()
+    }
+
+    /// `workflow.cancel`: steps not done are cancelled and the sessions of running ones
+    /// stopped (awaited); the workflow is `cancelled`, resumable.
+    pub async fn workflow_cancel(self: &Arc<Self>, id: String) -> Result<(), ServiceError> {
+        let (row, steps) = self.workflow_row(&id).await?;
+        if row.state != WorkflowState::Running {
+            return Err(ServiceError::InvalidState(format!(
+                "workflow {id} is {}; only a running workflow is cancelled",
+                row.state
+            )));
+        }
+        let open = |state: StepState| {
+            matches!(state, StepState::Pending | StepState::WaitingApproval | StepState::Running)
+        };
+        let patches = steps
+            .iter()
+            .filter(|step| open(step.state))
+            .map(|step| StepPatch {
+                step_id: step.step_id.clone(),
+                expect: Some(step.state),
+                state: Some(StepState::Cancelled),
+                ended: step.state == StepState::Running,
+                event: Some(WorkflowEventKind::StepReset {
+                    step_id: step.step_id.clone(),
+                    state: StepState::Cancelled,
+                    reason: "the workflow was cancelled".into(),
+                }),
+                ..StepPatch::default()
+            })
+            .collect();
+        let state = Some((WorkflowState::Cancelled, None));
+        let cancelled = self
+            .config
+            .store
+            .update_workflow(id.clone(), Some(WorkflowState::Running), patches, state)
+            .await?;
+        if !cancelled {
+            return Err(ServiceError::Conflict(format!(
+                "workflow {id} changed while it was being cancelled; try again"
+            )));
+        }
+        for step in steps.iter().filter(|step| step.state == StepState::Running) {
+            if let Some(session) = &step.session_id
+                && let Err(err) = self.stop(session.clone()).await
+                && !matches!(err, ServiceError::Conflict(_) | ServiceError::NotFound(_))
+            {
+                tracing::warn!(workflow = %id, step = %step.step_id, %err, "cannot stop a cancelled step's session");
+            }
+        }
+        tracing::info!(workflow = %id, "workflow cancelled");
+        self.drive(&id);
+        Ok(())
+    }
+
+    /// `workflow.approve`: a step waiting for approval (or still pending: approved ahead)
+    /// may start.
+    pub async fn workflow_approve(
+        self: &Arc<Self>,
+        id: String,
+        step_id: String,
+    ) -> Result<(), ServiceError> {
+        let (row, steps) = self.workflow_row(&id).await?;
+        let Some(step) = steps.iter().find(|step| step.step_id == step_id) else {
+            return Err(ServiceError::NotFound(format!("workflow {id} has no step {step_id:?}")));
+        };
+        if !matches!(step.state, StepState::WaitingApproval | StepState::Pending) {
+            return Err(ServiceError::InvalidState(format!(
+                "step {step_id} is {}; only a step not started yet is approved",
+                step.state
+            )));
+        }
+        let patch = StepPatch {
+            step_id: step_id.clone(),
+            expect: Some(step.state),
+            state: Some(StepState::Pending),
+            approved: Some(true),
+            event: Some(WorkflowEventKind::StepReset {
+                step_id: step_id.clone(),
+                state: StepState::Pending,
+                reason: "approved".into(),
+            }),
+            ..StepPatch::default()
+        };
+        if !self.config.store.update_workflow(id.clone(), None, vec![patch], None).await? {
+            return Err(ServiceError::Conflict(format!(
+                "step {step_id} changed while it was being approved; try again"
+            )));
+        }
+        tracing::info!(workflow = %id, step = %step_id, "step approved");
+        if row.state == WorkflowState::Running {
+            self.drive(&id);
+        }
+        Ok(())
+    }
+
+    /// `workflow.resume`: a failed or cancelled workflow goes on from the steps not
+    /// completed. The file it was started from (or `spec`, when given) is compared with
+    /// the text it runs: a change is refused, saying what changed, unless
+    /// `accept_spec_change` (then changed steps, and the steps after them, run again).
+    pub async fn workflow_resume(
+        self: &Arc<Self>,
+        id: String,
+        spec_text: Option<String>,
+        accept_spec_change: bool,
+    ) -> Result<WorkflowStatus, ServiceError> {
+        let (row, _) = self.workflow_row(&id).await?;
+        if row.state == WorkflowState::Running || row.state == WorkflowState::Completed {
+            return Err(ServiceError::InvalidState(format!(
+                "workflow {id} is {}; only a failed or cancelled workflow is resumed",
+                row.state
+            )));
+        }
+        let current = match spec_text {
+            Some(text) => Some(text),
+            None => match &row.spec_file {
+                Some(file) => match std::fs::read_to_string(file) {
+                    Ok(text) => Some(text),
+                    Err(err) => {
+                        tracing::warn!(workflow = %id, file, %err, "cannot read the workflow file again; resuming with the stored text");
+                        None
+                    }
+                },
+                None => None,
+            },
+        };
+        if let Some(text) = current.filter(|text| sha256(text) != row.spec_sha256) {
+            let old =
+                self.workflow_spec(&row.spec_text, row.spec_file.as_deref(), &row.vars, false)?;
+            let new = self.workflow_spec(&text, row.spec_file.as_deref(), &row.vars, true)?;
+            let (changes, changed) = spec_changes(&old, &new);
+            if !accept_spec_change {
+                return Err(ServiceError::Conflict(format!(
+                    "the workflow file changed since workflow {id} started: {}; resume with accept_spec_change (CLI: --accept-spec-change) to run the new one",
+                    changes.join("; ")
+                )));
+            }
+            // A changed step runs again, and so does every step after it.
+            let mut reset: BTreeSet<String> = changed.clone();
+            for step in &new.steps {
+                let before = spec::ancestors(&new.steps, &step.id);
+                if changed.iter().any(|c| before.contains(c.as_str())) {
+                    reset.insert(step.id.clone());
+                }
+            }
+            tracing::info!(workflow = %id, changes = ?changes, "resuming with a changed workflow file");
+            let ids = new.steps.iter().map(|step| step.id.clone()).collect();
+            self.config
+                .store
+                .replace_workflow_spec(
+                    id.clone(),
+                    text.clone(),
+                    sha256(&text),
+                    ids,
+                    reset.into_iter().collect(),
+                )
+                .await?;
+        }
+        let (_, steps_now) = self.workflow_row(&id).await?;
+        let patches = steps_now
+            .iter()
+            .filter(|step| matches!(step.state, StepState::Failed | StepState::Cancelled))
+            .map(|step| StepPatch {
+                step_id: step.step_id.clone(),
+                expect: Some(step.state),
+                state: Some(StepState::Pending),
+                error: Some(None),
+                clear_run: true,
+                event: Some(WorkflowEventKind::StepReset {
+                    step_id: step.step_id.clone(),
+                    state: StepState::Pending,
+                    reason: "the workflow was resumed".into(),
+                }),
+                ..StepPatch::default()
+            })
+            .collect();
+        let resumed = self
+            .config
+            .store
+            .update_workflow(
+                id.clone(),
+                Some(row.state),
+                patches,
+                Some((WorkflowState::Running, None)),
+            )
+            .await?;
+        if !resumed {
+            return Err(ServiceError::Conflict(format!(
+                "workflow {id} changed while it was being resumed; try again"
+            )));
+        }
+        crate::metrics::get().workflow_resumes.inc();
+        tracing::info!(workflow = %id, "workflow resumed");
+        self.drive(&id);
+        self.workflow_status(id).await
+    }
+
+    /// After recovery: a driver for every running workflow (and for stopped ones whose
+    /// steps still run, so their sessions are stopped once done).
+    pub async fn drive_workflows(self: &Arc<Self>) -> Result<usize, ServiceError> {
+        let ids = self.config.store.running_workflows().await?;
+        for id in &ids {
+            self.drive(id);
+        }
+        if !ids.is_empty() {
+            tracing::info!(workflows = ids.len(), "driving the running workflows again");
+        }
+        Ok(ids.len())
+    }
+
+    /// Starts the workflow's driver, or tells the running one to look again before it ends.
+    fn drive(self: &Arc<Self>, id: &str) {
+        let mut drivers = self.drivers.lock().expect("UNWRAP: never poisoned");
+        if let Some(poked) = drivers.get_mut(id) {
+            *poked = true;
+            return;
+        }
+        drivers.insert(id.to_owned(), false);
+        let supervisor = Arc::clone(self);
+        let id = id.to_owned();
+        tokio::spawn(async move { supervisor.run_driver(id).await });
+    }
+
+    /// The driver of one workflow: plans and acts until nothing is left to watch.
+    async fn run_driver(self: Arc<Self>, id: String) {
+        let mut changes = self.config.store.workflow_changes();
+        let (landed_tx, mut landed) = mpsc::unbounded_channel::<(String, Option<String>)>();
+        let mut busy: BTreeSet<String> = BTreeSet::new();
+        loop {
+            let (plan, watching) = match self.plan_workflow(&id, &busy).await {
+                Ok(planned) => planned,
+                Err(err) => {
+                    tracing::error!(workflow = %id, %err, "cannot read the workflow; waiting for a change");
+                    (plan::Plan::default(), true)
+                }
+            };
+            if plan.actions.is_empty() && busy.is_empty() && !watching {
+                let mut drivers = self.drivers.lock().expect("UNWRAP: never poisoned");
+                if drivers.get(&id).is_some_and(|poked| *poked) {
+                    drivers.insert(id.clone(), false);
+                    continue;
+                }
+                drivers.remove(&id);
+                tracing::debug!(workflow = %id, "nothing left to drive");
+                return;
+            }
+            if !plan.actions.is_empty() {
+                agentctl::fault::point("workflow.planned");
+            }
+            for action in plan.actions {
+                self.act(&id, action, &mut busy, &landed_tx).await;
+            }
+            let deadline = plan.deadline.map(|at| {
+                let wait = (at - crate::store::now_ms()).max(0) as u64;
+                tokio::time::Instant::now() + Duration::from_millis(wait)
+            });
+            tokio::select! {
+                _ = changed(&mut changes, &id) => {}
+                Some((step, error)) = landed.recv() => {
+                    busy.remove(&step);
+                    if let Some(error) = error {
+                        self.continue_failed(&id, &step, error).await;
+                    }
+                }
+                () = async {
+                    match deadline {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
+            }
+        }
+    }
+
+    /// Reads the workflow and plans; also whether it still has something to watch (it
+    /// runs, or a step of it does).
+    async fn plan_workflow(
+        &self,
+        id: &str,
+        busy: &BTreeSet<String>,
+    ) -> Result<(plan::Plan, bool), ServiceError> {
+        let (row, steps) = self.config.store.workflow(id.to_owned()).await?;
+        let spec =
+            self.workflow_spec(&row.spec_text, row.spec_file.as_deref(), &row.vars, false)?;
+        let task = self.config.store.get_task(row.task_id.clone()).await?;
+        let mut sessions = BTreeMap::new();
+        for step in &steps {
+            let Some(session_id) = &step.session_id else { continue };
+            let facts = match self.config.store.step_session(session_id.clone()).await? {
+                Some(stored) => {
+                    let handle = self.handle(session_id).filter(SessionHandle::is_live);
+                    let live = handle.is_some_and(|handle| {
+                        let view = handle.view();
+                        view.agent_running || view.is_starting()
+                    });
+                    let turn_running =
+                        stored.last_turn.as_ref().is_some_and(|turn| turn.0 == TurnState::Running);
+                    SessionFacts {
+                        state: stored.state,
+                        live,
+                        turn_running,
+                        last_turn: stored.last_turn.filter(|_| !turn_running).map(
+                            |(state, stop_reason, error, delivered)| TurnFacts {
+                                state,
+                                stop_reason,
+                                error,
+                                delivered,
+                            },
+                        ),
+                        prompt_delivered: stored.prompt_delivered,
+                        error: stored.error,
+                    }
+                }
+                // Deleted under it: the step cannot go on.
+                None => SessionFacts {
+                    state: SessionState::Cancelled,
+                    live: false,
+                    turn_running: false,
+                    last_turn: None,
+                    prompt_delivered: false,
+                    error: Some("its session was deleted".into()),
+                },
+            };
+            sessions.insert(session_id.clone(), facts);
+        }
+        let input = Input {
+            spec: &spec,
+            workflow: &row,
+            steps: &steps,
+            sessions: &sessions,
+            busy,
+            task: (&task.title, &task.description),
+            now: crate::store::now_ms(),
+        };
+        let planned = plan::plan(&input);
+        let watching = row.state == WorkflowState::Running
+            || steps.iter().any(|step| {
+                step.session_id.as_ref().is_some_and(|session| {
+                    sessions.get(session).is_some_and(|facts| !facts.state.is_terminal())
+                })
+            });
+        Ok((planned, watching))
+    }
+
+    /// Carries one action out.
+    async fn act(
+        self: &Arc<Self>,
+        id: &str,
+        action: Action,
+        busy: &mut BTreeSet<String>,
+        landed: &mpsc::UnboundedSender<(String, Option<String>)>,
+    ) {
+        match action {
+            Action::Start { step_id, prompt } => self.start_step(id, &step_id, prompt).await,
+            Action::Write { patches, state } => {
+                let expect = state.as_ref().map(|_| WorkflowState::Running);
+                let ended = state.as_ref().map(|(state, _)| *state);
+                match self.config.store.update_workflow(id.to_owned(), expect, patches, state).await
+                {
+                    Ok(true) => {
+                        agentctl::fault::point("workflow.advanced");
+                        if let Some(state) = ended {
+                            tracing::info!(workflow = %id, %state, "workflow state");
+                        }
+                    }
+                    Ok(false) => {
+                        tracing::debug!(workflow = %id, "a decision on a stale read was dropped")
+                    }
+                    Err(err) => {
+                        tracing::error!(workflow = %id, %err, "cannot record a workflow decision")
+                    }
+                }
+            }
+            Action::Continue { step_id, session_id, resend, patch } => {
+                if !patch.step_id.is_empty() {
+                    match self
+                        .config
+                        .store
+                        .update_workflow(id.to_owned(), None, vec![patch], None)
+                        .await
+                    {
+                        Ok(true) => {}
+                        Ok(false) => return,
+                        Err(err) => {
+                            tracing::error!(workflow = %id, %err, "cannot record a step's resend");
+                            return;
+                        }
+                    }
+                }
+                busy.insert(step_id.clone());
+                let supervisor = Arc::clone(self);
+                let landed = landed.clone();
+                tokio::spawn(async move {
+                    let outcome = match resend {
+                        Some(prompt) => {
+                            tracing::info!(step = %step_id, session = %session_id, "sending the step's prompt again: its turn was cut short");
+                            supervisor.prompt(session_id, prompt).await.map(|_| ())
+                        }
+                        None => supervisor.resume(session_id, false).await.map(|_| ()),
+                    };
+                    let _ = landed.send((step_id, outcome.err().map(|err| err.to_string())));
+                });
+            }
+            Action::CancelTurn { session_id } => {
+                if let Err(err) = self.cancel(session_id).await {
+                    tracing::debug!(workflow = %id, %err, "cannot cancel a timed-out step's turn");
+                }
+            }
+            Action::Stop { step_id, session_id } => {
+                busy.insert(step_id.clone());
+                let supervisor = Arc::clone(self);
+                let landed = landed.clone();
+                tokio::spawn(async move {
+                    agentctl::fault::point("workflow.stopping");
+                    if let Err(err) = supervisor.stop(session_id.clone()).await {
+                        tracing::debug!(session = %session_id, %err, "cannot stop a finished step's session");
+                    }
+                    let _ = landed.send((step_id, None));
+                });
+            }
+        }
+    }
+
+    /// Creates a step's session (the step starts in the same write).
+    async fn start_step(self: &Arc<Self>, id: &str, step_id: &str, prompt: String) {
+        let started = async {
+            let (row, steps) = self.config.store.workflow(id.to_owned()).await?;
+            let spec =
+                self.workflow_spec(&row.spec_text, row.spec_file.as_deref(), &row.vars, false)?;
+            let step =
+                spec.steps.iter().find(|step| step.id == plan::base_id(step_id)).ok_or_else(
+                    || ServiceError::Internal(format!("no step {step_id} in the spec")),
+                )?;
+            let (workspace_path, worktree) = match step.worktree {
+                WorktreeChoice::None => (row.workspace.clone(), Some(false)),
+                WorktreeChoice::Step => (row.workspace.clone(), Some(true)),
+                WorktreeChoice::Workflow => {
+                    // The worktree the workflow's steps share: made by the first of them.
+                    let mut shared = None;
+                    for other in &steps {
+                        let sharing = spec.steps.iter().any(|s| {
+                            s.id == plan::base_id(&other.step_id)
+                                && s.worktree == WorktreeChoice::Workflow
+                        });
+                        if let (true, Some(session)) = (sharing, &other.session_id)
+                            && let Ok(session) =
+                                self.config.store.get_session(session.clone()).await
+                            && session.worktree_branch.is_some()
+                        {
+                            shared = Some(session.workspace_path);
+                            break;
+                        }
+                    }
+                    match shared {
+                        Some(path) => (Some(path), Some(false)),
+                        None => (row.workspace.clone(), Some(true)),
+                    }
+                }
+            };
+            let new = NewSession {
+                task_id: row.task_id.clone(),
+                agent_profile_id: step.agent.clone(),
+                workspace_path,
+                prompt: Some(prompt),
+                runtime: step.runtime.clone(),
+                shared: true,
+                worktree,
+                base: None,
+                labels: Default::default(),
+                workflow_step: Some((id.to_owned(), step_id.to_owned())),
+            };
+            self.create_session(new).await
+        };
+        match started.await {
+            Ok(session) => {
+                tracing::info!(workflow = %id, step = %step_id, session = %session.id, "step started");
+                agentctl::fault::point("workflow.step_started");
+            }
+            Err(ServiceError::Conflict(message)) => {
+                tracing::debug!(workflow = %id, step = %step_id, %message, "step not started");
+            }
+            Err(err) => self.launch_failed(id, step_id, StepState::Pending, err.to_string()).await,
+        }
+    }
+
+    /// A resume or resend of a step's session failed: counted as a failed launch.
+    async fn continue_failed(self: &Arc<Self>, id: &str, step_id: &str, error: String) {
+        self.launch_failed(id, step_id, StepState::Running, error).await;
+    }
+
+    /// A step's session could not be created or brought on: tried again while the step's
+    /// `retries` allow, else the step (and the workflow) fails.
+    async fn launch_failed(&self, id: &str, step_id: &str, state: StepState, error: String) {
+        let read = async {
+            let (row, steps) = self.config.store.workflow(id.to_owned()).await?;
+            let spec =
+                self.workflow_spec(&row.spec_text, row.spec_file.as_deref(), &row.vars, false)?;
+            Ok::<_, ServiceError>((row, steps, spec))
+        };
+        let (row, steps, spec) = match read.await {
+            Ok(read) => read,
+            Err(err) => {
+                tracing::error!(workflow = %id, %err, "cannot read the workflow");
+                return;
+            }
+        };
+        let Some(step) = steps.iter().find(|step| step.step_id == step_id) else { return };
+        if step.state != state || row.state != WorkflowState::Running {
+            return;
+        }
+        let retries =
+            spec.steps.iter().find(|s| s.id == plan::base_id(step_id)).map_or(0, |s| s.retries);
+        tracing::warn!(workflow = %id, step = %step_id, %error, failures = step.launch_failures + 1, retries, "a step's session did not launch");
+        let (patch, workflow) = if step.launch_failures < retries {
+            (
+                StepPatch {
+                    step_id: step_id.to_owned(),
+                    expect: Some(state),
+                    launch_failed: true,
+                    ..StepPatch::default()
+                },
+                None,
+            )
+        } else {
+            let error = format!("its session could not launch: {error}");
+            (
+                StepPatch {
+                    step_id: step_id.to_owned(),
+                    expect: Some(state),
+                    state: Some(StepState::Failed),
+                    error: Some(Some(error.clone())),
+                    launch_failed: true,
+                    ended: true,
+                    event: Some(WorkflowEventKind::StepFailed {
+                        step_id: step_id.to_owned(),
+                        error: error.clone(),
+                    }),
+                    ..StepPatch::default()
+                },
+                Some((WorkflowState::Failed, Some(format!("step {step_id}: {error}")))),
+            )
+        };
+        let expect = workflow.as_ref().map(|_| WorkflowState::Running);
+        if let Err(err) =
+            self.config.store.update_workflow(id.to_owned(), expect, vec![patch], workflow).await
+        {
+            tracing::error!(workflow = %id, %err, "cannot record a failed launch");
+        }
+    }
+}
+
+/// Waits until the store announces a change of workflow `id` (or announcements were
+/// lost: then everything is read again anyway).
+async fn changed(changes: &mut tokio::sync::broadcast::Receiver<String>, id: &str) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match changes.recv().await {
+            Ok(changed) if changed == id => return,
+            Ok(_) => {}
+            Err(RecvError::Lagged(_)) => return,
+            Err(RecvError::Closed) => std::future::pending::<()>().await,
+        }
+    }
+}
+
+/// What differs between two versions of a workflow file, said step by step, and the
+/// steps that changed (or are new).
+fn spec_changes(old: &Spec, new: &Spec) -> (Vec<String>, BTreeSet<String>) {
+    let mut said = Vec::new();
+    let mut changed = BTreeSet::new();
+    if old.name != new.name {
+        said.push(format!("name {:?} → {:?}", old.name, new.name));
+    }
+    for (name, value) in &new.vars {
+        match old.vars.get(name) {
+            None => said.push(format!("variable {name} added")),
+            Some(before) if before != value => said.push(format!("variable {name} changed")),
+            Some(_) => {}
+        }
+    }
+    for step in &new.steps {
+        match old.steps.iter().find(|s| s.id == step.id) {
+            None => {
+                said.push(format!("step {} added", step.id));
+                changed.insert(step.id.clone());
+            }
+            Some(before) => {
+                let mut fields = Vec::new();
+                if before.agent != step.agent {
+                    fields.push("agent");
+                }
+                if before.prompt != step.prompt {
+                    fields.push("prompt");
+                }
+                if before.depends_on != step.depends_on {
+                    fields.push("depends_on");
+                }
+                if fields.is_empty() && before != step {
+                    fields.push("settings");
+                }
+                if !fields.is_empty() {
+                    said.push(format!("step {}: {} changed", step.id, fields.join(", ")));
+                    changed.insert(step.id.clone());
+                }
+            }
+        }
+    }
+    for step in &old.steps {
+        if !new.steps.iter().any(|s| s.id == step.id) {
+            said.push(format!("step {} removed", step.id));
+        }
+    }
+    // A changed variable changes every step that reads it: they all run again.
+    let vars_changed: BTreeSet<&String> = new
+        .vars
+        .iter()
+        .filter(|(name, value)| old.vars.get(*name) != Some(value))
+        .map(|(name, _)| name)
+        .collect();
+    if !vars_changed.is_empty() {
+        for step in &new.steps {
+            if vars_changed.iter().any(|name| step.prompt.uses_var(name)) {
+                changed.insert(step.id.clone());
+            }
+        }
+    }
+    if said.is_empty() {
+        said.push("only its formatting or comments".into());
+    }
+    (said, changed)
+}
