@@ -492,16 +492,15 @@ impl Supervisor {
         id: &str,
         busy: &BTreeSet<String>,
     ) -> Result<(plan::Plan, bool), ServiceError> {
-        let (row, steps) = self.config.store.workflow(id.to_owned()).await?;
+        let (row, steps, stored) = self.config.store.workflow_snapshot(id.to_owned()).await?;
         let spec =
             self.workflow_spec(&row.spec_text, row.spec_file.as_deref(), &row.vars, false)?;
         let task = self.config.store.get_task(row.task_id.clone()).await?;
         let mut sessions = BTreeMap::new();
-        for step in &steps {
-            let Some(session_id) = &step.session_id else { continue };
-            let facts = match self.config.store.step_session(session_id.clone()).await? {
+        for (session_id, stored) in stored {
+            let facts = match stored {
                 Some(stored) => {
-                    let handle = self.handle(session_id).filter(SessionHandle::is_live);
+                    let handle = self.handle(&session_id).filter(SessionHandle::is_live);
                     let live = handle.is_some_and(|handle| {
                         let view = handle.view();
                         view.agent_running || view.is_starting()
@@ -534,7 +533,7 @@ impl Supervisor {
                     error: Some("its session was deleted".into()),
                 },
             };
-            sessions.insert(session_id.clone(), facts);
+            sessions.insert(session_id, facts);
         }
         let input = Input {
             spec: &spec,

@@ -165,6 +165,61 @@ fn step_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StepRow> {
     })
 }
 
+/// A workflow and its steps (in file order).
+fn read_workflow(conn: &Connection, id: &str) -> Result<(WorkflowRow, Vec<StepRow>), StoreError> {
+    let row = conn
+        .query_row(
+            &format!("SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE id = ?1"),
+            [id],
+            workflow_row,
+        )
+        .optional()?
+        .ok_or_else(|| StoreError::NotFound { what: "workflow", id: id.to_owned() })?;
+    let mut statement = conn.prepare_cached(&format!(
+        "SELECT {STEP_COLUMNS} FROM workflow_steps WHERE workflow_id = ?1 ORDER BY position, step_id"
+    ))?;
+    let steps = statement.query_map([id], step_row)?.collect::<Result<Vec<_>, _>>()?;
+    Ok((row, steps))
+}
+
+/// A step's session as the engine reads it (`None`: it was deleted).
+fn step_session(conn: &Connection, session_id: &str) -> Result<Option<StepSession>, StoreError> {
+    let row: Option<(String, Option<String>)> = conn
+        .query_row(
+            "SELECT state, error_message FROM task_sessions WHERE id = ?1",
+            [session_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let Some((state, error)) = row else { return Ok(None) };
+    let last_turn = conn
+        .query_row(
+            "SELECT state, stop_reason, error, delivered FROM turns WHERE session_id = ?1 \
+             ORDER BY started_at DESC, id DESC LIMIT 1",
+            [session_id],
+            |r| {
+                Ok((
+                    r.get::<_, Named<protocol::api::TurnState>>(0)?.0,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                ))
+            },
+        )
+        .optional()?;
+    let prompt_delivered: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM turns WHERE session_id = ?1 AND delivered = 1)",
+        [session_id],
+        |r| r.get(0),
+    )?;
+    Ok(Some(StepSession {
+        state: super::session_state(&state)?,
+        error,
+        last_turn,
+        prompt_delivered,
+    }))
+}
+
 /// Appends an event to a workflow's stream (inside the caller's transaction).
 fn push_event(
     conn: &Connection,
@@ -252,45 +307,24 @@ pub struct StepSession {
 }
 
 impl Store {
-    /// A step's session as the engine reads it (`None`: it was deleted).
-    pub async fn step_session(
+    /// A workflow, its steps and their sessions, read at one moment (one call on the
+    /// store's thread: no write falls between the reads, so a step and its session's turn
+    /// always agree).
+    #[allow(clippy::type_complexity)]
+    pub async fn workflow_snapshot(
         &self,
-        session_id: String,
-    ) -> Result<Option<StepSession>, StoreError> {
+        id: String,
+    ) -> Result<(WorkflowRow, Vec<StepRow>, BTreeMap<String, Option<StepSession>>), StoreError>
+    {
         self.call(move |conn| {
-            let row: Option<(String, Option<String>)> = conn
-                .query_row(
-                    "SELECT state, error_message FROM task_sessions WHERE id = ?1",
-                    [&session_id],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .optional()?;
-            let Some((state, error)) = row else { return Ok(None) };
-            let last_turn = conn
-                .query_row(
-                    "SELECT state, stop_reason, error, delivered FROM turns WHERE session_id = ?1 ORDER BY started_at DESC, id DESC LIMIT 1",
-                    [&session_id],
-                    |r| {
-                        Ok((
-                            r.get::<_, Named<protocol::api::TurnState>>(0)?.0,
-                            r.get(1)?,
-                            r.get(2)?,
-                            r.get(3)?,
-                        ))
-                    },
-                )
-                .optional()?;
-            let prompt_delivered: bool = conn.query_row(
-                "SELECT EXISTS (SELECT 1 FROM turns WHERE session_id = ?1 AND delivered = 1)",
-                [&session_id],
-                |r| r.get(0),
-            )?;
-            Ok(Some(StepSession {
-                state: super::session_state(&state)?,
-                error,
-                last_turn,
-                prompt_delivered,
-            }))
+            let (row, steps) = read_workflow(conn, &id)?;
+            let mut sessions = BTreeMap::new();
+            for step in &steps {
+                if let Some(session) = &step.session_id {
+                    sessions.insert(session.clone(), step_session(conn, session)?);
+                }
+            }
+            Ok((row, steps, sessions))
         })
         .await
     }
@@ -364,22 +398,7 @@ impl Store {
 
     /// A workflow and its steps (in file order).
     pub async fn workflow(&self, id: String) -> Result<(WorkflowRow, Vec<StepRow>), StoreError> {
-        self.call(move |conn| {
-            let row = conn
-                .query_row(
-                    &format!("SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE id = ?1"),
-                    [&id],
-                    workflow_row,
-                )
-                .optional()?
-                .ok_or_else(|| StoreError::NotFound { what: "workflow", id: id.clone() })?;
-            let mut statement = conn.prepare(&format!(
-                "SELECT {STEP_COLUMNS} FROM workflow_steps WHERE workflow_id = ?1 ORDER BY position, step_id"
-            ))?;
-            let steps = statement.query_map([&id], step_row)?.collect::<Result<Vec<_>, _>>()?;
-            Ok((row, steps))
-        })
-        .await
+        self.call(move |conn| read_workflow(conn, &id)).await
     }
 
     /// Every workflow, oldest first, with its step count and how many are done.

@@ -318,6 +318,11 @@ pub fn plan(input: &Input<'_>) -> Plan {
                 plan.actions.push(fail_step(&row.step_id, format!("its turn failed: {error}")));
                 continue;
             }
+            // Completed: the same write completed the step (a read of both at once
+            // cannot see one without the other).
+            TurnState::Completed if turn.stop_reason.as_deref().is_none_or(|r| r == "end_turn") => {
+                continue;
+            }
             TurnState::Completed => {
                 let reason = turn.stop_reason.clone().unwrap_or_default();
                 plan.actions.push(fail_step(

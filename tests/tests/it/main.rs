@@ -24,4 +24,5 @@ mod snapshots;
 mod supervisor;
 mod tidy;
 mod web_ui;
+mod workflows;
 mod workspaces;

@@ -1,0 +1,386 @@
+//! Durable workflows (issue 30), end to end: real daemons, real mock agents, real SQLite.
+//!
+//! The kill matrix: for each pattern, the daemon is SIGKILLed at each named fault point
+//! (the step boundaries: planned, recorded, started, a turn's end, a decision written, a
+//! finished step's session being stopped) and in the middle of a step's turn, then started
+//! again. Every step's prompt must have reached its agent exactly once — counted from the
+//! agents' side (`mock-agent --turn-log`), not from Tether's records — outputs must have
+//! flowed into the prompts after them, and the workflow must complete.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use jsonrpsee::core::client::Subscription;
+use protocol::api::{
+    ApiClient, StepState, WorkflowEvent, WorkflowEventKind, WorkflowState, WorkflowStatus,
+};
+use protocol::errors::ErrorKind;
+use tether_tests::daemon::{Api, Daemon, call};
+use tether_tests::within;
+
+/// A profile whose agent logs each prompt it starts to answer to `log`.
+fn profile(log: &Path) -> String {
+    format!(
+        "id = \"flow\"\ncommand = [\"mock-agent\", \"--turn-log\", \"{}\"]\nprotocol = \"acp\"\n",
+        log.display()
+    )
+}
+
+/// The prompts the agents started to answer, with how many times each.
+fn turns(log: &Path) -> BTreeMap<String, usize> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut counts = BTreeMap::new();
+    for line in text.lines() {
+        let entry: serde_json::Value = serde_json::from_str(line).expect("a turn-log line");
+        *counts.entry(entry["prompt"].as_str().unwrap().to_owned()).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// A daemon with the `flow` profile, its agents logging to `root/turns.jsonl`, and a
+/// workspace; armed with `fault` (`TETHER_FAULT`) when given.
+async fn daemon(fault: Option<&str>) -> (Daemon, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let log = dir.join("turns.jsonl");
+    let env: Vec<(&str, &str)> = fault.map(|f| ("TETHER_FAULT", f)).into_iter().collect();
+    let daemon = Daemon::start_with_env(&[], &[("flow.toml", &profile(&log))], &env).await;
+    let workspace = daemon.workspace("ws");
+    (daemon, log, workspace)
+}
+
+async fn subscribe(api: &Api, id: &str, after: u64) -> Subscription<WorkflowEvent> {
+    call("workflow.subscribe", api.typed().workflow_subscribe(id.to_owned(), Some(after)))
+        .await
+        .expect("workflow.subscribe")
+}
+
+/// Follows a workflow's events until it is over; its last state.
+async fn until_over(
+    events: &mut Subscription<WorkflowEvent>,
+) -> (WorkflowState, Vec<WorkflowEvent>) {
+    let mut seen = Vec::new();
+    loop {
+        let event = within("a workflow event", events.next())
+            .await
+            .expect("the stream stays open")
+            .expect("a workflow event");
+        seen.push(event.clone());
+        if let WorkflowEventKind::WorkflowState { state, .. } = event.kind
+            && state.is_over()
+        {
+            return (state, seen);
+        }
+    }
+}
+
+async fn status(api: &Api, id: &str) -> WorkflowStatus {
+    call("workflow.status", api.typed().workflow_status(id.to_owned())).await.expect("status")
+}
+
+/// Follows a workflow to its end; `None` when the daemon went away first.
+async fn follow_or_gone(api: &Api, id: &str) -> Option<(WorkflowState, Vec<WorkflowEvent>)> {
+    let mut events = api.typed().workflow_subscribe(id.to_owned(), Some(0)).await.ok()?;
+    let mut seen = Vec::new();
+    while let Some(Ok(event)) = events.next().await {
+        seen.push(event.clone());
+        if let WorkflowEventKind::WorkflowState { state, .. } = event.kind
+            && state.is_over()
+        {
+            return Some((state, seen));
+        }
+    }
+    None
+}
+
+/// Runs `spec` on a daemon armed with `fault`: if the daemon dies there it is started
+/// again, disarmed, and the workflow followed to its end. Returns the final status, the
+/// agents' turn log and whether the daemon was killed.
+async fn run_through(
+    spec: &str,
+    fault: Option<&str>,
+) -> (WorkflowStatus, BTreeMap<String, usize>, bool) {
+    let (mut daemon, log, workspace) = daemon(fault).await;
+    let api = daemon.api().await;
+    // The start is acknowledged once stored; the daemon may die before or after it answers.
+    let started = api
+        .typed()
+        .workflow_start(
+            spec.to_owned(),
+            Some("/flows/test.toml".into()),
+            None,
+            None,
+            Some(workspace.display().to_string()),
+        )
+        .await
+        .ok()
+        .map(|started| started.workflow_id);
+    let finished = match &started {
+        Some(id) => tokio::select! {
+            finished = follow_or_gone(&api, id) => finished,
+            _ = daemon.wait_exit() => None,
+        },
+        None => None,
+    };
+    drop(api);
+    let died = match finished {
+        Some((state, seen)) => {
+            assert_eq!(state, WorkflowState::Completed, "{fault:?}: {seen:#?}");
+            false
+        }
+        None => {
+            within("the daemon to die at its fault point", daemon.wait_exit()).await;
+            daemon.restart_with_env(&[]).await;
+            true
+        }
+    };
+    let api = daemon.api().await;
+    let id = match started {
+        Some(id) => id,
+        None => {
+            let list = call("workflow.list", api.typed().workflow_list()).await.expect("list");
+            assert_eq!(list.len(), 1, "{fault:?}: the workflow was stored before the kill");
+            list[0].workflow_id.clone()
+        }
+    };
+    let api = daemon.api().await;
+    let mut events = subscribe(&api, &id, 0).await;
+    let (state, seen) = until_over(&mut events).await;
+    let status = status(&api, &id).await;
+    assert_eq!(state, WorkflowState::Completed, "{fault:?}: {:?}\n{seen:#?}", status.error);
+    // Every finished step's session is stopped (its agent is not left running).
+    for step in &status.steps {
+        if let Some(session) = &step.session_id {
+            let mut session_events = api.subscribe(session, 0).await;
+            let stopped = tether_tests::daemon::until(&mut session_events, |event| {
+                tether_tests::daemon::is_state(event, protocol::api::SessionState::Completed)
+            });
+            within("a finished step's session to be stopped", stopped).await;
+        }
+    }
+    (status, turns(&log), died)
+}
+
+/// Runs `spec` through every fault point (each at its first few hits) and checks each run
+/// with `check`.
+async fn matrix(
+    spec: &str,
+    points: &[&str],
+    check: impl Fn(&WorkflowStatus, &BTreeMap<String, usize>),
+) {
+    let (status, log, _) = run_through(spec, None).await;
+    check(&status, &log);
+    let mut died = 0;
+    for point in points {
+        let (status, log, killed) = run_through(spec, Some(point)).await;
+        died += usize::from(killed);
+        check(&status, &log);
+    }
+    // The points are reached: most runs were killed somewhere.
+    assert!(died * 2 > points.len(), "only {died} of {} runs were killed", points.len());
+}
+
+const POINTS: &[&str] = &[
+    "workflow.planned@1",
+    "workflow.planned@2",
+    "workflow.planned@4",
+    "create.recorded@1",
+    "create.recorded@2",
+    "workflow.step_started@1",
+    "workflow.step_started@2",
+    "prompt.recorded@2",
+    "turn.recorded@1",
+    "turn.recorded@2",
+    "workflow.advanced@1",
+    "workflow.advanced@2",
+    "workflow.stopping@1",
+];
+
+fn once(log: &BTreeMap<String, usize>, wanted: &[&str]) {
+    let expected: BTreeMap<String, usize> = wanted.iter().map(|p| ((*p).to_owned(), 1)).collect();
+    assert_eq!(log, &expected, "each step's prompt reached its agent exactly once");
+}
+
+fn output<'a>(status: &'a WorkflowStatus, step: &str) -> &'a str {
+    let step = status.steps.iter().find(|s| s.id == step).expect("the step");
+    assert_eq!(step.state, StepState::Completed, "{}", step.id);
+    step.output.as_deref().unwrap_or("")
+}
+
+const CHAIN: &str = r#"name = "chain"
+[vars]
+goal = "commas"
+
+[[steps]]
+id = "plan"
+agent = "flow"
+prompt = "plan {{vars.goal}}\n/say P-{{vars.goal}}"
+
+[[steps]]
+id = "build"
+agent = "flow"
+depends_on = ["plan"]
+prompt = "build {{steps.plan.output}}\n/say B-{{steps.plan.output}}"
+
+[[steps]]
+id = "review"
+agent = "flow"
+depends_on = ["build"]
+prompt = "review {{steps.build.output}}\n/say R-{{steps.build.output}}"
+"#;
+
+#[tokio::test]
+async fn a_chain_survives_a_kill_at_every_step_boundary() {
+    matrix(CHAIN, POINTS, |status, log| {
+        once(log, &["plan commas", "build P-commas", "review B-P-commas"]);
+        assert_eq!(output(status, "review"), "R-B-P-commas");
+        assert!(status.steps.iter().all(|step| step.runs == 1), "{:?}", status.steps);
+    })
+    .await;
+}
+
+const DAG: &str = r#"name = "fan-out"
+max_parallel = 2
+
+[[steps]]
+id = "a"
+agent = "flow"
+prompt = "a\n/say A"
+
+[[steps]]
+id = "b"
+agent = "flow"
+prompt = "b\n/say B"
+
+[[steps]]
+id = "c"
+agent = "flow"
+prompt = "c\n/say C"
+
+[[steps]]
+id = "reduce"
+agent = "flow"
+depends_on = ["a", "b", "c"]
+prompt = "reduce {{steps.a.output}}{{steps.b.output}}{{steps.c.output}}\n/say ABC"
+"#;
+
+#[tokio::test]
+async fn fan_out_and_reduce_survive_a_kill_at_every_step_boundary() {
+    matrix(DAG, POINTS, |status, log| {
+        once(log, &["a", "b", "c", "reduce ABC"]);
+        assert_eq!(output(status, "reduce"), "ABC");
+    })
+    .await;
+}
+
+/// The review passes on its second pass: its first output is `verdict built[]`, the build
+/// then gets it as feedback, and the second review's output holds `[verdict`.
+const LOOP: &str = r#"name = "loop"
+
+[[steps]]
+id = "build"
+agent = "flow"
+prompt = "build {{steps.review.output}}\n/say built[{{steps.review.output}}]"
+
+[[steps]]
+id = "review"
+agent = "flow"
+depends_on = ["build"]
+prompt = "review {{steps.build.output}}\n/say verdict {{steps.build.output}}"
+loop = { back_to = "build", until = "[verdict", max_iterations = 3 }
+
+[[steps]]
+id = "ship"
+agent = "flow"
+depends_on = ["review"]
+prompt = "ship\n/say shipped"
+"#;
+
+#[tokio::test]
+async fn a_loop_survives_a_kill_at_every_step_boundary() {
+    matrix(LOOP, POINTS, |status, log| {
+        once(
+            log,
+            &[
+                "build ",
+                "review built[]",
+                "build verdict built[]",
+                "review built[verdict built[]]",
+                "ship",
+            ],
+        );
+        assert_eq!(output(status, "review"), "verdict built[verdict built[]]");
+        let review = status.steps.iter().find(|s| s.id == "review").unwrap();
+        assert_eq!((review.runs, review.iteration), (2, 1));
+    })
+    .await;
+}
+
+const ROUTE: &str = r#"name = "route"
+
+[[steps]]
+id = "triage"
+agent = "flow"
+prompt = "triage\n/say this is a bug"
+routes = { bug = "fix", feature = "design" }
+
+[[steps]]
+id = "fix"
+agent = "flow"
+depends_on = ["triage"]
+prompt = "fix\n/say fixed"
+
+[[steps]]
+id = "design"
+agent = "flow"
+depends_on = ["triage"]
+prompt = "design\n/say designed"
+
+[[steps]]
+id = "summary"
+agent = "flow"
+depends_on = ["fix", "design"]
+prompt = "summary {{steps.fix.output}}{{steps.design.output}}\n/say done"
+"#;
+
+#[tokio::test]
+async fn a_route_survives_a_kill_at_every_step_boundary() {
+    matrix(ROUTE, POINTS, |status, log| {
+        once(log, &["triage", "fix", "summary fixed"]);
+        let design = status.steps.iter().find(|s| s.id == "design").unwrap();
+        assert_eq!((design.state, design.runs), (StepState::Skipped, 0));
+    })
+    .await;
+}
+
+const WORKERS: &str = r#"name = "workers"
+
+[[steps]]
+id = "split"
+agent = "flow"
+prompt = "split\n/say [\"x\", \"y\", \"z\"]"
+
+[[steps]]
+id = "work"
+agent = "flow"
+for_each = "split"
+prompt = "work {{item}}\n/say done-{{item}}"
+
+[[steps]]
+id = "merge"
+agent = "flow"
+depends_on = ["work"]
+prompt = "merge {{steps.work.output}}\n/say merged"
+"#;
+
+#[tokio::test]
+async fn orchestrator_workers_survive_a_kill_at_every_step_boundary() {
+    matrix(WORKERS, POINTS, |status, log| {
+        once(
+            log,
+            &["split", "work x", "work y", "work z", r#"merge ["done-x","done-y","done-z"]"#],
+        );
+        let ids: Vec<&str> = status.steps.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["split", "work", "work[0]", "work[1]", "work[2]", "merge"]);
+    })
+    .await;
+}
