@@ -20,6 +20,12 @@
 //! - `create.recorded`: a new session is stored `CREATED` and its actor is not started;
 //! - `stop.recorded`: a stopped session's end is stored and its sidecar not yet retired;
 //! - `launch.started`: a session is `STARTING` and nothing of its launch is recorded yet;
+//! - `workflow.planned`: a workflow's driver decided what to do and has done none of it;
+//! - `workflow.step_started`: a step's session is stored with the step `running` (one
+//!   write), and its actor started its launch;
+//! - `workflow.advanced`: a workflow decision (a loop back, a route, workers, a failure,
+//!   the workflow's end) is written, nothing after it done;
+//! - `workflow.stopping`: a finished step's session is about to be stopped;
 //! - `state.opened_published`: a session's ACP session is open and recorded (its execution
 //!   `running`), its `WAITING_FOR_INPUT` event is in the log, and the store still says
 //!   `STARTING`.

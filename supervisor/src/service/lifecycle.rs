@@ -39,7 +39,14 @@ impl Supervisor {
             let home = self.config.home.root();
             let inside = |dir: &Path| {
                 let home = std::fs::canonicalize(home).unwrap_or_else(|_| home.to_owned());
-                std::fs::canonicalize(dir).is_ok_and(|dir| dir.starts_with(&home))
+                let Ok(dir) = std::fs::canonicalize(dir) else { return false };
+                // Within one of the worktrees Tether made (a workflow's steps share one):
+                // a project, not Tether's records.
+                let worktrees = home.join("worktrees");
+                let one_worktree = dir
+                    .strip_prefix(&worktrees)
+                    .is_ok_and(|rest| rest.components().next().is_some());
+                dir.starts_with(&home) && !one_worktree
             };
             if inside(workspace) {
                 return Err(ServiceError::InvalidParams {

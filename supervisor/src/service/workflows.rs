@@ -505,20 +505,23 @@ impl Supervisor {
                         let view = handle.view();
                         view.agent_running || view.is_starting()
                     });
-                    let turn_running =
-                        stored.last_turn.as_ref().is_some_and(|turn| turn.0 == TurnState::Running);
+                    let turn_running = stored
+                        .last_turn
+                        .as_ref()
+                        .is_some_and(|turn| turn.state == TurnState::Running);
                     SessionFacts {
                         state: stored.state,
                         live,
                         turn_running,
-                        last_turn: stored.last_turn.filter(|_| !turn_running).map(
-                            |(state, stop_reason, error, delivered)| TurnFacts {
-                                state,
-                                stop_reason,
-                                error,
-                                delivered,
-                            },
-                        ),
+                        last_turn: stored.last_turn.filter(|_| !turn_running).map(|turn| {
+                            TurnFacts {
+                                state: turn.state,
+                                stop_reason: turn.stop_reason,
+                                error: turn.error,
+                                delivered: turn.delivered,
+                                execution_over: turn.execution_over,
+                            }
+                        }),
                         prompt_delivered: stored.prompt_delivered,
                         error: stored.error,
                     }

@@ -192,18 +192,24 @@ fn step_session(conn: &Connection, session_id: &str) -> Result<Option<StepSessio
         )
         .optional()?;
     let Some((state, error)) = row else { return Ok(None) };
+    // The newest turn, and whether the execution it ran on is over (the session moved on
+    // to another, or its own is no longer running): a turn cut by its agent's end.
     let last_turn = conn
         .query_row(
-            "SELECT state, stop_reason, error, delivered FROM turns WHERE session_id = ?1 \
-             ORDER BY started_at DESC, id DESC LIMIT 1",
+            "SELECT t.state, t.stop_reason, t.error, t.delivered, \
+             (e.execution_id IS NULL OR e.execution_id != t.execution_id \
+              OR e.status IN ('exited', 'lost', 'dead', 'stopped')) \
+             FROM turns t LEFT JOIN executors_running e ON e.session_id = t.session_id \
+             WHERE t.session_id = ?1 ORDER BY t.started_at DESC, t.id DESC LIMIT 1",
             [session_id],
             |r| {
-                Ok((
-                    r.get::<_, Named<protocol::api::TurnState>>(0)?.0,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                ))
+                Ok(StepTurn {
+                    state: r.get::<_, Named<protocol::api::TurnState>>(0)?.0,
+                    stop_reason: r.get(1)?,
+                    error: r.get(2)?,
+                    delivered: r.get(3)?,
+                    execution_over: r.get(4)?,
+                })
             },
         )
         .optional()?;
@@ -293,6 +299,21 @@ pub(super) fn step_turn_ended(
     Ok(Some(workflow_id))
 }
 
+/// A step session's newest turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepTurn {
+    /// Its state.
+    pub state: protocol::api::TurnState,
+    /// The agent's stop reason.
+    pub stop_reason: Option<String>,
+    /// Its error.
+    pub error: Option<String>,
+    /// Its prompt reached agentctl.
+    pub delivered: bool,
+    /// The execution it ran on is over.
+    pub execution_over: bool,
+}
+
 /// What the engine reads of a step's session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepSession {
@@ -300,8 +321,8 @@ pub struct StepSession {
     pub state: protocol::api::SessionState,
     /// Its error.
     pub error: Option<String>,
-    /// Its newest turn: state, stop reason, error, delivered.
-    pub last_turn: Option<(protocol::api::TurnState, Option<String>, Option<String>, bool)>,
+    /// Its newest turn.
+    pub last_turn: Option<StepTurn>,
     /// Some prompt of it reached the agent.
     pub prompt_delivered: bool,
 }

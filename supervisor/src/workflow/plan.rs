@@ -49,6 +49,8 @@ pub struct TurnFacts {
     pub error: Option<String>,
     /// Its prompt reached the agent.
     pub delivered: bool,
+    /// The execution it ran on is over (its agent or sidecar died, or was stopped).
+    pub execution_over: bool,
 }
 
 /// One thing to do.
@@ -310,8 +312,9 @@ pub fn plan(input: &Input<'_>) -> Plan {
         let again = match turn.state {
             // Its agent died mid-turn: the prompt goes again, once per interruption.
             TurnState::Interrupted => true,
-            // Never reached the agent: sending it again is sending it once.
-            TurnState::Failed if !turn.delivered => true,
+            // Never reached the agent: sending it again is sending it once. Or cut by its
+            // agent's death (not answered with an error): as interrupted.
+            TurnState::Failed if !turn.delivered || turn.execution_over => true,
             TurnState::Failed => {
                 let error =
                     turn.error.clone().unwrap_or_else(|| "the agent failed the turn".into());

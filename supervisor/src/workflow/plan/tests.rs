@@ -203,6 +203,7 @@ impl Sim {
             stop_reason: Some("end_turn".into()),
             error: None,
             delivered: true,
+            execution_over: false,
         });
     }
 
@@ -485,6 +486,7 @@ fn an_interrupted_turn_is_sent_again_once_and_a_turn_never_delivered_too() {
         stop_reason: None,
         error: Some("the agent died".into()),
         delivered: true,
+        execution_over: true,
     };
     let facts = sim.sessions.get_mut("s-plan-0").unwrap();
     facts.turn_running = false;
@@ -510,14 +512,22 @@ fn an_interrupted_turn_is_sent_again_once_and_a_turn_never_delivered_too() {
     assert_eq!(sim.state("plan"), StepState::Failed);
     assert_eq!(sim.workflow.state, WorkflowState::Failed);
 
-    // A turn whose prompt never reached the agent is sent again; one the agent failed is not.
-    for (delivered, resent) in [(false, true), (true, false)] {
+    // A turn whose prompt never reached the agent is sent again, and so is one cut by its
+    // agent's death; one the agent answered with an error is not.
+    for (delivered, execution_over, resent) in
+        [(false, false, true), (true, true, true), (true, false, false)]
+    {
         let mut sim = Sim::new(CHAIN);
         sim.settle();
         let facts = sim.sessions.get_mut("s-plan-0").unwrap();
         facts.turn_running = false;
-        facts.last_turn =
-            Some(TurnFacts { state: TurnState::Failed, stop_reason: None, error: None, delivered });
+        facts.last_turn = Some(TurnFacts {
+            state: TurnState::Failed,
+            stop_reason: None,
+            error: None,
+            delivered,
+            execution_over,
+        });
         sim.settle();
         assert_eq!(sim.sent.len() == 2, resent);
         assert_eq!(sim.state("plan") == StepState::Failed, !resent);
