@@ -75,7 +75,8 @@ class Rpc {
       }
       return;
     }
-    if (message.method === "task.session.event" && message.params) {
+    const streams = ["task.session.event", "workflow.event"];
+    if (streams.includes(message.method) && message.params) {
       const handler = this.handlers.get(String(message.params.subscription));
       if (handler) handler(message.params.result);
     }
@@ -90,6 +91,12 @@ class Rpc {
     return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject }));
   }
 
+  async subscribeWorkflow(workflowId, afterSeq, handler) {
+    const id = await this.call("workflow.subscribe", { workflow_id: workflowId, after_seq: afterSeq });
+    this.handlers.set(String(id), handler);
+    return id;
+  }
+
   async subscribe(sessionId, afterSeq, handler) {
     const id = await this.call("task.session.subscribe", { session_id: sessionId, after_seq: afterSeq });
     this.handlers.set(String(id), handler);
@@ -102,6 +109,9 @@ class Rpc {
 const state = {
   tasks: [],
   sessions: [],
+  workflows: [],
+  openWorkflow: null, // the workflow shown
+  workflowSubscriptions: new Set(),
   agents: [],
   open: null, // the session shown
   lastSeq: new Map(), // session id → the last event seq rendered
@@ -135,15 +145,19 @@ function activity(text) {
 // ---- lists -----------------------------------------------------------------------------
 
 async function refreshLists() {
-  const [tasks, sessions, agents] = await Promise.all([
+  const [tasks, sessions, agents, workflows] = await Promise.all([
     rpc.call("task.list"),
     rpc.call("task.session.list", {}),
     rpc.call("agents.list"),
+    rpc.call("workflow.list"),
   ]);
   state.tasks = tasks;
   state.sessions = sessions;
   state.agents = agents;
+  state.workflows = workflows;
   renderLists();
+  renderWorkflows();
+  for (const workflow of workflows) watchWorkflow(workflow.workflow_id);
   for (const session of sessions) watchBadge(session.id);
 }
 
@@ -209,6 +223,107 @@ async function watchBadge(sessionId) {
   } catch (error) {
     state.badgeSubscriptions.delete(sessionId);
   }
+}
+
+// ---- workflows ---------------------------------------------------------------------------
+
+function renderWorkflows() {
+  $("#workflows").replaceChildren(
+    ...state.workflows.map((workflow) =>
+      el(
+        "li",
+        {
+          class: workflow.workflow_id === state.openWorkflow ? "open" : "",
+          "data-workflow": workflow.workflow_id,
+          onclick: () => openWorkflow(workflow.workflow_id),
+        },
+        el("span", { class: `badge ${workflow.state}` }, workflow.state),
+        `${workflow.name} · ${workflow.steps_done}/${workflow.steps} steps`,
+      ),
+    ),
+  );
+  $("#workflows-section").hidden = state.workflows.length === 0;
+}
+
+// Each listed workflow's events keep its line and, when it is shown, its steps current.
+async function watchWorkflow(workflowId) {
+  if (state.workflowSubscriptions.has(workflowId)) return;
+  state.workflowSubscriptions.add(workflowId);
+  try {
+    const status = await rpc.call("workflow.status", { workflow_id: workflowId });
+    await rpc.subscribeWorkflow(workflowId, status.last_event_seq, () => refreshWorkflow(workflowId));
+  } catch (error) {
+    state.workflowSubscriptions.delete(workflowId);
+  }
+}
+
+async function refreshWorkflow(workflowId) {
+  const status = await rpc.call("workflow.status", { workflow_id: workflowId });
+  const listed = state.workflows.find((w) => w.workflow_id === workflowId);
+  if (listed) {
+    listed.state = status.state;
+    listed.steps = status.steps.length;
+    listed.steps_done = status.steps.filter((s) => s.state === "completed" || s.state === "skipped").length;
+    renderWorkflows();
+  }
+  if (state.openWorkflow === workflowId) renderWorkflow(status);
+  // Steps start sessions: the session list shows them with live badges.
+  const known = new Set(state.sessions.map((s) => s.id));
+  if (status.steps.some((s) => s.session_id && !known.has(s.session_id))) {
+    state.sessions = await rpc.call("task.session.list", {});
+    renderLists();
+    for (const session of state.sessions) watchBadge(session.id);
+  }
+}
+
+async function openWorkflow(workflowId) {
+  location.hash = "#/workflow/" + workflowId;
+  state.openWorkflow = workflowId;
+  $("#workflow").hidden = false;
+  renderWorkflows();
+  try {
+    renderWorkflow(await rpc.call("workflow.status", { workflow_id: workflowId }));
+    await watchWorkflow(workflowId);
+  } catch (error) {
+    showError(error);
+  }
+}
+
+function renderWorkflow(status) {
+  $("#workflow-title").textContent = `${status.name} · ${status.workflow_id}`;
+  const badge = $("#workflow-state");
+  badge.textContent = status.state;
+  badge.className = `badge ${status.state}`;
+  const error = $("#workflow-error");
+  error.hidden = !status.error;
+  error.textContent = status.error || "";
+  $("#workflow-resume").disabled = !(status.state === "failed" || status.state === "cancelled");
+  $("#workflow-cancel").disabled = status.state !== "running";
+  $("#steps").replaceChildren(
+    ...status.steps.map((step) => {
+      const head = el(
+        "div",
+        { class: "step-head" },
+        el("span", { class: "step-id" }, step.id),
+        el("span", { class: `badge ${step.state}`, "data-step": step.id }, step.state.replace("_", " ")),
+        step.runs > 1 ? el("span", { class: "muted" }, `run ${step.runs}`) : "",
+        step.depends_on.length ? el("span", { class: "deps" }, `after ${step.depends_on.join(", ")}`) : "",
+      );
+      if (step.session_id) {
+        head.append(el("button", { class: "open-session", onclick: () => openSession(step.session_id) }, "Open session"));
+      }
+      if (step.state === "waiting_approval") {
+        head.append(
+          el("button", {
+            class: "approve",
+            onclick: () => act("workflow.approve", { workflow_id: status.workflow_id, step_id: step.id }),
+          }, "Approve"),
+        );
+      }
+      const body = step.error || step.output;
+      return el("li", { "data-step-row": step.id }, head, body ? el("div", { class: step.error ? "output error" : "output" }, body) : "");
+    }),
+  );
 }
 
 // ---- a session -------------------------------------------------------------------------
@@ -515,6 +630,12 @@ function wire() {
     const started = await act("task.session.prompt", { session_id: state.open, prompt: text });
     if (started) $("#prompt").value = "";
   });
+  $("#workflow-resume").addEventListener("click", async () => {
+    const resumed = await act("workflow.resume", { workflow_id: state.openWorkflow });
+    if (resumed) renderWorkflow(resumed);
+  });
+  $("#workflow-cancel").addEventListener("click", () =>
+    act("workflow.cancel", { workflow_id: state.openWorkflow }, "Cancel this workflow? Its running steps stop; it can be resumed."));
   $("#cancel").addEventListener("click", () => act("task.session.cancel", { session_id: state.open }));
   $("#pause").addEventListener("click", () => act("task.session.pause", { session_id: state.open }));
   $("#resume").addEventListener("click", () => resume(state.open));
@@ -543,8 +664,15 @@ async function onConnected() {
   $("#app").hidden = false;
   showError(null);
   state.badgeSubscriptions.clear();
+  state.workflowSubscriptions.clear();
   try {
     await refreshLists();
+    const workflow = location.hash.match(/^#\/workflow\/(.+)$/);
+    if (state.openWorkflow) {
+      renderWorkflow(await rpc.call("workflow.status", { workflow_id: state.openWorkflow }));
+    } else if (workflow) {
+      await openWorkflow(workflow[1]);
+    }
     const match = location.hash.match(/^#\/session\/(.+)$/);
     if (state.open) {
       // A reconnect: go on after the last event rendered.

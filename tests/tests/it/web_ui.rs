@@ -245,3 +245,54 @@ async fn the_page_asks_for_the_token_and_keeps_it_for_the_tab() {
     let (status, _, _) = browser::http(&addr, "GET", "/metrics", &[], None).await;
     assert_eq!(status, 401);
 }
+
+/// Issue 30: the workflow view — the steps in order with live state badges, an Approve
+/// button on the step that waits for one, each step opening its session.
+#[tokio::test]
+async fn the_page_shows_a_workflow_live_approves_a_step_and_opens_its_sessions() {
+    let Some(browser) = browser::start("workflow").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let spec = r#"name = "ui flow"
+[[steps]]
+id = "plan"
+agent = "mock"
+prompt = "plan\n/say the plan"
+[[steps]]
+id = "build"
+agent = "mock"
+depends_on = ["plan"]
+approval = true
+prompt = "build {{steps.plan.output}}\n/say built it"
+"#;
+    let workspace = daemon.workspace("flow");
+    let started = ok(
+        "workflow.start",
+        api.typed().workflow_start(
+            spec.into(),
+            None,
+            None,
+            None,
+            Some(workspace.display().to_string()),
+        ),
+    )
+    .await;
+    let id = started.workflow_id;
+    connected(&browser, &format!("{}#/workflow/{id}", page(&daemon))).await;
+    browser.wait_text("#workflows li", "ui flow").await;
+    browser.wait_text("#steps [data-step=plan]", "completed").await;
+    browser.wait_text("#steps [data-step-row=plan] .output", "the plan").await;
+    browser.wait_text("#steps [data-step=build]", "waiting approval").await;
+    browser.screenshot("waiting").await;
+    browser.click("#steps [data-step-row=build] .approve").await;
+    browser.wait_text("#workflow-state", "completed").await;
+    browser.wait_text("#steps [data-step-row=build] .output", "built it").await;
+    browser.wait_text("#workflows li", "2/2 steps").await;
+    browser.screenshot("completed").await;
+    // A step opens its session: its transcript is there.
+    browser.click("#steps [data-step-row=plan] .open-session").await;
+    browser.wait_text("#transcript .agent", "the plan").await;
+    let status = ok("workflow.status", api.typed().workflow_status(id)).await;
+    let plan = status.steps[0].session_id.clone().unwrap();
+    browser.wait_text("#session-title", &plan).await;
+}
