@@ -7,7 +7,7 @@
 //! of that session's container. The operator's part (restarting the supervisor) is done as
 //! an operator would.
 //!
-//! One round in ten each is an edge of a session's life instead:
+//! One round in eleven each is an edge of a session's life instead, or a workflow:
 //! - create: a new session, its first prompt given with the create, while the supervisor is
 //!   armed at `create.recorded`, `launch.started` or `launch.after_runtime` (it dies after
 //!   the row is stored, before the agent is up). After the restart the session is found in
@@ -24,7 +24,10 @@
 //! - stop-all: `sessions.stop_all` mid-turn, no kill. Every running turn ends (a turn the
 //!   agent finished within its stop grace may end `completed`), each session's history is
 //!   what it streamed, once, and no sidecar or agent is left. The next round's prompts
-//!   resume the sessions.
+//!   resume the sessions;
+//! - workflow: a workflow of three steps (two at once, then one reading both) started with
+//!   the supervisor armed at a workflow point (`chaos/workflows.rs` says which and what is
+//!   checked: it completes, each step's prompt reached its agent once, nothing runs on).
 //!
 //! After each round it checks, and at the end it prints (zero everywhere is the only pass):
 //! - lost / duplicated: every chunk the agent streamed appears exactly once in the
@@ -53,9 +56,12 @@ use tokio::time::Instant;
 mod checks;
 #[path = "chaos/edges.rs"]
 mod edges;
+#[path = "chaos/workflows.rs"]
+mod workflows;
 
 use checks::*;
 use edges::*;
+use workflows::*;
 
 /// Chunks per message and messages per turn.
 const CHUNKS: usize = 150;
@@ -172,6 +178,8 @@ enum Disruption {
     Delete,
     /// `sessions.stop_all` mid-turn (no kill).
     StopAll,
+    /// A workflow started with the supervisor armed at one of [`WORKFLOW_POINTS`].
+    Workflow(&'static str),
 }
 
 impl Disruption {
@@ -179,7 +187,9 @@ impl Disruption {
     /// restart); draws the hit for a [`Disruption::Fault`].
     fn armed(self, rng: &mut Rng) -> Option<String> {
         match self {
-            Disruption::Fault(point) => Some(format!("{point}@{}", 1 + rng.below(3))),
+            Disruption::Fault(point) | Disruption::Workflow(point) => {
+                Some(format!("{point}@{}", 1 + rng.below(3)))
+            }
             Disruption::Create(point) => Some(point.to_owned()),
             Disruption::Stop | Disruption::Delete => Some("stop.recorded".to_owned()),
             _ => None,
@@ -191,10 +201,10 @@ impl Disruption {
         format!("{self:?}").to_lowercase().starts_with(&only.to_lowercase())
     }
 
-    /// A seeded choice: the kills of a running session six times in ten, each edge of a
-    /// session's life (create, stop, delete, stop-all) once in ten.
+    /// A seeded choice: the kills of a running session six times in eleven, each edge of
+    /// a session's life (create, stop, delete, stop-all) and a workflow once in eleven.
     fn choose(rng: &mut Rng, docker: bool) -> Disruption {
-        match rng.below(10) {
+        match rng.below(11) {
             0..6 => match rng.below(if docker { 5 } else { 4 }) {
                 0 => Disruption::Supervisor,
                 1 => Disruption::Fault(FAULT_POINTS[rng.below(FAULT_POINTS.len() as u64) as usize]),
@@ -205,7 +215,10 @@ impl Disruption {
             6 => Disruption::Create(CREATE_POINTS[rng.below(CREATE_POINTS.len() as u64) as usize]),
             7 => Disruption::Stop,
             8 => Disruption::Delete,
-            _ => Disruption::StopAll,
+            9 => Disruption::StopAll,
+            _ => Disruption::Workflow(
+                WORKFLOW_POINTS[rng.below(WORKFLOW_POINTS.len() as u64) as usize],
+            ),
         }
     }
 }
@@ -264,6 +277,10 @@ async fn main() {
         daemon_args = vec!["--static-agentctl".into(), agentctl.to_string_lossy().into_owned()];
         profiles.push(("mock-docker.toml", docker_profile(&image)));
     }
+    // The workflow rounds' agents log each prompt they answer here.
+    let flow_log =
+        std::env::temp_dir().join(format!("tether-chaos-flow-{}.jsonl", uuid::Uuid::new_v4()));
+    profiles.push(("mock-flow.toml", flow_profile(&flow_log)));
     let daemon_args: Vec<&str> = daemon_args.iter().map(String::as_str).collect();
     let profile_refs: Vec<(&str, &str)> = profiles.iter().map(|(n, t)| (*n, t.as_str())).collect();
     let mut daemon = Daemon::start_with_profiles(&daemon_args, &profile_refs).await;
@@ -300,6 +317,10 @@ async fn main() {
         let retire = match disruption {
             Disruption::Create(point) => {
                 create_round(&mut daemon, &mut api, round, point, &mut tally).await
+            }
+            Disruption::Workflow(point) => {
+                workflow_round(&mut daemon, &mut api, &flow_log, round, point, &mut tally).await;
+                None
             }
             _ => {
                 run_round(
@@ -367,6 +388,7 @@ async fn main() {
     if tally.problems.len() > before {
         tally.rounds_failed += 1;
     }
+    let _ = std::fs::remove_file(&flow_log);
     print_table(&tally, started.elapsed());
     if failed {
         let root = daemon.keep_root();
@@ -660,7 +682,7 @@ async fn strike(
                 tally.problem(format!("stop-all failed: {err}"));
             }
         }
-        Disruption::Fault(_) | Disruption::Create(_) => {}
+        Disruption::Fault(_) | Disruption::Create(_) | Disruption::Workflow(_) => {}
     }
     false
 }
