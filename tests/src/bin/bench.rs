@@ -7,7 +7,7 @@
 //! pipe and with the official ACP SDK client (`sdk-baseline`) driving the same agent.
 //!
 //! `bench [SECTION…]` runs some sections only: relay, sessions, scale, restart, docker,
-//! context.
+//! context, workflows.
 
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,9 @@ use protocol::api::EventKind;
 use protocol::api::{ApiClient, ResumeOutcome, SessionState};
 use serde_json::{Value, json};
 use tether_tests::daemon::{Api, Create, Daemon, is_state, ok, turn_ended, until};
+
+#[path = "bench/workflows.rs"]
+mod workflows;
 
 struct Row {
     measure: &'static str,
@@ -311,6 +314,10 @@ async fn main() {
     }
     if run("context") {
         context(&mut rows);
+        progress(&rows);
+    }
+    if run("workflows") {
+        workflows::workflows(&mut rows).await;
         progress(&rows);
     }
 
