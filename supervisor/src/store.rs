@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 
 pub use journal::{LogRow, TURN_SNAPSHOTS_KEPT};
 pub use schema::MIGRATIONS;
-pub use workflows::{StepPatch, StepRow, StepSession, StepTurn, WorkflowRow};
+pub use workflows::{StepPatch, StepRow, StepSession, StepTurn, TurnOutput, WorkflowRow};
 
 use journal::log;
 pub use protocol::api::{ResumeOutcome, SessionState, TurnState};

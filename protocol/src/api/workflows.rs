@@ -93,10 +93,26 @@ pub struct StepStatus {
     pub depends_on: Vec<String>,
     /// It waits for an approval before it starts.
     pub approval: bool,
+    /// What its agent reported of its context and cost (ACP `usage_update`) by the end of
+    /// its turn, when it reported anything.
+    pub usage: Option<StepUsage>,
     /// When its latest run started, Unix ms.
     pub started_at: Option<i64>,
     /// When it ended, Unix ms.
     pub ended_at: Option<i64>,
+}
+
+/// A step's usage as its agent last reported it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StepUsage {
+    /// Tokens in the agent's context (`usage_update.used`).
+    pub context_used: Option<u64>,
+    /// Its context window (`usage_update.size`).
+    pub context_size: Option<u64>,
+    /// The session's cumulative cost (`usage_update.cost.amount`).
+    pub cost: Option<f64>,
+    /// Its unit (`usage_update.cost.currency`).
+    pub cost_currency: Option<String>,
 }
 
 /// `workflow.status`.

@@ -147,6 +147,7 @@ impl Supervisor {
                     output: step.output,
                     error: step.error,
                     prompt: step.prompt,
+                    usage: step.usage.as_deref().and_then(|usage| serde_json::from_str(usage).ok()),
                     started_at: step.started_at,
                     ended_at: step.ended_at,
                 }

@@ -288,6 +288,11 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (workflow_id, seq)
     );
     ",
+    // 13: issue 30, a step's usage (what its agent reported of context and cost), stored
+    // with its end.
+    "
+    ALTER TABLE workflow_steps ADD COLUMN usage TEXT;
+    ",
 ];
 
 /// Brings the database up to the newest migration.

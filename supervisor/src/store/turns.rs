@@ -242,7 +242,7 @@ impl Store {
         (state, stop_reason, error): (TurnState, Option<String>, Option<String>),
         then: Option<(SessionState, Option<String>, Option<&'static str>)>,
         event_seq_high: u64,
-        output: Option<String>,
+        output: Option<super::TurnOutput>,
     ) -> Result<(), StoreError> {
         let workflow = self.call(move |conn| {
             let completed = state == TurnState::Completed
@@ -281,7 +281,7 @@ impl Store {
                     &tx,
                     &session_id,
                     completed,
-                    output.as_deref(),
+                    output.as_ref(),
                 )?;
                 tx.commit()?;
                 return Ok(workflow);

@@ -81,6 +81,18 @@ pub struct StepRow {
     pub started_at: Option<i64>,
     /// Unix ms.
     pub ended_at: Option<i64>,
+    /// Its usage as its agent reported it (JSON of `StepUsage`).
+    pub usage: Option<String>,
+}
+
+/// What a turn that completed leaves for its step: the final agent message and the usage
+/// its agent reported (JSON of `StepUsage`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TurnOutput {
+    /// The final agent message.
+    pub text: String,
+    /// The usage, when reported.
+    pub usage: Option<String>,
 }
 
 /// A change to one step, applied only while the step is in `expect` (else the whole
@@ -121,7 +133,7 @@ const WORKFLOW_COLUMNS: &str = "id, task_id, name, spec_file, spec_text, spec_sh
      workspace, state, error, resumes, event_seq, created_at, updated_at";
 
 const STEP_COLUMNS: &str = "step_id, position, state, iteration, runs, resends, \
-     launch_failures, approved, applied, session_id, prompt, output, error, started_at, ended_at";
+     launch_failures, approved, applied, session_id, prompt, output, error, started_at, ended_at, usage";
 
 fn workflow_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<WorkflowRow> {
     let vars: String = r.get(6)?;
@@ -162,6 +174,7 @@ fn step_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StepRow> {
         error: r.get(12)?,
         started_at: r.get(13)?,
         ended_at: r.get(14)?,
+        usage: r.get(15)?,
     })
 }
 
@@ -267,7 +280,7 @@ pub(super) fn step_turn_ended(
     conn: &Connection,
     session_id: &str,
     completed: bool,
-    output: Option<&str>,
+    output: Option<&TurnOutput>,
 ) -> rusqlite::Result<Option<String>> {
     let Some(workflow_id) = workflow_of(conn, session_id)? else { return Ok(None) };
     if completed {
@@ -279,7 +292,8 @@ pub(super) fn step_turn_ended(
             )
             .optional()?;
         if let Some((step_id, started_at)) = step {
-            let output = output.unwrap_or_default();
+            let (output, usage) =
+                output.map_or(("", None), |output| (output.text.as_str(), output.usage.as_deref()));
             if let Some(started) = started_at {
                 let took = (now_ms() - started).max(0) as u64;
                 crate::metrics::observe(
@@ -289,8 +303,8 @@ pub(super) fn step_turn_ended(
             }
             conn.execute(
                 "UPDATE workflow_steps SET state = 'completed', output = ?3, error = NULL, \
-                 ended_at = ?4, applied = 0 WHERE workflow_id = ?1 AND step_id = ?2",
-                params![workflow_id, step_id, output, now_ms()],
+                 ended_at = ?4, applied = 0, usage = ?5 WHERE workflow_id = ?1 AND step_id = ?2",
+                params![workflow_id, step_id, output, now_ms(), usage],
             )?;
             let event = WorkflowEventKind::StepCompleted { step_id, output: output.to_owned() };
             push_event(conn, &workflow_id, &event)?;

@@ -625,6 +625,14 @@ async fn resume_refuses_a_changed_file_unless_the_change_is_accepted() {
     // `triage` was answered twice: once per version of the file.
     let answered = turns(&log);
     assert_eq!(answered, [("fix a bug".to_owned(), 1), ("triage".to_owned(), 2)].into());
+    // The metrics count the resume, the steps by state and every completed turn of a step
+    // (triage's first, which its route then failed, too).
+    let addr = daemon.url.trim_start_matches("ws://").to_owned();
+    let (code, _, metrics) = tether_tests::browser::http(&addr, "GET", "/metrics", &[], None).await;
+    assert_eq!(code, 200);
+    assert!(metrics.contains("tether_workflow_resumes_total 1"), "{metrics}");
+    assert!(metrics.contains("tether_workflow_steps{state=\"completed\"} 2"), "{metrics}");
+    assert!(metrics.contains("tether_workflow_step_seconds_count 3"), "{metrics}");
     let (_, listed, _) = daemon.cli(&["workflow", "list"]).await;
     assert!(
         listed.contains(&id) && listed.contains("completed") && listed.contains("2/2 steps"),
@@ -892,4 +900,34 @@ async fn the_examples_run_to_completion() {
         assert_eq!(code, 0, "{}: {out}{err}", file.display());
         assert!(out.lines().last().unwrap().ends_with("workflow completed"), "{out}");
     }
+}
+
+/// A step keeps what its agent reported of its context and cost, with its output.
+#[tokio::test]
+async fn a_step_keeps_its_usage() {
+    let (daemon, _log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let spec = "name = \"usage\"\n[[steps]]\nid = \"a\"\nagent = \"flow\"\nprompt = \"a\\n/usage 40 100 0.25\\n/say A\"\n";
+    let started = call(
+        "workflow.start",
+        api.typed().workflow_start(
+            spec.into(),
+            None,
+            None,
+            None,
+            Some(workspace.display().to_string()),
+        ),
+    )
+    .await
+    .unwrap();
+    let (state, _) = until_over(&mut subscribe(&api, &started.workflow_id, 0).await).await;
+    assert_eq!(state, WorkflowState::Completed);
+    let status = status(&api, &started.workflow_id).await;
+    let usage = status.steps[0].usage.clone().expect("the step's usage");
+    assert_eq!(
+        (usage.context_used, usage.context_size, usage.cost),
+        (Some(40), Some(100), Some(0.25))
+    );
+    assert_eq!(usage.cost_currency.as_deref(), Some("USD"));
+    assert!(status.steps[0].started_at <= status.steps[0].ended_at);
 }

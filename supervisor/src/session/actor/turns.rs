@@ -199,7 +199,18 @@ impl SessionActor {
                 (state, stop_reason, error),
                 then.clone(),
                 self.record.log().last_seq(),
-                (state == TurnState::Completed).then(|| self.history.final_message()),
+                (state == TurnState::Completed).then(|| crate::store::TurnOutput {
+                    text: self.history.final_message(),
+                    usage: self.usage.as_deref().and_then(|usage| {
+                        let step = protocol::api::StepUsage {
+                            context_used: usage.context_used,
+                            context_size: usage.context_size,
+                            cost: usage.cost,
+                            cost_currency: usage.cost_currency.clone(),
+                        };
+                        serde_json::to_string(&step).ok()
+                    }),
+                }),
             )
             .await;
         match written {

@@ -35,6 +35,7 @@ fn row(step_id: &str, position: i64) -> StepRow {
         error: None,
         started_at: None,
         ended_at: None,
+        usage: None,
     }
 }
 

@@ -145,7 +145,10 @@ async fn checkpoint() -> (f64, f64) {
                     (protocol::api::TurnState::Completed, Some("end_turn".into()), None),
                     Some((SessionState::WaitingForInput, None, Some("REVIEW"))),
                     10,
-                    Some("the step's final message".into()),
+                    Some(supervisor::store::TurnOutput {
+                        text: "the step's final message".into(),
+                        usage: None,
+                    }),
                 )
                 .await
                 .unwrap();
