@@ -661,12 +661,16 @@ impl Turn<'_> {
     ) -> Result<&'static str, RpcError> {
         if let Some(log) = &self.agent.config.turn_log {
             use std::io::Write;
-            let line = json!({"session": self.session_id, "prompt": script.message}).to_string();
+            // One write of the whole line: agents of parallel steps append to one file, and
+            // an append of one write is never interleaved with another's.
+            let mut line =
+                json!({"session": self.session_id, "prompt": script.message}).to_string();
+            line.push('\n');
             std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(log)
-                .and_then(|mut file| writeln!(file, "{line}"))
+                .and_then(|mut file| file.write_all(line.as_bytes()))
                 .map_err(RpcError::internal)?;
         }
         match self.steps(script, earlier).await {

@@ -76,6 +76,17 @@ impl Supervisor {
             Some(handle) if end == SessionState::Cancelled => Ok(handle.cancel_session().await?),
             Some(handle) => Ok(handle.stop().await?),
             None => {
+                // Checked again under the start lock: a create that just stored the row puts
+                // its actor in the table before it lets go of the lock.
+                let guard = self.start_lock.lock().await;
+                if let Some(handle) = self.handle(&session_id).filter(SessionHandle::is_live) {
+                    drop(guard);
+                    return match end {
+                        SessionState::Cancelled => Ok(handle.cancel_session().await?),
+                        _ => Ok(handle.stop().await?),
+                    };
+                }
+                drop(guard);
                 // No actor: whatever sidecar its record names must not outlive the session.
                 let executor = self.config.store.get_executor(session_id.clone()).await?;
                 if let Err(err) = self.fence(&row, executor).await {

@@ -143,6 +143,9 @@ impl Supervisor {
             worktree_branch: made.as_ref().map(|made| made.branch.clone()),
             runtime_labels: labels,
         };
+        // The start lock is held until the actor is in the table: a stop arriving as soon as
+        // the row is stored (a workflow's step is visible from then) finds the actor.
+        let guard = self.start_lock.lock().await;
         let created = self.record_session(row, shared, workflow_step).await;
         if created.is_err()
             && let Some(made) = &made
@@ -163,6 +166,7 @@ impl Supervisor {
         match started {
             Ok(handle) => {
                 self.sessions().insert(row.id.clone(), handle);
+                drop(guard);
                 Ok(row)
             }
             Err(err) => {
@@ -182,7 +186,7 @@ impl Supervisor {
         }
     }
 
-    /// Stores a new session, its workspace's occupancy checked and taken under the start
+    /// Stores a new session, its workspace's occupancy checked; the caller holds the start
     /// lock (so two creates cannot both pass).
     pub(super) async fn record_session(
         &self,
@@ -190,7 +194,6 @@ impl Supervisor {
         shared: bool,
         workflow_step: Option<(String, String)>,
     ) -> Result<SessionRow, ServiceError> {
-        let _guard = self.start_lock.lock().await;
         if !shared {
             let canonical = std::fs::canonicalize(&row.workspace_path)
                 .map_or_else(|_| row.workspace_path.clone(), |path| path.display().to_string());

@@ -160,8 +160,54 @@ async fn run_through(
     (status, turns(&log), died)
 }
 
-/// Runs `spec` through every fault point (each at its first few hits) and checks each run
-/// with `check`.
+/// Runs `spec` with every step slowed (a tool call, then 100 ms before its answer) and
+/// SIGKILLs the daemon while the `nth` step to start is mid-turn (its tool call seen), then
+/// starts it again and follows the workflow to its end.
+async fn killed_mid_step(spec: &str, nth: usize) -> (WorkflowStatus, BTreeMap<String, usize>) {
+    let slow = spec.replace("\\n/say ", "\\n/tool\\n/sleep 100\\n/say ");
+    assert_ne!(slow, spec, "every step answers with /say");
+    let (mut daemon, log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let started = call(
+        "workflow.start",
+        api.typed().workflow_start(slow, None, None, None, Some(workspace.display().to_string())),
+    )
+    .await
+    .unwrap();
+    let id = started.workflow_id;
+    let mut events = subscribe(&api, &id, 0).await;
+    let starts = std::cell::Cell::new(0);
+    let seen = until_event(&mut events, |kind| {
+        if matches!(kind, WorkflowEventKind::StepStarted { .. }) {
+            starts.set(starts.get() + 1);
+        }
+        starts.get() == nth
+    })
+    .await;
+    let session = seen
+        .iter()
+        .rev()
+        .find_map(|event| match &event.kind {
+            WorkflowEventKind::StepStarted { session_id, .. } => Some(session_id.clone()),
+            _ => None,
+        })
+        .expect("a step started");
+    let mut turn = api.subscribe(&session, 0).await;
+    tether_tests::daemon::until(&mut turn, |event| {
+        matches!(event.kind, protocol::api::EventKind::ToolCall { .. })
+    })
+    .await;
+    drop((events, turn, api));
+    daemon.kill().await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let (state, seen) = until_over(&mut subscribe(&api, &id, 0).await).await;
+    assert_eq!(state, WorkflowState::Completed, "killed in step start {nth}: {seen:#?}");
+    (status(&api, &id).await, turns(&log))
+}
+
+/// Runs `spec` through every fault point (each at its first few hits) and a kill in the
+/// middle of its first and its third step to start, and checks each run with `check`.
 async fn matrix(
     spec: &str,
     points: &[&str],
@@ -169,6 +215,10 @@ async fn matrix(
 ) {
     let (status, log, _) = run_through(spec, None).await;
     check(&status, &log);
+    for nth in [1, 3] {
+        let (status, log) = killed_mid_step(spec, nth).await;
+        check(&status, &log);
+    }
     let mut died = 0;
     for point in points {
         let (status, log, killed) = run_through(spec, Some(point)).await;
@@ -930,4 +980,39 @@ async fn a_step_keeps_its_usage() {
     );
     assert_eq!(usage.cost_currency.as_deref(), Some("USD"));
     assert!(status.steps[0].started_at <= status.steps[0].ended_at);
+}
+
+/// A step over its `timeout_ms` is cancelled and fails the workflow; its session is
+/// stopped, and nothing waits on it.
+#[tokio::test]
+async fn a_step_over_its_timeout_is_cancelled_and_fails() {
+    let (daemon, _log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let spec = "name = \"slow\"\n[[steps]]\nid = \"a\"\nagent = \"flow\"\ntimeout_ms = 300\nprompt = \"a\\n/sleep 60000\\n/say A\"\n";
+    let started = call(
+        "workflow.start",
+        api.typed().workflow_start(
+            spec.into(),
+            None,
+            None,
+            None,
+            Some(workspace.display().to_string()),
+        ),
+    )
+    .await
+    .unwrap();
+    let id = started.workflow_id;
+    let (state, seen) = until_over(&mut subscribe(&api, &id, 0).await).await;
+    assert_eq!(state, WorkflowState::Failed, "{seen:#?}");
+    let status = status(&api, &id).await;
+    assert_eq!(status.error.as_deref(), Some("step a: timed out after 300 ms"));
+    let session = status.steps[0].session_id.clone().unwrap();
+    let mut events = api.subscribe(&session, 0).await;
+    tether_tests::daemon::until(&mut events, |event| {
+        tether_tests::daemon::is_state(event, protocol::api::SessionState::Completed)
+    })
+    .await;
+    let turns = call("timeline", api.typed().session_timeline(session, None)).await.unwrap().turns;
+    assert_eq!(turns.len(), 1);
+    assert_ne!(turns[0].state, protocol::api::TurnState::Running, "{turns:?}");
 }
