@@ -154,8 +154,24 @@ pub async fn create(worktree: &Worktree, base: &str) -> Result<(), WorktreeError
         }
     })?;
     let path = worktree.path.to_string_lossy();
+    let _one_at_a_time = change_lock(&worktree.repo).await;
     git(&worktree.repo, &["worktree", "add", "-q", "-b", &worktree.branch, &path, base]).await?;
     Ok(())
+}
+
+/// One change of a repository's worktrees at a time (add, remove, prune, a branch's
+/// deletion): git reads every worktree's metadata while it adds one, and fails on one that
+/// another `worktree add` is half-way through writing ("failed to read …/commondir").
+async fn change_lock(repo: &Path) -> tokio::sync::OwnedMutexGuard<()> {
+    type Locks = std::sync::Mutex<
+        std::collections::HashMap<PathBuf, std::sync::Arc<tokio::sync::Mutex<()>>>,
+    >;
+    static LOCKS: std::sync::LazyLock<Locks> = std::sync::LazyLock::new(Default::default);
+    let lock = {
+        let mut locks = LOCKS.lock().expect("UNWRAP: never poisoned");
+        std::sync::Arc::clone(locks.entry(repo.to_owned()).or_default())
+    };
+    lock.lock_owned().await
 }
 
 /// Whether the branch exists in the repository.
@@ -185,6 +201,7 @@ pub async fn restore(worktree: &Worktree) -> Result<(), WorktreeError> {
             repo: worktree.repo.display().to_string(),
         });
     }
+    let _one_at_a_time = change_lock(&worktree.repo).await;
     git(&worktree.repo, &["worktree", "prune"]).await?;
     let path = worktree.path.to_string_lossy();
     git(&worktree.repo, &["worktree", "add", "-q", &path, &worktree.branch]).await?;
@@ -201,20 +218,21 @@ pub async fn uncommitted(worktree: &Worktree) -> Result<Vec<String>, WorktreeErr
     Ok(out.lines().filter_map(|line| line.get(3..)).map(str::to_owned).collect())
 }
 
-/// Removes the worktree: refused with [`WorktreeError::Uncommitted`] when it holds
-/// uncommitted work, unless `force`. The branch is deleted too when `delete_branch`
-/// (forced: its commits may be on no other branch, which the caller asked for).
 /// Deletes `branch` of `repo` if it exists (and is not checked out anywhere); whether it
 /// did. A repository that is gone has nothing to delete.
 pub async fn delete_branch(repo: &Path, branch: &str) -> Result<bool, WorktreeError> {
     if !repo.is_dir() || !branch_exists(repo, branch).await {
         return Ok(false);
     }
+    let _one_at_a_time = change_lock(repo).await;
     git(repo, &["worktree", "prune"]).await?;
     git(repo, &["branch", "-D", branch]).await?;
     Ok(true)
 }
 
+/// Removes the worktree: refused with [`WorktreeError::Uncommitted`] when it holds
+/// uncommitted work, unless `force`. The branch is deleted too when `delete_branch`
+/// (forced: its commits may be on no other branch, which the caller asked for).
 pub async fn remove(
     worktree: &Worktree,
     force: bool,
@@ -227,6 +245,7 @@ pub async fn remove(
             files: changed.into_iter().take(20).collect(),
         });
     }
+    let _one_at_a_time = change_lock(&worktree.repo).await;
     if worktree.path.is_dir() {
         let path = worktree.path.to_string_lossy();
         git(&worktree.repo, &["worktree", "remove", "--force", &path]).await?;

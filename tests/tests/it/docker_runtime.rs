@@ -438,3 +438,67 @@ async fn an_engine_reached_over_tcp_runs_and_readopts_sessions() {
     drop(pinned);
     readopted_mid_turn(&mut daemon, api, &session).await;
 }
+
+/// Issue 30: a workflow's steps run where each says — one in a container (its profile's
+/// runtime, named again with `runtime`), one as a local process — and the output crosses
+/// from one to the other; each step's session is stopped when it is done.
+#[tokio::test]
+async fn a_workflow_runs_a_step_in_a_container_and_one_beside_it() {
+    let Some((_docker, daemon, _cleanup)) = setup().await else { return };
+    let api = daemon.api().await;
+    let spec = r#"name = "mixed"
+[[steps]]
+id = "inside"
+agent = "mock-docker"
+runtime = "docker"
+prompt = "inside\n/say from the container"
+[[steps]]
+id = "outside"
+agent = "mock"
+runtime = "standalone"
+depends_on = ["inside"]
+prompt = "outside\n/say got: {{steps.inside.output}}"
+"#;
+    let workspace = daemon.workspace("mixed");
+    let started = ok(
+        "workflow.start",
+        api.typed().workflow_start(
+            spec.into(),
+            None,
+            None,
+            None,
+            Some(workspace.display().to_string()),
+        ),
+    )
+    .await;
+    let mut events = ok(
+        "workflow.subscribe",
+        api.typed().workflow_subscribe(started.workflow_id.clone(), Some(0)),
+    )
+    .await;
+    loop {
+        let event = within("a workflow event", events.next()).await.unwrap().unwrap();
+        if let protocol::api::WorkflowEventKind::WorkflowState { state, error } = event.kind
+            && state.is_over()
+        {
+            assert_eq!(state, protocol::api::WorkflowState::Completed, "{error:?}");
+            break;
+        }
+    }
+    let status = ok("workflow.status", api.typed().workflow_status(started.workflow_id)).await;
+    assert_eq!(status.steps[1].output.as_deref(), Some("got: from the container"));
+    let runtimes: Vec<RuntimeKind> = {
+        let mut kinds = Vec::new();
+        for step in &status.steps {
+            kinds.push(api.status(step.session_id.as_ref().unwrap()).await.runtime);
+        }
+        kinds
+    };
+    assert_eq!(runtimes, [RuntimeKind::DOCKER, RuntimeKind::STANDALONE]);
+    for step in &status.steps {
+        let session = step.session_id.as_ref().unwrap();
+        let mut session_events = api.subscribe(session, 0).await;
+        until(&mut session_events, |e| tether_tests::daemon::is_state(e, SessionState::Completed))
+            .await;
+    }
+}

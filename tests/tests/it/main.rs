@@ -24,5 +24,6 @@ mod snapshots;
 mod supervisor;
 mod tidy;
 mod web_ui;
+mod workflow_edges;
 mod workflows;
 mod workspaces;

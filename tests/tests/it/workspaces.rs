@@ -430,3 +430,25 @@ async fn r29_a_branch_deletion_cut_short_is_finished_at_restart() {
     assert!(!branches.contains(&branch), "finished at restart: {branches}");
     assert!(git(&repo, &["branch", "--list", "main"]).await.contains("main"), "ours only");
 }
+
+/// Issue 30 (found by two workflows on one repository): worktree sessions created at once
+/// on one repository all get their worktree — git's own `worktree add`s race on the
+/// repository's metadata, so Tether makes them one at a time per repository.
+#[tokio::test]
+async fn worktrees_made_at_once_on_one_repository_all_succeed() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let repo = repository(&daemon, "repo").await;
+    let task = ok("task.create", api.typed().task_create("at once".into(), None)).await;
+    let mut clients = Vec::new();
+    for _ in 0..12 {
+        clients.push(daemon.api().await);
+    }
+    let creates =
+        clients.iter().map(|client| client.create_worktree(&task.id, "mock", &repo, None));
+    let made = futures_util::future::join_all(creates).await;
+    let failed: Vec<_> = made.iter().filter_map(|made| made.as_ref().err()).collect();
+    assert!(failed.is_empty(), "{failed:?}");
+    let listed = tether_tests::git(&repo, &["worktree", "list", "--porcelain"]).await;
+    assert_eq!(listed.lines().filter(|line| line.starts_with("worktree ")).count(), 13, "{listed}");
+}

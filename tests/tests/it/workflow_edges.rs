@@ -1,0 +1,578 @@
+//! Durable workflows (issue 30) at their edges, end to end: an agent dying mid-step, an
+//! approval across a restart, a changed file at resume, cancel, bad files, shared and
+//! per-step worktrees, the examples, usage, timeouts and launch retries.
+
+use std::path::{Path, PathBuf};
+
+use protocol::api::{ApiClient, StepState, WorkflowEventKind, WorkflowState};
+use protocol::errors::ErrorKind;
+use tether_tests::daemon::{Api, Daemon, call};
+
+use crate::workflows::{
+    CHAIN, SLOW, daemon, once, output, started_session, status, subscribe, turns, until_event,
+    until_over,
+};
+
+/// A step's agent dies mid-turn (its sidecar is killed; the daemon lives): the session is
+/// resumed and the step's prompt sent again — once — and the workflow goes on.
+#[tokio::test]
+async fn a_step_whose_agent_died_mid_turn_gets_its_prompt_again_once() {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let log = dir.join("turns.jsonl");
+    let profile = format!(
+        "id = \"flow\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{{home}}/.mock-agent\", \"--turn-log\", \"{}\"]\nprotocol = \"acp\"\n[session]\nnative_resume = true\n",
+        log.display()
+    );
+    let daemon = Daemon::start_with_profiles(&[], &[("flow.toml", &profile)]).await;
+    let workspace = daemon.workspace("ws");
+    let api = daemon.api().await;
+    let started = call(
+        "workflow.start",
+        api.typed().workflow_start(
+            SLOW.into(),
+            None,
+            None,
+            None,
+            Some(workspace.display().to_string()),
+        ),
+    )
+    .await
+    .unwrap();
+    let id = started.workflow_id;
+    let mut events = subscribe(&api, &id, 0).await;
+    let seen =
+        until_event(&mut events, |kind| matches!(kind, WorkflowEventKind::StepStarted { .. }))
+            .await;
+    let session = started_session(&seen, "a");
+    let mut turn = api.subscribe(&session, 0).await;
+    tether_tests::daemon::until(&mut turn, |event| {
+        matches!(event.kind, protocol::api::EventKind::ToolCall { .. })
+    })
+    .await;
+    tether_tests::daemon::kill_sidecar(&daemon, &api, &session).await;
+    let (state, seen) = until_over(&mut events).await;
+    assert_eq!(state, WorkflowState::Completed, "{seen:#?}");
+    // Started twice by the agent (the first answer was cut off), never a third time.
+    let log = turns(&log);
+    assert_eq!(log.get("a"), Some(&2), "{log:?}");
+    assert_eq!(log.get("b A"), Some(&1), "{log:?}");
+    let status = status(&api, &id).await;
+    let a = status.steps.iter().find(|s| s.id == "a").unwrap();
+    assert_eq!((a.runs, a.session_id.as_deref()), (1, Some(session.as_str())), "the same session");
+}
+
+/// A step that waits for approval keeps waiting across a restart, and starts once
+/// approved (by the CLI).
+#[tokio::test]
+async fn an_approval_survives_a_restart_while_it_waits() {
+    let spec = CHAIN.replace("id = \"build\"\n", "id = \"build\"\napproval = true\n");
+    let (mut daemon, log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let started = call(
+        "workflow.start",
+        api.typed().workflow_start(spec, None, None, None, Some(workspace.display().to_string())),
+    )
+    .await
+    .unwrap();
+    let id = started.workflow_id;
+    let mut events = subscribe(&api, &id, 0).await;
+    until_event(&mut events, |kind| matches!(kind, WorkflowEventKind::StepWaitingApproval { .. }))
+        .await;
+    drop((events, api));
+    daemon.kill().await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let waiting = status(&api, &id).await;
+    assert_eq!(waiting.state, WorkflowState::Running);
+    let build = waiting.steps.iter().find(|s| s.id == "build").unwrap();
+    assert_eq!((build.state, build.runs, build.approval), (StepState::WaitingApproval, 0, true));
+    // Only a step not started is approved; an unknown one is not found.
+    let done = daemon.cli(&["workflow", "approve", &id, "plan"]).await;
+    assert_eq!(done.0, 1, "{done:?}");
+    assert!(done.2.contains("step plan is completed"), "{done:?}");
+    let unknown =
+        call("workflow.approve", api.typed().workflow_approve(id.clone(), "nope".into())).await;
+    assert_eq!(unknown.unwrap_err().kind, ErrorKind::NotFound);
+    let (code, out, err) = daemon.cli(&["workflow", "approve", &id, "build"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("step build of workflow"), "{out}");
+    let (state, _) = until_over(&mut subscribe(&api, &id, 0).await).await;
+    assert_eq!(state, WorkflowState::Completed);
+    once(&turns(&log), &["plan commas", "build P-commas", "review B-P-commas"]);
+}
+
+const TRIAGE: &str = r#"name = "triage"
+
+[[steps]]
+id = "triage"
+agent = "flow"
+prompt = "triage\n/say neither"
+routes = { bug = "fix" }
+
+[[steps]]
+id = "fix"
+agent = "flow"
+depends_on = ["triage"]
+prompt = "fix {{steps.triage.output}}\n/say fixed"
+"#;
+
+/// A failed workflow resumes from its first step not completed; a changed file is
+/// refused, saying what changed, then run with --accept-spec-change. Driven by the CLI,
+/// whose JSON has the shapes the issue names.
+#[tokio::test]
+async fn resume_refuses_a_changed_file_unless_the_change_is_accepted() {
+    let (daemon, log, workspace) = daemon(None).await;
+    let file = workspace.join("triage.toml");
+    std::fs::write(&file, TRIAGE).unwrap();
+    let file = file.display().to_string();
+    let ws = workspace.display().to_string();
+    let (code, out, err) =
+        daemon.cli(&["workflow", "run", &file, "--workspace", &ws, "--json", "--follow"]).await;
+    assert_eq!(code, 1, "the workflow failed: {out}{err}");
+    let first: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    let id = first["workflow_id"].as_str().expect("workflow_id").to_owned();
+    assert!(first["task_id"].is_string(), "{first}");
+    assert!(err.contains("its output names none of its routes (bug)"), "{err}");
+    let (_, status_json, _) = daemon.cli(&["workflow", "status", &id, "--json"]).await;
+    let json: serde_json::Value = serde_json::from_str(&status_json).unwrap();
+    assert_eq!(json["state"], "failed");
+    assert_eq!(json["steps"][0]["id"], "triage");
+    assert_eq!(json["steps"][0]["state"], "failed");
+    assert_eq!(json["steps"][0]["runs"], 1);
+    assert_eq!(json["steps"][0]["output"], "neither");
+    assert!(json["steps"][0]["session_id"].is_string());
+    assert_eq!(json["steps"][1]["state"], "pending");
+
+    // The file changes: refused, saying what changed; nothing runs.
+    std::fs::write(&file, TRIAGE.replace("/say neither", "/say a bug")).unwrap();
+    let (code, out, err) = daemon.cli(&["workflow", "resume", &id]).await;
+    assert_eq!(code, 5, "a conflict: {out}{err}");
+    assert!(
+        err.contains("the workflow file changed") && err.contains("step triage: prompt changed"),
+        "{err}"
+    );
+    assert!(err.contains("--accept-spec-change"), "{err}");
+    let api = daemon.api().await;
+    assert_eq!(status(&api, &id).await.state, WorkflowState::Failed);
+
+    let (code, out, err) =
+        daemon.cli(&["workflow", "resume", &id, "--accept-spec-change", "--follow"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let done = status(&api, &id).await;
+    assert_eq!(done.state, WorkflowState::Completed);
+    assert_eq!(done.resumes, 1);
+    assert_eq!(output(&done, "fix"), "fixed");
+    let triage = done.steps.iter().find(|s| s.id == "triage").unwrap();
+    assert_eq!(triage.runs, 2, "the changed step ran again");
+    // `triage` was answered twice: once per version of the file.
+    let answered = turns(&log);
+    assert_eq!(answered, [("fix a bug".to_owned(), 1), ("triage".to_owned(), 2)].into());
+    // The metrics count the resume, the steps by state and every completed turn of a step
+    // (triage's first, which its route then failed, too).
+    let addr = daemon.url.trim_start_matches("ws://").to_owned();
+    let (code, _, metrics) = tether_tests::browser::http(&addr, "GET", "/metrics", &[], None).await;
+    assert_eq!(code, 200);
+    assert!(metrics.contains("tether_workflow_resumes_total 1"), "{metrics}");
+    assert!(metrics.contains("tether_workflow_steps{state=\"completed\"} 2"), "{metrics}");
+    assert!(metrics.contains("tether_workflow_step_seconds_count 3"), "{metrics}");
+    let (_, listed, _) = daemon.cli(&["workflow", "list"]).await;
+    assert!(
+        listed.contains(&id) && listed.contains("completed") && listed.contains("2/2 steps"),
+        "{listed}"
+    );
+}
+
+/// Cancel stops a running workflow's steps (their sessions end) and resume goes on.
+#[tokio::test]
+async fn cancel_stops_the_running_steps_and_resume_goes_on() {
+    let (daemon, _log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let spec = SLOW.replace("/sleep 300", "/sleep 60000");
+    let started = call(
+        "workflow.start",
+        api.typed().workflow_start(
+            spec.clone(),
+            None,
+            None,
+            None,
+            Some(workspace.display().to_string()),
+        ),
+    )
+    .await
+    .unwrap();
+    let id = started.workflow_id;
+    let mut events = subscribe(&api, &id, 0).await;
+    let seen =
+        until_event(&mut events, |kind| matches!(kind, WorkflowEventKind::StepStarted { .. }))
+            .await;
+    let session = started_session(&seen, "a");
+    call("workflow.cancel", api.typed().workflow_cancel(id.clone())).await.unwrap();
+    let cancelled = status(&api, &id).await;
+    assert_eq!(cancelled.state, WorkflowState::Cancelled);
+    assert!(
+        cancelled.steps.iter().all(|s| s.state == StepState::Cancelled),
+        "{:?}",
+        cancelled.steps
+    );
+    assert!(api.status(&session).await.state.is_terminal(), "its session was stopped");
+    let again = call("workflow.cancel", api.typed().workflow_cancel(id.clone())).await;
+    assert_eq!(again.unwrap_err().kind, ErrorKind::InvalidState);
+    // Resumed with a quicker file: the cancelled steps run again from the start.
+    let resumed = call(
+        "workflow.resume",
+        api.typed().workflow_resume(id.clone(), Some(SLOW.into()), Some(true)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(resumed.state, WorkflowState::Running);
+    let (state, _) = until_over(&mut subscribe(&api, &id, resumed.last_event_seq).await).await;
+    assert_eq!(state, WorkflowState::Completed);
+}
+
+/// Bad workflow files are refused where they are wrong, before anything is stored; so
+/// are a missing workspace and an unknown agent profile.
+#[tokio::test]
+async fn bad_workflow_files_are_refused_with_their_location() {
+    let (daemon, _log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let ws = workspace.display().to_string();
+    let refuse = |spec: String| {
+        let ws = ws.clone();
+        let api = &api;
+        async move {
+            let result = call(
+                "workflow.start",
+                api.typed().workflow_start(
+                    spec,
+                    Some("/flows/bad.toml".into()),
+                    None,
+                    None,
+                    Some(ws),
+                ),
+            )
+            .await;
+            result.unwrap_err()
+        }
+    };
+    let cases = [
+        (
+            CHAIN.replace("depends_on = [\"plan\"]", "depends_on = [\"review\"]"),
+            "/flows/bad.toml:11:",
+            "a cycle",
+        ),
+        (
+            CHAIN.replace("depends_on = [\"plan\"]", "depends_on = [\"nope\"]"),
+            "/flows/bad.toml:13:",
+            "no step \"nope\"",
+        ),
+        (
+            CHAIN.replace("agent = \"flow\"\ndepends_on", "agent = \"nobody\"\ndepends_on"),
+            "/flows/bad.toml:12:",
+            "no agent profile \"nobody\"",
+        ),
+        (
+            CHAIN.replace("{{vars.goal}}\\n", "{{vars.gaol}}\\n"),
+            "/flows/bad.toml:8:",
+            "no variable \"gaol\"",
+        ),
+    ];
+    for (spec, at, reason) in cases {
+        let err = refuse(spec).await;
+        assert_eq!(
+            (err.kind, err.field.as_deref()),
+            (ErrorKind::InvalidParams, Some("spec")),
+            "{err:?}"
+        );
+        assert!(
+            err.message.starts_with(at) && err.message.contains(reason),
+            "{at} {reason}: {}",
+            err.message
+        );
+    }
+    let no_workspace =
+        call("workflow.start", api.typed().workflow_start(CHAIN.into(), None, None, None, None))
+            .await;
+    assert_eq!(no_workspace.unwrap_err().field.as_deref(), Some("workspace"));
+    let listed = call("workflow.list", api.typed().workflow_list()).await.unwrap();
+    assert!(listed.is_empty(), "nothing stored: {listed:?}");
+    // The CLI prints the located error and exits 1.
+    let file = workspace.join("bad.toml");
+    std::fs::write(&file, CHAIN.replace("depends_on = [\"plan\"]", "depends_on = [\"nope\"]"))
+        .unwrap();
+    let (code, _, err) =
+        daemon.cli(&["workflow", "run", file.to_str().unwrap(), "--workspace", &ws]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(&format!("{}:13:", file.display())) && err.contains("no step \"nope\""),
+        "{err}"
+    );
+}
+
+const SHARED: &str = r#"name = "shared"
+
+[[steps]]
+id = "a"
+agent = "flow"
+prompt = "a\n/say A"
+worktree = "workflow"
+
+[[steps]]
+id = "b"
+agent = "flow"
+depends_on = ["a"]
+prompt = "b\n/peek mark.txt"
+worktree = "workflow"
+approval = true
+
+[[steps]]
+id = "c"
+agent = "flow"
+depends_on = ["a"]
+prompt = "c\n/peek mark.txt"
+worktree = "step"
+"#;
+
+/// Where a session works.
+async fn workspace_of(api: &Api, session: &str) -> String {
+    let sessions =
+        call("task.session.list", api.typed().session_list(None, None, None)).await.unwrap();
+    sessions.into_iter().find(|s| s.id == session).expect("the session").workspace_path
+}
+
+/// Two workflows on one repository: each has its own shared worktree (its steps with
+/// `worktree = "workflow"` work in it, one after the other), a `worktree = "step"` step
+/// gets its own, and nothing of one shows in the other.
+#[tokio::test]
+async fn two_workflows_on_one_repository_keep_their_worktrees_apart() {
+    let (daemon, _log, _) = daemon(None).await;
+    let api = daemon.api().await;
+    let repo = daemon.workspace("repo");
+    tether_tests::git(&repo, &["init", "-q", "-b", "main"]).await;
+    std::fs::write(repo.join("README"), "the project\n").unwrap();
+    tether_tests::git(&repo, &["add", "."]).await;
+    tether_tests::git(&repo, &["commit", "-q", "-m", "start"]).await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let started = call(
+            "workflow.start",
+            api.typed().workflow_start(
+                SHARED.into(),
+                None,
+                None,
+                None,
+                Some(repo.display().to_string()),
+            ),
+        )
+        .await
+        .unwrap();
+        ids.push(started.workflow_id);
+    }
+    let mut shared = Vec::new();
+    for (id, mark) in ids.iter().zip(["one", "second"]) {
+        let mut events = subscribe(&api, id, 0).await;
+        until_event(&mut events, |kind| {
+            matches!(kind, WorkflowEventKind::StepWaitingApproval { .. })
+        })
+        .await;
+        let a = status(&api, id).await.steps[0].session_id.clone().unwrap();
+        let path = std::path::PathBuf::from(workspace_of(&api, &a).await);
+        assert!(path.starts_with(daemon.home().join("tether/worktrees")), "{path:?}");
+        std::fs::write(path.join("mark.txt"), mark).unwrap();
+        shared.push(path);
+    }
+    assert_ne!(shared[0], shared[1], "each workflow has its own worktree");
+    for id in &ids {
+        call("workflow.approve", api.typed().workflow_approve(id.clone(), "b".into()))
+            .await
+            .unwrap();
+    }
+    for ((id, path), size) in ids.iter().zip(&shared).zip([3, 6]) {
+        let (state, seen) = until_over(&mut subscribe(&api, id, 0).await).await;
+        assert_eq!(state, WorkflowState::Completed, "{seen:#?}");
+        let status = status(&api, id).await;
+        // b worked where a did, and saw its own workflow's mark only.
+        let b = status.steps.iter().find(|s| s.id == "b").unwrap();
+        assert_eq!(
+            workspace_of(&api, b.session_id.as_ref().unwrap()).await,
+            path.display().to_string()
+        );
+        assert!(
+            output(&status, "b").contains(&format!("peek mark.txt: {size} bytes")),
+            "{:?}",
+            b.output
+        );
+        // c worked in a worktree of its own, from the repository's HEAD: no mark there.
+        let c = status.steps.iter().find(|s| s.id == "c").unwrap();
+        let c_path = workspace_of(&api, c.session_id.as_ref().unwrap()).await;
+        assert_ne!(&c_path, &path.display().to_string());
+        assert!(output(&status, "c").contains("peek mark.txt failed"), "{:?}", c.output);
+    }
+    assert_eq!(
+        tether_tests::git(&repo, &["status", "--porcelain"]).await,
+        "",
+        "the repository is untouched"
+    );
+}
+
+/// Every example in `examples/workflows/` runs to completion with the `mock` agent, as
+/// docs/workflows.md and the README say (`workflow run FILE --follow`).
+#[tokio::test]
+async fn the_examples_run_to_completion() {
+    let daemon = Daemon::start(&[]).await;
+    let workspace = daemon.workspace("ws");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/workflows");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "toml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5, "{files:?}");
+    for file in files {
+        let (code, out, err) = daemon
+            .cli(&[
+                "workflow",
+                "run",
+                file.to_str().unwrap(),
+                "--workspace",
+                workspace.to_str().unwrap(),
+                "--follow",
+            ])
+            .await;
+        assert_eq!(code, 0, "{}: {out}{err}", file.display());
+        assert!(out.lines().last().unwrap().ends_with("workflow completed"), "{out}");
+    }
+}
+
+/// A step keeps what its agent reported of its context and cost, with its output.
+#[tokio::test]
+async fn a_step_keeps_its_usage() {
+    let (daemon, _log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let spec = "name = \"usage\"\n[[steps]]\nid = \"a\"\nagent = \"flow\"\nprompt = \"a\\n/usage 40 100 0.25\\n/say A\"\n";
+    let started = call(
+        "workflow.start",
+        api.typed().workflow_start(
+            spec.into(),
+            None,
+            None,
+            None,
+            Some(workspace.display().to_string()),
+        ),
+    )
+    .await
+    .unwrap();
+    let (state, _) = until_over(&mut subscribe(&api, &started.workflow_id, 0).await).await;
+    assert_eq!(state, WorkflowState::Completed);
+    let status = status(&api, &started.workflow_id).await;
+    let usage = status.steps[0].usage.clone().expect("the step's usage");
+    assert_eq!(
+        (usage.context_used, usage.context_size, usage.cost),
+        (Some(40), Some(100), Some(0.25))
+    );
+    assert_eq!(usage.cost_currency.as_deref(), Some("USD"));
+    assert!(status.steps[0].started_at <= status.steps[0].ended_at);
+}
+
+/// A step over its `timeout_ms` is cancelled and fails the workflow; its session is
+/// stopped, and nothing waits on it.
+#[tokio::test]
+async fn a_step_over_its_timeout_is_cancelled_and_fails() {
+    let (daemon, _log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let spec = "name = \"slow\"\n[[steps]]\nid = \"a\"\nagent = \"flow\"\ntimeout_ms = 300\nprompt = \"a\\n/sleep 60000\\n/say A\"\n";
+    let started = call(
+        "workflow.start",
+        api.typed().workflow_start(
+            spec.into(),
+            None,
+            None,
+            None,
+            Some(workspace.display().to_string()),
+        ),
+    )
+    .await
+    .unwrap();
+    let id = started.workflow_id;
+    let (state, seen) = until_over(&mut subscribe(&api, &id, 0).await).await;
+    assert_eq!(state, WorkflowState::Failed, "{seen:#?}");
+    let status = status(&api, &id).await;
+    assert_eq!(status.error.as_deref(), Some("step a: timed out after 300 ms"));
+    let session = status.steps[0].session_id.clone().unwrap();
+    // Its turn ends (cancelled, or failed by the stop that follows) and its session is
+    // stopped.
+    let mut events = api.subscribe(&session, 0).await;
+    let seen = tether_tests::daemon::until(&mut events, tether_tests::daemon::turn_ended).await;
+    let ended = seen.last().unwrap();
+    assert_ne!(tether_tests::daemon::stop_reason(ended), Some("end_turn"), "{ended:?}");
+    let mut events = api.subscribe(&session, 0).await;
+    tether_tests::daemon::until(&mut events, |event| {
+        tether_tests::daemon::is_state(event, protocol::api::SessionState::Completed)
+    })
+    .await;
+}
+
+/// A step whose session fails to launch is launched again, as often as its `retries`
+/// allow: here the agent exits at start while a file exists, and the file goes once the
+/// first launch failed.
+#[tokio::test]
+async fn a_step_whose_launch_failed_is_launched_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let blocker = dir.path().join("blocked");
+    std::fs::write(&blocker, "").unwrap();
+    let profile = format!(
+        "id = \"flaky\"\ncommand = [\"mock-agent\", \"--fail-while\", \"{}\"]\nprotocol = \"acp\"\n",
+        blocker.display()
+    );
+    let daemon = Daemon::start_with_profiles(&[], &[("flaky.toml", &profile)]).await;
+    let workspace = daemon.workspace("ws");
+    let api = daemon.api().await;
+    let spec = "name = \"flaky\"\n[[steps]]\nid = \"a\"\nagent = \"flaky\"\nretries = 100\nprompt = \"a\\n/say up at last\"\n";
+    let started = call(
+        "workflow.start",
+        api.typed().workflow_start(
+            spec.into(),
+            None,
+            None,
+            None,
+            Some(workspace.display().to_string()),
+        ),
+    )
+    .await
+    .unwrap();
+    let id = started.workflow_id;
+    let mut events = subscribe(&api, &id, 0).await;
+    let seen =
+        until_event(&mut events, |kind| matches!(kind, WorkflowEventKind::StepStarted { .. }))
+            .await;
+    let session = started_session(&seen, "a");
+    let mut session_events = api.subscribe(&session, 0).await;
+    tether_tests::daemon::until(&mut session_events, |event| {
+        tether_tests::daemon::is_state(event, protocol::api::SessionState::Failed)
+    })
+    .await;
+    std::fs::remove_file(&blocker).unwrap();
+    let (state, seen) = until_over(&mut events).await;
+    assert_eq!(state, WorkflowState::Completed, "{seen:#?}");
+    let done = status(&api, &id).await;
+    assert_eq!(output(&done, "a"), "up at last");
+    assert_eq!(done.steps[0].runs, 1, "the same session, launched again");
+
+    // With no retries left, the failed launch fails the step, saying why.
+    std::fs::write(&blocker, "").unwrap();
+    let spec = spec.replace("retries = 100", "retries = 0");
+    let started = call(
+        "workflow.start",
+        api.typed().workflow_start(spec, None, None, None, Some(workspace.display().to_string())),
+    )
+    .await
+    .unwrap();
+    let (state, _) = until_over(&mut subscribe(&api, &started.workflow_id, 0).await).await;
+    assert_eq!(state, WorkflowState::Failed);
+    let status = status(&api, &started.workflow_id).await;
+    assert!(
+        status.error.as_deref().unwrap().contains("its session could not launch"),
+        "{:?}",
+        status.error
+    );
+}
