@@ -320,8 +320,10 @@ function renderWorkflow(status) {
           }, "Approve"),
         );
       }
-      const body = step.error || step.output;
-      return el("li", { "data-step-row": step.id }, head, body ? el("div", { class: step.error ? "output error" : "output" }, body) : "");
+      const parts = [head];
+      if (step.output) parts.push(el("div", { class: "output" }, step.output));
+      if (step.error) parts.push(el("div", { class: "output error" }, step.error));
+      return el("li", { "data-step-row": step.id }, ...parts);
     }),
   );
 }

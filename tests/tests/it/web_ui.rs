@@ -296,3 +296,47 @@ prompt = "build {{steps.plan.output}}\n/say built it"
     let plan = status.steps[0].session_id.clone().unwrap();
     browser.wait_text("#session-title", &plan).await;
 }
+
+/// Issue 30: a failed workflow shows why, and its Resume button goes on with it.
+#[tokio::test]
+async fn the_page_resumes_a_failed_workflow() {
+    let Some(browser) = browser::start("workflow-resume").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let spec = "name = \"routed\"\n[[steps]]\nid = \"triage\"\nagent = \"mock\"\nprompt = \"triage\\n/say neither\"\nroutes = { bug = \"fix\" }\n[[steps]]\nid = \"fix\"\nagent = \"mock\"\ndepends_on = [\"triage\"]\nprompt = \"fix\"\n";
+    let workspace = daemon.workspace("flow");
+    let started = ok(
+        "workflow.start",
+        api.typed().workflow_start(
+            spec.into(),
+            None,
+            None,
+            None,
+            Some(workspace.display().to_string()),
+        ),
+    )
+    .await;
+    let id = started.workflow_id;
+    connected(&browser, &format!("{}#/workflow/{id}", page(&daemon))).await;
+    browser.wait_text("#workflow-state", "failed").await;
+    browser.wait_text("#workflow-error", "its output names none of its routes (bug)").await;
+    browser.wait_text("#steps [data-step=triage]", "failed").await;
+    let status = ok("workflow.status", api.typed().workflow_status(id.clone())).await;
+    let mut events = ok(
+        "workflow.subscribe",
+        api.typed().workflow_subscribe(id.clone(), Some(status.last_event_seq)),
+    )
+    .await;
+    browser.click("#workflow-resume").await;
+    // Resumed: running again (and, the file unchanged, failing again the same way).
+    loop {
+        let event = tether_tests::within("a workflow event", events.next()).await.unwrap().unwrap();
+        if let protocol::api::WorkflowEventKind::WorkflowState { state, .. } = event.kind {
+            assert_eq!(state, protocol::api::WorkflowState::Running);
+            break;
+        }
+    }
+    let resumed = ok("workflow.status", api.typed().workflow_status(id)).await;
+    assert_eq!(resumed.resumes, 1);
+    browser.wait_text("#steps [data-step-row=triage]", "neither").await;
+}
