@@ -461,6 +461,40 @@ impl Api {
         call(method, self.client.request::<Value, _>(method, object_params(params))).await.map(drop)
     }
 
+    /// Starts a workflow of `spec` whose steps work in `workspace`.
+    pub async fn start_workflow(
+        &self,
+        spec: impl Into<String>,
+        workspace: &Path,
+    ) -> protocol::api::WorkflowStarted {
+        let workspace = workspace.to_str().expect("a UTF-8 path").to_owned();
+        let start = self.client.workflow_start(spec.into(), None, None, None, Some(workspace));
+        ok("workflow.start", start).await
+    }
+
+    /// Follows a workflow's events from the start until it is over: its last state and the
+    /// events seen.
+    pub async fn workflow_end(
+        &self,
+        workflow_id: &str,
+    ) -> (protocol::api::WorkflowState, Vec<protocol::api::WorkflowEvent>) {
+        let subscribe = self.client.workflow_subscribe(workflow_id.to_owned(), Some(0));
+        let mut events = ok("workflow.subscribe", subscribe).await;
+        let mut seen = Vec::new();
+        loop {
+            let event = within("a workflow event", events.next())
+                .await
+                .expect("the workflow's stream stays open")
+                .expect("a workflow event");
+            seen.push(event.clone());
+            if let protocol::api::WorkflowEventKind::WorkflowState { state, .. } = event.kind
+                && state.is_over()
+            {
+                return (state, seen);
+            }
+        }
+    }
+
     /// Subscribes to a session's events after `after_seq`.
     pub async fn subscribe(&self, session_id: &str, after_seq: u64) -> Subscription<SessionEvent> {
         ok(

@@ -460,31 +460,9 @@ depends_on = ["inside"]
 prompt = "outside\n/say got: {{steps.inside.output}}"
 "#;
     let workspace = daemon.workspace("mixed");
-    let started = ok(
-        "workflow.start",
-        api.typed().workflow_start(
-            spec.into(),
-            None,
-            None,
-            None,
-            Some(workspace.display().to_string()),
-        ),
-    )
-    .await;
-    let mut events = ok(
-        "workflow.subscribe",
-        api.typed().workflow_subscribe(started.workflow_id.clone(), Some(0)),
-    )
-    .await;
-    loop {
-        let event = within("a workflow event", events.next()).await.unwrap().unwrap();
-        if let protocol::api::WorkflowEventKind::WorkflowState { state, error } = event.kind
-            && state.is_over()
-        {
-            assert_eq!(state, protocol::api::WorkflowState::Completed, "{error:?}");
-            break;
-        }
-    }
+    let started = api.start_workflow(spec, &workspace).await;
+    let (state, seen) = api.workflow_end(&started.workflow_id).await;
+    assert_eq!(state, protocol::api::WorkflowState::Completed, "{seen:#?}");
     let status = ok("workflow.status", api.typed().workflow_status(started.workflow_id)).await;
     assert_eq!(status.steps[1].output.as_deref(), Some("got: from the container"));
     let runtimes: Vec<RuntimeKind> = {

@@ -266,17 +266,7 @@ approval = true
 prompt = "build {{steps.plan.output}}\n/say built it"
 "#;
     let workspace = daemon.workspace("flow");
-    let started = ok(
-        "workflow.start",
-        api.typed().workflow_start(
-            spec.into(),
-            None,
-            None,
-            None,
-            Some(workspace.display().to_string()),
-        ),
-    )
-    .await;
+    let started = api.start_workflow(spec, &workspace).await;
     let id = started.workflow_id;
     connected(&browser, &format!("{}#/workflow/{id}", page(&daemon))).await;
     browser.wait_text("#workflows li", "ui flow").await;
@@ -305,17 +295,7 @@ async fn the_page_resumes_a_failed_workflow() {
     let api = daemon.api().await;
     let spec = "name = \"routed\"\n[[steps]]\nid = \"triage\"\nagent = \"mock\"\nprompt = \"triage\\n/say neither\"\nroutes = { bug = \"fix\" }\n[[steps]]\nid = \"fix\"\nagent = \"mock\"\ndepends_on = [\"triage\"]\nprompt = \"fix\"\n";
     let workspace = daemon.workspace("flow");
-    let started = ok(
-        "workflow.start",
-        api.typed().workflow_start(
-            spec.into(),
-            None,
-            None,
-            None,
-            Some(workspace.display().to_string()),
-        ),
-    )
-    .await;
+    let started = api.start_workflow(spec, &workspace).await;
     let id = started.workflow_id;
     connected(&browser, &format!("{}#/workflow/{id}", page(&daemon))).await;
     browser.wait_text("#workflow-state", "failed").await;

@@ -9,8 +9,8 @@ use protocol::errors::ErrorKind;
 use tether_tests::daemon::{Api, Daemon, call};
 
 use crate::workflows::{
-    CHAIN, SLOW, daemon, once, output, started_session, status, subscribe, turns, until_event,
-    until_over,
+    CHAIN, SLOW, daemon, mid_turn, once, output, started_session, status, subscribe, turns,
+    until_event, until_over,
 };
 
 /// A step's agent dies mid-turn (its sidecar is killed; the daemon lives): the session is
@@ -26,31 +26,11 @@ async fn a_step_whose_agent_died_mid_turn_gets_its_prompt_again_once() {
     let daemon = Daemon::start_with_profiles(&[], &[("flow.toml", &profile)]).await;
     let workspace = daemon.workspace("ws");
     let api = daemon.api().await;
-    let started = call(
-        "workflow.start",
-        api.typed().workflow_start(
-            SLOW.into(),
-            None,
-            None,
-            None,
-            Some(workspace.display().to_string()),
-        ),
-    )
-    .await
-    .unwrap();
+    let started = api.start_workflow(SLOW, &workspace).await;
     let id = started.workflow_id;
-    let mut events = subscribe(&api, &id, 0).await;
-    let seen =
-        until_event(&mut events, |kind| matches!(kind, WorkflowEventKind::StepStarted { .. }))
-            .await;
-    let session = started_session(&seen, "a");
-    let mut turn = api.subscribe(&session, 0).await;
-    tether_tests::daemon::until(&mut turn, |event| {
-        matches!(event.kind, protocol::api::EventKind::ToolCall { .. })
-    })
-    .await;
+    let session = mid_turn(&api, &id, 1).await;
     tether_tests::daemon::kill_sidecar(&daemon, &api, &session).await;
-    let (state, seen) = until_over(&mut events).await;
+    let (state, seen) = api.workflow_end(&id).await;
     assert_eq!(state, WorkflowState::Completed, "{seen:#?}");
     // Started twice by the agent (the first answer was cut off), never a third time.
     let log = turns(&log);
@@ -68,12 +48,7 @@ async fn an_approval_survives_a_restart_while_it_waits() {
     let spec = CHAIN.replace("id = \"build\"\n", "id = \"build\"\napproval = true\n");
     let (mut daemon, log, workspace) = daemon(None).await;
     let api = daemon.api().await;
-    let started = call(
-        "workflow.start",
-        api.typed().workflow_start(spec, None, None, None, Some(workspace.display().to_string())),
-    )
-    .await
-    .unwrap();
+    let started = api.start_workflow(spec, &workspace).await;
     let id = started.workflow_id;
     let mut events = subscribe(&api, &id, 0).await;
     until_event(&mut events, |kind| matches!(kind, WorkflowEventKind::StepWaitingApproval { .. }))
@@ -96,7 +71,7 @@ async fn an_approval_survives_a_restart_while_it_waits() {
     let (code, out, err) = daemon.cli(&["workflow", "approve", &id, "build"]).await;
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("step build of workflow"), "{out}");
-    let (state, _) = until_over(&mut subscribe(&api, &id, 0).await).await;
+    let (state, _) = api.workflow_end(&id).await;
     assert_eq!(state, WorkflowState::Completed);
     once(&turns(&log), &["plan commas", "build P-commas", "review B-P-commas"]);
 }
@@ -188,18 +163,7 @@ async fn cancel_stops_the_running_steps_and_resume_goes_on() {
     let (daemon, _log, workspace) = daemon(None).await;
     let api = daemon.api().await;
     let spec = SLOW.replace("/sleep 300", "/sleep 60000");
-    let started = call(
-        "workflow.start",
-        api.typed().workflow_start(
-            spec.clone(),
-            None,
-            None,
-            None,
-            Some(workspace.display().to_string()),
-        ),
-    )
-    .await
-    .unwrap();
+    let started = api.start_workflow(spec.clone(), &workspace).await;
     let id = started.workflow_id;
     let mut events = subscribe(&api, &id, 0).await;
     let seen =
@@ -353,18 +317,7 @@ async fn two_workflows_on_one_repository_keep_their_worktrees_apart() {
     tether_tests::git(&repo, &["commit", "-q", "-m", "start"]).await;
     let mut ids = Vec::new();
     for _ in 0..2 {
-        let started = call(
-            "workflow.start",
-            api.typed().workflow_start(
-                SHARED.into(),
-                None,
-                None,
-                None,
-                Some(repo.display().to_string()),
-            ),
-        )
-        .await
-        .unwrap();
+        let started = api.start_workflow(SHARED, &repo).await;
         ids.push(started.workflow_id);
     }
     let mut shared = Vec::new();
@@ -387,7 +340,7 @@ async fn two_workflows_on_one_repository_keep_their_worktrees_apart() {
             .unwrap();
     }
     for ((id, path), size) in ids.iter().zip(&shared).zip([3, 6]) {
-        let (state, seen) = until_over(&mut subscribe(&api, id, 0).await).await;
+        let (state, seen) = api.workflow_end(id).await;
         assert_eq!(state, WorkflowState::Completed, "{seen:#?}");
         let status = status(&api, id).await;
         // b worked where a did, and saw its own workflow's mark only.
@@ -450,19 +403,8 @@ async fn a_step_keeps_its_usage() {
     let (daemon, _log, workspace) = daemon(None).await;
     let api = daemon.api().await;
     let spec = "name = \"usage\"\n[[steps]]\nid = \"a\"\nagent = \"flow\"\nprompt = \"a\\n/usage 40 100 0.25\\n/say A\"\n";
-    let started = call(
-        "workflow.start",
-        api.typed().workflow_start(
-            spec.into(),
-            None,
-            None,
-            None,
-            Some(workspace.display().to_string()),
-        ),
-    )
-    .await
-    .unwrap();
-    let (state, _) = until_over(&mut subscribe(&api, &started.workflow_id, 0).await).await;
+    let started = api.start_workflow(spec, &workspace).await;
+    let (state, _) = api.workflow_end(&started.workflow_id).await;
     assert_eq!(state, WorkflowState::Completed);
     let status = status(&api, &started.workflow_id).await;
     let usage = status.steps[0].usage.clone().expect("the step's usage");
@@ -481,20 +423,9 @@ async fn a_step_over_its_timeout_is_cancelled_and_fails() {
     let (daemon, _log, workspace) = daemon(None).await;
     let api = daemon.api().await;
     let spec = "name = \"slow\"\n[[steps]]\nid = \"a\"\nagent = \"flow\"\ntimeout_ms = 300\nprompt = \"a\\n/sleep 60000\\n/say A\"\n";
-    let started = call(
-        "workflow.start",
-        api.typed().workflow_start(
-            spec.into(),
-            None,
-            None,
-            None,
-            Some(workspace.display().to_string()),
-        ),
-    )
-    .await
-    .unwrap();
+    let started = api.start_workflow(spec, &workspace).await;
     let id = started.workflow_id;
-    let (state, seen) = until_over(&mut subscribe(&api, &id, 0).await).await;
+    let (state, seen) = api.workflow_end(&id).await;
     assert_eq!(state, WorkflowState::Failed, "{seen:#?}");
     let status = status(&api, &id).await;
     assert_eq!(status.error.as_deref(), Some("step a: timed out after 300 ms"));
@@ -528,18 +459,7 @@ async fn a_step_whose_launch_failed_is_launched_again() {
     let workspace = daemon.workspace("ws");
     let api = daemon.api().await;
     let spec = "name = \"flaky\"\n[[steps]]\nid = \"a\"\nagent = \"flaky\"\nretries = 100\nprompt = \"a\\n/say up at last\"\n";
-    let started = call(
-        "workflow.start",
-        api.typed().workflow_start(
-            spec.into(),
-            None,
-            None,
-            None,
-            Some(workspace.display().to_string()),
-        ),
-    )
-    .await
-    .unwrap();
+    let started = api.start_workflow(spec, &workspace).await;
     let id = started.workflow_id;
     let mut events = subscribe(&api, &id, 0).await;
     let seen =
@@ -561,13 +481,8 @@ async fn a_step_whose_launch_failed_is_launched_again() {
     // With no retries left, the failed launch fails the step, saying why.
     std::fs::write(&blocker, "").unwrap();
     let spec = spec.replace("retries = 100", "retries = 0");
-    let started = call(
-        "workflow.start",
-        api.typed().workflow_start(spec, None, None, None, Some(workspace.display().to_string())),
-    )
-    .await
-    .unwrap();
-    let (state, _) = until_over(&mut subscribe(&api, &started.workflow_id, 0).await).await;
+    let started = api.start_workflow(spec, &workspace).await;
+    let (state, _) = api.workflow_end(&started.workflow_id).await;
     assert_eq!(state, WorkflowState::Failed);
     let status = status(&api, &started.workflow_id).await;
     assert!(

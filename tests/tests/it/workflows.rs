@@ -142,8 +142,7 @@ async fn run_through(
         }
     };
     let api = daemon.api().await;
-    let mut events = subscribe(&api, &id, 0).await;
-    let (state, seen) = until_over(&mut events).await;
+    let (state, seen) = api.workflow_end(&id).await;
     let status = status(&api, &id).await;
     assert_eq!(state, WorkflowState::Completed, "{fault:?}: {:?}\n{seen:#?}", status.error);
     // Every finished step's session is stopped (its agent is not left running).
@@ -159,22 +158,10 @@ async fn run_through(
     (status, turns(&log), died)
 }
 
-/// Runs `spec` with every step slowed (a tool call, then 100 ms before its answer) and
-/// SIGKILLs the daemon while the `nth` step to start is mid-turn (its tool call seen), then
-/// starts it again and follows the workflow to its end.
-async fn killed_mid_step(spec: &str, nth: usize) -> (WorkflowStatus, BTreeMap<String, usize>) {
-    let slow = spec.replace("\\n/say ", "\\n/tool\\n/sleep 100\\n/say ");
-    assert_ne!(slow, spec, "every step answers with /say");
-    let (mut daemon, log, workspace) = daemon(None).await;
-    let api = daemon.api().await;
-    let started = call(
-        "workflow.start",
-        api.typed().workflow_start(slow, None, None, None, Some(workspace.display().to_string())),
-    )
-    .await
-    .unwrap();
-    let id = started.workflow_id;
-    let mut events = subscribe(&api, &id, 0).await;
+/// Waits until the `nth` step of workflow `id` to start is in the middle of its turn (its
+/// tool call seen: its prompt must carry `/tool`); its session.
+pub(crate) async fn mid_turn(api: &Api, id: &str, nth: usize) -> String {
+    let mut events = subscribe(api, id, 0).await;
     let starts = std::cell::Cell::new(0);
     let seen = until_event(&mut events, |kind| {
         if matches!(kind, WorkflowEventKind::StepStarted { .. }) {
@@ -196,11 +183,25 @@ async fn killed_mid_step(spec: &str, nth: usize) -> (WorkflowStatus, BTreeMap<St
         matches!(event.kind, protocol::api::EventKind::ToolCall { .. })
     })
     .await;
-    drop((events, turn, api));
+    session
+}
+
+/// Runs `spec` with every step slowed (a tool call, then 100 ms before its answer) and
+/// SIGKILLs the daemon while the `nth` step to start is mid-turn (its tool call seen), then
+/// starts it again and follows the workflow to its end.
+async fn killed_mid_step(spec: &str, nth: usize) -> (WorkflowStatus, BTreeMap<String, usize>) {
+    let slow = spec.replace("\\n/say ", "\\n/tool\\n/sleep 100\\n/say ");
+    assert_ne!(slow, spec, "every step answers with /say");
+    let (mut daemon, log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let started = api.start_workflow(slow, &workspace).await;
+    let id = started.workflow_id;
+    mid_turn(&api, &id, nth).await;
+    drop(api);
     daemon.kill().await;
     daemon.restart().await;
     let api = daemon.api().await;
-    let (state, seen) = until_over(&mut subscribe(&api, &id, 0).await).await;
+    let (state, seen) = api.workflow_end(&id).await;
     assert_eq!(state, WorkflowState::Completed, "killed in step start {nth}: {seen:#?}");
     (status(&api, &id).await, turns(&log))
 }
@@ -485,34 +486,14 @@ prompt = "b {{steps.a.output}}\n/say B"
 async fn a_kill_in_the_middle_of_a_step_loses_and_repeats_nothing() {
     let (mut daemon, log, workspace) = daemon(None).await;
     let api = daemon.api().await;
-    let started = call(
-        "workflow.start",
-        api.typed().workflow_start(
-            SLOW.into(),
-            None,
-            None,
-            None,
-            Some(workspace.display().to_string()),
-        ),
-    )
-    .await
-    .unwrap();
+    let started = api.start_workflow(SLOW, &workspace).await;
     let id = started.workflow_id;
-    let mut events = subscribe(&api, &id, 0).await;
-    let seen =
-        until_event(&mut events, |kind| matches!(kind, WorkflowEventKind::StepStarted { .. }))
-            .await;
-    let session = started_session(&seen, "a");
-    let mut turn = api.subscribe(&session, 0).await;
-    tether_tests::daemon::until(&mut turn, |event| {
-        matches!(event.kind, protocol::api::EventKind::ToolCall { .. })
-    })
-    .await;
-    drop((events, turn, api));
+    mid_turn(&api, &id, 1).await;
+    drop(api);
     daemon.kill().await;
     daemon.restart().await;
     let api = daemon.api().await;
-    let (state, seen) = until_over(&mut subscribe(&api, &id, 0).await).await;
+    let (state, seen) = api.workflow_end(&id).await;
     assert_eq!(state, WorkflowState::Completed, "{seen:#?}");
     once(&turns(&log), &["a", "b A"]);
     let status = status(&api, &id).await;
