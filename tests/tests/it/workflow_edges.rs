@@ -26,7 +26,8 @@ async fn a_step_whose_agent_died_mid_turn_gets_its_prompt_again_once() {
     let daemon = Daemon::start_with_profiles(&[], &[("flow.toml", &profile)]).await;
     let workspace = daemon.workspace("ws");
     let api = daemon.api().await;
-    let started = api.start_workflow(SLOW, &workspace).await;
+    // Long enough that the kill lands mid-turn however loaded the machine is.
+    let started = api.start_workflow(SLOW.replace("/sleep 300", "/sleep 2000"), &workspace).await;
     let id = started.workflow_id;
     let session = mid_turn(&api, &id, 1).await;
     tether_tests::daemon::kill_sidecar(&daemon, &api, &session).await;
