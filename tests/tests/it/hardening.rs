@@ -880,13 +880,19 @@ async fn r29_an_escaped_grandchild_is_killed_with_its_session() {
             .and_then(|pid| pid.parse().ok())
             .unwrap_or_else(|| panic!("a pid in {reply}"));
         assert!(!gone(pid), "the escaped child runs");
+        // Held from now on, so the exit awaited below is this process's, whatever reuses
+        // its pid.
+        let child = agentctl::process::PidFd::open(pid).expect("a pidfd of the escaped child");
         // agentctl dies hard: its guard kills the agent's group, not the escaped child.
         tether_tests::daemon::sigkill(daemon.agentctl_pid(&session)).await;
         match ending {
             "stop" => ok("stop", api.typed().session_stop(session.clone())).await,
             _ => ok("delete", api.typed().session_delete(session.clone(), None, None)).await,
         };
-        assert!(gone(pid), "the escaped child {pid} is killed by the session's {ending}");
+        // Its cgroup is killed by the stop's fence (which may finish after the stop
+        // answered): the child's exit is awaited, not sampled.
+        let killed = format!("the escaped child {pid} to be killed by the session's {ending}");
+        tether_tests::within(&killed, child.exited()).await.expect("its pidfd");
     }
 }
 
