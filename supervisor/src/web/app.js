@@ -97,6 +97,15 @@ class Rpc {
     return id;
   }
 
+  // Ends a subscription: its handler goes first, so nothing it still delivers is seen.
+  unsubscribe(id, method = "task.session.unsubscribe") {
+    this.handlers.delete(String(id));
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) {
+      const request = this.nextId++;
+      this.ws.send(JSON.stringify({ jsonrpc: "2.0", id: request, method, params: [id] }));
+    }
+  }
+
   async subscribe(sessionId, afterSeq, handler) {
     const id = await this.call("task.session.subscribe", { session_id: sessionId, after_seq: afterSeq });
     this.handlers.set(String(id), handler);
@@ -114,6 +123,8 @@ const state = {
   workflowSubscriptions: new Set(),
   agents: [],
   open: null, // the session shown
+  following: null, // the subscription that renders the open session: { id, token }
+  followToken: 0,
   lastSeq: new Map(), // session id → the last event seq rendered
   resumedThisVisit: new Set(),
   badgeSubscriptions: new Set(),
@@ -374,16 +385,28 @@ async function resume(sessionId) {
   }
 }
 
+// One subscription renders the open session: the one before is ended first, and any event
+// it still delivers is dropped, so it can never move `lastSeq` past a replay in flight.
 async function follow(sessionId) {
+  if (state.following) {
+    rpc.unsubscribe(state.following.id);
+    state.following = null;
+  }
+  const token = ++state.followToken;
   const after = state.lastSeq.get(sessionId) || 0;
   try {
-    await rpc.subscribe(sessionId, after, (event) => {
-      if (state.open !== sessionId) return;
+    const id = await rpc.subscribe(sessionId, after, (event) => {
+      if (token !== state.followToken || state.open !== sessionId) return;
       const last = state.lastSeq.get(sessionId) || 0;
       if (event.seq <= last) return; // already rendered (a resubscribe's overlap)
       state.lastSeq.set(sessionId, event.seq);
       render(event);
     });
+    if (token === state.followToken) {
+      state.following = { id, token };
+    } else {
+      rpc.unsubscribe(id); // another session was opened meanwhile
+    }
   } catch (error) {
     sessionError(error);
   }
@@ -690,6 +713,8 @@ async function onConnected() {
 }
 
 function onDisconnected() {
+  // The connection's subscriptions went with it.
+  state.following = null;
   const badge = $("#connection");
   badge.textContent = "reconnecting…";
   badge.className = "badge offline";

@@ -320,3 +320,51 @@ async fn the_page_resumes_a_failed_workflow() {
     assert_eq!(resumed.resumes, 1);
     browser.wait_text("#steps [data-step-row=triage]", "neither").await;
 }
+
+/// Issue 31, defect 1: switching away from a session and back while it streams dropped
+/// most of its transcript — the first subscription was never ended, its live events moved
+/// the page's last seq on, and the new subscription's replay was then thrown away as
+/// already shown.
+#[tokio::test]
+async fn r31_switching_away_from_a_streaming_session_and_back_keeps_its_whole_transcript() {
+    let Some(browser) = browser::start("switch").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let a = api.ready_session("mock", &daemon.workspace("a")).await;
+    let b = api.ready_session("mock", &daemon.workspace("b")).await;
+    // A history worth replaying.
+    for n in 1..=10 {
+        api.ask(&a, &format!("/stream 300\nearlier turn {n}")).await;
+    }
+    connected(&browser, &format!("{}#/session/{a}", page(&daemon))).await;
+    browser.wait_text("#transcript .user", "earlier turn 10").await;
+    // A turn that waits for a permission, then streams.
+    let mut events = api.subscribe_at_end(&a).await;
+    api.prompt(&a, "/permission\n/stream 300\nthe live turn").await.unwrap();
+    let (_, request, _) = tether_tests::daemon::until_permission_request(&mut events).await;
+    browser.wait_text(".permission", "mock tool: list files").await;
+    browser.click(&format!("#tasks .session[data-session=\"{b}\"]")).await;
+    browser.wait_text("#session-title", &b).await;
+    browser.click(&format!("#tasks .session[data-session=\"{a}\"]")).await;
+    // Answered at once: the turn streams while the page replays the session.
+    ok(
+        "permission.respond",
+        api.typed().permission_respond(a.clone(), request, Some("allow".into())),
+    )
+    .await;
+    tether_tests::daemon::until(&mut events, tether_tests::daemon::turn_ended).await;
+    browser.wait_text("#transcript .agent", "the live turn").await;
+    browser.wait_text("#transcript .agent", "[300/300]").await;
+    let users = browser.texts("#transcript .user").await;
+    let wanted: Vec<String> =
+        (1..=10).map(|n| format!("earlier turn {n}")).chain(["the live turn".to_owned()]).collect();
+    for text in &wanted {
+        assert_eq!(
+            users.iter().filter(|user| user.ends_with(text.as_str())).count(),
+            1,
+            "{text:?} once in the transcript: {users:?}"
+        );
+    }
+    let agent = browser.texts("#transcript .agent").await.concat();
+    assert_eq!(agent.matches("[300/300]").count(), 11, "every turn's last chunk, once");
+}
