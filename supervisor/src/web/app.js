@@ -488,6 +488,11 @@ function render(event) {
     case "turn_ended":
       state.currentAgent = null;
       state.currentThought = null;
+      // Questions of a turn that ended cannot be answered any more.
+      for (const box of state.permissions.values()) {
+        const answer = box.querySelector(".answer");
+        if (answer.querySelector("button")) answer.replaceChildren("no longer asked");
+      }
       transcript(
         el("div", { class: "turn-end", "data-turn-end": event.turn_id },
           `turn ${event.state}${event.stop_reason ? ": " + event.stop_reason : ""}${event.error ? ": " + event.error : ""}`),
@@ -517,6 +522,8 @@ function render(event) {
 }
 
 function renderPermission(event) {
+  // Asked again (the daemon re-asks open questions after a restart): one box per question.
+  if (state.permissions.has(event.request_id)) return;
   const options = (event.params && event.params.options) || [];
   const tool = (event.params && event.params.toolCall && event.params.toolCall.title) || "a tool";
   const pick = (kinds) => options.find((o) => kinds.includes(o.kind));

@@ -368,3 +368,44 @@ async fn r31_switching_away_from_a_streaming_session_and_back_keeps_its_whole_tr
     let agent = browser.texts("#transcript .agent").await.concat();
     assert_eq!(agent.matches("[300/300]").count(), 11, "every turn's last chunk, once");
 }
+
+/// Issue 31, defect 2: a permission request pending across a daemon restart was shown
+/// twice (the daemon asks it again after re-attaching), and the stale box kept live
+/// buttons forever.
+#[tokio::test]
+async fn r31_a_permission_pending_across_a_restart_is_shown_once() {
+    let Some(browser) = browser::start("permission-restart").await else { return };
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut daemon = Daemon::start(&["--listen", &listen]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("p")).await;
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    prompt_in_page(&browser, "/permission\nacross a restart").await;
+    browser.wait_text(".permission", "The agent asks to run mock tool: list files").await;
+    drop(api);
+    daemon.kill().await;
+    browser.wait_text("#connection", "reconnecting").await;
+    daemon.restart().await;
+    browser.wait_text("#connection", "connected").await;
+    // Asked again by the re-attached daemon: the page shows the question once, and that
+    // box answers it.
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, 0).await;
+    let asked = tether_tests::daemon::until(&mut events, |event| {
+        matches!(event.kind, protocol::api::EventKind::PermissionRequest { .. })
+    })
+    .await;
+    let last_seq = asked.last().unwrap().seq;
+    let mut events = api.subscribe(&session, last_seq).await;
+    let again = tether_tests::daemon::until(&mut events, |event| {
+        matches!(event.kind, protocol::api::EventKind::PermissionRequest { .. })
+    });
+    tether_tests::within("the question asked again after the restart", again).await;
+    browser.click(".permission button.allow").await;
+    browser.wait_text(".permission", "answered: allow").await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    assert_eq!(browser.texts(".permission").await.len(), 1, "the question once");
+    assert!(browser.texts(".permission button").await.is_empty(), "no live button is left");
+}
