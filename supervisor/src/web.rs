@@ -22,6 +22,8 @@ use crate::service::Supervisor;
 const INDEX: &str = include_str!("web/index.html");
 const APP_JS: &str = include_str!("web/app.js");
 const APP_CSS: &str = include_str!("web/app.css");
+/// The page's icon.
+const FAVICON: &str = include_str!("web/favicon.svg");
 
 /// The subprotocol the page asks for; the server names it in its answer, as browsers
 /// require when a page offers subprotocols.
@@ -174,6 +176,8 @@ where
                 )),
                 "/ui/app.js" => Some(("text/javascript; charset=utf-8", APP_JS.to_owned())),
                 "/ui/app.css" => Some(("text/css; charset=utf-8", APP_CSS.to_owned())),
+                // Browsers ask for `/favicon.ico` whatever the page names.
+                "/ui/favicon.svg" | "/favicon.ico" => Some(("image/svg+xml", FAVICON.to_owned())),
                 _ => None,
             };
             if let Some((content_type, body)) = page {

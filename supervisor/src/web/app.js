@@ -46,20 +46,46 @@ class Rpc {
     const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/";
     const ws = new WebSocket(url, protocols);
     this.ws = ws;
+    let opened = false;
     ws.onopen = () => {
+      opened = true;
+      this.refusals = 0;
       this.delay = 250;
       this.onOpen();
     };
     ws.onmessage = (message) => this.receive(JSON.parse(message.data));
-    ws.onclose = () => {
+    ws.onclose = async () => {
       for (const { reject } of this.pending.values()) reject(new Error("the connection closed"));
       this.pending.clear();
       this.handlers.clear();
       this.onClose();
+      // Refused before it opened, with a token, by a daemon that serves this page — twice,
+      // so a daemon that came up between the two is not taken for a refusal: the token is
+      // wrong, and trying it again would loop forever. Ask for another.
+      if (!opened && token && (await this.serving())) {
+        this.refusals = (this.refusals || 0) + 1;
+        if (this.refusals >= 2) {
+          this.refusals = 0;
+          this.onRefused();
+          return;
+        }
+        setTimeout(() => this.connect(), 0);
+        return;
+      }
+      this.refusals = 0;
       // Reconnect with a growing delay (at most 5 s): the daemon may be restarting.
       setTimeout(() => this.connect(), this.delay);
       this.delay = Math.min(this.delay * 2, 5000);
     };
+  }
+
+  // Whether the daemon answers (the page needs no token).
+  async serving() {
+    try {
+      return (await fetch("/", { cache: "no-store" })).ok;
+    } catch (error) {
+      return false;
+    }
   }
 
   receive(message) {
@@ -135,6 +161,14 @@ const state = {
 };
 
 const rpc = new Rpc(onConnected, onDisconnected);
+rpc.onRefused = () => {
+  sessionStorage.removeItem("tether-token");
+  const badge = $("#connection");
+  badge.textContent = "token refused";
+  badge.className = "badge offline";
+  $("#token-note").textContent = "The daemon refused this token. Enter it again.";
+  $("#token-form").hidden = false;
+};
 
 function showError(error) {
   const box = $("#error");
@@ -624,6 +658,7 @@ function wire() {
     event.preventDefault();
     sessionStorage.setItem("tether-token", $("#token").value);
     $("#token-form").hidden = true;
+    $("#token-note").textContent = "";
     rpc.connect();
   });
   document.forms["new-task"].addEventListener("submit", async (event) => {

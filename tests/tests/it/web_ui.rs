@@ -409,3 +409,35 @@ async fn r31_a_permission_pending_across_a_restart_is_shown_once() {
     assert_eq!(browser.texts(".permission").await.len(), 1, "the question once");
     assert!(browser.texts(".permission button").await.is_empty(), "no live button is left");
 }
+
+/// Issue 31, defect 7: a wrong token looped on "reconnecting…" forever with no way to
+/// enter another, and the page's icon was answered 403 (an error on every load).
+#[tokio::test]
+async fn r31_a_wrong_token_is_asked_again_and_the_icon_is_served() {
+    let Some(browser) = browser::start("wrong-token").await else { return };
+    let token = "ui-s3cret-0123456789";
+    let daemon = Daemon::start_with_env(&[], &[], &[("TETHER_AUTH_TOKEN", token)]).await;
+    browser.open(&page(&daemon)).await;
+    browser.wait_text("#token-form", "asks for its API token").await;
+    browser.type_into("#token", "not-the-token-000000").await;
+    browser.click("#token-form button[type=submit]").await;
+    browser.wait_text("#token-form", "refused this token").await;
+    browser.wait_text("#connection", "token refused").await;
+    browser.type_into("#token", token).await;
+    browser.click("#token-form button[type=submit]").await;
+    browser.wait_text("#connection", "connected").await;
+    // The icon the page names is served, without a token, as the page itself is.
+    let icon = browser
+        .run(
+            "return document.querySelector('link[rel=icon]').getAttribute('href');",
+            serde_json::json!([]),
+        )
+        .await;
+    let addr = daemon.url.trim_start_matches("ws://").to_owned();
+    for path in [icon.as_str().unwrap(), "/favicon.ico"] {
+        let (status, head, _) = browser::http(&addr, "GET", path, &[], None).await;
+        assert_eq!(status, 200, "{path}");
+        let kind = head.iter().find(|(name, _)| name == "content-type").map(|(_, v)| v.as_str());
+        assert_eq!(kind, Some("image/svg+xml"), "{path}");
+    }
+}
