@@ -181,8 +181,9 @@ function showError(error) {
   box.textContent = error.kind ? `${error.kind}: ${error.message}` : error.message;
 }
 
-function activity(text) {
-  const item = el("li", {}, `${new Date().toLocaleTimeString()} ${text}`);
+// A line of the session's activity, at `at` (an event's Unix ms; now for the page's own).
+function activity(text, at = Date.now()) {
+  const item = el("li", { "data-at": String(at) }, `${new Date(at).toLocaleTimeString()} ${text}`);
   $("#activity").append(item);
   $("#activity").scrollTop = $("#activity").scrollHeight;
 }
@@ -454,7 +455,26 @@ function renderStatus(status) {
   const badge = $("#session-state");
   badge.textContent = status.state;
   badge.className = `badge ${status.state}`;
+  setBadge(status.session_id, status.state);
+  // The status says what is wrong now: an error shown before (a reconnect's, an old
+  // action's) goes when it says nothing.
   if (status.error) sessionError(new Error(status.error));
+  else $("#session-error").hidden = true;
+}
+
+// Acts on the open session, then shows its state as the daemon now has it (a stop of a
+// session without an agent changes it without an event the page follows).
+async function actOnSession(method, confirmText) {
+  const sessionId = state.open;
+  const done = await act(method, { session_id: sessionId }, confirmText);
+  if (done !== undefined && state.open === sessionId) {
+    try {
+      renderStatus(await rpc.call("task.session.status", { session_id: sessionId }));
+    } catch (error) {
+      sessionError(error);
+    }
+  }
+  return done;
 }
 
 function sessionError(error) {
@@ -536,19 +556,19 @@ function render(event) {
       transcript(el("div", { class: "notice" }, "notice: " + event.message));
       break;
     case "progress":
-      activity(`${event.step}${event.detail ? ": " + event.detail : ""}`);
+      activity(`${event.step}${event.detail ? ": " + event.detail : ""}`, event.at);
       break;
     case "resume_outcome":
-      activity(`outcome: ${event.outcome}`);
+      activity(`outcome: ${event.outcome}`, event.at);
       break;
     case "pause_requested":
-      activity(`pause requested${event.reason ? ": " + event.reason : ""}`);
+      activity(`pause requested${event.reason ? ": " + event.reason : ""}`, event.at);
       break;
     case "paused":
-      activity(`paused${event.forced ? " (the turn was cancelled)" : ""}`);
+      activity(`paused${event.forced ? " (the turn was cancelled)" : ""}`, event.at);
       break;
     case "snapshot_taken":
-      activity(`snapshot (${event.trigger})`);
+      activity(`snapshot (${event.trigger})`, event.at);
       break;
     default:
       break;
@@ -703,11 +723,18 @@ function wire() {
   });
   $("#workflow-cancel").addEventListener("click", () =>
     act("workflow.cancel", { workflow_id: state.openWorkflow }, "Cancel this workflow? Its running steps stop; it can be resumed."));
-  $("#cancel").addEventListener("click", () => act("task.session.cancel", { session_id: state.open }));
-  $("#pause").addEventListener("click", () => act("task.session.pause", { session_id: state.open }));
+  $("#cancel").addEventListener("click", () => actOnSession("task.session.cancel"));
+  $("#pause").addEventListener("click", () => actOnSession("task.session.pause"));
   $("#resume").addEventListener("click", () => resume(state.open));
   $("#stop").addEventListener("click", () =>
-    act("task.session.stop", { session_id: state.open }, "Stop this session for good? It cannot be resumed."));
+    actOnSession("task.session.stop", "Stop this session for good? It cannot be resumed."));
+  // Back and forward move between the sessions and workflows opened.
+  window.addEventListener("hashchange", () => {
+    const session = location.hash.match(/^#\/session\/(.+)$/);
+    const workflow = location.hash.match(/^#\/workflow\/(.+)$/);
+    if (session && session[1] !== state.open) openSession(session[1]);
+    else if (workflow && workflow[1] !== state.openWorkflow) openWorkflow(workflow[1]);
+  });
   $("#delete").addEventListener("click", async () => {
     const done = await act("task.session.delete", { session_id: state.open }, "Delete this session and its records?");
     if (done) {

@@ -441,3 +441,78 @@ async fn r31_a_wrong_token_is_asked_again_and_the_icon_is_served() {
         assert_eq!(kind, Some("image/svg+xml"), "{path}");
     }
 }
+
+/// Issue 31, defect 6: after Stop on a FAILED session the badge still said FAILED (the
+/// daemon said COMPLETED); an error shown before a reconnect stayed after it; back and
+/// forward did nothing; activity lines carried the page's time, not the event's.
+#[tokio::test]
+async fn r31_the_page_shows_what_the_daemon_says_after_stop_reconnect_and_history_moves() {
+    let Some(browser) = browser::start("states").await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let blocker = dir.path().join("blocked");
+    std::fs::write(&blocker, "").unwrap();
+    let profile = format!(
+        "id = \"flaky\"\ncommand = [\"mock-agent\", \"--fail-while\", \"{}\"]\nprotocol = \"acp\"\n",
+        blocker.display()
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut daemon =
+        Daemon::start_with_profiles(&["--listen", &listen], &[("flaky.toml", &profile)]).await;
+    let api = daemon.api().await;
+    let healthy = api.ready_session("mock", &daemon.workspace("ok")).await;
+    // A turn leaves a snapshot: an activity line from an event, at the event's time.
+    api.ask(&healthy, "hello").await;
+    let task = ok("task.create", api.typed().task_create("flaky".into(), None)).await;
+    let failed = tether_tests::daemon::Create::new(&task.id, "flaky", Some(&daemon.workspace("f")))
+        .send(api.typed());
+    let failed = ok("create", failed).await.id;
+    let mut events = api.subscribe(&failed, 0).await;
+    tether_tests::daemon::until(&mut events, |e| {
+        tether_tests::daemon::is_state(e, protocol::api::SessionState::Failed)
+    })
+    .await;
+
+    connected(&browser, &format!("{}#/session/{healthy}", page(&daemon))).await;
+    browser.wait_text("#activity", "snapshot (turn_complete)").await;
+    let at = browser
+        .run(
+            "return document.querySelector('#activity li[data-at]:last-child').dataset.at;",
+            serde_json::json!([]),
+        )
+        .await;
+    let mut events = api.subscribe(&healthy, 0).await;
+    let seen = tether_tests::daemon::until(&mut events, |e| {
+        matches!(e.kind, protocol::api::EventKind::SnapshotTaken { .. })
+    })
+    .await;
+    assert_eq!(at.as_str().unwrap(), seen.last().unwrap().at.to_string(), "the event's time");
+    // An error on the healthy session (no turn to cancel) is shown, and gone after a
+    // reconnect since the daemon then says nothing is wrong.
+    browser.click("#cancel").await;
+    browser.wait_text("#session-error", "no turn is running").await;
+    drop(api);
+    daemon.kill().await;
+    browser.wait_text("#connection", "reconnecting").await;
+    daemon.restart().await;
+    browser.wait_text("#connection", "connected").await;
+    let shown = browser
+        .run("return document.querySelector('#session-error').hidden;", serde_json::json!([]))
+        .await;
+    assert_eq!(shown, serde_json::json!(true), "the old error is gone");
+    let api = daemon.api().await;
+
+    // The failed session, opened and stopped: its badges say COMPLETED, as the daemon.
+    browser.click(&format!("#tasks .session[data-session=\"{failed}\"]")).await;
+    browser.wait_text("#session-state", "FAILED").await;
+    browser.run("window.confirm = () => true; return true;", serde_json::json!([])).await;
+    browser.click("#stop").await;
+    browser.wait_text("#session-state", "COMPLETED").await;
+    browser.wait_text(&format!("#tasks [data-badge=\"{failed}\"]"), "COMPLETED").await;
+    assert_eq!(api.status(&failed).await.state, protocol::api::SessionState::Completed);
+    // Back: the healthy session again; forward: the stopped one.
+    browser.run("history.back(); return true;", serde_json::json!([])).await;
+    browser.wait_text("#session-title", &healthy).await;
+    browser.run("history.forward(); return true;", serde_json::json!([])).await;
+    browser.wait_text("#session-title", &failed).await;
+}
