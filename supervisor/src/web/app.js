@@ -399,7 +399,11 @@ async function openSession(sessionId) {
   }
   renderStatus(status);
   await follow(sessionId);
-  if (status.needs_resume && !state.resumedThisVisit.has(sessionId)) {
+  // Opening a session brings back only an agent that died under a session waiting for
+  // input; a PAUSED or FAILED one (or one that cannot be resumed now) waits for its
+  // Resume button.
+  const lost = status.state === "WAITING_FOR_INPUT" && status.is_resumable;
+  if (status.needs_resume && lost && !state.resumedThisVisit.has(sessionId)) {
     state.resumedThisVisit.add(sessionId);
     await resume(sessionId);
   }
@@ -456,10 +460,22 @@ function renderStatus(status) {
   badge.textContent = status.state;
   badge.className = `badge ${status.state}`;
   setBadge(status.session_id, status.state);
+  showActions(status.state, status.needs_resume);
   // The status says what is wrong now: an error shown before (a reconnect's, an old
   // action's) goes when it says nothing.
   if (status.error) sessionError(new Error(status.error));
   else $("#session-error").hidden = true;
+}
+
+// The session's buttons that its state allows: Cancel turn while a turn runs, Pause while
+// its agent is up, Resume when it has no agent, Stop until it ended; Delete always.
+function showActions(sessionState, needsResume) {
+  const ended = sessionState === "COMPLETED" || sessionState === "CANCELLED";
+  const rest = sessionState === "PAUSED" || sessionState === "FAILED";
+  $("#cancel").hidden = sessionState !== "RUNNING";
+  $("#pause").hidden = !(sessionState === "RUNNING" || sessionState === "WAITING_FOR_INPUT");
+  $("#resume").hidden = ended || !(rest || needsResume === true);
+  $("#stop").hidden = ended;
 }
 
 // Acts on the open session, then shows its state as the daemon now has it (a stop of a
@@ -496,6 +512,7 @@ function render(event) {
       const badge = $("#session-state");
       badge.textContent = event.state;
       badge.className = `badge ${event.state}`;
+      showActions(event.state, event.state === "WAITING_FOR_INPUT" && Boolean(event.error));
       setBadge(state.open, event.state);
       if (event.error) sessionError(new Error(event.error));
       else if (event.state === "RUNNING") $("#session-error").hidden = true;

@@ -442,12 +442,50 @@ async fn r31_a_wrong_token_is_asked_again_and_the_icon_is_served() {
     }
 }
 
-/// Issue 31, defect 6: after Stop on a FAILED session the badge still said FAILED (the
-/// daemon said COMPLETED); an error shown before a reconnect stayed after it; back and
-/// forward did nothing; activity lines carried the page's time, not the event's.
+/// Issue 31, defect 6 (a): an error shown before a reconnect stayed after it, and
+/// activity lines carried the page's time, not the event's.
 #[tokio::test]
-async fn r31_the_page_shows_what_the_daemon_says_after_stop_reconnect_and_history_moves() {
-    let Some(browser) = browser::start("states").await else { return };
+async fn r31_an_old_error_goes_after_a_reconnect_and_activity_has_the_events_time() {
+    let Some(browser) = browser::start("reconnect-error").await else { return };
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut daemon = Daemon::start(&["--listen", &listen]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("ok")).await;
+    // A turn leaves a snapshot: an activity line from an event, at the event's time.
+    api.ask(&session, "hello").await;
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#activity", "snapshot (turn_complete)").await;
+    let script = "return document.querySelector('#activity li[data-at]:last-child').dataset.at;";
+    let at = browser.run(script, serde_json::json!([])).await;
+    let mut events = api.subscribe(&session, 0).await;
+    let seen = tether_tests::daemon::until(&mut events, |e| {
+        matches!(e.kind, protocol::api::EventKind::SnapshotTaken { .. })
+    })
+    .await;
+    assert_eq!(at.as_str().unwrap(), seen.last().unwrap().at.to_string(), "the event's time");
+    // An error (a prompt while a turn runs) is shown, and gone after a reconnect since the
+    // daemon then says nothing is wrong.
+    prompt_in_page(&browser, "/sleep 400\nslow").await;
+    browser.wait_text("#session-state", "RUNNING").await;
+    prompt_in_page(&browser, "too soon").await;
+    browser.wait_text("#session-error", "prompts are taken in WAITING_FOR_INPUT").await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    drop((events, api));
+    daemon.kill().await;
+    browser.wait_text("#connection", "reconnecting").await;
+    daemon.restart().await;
+    browser.wait_text("#connection", "connected").await;
+    let script = "return document.querySelector('#session-error').hidden;";
+    let hidden = browser.run(script, serde_json::json!([])).await;
+    assert_eq!(hidden, serde_json::json!(true), "the old error is gone");
+}
+
+/// Issue 31, defect 6 (b): after Stop on a FAILED session the badge still said FAILED
+/// (the daemon said COMPLETED), and back and forward did nothing.
+#[tokio::test]
+async fn r31_stop_on_a_failed_session_shows_completed_and_back_and_forward_move() {
+    let Some(browser) = browser::start("failed-stop").await else { return };
     let dir = tempfile::tempdir().unwrap();
     let blocker = dir.path().join("blocked");
     std::fs::write(&blocker, "").unwrap();
@@ -455,54 +493,19 @@ async fn r31_the_page_shows_what_the_daemon_says_after_stop_reconnect_and_histor
         "id = \"flaky\"\ncommand = [\"mock-agent\", \"--fail-while\", \"{}\"]\nprotocol = \"acp\"\n",
         blocker.display()
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut daemon =
-        Daemon::start_with_profiles(&["--listen", &listen], &[("flaky.toml", &profile)]).await;
+    let daemon = Daemon::start_with_profiles(&[], &[("flaky.toml", &profile)]).await;
     let api = daemon.api().await;
     let healthy = api.ready_session("mock", &daemon.workspace("ok")).await;
-    // A turn leaves a snapshot: an activity line from an event, at the event's time.
-    api.ask(&healthy, "hello").await;
     let task = ok("task.create", api.typed().task_create("flaky".into(), None)).await;
-    let failed = tether_tests::daemon::Create::new(&task.id, "flaky", Some(&daemon.workspace("f")))
-        .send(api.typed());
-    let failed = ok("create", failed).await.id;
+    let create = tether_tests::daemon::Create::new(&task.id, "flaky", Some(&daemon.workspace("f")));
+    let failed = ok("create", create.send(api.typed())).await.id;
     let mut events = api.subscribe(&failed, 0).await;
     tether_tests::daemon::until(&mut events, |e| {
         tether_tests::daemon::is_state(e, protocol::api::SessionState::Failed)
     })
     .await;
-
     connected(&browser, &format!("{}#/session/{healthy}", page(&daemon))).await;
-    browser.wait_text("#activity", "snapshot (turn_complete)").await;
-    let at = browser
-        .run(
-            "return document.querySelector('#activity li[data-at]:last-child').dataset.at;",
-            serde_json::json!([]),
-        )
-        .await;
-    let mut events = api.subscribe(&healthy, 0).await;
-    let seen = tether_tests::daemon::until(&mut events, |e| {
-        matches!(e.kind, protocol::api::EventKind::SnapshotTaken { .. })
-    })
-    .await;
-    assert_eq!(at.as_str().unwrap(), seen.last().unwrap().at.to_string(), "the event's time");
-    // An error on the healthy session (no turn to cancel) is shown, and gone after a
-    // reconnect since the daemon then says nothing is wrong.
-    browser.click("#cancel").await;
-    browser.wait_text("#session-error", "no turn is running").await;
-    drop(api);
-    daemon.kill().await;
-    browser.wait_text("#connection", "reconnecting").await;
-    daemon.restart().await;
-    browser.wait_text("#connection", "connected").await;
-    let shown = browser
-        .run("return document.querySelector('#session-error').hidden;", serde_json::json!([]))
-        .await;
-    assert_eq!(shown, serde_json::json!(true), "the old error is gone");
-    let api = daemon.api().await;
-
-    // The failed session, opened and stopped: its badges say COMPLETED, as the daemon.
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
     browser.click(&format!("#tasks .session[data-session=\"{failed}\"]")).await;
     browser.wait_text("#session-state", "FAILED").await;
     browser.run("window.confirm = () => true; return true;", serde_json::json!([])).await;
@@ -515,4 +518,42 @@ async fn r31_the_page_shows_what_the_daemon_says_after_stop_reconnect_and_histor
     browser.wait_text("#session-title", &healthy).await;
     browser.run("history.forward(); return true;", serde_json::json!([])).await;
     browser.wait_text("#session-title", &failed).await;
+}
+
+/// Issue 31, defect 3: opening a PAUSED or FAILED session relaunched its agent, and
+/// "Cancel turn" on a PAUSED session ended it for good without asking. Opening has no side
+/// effect now, and only the buttons the state allows are shown.
+#[tokio::test]
+async fn r31_opening_a_paused_session_leaves_it_paused_and_shows_only_what_it_allows() {
+    let Some(browser) = browser::start("paused").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("p")).await;
+    api.ask(&session, "before the pause").await;
+    let paused = api.typed().session_pause(session.clone(), Some("end of day".into()), None);
+    ok("pause", paused).await;
+    assert_eq!(api.status(&session).await.state, protocol::api::SessionState::Paused);
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#session-state", "PAUSED").await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    // A round trip after the page's own calls on opening: any resume it sent went first.
+    browser.click("[data-tab=history]").await;
+    browser.wait_text("#history", "before the pause").await;
+    assert_eq!(api.status(&session).await.state, protocol::api::SessionState::Paused);
+    let hidden = |css: &str| format!("return document.querySelector('{css}').hidden;");
+    for (button, shown) in [
+        ("#cancel", false),
+        ("#pause", false),
+        ("#resume", true),
+        ("#stop", true),
+        ("#delete", true),
+    ] {
+        let hidden = browser.run(&hidden(button), serde_json::json!([])).await;
+        assert_eq!(hidden, serde_json::json!(!shown), "{button}");
+    }
+    // Resumed by its button.
+    browser.click("#resume").await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    let hidden = browser.run(&hidden("#pause"), serde_json::json!([])).await;
+    assert_eq!(hidden, serde_json::json!(false), "a running agent can be paused");
 }
