@@ -58,6 +58,8 @@ mod snapshots;
 pub use snapshots::*;
 mod workflows;
 pub use workflows::*;
+mod lists;
+pub use lists::*;
 
 /// Session states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -854,6 +856,12 @@ pub mod method {
     pub const SESSION_EVENTS: &str = "task.session.events";
     /// `task.session.unsubscribe_batch`
     pub const SESSION_UNSUBSCRIBE_BATCH: &str = "task.session.unsubscribe_batch";
+    /// `sessions.subscribe`
+    pub const SESSIONS_SUBSCRIBE: &str = "sessions.subscribe";
+    /// The session list's notifications.
+    pub const SESSIONS_EVENT: &str = "sessions.event";
+    /// `sessions.unsubscribe`
+    pub const SESSIONS_UNSUBSCRIBE: &str = "sessions.unsubscribe";
     /// `workflow.start`
     pub const WORKFLOW_START: &str = "workflow.start";
     /// `workflow.status`
@@ -902,6 +910,8 @@ pub mod method {
         SESSION_UNSUBSCRIBE,
         SESSION_SUBSCRIBE_BATCH,
         SESSION_UNSUBSCRIBE_BATCH,
+        SESSIONS_SUBSCRIBE,
+        SESSIONS_UNSUBSCRIBE,
         WORKFLOW_START,
         WORKFLOW_STATUS,
         WORKFLOW_LIST,

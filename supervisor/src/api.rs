@@ -36,7 +36,7 @@ pub use access::{
 use admission::{Admission, Limits, SlotGate};
 pub use admission::{MAX_CONNECTIONS, MAX_CONNECTIONS_PER_PEER};
 use agentctl::server::AccessLayer;
-use streaming::{stream_spool, stream_spool_batches, stream_workflow};
+use streaming::{stream_session_list, stream_spool, stream_spool_batches, stream_workflow};
 
 use crate::service::{CleanupPolicy, NewSession, NewWorkflow, ServiceError, Supervisor};
 
@@ -274,6 +274,13 @@ impl ApiServer for Methods {
         };
         stream_spool_batches(sink, reader, protocol::api::MAX_BATCH_EVENTS, |event| event.to_wire())
             .await
+    }
+
+    async fn sessions_subscribe(&self, pending: PendingSubscriptionSink) -> SubscriptionResult {
+        // Listening before the answer: nothing that changes once the client has it is missed.
+        let changes = self.0.session_changes();
+        let sink = pending.accept().await?;
+        stream_session_list(sink, Arc::clone(&self.0), changes).await
     }
 
     async fn workflow_start(

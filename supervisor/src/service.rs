@@ -760,6 +760,23 @@ impl Supervisor {
         Ok(rows)
     }
 
+    /// Announcements of sessions created, changed in state or deleted (what a list follows).
+    pub fn session_changes(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.config.store.session_changes()
+    }
+
+    /// A session as lists show it, or `None` when it is gone.
+    pub async fn session_summary(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<protocol::api::SessionSummary>, ServiceError> {
+        match self.config.store.get_session(session_id.to_owned()).await {
+            Ok(row) => Ok(Some(row.into())),
+            Err(StoreError::NotFound { .. }) => Ok(None),
+            Err(err) => Err(err.into()),
+        }
+    }
+
     /// The profiles' JSON, for diagnostics.
     pub fn profile_snapshot(&self, id: &str) -> Option<Value> {
         self.config.registry.get(id).and_then(|profile| serde_json::to_value(&*profile).ok())

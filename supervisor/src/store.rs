@@ -101,6 +101,9 @@ pub struct Store {
     /// Workflows whose records changed (a step's session ended a turn or changed state, a
     /// step or the workflow moved), announced after the change committed.
     changes: tokio::sync::broadcast::Sender<String>,
+    /// Sessions created, changed in state, or deleted, by id, announced after the change
+    /// committed (what a list of sessions follows).
+    session_changes: tokio::sync::broadcast::Sender<String>,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -140,7 +143,8 @@ impl Store {
             })
             .map_err(|_| StoreError::Closed)?;
         let (changes, _) = tokio::sync::broadcast::channel(256);
-        Ok(Store { jobs, changes })
+        let (session_changes, _) = tokio::sync::broadcast::channel(1024);
+        Ok(Store { jobs, changes, session_changes })
     }
 
     /// Runs `f` on the database thread and returns its result.

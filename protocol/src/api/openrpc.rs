@@ -174,6 +174,12 @@ pub fn generate() -> Value {
         method::SESSION_UNSUBSCRIBE_BATCH,
         "Like task.session.subscribe, but each task.session.events notification's result is an array of the events that were ready at once, oldest first (at most 512; nothing is held back to fill one): one frame per burst. Unsubscribe with task.session.unsubscribe_batch [subscription id].",
     );
+    m.add_subscription::<NoParams, SessionsEvent>(
+        method::SESSIONS_SUBSCRIBE,
+        method::SESSIONS_EVENT,
+        method::SESSIONS_UNSUBSCRIBE,
+        "Subscribes to changes of the session list from now on: each sessions.event notification says a session was created or changed state (changed, with the session), was deleted (deleted), or that changes were missed (resync: list again). One subscription for a whole list. Unsubscribe with sessions.unsubscribe [subscription id].",
+    );
     m.add::<WorkflowStart, WorkflowStarted>(
         method::WORKFLOW_START,
         "Starts a workflow: its file checked (a refusal names file:line:col), stored with its SHA-256, and its first steps started as sessions.",
@@ -357,6 +363,7 @@ mod tests {
         let _ = client.snapshot_get(s()).await;
         let _ = client.session_subscribe(s(), Some(2)).await;
         let _ = client.session_subscribe_batch(s(), Some(2)).await;
+        let _ = client.sessions_subscribe().await;
         let _ = client
             .workflow_start(
                 "name = \"x\"".into(),
@@ -584,6 +591,12 @@ mod tests {
         ) -> jsonrpsee::core::SubscriptionResult {
             Ok(())
         }
+        async fn sessions_subscribe(
+            &self,
+            _: jsonrpsee::PendingSubscriptionSink,
+        ) -> jsonrpsee::core::SubscriptionResult {
+            Ok(())
+        }
         async fn workflow_start(
             &self,
             _: String,
@@ -639,6 +652,7 @@ mod tests {
             method::SESSION_UNSUBSCRIBE,
             method::SESSION_UNSUBSCRIBE_BATCH,
             method::WORKFLOW_UNSUBSCRIBE,
+            method::SESSIONS_UNSUBSCRIBE,
         ];
         let mut registered: Vec<&str> =
             module.method_names().filter(|name| !unsubscribe.contains(name)).collect();

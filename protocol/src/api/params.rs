@@ -597,7 +597,7 @@ fn strip_position(message: &str) -> String {
 pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError> {
     use method::*;
     match method_name {
-        AGENTS_LIST | TASK_LIST | STOP_ALL | DISCOVER | WORKFLOW_LIST => {
+        AGENTS_LIST | TASK_LIST | STOP_ALL | DISCOVER | WORKFLOW_LIST | SESSIONS_SUBSCRIBE => {
             parse::<NoParams>(raw).map(drop)
         }
         WORKFLOW_START => parse::<WorkflowStart>(raw).map(drop),

@@ -194,6 +194,16 @@ pub trait Api {
         after_seq: Option<u64>,
     ) -> SubscriptionResult;
 
+    /// Changes of the session list from now on, one subscription for a whole list: a
+    /// session created or changed state (`changed`, with the session), deleted
+    /// (`deleted`), or `resync` when changes were missed (list again).
+    #[subscription(
+        name = "sessions.subscribe" => "sessions.event",
+        unsubscribe = "sessions.unsubscribe",
+        item = SessionsEvent
+    )]
+    async fn sessions_subscribe(&self) -> SubscriptionResult;
+
     /// Starts a workflow (see docs/workflows.md): its file checked (a refusal names
     /// `file:line:col`), stored, and its first steps started as sessions.
     #[method(name = "workflow.start", param_kind = map)]

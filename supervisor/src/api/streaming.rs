@@ -87,3 +87,36 @@ pub(super) async fn stream_workflow(
         }
     }
 }
+
+/// The session list's changes: each session the store announces is read as it is now (a
+/// summary, or gone), and a receiver that fell behind says `resync`.
+pub(super) async fn stream_session_list(
+    sink: jsonrpsee::SubscriptionSink,
+    supervisor: std::sync::Arc<crate::service::Supervisor>,
+    mut changes: tokio::sync::broadcast::Receiver<String>,
+) -> Result<(), jsonrpsee::core::SubscriptionError> {
+    use protocol::api::SessionsEvent;
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let event = tokio::select! {
+            biased;
+            _ = sink.closed() => return Ok(()),
+            changed = changes.recv() => match changed {
+                Ok(session_id) => match supervisor.session_summary(&session_id).await {
+                    Ok(Some(session)) => SessionsEvent::Changed { session },
+                    Ok(None) => SessionsEvent::Deleted { session_id },
+                    Err(err) => {
+                        tracing::warn!(session = %session_id, %err, "cannot read a changed session for a list");
+                        SessionsEvent::Resync
+                    }
+                },
+                Err(RecvError::Lagged(_)) => SessionsEvent::Resync,
+                Err(RecvError::Closed) => return Ok(()),
+            },
+        };
+        let message = serde_json::value::to_raw_value(&event).map_err(|err| err.to_string())?;
+        if sink.send(message).await.is_err() {
+            return Ok(());
+        }
+    }
+}

@@ -129,13 +129,16 @@ impl Store {
 
     /// Inserts a session row (the task must exist).
     pub async fn create_session(&self, row: SessionRow) -> Result<SessionRow, StoreError> {
-        self.call(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            insert_session(&tx, &row)?;
-            tx.commit()?;
-            Ok(row)
-        })
-        .await
+        let row = self
+            .call(move |conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                insert_session(&tx, &row)?;
+                tx.commit()?;
+                Ok(row)
+            })
+            .await?;
+        self.announce_session(&row.id);
+        Ok(row)
     }
 
     /// A session by id.
@@ -232,10 +235,13 @@ impl Store {
             }
             let workflow = super::workflows::workflow_of(&tx, &id)?;
             tx.commit()?;
-            Ok(workflow)
+            Ok((workflow, id))
         })
         .await
-        .map(|workflow| self.announce(workflow))
+        .map(|(workflow, id)| {
+            self.announce(workflow);
+            self.announce_session(&id);
+        })
     }
 
     /// A live session (not ended) whose workspace is one of `paths`: `(id, state)`.
@@ -296,6 +302,7 @@ impl Store {
 
     /// Deletes a session and everything that hangs off it.
     pub async fn delete_session(&self, id: String) -> Result<(), StoreError> {
+        let announce = id.clone();
         self.call(move |conn| {
             let changed = conn.execute("DELETE FROM task_sessions WHERE id = ?1", [&id])?;
             if changed == 0 {
@@ -303,7 +310,9 @@ impl Store {
             }
             Ok(())
         })
-        .await
+        .await?;
+        self.announce_session(&announce);
+        Ok(())
     }
 }
 

@@ -149,6 +149,7 @@ impl Store {
         paused: PausedRecord,
         event_seq_high: u64,
     ) -> Result<(), StoreError> {
+        let announce = session_id.clone();
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let changed = tx.execute(
@@ -178,7 +179,9 @@ impl Store {
             tx.commit()?;
             Ok(())
         })
-        .await
+        .await?;
+        self.announce_session(&announce);
+        Ok(())
     }
 
     /// Removes every pending request of a session; returns how many.
@@ -244,7 +247,8 @@ impl Store {
         event_seq_high: u64,
         output: Option<super::TurnOutput>,
     ) -> Result<(), StoreError> {
-        let workflow = self.call(move |conn| {
+        let state_changes = then.is_some();
+        let (workflow, session) = self.call(move |conn| {
             let completed = state == TurnState::Completed
                 && stop_reason.as_deref().is_none_or(|reason| reason == "end_turn");
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -284,13 +288,16 @@ impl Store {
                     output.as_ref(),
                 )?;
                 tx.commit()?;
-                return Ok(workflow);
+                return Ok((workflow, Some(session_id)));
             }
             tx.commit()?;
-            Ok(None)
+            Ok((None, None))
         })
         .await?;
         self.announce(workflow);
+        if let Some(session) = session.filter(|_| state_changes) {
+            self.announce_session(&session);
+        }
         Ok(())
     }
 

@@ -370,6 +370,18 @@ impl Store {
         self.changes.subscribe()
     }
 
+    /// Sessions created, changed in state or deleted, by id, announced after each commit. A
+    /// receiver that lags is told so (`Lagged`) and must read the list again.
+    pub fn session_changes(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.session_changes.subscribe()
+    }
+
+    /// Announces that a session was created, changed state or was deleted.
+    pub(super) fn announce_session(&self, session_id: &str) {
+        // No receiver: no list is followed.
+        let _ = self.session_changes.send(session_id.to_owned());
+    }
+
     /// Announces that a workflow's records changed.
     pub(super) fn announce(&self, workflow_id: Option<String>) {
         if let Some(id) = workflow_id {
@@ -519,6 +531,7 @@ impl Store {
         step_id: String,
     ) -> Result<bool, StoreError> {
         let announce = workflow_id.clone();
+        let session_id = session.id.clone();
         let started = self
             .call(move |conn| {
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -558,6 +571,7 @@ impl Store {
             .await?;
         if started {
             self.announce(Some(announce));
+            self.announce_session(&session_id);
         }
         Ok(started)
     }

@@ -101,7 +101,7 @@ class Rpc {
       }
       return;
     }
-    const streams = ["task.session.event", "workflow.event"];
+    const streams = ["task.session.event", "workflow.event", "sessions.event"];
     if (streams.includes(message.method) && message.params) {
       const handler = this.handlers.get(String(message.params.subscription));
       if (handler) handler(message.params.result);
@@ -115,6 +115,12 @@ class Rpc {
     const id = this.nextId++;
     this.ws.send(JSON.stringify({ jsonrpc: "2.0", id, method, params }));
     return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject }));
+  }
+
+  async subscribeList(handler) {
+    const id = await this.call("sessions.subscribe");
+    this.handlers.set(String(id), handler);
+    return id;
   }
 
   async subscribeWorkflow(workflowId, afterSeq, handler) {
@@ -153,7 +159,7 @@ const state = {
   followToken: 0,
   lastSeq: new Map(), // session id → the last event seq rendered
   resumedThisVisit: new Set(),
-  badgeSubscriptions: new Set(),
+  listFollowed: false, // the list's one subscription is up on this connection
   currentAgent: null, // the agent message block being streamed into
   currentThought: null,
   tools: new Map(),
@@ -191,6 +197,7 @@ function activity(text, at = Date.now()) {
 // ---- lists -----------------------------------------------------------------------------
 
 async function refreshLists() {
+  await followList();
   const [tasks, sessions, agents, workflows] = await Promise.all([
     rpc.call("task.list"),
     rpc.call("task.session.list", {}),
@@ -204,7 +211,6 @@ async function refreshLists() {
   renderLists();
   renderWorkflows();
   for (const workflow of workflows) watchWorkflow(workflow.workflow_id);
-  for (const session of sessions) watchBadge(session.id);
 }
 
 function renderLists() {
@@ -255,19 +261,42 @@ function setBadge(sessionId, sessionState) {
   if (known) known.state = sessionState;
 }
 
-// Live state badges: a subscription per listed session from its newest event, for its
-// `state` events only (the open session's own subscription renders everything).
-async function watchBadge(sessionId) {
-  if (state.badgeSubscriptions.has(sessionId)) return;
-  state.badgeSubscriptions.add(sessionId);
+// The list follows every session through one subscription: a session created or changed
+// elsewhere shows up with its state, a deleted one goes, and a gap lists everything again.
+async function followList() {
+  if (state.listFollowed) return;
+  state.listFollowed = true;
   try {
-    const status = await rpc.call("task.session.status", { session_id: sessionId });
-    setBadge(sessionId, status.state);
-    await rpc.subscribe(sessionId, status.last_event_seq, (event) => {
-      if (event.type === "state") setBadge(sessionId, event.state);
-    });
+    await rpc.subscribeList(onListEvent);
   } catch (error) {
-    state.badgeSubscriptions.delete(sessionId);
+    state.listFollowed = false;
+    showError(error);
+  }
+}
+
+async function onListEvent(event) {
+  if (event.type === "changed") {
+    const session = event.session;
+    const known = state.sessions.find((s) => s.id === session.id);
+    if (known) {
+      setBadge(session.id, session.state);
+      return;
+    }
+    state.sessions.push(session);
+    if (!state.tasks.some((t) => t.id === session.task_id)) state.tasks = await rpc.call("task.list");
+    renderLists();
+  } else if (event.type === "deleted") {
+    state.sessions = state.sessions.filter((s) => s.id !== event.session_id);
+    renderLists();
+    if (state.open === event.session_id) {
+      sessionError(new Error("this session was deleted"));
+      showActions("COMPLETED");
+    }
+  } else if (event.type === "resync") {
+    const [tasks, sessions] = await Promise.all([rpc.call("task.list"), rpc.call("task.session.list", {})]);
+    state.tasks = tasks;
+    state.sessions = sessions;
+    renderLists();
   }
 }
 
@@ -313,13 +342,6 @@ async function refreshWorkflow(workflowId) {
     renderWorkflows();
   }
   if (state.openWorkflow === workflowId) renderWorkflow(status);
-  // Steps start sessions: the session list shows them with live badges.
-  const known = new Set(state.sessions.map((s) => s.id));
-  if (status.steps.some((s) => s.session_id && !known.has(s.session_id))) {
-    state.sessions = await rpc.call("task.session.list", {});
-    renderLists();
-    for (const session of state.sessions) watchBadge(session.id);
-  }
 }
 
 async function openWorkflow(workflowId) {
@@ -769,12 +791,15 @@ function wire() {
 // ---- connection state ------------------------------------------------------------------
 
 async function onConnected() {
+  // Errors from before the reconnect are gone; the open session's status says again what
+  // is wrong now.
+  $("#session-error").hidden = true;
   const badge = $("#connection");
   badge.textContent = "connected";
   badge.className = "badge online";
   $("#app").hidden = false;
   showError(null);
-  state.badgeSubscriptions.clear();
+  state.listFollowed = false;
   state.workflowSubscriptions.clear();
   try {
     await refreshLists();

@@ -557,3 +557,53 @@ async fn r31_opening_a_paused_session_leaves_it_paused_and_shows_only_what_it_al
     let hidden = browser.run(&hidden("#pause"), serde_json::json!([])).await;
     assert_eq!(hidden, serde_json::json!(false), "a running agent can be paused");
 }
+
+/// The number on the metrics line that starts with `prefix`, 0 when there is none.
+fn metric(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .find(|line| line.starts_with(prefix))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Issue 31, defect 4 (and 6's list): each listed session held a subscription of its own
+/// (1,024 a connection, so past that sessions could not be opened), and sessions created
+/// or deleted elsewhere did not show up or go. The list now follows one subscription.
+#[tokio::test]
+async fn r31_the_list_follows_every_session_through_one_subscription() {
+    let Some(browser) = browser::start("list").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let mut sessions = Vec::new();
+    for n in 0..25 {
+        sessions.push(api.ready_session("mock", &daemon.workspace(&format!("s{n}"))).await);
+    }
+    ok("stop-all", api.typed().stop_all()).await;
+    // The test's own subscriptions (each session awaited ready) are counted before.
+    let addr = daemon.url.trim_start_matches("ws://").to_owned();
+    let per_session = "tether_api_requests_total{method=\"task.session.subscribe\",error=\"none\"}";
+    let list = "tether_api_requests_total{method=\"sessions.subscribe\",error=\"none\"}";
+    let (_, _, before) = browser::http(&addr, "GET", "/metrics", &[], None).await;
+    connected(&browser, &page(&daemon)).await;
+    for session in &sessions {
+        browser.wait_text("#tasks .session", &session[session.len() - 8..]).await;
+    }
+    let (_, _, after) = browser::http(&addr, "GET", "/metrics", &[], None).await;
+    let added = metric(&after, per_session) - metric(&before, per_session);
+    assert_eq!(added, 0.0, "no subscription per listed session");
+    assert_eq!(metric(&after, list), 1.0, "one for the list");
+    // Made elsewhere: it shows up, with its state as it changes.
+    let made = api.ready_session("mock", &daemon.workspace("elsewhere")).await;
+    let badge = format!("#tasks [data-badge=\"{made}\"]");
+    browser.wait_text(&badge, "WAITING_FOR_INPUT").await;
+    ok("stop", api.typed().session_stop(made.clone())).await;
+    browser.wait_text(&badge, "COMPLETED").await;
+    // Deleted elsewhere: it goes (the list's events come in order, so once a later one is
+    // shown, the deletion was applied).
+    ok("delete", api.typed().session_delete(sessions[0].clone(), None, None)).await;
+    let later = api.ready_session("mock", &daemon.workspace("later")).await;
+    browser.wait_text("#tasks .session", &later[later.len() - 8..]).await;
+    let listed = browser.texts("#tasks .session").await.concat();
+    assert!(!listed.contains(&sessions[0][sessions[0].len() - 8..]), "{listed}");
+}
