@@ -343,6 +343,11 @@ pub struct SessionStatus {
     pub error: Option<String>,
     /// The seq of the newest session event (subscribe after it to see only new ones).
     pub last_event_seq: u64,
+    /// The session's event log keeps the events after this seq (older ones were dropped,
+    /// see `--event-log-retain-bytes`; 0: it keeps them all): subscribe from here or later,
+    /// and read what came before with `task.session.history`.
+    #[serde(default)]
+    pub kept_after_seq: u64,
     /// A pause waits for the running turn to end.
     #[serde(default)]
     pub pause_requested: bool,

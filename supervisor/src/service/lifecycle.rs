@@ -224,7 +224,10 @@ impl Supervisor {
     /// `task.session.status`.
     pub async fn status(&self, session_id: String) -> Result<SessionStatus, ServiceError> {
         let row = self.session_row(&session_id).await?;
-        let last_event_seq = self.event_log(&session_id).await.map_or(0, |log| log.last_seq());
+        let (last_event_seq, kept_after_seq) = self
+            .event_log(&session_id)
+            .await
+            .map_or((0, 0), |log| (log.last_seq(), log.acked_seq()));
         let executor = self.config.store.get_executor(session_id.clone()).await?;
         let generation = executor.as_ref().map_or(0, |e| u64::try_from(e.generation).unwrap_or(0));
         let handle = self.handle(&session_id);
@@ -293,6 +296,7 @@ impl Supervisor {
             pause_requested: view.as_ref().is_some_and(|view| view.pause_requested),
             error: unreachable.or(view.and_then(|view| view.error)).or(row.error_message),
             last_event_seq,
+            kept_after_seq,
             generation,
             profile_drift,
             placement,

@@ -101,7 +101,7 @@ class Rpc {
       }
       return;
     }
-    const streams = ["task.session.event", "workflow.event", "sessions.event"];
+    const streams = ["task.session.event", "task.session.events", "workflow.event", "sessions.event"];
     if (streams.includes(message.method) && message.params) {
       const handler = this.handlers.get(String(message.params.subscription));
       if (handler) handler(message.params.result);
@@ -136,6 +136,14 @@ class Rpc {
       const request = this.nextId++;
       this.ws.send(JSON.stringify({ jsonrpc: "2.0", id: request, method, params: [id] }));
     }
+  }
+
+  // A session's events in batches (one frame for what was ready at once): `handler` gets
+  // each event.
+  async subscribeBatches(sessionId, afterSeq, handler) {
+    const id = await this.call("task.session.subscribe_batch", { session_id: sessionId, after_seq: afterSeq });
+    this.handlers.set(String(id), (events) => events.forEach(handler));
+    return id;
   }
 
   async subscribe(sessionId, afterSeq, handler) {
@@ -420,6 +428,13 @@ async function openSession(sessionId) {
     return sessionError(error);
   }
   renderStatus(status);
+  // The page starts where the session's event log starts: older events were dropped.
+  const kept = status.kept_after_seq || 0;
+  if (kept > 0) {
+    state.lastSeq.set(sessionId, kept);
+    transcript(el("div", { class: "notice" },
+      "Earlier events of this session are no longer kept for the page; the History tab has the whole conversation."));
+  }
   await follow(sessionId);
   // Opening a session brings back only an agent that died under a session waiting for
   // input; a PAUSED or FAILED one (or one that cannot be resumed now) waits for its
@@ -450,13 +465,13 @@ async function resume(sessionId) {
 // it still delivers is dropped, so it can never move `lastSeq` past a replay in flight.
 async function follow(sessionId) {
   if (state.following) {
-    rpc.unsubscribe(state.following.id);
+    rpc.unsubscribe(state.following.id, "task.session.unsubscribe_batch");
     state.following = null;
   }
   const token = ++state.followToken;
   const after = state.lastSeq.get(sessionId) || 0;
   try {
-    const id = await rpc.subscribe(sessionId, after, (event) => {
+    const id = await rpc.subscribeBatches(sessionId, after, (event) => {
       if (token !== state.followToken || state.open !== sessionId) return;
       const last = state.lastSeq.get(sessionId) || 0;
       if (event.seq <= last) return; // already rendered (a resubscribe's overlap)
@@ -466,7 +481,7 @@ async function follow(sessionId) {
     if (token === state.followToken) {
       state.following = { id, token };
     } else {
-      rpc.unsubscribe(id); // another session was opened meanwhile
+      rpc.unsubscribe(id, "task.session.unsubscribe_batch"); // another session was opened meanwhile
     }
   } catch (error) {
     sessionError(error);

@@ -607,3 +607,25 @@ async fn r31_the_list_follows_every_session_through_one_subscription() {
     let listed = browser.texts("#tasks .session").await.concat();
     assert!(!listed.contains(&sessions[0][sessions[0].len() - 8..]), "{listed}");
 }
+
+/// Issue 31, defect 5 (a trimmed log): once a session's event log dropped its oldest
+/// events, the page (which replayed from the first) opened the session blank and showed
+/// not even new replies. It now starts where the log starts, says so, and follows on.
+#[tokio::test]
+async fn r31_a_session_whose_event_log_was_trimmed_opens_and_follows() {
+    let Some(browser) = browser::start("trimmed").await else { return };
+    let limits = ["--event-log-segment-bytes", "16384", "--event-log-retain-bytes", "65536"];
+    let daemon = Daemon::start(&limits).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("t")).await;
+    // Turns short enough for the test's own subscriber to keep up with the log.
+    for n in 1..=8 {
+        api.ask(&session, &format!("/stream 300\nturn {n}")).await;
+    }
+    assert!(api.status(&session).await.kept_after_seq > 0, "the log was trimmed");
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#transcript .notice", "History tab").await;
+    browser.wait_text("#transcript .agent", "turn 8 [1/300]").await;
+    prompt_in_page(&browser, "a new reply").await;
+    browser.wait_text("#transcript .agent", "you said: a new reply").await;
+}
