@@ -212,6 +212,12 @@ impl Browser {
         self.command("POST", &format!("element/{id}/value"), json!({"text": text})).await;
     }
 
+    /// Types `text` into the first element matching `css`, after what it holds.
+    pub async fn type_into_more(&self, css: &str, text: &str) {
+        let id = self.element(css).await;
+        self.command("POST", &format!("element/{id}/value"), json!({"text": text})).await;
+    }
+
     /// Runs the next commands in the page's `index`th frame (`None`: the top page again).
     pub async fn switch_to_frame(&self, index: Option<u32>) {
         match index {

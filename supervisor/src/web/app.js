@@ -764,6 +764,13 @@ function wire() {
       await openSession(session.id);
     }
   });
+  // Enter sends; Shift+Enter (or an input method composing) is a new line.
+  $("#prompt").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      $("#prompt-form").requestSubmit();
+    }
+  });
   $("#prompt-form").addEventListener("submit", async (event) => {
     event.preventDefault();
     const text = $("#prompt").value;

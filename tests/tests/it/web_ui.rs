@@ -629,3 +629,26 @@ async fn r31_a_session_whose_event_log_was_trimmed_opens_and_follows() {
     prompt_in_page(&browser, "a new reply").await;
     browser.wait_text("#transcript .agent", "you said: a new reply").await;
 }
+
+/// Issue 31: Enter sends the prompt, Shift+Enter starts a new line.
+#[tokio::test]
+async fn r31_enter_sends_and_shift_enter_starts_a_new_line() {
+    let Some(browser) = browser::start("enter").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("e")).await;
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    // WebDriver keys: U+E008 holds Shift, U+E007 is Enter, U+E000 releases the modifiers.
+    browser.type_into("#prompt", "first line\u{E008}\u{E007}\u{E000}second line").await;
+    let value =
+        browser.run("return document.querySelector('#prompt').value;", serde_json::json!([])).await;
+    assert_eq!(value, serde_json::json!("first line\nsecond line"), "Shift+Enter is a new line");
+    assert!(browser.texts("#transcript .user").await.is_empty(), "nothing sent yet");
+    browser.type_into_more("#prompt", "\u{E007}").await;
+    browser.wait_text("#transcript .user", "first line\nsecond line").await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    let value =
+        browser.run("return document.querySelector('#prompt').value;", serde_json::json!([])).await;
+    assert_eq!(value, serde_json::json!(""), "the box is emptied once sent");
+}
