@@ -640,6 +640,8 @@ impl Supervisor {
     /// Creates a step's session (the step starts in the same write).
     async fn start_step(self: &Arc<Self>, id: &str, step_id: &str, prompt: String) {
         let started = async {
+            // Read again, not taken from the plan's read: a step started earlier in this
+            // pass may have made the workflow's shared worktree, which this one must use.
             let (row, steps) = self.config.store.workflow(id.to_owned()).await?;
             let spec =
                 self.workflow_spec(&row.spec_text, row.spec_file.as_deref(), &row.vars, false)?;
