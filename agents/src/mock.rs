@@ -64,6 +64,7 @@ prompt commands (one per line; other lines are the message):
   /stream N  /tool  /permission  /read PATH  /write PATH TEXT  /peek PATH  /sleep MS
   /crash [CODE]  /close-stdout  /edit PATH TEXT  /patch PATH TEXT  /blob N KB  /garbage  /stderr TEXT  /recall  /spawn  /escape  /rounds R
   /usage USED SIZE [COST]  /say TEXT (the reply is exactly TEXT; a backslash-n in it is a newline)
+  /think TEXT  /plan A; B; C  /diff PATH OLD => NEW  /exec COMMAND (a failing command's output)
 ";
 
 /// Process-wide settings, from the command line.
@@ -819,6 +820,49 @@ impl Turn<'_> {
                     }
                     self.update(update)?;
                 }
+                Command::Think(text) => {
+                    self.update(json!({"sessionUpdate": "agent_thought_chunk",
+                        "content": {"type": "text", "text": text}}))?;
+                }
+                Command::Plan(entries) => {
+                    let entries: Vec<Value> = entries
+                        .iter()
+                        .enumerate()
+                        .map(|(index, content)| {
+                            let status = match index {
+                                0 => "completed",
+                                1 => "in_progress",
+                                _ => "pending",
+                            };
+                            json!({"content": content, "priority": "medium", "status": status})
+                        })
+                        .collect();
+                    self.update(json!({"sessionUpdate": "plan", "entries": entries}))?;
+                }
+                Command::Diff { path, old, new } => {
+                    let id = format!("call-{}", uuid::Uuid::new_v4());
+                    self.update(json!({"sessionUpdate": "tool_call", "toolCallId": id,
+                        "title": format!("Edit {path}"), "kind": "edit", "status": "in_progress",
+                        "locations": [{"path": path, "line": 1}],
+                        "rawInput": {"path": path}}))?;
+                    self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": id,
+                        "status": "completed",
+                        "content": [{"type": "diff", "path": path, "oldText": old, "newText": new}]}))?;
+                    reply.push_str(&format!("; diffed {path}"));
+                }
+                Command::Exec(command) => {
+                    let id = format!("call-{}", uuid::Uuid::new_v4());
+                    self.update(json!({"sessionUpdate": "tool_call", "toolCallId": id,
+                        "title": format!("Run {command}"), "kind": "execute", "status": "in_progress",
+                        "rawInput": {"command": command}}))?;
+                    let output =
+                        format!("$ {command}\nerror: mock-agent runs nothing\nexit code 1");
+                    self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": id,
+                        "status": "failed",
+                        "content": [{"type": "content", "content": {"type": "text", "text": output}}],
+                        "rawOutput": {"exit_code": 1}}))?;
+                    reply.push_str(&format!("; ran {command} (it failed)"));
+                }
             }
         }
         for round in 1..rounds {
@@ -856,7 +900,9 @@ impl Turn<'_> {
                 "toolCall": {"toolCallId": tool_call_id, "title": "mock tool: list files", "kind": "execute", "status": "pending"},
                 "options": [
                     {"optionId": "allow", "name": "Allow once", "kind": "allow_once"},
+                    {"optionId": "allow-always", "name": "Always allow", "kind": "allow_always"},
                     {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+                    {"optionId": "reject-always", "name": "Always reject", "kind": "reject_always"},
                 ],
             });
             let answer = self.ask(method::SESSION_REQUEST_PERMISSION, params).await?;
@@ -865,7 +911,7 @@ impl Turn<'_> {
             let option =
                 outcome.and_then(|outcome| outcome.get("optionId")).and_then(Value::as_str);
             match (kind, option) {
-                (Some("selected"), Some("allow")) => {}
+                (Some("selected"), Some("allow" | "allow-always")) => {}
                 (Some("cancelled"), _) => return Err(Stop::Cancelled),
                 _ => {
                     self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": tool_call_id, "status": "failed",

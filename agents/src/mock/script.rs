@@ -56,6 +56,17 @@ pub enum Command {
     /// `/usage USED SIZE [COST]`: report context use with an ACP `usage_update` (and a
     /// cumulative cost in USD when given).
     Usage { used: u64, size: u64, cost: Option<String> },
+    /// `/think TEXT`: send TEXT as an `agent_thought_chunk` (`\n` in it a newline).
+    Think(String),
+    /// `/plan A; B; C`: send an ACP `plan` with those entries, the first completed, the
+    /// second in progress, the rest pending.
+    Plan(Vec<String>),
+    /// `/diff PATH OLD => NEW`: report an edit of PATH from OLD to NEW (`\n` newlines) as a
+    /// tool call with ACP `diff` content and its location (nothing is written).
+    Diff { path: String, old: String, new: String },
+    /// `/exec COMMAND`: report a command run as a tool call that fails with output and
+    /// exit code 1 (nothing is run).
+    Exec(String),
 }
 
 /// A prompt split into commands and the message proper.
@@ -157,6 +168,22 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
             };
             Command::Usage { used, size, cost }
         }
+        "think" => Command::Think(args.replace("\\n", "\n")),
+        "plan" => Command::Plan(
+            args.split(';').map(str::trim).filter(|e| !e.is_empty()).map(str::to_owned).collect(),
+        ),
+        "diff" => {
+            match args.split_once(' ').and_then(|(p, rest)| Some((p, rest.split_once(" => ")?))) {
+                Some((path, (old, new))) => Command::Diff {
+                    path: path.to_owned(),
+                    old: old.replace("\\n", "\n"),
+                    new: new.replace("\\n", "\n"),
+                },
+                None => return Err("expects PATH OLD => NEW"),
+            }
+        }
+        "exec" if args.is_empty() => return Err("expects a command"),
+        "exec" => Command::Exec(args.to_owned()),
         _ => return Ok(None),
     };
     Ok(Some(command))
@@ -183,6 +210,25 @@ mod tests {
             ]
         );
         assert_eq!(script.message, "hello\nworld");
+    }
+
+    #[test]
+    fn rich_updates_are_parsed() {
+        let script = parse(
+            "/think a\\nb\n/plan read; edit ;test;\n/diff src/a.rs x\\ny => x\\nz\n/exec cargo test",
+        )
+        .unwrap();
+        assert_eq!(
+            script.commands,
+            vec![
+                Command::Think("a\nb".into()),
+                Command::Plan(vec!["read".into(), "edit".into(), "test".into()]),
+                Command::Diff { path: "src/a.rs".into(), old: "x\ny".into(), new: "x\nz".into() },
+                Command::Exec("cargo test".into()),
+            ]
+        );
+        assert!(parse("/diff src/a.rs no arrow").is_err());
+        assert!(parse("/exec").is_err());
     }
 
     #[test]
