@@ -300,6 +300,10 @@ pub struct SessionSummary {
     /// The branch of the worktree Tether made for it (`workspace_path` is that worktree).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree_branch: Option<String>,
+    /// Its agent asked a person for permission and waits for the answer
+    /// (`task.session.permission.respond`): a "needs you" signal for lists.
+    #[serde(default)]
+    pub awaiting_permission: bool,
 }
 
 /// `task.get`: a task and its sessions.

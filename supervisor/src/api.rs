@@ -140,8 +140,7 @@ impl ApiServer for Methods {
         state: Option<SessionState>,
         agent_profile_id: Option<String>,
     ) -> RpcResult<Vec<SessionSummary>> {
-        let rows = self.0.list_sessions(task_id, state, agent_profile_id).await.map_err(to_rpc)?;
-        Ok(rows.into_iter().map(Into::into).collect())
+        self.0.list_sessions(task_id, state, agent_profile_id).await.map_err(to_rpc)
     }
 
     async fn session_status(&self, session_id: String) -> RpcResult<SessionStatus> {

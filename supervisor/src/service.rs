@@ -519,10 +519,26 @@ impl Supervisor {
         check_id("task_id", &task_id)?;
         let task = self.config.store.get_task(task_id.clone()).await?;
         let sessions = self.config.store.list_sessions(Some(task_id)).await?;
-        Ok(TaskDetail {
-            task: task.into(),
-            sessions: sessions.into_iter().map(Into::into).collect(),
-        })
+        Ok(TaskDetail { task: task.into(), sessions: self.summaries(sessions).await? })
+    }
+
+    /// Sessions as lists show them: with whether each waits for a permission answer.
+    async fn summaries(
+        &self,
+        rows: Vec<SessionRow>,
+    ) -> Result<Vec<protocol::api::SessionSummary>, ServiceError> {
+        let only = match rows.as_slice() {
+            [row] => Some(row.id.clone()),
+            _ => None,
+        };
+        let awaiting = self.config.store.awaiting_permission(only).await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| {
+                let waits = awaiting.contains(&row.id);
+                protocol::api::SessionSummary { awaiting_permission: waits, ..row.into() }
+            })
+            .collect())
     }
 
     fn handle(&self, session_id: &str) -> Option<SessionHandle> {
@@ -751,13 +767,13 @@ impl Supervisor {
         task_id: Option<String>,
         state: Option<SessionState>,
         profile: Option<String>,
-    ) -> Result<Vec<SessionRow>, ServiceError> {
+    ) -> Result<Vec<protocol::api::SessionSummary>, ServiceError> {
         let mut rows = self.config.store.list_sessions(task_id).await?;
         rows.retain(|row| {
             state.is_none_or(|state| row.state == state)
                 && profile.as_ref().is_none_or(|profile| &row.agent_profile_id == profile)
         });
-        Ok(rows)
+        self.summaries(rows).await
     }
 
     /// Announcements of sessions created, changed in state or deleted (what a list follows).
@@ -771,7 +787,7 @@ impl Supervisor {
         session_id: &str,
     ) -> Result<Option<protocol::api::SessionSummary>, ServiceError> {
         match self.config.store.get_session(session_id.to_owned()).await {
-            Ok(row) => Ok(Some(row.into())),
+            Ok(row) => Ok(self.summaries(vec![row]).await?.pop()),
             Err(StoreError::NotFound { .. }) => Ok(None),
             Err(err) => Err(err.into()),
         }

@@ -186,8 +186,32 @@ impl Store {
 
     /// Removes every pending request of a session; returns how many.
     pub async fn clear_pending(&self, session_id: String) -> Result<usize, StoreError> {
+        let announce = session_id.clone();
+        let cleared = self
+            .call(move |conn| {
+                Ok(conn
+                    .execute("DELETE FROM pending_requests WHERE session_id = ?1", [&session_id])?)
+            })
+            .await?;
+        if cleared > 0 {
+            self.announce_session(&announce);
+        }
+        Ok(cleared)
+    }
+
+    /// The sessions (of `session_id` alone, when given) whose agent waits for a person's
+    /// answer to a permission request.
+    pub async fn awaiting_permission(
+        &self,
+        session_id: Option<String>,
+    ) -> Result<std::collections::HashSet<String>, StoreError> {
         self.call(move |conn| {
-            Ok(conn.execute("DELETE FROM pending_requests WHERE session_id = ?1", [&session_id])?)
+            let mut stmt = conn.prepare(
+                "SELECT DISTINCT session_id FROM pending_requests \
+                 WHERE method = 'session/request_permission' AND (?1 IS NULL OR session_id = ?1)",
+            )?;
+            let ids = stmt.query_map([&session_id], |r| r.get::<_, String>(0))?;
+            Ok(ids.collect::<Result<_, _>>()?)
         })
         .await
     }
@@ -369,9 +393,10 @@ impl Store {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 params![session_id, execution_id, request_id, method, params.to_string(), now_ms()],
             )?;
-            Ok(())
+            Ok(session_id)
         })
         .await
+        .map(|session_id| self.announce_session(&session_id))
     }
 
     /// Removes a pending request; returns whether it existed.
@@ -380,13 +405,19 @@ impl Store {
         session_id: String,
         request_id: String,
     ) -> Result<bool, StoreError> {
-        self.call(move |conn| {
-            Ok(conn.execute(
-                "DELETE FROM pending_requests WHERE session_id = ?1 AND request_id = ?2",
-                params![session_id, request_id],
-            )? == 1)
-        })
-        .await
+        let announce = session_id.clone();
+        let deleted = self
+            .call(move |conn| {
+                Ok(conn.execute(
+                    "DELETE FROM pending_requests WHERE session_id = ?1 AND request_id = ?2",
+                    params![session_id, request_id],
+                )? == 1)
+            })
+            .await?;
+        if deleted {
+            self.announce_session(&announce);
+        }
+        Ok(deleted)
     }
 
     /// The pending requests of a session: `(request_id, method, params)`.
