@@ -21,6 +21,12 @@ use crate::service::Supervisor;
 
 const INDEX: &str = include_str!("web/index.html");
 const APP_JS: &str = include_str!("web/app.js");
+const RENDER_JS: &str = include_str!("web/render.js");
+const LIST_JS: &str = include_str!("web/list.js");
+const VIEWS_JS: &str = include_str!("web/views.js");
+/// Pinned, vendored libraries (see `web/vendor/README.md`): Markdown and its sanitizer.
+const MARKED_JS: &str = include_str!("web/vendor/marked.umd.js");
+const PURIFY_JS: &str = include_str!("web/vendor/purify.min.js");
 const APP_CSS: &str = include_str!("web/app.css");
 /// The page's icon.
 const FAVICON: &str = include_str!("web/favicon.svg");
@@ -175,6 +181,15 @@ where
                     ),
                 )),
                 "/ui/app.js" => Some(("text/javascript; charset=utf-8", APP_JS.to_owned())),
+                "/ui/render.js" => Some(("text/javascript; charset=utf-8", RENDER_JS.to_owned())),
+                "/ui/list.js" => Some(("text/javascript; charset=utf-8", LIST_JS.to_owned())),
+                "/ui/views.js" => Some(("text/javascript; charset=utf-8", VIEWS_JS.to_owned())),
+                "/ui/vendor/marked.umd.js" => {
+                    Some(("text/javascript; charset=utf-8", MARKED_JS.to_owned()))
+                }
+                "/ui/vendor/purify.min.js" => {
+                    Some(("text/javascript; charset=utf-8", PURIFY_JS.to_owned()))
+                }
                 "/ui/app.css" => Some(("text/css; charset=utf-8", APP_CSS.to_owned())),
                 // Browsers ask for `/favicon.ico` whatever the page names.
                 "/ui/favicon.svg" | "/favicon.ico" => Some(("image/svg+xml", FAVICON.to_owned())),

@@ -232,6 +232,19 @@ impl Browser {
         self.command("POST", "execute/async", json!({"script": script, "args": args})).await
     }
 
+    /// Sets the window's size (a phone's 390×844, a desktop's 1440×900).
+    pub async fn set_window(&self, width: u32, height: u32) {
+        self.command("POST", "window/rect", json!({"width": width, "height": height})).await;
+    }
+
+    /// Emulates the system's colour scheme (`"dark"`, `"light"`) through the DevTools
+    /// protocol, as `prefers-color-scheme` media queries see it.
+    pub async fn color_scheme(&self, scheme: &str) {
+        let params = json!({"features": [{"name": "prefers-color-scheme", "value": scheme}]});
+        let body = json!({"cmd": "Emulation.setEmulatedMedia", "params": params});
+        self.command("POST", "goog/cdp/execute", body).await;
+    }
+
     /// Runs a script in the page; its result.
     pub async fn run(&self, script: &str, args: Value) -> Value {
         self.command("POST", "execute/sync", json!({"script": script, "args": args})).await

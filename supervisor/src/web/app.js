@@ -7,21 +7,6 @@
 // resubscribes after the last seq it rendered, so nothing is shown twice or missed.
 "use strict";
 
-const $ = (selector) => document.querySelector(selector);
-
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [name, value] of Object.entries(attrs)) {
-    if (name === "class") node.className = value;
-    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
-    else if (value !== undefined && value !== null) node.setAttribute(name, value);
-  }
-  for (const child of children) {
-    if (child !== undefined && child !== null) node.append(child);
-  }
-  return node;
-}
-
 function hex(text) {
   return Array.from(new TextEncoder().encode(text), (b) => b.toString(16).padStart(2, "0")).join("");
 }
@@ -170,8 +155,13 @@ const state = {
   listFollowed: false, // the list's one subscription is up on this connection
   currentAgent: null, // the agent message block being streamed into
   currentThought: null,
-  tools: new Map(),
+  tools: new Map(), // tool call id → { fields, node }
   permissions: new Map(),
+  plan: null, // the open turn's plan box
+  stick: true, // the transcript follows new output
+  unseen: new Set(), // sessions whose turn ended while nobody looked
+  needsYou: new Set(), // sessions announced as needing a person (for notifications)
+  list: { query: "", state: "", agent: "", task: "", sort: "newest", shown: 50 },
 };
 
 const rpc = new Rpc(onConnected, onDisconnected);
@@ -219,93 +209,6 @@ async function refreshLists() {
   renderLists();
   renderWorkflows();
   for (const workflow of workflows) watchWorkflow(workflow.workflow_id);
-}
-
-function renderLists() {
-  const list = $("#tasks");
-  list.replaceChildren();
-  for (const task of state.tasks) {
-    const sessions = state.sessions.filter((s) => s.task_id === task.id);
-    const items = sessions.map((session) =>
-      el(
-        "li",
-        {
-          class: "session" + (session.id === state.open ? " open" : ""),
-          "data-session": session.id,
-          onclick: () => openSession(session.id),
-        },
-        el("span", { class: `badge ${session.state}`, "data-badge": session.id }, session.state),
-        `${session.agent_profile_id} · ${session.id.slice(-8)}`,
-      ),
-    );
-    list.append(el("li", {}, el("strong", {}, task.title), el("ul", {}, ...items)));
-  }
-  const taskSelect = document.forms["new-session"].elements.task;
-  taskSelect.replaceChildren(...state.tasks.map((t) => el("option", { value: t.id }, t.title)));
-  const agentSelect = document.forms["new-session"].elements.agent;
-  const chosen = agentSelect.value;
-  agentSelect.replaceChildren(
-    ...state.agents.map((agent) =>
-      el(
-        "option",
-        { value: agent.id, disabled: agent.available ? null : "" },
-        agent.available ? `${agent.display_name || agent.id} (${agent.id})` : `${agent.id} (unavailable)`,
-      ),
-    ),
-  );
-  if (chosen) agentSelect.value = chosen;
-  const reasons = state.agents
-    .filter((agent) => !agent.available)
-    .map((agent) => `${agent.id}: ${agent.reasons.join("; ")}`);
-  $("#agent-reasons").textContent = reasons.join("\n");
-}
-
-function setBadge(sessionId, sessionState) {
-  for (const badge of document.querySelectorAll(`[data-badge="${sessionId}"]`)) {
-    badge.textContent = sessionState;
-    badge.className = `badge ${sessionState}`;
-  }
-  const known = state.sessions.find((s) => s.id === sessionId);
-  if (known) known.state = sessionState;
-}
-
-// The list follows every session through one subscription: a session created or changed
-// elsewhere shows up with its state, a deleted one goes, and a gap lists everything again.
-async function followList() {
-  if (state.listFollowed) return;
-  state.listFollowed = true;
-  try {
-    await rpc.subscribeList(onListEvent);
-  } catch (error) {
-    state.listFollowed = false;
-    showError(error);
-  }
-}
-
-async function onListEvent(event) {
-  if (event.type === "changed") {
-    const session = event.session;
-    const known = state.sessions.find((s) => s.id === session.id);
-    if (known) {
-      setBadge(session.id, session.state);
-      return;
-    }
-    state.sessions.push(session);
-    if (!state.tasks.some((t) => t.id === session.task_id)) state.tasks = await rpc.call("task.list");
-    renderLists();
-  } else if (event.type === "deleted") {
-    state.sessions = state.sessions.filter((s) => s.id !== event.session_id);
-    renderLists();
-    if (state.open === event.session_id) {
-      sessionError(new Error("this session was deleted"));
-      showActions("COMPLETED");
-    }
-  } else if (event.type === "resync") {
-    const [tasks, sessions] = await Promise.all([rpc.call("task.list"), rpc.call("task.session.list", {})]);
-    state.tasks = tasks;
-    state.sessions = sessions;
-    renderLists();
-  }
 }
 
 // ---- workflows ---------------------------------------------------------------------------
@@ -414,6 +317,11 @@ async function openSession(sessionId) {
   state.currentThought = null;
   state.tools.clear();
   state.permissions.clear();
+  state.plan = null;
+  state.stick = true;
+  state.unseen.delete(sessionId);
+  $("#jump").hidden = true;
+  $("#usage").hidden = true;
   $("#session").hidden = false;
   $("#transcript").replaceChildren();
   $("#activity").replaceChildren();
@@ -517,9 +425,9 @@ function showActions(sessionState, needsResume) {
 
 // Acts on the open session, then shows its state as the daemon now has it (a stop of a
 // session without an agent changes it without an event the page follows).
-async function actOnSession(method, confirmText) {
+async function actOnSession(method, confirmText, params = { session_id: state.open }) {
   const sessionId = state.open;
-  const done = await act(method, { session_id: sessionId }, confirmText);
+  const done = await act(method, params, confirmText);
   if (done !== undefined && state.open === sessionId) {
     try {
       renderStatus(await rpc.call("task.session.status", { session_id: sessionId }));
@@ -534,169 +442,6 @@ function sessionError(error) {
   const box = $("#session-error");
   box.hidden = false;
   box.textContent = error.kind ? `${error.kind}: ${error.message}` : error.message;
-}
-
-function transcript(node) {
-  const box = $("#transcript");
-  box.append(node);
-  box.scrollTop = box.scrollHeight;
-  return node;
-}
-
-function render(event) {
-  switch (event.type) {
-    case "state": {
-      const badge = $("#session-state");
-      badge.textContent = event.state;
-      badge.className = `badge ${event.state}`;
-      showActions(event.state, event.state === "WAITING_FOR_INPUT" && Boolean(event.error));
-      setBadge(state.open, event.state);
-      if (event.error) sessionError(new Error(event.error));
-      else if (event.state === "RUNNING") $("#session-error").hidden = true;
-      break;
-    }
-    case "turn_started":
-      state.currentAgent = null;
-      state.currentThought = null;
-      transcript(el("div", { class: "user", "data-turn": event.turn_id }, "You: " + event.prompt));
-      break;
-    case "agent_message_chunk":
-      state.currentThought = null;
-      if (!state.currentAgent) state.currentAgent = transcript(el("div", { class: "agent" }));
-      state.currentAgent.append(event.text);
-      break;
-    case "agent_thought_chunk":
-      if (!state.currentThought) state.currentThought = transcript(el("div", { class: "thought" }));
-      state.currentThought.append(event.text);
-      break;
-    case "tool_call": {
-      state.currentAgent = null;
-      const id = event.update.toolCallId;
-      const status = el("span", { class: "status" }, event.update.status || "pending");
-      transcript(el("div", { class: "tool", "data-tool": id }, `tool: ${event.update.title || "tool"} — `, status));
-      state.tools.set(id, status);
-      break;
-    }
-    case "tool_call_update": {
-      const status = state.tools.get(event.update.toolCallId);
-      if (status && event.update.status) status.textContent = event.update.status;
-      break;
-    }
-    case "permission_request":
-      renderPermission(event);
-      break;
-    case "permission_resolved": {
-      const box = state.permissions.get(event.request_id);
-      if (box) {
-        const outcome = event.outcome.outcome === "selected" ? `answered: ${event.outcome.optionId}` : "cancelled";
-        box.querySelector(".answer").replaceChildren(outcome);
-      }
-      break;
-    }
-    case "turn_ended":
-      state.currentAgent = null;
-      state.currentThought = null;
-      // Questions of a turn that ended cannot be answered any more.
-      for (const box of state.permissions.values()) {
-        const answer = box.querySelector(".answer");
-        if (answer.querySelector("button")) answer.replaceChildren("no longer asked");
-      }
-      transcript(
-        el("div", { class: "turn-end", "data-turn-end": event.turn_id },
-          `turn ${event.state}${event.stop_reason ? ": " + event.stop_reason : ""}${event.error ? ": " + event.error : ""}`),
-      );
-      break;
-    case "notice":
-      transcript(el("div", { class: "notice" }, "notice: " + event.message));
-      break;
-    case "progress":
-      activity(`${event.step}${event.detail ? ": " + event.detail : ""}`, event.at);
-      break;
-    case "resume_outcome":
-      activity(`outcome: ${event.outcome}`, event.at);
-      break;
-    case "pause_requested":
-      activity(`pause requested${event.reason ? ": " + event.reason : ""}`, event.at);
-      break;
-    case "paused":
-      activity(`paused${event.forced ? " (the turn was cancelled)" : ""}`, event.at);
-      break;
-    case "snapshot_taken":
-      activity(`snapshot (${event.trigger})`, event.at);
-      break;
-    default:
-      break;
-  }
-}
-
-function renderPermission(event) {
-  // Asked again (the daemon re-asks open questions after a restart): one box per question.
-  if (state.permissions.has(event.request_id)) return;
-  const options = (event.params && event.params.options) || [];
-  const tool = (event.params && event.params.toolCall && event.params.toolCall.title) || "a tool";
-  const pick = (kinds) => options.find((o) => kinds.includes(o.kind));
-  const answer = (option) => async () => {
-    try {
-      await rpc.call("task.session.permission.respond", {
-        session_id: state.open,
-        request_id: event.request_id,
-        option_id: option ? option.optionId : undefined,
-      });
-    } catch (error) {
-      sessionError(error);
-    }
-  };
-  const allow = pick(["allow_once", "allow_always"]);
-  const deny = pick(["reject_once", "reject_always"]);
-  const box = transcript(
-    el("div", { class: "permission", "data-permission": event.request_id },
-      `The agent asks to run ${tool}. `,
-      el("span", { class: "answer" },
-        el("button", { class: "allow", onclick: answer(allow) }, "Allow"),
-        " ",
-        el("button", { class: "deny", onclick: answer(deny) }, "Deny"),
-      ),
-    ),
-  );
-  state.permissions.set(event.request_id, box);
-}
-
-// ---- history and timeline ----------------------------------------------------------------
-
-function showTab(name) {
-  for (const tab of ["transcript", "history", "timeline"]) {
-    $("#" + tab).hidden = tab !== name;
-    document.querySelector(`[data-tab="${tab}"]`).classList.toggle("active", tab === name);
-  }
-  if (name === "history") loadHistory();
-  if (name === "timeline") loadTimeline();
-}
-
-async function loadHistory() {
-  try {
-    const entries = await rpc.call("task.session.history", { session_id: state.open });
-    $("#history").replaceChildren(
-      ...entries.map((e) => el("li", {}, `[${e.type}] ${e.tool_name ? e.tool_name + ": " : ""}${e.content}`)),
-    );
-  } catch (error) {
-    sessionError(error);
-  }
-}
-
-async function loadTimeline() {
-  try {
-    const timeline = await rpc.call("task.session.timeline", { session_id: state.open });
-    $("#timeline").replaceChildren(
-      ...timeline.entries.map((entry) => {
-        const { at, kind, ...rest } = entry;
-        delete rest.seq;
-        const detail = Object.entries(rest).map(([k, v]) => `${k}=${v}`).join(" ");
-        return el("li", {}, `${new Date(at).toLocaleTimeString()} ${kind} ${detail}`);
-      }),
-    );
-  } catch (error) {
-    sessionError(error);
-  }
 }
 
 // ---- actions ---------------------------------------------------------------------------
@@ -785,7 +530,7 @@ function wire() {
   $("#workflow-cancel").addEventListener("click", () =>
     act("workflow.cancel", { workflow_id: state.openWorkflow }, "Cancel this workflow? Its running steps stop; it can be resumed."));
   $("#cancel").addEventListener("click", () => actOnSession("task.session.cancel"));
-  $("#pause").addEventListener("click", () => actOnSession("task.session.pause"));
+  $("#pause").addEventListener("click", askPause);
   $("#resume").addEventListener("click", () => resume(state.open));
   $("#stop").addEventListener("click", () =>
     actOnSession("task.session.stop", "Stop this session for good? It cannot be resumed."));
@@ -805,9 +550,20 @@ function wire() {
       await refreshLists();
     }
   });
-  for (const button of document.querySelectorAll(".tabs button")) {
-    button.addEventListener("click", () => showTab(button.dataset.tab));
-  }
+  // The transcript follows new output until the reader scrolls up; back at the end (or
+  // with "new output ↓") it follows again.
+  $("#transcript").addEventListener("scroll", () => {
+    const box = $("#transcript");
+    state.stick = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
+    if (state.stick) $("#jump").hidden = true;
+  });
+  $("#jump").addEventListener("click", () => {
+    state.stick = true;
+    $("#jump").hidden = true;
+    stickToBottom();
+  });
+  wireList();
+  wireViews();
 }
 
 // ---- connection state ------------------------------------------------------------------

@@ -24,6 +24,7 @@ mod snapshots;
 mod supervisor;
 mod tidy;
 mod web_ui;
+mod web_views;
 mod workflow_edges;
 mod workflows;
 mod workspaces;

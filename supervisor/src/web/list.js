@@ -1,0 +1,235 @@
+// The session list: every session newest first, searched, filtered by state, agent and
+// task, shown 50 at a time; kept current through one `sessions.subscribe` for the whole
+// list; and the "needs you" signal — in the list, the tab's title and a browser
+// notification — for a session whose agent asks a question, or whose turn ended unseen.
+"use strict";
+
+const PAGE_SIZE = 50;
+const ENDED = ["COMPLETED", "CANCELLED"];
+
+// A session needs a person: its agent waits for a permission answer, or it finished a
+// turn nobody has looked at yet.
+function needsYou(session) {
+  return session.awaiting_permission || state.unseen.has(session.id);
+}
+
+function matchesList(session, task) {
+  const f = state.list;
+  if (f.state === "needs-you" && !needsYou(session)) return false;
+  if (f.state === "ended" && !ENDED.includes(session.state)) return false;
+  if (f.state && !["needs-you", "ended"].includes(f.state) && session.state !== f.state) return false;
+  if (f.agent && session.agent_profile_id !== f.agent) return false;
+  if (f.task && session.task_id !== f.task) return false;
+  if (!f.query) return true;
+  const haystack = [session.id, session.agent_profile_id, session.state, session.workspace_path,
+    session.worktree_branch, task ? task.title : ""].join(" ").toLowerCase();
+  return f.query.toLowerCase().split(/\s+/).filter(Boolean).every((word) => haystack.includes(word));
+}
+
+function ago(ms) {
+  const seconds = Math.max(0, Math.round((Date.now() - ms) / 1000));
+  if (seconds < 60) return "just now";
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ago`;
+  if (seconds < 86400) return `${Math.floor(seconds / 3600)} h ago`;
+  return new Date(ms).toLocaleDateString();
+}
+
+function renderLists() {
+  const tasks = new Map(state.tasks.map((t) => [t.id, t]));
+  const order = state.list.sort === "oldest" ? 1 : -1;
+  const matching = state.sessions
+    .filter((s) => matchesList(s, tasks.get(s.task_id)))
+    .sort((a, b) => order * (a.created_at - b.created_at || a.id.localeCompare(b.id)));
+  const shown = matching.slice(0, state.list.shown);
+  $("#tasks").replaceChildren(...shown.map((session) => sessionRow(session, tasks.get(session.task_id))));
+  $("#list-count").textContent = matching.length === state.sessions.length
+    ? `${matching.length} session${matching.length === 1 ? "" : "s"}`
+    : `${matching.length} of ${state.sessions.length} sessions`;
+  $("#more").hidden = shown.length >= matching.length;
+  $("#more").textContent = `Show ${Math.min(PAGE_SIZE, matching.length - shown.length)} more`;
+  $("#list-empty").hidden = matching.length > 0;
+  renderFilters();
+  renderForms();
+  updateNeedsYou();
+}
+
+function sessionRow(session, task) {
+  const flagged = needsYou(session);
+  const why = session.awaiting_permission ? "asks for permission" : "turn ended";
+  return el("li", {
+    class: "session" + (session.id === state.open ? " open" : "") + (flagged ? " needs-you" : ""),
+    "data-session": session.id,
+    tabindex: "0",
+    role: "link",
+    "aria-current": session.id === state.open ? "true" : null,
+    "aria-label": `${task ? task.title : "session"}, ${session.agent_profile_id}, ${session.state}${flagged ? ", needs you: " + why : ""}`,
+    onclick: () => openSession(session.id),
+    onkeydown: onRowKey,
+  },
+  el("span", { class: `badge ${session.state}`, "data-badge": session.id }, session.state),
+  el("span", { class: "row-main" },
+    el("span", { class: "row-title" }, task ? task.title : session.task_id),
+    el("span", { class: "row-meta" }, `${session.agent_profile_id} · ${session.id.slice(-8)} · ${ago(session.created_at)}`)),
+  flagged ? el("span", { class: "needs-you-flag", title: why }, "needs you") : "");
+}
+
+// Rows are reached with Tab; Enter or Space opens one, the arrows move between them.
+function onRowKey(event) {
+  const row = event.currentTarget;
+  if (event.key === "Enter" || event.key === " ") {
+    event.preventDefault();
+    row.click();
+  } else if (event.key === "ArrowDown" || event.key === "ArrowUp") {
+    event.preventDefault();
+    const next = event.key === "ArrowDown" ? row.nextElementSibling : row.previousElementSibling;
+    if (next) next.focus();
+  }
+}
+
+function renderFilters() {
+  const agents = [...new Set(state.sessions.map((s) => s.agent_profile_id))].sort();
+  fillSelect($("#filter-agent"), [["", "every agent"], ...agents.map((a) => [a, a])], state.list.agent);
+  fillSelect($("#filter-task"), [["", "every task"], ...state.tasks.map((t) => [t.id, t.title])], state.list.task);
+}
+
+function fillSelect(select, options, chosen) {
+  select.replaceChildren(...options.map(([value, label]) => el("option", { value }, label)));
+  select.value = chosen;
+}
+
+// The new-session form's choices.
+function renderForms() {
+  const taskSelect = document.forms["new-session"].elements.task;
+  const chosenTask = taskSelect.value;
+  taskSelect.replaceChildren(...state.tasks.map((t) => el("option", { value: t.id }, t.title)));
+  if (chosenTask) taskSelect.value = chosenTask;
+  const agentSelect = document.forms["new-session"].elements.agent;
+  const chosen = agentSelect.value;
+  agentSelect.replaceChildren(
+    ...state.agents.map((agent) =>
+      el(
+        "option",
+        { value: agent.id, disabled: agent.available ? null : "" },
+        agent.available ? `${agent.display_name || agent.id} (${agent.id})` : `${agent.id} (unavailable)`,
+      ),
+    ),
+  );
+  if (chosen) agentSelect.value = chosen;
+  const reasons = state.agents
+    .filter((agent) => !agent.available)
+    .map((agent) => `${agent.id}: ${agent.reasons.join("; ")}`);
+  $("#agent-reasons").textContent = reasons.join("\n");
+}
+
+function wireList() {
+  const refilter = () => {
+    state.list.shown = PAGE_SIZE;
+    renderLists();
+  };
+  for (const type of ["input", "change"]) {
+    $("#search").addEventListener(type, (event) => {
+      if (state.list.query === event.target.value.trim()) return;
+      state.list.query = event.target.value.trim();
+      refilter();
+    });
+  }
+  for (const [id, key] of [["#filter-state", "state"], ["#filter-agent", "agent"], ["#filter-task", "task"], ["#sort", "sort"]]) {
+    $(id).addEventListener("change", (event) => {
+      state.list[key] = event.target.value;
+      refilter();
+    });
+  }
+  $("#more").addEventListener("click", () => {
+    state.list.shown += PAGE_SIZE;
+    renderLists();
+  });
+  $("#notify").addEventListener("click", async () => {
+    if (window.Notification) await Notification.requestPermission();
+    updateNeedsYou();
+  });
+  // Back to the tab: the open session's finished turn has been seen.
+  document.addEventListener("visibilitychange", () => {
+    if (!document.hidden && state.open && state.unseen.delete(state.open)) renderLists();
+  });
+}
+
+function setBadge(sessionId, sessionState) {
+  for (const badge of document.querySelectorAll(`[data-badge="${sessionId}"]`)) {
+    badge.textContent = sessionState;
+    badge.className = `badge ${sessionState}`;
+  }
+  const known = state.sessions.find((s) => s.id === sessionId);
+  if (known) known.state = sessionState;
+}
+
+// The list follows every session through one subscription: a session created or changed
+// elsewhere shows up with its state, a deleted one goes, and a gap lists everything again.
+async function followList() {
+  if (state.listFollowed) return;
+  state.listFollowed = true;
+  try {
+    await rpc.subscribeList(onListEvent);
+  } catch (error) {
+    state.listFollowed = false;
+    showError(error);
+  }
+}
+
+async function onListEvent(event) {
+  if (event.type === "changed") {
+    const session = event.session;
+    const index = state.sessions.findIndex((s) => s.id === session.id);
+    const before = index >= 0 ? state.sessions[index] : null;
+    // A turn that ended while the reader was elsewhere is news for them.
+    const looking = state.open === session.id && !document.hidden;
+    if (before && before.state === "RUNNING" && session.state === "WAITING_FOR_INPUT" && !looking) {
+      state.unseen.add(session.id);
+    }
+    if (index >= 0) state.sessions[index] = session;
+    else state.sessions.push(session);
+    if (!state.tasks.some((t) => t.id === session.task_id)) state.tasks = await rpc.call("task.list");
+    renderLists();
+  } else if (event.type === "deleted") {
+    state.sessions = state.sessions.filter((s) => s.id !== event.session_id);
+    state.unseen.delete(event.session_id);
+    renderLists();
+    if (state.open === event.session_id) {
+      sessionError(new Error("this session was deleted"));
+      showActions("COMPLETED");
+    }
+  } else if (event.type === "resync") {
+    const [tasks, sessions] = await Promise.all([rpc.call("task.list"), rpc.call("task.session.list", {})]);
+    state.tasks = tasks;
+    state.sessions = sessions;
+    renderLists();
+  }
+}
+
+// The tab's title counts the sessions that need a person; a session that starts needing
+// one while the tab is hidden (or another session is open) raises a notification, once.
+function updateNeedsYou() {
+  const waiting = state.sessions.filter(needsYou);
+  // The open session's own open questions count too (the list may not have caught up).
+  const openAsks = [...state.permissions.values()].some((box) => box.classList.contains("open"));
+  const ids = new Set(waiting.map((s) => s.id));
+  if (openAsks && state.open) ids.add(state.open);
+  document.title = ids.size ? `(${ids.size}) needs you · Tether` : "Tether";
+  for (const id of ids) {
+    if (state.needsYou.has(id)) continue;
+    const session = state.sessions.find((s) => s.id === id);
+    if ((document.hidden || id !== state.open) && window.Notification && Notification.permission === "granted") {
+      const what = session && session.awaiting_permission ? "asks for permission" : "waits for your next prompt";
+      const note = new Notification("Tether: a session needs you", {
+        body: `${session ? session.agent_profile_id : "a session"} ${what}`,
+        tag: "tether-" + id,
+      });
+      note.onclick = () => {
+        window.focus();
+        openSession(id);
+      };
+    }
+  }
+  state.needsYou = ids;
+  const button = $("#notify");
+  button.hidden = !window.Notification || Notification.permission !== "default";
+}

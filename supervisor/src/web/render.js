@@ -1,0 +1,437 @@
+// The transcript: everything ACP sends, rendered — the agent's Markdown (through the
+// vendored marked, sanitized by the vendored DOMPurify), thoughts (collapsible), plans,
+// tool calls with their command, output, locations and diffs (side by side), every
+// permission option the agent offers, and its context use and cost.
+// Loaded before app.js, whose `state`, `rpc` and helpers these functions use when called.
+"use strict";
+
+const $ = (selector) => document.querySelector(selector);
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (name === "class") node.className = value;
+    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else if (value !== undefined && value !== null) node.setAttribute(name, value);
+  }
+  for (const child of children) {
+    if (child !== undefined && child !== null) node.append(child);
+  }
+  return node;
+}
+
+// ---- Markdown ------------------------------------------------------------------------
+
+// Past this size a reply is shown as plain text: parsing it again on every chunk would cost
+// more than it shows.
+const MARKDOWN_LIMIT = 200 * 1024;
+
+function escapeHtml(text) {
+  return text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+}
+
+// Raw HTML in an agent's Markdown is shown as the text it is, never as markup.
+if (window.marked) {
+  window.marked.use({
+    gfm: true,
+    renderer: {
+      html(token) {
+        return escapeHtml(token.text || token.raw || "");
+      },
+    },
+  });
+}
+
+// An agent's Markdown as a fragment: parsed, sanitized, links opened outside the page,
+// code blocks highlighted.
+function markdown(text) {
+  const fragment = document.createDocumentFragment();
+  if (!window.marked || !window.DOMPurify || text.length > MARKDOWN_LIMIT) {
+    fragment.append(el("div", { class: "plain" }, text));
+    return fragment;
+  }
+  const html = window.marked.parse(text, { async: false });
+  const clean = window.DOMPurify.sanitize(html, {
+    RETURN_DOM_FRAGMENT: true,
+    FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "iframe", "img"],
+    FORBID_ATTR: ["style"],
+  });
+  for (const link of clean.querySelectorAll("a[href]")) {
+    link.setAttribute("target", "_blank");
+    link.setAttribute("rel", "noopener noreferrer");
+  }
+  for (const code of clean.querySelectorAll("pre > code")) highlight(code);
+  fragment.append(clean);
+  return fragment;
+}
+
+// A small highlighter of our own: comments, strings, numbers and the keywords most
+// languages share. It works on the code's text, so it cannot bring markup in.
+const KEYWORDS = new Set(
+  ("as async await break case catch class const continue def default do elif else enum export " +
+    "extends false fn for from func function if impl import in interface let loop match mod mut " +
+    "new nil None null package pub return self Self static struct super switch this throw trait " +
+    "true True False try type typeof use var while with yield").split(" "),
+);
+const TOKEN = /(\/\/[^\n]*|#[^\n]*|\/\*[\s\S]*?\*\/)|("(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|`(?:\\.|[^`\\])*`)|\b(\d[\d_.]*(?:e[+-]?\d+)?)\b|\b([A-Za-z_][A-Za-z0-9_]*)\b/g;
+
+function highlight(code) {
+  const language = (code.className.match(/language-(\S+)/) || [])[1] || "";
+  const hashComments = /^(py|python|sh|bash|shell|zsh|toml|yaml|yml|rb|ruby|dockerfile|make)$/.test(language);
+  const text = code.textContent;
+  const out = document.createDocumentFragment();
+  let at = 0;
+  for (const match of text.matchAll(TOKEN)) {
+    const [whole, comment, string, number, word] = match;
+    let kind = null;
+    if (comment && (hashComments || !comment.startsWith("#"))) kind = "c";
+    else if (string) kind = "s";
+    else if (number) kind = "n";
+    else if (word && KEYWORDS.has(word)) kind = "k";
+    if (!kind) continue;
+    out.append(text.slice(at, match.index), el("span", { class: "tok-" + kind }, whole));
+    at = match.index + whole.length;
+  }
+  out.append(text.slice(at));
+  code.replaceChildren(out);
+  code.parentElement.classList.add("code");
+  if (language) code.parentElement.dataset.language = language;
+}
+
+// An agent message block takes its text as it streams; it is rendered once per batch of
+// chunks (a microtask after the frame's events), not once per chunk.
+function appendAgentText(block, text) {
+  block.raw = (block.raw || "") + text;
+  if (block.renderQueued) return;
+  block.renderQueued = true;
+  queueMicrotask(() => {
+    block.renderQueued = false;
+    block.replaceChildren(markdown(block.raw));
+    stickToBottom();
+  });
+}
+
+// ---- diffs ---------------------------------------------------------------------------
+
+// Line operations turning `a` into `b`: common prefix and suffix, then a longest common
+// subsequence of what is between (or, past a size, all of it removed and added).
+function lineDiff(a, b) {
+  let start = 0;
+  while (start < a.length && start < b.length && a[start] === b[start]) start++;
+  let endA = a.length;
+  let endB = b.length;
+  while (endA > start && endB > start && a[endA - 1] === b[endB - 1]) {
+    endA--;
+    endB--;
+  }
+  const ops = [];
+  for (let i = 0; i < start; i++) ops.push({ op: "=", a: i, b: i });
+  const n = endA - start;
+  const m = endB - start;
+  if (n * m > 4_000_000) {
+    for (let i = start; i < endA; i++) ops.push({ op: "-", a: i });
+    for (let j = start; j < endB; j++) ops.push({ op: "+", b: j });
+  } else {
+    // lengths[i][j]: the LCS of a[start+i..endA] and b[start+j..endB].
+    const lengths = Array.from({ length: n + 1 }, () => new Uint32Array(m + 1));
+    for (let i = n - 1; i >= 0; i--) {
+      for (let j = m - 1; j >= 0; j--) {
+        lengths[i][j] = a[start + i] === b[start + j]
+          ? lengths[i + 1][j + 1] + 1
+          : Math.max(lengths[i + 1][j], lengths[i][j + 1]);
+      }
+    }
+    let i = 0;
+    let j = 0;
+    while (i < n || j < m) {
+      if (i < n && j < m && a[start + i] === b[start + j]) {
+        ops.push({ op: "=", a: start + i++, b: start + j++ });
+      } else if (j < m && (i === n || lengths[i][j + 1] >= lengths[i + 1][j])) {
+        ops.push({ op: "+", b: start + j++ });
+      } else {
+        ops.push({ op: "-", a: start + i++ });
+      }
+    }
+  }
+  for (let k = 0; k < a.length - endA; k++) ops.push({ op: "=", a: endA + k, b: endB + k });
+  return ops;
+}
+
+// ACP `diff` content side by side: the old text left, the new right, removed and added
+// lines paired up.
+function diffView(item) {
+  const oldLines = item.oldText ? item.oldText.replace(/\n$/, "").split("\n") : [];
+  const newLines = (item.newText || "").replace(/\n$/, "").split("\n");
+  const ops = lineDiff(oldLines, newLines);
+  const rows = [];
+  const cell = (number, text, kind) => [
+    el("td", { class: "ln" }, number === undefined ? "" : String(number + 1)),
+    el("td", { class: "code " + kind }, text === undefined ? "" : text),
+  ];
+  let removed = [];
+  let added = [];
+  const flush = () => {
+    for (let k = 0; k < Math.max(removed.length, added.length); k++) {
+      const left = removed[k];
+      const right = added[k];
+      rows.push(el("tr", {},
+        ...cell(left, left === undefined ? undefined : oldLines[left], left === undefined ? "empty" : "del"),
+        ...cell(right, right === undefined ? undefined : newLines[right], right === undefined ? "empty" : "ins")));
+    }
+    removed = [];
+    added = [];
+  };
+  for (const op of ops) {
+    if (op.op === "-") removed.push(op.a);
+    else if (op.op === "+") added.push(op.b);
+    else {
+      flush();
+      rows.push(el("tr", {}, ...cell(op.a, oldLines[op.a], "ctx"), ...cell(op.b, newLines[op.b], "ctx")));
+    }
+  }
+  flush();
+  const counts = `−${ops.filter((o) => o.op === "-").length} +${ops.filter((o) => o.op === "+").length}`;
+  return el("div", { class: "diff", "data-diff": item.path || "" },
+    el("div", { class: "diff-head" }, el("span", { class: "path" }, item.path || "(a file)"),
+      item.oldText ? "" : el("span", { class: "badge" }, "new file"), el("span", { class: "muted" }, counts)),
+    el("div", { class: "diff-scroll" },
+      el("table", {}, el("thead", {}, el("tr", {}, el("th", { colspan: 2 }, "before"), el("th", { colspan: 2 }, "after"))),
+        el("tbody", {}, ...rows))));
+}
+
+// ---- tool calls ----------------------------------------------------------------------
+
+const TOOL_ICONS = { read: "📖", edit: "✏️", delete: "🗑", move: "↔", search: "🔍", execute: "▶", think: "💭", fetch: "🌐" };
+
+// A tool call's block: created by `tool_call`, merged with each `tool_call_update` (ACP
+// sends only what changed; content and locations, when sent, replace what was there).
+function renderTool(update) {
+  const id = update.toolCallId;
+  let tool = state.tools.get(id);
+  if (!tool) {
+    state.currentAgent = null;
+    tool = { fields: {}, node: null };
+    state.tools.set(id, tool);
+  }
+  for (const [key, value] of Object.entries(update)) {
+    if (value !== undefined && value !== null && key !== "sessionUpdate") tool.fields[key] = value;
+  }
+  const f = tool.fields;
+  const status = f.status || "pending";
+  const parts = [];
+  const command = f.rawInput && (f.rawInput.command || f.rawInput.cmd);
+  if (command) parts.push(el("pre", { class: "command" }, "$ " + (Array.isArray(command) ? command.join(" ") : command)));
+  if (Array.isArray(f.locations) && f.locations.length) {
+    parts.push(el("ul", { class: "locations" },
+      ...f.locations.map((loc) => el("li", {}, loc.line ? `${loc.path}:${loc.line}` : loc.path))));
+  }
+  for (const item of Array.isArray(f.content) ? f.content : []) {
+    if (item.type === "diff") parts.push(diffView(item));
+    else if (item.type === "terminal") parts.push(el("div", { class: "muted" }, `terminal ${item.terminalId}`));
+    else if (item.type === "content" && item.content && item.content.type === "text") {
+      parts.push(el("pre", { class: "output" + (status === "failed" ? " failed" : "") }, item.content.text));
+    }
+  }
+  if (!parts.some((p) => p.classList.contains("output")) && typeof f.rawOutput === "string") {
+    parts.push(el("pre", { class: "output" + (status === "failed" ? " failed" : "") }, f.rawOutput));
+  }
+  const summary = el("summary", {},
+    el("span", { class: "icon", "aria-hidden": "true" }, TOOL_ICONS[f.kind] || "⚙"),
+    ` ${f.title || "tool"} — `,
+    el("span", { class: `status ${status}` }, status));
+  const node = el("details", { class: `tool ${status}`, "data-tool": id }, summary, ...parts);
+  // Open while it runs, when it failed, and when it changed files; folded otherwise.
+  if (status === "failed" || status === "in_progress" || parts.some((p) => p.classList.contains("diff"))) node.open = true;
+  if (tool.node) {
+    if (tool.node.dataset.touched) node.open = tool.node.open;
+    node.dataset.touched = tool.node.dataset.touched || "";
+    tool.node.replaceWith(node);
+  } else {
+    transcript(node);
+  }
+  summary.addEventListener("click", () => { node.dataset.touched = "1"; });
+  tool.node = node;
+}
+
+// ---- plans, usage --------------------------------------------------------------------
+
+const PLAN_MARKS = { completed: "✓", in_progress: "▶", pending: "○" };
+
+// ACP sends the whole plan each time: the turn's plan box shows the latest.
+function renderPlan(entries) {
+  const node = el("div", { class: "plan", "aria-label": "the agent's plan" },
+    el("div", { class: "plan-head" }, "Plan"),
+    el("ol", {}, ...entries.map((entry) =>
+      el("li", { class: `plan-entry ${entry.status}`, "data-status": entry.status },
+        el("span", { class: "mark", "aria-hidden": "true" }, PLAN_MARKS[entry.status] || "○"),
+        " ", entry.content,
+        entry.priority === "high" ? el("span", { class: "badge" }, "high") : ""))));
+  if (state.plan && state.plan.isConnected) state.plan.replaceWith(node);
+  else transcript(node);
+  state.plan = node;
+}
+
+function formatTokens(n) {
+  return n >= 1000 ? `${(n / 1000).toFixed(n >= 100000 ? 0 : 1)}k` : String(n);
+}
+
+// The agent's context use (ACP `usage_update`) and cost, in the session's head.
+function renderUsage(update) {
+  if (typeof update.used !== "number" || typeof update.size !== "number" || update.size <= 0) return;
+  const meter = $("#context-meter");
+  meter.max = update.size;
+  meter.value = update.used;
+  const percent = Math.round((update.used / update.size) * 100);
+  const cost = update.cost && typeof update.cost.amount === "number"
+    ? ` · ${update.cost.amount.toFixed(2)} ${update.cost.currency || ""}`.trimEnd()
+    : "";
+  $("#usage-text").textContent = `context ${formatTokens(update.used)} / ${formatTokens(update.size)} (${percent}%)${cost}`;
+  $("#usage").hidden = false;
+  $("#usage").classList.toggle("high", percent >= 80);
+}
+
+// ---- the transcript ------------------------------------------------------------------
+
+// Whether the transcript follows new output: it does until the reader scrolls up, and
+// again once they scroll back to the end (or press "new output ↓").
+function stickToBottom() {
+  const box = $("#transcript");
+  if (state.stick) box.scrollTop = box.scrollHeight;
+  else $("#jump").hidden = false;
+}
+
+function transcript(node) {
+  $("#transcript").append(node);
+  stickToBottom();
+  return node;
+}
+
+function render(event) {
+  switch (event.type) {
+    case "state": {
+      const badge = $("#session-state");
+      badge.textContent = event.state;
+      badge.className = `badge ${event.state}`;
+      showActions(event.state, event.state === "WAITING_FOR_INPUT" && Boolean(event.error));
+      setBadge(state.open, event.state);
+      if (event.error) sessionError(new Error(event.error));
+      else if (event.state === "RUNNING") $("#session-error").hidden = true;
+      break;
+    }
+    case "turn_started":
+      state.currentAgent = null;
+      state.currentThought = null;
+      state.plan = null;
+      transcript(el("div", { class: "user", "data-turn": event.turn_id }, "You: " + event.prompt));
+      break;
+    case "agent_message_chunk":
+      state.currentThought = null;
+      if (!state.currentAgent) state.currentAgent = transcript(el("div", { class: "agent markdown" }));
+      appendAgentText(state.currentAgent, event.text);
+      break;
+    case "agent_thought_chunk":
+      if (!state.currentThought) {
+        const body = el("div", { class: "thought-text" });
+        transcript(el("details", { class: "thought" }, el("summary", {}, "Thinking"), body));
+        state.currentThought = body;
+      }
+      state.currentThought.append(event.text);
+      break;
+    case "tool_call":
+    case "tool_call_update":
+      renderTool(event.update);
+      break;
+    case "session_update": {
+      const kind = event.update && event.update.sessionUpdate;
+      if (kind === "plan" && Array.isArray(event.update.entries)) renderPlan(event.update.entries);
+      else if (kind === "usage_update") renderUsage(event.update);
+      break;
+    }
+    case "permission_request":
+      renderPermission(event);
+      break;
+    case "permission_resolved": {
+      const box = state.permissions.get(event.request_id);
+      if (box) {
+        const outcome = event.outcome.outcome === "selected" ? `answered: ${event.outcome.optionId}` : "cancelled";
+        box.querySelector(".answer").replaceChildren(outcome);
+        box.classList.remove("open");
+      }
+      updateNeedsYou();
+      break;
+    }
+    case "turn_ended":
+      state.currentAgent = null;
+      state.currentThought = null;
+      // Questions of a turn that ended cannot be answered any more.
+      for (const box of state.permissions.values()) {
+        const answer = box.querySelector(".answer");
+        if (answer.querySelector("button")) answer.replaceChildren("no longer asked");
+        box.classList.remove("open");
+      }
+      updateNeedsYou();
+      transcript(
+        el("div", { class: "turn-end", "data-turn-end": event.turn_id },
+          `turn ${event.state}${event.stop_reason ? ": " + event.stop_reason : ""}${event.error ? ": " + event.error : ""}`),
+      );
+      break;
+    case "notice":
+      transcript(el("div", { class: "notice" }, "notice: " + event.message));
+      break;
+    case "progress":
+      activity(`${event.step}${event.detail ? ": " + event.detail : ""}`, event.at);
+      break;
+    case "resume_outcome":
+      activity(`outcome: ${event.outcome}`, event.at);
+      break;
+    case "pause_requested":
+      activity(`pause requested${event.reason ? ": " + event.reason : ""}`, event.at);
+      break;
+    case "paused":
+      activity(`paused${event.reason ? ": " + event.reason : ""}${event.forced ? " (the turn was cancelled)" : ""}`, event.at);
+      break;
+    case "snapshot_taken":
+      activity(`snapshot (${event.trigger})`, event.at);
+      break;
+    default:
+      break;
+  }
+}
+
+// The class of an option's button by its ACP kind (`allow` and `deny` for the once kinds).
+const OPTION_CLASSES = { allow_once: "allow", allow_always: "allow-always", reject_once: "deny", reject_always: "deny-always" };
+
+function renderPermission(event) {
+  // Asked again (the daemon re-asks open questions after a restart): one box per question.
+  if (state.permissions.has(event.request_id)) return;
+  const params = event.params || {};
+  const options = params.options || [];
+  const toolCall = params.toolCall || {};
+  const tool = toolCall.title || "a tool";
+  const answer = (option) => async () => {
+    try {
+      await rpc.call("task.session.permission.respond", {
+        session_id: state.open,
+        request_id: event.request_id,
+        option_id: option ? option.optionId : undefined,
+      });
+    } catch (error) {
+      sessionError(error);
+    }
+  };
+  const buttons = options.map((option) =>
+    el("button", { class: OPTION_CLASSES[option.kind] || "option", "data-option": option.optionId, onclick: answer(option) },
+      option.name || option.optionId));
+  const command = toolCall.rawInput && toolCall.rawInput.command;
+  const box = transcript(
+    el("div", { class: "permission open", role: "group", "aria-label": "the agent asks for permission", "data-permission": event.request_id },
+      `The agent asks to run ${tool}. `,
+      command ? el("pre", { class: "command" }, "$ " + command) : "",
+      el("span", { class: "answer" }, ...buttons),
+    ),
+  );
+  state.permissions.set(event.request_id, box);
+  updateNeedsYou();
+  const first = box.querySelector("button");
+  if (first && document.activeElement === document.body) first.focus({ preventScroll: true });
+}

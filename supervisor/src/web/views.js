@@ -1,0 +1,194 @@
+// The session's other views: its whole history (task.session.history), a graphical
+// timeline of its executions and turns with what happened to it (task.session.timeline),
+// its snapshots (task.session.snapshot.list/get), and the dialog that pauses it with a
+// reason.
+"use strict";
+
+const TABS = ["transcript", "history", "timeline", "snapshots"];
+
+function showTab(name) {
+  for (const tab of TABS) {
+    $("#" + tab).hidden = tab !== name;
+    const button = document.querySelector(`[data-tab="${tab}"]`);
+    button.classList.toggle("active", tab === name);
+    button.setAttribute("aria-selected", String(tab === name));
+  }
+  $("#jump").hidden = true;
+  if (name === "history") loadHistory();
+  if (name === "timeline") loadTimeline();
+  if (name === "snapshots") loadSnapshots();
+}
+
+async function loadHistory() {
+  try {
+    const entries = await rpc.call("task.session.history", { session_id: state.open });
+    $("#history").replaceChildren(
+      ...entries.map((e) => el("li", { class: `entry ${e.type}` }, `[${e.type}] ${e.tool_name ? e.tool_name + ": " : ""}${e.content}`)),
+    );
+  } catch (error) {
+    sessionError(error);
+  }
+}
+
+// ---- the timeline ----------------------------------------------------------------------
+
+const SVG = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, String(value));
+  node.append(...children);
+  return node;
+}
+
+function duration(ms) {
+  if (ms < 1000) return `${ms} ms`;
+  if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
+  return `${Math.floor(ms / 60000)} min ${Math.round((ms % 60000) / 1000)} s`;
+}
+
+async function loadTimeline() {
+  try {
+    const timeline = await rpc.call("task.session.timeline", { session_id: state.open });
+    $("#timeline-chart").replaceChildren(timelineChart(timeline));
+    $("#timeline-entries").replaceChildren(
+      ...timeline.entries.map((entry) => {
+        const { at, kind, ...rest } = entry;
+        delete rest.seq;
+        const detail = Object.entries(rest).map(([k, v]) => `${k}=${v}`).join(" ");
+        return el("li", { class: `entry ${kind}` }, `${new Date(at).toLocaleTimeString()} ${kind} ${detail}`);
+      }),
+    );
+  } catch (error) {
+    sessionError(error);
+  }
+}
+
+// One lane per execution (a run of the agent), each turn a bar coloured by how it ended;
+// pauses, resumes, snapshots and errors are marks on the time axis.
+function timelineChart(timeline) {
+  const turns = timeline.turns;
+  const marks = timeline.entries.filter((e) => ["paused", "resumed", "snapshot_taken", "error", "execution_started"].includes(e.kind));
+  const times = [...turns.flatMap((t) => [t.started_at, t.ended_at || Date.now()]), ...marks.map((m) => m.at)];
+  if (!times.length) return el("p", { class: "muted" }, "No turns yet.");
+  const start = Math.min(...times);
+  const end = Math.max(...times, start + 1000);
+  const lanes = [...new Set([...timeline.executions.map((e) => e.execution_id), ...turns.map((t) => t.execution_id)])];
+  const width = 800;
+  const laneHeight = 22;
+  const top = 18;
+  const height = top + lanes.length * laneHeight + 26;
+  const x = (t) => 70 + ((t - start) / (end - start)) * (width - 80);
+  const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": `timeline: ${turns.length} turns in ${lanes.length} executions over ${duration(end - start)}` });
+  lanes.forEach((lane, index) => {
+    const y = top + index * laneHeight;
+    chart.append(svg("text", { x: 0, y: y + 14, class: "lane" }, `run ${index + 1}`));
+    chart.append(svg("line", { x1: 70, x2: width - 10, y1: y + 10, y2: y + 10, class: "lane-line" }));
+  });
+  for (const turn of turns) {
+    const y = top + lanes.indexOf(turn.execution_id) * laneHeight;
+    const x1 = x(turn.started_at);
+    const x2 = Math.max(x(turn.ended_at || Date.now()), x1 + 3);
+    const state = turn.ended_at ? turn.state : "running";
+    const bar = svg("rect", { x: x1, y: y + 3, width: x2 - x1, height: 14, rx: 3, class: `turn ${state}`, "data-turn": turn.turn_id });
+    bar.append(svg("title", {}, `turn ${state}${turn.stop_reason ? " (" + turn.stop_reason + ")" : ""}, ${duration((turn.ended_at || Date.now()) - turn.started_at)}${turn.error ? ": " + turn.error : ""}`));
+    chart.append(bar);
+  }
+  const axisY = top + lanes.length * laneHeight + 4;
+  for (const mark of marks) {
+    const mx = x(mark.at);
+    const line = svg("line", { x1: mx, x2: mx, y1: top, y2: axisY, class: `mark ${mark.kind}` });
+    line.append(svg("title", {}, `${new Date(mark.at).toLocaleTimeString()} ${mark.kind.replace("_", " ")}${mark.message ? ": " + mark.message : ""}${mark.reason ? ": " + mark.reason : ""}`));
+    chart.append(line);
+  }
+  chart.append(svg("text", { x: 70, y: axisY + 16, class: "axis" }, new Date(start).toLocaleTimeString()));
+  chart.append(svg("text", { x: width - 10, y: axisY + 16, class: "axis end" }, `${new Date(end).toLocaleTimeString()} (${duration(end - start)})`));
+  const legend = el("div", { class: "legend muted" },
+    ...["completed", "failed", "cancelled", "interrupted", "running"].map((s) => el("span", { class: `key ${s}` }, s)),
+    ...["paused", "resumed", "snapshot_taken", "error"].map((k) => el("span", { class: `key mark-${k}` }, k.replace("_", " "))));
+  return el("div", {}, chart, legend);
+}
+
+// ---- snapshots -------------------------------------------------------------------------
+
+async function loadSnapshots() {
+  try {
+    const snapshots = await rpc.call("task.session.snapshot.list", { session_id: state.open });
+    $("#snapshot-view").replaceChildren();
+    $("#snapshot-list").replaceChildren(
+      ...snapshots.slice().reverse().map((s) =>
+        el("li", {},
+          el("button", { class: "link", "data-snapshot": s.snapshot_id, onclick: () => showSnapshot(s.snapshot_id) },
+            `${new Date(s.taken_at).toLocaleString()} · ${s.trigger}`),
+          s.reason ? el("span", { class: "muted" }, ` ${s.reason}`) : "",
+          s.git_branch ? el("span", { class: "muted" }, ` · ${s.git_branch}${s.git_dirty ? " (dirty)" : ""}`) : "")),
+    );
+    if (!snapshots.length) $("#snapshot-list").append(el("li", { class: "muted" }, "No snapshot yet: one is taken at each pause, crash and finished turn."));
+  } catch (error) {
+    sessionError(error);
+  }
+}
+
+function field(label, ...value) {
+  return [el("dt", {}, label), el("dd", {}, ...value)];
+}
+
+async function showSnapshot(snapshotId) {
+  try {
+    const s = await rpc.call("task.session.snapshot.get", { snapshot_id: snapshotId });
+    const git = s.git || {};
+    const usage = s.usage || {};
+    const facts = el("dl", { class: "facts" },
+      ...field("taken", `${new Date(s.taken_at).toLocaleString()} (${s.trigger})${s.reason ? " — " + s.reason : ""}`),
+      ...field("task", s.task.title),
+      ...(git.repository
+        ? field("git", `${git.branch || "detached"} @ ${(git.head_commit || "").slice(0, 8)}${git.dirty ? ", uncommitted changes" : ""}${git.diffstat ? " — " + git.diffstat : ""}`)
+        : field("git", "not a repository")),
+      ...(git.modified_files && git.modified_files.length ? field("modified", git.modified_files.join(", ")) : []),
+      ...field("usage", `${usage.turns || 0} turns, ${usage.tool_calls || 0} tool calls` +
+        (usage.context_size ? `, context ${formatTokens(usage.context_used || 0)} / ${formatTokens(usage.context_size)}` : "") +
+        (typeof usage.cost === "number" ? `, ${usage.cost.toFixed(2)} ${usage.cost_currency || ""}` : "")));
+    const turns = el("ol", { class: "snapshot-turns" },
+      ...s.turns.map((t) => el("li", {},
+        el("div", { class: "user" }, t.prompt),
+        t.reply ? el("div", { class: "agent" }, t.reply) : "",
+        el("div", { class: "muted" }, `${t.state}${t.stop_reason ? " (" + t.stop_reason + ")" : ""}` +
+          (t.tool_calls.length ? ` · tools: ${t.tool_calls.map((c) => `${c.title} (${c.status})`).join(", ")}` : "")))));
+    const errors = s.errors.length
+      ? el("ul", { class: "snapshot-errors" }, ...s.errors.map((e) =>
+        el("li", { class: "error" }, `${new Date(e.at).toLocaleTimeString()} ${e.source}: ${e.message}${e.followed_by ? " → " + e.followed_by : ""}`)))
+      : "";
+    $("#snapshot-view").replaceChildren(el("h3", {}, "Snapshot"), facts,
+      s.turns_omitted ? el("p", { class: "muted" }, `${s.turns_omitted} older turns not shown`) : "", turns, errors);
+  } catch (error) {
+    sessionError(error);
+  }
+}
+
+// ---- pausing ---------------------------------------------------------------------------
+
+// Pause asks why (the reason is kept with the pause and shown in its events) and how long
+// a running turn may still take.
+function askPause() {
+  const dialog = $("#pause-dialog");
+  $("#pause-reason").value = "";
+  dialog.returnValue = "";
+  dialog.showModal();
+  $("#pause-reason").focus();
+}
+
+function wireViews() {
+  $("#pause-dialog").addEventListener("close", () => {
+    const dialog = $("#pause-dialog");
+    if (dialog.returnValue !== "pause") return;
+    const reason = $("#pause-reason").value.trim();
+    const seconds = Number($("#pause-wait").value);
+    const params = { session_id: state.open, reason: reason || undefined };
+    if (Number.isFinite(seconds) && seconds >= 0) params.force_after_ms = Math.round(seconds * 1000);
+    actOnSession("task.session.pause", undefined, params);
+  });
+  for (const button of document.querySelectorAll(".tabs button")) {
+    button.setAttribute("role", "tab");
+    button.addEventListener("click", () => showTab(button.dataset.tab));
+  }
+}

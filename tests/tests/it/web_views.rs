@@ -1,0 +1,215 @@
+//! Issue 31, the page's capabilities in a real browser: an agent's Markdown, thoughts,
+//! plan, usage, diffs, failed commands and every permission option rendered; the "needs
+//! you" signal; a list that searches, filters, sorts and pages 200 sessions; the pause
+//! dialog, the snapshot viewer and the graphical timeline; dark mode and a phone's width
+//! (with the screenshots `docs/` shows).
+
+use protocol::api::ApiClient;
+use serde_json::json;
+use tether_tests::browser::{self, Browser};
+use tether_tests::daemon::{Daemon, ok};
+
+fn page(daemon: &Daemon) -> String {
+    daemon.url.replace("ws://", "http://") + "/"
+}
+
+async fn connected(browser: &Browser, url: &str) {
+    browser.open(url).await;
+    browser.wait_text("#connection", "connected").await;
+}
+
+async fn prompt_in_page(browser: &Browser, text: &str) {
+    browser.set_value("#prompt", text).await;
+    browser.click("#prompt-form button[type=submit]").await;
+}
+
+async fn count(browser: &Browser, css: &str) -> usize {
+    browser.texts(css).await.len()
+}
+
+async fn attribute(browser: &Browser, css: &str, name: &str) -> serde_json::Value {
+    let script =
+        "const n = document.querySelector(arguments[0]); return n && n.getAttribute(arguments[1]);";
+    browser.run(script, json!([css, name])).await
+}
+
+/// Opens a ready mock session in the page; the daemon, its session.
+async fn session_page(browser: &Browser, name: &str) -> (Daemon, String) {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace(name)).await;
+    connected(browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    (daemon, session)
+}
+
+const MARKDOWN_REPLY: &str = "# Release notes\\n\\nSome **bold** text and `code`.\\n\\n\
+```rust\\nfn main() { let x = 1; } // done\\n```\\n\\n| a | b |\\n|---|---|\\n| 1 | 2 |\\n\\n\
+[docs](https://example.org/docs) [bad](javascript:alert(1))\\n\\n\
+<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\">";
+
+/// The agent's reply as Markdown (a heading, a highlighted code block, a table, a link);
+/// its raw HTML and `javascript:` link never become markup.
+#[tokio::test]
+async fn r31_a_markdown_reply_renders_a_heading_and_a_code_block() {
+    let Some(browser) = browser::start("markdown").await else { return };
+    let (_daemon, _session) = session_page(&browser, "m").await;
+    prompt_in_page(&browser, &format!("/say {MARKDOWN_REPLY}")).await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    browser.wait_text("#transcript .agent h1", "Release notes").await;
+    browser.wait_text("#transcript .agent pre code", "fn main()").await;
+    assert!(
+        count(&browser, "#transcript .agent pre code .tok-k").await >= 2,
+        "keywords highlighted"
+    );
+    browser.wait_text("#transcript .agent pre code .tok-c", "// done").await;
+    browser.wait_text("#transcript .agent strong", "bold").await;
+    browser.wait_text("#transcript .agent table td", "2").await;
+    let link = "#transcript .agent a";
+    assert_eq!(attribute(&browser, link, "href").await, json!("https://example.org/docs"));
+    assert_eq!(attribute(&browser, link, "rel").await, json!("noopener noreferrer"));
+    // No markup from the agent: its script and image are text, its javascript: link inert.
+    assert_eq!(count(&browser, "#transcript script, #transcript img").await, 0);
+    let pwned = browser.run("return window.pwned === undefined;", json!([])).await;
+    assert_eq!(pwned, json!(true), "no agent script ran");
+    browser.wait_text("#transcript .agent", "<script>window.pwned = 1</script>").await;
+    let hrefs = "return Array.from(document.querySelectorAll('#transcript a'), a => a.getAttribute('href'));";
+    let hrefs = browser.run(hrefs, json!([])).await;
+    assert!(!hrefs.to_string().contains("javascript:"), "{hrefs}");
+    browser.screenshot("rendered").await;
+}
+
+/// The agent's thought folds; its plan shows each entry's status; its context use and
+/// cost show in the session's head.
+#[tokio::test]
+async fn r31_thoughts_fold_and_the_plan_and_usage_show() {
+    let Some(browser) = browser::start("plan").await else { return };
+    let (_daemon, _session) = session_page(&browser, "p").await;
+    let prompt = "/think weighing the options\\nthen deciding\n/plan read the code; edit it; run the tests\n\
+/usage 150000 200000 1.25\nwhat next";
+    prompt_in_page(&browser, prompt).await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    browser.wait_text("#transcript details.thought", "weighing the options").await;
+    assert_eq!(attribute(&browser, "#transcript details.thought", "open").await, json!(null));
+    assert_eq!(count(&browser, "#transcript .plan li").await, 3);
+    browser.wait_text(".plan [data-status=completed]", "read the code").await;
+    browser.wait_text(".plan [data-status=in_progress]", "edit it").await;
+    browser.wait_text(".plan [data-status=pending]", "run the tests").await;
+    browser.wait_text("#usage-text", "context 150k / 200k (75%) · 1.25 USD").await;
+    let meter =
+        browser.run("return document.querySelector('#context-meter').value;", json!([])).await;
+    assert_eq!(meter, json!(150000));
+}
+
+/// An edit renders both sides of its diff with its location; a failed command its
+/// command line and output.
+#[tokio::test]
+async fn r31_a_diff_renders_both_sides_and_a_failed_command_its_output() {
+    let Some(browser) = browser::start("diff").await else { return };
+    let (_daemon, _session) = session_page(&browser, "d").await;
+    let prompt = "/diff src/lib.rs fn a() {}\\nfn b() {}\\nfn keep() {} => fn a() {}\\nfn c() {}\\nfn keep() {}\n\
+/exec cargo test --workspace";
+    prompt_in_page(&browser, prompt).await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    browser.wait_text(".diff .diff-head", "src/lib.rs").await;
+    browser.wait_text(".diff td.del", "fn b() {}").await;
+    browser.wait_text(".diff td.ins", "fn c() {}").await;
+    assert_eq!(count(&browser, ".diff td.ctx").await, 4, "two unchanged lines, both sides");
+    assert_eq!(count(&browser, ".diff td.del").await, 1);
+    assert_eq!(count(&browser, ".diff td.ins").await, 1);
+    browser.wait_text("details.tool .locations", "src/lib.rs:1").await;
+    // The failed command: open, with its command line, its output and the failure.
+    browser.wait_text("details.tool.failed .status", "failed").await;
+    browser.wait_text("details.tool.failed pre.command", "$ cargo test --workspace").await;
+    browser.wait_text("details.tool.failed pre.output", "exit code 1").await;
+    assert_eq!(attribute(&browser, "details.tool.failed", "open").await, json!(""));
+    browser.screenshot("diff").await;
+}
+
+/// A question of an agent flags its session in the list and the tab's title while
+/// another session is open; opened, it offers every option the agent gave, and answering
+/// clears the flag.
+#[tokio::test]
+async fn r31_a_waiting_permission_flags_the_list_and_title_and_offers_every_option() {
+    let Some(browser) = browser::start("needs-you").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let asking = api.ready_session("mock", &daemon.workspace("a")).await;
+    let other = api.ready_session("mock", &daemon.workspace("b")).await;
+    connected(&browser, &format!("{}#/session/{other}", page(&daemon))).await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    assert_eq!(browser.run("return document.title;", json!([])).await, json!("Tether"));
+    api.prompt(&asking, "/permission").await.expect("prompt");
+    let row = format!("#tasks .session.needs-you[data-session=\"{asking}\"]");
+    browser.wait_text(&row, "needs you").await;
+    let title = browser.run("return document.title;", json!([])).await;
+    assert_eq!(title, json!("(1) needs you · Tether"));
+    browser.screenshot("flagged").await;
+    // The list's filter finds it.
+    browser.set_value("#filter-state", "needs-you").await;
+    assert_eq!(count(&browser, "#tasks .session").await, 1);
+    browser.set_value("#filter-state", "").await;
+    browser.click(&row).await;
+    browser.wait_text(".permission", "The agent asks to run mock tool: list files").await;
+    let options = browser.texts(".permission button").await;
+    assert_eq!(options, ["Allow once", "Always allow", "Reject", "Always reject"]);
+    browser.click(".permission button.allow-always").await;
+    browser.wait_text(".permission", "answered: allow-always").await;
+    browser.wait_text("#transcript .agent", "the tool ran").await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    let flagged = format!("#tasks .session.needs-you[data-session=\"{asking}\"]");
+    browser
+        .run_async(
+            "const [css, done] = arguments; const check = () => !document.querySelector(css) && document.title === 'Tether'; \
+             if (check()) return done(true); new MutationObserver((_, o) => { if (check()) { o.disconnect(); done(true); } }) \
+             .observe(document.documentElement, {subtree: true, childList: true, attributes: true, characterData: true});",
+            json!([flagged]),
+        )
+        .await;
+}
+
+/// The list of 200 sessions: 50 shown newest first, more on request, search narrows it to
+/// the matching ones, filters by agent and state; rows open from the keyboard.
+#[tokio::test]
+async fn r31_search_filters_200_sessions() {
+    let Some(browser) = browser::start("search").await else { return };
+    let profile = "id = \"broken\"\ncommand = [\"false\"]\nprotocol = \"acp\"\n";
+    let daemon = Daemon::start_with_profiles(&[], &[("broken.toml", profile)]).await;
+    let api = daemon.api().await;
+    let typed = api.typed();
+    let mut made = Vec::new();
+    for (title, n) in [("alpha", 90), ("beta", 90), ("needle in the haystack", 3), ("omega", 17)] {
+        let task = ok("task.create", typed.task_create(title.into(), None)).await;
+        for index in 0..n {
+            let workspace = daemon.workspace(&format!("{title}-{index}").replace(' ', "-"));
+            let agent = if title == "omega" { "mock" } else { "broken" };
+            let mut create = tether_tests::daemon::Create::new(&task.id, agent, Some(&workspace));
+            create.prompt = Some(String::new());
+            made.push(ok("create", create.send(typed)).await.id);
+        }
+    }
+    assert_eq!(made.len(), 200);
+    connected(&browser, &page(&daemon)).await;
+    browser.wait_text("#list-count", "200 sessions").await;
+    assert_eq!(count(&browser, "#tasks .session").await, 50, "a page of 50");
+    let first = attribute(&browser, "#tasks .session", "data-session").await;
+    assert_eq!(first, json!(made[199]), "newest first");
+    browser.click("#more").await;
+    browser.wait_text("#more", "Show 50 more").await;
+    assert_eq!(count(&browser, "#tasks .session").await, 100);
+    browser.type_into("#search", "needle").await;
+    browser.wait_text("#list-count", "3 of 200 sessions").await;
+    let rows = browser.texts("#tasks .session .row-title").await;
+    assert_eq!(rows, vec!["needle in the haystack"; 3]);
+    browser.set_value("#search", "").await;
+    browser.set_value("#filter-agent", "mock").await;
+    browser.wait_text("#list-count", "17 of 200 sessions").await;
+    browser.set_value("#sort", "oldest").await;
+    assert_eq!(attribute(&browser, "#tasks .session", "data-session").await, json!(made[183]));
+    // Keyboard: the first row takes the focus and Enter opens it.
+    browser.run("document.querySelector('#tasks .session').focus(); return true;", json!([])).await;
+    browser.type_into_more("#tasks .session", "\u{E007}").await;
+    browser.wait_text("#session-title", &made[183]).await;
+    browser.screenshot("list").await;
+    ok("stop-all", typed.stop_all()).await;
+}
