@@ -662,6 +662,26 @@ pub struct Timeline {
     pub entries: Vec<TimelineEntry>,
 }
 
+/// `task.session.event_window`: some of a session's events, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EventWindow {
+    /// The events, oldest first, without gaps; empty when none is kept before
+    /// `before_seq`.
+    pub events: Vec<SessionEvent>,
+    /// Where the session's event log starts: events up to this seq are no longer kept
+    /// (read the conversation with `task.session.history`). The window reached the start
+    /// when its first event is `kept_after_seq + 1`.
+    pub kept_after_seq: u64,
+    /// The session's newest event: subscribe after it (or after the window's last) to
+    /// follow on.
+    pub last_seq: u64,
+}
+
+/// The most events one `task.session.event_window` call returns.
+pub const MAX_EVENT_WINDOW: usize = 5000;
+/// The events `task.session.event_window` returns when no `limit` is given.
+pub const DEFAULT_EVENT_WINDOW: usize = 500;
+
 /// The most entries one `task.session.timeline` call returns.
 pub const MAX_TIMELINE_ENTRIES: usize = 1000;
 
@@ -849,6 +869,8 @@ pub mod method {
     pub const SESSION_HISTORY: &str = "task.session.history";
     /// `task.session.timeline`
     pub const SESSION_TIMELINE: &str = "task.session.timeline";
+    /// `task.session.event_window`
+    pub const SESSION_EVENT_WINDOW: &str = "task.session.event_window";
     /// `task.session.snapshot.list`
     pub const SNAPSHOT_LIST: &str = "task.session.snapshot.list";
     /// `task.session.snapshot.get`
@@ -913,6 +935,7 @@ pub mod method {
         PERMISSION_RESPOND,
         SESSION_HISTORY,
         SESSION_TIMELINE,
+        SESSION_EVENT_WINDOW,
         SNAPSHOT_LIST,
         SNAPSHOT_GET,
         SESSION_SUBSCRIBE,

@@ -275,6 +275,15 @@ impl ApiServer for Methods {
             .await
     }
 
+    async fn session_event_window(
+        &self,
+        session_id: String,
+        before_seq: Option<u64>,
+        limit: Option<usize>,
+    ) -> RpcResult<protocol::api::EventWindow> {
+        self.0.event_window(session_id, before_seq, limit).await.map_err(to_rpc)
+    }
+
     async fn sessions_subscribe(&self, pending: PendingSubscriptionSink) -> SubscriptionResult {
         // Listening before the answer: nothing that changes once the client has it is missed.
         let changes = self.0.session_changes();

@@ -615,6 +615,54 @@ impl Supervisor {
         }
     }
 
+    /// `task.session.event_window`: at most `limit` of a session's events before
+    /// `before_seq` (default: through the newest), oldest first, never before where its
+    /// log starts. Read from the log's files: a window costs the segment it starts in,
+    /// however long the session.
+    pub async fn event_window(
+        &self,
+        session_id: String,
+        before_seq: Option<u64>,
+        limit: Option<usize>,
+    ) -> Result<protocol::api::EventWindow, ServiceError> {
+        self.session_row(&session_id).await?;
+        let log = self.event_log(&session_id).await?;
+        let last_seq = log.last_seq();
+        let limit = limit.unwrap_or(protocol::api::DEFAULT_EVENT_WINDOW) as u64;
+        let through = before_seq.map_or(last_seq, |before| before.saturating_sub(1).min(last_seq));
+        // A trim may move the start while the window is read: read again from the new one.
+        loop {
+            let kept_after_seq = log.acked_seq();
+            let after = through.saturating_sub(limit).max(kept_after_seq);
+            if after >= through {
+                return Ok(protocol::api::EventWindow {
+                    events: Vec::new(),
+                    kept_after_seq,
+                    last_seq,
+                });
+            }
+            let mut reader = match log.reader(after) {
+                Ok(reader) => reader,
+                Err(agentctl::spool::SpoolError::Pruned { .. }) => continue,
+                Err(other) => return Err(ServiceError::Internal(other.to_string())),
+            };
+            let mut events = Vec::with_capacity((through - after) as usize);
+            let read = async {
+                while reader.cursor() < through {
+                    events.push(reader.next().await?.to_wire());
+                }
+                Ok::<_, agentctl::spool::SpoolError>(())
+            };
+            match read.await {
+                Ok(()) => {
+                    return Ok(protocol::api::EventWindow { events, kept_after_seq, last_seq });
+                }
+                Err(agentctl::spool::SpoolError::Pruned { .. }) => continue,
+                Err(other) => return Err(ServiceError::Internal(other.to_string())),
+            }
+        }
+    }
+
     /// `task.session.subscribe`: a reader of the session's events after `after_seq`.
     pub async fn subscribe(
         &self,

@@ -157,6 +157,10 @@ pub fn generate() -> Value {
         method::SESSION_TIMELINE,
         "A session's executions and turns, and what happened to it in order (entries after `after`).",
     );
+    m.add::<SessionEventWindow, EventWindow>(
+        method::SESSION_EVENT_WINDOW,
+        "A window of a session's events, oldest first: at most limit (default 500, at most 5000) of those before before_seq (default: the newest), from where the log starts (kept_after_seq). A page opens a long session at its end and reads back a window at a time.",
+    );
     m.add::<SessionId, Vec<SnapshotSummary>>(
         method::SNAPSHOT_LIST,
         "A session's snapshots, oldest first.",
@@ -359,6 +363,7 @@ mod tests {
         let _ = client.permission_respond(s(), "7".into(), Some("allow".into())).await;
         let _ = client.session_history(s(), Some(3), Some(10)).await;
         let _ = client.session_timeline(s(), Some(4)).await;
+        let _ = client.session_event_window(s(), Some(9), Some(5)).await;
         let _ = client.snapshot_list(s()).await;
         let _ = client.snapshot_get(s()).await;
         let _ = client.session_subscribe(s(), Some(2)).await;
@@ -556,6 +561,14 @@ mod tests {
             _: String,
             _: Option<i64>,
         ) -> jsonrpsee::core::RpcResult<Timeline> {
+            never()
+        }
+        async fn session_event_window(
+            &self,
+            _: String,
+            _: Option<u64>,
+            _: Option<usize>,
+        ) -> jsonrpsee::core::RpcResult<EventWindow> {
             never()
         }
         async fn snapshot_list(

@@ -411,6 +411,36 @@ impl Checked for SessionHistory {
     }
 }
 
+/// `task.session.event_window`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionEventWindow {
+    /// The session.
+    pub session_id: String,
+    /// Events before this seq (default: up to the newest).
+    #[serde(default)]
+    pub before_seq: Option<u64>,
+    /// At most this many (default 500, at most 5000; at least 1).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+impl Checked for SessionEventWindow {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)?;
+        match self.limit {
+            Some(limit) if limit == 0 || limit > super::MAX_EVENT_WINDOW => Err(ParamError {
+                field: Some("limit".into()),
+                message: format!(
+                    "limit is {limit}; it must be from 1 to {}",
+                    super::MAX_EVENT_WINDOW
+                ),
+                limit: Some(super::MAX_EVENT_WINDOW as u64),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// `task.session.subscribe` and `task.session.subscribe_batch`
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -617,6 +647,7 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         CLEANUP => parse::<Cleanup>(raw).map(drop),
         SESSION_RESUME => parse::<SessionResume>(raw).map(drop),
         SESSION_TIMELINE => parse::<SessionTimeline>(raw).map(drop),
+        SESSION_EVENT_WINDOW => parse::<SessionEventWindow>(raw).map(drop),
         SNAPSHOT_GET => parse::<SnapshotGet>(raw).map(drop),
         SESSION_PROMPT => parse::<SessionPrompt>(raw).map(drop),
         SESSION_PAUSE => parse::<SessionPause>(raw).map(drop),

@@ -157,6 +157,18 @@ pub trait Api {
     async fn session_timeline(&self, session_id: String, after: Option<i64>)
     -> RpcResult<Timeline>;
 
+    /// A window of a session's events, oldest first: at most `limit` (default 500, at most
+    /// [`MAX_EVENT_WINDOW`]) of those before `before_seq` (default: the newest), never
+    /// before the log's start (`kept_after_seq`). A page opens a long session at its end
+    /// and reads back a window at a time.
+    #[method(name = "task.session.event_window", param_kind = map)]
+    async fn session_event_window(
+        &self,
+        session_id: String,
+        before_seq: Option<u64>,
+        limit: Option<usize>,
+    ) -> RpcResult<EventWindow>;
+
     /// A session's snapshots, oldest first.
     #[method(name = "task.session.snapshot.list", param_kind = map)]
     async fn snapshot_list(&self, session_id: String) -> RpcResult<Vec<SnapshotSummary>>;
