@@ -855,8 +855,7 @@ impl Turn<'_> {
                     self.update(json!({"sessionUpdate": "tool_call", "toolCallId": id,
                         "title": format!("Run {command}"), "kind": "execute", "status": "in_progress",
                         "rawInput": {"command": command}}))?;
-                    let output =
-                        format!("$ {command}\nerror: mock-agent runs nothing\nexit code 1");
+                    let output = format!("{command}: mock-agent runs nothing\nexit code 1");
                     self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": id,
                         "status": "failed",
                         "content": [{"type": "content", "content": {"type": "text", "text": output}}],

@@ -158,6 +158,10 @@ const state = {
   tools: new Map(), // tool call id → { fields, node }
   permissions: new Map(),
   plan: null, // the open turn's plan box
+  backfill: null, // the holder an earlier window of events is rendered into
+  windowStart: 0, // the oldest event seq rendered (an earlier window ends before it)
+  answers: new Map(), // permission request id → how it was answered
+  lastTurnEnd: 0, // the seq of the newest turn end rendered
   stick: true, // the transcript follows new output
   unseen: new Set(), // sessions whose turn ended while nobody looked
   needsYou: new Set(), // sessions announced as needing a person (for notifications)
@@ -187,6 +191,7 @@ function showError(error) {
 
 // A line of the session's activity, at `at` (an event's Unix ms; now for the page's own).
 function activity(text, at = Date.now()) {
+  if (state.backfill) return; // an earlier window's activity is history (the Timeline tab)
   const item = el("li", { "data-at": String(at) }, `${new Date(at).toLocaleTimeString()} ${text}`);
   $("#activity").append(item);
   $("#activity").scrollTop = $("#activity").scrollHeight;
@@ -318,6 +323,8 @@ async function openSession(sessionId) {
   state.tools.clear();
   state.permissions.clear();
   state.plan = null;
+  state.answers.clear();
+  state.lastTurnEnd = 0;
   state.stick = true;
   state.unseen.delete(sessionId);
   $("#jump").hidden = true;
@@ -336,13 +343,9 @@ async function openSession(sessionId) {
     return sessionError(error);
   }
   renderStatus(status);
-  // The page starts where the session's event log starts: older events were dropped.
-  const kept = status.kept_after_seq || 0;
-  if (kept > 0) {
-    state.lastSeq.set(sessionId, kept);
-    transcript(el("div", { class: "notice" },
-      "Earlier events of this session are no longer kept for the page; the History tab has the whole conversation."));
-  }
+  // The newest window of its events first (a long session opens at its end; older ones
+  // load as the reader scrolls up), then the events after it, live.
+  if (!(await loadNewest(sessionId)) || state.open !== sessionId) return;
   await follow(sessionId);
   // Opening a session brings back only an agent that died under a session waiting for
   // input; a PAUSED or FAILED one (or one that cannot be resumed now) waits for its
@@ -556,6 +559,7 @@ function wire() {
     const box = $("#transcript");
     state.stick = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
     if (state.stick) $("#jump").hidden = true;
+    if (box.scrollTop < 40 && box.querySelector("button.earlier")) loadEarlier();
   });
   $("#jump").addEventListener("click", () => {
     state.stick = true;

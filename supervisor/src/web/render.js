@@ -195,13 +195,14 @@ function diffView(item) {
     el("div", { class: "diff-head" }, el("span", { class: "path" }, item.path || "(a file)"),
       item.oldText ? "" : el("span", { class: "badge" }, "new file"), el("span", { class: "muted" }, counts)),
     el("div", { class: "diff-scroll" },
-      el("table", {}, el("thead", {}, el("tr", {}, el("th", { colspan: 2 }, "before"), el("th", { colspan: 2 }, "after"))),
+      el("table", {}, el("colgroup", {}, el("col", { class: "ln" }), el("col", {}), el("col", { class: "ln" }), el("col", {})),
+        el("thead", {}, el("tr", {}, el("th", { colspan: 2 }, "before"), el("th", { colspan: 2 }, "after"))),
         el("tbody", {}, ...rows))));
 }
 
 // ---- tool calls ----------------------------------------------------------------------
 
-const TOOL_ICONS = { read: "📖", edit: "✏️", delete: "🗑", move: "↔", search: "🔍", execute: "▶", think: "💭", fetch: "🌐" };
+const TOOL_ICONS = { read: "📖", edit: "✏️", delete: "🗑", move: "↔", search: "🔍", execute: "$", think: "💭", fetch: "🌐" };
 
 // A tool call's block: created by `tool_call`, merged with each `tool_call_update` (ACP
 // sends only what changed; content and locations, when sent, replace what was there).
@@ -300,7 +301,12 @@ function stickToBottom() {
   else $("#jump").hidden = false;
 }
 
+// Appends to the transcript — or, while an earlier window is rendered, to its holder.
 function transcript(node) {
+  if (state.backfill) {
+    state.backfill.append(node);
+    return node;
+  }
   $("#transcript").append(node);
   stickToBottom();
   return node;
@@ -309,6 +315,7 @@ function transcript(node) {
 function render(event) {
   switch (event.type) {
     case "state": {
+      if (state.backfill) break; // an earlier window's states are history
       const badge = $("#session-state");
       badge.textContent = event.state;
       badge.className = `badge ${event.state}`;
@@ -352,8 +359,9 @@ function render(event) {
       break;
     case "permission_resolved": {
       const box = state.permissions.get(event.request_id);
+      const outcome = event.outcome.outcome === "selected" ? `answered: ${event.outcome.optionId}` : "cancelled";
+      state.answers.set(event.request_id, outcome);
       if (box) {
-        const outcome = event.outcome.outcome === "selected" ? `answered: ${event.outcome.optionId}` : "cancelled";
         box.querySelector(".answer").replaceChildren(outcome);
         box.classList.remove("open");
       }
@@ -361,6 +369,7 @@ function render(event) {
       break;
     }
     case "turn_ended":
+      state.lastTurnEnd = Math.max(state.lastTurnEnd, event.seq || 0);
       state.currentAgent = null;
       state.currentThought = null;
       // Questions of a turn that ended cannot be answered any more.
@@ -431,6 +440,13 @@ function renderPermission(event) {
     ),
   );
   state.permissions.set(event.request_id, box);
+  // Read back from an earlier window: its answer (or the end of its turn) came later.
+  const answered = state.answers.get(event.request_id) || (state.lastTurnEnd > event.seq ? "no longer asked" : null);
+  if (answered) {
+    box.querySelector(".answer").replaceChildren(answered);
+    box.classList.remove("open");
+    return;
+  }
   updateNeedsYou();
   const first = box.querySelector("button");
   if (first && document.activeElement === document.body) first.focus({ preventScroll: true });

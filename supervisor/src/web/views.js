@@ -192,3 +192,79 @@ function wireViews() {
     button.addEventListener("click", () => showTab(button.dataset.tab));
   }
 }
+
+// ---- windows of a long session ---------------------------------------------------------
+
+const WINDOW = 500;
+
+// Opens the session at its newest WINDOW events (a session with 220,000 events opens as
+// fast as one with 500); false when that failed (the error is shown).
+async function loadNewest(sessionId) {
+  let window;
+  try {
+    window = await rpc.call("task.session.event_window", { session_id: sessionId, limit: WINDOW });
+  } catch (error) {
+    sessionError(error);
+    return false;
+  }
+  if (state.open !== sessionId) return false;
+  state.keptAfter = window.kept_after_seq;
+  state.windowStart = window.events.length ? window.events[0].seq : window.last_seq + 1;
+  state.lastSeq.set(sessionId, window.events.length ? window.events[window.events.length - 1].seq : window.last_seq);
+  for (const event of window.events) render(event);
+  showEarlier();
+  return true;
+}
+
+// The transcript's top: a button for the window before (also pressed by scrolling to the
+// top), or, once the log's start is reached, what the log no longer keeps.
+function showEarlier() {
+  const box = $("#transcript");
+  for (const old of box.querySelectorAll(".earlier")) old.remove();
+  let top = null;
+  if (state.windowStart > state.keptAfter + 1) {
+    top = el("button", { class: "earlier quiet", onclick: loadEarlier }, `Show earlier events (${state.windowStart - state.keptAfter - 1} more)`);
+  } else if (state.keptAfter > 0) {
+    top = el("div", { class: "earlier notice" },
+      "Earlier events of this session are no longer kept for the page; the History tab has the whole conversation.");
+  }
+  if (top) box.prepend(top);
+}
+
+// Renders the window before the oldest shown into a holder, then puts it on top, keeping
+// what the reader sees where it is.
+async function loadEarlier() {
+  const sessionId = state.open;
+  if (state.loadingEarlier || state.windowStart <= state.keptAfter + 1) return;
+  state.loadingEarlier = true;
+  try {
+    const window = await rpc.call("task.session.event_window",
+      { session_id: sessionId, before_seq: state.windowStart, limit: WINDOW });
+    if (state.open !== sessionId) return;
+    state.keptAfter = window.kept_after_seq;
+    const saved = { agent: state.currentAgent, thought: state.currentThought, plan: state.plan };
+    const holder = document.createDocumentFragment();
+    state.backfill = holder;
+    state.currentAgent = state.currentThought = state.plan = null;
+    try {
+      for (const event of window.events) render(event);
+    } finally {
+      state.backfill = null;
+      state.currentAgent = saved.agent;
+      state.currentThought = saved.thought;
+      state.plan = saved.plan;
+    }
+    state.windowStart = window.events.length ? window.events[0].seq : state.keptAfter + 1;
+    const box = $("#transcript");
+    const before = box.scrollHeight;
+    const first = box.querySelector(".earlier");
+    if (first) first.after(holder);
+    else box.prepend(holder);
+    box.scrollTop += box.scrollHeight - before;
+    showEarlier();
+  } catch (error) {
+    sessionError(error);
+  } finally {
+    state.loadingEarlier = false;
+  }
+}

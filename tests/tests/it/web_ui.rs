@@ -19,6 +19,18 @@ async fn connected(browser: &Browser, url: &str) {
     browser.wait_text("#connection", "connected").await;
 }
 
+/// Presses "Show earlier events" until the transcript holds the whole log (the page opens
+/// a session at its newest window).
+pub(crate) async fn show_all_earlier(browser: &Browser) {
+    let script = "const done = arguments[0]; const box = document.querySelector('#transcript'); \
+        const step = () => { const button = box.querySelector('button.earlier'); if (!button) return done(true); \
+          const observer = new MutationObserver(() => { if (box.querySelector('button.earlier') !== button) { \
+            observer.disconnect(); step(); } }); \
+          observer.observe(box, {childList: true}); button.click(); }; \
+        step();";
+    browser.run_async(script, serde_json::json!([])).await;
+}
+
 /// Opens a session in the page and sends a prompt through its prompt box.
 async fn prompt_in_page(browser: &Browser, text: &str) {
     browser.set_value("#prompt", text).await;
@@ -355,6 +367,8 @@ async fn r31_switching_away_from_a_streaming_session_and_back_keeps_its_whole_tr
     tether_tests::daemon::until(&mut events, tether_tests::daemon::turn_ended).await;
     browser.wait_text("#transcript .agent", "the live turn").await;
     browser.wait_text("#transcript .agent", "[300/300]").await;
+    // The page opened at the newest window: the earlier ones read back, each once.
+    show_all_earlier(&browser).await;
     let users = browser.texts("#transcript .user").await;
     let wanted: Vec<String> =
         (1..=10).map(|n| format!("earlier turn {n}")).chain(["the live turn".to_owned()]).collect();

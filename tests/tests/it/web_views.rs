@@ -213,3 +213,128 @@ async fn r31_search_filters_200_sessions() {
     browser.screenshot("list").await;
     ok("stop-all", typed.stop_all()).await;
 }
+
+/// Pause asks for a reason, which the activity and the pause's snapshot then show; the
+/// timeline draws the turn and the pause.
+#[tokio::test]
+async fn r31_pause_asks_a_reason_and_the_snapshot_and_timeline_show_it() {
+    let Some(browser) = browser::start("pause-dialog").await else { return };
+    let (_daemon, _session) = session_page(&browser, "pd").await;
+    prompt_in_page(&browser, "/say all done").await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    browser.click("#pause").await;
+    let open = browser.run("return document.querySelector('#pause-dialog').open;", json!([])).await;
+    assert_eq!(open, json!(true), "Pause asks first");
+    browser.type_into("#pause-reason", "lunch break").await;
+    browser.click("#pause-confirm").await;
+    browser.wait_text("#session-state", "PAUSED").await;
+    browser.wait_text("#activity", "paused: lunch break").await;
+    browser.click("[data-tab=snapshots]").await;
+    browser.wait_text("#snapshot-list", "pause").await;
+    browser.click("#snapshot-list button[data-snapshot]").await;
+    browser.wait_text("#snapshot-view", "lunch break").await;
+    browser.wait_text("#snapshot-view .snapshot-turns", "all done").await;
+    browser.click("[data-tab=timeline]").await;
+    browser.wait_text("#timeline-entries", "paused").await;
+    assert!(
+        count(&browser, "#timeline-chart svg rect.turn.completed").await >= 1,
+        "the turn drawn"
+    );
+    assert!(count(&browser, "#timeline-chart svg line.mark.paused").await >= 1, "the pause marked");
+    browser.screenshot("timeline").await;
+}
+
+/// The session view in light and dark (following the system) and at a desktop's and a
+/// phone's width, where nothing is wider than the screen; the screenshots are the ones in
+/// `docs/screenshots/`.
+#[tokio::test]
+async fn r31_the_session_view_in_light_and_dark_on_a_desktop_and_a_phone() {
+    Box::pin(light_and_dark_desktop_and_phone()).await;
+}
+
+async fn light_and_dark_desktop_and_phone() {
+    let Some(browser) = browser::start("look").await else { return };
+    let (daemon, session) = session_page(&browser, "look").await;
+    let reply = "## Fixed the parser\\n\\nThe lexer now keeps **line numbers**:\\n\\n\
+```rust\\nfn next(&mut self) -> Option<Token> { self.line += 1; None }\\n```";
+    let prompt = format!(
+        "/think the lexer drops newlines\n/plan read the lexer; keep line numbers; run the tests\n\
+/diff src/lexer.rs fn next(&mut self) {{\\n    self.pos += 1;\\n}} => fn next(&mut self) {{\\n    self.pos += 1;\\n    self.line += 1;\\n}}\n\
+/exec cargo test -p parser\n/usage 41000 200000 0.42\n/say {reply}"
+    );
+    prompt_in_page(&browser, &prompt).await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    let api = daemon.api().await;
+    api.prompt(&session, "/permission\nmay I run the tests?").await.expect("prompt");
+    browser.wait_text(".permission", "mock tool: list files").await;
+    let background = "return getComputedStyle(document.body).backgroundColor;";
+    let overflow = "return document.documentElement.scrollWidth <= window.innerWidth;";
+    for (width, height, name) in [(1440, 900, "desktop"), (390, 844, "phone")] {
+        browser.set_window(width, height).await;
+        for scheme in ["light", "dark"] {
+            browser.color_scheme(scheme).await;
+            let color = browser.run(background, json!([])).await;
+            let expected = if scheme == "dark" { "rgb(20, 20, 22)" } else { "rgb(245, 245, 247)" };
+            assert_eq!(color, json!(expected), "{name} {scheme}");
+            assert_eq!(
+                browser.run(overflow, json!([])).await,
+                json!(true),
+                "{name} {scheme}: no overflow"
+            );
+            browser.screenshot(&format!("{name}-{scheme}")).await;
+        }
+    }
+}
+
+/// Issue 31, defect 5: `task.session.event_window` reads a session's events a window at a
+/// time from the end — the newest first, then back with `before_seq` to where the log
+/// starts — with its bounds checked.
+#[tokio::test]
+async fn r31_the_event_window_reads_back_from_the_newest() {
+    let limits = ["--event-log-segment-bytes", "16384", "--event-log-retain-bytes", "65536"];
+    let daemon = Daemon::start(&limits).await;
+    let api = daemon.api().await;
+    let typed = api.typed();
+    let session = api.ready_session("mock", &daemon.workspace("w")).await;
+    api.ask(&session, "/stream 40\nfirst").await;
+    let newest = ok("window", typed.session_event_window(session.clone(), None, Some(10))).await;
+    assert_eq!(newest.events.len(), 10);
+    assert_eq!(newest.events.last().unwrap().seq, newest.last_seq, "ends at the newest");
+    let seqs: Vec<u64> = newest.events.iter().map(|e| e.seq).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "oldest first, no gap: {seqs:?}");
+    // Back one window, then to the start: every event once, in order.
+    let mut all = newest.events.clone();
+    let mut before = newest.events[0].seq;
+    loop {
+        let window =
+            ok("window", typed.session_event_window(session.clone(), Some(before), Some(25))).await;
+        if window.events.is_empty() {
+            assert_eq!(before, window.kept_after_seq + 1, "read back to the log's start");
+            break;
+        }
+        assert_eq!(window.events.last().unwrap().seq, before - 1);
+        before = window.events[0].seq;
+        all.splice(0..0, window.events);
+    }
+    assert_eq!(all.len() as u64, newest.last_seq, "the untrimmed log, whole");
+    // Trimmed: the window stops where the log starts.
+    for n in 0..8 {
+        api.ask(&session, &format!("/stream 300\nturn {n}")).await;
+    }
+    let trimmed = ok("window", typed.session_event_window(session.clone(), None, Some(5000))).await;
+    assert!(trimmed.kept_after_seq > 0, "the log was trimmed");
+    assert_eq!(trimmed.events[0].seq, trimmed.kept_after_seq + 1);
+    assert_eq!(trimmed.events.last().unwrap().seq, trimmed.last_seq);
+    let err = tether_tests::daemon::refused(
+        "limit 0",
+        typed.session_event_window(session.clone(), None, Some(0)),
+    )
+    .await;
+    assert_eq!(err.kind, protocol::errors::ErrorKind::InvalidParams);
+    let err = tether_tests::daemon::refused(
+        "no such session",
+        typed.session_event_window(uuid::Uuid::now_v7().to_string(), None, None),
+    )
+    .await;
+    assert_eq!(err.kind, protocol::errors::ErrorKind::NotFound);
+}
