@@ -7,7 +7,7 @@
 //! pipe and with the official ACP SDK client (`sdk-baseline`) driving the same agent.
 //!
 //! `bench [SECTION…]` runs some sections only: relay, sessions, scale, restart, docker,
-//! context, workflows.
+//! context, workflows, page.
 
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,9 @@ use tether_tests::daemon::{Api, Create, Daemon, is_state, ok, turn_ended, until}
 
 #[path = "bench/workflows.rs"]
 mod workflows;
+
+#[path = "bench/page.rs"]
+mod page;
 
 struct Row {
     measure: &'static str,
@@ -318,6 +321,10 @@ async fn main() {
     }
     if run("workflows") {
         workflows::workflows(&mut rows).await;
+        progress(&rows);
+    }
+    if run("page") {
+        page::page(&mut rows).await;
         progress(&rows);
     }
 
