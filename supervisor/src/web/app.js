@@ -264,6 +264,7 @@ async function openWorkflow(workflowId) {
   location.hash = "#/workflow/" + workflowId;
   state.openWorkflow = workflowId;
   $("#workflow").hidden = false;
+  $("#welcome").hidden = true;
   renderWorkflows();
   try {
     renderWorkflow(await rpc.call("workflow.status", { workflow_id: workflowId }));
@@ -330,6 +331,7 @@ async function openSession(sessionId) {
   $("#jump").hidden = true;
   $("#usage").hidden = true;
   $("#session").hidden = false;
+  $("#welcome").hidden = true;
   $("#transcript").replaceChildren();
   $("#activity").replaceChildren();
   $("#session-error").hidden = true;

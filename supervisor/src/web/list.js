@@ -10,7 +10,7 @@ const ENDED = ["COMPLETED", "CANCELLED"];
 // A session needs a person: its agent waits for a permission answer, or it finished a
 // turn nobody has looked at yet.
 function needsYou(session) {
-  return session.awaiting_permission || state.unseen.has(session.id);
+  return session.awaiting_permission || (state.unseen.has(session.id) && session.state === "WAITING_FOR_INPUT");
 }
 
 function matchesList(session, task) {
@@ -119,6 +119,9 @@ function renderForms() {
     .filter((agent) => !agent.available)
     .map((agent) => `${agent.id}: ${agent.reasons.join("; ")}`);
   $("#agent-reasons").textContent = reasons.join("\n");
+  $("#unavailable").hidden = reasons.length === 0;
+  $("#unavailable-count").textContent = `${reasons.length} agent${reasons.length === 1 ? "" : "s"} cannot run here — why`;
+  $("#welcome").hidden = Boolean(state.open || state.openWorkflow);
 }
 
 function wireList() {

@@ -202,8 +202,6 @@ function diffView(item) {
 
 // ---- tool calls ----------------------------------------------------------------------
 
-const TOOL_ICONS = { read: "📖", edit: "✏️", delete: "🗑", move: "↔", search: "🔍", execute: "$", think: "💭", fetch: "🌐" };
-
 // A tool call's block: created by `tool_call`, merged with each `tool_call_update` (ACP
 // sends only what changed; content and locations, when sent, replace what was there).
 function renderTool(update) {
@@ -237,7 +235,7 @@ function renderTool(update) {
     parts.push(el("pre", { class: "output" + (status === "failed" ? " failed" : "") }, f.rawOutput));
   }
   const summary = el("summary", {},
-    el("span", { class: "icon", "aria-hidden": "true" }, TOOL_ICONS[f.kind] || "⚙"),
+    el("span", { class: "kind" }, f.kind || "tool"),
     ` ${f.title || "tool"} — `,
     el("span", { class: `status ${status}` }, status));
   const node = el("details", { class: `tool ${status}`, "data-tool": id }, summary, ...parts);

@@ -213,7 +213,24 @@ async function loadNewest(sessionId) {
   state.lastSeq.set(sessionId, window.events.length ? window.events[window.events.length - 1].seq : window.last_seq);
   for (const event of window.events) render(event);
   showEarlier();
+  if ($("#usage").hidden) usageFromSnapshot(sessionId);
   return true;
+}
+
+// The agent's last reported usage, when it is older than the window shown: its newest
+// snapshot has it.
+async function usageFromSnapshot(sessionId) {
+  try {
+    const snapshots = await rpc.call("task.session.snapshot.list", { session_id: sessionId });
+    const newest = snapshots.filter((s) => s.context_size).pop();
+    if (!newest || state.open !== sessionId || !$("#usage").hidden) return;
+    const { usage } = await rpc.call("task.session.snapshot.get", { snapshot_id: newest.snapshot_id });
+    if (state.open !== sessionId || !$("#usage").hidden) return;
+    const cost = typeof usage.cost === "number" ? { amount: usage.cost, currency: usage.cost_currency } : undefined;
+    renderUsage({ used: usage.context_used, size: usage.context_size, cost });
+  } catch (error) {
+    // Usage is a nicety: a session without snapshots shows none.
+  }
 }
 
 // The transcript's top: a button for the window before (also pressed by scrolling to the

@@ -112,7 +112,10 @@ fn check_what_we_sent(transcript: &Path, methods: &[&str]) {
 
 /// A daemon with a `claude` profile running claude-agent-acp against `server`, its
 /// traffic recorded under `transcript` if given (see [`agent_command`]).
-async fn claude_daemon(server: &ModelServer, transcript: Option<&Path>) -> Option<Daemon> {
+pub(crate) async fn claude_daemon(
+    server: &ModelServer,
+    transcript: Option<&Path>,
+) -> Option<Daemon> {
     let bin = installed("claude-agent-acp")?;
     let command = agent_command(&bin, &[], transcript);
     let profile = format!(

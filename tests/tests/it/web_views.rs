@@ -139,11 +139,17 @@ async fn r31_a_waiting_permission_flags_the_list_and_title_and_offers_every_opti
     connected(&browser, &format!("{}#/session/{other}", page(&daemon))).await;
     browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
     assert_eq!(browser.run("return document.title;", json!([])).await, json!("Tether"));
+    // The system's notifications, as the page would find them once allowed ("Notify me").
+    let fake = "window.Notification = class { static permission = 'granted'; \
+        constructor(title, options) { (window.notes = window.notes || []).push([title, options.body]); } }; return true;";
+    browser.run(fake, json!([])).await;
     api.prompt(&asking, "/permission").await.expect("prompt");
     let row = format!("#tasks .session.needs-you[data-session=\"{asking}\"]");
     browser.wait_text(&row, "needs you").await;
     let title = browser.run("return document.title;", json!([])).await;
     assert_eq!(title, json!("(1) needs you · Tether"));
+    let notes = browser.run("return window.notes;", json!([])).await;
+    assert_eq!(notes, json!([["Tether: a session needs you", "mock asks for permission"]]));
     browser.screenshot("flagged").await;
     // The list's filter finds it.
     browser.set_value("#filter-state", "needs-you").await;
@@ -166,6 +172,29 @@ async fn r31_a_waiting_permission_flags_the_list_and_title_and_offers_every_opti
             json!([flagged]),
         )
         .await;
+}
+
+/// A turn that ends in another session while one is open is news: that session is
+/// flagged until it is opened, and the flag goes when the session ends.
+#[tokio::test]
+async fn r31_a_turn_that_ends_unseen_flags_its_session_until_opened() {
+    let Some(browser) = browser::start("unseen").await else { return };
+    let (daemon, _open) = session_page(&browser, "open").await;
+    let api = daemon.api().await;
+    let other = api.ready_session("mock", &daemon.workspace("other")).await;
+    let row = format!("#tasks .session[data-session=\"{other}\"]");
+    browser.wait_text(&row, "WAITING_FOR_INPUT").await;
+    api.ask(&other, "done elsewhere").await;
+    let flagged = format!("#tasks .session.needs-you[data-session=\"{other}\"]");
+    browser.wait_text(&flagged, "needs you").await;
+    assert_eq!(
+        browser.run("return document.title;", json!([])).await,
+        json!("(1) needs you · Tether")
+    );
+    browser.click(&flagged).await;
+    browser.wait_text("#session-title", &other).await;
+    assert_eq!(count(&browser, "#tasks .session.needs-you").await, 0);
+    assert_eq!(browser.run("return document.title;", json!([])).await, json!("Tether"));
 }
 
 /// The list of 200 sessions: 50 shown newest first, more on request, search narrows it to
@@ -337,4 +366,104 @@ async fn r31_the_event_window_reads_back_from_the_newest() {
     )
     .await;
     assert_eq!(err.kind, protocol::errors::ErrorKind::NotFound);
+}
+
+/// An agent we did not write, in the page: claude-agent-acp against the scripted model
+/// reads a file, asks to edit it — the page offers claude's own options and shows the
+/// edit's diff, both sides — and replies in Markdown, rendered.
+#[tokio::test]
+async fn r31_claude_s_edit_permission_diff_and_markdown_render_in_the_page() {
+    Box::pin(claude_in_the_page()).await;
+}
+
+async fn claude_in_the_page() {
+    use tether_tests::model_server::{ModelServer, Reply};
+    let server = ModelServer::start().await;
+    let Some(daemon) = crate::real_agents::claude_daemon(&server, None).await else { return };
+    let Some(browser) = browser::start("claude").await else { return };
+    let api = daemon.api().await;
+    let workspace = daemon.workspace("claude-page");
+    // Claude Code's own default may approve edits by itself; this project asks first.
+    std::fs::create_dir_all(workspace.join(".claude")).unwrap();
+    std::fs::write(
+        workspace.join(".claude/settings.json"),
+        r#"{"permissions": {"defaultMode": "default"}}"#,
+    )
+    .unwrap();
+    let file = workspace.join("greet.rs");
+    std::fs::write(&file, "fn greet() {\n    println!(\"hello\");\n}\n").unwrap();
+    let session = api.ready_session("claude", &workspace).await;
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    server.script([
+        Reply::ToolUse { name: "Read".into(), input: json!({"file_path": file}) },
+        Reply::ToolUse {
+            name: "Edit".into(),
+            input: json!({"file_path": file, "old_string": "println!(\"hello\");",
+                "new_string": "println!(\"hello, world\");"}),
+        },
+        Reply::Text(
+            "## Done\n\nThe greeting now says **hello, world**:\n\n```rust\nfn greet() {}\n```"
+                .into(),
+        ),
+    ]);
+    prompt_in_page(&browser, "make the greeting say hello, world").await;
+    browser.wait_text(".permission", "The agent asks to run").await;
+    let options = browser.texts(".permission button").await;
+    assert!(options.len() >= 2, "claude's options, each a button: {options:?}");
+    browser.wait_text(".diff td.del", "println!(\"hello\");").await;
+    browser.wait_text(".diff td.ins", "println!(\"hello, world\");").await;
+    browser.screenshot("asked").await;
+    browser.click(".permission button.allow").await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    browser.wait_text("#transcript .agent h2", "Done").await;
+    browser.wait_text("#transcript .agent strong", "hello, world").await;
+    browser.wait_text("#transcript .agent pre code", "fn greet()").await;
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert!(written.contains("hello, world"), "{written}");
+    browser.screenshot("done").await;
+    ok("task.session.stop", api.typed().session_stop(session)).await;
+}
+
+/// The transcript follows new output until the reader scrolls up; then it stays where
+/// they are and "new output ↓" takes them back to the end.
+#[tokio::test]
+async fn r31_auto_scroll_stops_when_the_reader_scrolls_up() {
+    let Some(browser) = browser::start("scroll").await else { return };
+    let (daemon, session) = session_page(&browser, "s").await;
+    let at_end = "const b = document.querySelector('#transcript'); \
+        return b.scrollHeight - b.scrollTop - b.clientHeight < 40;";
+    prompt_in_page(&browser, "/stream 200\n/say line\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline\\nline").await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    assert_eq!(browser.run(at_end, json!([])).await, json!(true), "it followed the reply");
+    let up = "const b = document.querySelector('#transcript'); b.scrollTop = 0; \
+        b.dispatchEvent(new Event('scroll')); return b.scrollTop;";
+    assert_eq!(browser.run(up, json!([])).await, json!(0));
+    let api = daemon.api().await;
+    api.ask(&session, "/stream 50\nmore while I read").await;
+    browser.wait_text("#transcript .agent", "more while I read").await;
+    let top =
+        browser.run("return document.querySelector('#transcript').scrollTop;", json!([])).await;
+    assert_eq!(top, json!(0), "it stayed where the reader was");
+    browser.wait_text("#jump", "new output").await;
+    browser.click("#jump").await;
+    assert_eq!(browser.run(at_end, json!([])).await, json!(true), "back at the end");
+    let hidden = browser.run("return document.querySelector('#jump').hidden;", json!([])).await;
+    assert_eq!(hidden, json!(true));
+}
+
+/// Usage reported before the window the page opens at still shows: from the session's
+/// newest snapshot.
+#[tokio::test]
+async fn r31_usage_older_than_the_window_shows_from_the_snapshot() {
+    let Some(browser) = browser::start("usage").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("u")).await;
+    api.ask(&session, "/usage 90000 200000 0.5\nsmall").await;
+    api.ask(&session, "/stream 700\nlong after").await;
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#transcript .agent", "[700/700]").await;
+    assert_eq!(count(&browser, "#transcript button.earlier").await, 1, "opened at a window");
+    browser.wait_text("#usage-text", "context 90.0k / 200k (45%) · 0.50 USD").await;
 }
