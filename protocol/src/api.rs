@@ -665,7 +665,8 @@ pub struct Timeline {
 /// `task.session.event_window`: some of a session's events, oldest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EventWindow {
-    /// The events, oldest first, without gaps; empty when none is kept before
+    /// The events, oldest first (a seq is missing only where the log lost it: a damaged
+    /// line, a log cut while the daemon was down); empty when none is kept before
     /// `before_seq`.
     pub events: Vec<SessionEvent>,
     /// Where the session's event log starts: events up to this seq are no longer kept

@@ -647,9 +647,15 @@ impl Supervisor {
                 Err(other) => return Err(ServiceError::Internal(other.to_string())),
             };
             let mut events = Vec::with_capacity((through - after) as usize);
+            // Where a seq is missing (a damaged line skipped, events lost), the next one
+            // read may lie past the window: it ends there.
             let read = async {
                 while reader.cursor() < through {
-                    events.push(reader.next().await?.to_wire());
+                    let event = reader.next().await?;
+                    if event.seq > through {
+                        break;
+                    }
+                    events.push(event.to_wire());
                 }
                 Ok::<_, agentctl::spool::SpoolError>(())
             };
