@@ -159,6 +159,9 @@ const state = {
   permissions: new Map(),
   plan: null, // the open turn's plan box
   backfill: null, // the holder an earlier window of events is rendered into
+  backfillBlocks: new Set(), // its agent messages, rendered once it is in
+  visit: 0, // each opening of a session: answers for an older one are dropped
+  live: false, // the open session's newest window is shown and followed
   windowStart: 0, // the oldest event seq rendered (an earlier window ends before it)
   answers: new Map(), // permission request id → how it was answered
   lastTurnEnd: 0, // the seq of the newest turn end rendered
@@ -318,6 +321,9 @@ function renderWorkflow(status) {
 async function openSession(sessionId) {
   location.hash = "#/session/" + sessionId;
   state.open = sessionId;
+  state.visit += 1; // what an answer for an earlier opening must not touch
+  state.live = false;
+  state.loadingEarlier = false;
   state.lastSeq.set(sessionId, 0);
   state.currentAgent = null;
   state.currentThought = null;
@@ -338,16 +344,20 @@ async function openSession(sessionId) {
   $("#session-title").textContent = sessionId;
   renderLists();
   showTab("transcript");
+  const visit = state.visit;
   let status;
   try {
     status = await rpc.call("task.session.status", { session_id: sessionId });
   } catch (error) {
-    return sessionError(error);
+    if (state.visit === visit) sessionError(error);
+    return undefined;
   }
+  if (state.visit !== visit) return undefined; // opened again, or another session
   renderStatus(status);
   // The newest window of its events first (a long session opens at its end; older ones
   // load as the reader scrolls up), then the events after it, live.
-  if (!(await loadNewest(sessionId)) || state.open !== sessionId) return;
+  if (!(await loadNewest(sessionId, visit)) || state.visit !== visit) return;
+  state.live = true;
   await follow(sessionId);
   // Opening a session brings back only an agent that died under a session waiting for
   // input; a PAUSED or FAILED one (or one that cannot be resumed now) waits for its
@@ -594,7 +604,10 @@ async function onConnected() {
       await openWorkflow(workflow[1]);
     }
     const match = location.hash.match(/^#\/session\/(.+)$/);
-    if (state.open) {
+    if (state.open && !state.live) {
+      // Its window never came (the connection dropped first): open it again.
+      await openSession(state.open);
+    } else if (state.open) {
       // A reconnect: go on after the last event rendered.
       const status = await rpc.call("task.session.status", { session_id: state.open });
       renderStatus(status);

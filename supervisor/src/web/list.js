@@ -161,8 +161,6 @@ function setBadge(sessionId, sessionState) {
     badge.textContent = sessionState;
     badge.className = `badge ${sessionState}`;
   }
-  const known = state.sessions.find((s) => s.id === sessionId);
-  if (known) known.state = sessionState;
 }
 
 // The list follows every session through one subscription: a session created or changed

@@ -102,6 +102,10 @@ function highlight(code) {
 // chunks (a microtask after the frame's events), not once per chunk.
 function appendAgentText(block, text) {
   block.raw = (block.raw || "") + text;
+  if (state.backfill) {
+    state.backfillBlocks.add(block); // rendered once the window is in (views.js)
+    return;
+  }
   if (block.renderQueued) return;
   block.renderQueued = true;
   queueMicrotask(() => {
@@ -132,13 +136,15 @@ function lineDiff(a, b) {
     for (let i = start; i < endA; i++) ops.push({ op: "-", a: i });
     for (let j = start; j < endB; j++) ops.push({ op: "+", b: j });
   } else {
-    // lengths[i][j]: the LCS of a[start+i..endA] and b[start+j..endB].
-    const lengths = Array.from({ length: n + 1 }, () => new Uint32Array(m + 1));
+    // at(i, j): the LCS of a[start+i..endA] and b[start+j..endB], in one flat table.
+    const width = m + 1;
+    const lengths = new Uint32Array((n + 1) * width);
+    const at = (i, j) => lengths[i * width + j];
     for (let i = n - 1; i >= 0; i--) {
       for (let j = m - 1; j >= 0; j--) {
-        lengths[i][j] = a[start + i] === b[start + j]
-          ? lengths[i + 1][j + 1] + 1
-          : Math.max(lengths[i + 1][j], lengths[i][j + 1]);
+        lengths[i * width + j] = a[start + i] === b[start + j]
+          ? at(i + 1, j + 1) + 1
+          : Math.max(at(i + 1, j), at(i, j + 1));
       }
     }
     let i = 0;
@@ -146,7 +152,7 @@ function lineDiff(a, b) {
     while (i < n || j < m) {
       if (i < n && j < m && a[start + i] === b[start + j]) {
         ops.push({ op: "=", a: start + i++, b: start + j++ });
-      } else if (j < m && (i === n || lengths[i][j + 1] >= lengths[i + 1][j])) {
+      } else if (j < m && (i === n || at(i, j + 1) >= at(i + 1, j))) {
         ops.push({ op: "+", b: start + j++ });
       } else {
         ops.push({ op: "-", a: start + i++ });
@@ -157,11 +163,15 @@ function lineDiff(a, b) {
   return ops;
 }
 
+// The most rows of a diff shown.
+const DIFF_ROWS = 2000;
+
 // ACP `diff` content side by side: the old text left, the new right, removed and added
 // lines paired up.
 function diffView(item) {
-  const oldLines = item.oldText ? item.oldText.replace(/\n$/, "").split("\n") : [];
-  const newLines = (item.newText || "").replace(/\n$/, "").split("\n");
+  const lines = (text) => (text ? text.replace(/\n$/, "").split("\n") : []);
+  const oldLines = lines(item.oldText);
+  const newLines = lines(item.newText);
   const ops = lineDiff(oldLines, newLines);
   const rows = [];
   const cell = (number, text, kind) => [
@@ -190,7 +200,17 @@ function diffView(item) {
     }
   }
   flush();
-  const counts = `−${ops.filter((o) => o.op === "-").length} +${ops.filter((o) => o.op === "+").length}`;
+  const removedCount = ops.filter((o) => o.op === "-").length;
+  const addedCount = ops.filter((o) => o.op === "+").length;
+  const counts = removedCount || addedCount || item.oldText === item.newText
+    ? `−${removedCount} +${addedCount}`
+    : "the line endings changed";
+  // A big file's diff shows its first rows; the rest is counted.
+  const hidden = rows.length - DIFF_ROWS;
+  if (hidden > 0) {
+    rows.length = DIFF_ROWS;
+    rows.push(el("tr", {}, el("td", { colspan: 4, class: "muted" }, `… ${hidden} more lines`)));
+  }
   return el("div", { class: "diff", "data-diff": item.path || "" },
     el("div", { class: "diff-head" }, el("span", { class: "path" }, item.path || "(a file)"),
       item.oldText ? "" : el("span", { class: "badge" }, "new file"), el("span", { class: "muted" }, counts)),
@@ -213,7 +233,10 @@ function renderTool(update) {
     state.tools.set(id, tool);
   }
   for (const [key, value] of Object.entries(update)) {
-    if (value !== undefined && value !== null && key !== "sessionUpdate") tool.fields[key] = value;
+    if (value === undefined || value === null || key === "sessionUpdate") continue;
+    // An earlier window's update is older than what is shown: it only fills gaps.
+    if (state.backfill && key in tool.fields) continue;
+    tool.fields[key] = value;
   }
   const f = tool.fields;
   const status = f.status || "pending";
@@ -265,7 +288,7 @@ function renderPlan(entries) {
         el("span", { class: "mark", "aria-hidden": "true" }, PLAN_MARKS[entry.status] || "○"),
         " ", entry.content,
         entry.priority === "high" ? el("span", { class: "badge" }, "high") : ""))));
-  if (state.plan && state.plan.isConnected) state.plan.replaceWith(node);
+  if (state.plan && state.plan.parentNode) state.plan.replaceWith(node);
   else transcript(node);
   state.plan = node;
 }
@@ -315,6 +338,10 @@ function render(event) {
     case "state": {
       if (state.backfill) break; // an earlier window's states are history
       const badge = $("#session-state");
+      // A turn of the open session that ends while the tab is hidden is news too.
+      if (state.live && document.hidden && badge.textContent === "RUNNING" && event.state === "WAITING_FOR_INPUT") {
+        state.unseen.add(state.open);
+      }
       badge.textContent = event.state;
       badge.className = `badge ${event.state}`;
       showActions(event.state, event.state === "WAITING_FOR_INPUT" && Boolean(event.error));
@@ -349,7 +376,7 @@ function render(event) {
     case "session_update": {
       const kind = event.update && event.update.sessionUpdate;
       if (kind === "plan" && Array.isArray(event.update.entries)) renderPlan(event.update.entries);
-      else if (kind === "usage_update") renderUsage(event.update);
+      else if (kind === "usage_update" && !state.backfill) renderUsage(event.update);
       break;
     }
     case "permission_request":
@@ -370,8 +397,10 @@ function render(event) {
       state.lastTurnEnd = Math.max(state.lastTurnEnd, event.seq || 0);
       state.currentAgent = null;
       state.currentThought = null;
-      // Questions of a turn that ended cannot be answered any more.
+      // Questions asked before a turn's end cannot be answered any more (an earlier
+      // window's turn end leaves the questions after it alone).
       for (const box of state.permissions.values()) {
+        if (Number(box.dataset.seq) > (event.seq || 0)) continue;
         const answer = box.querySelector(".answer");
         if (answer.querySelector("button")) answer.replaceChildren("no longer asked");
         box.classList.remove("open");
@@ -431,7 +460,7 @@ function renderPermission(event) {
       option.name || option.optionId));
   const command = toolCall.rawInput && toolCall.rawInput.command;
   const box = transcript(
-    el("div", { class: "permission open", role: "group", "aria-label": "the agent asks for permission", "data-permission": event.request_id },
+    el("div", { class: "permission open", role: "group", "aria-label": "the agent asks for permission", "data-permission": event.request_id, "data-seq": String(event.seq || 0) },
       `The agent asks to run ${tool}. `,
       command ? el("pre", { class: "command" }, "$ " + command) : "",
       el("span", { class: "answer" }, ...buttons),

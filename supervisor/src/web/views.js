@@ -195,37 +195,39 @@ function wireViews() {
 
 // ---- windows of a long session ---------------------------------------------------------
 
-const WINDOW = 500;
+// Events a window holds: 500, or (for tests of the windows' edges, and small devices)
+// what `sessionStorage["tether-window"]` says.
+const WINDOW = Number(sessionStorage.getItem("tether-window")) || 500;
 
 // Opens the session at its newest WINDOW events (a session with 220,000 events opens as
 // fast as one with 500); false when that failed (the error is shown).
-async function loadNewest(sessionId) {
+async function loadNewest(sessionId, visit) {
   let window;
   try {
     window = await rpc.call("task.session.event_window", { session_id: sessionId, limit: WINDOW });
   } catch (error) {
-    sessionError(error);
+    if (state.visit === visit) sessionError(error);
     return false;
   }
-  if (state.open !== sessionId) return false;
+  if (state.visit !== visit) return false;
   state.keptAfter = window.kept_after_seq;
   state.windowStart = window.events.length ? window.events[0].seq : window.last_seq + 1;
   state.lastSeq.set(sessionId, window.events.length ? window.events[window.events.length - 1].seq : window.last_seq);
   for (const event of window.events) render(event);
   showEarlier();
-  if ($("#usage").hidden) usageFromSnapshot(sessionId);
+  if ($("#usage").hidden) usageFromSnapshot(sessionId, visit);
   return true;
 }
 
 // The agent's last reported usage, when it is older than the window shown: its newest
 // snapshot has it.
-async function usageFromSnapshot(sessionId) {
+async function usageFromSnapshot(sessionId, visit) {
   try {
     const snapshots = await rpc.call("task.session.snapshot.list", { session_id: sessionId });
     const newest = snapshots.filter((s) => s.context_size).pop();
-    if (!newest || state.open !== sessionId || !$("#usage").hidden) return;
+    if (!newest || state.visit !== visit || !$("#usage").hidden) return;
     const { usage } = await rpc.call("task.session.snapshot.get", { snapshot_id: newest.snapshot_id });
-    if (state.open !== sessionId || !$("#usage").hidden) return;
+    if (state.visit !== visit || !$("#usage").hidden) return;
     const cost = typeof usage.cost === "number" ? { amount: usage.cost, currency: usage.cost_currency } : undefined;
     renderUsage({ used: usage.context_used, size: usage.context_size, cost });
   } catch (error) {
@@ -248,30 +250,55 @@ function showEarlier() {
   if (top) box.prepend(top);
 }
 
+// What the transcript shows before its first turn's prompt: the end of a turn that began
+// in an earlier window.
+function headOfTranscript() {
+  const head = [];
+  for (const node of $("#transcript").children) {
+    if (node.classList.contains("user")) break;
+    head.push(node);
+  }
+  return head;
+}
+
 // Renders the window before the oldest shown into a holder, then puts it on top, keeping
 // what the reader sees where it is.
 async function loadEarlier() {
   const sessionId = state.open;
-  if (state.loadingEarlier || state.windowStart <= state.keptAfter + 1) return;
+  const visit = state.visit;
+  if (state.loadingEarlier || !state.live || state.windowStart <= state.keptAfter + 1) return;
   state.loadingEarlier = true;
   try {
+    const bound = state.windowStart;
     const window = await rpc.call("task.session.event_window",
-      { session_id: sessionId, before_seq: state.windowStart, limit: WINDOW });
-    if (state.open !== sessionId) return;
+      { session_id: sessionId, before_seq: bound, limit: WINDOW });
+    if (state.visit !== visit) return;
     state.keptAfter = window.kept_after_seq;
+    // Only what lies before the oldest shown (the daemon says so too; a page trusts it
+    // not to loop).
+    const events = window.events.filter((event) => event.seq < bound);
     const saved = { agent: state.currentAgent, thought: state.currentThought, plan: state.plan };
     const holder = document.createDocumentFragment();
     state.backfill = holder;
+    state.backfillBlocks.clear();
     state.currentAgent = state.currentThought = state.plan = null;
     try {
-      for (const event of window.events) render(event);
+      for (const event of events) render(event);
+      for (const block of state.backfillBlocks) block.replaceChildren(markdown(block.raw));
     } finally {
       state.backfill = null;
+      state.backfillBlocks.clear();
       state.currentAgent = saved.agent;
       state.currentThought = saved.thought;
       state.plan = saved.plan;
     }
-    state.windowStart = window.events.length ? window.events[0].seq : state.keptAfter + 1;
+    state.windowStart = events.length ? events[0].seq : state.keptAfter + 1;
+    // A plan is the whole plan: where the turn the window ends in goes on below with a
+    // newer one, the window's older one goes.
+    const newerPlan = headOfTranscript().some((node) => node.classList.contains("plan"));
+    const lastTurn = [...holder.children].reverse().findIndex((node) => node.classList.contains("user"));
+    const tail = lastTurn < 0 ? [...holder.children] : [...holder.children].slice(holder.children.length - lastTurn);
+    if (newerPlan) for (const node of tail) if (node.classList.contains("plan")) node.remove();
     const box = $("#transcript");
     const before = box.scrollHeight;
     const first = box.querySelector(".earlier");
@@ -282,6 +309,6 @@ async function loadEarlier() {
   } catch (error) {
     sessionError(error);
   } finally {
-    state.loadingEarlier = false;
+    if (state.visit === visit) state.loadingEarlier = false;
   }
 }

@@ -124,6 +124,22 @@ async fn r31_a_diff_renders_both_sides_and_a_failed_command_its_output() {
     browser.wait_text("details.tool.failed pre.output", "exit code 1").await;
     assert_eq!(attribute(&browser, "details.tool.failed", "open").await, json!(""));
     browser.screenshot("diff").await;
+    // The diff's edges: a file emptied, nothing changed, only the last line's end, and a
+    // big new file (its first 2,000 rows, the rest counted).
+    let heads = "const head = (o, n) => diffView({path: 'f', oldText: o, newText: n}); \
+        const big = Array.from({length: 3000}, (_, i) => 'line ' + i).join('\\n'); \
+        return [head('a\\nb\\n', ''), head('a\\n', 'a\\n'), head('a', 'a\\n'), head(null, big)] \
+          .map(d => [d.querySelector('.diff-head').textContent, d.querySelectorAll('tbody tr').length]);";
+    let heads = browser.run(heads, json!([])).await;
+    assert_eq!(
+        heads,
+        json!([
+            ["f−2 +0", 2],
+            ["f−0 +0", 1],
+            ["fthe line endings changed", 1],
+            ["fnew file−0 +3000", 2001]
+        ])
+    );
 }
 
 /// A question of an agent flags its session in the list and the tab's title while
@@ -466,4 +482,128 @@ async fn r31_usage_older_than_the_window_shows_from_the_snapshot() {
     browser.wait_text("#transcript .agent", "[700/700]").await;
     assert_eq!(count(&browser, "#transcript button.earlier").await, 1, "opened at a window");
     browser.wait_text("#usage-text", "context 90.0k / 200k (45%) · 0.50 USD").await;
+}
+
+/// A window never holds an event at or after its `before_seq`, also where the log has a
+/// gap (a damaged line, skipped): reading back ends, each event once.
+#[tokio::test]
+async fn r31_an_event_window_stops_before_its_bound_across_a_gap() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("gap")).await;
+    api.ask(&session, "/stream 30\nwith a gap").await;
+    let last = api.status(&session).await.last_event_seq;
+    drop(api);
+    daemon.kill().await;
+    // Damage one line in the middle: the reader skips it, leaving a gap in the seqs.
+    let dir = daemon.session_dir(&session).join("events");
+    let segment = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).min().unwrap();
+    let text = std::fs::read_to_string(&segment).unwrap();
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let middle = lines.len() / 2;
+    let damaged: serde_json::Value = serde_json::from_str(lines[middle]).unwrap();
+    let damaged = damaged["seq"].as_u64().unwrap();
+    let mut cut = String::new();
+    for (index, line) in lines.iter().enumerate() {
+        if index == middle {
+            cut.push_str(&"#".repeat(line.len() - 1));
+            cut.push('\n');
+        } else {
+            cut.push_str(line);
+        }
+    }
+    std::fs::write(&segment, cut).unwrap();
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let typed = api.typed();
+    let window =
+        ok("window", typed.session_event_window(session.clone(), Some(damaged + 1), Some(1))).await;
+    assert!(window.events.iter().all(|e| e.seq <= damaged), "{:?}", window.events);
+    // Back from the newest, two at a time: it ends, nothing past a bound, nothing twice.
+    let mut before = last + 1;
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..=last {
+        let window =
+            ok("window", typed.session_event_window(session.clone(), Some(before), Some(2))).await;
+        let Some(first) = window.events.first() else { break };
+        for event in &window.events {
+            assert!(event.seq < before, "{} in a window before {before}", event.seq);
+            assert!(seen.insert(event.seq), "{} twice", event.seq);
+        }
+        before = first.seq;
+    }
+    assert!(before <= 2, "read back to the start (stopped before {before})");
+    assert!(!seen.contains(&damaged), "the damaged line is skipped");
+}
+
+/// Reading a session back one event at a time (a window of 1) leaves what is newer as it
+/// is: the open question keeps its buttons, a finished tool stays finished, the turn's
+/// latest plan is its only one, usage stays the newest — and each event shows once.
+#[tokio::test]
+async fn r31_earlier_windows_leave_what_is_newer_alone() {
+    Box::pin(earlier_windows_leave_what_is_newer_alone()).await;
+}
+
+async fn earlier_windows_leave_what_is_newer_alone() {
+    let Some(browser) = browser::start("windows").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("w1")).await;
+    api.ask(&session, "/usage 10 100\n/tool\nfirst").await;
+    api.ask(&session, "/plan a; b\n/plan a; b; c\n/usage 50 100\nsecond").await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/permission\nthird").await.expect("prompt");
+    tether_tests::daemon::until_permission_request(&mut events).await;
+    connected(&browser, &page(&daemon)).await;
+    browser.run("sessionStorage.setItem('tether-window', '1'); return true;", json!([])).await;
+    browser.open("about:blank").await; // a new load, so the page reads the setting
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text(".permission", "mock tool: list files").await;
+    assert_eq!(count(&browser, "#transcript > *:not(.earlier)").await, 1, "a window of one");
+    crate::web_ui::show_all_earlier(&browser).await;
+    assert_eq!(count(&browser, ".permission.open button").await, 4, "the open question is live");
+    let statuses = browser.texts("details.tool .status").await;
+    assert_eq!(statuses, ["completed", "pending"], "the first turn's tool, then the asking one");
+    assert_eq!(count(&browser, ".plan").await, 1, "one plan: the turn's latest");
+    assert_eq!(count(&browser, ".plan li").await, 3);
+    browser.wait_text("#usage-text", "context 50 / 100 (50%)").await;
+    let users = browser.texts("#transcript .user").await;
+    assert_eq!(users.len(), 3, "{users:?}");
+    assert_eq!(count(&browser, "#transcript .turn-end").await, 2);
+    let agent = browser.texts("#transcript .agent").await.concat();
+    assert_eq!(agent.matches("you said: first").count(), 1, "{agent}");
+    assert_eq!(agent.matches("you said: second").count(), 1, "{agent}");
+}
+
+/// Opening a session twice at once (a double click, back and forth while it loads) shows
+/// its transcript once.
+#[tokio::test]
+async fn r31_opening_a_session_twice_at_once_shows_it_once() {
+    let Some(browser) = browser::start("twice").await else { return };
+    let (daemon, session) = session_page(&browser, "twice").await;
+    let api = daemon.api().await;
+    api.ask(&session, "one").await;
+    api.ask(&session, "two").await;
+    let both = "const [id, done] = arguments; Promise.all([openSession(id), openSession(id)]).then(() => done(true));";
+    browser.run_async(both, json!([session])).await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    assert_eq!(browser.texts("#transcript .user").await.len(), 2);
+    assert_eq!(count(&browser, "#transcript .turn-end").await, 2);
+}
+
+/// A turn of the open session that ends while the tab is hidden flags it; coming back to
+/// the tab clears it.
+#[tokio::test]
+async fn r31_a_turn_that_ends_in_a_hidden_tab_flags_the_open_session() {
+    let Some(browser) = browser::start("hidden").await else { return };
+    let (daemon, session) = session_page(&browser, "hidden").await;
+    let hide = "Object.defineProperty(document, 'hidden', {value: true, configurable: true}); return true;";
+    browser.run(hide, json!([])).await;
+    daemon.api().await.ask(&session, "while away").await;
+    let flagged = format!("#tasks .session.needs-you[data-session=\"{session}\"]");
+    browser.wait_text(&flagged, "needs you").await;
+    let show = "Object.defineProperty(document, 'hidden', {value: false, configurable: true}); \
+        document.dispatchEvent(new Event('visibilitychange')); return true;";
+    browser.run(show, json!([])).await;
+    assert_eq!(count(&browser, "#tasks .session.needs-you").await, 0);
 }
