@@ -614,10 +614,19 @@ impl SessionActor {
                 }
             }
             Internal::AnswerSent { execution_id, request_id } => {
-                let outcome = self.answering.remove(&request_id).unwrap_or(Value::Null);
-                let current =
-                    self.execution.as_ref().is_some_and(|execution| execution.id == execution_id);
-                if current {
+                // agentctl took the answer for the agent that asked: the question is
+                // answered — also when that agent's execution ended meanwhile (its reply
+                // can come after the turn's end and a pause that followed it). One still
+                // open is resolved once: a question voided meanwhile has no row.
+                let Some(outcome) = self.answering.remove(&request_id) else { return };
+                let open = match self.context.store.list_pending(self.row.id.clone()).await {
+                    Ok(pending) => pending.iter().any(|(id, _, _)| *id == request_id),
+                    Err(err) => {
+                        tracing::warn!(session = %self.row.id, execution = %execution_id, %err, "cannot read the open questions");
+                        return;
+                    }
+                };
+                if open {
                     // Published before the row goes.
                     self.emit(SessionEventKind::PermissionResolved {
                         request_id: request_id.clone(),

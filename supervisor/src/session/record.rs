@@ -122,6 +122,32 @@ impl SessionRecord {
         Ok(self.store.clear_pending(self.session_id.clone()).await?)
     }
 
+    /// Like [`Self::void_questions`], but the questions in `answered` stay: their answers
+    /// went to the agent, and agentctl's confirmation resolves them. Returns how many were
+    /// voided.
+    pub async fn void_questions_but(
+        &self,
+        answered: &std::collections::HashSet<String>,
+        mark: Mark,
+    ) -> Result<usize, RecordError> {
+        let kinds: Vec<SessionEventKind> = self
+            .question_ends()
+            .await?
+            .into_iter()
+            .filter(|kind| {
+                !matches!(kind, SessionEventKind::PermissionResolved { request_id, .. }
+                    if answered.contains(request_id))
+            })
+            .collect();
+        self.publish(kinds.clone(), mark)?;
+        for kind in &kinds {
+            if let SessionEventKind::PermissionResolved { request_id, .. } = kind {
+                self.store.delete_pending(self.session_id.clone(), request_id.clone()).await?;
+            }
+        }
+        Ok(kinds.len())
+    }
+
     /// Ends the open work of a session whose agent is gone: each question void, each
     /// running turn `interrupted` with `reason`, published (with `then` after them) before
     /// the rows change. Returns how many turns and questions there were.

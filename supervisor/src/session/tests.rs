@@ -84,6 +84,13 @@ enum Mode {
     /// Answers the handshake, but a prompt gets no answer: its turn runs until something
     /// else ends it.
     Holds,
+    /// A prompt asks for permission; the answer ends the turn at once, but agentctl's
+    /// reply to the call that carried it comes only when the test releases it (the
+    /// agent's reaction overtakes the reply, as it can with a real sidecar).
+    AsksThenLags,
+    /// A prompt asks for permission, and the turn ends without an answer once the test
+    /// releases it (an agent that gives up on its question).
+    AsksThenEnds,
 }
 
 /// A sidecar with a scripted agent behind it.
@@ -95,6 +102,9 @@ struct FakeSidecar {
     /// Every `events.ack` seq, in order.
     acks: tokio::sync::watch::Sender<Vec<u64>>,
     first_chunk: AtomicU64,
+    /// `AsksThenLags`: the prompt's id, and what releases the reply to the answer.
+    prompt_id: Mutex<Value>,
+    release: tokio::sync::Notify,
 }
 
 impl FakeSidecar {
@@ -131,6 +141,21 @@ impl FakeSidecar {
                 self.open.store(true, Ordering::SeqCst);
                 self.emit(json!({"jsonrpc": "2.0", "id": id, "result": null})).await
             }
+            Some("session/prompt")
+                if matches!(self.mode, Mode::AsksThenLags | Mode::AsksThenEnds) =>
+            {
+                *self.prompt_id.lock().unwrap() = id.clone();
+                self.emit(json!({"jsonrpc": "2.0", "id": 0, "method": "session/request_permission", "params": {"sessionId": "fake-session", "toolCall": {"toolCallId": "c1", "title": "ls"}, "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}]}})).await;
+                if self.mode == Mode::AsksThenEnds {
+                    self.release.notified().await;
+                    self.emit(json!({"jsonrpc": "2.0", "id": id, "result": {"stopReason": "end_turn"}})).await;
+                }
+            }
+            None if self.mode == Mode::AsksThenLags && message.get("result").is_some() => {
+                // The answer: the tool runs and the turn ends.
+                let prompt = self.prompt_id.lock().unwrap().clone();
+                self.emit(json!({"jsonrpc": "2.0", "id": prompt, "result": {"stopReason": "end_turn"}})).await;
+            }
             Some("session/prompt") => {
                 let (Mode::Streams(chunks) | Mode::HangsAfterOpen(chunks)) = self.mode else {
                     // (`Holds`: one chunk, then nothing.)
@@ -160,9 +185,13 @@ impl Control for FakeControl {
                 return Err(self.0.hang().await);
             }
             let sidecar = Arc::clone(&self.0);
+            let answer = message.get("result").is_some() && message.get("method").is_none();
             let message = message.clone();
             // The agent answers in its own time, as a real one does.
             tokio::spawn(async move { sidecar.answer(&message).await });
+            if answer && self.0.mode == Mode::AsksThenLags {
+                self.0.release.notified().await;
+            }
             Ok(())
         })
     }
@@ -242,6 +271,8 @@ impl Connector for FakeConnector {
                 open: Default::default(),
                 acks: tokio::sync::watch::channel(Vec::new()).0,
                 first_chunk: AtomicU64::new(0),
+                prompt_id: Mutex::new(Value::Null),
+                release: tokio::sync::Notify::new(),
             });
             *self.sidecar.lock().unwrap() = Some(Arc::clone(&sidecar));
             Ok((Arc::new(FakeControl(sidecar)) as Arc<dyn Control>, events_rx))
@@ -731,4 +762,84 @@ async fn a_prompt_whose_history_write_fails_is_recorded_once_the_disk_takes_it()
         .map(|entry| entry.content.as_str())
         .collect();
     assert_eq!(prompts, ["remember me"], "{history:?}");
+}
+
+/// An answer whose send agentctl confirms only after the agent's reaction ended the turn
+/// and a waiting pause stopped the execution: the question is still resolved as answered
+/// (published, its row gone) — it was left open for good, a "needs you" that never went.
+#[tokio::test]
+async fn an_answer_confirmed_after_a_pause_stopped_its_execution_still_resolves_the_question() {
+    use crate::events::SessionEventKind as K;
+    let setup = start(Mode::AsksThenLags).await;
+    until(&setup.handle, |view| view.phase == Phase::Open).await;
+    setup.handle.prompt("ask".into()).await.unwrap();
+    let store = setup.store();
+    let id = setup.handle_id();
+    let mut log = setup.handle.events().reader(0).unwrap();
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(10), log.next())
+            .await
+            .expect("the session publishes on")
+            .unwrap()
+    };
+    let request = loop {
+        if let K::PermissionRequest { request_id, .. } = next().await.kind {
+            break request_id;
+        }
+    };
+    assert!(setup.handle.pause(Some("later".into()), Duration::from_secs(60)).await.unwrap());
+    let outcome = json!({"outcome": "selected", "optionId": "allow"});
+    setup.handle.respond_permission(request.clone(), outcome).await.unwrap();
+    until(&setup.handle, |view| view.state == SessionState::Paused).await;
+    // Now agentctl's reply to the answer's call arrives.
+    let sidecar = setup.connector.sidecar.lock().unwrap().clone().unwrap();
+    sidecar.release.notify_one();
+    let resolved = |events: &[crate::events::SessionEvent]| {
+        events.iter().any(|e| {
+            matches!(&e.kind, K::PermissionResolved { request_id, outcome }
+            if *request_id == request && outcome["optionId"] == "allow")
+        })
+    };
+    let mut seen = Vec::new();
+    while !resolved(&seen) {
+        seen.push(next().await);
+    }
+    // The actor takes this after it handled the confirmation: answered, it is asked no more.
+    let again = setup.handle.respond_permission(request, json!({"outcome": "cancelled"})).await;
+    assert!(matches!(again, Err(super::SessionError::NoSuchRequest(_))), "{again:?}");
+    assert!(store.list_pending(id).await.unwrap().is_empty(), "the question's row is gone");
+}
+
+/// A turn that ends with its question unanswered, a pause waiting for it: the pause voids
+/// the question (published `cancelled`, its row gone) — it stayed open for good.
+#[tokio::test]
+async fn a_pause_voids_a_question_its_agent_left_unanswered() {
+    use crate::events::SessionEventKind as K;
+    let setup = start(Mode::AsksThenEnds).await;
+    until(&setup.handle, |view| view.phase == Phase::Open).await;
+    setup.handle.prompt("ask".into()).await.unwrap();
+    let mut log = setup.handle.events().reader(0).unwrap();
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(10), log.next())
+            .await
+            .expect("the session publishes on")
+            .unwrap()
+    };
+    let request = loop {
+        if let K::PermissionRequest { request_id, .. } = next().await.kind {
+            break request_id;
+        }
+    };
+    assert!(setup.handle.pause(None, Duration::from_secs(60)).await.unwrap());
+    let sidecar = setup.connector.sidecar.lock().unwrap().clone().unwrap();
+    sidecar.release.notify_one();
+    loop {
+        if let K::PermissionResolved { request_id, outcome } = next().await.kind {
+            assert_eq!(request_id, request);
+            assert_eq!(outcome["outcome"], "cancelled");
+            break;
+        }
+    }
+    until(&setup.handle, |view| view.state == SessionState::Paused).await;
+    assert!(setup.store().list_pending(setup.handle_id()).await.unwrap().is_empty());
 }

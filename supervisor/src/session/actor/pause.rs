@@ -85,6 +85,13 @@ impl SessionActor {
             tracing::warn!(session = %self.row.id, %err, "stopping the agent for a pause");
         }
         self.update_view(|view| view.agent_running = false);
+        // The agent that asked is stopped: its questions are void, but for those whose
+        // answers it took (agentctl's confirmation, which may come later, resolves those).
+        self.flush_events();
+        let answered = self.answering.keys().cloned().collect();
+        if let Err(err) = self.record.void_questions_but(&answered, self.mark()).await {
+            tracing::warn!(session = %self.row.id, %err, "cannot void open questions at a pause");
+        }
         // The snapshot sees the workspace as the stopped agent left it.
         let trigger = match pause.trigger {
             SnapshotTrigger::Exhaustion => SnapshotTrigger::Exhaustion,
