@@ -367,6 +367,20 @@ pub struct SessionStatus {
     /// Where its agent runs or last ran within its runtime: the Docker engine's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<String>,
+    /// The agent's permission requests that wait for a person's answer, oldest first —
+    /// what a client showing only the newest events must still offer.
+    #[serde(default)]
+    pub open_questions: Vec<OpenQuestion>,
+}
+
+/// A permission request of an agent that waits for an answer
+/// (`task.session.permission.respond`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct OpenQuestion {
+    /// The id to answer with.
+    pub request_id: String,
+    /// The ACP params (tool call, options), as in its `permission_request` event.
+    pub params: Value,
 }
 
 /// `task.session.pause`'s answer.

@@ -235,6 +235,15 @@ impl Supervisor {
         let running = view.as_ref().is_some_and(|view| view.agent_running);
         let phase = view.as_ref().map(|view| view.phase);
         let profile_drift = self.profile_drift(&row);
+        let open_questions = self
+            .config
+            .store
+            .list_pending(session_id.clone())
+            .await?
+            .into_iter()
+            .filter(|(_, method, _)| method == protocol::acp::method::SESSION_REQUEST_PERMISSION)
+            .map(|(request_id, _, params)| protocol::api::OpenQuestion { request_id, params })
+            .collect();
         let runtime = self.runtime(&row.runtime).ok();
         let runtime_handle = executor.as_ref().and_then(|e| e.runtime_handle.clone());
         let placement =
@@ -300,6 +309,7 @@ impl Supervisor {
             generation,
             profile_drift,
             placement,
+            open_questions,
         })
     }
 

@@ -357,6 +357,7 @@ async function openSession(sessionId) {
   // The newest window of its events first (a long session opens at its end; older ones
   // load as the reader scrolls up), then the events after it, live.
   if (!(await loadNewest(sessionId, visit)) || state.visit !== visit) return;
+  offerOpenQuestions(status);
   state.live = true;
   await follow(sessionId);
   // Opening a session brings back only an agent that died under a session waiting for

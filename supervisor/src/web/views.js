@@ -235,6 +235,16 @@ async function usageFromSnapshot(sessionId, visit) {
   }
 }
 
+// The agent's questions still waiting, asked before the window shown: offered at the end
+// (the status lists them; one already shown, or answered since, is left as it is).
+function offerOpenQuestions(status) {
+  const seq = state.lastSeq.get(state.open) || 0;
+  for (const question of status.open_questions || []) {
+    if (state.permissions.has(question.request_id)) continue;
+    renderPermission({ type: "permission_request", request_id: question.request_id, params: question.params, seq });
+  }
+}
+
 // The transcript's top: a button for the window before (also pressed by scrolling to the
 // top), or, once the log's start is reached, what the log no longer keeps.
 function showEarlier() {

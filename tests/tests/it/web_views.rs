@@ -607,3 +607,31 @@ async fn r31_a_turn_that_ends_in_a_hidden_tab_flags_the_open_session() {
     browser.run(show, json!([])).await;
     assert_eq!(count(&browser, "#tasks .session.needs-you").await, 0);
 }
+
+/// A question asked before the window the page opens at is still offered, live: the
+/// status lists the open questions.
+#[tokio::test]
+async fn r31_a_question_older_than_the_window_is_still_offered() {
+    let Some(browser) = browser::start("old-question").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("q")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/permission\nasking").await.expect("prompt");
+    tether_tests::daemon::until_permission_request(&mut events).await;
+    // An event after the question: a pause waiting for the turn.
+    ok("pause", api.typed().session_pause(session.clone(), Some("later".into()), None)).await;
+    let status = api.status(&session).await;
+    assert_eq!(status.open_questions.len(), 1, "the status lists the question");
+    connected(&browser, &page(&daemon)).await;
+    browser.run("sessionStorage.setItem('tether-window', '1'); return true;", json!([])).await;
+    browser.open("about:blank").await;
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text(".permission.open", "mock tool: list files").await;
+    assert_eq!(count(&browser, ".permission.open button").await, 4);
+    browser.click(".permission button.allow").await;
+    browser.wait_text(".permission", "answered: allow").await;
+    browser.wait_text("#session-state", "PAUSED").await;
+    crate::web_ui::show_all_earlier(&browser).await;
+    assert_eq!(count(&browser, ".permission").await, 1, "the question once");
+}
