@@ -764,6 +764,32 @@ async fn a_prompt_whose_history_write_fails_is_recorded_once_the_disk_takes_it()
     assert_eq!(prompts, ["remember me"], "{history:?}");
 }
 
+/// The next event of a session's log (within 10 s).
+async fn next_logged(
+    log: &mut agentctl::spool::SpoolReader<crate::events::SessionEvent>,
+) -> crate::events::SessionEvent {
+    tokio::time::timeout(Duration::from_secs(10), log.next())
+        .await
+        .expect("the session publishes on")
+        .unwrap()
+}
+
+/// Prompts the open session; the permission request its agent asks, and its log read on
+/// from there.
+async fn asked(
+    setup: &Setup,
+) -> (agentctl::spool::SpoolReader<crate::events::SessionEvent>, String) {
+    setup.handle.prompt("ask".into()).await.unwrap();
+    let mut log = setup.handle.events().reader(0).unwrap();
+    loop {
+        if let crate::events::SessionEventKind::PermissionRequest { request_id, .. } =
+            next_logged(&mut log).await.kind
+        {
+            return (log, request_id);
+        }
+    }
+}
+
 /// An answer whose send agentctl confirms only after the agent's reaction ended the turn
 /// and a waiting pause stopped the execution: the question is still resolved as answered
 /// (published, its row gone) — it was left open for good, a "needs you" that never went.
@@ -772,21 +798,10 @@ async fn an_answer_confirmed_after_a_pause_stopped_its_execution_still_resolves_
     use crate::events::SessionEventKind as K;
     let setup = start(Mode::AsksThenLags).await;
     until(&setup.handle, |view| view.phase == Phase::Open).await;
-    setup.handle.prompt("ask".into()).await.unwrap();
     let store = setup.store();
     let id = setup.handle_id();
-    let mut log = setup.handle.events().reader(0).unwrap();
-    let mut next = async || {
-        tokio::time::timeout(Duration::from_secs(10), log.next())
-            .await
-            .expect("the session publishes on")
-            .unwrap()
-    };
-    let request = loop {
-        if let K::PermissionRequest { request_id, .. } = next().await.kind {
-            break request_id;
-        }
-    };
+    let (mut log, request) = asked(&setup).await;
+    let mut next = async || next_logged(&mut log).await;
     assert!(setup.handle.pause(Some("later".into()), Duration::from_secs(60)).await.unwrap());
     let outcome = json!({"outcome": "selected", "optionId": "allow"});
     setup.handle.respond_permission(request.clone(), outcome).await.unwrap();
@@ -817,19 +832,8 @@ async fn a_pause_voids_a_question_its_agent_left_unanswered() {
     use crate::events::SessionEventKind as K;
     let setup = start(Mode::AsksThenEnds).await;
     until(&setup.handle, |view| view.phase == Phase::Open).await;
-    setup.handle.prompt("ask".into()).await.unwrap();
-    let mut log = setup.handle.events().reader(0).unwrap();
-    let mut next = async || {
-        tokio::time::timeout(Duration::from_secs(10), log.next())
-            .await
-            .expect("the session publishes on")
-            .unwrap()
-    };
-    let request = loop {
-        if let K::PermissionRequest { request_id, .. } = next().await.kind {
-            break request_id;
-        }
-    };
+    let (mut log, request) = asked(&setup).await;
+    let mut next = async || next_logged(&mut log).await;
     assert!(setup.handle.pause(None, Duration::from_secs(60)).await.unwrap());
     let sidecar = setup.connector.sidecar.lock().unwrap().clone().unwrap();
     sidecar.release.notify_one();

@@ -110,6 +110,17 @@ fn check_what_we_sent(transcript: &Path, methods: &[&str]) {
     }
 }
 
+/// Claude Code's own default may approve edits by itself: a project whose settings make it
+/// ask first.
+pub(crate) fn ask_before_edits(workspace: &Path) {
+    std::fs::create_dir_all(workspace.join(".claude")).unwrap();
+    std::fs::write(
+        workspace.join(".claude/settings.json"),
+        r#"{"permissions": {"defaultMode": "default"}}"#,
+    )
+    .unwrap();
+}
+
 /// A daemon with a `claude` profile running claude-agent-acp against `server`, its
 /// traffic recorded under `transcript` if given (see [`agent_command`]).
 pub(crate) async fn claude_daemon(
@@ -220,13 +231,7 @@ async fn r11_claude_asks_permission_and_its_write_lands() {
     let Some(daemon) = claude_daemon(&server, Some(&lines)).await else { return };
     let api = daemon.api().await;
     let workspace = daemon.workspace("p");
-    // Claude Code's own default may approve edits by itself; this project asks first.
-    std::fs::create_dir_all(workspace.join(".claude")).unwrap();
-    std::fs::write(
-        workspace.join(".claude/settings.json"),
-        r#"{"permissions": {"defaultMode": "default"}}"#,
-    )
-    .unwrap();
+    ask_before_edits(&workspace);
     let session = api.ready_session("claude", &workspace).await;
     let target = workspace.join("hello.txt");
     server.script([

@@ -33,6 +33,15 @@ async fn attribute(browser: &Browser, css: &str, name: &str) -> serde_json::Valu
     browser.run(script, json!([css, name])).await
 }
 
+/// Opens `session` in a page that reads its events one at a time (the page's
+/// `tether-window` setting, read when it loads).
+async fn open_with_window_of_one(browser: &Browser, daemon: &Daemon, session: &str) {
+    connected(browser, &page(daemon)).await;
+    browser.run("sessionStorage.setItem('tether-window', '1'); return true;", json!([])).await;
+    browser.open("about:blank").await; // a new load, so the page reads the setting
+    connected(browser, &format!("{}#/session/{session}", page(daemon))).await;
+}
+
 /// Opens a ready mock session in the page; the daemon, its session.
 async fn session_page(browser: &Browser, name: &str) -> (Daemon, String) {
     let daemon = Daemon::start(&[]).await;
@@ -399,13 +408,7 @@ async fn claude_in_the_page() {
     let Some(browser) = browser::start("claude").await else { return };
     let api = daemon.api().await;
     let workspace = daemon.workspace("claude-page");
-    // Claude Code's own default may approve edits by itself; this project asks first.
-    std::fs::create_dir_all(workspace.join(".claude")).unwrap();
-    std::fs::write(
-        workspace.join(".claude/settings.json"),
-        r#"{"permissions": {"defaultMode": "default"}}"#,
-    )
-    .unwrap();
+    crate::real_agents::ask_before_edits(&workspace);
     let file = workspace.join("greet.rs");
     std::fs::write(&file, "fn greet() {\n    println!(\"hello\");\n}\n").unwrap();
     let session = api.ready_session("claude", &workspace).await;
@@ -554,10 +557,7 @@ async fn earlier_windows_leave_what_is_newer_alone() {
     let mut events = api.subscribe_at_end(&session).await;
     api.prompt(&session, "/permission\nthird").await.expect("prompt");
     tether_tests::daemon::until_permission_request(&mut events).await;
-    connected(&browser, &page(&daemon)).await;
-    browser.run("sessionStorage.setItem('tether-window', '1'); return true;", json!([])).await;
-    browser.open("about:blank").await; // a new load, so the page reads the setting
-    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    open_with_window_of_one(&browser, &daemon, &session).await;
     browser.wait_text(".permission", "mock tool: list files").await;
     assert_eq!(count(&browser, "#transcript > *:not(.earlier)").await, 1, "a window of one");
     crate::web_ui::show_all_earlier(&browser).await;
@@ -623,10 +623,7 @@ async fn r31_a_question_older_than_the_window_is_still_offered() {
     ok("pause", api.typed().session_pause(session.clone(), Some("later".into()), None)).await;
     let status = api.status(&session).await;
     assert_eq!(status.open_questions.len(), 1, "the status lists the question");
-    connected(&browser, &page(&daemon)).await;
-    browser.run("sessionStorage.setItem('tether-window', '1'); return true;", json!([])).await;
-    browser.open("about:blank").await;
-    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    open_with_window_of_one(&browser, &daemon, &session).await;
     browser.wait_text(".permission.open", "mock tool: list files").await;
     assert_eq!(count(&browser, ".permission.open button").await, 4);
     browser.click(".permission button.allow").await;
