@@ -226,14 +226,20 @@ async fn r31_a_turn_that_ends_unseen_flags_its_session_until_opened() {
 /// the matching ones, filters by agent and state; rows open from the keyboard.
 #[tokio::test]
 async fn r31_search_filters_200_sessions() {
+    Box::pin(search_filters_200_sessions()).await;
+}
+
+async fn search_filters_200_sessions() {
     let Some(browser) = browser::start("search").await else { return };
     let profile = "id = \"broken\"\ncommand = [\"false\"]\nprotocol = \"acp\"\n";
     let daemon = Daemon::start_with_profiles(&[], &[("broken.toml", profile)]).await;
     let api = daemon.api().await;
     let typed = api.typed();
     let mut made = Vec::new();
+    let mut tasks = Vec::new();
     for (title, n) in [("alpha", 90), ("beta", 90), ("needle in the haystack", 3), ("omega", 17)] {
         let task = ok("task.create", typed.task_create(title.into(), None)).await;
+        tasks.push(task.id.clone());
         for index in 0..n {
             let workspace = daemon.workspace(&format!("{title}-{index}").replace(' ', "-"));
             let agent = if title == "omega" { "mock" } else { "broken" };
@@ -244,28 +250,44 @@ async fn r31_search_filters_200_sessions() {
     }
     assert_eq!(made.len(), 200);
     connected(&browser, &page(&daemon)).await;
+    Box::pin(the_list_of_200(&browser, &made)).await;
+    Box::pin(the_list_of_200_filtered(&browser, &made, &tasks)).await;
+    ok("stop-all", typed.stop_all()).await;
+}
+
+/// What the list of 200 does (see the test above): paging, search, filters, sort, keys.
+async fn the_list_of_200(browser: &Browser, made: &[String]) {
     browser.wait_text("#list-count", "200 sessions").await;
-    assert_eq!(count(&browser, "#tasks .session").await, 50, "a page of 50");
-    let first = attribute(&browser, "#tasks .session", "data-session").await;
+    assert_eq!(count(browser, "#tasks .session").await, 50, "a page of 50");
+    let first = attribute(browser, "#tasks .session", "data-session").await;
     assert_eq!(first, json!(made[199]), "newest first");
     browser.click("#more").await;
     browser.wait_text("#more", "Show 50 more").await;
-    assert_eq!(count(&browser, "#tasks .session").await, 100);
+    assert_eq!(count(browser, "#tasks .session").await, 100);
     browser.type_into("#search", "needle").await;
     browser.wait_text("#list-count", "3 of 200 sessions").await;
     let rows = browser.texts("#tasks .session .row-title").await;
     assert_eq!(rows, vec!["needle in the haystack"; 3]);
+}
+
+/// The rest of it: filters by task, state and agent, sort, a row opened from the keys.
+async fn the_list_of_200_filtered(browser: &Browser, made: &[String], tasks: &[String]) {
     browser.set_value("#search", "").await;
+    browser.set_value("#filter-task", &tasks[1]).await;
+    browser.wait_text("#list-count", "90 of 200 sessions").await;
+    browser.set_value("#filter-state", "FAILED").await;
+    browser.wait_text("#list-count", "90 of 200 sessions").await;
+    browser.set_value("#filter-task", "").await;
+    browser.set_value("#filter-state", "").await;
     browser.set_value("#filter-agent", "mock").await;
     browser.wait_text("#list-count", "17 of 200 sessions").await;
     browser.set_value("#sort", "oldest").await;
-    assert_eq!(attribute(&browser, "#tasks .session", "data-session").await, json!(made[183]));
+    assert_eq!(attribute(browser, "#tasks .session", "data-session").await, json!(made[183]));
     // Keyboard: the first row takes the focus and Enter opens it.
     browser.run("document.querySelector('#tasks .session').focus(); return true;", json!([])).await;
     browser.type_into_more("#tasks .session", "\u{E007}").await;
     browser.wait_text("#session-title", &made[183]).await;
     browser.screenshot("list").await;
-    ok("stop-all", typed.stop_all()).await;
 }
 
 /// Pause asks for a reason, which the activity and the pause's snapshot then show; the
