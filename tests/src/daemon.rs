@@ -814,3 +814,12 @@ impl Create {
         )
     }
 }
+
+/// A profile `id` whose mock-agent exits at start while `flag` exists (its launch fails
+/// until the file goes): for tests of failed launches and what fixes them.
+pub fn fail_while_profile(id: &str, flag: &Path) -> String {
+    format!(
+        "id = \"{id}\"\ncommand = [\"mock-agent\", \"--fail-while\", \"{}\"]\nprotocol = \"acp\"\n",
+        flag.display()
+    )
+}

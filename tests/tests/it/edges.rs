@@ -350,10 +350,7 @@ async fn r27_a_stop_of_a_starting_session_cut_by_a_kill_leaks_no_sidecar() {
 #[tokio::test]
 async fn r27_a_sigterm_after_a_failed_launch_leaves_no_sidecar() {
     let flag = tempfile::NamedTempFile::new().unwrap();
-    let profile = format!(
-        "id = \"flaky\"\ncommand = [\"mock-agent\", \"--fail-while\", \"{}\"]\nprotocol = \"acp\"\n",
-        flag.path().display()
-    );
+    let profile = tether_tests::daemon::fail_while_profile("flaky", flag.path());
     let mut daemon = Daemon::start_with_profiles(&[], &[("flaky.toml", &profile)]).await;
     let api = daemon.api().await;
     let task = ok("task.create", api.typed().task_create("flaky".into(), None)).await;
@@ -456,10 +453,7 @@ async fn r27_a_profile_turn_timeout_cancels_a_turn_that_never_ends() {
 #[tokio::test]
 async fn r27_a_session_failed_by_its_profile_is_fixed_by_a_refreshed_resume() {
     let flag = tempfile::NamedTempFile::new().unwrap();
-    let broken = format!(
-        "id = \"fixable\"\ncommand = [\"mock-agent\", \"--fail-while\", \"{}\"]\nprotocol = \"acp\"\n",
-        flag.path().display()
-    );
+    let broken = tether_tests::daemon::fail_while_profile("fixable", flag.path());
     let mut daemon = Daemon::start_with_profiles(&[], &[("fixable.toml", &broken)]).await;
     let api = daemon.api().await;
     let task = ok("task.create", api.typed().task_create("fixable".into(), None)).await;
@@ -669,10 +663,7 @@ async fn r27_an_interrupted_turns_records_agree_and_the_timeline_is_in_order() {
 #[tokio::test]
 async fn r27_a_dead_agents_error_does_not_quote_an_earlier_failure() {
     let flag = tempfile::NamedTempFile::new().unwrap();
-    let profile = format!(
-        "id = \"flaky\"\ncommand = [\"mock-agent\", \"--fail-while\", \"{}\"]\nprotocol = \"acp\"\n",
-        flag.path().display()
-    );
+    let profile = tether_tests::daemon::fail_while_profile("flaky", flag.path());
     let daemon = Daemon::start_with_profiles(&[], &[("flaky.toml", &profile)]).await;
     let api = daemon.api().await;
     let task = ok("task.create", api.typed().task_create("flaky".into(), None)).await;

@@ -75,10 +75,7 @@ async fn exists(api: &Api, session: &str) -> bool {
 #[tokio::test]
 async fn cleanup_with_each_filter_removes_exactly_what_it_says() {
     let flag = tempfile::NamedTempFile::new().unwrap();
-    let flaky = format!(
-        "id = \"flaky\"\ncommand = [\"mock-agent\", \"--fail-while\", \"{}\"]\nprotocol = \"acp\"\n",
-        flag.path().display()
-    );
+    let flaky = tether_tests::daemon::fail_while_profile("flaky", flag.path());
     let daemon = Daemon::start_with_profiles(&[], &[("flaky.toml", &flaky)]).await;
     let api = daemon.api().await;
     let ready = |name: &str| {

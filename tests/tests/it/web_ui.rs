@@ -503,10 +503,7 @@ async fn r31_stop_on_a_failed_session_shows_completed_and_back_and_forward_move(
     let dir = tempfile::tempdir().unwrap();
     let blocker = dir.path().join("blocked");
     std::fs::write(&blocker, "").unwrap();
-    let profile = format!(
-        "id = \"flaky\"\ncommand = [\"mock-agent\", \"--fail-while\", \"{}\"]\nprotocol = \"acp\"\n",
-        blocker.display()
-    );
+    let profile = tether_tests::daemon::fail_while_profile("flaky", &blocker);
     let daemon = Daemon::start_with_profiles(&[], &[("flaky.toml", &profile)]).await;
     let api = daemon.api().await;
     let healthy = api.ready_session("mock", &daemon.workspace("ok")).await;

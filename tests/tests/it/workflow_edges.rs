@@ -452,10 +452,7 @@ async fn a_step_whose_launch_failed_is_launched_again() {
     let dir = tempfile::tempdir().unwrap();
     let blocker = dir.path().join("blocked");
     std::fs::write(&blocker, "").unwrap();
-    let profile = format!(
-        "id = \"flaky\"\ncommand = [\"mock-agent\", \"--fail-while\", \"{}\"]\nprotocol = \"acp\"\n",
-        blocker.display()
-    );
+    let profile = tether_tests::daemon::fail_while_profile("flaky", &blocker);
     let daemon = Daemon::start_with_profiles(&[], &[("flaky.toml", &profile)]).await;
     let workspace = daemon.workspace("ws");
     let api = daemon.api().await;

@@ -121,10 +121,7 @@ async fn a_crash_at_launch_leaves_the_session_resumable_and_a_resume_fixes_it() 
     let root = tempfile::tempdir().unwrap();
     let flag = root.path().join("broken");
     std::fs::write(&flag, "").unwrap();
-    let profile = format!(
-        "id = \"flaky\"\ncommand = [\"mock-agent\", \"--fail-while\", \"{}\"]\nprotocol = \"acp\"\n",
-        flag.display()
-    );
+    let profile = tether_tests::daemon::fail_while_profile("flaky", &flag);
     let daemon = Daemon::start_with_profiles(&[], &[("flaky.toml", &profile)]).await;
     let api = daemon.api().await;
     let task = ok("task.create", api.typed().task_create("flaky".into(), None)).await.id;
