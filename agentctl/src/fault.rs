@@ -19,6 +19,8 @@
 //! - `prompt.recorded`: a turn is recorded and its prompt not yet sent;
 //! - `create.recorded`: a new session is stored `CREATED` and its actor is not started;
 //! - `stop.recorded`: a stopped session's end is stored and its sidecar not yet retired;
+//! - `pause.retired`: a pausing (or parked) session's agent and sidecar are stopped, and
+//!   `PAUSED` is not stored yet;
 //! - `launch.started`: a session is `STARTING` and nothing of its launch is recorded yet;
 //! - `workflow.planned`: a workflow's driver decided what to do and has done none of it;
 //! - `workflow.step_started`: a step's session is stored with the step `running` (one

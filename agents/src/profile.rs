@@ -133,6 +133,18 @@ pub struct SessionSettings {
     /// fresh agent session primed from a snapshot. `0`: never.
     #[serde(default = "defaults::context_handoff_percent")]
     pub context_handoff_percent: u8,
+    /// Parks a session whose agent has been idle this long (no turn, no open question):
+    /// agent and sidecar stop, the session is `PAUSED` (`idle`) and the next prompt or
+    /// resume brings it back. Unset: the daemon's `[session] idle_timeout_secs`; `0`: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_secs: Option<u64>,
+    /// A session pauses (`max_turns`) at the end of its turn number this; unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// A session pauses (`max_duration`) at the first turn boundary this long after it was
+    /// created; unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_duration_secs: Option<u64>,
 }
 
 /// The ACP method of a native restore.
@@ -484,6 +496,9 @@ struct RawSession {
     state_files: Vec<Spanned<String>>,
     resume_context_budget: Option<Spanned<usize>>,
     context_handoff_percent: Option<Spanned<u8>>,
+    idle_timeout_secs: Option<u64>,
+    max_turns: Option<Spanned<u32>>,
+    max_duration_secs: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -698,6 +713,25 @@ impl RawProfile {
             }
             None => defaults::CONTEXT_HANDOFF_PERCENT,
         };
+        for (value, field) in [
+            (
+                self.session.max_turns.as_ref().map(|v| (u64::from(*v.get_ref()), v.span())),
+                "session.max_turns",
+            ),
+            (
+                self.session.max_duration_secs.as_ref().map(|v| (*v.get_ref(), v.span())),
+                "session.max_duration_secs",
+            ),
+        ] {
+            if let Some((value, span)) = value {
+                check.ensure(
+                    value > 0,
+                    span,
+                    field,
+                    "must be at least 1 (leave it out for no limit)",
+                )?;
+            }
+        }
         if let Some(image) = &self.docker.image {
             check.ensure(
                 !image.get_ref().trim().is_empty(),
@@ -832,6 +866,9 @@ impl RawProfile {
                     .collect(),
                 resume_context_budget: budget,
                 context_handoff_percent: handoff,
+                idle_timeout_secs: self.session.idle_timeout_secs,
+                max_turns: self.session.max_turns.map(Spanned::into_inner),
+                max_duration_secs: self.session.max_duration_secs.map(Spanned::into_inner),
             },
             docker: DockerSettings {
                 image: self.docker.image.map(Spanned::into_inner),

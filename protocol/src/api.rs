@@ -371,6 +371,15 @@ pub struct SessionStatus {
     /// what a client showing only the newest events must still offer.
     #[serde(default)]
     pub open_questions: Vec<OpenQuestion>,
+    /// A `PAUSED` session: when it paused (Unix ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_at: Option<i64>,
+    /// A `PAUSED` session: what paused it — `pause` (asked for), `idle` (parked: its agent
+    /// was idle for `session.idle_timeout_secs`; the next prompt or resume brings it back),
+    /// `budget` (raise it with `task.session.set_budget` first), `max_turns`,
+    /// `max_duration`, `exhaustion` or `timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_by: Option<SnapshotTrigger>,
 }
 
 /// A permission request of an agent that waits for an answer
@@ -639,6 +648,10 @@ pub enum EventKind {
         reason: Option<String>,
         /// The running turn was cancelled to pause (the timeout passed).
         forced: bool,
+        /// What paused it: `pause` (asked for), `idle` (parked), `budget`, `max_turns`,
+        /// `max_duration` or `exhaustion` (absent from older daemons).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trigger: Option<SnapshotTrigger>,
     },
     /// A snapshot of the session was taken (`task.session.snapshot.get` reads it).
     SnapshotTaken {

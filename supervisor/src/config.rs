@@ -99,7 +99,14 @@ pub struct DaemonConfig {
     pub retention: Option<Retention>,
     /// `[[docker.engines]]`.
     pub docker_engines: Vec<EngineConfig>,
+    /// `[session] idle_timeout_secs`: profiles that do not say park sessions idle this long
+    /// (`0`: never; absent: [`DEFAULT_IDLE_TIMEOUT_SECS`]).
+    pub idle_timeout_secs: Option<u64>,
 }
+
+/// How long an agent may sit idle before its session is parked, unless a profile or
+/// `config.toml` says: 30 minutes.
+pub const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 1800;
 
 /// The automatic retention policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +128,13 @@ struct RawConfig {
     event_log_retain_bytes: Option<Spanned<u64>>,
     retention: Option<RawRetention>,
     docker: Option<RawDockerSection>,
+    session: Option<RawSessionSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSessionSection {
+    idle_timeout_secs: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -290,6 +304,7 @@ pub fn parse(text: &str, file: &Path) -> Result<DaemonConfig, ConfigError> {
         event_log_retain_bytes,
         retention,
         docker_engines,
+        idle_timeout_secs: raw.session.and_then(|session| session.idle_timeout_secs),
     })
 }
 

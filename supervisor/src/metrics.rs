@@ -60,6 +60,19 @@ pub struct Metrics {
     pub step_seconds: Histogram,
     /// Workflows resumed (`workflow.resume`).
     pub workflow_resumes: Counter,
+    /// Sessions parked now: `PAUSED` because their agent was idle (set at scrape time).
+    pub parked: Gauge,
+    /// Idle sessions parked.
+    pub evictions: Counter,
+    /// Parked sessions brought back (a prompt or resume).
+    pub wakeups: Counter,
+    /// From a parked session's resume to its open agent session, seconds.
+    pub wake_seconds: Histogram,
+    /// Tokens the agents reported, by `direction` (`input`, `output`, `cached_read`,
+    /// `cached_write`, `thought`) and `profile`.
+    pub tokens: Family<Labels, Counter>,
+    /// Cost the agents reported, by `currency` and `profile`.
+    pub cost: Family<Labels, Counter<f64, std::sync::atomic::AtomicU64>>,
 }
 
 fn seconds() -> Histogram {
@@ -87,6 +100,12 @@ impl Metrics {
             workflow_steps: Family::default(),
             step_seconds: seconds(),
             workflow_resumes: Counter::default(),
+            parked: Gauge::default(),
+            evictions: Counter::default(),
+            wakeups: Counter::default(),
+            wake_seconds: seconds(),
+            tokens: Family::default(),
+            cost: Family::default(),
             registry: Registry::default(),
         };
         registry.register("sessions", "Sessions by state and runtime", metrics.sessions.clone());
@@ -156,6 +175,28 @@ impl Metrics {
             "workflow_resumes",
             "Workflows resumed",
             metrics.workflow_resumes.clone(),
+        );
+        registry.register(
+            "sessions_parked",
+            "Sessions parked because their agent was idle",
+            metrics.parked.clone(),
+        );
+        registry.register("evictions", "Idle sessions parked", metrics.evictions.clone());
+        registry.register("wakeups", "Parked sessions brought back", metrics.wakeups.clone());
+        registry.register(
+            "wake_seconds",
+            "Time from a parked session's resume to its open agent session",
+            metrics.wake_seconds.clone(),
+        );
+        registry.register(
+            "tokens",
+            "Tokens the agents reported, by direction and profile",
+            metrics.tokens.clone(),
+        );
+        registry.register(
+            "cost",
+            "Cost the agents reported, by currency and profile",
+            metrics.cost.clone(),
         );
         Metrics { registry, ..metrics }
     }

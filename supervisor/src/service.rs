@@ -206,6 +206,9 @@ pub struct SupervisorConfig {
     pub applets: HashMap<String, Vec<OsString>>,
     /// How much of each session's event log is kept.
     pub event_log: crate::events::LogLimits,
+    /// Parks a session whose agent is idle this long, unless its profile says (`None`:
+    /// never).
+    pub idle_timeout: Option<Duration>,
 }
 
 /// The supervisor's state: shared by every API connection.
@@ -359,6 +362,7 @@ impl Supervisor {
             agent_state_root: self.config.home.agent_state(session_id),
             connector: Arc::new(session::control::WsConnector),
             event_log_retain_bytes: self.config.event_log.retain_bytes,
+            idle_timeout: self.config.idle_timeout,
             teardowns: self.teardowns.clone(),
         })
     }
@@ -794,6 +798,7 @@ impl Supervisor {
             let labels = vec![("state", state.as_str().to_owned()), ("runtime", runtime)];
             metrics.sessions.get_or_create(&labels).set(count);
         }
+        metrics.parked.set(self.config.store.parked_count().await?);
         let live = self.sessions().values().filter(|handle| handle.view().agent_running).count();
         metrics.live_executions.set(live as i64);
         Ok(crate::metrics::render())

@@ -326,6 +326,9 @@ pub struct SessionContext {
     /// The event log keeps at least its newest this many bytes
     /// ([`crate::events::LogLimits`]).
     pub event_log_retain_bytes: u64,
+    /// Parks the session after its agent was idle this long, unless the profile's
+    /// `session.idle_timeout_secs` says (`None`: never).
+    pub idle_timeout: Option<Duration>,
     /// Launches, retires and fences in flight, the daemon's as a whole: a shutdown waits
     /// for them, so it never abandons a sidecar half started or half stopped.
     pub teardowns: tokio_util::task::TaskTracker,
@@ -335,6 +338,16 @@ impl SessionContext {
     /// The session's files.
     pub fn paths(&self) -> crate::home::SessionPaths {
         crate::home::SessionPaths::new(self.dir.clone())
+    }
+
+    /// How long the agent may be idle before the session is parked: the profile's, else
+    /// the daemon's (`None`: never).
+    pub fn idle_timeout(&self, profile: &Profile) -> Option<Duration> {
+        match profile.session.idle_timeout_secs {
+            Some(0) => None,
+            Some(secs) => Some(Duration::from_secs(secs)),
+            None => self.idle_timeout,
+        }
     }
 
     /// agentctl's state dir for this session.

@@ -20,6 +20,16 @@ pub enum SnapshotTrigger {
     Timeout,
     /// The agent died, or a turn was found interrupted at recovery.
     Crash,
+    /// The agent was idle for its `session.idle_timeout_secs`: the session is parked (agent
+    /// and sidecar stopped) until the next prompt or resume.
+    Idle,
+    /// The session's or its task's token or cost budget was used up; it stays paused
+    /// until the budget is raised.
+    Budget,
+    /// The session ran its `max_turns` turns.
+    MaxTurns,
+    /// The session ran for its `max_duration_secs`.
+    MaxDuration,
 }
 
 wire_names!(SnapshotTrigger {
@@ -28,6 +38,10 @@ wire_names!(SnapshotTrigger {
     Exhaustion => "exhaustion",
     Timeout => "timeout",
     Crash => "crash",
+    Idle => "idle",
+    Budget => "budget",
+    MaxTurns => "max_turns",
+    MaxDuration => "max_duration",
 });
 
 /// One snapshot in `task.session.snapshot.list`.

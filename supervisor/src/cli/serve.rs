@@ -179,6 +179,11 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
                 .unwrap_or(crate::events::DEFAULT_RETAIN_BYTES),
             segment_bytes: args.event_log_segment_bytes.max(1),
         },
+        idle_timeout: Some(
+            config.idle_timeout_secs.unwrap_or(crate::config::DEFAULT_IDLE_TIMEOUT_SECS),
+        )
+        .filter(|secs| *secs > 0)
+        .map(std::time::Duration::from_secs),
     }));
     // Signals are caught from here on: once "serving" is printed a SIGTERM must be the
     // clean stop it promises, however soon it comes.

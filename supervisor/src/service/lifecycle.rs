@@ -244,6 +244,10 @@ impl Supervisor {
             .filter(|(_, method, _)| method == protocol::acp::method::SESSION_REQUEST_PERMISSION)
             .map(|(request_id, _, params)| protocol::api::OpenQuestion { request_id, params })
             .collect();
+        let paused = match row.state {
+            SessionState::Paused => self.config.store.last_pause(session_id.clone()).await?,
+            _ => None,
+        };
         let runtime = self.runtime(&row.runtime).ok();
         let runtime_handle = executor.as_ref().and_then(|e| e.runtime_handle.clone());
         let placement =
@@ -262,7 +266,18 @@ impl Supervisor {
         } else if row.state == SessionState::Created && handle.is_some() {
             (true, false, "not_started")
         } else if row.state == SessionState::Paused {
-            (true, true, "paused")
+            // Why it paused, where that is more than asked for: `idle` (parked), `budget`,
+            // `max_turns`, `max_duration`.
+            let reason = match paused.map(|(_, trigger)| trigger) {
+                Some(
+                    trigger @ (protocol::api::SnapshotTrigger::Idle
+                    | protocol::api::SnapshotTrigger::Budget
+                    | protocol::api::SnapshotTrigger::MaxTurns
+                    | protocol::api::SnapshotTrigger::MaxDuration),
+                ) => trigger.as_str(),
+                _ => "paused",
+            };
+            (true, true, reason)
         } else if row.state == SessionState::Failed {
             // Its last launch failed (the reason is in `error`): a resume tries again.
             (true, true, "failed")
@@ -310,6 +325,8 @@ impl Supervisor {
             profile_drift,
             placement,
             open_questions,
+            paused_at: paused.map(|(at, _)| at),
+            paused_by: paused.map(|(_, trigger)| trigger),
         })
     }
 

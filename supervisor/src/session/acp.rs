@@ -718,6 +718,7 @@ impl SessionActor {
         let execution_id =
             self.execution.as_ref().map(|execution| execution.id.clone()).unwrap_or_default();
         let resume = self.stage.opening().and_then(|opening| opening.launch.resume.take());
+        let wake = resume.as_ref().is_some_and(|resume| resume.wake);
         let outcome = match resume {
             None => None,
             Some(resume) => Some(match restored {
@@ -763,6 +764,10 @@ impl SessionActor {
             let histogram =
                 if outcome.is_some() { &metrics.resume_seconds } else { &metrics.launch_seconds };
             crate::metrics::observe(histogram, started.elapsed());
+        }
+        if let Some(launch) = launch.as_ref().filter(|_| wake) {
+            metrics.wakeups.inc();
+            crate::metrics::observe(&metrics.wake_seconds, launch.started.elapsed());
         }
         if let Some(outcome) = outcome {
             metrics

@@ -123,6 +123,8 @@ pub(super) struct ResumeState {
     pub(super) native_failed: bool,
     /// A capacity handoff: a fresh agent session primed from the latest snapshot.
     pub(super) handoff: bool,
+    /// It wakes a session parked for being idle (the wake-up metrics).
+    pub(super) wake: bool,
 }
 
 /// Where the actor is, with what only makes sense there; the view shows its [`Phase`].
@@ -354,6 +356,9 @@ pub(super) struct SessionActor {
     /// them, so a kill leaves all of them or none, and a replay that finds them written
     /// suppresses all of them (see `flush_events`).
     unflushed_events: Vec<SessionEventKind>,
+    /// When the session is parked if its agent stays idle until then (see
+    /// [`SessionActor::arm_idle`]).
+    idle_at: Option<Instant>,
 }
 
 /// The longest wait between two tries after a failed write.
@@ -417,6 +422,7 @@ impl SessionActor {
             stall: None,
             unwritten_prompts: Vec::new(),
             catch_up: CatchUp::default(),
+            idle_at: None,
         }
     }
 
@@ -442,6 +448,7 @@ impl SessionActor {
                 self.turn.as_ref().and_then(|turn| turn.deadline),
                 self.stall.as_ref().and_then(|stall| stall.retry).map(|(at, _)| at),
                 self.pause.as_ref().and_then(|pause| pause.force_at),
+                self.idle_at,
             ]
             .into_iter()
             .flatten()
@@ -495,6 +502,7 @@ impl SessionActor {
             {
                 Box::pin(self.pause_now()).await;
             }
+            self.arm_idle();
         }
         self.flush_events();
         self.record.log().release();
@@ -655,6 +663,10 @@ impl SessionActor {
 
     async fn deadline_passed(&mut self) {
         let now = Instant::now();
+        if self.idle_at.is_some_and(|at| at <= now) {
+            self.idle_at = None;
+            return self.park().await;
+        }
         if let Some((at, delay)) = self.stall.as_ref().and_then(|stall| stall.retry)
             && at <= now
         {

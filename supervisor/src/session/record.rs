@@ -202,7 +202,11 @@ impl SessionRecord {
             });
         }
         kinds.push(SessionEventKind::State { state: SessionState::Paused, error: None });
-        kinds.push(SessionEventKind::Paused { reason: reason.clone(), forced });
+        kinds.push(SessionEventKind::Paused {
+            reason: reason.clone(),
+            forced,
+            trigger: Some(trigger),
+        });
         self.publish(kinds, mark)?;
         // An exhaustion's snapshot primes the next resume's fresh agent session.
         let handoff = snapshot.filter(|_| snapshot_trigger == SnapshotTrigger::Exhaustion);

@@ -321,6 +321,7 @@ where
         agent_state_root: dir.path().join("agent-state"),
         connector: Arc::clone(&connector) as Arc<dyn Connector>,
         event_log_retain_bytes: crate::events::DEFAULT_RETAIN_BYTES,
+        idle_timeout: None,
         teardowns: tokio_util::task::TaskTracker::new(),
     };
     let events = Arc::new(Spool::open(&session_dir.join("events"), 1 << 22).unwrap());
@@ -580,7 +581,7 @@ async fn pausing_an_idle_session_stops_its_agent_snapshots_and_publishes_it() {
     let events = setup.logged().await;
     let tail: Vec<&K> = events.iter().rev().take(3).map(|e| &e.kind).collect();
     assert!(
-        matches!(tail[0], K::Paused { reason: Some(r), forced: false } if r == "lunch"),
+        matches!(tail[0], K::Paused { reason: Some(r), forced: false, .. } if r == "lunch"),
         "{tail:?}"
     );
     assert!(matches!(tail[1], K::State { state: SessionState::Paused, .. }), "{tail:?}");

@@ -293,6 +293,31 @@ pub const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE workflow_steps ADD COLUMN usage TEXT;
     ",
+    // 14: issue 32, parking idle sessions and the pauses of budgets and limits. Snapshots
+    // take the new triggers (the CHECK is rebuilt as in 5); a session keeps when it was last
+    // paused and what paused it, for `status` to say.
+    "
+    CREATE TABLE session_snapshots_new (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES task_sessions(id) ON DELETE CASCADE,
+        kind TEXT NOT NULL CHECK (kind IN ('pause','turn_complete','exhaustion','timeout','crash','idle','budget','max_turns','max_duration')),
+        reason TEXT,
+        taken_at INTEGER NOT NULL,
+        git_branch TEXT,
+        git_head TEXT,
+        git_dirty INTEGER,
+        context_used INTEGER,
+        context_size INTEGER,
+        snapshot TEXT NOT NULL
+    );
+    INSERT INTO session_snapshots_new SELECT id, session_id, kind, reason, taken_at, git_branch,
+        git_head, git_dirty, context_used, context_size, snapshot FROM session_snapshots;
+    DROP TABLE session_snapshots;
+    ALTER TABLE session_snapshots_new RENAME TO session_snapshots;
+    CREATE INDEX session_snapshots_by_session ON session_snapshots(session_id, taken_at);
+    ALTER TABLE task_sessions ADD COLUMN paused_at INTEGER;
+    ALTER TABLE task_sessions ADD COLUMN pause_kind TEXT;
+    ",
 ];
 
 /// Brings the database up to the newest migration.

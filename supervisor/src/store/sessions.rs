@@ -280,6 +280,18 @@ impl Store {
         .await
     }
 
+    /// How many sessions are parked: `PAUSED` because their agent was idle.
+    pub async fn parked_count(&self) -> Result<i64, StoreError> {
+        self.call(|conn| {
+            Ok(conn.query_row(
+                "SELECT count(*) FROM task_sessions WHERE state = 'PAUSED' AND pause_kind = 'idle'",
+                [],
+                |r| r.get(0),
+            )?)
+        })
+        .await
+    }
+
     /// Replaces a session's profile snapshot (`resume {refresh_profile: true}`).
     pub async fn set_profile_snapshot(
         &self,

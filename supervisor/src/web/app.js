@@ -280,7 +280,11 @@ async function openWorkflow(workflowId) {
 function renderWorkflow(status) {
   $("#workflow-title").textContent = `${status.name} · ${status.workflow_id}`;
   const badge = $("#workflow-state");
-  badge.textContent = status.state;
+  // A paused session says what paused it: parked (idle: the next message wakes it), a
+  // budget used up, a turn or time limit.
+  const pausedBy = status.state === "PAUSED" && status.paused_by && status.paused_by !== "pause" ? status.paused_by : "";
+  badge.textContent = pausedBy ? `${status.state} · ${pausedBy === "idle" ? "parked" : pausedBy.replace("_", " ")}` : status.state;
+  badge.title = pausedBy === "idle" ? `parked ${new Date(status.paused_at).toLocaleString()} while idle; your next message wakes it` : "";
   badge.className = `badge ${status.state}`;
   const error = $("#workflow-error");
   error.hidden = !status.error;

@@ -424,7 +424,8 @@ function render(event) {
       activity(`pause requested${event.reason ? ": " + event.reason : ""}`, event.at);
       break;
     case "paused":
-      activity(`paused${event.reason ? ": " + event.reason : ""}${event.forced ? " (the turn was cancelled)" : ""}`, event.at);
+      if (event.trigger === "idle") activity(`parked while idle (${event.reason || "idle"}); your next message wakes it`, event.at);
+      else activity(`paused${event.trigger && event.trigger !== "pause" ? ` (${event.trigger.replace("_", " ")})` : ""}${event.reason ? ": " + event.reason : ""}${event.forced ? " (the turn was cancelled)" : ""}`, event.at);
       break;
     case "snapshot_taken":
       activity(`snapshot (${event.trigger})`, event.at);

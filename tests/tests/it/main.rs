@@ -13,6 +13,7 @@ mod eliza;
 mod engines;
 mod faults;
 mod hardening;
+mod idle;
 mod metrics;
 mod mock_agent;
 mod official_client;

@@ -9,7 +9,7 @@ use tether_tests::browser::http;
 use tether_tests::daemon::{Api, Daemon, kill_sidecar, refused};
 
 /// The samples of a scrape: `name{labels}` → value.
-fn samples(text: &str) -> HashMap<String, f64> {
+pub(crate) fn samples(text: &str) -> HashMap<String, f64> {
     text.lines()
         .filter(|line| !line.starts_with('#') && !line.is_empty())
         .filter_map(|line| {
@@ -19,7 +19,7 @@ fn samples(text: &str) -> HashMap<String, f64> {
         .collect()
 }
 
-async fn scrape(daemon: &Daemon, headers: &[(&str, &str)]) -> HashMap<String, f64> {
+pub(crate) async fn scrape(daemon: &Daemon, headers: &[(&str, &str)]) -> HashMap<String, f64> {
     let addr = daemon.url.trim_start_matches("ws://").to_owned();
     let (status, head, body) = http(&addr, "GET", "/metrics", headers, None).await;
     assert_eq!(status, 200, "{body}");
@@ -30,7 +30,7 @@ async fn scrape(daemon: &Daemon, headers: &[(&str, &str)]) -> HashMap<String, f6
     samples(&body)
 }
 
-fn value(samples: &HashMap<String, f64>, name: &str) -> f64 {
+pub(crate) fn value(samples: &HashMap<String, f64>, name: &str) -> f64 {
     samples.get(name).copied().unwrap_or(0.0)
 }
 

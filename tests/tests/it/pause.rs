@@ -154,7 +154,7 @@ async fn a_pause_survives_daemon_restarts() {
     ok("permission.respond", answer).await;
     let seen = until(&mut events, |e| paused(e).is_some()).await;
     match &seen.last().unwrap().kind {
-        EventKind::Paused { reason, forced } => {
+        EventKind::Paused { reason, forced, .. } => {
             assert_eq!((reason.as_deref(), *forced), (Some("deploy"), false));
         }
         other => unreachable!("{other:?}"),

@@ -127,6 +127,15 @@ pub(crate) async fn claude_daemon(
     server: &ModelServer,
     transcript: Option<&Path>,
 ) -> Option<Daemon> {
+    claude_daemon_with(server, transcript, "").await
+}
+
+/// [`claude_daemon`] with `session` (TOML lines) added to the profile's `[session]`.
+async fn claude_daemon_with(
+    server: &ModelServer,
+    transcript: Option<&Path>,
+    session: &str,
+) -> Option<Daemon> {
     let bin = installed("claude-agent-acp")?;
     let command = agent_command(&bin, &[], transcript);
     let profile = format!(
@@ -143,6 +152,7 @@ IS_SANDBOX = "1"
 
 [session]
 agent_state_dirs = [".claude"]
+{session}
 
 [process]
 init_timeout_ms = 60000
@@ -213,6 +223,41 @@ async fn resume_restores(
         seen.contains("remember the code word papaya") && seen.contains("Noted: the code word"),
         "the earlier turn is in the model's context: {seen}"
     );
+}
+
+/// Issue 32: claude-agent-acp parked for being idle is woken by the next prompt through
+/// its native restore, and the model's next request carries the exchange before the park.
+#[tokio::test]
+async fn r32_claude_parked_when_idle_wakes_with_its_context() {
+    let server = ModelServer::start().await;
+    let Some(daemon) = claude_daemon_with(&server, None, "idle_timeout_secs = 3").await else {
+        return;
+    };
+    let api = daemon.api().await;
+    let session = api.ready_session("claude", &daemon.workspace("idle")).await;
+    server.script([Reply::Text("Noted: the code word is papaya.".into())]);
+    let noted = api.ask(&session, "remember the code word papaya").await;
+    assert!(noted.contains("Noted: the code word is papaya."), "{noted}");
+    let after = api.status(&session).await.last_event_seq;
+    let mut events = api.subscribe(&session, after).await;
+    until(&mut events, |e| {
+        matches!(
+            e.kind,
+            EventKind::Paused { trigger: Some(protocol::api::SnapshotTrigger::Idle), .. }
+        )
+    })
+    .await;
+    let status = api.status(&session).await;
+    assert_eq!((status.state, status.resume_reason.as_str()), (SessionState::Paused, "idle"));
+    server.script([Reply::Text("The code word was papaya.".into())]);
+    let reply = timed("claude wake and turn", api.ask(&session, "what was the code word?")).await;
+    assert!(reply.contains("papaya"), "{reply}");
+    let seen = conversation_text(&server.main_requests().pop().expect("the model was asked"));
+    assert!(
+        seen.contains("remember the code word papaya") && seen.contains("Noted: the code word"),
+        "the exchange before the park is in the model's context: {seen}"
+    );
+    assert_eq!(api.status(&session).await.generation, 2, "woken by a second execution");
 }
 
 /// The profile a session runs.

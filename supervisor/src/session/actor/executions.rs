@@ -129,6 +129,11 @@ impl SessionActor {
             relaunched: relaunch,
             native_failed: false,
             handoff,
+            wake: self.row.state == SessionState::Paused
+                && matches!(
+                    self.context.store.last_pause(self.row.id.clone()).await,
+                    Ok(Some((_, SnapshotTrigger::Idle)))
+                ),
         };
         if handoff {
             // The fresh agent session starts with an empty context: the old figures (which

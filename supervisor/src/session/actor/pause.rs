@@ -84,6 +84,9 @@ impl SessionActor {
         {
             tracing::warn!(session = %self.row.id, %err, "stopping the agent for a pause");
         }
+        // A kill here leaves an agentless session not yet `PAUSED`: recovery sets it
+        // waiting for input, and its next prompt resumes it as a wake-up would.
+        agentctl::fault::point("pause.retired");
         self.update_view(|view| view.agent_running = false);
         // The agent that asked is stopped: its questions are void, but for those whose
         // answers it took (agentctl's confirmation, which may come later, resolves those).
@@ -157,5 +160,63 @@ impl SessionActor {
                 Err(err) => tracing::debug!(%err, "cannot take a snapshot"),
             }
         });
+    }
+}
+
+impl SessionActor {
+    /// Whether the agent is idle: open, attached, no turn, no pause, launch, teardown,
+    /// catch-up, stall or answer in flight.
+    fn is_idle(&self) -> bool {
+        self.phase() == Phase::Open
+            && !self.row.state.is_terminal()
+            && self.turn.is_none()
+            && self.pause.is_none()
+            && self.stall.is_none()
+            && self.teardown.is_none()
+            && self.catch_up.until.is_none()
+            && self.answering.is_empty()
+            && self
+                .execution
+                .as_ref()
+                .is_some_and(|execution| execution.agent_running && !execution.gone)
+    }
+
+    /// Arms the idle deadline when the agent just became idle, and disarms it when it is
+    /// not (a prompt, a pause, a lost agent): after every command, report and event.
+    pub(in crate::session) fn arm_idle(&mut self) {
+        if !self.is_idle() {
+            self.idle_at = None;
+        } else if self.idle_at.is_none() {
+            self.idle_at =
+                self.context.idle_timeout(&self.profile).map(|timeout| Instant::now() + timeout);
+        }
+    }
+
+    /// The idle deadline passed: the session is parked — agent and sidecar stopped, a
+    /// snapshot, `PAUSED` with trigger `idle` — unless a question of the agent waits for a
+    /// person (then it is looked at again after another timeout).
+    pub(in crate::session) async fn park(&mut self) {
+        if !self.is_idle() {
+            return;
+        }
+        let Some(timeout) = self.context.idle_timeout(&self.profile) else { return };
+        match self.context.store.list_pending(self.row.id.clone()).await {
+            Ok(open) if open.is_empty() => {}
+            Ok(_) => {
+                self.idle_at = Some(Instant::now() + timeout);
+                return;
+            }
+            Err(err) => {
+                tracing::warn!(session = %self.row.id, %err, "cannot read the open questions; not parking");
+                self.idle_at = Some(Instant::now() + timeout);
+                return;
+            }
+        }
+        let reason = format!("parked after {} s without a turn", timeout.as_secs());
+        tracing::info!(session = %self.row.id, "{reason}");
+        crate::metrics::get().evictions.inc();
+        if let Err(err) = self.request_pause(Some(reason), timeout, SnapshotTrigger::Idle).await {
+            tracing::warn!(session = %self.row.id, %err, "cannot park the idle session");
+        }
     }
 }

@@ -174,7 +174,7 @@ async fn a_pause_without_an_actor_snapshots_publishes_and_records_it() {
     assert!(matches!(events[1].kind, SessionEventKind::State { state: SessionState::Paused, .. }));
     assert!(matches!(
         &events[2].kind,
-        SessionEventKind::Paused { reason: r, forced: true } if *r == reason
+        SessionEventKind::Paused { reason: r, forced: true, .. } if *r == reason
     ));
     let row = s.store.get_session(id.clone()).await.unwrap();
     assert_eq!(row.state, SessionState::Paused);
