@@ -63,7 +63,7 @@ options:
 prompt commands (one per line; other lines are the message):
   /stream N  /tool  /permission  /read PATH  /write PATH TEXT  /peek PATH  /sleep MS
   /crash [CODE]  /close-stdout  /edit PATH TEXT  /patch PATH TEXT  /blob N KB  /garbage  /stderr TEXT  /recall  /spawn  /escape  /rounds R
-  /usage USED SIZE [COST]  /say TEXT (the reply is exactly TEXT; a backslash-n in it is a newline)
+  /usage USED SIZE [COST]  /tokens IN OUT [CACHED]  /say TEXT (the reply is exactly TEXT; a backslash-n in it is a newline)
   /think TEXT  /plan A; B; C  /diff PATH OLD => NEW  /exec COMMAND (a failing command's output)
 ";
 
@@ -613,7 +613,14 @@ impl Agent {
             live.stored.messages.push(StoredMessage { role: Role::Agent, text: said });
         }
         self.store.save(&live.stored).map_err(RpcError::internal)?;
-        Ok(json!({"stopReason": stop_reason?}))
+        let mut answer = json!({"stopReason": stop_reason?});
+        for command in &pending.script.commands {
+            if let Command::Tokens { input, output, cached } = command {
+                answer["usage"] = json!({"inputTokens": input, "outputTokens": output,
+                    "cachedReadTokens": cached, "totalTokens": input + output + cached});
+            }
+        }
+        Ok(answer)
     }
 
     fn update(&self, session_id: &str, update: Value) -> Result<(), RpcError> {
@@ -811,6 +818,7 @@ impl Turn<'_> {
                 Command::Spawn => reply.push_str(&spawn_idle_child(false).map_err(Stop::Failed)?),
                 Command::Escape => reply.push_str(&spawn_idle_child(true).map_err(Stop::Failed)?),
                 Command::Rounds(n) => rounds = *n,
+                Command::Tokens { .. } => {}
                 Command::Usage { used, size, cost } => {
                     let mut update =
                         json!({"sessionUpdate": "usage_update", "used": used, "size": size});

@@ -32,6 +32,9 @@ pub enum ErrorKind {
     /// written (a read-only or full disk, a locked or damaged database); the message names
     /// the file and the cause.
     Storage,
+    /// The session's or its task's token or cost budget is used up: raise it
+    /// (`budget.set`) first.
+    BudgetExceeded,
     /// A bug or an I/O failure on the server's side.
     Internal,
     /// No method of that name (a client newer than the server, or a typo).
@@ -68,12 +71,13 @@ impl ErrorKind {
             ErrorKind::Pruned => -32013,
             ErrorKind::SpawnFailed => -32014,
             ErrorKind::Storage => -32015,
+            ErrorKind::BudgetExceeded => -32016,
             ErrorKind::Internal | ErrorKind::Unknown => -32603,
         }
     }
 
     /// Every kind, in declaration order (for documentation and tests).
-    pub const ALL: [ErrorKind; 14] = [
+    pub const ALL: [ErrorKind; 15] = [
         ErrorKind::InvalidParams,
         ErrorKind::NotFound,
         ErrorKind::Conflict,
@@ -81,6 +85,7 @@ impl ErrorKind {
         ErrorKind::AgentUnavailable,
         ErrorKind::RuntimeUnavailable,
         ErrorKind::Storage,
+        ErrorKind::BudgetExceeded,
         ErrorKind::Internal,
         ErrorKind::NoSuchMethod,
         ErrorKind::AlreadyStarted,
@@ -107,6 +112,7 @@ impl ErrorKind {
             ErrorKind::Pruned => "pruned",
             ErrorKind::SpawnFailed => "spawn_failed",
             ErrorKind::Storage => "storage",
+            ErrorKind::BudgetExceeded => "budget_exceeded",
             ErrorKind::Unknown => "unknown",
         }
     }

@@ -330,6 +330,48 @@ impl ApiServer for Methods {
         self.0.workflow_approve(workflow_id, step_id).await.map_err(to_rpc).map(|()| Done {})
     }
 
+    async fn session_retry_turn(
+        &self,
+        session_id: String,
+        turn_id: Option<String>,
+    ) -> RpcResult<PromptStarted> {
+        let turn_id = self.0.retry_turn(session_id, turn_id).await.map_err(to_rpc)?;
+        Ok(PromptStarted { turn_id })
+    }
+
+    async fn budget_set(
+        &self,
+        session_id: Option<String>,
+        task_id: Option<String>,
+        tokens: Option<u64>,
+        cost: Option<f64>,
+        currency: Option<String>,
+    ) -> RpcResult<Option<protocol::api::BudgetUse>> {
+        let budget = protocol::api::Budget { tokens, cost, currency };
+        self.0.set_budget(session_id, task_id, budget).await.map_err(to_rpc)
+    }
+
+    async fn usage_query(
+        &self,
+        session_id: Option<String>,
+        task_id: Option<String>,
+        profile: Option<String>,
+        workflow_id: Option<String>,
+        since_ms: Option<i64>,
+        until_ms: Option<i64>,
+        group_by: Option<protocol::api::UsageGroupBy>,
+    ) -> RpcResult<protocol::api::UsageReport> {
+        let filter = crate::store::UsageFilter {
+            session_id,
+            task_id,
+            profile,
+            workflow_id,
+            since: since_ms,
+            until: until_ms,
+        };
+        self.0.usage(filter, group_by).await.map_err(to_rpc)
+    }
+
     async fn workflow_subscribe(
         &self,
         pending: PendingSubscriptionSink,

@@ -125,6 +125,65 @@ enum Command {
         /// The session.
         session: String,
     },
+    /// Re-send the prompt of a turn a crash left interrupted (the session's newest turn
+    /// unless --turn) and follow the new turn; never done automatically, refused when that
+    /// turn completed or was re-sent already.
+    Retry {
+        /// Print only the agent's reply.
+        #[arg(long, short)]
+        quiet: bool,
+        /// The turn to re-send.
+        #[arg(long)]
+        turn: Option<String>,
+        /// The session.
+        session: String,
+    },
+    /// Tokens and cost the agents reported, summed over turns: of everything, or of a
+    /// session, task, profile or workflow, optionally per group.
+    Usage {
+        /// One session's.
+        #[arg(long)]
+        session: Option<String>,
+        /// One task's.
+        #[arg(long)]
+        task: Option<String>,
+        /// One agent profile's.
+        #[arg(long)]
+        profile: Option<String>,
+        /// One workflow's.
+        #[arg(long)]
+        workflow: Option<String>,
+        /// Only turns that ended within this long (90s, 30m, 24h, 7d).
+        #[arg(long, value_name = "DURATION")]
+        since: Option<String>,
+        /// A line per session, task, profile, workflow or day as well.
+        #[arg(long, value_enum)]
+        by: Option<UsageBy>,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Set the token or cost budget of a session or a task (neither --tokens nor --cost
+    /// removes it). At 80 % the session's events warn; at 100 % it pauses at the turn's end
+    /// and takes no prompt until the budget is raised.
+    Budget {
+        /// The session.
+        #[arg(long, conflicts_with = "task", required_unless_present = "task")]
+        session: Option<String>,
+        /// The task (the sum over its sessions).
+        #[arg(long)]
+        task: Option<String>,
+        /// The most tokens.
+        #[arg(long)]
+        tokens: Option<u64>,
+        /// The most cost.
+        #[arg(long)]
+        cost: Option<f64>,
+        /// The currency of --cost [default: USD].
+        #[arg(long)]
+        currency: Option<String>,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
     /// A session's status.
     Status {
         /// The session.
@@ -236,6 +295,28 @@ struct ServeArgs {
     /// for the daemon's own user.
     #[arg(long, value_name = "N", default_value_t = crate::api::MAX_CONNECTIONS_PER_PEER)]
     max_connections_per_peer: u32,
+}
+
+/// `usage --by`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+enum UsageBy {
+    Session,
+    Task,
+    Profile,
+    Workflow,
+    Day,
+}
+
+impl From<UsageBy> for protocol::api::UsageGroupBy {
+    fn from(by: UsageBy) -> Self {
+        match by {
+            UsageBy::Session => protocol::api::UsageGroupBy::Session,
+            UsageBy::Task => protocol::api::UsageGroupBy::Task,
+            UsageBy::Profile => protocol::api::UsageGroupBy::Profile,
+            UsageBy::Workflow => protocol::api::UsageGroupBy::Workflow,
+            UsageBy::Day => protocol::api::UsageGroupBy::Day,
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone, Copy)]

@@ -8,6 +8,7 @@
 
 mod ending;
 mod lifecycle;
+mod limits;
 mod recovery;
 mod workflows;
 
@@ -115,6 +116,9 @@ pub enum ServiceError {
     /// file and the cause).
     #[error("{0}")]
     Storage(String),
+    /// A budget of the session or its task is used up.
+    #[error("{0}")]
+    BudgetExceeded(String),
     /// Anything else.
     #[error("{0}")]
     Internal(String),
@@ -133,6 +137,7 @@ impl ServiceError {
             ServiceError::AgentUnavailable(m) => ServiceError::AgentUnavailable(m + hint),
             ServiceError::RuntimeUnavailable(m) => ServiceError::RuntimeUnavailable(m + hint),
             ServiceError::Storage(m) => ServiceError::Storage(m + hint),
+            ServiceError::BudgetExceeded(m) => ServiceError::BudgetExceeded(m + hint),
             ServiceError::Internal(m) => ServiceError::Internal(m + hint),
         }
     }
@@ -147,6 +152,7 @@ impl ServiceError {
             ServiceError::AgentUnavailable(_) => ErrorKind::AgentUnavailable,
             ServiceError::RuntimeUnavailable(_) => ErrorKind::RuntimeUnavailable,
             ServiceError::Storage(_) => ErrorKind::Storage,
+            ServiceError::BudgetExceeded(_) => ErrorKind::BudgetExceeded,
             ServiceError::Internal(_) => ErrorKind::Internal,
         }
     }
@@ -173,7 +179,9 @@ impl From<RecordError> for ServiceError {
 impl From<SessionError> for ServiceError {
     fn from(err: SessionError) -> ServiceError {
         match err {
-            SessionError::Terminal(_) => ServiceError::Conflict(err.to_string()),
+            SessionError::Terminal(_) | SessionError::AlreadyRetried { .. } => {
+                ServiceError::Conflict(err.to_string())
+            }
             SessionError::InvalidState(_) | SessionError::Gone | SessionError::AgentGone(_) => {
                 ServiceError::InvalidState(err.to_string())
             }
@@ -763,6 +771,11 @@ impl Supervisor {
                 error: turn.error,
                 started_at: turn.started_at,
                 ended_at: turn.ended_at,
+                total_tokens: turn.total_tokens,
+                cost: turn
+                    .cost
+                    .map(|(amount, currency)| protocol::api::CostTotal { currency, amount }),
+                retry_of: turn.retry_of,
             })
             .collect();
         let rows = self

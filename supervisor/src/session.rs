@@ -31,6 +31,7 @@
 
 mod acp;
 mod actor;
+pub use actor::describe_budget;
 pub mod control;
 mod durability;
 mod launch;
@@ -84,6 +85,14 @@ pub enum SessionError {
     /// The actor is gone.
     #[error("the session actor stopped")]
     Gone,
+    /// `task.session.retry_turn` of a turn that was re-sent already.
+    #[error("turn {turn_id} was re-sent already, as turn {retry}")]
+    AlreadyRetried {
+        /// The turn.
+        turn_id: String,
+        /// The turn that re-sent it.
+        retry: String,
+    },
     /// The agent's execution is not there (it exited, or its sidecar vanished). Nothing was
     /// recorded: the request may be retried once the session is resumed.
     #[error("the agent is not running: {0}")]
@@ -142,6 +151,8 @@ pub struct SessionView {
     pub resume_outcome: Option<ResumeOutcome>,
     /// A pause waits for the running turn to end.
     pub pause_requested: bool,
+    /// The agent's context use as it last reported: `(used, size)` in tokens.
+    pub context: Option<(u64, u64)>,
 }
 
 impl SessionView {
@@ -188,6 +199,12 @@ enum Command {
         force_after: Duration,
         reply: Reply<bool>,
     },
+    /// Re-sends `turn_id`'s prompt as a new turn.
+    Retry {
+        turn_id: String,
+        text: String,
+        reply: Reply<String>,
+    },
 }
 
 impl std::fmt::Debug for Command {
@@ -200,6 +217,7 @@ impl std::fmt::Debug for Command {
             Command::Resume { .. } => "Resume",
             Command::Detach { .. } => "Detach",
             Command::Pause { .. } => "Pause",
+            Command::Retry { .. } => "Retry",
         })
     }
 }
@@ -224,6 +242,12 @@ impl SessionHandle {
     /// Starts a turn; returns its id.
     pub async fn prompt(&self, text: String) -> Result<String, SessionError> {
         self.ask(|reply| Command::Prompt { text, reply }).await
+    }
+
+    /// Re-sends `turn_id`'s prompt (`text`) as a new turn, unless a turn re-sent it already;
+    /// returns the new turn's id.
+    pub async fn retry(&self, turn_id: String, text: String) -> Result<String, SessionError> {
+        self.ask(|reply| Command::Retry { turn_id, text, reply }).await
     }
 
     /// Cancels the running turn. Answers at once; a turn the agent does not end within
@@ -456,6 +480,7 @@ pub fn start_session(
         turn_id: None,
         resume_outcome: None,
         pause_requested: false,
+        context: None,
     };
     let (view_tx, view_rx) = watch::channel(view);
     // The actor works from the parsed profile: the snapshot's JSON tree would only take

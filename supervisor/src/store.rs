@@ -14,6 +14,7 @@ mod journal;
 mod schema;
 mod sessions;
 mod turns;
+mod usage;
 mod workflows;
 
 use sessions::*;
@@ -26,6 +27,7 @@ use tokio::sync::oneshot;
 
 pub use journal::{LogRow, TURN_SNAPSHOTS_KEPT};
 pub use schema::MIGRATIONS;
+pub use usage::{TurnUsage, UsageFilter, budget_use};
 pub use workflows::{StepPatch, StepRow, StepSession, StepTurn, TurnOutput, WorkflowRow};
 
 use journal::log;
@@ -304,7 +306,7 @@ pub struct OpenTurn {
 }
 
 /// A turn row.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TurnRow {
     /// The turn.
     pub id: String,
@@ -320,6 +322,12 @@ pub struct TurnRow {
     pub started_at: i64,
     /// Ended, Unix ms.
     pub ended_at: Option<i64>,
+    /// Tokens its agent reported (`total_tokens`).
+    pub total_tokens: u64,
+    /// The cost it added, and its currency.
+    pub cost: Option<(f64, String)>,
+    /// The turn whose prompt it re-sent.
+    pub retry_of: Option<String>,
 }
 
 /// A task row.

@@ -56,6 +56,9 @@ pub enum Command {
     /// `/usage USED SIZE [COST]`: report context use with an ACP `usage_update` (and a
     /// cumulative cost in USD when given).
     Usage { used: u64, size: u64, cost: Option<String> },
+    /// `/tokens IN OUT [CACHED]`: the turn's answer reports these tokens (ACP
+    /// `PromptResponse.usage`).
+    Tokens { input: u64, output: u64, cached: u64 },
     /// `/think TEXT`: send TEXT as an `agent_thought_chunk` (`\n` in it a newline).
     Think(String),
     /// `/plan A; B; C`: send an ACP `plan` with those entries, the first completed, the
@@ -167,6 +170,17 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
                 None => None,
             };
             Command::Usage { used, size, cost }
+        }
+        "tokens" => {
+            let numbers: Vec<Option<u64>> =
+                args.split_whitespace().map(|w| w.parse().ok()).collect();
+            match numbers[..] {
+                [Some(input), Some(output)] => Command::Tokens { input, output, cached: 0 },
+                [Some(input), Some(output), Some(cached)] => {
+                    Command::Tokens { input, output, cached }
+                }
+                _ => return Err("expects IN OUT [CACHED]"),
+            }
         }
         "think" => Command::Think(args.replace("\\n", "\n")),
         "plan" => Command::Plan(

@@ -211,6 +211,18 @@ pub fn generate() -> Value {
         method::WORKFLOW_UNSUBSCRIBE,
         "Subscribes to a workflow's events after after_seq, then live ones; each arrives as a workflow.event notification. Unsubscribe with workflow.unsubscribe [subscription id].",
     );
+    m.add::<SessionRetryTurn, PromptStarted>(
+        method::SESSION_RETRY_TURN,
+        "Re-sends the prompt of a turn a crash left interrupted (the newest turn when turn_id is absent) as a new turn; never automatic. Refused when that turn completed, was not interrupted or failed, or was re-sent already.",
+    );
+    m.add::<BudgetSet, Option<BudgetUse>>(
+        method::BUDGET_SET,
+        "Sets the token or cost budget of a session or (task_id) of a task; neither tokens nor cost removes it. At 80 % a budget_warning event is published; at 100 % the session pauses at its turn's end, and prompts and resumes are refused (budget_exceeded) until the budget is raised.",
+    );
+    m.add::<UsageQuery, UsageReport>(
+        method::USAGE_QUERY,
+        "Tokens and cost of the turns matching every filter given (session, task, profile, workflow, since_ms, until_ms), in total and per group_by (session, task, profile, workflow, day).",
+    );
     m.add::<NoParams, Value>(method::DISCOVER, "This document.");
     let Methods { mut generator, methods } = m;
     let mut schemas: Map<String, Value> = generator.take_definitions(true);
@@ -384,6 +396,19 @@ mod tests {
         let _ = client.workflow_cancel(s()).await;
         let _ = client.workflow_approve(s(), "build".into()).await;
         let _ = client.workflow_subscribe(s(), Some(2)).await;
+        let _ = client.session_retry_turn(s(), Some(s())).await;
+        let _ = client.budget_set(Some(s()), None, Some(10), Some(1.5), Some("USD".into())).await;
+        let _ = client
+            .usage_query(
+                Some(s()),
+                Some(s()),
+                Some(s()),
+                Some(s()),
+                Some(1),
+                Some(2),
+                Some(UsageGroupBy::Day),
+            )
+            .await;
         let _ = client.discover().await;
     }
 
@@ -638,6 +663,36 @@ mod tests {
             never()
         }
         async fn workflow_approve(&self, _: String, _: String) -> jsonrpsee::core::RpcResult<Done> {
+            never()
+        }
+        async fn session_retry_turn(
+            &self,
+            _: String,
+            _: Option<String>,
+        ) -> jsonrpsee::core::RpcResult<PromptStarted> {
+            never()
+        }
+        async fn budget_set(
+            &self,
+            _: Option<String>,
+            _: Option<String>,
+            _: Option<u64>,
+            _: Option<f64>,
+            _: Option<String>,
+        ) -> jsonrpsee::core::RpcResult<Option<BudgetUse>> {
+            never()
+        }
+        #[allow(clippy::too_many_arguments)]
+        async fn usage_query(
+            &self,
+            _: Option<String>,
+            _: Option<String>,
+            _: Option<String>,
+            _: Option<String>,
+            _: Option<i64>,
+            _: Option<i64>,
+            _: Option<UsageGroupBy>,
+        ) -> jsonrpsee::core::RpcResult<UsageReport> {
             never()
         }
         async fn workflow_subscribe(

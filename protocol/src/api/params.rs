@@ -554,6 +554,101 @@ impl Checked for WorkflowApprove {
     }
 }
 
+/// `task.session.retry_turn`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionRetryTurn {
+    /// The session.
+    pub session_id: String,
+    /// The interrupted turn (default: the session's newest).
+    #[serde(default)]
+    pub turn_id: Option<String>,
+}
+impl Checked for SessionRetryTurn {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)?;
+        within_opt("turn_id", &self.turn_id, MAX_ID)
+    }
+}
+
+/// `budget.set`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetSet {
+    /// The session whose budget this is (or `task_id`).
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// The task whose budget this is (or `session_id`).
+    #[serde(default)]
+    pub task_id: Option<String>,
+    /// The most tokens.
+    #[serde(default)]
+    pub tokens: Option<u64>,
+    /// The most cost, in `currency`.
+    #[serde(default)]
+    pub cost: Option<f64>,
+    /// The currency of `cost` (default `USD`; at most 16 bytes).
+    #[serde(default)]
+    pub currency: Option<String>,
+}
+impl Checked for BudgetSet {
+    fn limits(&self) -> Result<(), ParamError> {
+        if self.session_id.is_some() == self.task_id.is_some() {
+            return Err(ParamError {
+                field: Some("session_id".into()),
+                message: "give one of session_id and task_id".into(),
+                limit: None,
+            });
+        }
+        within_opt("session_id", &self.session_id, MAX_ID)?;
+        within_opt("task_id", &self.task_id, MAX_ID)?;
+        within_opt("currency", &self.currency, 16)?;
+        match self.cost {
+            Some(cost) if !cost.is_finite() || cost < 0.0 => Err(ParamError {
+                field: Some("cost".into()),
+                message: format!("cost is {cost}; it must be a number of at least 0"),
+                limit: None,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `usage.query`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UsageQuery {
+    /// One session's turns.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// One task's.
+    #[serde(default)]
+    pub task_id: Option<String>,
+    /// One agent profile's.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// One workflow's.
+    #[serde(default)]
+    pub workflow_id: Option<String>,
+    /// Turns that ended at or after this time (Unix ms).
+    #[serde(default)]
+    pub since_ms: Option<i64>,
+    /// Turns that ended before this time (Unix ms).
+    #[serde(default)]
+    pub until_ms: Option<i64>,
+    /// Totals per group as well.
+    #[serde(default)]
+    pub group_by: Option<super::UsageGroupBy>,
+}
+impl Checked for UsageQuery {
+    fn limits(&self) -> Result<(), ParamError> {
+        within_opt("session_id", &self.session_id, MAX_ID)?;
+        within_opt("task_id", &self.task_id, MAX_ID)?;
+        within_opt("profile", &self.profile, MAX_ID)?;
+        within_opt("workflow_id", &self.workflow_id, MAX_ID)
+    }
+}
+
 /// `workflow.subscribe`
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -634,6 +729,9 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         WORKFLOW_STATUS | WORKFLOW_CANCEL => parse::<WorkflowId>(raw).map(drop),
         WORKFLOW_RESUME => parse::<WorkflowResume>(raw).map(drop),
         WORKFLOW_APPROVE => parse::<WorkflowApprove>(raw).map(drop),
+        SESSION_RETRY_TURN => parse::<SessionRetryTurn>(raw).map(drop),
+        BUDGET_SET => parse::<BudgetSet>(raw).map(drop),
+        USAGE_QUERY => parse::<UsageQuery>(raw).map(drop),
         WORKFLOW_SUBSCRIBE => parse::<WorkflowSubscribe>(raw).map(drop),
         TASK_CREATE => parse::<TaskCreate>(raw).map(drop),
         TASK_GET => parse::<TaskGet>(raw).map(drop),

@@ -269,6 +269,44 @@ pub trait Api {
         after_seq: Option<u64>,
     ) -> SubscriptionResult;
 
+    /// Re-sends the prompt of a session's turn that a crash left `interrupted` (the newest
+    /// turn when `turn_id` is absent) as a new turn; never automatic. Refused when that
+    /// turn completed, is not interrupted or failed, or was re-sent already.
+    #[method(name = "task.session.retry_turn", param_kind = map)]
+    async fn session_retry_turn(
+        &self,
+        session_id: String,
+        turn_id: Option<String>,
+    ) -> RpcResult<PromptStarted>;
+
+    /// Sets the token or cost budget of a session or (`task_id`) of a task (the sum over
+    /// its sessions); neither `tokens` nor `cost` removes it. Returns it with what was
+    /// used. A session paused by its budget can be resumed once the budget is raised.
+    #[method(name = "budget.set", param_kind = map)]
+    async fn budget_set(
+        &self,
+        session_id: Option<String>,
+        task_id: Option<String>,
+        tokens: Option<u64>,
+        cost: Option<f64>,
+        currency: Option<String>,
+    ) -> RpcResult<Option<BudgetUse>>;
+
+    /// Tokens and cost of the turns that match every filter given (a session, task,
+    /// profile, workflow; turns that ended from `since_ms` until before `until_ms`), in
+    /// total and per `group_by` (`session`, `task`, `profile`, `workflow`, `day`).
+    #[method(name = "usage.query", param_kind = map)]
+    async fn usage_query(
+        &self,
+        session_id: Option<String>,
+        task_id: Option<String>,
+        profile: Option<String>,
+        workflow_id: Option<String>,
+        since_ms: Option<i64>,
+        until_ms: Option<i64>,
+        group_by: Option<UsageGroupBy>,
+    ) -> RpcResult<UsageReport>;
+
     /// This API as an OpenRPC document.
     #[method(name = "rpc.discover")]
     async fn discover(&self) -> RpcResult<Value>;

@@ -210,6 +210,52 @@ impl Client {
             Command::Prompt { quiet, session, text } => {
                 self.prompt(&session, &text.join(" "), quiet).await
             }
+            Command::Retry { quiet, session, turn } => self.retry(&session, turn, quiet).await,
+            Command::Usage { session, task, profile, workflow, since, by, json } => {
+                let since_ms = match since {
+                    Some(text) => Some(crate::store::now_ms() - since_ms(&text)?),
+                    None => None,
+                };
+                let report = api
+                    .usage_query(
+                        session,
+                        task,
+                        profile,
+                        workflow,
+                        since_ms,
+                        None,
+                        by.map(Into::into),
+                    )
+                    .await
+                    .map_err(|e| self.failure(e))?;
+                if json.json {
+                    return print_json(&report);
+                }
+                println!("total\t{}", usage_line(&report.total));
+                for group in &report.groups {
+                    println!("{}\t{}", group.key, usage_line(&group.totals));
+                }
+                Ok(())
+            }
+            Command::Budget { session, task, tokens, cost, currency, json } => {
+                let set = api
+                    .budget_set(session.clone(), task.clone(), tokens, cost, currency)
+                    .await
+                    .map_err(|e| self.failure(e))?;
+                if json.json {
+                    return print_json(&set);
+                }
+                let what = match (&session, &task) {
+                    (Some(session), _) => format!("session {session}"),
+                    (_, Some(task)) => format!("task {task}"),
+                    _ => String::new(),
+                };
+                match set {
+                    Some(used) => println!("{what}: {}", crate::session::describe_budget(&used)),
+                    None => println!("{what}: no budget"),
+                }
+                Ok(())
+            }
             Command::Resume { quiet, refresh_profile, session } => {
                 let result = self.resume_with_progress(&session, quiet, refresh_profile).await?;
                 println!(
@@ -234,7 +280,9 @@ impl Client {
                 if json {
                     return print_json(&status);
                 }
-                print_fields(&status)
+                print_fields(&status)?;
+                println!("usage (turns): {}", session_usage_line(&status.usage));
+                Ok(())
             }
             Command::Cancel { session } => {
                 api.session_cancel(session.clone()).await.map_err(|e| self.failure(e))?;
@@ -297,6 +345,7 @@ impl Client {
                     return print_json(&protocol::api::SessionDetail { status, timeline });
                 }
                 print_fields(&status)?;
+                println!("usage (turns): {}", session_usage_line(&status.usage));
                 println!("executions:");
                 for execution in &timeline.executions {
                     println!(
@@ -525,13 +574,38 @@ impl Client {
         text: &str,
         quiet: bool,
     ) -> Result<(), Failure> {
+        let call = self.client.session_prompt(session.to_owned(), text.to_owned());
+        self.follow_new_turn(session, Some(text), call, quiet).await
+    }
+
+    /// Re-sends an interrupted turn's prompt and follows the new turn to its end.
+    pub(super) async fn retry(
+        &self,
+        session: &str,
+        turn: Option<String>,
+        quiet: bool,
+    ) -> Result<(), Failure> {
+        let call = self.client.session_retry_turn(session.to_owned(), turn);
+        self.follow_new_turn(session, None, call, quiet).await
+    }
+
+    /// Follows the turn `call` starts (a prompt of `text`, or a retry) to its end,
+    /// printing the reply.
+    async fn follow_new_turn(
+        &self,
+        session: &str,
+        text: Option<&str>,
+        call: impl std::future::Future<
+            Output = Result<protocol::api::PromptStarted, jsonrpsee::core::ClientError>,
+        >,
+        quiet: bool,
+    ) -> Result<(), Failure> {
         let shown = Shown::new(quiet);
         let mut events = Feed::open(self, session, None, &shown).await?;
         events.follow_restarts();
         let started_after = events.cursor();
         // A prompt to a session without a live agent resumes it first, which can take a
         // while: its progress is shown as it happens, so the call runs beside the stream.
-        let call = self.client.session_prompt(session.to_owned(), text.to_owned());
         tokio::pin!(call);
         let mut turn: Option<String> = None;
         let mut call_lost = false;
@@ -576,7 +650,9 @@ impl Client {
             shown.progress(&event);
             match &event.kind {
                 EventKind::TurnStarted { turn_id, prompt }
-                    if turn.is_none() && prompt == text && event.seq > started_after =>
+                    if turn.is_none()
+                        && Some(prompt.as_str()) == text
+                        && event.seq > started_after =>
                 {
                     if call_lost {
                         turn = Some(turn_id.clone());

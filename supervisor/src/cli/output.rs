@@ -18,7 +18,8 @@ pub(super) fn or_dash(value: Option<&str>) -> &str {
 pub(super) fn print_fields<T: Serialize>(value: &T) -> Result<(), Failure> {
     let value = serde_json::to_value(value)
         .map_err(|err| Failure { code: Exit::Error, line: format!("error: {err}") })?;
-    for (key, value) in value.as_object().into_iter().flatten() {
+    // Usage has its own line (see `usage_line`).
+    for (key, value) in value.as_object().into_iter().flatten().filter(|(key, _)| *key != "usage") {
         let shown = match value {
             serde_json::Value::String(text) => text.clone(),
             serde_json::Value::Null => "-".into(),
@@ -158,5 +159,55 @@ pub(super) fn describe_timeline(event: &protocol::api::TimelineEvent) -> String 
         E::Resumed { outcome, execution_id } => format!("resumed ({outcome})\t{execution_id}"),
         E::SnapshotTaken { snapshot_id, trigger } => format!("snapshot ({trigger})\t{snapshot_id}"),
         E::Error { message } => format!("error\t{message}"),
+    }
+}
+
+/// "1200 tokens (in 1000, out 200, cached 0), 0.42 USD, 3 turns".
+pub(super) fn usage_line(totals: &protocol::api::UsageTotals) -> String {
+    let cost: Vec<String> =
+        totals.cost.iter().map(|cost| format!("{:.4} {}", cost.amount, cost.currency)).collect();
+    format!(
+        "{} tokens (in {}, out {}, cached {}), {}, {} turn(s)",
+        totals.total_tokens,
+        totals.input_tokens,
+        totals.output_tokens,
+        totals.cached_read_tokens + totals.cached_write_tokens,
+        if cost.is_empty() { "no cost reported".to_owned() } else { cost.join(" + ") },
+        totals.turns
+    )
+}
+
+/// A session's usage line: its totals, its context use and its budgets.
+pub(super) fn session_usage_line(usage: &protocol::api::SessionUsage) -> String {
+    let mut line = usage_line(&usage.totals);
+    if let (Some(used), Some(size)) = (usage.context_used, usage.context_size) {
+        line.push_str(&format!(
+            "; context {used}/{size} ({}%)",
+            usage.context_percent.unwrap_or_default()
+        ));
+    }
+    for budget in &usage.budgets {
+        line.push_str(&format!("; {}", crate::session::describe_budget(budget)));
+    }
+    line
+}
+
+/// A duration like `30m`, `24h`, `7d` or `90s`, in ms.
+pub(super) fn since_ms(text: &str) -> Result<i64, Failure> {
+    let split = text.len().saturating_sub(1);
+    let (number, unit) = text.split_at(split);
+    let scale = match unit {
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => 0,
+    };
+    match number.parse::<i64>() {
+        Ok(n) if scale > 0 && n >= 0 => Ok(n.saturating_mul(scale)),
+        _ => Err(Failure {
+            code: Exit::Usage,
+            line: format!("error: --since {text:?}: expected a duration like 90s, 30m, 24h or 7d"),
+        }),
     }
 }

@@ -248,6 +248,7 @@ impl Supervisor {
             SessionState::Paused => self.config.store.last_pause(session_id.clone()).await?,
             _ => None,
         };
+        let usage = self.session_usage(&session_id, view.as_ref()).await?;
         let runtime = self.runtime(&row.runtime).ok();
         let runtime_handle = executor.as_ref().and_then(|e| e.runtime_handle.clone());
         let placement =
@@ -327,7 +328,48 @@ impl Supervisor {
             open_questions,
             paused_at: paused.map(|(at, _)| at),
             paused_by: paused.map(|(_, trigger)| trigger),
+            usage,
         })
+    }
+
+    /// A session's usage: its turns' totals, its agent's context (live, else as of its
+    /// newest turn) and its budgets.
+    async fn session_usage(
+        &self,
+        session_id: &str,
+        view: Option<&SessionView>,
+    ) -> Result<protocol::api::SessionUsage, ServiceError> {
+        let store = &self.config.store;
+        let filter = crate::store::UsageFilter {
+            session_id: Some(session_id.to_owned()),
+            ..Default::default()
+        };
+        let totals = store.usage(filter, None).await?.total;
+        let context = match view.and_then(|view| view.context) {
+            Some(context) => Some(context),
+            None => store.last_context(session_id.to_owned()).await?,
+        };
+        Ok(protocol::api::SessionUsage {
+            totals,
+            context_used: context.map(|(used, _)| used),
+            context_size: context.map(|(_, size)| size),
+            context_percent: context
+                .filter(|(_, size)| *size > 0)
+                .map(|(used, size)| (used.saturating_mul(100) / size).min(100) as u8),
+            budgets: store.budget_uses(session_id.to_owned()).await?,
+        })
+    }
+
+    /// Refuses work for a session whose budget (or its task's) is used up.
+    pub(crate) async fn within_budget(&self, session_id: &str) -> Result<(), ServiceError> {
+        let uses = self.config.store.budget_uses(session_id.to_owned()).await?;
+        match uses.iter().find(|used| used.percent >= 100) {
+            Some(used) => Err(ServiceError::BudgetExceeded(format!(
+                "{}; raise it with budget.set (CLI: budget set) first",
+                crate::session::describe_budget(used)
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// `task.session.prompt`: starts a turn; returns its id.
@@ -345,6 +387,7 @@ impl Supervisor {
                 row.state.as_str()
             )));
         }
+        self.within_budget(&session_id).await?;
         // Lazily: a session without a live agent is resumed first (and waited for).
         let handle = self.ensure_running(&row).await?;
         match handle.prompt(prompt.clone()).await {
@@ -433,6 +476,10 @@ impl Supervisor {
                 "session {session_id} is {} and cannot be resumed",
                 row.state.as_str()
             )));
+        }
+        if row.state == SessionState::Paused {
+            // A session paused by its budget stays paused until the budget is raised.
+            self.within_budget(&session_id).await?;
         }
         let profile_drift = self.profile_drift(&row);
         // Adopting today's profile: refused while the agent runs (it runs with the old

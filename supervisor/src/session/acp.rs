@@ -366,29 +366,6 @@ impl SessionActor {
         known
     }
 
-    /// ACP `usage_update`: kept for snapshots; at the profile's threshold the session is
-    /// to pause for a handoff.
-    fn usage_reported(&mut self, update: &Value) {
-        let (Some(used), Some(size)) = (update["used"].as_u64(), update["size"].as_u64()) else {
-            return;
-        };
-        let usage = self.usage.get_or_insert_with(Default::default);
-        usage.context_used = Some(used);
-        usage.context_size = Some(size);
-        if let Some(amount) = update["cost"]["amount"].as_f64() {
-            usage.cost = Some(amount);
-            usage.cost_currency = update["cost"]["currency"].as_str().map(str::to_owned);
-        }
-        let threshold = u64::from(self.profile.session.context_handoff_percent);
-        // The new agent of a handoff starts small; its first report says so.
-        if threshold > 0 && size > 0 && used.saturating_mul(100) >= threshold.saturating_mul(size) {
-            let percent = used.saturating_mul(100) / size;
-            self.exhausted = Some(format!(
-                "the agent's context is {percent}% full ({used} of {size} tokens; the threshold is {threshold}%)"
-            ));
-        }
-    }
-
     /// A response to one of our requests. Returns whether a turn ended.
     async fn response(&mut self, id: Value, message: Value) -> bool {
         let key = match &id {
@@ -544,6 +521,9 @@ impl SessionActor {
                                 } else {
                                     stop_reason
                                 };
+                            if let Some(turn) = self.turn.as_mut() {
+                                super::actor::prompt_usage(&result, &mut turn.usage);
+                            }
                             self.end_turn(TurnState::Completed, Some(stop_reason), None).await;
                         }
                         Err(error) => {

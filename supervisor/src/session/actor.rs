@@ -15,6 +15,10 @@ mod executions;
 mod pause;
 mod records;
 mod turns;
+mod usage;
+
+pub use usage::describe as describe_budget;
+pub(super) use usage::prompt_usage;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -264,6 +268,8 @@ pub(super) struct Turn {
     pub(super) cancel_at: Option<Instant>,
     /// When it is cancelled (the profile's `process.turn_timeout_ms`).
     pub(super) deadline: Option<Instant>,
+    /// What its agent reported of tokens and cost so far.
+    pub(super) usage: crate::store::TurnUsage,
 }
 
 /// A retired execution and what its spool held past what was handled.
@@ -323,6 +329,14 @@ pub(super) struct SessionActor {
     /// A usage report reached the profile's threshold: a pause for a handoff is asked for
     /// once the report is handled (the reason).
     pub(super) exhausted: Option<String>,
+    /// A budget, `max_turns` or `max_duration` was reached at a turn's end: the session
+    /// pauses once the turn's end is handled (the reason, and what paused it).
+    pub(super) limit_reached: Option<(String, SnapshotTrigger)>,
+    /// The agent's cumulative cost last recorded (the session's `cost_mark`), from which
+    /// each report's addition is taken; loaded when the actor starts.
+    pub(super) cost_mark: Option<(f64, String)>,
+    /// Cost reported between turns, not yet written: `(added, new mark)`.
+    pub(super) cost_between_turns: Option<((f64, String), (f64, String))>,
     /// What a `session/load` (or a replaying `session/resume`) still repeats.
     pub(super) replay: Replay,
     /// Acknowledge once the burst of events in flight is through (nothing queued behind
@@ -409,6 +423,9 @@ impl SessionActor {
             resume_context: None,
             usage: None,
             exhausted: None,
+            limit_reached: None,
+            cost_mark: None,
+            cost_between_turns: None,
             replay: Replay::Off,
             replay_unacked: false,
             durability: Durability::default(),
@@ -428,6 +445,10 @@ impl SessionActor {
 
     pub(super) async fn run(mut self, mut commands: mpsc::Receiver<Box<Command>>, start: Start) {
         let mut internal = self.internal_rx.take().expect("UNWRAP: taken once, here");
+        match self.context.store.cost_mark(self.row.id.clone()).await {
+            Ok(mark) => self.cost_mark = mark,
+            Err(err) => tracing::warn!(session = %self.row.id, %err, "cannot read the cost mark"),
+        }
         match start {
             Start::Fresh { initial_prompt } => {
                 let launch = Launch { first: true, ..Launch::new(None, initial_prompt) };
@@ -488,6 +509,18 @@ impl SessionActor {
             }
             if self.stall.as_ref().is_some_and(|stall| stall.retry.is_none()) {
                 self.stall();
+            }
+            if let Some((added, mark)) = self.cost_between_turns.take() {
+                let store = &self.context.store;
+                if let Err(err) =
+                    store.add_cost_between_turns(self.row.id.clone(), added, mark).await
+                {
+                    tracing::warn!(session = %self.row.id, %err, "cannot record cost reported between turns");
+                }
+            }
+            if let Some((reason, trigger)) = self.limit_reached.take() {
+                Box::pin(self.limit_pause(reason, trigger)).await;
+                self.flush_events();
             }
             if let Some(reason) = self.exhausted.take() {
                 Box::pin(self.exhaustion(reason)).await;
@@ -557,6 +590,39 @@ impl SessionActor {
                     self.catch_up.deferred.push((text, reply));
                 } else if let Err(err) = self.start_turn(text, Some(reply)).await {
                     tracing::debug!(session = %self.row.id, %err, "prompt refused");
+                }
+            }
+            Command::Retry { turn_id, text, reply } => {
+                // One at a time (the actor serialises them): a second retry of the same
+                // turn finds the first's row and is refused.
+                let store = self.context.store.clone();
+                let retried = store.turn_to_retry(self.row.id.clone(), Some(turn_id.clone())).await;
+                match retried {
+                    Ok(Some(turn)) if turn.retried_by.is_none() => {
+                        if self.catch_up.until.is_some() {
+                            let _ = reply.send(Err(SessionError::InvalidState(
+                                "the session is catching up after a restart; retry in a moment"
+                                    .into(),
+                            )));
+                        } else if let Err(err) =
+                            self.start_turn_as(text, Some(turn_id), Some(reply)).await
+                        {
+                            tracing::debug!(session = %self.row.id, %err, "retry refused");
+                        }
+                    }
+                    Ok(Some(turn)) => {
+                        let _ = reply.send(Err(SessionError::AlreadyRetried {
+                            turn_id,
+                            retry: turn.retried_by.unwrap_or_default(),
+                        }));
+                    }
+                    Ok(None) => {
+                        let _ = reply
+                            .send(Err(SessionError::InvalidState(format!("no turn {turn_id}"))));
+                    }
+                    Err(err) => {
+                        let _ = reply.send(Err(err.into()));
+                    }
                 }
             }
             Command::Cancel { reply } => {
@@ -836,7 +902,9 @@ async fn record_start_commit(
 
 fn reject(command: Command, error: impl Fn() -> SessionError) {
     match command {
-        Command::Prompt { reply, .. } => drop(reply.send(Err(error()))),
+        Command::Prompt { reply, .. } | Command::Retry { reply, .. } => {
+            drop(reply.send(Err(error())))
+        }
         Command::Resume { reply, .. } => drop(reply.send(Err(error()))),
         Command::Cancel { reply }
         | Command::Stop { reply, .. }

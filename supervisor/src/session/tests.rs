@@ -607,7 +607,10 @@ async fn recorded_execution(store: &Store, row: &SessionRow) -> ExecutorRow {
         ..ExecutorRow::default()
     };
     store.put_executor(executor.clone()).await.unwrap();
-    store.insert_turn("t1".into(), row.id.clone(), "e1".into(), "5".into()).await.unwrap();
+    store
+        .insert_turn("t1".into(), row.id.clone(), "e1".into(), "5".into(), ("p".into(), None))
+        .await
+        .unwrap();
     executor
 }
 

@@ -318,6 +318,31 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE task_sessions ADD COLUMN paused_at INTEGER;
     ALTER TABLE task_sessions ADD COLUMN pause_kind TEXT;
     ",
+    // 15: issue 32, usage and budgets, and re-sending an interrupted turn. A turn keeps its
+    // prompt (for `retry_turn`), the turn it re-sends, and what its agent reported: tokens
+    // by kind, the cost it added and the context at its end, written with its end. A
+    // session keeps the agent's last cumulative cost (`cost_mark`), from which the next
+    // turn's cost is taken apart; sessions and tasks may carry a budget.
+    "
+    ALTER TABLE turns ADD COLUMN prompt TEXT;
+    ALTER TABLE turns ADD COLUMN retry_of TEXT;
+    ALTER TABLE turns ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE turns ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE turns ADD COLUMN cached_read_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE turns ADD COLUMN cached_write_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE turns ADD COLUMN thought_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE turns ADD COLUMN total_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE turns ADD COLUMN cost REAL;
+    ALTER TABLE turns ADD COLUMN cost_currency TEXT;
+    ALTER TABLE turns ADD COLUMN context_used INTEGER;
+    ALTER TABLE turns ADD COLUMN context_size INTEGER;
+    CREATE UNIQUE INDEX turns_retry_of ON turns(retry_of) WHERE retry_of IS NOT NULL;
+    CREATE INDEX turns_by_end ON turns(ended_at);
+    ALTER TABLE task_sessions ADD COLUMN cost_mark REAL;
+    ALTER TABLE task_sessions ADD COLUMN cost_mark_currency TEXT;
+    ALTER TABLE task_sessions ADD COLUMN budget TEXT;
+    ALTER TABLE tasks ADD COLUMN budget TEXT;
+    ",
 ];
 
 /// Brings the database up to the newest migration.

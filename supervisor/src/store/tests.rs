@@ -178,7 +178,10 @@ async fn deleting_a_session_removes_its_records() {
         })
         .await
         .unwrap();
-    store.insert_turn("t1".into(), row.id.clone(), "e".into(), "5".into()).await.unwrap();
+    store
+        .insert_turn("t1".into(), row.id.clone(), "e".into(), "5".into(), ("p".into(), None))
+        .await
+        .unwrap();
     store
         .insert_pending(
             row.id.clone(),
@@ -352,7 +355,10 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
         ids.insert(name, row.id);
     }
     let (open_turn, pending) = (ids["open turn"].clone(), ids["pending request"].clone());
-    store.insert_turn("t1".into(), open_turn, "e-open turn".into(), "r1".into()).await.unwrap();
+    store
+        .insert_turn("t1".into(), open_turn, "e-open turn".into(), "r1".into(), ("p".into(), None))
+        .await
+        .unwrap();
     let execution = "e-pending request".to_owned();
     let params = serde_json::json!({});
     store.insert_pending(pending, execution, "7".into(), "x".into(), params).await.unwrap();
@@ -557,7 +563,10 @@ async fn the_timeline_records_each_change_in_order() {
         .set_session_state(id.clone(), SessionState::WaitingForInput, None, None, 0)
         .await
         .unwrap();
-    store.insert_turn("u1".into(), id.clone(), "e1".into(), "1".into()).await.unwrap();
+    store
+        .insert_turn("u1".into(), id.clone(), "e1".into(), "1".into(), ("p".into(), None))
+        .await
+        .unwrap();
     store.end_turn("u1".into(), TurnState::Failed, None, Some("boom".into())).await.unwrap();
     store.log_error(id.clone(), "the agent exited".into()).await.unwrap();
     store.put_executor(executor(&id, "e2")).await.unwrap();

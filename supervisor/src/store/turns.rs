@@ -244,12 +244,14 @@ impl Store {
         session_id: String,
         execution_id: String,
         request_id: String,
+        (prompt, retry_of): (String, Option<String>),
     ) -> Result<(), StoreError> {
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             tx.execute(
-                "INSERT INTO turns (id, session_id, execution_id, request_id, state, started_at, delivered) VALUES (?1, ?2, ?3, ?4, 'running', ?5, 0)",
-                params![turn_id, session_id, execution_id, request_id, now_ms()],
+                "INSERT INTO turns (id, session_id, execution_id, request_id, state, started_at, delivered, prompt, retry_of) \
+                 VALUES (?1, ?2, ?3, ?4, 'running', ?5, 0, ?6, ?7)",
+                params![turn_id, session_id, execution_id, request_id, now_ms(), prompt, retry_of],
             )?;
             log(&tx, &session_id, &TimelineEvent::TurnStarted { turn_id, execution_id })?;
             tx.commit()?;
@@ -275,7 +277,7 @@ impl Store {
         stop_reason: Option<String>,
         error: Option<String>,
     ) -> Result<(), StoreError> {
-        self.end_turn_then(turn_id, (state, stop_reason, error), None, 0, None).await
+        self.end_turn_then(turn_id, (state, stop_reason, error), None, 0, None, None).await
     }
 
     /// Ends a turn and, in the same transaction, sets its session's state (`then`: state,
@@ -291,6 +293,7 @@ impl Store {
         then: Option<(SessionState, Option<String>, Option<&'static str>)>,
         event_seq_high: u64,
         output: Option<super::TurnOutput>,
+        usage: Option<super::TurnUsage>,
     ) -> Result<(), StoreError> {
         let state_changes = then.is_some();
         let (workflow, session) = self.call(move |conn| {
@@ -305,10 +308,14 @@ impl Store {
             let session_id: Option<String> = tx
                 .query_row("SELECT session_id FROM turns WHERE id = ?1", [&turn_id], |r| r.get(0))
                 .optional()?;
+            let ended_turn = turn_id.clone();
             if let Some(session_id) = session_id {
                 let ended =
                     TimelineEvent::TurnEnded { turn_id, state, stop_reason, error };
                 log(&tx, &session_id, &ended)?;
+                if let Some(usage) = &usage {
+                    super::usage::write_turn_usage(&tx, &ended_turn, &session_id, usage)?;
+                }
                 tx.execute(
                     "UPDATE task_sessions SET event_seq_high = MAX(event_seq_high, ?2) WHERE id = ?1",
                     params![session_id, event_seq_high as i64],
@@ -380,7 +387,8 @@ impl Store {
     pub async fn session_turns(&self, session_id: String) -> Result<Vec<TurnRow>, StoreError> {
         self.call(move |conn| {
             let mut statement = conn.prepare(
-                "SELECT id, execution_id, state, stop_reason, error, started_at, ended_at \
+                "SELECT id, execution_id, state, stop_reason, error, started_at, ended_at, \
+                 total_tokens, cost, cost_currency, retry_of \
                  FROM turns WHERE session_id = ?1 ORDER BY started_at, id",
             )?;
             let rows = statement.query_map([&session_id], |r| {
@@ -392,6 +400,9 @@ impl Store {
                     error: r.get(4)?,
                     started_at: r.get(5)?,
                     ended_at: r.get(6)?,
+                    total_tokens: r.get::<_, i64>(7)?.max(0) as u64,
+                    cost: r.get::<_, Option<f64>>(8)?.zip(r.get::<_, Option<String>>(9)?),
+                    retry_of: r.get(10)?,
                 })
             })?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)

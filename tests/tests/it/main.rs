@@ -24,6 +24,7 @@ mod retention;
 mod snapshots;
 mod supervisor;
 mod tidy;
+mod usage;
 mod web_ui;
 mod web_views;
 mod workflow_edges;

@@ -282,7 +282,12 @@ impl SessionActor {
                 open.request_id,
                 Pending::Prompt { turn_id: turn_id.clone(), injected: false },
             );
-            self.turn = Some(Turn { id: turn_id, cancel_at: None, deadline: None });
+            self.turn = Some(Turn {
+                id: turn_id,
+                cancel_at: None,
+                deadline: None,
+                usage: crate::store::TurnUsage::default(),
+            });
         }
     }
 

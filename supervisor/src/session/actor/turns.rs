@@ -11,7 +11,17 @@ impl SessionActor {
         text: String,
         reply: Option<Reply<String>>,
     ) -> Result<(), String> {
-        match self.prepare_turn(text).await {
+        self.start_turn_as(text, None, reply).await
+    }
+
+    /// [`Self::start_turn`], for a turn that re-sends `retry_of`'s prompt (if given).
+    pub(in crate::session) async fn start_turn_as(
+        &mut self,
+        text: String,
+        retry_of: Option<String>,
+        reply: Option<Reply<String>>,
+    ) -> Result<(), String> {
+        match self.prepare_turn(text, retry_of).await {
             Ok((turn_id, message)) => {
                 self.send(Outgoing::Prompt { message, turn_id, reply });
                 Ok(())
@@ -30,6 +40,7 @@ impl SessionActor {
     pub(in crate::session) async fn prepare_turn(
         &mut self,
         text: String,
+        retry_of: Option<String>,
     ) -> Result<(String, Value), SessionError> {
         match self.row.state {
             SessionState::WaitingForInput => {}
@@ -71,7 +82,13 @@ impl SessionActor {
         // The turn and its request id are durable before the request leaves.
         self.context
             .store
-            .insert_turn(turn_id.clone(), self.row.id.clone(), execution_id, request_id.to_string())
+            .insert_turn(
+                turn_id.clone(),
+                self.row.id.clone(),
+                execution_id,
+                request_id.to_string(),
+                (text.clone(), retry_of),
+            )
             .await?;
         agentctl::fault::point("prompt.recorded");
         self.next_request_id += 1;
@@ -85,6 +102,7 @@ impl SessionActor {
                 .process
                 .turn_timeout_ms
                 .map(|ms| Instant::now() + std::time::Duration::from_millis(ms)),
+            usage: crate::store::TurnUsage::default(),
         });
         self.set_state(SessionState::Running, None, Some(task_state::IN_PROGRESS)).await?;
         self.update_view(|view| view.turn_id = Some(turn_id.clone()));
@@ -163,7 +181,11 @@ impl SessionActor {
         stop_reason: Option<String>,
         error: Option<String>,
     ) {
-        let Some(Turn { id: turn_id, .. }) = self.turn.take() else { return };
+        let Some(Turn { id: turn_id, mut usage, .. }) = self.turn.take() else { return };
+        if usage.context.is_none() {
+            usage.context =
+                self.usage.as_deref().and_then(|usage| usage.context_used.zip(usage.context_size));
+        }
         self.tool_titles.clear();
         // A replay that trails a turn does not trail its end.
         self.replay = match std::mem::take(&mut self.replay) {
@@ -211,6 +233,7 @@ impl SessionActor {
                         serde_json::to_string(&step).ok()
                     }),
                 }),
+                Some(usage.clone()),
             )
             .await;
         match written {
@@ -227,6 +250,8 @@ impl SessionActor {
             Err(err) => self.write_failed("the end of a turn", &err),
         }
         agentctl::fault::point("turn.recorded");
+        self.turn_counted(&usage);
+        self.check_limits(&usage).await;
         if state == TurnState::Completed {
             self.snapshot_in_background(SnapshotTrigger::TurnComplete, None);
         }

@@ -73,7 +73,10 @@ async fn voiding_open_work_publishes_every_end_before_the_rows_change() {
     let s = setup().await;
     let id = s.session_id.clone();
     for turn in ["t1", "t2"] {
-        s.store.insert_turn(turn.into(), id.clone(), "e1".into(), turn.into()).await.unwrap();
+        s.store
+            .insert_turn(turn.into(), id.clone(), "e1".into(), turn.into(), ("p".into(), None))
+            .await
+            .unwrap();
     }
     let params = json!({"toolCall": {"title": "ls"}});
     for request in ["1.7", "1.8"] {

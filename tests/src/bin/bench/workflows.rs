@@ -137,7 +137,10 @@ async fn checkpoint() -> (f64, f64) {
                 store.create_session(session(id.clone())).await.unwrap();
             }
             let turn = uuid::Uuid::now_v7().to_string();
-            store.insert_turn(turn.clone(), id, "e".into(), "1".into()).await.unwrap();
+            store
+                .insert_turn(turn.clone(), id, "e".into(), "1".into(), ("p".into(), None))
+                .await
+                .unwrap();
             let began = Instant::now();
             store
                 .end_turn_then(
@@ -149,6 +152,7 @@ async fn checkpoint() -> (f64, f64) {
                         text: "the step's final message".into(),
                         usage: None,
                     }),
+                    None,
                 )
                 .await
                 .unwrap();

@@ -1,0 +1,208 @@
+//! Usage: context and cost reports (`usage_update`), a turn's tokens (`PromptResponse`),
+//! and the limits checked at a turn's end — budgets, `max_turns`, `max_duration` — that
+//! pause the session.
+
+use super::*;
+use protocol::api::BudgetUse;
+
+impl SessionActor {
+    /// ACP `usage_update`: kept for snapshots; at the profile's threshold the session is
+    /// to pause for a handoff.
+    pub(in crate::session) fn usage_reported(&mut self, update: &Value) {
+        let (Some(used), Some(size)) = (update["used"].as_u64(), update["size"].as_u64()) else {
+            return;
+        };
+        let usage = self.usage.get_or_insert_with(Default::default);
+        usage.context_used = Some(used);
+        usage.context_size = Some(size);
+        if let Some(amount) =
+            update["cost"]["amount"].as_f64().filter(|a| a.is_finite() && *a >= 0.0)
+        {
+            let currency = update["cost"]["currency"].as_str().unwrap_or("USD").to_owned();
+            usage.cost = Some(amount);
+            usage.cost_currency = Some(currency.clone());
+            self.cost_reported(amount, currency);
+        }
+        if let Some(turn) = self.turn.as_mut() {
+            turn.usage.context = Some((used, size));
+        }
+        self.update_view(|view| view.context = Some((used, size)));
+        let threshold = u64::from(self.profile.session.context_handoff_percent);
+        // The new agent of a handoff starts small; its first report says so.
+        if threshold > 0 && size > 0 && used.saturating_mul(100) >= threshold.saturating_mul(size) {
+            let percent = used.saturating_mul(100) / size;
+            self.exhausted = Some(format!(
+                "the agent's context is {percent}% full ({used} of {size} tokens; the threshold is {threshold}%)"
+            ));
+        }
+    }
+
+    /// The agent's cumulative cost: what it added since the mark goes to the running turn
+    /// (written with its end) or, between turns, to the newest turn. A figure below the mark
+    /// or in another currency is a new count (a fresh agent session), all of it added.
+    fn cost_reported(&mut self, amount: f64, currency: String) {
+        let added = match &self.cost_mark {
+            Some((mark, known)) if *known == currency && amount >= *mark => amount - mark,
+            _ => amount,
+        };
+        let mark = (amount, currency.clone());
+        self.cost_mark = Some(mark.clone());
+        if let Some(turn) = self.turn.as_mut() {
+            let cost = turn.usage.cost.get_or_insert((0.0, currency.clone()));
+            if cost.1 == currency {
+                cost.0 += added;
+            }
+            turn.usage.cost_mark = Some(mark);
+        } else if added > 0.0 {
+            let total = match self.cost_between_turns.take() {
+                Some(((earlier, known), _)) if known == currency => earlier + added,
+                _ => added,
+            };
+            self.cost_between_turns = Some(((total, currency), mark));
+        }
+    }
+}
+
+/// The tokens of a `PromptResponse`'s `usage` (ACP, unstable: `inputTokens`,
+/// `outputTokens`, `cachedReadTokens`, `cachedWriteTokens`, `thoughtTokens`,
+/// `totalTokens`), this turn's.
+pub(in crate::session) fn prompt_usage(result: &Value, usage: &mut crate::store::TurnUsage) {
+    let reported = &result["usage"];
+    if !reported.is_object() {
+        return;
+    }
+    let n = |name: &str| reported[name].as_u64().unwrap_or(0);
+    usage.input_tokens = n("inputTokens");
+    usage.output_tokens = n("outputTokens");
+    usage.cached_read_tokens = n("cachedReadTokens");
+    usage.cached_write_tokens = n("cachedWriteTokens");
+    usage.thought_tokens = n("thoughtTokens");
+    usage.total_tokens = reported["totalTokens"].as_u64();
+}
+
+impl SessionActor {
+    /// A turn's usage in the metrics (`tether_tokens_total`, `tether_cost_total`).
+    pub(in crate::session) fn turn_counted(&self, usage: &crate::store::TurnUsage) {
+        let metrics = crate::metrics::get();
+        let profile = self.row.agent_profile_id.clone();
+        for (direction, tokens) in [
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cached_read", usage.cached_read_tokens),
+            ("cached_write", usage.cached_write_tokens),
+            ("thought", usage.thought_tokens),
+        ] {
+            if tokens > 0 {
+                let labels =
+                    vec![("direction", direction.to_owned()), ("profile", profile.clone())];
+                metrics.tokens.get_or_create(&labels).inc_by(tokens);
+            }
+        }
+        if let Some((amount, currency)) = usage.cost.as_ref().filter(|(amount, _)| *amount > 0.0) {
+            let labels = vec![("currency", currency.clone()), ("profile", profile)];
+            metrics.cost.get_or_create(&labels).inc_by(*amount);
+        }
+    }
+
+    /// After a turn's end: a budget passing 80 % is announced (`budget_warning`); a budget
+    /// used up, `max_turns` turns or `max_duration_secs` since the session was created
+    /// pause the session once the turn's end is handled.
+    pub(in crate::session) async fn check_limits(&mut self, turn: &crate::store::TurnUsage) {
+        if self.row.state.is_terminal() || self.pause.is_some() {
+            return;
+        }
+        let store = self.context.store.clone();
+        match store.budget_uses(self.row.id.clone()).await {
+            Ok(uses) => {
+                for used in uses {
+                    if used.percent >= 100 {
+                        let reason = format!("{} (raise it with budget.set)", describe(&used));
+                        self.limit_reached.get_or_insert((reason, SnapshotTrigger::Budget));
+                    } else if used.percent >= 80 && budget_before(&used, turn).percent < 80 {
+                        self.emit(SessionEventKind::BudgetWarning { budget: used });
+                    }
+                }
+            }
+            Err(err) => tracing::warn!(session = %self.row.id, %err, "cannot read the budgets"),
+        }
+        if let Some(max) = self.profile.session.max_turns {
+            let filter = crate::store::UsageFilter {
+                session_id: Some(self.row.id.clone()),
+                ..Default::default()
+            };
+            match store.usage(filter, None).await {
+                Ok(report) if report.total.turns >= u64::from(max) => {
+                    let reason = format!("the session ran its {max} turns (session.max_turns)");
+                    self.limit_reached.get_or_insert((reason, SnapshotTrigger::MaxTurns));
+                }
+                Ok(_) => {}
+                Err(err) => tracing::warn!(session = %self.row.id, %err, "cannot count the turns"),
+            }
+        }
+        if let Some(secs) = self.profile.session.max_duration_secs {
+            let age = crate::store::now_ms().saturating_sub(self.row.created_at);
+            if age >= i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX) {
+                let reason =
+                    format!("the session ran for its {secs} s (session.max_duration_secs)");
+                self.limit_reached.get_or_insert((reason, SnapshotTrigger::MaxDuration));
+            }
+        }
+    }
+
+    /// A limit was reached at a turn's end: the session pauses (its snapshot says why).
+    pub(in crate::session) async fn limit_pause(
+        &mut self,
+        reason: String,
+        trigger: SnapshotTrigger,
+    ) {
+        if self.pause.is_some()
+            || self.row.state.is_terminal()
+            || self.row.state == SessionState::Paused
+        {
+            return;
+        }
+        tracing::info!(session = %self.row.id, %reason, "a limit was reached; pausing");
+        let wait = std::time::Duration::from_millis(crate::session::DEFAULT_PAUSE_WAIT_MS);
+        if let Err(err) = self.request_pause(Some(reason), wait, trigger).await {
+            tracing::warn!(session = %self.row.id, %err, "cannot pause at a limit");
+        }
+    }
+}
+
+/// "the session's budget of 1000 tokens is used up (1200 tokens, 0.00 USD)".
+pub fn describe(used: &BudgetUse) -> String {
+    let scope = match used.scope {
+        protocol::api::BudgetScope::Session => "the session's",
+        protocol::api::BudgetScope::Task => "its task's",
+    };
+    let mut limits = Vec::new();
+    if let Some(tokens) = used.budget.tokens {
+        limits.push(format!("{tokens} tokens"));
+    }
+    if let Some(cost) = used.budget.cost {
+        limits.push(format!("{cost:.2} {}", used.budget.currency()));
+    }
+    format!(
+        "{scope} budget of {} is {}% used ({} tokens, {:.2} {})",
+        limits.join(" and "),
+        used.percent,
+        used.used_tokens,
+        used.used_cost,
+        used.budget.currency()
+    )
+}
+
+/// The budget as it stood before `turn`.
+fn budget_before(used: &BudgetUse, turn: &crate::store::TurnUsage) -> BudgetUse {
+    let cost = match &turn.cost {
+        Some((amount, currency)) if currency == used.budget.currency() => *amount,
+        _ => 0.0,
+    };
+    crate::store::budget_use(
+        used.scope,
+        used.id.clone(),
+        used.budget.clone(),
+        used.used_tokens.saturating_sub(turn.total()),
+        (used.used_cost - cost).max(0.0),
+    )
+}
