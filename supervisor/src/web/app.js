@@ -340,6 +340,7 @@ async function openSession(sessionId) {
   state.unseen.delete(sessionId);
   $("#jump").hidden = true;
   $("#usage").hidden = true;
+  $("#totals").hidden = true;
   $("#session").hidden = false;
   $("#welcome").hidden = true;
   $("#transcript").replaceChildren();
@@ -425,11 +426,24 @@ function renderStatus(status) {
   badge.textContent = status.state;
   badge.className = `badge ${status.state}`;
   setBadge(status.session_id, status.state);
+  renderTotals(status.usage);
   showActions(status.state, status.needs_resume);
   // The status says what is wrong now: an error shown before (a reconnect's, an old
   // action's) goes when it says nothing.
   if (status.error) sessionError(new Error(status.error));
   else $("#session-error").hidden = true;
+}
+
+// The open session's totals after a turn's end (its turn row holds them now).
+async function refreshTotals() {
+  const sessionId = state.open;
+  if (!sessionId) return;
+  try {
+    const status = await rpc.call("task.session.status", { session_id: sessionId });
+    if (state.open === sessionId) renderTotals(status.usage);
+  } catch (_) {
+    // The next status shows them.
+  }
 }
 
 // The session's buttons that its state allows: Cancel turn while a turn runs, Pause while

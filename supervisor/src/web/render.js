@@ -312,6 +312,19 @@ function renderUsage(update) {
   $("#usage").classList.toggle("high", percent >= 80);
 }
 
+// The session's totals (tokens and cost of its turns) and its budgets, from its status.
+function renderTotals(usage) {
+  const box = $("#totals");
+  if (!usage || !usage.turns) { box.hidden = true; return; }
+  const cost = (usage.cost || []).map((c) => `${c.amount.toFixed(2)} ${c.currency}`);
+  const budgets = (usage.budgets || []).map((b) => `${b.scope} budget ${b.percent}%`);
+  box.textContent = [`${formatTokens(usage.total_tokens)} tokens`, ...cost, ...budgets].join(" · ");
+  box.title = `${usage.turns} turns: ${usage.input_tokens} in, ${usage.output_tokens} out, ` +
+    `${usage.cached_read_tokens + usage.cached_write_tokens} cached, ${usage.thought_tokens} thinking`;
+  box.classList.toggle("high", (usage.budgets || []).some((b) => b.percent >= 80));
+  box.hidden = false;
+}
+
 // ---- the transcript ------------------------------------------------------------------
 
 // Whether the transcript follows new output: it does until the reader scrolls up, and
@@ -406,6 +419,7 @@ function render(event) {
         box.classList.remove("open");
       }
       updateNeedsYou();
+      if (!state.backfill) refreshTotals();
       transcript(
         el("div", { class: "turn-end", "data-turn-end": event.turn_id },
           `turn ${event.state}${event.stop_reason ? ": " + event.stop_reason : ""}${event.error ? ": " + event.error : ""}`),
@@ -413,6 +427,10 @@ function render(event) {
       break;
     case "notice":
       transcript(el("div", { class: "notice" }, "notice: " + event.message));
+      break;
+    case "budget_warning":
+      transcript(el("div", { class: "notice budget" },
+        `budget: ${event.budget.scope}'s budget is ${event.budget.percent}% used; at 100% the session pauses`));
       break;
     case "progress":
       activity(`${event.step}${event.detail ? ": " + event.detail : ""}`, event.at);

@@ -89,13 +89,13 @@ async fn r31_a_markdown_reply_renders_a_heading_and_a_code_block() {
 }
 
 /// The agent's thought folds; its plan shows each entry's status; its context use and
-/// cost show in the session's head.
+/// cost show in the session's head, and the session's token and cost totals (issue 32).
 #[tokio::test]
 async fn r31_thoughts_fold_and_the_plan_and_usage_show() {
     let Some(browser) = browser::start("plan").await else { return };
     let (_daemon, _session) = session_page(&browser, "p").await;
     let prompt = "/think weighing the options\\nthen deciding\n/plan read the code; edit it; run the tests\n\
-/usage 150000 200000 1.25\nwhat next";
+/usage 150000 200000 1.25\n/tokens 1200 300\nwhat next";
     prompt_in_page(&browser, prompt).await;
     browser.wait_text("#transcript .turn-end", "turn completed").await;
     browser.wait_text("#transcript details.thought", "weighing the options").await;
@@ -108,6 +108,7 @@ async fn r31_thoughts_fold_and_the_plan_and_usage_show() {
     let meter =
         browser.run("return document.querySelector('#context-meter').value;", json!([])).await;
     assert_eq!(meter, json!(150000));
+    browser.wait_text("#totals", "1.5k tokens · 1.25 USD").await;
 }
 
 /// An edit renders both sides of its diff with its location; a failed command its
