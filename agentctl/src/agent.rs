@@ -202,6 +202,9 @@ pub struct AgentHost {
     exit_tx: watch::Sender<Option<ExitInfo>>,
     /// The supervisor asked to hold the agent's output (`intake.hold`).
     hold_tx: watch::Sender<bool>,
+    /// Where the agent's `fs/*` requests may reach: its `cwd` and `extra_roots`, until
+    /// `workspace.bind` names a session's (a warm agent started before its session).
+    roots: Arc<std::sync::RwLock<Arc<Roots>>>,
 }
 
 #[derive(Debug)]
@@ -237,7 +240,17 @@ impl AgentHost {
             state: Mutex::new(HostState::NotStarted),
             exit_tx: watch::channel(None).0,
             hold_tx: watch::channel(false).0,
+            roots: Arc::new(std::sync::RwLock::new(Arc::new(Roots::default()))),
         }
+    }
+
+    /// Confines the agent's `fs/*` requests to `cwd` and `extra_roots` from now on (a warm
+    /// agent's session was decided after it started).
+    pub fn bind_workspace(&self, cwd: &Path, extra_roots: &[PathBuf]) -> Result<(), AgentError> {
+        let roots = checked_roots(cwd, extra_roots)?;
+        *self.roots.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(roots);
+        tracing::info!(cwd = %cwd.display(), "the agent's workspace is bound");
+        Ok(())
     }
 
     /// Holds the agent's output (its stdout is not read until released) or releases it.
@@ -266,16 +279,7 @@ impl AgentHost {
     }
 
     async fn spawn_agent(&self, params: StartAgent) -> Result<(u32, u64), AgentError> {
-        let mut root_paths = vec![params.cwd.clone()];
-        root_paths.extend(params.extra_roots.iter().cloned());
-        for path in &root_paths {
-            if !path.is_absolute() {
-                let source = io::Error::new(io::ErrorKind::InvalidInput, "not an absolute path");
-                return Err(AgentError::Root { path: path.clone(), source });
-            }
-        }
-        let roots = Roots::new(&root_paths)
-            .map_err(|source| AgentError::Root { path: params.cwd.clone(), source })?;
+        let roots = checked_roots(&params.cwd, &params.extra_roots)?;
 
         let run_as = params.user.as_deref().map(RunAs::resolve).transpose()?;
         if let (Some(run_as), Some(user)) = (&run_as, &params.user) {
@@ -357,7 +361,12 @@ impl AgentHost {
         let exited = tokio_util::sync::CancellationToken::new();
         let relay = Relay {
             spool: Arc::clone(&self.spool),
-            roots: Arc::new(roots),
+            roots: {
+                let mut bound =
+                    self.roots.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+                *bound = Arc::new(roots);
+                Arc::clone(&self.roots)
+            },
             stdin_tx: stdin_tx.downgrade(),
             max_line: self.config.max_line,
             exited: exited.clone(),
@@ -584,7 +593,7 @@ async fn write_stdin(
 /// Turns the agent's stdout into events and serves its `fs/*` requests.
 struct Relay {
     spool: Arc<Spool>,
-    roots: Arc<Roots>,
+    roots: Arc<std::sync::RwLock<Arc<Roots>>>,
     /// Weak, so that it does not keep stdin open after a stop dropped the real sender.
     stdin_tx: mpsc::WeakUnboundedSender<Vec<u8>>,
     max_line: usize,
@@ -695,7 +704,8 @@ impl Relay {
 
     /// Answers an fs request on the agent's stdin and returns the response sent.
     async fn serve_fs(&self, id: Id, method: String, params: Option<Value>) -> Value {
-        let roots = Arc::clone(&self.roots);
+        let roots =
+            Arc::clone(&self.roots.read().unwrap_or_else(std::sync::PoisonError::into_inner));
         let result = tokio::task::spawn_blocking(move || match method.as_str() {
             protocol::acp::method::FS_READ_TEXT_FILE => fs::read_text_file(&roots, params.as_ref()),
             _ => fs::write_text_file(&roots, params.as_ref()),
@@ -812,4 +822,17 @@ async fn watch_exit(
     };
     append_durably(&spool, vec![EventKind::AgentExited { status, stderr_tail }]).await;
     exit_tx.send_replace(Some(status));
+}
+
+/// The roots of `cwd` and `extra_roots`, which must be absolute and exist.
+fn checked_roots(cwd: &Path, extra_roots: &[PathBuf]) -> Result<Roots, AgentError> {
+    let mut root_paths = vec![cwd.to_owned()];
+    root_paths.extend(extra_roots.iter().cloned());
+    for path in &root_paths {
+        if !path.is_absolute() {
+            let source = io::Error::new(io::ErrorKind::InvalidInput, "not an absolute path");
+            return Err(AgentError::Root { path: path.clone(), source });
+        }
+    }
+    Roots::new(&root_paths).map_err(|source| AgentError::Root { path: cwd.to_owned(), source })
 }

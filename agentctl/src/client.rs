@@ -312,6 +312,16 @@ impl ControlClient {
         self.within("intake.hold", CALL_TIMEOUT, self.client.intake_hold(hold)).await.map(drop)
     }
 
+    /// `workspace.bind`.
+    pub async fn bind_workspace(
+        &self,
+        cwd: &std::path::Path,
+        extra_roots: &[std::path::PathBuf],
+    ) -> Result<(), ClientError> {
+        let call = self.client.workspace_bind(cwd.to_owned(), Some(extra_roots.to_vec()));
+        self.within("workspace.bind", CALL_TIMEOUT, call).await.map(drop)
+    }
+
     /// `agent.stop`.
     pub async fn stop_agent(&self, grace: Duration) -> Result<Stopped, ClientError> {
         // EOF, SIGTERM and SIGKILL are each `grace` apart, then the output drains.

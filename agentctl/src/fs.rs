@@ -68,6 +68,13 @@ pub struct Roots {
     roots: Vec<PathBuf>,
 }
 
+impl Default for Roots {
+    /// No roots: every request is refused.
+    fn default() -> Roots {
+        Roots { roots: Vec::new() }
+    }
+}
+
 impl Roots {
     /// Canonicalises each root; each must exist.
     pub fn new(roots: &[PathBuf]) -> io::Result<Roots> {

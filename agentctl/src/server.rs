@@ -120,6 +120,15 @@ impl ControlServer for Methods {
         Ok(Done {})
     }
 
+    async fn workspace_bind(
+        &self,
+        cwd: PathBuf,
+        extra_roots: Option<Vec<PathBuf>>,
+    ) -> RpcResult<Done> {
+        self.0.agent.bind_workspace(&cwd, &extra_roots.unwrap_or_default())?;
+        Ok(Done {})
+    }
+
     async fn shutdown(&self) -> RpcResult<Done> {
         self.0.shutdown.cancel();
         Ok(Done {})

@@ -52,9 +52,31 @@ pub struct Profile {
     /// own (unless a create says `worktree: false`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<WorkspaceSettings>,
+    /// `[pool]`: agents kept started ahead of the sessions that will use them.
+    #[serde(default, skip_serializing_if = "PoolSettings::is_off")]
+    pub pool: PoolSettings,
     /// Where the profile came from.
     pub source: ProfileSource,
 }
+
+/// `[pool]`: how many agents of this profile the daemon keeps started and initialized
+/// (standalone runtime only), so a session's start only opens its ACP session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolSettings {
+    /// Warm agents kept ready (0, the default: none).
+    #[serde(default)]
+    pub warm: u32,
+}
+
+impl PoolSettings {
+    /// No pool.
+    pub fn is_off(&self) -> bool {
+        self.warm == 0
+    }
+}
+
+/// The most warm agents a profile may keep.
+pub const MAX_WARM: u32 = 32;
 
 /// `[workspace]`: the repository a session's worktree is made from, and its base.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -474,6 +496,13 @@ struct RawProfile {
     #[serde(default)]
     process: RawProcess,
     workspace: Option<RawWorkspace>,
+    pool: Option<RawPool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPool {
+    warm: Spanned<u32>,
 }
 
 #[derive(Deserialize)]
@@ -619,6 +648,17 @@ impl RawProfile {
                 runtime.span(),
                 "runtime",
                 "must be \"standalone\" or \"docker\"",
+            )?;
+        }
+        if let Some(pool) = &self.pool {
+            let warm = *pool.warm.get_ref();
+            check.ensure(warm <= MAX_WARM, pool.warm.span(), "pool.warm", "must be at most 32")?;
+            let standalone = self.runtime.as_ref().is_none_or(|r| r.get_ref() == "standalone");
+            check.ensure(
+                warm == 0 || standalone,
+                pool.warm.span(),
+                "pool.warm",
+                "needs the standalone runtime (a container's mounts are fixed when it is created)",
             )?;
         }
         for (key, value) in &self.env {
@@ -877,6 +917,7 @@ impl RawProfile {
                 pids_limit,
                 labels: self.docker.labels,
             },
+            pool: PoolSettings { warm: self.pool.map_or(0, |pool| pool.warm.into_inner()) },
             workspace: self.workspace.map(|workspace| WorkspaceSettings {
                 repo: workspace.repo.map(Spanned::into_inner),
                 base: workspace.base.map(Spanned::into_inner),

@@ -385,6 +385,17 @@ pub mod params {
     }
     impl Checked for IntakeHold {}
 
+    /// `workspace.bind`
+    #[derive(Deserialize, JsonSchema)]
+    pub struct WorkspaceBind {
+        /// The session's workspace (absolute).
+        pub cwd: PathBuf,
+        /// More directories besides it.
+        #[serde(default)]
+        pub extra_roots: Option<Vec<PathBuf>>,
+    }
+    impl Checked for WorkspaceBind {}
+
     /// `events.subscribe`
     #[derive(Deserialize, JsonSchema)]
     pub struct EventsSubscribe {
@@ -404,6 +415,7 @@ pub mod params {
             "events.ack" => parse::<EventsAck>(raw).map(drop),
             "agent.stop" => parse::<AgentStop>(raw).map(drop),
             "intake.hold" => parse::<IntakeHold>(raw).map(drop),
+            "workspace.bind" => parse::<WorkspaceBind>(raw).map(drop),
             "events.subscribe" | "events.subscribe_batch" => {
                 parse::<EventsSubscribe>(raw).map(drop)
             }
@@ -458,6 +470,16 @@ mod control_rpc {
         /// disk), so that the room freed goes to recording what is spooled first.
         #[method(name = "intake.hold", param_kind = map)]
         async fn intake_hold(&self, hold: bool) -> RpcResult<Done>;
+
+        /// Confines the agent's `fs/*` requests to `cwd` and `extra_roots` from now on: a
+        /// warm agent, started before its session was known, is given its session's
+        /// workspace.
+        #[method(name = "workspace.bind", param_kind = map)]
+        async fn workspace_bind(
+            &self,
+            cwd: PathBuf,
+            extra_roots: Option<Vec<PathBuf>>,
+        ) -> RpcResult<Done>;
 
         /// Stops the agent and exits.
         #[method(name = "shutdown")]

@@ -105,9 +105,18 @@ impl Home {
         self.root.join("sessions")
     }
 
-    /// The session whose agentctl state dir `dir` is (`sessions/<id>/agentctl`), if any.
+    /// `pool/`: warm agents' sidecars, each in `pool/<id>/agentctl` (see `pool.rs`).
+    pub fn pool(&self) -> PathBuf {
+        self.root.join("pool")
+    }
+
+    /// The session whose agentctl state dir `dir` is (`sessions/<id>/agentctl`, or a warm
+    /// sidecar's `pool/<id>/agentctl` that a session claimed), if any.
     pub fn session_of_agentctl(&self, dir: &Path) -> Option<String> {
         let session = dir.parent()?;
+        if session.parent() == Some(self.pool().as_path()) && dir.file_name()? == "agentctl" {
+            return crate::pool::claimed_by(session);
+        }
         let id = session.file_name()?.to_str()?;
         (session.parent() == Some(self.sessions().as_path()) && self.session(id).agentctl() == dir)
             .then(|| id.to_owned())

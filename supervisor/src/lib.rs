@@ -26,6 +26,7 @@ pub mod events;
 pub mod history;
 pub mod home;
 pub mod metrics;
+pub mod pool;
 pub mod resume_context;
 pub mod runtime;
 pub mod service;

@@ -68,6 +68,10 @@ pub struct Metrics {
     pub wakeups: Counter,
     /// From a parked session's resume to its open agent session, seconds.
     pub wake_seconds: Histogram,
+    /// Warm agents ready now, by `profile` (set at scrape time).
+    pub pool_ready: Family<Labels, Gauge>,
+    /// Launches that asked the pool, by `outcome` (`claimed`, `empty`).
+    pub pool_takes: Family<Labels, Counter>,
     /// Tokens the agents reported, by `direction` (`input`, `output`, `cached_read`,
     /// `cached_write`, `thought`) and `profile`.
     pub tokens: Family<Labels, Counter>,
@@ -106,6 +110,8 @@ impl Metrics {
             wake_seconds: seconds(),
             tokens: Family::default(),
             cost: Family::default(),
+            pool_ready: Family::default(),
+            pool_takes: Family::default(),
             registry: Registry::default(),
         };
         registry.register("sessions", "Sessions by state and runtime", metrics.sessions.clone());
@@ -187,6 +193,16 @@ impl Metrics {
             "wake_seconds",
             "Time from a parked session's resume to its open agent session",
             metrics.wake_seconds.clone(),
+        );
+        registry.register(
+            "pool_ready",
+            "Warm agents ready, by profile",
+            metrics.pool_ready.clone(),
+        );
+        registry.register(
+            "pool_takes",
+            "Launches that asked the pool for a warm agent, by outcome",
+            metrics.pool_takes.clone(),
         );
         registry.register(
             "tokens",

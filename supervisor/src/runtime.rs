@@ -385,6 +385,14 @@ impl Runtime for StandaloneRuntime {
             {
                 candidates.push((ready.pid.into(), ready.start_time as i64, Some(ready.boot_id)));
             }
+            // A warm agent's sidecar keeps the cgroup it was started in.
+            let warm_cgroup = target
+                .executor
+                .as_ref()
+                .and_then(|executor| executor.runtime_handle.as_ref())
+                .and_then(|handle| handle.get("cgroup"))
+                .and_then(|cgroup| cgroup.as_str())
+                .map(str::to_owned);
             for (pid, start_time, boot) in candidates {
                 let record = ExecutorRow {
                     agentctl_pid: Some(pid),
@@ -395,14 +403,34 @@ impl Runtime for StandaloneRuntime {
                 kill_sidecar(&record, &boot_id, target.grace).await?;
             }
             // What escaped the agent's process group (its guard killed the group).
-            if let Some(cgroups) = &self.cgroups
-                && let Err(err) = cgroups.kill(&target.session_id, FENCE_TIMEOUT).await
-            {
-                tracing::warn!(session = %target.session_id, %err, "cannot kill the session's cgroup");
+            if let Some(cgroups) = &self.cgroups {
+                for cgroup in std::iter::once(target.session_id.clone()).chain(warm_cgroup) {
+                    if let Err(err) = cgroups.kill(&cgroup, FENCE_TIMEOUT).await {
+                        tracing::warn!(session = %target.session_id, %err, "cannot kill the session's cgroup");
+                    }
+                }
             }
             Ok(())
         })
     }
+}
+
+/// A standalone execution's handle when it runs in a warm agent's sidecar (see `pool.rs`):
+/// its state dir and cgroup are the pool entry's, not the session's.
+pub fn warm_handle(state_dir: &std::path::Path, entry: &str) -> serde_json::Value {
+    serde_json::json!({"state_dir": state_dir, "cgroup": format!("pool-{entry}")})
+}
+
+/// The state dir an execution's sidecar uses: a warm one's (its handle says), else
+/// `default` (the session's `agentctl/`).
+pub fn execution_state_dir(executor: &ExecutorRow, default: PathBuf) -> PathBuf {
+    executor
+        .runtime_handle
+        .as_ref()
+        .and_then(|handle| handle.get("state_dir"))
+        .and_then(|dir| dir.as_str())
+        .map(PathBuf::from)
+        .unwrap_or(default)
 }
 
 /// Where a local sidecar listens: a Unix socket in its 0700 state dir, which only the

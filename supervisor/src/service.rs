@@ -239,13 +239,25 @@ pub struct Supervisor {
     /// The workflows being driven: whether one was poked again while its driver ran (it
     /// then looks once more before it ends).
     drivers: Mutex<HashMap<String, bool>>,
+    /// Warm agents of pooled profiles (on the local runtime).
+    pool: Option<Arc<crate::pool::Pool>>,
 }
 
 impl Supervisor {
     /// A supervisor over an opened store and home.
     pub fn new(config: SupervisorConfig) -> Supervisor {
         let resolver = Supervisor::resolver(&config);
+        let pool = config.runtimes.local().map(|runtime| {
+            Arc::new(crate::pool::Pool::new(
+                config.home.clone(),
+                Arc::clone(runtime),
+                Arc::new(session::control::WsConnector),
+                Arc::clone(&resolver),
+                agent_home(&config.home),
+            ))
+        });
         Supervisor {
+            pool,
             config,
             sessions: Mutex::new(HashMap::new()),
             event_logs: Mutex::new(HashMap::new()),
@@ -371,6 +383,7 @@ impl Supervisor {
             connector: Arc::new(session::control::WsConnector),
             event_log_retain_bytes: self.config.event_log.retain_bytes,
             idle_timeout: self.config.idle_timeout,
+            pool: self.pool.clone(),
             teardowns: self.teardowns.clone(),
         })
     }
@@ -462,9 +475,20 @@ impl Supervisor {
     }
 
     fn agent_home(&self) -> PathBuf {
-        std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| self.config.home.root().to_owned())
+        agent_home(&self.config.home)
+    }
+
+    /// The warm agents, when there is a local runtime.
+    pub fn pool(&self) -> Option<&Arc<crate::pool::Pool>> {
+        self.pool.as_ref()
+    }
+
+    /// Keeps the pool in step with the profiles until the daemon stops (see
+    /// [`crate::pool::Pool::keep_in_step`]).
+    pub async fn run_pool(self: Arc<Self>) {
+        if let Some(pool) = self.pool.clone() {
+            pool.keep_in_step(&self.config.store, &self.config.registry).await;
+        }
     }
 
     /// `agents.list`: every profile, then every user profile file that does not load.
@@ -812,6 +836,11 @@ impl Supervisor {
             metrics.sessions.get_or_create(&labels).set(count);
         }
         metrics.parked.set(self.config.store.parked_count().await?);
+        metrics.pool_ready.clear();
+        for (profile, ready) in self.pool.as_ref().map(|pool| pool.ready()).unwrap_or_default() {
+            let labels = crate::metrics::label("profile", profile);
+            metrics.pool_ready.get_or_create(&labels).set(ready as i64);
+        }
         let live = self.sessions().values().filter(|handle| handle.view().agent_running).count();
         metrics.live_executions.set(live as i64);
         Ok(crate::metrics::render())
@@ -958,4 +987,9 @@ fn json_diff(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut
         }
         _ => out.push(if path.is_empty() { "profile".into() } else { path.to_owned() }),
     }
+}
+
+/// The agents' home: the user's `HOME`, else the data directory.
+fn agent_home(home: &Home) -> PathBuf {
+    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| home.root().to_owned())
 }

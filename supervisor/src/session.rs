@@ -353,6 +353,8 @@ pub struct SessionContext {
     /// Parks the session after its agent was idle this long, unless the profile's
     /// `session.idle_timeout_secs` says (`None`: never).
     pub idle_timeout: Option<Duration>,
+    /// Warm agents a launch may take (see `pool.rs`).
+    pub pool: Option<Arc<crate::pool::Pool>>,
     /// Launches, retires and fences in flight, the daemon's as a whole: a shutdown waits
     /// for them, so it never abandons a sidecar half started or half stopped.
     pub teardowns: tokio_util::task::TaskTracker,
@@ -372,6 +374,11 @@ impl SessionContext {
             Some(secs) => Some(Duration::from_secs(secs)),
             None => self.idle_timeout,
         }
+    }
+
+    /// The state dir of an execution's sidecar: a warm agent's own, else the session's.
+    pub fn state_dir_of(&self, executor: &ExecutorRow) -> PathBuf {
+        crate::runtime::execution_state_dir(executor, self.agentctl_dir())
     }
 
     /// agentctl's state dir for this session.
@@ -430,6 +437,15 @@ pub fn agent_request_id(request_id: &str) -> Value {
         _ => request_id,
     };
     serde_json::from_str(agent_part).unwrap_or_else(|_| Value::String(agent_part.to_owned()))
+}
+
+/// The params of our `initialize` (also a warm agent's, see `pool.rs`).
+pub fn initialize_params() -> Value {
+    serde_json::json!({
+        "protocolVersion": protocol::acp::PROTOCOL_VERSION,
+        "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false},
+        "clientInfo": {"name": "tether", "title": "Tether", "version": env!("CARGO_PKG_VERSION")},
+    })
 }
 
 /// Why a session whose agent died while the supervisor was down waits for input.

@@ -35,6 +35,8 @@ pub struct Daemon {
     log_tx: tokio::sync::broadcast::Sender<String>,
     /// Keep the root (data, histories, logs) when dropped, for a post-mortem.
     keep_root: bool,
+    /// A receiver subscribed before the daemon started (see [`Daemon::log_from_start`]).
+    first_lines: std::sync::Mutex<Option<tokio::sync::broadcast::Receiver<String>>>,
 }
 
 impl Daemon {
@@ -79,10 +81,22 @@ impl Daemon {
         for (name, text) in profiles {
             std::fs::write(profiles_dir.join(name), text).expect("write a profile");
         }
-        let log_tx = tokio::sync::broadcast::channel(4096).0;
+        let (log_tx, first_lines) = tokio::sync::broadcast::channel(4096);
+        let first_lines = std::sync::Mutex::new(Some(first_lines));
         let (url, child) = Daemon::spawn(root.path(), extra_args, &env, &log_tx).await;
         let args = extra_args.iter().map(|arg| arg.to_string()).collect();
-        (Daemon { url, install_id, env, args, root, child, log_tx, keep_root: false }, prepared)
+        let daemon = Daemon {
+            url,
+            install_id,
+            env,
+            args,
+            root,
+            child,
+            log_tx,
+            keep_root: false,
+            first_lines,
+        };
+        (daemon, prepared)
     }
 
     /// Keeps the root directory when the daemon is dropped (its processes are still
@@ -90,6 +104,13 @@ impl Daemon {
     pub fn keep_root(&mut self) -> PathBuf {
         self.keep_root = true;
         self.root.path().to_owned()
+    }
+
+    /// A receiver of the daemon's stderr lines from its start on (once; then
+    /// [`Daemon::log_lines`]): a line written before the test asked is not missed.
+    pub fn log_from_start(&self) -> tokio::sync::broadcast::Receiver<String> {
+        let first = self.first_lines.lock().expect("UNWRAP: never poisoned").take();
+        first.unwrap_or_else(|| self.log_tx.subscribe())
     }
 
     /// A receiver of the daemon's stderr lines from now on.
@@ -190,23 +211,45 @@ impl Daemon {
 
     /// The pid of a session's agentctl.
     pub fn agentctl_pid(&self, session_id: &str) -> u32 {
-        let dir = self.session_dir(session_id).join("agentctl");
-        let pids: Vec<u32> = Daemon::processes_mentioning(&dir)
+        let pids = self.sidecars(session_id);
+        assert_eq!(pids.len(), 1, "one agentctl for session {session_id}: {pids:?}");
+        pids[0]
+    }
+
+    /// The state dirs of the warm agents' sidecars (`pool/<id>/agentctl`) this session
+    /// claimed.
+    pub fn claimed_pool_dirs(&self, session_id: &str) -> Vec<PathBuf> {
+        let Ok(entries) = std::fs::read_dir(self.root.path().join("tether/pool")) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|entry| {
+                std::fs::read_to_string(entry.path().join("claimed_by"))
+                    .is_ok_and(|owner| owner.trim() == session_id)
+            })
+            .map(|entry| entry.path().join("agentctl"))
+            .collect()
+    }
+
+    /// The warm agents' sidecars (every agentctl serving a `pool/` entry), claimed or not.
+    pub fn pool_sidecars(&self) -> Vec<u32> {
+        Daemon::processes_mentioning(&self.root.path().join("tether/pool"))
             .into_iter()
             .filter(|pid| {
                 let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
                 String::from_utf8_lossy(&cmdline).contains("serve")
             })
-            .collect();
-        assert_eq!(pids.len(), 1, "one agentctl for session {session_id}: {pids:?}");
-        pids[0]
+            .collect()
     }
 
     /// Every live agentctl serving this session's state dir (one at most, by the fencing
-    /// rule).
+    /// rule), or a warm agent's that the session claimed (`pool/<id>/agentctl`).
     pub fn sidecars(&self, session_id: &str) -> Vec<u32> {
-        Daemon::processes_mentioning(&self.session_dir(session_id).join("agentctl"))
-            .into_iter()
+        let mut dirs = vec![self.session_dir(session_id).join("agentctl")];
+        dirs.extend(self.claimed_pool_dirs(session_id));
+        dirs.iter()
+            .flat_map(|dir| Daemon::processes_mentioning(dir))
             .filter(|pid| {
                 let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
                 String::from_utf8_lossy(&cmdline).contains("serve")
@@ -229,9 +272,10 @@ impl Daemon {
             // agentctl for the tests' own use, not for every daemon (issue 17: the daemon
             // finds one by itself).
             .env_remove("TETHER_STATIC_AGENTCTL")
-            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            // `TETHER_TEST_LOG=debug` shows the daemon's reasoning when a test fails.
+            // `TETHER_TEST_LOG=debug` shows the daemon's reasoning when a test fails (a
+            // test's own `TETHER_LOG` wins: it awaits a log line).
             .env("TETHER_LOG", std::env::var("TETHER_TEST_LOG").unwrap_or_else(|_| "warn".into()))
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

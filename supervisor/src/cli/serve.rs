@@ -194,6 +194,8 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
     supervisor.recover().await?;
     // Workflows go on once their sessions are re-adopted.
     supervisor.drive_workflows().await?;
+    // Warm agents: what a kill left is removed, then the pools fill.
+    tokio::spawn(Arc::clone(&supervisor).run_pool());
     let mut allowed_origins = config.allow_origins.clone();
     allowed_origins.extend(args.allow_origin);
     let policy = AccessPolicy { token, allowed_origins };
@@ -219,6 +221,10 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
     }
     let _ = handle.stop();
     handle.stopped().await;
+    // Warm agents belong to no session: they stop with the daemon.
+    if let Some(pool) = supervisor.pool() {
+        pool.drain(SHUTDOWN_TEARDOWN_BOUND).await;
+    }
     // A launch, retire or fence under way is finished first: nothing is left half done.
     let pending = supervisor.shutdown(SHUTDOWN_TEARDOWN_BOUND).await;
     if pending > 0 {

@@ -45,6 +45,10 @@ impl Supervisor {
             .session_dir(&row.id)
             .map(|dir| crate::home::SessionPaths::new(dir).agentctl())
             .map_err(|err| ServiceError::Internal(err.to_string()))?;
+        let state_dir = match &executor {
+            Some(executor) => crate::runtime::execution_state_dir(executor, state_dir),
+            None => state_dir,
+        };
         let target = FenceTarget {
             session_id: row.id.clone(),
             state_dir,

@@ -353,8 +353,10 @@ impl Supervisor {
             && !candidate.open_work
             && !recorded_alive
             && (sidecar_dirs.is_empty()
-                || !sidecar_dirs
-                    .contains(&self.config.home.session(&executor.session_id).agentctl()))
+                || !sidecar_dirs.contains(&crate::runtime::execution_state_dir(
+                    executor,
+                    self.config.home.session(&executor.session_id).agentctl(),
+                )))
     }
 
     /// Starts an actor that re-attaches (to a live sidecar, or to a dead one's spool) at
@@ -425,7 +427,10 @@ impl Supervisor {
             return false;
         }
         let paths = self.config.home.session(&executor.session_id);
-        let last = session::leftover_seq(&paths.agentctl(), executor);
+        let last = session::leftover_seq(
+            &crate::runtime::execution_state_dir(executor, paths.agentctl()),
+            executor,
+        );
         if last <= executor.acked_seq.max(0) as u64 {
             return false;
         }

@@ -538,7 +538,7 @@ impl SessionActor {
 
     /// `initialize` answered: restore natively when a resume has a token and the agent
     /// can, else open a new ACP session.
-    async fn initialized(&mut self, result: Value) {
+    pub(in crate::session) async fn initialized(&mut self, result: Value) {
         let Some(opening) = self.stage.opening() else { return };
         opening.authenticated = false;
         opening.auth_offered = result["authMethods"]

@@ -37,6 +37,13 @@ pub trait Control: Send + Sync + 'static {
     fn hold_intake(&self, _hold: bool) -> BoxFuture<'_, Result<(), ClientError>> {
         Box::pin(async { Ok(()) })
     }
+    /// `workspace.bind`: the agent's `fs/*` requests reach `cwd` (a warm agent's session).
+    fn bind_workspace<'a>(
+        &'a self,
+        _cwd: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<(), ClientError>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// One item of an event stream. Boxed: the channel's buffer is allocated in slots of its
@@ -92,6 +99,13 @@ impl Control for ControlClient {
 
     fn hold_intake(&self, hold: bool) -> BoxFuture<'_, Result<(), ClientError>> {
         Box::pin(ControlClient::hold_intake(self, hold))
+    }
+
+    fn bind_workspace<'a>(
+        &'a self,
+        cwd: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<(), ClientError>> {
+        Box::pin(ControlClient::bind_workspace(self, cwd, &[]))
     }
 }
 

@@ -43,6 +43,8 @@ pub(super) struct Connected {
     pub(super) status: Option<Status>,
     /// The sidecar is gone: the events are what its spool held (see `leftovers.rs`).
     pub(super) gone: bool,
+    /// A warm agent's (see `pool.rs`): its `initialize` result and the seq acknowledged.
+    pub(super) warm: Option<(serde_json::Value, u64)>,
 }
 
 /// Why a launch failed, and whether its own sidecar was fenced.
@@ -135,12 +137,78 @@ pub(super) async fn launch(
     };
     match connected.await {
         Ok((calls, events_rx)) => {
-            Ok(Connected { record, calls, events_rx, status: None, gone: false })
+            Ok(Connected { record, calls, events_rx, status: None, gone: false, warm: None })
         }
         Err(reason) => {
             let target = FenceTarget { executor: Some(record), ..target };
             if let Err(err) = context.runtime.fence(&target).await {
                 tracing::error!(session = %session_id, %err, "cannot fence a failed launch");
+            }
+            Err(fail(reason))
+        }
+    }
+}
+
+/// Takes a warm agent (see `pool.rs`) as the session's new execution: the previous one
+/// fenced, the entry marked claimed, the execution recorded (its runtime handle naming the
+/// warm sidecar's state dir and cgroup), the session's workspace bound. A failure kills the
+/// warm sidecar.
+pub(super) async fn claim(
+    context: SessionContext,
+    plan: LaunchPlan,
+    warm: crate::pool::Warm,
+) -> Result<Connected, LaunchFailure> {
+    let fail = |reason: String| LaunchFailure { reason };
+    let session_id = plan.spec.session_id.clone();
+    let previous = FenceTarget {
+        session_id: session_id.clone(),
+        state_dir: plan.spec.state_dir.clone(),
+        executor: plan.previous.clone(),
+        grace: Duration::ZERO,
+    };
+    let crate::pool::Warm { id, state_dir, token, endpoint, calls, events_rx, init, acked, .. } =
+        warm;
+    let record = ExecutorRow {
+        session_id: session_id.clone(),
+        execution_id: plan.spec.execution_id.clone(),
+        runtime: context.runtime.name().into(),
+        status: ExecutorStatus::Starting,
+        resume_token: plan.previous.as_ref().and_then(|previous| previous.resume_token.clone()),
+        runtime_handle: Some(crate::runtime::warm_handle(&state_dir, &id)),
+        agentctl_token: Some(token),
+        agentctl_url: Some(endpoint.addr.to_string()),
+        agentctl_pid: Some(endpoint.ready.pid.into()),
+        agentctl_start_time: Some(endpoint.ready.start_time as i64),
+        boot_id: Some(endpoint.ready.boot_id.clone()),
+        acked_seq: i64::try_from(acked).unwrap_or(i64::MAX),
+        ..Default::default()
+    };
+    let claimed = async {
+        context
+            .runtime
+            .fence(&previous)
+            .await
+            .map_err(|err| format!("the previous execution could not be stopped: {err}"))?;
+        crate::pool::claim(&state_dir, &session_id)
+            .map_err(|err| format!("cannot claim a warm agent: {err}"))?;
+        let record = context.store.put_executor(record.clone()).await.map_err(|e| e.to_string())?;
+        calls.bind_workspace(&plan.spec.workspace).await.map_err(|err| err.to_string())?;
+        Ok::<_, String>(record)
+    };
+    match claimed.await {
+        Ok(record) => Ok(Connected {
+            record,
+            calls,
+            events_rx,
+            status: None,
+            gone: false,
+            warm: Some((init, acked)),
+        }),
+        Err(reason) => {
+            drop(calls);
+            let target = FenceTarget { executor: Some(record), state_dir, ..previous };
+            if let Err(err) = context.runtime.fence(&target).await {
+                tracing::error!(session = %session_id, %err, "cannot fence a warm agent it could not claim");
             }
             Err(fail(reason))
         }
@@ -162,23 +230,24 @@ pub(super) async fn adopt(
         .await
         .map_err(|err| err.to_string())?;
     let status = calls.status().await.map_err(|err| err.to_string())?;
-    Ok(Connected { record, calls, events_rx, status: Some(status), gone: false })
+    Ok(Connected { record, calls, events_rx, status: Some(status), gone: false, warm: None })
 }
 
 /// "Re-attaches" to a sidecar that died: its events are what its spool holds after
 /// `acked_seq` (see `leftovers.rs`), its calls those of a dead sidecar.
 pub(super) fn adopt_gone(context: &SessionContext, record: ExecutorRow) -> Connected {
-    let dir = super::leftovers::spool_dir(&context.agentctl_dir());
+    let state_dir = context.state_dir_of(&record);
+    let dir = super::leftovers::spool_dir(&state_dir);
     let acked = record.acked_seq.max(0) as u64;
     let status = super::leftovers::status(&dir, acked);
-    let events_rx = if super::leftovers::spool_is_of(&context.agentctl_dir(), &record) {
+    let events_rx = if super::leftovers::spool_is_of(&state_dir, &record) {
         super::leftovers::read(dir, acked)
     } else {
         // Another execution's spool (this one's agentctl never started): nothing of it.
         tokio::sync::mpsc::channel(1).1
     };
     let calls: Arc<dyn Control> = Arc::new(super::leftovers::DeadSidecar);
-    Connected { record, calls, events_rx, status: Some(status), gone: true }
+    Connected { record, calls, events_rx, status: Some(status), gone: true, warm: None }
 }
 
 /// Stops an execution politely (`agent.stop`, `shutdown`, each bounded), then fences it.
@@ -209,7 +278,7 @@ pub(super) async fn fence(
 ) -> Result<(), String> {
     let target = FenceTarget {
         session_id: record.session_id.clone(),
-        state_dir: context.agentctl_dir(),
+        state_dir: context.state_dir_of(&record),
         executor: Some(record),
         grace,
     };

@@ -322,6 +322,7 @@ where
         connector: Arc::clone(&connector) as Arc<dyn Connector>,
         event_log_retain_bytes: crate::events::DEFAULT_RETAIN_BYTES,
         idle_timeout: None,
+        pool: None,
         teardowns: tokio_util::task::TaskTracker::new(),
     };
     let events = Arc::new(Spool::open(&session_dir.join("events"), 1 << 22).unwrap());

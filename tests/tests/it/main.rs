@@ -18,6 +18,7 @@ mod metrics;
 mod mock_agent;
 mod official_client;
 mod pause;
+mod pool;
 mod real_agents;
 mod resume;
 mod retention;

@@ -219,6 +219,15 @@ impl SessionActor {
             user: self.profile.process.user.clone(),
             previous,
         };
+        // A warm agent launched the same way, if the pool has one (a relaunch with a
+        // resume token, and a container, never fit).
+        let warm = match (&self.context.pool, &in_container, resume_token) {
+            (Some(pool), None, None) => {
+                let user = plan.user.as_deref();
+                pool.take(&self.profile.id, &crate::pool::fingerprint(&plan.argv, &plan.env, user))
+            }
+            _ => None,
+        };
         self.resume_context = None;
         self.replay = Replay::Off;
         let context = self.context.clone();
@@ -231,7 +240,13 @@ impl SessionActor {
             for task in retiring {
                 let _ = task.await;
             }
-            let (launched, ()) = tokio::join!(launch::launch(context.clone(), plan), async {
+            let launching = async {
+                match warm {
+                    Some(warm) => launch::claim(context.clone(), plan, warm).await,
+                    None => launch::launch(context.clone(), plan).await,
+                }
+            };
+            let (launched, ()) = tokio::join!(launching, async {
                 if let Some((session_id, workspace)) = start {
                     record_start_commit(&context.store, session_id, &workspace).await;
                 }
@@ -337,6 +352,8 @@ impl SessionActor {
                 return self.fail(format!("launch failed: {}", failure.reason)).await;
             }
         };
+        let mut connected = connected;
+        let warm = connected.warm.take();
         let execution = self.connect(connected, true);
         if matches!(self.after_launch, AfterLaunch::Retire(_)) {
             // Stopped or detached while launching.
@@ -349,8 +366,11 @@ impl SessionActor {
             return;
         }
         // A new execution starts a new agentctl sequence: nothing of it was recorded yet
-        // (and nothing of it is held).
-        self.durability = Default::default();
+        // (and nothing of it is held); a warm agent's starts after its `initialize`.
+        self.durability = match &warm {
+            Some((_, acked)) => Durability::resuming_at(*acked, 0, 0),
+            None => Default::default(),
+        };
         self.catch_up.holding = false;
         self.replay = Replay::Off;
         self.generation = Some(execution.record.generation);
@@ -368,13 +388,19 @@ impl SessionActor {
             auth_offered: Vec::new(),
             authenticated: false,
         })));
-        let params = json!({
-            "protocolVersion": protocol::acp::PROTOCOL_VERSION,
-            "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false},
-            "clientInfo": {"name": "tether", "title": "Tether", "version": env!("CARGO_PKG_VERSION")},
-        });
-        self.progress(LaunchStep::Initializing, None);
-        self.request(protocol::acp::method::INITIALIZE, params, Pending::Initialize);
+        match warm {
+            // Initialized before the session asked: on to the ACP session.
+            Some((init, _)) => {
+                let detail = Some("warm: the agent was started ahead".to_owned());
+                self.progress(LaunchStep::Initializing, detail);
+                self.initialized(init).await;
+            }
+            None => {
+                self.progress(LaunchStep::Initializing, None);
+                let params = crate::session::initialize_params();
+                self.request(protocol::acp::method::INITIALIZE, params, Pending::Initialize);
+            }
+        }
     }
 
     pub(in crate::session) async fn adopted(&mut self, adopted: Result<Connected, String>) {
@@ -631,7 +657,7 @@ impl SessionActor {
             let Execution { id, record, .. } = execution;
             match launch::fence(&self.context, record.clone(), std::time::Duration::ZERO).await {
                 Ok(()) => {
-                    let dir = leftovers::spool_dir(&self.context.agentctl_dir());
+                    let dir = leftovers::spool_dir(&self.context.state_dir_of(&record));
                     let events = leftovers::read(dir, self.durability.handled);
                     if let Some(exit) = self.record_leftovers(id, record, events).await {
                         reason = exit;
@@ -727,7 +753,7 @@ impl SessionActor {
             return self.retire(execution, reply);
         }
         let after = self.durability.handled;
-        let dir = leftovers::spool_dir(&self.context.agentctl_dir());
+        let dir = leftovers::spool_dir(&self.context.state_dir_of(&execution.record));
         let (id, record) = (execution.id.clone(), execution.record.clone());
         let (gone_tx, gone) = tokio::sync::oneshot::channel();
         self.retire(execution, Some(gone_tx));
@@ -781,7 +807,7 @@ impl SessionActor {
         self.retire(execution, Some(gone_tx));
         let retired = gone.await.unwrap_or(Ok(()));
         let events = leftovers::read(
-            leftovers::spool_dir(&self.context.agentctl_dir()),
+            leftovers::spool_dir(&self.context.state_dir_of(&record)),
             self.durability.handled,
         );
         self.record_leftovers(id, record, events).await;
