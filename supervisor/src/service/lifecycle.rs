@@ -259,6 +259,10 @@ impl Supervisor {
             (true, false, "agent_running")
         } else if phase == Some(Phase::Adopting) {
             (true, false, "reattaching")
+        } else if row.state == SessionState::Failed {
+            // Its last launch failed (the reason is in `error`): a resume tries again. (The
+            // stored state decides: the actor's phase leaves the launch just after it.)
+            (true, true, "failed")
         } else if view.as_ref().is_some_and(SessionView::is_starting)
             || row.state == SessionState::Starting
         {
@@ -279,9 +283,6 @@ impl Supervisor {
                 _ => "paused",
             };
             (true, true, reason)
-        } else if row.state == SessionState::Failed {
-            // Its last launch failed (the reason is in `error`): a resume tries again.
-            (true, true, "failed")
         } else if executor.as_ref().is_some_and(|e| e.resume_token.is_some()) {
             (true, true, "agent_not_running")
         } else if executor.is_some() {
