@@ -57,6 +57,7 @@ options:
                         (as claude-agent-acp does run as root without IS_SANDBOX=1)
   --fail-while PATH     exit with --exit-code at start, after a line on stderr, while PATH
                         exists (a launch failure that a later attempt outlives)
+  --ballast-mb N        hold N MB resident for the process's life (an agent's size)
   --turn-log PATH       append a JSON line {session, prompt} for each prompt it
                         starts to answer (tests count turns from the agent's side)
 
@@ -117,6 +118,8 @@ pub struct Config {
     /// Answer `session/resume` after replaying the whole conversation as one agent message
     /// (as fast-agent does).
     pub replay_on_resume: bool,
+    /// Megabytes held resident for the process's life (`--ballast-mb`: an agent's size).
+    pub ballast_mb: usize,
 }
 
 impl Default for Config {
@@ -144,6 +147,7 @@ impl Default for Config {
             late_replay: false,
             replay_with_next: false,
             replay_on_resume: false,
+            ballast_mb: 0,
         }
     }
 }
@@ -196,6 +200,10 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, 
             "--replay-with-next" => config.replay_with_next = true,
             "--fail-while" => config.fail_while = Some(value("--fail-while")?.into()),
             "--turn-log" => config.turn_log = Some(value("--turn-log")?.into()),
+            "--ballast-mb" => {
+                let mb = value("--ballast-mb")?;
+                config.ballast_mb = mb.parse().map_err(|_| format!("--ballast-mb: {mb:?}"))?;
+            }
             "--require-env" => {
                 let pair = value("--require-env")?;
                 let (name, wanted) = pair
@@ -255,6 +263,8 @@ pub async fn run(config: Config) -> i32 {
     if config.ignore_sigterm {
         ignore_sigterm();
     }
+    // Written, so resident (as a real agent's heap is), and kept until the process ends.
+    std::hint::black_box(&*vec![1u8; config.ballast_mb << 20].leak());
     if config.garbage_at_start {
         let mut stdout = std::io::stdout().lock();
         let _ = stdout.write_all(b"mock-agent starting up (not JSON)\n\xff\xfe\xfd not UTF-8\n");

@@ -7,6 +7,7 @@ pub mod client;
 pub mod daemon;
 pub mod docker;
 pub mod model_server;
+pub mod real_agents;
 pub mod schema;
 pub mod sidecar;
 pub mod ssh;

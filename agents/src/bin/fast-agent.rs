@@ -7,6 +7,10 @@
 //! `/stream N R` paces the chunks at R a second instead, flushing each one, with the time it
 //! was written (`at <Unix µs>`) in its text: for latency at a fixed rate.
 //!
+//! A `+usage` word (`/stream N +usage`) also reports usage as a metered agent does: a
+//! `usage_update` with a growing cumulative cost every 100 chunks, and the turn's tokens in
+//! its answer (the accounting benchmark's load).
+//!
 //! Blocking I/O on one thread: a turn runs to its end before the next line is read, so a
 //! `session/cancel` arriving meanwhile is read after it (and ignored).
 
@@ -41,6 +45,7 @@ fn main() {
             "session/prompt" => {
                 let session = message["params"]["sessionId"].as_str().unwrap_or_default();
                 let text = message["params"]["prompt"][0]["text"].as_str().unwrap_or_default();
+                let metered = text.split_whitespace().any(|word| word == "+usage");
                 let mut words = text.strip_prefix("/stream ").unwrap_or("1").split_whitespace();
                 let count = words.next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(1);
                 let rate = words.next().and_then(|r| r.parse::<u64>().ok()).filter(|&r| r > 0);
@@ -70,11 +75,24 @@ fn main() {
                             .and_then(|()| out.flush())
                         }
                     };
-                    if written.is_err() {
+                    let metered = if metered && n % 100 == 0 {
+                        writeln!(
+                            out,
+                            r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":{session},"update":{{"sessionUpdate":"usage_update","used":{n},"size":1000000000,"cost":{{"amount":{},"currency":"USD"}}}}}}}}"#,
+                            n as f64 / 1e6
+                        )
+                    } else {
+                        Ok(())
+                    };
+                    if written.and(metered).is_err() {
                         return;
                     }
                 }
-                json!({"stopReason": "end_turn"})
+                match metered {
+                    true => json!({"stopReason": "end_turn", "usage": {"inputTokens": count,
+                        "outputTokens": count, "totalTokens": 2 * count}}),
+                    false => json!({"stopReason": "end_turn"}),
+                }
             }
             other => {
                 let error = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": format!("method not found: {other}")}});

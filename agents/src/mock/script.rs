@@ -289,6 +289,11 @@ mod tests {
         assert_eq!(parse("/rounds 0").unwrap_err().reason, "expects a positive round count");
         assert_eq!(parse("/rounds 3").unwrap().commands, vec![Command::Rounds(3)]);
         assert_eq!(parse("/usage 90").unwrap_err().reason, "expects USED SIZE [COST]");
+        assert_eq!(
+            parse("/tokens 10 2").unwrap().commands,
+            vec![Command::Tokens { input: 10, output: 2, cached: 0 }]
+        );
+        assert_eq!(parse("/tokens 10").unwrap_err().reason, "expects IN OUT [CACHED]");
         assert_eq!(parse("/usage 9 10 cheap").unwrap_err().reason, "expects USED SIZE [COST]");
         assert_eq!(
             parse("/usage 90 100 0.25").unwrap().commands,

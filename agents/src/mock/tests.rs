@@ -37,6 +37,8 @@ fn flags_set_the_config() {
         "/tmp/flag",
         "--turn-log",
         "/tmp/turns",
+        "--ballast-mb",
+        "3",
     ])
     .unwrap() else {
         panic!("expected a run")
@@ -66,6 +68,7 @@ fn flags_set_the_config() {
             late_replay: true,
             replay_with_next: false,
             replay_on_resume: false,
+            ballast_mb: 3,
         }
     );
 }

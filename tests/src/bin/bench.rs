@@ -7,7 +7,7 @@
 //! pipe and with the official ACP SDK client (`sdk-baseline`) driving the same agent.
 //!
 //! `bench [SECTION…]` runs some sections only: relay, sessions, scale, restart, docker,
-//! context, workflows, page.
+//! context, workflows, page, usage, warm, idle.
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,9 @@ mod workflows;
 
 #[path = "bench/page.rs"]
 mod page;
+
+#[path = "bench/idle.rs"]
+mod idle;
 
 struct Row {
     measure: &'static str,
@@ -325,6 +328,18 @@ async fn main() {
     }
     if run("page") {
         page::page(&mut rows).await;
+        progress(&rows);
+    }
+    if run("usage") {
+        idle::usage(&mut rows).await;
+        progress(&rows);
+    }
+    if run("warm") {
+        idle::warm(&mut rows).await;
+        progress(&rows);
+    }
+    if run("idle") {
+        idle::idle(&mut rows).await;
         progress(&rows);
     }
 

@@ -15,24 +15,8 @@ use tether_tests::daemon::{
     until_permission_request,
 };
 use tether_tests::model_server::{ModelServer, Reply, conversation_text};
+use tether_tests::real_agents::{agent_command, codex_profile, installed};
 use tether_tests::schema::AcpSchema;
-
-/// The project-local install of a real agent's binary, if `scripts/setup.sh` made one.
-/// CI (`REQUIRE_DOCKER=1`, which runs setup) must have it; elsewhere the test says it
-/// skipped.
-fn installed(bin: &str) -> Option<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let path = root.join(".tools/npm/node_modules/.bin").join(bin);
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var_os("REQUIRE_DOCKER").is_none(),
-        "{bin} is not installed in .tools/npm: scripts/setup.sh installs it"
-    );
-    println!("SKIPPED: {bin} is not installed (scripts/setup.sh installs it)");
-    None
-}
 
 /// Awaits `future` and prints how long it took, labelled — for the closing note's table
 /// of agents (a figure to read, never asserted: timings are benchmarks' business).
@@ -41,23 +25,6 @@ async fn timed<T>(label: &str, future: impl std::future::Future<Output = T>) -> 
     let out = future.await;
     println!("TIMING {label}: {} ms", started.elapsed().as_millis());
     out
-}
-
-/// A profile `command` (a TOML array) running `bin args…`; with a `transcript` path,
-/// every line Tether sends the agent is also appended to `<path>.<pid>.in`, and every line
-/// the agent sends to `<path>.<pid>.out` — a pair of files per agent process.
-fn agent_command(bin: &Path, args: &[&str], transcript: Option<&Path>) -> String {
-    let mut argv: Vec<String> = Vec::new();
-    if let Some(path) = transcript {
-        let tee = r#"exec "$0" "${@:2}" < <(tee -a "$1.$$.in") > >(tee -a "$1.$$.out")"#;
-        argv.extend(["bash".into(), "-c".into(), tee.into()]);
-        argv.push(bin.display().to_string());
-        argv.push(path.display().to_string());
-    } else {
-        argv.push(bin.display().to_string());
-    }
-    argv.extend(args.iter().map(|arg| arg.to_string()));
-    serde_json::to_string(&argv).unwrap()
 }
 
 /// Checks every line Tether sent the agents recorded under `transcript` (see
@@ -136,29 +103,7 @@ async fn claude_daemon_with(
     transcript: Option<&Path>,
     session: &str,
 ) -> Option<Daemon> {
-    let bin = installed("claude-agent-acp")?;
-    let command = agent_command(&bin, &[], transcript);
-    let profile = format!(
-        r#"id = "claude"
-command = {command}
-protocol = "acp"
-
-[env]
-ANTHROPIC_BASE_URL = "{url}"
-ANTHROPIC_API_KEY = "sk-ant-test"
-CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = "1"
-DISABLE_AUTOUPDATER = "1"
-IS_SANDBOX = "1"
-
-[session]
-agent_state_dirs = [".claude"]
-{session}
-
-[process]
-init_timeout_ms = 60000
-"#,
-        url = server.url,
-    );
+    let profile = tether_tests::real_agents::claude_profile(&server.url, transcript, session)?;
     Some(Daemon::start_with_profiles(&[], &[("claude.toml", &profile)]).await)
 }
 
@@ -382,33 +327,11 @@ async fn r11_claude_resumes_with_its_context_after_a_supervisor_restart() {
 /// A daemon with an `opencode` profile running `opencode acp`, and a workspace whose
 /// `opencode.json` points opencode's Anthropic provider at `server`.
 async fn opencode_daemon(server: &ModelServer) -> Option<(Daemon, PathBuf)> {
-    let bin = installed("opencode")?;
-    let profile = format!(
-        r#"id = "opencode"
-command = ["{bin}", "acp"]
-protocol = "acp"
-
-[env]
-ANTHROPIC_API_KEY = "sk-ant-test"
-OPENCODE_DISABLE_AUTOUPDATE = "1"
-OPENCODE_DISABLE_MODELS_FETCH = "1"
-
-[session]
-agent_state_dirs = [".local/share/opencode"]
-
-[process]
-init_timeout_ms = 60000
-"#,
-        bin = bin.display(),
-    );
+    let profile = tether_tests::real_agents::opencode_profile()?;
     let daemon = Daemon::start_with_profiles(&[], &[("opencode.toml", &profile)]).await;
     let workspace = daemon.workspace("oc");
-    let config = json!({
-        "model": "anthropic/claude-haiku-4-5",
-        "small_model": "anthropic/claude-haiku-4-5",
-        "provider": {"anthropic": {"options": {"baseURL": format!("{}/v1", server.url), "apiKey": "sk-ant-test"}}},
-    });
-    std::fs::write(workspace.join("opencode.json"), config.to_string()).unwrap();
+    let config = tether_tests::real_agents::opencode_config(&server.url);
+    std::fs::write(workspace.join("opencode.json"), config).unwrap();
     Some((daemon, workspace))
 }
 
@@ -431,19 +354,6 @@ async fn r11_opencode_cancel_is_recorded_cancelled() {
     let api = daemon.api().await;
     let session = api.ready_session("opencode", &workspace).await;
     cancel_mid_turn(&api, &session, &server).await;
-}
-
-/// The built-in `codex` profile's `[[auth]]`, with the adapter installed here instead of
-/// fetched by `npx`, and `env` extra lines.
-fn codex_profile(command: &str, env: &str) -> String {
-    let builtin = include_str!("../../../agents/profiles/codex.toml");
-    let line = builtin
-        .lines()
-        .find(|line| line.starts_with("command = "))
-        .expect("the built-in has a command");
-    builtin
-        .replace(line, &format!("command = {command}\n{env}"))
-        .replace("id = \"codex\"", "id = \"codex-here\"")
 }
 
 /// Defect 1 for real: codex-acp 2.6.0 refuses `session/new` with `-32000` until
@@ -480,16 +390,7 @@ async fn r11_codex_authenticates_with_an_api_key_and_says_when_it_has_none() {
 /// model provider pointed at `server` through `CODEX_CONFIG` (the adapter's own variable;
 /// codex ignores OPENAI_BASE_URL, and speaks only the Responses API).
 async fn codex_daemon(server: &ModelServer, transcript: &Path) -> Option<Daemon> {
-    let bin = installed("codex-acp")?;
-    let config = json!({
-        "model_provider": "scripted",
-        "model_providers": {"scripted": {
-            "name": "Scripted", "base_url": format!("{}/v1", server.url),
-            "wire_api": "responses", "requires_openai_auth": true,
-        }},
-    });
-    let env = format!("env = {{ OPENAI_API_KEY = \"sk-test\", CODEX_CONFIG = '{config}' }}");
-    let profile = codex_profile(&agent_command(&bin, &[], Some(transcript)), &env);
+    let profile = tether_tests::real_agents::codex_scripted_profile(&server.url, Some(transcript))?;
     Some(Daemon::start_with_profiles(&[], &[("codex.toml", &profile)]).await)
 }
 
@@ -523,30 +424,10 @@ async fn r11_codex_turns_cancels_and_resumes_with_its_context() {
 /// `~/.gemini/settings.json` turns off telemetry and the session cleanup that deletes a
 /// loaded session (an upstream bug).
 async fn gemini_daemon(server: Option<&ModelServer>, transcript: Option<&Path>) -> Option<Daemon> {
-    let bin = installed("gemini")?;
-    let builtin = include_str!("../../../agents/profiles/gemini.toml");
-    let command = builtin.lines().find(|line| line.starts_with("command = ")).unwrap();
-    let mut env = String::from("[env]\nGEMINI_API_KEY = \"test-key\"\n");
-    if let Some(server) = server {
-        env.push_str(&format!(
-            "GOOGLE_GEMINI_BASE_URL = \"{}\"\nGEMINI_MODEL = \"gemini-2.5-flash\"\n",
-            server.url
-        ));
-    }
-    let profile = builtin
-        .replace(command, &format!("command = {}", agent_command(&bin, &["--acp"], transcript)))
-        .replace("id = \"gemini\"", "id = \"gemini-here\"")
-        .replace("[env]\n", &env)
-        .replace("[process]\n", "[process]\ninit_timeout_ms = 60000\n");
+    let profile =
+        tether_tests::real_agents::gemini_profile(server.map(|s| s.url.as_str()), transcript)?;
     let daemon = Daemon::start_with_profiles(&[], &[("gemini.toml", &profile)]).await;
-    let settings = daemon.home().join(".gemini");
-    std::fs::create_dir_all(&settings).unwrap();
-    std::fs::write(
-        settings.join("settings.json"),
-        r#"{"privacy": {"usageStatisticsEnabled": false}, "telemetry": {"enabled": false},
-            "general": {"sessionRetention": {"enabled": false}}}"#,
-    )
-    .unwrap();
+    tether_tests::real_agents::gemini_settings(daemon.home());
     Some(daemon)
 }
 

@@ -1,0 +1,168 @@
+//! Profiles of the real agents installed by `scripts/setup.sh` into `.tools/npm`, pointed
+//! at the scripted model server: shared by the `real_agents` tests and the benchmarks.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+/// The project-local install of a real agent's binary, if `scripts/setup.sh` made one.
+pub fn find(bin: &str) -> Option<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let path = root.join(".tools/npm/node_modules/.bin").join(bin);
+    path.exists().then_some(path)
+}
+
+/// [`find`], for tests: CI (`REQUIRE_DOCKER=1`, which runs setup) must have it; elsewhere
+/// the test says it skipped.
+pub fn installed(bin: &str) -> Option<PathBuf> {
+    if let Some(path) = find(bin) {
+        return Some(path);
+    }
+    assert!(
+        std::env::var_os("REQUIRE_DOCKER").is_none(),
+        "{bin} is not installed in .tools/npm: scripts/setup.sh installs it"
+    );
+    println!("SKIPPED: {bin} is not installed (scripts/setup.sh installs it)");
+    None
+}
+
+/// A profile `command` (a TOML array) running `bin args…`; with a `transcript` path,
+/// every line Tether sends the agent is also appended to `<path>.<pid>.in`, and every line
+/// the agent sends to `<path>.<pid>.out` — a pair of files per agent process.
+pub fn agent_command(bin: &Path, args: &[&str], transcript: Option<&Path>) -> String {
+    let mut argv: Vec<String> = Vec::new();
+    if let Some(path) = transcript {
+        let tee = r#"exec "$0" "${@:2}" < <(tee -a "$1.$$.in") > >(tee -a "$1.$$.out")"#;
+        argv.extend(["bash".into(), "-c".into(), tee.into()]);
+        argv.push(bin.display().to_string());
+        argv.push(path.display().to_string());
+    } else {
+        argv.push(bin.display().to_string());
+    }
+    argv.extend(args.iter().map(|arg| arg.to_string()));
+    serde_json::to_string(&argv).unwrap()
+}
+
+/// A `claude` profile running claude-agent-acp against the model server at `url`, with
+/// `session` (TOML lines) added to its `[session]`.
+pub fn claude_profile(url: &str, transcript: Option<&Path>, session: &str) -> Option<String> {
+    let bin = installed("claude-agent-acp")?;
+    let command = agent_command(&bin, &[], transcript);
+    Some(format!(
+        r#"id = "claude"
+command = {command}
+protocol = "acp"
+
+[env]
+ANTHROPIC_BASE_URL = "{url}"
+ANTHROPIC_API_KEY = "sk-ant-test"
+CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = "1"
+DISABLE_AUTOUPDATER = "1"
+IS_SANDBOX = "1"
+
+[session]
+agent_state_dirs = [".claude"]
+{session}
+
+[process]
+init_timeout_ms = 60000
+"#
+    ))
+}
+
+/// An `opencode` profile running `opencode acp` (its provider is set per workspace, see
+/// [`opencode_config`]).
+pub fn opencode_profile() -> Option<String> {
+    let bin = installed("opencode")?;
+    Some(format!(
+        r#"id = "opencode"
+command = ["{bin}", "acp"]
+protocol = "acp"
+
+[env]
+ANTHROPIC_API_KEY = "sk-ant-test"
+OPENCODE_DISABLE_AUTOUPDATE = "1"
+OPENCODE_DISABLE_MODELS_FETCH = "1"
+
+[session]
+agent_state_dirs = [".local/share/opencode"]
+
+[process]
+init_timeout_ms = 60000
+"#,
+        bin = bin.display(),
+    ))
+}
+
+/// A workspace's `opencode.json` pointing opencode's Anthropic provider at `url`.
+pub fn opencode_config(url: &str) -> String {
+    json!({
+        "model": "anthropic/claude-haiku-4-5",
+        "small_model": "anthropic/claude-haiku-4-5",
+        "provider": {"anthropic": {"options": {"baseURL": format!("{url}/v1"), "apiKey": "sk-ant-test"}}},
+    })
+    .to_string()
+}
+
+/// The built-in `codex` profile's `[[auth]]`, with the adapter installed here instead of
+/// fetched by `npx`, and `env` extra lines.
+pub fn codex_profile(command: &str, env: &str) -> String {
+    let builtin = include_str!("../../agents/profiles/codex.toml");
+    let line = builtin
+        .lines()
+        .find(|line| line.starts_with("command = "))
+        .expect("the built-in has a command");
+    builtin
+        .replace(line, &format!("command = {command}\n{env}"))
+        .replace("id = \"codex\"", "id = \"codex-here\"")
+}
+
+/// The `codex-here` profile with an API key, and codex's model provider pointed at the
+/// model server at `url` through `CODEX_CONFIG` (the adapter's own variable; codex ignores
+/// OPENAI_BASE_URL, and speaks only the Responses API).
+pub fn codex_scripted_profile(url: &str, transcript: Option<&Path>) -> Option<String> {
+    let bin = installed("codex-acp")?;
+    let config = json!({
+        "model_provider": "scripted",
+        "model_providers": {"scripted": {
+            "name": "Scripted", "base_url": format!("{url}/v1"),
+            "wire_api": "responses", "requires_openai_auth": true,
+        }},
+    });
+    let env = format!("env = {{ OPENAI_API_KEY = \"sk-test\", CODEX_CONFIG = '{config}' }}");
+    Some(codex_profile(&agent_command(&bin, &[], transcript), &env))
+}
+
+/// The `gemini-here` profile: the built-in one with the installed CLI, an API key, and
+/// (with `url`) the Gemini API pointed at the model server.
+pub fn gemini_profile(url: Option<&str>, transcript: Option<&Path>) -> Option<String> {
+    let bin = installed("gemini")?;
+    let builtin = include_str!("../../agents/profiles/gemini.toml");
+    let command = builtin.lines().find(|line| line.starts_with("command = ")).unwrap();
+    let mut env = String::from("[env]\nGEMINI_API_KEY = \"test-key\"\n");
+    if let Some(url) = url {
+        env.push_str(&format!(
+            "GOOGLE_GEMINI_BASE_URL = \"{url}\"\nGEMINI_MODEL = \"gemini-2.5-flash\"\n"
+        ));
+    }
+    Some(
+        builtin
+            .replace(command, &format!("command = {}", agent_command(&bin, &["--acp"], transcript)))
+            .replace("id = \"gemini\"", "id = \"gemini-here\"")
+            .replace("[env]\n", &env)
+            .replace("[process]\n", "[process]\ninit_timeout_ms = 60000\n"),
+    )
+}
+
+/// `~/.gemini/settings.json` under `home`: no telemetry, and no session cleanup (it deletes
+/// a loaded session: an upstream bug).
+pub fn gemini_settings(home: &Path) {
+    let settings = home.join(".gemini");
+    std::fs::create_dir_all(&settings).unwrap();
+    std::fs::write(
+        settings.join("settings.json"),
+        r#"{"privacy": {"usageStatisticsEnabled": false}, "telemetry": {"enabled": false},
+            "general": {"sessionRetention": {"enabled": false}}}"#,
+    )
+    .unwrap();
+}
