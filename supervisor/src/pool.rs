@@ -206,7 +206,7 @@ impl Pool {
             }
         }
         for warm in drained {
-            self.tasks.spawn(stop(warm));
+            self.tasks.spawn(stop(Arc::clone(&self.runtime), warm));
         }
         self.refill();
     }
@@ -232,7 +232,7 @@ impl Pool {
         };
         for warm in dead {
             tracing::warn!(entry = %warm.id, "a warm agent died while it waited");
-            self.tasks.spawn(stop(warm));
+            self.tasks.spawn(stop(Arc::clone(&self.runtime), warm));
         }
         let metrics = crate::metrics::get();
         let outcome = if found.is_some() { "claimed" } else { "empty" };
@@ -315,7 +315,7 @@ impl Pool {
             }
         }
         if let Some(warm) = unwanted {
-            self.tasks.spawn(stop(warm));
+            self.tasks.spawn(stop(Arc::clone(&self.runtime), warm));
         }
         if retry {
             self.refill();
@@ -392,7 +392,7 @@ impl Pool {
         match started.await {
             Ok(warm) => Ok(warm),
             Err(err) => {
-                kill(endpoint.ready.pid, &state_dir).await;
+                fence(self.runtime.as_ref(), &state_dir).await;
                 let _ = std::fs::remove_dir_all(&entry);
                 Err(err)
             }
@@ -425,7 +425,7 @@ impl Pool {
         let ready: Vec<Warm> =
             self.slots().values_mut().flat_map(|slot| slot.ready.drain(..)).collect();
         for warm in ready {
-            self.tasks.spawn(stop(warm));
+            self.tasks.spawn(stop(Arc::clone(&self.runtime), warm));
         }
         self.tasks.close();
         let _ = tokio::time::timeout(bound, self.tasks.wait()).await;
@@ -451,8 +451,8 @@ impl Pool {
                 }
             }
             let state_dir = path.join("agentctl");
-            for (pid, _) in live.iter().filter(|(_, dir)| *dir == state_dir) {
-                kill(*pid, &state_dir).await;
+            if live.iter().any(|(_, dir)| *dir == state_dir) {
+                fence(self.runtime.as_ref(), &state_dir).await;
             }
             if let Err(err) = std::fs::remove_dir_all(&path) {
                 tracing::warn!(entry = %path.display(), %err, "cannot remove a warm agent's directory");
@@ -492,28 +492,28 @@ async fn initialized(events_rx: &mut EventsRx) -> Result<(Value, u64), String> {
     Err("the sidecar's event stream ended".into())
 }
 
-/// Stops a warm agent that is not wanted: its sidecar shut down, killed if it lingers, and
-/// its directory removed.
-async fn stop(warm: Warm) {
+/// Stops a warm agent that is not wanted: its sidecar shut down, fenced, and its
+/// directory removed.
+async fn stop(runtime: Arc<dyn Runtime>, warm: Warm) {
     let _ = tokio::time::timeout(Duration::from_secs(2), warm.calls.shutdown()).await;
     drop(warm.calls);
-    kill(warm.endpoint.ready.pid, &warm.state_dir).await;
+    fence(runtime.as_ref(), &warm.state_dir).await;
     if let Some(entry) = warm.state_dir.parent() {
         let _ = std::fs::remove_dir_all(entry);
     }
 }
 
-/// Kills a warm sidecar (if it still serves `state_dir`).
-async fn kill(pid: u32, state_dir: &Path) {
-    match tokio::time::timeout(
-        crate::runtime::FENCE_TIMEOUT,
-        crate::runtime::kill_local_sidecar(pid, state_dir),
-    )
-    .await
-    {
-        Ok(Ok(())) => {}
-        // Gone already.
-        Ok(Err(err)) => tracing::debug!(pid, %err, "a warm sidecar to kill"),
-        Err(_) => tracing::warn!(pid, "a warm sidecar did not die in time"),
+/// Kills a warm sidecar, the one its state dir announced, and its entry's cgroup (named
+/// `pool-<id>` like a session's).
+async fn fence(runtime: &dyn Runtime, state_dir: &Path) {
+    let entry = state_dir.parent().and_then(Path::file_name).and_then(|name| name.to_str());
+    let target = crate::runtime::FenceTarget {
+        session_id: format!("pool-{}", entry.unwrap_or_default()),
+        state_dir: state_dir.to_owned(),
+        executor: None,
+        grace: Duration::ZERO,
+    };
+    if let Err(err) = runtime.fence(&target).await {
+        tracing::warn!(dir = %state_dir.display(), %err, "cannot stop a warm sidecar");
     }
 }
