@@ -191,9 +191,14 @@ pub(super) async fn claim(
             .map_err(|err| format!("the previous execution could not be stopped: {err}"))?;
         crate::pool::claim(&state_dir, &session_id)
             .map_err(|err| format!("cannot claim a warm agent: {err}"))?;
-        let record = context.store.put_executor(record.clone()).await.map_err(|e| e.to_string())?;
-        calls.bind_workspace(&plan.spec.workspace).await.map_err(|err| err.to_string())?;
-        Ok::<_, String>(record)
+        // Binding the workspace gives the agent nothing to act on (no session is open yet):
+        // it goes beside the record's write.
+        let (record, bound) = tokio::join!(
+            context.store.put_executor(record.clone()),
+            calls.bind_workspace(&plan.spec.workspace)
+        );
+        bound.map_err(|err| err.to_string())?;
+        record.map_err(|err| err.to_string())
     };
     match claimed.await {
         Ok(record) => Ok(Connected {
