@@ -9,7 +9,8 @@
 //!
 //! A `+usage` word (`/stream N +usage`) also reports usage as a metered agent does: a
 //! `usage_update` with a growing cumulative cost every 100 chunks, and the turn's tokens in
-//! its answer (the accounting benchmark's load).
+//! its answer (the accounting benchmark's load); `+plan` sends an empty `plan` update
+//! instead, the same events unaccounted (its baseline).
 //!
 //! Blocking I/O on one thread: a turn runs to its end before the next line is read, so a
 //! `session/cancel` arriving meanwhile is read after it (and ignored).
@@ -46,6 +47,7 @@ fn main() {
                 let session = message["params"]["sessionId"].as_str().unwrap_or_default();
                 let text = message["params"]["prompt"][0]["text"].as_str().unwrap_or_default();
                 let metered = text.split_whitespace().any(|word| word == "+usage");
+                let planned = text.split_whitespace().any(|word| word == "+plan");
                 let mut words = text.strip_prefix("/stream ").unwrap_or("1").split_whitespace();
                 let count = words.next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(1);
                 let rate = words.next().and_then(|r| r.parse::<u64>().ok()).filter(|&r| r > 0);
@@ -80,6 +82,11 @@ fn main() {
                             out,
                             r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":{session},"update":{{"sessionUpdate":"usage_update","used":{n},"size":1000000000,"cost":{{"amount":{},"currency":"USD"}}}}}}}}"#,
                             n as f64 / 1e6
+                        )
+                    } else if planned && n % 100 == 0 {
+                        writeln!(
+                            out,
+                            r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":{session},"update":{{"sessionUpdate":"plan","entries":[]}}}}}}"#
                         )
                     } else {
                         Ok(())
