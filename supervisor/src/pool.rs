@@ -39,8 +39,10 @@ use crate::session::control::{Connector, Control, EventsRx};
 /// The file naming the session that claimed a warm sidecar.
 const CLAIMED_BY: &str = "claimed_by";
 
-/// The request id of a warm agent's `initialize` (the session's own ids are far above).
+/// The request ids of a warm agent's `initialize` and priming `session/new` (the session's
+/// own ids are far above).
 const INITIALIZE_ID: i64 = 1;
+const PRIME_ID: i64 = 2;
 
 /// A started, initialized agent waiting for a session.
 pub struct Warm {
@@ -58,7 +60,9 @@ pub struct Warm {
     pub events_rx: EventsRx,
     /// The agent's `initialize` result.
     pub init: Value,
-    /// The seq acknowledged (the `initialize` answer's).
+    /// The ACP session it was primed with (not the claiming session's).
+    pub primed: Option<String>,
+    /// The seq acknowledged (the priming session's answer's).
     pub acked: u64,
     /// The agent's pid.
     pub agent_pid: u32,
@@ -371,10 +375,30 @@ impl Pool {
                 "params": crate::session::initialize_params()});
             calls.send_acp(&initialize).await.map_err(|err| err.to_string())?;
             let wait = Duration::from_millis(profile.process.init_timeout_ms);
-            let (init, seq) =
-                tokio::time::timeout(wait, initialized(&mut events_rx)).await.map_err(|_| {
+            let (init, _) = tokio::time::timeout(wait, answer(&mut events_rx, INITIALIZE_ID))
+                .await
+                .map_err(|_| {
                     format!("the agent did not answer initialize within {} ms", wait.as_millis())
                 })??;
+            let init = match (init.get("result"), init.get("error")) {
+                (Some(result), _) => result.clone(),
+                (None, error) => return Err(format!("the agent refused initialize: {error:?}")),
+            };
+            // Primed: agents set much up at their first session (opencode 0.7 s, claude-
+            // agent-acp 0.4 s more than later ones), so a throwaway one is opened here, in
+            // the entry's own directory; its updates are not the session's (the claiming
+            // actor drops them). One refused (an agent that wants `authenticate` first) is
+            // no failure.
+            let prime = json!({"jsonrpc": "2.0", "id": PRIME_ID,
+                "method": protocol::acp::method::SESSION_NEW,
+                "params": {"cwd": work, "mcpServers": []}});
+            calls.send_acp(&prime).await.map_err(|err| err.to_string())?;
+            let (primed, seq) = tokio::time::timeout(wait, answer(&mut events_rx, PRIME_ID))
+                .await
+                .map_err(|_| {
+                    format!("the agent did not answer session/new within {} ms", wait.as_millis())
+                })??;
+            let primed = primed["result"]["sessionId"].as_str().map(str::to_owned);
             calls.ack(seq).await.map_err(|err| err.to_string())?;
             Ok::<_, String>(Warm {
                 id: id.clone(),
@@ -384,6 +408,7 @@ impl Pool {
                 calls,
                 events_rx,
                 init,
+                primed,
                 acked: seq,
                 agent_pid: agent.pid,
                 fingerprint: print,
@@ -463,18 +488,16 @@ impl Pool {
     }
 }
 
-/// Waits for the answer to the warm agent's `initialize`: its result and seq.
-async fn initialized(events_rx: &mut EventsRx) -> Result<(Value, u64), String> {
+/// Waits for the warm agent's answer to request `id`: the message and its seq.
+async fn answer(events_rx: &mut EventsRx, id: i64) -> Result<(Value, u64), String> {
     let mut stderr = String::new();
     while let Some(item) = events_rx.recv().await {
         let event = item.map_err(|err| err.to_string())?;
         match event.kind {
-            EventKind::Acp { message, .. } if message["id"] == json!(INITIALIZE_ID) => {
-                return match (message.get("result"), message.get("error")) {
-                    (Some(result), _) => Ok((result.clone(), event.seq)),
-                    (None, Some(error)) => Err(format!("the agent refused initialize: {error}")),
-                    (None, None) => Err("the agent answered initialize with nothing".into()),
-                };
+            EventKind::Acp { message, .. }
+                if message["id"] == json!(id) && message.get("method").is_none() =>
+            {
+                return Ok((message, event.seq));
             }
             EventKind::Stderr { line } => {
                 stderr.push_str(&line);
@@ -482,7 +505,7 @@ async fn initialized(events_rx: &mut EventsRx) -> Result<(Value, u64), String> {
             }
             EventKind::AgentExited { status, .. } => {
                 return Err(format!(
-                    "the agent exited ({status:?}) before initialize; stderr: {}",
+                    "the warm agent exited ({status:?}); stderr: {}",
                     stderr.trim_end()
                 ));
             }

@@ -202,8 +202,12 @@ impl SessionActor {
                 false
             }
             (Some(method), None) => {
-                if method == protocol::acp::method::SESSION_UPDATE {
-                    self.session_update(params(message));
+                let params = params(message);
+                let foreign = self.foreign_session.as_deref().is_some_and(|primed| {
+                    params.get("sessionId").and_then(Value::as_str) == Some(primed)
+                });
+                if method == protocol::acp::method::SESSION_UPDATE && !foreign {
+                    self.session_update(params);
                 }
                 false
             }

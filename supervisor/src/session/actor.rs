@@ -373,6 +373,8 @@ pub(super) struct SessionActor {
     /// When the session is parked if its agent stays idle until then (see
     /// [`SessionActor::arm_idle`]).
     idle_at: Option<Instant>,
+    /// A warm agent's priming ACP session (see `pool.rs`): its updates are dropped.
+    pub(super) foreign_session: Option<String>,
 }
 
 /// The longest wait between two tries after a failed write.
@@ -440,6 +442,7 @@ impl SessionActor {
             unwritten_prompts: Vec::new(),
             catch_up: CatchUp::default(),
             idle_at: None,
+            foreign_session: None,
         }
     }
 

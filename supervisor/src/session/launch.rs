@@ -43,8 +43,9 @@ pub(super) struct Connected {
     pub(super) status: Option<Status>,
     /// The sidecar is gone: the events are what its spool held (see `leftovers.rs`).
     pub(super) gone: bool,
-    /// A warm agent's (see `pool.rs`): its `initialize` result and the seq acknowledged.
-    pub(super) warm: Option<(serde_json::Value, u64)>,
+    /// A warm agent's (see `pool.rs`): its `initialize` result, the seq acknowledged and the
+    /// ACP session it was primed with.
+    pub(super) warm: Option<(serde_json::Value, u64, Option<String>)>,
 }
 
 /// Why a launch failed, and whether its own sidecar was fenced.
@@ -166,8 +167,18 @@ pub(super) async fn claim(
         executor: plan.previous.clone(),
         grace: Duration::ZERO,
     };
-    let crate::pool::Warm { id, state_dir, token, endpoint, calls, events_rx, init, acked, .. } =
-        warm;
+    let crate::pool::Warm {
+        id,
+        state_dir,
+        token,
+        endpoint,
+        calls,
+        events_rx,
+        init,
+        acked,
+        primed,
+        ..
+    } = warm;
     let record = ExecutorRow {
         session_id: session_id.clone(),
         execution_id: plan.spec.execution_id.clone(),
@@ -207,7 +218,7 @@ pub(super) async fn claim(
             events_rx,
             status: None,
             gone: false,
-            warm: Some((init, acked)),
+            warm: Some((init, acked, primed)),
         }),
         Err(reason) => {
             drop(calls);

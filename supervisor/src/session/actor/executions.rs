@@ -368,7 +368,7 @@ impl SessionActor {
         // A new execution starts a new agentctl sequence: nothing of it was recorded yet
         // (and nothing of it is held); a warm agent's starts after its `initialize`.
         self.durability = match &warm {
-            Some((_, acked)) => Durability::resuming_at(*acked, 0, 0),
+            Some((_, acked, _)) => Durability::resuming_at(*acked, 0, 0),
             None => Default::default(),
         };
         self.catch_up.holding = false;
@@ -390,7 +390,8 @@ impl SessionActor {
         })));
         match warm {
             // Initialized before the session asked: on to the ACP session.
-            Some((init, _)) => {
+            Some((init, _, primed)) => {
+                self.foreign_session = primed;
                 let detail = Some("warm: the agent was started ahead".to_owned());
                 self.progress(LaunchStep::Initializing, detail);
                 self.initialized(init).await;
