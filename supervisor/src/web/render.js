@@ -315,10 +315,12 @@ function renderUsage(update) {
 // The session's totals (tokens and cost of its turns) and its budgets, from its status.
 function renderTotals(usage) {
   const box = $("#totals");
-  if (!usage || !usage.turns) { box.hidden = true; return; }
-  const cost = (usage.cost || []).map((c) => `${c.amount.toFixed(2)} ${c.currency}`);
-  const budgets = (usage.budgets || []).map((b) => `${b.scope} budget ${b.percent}%`);
-  box.textContent = [`${formatTokens(usage.total_tokens)} tokens`, ...cost, ...budgets].join(" · ");
+  const tokens = usage && usage.total_tokens ? [`${formatTokens(usage.total_tokens)} tokens`] : [];
+  const cost = ((usage && usage.cost) || []).map((c) => `${c.amount.toFixed(2)} ${c.currency}`);
+  const budgets = ((usage && usage.budgets) || []).map((b) => `${b.scope} budget ${b.percent}%`);
+  // Only what the agent reported (many report no tokens, some no cost).
+  if (!tokens.length && !cost.length && !budgets.length) { box.hidden = true; return; }
+  box.textContent = [...tokens, ...cost, ...budgets].join(" · ");
   box.title = `${usage.turns} turns: ${usage.input_tokens} in, ${usage.output_tokens} out, ` +
     `${usage.cached_read_tokens + usage.cached_write_tokens} cached, ${usage.thought_tokens} thinking`;
   box.classList.toggle("high", (usage.budgets || []).some((b) => b.percent >= 80));

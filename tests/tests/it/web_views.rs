@@ -337,7 +337,7 @@ async fn light_and_dark_desktop_and_phone() {
     let prompt = format!(
         "/think the lexer drops newlines\n/plan read the lexer; keep line numbers; run the tests\n\
 /diff src/lexer.rs fn next(&mut self) {{\\n    self.pos += 1;\\n}} => fn next(&mut self) {{\\n    self.pos += 1;\\n    self.line += 1;\\n}}\n\
-/exec cargo test -p parser\n/usage 41000 200000 0.42\n/say {reply}"
+/exec cargo test -p parser\n/usage 41000 200000 0.42\n/tokens 38000 3100\n/say {reply}"
     );
     prompt_in_page(&browser, &prompt).await;
     browser.wait_text("#transcript .turn-end", "turn completed").await;
