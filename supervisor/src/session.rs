@@ -31,7 +31,6 @@
 
 mod acp;
 mod actor;
-pub use actor::describe_budget;
 pub mod control;
 mod durability;
 mod launch;

@@ -112,6 +112,31 @@ pub struct BudgetUse {
     pub percent: u32,
 }
 
+impl BudgetUse {
+    /// "the session's budget of 1000 tokens is 105% used (1050 tokens, 0.00 USD)".
+    pub fn describe(&self) -> String {
+        let scope = match self.scope {
+            BudgetScope::Session => "the session's",
+            BudgetScope::Task => "its task's",
+        };
+        let currency = self.budget.currency();
+        let mut limits = Vec::new();
+        if let Some(tokens) = self.budget.tokens {
+            limits.push(format!("{tokens} tokens"));
+        }
+        if let Some(cost) = self.budget.cost {
+            limits.push(format!("{cost:.2} {currency}"));
+        }
+        format!(
+            "{scope} budget of {} is {}% used ({} tokens, {:.2} {currency})",
+            limits.join(" and "),
+            self.percent,
+            self.used_tokens,
+            self.used_cost,
+        )
+    }
+}
+
 /// How `usage.query` groups its turns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

@@ -251,7 +251,7 @@ impl Client {
                     _ => String::new(),
                 };
                 match set {
-                    Some(used) => println!("{what}: {}", crate::session::describe_budget(&used)),
+                    Some(used) => println!("{what}: {}", used.describe()),
                     None => println!("{what}: no budget"),
                 }
                 Ok(())

@@ -187,7 +187,7 @@ pub(super) fn session_usage_line(usage: &protocol::api::SessionUsage) -> String 
         ));
     }
     for budget in &usage.budgets {
-        line.push_str(&format!("; {}", crate::session::describe_budget(budget)));
+        line.push_str(&format!("; {}", budget.describe()));
     }
     line
 }

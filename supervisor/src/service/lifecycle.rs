@@ -367,7 +367,7 @@ impl Supervisor {
         match uses.iter().find(|used| used.percent >= 100) {
             Some(used) => Err(ServiceError::BudgetExceeded(format!(
                 "{}; raise it with budget.set (CLI: budget set) first",
-                crate::session::describe_budget(used)
+                used.describe()
             ))),
             None => Ok(()),
         }

@@ -34,21 +34,7 @@ impl Supervisor {
         };
         let store = &self.config.store;
         store.set_budget(scope, id.clone(), budget).await?;
-        let session = match scope {
-            BudgetScope::Session => Some(id.clone()),
-            BudgetScope::Task => {
-                store.list_sessions(Some(id.clone())).await?.into_iter().next().map(|row| row.id)
-            }
-        };
-        let Some(session) = session else {
-            // A task without sessions has used nothing.
-            return Ok(store
-                .task_budget(id.clone())
-                .await?
-                .map(|budget| crate::store::budget_use(BudgetScope::Task, id, budget, 0, 0.0)));
-        };
-        let uses = store.budget_uses(session).await?;
-        Ok(uses.into_iter().find(|used| used.scope == scope))
+        Ok(store.budget_use(scope, id).await?)
     }
 
     /// `task.session.retry_turn`: re-sends the prompt of a turn a crash left `interrupted`

@@ -17,7 +17,6 @@ mod records;
 mod turns;
 mod usage;
 
-pub use usage::describe as describe_budget;
 pub(super) use usage::prompt_usage;
 
 use std::collections::HashMap;

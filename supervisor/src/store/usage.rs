@@ -230,17 +230,6 @@ impl Store {
         .await
     }
 
-    /// A task's budget.
-    pub async fn task_budget(&self, task_id: String) -> Result<Option<Budget>, StoreError> {
-        self.call(move |conn| {
-            let json: Option<Option<String>> = conn
-                .query_row("SELECT budget FROM tasks WHERE id = ?1", [&task_id], |r| r.get(0))
-                .optional()?;
-            parse_budget(json.flatten())
-        })
-        .await
-    }
-
     /// A session's turn to re-send (its newest when `turn_id` is absent): its state,
     /// prompt and the turn that re-sent it already, if any.
     pub async fn turn_to_retry(
@@ -270,43 +259,53 @@ impl Store {
     /// The budgets that apply to a session (its own, then its task's) with what they used.
     pub async fn budget_uses(&self, session_id: String) -> Result<Vec<BudgetUse>, StoreError> {
         self.call(move |conn| {
-            let row: Option<(String, Option<String>, Option<String>)> = conn
-                .query_row(
-                    "SELECT s.task_id, s.budget, t.budget FROM task_sessions s \
-                     JOIN tasks t ON t.id = s.task_id WHERE s.id = ?1",
-                    [&session_id],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-                )
+            let task_id: Option<String> = conn
+                .query_row("SELECT task_id FROM task_sessions WHERE id = ?1", [&session_id], |r| {
+                    r.get(0)
+                })
                 .optional()?;
-            let Some((task_id, session_budget, task_budget)) = row else {
-                return Ok(Vec::new());
-            };
-            let mut uses = Vec::new();
-            for (scope, id, budget) in [
-                (BudgetScope::Session, session_id, parse_budget(session_budget)?),
-                (BudgetScope::Task, task_id, parse_budget(task_budget)?),
-            ] {
-                let Some(budget) = budget else { continue };
-                let column = match scope {
-                    BudgetScope::Session => "t.session_id",
-                    BudgetScope::Task => "s.task_id",
-                };
-                let (used_tokens, used_cost): (i64, f64) = conn.query_row(
-                    &format!(
-                        "SELECT COALESCE(SUM(t.total_tokens), 0), \
-                         COALESCE(SUM(CASE WHEN t.cost_currency = ?2 THEN t.cost END), 0) \
-                         FROM turns t JOIN task_sessions s ON s.id = t.session_id WHERE {column} = ?1"
-                    ),
-                    params![id, budget.currency()],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )?;
-                let used_tokens = used_tokens.max(0) as u64;
-                uses.push(budget_use(scope, id, budget, used_tokens, used_cost));
-            }
-            Ok(uses)
+            let Some(task_id) = task_id else { return Ok(Vec::new()) };
+            let session = use_of(conn, BudgetScope::Session, session_id)?;
+            let task = use_of(conn, BudgetScope::Task, task_id)?;
+            Ok(session.into_iter().chain(task).collect())
         })
         .await
     }
+
+    /// A session's or a task's budget with what it used (`None`: it has none).
+    pub async fn budget_use(
+        &self,
+        scope: BudgetScope,
+        id: String,
+    ) -> Result<Option<BudgetUse>, StoreError> {
+        self.call(move |conn| use_of(conn, scope, id)).await
+    }
+}
+
+/// `scope` `id`'s budget and what its turns used of it.
+fn use_of(
+    conn: &Connection,
+    scope: BudgetScope,
+    id: String,
+) -> Result<Option<BudgetUse>, StoreError> {
+    let (table, column) = match scope {
+        BudgetScope::Session => ("task_sessions", "t.session_id"),
+        BudgetScope::Task => ("tasks", "s.task_id"),
+    };
+    let json: Option<Option<String>> = conn
+        .query_row(&format!("SELECT budget FROM {table} WHERE id = ?1"), [&id], |r| r.get(0))
+        .optional()?;
+    let Some(budget) = parse_budget(json.flatten())? else { return Ok(None) };
+    let (used_tokens, used_cost): (i64, f64) = conn.query_row(
+        &format!(
+            "SELECT COALESCE(SUM(t.total_tokens), 0), \
+             COALESCE(SUM(CASE WHEN t.cost_currency = ?2 THEN t.cost END), 0) \
+             FROM turns t JOIN task_sessions s ON s.id = t.session_id WHERE {column} = ?1"
+        ),
+        params![id, budget.currency()],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    Ok(Some(budget_use(scope, id, budget, used_tokens.max(0) as u64, used_cost)))
 }
 
 /// A budget's use, with its percent: the larger of tokens and cost (rounded down).

@@ -116,7 +116,7 @@ impl SessionActor {
             Ok(uses) => {
                 for used in uses {
                     if used.percent >= 100 {
-                        let reason = format!("{} (raise it with budget.set)", describe(&used));
+                        let reason = format!("{} (raise it with budget.set)", used.describe());
                         self.limit_reached.get_or_insert((reason, SnapshotTrigger::Budget));
                     } else if used.percent >= 80 && budget_before(&used, turn).percent < 80 {
                         self.emit(SessionEventKind::BudgetWarning { budget: used });
@@ -167,29 +167,6 @@ impl SessionActor {
             tracing::warn!(session = %self.row.id, %err, "cannot pause at a limit");
         }
     }
-}
-
-/// "the session's budget of 1000 tokens is used up (1200 tokens, 0.00 USD)".
-pub fn describe(used: &BudgetUse) -> String {
-    let scope = match used.scope {
-        protocol::api::BudgetScope::Session => "the session's",
-        protocol::api::BudgetScope::Task => "its task's",
-    };
-    let mut limits = Vec::new();
-    if let Some(tokens) = used.budget.tokens {
-        limits.push(format!("{tokens} tokens"));
-    }
-    if let Some(cost) = used.budget.cost {
-        limits.push(format!("{cost:.2} {}", used.budget.currency()));
-    }
-    format!(
-        "{scope} budget of {} is {}% used ({} tokens, {:.2} {})",
-        limits.join(" and "),
-        used.percent,
-        used.used_tokens,
-        used.used_cost,
-        used.budget.currency()
-    )
 }
 
 /// The budget as it stood before `turn`.
