@@ -447,10 +447,6 @@ impl SessionActor {
 
     pub(super) async fn run(mut self, mut commands: mpsc::Receiver<Box<Command>>, start: Start) {
         let mut internal = self.internal_rx.take().expect("UNWRAP: taken once, here");
-        match self.context.store.cost_mark(self.row.id.clone()).await {
-            Ok(mark) => self.cost_mark = mark,
-            Err(err) => tracing::warn!(session = %self.row.id, %err, "cannot read the cost mark"),
-        }
         match start {
             Start::Fresh { initial_prompt } => {
                 let launch = Launch { first: true, ..Launch::new(None, initial_prompt) };
@@ -458,6 +454,11 @@ impl SessionActor {
             }
             Start::Resume => Box::pin(self.begin_resume()).await,
             Start::Adopt(plan) => self.start_adopt(*plan),
+        }
+        // Read while the launch runs (off its path), before any agent event is handled.
+        match self.context.store.cost_mark(self.row.id.clone()).await {
+            Ok(mark) => self.cost_mark = mark,
+            Err(err) => tracing::warn!(session = %self.row.id, %err, "cannot read the cost mark"),
         }
         // The actor lives while it may own an execution: after the session ends, until a
         // launch in flight has landed (and been retired).
