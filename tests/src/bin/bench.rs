@@ -107,19 +107,35 @@ fn fast_profile() -> String {
     )
 }
 
-/// One run of the raw-pipe baseline: `fast-agent`'s stdout read line by line with a
-/// check of each chunk (parsed, as any client must), nothing kept. Returns msg/s, or the
-/// latencies (µs) in paced mode.
-async fn raw_pipe(chunks: u64, rate: Option<u64>) -> (f64, Vec<u128>) {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-    let mut child = tokio::process::Command::new(tether_tests::target_dir().join("fast-agent"))
+/// An agent program (in the target dir) on pipes, for a baseline without Tether: the
+/// child, its stdin, and its stdout's lines.
+fn spawn_piped(
+    program: &str,
+    args: &[&str],
+) -> (
+    tokio::process::Child,
+    tokio::process::ChildStdin,
+    tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(tether_tests::target_dir().join(program))
+        .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .expect("spawn fast-agent");
-    let mut stdin = child.stdin.take().expect("UNWRAP: piped");
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("UNWRAP: piped")).lines();
+        .unwrap_or_else(|err| panic!("spawn {program}: {err}"));
+    let stdin = child.stdin.take().expect("UNWRAP: piped");
+    let lines = tokio::io::BufReader::new(child.stdout.take().expect("UNWRAP: piped")).lines();
+    (child, stdin, lines)
+}
+
+/// One run of the raw-pipe baseline: `fast-agent`'s stdout read line by line with a
+/// check of each chunk (parsed, as any client must), nothing kept. Returns msg/s, or the
+/// latencies (µs) in paced mode.
+async fn raw_pipe(chunks: u64, rate: Option<u64>) -> (f64, Vec<u128>) {
+    use tokio::io::AsyncWriteExt;
+    let (mut child, mut stdin, mut lines) = spawn_piped("fast-agent", &[]);
     let text = match rate {
         Some(rate) => format!("/stream {chunks} {rate}"),
         None => format!("/stream {chunks}"),

@@ -172,18 +172,12 @@ async fn wake(rows: &mut Vec<Row>, daemon: &Daemon, api: &Api, parked: &[String]
 /// The agent restoring `acp_session` by itself: mock-agent (same flags, same state) started
 /// by hand, `initialize`, `session/load` answered.
 async fn own_restore(daemon: &Daemon, acp_session: &str) -> Duration {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let state = daemon.home().join(".mock-agent");
     let started = Instant::now();
-    let mut child = tokio::process::Command::new(tether_tests::target_dir().join("mock-agent"))
-        .args(["--state-dir", state.to_str().unwrap(), "--ballast-mb", &BALLAST_MB.to_string()])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn mock-agent");
-    let mut stdin = child.stdin.take().expect("UNWRAP: piped");
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("UNWRAP: piped")).lines();
+    let ballast = BALLAST_MB.to_string();
+    let args = ["--state-dir", state.to_str().unwrap(), "--ballast-mb", &ballast];
+    let (mut child, mut stdin, mut lines) = spawn_piped("mock-agent", &args);
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": 1, "clientCapabilities": {}}});
     let load = json!({"jsonrpc": "2.0", "id": 2, "method": "session/load",
