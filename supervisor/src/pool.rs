@@ -68,6 +68,28 @@ pub struct Warm {
     pub agent_pid: u32,
     /// What it was launched with (see [`fingerprint`]).
     pub fingerprint: String,
+    /// Set once it is taken: its replacement starts when this is dropped.
+    pub refill: Option<Refill>,
+}
+
+/// A taken warm agent's replacement, started when this is dropped: the session that took
+/// it holds it until its ACP session is open (or its opening ends), so the replacement's
+/// start (a sidecar and an agent spawned, initialized and primed) does not compete for the
+/// host's CPUs with the session it replaces.
+pub struct Refill(Option<Arc<Pool>>);
+
+impl Drop for Refill {
+    fn drop(&mut self) {
+        if let Some(pool) = self.0.take() {
+            pool.refill();
+        }
+    }
+}
+
+impl std::fmt::Debug for Refill {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Refill")
+    }
 }
 
 /// What makes two launches the same agent: argv, environment and user.
@@ -216,7 +238,7 @@ impl Pool {
     }
 
     /// A warm agent of `profile` launched as `print` says, if one is ready (a dead one is
-    /// dropped); a refill follows.
+    /// dropped); a refill follows, once the agent's [`Refill`] is dropped when one was found.
     pub fn take(self: &Arc<Self>, profile_id: &str, print: &str) -> Option<Warm> {
         let mut dead = Vec::new();
         let found = {
@@ -241,8 +263,16 @@ impl Pool {
         let metrics = crate::metrics::get();
         let outcome = if found.is_some() { "claimed" } else { "empty" };
         metrics.pool_takes.get_or_create(&crate::metrics::label("outcome", outcome)).inc();
-        self.refill();
-        found
+        match found {
+            Some(mut warm) => {
+                warm.refill = Some(Refill(Some(Arc::clone(self))));
+                Some(warm)
+            }
+            None => {
+                self.refill();
+                None
+            }
+        }
     }
 
     /// Starts what each slot lacks.
@@ -412,6 +442,7 @@ impl Pool {
                 acked: seq,
                 agent_pid: agent.pid,
                 fingerprint: print,
+                refill: None,
             })
         };
         match started.await {

@@ -404,10 +404,23 @@ impl Supervisor {
 
     /// The session's event log (opened, or reopened after a restart).
     async fn event_log(&self, session_id: &str) -> Result<Arc<Spool<SessionEvent>>, ServiceError> {
+        self.event_log_above(session_id, None).await
+    }
+
+    /// [`Self::event_log`], its floor (the highest seq issued) given when known: a session
+    /// just created has issued none.
+    async fn event_log_above(
+        &self,
+        session_id: &str,
+        floor: Option<u64>,
+    ) -> Result<Arc<Spool<SessionEvent>>, ServiceError> {
         if let Some(log) = self.event_logs.lock().expect("UNWRAP: never poisoned").get(session_id) {
             return Ok(Arc::clone(log));
         }
-        let floor = self.config.store.event_seq_high(session_id.to_owned()).await?;
+        let floor = match floor {
+            Some(floor) => floor,
+            None => self.config.store.event_seq_high(session_id.to_owned()).await?,
+        };
         let paths = self.config.home.session(session_id);
         let (dir, mark) = (paths.events(), paths.events_mark());
         let (log, lost) = {

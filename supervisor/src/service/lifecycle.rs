@@ -156,7 +156,7 @@ impl Supervisor {
         let row = created?;
         // Killed here, the session is stored `CREATED` and nothing of it started.
         agentctl::fault::point("create.recorded");
-        let started = match self.event_log(&row.id).await {
+        let started = match self.event_log_above(&row.id, Some(0)).await {
             Ok(events) => self.context(&row).and_then(|context| {
                 let start = Start::Fresh { initial_prompt };
                 Ok(session::start_session(context, row.clone(), profile, events, start)?)

@@ -179,8 +179,8 @@ pub(super) struct Launch {
     pub(super) resume: Option<ResumeState>,
     /// The prompt sent once the ACP session is open.
     pub(super) initial_prompt: Option<String>,
-    /// The session's first: it also records the workspace's commit at the start (see
-    /// [`record_start_commit`]).
+    /// The session's first: it also records the workspace's commit at the start (read
+    /// while the agent starts, written once the launch is reported).
     pub(super) first: bool,
 }
 
@@ -201,6 +201,9 @@ pub(super) struct Opening {
     pub(super) auth_offered: Vec<String>,
     /// This execution authenticated (once is all it tries).
     pub(super) authenticated: bool,
+    /// A warm agent's replacement, started when the opening ends (see
+    /// [`crate::pool::Refill`]): held, never read.
+    pub(super) _refill: Option<crate::pool::Refill>,
 }
 
 /// What the resume context put before the next prompt is compiled from.
@@ -886,20 +889,6 @@ impl SessionActor {
 
     pub(super) fn update_view(&self, change: impl FnOnce(&mut SessionView)) {
         self.view_tx.send_modify(change);
-    }
-}
-
-/// Keeps the workspace's commit as a session starts, for its snapshots to compare with. It
-/// runs beside the first launch (no added latency) and is stored before the launch is
-/// reported, so before the agent could commit anything.
-async fn record_start_commit(
-    store: &crate::store::Store,
-    session_id: String,
-    workspace: &std::path::Path,
-) {
-    let commit = crate::snapshot::git::head(workspace).await;
-    if let Err(err) = store.set_start_commit(session_id, commit).await {
-        tracing::debug!(%err, "cannot record the start commit");
     }
 }
 

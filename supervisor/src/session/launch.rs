@@ -43,9 +43,20 @@ pub(super) struct Connected {
     pub(super) status: Option<Status>,
     /// The sidecar is gone: the events are what its spool held (see `leftovers.rs`).
     pub(super) gone: bool,
-    /// A warm agent's (see `pool.rs`): its `initialize` result, the seq acknowledged and the
-    /// ACP session it was primed with.
-    pub(super) warm: Option<(serde_json::Value, u64, Option<String>)>,
+    /// A warm agent's (see `pool.rs`).
+    pub(super) warm: Option<WarmStart>,
+}
+
+/// What a launch from the pool brings beside the sidecar.
+pub(super) struct WarmStart {
+    /// The agent's `initialize` result.
+    pub(super) init: serde_json::Value,
+    /// The seq acknowledged.
+    pub(super) acked: u64,
+    /// The ACP session it was primed with.
+    pub(super) primed: Option<String>,
+    /// Starts the pool's replacement when dropped (see [`crate::pool::Refill`]).
+    pub(super) refill: Option<crate::pool::Refill>,
 }
 
 /// Why a launch failed, and whether its own sidecar was fenced.
@@ -177,6 +188,7 @@ pub(super) async fn claim(
         init,
         acked,
         primed,
+        refill,
         ..
     } = warm;
     let record = ExecutorRow {
@@ -218,7 +230,7 @@ pub(super) async fn claim(
             events_rx,
             status: None,
             gone: false,
-            warm: Some((init, acked, primed)),
+            warm: Some(WarmStart { init, acked, primed, refill }),
         }),
         Err(reason) => {
             drop(calls);

@@ -159,9 +159,13 @@ impl SessionActor {
         self.enter(Stage::Launching(Box::new(launch)));
         // A new agent: an earlier one's stderr explains nothing of its failures.
         self.recent_stderr.clear();
-        if let Err(err) =
-            self.set_state(SessionState::Starting, None, Some(task_state::IN_PROGRESS)).await
-        {
+        // The previous execution (the one to fence) is read beside the state's write.
+        let (store, id) = (self.context.store.clone(), self.row.id.clone());
+        let (starting, previous) = tokio::join!(
+            self.set_state(SessionState::Starting, None, Some(task_state::IN_PROGRESS)),
+            store.get_executor(id)
+        );
+        if let Err(err) = starting {
             return self.fail(format!("launch failed: {err}")).await;
         }
         agentctl::fault::point("launch.started");
@@ -192,7 +196,7 @@ impl SessionActor {
         resolved.extend(argv[1..].iter().map(OsString::from));
         let runtime = self.context.runtime.name();
         self.progress(LaunchStep::Launching, Some(format!("{} ({runtime})", argv[0])));
-        let previous = self.context.store.get_executor(self.row.id.clone()).await.ok().flatten();
+        let previous = previous.ok().flatten();
         let execution_id = uuid::Uuid::now_v7().to_string();
         let spec = launch::spec(
             &self.context,
@@ -246,9 +250,13 @@ impl SessionActor {
                     None => launch::launch(context.clone(), plan).await,
                 }
             };
-            let (launched, ()) = tokio::join!(launching, async {
-                if let Some((session_id, workspace)) = start {
-                    record_start_commit(&context.store, session_id, &workspace).await;
+            // The workspace's commit is read while the agent starts (before it can change
+            // anything: no prompt reaches it until it is open) and written once the launch
+            // is reported, off the way to ready.
+            let (launched, commit) = tokio::join!(launching, async {
+                match &start {
+                    Some((_, workspace)) => Some(crate::snapshot::git::head(workspace).await),
+                    None => None,
                 }
             });
             let launched = Box::new(launched);
@@ -262,6 +270,11 @@ impl SessionActor {
                 {
                     tracing::error!(%err, "cannot fence an unowned execution");
                 }
+            }
+            if let (Some((session_id, _)), Some(commit)) = (start, commit)
+                && let Err(err) = context.store.set_start_commit(session_id, commit).await
+            {
+                tracing::debug!(%err, "cannot record the start commit");
             }
         });
     }
@@ -368,7 +381,7 @@ impl SessionActor {
         // A new execution starts a new agentctl sequence: nothing of it was recorded yet
         // (and nothing of it is held); a warm agent's starts after its `initialize`.
         self.durability = match &warm {
-            Some((_, acked, _)) => Durability::resuming_at(*acked, 0, 0),
+            Some(warm) => Durability::resuming_at(warm.acked, 0, 0),
             None => Default::default(),
         };
         self.catch_up.holding = false;
@@ -382,15 +395,20 @@ impl SessionActor {
             // (Only a launch lands here.)
             _ => Launch::new(None, None),
         };
+        let (warm, refill) = match warm {
+            Some(warm) => (Some((warm.init, warm.primed)), warm.refill),
+            None => (None, None),
+        };
         self.enter(Stage::Opening(Box::new(Opening {
             launch,
             step: None,
             auth_offered: Vec::new(),
             authenticated: false,
+            _refill: refill,
         })));
         match warm {
             // Initialized before the session asked: on to the ACP session.
-            Some((init, _, primed)) => {
+            Some((init, primed)) => {
                 self.foreign_session = primed;
                 let detail = Some("warm: the agent was started ahead".to_owned());
                 self.progress(LaunchStep::Initializing, detail);
