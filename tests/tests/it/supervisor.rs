@@ -744,15 +744,24 @@ async fn a_live_session_holds_only_its_event_log_open() {
     let refusal =
         refused("a cancel between turns", api.typed().session_cancel(session.clone())).await;
     assert_eq!(refusal.kind, ErrorKind::InvalidState);
+    // And the turn's snapshot, taken beside the actor, has read the history and let go.
+    // (This subscription stays open: its reader is the segment's second descriptor.)
+    let mut events = api.subscribe(&session, 0).await;
+    until(&mut events, |event| {
+        matches!(
+            event.kind,
+            EventKind::SnapshotTaken { trigger: protocol::api::SnapshotTrigger::TurnComplete, .. }
+        )
+    })
+    .await;
     let pid = daemon.pid().expect("the daemon runs");
     let open = open_files_under(pid, &daemon.session_dir(&session));
+    let active = daemon.session_dir(&session).join("events/events-00000000000000000001.jsonl");
     assert!(
-        open.len() <= 1
-            && open
-                .iter()
-                .all(|path| path.starts_with(daemon.session_dir(&session).join("events"))),
-        "only the event log's active segment: {open:?}"
+        open.len() <= 2 && open.iter().all(|path| *path == active),
+        "only the event log's active segment (written, and read by our subscription): {open:?}"
     );
+    drop(events);
     assert!(api.status(&session).await.is_agent_running);
 }
 
