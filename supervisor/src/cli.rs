@@ -4,10 +4,11 @@
 //!
 //! Files: this one holds the command line's shape, the exit codes and the dispatch;
 //! `serve.rs` the daemon's wiring; `client.rs` the client commands; `feed.rs` a session's
-//! events as a client follows them; `output.rs` what the commands print; `workflow.rs`
+//! events as a client follows them; `face.rs` the ACP face (`supervisor acp`); `output.rs` what the commands print; `workflow.rs`
 //! the `workflow` commands.
 
 mod client;
+mod face;
 mod feed;
 mod output;
 mod serve;
@@ -100,6 +101,14 @@ enum Command {
     /// Run workflows: tasks as chains or graphs of agent steps (docs/workflows.md).
     #[command(subcommand)]
     Workflow(WorkflowCommand),
+    /// Speak ACP on stdin/stdout, as an agent: an editor launches this like any agent, and
+    /// each session it opens is a Tether session of PROFILE, kept by the daemon (so it
+    /// outlives the editor).
+    Acp {
+        /// The agent profile new sessions run (`supervisor agents` lists them).
+        #[arg(long, value_name = "PROFILE")]
+        agent: Option<String>,
+    },
     /// Send a prompt and follow its turn to the end (resuming the session first if its agent
     /// is not running; following on across a daemon restart). Options go before SESSION:
     /// everything after it is the prompt.

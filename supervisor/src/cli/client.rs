@@ -145,6 +145,11 @@ impl Client {
         let api = &*self.client;
         match command {
             Command::Serve(_) => unreachable!("UNWRAP: dispatched before connecting"),
+            Command::Acp { agent } => {
+                let client =
+                    Client { target: self.target.clone(), client: Arc::clone(&self.client) };
+                face::serve_acp(client, agent).await
+            }
             Command::Agents(JsonFlag { json }) => {
                 let agents = api.agents_list().await.map_err(|e| self.failure(e))?;
                 if json {

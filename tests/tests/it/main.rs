@@ -11,6 +11,7 @@ mod docker_runtime;
 mod edges;
 mod eliza;
 mod engines;
+mod face;
 mod faults;
 mod hardening;
 mod idle;

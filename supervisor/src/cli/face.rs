@@ -1,0 +1,477 @@
+//! `supervisor acp`: Tether as an ACP agent on stdin/stdout. An ACP client (an editor)
+//! launches it like any agent; each ACP session it opens is a Tether session of the chosen
+//! profile, run by the daemon, so it outlives the client and is the same session the CLI
+//! and the web page show.
+//!
+//! - `initialize` is answered here; `session/new` creates a task and a session on `cwd` and
+//!   answers with the Tether session's id once its agent is ready.
+//! - `session/prompt` starts a turn (`task.session.prompt`) and answers with its
+//!   `stopReason` when the session's event stream ends it; every update on the way is sent
+//!   as `session/update` (the agent's own, under the Tether session's id).
+//! - `session/cancel` cancels the turn; the agent's `session/request_permission` goes to
+//!   the client, and its answer back through the daemon (which keeps the question across
+//!   a restart).
+//! - A daemon that restarts is followed: the stream resubscribes after its last event.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+
+use super::*;
+
+/// JSON-RPC error codes the face answers with.
+const INVALID_PARAMS: i64 = -32602;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INTERNAL_ERROR: i64 = -32603;
+
+/// A failed request: its JSON-RPC error.
+#[derive(Debug)]
+struct RpcFailure {
+    code: i64,
+    message: String,
+}
+
+impl RpcFailure {
+    fn params(message: impl Into<String>) -> RpcFailure {
+        RpcFailure { code: INVALID_PARAMS, message: message.into() }
+    }
+
+    fn internal(message: impl Into<String>) -> RpcFailure {
+        RpcFailure { code: INTERNAL_ERROR, message: message.into() }
+    }
+}
+
+impl From<Failure> for RpcFailure {
+    fn from(failure: Failure) -> RpcFailure {
+        RpcFailure::internal(failure.line.trim_start_matches("error: ").to_owned())
+    }
+}
+
+/// How a turn ended, as the face answers its `session/prompt`.
+type TurnEnd = Result<String, RpcFailure>;
+
+/// A session the client opened (or that another of its requests named).
+#[derive(Default)]
+struct Turns {
+    /// Prompts waiting for their turn's end, by turn id.
+    waiting: HashMap<String, oneshot::Sender<TurnEnd>>,
+    /// Turns that ended before their prompt's call answered.
+    ended: HashMap<String, TurnEnd>,
+    /// `session/cancel`s received: a prompt whose turn started after one arrived is
+    /// cancelled then (the cancel reached the daemon before the turn did).
+    cancels: u64,
+}
+
+/// The face: the daemon's client, the client's stdout, and the requests in flight.
+struct Face {
+    client: Client,
+    /// The daemon's connection for calls, opened again after a restart.
+    api: tokio::sync::Mutex<Arc<WsClient>>,
+    /// Where reconnects are said (stderr).
+    shown: Shown,
+    agent: Option<String>,
+    out: mpsc::UnboundedSender<Value>,
+    next_id: AtomicI64,
+    /// Our requests to the ACP client, by id.
+    asked: Mutex<HashMap<i64, oneshot::Sender<Value>>>,
+    /// Per session: the turns its prompts wait for.
+    sessions: Mutex<HashMap<String, Arc<Mutex<Turns>>>>,
+}
+
+/// Runs the face until the client closes stdin.
+pub(super) async fn serve_acp(client: Client, agent: Option<String>) -> Result<(), Failure> {
+    let (out, mut lines) = mpsc::unbounded_channel::<Value>();
+    let writer = tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(message) = lines.recv().await {
+            let mut line = message.to_string();
+            line.push('\n');
+            if stdout.write_all(line.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
+                return;
+            }
+        }
+    });
+    let face = Arc::new(Face {
+        api: tokio::sync::Mutex::new(Arc::clone(&client.client)),
+        shown: Shown::new(false),
+        client,
+        agent,
+        out,
+        next_id: AtomicI64::new(1),
+        asked: Mutex::new(HashMap::new()),
+        sessions: Mutex::new(HashMap::new()),
+    });
+    let mut input = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    loop {
+        let line = match input.next_line().await {
+            Ok(Some(line)) => line,
+            Ok(None) => break,
+            Err(err) => {
+                return Err(Failure {
+                    code: Exit::Error,
+                    line: format!("error: reading stdin: {err}"),
+                });
+            }
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let message: Value = match serde_json::from_str(&line) {
+            Ok(message) => message,
+            Err(err) => {
+                face.send(json!({"jsonrpc": "2.0", "id": null, "error": {
+                    "code": -32700, "message": format!("not JSON: {err}")}}));
+                continue;
+            }
+        };
+        face.receive(message);
+    }
+    // The client is gone: what runs on goes on in the daemon (that is the point).
+    writer.abort();
+    Ok(())
+}
+
+impl Face {
+    fn send(&self, message: Value) {
+        let _ = self.out.send(message);
+    }
+
+    fn notify(&self, method: &str, params: Value) {
+        self.send(json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    /// Sends a request to the ACP client and awaits its answer (`result` or `error`).
+    async fn ask(&self, method: &str, params: Value) -> Option<Value> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (reply, answer) = oneshot::channel();
+        self.asked.lock().expect("UNWRAP: never poisoned").insert(id, reply);
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        answer.await.ok()
+    }
+
+    /// One message from the client: a request (handled in a task of its own, so a long
+    /// prompt does not hold back a cancel), a notification, or an answer to our request.
+    fn receive(self: &Arc<Self>, message: Value) {
+        let method = message["method"].as_str().map(str::to_owned);
+        let id = message.get("id").cloned().filter(|id| !id.is_null());
+        match (method, id) {
+            (Some(method), Some(id)) => {
+                let face = Arc::clone(self);
+                tokio::spawn(async move {
+                    let params = message.get("params").cloned().unwrap_or(Value::Null);
+                    let answer = match face.handle(&method, params).await {
+                        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                        Err(failure) => json!({"jsonrpc": "2.0", "id": id, "error": {
+                            "code": failure.code, "message": failure.message}}),
+                    };
+                    face.send(answer);
+                });
+            }
+            (Some(method), None) => {
+                let face = Arc::clone(self);
+                tokio::spawn(async move {
+                    let params = message.get("params").cloned().unwrap_or(Value::Null);
+                    if method == "session/cancel"
+                        && let Some(session) = params["sessionId"].as_str()
+                    {
+                        if let Some(turns) = face.turns(session) {
+                            turns.lock().expect("UNWRAP: never poisoned").cancels += 1;
+                        }
+                        face.cancel(session).await;
+                    }
+                });
+            }
+            (None, Some(id)) => {
+                let waiting = id
+                    .as_i64()
+                    .and_then(|id| self.asked.lock().expect("UNWRAP: never poisoned").remove(&id));
+                if let Some(waiting) = waiting {
+                    let _ = waiting.send(message);
+                }
+            }
+            (None, None) => {}
+        }
+    }
+
+    /// The daemon's connection, opened again if the daemon restarted (within the reconnect
+    /// window).
+    async fn api(&self) -> Result<Arc<WsClient>, RpcFailure> {
+        let mut current = self.api.lock().await;
+        if !current.is_connected() {
+            *current = Arc::new(self.client.target.reopen(&self.shown).await?);
+        }
+        Ok(Arc::clone(&current))
+    }
+
+    /// A failed call as the client hears it.
+    fn failed(&self, err: jsonrpsee::core::ClientError) -> RpcFailure {
+        self.client.failure(err).into()
+    }
+
+    fn turns(&self, session: &str) -> Option<Arc<Mutex<Turns>>> {
+        self.sessions.lock().expect("UNWRAP: never poisoned").get(session).cloned()
+    }
+
+    async fn cancel(&self, session: &str) {
+        let cancelled = match self.api().await {
+            Ok(api) => api.session_cancel(session.to_owned()).await.map_err(|err| self.failed(err)),
+            Err(failure) => Err(failure),
+        };
+        if let Err(failure) = cancelled {
+            eprintln!("tether acp: cannot cancel the turn of {session}: {}", failure.message);
+        }
+    }
+
+    async fn handle(self: &Arc<Self>, method: &str, params: Value) -> Result<Value, RpcFailure> {
+        match method {
+            "initialize" => Ok(json!({
+                "protocolVersion": 1,
+                "agentCapabilities": {
+                    "loadSession": false,
+                    "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
+                },
+                "authMethods": [],
+                "agentInfo": {"name": "tether", "title": "Tether", "version": env!("CARGO_PKG_VERSION")},
+            })),
+            "session/new" => self.new_session(params).await,
+            "session/prompt" => self.prompt(params).await,
+            other => Err(RpcFailure {
+                code: METHOD_NOT_FOUND,
+                message: format!("{other} is not a method Tether's ACP face serves"),
+            }),
+        }
+    }
+
+    /// `session/new`: a task and a session of the profile on `cwd`, answered once its
+    /// agent is ready (or refused with why it could not start).
+    async fn new_session(self: &Arc<Self>, params: Value) -> Result<Value, RpcFailure> {
+        let cwd = params["cwd"]
+            .as_str()
+            .filter(|cwd| Path::new(cwd).is_absolute())
+            .ok_or_else(|| RpcFailure::params("session/new needs an absolute cwd"))?
+            .to_owned();
+        let profile = self.agent.clone().ok_or_else(|| {
+            RpcFailure::params(
+                "no agent profile: start the face with --agent PROFILE (`supervisor agents` lists them)",
+            )
+        })?;
+        let api = self.api().await?;
+        let folder = Path::new(&cwd)
+            .file_name()
+            .map_or(cwd.clone(), |name| name.to_string_lossy().into_owned());
+        let task = api
+            .task_create(format!("{profile} in {folder}"), None)
+            .await
+            .map_err(|err| self.failed(err))?;
+        let session = api
+            .session_create(task.id, profile, Some(cwd), None, None, Some(true), None, None, None)
+            .await
+            .map_err(|err| self.failed(err))?;
+        let turns = Arc::new(Mutex::new(Turns::default()));
+        self.sessions
+            .lock()
+            .expect("UNWRAP: never poisoned")
+            .insert(session.id.clone(), Arc::clone(&turns));
+        let (ready_tx, ready) = oneshot::channel();
+        let face = Arc::clone(self);
+        let id = session.id.clone();
+        tokio::spawn(async move { face.follow(id, turns, ready_tx).await });
+        match ready.await {
+            Ok(Ok(())) => Ok(json!({"sessionId": session.id})),
+            Ok(Err(failure)) => Err(failure),
+            Err(_) => Err(RpcFailure::internal("the session's event stream ended")),
+        }
+    }
+
+    /// `session/prompt`: the turn, answered with its stop reason.
+    async fn prompt(self: &Arc<Self>, params: Value) -> Result<Value, RpcFailure> {
+        let session = params["sessionId"]
+            .as_str()
+            .ok_or_else(|| RpcFailure::params("session/prompt needs a sessionId"))?
+            .to_owned();
+        let turns = self
+            .turns(&session)
+            .ok_or_else(|| RpcFailure::params(format!("no session {session} is open here")))?;
+        let text = prompt_text(&params["prompt"])?;
+        let cancels = turns.lock().expect("UNWRAP: never poisoned").cancels;
+        let started = self
+            .api()
+            .await?
+            .session_prompt(session.clone(), text)
+            .await
+            .map_err(|err| self.failed(err))?;
+        let (reply, end) = oneshot::channel();
+        let cancelled_meanwhile = {
+            let mut turns = turns.lock().expect("UNWRAP: never poisoned");
+            match turns.ended.remove(&started.turn_id) {
+                Some(ended) => return ended.map(|reason| json!({"stopReason": reason})),
+                None => turns.waiting.insert(started.turn_id, reply),
+            };
+            turns.cancels != cancels
+        };
+        if cancelled_meanwhile {
+            self.cancel(&session).await;
+        }
+        match end.await {
+            Ok(ended) => ended.map(|reason| json!({"stopReason": reason})),
+            Err(_) => Err(RpcFailure::internal("the session's event stream ended")),
+        }
+    }
+
+    /// Follows a session's events for as long as the face runs: readiness, updates,
+    /// questions and turn ends.
+    async fn follow(
+        self: Arc<Self>,
+        session: String,
+        turns: Arc<Mutex<Turns>>,
+        ready: oneshot::Sender<Result<(), RpcFailure>>,
+    ) {
+        let mut ready = Some(ready);
+        let shown = Shown::new(false);
+        let mut events = match Feed::open(&self.client, &session, Some(0), &shown).await {
+            Ok(events) => events,
+            Err(failure) => {
+                if let Some(ready) = ready.take() {
+                    let _ = ready.send(Err(failure.into()));
+                }
+                return;
+            }
+        };
+        events.follow_restarts();
+        loop {
+            let event = match events.next().await {
+                Ok(event) => event,
+                Err(failure) => {
+                    eprintln!("tether acp: {}", failure.line);
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(Err(failure.into()));
+                    }
+                    return;
+                }
+            };
+            shown.progress(&event);
+            let update = |update: Value| {
+                self.notify("session/update", json!({"sessionId": session, "update": update}))
+            };
+            match event.kind {
+                EventKind::State { state, error } => {
+                    let answer = match state {
+                        SessionState::WaitingForInput | SessionState::Running => Some(Ok(())),
+                        SessionState::Failed => Some(Err(RpcFailure::internal(format!(
+                            "the agent could not start: {}",
+                            error.unwrap_or_default()
+                        )))),
+                        _ => None,
+                    };
+                    if let Some(answer) = answer
+                        && let Some(waiting) = ready.take()
+                    {
+                        let _ = waiting.send(answer);
+                    }
+                }
+                EventKind::AgentMessageChunk { text } => update(json!({
+                    "sessionUpdate": "agent_message_chunk",
+                    "content": {"type": "text", "text": text},
+                })),
+                EventKind::AgentThoughtChunk { text } => update(json!({
+                    "sessionUpdate": "agent_thought_chunk",
+                    "content": {"type": "text", "text": text},
+                })),
+                EventKind::ToolCall { update: raw }
+                | EventKind::ToolCallUpdate { update: raw }
+                | EventKind::SessionUpdate { update: raw } => update(raw),
+                EventKind::PermissionRequest { request_id, mut params } => {
+                    params["sessionId"] = json!(session);
+                    let face = Arc::clone(&self);
+                    let session = session.clone();
+                    tokio::spawn(
+                        async move { face.ask_permission(session, request_id, params).await },
+                    );
+                }
+                EventKind::TurnEnded { turn_id, state, stop_reason, error } => {
+                    let ended = match state {
+                        TurnState::Completed => {
+                            Ok(stop_reason.unwrap_or_else(|| "end_turn".into()))
+                        }
+                        _ => Err(RpcFailure::internal(format!(
+                            "the turn {}: {}",
+                            state.as_str(),
+                            error.unwrap_or_default()
+                        ))),
+                    };
+                    let mut turns = turns.lock().expect("UNWRAP: never poisoned");
+                    match turns.waiting.remove(&turn_id) {
+                        Some(waiting) => {
+                            let _ = waiting.send(ended);
+                        }
+                        None => {
+                            turns.ended.insert(turn_id, ended);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The agent's question, asked of the client; its choice goes back through the daemon.
+    async fn ask_permission(&self, session: String, request_id: String, params: Value) {
+        let Some(answer) = self.ask("session/request_permission", params).await else { return };
+        let option = match &answer["result"]["outcome"] {
+            outcome if outcome["outcome"] == "selected" => {
+                outcome["optionId"].as_str().map(str::to_owned)
+            }
+            _ => None,
+        };
+        let answered = match self.api().await {
+            Ok(api) => api
+                .permission_respond(session.clone(), request_id, option)
+                .await
+                .map_err(|err| self.failed(err)),
+            Err(failure) => Err(failure),
+        };
+        if let Err(failure) = answered {
+            eprintln!(
+                "tether acp: cannot answer the permission request of {session}: {}",
+                failure.message
+            );
+        }
+    }
+}
+
+/// The text of a prompt's content blocks: text as is, resources by their text or link.
+fn prompt_text(blocks: &Value) -> Result<String, RpcFailure> {
+    let blocks = blocks.as_array().ok_or_else(|| RpcFailure::params("prompt must be an array"))?;
+    let mut parts = Vec::new();
+    for block in blocks {
+        match block["type"].as_str() {
+            Some("text") => parts.push(block["text"].as_str().unwrap_or_default().to_owned()),
+            Some("resource_link") => {
+                parts.push(block["uri"].as_str().unwrap_or_default().to_owned())
+            }
+            Some("resource") => {
+                let resource = &block["resource"];
+                match resource["text"].as_str() {
+                    Some(text) => parts.push(format!(
+                        "{}:\n{text}",
+                        resource["uri"].as_str().unwrap_or("resource")
+                    )),
+                    None => parts.push(resource["uri"].as_str().unwrap_or_default().to_owned()),
+                }
+            }
+            other => {
+                return Err(RpcFailure::params(format!(
+                    "a prompt block of type {} is not supported (text and resources are)",
+                    other.unwrap_or("?")
+                )));
+            }
+        }
+    }
+    if parts.iter().all(|part| part.trim().is_empty()) {
+        return Err(RpcFailure::params("the prompt is empty"));
+    }
+    Ok(parts.join("\n\n"))
+}

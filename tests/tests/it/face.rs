@@ -1,0 +1,216 @@
+//! `supervisor acp`, Tether's ACP face, driven by the official ACP client crate as any ACP
+//! client drives an agent: the turn, its updates, a permission answered through the
+//! daemon, and a cancel.
+
+use std::sync::Arc;
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::{
+    CancelNotification, ContentBlock, InitializeRequest, NewSessionRequest, PermissionOptionKind,
+    PromptRequest, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
+    SelectedPermissionOutcome, SessionNotification, SessionUpdate, StopReason, TextContent,
+};
+use agent_client_protocol::{AcpAgent, Agent};
+use protocol::api::{EventKind, TurnState};
+use tether_tests::daemon::{Daemon, until};
+use tether_tests::{within, workspace_bin};
+use tokio::sync::watch;
+
+/// What the client saw: `agent: …` chunks, `tool: …` calls, `permission: …` questions.
+type Seen = watch::Sender<Vec<String>>;
+
+async fn through_the_face(
+    url: &str,
+    seen: Arc<Seen>,
+    body: impl AsyncFnOnce(ConnectionTo<Agent>) -> Result<(), agent_client_protocol::Error>,
+) -> Result<(), agent_client_protocol::Error> {
+    let face = AcpAgent::from_args([
+        workspace_bin("supervisor").to_str().unwrap(),
+        "--url",
+        url,
+        "acp",
+        "--agent",
+        "mock",
+    ])?;
+    let asked = Arc::clone(&seen);
+    agent_client_protocol::Client
+        .v1()
+        .name("face-test")
+        .on_receive_notification(
+            async move |notification: SessionNotification, _cx| {
+                let line = match notification.update {
+                    SessionUpdate::AgentMessageChunk(chunk) => match chunk.content {
+                        ContentBlock::Text(text) => Some(format!("agent: {}", text.text)),
+                        _ => None,
+                    },
+                    SessionUpdate::ToolCall(call) => Some(format!("tool: {}", call.title)),
+                    _ => None,
+                };
+                if let Some(line) = line {
+                    seen.send_modify(|all| all.push(line));
+                }
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .on_receive_request(
+            async move |request: RequestPermissionRequest, responder, _cx| {
+                let allow = request
+                    .options
+                    .iter()
+                    .find(|option| option.kind == PermissionOptionKind::AllowOnce)
+                    .expect("the agent offers allow_once");
+                asked.send_modify(|all| {
+                    all.push(format!("permission: {}", request.session_id.0));
+                });
+                responder.respond(RequestPermissionResponse::new(
+                    RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(
+                        allow.option_id.clone(),
+                    )),
+                ))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .connect_with(face, body)
+        .await
+}
+
+fn text(text: &str) -> Vec<ContentBlock> {
+    vec![ContentBlock::Text(TextContent::new(text))]
+}
+
+#[tokio::test]
+async fn r33_an_acp_client_runs_a_turn_with_a_permission_and_a_cancel_through_the_face() {
+    let daemon = Daemon::start(&[]).await;
+    let workspace = daemon.workspace("face");
+    let seen = Arc::new(watch::channel(Vec::new()).0);
+    let mut seen_rx = seen.subscribe();
+    let (session_tx, session_rx) = tokio::sync::oneshot::channel();
+    within(
+        "the ACP client's session through the face",
+        through_the_face(&daemon.url, Arc::clone(&seen), async move |cx: ConnectionTo<Agent>| {
+            let init =
+                cx.send_request(InitializeRequest::new(ProtocolVersion::V1)).block_task().await?;
+            assert_eq!(init.agent_info.as_ref().map(|info| info.name.as_str()), Some("tether"));
+            let session = cx.send_request(NewSessionRequest::new(workspace)).block_task().await?;
+            let id = session.session_id.clone();
+            let answer = cx
+                .send_request(PromptRequest::new(id.clone(), text("/permission\nhello face")))
+                .block_task()
+                .await?;
+            assert_eq!(answer.stop_reason, StopReason::EndTurn);
+            // A slow turn, cancelled once it has begun to answer.
+            let slow = cx.send_request(PromptRequest::new(
+                id.clone(),
+                text("/tool\n/sleep 60000\nnever said"),
+            ));
+            let (answer, cancelled) = tokio::join!(slow.block_task(), async {
+                seen_rx
+                    .wait_for(|seen| seen.iter().filter(|l| l.starts_with("tool: ")).count() == 2)
+                    .await
+                    .expect("the client is alive");
+                cx.send_notification(CancelNotification::new(id.clone()))
+            });
+            cancelled?;
+            assert_eq!(answer?.stop_reason, StopReason::Cancelled);
+            let _ = session_tx.send(id.0.to_string());
+            Ok(())
+        }),
+    )
+    .await
+    .expect("the client's session runs to completion");
+    let session = session_rx.await.expect("the session id was sent");
+    let seen = seen.borrow().clone();
+    assert!(seen.contains(&format!("permission: {session}")), "{seen:?}");
+    assert!(seen.iter().any(|line| line.starts_with("tool: ")), "{seen:?}");
+    assert!(seen.iter().any(|line| line.contains("hello face")), "{seen:?}");
+    assert!(!seen.iter().any(|line| line.contains("never said")), "{seen:?}");
+
+    // The session is Tether's: the same one over its own API, the permission answered
+    // through the daemon with the client's choice, both turns ended as the client heard.
+    let api = daemon.api().await;
+    let mut ends_seen = 0;
+    let events = until(&mut api.subscribe(&session, 0).await, |event| {
+        ends_seen += usize::from(matches!(event.kind, EventKind::TurnEnded { .. }));
+        ends_seen == 2
+    })
+    .await;
+    let resolved = events
+        .iter()
+        .find_map(|event| match &event.kind {
+            EventKind::PermissionResolved { outcome, .. } => Some(outcome.clone()),
+            _ => None,
+        })
+        .expect("the permission was resolved");
+    assert_eq!(resolved["outcome"], "selected", "{resolved}");
+    let ends: Vec<(TurnState, Option<String>)> = events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::TurnEnded { state, stop_reason, .. } => Some((*state, stop_reason.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            (TurnState::Completed, Some("end_turn".to_owned())),
+            (TurnState::Completed, Some("cancelled".to_owned()))
+        ]
+    );
+}
+
+#[tokio::test]
+async fn r33_a_daemon_killed_mid_turn_is_invisible_to_the_acp_client() {
+    // A fixed port, so the restarted daemon is where the face left it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut daemon = Daemon::start(&["--listen", &listen]).await;
+    let url = daemon.url.clone();
+    let workspace = daemon.workspace("face-restart");
+    let seen = Arc::new(watch::channel(Vec::new()).0);
+    let mut seen_rx = seen.subscribe();
+    let restarted = &mut daemon;
+    within(
+        "the ACP client's turn across a daemon restart",
+        through_the_face(&url, Arc::clone(&seen), async move |cx: ConnectionTo<Agent>| {
+            cx.send_request(InitializeRequest::new(ProtocolVersion::V1)).block_task().await?;
+            let session = cx.send_request(NewSessionRequest::new(workspace)).block_task().await?;
+            let id = session.session_id.clone();
+            let turn = cx.send_request(PromptRequest::new(
+                id.clone(),
+                text("/tool\n/sleep 1500\n/stream 6\nsaid after the restart"),
+            ));
+            let (answer, ()) = tokio::join!(turn.block_task(), async {
+                seen_rx
+                    .wait_for(|seen| seen.iter().any(|line| line.starts_with("tool: ")))
+                    .await
+                    .expect("the client is alive");
+                restarted.kill().await;
+                restarted.restart().await;
+            });
+            assert_eq!(answer?.stop_reason, StopReason::EndTurn);
+            // The session goes on after the restart as before it.
+            let again = cx
+                .send_request(PromptRequest::new(id.clone(), text("and once more")))
+                .block_task()
+                .await?;
+            assert_eq!(again.stop_reason, StopReason::EndTurn);
+            Ok(())
+        }),
+    )
+    .await
+    .expect("the client's session runs to completion");
+    let seen = seen.borrow().clone();
+    let tools = seen.iter().filter(|line| line.starts_with("tool: ")).count();
+    assert_eq!(tools, 1, "each update once: {seen:?}");
+    // The streamed reply arrives whole and once: its chunks, joined, are the reply.
+    let reply: String =
+        seen.iter().filter_map(|line| line.strip_prefix("agent: ")).collect::<Vec<_>>().concat();
+    assert_eq!(
+        reply.matches("you said: said after the restart").count(),
+        1,
+        "the reply once, whole: {reply:?}"
+    );
+    assert_eq!(reply.matches("you said: and once more").count(), 1, "{reply:?}");
+}
