@@ -63,6 +63,8 @@ struct Turns {
     /// `session/cancel`s received: a prompt whose turn started after one arrived is
     /// cancelled then (the cancel reached the daemon before the turn did).
     cancels: u64,
+    /// Ends the session's follower (`session/close`).
+    stop: tokio_util::sync::CancellationToken,
 }
 
 /// The face: the daemon's client, the client's stdout, and the requests in flight.
@@ -211,6 +213,28 @@ impl Face {
         self.client.failure(err).into()
     }
 
+    /// Follows `session` from after `after` for this client (`ready` hears when its agent
+    /// is ready, or could not start).
+    fn open(
+        self: &Arc<Self>,
+        session: &str,
+        after: u64,
+        ready: Option<oneshot::Sender<Result<(), RpcFailure>>>,
+    ) {
+        let turns = Arc::new(Mutex::new(Turns::default()));
+        let replaced = self
+            .sessions
+            .lock()
+            .expect("UNWRAP: never poisoned")
+            .insert(session.to_owned(), Arc::clone(&turns));
+        if let Some(replaced) = replaced {
+            replaced.lock().expect("UNWRAP: never poisoned").stop.cancel();
+        }
+        let face = Arc::clone(self);
+        let session = session.to_owned();
+        tokio::spawn(async move { face.follow(session, turns, after, ready).await });
+    }
+
     fn turns(&self, session: &str) -> Option<Arc<Mutex<Turns>>> {
         self.sessions.lock().expect("UNWRAP: never poisoned").get(session).cloned()
     }
@@ -230,7 +254,8 @@ impl Face {
             "initialize" => Ok(json!({
                 "protocolVersion": 1,
                 "agentCapabilities": {
-                    "loadSession": false,
+                    "loadSession": true,
+                    "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
                     "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
                 },
                 "authMethods": [],
@@ -238,6 +263,10 @@ impl Face {
             })),
             "session/new" => self.new_session(params).await,
             "session/prompt" => self.prompt(params).await,
+            "session/list" => self.list(params).await,
+            "session/load" => self.load(params, true).await,
+            "session/resume" => self.load(params, false).await,
+            "session/close" => self.close(params).await,
             other => Err(RpcFailure {
                 code: METHOD_NOT_FOUND,
                 message: format!("{other} is not a method Tether's ACP face serves"),
@@ -270,19 +299,105 @@ impl Face {
             .session_create(task.id, profile, Some(cwd), None, None, Some(true), None, None, None)
             .await
             .map_err(|err| self.failed(err))?;
-        let turns = Arc::new(Mutex::new(Turns::default()));
-        self.sessions
-            .lock()
-            .expect("UNWRAP: never poisoned")
-            .insert(session.id.clone(), Arc::clone(&turns));
         let (ready_tx, ready) = oneshot::channel();
-        let face = Arc::clone(self);
-        let id = session.id.clone();
-        tokio::spawn(async move { face.follow(id, turns, ready_tx).await });
+        self.open(&session.id, 0, Some(ready_tx));
         match ready.await {
             Ok(Ok(())) => Ok(json!({"sessionId": session.id})),
             Ok(Err(failure)) => Err(failure),
             Err(_) => Err(RpcFailure::internal("the session's event stream ended")),
+        }
+    }
+
+    /// `session/list`: Tether's sessions (of `cwd`, when given) that can go on, newest
+    /// first; each titled by its task.
+    async fn list(&self, params: Value) -> Result<Value, RpcFailure> {
+        let cwd = params["cwd"].as_str();
+        let api = self.api().await?;
+        let mut sessions = api.session_list(None, None, None).await.map_err(|e| self.failed(e))?;
+        sessions.retain(|session| {
+            !session.state.is_terminal() && cwd.is_none_or(|cwd| session.workspace_path == cwd)
+        });
+        sessions.sort_by_key(|session| std::cmp::Reverse(session.updated_at));
+        let tasks: HashMap<String, String> = api
+            .task_list()
+            .await
+            .map_err(|e| self.failed(e))?
+            .into_iter()
+            .map(|task| (task.id, task.title))
+            .collect();
+        let listed: Vec<Value> = sessions
+            .into_iter()
+            .map(|session| {
+                let title = tasks.get(&session.task_id).cloned().unwrap_or_default();
+                json!({
+                    "sessionId": session.id,
+                    "cwd": session.workspace_path,
+                    "title": format!("{title} ({}, {})", session.agent_profile_id, session.state),
+                    "updatedAt": rfc3339(session.updated_at),
+                })
+            })
+            .collect();
+        Ok(json!({"sessions": listed}))
+    }
+
+    /// `session/load` (`replay`: the conversation is sent first, as `session/update`s, from
+    /// Tether's own history) and `session/resume`: the session is followed from now on;
+    /// its agent is brought back by the next prompt, natively where it can restore.
+    async fn load(self: &Arc<Self>, params: Value, replay: bool) -> Result<Value, RpcFailure> {
+        let session = params["sessionId"]
+            .as_str()
+            .ok_or_else(|| RpcFailure::params("a sessionId is needed"))?
+            .to_owned();
+        let api = self.api().await?;
+        let status = api.session_status(session.clone()).await.map_err(|e| self.failed(e))?;
+        if status.state.is_terminal() {
+            return Err(RpcFailure::params(format!(
+                "session {session} has ended ({}); start a new one",
+                status.state
+            )));
+        }
+        if replay {
+            let mut after = 0;
+            loop {
+                let page = api
+                    .session_history(session.clone(), Some(after), None)
+                    .await
+                    .map_err(|e| self.failed(e))?;
+                let Some(last) = page.last() else { break };
+                after = last.seq;
+                for entry in &page {
+                    if let Some(update) = history_update(entry) {
+                        self.notify(
+                            "session/update",
+                            json!({"sessionId": session, "update": update}),
+                        );
+                    }
+                }
+            }
+        }
+        self.open(&session, status.last_event_seq, None);
+        Ok(json!({}))
+    }
+
+    /// `session/close`: its turn is cancelled and its agent let go (the session is paused,
+    /// not ended: it can be loaded again).
+    async fn close(&self, params: Value) -> Result<Value, RpcFailure> {
+        let session = params["sessionId"]
+            .as_str()
+            .ok_or_else(|| RpcFailure::params("a sessionId is needed"))?
+            .to_owned();
+        let turns = self.sessions.lock().expect("UNWRAP: never poisoned").remove(&session);
+        let Some(turns) = turns else {
+            return Err(RpcFailure::params(format!("no session {session} is open here")));
+        };
+        turns.lock().expect("UNWRAP: never poisoned").stop.cancel();
+        let api = self.api().await?;
+        let reason = Some("closed by the ACP client".to_owned());
+        match api.session_pause(session.clone(), reason, Some(0)).await {
+            Ok(_) => Ok(json!({})),
+            // Already at rest (paused, or its agent gone): nothing holds resources.
+            Err(err) if kind_of(&err) == Some(ErrorKind::InvalidState) => Ok(json!({})),
+            Err(err) => Err(self.failed(err)),
         }
     }
 
@@ -327,22 +442,35 @@ impl Face {
         self: Arc<Self>,
         session: String,
         turns: Arc<Mutex<Turns>>,
-        ready: oneshot::Sender<Result<(), RpcFailure>>,
+        after: u64,
+        mut ready: Option<oneshot::Sender<Result<(), RpcFailure>>>,
     ) {
-        let mut ready = Some(ready);
+        let stop = turns.lock().expect("UNWRAP: never poisoned").stop.clone();
         let shown = Shown::new(false);
-        let mut events = match Feed::open(&self.client, &session, Some(0), &shown).await {
+        let opened = match self.api().await {
+            Ok(api) => {
+                let client = Client { target: self.client.target.clone(), client: api };
+                Feed::open(&client, &session, Some(after), &shown).await.map_err(RpcFailure::from)
+            }
+            Err(failure) => Err(failure),
+        };
+        let mut events = match opened {
             Ok(events) => events,
             Err(failure) => {
+                eprintln!("tether acp: cannot follow session {session}: {}", failure.message);
                 if let Some(ready) = ready.take() {
-                    let _ = ready.send(Err(failure.into()));
+                    let _ = ready.send(Err(failure));
                 }
                 return;
             }
         };
         events.follow_restarts();
         loop {
-            let event = match events.next().await {
+            let next = tokio::select! {
+                () = stop.cancelled() => return,
+                next = events.next() => next,
+            };
+            let event = match next {
                 Ok(event) => event,
                 Err(failure) => {
                     eprintln!("tether acp: {}", failure.line);
@@ -474,4 +602,52 @@ fn prompt_text(blocks: &Value) -> Result<String, RpcFailure> {
         return Err(RpcFailure::params("the prompt is empty"));
     }
     Ok(parts.join("\n\n"))
+}
+
+/// A history entry as the `session/update` a load replays.
+fn history_update(entry: &protocol::api::HistoryEntry) -> Option<Value> {
+    let text = |kind: &str| json!({"sessionUpdate": kind, "content": {"type": "text", "text": entry.content}});
+    match entry.role.as_str() {
+        "user" => Some(text("user_message_chunk")),
+        "assistant" => Some(text("agent_message_chunk")),
+        "tool" => Some(json!({
+            "sessionUpdate": "tool_call",
+            "toolCallId": entry.tool_call_id.clone().unwrap_or_else(|| format!("history-{}", entry.seq)),
+            "title": entry.tool_name.clone().unwrap_or_else(|| entry.content.clone()),
+            "status": entry.tool_status.clone().unwrap_or_else(|| "completed".into()),
+        })),
+        _ => None,
+    }
+}
+
+/// Unix ms as RFC 3339 (UTC).
+fn rfc3339(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// The kind a daemon's error names.
+fn kind_of(err: &jsonrpsee::core::ClientError) -> Option<ErrorKind> {
+    match err {
+        jsonrpsee::core::ClientError::Call(object) => {
+            protocol::errors::ErrorData::of(object).map(|data| data.kind)
+        }
+        _ => None,
+    }
 }

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ContentBlock, InitializeRequest, NewSessionRequest, PermissionOptionKind,
-    PromptRequest, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
+    CancelNotification, CloseSessionRequest, ContentBlock, InitializeRequest, ListSessionsRequest,
+    LoadSessionRequest, NewSessionRequest, PermissionOptionKind, PromptRequest,
+    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
     SelectedPermissionOutcome, SessionNotification, SessionUpdate, StopReason, TextContent,
 };
 use agent_client_protocol::{AcpAgent, Agent};
@@ -40,6 +41,10 @@ async fn through_the_face(
         .on_receive_notification(
             async move |notification: SessionNotification, _cx| {
                 let line = match notification.update {
+                    SessionUpdate::UserMessageChunk(chunk) => match chunk.content {
+                        ContentBlock::Text(text) => Some(format!("user: {}", text.text)),
+                        _ => None,
+                    },
                     SessionUpdate::AgentMessageChunk(chunk) => match chunk.content {
                         ContentBlock::Text(text) => Some(format!("agent: {}", text.text)),
                         _ => None,
@@ -213,4 +218,80 @@ async fn r33_a_daemon_killed_mid_turn_is_invisible_to_the_acp_client() {
         "the reply once, whole: {reply:?}"
     );
     assert_eq!(reply.matches("you said: and once more").count(), 1, "{reply:?}");
+}
+
+#[tokio::test]
+async fn r33_a_new_client_lists_loads_and_continues_a_session_an_earlier_one_opened() {
+    let daemon = Daemon::start(&[]).await;
+    let workspace = daemon.workspace("face-load");
+    let (session_tx, session_rx) = tokio::sync::oneshot::channel();
+    let first = workspace.clone();
+    within(
+        "the first client",
+        through_the_face(&daemon.url, Arc::new(watch::channel(Vec::new()).0), async move |cx| {
+            cx.send_request(InitializeRequest::new(ProtocolVersion::V1)).block_task().await?;
+            let session = cx.send_request(NewSessionRequest::new(first)).block_task().await?;
+            cx.send_request(PromptRequest::new(
+                session.session_id.clone(),
+                text("the secret is 42"),
+            ))
+            .block_task()
+            .await?;
+            let _ = session_tx.send(session.session_id);
+            Ok(())
+        }),
+    )
+    .await
+    .expect("the first client runs to completion");
+    let id = session_rx.await.expect("the session id was sent");
+    // Another session elsewhere is not listed for this workspace.
+    let api = daemon.api().await;
+    api.ready_session("mock", &daemon.workspace("elsewhere")).await;
+
+    let seen = Arc::new(watch::channel(Vec::new()).0);
+    let listed_id = id.clone();
+    within(
+        "the second client",
+        through_the_face(&daemon.url, Arc::clone(&seen), async move |cx| {
+            let init =
+                cx.send_request(InitializeRequest::new(ProtocolVersion::V1)).block_task().await?;
+            assert!(init.agent_capabilities.load_session);
+            let caps = &init.agent_capabilities.session_capabilities;
+            assert!(caps.list.is_some() && caps.resume.is_some() && caps.close.is_some());
+            let listed = cx
+                .send_request(ListSessionsRequest::new().cwd(workspace.clone()))
+                .block_task()
+                .await?;
+            let ids: Vec<_> = listed.sessions.iter().map(|info| info.session_id.clone()).collect();
+            assert_eq!(ids, std::slice::from_ref(&listed_id), "{listed:?}");
+            assert!(listed.sessions[0].updated_at.is_some());
+            cx.send_request(LoadSessionRequest::new(listed_id.clone(), workspace))
+                .block_task()
+                .await?;
+            let answer = cx
+                .send_request(PromptRequest::new(listed_id.clone(), text("/recall")))
+                .block_task()
+                .await?;
+            assert_eq!(answer.stop_reason, StopReason::EndTurn);
+            cx.send_request(CloseSessionRequest::new(listed_id)).block_task().await?;
+            Ok(())
+        }),
+    )
+    .await
+    .expect("the second client runs to completion");
+    let seen = seen.borrow().clone();
+    // The load replayed the conversation from Tether's history, then the agent (brought back
+    // by the prompt) still knew it.
+    assert_eq!(seen[0], "user: the secret is 42", "{seen:?}");
+    assert!(seen[1].starts_with("agent: mock-agent: remembered 0 earlier messages"), "{seen:?}");
+    assert!(
+        seen[2..]
+            .iter()
+            .any(|line| line.starts_with("agent: ") && line.contains("the secret is 42")),
+        "{seen:?}"
+    );
+    // Closed: the agent is let go, the session kept (paused), not ended.
+    let status = api.status(id.0.as_ref()).await;
+    assert_eq!(status.state, protocol::api::SessionState::Paused, "{status:?}");
+    assert!(!status.is_agent_running);
 }
