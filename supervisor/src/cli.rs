@@ -615,7 +615,18 @@ async fn dispatch(cli: Cli, self_command: Vec<OsString>) -> Result<(), Failure> 
         )
     };
     let url = cli.url.unwrap_or_else(|| format!("ws://{DEFAULT_LISTEN}"));
-    let client = Client::connect(Target { url, token: cli.token }).await?;
+    let target = Target { url, token: cli.token };
+    let client = match Client::connect(target.clone()).await {
+        // An editor starts the face as it would any agent: with no daemon on this machine's
+        // address, the face starts one, detached, so sessions outlive the editor.
+        Err(failure)
+            if failure.code == Exit::NotRunning && matches!(cli.command, Command::Acp { .. }) =>
+        {
+            face::start_daemon(&target.url, &self_command).await?;
+            Client::connect(target).await?
+        }
+        connected => connected?,
+    };
     client.run(cli.command).await
 }
 

@@ -12,6 +12,8 @@
 //!   the client, and its answer back through the daemon (which keeps the question across
 //!   a restart).
 //! - A daemon that restarts is followed: the stream resubscribes after its last event.
+//! - With no daemon at a loopback address, the face starts one there (`start_daemon`),
+//!   detached, its log in the data directory's `daemon.log`.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -651,3 +653,71 @@ fn kind_of(err: &jsonrpsee::core::ClientError) -> Option<ErrorKind> {
         _ => None,
     }
 }
+
+/// Starts `supervisor serve` on `url`'s loopback address, detached from the face (its own
+/// process group; it outlives the face and the editor), its output appended to
+/// `daemon.log` in the data directory; returns once it serves.
+pub(super) async fn start_daemon(url: &str, self_command: &[OsString]) -> Result<(), Failure> {
+    let not_running = |why: String| Failure { code: Exit::NotRunning, line: why };
+    let addr = url
+        .strip_prefix("ws://")
+        .map(|rest| rest.trim_end_matches('/'))
+        .and_then(|addr| addr.parse::<SocketAddr>().ok())
+        .filter(|addr| addr.ip().is_loopback())
+        .ok_or_else(|| {
+            not_running(format!(
+                "server not running at {url}; start it there with `supervisor serve` (the ACP face starts one by itself only on a loopback ws:// address)"
+            ))
+        })?;
+    let root = Home::default_root().ok_or_else(|| {
+        not_running(
+            "server not running, and no data directory to start one in (set TETHER_HOME)".into(),
+        )
+    })?;
+    std::fs::create_dir_all(&root).map_err(|err| {
+        not_running(format!("cannot make the data directory {}: {err}", root.display()))
+    })?;
+    let log_path = root.join("daemon.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|err| not_running(format!("cannot open {}: {err}", log_path.display())))?;
+    let (program, args) = self_command.split_first().ok_or_else(|| {
+        not_running("server not running, and this program cannot name itself to start one".into())
+    })?;
+    eprintln!("tether acp: no daemon at {url}; starting one (log: {})", log_path.display());
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .args(["serve", "--listen", &addr.to_string()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .map_err(|err| not_running(format!("cannot start the daemon: {err}")))?;
+    let stdout = child.stdout.take().expect("UNWRAP: piped");
+    let mut line = String::new();
+    let mut stdout = tokio::io::BufReader::new(stdout);
+    // Its first line says it serves; an end of output first means it exited.
+    let read = tokio::time::timeout(DAEMON_START, stdout.read_line(&mut line)).await;
+    match read {
+        Ok(Ok(n)) if n > 0 => {
+            eprintln!("tether acp: {}", line.trim_end());
+            Ok(())
+        }
+        Ok(_) => Err(not_running(format!(
+            "the daemon it started at {url} exited; see {}",
+            log_path.display()
+        ))),
+        Err(_) => Err(not_running(format!(
+            "the daemon it started at {url} did not serve within {} s; see {}",
+            DAEMON_START.as_secs(),
+            log_path.display()
+        ))),
+    }
+}
+
+/// How long a daemon the face starts may take to serve (it recovers what a previous one
+/// left first).
+const DAEMON_START: Duration = Duration::from_secs(60);

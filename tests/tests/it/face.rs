@@ -12,7 +12,7 @@ use agent_client_protocol::v1::schema::{
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
     SelectedPermissionOutcome, SessionNotification, SessionUpdate, StopReason, TextContent,
 };
-use agent_client_protocol::{AcpAgent, Agent};
+use agent_client_protocol::{AcpAgent, AcpAgentConfig, Agent};
 use protocol::api::{EventKind, TurnState};
 use tether_tests::daemon::{Daemon, until};
 use tether_tests::{within, workspace_bin};
@@ -294,4 +294,77 @@ async fn r33_a_new_client_lists_loads_and_continues_a_session_an_earlier_one_ope
     let status = api.status(id.0.as_ref()).await;
     assert_eq!(status.state, protocol::api::SessionState::Paused, "{status:?}");
     assert!(!status.is_agent_running);
+}
+
+/// What a daemon the face started leaves to clean up: it, its sidecars and agents, and its
+/// cgroups (also when an assertion fails).
+struct Started {
+    root: tempfile::TempDir,
+    listen: String,
+    install_id: String,
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let daemons = Daemon::processes_mentioning(std::path::Path::new(&self.listen));
+        let others = Daemon::processes_mentioning(self.root.path());
+        for pid in daemons.into_iter().chain(others) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        supervisor::runtime::cgroup::discard(&self.install_id);
+    }
+}
+
+#[tokio::test]
+async fn r33_the_face_starts_a_daemon_when_none_runs_and_the_session_outlives_the_client() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("tether");
+    std::fs::create_dir_all(&data).unwrap();
+    let install_id = uuid::Uuid::new_v4().to_string();
+    std::fs::write(data.join("install_id"), &install_id).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let url = format!("ws://{listen}");
+    let workspace = root.path().join("project");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let started = Started { root, listen, install_id };
+    let face = AcpAgent::new(
+        AcpAgentConfig::new(workspace_bin("supervisor"))
+            .args(["--url", url.as_str(), "acp", "--agent", "mock"])
+            .env("TETHER_HOME", data.to_str().unwrap())
+            .env("HOME", started.root.path().to_str().unwrap()),
+    );
+    let (session_tx, session_rx) = tokio::sync::oneshot::channel();
+    let cwd = workspace.clone();
+    within(
+        "a client of a face with no daemon yet",
+        agent_client_protocol::Client.v1().name("face-test").connect_with(
+            face,
+            async move |cx: ConnectionTo<Agent>| {
+                cx.send_request(InitializeRequest::new(ProtocolVersion::V1)).block_task().await?;
+                let session = cx.send_request(NewSessionRequest::new(cwd)).block_task().await?;
+                let answer = cx
+                    .send_request(PromptRequest::new(session.session_id.clone(), text("hello")))
+                    .block_task()
+                    .await?;
+                assert_eq!(answer.stop_reason, StopReason::EndTurn);
+                let _ = session_tx.send(session.session_id.0.to_string());
+                Ok(())
+            },
+        ),
+    )
+    .await
+    .expect("the client's session runs to completion");
+    let session = session_rx.await.expect("the session id was sent");
+    // The client and its face are gone; the daemon it started still runs, with the
+    // session (its log in the data directory).
+    let api = tether_tests::daemon::Api::connect(&url, &[]).await.expect("the daemon runs");
+    let status = api.status(&session).await;
+    assert_eq!(status.state, protocol::api::SessionState::WaitingForInput, "{status:?}");
+    let log = std::fs::read_to_string(data.join("daemon.log")).unwrap_or_default();
+    assert!(!log.contains("ERROR"), "{log}");
+    drop(started);
 }
