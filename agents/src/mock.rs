@@ -473,6 +473,7 @@ impl Agent {
                 session_id: format!("mock-{}", uuid::Uuid::new_v4()),
                 cwd: request.cwd,
                 messages: Vec::new(),
+                mcp_servers: self::store::mcp_names(&request.mcp_servers),
             },
         };
         self.store.save(&stored).map_err(RpcError::internal)?;

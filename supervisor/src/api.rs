@@ -117,8 +117,10 @@ impl ApiServer for Methods {
         worktree: Option<bool>,
         base: Option<String>,
         labels: Option<std::collections::BTreeMap<String, String>>,
+        mcp_servers: Option<Vec<serde_json::Value>>,
     ) -> RpcResult<SessionSummary> {
         let new = NewSession {
+            mcp_servers: mcp_servers.unwrap_or_default(),
             task_id,
             agent_profile_id,
             workspace_path,

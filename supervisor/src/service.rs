@@ -83,6 +83,8 @@ pub struct NewSession {
     /// The workflow step it runs, `(workflow, step)`: the step starts in the write that
     /// stores the session, and only if it is still pending.
     pub workflow_step: Option<(String, String)>,
+    /// The MCP servers its agent is given (ACP `McpServer` objects).
+    pub mcp_servers: Vec<serde_json::Value>,
 }
 
 /// Errors of the operations, each with the `data.kind` the API reports.

@@ -431,6 +431,9 @@ pub struct SessionRow {
     /// Labels the place it runs on must carry, as asked at create (placement).
     #[serde(default)]
     pub runtime_labels: std::collections::BTreeMap<String, String>,
+    /// The MCP servers its agent is given (ACP `McpServer` objects), as asked at create.
+    #[serde(default)]
+    pub mcp_servers: Vec<serde_json::Value>,
 }
 
 #[cfg(test)]
@@ -460,6 +463,7 @@ impl Store {
             worktree_repo: None,
             worktree_branch: None,
             runtime_labels: Default::default(),
+            mcp_servers: Vec::new(),
         };
         self.create_session(row).await.unwrap()
     }
@@ -523,7 +527,7 @@ impl ExecutorRow {
     }
 }
 
-const SESSION_COLUMNS: &str = "id, task_id, agent_profile_id, profile_snapshot, runtime, state, workspace_path, error_message, created_at, updated_at, initial_prompt, worktree_repo, worktree_branch, runtime_labels";
+const SESSION_COLUMNS: &str = "id, task_id, agent_profile_id, profile_snapshot, runtime, state, workspace_path, error_message, created_at, updated_at, initial_prompt, worktree_repo, worktree_branch, runtime_labels, mcp_servers";
 
 const EXECUTOR_COLUMNS: &str = "session_id, execution_id, generation, runtime, status, resume_token, agentctl_port, \
      agentctl_pid, agentctl_start_time, boot_id, agentctl_token, acked_seq, resume_context_pending, acp_session_id, \

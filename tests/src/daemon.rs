@@ -825,6 +825,8 @@ pub struct Create {
     pub base: Option<String>,
     /// `labels`.
     pub labels: Option<std::collections::BTreeMap<String, String>>,
+    /// `mcp_servers`.
+    pub mcp_servers: Option<Vec<serde_json::Value>>,
 }
 
 impl Create {
@@ -855,6 +857,7 @@ impl Create {
             self.worktree,
             self.base,
             self.labels,
+            self.mcp_servers,
         )
     }
 }

@@ -35,6 +35,18 @@ pub struct StoredSession {
     pub cwd: PathBuf,
     /// The conversation so far.
     pub messages: Vec<StoredMessage>,
+    /// The names of the MCP servers the client gave it at `session/new`.
+    #[serde(default)]
+    pub mcp_servers: Vec<String>,
+}
+
+/// The names of an ACP request's `mcpServers`.
+pub fn mcp_names<T: Serialize>(servers: &[T]) -> Vec<String> {
+    servers
+        .iter()
+        .filter_map(|server| serde_json::to_value(server).ok())
+        .filter_map(|server| server["name"].as_str().map(str::to_owned))
+        .collect()
 }
 
 /// Where sessions live. `None` keeps them in memory only.
@@ -104,6 +116,7 @@ mod tests {
             session_id: "s-1".into(),
             cwd: "/w".into(),
             messages: vec![StoredMessage { role: Role::User, text: "hi".into() }],
+            mcp_servers: vec!["files".into()],
         };
         store.save(&session).unwrap();
         assert_eq!(Store::new(Some(dir.path().to_owned())).load("s-1").unwrap(), Some(session));

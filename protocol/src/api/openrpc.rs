@@ -357,6 +357,7 @@ mod tests {
                 Some(true),
                 Some("main".into()),
                 Some([("zone".to_owned(), "b".to_owned())].into()),
+                None,
             )
             .await;
         let _ =
@@ -510,6 +511,7 @@ mod tests {
             _: Option<bool>,
             _: Option<String>,
             _: Option<std::collections::BTreeMap<String, String>>,
+            _: Option<Vec<serde_json::Value>>,
         ) -> jsonrpsee::core::RpcResult<SessionSummary> {
             never()
         }

@@ -157,13 +157,27 @@ pub struct SessionCreate {
     /// Docker engine's `labels`); at most 32, each key and value at most 256 bytes.
     #[serde(default)]
     pub labels: Option<std::collections::BTreeMap<String, String>>,
+    /// MCP servers for its agent, ACP `McpServer` objects (stdio, http or sse), given at
+    /// every `session/new`, `session/load` and `session/resume`; at most 32.
+    #[serde(default)]
+    pub mcp_servers: Option<Vec<serde_json::Value>>,
 }
 
 /// How many placement labels a session may ask for.
 pub const MAX_LABELS: usize = 32;
 
+/// How many MCP servers a session may be given.
+pub const MAX_MCP_SERVERS: usize = 32;
+
 impl Checked for SessionCreate {
     fn limits(&self) -> Result<(), ParamError> {
+        if self.mcp_servers.as_ref().is_some_and(|servers| servers.len() > MAX_MCP_SERVERS) {
+            return Err(ParamError {
+                field: Some("mcp_servers".into()),
+                message: format!("at most {MAX_MCP_SERVERS} MCP servers"),
+                limit: Some(MAX_MCP_SERVERS as u64),
+            });
+        }
         let labels = self.labels.iter().flatten();
         if labels.clone().count() > MAX_LABELS {
             return Err(ParamError {

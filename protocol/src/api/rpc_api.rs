@@ -39,7 +39,9 @@ pub trait Api {
     /// works in a git worktree of its own, on a new branch from `base`, of the repository
     /// at `workspace_path` (or the profile's `workspace.repo`). `labels` place it: the
     /// runtime runs it only where every label is carried (a Docker engine's labels),
-    /// besides the profile's own `[docker] labels`.
+    /// besides the profile's own `[docker] labels`. `mcp_servers` (ACP `McpServer`
+    /// objects: stdio, http or sse) are given to its agent at every `session/new`,
+    /// `session/load` and `session/resume`, this execution's and every later one's.
     #[method(name = "task.session.create", param_kind = map)]
     async fn session_create(
         &self,
@@ -52,6 +54,7 @@ pub trait Api {
         worktree: Option<bool>,
         base: Option<String>,
         labels: Option<std::collections::BTreeMap<String, String>>,
+        mcp_servers: Option<Vec<serde_json::Value>>,
     ) -> RpcResult<SessionSummary>;
 
     /// Sessions, oldest first, filtered by task, state and profile when given.

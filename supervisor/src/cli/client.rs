@@ -502,6 +502,7 @@ impl Client {
                 worktree,
                 base,
                 (!labels.is_empty()).then(|| labels.into_iter().collect()),
+                None,
             )
             .await
             .map_err(|e| self.failure(e))?;

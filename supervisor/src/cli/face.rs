@@ -210,9 +210,11 @@ impl Face {
         Ok(Arc::clone(&current))
     }
 
-    /// A failed call as the client hears it.
+    /// A failed call as the client hears it: bad params as such, the rest internal.
     fn failed(&self, err: jsonrpsee::core::ClientError) -> RpcFailure {
-        self.client.failure(err).into()
+        let bad_params = kind_of(&err) == Some(ErrorKind::InvalidParams);
+        let failure = RpcFailure::from(self.client.failure(err));
+        if bad_params { RpcFailure { code: INVALID_PARAMS, ..failure } } else { failure }
     }
 
     /// Follows `session` from after `after` for this client (`ready` hears when its agent
@@ -298,7 +300,18 @@ impl Face {
             .await
             .map_err(|err| self.failed(err))?;
         let session = api
-            .session_create(task.id, profile, Some(cwd), None, None, Some(true), None, None, None)
+            .session_create(
+                task.id,
+                profile,
+                Some(cwd),
+                None,
+                None,
+                Some(true),
+                None,
+                None,
+                None,
+                params["mcpServers"].as_array().cloned(),
+            )
             .await
             .map_err(|err| self.failed(err))?;
         let (ready_tx, ready) = oneshot::channel();

@@ -18,8 +18,19 @@ impl Supervisor {
             base,
             labels,
             workflow_step,
+            mcp_servers,
         } = new;
         check_id("task_id", &task_id)?;
+        for (n, server) in mcp_servers.iter().enumerate() {
+            if let Err(err) =
+                serde_json::from_value::<protocol::acp::schema::McpServer>(server.clone())
+            {
+                return Err(ServiceError::InvalidParams {
+                    field: "mcp_servers",
+                    message: format!("mcp_servers[{n}] is not an ACP MCP server: {err}"),
+                });
+            }
+        }
         if let Some(path) = &workspace_path {
             let workspace = Path::new(path);
             if !workspace.is_absolute() {
@@ -142,6 +153,7 @@ impl Supervisor {
             worktree_repo: made.as_ref().map(|made| made.repo.display().to_string()),
             worktree_branch: made.as_ref().map(|made| made.branch.clone()),
             runtime_labels: labels,
+            mcp_servers,
         };
         // The start lock is held until the actor is in the table: a stop arriving as soon as
         // the row is stored (a workflow's step is visible from then) finds the actor.

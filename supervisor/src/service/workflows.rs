@@ -686,6 +686,7 @@ impl Supervisor {
                 base: None,
                 labels: Default::default(),
                 workflow_step: Some((id.to_owned(), step_id.to_owned())),
+                mcp_servers: Vec::new(),
             };
             self.create_session(new).await
         };

@@ -590,7 +590,11 @@ impl SessionActor {
     fn restore(&mut self, load: bool, token: String) {
         let method = if load { "session/load" } else { "session/resume" };
         self.progress(LaunchStep::Restoring, Some(method.to_owned()));
-        let params = json!({"sessionId": token, "cwd": self.row.workspace_path, "mcpServers": []});
+        let params = json!({
+            "sessionId": token,
+            "cwd": self.row.workspace_path,
+            "mcpServers": self.row.mcp_servers,
+        });
         // Either may replay the conversation (a load must; some agents' resume does too,
         // fast-agent's as one message holding all of it): it is in our records already.
         self.replay = Replay::Loading(None);
@@ -664,7 +668,7 @@ impl SessionActor {
 
     fn new_acp_session(&mut self) {
         self.progress(LaunchStep::Opening, None);
-        let params = json!({"cwd": self.row.workspace_path, "mcpServers": []});
+        let params = json!({"cwd": self.row.workspace_path, "mcpServers": self.row.mcp_servers});
         self.request(protocol::acp::method::SESSION_NEW, params, Pending::NewSession);
     }
 

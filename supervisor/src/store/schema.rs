@@ -343,6 +343,12 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE task_sessions ADD COLUMN budget TEXT;
     ALTER TABLE tasks ADD COLUMN budget TEXT;
     ",
+    // 16: issue 33, the MCP servers a session's agent is given (ACP `McpServer` objects as
+    // the client sent them, JSON; NULL for none), at every `session/new`, `load` and
+    // `resume`.
+    "
+    ALTER TABLE task_sessions ADD COLUMN mcp_servers TEXT;
+    ",
 ];
 
 /// Brings the database up to the newest migration.

@@ -25,6 +25,7 @@ fn session(task_id: &str) -> SessionRow {
         worktree_repo: None,
         worktree_branch: None,
         runtime_labels: Default::default(),
+        mcp_servers: Vec::new(),
     }
 }
 

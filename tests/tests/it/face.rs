@@ -8,13 +8,15 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     CancelNotification, CloseSessionRequest, ContentBlock, InitializeRequest, ListSessionsRequest,
-    LoadSessionRequest, NewSessionRequest, PermissionOptionKind, PromptRequest,
-    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
+    LoadSessionRequest, McpServer, McpServerStdio, NewSessionRequest, PermissionOptionKind,
+    PromptRequest, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
     SelectedPermissionOutcome, SessionNotification, SessionUpdate, StopReason, TextContent,
 };
 use agent_client_protocol::{AcpAgent, AcpAgentConfig, Agent};
+use protocol::api::ApiClient;
 use protocol::api::{EventKind, TurnState};
-use tether_tests::daemon::{Daemon, until};
+use protocol::errors::ErrorKind;
+use tether_tests::daemon::{Create, Daemon, ok, refused, until};
 use tether_tests::{within, workspace_bin};
 use tokio::sync::watch;
 
@@ -98,7 +100,9 @@ async fn r33_an_acp_client_runs_a_turn_with_a_permission_and_a_cancel_through_th
             let init =
                 cx.send_request(InitializeRequest::new(ProtocolVersion::V1)).block_task().await?;
             assert_eq!(init.agent_info.as_ref().map(|info| info.name.as_str()), Some("tether"));
-            let session = cx.send_request(NewSessionRequest::new(workspace)).block_task().await?;
+            let probe = McpServer::Stdio(McpServerStdio::new("probe", "/bin/true"));
+            let new = NewSessionRequest::new(workspace).mcp_servers(vec![probe]);
+            let session = cx.send_request(new).block_task().await?;
             let id = session.session_id.clone();
             let answer = cx
                 .send_request(PromptRequest::new(id.clone(), text("/permission\nhello face")))
@@ -163,6 +167,12 @@ async fn r33_an_acp_client_runs_a_turn_with_a_permission_and_a_cancel_through_th
             (TurnState::Completed, Some("cancelled".to_owned()))
         ]
     );
+    // The client's MCP server reached the agent (mock-agent keeps their names).
+    let acp_session = api.status(&session).await.acp_session_id.expect("an ACP session");
+    let kept = daemon.home().join(format!(".mock-agent/{acp_session}.json"));
+    let kept: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&kept).unwrap()).unwrap();
+    assert_eq!(kept["mcp_servers"], serde_json::json!(["probe"]), "{kept}");
 }
 
 #[tokio::test]
@@ -367,4 +377,30 @@ async fn r33_the_face_starts_a_daemon_when_none_runs_and_the_session_outlives_th
     let log = std::fs::read_to_string(data.join("daemon.log")).unwrap_or_default();
     assert!(!log.contains("ERROR"), "{log}");
     drop(started);
+}
+
+#[tokio::test]
+async fn r33_mcp_servers_that_are_not_acp_ones_are_refused_at_create() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let task = ok("task.create", api.typed().task_create("mcp".into(), None)).await.id;
+    let workspace = daemon.workspace("mcp");
+    let bad = Create {
+        mcp_servers: Some(vec![serde_json::json!({"command": "/bin/true"})]),
+        ..Create::new(&task, "mock", Some(&workspace))
+    };
+    let refusal = refused("a nameless MCP server", bad.send(api.typed())).await;
+    assert_eq!(refusal.kind, ErrorKind::InvalidParams);
+    assert_eq!(refusal.field.as_deref(), Some("mcp_servers"));
+    let many = Create {
+        mcp_servers: Some(vec![
+            serde_json::json!({"name": "x", "command": "/bin/true", "args": [], "env": []});
+            33
+        ]),
+        ..Create::new(&task, "mock", Some(&workspace))
+    };
+    let refusal = refused("33 MCP servers", many.send(api.typed())).await;
+    assert_eq!((refusal.field.as_deref(), refusal.limit), (Some("mcp_servers"), Some(32)));
+    // Nothing was created by either.
+    assert!(ok("the list", api.typed().session_list(None, None, None)).await.is_empty());
 }

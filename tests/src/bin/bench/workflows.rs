@@ -122,6 +122,7 @@ async fn checkpoint() -> (f64, f64) {
         worktree_repo: None,
         worktree_branch: None,
         runtime_labels: Default::default(),
+        mcp_servers: Vec::new(),
     };
     let (mut with_step, mut without) = (Vec::new(), Vec::new());
     for i in 0..STEPS {
