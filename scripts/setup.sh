@@ -5,6 +5,8 @@
 #  - elizacp, the ACP agent nobody here wrote, from crates.io;
 #  - real agents from npm, pinned, into the project-local prefix .tools/npm (Node.js from
 #    Debian when it is missing and we are root);
+#  - the Python ACP SDK (PyPI `agent-client-protocol`, pinned) in a project-local venv,
+#    .tools/python, whose client drives `supervisor acp` in the face tests;
 #  - chromium and chromium-driver from Debian, for the web UI's browser tests;
 #  - Debian's openssh-server (sshd; not started: the ssh:// engine test runs its own on a
 #    loopback port with keys it makes);
@@ -169,6 +171,26 @@ apt_ensure() {
   apt-get install -y -qq "$@" >/dev/null
 }
 
+# The Python ACP SDK, pinned: a client we did not write, for `supervisor acp`.
+PYTHON_ACP="agent-client-protocol==0.12.1"
+
+ensure_python_acp() {
+  local root venv
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  venv="$root/.tools/python"
+  if [ -x "$venv/bin/python" ] &&
+    [ "$("$venv/bin/pip" show agent-client-protocol 2>/dev/null | sed -n 's/^Version: //p')" = "${PYTHON_ACP##*==}" ]; then
+    log "$PYTHON_ACP present in $venv"
+    return 0
+  fi
+  if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    apt_ensure "python3-venv" 'python3 -c "import venv, ensurepip" 2>/dev/null' python3-venv
+  fi
+  log "installing $PYTHON_ACP into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "$PYTHON_ACP"
+}
+
 # A real browser for the UI tests: Debian's chromium and its WebDriver.
 ensure_browser() {
   apt_ensure "chromium and chromedriver" '[ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]' \
@@ -185,5 +207,6 @@ ensure_docker
 ensure_second_engine
 ensure_elizacp
 ensure_real_agents
+ensure_python_acp
 ensure_browser
 ensure_sshd

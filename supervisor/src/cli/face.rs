@@ -373,6 +373,7 @@ impl Face {
         }
         if replay {
             let mut after = 0;
+            let mut tools = std::collections::HashSet::new();
             loop {
                 let page = api
                     .session_history(session.clone(), Some(after), None)
@@ -381,7 +382,7 @@ impl Face {
                 let Some(last) = page.last() else { break };
                 after = last.seq;
                 for entry in &page {
-                    if let Some(update) = history_update(entry) {
+                    if let Some(update) = history_update(entry, &mut tools) {
                         self.notify(
                             "session/update",
                             json!({"sessionId": session, "update": update}),
@@ -619,18 +620,26 @@ fn prompt_text(blocks: &Value) -> Result<String, RpcFailure> {
     Ok(parts.join("\n\n"))
 }
 
-/// A history entry as the `session/update` a load replays.
-fn history_update(entry: &protocol::api::HistoryEntry) -> Option<Value> {
+/// A history entry as the `session/update` a load replays: a tool's first entry is its
+/// `tool_call`, later ones (`tools` holds the ids seen) its `tool_call_update`s.
+fn history_update(
+    entry: &protocol::api::HistoryEntry,
+    tools: &mut std::collections::HashSet<String>,
+) -> Option<Value> {
     let text = |kind: &str| json!({"sessionUpdate": kind, "content": {"type": "text", "text": entry.content}});
     match entry.role.as_str() {
         "user" => Some(text("user_message_chunk")),
         "assistant" => Some(text("agent_message_chunk")),
-        "tool" => Some(json!({
-            "sessionUpdate": "tool_call",
-            "toolCallId": entry.tool_call_id.clone().unwrap_or_else(|| format!("history-{}", entry.seq)),
-            "title": entry.tool_name.clone().unwrap_or_else(|| entry.content.clone()),
-            "status": entry.tool_status.clone().unwrap_or_else(|| "completed".into()),
-        })),
+        "tool" => {
+            let id = entry.tool_call_id.clone().unwrap_or_else(|| format!("history-{}", entry.seq));
+            let kind = if tools.insert(id.clone()) { "tool_call" } else { "tool_call_update" };
+            Some(json!({
+                "sessionUpdate": kind,
+                "toolCallId": id,
+                "title": entry.tool_name.clone().unwrap_or_else(|| entry.content.clone()),
+                "status": entry.tool_status.clone().unwrap_or_else(|| "completed".into()),
+            }))
+        }
         _ => None,
     }
 }

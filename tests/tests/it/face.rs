@@ -16,6 +16,7 @@ use agent_client_protocol::{AcpAgent, AcpAgentConfig, Agent};
 use protocol::api::ApiClient;
 use protocol::api::{EventKind, TurnState};
 use protocol::errors::ErrorKind;
+use serde_json::json;
 use tether_tests::daemon::{Create, Daemon, ok, refused, until};
 use tether_tests::{within, workspace_bin};
 use tokio::sync::watch;
@@ -403,4 +404,63 @@ async fn r33_mcp_servers_that_are_not_acp_ones_are_refused_at_create() {
     assert_eq!((refusal.field.as_deref(), refusal.limit), (Some("mcp_servers"), Some(32)));
     // Nothing was created by either.
     assert!(ok("the list", api.typed().session_list(None, None, None)).await.is_empty());
+}
+
+/// The project's Python venv with the ACP SDK (`scripts/setup.sh`); CI must have it.
+fn python_acp() -> Option<std::path::PathBuf> {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = root.join(".tools/python/bin/python");
+    if python.exists() {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("REQUIRE_DOCKER").is_none(),
+        "the Python ACP SDK is not installed in .tools/python: scripts/setup.sh installs it"
+    );
+    println!("SKIPPED: the Python ACP SDK is not installed (scripts/setup.sh installs it)");
+    None
+}
+
+#[tokio::test]
+async fn r33_the_python_sdk_client_runs_cancels_lists_and_loads_through_the_face() {
+    let Some(python) = python_acp() else { return };
+    let daemon = Daemon::start(&[]).await;
+    let workspace = daemon.workspace("python");
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python/face_client.py");
+    let output = within(
+        "the Python client",
+        tokio::process::Command::new(python)
+            .arg(script)
+            .arg(workspace_bin("supervisor"))
+            .arg(&daemon.url)
+            .arg(&workspace)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the Python client runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let seen: serde_json::Value = serde_json::from_slice(&output.stdout).expect("its JSON");
+    assert_eq!(seen["agent"], "tether", "{seen}");
+    assert_eq!(
+        (&seen["first_stop"], &seen["cancelled_stop"], &seen["recall_stop"]),
+        (&json!("end_turn"), &json!("cancelled"), &json!("end_turn")),
+        "{seen}"
+    );
+    assert_eq!(seen["permissions"], 1, "{seen}");
+    assert_eq!(seen["listed"], json!([seen["session"]]), "{seen}");
+    let first: Vec<&str> =
+        seen["first_lines"].as_array().unwrap().iter().filter_map(|l| l.as_str()).collect();
+    assert!(first.iter().any(|l| l.contains("you said: from python")), "{seen}");
+    assert!(!first.iter().any(|l| l.contains("never said")), "{seen}");
+    // The load replayed the conversation once (each tool call once), then the agent knew it.
+    let second: Vec<&str> =
+        seen["second_lines"].as_array().unwrap().iter().filter_map(|l| l.as_str()).collect();
+    assert_eq!(second[0], "user: /permission\nfrom python", "{seen}");
+    assert_eq!(second.iter().filter(|l| l.starts_with("tool: ")).count(), 2, "{seen}");
+    assert!(
+        second.last().unwrap().contains("earlier user messages: [/permission\nfrom python"),
+        "{seen}"
+    );
 }
