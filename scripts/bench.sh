@@ -6,7 +6,7 @@
 #
 #   scripts/bench.sh               # every section
 #   scripts/bench.sh relay scale   # some: relay sessions scale restart docker context workflows page
-#                                  # usage warm idle
+#                                  # usage warm idle face
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

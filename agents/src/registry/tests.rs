@@ -81,6 +81,20 @@ fn every_builtin_parses_and_follows_the_design_table() {
     assert_eq!(profiles["eliza"].command, ["elizacp", "--deterministic", "acp"]);
 }
 
+/// Issue 33: the built-ins started through `npx` name their adapter's version (unpinned,
+/// `npx` picks whatever suits the installed Node: on Node 20, claude-agent-acp 0.49.0).
+#[test]
+fn npx_builtins_pin_their_adapter_version() {
+    let profiles: BTreeMap<String, Profile> =
+        builtins().into_iter().map(|result| result.unwrap()).map(|p| (p.id.clone(), p)).collect();
+    for (id, package) in [
+        ("claude-code", "@agentclientprotocol/claude-agent-acp@0.101.0"),
+        ("codex", "@agentclientprotocol/codex-acp@2.6.0"),
+    ] {
+        assert_eq!(profiles[id].command, ["npx", "--yes", package], "{id}");
+    }
+}
+
 #[test]
 fn builtin_only_registry_lists_every_builtin() {
     let registry = Registry::builtin_only();

@@ -676,9 +676,15 @@ impl Client {
                         AcpUpdate::of(update).title.as_deref().unwrap_or("tool")
                     )
                 }
-                EventKind::PermissionRequest { request_id, .. } => println!(
-                    "\n[permission requested: answer with `supervisor permission respond {session} {request_id} allow|deny`]"
-                ),
+                EventKind::PermissionRequest { request_id, params } => {
+                    println!("\n[permission requested]");
+                    for line in permission_lines(params) {
+                        println!("  {line}");
+                    }
+                    println!(
+                        "  answer with `supervisor permission respond {session} {request_id} allow|deny|OPTION_ID`"
+                    );
+                }
                 EventKind::TurnEnded { turn_id, .. } if turn.as_deref() == Some(turn_id) => {
                     return turn_result(&event);
                 }

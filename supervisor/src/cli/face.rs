@@ -24,6 +24,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::*;
 
+/// The most bytes the face gathers for one write to the client.
+const WRITE_BATCH: usize = 256 * 1024;
+
 /// JSON-RPC error codes the face answers with.
 const INVALID_PARAMS: i64 = -32602;
 const METHOD_NOT_FOUND: i64 = -32601;
@@ -77,7 +80,8 @@ struct Face {
     /// Where reconnects are said (stderr).
     shown: Shown,
     agent: Option<String>,
-    out: mpsc::UnboundedSender<Value>,
+    /// Lines for the client (serialized by their sender, written by one task).
+    out: mpsc::UnboundedSender<String>,
     next_id: AtomicI64,
     /// Our requests to the ACP client, by id.
     asked: Mutex<HashMap<i64, oneshot::Sender<Value>>>,
@@ -87,15 +91,22 @@ struct Face {
 
 /// Runs the face until the client closes stdin.
 pub(super) async fn serve_acp(client: Client, agent: Option<String>) -> Result<(), Failure> {
-    let (out, mut lines) = mpsc::unbounded_channel::<Value>();
+    let (out, mut lines) = mpsc::unbounded_channel::<String>();
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
+        let mut buffer = Vec::new();
         while let Some(message) = lines.recv().await {
-            let mut line = message.to_string();
-            line.push('\n');
-            if stdout.write_all(line.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
+            // What is queued goes in one write (a fast stream is not a syscall a line).
+            let mut next = Some(message);
+            while let Some(message) = next {
+                buffer.extend_from_slice(message.as_bytes());
+                buffer.push(b'\n');
+                next = if buffer.len() < WRITE_BATCH { lines.try_recv().ok() } else { None };
+            }
+            if stdout.write_all(&buffer).await.is_err() || stdout.flush().await.is_err() {
                 return;
             }
+            buffer.clear();
         }
     });
     let face = Arc::new(Face {
@@ -140,7 +151,16 @@ pub(super) async fn serve_acp(client: Client, agent: Option<String>) -> Result<(
 
 impl Face {
     fn send(&self, message: Value) {
-        let _ = self.out.send(message);
+        let _ = self.out.send(message.to_string());
+    }
+
+    /// A text chunk's `session/update`, written straight (the stream's bulk: no JSON tree).
+    fn chunk(&self, session: &str, kind: &str, text: &str) {
+        let text = serde_json::to_string(text).expect("UNWRAP: a string serializes");
+        let session = serde_json::to_string(session).expect("UNWRAP: a string serializes");
+        let _ = self.out.send(format!(
+            r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":{session},"update":{{"sessionUpdate":"{kind}","content":{{"type":"text","text":{text}}}}}}}}}"#
+        ));
     }
 
     fn notify(&self, method: &str, params: Value) {
@@ -516,14 +536,12 @@ impl Face {
                         let _ = waiting.send(answer);
                     }
                 }
-                EventKind::AgentMessageChunk { text } => update(json!({
-                    "sessionUpdate": "agent_message_chunk",
-                    "content": {"type": "text", "text": text},
-                })),
-                EventKind::AgentThoughtChunk { text } => update(json!({
-                    "sessionUpdate": "agent_thought_chunk",
-                    "content": {"type": "text", "text": text},
-                })),
+                EventKind::AgentMessageChunk { text } => {
+                    self.chunk(&session, "agent_message_chunk", &text)
+                }
+                EventKind::AgentThoughtChunk { text } => {
+                    self.chunk(&session, "agent_thought_chunk", &text)
+                }
                 EventKind::ToolCall { update: raw }
                 | EventKind::ToolCallUpdate { update: raw }
                 | EventKind::SessionUpdate { update: raw } => update(raw),

@@ -19,7 +19,9 @@ pub(super) struct Subscriptions<'a> {
     client: Arc<WsClient>,
     shown: &'a Shown,
     session: String,
-    subscription: Option<Subscription<SessionEvent>>,
+    /// The batched subscription (`task.session.subscribe_batch`: one message carries the
+    /// events the daemon had ready, so a fast stream is not a message per event).
+    subscription: Option<Subscription<Vec<SessionEvent>>>,
     /// A closed connection is opened again (the daemon restarted), not the end.
     follow_restarts: bool,
     /// The session's newest event when the feed (re)connected.
@@ -82,7 +84,7 @@ impl Source for Subscriptions<'_> {
         }
         let subscription = self
             .client
-            .session_subscribe(self.session.clone(), Some(after))
+            .session_subscribe_batch(self.session.clone(), Some(after))
             .await
             .map_err(|e| call_failure(&self.target, &self.client, e))?;
         self.subscription = Some(subscription);
@@ -91,7 +93,7 @@ impl Source for Subscriptions<'_> {
 
     async fn next_batch(&mut self) -> Option<Result<Vec<SessionEvent>, Failure>> {
         match self.subscription.as_mut()?.next().await? {
-            Ok(event) => Some(Ok(vec![event])),
+            Ok(events) => Some(Ok(events)),
             Err(err) => Some(Err(Failure {
                 code: Exit::Error,
                 line: format!("error: malformed event: {err}"),
@@ -117,7 +119,7 @@ impl<'a> Feed<'a> {
         let after = after.unwrap_or(status.last_event_seq);
         let subscription = client
             .client
-            .session_subscribe(session.to_owned(), Some(after))
+            .session_subscribe_batch(session.to_owned(), Some(after))
             .await
             .map_err(|e| client.failure(e))?;
         let subscriptions = Subscriptions {

@@ -68,8 +68,8 @@ pub(super) fn describe(kind: &EventKind) -> String {
         EventKind::SessionUpdate { update } => {
             format!("update: {}", AcpUpdate::of(update).kind.as_deref().unwrap_or("-"))
         }
-        EventKind::PermissionRequest { request_id, .. } => {
-            format!("permission requested: {request_id}")
+        EventKind::PermissionRequest { request_id, params } => {
+            format!("permission requested: {request_id}: {}", permission_lines(params).join("; "))
         }
         EventKind::PermissionResolved { request_id, .. } => {
             format!("permission resolved: {request_id}")
@@ -210,4 +210,59 @@ pub(super) fn since_ms(text: &str) -> Result<i64, Failure> {
             line: format!("error: --since {text:?}: expected a duration like 90s, 30m, 24h or 7d"),
         }),
     }
+}
+
+/// What an agent's `session/request_permission` asks, as lines: the tool (title and kind),
+/// what it touches (the files of its diffs and locations, its command or input), and each
+/// option (`id` — name, kind).
+pub(super) fn permission_lines(params: &serde_json::Value) -> Vec<String> {
+    let tool = &params["toolCall"];
+    let mut lines = Vec::new();
+    let title = tool["title"].as_str().unwrap_or("a tool");
+    lines.push(match tool["kind"].as_str() {
+        Some(kind) => format!("{title} ({kind})"),
+        None => title.to_owned(),
+    });
+    for item in tool["content"].as_array().into_iter().flatten() {
+        if item["type"] == "diff" {
+            let count = |field: &str| item[field].as_str().map_or(0, |text| text.lines().count());
+            lines.push(format!(
+                "edits {} (+{} −{} lines)",
+                item["path"].as_str().unwrap_or("?"),
+                count("newText"),
+                count("oldText")
+            ));
+        }
+    }
+    for location in tool["locations"].as_array().into_iter().flatten() {
+        if let Some(path) = location["path"].as_str() {
+            lines.push(format!("at {path}"));
+        }
+    }
+    if let Some(input) = tool.get("rawInput").filter(|input| !input.is_null()) {
+        let mut text = input.to_string();
+        if text.len() > 200 {
+            let cut = (0..=200).rev().find(|&at| text.is_char_boundary(at)).unwrap_or(0);
+            text.truncate(cut);
+            text.push('…');
+        }
+        lines.push(format!("input {text}"));
+    }
+    let options: Vec<String> = params["options"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|option| {
+            format!(
+                "{} — {} ({})",
+                option["optionId"].as_str().unwrap_or("?"),
+                option["name"].as_str().unwrap_or(""),
+                option["kind"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    if !options.is_empty() {
+        lines.push(format!("options: {}", options.join(", ")));
+    }
+    lines
 }

@@ -7,7 +7,7 @@
 //! pipe and with the official ACP SDK client (`sdk-baseline`) driving the same agent.
 //!
 //! `bench [SECTION…]` runs some sections only: relay, sessions, scale, restart, docker,
-//! context, workflows, page, usage, warm, idle.
+//! context, workflows, page, usage, warm, idle, face.
 
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,9 @@ mod page;
 
 #[path = "bench/idle.rs"]
 mod idle;
+
+#[path = "bench/face.rs"]
+mod face;
 
 struct Row {
     measure: &'static str,
@@ -74,6 +77,11 @@ const RELAY_CHUNKS: u64 = 100_000;
 /// The fixed rate of the latency rows, and how many chunks are sent at it.
 const LATENCY_RATE: u64 = 5_000;
 const LATENCY_CHUNKS: u64 = 10_000;
+
+/// A row's text made from figures (rows hold `&'static str`; a bench run is short).
+fn leak(text: String) -> &'static str {
+    Box::leak(text.into_boxed_str())
+}
 
 /// Min and median of a set of samples (sorted here).
 fn min_median(samples: &mut [f64]) -> (f64, f64) {
@@ -167,6 +175,12 @@ async fn raw_pipe(chunks: u64, rate: Option<u64>) -> (f64, Vec<u128>) {
 /// One run of the official SDK client against `fast-agent`, when `sdk-baseline` is built
 /// (scripts/bench.sh builds it). Returns msg/s, or the latencies' p50/p99 (µs).
 fn sdk(chunks: u64, rate: Option<u64>) -> Option<Value> {
+    sdk_driving(chunks, rate, &[tether_tests::target_dir().join("fast-agent").into_os_string()])
+}
+
+/// One run of the official SDK client against the agent `argv` runs (e.g. `supervisor acp`
+/// in front of `fast-agent`), as [`sdk`].
+fn sdk_driving(chunks: u64, rate: Option<u64>, argv: &[std::ffi::OsString]) -> Option<Value> {
     let program = tether_tests::target_dir().join("sdk-baseline");
     if !program.is_file() {
         return None;
@@ -176,7 +190,7 @@ fn sdk(chunks: u64, rate: Option<u64>) -> Option<Value> {
     if let Some(rate) = rate {
         command.args(["--rate", &rate.to_string()]);
     }
-    command.arg("--").arg(tether_tests::target_dir().join("fast-agent"));
+    command.arg("--").args(argv);
     let output = command.output().expect("run sdk-baseline");
     assert!(output.status.success(), "sdk-baseline: {}", String::from_utf8_lossy(&output.stderr));
     Some(serde_json::from_slice(&output.stdout).expect("sdk-baseline prints JSON"))
@@ -356,6 +370,10 @@ async fn main() {
     }
     if run("idle") {
         idle::idle(&mut rows).await;
+        progress(&rows);
+    }
+    if run("face") {
+        face::face(&mut rows).await;
         progress(&rows);
     }
 

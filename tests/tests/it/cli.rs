@@ -403,3 +403,57 @@ async fn the_openrpc_document_is_served_by_rpc_discover() {
         served["methods"].as_array().unwrap().iter().any(|m| m["name"] == "task.session.timeline")
     );
 }
+
+/// Issue 33: the prompt command shows what a permission asks — the tool, its kind and
+/// input, every option with its id — and how to answer; answered, the turn goes on.
+#[tokio::test]
+async fn r33_a_permission_shows_the_tool_and_its_options_in_the_prompt_command() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("ask")).await;
+    let mut prompt = tokio::process::Command::new(workspace_bin("supervisor"))
+        .args(["--url", &daemon.url, "prompt", &session, "/permission\nmay I"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the CLI starts");
+    let mut lines = BufReader::new(prompt.stdout.take().expect("UNWRAP: piped")).lines();
+    let mut shown = Vec::new();
+    while let Some(line) =
+        within("the CLI's lines", lines.next_line()).await.expect("the CLI's stdout reads")
+    {
+        let done = line.contains("answer with");
+        shown.push(line);
+        if done {
+            break;
+        }
+    }
+    let shown = shown.join("\n");
+    assert!(shown.contains("[permission requested]"), "{shown}");
+    assert!(shown.contains("mock tool: list files (execute)"), "{shown}");
+    let open = api.status(&session).await.open_questions;
+    let (request, params) = (&open[0].request_id, &open[0].params);
+    for option in params["options"].as_array().unwrap() {
+        let (id, name) = (option["optionId"].as_str().unwrap(), option["name"].as_str().unwrap());
+        assert!(shown.contains(&format!("{id} — {name}")), "{id} {name}: {shown}");
+    }
+    assert!(
+        shown.contains(&format!(
+            "supervisor permission respond {session} {request} allow|deny|OPTION_ID"
+        )),
+        "{shown}"
+    );
+    let (code, _, err) = daemon.cli(&["permission", "respond", &session, request, "allow"]).await;
+    assert_eq!(code, 0, "{err}");
+    let mut rest = String::new();
+    while let Some(line) =
+        within("the CLI's lines", lines.next_line()).await.expect("the CLI's stdout reads")
+    {
+        rest.push_str(&line);
+        rest.push('\n');
+    }
+    assert!(rest.contains("the tool ran"), "{rest}");
+    assert!(within("the CLI", prompt.wait()).await.unwrap().success());
+}

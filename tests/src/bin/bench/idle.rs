@@ -22,10 +22,6 @@ const BALLAST_MB: u32 = 100;
 /// Runs of each stream in the usage section.
 const USAGE_RUNS: usize = 9;
 
-fn leak(text: String) -> &'static str {
-    Box::leak(text.into_boxed_str())
-}
-
 /// The proportional set size (KiB) of `pid`, 0 when it is gone.
 fn pss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
