@@ -31,6 +31,8 @@ const WRITE_BATCH: usize = 256 * 1024;
 const INVALID_PARAMS: i64 = -32602;
 const METHOD_NOT_FOUND: i64 = -32601;
 const INTERNAL_ERROR: i64 = -32603;
+/// ACP's (and LSP's) "request cancelled".
+const REQUEST_CANCELLED: i64 = -32800;
 
 /// A failed request: its JSON-RPC error.
 #[derive(Debug)]
@@ -87,6 +89,15 @@ struct Face {
     asked: Mutex<HashMap<i64, oneshot::Sender<Value>>>,
     /// Per session: the turns its prompts wait for.
     sessions: Mutex<HashMap<String, Arc<Mutex<Turns>>>>,
+    /// The client's requests not yet answered, by id (as JSON text).
+    requests: Mutex<HashMap<String, Inflight>>,
+}
+
+/// A client's request being handled.
+struct Inflight {
+    /// A `session/prompt`'s session: cancelling it cancels the turn, which answers it.
+    prompt_of: Option<String>,
+    task: tokio::task::AbortHandle,
 }
 
 /// Runs the face until the client closes stdin.
@@ -118,6 +129,7 @@ pub(super) async fn serve_acp(client: Client, agent: Option<String>) -> Result<(
         next_id: AtomicI64::new(1),
         asked: Mutex::new(HashMap::new()),
         sessions: Mutex::new(HashMap::new()),
+        requests: Mutex::new(HashMap::new()),
     });
     let mut input = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     loop {
@@ -184,15 +196,30 @@ impl Face {
         match (method, id) {
             (Some(method), Some(id)) => {
                 let face = Arc::clone(self);
-                tokio::spawn(async move {
-                    let params = message.get("params").cloned().unwrap_or(Value::Null);
+                let key = id.to_string();
+                let params = message.get("params").cloned().unwrap_or(Value::Null);
+                let prompt_of = (method == "session/prompt")
+                    .then(|| params["sessionId"].as_str().map(str::to_owned))
+                    .flatten();
+                // Held until the request is answered: whoever takes it out answers it (the
+                // handler, or a `$/cancel_request`).
+                let mut requests = self.requests.lock().expect("UNWRAP: never poisoned");
+                let task = tokio::spawn(async move {
                     let answer = match face.handle(&method, params).await {
                         Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
                         Err(failure) => json!({"jsonrpc": "2.0", "id": id, "error": {
                             "code": failure.code, "message": failure.message}}),
                     };
-                    face.send(answer);
+                    let mine = face
+                        .requests
+                        .lock()
+                        .expect("UNWRAP: never poisoned")
+                        .remove(&id.to_string());
+                    if mine.is_some() {
+                        face.send(answer);
+                    }
                 });
+                requests.insert(key, Inflight { prompt_of, task: task.abort_handle() });
             }
             (Some(method), None) => {
                 let face = Arc::clone(self);
@@ -201,10 +228,9 @@ impl Face {
                     if method == "session/cancel"
                         && let Some(session) = params["sessionId"].as_str()
                     {
-                        if let Some(turns) = face.turns(session) {
-                            turns.lock().expect("UNWRAP: never poisoned").cancels += 1;
-                        }
-                        face.cancel(session).await;
+                        face.cancel_turn(session).await;
+                    } else if method == "$/cancel_request" {
+                        face.cancel_request(&params["requestId"]).await;
                     }
                 });
             }
@@ -261,6 +287,37 @@ impl Face {
 
     fn turns(&self, session: &str) -> Option<Arc<Mutex<Turns>>> {
         self.sessions.lock().expect("UNWRAP: never poisoned").get(session).cloned()
+    }
+
+    /// `session/cancel`: the session's turn (also one whose prompt has not started yet).
+    async fn cancel_turn(&self, session: &str) {
+        if let Some(turns) = self.turns(session) {
+            turns.lock().expect("UNWRAP: never poisoned").cancels += 1;
+        }
+        self.cancel(session).await;
+    }
+
+    /// `$/cancel_request`: a prompt's turn is cancelled (the prompt then answers
+    /// `cancelled`); any other request in flight is dropped and answered `-32800`.
+    async fn cancel_request(&self, id: &Value) {
+        let key = id.to_string();
+        let prompt_of = {
+            let mut requests = self.requests.lock().expect("UNWRAP: never poisoned");
+            match requests.get(&key).map(|inflight| inflight.prompt_of.clone()) {
+                None => return,
+                Some(Some(session)) => Some(session),
+                Some(None) => {
+                    let inflight = requests.remove(&key).expect("UNWRAP: just found");
+                    inflight.task.abort();
+                    None
+                }
+            }
+        };
+        match prompt_of {
+            Some(session) => self.cancel_turn(&session).await,
+            None => self.send(json!({"jsonrpc": "2.0", "id": id, "error": {
+                "code": REQUEST_CANCELLED, "message": "the request was cancelled"}})),
+        }
     }
 
     async fn cancel(&self, session: &str) {

@@ -464,3 +464,50 @@ async fn r33_the_python_sdk_client_runs_cancels_lists_and_loads_through_the_face
         "{seen}"
     );
 }
+
+/// `$/cancel_request` of a prompt cancels its turn, and the prompt answers `cancelled`
+/// (ACP: a valid response with a cancellation marker); an id not in flight is ignored.
+#[tokio::test]
+async fn r33_cancel_request_of_a_prompt_cancels_its_turn() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let daemon = Daemon::start(&[]).await;
+    let mut face = tokio::process::Command::new(workspace_bin("supervisor"))
+        .args(["--url", &daemon.url, "acp", "--agent", "mock"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the face starts");
+    let mut stdin = face.stdin.take().expect("UNWRAP: piped");
+    let mut lines = tokio::io::BufReader::new(face.stdout.take().expect("UNWRAP: piped")).lines();
+    let mut send = async |message: serde_json::Value| {
+        stdin.write_all(format!("{message}\n").as_bytes()).await.unwrap();
+    };
+    let mut until = async |pred: &dyn Fn(&serde_json::Value) -> bool| loop {
+        let line = within("the face's lines", lines.next_line()).await.unwrap().expect("a line");
+        let message: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if pred(&message) {
+            return message;
+        }
+    };
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}))
+        .await;
+    until(&|m| m["id"] == 1).await;
+    let cwd = daemon.workspace("cancel-request");
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+        "params": {"cwd": cwd, "mcpServers": []}}))
+    .await;
+    let session = until(&|m| m["id"] == 2).await["result"]["sessionId"].clone();
+    send(json!({"jsonrpc": "2.0", "id": "slow", "method": "session/prompt", "params": {
+        "sessionId": session, "prompt": [{"type": "text", "text": "/tool\n/sleep 60000\nnever said"}]}}))
+    .await;
+    until(&|m| m["params"]["update"]["sessionUpdate"] == "tool_call").await;
+    send(json!({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 99}}))
+        .await;
+    send(json!({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "slow"}}))
+        .await;
+    let answer = until(&|m| m.get("id").is_some()).await;
+    assert_eq!(answer["id"], "slow", "nothing answers the id not in flight first: {answer}");
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+}
