@@ -467,6 +467,7 @@ async fn r33_the_python_sdk_client_runs_cancels_lists_and_loads_through_the_face
 
 /// `$/cancel_request` of a prompt cancels its turn, and the prompt answers `cancelled`
 /// (ACP: a valid response with a cancellation marker); an id not in flight is ignored.
+/// Every line both ways is valid against the vendored ACP schema.
 #[tokio::test]
 async fn r33_cancel_request_of_a_prompt_cancels_its_turn() {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
@@ -481,11 +482,15 @@ async fn r33_cancel_request_of_a_prompt_cancels_its_turn() {
         .expect("the face starts");
     let mut stdin = face.stdin.take().expect("UNWRAP: piped");
     let mut lines = tokio::io::BufReader::new(face.stdout.take().expect("UNWRAP: piped")).lines();
+    let sent = std::cell::RefCell::new(Vec::new());
+    let received = std::cell::RefCell::new(Vec::new());
     let mut send = async |message: serde_json::Value| {
+        sent.borrow_mut().push(message.to_string().into_bytes());
         stdin.write_all(format!("{message}\n").as_bytes()).await.unwrap();
     };
     let mut until = async |pred: &dyn Fn(&serde_json::Value) -> bool| loop {
         let line = within("the face's lines", lines.next_line()).await.unwrap().expect("a line");
+        received.borrow_mut().push(line.clone().into_bytes());
         let message: serde_json::Value = serde_json::from_str(&line).unwrap();
         if pred(&message) {
             return message;
@@ -510,4 +515,22 @@ async fn r33_cancel_request_of_a_prompt_cancels_its_turn() {
     let answer = until(&|m| m.get("id").is_some()).await;
     assert_eq!(answer["id"], "slow", "nothing answers the id not in flight first: {answer}");
     assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+    // The protocol-level `$/cancel_request` has a definition of its own (no side).
+    let mut schema = tether_tests::schema::AcpSchema::load();
+    let (cancels, to_face): (Vec<Vec<u8>>, Vec<Vec<u8>>) = sent
+        .into_inner()
+        .into_iter()
+        .partition(|line| String::from_utf8_lossy(line).contains("$/cancel_request"));
+    for cancel in &cancels {
+        let cancel: serde_json::Value = serde_json::from_slice(cancel).unwrap();
+        schema.validate("CancelRequestNotification", &cancel["params"]).unwrap();
+    }
+    let checked = schema
+        .check_transcript(&to_face, &received.into_inner())
+        .unwrap_or_else(|errors| panic!("{}", errors.join("\n")));
+    let methods: std::collections::BTreeSet<_> =
+        checked.iter().map(|checked| checked.method.as_str()).collect();
+    for method in ["initialize", "session/new", "session/prompt", "session/update"] {
+        assert!(methods.contains(method), "{method} checked: {methods:?}");
+    }
 }
