@@ -5,6 +5,43 @@
 use super::*;
 
 impl Supervisor {
+    /// A session's event log was found holding fewer events than were issued (cut,
+    /// emptied or deleted while the daemon was down): said to subscribers (a notice at the
+    /// first new seq), in the log and in the session's timeline.
+    pub(super) async fn report_lost_events(
+        &self,
+        session_id: &str,
+        dir: &std::path::Path,
+        log: &Arc<Spool<SessionEvent>>,
+        lost: std::ops::RangeInclusive<u64>,
+    ) {
+        let (first, last) = (*lost.start(), *lost.end());
+        let message = format!(
+            "the event log lost events {first}–{last} while the daemon was down ({} holds \
+             fewer events than were issued); numbering continues at {}, and the conversation \
+             is in task.session.history",
+            dir.display(),
+            last + 1
+        );
+        tracing::warn!(session = %session_id, "{message}");
+        let record =
+            SessionRecord::new(session_id.to_owned(), self.config.store.clone(), Arc::clone(log));
+        let notice = SessionEventKind::Notice { message: message.clone() };
+        // It carries the marks of the newest event kept: the agent events past them are
+        // still published again from agentctl's spool, the ones before are not.
+        let kept = log.last_entry().ok().flatten();
+        let mark = Mark {
+            agent_seq: kept.as_ref().and_then(|event| event.agent_seq),
+            generation: kept.as_ref().and_then(|event| event.generation),
+        };
+        if let Err(err) = record.publish(vec![notice], mark) {
+            tracing::warn!(session = %session_id, %err, "cannot publish the lost events' notice");
+        }
+        if let Err(err) = self.config.store.log_error(session_id.to_owned(), message).await {
+            tracing::warn!(session = %session_id, %err, "cannot record the lost events");
+        }
+    }
+
     /// Restart recovery (DESIGN §7). Serves at once: live sidecars are re-attached in the
     /// background (status says `reattaching` meanwhile), and a summary is logged when every
     /// re-attach has settled. Dead sidecars are fenced (a stray one is killed) and what
