@@ -11,6 +11,8 @@
 //! conversation from a fresh one.
 
 pub mod script;
+mod sessions;
+pub mod settings;
 pub mod store;
 
 use std::collections::HashMap;
@@ -364,6 +366,8 @@ struct LiveSession {
     stored: StoredSession,
     /// The running turn's cancel switch; `None` between turns.
     turn: Option<CancellationToken>,
+    /// Its model and mode (not persisted).
+    settings: settings::Settings,
 }
 
 impl Agent {
@@ -409,6 +413,8 @@ impl Agent {
             method::SESSION_RESUME if self.config.resume_capability => {
                 self.resume_session(request.params.as_ref())
             }
+            method::SESSION_SET_CONFIG_OPTION => self.set_config_option(request.params.as_ref()),
+            method::SESSION_SET_MODE => self.set_mode(request.params.as_ref()),
             other => Err(RpcError::method_not_found(other)),
         };
         let _ = self.peer.respond(request.id, result);
@@ -461,110 +467,6 @@ impl Agent {
             ));
         }
         Ok(())
-    }
-
-    fn new_session(&self, params: Option<&Value>) -> Result<Value, RpcError> {
-        let request: schema::NewSessionRequest = acp::params(params)?;
-        self.check_auth()?;
-        let mut state = self.lock();
-        let stored = match state.restored.take() {
-            Some(restored) => restored,
-            None => StoredSession {
-                session_id: format!("mock-{}", uuid::Uuid::new_v4()),
-                cwd: request.cwd,
-                messages: Vec::new(),
-                mcp_servers: self::store::mcp_names(&request.mcp_servers),
-            },
-        };
-        self.store.save(&stored).map_err(RpcError::internal)?;
-        let session_id = stored.session_id.clone();
-        state.sessions.insert(session_id.clone(), LiveSession { stored, turn: None });
-        Ok(json!({"sessionId": session_id}))
-    }
-
-    fn load_session(&self, params: Option<&Value>) -> Result<Value, RpcError> {
-        let request: schema::LoadSessionRequest = acp::params(params)?;
-        let stored = self.restore(&request.session_id.0)?;
-        if self.config.replay_with_next {
-            self.lock().held_replay = Some(stored.clone());
-        } else if self.config.late_replay {
-            // As gemini-cli does: the replay is not awaited, and comes after the answer.
-            self.lock().late_replay = Some(stored.clone());
-        } else {
-            // Replay the conversation before answering, as ACP requires.
-            self.replay(&stored)?;
-        }
-        // What real agents also send while loading, and which is not part of the replay.
-        self.update(
-            &stored.session_id,
-            json!({"sessionUpdate": "available_commands_update", "availableCommands": [
-                {"name": "recall", "description": "list the earlier user messages"}
-            ]}),
-        )?;
-        self.update(
-            &stored.session_id,
-            json!({"sessionUpdate": "session_info_update", "title": "mock session"}),
-        )?;
-        self.lock().sessions.insert(stored.session_id.clone(), LiveSession { stored, turn: None });
-        Ok(json!({}))
-    }
-
-    fn replay(&self, stored: &StoredSession) -> Result<(), RpcError> {
-        for message in &stored.messages {
-            let kind = match message.role {
-                Role::User => "user_message_chunk",
-                Role::Agent => "agent_message_chunk",
-            };
-            self.update(
-                &stored.session_id,
-                json!({"sessionUpdate": kind, "content": {"type": "text", "text": message.text}}),
-            )?;
-        }
-        Ok(())
-    }
-
-    fn resume_session(&self, params: Option<&Value>) -> Result<Value, RpcError> {
-        let request: schema::ResumeSessionRequest = acp::params(params)?;
-        let stored = self.restore(&request.session_id.0)?;
-        if self.config.replay_on_resume {
-            let whole: Vec<&str> =
-                stored.messages.iter().map(|message| message.text.as_str()).collect();
-            self.update(
-                &stored.session_id,
-                json!({"sessionUpdate": "agent_message_chunk",
-                       "content": {"type": "text", "text": whole.join("\n")}}),
-            )?;
-        }
-        self.lock().sessions.insert(stored.session_id.clone(), LiveSession { stored, turn: None });
-        Ok(json!({}))
-    }
-
-    fn restore(&self, session_id: &str) -> Result<StoredSession, RpcError> {
-        self.check_auth()?;
-        let not_found = || {
-            RpcError::new(
-                protocol::ErrorCode::ResourceNotFound,
-                format!("unknown session {session_id}"),
-            )
-            .with_data(json!({"uri": session_id}))
-        };
-        if self.config.reject_load || !store::is_safe_id(session_id) {
-            return Err(not_found());
-        }
-        if self.config.fail_load {
-            return Err(RpcError::new(
-                protocol::ErrorCode::Other(-32000),
-                "Internal error: the stored session could not be restored",
-            ));
-        }
-        if let Some(live) = self.lock().sessions.get(session_id) {
-            return Ok(live.stored.clone());
-        }
-        match self.store.load(session_id) {
-            Ok(Some(stored)) => Ok(stored),
-            Ok(None) => Err(not_found()),
-            Err(err) => Err(RpcError::internal(err)),
-        }
     }
 
     fn cancel(&self, params: Option<&Value>) {
@@ -760,6 +662,7 @@ impl Turn<'_> {
                     std::process::exit(*code);
                 }
                 Command::Say(text) => reply = text.clone(),
+                Command::Settings => reply = self.settings(),
                 Command::Peek(path) => match std::fs::read(path) {
                     Ok(bytes) => reply.push_str(&format!("; peek {path}: {} bytes", bytes.len())),
                     Err(err) => reply.push_str(&format!("; peek {path} failed: {err}")),

@@ -34,6 +34,22 @@ pub mod method {
     pub const SESSION_PROMPT: &str = "session/prompt";
     /// `session/cancel` (a notification)
     pub const SESSION_CANCEL: &str = "session/cancel";
+    /// `session/list`
+    pub const SESSION_LIST: &str = "session/list";
+    /// `session/close`
+    pub const SESSION_CLOSE: &str = "session/close";
+    /// `session/delete`
+    pub const SESSION_DELETE: &str = "session/delete";
+    /// `session/set_config_option`
+    pub const SESSION_SET_CONFIG_OPTION: &str = "session/set_config_option";
+    /// `session/set_mode`
+    pub const SESSION_SET_MODE: &str = "session/set_mode";
+    /// `$/cancel_request` (a notification, either way)
+    pub const CANCEL_REQUEST: &str = "$/cancel_request";
+    /// `elicitation/create` (agent → client)
+    pub const ELICITATION_CREATE: &str = "elicitation/create";
+    /// `elicitation/complete` (agent → client notification)
+    pub const ELICITATION_COMPLETE: &str = "elicitation/complete";
     /// `session/update` (agent → client notification)
     pub const SESSION_UPDATE: &str = "session/update";
     /// `session/request_permission` (agent → client)

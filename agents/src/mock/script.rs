@@ -44,6 +44,8 @@ pub enum Command {
     Stderr(String),
     /// `/recall`: list the earlier user messages of the session in the reply.
     Recall,
+    /// `/settings`: the reply is the session's model and mode (`model=M mode=X`).
+    Settings,
     /// `/spawn`: start a long-lived child process (`sleep`) and name its pid in the reply.
     Spawn,
     /// `/escape`: like `/spawn`, the child in a process group of its own (out of the
@@ -152,6 +154,7 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
         },
         "stderr" => Command::Stderr(args.to_owned()),
         "recall" => Command::Recall,
+        "settings" => Command::Settings,
         "spawn" => Command::Spawn,
         "escape" => Command::Escape,
         "rounds" => Command::Rounds(match args.parse() {

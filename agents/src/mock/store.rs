@@ -61,6 +61,11 @@ impl Store {
         Store { dir }
     }
 
+    /// The state dir, if any.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
     /// Loads a session; `Ok(None)` when it does not exist (or there is no state dir).
     pub fn load(&self, session_id: &str) -> io::Result<Option<StoredSession>> {
         let Some(path) = self.path(session_id)? else { return Ok(None) };

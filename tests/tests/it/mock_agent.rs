@@ -146,7 +146,10 @@ async fn load_in_a_new_process_replays_history() {
     let mut second = mock(&["--state-dir", state_dir]);
     second.initialize().await.unwrap();
     let (replayed, result) = second.restore_session("session/load", &session, state.path()).await;
-    assert_eq!(result.unwrap(), json!({}));
+    // A loaded session starts again with the default settings, and says so.
+    let result = result.unwrap();
+    assert_eq!(result["modes"]["currentModeId"], "ask", "{result}");
+    assert_eq!(result["configOptions"][0]["currentValue"], "mock-small", "{result}");
     assert_eq!(chunk_texts(&replayed, "user_message_chunk"), ["remember the word kumquat"]);
     assert_eq!(chunk_texts(&replayed, "agent_message_chunk").len(), 1);
     let turn = second.prompt(&session, "what was the word?\n/recall", no_requests).await;
@@ -180,7 +183,7 @@ async fn resume_capability_and_resume_flag_restore_without_replay() {
     assert_eq!(init["agentCapabilities"]["sessionCapabilities"]["resume"], json!({}));
     let (replayed, result) =
         resumable.restore_session("session/resume", &session, state.path()).await;
-    assert_eq!(result.unwrap(), json!({}));
+    assert_eq!(result.unwrap()["configOptions"][0]["id"], "model");
     assert_eq!(replayed, Vec::<Value>::new(), "resume does not replay");
     let turn = resumable.prompt(&session, "two", no_requests).await;
     assert!(turn.reply().contains("remembered 2 earlier messages"), "{}", turn.reply());
@@ -339,4 +342,36 @@ async fn say_chooses_the_reply_and_the_turn_log_counts_prompts() {
             json!({"session": session, "prompt": "again"})
         ]
     );
+}
+
+#[tokio::test]
+async fn settings_change_through_acp_and_are_refused_when_the_marker_is_there() {
+    let state = tempfile::tempdir().unwrap();
+    let mut agent = mock(&["--state-dir", state.path().to_str().unwrap()]);
+    agent.initialize().await.unwrap();
+    let session = agent.new_session(state.path()).await.unwrap();
+    let peer = agent.peer().clone();
+    let set = |params: Value, method: &'static str| {
+        let peer = peer.clone();
+        async move { peer.request(method, Some(params)).await }
+    };
+    let answer = set(
+        json!({"sessionId": session, "configId": "model", "value": "mock-large"}),
+        "session/set_config_option",
+    )
+    .await
+    .unwrap();
+    assert_eq!(answer["configOptions"][0]["currentValue"], "mock-large", "{answer}");
+    set(json!({"sessionId": session, "modeId": "code"}), "session/set_mode").await.unwrap();
+    let turn = agent.prompt(&session, "/settings", no_requests).await;
+    assert_eq!(turn.reply(), "model=mock-large mode=code");
+    let wrong = set(
+        json!({"sessionId": session, "configId": "model", "value": "gpt-9"}),
+        "session/set_config_option",
+    )
+    .await;
+    assert_eq!(rpc_code(wrong), ErrorCode::InvalidParams);
+    std::fs::write(state.path().join("refuse-settings"), "").unwrap();
+    let refused = set(json!({"sessionId": session, "modeId": "ask"}), "session/set_mode").await;
+    assert_eq!(rpc_code(refused), ErrorCode::InvalidParams);
 }
