@@ -186,6 +186,9 @@ pub enum LaunchStep {
     Restoring,
     /// A new ACP session is asked for (`session/new`).
     Opening,
+    /// The settings chosen for the session (a model, a mode) are set again
+    /// (`session/set_config_option`, `session/set_mode`).
+    Settings,
 }
 
 wire_names!(LaunchStep {
@@ -194,6 +197,7 @@ wire_names!(LaunchStep {
     Authenticating => "authenticating",
     Restoring => "restoring",
     Opening => "opening",
+    Settings => "settings",
 });
 
 /// The ACP method of a native restore.
@@ -316,6 +320,28 @@ pub struct TaskDetail {
     pub task: Task,
     /// Its sessions.
     pub sessions: Vec<SessionSummary>,
+}
+
+/// `task.session.config_options` (and the answer of `set_config_option`, `set_mode`): the
+/// agent's settings as it last reported them, and those chosen through Tether, which are
+/// set again whenever the agent's session opens (agents start a loaded or resumed session
+/// with their defaults).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionConfig {
+    /// The agent's ACP session config options (`SessionConfigOption`: `id`, `name`,
+    /// `category` — `model` for its model —, and `type` `select` with `currentValue` and
+    /// `options`, or `boolean` with `currentValue`), as it last reported them; empty
+    /// before it ever opened or when it has none.
+    pub config_options: Vec<Value>,
+    /// Its ACP session modes (`currentModeId`, `availableModes`), when it has any.
+    pub modes: Option<Value>,
+    /// The values chosen through Tether, by option id.
+    pub chosen: std::collections::BTreeMap<String, Value>,
+    /// The mode chosen through Tether.
+    pub chosen_mode: Option<String>,
+    /// Why prompts are refused now: a choice the agent did not take again after it
+    /// restarted (choose anew, or forget it with `null`).
+    pub blocked: Option<String>,
 }
 
 /// `task.session.status`: what a frontend needs to decide on a resume.

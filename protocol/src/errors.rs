@@ -35,6 +35,13 @@ pub enum ErrorKind {
     /// The session's or its task's token or cost budget is used up: raise it
     /// (`budget.set`) first.
     BudgetExceeded,
+    /// A model, mode or other setting chosen for the session could not be set again after
+    /// its agent restarted: no prompt is sent until it is chosen anew
+    /// (`task.session.set_config_option`, `task.session.set_mode`).
+    SettingsNotRestored,
+    /// The agent refused the request (a setting it does not take now); the message says
+    /// what it answered.
+    AgentRefused,
     /// A bug or an I/O failure on the server's side.
     Internal,
     /// No method of that name (a client newer than the server, or a typo).
@@ -72,12 +79,14 @@ impl ErrorKind {
             ErrorKind::SpawnFailed => -32014,
             ErrorKind::Storage => -32015,
             ErrorKind::BudgetExceeded => -32016,
+            ErrorKind::SettingsNotRestored => -32017,
+            ErrorKind::AgentRefused => -32018,
             ErrorKind::Internal | ErrorKind::Unknown => -32603,
         }
     }
 
     /// Every kind, in declaration order (for documentation and tests).
-    pub const ALL: [ErrorKind; 15] = [
+    pub const ALL: [ErrorKind; 17] = [
         ErrorKind::InvalidParams,
         ErrorKind::NotFound,
         ErrorKind::Conflict,
@@ -86,6 +95,8 @@ impl ErrorKind {
         ErrorKind::RuntimeUnavailable,
         ErrorKind::Storage,
         ErrorKind::BudgetExceeded,
+        ErrorKind::SettingsNotRestored,
+        ErrorKind::AgentRefused,
         ErrorKind::Internal,
         ErrorKind::NoSuchMethod,
         ErrorKind::AlreadyStarted,
@@ -113,6 +124,8 @@ impl ErrorKind {
             ErrorKind::SpawnFailed => "spawn_failed",
             ErrorKind::Storage => "storage",
             ErrorKind::BudgetExceeded => "budget_exceeded",
+            ErrorKind::SettingsNotRestored => "settings_not_restored",
+            ErrorKind::AgentRefused => "agent_refused",
             ErrorKind::Unknown => "unknown",
         }
     }

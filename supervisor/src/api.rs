@@ -166,6 +166,34 @@ impl ApiServer for Methods {
         Ok(StopAllResult { stopped: self.0.stop_all().await })
     }
 
+    async fn session_config_options(
+        &self,
+        session_id: String,
+    ) -> RpcResult<protocol::api::SessionConfig> {
+        self.0.session_config(session_id).await.map_err(to_rpc)
+    }
+
+    async fn session_set_config_option(
+        &self,
+        session_id: String,
+        config_id: String,
+        value: serde_json::Value,
+    ) -> RpcResult<protocol::api::SessionConfig> {
+        let forget = value.is_null();
+        let setting = crate::settings::Setting::Option { id: config_id, value };
+        self.0.choose_setting(session_id, setting, forget).await.map_err(to_rpc)
+    }
+
+    async fn session_set_mode(
+        &self,
+        session_id: String,
+        mode_id: Option<String>,
+    ) -> RpcResult<protocol::api::SessionConfig> {
+        let forget = mode_id.is_none();
+        let setting = crate::settings::Setting::Mode(mode_id.unwrap_or_default());
+        self.0.choose_setting(session_id, setting, forget).await.map_err(to_rpc)
+    }
+
     async fn session_cancel(&self, session_id: String) -> RpcResult<Done> {
         self.0.cancel(session_id).await.map_err(to_rpc).map(|()| Done {})
     }

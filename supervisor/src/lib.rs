@@ -31,6 +31,7 @@ pub mod resume_context;
 pub mod runtime;
 pub mod service;
 pub mod session;
+pub mod settings;
 pub mod snapshot;
 pub mod store;
 pub mod web;

@@ -10,6 +10,7 @@ mod ending;
 mod lifecycle;
 mod limits;
 mod recovery;
+mod settings;
 mod workflows;
 
 use std::collections::HashMap;
@@ -121,6 +122,12 @@ pub enum ServiceError {
     /// A budget of the session or its task is used up.
     #[error("{0}")]
     BudgetExceeded(String),
+    /// A chosen setting could not be set again: prompts are refused until it is chosen anew.
+    #[error("{0}")]
+    SettingsNotRestored(String),
+    /// The agent refused the request.
+    #[error("{0}")]
+    AgentRefused(String),
     /// Anything else.
     #[error("{0}")]
     Internal(String),
@@ -140,6 +147,8 @@ impl ServiceError {
             ServiceError::RuntimeUnavailable(m) => ServiceError::RuntimeUnavailable(m + hint),
             ServiceError::Storage(m) => ServiceError::Storage(m + hint),
             ServiceError::BudgetExceeded(m) => ServiceError::BudgetExceeded(m + hint),
+            ServiceError::SettingsNotRestored(m) => ServiceError::SettingsNotRestored(m + hint),
+            ServiceError::AgentRefused(m) => ServiceError::AgentRefused(m + hint),
             ServiceError::Internal(m) => ServiceError::Internal(m + hint),
         }
     }
@@ -155,6 +164,8 @@ impl ServiceError {
             ServiceError::RuntimeUnavailable(_) => ErrorKind::RuntimeUnavailable,
             ServiceError::Storage(_) => ErrorKind::Storage,
             ServiceError::BudgetExceeded(_) => ErrorKind::BudgetExceeded,
+            ServiceError::SettingsNotRestored(_) => ErrorKind::SettingsNotRestored,
+            ServiceError::AgentRefused(_) => ErrorKind::AgentRefused,
             ServiceError::Internal(_) => ErrorKind::Internal,
         }
     }
@@ -195,6 +206,10 @@ impl From<SessionError> for ServiceError {
             SessionError::Agentctl(_) | SessionError::Undelivered(_) => {
                 ServiceError::RuntimeUnavailable(err.to_string())
             }
+            SessionError::SettingsNotRestored(_) => {
+                ServiceError::SettingsNotRestored(err.to_string())
+            }
+            SessionError::AgentRefused(_) => ServiceError::AgentRefused(err.to_string()),
         }
     }
 }

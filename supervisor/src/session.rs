@@ -52,6 +52,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::events::SessionEvent;
 use crate::history::History;
 use crate::runtime::Runtime;
+use crate::settings::{SessionSettings, Setting};
 use crate::store::{ExecutorRow, ResumeOutcome, SessionRow, SessionState, Store, StoreError};
 
 /// Errors a command can meet.
@@ -101,6 +102,12 @@ pub enum SessionError {
     /// same prompt twice, so it is not retried for the caller.
     #[error("the prompt was recorded but could not be delivered (the turn fails): {0}")]
     Undelivered(String),
+    /// A chosen setting could not be set again after the agent restarted (the reason).
+    #[error("{0}")]
+    SettingsNotRestored(String),
+    /// The agent refused a setting (what it answered).
+    #[error("the agent refused: {0}")]
+    AgentRefused(String),
 }
 
 /// Where a session's actor is in its life. Transitions:
@@ -152,6 +159,8 @@ pub struct SessionView {
     pub pause_requested: bool,
     /// The agent's context use as it last reported: `(used, size)` in tokens.
     pub context: Option<(u64, u64)>,
+    /// Why prompts are refused: a chosen setting could not be set again.
+    pub settings_blocked: Option<String>,
 }
 
 impl SessionView {
@@ -204,6 +213,12 @@ enum Command {
         text: String,
         reply: Reply<String>,
     },
+    /// Chooses a setting (`forget`: drops the choice instead).
+    Setting {
+        setting: Setting,
+        forget: bool,
+        reply: Reply<SessionSettings>,
+    },
 }
 
 impl std::fmt::Debug for Command {
@@ -217,6 +232,7 @@ impl std::fmt::Debug for Command {
             Command::Detach { .. } => "Detach",
             Command::Pause { .. } => "Pause",
             Command::Retry { .. } => "Retry",
+            Command::Setting { .. } => "Setting",
         })
     }
 }
@@ -295,6 +311,17 @@ impl SessionHandle {
     /// Adopts `profile` (refused while the agent runs), then resumes.
     pub async fn resume_with(&self, profile: Arc<Profile>) -> Result<ResumeOutcome, SessionError> {
         self.ask(|reply| Command::Resume { refresh: Some(profile), reply }).await
+    }
+
+    /// Chooses a setting: set at once when the agent's session is open (the agent's answer
+    /// is awaited), else recorded and set when it opens; then set again at every open.
+    /// `forget` drops the choice (the agent's own value stands).
+    pub async fn set_setting(
+        &self,
+        setting: Setting,
+        forget: bool,
+    ) -> Result<SessionSettings, SessionError> {
+        self.ask(|reply| Command::Setting { setting, forget, reply }).await
     }
 
     /// Stops the agent and its sidecar but keeps the session active (it needs a resume).
@@ -496,6 +523,7 @@ pub fn start_session(
         resume_outcome: None,
         pause_requested: false,
         context: None,
+        settings_blocked: None,
     };
     let (view_tx, view_rx) = watch::channel(view);
     // The actor works from the parsed profile: the snapshot's JSON tree would only take

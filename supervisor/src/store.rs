@@ -13,6 +13,7 @@ mod executions;
 mod journal;
 mod schema;
 mod sessions;
+mod settings;
 mod turns;
 mod usage;
 mod workflows;

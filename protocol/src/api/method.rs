@@ -89,6 +89,12 @@ pub const SESSION_RETRY_TURN: &str = "task.session.retry_turn";
 pub const BUDGET_SET: &str = "budget.set";
 /// `usage.query`
 pub const USAGE_QUERY: &str = "usage.query";
+/// `task.session.config_options`
+pub const SESSION_CONFIG_OPTIONS: &str = "task.session.config_options";
+/// `task.session.set_config_option`
+pub const SESSION_SET_CONFIG_OPTION: &str = "task.session.set_config_option";
+/// `task.session.set_mode`
+pub const SESSION_SET_MODE: &str = "task.session.set_mode";
 
 /// Every method a client calls (not the notifications), for bounded metric labels.
 pub const ALL: &[&str] = &[
@@ -131,5 +137,8 @@ pub const ALL: &[&str] = &[
     SESSION_RETRY_TURN,
     BUDGET_SET,
     USAGE_QUERY,
+    SESSION_CONFIG_OPTIONS,
+    SESSION_SET_CONFIG_OPTION,
+    SESSION_SET_MODE,
     DISCOVER,
 ];

@@ -128,6 +128,18 @@ pub fn generate() -> Value {
         method::STOP_ALL,
         "Stops every live agent; the sessions stay resumable.",
     );
+    m.add::<SessionId, SessionConfig>(
+        method::SESSION_CONFIG_OPTIONS,
+        "The agent's settings (config options such as its model, and modes) as it last reported them, and those chosen through Tether.",
+    );
+    m.add::<SessionSetConfigOption, SessionConfig>(
+        method::SESSION_SET_CONFIG_OPTION,
+        "Chooses a config option's value (null forgets the choice): set at once when the agent runs, else when it next starts; set again at every resume, and prompts are refused (settings_not_restored) while a choice cannot be.",
+    );
+    m.add::<SessionSetMode, SessionConfig>(
+        method::SESSION_SET_MODE,
+        "Chooses the agent's mode (null forgets the choice), as task.session.set_config_option does.",
+    );
     m.add::<SessionId, Done>(method::SESSION_CANCEL, "Cancels the running turn.");
     m.add::<SessionPause, PauseResult>(
         method::SESSION_PAUSE,
@@ -410,6 +422,9 @@ mod tests {
                 Some(UsageGroupBy::Day),
             )
             .await;
+        let _ = client.session_config_options(s()).await;
+        let _ = client.session_set_config_option(s(), "model".into(), "large".into()).await;
+        let _ = client.session_set_mode(s(), Some("code".into())).await;
         let _ = client.discover().await;
     }
 
@@ -477,6 +492,27 @@ mod tests {
     #[jsonrpsee::core::async_trait]
     impl super::super::ApiServer for Unanswered {
         async fn agents_list(&self) -> jsonrpsee::core::RpcResult<Vec<AgentInfo>> {
+            never()
+        }
+        async fn session_config_options(
+            &self,
+            _: String,
+        ) -> jsonrpsee::core::RpcResult<SessionConfig> {
+            never()
+        }
+        async fn session_set_config_option(
+            &self,
+            _: String,
+            _: String,
+            _: serde_json::Value,
+        ) -> jsonrpsee::core::RpcResult<SessionConfig> {
+            never()
+        }
+        async fn session_set_mode(
+            &self,
+            _: String,
+            _: Option<String>,
+        ) -> jsonrpsee::core::RpcResult<SessionConfig> {
             never()
         }
         async fn task_create(

@@ -349,6 +349,53 @@ impl Checked for SessionPrompt {
 /// The longest a pause may wait for the running turn: a day.
 pub const MAX_PAUSE_WAIT_MS: u64 = 24 * 60 * 60 * 1000;
 
+/// `task.session.set_config_option`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionSetConfigOption {
+    /// The session.
+    pub session_id: String,
+    /// The option's id (as `task.session.config_options` lists it; `model` for most
+    /// agents' model).
+    pub config_id: String,
+    /// A value id (a string) for a `select` option, `true`/`false` for a `boolean` one;
+    /// `null` forgets the choice (the agent's own value stands).
+    pub value: serde_json::Value,
+}
+impl Checked for SessionSetConfigOption {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)?;
+        within("config_id", &self.config_id, MAX_ID)?;
+        match &self.value {
+            serde_json::Value::String(value) => within("value", value, MAX_ID),
+            serde_json::Value::Bool(_) | serde_json::Value::Null => Ok(()),
+            _ => Err(ParamError {
+                field: Some("value".into()),
+                limit: None,
+                message: "value must be a string (a select option's value id), a boolean, or null"
+                    .into(),
+            }),
+        }
+    }
+}
+
+/// `task.session.set_mode`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionSetMode {
+    /// The session.
+    pub session_id: String,
+    /// The mode's id (as `task.session.config_options` lists the agent's modes); `null`
+    /// forgets the choice.
+    pub mode_id: Option<String>,
+}
+impl Checked for SessionSetMode {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)?;
+        within_opt("mode_id", &self.mode_id, MAX_ID)
+    }
+}
+
 /// `task.session.pause`
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -752,7 +799,9 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         TASK_DELETE => parse::<TaskDelete>(raw).map(drop),
         SESSION_CREATE => parse::<SessionCreate>(raw).map(drop),
         SESSION_LIST => parse::<SessionList>(raw).map(drop),
-        SESSION_STATUS | SESSION_CANCEL | SESSION_STOP | SNAPSHOT_LIST => {
+        SESSION_SET_CONFIG_OPTION => parse::<SessionSetConfigOption>(raw).map(drop),
+        SESSION_SET_MODE => parse::<SessionSetMode>(raw).map(drop),
+        SESSION_STATUS | SESSION_CANCEL | SESSION_STOP | SNAPSHOT_LIST | SESSION_CONFIG_OPTIONS => {
             parse::<SessionId>(raw).map(drop)
         }
         SESSION_DELETE => parse::<SessionDelete>(raw).map(drop),

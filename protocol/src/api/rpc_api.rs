@@ -88,6 +88,29 @@ pub trait Api {
     #[method(name = "sessions.stop_all")]
     async fn stop_all(&self) -> RpcResult<StopAllResult>;
 
+    /// The agent's settings (config options such as its model, and modes) and those chosen.
+    #[method(name = "task.session.config_options", param_kind = map)]
+    async fn session_config_options(&self, session_id: String) -> RpcResult<SessionConfig>;
+
+    /// Chooses a config option's value (`null` forgets the choice): set at once when the
+    /// agent runs (its refusal is `agent_refused`), else when it next starts; set again at
+    /// every resume.
+    #[method(name = "task.session.set_config_option", param_kind = map)]
+    async fn session_set_config_option(
+        &self,
+        session_id: String,
+        config_id: String,
+        value: Value,
+    ) -> RpcResult<SessionConfig>;
+
+    /// Chooses the agent's mode (`null` forgets the choice), as `set_config_option` does.
+    #[method(name = "task.session.set_mode", param_kind = map)]
+    async fn session_set_mode(
+        &self,
+        session_id: String,
+        mode_id: Option<String>,
+    ) -> RpcResult<SessionConfig>;
+
     /// Cancels the running turn (it ends `cancelled`, or `failed` if the agent does not
     /// confirm within the grace period).
     #[method(name = "task.session.cancel", param_kind = map)]

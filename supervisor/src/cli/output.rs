@@ -38,6 +38,7 @@ pub(super) fn step_name(step: LaunchStep) -> &'static str {
         LaunchStep::Authenticating => "authenticating",
         LaunchStep::Restoring => "restoring the agent's session",
         LaunchStep::Opening => "opening an agent session",
+        LaunchStep::Settings => "setting the chosen model and mode again",
     }
 }
 

@@ -208,6 +208,7 @@ impl SessionActor {
                 });
                 if method == protocol::acp::method::SESSION_UPDATE && !foreign {
                     self.session_update(params);
+                    self.settings_updated().await;
                 }
                 false
             }
@@ -332,6 +333,10 @@ impl SessionActor {
                 self.usage_reported(&update);
                 self.emit(SessionEventKind::SessionUpdate { update });
             }
+            "config_option_update" | "current_mode_update" => {
+                self.agent_setting_update(&update);
+                self.emit(SessionEventKind::SessionUpdate { update });
+            }
             _ => self.emit(SessionEventKind::SessionUpdate { update }),
         }
     }
@@ -410,7 +415,7 @@ impl SessionActor {
                     };
                 }
                 match result {
-                    Ok(_) => {
+                    Ok(answer) => {
                         let outcome = if load {
                             ResumeOutcome::NativeLoad
                         } else {
@@ -422,7 +427,7 @@ impl SessionActor {
                         // recorded as open. A kill in between leaves it STARTING, and a
                         // session caught starting is fenced and resumed, not re-attached.
                         self.ack(true).await;
-                        self.session_opened(token, Some(outcome)).await;
+                        self.opened_with(token, Some(outcome), &answer).await;
                         agentctl::fault::point("load.opened");
                     }
                     Err(error)
@@ -471,26 +476,31 @@ impl SessionActor {
                 false
             }
             Pending::NewSession => {
-                let session_id = result.map(|result| {
-                    match protocol::acp::parse::<schema::NewSessionResponse>(&result) {
+                let session_id = result.as_ref().map(|result| {
+                    match protocol::acp::parse::<schema::NewSessionResponse>(result) {
                         Parsed::Known(response) => Some(response.session_id.0.to_string()),
                         Parsed::Unknown(raw) => {
                             raw.get("sessionId").and_then(Value::as_str).map(str::to_owned)
                         }
                     }
                 });
+                let answer = result.as_ref().ok().cloned().unwrap_or_default();
                 match session_id {
-                    Ok(Some(acp_session)) => self.session_opened(acp_session, None).await,
+                    Ok(Some(acp_session)) => self.opened_with(acp_session, None, &answer).await,
                     Ok(None) => self.fail("session/new returned no sessionId".into()).await,
-                    Err(error) if self.try_authenticate(&error, AfterAuth::NewSession) => {}
+                    Err(error) if self.try_authenticate(error, AfterAuth::NewSession) => {}
                     Err(error) if error.code == Some(protocol::ErrorCode::AuthRequired.code()) => {
-                        let reason = self.credentials_needed(&error);
+                        let reason = self.credentials_needed(error);
                         self.fail(reason).await
                     }
                     Err(error) => {
                         self.fail(format!("the agent refused session/new: {}", error.text())).await
                     }
                 }
+                false
+            }
+            Pending::Setting { setting, reply } => {
+                self.setting_answered(setting, reply, result.map_err(|error| error.text())).await;
                 false
             }
             Pending::Prompt { turn_id, injected } => {
@@ -702,7 +712,11 @@ impl SessionActor {
 
     /// The ACP session is open (new or restored): record it, settle a resume's outcome,
     /// and send the initial prompt if there is one.
-    async fn session_opened(&mut self, acp_session: String, restored: Option<ResumeOutcome>) {
+    pub(in crate::session) async fn session_opened(
+        &mut self,
+        acp_session: String,
+        restored: Option<ResumeOutcome>,
+    ) {
         let execution_id =
             self.execution.as_ref().map(|execution| execution.id.clone()).unwrap_or_default();
         let resume = self.stage.opening().and_then(|opening| opening.launch.resume.take());

@@ -14,6 +14,7 @@
 mod executions;
 mod pause;
 mod records;
+mod settings;
 mod turns;
 mod usage;
 
@@ -81,6 +82,12 @@ pub(super) enum Pending {
     Authenticate {
         method: String,
         then: AfterAuth,
+    },
+    /// `session/set_config_option` or `session/set_mode`: for a caller (`reply`), or to
+    /// set a choice again after the session opened.
+    Setting {
+        setting: crate::settings::Setting,
+        reply: Option<Reply<crate::settings::SessionSettings>>,
     },
 }
 
@@ -377,6 +384,12 @@ pub(super) struct SessionActor {
     idle_at: Option<Instant>,
     /// A warm agent's priming ACP session (see `pool.rs`): its updates are dropped.
     pub(super) foreign_session: Option<String>,
+    /// The agent's settings and those chosen (see `settings.rs`); loaded at the start.
+    pub(super) settings: crate::settings::SessionSettings,
+    /// The choices being set again after the ACP session opened.
+    pub(super) settings_restore: Option<settings::SettingsRestore>,
+    /// An update of the agent changed the settings; written after it is handled.
+    pub(super) settings_dirty: bool,
 }
 
 /// The longest wait between two tries after a failed write.
@@ -445,6 +458,9 @@ impl SessionActor {
             catch_up: CatchUp::default(),
             idle_at: None,
             foreign_session: None,
+            settings: Default::default(),
+            settings_restore: None,
+            settings_dirty: false,
         }
     }
 
@@ -463,6 +479,7 @@ impl SessionActor {
             Ok(mark) => self.cost_mark = mark,
             Err(err) => tracing::warn!(session = %self.row.id, %err, "cannot read the cost mark"),
         }
+        self.load_settings().await;
         // The actor lives while it may own an execution: after the session ends, until a
         // launch in flight has landed (and been retired).
         while self.phase() != Phase::Ended
@@ -672,6 +689,9 @@ impl SessionActor {
                 }
             },
             Command::Detach { reply } => self.detach(reply).await,
+            Command::Setting { setting, forget, reply } => {
+                self.choose_setting(setting, forget, reply).await
+            }
         }
     }
 
@@ -837,7 +857,9 @@ impl SessionActor {
                 + std::time::Duration::from_millis(self.profile.process.init_timeout_ms);
             match &mut self.stage {
                 Stage::Opening(opening) => opening.step = Some((method, at)),
-                // Only the handshake sends requests other than prompts.
+                // A setting chosen while the session is open: its caller bounds the wait.
+                _ if matches!(purpose, Pending::Setting { .. }) => {}
+                // Only the handshake sends requests other than prompts and settings.
                 other => debug_assert!(false, "{method} sent while {:?}", other.phase()),
             }
         }
@@ -903,5 +925,6 @@ fn reject(command: Command, error: impl Fn() -> SessionError) {
         | Command::Detach { reply }
         | Command::Permission { reply, .. } => drop(reply.send(Err(error()))),
         Command::Pause { reply, .. } => drop(reply.send(Err(error()))),
+        Command::Setting { reply, .. } => drop(reply.send(Err(error()))),
     }
 }

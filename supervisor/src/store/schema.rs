@@ -349,6 +349,12 @@ pub const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE task_sessions ADD COLUMN mcp_servers TEXT;
     ",
+    // 17: issue 33, the agent's settings (`crate::settings::SessionSettings`, JSON): the
+    // config options and modes it last reported and those chosen through Tether; NULL
+    // until either is known.
+    "
+    ALTER TABLE task_sessions ADD COLUMN settings TEXT;
+    ",
 ];
 
 /// Brings the database up to the newest migration.

@@ -51,6 +51,9 @@ impl SessionActor {
                 )));
             }
         }
+        if let Some(reason) = self.view_tx.borrow().settings_blocked.clone() {
+            return Err(SessionError::SettingsNotRestored(reason));
+        }
         let Some(execution) = self.execution.as_ref().filter(|execution| execution.agent_running)
         else {
             return Err(SessionError::AgentGone("no execution".into()));

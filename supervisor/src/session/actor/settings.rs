@@ -1,0 +1,200 @@
+//! The agent's settings (`crate::settings`): reported when the ACP session opens and by
+//! the agent's updates, chosen through the API, and set again — one at a time, before the
+//! session counts as open — whenever the ACP session opens. A choice the agent will not
+//! take again blocks prompts (`settings_blocked` in the view) until it is chosen anew or
+//! forgotten: a prompt to the wrong model is worse than none.
+
+use serde_json::{Value, json};
+
+use super::{Pending, SessionActor};
+use crate::events::{LaunchStep, SessionEventKind};
+use crate::session::{Phase, Reply, SessionError};
+use crate::settings::{SessionSettings, Setting};
+use crate::store::ResumeOutcome;
+
+/// The ACP session answered open; its choices are being set again.
+#[derive(Debug)]
+pub(in crate::session) struct SettingsRestore {
+    acp_session: String,
+    restored: Option<ResumeOutcome>,
+    /// Not sent yet.
+    queue: Vec<Setting>,
+    /// What the agent refused, with its answer.
+    failed: Vec<String>,
+}
+
+impl SessionActor {
+    /// Loaded before any agent event is handled. Unreadable settings are said and
+    /// replaced by none (the agent's own values stand).
+    pub(super) async fn load_settings(&mut self) {
+        match self.context.store.session_settings(self.row.id.clone()).await {
+            Ok(settings) => self.settings = settings,
+            Err(err) => {
+                tracing::warn!(session = %self.row.id, %err, "cannot read the session's settings");
+                self.emit(SessionEventKind::Notice {
+                    message: format!(
+                        "the session's chosen settings cannot be read ({err}); the agent's own stand"
+                    ),
+                });
+            }
+        }
+    }
+
+    async fn save_settings(&mut self) {
+        self.settings_dirty = false;
+        let saved = self
+            .context
+            .store
+            .set_session_settings(self.row.id.clone(), self.settings.clone())
+            .await;
+        if let Err(err) = saved {
+            tracing::error!(session = %self.row.id, %err, "cannot record the session's settings");
+        }
+    }
+
+    /// After an agent update was handled: the settings it changed are written.
+    pub(in crate::session) async fn settings_updated(&mut self) {
+        if self.settings_dirty {
+            self.save_settings().await;
+        }
+    }
+
+    /// A `config_option_update` or `current_mode_update`; a change the agent made itself
+    /// once the session is open also replaces what was chosen.
+    pub(in crate::session) fn agent_setting_update(&mut self, update: &Value) {
+        let open = self.phase() == Phase::Open;
+        self.settings_dirty |= self.settings.updated(update, open);
+    }
+
+    /// The ACP session answered open (`answer`: that of `session/new`, `load` or
+    /// `resume`): its settings are recorded, and the choices it lacks are set again before
+    /// the session counts as open.
+    pub(in crate::session) async fn opened_with(
+        &mut self,
+        acp_session: String,
+        restored: Option<ResumeOutcome>,
+        answer: &Value,
+    ) {
+        self.settings.reported(answer);
+        self.save_settings().await;
+        self.update_view(|view| view.settings_blocked = None);
+        let queue: Vec<Setting> = self.settings.to_restore().into_iter().rev().collect();
+        let restore = SettingsRestore { acp_session, restored, queue, failed: Vec::new() };
+        self.next_restore(restore).await;
+    }
+
+    async fn next_restore(&mut self, mut restore: SettingsRestore) {
+        let Some(setting) = restore.queue.pop() else {
+            return self.settings_restored(restore).await;
+        };
+        self.progress(LaunchStep::Settings, Some(setting.to_string()));
+        let params = setting.params(&restore.acp_session);
+        self.settings_restore = Some(restore);
+        self.request(setting.method(), params, Pending::Setting { setting, reply: None });
+    }
+
+    async fn settings_restored(&mut self, restore: SettingsRestore) {
+        if !restore.failed.is_empty() {
+            let reason = format!(
+                "the agent did not take the session's settings again ({}); no prompt is sent until they are chosen anew (task.session.set_config_option or set_mode, CLI: settings)",
+                restore.failed.join("; ")
+            );
+            let _ = self.context.store.log_error(self.row.id.clone(), reason.clone()).await;
+            self.emit(SessionEventKind::Notice { message: reason.clone() });
+            self.update_view(|view| view.settings_blocked = Some(reason));
+        }
+        self.session_opened(restore.acp_session, restore.restored).await;
+    }
+
+    /// The agent answered a `session/set_config_option` or `session/set_mode` of ours.
+    pub(in crate::session) async fn setting_answered(
+        &mut self,
+        setting: Setting,
+        reply: Option<Reply<SessionSettings>>,
+        result: Result<Value, String>,
+    ) {
+        if let Ok(answer) = &result {
+            self.settings.applied(&setting, answer);
+            if reply.is_some() {
+                self.settings.choose(&setting);
+            }
+            self.save_settings().await;
+            self.announce_settings(&setting);
+        }
+        if let Some(reply) = reply {
+            if result.is_ok() {
+                self.unblock_if_restored();
+            }
+            let answer = result.map(|_| self.settings.clone()).map_err(SessionError::AgentRefused);
+            let _ = reply.send(answer);
+            return;
+        }
+        let Some(mut restore) = self.settings_restore.take() else { return };
+        if let Err(error) = result {
+            restore.failed.push(format!("{setting}: {error}"));
+        }
+        self.next_restore(restore).await;
+    }
+
+    /// Viewers learn a change as the agent would have said it.
+    fn announce_settings(&mut self, setting: &Setting) {
+        let update = match setting {
+            Setting::Option { .. } => json!({"sessionUpdate": "config_option_update",
+                "configOptions": self.settings.options}),
+            Setting::Mode(mode) => json!({"sessionUpdate": "current_mode_update",
+                "currentModeId": mode}),
+        };
+        self.emit(SessionEventKind::SessionUpdate { update });
+    }
+
+    fn unblock_if_restored(&mut self) {
+        let blocked = self.view_tx.borrow().settings_blocked.is_some();
+        if blocked && self.settings.to_restore().is_empty() {
+            self.update_view(|view| view.settings_blocked = None);
+            self.emit(SessionEventKind::Notice {
+                message: "the session's settings are as chosen again; prompts are taken".into(),
+            });
+        }
+    }
+
+    /// `task.session.set_config_option` / `set_mode`: checked against what the agent
+    /// offers; sent at once when the ACP session is open, else recorded for the next open.
+    pub(in crate::session) async fn choose_setting(
+        &mut self,
+        setting: Setting,
+        forget: bool,
+        reply: Reply<SessionSettings>,
+    ) {
+        if forget {
+            self.settings.forget(&setting);
+            self.save_settings().await;
+            self.unblock_if_restored();
+            let _ = reply.send(Ok(self.settings.clone()));
+            return;
+        }
+        if let Err(err) = self.settings.check(&setting) {
+            let field = setting.field();
+            let _ =
+                reply.send(Err(SessionError::InvalidParams { field, message: err.to_string() }));
+            return;
+        }
+        let acp_session = self.view_tx.borrow().acp_session_id.clone();
+        let open = self.phase() == Phase::Open
+            && self.execution.as_ref().is_some_and(|execution| execution.agent_running);
+        match acp_session.filter(|_| open) {
+            Some(acp_session) => {
+                let params = setting.params(&acp_session);
+                self.request(
+                    setting.method(),
+                    params,
+                    Pending::Setting { setting, reply: Some(reply) },
+                );
+            }
+            None => {
+                self.settings.choose(&setting);
+                self.save_settings().await;
+                let _ = reply.send(Ok(self.settings.clone()));
+            }
+        }
+    }
+}
