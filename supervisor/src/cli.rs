@@ -12,6 +12,7 @@ mod face;
 mod feed;
 mod output;
 mod serve;
+mod settings;
 mod workflow;
 
 use std::collections::HashMap;
@@ -197,6 +198,21 @@ enum Command {
     Status {
         /// The session.
         session: String,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// A session's agent settings — its model and other config options, its mode — as the
+    /// agent reports them and as chosen; --set and --mode choose (kept across resumes).
+    Settings {
+        /// The session.
+        session: String,
+        /// Choose a config option: ID=VALUE (model=NAME; true/false for a switch; ID=
+        /// forgets the choice).
+        #[arg(long, value_name = "ID=VALUE")]
+        set: Option<String>,
+        /// Choose the mode (- forgets the choice).
+        #[arg(long, value_name = "MODE")]
+        mode: Option<String>,
         #[command(flatten)]
         json: JsonFlag,
     },

@@ -289,6 +289,9 @@ impl Client {
                 println!("usage (turns): {}", session_usage_line(&status.usage));
                 Ok(())
             }
+            Command::Settings { session, set, mode, json: JsonFlag { json } } => {
+                self.settings(session, set, mode, json).await
+            }
             Command::Cancel { session } => {
                 api.session_cancel(session.clone()).await.map_err(|e| self.failure(e))?;
                 println!("session {session}: cancel sent (the turn ends as cancelled)");

@@ -23,6 +23,7 @@ mod pool;
 mod real_agents;
 mod resume;
 mod retention;
+mod settings;
 mod snapshots;
 mod supervisor;
 mod tidy;
