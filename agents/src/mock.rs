@@ -415,6 +415,7 @@ impl Agent {
             }
             method::SESSION_SET_CONFIG_OPTION => self.set_config_option(request.params.as_ref()),
             method::SESSION_SET_MODE => self.set_mode(request.params.as_ref()),
+            method::SESSION_CLOSE => self.close_session(request.params.as_ref()),
             other => Err(RpcError::method_not_found(other)),
         };
         let _ = self.peer.respond(request.id, result);
@@ -426,7 +427,7 @@ impl Agent {
 
     fn initialize(&self, params: Option<&Value>) -> Result<Value, RpcError> {
         let _request: schema::InitializeRequest = acp::params(params)?;
-        let mut session_capabilities = json!({});
+        let mut session_capabilities = json!({"close": {}, "additionalDirectories": {}});
         if self.config.resume_capability {
             session_capabilities["resume"] = json!({});
         }

@@ -306,6 +306,9 @@ pub struct SessionSummary {
     /// The branch of the worktree Tether made for it (`workspace_path` is that worktree).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree_branch: Option<String>,
+    /// The title its agent gave it (ACP `session_info_update`), for lists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
     /// Its agent asked a person for permission and waits for the answer
     /// (`task.session.permission.respond`): a "needs you" signal for lists.
     #[serde(default)]

@@ -118,8 +118,12 @@ impl ApiServer for Methods {
         base: Option<String>,
         labels: Option<std::collections::BTreeMap<String, String>>,
         mcp_servers: Option<Vec<serde_json::Value>>,
+        session_id: Option<String>,
+        additional_directories: Option<Vec<String>>,
     ) -> RpcResult<SessionSummary> {
         let new = NewSession {
+            session_id,
+            additional_directories: additional_directories.unwrap_or_default(),
             mcp_servers: mcp_servers.unwrap_or_default(),
             task_id,
             agent_profile_id,

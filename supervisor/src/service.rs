@@ -86,6 +86,10 @@ pub struct NewSession {
     pub workflow_step: Option<(String, String)>,
     /// The MCP servers its agent is given (ACP `McpServer` objects).
     pub mcp_servers: Vec<serde_json::Value>,
+    /// The id asked for (else a new UUID v7).
+    pub session_id: Option<String>,
+    /// Directories besides the workspace for its agent (absolute).
+    pub additional_directories: Vec<String>,
 }
 
 /// Errors of the operations, each with the `data.kind` the API reports.

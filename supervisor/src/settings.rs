@@ -28,6 +28,13 @@ pub struct SessionSettings {
     /// The mode chosen through Tether.
     #[serde(default)]
     pub chosen_mode: Option<String>,
+    /// The agent advertised `sessionCapabilities.close` at its last `initialize` (kept
+    /// here so a re-attached execution, which skips `initialize`, still knows).
+    #[serde(default)]
+    pub close_supported: bool,
+    /// It advertised `sessionCapabilities.additionalDirectories` (likewise).
+    #[serde(default)]
+    pub directories_supported: bool,
 }
 
 /// One change asked for.

@@ -435,6 +435,13 @@ pub struct SessionRow {
     /// The MCP servers its agent is given (ACP `McpServer` objects), as asked at create.
     #[serde(default)]
     pub mcp_servers: Vec<serde_json::Value>,
+    /// The title its agent gave it (ACP `session_info_update`), if any.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Directories besides the workspace its agent is given (ACP `additionalDirectories`,
+    /// to agents that advertise them), as asked at create.
+    #[serde(default)]
+    pub additional_directories: Vec<String>,
 }
 
 #[cfg(test)]
@@ -465,6 +472,8 @@ impl Store {
             worktree_branch: None,
             runtime_labels: Default::default(),
             mcp_servers: Vec::new(),
+            title: None,
+            additional_directories: Vec::new(),
         };
         self.create_session(row).await.unwrap()
     }
@@ -528,7 +537,7 @@ impl ExecutorRow {
     }
 }
 
-const SESSION_COLUMNS: &str = "id, task_id, agent_profile_id, profile_snapshot, runtime, state, workspace_path, error_message, created_at, updated_at, initial_prompt, worktree_repo, worktree_branch, runtime_labels, mcp_servers";
+const SESSION_COLUMNS: &str = "id, task_id, agent_profile_id, profile_snapshot, runtime, state, workspace_path, error_message, created_at, updated_at, initial_prompt, worktree_repo, worktree_branch, runtime_labels, mcp_servers, title, additional_directories";
 
 const EXECUTOR_COLUMNS: &str = "session_id, execution_id, generation, runtime, status, resume_token, agentctl_port, \
      agentctl_pid, agentctl_start_time, boot_id, agentctl_token, acked_seq, resume_context_pending, acp_session_id, \

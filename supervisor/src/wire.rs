@@ -48,6 +48,7 @@ impl From<SessionRow> for api::SessionSummary {
             created_at: row.created_at,
             updated_at: row.updated_at,
             worktree_branch: row.worktree_branch,
+            title: row.title,
             awaiting_permission: false,
         }
     }

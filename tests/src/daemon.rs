@@ -320,6 +320,24 @@ impl Daemon {
         self.root.path()
     }
 
+    /// Where the `mock` profile's mock-agent keeps its sessions (its `--state-dir`, a
+    /// `.mock-agent` directory under the test's root), once an agent made it.
+    pub fn mock_state_dir(&self) -> PathBuf {
+        let mut dirs = vec![self.home().to_path_buf()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                    if path.file_name().is_some_and(|name| name == ".mock-agent") {
+                        return path;
+                    }
+                    dirs.push(path);
+                }
+            }
+        }
+        panic!("no .mock-agent under {}", self.home().display())
+    }
+
     /// A fresh workspace directory.
     pub fn workspace(&self, name: &str) -> PathBuf {
         let dir = self.root.path().join("work").join(name);
@@ -827,6 +845,10 @@ pub struct Create {
     pub labels: Option<std::collections::BTreeMap<String, String>>,
     /// `mcp_servers`.
     pub mcp_servers: Option<Vec<serde_json::Value>>,
+    /// `session_id`.
+    pub session_id: Option<String>,
+    /// `additional_directories`.
+    pub additional_directories: Option<Vec<String>>,
 }
 
 impl Create {
@@ -858,6 +880,8 @@ impl Create {
             self.base,
             self.labels,
             self.mcp_servers,
+            self.session_id,
+            self.additional_directories,
         )
     }
 }

@@ -6,6 +6,7 @@ pub mod browser;
 pub mod client;
 pub mod daemon;
 pub mod docker;
+pub mod face;
 pub mod model_server;
 pub mod real_agents;
 pub mod schema;

@@ -22,6 +22,8 @@ impl Agent {
                 cwd: request.cwd,
                 messages: Vec::new(),
                 mcp_servers: store::mcp_names(&request.mcp_servers),
+                closed: 0,
+                additional_directories: request.additional_directories,
             },
         };
         self.store.save(&stored).map_err(RpcError::internal)?;
@@ -139,6 +141,25 @@ impl Agent {
         let live = live(&mut state.sessions, &request.session_id.0)?;
         live.settings.set_option(self.store.dir(), &request.config_id.0, &value)?;
         Ok(json!({"configOptions": live.settings.config_options()}))
+    }
+
+    /// `session/close`: the session is let go (its turn cancelled) and the close counted
+    /// in its file; it can be loaded again.
+    pub(super) fn close_session(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let request: schema::CloseSessionRequest = acp::params(params)?;
+        let mut state = self.lock();
+        let mut live = state.sessions.remove(request.session_id.0.as_ref()).ok_or_else(|| {
+            RpcError::new(
+                protocol::ErrorCode::ResourceNotFound,
+                format!("unknown session {}", request.session_id.0),
+            )
+        })?;
+        if let Some(turn) = live.turn.take() {
+            turn.cancel();
+        }
+        live.stored.closed += 1;
+        self.store.save(&live.stored).map_err(RpcError::internal)?;
+        Ok(json!({}))
     }
 
     /// `session/set_mode`.

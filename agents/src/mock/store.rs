@@ -38,6 +38,12 @@ pub struct StoredSession {
     /// The names of the MCP servers the client gave it at `session/new`.
     #[serde(default)]
     pub mcp_servers: Vec<String>,
+    /// How many times a client closed it (`session/close`).
+    #[serde(default)]
+    pub closed: u32,
+    /// The `additionalDirectories` it was created with.
+    #[serde(default)]
+    pub additional_directories: Vec<PathBuf>,
 }
 
 /// The names of an ACP request's `mcpServers`.
@@ -122,6 +128,8 @@ mod tests {
             cwd: "/w".into(),
             messages: vec![StoredMessage { role: Role::User, text: "hi".into() }],
             mcp_servers: vec!["files".into()],
+            closed: 1,
+            additional_directories: vec!["/data".into()],
         };
         store.save(&session).unwrap();
         assert_eq!(Store::new(Some(dir.path().to_owned())).load("s-1").unwrap(), Some(session));

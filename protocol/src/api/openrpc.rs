@@ -370,6 +370,8 @@ mod tests {
                 Some("main".into()),
                 Some([("zone".to_owned(), "b".to_owned())].into()),
                 None,
+                Some(s()),
+                Some(vec!["/w2".into()]),
             )
             .await;
         let _ =
@@ -548,6 +550,8 @@ mod tests {
             _: Option<String>,
             _: Option<std::collections::BTreeMap<String, String>>,
             _: Option<Vec<serde_json::Value>>,
+            _: Option<String>,
+            _: Option<Vec<String>>,
         ) -> jsonrpsee::core::RpcResult<SessionSummary> {
             never()
         }

@@ -161,6 +161,15 @@ pub struct SessionCreate {
     /// every `session/new`, `session/load` and `session/resume`; at most 32.
     #[serde(default)]
     pub mcp_servers: Option<Vec<serde_json::Value>>,
+    /// The session's id, a UUID the caller chose (a create retried after a lost answer, an
+    /// ACP client's `sessionId` decided before the agent is chosen); refused with
+    /// `conflict` when a session has it already. Default: a new UUID v7.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// Directories besides the workspace the agent may work in (absolute; ACP
+    /// `additionalDirectories`, given to agents that advertise them); at most 32.
+    #[serde(default)]
+    pub additional_directories: Option<Vec<String>>,
 }
 
 /// How many placement labels a session may ask for.
@@ -198,6 +207,18 @@ impl Checked for SessionCreate {
             within("labels", value, MAX_ID)?;
         }
         within("task_id", &self.task_id, MAX_ID)?;
+        within_opt("session_id", &self.session_id, MAX_ID)?;
+        let directories = self.additional_directories.iter().flatten();
+        if directories.clone().count() > MAX_MCP_SERVERS {
+            return Err(ParamError {
+                field: Some("additional_directories".into()),
+                message: format!("at most {MAX_MCP_SERVERS} additional directories"),
+                limit: Some(MAX_MCP_SERVERS as u64),
+            });
+        }
+        for directory in directories {
+            within("additional_directories", directory, MAX_PATH)?;
+        }
         within("agent_profile_id", &self.agent_profile_id, MAX_ID)?;
         within_opt("workspace_path", &self.workspace_path, MAX_PATH)?;
         within_opt("base", &self.base, MAX_ID)?;

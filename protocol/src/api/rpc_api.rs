@@ -41,7 +41,9 @@ pub trait Api {
     /// runtime runs it only where every label is carried (a Docker engine's labels),
     /// besides the profile's own `[docker] labels`. `mcp_servers` (ACP `McpServer`
     /// objects: stdio, http or sse) are given to its agent at every `session/new`,
-    /// `session/load` and `session/resume`, this execution's and every later one's.
+    /// `session/load` and `session/resume`, this execution's and every later one's, and so
+    /// are `additional_directories` (to agents that take them). `session_id` (a UUID)
+    /// chooses the new session's id.
     #[method(name = "task.session.create", param_kind = map)]
     async fn session_create(
         &self,
@@ -55,6 +57,8 @@ pub trait Api {
         base: Option<String>,
         labels: Option<std::collections::BTreeMap<String, String>>,
         mcp_servers: Option<Vec<serde_json::Value>>,
+        session_id: Option<String>,
+        additional_directories: Option<Vec<String>>,
     ) -> RpcResult<SessionSummary>;
 
     /// Sessions, oldest first, filtered by task, state and profile when given.

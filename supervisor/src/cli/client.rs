@@ -334,8 +334,9 @@ impl Client {
                     return print_json(&sessions);
                 }
                 for session in sessions {
+                    let title = session.title.map(|title| format!("\t{title}")).unwrap_or_default();
                     println!(
-                        "{}\t{}\t{}\ttask {}",
+                        "{}\t{}\t{}\ttask {}{title}",
                         session.id,
                         session.state.as_str(),
                         session.agent_profile_id,
@@ -505,6 +506,8 @@ impl Client {
                 worktree,
                 base,
                 (!labels.is_empty()).then(|| labels.into_iter().collect()),
+                None,
+                None,
                 None,
             )
             .await

@@ -15,8 +15,12 @@
 //! - With no daemon at a loopback address, the face starts one there (`start_daemon`),
 //!   detached, its log in the data directory's `daemon.log`.
 
+mod config;
+
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
+
+use self::config::Draft;
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
@@ -89,6 +93,9 @@ struct Face {
     asked: Mutex<HashMap<i64, oneshot::Sender<Value>>>,
     /// Per session: the turns its prompts wait for.
     sessions: Mutex<HashMap<String, Arc<Mutex<Turns>>>>,
+    /// Sessions answered but not created yet (no `--agent`: the first prompt creates them
+    /// with the agent chosen meanwhile).
+    drafts: Mutex<HashMap<String, Draft>>,
     /// The client's requests not yet answered, by id (as JSON text).
     requests: Mutex<HashMap<String, Inflight>>,
 }
@@ -129,6 +136,7 @@ pub(super) async fn serve_acp(client: Client, agent: Option<String>) -> Result<(
         next_id: AtomicI64::new(1),
         asked: Mutex::new(HashMap::new()),
         sessions: Mutex::new(HashMap::new()),
+        drafts: Mutex::new(HashMap::new()),
         requests: Mutex::new(HashMap::new()),
     });
     let mut input = tokio::io::BufReader::new(tokio::io::stdin()).lines();
@@ -348,6 +356,8 @@ impl Face {
             "session/load" => self.load(params, true).await,
             "session/resume" => self.load(params, false).await,
             "session/close" => self.close(params).await,
+            "session/set_config_option" => self.set_config_option(params).await,
+            "session/set_mode" => self.set_mode(params).await,
             other => Err(RpcFailure {
                 code: METHOD_NOT_FOUND,
                 message: format!("{other} is not a method Tether's ACP face serves"),
@@ -355,19 +365,42 @@ impl Face {
         }
     }
 
-    /// `session/new`: a task and a session of the profile on `cwd`, answered once its
-    /// agent is ready (or refused with why it could not start).
+    /// `session/new`: with `--agent`, a task and a session of that profile on `cwd`,
+    /// answered once its agent is ready (or refused with why it could not start); without,
+    /// a draft whose agent the client chooses (`config.rs`).
     async fn new_session(self: &Arc<Self>, params: Value) -> Result<Value, RpcFailure> {
         let cwd = params["cwd"]
             .as_str()
             .filter(|cwd| Path::new(cwd).is_absolute())
             .ok_or_else(|| RpcFailure::params("session/new needs an absolute cwd"))?
             .to_owned();
-        let profile = self.agent.clone().ok_or_else(|| {
-            RpcFailure::params(
-                "no agent profile: start the face with --agent PROFILE (`supervisor agents` lists them)",
-            )
-        })?;
+        let directories: Option<Vec<String>> = params["additionalDirectories"]
+            .as_array()
+            .map(|dirs| dirs.iter().filter_map(|dir| dir.as_str().map(str::to_owned)).collect());
+        let draft = Draft {
+            cwd,
+            mcp_servers: params["mcpServers"].as_array().cloned(),
+            additional_directories: directories,
+            agent: self.agent.clone().unwrap_or_default(),
+        };
+        if self.agent.is_none() {
+            return self.new_draft(draft).await;
+        }
+        let session = self.create(draft, None).await?;
+        self.config_answer(&session).await.map(|mut answer| {
+            answer["sessionId"] = json!(session);
+            answer
+        })
+    }
+
+    /// Creates the Tether session of `draft` (with the id `id`, when given) and waits
+    /// until its agent is ready; its id.
+    async fn create(
+        self: &Arc<Self>,
+        draft: Draft,
+        id: Option<String>,
+    ) -> Result<String, RpcFailure> {
+        let Draft { cwd, mcp_servers, additional_directories, agent: profile } = draft;
         let api = self.api().await?;
         let folder = Path::new(&cwd)
             .file_name()
@@ -387,14 +420,16 @@ impl Face {
                 None,
                 None,
                 None,
-                params["mcpServers"].as_array().cloned(),
+                mcp_servers,
+                id,
+                additional_directories,
             )
             .await
             .map_err(|err| self.failed(err))?;
         let (ready_tx, ready) = oneshot::channel();
         self.open(&session.id, 0, Some(ready_tx));
         match ready.await {
-            Ok(Ok(())) => Ok(json!({"sessionId": session.id})),
+            Ok(Ok(())) => Ok(session.id),
             Ok(Err(failure)) => Err(failure),
             Err(_) => Err(RpcFailure::internal("the session's event stream ended")),
         }
@@ -420,7 +455,12 @@ impl Face {
         let listed: Vec<Value> = sessions
             .into_iter()
             .map(|session| {
-                let title = tasks.get(&session.task_id).cloned().unwrap_or_default();
+                // The agent's own title when it gave one, else the task's.
+                let title = session
+                    .title
+                    .clone()
+                    .or_else(|| tasks.get(&session.task_id).cloned())
+                    .unwrap_or_default();
                 json!({
                     "sessionId": session.id,
                     "cwd": session.workspace_path,
@@ -469,7 +509,7 @@ impl Face {
             }
         }
         self.open(&session, status.last_event_seq, None);
-        Ok(json!({}))
+        self.config_answer(&session).await
     }
 
     /// `session/close`: its turn is cancelled and its agent let go (the session is paused,
@@ -479,6 +519,10 @@ impl Face {
             .as_str()
             .ok_or_else(|| RpcFailure::params("a sessionId is needed"))?
             .to_owned();
+        if self.drafts().remove(&session).is_some() {
+            // Nothing was created for it.
+            return Ok(json!({}));
+        }
         let turns = self.sessions.lock().expect("UNWRAP: never poisoned").remove(&session);
         let Some(turns) = turns else {
             return Err(RpcFailure::params(format!("no session {session} is open here")));
@@ -500,6 +544,22 @@ impl Face {
             .as_str()
             .ok_or_else(|| RpcFailure::params("session/prompt needs a sessionId"))?
             .to_owned();
+        let draft = self.drafts().remove(&session);
+        if let Some(draft) = draft {
+            // The first prompt of a draft: its session is created with the agent chosen,
+            // and the client learns the agent's own options.
+            self.create(draft, Some(session.clone())).await?;
+            let config = self.config_answer(&session).await?;
+            self.notify("session/update", json!({"sessionId": session, "update": {
+                "sessionUpdate": "config_option_update", "configOptions": config["configOptions"]}}));
+            if let Some(mode) = config["modes"]["currentModeId"].as_str() {
+                self.notify(
+                    "session/update",
+                    json!({"sessionId": session, "update": {
+                    "sessionUpdate": "current_mode_update", "currentModeId": mode}}),
+                );
+            }
+        }
         let turns = self
             .turns(&session)
             .ok_or_else(|| RpcFailure::params(format!("no session {session} is open here")))?;

@@ -19,8 +19,24 @@ impl Supervisor {
             labels,
             workflow_step,
             mcp_servers,
+            session_id,
+            additional_directories,
         } = new;
         check_id("task_id", &task_id)?;
+        if let Some(id) = &session_id {
+            check_id("session_id", id)?;
+            if self.config.store.get_session(id.clone()).await.is_ok() {
+                return Err(ServiceError::Conflict(format!("a session {id} exists already")));
+            }
+        }
+        for directory in &additional_directories {
+            if !Path::new(directory).is_absolute() || !Path::new(directory).is_dir() {
+                return Err(ServiceError::InvalidParams {
+                    field: "additional_directories",
+                    message: format!("{directory} is not an absolute path to a directory"),
+                });
+            }
+        }
         for (n, server) in mcp_servers.iter().enumerate() {
             if let Err(err) =
                 serde_json::from_value::<protocol::acp::schema::McpServer>(server.clone())
@@ -93,7 +109,7 @@ impl Supervisor {
         let initial_prompt = prompt
             .or_else(|| (!task.description.trim().is_empty()).then(|| task.description.clone()));
         let now = crate::store::now_ms();
-        let id = uuid::Uuid::now_v7().to_string();
+        let id = session_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
         // A worktree of its own: asked for, or the profile's default.
         let made = if worktree.unwrap_or(profile.workspace.is_some()) {
             let settings = profile.workspace.clone().unwrap_or_default();
@@ -154,6 +170,8 @@ impl Supervisor {
             worktree_branch: made.as_ref().map(|made| made.branch.clone()),
             runtime_labels: labels,
             mcp_servers,
+            additional_directories,
+            title: None,
         };
         // The start lock is held until the actor is in the table: a stop arriving as soon as
         // the row is stored (a workflow's step is visible from then) finds the actor.

@@ -687,6 +687,8 @@ impl Supervisor {
                 labels: Default::default(),
                 workflow_step: Some((id.to_owned(), step_id.to_owned())),
                 mcp_servers: Vec::new(),
+                session_id: None,
+                additional_directories: Vec::new(),
             };
             self.create_session(new).await
         };

@@ -333,6 +333,13 @@ impl SessionActor {
                 self.usage_reported(&update);
                 self.emit(SessionEventKind::SessionUpdate { update });
             }
+            "session_info_update" => {
+                // A title (`null` takes it back); other fields are only shown.
+                if let Some(title) = update.get("title") {
+                    self.new_title = Some(title.as_str().map(str::to_owned));
+                }
+                self.emit(SessionEventKind::SessionUpdate { update });
+            }
             "config_option_update" | "current_mode_update" => {
                 self.agent_setting_update(&update);
                 self.emit(SessionEventKind::SessionUpdate { update });
@@ -562,15 +569,12 @@ impl SessionActor {
             .filter(|method| method["type"].as_str() != Some("terminal"))
             .filter_map(|method| method["id"].as_str().map(str::to_owned))
             .collect();
-        let Some(token) = opening
+        let token = opening
             .launch
             .resume
             .as_ref()
             .filter(|resume| !resume.relaunched)
-            .and_then(|resume| resume.token.clone())
-        else {
-            return self.new_acp_session();
-        };
+            .and_then(|resume| resume.token.clone());
         // An answer that does not fit the schema is read for its capabilities alone.
         let capabilities = match protocol::acp::parse::<schema::InitializeResponse>(&result) {
             Parsed::Known(response) => response.agent_capabilities,
@@ -579,6 +583,12 @@ impl SessionActor {
                 .get("agentCapabilities")
                 .and_then(|caps| serde_json::from_value(caps.clone()).ok())
                 .unwrap_or_default(),
+        };
+        let sessions = &capabilities.session_capabilities;
+        self.settings.close_supported = sessions.close.is_some();
+        self.settings.directories_supported = sessions.additional_directories.is_some();
+        let Some(token) = token else {
+            return self.new_acp_session();
         };
         let advertised = Advertised {
             resume: capabilities.session_capabilities.resume.is_some(),
@@ -600,11 +610,12 @@ impl SessionActor {
     fn restore(&mut self, load: bool, token: String) {
         let method = if load { "session/load" } else { "session/resume" };
         self.progress(LaunchStep::Restoring, Some(method.to_owned()));
-        let params = json!({
+        let mut params = json!({
             "sessionId": token,
             "cwd": self.row.workspace_path,
             "mcpServers": self.row.mcp_servers,
         });
+        self.add_directories(&mut params);
         // Either may replay the conversation (a load must; some agents' resume does too,
         // fast-agent's as one message holding all of it): it is in our records already.
         self.replay = Replay::Loading(None);
@@ -678,8 +689,28 @@ impl SessionActor {
 
     fn new_acp_session(&mut self) {
         self.progress(LaunchStep::Opening, None);
-        let params = json!({"cwd": self.row.workspace_path, "mcpServers": self.row.mcp_servers});
+        let mut params =
+            json!({"cwd": self.row.workspace_path, "mcpServers": self.row.mcp_servers});
+        self.add_directories(&mut params);
         self.request(protocol::acp::method::SESSION_NEW, params, Pending::NewSession);
+    }
+
+    /// The session's additional directories, to an agent that takes them; to one that does
+    /// not, a notice (once per open) that it works in the workspace alone.
+    fn add_directories(&mut self, params: &mut Value) {
+        if self.row.additional_directories.is_empty() {
+            return;
+        }
+        if self.settings.directories_supported {
+            params["additionalDirectories"] = json!(self.row.additional_directories);
+        } else {
+            self.emit(SessionEventKind::Notice {
+                message: format!(
+                    "the agent does not take additional directories; it is given the workspace alone, not {}",
+                    self.row.additional_directories.join(", ")
+                ),
+            });
+        }
     }
 
     /// A native restore was refused: the token is cleared, a notice says so, and a fresh

@@ -390,6 +390,9 @@ pub(super) struct SessionActor {
     pub(super) settings_restore: Option<settings::SettingsRestore>,
     /// An update of the agent changed the settings; written after it is handled.
     pub(super) settings_dirty: bool,
+    /// A title the agent gave the session (`session_info_update`), written after the
+    /// update is handled (`Some(None)`: it took its title back).
+    pub(super) new_title: Option<Option<String>>,
 }
 
 /// The longest wait between two tries after a failed write.
@@ -461,6 +464,7 @@ impl SessionActor {
             settings: Default::default(),
             settings_restore: None,
             settings_dirty: false,
+            new_title: None,
         }
     }
 

@@ -285,7 +285,21 @@ pub(super) async fn retire(
     calls: Arc<dyn Control>,
     record: ExecutorRow,
     grace: Duration,
+    farewell: Option<serde_json::Value>,
 ) -> Result<(), String> {
+    // `session/close` for an agent that takes it: its last line before its input ends.
+    // Bounded: a sidecar that does not take it (stopped, stalled) is fenced all the same.
+    if let Some(farewell) = farewell {
+        match tokio::time::timeout(FAREWELL_WAIT, calls.send_acp(&farewell)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => {
+                tracing::debug!(session = %record.session_id, %err, "cannot send session/close")
+            }
+            Err(_) => {
+                tracing::warn!(session = %record.session_id, "the sidecar did not take session/close in time")
+            }
+        }
+    }
     if let Err(err) = calls.stop_agent(grace).await {
         tracing::warn!(session = %record.session_id, %err, "stopping the agent");
     }
@@ -293,6 +307,9 @@ pub(super) async fn retire(
     drop(calls);
     fence(&context, record, RETIRE_GRACE).await
 }
+
+/// How long a sidecar may take to accept the `session/close` sent before a stop.
+const FAREWELL_WAIT: Duration = Duration::from_secs(1);
 
 /// How long a sidecar told to shut down may take to exit before the fence kills it.
 const RETIRE_GRACE: Duration = Duration::from_secs(2);

@@ -351,9 +351,13 @@ pub const MIGRATIONS: &[&str] = &[
     ",
     // 17: issue 33, the agent's settings (`crate::settings::SessionSettings`, JSON): the
     // config options and modes it last reported and those chosen through Tether; NULL
-    // until either is known.
+    // until either is known. And the title the agent gave the session
+    // (`session_info_update`), for lists; the directories besides the workspace its agent
+    // is given (JSON array; NULL for none).
     "
     ALTER TABLE task_sessions ADD COLUMN settings TEXT;
+    ALTER TABLE task_sessions ADD COLUMN title TEXT;
+    ALTER TABLE task_sessions ADD COLUMN additional_directories TEXT;
     ",
 ];
 

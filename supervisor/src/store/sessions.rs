@@ -354,6 +354,11 @@ pub(super) fn session_from_row(
                 .get::<_, Option<String>>(14)?
                 .and_then(|text| serde_json::from_str(&text).ok())
                 .unwrap_or_default(),
+            title: row.get(15)?,
+            additional_directories: row
+                .get::<_, Option<String>>(16)?
+                .and_then(|text| serde_json::from_str(&text).ok())
+                .unwrap_or_default(),
         },
         row.get::<_, String>(3)?,
         row.get::<_, String>(5)?,
@@ -404,7 +409,7 @@ pub(super) fn insert_session(
         return Err(StoreError::NotFound { what: "task", id: row.task_id.clone() });
     }
     tx.execute(
-        &format!("INSERT INTO task_sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"),
+        &format!("INSERT INTO task_sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"),
         params![
             row.id,
             row.task_id,
@@ -422,7 +427,10 @@ pub(super) fn insert_session(
             (!row.runtime_labels.is_empty())
                 .then(|| serde_json::to_string(&row.runtime_labels).unwrap_or_default()),
             (!row.mcp_servers.is_empty())
-                .then(|| serde_json::to_string(&row.mcp_servers).unwrap_or_default())
+                .then(|| serde_json::to_string(&row.mcp_servers).unwrap_or_default()),
+            row.title,
+            (!row.additional_directories.is_empty())
+                .then(|| serde_json::to_string(&row.additional_directories).unwrap_or_default()),
         ],
     )?;
     Ok(())

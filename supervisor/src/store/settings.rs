@@ -29,6 +29,22 @@ impl Store {
         .await
     }
 
+    /// Records the title the session's agent gave it (`None`: it took it back).
+    pub async fn set_session_title(
+        &self,
+        session_id: String,
+        title: Option<String>,
+    ) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            conn.execute(
+                "UPDATE task_sessions SET title = ?2 WHERE id = ?1",
+                rusqlite::params![session_id, title],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
     /// Records the session's settings.
     pub async fn set_session_settings(
         &self,

@@ -26,6 +26,8 @@ fn session(task_id: &str) -> SessionRow {
         worktree_branch: None,
         runtime_labels: Default::default(),
         mcp_servers: Vec::new(),
+        title: None,
+        additional_directories: Vec::new(),
     }
 }
 

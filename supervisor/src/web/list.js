@@ -62,13 +62,13 @@ function sessionRow(session, task) {
     tabindex: "0",
     role: "link",
     "aria-current": session.id === state.open ? "true" : null,
-    "aria-label": `${task ? task.title : "session"}, ${session.agent_profile_id}, ${session.state}${flagged ? ", needs you: " + why : ""}`,
+    "aria-label": `${session.title || (task ? task.title : "session")}, ${session.agent_profile_id}, ${session.state}${flagged ? ", needs you: " + why : ""}`,
     onclick: () => openSession(session.id),
     onkeydown: onRowKey,
   },
   el("span", { class: `badge ${session.state}`, "data-badge": session.id }, session.state),
   el("span", { class: "row-main" },
-    el("span", { class: "row-title" }, task ? task.title : session.task_id),
+    el("span", { class: "row-title" }, session.title || (task ? task.title : session.task_id)),
     el("span", { class: "row-meta" }, `${session.agent_profile_id} · ${session.id.slice(-8)} · ${ago(session.created_at)}`)),
   flagged ? el("span", { class: "needs-you-flag", title: why }, "needs you") : "");
 }

@@ -16,8 +16,9 @@ use agent_client_protocol::{AcpAgent, AcpAgentConfig, Agent};
 use protocol::api::ApiClient;
 use protocol::api::{EventKind, TurnState};
 use protocol::errors::ErrorKind;
-use serde_json::json;
+use serde_json::{Value, json};
 use tether_tests::daemon::{Create, Daemon, ok, refused, until};
+use tether_tests::face::RawFace;
 use tether_tests::{within, workspace_bin};
 use tokio::sync::watch;
 
@@ -470,67 +471,140 @@ async fn r33_the_python_sdk_client_runs_cancels_lists_and_loads_through_the_face
 /// Every line both ways is valid against the vendored ACP schema.
 #[tokio::test]
 async fn r33_cancel_request_of_a_prompt_cancels_its_turn() {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let daemon = Daemon::start(&[]).await;
-    let mut face = tokio::process::Command::new(workspace_bin("supervisor"))
-        .args(["--url", &daemon.url, "acp", "--agent", "mock"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the face starts");
-    let mut stdin = face.stdin.take().expect("UNWRAP: piped");
-    let mut lines = tokio::io::BufReader::new(face.stdout.take().expect("UNWRAP: piped")).lines();
-    let sent = std::cell::RefCell::new(Vec::new());
-    let received = std::cell::RefCell::new(Vec::new());
-    let mut send = async |message: serde_json::Value| {
-        sent.borrow_mut().push(message.to_string().into_bytes());
-        stdin.write_all(format!("{message}\n").as_bytes()).await.unwrap();
-    };
-    let mut until = async |pred: &dyn Fn(&serde_json::Value) -> bool| loop {
-        let line = within("the face's lines", lines.next_line()).await.unwrap().expect("a line");
-        received.borrow_mut().push(line.clone().into_bytes());
-        let message: serde_json::Value = serde_json::from_str(&line).unwrap();
-        if pred(&message) {
-            return message;
-        }
-    };
-    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}))
-        .await;
-    until(&|m| m["id"] == 1).await;
+    let mut face = RawFace::spawn(None, &daemon.url, &["--agent", "mock"]);
+    face.initialize().await;
     let cwd = daemon.workspace("cancel-request");
-    send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
-        "params": {"cwd": cwd, "mcpServers": []}}))
-    .await;
-    let session = until(&|m| m["id"] == 2).await["result"]["sessionId"].clone();
-    send(json!({"jsonrpc": "2.0", "id": "slow", "method": "session/prompt", "params": {
+    let new = face.request(json!(2), "session/new", json!({"cwd": cwd, "mcpServers": []})).await;
+    let session = new["result"]["sessionId"].clone();
+    face.send(json!({"jsonrpc": "2.0", "id": "slow", "method": "session/prompt", "params": {
         "sessionId": session, "prompt": [{"type": "text", "text": "/tool\n/sleep 60000\nnever said"}]}}))
     .await;
-    until(&|m| m["params"]["update"]["sessionUpdate"] == "tool_call").await;
-    send(json!({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 99}}))
+    face.until(|m| m["params"]["update"]["sessionUpdate"] == "tool_call").await;
+    face.send(json!({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 99}}))
         .await;
-    send(json!({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "slow"}}))
-        .await;
-    let answer = until(&|m| m.get("id").is_some()).await;
+    face.send(
+        json!({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "slow"}}),
+    )
+    .await;
+    let answer = face.until(|m| m.get("id").is_some()).await;
     assert_eq!(answer["id"], "slow", "nothing answers the id not in flight first: {answer}");
     assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
     // The protocol-level `$/cancel_request` has a definition of its own (no side).
     let mut schema = tether_tests::schema::AcpSchema::load();
-    let (cancels, to_face): (Vec<Vec<u8>>, Vec<Vec<u8>>) = sent
-        .into_inner()
-        .into_iter()
-        .partition(|line| String::from_utf8_lossy(line).contains("$/cancel_request"));
-    for cancel in &cancels {
+    for cancel in
+        face.sent.iter().filter(|line| String::from_utf8_lossy(line).contains("$/cancel_request"))
+    {
         let cancel: serde_json::Value = serde_json::from_slice(cancel).unwrap();
         schema.validate("CancelRequestNotification", &cancel["params"]).unwrap();
     }
+    let to_face: Vec<Vec<u8>> = face
+        .sent
+        .iter()
+        .filter(|line| !String::from_utf8_lossy(line).contains("$/cancel_request"))
+        .cloned()
+        .collect();
     let checked = schema
-        .check_transcript(&to_face, &received.into_inner())
+        .check_transcript(&to_face, &face.received)
         .unwrap_or_else(|errors| panic!("{}", errors.join("\n")));
     let methods: std::collections::BTreeSet<_> =
         checked.iter().map(|checked| checked.method.as_str()).collect();
     for method in ["initialize", "session/new", "session/prompt", "session/update"] {
         assert!(methods.contains(method), "{method} checked: {methods:?}");
     }
+}
+
+/// Without `--agent` the client chooses the agent (the `agent` config option) before the
+/// first prompt creates the session; then the agent's own options and modes are there,
+/// set through the face (the agent sees them), kept when a new client loads the session,
+/// and the agent cannot change any more. Every line is valid against the ACP schema.
+#[tokio::test]
+async fn r33_config_options_and_modes_through_the_face() {
+    let daemon = Daemon::start(&[]).await;
+    let mut face = RawFace::spawn(None, &daemon.url, &[]);
+    face.initialize().await;
+    let cwd = daemon.workspace("config");
+    let new = face.request(json!(1), "session/new", json!({"cwd": cwd, "mcpServers": []})).await;
+    let session = new["result"]["sessionId"].as_str().expect("a sessionId").to_owned();
+    let agent = &new["result"]["configOptions"][0];
+    assert_eq!(agent["id"], "agent", "{new}");
+    // The agents that can run here are offered, mock-agent among them.
+    let values: Vec<&str> =
+        agent["options"].as_array().unwrap().iter().filter_map(|o| o["value"].as_str()).collect();
+    assert!(values.contains(&"mock"), "{values:?}");
+    let options = |answer: &Value| answer["result"]["configOptions"].clone();
+    let chosen = face
+        .request(
+            json!(2),
+            "session/set_config_option",
+            json!({"sessionId": session, "configId": "agent", "value": "mock"}),
+        )
+        .await;
+    assert_eq!(options(&chosen)[0]["currentValue"], "mock", "{chosen}");
+    let early = face
+        .request(json!(3), "session/set_mode", json!({"sessionId": session, "modeId": "code"}))
+        .await;
+    assert_eq!(early["error"]["code"], -32602, "modes come with the agent: {early}");
+    // The first prompt creates the session with that agent; its options arrive.
+    let first = face
+        .request(
+            json!(4),
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "/settings"}]}),
+        )
+        .await;
+    assert_eq!(first["result"]["stopReason"], "end_turn", "{first}");
+    let api = daemon.api().await;
+    assert_eq!(api.status(&session).await.agent_profile_id, "mock");
+    let set = face
+        .request(
+            json!(5),
+            "session/set_config_option",
+            json!({"sessionId": session, "configId": "model", "value": "mock-large"}),
+        )
+        .await;
+    let model =
+        options(&set).as_array().unwrap().iter().find(|o| o["id"] == "model").cloned().unwrap();
+    assert_eq!(model["currentValue"], "mock-large", "{set}");
+    let mode = face
+        .request(json!(6), "session/set_mode", json!({"sessionId": session, "modeId": "code"}))
+        .await;
+    assert_eq!(mode["result"], json!({}), "{mode}");
+    let switch = face
+        .request(
+            json!(7),
+            "session/set_config_option",
+            json!({"sessionId": session, "configId": "agent", "value": "other"}),
+        )
+        .await;
+    assert_eq!(switch["error"]["code"], -32602, "{switch}");
+    face.send(json!({"jsonrpc": "2.0", "id": 8, "method": "session/prompt",
+        "params": {"sessionId": session, "prompt": [{"type": "text", "text": "/settings"}]}}))
+        .await;
+    let reply =
+        face.until(|m| m["params"]["update"]["sessionUpdate"] == "agent_message_chunk").await;
+    assert_eq!(reply["params"]["update"]["content"]["text"], "model=mock-large mode=code");
+    face.until(|m| m["id"] == 8).await;
+    let checked = face.check_schema().unwrap_or_else(|errors| panic!("{}", errors.join("\n")));
+    let methods: std::collections::BTreeSet<_> = checked.iter().map(|c| c.method.clone()).collect();
+    for method in ["session/set_config_option", "session/set_mode", "session/new"] {
+        assert!(methods.contains(method), "{method} checked: {methods:?}");
+    }
+    face.close().await;
+    // A new client loading the session hears the options as they stand.
+    let mut second = RawFace::spawn(None, &daemon.url, &[]);
+    second.initialize().await;
+    let loaded = second
+        .request(
+            json!(1),
+            "session/load",
+            json!({"sessionId": session, "cwd": cwd, "mcpServers": []}),
+        )
+        .await;
+    let model =
+        options(&loaded).as_array().unwrap().iter().find(|o| o["id"] == "model").cloned().unwrap();
+    assert_eq!(model["currentValue"], "mock-large", "{loaded}");
+    assert_eq!(loaded["result"]["modes"]["currentModeId"], "code", "{loaded}");
+    second.check_schema().unwrap_or_else(|errors| panic!("{}", errors.join("\n")));
+    second.close().await;
 }

@@ -2,6 +2,7 @@
 //!
 //! One test binary for the workspace (fast to link); each module is one boundary.
 
+mod acp_today;
 mod agentctl;
 mod auth;
 mod cli;

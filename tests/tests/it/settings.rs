@@ -32,23 +32,6 @@ async fn pause(api: &Api, session: &str) {
     .await;
 }
 
-/// Where mock-agent keeps its sessions (its `--state-dir`), found under the test's root.
-fn mock_state_dir(root: &std::path::Path) -> std::path::PathBuf {
-    let mut dirs = vec![root.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-            let path = entry.path();
-            if entry.file_type().unwrap().is_dir() {
-                if path.file_name().is_some_and(|name| name == ".mock-agent") {
-                    return path;
-                }
-                dirs.push(path);
-            }
-        }
-    }
-    panic!("no .mock-agent under {}", root.display())
-}
-
 #[tokio::test]
 async fn a_chosen_model_and_mode_outlive_a_kill_and_are_set_again_when_the_agent_comes_back() {
     let mut daemon = Daemon::start(&[]).await;
@@ -105,7 +88,7 @@ async fn a_choice_the_agent_will_not_take_again_refuses_prompts_until_chosen_ane
     set_option(&api, &session, "model", json!("mock-large")).await;
     pause(&api, &session).await;
     // The model is no longer offered when the agent comes back.
-    let marker = mock_state_dir(daemon.home()).join("refuse-settings");
+    let marker = daemon.mock_state_dir().join("refuse-settings");
     std::fs::write(&marker, "").unwrap();
     let refusal = refused(
         "prompt",
@@ -147,7 +130,10 @@ async fn the_cli_lists_and_chooses_settings() {
     let (code, out, err) = daemon.cli(&["settings", &session]).await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("model = mock-small; can be: mock-small, mock-large"), "{out}");
-    assert!(out.contains("mode = ask; can be: ask (Ask before editing), code (Edit freely)"), "{out}");
+    assert!(
+        out.contains("mode = ask; can be: ask (Ask before editing), code (Edit freely)"),
+        "{out}"
+    );
     let (code, out, err) =
         daemon.cli(&["settings", &session, "--set", "model=mock-large", "--mode", "code"]).await;
     assert_eq!(code, 0, "{err}");

@@ -55,17 +55,32 @@ impl SessionActor {
     pub(in crate::session) fn retire(&mut self, execution: Execution, reply: Option<Reply<()>>) {
         let context = self.context.clone();
         let grace = std::time::Duration::from_millis(self.profile.process.stop_grace_ms);
+        let farewell = self.farewell();
         let Execution { id, record, calls, .. } = execution;
         let store = self.context.store.clone();
         let session_id = self.row.id.clone();
         let retiring = self.context.teardowns.spawn(async move {
-            let result = launch::retire(context, calls, record, grace).await;
+            let result = launch::retire(context, calls, record, grace, farewell).await;
             let _ = store.set_executor_status(session_id, id, ExecutorStatus::Stopped).await;
             if let Some(reply) = reply {
                 let _ = reply.send(result.map_err(SessionError::InvalidState));
             }
         });
         self.keep_retiring(retiring);
+    }
+
+    /// The `session/close` an open ACP session of an agent that advertises it gets before
+    /// its agent stops (a stop, a pause, a park: it may let go of what it holds). Not
+    /// awaited: the agent's input ends right after it, and its answer is of no use.
+    fn farewell(&mut self) -> Option<serde_json::Value> {
+        let acp_session = self.view_tx.borrow().acp_session_id.clone()?;
+        if self.phase() != Phase::Open || !self.settings.close_supported {
+            return None;
+        }
+        let id = self.next_request_id;
+        self.next_request_id += 1;
+        Some(serde_json::json!({"jsonrpc": "2.0", "id": id,
+            "method": protocol::acp::method::SESSION_CLOSE, "params": {"sessionId": acp_session}}))
     }
 
     /// Remembers a background retire or fence: the next launch waits for it, so a fence

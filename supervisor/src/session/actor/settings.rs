@@ -52,10 +52,20 @@ impl SessionActor {
         }
     }
 
-    /// After an agent update was handled: the settings it changed are written.
+    /// After an agent update was handled: the settings it changed, and the title it gave,
+    /// are written.
     pub(in crate::session) async fn settings_updated(&mut self) {
         if self.settings_dirty {
             self.save_settings().await;
+        }
+        if let Some(title) = self.new_title.take()
+            && title != self.row.title
+        {
+            let store = &self.context.store;
+            match store.set_session_title(self.row.id.clone(), title.clone()).await {
+                Ok(()) => self.row.title = title,
+                Err(err) => tracing::warn!(session = %self.row.id, %err, "cannot record the title"),
+            }
         }
     }
 

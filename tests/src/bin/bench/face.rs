@@ -5,6 +5,8 @@
 //! messages (history entries), from the request to its answer (the replay before it).
 
 use super::*;
+use std::path::Path;
+use tether_tests::face::RawFace;
 
 /// Rounds of the conversation the load reads: each an agent message and a tool call's two
 /// entries, about 10,000 entries in all.
@@ -65,36 +67,22 @@ pub(super) async fn face(rows: &mut Vec<Row>) {
 /// A `session/load` through the face of a conversation of about 10,000 messages: the time
 /// from the request to its answer, every replayed update read before it.
 async fn load(rows: &mut Vec<Row>, daemon: &Daemon, supervisor: &std::ffi::OsStr) {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("load")).await;
     api.ask(&session, &format!("/stream 1\n/rounds {LOAD_ROUNDS}\nthe end")).await;
     let entries = api.history(&session).await.len();
     let mut samples = Vec::new();
     for _ in 0..RUNS {
-        let mut face = tokio::process::Command::new(supervisor)
-            .args(["--url", &daemon.url, "acp", "--agent", "mock"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the face starts");
-        let mut stdin = face.stdin.take().expect("UNWRAP: piped");
-        let mut lines =
-            tokio::io::BufReader::new(face.stdout.take().expect("UNWRAP: piped")).lines();
-        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": 1}});
-        stdin.write_all(format!("{initialize}\n").as_bytes()).await.unwrap();
-        lines.next_line().await.unwrap().expect("initialize answered");
-        let load = json!({"jsonrpc": "2.0", "id": 2, "method": "session/load",
-            "params": {"sessionId": session, "cwd": daemon.workspace("load"), "mcpServers": []}});
+        let mut face =
+            RawFace::spawn(Some(Path::new(supervisor)), &daemon.url, &["--agent", "mock"]);
+        face.initialize().await;
+        let load = json!({"sessionId": session, "cwd": daemon.workspace("load"), "mcpServers": []});
         let started = Instant::now();
-        stdin.write_all(format!("{load}\n").as_bytes()).await.unwrap();
+        face.send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/load", "params": load}))
+            .await;
         let mut updates = 0;
         loop {
-            let line = lines.next_line().await.unwrap().expect("the face answers");
-            let message: Value = serde_json::from_str(&line).unwrap();
+            let message = face.next().await;
             if message["id"] == 2 {
                 assert!(message.get("result").is_some(), "{message}");
                 break;
@@ -103,8 +91,7 @@ async fn load(rows: &mut Vec<Row>, daemon: &Daemon, supervisor: &std::ffi::OsStr
         }
         samples.push(ms(started.elapsed()));
         assert_eq!(updates, entries, "one update per history entry");
-        drop(stdin);
-        let _ = face.wait().await;
+        face.close().await;
     }
     let (min, med) = min_median(&mut samples);
     rows.push(Row {

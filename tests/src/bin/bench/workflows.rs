@@ -123,6 +123,8 @@ async fn checkpoint() -> (f64, f64) {
         worktree_branch: None,
         runtime_labels: Default::default(),
         mcp_servers: Vec::new(),
+        title: None,
+        additional_directories: Vec::new(),
     };
     let (mut with_step, mut without) = (Vec::new(), Vec::new());
     for i in 0..STEPS {

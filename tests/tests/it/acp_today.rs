@@ -1,0 +1,96 @@
+//! Issue 33, part 2: ACP as it is today, toward the agent — `session/close` when an
+//! agent that advertises it is let go.
+
+use protocol::api::{ApiClient, EventKind};
+use tether_tests::daemon::{Api, Daemon, ok, until};
+
+/// How many times mock-agent saw its session closed (its stored file says).
+fn closes(daemon: &Daemon, acp_session: &str) -> u64 {
+    let file = daemon.mock_state_dir().join(format!("{acp_session}.json"));
+    let stored: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    stored["closed"].as_u64().unwrap_or(0)
+}
+
+async fn acp_session(api: &Api, session: &str) -> String {
+    api.status(session).await.acp_session_id.expect("the ACP session is open")
+}
+
+#[tokio::test]
+async fn an_agent_that_takes_session_close_gets_it_when_paused_and_when_stopped() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("w")).await;
+    api.ask(&session, "hello").await;
+    let first = acp_session(&api, &session).await;
+    assert_eq!(closes(&daemon, &first), 0);
+    let mut events = api.subscribe_at_end(&session).await;
+    ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
+    until(&mut events, |event| matches!(event.kind, EventKind::Paused { .. })).await;
+    assert_eq!(closes(&daemon, &first), 1, "a pause closes the agent's session");
+    // Loaded again (mock-agent loads natively: the same ACP session), then stopped.
+    assert!(api.ask(&session, "/recall").await.contains("hello"));
+    assert_eq!(acp_session(&api, &session).await, first);
+    // The stop answers at once and lets the sidecar go in the background: its exit is
+    // awaited (the agent's came first).
+    let sidecar = agentctl::process::PidFd::open(daemon.agentctl_pid(&session)).unwrap();
+    ok("stop", api.typed().session_stop(session.clone())).await;
+    tether_tests::within("the sidecar to exit", sidecar.exited()).await.unwrap();
+    assert_eq!(closes(&daemon, &first), 2, "a stop closes it too");
+}
+
+/// A title the agent gives its session (`session_info_update`) is the session's title in
+/// lists: the API's, the CLI's, and an ACP client's `session/list`.
+#[tokio::test]
+async fn the_title_an_agent_gives_its_session_appears_in_lists() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("w")).await;
+    api.ask(&session, "hello").await;
+    let listed = ok("list", api.typed().session_list(None, None, None)).await;
+    assert_eq!(listed[0].title, None);
+    // mock-agent names the session when it loads it (as gemini-cli and claude do).
+    let mut events = api.subscribe_at_end(&session).await;
+    ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
+    until(&mut events, |event| matches!(event.kind, EventKind::Paused { .. })).await;
+    api.ask(&session, "again").await;
+    let listed = ok("list", api.typed().session_list(None, None, None)).await;
+    assert_eq!(listed[0].title.as_deref(), Some("mock session"), "{listed:?}");
+    let (code, out, err) = daemon.cli(&["sessions", "list"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\tmock session"), "{out}");
+}
+
+/// `additional_directories` at create reach an agent that takes them (ACP
+/// `additionalDirectories` at `session/new`, and at every load and resume after).
+#[tokio::test]
+async fn additional_directories_reach_the_agent() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let task = ok("task", api.typed().task_create("dirs".into(), None)).await;
+    let (workspace, data) = (daemon.workspace("w"), daemon.workspace("data"));
+    let create = tether_tests::daemon::Create {
+        additional_directories: Some(vec![data.display().to_string()]),
+        ..tether_tests::daemon::Create::new(&task.id, "mock", Some(&workspace))
+    };
+    let created = ok("create", create.send(api.typed())).await;
+    let mut events = api.subscribe(&created.id, 0).await;
+    tether_tests::daemon::settled(&mut events).await;
+    let acp = acp_session(&api, &created.id).await;
+    let file = daemon.mock_state_dir().join(format!("{acp}.json"));
+    let stored: serde_json::Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+    assert_eq!(stored["additional_directories"], serde_json::json!([data]), "{stored}");
+    // One that is not a directory is refused at create.
+    let bad = tether_tests::daemon::Create {
+        additional_directories: Some(vec!["/no/such/dir".into()]),
+        ..tether_tests::daemon::Create::new(&task.id, "mock", Some(&daemon.workspace("x")))
+    };
+    let refused = tether_tests::daemon::refused("create", bad.send(api.typed())).await;
+    assert_eq!(refused.field.as_deref(), Some("additional_directories"), "{refused:?}");
+    // A caller may choose the id, but not one that is taken.
+    let again = tether_tests::daemon::Create {
+        session_id: Some(created.id.clone()),
+        ..tether_tests::daemon::Create::new(&task.id, "mock", Some(&daemon.workspace("y")))
+    };
+    let taken = tether_tests::daemon::refused("create", again.send(api.typed())).await;
+    assert_eq!(taken.kind, protocol::errors::ErrorKind::Conflict, "{taken:?}");
+}
