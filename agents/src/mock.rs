@@ -664,6 +664,8 @@ impl Turn<'_> {
                 }
                 Command::Say(text) => reply = text.clone(),
                 Command::Settings => reply = self.settings(),
+                Command::Elicit(message) => reply.push_str(&self.elicit(message).await?),
+                Command::Withdraw => reply.push_str(&self.withdraw()?),
                 Command::Peek(path) => match std::fs::read(path) {
                     Ok(bytes) => reply.push_str(&format!("; peek {path}: {} bytes", bytes.len())),
                     Err(err) => reply.push_str(&format!("; peek {path} failed: {err}")),

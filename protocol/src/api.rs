@@ -398,8 +398,9 @@ pub struct SessionStatus {
     /// Where its agent runs or last ran within its runtime: the Docker engine's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<String>,
-    /// The agent's permission requests that wait for a person's answer, oldest first —
-    /// what a client showing only the newest events must still offer.
+    /// The agent's questions (permission and elicitation requests) that wait for a
+    /// person's answer, oldest first — what a client showing only the newest events must
+    /// still offer.
     #[serde(default)]
     pub open_questions: Vec<OpenQuestion>,
     /// A `PAUSED` session: when it paused (Unix ms).
@@ -422,8 +423,17 @@ pub struct SessionStatus {
 pub struct OpenQuestion {
     /// The id to answer with.
     pub request_id: String,
-    /// The ACP params (tool call, options), as in its `permission_request` event.
+    /// The ACP params, as in its `permission_request` or `elicitation_request` event.
     pub params: Value,
+    /// What it asks: `session/request_permission` (answer with
+    /// `task.session.permission.respond`) or `elicitation/create`
+    /// (`task.session.elicitation.respond`).
+    #[serde(default = "permission_method")]
+    pub method: String,
+}
+
+fn permission_method() -> String {
+    "session/request_permission".into()
 }
 
 /// `task.session.pause`'s answer.
@@ -627,11 +637,20 @@ pub enum EventKind {
         /// The ACP params (tool call, options).
         params: Value,
     },
-    /// A permission request was answered (or cancelled).
+    /// The agent asks a person for input (ACP `elicitation/create`: a form to fill, or a
+    /// URL to visit); answer with `task.session.elicitation.respond`.
+    ElicitationRequest {
+        /// The id to answer with.
+        request_id: String,
+        /// The ACP params (`mode` `form` with `message` and `requestedSchema`, or `url`).
+        params: Value,
+    },
+    /// A question (a permission or elicitation request) was answered, or cancelled.
     PermissionResolved {
         /// The request.
         request_id: String,
-        /// The ACP outcome sent to the agent.
+        /// What was sent to the agent: a permission's ACP outcome, an elicitation's
+        /// response (`{"action": …}`).
         outcome: Value,
     },
     /// A turn ended.

@@ -170,6 +170,17 @@ impl ApiServer for Methods {
         Ok(StopAllResult { stopped: self.0.stop_all().await })
     }
 
+    async fn elicitation_respond(
+        &self,
+        session_id: String,
+        request_id: String,
+        action: protocol::api::params::ElicitationAnswer,
+        content: Option<serde_json::Map<String, serde_json::Value>>,
+    ) -> RpcResult<Done> {
+        let answered = self.0.respond_elicitation(session_id, request_id, action, content).await;
+        answered.map_err(to_rpc).map(|()| Done {})
+    }
+
     async fn session_config_options(
         &self,
         session_id: String,

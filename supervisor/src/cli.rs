@@ -11,6 +11,7 @@ mod client;
 mod face;
 mod feed;
 mod output;
+mod questions;
 mod serve;
 mod settings;
 mod workflow;
@@ -240,6 +241,9 @@ enum Command {
     /// Answer an agent's permission request.
     #[command(subcommand)]
     Permission(PermissionCommand),
+    /// Answer an agent's elicitation (a form to fill, a URL to visit).
+    #[command(subcommand)]
+    Elicitation(ElicitationCommand),
     /// Print a session's events as they happen, from a seq on; follows on across daemon
     /// restarts and ends when the session ends (or on Ctrl-C).
     Follow {
@@ -513,6 +517,24 @@ enum SnapshotsCommand {
     Get {
         /// The snapshot.
         snapshot: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ElicitationCommand {
+    /// Answer an elicitation request (see its `elicitation_request` event): `accept` with
+    /// the form's values as --field NAME=VALUE, `decline`, or `cancel`.
+    Respond {
+        /// The session.
+        session: String,
+        /// The request id.
+        request: String,
+        /// `accept`, `decline` or `cancel`.
+        answer: String,
+        /// A form value, NAME=VALUE (typed by the form: numbers, true/false, lists
+        /// split at commas); repeat for each.
+        #[arg(long = "field", value_name = "NAME=VALUE")]
+        fields: Vec<String>,
     },
 }
 

@@ -185,9 +185,12 @@ enum Command {
     Cancel {
         reply: Reply<()>,
     },
+    /// Answers a question of the agent with this JSON-RPC `result`.
     Permission {
         request_id: String,
-        outcome: Value,
+        /// The question's ACP method (an answer of one kind to the other is refused).
+        method: &'static str,
+        result: Value,
         reply: Reply<()>,
     },
     Stop {
@@ -277,7 +280,19 @@ impl SessionHandle {
         request_id: String,
         outcome: Value,
     ) -> Result<(), SessionError> {
-        self.ask(|reply| Command::Permission { request_id, outcome, reply }).await
+        let result = serde_json::json!({"outcome": outcome});
+        let method = protocol::acp::method::SESSION_REQUEST_PERMISSION;
+        self.ask(|reply| Command::Permission { request_id, method, result, reply }).await
+    }
+
+    /// Answers an elicitation request with an ACP `CreateElicitationResponse`.
+    pub async fn respond_elicitation(
+        &self,
+        request_id: String,
+        result: Value,
+    ) -> Result<(), SessionError> {
+        let method = protocol::acp::method::ELICITATION_CREATE;
+        self.ask(|reply| Command::Permission { request_id, method, result, reply }).await
     }
 
     /// Ends the session (`COMPLETED`). Answers at once; the agent and its sidecar are
@@ -465,11 +480,36 @@ pub fn agent_request_id(request_id: &str) -> Value {
     serde_json::from_str(agent_part).unwrap_or_else(|_| Value::String(agent_part.to_owned()))
 }
 
+/// The event that asks a person a question of the agent: an elicitation, or a permission.
+pub fn question_event(
+    method: &str,
+    request_id: String,
+    params: Value,
+) -> crate::events::SessionEventKind {
+    use crate::events::SessionEventKind;
+    if method == protocol::acp::method::ELICITATION_CREATE {
+        SessionEventKind::ElicitationRequest { request_id, params }
+    } else {
+        SessionEventKind::PermissionRequest { request_id, params }
+    }
+}
+
+/// The answer that withdraws a question of the agent (`method`): an elicitation is
+/// `cancel`led, a permission `cancelled`.
+pub fn cancelled_answer(method: &str) -> Value {
+    if method == protocol::acp::method::ELICITATION_CREATE {
+        serde_json::json!({"action": "cancel"})
+    } else {
+        serde_json::json!({"outcome": {"outcome": "cancelled"}})
+    }
+}
+
 /// The params of our `initialize` (also a warm agent's, see `pool.rs`).
 pub fn initialize_params() -> Value {
     serde_json::json!({
         "protocolVersion": protocol::acp::PROTOCOL_VERSION,
-        "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false},
+        "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false,
+            "elicitation": {"form": {}, "url": {}}},
         "clientInfo": {"name": "tether", "title": "Tether", "version": env!("CARGO_PKG_VERSION")},
     })
 }

@@ -46,6 +46,12 @@ pub enum Command {
     Recall,
     /// `/settings`: the reply is the session's model and mode (`model=M mode=X`).
     Settings,
+    /// `/elicit TEXT`: ask the client for a name with an ACP `elicitation/create` form
+    /// (TEXT its message); the reply says how it was answered.
+    Elicit(String),
+    /// `/withdraw`: ask as `/elicit` does, then withdraw the question at once
+    /// (`$/cancel_request`) and go on without an answer.
+    Withdraw,
     /// `/spawn`: start a long-lived child process (`sleep`) and name its pid in the reply.
     Spawn,
     /// `/escape`: like `/spawn`, the child in a process group of its own (out of the
@@ -155,6 +161,8 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
         "stderr" => Command::Stderr(args.to_owned()),
         "recall" => Command::Recall,
         "settings" => Command::Settings,
+        "elicit" => Command::Elicit(args.to_owned()),
+        "withdraw" => Command::Withdraw,
         "spawn" => Command::Spawn,
         "escape" => Command::Escape,
         "rounds" => Command::Rounds(match args.parse() {

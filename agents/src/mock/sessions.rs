@@ -191,3 +191,51 @@ impl super::Turn<'_> {
         state.sessions.get(self.session_id).map(|live| live.settings.describe()).unwrap_or_default()
     }
 }
+
+/// The form mock-agent's elicitations ask for.
+fn elicitation(session_id: &str, message: &str) -> Value {
+    json!({
+        "mode": "form",
+        "sessionId": session_id,
+        "message": if message.is_empty() { "What is your name?" } else { message },
+        "requestedSchema": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "title": "Name", "description": "What to call you"},
+                "subscribe": {"type": "boolean", "title": "Subscribe", "default": false},
+            },
+            "required": ["name"],
+        },
+    })
+}
+
+impl super::Turn<'_> {
+    /// `/elicit`: the answer, in words (`; elicited: accept {"name":"x"}`).
+    pub(super) async fn elicit(&self, message: &str) -> Result<String, super::Stop> {
+        let params = elicitation(self.session_id, message);
+        Ok(match self.ask(acp::method::ELICITATION_CREATE, params).await? {
+            Ok(answer) => {
+                let action = answer["action"].as_str().unwrap_or("?");
+                match answer.get("content") {
+                    Some(content) => format!("; elicited: {action} {content}"),
+                    None => format!("; elicited: {action}"),
+                }
+            }
+            Err(error) => format!("; elicitation failed: {}", error.message),
+        })
+    }
+
+    /// `/withdraw`: asks, then withdraws the question at once.
+    pub(super) fn withdraw(&self) -> Result<String, super::Stop> {
+        let peer = &self.agent.peer;
+        let id = peer.next_id();
+        let params = elicitation(self.session_id, "never mind");
+        let failed = |err: protocol::PeerError| super::Stop::Failed(RpcError::internal(err));
+        let pending = peer
+            .send_request_with_id(id.clone(), acp::method::ELICITATION_CREATE, Some(params))
+            .map_err(failed)?;
+        peer.notify(acp::method::CANCEL_REQUEST, Some(json!({"requestId": id}))).map_err(failed)?;
+        drop(pending);
+        Ok("; asked, then withdrew the question".into())
+    }
+}

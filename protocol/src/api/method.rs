@@ -95,6 +95,8 @@ pub const SESSION_CONFIG_OPTIONS: &str = "task.session.config_options";
 pub const SESSION_SET_CONFIG_OPTION: &str = "task.session.set_config_option";
 /// `task.session.set_mode`
 pub const SESSION_SET_MODE: &str = "task.session.set_mode";
+/// `task.session.elicitation.respond`
+pub const ELICITATION_RESPOND: &str = "task.session.elicitation.respond";
 
 /// Every method a client calls (not the notifications), for bounded metric labels.
 pub const ALL: &[&str] = &[
@@ -140,5 +142,6 @@ pub const ALL: &[&str] = &[
     SESSION_CONFIG_OPTIONS,
     SESSION_SET_CONFIG_OPTION,
     SESSION_SET_MODE,
+    ELICITATION_RESPOND,
     DISCOVER,
 ];

@@ -128,6 +128,10 @@ pub fn generate() -> Value {
         method::STOP_ALL,
         "Stops every live agent; the sessions stay resumable.",
     );
+    m.add::<ElicitationRespond, Done>(
+        method::ELICITATION_RESPOND,
+        "Answers an elicitation request: accept with the form's content, decline, or cancel.",
+    );
     m.add::<SessionId, SessionConfig>(
         method::SESSION_CONFIG_OPTIONS,
         "The agent's settings (config options such as its model, and modes) as it last reported them, and those chosen through Tether.",
@@ -283,6 +287,7 @@ mod tests {
 
     use std::sync::Mutex;
 
+    use crate::api::params::ElicitationAnswer;
     use jsonrpsee::core::client::{
         BatchResponse, ClientT, Error, Subscription, SubscriptionClientT,
     };
@@ -424,6 +429,14 @@ mod tests {
                 Some(UsageGroupBy::Day),
             )
             .await;
+        let _ = client
+            .elicitation_respond(
+                s(),
+                "1.7".into(),
+                ElicitationAnswer::Accept,
+                Some(Default::default()),
+            )
+            .await;
         let _ = client.session_config_options(s()).await;
         let _ = client.session_set_config_option(s(), "model".into(), "large".into()).await;
         let _ = client.session_set_mode(s(), Some("code".into())).await;
@@ -500,6 +513,15 @@ mod tests {
             &self,
             _: String,
         ) -> jsonrpsee::core::RpcResult<SessionConfig> {
+            never()
+        }
+        async fn elicitation_respond(
+            &self,
+            _: String,
+            _: String,
+            _: ElicitationAnswer,
+            _: Option<serde_json::Map<String, Value>>,
+        ) -> jsonrpsee::core::RpcResult<Done> {
             never()
         }
         async fn session_set_config_option(

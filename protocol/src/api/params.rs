@@ -466,6 +466,62 @@ impl Checked for PermissionRespond {
     }
 }
 
+/// `task.session.elicitation.respond`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ElicitationRespond {
+    /// The session.
+    pub session_id: String,
+    /// The request (from its `elicitation_request` event).
+    pub request_id: String,
+    /// `accept` (with `content` for a form), `decline`, or `cancel`.
+    pub action: ElicitationAnswer,
+    /// For `accept` of a form: the values, an object by the requested schema's property
+    /// names (strings, numbers, booleans, arrays of strings); at most 64 KiB as JSON.
+    #[serde(default)]
+    pub content: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// How a person answered an elicitation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ElicitationAnswer {
+    /// Gave what was asked (`content` holds it, for a form).
+    Accept,
+    /// Said no.
+    Decline,
+    /// Dismissed it.
+    Cancel,
+}
+
+/// The most bytes an elicitation's content may take as JSON.
+pub const MAX_ELICITATION_CONTENT: usize = 64 * 1024;
+
+impl Checked for ElicitationRespond {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)?;
+        within("request_id", &self.request_id, MAX_ID)?;
+        let size = self.content.as_ref().map_or(0, |content| {
+            serde_json::to_string(content).map_or(usize::MAX, |text| text.len())
+        });
+        if size > MAX_ELICITATION_CONTENT {
+            return Err(ParamError {
+                field: Some("content".into()),
+                message: format!("content is {size} bytes as JSON, over {MAX_ELICITATION_CONTENT}"),
+                limit: Some(MAX_ELICITATION_CONTENT as u64),
+            });
+        }
+        if self.content.is_some() && self.action != ElicitationAnswer::Accept {
+            return Err(ParamError {
+                field: Some("content".into()),
+                message: "content goes with accept only".into(),
+                limit: None,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// `task.session.history`
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -834,6 +890,7 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         SESSION_PROMPT => parse::<SessionPrompt>(raw).map(drop),
         SESSION_PAUSE => parse::<SessionPause>(raw).map(drop),
         PERMISSION_RESPOND => parse::<PermissionRespond>(raw).map(drop),
+        ELICITATION_RESPOND => parse::<ElicitationRespond>(raw).map(drop),
         SESSION_HISTORY => parse::<SessionHistory>(raw).map(drop),
         SESSION_SUBSCRIBE | SESSION_SUBSCRIBE_BATCH => parse::<SessionSubscribe>(raw).map(drop),
         _ => Ok(()),

@@ -171,6 +171,17 @@ pub trait Api {
         option_id: Option<String>,
     ) -> RpcResult<Done>;
 
+    /// Answers an elicitation request (`elicitation_request` event): `accept` with the
+    /// form's `content`, `decline`, or `cancel`.
+    #[method(name = "task.session.elicitation.respond", param_kind = map)]
+    async fn elicitation_respond(
+        &self,
+        session_id: String,
+        request_id: String,
+        action: params::ElicitationAnswer,
+        content: Option<serde_json::Map<String, Value>>,
+    ) -> RpcResult<Done>;
+
     /// The conversation history after `after_seq` (default 0), at most `limit` entries
     /// (default 1000).
     #[method(name = "task.session.history", param_kind = map)]

@@ -300,6 +300,12 @@ impl Client {
             Command::Pause { session, reason, force_after_ms, no_wait } => {
                 self.pause(&session, reason, force_after_ms, no_wait).await
             }
+            Command::Elicitation(ElicitationCommand::Respond {
+                session,
+                request,
+                answer,
+                fields,
+            }) => self.elicitation_respond(session, request, &answer, &fields).await,
             Command::Permission(PermissionCommand::Respond { session, request, answer }) => {
                 self.permission_respond(&session, &request, &answer).await
             }
@@ -689,6 +695,15 @@ impl Client {
                     }
                     println!(
                         "  answer with `supervisor permission respond {session} {request_id} allow|deny|OPTION_ID`"
+                    );
+                }
+                EventKind::ElicitationRequest { request_id, params } => {
+                    println!("\n[the agent asks]");
+                    for line in super::questions::elicitation_lines(params) {
+                        println!("  {line}");
+                    }
+                    println!(
+                        "  answer with `supervisor elicitation respond {session} {request_id} accept --field NAME=VALUE…|decline|cancel`"
                     );
                 }
                 EventKind::TurnEnded { turn_id, .. } if turn.as_deref() == Some(turn_id) => {

@@ -93,6 +93,8 @@ struct Face {
     asked: Mutex<HashMap<i64, oneshot::Sender<Value>>>,
     /// Per session: the turns its prompts wait for.
     sessions: Mutex<HashMap<String, Arc<Mutex<Turns>>>>,
+    /// The client advertised `elicitation` at `initialize`.
+    elicits: std::sync::atomic::AtomicBool,
     /// Sessions answered but not created yet (no `--agent`: the first prompt creates them
     /// with the agent chosen meanwhile).
     drafts: Mutex<HashMap<String, Draft>>,
@@ -137,6 +139,7 @@ pub(super) async fn serve_acp(client: Client, agent: Option<String>) -> Result<(
         asked: Mutex::new(HashMap::new()),
         sessions: Mutex::new(HashMap::new()),
         drafts: Mutex::new(HashMap::new()),
+        elicits: std::sync::atomic::AtomicBool::new(false),
         requests: Mutex::new(HashMap::new()),
     });
     let mut input = tokio::io::BufReader::new(tokio::io::stdin()).lines();
@@ -340,7 +343,12 @@ impl Face {
 
     async fn handle(self: &Arc<Self>, method: &str, params: Value) -> Result<Value, RpcFailure> {
         match method {
-            "initialize" => Ok(json!({
+            "initialize" => {
+                // A client that takes elicitations gets the agent's; else they wait for
+                // another (the page, the CLI).
+                let elicits = params["clientCapabilities"]["elicitation"].is_object();
+                self.elicits.store(elicits, Ordering::Relaxed);
+                Ok(json!({
                 "protocolVersion": 1,
                 "agentCapabilities": {
                     "loadSession": true,
@@ -349,7 +357,8 @@ impl Face {
                 },
                 "authMethods": [],
                 "agentInfo": {"name": "tether", "title": "Tether", "version": env!("CARGO_PKG_VERSION")},
-            })),
+                }))
+            }
             "session/new" => self.new_session(params).await,
             "session/prompt" => self.prompt(params).await,
             "session/list" => self.list(params).await,
@@ -670,6 +679,16 @@ impl Face {
                         async move { face.ask_permission(session, request_id, params).await },
                     );
                 }
+                EventKind::ElicitationRequest { request_id, mut params }
+                    if self.elicits.load(Ordering::Relaxed) =>
+                {
+                    params["sessionId"] = json!(session);
+                    let face = Arc::clone(&self);
+                    let session = session.clone();
+                    tokio::spawn(
+                        async move { face.ask_elicitation(session, request_id, params).await },
+                    );
+                }
                 EventKind::TurnEnded { turn_id, state, stop_reason, error } => {
                     let ended = match state {
                         TurnState::Completed => {
@@ -693,6 +712,33 @@ impl Face {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// The agent's elicitation, asked of the client; its answer goes back through the
+    /// daemon.
+    async fn ask_elicitation(&self, session: String, request_id: String, params: Value) {
+        use protocol::api::params::ElicitationAnswer;
+        let Some(answer) = self.ask("elicitation/create", params).await else { return };
+        let result = &answer["result"];
+        let action = match result["action"].as_str() {
+            Some("accept") => ElicitationAnswer::Accept,
+            Some("decline") => ElicitationAnswer::Decline,
+            _ => ElicitationAnswer::Cancel,
+        };
+        let content = result["content"].as_object().cloned();
+        let answered = match self.api().await {
+            Ok(api) => api
+                .elicitation_respond(session.clone(), request_id, action, content)
+                .await
+                .map_err(|err| self.failed(err)),
+            Err(failure) => Err(failure),
+        };
+        if let Err(failure) = answered {
+            eprintln!(
+                "tether acp: cannot answer the elicitation of {session}: {}",
+                failure.message
+            );
         }
     }
 

@@ -72,8 +72,12 @@ pub(super) fn describe(kind: &EventKind) -> String {
         EventKind::PermissionRequest { request_id, params } => {
             format!("permission requested: {request_id}: {}", permission_lines(params).join("; "))
         }
+        EventKind::ElicitationRequest { request_id, params } => format!(
+            "elicitation requested: {request_id}: {}",
+            super::questions::elicitation_lines(params).join("; ")
+        ),
         EventKind::PermissionResolved { request_id, .. } => {
-            format!("permission resolved: {request_id}")
+            format!("question resolved: {request_id}")
         }
         EventKind::TurnEnded { turn_id, state, stop_reason, error } => format!(
             "turn {turn_id} {}: {}",

@@ -271,8 +271,11 @@ impl Supervisor {
             .list_pending(session_id.clone())
             .await?
             .into_iter()
-            .filter(|(_, method, _)| method == protocol::acp::method::SESSION_REQUEST_PERMISSION)
-            .map(|(request_id, _, params)| protocol::api::OpenQuestion { request_id, params })
+            .map(|(request_id, method, params)| protocol::api::OpenQuestion {
+                request_id,
+                params,
+                method,
+            })
             .collect();
         let paused = match row.state {
             SessionState::Paused => self.config.store.last_pause(session_id.clone()).await?,
@@ -718,6 +721,26 @@ impl Supervisor {
                 None
             }
         }
+    }
+
+    /// `task.session.elicitation.respond`: the agent gets an ACP `CreateElicitationResponse`.
+    pub async fn respond_elicitation(
+        &self,
+        session_id: String,
+        request_id: String,
+        action: protocol::api::params::ElicitationAnswer,
+        content: Option<serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<(), ServiceError> {
+        use protocol::api::params::ElicitationAnswer;
+        let result = match action {
+            ElicitationAnswer::Accept => match content {
+                Some(content) => serde_json::json!({"action": "accept", "content": content}),
+                None => serde_json::json!({"action": "accept"}),
+            },
+            ElicitationAnswer::Decline => serde_json::json!({"action": "decline"}),
+            ElicitationAnswer::Cancel => serde_json::json!({"action": "cancel"}),
+        };
+        Ok(self.live(&session_id).await?.respond_elicitation(request_id, result).await?)
     }
 
     /// `task.session.permission.respond`: `option_id` selects an option; `None` cancels.

@@ -5,6 +5,8 @@
 //! tolerantly: a result that does not fit the schema (a newer agent) is kept raw and read
 //! for the one field needed, never a reason to fail the session.
 
+mod tools;
+
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -19,6 +21,16 @@ use crate::store::{ExecutorStatus, ResumeOutcome, SessionState, TurnState, task_
 use agents::profile::{Advertised, RestoreMethod};
 use protocol::acp::{Parsed, schema};
 use protocol::control::{Event, EventKind};
+pub(super) use tools::KnownConversation;
+use tools::{tool_diffs, tool_name, tool_text, tool_title};
+
+/// The longest a message is coalesced in memory, in bytes of text and in agentctl events,
+/// before what it has so far is written as one history entry (the rest follows in the next).
+const MAX_COALESCED_BYTES: usize = 256 * 1024;
+const MAX_COALESCED_EVENTS: u64 = 4096;
+
+/// How much of the history's end a load's trailing replay is matched against.
+const REPLAY_WINDOW_BYTES: u64 = 256 * 1024;
 
 /// A JSON-RPC error object, tolerantly.
 #[derive(Debug, Default, Deserialize)]
@@ -209,6 +221,8 @@ impl SessionActor {
                 if method == protocol::acp::method::SESSION_UPDATE && !foreign {
                     self.session_update(params);
                     self.settings_updated().await;
+                } else if method == protocol::acp::method::CANCEL_REQUEST && !self.recorded.events {
+                    self.question_withdrawn(&params["requestId"]).await;
                 }
                 false
             }
@@ -222,7 +236,9 @@ impl SessionActor {
             // Handled before the restart (recorded, and possibly answered since).
             return;
         }
-        if method == protocol::acp::method::SESSION_REQUEST_PERMISSION {
+        if method == protocol::acp::method::SESSION_REQUEST_PERMISSION
+            || method == protocol::acp::method::ELICITATION_CREATE
+        {
             // Unique for the session's whole life: the agent's id within its execution.
             let request_id = super::permission_request_id(self.generation(), &id);
             let Some(execution_id) = self.execution.as_ref().map(|execution| execution.id.clone())
@@ -236,14 +252,14 @@ impl SessionActor {
                     self.row.id.clone(),
                     execution_id,
                     request_id.clone(),
-                    method,
+                    method.clone(),
                     params.clone(),
                 )
                 .await
             {
-                self.write_failed("a permission request", &err);
+                self.write_failed("a question of the agent", &err);
             }
-            self.emit(SessionEventKind::PermissionRequest { request_id, params });
+            self.emit(super::question_event(&method, request_id, params));
             return;
         }
         self.send(Outgoing::Acp(json!({
@@ -923,104 +939,6 @@ impl SessionActor {
         if self.row.state.is_terminal() {
             // A stopped session's teardown (replayed at recovery) ended with its agent.
             self.enter(Stage::Ended);
-        }
-    }
-}
-
-/// What a tool's result is recorded as: its title, with its kind before a title that is
-/// only a path (opencode titles an edit with the file: `edit src/main.rs`).
-fn tool_name(title: String, kind: String) -> String {
-    let bare_path =
-        !title.contains(char::is_whitespace) && (title.contains('/') || title.contains('.'));
-    match (title.is_empty(), kind.is_empty()) {
-        (true, true) => "tool".to_owned(),
-        (true, false) => kind,
-        (false, false) if bare_path && title != kind => format!("{kind} {title}"),
-        _ => title,
-    }
-}
-
-/// A tool call's title, when it has a non-empty one.
-fn tool_title(update: &Value) -> Option<&str> {
-    update["title"].as_str().map(str::trim).filter(|title| !title.is_empty())
-}
-
-/// A diff content block as recorded: the file and its new text.
-fn diff_text(item: &Value) -> String {
-    format!(
-        "diff {}:\n{}",
-        item["path"].as_str().unwrap_or("?"),
-        item["newText"].as_str().unwrap_or_default()
-    )
-}
-
-/// The diffs a tool call update shows, as recorded.
-fn tool_diffs(update: &Value) -> String {
-    let content = update.get("content").and_then(Value::as_array);
-    let diffs: Vec<String> = content
-        .into_iter()
-        .flatten()
-        .filter(|item| item["type"] == "diff")
-        .map(diff_text)
-        .collect();
-    diffs.join("\n")
-}
-
-/// What a tool call's final update says it did: its content blocks (text, and each diff as
-/// the file and its new text), else its raw output.
-fn tool_text(update: &Value) -> String {
-    let blocks: Vec<String> = update
-        .get("content")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|item| match item["type"].as_str() {
-            Some("diff") => Some(diff_text(item)),
-            Some("terminal") => {
-                Some(format!("terminal {}", item["terminalId"].as_str().unwrap_or("?")))
-            }
-            _ => item["content"]["text"].as_str().map(str::to_owned),
-        })
-        .collect();
-    if !blocks.is_empty() {
-        return blocks.join("\n");
-    }
-    match update.get("rawOutput") {
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Null) | None => String::new(),
-        Some(other) => other.to_string(),
-    }
-}
-
-/// The longest a message is coalesced in memory, in bytes of text and in agentctl events,
-/// before what it has so far is written as one history entry (the rest follows in the next).
-const MAX_COALESCED_BYTES: usize = 256 * 1024;
-const MAX_COALESCED_EVENTS: u64 = 4096;
-
-/// How much of the history's end a load's trailing replay is matched against.
-const REPLAY_WINDOW_BYTES: u64 = 256 * 1024;
-
-/// The recorded conversation a `session/load` replays. After the next prompt reached the
-/// agent, updates that repeat it — a user message, an agent message recorded whole, a
-/// known tool call — are still the replay's; the first update that does not is the turn's
-/// own, and ends the matching.
-#[derive(Debug, Default)]
-pub(super) struct KnownConversation {
-    texts: std::collections::HashSet<String>,
-    tool_calls: std::collections::HashSet<String>,
-}
-
-impl KnownConversation {
-    fn is_replay(&self, kind: &str, update: &Value) -> bool {
-        let text = update["content"]["text"].as_str().map(str::trim);
-        match kind {
-            // A live turn never streams the user's own message back.
-            "user_message_chunk" => true,
-            "agent_message_chunk" => text.is_some_and(|text| self.texts.contains(text)),
-            "tool_call" | "tool_call_update" => {
-                update["toolCallId"].as_str().is_some_and(|id| self.tool_calls.contains(id))
-            }
-            _ => false,
         }
     }
 }

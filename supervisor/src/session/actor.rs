@@ -656,9 +656,9 @@ impl SessionActor {
                 let result = self.cancel().await;
                 let _ = reply.send(result);
             }
-            Command::Permission { request_id, outcome, reply } => {
-                let result = self.answer_permission(&request_id, outcome).await;
-                let _ = reply.send(result);
+            Command::Permission { request_id, method, result, reply } => {
+                let answered = self.answer_permission(&request_id, method, result).await;
+                let _ = reply.send(answered);
             }
             Command::Stop { end, reply } => self.stop(end, reply).await,
             Command::Pause { reason, force_after, reply } => {
@@ -722,7 +722,9 @@ impl SessionActor {
                 // answered — also when that agent's execution ended meanwhile (its reply
                 // can come after the turn's end and a pause that followed it). One still
                 // open is resolved once: a question voided meanwhile has no row.
-                let Some(outcome) = self.answering.remove(&request_id) else { return };
+                // A permission's resolution shows its outcome, an elicitation's the response.
+                let Some(result) = self.answering.remove(&request_id) else { return };
+                let outcome = result.get("outcome").cloned().unwrap_or(result);
                 let open = match self.context.store.list_pending(self.row.id.clone()).await {
                     Ok(pending) => pending.iter().any(|(id, _, _)| *id == request_id),
                     Err(err) => {

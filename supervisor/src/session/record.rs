@@ -10,7 +10,6 @@
 use std::sync::Arc;
 
 use agentctl::spool::{Spool, SpoolError};
-use serde_json::json;
 
 use crate::events::{SessionEvent, SessionEventKind};
 use crate::history;
@@ -222,9 +221,10 @@ impl SessionRecord {
             .list_pending(self.session_id.clone())
             .await?
             .into_iter()
-            .map(|(request_id, _, _)| SessionEventKind::PermissionResolved {
-                request_id,
-                outcome: json!({"outcome": "cancelled"}),
+            .map(|(request_id, method, _)| {
+                let answer = crate::session::cancelled_answer(&method);
+                let outcome = answer.get("outcome").cloned().unwrap_or(answer);
+                SessionEventKind::PermissionResolved { request_id, outcome }
             })
             .collect())
     }

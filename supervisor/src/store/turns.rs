@@ -221,7 +221,7 @@ impl Store {
     }
 
     /// The sessions (of `session_id` alone, when given) whose agent waits for a person's
-    /// answer to a permission request.
+    /// answer to a permission or elicitation request.
     pub async fn awaiting_permission(
         &self,
         session_id: Option<String>,
@@ -229,7 +229,8 @@ impl Store {
         self.call(move |conn| {
             let mut stmt = conn.prepare(
                 "SELECT DISTINCT session_id FROM pending_requests \
-                 WHERE method = 'session/request_permission' AND (?1 IS NULL OR session_id = ?1)",
+                 WHERE method IN ('session/request_permission', 'elicitation/create') \
+                 AND (?1 IS NULL OR session_id = ?1)",
             )?;
             let ids = stmt.query_map([&session_id], |r| r.get::<_, String>(0))?;
             Ok(ids.collect::<Result<_, _>>()?)

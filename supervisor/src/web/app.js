@@ -346,6 +346,7 @@ async function openSession(sessionId) {
   $("#transcript").replaceChildren();
   $("#activity").replaceChildren();
   $("#session-error").hidden = true;
+  $("#settings").hidden = true;
   $("#session-title").textContent = sessionId;
   renderLists();
   showTab("transcript");
@@ -359,6 +360,7 @@ async function openSession(sessionId) {
   }
   if (state.visit !== visit) return undefined; // opened again, or another session
   renderStatus(status);
+  refreshSettings();
   // The newest window of its events first (a long session opens at its end; older ones
   // load as the reader scrolls up), then the events after it, live.
   if (!(await loadNewest(sessionId, visit)) || state.visit !== visit) return;

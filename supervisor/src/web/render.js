@@ -359,6 +359,9 @@ function render(event) {
       }
       badge.textContent = event.state;
       badge.className = `badge ${event.state}`;
+      // The agent's session opened (a start, a resume): its settings are known now.
+      if (event.state === "WAITING_FOR_INPUT" && badge.dataset.was !== "RUNNING") refreshSettings();
+      badge.dataset.was = event.state;
       showActions(event.state, event.state === "WAITING_FOR_INPUT" && Boolean(event.error));
       setBadge(state.open, event.state);
       if (event.error) sessionError(new Error(event.error));
@@ -392,14 +395,20 @@ function render(event) {
       const kind = event.update && event.update.sessionUpdate;
       if (kind === "plan" && Array.isArray(event.update.entries)) renderPlan(event.update.entries);
       else if (kind === "usage_update" && !state.backfill) renderUsage(event.update);
+      else if ((kind === "config_option_update" || kind === "current_mode_update") && !state.backfill) refreshSettings();
       break;
     }
     case "permission_request":
       renderPermission(event);
       break;
+    case "elicitation_request":
+      renderElicitation(event);
+      break;
     case "permission_resolved": {
       const box = state.permissions.get(event.request_id);
-      const outcome = event.outcome.outcome === "selected" ? `answered: ${event.outcome.optionId}` : "cancelled";
+      const said = event.outcome || {};
+      const outcome = said.outcome === "selected" ? `answered: ${said.optionId}`
+        : said.action === "accept" ? "answered" : said.action === "decline" ? "declined" : "cancelled";
       state.answers.set(event.request_id, outcome);
       if (box) {
         box.querySelector(".answer").replaceChildren(outcome);
@@ -457,6 +466,78 @@ function render(event) {
 
 // The class of an option's button by its ACP kind (`allow` and `deny` for the once kinds).
 const OPTION_CLASSES = { allow_once: "allow", allow_always: "allow-always", reject_once: "deny", reject_always: "deny-always" };
+
+// An elicitation: the agent's message and a form built from its requested schema (text,
+// numbers, switches, choices), or a link to visit; answered accept, decline or cancel.
+function renderElicitation(event) {
+  if (state.permissions.has(event.request_id)) return;
+  const params = event.params || {};
+  const schema = params.requestedSchema || {};
+  const properties = schema.properties || {};
+  const required = new Set(schema.required || []);
+  const inputs = new Map();
+  const fields = Object.entries(properties).map(([name, property]) => {
+    let input;
+    if (Array.isArray(property.enum)) {
+      input = el("select", { name }, ...property.enum.map((value) => el("option", { value }, String(value))));
+    } else if (property.type === "boolean") {
+      input = el("input", { type: "checkbox", name });
+      input.checked = property.default === true;
+    } else {
+      const type = property.type === "number" || property.type === "integer" ? "number" : "text";
+      input = el("input", { type, name, required: required.has(name) ? "" : null });
+      if (property.default !== undefined) input.value = String(property.default);
+    }
+    inputs.set(name, [property, input]);
+    const label = property.title || name;
+    return el("label", { class: "field" }, `${label}${required.has(name) ? " *" : ""} `, input,
+      property.description ? el("small", {}, ` ${property.description}`) : "");
+  });
+  const respond = (action) => async (clickEvent) => {
+    if (clickEvent) clickEvent.preventDefault();
+    const body = { session_id: state.open, request_id: event.request_id, action };
+    if (action === "accept" && inputs.size > 0) {
+      body.content = {};
+      for (const [name, [property, input]] of inputs) {
+        if (property.type === "boolean") body.content[name] = input.checked;
+        else if (input.value === "") continue;
+        else if (property.type === "integer") body.content[name] = parseInt(input.value, 10);
+        else if (property.type === "number") body.content[name] = Number(input.value);
+        else body.content[name] = input.value;
+      }
+    }
+    try {
+      await rpc.call("task.session.elicitation.respond", body);
+    } catch (error) {
+      sessionError(error);
+    }
+  };
+  const form = el("form", { class: "answer elicitation-form", onsubmit: respond("accept") },
+    ...fields,
+    // Only a web address is a link (never `javascript:` from an agent).
+    /^https?:\/\//.test(params.url || "") ? el("a", { href: params.url, target: "_blank", rel: "noopener noreferrer" }, params.url)
+      : params.url ? el("code", {}, params.url) : "",
+    el("span", { class: "buttons" },
+      el("button", { type: "submit", class: "allow" }, params.url ? "Done" : "Send"),
+      el("button", { type: "button", class: "deny", onclick: respond("decline") }, "Decline"),
+      el("button", { type: "button", onclick: respond("cancel") }, "Cancel")));
+  const box = transcript(
+    el("div", { class: "permission elicitation open", role: "group", "aria-label": "the agent asks for input", "data-permission": event.request_id, "data-seq": String(event.seq || 0) },
+      el("div", {}, params.message || "The agent asks for input."),
+      form,
+    ),
+  );
+  state.permissions.set(event.request_id, box);
+  const answered = state.answers.get(event.request_id) || (state.lastTurnEnd > event.seq ? "no longer asked" : null);
+  if (answered) {
+    box.querySelector(".answer").replaceChildren(answered);
+    box.classList.remove("open");
+    return;
+  }
+  updateNeedsYou();
+  const first = box.querySelector("input, select, button");
+  if (first && document.activeElement === document.body) first.focus({ preventScroll: true });
+}
 
 function renderPermission(event) {
   // Asked again (the daemon re-asks open questions after a restart): one box per question.

@@ -241,7 +241,9 @@ function offerOpenQuestions(status) {
   const seq = state.lastSeq.get(state.open) || 0;
   for (const question of status.open_questions || []) {
     if (state.permissions.has(question.request_id)) continue;
-    renderPermission({ type: "permission_request", request_id: question.request_id, params: question.params, seq });
+    const event = { request_id: question.request_id, params: question.params, seq };
+    if (question.method === "elicitation/create") renderElicitation({ type: "elicitation_request", ...event });
+    else renderPermission({ type: "permission_request", ...event });
   }
 }
 
@@ -321,4 +323,63 @@ async function loadEarlier() {
   } finally {
     if (state.visit === visit) state.loadingEarlier = false;
   }
+}
+
+// ---- the agent's settings: its model and other options, its mode ----------------------
+
+// Shown under the session's head: a choice per select option (the model among them), a
+// switch per boolean one, and the mode; a change is sent at once (the agent answers) and
+// kept across resumes. A choice the agent did not take again says so.
+async function refreshSettings() {
+  const sessionId = state.open;
+  if (!sessionId) return;
+  let config;
+  try {
+    config = await rpc.call("task.session.config_options", { session_id: sessionId });
+  } catch (_) {
+    return; // the next status or update shows them
+  }
+  if (state.open !== sessionId) return;
+  const box = $("#settings");
+  const choose = (method, params) => async (event) => {
+    const target = event.currentTarget;
+    target.disabled = true;
+    try {
+      await rpc.call(method, { session_id: sessionId, ...params(target) });
+    } catch (error) {
+      sessionError(error);
+    }
+    refreshSettings();
+  };
+  const controls = [];
+  for (const option of config.config_options) {
+    const label = option.name || option.id;
+    if (option.type === "boolean") {
+      const input = el("input", { type: "checkbox", onchange: choose("task.session.set_config_option", (t) => ({ config_id: option.id, value: t.checked })) });
+      input.checked = option.currentValue === true;
+      controls.push(el("label", { class: "setting", title: option.description || "" }, input, ` ${label}`));
+    } else if (option.type === "select") {
+      const items = [];
+      for (const item of option.options || []) {
+        if (Array.isArray(item.options)) {
+          items.push(el("optgroup", { label: item.name || item.group }, ...item.options.map((o) => el("option", { value: o.value }, o.name || o.value))));
+        } else {
+          items.push(el("option", { value: item.value }, item.name || item.value));
+        }
+      }
+      const select = el("select", { "aria-label": label, "data-setting": option.id, onchange: choose("task.session.set_config_option", (t) => ({ config_id: option.id, value: t.value })) }, ...items);
+      select.value = option.currentValue;
+      controls.push(el("label", { class: "setting", title: option.description || "" }, `${label} `, select));
+    }
+  }
+  const modes = config.modes;
+  if (modes && Array.isArray(modes.availableModes) && modes.availableModes.length) {
+    const select = el("select", { "aria-label": "mode", "data-setting": "mode", onchange: choose("task.session.set_mode", (t) => ({ mode_id: t.value })) },
+      ...modes.availableModes.map((mode) => el("option", { value: mode.id, title: mode.description || "" }, mode.name || mode.id)));
+    select.value = modes.currentModeId;
+    controls.push(el("label", { class: "setting" }, "Mode ", select));
+  }
+  if (config.blocked) controls.push(el("span", { class: "setting blocked", role: "alert" }, config.blocked));
+  box.replaceChildren(...controls);
+  box.hidden = controls.length === 0;
 }

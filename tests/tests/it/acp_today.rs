@@ -2,7 +2,7 @@
 //! agent that advertises it is let go.
 
 use protocol::api::{ApiClient, EventKind};
-use tether_tests::daemon::{Api, Daemon, ok, until};
+use tether_tests::daemon::{Api, Daemon, ok, refused, until};
 
 /// How many times mock-agent saw its session closed (its stored file says).
 fn closes(daemon: &Daemon, acp_session: &str) -> u64 {
@@ -93,4 +93,75 @@ async fn additional_directories_reach_the_agent() {
     };
     let taken = tether_tests::daemon::refused("create", again.send(api.typed())).await;
     assert_eq!(taken.kind, protocol::errors::ErrorKind::Conflict, "{taken:?}");
+}
+
+fn elicitation_id(event: &protocol::api::SessionEvent) -> Option<String> {
+    match &event.kind {
+        EventKind::ElicitationRequest { request_id, .. } => Some(request_id.clone()),
+        _ => None,
+    }
+}
+
+/// An agent's `elicitation/create` is a question like a permission: an event, a durable
+/// row that a daemon kill does not lose (it is asked again after the restart), answered
+/// through `task.session.elicitation.respond`; an answer of the wrong kind is refused, and
+/// a question the agent withdraws (`$/cancel_request`) resolves without an answer.
+#[tokio::test]
+async fn an_elicitation_outlives_a_daemon_kill_and_is_answered_through_the_api() {
+    use protocol::api::params::ElicitationAnswer;
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("w")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/elicit Who are you?\nhello").await.unwrap();
+    let seen = until(&mut events, |event| elicitation_id(event).is_some()).await;
+    let asked = seen.last().unwrap();
+    let EventKind::ElicitationRequest { params, .. } = &asked.kind else { unreachable!() };
+    assert_eq!(params["message"], "Who are you?", "{params}");
+    assert_eq!(params["requestedSchema"]["properties"]["name"]["type"], "string");
+    let open = api.status(&session).await.open_questions;
+    assert_eq!(open.len(), 1, "{open:?}");
+    assert_eq!(open[0].method, "elicitation/create");
+    // The daemon dies with the question open; its successor asks it again.
+    daemon.kill().await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, asked.seq).await;
+    let again = until(&mut events, |event| elicitation_id(event).is_some()).await;
+    let request = elicitation_id(again.last().unwrap()).unwrap();
+    // A permission's answer to it is refused; the elicitation's is taken.
+    let wrong = refused(
+        "permission.respond",
+        api.typed().permission_respond(session.clone(), request.clone(), Some("allow".into())),
+    )
+    .await;
+    assert_eq!(wrong.kind, protocol::errors::ErrorKind::InvalidParams, "{wrong:?}");
+    let content: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_value(serde_json::json!({"name": "Ada"})).unwrap();
+    let answer = api.typed().elicitation_respond(
+        session.clone(),
+        request.clone(),
+        ElicitationAnswer::Accept,
+        Some(content),
+    );
+    ok("elicitation.respond", answer).await;
+    let rest = until(&mut events, tether_tests::daemon::turn_ended).await;
+    let reply = tether_tests::daemon::chunks(&rest).concat();
+    assert!(reply.contains(r#"elicited: accept {"name":"Ada"}"#), "{reply}");
+    assert!(
+        rest.iter().any(|event| matches!(&event.kind,
+            EventKind::PermissionResolved { request_id, outcome } if *request_id == request && outcome["action"] == "accept")),
+        "{rest:?}"
+    );
+    // Withdrawn by the agent: resolved as cancelled, the turn goes on.
+    let reply = api.ask(&session, "/withdraw\nthen on").await;
+    assert!(reply.contains("asked, then withdrew"), "{reply}");
+    assert!(api.status(&session).await.open_questions.is_empty());
+    let history =
+        ok("window", api.typed().session_event_window(session.clone(), None, Some(50))).await;
+    let withdrawn = history.events.iter().rev().find_map(|event| match &event.kind {
+        EventKind::PermissionResolved { outcome, .. } => Some(outcome.clone()),
+        _ => None,
+    });
+    assert_eq!(withdrawn, Some(serde_json::json!({"action": "cancel"})));
 }

@@ -608,3 +608,39 @@ async fn r33_config_options_and_modes_through_the_face() {
     second.check_schema().unwrap_or_else(|errors| panic!("{}", errors.join("\n")));
     second.close().await;
 }
+
+/// An agent's elicitation reaches a client that takes them (its `initialize` said so) as
+/// `elicitation/create`, and the client's answer reaches the agent through the daemon.
+#[tokio::test]
+async fn r33_an_elicitation_goes_to_the_acp_client_and_its_answer_to_the_agent() {
+    let daemon = Daemon::start(&[]).await;
+    let mut face = RawFace::spawn(None, &daemon.url, &["--agent", "mock"]);
+    face.request(
+        json!(0),
+        "initialize",
+        json!({"protocolVersion": 1,
+        "clientCapabilities": {"elicitation": {"form": {}}}}),
+    )
+    .await;
+    let cwd = daemon.workspace("elicit");
+    let new = face.request(json!(1), "session/new", json!({"cwd": cwd, "mcpServers": []})).await;
+    let session = new["result"]["sessionId"].clone();
+    face.send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {
+        "sessionId": session, "prompt": [{"type": "text", "text": "/elicit Who are you?"}]}}))
+        .await;
+    let asked = face.until(|m| m["method"] == "elicitation/create").await;
+    assert_eq!(asked["params"]["sessionId"], session, "{asked}");
+    assert_eq!(asked["params"]["message"], "Who are you?");
+    face.send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {
+        "action": "accept", "content": {"name": "Ada", "subscribe": true}}}))
+        .await;
+    let reply =
+        face.until(|m| m["params"]["update"]["sessionUpdate"] == "agent_message_chunk").await;
+    let text = reply["params"]["update"]["content"]["text"].as_str().unwrap_or_default();
+    assert!(text.contains(r#"elicited: accept {"name":"Ada","subscribe":true}"#), "{text}");
+    let end = face.until(|m| m["id"] == 2).await;
+    assert_eq!(end["result"]["stopReason"], "end_turn", "{end}");
+    let checked = face.check_schema().unwrap_or_else(|errors| panic!("{}", errors.join("\n")));
+    assert!(checked.iter().any(|c| c.method == "elicitation/create"), "{checked:?}");
+    face.close().await;
+}

@@ -153,6 +153,61 @@ async fn a_permission_request_is_answered_with_allow() {
     browser.screenshot("allowed").await;
 }
 
+/// Issue 33: an agent's elicitation is a form in the page, built from its schema; what is
+/// typed and ticked there is what the agent gets.
+#[tokio::test]
+async fn an_elicitation_is_a_form_the_page_fills_and_sends() {
+    let Some(browser) = browser::start("elicitation").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("e")).await;
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    prompt_in_page(&browser, "/elicit Who are you?\nhello").await;
+    browser.wait_text(".elicitation", "Who are you?").await;
+    browser.wait_text(".elicitation label", "Name *").await;
+    browser.type_into(".elicitation input[name=name]", "Ada").await;
+    browser.click(".elicitation input[name=subscribe]").await;
+    browser.screenshot("asked").await;
+    browser.click(".elicitation button[type=submit]").await;
+    browser.wait_text(".elicitation", "answered").await;
+    browser
+        .wait_text("#transcript .agent", r#"elicited: accept {"name":"Ada","subscribe":true}"#)
+        .await;
+    browser.wait_text("#transcript .turn-end", "turn completed: end_turn").await;
+    browser.screenshot("answered").await;
+}
+
+/// Issue 33: the agent's model and mode are choices under the session's head; a change
+/// reaches the agent at once.
+#[tokio::test]
+async fn the_model_and_mode_are_chosen_in_the_page() {
+    let Some(browser) = browser::start("settings").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("s")).await;
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#settings", "Model").await;
+    // Each change is a call of the page's; the agent's answer comes back as an update.
+    let mut events = api.subscribe_at_end(&session).await;
+    let update_of = |kind: &'static str| {
+        move |event: &protocol::api::SessionEvent| {
+            matches!(&event.kind, protocol::api::EventKind::SessionUpdate { update }
+                if update["sessionUpdate"] == kind)
+        }
+    };
+    browser.set_value("#settings select[data-setting=model]", "mock-large").await;
+    tether_tests::daemon::until(&mut events, update_of("config_option_update")).await;
+    browser.set_value("#settings select[data-setting=mode]", "code").await;
+    tether_tests::daemon::until(&mut events, update_of("current_mode_update")).await;
+    let settings = ok("config", api.typed().session_config_options(session.clone())).await;
+    assert_eq!(settings.modes.as_ref().unwrap()["currentModeId"], "code");
+    assert_eq!(settings.chosen["model"], "mock-large");
+    browser.screenshot("chosen").await;
+    prompt_in_page(&browser, "/settings").await;
+    browser.wait_text("#transcript .agent", "model=mock-large mode=code").await;
+}
+
 #[tokio::test]
 async fn the_transcript_survives_a_daemon_restart_whole_and_once() {
     let Some(browser) = browser::start("restart").await else { return };
@@ -480,10 +535,12 @@ async fn r31_an_old_error_goes_after_a_reconnect_and_activity_has_the_events_tim
     assert_eq!(at.as_str().unwrap(), seen.last().unwrap().at.to_string(), "the event's time");
     // An error (a prompt while a turn runs) is shown, and gone after a reconnect since the
     // daemon then says nothing is wrong.
-    prompt_in_page(&browser, "/sleep 400\nslow").await;
+    // The turn runs until cancelled: the second prompt meets it however slow the page is.
+    prompt_in_page(&browser, "/sleep 600000\nslow").await;
     browser.wait_text("#session-state", "RUNNING").await;
     prompt_in_page(&browser, "too soon").await;
     browser.wait_text("#session-error", "prompts are taken in WAITING_FOR_INPUT").await;
+    ok("cancel", api.typed().session_cancel(session.clone())).await;
     browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
     drop((events, api));
     daemon.kill().await;

@@ -573,8 +573,8 @@ impl SessionActor {
         }
         // People may still answer what the agent asked before the restart.
         if let Ok(pending) = self.context.store.list_pending(self.row.id.clone()).await {
-            for (request_id, _, params) in pending {
-                self.emit(SessionEventKind::PermissionRequest { request_id, params });
+            for (request_id, method, params) in pending {
+                self.emit(crate::session::question_event(&method, request_id, params));
             }
         }
         self.send_unsent_initial_prompt().await;

@@ -133,36 +133,63 @@ impl SessionActor {
     pub(in crate::session) async fn cancel_pending_permissions(&mut self) {
         let pending =
             self.context.store.list_pending(self.row.id.clone()).await.unwrap_or_default();
-        for (request_id, _, _) in pending {
+        for (request_id, method, _) in pending {
             if self.answering.contains_key(&request_id) {
                 continue;
             }
-            if let Err(err) =
-                self.answer_permission(&request_id, json!({"outcome": "cancelled"})).await
+            if let Err(err) = self
+                .answer_permission(&request_id, &method, crate::session::cancelled_answer(&method))
+                .await
             {
                 tracing::warn!(session = %self.row.id, %err, "cannot cancel a permission request");
             }
         }
     }
 
-    /// Queues the answer; its row is deleted (and `permission_resolved` published) only once
-    /// it reached agentctl, so an answer cut off by a kill is asked again after a restart.
+    /// The agent withdrew a question of its own (`$/cancel_request` of its request): it
+    /// resolves as cancelled, and nothing is sent back (the agent wants no answer).
+    pub(in crate::session) async fn question_withdrawn(&mut self, agent_id: &Value) {
+        let request_id = crate::session::permission_request_id(self.generation(), agent_id);
+        let pending = self.context.store.list_pending(self.row.id.clone()).await;
+        let Some((_, method, _)) =
+            pending.unwrap_or_default().into_iter().find(|(id, _, _)| *id == request_id)
+        else {
+            return;
+        };
+        let answer = crate::session::cancelled_answer(&method);
+        let outcome = answer.get("outcome").cloned().unwrap_or(answer);
+        self.answering.remove(&request_id);
+        self.emit(SessionEventKind::PermissionResolved { request_id: request_id.clone(), outcome });
+        self.flush_events();
+        if let Err(err) = self.context.store.delete_pending(self.row.id.clone(), request_id).await {
+            self.write_failed("a withdrawn question", &err);
+        }
+    }
+
+    /// Queues the answer (`result`, the JSON-RPC result) to a question of the agent (a
+    /// permission or an elicitation); its row is deleted (and `permission_resolved`
+    /// published) only once it reached agentctl, so an answer cut off by a kill is asked
+    /// again after a restart.
     pub(in crate::session) async fn answer_permission(
         &mut self,
         request_id: &str,
-        outcome: Value,
+        method: &str,
+        result: Value,
     ) -> Result<(), SessionError> {
-        let known = self
-            .context
-            .store
-            .list_pending(self.row.id.clone())
-            .await?
-            .iter()
-            .any(|(id, _, _)| id == request_id);
+        let pending = self.context.store.list_pending(self.row.id.clone()).await?;
+        let Some((_, asked, _)) = pending.iter().find(|(id, _, _)| id == request_id) else {
+            return Err(SessionError::NoSuchRequest(request_id.to_owned()));
+        };
+        if asked != method {
+            return Err(SessionError::InvalidParams {
+                field: "request_id",
+                message: format!("request {request_id} is a {asked} request, not a {method} one"),
+            });
+        }
         // Asked by this execution's agent (its generation leads the id), or not at all.
         let current = crate::session::permission_request_generation(request_id)
             .is_none_or(|generation| generation == self.generation());
-        if !known || !current || self.answering.contains_key(request_id) {
+        if !current || self.answering.contains_key(request_id) {
             return Err(SessionError::NoSuchRequest(request_id.to_owned()));
         }
         if self.execution.as_ref().is_none_or(|execution| !execution.agent_running) {
@@ -172,9 +199,9 @@ impl SessionActor {
         agentctl::fault::point("permission.queued");
         self.send(Outgoing::Answer {
             request_id: request_id.to_owned(),
-            message: json!({"jsonrpc": "2.0", "id": id, "result": {"outcome": outcome.clone()}}),
+            message: json!({"jsonrpc": "2.0", "id": id, "result": result.clone()}),
         });
-        self.answering.insert(request_id.to_owned(), outcome);
+        self.answering.insert(request_id.to_owned(), result);
         Ok(())
     }
 
