@@ -40,6 +40,8 @@ options:
   --no-load-session     do not advertise or serve session/load
   --resume-capability   advertise and serve session/resume
   --auth-required       refuse sessions with -32000 until `authenticate`
+  --terminal-login      with --auth-required: offer only a login at a terminal
+                        (an ACP `terminal` auth method, as copilot and kimi do)
   --resume ID           start with session ID restored; the first session/new continues it
   --reject-load         answer session/load and session/resume with -32002
   --fail-load           answer session/load and session/resume with -32000 (as gemini does)
@@ -81,6 +83,8 @@ pub struct Config {
     pub resume_capability: bool,
     /// Require `authenticate` before sessions.
     pub auth_required: bool,
+    /// Offer only a `terminal` login method (with `auth_required`).
+    pub terminal_login: bool,
     /// A session to continue on the first `session/new`.
     pub resume: Option<String>,
     /// Answer `session/load` and `session/resume` with `-32002`.
@@ -131,6 +135,7 @@ impl Default for Config {
             load_session: true,
             resume_capability: false,
             auth_required: false,
+            terminal_login: false,
             resume: None,
             reject_load: false,
             fail_load: false,
@@ -175,6 +180,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, 
             "--no-load-session" => config.load_session = false,
             "--resume-capability" => config.resume_capability = true,
             "--auth-required" => config.auth_required = true,
+            "--terminal-login" => config.terminal_login = true,
             "--resume" => {
                 let id = value("--resume")?;
                 if !store::is_safe_id(&id) {
@@ -431,7 +437,9 @@ impl Agent {
         if self.config.resume_capability {
             session_capabilities["resume"] = json!({});
         }
-        let auth_methods = if self.config.auth_required {
+        let auth_methods = if self.config.terminal_login {
+            json!([{"id": "mock-terminal", "name": "Mock terminal login", "type": "terminal", "args": ["--login"]}])
+        } else if self.config.auth_required {
             json!([{"id": "mock-login", "name": "Mock login", "description": "Any call to authenticate succeeds."}])
         } else {
             json!([])

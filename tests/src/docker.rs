@@ -101,8 +101,22 @@ pub fn build_context(dockerfile: &str, files: &[(&str, &[u8], u32)]) -> Vec<u8> 
     tar.into_inner().expect("UNWRAP: writing to a Vec cannot fail")
 }
 
-/// Builds an image offline from `context`.
+/// Builds an image offline from `context`. One build at a time on this machine (a file
+/// lock across the test processes): an engine building one tag twice at once can lose a
+/// layer of one ("failed to get digest").
 pub async fn build_image(docker: &Docker, tag: &str, context: Vec<u8>) {
+    let lock_path = target_dir().join("docker-build.lock");
+    let lock = tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .expect("the build lock file");
+        file.lock().expect("the build lock");
+        file
+    });
+    let _held = within("the docker build lock", lock).await.expect("the lock task");
     let options = BuildImageOptionsBuilder::new().t(tag).rm(true).forcerm(true).build();
     let mut build = docker.build_image(options, None, Some(bollard::body_full(context.into())));
     while let Some(step) = within("docker build", build.next()).await {

@@ -50,6 +50,7 @@ fn flags_set_the_config() {
             load_session: false,
             resume_capability: true,
             auth_required: true,
+            terminal_login: false,
             resume: Some("mock-1".into()),
             reject_load: true,
             fail_load: true,

@@ -129,6 +129,7 @@ impl SessionActor {
                 false
             }
             EventKind::Stderr { line } => {
+                self.stderr_while_quiet(&line);
                 self.recent_stderr.push_str(&line);
                 self.recent_stderr.push('\n');
                 if self.recent_stderr.len() > 2 * STDERR_IN_ERROR {
@@ -288,6 +289,9 @@ impl SessionActor {
             // they are a replay. They hold nothing to write, so they are acknowledged.
             self.replay_unacked |= !self.restoring();
             return;
+        }
+        if let Some(turn) = self.turn.as_mut() {
+            turn.heard = true;
         }
         let text = || update["content"]["text"].as_str().map(str::to_owned);
         match kind.as_str() {
@@ -585,6 +589,17 @@ impl SessionActor {
             .filter(|method| method["type"].as_str() != Some("terminal"))
             .filter_map(|method| method["id"].as_str().map(str::to_owned))
             .collect();
+        opening.auth_terminal = result["authMethods"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|method| method["type"].as_str() == Some("terminal"))
+            .map(|method| {
+                let name = method["name"].as_str().or(method["id"].as_str()).unwrap_or("login");
+                let args = method["args"].as_array().into_iter().flatten();
+                (name.to_owned(), args.filter_map(|arg| arg.as_str().map(str::to_owned)).collect())
+            })
+            .collect();
         let token = opening
             .launch
             .resume
@@ -686,7 +701,31 @@ impl SessionActor {
             }
             _ => "it offers no authentication method Tether can use".to_owned(),
         };
-        let allowed = if self.profile.auth.is_empty() {
+        let terminal = match &self.stage {
+            Stage::Opening(opening) if opening.auth_offered.is_empty() => {
+                opening.auth_terminal.first().cloned()
+            }
+            _ => None,
+        };
+        let allowed = if let Some((name, args)) = terminal {
+            // Only a login at a terminal: an [[auth]] method would not help (it hangs).
+            let program = self.profile.command.first().cloned().unwrap_or_default();
+            let mut run = std::iter::once(program).chain(args).collect::<Vec<_>>().join(" ");
+            if run.trim().is_empty() {
+                run = "the agent's own login command".into();
+            }
+            let home = self.context.agent_home.display();
+            let files = match self.profile.session.agent_state_dirs.as_slice() {
+                [] => String::new(),
+                dirs => format!(
+                    " ({})",
+                    dirs.iter().map(|dir| format!("{home}/{dir}")).collect::<Vec<_>>().join(", ")
+                ),
+            };
+            format!(
+                "it logs in only at a terminal ({name}): run `{run}` once in a terminal, as the user the agent runs as, with HOME={home}; it keeps the login in its own files there{files}, which it reads at every start; then resume"
+            )
+        } else if self.profile.auth.is_empty() {
             "the profile allows none (add an [[auth]] method)".to_owned()
         } else {
             let choices: Vec<String> = self

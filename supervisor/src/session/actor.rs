@@ -206,6 +206,9 @@ pub(super) struct Opening {
     /// The `authenticate` methods the agent offered at `initialize` (never a `terminal`
     /// one: there is no terminal here).
     pub(super) auth_offered: Vec<String>,
+    /// The `terminal` login methods it offered: each one's name and the arguments its own
+    /// program takes to log in (shown as what to run once, by hand).
+    pub(super) auth_terminal: Vec<(String, Vec<String>)>,
     /// This execution authenticated (once is all it tries).
     pub(super) authenticated: bool,
     /// A warm agent's replacement, started when the opening ends (see
@@ -279,6 +282,8 @@ pub(super) struct Turn {
     pub(super) deadline: Option<Instant>,
     /// What its agent reported of tokens and cost so far.
     pub(super) usage: crate::store::TurnUsage,
+    /// Its agent said something (an update) already: its stderr is no longer news.
+    pub(super) heard: bool,
 }
 
 /// A retired execution and what its spool held past what was handled.
@@ -390,6 +395,9 @@ pub(super) struct SessionActor {
     pub(super) settings_restore: Option<settings::SettingsRestore>,
     /// An update of the agent changed the settings; written after it is handled.
     pub(super) settings_dirty: bool,
+    /// Stderr lines shown as notices since the agent last went quiet (a launch or a turn
+    /// began); bounded by `MAX_QUIET_STDERR`.
+    pub(super) stderr_shown: u32,
     /// A title the agent gave the session (`session_info_update`), written after the
     /// update is handled (`Some(None)`: it took its title back).
     pub(super) new_title: Option<Option<String>>,
@@ -465,6 +473,7 @@ impl SessionActor {
             settings_restore: None,
             settings_dirty: false,
             new_title: None,
+            stderr_shown: 0,
         }
     }
 

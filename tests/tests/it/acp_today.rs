@@ -165,3 +165,21 @@ async fn an_elicitation_outlives_a_daemon_kill_and_is_answered_through_the_api()
     });
     assert_eq!(withdrawn, Some(serde_json::json!({"action": "cancel"})));
 }
+
+/// Issue 33, part 4: an agent that says nothing but writes to stderr (claude retrying a
+/// refused request for minutes) is heard: its stderr lines are notices while the turn has
+/// produced nothing yet.
+#[tokio::test]
+async fn stderr_of_a_quiet_turn_is_shown_as_notices() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("w")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/stderr API error 401, retrying in 30 s\nhello").await.unwrap();
+    let seen = until(&mut events, tether_tests::daemon::turn_ended).await;
+    let notices = tether_tests::daemon::notices(&seen);
+    assert!(
+        notices.iter().any(|notice| notice == "the agent says: API error 401, retrying in 30 s"),
+        "{notices:?}"
+    );
+}

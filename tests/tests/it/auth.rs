@@ -57,6 +57,21 @@ async fn r11_an_agent_without_usable_credentials_says_so() {
     );
 }
 
+/// Issue 33: an agent that logs in only at a terminal (copilot, kimi) is not told to add
+/// an `[[auth]]` method (following that hung): the error says what to run, where, and which
+/// files the login leaves for the agent to read.
+#[tokio::test]
+async fn r33_an_agent_that_logs_in_only_at_a_terminal_says_what_to_run() {
+    let terminal = "id = \"terminal\"\ncommand = [\"mock-agent\", \"--auth-required\", \"--terminal-login\"]\nprotocol = \"acp\"\n[session]\nagent_state_dirs = [\".mock-agent\"]\n";
+    let daemon = Daemon::start_with_profiles(&[], &[("terminal.toml", terminal)]).await;
+    let (_, state, error) = create(&daemon, "terminal").await;
+    assert_eq!(state, SessionState::Failed);
+    assert!(error.contains("logs in only at a terminal (Mock terminal login)"), "{error}");
+    assert!(error.contains("mock-agent --login"), "{error}");
+    assert!(error.contains(".mock-agent"), "{error}");
+    assert!(!error.contains("add an [[auth]] method"), "{error}");
+}
+
 /// Defect 6: a slow agent start printed nothing. The CLI now shows each step of bringing
 /// the agent up — on `session start`, on `resume`, and on a `prompt` that resumes first —
 /// in order, on stderr (stdout keeps its one line), and nothing with `--quiet`.

@@ -166,6 +166,7 @@ impl SessionActor {
         resume_token: Option<&str>,
         launch: Launch,
     ) {
+        self.stderr_shown = 0;
         // An execution still held (an adopted one whose agent died, not yet replayed) is
         // let go first; the launch fences it anyway, and its end must not look like a loss.
         if let Some(execution) = self.execution.take() {
@@ -330,6 +331,7 @@ impl SessionActor {
                 cancel_at: None,
                 deadline: None,
                 usage: crate::store::TurnUsage::default(),
+                heard: true,
             });
         }
     }
@@ -418,6 +420,7 @@ impl SessionActor {
             launch,
             step: None,
             auth_offered: Vec::new(),
+            auth_terminal: Vec::new(),
             authenticated: false,
             _refill: refill,
         })));

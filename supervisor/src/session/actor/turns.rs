@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// The most stderr lines shown while the agent is quiet (see `stderr_while_quiet`).
+const MAX_QUIET_STDERR: u32 = 20;
+/// How much of each is shown.
+const QUIET_STDERR_CHARS: usize = 300;
+
 impl SessionActor {
     /// Starts a turn and queues its prompt; `reply` (if any) gets the turn id once the
     /// prompt reached agentctl, or the error. Returns the error too, for the caller's log.
@@ -106,12 +111,29 @@ impl SessionActor {
                 .turn_timeout_ms
                 .map(|ms| Instant::now() + std::time::Duration::from_millis(ms)),
             usage: crate::store::TurnUsage::default(),
+            heard: false,
         });
+        self.stderr_shown = 0;
         self.set_state(SessionState::Running, None, Some(task_state::IN_PROGRESS)).await?;
         self.update_view(|view| view.turn_id = Some(turn_id.clone()));
         self.pending
             .insert(request_id.to_string(), Pending::Prompt { turn_id: turn_id.clone(), injected });
         Ok((turn_id, message))
+    }
+
+    /// A line the agent wrote on stderr: while a start or a turn has produced nothing
+    /// yet (an agent retrying a refused request says nothing else for minutes), it is shown
+    /// as a notice — at most `MAX_QUIET_STDERR` lines, each cut to `QUIET_STDERR_CHARS`.
+    pub(in crate::session) fn stderr_while_quiet(&mut self, line: &str) {
+        let starting = matches!(self.phase(), Phase::Launching | Phase::Opening);
+        let waiting = self.turn.as_ref().is_some_and(|turn| !turn.heard);
+        let line = line.trim();
+        if !(starting || waiting) || line.is_empty() || self.stderr_shown >= MAX_QUIET_STDERR {
+            return;
+        }
+        self.stderr_shown += 1;
+        let line = crate::history::excerpt(line, QUIET_STDERR_CHARS);
+        self.emit(SessionEventKind::Notice { message: format!("the agent says: {line}") });
     }
 
     pub(in crate::session) async fn cancel(&mut self) -> Result<(), SessionError> {
