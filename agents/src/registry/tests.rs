@@ -92,6 +92,8 @@ fn npx_builtins_pin_their_adapter_version() {
         ("codex", "@agentclientprotocol/codex-acp@2.6.0"),
     ] {
         assert_eq!(profiles[id].command, ["npx", "--yes", package], "{id}");
+        // A first start downloads hundreds of MB before `initialize` is answered.
+        assert!(profiles[id].process.init_timeout_ms >= 300_000, "{id}");
     }
 }
 
