@@ -57,6 +57,9 @@ pub struct Profile {
     pub pool: PoolSettings,
     /// Where the profile came from.
     pub source: ProfileSource,
+    /// A user profile that `extends` a built-in: which, and the keys it sets itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extends: Option<crate::registry::Extended>,
 }
 
 /// `[pool]`: how many agents of this profile the daemon keeps started and initialized
@@ -935,6 +938,7 @@ impl RawProfile {
                 user: self.process.user.map(Spanned::into_inner),
             },
             source,
+            extends: None,
         })
     }
 }

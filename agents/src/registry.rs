@@ -27,6 +27,10 @@ use notify::RecursiveMode;
 use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
 use tokio::sync::watch;
 
+mod extends;
+
+pub use extends::Extended;
+
 use crate::profile::{self, Profile, ProfileError, ProfileSource};
 
 /// The built-in profiles, compiled in from `agents/profiles/`.
@@ -242,7 +246,7 @@ impl Loader {
         for path in files {
             let source = ProfileSource::File(path.clone());
             let parsed = match std::fs::read_to_string(&path) {
-                Ok(text) => profile::parse(&text, source.clone()),
+                Ok(text) => extends::parse_user(&text, source.clone()),
                 Err(err) => Err(ProfileError {
                     file: source,
                     line: 1,

@@ -263,6 +263,16 @@ pub struct AgentInfo {
     /// A user profile file that does not load: `id` is its file name, `reasons` holds the
     /// error with `file:line:col`.
     pub invalid: bool,
+    /// Where it comes from: `builtin:NAME.toml` or the user file's path.
+    #[serde(default)]
+    pub source: String,
+    /// A user profile that `extends` a built-in: the built-in's id (every key not in
+    /// `own_keys` is the built-in's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extends: Option<String>,
+    /// With `extends`: the keys the user's file sets itself (dotted, `process.init_timeout_ms`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub own_keys: Vec<String>,
 }
 
 /// A task.

@@ -503,6 +503,9 @@ impl Supervisor {
                 resume_command: profile.relaunches_to_resume(),
                 history_injection: profile.injects_history(false),
                 invalid: false,
+                source: profile.source.to_string(),
+                extends: profile.extends.as_ref().map(|extended| extended.base.clone()),
+                own_keys: profile.extends.as_ref().map(|e| e.own.clone()).unwrap_or_default(),
             }
         });
         let invalid = catalog.errors().iter().map(|error| {
@@ -522,6 +525,9 @@ impl Supervisor {
                 resume_command: false,
                 history_injection: false,
                 invalid: true,
+                source: error.file.to_string(),
+                extends: None,
+                own_keys: Vec::new(),
             }
         });
         valid.chain(invalid).collect()

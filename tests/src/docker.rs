@@ -113,8 +113,9 @@ pub async fn build_image(docker: &Docker, tag: &str, context: Vec<u8>) {
             .write(true)
             .open(&lock_path)
             .expect("the build lock file");
-        file.lock().expect("the build lock");
-        file
+        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, errno)| errno)
+            .expect("the build lock")
     });
     let _held = within("the docker build lock", lock).await.expect("the lock task");
     let options = BuildImageOptionsBuilder::new().t(tag).rm(true).forcerm(true).build();

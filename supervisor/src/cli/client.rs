@@ -163,7 +163,14 @@ impl Client {
                     } else {
                         format!("unavailable: {}", agent.reasons.join("; "))
                     };
-                    println!("{}\t{}\t{state}", agent.id, agent.display_name);
+                    let from = match &agent.extends {
+                        Some(base) => format!(
+                            "\t(extends {base}; its own: {}; the rest is {base}'s)",
+                            agent.own_keys.join(", ")
+                        ),
+                        None => String::new(),
+                    };
+                    println!("{}\t{}\t{state}{from}", agent.id, agent.display_name);
                 }
                 Ok(())
             }

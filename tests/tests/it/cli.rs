@@ -457,3 +457,25 @@ async fn r33_a_permission_shows_the_tool_and_its_options_in_the_prompt_command()
     assert!(rest.contains("the tool ran"), "{rest}");
     assert!(within("the CLI", prompt.wait()).await.unwrap().success());
 }
+
+/// Issue 33, part 4: a user profile extends a built-in and changes one key; `agents`
+/// says what it extends and which keys are its own, and it runs as the built-in does.
+#[tokio::test]
+async fn r33_a_user_profile_extends_a_builtin_and_agents_says_so() {
+    let slow = "extends = \"mock\"\nid = \"mock-patient\"\ndisplay_name = \"Patient mock\"\n[process]\ninit_timeout_ms = 20000\n";
+    let daemon =
+        tether_tests::daemon::Daemon::start_with_profiles(&[], &[("patient.toml", slow)]).await;
+    let (code, out, err) = daemon.cli(&["agents"]).await;
+    assert_eq!(code, 0, "{err}");
+    let line = out.lines().find(|line| line.starts_with("mock-patient\t")).expect(&out);
+    assert!(line.contains("Patient mock\tavailable"), "{line}");
+    assert!(
+        line.contains(
+            "(extends mock; its own: display_name, id, process.init_timeout_ms; the rest is mock's)"
+        ),
+        "{line}"
+    );
+    let api = daemon.api().await;
+    let session = api.ready_session("mock-patient", &daemon.workspace("p")).await;
+    assert!(api.ask(&session, "hello").await.contains("you said: hello"));
+}
