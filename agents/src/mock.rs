@@ -40,6 +40,8 @@ options:
   --no-load-session     do not advertise or serve session/load
   --resume-capability   advertise and serve session/resume
   --auth-required       refuse sessions with -32000 until `authenticate`
+  --forget-last-turn    restore a session without its last turn (an agent killed
+                        before it kept it, as an older claude adapter was)
   --terminal-login      with --auth-required: offer only a login at a terminal
                         (an ACP `terminal` auth method, as copilot and kimi do)
   --resume ID           start with session ID restored; the first session/new continues it
@@ -85,6 +87,8 @@ pub struct Config {
     pub auth_required: bool,
     /// Offer only a `terminal` login method (with `auth_required`).
     pub terminal_login: bool,
+    /// Restore sessions without their last turn.
+    pub forget_last_turn: bool,
     /// A session to continue on the first `session/new`.
     pub resume: Option<String>,
     /// Answer `session/load` and `session/resume` with `-32002`.
@@ -136,6 +140,7 @@ impl Default for Config {
             resume_capability: false,
             auth_required: false,
             terminal_login: false,
+            forget_last_turn: false,
             resume: None,
             reject_load: false,
             fail_load: false,
@@ -181,6 +186,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, 
             "--resume-capability" => config.resume_capability = true,
             "--auth-required" => config.auth_required = true,
             "--terminal-login" => config.terminal_login = true,
+            "--forget-last-turn" => config.forget_last_turn = true,
             "--resume" => {
                 let id = value("--resume")?;
                 if !store::is_safe_id(&id) {

@@ -50,6 +50,8 @@ struct Lines {
     used: usize,
     budget: usize,
     newest_seq: Option<u64>,
+    /// Entries at or below this seq are not taken (the agent has them).
+    after: Option<u64>,
 }
 
 impl Lines {
@@ -62,6 +64,9 @@ impl Lines {
         // A line that does not parse (a torn write that recovery cuts) is skipped.
         let Ok(entry) = serde_json::from_slice::<HistoryEntry>(line) else { return true };
         self.newest_seq.get_or_insert(entry.seq);
+        if self.after.is_some_and(|after| entry.seq <= after) {
+            return false;
+        }
         let rendered = render(&entry);
         let cost = rendered.chars().count() + 1;
         if self.used + cost > self.budget {
@@ -89,6 +94,17 @@ pub fn build<F: Read + Seek>(
     prompt: &str,
     budget: usize,
 ) -> io::Result<ResumeContext> {
+    build_after(file, prompt, budget, None)
+}
+
+/// [`build`] of the entries after seq `after` only (when given): what an agent's restored
+/// conversation lacks.
+pub fn build_after<F: Read + Seek>(
+    file: &mut F,
+    prompt: &str,
+    budget: usize,
+    after: Option<u64>,
+) -> io::Result<ResumeContext> {
     let len = file.seek(SeekFrom::End(0))?;
     let mut pos = len;
     let mut bytes_read = 0u64;
@@ -96,7 +112,7 @@ pub fn build<F: Read + Seek>(
     // end of the file first. A line is joined once, when its start is found, so a huge entry
     // costs its own size, not its size times the number of chunks it spans.
     let mut pending: Vec<Vec<u8>> = Vec::new();
-    let mut lines = Lines { newest_first: Vec::new(), used: 0, budget, newest_seq: None };
+    let mut lines = Lines { newest_first: Vec::new(), used: 0, budget, newest_seq: None, after };
     while pos > 0 {
         let step = pos.min(CHUNK);
         pos -= step;
@@ -139,9 +155,14 @@ pub fn build<F: Read + Seek>(
     let Lines { newest_first: lines_newest_first, newest_seq, .. } = lines;
     let included = lines_newest_first.len();
     // Entries are numbered from 1 without gaps, so the newest seq is the total count.
-    let omitted = newest_seq.map_or(0, |seq| seq.saturating_sub(included as u64));
-    let mut text =
-        String::from("RESUME CONTEXT FOR CONTINUING TASK\n\n=== EXECUTION HISTORY ===\n");
+    let omitted = newest_seq
+        .map_or(0, |seq| seq.saturating_sub(after.unwrap_or(0)).saturating_sub(included as u64));
+    let mut text = String::from(match after {
+        None => "RESUME CONTEXT FOR CONTINUING TASK\n\n=== EXECUTION HISTORY ===\n",
+        Some(_) => {
+            "RESUME CONTEXT FOR CONTINUING TASK\n\n=== EXECUTION HISTORY (the end your restored session lacks) ===\n"
+        }
+    });
     if omitted > 0 {
         text.push_str(&format!("[{omitted} earlier entries omitted]\n"));
     }

@@ -112,7 +112,13 @@ impl Agent {
             return Ok(live.stored.clone());
         }
         match self.store.load(session_id) {
-            Ok(Some(stored)) => Ok(stored),
+            Ok(Some(mut stored)) => {
+                if self.config.forget_last_turn {
+                    let keep = stored.messages.len().saturating_sub(2);
+                    stored.messages.truncate(keep);
+                }
+                Ok(stored)
+            }
             Ok(None) => Err(not_found()),
             Err(err) => Err(RpcError::internal(err)),
         }

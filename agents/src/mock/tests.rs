@@ -51,6 +51,7 @@ fn flags_set_the_config() {
             resume_capability: true,
             auth_required: true,
             terminal_login: false,
+            forget_last_turn: false,
             resume: Some("mock-1".into()),
             reject_load: true,
             fail_load: true,

@@ -283,6 +283,11 @@ impl SessionActor {
             self.replay = Replay::Off;
         }
         if matches!(self.replay, Replay::Loading(_)) && is_replayed_kind(&kind) {
+            if let (Some(users), "user_message_chunk", Some(text)) =
+                (self.replayed_users.as_mut(), kind.as_str(), update["content"]["text"].as_str())
+            {
+                users.push_str(text);
+            }
             // `session/load` replays the conversation into the agent; we have it already.
             // After the load's answer the session is open and nothing else acknowledges
             // these events soon: were the supervisor killed now, a new actor would not know
@@ -402,6 +407,40 @@ impl SessionActor {
         known
     }
 
+    /// A load was answered: what its replay carried is held against the history. When the
+    /// agent replayed user messages but not the newest ones Tether recorded (an agent
+    /// killed right after a turn may come back without it), what it lacks goes with the
+    /// next prompt. A load that replayed no user message (or replays after its answer, as
+    /// gemini-cli does) cannot be checked, nor can a resume (it replays nothing).
+    async fn check_replay(&mut self) {
+        let Some(replayed) = self.replayed_users.take().filter(|text| !text.trim().is_empty())
+        else {
+            return;
+        };
+        let path = self.history.path().to_owned();
+        let entries =
+            tokio::task::spawn_blocking(move || history::read_tail(&path, REPLAY_WINDOW_BYTES))
+                .await
+                .unwrap_or_default();
+        let users: Vec<(u64, &str)> = entries
+            .iter()
+            .filter(|entry| entry.kind == EntryType::UserMessage)
+            .map(|entry| (entry.seq, entry.content.trim()))
+            .filter(|(_, text)| !text.is_empty())
+            .collect();
+        let Some(last_had) = users.iter().rposition(|(_, text)| replayed.contains(text)) else {
+            return; // none of the recent ones: nothing to tell it by
+        };
+        let Some(&(first_missing, _)) = users.get(last_had + 1) else { return };
+        let lacking = users.len() - last_had - 1;
+        self.resume_context = Some(ResumeContext::Missing { after: first_missing - 1 });
+        self.emit(SessionEventKind::Notice {
+            message: format!(
+                "the agent's restored conversation lacks the last {lacking} message(s) Tether recorded; they go with the next prompt"
+            ),
+        });
+    }
+
     /// A response to one of our requests. Returns whether a turn ended.
     async fn response(&mut self, id: Value, message: Value) -> bool {
         let key = match &id {
@@ -454,6 +493,9 @@ impl SessionActor {
                         // recorded as open. A kill in between leaves it STARTING, and a
                         // session caught starting is fenced and resumed, not re-attached.
                         self.ack(true).await;
+                        if load {
+                            self.check_replay().await;
+                        }
                         self.opened_with(token, Some(outcome), &answer).await;
                         agentctl::fault::point("load.opened");
                     }
@@ -650,6 +692,7 @@ impl SessionActor {
         // Either may replay the conversation (a load must; some agents' resume does too,
         // fast-agent's as one message holding all of it): it is in our records already.
         self.replay = Replay::Loading(None);
+        self.replayed_users = load.then(String::new);
         if load {
             self.request(
                 protocol::acp::method::SESSION_LOAD,

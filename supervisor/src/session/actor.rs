@@ -221,6 +221,8 @@ pub(super) struct Opening {
 pub(super) enum ResumeContext {
     /// The history (an injection).
     History,
+    /// The history after this seq: what a load's replay showed the agent lacks.
+    Missing { after: u64 },
     /// The latest snapshot (a capacity handoff), else the history.
     Handoff,
 }
@@ -398,6 +400,9 @@ pub(super) struct SessionActor {
     /// Stderr lines shown as notices since the agent last went quiet (a launch or a turn
     /// began); bounded by `MAX_QUIET_STDERR`.
     pub(super) stderr_shown: u32,
+    /// During a `session/load`: the user messages its replay carried, joined (to check
+    /// against the history when it is answered).
+    pub(super) replayed_users: Option<String>,
     /// A title the agent gave the session (`session_info_update`), written after the
     /// update is handled (`Some(None)`: it took its title back).
     pub(super) new_title: Option<Option<String>>,
@@ -473,6 +478,7 @@ impl SessionActor {
             settings_restore: None,
             settings_dirty: false,
             new_title: None,
+            replayed_users: None,
             stderr_shown: 0,
         }
     }

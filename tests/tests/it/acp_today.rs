@@ -183,3 +183,31 @@ async fn stderr_of_a_quiet_turn_is_shown_as_notices() {
         "{notices:?}"
     );
 }
+
+/// Issue 33, part 4: a native load that comes back without the last turn (an agent
+/// killed right after it) is noticed by holding its replay against Tether's history, and
+/// what it lacks goes with the next prompt.
+#[tokio::test]
+async fn a_load_that_lacks_the_last_turn_gets_it_with_the_next_prompt() {
+    let forgetful = "id = \"forgetful\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{home}/.mock-agent\", \"--forget-last-turn\"]\nprotocol = \"acp\"\n[session]\nagent_state_dirs = [\".mock-agent\"]\n";
+    let daemon = Daemon::start_with_profiles(&[], &[("forgetful.toml", forgetful)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("forgetful", &daemon.workspace("w")).await;
+    api.ask(&session, "the first word is kumquat").await;
+    api.ask(&session, "the second word is quince").await;
+    let mut events = api.subscribe_at_end(&session).await;
+    ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
+    until(&mut events, |event| matches!(event.kind, EventKind::Paused { .. })).await;
+    // It loads, replaying the first turn only; the second goes with this prompt.
+    let reply = api.ask(&session, "what were the words?").await;
+    assert!(reply.contains("quince"), "the lost turn was sent again: {reply}");
+    assert!(reply.contains("the end your restored session lacks"), "{reply}");
+    assert!(!reply.contains("[USER]: the first word is kumquat"), "not what it had: {reply}");
+    let window =
+        ok("window", api.typed().session_event_window(session.clone(), None, Some(100))).await;
+    let notices = tether_tests::daemon::notices(&window.events);
+    assert!(notices.iter().any(|n| n.contains("lacks the last 1 message(s)")), "{notices:?}");
+    // Once sent, it is not sent again.
+    let next = api.ask(&session, "and now?").await;
+    assert!(!next.contains("RESUME CONTEXT"), "{next}");
+}

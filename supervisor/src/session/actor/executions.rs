@@ -624,9 +624,13 @@ impl SessionActor {
         let path = self.history.path().to_owned();
         let prompt = prompt.to_owned();
         let budget = self.profile.session.resume_context_budget;
+        let after = match self.resume_context {
+            Some(ResumeContext::Missing { after }) => Some(after),
+            _ => None,
+        };
         let built = tokio::task::spawn_blocking(move || {
             let mut file = std::fs::File::open(&path)?;
-            crate::resume_context::build(&mut file, &prompt, budget)
+            crate::resume_context::build_after(&mut file, &prompt, budget, after)
         })
         .await
         .map_err(|err| SessionError::InvalidState(format!("building the resume context: {err}")))?
