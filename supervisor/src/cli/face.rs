@@ -728,18 +728,17 @@ impl Face {
         };
         let content = result["content"].as_object().cloned();
         let answered = match self.api().await {
-            Ok(api) => api
-                .elicitation_respond(session.clone(), request_id, action, content)
-                .await
-                .map_err(|err| self.failed(err)),
-            Err(failure) => Err(failure),
+            Ok(api) => api.elicitation_respond(session.clone(), request_id, action, content).await,
+            Err(failure) => return self.unanswered(&session, "elicitation", failure),
         };
-        if let Err(failure) = answered {
-            eprintln!(
-                "tether acp: cannot answer the elicitation of {session}: {}",
-                failure.message
-            );
+        if let Err(err) = answered {
+            self.unanswered(&session, "elicitation", self.failed(err));
         }
+    }
+
+    /// Says that the client's answer to a question of `session` could not be passed on.
+    fn unanswered(&self, session: &str, what: &str, failure: RpcFailure) {
+        eprintln!("tether acp: cannot answer the {what} of {session}: {}", failure.message);
     }
 
     /// The agent's question, asked of the client; its choice goes back through the daemon.
@@ -752,17 +751,11 @@ impl Face {
             _ => None,
         };
         let answered = match self.api().await {
-            Ok(api) => api
-                .permission_respond(session.clone(), request_id, option)
-                .await
-                .map_err(|err| self.failed(err)),
-            Err(failure) => Err(failure),
+            Ok(api) => api.permission_respond(session.clone(), request_id, option).await,
+            Err(failure) => return self.unanswered(&session, "permission request", failure),
         };
-        if let Err(failure) = answered {
-            eprintln!(
-                "tether acp: cannot answer the permission request of {session}: {}",
-                failure.message
-            );
+        if let Err(err) = answered {
+            self.unanswered(&session, "permission request", self.failed(err));
         }
     }
 }

@@ -527,6 +527,12 @@ function renderElicitation(event) {
       form,
     ),
   );
+  offerQuestion(box, event, "input, select, button");
+}
+
+// A question's box is kept by its id; read back from an earlier window, its answer (or
+// the end of its turn) came later and it is shown settled, else it is offered (focused).
+function offerQuestion(box, event, focusable) {
   state.permissions.set(event.request_id, box);
   const answered = state.answers.get(event.request_id) || (state.lastTurnEnd > event.seq ? "no longer asked" : null);
   if (answered) {
@@ -535,7 +541,7 @@ function renderElicitation(event) {
     return;
   }
   updateNeedsYou();
-  const first = box.querySelector("input, select, button");
+  const first = box.querySelector(focusable);
   if (first && document.activeElement === document.body) first.focus({ preventScroll: true });
 }
 
@@ -568,15 +574,5 @@ function renderPermission(event) {
       el("span", { class: "answer" }, ...buttons),
     ),
   );
-  state.permissions.set(event.request_id, box);
-  // Read back from an earlier window: its answer (or the end of its turn) came later.
-  const answered = state.answers.get(event.request_id) || (state.lastTurnEnd > event.seq ? "no longer asked" : null);
-  if (answered) {
-    box.querySelector(".answer").replaceChildren(answered);
-    box.classList.remove("open");
-    return;
-  }
-  updateNeedsYou();
-  const first = box.querySelector("button");
-  if (first && document.activeElement === document.body) first.focus({ preventScroll: true });
+  offerQuestion(box, event, "button");
 }
