@@ -5,6 +5,7 @@
 //! tolerantly: a result that does not fit the schema (a newer agent) is kept raw and read
 //! for the one field needed, never a reason to fail the session.
 
+mod replay;
 mod tools;
 
 use serde::Deserialize;
@@ -383,62 +384,6 @@ impl SessionActor {
         if long && let Err(err) = self.history.flush_agent() {
             self.write_failed("the history", &err);
         }
-    }
-
-    /// What a `session/load` may replay: the recorded conversation's newest messages and
-    /// tool call ids (from the last [`REPLAY_WINDOW_BYTES`] of the history).
-    async fn known_conversation(&self) -> KnownConversation {
-        let path = self.history.path().to_owned();
-        let entries =
-            tokio::task::spawn_blocking(move || history::read_tail(&path, REPLAY_WINDOW_BYTES))
-                .await
-                .unwrap_or_default();
-        let mut known = KnownConversation::default();
-        for entry in entries {
-            match entry.kind {
-                EntryType::UserMessage | EntryType::AgentMessage => {
-                    known.texts.insert(entry.content.trim().to_owned());
-                }
-                EntryType::ToolCall | EntryType::ToolResult => {
-                    known.tool_calls.extend(entry.wire.tool_call_id);
-                }
-            }
-        }
-        known
-    }
-
-    /// A load was answered: what its replay carried is held against the history. When the
-    /// agent replayed user messages but not the newest ones Tether recorded (an agent
-    /// killed right after a turn may come back without it), what it lacks goes with the
-    /// next prompt. A load that replayed no user message (or replays after its answer, as
-    /// gemini-cli does) cannot be checked, nor can a resume (it replays nothing).
-    async fn check_replay(&mut self) {
-        let Some(replayed) = self.replayed_users.take().filter(|text| !text.trim().is_empty())
-        else {
-            return;
-        };
-        let path = self.history.path().to_owned();
-        let entries =
-            tokio::task::spawn_blocking(move || history::read_tail(&path, REPLAY_WINDOW_BYTES))
-                .await
-                .unwrap_or_default();
-        let users: Vec<(u64, &str)> = entries
-            .iter()
-            .filter(|entry| entry.kind == EntryType::UserMessage)
-            .map(|entry| (entry.seq, entry.content.trim()))
-            .filter(|(_, text)| !text.is_empty())
-            .collect();
-        let Some(last_had) = users.iter().rposition(|(_, text)| replayed.contains(text)) else {
-            return; // none of the recent ones: nothing to tell it by
-        };
-        let Some(&(first_missing, _)) = users.get(last_had + 1) else { return };
-        let lacking = users.len() - last_had - 1;
-        self.resume_context = Some(ResumeContext::Missing { after: first_missing - 1 });
-        self.emit(SessionEventKind::Notice {
-            message: format!(
-                "the agent's restored conversation lacks the last {lacking} message(s) Tether recorded; they go with the next prompt"
-            ),
-        });
     }
 
     /// A response to one of our requests. Returns whether a turn ended.
