@@ -128,7 +128,7 @@ fn listed(items: Vec<String>) -> String {
 }
 
 /// The value ids a select option offers (flat, or in groups).
-fn offered_values(option: &Value) -> Vec<String> {
+pub(crate) fn offered_values(option: &Value) -> Vec<String> {
     let mut values = Vec::new();
     for item in option["options"].as_array().into_iter().flatten() {
         match item["options"].as_array() {

@@ -133,12 +133,7 @@ fn choices(option: &Value) -> Vec<String> {
     if option["type"] == "boolean" {
         return vec!["true".into(), "false".into()];
     }
-    let mut values = Vec::new();
-    for item in option["options"].as_array().into_iter().flatten() {
-        let group = item["options"].as_array().cloned().unwrap_or_else(|| vec![item.clone()]);
-        values.extend(group.iter().filter_map(|o| o["value"].as_str().map(str::to_owned)));
-    }
-    values
+    crate::settings::offered_values(option)
 }
 
 #[cfg(test)]

@@ -25,11 +25,16 @@ pub(super) struct Draft {
     pub(super) agent: String,
 }
 
+/// A profile that can run here.
+fn runs_here(agent: &AgentInfo) -> bool {
+    agent.available && !agent.invalid
+}
+
 /// The `agent` select option.
 fn agent_option(current: &str, agents: &[AgentInfo]) -> Value {
     let mut options: Vec<Value> = agents
         .iter()
-        .filter(|agent| agent.available && !agent.invalid)
+        .filter(|agent| runs_here(agent))
         .map(|agent| json!({"value": agent.id, "name": agent.display_name}))
         .collect();
     if !options.iter().any(|option| option["value"] == current) {
@@ -47,8 +52,7 @@ fn agent_option(current: &str, agents: &[AgentInfo]) -> Value {
 
 /// The default agent: the first preferred one available, else the first available.
 fn default_agent(agents: &[AgentInfo]) -> Option<String> {
-    let available: Vec<&AgentInfo> =
-        agents.iter().filter(|agent| agent.available && !agent.invalid).collect();
+    let available: Vec<&AgentInfo> = agents.iter().filter(|agent| runs_here(agent)).collect();
     PREFERRED
         .iter()
         .find_map(|id| available.iter().find(|agent| agent.id == *id))
@@ -107,7 +111,7 @@ impl Face {
             }
             let agents = self.agents().await?;
             let chosen = value.as_str().unwrap_or_default();
-            if !agents.iter().any(|agent| agent.id == chosen && agent.available && !agent.invalid) {
+            if !agents.iter().any(|agent| agent.id == chosen && runs_here(agent)) {
                 return Err(RpcFailure::params(format!("no agent {chosen} can run here")));
             }
             if let Some(draft) = self.drafts().get_mut(&session) {
