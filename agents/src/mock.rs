@@ -42,6 +42,8 @@ options:
   --auth-required       refuse sessions with -32000 until `authenticate`
   --forget-last-turn    restore a session without its last turn (an agent killed
                         before it kept it, as an older claude adapter was)
+  --forget-last-answer  restore a session without its last answer (as qwen-code,
+                        which writes it after the turn's end)
   --terminal-login      with --auth-required: offer only a login at a terminal
                         (an ACP `terminal` auth method, as copilot and kimi do)
   --resume ID           start with session ID restored; the first session/new continues it
@@ -87,8 +89,8 @@ pub struct Config {
     pub auth_required: bool,
     /// Offer only a `terminal` login method (with `auth_required`).
     pub terminal_login: bool,
-    /// Restore sessions without their last turn.
-    pub forget_last_turn: bool,
+    /// Restore sessions without their last this many messages (2: the last turn).
+    pub forget_last_messages: usize,
     /// A session to continue on the first `session/new`.
     pub resume: Option<String>,
     /// Answer `session/load` and `session/resume` with `-32002`.
@@ -140,7 +142,7 @@ impl Default for Config {
             resume_capability: false,
             auth_required: false,
             terminal_login: false,
-            forget_last_turn: false,
+            forget_last_messages: 0,
             resume: None,
             reject_load: false,
             fail_load: false,
@@ -186,7 +188,8 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, 
             "--resume-capability" => config.resume_capability = true,
             "--auth-required" => config.auth_required = true,
             "--terminal-login" => config.terminal_login = true,
-            "--forget-last-turn" => config.forget_last_turn = true,
+            "--forget-last-turn" => config.forget_last_messages = 2,
+            "--forget-last-answer" => config.forget_last_messages = 1,
             "--resume" => {
                 let id = value("--resume")?;
                 if !store::is_safe_id(&id) {
@@ -528,6 +531,8 @@ impl Agent {
             session_id: &pending.session_id,
             cancel: &pending.cancel,
             said: String::new(),
+            // Its message's place in the stored conversation, after the prompt's.
+            message_id: format!("m{}", pending.earlier.len() + 1),
         };
         let stop_reason = turn.run(&pending.script, &pending.earlier).await;
         let said = turn.said;
@@ -581,6 +586,9 @@ struct Turn<'a> {
     cancel: &'a CancellationToken,
     /// The agent text sent so far, persisted as the agent's message.
     said: String,
+    /// The ACP `messageId` of that message: `m` and its index in the stored conversation
+    /// (a load's replay gives each message the same).
+    message_id: String,
 }
 
 /// How a step of a turn ended early.
@@ -878,7 +886,8 @@ impl Turn<'_> {
 
     fn chunk(&mut self, text: &str) -> Result<(), Stop> {
         self.said.push_str(text);
-        self.update(json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}))
+        self.update(json!({"sessionUpdate": "agent_message_chunk", "messageId": self.message_id,
+            "content": {"type": "text", "text": text}}))
     }
 
     fn update(&self, update: Value) -> Result<(), Stop> {

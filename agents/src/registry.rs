@@ -44,6 +44,7 @@ pub const BUILTIN_FILES: &[(&str, &str)] = &[
     ("gemini.toml", include_str!("../profiles/gemini.toml")),
     ("mock.toml", include_str!("../profiles/mock.toml")),
     ("opencode.toml", include_str!("../profiles/opencode.toml")),
+    ("qwen.toml", include_str!("../profiles/qwen.toml")),
 ];
 
 /// How long file events are gathered before a reload: short enough that an edit is live

@@ -579,6 +579,10 @@ pub struct HistoryEntry {
     /// The tool's status, for tool entries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_status: Option<String>,
+    /// The message's id: an agent message's is the agent's ACP `messageId` (when it gave
+    /// one), a user message's is its turn's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
 }
 
 /// One event of a session's stream (`task.session.event` notifications).
@@ -609,7 +613,8 @@ pub enum EventKind {
     },
     /// A turn started with this prompt.
     TurnStarted {
-        /// The turn.
+        /// The turn; also the id of the prompt's message (its history entry's
+        /// `message_id`, a load's `messageId`).
         turn_id: String,
         /// The user's prompt.
         prompt: String,
@@ -618,11 +623,18 @@ pub enum EventKind {
     AgentMessageChunk {
         /// The text.
         text: String,
+        /// The agent's id of the message it belongs to (ACP `messageId`), when it gave
+        /// one: every chunk of a message has the same, a new one starts a new message.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message_id: Option<String>,
     },
     /// A chunk of the agent's reasoning.
     AgentThoughtChunk {
         /// The text.
         text: String,
+        /// The agent's id of the message it belongs to (ACP `messageId`), when it gave one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message_id: Option<String>,
     },
     /// A tool call started (the raw ACP update).
     ToolCall {

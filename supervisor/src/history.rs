@@ -59,6 +59,9 @@ pub struct History {
     next_seq: u64,
     /// Agent text not yet written (the current message).
     agent_text: String,
+    /// The agent's id of its current message (ACP `messageId`), when it gave one: kept
+    /// after a flush, as the rest of a long message is written in entries of its own.
+    agent_message_id: Option<String>,
     /// The newest agentctl event seq handled; written into each entry.
     watermark: Option<u64>,
     /// The agentctl seq of the first chunk of `agent_text`: from there on, nothing of the
@@ -112,6 +115,7 @@ impl History {
             unsynced: false,
             next_seq,
             agent_text: String::new(),
+            agent_message_id: None,
             watermark,
             unflushed_since: None,
             last_chunk: None,
@@ -137,7 +141,15 @@ impl History {
         tool: Option<(String, String, String)>,
     ) -> io::Result<u64> {
         self.flush_agent()?;
-        self.write(kind, content, tool).map_err(|(err, _)| err)
+        self.write(kind, content, tool, None).map_err(|(err, _)| err)
+    }
+
+    /// Appends a user message with its id (its turn's), flushing pending agent text first,
+    /// and returns its seq.
+    pub fn append_prompt(&mut self, content: String, message_id: String) -> io::Result<u64> {
+        self.flush_agent()?;
+        self.agent_message_id = None;
+        self.write(EntryType::UserMessage, content, None, Some(message_id)).map_err(|(err, _)| err)
     }
 
     /// The newest agentctl event seq the file reflects (from its last entry when opened).
@@ -188,8 +200,22 @@ impl History {
         Ok(())
     }
 
-    /// Adds a chunk of agent text to the current message.
-    pub fn agent_chunk(&mut self, text: &str) {
+    /// Whether a chunk of `message_id` starts another message than the one being
+    /// coalesced (which is then to be flushed first: an entry is one message).
+    pub fn is_new_message(&self, message_id: Option<&str>) -> bool {
+        !self.agent_text.is_empty()
+            && message_id.is_some()
+            && self.agent_message_id.as_deref() != message_id
+    }
+
+    /// Adds a chunk of agent text (of the agent's message `message_id`, when it said) to
+    /// the current message.
+    pub fn agent_chunk(&mut self, text: &str, message_id: Option<&str>) {
+        if let Some(id) = message_id
+            && self.agent_message_id.as_deref() != Some(id)
+        {
+            self.agent_message_id = Some(id.to_owned());
+        }
         if self.agent_text.is_empty() {
             self.unflushed_since = self.watermark;
             self.text_generation = self.generation;
@@ -228,7 +254,8 @@ impl History {
         let current = (self.watermark, self.generation);
         self.watermark = self.last_chunk.or(current.0);
         self.generation = self.text_generation.or(current.1);
-        let written = self.write(EntryType::AgentMessage, text, None);
+        let id = self.agent_message_id.clone();
+        let written = self.write(EntryType::AgentMessage, text, None, id);
         (self.watermark, self.generation) = current;
         match written {
             Ok(seq) => {
@@ -248,6 +275,7 @@ impl History {
         kind: EntryType,
         content: String,
         tool: Option<(String, String, String)>,
+        message_id: Option<String>,
     ) -> Result<u64, (io::Error, String)> {
         let seq = self.next_seq;
         let role = match kind {
@@ -268,6 +296,7 @@ impl History {
             tool_name,
             tool_call_id,
             tool_status,
+            message_id,
         };
         let entry = HistoryEntry { wire, agent_seq: self.watermark, generation: self.generation };
         let mut line = serde_json::to_vec(&entry).expect("UNWRAP: entries always serialise");
@@ -446,8 +475,8 @@ mod tests {
         let path = dir.path().join("history.jsonl");
         let mut history = History::open(&path).unwrap();
         history.append(EntryType::UserMessage, "hi".into(), None).unwrap();
-        history.agent_chunk("hel");
-        history.agent_chunk("lo");
+        history.agent_chunk("hel", None);
+        history.agent_chunk("lo", None);
         history
             .append(
                 EntryType::ToolCall,
@@ -455,7 +484,7 @@ mod tests {
                 Some(("ls".into(), "c1".into(), "pending".into())),
             )
             .unwrap();
-        history.agent_chunk("done");
+        history.agent_chunk("done", None);
         history.flush_agent().unwrap();
         assert_eq!(history.flush_agent().unwrap(), None);
         let entries = read(&path, 0, 100).unwrap().entries;
@@ -471,6 +500,48 @@ mod tests {
             ]
         );
         assert_eq!(read(&path, 2, 1).unwrap().entries[0].seq, 3);
+    }
+
+    /// An entry is one message: a chunk of another `messageId` starts a new entry, each
+    /// carries its message's id (a long one's later entries too), a prompt its turn's.
+    #[test]
+    fn message_ids_split_messages_and_are_written_with_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
+        let mut history = History::open(&path).unwrap();
+        history.append_prompt("hi".into(), "turn-1".into()).unwrap();
+        for (text, id) in [("one ", "a"), ("two", "a"), ("three", "b")] {
+            if history.is_new_message(Some(id)) {
+                history.flush_agent().unwrap();
+            }
+            history.agent_chunk(text, Some(id));
+        }
+        assert!(!history.is_new_message(Some("b")));
+        assert!(!history.is_new_message(None), "a chunk without an id goes on");
+        history.flush_agent().unwrap();
+        // The rest of b, after a flush (a long message, a tool call between).
+        history.agent_chunk(" more", Some("b"));
+        history.flush_agent().unwrap();
+        let entries = read(&path, 0, 100).unwrap().entries;
+        let summary: Vec<(&str, &str, Option<&str>)> = entries
+            .iter()
+            .map(|e| (e.role.as_str(), e.content.as_str(), e.message_id.as_deref()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("user", "hi", Some("turn-1")),
+                ("assistant", "one two", Some("a")),
+                ("assistant", "three", Some("b")),
+                ("assistant", " more", Some("b"))
+            ]
+        );
+        // A prompt ends the agent's message: its next one without an id has none.
+        history.append_prompt("again".into(), "turn-2".into()).unwrap();
+        history.agent_chunk("plain", None);
+        history.flush_agent().unwrap();
+        let last = read(&path, 5, 1).unwrap().entries;
+        assert_eq!(last[0].message_id, None, "{last:?}");
     }
 
     #[test]
@@ -511,7 +582,7 @@ mod tests {
             history.set_watermark(300);
             history.append(EntryType::UserMessage, "one".into(), None).unwrap();
             history.set_watermark(305);
-            history.agent_chunk("left over");
+            history.agent_chunk("left over", None);
         }
         let mut history = History::open(&path).unwrap();
         assert_eq!(history.mark_for(1), 300);
@@ -520,7 +591,7 @@ mod tests {
         history.set_generation(2);
         history.append(EntryType::UserMessage, "two".into(), None).unwrap();
         history.set_watermark(4);
-        history.agent_chunk("a");
+        history.agent_chunk("a", None);
         history.set_generation(3);
         history.append(EntryType::UserMessage, "three".into(), None).unwrap();
         let entries = read(&path, 0, 100).unwrap().entries;

@@ -197,6 +197,7 @@ mod tests {
                 tool_name: tool.then(|| "ls".into()),
                 tool_call_id: tool.then(|| "c1".into()),
                 tool_status: tool.then(|| "completed".into()),
+                message_id: None,
             },
             agent_seq: None,
             generation: None,

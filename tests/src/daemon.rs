@@ -792,7 +792,7 @@ pub fn chunks(events: &[SessionEvent]) -> Vec<String> {
     events
         .iter()
         .filter_map(|event| match &event.kind {
-            EventKind::AgentMessageChunk { text } => Some(text.clone()),
+            EventKind::AgentMessageChunk { text, .. } => Some(text.clone()),
             _ => None,
         })
         .collect()

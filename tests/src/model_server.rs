@@ -4,7 +4,10 @@
 //! server-sent events or not, and `/v1/messages/count_tokens`) to stand in for the model
 //! behind claude-agent-acp and opencode, of the OpenAI Responses API (`POST
 //! /v1/responses`, streamed) for codex, which has no other wire API, and of the Gemini API
-//! (`POST /v1beta/models/M:streamGenerateContent?alt=sse`) for gemini-cli. Each test scripts the replies of the agent's main loop (the
+//! (`POST /v1beta/models/M:streamGenerateContent?alt=sse`) for gemini-cli, and of the
+//! OpenAI Chat Completions API (`POST /v1/chat/completions`, streamed or not) for the
+//! agents that take any OpenAI-compatible endpoint (Qwen Code). Each test scripts the
+//! replies of the agent's main loop (the
 //! requests that offer tools) and reads back every request the server received — which is
 //! how a test checks that a resumed agent sent its earlier conversation to the model.
 //!
@@ -117,6 +120,11 @@ fn is_main(request: &Value) -> bool {
         // gemini-cli's turns stream; its side calls (choosing a model) do not.
         return path.contains(":streamGenerateContent");
     }
+    if path.starts_with("/v1/chat/completions") {
+        // The turn's requests offer tools; side requests (a next-speaker check, a
+        // title) do not.
+        return request["tools"].as_array().is_some_and(|tools| !tools.is_empty());
+    }
     if path.starts_with("/v1/responses") {
         // codex lists its tools among the input items; its one side request asks for a
         // title through a JSON schema.
@@ -206,7 +214,8 @@ async fn serve(stream: TcpStream, shared: Arc<Mutex<Shared>>) -> std::io::Result
     };
     let responses = path.starts_with("/v1/responses");
     let gemini = path.starts_with("/v1beta/models/");
-    if method != "POST" || !(path.starts_with("/v1/messages") || responses || gemini) {
+    let chat = path.starts_with("/v1/chat/completions");
+    if method != "POST" || !(path.starts_with("/v1/messages") || responses || gemini || chat) {
         return respond(&mut stream, "404 Not Found", "application/json", b"{}").await;
     }
     if path.contains("count_tokens") {
@@ -222,6 +231,15 @@ async fn serve(stream: TcpStream, shared: Arc<Mutex<Shared>>) -> std::io::Result
         // A side call with a JSON schema (gemini-cli choosing a model): the lowest score.
         let text = r#"{"complexity_reasoning":"scripted","complexity_score":0}"#;
         let body = json!({"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP", "index": 0}]});
+        return respond(&mut stream, "200 OK", "application/json", body.to_string().as_bytes())
+            .await;
+    }
+    if chat && streamed {
+        let events = chat_events(&reply, &model, n);
+        return respond(&mut stream, "200 OK", "text/event-stream", events.as_bytes()).await;
+    }
+    if chat {
+        let body = chat_completion(&reply, &model, n);
         return respond(&mut stream, "200 OK", "application/json", body.to_string().as_bytes())
             .await;
     }
@@ -392,5 +410,73 @@ fn gemini_events(reply: &Reply, n: u64) -> String {
         }
         out.push_str(&format!("data: {chunk}\r\n\r\n"));
     }
+    out
+}
+
+/// The choice of a Chat Completions answer: its message (text, or one tool call) and its
+/// finish reason.
+fn chat_message(reply: &Reply, n: u64) -> (Value, &'static str) {
+    match reply {
+        Reply::Text(text) => (json!({"role": "assistant", "content": text}), "stop"),
+        Reply::Hang => (json!({"role": "assistant", "content": ""}), "stop"),
+        Reply::ToolUse { name, input } => (
+            json!({"role": "assistant", "content": null, "tool_calls": [{
+                "id": format!("call_{n}"), "type": "function",
+                "function": {"name": name, "arguments": input.to_string()},
+            }]}),
+            "tool_calls",
+        ),
+    }
+}
+
+fn chat_usage() -> Value {
+    json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+}
+
+/// A whole Chat Completions answer (`stream` not asked for).
+fn chat_completion(reply: &Reply, model: &str, n: u64) -> Value {
+    let (message, finish) = chat_message(reply, n);
+    json!({
+        "id": format!("chatcmpl-{n}"), "object": "chat.completion", "created": 0, "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": chat_usage(),
+    })
+}
+
+/// A streamed Chat Completions answer: the text in a few deltas (or the tool call in
+/// one), then the finish reason with the usage, then `[DONE]`.
+fn chat_events(reply: &Reply, model: &str, n: u64) -> String {
+    let mut out = String::new();
+    let mut chunk = |delta: Value, finish: Option<&str>, usage: Option<Value>| {
+        let mut data = json!({
+            "id": format!("chatcmpl-{n}"), "object": "chat.completion.chunk", "created": 0,
+            "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        });
+        if let Some(usage) = usage {
+            data["usage"] = usage;
+        }
+        out.push_str(&format!("data: {data}\n\n"));
+    };
+    let (message, finish) = chat_message(reply, n);
+    match reply {
+        Reply::ToolUse { .. } => {
+            let mut call = message["tool_calls"][0].clone();
+            call["index"] = json!(0);
+            chunk(json!({"role": "assistant", "tool_calls": [call]}), None, None);
+        }
+        Reply::Text(text) => {
+            let words: Vec<&str> = text.split_inclusive(' ').collect();
+            for (index, piece) in words.chunks(3).enumerate() {
+                let mut delta = json!({"content": piece.concat()});
+                if index == 0 {
+                    delta["role"] = json!("assistant");
+                }
+                chunk(delta, None, None);
+            }
+        }
+        Reply::Hang => {}
+    }
+    chunk(json!({}), Some(finish), Some(chat_usage()));
+    out.push_str("data: [DONE]\n\n");
     out
 }

@@ -166,3 +166,33 @@ pub fn gemini_settings(home: &Path) {
     )
     .unwrap();
 }
+
+/// The `qwen-here` profile: the built-in one with the CLI installed here, pointed at the
+/// model server at `url` as an OpenAI-compatible endpoint (Chat Completions).
+pub fn qwen_profile(url: &str, transcript: Option<&Path>) -> Option<String> {
+    let bin = installed("qwen")?;
+    let builtin = include_str!("../../agents/profiles/qwen.toml");
+    let command = builtin.lines().find(|line| line.starts_with("command = ")).unwrap();
+    let env = format!(
+        "[env]\nOPENAI_API_KEY = \"sk-test\"\nOPENAI_BASE_URL = \"{url}/v1\"\nOPENAI_MODEL = \"scripted-model\"\n\n[session]\n"
+    );
+    Some(
+        builtin
+            .replace(command, &format!("command = {}", agent_command(&bin, &["--acp"], transcript)))
+            .replace("id = \"qwen\"", "id = \"qwen-here\"")
+            .replacen("[session]\n", &env, 1)
+            + "\n[process]\ninit_timeout_ms = 60000\n",
+    )
+}
+
+/// `~/.qwen/settings.json` under `home`: no update checks, no usage statistics.
+pub fn qwen_settings(home: &Path) {
+    let settings = home.join(".qwen");
+    std::fs::create_dir_all(&settings).unwrap();
+    std::fs::write(
+        settings.join("settings.json"),
+        r#"{"general": {"disableAutoUpdate": true, "disableUpdateNag": true},
+            "privacy": {"usageStatisticsEnabled": false}, "telemetry": {"enabled": false}}"#,
+    )
+    .unwrap();
+}

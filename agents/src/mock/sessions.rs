@@ -62,14 +62,15 @@ impl Agent {
     }
 
     pub(super) fn replay(&self, stored: &StoredSession) -> Result<(), RpcError> {
-        for message in &stored.messages {
+        for (index, message) in stored.messages.iter().enumerate() {
             let kind = match message.role {
                 Role::User => "user_message_chunk",
                 Role::Agent => "agent_message_chunk",
             };
             self.update(
                 &stored.session_id,
-                json!({"sessionUpdate": kind, "content": {"type": "text", "text": message.text}}),
+                json!({"sessionUpdate": kind, "messageId": format!("m{index}"),
+                       "content": {"type": "text", "text": message.text}}),
             )?;
         }
         Ok(())
@@ -113,10 +114,8 @@ impl Agent {
         }
         match self.store.load(session_id) {
             Ok(Some(mut stored)) => {
-                if self.config.forget_last_turn {
-                    let keep = stored.messages.len().saturating_sub(2);
-                    stored.messages.truncate(keep);
-                }
+                let keep = stored.messages.len().saturating_sub(self.config.forget_last_messages);
+                stored.messages.truncate(keep);
                 Ok(stored)
             }
             Ok(None) => Err(not_found()),

@@ -51,7 +51,7 @@ fn flags_set_the_config() {
             resume_capability: true,
             auth_required: true,
             terminal_login: false,
-            forget_last_turn: false,
+            forget_last_messages: 0,
             resume: Some("mock-1".into()),
             reject_load: true,
             fail_load: true,

@@ -50,7 +50,18 @@ fn every_builtin_parses_and_follows_the_design_table() {
     let ids: Vec<&str> = profiles.keys().map(String::as_str).collect();
     assert_eq!(
         ids,
-        ["amp", "auggie", "claude-code", "codex", "copilot", "eliza", "gemini", "mock", "opencode"]
+        [
+            "amp",
+            "auggie",
+            "claude-code",
+            "codex",
+            "copilot",
+            "eliza",
+            "gemini",
+            "mock",
+            "opencode",
+            "qwen"
+        ]
     );
     // (native_resume, history_injection, has resume_command). Issue 11: the resume ladder
     // follows what each agent advertises, so no built-in overrides it (Amp's adapter had
@@ -63,6 +74,7 @@ fn every_builtin_parses_and_follows_the_design_table() {
         ("gemini", (None, None, false)),
         ("amp", (None, None, false)),
         ("opencode", (None, None, false)),
+        ("qwen", (None, None, false)),
         ("mock", (None, None, false)),
         ("eliza", (None, None, false)),
     ];

@@ -685,7 +685,7 @@ impl Client {
                         candidate = Some(turn_id.clone());
                     }
                 }
-                EventKind::AgentMessageChunk { text } => {
+                EventKind::AgentMessageChunk { text, .. } => {
                     let _ = write!(stdout, "{text}");
                     let _ = stdout.flush();
                 }

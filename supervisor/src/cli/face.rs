@@ -178,11 +178,17 @@ impl Face {
     }
 
     /// A text chunk's `session/update`, written straight (the stream's bulk: no JSON tree).
-    fn chunk(&self, session: &str, kind: &str, text: &str) {
+    fn chunk(&self, session: &str, kind: &str, text: &str, message_id: Option<&str>) {
         let text = serde_json::to_string(text).expect("UNWRAP: a string serializes");
         let session = serde_json::to_string(session).expect("UNWRAP: a string serializes");
+        let id = match message_id {
+            Some(id) => {
+                format!(r#","messageId":{}"#, serde_json::to_string(id).expect("UNWRAP: a string"))
+            }
+            None => String::new(),
+        };
         let _ = self.out.send(format!(
-            r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":{session},"update":{{"sessionUpdate":"{kind}","content":{{"type":"text","text":{text}}}}}}}}}"#
+            r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":{session},"update":{{"sessionUpdate":"{kind}","content":{{"type":"text","text":{text}}}{id}}}}}}}"#
         ));
     }
 
@@ -662,11 +668,11 @@ impl Face {
                         let _ = waiting.send(answer);
                     }
                 }
-                EventKind::AgentMessageChunk { text } => {
-                    self.chunk(&session, "agent_message_chunk", &text)
+                EventKind::AgentMessageChunk { text, message_id } => {
+                    self.chunk(&session, "agent_message_chunk", &text, message_id.as_deref())
                 }
-                EventKind::AgentThoughtChunk { text } => {
-                    self.chunk(&session, "agent_thought_chunk", &text)
+                EventKind::AgentThoughtChunk { text, message_id } => {
+                    self.chunk(&session, "agent_thought_chunk", &text, message_id.as_deref())
                 }
                 EventKind::ToolCall { update: raw }
                 | EventKind::ToolCallUpdate { update: raw }
@@ -800,7 +806,14 @@ fn history_update(
     entry: &protocol::api::HistoryEntry,
     tools: &mut std::collections::HashSet<String>,
 ) -> Option<Value> {
-    let text = |kind: &str| json!({"sessionUpdate": kind, "content": {"type": "text", "text": entry.content}});
+    let text = |kind: &str| {
+        let mut update =
+            json!({"sessionUpdate": kind, "content": {"type": "text", "text": entry.content}});
+        if let Some(id) = &entry.message_id {
+            update["messageId"] = json!(id);
+        }
+        update
+    };
     match entry.role.as_str() {
         "user" => Some(text("user_message_chunk")),
         "assistant" => Some(text("agent_message_chunk")),

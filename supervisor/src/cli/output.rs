@@ -58,8 +58,8 @@ pub(super) fn describe(kind: &EventKind) -> String {
             None => format!("state {}", state.as_str()),
         },
         EventKind::TurnStarted { turn_id, prompt } => format!("turn {turn_id} started: {prompt}"),
-        EventKind::AgentMessageChunk { text } => format!("agent: {text}"),
-        EventKind::AgentThoughtChunk { text } => format!("thought: {text}"),
+        EventKind::AgentMessageChunk { text, .. } => format!("agent: {text}"),
+        EventKind::AgentThoughtChunk { text, .. } => format!("thought: {text}"),
         EventKind::ToolCall { update } => {
             format!("tool: {}", AcpUpdate::of(update).title.as_deref().unwrap_or("tool"))
         }

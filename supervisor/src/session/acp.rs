@@ -6,6 +6,7 @@
 //! for the one field needed, never a reason to fail the session.
 
 mod replay;
+mod restore;
 mod tools;
 
 use serde::Deserialize;
@@ -284,10 +285,10 @@ impl SessionActor {
             self.replay = Replay::Off;
         }
         if matches!(self.replay, Replay::Loading(_)) && is_replayed_kind(&kind) {
-            if let (Some(users), "user_message_chunk", Some(text)) =
-                (self.replayed_users.as_mut(), kind.as_str(), update["content"]["text"].as_str())
+            if let (Some(replayed), "user_message_chunk" | "agent_message_chunk", Some(text)) =
+                (self.replayed_messages.as_mut(), kind.as_str(), update["content"]["text"].as_str())
             {
-                users.push_str(text);
+                replayed.push_str(text);
             }
             // `session/load` replays the conversation into the agent; we have it already.
             // After the load's answer the session is open and nothing else acknowledges
@@ -300,19 +301,25 @@ impl SessionActor {
             turn.heard = true;
         }
         let text = || update["content"]["text"].as_str().map(str::to_owned);
+        let message_id = update["messageId"].as_str().map(str::to_owned);
         match kind.as_str() {
             "agent_message_chunk" => {
                 if let Some(text) = text() {
                     if !self.recorded.history {
-                        self.history.agent_chunk(&text);
+                        if self.history.is_new_message(message_id.as_deref())
+                            && let Err(err) = self.history.flush_agent()
+                        {
+                            self.write_failed("the history", &err);
+                        }
+                        self.history.agent_chunk(&text, message_id.as_deref());
                         self.bound_coalescing();
                     }
-                    self.emit(SessionEventKind::AgentMessageChunk { text });
+                    self.emit(SessionEventKind::AgentMessageChunk { text, message_id });
                 }
             }
             "agent_thought_chunk" => {
                 if let Some(text) = text() {
-                    self.emit(SessionEventKind::AgentThoughtChunk { text });
+                    self.emit(SessionEventKind::AgentThoughtChunk { text, message_id });
                 }
             }
             "tool_call" => {
@@ -418,54 +425,7 @@ impl SessionActor {
                 false
             }
             Pending::Restore { load, token } => {
-                // A load that worked keeps dropping its replay until the next prompt.
-                if matches!(self.replay, Replay::Loading(_)) {
-                    self.replay = match result {
-                        Ok(_) => Replay::Loading(Some(Box::new(self.known_conversation().await))),
-                        Err(_) => Replay::Off,
-                    };
-                }
-                match result {
-                    Ok(answer) => {
-                        let outcome = if load {
-                            ResumeOutcome::NativeLoad
-                        } else {
-                            ResumeOutcome::NativeResume
-                        };
-                        // A load's replay must never be replayed to us again after a restart
-                        // (a new actor would not know it was a replay and would record it):
-                        // everything up to its answer is acknowledged before the session is
-                        // recorded as open. A kill in between leaves it STARTING, and a
-                        // session caught starting is fenced and resumed, not re-attached.
-                        self.ack(true).await;
-                        if load {
-                            self.check_replay().await;
-                        }
-                        self.opened_with(token, Some(outcome), &answer).await;
-                        agentctl::fault::point("load.opened");
-                    }
-                    Err(error)
-                        if self.try_authenticate(
-                            &error,
-                            AfterAuth::Restore { load, token: token.clone() },
-                        ) => {}
-                    Err(error) if matches!(error.code, Some(-32601) | Some(-32002)) => {
-                        self.restore_rejected(format!(
-                            "the agent rejected the stored session: {}",
-                            error.text()
-                        ))
-                        .await;
-                    }
-                    // Any other failure (gemini answers a load it cannot do with -32000)
-                    // is not the session's end either: a fresh session with the history.
-                    Err(error) => {
-                        self.restore_rejected(format!(
-                            "restoring the stored session failed: {}",
-                            error.text()
-                        ))
-                        .await
-                    }
-                }
+                self.restored(load, token, result).await;
                 false
             }
             Pending::Authenticate { method, then } => {
@@ -554,6 +514,20 @@ impl SessionActor {
                             }
                             self.end_turn(TurnState::Completed, Some(stop_reason), None).await;
                         }
+                        Err(error)
+                            if self.turn.as_ref().is_some_and(|turn| turn.cancel_at.is_some()) =>
+                        {
+                            // Others (qwen-code) answer it with the error of their aborted
+                            // model request: still the cancel the user asked for.
+                            self.emit(SessionEventKind::Notice {
+                                message: format!(
+                                    "the agent answered the cancel with an error ({}); the turn is recorded as cancelled",
+                                    error.text()
+                                ),
+                            });
+                            self.end_turn(TurnState::Completed, Some("cancelled".into()), None)
+                                .await
+                        }
                         Err(error) => {
                             self.end_turn(TurnState::Failed, None, Some(error.text())).await
                         }
@@ -612,6 +586,9 @@ impl SessionActor {
             resume: capabilities.session_capabilities.resume.is_some(),
             load: capabilities.load_session,
         };
+        if let Some(opening) = self.stage.opening() {
+            opening.load_offered = advertised.load;
+        }
         match self.profile.restore_method(advertised) {
             Some(RestoreMethod::Resume) => self.restore(false, token),
             Some(RestoreMethod::Load) => self.restore(true, token),
@@ -621,36 +598,6 @@ impl SessionActor {
                 self.forget_token().await;
                 self.new_acp_session();
             }
-        }
-    }
-
-    /// Sends `session/load` (`load`) or `session/resume` for the stored `token`.
-    fn restore(&mut self, load: bool, token: String) {
-        let method = if load { "session/load" } else { "session/resume" };
-        self.progress(LaunchStep::Restoring, Some(method.to_owned()));
-        let mut params = json!({
-            "sessionId": token,
-            "cwd": self.row.workspace_path,
-            "mcpServers": self.row.mcp_servers,
-        });
-        self.add_directories(&mut params);
-        // Either may replay the conversation (a load must; some agents' resume does too,
-        // fast-agent's as one message holding all of it): it is in our records already.
-        self.replay = Replay::Loading(None);
-        self.replayed_users = load.then(String::new);
-        if load {
-            self.request(
-                protocol::acp::method::SESSION_LOAD,
-                params,
-                Pending::Restore { load: true, token },
-            );
-            agentctl::fault::point("load.sent");
-        } else {
-            self.request(
-                protocol::acp::method::SESSION_RESUME,
-                params,
-                Pending::Restore { load: false, token },
-            );
         }
     }
 

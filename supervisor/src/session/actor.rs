@@ -211,6 +211,8 @@ pub(super) struct Opening {
     pub(super) auth_terminal: Vec<(String, Vec<String>)>,
     /// This execution authenticated (once is all it tries).
     pub(super) authenticated: bool,
+    /// The agent advertised `session/load` at `initialize`.
+    pub(super) load_offered: bool,
     /// A warm agent's replacement, started when the opening ends (see
     /// [`crate::pool::Refill`]): held, never read.
     pub(super) _refill: Option<crate::pool::Refill>,
@@ -371,9 +373,9 @@ pub(super) struct SessionActor {
     /// A durable write failed (a full disk): intake is stopped, nothing more is
     /// acknowledged, and the actor re-attaches to its own sidecar when its retry is due.
     pub(super) stall: Option<Stall>,
-    /// User messages whose history entry could not be written: no agentctl replay brings
-    /// them back, so the retry after the stall writes them first.
-    unwritten_prompts: Vec<String>,
+    /// User messages (with their turn ids) whose history entry could not be written: no
+    /// agentctl replay brings them back, so the retry after the stall writes them first.
+    unwritten_prompts: Vec<(String, String)>,
     /// After a re-attach: what waits for agentctl's replay to catch up.
     pub(super) catch_up: CatchUp,
     /// The generation of the execution whose events are being handled (written into every
@@ -400,9 +402,9 @@ pub(super) struct SessionActor {
     /// Stderr lines shown as notices since the agent last went quiet (a launch or a turn
     /// began); bounded by `MAX_QUIET_STDERR`.
     pub(super) stderr_shown: u32,
-    /// During a `session/load`: the user messages its replay carried, joined (to check
-    /// against the history when it is answered).
-    pub(super) replayed_users: Option<String>,
+    /// During a `session/load`: the user's and the agent's messages its replay carried,
+    /// joined (to check against the history when it is answered).
+    pub(super) replayed_messages: Option<String>,
     /// A title the agent gave the session (`session_info_update`), written after the
     /// update is handled (`Some(None)`: it took its title back).
     pub(super) new_title: Option<Option<String>>,
@@ -478,7 +480,7 @@ impl SessionActor {
             settings_restore: None,
             settings_dirty: false,
             new_title: None,
-            replayed_users: None,
+            replayed_messages: None,
             stderr_shown: 0,
         }
     }

@@ -485,7 +485,7 @@ async fn a_prompt_streams_its_chunks_and_its_turn_completes() {
     let chunks: Vec<&str> = events[started..ended]
         .iter()
         .filter_map(|e| match &e.kind {
-            K::AgentMessageChunk { text } => Some(text.as_str()),
+            K::AgentMessageChunk { text, .. } => Some(text.as_str()),
             _ => None,
         })
         .collect();
@@ -715,7 +715,7 @@ async fn a_dead_sidecars_spool_is_recorded_at_recovery_and_its_turn_ends_as_the_
     let chunks: Vec<&str> = events
         .iter()
         .filter_map(|e| match &e.kind {
-            K::AgentMessageChunk { text } => Some(text.as_str()),
+            K::AgentMessageChunk { text, .. } => Some(text.as_str()),
             _ => None,
         })
         .collect();

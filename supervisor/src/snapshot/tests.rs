@@ -108,6 +108,7 @@ fn entry(seq: u64, at: i64, kind: EntryType, content: &str, status: Option<&str>
             tool_name: status.map(|_| "cargo test".into()),
             tool_call_id: status.map(|_| "c1".into()),
             tool_status: status.map(str::to_owned),
+            message_id: None,
         },
         agent_seq: None,
         generation: None,

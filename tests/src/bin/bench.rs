@@ -215,7 +215,7 @@ async fn tether_run(api: &Api, session: &str, chunks: u64, rate: Option<u64>) ->
             .expect("the batch parses");
         for event in batch {
             match &event.kind {
-                EventKind::AgentMessageChunk { text } => {
+                EventKind::AgentMessageChunk { text, .. } => {
                     count += 1;
                     assert!(text.starts_with(&format!("chunk {count} ")), "in order: {text}");
                     if rate.is_some() {

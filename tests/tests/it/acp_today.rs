@@ -2,7 +2,7 @@
 //! agent that advertises it is let go.
 
 use protocol::api::{ApiClient, EventKind};
-use tether_tests::daemon::{Api, Daemon, ok, refused, until};
+use tether_tests::daemon::{Api, Daemon, ok, refused, turn_ended, until};
 
 /// How many times mock-agent saw its session closed (its stored file says).
 fn closes(daemon: &Daemon, acp_session: &str) -> u64 {
@@ -175,39 +175,136 @@ async fn stderr_of_a_quiet_turn_is_shown_as_notices() {
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("w")).await;
     let mut events = api.subscribe_at_end(&session).await;
-    api.prompt(&session, "/stderr API error 401, retrying in 30 s\nhello").await.unwrap();
-    let seen = until(&mut events, tether_tests::daemon::turn_ended).await;
-    let notices = tether_tests::daemon::notices(&seen);
-    assert!(
-        notices.iter().any(|notice| notice == "the agent says: API error 401, retrying in 30 s"),
-        "{notices:?}"
-    );
+    // The agent then thinks (until cancelled) without a word: stderr and stdout are two
+    // pipes, so a reply right after the line could be read first and end the quiet.
+    let prompt = "/stderr API error 401, retrying in 30 s\n/sleep 600000\nhello";
+    api.prompt(&session, prompt).await.unwrap();
+    let said = "the agent says: API error 401, retrying in 30 s";
+    let seen = until(&mut events, |event| {
+        turn_ended(event) || matches!(&event.kind, EventKind::Notice { message } if message == said)
+    })
+    .await;
+    assert!(!turn_ended(seen.last().unwrap()), "the turn ended without the notice: {seen:?}");
+    ok("cancel", api.typed().session_cancel(session.clone())).await;
+    let ended = until(&mut events, turn_ended).await;
+    assert_eq!(tether_tests::daemon::stop_reason(ended.last().unwrap()), Some("cancelled"));
 }
 
 /// Issue 33, part 4: a native load that comes back without the last turn (an agent
-/// killed right after it) is noticed by holding its replay against Tether's history, and
-/// what it lacks goes with the next prompt.
+/// killed right after it), or without only its last answer (qwen-code writes that after
+/// the turn's end), is noticed by holding its replay against Tether's history, and what it
+/// lacks goes with the next prompt.
 #[tokio::test]
 async fn a_load_that_lacks_the_last_turn_gets_it_with_the_next_prompt() {
-    let forgetful = "id = \"forgetful\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{home}/.mock-agent\", \"--forget-last-turn\"]\nprotocol = \"acp\"\n[session]\nagent_state_dirs = [\".mock-agent\"]\n";
-    let daemon = Daemon::start_with_profiles(&[], &[("forgetful.toml", forgetful)]).await;
+    for (flag, lacking) in [("--forget-last-turn", 2), ("--forget-last-answer", 1)] {
+        let forgetful = format!(
+            "id = \"forgetful\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{{home}}/.mock-agent\", \"{flag}\"]\nprotocol = \"acp\"\n[session]\nagent_state_dirs = [\".mock-agent\"]\n"
+        );
+        let daemon = Daemon::start_with_profiles(&[], &[("forgetful.toml", &forgetful)]).await;
+        let api = daemon.api().await;
+        let session = api.ready_session("forgetful", &daemon.workspace("w")).await;
+        api.ask(&session, "the first word is kumquat").await;
+        api.ask(&session, "the second word is quince").await;
+        let mut events = api.subscribe_at_end(&session).await;
+        ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
+        until(&mut events, |event| matches!(event.kind, EventKind::Paused { .. })).await;
+        // It loads, replaying less than was said; what it lacks goes with this prompt.
+        let reply = api.ask(&session, "what were the words?").await;
+        assert!(reply.contains("the end your restored session lacks"), "{flag}: {reply}");
+        assert!(reply.contains("you said: the second word is quince"), "{flag}: {reply}");
+        assert!(!reply.contains("[USER]: the first word is kumquat"), "{flag}: {reply}");
+        let quince_asked = reply.contains("[USER]: the second word is quince");
+        assert_eq!(
+            quince_asked,
+            lacking == 2,
+            "{flag}: the prompt goes again only if lost: {reply}"
+        );
+        let window =
+            ok("window", api.typed().session_event_window(session.clone(), None, Some(100))).await;
+        let notices = tether_tests::daemon::notices(&window.events);
+        let said = format!("lacks the last {lacking} message(s)");
+        assert!(notices.iter().any(|n| n.contains(&said)), "{flag}: {notices:?}");
+        // Once sent, it is not sent again.
+        let next = api.ask(&session, "and now?").await;
+        assert!(!next.contains("RESUME CONTEXT"), "{flag}: {next}");
+    }
+}
+
+/// The `messageId`s of a face's updates of one kind, in order (`None` where it had none).
+fn face_message_ids(face: &tether_tests::face::RawFace, kind: &str) -> Vec<Option<String>> {
+    face.received
+        .iter()
+        .filter_map(|line| serde_json::from_slice::<serde_json::Value>(line).ok())
+        .filter(|message| message["params"]["update"]["sessionUpdate"] == kind)
+        .map(|message| message["params"]["update"]["messageId"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Message ids: the agent's `messageId`s are kept — in events, in the recorded history,
+/// and toward an ACP client, live and in a load's replay — and a prompt's message has the
+/// id of its turn, which a replay gives the user's message. Every line the clients see is
+/// valid against the vendored ACP schema.
+#[tokio::test]
+async fn message_ids_are_recorded_events_carry_them_and_a_load_replays_them() {
+    use serde_json::json;
+    use tether_tests::face::RawFace;
+    let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
-    let session = api.ready_session("forgetful", &daemon.workspace("w")).await;
-    api.ask(&session, "the first word is kumquat").await;
-    api.ask(&session, "the second word is quince").await;
-    let mut events = api.subscribe_at_end(&session).await;
-    ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
-    until(&mut events, |event| matches!(event.kind, EventKind::Paused { .. })).await;
-    // It loads, replaying the first turn only; the second goes with this prompt.
-    let reply = api.ask(&session, "what were the words?").await;
-    assert!(reply.contains("quince"), "the lost turn was sent again: {reply}");
-    assert!(reply.contains("the end your restored session lacks"), "{reply}");
-    assert!(!reply.contains("[USER]: the first word is kumquat"), "not what it had: {reply}");
-    let window =
-        ok("window", api.typed().session_event_window(session.clone(), None, Some(100))).await;
-    let notices = tether_tests::daemon::notices(&window.events);
-    assert!(notices.iter().any(|n| n.contains("lacks the last 1 message(s)")), "{notices:?}");
-    // Once sent, it is not sent again.
-    let next = api.ask(&session, "and now?").await;
-    assert!(!next.contains("RESUME CONTEXT"), "{next}");
+    let mut face = RawFace::spawn(None, &daemon.url, &["--agent", "mock"]);
+    face.initialize().await;
+    let cwd = daemon.workspace("ids");
+    let new = face.request(json!(1), "session/new", json!({"cwd": cwd, "mcpServers": []})).await;
+    let session = new["result"]["sessionId"].as_str().expect("a sessionId").to_owned();
+    let mut events = api.subscribe(&session, 0).await;
+    for (id, text) in [(2, "/stream 3\nhello"), (3, "again")] {
+        let prompt = json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]});
+        let answer = face.request(json!(id), "session/prompt", prompt).await;
+        assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    }
+    // mock-agent numbers its messages in the session: the prompts are m0 and m2.
+    let live = face_message_ids(&face, "agent_message_chunk");
+    assert!(live.len() >= 4, "{live:?}");
+    assert!(live[..3].iter().all(|id| id.as_deref() == Some("m1")), "{live:?}");
+    assert_eq!(live.last().unwrap().as_deref(), Some("m3"), "{live:?}");
+    face.check_schema().unwrap_or_else(|errors| panic!("{}", errors.join("\n")));
+    face.close().await;
+
+    let seen = until(&mut events, |event| {
+        matches!(&event.kind, EventKind::AgentMessageChunk { message_id, .. } if message_id.as_deref() == Some("m3"))
+    })
+    .await;
+    let turns: Vec<String> = seen
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::TurnStarted { turn_id, .. } => Some(turn_id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(turns.len(), 2, "{seen:?}");
+    let history = api.history(&session).await;
+    let ids: Vec<(&str, Option<&str>)> =
+        history.iter().map(|entry| (entry.role.as_str(), entry.message_id.as_deref())).collect();
+    assert_eq!(
+        ids,
+        [
+            ("user", Some(turns[0].as_str())),
+            ("assistant", Some("m1")),
+            ("user", Some(turns[1].as_str())),
+            ("assistant", Some("m3"))
+        ],
+        "{history:?}"
+    );
+
+    // A new client loads the session: the replay carries the same ids.
+    let mut second = RawFace::spawn(None, &daemon.url, &[]);
+    second.initialize().await;
+    let load = json!({"sessionId": session, "cwd": cwd, "mcpServers": []});
+    let loaded = second.request(json!(1), "session/load", load).await;
+    assert!(loaded.get("result").is_some(), "{loaded}");
+    let users = face_message_ids(&second, "user_message_chunk");
+    let agents = face_message_ids(&second, "agent_message_chunk");
+    assert_eq!(users, [Some(turns[0].clone()), Some(turns[1].clone())]);
+    assert_eq!(agents, [Some("m1".to_owned()), Some("m3".to_owned())]);
+    second.check_schema().unwrap_or_else(|errors| panic!("{}", errors.join("\n")));
+    second.close().await;
 }

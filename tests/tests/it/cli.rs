@@ -164,7 +164,7 @@ async fn cancel_and_permission_answers_from_the_cli() {
         loop {
             let event = wait_for(&mut events, |_| true).await;
             match event.kind {
-                EventKind::AgentMessageChunk { text: chunk } => text.push_str(&chunk),
+                EventKind::AgentMessageChunk { text: chunk, .. } => text.push_str(&chunk),
                 EventKind::TurnEnded { turn_id, state, .. } if turn_id == turn.turn_id => {
                     assert_eq!(state, TurnState::Completed);
                     break;

@@ -556,3 +556,45 @@ async fn r33_claude_model_chosen_through_tether_reaches_the_model_server_and_sur
     let model = config.config_options.iter().find(|option| option["id"] == id.as_str());
     assert_eq!(model.unwrap()["currentValue"], "haiku");
 }
+
+/// Issue 33, part 3: Qwen Code (the built-in profile, installed here) against the scripted
+/// model as an OpenAI-compatible endpoint: a streamed turn, cancel while the model holds
+/// the request (it answers with an error, recorded as the cancel it is), then kill → a
+/// native restore, and the model's next request carries the earlier exchange. It
+/// advertises `session/resume` but answers it "Method not found": the built-in profile
+/// loads instead, and a profile without that pin gets there too, with a notice.
+#[tokio::test]
+async fn r33_qwen_turns_cancels_and_resumes_with_its_context() {
+    let server = ModelServer::start().await;
+    let transcript = tempfile::tempdir().unwrap();
+    let lines = transcript.path().join("qwen");
+    let Some(profile) = tether_tests::real_agents::qwen_profile(&server.url, Some(&lines)) else {
+        return;
+    };
+    let pin = "restore_method = \"load\"\n";
+    assert!(profile.contains(pin), "{profile}");
+    let unpinned = profile.replace(pin, "").replace("id = \"qwen-here\"", "id = \"qwen-unpinned\"");
+    let profiles = [("qwen.toml", profile.as_str()), ("unpinned.toml", unpinned.as_str())];
+    let daemon = Daemon::start_with_profiles(&[], &profiles).await;
+    tether_tests::real_agents::qwen_settings(daemon.home());
+    let api = daemon.api().await;
+    let session =
+        timed("qwen start", api.ready_session("qwen-here", &daemon.workspace("qw"))).await;
+    cancel_mid_turn(&api, &session, &server).await;
+    let load = ResumeOutcome::NativeLoad;
+    resume_restores(&daemon, &api, &session, &server, load, || ()).await;
+    ok("task.session.stop", api.typed().session_stop(session.clone())).await;
+    let methods = ["initialize", "session/new", "session/prompt", "session/cancel", "session/load"];
+    check_what_we_sent(&lines, &methods);
+
+    let other = api.ready_session("qwen-unpinned", &daemon.workspace("qw2")).await;
+    resume_restores(&daemon, &api, &other, &server, load, || ()).await;
+    let window =
+        ok("window", api.typed().session_event_window(other.clone(), None, Some(300))).await;
+    let said = notices(&window.events);
+    assert!(
+        said.iter().any(|n| n.contains("advertises session/resume but does not take it")),
+        "{said:?}"
+    );
+    ok("task.session.stop", api.typed().session_stop(other)).await;
+}

@@ -31,12 +31,13 @@ impl SessionActor {
     }
 
     /// A load was answered: what its replay carried is held against the history. When the
-    /// agent replayed user messages but not the newest ones Tether recorded (an agent
-    /// killed right after a turn may come back without it), what it lacks goes with the
-    /// next prompt. A load that replayed no user message (or replays after its answer, as
-    /// gemini-cli does) cannot be checked, nor can a resume (it replays nothing).
+    /// agent replayed messages but not the newest ones Tether recorded (an agent killed
+    /// right after a turn may come back without it, or without its last answer: qwen-code
+    /// writes that after the turn's end), what it lacks goes with the next prompt. A load
+    /// that replayed no message (or replays after its answer, as gemini-cli does) cannot
+    /// be checked, nor can a resume (it replays nothing).
     pub(super) async fn check_replay(&mut self) {
-        let Some(replayed) = self.replayed_users.take().filter(|text| !text.trim().is_empty())
+        let Some(replayed) = self.replayed_messages.take().filter(|text| !text.trim().is_empty())
         else {
             return;
         };
@@ -45,17 +46,17 @@ impl SessionActor {
             tokio::task::spawn_blocking(move || history::read_tail(&path, REPLAY_WINDOW_BYTES))
                 .await
                 .unwrap_or_default();
-        let users: Vec<(u64, &str)> = entries
+        let messages: Vec<(u64, &str)> = entries
             .iter()
-            .filter(|entry| entry.kind == EntryType::UserMessage)
+            .filter(|entry| matches!(entry.kind, EntryType::UserMessage | EntryType::AgentMessage))
             .map(|entry| (entry.seq, entry.content.trim()))
             .filter(|(_, text)| !text.is_empty())
             .collect();
-        let Some(last_had) = users.iter().rposition(|(_, text)| replayed.contains(text)) else {
+        let Some(last_had) = messages.iter().rposition(|(_, text)| replayed.contains(text)) else {
             return; // none of the recent ones: nothing to tell it by
         };
-        let Some(&(first_missing, _)) = users.get(last_had + 1) else { return };
-        let lacking = users.len() - last_had - 1;
+        let Some(&(first_missing, _)) = messages.get(last_had + 1) else { return };
+        let lacking = messages.len() - last_had - 1;
         self.resume_context = Some(ResumeContext::Missing { after: first_missing - 1 });
         self.emit(SessionEventKind::Notice {
             message: format!(

@@ -421,6 +421,7 @@ impl SessionActor {
             step: None,
             auth_offered: Vec::new(),
             auth_terminal: Vec::new(),
+            load_offered: false,
             authenticated: false,
             _refill: refill,
         })));

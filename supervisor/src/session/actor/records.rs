@@ -121,8 +121,8 @@ impl SessionActor {
         };
         // The user messages that could not be written come first, in their order (their
         // agent's answer, not acknowledged, follows from the replay).
-        while let Some(prompt) = self.unwritten_prompts.first().cloned() {
-            if let Err(err) = history.append(EntryType::UserMessage, prompt, None) {
+        while let Some((prompt, turn_id)) = self.unwritten_prompts.first().cloned() {
+            if let Err(err) = history.append_prompt(prompt, turn_id) {
                 return again(self, format!("cannot write a prompt to the history: {err}"));
             }
             self.unwritten_prompts.remove(0);
@@ -159,11 +159,20 @@ impl SessionActor {
         if self.recorded.history {
             return;
         }
-        // A user message is the actor's own: no replay writes it again (an agent's entries
-        // are rebuilt from agentctl's replay after the stall).
-        let prompt = (kind == EntryType::UserMessage).then(|| content.clone());
         if let Err(err) = self.history.append(kind, content, tool) {
-            self.unwritten_prompts.extend(prompt);
+            self.write_failed("the history", &err);
+        }
+    }
+
+    /// Writes a prompt into the history as the user's message, with its turn's id.
+    pub(in crate::session) fn record_prompt(&mut self, prompt: String, turn_id: String) {
+        if self.recorded.history {
+            return;
+        }
+        if let Err(err) = self.history.append_prompt(prompt.clone(), turn_id.clone()) {
+            // A user message is the actor's own: no replay writes it again (an agent's
+            // entries are rebuilt from agentctl's replay after the stall).
+            self.unwritten_prompts.push((prompt, turn_id));
             self.write_failed("the history", &err);
         }
     }

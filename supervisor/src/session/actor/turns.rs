@@ -100,7 +100,7 @@ impl SessionActor {
             .await?;
         agentctl::fault::point("prompt.recorded");
         self.next_request_id += 1;
-        self.record_history(EntryType::UserMessage, text.clone(), None);
+        self.record_prompt(text.clone(), turn_id.clone());
         self.emit(SessionEventKind::TurnStarted { turn_id: turn_id.clone(), prompt: text });
         self.turn = Some(Turn {
             id: turn_id.clone(),
@@ -377,7 +377,7 @@ impl SessionActor {
         tracing::info!(session = %self.row.id, turn = %turn_id, "sending the first prompt again: it never reached the agent");
         if self.history.is_empty() {
             // Killed before the turn's start was written (see `prepare_turn`).
-            self.record_history(EntryType::UserMessage, prompt.to_owned(), None);
+            self.record_prompt(prompt.to_owned(), turn_id.to_owned());
             self.emit(SessionEventKind::TurnStarted {
                 turn_id: turn_id.to_owned(),
                 prompt: prompt.to_owned(),

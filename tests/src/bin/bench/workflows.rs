@@ -73,7 +73,7 @@ async fn run_by_hand(api: &Api, n: usize, workspace: &std::path::Path) -> Durati
         output = seen
             .iter()
             .filter_map(|event| match &event.kind {
-                EventKind::AgentMessageChunk { text } => Some(text.as_str()),
+                EventKind::AgentMessageChunk { text, .. } => Some(text.as_str()),
                 _ => None,
             })
             .collect();

@@ -31,7 +31,9 @@ pub(super) fn observe(
         EventKind::TurnStarted { turn_id, prompt } if prompt.contains(&turn.tag) => {
             turn.turn_id = Some(turn_id.clone());
         }
-        EventKind::AgentMessageChunk { text } if turn.turn_id.is_some() && turn.ended.is_none() => {
+        EventKind::AgentMessageChunk { text, .. }
+            if turn.turn_id.is_some() && turn.ended.is_none() =>
+        {
             turn.chunks.push(text.clone());
             turn.chunk_seqs.push(seq);
         }
