@@ -26,6 +26,9 @@ pub struct Profile {
     pub display_name: String,
     /// The launch argv; `command[0]` is looked up on `PATH`.
     pub command: Vec<String>,
+    /// How to install `command[0]` (and what it needs), said when it is not found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install: Option<String>,
     /// Extra environment for the agent.
     pub env: BTreeMap<String, String>,
     /// Variables that must be set (and non-empty) for the agent to work.
@@ -430,50 +433,6 @@ fn locate(
     ProfileError { file: source.clone(), line, column, field: field.to_owned(), reason }
 }
 
-/// Where a byte offset of a TOML document is, for located errors in other TOML files (the
-/// daemon's config): 1-based line and character column, and the dotted key path of the
-/// entry there, if the text parses as TOML at all.
-pub fn toml_location(text: &str, offset: usize) -> (usize, usize, Option<String>) {
-    let (line, column) = line_col(text, offset);
-    (line, column, field_at(text, offset))
-}
-
-/// 1-based line and character column of a byte offset.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let offset = offset.min(text.len());
-    let before = text.get(..offset).unwrap_or(text);
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |idx| idx + 1);
-    (line, before[line_start..].chars().count() + 1)
-}
-
-/// The dotted key path of the entry whose span contains `offset`, from a spanned parse of
-/// the document. `None` when the text is not even TOML (then the error is file-level).
-fn field_at(text: &str, offset: usize) -> Option<String> {
-    let document = toml::de::DeTable::parse(text).ok()?;
-    let mut path = Vec::new();
-    find_path(document.get_ref(), offset, &mut path);
-    (!path.is_empty()).then(|| path.join("."))
-}
-
-fn find_path(table: &toml::de::DeTable<'_>, offset: usize, path: &mut Vec<String>) -> bool {
-    for (key, value) in table {
-        path.push(key.get_ref().to_string());
-        // A `[table]`'s own span covers only its header, so look inside every table.
-        if let toml::de::DeValue::Table(inner) = value.get_ref()
-            && find_path(inner, offset, path)
-        {
-            return true;
-        }
-        let span = value.span();
-        if key.span().contains(&offset) || span.contains(&offset) || span.end == offset {
-            return true;
-        }
-        path.pop();
-    }
-    false
-}
-
 // ---- the raw, strict shape of the file ----
 
 #[derive(Deserialize)]
@@ -482,6 +441,7 @@ struct RawProfile {
     id: Spanned<String>,
     display_name: Option<String>,
     command: Spanned<Vec<String>>,
+    install: Option<String>,
     #[serde(default)]
     env: BTreeMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
@@ -868,6 +828,7 @@ impl RawProfile {
         };
         Ok(Profile {
             display_name: self.display_name.unwrap_or_else(|| id.clone()),
+            install: self.install,
             id: self.id.into_inner(),
             command: self.command.into_inner(),
             env: self
@@ -994,5 +955,9 @@ fn check_placeholders(text: &str, allowed: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
+mod location;
 #[cfg(test)]
 mod tests;
+
+pub use location::toml_location;
+use location::{field_at, line_col};
