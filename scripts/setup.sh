@@ -120,7 +120,7 @@ ensure_elizacp() {
 
 # Real agents, pinned: the versions the real-agent tests were written against.
 REAL_AGENTS=("@agentclientprotocol/claude-agent-acp@0.101.0" "opencode-ai@1.18.33" "@agentclientprotocol/codex-acp@2.6.0" "@google/gemini-cli@0.61.0"
-  "@qwen-code/qwen-code@0.15.10")
+  "@qwen-code/qwen-code@0.15.10" "@github/copilot@1.0.102" "@augmentcode/auggie@0.36.0")
 
 ensure_real_agents() {
   local root prefix

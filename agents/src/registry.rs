@@ -41,7 +41,10 @@ pub const BUILTIN_FILES: &[(&str, &str)] = &[
     ("codex.toml", include_str!("../profiles/codex.toml")),
     ("copilot.toml", include_str!("../profiles/copilot.toml")),
     ("eliza.toml", include_str!("../profiles/eliza.toml")),
+    ("fast-agent.toml", include_str!("../profiles/fast-agent.toml")),
     ("gemini.toml", include_str!("../profiles/gemini.toml")),
+    ("goose.toml", include_str!("../profiles/goose.toml")),
+    ("kimi.toml", include_str!("../profiles/kimi.toml")),
     ("mock.toml", include_str!("../profiles/mock.toml")),
     ("opencode.toml", include_str!("../profiles/opencode.toml")),
     ("qwen.toml", include_str!("../profiles/qwen.toml")),
@@ -360,7 +363,10 @@ pub fn availability(profile: &Profile, environment: &Environment) -> Availabilit
     let program_name = &profile.command[0];
     let program = environment.find_program(program_name);
     if program.is_none() {
-        reasons.push(format!("`{program_name}` was not found on PATH; install it first"));
+        reasons.push(match &profile.install {
+            Some(how) => format!("`{program_name}` was not found on PATH; install it first: {how}"),
+            None => format!("`{program_name}` was not found on PATH; install it first"),
+        });
     }
     for name in &profile.required_env {
         if environment.vars.get(name).is_none_or(|value| value.is_empty()) {

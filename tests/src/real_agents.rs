@@ -196,3 +196,40 @@ pub fn qwen_settings(home: &Path) {
     )
     .unwrap();
 }
+
+/// The `copilot-here` profile: the built-in one with the CLI installed here, its own model
+/// provider ("bring your own key") pointed at the model server at `url` (OpenAI Chat
+/// Completions), offline: no GitHub login, no update check.
+pub fn copilot_profile(url: &str, transcript: Option<&Path>) -> Option<String> {
+    let bin = installed("copilot")?;
+    let builtin = include_str!("../../agents/profiles/copilot.toml");
+    let command = builtin.lines().find(|line| line.starts_with("command = ")).unwrap();
+    let env = format!(
+        "[env]\nCOPILOT_PROVIDER_BASE_URL = \"{url}/v1\"\nCOPILOT_PROVIDER_TYPE = \"openai\"\n\
+         COPILOT_PROVIDER_API_KEY = \"sk-test\"\nCOPILOT_PROVIDER_MODEL_ID = \"scripted-model\"\n\
+         COPILOT_OFFLINE = \"true\"\nCOPILOT_AUTO_UPDATE = \"false\"\n\n[session]\n"
+    );
+    Some(
+        builtin
+            .replace(command, &format!("command = {}", agent_command(&bin, &["--acp"], transcript)))
+            .replace("id = \"copilot\"", "id = \"copilot-here\"")
+            .replacen("[session]\n", &env, 1)
+            + "\n[process]\ninit_timeout_ms = 60000\n",
+    )
+}
+
+/// The `auggie-here` profile: the built-in one with the CLI installed here and a session
+/// token it cannot use (no Augment service is reachable).
+pub fn auggie_profile() -> Option<String> {
+    let bin = installed("auggie")?;
+    let builtin = include_str!("../../agents/profiles/auggie.toml");
+    let command = builtin.lines().find(|line| line.starts_with("command = ")).unwrap();
+    let args = ["--acp", "--allow-indexing"];
+    let env = "[env]\nAUGMENT_SESSION_AUTH = '{\"accessToken\": \"x\", \"tenantURL\": \"http://127.0.0.1:9/\"}'\n\n[credentials]\n";
+    Some(
+        builtin
+            .replace(command, &format!("command = {}", agent_command(&bin, &args, None)))
+            .replace("id = \"auggie\"", "id = \"auggie-here\"")
+            .replacen("[credentials]\n", env, 1),
+    )
+}

@@ -57,7 +57,10 @@ fn every_builtin_parses_and_follows_the_design_table() {
             "codex",
             "copilot",
             "eliza",
+            "fast-agent",
             "gemini",
+            "goose",
+            "kimi",
             "mock",
             "opencode",
             "qwen"
@@ -75,6 +78,9 @@ fn every_builtin_parses_and_follows_the_design_table() {
         ("amp", (None, None, false)),
         ("opencode", (None, None, false)),
         ("qwen", (None, None, false)),
+        ("kimi", (None, None, false)),
+        ("fast-agent", (None, None, false)),
+        ("goose", (None, None, false)),
         ("mock", (None, None, false)),
         ("eliza", (None, None, false)),
     ];
@@ -351,4 +357,28 @@ fn only_new_profile_errors_are_reported() {
     assert!(catalog(vec![error("x")]).new_errors(&before).is_empty());
     let after = catalog(vec![error("x"), error("y")]);
     assert_eq!(after.new_errors(&before), [&error("y")]);
+}
+
+/// Issue 33: the agents that cannot be installed from a registry here (or need what this
+/// machine lacks) say how to install them when their program is missing, and amp is not
+/// called available for having `npx` (its adapter is on no registry).
+#[test]
+fn missing_builtins_say_how_to_install_them() {
+    let environment = Environment { search_dirs: Vec::new(), vars: HashMap::new(), root: false };
+    let profiles: BTreeMap<String, Profile> =
+        builtins().into_iter().map(|result| result.unwrap()).map(|p| (p.id.clone(), p)).collect();
+    for (id, how) in [
+        ("kimi", "uv tool install kimi-cli"),
+        ("fast-agent", "uv tool install fast-agent-mcp"),
+        ("goose", "GitHub releases"),
+        ("amp", "amp-acp is not on npm"),
+        ("qwen", "npm install -g @qwen-code/qwen-code@0.15.10"),
+    ] {
+        let checked = availability(&profiles[id], &environment);
+        assert!(!checked.available, "{id}");
+        let reason = &checked.reasons[0];
+        assert!(reason.contains("was not found on PATH; install it first: "), "{id}: {reason}");
+        assert!(reason.contains(how), "{id}: {reason}");
+    }
+    assert_eq!(profiles["amp"].command[0], "amp-acp");
 }

@@ -598,3 +598,48 @@ async fn r33_qwen_turns_cancels_and_resumes_with_its_context() {
     );
     ok("task.session.stop", api.typed().session_stop(other)).await;
 }
+
+/// Issue 33, part 3: GitHub Copilot CLI (the built-in profile, installed here) with its own
+/// model provider pointed at the scripted model (no GitHub login): a streamed turn, cancel
+/// while the model holds the request, then kill → `session/load` (it advertises it), and
+/// the model's next request carries the earlier exchange.
+#[tokio::test]
+async fn r33_copilot_turns_cancels_and_resumes_with_its_context() {
+    let server = ModelServer::start().await;
+    let transcript = tempfile::tempdir().unwrap();
+    let lines = transcript.path().join("copilot");
+    let Some(profile) = tether_tests::real_agents::copilot_profile(&server.url, Some(&lines))
+    else {
+        return;
+    };
+    let daemon = Daemon::start_with_profiles(&[], &[("copilot.toml", &profile)]).await;
+    let api = daemon.api().await;
+    let workspace = daemon.workspace("cp");
+    let session = timed("copilot start", api.ready_session("copilot-here", &workspace)).await;
+    cancel_mid_turn(&api, &session, &server).await;
+    let load = ResumeOutcome::NativeLoad;
+    resume_restores(&daemon, &api, &session, &server, load, || ()).await;
+    ok("task.session.stop", api.typed().session_stop(session.clone())).await;
+    let methods = ["initialize", "session/new", "session/prompt", "session/cancel", "session/load"];
+    check_what_we_sent(&lines, &methods);
+}
+
+/// Issue 33, part 3: Auggie (installed here) starts and answers `initialize`, but offers no
+/// way to log in over ACP and needs Augment's service: without a login the session fails
+/// saying to log in with its own CLI — not to add an `[[auth]]` method, which cannot help.
+#[tokio::test]
+async fn r33_auggie_without_a_login_says_to_log_in_with_its_own_cli() {
+    let Some(profile) = tether_tests::real_agents::auggie_profile() else { return };
+    let daemon = Daemon::start_with_profiles(&[], &[("auggie.toml", &profile)]).await;
+    let api = daemon.api().await;
+    let workspace = daemon.workspace("ag");
+    let task = ok("task", api.typed().task_create("auggie".into(), None)).await;
+    let create = tether_tests::daemon::Create::new(&task.id, "auggie-here", Some(&workspace));
+    let created = ok("create", create.send(api.typed())).await;
+    let mut events = api.subscribe(&created.id, 0).await;
+    let (state, error) = tether_tests::daemon::settled(&mut events).await;
+    assert_eq!(state, SessionState::Failed, "{error}");
+    assert!(error.contains("run `auggie login` from your terminal"), "the agent's words: {error}");
+    assert!(error.contains("log in with the agent's own program"), "{error}");
+    assert!(!error.contains("[[auth]]"), "no [[auth]] method can help: {error}");
+}
