@@ -660,6 +660,12 @@ impl SessionActor {
             format!(
                 "it logs in only at a terminal ({name}): run `{run}` once in a terminal, as the user the agent runs as, with HOME={home}; it keeps the login in its own files there{files}, which it reads at every start; then resume"
             )
+        } else if matches!(&self.stage, Stage::Opening(o) if o.auth_offered.is_empty()) {
+            // Nothing to choose (Auggie): only the agent's own program can log it in.
+            format!(
+                "log in with the agent's own program once, as the user the agent runs as, with HOME={}; then resume",
+                self.context.agent_home.display()
+            )
         } else if self.profile.auth.is_empty() {
             "the profile allows none (add an [[auth]] method)".to_owned()
         } else {
