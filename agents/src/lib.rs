@@ -13,5 +13,6 @@
 //! [`profile::Profile`] itself as the snapshot (serde).
 
 pub mod mock;
+pub mod npx;
 pub mod profile;
 pub mod registry;

@@ -308,3 +308,46 @@ async fn message_ids_are_recorded_events_carry_them_and_a_load_replays_them() {
     second.check_schema().unwrap_or_else(|errors| panic!("{}", errors.join("\n")));
     second.close().await;
 }
+
+/// Issue 33, part 4: an agent run through `npx` whose package npx has not downloaded yet
+/// (claude's adapter: ~400 MB before it answers `initialize`) is announced as a download,
+/// with where it goes and how long the start waits; once npx has it, nothing is said. (A
+/// stand-in `npx` runs mock-agent: what is checked is Tether reading npx's cache.)
+#[tokio::test]
+async fn a_first_start_through_npx_says_it_downloads() {
+    let bin = tempfile::tempdir().unwrap();
+    let npx = bin.path().join("npx");
+    let mock = tether_tests::workspace_bin("mock-agent");
+    std::fs::write(
+        &npx,
+        format!("#!/bin/sh\nexec {} --state-dir \"$HOME/.mock-agent\"\n", mock.display()),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&npx, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let profile = format!(
+        "id = \"adapter\"\ncommand = [\"{}\", \"--yes\", \"@example/agent-acp@1.2.3\"]\nprotocol = \"acp\"\n[env]\nnpm_config_cache = \"{{home}}/npm-cache\"\n[process]\ninit_timeout_ms = 300000\n",
+        npx.display()
+    );
+    let daemon = Daemon::start_with_profiles(&[], &[("adapter.toml", &profile)]).await;
+    let api = daemon.api().await;
+    let first = api.ready_session("adapter", &daemon.workspace("a")).await;
+    let window = ok("window", api.typed().session_event_window(first, None, Some(50))).await;
+    let said = tether_tests::daemon::notices(&window.events);
+    let cache = daemon.home().join("npm-cache");
+    let expected = format!(
+        "first start of @example/agent-acp@1.2.3: npx downloads it into {} before the agent answers",
+        cache.display()
+    );
+    assert!(said.iter().any(|n| n.starts_with(&expected) && n.contains("up to 300 s")), "{said:?}");
+    // What npx leaves once it has it.
+    let package = cache.join("_npx/5f1e/node_modules/@example/agent-acp");
+    std::fs::create_dir_all(&package).unwrap();
+    std::fs::write(package.join("package.json"), r#"{"version": "1.2.3"}"#).unwrap();
+    let second = api.ready_session("adapter", &daemon.workspace("b")).await;
+    let window = ok("window", api.typed().session_event_window(second, None, Some(50))).await;
+    let said = tether_tests::daemon::notices(&window.events);
+    assert!(!said.iter().any(|n| n.contains("npx downloads")), "{said:?}");
+}

@@ -212,6 +212,9 @@ impl SessionActor {
         resolved.extend(argv[1..].iter().map(OsString::from));
         let runtime = self.context.runtime.name();
         self.progress(LaunchStep::Launching, Some(format!("{} ({runtime})", argv[0])));
+        if in_container.is_none() {
+            self.say_if_npx_downloads(&argv, &home);
+        }
         let previous = previous.ok().flatten();
         let execution_id = uuid::Uuid::now_v7().to_string();
         let spec = launch::spec(
@@ -873,5 +876,27 @@ impl SessionActor {
             .await;
         self.fail_waiters(&reason);
         self.enter(Stage::Ended);
+    }
+}
+
+impl SessionActor {
+    /// An agent run through `npx` that npx does not have yet is downloaded before it says
+    /// anything (claude's adapter is ~400 MB): the person waiting is told, once per start.
+    fn say_if_npx_downloads(&mut self, argv: &[String], home: &std::path::Path) {
+        let Some((name, version)) = agents::npx::package(argv) else { return };
+        let configured = self.profile.launch_env(home).remove("npm_config_cache");
+        let inherited = std::env::var("npm_config_cache").ok();
+        let cache = agents::npx::cache_dir(home, configured.or(inherited).as_deref());
+        if agents::npx::cached(&cache, &name, version.as_deref()) {
+            return;
+        }
+        let spec = version.map_or(name.clone(), |version| format!("{name}@{version}"));
+        let wait = self.profile.process.init_timeout_ms / 1000;
+        self.emit(SessionEventKind::Notice {
+            message: format!(
+                "first start of {spec}: npx downloads it into {} before the agent answers — an agent adapter can be hundreds of MB, so this may take minutes (the start waits up to {wait} s); later starts take seconds",
+                cache.display()
+            ),
+        });
     }
 }
