@@ -22,6 +22,7 @@ mod official_client;
 mod pause;
 mod pool;
 mod real_agents;
+mod real_settings;
 mod resume;
 mod retention;
 mod settings;
