@@ -171,18 +171,12 @@ pub fn gemini_settings(home: &Path) {
 /// model server at `url` as an OpenAI-compatible endpoint (Chat Completions).
 pub fn qwen_profile(url: &str, transcript: Option<&Path>) -> Option<String> {
     let bin = installed("qwen")?;
-    let builtin = include_str!("../../agents/profiles/qwen.toml");
-    let command = builtin.lines().find(|line| line.starts_with("command = ")).unwrap();
     let env = format!(
-        "[env]\nOPENAI_API_KEY = \"sk-test\"\nOPENAI_BASE_URL = \"{url}/v1\"\nOPENAI_MODEL = \"scripted-model\"\n\n[session]\n"
+        "[env]\nOPENAI_API_KEY = \"sk-test\"\nOPENAI_BASE_URL = \"{url}/v1\"\nOPENAI_MODEL = \"scripted-model\"\n"
     );
-    Some(
-        builtin
-            .replace(command, &format!("command = {}", agent_command(&bin, &["--acp"], transcript)))
-            .replace("id = \"qwen\"", "id = \"qwen-here\"")
-            .replacen("[session]\n", &env, 1)
-            + "\n[process]\ninit_timeout_ms = 60000\n",
-    )
+    let builtin = include_str!("../../agents/profiles/qwen.toml");
+    let profile = builtin_here(builtin, &bin, &["--acp"], transcript, &env);
+    Some(profile + "\n[process]\ninit_timeout_ms = 60000\n")
 }
 
 /// `~/.qwen/settings.json` under `home`: no update checks, no usage statistics.
@@ -202,34 +196,40 @@ pub fn qwen_settings(home: &Path) {
 /// Completions), offline: no GitHub login, no update check.
 pub fn copilot_profile(url: &str, transcript: Option<&Path>) -> Option<String> {
     let bin = installed("copilot")?;
-    let builtin = include_str!("../../agents/profiles/copilot.toml");
-    let command = builtin.lines().find(|line| line.starts_with("command = ")).unwrap();
     let env = format!(
         "[env]\nCOPILOT_PROVIDER_BASE_URL = \"{url}/v1\"\nCOPILOT_PROVIDER_TYPE = \"openai\"\n\
          COPILOT_PROVIDER_API_KEY = \"sk-test\"\nCOPILOT_PROVIDER_MODEL_ID = \"scripted-model\"\n\
-         COPILOT_OFFLINE = \"true\"\nCOPILOT_AUTO_UPDATE = \"false\"\n\n[session]\n"
+         COPILOT_OFFLINE = \"true\"\nCOPILOT_AUTO_UPDATE = \"false\"\n"
     );
-    Some(
-        builtin
-            .replace(command, &format!("command = {}", agent_command(&bin, &["--acp"], transcript)))
-            .replace("id = \"copilot\"", "id = \"copilot-here\"")
-            .replacen("[session]\n", &env, 1)
-            + "\n[process]\ninit_timeout_ms = 60000\n",
-    )
+    let builtin = include_str!("../../agents/profiles/copilot.toml");
+    let profile = builtin_here(builtin, &bin, &["--acp"], transcript, &env);
+    Some(profile + "\n[process]\ninit_timeout_ms = 60000\n")
 }
 
 /// The `auggie-here` profile: the built-in one with the CLI installed here and a session
 /// token it cannot use (no Augment service is reachable).
 pub fn auggie_profile() -> Option<String> {
     let bin = installed("auggie")?;
+    let env = "[env]\nAUGMENT_SESSION_AUTH = '{\"accessToken\": \"x\", \"tenantURL\": \"http://127.0.0.1:9/\"}'\n";
     let builtin = include_str!("../../agents/profiles/auggie.toml");
+    Some(builtin_here(builtin, &bin, &["--acp", "--allow-indexing"], None, env))
+}
+
+/// A built-in profile (`builtin`, its file's text) as `<id>-here`: its command run from the
+/// project-local install `bin` with `args` (and `transcript`), and `before_session` (TOML,
+/// e.g. an `[env]` table) put before its `[session]` table.
+fn builtin_here(
+    builtin: &str,
+    bin: &Path,
+    args: &[&str],
+    transcript: Option<&Path>,
+    before_session: &str,
+) -> String {
     let command = builtin.lines().find(|line| line.starts_with("command = ")).unwrap();
-    let args = ["--acp", "--allow-indexing"];
-    let env = "[env]\nAUGMENT_SESSION_AUTH = '{\"accessToken\": \"x\", \"tenantURL\": \"http://127.0.0.1:9/\"}'\n\n[credentials]\n";
-    Some(
-        builtin
-            .replace(command, &format!("command = {}", agent_command(&bin, &args, None)))
-            .replace("id = \"auggie\"", "id = \"auggie-here\"")
-            .replacen("[credentials]\n", env, 1),
-    )
+    let id = builtin.lines().find(|line| line.starts_with("id = ")).unwrap();
+    let here = id.trim_end_matches('"').to_owned() + "-here\"";
+    builtin
+        .replace(command, &format!("command = {}", agent_command(bin, args, transcript)))
+        .replace(id, &here)
+        .replacen("[session]\n", &format!("{before_session}\n[session]\n"), 1)
 }

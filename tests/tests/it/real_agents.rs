@@ -557,6 +557,23 @@ async fn r33_claude_model_chosen_through_tether_reaches_the_model_server_and_sur
     assert_eq!(model.unwrap()["currentValue"], "haiku");
 }
 
+/// A turn cancelled while the model holds it, then kill → `session/load` with the earlier
+/// exchange in the model's next request; the session stopped, and every line Tether sent
+/// (recorded under `lines`) valid.
+async fn cancel_then_load(
+    daemon: &Daemon,
+    api: &Api,
+    session: &str,
+    server: &ModelServer,
+    lines: &Path,
+) {
+    cancel_mid_turn(api, session, server).await;
+    resume_restores(daemon, api, session, server, ResumeOutcome::NativeLoad, || ()).await;
+    ok("task.session.stop", api.typed().session_stop(session.to_owned())).await;
+    let methods = ["initialize", "session/new", "session/prompt", "session/cancel", "session/load"];
+    check_what_we_sent(lines, &methods);
+}
+
 /// Issue 33, part 3: Qwen Code (the built-in profile, installed here) against the scripted
 /// model as an OpenAI-compatible endpoint: a streamed turn, cancel while the model holds
 /// the request (it answers with an error, recorded as the cancel it is), then kill → a
@@ -580,15 +597,10 @@ async fn r33_qwen_turns_cancels_and_resumes_with_its_context() {
     let api = daemon.api().await;
     let session =
         timed("qwen start", api.ready_session("qwen-here", &daemon.workspace("qw"))).await;
-    cancel_mid_turn(&api, &session, &server).await;
-    let load = ResumeOutcome::NativeLoad;
-    resume_restores(&daemon, &api, &session, &server, load, || ()).await;
-    ok("task.session.stop", api.typed().session_stop(session.clone())).await;
-    let methods = ["initialize", "session/new", "session/prompt", "session/cancel", "session/load"];
-    check_what_we_sent(&lines, &methods);
+    cancel_then_load(&daemon, &api, &session, &server, &lines).await;
 
     let other = api.ready_session("qwen-unpinned", &daemon.workspace("qw2")).await;
-    resume_restores(&daemon, &api, &other, &server, load, || ()).await;
+    resume_restores(&daemon, &api, &other, &server, ResumeOutcome::NativeLoad, || ()).await;
     let window =
         ok("window", api.typed().session_event_window(other.clone(), None, Some(300))).await;
     let said = notices(&window.events);
@@ -616,12 +628,7 @@ async fn r33_copilot_turns_cancels_and_resumes_with_its_context() {
     let api = daemon.api().await;
     let workspace = daemon.workspace("cp");
     let session = timed("copilot start", api.ready_session("copilot-here", &workspace)).await;
-    cancel_mid_turn(&api, &session, &server).await;
-    let load = ResumeOutcome::NativeLoad;
-    resume_restores(&daemon, &api, &session, &server, load, || ()).await;
-    ok("task.session.stop", api.typed().session_stop(session.clone())).await;
-    let methods = ["initialize", "session/new", "session/prompt", "session/cancel", "session/load"];
-    check_what_we_sent(&lines, &methods);
+    cancel_then_load(&daemon, &api, &session, &server, &lines).await;
 }
 
 /// Issue 33, part 3: Auggie (installed here) starts and answers `initialize`, but offers no
