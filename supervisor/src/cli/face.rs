@@ -80,7 +80,8 @@ struct Turns {
 
 /// The face: the daemon's client, the client's stdout, and the requests in flight.
 struct Face {
-    client: Client,
+    /// The daemon's address (to reconnect to, and to name in errors).
+    target: Target,
     /// The daemon's connection for calls, opened again after a restart.
     api: tokio::sync::Mutex<Arc<WsClient>>,
     /// Where reconnects are said (stderr).
@@ -130,9 +131,9 @@ pub(super) async fn serve_acp(client: Client, agent: Option<String>) -> Result<(
         }
     });
     let face = Arc::new(Face {
-        api: tokio::sync::Mutex::new(Arc::clone(&client.client)),
+        api: tokio::sync::Mutex::new(client.client),
         shown: Shown::new(false),
-        client,
+        target: client.target,
         agent,
         out,
         next_id: AtomicI64::new(1),
@@ -268,15 +269,15 @@ impl Face {
     async fn api(&self) -> Result<Arc<WsClient>, RpcFailure> {
         let mut current = self.api.lock().await;
         if !current.is_connected() {
-            *current = Arc::new(self.client.target.reopen(&self.shown).await?);
+            *current = Arc::new(self.target.reopen(&self.shown).await?);
         }
         Ok(Arc::clone(&current))
     }
 
     /// A failed call as the client hears it: bad params as such, the rest internal.
-    fn failed(&self, err: jsonrpsee::core::ClientError) -> RpcFailure {
+    fn failed(&self, api: &WsClient, err: jsonrpsee::core::ClientError) -> RpcFailure {
         let bad_params = kind_of(&err) == Some(ErrorKind::InvalidParams);
-        let failure = RpcFailure::from(self.client.failure(err));
+        let failure = RpcFailure::from(client::call_failure(&self.target, api, err));
         if bad_params { RpcFailure { code: INVALID_PARAMS, ..failure } } else { failure }
     }
 
@@ -339,7 +340,9 @@ impl Face {
 
     async fn cancel(&self, session: &str) {
         let cancelled = match self.api().await {
-            Ok(api) => api.session_cancel(session.to_owned()).await.map_err(|err| self.failed(err)),
+            Ok(api) => {
+                api.session_cancel(session.to_owned()).await.map_err(|err| self.failed(&api, err))
+            }
             Err(failure) => Err(failure),
         };
         if let Err(failure) = cancelled {
@@ -423,7 +426,7 @@ impl Face {
         let task = api
             .task_create(format!("{profile} in {folder}"), None)
             .await
-            .map_err(|err| self.failed(err))?;
+            .map_err(|err| self.failed(&api, err))?;
         let session = api
             .session_create(
                 task.id,
@@ -440,7 +443,7 @@ impl Face {
                 additional_directories,
             )
             .await
-            .map_err(|err| self.failed(err))?;
+            .map_err(|err| self.failed(&api, err))?;
         let (ready_tx, ready) = oneshot::channel();
         self.open(&session.id, 0, Some(ready_tx));
         match ready.await {
@@ -455,7 +458,8 @@ impl Face {
     async fn list(&self, params: Value) -> Result<Value, RpcFailure> {
         let cwd = params["cwd"].as_str();
         let api = self.api().await?;
-        let mut sessions = api.session_list(None, None, None).await.map_err(|e| self.failed(e))?;
+        let mut sessions =
+            api.session_list(None, None, None).await.map_err(|e| self.failed(&api, e))?;
         sessions.retain(|session| {
             !session.state.is_terminal() && cwd.is_none_or(|cwd| session.workspace_path == cwd)
         });
@@ -463,7 +467,7 @@ impl Face {
         let tasks: HashMap<String, String> = api
             .task_list()
             .await
-            .map_err(|e| self.failed(e))?
+            .map_err(|e| self.failed(&api, e))?
             .into_iter()
             .map(|task| (task.id, task.title))
             .collect();
@@ -496,7 +500,7 @@ impl Face {
             .ok_or_else(|| RpcFailure::params("a sessionId is needed"))?
             .to_owned();
         let api = self.api().await?;
-        let status = api.session_status(session.clone()).await.map_err(|e| self.failed(e))?;
+        let status = api.session_status(session.clone()).await.map_err(|e| self.failed(&api, e))?;
         if status.state.is_terminal() {
             return Err(RpcFailure::params(format!(
                 "session {session} has ended ({}); start a new one",
@@ -510,7 +514,7 @@ impl Face {
                 let page = api
                     .session_history(session.clone(), Some(after), None)
                     .await
-                    .map_err(|e| self.failed(e))?;
+                    .map_err(|e| self.failed(&api, e))?;
                 let Some(last) = page.last() else { break };
                 after = last.seq;
                 for entry in &page {
@@ -549,7 +553,7 @@ impl Face {
             Ok(_) => Ok(json!({})),
             // Already at rest (paused, or its agent gone): nothing holds resources.
             Err(err) if kind_of(&err) == Some(ErrorKind::InvalidState) => Ok(json!({})),
-            Err(err) => Err(self.failed(err)),
+            Err(err) => Err(self.failed(&api, err)),
         }
     }
 
@@ -580,12 +584,11 @@ impl Face {
             .ok_or_else(|| RpcFailure::params(format!("no session {session} is open here")))?;
         let text = prompt_text(&params["prompt"])?;
         let cancels = turns.lock().expect("UNWRAP: never poisoned").cancels;
-        let started = self
-            .api()
-            .await?
+        let api = self.api().await?;
+        let started = api
             .session_prompt(session.clone(), text)
             .await
-            .map_err(|err| self.failed(err))?;
+            .map_err(|err| self.failed(&api, err))?;
         let (reply, end) = oneshot::channel();
         let cancelled_meanwhile = {
             let mut turns = turns.lock().expect("UNWRAP: never poisoned");
@@ -617,7 +620,7 @@ impl Face {
         let shown = Shown::new(false);
         let opened = match self.api().await {
             Ok(api) => {
-                let client = Client { target: self.client.target.clone(), client: api };
+                let client = Client { target: self.target.clone(), client: api };
                 Feed::open(&client, &session, Some(after), &shown).await.map_err(RpcFailure::from)
             }
             Err(failure) => Err(failure),
@@ -733,12 +736,13 @@ impl Face {
             _ => ElicitationAnswer::Cancel,
         };
         let content = result["content"].as_object().cloned();
-        let answered = match self.api().await {
-            Ok(api) => api.elicitation_respond(session.clone(), request_id, action, content).await,
+        let api = match self.api().await {
+            Ok(api) => api,
             Err(failure) => return self.unanswered(&session, "elicitation", failure),
         };
+        let answered = api.elicitation_respond(session.clone(), request_id, action, content).await;
         if let Err(err) = answered {
-            self.unanswered(&session, "elicitation", self.failed(err));
+            self.unanswered(&session, "elicitation", self.failed(&api, err));
         }
     }
 
@@ -756,12 +760,13 @@ impl Face {
             }
             _ => None,
         };
-        let answered = match self.api().await {
-            Ok(api) => api.permission_respond(session.clone(), request_id, option).await,
+        let api = match self.api().await {
+            Ok(api) => api,
             Err(failure) => return self.unanswered(&session, "permission request", failure),
         };
+        let answered = api.permission_respond(session.clone(), request_id, option).await;
         if let Err(err) = answered {
-            self.unanswered(&session, "permission request", self.failed(err));
+            self.unanswered(&session, "permission request", self.failed(&api, err));
         }
     }
 }

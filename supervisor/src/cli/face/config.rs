@@ -63,7 +63,8 @@ fn default_agent(agents: &[AgentInfo]) -> Option<String> {
 
 impl Face {
     async fn agents(&self) -> Result<Vec<AgentInfo>, RpcFailure> {
-        self.api().await?.agents_list().await.map_err(|err| self.failed(err))
+        let api = self.api().await?;
+        api.agents_list().await.map_err(|err| self.failed(&api, err))
     }
 
     /// `session/new` without `--agent`: a draft with the default agent.
@@ -87,9 +88,12 @@ impl Face {
     /// The `configOptions` and `modes` of a created session, the `agent` option first.
     pub(super) async fn config_answer(&self, session: &str) -> Result<Value, RpcFailure> {
         let api = self.api().await?;
-        let config =
-            api.session_config_options(session.to_owned()).await.map_err(|e| self.failed(e))?;
-        let status = api.session_status(session.to_owned()).await.map_err(|e| self.failed(e))?;
+        let config = api
+            .session_config_options(session.to_owned())
+            .await
+            .map_err(|e| self.failed(&api, e))?;
+        let status =
+            api.session_status(session.to_owned()).await.map_err(|e| self.failed(&api, e))?;
         let agents = self.agents().await?;
         Ok(with_agent(&status.agent_profile_id, &agents, config))
     }
@@ -121,7 +125,8 @@ impl Face {
         }
         let api = self.api().await?;
         if config_id == "agent" {
-            let status = api.session_status(session.clone()).await.map_err(|e| self.failed(e))?;
+            let status =
+                api.session_status(session.clone()).await.map_err(|e| self.failed(&api, e))?;
             if value.as_str() != Some(status.agent_profile_id.as_str()) {
                 return Err(RpcFailure::params(format!(
                     "this session's conversation is {}'s: its agent does not change once it started (start a new session for another)",
@@ -132,7 +137,7 @@ impl Face {
             // A boolean option's value comes as `{"type": "boolean", "value": true}`.
             api.session_set_config_option(session.clone(), config_id, value)
                 .await
-                .map_err(|err| self.failed(err))?;
+                .map_err(|err| self.failed(&api, err))?;
         }
         let answer = self.config_answer(&session).await?;
         Ok(json!({"configOptions": answer["configOptions"]}))
@@ -150,11 +155,8 @@ impl Face {
             .as_str()
             .ok_or_else(|| RpcFailure::params("a modeId is needed"))?
             .to_owned();
-        self.api()
-            .await?
-            .session_set_mode(session, Some(mode))
-            .await
-            .map_err(|err| self.failed(err))?;
+        let api = self.api().await?;
+        api.session_set_mode(session, Some(mode)).await.map_err(|err| self.failed(&api, err))?;
         Ok(json!({}))
     }
 }
