@@ -697,7 +697,12 @@ impl Relay {
                     }
                     _ => None,
                 };
-                batch.push(EventKind::Acp { message: raw, answered });
+                // The line as the agent wrote it (checked JSON): nothing downstream writes
+                // the tree out again.
+                let text = String::from_utf8_lossy(&bytes).trim().to_owned();
+                let message = serde_json::value::RawValue::from_string(text)
+                    .unwrap_or_else(|_| protocol::control::raw_json(&raw));
+                batch.push(EventKind::Acp { message, answered });
             }
         }
     }

@@ -176,7 +176,7 @@ impl<'de> Deserialize<'de> for Event {
             at: u64,
             kind: String,
             #[serde(default)]
-            message: Option<Value>,
+            message: Option<Box<serde_json::value::RawValue>>,
             #[serde(default)]
             answered: Option<Value>,
             #[serde(default)]
@@ -218,9 +218,11 @@ impl<'de> Deserialize<'de> for Event {
                 status: need(flat.status, "status")?,
                 stderr_tail: need(flat.stderr_tail, "stderr_tail")?,
             },
-            "error" => match need(flat.message, "message")? {
-                Value::String(message) => EventKind::Error { message },
-                _ => return Err(D::Error::custom("an error event's message must be a string")),
+            "error" => match serde_json::from_str(need(flat.message, "message")?.get()) {
+                Ok(message) => EventKind::Error { message },
+                Err(_) => {
+                    return Err(D::Error::custom("an error event's message must be a string"));
+                }
             },
             // A null id reads as null, as the derived form read it.
             "delivered" => EventKind::Delivered { id: flat.id.unwrap_or(Value::Null) },
@@ -258,8 +260,10 @@ pub enum EventKind {
     /// (`fs/*` requests), `answered` holds the response it sent, and the supervisor must
     /// not answer again.
     Acp {
-        /// The message.
-        message: Value,
+        /// The message, as the agent wrote it (raw JSON: carried from agentctl's spool to
+        /// the supervisor without being parsed into a tree and written out again on the
+        /// way; read it with [`EventKind::acp_value`]).
+        message: Box<serde_json::value::RawValue>,
         /// agentctl's own response, for requests it served.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         answered: Option<Value>,
@@ -514,9 +518,34 @@ pub const MAX_BATCH_EVENTS: usize = 1024;
 /// A batch is closed once its JSON passes this many bytes (one event may pass it alone).
 pub const MAX_BATCH_BYTES: usize = 256 * 1024;
 
+impl EventKind {
+    /// The message of an `acp` event, parsed (`None` for other kinds, or a message that
+    /// is not JSON a tree can hold — nested deeper than serde_json's limit).
+    pub fn acp_value(&self) -> Option<Value> {
+        match self {
+            EventKind::Acp { message, .. } => serde_json::from_str(message.get()).ok(),
+            _ => None,
+        }
+    }
+
+    /// An `acp` event of `message` (as tests and fakes make them).
+    pub fn acp(message: &Value) -> EventKind {
+        EventKind::Acp { message: raw_json(message), answered: None }
+    }
+}
+
+/// `value` as raw JSON text.
+pub fn raw_json(value: &Value) -> Box<serde_json::value::RawValue> {
+    serde_json::value::to_raw_value(value).expect("UNWRAP: a Value always serialises")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn raw(value: Value) -> Box<serde_json::value::RawValue> {
+        raw_json(&value)
+    }
 
     /// The hand-written reader reads back what the derived writer writes, for every kind,
     /// and refuses what the derived reader refused.
@@ -524,11 +553,15 @@ mod tests {
     fn every_kind_reads_back_as_written() {
         let kinds = [
             EventKind::Acp {
-                message: serde_json::json!({"jsonrpc": "2.0", "method": "m", "params": {"z": 1, "a": [1, {"b": null}]}}),
+                message: raw(
+                    serde_json::json!({"jsonrpc": "2.0", "method": "m", "params": {"z": 1, "a": [1, {"b": null}]}}),
+                ),
                 answered: None,
             },
             EventKind::Acp {
-                message: serde_json::json!({"jsonrpc": "2.0", "id": 4, "method": "fs/read_text_file"}),
+                message: raw(
+                    serde_json::json!({"jsonrpc": "2.0", "id": 4, "method": "fs/read_text_file"}),
+                ),
                 answered: Some(serde_json::json!({"jsonrpc": "2.0", "id": 4, "result": {}})),
             },
             EventKind::Stderr { line: "a line".into() },
@@ -570,7 +603,7 @@ mod tests {
             seq: 7,
             at: 1,
             kind: EventKind::Acp {
-                message: serde_json::json!({"jsonrpc": "2.0", "method": "x"}),
+                message: raw(serde_json::json!({"jsonrpc": "2.0", "method": "x"})),
                 answered: None,
             },
         };

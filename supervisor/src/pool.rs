@@ -525,10 +525,11 @@ async fn answer(events_rx: &mut EventsRx, id: i64) -> Result<(Value, u64), Strin
     while let Some(item) = events_rx.recv().await {
         let event = item.map_err(|err| err.to_string())?;
         match event.kind {
-            EventKind::Acp { message, .. }
-                if message["id"] == json!(id) && message.get("method").is_none() =>
-            {
-                return Ok((message, event.seq));
+            EventKind::Acp { .. } => {
+                let message = event.kind.acp_value().unwrap_or_default();
+                if message["id"] == json!(id) && message.get("method").is_none() {
+                    return Ok((message, event.seq));
+                }
             }
             EventKind::Stderr { line } => {
                 stderr.push_str(&line);

@@ -122,12 +122,9 @@ pub struct Conversation {
     pub seen: Vec<Event>,
 }
 
-/// The raw ACP message of an `acp` event.
-pub fn acp_message(event: &Event) -> Option<&Value> {
-    match &event.kind {
-        EventKind::Acp { message, .. } => Some(message),
-        _ => None,
-    }
+/// The ACP message of an `acp` event.
+pub fn acp_message(event: &Event) -> Option<Value> {
+    event.kind.acp_value()
 }
 
 impl Conversation {
@@ -163,7 +160,8 @@ impl Conversation {
             .expect("acp.send");
         loop {
             let event = self.next().await;
-            let EventKind::Acp { message, answered } = &event.kind else { continue };
+            let EventKind::Acp { answered, .. } = &event.kind else { continue };
+            let message = &event.kind.acp_value().expect("agentctl relays JSON");
             if message.get("method").is_some() && message.get("id").is_some() && answered.is_none()
             {
                 let result = on_request(message);

@@ -106,9 +106,15 @@ impl SessionActor {
             self.history.set_watermark(event.seq);
         }
         let force_ack = match event.kind {
-            EventKind::Acp { message, answered } => {
-                self.handle_acp(message, answered.is_some()).await
-            }
+            EventKind::Acp { message, answered } => match serde_json::from_str(message.get()) {
+                Ok(message) => self.handle_acp(message, answered.is_some()).await,
+                // Valid JSON nested past what a tree holds: no message of ACP's.
+                Err(err) => {
+                    let message = format!("the agent sent a message that cannot be read: {err}");
+                    self.emit(SessionEventKind::Notice { message });
+                    false
+                }
+            },
             EventKind::AgentExited { status, stderr_tail } => {
                 let reason = self.exit_reason(status, &stderr_tail);
                 self.agent_gone(reason).await;

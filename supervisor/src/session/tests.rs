@@ -110,7 +110,7 @@ struct FakeSidecar {
 impl FakeSidecar {
     async fn emit(&self, message: Value) {
         let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
-        let event = Event { seq, at: 0, kind: EventKind::Acp { message, answered: None } };
+        let event = Event { seq, at: 0, kind: EventKind::acp(&message) };
         let _ = self.events_tx.send(Ok(Box::new(event))).await;
     }
 
@@ -686,10 +686,7 @@ async fn a_dead_sidecars_spool_is_recorded_at_recovery_and_its_turn_ends_as_the_
             version: "0".into(),
         };
         std::fs::write(agentctl.join("ready.json"), serde_json::to_vec(&ready).unwrap()).unwrap();
-        let chunk = |text: &str| EventKind::Acp {
-            message: json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "fake-session", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}}}),
-            answered: None,
-        };
+        let chunk = |text: &str| EventKind::acp(&json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "fake-session", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}}}));
         let exited = EventKind::AgentExited {
             status: ExitInfo { code: None, signal: Some(9) },
             stderr_tail: String::new(),

@@ -243,7 +243,7 @@ async fn a_subscriber_that_reconnects_mid_stream_gets_every_event_once_in_order(
     let chunk_numbers: Vec<u32> = events
         .iter()
         .filter_map(acp_message)
-        .filter_map(|m| m["params"]["update"]["content"]["text"].as_str())
+        .filter_map(|m| m["params"]["update"]["content"]["text"].as_str().map(str::to_owned))
         .map(|text| {
             let mark = text.rsplit('[').next().unwrap();
             mark.split('/').next().unwrap().parse().unwrap()
