@@ -5,6 +5,7 @@
 //! tolerantly: a result that does not fit the schema (a newer agent) is kept raw and read
 //! for the one field needed, never a reason to fail the session.
 
+mod chunk;
 mod replay;
 mod restore;
 mod tools;
@@ -106,6 +107,11 @@ impl SessionActor {
             self.history.set_watermark(event.seq);
         }
         let force_ack = match event.kind {
+            EventKind::Acp { message, answered: None }
+                if self.agent_text_fast(message.get()).await =>
+            {
+                false
+            }
             EventKind::Acp { message, answered } => match serde_json::from_str(message.get()) {
                 Ok(message) => self.handle_acp(message, answered.is_some()).await,
                 // Valid JSON nested past what a tree holds: no message of ACP's.
@@ -303,24 +309,13 @@ impl SessionActor {
             self.replay_unacked |= !self.restoring();
             return;
         }
-        if let Some(turn) = self.turn.as_mut() {
-            turn.heard = true;
-        }
+        self.heard();
         let text = || update["content"]["text"].as_str().map(str::to_owned);
         let message_id = update["messageId"].as_str().map(str::to_owned);
         match kind.as_str() {
             "agent_message_chunk" => {
                 if let Some(text) = text() {
-                    if !self.recorded.history {
-                        if self.history.is_new_message(message_id.as_deref())
-                            && let Err(err) = self.history.flush_agent()
-                        {
-                            self.write_failed("the history", &err);
-                        }
-                        self.history.agent_chunk(&text, message_id.as_deref());
-                        self.bound_coalescing();
-                    }
-                    self.emit(SessionEventKind::AgentMessageChunk { text, message_id });
+                    self.agent_message_chunk(text, message_id);
                 }
             }
             "agent_thought_chunk" => {
