@@ -523,38 +523,12 @@ async fn r33_claude_model_chosen_through_tether_reaches_the_model_server_and_sur
     let Some(daemon) = claude_daemon(&server, None).await else { return };
     let api = daemon.api().await;
     let session = timed("claude start", api.ready_session("claude", &daemon.workspace("m"))).await;
-    let config = ok("config", api.typed().session_config_options(session.clone())).await;
-    let model = config.config_options.iter().find(|option| option["category"] == "model");
-    let model = model.expect("claude offers its model as a config option");
-    let id = model["id"].as_str().unwrap().to_owned();
-    let offered: Vec<&str> =
-        model["options"].as_array().unwrap().iter().filter_map(|o| o["value"].as_str()).collect();
-    assert!(offered.contains(&"haiku"), "{offered:?}");
-    let asked_model = |server: &ModelServer| -> String {
-        let asked = server.main_requests();
-        asked.last().expect("the model was asked")["model"].as_str().unwrap_or_default().to_owned()
-    };
-    server.script([Reply::Text("first".into())]);
-    timed("claude turn", api.ask(&session, "one")).await;
-    let default_model = asked_model(&server);
-    let set = api.typed().session_set_config_option(session.clone(), id.clone(), json!("haiku"));
-    ok("set model", set).await;
-    server.script([Reply::Text("second".into())]);
-    timed("claude turn", api.ask(&session, "two")).await;
-    let chosen = asked_model(&server);
+    let (default_model, chosen, after) =
+        crate::real_settings::choose_model(&api, &session, &server, "haiku").await;
     assert!(chosen.contains("haiku") && chosen != default_model, "{default_model} → {chosen}");
-    // The agent stops and comes back: the choice is set again before the prompt.
-    let mut events = api.subscribe_at_end(&session).await;
-    ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
-    until(&mut events, |event| matches!(event.kind, EventKind::Paused { .. })).await;
-    server.script([Reply::Text("third".into())]);
-    timed("claude resume and turn", api.ask(&session, "three")).await;
     // (claude-agent-acp keeps the model in its own session and reports it at the resume,
     // so Tether has nothing to set again; mock-agent, which forgets, is the test of that.)
-    assert_eq!(asked_model(&server), chosen, "the model after the resume");
-    let config = ok("config", api.typed().session_config_options(session.clone())).await;
-    let model = config.config_options.iter().find(|option| option["id"] == id.as_str());
-    assert_eq!(model.unwrap()["currentValue"], "haiku");
+    assert_eq!(after, chosen, "the model after the resume");
 }
 
 /// A turn cancelled while the model holds it, then kill → `session/load` with the earlier

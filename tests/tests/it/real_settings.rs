@@ -16,7 +16,7 @@ fn asked_model(server: &ModelServer) -> String {
 /// Chooses `value` for the session's `category: model` option (which must offer it), and
 /// returns the model asked for before and after; then pauses the agent and asks again,
 /// returning the model asked for after it came back too.
-async fn choose_model(
+pub(crate) async fn choose_model(
     api: &Api,
     session: &str,
     server: &ModelServer,
