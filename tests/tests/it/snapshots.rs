@@ -9,7 +9,9 @@ use protocol::api::{
     TimelineEvent, TurnState,
 };
 use protocol::errors::ErrorKind;
-use tether_tests::daemon::{Api, Daemon, ok, refused, turn_ended, until, until_permission_request};
+use tether_tests::daemon::{
+    Api, Daemon, ok, refused, settled, turn_ended, until, until_permission_request,
+};
 use tether_tests::git;
 
 fn snapshot_taken(event: &SessionEvent, wanted: SnapshotTrigger) -> bool {
@@ -47,10 +49,11 @@ async fn exhaustion_pauses_and_hands_over_to_a_fresh_session_primed_once() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("x")).await;
-    // Below the threshold: nothing happens.
-    api.ask(&session, "/usage 50 100\nread the code").await;
-    assert_eq!(api.status(&session).await.state, SessionState::WaitingForInput);
+    // Below the threshold: nothing happens (the session settles waiting for input; its
+    // `state` event follows the turn's end, and its row that event).
     let mut events = api.subscribe_at_end(&session).await;
+    api.ask(&session, "/usage 50 100\nread the code").await;
+    assert_eq!(settled(&mut events).await.0, SessionState::WaitingForInput);
     // The agent reports, then waits for a permission answer: the turn is still running.
     api.prompt(&session, "/usage 90 100 0.42\n/permission\nwrite the parser").await.unwrap();
     let (seen, request_id, _) = until_permission_request(&mut events).await;
