@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use protocol::control::{AgentState, EventKind, ExitInfo, StartAgent, Status, StopStage, Stopped};
-use protocol::frame::{self, Inspected, Line, LineReader, Shape};
+use protocol::frame::{self, Inspected, Line, LineReader, Relayed, Shape};
 use protocol::{Id, Message, Response};
 use serde_json::Value;
 use tokio::io::{AsyncWriteExt, BufReader};
@@ -674,15 +674,15 @@ impl Relay {
             }
             Line::Complete(bytes) => bytes,
         };
-        // One parse: the message is checked and forwarded as the agent wrote it.
-        match frame::inspect(&bytes) {
-            Inspected::Blank => {}
-            Inspected::Invalid(invalid) => batch.push(EventKind::StdoutNoise {
+        // Checked and forwarded as the agent wrote it, without building its JSON tree.
+        match frame::inspect_for_relay(&bytes) {
+            Relayed::Blank => {}
+            Relayed::Invalid(invalid) => batch.push(EventKind::StdoutNoise {
                 line: String::from_utf8_lossy(&invalid.excerpt).into_owned(),
                 reason: invalid.reason.to_string(),
             }),
-            Inspected::Valid(shape, raw) => {
-                let fs_method = match raw["method"].as_str() {
+            Relayed::Valid { shape, method, message } => {
+                let fs_method = match method.as_deref() {
                     Some(
                         method @ (protocol::acp::method::FS_READ_TEXT_FILE
                         | protocol::acp::method::FS_WRITE_TEXT_FILE),
@@ -691,17 +691,15 @@ impl Relay {
                 };
                 let answered = match (shape, fs_method) {
                     (Shape::Request, Some(method)) => {
+                        // An fs request (rare) is taken apart to be served.
+                        let raw: Value =
+                            serde_json::from_str(message.get()).expect("UNWRAP: checked JSON text");
                         let id: Id = serde_json::from_value(raw["id"].clone())
                             .expect("UNWRAP: inspect checked the id");
                         Some(self.serve_fs(id, method, raw.get("params").cloned()).await)
                     }
                     _ => None,
                 };
-                // The line as the agent wrote it (checked JSON): nothing downstream writes
-                // the tree out again.
-                let text = String::from_utf8_lossy(&bytes).trim().to_owned();
-                let message = serde_json::value::RawValue::from_string(text)
-                    .unwrap_or_else(|_| protocol::control::raw_json(&raw));
                 batch.push(EventKind::Acp { message, answered });
             }
         }

@@ -258,6 +258,107 @@ pub fn inspect(bytes: &[u8]) -> Inspected {
     }
 }
 
+/// A line checked for a relay that forwards it as the agent wrote it.
+#[derive(Debug)]
+pub enum Relayed {
+    /// A valid message: its shape, its method (requests and notifications), and its text
+    /// as written (white space around it trimmed).
+    Valid {
+        /// What kind of message it is.
+        shape: Shape,
+        /// The `method`, when it has one.
+        method: Option<String>,
+        /// The message's text.
+        message: Box<serde_json::value::RawValue>,
+    },
+    /// Not a valid message.
+    Invalid(Invalid),
+    /// White space only.
+    Blank,
+}
+
+/// [`inspect`] for a relay: the same verdict on every line, without building the message's
+/// JSON tree for the common case (the members a check needs are read borrowed from the
+/// text; anything unusual is judged by [`inspect`]). The text is kept as written.
+pub fn inspect_for_relay(bytes: &[u8]) -> Relayed {
+    // A member the probe skips is not checked for UTF-8: the text is, as a whole.
+    if let (Some((shape, method)), Ok(text)) = (probe(bytes), std::str::from_utf8(bytes))
+        && let Ok(message) = serde_json::value::RawValue::from_string(text.trim().to_owned())
+    {
+        return Relayed::Valid { shape, method, message };
+    }
+    match inspect(bytes) {
+        Inspected::Valid(shape, value) => {
+            let method = value.get("method").and_then(Value::as_str).map(str::to_owned);
+            let text = String::from_utf8_lossy(bytes).trim().to_owned();
+            let message = serde_json::value::RawValue::from_string(text)
+                .unwrap_or_else(|_| crate::control::raw_json(&value));
+            Relayed::Valid { shape, method, message }
+        }
+        Inspected::Invalid(invalid) => Relayed::Invalid(invalid),
+        Inspected::Blank => Relayed::Blank,
+    }
+}
+
+/// The shape and method of a plainly valid message, read without building its tree; `None`
+/// for anything [`shape`] might judge otherwise (a duplicate member, an unusual id, an
+/// error to check, anything invalid), which [`inspect`] then judges.
+fn probe(bytes: &[u8]) -> Option<(Shape, Option<String>)> {
+    use serde_json::value::RawValue;
+    /// A member that is there, `null` included (`Option` alone reads `null` as absent).
+    fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+        <&RawValue>::deserialize(d).map(Some)
+    }
+    #[derive(Deserialize)]
+    struct Probe<'a> {
+        #[serde(borrow)]
+        jsonrpc: std::borrow::Cow<'a, str>,
+        #[serde(default, borrow, deserialize_with = "present")]
+        id: Option<&'a RawValue>,
+        #[serde(default, borrow, deserialize_with = "present")]
+        method: Option<&'a RawValue>,
+        #[serde(default, borrow, deserialize_with = "present")]
+        params: Option<&'a RawValue>,
+        #[serde(default, borrow, deserialize_with = "present")]
+        result: Option<&'a RawValue>,
+        #[serde(default, borrow, deserialize_with = "present")]
+        error: Option<&'a RawValue>,
+    }
+    let probe: Probe = serde_json::from_slice(bytes).ok()?;
+    if probe.jsonrpc != "2.0" {
+        return None;
+    }
+    let has_id = match probe.id.map(RawValue::get) {
+        None => false,
+        Some(id) if id.starts_with('"') => true,
+        // Plain integers only; any other number is left to `shape`.
+        Some(id) => {
+            // (serde_json reads `-0` as a float.)
+            let digits = id.strip_prefix('-').unwrap_or(id);
+            let plain = digits.bytes().all(|b| b.is_ascii_digit())
+                && (digits.starts_with(['1', '2', '3', '4', '5', '6', '7', '8', '9']) || id == "0");
+            if !plain || id.parse::<i64>().is_err() {
+                return None;
+            }
+            true
+        }
+    };
+    let starts =
+        |raw: Option<&RawValue>, with: &[char]| raw.is_none_or(|raw| raw.get().starts_with(with));
+    match probe.method {
+        Some(method) if method.get().starts_with('"') && starts(probe.params, &['{', '[']) => {
+            let shape = if has_id { Shape::Request } else { Shape::Notification };
+            Some((shape, Some(serde_json::from_str(method.get()).ok()?)))
+        }
+        Some(_) => None,
+        // A result without an error; an error response is checked by `shape`.
+        None if has_id && probe.result.is_some() && probe.error.is_none() => {
+            Some((Shape::Response, None))
+        }
+        None => None,
+    }
+}
+
 /// Every check of a message, by reference.
 fn shape(object: &Map<String, Value>) -> Result<Shape, InvalidReason> {
     if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {

@@ -201,3 +201,87 @@ proptest! {
         }
     }
 }
+
+/// Every line the relay check judges, as [`inspect`] judges it: the same shape (and method)
+/// or the same reason, the text kept as written.
+fn agrees_with_inspect(line: &[u8]) {
+    match (inspect_for_relay(line), inspect(line)) {
+        (Relayed::Valid { shape, method, message }, Inspected::Valid(same, value)) => {
+            assert_eq!(shape, same, "{}", String::from_utf8_lossy(line));
+            assert_eq!(method.as_deref(), value.get("method").and_then(Value::as_str));
+            assert_eq!(message.get(), String::from_utf8_lossy(line).trim());
+        }
+        (Relayed::Invalid(relayed), Inspected::Invalid(invalid)) => {
+            assert_eq!(relayed.reason, invalid.reason)
+        }
+        (Relayed::Blank, Inspected::Blank) => {}
+        (relayed, inspected) => panic!(
+            "{}: the relay check says {relayed:?}, inspect {inspected:?}",
+            String::from_utf8_lossy(line)
+        ),
+    }
+}
+
+#[test]
+fn the_relay_check_judges_every_line_as_inspect_does() {
+    let lines: &[&[u8]] = &[
+        br#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"a \"quoted\" \u00e9 word"}}}}"#,
+        br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}"#,
+        br#"{"jsonrpc":"2.0","id":"a","method":"fs/read_text_file","params":[1,2]}"#,
+        br#"{"jsonrpc":"2.0","method":"session/cancel"}"#,
+        br#"{"jsonrpc":"2.0","id":"a","result":null}"#,
+        br#"{"jsonrpc":"2.0","id":-3,"result":{"stopReason":"end_turn"},"extra":[1,{"x":null}]}"#,
+        br#"{"jsonrpc":"2.0","id":7,"error":{"code":-32002,"message":"no such session"}}"#,
+        br#"{"jsonrpc":"2.0","id":7,"error":{"code":"x","message":"m"}}"#,
+        br#"  {"result":true,"id":9,"jsonrpc":"2.0"}  "#,
+        // What only `inspect` judges: odd ids, null members, duplicates, bad version.
+        br#"{"jsonrpc":"2.0","id":1.5,"method":"x"}"#,
+        br#"{"jsonrpc":"2.0","id":1e3,"method":"x"}"#,
+        br#"{"jsonrpc":"2.0","id":-0,"method":"x"}"#,
+        br#"{"jsonrpc":"2.0","id":007,"method":"x"}"#,
+        br#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"x"}"#,
+        br#"{"jsonrpc":"2.0","id":null,"method":"x"}"#,
+        br#"{"jsonrpc":"2.0","id":{},"method":"x"}"#,
+        br#"{"jsonrpc":"2.0","method":null,"id":1,"result":1}"#,
+        br#"{"jsonrpc":"2.0","method":3}"#,
+        br#"{"jsonrpc":"2.0","method":"x","params":null}"#,
+        br#"{"jsonrpc":"2.0","method":"x","params":"s"}"#,
+        br#"{"jsonrpc":"2.0","method":"x","method":"y"}"#,
+        br#"{"jsonrpc":"2.0","id":1,"result":1,"error":{"code":1,"message":"m"}}"#,
+        br#"{"jsonrpc":"2.0","id":1,"result":1,"error":null}"#,
+        br#"{"jsonrpc":"2.0","id":1}"#,
+        br#"{"jsonrpc":"2.0"}"#,
+        br#"{"jsonrpc":null,"method":"x"}"#,
+        br#"{"jsonrpc":"1.0","method":"x"}"#,
+        br#"{"jsonrpc":"2.0","method":"x"} trailing"#,
+        br#"[{"jsonrpc":"2.0","method":"x"}]"#,
+        b"42",
+        b"hello",
+        b"   ",
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"k\":\"\xff\xfe\"}}",
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"skipped\":\"\xff\"}",
+    ];
+    for line in lines {
+        agrees_with_inspect(line);
+    }
+}
+
+#[test]
+fn the_relay_check_reads_the_common_messages_without_a_tree() {
+    // The probe alone answers these (the fast path is the one taken).
+    let chunk = br#"{"jsonrpc":"2.0","method":"session/update","params":{"update":{}}}"#;
+    assert_eq!(probe(chunk), Some((Shape::Notification, Some("session/update".into()))));
+    let request =
+        br#"{"jsonrpc":"2.0","id":"r1","method":"session/request_permission","params":{}}"#;
+    assert_eq!(probe(request), Some((Shape::Request, Some("session/request_permission".into()))));
+    assert_eq!(probe(br#"{"jsonrpc":"2.0","id":4,"result":{}}"#), Some((Shape::Response, None)));
+}
+
+proptest! {
+    #[test]
+    fn the_relay_check_agrees_with_inspect_on_arbitrary_bytes(
+        bytes in proptest::collection::vec(any::<u8>(), 0..256)
+    ) {
+        agrees_with_inspect(&bytes);
+    }
+}
