@@ -25,6 +25,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use protocol::control::{Event, EventKind};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 use tokio::sync::watch;
 
 /// What a spool holds: serialisable entries that carry their own sequence number.
@@ -733,12 +734,7 @@ impl<E: Entry> SpoolReader<E> {
     /// The next event, waiting for it when caught up. Cancel safe: dropping the future
     /// between events loses nothing (the cursor only moves when an event is returned).
     pub async fn next(&mut self) -> Result<E, SpoolError> {
-        loop {
-            let (_, line) = self.next_line().await?;
-            if let Some(entry) = self.parse_or_skip(&line) {
-                return Ok(entry);
-            }
-        }
+        self.next_checked(|line| serde_json::from_slice(line)).await
     }
 
     /// What was said of the damaged lines skipped since the last call: each names its file
@@ -768,10 +764,10 @@ impl<E: Entry> SpoolReader<E> {
     }
 
     /// The next entry as its JSON text, unparsed: what a relay forwards without paying for a
-    /// parse and a re-serialisation. Same ordering and cancel safety as [`SpoolReader::next`].
-    pub async fn next_raw(&mut self) -> Result<Box<serde_json::value::RawValue>, SpoolError> {
-        let (_, line) = self.next_line().await?;
-        self.raw(line)
+    /// parse and a re-serialisation. Same ordering and cancel safety as [`SpoolReader::next`]
+    /// (a line that is not JSON is skipped as damaged, as there).
+    pub async fn next_raw(&mut self) -> Result<Box<RawValue>, SpoolError> {
+        self.next_checked(|line| serde_json::from_slice(line)).await
     }
 
     /// The next entry and every further one already on disk, as one JSON array of their
@@ -782,21 +778,17 @@ impl<E: Entry> SpoolReader<E> {
         &mut self,
         max_entries: usize,
         max_bytes: usize,
-    ) -> Result<Box<serde_json::value::RawValue>, SpoolError> {
-        let (_, first) = self.next_line().await?;
-        let mut text = Vec::with_capacity(first.len() + 2);
-        text.push(b'[');
-        text.extend_from_slice(&first);
-        let mut count = 1;
-        while count < max_entries && text.len() < max_bytes {
-            let Some((seq, line)) = self.read_next()? else { break };
-            self.cursor = seq;
-            text.push(b',');
-            text.extend_from_slice(&line);
-            count += 1;
+    ) -> Result<Box<RawValue>, SpoolError> {
+        // Each line is checked once, as it is read; the array is their text joined.
+        let text = |line: &[u8]| serde_json::from_slice::<Box<RawValue>>(line);
+        let mut raws = vec![self.next_checked(text).await?];
+        let mut bytes = raws[0].get().len();
+        while raws.len() < max_entries && bytes < max_bytes {
+            let Some(raw) = self.more_checked(text)? else { break };
+            bytes += raw.get().len() + 1;
+            raws.push(raw);
         }
-        text.push(b']');
-        self.raw(text)
+        Ok(serde_json::value::to_raw_value(&raws).expect("UNWRAP: JSON texts"))
     }
 
     /// The next entry and every further one already on disk (up to `max_entries`),
@@ -804,31 +796,73 @@ impl<E: Entry> SpoolReader<E> {
     pub async fn next_batch(&mut self, max_entries: usize) -> Result<Vec<E>, SpoolError> {
         let mut entries = vec![self.next().await?];
         while entries.len() < max_entries {
-            let Some((seq, line)) = self.read_next()? else { break };
-            self.cursor = seq;
-            entries.extend(self.parse_or_skip(&line));
+            let Some(entry) = self.more_checked(|line| serde_json::from_slice(line))? else {
+                break;
+            };
+            entries.push(entry);
         }
         Ok(entries)
     }
 
-    /// The entry a line holds, or `None` when it does not parse (said, and skipped).
-    fn parse_or_skip(&mut self, line: &[u8]) -> Option<E> {
-        match serde_json::from_slice(line) {
-            Ok(entry) => Some(entry),
-            Err(err) => {
-                self.skip_damaged(&err);
-                None
+    /// [`SpoolReader::next_batch`] for a relay that sends entries on in another form: each
+    /// line as `fast` makes it from the text when it can (a relay's common entries, without
+    /// building the entry), else as `slow` makes it from the parsed entry; a line neither
+    /// reads is skipped as damaged. Waits only for the first; cancel safe likewise.
+    pub async fn next_batch_with<T>(
+        &mut self,
+        max_entries: usize,
+        mut fast: impl FnMut(&[u8]) -> Option<T>,
+        mut slow: impl FnMut(E) -> T,
+    ) -> Result<Vec<T>, SpoolError> {
+        let mut make = |line: &[u8]| match fast(line) {
+            Some(made) => Ok(made),
+            None => serde_json::from_slice(line).map(&mut slow),
+        };
+        let mut made = vec![self.next_checked(&mut make).await?];
+        while made.len() < max_entries {
+            let Some(one) = self.more_checked(&mut make)? else { break };
+            made.push(one);
+        }
+        Ok(made)
+    }
+
+    /// The next line `check` reads, waiting for it when caught up; a line it cannot read is
+    /// skipped as damaged. The seq a line starts with is trusted only once the line is read
+    /// whole (a damaged line does not move the cursor past the entry that may follow it
+    /// with the same seq).
+    async fn next_checked<T>(
+        &mut self,
+        mut check: impl FnMut(&[u8]) -> Result<T, serde_json::Error>,
+    ) -> Result<T, SpoolError> {
+        loop {
+            let before = self.cursor;
+            let (_, line) = self.next_line().await?;
+            match check(&line) {
+                Ok(made) => return Ok(made),
+                Err(err) => {
+                    self.cursor = before;
+                    self.skip_damaged(&err);
+                }
             }
         }
     }
 
-    fn raw(&self, text: Vec<u8>) -> Result<Box<serde_json::value::RawValue>, SpoolError> {
-        let text = String::from_utf8(text).map_err(|err| SpoolError::Corrupt {
-            path: self.current_path(),
-            source: serde::de::Error::custom(err),
-        })?;
-        serde_json::value::RawValue::from_string(text)
-            .map_err(|source| SpoolError::Corrupt { path: self.current_path(), source })
+    /// [`SpoolReader::next_checked`] for a line already on disk, without waiting: `None`
+    /// when there is none (yet).
+    fn more_checked<T>(
+        &mut self,
+        mut check: impl FnMut(&[u8]) -> Result<T, serde_json::Error>,
+    ) -> Result<Option<T>, SpoolError> {
+        while let Some((seq, line)) = self.read_next()? {
+            match check(&line) {
+                Ok(made) => {
+                    self.cursor = seq;
+                    return Ok(Some(made));
+                }
+                Err(err) => self.skip_damaged(&err),
+            }
+        }
+        Ok(None)
     }
 
     fn current_path(&self) -> PathBuf {
@@ -884,12 +918,8 @@ impl<E: Entry> SpoolReader<E> {
             let (first_seq, path, reader) = self.file.as_mut().expect("UNWRAP: opened above");
             let read = reader.read_until(b'\n', &mut self.partial).map_err(io_err(path))?;
             if self.partial.last() == Some(&b'\n') {
-                #[derive(serde::Deserialize)]
-                struct SeqOnly {
-                    seq: u64,
-                }
-                let seq = match serde_json::from_slice::<SeqOnly>(&self.partial) {
-                    Ok(SeqOnly { seq }) => seq,
+                let seq = match line_seq(&self.partial) {
+                    Ok(seq) => seq,
                     Err(err) => {
                         self.partial.clear();
                         self.skip_damaged(&err);
@@ -933,6 +963,29 @@ impl<E: Entry> SpoolReader<E> {
             }
         }
     }
+}
+
+/// The seq of a spool line. Every writer puts it first (`{"seq":N,…`), so it is read from
+/// there without going through the rest; a line that starts otherwise is parsed for it.
+/// The line's JSON is checked by whoever reads the entry (each reader skips a line that is
+/// not JSON, as damaged).
+fn line_seq(line: &[u8]) -> Result<u64, serde_json::Error> {
+    if let Some(rest) = line.strip_prefix(b"{\"seq\":") {
+        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        let after = rest.get(digits).copied();
+        let leading_zero = digits > 1 && rest[0] == b'0';
+        if digits > 0 && !leading_zero && matches!(after, Some(b',' | b'}')) {
+            let text = std::str::from_utf8(&rest[..digits]).expect("UNWRAP: ASCII digits");
+            if let Ok(seq) = text.parse() {
+                return Ok(seq);
+            }
+        }
+    }
+    #[derive(serde::Deserialize)]
+    struct SeqOnly {
+        seq: u64,
+    }
+    serde_json::from_slice::<SeqOnly>(line).map(|SeqOnly { seq }| seq)
 }
 
 #[cfg(test)]

@@ -463,3 +463,64 @@ async fn a_marked_spool_never_numbers_below_what_it_issued() {
     let mut reader = spool.reader(3).unwrap();
     assert_eq!(next(&mut reader).await.seq, 10);
 }
+
+/// A whole line that is damaged after a sound start (`{"seq":11,…` then garbage, as a torn
+/// write leaves it once a newline follows) is skipped by every kind of read, and the real
+/// entry 11 the next writer appends after it is read, not taken for one already seen.
+#[tokio::test]
+async fn a_damaged_line_that_names_a_seq_does_not_hide_the_entry_written_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let spool: Spool = Spool::create(dir.path(), DEFAULT_SEGMENT_BYTES).unwrap();
+        for n in 1..=10 {
+            spool.append(stderr(n)).unwrap();
+        }
+    }
+    let segment = active_segment(dir.path());
+    let mut file = std::fs::OpenOptions::new().append(true).open(&segment).unwrap();
+    std::io::Write::write_all(&mut file, b"{\"seq\":11,\"at\":1,\"ki\x00\x00\x00\n").unwrap();
+    drop(file);
+    let spool = Arc::new(Spool::open(dir.path(), DEFAULT_SEGMENT_BYTES).unwrap());
+    assert_eq!(spool.append(stderr(11)).unwrap(), 11);
+    spool.append(stderr(12)).unwrap();
+
+    let mut one_by_one = spool.reader(9).unwrap();
+    let seqs: Vec<u64> = [
+        next(&mut one_by_one).await.seq,
+        next(&mut one_by_one).await.seq,
+        next(&mut one_by_one).await.seq,
+    ]
+    .into();
+    assert_eq!(seqs, [10, 11, 12]);
+    assert_eq!(one_by_one.take_damaged().len(), 1);
+
+    let mut batched = spool.reader(9).unwrap();
+    let seqs: Vec<u64> = batched.next_batch(10).await.unwrap().iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, [10, 11, 12]);
+    assert_eq!(batched.take_damaged().len(), 1);
+
+    let mut raw = spool.reader(9).unwrap();
+    let text = raw.next_raw_batch(10, usize::MAX).await.unwrap();
+    let events: Vec<Event> = serde_json::from_str(text.get()).unwrap();
+    let read: Vec<(u64, String)> = events.iter().map(|e| (e.seq, line_of(e))).collect();
+    let wanted: Vec<(u64, String)> = (10..=12).map(|n| (n, format!("line {n}"))).collect();
+    assert_eq!(read, wanted);
+    assert_eq!(raw.take_damaged().len(), 1);
+
+    let mut single_raw = spool.reader(10).unwrap();
+    let event: Event = serde_json::from_str(single_raw.next_raw().await.unwrap().get()).unwrap();
+    assert_eq!((event.seq, line_of(&event)), (11, "line 11".to_owned()));
+}
+
+#[test]
+fn a_line_seq_is_read_from_its_start_or_else_by_parsing() {
+    assert_eq!(line_seq(br#"{"seq":42,"at":1,"kind":"x"}"#).unwrap(), 42);
+    assert_eq!(line_seq(br#"{"seq":7}"#).unwrap(), 7);
+    // Written otherwise (another order, white space, a leading zero): parsed.
+    assert_eq!(line_seq(br#"{"at":1,"seq":42}"#).unwrap(), 42);
+    assert_eq!(line_seq(br#"{ "seq": 42 }"#).unwrap(), 42);
+    assert!(line_seq(br#"{"seq":042,"at":1}"#).is_err());
+    assert!(line_seq(br#"{"seq":-1,"at":1}"#).is_err());
+    assert!(line_seq(br#"{"seq":99999999999999999999,"at":1}"#).is_err());
+    assert!(line_seq(b"garbage").is_err());
+}
