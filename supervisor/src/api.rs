@@ -316,8 +316,15 @@ impl ApiServer for Methods {
         let Some((sink, reader)) = self.accept(pending, session_id, after_seq).await? else {
             return Ok(());
         };
-        stream_spool_batches(sink, reader, protocol::api::MAX_BATCH_EVENTS, |event| event.to_wire())
-            .await
+        let max = protocol::api::MAX_BATCH_EVENTS;
+        stream_spool_batches(
+            sink,
+            reader,
+            max,
+            crate::events::SessionEvent::wire_from_line,
+            |event| event.to_wire(),
+        )
+        .await
     }
 
     async fn session_event_window(

@@ -70,3 +70,131 @@ impl SessionEvent {
         protocol::api::SessionEvent { seq: self.seq, at: self.at, kind: self.kind.clone() }
     }
 }
+
+/// A log line of the kinds a stream is made of (agent message and thought chunks, most of
+/// every stream), read without building the event: its marks, and the kind's members
+/// borrowed from the text. Any other line, or one with a member this does not know, is
+/// `None` and takes the general path ([`SessionEvent::to_wire`]).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChunkLine<'a> {
+    seq: u64,
+    at: u64,
+    #[serde(default)]
+    #[allow(dead_code, reason = "the log's own mark: read to be known, never sent")]
+    agent_seq: Option<u64>,
+    #[serde(default)]
+    #[allow(dead_code, reason = "the log's own mark: read to be known, never sent")]
+    generation: Option<i64>,
+    #[serde(default)]
+    #[allow(dead_code, reason = "the log's own mark: read to be known, never sent")]
+    batch_last: Option<u64>,
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    text: &'a serde_json::value::RawValue,
+    #[serde(default, borrow)]
+    message_id: Option<&'a serde_json::value::RawValue>,
+}
+
+/// The wire form of a [`ChunkLine`]: the same members in the order the general path writes
+/// them, the text copied as it was written.
+#[derive(Serialize)]
+struct ChunkWire<'a> {
+    seq: u64,
+    at: u64,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    text: &'a serde_json::value::RawValue,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message_id: Option<&'a serde_json::value::RawValue>,
+}
+
+impl SessionEvent {
+    /// The event a log line holds as subscribers get it, straight from the line's text when
+    /// it is a chunk (a stream's relay then never builds the event); `None` for every
+    /// other line, which [`SessionEvent::to_wire`] makes instead. The same JSON either
+    /// way (tested).
+    pub fn wire_from_line(line: &[u8]) -> Option<Box<serde_json::value::RawValue>> {
+        let chunk: ChunkLine = serde_json::from_slice(line).ok()?;
+        let known = matches!(&*chunk.kind, "agent_message_chunk" | "agent_thought_chunk");
+        // Strings only, as the general path reads them (a `null` id is absent there too).
+        let string = |raw: &serde_json::value::RawValue| raw.get().starts_with('"');
+        if !known || !string(chunk.text) || !chunk.message_id.is_none_or(string) {
+            return None;
+        }
+        let wire = ChunkWire {
+            seq: chunk.seq,
+            at: chunk.at,
+            kind: &chunk.kind,
+            text: chunk.text,
+            message_id: chunk.message_id,
+        };
+        serde_json::value::to_raw_value(&wire).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::api::{EventKind, SessionState};
+
+    fn logged(kind: EventKind, marks: bool) -> (SessionEvent, Vec<u8>) {
+        let event = SessionEvent {
+            seq: 41,
+            at: 1_795_770_525_644,
+            agent_seq: marks.then_some(273_605),
+            generation: marks.then_some(-2),
+            batch_last: marks.then_some(43),
+            kind,
+        };
+        let line = serde_json::to_vec(&event).unwrap();
+        (event, line)
+    }
+
+    #[test]
+    fn a_chunk_line_goes_out_as_the_general_path_writes_its_event() {
+        let texts = ["chunk 1 ", "a \"quoted\"\n\ttab \u{e9} \u{1f600} \\ \u{1} end", ""];
+        for text in texts {
+            for message_id in [None, Some("m\"1".to_owned())] {
+                for marks in [true, false] {
+                    let kinds = [
+                        EventKind::AgentMessageChunk {
+                            text: text.to_owned(),
+                            message_id: message_id.clone(),
+                        },
+                        EventKind::AgentThoughtChunk {
+                            text: text.to_owned(),
+                            message_id: message_id.clone(),
+                        },
+                    ];
+                    for kind in kinds {
+                        let (event, line) = logged(kind, marks);
+                        let fast = SessionEvent::wire_from_line(&line).expect("a chunk line");
+                        let general = serde_json::to_string(&event.to_wire()).unwrap();
+                        assert_eq!(fast.get(), general);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn other_lines_take_the_general_path() {
+        let (_, state) =
+            logged(EventKind::State { state: SessionState::WaitingForInput, error: None }, true);
+        assert!(SessionEvent::wire_from_line(&state).is_none());
+        // A member the fast path does not know, a text that is not a string, a damaged line.
+        let unknown = br#"{"seq":1,"at":2,"type":"agent_message_chunk","text":"t","extra":1}"#;
+        let number = br#"{"seq":1,"at":2,"type":"agent_message_chunk","text":5}"#;
+        let id = br#"{"seq":1,"at":2,"type":"agent_message_chunk","text":"t","message_id":[]}"#;
+        for line in [&unknown[..], number, id, b"{\"seq\":1,\"at\":2,\"ty"] {
+            assert!(SessionEvent::wire_from_line(line).is_none(), "{}", line.escape_ascii());
+        }
+        // A null id is an absent one, as the general path reads it.
+        let null = br#"{"seq":1,"at":2,"type":"agent_message_chunk","text":"t","message_id":null}"#;
+        let fast = SessionEvent::wire_from_line(null).expect("a chunk line");
+        let event: SessionEvent = serde_json::from_slice(null).unwrap();
+        assert_eq!(fast.get(), serde_json::to_string(&event.to_wire()).unwrap());
+    }
+}

@@ -1,6 +1,8 @@
 //! Session subscriptions: a session's event log, read from any seq, sent to a client as
 //! it grows.
 
+use serde_json::value::RawValue;
+
 /// Sends every entry of `reader` on `sink`, as `wire` makes it, until the client goes
 /// away: a session subscription (whose log records keep marks of their own that
 /// subscribers do not get).
@@ -25,20 +27,27 @@ pub(super) async fn stream_spool<E: agentctl::spool::Entry, W: serde::Serialize>
 }
 
 /// [`stream_spool`] in batches: each notification an array of the entries that were ready
-/// at once (up to `max`), as `wire` makes them.
+/// at once (up to `max`), as `fast` makes them from a line's text when it can (a stream's
+/// chunks), else as `wire` makes them from the parsed entry.
 pub(super) async fn stream_spool_batches<E: agentctl::spool::Entry, W: serde::Serialize>(
     sink: jsonrpsee::SubscriptionSink,
     mut reader: agentctl::spool::SpoolReader<E>,
     max: usize,
+    fast: impl Fn(&[u8]) -> Option<Box<RawValue>>,
     wire: impl Fn(E) -> W,
 ) -> Result<(), jsonrpsee::core::SubscriptionError> {
+    // An entry the general path cannot write out is refused like a read error.
+    let slow = |entry: E| serde_json::value::to_raw_value(&wire(entry));
     loop {
         let entries = tokio::select! {
             biased;
             _ = sink.closed() => return Ok(()),
-            entries = reader.next_batch(max) => entries.map_err(|err| err.to_string())?,
+            entries = reader.next_batch_with(max, |line| fast(line).map(Ok), slow) =>
+                entries.map_err(|err| err.to_string())?,
         };
-        let batch: Vec<W> = entries.into_iter().map(&wire).collect();
+        let batch =
+            entries.into_iter().collect::<Result<Vec<_>, _>>().map_err(|err| err.to_string())?;
+        // The entries are JSON already: the array is their text, joined.
         let message = serde_json::value::to_raw_value(&batch).map_err(|err| err.to_string())?;
         if sink.send(message).await.is_err() {
             return Ok(());
