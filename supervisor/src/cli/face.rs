@@ -17,6 +17,7 @@
 
 mod config;
 
+use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -178,8 +179,22 @@ impl Face {
         let _ = self.out.send(message.to_string());
     }
 
-    /// A text chunk's `session/update`, written straight (the stream's bulk: no JSON tree).
-    fn chunk(&self, session: &str, kind: &str, text: &str, message_id: Option<&str>) {
+    /// Sends the chunk lines `follow` gathered (one message for the writer, lines joined).
+    fn send_chunks(&self, pending: &mut String) {
+        if !pending.is_empty() {
+            let _ = self.out.send(std::mem::take(pending));
+        }
+    }
+
+    /// A text chunk's `session/update`, written straight (the stream's bulk: no JSON tree),
+    /// added to `pending` on a line of its own.
+    fn chunk(
+        pending: &mut String,
+        session: &str,
+        kind: &str,
+        text: &str,
+        message_id: Option<&str>,
+    ) {
         let text = serde_json::to_string(text).expect("UNWRAP: a string serializes");
         let session = serde_json::to_string(session).expect("UNWRAP: a string serializes");
         let id = match message_id {
@@ -188,9 +203,13 @@ impl Face {
             }
             None => String::new(),
         };
-        let _ = self.out.send(format!(
+        if !pending.is_empty() {
+            pending.push('\n');
+        }
+        let _ = write!(
+            pending,
             r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":{session},"update":{{"sessionUpdate":"{kind}","content":{{"type":"text","text":{text}}}{id}}}}}}}"#
-        ));
+        );
     }
 
     fn notify(&self, method: &str, params: Value) {
@@ -636,11 +655,26 @@ impl Face {
             }
         };
         events.follow_restarts();
+        // A stream's chunks, gathered while the feed has more at hand: the writer gets them
+        // as one message (and the client one write), sent before anything else goes out.
+        let mut pending = String::new();
         loop {
+            if !events.has_queued() || pending.len() >= WRITE_BATCH {
+                self.send_chunks(&mut pending);
+            }
             let next = tokio::select! {
-                () = stop.cancelled() => return,
+                () = stop.cancelled() => return self.send_chunks(&mut pending),
                 next = events.next() => next,
             };
+            if !matches!(
+                next,
+                Ok(SessionEvent {
+                    kind: EventKind::AgentMessageChunk { .. } | EventKind::AgentThoughtChunk { .. },
+                    ..
+                })
+            ) {
+                self.send_chunks(&mut pending);
+            }
             let event = match next {
                 Ok(event) => event,
                 Err(failure) => {
@@ -672,10 +706,12 @@ impl Face {
                     }
                 }
                 EventKind::AgentMessageChunk { text, message_id } => {
-                    self.chunk(&session, "agent_message_chunk", &text, message_id.as_deref())
+                    let id = message_id.as_deref();
+                    Face::chunk(&mut pending, &session, "agent_message_chunk", &text, id)
                 }
                 EventKind::AgentThoughtChunk { text, message_id } => {
-                    self.chunk(&session, "agent_thought_chunk", &text, message_id.as_deref())
+                    let id = message_id.as_deref();
+                    Face::chunk(&mut pending, &session, "agent_thought_chunk", &text, id)
                 }
                 EventKind::ToolCall { update: raw }
                 | EventKind::ToolCallUpdate { update: raw }

@@ -167,6 +167,11 @@ impl<'a> Feed<'a> {
         self.cursor() >= self.last_seq()
     }
 
+    /// Events received and not yet taken: [`Feed::next`] answers at once.
+    pub(super) fn has_queued(&self) -> bool {
+        self.events.has_queued()
+    }
+
     pub(super) async fn next(&mut self) -> Result<SessionEvent, Failure> {
         let event = self.events.next().await?;
         self.events.source_mut().empty_resubscribes = 0;
