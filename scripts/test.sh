@@ -21,6 +21,10 @@ trap stop_engines EXIT
 
 echo "test: building workspace binaries"
 cargo build --quiet --workspace --bins
+# The official ACP SDK's client (a package outside the workspace: it pins an older ACP schema
+# crate than Tether's), sharing the target dir.
+echo "test: building the SDK client (tests/sdk-baseline)"
+CARGO_TARGET_DIR="$PWD/target" cargo build --quiet --manifest-path tests/sdk-baseline/Cargo.toml
 echo "test: building static binaries for container images"
 static_dir=$(scripts/build-static.sh)
 export TETHER_STATIC_MOCK_AGENT="$static_dir/mock-agent"

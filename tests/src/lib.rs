@@ -10,6 +10,7 @@ pub mod face;
 pub mod model_server;
 pub mod real_agents;
 pub mod schema;
+pub mod sdk;
 pub mod sidecar;
 pub mod ssh;
 

@@ -2,137 +2,39 @@
 //! client drives an agent: the turn, its updates, a permission answered through the
 //! daemon, and a cancel.
 
-use std::sync::Arc;
-
-use agent_client_protocol::schema::ProtocolVersion;
-use agent_client_protocol::v1::ConnectionTo;
-use agent_client_protocol::v1::schema::{
-    CancelNotification, CloseSessionRequest, ContentBlock, InitializeRequest, ListSessionsRequest,
-    LoadSessionRequest, McpServer, McpServerStdio, NewSessionRequest, PermissionOptionKind,
-    PromptRequest, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
-    SelectedPermissionOutcome, SessionNotification, SessionUpdate, StopReason, TextContent,
-};
-use agent_client_protocol::{AcpAgent, AcpAgentConfig, Agent};
 use protocol::api::ApiClient;
 use protocol::api::{EventKind, TurnState};
 use protocol::errors::ErrorKind;
 use serde_json::{Value, json};
 use tether_tests::daemon::{Create, Daemon, ok, refused, until};
 use tether_tests::face::RawFace;
+use tether_tests::sdk::{SdkClient, prompt};
 use tether_tests::{within, workspace_bin};
-use tokio::sync::watch;
 
-/// What the client saw: `agent: …` chunks, `tool: …` calls, `permission: …` questions.
-type Seen = watch::Sender<Vec<String>>;
-
-async fn through_the_face(
-    url: &str,
-    seen: Arc<Seen>,
-    body: impl AsyncFnOnce(ConnectionTo<Agent>) -> Result<(), agent_client_protocol::Error>,
-) -> Result<(), agent_client_protocol::Error> {
-    let face = AcpAgent::from_args([
-        workspace_bin("supervisor").to_str().unwrap(),
-        "--url",
-        url,
-        "acp",
-        "--agent",
-        "mock",
-    ])?;
-    let asked = Arc::clone(&seen);
-    agent_client_protocol::Client
-        .v1()
-        .name("face-test")
-        .on_receive_notification(
-            async move |notification: SessionNotification, _cx| {
-                let line = match notification.update {
-                    SessionUpdate::UserMessageChunk(chunk) => match chunk.content {
-                        ContentBlock::Text(text) => Some(format!("user: {}", text.text)),
-                        _ => None,
-                    },
-                    SessionUpdate::AgentMessageChunk(chunk) => match chunk.content {
-                        ContentBlock::Text(text) => Some(format!("agent: {}", text.text)),
-                        _ => None,
-                    },
-                    SessionUpdate::ToolCall(call) => Some(format!("tool: {}", call.title)),
-                    _ => None,
-                };
-                if let Some(line) = line {
-                    seen.send_modify(|all| all.push(line));
-                }
-                Ok(())
-            },
-            agent_client_protocol::on_receive_notification!(),
-        )
-        .on_receive_request(
-            async move |request: RequestPermissionRequest, responder, _cx| {
-                let allow = request
-                    .options
-                    .iter()
-                    .find(|option| option.kind == PermissionOptionKind::AllowOnce)
-                    .expect("the agent offers allow_once");
-                asked.send_modify(|all| {
-                    all.push(format!("permission: {}", request.session_id.0));
-                });
-                responder.respond(RequestPermissionResponse::new(
-                    RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(
-                        allow.option_id.clone(),
-                    )),
-                ))
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .connect_with(face, body)
-        .await
-}
-
-fn text(text: &str) -> Vec<ContentBlock> {
-    vec![ContentBlock::Text(TextContent::new(text))]
+fn tools(seen: &[String]) -> usize {
+    seen.iter().filter(|line| line.starts_with("tool: ")).count()
 }
 
 #[tokio::test]
 async fn r33_an_acp_client_runs_a_turn_with_a_permission_and_a_cancel_through_the_face() {
     let daemon = Daemon::start(&[]).await;
     let workspace = daemon.workspace("face");
-    let seen = Arc::new(watch::channel(Vec::new()).0);
-    let mut seen_rx = seen.subscribe();
-    let (session_tx, session_rx) = tokio::sync::oneshot::channel();
-    within(
-        "the ACP client's session through the face",
-        through_the_face(&daemon.url, Arc::clone(&seen), async move |cx: ConnectionTo<Agent>| {
-            let init =
-                cx.send_request(InitializeRequest::new(ProtocolVersion::V1)).block_task().await?;
-            assert_eq!(init.agent_info.as_ref().map(|info| info.name.as_str()), Some("tether"));
-            let probe = McpServer::Stdio(McpServerStdio::new("probe", "/bin/true"));
-            let new = NewSessionRequest::new(workspace).mcp_servers(vec![probe]);
-            let session = cx.send_request(new).block_task().await?;
-            let id = session.session_id.clone();
-            let answer = cx
-                .send_request(PromptRequest::new(id.clone(), text("/permission\nhello face")))
-                .block_task()
-                .await?;
-            assert_eq!(answer.stop_reason, StopReason::EndTurn);
-            // A slow turn, cancelled once it has begun to answer.
-            let slow = cx.send_request(PromptRequest::new(
-                id.clone(),
-                text("/tool\n/sleep 60000\nnever said"),
-            ));
-            let (answer, cancelled) = tokio::join!(slow.block_task(), async {
-                seen_rx
-                    .wait_for(|seen| seen.iter().filter(|l| l.starts_with("tool: ")).count() == 2)
-                    .await
-                    .expect("the client is alive");
-                cx.send_notification(CancelNotification::new(id.clone()))
-            });
-            cancelled?;
-            assert_eq!(answer?.stop_reason, StopReason::Cancelled);
-            let _ = session_tx.send(id.0.to_string());
-            Ok(())
-        }),
-    )
-    .await
-    .expect("the client's session runs to completion");
-    let session = session_rx.await.expect("the session id was sent");
-    let seen = seen.borrow().clone();
+    let mut client = SdkClient::face(&daemon.url, &["--agent", "mock"]);
+    let init = client.call("initialize", json!({"protocolVersion": 1})).await.unwrap();
+    assert_eq!(init["agentInfo"]["name"], "tether", "{init}");
+    let probe = json!({"name": "probe", "command": "/bin/true", "args": [], "env": []});
+    let new = json!({"cwd": workspace, "mcpServers": [probe]});
+    let session = client.call("session/new", new).await.unwrap();
+    let session = session["sessionId"].as_str().expect("a session id").to_owned();
+    let answer = client.call("session/prompt", prompt(&session, "/permission\nhello face")).await;
+    assert_eq!(answer.unwrap()["stopReason"], "end_turn");
+    // A slow turn, cancelled once it has begun to answer.
+    let slow =
+        client.start("session/prompt", prompt(&session, "/tool\n/sleep 60000\nnever said")).await;
+    client.saw("the slow turn's tool call", |seen| tools(seen) == 2).await;
+    client.cancel(&session).await;
+    assert_eq!(slow.answer().await.unwrap()["stopReason"], "cancelled");
+    let seen = client.close().await;
     assert!(seen.contains(&format!("permission: {session}")), "{seen:?}");
     assert!(seen.iter().any(|line| line.starts_with("tool: ")), "{seen:?}");
     assert!(seen.iter().any(|line| line.contains("hello face")), "{seen:?}");
@@ -183,44 +85,22 @@ async fn r33_a_daemon_killed_mid_turn_is_invisible_to_the_acp_client() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let listen = format!("127.0.0.1:{port}");
     let mut daemon = Daemon::start(&["--listen", &listen]).await;
-    let url = daemon.url.clone();
     let workspace = daemon.workspace("face-restart");
-    let seen = Arc::new(watch::channel(Vec::new()).0);
-    let mut seen_rx = seen.subscribe();
-    let restarted = &mut daemon;
-    within(
-        "the ACP client's turn across a daemon restart",
-        through_the_face(&url, Arc::clone(&seen), async move |cx: ConnectionTo<Agent>| {
-            cx.send_request(InitializeRequest::new(ProtocolVersion::V1)).block_task().await?;
-            let session = cx.send_request(NewSessionRequest::new(workspace)).block_task().await?;
-            let id = session.session_id.clone();
-            let turn = cx.send_request(PromptRequest::new(
-                id.clone(),
-                text("/tool\n/sleep 1500\n/stream 6\nsaid after the restart"),
-            ));
-            let (answer, ()) = tokio::join!(turn.block_task(), async {
-                seen_rx
-                    .wait_for(|seen| seen.iter().any(|line| line.starts_with("tool: ")))
-                    .await
-                    .expect("the client is alive");
-                restarted.kill().await;
-                restarted.restart().await;
-            });
-            assert_eq!(answer?.stop_reason, StopReason::EndTurn);
-            // The session goes on after the restart as before it.
-            let again = cx
-                .send_request(PromptRequest::new(id.clone(), text("and once more")))
-                .block_task()
-                .await?;
-            assert_eq!(again.stop_reason, StopReason::EndTurn);
-            Ok(())
-        }),
-    )
-    .await
-    .expect("the client's session runs to completion");
-    let seen = seen.borrow().clone();
-    let tools = seen.iter().filter(|line| line.starts_with("tool: ")).count();
-    assert_eq!(tools, 1, "each update once: {seen:?}");
+    let mut client = SdkClient::face(&daemon.url, &["--agent", "mock"]);
+    client.call("initialize", json!({"protocolVersion": 1})).await.unwrap();
+    let new = client.call("session/new", json!({"cwd": workspace, "mcpServers": []})).await;
+    let session = new.unwrap()["sessionId"].as_str().expect("a session id").to_owned();
+    let text = "/tool\n/sleep 1500\n/stream 6\nsaid after the restart";
+    let turn = client.start("session/prompt", prompt(&session, text)).await;
+    client.saw("the turn's tool call", |seen| tools(seen) == 1).await;
+    daemon.kill().await;
+    daemon.restart().await;
+    assert_eq!(turn.answer().await.unwrap()["stopReason"], "end_turn");
+    // The session goes on after the restart as before it.
+    let again = client.call("session/prompt", prompt(&session, "and once more")).await;
+    assert_eq!(again.unwrap()["stopReason"], "end_turn");
+    let seen = client.close().await;
+    assert_eq!(tools(&seen), 1, "each update once: {seen:?}");
     // The streamed reply arrives whole and once: its chunks, joined, are the reply.
     let reply: String =
         seen.iter().filter_map(|line| line.strip_prefix("agent: ")).collect::<Vec<_>>().concat();
@@ -236,62 +116,34 @@ async fn r33_a_daemon_killed_mid_turn_is_invisible_to_the_acp_client() {
 async fn r33_a_new_client_lists_loads_and_continues_a_session_an_earlier_one_opened() {
     let daemon = Daemon::start(&[]).await;
     let workspace = daemon.workspace("face-load");
-    let (session_tx, session_rx) = tokio::sync::oneshot::channel();
-    let first = workspace.clone();
-    within(
-        "the first client",
-        through_the_face(&daemon.url, Arc::new(watch::channel(Vec::new()).0), async move |cx| {
-            cx.send_request(InitializeRequest::new(ProtocolVersion::V1)).block_task().await?;
-            let session = cx.send_request(NewSessionRequest::new(first)).block_task().await?;
-            cx.send_request(PromptRequest::new(
-                session.session_id.clone(),
-                text("the secret is 42"),
-            ))
-            .block_task()
-            .await?;
-            let _ = session_tx.send(session.session_id);
-            Ok(())
-        }),
-    )
-    .await
-    .expect("the first client runs to completion");
-    let id = session_rx.await.expect("the session id was sent");
+    let mut first = SdkClient::face(&daemon.url, &["--agent", "mock"]);
+    first.call("initialize", json!({"protocolVersion": 1})).await.unwrap();
+    let new = first.call("session/new", json!({"cwd": workspace, "mcpServers": []})).await;
+    let id = new.unwrap()["sessionId"].as_str().expect("a session id").to_owned();
+    first.call("session/prompt", prompt(&id, "the secret is 42")).await.unwrap();
+    first.close().await;
     // Another session elsewhere is not listed for this workspace.
     let api = daemon.api().await;
     api.ready_session("mock", &daemon.workspace("elsewhere")).await;
 
-    let seen = Arc::new(watch::channel(Vec::new()).0);
-    let listed_id = id.clone();
-    within(
-        "the second client",
-        through_the_face(&daemon.url, Arc::clone(&seen), async move |cx| {
-            let init =
-                cx.send_request(InitializeRequest::new(ProtocolVersion::V1)).block_task().await?;
-            assert!(init.agent_capabilities.load_session);
-            let caps = &init.agent_capabilities.session_capabilities;
-            assert!(caps.list.is_some() && caps.resume.is_some() && caps.close.is_some());
-            let listed = cx
-                .send_request(ListSessionsRequest::new().cwd(workspace.clone()))
-                .block_task()
-                .await?;
-            let ids: Vec<_> = listed.sessions.iter().map(|info| info.session_id.clone()).collect();
-            assert_eq!(ids, std::slice::from_ref(&listed_id), "{listed:?}");
-            assert!(listed.sessions[0].updated_at.is_some());
-            cx.send_request(LoadSessionRequest::new(listed_id.clone(), workspace))
-                .block_task()
-                .await?;
-            let answer = cx
-                .send_request(PromptRequest::new(listed_id.clone(), text("/recall")))
-                .block_task()
-                .await?;
-            assert_eq!(answer.stop_reason, StopReason::EndTurn);
-            cx.send_request(CloseSessionRequest::new(listed_id)).block_task().await?;
-            Ok(())
-        }),
-    )
-    .await
-    .expect("the second client runs to completion");
-    let seen = seen.borrow().clone();
+    let mut second = SdkClient::face(&daemon.url, &["--agent", "mock"]);
+    let init = second.call("initialize", json!({"protocolVersion": 1})).await.unwrap();
+    assert_eq!(init["agentCapabilities"]["loadSession"], true, "{init}");
+    let caps = &init["agentCapabilities"]["sessionCapabilities"];
+    for capability in ["list", "resume", "close"] {
+        assert!(caps[capability].is_object(), "{capability}: {init}");
+    }
+    let listed = second.call("session/list", json!({"cwd": workspace})).await.unwrap();
+    let ids: Vec<&Value> =
+        listed["sessions"].as_array().unwrap().iter().map(|s| &s["sessionId"]).collect();
+    assert_eq!(ids, [&json!(id)], "{listed}");
+    assert!(listed["sessions"][0]["updatedAt"].is_string(), "{listed}");
+    let load = json!({"sessionId": id, "cwd": workspace, "mcpServers": []});
+    second.call("session/load", load).await.unwrap();
+    let answer = second.call("session/prompt", prompt(&id, "/recall")).await.unwrap();
+    assert_eq!(answer["stopReason"], "end_turn");
+    second.call("session/close", json!({"sessionId": id})).await.unwrap();
+    let seen = second.close().await;
     // The load replayed the conversation from Tether's history, then the agent (brought back
     // by the prompt) still knew it.
     assert_eq!(seen[0], "user: the secret is 42", "{seen:?}");
@@ -303,7 +155,7 @@ async fn r33_a_new_client_lists_loads_and_continues_a_session_an_earlier_one_ope
         "{seen:?}"
     );
     // Closed: the agent is let go, the session kept (paused), not ended.
-    let status = api.status(id.0.as_ref()).await;
+    let status = api.status(&id).await;
     assert_eq!(status.state, protocol::api::SessionState::Paused, "{status:?}");
     assert!(!status.is_agent_running);
 }
@@ -343,34 +195,18 @@ async fn r33_the_face_starts_a_daemon_when_none_runs_and_the_session_outlives_th
     let workspace = root.path().join("project");
     std::fs::create_dir_all(&workspace).unwrap();
     let started = Started { root, listen, install_id };
-    let face = AcpAgent::new(
-        AcpAgentConfig::new(workspace_bin("supervisor"))
-            .args(["--url", url.as_str(), "acp", "--agent", "mock"])
-            .env("TETHER_HOME", data.to_str().unwrap())
-            .env("HOME", started.root.path().to_str().unwrap()),
+    let home = started.root.path().to_str().unwrap();
+    let mut client = SdkClient::spawn(
+        &workspace_bin("supervisor"),
+        &["--url", url.as_str(), "acp", "--agent", "mock"],
+        &[("TETHER_HOME", data.to_str().unwrap()), ("HOME", home)],
     );
-    let (session_tx, session_rx) = tokio::sync::oneshot::channel();
-    let cwd = workspace.clone();
-    within(
-        "a client of a face with no daemon yet",
-        agent_client_protocol::Client.v1().name("face-test").connect_with(
-            face,
-            async move |cx: ConnectionTo<Agent>| {
-                cx.send_request(InitializeRequest::new(ProtocolVersion::V1)).block_task().await?;
-                let session = cx.send_request(NewSessionRequest::new(cwd)).block_task().await?;
-                let answer = cx
-                    .send_request(PromptRequest::new(session.session_id.clone(), text("hello")))
-                    .block_task()
-                    .await?;
-                assert_eq!(answer.stop_reason, StopReason::EndTurn);
-                let _ = session_tx.send(session.session_id.0.to_string());
-                Ok(())
-            },
-        ),
-    )
-    .await
-    .expect("the client's session runs to completion");
-    let session = session_rx.await.expect("the session id was sent");
+    client.call("initialize", json!({"protocolVersion": 1})).await.unwrap();
+    let new = client.call("session/new", json!({"cwd": workspace, "mcpServers": []})).await;
+    let session = new.unwrap()["sessionId"].as_str().expect("a session id").to_owned();
+    let answer = client.call("session/prompt", prompt(&session, "hello")).await.unwrap();
+    assert_eq!(answer["stopReason"], "end_turn");
+    client.close().await;
     // The client and its face are gone; the daemon it started still runs, with the
     // session (its log in the data directory).
     let api = tether_tests::daemon::Api::connect(&url, &[]).await.expect("the daemon runs");
