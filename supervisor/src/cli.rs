@@ -621,7 +621,13 @@ pub fn main(args: Vec<OsString>, self_command: Vec<OsString>) -> i32 {
             return if err.use_stderr() { Exit::Usage } else { Exit::Ok }.code();
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // The daemon serves many clients at once; a client command (the face included) is one
+    // conversation with it, on one thread (no hand-offs between workers for every message).
+    let mut builder = match cli.command {
+        Command::Serve(_) => tokio::runtime::Builder::new_multi_thread(),
+        _ => tokio::runtime::Builder::new_current_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("error: cannot start the runtime: {err}");
