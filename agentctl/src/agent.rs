@@ -615,6 +615,8 @@ impl Relay {
     async fn run(mut self, stdout: ChildStdout) {
         let mut lines = LineReader::new(BufReader::with_capacity(64 * 1024, stdout), self.max_line);
         let mut batch = Vec::new();
+        // Lines spooled since this task last let others run.
+        let mut unyielded = 0;
         loop {
             if *self.held.borrow() {
                 // Held: what was read is spooled, then nothing more until released (lines
@@ -648,7 +650,14 @@ impl Relay {
                 }
             }
             if batch.len() >= RELAY_BATCH || !lines.has_buffered_line() {
+                unyielded += batch.len();
                 append_durably(&self.spool, std::mem::take(&mut batch)).await;
+                // In a flood the control server and the subscribers get their turn once a
+                // subscriber's batch is spooled (agentctl runs on one thread).
+                if unyielded >= protocol::control::MAX_BATCH_EVENTS {
+                    unyielded = 0;
+                    tokio::task::yield_now().await;
+                }
             }
         }
         append_durably(&self.spool, batch).await;

@@ -202,8 +202,7 @@ fn serve(args: ServeArgs, self_command: Vec<std::ffi::OsString>) -> anyhow::Resu
     };
     // Orphaned descendants of the agent come back to us, so a stop can remove them.
     nix::sys::prctl::set_child_subreaper(true).context("cannot become a child subreaper")?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
