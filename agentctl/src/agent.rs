@@ -699,14 +699,19 @@ impl Relay {
                     _ => None,
                 };
                 let answered = match (shape, fs_method) {
-                    (Shape::Request, Some(method)) => {
-                        // An fs request (rare) is taken apart to be served.
-                        let raw: Value =
-                            serde_json::from_str(message.get()).expect("UNWRAP: checked JSON text");
-                        let id: Id = serde_json::from_value(raw["id"].clone())
-                            .expect("UNWRAP: inspect checked the id");
-                        Some(self.serve_fs(id, method, raw.get("params").cloned()).await)
-                    }
+                    // An fs request (rare) is taken apart to be served, by `inspect` (whose
+                    // verdict the relay check shares: its id is one).
+                    (Shape::Request, Some(method)) => match frame::inspect(&bytes) {
+                        Inspected::Valid(_, raw) => {
+                            match serde_json::from_value::<Id>(raw["id"].clone()) {
+                                Ok(id) => Some(
+                                    self.serve_fs(id, method, raw.get("params").cloned()).await,
+                                ),
+                                Err(_) => None,
+                            }
+                        }
+                        Inspected::Invalid(_) | Inspected::Blank => None,
+                    },
                     _ => None,
                 };
                 batch.push(EventKind::Acp { message, answered });

@@ -300,11 +300,41 @@ pub fn inspect_for_relay(bytes: &[u8]) -> Relayed {
     }
 }
 
+/// Whether `bytes` hold none of what JSON's grammar allows but a full parse (a `Value`, as
+/// [`inspect`] makes) refuses and a syntax check lets through: a surrogate escape
+/// (`\uD800`–`\uDFFF`; a lone one is refused), a number beyond `f64` (an exponent, or 300
+/// digits in a row), nesting deeper than serde_json's limit (counted as 100 brackets in all).
+/// Conservative: text inside strings can say no too (`1e5`), which only costs a full parse.
+fn plain(bytes: &[u8]) -> bool {
+    let (mut brackets, mut digits, mut previous) = (0, 0, 0u8);
+    for (at, &byte) in bytes.iter().enumerate() {
+        match byte {
+            b'{' | b'[' => brackets += 1,
+            b'e' | b'E' if previous.is_ascii_digit() => return false,
+            b'u' if previous == b'\\' && matches!(bytes.get(at + 1), Some(b'd' | b'D')) => {
+                return false;
+            }
+            _ => {}
+        }
+        digits = if byte.is_ascii_digit() { digits + 1 } else { 0 };
+        if brackets >= 100 || digits >= 300 {
+            return false;
+        }
+        previous = byte;
+    }
+    true
+}
+
 /// The shape and method of a plainly valid message, read without building its tree; `None`
 /// for anything [`shape`] might judge otherwise (a duplicate member, an unusual id, an
 /// error to check, anything invalid), which [`inspect`] then judges.
 fn probe(bytes: &[u8]) -> Option<(Shape, Option<String>)> {
     use serde_json::value::RawValue;
+    // The probe reads an array as a struct too, and what it skips it checks only for syntax:
+    // what only a full parse refuses goes to `inspect`.
+    if bytes.trim_ascii_start().first() != Some(&b'{') || !plain(bytes) {
+        return None;
+    }
     /// A member that is there, `null` included (`Option` alone reads `null` as absent).
     fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
         <&RawValue>::deserialize(d).map(Some)

@@ -260,9 +260,30 @@ fn the_relay_check_judges_every_line_as_inspect_does() {
         b"   ",
         b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"k\":\"\xff\xfe\"}}",
         b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"skipped\":\"\xff\"}",
+        // What a syntax check passes and a full parse refuses (found in review).
+        br#"["2.0",1,"x"]"#,
+        br#"["2.0","a","x",{}]"#,
+        br#"{"jsonrpc":"2.0","method":"x","params":{"k":"\udc00"}}"#,
+        br#"{"jsonrpc":"2.0","id":1,"result":"\uD800"}"#,
+        br#"{"jsonrpc":"2.0","method":"x","params":{"k":"\ud83d\ude00 a pair"}}"#,
+        br#"{"jsonrpc":"2.0","method":"x","skipped":"\udc00"}"#,
+        br#"{"jsonrpc":"2.0","id":1,"result":-1e999}"#,
+        br#"{"jsonrpc":"2.0","id":1,"result":1E5}"#,
+        br#"{"jsonrpc":"2.0","method":"x","params":{"t":"chunk 1e5"}}"#,
+        br#"{"jsonrpc":"2.0","method":"x","params":{"t":"C:\\users"}}"#,
     ];
     for line in lines {
         agrees_with_inspect(line);
+    }
+    let huge = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{}}}"#, "9".repeat(400));
+    agrees_with_inspect(huge.as_bytes());
+    for depth in [99, 127, 128, 129, 200] {
+        let nested = format!(
+            r#"{{"jsonrpc":"2.0","method":"x","params":{{"k":{}1{}}}}}"#,
+            "[".repeat(depth),
+            "]".repeat(depth)
+        );
+        agrees_with_inspect(nested.as_bytes());
     }
 }
 
