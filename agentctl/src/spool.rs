@@ -930,6 +930,13 @@ impl<E: Entry> SpoolReader<E> {
                 if seq > self.cursor {
                     line.pop();
                     if !self.is_published(seq) {
+                        // Held until its writer publishes it — but only a line that is
+                        // JSON: the seq a damaged one starts with may never be published,
+                        // and the entries after it must not wait for it.
+                        if let Err(err) = serde_json::from_slice::<serde::de::IgnoredAny>(&line) {
+                            self.skip_damaged(&err);
+                            continue;
+                        }
                         self.held = Some((seq, line));
                         return Ok(None);
                     }

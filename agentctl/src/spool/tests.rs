@@ -524,3 +524,30 @@ fn a_line_seq_is_read_from_its_start_or_else_by_parsing() {
     assert!(line_seq(br#"{"seq":99999999999999999999,"at":1}"#).is_err());
     assert!(line_seq(b"garbage").is_err());
 }
+
+/// Found in review: a damaged line whose seq is not published (yet, or ever) is skipped at
+/// once, not held back waiting for its seq: the entries written after it are read.
+#[tokio::test]
+async fn a_damaged_line_naming_an_unpublished_seq_does_not_hold_up_the_entries_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let spool: Spool = Spool::create(dir.path(), DEFAULT_SEGMENT_BYTES).unwrap();
+        for n in 1..=10 {
+            spool.append(stderr(n)).unwrap();
+        }
+    }
+    let segment = active_segment(dir.path());
+    let mut file = std::fs::OpenOptions::new().append(true).open(&segment).unwrap();
+    let damage = b"{\"seq\":1000,\"at\":1,\"ki\x00\n{\"seq\":12,\"at\":1,\"ki\x00\n";
+    std::io::Write::write_all(&mut file, damage).unwrap();
+    drop(file);
+    let spool = Arc::new(Spool::open(dir.path(), DEFAULT_SEGMENT_BYTES).unwrap());
+    assert_eq!(spool.append(stderr(11)).unwrap(), 11);
+    let mut reader = spool.reader(10).unwrap();
+    let event = next(&mut reader).await;
+    assert_eq!((event.seq, line_of(&event)), (11, "line 11".to_owned()));
+    assert_eq!(reader.take_damaged().len(), 2, "both damaged lines are said");
+    spool.append(stderr(12)).unwrap();
+    let event = next(&mut reader).await;
+    assert_eq!((event.seq, line_of(&event)), (12, "line 12".to_owned()));
+}
