@@ -118,8 +118,17 @@ impl SessionEvent {
     pub fn wire_from_line(line: &[u8]) -> Option<Box<serde_json::value::RawValue>> {
         let chunk: ChunkLine = serde_json::from_slice(line).ok()?;
         let known = matches!(&*chunk.kind, "agent_message_chunk" | "agent_thought_chunk");
-        // Strings only, as the general path reads them (a `null` id is absent there too).
-        let string = |raw: &serde_json::value::RawValue| raw.get().starts_with('"');
+        // Strings only, as the general path reads them (a `null` id is absent there too),
+        // escaped as serde_json writes them, so the text going out is the general path's
+        // (`\u` escapes — control characters, surrogates — and `\/` take that path).
+        let string = |raw: &serde_json::value::RawValue| {
+            let mut bytes = raw.get().bytes();
+            bytes.next() == Some(b'"')
+                && std::iter::from_fn(|| {
+                    bytes.find(|&b| b == b'\\').map(|_| bytes.next().unwrap_or_default())
+                })
+                .all(|escaped| matches!(escaped, b'"' | b'\\' | b'n' | b'r' | b't' | b'b' | b'f'))
+        };
         if !known || !string(chunk.text) || !chunk.message_id.is_none_or(string) {
             return None;
         }
@@ -154,7 +163,7 @@ mod tests {
 
     #[test]
     fn a_chunk_line_goes_out_as_the_general_path_writes_its_event() {
-        let texts = ["chunk 1 ", "a \"quoted\"\n\ttab \u{e9} \u{1f600} \\ \u{1} end", ""];
+        let texts = ["chunk 1 ", "a \"quoted\"\n\ttab\r\u{8}\u{c} \u{e9} \u{1f600} \\ end", ""];
         for text in texts {
             for message_id in [None, Some("m\"1".to_owned())] {
                 for marks in [true, false] {
@@ -188,6 +197,18 @@ mod tests {
         let unknown = br#"{"seq":1,"at":2,"type":"agent_message_chunk","text":"t","extra":1}"#;
         let number = br#"{"seq":1,"at":2,"type":"agent_message_chunk","text":5}"#;
         let id = br#"{"seq":1,"at":2,"type":"agent_message_chunk","text":"t","message_id":[]}"#;
+        // Escapes serde_json would not write as they stand: the general path writes them.
+        let control = logged(
+            EventKind::AgentMessageChunk { text: "bell \u{7}".into(), message_id: None },
+            true,
+        )
+        .1;
+        let unicode = br#"{"seq":1,"at":2,"type":"agent_message_chunk","text":"\u0041"}"#;
+        let slash = br#"{"seq":1,"at":2,"type":"agent_message_chunk","text":"a\/b"}"#;
+        let surrogate = br#"{"seq":1,"at":2,"type":"agent_message_chunk","text":"\ud800"}"#;
+        for line in [&control[..], unicode, slash, surrogate] {
+            assert!(SessionEvent::wire_from_line(line).is_none(), "{}", line.escape_ascii());
+        }
         for line in [&unknown[..], number, id, b"{\"seq\":1,\"at\":2,\"ty"] {
             assert!(SessionEvent::wire_from_line(line).is_none(), "{}", line.escape_ascii());
         }
