@@ -57,9 +57,11 @@ impl<S: Source> Resubscribing<S> {
         self.cursor
     }
 
-    /// Whether the next item is already here (returning it needs no I/O).
+    /// Whether the next item is already here (returning it needs no I/O): a queued item that
+    /// follows the cursor, past any repeats (after a gap, `next` subscribes again).
     pub fn has_queued(&self) -> bool {
-        !self.queued.is_empty()
+        let next = self.queued.iter().map(S::seq).find(|&seq| seq == 0 || seq > self.cursor);
+        next.is_some_and(|seq| seq == 0 || seq == self.cursor + 1)
     }
 
     pub fn source(&self) -> &S {
@@ -164,6 +166,22 @@ mod tests {
             items.push(stream.next().await.expect("an item"));
         }
         items
+    }
+
+    /// Found in review: queued items after a gap are not "here" (taking the next one
+    /// subscribes again, which waits on the source).
+    #[tokio::test]
+    async fn queued_items_count_as_here_only_when_the_next_one_follows_the_cursor() {
+        let script = Script::new(vec![vec![vec![1, 2]], vec![vec![2, 5, 6]]]);
+        let mut stream = Resubscribing::new(script, 0);
+        assert_eq!(read(&mut stream, 1).await, [1]);
+        assert!(stream.has_queued(), "2 is queued after 1");
+        assert_eq!(read(&mut stream, 1).await, [2]);
+        assert!(!stream.has_queued());
+        stream.queued.extend([1, 2, 4]);
+        assert!(!stream.has_queued(), "4 after cursor 2 is a gap");
+        stream.queued = VecDeque::from([2, 3]);
+        assert!(stream.has_queued(), "the repeat 2 is skipped, 3 follows");
     }
 
     #[tokio::test]
