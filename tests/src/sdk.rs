@@ -51,6 +51,8 @@ pub struct SdkClient {
     /// `tool: TITLE` (tool calls), `permission: SESSION` (permission requests, each
     /// answered with its `allow_once` option).
     pub seen: watch::Receiver<Vec<String>>,
+    /// Reads the client's stdout to its end.
+    reader: tokio::task::JoinHandle<()>,
 }
 
 /// A call sent, its answer still to come.
@@ -88,10 +90,14 @@ impl SdkClient {
         let answers: Answers = Arc::default();
         let (seen_tx, seen) = watch::channel(Vec::new());
         let routed = Arc::clone(&answers);
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                let message: Value = serde_json::from_str(&line).expect("sdk-client writes JSON");
+                let Ok(message) = serde_json::from_str::<Value>(&line) else {
+                    // Kept, so `close` fails on it (and `seen` shows it).
+                    seen_tx.send_modify(|seen| seen.push(format!("unreadable: {line}")));
+                    continue;
+                };
                 if let Some(id) = message["answer"].as_u64() {
                     let waiting = routed.lock().expect("UNWRAP: never poisoned").remove(&id);
                     if let Some(waiting) = waiting {
@@ -102,7 +108,7 @@ impl SdkClient {
                 }
             }
         });
-        SdkClient { child, stdin, next_call: 1, answers, seen }
+        SdkClient { child, stdin, next_call: 1, answers, seen, reader }
     }
 
     /// The SDK client in front of `supervisor --url URL acp ARGS…` (Tether's face).
@@ -144,12 +150,18 @@ impl SdkClient {
         within(what, self.seen.wait_for(done)).await.expect("the client is alive").clone()
     }
 
-    /// Closes the client (its agent's stdin with it) and waits for it to exit cleanly.
+    /// Closes the client (its agent's stdin with it), waits for it to exit cleanly and for
+    /// everything it wrote to be read; returns what it saw.
     pub async fn close(mut self) -> Vec<String> {
         drop(self.stdin.take());
         let status = within("sdk-client to exit", self.child.wait()).await.expect("it exits");
         assert!(status.success(), "sdk-client failed: {status}");
-        self.seen.borrow().clone()
+        within("sdk-client's output read to its end", &mut self.reader)
+            .await
+            .expect("the reader task ends");
+        let seen = self.seen.borrow().clone();
+        assert!(!seen.iter().any(|line| line.starts_with("unreadable: ")), "{seen:?}");
+        seen
     }
 }
 

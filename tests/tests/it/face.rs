@@ -57,6 +57,11 @@ async fn r33_an_acp_client_runs_a_turn_with_a_permission_and_a_cancel_through_th
         })
         .expect("the permission was resolved");
     assert_eq!(resolved["outcome"], "selected", "{resolved}");
+    // The cancelled turn said nothing after its tool call, here as to the client.
+    let never_said = events.iter().any(|event| {
+        matches!(&event.kind, EventKind::AgentMessageChunk { text, .. } if text.contains("never said"))
+    });
+    assert!(!never_said, "{events:?}");
     let ends: Vec<(TurnState, Option<String>)> = events
         .iter()
         .filter_map(|event| match &event.kind {
