@@ -306,23 +306,21 @@ pub fn inspect_for_relay(bytes: &[u8]) -> Relayed {
 /// digits in a row), nesting deeper than serde_json's limit (counted as 100 brackets in all).
 /// Conservative: text inside strings can say no too (`1e5`), which only costs a full parse.
 fn plain(bytes: &[u8]) -> bool {
-    let (mut brackets, mut digits, mut previous) = (0, 0, 0u8);
-    for (at, &byte) in bytes.iter().enumerate() {
-        match byte {
-            b'{' | b'[' => brackets += 1,
-            b'e' | b'E' if previous.is_ascii_digit() => return false,
-            b'u' if previous == b'\\' && matches!(bytes.get(at + 1), Some(b'd' | b'D')) => {
-                return false;
-            }
-            _ => {}
-        }
-        digits = if byte.is_ascii_digit() { digits + 1 } else { 0 };
-        if brackets >= 100 || digits >= 300 {
-            return false;
-        }
-        previous = byte;
-    }
-    true
+    let surrogate = || {
+        memchr::memchr_iter(b'\\', bytes).any(|at| {
+            bytes.get(at + 1) == Some(&b'u') && matches!(bytes.get(at + 2), Some(b'd' | b'D'))
+        })
+    };
+    let exponent = || {
+        memchr::memchr2_iter(b'e', b'E', bytes).any(|at| at > 0 && bytes[at - 1].is_ascii_digit())
+    };
+    // (A run of 300 digits needs a line that long: stream chunks are shorter.)
+    let long_number =
+        || bytes.len() >= 300 && bytes.split(|b| !b.is_ascii_digit()).any(|run| run.len() >= 300);
+    memchr::memchr2_iter(b'{', b'[', bytes).nth(99).is_none()
+        && !surrogate()
+        && !exponent()
+        && !long_number()
 }
 
 /// The shape and method of a plainly valid message, read without building its tree; `None`
