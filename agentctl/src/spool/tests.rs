@@ -464,23 +464,28 @@ async fn a_marked_spool_never_numbers_below_what_it_issued() {
     assert_eq!(next(&mut reader).await.seq, 10);
 }
 
+/// A spool in `dir` with entries 1 to 10, then `damage` written after them as a kill or a
+/// bad disk leaves it, opened again.
+fn ten_entries_then(dir: &Path, damage: &[u8]) -> Arc<Spool> {
+    {
+        let spool: Spool = Spool::create(dir, DEFAULT_SEGMENT_BYTES).unwrap();
+        for n in 1..=10 {
+            spool.append(stderr(n)).unwrap();
+        }
+    }
+    let mut file = std::fs::OpenOptions::new().append(true).open(active_segment(dir)).unwrap();
+    std::io::Write::write_all(&mut file, damage).unwrap();
+    drop(file);
+    Arc::new(Spool::open(dir, DEFAULT_SEGMENT_BYTES).unwrap())
+}
+
 /// A whole line that is damaged after a sound start (`{"seq":11,…` then garbage, as a torn
 /// write leaves it once a newline follows) is skipped by every kind of read, and the real
 /// entry 11 the next writer appends after it is read, not taken for one already seen.
 #[tokio::test]
 async fn a_damaged_line_that_names_a_seq_does_not_hide_the_entry_written_after_it() {
     let dir = tempfile::tempdir().unwrap();
-    {
-        let spool: Spool = Spool::create(dir.path(), DEFAULT_SEGMENT_BYTES).unwrap();
-        for n in 1..=10 {
-            spool.append(stderr(n)).unwrap();
-        }
-    }
-    let segment = active_segment(dir.path());
-    let mut file = std::fs::OpenOptions::new().append(true).open(&segment).unwrap();
-    std::io::Write::write_all(&mut file, b"{\"seq\":11,\"at\":1,\"ki\x00\x00\x00\n").unwrap();
-    drop(file);
-    let spool = Arc::new(Spool::open(dir.path(), DEFAULT_SEGMENT_BYTES).unwrap());
+    let spool = ten_entries_then(dir.path(), b"{\"seq\":11,\"at\":1,\"ki\x00\x00\x00\n");
     assert_eq!(spool.append(stderr(11)).unwrap(), 11);
     spool.append(stderr(12)).unwrap();
 
@@ -530,18 +535,8 @@ fn a_line_seq_is_read_from_its_start_or_else_by_parsing() {
 #[tokio::test]
 async fn a_damaged_line_naming_an_unpublished_seq_does_not_hold_up_the_entries_after_it() {
     let dir = tempfile::tempdir().unwrap();
-    {
-        let spool: Spool = Spool::create(dir.path(), DEFAULT_SEGMENT_BYTES).unwrap();
-        for n in 1..=10 {
-            spool.append(stderr(n)).unwrap();
-        }
-    }
-    let segment = active_segment(dir.path());
-    let mut file = std::fs::OpenOptions::new().append(true).open(&segment).unwrap();
     let damage = b"{\"seq\":1000,\"at\":1,\"ki\x00\n{\"seq\":12,\"at\":1,\"ki\x00\n";
-    std::io::Write::write_all(&mut file, damage).unwrap();
-    drop(file);
-    let spool = Arc::new(Spool::open(dir.path(), DEFAULT_SEGMENT_BYTES).unwrap());
+    let spool = ten_entries_then(dir.path(), damage);
     assert_eq!(spool.append(stderr(11)).unwrap(), 11);
     let mut reader = spool.reader(10).unwrap();
     let event = next(&mut reader).await;

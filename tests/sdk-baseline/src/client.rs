@@ -26,7 +26,7 @@
 //! It exits when stdin closes and the calls in flight are answered (the agent's stdin is
 //! then closed and the agent killed); 2 on bad arguments, 1 when the connection fails.
 
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
@@ -36,11 +36,12 @@ use agent_client_protocol::v1::schema::{
     ResumeSessionRequest, SelectedPermissionOutcome, SessionNotification,
     SetSessionConfigOptionRequest, SetSessionModeRequest,
 };
-use agent_client_protocol::{Agent, ByteStreams, Client};
+use agent_client_protocol::{Agent, Client};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
-use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+mod agent;
 
 const USAGE: &str = "usage: sdk-client [--env NAME=VALUE]... -- AGENT_PROGRAM [AGENT_ARGS...]";
 
@@ -103,17 +104,7 @@ async fn call(cx: &ConnectionTo<Agent>, method: &str, params: Value) -> Value {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let mut child = tokio::process::Command::new(&args.agent[0])
-        .args(&args.agent[1..])
-        .envs(args.env.iter().map(|(name, value)| (name, value)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", args.agent[0]))?;
-    let to_agent = child.stdin.take().expect("stdin is piped").compat_write();
-    let from_agent = child.stdout.take().expect("stdout is piped").compat();
+    let (child, streams) = agent::start(&args.agent, &args.env)?;
 
     // One writer of stdout: every line whole, in the order it was made.
     let (out, mut lines) = mpsc::unbounded_channel::<Value>();
@@ -158,7 +149,7 @@ async fn run(args: Args) -> Result<(), String> {
             },
             agent_client_protocol::on_receive_request!(),
         )
-        .connect_with(ByteStreams::new(to_agent, from_agent), async |cx: ConnectionTo<Agent>| {
+        .connect_with(streams, async |cx: ConnectionTo<Agent>| {
             let mut input = tokio::io::BufReader::new(tokio::io::stdin()).lines();
             let mut calls = tokio::task::JoinSet::new();
             while let Some(line) = input.next_line().await.ok().flatten() {
@@ -191,18 +182,14 @@ async fn run(args: Args) -> Result<(), String> {
         .await;
     drop(out);
     let _ = writer.await;
-    // The connection is closed (the agent's stdin with it); no process is left.
-    child.kill().await.ok();
-    outcome.map_err(|e| format!("ACP connection failed: {e}"))
+    agent::finish(child, outcome).await
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args(std::env::args().skip(1)) {
+    let args = match agent::args_or_usage("sdk-client", USAGE, parse_args(std::env::args().skip(1)))
+    {
         Ok(args) => args,
-        Err(e) => {
-            eprintln!("sdk-client: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -14,7 +14,7 @@
 //! Prints one JSON line: `{"count", "in_order", "seconds", "msgs_per_s", "latency_us"}`, and
 //! exits 0 only if all N chunks arrived in order and the turn ended with `end_turn`.
 
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -24,10 +24,11 @@ use agent_client_protocol::v1::schema::{
     ContentBlock, InitializeRequest, NewSessionRequest, PromptRequest, SessionNotification,
     SessionUpdate, StopReason, TextContent,
 };
-use agent_client_protocol::{Agent, ByteStreams, Client};
+use agent_client_protocol::{Agent, Client};
 use serde_json::json;
 use tokio::sync::Notify;
-use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+mod agent;
 
 const USAGE: &str = "usage: sdk-baseline --chunks N [--rate R] -- AGENT_PROGRAM [AGENT_ARGS...]";
 
@@ -121,16 +122,7 @@ fn percentile(sorted: &[i64], p: usize) -> i64 {
 /// Runs the whole exchange; returns the stop reason and the time from sending the prompt to
 /// having both its response and (unless some never came) all N chunks.
 async fn run(args: &Args, shared: Arc<Shared>) -> Result<(StopReason, Duration), String> {
-    let mut child = tokio::process::Command::new(&args.agent[0])
-        .args(&args.agent[1..])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", args.agent[0]))?;
-    let to_agent = child.stdin.take().expect("stdin is piped").compat_write();
-    let from_agent = child.stdout.take().expect("stdout is piped").compat();
+    let (child, streams) = agent::start(&args.agent, &[])?;
 
     let prompt = match args.rate {
         None => format!("/stream {}", args.chunks),
@@ -157,7 +149,7 @@ async fn run(args: &Args, shared: Arc<Shared>) -> Result<(StopReason, Duration),
             },
             agent_client_protocol::on_receive_notification!(),
         )
-        .connect_with(ByteStreams::new(to_agent, from_agent), async |cx: ConnectionTo<Agent>| {
+        .connect_with(streams, async |cx: ConnectionTo<Agent>| {
             cx.send_request(InitializeRequest::new(ProtocolVersion::V1)).block_task().await?;
             let cwd = std::env::current_dir()
                 .map_err(agent_client_protocol::Error::into_internal_error)?;
@@ -178,20 +170,15 @@ async fn run(args: &Args, shared: Arc<Shared>) -> Result<(StopReason, Duration),
             Ok((response.stop_reason, t0.elapsed()))
         })
         .await;
-
-    // The connection is closed (the agent's stdin with it); make sure no process is left.
-    child.kill().await.ok();
-    outcome.map_err(|e| format!("ACP connection failed: {e}"))
+    agent::finish(child, outcome).await
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args(std::env::args().skip(1)) {
-        Ok(args) => args,
-        Err(e) => {
-            eprintln!("sdk-baseline: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let args =
+        match agent::args_or_usage("sdk-baseline", USAGE, parse_args(std::env::args().skip(1))) {
+            Ok(args) => args,
+            Err(code) => return code,
+        };
     let shared = Arc::new(Shared {
         tally: Mutex::new(Tally { next: 1, ..Tally::default() }),
         all_in: Notify::new(),
