@@ -1,0 +1,329 @@
+//! Reading a spool: [`SpoolReader`], from any seq after the acknowledged prefix, the backlog
+//! from its segments and then each line as it is published.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use protocol::control::Event;
+use serde_json::value::RawValue;
+use tokio::sync::watch;
+
+use super::{Entry, Spool, SpoolError, io_err};
+
+/// Reads events in order from a spool: the backlog from disk, then live events as they
+/// are published. Each event is returned exactly once.
+#[derive(Debug)]
+pub struct SpoolReader<E = Event> {
+    spool: Arc<Spool<E>>,
+    /// The last seq returned.
+    cursor: u64,
+    last_seq_rx: watch::Receiver<u64>,
+    /// The open segment: its first seq and a reader positioned after the last full line.
+    file: Option<(u64, PathBuf, BufReader<File>)>,
+    /// Bytes of a line whose end has not been written yet.
+    partial: Vec<u8>,
+    /// The open segment was seen closed and read to its end after that.
+    drained_closed: bool,
+    /// Damaged lines skipped since [`SpoolReader::take_damaged`] was last asked.
+    damaged: Vec<String>,
+    /// The newest seq the writer published, as last looked at.
+    published: u64,
+    /// A whole line read before its writer published it (a batch still being written): it
+    /// is returned once published, so no reader sees what a kill could still cut.
+    held: Option<(u64, Vec<u8>)>,
+}
+
+impl<E: Entry> SpoolReader<E> {
+    /// A reader after `after_seq`, with the segment file it starts in when that is already
+    /// open (positioned after the last line it must not read).
+    pub(super) fn new(
+        spool: Arc<Spool<E>>,
+        after_seq: u64,
+        file: Option<(u64, PathBuf, BufReader<File>)>,
+    ) -> SpoolReader<E> {
+        let last_seq_rx = spool.last_seq_tx.subscribe();
+        SpoolReader {
+            spool,
+            cursor: after_seq,
+            last_seq_rx,
+            file,
+            partial: Vec::new(),
+            drained_closed: false,
+            damaged: Vec::new(),
+            published: 0,
+            held: None,
+        }
+    }
+}
+
+impl<E: Entry> SpoolReader<E> {
+    /// The last seq returned (or the starting point).
+    pub fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
+    /// The next event, waiting for it when caught up. Cancel safe: dropping the future
+    /// between events loses nothing (the cursor only moves when an event is returned).
+    pub async fn next(&mut self) -> Result<E, SpoolError> {
+        self.next_checked(|line| serde_json::from_slice(line)).await
+    }
+
+    /// What was said of the damaged lines skipped since the last call: each names its file
+    /// and line. A damaged line (garbage, or a line cut short and followed by another) is
+    /// skipped; the entries around it are read as usual.
+    pub fn take_damaged(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.damaged)
+    }
+
+    /// Records the damaged line just read from the open segment (its number is counted
+    /// then: damage is rare, and the reader may have started mid-file).
+    fn skip_damaged(&mut self, err: &dyn std::fmt::Display) {
+        let line = self.file.as_mut().and_then(|(_, path, reader)| {
+            let end = io::Seek::stream_position(reader).ok()?;
+            let mut prefix = Vec::new();
+            io::Read::read_to_end(&mut io::Read::take(File::open(path).ok()?, end), &mut prefix)
+                .ok()?;
+            Some(prefix.iter().filter(|&&b| b == b'\n').count())
+        });
+        let line = line.map_or_else(|| "?".to_owned(), |line| line.to_string());
+        let message = format!(
+            "a damaged line in the agent's spool was skipped ({}:{line}: {err})",
+            self.current_path().display()
+        );
+        tracing::warn!("{message}");
+        self.damaged.push(message);
+    }
+
+    /// The next entry as its JSON text, unparsed: what a relay forwards without paying for a
+    /// parse and a re-serialisation. Same ordering and cancel safety as [`SpoolReader::next`]
+    /// (a line that is not JSON is skipped as damaged, as there).
+    pub async fn next_raw(&mut self) -> Result<Box<RawValue>, SpoolError> {
+        self.next_checked(|line| serde_json::from_slice(line)).await
+    }
+
+    /// The next entry and every further one already on disk, as one JSON array of their
+    /// text (unparsed), up to `max_entries` entries or until the array passes `max_bytes`.
+    /// Waits only for the first. Same ordering and cancel safety as [`SpoolReader::next`]
+    /// (the only wait comes before anything is taken).
+    pub async fn next_raw_batch(
+        &mut self,
+        max_entries: usize,
+        max_bytes: usize,
+    ) -> Result<Box<RawValue>, SpoolError> {
+        // Each line is checked once, as it is read; the array is their text joined.
+        let text = |line: &[u8]| serde_json::from_slice::<Box<RawValue>>(line);
+        let mut raws = vec![self.next_checked(text).await?];
+        let mut bytes = raws[0].get().len();
+        while raws.len() < max_entries && bytes < max_bytes {
+            let Some(raw) = self.more_checked(text)? else { break };
+            bytes += raw.get().len() + 1;
+            raws.push(raw);
+        }
+        Ok(serde_json::value::to_raw_value(&raws).expect("UNWRAP: JSON texts"))
+    }
+
+    /// The next entry and every further one already on disk (up to `max_entries`),
+    /// parsed. Waits only for the first; cancel safe like [`SpoolReader::next`].
+    pub async fn next_batch(&mut self, max_entries: usize) -> Result<Vec<E>, SpoolError> {
+        let mut entries = vec![self.next().await?];
+        while entries.len() < max_entries {
+            let Some(entry) = self.more_checked(|line| serde_json::from_slice(line))? else {
+                break;
+            };
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+
+    /// [`SpoolReader::next_batch`] for a relay that sends entries on in another form: each
+    /// line as `fast` makes it from the text when it can (a relay's common entries, without
+    /// building the entry), else as `slow` makes it from the parsed entry; a line neither
+    /// reads is skipped as damaged. Waits only for the first; cancel safe likewise.
+    pub async fn next_batch_with<T>(
+        &mut self,
+        max_entries: usize,
+        mut fast: impl FnMut(&[u8]) -> Option<T>,
+        mut slow: impl FnMut(E) -> T,
+    ) -> Result<Vec<T>, SpoolError> {
+        let mut make = |line: &[u8]| match fast(line) {
+            Some(made) => Ok(made),
+            None => serde_json::from_slice(line).map(&mut slow),
+        };
+        let mut made = vec![self.next_checked(&mut make).await?];
+        while made.len() < max_entries {
+            let Some(one) = self.more_checked(&mut make)? else { break };
+            made.push(one);
+        }
+        Ok(made)
+    }
+
+    /// The next line `check` reads, waiting for it when caught up; a line it cannot read is
+    /// skipped as damaged. The seq a line starts with is trusted only once the line is read
+    /// whole (a damaged line does not move the cursor past the entry that may follow it
+    /// with the same seq).
+    async fn next_checked<T>(
+        &mut self,
+        mut check: impl FnMut(&[u8]) -> Result<T, serde_json::Error>,
+    ) -> Result<T, SpoolError> {
+        loop {
+            let before = self.cursor;
+            let (_, line) = self.next_line().await?;
+            match check(&line) {
+                Ok(made) => return Ok(made),
+                Err(err) => {
+                    self.cursor = before;
+                    self.skip_damaged(&err);
+                }
+            }
+        }
+    }
+
+    /// [`SpoolReader::next_checked`] for a line already on disk, without waiting: `None`
+    /// when there is none (yet).
+    fn more_checked<T>(
+        &mut self,
+        mut check: impl FnMut(&[u8]) -> Result<T, serde_json::Error>,
+    ) -> Result<Option<T>, SpoolError> {
+        while let Some((seq, line)) = self.read_next()? {
+            match check(&line) {
+                Ok(made) => {
+                    self.cursor = seq;
+                    return Ok(Some(made));
+                }
+                Err(err) => self.skip_damaged(&err),
+            }
+        }
+        Ok(None)
+    }
+
+    fn current_path(&self) -> PathBuf {
+        self.file
+            .as_ref()
+            .map(|(_, path, _)| path.clone())
+            .unwrap_or_else(|| self.spool.dir.clone())
+    }
+
+    async fn next_line(&mut self) -> Result<(u64, Vec<u8>), SpoolError> {
+        loop {
+            if let Some((seq, line)) = self.read_next()? {
+                self.cursor = seq;
+                return Ok((seq, line));
+            }
+            // The next seq wanted: the held line's, or any after the cursor.
+            let want = self.held.as_ref().map_or(self.cursor + 1, |(seq, _)| *seq);
+            let published = *self.last_seq_rx.borrow_and_update();
+            if published >= want {
+                // The event is on disk; it is in a later segment, or the line was read
+                // partially before its flush completed. Look again.
+                continue;
+            }
+            self.last_seq_rx
+                .wait_for(|&last| last >= want)
+                .await
+                .map_err(|_| SpoolError::Closed)?;
+        }
+    }
+
+    /// Whether the writer published `seq` (looking again only when the last look says no).
+    fn is_published(&mut self, seq: u64) -> bool {
+        if seq > self.published {
+            self.published = *self.last_seq_rx.borrow();
+        }
+        seq <= self.published
+    }
+
+    /// The next line already on disk and published (its seq and its bytes, without the
+    /// newline), or `None` when caught up. Only the seq is parsed.
+    pub(super) fn read_next(&mut self) -> Result<Option<(u64, Vec<u8>)>, SpoolError> {
+        if let Some((seq, _)) = self.held {
+            return Ok(if self.is_published(seq) { self.held.take() } else { None });
+        }
+        loop {
+            if self.file.is_none() {
+                let segment = self.spool.segment_for(self.cursor + 1)?;
+                let file = File::open(&segment.path).map_err(io_err(&segment.path))?;
+                self.file = Some((segment.first_seq, segment.path, BufReader::new(file)));
+                self.partial.clear();
+                self.drained_closed = false;
+            }
+            let (first_seq, path, reader) = self.file.as_mut().expect("UNWRAP: opened above");
+            let read = reader.read_until(b'\n', &mut self.partial).map_err(io_err(path))?;
+            if self.partial.last() == Some(&b'\n') {
+                let seq = match line_seq(&self.partial) {
+                    Ok(seq) => seq,
+                    Err(err) => {
+                        self.partial.clear();
+                        self.skip_damaged(&err);
+                        continue;
+                    }
+                };
+                let mut line = std::mem::take(&mut self.partial);
+                if seq > self.cursor {
+                    line.pop();
+                    if !self.is_published(seq) {
+                        // Held until its writer publishes it — but only a line that is
+                        // JSON: the seq a damaged one starts with may never be published,
+                        // and the entries after it must not wait for it.
+                        if let Err(err) = serde_json::from_slice::<serde::de::IgnoredAny>(&line) {
+                            self.skip_damaged(&err);
+                            continue;
+                        }
+                        self.held = Some((seq, line));
+                        return Ok(None);
+                    }
+                    return Ok(Some((seq, line)));
+                }
+                continue;
+            }
+            if read > 0 {
+                // A partial line: its end is still being written.
+                return Ok(None);
+            }
+            // End of this segment's data. A closed segment will not grow, but lines may have
+            // been appended between our last read and its closing: read it to its end once
+            // more after seeing it closed, and only then move on.
+            let first_seq = *first_seq;
+            if self.spool.is_active(first_seq) || !self.partial.is_empty() {
+                return Ok(None);
+            }
+            if !self.drained_closed {
+                self.drained_closed = true;
+                continue;
+            }
+            self.file = None;
+            if self.spool.segment_for(self.cursor + 1)?.first_seq == first_seq {
+                // The cursor's segment is this one: it ended before the cursor's seq (seqs
+                // were lost after it, see `Spool::open_marked`), so read the next one.
+                let Some(next) = self.spool.segment_after(first_seq) else { return Ok(None) };
+                let file = File::open(&next.path).map_err(io_err(&next.path))?;
+                self.file = Some((next.first_seq, next.path, BufReader::new(file)));
+                self.drained_closed = false;
+            }
+        }
+    }
+}
+
+/// The seq of a spool line. Every writer puts it first (`{"seq":N,…`), so it is read from
+/// there without going through the rest; a line that starts otherwise is parsed for it.
+/// The line's JSON is checked by whoever reads the entry (each reader skips a line that is
+/// not JSON, as damaged).
+pub(super) fn line_seq(line: &[u8]) -> Result<u64, serde_json::Error> {
+    if let Some(rest) = line.strip_prefix(b"{\"seq\":") {
+        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        let after = rest.get(digits).copied();
+        let leading_zero = digits > 1 && rest[0] == b'0';
+        if digits > 0 && !leading_zero && matches!(after, Some(b',' | b'}')) {
+            let text = std::str::from_utf8(&rest[..digits]).expect("UNWRAP: ASCII digits");
+            if let Ok(seq) = text.parse() {
+                return Ok(seq);
+            }
+        }
+    }
+    #[derive(serde::Deserialize)]
+    struct SeqOnly {
+        seq: u64,
+    }
+    serde_json::from_slice::<SeqOnly>(line).map(|SeqOnly { seq }| seq)
+}
