@@ -127,14 +127,7 @@ impl<E: Entry> SpoolReader<E> {
     /// The next entry and every further one already on disk (up to `max_entries`),
     /// parsed. Waits only for the first; cancel safe like [`SpoolReader::next`].
     pub async fn next_batch(&mut self, max_entries: usize) -> Result<Vec<E>, SpoolError> {
-        let mut entries = vec![self.next().await?];
-        while entries.len() < max_entries {
-            let Some(entry) = self.more_checked(|line| serde_json::from_slice(line))? else {
-                break;
-            };
-            entries.push(entry);
-        }
-        Ok(entries)
+        self.next_batch_with(max_entries, |_| None, |entry| entry).await
     }
 
     /// [`SpoolReader::next_batch`] for a relay that sends entries on in another form: each
