@@ -54,6 +54,9 @@ macro_rules! wire_names {
     };
 }
 
+mod batch;
+pub use batch::EventBatch;
+
 mod snapshots;
 pub use snapshots::*;
 mod workflows;

@@ -572,7 +572,7 @@ impl Api {
         &self,
         session_id: &str,
         after_seq: u64,
-    ) -> Subscription<Vec<SessionEvent>> {
+    ) -> Subscription<protocol::api::EventBatch> {
         ok(
             "task.session.subscribe_batch",
             self.client.session_subscribe_batch(session_id.to_owned(), Some(after_seq)),

@@ -238,7 +238,7 @@ pub trait Api {
     #[subscription(
         name = "task.session.subscribe_batch" => "task.session.events",
         unsubscribe = "task.session.unsubscribe_batch",
-        item = Vec<SessionEvent>,
+        item = EventBatch,
         param_kind = map
     )]
     async fn session_subscribe_batch(

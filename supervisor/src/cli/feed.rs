@@ -21,7 +21,7 @@ pub(super) struct Subscriptions<'a> {
     session: String,
     /// The batched subscription (`task.session.subscribe_batch`: one message carries the
     /// events the daemon had ready, so a fast stream is not a message per event).
-    subscription: Option<Subscription<Vec<SessionEvent>>>,
+    subscription: Option<Subscription<protocol::api::EventBatch>>,
     /// A closed connection is opened again (the daemon restarted), not the end.
     follow_restarts: bool,
     /// The session's newest event when the feed (re)connected.
@@ -93,7 +93,7 @@ impl Source for Subscriptions<'_> {
 
     async fn next_batch(&mut self) -> Option<Result<Vec<SessionEvent>, Failure>> {
         match self.subscription.as_mut()?.next().await? {
-            Ok(events) => Some(Ok(events)),
+            Ok(events) => Some(Ok(events.0)),
             Err(err) => Some(Err(Failure {
                 code: Exit::Error,
                 line: format!("error: malformed event: {err}"),

@@ -212,7 +212,8 @@ async fn tether_run(api: &Api, session: &str, chunks: u64, rate: Option<u64>) ->
         let batch = tether_tests::within("a batch of events", batches.next())
             .await
             .expect("the subscription is open")
-            .expect("the batch parses");
+            .expect("the batch parses")
+            .0;
         for event in batch {
             match &event.kind {
                 EventKind::AgentMessageChunk { text, .. } => {

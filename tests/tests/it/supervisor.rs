@@ -697,7 +697,7 @@ async fn the_batched_subscription_carries_the_same_events_as_the_plain_one() {
     let mut got: Vec<SessionEvent> = Vec::new();
     let mut sizes: Vec<usize> = Vec::new();
     while !got.iter().any(turn_ended) {
-        let batch = within("a batch", batches.next()).await.expect("open").expect("parses");
+        let batch = within("a batch", batches.next()).await.expect("open").expect("parses").0;
         assert!(!batch.is_empty() && batch.len() <= protocol::api::MAX_BATCH_EVENTS);
         sizes.push(batch.len());
         got.extend(batch);
@@ -710,7 +710,7 @@ async fn the_batched_subscription_carries_the_same_events_as_the_plain_one() {
     assert_eq!(serde_json::to_value(&got).unwrap(), serde_json::to_value(&expected).unwrap());
     // From the backlog, at any point: what is on disk comes in full batches.
     let mut replay = api.subscribe_batches(&session, start + 5).await;
-    let first = within("a batch", replay.next()).await.expect("open").expect("parses");
+    let first = within("a batch", replay.next()).await.expect("open").expect("parses").0;
     assert_eq!(first[0].seq, start + 6);
     assert_eq!(first.len(), protocol::api::MAX_BATCH_EVENTS, "a full batch from the backlog");
     assert_eq!(seqs(&first), seqs(&expected[5..5 + protocol::api::MAX_BATCH_EVENTS]));

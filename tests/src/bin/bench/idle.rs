@@ -343,7 +343,8 @@ async fn metered_run(api: &Api, session: &str, extra: &str) -> f64 {
         let batch = tether_tests::within("a batch of events", batches.next())
             .await
             .expect("the subscription is open")
-            .expect("the batch parses");
+            .expect("the batch parses")
+            .0;
         for event in batch {
             match &event.kind {
                 EventKind::AgentMessageChunk { .. } => count += 1,

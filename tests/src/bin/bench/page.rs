@@ -49,7 +49,7 @@ pub(super) async fn page(rows: &mut Vec<Row>) {
         let mut stream = api.subscribe_batches(&session, 0).await;
         let mut seen = 0;
         while seen < events {
-            let batch = tether_tests::within("a batch", stream.next()).await.unwrap().unwrap();
+            let batch = tether_tests::within("a batch", stream.next()).await.unwrap().unwrap().0;
             seen = batch.last().map_or(seen, |event| event.seq);
         }
         replay.push(ms(started.elapsed()));
