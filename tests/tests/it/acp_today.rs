@@ -1,7 +1,7 @@
 //! Issue 33, part 2: ACP as it is today, toward the agent — `session/close` when an
 //! agent that advertises it is let go.
 
-use protocol::api::{ApiClient, EventKind};
+use protocol::api::{ApiClient, EventKind, SessionEvent};
 use tether_tests::daemon::{Api, Daemon, ok, refused, turn_ended, until};
 
 /// How many times mock-agent saw its session closed (its stored file says).
@@ -145,14 +145,21 @@ async fn an_elicitation_outlives_a_daemon_kill_and_is_answered_through_the_api()
         Some(content),
     );
     ok("elicitation.respond", answer).await;
-    let rest = until(&mut events, tether_tests::daemon::turn_ended).await;
+    let mut rest = until(&mut events, tether_tests::daemon::turn_ended).await;
     let reply = tether_tests::daemon::chunks(&rest).concat();
     assert!(reply.contains(r#"elicited: accept {"name":"Ada"}"#), "{reply}");
-    assert!(
-        rest.iter().any(|event| matches!(&event.kind,
-            EventKind::PermissionResolved { request_id, outcome } if *request_id == request && outcome["action"] == "accept")),
-        "{rest:?}"
-    );
+    // The resolution is published once agentctl took the answer, which the agent's reply
+    // (and the turn's end) may overtake.
+    let resolved = |event: &SessionEvent| {
+        matches!(&event.kind,
+        EventKind::PermissionResolved { request_id, .. } if *request_id == request)
+    };
+    if !rest.iter().any(resolved) {
+        rest.extend(until(&mut events, resolved).await);
+    }
+    let resolution = rest.iter().find(|event| resolved(event)).expect("resolved");
+    let EventKind::PermissionResolved { outcome, .. } = &resolution.kind else { unreachable!() };
+    assert_eq!(outcome["action"], "accept", "{rest:?}");
     // Withdrawn by the agent: resolved as cancelled, the turn goes on.
     let reply = api.ask(&session, "/withdraw\nthen on").await;
     assert!(reply.contains("asked, then withdrew"), "{reply}");
