@@ -181,11 +181,28 @@ fn sdk(chunks: u64, rate: Option<u64>) -> Option<Value> {
 /// One run of the official SDK client against the agent `argv` runs (e.g. `supervisor acp`
 /// in front of `fast-agent`), as [`sdk`].
 fn sdk_driving(chunks: u64, rate: Option<u64>, argv: &[std::ffi::OsString]) -> Option<Value> {
+    sdk_driving_on(None, chunks, rate, argv)
+}
+
+/// [`sdk_driving`] with the SDK client kept to one CPU (`taskset`), when `cpu` says which.
+fn sdk_driving_on(
+    cpu: Option<usize>,
+    chunks: u64,
+    rate: Option<u64>,
+    argv: &[std::ffi::OsString],
+) -> Option<Value> {
     let program = tether_tests::target_dir().join("sdk-baseline");
     if !program.is_file() {
         return None;
     }
-    let mut command = std::process::Command::new(program);
+    let mut command = match cpu {
+        Some(cpu) => {
+            let mut taskset = std::process::Command::new("taskset");
+            taskset.args(["-c", &cpu.to_string()]).arg(program);
+            taskset
+        }
+        None => std::process::Command::new(program),
+    };
     command.args(["--chunks", &chunks.to_string()]);
     if let Some(rate) = rate {
         command.args(["--rate", &rate.to_string()]);

@@ -50,6 +50,7 @@ pub(super) async fn face(rows: &mut Vec<Row>) {
         ),
         value: json!({"face": face_med, "direct": direct_med, "ratio": face_med / direct_med}),
     });
+    pinned(rows, &daemon, &through_face, &direct);
     let (direct_min, direct_med) = min_median(&mut direct_p99s);
     let (face_min, face_med) = min_median(&mut face_p99s);
     rows.push(Row {
@@ -62,6 +63,57 @@ pub(super) async fn face(rows: &mut Vec<Row>) {
         value: json!({"face_p99_ms": face_med, "direct_p99_ms": direct_med}),
     });
     load(rows, &daemon, &supervisor).await;
+}
+
+/// The same relay with the SDK client on a CPU of its own and everything else (the face,
+/// the daemon, agentctl and the agent; directly, the agent) on another, as a machine with
+/// cores to spare places them: what the relay itself keeps up with, apart from the client
+/// and Tether sharing two CPUs. A diagnostic beside the figure above, not its target.
+fn pinned(
+    rows: &mut Vec<Row>,
+    daemon: &Daemon,
+    through_face: &[std::ffi::OsString],
+    direct: &[std::ffi::OsString],
+) {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let pid = daemon.pid().expect("the daemon runs").to_string();
+    let taskset = |args: &[&str]| {
+        std::process::Command::new("taskset")
+            .args(args)
+            .output()
+            .is_ok_and(|out| out.status.success())
+    };
+    if cpus < 2 || !taskset(&["-a", "-p", "-c", "1", &pid]) {
+        eprintln!(
+            "bench: face: no second CPU to pin to (or no taskset); the pinned runs are skipped"
+        );
+        return;
+    }
+    let on_cpu1 = |argv: &[std::ffi::OsString]| {
+        let mut pinned: Vec<std::ffi::OsString> = vec!["taskset".into(), "-c".into(), "1".into()];
+        pinned.extend(argv.iter().cloned());
+        pinned
+    };
+    let (face_argv, direct_argv) = (on_cpu1(through_face), on_cpu1(direct));
+    let (mut direct_rates, mut face_rates) = (Vec::new(), Vec::new());
+    let rate = |out: Value| out["msgs_per_s"].as_f64().expect("a rate");
+    for _ in 0..RUNS {
+        direct_rates.push(rate(sdk_driving_on(Some(0), RELAY_CHUNKS, None, &direct_argv).unwrap()));
+        face_rates.push(rate(sdk_driving_on(Some(0), RELAY_CHUNKS, None, &face_argv).unwrap()));
+    }
+    let every = format!("0-{}", cpus - 1);
+    assert!(taskset(&["-a", "-p", "-c", &every, &pid]), "the daemon's CPUs restored");
+    let (direct_min, direct_med) = min_median(&mut direct_rates);
+    let (face_min, face_med) = min_median(&mut face_rates);
+    rows.push(Row {
+        measure: "  the same, the SDK client on CPU 0 and the face, daemon, agentctl and agent on CPU 1 (diagnostic)",
+        target: "—",
+        result: format!(
+            "{:.2}× ({face_min:.0} / {face_med:.0} vs {direct_min:.0} / {direct_med:.0} msg/s)",
+            face_med / direct_med
+        ),
+        value: json!({"face": face_med, "direct": direct_med, "ratio": face_med / direct_med}),
+    });
 }
 
 /// A `session/load` through the face of a conversation of about 10,000 messages: the time
