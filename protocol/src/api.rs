@@ -550,6 +550,9 @@ pub enum EntryType {
     ToolCall,
     /// A tool's outcome.
     ToolResult,
+    /// The agent's plan as it gave it (ACP `plan`: each one replaces the last); its entries
+    /// in `plan`, and as lines of text in `content`.
+    Plan,
 }
 
 wire_names!(EntryType {
@@ -557,6 +560,7 @@ wire_names!(EntryType {
     AgentMessage => "agent_message",
     ToolCall => "tool_call",
     ToolResult => "tool_result",
+    Plan => "plan",
 });
 
 /// One entry of a session's conversation history.
@@ -569,7 +573,7 @@ pub struct HistoryEntry {
     /// The kind.
     #[serde(rename = "type")]
     pub kind: EntryType,
-    /// `user`, `assistant` or `tool`.
+    /// `user`, `assistant` (agent messages and plans) or `tool`.
     pub role: String,
     /// The text.
     pub content: String,
@@ -586,6 +590,9 @@ pub struct HistoryEntry {
     /// one), a user message's is its turn's id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_id: Option<String>,
+    /// A plan entry's plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Vec<PlanEntry>>,
 }
 
 /// One event of a session's stream (`task.session.event` notifications).

@@ -144,6 +144,13 @@ impl History {
         self.write(kind, content, tool, None).map_err(|(err, _)| err)
     }
 
+    /// Appends the agent's plan (flushing pending agent text first) and returns its seq.
+    pub fn append_plan(&mut self, plan: Vec<protocol::api::PlanEntry>) -> io::Result<u64> {
+        self.flush_agent()?;
+        let content = protocol::api::PlanEntry::lines(&plan);
+        self.write_entry(EntryType::Plan, content, None, None, Some(plan)).map_err(|(err, _)| err)
+    }
+
     /// Appends a user message with its id (its turn's), flushing pending agent text first,
     /// and returns its seq.
     pub fn append_prompt(&mut self, content: String, message_id: String) -> io::Result<u64> {
@@ -277,10 +284,21 @@ impl History {
         tool: Option<(String, String, String)>,
         message_id: Option<String>,
     ) -> Result<u64, (io::Error, String)> {
+        self.write_entry(kind, content, tool, message_id, None)
+    }
+
+    fn write_entry(
+        &mut self,
+        kind: EntryType,
+        content: String,
+        tool: Option<(String, String, String)>,
+        message_id: Option<String>,
+        plan: Option<Vec<protocol::api::PlanEntry>>,
+    ) -> Result<u64, (io::Error, String)> {
         let seq = self.next_seq;
         let role = match kind {
             EntryType::UserMessage => "user",
-            EntryType::AgentMessage => "assistant",
+            EntryType::AgentMessage | EntryType::Plan => "assistant",
             EntryType::ToolCall | EntryType::ToolResult => "tool",
         };
         let (tool_name, tool_call_id, tool_status) = match tool {
@@ -297,6 +315,7 @@ impl History {
             tool_call_id,
             tool_status,
             message_id,
+            plan,
         };
         let entry = HistoryEntry { wire, agent_seq: self.watermark, generation: self.generation };
         let mut line = serde_json::to_vec(&entry).expect("UNWRAP: entries always serialise");
@@ -431,6 +450,50 @@ pub fn read(path: &Path, after_seq: u64, limit: usize) -> io::Result<HistoryRead
     Ok(read)
 }
 
+/// The most bytes [`last_plan`] reads back from the end of a history.
+pub const PLAN_SEARCH_BYTES: u64 = 64 << 20;
+
+/// The agent's newest plan in a history file and when it gave it: read backwards from the
+/// end (a megabyte at a time, up to [`PLAN_SEARCH_BYTES`]) to the last plan entry, whose
+/// `"type":"plan"` member no other entry's text can hold (its quotes would be escaped).
+/// `None`: no plan in that reach, or the file cannot be read.
+pub fn last_plan(path: &Path) -> Option<(i64, Vec<protocol::api::PlanEntry>)> {
+    const STEP: u64 = 1 << 20;
+    let marker = memchr::memmem::FinderRev::new(br#""type":"plan""#);
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.seek(SeekFrom::End(0)).ok()?;
+    let floor = len.saturating_sub(PLAN_SEARCH_BYTES);
+    let (mut pos, mut window) = (len, Vec::new());
+    loop {
+        // `window` holds the file from `pos` on, up to the start of a line already searched.
+        let mut end = window.len();
+        while let Some(at) = marker.rfind(&window[..end]) {
+            let start = memchr::memrchr(b'\n', &window[..at]).map(|nl| nl + 1);
+            let Some(start) = start.or((pos == 0).then_some(0)) else { break };
+            let stop = memchr::memchr(b'\n', &window[at..]).map_or(window.len(), |nl| at + nl);
+            if let Ok(entry) = serde_json::from_slice::<HistoryEntry>(&window[start..stop])
+                && entry.kind == EntryType::Plan
+            {
+                return Some((entry.at, entry.wire.plan.unwrap_or_default()));
+            }
+            end = start;
+        }
+        if pos <= floor {
+            return None;
+        }
+        // Every line after the window's first newline was searched (a marker never spans
+        // lines); the one it starts in continues before `pos`: keep it, read before it.
+        window.truncate(memchr::memchr(b'\n', &window[..end]).map_or(end, |nl| nl + 1));
+        let step = STEP.min(pos - floor);
+        pos -= step;
+        let mut chunk = vec![0u8; step as usize];
+        file.seek(SeekFrom::Start(pos)).ok()?;
+        file.read_exact(&mut chunk).ok()?;
+        chunk.extend_from_slice(&window);
+        window = chunk;
+    }
+}
+
 /// The whole lines of the last `max` bytes of a history file (a line cut by the start of
 /// the window, and any that do not parse, are left out).
 pub fn read_tail(path: &Path, max: u64) -> Vec<HistoryEntry> {
@@ -468,6 +531,49 @@ pub fn excerpt(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn plan(steps: &[(&str, &str)]) -> Vec<protocol::api::PlanEntry> {
+        let entry = |(content, status): &(&str, &str)| protocol::api::PlanEntry {
+            content: (*content).into(),
+            status: (*status).into(),
+            priority: None,
+        };
+        steps.iter().map(entry).collect()
+    }
+
+    /// The newest plan is found however far back it is (its line read across the
+    /// megabyte steps), a message that only talks about plans is not one, and a history
+    /// without a plan has none.
+    #[test]
+    fn the_newest_plan_is_found_across_read_steps() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
+        let mut history = History::open(&path).unwrap();
+        history.append(EntryType::UserMessage, "start".into(), None).unwrap();
+        assert_eq!(last_plan(&path), None, "no plan yet");
+        let old = plan(&[("old step", "pending")]);
+        history.append_plan(old).unwrap();
+        let newest = plan(&[("first", "completed"), ("second", "in_progress")]);
+        history.append_plan(newest.clone()).unwrap();
+        let written = read(&path, 0, 100).unwrap().entries;
+        let at = written.last().unwrap().at;
+        assert_eq!(written.last().unwrap().content, "[done] first\n[in progress] second");
+        // About 3 MiB after it, with a message that quotes a plan entry's JSON.
+        history.append(EntryType::AgentMessage, r#"{"type":"plan"}"#.into(), None).unwrap();
+        for n in 0..3_000 {
+            let filler = format!("{n} {}", "x".repeat(1_000 + n % 7));
+            history.append(EntryType::AgentMessage, filler, None).unwrap();
+        }
+        assert!(std::fs::metadata(&path).unwrap().len() > 3 << 20);
+        assert_eq!(last_plan(&path), Some((at, newest)));
+        // A huge plan line spanning steps is read whole.
+        let long = plan(&[(&"y".repeat(3 << 20), "pending")]);
+        let seq = history.append_plan(long.clone()).unwrap();
+        history.append(EntryType::AgentMessage, "after".into(), None).unwrap();
+        let at = read(&path, seq - 1, 1).unwrap().entries[0].at;
+        assert_eq!(last_plan(&path), Some((at, long)));
+        assert_eq!(last_plan(&dir.path().join("missing.jsonl")), None);
+    }
 
     #[test]
     fn chunks_coalesce_at_message_boundaries() {

@@ -41,6 +41,7 @@ fn render(entry: &HistoryEntry) -> String {
         EntryType::ToolResult => {
             format!("[TOOL RESULT: {name}] {}", excerpt(&entry.content, TOOL_RESULT_CHARS))
         }
+        EntryType::Plan => format!("[PLAN]:\n{}", excerpt(&entry.content, MESSAGE_CHARS)),
     }
 }
 
@@ -94,16 +95,18 @@ pub fn build<F: Read + Seek>(
     prompt: &str,
     budget: usize,
 ) -> io::Result<ResumeContext> {
-    build_after(file, prompt, budget, None)
+    build_after(file, prompt, budget, None, &[])
 }
 
 /// [`build`] of the entries after seq `after` only (when given): what an agent's restored
-/// conversation lacks.
+/// conversation lacks. `plan`, the agent's newest plan, gets a section of its own (outside
+/// the budget, as the prompt), however long ago it was given.
 pub fn build_after<F: Read + Seek>(
     file: &mut F,
     prompt: &str,
     budget: usize,
     after: Option<u64>,
+    plan: &[protocol::api::PlanEntry],
 ) -> io::Result<ResumeContext> {
     let len = file.seek(SeekFrom::End(0))?;
     let mut pos = len;
@@ -170,6 +173,7 @@ pub fn build_after<F: Read + Seek>(
         text.push_str(line);
         text.push('\n');
     }
+    text.push_str(&crate::snapshot::plan_section(plan));
     text.push_str("\n=== CURRENT REQUEST ===\n");
     text.push_str(prompt);
     text.push_str(
@@ -198,11 +202,30 @@ mod tests {
                 tool_call_id: tool.then(|| "c1".into()),
                 tool_status: tool.then(|| "completed".into()),
                 message_id: None,
+                plan: None,
             },
             agent_seq: None,
             generation: None,
         };
         serde_json::to_string(&entry).unwrap() + "\n"
+    }
+
+    #[test]
+    fn the_newest_plan_has_its_own_section_before_the_request() {
+        let history = entry(1, EntryType::UserMessage, "list the files");
+        let plan = [protocol::api::PlanEntry {
+            content: "list them".into(),
+            status: "in_progress".into(),
+            priority: None,
+        }];
+        let context = build_after(&mut Cursor::new(history), "go", 10_000, None, &plan).unwrap();
+        assert!(
+            context.text.contains(
+                "[USER]: list the files\n\n=== PLAN (as the agent last gave it) ===\n[in progress] list them\n\n=== CURRENT REQUEST ===\ngo\n"
+            ),
+            "{}",
+            context.text
+        );
     }
 
     #[test]

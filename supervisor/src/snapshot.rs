@@ -66,10 +66,15 @@ pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreErr
     let turns = store.session_turns(session_id.clone()).await?;
     let mut timeline = store.recent_timeline(session_id.clone(), TIMELINE_ROWS).await?;
     timeline.reverse();
-    let entries =
-        tokio::task::spawn_blocking(move || history::read_tail(&history, HISTORY_TAIL_BYTES))
-            .await
-            .unwrap_or_default();
+    let (entries, plan) = tokio::task::spawn_blocking(move || {
+        (history::read_tail(&history, HISTORY_TAIL_BYTES), history::last_plan(&history))
+    })
+    .await
+    .unwrap_or_default();
+    let (plan_at, plan) = match plan {
+        Some((at, plan)) => (Some(at), plan),
+        None => (None, Vec::new()),
+    };
     let reported = match usage {
         Some(usage) => usage,
         None => store
@@ -114,6 +119,8 @@ pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreErr
         turns_omitted,
         errors: errors(&entries, &timeline),
         usage,
+        plan,
+        plan_at,
     })
 }
 
@@ -131,6 +138,8 @@ fn summarize_turn<'a>(
             }
             EntryType::UserMessage => {}
             EntryType::AgentMessage => reply = Some(excerpt(&entry.content, TEXT_CHARS)),
+            // The newest plan is the snapshot's own member.
+            EntryType::Plan => {}
             EntryType::ToolCall | EntryType::ToolResult => {
                 let id = entry.tool_call_id.clone().unwrap_or_default();
                 let status = entry.tool_status.clone().unwrap_or_default();
@@ -216,6 +225,7 @@ fn errors(entries: &[HistoryEntry], timeline: &[(i64, TimelineEvent)]) -> Vec<Sn
                 (format!("{name} failed"), Some(("tool", message)))
             }
             EntryType::ToolResult => (format!("{name} completed"), None),
+            EntryType::Plan => ("the agent gave its plan".to_owned(), None),
         };
         happenings.push(Happening { at: entry.at, what, error });
     }
@@ -266,6 +276,7 @@ pub fn handoff_context(snapshot: &Snapshot, prompt: &str, budget: usize) -> Stri
             tail.push('\n');
         }
     }
+    tail.push_str(&plan_section(&snapshot.plan));
     tail.push_str("\n=== WORKSPACE ===\n");
     tail.push_str(&describe_git(&snapshot.git));
     let end = format!(
@@ -302,6 +313,16 @@ pub fn handoff_context(snapshot: &Snapshot, prompt: &str, budget: usize) -> Stri
     text.push_str(&tail);
     text.push_str(&end);
     text
+}
+
+/// The agent's newest plan as a resume context's section: each step done, in progress or
+/// next (empty without a plan). History injection says it too.
+pub fn plan_section(plan: &[protocol::api::PlanEntry]) -> String {
+    if plan.is_empty() {
+        return String::new();
+    }
+    let lines = excerpt(&protocol::api::PlanEntry::lines(plan), 3000);
+    format!("\n=== PLAN (as the agent last gave it) ===\n{lines}\n")
 }
 
 fn describe_turn(number: usize, turn: &SnapshotTurn) -> String {

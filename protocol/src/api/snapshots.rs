@@ -44,6 +44,35 @@ wire_names!(SnapshotTrigger {
     MaxDuration => "max_duration",
 });
 
+/// A step of an agent's plan (ACP `PlanEntry`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PlanEntry {
+    /// What the step is.
+    pub content: String,
+    /// `pending`, `in_progress` or `completed` (as the agent said; anything else is kept).
+    pub status: String,
+    /// `high`, `medium` or `low`, when the agent said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<String>,
+}
+
+impl PlanEntry {
+    /// The plan as lines of text, one step each: `[done]`, `[in progress]` or `[next]`
+    /// before its content (what a history entry's `content` and a resume context say).
+    pub fn lines(plan: &[PlanEntry]) -> String {
+        let line = |entry: &PlanEntry| {
+            let status = match entry.status.as_str() {
+                "completed" => "done",
+                "in_progress" => "in progress",
+                "pending" => "next",
+                other => other,
+            };
+            format!("[{status}] {}", entry.content)
+        };
+        plan.iter().map(line).collect::<Vec<_>>().join("\n")
+    }
+}
+
 /// One snapshot in `task.session.snapshot.list`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SnapshotSummary {
@@ -99,6 +128,12 @@ pub struct Snapshot {
     pub errors: Vec<SnapshotError>,
     /// What the session used.
     pub usage: SnapshotUsage,
+    /// The agent's plan as it last gave it (empty: it gave none), with when.
+    #[serde(default)]
+    pub plan: Vec<PlanEntry>,
+    /// When the agent gave that plan, Unix ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_at: Option<i64>,
 }
 
 /// The task of a [`Snapshot`].

@@ -855,6 +855,10 @@ fn history_update(
         }
         update
     };
+    if let Some(plan) = entry.plan.as_ref().filter(|_| entry.kind == protocol::api::EntryType::Plan)
+    {
+        return Some(json!({"sessionUpdate": "plan", "entries": plan}));
+    }
     match entry.role.as_str() {
         "user" => Some(text("user_message_chunk")),
         "assistant" => Some(text("agent_message_chunk")),

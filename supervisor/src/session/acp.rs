@@ -55,6 +55,20 @@ impl RpcErrorBody {
     }
 }
 
+/// A `plan` update's entries; what is not an object with a text `content` is left out, a
+/// missing `status` is `pending`.
+fn plan_entries(update: &Value) -> Vec<protocol::api::PlanEntry> {
+    let entries = update.get("entries").and_then(Value::as_array).map(Vec::as_slice);
+    let entry = |entry: &Value| {
+        Some(protocol::api::PlanEntry {
+            content: entry.get("content")?.as_str()?.to_owned(),
+            status: entry.get("status").and_then(Value::as_str).unwrap_or("pending").to_owned(),
+            priority: entry.get("priority").and_then(Value::as_str).map(str::to_owned),
+        })
+    };
+    entries.unwrap_or_default().iter().filter_map(entry).collect()
+}
+
 /// `session/update` kinds that a `session/load` replays to restore the conversation: they
 /// are in our records already. Everything else that arrives during a load (available
 /// commands, a session title, a mode) is news, and is forwarded.
@@ -362,6 +376,10 @@ impl SessionActor {
                     self.record_history(EntryType::ToolResult, excerpt, Some((name, id, status)));
                 }
                 self.emit(SessionEventKind::ToolCallUpdate { update });
+            }
+            "plan" => {
+                self.record_plan(plan_entries(&update));
+                self.emit(SessionEventKind::SessionUpdate { update });
             }
             "usage_update" => {
                 self.usage_reported(&update);

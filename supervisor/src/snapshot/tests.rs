@@ -57,6 +57,19 @@ fn snapshot(turns: Vec<SnapshotTurn>, omitted: usize) -> Snapshot {
             followed_by: Some("the agent said: fixing the two tests".into()),
         }],
         usage: SnapshotUsage::default(),
+        plan: vec![
+            protocol::api::PlanEntry {
+                content: "move the lexer".into(),
+                status: "completed".into(),
+                priority: None,
+            },
+            protocol::api::PlanEntry {
+                content: "fix the two tests".into(),
+                status: "in_progress".into(),
+                priority: Some("high".into()),
+            },
+        ],
+        plan_at: Some(1),
     }
 }
 
@@ -74,6 +87,7 @@ fn the_handoff_context_has_the_documented_sections() {
         Turn 1 (completed, end_turn): split the lexer\n    then the parser\n  Tools: run tests (completed)\n  Result: did step 1\n\
         \n=== ERRORS AND WHAT FOLLOWED ===\n\
         - [tool] cargo test failed: 2 failures -> then: the agent said: fixing the two tests\n\
+        \n=== PLAN (as the agent last gave it) ===\n[done] move the lexer\n[in progress] fix the two tests\n\
         \n=== WORKSPACE ===\nBranch work at bbbbbbbbbbbb (the session started at aaaaaaaaaaaa).\n\
         Commits since the start: bbbbbbb move lexer\nFiles changed since the start: src/lexer.rs\n\
         There are uncommitted changes.\n1 file changed, 3 insertions(+)\n\
@@ -109,6 +123,7 @@ fn entry(seq: u64, at: i64, kind: EntryType, content: &str, status: Option<&str>
             tool_call_id: status.map(|_| "c1".into()),
             tool_status: status.map(str::to_owned),
             message_id: None,
+            plan: None,
         },
         agent_seq: None,
         generation: None,

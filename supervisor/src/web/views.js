@@ -158,7 +158,11 @@ async function showSnapshot(snapshotId) {
       ? el("ul", { class: "snapshot-errors" }, ...s.errors.map((e) =>
         el("li", { class: "error" }, `${new Date(e.at).toLocaleTimeString()} ${e.source}: ${e.message}${e.followed_by ? " → " + e.followed_by : ""}`)))
       : "";
-    $("#snapshot-view").replaceChildren(el("h3", {}, "Snapshot"), facts,
+    const plan = s.plan && s.plan.length
+      ? el("div", { class: "plan snapshot-plan" }, el("div", { class: "plan-head" }, "Plan, as the agent last gave it"),
+        el("ol", {}, ...s.plan.map((p) => el("li", { class: `plan-entry ${p.status}` }, p.content))))
+      : "";
+    $("#snapshot-view").replaceChildren(el("h3", {}, "Snapshot"), facts, plan,
       s.turns_omitted ? el("p", { class: "muted" }, `${s.turns_omitted} older turns not shown`) : "", turns, errors);
   } catch (error) {
     sessionError(error);

@@ -7,6 +7,7 @@ mod agentctl;
 mod auth;
 mod cli;
 mod conformance;
+mod continuity;
 mod docker;
 mod docker_runtime;
 mod edges;

@@ -321,6 +321,36 @@ async fn r31_pause_asks_a_reason_and_the_snapshot_and_timeline_show_it() {
     browser.screenshot("timeline").await;
 }
 
+/// Issue 34: a pause's snapshot shows the agent's plan, each step as done, in progress or
+/// next.
+#[tokio::test]
+async fn r34_the_snapshot_view_shows_the_agents_plan() {
+    let Some(browser) = browser::start("snapshot-plan").await else { return };
+    let (_daemon, _session) = session_page(&browser, "sp").await;
+    prompt_in_page(&browser, "/plan read the code; change it; test it").await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    browser.click("#pause").await;
+    browser.type_into("#pause-reason", "plan review").await;
+    browser.click("#pause-confirm").await;
+    browser.wait_text("#session-state", "PAUSED").await;
+    browser.click("[data-tab=snapshots]").await;
+    browser.wait_text("#snapshot-list", "pause").await;
+    browser.click("#snapshot-list button[data-snapshot]").await;
+    browser.wait_text("#snapshot-view .snapshot-plan", "change it").await;
+    let steps = browser
+        .run(
+            "return [...document.querySelectorAll('#snapshot-view .snapshot-plan li')].map((li) => li.className + ': ' + li.textContent);",
+            json!([]),
+        )
+        .await;
+    let expected = [
+        "plan-entry completed: read the code",
+        "plan-entry in_progress: change it",
+        "plan-entry pending: test it",
+    ];
+    assert_eq!(steps, json!(expected));
+}
+
 /// The session view in light and dark (following the system) and at a desktop's and a
 /// phone's width, where nothing is wider than the screen; the screenshots are the ones in
 /// `docs/screenshots/`.

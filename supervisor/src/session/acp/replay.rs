@@ -25,6 +25,8 @@ impl SessionActor {
                 EntryType::ToolCall | EntryType::ToolResult => {
                     known.tool_calls.extend(entry.wire.tool_call_id);
                 }
+                // A replayed plan is dropped as a replay by its kind alone.
+                EntryType::Plan => {}
             }
         }
         known

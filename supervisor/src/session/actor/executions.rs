@@ -633,8 +633,9 @@ impl SessionActor {
             _ => None,
         };
         let built = tokio::task::spawn_blocking(move || {
+            let plan = crate::history::last_plan(&path).map(|(_, plan)| plan).unwrap_or_default();
             let mut file = std::fs::File::open(&path)?;
-            crate::resume_context::build_after(&mut file, &prompt, budget, after)
+            crate::resume_context::build_after(&mut file, &prompt, budget, after, &plan)
         })
         .await
         .map_err(|err| SessionError::InvalidState(format!("building the resume context: {err}")))?

@@ -164,6 +164,16 @@ impl SessionActor {
         }
     }
 
+    /// Writes the agent's plan into the history (each plan replaces the last).
+    pub(in crate::session) fn record_plan(&mut self, plan: Vec<protocol::api::PlanEntry>) {
+        if self.recorded.history {
+            return;
+        }
+        if let Err(err) = self.history.append_plan(plan) {
+            self.write_failed("the history", &err);
+        }
+    }
+
     /// Writes a prompt into the history as the user's message, with its turn's id.
     pub(in crate::session) fn record_prompt(&mut self, prompt: String, turn_id: String) {
         if self.recorded.history {
