@@ -425,6 +425,10 @@ pub struct SessionStatus {
     /// `max_duration`, `exhaustion` or `timeout`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_by: Option<SnapshotTrigger>,
+    /// A `PAUSED` session: why, as its pause was asked for (`task.session.pause`'s
+    /// `reason`) or in a limit's own words (idle, budget, `max_turns`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_reason: Option<String>,
     /// Tokens and cost of its turns, its agent's context use, and its budgets.
     #[serde(default)]
     pub usage: SessionUsage,
@@ -458,6 +462,10 @@ pub struct PauseResult {
     pub state: SessionState,
     /// The pause waits for the running turn to end (or for `force_after_ms`).
     pub pause_requested: bool,
+    /// A pause taken at once: its snapshot (`task.session.snapshot.get`), unless none
+    /// could be taken. A waiting pause's comes with its `snapshot_taken` event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<String>,
 }
 
 /// `task.session.prompt`: the turn that started.

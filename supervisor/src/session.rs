@@ -208,7 +208,7 @@ enum Command {
     Pause {
         reason: Option<String>,
         force_after: Duration,
-        reply: Reply<bool>,
+        reply: Reply<PauseTaken>,
     },
     /// Re-sends `turn_id`'s prompt as a new turn.
     Retry {
@@ -306,13 +306,13 @@ impl SessionHandle {
         self.ask(|reply| Command::Stop { end: SessionState::Cancelled, reply }).await
     }
 
-    /// Pauses the session at the next turn boundary: returns `true` when the pause waits
-    /// for the running turn (cancelled after `force_after`), `false` once it is `PAUSED`.
+    /// Pauses the session at the next turn boundary: it waits for the running turn
+    /// (cancelled after `force_after`), or it is `PAUSED` now.
     pub async fn pause(
         &self,
         reason: Option<String>,
         force_after: Duration,
-    ) -> Result<bool, SessionError> {
+    ) -> Result<PauseTaken, SessionError> {
         self.ask(|reply| Command::Pause { reason, force_after, reply }).await
     }
 
@@ -533,6 +533,15 @@ pub const CANCEL_GRACE: Duration = Duration::from_secs(10);
 
 /// How long a pause waits for the running turn before it cancels it, unless told: 5 minutes.
 pub const DEFAULT_PAUSE_WAIT_MS: u64 = 5 * 60 * 1000;
+
+/// What `task.session.pause` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PauseTaken {
+    /// It waits for the running turn (or the launch in flight) to end.
+    Waits,
+    /// The session is `PAUSED`, with the pause's snapshot (none when it could not be taken).
+    Paused { snapshot_id: Option<String> },
+}
 
 /// The largest prompt, in bytes of its JSON-RPC line: the agent's framing drops a longer
 /// line, and the turn would never end.

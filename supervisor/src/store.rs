@@ -373,6 +373,17 @@ pub struct PausedRecord {
     pub handoff: Option<String>,
 }
 
+/// A session's last pause, as [`Store::last_pause`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastPause {
+    /// When, Unix ms.
+    pub at: i64,
+    /// What paused it.
+    pub trigger: SnapshotTrigger,
+    /// Why, as it was said.
+    pub reason: Option<String>,
+}
+
 /// What [`Store::record_opened`] records of an execution whose ACP session opened.
 #[derive(Debug, Clone, Default)]
 pub struct Opened {

@@ -813,8 +813,12 @@ impl Client {
             .session_pause(session.to_owned(), reason, force_after_ms)
             .await
             .map_err(|e| self.failure(e))?;
+        let taken = |snapshot: Option<&str>| match snapshot {
+            Some(snapshot) => format!(" (snapshot {snapshot})"),
+            None => String::new(),
+        };
         if !paused.pause_requested {
-            println!("session {session} paused");
+            println!("session {session} paused{}", taken(paused.snapshot_id.as_deref()));
             return Ok(());
         }
         println!("session {session}: pause requested; the running turn finishes first");
@@ -824,12 +828,14 @@ impl Client {
         let shown = Shown::new(false);
         let mut events = Feed::open(self, session, Some(status.last_event_seq), &shown).await?;
         events.follow_restarts();
+        let mut snapshot = None;
         loop {
             let event = events.next().await?;
             match event.kind {
+                EventKind::SnapshotTaken { snapshot_id, .. } => snapshot = Some(snapshot_id),
                 EventKind::Paused { forced, .. } => {
                     let how = if forced { " (the turn was cancelled)" } else { "" };
-                    println!("session {session} paused{how}");
+                    println!("session {session} paused{how}{}", taken(snapshot.as_deref()));
                     return Ok(());
                 }
                 EventKind::State { state, .. } if state.is_at_rest() => {

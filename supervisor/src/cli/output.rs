@@ -87,7 +87,24 @@ pub(super) fn describe(kind: &EventKind) -> String {
         EventKind::Notice { message } => format!("notice: {message}"),
         EventKind::Progress { step, detail } => progress_line(*step, detail.as_deref()),
         EventKind::ResumeOutcome { outcome } => format!("resumed: {}", outcome.as_str()),
-        _ => "event".to_owned(),
+        EventKind::BudgetWarning { budget } => format!("budget warning: {}", budget.describe()),
+        EventKind::PauseRequested { reason, force_after_ms } => format!(
+            "pause requested{}: the running turn may take {} s more",
+            reason.as_deref().map(|reason| format!(" ({reason})")).unwrap_or_default(),
+            force_after_ms / 1000
+        ),
+        EventKind::Paused { reason, forced, trigger } => format!(
+            "paused by {}{}{}",
+            trigger.map_or("pause", |trigger| trigger.as_str()),
+            reason.as_deref().map(|reason| format!(": {reason}")).unwrap_or_default(),
+            if *forced { " (the running turn was cancelled)" } else { "" }
+        ),
+        EventKind::SnapshotTaken { snapshot_id, trigger } => {
+            format!("snapshot {snapshot_id} taken ({})", trigger.as_str())
+        }
+        EventKind::Resumed { outcome } => format!("resumed: {}", outcome.as_str()),
+        EventKind::Other => "an event of a kind this client does not know (a newer daemon)".into(),
+        _ => "an event of a kind this client does not know".to_owned(),
     }
 }
 
@@ -270,4 +287,45 @@ pub(super) fn permission_lines(params: &serde_json::Value) -> Vec<String> {
         lines.push(format!("options: {}", options.join(", ")));
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn line(event: serde_json::Value) -> String {
+        let mut event = event;
+        event["seq"] = json!(1);
+        event["at"] = json!(0);
+        describe(&serde_json::from_value::<SessionEvent>(event).expect("an event").kind)
+    }
+
+    /// Issue 34: `follow` names the pause's and snapshot's events (they were a bare
+    /// "event"), and says so of a kind it does not know.
+    #[test]
+    fn follow_names_pauses_snapshots_resumes_and_budget_warnings() {
+        let requested =
+            json!({"type": "pause_requested", "reason": "lunch", "force_after_ms": 300_000});
+        assert_eq!(
+            line(requested),
+            "pause requested (lunch): the running turn may take 300 s more"
+        );
+        let paused =
+            json!({"type": "paused", "reason": "lunch", "forced": true, "trigger": "timeout"});
+        assert_eq!(line(paused), "paused by timeout: lunch (the running turn was cancelled)");
+        assert_eq!(line(json!({"type": "paused", "forced": false})), "paused by pause");
+        let taken = json!({"type": "snapshot_taken", "snapshot_id": "s-1", "trigger": "pause"});
+        assert_eq!(line(taken), "snapshot s-1 taken (pause)");
+        assert_eq!(
+            line(json!({"type": "resumed", "outcome": "native_load"})),
+            "resumed: native_load"
+        );
+        let budget = json!({"type": "budget_warning", "budget": {"scope": "session", "id": "s",
+            "budget": {"tokens": 1000}, "used_tokens": 800, "used_cost": 0.0, "percent": 80}});
+        assert!(line(budget).starts_with("budget warning: the session's budget"), "budget");
+        let newer = line(json!({"type": "something_new", "x": 1}));
+        assert!(newer.contains("does not know"), "{newer}");
+    }
 }

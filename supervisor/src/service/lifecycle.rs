@@ -306,7 +306,7 @@ impl Supervisor {
         } else if row.state == SessionState::Paused {
             // Why it paused, where that is more than asked for: `idle` (parked), `budget`,
             // `max_turns`, `max_duration`.
-            let reason = match paused.map(|(_, trigger)| trigger) {
+            let reason = match paused.as_ref().map(|paused| paused.trigger) {
                 Some(
                     trigger @ (protocol::api::SnapshotTrigger::Idle
                     | protocol::api::SnapshotTrigger::Budget
@@ -360,8 +360,9 @@ impl Supervisor {
             profile_drift,
             placement,
             open_questions,
-            paused_at: paused.map(|(at, _)| at),
-            paused_by: paused.map(|(_, trigger)| trigger),
+            paused_at: paused.as_ref().map(|paused| paused.at),
+            paused_by: paused.as_ref().map(|paused| paused.trigger),
+            pause_reason: paused.and_then(|paused| paused.reason),
             usage,
         })
     }
@@ -653,36 +654,37 @@ impl Supervisor {
         let live = {
             let _guard = self.start_lock.lock().await;
             match self.handle(&session_id).filter(SessionHandle::is_live) {
-                Some(handle) => Some(handle),
-                None => {
-                    // No actor, so no agent: nothing to stop or wait for.
-                    self.pause_without_agent(&row, reason.clone(), false, SnapshotTrigger::Pause)
-                        .await?;
-                    None
-                }
+                Some(handle) => Ok(handle),
+                // No actor, so no agent: nothing to stop or wait for.
+                None => Err(self
+                    .pause_without_agent(&row, reason.clone(), false, SnapshotTrigger::Pause)
+                    .await?),
             }
         };
-        let Some(handle) = live else {
-            return Ok(PauseResult {
-                session_id,
-                state: SessionState::Paused,
-                pause_requested: false,
-            });
+        let (pause_requested, snapshot_id) = match live {
+            Ok(handle) => match handle.pause(reason, force_after).await? {
+                crate::session::PauseTaken::Waits => (true, None),
+                crate::session::PauseTaken::Paused { snapshot_id } => (false, snapshot_id),
+            },
+            Err(snapshot_id) => (false, snapshot_id),
         };
-        let waits = handle.pause(reason, force_after).await?;
-        let view = handle.view();
-        Ok(PauseResult { session_id, state: view.state, pause_requested: waits })
+        let state = match self.handle(&session_id).filter(|_| pause_requested) {
+            Some(handle) => handle.view().state,
+            None => SessionState::Paused,
+        };
+        Ok(PauseResult { session_id, state, pause_requested, snapshot_id })
     }
 
     /// Pauses a session that has no actor (its agent is not running): the events are
-    /// published, then the store says `PAUSED` (and forgets the pause request).
+    /// published, then the store says `PAUSED` (and forgets the pause request). Returns
+    /// the pause's snapshot, when one was taken.
     pub(super) async fn pause_without_agent(
         &self,
         row: &SessionRow,
         reason: Option<String>,
         forced: bool,
         trigger: SnapshotTrigger,
-    ) -> Result<(), ServiceError> {
+    ) -> Result<Option<String>, ServiceError> {
         let request = self.snapshot_request(&row.id, trigger, reason.clone());
         let record = self.record(&row.id).await?;
         Ok(record.pause(request, reason, trigger, forced, Mark::default()).await?)

@@ -184,7 +184,7 @@ impl SessionRecord {
         trigger: SnapshotTrigger,
         forced: bool,
         mark: Mark,
-    ) -> Result<(), RecordError> {
+    ) -> Result<Option<String>, RecordError> {
         let snapshot_trigger = snapshot.trigger;
         let snapshot = match crate::snapshot::take(&self.store, snapshot).await {
             Ok(snapshot) => Some(snapshot.snapshot_id),
@@ -208,10 +208,11 @@ impl SessionRecord {
         });
         self.publish(kinds, mark)?;
         // An exhaustion's snapshot primes the next resume's fresh agent session.
-        let handoff = snapshot.filter(|_| snapshot_trigger == SnapshotTrigger::Exhaustion);
+        let handoff = snapshot.clone().filter(|_| snapshot_trigger == SnapshotTrigger::Exhaustion);
+        tracing::info!(session = %self.session_id, %trigger, reason = reason.as_deref().unwrap_or(""), snapshot = snapshot.as_deref().unwrap_or("none"), "paused");
         let paused = PausedRecord { reason, trigger, forced, handoff };
         self.store.set_paused(self.session_id.clone(), paused, self.events.last_seq()).await?;
-        Ok(())
+        Ok(snapshot)
     }
 
     /// A `cancelled` resolution for each open question.

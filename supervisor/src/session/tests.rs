@@ -575,8 +575,10 @@ async fn pausing_an_idle_session_stops_its_agent_snapshots_and_publishes_it() {
     use crate::events::SessionEventKind as K;
     let setup = start(Mode::Streams(1)).await;
     until(&setup.handle, |view| view.phase == Phase::Open).await;
-    let waits = setup.handle.pause(Some("lunch".into()), Duration::from_secs(60)).await.unwrap();
-    assert!(!waits, "no turn to wait for");
+    let taken = setup.handle.pause(Some("lunch".into()), Duration::from_secs(60)).await.unwrap();
+    let crate::session::PauseTaken::Paused { snapshot_id: Some(snapshot_id) } = taken else {
+        panic!("no turn to wait for, a snapshot taken: {taken:?}");
+    };
     until(&setup.handle, |view| view.state == SessionState::Paused).await;
     assert!(!setup.handle.view().agent_running);
     let events = setup.logged().await;
@@ -586,7 +588,10 @@ async fn pausing_an_idle_session_stops_its_agent_snapshots_and_publishes_it() {
         "{tail:?}"
     );
     assert!(matches!(tail[1], K::State { state: SessionState::Paused, .. }), "{tail:?}");
-    assert!(matches!(tail[2], K::SnapshotTaken { .. }), "{tail:?}");
+    assert!(
+        matches!(tail[2], K::SnapshotTaken { snapshot_id: taken, .. } if *taken == snapshot_id),
+        "the snapshot the pause answered with: {tail:?}"
+    );
     assert_eq!(
         setup.store().get_session(setup.handle_id()).await.unwrap().state,
         SessionState::Paused
@@ -804,7 +809,8 @@ async fn an_answer_confirmed_after_a_pause_stopped_its_execution_still_resolves_
     let id = setup.handle_id();
     let (mut log, request) = asked(&setup).await;
     let mut next = async || next_logged(&mut log).await;
-    assert!(setup.handle.pause(Some("later".into()), Duration::from_secs(60)).await.unwrap());
+    let taken = setup.handle.pause(Some("later".into()), Duration::from_secs(60)).await.unwrap();
+    assert_eq!(taken, crate::session::PauseTaken::Waits);
     let outcome = json!({"outcome": "selected", "optionId": "allow"});
     setup.handle.respond_permission(request.clone(), outcome).await.unwrap();
     until(&setup.handle, |view| view.state == SessionState::Paused).await;
@@ -836,7 +842,8 @@ async fn a_pause_voids_a_question_its_agent_left_unanswered() {
     until(&setup.handle, |view| view.phase == Phase::Open).await;
     let (mut log, request) = asked(&setup).await;
     let mut next = async || next_logged(&mut log).await;
-    assert!(setup.handle.pause(None, Duration::from_secs(60)).await.unwrap());
+    let taken = setup.handle.pause(None, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(taken, crate::session::PauseTaken::Waits);
     let sidecar = setup.connector.sidecar.lock().unwrap().clone().unwrap();
     sidecar.release.notify_one();
     loop {

@@ -359,6 +359,11 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE task_sessions ADD COLUMN title TEXT;
     ALTER TABLE task_sessions ADD COLUMN additional_directories TEXT;
     ",
+    // 18: issue 34, the reason a paused session was given (as `task.session.pause` was
+    // asked, or a limit's own words), beside `paused_at` and `pause_kind`.
+    "
+    ALTER TABLE task_sessions ADD COLUMN pause_reason TEXT;
+    ",
 ];
 
 /// Brings the database up to the newest migration.

@@ -154,8 +154,15 @@ impl Store {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let changed = tx.execute(
                 "UPDATE task_sessions SET state = 'PAUSED', error_message = NULL, updated_at = ?2, \
-                 event_seq_high = MAX(event_seq_high, ?3), paused_at = ?2, pause_kind = ?4 WHERE id = ?1",
-                params![session_id, now_ms(), event_seq_high as i64, paused.trigger.as_str()],
+                 event_seq_high = MAX(event_seq_high, ?3), paused_at = ?2, pause_kind = ?4, \
+                 pause_reason = ?5 WHERE id = ?1",
+                params![
+                    session_id,
+                    now_ms(),
+                    event_seq_high as i64,
+                    paused.trigger.as_str(),
+                    paused.reason
+                ],
             )?;
             if changed == 0 {
                 return Err(StoreError::NotFound { what: "session", id: session_id });
@@ -185,20 +192,19 @@ impl Store {
     }
 
     /// When the session was last paused and what paused it (`None` if it never was).
-    pub async fn last_pause(
-        &self,
-        session_id: String,
-    ) -> Result<Option<(i64, SnapshotTrigger)>, StoreError> {
+    pub async fn last_pause(&self, session_id: String) -> Result<Option<LastPause>, StoreError> {
         self.call(move |conn| {
-            let row: Option<(Option<i64>, Option<String>)> = conn
+            let row: Option<(Option<i64>, Option<String>, Option<String>)> = conn
                 .query_row(
-                    "SELECT paused_at, pause_kind FROM task_sessions WHERE id = ?1",
+                    "SELECT paused_at, pause_kind, pause_reason FROM task_sessions WHERE id = ?1",
                     [&session_id],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
                 )
                 .optional()?;
             match row {
-                Some((Some(at), Some(kind))) => Ok(Some((at, journal::parse_trigger(&kind)?))),
+                Some((Some(at), Some(kind), reason)) => {
+                    Ok(Some(LastPause { at, trigger: journal::parse_trigger(&kind)?, reason }))
+                }
                 _ => Ok(None),
             }
         })

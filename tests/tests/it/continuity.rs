@@ -1,7 +1,9 @@
 //! Issue 34: session continuity as designed — the agent's plan recorded and carried into
 //! snapshots, every resume context and a client's `session/load`.
 
-use protocol::api::{ApiClient, EntryType, PlanEntry, ResumeOutcome, SessionState};
+use protocol::api::{
+    ApiClient, EntryType, PlanEntry, ResumeOutcome, SessionState, SnapshotTrigger,
+};
 use serde_json::json;
 use tether_tests::daemon::{Daemon, ok};
 use tether_tests::face::RawFace;
@@ -73,4 +75,46 @@ async fn r34_a_plan_is_recorded_and_carried_into_snapshots_resumes_and_loads() {
     let at = kinds.iter().position(|kind| kind == "plan").unwrap();
     assert_eq!(kinds[at - 1], "user_message_chunk", "replayed after its prompt: {kinds:?}");
     face.close().await;
+}
+
+/// An immediate pause answers with its snapshot, and a paused session's status says when,
+/// by what and why — also a pause of a session with no agent running (after a daemon
+/// restart, before anything brought it back).
+#[tokio::test]
+async fn r34_a_pause_answers_with_its_snapshot_and_status_says_why() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("why")).await;
+    api.ask(&session, "hello").await;
+    let paused =
+        ok("pause", api.typed().session_pause(session.clone(), Some("lunch".into()), None)).await;
+    assert!(!paused.pause_requested && paused.state == SessionState::Paused, "{paused:?}");
+    let snapshot_id = paused.snapshot_id.expect("the pause's snapshot");
+    let snapshot = ok("snapshot.get", api.typed().snapshot_get(snapshot_id.clone())).await;
+    assert_eq!(
+        (snapshot.trigger, snapshot.reason.as_deref()),
+        (SnapshotTrigger::Pause, Some("lunch"))
+    );
+    let status = api.status(&session).await;
+    assert_eq!(status.pause_reason.as_deref(), Some("lunch"), "{status:?}");
+    assert_eq!(status.paused_by, Some(SnapshotTrigger::Pause));
+    assert!(status.paused_at.is_some_and(|at| at >= snapshot.taken_at - 5_000), "{status:?}");
+    // Back, its sidecar lost, the daemon restarted: paused with no agent (and no actor),
+    // the same answer.
+    api.resume(&session).await.expect("resume");
+    tether_tests::daemon::kill_sidecar(&daemon, &api, &session).await;
+    drop(api);
+    daemon.kill().await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    assert!(!api.status(&session).await.is_agent_running);
+    let paused = ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
+    let again = paused.snapshot_id.expect("a snapshot without an agent too");
+    assert_ne!(again, snapshot_id);
+    let status = api.status(&session).await;
+    assert_eq!(
+        (status.state, status.pause_reason),
+        (SessionState::Paused, None),
+        "no reason given"
+    );
 }

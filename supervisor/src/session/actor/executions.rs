@@ -147,7 +147,7 @@ impl SessionActor {
             wake: self.row.state == SessionState::Paused
                 && matches!(
                     self.context.store.last_pause(self.row.id.clone()).await,
-                    Ok(Some((_, SnapshotTrigger::Idle)))
+                    Ok(Some(crate::store::LastPause { trigger: SnapshotTrigger::Idle, .. }))
                 ),
         };
         if handoff {

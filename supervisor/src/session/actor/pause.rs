@@ -1,6 +1,7 @@
 //! Pausing at a turn boundary (asked, or forced by the context filling up), and snapshots.
 
 use super::*;
+use crate::session::PauseTaken;
 
 impl SessionActor {
     /// `task.session.pause`: at once when no turn runs (the agent and sidecar stopped, then
@@ -10,7 +11,7 @@ impl SessionActor {
         &mut self,
         reason: Option<String>,
         force_after: std::time::Duration,
-    ) -> Result<bool, SessionError> {
+    ) -> Result<PauseTaken, SessionError> {
         self.request_pause(reason, force_after, SnapshotTrigger::Pause).await
     }
 
@@ -34,7 +35,7 @@ impl SessionActor {
         reason: Option<String>,
         force_after: std::time::Duration,
         trigger: SnapshotTrigger,
-    ) -> Result<bool, SessionError> {
+    ) -> Result<PauseTaken, SessionError> {
         match self.row.state {
             state if state.is_terminal() => return Err(SessionError::Terminal(state)),
             SessionState::Paused => {
@@ -56,8 +57,8 @@ impl SessionActor {
             trigger,
         });
         if !busy {
-            self.pause_now().await;
-            return Ok(false);
+            let snapshot_id = self.pause_now().await;
+            return Ok(PauseTaken::Paused { snapshot_id });
         }
         // Kept before it is announced, so a restart still pauses.
         let force_at = crate::store::now_ms()
@@ -72,13 +73,14 @@ impl SessionActor {
             force_after_ms: u64::try_from(force_after.as_millis()).unwrap_or(u64::MAX),
         });
         self.update_view(|view| view.pause_requested = true);
-        Ok(true)
+        Ok(PauseTaken::Waits)
     }
 
     /// Pauses now: the agent and sidecar are stopped (and awaited), then the session is
     /// `PAUSED` — its events first, then the store (a replay re-applies the store write).
-    pub(in crate::session) async fn pause_now(&mut self) {
-        let Some(pause) = self.pause.take() else { return };
+    /// Returns the pause's snapshot, when one was taken.
+    pub(in crate::session) async fn pause_now(&mut self) -> Option<String> {
+        let pause = self.pause.take()?;
         if let Some(execution) = self.execution.take()
             && let Err(err) = self.retire_and_record(execution).await
         {
@@ -105,13 +107,18 @@ impl SessionActor {
         // After what this actor published so far.
         self.flush_events();
         let (reason, forced) = (pause.reason, pause.forced);
-        match self.record.pause(request, reason, pause.trigger, forced, self.mark()).await {
-            Ok(()) => {}
-            Err(err @ crate::session::record::RecordError::Log(_)) => {
-                self.write_failed("the session's event log", &err)
-            }
-            Err(err) => self.write_failed("the paused state", &err),
-        }
+        let snapshot_id =
+            match self.record.pause(request, reason, pause.trigger, forced, self.mark()).await {
+                Ok(snapshot_id) => snapshot_id,
+                Err(err @ crate::session::record::RecordError::Log(_)) => {
+                    self.write_failed("the session's event log", &err);
+                    None
+                }
+                Err(err) => {
+                    self.write_failed("the paused state", &err);
+                    None
+                }
+            };
         self.row.state = SessionState::Paused;
         self.row.error_message = None;
         self.update_view(|view| {
@@ -121,6 +128,7 @@ impl SessionActor {
             view.pause_requested = false;
         });
         self.enter(Stage::Idle);
+        snapshot_id
     }
 
     /// What a snapshot of this session now is taken from.
