@@ -497,6 +497,11 @@ pub struct ResumeResult {
     /// The current profile was adopted (`refresh_profile: true`).
     #[serde(default)]
     pub profile_refreshed: bool,
+    /// How the workspace changed since the session's last snapshot (its pause's), when it
+    /// did: someone worked in it meanwhile. Absent when nothing changed, the workspace is
+    /// not a repository, or there is no snapshot (or the agent was running already).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_drift: Option<GitDrift>,
 }
 
 /// `sessions.cleanup`'s answer: what was removed, and what matched but was kept and why.

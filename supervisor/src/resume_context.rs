@@ -95,18 +95,19 @@ pub fn build<F: Read + Seek>(
     prompt: &str,
     budget: usize,
 ) -> io::Result<ResumeContext> {
-    build_after(file, prompt, budget, None, &[])
+    build_after(file, prompt, budget, None, "")
 }
 
 /// [`build`] of the entries after seq `after` only (when given): what an agent's restored
-/// conversation lacks. `plan`, the agent's newest plan, gets a section of its own (outside
-/// the budget, as the prompt), however long ago it was given.
+/// conversation lacks. `sections` (the agent's newest plan, the workspace's changes since
+/// the last snapshot: see [`crate::snapshot::plan_section`]) go before the request, outside
+/// the budget as the prompt is.
 pub fn build_after<F: Read + Seek>(
     file: &mut F,
     prompt: &str,
     budget: usize,
     after: Option<u64>,
-    plan: &[protocol::api::PlanEntry],
+    sections: &str,
 ) -> io::Result<ResumeContext> {
     let len = file.seek(SeekFrom::End(0))?;
     let mut pos = len;
@@ -173,7 +174,7 @@ pub fn build_after<F: Read + Seek>(
         text.push_str(line);
         text.push('\n');
     }
-    text.push_str(&crate::snapshot::plan_section(plan));
+    text.push_str(sections);
     text.push_str("\n=== CURRENT REQUEST ===\n");
     text.push_str(prompt);
     text.push_str(
@@ -218,7 +219,9 @@ mod tests {
             status: "in_progress".into(),
             priority: None,
         }];
-        let context = build_after(&mut Cursor::new(history), "go", 10_000, None, &plan).unwrap();
+        let sections = crate::snapshot::plan_section(&plan);
+        let context =
+            build_after(&mut Cursor::new(history), "go", 10_000, None, &sections).unwrap();
         assert!(
             context.text.contains(
                 "[USER]: list the files\n\n=== PLAN (as the agent last gave it) ===\n[in progress] list them\n\n=== CURRENT REQUEST ===\ngo\n"

@@ -252,7 +252,12 @@ fn errors(entries: &[HistoryEntry], timeline: &[(i64, TimelineEvent)]) -> Vec<Sn
 /// The resume context of a capacity handoff: the session's state compiled from `snapshot`
 /// around the user's `prompt`, within `budget` characters (the prompt itself is always
 /// whole, as with history injection). The format is documented in ARCHITECTURE.md.
-pub fn handoff_context(snapshot: &Snapshot, prompt: &str, budget: usize) -> String {
+pub fn handoff_context(
+    snapshot: &Snapshot,
+    prompt: &str,
+    budget: usize,
+    drift: Option<&protocol::api::GitDrift>,
+) -> String {
     let mut head = String::from("RESUME CONTEXT FOR CONTINUING TASK\n");
     head.push_str(&format!(
         "(handed over from an agent session whose context was full; compiled from snapshot {})\n",
@@ -279,6 +284,7 @@ pub fn handoff_context(snapshot: &Snapshot, prompt: &str, budget: usize) -> Stri
     tail.push_str(&plan_section(&snapshot.plan));
     tail.push_str("\n=== WORKSPACE ===\n");
     tail.push_str(&describe_git(&snapshot.git));
+    tail.push_str(&drift_section(drift));
     let end = format!(
         "\n=== CURRENT REQUEST ===\n{prompt}\n\n=== INSTRUCTIONS ===\nYou are continuing work on the above task in a fresh agent session: the previous one ran out of context.\n\
          The sections above summarise what was asked, what was done and what failed. Check the workspace before changing it,\n\
@@ -313,6 +319,18 @@ pub fn handoff_context(snapshot: &Snapshot, prompt: &str, budget: usize) -> Stri
     text.push_str(&tail);
     text.push_str(&end);
     text
+}
+
+/// How the workspace changed since the snapshot a resume compares with, as a resume
+/// context's section (empty without a change).
+pub fn drift_section(drift: Option<&protocol::api::GitDrift>) -> String {
+    match drift {
+        Some(drift) => format!(
+            "\n=== WORKSPACE CHANGES SINCE THE LAST SNAPSHOT (not made by you) ===\n{}",
+            excerpt(&drift.describe(), 3000)
+        ),
+        None => String::new(),
+    }
 }
 
 /// The agent's newest plan as a resume context's section: each step done, in progress or

@@ -169,9 +169,73 @@ pub struct GitState {
     pub dirty: bool,
     /// `git diff --shortstat` against the start commit.
     pub diffstat: Option<String>,
+    /// The uncommitted files' contents then (`git hash-object`; `-` for a deleted file), at
+    /// most 200: what a resume compares the workspace with to say what changed since.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub dirty_hashes: std::collections::BTreeMap<String, String>,
     /// Why part of the state could not be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// How a workspace changed since a session's last snapshot (a pause's, usually): what
+/// `task.session.resume` says, and what the context injected into its next prompt says.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct GitDrift {
+    /// The snapshot compared with.
+    pub snapshot_id: String,
+    /// The commit checked out then.
+    pub head_before: Option<String>,
+    /// The commit checked out now.
+    pub head_now: Option<String>,
+    /// The branch then and now, when it changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch_change: Option<(Option<String>, Option<String>)>,
+    /// Commits made since, newest first, `<short hash> <subject>` (at most 20); empty
+    /// when HEAD moved elsewhere (see `head_rewound`).
+    pub commits: Vec<String>,
+    /// HEAD moved to a commit that does not descend from the one then (a reset, a
+    /// rebase, another branch).
+    pub head_rewound: bool,
+    /// Files whose content is not what it was then (committed since or not; at most
+    /// 200), sorted.
+    pub changed_files: Vec<String>,
+}
+
+impl GitDrift {
+    /// The drift in a few lines of text (a resume context's section, the CLI's output).
+    pub fn describe(&self) -> String {
+        let short = |commit: &Option<String>| {
+            commit
+                .as_deref()
+                .map_or_else(|| "no commit".to_owned(), |c| c.chars().take(12).collect())
+        };
+        let mut text = String::new();
+        if let Some((before, now)) = &self.branch_change {
+            let name =
+                |branch: &Option<String>| branch.clone().unwrap_or_else(|| "(detached)".into());
+            text.push_str(&format!("The branch changed from {} to {}.\n", name(before), name(now)));
+        }
+        if self.head_before != self.head_now {
+            text.push_str(&format!(
+                "HEAD moved from {} to {}{}.\n",
+                short(&self.head_before),
+                short(&self.head_now),
+                if self.head_rewound {
+                    " (not a descendant: a reset, rebase or checkout)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        if !self.commits.is_empty() {
+            text.push_str(&format!("Commits since: {}\n", self.commits.join("; ")));
+        }
+        if !self.changed_files.is_empty() {
+            text.push_str(&format!("Files changed since: {}\n", self.changed_files.join(", ")));
+        }
+        text
+    }
 }
 
 /// A turn in a [`Snapshot`].

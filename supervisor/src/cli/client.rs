@@ -269,12 +269,24 @@ impl Client {
                 Ok(())
             }
             Command::Resume { quiet, refresh_profile, session } => {
+                if !quiet {
+                    self.pause_summary(&session).await?;
+                }
                 let result = self.resume_with_progress(&session, quiet, refresh_profile).await?;
                 println!(
                     "session {session} resumed ({}), {}",
                     result.outcome.as_str(),
                     result.state.as_str()
                 );
+                if let Some(drift) = &result.git_drift {
+                    println!(
+                        "the workspace changed since snapshot {} (the agent is told so with your next prompt):",
+                        drift.snapshot_id
+                    );
+                    for line in drift.describe().lines() {
+                        println!("  {line}");
+                    }
+                }
                 match (result.profile_refreshed, result.profile_drift.is_empty()) {
                     (true, _) => {
                         println!("adopted the current profile: {}", result.profile_drift.join(", "))
@@ -551,6 +563,27 @@ impl Client {
             println!("{}", row.id)
         } else {
             println!("session {} ready (agent {agent}, task {task})", row.id)
+        }
+        Ok(())
+    }
+
+    /// Before a paused session is resumed: why and when it paused, and what its newest
+    /// snapshot says (nothing for a session that is not paused).
+    async fn pause_summary(&self, session: &str) -> Result<(), Failure> {
+        let api = &*self.client;
+        let status = api.session_status(session.to_owned()).await.map_err(|e| self.failure(e))?;
+        if status.state != SessionState::Paused {
+            return Ok(());
+        }
+        let listed = api.snapshot_list(session.to_owned()).await.map_err(|e| self.failure(e))?;
+        let snapshot = match listed.last() {
+            Some(newest) => Some(
+                api.snapshot_get(newest.snapshot_id.clone()).await.map_err(|e| self.failure(e))?,
+            ),
+            None => None,
+        };
+        for line in super::output::pause_summary(&status, snapshot.as_ref()) {
+            println!("{line}");
         }
         Ok(())
     }

@@ -108,6 +108,74 @@ pub(super) fn describe(kind: &EventKind) -> String {
     }
 }
 
+/// A paused session's summary, as `resume` prints it first: why and when it paused, and
+/// what its newest snapshot holds (turns, errors, the plan, the workspace).
+pub(super) fn pause_summary(
+    status: &protocol::api::SessionStatus,
+    snapshot: Option<&protocol::api::Snapshot>,
+) -> Vec<String> {
+    let by = status.paused_by.map_or("pause", |trigger| trigger.as_str());
+    let why =
+        status.pause_reason.as_deref().map(|reason| format!(": {reason}")).unwrap_or_default();
+    let ago = status
+        .paused_at
+        .map(|at| {
+            let secs = (crate::store::now_ms() - at).max(0) / 1000;
+            format!(
+                " {} ago",
+                match secs {
+                    0..=119 => format!("{secs} s"),
+                    120..=7199 => format!("{} min", secs / 60),
+                    _ => format!("{} h", secs / 3600),
+                }
+            )
+        })
+        .unwrap_or_default();
+    let mut lines = vec![format!("paused{ago} by {by}{why}")];
+    let Some(snapshot) = snapshot else {
+        lines.push("no snapshot of it".into());
+        return lines;
+    };
+    let turns = snapshot.usage.turns;
+    lines.push(format!(
+        "snapshot {} ({}): {turns} turn{}, {} error{}",
+        snapshot.snapshot_id,
+        snapshot.trigger.as_str(),
+        if turns == 1 { "" } else { "s" },
+        snapshot.errors.len(),
+        if snapshot.errors.len() == 1 { "" } else { "s" }
+    ));
+    if let Some(last) = snapshot.turns.last() {
+        let prompt = last.prompt.as_deref().unwrap_or("-");
+        lines.push(format!(
+            "  last turn ({}): {}",
+            last.state.as_str(),
+            crate::history::excerpt(prompt, 120)
+        ));
+    }
+    if !snapshot.plan.is_empty() {
+        let count =
+            |status: &str| snapshot.plan.iter().filter(|step| step.status == status).count();
+        let next = snapshot.plan.iter().find(|step| step.status != "completed");
+        lines.push(format!(
+            "  plan: {} done, {} in progress, {} next{}",
+            count("completed"),
+            count("in_progress"),
+            count("pending"),
+            next.map(|step| format!(" — now: {}", crate::history::excerpt(&step.content, 120)))
+                .unwrap_or_default()
+        ));
+    }
+    if snapshot.git.repository {
+        let head: String =
+            snapshot.git.head_commit.as_deref().unwrap_or("no commit").chars().take(12).collect();
+        let dirty = if snapshot.git.dirty { ", uncommitted changes" } else { "" };
+        let branch = snapshot.git.branch.as_deref().unwrap_or("(detached)");
+        lines.push(format!("  workspace: {branch} at {head}{dirty}"));
+    }
+    lines
+}
+
 /// What the CLI reads of an ACP update it relays (tool calls, other session updates).
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct AcpUpdate {

@@ -517,6 +517,8 @@ impl Supervisor {
             self.within_budget(&session_id).await?;
         }
         let profile_drift = self.profile_drift(&row);
+        // Read before the agent is back (it may change the workspace at once).
+        let git_drift = self.git_drift(&row).await;
         // Adopting today's profile: refused while the agent runs (it runs with the old
         // one); otherwise stored first, so a restart launches with it too.
         let refresh = if refresh_profile && !profile_drift.is_empty() {
@@ -590,7 +592,22 @@ impl Supervisor {
             error: view.error,
             profile_drift,
             profile_refreshed,
+            git_drift,
         })
+    }
+
+    /// How the workspace of a session whose agent is not running changed since its last
+    /// snapshot, when it did (logged: someone worked in it meanwhile).
+    async fn git_drift(&self, row: &SessionRow) -> Option<protocol::api::GitDrift> {
+        let running = self.handle(&row.id).is_some_and(|handle| handle.view().agent_running);
+        if running {
+            return None;
+        }
+        let snapshot = self.config.store.latest_snapshot(row.id.clone()).await.ok()??;
+        let dir = std::path::Path::new(&row.workspace_path);
+        let drift = crate::snapshot::git::drift(dir, &snapshot.git, &snapshot.snapshot_id).await?;
+        tracing::info!(session = %row.id, snapshot = %snapshot.snapshot_id, files = drift.changed_files.len(), head_moved = drift.head_before != drift.head_now, "the workspace changed since the session's last snapshot");
+        Some(drift)
     }
 
     /// Where a session's profile snapshot differs from the profile as it is now: dotted

@@ -3,7 +3,9 @@
 
 use std::path::Path;
 
-use protocol::api::GitState;
+use std::collections::BTreeMap;
+
+use protocol::api::{GitDrift, GitState};
 
 /// The most paths in one list of a [`GitState`].
 pub const MAX_PATHS: usize = 200;
@@ -125,7 +127,7 @@ pub async fn state(dir: &Path, start: Option<&str>) -> GitState {
     let mut errors = Vec::new();
     // Against the start when it is known (and still there), else against HEAD.
     let base = start.or(status.head.as_deref());
-    let mut modified = status.changed;
+    let mut modified = status.changed.clone();
     if let Some(base) = base {
         match git(dir, &["diff", "--name-only", base, "--"]).await {
             Ok(out) => modified.extend(out.lines().map(str::to_owned)),
@@ -144,12 +146,119 @@ pub async fn state(dir: &Path, start: Option<&str>) -> GitState {
             Err(err) => errors.push(err),
         }
     }
+    let dirty = capped(status.changed.iter().chain(&status.untracked).cloned().collect());
+    match contents(dir, &dirty).await {
+        Ok(hashes) => state.dirty_hashes = hashes,
+        Err(err) => errors.push(err),
+    }
     modified.extend(status.untracked);
     state.modified_files = capped(modified);
     if !errors.is_empty() {
         state.error = Some(errors.join("; "));
     }
     state
+}
+
+/// What the files at `paths` (relative to the top of `dir`'s repository, as git's status
+/// and diffs name them) hold now: `git hash-object` of each, `-` for one that is not there.
+async fn contents(dir: &Path, paths: &[String]) -> Result<BTreeMap<String, String>, String> {
+    if paths.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let top = git(dir, &["rev-parse", "--show-toplevel"]).await?;
+    let top = Path::new(top.trim());
+    let (present, gone): (Vec<&String>, Vec<&String>) =
+        paths.iter().partition(|path| top.join(path.as_str()).is_file());
+    let mut hashes: BTreeMap<String, String> =
+        gone.into_iter().map(|path| (path.clone(), "-".to_owned())).collect();
+    if !present.is_empty() {
+        let mut args = vec!["hash-object", "--"];
+        args.extend(present.iter().map(|path| path.as_str()));
+        let out = git(top, &args).await?;
+        hashes.extend(present.into_iter().cloned().zip(out.lines().map(str::to_owned)));
+    }
+    Ok(hashes)
+}
+
+/// What the files at `paths` held in `commit`: their blobs, `-` for one it does not have.
+async fn contents_at(
+    dir: &Path,
+    commit: &str,
+    paths: &[String],
+) -> Result<BTreeMap<String, String>, String> {
+    let mut hashes: BTreeMap<String, String> =
+        paths.iter().map(|path| (path.clone(), "-".to_owned())).collect();
+    if paths.is_empty() {
+        return Ok(hashes);
+    }
+    let mut args = vec!["ls-tree", "-r", "--full-tree", commit, "--"];
+    args.extend(paths.iter().map(String::as_str));
+    // `<mode> blob <hash>\t<path>`, for the paths the commit has.
+    for line in git(dir, &args).await?.lines() {
+        if let Some((meta, path)) = line.split_once('\t')
+            && let Some(hash) = meta.split(' ').nth(2)
+        {
+            hashes.insert(path.to_owned(), hash.to_owned());
+        }
+    }
+    Ok(hashes)
+}
+
+/// How `dir` changed since `before` (the git state snapshot `snapshot_id` recorded): HEAD
+/// and branch moves, the commits since, and the files whose content is not what it was.
+/// `None` when nothing changed, or it is not (or no longer) a repository.
+pub async fn drift(dir: &Path, before: &GitState, snapshot_id: &str) -> Option<GitDrift> {
+    if !before.repository || !in_repository(dir) {
+        return None;
+    }
+    let out = git(dir, &["status", "--porcelain=v2", "--branch", "--untracked-files=all"]).await;
+    let now = parse_status(&out.ok()?);
+    let mut drift = GitDrift {
+        snapshot_id: snapshot_id.to_owned(),
+        head_before: before.head_commit.clone(),
+        head_now: now.head.clone(),
+        ..GitDrift::default()
+    };
+    if before.branch != now.branch {
+        drift.branch_change = Some((before.branch.clone(), now.branch.clone()));
+    }
+    if let (Some(then), Some(head)) = (before.head_commit.as_deref(), now.head.as_deref())
+        && then != head
+    {
+        let descends = git(dir, &["merge-base", "--is-ancestor", then, head]).await.is_ok();
+        drift.head_rewound = !descends;
+        if descends {
+            let (range, count) = (format!("{then}..{head}"), format!("-n{MAX_COMMITS}"));
+            let log = git(dir, &["log", "--format=%h %s", &count, &range, "--"]).await;
+            drift.commits =
+                log.map(|out| out.lines().map(str::to_owned).collect()).unwrap_or_default();
+        }
+    }
+    // Candidates: what differs from the commit then (committed since or not), what is
+    // untracked now, and what was uncommitted then.
+    let mut candidates: Vec<String> = now.changed.iter().chain(&now.untracked).cloned().collect();
+    candidates.extend(before.dirty_hashes.keys().cloned());
+    if let Some(then) = before.head_commit.as_deref()
+        && let Ok(out) = git(dir, &["diff", "--name-only", then, "--"]).await
+    {
+        candidates.extend(out.lines().map(str::to_owned));
+    }
+    let candidates = capped(candidates);
+    let current = contents(dir, &candidates).await.ok()?;
+    let clean_then: Vec<String> = candidates
+        .iter()
+        .filter(|path| !before.dirty_hashes.contains_key(*path))
+        .cloned()
+        .collect();
+    let committed = match before.head_commit.as_deref() {
+        Some(then) => contents_at(dir, then, &clean_then).await.ok()?,
+        None => clean_then.iter().map(|path| (path.clone(), "-".to_owned())).collect(),
+    };
+    let was = |path: &String| before.dirty_hashes.get(path).or_else(|| committed.get(path));
+    drift.changed_files =
+        candidates.iter().filter(|path| was(path) != current.get(*path)).cloned().collect();
+    let moved = drift.head_before != drift.head_now || drift.branch_change.is_some();
+    (moved || !drift.changed_files.is_empty()).then_some(drift)
 }
 
 #[cfg(test)]

@@ -46,6 +46,7 @@ fn snapshot(turns: Vec<SnapshotTurn>, omitted: usize) -> Snapshot {
             staged_files: vec![],
             dirty: true,
             diffstat: Some("1 file changed, 3 insertions(+)".into()),
+            dirty_hashes: Default::default(),
             error: None,
         },
         turns,
@@ -79,6 +80,7 @@ fn the_handoff_context_has_the_documented_sections() {
         &snapshot(vec![turn(1, "split the lexer\nthen the parser")], 0),
         "go on",
         50_000,
+        None,
     );
     let expected = "RESUME CONTEXT FOR CONTINUING TASK\n\
         (handed over from an agent session whose context was full; compiled from snapshot snap-1)\n\
@@ -99,7 +101,7 @@ fn the_handoff_context_has_the_documented_sections() {
 fn the_handoff_context_keeps_the_newest_turns_within_the_budget() {
     let turns: Vec<SnapshotTurn> = (1..=20).map(|n| turn(n, &"x".repeat(400))).collect();
     let prompt = "p".repeat(5000);
-    let text = handoff_context(&snapshot(turns, 7), &prompt, 3000);
+    let text = handoff_context(&snapshot(turns, 7), &prompt, 3000, None);
     // The prompt is always whole; the rest keeps to the budget.
     assert!(text.contains(&prompt));
     assert!(text.chars().count() - prompt.chars().count() < 3000 + 400, "{}", text.len());

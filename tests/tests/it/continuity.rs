@@ -118,3 +118,74 @@ async fn r34_a_pause_answers_with_its_snapshot_and_status_says_why() {
         "no reason given"
     );
 }
+
+/// Work done in a paused session's workspace by someone else — a commit, an edit, a new
+/// file — is reported by the resume (what changed since the pause's snapshot, and not
+/// what was already uncommitted then) and told to the agent with the next prompt.
+#[tokio::test]
+async fn r34_work_done_in_the_workspace_while_paused_is_reported_on_resume() {
+    use tether_tests::git;
+    let inject = "id = \"inject\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{home}/.mock-agent\"]\nprotocol = \"acp\"\n[session]\nnative_resume = false\nhistory_injection = true\n";
+    let daemon = Daemon::start_with_profiles(&[], &[("inject.toml", inject)]).await;
+    let api = daemon.api().await;
+    let workspace = daemon.workspace("drift");
+    let dir = std::path::Path::new(&workspace);
+    git(dir, &["init", "-q", "-b", "main"]).await;
+    for file in ["a.txt", "b.txt", "c.txt"] {
+        std::fs::write(dir.join(file), format!("{file} 1\n")).unwrap();
+    }
+    git(dir, &["add", "."]).await;
+    git(dir, &["commit", "-q", "-m", "start"]).await;
+    let session = api.ready_session("inject", &workspace).await;
+    api.ask(&session, "hello").await;
+    // Uncommitted when the session pauses: not news when the session resumes.
+    std::fs::write(dir.join("c.txt"), "c.txt 2, before the pause\n").unwrap();
+    let paused = ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
+    let snapshot_id = paused.snapshot_id.expect("a snapshot");
+    // Meanwhile: a commit, an edit and a new file.
+    std::fs::write(dir.join("a.txt"), "a.txt 2\n").unwrap();
+    git(dir, &["commit", "-q", "-am", "fix a"]).await;
+    std::fs::write(dir.join("b.txt"), "b.txt 2, while paused\n").unwrap();
+    std::fs::write(dir.join("d.txt"), "new\n").unwrap();
+    let commit = git(dir, &["log", "-1", "--format=%h fix a"]).await;
+
+    let resumed = api.resume(&session).await.expect("resume");
+    let drift = resumed.git_drift.expect("the workspace changed");
+    assert_eq!(drift.snapshot_id, snapshot_id);
+    assert!(drift.head_before.is_some() && drift.head_before != drift.head_now, "{drift:?}");
+    assert!(!drift.head_rewound && drift.branch_change.is_none(), "{drift:?}");
+    assert_eq!(drift.commits, std::slice::from_ref(&commit));
+    assert_eq!(drift.changed_files, ["a.txt", "b.txt", "d.txt"], "c.txt was changed before");
+    let first = api.ask(&session, "go on").await;
+    let section = "=== WORKSPACE CHANGES SINCE THE LAST SNAPSHOT (not made by you) ===\n";
+    assert!(first.contains(section), "{first}");
+    assert!(first.contains(&format!("Commits since: {commit}")), "{first}");
+    assert!(first.contains("Files changed since: a.txt, b.txt, d.txt"), "{first}");
+
+    // Nothing changed since: a resume says nothing. The CLI says why it was paused and
+    // what its snapshot holds first.
+    let (code, out, err) = daemon.cli(&["pause", &session, "--reason", "coffee"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let snapshot = out.split("(snapshot ").nth(1).and_then(|rest| rest.split(')').next());
+    let snapshot = snapshot.unwrap_or_else(|| panic!("the pause names its snapshot: {out}"));
+    let (code, out, err) = daemon.cli(&["resume", "--quiet", &session]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!out.contains("paused"), "--quiet: no summary: {out}");
+    ok("pause", api.typed().session_pause(session.clone(), Some("tea".into()), None)).await;
+    let (code, out, err) = daemon.cli(&["resume", &session]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(" by pause: tea\n"), "{out}");
+    assert!(out.contains("turns, 0 errors") && !out.contains(snapshot), "the newest: {out}");
+    assert!(out.contains("  workspace: main at "), "{out}");
+    assert!(!out.contains("the workspace changed"), "{out}");
+    let resumed_again = api.status(&session).await;
+    assert!(resumed_again.is_agent_running, "{resumed_again:?}");
+    // A reset to the start is a rewind.
+    let start = git(dir, &["rev-list", "--max-parents=0", "HEAD"]).await;
+    ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
+    git(dir, &["reset", "-q", "--hard", &start]).await;
+    let resumed = api.resume(&session).await.expect("resume");
+    let drift = resumed.git_drift.expect("a rewind");
+    assert!(drift.head_rewound && drift.commits.is_empty(), "{drift:?}");
+    assert!(drift.changed_files.contains(&"a.txt".to_owned()), "{drift:?}");
+}

@@ -614,17 +614,22 @@ impl SessionActor {
         &self,
         prompt: &str,
     ) -> Result<String, SessionError> {
-        if self.resume_context == Some(ResumeContext::Handoff) {
-            match self.context.store.latest_snapshot(self.row.id.clone()).await {
-                Ok(Some(snapshot)) => {
-                    let budget = self.profile.session.resume_context_budget;
-                    return Ok(crate::snapshot::handoff_context(&snapshot, prompt, budget));
-                }
-                // No snapshot to compile from: the history it would summarise instead.
-                Ok(None) => {}
-                Err(err) => return Err(err.into()),
+        let latest = self.context.store.latest_snapshot(self.row.id.clone()).await?;
+        let workspace = std::path::Path::new(&self.row.workspace_path);
+        let drift = match &latest {
+            Some(snapshot) => {
+                crate::snapshot::git::drift(workspace, &snapshot.git, &snapshot.snapshot_id).await
             }
+            None => None,
+        };
+        // A handoff without a snapshot to compile from: the history it would summarise.
+        if self.resume_context == Some(ResumeContext::Handoff)
+            && let Some(snapshot) = latest
+        {
+            let budget = self.profile.session.resume_context_budget;
+            return Ok(crate::snapshot::handoff_context(&snapshot, prompt, budget, drift.as_ref()));
         }
+        let drift = crate::snapshot::drift_section(drift.as_ref());
         let path = self.history.path().to_owned();
         let prompt = prompt.to_owned();
         let budget = self.profile.session.resume_context_budget;
@@ -634,8 +639,9 @@ impl SessionActor {
         };
         let built = tokio::task::spawn_blocking(move || {
             let plan = crate::history::last_plan(&path).map(|(_, plan)| plan).unwrap_or_default();
+            let sections = crate::snapshot::plan_section(&plan) + &drift;
             let mut file = std::fs::File::open(&path)?;
-            crate::resume_context::build_after(&mut file, &prompt, budget, after, &plan)
+            crate::resume_context::build_after(&mut file, &prompt, budget, after, &sections)
         })
         .await
         .map_err(|err| SessionError::InvalidState(format!("building the resume context: {err}")))?
