@@ -717,6 +717,19 @@ pub enum EventKind {
         /// The budget and what was used of it.
         budget: BudgetUse,
     },
+    /// The agent's context passed 10 points below the profile's handoff threshold
+    /// (`session.context_handoff_percent`): at the threshold the session pauses for a
+    /// handoff to a fresh agent session. Once as it passes that mark.
+    ContextWarning {
+        /// Tokens in the context, as the agent said (`usage_update.used`).
+        used: u64,
+        /// Its window (`usage_update.size`).
+        size: u64,
+        /// `used` in percent of `size` (rounded down).
+        percent: u64,
+        /// The threshold, in percent.
+        threshold: u64,
+    },
     /// Something a person should know (agent noise, a fallback taken, a rejected token).
     Notice {
         /// The message.

@@ -133,8 +133,8 @@ enum Command {
         /// with otherwise; `status` shows where they differ).
         #[arg(long)]
         refresh_profile: bool,
-        /// The session.
-        session: String,
+        /// The session [default: the one whose workspace is the current directory].
+        session: Option<String>,
     },
     /// Re-send the prompt of a turn a crash left interrupted (the session's newest turn
     /// unless --turn) and follow the new turn; never done automatically, refused when that
@@ -226,8 +226,8 @@ enum Command {
     /// cancelled after --force-after-ms), then its agent stops and it is PAUSED until
     /// resumed (`resume`, or a prompt). Waits until it is paused unless --no-wait.
     Pause {
-        /// The session.
-        session: String,
+        /// The session [default: the live one whose workspace is the current directory].
+        session: Option<String>,
         /// Why (kept with the pause and shown in its events).
         #[arg(long)]
         reason: Option<String>,

@@ -62,6 +62,9 @@ pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreErr
     let row = store.get_session(session_id.clone()).await?;
     let task = store.get_task(row.task_id.clone()).await?;
     let start = store.start_commit(session_id.clone()).await?.flatten();
+    let executor = store.get_executor(session_id.clone()).await?;
+    let generation = executor.as_ref().and_then(|e| u64::try_from(e.generation).ok());
+    let execution_id = execution_id.or_else(|| executor.map(|e| e.execution_id));
     let git = git::state(Path::new(&row.workspace_path), start.as_deref()).await;
     let turns = store.session_turns(session_id.clone()).await?;
     let mut timeline = store.recent_timeline(session_id.clone(), TIMELINE_ROWS).await?;
@@ -113,6 +116,7 @@ pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreErr
         reason,
         taken_at: now,
         execution_id,
+        generation,
         task: SnapshotTask { task_id: task.id, title: task.title, description: task.description },
         git,
         turns: snapshot_turns,

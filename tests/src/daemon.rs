@@ -375,21 +375,28 @@ impl Daemon {
     pub async fn cli(&self, args: &[&str]) -> (i32, String, String) {
         cli(&self.url, args).await
     }
+
+    /// [`Daemon::cli`] run in the directory `dir`.
+    pub async fn cli_in(&self, dir: &Path, args: &[&str]) -> (i32, String, String) {
+        cli_at(&self.url, Some(dir), args).await
+    }
 }
 
 /// Runs `supervisor --url URL args…`; returns (exit code, stdout, stderr).
 pub async fn cli(url: &str, args: &[&str]) -> (i32, String, String) {
-    let output = within(
-        "the CLI",
-        Command::new(workspace_bin("supervisor"))
-            .arg("--url")
-            .arg(url)
-            .args(args)
-            .stdin(Stdio::null())
-            .output(),
-    )
-    .await
-    .expect("the CLI runs");
+    cli_at(url, None, args).await
+}
+
+/// [`cli`] in the directory `dir` (the test's own when `None`).
+async fn cli_at(url: &str, dir: Option<&Path>, args: &[&str]) -> (i32, String, String) {
+    let mut command = Command::new(workspace_bin("supervisor"));
+    if let Some(dir) = dir {
+        command.current_dir(dir);
+    }
+    let output =
+        within("the CLI", command.arg("--url").arg(url).args(args).stdin(Stdio::null()).output())
+            .await
+            .expect("the CLI runs");
     (
         output.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&output.stdout).into_owned(),

@@ -115,6 +115,9 @@ pub struct Snapshot {
     pub taken_at: i64,
     /// The session's current execution then.
     pub execution_id: Option<String>,
+    /// That execution's generation: how many runs of its agent the session had then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
     /// The original task.
     pub task: SnapshotTask,
     /// The workspace's git state.

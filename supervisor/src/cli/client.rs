@@ -269,6 +269,7 @@ impl Client {
                 Ok(())
             }
             Command::Resume { quiet, refresh_profile, session } => {
+                let session = self.session_or_here(session, "resume").await?;
                 if !quiet {
                     self.pause_summary(&session).await?;
                 }
@@ -317,6 +318,7 @@ impl Client {
                 Ok(())
             }
             Command::Pause { session, reason, force_after_ms, no_wait } => {
+                let session = self.session_or_here(session, "pause").await?;
                 self.pause(&session, reason, force_after_ms, no_wait).await
             }
             Command::Elicitation(ElicitationCommand::Respond {
@@ -565,6 +567,57 @@ impl Client {
             println!("session {} ready (agent {agent}, task {task})", row.id)
         }
         Ok(())
+    }
+
+    /// `session`, or the session whose workspace is the current directory: of those not
+    /// ended, the one there (refused, listing them, when several are).
+    async fn session_or_here(
+        &self,
+        session: Option<String>,
+        what: &str,
+    ) -> Result<String, Failure> {
+        if let Some(session) = session {
+            return Ok(session);
+        }
+        let here =
+            std::env::current_dir().and_then(std::fs::canonicalize).map_err(|err| Failure {
+                code: Exit::Usage,
+                line: format!(
+                    "error: no session named, and the current directory cannot be read: {err}"
+                ),
+            })?;
+        let sessions =
+            self.client.session_list(None, None, None).await.map_err(|e| self.failure(e))?;
+        let same = |path: &str| std::fs::canonicalize(path).is_ok_and(|path| path == here);
+        let mut found: Vec<_> = sessions
+            .into_iter()
+            .filter(|session| !session.state.is_terminal() && same(&session.workspace_path))
+            .collect();
+        match found.len() {
+            1 => Ok(found.remove(0).id),
+            0 => Err(Failure {
+                code: Exit::NotFound,
+                line: format!(
+                    "error: no session works in {} (one not ended); name the session to {what} (supervisor sessions list)",
+                    here.display()
+                ),
+            }),
+            _ => {
+                let list: Vec<String> = found
+                    .iter()
+                    .map(|s| format!("  {}\t{}\t{}", s.id, s.state.as_str(), s.agent_profile_id))
+                    .collect();
+                Err(Failure {
+                    code: Exit::Usage,
+                    line: format!(
+                        "error: {} sessions work in {}; name the one to {what}:\n{}",
+                        found.len(),
+                        here.display(),
+                        list.join("\n")
+                    ),
+                })
+            }
+        }
     }
 
     /// Before a paused session is resumed: why and when it paused, and what its newest

@@ -88,6 +88,9 @@ pub(super) fn describe(kind: &EventKind) -> String {
         EventKind::Progress { step, detail } => progress_line(*step, detail.as_deref()),
         EventKind::ResumeOutcome { outcome } => format!("resumed: {}", outcome.as_str()),
         EventKind::BudgetWarning { budget } => format!("budget warning: {}", budget.describe()),
+        EventKind::ContextWarning { used, size, percent, threshold } => format!(
+            "context warning: {percent}% full ({used} of {size} tokens); at {threshold}% the session pauses and hands over to a fresh agent session"
+        ),
         EventKind::PauseRequested { reason, force_after_ms } => format!(
             "pause requested{}: the running turn may take {} s more",
             reason.as_deref().map(|reason| format!(" ({reason})")).unwrap_or_default(),

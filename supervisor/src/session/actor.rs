@@ -347,6 +347,9 @@ pub(super) struct SessionActor {
     /// A usage report reached the profile's threshold: a pause for a handoff is asked for
     /// once the report is handled (the reason).
     pub(super) exhausted: Option<String>,
+    /// The context passed the warning mark (10 points below the threshold) and that was
+    /// said; a report below the mark (a fresh agent session) arms it again.
+    pub(super) context_warned: bool,
     /// A budget, `max_turns` or `max_duration` was reached at a turn's end: the session
     /// pauses once the turn's end is handled (the reason, and what paused it).
     pub(super) limit_reached: Option<(String, SnapshotTrigger)>,
@@ -458,6 +461,7 @@ impl SessionActor {
             resume_context: None,
             usage: None,
             exhausted: None,
+            context_warned: false,
             limit_reached: None,
             cost_mark: None,
             cost_between_turns: None,

@@ -31,6 +31,7 @@ fn snapshot(turns: Vec<SnapshotTurn>, omitted: usize) -> Snapshot {
         reason: None,
         taken_at: 0,
         execution_id: None,
+        generation: None,
         task: SnapshotTask {
             task_id: "t".into(),
             title: "Port the parser".into(),

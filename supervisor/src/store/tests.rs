@@ -622,6 +622,7 @@ async fn snapshots_and_handoffs_are_kept_as_documented() {
         reason: None,
         taken_at: n as i64,
         execution_id: None,
+        generation: None,
         task: protocol::api::SnapshotTask {
             task_id: task.id.clone(),
             title: "t".into(),

@@ -439,6 +439,10 @@ function render(event) {
     case "notice":
       transcript(el("div", { class: "notice" }, "notice: " + event.message));
       break;
+    case "context_warning":
+      transcript(el("div", { class: "notice context" },
+        `context: ${event.percent}% full (${formatTokens(event.used)} of ${formatTokens(event.size)}); at ${event.threshold}% the session pauses and hands over to a fresh agent session`));
+      break;
     case "budget_warning":
       transcript(el("div", { class: "notice budget" },
         `budget: ${event.budget.scope}'s budget is ${event.budget.percent}% used; at 100% the session pauses`));

@@ -95,6 +95,7 @@ async fn r34_a_pause_answers_with_its_snapshot_and_status_says_why() {
         (snapshot.trigger, snapshot.reason.as_deref()),
         (SnapshotTrigger::Pause, Some("lunch"))
     );
+    assert_eq!(snapshot.generation, Some(1), "the first execution's: {snapshot:?}");
     let status = api.status(&session).await;
     assert_eq!(status.pause_reason.as_deref(), Some("lunch"), "{status:?}");
     assert_eq!(status.paused_by, Some(SnapshotTrigger::Pause));
@@ -111,6 +112,9 @@ async fn r34_a_pause_answers_with_its_snapshot_and_status_says_why() {
     let paused = ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
     let again = paused.snapshot_id.expect("a snapshot without an agent too");
     assert_ne!(again, snapshot_id);
+    let snapshot = ok("snapshot.get", api.typed().snapshot_get(again)).await;
+    assert_eq!(snapshot.generation, Some(2), "the resume's execution: {snapshot:?}");
+    assert!(snapshot.execution_id.is_some(), "{snapshot:?}");
     let status = api.status(&session).await;
     assert_eq!(
         (status.state, status.pause_reason),
@@ -188,4 +192,67 @@ async fn r34_work_done_in_the_workspace_while_paused_is_reported_on_resume() {
     let drift = resumed.git_drift.expect("a rewind");
     assert!(drift.head_rewound && drift.commits.is_empty(), "{drift:?}");
     assert!(drift.changed_files.contains(&"a.txt".to_owned()), "{drift:?}");
+}
+
+/// The agent's context passing 10 points below the handoff threshold (85 % by default) is
+/// said once, before the pause at the threshold; a report below the mark arms it again.
+#[tokio::test]
+async fn r34_a_context_warning_comes_before_the_handoff_threshold() {
+    use protocol::api::EventKind;
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("warn")).await;
+    let warnings = |events: &[protocol::api::SessionEvent]| -> Vec<(u64, u64)> {
+        let warning = |event: &protocol::api::SessionEvent| match event.kind {
+            EventKind::ContextWarning { percent, threshold, .. } => Some((percent, threshold)),
+            _ => None,
+        };
+        events.iter().filter_map(warning).collect()
+    };
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/usage 74 100\nbelow the mark").await.unwrap();
+    let seen = tether_tests::daemon::until(&mut events, tether_tests::daemon::turn_ended).await;
+    assert_eq!(warnings(&seen), []);
+    api.prompt(&session, "/usage 75 100\n/usage 80 100\nat the mark, twice").await.unwrap();
+    let seen = tether_tests::daemon::until(&mut events, tether_tests::daemon::turn_ended).await;
+    assert_eq!(warnings(&seen), [(75, 85)], "once: {seen:?}");
+    api.prompt(&session, "/usage 10 100\n/usage 84 100\nbelow, then past it again").await.unwrap();
+    let seen = tether_tests::daemon::until(&mut events, tether_tests::daemon::turn_ended).await;
+    assert_eq!(warnings(&seen), [(84, 85)], "armed again: {seen:?}");
+    let status = api.status(&session).await;
+    assert_eq!(status.state, SessionState::WaitingForInput, "no pause below the threshold");
+}
+
+/// `pause` and `resume` without a session take the one whose workspace is the current
+/// directory, and refuse — listing them — when several are there, or say none is.
+#[tokio::test]
+async fn r34_the_cli_finds_the_session_of_the_current_directory() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let here = daemon.workspace("here");
+    let session = api.ready_session("mock", &here).await;
+    let (code, out, err) = daemon.cli_in(&here, &["pause", "--reason", "from here"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with(&format!("session {session} paused (snapshot ")), "{out}");
+    assert_eq!(api.status(&session).await.pause_reason.as_deref(), Some("from here"));
+    let (code, out, err) = daemon.cli_in(&here, &["resume"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("session {session} resumed")), "{out}");
+    // A second session in the same workspace: which one is not guessed.
+    let task = ok("task", api.typed().task_create("two here".into(), None)).await;
+    let create = tether_tests::daemon::Create {
+        shared: Some(true),
+        ..tether_tests::daemon::Create::new(&task.id, "mock", Some(&here))
+    };
+    let other = ok("create", create.send(api.typed())).await.id;
+    let (code, out, err) = daemon.cli_in(&here, &["pause"]).await;
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("2 sessions work in") && err.contains(&session) && err.contains(&other),
+        "{err}"
+    );
+    let elsewhere = daemon.workspace("elsewhere");
+    let (code, _, err) = daemon.cli_in(&elsewhere, &["resume"]).await;
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("no session works in"), "{err}");
 }

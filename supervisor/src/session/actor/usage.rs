@@ -5,6 +5,9 @@
 use super::*;
 use protocol::api::BudgetUse;
 
+/// How many points below the handoff threshold the context warning comes.
+pub(crate) const CONTEXT_WARNING_POINTS: u64 = 10;
+
 impl SessionActor {
     /// ACP `usage_update`: kept for snapshots; at the profile's threshold the session is
     /// to pause for a handoff.
@@ -28,9 +31,20 @@ impl SessionActor {
         }
         self.update_view(|view| view.context = Some((used, size)));
         let threshold = u64::from(self.profile.session.context_handoff_percent);
+        if threshold == 0 || size == 0 {
+            return;
+        }
+        let percent = used.saturating_mul(100) / size;
+        let warning = threshold.saturating_sub(CONTEXT_WARNING_POINTS);
+        if percent < warning {
+            self.context_warned = false;
+        } else if percent < threshold && !self.context_warned {
+            self.context_warned = true;
+            tracing::info!(session = %self.row.id, percent, threshold, "the agent's context nears the handoff threshold");
+            self.emit(SessionEventKind::ContextWarning { used, size, percent, threshold });
+        }
         // The new agent of a handoff starts small; its first report says so.
-        if threshold > 0 && size > 0 && used.saturating_mul(100) >= threshold.saturating_mul(size) {
-            let percent = used.saturating_mul(100) / size;
+        if used.saturating_mul(100) >= threshold.saturating_mul(size) {
             self.exhausted = Some(format!(
                 "the agent's context is {percent}% full ({used} of {size} tokens; the threshold is {threshold}%)"
             ));
