@@ -9,6 +9,7 @@
 //! git state, and the usage the agent last reported.
 
 pub mod git;
+mod heuristics;
 
 use std::path::{Path, PathBuf};
 
@@ -19,6 +20,7 @@ use protocol::api::{
 
 use crate::history::{self, EntryType, HistoryEntry, excerpt};
 use crate::store::{Store, StoreError, now_ms};
+use heuristics::Outcome;
 
 /// The most of the history file's end a snapshot reads.
 pub const HISTORY_TAIL_BYTES: u64 = 512 * 1024;
@@ -121,10 +123,17 @@ pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreErr
         git,
         turns: snapshot_turns,
         turns_omitted,
-        errors: errors(&entries, &timeline),
+        // A pause's snapshot is taken before its pause is recorded: it counts as what
+        // followed every error.
+        errors: errors(
+            &entries,
+            &timeline,
+            !matches!(trigger, SnapshotTrigger::TurnComplete | SnapshotTrigger::Crash),
+        ),
         usage,
         plan,
         plan_at,
+        tests: heuristics::last_test_run(&entries),
     })
 }
 
@@ -177,11 +186,18 @@ struct Happening {
     what: String,
     /// `(source, message)` when it is an error.
     error: Option<(&'static str, String)>,
+    /// What it was, for what became of an error before it.
+    outcome: heuristics::Outcome,
 }
 
 /// Errors (failed tool calls, failed or interrupted turns, session errors) with what
-/// followed each: the next thing that happened after it.
-fn errors(entries: &[HistoryEntry], timeline: &[(i64, TimelineEvent)]) -> Vec<SnapshotError> {
+/// followed each: the next thing that happened after it. `pausing`: the snapshot is a
+/// pause's, which follows them all.
+fn errors(
+    entries: &[HistoryEntry],
+    timeline: &[(i64, TimelineEvent)],
+    pausing: bool,
+) -> Vec<SnapshotError> {
     let mut happenings: Vec<Happening> = Vec::new();
     for (at, event) in timeline {
         let (what, error) = match event {
@@ -212,7 +228,12 @@ fn errors(entries: &[HistoryEntry], timeline: &[(i64, TimelineEvent)]) -> Vec<Sn
             | TimelineEvent::PauseRequested { .. }
             | TimelineEvent::SnapshotTaken { .. } => continue,
         };
-        happenings.push(Happening { at: *at, what, error });
+        let outcome = match event {
+            TimelineEvent::TurnEnded { state: TurnState::Completed, .. } => Outcome::TurnDone,
+            TimelineEvent::Paused { .. } => Outcome::Paused,
+            _ => Outcome::Other,
+        };
+        happenings.push(Happening { at: *at, what, error, outcome });
     }
     for entry in entries {
         let name = entry.tool_name.as_deref().unwrap_or("tool");
@@ -231,7 +252,12 @@ fn errors(entries: &[HistoryEntry], timeline: &[(i64, TimelineEvent)]) -> Vec<Sn
             EntryType::ToolResult => (format!("{name} completed"), None),
             EntryType::Plan => ("the agent gave its plan".to_owned(), None),
         };
-        happenings.push(Happening { at: entry.at, what, error });
+        let outcome = match (entry.kind, entry.tool_status.as_deref()) {
+            (EntryType::ToolResult, Some("failed")) => Outcome::ToolFailed(name.to_owned()),
+            (EntryType::ToolResult, _) => Outcome::ToolDone(name.to_owned()),
+            _ => Outcome::Other,
+        };
+        happenings.push(Happening { at: entry.at, what, error, outcome });
     }
     // Stable: at the same millisecond the timeline (the store's view) comes first.
     happenings.sort_by_key(|happening| happening.at);
@@ -242,11 +268,21 @@ fn errors(entries: &[HistoryEntry], timeline: &[(i64, TimelineEvent)]) -> Vec<Sn
             .iter()
             .find(|next| next.what != happening.what)
             .map(|next| next.what.clone());
+        let tool = match &happening.outcome {
+            Outcome::ToolFailed(name) => Some(name.as_str()),
+            _ => None,
+        };
+        let mut after: Vec<Outcome> =
+            happenings[idx + 1..].iter().map(|next| next.outcome.clone()).collect();
+        if pausing {
+            after.push(Outcome::Paused);
+        }
         found.push(SnapshotError {
             at: happening.at,
             source: (*source).to_owned(),
             message: excerpt(message, TEXT_CHARS),
             followed_by,
+            resolution: Some(heuristics::resolution(source, tool, &after)),
         });
     }
     let skip = found.len().saturating_sub(MAX_ERRORS);
@@ -278,12 +314,25 @@ pub fn handoff_context(
     if !snapshot.errors.is_empty() {
         tail.push_str("\n=== ERRORS AND WHAT FOLLOWED ===\n");
         for error in snapshot.errors.iter().rev().take(10).rev() {
-            tail.push_str(&format!("- [{}] {}", error.source, excerpt(&error.message, 300)));
+            let resolution = match error.resolution {
+                Some(resolution) => format!(", {}", resolution_name(resolution)),
+                None => String::new(),
+            };
+            let message = excerpt(&error.message, 300);
+            tail.push_str(&format!("- [{}{resolution}] {message}", error.source));
             if let Some(next) = &error.followed_by {
                 tail.push_str(&format!(" -> then: {}", excerpt(next, 200)));
             }
             tail.push('\n');
         }
+    }
+    if let Some(tests) = &snapshot.tests {
+        let how = if tests.passed { "passed" } else { "failed" };
+        tail.push_str(&format!("\n=== TESTS ===\nThe last test run, `{}`, {how}", tests.command));
+        if !tests.failing.is_empty() {
+            tail.push_str(&format!("; failing: {}", excerpt(&tests.failing.join(", "), 500)));
+        }
+        tail.push('\n');
     }
     tail.push_str(&plan_section(&snapshot.plan));
     tail.push_str("\n=== WORKSPACE ===\n");
@@ -323,6 +372,16 @@ pub fn handoff_context(
     text.push_str(&tail);
     text.push_str(&end);
     text
+}
+
+/// An error's resolution in a resume context's words.
+fn resolution_name(resolution: protocol::api::ErrorResolution) -> &'static str {
+    match resolution {
+        protocol::api::ErrorResolution::Fixed => "fixed",
+        protocol::api::ErrorResolution::WorkedAround => "worked around",
+        protocol::api::ErrorResolution::Deferred => "deferred",
+        protocol::api::ErrorResolution::Unresolved => "unresolved",
+    }
 }
 
 /// How the workspace changed since the snapshot a resume compares with, as a resume

@@ -137,6 +137,9 @@ pub struct Snapshot {
     /// When the agent gave that plan, Unix ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan_at: Option<i64>,
+    /// The newest test run in the history read, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tests: Option<SnapshotTests>,
 }
 
 /// The task of a [`Snapshot`].
@@ -286,6 +289,42 @@ pub struct SnapshotError {
     pub message: String,
     /// What happened next, when anything did.
     pub followed_by: Option<String>,
+    /// What became of it, as far as the session shows (absent from older snapshots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<ErrorResolution>,
+}
+
+/// What became of an error in a [`Snapshot`], guessed from what followed it (the rules:
+/// `docs/api.md`, "Snapshot").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorResolution {
+    /// The same thing succeeded later: a failed tool completed when run again, or a turn
+    /// completed after a failed turn or an agent's exit.
+    Fixed,
+    /// Something else succeeded after it (another tool, the turn's end), the failed
+    /// tool never did.
+    WorkedAround,
+    /// Nothing resolved it before the session paused.
+    Deferred,
+    /// Nothing resolved it (yet).
+    Unresolved,
+}
+
+/// The newest test run a [`Snapshot`] found in the history: a tool call whose command runs
+/// a test suite (`cargo test`, `pytest`, `npm test`, `go test`, …).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SnapshotTests {
+    /// The command, as the tool call's title gave it.
+    pub command: String,
+    /// It completed (`true`) or failed (`false`), as its tool call ended.
+    pub passed: bool,
+    /// When it ended, Unix ms.
+    pub at: i64,
+    /// The failing tests its output names (at most 20; the runners' usual formats).
+    pub failing: Vec<String>,
+    /// The end of its output (at most 500 characters).
+    pub output: String,
 }
 
 /// Usage in a [`Snapshot`].

@@ -57,6 +57,7 @@ fn snapshot(turns: Vec<SnapshotTurn>, omitted: usize) -> Snapshot {
             source: "tool".into(),
             message: "cargo test failed: 2 failures".into(),
             followed_by: Some("the agent said: fixing the two tests".into()),
+            resolution: Some(protocol::api::ErrorResolution::Fixed),
         }],
         usage: SnapshotUsage::default(),
         plan: vec![
@@ -72,6 +73,13 @@ fn snapshot(turns: Vec<SnapshotTurn>, omitted: usize) -> Snapshot {
             },
         ],
         plan_at: Some(1),
+        tests: Some(protocol::api::SnapshotTests {
+            command: "cargo test".into(),
+            passed: false,
+            at: 1,
+            failing: vec!["lexer::empty".into(), "lexer::nested".into()],
+            output: "test result: FAILED".into(),
+        }),
     }
 }
 
@@ -89,7 +97,8 @@ fn the_handoff_context_has_the_documented_sections() {
         \n=== WORK SO FAR ===\n\
         Turn 1 (completed, end_turn): split the lexer\n    then the parser\n  Tools: run tests (completed)\n  Result: did step 1\n\
         \n=== ERRORS AND WHAT FOLLOWED ===\n\
-        - [tool] cargo test failed: 2 failures -> then: the agent said: fixing the two tests\n\
+        - [tool, fixed] cargo test failed: 2 failures -> then: the agent said: fixing the two tests\n\
+        \n=== TESTS ===\nThe last test run, `cargo test`, failed; failing: lexer::empty, lexer::nested\n\
         \n=== PLAN (as the agent last gave it) ===\n[done] move the lexer\n[in progress] fix the two tests\n\
         \n=== WORKSPACE ===\nBranch work at bbbbbbbbbbbb (the session started at aaaaaaaaaaaa).\n\
         Commits since the start: bbbbbbb move lexer\nFiles changed since the start: src/lexer.rs\n\
@@ -151,8 +160,13 @@ fn an_error_names_what_followed_it() {
             },
         ),
     ];
-    let found = errors(&entries, &timeline);
+    let found = errors(&entries, &timeline, false);
     assert_eq!(found.len(), 2, "{found:?}");
+    let unresolved = Some(protocol::api::ErrorResolution::Unresolved);
+    assert_eq!((found[0].resolution, found[1].resolution), (unresolved, unresolved));
+    let paused = errors(&entries, &timeline, true);
+    let deferred = Some(protocol::api::ErrorResolution::Deferred);
+    assert_eq!((paused[0].resolution, paused[1].resolution), (deferred, deferred), "a pause's");
     assert_eq!(found[0].source, "tool");
     assert_eq!(found[0].message, "cargo test failed: 2 failures");
     assert_eq!(found[0].followed_by.as_deref(), Some("the agent said: fixing the two tests"));

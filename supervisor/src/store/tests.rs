@@ -635,6 +635,7 @@ async fn snapshots_and_handoffs_are_kept_as_documented() {
         usage: protocol::api::SnapshotUsage { context_used: Some(n as u64), ..Default::default() },
         plan: vec![],
         plan_at: None,
+        tests: None,
     };
     store.insert_snapshot(snapshot(0, SnapshotTrigger::Crash)).await.unwrap();
     for n in 1..=TURN_SNAPSHOTS_KEPT + 5 {

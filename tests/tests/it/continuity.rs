@@ -256,3 +256,51 @@ async fn r34_the_cli_finds_the_session_of_the_current_directory() {
     assert_eq!(code, 4, "{err}");
     assert!(err.contains("no session works in"), "{err}");
 }
+
+/// A snapshot says what became of each error — worked around, deferred by a pause, fixed
+/// later — and what the newest test run was; a handoff's context says so too.
+#[tokio::test]
+async fn r34_a_snapshot_says_what_became_of_errors_and_the_last_test_run() {
+    use protocol::api::{ErrorResolution, Snapshot};
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("errors")).await;
+    let pause_and_read = || async {
+        let paused = ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
+        let id = paused.snapshot_id.expect("a snapshot");
+        let snapshot: Snapshot = ok("snapshot.get", api.typed().snapshot_get(id)).await;
+        api.resume(&session).await.expect("resume");
+        snapshot
+    };
+    let resolutions = |snapshot: &Snapshot| -> Vec<(String, Option<ErrorResolution>)> {
+        snapshot.errors.iter().map(|error| (error.source.clone(), error.resolution)).collect()
+    };
+    api.ask(&session, "/exec cargo test --workspace\nrun the tests").await;
+    let first = pause_and_read().await;
+    assert_eq!(resolutions(&first), [("tool".into(), Some(ErrorResolution::WorkedAround))]);
+    let tests = first.tests.as_ref().expect("the test run");
+    assert_eq!((tests.command.as_str(), tests.passed), ("cargo test --workspace", false));
+    assert!(tests.output.contains("exit code 1"), "{tests:?}");
+
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/crash 3").await.unwrap();
+    tether_tests::daemon::until(&mut events, tether_tests::daemon::turn_ended).await;
+    let second = pause_and_read().await;
+    let newest: Vec<_> = resolutions(&second).into_iter().skip(1).collect();
+    assert!(!newest.is_empty(), "{second:?}");
+    assert!(
+        newest.iter().all(|(_, resolution)| *resolution == Some(ErrorResolution::Deferred)),
+        "the crash, then a pause: {newest:?}"
+    );
+    api.ask(&session, "hello again").await;
+    let third = pause_and_read().await;
+    let newest: Vec<_> = resolutions(&third).into_iter().skip(1).collect();
+    assert!(
+        newest.iter().all(|(_, resolution)| *resolution == Some(ErrorResolution::Fixed)),
+        "a turn completed since: {newest:?}"
+    );
+    assert_eq!(
+        third.tests.as_ref().map(|tests| tests.command.as_str()),
+        Some("cargo test --workspace")
+    );
+}
