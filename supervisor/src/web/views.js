@@ -156,14 +156,21 @@ async function showSnapshot(snapshotId) {
           (t.tool_calls.length ? ` · tools: ${t.tool_calls.map((c) => `${c.title} (${c.status})`).join(", ")}` : "")))));
     const errors = s.errors.length
       ? el("ul", { class: "snapshot-errors" }, ...s.errors.map((e) =>
-        el("li", { class: "error" }, `${new Date(e.at).toLocaleTimeString()} ${e.source}: ${e.message}${e.followed_by ? " → " + e.followed_by : ""}`)))
+        el("li", { class: "error" },
+          e.resolution ? el("span", { class: `badge resolution-${e.resolution}` }, e.resolution.replace("_", " ")) : "",
+          `${new Date(e.at).toLocaleTimeString()} ${e.source}: ${e.message}${e.followed_by ? " → " + e.followed_by : ""}`)))
+      : "";
+    const tests = s.tests
+      ? el("p", { class: `snapshot-tests ${s.tests.passed ? "passed" : "failed"}` },
+        `Last test run: ${s.tests.command} — ${s.tests.passed ? "passed" : "failed"}` +
+          (s.tests.failing.length ? `; failing: ${s.tests.failing.join(", ")}` : ""))
       : "";
     const plan = s.plan && s.plan.length
       ? el("div", { class: "plan snapshot-plan" }, el("div", { class: "plan-head" }, "Plan, as the agent last gave it"),
         el("ol", {}, ...s.plan.map((p) => el("li", { class: `plan-entry ${p.status}` }, p.content))))
       : "";
     $("#snapshot-view").replaceChildren(el("h3", {}, "Snapshot"), facts, plan,
-      s.turns_omitted ? el("p", { class: "muted" }, `${s.turns_omitted} older turns not shown`) : "", turns, errors);
+      s.turns_omitted ? el("p", { class: "muted" }, `${s.turns_omitted} older turns not shown`) : "", turns, tests, errors);
   } catch (error) {
     sessionError(error);
   }

@@ -322,12 +322,12 @@ async fn r31_pause_asks_a_reason_and_the_snapshot_and_timeline_show_it() {
 }
 
 /// Issue 34: a pause's snapshot shows the agent's plan, each step as done, in progress or
-/// next.
+/// next, the newest test run and what became of each error.
 #[tokio::test]
 async fn r34_the_snapshot_view_shows_the_agents_plan() {
     let Some(browser) = browser::start("snapshot-plan").await else { return };
     let (_daemon, _session) = session_page(&browser, "sp").await;
-    prompt_in_page(&browser, "/plan read the code; change it; test it").await;
+    prompt_in_page(&browser, "/plan read the code; change it; test it\n/exec cargo test").await;
     browser.wait_text("#transcript .turn-end", "turn completed").await;
     browser.click("#pause").await;
     browser.type_into("#pause-reason", "plan review").await;
@@ -349,6 +349,16 @@ async fn r34_the_snapshot_view_shows_the_agents_plan() {
         "plan-entry pending: test it",
     ];
     assert_eq!(steps, json!(expected));
+    // The test run and what became of its failure.
+    browser
+        .wait_text("#snapshot-view .snapshot-tests.failed", "Last test run: cargo test — failed")
+        .await;
+    browser
+        .wait_text(
+            "#snapshot-view .snapshot-errors .badge.resolution-worked_around",
+            "worked around",
+        )
+        .await;
 }
 
 /// The session view in light and dark (following the system) and at a desktop's and a
