@@ -159,18 +159,33 @@ pub async fn state(dir: &Path, start: Option<&str>) -> GitState {
     state
 }
 
+/// Files larger than this are not read to tell whether they changed (a snapshot is taken at
+/// every turn's end): their size and modification time stand for their content.
+const HASHED_BYTES: u64 = 16 << 20;
+
 /// What the files at `paths` (relative to the top of `dir`'s repository, as git's status
-/// and diffs name them) hold now: `git hash-object` of each, `-` for one that is not there.
+/// and diffs name them) hold now: `git hash-object` of each, `-` for one that is not there,
+/// `size N, modified T` for one over [`HASHED_BYTES`].
 async fn contents(dir: &Path, paths: &[String]) -> Result<BTreeMap<String, String>, String> {
     if paths.is_empty() {
         return Ok(BTreeMap::new());
     }
     let top = git(dir, &["rev-parse", "--show-toplevel"]).await?;
     let top = Path::new(top.trim());
-    let (present, gone): (Vec<&String>, Vec<&String>) =
-        paths.iter().partition(|path| top.join(path.as_str()).is_file());
-    let mut hashes: BTreeMap<String, String> =
-        gone.into_iter().map(|path| (path.clone(), "-".to_owned())).collect();
+    let mut hashes: BTreeMap<String, String> = BTreeMap::new();
+    let mut present: Vec<&String> = Vec::new();
+    for path in paths {
+        match std::fs::metadata(top.join(path.as_str())) {
+            Ok(meta) if meta.is_file() && meta.len() > HASHED_BYTES => {
+                use std::os::unix::fs::MetadataExt;
+                let stamp =
+                    format!("size {}, modified {}.{}", meta.len(), meta.mtime(), meta.mtime_nsec());
+                hashes.insert(path.clone(), stamp);
+            }
+            Ok(meta) if meta.is_file() => present.push(path),
+            _ => drop(hashes.insert(path.clone(), "-".to_owned())),
+        }
+    }
     if !present.is_empty() {
         let mut args = vec!["hash-object", "--"];
         args.extend(present.iter().map(|path| path.as_str()));

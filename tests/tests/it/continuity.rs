@@ -142,8 +142,10 @@ async fn r34_work_done_in_the_workspace_while_paused_is_reported_on_resume() {
     git(dir, &["commit", "-q", "-m", "start"]).await;
     let session = api.ready_session("inject", &workspace).await;
     api.ask(&session, "hello").await;
-    // Uncommitted when the session pauses: not news when the session resumes.
+    // Uncommitted when the session pauses: not news when the session resumes (a file over
+    // 16 MiB is told by its size and time, not read).
     std::fs::write(dir.join("c.txt"), "c.txt 2, before the pause\n").unwrap();
+    std::fs::write(dir.join("big.bin"), vec![7u8; 17 << 20]).unwrap();
     let paused = ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
     let snapshot_id = paused.snapshot_id.expect("a snapshot");
     // Meanwhile: a commit, an edit and a new file.
@@ -188,10 +190,13 @@ async fn r34_work_done_in_the_workspace_while_paused_is_reported_on_resume() {
     let start = git(dir, &["rev-list", "--max-parents=0", "HEAD"]).await;
     ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
     git(dir, &["reset", "-q", "--hard", &start]).await;
+    let mut big = std::fs::OpenOptions::new().append(true).open(dir.join("big.bin")).unwrap();
+    std::io::Write::write_all(&mut big, b"more").unwrap();
     let resumed = api.resume(&session).await.expect("resume");
     let drift = resumed.git_drift.expect("a rewind");
     assert!(drift.head_rewound && drift.commits.is_empty(), "{drift:?}");
     assert!(drift.changed_files.contains(&"a.txt".to_owned()), "{drift:?}");
+    assert!(drift.changed_files.contains(&"big.bin".to_owned()), "grown: {drift:?}");
 }
 
 /// The agent's context passing 10 points below the handoff threshold (85 % by default) is
