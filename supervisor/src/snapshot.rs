@@ -72,7 +72,14 @@ pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreErr
     let mut timeline = store.recent_timeline(session_id.clone(), TIMELINE_ROWS).await?;
     timeline.reverse();
     let (entries, plan) = tokio::task::spawn_blocking(move || {
-        (history::read_tail(&history, HISTORY_TAIL_BYTES), history::last_plan(&history))
+        let entries = history::read_tail(&history, HISTORY_TAIL_BYTES);
+        // The newest plan is usually in the tail just read; else it is looked for further.
+        let in_tail = entries.iter().rev().find(|entry| entry.kind == EntryType::Plan);
+        let plan = match in_tail {
+            Some(entry) => Some((entry.at, entry.wire.plan.clone().unwrap_or_default())),
+            None => history::last_plan(&history),
+        };
+        (entries, plan)
     })
     .await
     .unwrap_or_default();
@@ -188,6 +195,10 @@ struct Happening {
     error: Option<(&'static str, String)>,
     /// What it was, for what became of an error before it.
     outcome: heuristics::Outcome,
+    /// Its place among things of the same millisecond: what starts (a turn, an execution,
+    /// a resume) before the history's entries, what ends (a turn, a pause, an error, a
+    /// state) after them.
+    rank: u8,
 }
 
 /// Errors (failed tool calls, failed or interrupted turns, session errors) with what
@@ -233,7 +244,13 @@ fn errors(
             TimelineEvent::Paused { .. } => Outcome::Paused,
             _ => Outcome::Other,
         };
-        happenings.push(Happening { at: *at, what, error, outcome });
+        let rank = match event {
+            TimelineEvent::TurnStarted { .. }
+            | TimelineEvent::ExecutionStarted { .. }
+            | TimelineEvent::Resumed { .. } => 0,
+            _ => 2,
+        };
+        happenings.push(Happening { at: *at, what, error, outcome, rank });
     }
     for entry in entries {
         let name = entry.tool_name.as_deref().unwrap_or("tool");
@@ -257,10 +274,9 @@ fn errors(
             (EntryType::ToolResult, _) => Outcome::ToolDone(name.to_owned()),
             _ => Outcome::Other,
         };
-        happenings.push(Happening { at: entry.at, what, error, outcome });
+        happenings.push(Happening { at: entry.at, what, error, outcome, rank: 1 });
     }
-    // Stable: at the same millisecond the timeline (the store's view) comes first.
-    happenings.sort_by_key(|happening| happening.at);
+    happenings.sort_by_key(|happening| (happening.at, happening.rank));
     let mut found: Vec<SnapshotError> = Vec::new();
     for (idx, happening) in happenings.iter().enumerate() {
         let Some((source, message)) = &happening.error else { continue };

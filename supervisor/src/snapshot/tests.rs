@@ -174,6 +174,22 @@ fn an_error_names_what_followed_it() {
     assert_eq!(found[1].followed_by.as_deref(), Some("the session resumed (native_load)"));
 }
 
+/// Found flaky in a full run: a failed tool and its turn's end in the same millisecond.
+/// The turn's end follows the history of its turn, so the failure was worked around.
+#[test]
+fn a_turns_end_in_the_same_millisecond_follows_its_entries() {
+    let entries = vec![entry(1, 10, EntryType::ToolResult, "exit code 1", Some("failed"))];
+    let ended = TimelineEvent::TurnEnded {
+        turn_id: "t1".into(),
+        state: TurnState::Completed,
+        stop_reason: Some("end_turn".into()),
+        error: None,
+    };
+    let found = errors(&entries, &[(10, ended)], true);
+    assert_eq!(found[0].resolution, Some(protocol::api::ErrorResolution::WorkedAround));
+    assert_eq!(found[0].followed_by.as_deref(), Some("the turn ended (end_turn)"));
+}
+
 #[test]
 fn the_history_tail_skips_the_line_its_window_cuts() {
     let dir = tempfile::tempdir().unwrap();
