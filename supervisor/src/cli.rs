@@ -10,6 +10,7 @@
 mod client;
 mod face;
 mod feed;
+mod here;
 mod output;
 mod questions;
 mod serve;
