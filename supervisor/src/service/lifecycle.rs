@@ -668,27 +668,30 @@ impl Supervisor {
             )));
         }
         let force_after = Duration::from_millis(force_after_ms.unwrap_or(DEFAULT_PAUSE_WAIT_MS));
-        let live = {
+        let handle = {
             let _guard = self.start_lock.lock().await;
             match self.handle(&session_id).filter(SessionHandle::is_live) {
-                Some(handle) => Ok(handle),
-                // No actor, so no agent: nothing to stop or wait for.
-                None => Err(self
-                    .pause_without_agent(&row, reason.clone(), false, SnapshotTrigger::Pause)
-                    .await?),
+                Some(handle) => handle,
+                None => {
+                    // No actor, so no agent: nothing to stop or wait for.
+                    let snapshot_id = self
+                        .pause_without_agent(&row, reason.clone(), false, SnapshotTrigger::Pause)
+                        .await?;
+                    let state = SessionState::Paused;
+                    return Ok(PauseResult {
+                        session_id,
+                        state,
+                        pause_requested: false,
+                        snapshot_id,
+                    });
+                }
             }
         };
-        let (pause_requested, snapshot_id) = match live {
-            Ok(handle) => match handle.pause(reason, force_after).await? {
-                crate::session::PauseTaken::Waits => (true, None),
-                crate::session::PauseTaken::Paused { snapshot_id } => (false, snapshot_id),
-            },
-            Err(snapshot_id) => (false, snapshot_id),
+        let (pause_requested, snapshot_id) = match handle.pause(reason, force_after).await? {
+            crate::session::PauseTaken::Waits => (true, None),
+            crate::session::PauseTaken::Paused { snapshot_id } => (false, snapshot_id),
         };
-        let state = match self.handle(&session_id).filter(|_| pause_requested) {
-            Some(handle) => handle.view().state,
-            None => SessionState::Paused,
-        };
+        let state = handle.view().state;
         Ok(PauseResult { session_id, state, pause_requested, snapshot_id })
     }
 
