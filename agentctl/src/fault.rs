@@ -21,6 +21,8 @@
 //! - `stop.recorded`: a stopped session's end is stored and its sidecar not yet retired;
 //! - `pause.retired`: a pausing (or parked) session's agent and sidecar are stopped, and
 //!   `PAUSED` is not stored yet;
+//! - `pause.summary_asked`: a waiting pause recorded that it asks its agent for a summary
+//!   (`summarize_on_pause`), and the summary prompt is not yet sent;
 //! - `launch.started`: a session is `STARTING` and nothing of its launch is recorded yet;
 //! - `workflow.planned`: a workflow's driver decided what to do and has done none of it;
 //! - `workflow.step_started`: a step's session is stored with the step `running` (one

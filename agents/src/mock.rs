@@ -383,6 +383,8 @@ struct LiveSession {
     turn: Option<CancellationToken>,
     /// Its model and mode (not persisted).
     settings: settings::Settings,
+    /// What the next prompt is answered as (`/then`; not persisted).
+    then: Option<String>,
 }
 
 impl Agent {
@@ -507,7 +509,7 @@ impl Agent {
         self.check_auth()?;
         let session_id = request.session_id.0.to_string();
         let text = acp::prompt_text(&request.prompt);
-        let script = script::parse(&text).map_err(RpcError::invalid_params)?;
+        let mut script = script::parse(&text).map_err(RpcError::invalid_params)?;
         let cancel = CancellationToken::new();
         let mut state = self.lock();
         let Some(live) = state.sessions.get_mut(&session_id) else {
@@ -518,6 +520,14 @@ impl Agent {
         };
         if live.turn.is_some() {
             return Err(RpcError::internal("a turn is already running in this session"));
+        }
+        if let Some(then) = live.then.take() {
+            script = script::parse(&then).map_err(RpcError::invalid_params)?;
+        }
+        for command in &script.commands {
+            if let Command::Then(next) = command {
+                live.then = Some(next.clone());
+            }
         }
         live.turn = Some(cancel.clone());
         let earlier = live.stored.messages.clone();
@@ -809,6 +819,8 @@ impl Turn<'_> {
                         "rawOutput": {"exit_code": 1}}))?;
                     reply.push_str(&format!("; ran {command} (it failed)"));
                 }
+                // Taken when the turn began.
+                Command::Then(_) => {}
             }
         }
         for round in 1..rounds {

@@ -173,6 +173,10 @@ pub struct SessionSettings {
     /// created; unset: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_duration_secs: Option<u64>,
+    /// At a pause, the agent is asked once more for its decisions, open problems and next
+    /// steps as JSON, kept in the pause's snapshot when it validates.
+    #[serde(default)]
+    pub summarize_on_pause: bool,
 }
 
 /// The ACP method of a native restore.
@@ -491,6 +495,7 @@ struct RawSession {
     idle_timeout_secs: Option<u64>,
     max_turns: Option<Spanned<u32>>,
     max_duration_secs: Option<Spanned<u64>>,
+    summarize_on_pause: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -873,6 +878,7 @@ impl RawProfile {
                 idle_timeout_secs: self.session.idle_timeout_secs,
                 max_turns: self.session.max_turns.map(Spanned::into_inner),
                 max_duration_secs: self.session.max_duration_secs.map(Spanned::into_inner),
+                summarize_on_pause: self.session.summarize_on_pause.unwrap_or(false),
             },
             docker: DockerSettings {
                 image: self.docker.image.map(Spanned::into_inner),

@@ -95,20 +95,22 @@ pub fn build<F: Read + Seek>(
     prompt: &str,
     budget: usize,
 ) -> io::Result<ResumeContext> {
-    build_after(file, prompt, budget, None, "")
+    build_after(file, prompt, budget, None, ("", ""))
 }
 
 /// [`build`] of the entries after seq `after` only (when given): what an agent's restored
-/// conversation lacks. `sections` (the agent's newest plan, the workspace's changes since
-/// the last snapshot: see [`crate::snapshot::plan_section`]) go before the request, outside
-/// the budget as the prompt is.
+/// conversation lacks. `sections` — `(head, tail)`, the state compiled from a snapshot (see
+/// [`crate::snapshot::injected_sections`]) — go before and after the history; the history
+/// gets what of `budget` they leave (the prompt is outside the budget, always whole).
 pub fn build_after<F: Read + Seek>(
     file: &mut F,
     prompt: &str,
     budget: usize,
     after: Option<u64>,
-    sections: &str,
+    sections: (&str, &str),
 ) -> io::Result<ResumeContext> {
+    let (head, tail) = sections;
+    let budget = budget.saturating_sub(head.chars().count() + tail.chars().count());
     let len = file.seek(SeekFrom::End(0))?;
     let mut pos = len;
     let mut bytes_read = 0u64;
@@ -161,11 +163,11 @@ pub fn build_after<F: Read + Seek>(
     // Entries are numbered from 1 without gaps, so the newest seq is the total count.
     let omitted = newest_seq
         .map_or(0, |seq| seq.saturating_sub(after.unwrap_or(0)).saturating_sub(included as u64));
-    let mut text = String::from(match after {
-        None => "RESUME CONTEXT FOR CONTINUING TASK\n\n=== EXECUTION HISTORY ===\n",
-        Some(_) => {
-            "RESUME CONTEXT FOR CONTINUING TASK\n\n=== EXECUTION HISTORY (the end your restored session lacks) ===\n"
-        }
+    let mut text = String::from("RESUME CONTEXT FOR CONTINUING TASK\n");
+    text.push_str(head);
+    text.push_str(match after {
+        None => "\n=== EXECUTION HISTORY ===\n",
+        Some(_) => "\n=== EXECUTION HISTORY (the end your restored session lacks) ===\n",
     });
     if omitted > 0 {
         text.push_str(&format!("[{omitted} earlier entries omitted]\n"));
@@ -174,7 +176,7 @@ pub fn build_after<F: Read + Seek>(
         text.push_str(line);
         text.push('\n');
     }
-    text.push_str(sections);
+    text.push_str(tail);
     text.push_str("\n=== CURRENT REQUEST ===\n");
     text.push_str(prompt);
     text.push_str(
@@ -219,9 +221,9 @@ mod tests {
             status: "in_progress".into(),
             priority: None,
         }];
-        let sections = crate::snapshot::plan_section(&plan);
+        let (head, tail) = crate::snapshot::injected_sections(None, &plan, None, 10_000);
         let context =
-            build_after(&mut Cursor::new(history), "go", 10_000, None, &sections).unwrap();
+            build_after(&mut Cursor::new(history), "go", 10_000, None, (&head, &tail)).unwrap();
         assert!(
             context.text.contains(
                 "[USER]: list the files\n\n=== PLAN (as the agent last gave it) ===\n[in progress] list them\n\n=== CURRENT REQUEST ===\ngo\n"

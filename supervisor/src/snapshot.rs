@@ -10,6 +10,7 @@
 
 pub mod git;
 mod heuristics;
+pub mod summary;
 
 use std::path::{Path, PathBuf};
 
@@ -49,6 +50,9 @@ pub struct Request {
     /// Context and cost as the agent last reported them (the actor keeps them); `None`
     /// takes them from the previous snapshot.
     pub usage: Option<SnapshotUsage>,
+    /// A pause's summary turn: what became of it (`None` for a snapshot that is not a
+    /// pause's).
+    pub summary: Option<protocol::api::PauseSummary>,
 }
 
 /// Takes a snapshot and stores it (with its timeline row).
@@ -60,7 +64,7 @@ pub async fn take(store: &Store, request: Request) -> Result<Snapshot, StoreErro
 
 /// Builds a snapshot without storing it.
 pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreError> {
-    let Request { session_id, trigger, reason, history, execution_id, usage } = request;
+    let Request { session_id, trigger, reason, history, execution_id, usage, summary } = request;
     let row = store.get_session(session_id.clone()).await?;
     let task = store.get_task(row.task_id.clone()).await?;
     let start = store.start_commit(session_id.clone()).await?.flatten();
@@ -141,6 +145,7 @@ pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreErr
         plan,
         plan_at,
         tests: heuristics::last_test_run(&entries),
+        summary,
     })
 }
 
@@ -319,41 +324,8 @@ pub fn handoff_context(
         "(handed over from an agent session whose context was full; compiled from snapshot {})\n",
         snapshot.snapshot_id
     ));
-    head.push_str("\n=== ORIGINAL TASK ===\n");
-    head.push_str(&excerpt(&snapshot.task.title, 200));
-    if !snapshot.task.description.trim().is_empty() {
-        head.push('\n');
-        head.push_str(&excerpt(&snapshot.task.description, 2000));
-    }
-    head.push('\n');
-    let mut tail = String::new();
-    if !snapshot.errors.is_empty() {
-        tail.push_str("\n=== ERRORS AND WHAT FOLLOWED ===\n");
-        for error in snapshot.errors.iter().rev().take(10).rev() {
-            let resolution = match error.resolution {
-                Some(resolution) => format!(", {}", resolution_name(resolution)),
-                None => String::new(),
-            };
-            let message = excerpt(&error.message, 300);
-            tail.push_str(&format!("- [{}{resolution}] {message}", error.source));
-            if let Some(next) = &error.followed_by {
-                tail.push_str(&format!(" -> then: {}", excerpt(next, 200)));
-            }
-            tail.push('\n');
-        }
-    }
-    if let Some(tests) = &snapshot.tests {
-        let how = if tests.passed { "passed" } else { "failed" };
-        tail.push_str(&format!("\n=== TESTS ===\nThe last test run, `{}`, {how}", tests.command));
-        if !tests.failing.is_empty() {
-            tail.push_str(&format!("; failing: {}", excerpt(&tests.failing.join(", "), 500)));
-        }
-        tail.push('\n');
-    }
-    tail.push_str(&plan_section(&snapshot.plan));
-    tail.push_str("\n=== WORKSPACE ===\n");
-    tail.push_str(&describe_git(&snapshot.git));
-    tail.push_str(&drift_section(drift));
+    head.push_str(&task_section(snapshot));
+    let tail = state_sections(snapshot, &plan_section(&snapshot.plan), drift);
     let end = format!(
         "\n=== CURRENT REQUEST ===\n{prompt}\n\n=== INSTRUCTIONS ===\nYou are continuing work on the above task in a fresh agent session: the previous one ran out of context.\n\
          The sections above summarise what was asked, what was done and what failed. Check the workspace before changing it,\n\
@@ -388,6 +360,101 @@ pub fn handoff_context(
     text.push_str(&tail);
     text.push_str(&end);
     text
+}
+
+/// The compiled parts of the context a history injection wraps around the history, from
+/// the snapshot a resume compiles from (see `Store::resume_snapshot`): `(head, tail)` —
+/// the task and why the session stopped before the history; the agent's summary, errors,
+/// tests, plan, workspace and its changes after it. Together at most half of `budget`
+/// (the history gets the rest). `plan` is the history's newest (it may be newer than the
+/// snapshot's). Without a snapshot: the plan and the changes only.
+pub fn injected_sections(
+    snapshot: Option<&Snapshot>,
+    plan: &[protocol::api::PlanEntry],
+    drift: Option<&protocol::api::GitDrift>,
+    budget: usize,
+) -> (String, String) {
+    let plan = plan_section(plan);
+    let Some(snapshot) = snapshot else {
+        return (String::new(), excerpt(&(plan + &drift_section(drift)), budget / 2));
+    };
+    let mut head = task_section(snapshot);
+    if snapshot.trigger != SnapshotTrigger::TurnComplete {
+        head.push_str(&format!("\n=== WHY THE SESSION STOPPED ===\n{}", stop_cause(snapshot)));
+    }
+    let head = excerpt(&head, budget / 4);
+    let room = (budget / 2).saturating_sub(head.chars().count());
+    (head, excerpt(&state_sections(snapshot, &plan, drift), room))
+}
+
+/// Why a snapshot's session stopped, in a resume context's words.
+fn stop_cause(snapshot: &Snapshot) -> String {
+    let what = match snapshot.trigger {
+        SnapshotTrigger::Pause => "It was paused",
+        SnapshotTrigger::Exhaustion => "It paused because the agent's context was nearly full",
+        SnapshotTrigger::Timeout => "It was paused, cutting a turn that ran too long",
+        SnapshotTrigger::Crash => "Its agent stopped unexpectedly",
+        SnapshotTrigger::Idle => "It was parked after a while without a turn",
+        SnapshotTrigger::Budget => "It paused at its spending budget",
+        SnapshotTrigger::MaxTurns => "It paused at its most turns",
+        SnapshotTrigger::MaxDuration => "It paused at its longest run time",
+        SnapshotTrigger::TurnComplete => "A turn completed",
+    };
+    match &snapshot.reason {
+        Some(reason) if !reason.trim().is_empty() => format!("{what}: {}\n", excerpt(reason, 500)),
+        _ => format!("{what}.\n"),
+    }
+}
+
+/// The task of a snapshot as a resume context's section.
+fn task_section(snapshot: &Snapshot) -> String {
+    let mut text = String::from("\n=== ORIGINAL TASK ===\n");
+    text.push_str(&excerpt(&snapshot.task.title, 200));
+    if !snapshot.task.description.trim().is_empty() {
+        text.push('\n');
+        text.push_str(&excerpt(&snapshot.task.description, 2000));
+    }
+    text.push('\n');
+    text
+}
+
+/// What a snapshot says of the session's state as a resume context's sections: the
+/// agent's summary, errors, tests, `plan` (a rendered section), the workspace and its
+/// changes since (`drift`).
+fn state_sections(
+    snapshot: &Snapshot,
+    plan: &str,
+    drift: Option<&protocol::api::GitDrift>,
+) -> String {
+    let mut tail = summary::sections(snapshot.summary.as_ref());
+    if !snapshot.errors.is_empty() {
+        tail.push_str("\n=== ERRORS AND WHAT FOLLOWED ===\n");
+        for error in snapshot.errors.iter().rev().take(10).rev() {
+            let resolution = match error.resolution {
+                Some(resolution) => format!(", {}", resolution_name(resolution)),
+                None => String::new(),
+            };
+            let message = excerpt(&error.message, 300);
+            tail.push_str(&format!("- [{}{resolution}] {message}", error.source));
+            if let Some(next) = &error.followed_by {
+                tail.push_str(&format!(" -> then: {}", excerpt(next, 200)));
+            }
+            tail.push('\n');
+        }
+    }
+    if let Some(tests) = &snapshot.tests {
+        let how = if tests.passed { "passed" } else { "failed" };
+        tail.push_str(&format!("\n=== TESTS ===\nThe last test run, `{}`, {how}", tests.command));
+        if !tests.failing.is_empty() {
+            tail.push_str(&format!("; failing: {}", excerpt(&tests.failing.join(", "), 500)));
+        }
+        tail.push('\n');
+    }
+    tail.push_str(plan);
+    tail.push_str("\n=== WORKSPACE ===\n");
+    tail.push_str(&describe_git(&snapshot.git));
+    tail.push_str(&drift_section(drift));
+    tail
 }
 
 /// An error's resolution in a resume context's words.

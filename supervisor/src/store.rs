@@ -358,6 +358,9 @@ pub struct PauseRequest {
     pub force_at: i64,
     /// `pause`, or `exhaustion` (the agent's context was nearly full).
     pub trigger: SnapshotTrigger,
+    /// When the agent was asked for its summary (`summarize_on_pause`), Unix ms: the
+    /// summary turn is the session's first turn started since.
+    pub summary_asked_at: Option<i64>,
 }
 
 /// How a session paused, as [`Store::set_paused`] records it.

@@ -78,6 +78,10 @@ pub enum Command {
     /// `/exec COMMAND`: report a command run as a tool call that fails with output and
     /// exit code 1 (nothing is run).
     Exec(String),
+    /// `/then PROMPT`: the session's next prompt, whatever it says, is answered as if it
+    /// were PROMPT (`\n` in it a newline): how a test scripts the answer to a prompt it
+    /// does not write (the supervisor's summary request at a pause).
+    Then(String),
 }
 
 /// A prompt split into commands and the message proper.
@@ -209,6 +213,8 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
         }
         "exec" if args.is_empty() => return Err("expects a command"),
         "exec" => Command::Exec(args.to_owned()),
+        "then" if args.is_empty() => return Err("expects a prompt"),
+        "then" => Command::Then(args.replace("\\n", "\n")),
         _ => return Ok(None),
     };
     Ok(Some(command))
@@ -217,6 +223,13 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn then_keeps_its_prompt_with_newlines() {
+        let script = parse("/then /say {\"a\": 1}\\n/sleep 5").unwrap();
+        assert_eq!(script.commands, vec![Command::Then("/say {\"a\": 1}\n/sleep 5".into())]);
+        assert_eq!(parse("/then").unwrap_err().reason, "expects a prompt");
+    }
 
     #[test]
     fn commands_and_message_are_separated() {

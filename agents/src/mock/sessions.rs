@@ -31,7 +31,9 @@ impl Agent {
         let settings = Settings::default();
         let answer = json!({"sessionId": session_id, "configOptions": settings.config_options(),
             "modes": settings.modes()});
-        state.sessions.insert(session_id.clone(), LiveSession { stored, turn: None, settings });
+        state
+            .sessions
+            .insert(session_id.clone(), LiveSession { stored, turn: None, settings, then: None });
         Ok(answer)
     }
 
@@ -128,7 +130,7 @@ impl Agent {
     fn opened(&self, stored: StoredSession) -> Value {
         let settings = Settings::default();
         let answer = json!({"configOptions": settings.config_options(), "modes": settings.modes()});
-        let live = LiveSession { stored, turn: None, settings };
+        let live = LiveSession { stored, turn: None, settings, then: None };
         self.lock().sessions.insert(live.stored.session_id.clone(), live);
         answer
     }

@@ -140,6 +140,69 @@ pub struct Snapshot {
     /// The newest test run in the history read, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tests: Option<SnapshotTests>,
+    /// A pause's summary turn (`[session] summarize_on_pause`): the agent's decisions,
+    /// open problems and next steps, or why there are none. `None` on a snapshot that is
+    /// not a pause's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<PauseSummary>,
+}
+
+/// What became of a pause's summary turn, in its [`Snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PauseSummary {
+    /// Whether the agent was asked and what its answer was worth.
+    pub state: SummaryState,
+    /// Why it is not `stored` (what did not validate, how the turn ended, why it was not
+    /// asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// The summary, when `stored`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<AgentSummary>,
+    /// The summary turn, when one ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<String>,
+}
+
+/// The state of a [`PauseSummary`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SummaryState {
+    /// The profile does not ask for one (`summarize_on_pause` is off).
+    Off,
+    /// Not asked for this pause: no agent was running, the pause was forced, or it was an
+    /// idle park or a budget's pause (which must not spend more).
+    Skipped,
+    /// The answer validated; it is in `summary`.
+    Stored,
+    /// The agent answered, but not with the JSON asked for: refused (`note` says why);
+    /// the pause and the snapshot's other parts stand.
+    Invalid,
+    /// The summary turn did not complete (it failed, was cancelled after the pause's
+    /// wait, or its agent went away).
+    Failed,
+}
+
+/// The agent's own account of its session, asked for at a pause.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentSummary {
+    /// Decisions it made, each with why and what else it considered.
+    pub decisions: Vec<Decision>,
+    /// Problems still open.
+    pub open_problems: Vec<String>,
+    /// What it would do next.
+    pub next_steps: Vec<String>,
+}
+
+/// One decision in a [`AgentSummary`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Decision {
+    /// What was decided.
+    pub decision: String,
+    /// Why.
+    pub rationale: String,
+    /// What else was considered.
+    pub alternatives: Vec<String>,
 }
 
 /// The task of a [`Snapshot`].

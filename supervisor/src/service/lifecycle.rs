@@ -675,7 +675,13 @@ impl Supervisor {
                 None => {
                     // No actor, so no agent: nothing to stop or wait for.
                     let snapshot_id = self
-                        .pause_without_agent(&row, reason.clone(), false, SnapshotTrigger::Pause)
+                        .pause_without_agent(
+                            &row,
+                            reason.clone(),
+                            false,
+                            SnapshotTrigger::Pause,
+                            None,
+                        )
                         .await?;
                     let state = SessionState::Paused;
                     return Ok(PauseResult {
@@ -704,8 +710,25 @@ impl Supervisor {
         reason: Option<String>,
         forced: bool,
         trigger: SnapshotTrigger,
+        summary_asked_at: Option<i64>,
     ) -> Result<Option<String>, ServiceError> {
-        let request = self.snapshot_request(&row.id, trigger, reason.clone());
+        use crate::snapshot::summary;
+        use protocol::api::SummaryState;
+        let history = self.config.home.session(&row.id).history();
+        let summary = match summary_asked_at {
+            Some(at) => summary::answer_of(&self.config.store, row.id.clone(), history, at).await,
+            None if Supervisor::snapshot(row).is_ok_and(|p| p.session.summarize_on_pause) => {
+                summary::without(SummaryState::Skipped, "no agent was running")
+            }
+            None => summary::without(
+                SummaryState::Off,
+                "the profile does not ask for one (session.summarize_on_pause)",
+            ),
+        };
+        let request = crate::snapshot::Request {
+            summary: Some(summary),
+            ..self.snapshot_request(&row.id, trigger, reason.clone())
+        };
         let record = self.record(&row.id).await?;
         Ok(record.pause(request, reason, trigger, forced, Mark::default()).await?)
     }
@@ -724,6 +747,7 @@ impl Supervisor {
             history: self.config.home.session(session_id).history(),
             execution_id: None,
             usage: None,
+            summary: None,
         }
     }
 

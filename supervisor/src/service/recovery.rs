@@ -131,8 +131,15 @@ impl Supervisor {
             }
             match self.config.store.get_session(session_id.clone()).await {
                 Ok(row) if row.state.is_active() => {
-                    if let Err(err) =
-                        self.pause_without_agent(&row, request.reason, false, request.trigger).await
+                    if let Err(err) = self
+                        .pause_without_agent(
+                            &row,
+                            request.reason,
+                            false,
+                            request.trigger,
+                            request.summary_asked_at,
+                        )
+                        .await
                     {
                         tracing::error!(session = %session_id, %err, "cannot pause a session at recovery");
                     }

@@ -108,6 +108,21 @@ pub(super) struct PendingPause {
     pub(super) forced: bool,
     /// `Pause`, or `Exhaustion` (the agent's context reached the profile's threshold).
     pub(super) trigger: SnapshotTrigger,
+    /// How long it waits for a turn (the running one, then the summary turn).
+    pub(super) wait: std::time::Duration,
+    /// Where its summary turn (`summarize_on_pause`) stands.
+    pub(super) summary: SummaryStep,
+}
+
+/// Where a pause's summary turn stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum SummaryStep {
+    /// Not asked (yet).
+    NotAsked,
+    /// Asked at this Unix ms: the summary turn is the session's first turn since.
+    Asked(i64),
+    /// Settled without an answer to read (the prompt could not be sent).
+    Settled(protocol::api::PauseSummary),
 }
 
 /// The live connection to one execution.
@@ -581,7 +596,7 @@ impl SessionActor {
                 && self.catch_up.until.is_none()
                 && matches!(self.phase(), Phase::Open | Phase::Idle)
             {
-                Box::pin(self.pause_now()).await;
+                Box::pin(self.pause_at_boundary()).await;
             }
             self.arm_idle();
         }
@@ -821,9 +836,16 @@ impl SessionActor {
             // Once: a launch in flight (no turn) just lands, and then the pause applies.
             pause.force_at = None;
             if self.turn.is_some() {
-                pause.forced = true;
-                let message =
-                    "the pause waited long enough: the running turn is cancelled".to_owned();
+                // The summary turn's end is waited for as long; cut, the pause goes on
+                // without a summary (it is not a forced pause).
+                let summarizing = matches!(pause.summary, SummaryStep::Asked(_));
+                pause.forced = !summarizing;
+                let message = if summarizing {
+                    "the agent did not give its summary in time: its turn is cancelled and the session pauses without it"
+                } else {
+                    "the pause waited long enough: the running turn is cancelled"
+                }
+                .to_owned();
                 tracing::warn!(session = %self.row.id, "{message}");
                 self.emit(SessionEventKind::Notice { message });
                 if let Err(err) = self.cancel().await {

@@ -80,6 +80,7 @@ fn snapshot(turns: Vec<SnapshotTurn>, omitted: usize) -> Snapshot {
             failing: vec!["lexer::empty".into(), "lexer::nested".into()],
             output: "test result: FAILED".into(),
         }),
+        summary: None,
     }
 }
 
@@ -105,6 +106,89 @@ fn the_handoff_context_has_the_documented_sections() {
         There are uncommitted changes.\n1 file changed, 3 insertions(+)\n\
         \n=== CURRENT REQUEST ===\ngo on\n\n=== INSTRUCTIONS ===\n";
     assert!(text.starts_with(expected), "{text}");
+}
+
+/// History injection wraps the history in the state compiled from the resume's snapshot:
+/// task and why it stopped before, the agent's summary and the rest after; within the
+/// budget, which the history shares.
+#[test]
+fn an_injected_resume_gets_the_compiled_state_around_the_history() {
+    use protocol::api::{AgentSummary, Decision, PauseSummary, SummaryState};
+    let mut paused = snapshot(vec![turn(1, "split the lexer")], 0);
+    paused.trigger = SnapshotTrigger::Pause;
+    paused.reason = Some("end of day".into());
+    paused.summary = Some(PauseSummary {
+        state: SummaryState::Stored,
+        note: None,
+        summary: Some(AgentSummary {
+            decisions: vec![Decision {
+                decision: "one crate per stage".into(),
+                rationale: "faster builds".into(),
+                alternatives: vec![],
+            }],
+            open_problems: vec![],
+            next_steps: vec!["port the parser".into()],
+        }),
+        turn_id: None,
+    });
+    let (head, tail) = injected_sections(Some(&paused), &paused.plan, None, 50_000);
+    assert_eq!(
+        head,
+        "\n=== ORIGINAL TASK ===\nPort the parser\nMove the parser to the new crate\n\
+         \n=== WHY THE SESSION STOPPED ===\nIt was paused: end of day\n"
+    );
+    assert!(
+        tail.starts_with(
+            "\n=== DECISIONS (as the agent summarised them at the pause) ===\n- one crate per stage (because: faster builds)\n\
+             \n=== NEXT STEPS (as the agent planned them at the pause) ===\n- port the parser\n\
+             \n=== ERRORS AND WHAT FOLLOWED ===\n"
+        ),
+        "{tail}"
+    );
+    assert!(tail.contains("\n=== PLAN (as the agent last gave it) ===\n[done] move the lexer\n"));
+    assert!(tail.contains("\n=== WORKSPACE ===\nBranch work at bbbbbbbbbbbb"), "{tail}");
+    // Placed around the history, which gets what they leave of the budget.
+    let history: String = (1..=200)
+        .map(|seq| {
+            let entry = HistoryEntry {
+                wire: protocol::api::HistoryEntry {
+                    seq,
+                    at: seq as i64,
+                    kind: EntryType::UserMessage,
+                    role: "user".into(),
+                    content: format!("message {seq:03} {}", "y".repeat(80)),
+                    tool_name: None,
+                    tool_call_id: None,
+                    tool_status: None,
+                    message_id: None,
+                    plan: None,
+                },
+                agent_seq: None,
+                generation: None,
+            };
+            serde_json::to_string(&entry).unwrap() + "\n"
+        })
+        .collect();
+    let budget = 6000;
+    let (head, tail) = injected_sections(Some(&paused), &paused.plan, None, budget);
+    assert!(head.chars().count() + tail.chars().count() <= budget / 2);
+    let mut file = std::io::Cursor::new(history);
+    let built =
+        crate::resume_context::build_after(&mut file, "go", budget, None, (&head, &tail)).unwrap();
+    let text = &built.text;
+    assert!(
+        text.starts_with(&format!(
+            "RESUME CONTEXT FOR CONTINUING TASK\n{head}\n=== EXECUTION HISTORY ===\n["
+        )),
+        "{text}"
+    );
+    assert!(text.contains(&format!(
+        "[USER]: message 200 {}\n{tail}\n=== CURRENT REQUEST ===\ngo\n",
+        "y".repeat(80)
+    )));
+    assert!(built.omitted > 0 && built.included > 0, "{built:?}");
+    let without_prompt = text.chars().count() - "go".len();
+    assert!(without_prompt < budget + 400, "{without_prompt}");
 }
 
 #[test]

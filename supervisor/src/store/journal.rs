@@ -198,6 +198,27 @@ impl Store {
         .await
     }
 
+    /// The snapshot a resume compiles its context from: the newest taken when the session
+    /// stopped (a pause of any kind, a crash), else the newest at all. A turn's snapshot is
+    /// taken in the background and may land after the pause that followed the turn.
+    pub async fn resume_snapshot(
+        &self,
+        session_id: String,
+    ) -> Result<Option<Snapshot>, StoreError> {
+        self.call(move |conn| {
+            let json: Option<String> = conn
+                .query_row(
+                    "SELECT snapshot FROM session_snapshots WHERE session_id = ?1 \
+                     ORDER BY kind = 'turn_complete', taken_at DESC, id DESC LIMIT 1",
+                    [&session_id],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            json.map(|json| parse_snapshot(&json)).transpose()
+        })
+        .await
+    }
+
     /// Keeps the workspace's commit at the session's start (`None`: not a repository);
     /// the first one recorded stays.
     pub async fn set_start_commit(

@@ -364,6 +364,11 @@ pub const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE task_sessions ADD COLUMN pause_reason TEXT;
     ",
+    // 19: issue 34, when a waiting pause asked its agent for a summary (a restart then
+    // knows the summary turn and does not ask again).
+    "
+    ALTER TABLE session_pauses ADD COLUMN summary_asked_at INTEGER;
+    ",
 ];
 
 /// Brings the database up to the newest migration.

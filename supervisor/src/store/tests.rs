@@ -519,12 +519,22 @@ async fn a_pause_request_is_kept_until_the_session_is_paused() {
     let task = store.create_task("t".into(), String::new()).await.unwrap();
     let row = store.create_session(session(&task.id)).await.unwrap();
     assert_eq!(store.get_pause(row.id.clone()).await.unwrap(), None);
-    let request =
-        PauseRequest { reason: Some("why".into()), force_at: 42, trigger: SnapshotTrigger::Pause };
+    let request = PauseRequest {
+        reason: Some("why".into()),
+        force_at: 42,
+        trigger: SnapshotTrigger::Pause,
+        summary_asked_at: None,
+    };
     store.put_pause(row.id.clone(), request.clone()).await.unwrap();
     assert_eq!(store.get_pause(row.id.clone()).await.unwrap(), Some(request.clone()));
-    assert_eq!(store.pauses().await.unwrap(), vec![(row.id.clone(), request)]);
+    assert_eq!(store.pauses().await.unwrap(), vec![(row.id.clone(), request.clone())]);
+    // Asking the agent for a summary is kept with the request, with the turn's own wait.
+    assert!(store.pause_summary_asked(row.id.clone(), 7, 99).await.unwrap());
+    let asked = PauseRequest { summary_asked_at: Some(7), force_at: 99, ..request };
+    assert_eq!(store.get_pause(row.id.clone()).await.unwrap(), Some(asked.clone()));
+    assert_eq!(store.pauses().await.unwrap(), vec![(row.id.clone(), asked)]);
     store.set_paused(row.id.clone(), paused(None), 0).await.unwrap();
+    assert!(!store.pause_summary_asked(row.id.clone(), 8, 99).await.unwrap());
     assert_eq!(store.get_session(row.id.clone()).await.unwrap().state, SessionState::Paused);
     assert!(store.pauses().await.unwrap().is_empty());
     let unknown = store.set_paused("nope".into(), paused(None), 0).await.unwrap_err();
@@ -579,7 +589,12 @@ async fn the_timeline_records_each_change_in_order() {
         ..Default::default()
     };
     store.record_opened(id.clone(), "e2".into(), resumed).await.unwrap();
-    let pause = PauseRequest { reason: None, force_at: 9, trigger: SnapshotTrigger::Pause };
+    let pause = PauseRequest {
+        reason: None,
+        force_at: 9,
+        trigger: SnapshotTrigger::Pause,
+        summary_asked_at: None,
+    };
     store.put_pause(id.clone(), pause).await.unwrap();
     store.set_paused(id.clone(), paused(None), 0).await.unwrap();
     let rows = store.timeline(id.clone(), 0, 100).await.unwrap();
@@ -636,6 +651,7 @@ async fn snapshots_and_handoffs_are_kept_as_documented() {
         plan: vec![],
         plan_at: None,
         tests: None,
+        summary: None,
     };
     store.insert_snapshot(snapshot(0, SnapshotTrigger::Crash)).await.unwrap();
     for n in 1..=TURN_SNAPSHOTS_KEPT + 5 {
@@ -650,6 +666,11 @@ async fn snapshots_and_handoffs_are_kept_as_documented() {
     assert_eq!(list.last().unwrap().context_used, Some(last as u64));
     let latest = store.latest_snapshot(id.clone()).await.unwrap().unwrap();
     assert_eq!(latest, snapshot(last, SnapshotTrigger::Exhaustion));
+    // A turn's snapshot that lands after a pause's does not hide it from a resume.
+    store.insert_snapshot(snapshot(last + 1, SnapshotTrigger::TurnComplete)).await.unwrap();
+    let newest = store.latest_snapshot(id.clone()).await.unwrap().unwrap();
+    assert_eq!(newest.trigger, SnapshotTrigger::TurnComplete);
+    assert_eq!(store.resume_snapshot(id.clone()).await.unwrap(), Some(latest.clone()));
     assert_eq!(store.snapshot("snap-003".into()).await.unwrap(), None);
     assert_eq!(store.snapshot("nope".into()).await.unwrap(), None);
     // The handoff.
@@ -689,8 +710,12 @@ async fn migration_6_keeps_pause_requests() {
          INSERT INTO session_pauses VALUES ('s', 'why', 42, 1);",
     );
     let store = Store::open(&path).unwrap();
-    let expected =
-        PauseRequest { reason: Some("why".into()), force_at: 42, trigger: SnapshotTrigger::Pause };
+    let expected = PauseRequest {
+        reason: Some("why".into()),
+        force_at: 42,
+        trigger: SnapshotTrigger::Pause,
+        summary_asked_at: None,
+    };
     assert_eq!(store.get_pause("s".into()).await.unwrap(), Some(expected));
 }
 

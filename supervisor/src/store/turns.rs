@@ -87,9 +87,16 @@ impl Store {
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             tx.execute(
-                "INSERT OR REPLACE INTO session_pauses (session_id, reason, force_at, requested_at, kind) \
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![session_id, pause.reason, pause.force_at, now_ms(), pause.trigger.as_str()],
+                "INSERT OR REPLACE INTO session_pauses (session_id, reason, force_at, requested_at, kind, summary_asked_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    session_id,
+                    pause.reason,
+                    pause.force_at,
+                    now_ms(),
+                    pause.trigger.as_str(),
+                    pause.summary_asked_at
+                ],
             )?;
             let requested = TimelineEvent::PauseRequested {
                 reason: pause.reason,
@@ -103,20 +110,45 @@ impl Store {
         .await
     }
 
+    /// The waiting pause of the session asks its agent for a summary now (`at`, Unix ms),
+    /// with a new `force_at` for the summary turn; false when no pause waits.
+    pub async fn pause_summary_asked(
+        &self,
+        session_id: String,
+        at: i64,
+        force_at: i64,
+    ) -> Result<bool, StoreError> {
+        self.call(move |conn| {
+            let changed = conn.execute(
+                "UPDATE session_pauses SET summary_asked_at = ?2, force_at = ?3 WHERE session_id = ?1",
+                params![session_id, at, force_at],
+            )?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
     /// Every pause request that waits: `(session id, request)`.
     pub async fn pauses(&self) -> Result<Vec<(String, PauseRequest)>, StoreError> {
         self.call(|conn| {
-            let mut stmt =
-                conn.prepare("SELECT session_id, reason, force_at, kind FROM session_pauses")?;
+            let mut stmt = conn.prepare(
+                "SELECT session_id, reason, force_at, kind, summary_asked_at FROM session_pauses",
+            )?;
             let rows = stmt
                 .query_map([], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?, r.get::<_, String>(3)?))
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get(4)?,
+                    ))
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
             rows.into_iter()
-                .map(|(session_id, reason, force_at, kind)| {
+                .map(|(session_id, reason, force_at, kind, summary_asked_at)| {
                     let trigger = journal::parse_trigger(&kind)?;
-                    Ok((session_id, PauseRequest { reason, force_at, trigger }))
+                    Ok((session_id, PauseRequest { reason, force_at, trigger, summary_asked_at }))
                 })
                 .collect()
         })
@@ -126,15 +158,16 @@ impl Store {
     /// The session's pause request, if one waits.
     pub async fn get_pause(&self, session_id: String) -> Result<Option<PauseRequest>, StoreError> {
         self.call(move |conn| {
-            let row: Option<(Option<String>, i64, String)> = conn
+            let row: Option<(Option<String>, i64, String, Option<i64>)> = conn
                 .query_row(
-                    "SELECT reason, force_at, kind FROM session_pauses WHERE session_id = ?1",
+                    "SELECT reason, force_at, kind, summary_asked_at FROM session_pauses WHERE session_id = ?1",
                     [&session_id],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
                 )
                 .optional()?;
-            row.map(|(reason, force_at, kind)| {
-                Ok(PauseRequest { reason, force_at, trigger: journal::parse_trigger(&kind)? })
+            row.map(|(reason, force_at, kind, summary_asked_at)| {
+                let trigger = journal::parse_trigger(&kind)?;
+                Ok(PauseRequest { reason, force_at, trigger, summary_asked_at })
             })
             .transpose()
         })

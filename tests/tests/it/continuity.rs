@@ -45,6 +45,9 @@ async fn r34_a_plan_is_recorded_and_carried_into_snapshots_resumes_and_loads() {
     let snapshot = ok("snapshot.get", api.typed().snapshot_get(newest.snapshot_id.clone())).await;
     assert_eq!(snapshot.plan, plan, "{snapshot:?}");
     assert_eq!(snapshot.plan_at, Some(recorded[0].at));
+    // The profile asks for no summary turn: the snapshot says so.
+    let summary = snapshot.summary.expect("a pause's snapshot says what became of its summary");
+    assert_eq!(summary.state, protocol::api::SummaryState::Off, "{summary:?}");
 
     let resumed = api.resume(&session).await.expect("resume");
     assert_eq!(resumed.outcome, ResumeOutcome::HistoryInjection, "{resumed:?}");
@@ -52,6 +55,13 @@ async fn r34_a_plan_is_recorded_and_carried_into_snapshots_resumes_and_loads() {
     assert!(first.contains("you said: RESUME CONTEXT FOR CONTINUING TASK"), "{first}");
     let section = format!("=== PLAN (as the agent last gave it) ===\n{lines}\n");
     assert!(first.contains(&section), "{first}");
+    // Compiled from the pause's snapshot around the history: the task, why it stopped.
+    assert!(first.contains("\n=== ORIGINAL TASK ===\n"), "{first}");
+    assert!(
+        first.contains("\n=== WHY THE SESSION STOPPED ===\nIt was paused: plan check\n"),
+        "{first}"
+    );
+    assert!(first.contains("\n=== WORKSPACE ===\n"), "{first}");
     assert!(first.contains("=== CURRENT REQUEST ===\ngo on"), "{first}");
 
     // A client loading the session sees the plan where it was given.

@@ -21,6 +21,7 @@ mod metrics;
 mod mock_agent;
 mod official_client;
 mod pause;
+mod pause_summary;
 mod pool;
 mod real_agents;
 mod real_settings;

@@ -558,11 +558,17 @@ impl SessionActor {
         // A pause asked for before the restart still holds (its turn may still run).
         if let Ok(Some(request)) = self.context.store.get_pause(self.row.id.clone()).await {
             let left = request.force_at.saturating_sub(crate::store::now_ms()).max(0);
+            let wait = std::time::Duration::from_millis(left as u64);
             self.pause = Some(PendingPause {
                 reason: request.reason,
-                force_at: Some(Instant::now() + std::time::Duration::from_millis(left as u64)),
+                force_at: Some(Instant::now() + wait),
                 forced: false,
                 trigger: request.trigger,
+                wait,
+                summary: match request.summary_asked_at {
+                    Some(at) => SummaryStep::Asked(at),
+                    None => SummaryStep::NotAsked,
+                },
             });
             self.update_view(|view| view.pause_requested = true);
         }
@@ -614,7 +620,7 @@ impl SessionActor {
         &self,
         prompt: &str,
     ) -> Result<String, SessionError> {
-        let latest = self.context.store.latest_snapshot(self.row.id.clone()).await?;
+        let latest = self.context.store.resume_snapshot(self.row.id.clone()).await?;
         let workspace = std::path::Path::new(&self.row.workspace_path);
         let drift = match &latest {
             Some(snapshot) => {
@@ -629,7 +635,6 @@ impl SessionActor {
             let budget = self.profile.session.resume_context_budget;
             return Ok(crate::snapshot::handoff_context(&snapshot, prompt, budget, drift.as_ref()));
         }
-        let drift = crate::snapshot::drift_section(drift.as_ref());
         let path = self.history.path().to_owned();
         let prompt = prompt.to_owned();
         let budget = self.profile.session.resume_context_budget;
@@ -639,9 +644,10 @@ impl SessionActor {
         };
         let built = tokio::task::spawn_blocking(move || {
             let plan = crate::history::last_plan(&path).map(|(_, plan)| plan).unwrap_or_default();
-            let sections = crate::snapshot::plan_section(&plan) + &drift;
+            let (head, tail) =
+                crate::snapshot::injected_sections(latest.as_ref(), &plan, drift.as_ref(), budget);
             let mut file = std::fs::File::open(&path)?;
-            crate::resume_context::build_after(&mut file, &prompt, budget, after, &sections)
+            crate::resume_context::build_after(&mut file, &prompt, budget, after, (&head, &tail))
         })
         .await
         .map_err(|err| SessionError::InvalidState(format!("building the resume context: {err}")))?

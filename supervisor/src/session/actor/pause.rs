@@ -1,7 +1,22 @@
 //! Pausing at a turn boundary (asked, or forced by the context filling up), and snapshots.
 
+use protocol::api::{PauseSummary, SummaryState};
+
 use super::*;
 use crate::session::PauseTaken;
+use crate::snapshot::summary;
+
+/// Whether a pause of this trigger may spend a summary turn: not an idle park (parking is
+/// to cost nothing), a budget's pause (no more spending) or a forced one.
+fn summarizes(trigger: SnapshotTrigger) -> bool {
+    matches!(
+        trigger,
+        SnapshotTrigger::Pause
+            | SnapshotTrigger::Exhaustion
+            | SnapshotTrigger::MaxTurns
+            | SnapshotTrigger::MaxDuration
+    )
+}
 
 impl SessionActor {
     /// `task.session.pause`: at once when no turn runs (the agent and sidecar stopped, then
@@ -55,15 +70,24 @@ impl SessionActor {
             force_at: Some(Instant::now() + force_after),
             forced: false,
             trigger,
+            wait: force_after,
+            summary: SummaryStep::NotAsked,
         });
-        if !busy {
+        // With a summary to ask for, it waits for the summary turn (asked at the boundary,
+        // right after this command).
+        if !busy && !self.summary_due() {
             let snapshot_id = self.pause_now().await;
             return Ok(PauseTaken::Paused { snapshot_id });
         }
         // Kept before it is announced, so a restart still pauses.
         let force_at = crate::store::now_ms()
             .saturating_add(i64::try_from(force_after.as_millis()).unwrap_or(i64::MAX));
-        let request = crate::store::PauseRequest { reason: reason.clone(), force_at, trigger };
+        let request = crate::store::PauseRequest {
+            reason: reason.clone(),
+            force_at,
+            trigger,
+            summary_asked_at: None,
+        };
         if let Err(err) = self.context.store.put_pause(self.row.id.clone(), request).await {
             self.pause = None;
             return Err(err.into());
@@ -76,11 +100,103 @@ impl SessionActor {
         Ok(PauseTaken::Waits)
     }
 
+    /// The pending pause at a turn boundary: its agent is asked for a summary first (when
+    /// the profile says so and it was not asked yet), else the session pauses now.
+    pub(in crate::session) async fn pause_at_boundary(&mut self) {
+        if self.summary_due() {
+            match self.ask_summary().await {
+                Ok(()) => return,
+                Err(note) => {
+                    tracing::warn!(session = %self.row.id, %note, "cannot ask the agent for its summary; pausing without it");
+                    if let Some(pause) = self.pause.as_mut() {
+                        let failed = summary::without(SummaryState::Failed, note);
+                        pause.summary = SummaryStep::Settled(failed);
+                    }
+                }
+            }
+        }
+        self.pause_now().await;
+    }
+
+    /// Whether the pending pause asks its agent for a summary now: the profile asks for
+    /// one, this pause was not forced and may spend a turn (not an idle park or a budget's
+    /// pause), and an agent waits for a prompt.
+    fn summary_due(&self) -> bool {
+        let Some(pause) = self.pause.as_ref() else { return false };
+        pause.summary == SummaryStep::NotAsked
+            && self.profile.session.summarize_on_pause
+            && !pause.forced
+            && summarizes(pause.trigger)
+            && self.phase() == Phase::Open
+            && self.turn.is_none()
+            && self.catch_up.until.is_none()
+            && self.row.state == SessionState::WaitingForInput
+            && self
+                .execution
+                .as_ref()
+                .is_some_and(|execution| execution.agent_running && !execution.gone)
+    }
+
+    /// Sends the summary prompt as a turn of its own, with the pause's wait; the moment it
+    /// is asked is durable first (a restart then waits for that turn, and does not ask
+    /// again). The error says why it could not be sent.
+    async fn ask_summary(&mut self) -> Result<(), String> {
+        let wait = self.pause.as_ref().map_or(std::time::Duration::ZERO, |pause| pause.wait);
+        let at = crate::store::now_ms();
+        let force_at = at.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX));
+        match self.context.store.pause_summary_asked(self.row.id.clone(), at, force_at).await {
+            Ok(true) => {}
+            Ok(false) => return Err("the pause request is no longer stored".into()),
+            Err(err) => return Err(format!("cannot record the summary request: {err}")),
+        }
+        agentctl::fault::point("pause.summary_asked");
+        tracing::info!(session = %self.row.id, "asking the agent for its summary before pausing");
+        self.emit(SessionEventKind::Notice {
+            message: "asking the agent for a summary of its decisions, open problems and next steps before pausing".into(),
+        });
+        self.start_turn(summary::PROMPT.to_owned(), None).await?;
+        if let Some(pause) = self.pause.as_mut() {
+            pause.summary = SummaryStep::Asked(at);
+            pause.force_at = Some(Instant::now() + wait);
+        }
+        Ok(())
+    }
+
+    /// What the pause's snapshot says of its summary.
+    async fn settle_summary(&self, pause: &PendingPause) -> PauseSummary {
+        let at = match &pause.summary {
+            SummaryStep::Settled(settled) => return settled.clone(),
+            SummaryStep::Asked(at) => *at,
+            SummaryStep::NotAsked if !self.profile.session.summarize_on_pause => {
+                return summary::without(
+                    SummaryState::Off,
+                    "the profile does not ask for one (session.summarize_on_pause)",
+                );
+            }
+            SummaryStep::NotAsked => {
+                let why = match pause.trigger {
+                    _ if pause.forced => "the pause was forced: its turn was cancelled",
+                    SnapshotTrigger::Idle => "an idle park does not ask for one",
+                    SnapshotTrigger::Budget => "a budget's pause does not spend more",
+                    _ => "no agent was waiting for a prompt",
+                };
+                return summary::without(SummaryState::Skipped, why);
+            }
+        };
+        let history = self.history.path().to_owned();
+        summary::answer_of(&self.context.store, self.row.id.clone(), history, at).await
+    }
+
     /// Pauses now: the agent and sidecar are stopped (and awaited), then the session is
     /// `PAUSED` — its events first, then the store (a replay re-applies the store write).
     /// Returns the pause's snapshot, when one was taken.
     pub(in crate::session) async fn pause_now(&mut self) -> Option<String> {
         let pause = self.pause.take()?;
+        // Read before the agent stops: its last messages may still be coalescing.
+        if let Err(err) = self.history.flush_agent() {
+            self.write_failed("the history", &err);
+        }
+        let summary = self.settle_summary(&pause).await;
         if let Some(execution) = self.execution.take()
             && let Err(err) = self.retire_and_record(execution).await
         {
@@ -103,7 +219,10 @@ impl SessionActor {
             _ if pause.forced => SnapshotTrigger::Timeout,
             other => other,
         };
-        let request = self.snapshot_request(trigger, pause.reason.clone());
+        let request = crate::snapshot::Request {
+            summary: Some(summary),
+            ..self.snapshot_request(trigger, pause.reason.clone())
+        };
         // After what this actor published so far.
         self.flush_events();
         let (reason, forced) = (pause.reason, pause.forced);
@@ -144,6 +263,7 @@ impl SessionActor {
             history: self.history.path().to_owned(),
             execution_id: self.execution.as_ref().map(|execution| execution.id.clone()),
             usage: self.usage.as_deref().cloned(),
+            summary: None,
         }
     }
 

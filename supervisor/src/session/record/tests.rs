@@ -160,6 +160,7 @@ async fn a_pause_without_an_actor_snapshots_publishes_and_records_it() {
         history,
         execution_id: None,
         usage: None,
+        summary: None,
     };
     let reason = Some("full".to_owned());
     s.record
