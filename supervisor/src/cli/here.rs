@@ -3,6 +3,7 @@
 
 use super::client::Client;
 use super::*;
+use protocol::api::SnapshotTrigger;
 
 impl Client {
     /// `session`, or the session whose workspace is the current directory: of those not
@@ -65,7 +66,9 @@ impl Client {
             return Ok(());
         }
         let listed = api.snapshot_list(session.to_owned()).await.map_err(|e| self.failure(e))?;
-        let snapshot = match listed.last() {
+        // The pause's snapshot (a turn's, taken in the background, may land after it).
+        let pause = listed.iter().rev().find(|s| s.trigger != SnapshotTrigger::TurnComplete);
+        let snapshot = match pause.or(listed.last()) {
             Some(newest) => Some(
                 api.snapshot_get(newest.snapshot_id.clone()).await.map_err(|e| self.failure(e))?,
             ),

@@ -176,7 +176,36 @@ pub(super) fn pause_summary(
         let branch = snapshot.git.branch.as_deref().unwrap_or("(detached)");
         lines.push(format!("  workspace: {branch} at {head}{dirty}"));
     }
+    if let Some(line) = snapshot.summary.as_ref().and_then(summary_line) {
+        lines.push(line);
+    }
     lines
+}
+
+/// A pause's summary turn in one line: what the agent summarised, or why nothing (no line
+/// when the profile does not ask for one).
+fn summary_line(summary: &protocol::api::PauseSummary) -> Option<String> {
+    use protocol::api::SummaryState;
+    let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    let note = summary.note.as_deref().unwrap_or("");
+    Some(match (summary.state, &summary.summary) {
+        (SummaryState::Off, _) => return None,
+        (SummaryState::Stored, Some(stored)) => {
+            let next = stored
+                .next_steps
+                .first()
+                .map(|step| format!("; next: {}", crate::history::excerpt(step, 120)))
+                .unwrap_or_default();
+            format!(
+                "  agent's summary: {}, {}{next}",
+                plural(stored.decisions.len(), "decision"),
+                plural(stored.open_problems.len(), "open problem")
+            )
+        }
+        (SummaryState::Invalid, _) => format!("  agent's summary refused: {note}"),
+        (SummaryState::Skipped, _) => format!("  no agent's summary: {note}"),
+        (_, _) => format!("  agent's summary not given: {note}"),
+    })
 }
 
 /// What the CLI reads of an ACP update it relays (tool calls, other session updates).
