@@ -51,17 +51,86 @@ async function loadTimeline() {
   try {
     const timeline = await rpc.call("task.session.timeline", { session_id: state.open });
     $("#timeline-chart").replaceChildren(timelineChart(timeline));
-    $("#timeline-entries").replaceChildren(
-      ...timeline.entries.map((entry) => {
-        const { at, kind, ...rest } = entry;
-        delete rest.seq;
-        const detail = Object.entries(rest).map(([k, v]) => `${k}=${v}`).join(" ");
-        return el("li", { class: `entry ${kind}` }, `${new Date(at).toLocaleTimeString()} ${kind} ${detail}`);
-      }),
-    );
+    $("#timeline-entries").replaceChildren(...executionCards(timeline).reverse().map(executionCard));
   } catch (error) {
     sessionError(error);
   }
+}
+
+// ---- the executions as cards -----------------------------------------------------------
+
+// How a run of the agent began, and how a pause's trigger reads on its badge.
+const STARTS = { fresh: "fresh start", native_load: "restored (load)", native_resume: "restored (resume)", history_injection: "history injected", handoff: "handed over", already_running: "re-attached" };
+const TRIGGERS = { pause: "paused", exhaustion: "context full", timeout: "paused (forced)", idle: "parked (idle)", budget: "budget reached", max_turns: "max turns", max_duration: "max duration", crash: "crashed" };
+
+// Groups the timeline by execution (one run of the agent): how each began, its turns, how
+// it ended (a pause and its trigger, an error, the session's end) and its events.
+function executionCards(timeline) {
+  const cards = [];
+  const card = (id) => {
+    let found = cards.find((c) => c.id === id);
+    if (!found) {
+      const info = timeline.executions.find((e) => e.execution_id === id) || {};
+      found = { id, generation: info.generation, current: info.current, status: info.status, how: info.resume_outcome || null, started: null, end: null, events: [] };
+      cards.push(found);
+    }
+    return found;
+  };
+  let current = null;
+  const before = [];
+  for (const entry of timeline.entries) {
+    if (entry.kind === "execution_started") {
+      current = card(entry.execution_id);
+      current.generation = entry.generation;
+      current.started = entry.at;
+      current.events.unshift(...before.splice(0));
+    } else if (entry.kind === "resumed") {
+      current = card(entry.execution_id);
+      current.how = entry.outcome;
+    }
+    if (!current) { before.push(entry); continue; }
+    current.events.push(entry);
+    if (entry.kind === "paused") current.end = { badge: TRIGGERS[entry.trigger] || entry.trigger, trigger: entry.trigger, detail: entry.reason };
+    else if (entry.kind === "error" && !current.end) current.end = { badge: "error", trigger: "error", detail: entry.message };
+    else if (entry.kind === "state" && ["COMPLETED", "CANCELLED", "FAILED"].includes(entry.state)) current.end = { badge: entry.state.toLowerCase(), trigger: "ended", detail: entry.error };
+  }
+  for (const exec of timeline.executions) card(exec.execution_id);
+  cards.forEach((c, index) => {
+    c.number = c.generation || index + 1;
+    if (!c.how && c.number === 1) c.how = "fresh";
+    c.turns = timeline.turns.filter((t) => t.execution_id === c.id);
+    c.started = c.started || (c.turns[0] && c.turns[0].started_at) || (c.events[0] && c.events[0].at);
+  });
+  return cards.sort((a, b) => a.number - b.number);
+}
+
+function executionCard(c) {
+  const ended = c.turns.filter((t) => t.ended_at);
+  const last = c.events.length ? c.events[c.events.length - 1].at : c.started;
+  const counts = ["completed", "failed", "cancelled", "interrupted"].map((s) => [s, c.turns.filter((t) => t.ended_at && t.state === s).length]).filter(([, n]) => n);
+  const end = c.end
+    ? el("span", { class: `badge trigger trigger-${c.end.trigger}`, title: c.end.detail || "" }, c.end.badge)
+    : el("span", { class: "badge trigger trigger-live" }, c.current ? (c.status || "running") : "ended");
+  const progress = el("div", { class: "progress", role: "img", "aria-label": `${ended.length} of ${c.turns.length} turns ended` },
+    ...c.turns.map((t) => el("span", { class: `seg ${t.ended_at ? t.state : "running"}`, title: `${t.ended_at ? t.state : "running"}${t.stop_reason ? " (" + t.stop_reason + ")" : ""}` })));
+  const events = el("details", {}, el("summary", {}, `${c.events.length} events`),
+    el("ol", { class: "card-events" }, ...c.events.map((entry) => {
+      const { at, kind, ...rest } = entry;
+      delete rest.seq;
+      const detail = Object.entries(rest).map(([k, v]) => `${k}=${v}`).join(" ");
+      return el("li", { class: `entry ${kind}` }, `${new Date(at).toLocaleTimeString()} ${kind} ${detail}`);
+    })));
+  return el("section", { class: `exec-card${c.current ? " current" : ""}`, "data-execution": c.id },
+    el("header", {},
+      el("strong", {}, `Run ${c.number}`),
+      c.how ? el("span", { class: `badge start start-${c.how}` }, STARTS[c.how] || c.how.replace("_", " ")) : "",
+      end),
+    el("p", { class: "muted card-meta" },
+      `${c.started ? new Date(c.started).toLocaleTimeString() : "not started"} · ${c.turns.length} turn${c.turns.length === 1 ? "" : "s"}` +
+        (counts.length ? ` (${counts.map(([s, n]) => `${n} ${s}`).join(", ")})` : "") +
+        (c.started && last ? ` · ${duration(Math.max(0, last - c.started))}` : "") +
+        (c.end && c.end.detail ? ` · ${c.end.detail}` : "")),
+    progress, events);
 }
 
 // One lane per execution (a run of the agent), each turn a bar coloured by how it ended;
@@ -165,15 +234,38 @@ async function showSnapshot(snapshotId) {
         `Last test run: ${s.tests.command} — ${s.tests.passed ? "passed" : "failed"}` +
           (s.tests.failing.length ? `; failing: ${s.tests.failing.join(", ")}` : ""))
       : "";
+    const summary = snapshotSummary(s.summary);
     const plan = s.plan && s.plan.length
       ? el("div", { class: "plan snapshot-plan" }, el("div", { class: "plan-head" }, "Plan, as the agent last gave it"),
         el("ol", {}, ...s.plan.map((p) => el("li", { class: `plan-entry ${p.status}` }, p.content))))
       : "";
-    $("#snapshot-view").replaceChildren(el("h3", {}, "Snapshot"), facts, plan,
+    $("#snapshot-view").replaceChildren(el("h3", {}, "Snapshot"), facts, summary, plan,
       s.turns_omitted ? el("p", { class: "muted" }, `${s.turns_omitted} older turns not shown`) : "", turns, tests, errors);
   } catch (error) {
     sessionError(error);
   }
+}
+
+// What the agent summarised at the pause (decisions with why and what else it considered,
+// open problems, next steps), or why there is no summary.
+function snapshotSummary(summary) {
+  if (!summary) return "";
+  const WHY = { off: "not asked for (the profile's session.summarize_on_pause is off)", skipped: "not asked", invalid: "refused", failed: "not given" };
+  if (summary.state !== "stored" || !summary.summary) {
+    return el("p", { class: `snapshot-summary muted state-${summary.state}` },
+      `Agent's summary: ${WHY[summary.state] || summary.state}${summary.note && summary.state !== "off" ? " — " + summary.note : ""}`);
+  }
+  const { decisions, open_problems: open, next_steps: next } = summary.summary;
+  const list = (title, items, cls) => items.length
+    ? [el("div", { class: "plan-head" }, title), el("ul", { class: cls }, ...items.map((i) => el("li", {}, i)))]
+    : [];
+  return el("div", { class: "snapshot-summary state-stored" },
+    ...(decisions.length ? [el("div", { class: "plan-head" }, "Decisions"), el("ul", { class: "decisions" }, ...decisions.map((d) =>
+      el("li", {}, el("strong", {}, d.decision),
+        d.rationale ? el("span", {}, ` — ${d.rationale}`) : "",
+        d.alternatives.length ? el("div", { class: "muted" }, `considered: ${d.alternatives.join("; ")}`) : "")))] : []),
+    ...list("Open problems", open, "open-problems"),
+    ...list("Next steps", next, "next-steps"));
 }
 
 // ---- pausing ---------------------------------------------------------------------------

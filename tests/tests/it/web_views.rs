@@ -361,6 +361,65 @@ async fn r34_the_snapshot_view_shows_the_agents_plan() {
         .await;
 }
 
+/// Issue 34: the timeline is a card per run of the agent — how it began, its turns as a
+/// progress bar, a badge for what ended it (a pause's trigger) — and a pause's snapshot
+/// shows the summary the agent gave at the pause.
+#[tokio::test]
+async fn r34_runs_are_cards_with_trigger_badges_and_the_snapshot_shows_the_summary() {
+    Box::pin(runs_as_cards()).await;
+}
+
+async fn runs_as_cards() {
+    let Some(browser) = browser::start("exec-cards").await else { return };
+    let profile = "id = \"summarize\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{home}/.mock-agent\"]\nprotocol = \"acp\"\n[session]\nsummarize_on_pause = true\nmax_turns = 3\n";
+    let daemon = Daemon::start_with_profiles(&[], &[("summarize.toml", profile)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("summarize", &daemon.workspace("cards")).await;
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    // Each part boxed: a debug build's frame of one async fn holding them all overflows.
+    Box::pin(first_run_paused_with_a_summary(&browser)).await;
+    // A second run, paused by `max_turns` at its first turn (the session's third).
+    api.resume(&session).await.expect("resume");
+    api.ask(&session, "second").await;
+    Box::pin(browser.wait_text("#session-state", "PAUSED")).await;
+    Box::pin(runs_shown_as_cards(&browser)).await;
+}
+
+async fn first_run_paused_with_a_summary(browser: &Browser) {
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    let answer = r#"{"decisions":[{"decision":"keep the parser hand-written","rationale":"the grammar is tiny","alternatives":["a parser generator"]}],"open_problems":[],"next_steps":["fix the lexer"]}"#;
+    prompt_in_page(browser, &format!("/then /say {answer}\nfirst")).await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    browser.click("#pause").await;
+    browser.type_into("#pause-reason", "first break").await;
+    browser.click("#pause-confirm").await;
+    browser.wait_text("#session-state", "PAUSED").await;
+    browser.click("[data-tab=snapshots]").await;
+    browser.wait_text("#snapshot-list", "first break").await;
+    browser.click("#snapshot-list button[data-snapshot]").await;
+    let decisions = "#snapshot-view .snapshot-summary .decisions";
+    browser.wait_text(decisions, "keep the parser hand-written").await;
+    browser.wait_text(decisions, "considered: a parser generator").await;
+    browser.wait_text("#snapshot-view .snapshot-summary .next-steps", "fix the lexer").await;
+}
+
+async fn runs_shown_as_cards(browser: &Browser) {
+    browser.click("[data-tab=timeline]").await;
+    browser.wait_text("#timeline-entries .exec-card .badge.trigger-max_turns", "max turns").await;
+    let cards = browser.texts("#timeline-entries .exec-card header").await;
+    assert_eq!(cards.len(), 2, "{cards:?}");
+    // Newest first: the second run began with a restore and ended at the turn limit.
+    assert!(cards[0].starts_with("Run 2"), "{cards:?}");
+    assert!(cards[1].starts_with("Run 1") && cards[1].contains("paused"), "{cards:?}");
+    let started = browser.texts("#timeline-entries .exec-card:first-child .badge.start").await;
+    assert_eq!(started.len(), 1, "how run 2 began: {started:?}");
+    // Its turns: the prompt and the summary turn the pause asked for; run 1 had two too.
+    assert_eq!(count(browser, ".exec-card:first-child .progress .seg.completed").await, 2);
+    assert_eq!(count(browser, ".exec-card:last-child .progress .seg.completed").await, 2);
+    browser.wait_text(".exec-card:last-child .card-meta", "first break").await;
+    browser.screenshot("timeline-cards").await;
+}
+
 /// The session view in light and dark (following the system) and at a desktop's and a
 /// phone's width, where nothing is wider than the screen; the screenshots are the ones in
 /// `docs/screenshots/`.
