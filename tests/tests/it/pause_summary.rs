@@ -187,3 +187,40 @@ async fn r34_a_kill_before_the_summary_prompt_left_still_pauses() {
     api.resume(&session).await.expect("resume after the kill");
     assert!(api.ask(&session, "again").await.contains("again"));
 }
+
+/// A context handoff asks for the summary too: the fresh agent session's context carries
+/// the agent's plan and its summary beside the turns.
+#[tokio::test]
+async fn r34_a_handoff_carries_the_plan_and_the_summary() {
+    let daemon = Daemon::start_with_profiles(&[], &[("summarize.toml", SUMMARIZE)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("summarize", &daemon.workspace("handoff")).await;
+    let after = api.status(&session).await.last_event_seq;
+    let mut events = api.subscribe(&session, after).await;
+    let prompt = format!(
+        "/plan read the grammar; write the parser; test it\n/then /say {ANSWER}\n/usage 90 100\nbig job"
+    );
+    api.prompt(&session, &prompt).await.expect("prompt");
+    let seen = until(&mut events, is_paused).await;
+    let turns = seen.iter().filter(|e| matches!(e.kind, EventKind::TurnStarted { .. })).count();
+    assert_eq!(turns, 2, "the job, then the summary turn: {seen:?}");
+    let summary = {
+        let list = ok("snapshot.list", api.typed().snapshot_list(session.clone())).await;
+        let exhausted = list.iter().rev().find(|s| s.trigger == SnapshotTrigger::Exhaustion);
+        let id = exhausted.expect("the handoff's snapshot").snapshot_id.clone();
+        ok("snapshot.get", api.typed().snapshot_get(id)).await.summary.expect("its summary")
+    };
+    assert_eq!(summary.state, SummaryState::Stored, "{summary:?}");
+
+    let resumed = api.resume(&session).await.expect("resume");
+    assert_eq!(resumed.outcome, protocol::api::ResumeOutcome::ContextHandoff, "{resumed:?}");
+    let first = api.ask(&session, "go on").await;
+    assert!(first.contains("remembered 0 earlier messages"), "a fresh agent session: {first}");
+    let plan = "=== PLAN (as the agent last gave it) ===\n[done] read the grammar\n[in progress] write the parser\n[next] test it\n";
+    assert!(first.contains(plan), "{first}");
+    assert!(
+        first.contains("- keep the parser hand-written (because: the grammar is tiny)"),
+        "{first}"
+    );
+    assert!(first.contains("=== OPEN PROBLEMS ===\n- the lexer drops tabs\n"), "{first}");
+}
