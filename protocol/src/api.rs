@@ -867,6 +867,18 @@ pub enum TimelineEvent {
         /// What.
         message: String,
     },
+    /// The agent gave its plan (ACP `plan`; its steps are in the history): how far it is.
+    Plan {
+        /// Its steps.
+        total: usize,
+        /// Those completed.
+        done: usize,
+        /// Those in progress.
+        in_progress: usize,
+        /// The first step not completed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        current: Option<String>,
+    },
 }
 
 /// A session's status and timeline together, as `supervisor sessions show --json` prints

@@ -242,7 +242,8 @@ fn errors(
             TimelineEvent::State { state, .. } => (format!("the session became {state}"), None),
             TimelineEvent::TurnStarted { .. }
             | TimelineEvent::PauseRequested { .. }
-            | TimelineEvent::SnapshotTaken { .. } => continue,
+            | TimelineEvent::SnapshotTaken { .. }
+            | TimelineEvent::Plan { .. } => continue,
         };
         let outcome = match event {
             TimelineEvent::TurnEnded { state: TurnState::Completed, .. } => Outcome::TurnDone,

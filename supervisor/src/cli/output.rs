@@ -281,6 +281,10 @@ pub(super) fn describe_timeline(event: &protocol::api::TimelineEvent) -> String 
         E::Resumed { outcome, execution_id } => format!("resumed ({outcome})\t{execution_id}"),
         E::SnapshotTaken { snapshot_id, trigger } => format!("snapshot ({trigger})\t{snapshot_id}"),
         E::Error { message } => format!("error\t{message}"),
+        E::Plan { total, done, in_progress, current } => format!(
+            "plan {done}/{total} done, {in_progress} in progress\t{}",
+            or_dash(current.as_deref())
+        ),
     }
 }
 

@@ -39,6 +39,25 @@ impl Store {
         self.call(move |conn| Ok(log(conn, &session_id, &TimelineEvent::Error { message })?)).await
     }
 
+    /// Adds a timeline row saying how far the agent's plan is.
+    pub async fn log_plan(
+        &self,
+        session_id: String,
+        plan: &[protocol::api::PlanEntry],
+    ) -> Result<(), StoreError> {
+        let count = |status: &str| plan.iter().filter(|step| step.status == status).count();
+        let event = TimelineEvent::Plan {
+            total: plan.len(),
+            done: count("completed"),
+            in_progress: count("in_progress"),
+            current: plan
+                .iter()
+                .find(|step| step.status != "completed")
+                .map(|step| crate::history::excerpt(&step.content, 300)),
+        };
+        self.call(move |conn| Ok(log(conn, &session_id, &event)?)).await
+    }
+
     /// The session's timeline rows after `after`, oldest first, at most `limit`.
     pub async fn timeline(
         &self,

@@ -90,6 +90,7 @@ function executionCards(timeline) {
     }
     if (!current) { before.push(entry); continue; }
     current.events.push(entry);
+    if (entry.kind === "plan") current.plan = entry;
     if (entry.kind === "paused") current.end = { badge: TRIGGERS[entry.trigger] || entry.trigger, trigger: entry.trigger, detail: entry.reason };
     else if (entry.kind === "error" && !current.end) current.end = { badge: "error", trigger: "error", detail: entry.message };
     else if (entry.kind === "state" && ["COMPLETED", "CANCELLED", "FAILED"].includes(entry.state)) current.end = { badge: entry.state.toLowerCase(), trigger: "ended", detail: entry.error };
@@ -130,6 +131,8 @@ function executionCard(c) {
         (counts.length ? ` (${counts.map(([s, n]) => `${n} ${s}`).join(", ")})` : "") +
         (c.started && last ? ` · ${duration(Math.max(0, last - c.started))}` : "") +
         (c.end && c.end.detail ? ` · ${c.end.detail}` : "")),
+    c.plan ? el("p", { class: "card-plan" }, `Plan: ${c.plan.done} of ${c.plan.total} done` +
+      (c.plan.in_progress ? `, ${c.plan.in_progress} in progress` : "") + (c.plan.current ? ` — now: ${c.plan.current}` : "")) : "",
     progress, events);
 }
 

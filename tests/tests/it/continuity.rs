@@ -39,15 +39,30 @@ async fn r34_a_plan_is_recorded_and_carried_into_snapshots_resumes_and_loads() {
     assert_eq!(recorded[0].role, "assistant");
 
     let paused = api.typed().session_pause(session.clone(), Some("plan check".into()), None);
-    assert_eq!(ok("pause", paused).await.state, SessionState::Paused);
-    let snapshots = ok("snapshot.list", api.typed().snapshot_list(session.clone())).await;
-    let newest = snapshots.last().expect("the pause's snapshot");
-    let snapshot = ok("snapshot.get", api.typed().snapshot_get(newest.snapshot_id.clone())).await;
+    let paused = ok("pause", paused).await;
+    assert_eq!(paused.state, SessionState::Paused);
+    let id = paused.snapshot_id.expect("the pause's snapshot");
+    let snapshot = ok("snapshot.get", api.typed().snapshot_get(id)).await;
     assert_eq!(snapshot.plan, plan, "{snapshot:?}");
     assert_eq!(snapshot.plan_at, Some(recorded[0].at));
     // The profile asks for no summary turn: the snapshot says so.
     let summary = snapshot.summary.expect("a pause's snapshot says what became of its summary");
     assert_eq!(summary.state, protocol::api::SummaryState::Off, "{summary:?}");
+    // The timeline says how far the plan was.
+    let timeline = ok("timeline", api.typed().session_timeline(session.clone(), None)).await;
+    let plans: Vec<_> = timeline
+        .entries
+        .iter()
+        .filter(|entry| matches!(entry.event, protocol::api::TimelineEvent::Plan { .. }))
+        .map(|entry| entry.event.clone())
+        .collect();
+    let expected = protocol::api::TimelineEvent::Plan {
+        total: 3,
+        done: 1,
+        in_progress: 1,
+        current: Some("fix it".into()),
+    };
+    assert_eq!(plans, [expected]);
 
     let resumed = api.resume(&session).await.expect("resume");
     assert_eq!(resumed.outcome, ResumeOutcome::HistoryInjection, "{resumed:?}");

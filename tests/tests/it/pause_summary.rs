@@ -40,7 +40,12 @@ async fn pause_and_read(
 async fn paused_summary(api: &Api, session: &str) -> PauseSummary {
     assert_eq!(api.status(session).await.state, SessionState::Paused);
     let list = ok("snapshot.list", api.typed().snapshot_list(session.to_owned())).await;
-    let newest = list.last().expect("the pause's snapshot");
+    // (A turn's snapshot, taken in the background, may land after the pause's.)
+    let newest = list
+        .iter()
+        .rev()
+        .find(|s| s.trigger != SnapshotTrigger::TurnComplete)
+        .expect("the pause's snapshot");
     let snapshot = ok("snapshot.get", api.typed().snapshot_get(newest.snapshot_id.clone())).await;
     assert_eq!(snapshot.trigger, SnapshotTrigger::Pause, "{snapshot:?}");
     snapshot.summary.expect("a pause's snapshot says what became of its summary")

@@ -388,7 +388,8 @@ async fn runs_as_cards() {
 async fn first_run_paused_with_a_summary(browser: &Browser) {
     browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
     let answer = r#"{"decisions":[{"decision":"keep the parser hand-written","rationale":"the grammar is tiny","alternatives":["a parser generator"]}],"open_problems":[],"next_steps":["fix the lexer"]}"#;
-    prompt_in_page(browser, &format!("/then /say {answer}\nfirst")).await;
+    let plan = "/plan read the grammar; write the parser; test it";
+    prompt_in_page(browser, &format!("{plan}\n/then /say {answer}\nfirst")).await;
     browser.wait_text("#transcript .turn-end", "turn completed").await;
     browser.click("#pause").await;
     browser.type_into("#pause-reason", "first break").await;
@@ -417,6 +418,8 @@ async fn runs_shown_as_cards(browser: &Browser) {
     assert_eq!(count(browser, ".exec-card:first-child .progress .seg.completed").await, 2);
     assert_eq!(count(browser, ".exec-card:last-child .progress .seg.completed").await, 2);
     browser.wait_text(".exec-card:last-child .card-meta", "first break").await;
+    let plan = "Plan: 1 of 3 done, 1 in progress — now: write the parser";
+    browser.wait_text(".exec-card:last-child .card-plan", plan).await;
     browser.screenshot("timeline-cards").await;
 }
 

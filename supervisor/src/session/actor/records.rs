@@ -169,6 +169,14 @@ impl SessionActor {
         if self.recorded.history {
             return;
         }
+        // On the timeline too, off the actor's path (a row's order is its time).
+        let (store, session_id, steps) =
+            (self.context.store.clone(), self.row.id.clone(), plan.clone());
+        tokio::spawn(async move {
+            if let Err(err) = store.log_plan(session_id, &steps).await {
+                tracing::warn!(%err, "cannot put the agent's plan on the timeline");
+            }
+        });
         if let Err(err) = self.history.append_plan(plan) {
             self.write_failed("the history", &err);
         }
