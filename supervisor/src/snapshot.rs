@@ -53,6 +53,9 @@ pub struct Request {
     /// A pause's summary turn: what became of it (`None` for a snapshot that is not a
     /// pause's).
     pub summary: Option<protocol::api::PauseSummary>,
+    /// When it is of, Unix ms, when not now: a turn's snapshot, built in the background,
+    /// is of its turn's end (a pause that followed is newer).
+    pub taken_at: Option<i64>,
 }
 
 /// Takes a snapshot and stores it (with its timeline row).
@@ -64,7 +67,8 @@ pub async fn take(store: &Store, request: Request) -> Result<Snapshot, StoreErro
 
 /// Builds a snapshot without storing it.
 pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreError> {
-    let Request { session_id, trigger, reason, history, execution_id, usage, summary } = request;
+    let Request { session_id, trigger, reason, history, execution_id, usage, summary, taken_at } =
+        request;
     let row = store.get_session(session_id.clone()).await?;
     let task = store.get_task(row.task_id.clone()).await?;
     let start = store.start_commit(session_id.clone()).await?.flatten();
@@ -127,7 +131,7 @@ pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreErr
         session_id,
         trigger,
         reason,
-        taken_at: now,
+        taken_at: taken_at.unwrap_or(now),
         execution_id,
         generation,
         task: SnapshotTask { task_id: task.id, title: task.title, description: task.description },
@@ -364,7 +368,7 @@ pub fn handoff_context(
 }
 
 /// The compiled parts of the context a history injection wraps around the history, from
-/// the snapshot a resume compiles from (see `Store::resume_snapshot`): `(head, tail)` —
+/// the snapshot a resume compiles from (see `Store::latest_snapshot`): `(head, tail)` —
 /// the task and why the session stopped before the history; the agent's summary, errors,
 /// tests, plan, workspace and its changes after it. Together at most half of `budget`
 /// (the history gets the rest). `plan` is the history's newest (it may be newer than the

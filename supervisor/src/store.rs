@@ -356,6 +356,8 @@ pub struct PauseRequest {
     pub reason: Option<String>,
     /// When the running turn is cancelled, Unix ms.
     pub force_at: i64,
+    /// When it was asked for, Unix ms (`force_at` less this: the wait asked for).
+    pub requested_at: i64,
     /// `pause`, or `exhaustion` (the agent's context was nearly full).
     pub trigger: SnapshotTrigger,
     /// When the agent was asked for its summary (`summarize_on_pause`), Unix ms: the

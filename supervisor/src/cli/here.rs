@@ -66,9 +66,10 @@ impl Client {
             return Ok(());
         }
         let listed = api.snapshot_list(session.to_owned()).await.map_err(|e| self.failure(e))?;
-        // The pause's snapshot (a turn's, taken in the background, may land after it).
-        let pause = listed.iter().rev().find(|s| s.trigger != SnapshotTrigger::TurnComplete);
-        let snapshot = match pause.or(listed.last()) {
+        // The newest; of one millisecond, a pause's before a turn's.
+        let newest =
+            listed.iter().max_by_key(|s| (s.taken_at, s.trigger != SnapshotTrigger::TurnComplete));
+        let snapshot = match newest {
             Some(newest) => Some(
                 api.snapshot_get(newest.snapshot_id.clone()).await.map_err(|e| self.failure(e))?,
             ),

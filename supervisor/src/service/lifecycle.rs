@@ -748,6 +748,7 @@ impl Supervisor {
             execution_id: None,
             usage: None,
             summary: None,
+            taken_at: None,
         }
     }
 

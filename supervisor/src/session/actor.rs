@@ -373,6 +373,9 @@ pub(super) struct SessionActor {
     pub(super) cost_mark: Option<(f64, String)>,
     /// Cost reported between turns, not yet written: `(added, new mark)`.
     pub(super) cost_between_turns: Option<((f64, String), (f64, String))>,
+    /// The agent's newest plan, not yet on the timeline; the last plan row written.
+    pub(super) plan_row:
+        (Option<Vec<protocol::api::PlanEntry>>, Option<protocol::api::TimelineEvent>),
     /// What a `session/load` (or a replaying `session/resume`) still repeats.
     pub(super) replay: Replay,
     /// Acknowledge once the burst of events in flight is through (nothing queued behind
@@ -480,6 +483,7 @@ impl SessionActor {
             limit_reached: None,
             cost_mark: None,
             cost_between_turns: None,
+            plan_row: (None, None),
             replay: Replay::Off,
             replay_unacked: false,
             durability: Durability::default(),
@@ -580,6 +584,9 @@ impl SessionActor {
                 {
                     tracing::warn!(session = %self.row.id, %err, "cannot record cost reported between turns");
                 }
+            }
+            if let Some(plan) = self.plan_row.0.take() {
+                Box::pin(self.log_plan(plan)).await;
             }
             if let Some((reason, trigger)) = self.limit_reached.take() {
                 Box::pin(self.limit_pause(reason, trigger)).await;

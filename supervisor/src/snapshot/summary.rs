@@ -79,26 +79,28 @@ pub async fn answer_of(
     history: PathBuf,
     at: i64,
 ) -> PauseSummary {
-    let turns = match store.session_turns(session_id.clone()).await {
-        Ok(turns) => turns,
+    // The summary turn: the first since, with the summary's prompt (not a user's prompt a
+    // restart sent meanwhile).
+    let found = store.first_turn_with_prompt(session_id.clone(), at, PROMPT.to_owned()).await;
+    let (id, state, stop_reason, error) = match found {
+        Ok(Some(turn)) => turn,
+        Ok(None) => {
+            let note = "the supervisor stopped before the summary prompt was sent";
+            return without(SummaryState::Failed, note);
+        }
         Err(err) => return without(SummaryState::Failed, format!("cannot read the turns: {err}")),
     };
-    let Some(turn) = turns.into_iter().find(|turn| turn.started_at >= at) else {
-        let note = "the supervisor stopped before the summary prompt was sent";
-        return without(SummaryState::Failed, note);
-    };
-    let turn_id = Some(turn.id.clone());
-    let cancelled = turn.stop_reason.as_deref() == Some("cancelled");
-    if turn.state != TurnState::Completed || cancelled {
-        let how = match (turn.error, cancelled) {
-            (Some(error), _) => format!("{}: {error}", turn.state),
+    let turn_id = Some(id.clone());
+    let cancelled = stop_reason.as_deref() == Some("cancelled");
+    if state != TurnState::Completed || cancelled {
+        let how = match (error, cancelled) {
+            (Some(error), _) => format!("{state}: {error}"),
             (None, true) => "was cancelled before the agent answered".to_owned(),
-            (None, false) => turn.state.to_string(),
+            (None, false) => state.to_string(),
         };
         let note = format!("the summary turn {how}");
         return PauseSummary { turn_id, ..without(SummaryState::Failed, note) };
     }
-    let id = turn.id.clone();
     let messages = tokio::task::spawn_blocking(move || answer_messages(&history, &id))
         .await
         .unwrap_or_default();

@@ -39,22 +39,12 @@ impl Store {
         self.call(move |conn| Ok(log(conn, &session_id, &TimelineEvent::Error { message })?)).await
     }
 
-    /// Adds a timeline row saying how far the agent's plan is.
-    pub async fn log_plan(
+    /// Adds a timeline row (one that records no change of its own: a plan's progress).
+    pub async fn log_event(
         &self,
         session_id: String,
-        plan: &[protocol::api::PlanEntry],
+        event: TimelineEvent,
     ) -> Result<(), StoreError> {
-        let count = |status: &str| plan.iter().filter(|step| step.status == status).count();
-        let event = TimelineEvent::Plan {
-            total: plan.len(),
-            done: count("completed"),
-            in_progress: count("in_progress"),
-            current: plan
-                .iter()
-                .find(|step| step.status != "completed")
-                .map(|step| crate::history::excerpt(&step.content, 300)),
-        };
         self.call(move |conn| Ok(log(conn, &session_id, &event)?)).await
     }
 
@@ -198,7 +188,10 @@ impl Store {
         .await
     }
 
-    /// A session's newest snapshot, if any.
+    /// A session's newest snapshot, if any: what a resume compiles its context from and
+    /// compares the workspace with. A turn's snapshot is dated at its turn's end (though
+    /// built and stored later), so a pause that followed the turn is newer; of the same
+    /// millisecond, a pause's or a crash's comes before a turn's.
     pub async fn latest_snapshot(
         &self,
         session_id: String,
@@ -207,28 +200,7 @@ impl Store {
             let json: Option<String> = conn
                 .query_row(
                     "SELECT snapshot FROM session_snapshots WHERE session_id = ?1 \
-                     ORDER BY taken_at DESC, id DESC LIMIT 1",
-                    [&session_id],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            json.map(|json| parse_snapshot(&json)).transpose()
-        })
-        .await
-    }
-
-    /// The snapshot a resume compiles its context from: the newest taken when the session
-    /// stopped (a pause of any kind, a crash), else the newest at all. A turn's snapshot is
-    /// taken in the background and may land after the pause that followed the turn.
-    pub async fn resume_snapshot(
-        &self,
-        session_id: String,
-    ) -> Result<Option<Snapshot>, StoreError> {
-        self.call(move |conn| {
-            let json: Option<String> = conn
-                .query_row(
-                    "SELECT snapshot FROM session_snapshots WHERE session_id = ?1 \
-                     ORDER BY kind = 'turn_complete', taken_at DESC, id DESC LIMIT 1",
+                     ORDER BY taken_at DESC, kind = 'turn_complete', id DESC LIMIT 1",
                     [&session_id],
                     |r| r.get(0),
                 )

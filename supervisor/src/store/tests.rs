@@ -522,6 +522,7 @@ async fn a_pause_request_is_kept_until_the_session_is_paused() {
     let request = PauseRequest {
         reason: Some("why".into()),
         force_at: 42,
+        requested_at: 40,
         trigger: SnapshotTrigger::Pause,
         summary_asked_at: None,
     };
@@ -592,6 +593,7 @@ async fn the_timeline_records_each_change_in_order() {
     let pause = PauseRequest {
         reason: None,
         force_at: 9,
+        requested_at: 1,
         trigger: SnapshotTrigger::Pause,
         summary_asked_at: None,
     };
@@ -666,11 +668,16 @@ async fn snapshots_and_handoffs_are_kept_as_documented() {
     assert_eq!(list.last().unwrap().context_used, Some(last as u64));
     let latest = store.latest_snapshot(id.clone()).await.unwrap().unwrap();
     assert_eq!(latest, snapshot(last, SnapshotTrigger::Exhaustion));
-    // A turn's snapshot that lands after a pause's does not hide it from a resume.
-    store.insert_snapshot(snapshot(last + 1, SnapshotTrigger::TurnComplete)).await.unwrap();
-    let newest = store.latest_snapshot(id.clone()).await.unwrap().unwrap();
-    assert_eq!(newest.trigger, SnapshotTrigger::TurnComplete);
-    assert_eq!(store.resume_snapshot(id.clone()).await.unwrap(), Some(latest.clone()));
+    // A resume compiles from the newest; of one millisecond, a pause's before a turn's.
+    let same_ms = protocol::api::Snapshot {
+        snapshot_id: "snap-zzz".into(),
+        ..snapshot(last, SnapshotTrigger::TurnComplete)
+    };
+    store.insert_snapshot(same_ms).await.unwrap();
+    assert_eq!(store.latest_snapshot(id.clone()).await.unwrap(), Some(latest.clone()));
+    let later = snapshot(last + 1, SnapshotTrigger::TurnComplete);
+    store.insert_snapshot(later.clone()).await.unwrap();
+    assert_eq!(store.latest_snapshot(id.clone()).await.unwrap(), Some(later));
     assert_eq!(store.snapshot("snap-003".into()).await.unwrap(), None);
     assert_eq!(store.snapshot("nope".into()).await.unwrap(), None);
     // The handoff.
@@ -713,6 +720,7 @@ async fn migration_6_keeps_pause_requests() {
     let expected = PauseRequest {
         reason: Some("why".into()),
         force_at: 42,
+        requested_at: 1,
         trigger: SnapshotTrigger::Pause,
         summary_asked_at: None,
     };

@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// A `session_pauses` row: reason, force_at, kind, summary_asked_at, requested_at.
+type PauseRow = (Option<String>, i64, String, Option<i64>, i64);
+
 impl Store {
     /// The running turns of an execution: `(turn_id, request_id)`.
     pub async fn open_turns(
@@ -93,7 +96,7 @@ impl Store {
                     session_id,
                     pause.reason,
                     pause.force_at,
-                    now_ms(),
+                    pause.requested_at,
                     pause.trigger.as_str(),
                     pause.summary_asked_at
                 ],
@@ -132,7 +135,7 @@ impl Store {
     pub async fn pauses(&self) -> Result<Vec<(String, PauseRequest)>, StoreError> {
         self.call(|conn| {
             let mut stmt = conn.prepare(
-                "SELECT session_id, reason, force_at, kind, summary_asked_at FROM session_pauses",
+                "SELECT session_id, reason, force_at, kind, summary_asked_at, requested_at FROM session_pauses",
             )?;
             let rows = stmt
                 .query_map([], |r| {
@@ -142,13 +145,16 @@ impl Store {
                         r.get(2)?,
                         r.get::<_, String>(3)?,
                         r.get(4)?,
+                        r.get(5)?,
                     ))
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
             rows.into_iter()
-                .map(|(session_id, reason, force_at, kind, summary_asked_at)| {
+                .map(|(session_id, reason, force_at, kind, summary_asked_at, requested_at)| {
                     let trigger = journal::parse_trigger(&kind)?;
-                    Ok((session_id, PauseRequest { reason, force_at, trigger, summary_asked_at }))
+                    let request =
+                        PauseRequest { reason, force_at, requested_at, trigger, summary_asked_at };
+                    Ok((session_id, request))
                 })
                 .collect()
         })
@@ -158,16 +164,16 @@ impl Store {
     /// The session's pause request, if one waits.
     pub async fn get_pause(&self, session_id: String) -> Result<Option<PauseRequest>, StoreError> {
         self.call(move |conn| {
-            let row: Option<(Option<String>, i64, String, Option<i64>)> = conn
+            let row: Option<PauseRow> = conn
                 .query_row(
-                    "SELECT reason, force_at, kind, summary_asked_at FROM session_pauses WHERE session_id = ?1",
+                    "SELECT reason, force_at, kind, summary_asked_at, requested_at FROM session_pauses WHERE session_id = ?1",
                     [&session_id],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
                 )
                 .optional()?;
-            row.map(|(reason, force_at, kind, summary_asked_at)| {
+            row.map(|(reason, force_at, kind, summary_asked_at, requested_at)| {
                 let trigger = journal::parse_trigger(&kind)?;
-                Ok(PauseRequest { reason, force_at, trigger, summary_asked_at })
+                Ok(PauseRequest { reason, force_at, requested_at, trigger, summary_asked_at })
             })
             .transpose()
         })
@@ -406,6 +412,31 @@ impl Store {
             )
             .optional()?
             .ok_or(StoreError::NotFound { what: "turn", id: turn_id })
+        })
+        .await
+    }
+
+    /// The session's first turn started at or after `since` (Unix ms) with this prompt:
+    /// `(turn id, state, stop reason, error)`.
+    pub async fn first_turn_with_prompt(
+        &self,
+        session_id: String,
+        since: i64,
+        prompt: String,
+    ) -> Result<Option<(String, TurnState, Option<String>, Option<String>)>, StoreError> {
+        self.call(move |conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT id, state, stop_reason, error FROM turns \
+                     WHERE session_id = ?1 AND started_at >= ?2 AND prompt = ?3 \
+                     ORDER BY started_at, id LIMIT 1",
+                    params![session_id, since, prompt],
+                    |r| {
+                        let state = r.get::<_, Named<TurnState>>(1)?.0;
+                        Ok((r.get(0)?, state, r.get(2)?, r.get(3)?))
+                    },
+                )
+                .optional()?)
         })
         .await
     }

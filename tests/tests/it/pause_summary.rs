@@ -24,14 +24,16 @@ async fn pause_and_read(
     api: &Api,
     session: &str,
     force_after_ms: Option<u64>,
+    summarizes: bool,
 ) -> (Vec<SessionEvent>, PauseSummary) {
     let after = api.status(session).await.last_event_seq;
     let mut events = api.subscribe(session, after).await;
     let asked =
         api.typed().session_pause(session.to_owned(), Some("end of day".into()), force_after_ms);
     let asked = ok("task.session.pause", asked).await;
-    // The summary turn is waited for: the pause is not immediate.
-    assert!(asked.pause_requested && asked.snapshot_id.is_none(), "{asked:?}");
+    // A summary turn is waited for: the pause is not immediate.
+    assert_eq!(asked.pause_requested, summarizes, "{asked:?}");
+    assert_eq!(asked.snapshot_id.is_none(), summarizes, "{asked:?}");
     let seen = until(&mut events, is_paused).await;
     (seen, paused_summary(api, session).await)
 }
@@ -68,7 +70,7 @@ async fn r34_a_summary_turn_is_validated_stored_and_carried_and_a_malformed_one_
     let session = api.ready_session("summarize", &daemon.workspace("summary")).await;
     api.ask(&session, &format!("/then /say {ANSWER}\nwork on the parser")).await;
 
-    let (seen, summary) = pause_and_read(&api, &session, None).await;
+    let (seen, summary) = pause_and_read(&api, &session, None, true).await;
     let (turn_id, prompt) = started(&seen).expect("a summary turn ran before the pause");
     assert!(prompt.contains("\"open_problems\"") && prompt.contains("JSON"), "{prompt}");
     assert_eq!(summary.state, SummaryState::Stored, "{summary:?}");
@@ -93,6 +95,14 @@ async fn r34_a_summary_turn_is_validated_stored_and_carried_and_a_malformed_one_
     assert_eq!(code, 0, "{out}{err}");
     let line = "agent's summary: 1 decision, 1 open problem; next: fix the lexer";
     assert!(out.contains(line), "{out}");
+    // Paused again before the agent worked: it is not asked (it would summarise the context
+    // it is to be given); the summary so far is carried over.
+    let (seen, carried) = pause_and_read(&api, &session, None, false).await;
+    assert!(started(&seen).is_none(), "no summary turn: {seen:?}");
+    assert_eq!(carried.state, SummaryState::Stored, "{carried:?}");
+    assert_eq!(carried.turn_id.as_deref(), Some(turn_id.as_str()));
+    assert!(carried.note.as_deref().unwrap_or_default().starts_with("carried over from snapshot"));
+    api.resume(&session).await.expect("resume");
     let first = api.ask(&session, "go on").await;
     let decisions = "=== DECISIONS (as the agent summarised them at the pause) ===\n- keep the parser hand-written (because: the grammar is tiny) [considered: a parser generator]\n";
     assert!(first.contains(decisions), "{first}");
@@ -101,7 +111,7 @@ async fn r34_a_summary_turn_is_validated_stored_and_carried_and_a_malformed_one_
 
     // A malformed answer: refused with the reason; the pause and the snapshot stand.
     api.ask(&session, "/then /say I decided many things, all of them good.").await;
-    let (seen, summary) = pause_and_read(&api, &session, None).await;
+    let (seen, summary) = pause_and_read(&api, &session, None, true).await;
     assert!(started(&seen).is_some(), "the agent was asked again: {seen:?}");
     assert_eq!(summary.state, SummaryState::Invalid, "{summary:?}");
     assert!(summary.summary.is_none());
@@ -122,7 +132,7 @@ async fn r34_a_summary_turn_that_takes_too_long_is_cut_and_the_session_pauses() 
     let api = daemon.api().await;
     let session = api.ready_session("summarize", &daemon.workspace("slow")).await;
     api.ask(&session, "/then /sleep 600000\nwork").await;
-    let (seen, summary) = pause_and_read(&api, &session, Some(1_000)).await;
+    let (seen, summary) = pause_and_read(&api, &session, Some(1_000), true).await;
     assert_eq!(summary.state, SummaryState::Failed, "{summary:?}");
     assert!(summary.note.as_deref().unwrap_or_default().contains("cancelled"), "{summary:?}");
     let forced = seen.iter().find_map(|e| match e.kind {
@@ -228,4 +238,23 @@ async fn r34_a_handoff_carries_the_plan_and_the_summary() {
         "{first}"
     );
     assert!(first.contains("=== OPEN PROBLEMS ===\n- the lexer drops tabs\n"), "{first}");
+}
+
+/// A pause while a budget is used up does not spend a summary turn; the snapshot says so.
+#[tokio::test]
+async fn r34_no_summary_turn_over_a_budget() {
+    let daemon = Daemon::start_with_profiles(&[], &[("summarize.toml", SUMMARIZE)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("summarize", &daemon.workspace("budget")).await;
+    api.ask(&session, &format!("/tokens 100 200\n/then /say {ANSWER}\nwork")).await;
+    // The budget is set below what was spent (so no budget pause came first).
+    let set = api.typed().budget_set(Some(session.clone()), None, Some(100), None, None);
+    ok("budget.set", set).await;
+    let (seen, summary) = pause_and_read(&api, &session, None, false).await;
+    assert!(started(&seen).is_none(), "no summary turn: {seen:?}");
+    assert_eq!(summary.state, SummaryState::Skipped, "{summary:?}");
+    assert!(
+        summary.note.as_deref().unwrap_or_default().ends_with(": no more spending"),
+        "{summary:?}"
+    );
 }

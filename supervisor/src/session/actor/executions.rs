@@ -558,13 +558,14 @@ impl SessionActor {
         // A pause asked for before the restart still holds (its turn may still run).
         if let Ok(Some(request)) = self.context.store.get_pause(self.row.id.clone()).await {
             let left = request.force_at.saturating_sub(crate::store::now_ms()).max(0);
-            let wait = std::time::Duration::from_millis(left as u64);
+            // A summary not yet asked for waits as long as the pause was asked to.
+            let asked = request.force_at.saturating_sub(request.requested_at).max(0);
             self.pause = Some(PendingPause {
                 reason: request.reason,
-                force_at: Some(Instant::now() + wait),
+                force_at: Some(Instant::now() + std::time::Duration::from_millis(left as u64)),
                 forced: false,
                 trigger: request.trigger,
-                wait,
+                wait: std::time::Duration::from_millis(asked as u64),
                 summary: match request.summary_asked_at {
                     Some(at) => SummaryStep::Asked(at),
                     None => SummaryStep::NotAsked,
@@ -620,7 +621,7 @@ impl SessionActor {
         &self,
         prompt: &str,
     ) -> Result<String, SessionError> {
-        let latest = self.context.store.resume_snapshot(self.row.id.clone()).await?;
+        let latest = self.context.store.latest_snapshot(self.row.id.clone()).await?;
         let workspace = std::path::Path::new(&self.row.workspace_path);
         let drift = match &latest {
             Some(snapshot) => {

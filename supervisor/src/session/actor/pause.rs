@@ -75,6 +75,9 @@ impl SessionActor {
         });
         // With a summary to ask for, it waits for the summary turn (asked at the boundary,
         // right after this command).
+        if !busy {
+            self.no_summary_over_budget().await;
+        }
         if !busy && !self.summary_due() {
             let snapshot_id = self.pause_now().await;
             return Ok(PauseTaken::Paused { snapshot_id });
@@ -85,6 +88,7 @@ impl SessionActor {
         let request = crate::store::PauseRequest {
             reason: reason.clone(),
             force_at,
+            requested_at: crate::store::now_ms(),
             trigger,
             summary_asked_at: None,
         };
@@ -103,6 +107,7 @@ impl SessionActor {
     /// The pending pause at a turn boundary: its agent is asked for a summary first (when
     /// the profile says so and it was not asked yet), else the session pauses now.
     pub(in crate::session) async fn pause_at_boundary(&mut self) {
+        self.no_summary_over_budget().await;
         if self.summary_due() {
             match self.ask_summary().await {
                 Ok(()) => return,
@@ -118,14 +123,35 @@ impl SessionActor {
         self.pause_now().await;
     }
 
+    /// A summary that would be asked for now is not when a budget of the session is used
+    /// up (the summary turn would spend over it): the pause goes on without.
+    async fn no_summary_over_budget(&mut self) {
+        if !self.summary_due() {
+            return;
+        }
+        let used_up = match self.context.store.budget_uses(self.row.id.clone()).await {
+            Ok(uses) => {
+                uses.into_iter().find(|used| used.percent >= 100).map(|used| used.describe())
+            }
+            Err(err) => Some(format!("the budgets cannot be read ({err})")),
+        };
+        if let (Some(used_up), Some(pause)) = (used_up, self.pause.as_mut()) {
+            let note = format!("{used_up}: no more spending");
+            pause.summary = SummaryStep::Settled(summary::without(SummaryState::Skipped, note));
+        }
+    }
+
     /// Whether the pending pause asks its agent for a summary now: the profile asks for
-    /// one, this pause was not forced and may spend a turn (not an idle park or a budget's
-    /// pause), and an agent waits for a prompt.
+    /// one, this pause was not forced, may wait and may spend a turn (not an idle park or a
+    /// budget's pause), the agent has worked since a resume wrapped in a context (else it
+    /// would summarise that context), and it waits for a prompt.
     fn summary_due(&self) -> bool {
         let Some(pause) = self.pause.as_ref() else { return false };
         pause.summary == SummaryStep::NotAsked
             && self.profile.session.summarize_on_pause
             && !pause.forced
+            && !pause.wait.is_zero()
+            && self.resume_context.is_none()
             && summarizes(pause.trigger)
             && self.phase() == Phase::Open
             && self.turn.is_none()
@@ -173,9 +199,13 @@ impl SessionActor {
                     "the profile does not ask for one (session.summarize_on_pause)",
                 );
             }
+            SummaryStep::NotAsked if self.resume_context.is_some() => {
+                return self.carried_summary().await;
+            }
             SummaryStep::NotAsked => {
                 let why = match pause.trigger {
                     _ if pause.forced => "the pause was forced: its turn was cancelled",
+                    _ if pause.wait.is_zero() => "the pause was asked to be immediate",
                     SnapshotTrigger::Idle => "an idle park does not ask for one",
                     SnapshotTrigger::Budget => "a budget's pause does not spend more",
                     _ => "no agent was waiting for a prompt",
@@ -185,6 +215,32 @@ impl SessionActor {
         };
         let history = self.history.path().to_owned();
         summary::answer_of(&self.context.store, self.row.id.clone(), history, at).await
+    }
+
+    /// A pause before the agent worked since its resume: the summary of the snapshot that
+    /// resume compiled from still holds (it is not asked again: the agent would summarise
+    /// the context it was given).
+    async fn carried_summary(&self) -> PauseSummary {
+        let previous = self.context.store.latest_snapshot(self.row.id.clone()).await;
+        match previous {
+            Ok(Some(snapshot)) => match snapshot.summary {
+                Some(summary) if summary.state == SummaryState::Stored => PauseSummary {
+                    note: Some(format!(
+                        "carried over from snapshot {}: the agent has not worked since it was resumed",
+                        snapshot.snapshot_id
+                    )),
+                    ..summary
+                },
+                _ => summary::without(
+                    SummaryState::Skipped,
+                    "the agent has not worked since it was resumed",
+                ),
+            },
+            _ => summary::without(
+                SummaryState::Skipped,
+                "the agent has not worked since it was resumed",
+            ),
+        }
     }
 
     /// Pauses now: the agent and sidecar are stopped (and awaited), then the session is
@@ -264,6 +320,7 @@ impl SessionActor {
             execution_id: self.execution.as_ref().map(|execution| execution.id.clone()),
             usage: self.usage.as_deref().cloned(),
             summary: None,
+            taken_at: None,
         }
     }
 
@@ -273,7 +330,10 @@ impl SessionActor {
         trigger: SnapshotTrigger,
         reason: Option<String>,
     ) {
-        let request = self.snapshot_request(trigger, reason);
+        let request = crate::snapshot::Request {
+            taken_at: Some(crate::store::now_ms()),
+            ..self.snapshot_request(trigger, reason)
+        };
         let store = self.context.store.clone();
         let report = self.internal_tx.clone();
         tokio::spawn(async move {

@@ -169,16 +169,34 @@ impl SessionActor {
         if self.recorded.history {
             return;
         }
-        // On the timeline too, off the actor's path (a row's order is its time).
-        let (store, session_id, steps) =
-            (self.context.store.clone(), self.row.id.clone(), plan.clone());
-        tokio::spawn(async move {
-            if let Err(err) = store.log_plan(session_id, &steps).await {
-                tracing::warn!(%err, "cannot put the agent's plan on the timeline");
-            }
-        });
+        // On the timeline too, after the burst it came in (the newest of the burst).
+        self.plan_row.0 = Some(plan.clone());
         if let Err(err) = self.history.append_plan(plan) {
             self.write_failed("the history", &err);
+        }
+    }
+
+    /// Puts how far the agent's plan is on the timeline, unless the last row said the same
+    /// (agents send their plan again as they go).
+    pub(in crate::session) async fn log_plan(&mut self, plan: Vec<protocol::api::PlanEntry>) {
+        let count = |status: &str| plan.iter().filter(|step| step.status == status).count();
+        let event = protocol::api::TimelineEvent::Plan {
+            total: plan.len(),
+            done: count("completed"),
+            in_progress: count("in_progress"),
+            current: plan
+                .iter()
+                .find(|step| step.status != "completed")
+                .map(|step| history::excerpt(&step.content, 300)),
+        };
+        if self.plan_row.1.as_ref() == Some(&event) {
+            return;
+        }
+        match self.context.store.log_event(self.row.id.clone(), event.clone()).await {
+            Ok(()) => self.plan_row.1 = Some(event),
+            Err(err) => {
+                tracing::warn!(session = %self.row.id, %err, "cannot put the agent's plan on the timeline");
+            }
         }
     }
 

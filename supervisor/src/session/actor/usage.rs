@@ -122,14 +122,16 @@ impl SessionActor {
     /// used up, `max_turns` turns or `max_duration_secs` since the session was created
     /// pause the session once the turn's end is handled.
     pub(in crate::session) async fn check_limits(&mut self, turn: &crate::store::TurnUsage) {
-        if self.row.state.is_terminal() || self.pause.is_some() {
+        if self.row.state.is_terminal() {
             return;
         }
+        // A pause already waits (its summary turn runs): warnings only.
+        let pausing = self.pause.is_some();
         let store = self.context.store.clone();
         match store.budget_uses(self.row.id.clone()).await {
             Ok(uses) => {
                 for used in uses {
-                    if used.percent >= 100 {
+                    if used.percent >= 100 && !pausing {
                         let reason = format!("{} (raise it with budget.set)", used.describe());
                         self.limit_reached.get_or_insert((reason, SnapshotTrigger::Budget));
                     } else if used.percent >= 80 && budget_before(&used, turn).percent < 80 {
@@ -138,6 +140,9 @@ impl SessionActor {
                 }
             }
             Err(err) => tracing::warn!(session = %self.row.id, %err, "cannot read the budgets"),
+        }
+        if pausing {
+            return;
         }
         if let Some(max) = self.profile.session.max_turns {
             let filter = crate::store::UsageFilter {

@@ -161,6 +161,7 @@ async fn a_pause_without_an_actor_snapshots_publishes_and_records_it() {
         execution_id: None,
         usage: None,
         summary: None,
+        taken_at: None,
     };
     let reason = Some("full".to_owned());
     s.record
