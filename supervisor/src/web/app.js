@@ -323,6 +323,7 @@ function renderWorkflow(status) {
 // ---- a session -------------------------------------------------------------------------
 
 async function openSession(sessionId) {
+  if (sessionId !== state.open) showDrift(null);
   location.hash = "#/session/" + sessionId;
   state.open = sessionId;
   state.visit += 1; // what an answer for an earlier opening must not touch
@@ -384,6 +385,7 @@ async function resume(sessionId) {
     const result = await rpc.call("task.session.resume", { session_id: sessionId });
     activity(`resumed: ${result.outcome}`);
     $("#session-state").dataset.outcome = result.outcome;
+    showDrift(result.git_drift);
   } catch (error) {
     activity(`resume failed: ${error.message}`);
     sessionError(error);

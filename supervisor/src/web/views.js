@@ -271,6 +271,29 @@ function snapshotSummary(summary) {
     ...list("Next steps", next, "next-steps"));
 }
 
+// What changed in the workspace while the session was paused (a resume's `git_drift`):
+// someone else's commits and edits, which the agent is told of in its next prompt.
+function showDrift(drift) {
+  const box = $("#drift");
+  if (!drift) {
+    box.hidden = true;
+    return;
+  }
+  const short = (commit) => (commit || "no commit").slice(0, 12);
+  const moves = [];
+  if (drift.branch_change) moves.push(`branch ${drift.branch_change[0] || "(detached)"} → ${drift.branch_change[1] || "(detached)"}`);
+  if (drift.head_rewound) moves.push(`HEAD moved elsewhere: ${short(drift.head_before)} → ${short(drift.head_now)}`);
+  else if (drift.commits.length) moves.push(`${drift.commits.length} new commit${drift.commits.length === 1 ? "" : "s"}`);
+  box.replaceChildren(
+    el("strong", {}, "The workspace changed while the session was paused"),
+    el("span", { class: "muted" }, " — the agent is told in its next prompt"),
+    moves.length ? el("div", {}, moves.join("; ")) : "",
+    drift.commits.length ? el("ul", { class: "drift-commits" }, ...drift.commits.map((c) => el("li", {}, c))) : "",
+    drift.changed_files.length ? el("div", { class: "drift-files" }, `Files changed: ${drift.changed_files.join(", ")}`) : "",
+    el("button", { class: "quiet", onclick: () => { box.hidden = true; } }, "Dismiss"));
+  box.hidden = false;
+}
+
 // ---- pausing ---------------------------------------------------------------------------
 
 // Pause asks why (the reason is kept with the pause and shown in its events) and how long

@@ -397,7 +397,10 @@ async fn first_run_paused_with_a_summary(browser: &Browser) {
     browser.wait_text("#session-state", "PAUSED").await;
     browser.click("[data-tab=snapshots]").await;
     browser.wait_text("#snapshot-list", "first break").await;
-    browser.click("#snapshot-list button[data-snapshot]").await;
+    // The pause's snapshot (a turn's may be listed beside it).
+    let open = "for (const li of document.querySelectorAll('#snapshot-list li')) \
+        if (li.textContent.includes('first break')) { li.querySelector('button').click(); return true; } return false;";
+    assert_eq!(browser.run(open, json!([])).await, json!(true));
     let decisions = "#snapshot-view .snapshot-summary .decisions";
     browser.wait_text(decisions, "keep the parser hand-written").await;
     browser.wait_text(decisions, "considered: a parser generator").await;
@@ -421,6 +424,40 @@ async fn runs_shown_as_cards(browser: &Browser) {
     let plan = "Plan: 1 of 3 done, 1 in progress — now: write the parser";
     browser.wait_text(".exec-card:last-child .card-plan", plan).await;
     browser.screenshot("timeline-cards").await;
+}
+
+/// Issue 34: resuming in the page says what changed in the workspace while the session
+/// was paused — someone's commit and edits — as the agent is told in its next prompt.
+#[tokio::test]
+async fn r34_resuming_in_the_page_shows_what_changed_while_paused() {
+    Box::pin(drift_in_page()).await;
+}
+
+async fn drift_in_page() {
+    use tether_tests::git;
+    let Some(browser) = browser::start("drift").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let workspace = daemon.workspace("drift");
+    let dir = workspace.as_path();
+    git(dir, &["init", "-q", "-b", "main"]).await;
+    std::fs::write(dir.join("a.txt"), "a 1\n").unwrap();
+    git(dir, &["add", "."]).await;
+    git(dir, &["commit", "-q", "-m", "start"]).await;
+    let session = api.ready_session("mock", &workspace).await;
+    api.ask(&session, "hello").await;
+    ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
+    std::fs::write(dir.join("a.txt"), "a 2\n").unwrap();
+    git(dir, &["commit", "-q", "-am", "fix a"]).await;
+    std::fs::write(dir.join("b.txt"), "new\n").unwrap();
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#session-state", "PAUSED").await;
+    browser.click("#resume").await;
+    browser.wait_text("#drift", "The workspace changed while the session was paused").await;
+    browser.wait_text("#drift", "1 new commit").await;
+    browser.wait_text("#drift .drift-commits", "fix a").await;
+    browser.wait_text("#drift .drift-files", "Files changed: a.txt, b.txt").await;
+    browser.screenshot("drift").await;
 }
 
 /// The session view in light and dark (following the system) and at a desktop's and a
