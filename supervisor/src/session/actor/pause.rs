@@ -221,25 +221,20 @@ impl SessionActor {
     /// resume compiled from still holds (it is not asked again: the agent would summarise
     /// the context it was given).
     async fn carried_summary(&self) -> PauseSummary {
+        const IDLE: &str = "the agent has not worked since it was resumed";
         let previous = self.context.store.latest_snapshot(self.row.id.clone()).await;
-        match previous {
-            Ok(Some(snapshot)) => match snapshot.summary {
+        match previous.ok().flatten() {
+            Some(snapshot) => match snapshot.summary {
                 Some(summary) if summary.state == SummaryState::Stored => PauseSummary {
                     note: Some(format!(
-                        "carried over from snapshot {}: the agent has not worked since it was resumed",
+                        "carried over from snapshot {}: {IDLE}",
                         snapshot.snapshot_id
                     )),
                     ..summary
                 },
-                _ => summary::without(
-                    SummaryState::Skipped,
-                    "the agent has not worked since it was resumed",
-                ),
+                _ => summary::without(SummaryState::Skipped, IDLE),
             },
-            _ => summary::without(
-                SummaryState::Skipped,
-                "the agent has not worked since it was resumed",
-            ),
+            None => summary::without(SummaryState::Skipped, IDLE),
         }
     }
 
