@@ -35,11 +35,11 @@ async fn pause_and_read(
     assert_eq!(asked.pause_requested, summarizes, "{asked:?}");
     assert_eq!(asked.snapshot_id.is_none(), summarizes, "{asked:?}");
     let seen = until(&mut events, is_paused).await;
-    (seen, paused_summary(api, session).await)
+    (seen, paused_summary(api, session, SnapshotTrigger::Pause).await)
 }
 
 /// The summary in the session's newest (the pause's) snapshot.
-async fn paused_summary(api: &Api, session: &str) -> PauseSummary {
+async fn paused_summary(api: &Api, session: &str, trigger: SnapshotTrigger) -> PauseSummary {
     assert_eq!(api.status(session).await.state, SessionState::Paused);
     let list = ok("snapshot.list", api.typed().snapshot_list(session.to_owned())).await;
     // (A turn's snapshot, taken in the background, may land after the pause's.)
@@ -49,7 +49,7 @@ async fn paused_summary(api: &Api, session: &str) -> PauseSummary {
         .find(|s| s.trigger != SnapshotTrigger::TurnComplete)
         .expect("the pause's snapshot");
     let snapshot = ok("snapshot.get", api.typed().snapshot_get(newest.snapshot_id.clone())).await;
-    assert_eq!(snapshot.trigger, SnapshotTrigger::Pause, "{snapshot:?}");
+    assert_eq!(snapshot.trigger, trigger, "{snapshot:?}");
     snapshot.summary.expect("a pause's snapshot says what became of its summary")
 }
 
@@ -164,7 +164,7 @@ async fn r34_a_kill_during_the_summary_turn_leaves_the_session_paused() {
     let api = daemon.api().await;
     let mut events = api.subscribe(&session, seen.last().map_or(0, |e| e.seq)).await;
     until(&mut events, is_paused).await;
-    let summary = paused_summary(&api, &session).await;
+    let summary = paused_summary(&api, &session, SnapshotTrigger::Pause).await;
     assert_eq!(summary.state, SummaryState::Stored, "{summary:?}");
     assert_eq!(summary.turn_id, Some(turn_id));
     // Nothing of the execution is left running.
@@ -195,7 +195,7 @@ async fn r34_a_kill_before_the_summary_prompt_left_still_pauses() {
     let mut events = api.subscribe(&session, after).await;
     let seen = until(&mut events, is_paused).await;
     assert!(started(&seen).is_none(), "the agent was not asked twice: {seen:?}");
-    let summary = paused_summary(&api, &session).await;
+    let summary = paused_summary(&api, &session, SnapshotTrigger::Pause).await;
     assert_eq!(summary.state, SummaryState::Failed, "{summary:?}");
     let note = summary.note.unwrap_or_default();
     assert_eq!(note, "the supervisor stopped before the summary prompt was sent");
@@ -246,8 +246,14 @@ async fn r34_no_summary_turn_over_a_budget() {
     let daemon = Daemon::start_with_profiles(&[], &[("summarize.toml", SUMMARIZE)]).await;
     let api = daemon.api().await;
     let session = api.ready_session("summarize", &daemon.workspace("budget")).await;
-    api.ask(&session, &format!("/tokens 100 200\n/then /say {ANSWER}\nwork")).await;
-    // The budget is set below what was spent (so no budget pause came first).
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, &format!("/tokens 100 200\n/then /say {ANSWER}\nwork")).await.unwrap();
+    // The turn's snapshot is taken after its limits were checked: a budget set below what
+    // was spent after that pauses nothing by itself.
+    let turn_snapshot = |e: &SessionEvent| {
+        matches!(e.kind, EventKind::SnapshotTaken { trigger: SnapshotTrigger::TurnComplete, .. })
+    };
+    until(&mut events, turn_snapshot).await;
     let set = api.typed().budget_set(Some(session.clone()), None, Some(100), None, None);
     ok("budget.set", set).await;
     let (seen, summary) = pause_and_read(&api, &session, None, false).await;
@@ -257,4 +263,22 @@ async fn r34_no_summary_turn_over_a_budget() {
         summary.note.as_deref().unwrap_or_default().ends_with(": no more spending"),
         "{summary:?}"
     );
+}
+
+/// A budget's own pause (a turn spent past it) asks for no summary either.
+#[tokio::test]
+async fn r34_a_budgets_pause_asks_for_no_summary() {
+    let daemon = Daemon::start_with_profiles(&[], &[("summarize.toml", SUMMARIZE)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("summarize", &daemon.workspace("budget-pause")).await;
+    let set = api.typed().budget_set(Some(session.clone()), None, Some(100), None, None);
+    ok("budget.set", set).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, &format!("/tokens 100 200\n/then /say {ANSWER}\nwork")).await.unwrap();
+    let seen = until(&mut events, is_paused).await;
+    let turns = seen.iter().filter(|e| matches!(e.kind, EventKind::TurnStarted { .. })).count();
+    assert_eq!(turns, 1, "only the prompt's turn: {seen:?}");
+    let summary = paused_summary(&api, &session, SnapshotTrigger::Budget).await;
+    assert_eq!(summary.state, SummaryState::Skipped, "{summary:?}");
+    assert_eq!(summary.note.as_deref(), Some("a budget's pause does not spend more"));
 }

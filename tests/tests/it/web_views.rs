@@ -380,7 +380,11 @@ async fn runs_as_cards() {
     Box::pin(first_run_paused_with_a_summary(&browser)).await;
     // A second run, paused by `max_turns` at its first turn (the session's third).
     api.resume(&session).await.expect("resume");
-    api.ask(&session, "second").await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "second").await.expect("prompt");
+    let paused =
+        |e: &protocol::api::SessionEvent| matches!(e.kind, protocol::api::EventKind::Paused { .. });
+    Box::pin(tether_tests::daemon::until(&mut events, paused)).await;
     Box::pin(browser.wait_text("#session-state", "PAUSED")).await;
     Box::pin(runs_shown_as_cards(&browser)).await;
 }
