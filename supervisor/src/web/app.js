@@ -559,7 +559,8 @@ function wire() {
     const text = $("#prompt").value;
     if (!text.trim()) return;
     const started = await act("task.session.prompt", { session_id: state.open, prompt: text });
-    if (started) $("#prompt").value = "";
+    // Not what was typed meanwhile (the turn's state can arrive before this answer).
+    if (started && $("#prompt").value === text) $("#prompt").value = "";
   });
   $("#workflow-resume").addEventListener("click", async () => {
     const resumed = await act("workflow.resume", { workflow_id: state.openWorkflow });
