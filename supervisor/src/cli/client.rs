@@ -835,7 +835,14 @@ impl Client {
             println!("session {session} paused{}", taken(paused.snapshot_id.as_deref()));
             return Ok(());
         }
-        println!("session {session}: pause requested; the running turn finishes first");
+        let first = match status.state {
+            SessionState::Running => "the running turn finishes first",
+            SessionState::WaitingForInput => {
+                "the agent is asked for its summary first (session.summarize_on_pause)"
+            }
+            _ => "the agent's start finishes first",
+        };
+        println!("session {session}: pause requested; {first}");
         if no_wait {
             return Ok(());
         }
@@ -850,6 +857,14 @@ impl Client {
                 EventKind::Paused { forced, .. } => {
                     let how = if forced { " (the turn was cancelled)" } else { "" };
                     println!("session {session} paused{how}{}", taken(snapshot.as_deref()));
+                    // What the agent summarised, if it was asked.
+                    if let Some(id) = snapshot
+                        && let Ok(snapshot) = api.snapshot_get(id).await
+                        && let Some(line) =
+                            snapshot.summary.as_ref().and_then(super::output::summary_line)
+                    {
+                        println!("{line}");
+                    }
                     return Ok(());
                 }
                 EventKind::State { state, .. } if state.is_at_rest() => {

@@ -184,7 +184,7 @@ pub(super) fn pause_summary(
 
 /// A pause's summary turn in one line: what the agent summarised, or why nothing (no line
 /// when the profile does not ask for one).
-fn summary_line(summary: &protocol::api::PauseSummary) -> Option<String> {
+pub(super) fn summary_line(summary: &protocol::api::PauseSummary) -> Option<String> {
     use protocol::api::SummaryState;
     let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
     let note = summary.note.as_deref().unwrap_or("");

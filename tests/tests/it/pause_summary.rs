@@ -282,3 +282,21 @@ async fn r34_a_budgets_pause_asks_for_no_summary() {
     assert_eq!(summary.state, SummaryState::Skipped, "{summary:?}");
     assert_eq!(summary.note.as_deref(), Some("a budget's pause does not spend more"));
 }
+
+/// The CLI's `pause` says the agent is asked for its summary, waits for the pause, and
+/// prints what the agent summarised.
+#[tokio::test]
+async fn r34_the_cli_pause_waits_for_the_summary_and_prints_it() {
+    let daemon = Daemon::start_with_profiles(&[], &[("summarize.toml", SUMMARIZE)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("summarize", &daemon.workspace("cli")).await;
+    api.ask(&session, &format!("/then /say {ANSWER}\nwork")).await;
+    let (code, out, err) = daemon.cli(&["pause", &session, "--reason", "lunch"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let asked = "pause requested; the agent is asked for its summary first";
+    assert!(out.contains(asked), "{out}");
+    assert!(out.contains(&format!("session {session} paused (snapshot ")), "{out}");
+    let line = "agent's summary: 1 decision, 1 open problem; next: fix the lexer";
+    assert!(out.contains(line), "{out}");
+    assert_eq!(api.status(&session).await.state, SessionState::Paused);
+}
