@@ -56,7 +56,37 @@ pub struct PlanEntry {
     pub priority: Option<String>,
 }
 
+/// How far a plan is: its steps by status, and the first not completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanProgress<'a> {
+    /// Steps.
+    pub total: usize,
+    /// Completed.
+    pub done: usize,
+    /// In progress.
+    pub in_progress: usize,
+    /// Pending.
+    pub pending: usize,
+    /// The first step not completed.
+    pub current: Option<&'a str>,
+}
+
 impl PlanEntry {
+    /// How far `plan` is.
+    pub fn progress(plan: &[PlanEntry]) -> PlanProgress<'_> {
+        let count = |status: &str| plan.iter().filter(|step| step.status == status).count();
+        PlanProgress {
+            total: plan.len(),
+            done: count("completed"),
+            in_progress: count("in_progress"),
+            pending: count("pending"),
+            current: plan
+                .iter()
+                .find(|step| step.status != "completed")
+                .map(|step| step.content.as_str()),
+        }
+    }
+
     /// The plan as lines of text, one step each: `[done]`, `[in progress]` or `[next]`
     /// before its content (what a history entry's `content` and a resume context say).
     pub fn lines(plan: &[PlanEntry]) -> String {

@@ -157,15 +157,15 @@ pub(super) fn pause_summary(
         ));
     }
     if !snapshot.plan.is_empty() {
-        let count =
-            |status: &str| snapshot.plan.iter().filter(|step| step.status == status).count();
-        let next = snapshot.plan.iter().find(|step| step.status != "completed");
+        let progress = protocol::api::PlanEntry::progress(&snapshot.plan);
         lines.push(format!(
             "  plan: {} done, {} in progress, {} next{}",
-            count("completed"),
-            count("in_progress"),
-            count("pending"),
-            next.map(|step| format!(" — now: {}", crate::history::excerpt(&step.content, 120)))
+            progress.done,
+            progress.in_progress,
+            progress.pending,
+            progress
+                .current
+                .map(|step| format!(" — now: {}", crate::history::excerpt(step, 120)))
                 .unwrap_or_default()
         ));
     }

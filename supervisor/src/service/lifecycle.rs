@@ -713,17 +713,13 @@ impl Supervisor {
         summary_asked_at: Option<i64>,
     ) -> Result<Option<String>, ServiceError> {
         use crate::snapshot::summary;
-        use protocol::api::SummaryState;
         let history = self.config.home.session(&row.id).history();
         let summary = match summary_asked_at {
             Some(at) => summary::answer_of(&self.config.store, row.id.clone(), history, at).await,
-            None if Supervisor::snapshot(row).is_ok_and(|p| p.session.summarize_on_pause) => {
-                summary::without(SummaryState::Skipped, "no agent was running")
+            None => {
+                let wanted = Supervisor::snapshot(row).is_ok_and(|p| p.session.summarize_on_pause);
+                summary::not_asked(wanted, "no agent was running")
             }
-            None => summary::without(
-                SummaryState::Off,
-                "the profile does not ask for one (session.summarize_on_pause)",
-            ),
         };
         let request = crate::snapshot::Request {
             summary: Some(summary),

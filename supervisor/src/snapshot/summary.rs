@@ -49,6 +49,16 @@ pub enum SummaryError {
     TooMany(&'static str),
 }
 
+/// A pause's summary when its agent was not asked: `off` when the profile does not ask for
+/// one (`wanted`), else `skipped` saying `why`.
+pub fn not_asked(wanted: bool, why: &str) -> PauseSummary {
+    if wanted {
+        without(SummaryState::Skipped, why)
+    } else {
+        without(SummaryState::Off, "the profile does not ask for one (session.summarize_on_pause)")
+    }
+}
+
 /// A snapshot's summary in a state that holds no summary.
 pub fn without(state: SummaryState, note: impl Into<String>) -> PauseSummary {
     PauseSummary { state, note: Some(note.into()), summary: None, turn_id: None }

@@ -194,10 +194,7 @@ impl SessionActor {
             SummaryStep::Settled(settled) => return settled.clone(),
             SummaryStep::Asked(at) => *at,
             SummaryStep::NotAsked if !self.profile.session.summarize_on_pause => {
-                return summary::without(
-                    SummaryState::Off,
-                    "the profile does not ask for one (session.summarize_on_pause)",
-                );
+                return summary::not_asked(false, "");
             }
             SummaryStep::NotAsked if self.resume_context.is_some() => {
                 return self.carried_summary().await;
@@ -210,7 +207,7 @@ impl SessionActor {
                     SnapshotTrigger::Budget => "a budget's pause does not spend more",
                     _ => "no agent was waiting for a prompt",
                 };
-                return summary::without(SummaryState::Skipped, why);
+                return summary::not_asked(true, why);
             }
         };
         let history = self.history.path().to_owned();

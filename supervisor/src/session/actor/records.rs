@@ -179,15 +179,12 @@ impl SessionActor {
     /// Puts how far the agent's plan is on the timeline, unless the last row said the same
     /// (agents send their plan again as they go).
     pub(in crate::session) async fn log_plan(&mut self, plan: Vec<protocol::api::PlanEntry>) {
-        let count = |status: &str| plan.iter().filter(|step| step.status == status).count();
+        let progress = protocol::api::PlanEntry::progress(&plan);
         let event = protocol::api::TimelineEvent::Plan {
-            total: plan.len(),
-            done: count("completed"),
-            in_progress: count("in_progress"),
-            current: plan
-                .iter()
-                .find(|step| step.status != "completed")
-                .map(|step| history::excerpt(&step.content, 300)),
+            total: progress.total,
+            done: progress.done,
+            in_progress: progress.in_progress,
+            current: progress.current.map(|step| history::excerpt(step, 300)),
         };
         if self.plan_row.1.as_ref() == Some(&event) {
             return;
