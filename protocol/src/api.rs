@@ -144,6 +144,24 @@ wire_names!(TurnState {
     Interrupted => "interrupted",
 });
 
+/// Who sent a turn's prompt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptOrigin {
+    /// A person or a client (`task.session.prompt`, a workflow step, an editor).
+    #[default]
+    User,
+    /// Tether, asking the agent for its summary before a pause (`summarize_on_pause`).
+    PauseSummary,
+}
+
+impl PromptOrigin {
+    /// Whether a person or a client sent it.
+    pub fn is_user(&self) -> bool {
+        *self == PromptOrigin::User
+    }
+}
+
 /// How a resume restored a session, or that none was needed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -585,8 +603,11 @@ pub enum EventKind {
         /// The turn; also the id of the prompt's message (its history entry's
         /// `message_id`, a load's `messageId`).
         turn_id: String,
-        /// The user's prompt.
+        /// The prompt.
         prompt: String,
+        /// Who sent it: omitted for a person's (or a client's) prompt.
+        #[serde(default, skip_serializing_if = "PromptOrigin::is_user")]
+        origin: PromptOrigin,
     },
     /// A chunk of the agent's reply.
     AgentMessageChunk {

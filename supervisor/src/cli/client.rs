@@ -688,7 +688,7 @@ impl Client {
             };
             shown.progress(&event);
             match &event.kind {
-                EventKind::TurnStarted { turn_id, prompt }
+                EventKind::TurnStarted { turn_id, prompt, .. }
                     if turn.is_none()
                         && Some(prompt.as_str()) == text
                         && event.seq > started_after =>

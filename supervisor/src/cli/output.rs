@@ -1,6 +1,7 @@
 //! What the client commands print: fields, events as lines, launch progress, timelines.
 
 use super::*;
+use protocol::api::PromptOrigin;
 
 /// Prints `value` as pretty JSON.
 pub(super) fn print_json<T: Serialize>(value: &T) -> Result<(), Failure> {
@@ -57,7 +58,14 @@ pub(super) fn describe(kind: &EventKind) -> String {
             Some(error) => format!("state {}: {error}", state.as_str()),
             None => format!("state {}", state.as_str()),
         },
-        EventKind::TurnStarted { turn_id, prompt } => format!("turn {turn_id} started: {prompt}"),
+        EventKind::TurnStarted { turn_id, prompt, origin } => match origin {
+            PromptOrigin::User => format!("turn {turn_id} started: {prompt}"),
+            PromptOrigin::PauseSummary => {
+                format!(
+                    "turn {turn_id} started: Tether asks the agent for its summary before pausing"
+                )
+            }
+        },
         EventKind::AgentMessageChunk { text, .. } => format!("agent: {text}"),
         EventKind::AgentThoughtChunk { text, .. } => format!("thought: {text}"),
         EventKind::ToolCall { update } => {
@@ -429,6 +437,14 @@ mod tests {
         let budget = json!({"type": "budget_warning", "budget": {"scope": "session", "id": "s",
             "budget": {"tokens": 1000}, "used_tokens": 800, "used_cost": 0.0, "percent": 80}});
         assert!(line(budget).starts_with("budget warning: the session's budget"), "budget");
+        let mine = json!({"type": "turn_started", "turn_id": "t-1", "prompt": "fix it"});
+        assert_eq!(line(mine), "turn t-1 started: fix it");
+        let asked = json!({"type": "turn_started", "turn_id": "t-2", "prompt": "The session is being paused.",
+            "origin": "pause_summary"});
+        assert_eq!(
+            line(asked),
+            "turn t-2 started: Tether asks the agent for its summary before pausing"
+        );
         let newer = line(json!({"type": "something_new", "x": 1}));
         assert!(newer.contains("does not know"), "{newer}");
     }

@@ -18,6 +18,8 @@ mod settings;
 mod turns;
 mod usage;
 
+use turns::TurnKind;
+
 pub(super) use usage::prompt_usage;
 
 use std::collections::HashMap;
@@ -675,7 +677,7 @@ impl SessionActor {
                                     .into(),
                             )));
                         } else if let Err(err) =
-                            self.start_turn_as(text, Some(turn_id), Some(reply)).await
+                            self.start_turn_as(text, TurnKind::RetryOf(turn_id), Some(reply)).await
                         {
                             tracing::debug!(session = %self.row.id, %err, "retry refused");
                         }

@@ -277,6 +277,9 @@ function renderTool(update) {
 
 // ---- plans, usage --------------------------------------------------------------------
 
+// What the transcript and the snapshot view say for Tether's summary prompt at a pause.
+const SUMMARY_ASKED = "Tether asked the agent for its summary before pausing";
+
 const PLAN_MARKS = { completed: "✓", in_progress: "▶", pending: "○" };
 
 // ACP sends the whole plan each time: the turn's plan box shows the latest.
@@ -372,7 +375,11 @@ function render(event) {
       state.currentAgent = null;
       state.currentThought = null;
       state.plan = null;
-      transcript(el("div", { class: "user", "data-turn": event.turn_id }, "You: " + event.prompt));
+      // Tether's own prompt (the summary asked for at a pause) is not the person's.
+      transcript(event.origin === "pause_summary"
+        ? el("details", { class: "user tether-ask", "data-turn": event.turn_id },
+          el("summary", {}, SUMMARY_ASKED), el("div", { class: "tether-ask-text" }, event.prompt))
+        : el("div", { class: "user", "data-turn": event.turn_id }, "You: " + event.prompt));
       break;
     case "agent_message_chunk":
       state.currentThought = null;

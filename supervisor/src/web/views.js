@@ -220,9 +220,12 @@ async function showSnapshot(snapshotId) {
       ...field("usage", `${usage.turns || 0} turns, ${usage.tool_calls || 0} tool calls` +
         (usage.context_size ? `, context ${formatTokens(usage.context_used || 0)} / ${formatTokens(usage.context_size)}` : "") +
         (typeof usage.cost === "number" ? `, ${usage.cost.toFixed(2)} ${usage.cost_currency || ""}` : "")));
+    const summaryTurn = s.summary && s.summary.turn_id;
     const turns = el("ol", { class: "snapshot-turns" },
       ...s.turns.map((t) => el("li", {},
-        el("div", { class: "user" }, t.prompt),
+        t.turn_id === summaryTurn
+          ? el("div", { class: "user tether-ask" }, SUMMARY_ASKED)
+          : el("div", { class: "user" }, t.prompt),
         t.reply ? el("div", { class: "agent" }, t.reply) : "",
         el("div", { class: "muted" }, `${t.state}${t.stop_reason ? " (" + t.stop_reason + ")" : ""}` +
           (t.tool_calls.length ? ` · tools: ${t.tool_calls.map((c) => `${c.title} (${c.status})`).join(", ")}` : "")))));

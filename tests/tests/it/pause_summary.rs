@@ -5,7 +5,8 @@
 //! leaves the session paused, never stuck.
 
 use protocol::api::{
-    ApiClient, EventKind, PauseSummary, SessionEvent, SessionState, SnapshotTrigger, SummaryState,
+    ApiClient, EventKind, PauseSummary, PromptOrigin, SessionEvent, SessionState, SnapshotTrigger,
+    SummaryState,
 };
 use tether_tests::daemon::{Api, Daemon, ok, until};
 use tether_tests::within;
@@ -53,11 +54,20 @@ async fn paused_summary(api: &Api, session: &str, trigger: SnapshotTrigger) -> P
     snapshot.summary.expect("a pause's snapshot says what became of its summary")
 }
 
-/// The turn started among `events`: `(turn id, prompt)`.
+/// The summary turn started among `events`: `(turn id, prompt)`. Every turn started there
+/// is one (a pause takes no prompt of a person), and says it is Tether's.
 fn started(events: &[SessionEvent]) -> Option<(String, String)> {
-    events.iter().find_map(|event| match &event.kind {
-        EventKind::TurnStarted { turn_id, prompt } => Some((turn_id.clone(), prompt.clone())),
-        _ => None,
+    let turns: Vec<_> = events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::TurnStarted { turn_id, prompt, origin } => Some((turn_id, prompt, origin)),
+            _ => None,
+        })
+        .collect();
+    assert!(turns.len() <= 1, "one summary turn at most: {turns:?}");
+    turns.first().map(|(turn_id, prompt, origin)| {
+        assert_eq!(**origin, PromptOrigin::PauseSummary, "{events:?}");
+        ((*turn_id).clone(), (*prompt).clone())
     })
 }
 
@@ -263,6 +273,29 @@ async fn r34_no_summary_turn_over_a_budget() {
         summary.note.as_deref().unwrap_or_default().ends_with(": no more spending"),
         "{summary:?}"
     );
+}
+
+/// A session whose agent never had a turn has nothing to summarise: its pause asks for
+/// nothing and is immediate; a person's prompt is marked as theirs.
+#[tokio::test]
+async fn r34_a_session_that_never_worked_is_not_asked_for_a_summary() {
+    let daemon = Daemon::start_with_profiles(&[], &[("summarize.toml", SUMMARIZE)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("summarize", &daemon.workspace("idle")).await;
+    let (seen, summary) = pause_and_read(&api, &session, None, false).await;
+    assert!(started(&seen).is_none(), "no summary turn: {seen:?}");
+    assert_eq!(summary.state, SummaryState::Skipped, "{summary:?}");
+    assert_eq!(summary.note.as_deref(), Some("no turn ran: there is nothing to summarise"));
+
+    api.resume(&session).await.expect("resume");
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "hello").await.unwrap();
+    let seen = until(&mut events, |e| matches!(e.kind, EventKind::TurnStarted { .. })).await;
+    let origin = seen.iter().find_map(|e| match &e.kind {
+        EventKind::TurnStarted { origin, .. } => Some(*origin),
+        _ => None,
+    });
+    assert_eq!(origin, Some(PromptOrigin::User), "{seen:?}");
 }
 
 /// A budget's own pause (a turn spent past it) asks for no summary either.

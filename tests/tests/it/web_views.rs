@@ -399,6 +399,7 @@ async fn first_run_paused_with_a_summary(browser: &Browser) {
     browser.type_into("#pause-reason", "first break").await;
     browser.click("#pause-confirm").await;
     browser.wait_text("#session-state", "PAUSED").await;
+    Box::pin(summary_prompt_shown_as_tethers(browser)).await;
     browser.click("[data-tab=snapshots]").await;
     browser.wait_text("#snapshot-list", "first break").await;
     // The pause's snapshot (a turn's may be listed beside it).
@@ -409,6 +410,18 @@ async fn first_run_paused_with_a_summary(browser: &Browser) {
     browser.wait_text(decisions, "keep the parser hand-written").await;
     browser.wait_text(decisions, "considered: a parser generator").await;
     browser.wait_text("#snapshot-view .snapshot-summary .next-steps", "fix the lexer").await;
+    browser.wait_text("#snapshot-view .snapshot-turns .user.tether-ask", ASKED).await;
+}
+
+const ASKED: &str = "Tether asked the agent for its summary before pausing";
+
+/// Tether's summary prompt is shown as its own, not as the person's.
+async fn summary_prompt_shown_as_tethers(browser: &Browser) {
+    browser.wait_text("#transcript .user.tether-ask summary", ASKED).await;
+    let mine = browser.texts("#transcript .user:not(.tether-ask)").await;
+    assert_eq!(mine.len(), 1, "{mine:?}");
+    assert!(mine[0].starts_with("You: /plan read the grammar"), "{mine:?}");
+    browser.screenshot("summary-asked").await;
 }
 
 async fn runs_shown_as_cards(browser: &Browser) {

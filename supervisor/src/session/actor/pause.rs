@@ -143,8 +143,8 @@ impl SessionActor {
 
     /// Whether the pending pause asks its agent for a summary now: the profile asks for
     /// one, this pause was not forced, may wait and may spend a turn (not an idle park or a
-    /// budget's pause), the agent has worked since a resume wrapped in a context (else it
-    /// would summarise that context), and it waits for a prompt.
+    /// budget's pause), the agent has worked at all and since a resume wrapped in a context
+    /// (else it would summarise that context), and it waits for a prompt.
     fn summary_due(&self) -> bool {
         let Some(pause) = self.pause.as_ref() else { return false };
         pause.summary == SummaryStep::NotAsked
@@ -152,6 +152,7 @@ impl SessionActor {
             && !pause.forced
             && !pause.wait.is_zero()
             && self.resume_context.is_none()
+            && !self.history.is_empty()
             && summarizes(pause.trigger)
             && self.phase() == Phase::Open
             && self.turn.is_none()
@@ -180,7 +181,7 @@ impl SessionActor {
         self.emit(SessionEventKind::Notice {
             message: "asking the agent for a summary of its decisions, open problems and next steps before pausing".into(),
         });
-        self.start_turn(summary::PROMPT.to_owned(), None).await?;
+        self.start_turn_as(summary::PROMPT.to_owned(), TurnKind::PauseSummary, None).await?;
         if let Some(pause) = self.pause.as_mut() {
             pause.summary = SummaryStep::Asked(at);
             pause.force_at = Some(Instant::now() + wait);
@@ -205,6 +206,7 @@ impl SessionActor {
                     _ if pause.wait.is_zero() => "the pause was asked to be immediate",
                     SnapshotTrigger::Idle => "an idle park does not ask for one",
                     SnapshotTrigger::Budget => "a budget's pause does not spend more",
+                    _ if self.history.is_empty() => "no turn ran: there is nothing to summarise",
                     _ => "no agent was waiting for a prompt",
                 };
                 return summary::not_asked(true, why);

@@ -2,11 +2,22 @@
 //! found undelivered.
 
 use super::*;
+use protocol::api::PromptOrigin;
 
 /// The most stderr lines shown while the agent is quiet (see `stderr_while_quiet`).
 const MAX_QUIET_STDERR: u32 = 20;
 /// How much of each is shown.
 const QUIET_STDERR_CHARS: usize = 300;
+
+/// What a new turn is, beyond its prompt.
+pub(in crate::session) enum TurnKind {
+    /// A prompt of a person or a client.
+    Prompt,
+    /// A person's retry of this turn: its prompt again.
+    RetryOf(String),
+    /// Tether asking the agent for its summary before a pause.
+    PauseSummary,
+}
 
 impl SessionActor {
     /// Starts a turn and queues its prompt; `reply` (if any) gets the turn id once the
@@ -16,17 +27,17 @@ impl SessionActor {
         text: String,
         reply: Option<Reply<String>>,
     ) -> Result<(), String> {
-        self.start_turn_as(text, None, reply).await
+        self.start_turn_as(text, TurnKind::Prompt, reply).await
     }
 
-    /// [`Self::start_turn`], for a turn that re-sends `retry_of`'s prompt (if given).
+    /// [`Self::start_turn`], for a turn of the given kind.
     pub(in crate::session) async fn start_turn_as(
         &mut self,
         text: String,
-        retry_of: Option<String>,
+        kind: TurnKind,
         reply: Option<Reply<String>>,
     ) -> Result<(), String> {
-        match self.prepare_turn(text, retry_of).await {
+        match self.prepare_turn(text, kind).await {
             Ok((turn_id, message)) => {
                 self.send(Outgoing::Prompt { message, turn_id, reply });
                 Ok(())
@@ -45,8 +56,13 @@ impl SessionActor {
     pub(in crate::session) async fn prepare_turn(
         &mut self,
         text: String,
-        retry_of: Option<String>,
+        kind: TurnKind,
     ) -> Result<(String, Value), SessionError> {
+        let (retry_of, origin) = match kind {
+            TurnKind::Prompt => (None, PromptOrigin::User),
+            TurnKind::RetryOf(turn_id) => (Some(turn_id), PromptOrigin::User),
+            TurnKind::PauseSummary => (None, PromptOrigin::PauseSummary),
+        };
         match self.row.state {
             SessionState::WaitingForInput => {}
             other => {
@@ -101,7 +117,7 @@ impl SessionActor {
         agentctl::fault::point("prompt.recorded");
         self.next_request_id += 1;
         self.record_prompt(text.clone(), turn_id.clone());
-        self.emit(SessionEventKind::TurnStarted { turn_id: turn_id.clone(), prompt: text });
+        self.emit(SessionEventKind::TurnStarted { turn_id: turn_id.clone(), prompt: text, origin });
         self.turn = Some(Turn {
             id: turn_id.clone(),
             cancel_at: None,
@@ -381,6 +397,7 @@ impl SessionActor {
             self.emit(SessionEventKind::TurnStarted {
                 turn_id: turn_id.to_owned(),
                 prompt: prompt.to_owned(),
+                origin: PromptOrigin::User,
             });
         }
         self.send(Outgoing::Prompt { message, turn_id: turn_id.to_owned(), reply: None });

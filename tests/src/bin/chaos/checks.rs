@@ -28,7 +28,7 @@ pub(super) fn observe(
     track.last_seq = seq;
     let Some(turn) = track.turns.last_mut() else { return };
     match &event.kind {
-        EventKind::TurnStarted { turn_id, prompt } if prompt.contains(&turn.tag) => {
+        EventKind::TurnStarted { turn_id, prompt, .. } if prompt.contains(&turn.tag) => {
             turn.turn_id = Some(turn_id.clone());
         }
         EventKind::AgentMessageChunk { text, .. }
