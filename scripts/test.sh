@@ -11,8 +11,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 source scripts/setup.sh
+# What a test process that died without cleaning up left running (its daemon, sidecars,
+# agents, browser), found by the harness's mark on their directory, is killed and named.
+reap_orphans() {
+  if [ -x target/debug/reap-orphans ]; then target/debug/reap-orphans; fi
+}
 # The engines we started, we stop when the tests are done.
 stop_engines() {
+  reap_orphans || true
   for pid in ${SECOND_DOCKERD_STARTED:-} ${DOCKERD_STARTED:-}; do
     kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
   done
@@ -23,6 +29,7 @@ echo "test: building workspace binaries"
 cargo build --quiet --workspace --bins
 # The official ACP SDK's client (a package outside the workspace: it pins an older ACP schema
 # crate than Tether's), sharing the target dir.
+reap_orphans
 echo "test: building the SDK client (tests/sdk-baseline)"
 CARGO_TARGET_DIR="$PWD/target" cargo build --quiet --manifest-path tests/sdk-baseline/Cargo.toml
 echo "test: building static binaries for container images"

@@ -140,8 +140,14 @@ pub struct Browser {
 impl Browser {
     async fn start(name: &str) -> Browser {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        // The driver and the browser both name the profile's directory (the driver in its
+        // log's path): a test that dies without dropping this leaves them to the reaper.
+        let profile = tempfile::tempdir().unwrap();
+        crate::reap::own(profile.path());
         let mut driver = Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
+            .arg(format!("--log-path={}", profile.path().join("chromedriver.log").display()))
+            .arg("--log-level=SEVERE")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true)
@@ -159,7 +165,6 @@ impl Browser {
         }
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let base = format!("127.0.0.1:{port}");
-        let profile = tempfile::tempdir().unwrap();
         let capabilities = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:chromeOptions": {

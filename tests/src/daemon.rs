@@ -69,6 +69,8 @@ impl Daemon {
         prepare: impl FnOnce(&Path) -> T,
     ) -> (Daemon, T) {
         let root = tempfile::tempdir().expect("a temp dir");
+        // A test that dies without dropping this leaves its processes to the reaper.
+        crate::reap::own(root.path());
         let prepared = prepare(root.path());
         let install_id = uuid::Uuid::new_v4().to_string();
         std::fs::create_dir_all(root.path().join("tether")).expect("create the data dir");
@@ -352,23 +354,7 @@ impl Daemon {
 
     /// Pids of live processes whose command line mentions `needle`.
     pub fn processes_mentioning(needle: &Path) -> Vec<u32> {
-        let needle = needle.to_string_lossy().into_owned();
-        let own = std::process::id();
-        let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-        entries
-            .flatten()
-            .filter_map(|entry| {
-                entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok())
-            })
-            .filter(|&pid| pid != own)
-            .filter(|pid| {
-                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-                let zombie =
-                    stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
-                !zombie && String::from_utf8_lossy(&cmdline).contains(&needle)
-            })
-            .collect()
+        crate::reap::processes_mentioning(needle)
     }
 
     /// Runs the CLI against this daemon; returns (exit code, stdout, stderr).

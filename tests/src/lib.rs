@@ -9,6 +9,7 @@ pub mod docker;
 pub mod face;
 pub mod model_server;
 pub mod real_agents;
+pub mod reap;
 pub mod schema;
 pub mod sdk;
 pub mod sidecar;

@@ -25,6 +25,7 @@ mod pause_summary;
 mod pool;
 mod real_agents;
 mod real_settings;
+mod reaping;
 mod resume;
 mod retention;
 mod settings;
