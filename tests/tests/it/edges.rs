@@ -570,12 +570,31 @@ async fn r27_a_full_disk_on_the_supervisors_side_recovers_once_space_is_freed() 
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("full")).await;
     let mut events = api.subscribe_at_end(&session).await;
+    // More room than agentctl's spool may take here (its bound: a quarter of this disk, at
+    // least two 4 MiB segments): the disk runs full at one of the supervisor's writes, never
+    // first at agentctl's (which a slow supervisor's late acknowledgements once let grow
+    // past a smaller room).
     let filler = fill_disk(&daemon.home().join("tether"), 3 * 1024 * 1024);
+    let mut log = daemon.log_lines();
     // One message of 100,000 chunks: about 23 MB as agentctl's events, more than this
     // disk. It fits only because agentctl keeps a bounded backlog and a long message is
     // recorded (and acknowledged) in parts.
     api.prompt(&session, "/stream 100000\nflood").await.expect("the prompt fits");
-    crate::faults::await_log_again(&daemon, "intake stops until it can").await;
+    // agentctl's spool is on this disk too: almost always one of the supervisor's writes
+    // finds it full first, but a supervisor slowed down (a loaded CI machine) may leave
+    // agentctl's backlog to take the last room. Either side's stall must end by itself.
+    let first_stall = within("a writer to find the disk full", async {
+        loop {
+            match log.recv().await {
+                Ok(line) if line.contains("intake stops until it can") => return line,
+                Ok(line) if line.contains("agentctl cannot write its spool") => return line,
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(err) => panic!("the daemon's log ended: {err}"),
+            }
+        }
+    })
+    .await;
+    println!("the disk ran full first at: {first_stall}");
     let status = api.status(&session).await;
     assert!(status.error.as_deref().is_some_and(|e| e.contains("cannot write")), "{status:?}");
     std::fs::remove_file(&filler).unwrap();
