@@ -7,35 +7,23 @@ use tether_tests::daemon::Daemon;
 use tether_tests::{reap, within, workspace_bin};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-/// Run only by the test below, in a process of its own: dies holding a daemon with a
-/// live session.
-#[tokio::test]
-#[ignore = "run by a_test_that_dies_leaves_nothing_running_after_the_reaper"]
-async fn dies_holding_a_daemon() {
-    let daemon = Daemon::start(&[]).await;
-    let api = daemon.api().await;
-    api.ready_session("mock", &daemon.workspace("orphan")).await;
-    println!("ROOT {}", daemon.root.path().display());
-    std::process::abort();
-}
-
 #[tokio::test]
 async fn a_test_that_dies_leaves_nothing_running_after_the_reaper() {
-    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "reaping::dies_holding_a_daemon", "--ignored", "--nocapture"])
+    // A process of the harness that aborts holding a daemon with a live session.
+    let mut child = tokio::process::Command::new(workspace_bin("die-holding-a-session"))
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .expect("the test binary runs");
+        .expect("the fixture runs");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let root = loop {
-        match within("the dying test's root", lines.next_line()).await.unwrap() {
+        match within("the dying process's root", lines.next_line()).await.unwrap() {
             Some(line) if line.starts_with("ROOT ") => break std::path::PathBuf::from(&line[5..]),
             Some(_) => continue,
-            None => panic!("the dying test ended before it named its root"),
+            None => panic!("the dying process ended before it named its root"),
         }
     };
-    let status = within("the dying test to die", child.wait()).await.unwrap();
+    let status = within("the dying process to die", child.wait()).await.unwrap();
     assert!(!status.success(), "it aborted: {status:?}");
 
     let left = Daemon::processes_mentioning(&root);
