@@ -69,8 +69,6 @@ pub fn orphaned(tmp: &Path) -> Vec<PathBuf> {
 /// What [`reap`] did to one directory.
 #[derive(Debug)]
 pub struct Reaped {
-    /// The directory.
-    pub dir: PathBuf,
     /// The processes killed.
     pub killed: Vec<u32>,
     /// The processes that did not die in time (their pids).
@@ -114,7 +112,7 @@ pub async fn reap(dir: &Path) -> Reaped {
         supervisor::runtime::cgroup::discard(install_id.trim());
     }
     let _ = std::fs::remove_dir_all(dir);
-    Reaped { dir: dir.to_owned(), killed, survivors }
+    Reaped { killed, survivors }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ async fn main() {
         let reaped = reap::reap(&dir).await;
         println!(
             "reap-orphans: a test process died without cleaning up {}: {} process(es) killed",
-            reaped.dir.display(),
+            dir.display(),
             reaped.killed.len()
         );
         if !reaped.survivors.is_empty() {

@@ -5,7 +5,7 @@
 use protocol::api::{ApiClient, EntryType, EventKind, SessionEvent, SessionState, TurnState};
 use serde_json::Value;
 use tether_tests::daemon::{
-    Api, Create, Daemon, chunks, next, ok, settled, sigkill, turn_ended, until,
+    Api, Create, Daemon, await_log, chunks, next, ok, settled, sigkill, turn_ended, until,
 };
 use tether_tests::within;
 
@@ -570,10 +570,6 @@ async fn r27_a_full_disk_on_the_supervisors_side_recovers_once_space_is_freed() 
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("full")).await;
     let mut events = api.subscribe_at_end(&session).await;
-    // More room than agentctl's spool may take here (its bound: a quarter of this disk, at
-    // least two 4 MiB segments): the disk runs full at one of the supervisor's writes, never
-    // first at agentctl's (which a slow supervisor's late acknowledgements once let grow
-    // past a smaller room).
     let filler = fill_disk(&daemon.home().join("tether"), 3 * 1024 * 1024);
     let mut log = daemon.log_lines();
     // One message of 100,000 chunks: about 23 MB as agentctl's events, more than this
@@ -583,17 +579,10 @@ async fn r27_a_full_disk_on_the_supervisors_side_recovers_once_space_is_freed() 
     // agentctl's spool is on this disk too: almost always one of the supervisor's writes
     // finds it full first, but a supervisor slowed down (a loaded CI machine) may leave
     // agentctl's backlog to take the last room. Either side's stall must end by itself.
-    let first_stall = within("a writer to find the disk full", async {
-        loop {
-            match log.recv().await {
-                Ok(line) if line.contains("intake stops until it can") => return line,
-                Ok(line) if line.contains("agentctl cannot write its spool") => return line,
-                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                Err(err) => panic!("the daemon's log ended: {err}"),
-            }
-        }
-    })
-    .await;
+    let first_stall = tokio::select! {
+        line = await_log(&mut log, "intake stops until it can") => line,
+        line = crate::faults::await_log_again(&daemon, "agentctl cannot write its spool") => line,
+    };
     println!("the disk ran full first at: {first_stall}");
     let status = api.status(&session).await;
     assert!(status.error.as_deref().is_some_and(|e| e.contains("cannot write")), "{status:?}");
