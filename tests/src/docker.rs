@@ -135,6 +135,35 @@ pub async fn build_mock_image(docker: &Docker, tag: &str) {
     build_image(docker, tag, build_context(dockerfile, &[("mock-agent", &binary, 0o755)])).await;
 }
 
+/// The Docker profile of the mock agent (`mock-docker`) with this image.
+pub fn mock_docker_profile(image: &str) -> String {
+    format!(
+        // The agent exits at once unless its root_env is set: a container is the sandbox
+        // such an agent asks for, so the Docker runtime sets it (issue 11).
+        "id = \"mock-docker\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{{home}}/.mock-agent\", \"--require-env\", \"TETHER_TEST_SANDBOX=1\"]\nprotocol = \"acp\"\n\
+         runtime = \"docker\"\n[session]\nnative_resume = true\nhistory_injection = true\nagent_state_dirs = [\".mock-agent\"]\n\
+         [docker]\nimage = \"{image}\"\nmemory_mb = 256\ncpus = 1.0\n[process]\nroot_env = {{ TETHER_TEST_SANDBOX = \"1\" }}\n"
+    )
+}
+
+/// An engine, a test image, a daemon with the Docker profile, and cleanup of all of it.
+pub async fn setup() -> Option<(Docker, crate::daemon::Daemon, Cleanup)> {
+    let docker = engine().await?;
+    let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
+    build_mock_image(&docker, &tag).await;
+    let agentctl = static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
+    let profile = mock_docker_profile(&tag);
+    let daemon = crate::daemon::Daemon::start_with_env(
+        &["--static-agentctl", agentctl.to_str().unwrap()],
+        &[("mock-docker.toml", &profile)],
+        &[],
+    )
+    .await;
+    let cleanup =
+        Cleanup { label: format!("tether.install_id={}", daemon.install_id), image: Some(tag) };
+    Some((docker, daemon, cleanup))
+}
+
 /// Removes every container labelled `label` (`key=value`) and, if given, an image; returns
 /// how many containers there were.
 pub async fn remove_labelled(label: &str, image: Option<&str>) -> usize {

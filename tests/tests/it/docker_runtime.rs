@@ -16,33 +16,7 @@ use tether_tests::docker::{Cleanup, build_mock_image, engine, remove_labelled, s
 use tether_tests::within;
 use tether_tests::{git, git_repository};
 
-fn docker_profile(image: &str) -> String {
-    format!(
-        // The agent exits at once unless its root_env is set: a container is the sandbox
-        // such an agent asks for, so the Docker runtime sets it (issue 11).
-        "id = \"mock-docker\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{{home}}/.mock-agent\", \"--require-env\", \"TETHER_TEST_SANDBOX=1\"]\nprotocol = \"acp\"\n\
-         runtime = \"docker\"\n[session]\nnative_resume = true\nhistory_injection = true\nagent_state_dirs = [\".mock-agent\"]\n\
-         [docker]\nimage = \"{image}\"\nmemory_mb = 256\ncpus = 1.0\n[process]\nroot_env = {{ TETHER_TEST_SANDBOX = \"1\" }}\n"
-    )
-}
-
-/// An engine, a test image, a daemon with the Docker profile, and cleanup of all of it.
-pub(crate) async fn setup() -> Option<(Docker, Daemon, Cleanup)> {
-    let docker = engine().await?;
-    let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
-    build_mock_image(&docker, &tag).await;
-    let agentctl = static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
-    let profile = docker_profile(&tag);
-    let daemon = Daemon::start_with_env(
-        &["--static-agentctl", agentctl.to_str().unwrap()],
-        &[("mock-docker.toml", &profile)],
-        &[],
-    )
-    .await;
-    let cleanup =
-        Cleanup { label: format!("tether.install_id={}", daemon.install_id), image: Some(tag) };
-    Some((docker, daemon, cleanup))
-}
+use tether_tests::docker::{mock_docker_profile as docker_profile, setup};
 
 /// The `tether.generation` label of the session's container.
 async fn generation_label(docker: &Docker, session: &str) -> String {

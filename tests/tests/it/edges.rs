@@ -724,7 +724,7 @@ async fn r27_a_tool_call_is_recorded_with_its_final_title_and_its_diff() {
 /// is recorded at restart: the history holds every chunk it held, once.
 #[tokio::test]
 async fn r27_a_container_dead_with_the_supervisor_has_its_spool_recorded_at_restart() {
-    let Some((docker, mut daemon, cleanup)) = crate::docker_runtime::setup().await else {
+    let Some((docker, mut daemon, cleanup)) = tether_tests::docker::setup().await else {
         return;
     };
     let api = daemon.api().await;

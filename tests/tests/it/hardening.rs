@@ -823,7 +823,7 @@ async fn r29_a_profile_runs_its_agent_as_another_user_who_finds_no_secrets() {
 #[tokio::test]
 async fn r29_a_containers_agent_runs_as_the_workspaces_owner_not_root() {
     use std::os::unix::fs::{MetadataExt, chown};
-    let Some((docker, daemon, _cleanup)) = crate::docker_runtime::setup().await else { return };
+    let Some((docker, daemon, _cleanup)) = tether_tests::docker::setup().await else { return };
     let api = daemon.api().await;
     let work = daemon.workspace("owned");
     chown(&work, Some(1234), Some(1234)).unwrap();
