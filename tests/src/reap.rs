@@ -3,7 +3,7 @@
 //! run under (a daemon's root, a browser's profile) with the test process's identity;
 //! `target/debug/reap-orphans` (run by `scripts/test.sh` before and after the tests) finds
 //! the marks whose test process is gone, kills every process still naming that directory,
-//! discards the daemon's cgroups and removes the directory.
+//! discards the daemon's cgroups and containers and removes the directory.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -73,10 +73,12 @@ pub struct Reaped {
     pub killed: Vec<u32>,
     /// The processes that did not die in time (their pids).
     pub survivors: Vec<u32>,
+    /// The daemon's containers removed.
+    pub containers: usize,
 }
 
 /// Kills what runs under an orphaned directory (waiting for each to be gone), discards the
-/// cgroups of the daemon rooted there, and removes it.
+/// cgroups and removes the containers of the daemon rooted there, and removes it.
 pub async fn reap(dir: &Path) -> Reaped {
     let mut killed = Vec::new();
     let mut survivors = Vec::new();
@@ -108,11 +110,28 @@ pub async fn reap(dir: &Path) -> Reaped {
             }
         }
     }
+    let mut containers = 0;
     if let Ok(install_id) = std::fs::read_to_string(dir.join("tether/install_id")) {
         supervisor::runtime::cgroup::discard(install_id.trim());
+        containers = remove_containers(install_id.trim()).await;
     }
     let _ = std::fs::remove_dir_all(dir);
-    Reaped { killed, survivors }
+    Reaped { killed, survivors, containers }
+}
+
+/// Removes the containers of the daemon with this install id (their `tether.install_id`
+/// label) on the local engine and on the second one `scripts/setup.sh` starts; how many.
+async fn remove_containers(install_id: &str) -> usize {
+    let label = format!("tether.install_id={install_id}");
+    let mut removed = crate::docker::remove_labelled(&label, None).await;
+    let second = std::env::var("TETHER_SECOND_DOCKER_HOST").ok().filter(|host| !host.is_empty());
+    if let Some(host) = second
+        && let Ok(docker) =
+            bollard::Docker::connect_with_http(&host, 120, bollard::API_DEFAULT_VERSION)
+    {
+        removed += crate::docker::remove_labelled_on(&docker, &label, None).await;
+    }
+    removed
 }
 
 #[cfg(test)]
