@@ -659,20 +659,29 @@ async fn dispatch(cli: Cli, self_command: Vec<OsString>) -> Result<(), Failure> 
             nix::sys::signal::SigHandler::SigDfl,
         )
     };
-    let url = cli.url.unwrap_or_else(|| format!("ws://{DEFAULT_LISTEN}"));
-    let target = Target { url, token: cli.token };
+    // Without --url (or TETHER_URL): the daemon serving this data directory, wherever it
+    // listens, else the default address.
+    let url =
+        cli.url.or_else(running_daemon_url).unwrap_or_else(|| format!("ws://{DEFAULT_LISTEN}"));
+    let mut target = Target { url, token: cli.token };
     let client = match Client::connect(target.clone()).await {
         // An editor starts the face as it would any agent: with no daemon on this machine's
         // address, the face starts one, detached, so sessions outlive the editor.
         Err(failure)
             if failure.code == Exit::NotRunning && matches!(cli.command, Command::Acp { .. }) =>
         {
-            face::start_daemon(&target.url, &self_command).await?;
+            target.url = face::start_daemon(&target.url, &self_command).await?;
             Client::connect(target).await?
         }
         connected => connected?,
     };
     client.run(cli.command).await
+}
+
+/// Where the daemon holding this user's data directory (`TETHER_HOME`, …) serves, if one
+/// holds it and serves yet.
+fn running_daemon_url() -> Option<String> {
+    Home::default_root().and_then(|root| crate::home::lock::running(&root)).and_then(|it| it.url)
 }
 
 /// A `--label KEY=VALUE`.

@@ -5,6 +5,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+pub mod lock;
+
 /// The data directory.
 #[derive(Debug, Clone)]
 pub struct Home {

@@ -21,6 +21,7 @@ mod workflows;
 use sessions::*;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
@@ -39,9 +40,18 @@ use protocol::api::{SnapshotTrigger, TimelineEvent};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// SQLite failed.
+    /// SQLite failed (on the database thread, before the file is named: [`Store::call`]
+    /// turns it into [`StoreError::Database`]).
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// SQLite failed on the database at `path` (locked, a full disk, read-only, damaged).
+    #[error("the database {path}: {source}")]
+    Database {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: rusqlite::Error,
+    },
     /// Opening the database file failed.
     #[error("cannot open the database {path}: {source}")]
     Open {
@@ -95,12 +105,53 @@ pub enum StoreError {
     Closed,
 }
 
+impl StoreError {
+    /// A bare SQLite error, named with the database file it came from.
+    fn at(self, path: &Path) -> StoreError {
+        match self {
+            StoreError::Sqlite(source) => StoreError::Database { path: path.to_owned(), source },
+            other => other,
+        }
+    }
+}
+
+/// Refuses a database file (or its directory) that is read-only: its owner's write bit is
+/// off, or the file system or the caller cannot write it. Opening would otherwise make it
+/// writable again behind the operator's back (`0600` is set at open; root writes any mode).
+fn refuse_read_only(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::PermissionsExt;
+    let unwritable = |why: String| StoreError::Unwritable {
+        path: path.to_owned(),
+        source: rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_READONLY),
+            Some(why),
+        ),
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    for (what, file) in [("the file", path), ("its directory", dir)] {
+        let Ok(meta) = std::fs::metadata(file) else { continue };
+        let mode = meta.permissions().mode();
+        if mode & 0o200 == 0 {
+            return Err(unwritable(format!(
+                "{what} is read-only (mode {:o}); make it writable (chmod u+w) to start",
+                mode & 0o7777
+            )));
+        }
+        if let Err(errno) = nix::unistd::access(file, nix::unistd::AccessFlags::W_OK) {
+            return Err(unwritable(format!("{what} cannot be written: {}", errno.desc())));
+        }
+    }
+    Ok(())
+}
+
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
 /// Handle to the database thread. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Store {
     jobs: std::sync::mpsc::Sender<Job>,
+    /// The database file, named by every error SQLite gives.
+    path: Arc<Path>,
     /// Workflows whose records changed (a step's session ended a turn or changed state, a
     /// step or the workflow moved), announced after the change committed.
     changes: tokio::sync::broadcast::Sender<String>,
@@ -120,6 +171,7 @@ impl Store {
     /// Opens (creating, mode 0600) and migrates the database, then starts its thread.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let at = |source| StoreError::Open { path: path.to_owned(), source };
+        refuse_read_only(path)?;
         let mut conn = Connection::open(path).map_err(at)?;
         {
             use std::os::unix::fs::PermissionsExt;
@@ -147,7 +199,7 @@ impl Store {
             .map_err(|_| StoreError::Closed)?;
         let (changes, _) = tokio::sync::broadcast::channel(256);
         let (session_changes, _) = tokio::sync::broadcast::channel(1024);
-        Ok(Store { jobs, changes, session_changes })
+        Ok(Store { jobs, path: Arc::from(path), changes, session_changes })
     }
 
     /// Runs `f` on the database thread and returns its result.
@@ -157,9 +209,10 @@ impl Store {
     ) -> Result<R, StoreError> {
         let (reply, result) = oneshot::channel();
         let queued = std::time::Instant::now();
+        let path = Arc::clone(&self.path);
         self.jobs
             .send(Box::new(move |conn| {
-                let _ = reply.send(f(conn));
+                let _ = reply.send(f(conn).map_err(|err| err.at(&path)));
                 crate::metrics::observe(&crate::metrics::get().store_seconds, queued.elapsed());
             }))
             .map_err(|_| StoreError::Closed)?;

@@ -347,6 +347,11 @@ impl Daemon {
         dir
     }
 
+    /// The data directory (`TETHER_HOME`, passed as `--home`).
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.path().join("tether")
+    }
+
     /// A session's directory.
     pub fn session_dir(&self, session_id: &str) -> PathBuf {
         self.root.path().join("tether/sessions").join(session_id)

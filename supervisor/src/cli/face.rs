@@ -910,8 +910,10 @@ fn kind_of(err: &jsonrpsee::core::ClientError) -> Option<ErrorKind> {
 
 /// Starts `supervisor serve` on `url`'s loopback address, detached from the face (its own
 /// process group; it outlives the face and the editor), its output appended to
-/// `daemon.log` in the data directory; returns once it serves.
-pub(super) async fn start_daemon(url: &str, self_command: &[OsString]) -> Result<(), Failure> {
+/// `daemon.log` in the data directory; returns where it serves once it does. When another
+/// daemon took the data directory meanwhile (the one started is refused), returns where
+/// that one serves.
+pub(super) async fn start_daemon(url: &str, self_command: &[OsString]) -> Result<String, Failure> {
     let not_running = |why: String| Failure { code: Exit::NotRunning, line: why };
     let addr = url
         .strip_prefix("ws://")
@@ -958,18 +960,29 @@ pub(super) async fn start_daemon(url: &str, self_command: &[OsString]) -> Result
     match read {
         Ok(Ok(n)) if n > 0 => {
             eprintln!("tether acp: {}", line.trim_end());
-            Ok(())
+            Ok(served_url(&line).unwrap_or_else(|| url.to_owned()))
         }
-        Ok(_) => Err(not_running(format!(
-            "the daemon it started at {url} exited; see {}",
-            log_path.display()
-        ))),
+        Ok(_) => match crate::home::lock::running(&root).and_then(|daemon| daemon.url) {
+            Some(running) => {
+                eprintln!("tether acp: a daemon of this data directory serves at {running}");
+                Ok(running)
+            }
+            None => Err(not_running(format!(
+                "the daemon it started at {url} exited; see {}",
+                log_path.display()
+            ))),
+        },
         Err(_) => Err(not_running(format!(
             "the daemon it started at {url} did not serve within {} s; see {}",
             DAEMON_START.as_secs(),
             log_path.display()
         ))),
     }
+}
+
+/// The address in a daemon's serving line (`tether serving on ws://ADDR (…)`).
+fn served_url(line: &str) -> Option<String> {
+    line.split_whitespace().find(|word| word.starts_with("ws://")).map(str::to_owned)
 }
 
 /// How long a daemon the face starts may take to serve (it recovers what a previous one

@@ -114,6 +114,10 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
         .with_writer(std::io::stderr)
         .try_init();
     raise_fd_limit();
+    // One daemon per data directory, refused before anything in it is touched.
+    crate::home::create_private_dir(&root)
+        .with_context(|| format!("cannot create the data directory {}", root.display()))?;
+    let mut lock = crate::home::lock::DaemonLock::acquire(&root)?;
     let home = Home::open(&root)
         .with_context(|| format!("cannot create the data directory {}", root.display()))?;
     let store = Store::open(&home.database())?;
@@ -212,6 +216,9 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
     let (addr, handle) = api::serve(listen, policy, limits, Arc::clone(&supervisor))
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
+    if let Err(err) = lock.announce(&format!("ws://{addr}")) {
+        tracing::warn!(%err, "cannot record the daemon's address: clients will not find it");
+    }
     println!("tether serving on ws://{addr} (data in {})", home.root().display());
     let _ = std::io::stdout().flush();
     tokio::select! {

@@ -4,6 +4,34 @@
 use super::*;
 
 impl Supervisor {
+    /// Refuses a directory the agent would be given (`field`) that is Tether's data
+    /// directory, inside it, or around it: the agent would reach the store, the histories
+    /// and the sidecars' tokens. `..` and symlinks are resolved first. One of the worktrees
+    /// Tether made (a workflow's steps share one) is a project, not Tether's records.
+    fn refuse_data_dir(&self, field: &'static str, dir: &Path) -> Result<(), ServiceError> {
+        let home = self.config.home.root();
+        let home = std::fs::canonicalize(home).unwrap_or_else(|_| home.to_owned());
+        let Ok(dir) = std::fs::canonicalize(dir) else { return Ok(()) };
+        let one_worktree = dir
+            .strip_prefix(home.join("worktrees"))
+            .is_ok_and(|rest| rest.components().next().is_some());
+        let why = if home.starts_with(&dir) {
+            "contains Tether's data directory"
+        } else if dir.starts_with(&home) && !one_worktree {
+            "lies in Tether's data directory"
+        } else {
+            return Ok(());
+        };
+        Err(ServiceError::InvalidParams {
+            field,
+            message: format!(
+                "{field} {} {why} {}; the agent would reach the store, histories and tokens: point it at a project, or keep Tether's data elsewhere (TETHER_HOME)",
+                dir.display(),
+                home.display()
+            ),
+        })
+    }
+
     /// `task.session.create`: records the session (and makes its worktree, when it has one)
     /// and starts its launch in the background.
     pub async fn create_session(&self, new: NewSession) -> Result<SessionRow, ServiceError> {
@@ -36,6 +64,7 @@ impl Supervisor {
                     message: format!("{directory} is not an absolute path to a directory"),
                 });
             }
+            self.refuse_data_dir("additional_directories", Path::new(directory))?;
         }
         for (n, server) in mcp_servers.iter().enumerate() {
             if let Err(err) =
@@ -61,29 +90,7 @@ impl Supervisor {
                     message: format!("workspace_path {path} is not a directory"),
                 });
             }
-            // The agent works where it is pointed: never beside the store, the histories and
-            // the sidecars' tokens (`..` and symlinks are resolved first).
-            let home = self.config.home.root();
-            let inside = |dir: &Path| {
-                let home = std::fs::canonicalize(home).unwrap_or_else(|_| home.to_owned());
-                let Ok(dir) = std::fs::canonicalize(dir) else { return false };
-                // Within one of the worktrees Tether made (a workflow's steps share one):
-                // a project, not Tether's records.
-                let worktrees = home.join("worktrees");
-                let one_worktree = dir
-                    .strip_prefix(&worktrees)
-                    .is_ok_and(|rest| rest.components().next().is_some());
-                dir.starts_with(&home) && !one_worktree
-            };
-            if inside(workspace) {
-                return Err(ServiceError::InvalidParams {
-                    field: "workspace_path",
-                    message: format!(
-                        "workspace_path {path} is Tether's data directory {} or inside it; point the agent at a project",
-                        home.display()
-                    ),
-                });
-            }
+            self.refuse_data_dir("workspace_path", workspace)?;
         }
         let profile = self.config.registry.get(&agent_profile_id).ok_or_else(|| {
             ServiceError::NotFound(format!("agent profile {agent_profile_id} not found"))
