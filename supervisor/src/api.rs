@@ -538,8 +538,20 @@ pub async fn serve(
 
 /// The answer to a notification, or to a request whose id cannot be echoed.
 pub const NOT_A_REQUEST: &str = "invalid request: every call needs an id that is a string or an \
-     integer (notifications are not served; an object, array, float or over-large id cannot be \
-     answered with itself)";
+     integer from 0 to 2^64-1 (notifications and null ids are not served; an object, array, \
+     float, negative or over-large id cannot be answered with itself)";
+
+/// The answer to what is not a request the API serves: `-32600` with `id: null`.
+fn not_a_request() -> jsonrpsee::MethodResponse {
+    jsonrpsee::MethodResponse::error(
+        jsonrpsee::types::Id::Null,
+        jsonrpsee::types::ErrorObject::owned(
+            jsonrpsee::types::error::INVALID_REQUEST_CODE,
+            NOT_A_REQUEST,
+            None::<()>,
+        ),
+    )
+}
 
 /// Counts every API request by method and error kind (`tether_api_requests_total`). It
 /// sits outside [`CheckParams`], so the kinds counted are the ones clients get. Method
@@ -583,8 +595,11 @@ where
             .iter()
             .find(|name| **name == request.method)
             .map_or("other", |name| name);
+        // A null id correlates nothing (JSON-RPC: a client should not send it): such a
+        // call is refused, never run.
+        let null_id = matches!(request.id, jsonrpsee::types::Id::Null);
         async move {
-            let response = service.call(request).await;
+            let response = if null_id { not_a_request() } else { service.call(request).await };
             let labels = vec![("method", method.to_owned()), ("error", error_kind(&response))];
             crate::metrics::get().api_requests.get_or_create(&labels).inc();
             response
@@ -608,14 +623,7 @@ where
     ) -> impl Future<Output = Self::NotificationResponse> + Send + 'a {
         drop(notification);
         async move {
-            let response = jsonrpsee::MethodResponse::error(
-                jsonrpsee::types::Id::Null,
-                jsonrpsee::types::ErrorObject::owned(
-                    jsonrpsee::types::error::INVALID_REQUEST_CODE,
-                    NOT_A_REQUEST,
-                    None::<()>,
-                ),
-            );
+            let response = not_a_request();
             let labels =
                 vec![("method", "other".to_owned()), ("error", "invalid_request".to_owned())];
             crate::metrics::get().api_requests.get_or_create(&labels).inc();

@@ -318,9 +318,11 @@ impl Supervisor {
         };
         let applet =
             availability.program.is_none() && self.config.applets.contains_key(&profile.command[0]);
-        // The program reason comes first; an applet stands in for a missing program.
+        // The program reason comes first; an applet stands in for a missing program, and
+        // in a container the program is the image's, not this host's PATH.
+        let elsewhere = availability.program.is_none() && self.sandboxed(runtime);
         let mut reasons: Vec<String> =
-            availability.reasons.into_iter().skip(usize::from(applet)).collect();
+            availability.reasons.into_iter().skip(usize::from(applet || elsewhere)).collect();
         if let Some(user) = &profile.process.user
             && !self.sandboxed(runtime)
             && !self.config.environment.root

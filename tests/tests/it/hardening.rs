@@ -395,6 +395,38 @@ async fn r29_odd_ids_and_notifications_are_answered_not_dropped() {
     assert_eq!(answer["result"], json!([]), "{answer}");
 }
 
+/// A request with `"id": null` was run (a `task.create` made a task) and answered as if
+/// the id were one; an id that is a negative integer was refused as if it were not an
+/// integer. A null id is refused and runs nothing; the refusal of a negative one says so.
+#[tokio::test]
+async fn a_null_id_runs_nothing_and_a_negative_one_is_refused_saying_why() {
+    let daemon = Daemon::start(&[]).await;
+    let host = daemon.url.trim_start_matches("ws://").trim_end_matches('/').to_owned();
+    let mut ws = RawWs::connect(&host).await;
+    let cases = [
+        (r#"{"jsonrpc":"2.0","id":null,"method":"task.create","params":{"title":"null"}}"#, "null"),
+        (
+            r#"{"jsonrpc":"2.0","id":-7,"method":"task.create","params":{"title":"neg"}}"#,
+            "negative",
+        ),
+    ];
+    for (message, named) in cases {
+        ws.send(message).await;
+        let answer = tokio::time::timeout(START_REFUSAL_BOUND, ws.receive())
+            .await
+            .unwrap_or_else(|_| panic!("no answer to {message}"));
+        let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(answer["id"], serde_json::Value::Null, "{message}: {answer}");
+        assert_eq!(answer["error"]["code"], -32600, "{message}: {answer}");
+        let text = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(text.contains(named), "the refusal names {named} ids: {answer}");
+    }
+    ws.send(r#"{"jsonrpc":"2.0","id":9,"method":"task.list","params":{}}"#).await;
+    let answer: serde_json::Value = serde_json::from_str(&ws.receive().await).unwrap();
+    assert_eq!(answer["id"], 9);
+    assert_eq!(answer["result"], json!([]), "nothing was created: {answer}");
+}
+
 /// Point 12 (first part): there was no way to delete a task (2,394 were left after a soak).
 /// `task.delete` removes a task and every session of it, and is refused, changing nothing,
 /// while one of them is live.

@@ -496,6 +496,25 @@ async fn r11_serve_help_prints_the_usage() {
 
 /// Issue 11, defect 5: `agents` does not call an agent available when its credentials are
 /// nowhere, and lists a user profile that does not load, with where and why.
+/// A profile whose agent runs in a container was judged against this host's PATH: its
+/// command lives in the image, so it is listed available (and a host profile missing its
+/// program still is not).
+#[tokio::test]
+async fn a_container_agents_command_is_not_looked_for_on_the_hosts_path() {
+    let boxed = "id = \"boxed\"\ncommand = [\"tether-test-only-in-the-image\"]\nprotocol = \"acp\"\nruntime = \"docker\"\n[docker]\nimage = \"tether-test-none:latest\"\n";
+    let host = "id = \"host\"\ncommand = [\"tether-test-only-in-the-image\"]\nprotocol = \"acp\"\n";
+    let daemon =
+        Daemon::start_with_profiles(&[], &[("boxed.toml", boxed), ("host.toml", host)]).await;
+    let api = daemon.api().await;
+    let agents = ok("agents.list", api.typed().agents_list()).await;
+    let find = |id: &str| agents.iter().find(|a| a.id == id).cloned().expect(id);
+    let boxed = find("boxed");
+    assert!(boxed.available, "the image has it: {boxed:?}");
+    let host = find("host");
+    assert!(!host.available, "{host:?}");
+    assert!(host.reasons[0].contains("was not found on PATH"), "{host:?}");
+}
+
 #[tokio::test]
 async fn r11_agents_lists_missing_credentials_and_invalid_profiles() {
     let needs_key = "id = \"keyed\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n[credentials]\nenv = [\"TETHER_TEST_NO_SUCH_KEY\"]\nfiles = [\".tether-test-none/auth.json\"]\n";
