@@ -39,6 +39,16 @@ impl Home {
         let agent_state = root.join("agent-state");
         create_private_dir(&agent_state)?;
         std::fs::set_permissions(&agent_state, std::fs::Permissions::from_mode(0o700))?;
+        // Profiles and the config may hold keys (a profile's `[env]`): one a person made
+        // under a permissive umask is tightened like the rest.
+        for (path, mode) in [(root.join("profiles"), 0o700), (root.join("config.toml"), 0o600)] {
+            match std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)) {
+                Err(err) if err.kind() != io::ErrorKind::NotFound => {
+                    return Err(io::Error::new(err.kind(), format!("{}: {err}", path.display())));
+                }
+                _ => {}
+            }
+        }
         Ok(Home { root })
     }
 
@@ -238,5 +248,27 @@ mod tests {
         assert_eq!(home.install_id().unwrap(), id, "the same id, kept");
         assert_eq!(mode(&root.join("install_id")), 0o600);
         assert_eq!(mode(&root.join("agent-state")), 0o700);
+    }
+
+    /// Profiles (which may hold keys) and the config, made by a person under a permissive
+    /// umask, were left 0755/0644.
+    #[test]
+    fn profiles_and_the_config_are_made_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("tether");
+        std::fs::create_dir_all(root.join("profiles")).unwrap();
+        std::fs::write(root.join("config.toml"), "").unwrap();
+        std::fs::write(root.join("profiles/a.toml"), "").unwrap();
+        for (path, loose) in [("profiles", 0o755), ("config.toml", 0o644)] {
+            std::fs::set_permissions(root.join(path), std::fs::Permissions::from_mode(loose))
+                .unwrap();
+        }
+        Home::open(&root).unwrap();
+        assert_eq!(mode(&root.join("profiles")), 0o700);
+        assert_eq!(mode(&root.join("config.toml")), 0o600);
+        // Without them, nothing is made.
+        let bare = dir.path().join("bare");
+        Home::open(&bare).unwrap();
+        assert!(!bare.join("config.toml").exists());
     }
 }

@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 /// The fewest characters an API token may have (`openssl rand -hex 32` gives 64).
 pub const MIN_TOKEN_CHARS: usize = 16;
 
+/// The fewest bits a token must be guessed to carry by [`guess_bits`]: a 16-character
+/// random hex string carries about 70 there, `password12345678` about 49.
+pub(super) const MIN_TOKEN_BITS: u32 = 60;
+
 /// The environment variable the daemon's token may come from.
 pub const TOKEN_ENV: &str = "TETHER_AUTH_TOKEN";
 
@@ -31,12 +35,46 @@ impl ApiToken {
         if chars < MIN_TOKEN_CHARS {
             return Err(TokenError::TooShort { from: from.clone(), chars });
         }
+        let bits = guess_bits(token);
+        if bits < MIN_TOKEN_BITS {
+            return Err(TokenError::Guessable { from: from.clone(), bits });
+        }
         Ok(ApiToken(token.to_owned()))
     }
 
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// A rough count of the bits a guesser needs for `token`: each character costs the size of
+/// the alphabets it draws on (lower, upper, digits, others), except one that repeats or
+/// continues the one before (`aa`, `ab`, `43`) or makes a pair seen before (`passpass`),
+/// which costs one bit. Rough on purpose: it refuses runs, sequences and repeats, not
+/// every weak phrase.
+pub(super) fn guess_bits(token: &str) -> u32 {
+    let alphabet: u32 = [
+        (token.chars().any(|c| c.is_ascii_lowercase()), 26),
+        (token.chars().any(|c| c.is_ascii_uppercase()), 26),
+        (token.chars().any(|c| c.is_ascii_digit()), 10),
+        (token.chars().any(|c| !c.is_ascii_alphanumeric()), 33),
+    ]
+    .iter()
+    .filter_map(|(present, size)| present.then_some(*size))
+    .sum();
+    let per_char = f64::from(alphabet.max(2)).log2();
+    let mut pairs = std::collections::HashSet::new();
+    let mut previous: Option<char> = None;
+    let mut bits = 0.0;
+    for c in token.chars() {
+        let cheap = previous.is_some_and(|before| {
+            (i64::from(u32::from(c)) - i64::from(u32::from(before))).abs() <= 1
+                || !pairs.insert((before, c))
+        });
+        bits += if cheap { 1.0 } else { per_char };
+        previous = Some(c);
+    }
+    bits as u32
 }
 
 impl fmt::Debug for ApiToken {
@@ -85,6 +123,11 @@ pub enum TokenError {
          (e.g. `openssl rand -hex 32`)"
     )]
     TooShort { from: TokenSource, chars: usize },
+    #[error(
+        "the API token from {from} is easy to guess (about {bits} bits; it needs \
+         {MIN_TOKEN_BITS}: no runs, sequences or repeats): make one with `openssl rand -hex 32`"
+    )]
+    Guessable { from: TokenSource, bits: u32 },
     #[error("the API token from {0} has whitespace or control characters inside it")]
     BadCharacters(TokenSource),
     #[error("{from}: readable by others (mode {mode:o}); chmod 600 it")]
@@ -170,18 +213,18 @@ mod tests {
 
     #[test]
     fn origins_and_tokens_are_checked() {
-        let token = ApiToken::new("t0123456789abcdef", &TokenSource::Flag).unwrap();
+        let token = ApiToken::new("t9f3a1c07e42b8d65", &TokenSource::Flag).unwrap();
         let policy = AccessPolicy {
             token: Some(token),
             allowed_origins: vec!["http://localhost:5173".into()],
         };
         let mut headers = http::HeaderMap::new();
         assert_eq!(policy.refuse(&headers).map(|r| r.0), Some(http::StatusCode::UNAUTHORIZED));
-        headers.insert(http::header::AUTHORIZATION, "Bearer t0123456789abcdef".parse().unwrap());
+        headers.insert(http::header::AUTHORIZATION, "Bearer t9f3a1c07e42b8d65".parse().unwrap());
         assert_eq!(policy.refuse(&headers), None);
         headers.insert(http::header::AUTHORIZATION, "Bearer x".parse().unwrap());
         assert_eq!(policy.refuse(&headers).map(|r| r.0), Some(http::StatusCode::UNAUTHORIZED));
-        headers.insert(http::header::AUTHORIZATION, "Bearer t0123456789abcdef".parse().unwrap());
+        headers.insert(http::header::AUTHORIZATION, "Bearer t9f3a1c07e42b8d65".parse().unwrap());
         headers.insert(http::header::ORIGIN, "http://evil.example".parse().unwrap());
         assert_eq!(policy.refuse(&headers).map(|r| r.0), Some(http::StatusCode::FORBIDDEN));
         headers.insert(http::header::ORIGIN, "http://localhost:5173".parse().unwrap());
@@ -204,8 +247,19 @@ mod tests {
             weak("a token with spaces in it", TokenSource::Flag),
             "the API token from --auth-token has whitespace or control characters inside it"
         );
-        let token = ApiToken::new(" 0123456789abcdef\n", &TokenSource::Flag).unwrap();
-        assert_eq!(token.as_str(), "0123456789abcdef");
+        // Long enough but easy to guess: one character, a word and a run, a sequence.
+        for guessable in ["aaaaaaaaaaaaaaaa", "password12345678", "0123456789abcdef"] {
+            let err = weak(guessable, TokenSource::Flag);
+            assert!(err.contains("is easy to guess"), "{guessable}: {err}");
+            assert!(err.contains("openssl rand -hex 32"), "says how to make one: {err}");
+        }
+        assert!(weak("passwordpassword", TokenSource::Flag).contains("easy to guess"));
+        // What `openssl rand -hex 8` (the shortest accepted) and a phrase give is fine.
+        for fine in ["9f3a1c07e42b8d65", "my-team-secret-of-2026", "from-the-environment"] {
+            assert!(ApiToken::new(fine, &TokenSource::Flag).is_ok(), "{fine}");
+        }
+        let token = ApiToken::new(" 9f3a1c07e42b8d65\n", &TokenSource::Flag).unwrap();
+        assert_eq!(token.as_str(), "9f3a1c07e42b8d65");
         assert_eq!(format!("{token:?}"), "ApiToken(…)", "never printed");
 
         // The order: flag, flag file, environment, config file; the first given decides.

@@ -222,6 +222,8 @@ impl Supervisor {
             }
         }
         self.config.store.delete_session(session_id.clone()).await?;
+        // A kill from here on leaves files without rows: recovery removes them.
+        agentctl::fault::point("delete.rows_removed");
         self.sessions().remove(&session_id);
         self.event_logs.lock().expect("UNWRAP: never poisoned").remove(&session_id);
         // The files the agent kept per ACP session on this host (the profile names them).
@@ -257,6 +259,43 @@ impl Supervisor {
             })?;
         }
         Ok(removed)
+    }
+
+    /// Removes the directories of sessions that are not stored (`sessions/<id>/`,
+    /// `agent-state/<id>/`): a delete killed after it removed the rows left them. Run by
+    /// recovery after the leaked sidecars are gone and before the API serves (a create
+    /// stores its row before it makes files, so none is under way); how many.
+    pub(super) async fn remove_orphaned_session_dirs(&self) -> usize {
+        let home = &self.config.home;
+        let parents = [home.sessions(), home.root().join("agent-state")];
+        let found: Vec<(std::path::PathBuf, String)> = parents
+            .iter()
+            .filter_map(|parent| std::fs::read_dir(parent).ok())
+            .flat_map(|entries| entries.flatten())
+            .filter_map(|entry| Some((entry.path(), entry.file_name().to_str()?.to_owned())))
+            .filter(|(_, name)| home::is_valid_id(name))
+            .collect();
+        let ids = found.iter().map(|(_, id)| id.clone()).collect();
+        let known = match self.config.store.existing_sessions(ids).await {
+            Ok(known) => known,
+            Err(err) => {
+                tracing::warn!(%err, "cannot check the session directories for orphans");
+                return 0;
+            }
+        };
+        let mut removed = 0;
+        for (path, _) in found.into_iter().filter(|(_, id)| !known.contains(id)) {
+            match std::fs::remove_dir_all(&path) {
+                Ok(()) => {
+                    tracing::info!(path = %path.display(), "removed the files of a deleted session (its delete was cut short)");
+                    removed += 1;
+                }
+                Err(err) => {
+                    tracing::warn!(path = %path.display(), %err, "cannot remove a deleted session's files")
+                }
+            }
+        }
+        removed
     }
 
     /// `sessions.cleanup`: removes the sessions at rest whose last change is older than the

@@ -178,8 +178,10 @@ impl Supervisor {
                 }
             }
         }
-        // Worktrees made for a session that was never stored (killed mid-create) go.
+        // Worktrees made for a session that was never stored (killed mid-create) go, and
+        // the files of a session whose delete was cut short.
         summary.orphans_removed += self.remove_orphaned_worktrees().await;
+        summary.orphans_removed += self.remove_orphaned_session_dirs().await;
         summary.orphans_removed += self.finish_branch_deletions().await;
         // Containers of ours whose session is gone are removed (on every engine there).
         summary.orphans_removed += self.remove_orphaned_runtime_resources().await;

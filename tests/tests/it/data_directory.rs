@@ -151,3 +151,23 @@ async fn a_locked_database_fails_a_call_with_a_storage_error_naming_the_file() {
     drop(holder);
     call("task.create", api.typed().task_create("free".into(), None)).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_delete_cut_short_by_a_kill_leaves_no_files_after_the_restart() {
+    let fault = [("TETHER_FAULT", "delete.rows_removed")];
+    let mut daemon = Daemon::start_with_env(&[], &[], &fault).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("cut")).await;
+    api.ask(&session, "something to keep").await;
+    call("stop", api.typed().session_stop(session.clone())).await.unwrap();
+    let cut = api.typed().session_delete(session.clone(), None, None).await;
+    assert!(cut.is_err(), "the daemon died between the rows and the files");
+    within("the supervisor to die at the fault point", daemon.wait_exit()).await;
+    assert!(daemon.session_dir(&session).exists(), "the kill left the files");
+    daemon.restart_with_env(&[]).await;
+    // Recovery runs before the API serves.
+    let api = daemon.api().await;
+    assert!(!daemon.session_dir(&session).exists(), "removed at restart");
+    let listed = api.typed().session_list(None, None, None).await.unwrap();
+    assert!(listed.is_empty(), "{listed:?}");
+}

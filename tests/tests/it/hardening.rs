@@ -395,6 +395,24 @@ async fn r29_odd_ids_and_notifications_are_answered_not_dropped() {
     assert_eq!(answer["result"], json!([]), "{answer}");
 }
 
+/// A 16-character token of one repeated character, or `password12345678`, was accepted
+/// beyond loopback. A token easy to guess stops the start, saying how to make one.
+#[tokio::test]
+async fn a_guessable_token_is_refused_at_start_saying_how_to_make_one() {
+    let cases: [ServeCase; 2] = [
+        (&[], &[("TETHER_AUTH_TOKEN", "aaaaaaaaaaaaaaaa")], "TETHER_AUTH_TOKEN is easy to guess"),
+        (&["--auth-token", "password12345678"], &[], "--auth-token is easy to guess"),
+    ];
+    for (args, env, said) in cases {
+        let Some((code, err)) = serve_outcome(args, env).await else {
+            panic!("serve {args:?} {env:?} started and served");
+        };
+        assert_ne!(code, 0, "{err}");
+        assert!(err.contains(said), "serve {args:?} {env:?}: {err}");
+        assert!(err.contains("openssl rand -hex 32"), "{err}");
+    }
+}
+
 /// A request with `"id": null` was run (a `task.create` made a task) and answered as if
 /// the id were one; an id that is a negative integer was refused as if it were not an
 /// integer. A null id is refused and runs nothing; the refusal of a negative one says so.
