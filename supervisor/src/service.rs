@@ -238,6 +238,10 @@ pub struct SupervisorConfig {
     /// Parks a session whose agent is idle this long, unless its profile says (`None`:
     /// never).
     pub idle_timeout: Option<Duration>,
+    /// Whether the API asks every connection for a token. Without one, anyone on this host
+    /// drives the daemon, so agents do not run as another user (`[process] user`): that
+    /// user would get the daemon's own through the API.
+    pub api_token: bool,
 }
 
 /// The supervisor's state: shared by every API connection.
@@ -329,6 +333,14 @@ impl Supervisor {
         {
             reasons.push(format!(
                 "process.user = {user:?}: agents run as another user only when the daemon runs as root"
+            ));
+        }
+        if let Some(user) = &profile.process.user
+            && !self.sandboxed(runtime)
+            && !self.config.api_token
+        {
+            reasons.push(format!(
+                "process.user = {user:?}: an agent confined to another user could still drive the daemon through its API, which asks for no token; start the daemon with one (--auth-token-file FILE, mode 0600)"
             ));
         }
         reasons

@@ -125,6 +125,14 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
     for error in registry.catalog().errors() {
         tracing::warn!(%error, "profile not loaded");
     }
+    if token.is_none() {
+        for profile in registry.catalog().profiles().filter(|it| it.process.user.is_some()) {
+            tracing::warn!(
+                profile = %profile.id,
+                "runs its agents as another user, which needs an API token: its sessions are refused until the daemon has one (--auth-token-file)"
+            );
+        }
+    }
     let exe_dir: Vec<PathBuf> = self_command
         .first()
         .and_then(|exe| PathBuf::from(exe).parent().map(|dir| vec![dir.to_owned()]))
@@ -183,6 +191,7 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
                 .unwrap_or(crate::events::DEFAULT_RETAIN_BYTES),
             segment_bytes: args.event_log_segment_bytes.max(1),
         },
+        api_token: token.is_some(),
         idle_timeout: Some(
             config.idle_timeout_secs.unwrap_or(crate::config::DEFAULT_IDLE_TIMEOUT_SECS),
         )

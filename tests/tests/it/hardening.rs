@@ -6,7 +6,7 @@ use std::time::Duration;
 use protocol::api::ApiClient;
 use serde_json::json;
 use tether_tests::browser;
-use tether_tests::daemon::Daemon;
+use tether_tests::daemon::{Api, Daemon};
 
 /// Arguments, environment, and what the refusal says.
 type ServeCase = (&'static [&'static str], &'static [(&'static str, &'static str)], &'static str);
@@ -822,7 +822,9 @@ async fn r29_a_profile_runs_its_agent_as_another_user_who_finds_no_secrets() {
     use std::os::unix::fs::{PermissionsExt, chown};
     const NOBODY: u32 = 65534;
     let profile = "id = \"isolated\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{home}/.agent-nobody\"]\nprotocol = \"acp\"\n[process]\nuser = \"nobody\"\n";
-    let (daemon, ()) = Daemon::start_prepared(&[], &[("isolated.toml", profile)], &[], |root| {
+    // Another user is a boundary only when the API asks for a token.
+    let token = [("TETHER_AUTH_TOKEN", "isolated-9f3a1c07e42b8d65")];
+    let (daemon, ()) = Daemon::start_prepared(&[], &[("isolated.toml", profile)], &token, |root| {
         // The test's root may be passed through; the daemon's data stays 0700.
         std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711)).unwrap();
         let state = root.join(".agent-nobody");
@@ -837,7 +839,8 @@ async fn r29_a_profile_runs_its_agent_as_another_user_who_finds_no_secrets() {
         std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o2770)).unwrap();
     })
     .await;
-    let api = daemon.api().await;
+    let bearer = "Bearer isolated-9f3a1c07e42b8d65";
+    let api = Api::connect(&daemon.url, &[("Authorization", bearer)]).await.unwrap();
     let session = api.ready_session("isolated", &daemon.workspace("iso")).await;
     let agents = Daemon::processes_mentioning(&daemon.root.path().join(".agent-nobody"));
     let [agent] = agents[..] else { panic!("one agent: {agents:?}") };
@@ -864,6 +867,25 @@ async fn r29_a_profile_runs_its_agent_as_another_user_who_finds_no_secrets() {
     let reply = api.ask(&daemon_user, &format!("{probe}look around")).await;
     assert!(reply.contains(&format!("peek {}: ", db.display())), "{reply}");
     assert!(!reply.contains("failed"), "{reply}");
+}
+
+/// An agent run as `nobody` by a daemon without a token reached the daemon's API on
+/// loopback, created a session of a root profile, and read `/etc/shadow` through it:
+/// another user is no boundary while the API asks for no token. Such a profile is listed
+/// unavailable and its sessions refused, saying why and what to do.
+#[tokio::test]
+async fn agents_run_as_another_user_only_behind_an_api_token() {
+    let profile = "id = \"isolated\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n[process]\nuser = \"nobody\"\n";
+    let daemon = Daemon::start_with_profiles(&[], &[("isolated.toml", profile)]).await;
+    let api = daemon.api().await;
+    let agents = api.typed().agents_list().await.unwrap();
+    let isolated = agents.iter().find(|agent| agent.id == "isolated").expect("listed");
+    assert!(!isolated.available, "{isolated:?}");
+    let reason = isolated.reasons.join("; ");
+    assert!(reason.contains("asks for no token") && reason.contains("--auth-token-file"), "{reason}");
+    let refused = api.create_session("isolated", &daemon.workspace("iso")).await.unwrap_err();
+    assert_eq!(refused.kind, protocol::errors::ErrorKind::AgentUnavailable, "{refused:?}");
+    assert!(refused.message.contains("asks for no token"), "{refused:?}");
 }
 
 /// Point 4 (the user): a container's agent ran as root. agentctl is now root in its
