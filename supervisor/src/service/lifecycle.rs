@@ -115,6 +115,10 @@ impl Supervisor {
         let task = self.config.store.get_task(task_id.clone()).await?;
         let initial_prompt = prompt
             .or_else(|| (!task.description.trim().is_empty()).then(|| task.description.clone()));
+        if initial_prompt.is_some() {
+            // Its first prompt spends the task's budget, as any prompt does.
+            self.task_within_budget(&task_id).await?;
+        }
         let now = crate::store::now_ms();
         let id = session_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
         // A worktree of its own: asked for, or the profile's default.

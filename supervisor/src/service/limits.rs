@@ -37,6 +37,20 @@ impl Supervisor {
         Ok(store.budget_use(scope, id).await?)
     }
 
+    /// Refuses work that would spend a task's budget when it is used up: a new session's
+    /// first prompt, a workflow's next step (a new session has no budget of its own yet).
+    pub(crate) async fn task_within_budget(&self, task_id: &str) -> Result<(), ServiceError> {
+        let used = self.config.store.budget_use(BudgetScope::Task, task_id.to_owned()).await?;
+        match used.filter(|used| used.percent >= 100) {
+            Some(used) => Err(ServiceError::BudgetExceeded(format!(
+                "{}; raise it with budget.set first (CLI: supervisor budget --task {task_id} \
+                 --tokens N or --cost N)",
+                used.describe()
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// `task.session.retry_turn`: re-sends the prompt of a turn a crash left `interrupted`
     /// (or that failed) as a new turn, once; the new turn's id.
     pub async fn retry_turn(

@@ -93,7 +93,10 @@ impl Supervisor {
         let task = match &new.task_id {
             Some(task_id) => {
                 check_id("task_id", task_id)?;
-                self.config.store.get_task(task_id.clone()).await?
+                let task = self.config.store.get_task(task_id.clone()).await?;
+                // Its first steps would spend what is not there: nothing is stored.
+                self.task_within_budget(task_id).await?;
+                task
             }
             None => self.create_task(spec.name.clone(), String::new()).await?,
         };
@@ -325,6 +328,8 @@ impl Supervisor {
                 row.state
             )));
         }
+        // A workflow stopped by its task's budget goes on once the budget is raised.
+        self.task_within_budget(&row.task_id).await?;
         let current = match spec_text {
             Some(text) => Some(text),
             None => match &row.spec_file {
@@ -438,7 +443,7 @@ impl Supervisor {
     /// The driver of one workflow: plans and acts until nothing is left to watch.
     async fn run_driver(self: Arc<Self>, id: String) {
         let mut changes = self.config.store.workflow_changes();
-        let (landed_tx, mut landed) = mpsc::unbounded_channel::<(String, Option<String>)>();
+        let (landed_tx, mut landed) = mpsc::unbounded_channel::<(String, Option<ServiceError>)>();
         let mut busy: BTreeSet<String> = BTreeSet::new();
         loop {
             let (plan, watching) = match self.plan_workflow(&id, &busy).await {
@@ -539,6 +544,13 @@ impl Supervisor {
             };
             sessions.insert(session_id, facts);
         }
+        let over_budget = match self.task_within_budget(&row.task_id).await {
+            Ok(()) => None,
+            Err(ServiceError::BudgetExceeded(reason)) => {
+                Some(format!("{reason}, then resume the workflow"))
+            }
+            Err(err) => return Err(err),
+        };
         let input = Input {
             spec: &spec,
             workflow: &row,
@@ -546,6 +558,7 @@ impl Supervisor {
             sessions: &sessions,
             busy,
             task: (&task.title, &task.description),
+            over_budget: over_budget.as_deref(),
             now: crate::store::now_ms(),
         };
         let planned = plan::plan(&input);
@@ -564,7 +577,7 @@ impl Supervisor {
         id: &str,
         action: Action,
         busy: &mut BTreeSet<String>,
-        landed: &mpsc::UnboundedSender<(String, Option<String>)>,
+        landed: &mpsc::UnboundedSender<(String, Option<ServiceError>)>,
     ) {
         match action {
             Action::Start { step_id, prompt } => self.start_step(id, &step_id, prompt).await,
@@ -614,7 +627,7 @@ impl Supervisor {
                         }
                         None => supervisor.resume(session_id, false).await.map(|_| ()),
                     };
-                    let _ = landed.send((step_id, outcome.err().map(|err| err.to_string())));
+                    let _ = landed.send((step_id, outcome.err()));
                 });
             }
             Action::CancelTurn { session_id } => {
@@ -700,18 +713,19 @@ impl Supervisor {
             Err(ServiceError::Conflict(message)) => {
                 tracing::debug!(workflow = %id, step = %step_id, %message, "step not started");
             }
-            Err(err) => self.launch_failed(id, step_id, StepState::Pending, err.to_string()).await,
+            Err(err) => self.launch_failed(id, step_id, StepState::Pending, err).await,
         }
     }
 
     /// A resume or resend of a step's session failed: counted as a failed launch.
-    async fn continue_failed(self: &Arc<Self>, id: &str, step_id: &str, error: String) {
+    async fn continue_failed(self: &Arc<Self>, id: &str, step_id: &str, error: ServiceError) {
         self.launch_failed(id, step_id, StepState::Running, error).await;
     }
 
     /// A step's session could not be created or brought on: tried again while the step's
-    /// `retries` allow, else the step (and the workflow) fails.
-    async fn launch_failed(&self, id: &str, step_id: &str, state: StepState, error: String) {
+    /// `retries` allow, else the step (and the workflow) fails. Refused by the task's
+    /// budget, it fails at once (trying again spends nothing but time).
+    async fn launch_failed(&self, id: &str, step_id: &str, state: StepState, error: ServiceError) {
         let read = async {
             let (row, steps) = self.config.store.workflow(id.to_owned()).await?;
             let spec =
@@ -731,7 +745,25 @@ impl Supervisor {
         }
         let retries =
             spec.steps.iter().find(|s| s.id == plan::base_id(step_id)).map_or(0, |s| s.retries);
+        let over_budget = matches!(error, ServiceError::BudgetExceeded(_));
         tracing::warn!(workflow = %id, step = %step_id, %error, failures = step.launch_failures + 1, retries, "a step's session did not launch");
+        if over_budget {
+            let reason = format!("{error}, then resume the workflow");
+            let action = match state {
+                StepState::Pending => plan::not_started(step_id, &reason),
+                _ => plan::fail_step(step_id, format!("its prompt cannot be sent: {reason}")),
+            };
+            let Action::Write { patches, state } = action else { return };
+            if let Err(err) = self
+                .config
+                .store
+                .update_workflow(id.to_owned(), Some(WorkflowState::Running), patches, state)
+                .await
+            {
+                tracing::error!(workflow = %id, %err, "cannot record a step stopped by its budget");
+            }
+            return;
+        }
         let (patch, workflow) = if step.launch_failures < retries {
             (
                 StepPatch {

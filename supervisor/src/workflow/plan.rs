@@ -111,6 +111,10 @@ pub struct Input<'a> {
     pub busy: &'a BTreeSet<String>,
     /// The task's title and description.
     pub task: (&'a str, &'a str),
+    /// Why the task may spend no more, when its budget is used up (what `budget_exceeded`
+    /// says): no step starts and no step's prompt is sent (again); such a step fails with
+    /// it, and the workflow with the step, resumable once the budget is raised.
+    pub over_budget: Option<&'a str>,
     /// Unix ms.
     pub now: i64,
 }
@@ -177,7 +181,17 @@ impl Values for Rendering<'_> {
     }
 }
 
-fn fail_step(step_id: &str, error: String) -> Action {
+/// The step's session is to be brought on (`Continue`), unless the task's budget is used
+/// up: then the step fails, saying so.
+fn bring_on(input: &Input<'_>, step_id: &str, action: Action) -> Action {
+    match input.over_budget {
+        Some(reason) => fail_step(step_id, format!("its prompt cannot be sent: {reason}")),
+        None => action,
+    }
+}
+
+/// A step fails with `error`, and the workflow with it.
+pub fn fail_step(step_id: &str, error: String) -> Action {
     Action::Write {
         patches: vec![StepPatch {
             step_id: step_id.to_owned(),
@@ -281,7 +295,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
                 ));
             } else {
                 let resend = facts.prompt_delivered.then(|| row.prompt.clone()).flatten();
-                plan.actions.push(Action::Continue {
+                let action = Action::Continue {
                     step_id: row.step_id.clone(),
                     session_id: session_id.clone(),
                     resend,
@@ -291,7 +305,8 @@ pub fn plan(input: &Input<'_>) -> Plan {
                         launch_failed: true,
                         ..StepPatch::default()
                     },
-                });
+                };
+                plan.actions.push(bring_on(input, &row.step_id, action));
             }
             continue;
         }
@@ -299,12 +314,13 @@ pub fn plan(input: &Input<'_>) -> Plan {
             if !facts.live {
                 // Never launched, or its launch was cut short: a resume launches it and
                 // the session sends its first prompt, once.
-                plan.actions.push(Action::Continue {
+                let action = Action::Continue {
                     step_id: row.step_id.clone(),
                     session_id: session_id.clone(),
                     resend: None,
                     patch: StepPatch::default(),
-                });
+                };
+                plan.actions.push(bring_on(input, &row.step_id, action));
             }
             continue;
         }
@@ -344,7 +360,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
                 ));
                 continue;
             }
-            plan.actions.push(Action::Continue {
+            let action = Action::Continue {
                 step_id: row.step_id.clone(),
                 session_id: session_id.clone(),
                 resend: row.prompt.clone(),
@@ -354,7 +370,8 @@ pub fn plan(input: &Input<'_>) -> Plan {
                     resent: true,
                     ..StepPatch::default()
                 },
-            });
+            };
+            plan.actions.push(bring_on(input, &row.step_id, action));
         }
     }
     if !running_workflow {
@@ -443,6 +460,12 @@ pub fn plan(input: &Input<'_>) -> Plan {
         if running >= spec.max_parallel {
             continue;
         }
+        if let Some(reason) = input.over_budget {
+            // Nothing more is spent: the step fails unstarted (the workflow with it; the
+            // other steps ready to start stay pending).
+            plan.actions.push(not_started(&row.step_id, reason));
+            break;
+        }
         running += 1;
         let prompt = render(input, step, row, &by_id);
         plan.actions.push(Action::Start { step_id: row.step_id.clone(), prompt });
@@ -457,6 +480,26 @@ pub fn plan(input: &Input<'_>) -> Plan {
         });
     }
     plan
+}
+
+/// A pending step fails before it starts (`reason`: why it may not).
+pub fn not_started(step_id: &str, reason: &str) -> Action {
+    let error = format!("not started: {reason}");
+    Action::Write {
+        patches: vec![StepPatch {
+            step_id: step_id.to_owned(),
+            expect: Some(StepState::Pending),
+            state: Some(StepState::Failed),
+            error: Some(Some(error.clone())),
+            ended: true,
+            event: Some(WorkflowEventKind::StepFailed {
+                step_id: step_id.to_owned(),
+                error: error.clone(),
+            }),
+            ..StepPatch::default()
+        }],
+        state: Some((WorkflowState::Failed, Some(format!("step {step_id}: {error}")))),
+    }
 }
 
 fn skip(step_id: &str, reason: String) -> StepPatch {

@@ -164,6 +164,42 @@ async fn a_budget_warns_pauses_and_lets_go_once_raised() {
     assert!(err.contains("budget_exceeded") && err.contains("its task's budget"), "{err}");
 }
 
+/// A new session's first prompt spends its task's budget too: a create with a prompt (or a
+/// task description, its first prompt) over the task's budget is refused with
+/// `budget_exceeded`, as a prompt is, and stores nothing; one without a first prompt is
+/// made.
+#[tokio::test]
+async fn a_create_with_a_prompt_over_its_task_budget_is_refused() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("first")).await;
+    let task = api.status(&session).await.task_id;
+    api.ask(&session, "/tokens 100 200\nspent").await;
+    let set = api.typed().budget_set(None, Some(task.clone()), Some(250), None, None);
+    assert_eq!(ok("budget.set", set).await.expect("a budget").percent, 120);
+    let create = Create {
+        prompt: Some("more".into()),
+        ..Create::new(&task, "mock", Some(&daemon.workspace("second")))
+    };
+    let refusal = refused("create over budget", create.send(api.typed())).await;
+    assert_eq!(refusal.kind, ErrorKind::BudgetExceeded, "{refusal:?}");
+    assert!(refusal.message.contains("its task's budget"), "{refusal:?}");
+    let sessions =
+        ok("task.session.list", api.typed().session_list(Some(task.clone()), None, None)).await;
+    assert_eq!(sessions.len(), 1, "nothing stored: {sessions:?}");
+    let described =
+        ok("task.create", api.typed().task_create("described".into(), Some("do the work".into())))
+            .await;
+    let set = api.typed().budget_set(None, Some(described.id.clone()), Some(0), None, None);
+    ok("budget.set", set).await;
+    let create = Create::new(&described.id, "mock", Some(&daemon.workspace("third")));
+    let refusal = refused("create with a description over budget", create.send(api.typed())).await;
+    assert_eq!(refusal.kind, ErrorKind::BudgetExceeded, "{refusal:?}");
+    // Without a first prompt nothing is spent: made.
+    let create = Create::new(&task, "mock", Some(&daemon.workspace("fourth")));
+    ok("create without a prompt", create.send(api.typed())).await;
+}
+
 /// `session.max_turns` pauses the session at the end of its last allowed turn, and
 /// `session.max_duration_secs` at the first turn boundary past it.
 #[tokio::test]

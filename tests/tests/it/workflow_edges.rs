@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use protocol::api::{ApiClient, StepState, WorkflowEventKind, WorkflowState};
 use protocol::errors::ErrorKind;
-use tether_tests::daemon::{Api, Daemon, call};
+use tether_tests::daemon::{Api, Daemon, call, ok};
 
 use crate::workflows::{
     CHAIN, SLOW, daemon, mid_turn, once, output, started_session, status, subscribe, turns,
@@ -488,4 +488,67 @@ async fn a_step_whose_launch_failed_is_launched_again() {
         "{:?}",
         status.error
     );
+}
+
+const SPENDING: &str = r#"name = "spending"
+
+[[steps]]
+id = "a"
+agent = "flow"
+prompt = "a\n/tokens 100 200\n/say A"
+
+[[steps]]
+id = "b"
+agent = "flow"
+depends_on = ["a"]
+prompt = "b\n/tokens 100 200\n/say B"
+
+[[steps]]
+id = "c"
+agent = "flow"
+depends_on = ["b"]
+prompt = "c\n/tokens 100 200\n/say C"
+"#;
+
+/// A task's budget stops its workflow before the first step that would start over it: the
+/// step fails saying so (it never ran), the workflow fails, a resume is refused with
+/// `budget_exceeded` until the budget is raised, then the workflow goes on from that step.
+#[tokio::test]
+async fn a_task_budget_used_up_stops_its_workflow_until_it_is_raised() {
+    let (daemon, log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let task = ok("task.create", api.typed().task_create("budgeted".into(), None)).await;
+    let budget =
+        |tokens| api.typed().budget_set(None, Some(task.id.clone()), Some(tokens), None, None);
+    ok("budget.set", budget(250)).await;
+    let start = api.typed().workflow_start(
+        SPENDING.into(),
+        None,
+        None,
+        Some(task.id.clone()),
+        Some(workspace.display().to_string()),
+    );
+    let id = ok("workflow.start", start).await.workflow_id;
+    let (state, seen) = api.workflow_end(&id).await;
+    assert_eq!(state, WorkflowState::Failed, "{seen:#?}");
+    // a ran (300 tokens, 120 %); b did not start.
+    once(&turns(&log), &["a"]);
+    let failed = status(&api, &id).await;
+    let error = failed.error.clone().unwrap_or_default();
+    assert!(error.starts_with("step b: not started: its task's budget"), "{error}");
+    assert!(error.contains("120% used") && error.contains("resume"), "{error}");
+    let b = failed.steps.iter().find(|s| s.id == "b").unwrap();
+    assert_eq!((b.state, b.runs), (StepState::Failed, 0), "{b:?}");
+    assert_eq!(failed.steps.iter().find(|s| s.id == "c").unwrap().state, StepState::Pending);
+    // Still over budget: the resume is refused, nothing changes.
+    let refused =
+        call("workflow.resume", api.typed().workflow_resume(id.clone(), None, None)).await;
+    assert_eq!(refused.unwrap_err().kind, ErrorKind::BudgetExceeded);
+    assert_eq!(status(&api, &id).await.state, WorkflowState::Failed);
+    // Raised: it goes on from b.
+    ok("budget.set", budget(10_000)).await;
+    let resumed = ok("workflow.resume", api.typed().workflow_resume(id.clone(), None, None)).await;
+    let (state, seen) = until_over(&mut subscribe(&api, &id, resumed.last_event_seq).await).await;
+    assert_eq!(state, WorkflowState::Completed, "{seen:#?}");
+    once(&turns(&log), &["a", "b", "c"]);
 }

@@ -16,6 +16,8 @@ struct Sim {
     now: i64,
     /// Every prompt sent, by row: (step, prompt).
     sent: Vec<(String, String)>,
+    /// The task's budget is used up: why.
+    over_budget: Option<String>,
 }
 
 fn row(step_id: &str, position: i64) -> StepRow {
@@ -70,7 +72,15 @@ impl Sim {
             created_at: 0,
             updated_at: 0,
         };
-        Sim { spec, workflow, steps, sessions: BTreeMap::new(), now: 1000, sent: Vec::new() }
+        Sim {
+            spec,
+            workflow,
+            steps,
+            sessions: BTreeMap::new(),
+            now: 1000,
+            sent: Vec::new(),
+            over_budget: None,
+        }
     }
 
     fn plan(&self) -> Plan {
@@ -81,6 +91,7 @@ impl Sim {
             sessions: &self.sessions,
             busy: &BTreeSet::new(),
             task: ("Title", "Description"),
+            over_budget: self.over_budget.as_deref(),
             now: self.now,
         })
     }
@@ -588,4 +599,40 @@ fn a_step_whose_session_was_stopped_fails_and_a_failed_workflow_starts_nothing()
     assert_eq!(sim.state("plan"), StepState::Failed);
     assert_eq!(sim.state("build"), StepState::Pending);
     assert_eq!(sim.workflow.state, WorkflowState::Failed);
+}
+
+#[test]
+fn no_step_starts_or_is_prompted_again_over_the_task_budget() {
+    let mut sim = Sim::new(CHAIN);
+    sim.settle();
+    sim.complete("plan", "P");
+    sim.over_budget = Some("its task's budget is 120% used".into());
+    sim.settle();
+    // build does not start: it fails, saying why, and the workflow with it.
+    assert_eq!(sim.sent.len(), 1);
+    assert_eq!((sim.state("build"), sim.row("build").runs), (StepState::Failed, 0));
+    assert_eq!(
+        sim.workflow.error.as_deref(),
+        Some("step build: not started: its task's budget is 120% used")
+    );
+    assert_eq!(sim.state("review"), StepState::Pending);
+
+    // A running step whose turn was cut is not sent its prompt again.
+    let mut sim = Sim::new(CHAIN);
+    sim.settle();
+    let facts = sim.sessions.get_mut("s-plan-0").unwrap();
+    facts.turn_running = false;
+    facts.live = false;
+    facts.last_turn = Some(TurnFacts {
+        state: TurnState::Interrupted,
+        stop_reason: None,
+        error: None,
+        delivered: true,
+        execution_over: true,
+    });
+    sim.over_budget = Some("over".into());
+    sim.settle();
+    assert_eq!(sim.sent.len(), 1);
+    assert_eq!(sim.state("plan"), StepState::Failed);
+    assert_eq!(sim.workflow.error.as_deref(), Some("step plan: its prompt cannot be sent: over"));
 }
