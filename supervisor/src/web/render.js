@@ -22,8 +22,7 @@ function el(tag, attrs = {}, ...children) {
 
 // ---- Markdown ------------------------------------------------------------------------
 
-// Past this size a reply is shown as plain text: parsing it again on every chunk would cost
-// more than it shows.
+// Past this size a reply is shown as plain text.
 const MARKDOWN_LIMIT = 200 * 1024;
 
 function escapeHtml(text) {
@@ -42,15 +41,21 @@ if (window.marked) {
   });
 }
 
-// An agent's Markdown as a fragment: parsed, sanitized, links opened outside the page,
-// code blocks highlighted.
-function markdown(text) {
-  const fragment = document.createDocumentFragment();
-  if (!window.marked || !window.DOMPurify || text.length > MARKDOWN_LIMIT) {
-    fragment.append(el("div", { class: "plain" }, text));
-    return fragment;
-  }
-  const html = window.marked.parse(text, { async: false });
+function canRenderMarkdown(text) {
+  return Boolean(window.marked && window.DOMPurify) && text.length <= MARKDOWN_LIMIT;
+}
+
+// Markdown's blocks (marked's tokens), its link definitions from `links` known too.
+function lexMarkdown(text, links = {}) {
+  const lexer = new window.marked.Lexer();
+  Object.assign(lexer.tokens.links, links);
+  return lexer.lex(text);
+}
+
+// Blocks as a fragment: rendered, sanitized, links opened outside the page, code blocks
+// highlighted.
+function renderBlocks(tokens) {
+  const html = window.marked.Parser.parse(tokens);
   const clean = window.DOMPurify.sanitize(html, {
     RETURN_DOM_FRAGMENT: true,
     FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "iframe", "img"],
@@ -61,7 +66,14 @@ function markdown(text) {
     link.setAttribute("rel", "noopener noreferrer");
   }
   for (const code of clean.querySelectorAll("pre > code")) highlight(code);
-  fragment.append(clean);
+  return clean;
+}
+
+// An agent's Markdown as a fragment.
+function markdown(text) {
+  const fragment = document.createDocumentFragment();
+  if (canRenderMarkdown(text)) fragment.append(renderBlocks(lexMarkdown(text)));
+  else fragment.append(el("div", { class: "plain" }, text));
   return fragment;
 }
 
@@ -98,21 +110,177 @@ function highlight(code) {
   if (language) code.parentElement.dataset.language = language;
 }
 
-// An agent message block takes its text as it streams; it is rendered once per batch of
-// chunks (a microtask after the frame's events), not once per chunk.
+// ---- an agent message as it streams ------------------------------------------------
+
+// An agent message takes its text as it streams and is rendered at most once an animation
+// frame, for what the frame's chunks added (a hidden tab renders when shown again). Its
+// settled Markdown blocks — all but the last, which text to come can still change — are
+// rendered once and kept; a frame lexes only the open tail from where they end. A code
+// fence still open is all tail: its new text is added to its code as it is, without lexing,
+// and it is lexed again once it closes or the message ends (`endAgentText`). So a frame
+// costs what its tail holds, not the whole reply (a reply of 152 KB is lexed a few times
+// over, not once a chunk), and the message ends rendered as its whole text would be
+// (`markdown`).
 function appendAgentText(block, text) {
   block.raw = (block.raw || "") + text;
   if (state.backfill) {
     state.backfillBlocks.add(block); // rendered once the window is in (views.js)
     return;
   }
-  if (block.renderQueued) return;
-  block.renderQueued = true;
-  queueMicrotask(() => {
-    block.renderQueued = false;
-    block.replaceChildren(markdown(block.raw));
+  const stream = block.stream || (block.stream = newStream());
+  // "\r\n" and "\r" are line ends, as marked reads them (a "\r\n" may be cut in two).
+  let more = stream.cr && text.startsWith("\n") ? text.slice(1) : text;
+  stream.cr = more.endsWith("\r");
+  stream.text += more.replace(/\r\n?/g, "\n");
+  queueAgentText(block);
+}
+
+// What a streamed message keeps between frames.
+function newStream() {
+  return {
+    text: "", // its text, each line end a "\n"
+    cr: false, // the last chunk ended with a "\r" (a "\n" starting the next ends no line)
+    settled: 0, // how much of `text` is rendered for good
+    links: {}, // the link definitions in the settled text
+    defines: false, // a link definition was seen: the message is rendered again at its end
+    tail: [], // the nodes that show the open tail
+    fence: null, // the open code fence grown without lexing (`openFence`)
+    queued: false, // a frame will render it
+    ended: false, // the message is whole
+    plain: null, // past MARKDOWN_LIMIT: its text shown as it is, up to `shown`
+    shown: 0,
+  };
+}
+
+// The message streamed into is whole: a new block of the transcript follows it.
+function endAgentMessage() {
+  endAgentText(state.currentAgent);
+  state.currentAgent = null;
+}
+
+// A message is whole (its turn ended, a tool call or a new turn followed): an open fence's
+// code, added as text, is rendered properly.
+function endAgentText(block) {
+  const stream = block && block.stream;
+  if (!stream || stream.ended) return;
+  stream.ended = true;
+  if ((stream.fence && stream.fence.added) || stream.defines) queueAgentText(block);
+}
+
+function queueAgentText(block) {
+  const stream = block.stream;
+  if (stream.queued) return;
+  stream.queued = true;
+  requestAnimationFrame(() => {
+    stream.queued = false;
+    renderAgentText(block);
     stickToBottom();
   });
+}
+
+function renderAgentText(block) {
+  const stream = block.stream;
+  if (!canRenderMarkdown(block.raw)) {
+    // Too long for Markdown: the text as it is, from here on.
+    if (!stream.plain) {
+      stream.plain = el("div", { class: "plain" });
+      block.replaceChildren(stream.plain);
+    }
+    stream.plain.append(block.raw.slice(stream.shown));
+    stream.shown = block.raw.length;
+    return;
+  }
+  if (stream.fence && !stream.ended && growFence(stream)) return;
+  stream.fence = null;
+  if (stream.ended && stream.defines) {
+    // Link definitions hold for the whole message, above them too: once it is whole, it is
+    // rendered again whole, once.
+    stream.defines = false;
+    stream.settled = 0;
+    stream.links = {};
+    stream.tail = [];
+    block.replaceChildren();
+  }
+  const tail = stream.text.slice(stream.settled);
+  const tokens = lexMarkdown(tail, stream.links);
+  if (!stream.ended && tokens.some((token) => token.type === "def")) stream.defines = true;
+  // All blocks but the last (and the blank lines after it) are settled: rendered here,
+  // before the tail, for good. While the last one's first line is not whole, the block
+  // before it is not settled either ("2" may yet be "2. second", an item of the list above).
+  let last = lastBlock(tokens, tokens.length);
+  if (!tokens.slice(last).some((token) => token.raw.includes("\n"))) last = lastBlock(tokens, last);
+  const settled = tokens.slice(0, last);
+  const settledText = settled.map((token) => token.raw).join("");
+  let open = tokens;
+  if (settled.length && tail.startsWith(settledText)) {
+    const fragment = renderBlocks(settled);
+    if (stream.tail.length) stream.tail[0].before(fragment);
+    else block.append(fragment);
+    stream.settled += settledText.length;
+    // A settled definition is whole: the tail is lexed knowing it.
+    for (const token of settled) {
+      if (token.type === "def" && !(token.tag in stream.links)) stream.links[token.tag] = { href: token.href, title: token.title };
+    }
+    open = tokens.slice(last);
+  }
+  const fragment = renderBlocks(open);
+  const nodes = [...fragment.childNodes];
+  for (const node of stream.tail) node.remove();
+  block.append(fragment);
+  stream.tail = nodes;
+  if (!stream.ended) stream.fence = openFence(stream, open[open.length - 1], nodes);
+}
+
+// The index of the last block before `end` that is not blank lines (0 when none is).
+function lastBlock(tokens, end) {
+  let index = end - 1;
+  while (index > 0 && tokens[index].type === "space") index--;
+  return Math.max(index, 0);
+}
+
+// The tail's last block when it is a code fence not closed yet, its opening line whole and
+// not indented: where its code is shown and what closes it; else null.
+function openFence(stream, token, nodes) {
+  if (!token || token.type !== "code" || !stream.text.endsWith(token.raw)) return null;
+  const opening = /^(`{3,}|~{3,})[^\n]*\n/.exec(token.raw);
+  if (!opening) return null;
+  const mark = opening[1];
+  const closing = new RegExp(`^ {0,3}${mark}${mark[0]}* *$`);
+  const code = token.raw.slice(opening[0].length);
+  const lines = code.split("\n");
+  if (lines.some((line) => closing.test(line))) return null;
+  const pre = nodes.filter((node) => node.nodeName === "PRE").pop();
+  const element = pre && pre.firstElementChild;
+  // marked shows the code with a line end after its last line.
+  const shown = code === "" || code.endsWith("\n") ? code : code + "\n";
+  if (!element || element.nodeName !== "CODE" || element.textContent !== shown) return null;
+  // What is added goes before that line end, held in a node of its own.
+  let end = element.lastChild;
+  if (shown !== code) {
+    if (!end || end.nodeType !== Node.TEXT_NODE || !end.data.endsWith("\n")) return null;
+    end = end.splitText(end.data.length - 1);
+  } else {
+    element.append((end = document.createTextNode("")));
+  }
+  return { closing, element, end, shownTo: stream.text.length, scanFrom: stream.text.length - lines[lines.length - 1].length, added: false };
+}
+
+// Adds the text since the last frame to an open fence's code; false when a line of it
+// closes the fence (the tail is lexed again).
+function growFence(stream) {
+  const fence = stream.fence;
+  const text = stream.text;
+  let at = fence.scanFrom;
+  for (let end = text.indexOf("\n", at); end >= 0; end = text.indexOf("\n", at)) {
+    if (fence.closing.test(text.slice(at, end))) return false;
+    at = end + 1;
+  }
+  fence.scanFrom = at;
+  fence.element.insertBefore(document.createTextNode(text.slice(fence.shownTo)), fence.end);
+  fence.shownTo = text.length;
+  fence.end.data = text.endsWith("\n") ? "" : "\n";
+  fence.added = true;
+  return true;
 }
 
 // ---- diffs ---------------------------------------------------------------------------
@@ -228,7 +396,7 @@ function renderTool(update) {
   const id = update.toolCallId;
   let tool = state.tools.get(id);
   if (!tool) {
-    state.currentAgent = null;
+    endAgentMessage();
     tool = { fields: {}, node: null };
     state.tools.set(id, tool);
   }
@@ -372,7 +540,7 @@ function render(event) {
       break;
     }
     case "turn_started":
-      state.currentAgent = null;
+      endAgentMessage();
       state.currentThought = null;
       state.plan = null;
       // Tether's own prompt (the summary asked for at a pause) is not the person's.
@@ -426,7 +594,7 @@ function render(event) {
     }
     case "turn_ended":
       state.lastTurnEnd = Math.max(state.lastTurnEnd, event.seq || 0);
-      state.currentAgent = null;
+      endAgentMessage();
       state.currentThought = null;
       // Questions asked before a turn's end cannot be answered any more (an earlier
       // window's turn end leaves the questions after it alone).

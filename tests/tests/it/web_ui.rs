@@ -720,3 +720,86 @@ async fn r31_enter_sends_and_shift_enter_starts_a_new_line() {
         browser.run("return document.querySelector('#prompt').value;", serde_json::json!([])).await;
     assert_eq!(value, serde_json::json!(""), "the box is emptied once sent");
 }
+
+/// Counts, from now on, the characters the page hands to the Markdown lexer (marked's,
+/// which every rendering goes through) in `window.__lexed`.
+async fn count_lexing(browser: &Browser) {
+    let script = "const lex = marked.Lexer.prototype.lex; window.__lexed = 0; \
+        marked.Lexer.prototype.lex = function (src) { window.__lexed += src.length; return lex.call(this, src); }; \
+        return true;";
+    browser.run(script, serde_json::json!([])).await;
+}
+
+/// After the page's next animation frame (where a streamed message is rendered): the
+/// characters lexed so far, and the newest agent message's text, its HTML and the HTML of
+/// its whole text rendered at once.
+async fn newest_message(browser: &Browser) -> serde_json::Value {
+    let script = "const done = arguments[0]; requestAnimationFrame(() => { \
+        const lexed = window.__lexed; \
+        const block = [...document.querySelectorAll('#transcript .agent')].pop(); \
+        const whole = document.createElement('div'); whole.append(markdown(block.raw)); \
+        done({lexed, length: block.raw.length, html: block.innerHTML, whole: whole.innerHTML}); });";
+    browser.run_async(script, serde_json::json!([])).await
+}
+
+/// A long reply streamed in many chunks costs the page about its length in Markdown
+/// lexing (the settled blocks are rendered once, each frame lexes only the open tail, an
+/// open code fence grows without lexing), and it ends rendered as its whole text would be
+/// — also when chunks cut a code fence's marks, a list or a table anywhere.
+#[tokio::test]
+async fn a_long_streamed_reply_renders_each_chunk_without_reparsing_the_whole_reply() {
+    let Some(browser) = browser::start("streaming").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("s")).await;
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    // Cut anywhere: a document streamed a few characters a frame, as a message of its own.
+    let document = "## Streaming\n\nA paragraph with **bold**, `code` and a [link](https://example.com).\n\n\
+        - one\n- two\n  continued\n\n  second paragraph of two\n- three\n\n\
+        ```rust\nfn main() {\n    println!(\"```\");\n}\n```\n\n\
+        | a | b |\n|---|---|\n| 1 | 2 |\n\n\
+        > quoted\nlazily\n\n~~~~\n~~~\nstill code\n~~~~\n\n\
+        Setext heading\n===\n\n1. first\n\n2. second\n\n\
+        ````md\n```python\nnested\n```\n````\n\nA closing paragraph, then an open fence:\n\n```sh\necho one\necho two";
+    count_lexing(&browser).await;
+    let script = "const [text, sizes, done] = arguments; let at = 0; let k = 0; \
+        render({ type: 'turn_started', turn_id: 'cut', prompt: 'cut anywhere' }); \
+        const step = () => { \
+          try { \
+            if (at >= text.length) { render({ type: 'turn_ended', turn_id: 'cut', state: 'completed' }); done(true); return; } \
+            const n = sizes[k++ % sizes.length]; \
+            render({ type: 'agent_message_chunk', text: text.slice(at, at + n) }); at += n; \
+            requestAnimationFrame(step); \
+          } catch (error) { done(String(error.stack)); } }; \
+        step();";
+    let streamed = browser
+        .run_async(script, serde_json::json!([document, [1, 2, 3, 5, 8, 1, 4, 7, 2, 1, 6]]))
+        .await;
+    assert_eq!(streamed, serde_json::json!(true), "streamed");
+    let shown = newest_message(&browser).await;
+    assert_eq!(shown["length"].as_u64().unwrap(), document.len() as u64);
+    assert_eq!(shown["html"], shown["whole"], "cut anywhere, rendered as the whole text");
+    let lexed = shown["lexed"].as_u64().unwrap();
+    assert!(
+        lexed <= 25 * document.len() as u64,
+        "lexed {lexed} characters for {} streamed a few a frame",
+        document.len()
+    );
+    browser.screenshot("streamed-cut").await;
+    count_lexing(&browser).await;
+    // The mock agent's reply, then 6,000 chunks that grow its open code block.
+    let say = "/say Here is the plan:\\n\\n1. read it\\n2. **write** it\\n\\n```python\\ndef main():\\n    return 1";
+    prompt_in_page(&browser, &format!("/stream 6000\n{say}")).await;
+    browser.wait_text("#transcript .turn-end", "turn completed: end_turn").await;
+    let shown = newest_message(&browser).await;
+    let (lexed, length) = (shown["lexed"].as_u64().unwrap(), shown["length"].as_u64().unwrap());
+    assert!(length > 60_000, "a long reply: {length} characters");
+    // The open fence's code is lexed when the fence is first seen (with however much of it
+    // came by then) and once more when the message ends, never once a frame.
+    assert!(lexed <= 3 * length, "lexed {lexed} characters for a reply of {length}");
+    assert_eq!(shown["html"], shown["whole"], "the streamed rendering is the whole text's");
+    let code = browser.texts("#transcript .agent pre > code").await.concat();
+    assert!(code.contains("def main():") && code.contains("[6000/6000]"), "{code}");
+    browser.screenshot("streamed-code").await;
+}
