@@ -342,13 +342,54 @@ async function loadNewest(sessionId, visit) {
     return false;
   }
   if (state.visit !== visit) return false;
+  let events;
+  try {
+    events = await wholeMessages(sessionId, window);
+  } catch (error) {
+    if (state.visit === visit) sessionError(error);
+    return false;
+  }
+  if (state.visit !== visit) return false;
   state.keptAfter = window.kept_after_seq;
-  state.windowStart = window.events.length ? window.events[0].seq : window.last_seq + 1;
-  state.lastSeq.set(sessionId, window.events.length ? window.events[window.events.length - 1].seq : window.last_seq);
-  for (const event of window.events) render(event);
+  state.windowStart = events.length ? events[0].seq : window.last_seq + 1;
+  state.lastSeq.set(sessionId, events.length ? events[events.length - 1].seq : window.last_seq);
+  for (const event of events) render(event);
   showEarlier();
   if ($("#usage").hidden) usageFromSnapshot(sessionId, visit);
   return true;
+}
+
+// The events after which render() starts a new block: the agent's message streamed before
+// them is over.
+const MESSAGE_ENDS = new Set(["turn_started", "turn_ended", "tool_call", "tool_call_update", "permission_request", "elicitation_request"]);
+
+// Whether a window's events begin inside a message: a chunk of the agent's message (or
+// thought) comes before any event that ends one.
+function startsInsideMessage(events) {
+  for (const event of events) {
+    if (event.type === "agent_message_chunk" || event.type === "agent_thought_chunk") return true;
+    if (MESSAGE_ENDS.has(event.type)) return false;
+  }
+  return false;
+}
+
+// A window's events, taken back to the start of the message they begin inside (the events
+// before them, down to the one that ended the message before), so that no message is ever
+// rendered in two parts: its Markdown cut in two would show code as prose and a fence as
+// text.
+async function wholeMessages(sessionId, window) {
+  let events = window.events;
+  while (events.length && events[0].seq > window.kept_after_seq + 1 && startsInsideMessage(events)) {
+    const earlier = await rpc.call("task.session.event_window",
+      { session_id: sessionId, before_seq: events[0].seq, limit: Math.max(WINDOW, 500) });
+    const before = earlier.events.filter((event) => event.seq < events[0].seq);
+    if (!before.length) break;
+    let start = before.length;
+    while (start > 0 && !MESSAGE_ENDS.has(before[start - 1].type)) start--;
+    events = before.slice(start).concat(events);
+    if (start > 0) break; // the message's start
+  }
+  return events;
 }
 
 // The agent's last reported usage, when it is older than the window shown: its newest
@@ -419,8 +460,10 @@ async function loadEarlier() {
     if (state.visit !== visit) return;
     state.keptAfter = window.kept_after_seq;
     // Only what lies before the oldest shown (the daemon says so too; a page trusts it
-    // not to loop).
-    const events = window.events.filter((event) => event.seq < bound);
+    // not to loop), from the start of the message it begins inside.
+    window.events = window.events.filter((event) => event.seq < bound);
+    const events = await wholeMessages(sessionId, window);
+    if (state.visit !== visit) return;
     const saved = { agent: state.currentAgent, thought: state.currentThought, plan: state.plan };
     const holder = document.createDocumentFragment();
     state.backfill = holder;

@@ -803,3 +803,31 @@ async fn a_long_streamed_reply_renders_each_chunk_without_reparsing_the_whole_re
     assert!(code.contains("def main():") && code.contains("[6000/6000]"), "{code}");
     browser.screenshot("streamed-code").await;
 }
+
+/// A reply longer than the page's window (its newest 500 events) is shown whole: the
+/// window is taken back to the start of the message it begins in, so its code block is
+/// code (not prose with a literal fence), and "Show earlier" adds what came before, never
+/// a second half of the message.
+#[tokio::test]
+async fn a_reply_that_crosses_the_window_opens_whole_and_stays_one_message() {
+    let Some(browser) = browser::start("window-message").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("w")).await;
+    api.ask(&session, "/stream 700\n/say The code:\\n\\n```python\\ndef main():\\n    return 1")
+        .await;
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    let code = browser.wait_text("#transcript .agent pre > code", "[700/700]").await;
+    assert!(code.starts_with("def main():\n    return 1 [1/700] [2/700]"), "{code}");
+    let transcript = browser.texts("#transcript").await.concat();
+    assert!(!transcript.contains("```"), "no literal fence: {transcript}");
+    browser.screenshot("window-whole").await;
+    show_all_earlier(&browser).await;
+    browser.wait_text("#transcript .user", "/stream 700").await;
+    let messages = browser.texts("#transcript .agent").await;
+    assert_eq!(messages.len(), 1, "one message: {messages:?}");
+    let code = browser.texts("#transcript .agent pre > code").await;
+    assert_eq!(code.len(), 1, "one code block: {code:?}");
+    assert!(code[0].starts_with("def main():") && code[0].contains("[700/700]"), "{code:?}");
+}
