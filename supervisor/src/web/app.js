@@ -153,6 +153,8 @@ const state = {
   lastSeq: new Map(), // session id → the last event seq rendered
   resumedThisVisit: new Set(),
   listFollowed: false, // the list's one subscription is up on this connection
+  workflowsLoading: false, // the workflow list is being read again
+  workflowsAgain: false, // and then once more (a new session came meanwhile)
   currentAgent: null, // the agent message block being streamed into
   currentThought: null,
   tools: new Map(), // tool call id → { fields, node }
@@ -213,28 +215,64 @@ async function refreshLists() {
   state.tasks = tasks;
   state.sessions = sessions;
   state.agents = agents;
-  state.workflows = workflows;
   renderLists();
-  renderWorkflows();
-  for (const workflow of workflows) watchWorkflow(workflow.workflow_id);
+  listWorkflows(workflows);
 }
 
 // ---- workflows ---------------------------------------------------------------------------
 
+// The workflows as listed, each followed; what a workflow's status told of it (the steps
+// that wait for approval) stays with it.
+function listWorkflows(workflows) {
+  const known = new Map(state.workflows.map((w) => [w.workflow_id, w]));
+  state.workflows = workflows.map((w) => ({ ...w, waiting: (known.get(w.workflow_id) || {}).waiting || [] }));
+  renderWorkflows();
+  updateNeedsYou();
+  for (const workflow of workflows) watchWorkflow(workflow.workflow_id);
+}
+
+// The workflow list read again: a session the page had not seen may be a step of a
+// workflow started elsewhere (the CLI). Calls while one is under way make one more after it.
+async function refreshWorkflows() {
+  if (state.workflowsLoading) {
+    state.workflowsAgain = true;
+    return;
+  }
+  state.workflowsLoading = true;
+  try {
+    do {
+      state.workflowsAgain = false;
+      listWorkflows(await rpc.call("workflow.list"));
+    } while (state.workflowsAgain);
+  } catch (error) {
+    // The next connection lists them again.
+  } finally {
+    state.workflowsLoading = false;
+  }
+}
+
+// A workflow needs a person when a step of it waits for approval.
+function workflowNeedsYou(workflow) {
+  return workflow.state === "running" && workflow.waiting.length > 0;
+}
+
 function renderWorkflows() {
   $("#workflows").replaceChildren(
-    ...state.workflows.map((workflow) =>
-      el(
+    ...state.workflows.map((workflow) => {
+      const flagged = workflowNeedsYou(workflow);
+      const why = `${workflow.waiting.join(", ")} waits for approval`;
+      return el(
         "li",
         {
-          class: workflow.workflow_id === state.openWorkflow ? "open" : "",
+          class: (workflow.workflow_id === state.openWorkflow ? "open" : "") + (flagged ? " needs-you" : ""),
           "data-workflow": workflow.workflow_id,
           onclick: () => openWorkflow(workflow.workflow_id),
         },
         el("span", { class: `badge ${workflow.state}` }, workflow.state),
-        `${workflow.name} · ${workflow.steps_done}/${workflow.steps} steps`,
-      ),
-    ),
+        el("span", { class: "workflow-name" }, `${workflow.name} · ${workflow.steps_done}/${workflow.steps} steps`),
+        flagged ? el("span", { class: "needs-you-flag", title: why }, "needs you") : "",
+      );
+    }),
   );
   $("#workflows-section").hidden = state.workflows.length === 0;
 }
@@ -245,6 +283,7 @@ async function watchWorkflow(workflowId) {
   state.workflowSubscriptions.add(workflowId);
   try {
     const status = await rpc.call("workflow.status", { workflow_id: workflowId });
+    showWorkflowStatus(status);
     await rpc.subscribeWorkflow(workflowId, status.last_event_seq, () => refreshWorkflow(workflowId));
   } catch (error) {
     state.workflowSubscriptions.delete(workflowId);
@@ -253,14 +292,20 @@ async function watchWorkflow(workflowId) {
 
 async function refreshWorkflow(workflowId) {
   const status = await rpc.call("workflow.status", { workflow_id: workflowId });
-  const listed = state.workflows.find((w) => w.workflow_id === workflowId);
-  if (listed) {
-    listed.state = status.state;
-    listed.steps = status.steps.length;
-    listed.steps_done = status.steps.filter((s) => s.state === "completed" || s.state === "skipped").length;
-    renderWorkflows();
-  }
+  showWorkflowStatus(status);
   if (state.openWorkflow === workflowId) renderWorkflow(status);
+}
+
+// A workflow's line as its status says: its state, steps done and steps waiting.
+function showWorkflowStatus(status) {
+  const listed = state.workflows.find((w) => w.workflow_id === status.workflow_id);
+  if (!listed) return;
+  listed.state = status.state;
+  listed.steps = status.steps.length;
+  listed.steps_done = status.steps.filter((s) => s.state === "completed" || s.state === "skipped").length;
+  listed.waiting = status.steps.filter((s) => s.state === "waiting_approval").map((s) => s.id);
+  renderWorkflows();
+  updateNeedsYou();
 }
 
 async function openWorkflow(workflowId) {

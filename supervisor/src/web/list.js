@@ -188,6 +188,8 @@ async function onListEvent(event) {
     }
     if (index >= 0) state.sessions[index] = session;
     else state.sessions.push(session);
+    // A new session may be the step of a workflow started elsewhere.
+    if (index < 0) refreshWorkflows();
     if (!state.tasks.some((t) => t.id === session.task_id)) state.tasks = await rpc.call("task.list");
     renderLists();
   } else if (event.type === "deleted") {
@@ -203,20 +205,39 @@ async function onListEvent(event) {
     state.tasks = tasks;
     state.sessions = sessions;
     renderLists();
+    refreshWorkflows();
   }
 }
 
-// The tab's title counts the sessions that need a person; a session that starts needing
-// one while the tab is hidden (or another session is open) raises a notification, once.
+// The tab's title counts the sessions and workflows that need a person; one that starts
+// needing one while the tab is hidden (or while it is not the one open) raises a
+// notification, once.
 function updateNeedsYou() {
   const waiting = state.sessions.filter(needsYou);
   // The open session's own open questions count too (the list may not have caught up).
   const openAsks = [...state.permissions.values()].some((box) => box.classList.contains("open"));
   const ids = new Set(waiting.map((s) => s.id));
   if (openAsks && state.open) ids.add(state.open);
+  // A workflow's key is "workflow:" and its id.
+  const workflows = state.workflows.filter(workflowNeedsYou);
+  for (const workflow of workflows) ids.add("workflow:" + workflow.workflow_id);
   document.title = ids.size ? `(${ids.size}) needs you · Tether` : "Tether";
-  for (const id of ids) {
+  for (const workflow of workflows) {
+    const id = "workflow:" + workflow.workflow_id;
     if (state.needsYou.has(id)) continue;
+    if ((document.hidden || workflow.workflow_id !== state.openWorkflow) && window.Notification && Notification.permission === "granted") {
+      const note = new Notification("Tether: a workflow needs you", {
+        body: `${workflow.name}: ${workflow.waiting.join(", ")} waits for approval`,
+        tag: "tether-" + id,
+      });
+      note.onclick = () => {
+        window.focus();
+        openWorkflow(workflow.workflow_id);
+      };
+    }
+  }
+  for (const id of ids) {
+    if (state.needsYou.has(id) || id.startsWith("workflow:")) continue;
     const session = state.sessions.find((s) => s.id === id);
     if ((document.hidden || id !== state.open) && window.Notification && Notification.permission === "granted") {
       const what = session && session.awaiting_permission ? "asks for permission" : "waits for your next prompt";

@@ -831,3 +831,59 @@ async fn a_reply_that_crosses_the_window_opens_whole_and_stays_one_message() {
     assert_eq!(code.len(), 1, "one code block: {code:?}");
     assert!(code[0].starts_with("def main():") && code[0].contains("[700/700]"), "{code:?}");
 }
+
+/// A workflow started elsewhere (the CLI) shows up in the open page without a reload,
+/// and a step waiting for approval makes it "need you": in its row, the tab's title and
+/// a notification.
+#[tokio::test]
+async fn a_workflow_started_from_the_cli_is_listed_live_and_its_approval_needs_you() {
+    let Some(browser) = browser::start("workflow-live").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    connected(&browser, &page(&daemon)).await;
+    // Notifications as the page raises them (a headless browser shows none).
+    let script = "window.__notes = []; window.Notification = class { \
+        static permission = 'granted'; static requestPermission() { return Promise.resolve('granted'); } \
+        constructor(title, options) { window.__notes.push(title + ': ' + options.body); } }; return true;";
+    browser.run(script, serde_json::json!([])).await;
+    let spec = r#"name = "live flow"
+[[steps]]
+id = "draft"
+agent = "mock"
+prompt = "draft\n/say a draft"
+[[steps]]
+id = "ship"
+agent = "mock"
+depends_on = ["draft"]
+approval = true
+prompt = "ship {{steps.draft.output}}"
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("flow.toml");
+    std::fs::write(&file, spec).unwrap();
+    let workspace = daemon.workspace("flow");
+    let (code, out, err) = daemon
+        .cli(&[
+            "workflow",
+            "run",
+            file.to_str().unwrap(),
+            "--workspace",
+            workspace.to_str().unwrap(),
+        ])
+        .await;
+    assert_eq!(code, 0, "{out}{err}");
+    browser.wait_text("#workflows li", "live flow").await;
+    let row = browser.wait_text("#workflows li", "needs you").await;
+    assert!(row.contains("live flow"), "{row}");
+    let title = browser.run("return document.title;", serde_json::json!([])).await;
+    assert!(title.as_str().unwrap().contains("needs you"), "{title}");
+    let notes = browser.run("return window.__notes;", serde_json::json!([])).await;
+    assert!(notes.to_string().contains("live flow"), "{notes}");
+    browser.screenshot("workflow-needs-you").await;
+    // Approved in the page, it needs nobody any more.
+    browser.click("#workflows li").await;
+    browser.click("#steps [data-step-row=ship] .approve").await;
+    browser.wait_text("#workflow-state", "completed").await;
+    browser.wait_text("#workflows li", "2/2 steps").await;
+    let row = browser.texts("#workflows li").await.concat();
+    assert!(!row.contains("needs you"), "{row}");
+}
