@@ -29,8 +29,11 @@ pub enum FsError {
     /// The path resolves outside every workspace root.
     #[error("path {0} is outside the workspace")]
     Outside(PathBuf),
-    /// The file does not exist.
-    #[error("no such file: {0}")]
+    /// The file does not exist. Said as ACP's resource-not-found (`-32002`, "Resource not
+    /// found", `data.uri`): agents recognise a missing file by that code (qwen) or those
+    /// words (gemini-cli matches "Resource not found", "ENOENT", "No such file"), and a new
+    /// file's write begins with a read that must fail that way.
+    #[error("Resource not found: {0} (no such file)")]
     NotFound(PathBuf),
     /// The file is larger than [`MAX_READ_BYTES`].
     #[error("file {0} is larger than {MAX_READ_BYTES} bytes")]
@@ -58,7 +61,11 @@ impl From<FsError> for RpcError {
             FsError::Io { .. } => ErrorCode::InternalError,
             _ => ErrorCode::InvalidParams,
         };
-        RpcError::new(code, error.to_string())
+        let mut answer = RpcError::new(code, error.to_string());
+        if let FsError::NotFound(path) = &error {
+            answer.data = Some(json!({"uri": path}));
+        }
+        answer
     }
 }
 
@@ -218,6 +225,19 @@ mod tests {
 
     fn read(roots: &Roots, path: &Path) -> Result<Value, FsError> {
         read_text_file(roots, Some(&json!({"sessionId": "s", "path": path})))
+    }
+
+    #[test]
+    fn a_missing_file_is_acps_resource_not_found_in_words_agents_recognise() {
+        let (work, _outside, roots) = setup();
+        let path = work.path().join("new.txt");
+        let error = RpcError::from(read(&roots, &path).unwrap_err());
+        assert_eq!(error.code, ErrorCode::ResourceNotFound);
+        assert_eq!(error.code.code(), -32002);
+        // gemini-cli's test of a missing file, and ACP's own wording.
+        assert!(error.message.starts_with("Resource not found"), "{}", error.message);
+        assert!(error.message.contains(path.to_str().unwrap()), "{}", error.message);
+        assert_eq!(error.data, Some(json!({"uri": path})));
     }
 
     #[test]

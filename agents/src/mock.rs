@@ -70,7 +70,8 @@ options:
                         starts to answer (tests count turns from the agent's side)
 
 prompt commands (one per line; other lines are the message):
-  /stream N  /tool  /permission  /read PATH  /write PATH TEXT  /peek PATH  /sleep MS
+  /stream N  /tool  /permission  /permission-always-first  /read PATH  /write PATH TEXT
+  /peek PATH  /sleep MS
   /crash [CODE]  /close-stdout  /edit PATH TEXT  /patch PATH TEXT  /blob N KB  /garbage  /stderr TEXT  /recall  /spawn  /escape  /rounds R
   /usage USED SIZE [COST]  /tokens IN OUT [CACHED]  /say TEXT (the reply is exactly TEXT; a backslash-n in it is a newline)
   /think TEXT  /plan A; B; C  /diff PATH OLD => NEW  /exec COMMAND (a failing command's output)
@@ -601,6 +602,17 @@ struct Turn<'a> {
     message_id: String,
 }
 
+/// Whether a tool call asks permission first, and in which order it offers the options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ask {
+    /// It runs without asking.
+    No,
+    /// Allow once, always allow, reject, always reject.
+    OnceFirst,
+    /// Always allow, allow once, always reject, reject.
+    AlwaysFirst,
+}
+
 /// How a step of a turn ended early.
 enum Stop {
     Cancelled,
@@ -652,13 +664,17 @@ impl Turn<'_> {
                 Command::Stream(n) => chunks = *n,
                 Command::Tool if !tool_run => {
                     tool_run = true;
-                    reply.push_str(&self.tool(false).await?);
+                    reply.push_str(&self.tool(Ask::No).await?);
                 }
                 Command::Permission if !tool_run => {
                     tool_run = true;
-                    reply.push_str(&self.tool(true).await?);
+                    reply.push_str(&self.tool(Ask::OnceFirst).await?);
                 }
-                Command::Tool | Command::Permission => {}
+                Command::PermissionAlwaysFirst if !tool_run => {
+                    tool_run = true;
+                    reply.push_str(&self.tool(Ask::AlwaysFirst).await?);
+                }
+                Command::Tool | Command::Permission | Command::PermissionAlwaysFirst => {}
                 Command::Read(path) => {
                     let params = json!({"sessionId": self.session_id, "path": path});
                     match self.ask(method::FS_READ_TEXT_FILE, params).await? {
@@ -830,7 +846,7 @@ impl Turn<'_> {
                 }
                 self.chunk(&format!(" <r{round}:{n}/{chunks}>"))?;
             }
-            self.tool(false).await?;
+            self.tool(Ask::No).await?;
         }
         for n in 1..=chunks {
             if self.cancel.is_cancelled() {
@@ -847,21 +863,26 @@ impl Turn<'_> {
     }
 
     /// A tool call, optionally behind a permission request. Returns text for the reply.
-    async fn tool(&mut self, ask_first: bool) -> Result<String, Stop> {
+    async fn tool(&mut self, ask: Ask) -> Result<String, Stop> {
         let tool_call_id = format!("call-{}", uuid::Uuid::new_v4());
         self.update(json!({"sessionUpdate": "tool_call", "toolCallId": tool_call_id,
             "title": "mock tool: list files", "kind": "execute", "status": "pending",
             "rawInput": {"command": "ls"}}))?;
-        if ask_first {
+        if ask != Ask::No {
+            let mut options = vec![
+                json!({"optionId": "allow", "name": "Allow once", "kind": "allow_once"}),
+                json!({"optionId": "allow-always", "name": "Always allow", "kind": "allow_always"}),
+                json!({"optionId": "reject", "name": "Reject", "kind": "reject_once"}),
+                json!({"optionId": "reject-always", "name": "Always reject", "kind": "reject_always"}),
+            ];
+            if ask == Ask::AlwaysFirst {
+                options.swap(0, 1);
+                options.swap(2, 3);
+            }
             let params = json!({
                 "sessionId": self.session_id,
                 "toolCall": {"toolCallId": tool_call_id, "title": "mock tool: list files", "kind": "execute", "status": "pending"},
-                "options": [
-                    {"optionId": "allow", "name": "Allow once", "kind": "allow_once"},
-                    {"optionId": "allow-always", "name": "Always allow", "kind": "allow_always"},
-                    {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
-                    {"optionId": "reject-always", "name": "Always reject", "kind": "reject_always"},
-                ],
+                "options": options,
             });
             let answer = self.ask(method::SESSION_REQUEST_PERMISSION, params).await?;
             let outcome = answer.as_ref().ok().and_then(|result| result.get("outcome"));

@@ -177,6 +177,12 @@ pub struct SessionSettings {
     /// steps as JSON, kept in the pause's snapshot when it validates.
     #[serde(default)]
     pub summarize_on_pause: bool,
+    /// Tether offers to read and write the agent's files (ACP `fs/*`, confined to the
+    /// workspace). `false`: not offered at `initialize`, and the agent uses the disk
+    /// itself — for an agent that cannot take a missing file from an ACP client (gemini-cli
+    /// 0.61: every new file failed).
+    #[serde(default = "defaults::client_fs")]
+    pub client_fs: bool,
 }
 
 /// The ACP method of a native restore.
@@ -274,6 +280,10 @@ pub mod defaults {
     /// [`CONTEXT_HANDOFF_PERCENT`], for serde (profile snapshots stored before the field).
     pub fn context_handoff_percent() -> u8 {
         CONTEXT_HANDOFF_PERCENT
+    }
+    /// `session.client_fs`, for serde (profile snapshots stored before the field): offered.
+    pub fn client_fs() -> bool {
+        true
     }
     /// `docker.memory_mb`.
     pub const MEMORY_MB: u64 = 2048;
@@ -496,6 +506,7 @@ struct RawSession {
     max_turns: Option<Spanned<u32>>,
     max_duration_secs: Option<Spanned<u64>>,
     summarize_on_pause: Option<bool>,
+    client_fs: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -879,6 +890,7 @@ impl RawProfile {
                 max_turns: self.session.max_turns.map(Spanned::into_inner),
                 max_duration_secs: self.session.max_duration_secs.map(Spanned::into_inner),
                 summarize_on_pause: self.session.summarize_on_pause.unwrap_or(false),
+                client_fs: self.session.client_fs.unwrap_or(true),
             },
             docker: DockerSettings {
                 image: self.docker.image.map(Spanned::into_inner),

@@ -542,14 +542,14 @@ enum ElicitationCommand {
 #[derive(Subcommand, Debug)]
 enum PermissionCommand {
     /// Answer a permission request (see its `permission_request` event) with `allow`,
-    /// `deny`, `cancel` or one of its option ids.
+    /// `allow-always`, `deny`, `deny-always`, `cancel` or one of its option ids.
     Respond {
         /// The session.
         session: String,
         /// The request id.
         request: String,
-        /// `allow` (the first allow option), `deny` (the first reject option), `cancel`,
-        /// or an option id.
+        /// `allow` (allow once), `allow-always`, `deny` (reject once), `deny-always`,
+        /// `cancel`, or an option id.
         answer: String,
     },
 }

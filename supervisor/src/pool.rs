@@ -402,7 +402,7 @@ impl Pool {
             let agent = calls.start_agent(&start).await.map_err(|err| err.to_string())?;
             let initialize = json!({"jsonrpc": "2.0", "id": INITIALIZE_ID,
                 "method": protocol::acp::method::INITIALIZE,
-                "params": crate::session::initialize_params()});
+                "params": crate::session::initialize_params(profile)});
             calls.send_acp(&initialize).await.map_err(|err| err.to_string())?;
             let wait = Duration::from_millis(profile.process.init_timeout_ms);
             let (init, _) = tokio::time::timeout(wait, answer(&mut events_rx, INITIALIZE_ID))

@@ -504,11 +504,13 @@ pub fn cancelled_answer(method: &str) -> Value {
     }
 }
 
-/// The params of our `initialize` (also a warm agent's, see `pool.rs`).
-pub fn initialize_params() -> Value {
+/// The params of our `initialize` (also a warm agent's, see `pool.rs`); `fs/*` offered
+/// unless the profile says not (`session.client_fs`).
+pub fn initialize_params(profile: &Profile) -> Value {
+    let fs = profile.session.client_fs;
     serde_json::json!({
         "protocolVersion": protocol::acp::PROTOCOL_VERSION,
-        "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false,
+        "clientCapabilities": {"fs": {"readTextFile": fs, "writeTextFile": fs}, "terminal": false,
             "elicitation": {"form": {}, "url": {}}},
         "clientInfo": {"name": "tether", "title": "Tether", "version": env!("CARGO_PKG_VERSION")},
     })

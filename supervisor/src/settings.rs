@@ -153,8 +153,10 @@ impl SessionSettings {
 
     /// A `config_option_update` or `current_mode_update` the agent sent. With `track` (the
     /// session is open, not being restored) it was the agent's own change (leaving plan
-    /// mode, say): what it now says stands, also for a choice made earlier, so a later
-    /// restore does not undo it. True when it was one.
+    /// mode, say): an option's value stands, also for a choice made earlier, so a later
+    /// restore does not undo it; a mode the agent switched itself into (qwen's auto-edit
+    /// after an "always allow") is no choice of the user's, so the mode chosen earlier is
+    /// dropped and nothing is set again at the next open. True when it was one.
     pub fn updated(&mut self, update: &Value, track: bool) -> bool {
         match update["sessionUpdate"].as_str() {
             Some("config_option_update") => {
@@ -169,8 +171,8 @@ impl SessionSettings {
             Some("current_mode_update") => {
                 if let Some(mode) = update["currentModeId"].as_str() {
                     self.set_current_mode(mode);
-                    if track && self.chosen_mode.is_some() {
-                        self.chosen_mode = Some(mode.to_owned());
+                    if track {
+                        self.chosen_mode = None;
                     }
                 }
                 true
@@ -394,7 +396,7 @@ mod tests {
     }
 
     #[test]
-    fn a_change_the_agent_makes_itself_stands() {
+    fn a_change_the_agent_makes_itself_stands_and_its_own_mode_is_no_choice() {
         let mut settings = mock();
         let to_ask = json!({"sessionUpdate": "current_mode_update", "currentModeId": "ask"});
         let to_code = json!({"sessionUpdate": "current_mode_update", "currentModeId": "code"});
@@ -402,11 +404,15 @@ mod tests {
         settings.choose(&Setting::Mode("code".into()));
         assert!(settings.updated(&to_ask, false));
         assert_eq!(settings.chosen_mode.as_deref(), Some("code"));
-        // Once open, the agent's own change stands.
+        // Once open, the agent's own change stands, and is not set again at the next open
+        // as if the user had chosen it (nor is the mode chosen before it).
         settings.choose(&Setting::Mode("ask".into()));
         assert!(settings.updated(&to_code, true));
         assert_eq!(settings.current_mode(), Some("code"));
-        assert_eq!(settings.chosen_mode.as_deref(), Some("code"));
+        assert_eq!(settings.chosen_mode, None);
+        assert_eq!(settings.to_restore(), vec![]);
+        // Reopened in its default mode, nothing is set.
+        assert!(settings.updated(&to_ask, false));
         assert_eq!(settings.to_restore(), vec![]);
         let mut options = mock().options;
         options[0]["currentValue"] = json!("large");

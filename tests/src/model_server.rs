@@ -388,12 +388,22 @@ fn response_events(reply: &Reply, n: u64) -> String {
 }
 
 /// A streamed Gemini answer: the text in a few chunks, the last with `finishReason` (the
-/// CLI retries a stream that ends without one).
+/// CLI retries a stream that ends without one); a tool call is one `functionCall` part.
 fn gemini_events(reply: &Reply, n: u64) -> String {
     let text = match reply {
         Reply::Text(text) => text.clone(),
         Reply::Hang => String::new(),
-        Reply::ToolUse { name, .. } => format!("(the scripted model cannot call {name} here)"),
+        Reply::ToolUse { name, input } => {
+            let chunk = json!({
+                "candidates": [{
+                    "content": {"role": "model", "parts": [{"functionCall": {"name": name, "args": input}}]},
+                    "finishReason": "STOP", "index": 0,
+                }],
+                "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15},
+                "modelVersion": "scripted-model", "responseId": format!("resp-{n}"),
+            });
+            return format!("data: {chunk}\r\n\r\n");
+        }
     };
     let words: Vec<&str> = text.split_inclusive(' ').collect();
     let pieces: Vec<String> = words.chunks(3).map(|piece| piece.concat()).collect();

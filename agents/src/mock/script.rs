@@ -12,6 +12,9 @@ pub enum Command {
     Tool,
     /// `/permission`: ask `session/request_permission` before running the tool.
     Permission,
+    /// `/permission-always-first`: ask as `/permission` does, offering the "always"
+    /// options first (as gemini-cli and Zed's Claude adapter order them).
+    PermissionAlwaysFirst,
     /// `/read PATH`: ask the client for a file with `fs/read_text_file`.
     Read(String),
     /// `/say TEXT`: the reply is exactly TEXT (`\n` in it a newline), for callers that
@@ -139,6 +142,7 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
         }),
         "tool" => Command::Tool,
         "permission" => Command::Permission,
+        "permission-always-first" => Command::PermissionAlwaysFirst,
         "read" if args.is_empty() => return Err("expects a path"),
         "read" => Command::Read(args.to_owned()),
         "say" => Command::Say(args.replace("\\n", "\n")),

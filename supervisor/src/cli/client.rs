@@ -715,7 +715,7 @@ impl Client {
                         println!("  {line}");
                     }
                     println!(
-                        "  answer with `supervisor permission respond {session} {request_id} allow|deny|OPTION_ID`"
+                        "  answer with `supervisor permission respond {session} {request_id} allow|allow-always|deny|deny-always|OPTION_ID` (allow is once)"
                     );
                 }
                 EventKind::ElicitationRequest { request_id, params } => {
@@ -741,8 +741,9 @@ impl Client {
         }
     }
 
-    /// Answers a permission request; `allow`/`deny` pick the request's first option of
-    /// that kind (read from its `permission_request` event).
+    /// Answers a permission request; `allow`, `allow-always`, `deny` and `deny-always`
+    /// pick the request's option of exactly that kind (read from its `permission_request`
+    /// event): `allow` is once, never "always" by the agent's order.
     pub(super) async fn permission_respond(
         &self,
         session: &str,
@@ -751,7 +752,7 @@ impl Client {
     ) -> Result<(), Failure> {
         let option = match answer {
             "cancel" => None,
-            "allow" | "deny" => {
+            "allow" | "allow-always" | "deny" | "deny-always" => {
                 let params = self.permission_params(session, request).await?;
                 // The agent's ACP params, as relayed.
                 let asked: PermissionParams =
@@ -759,19 +760,23 @@ impl Client {
                         code: Exit::Error,
                         line: format!("error: request {request}'s options do not parse: {err}"),
                     })?;
-                let wanted: &[acp::PermissionOptionKind] = if answer == "allow" {
-                    &[acp::PermissionOptionKind::AllowOnce, acp::PermissionOptionKind::AllowAlways]
-                } else {
-                    &[
-                        acp::PermissionOptionKind::RejectOnce,
-                        acp::PermissionOptionKind::RejectAlways,
-                    ]
+                let wanted = match answer {
+                    "allow" => acp::PermissionOptionKind::AllowOnce,
+                    "allow-always" => acp::PermissionOptionKind::AllowAlways,
+                    "deny" => acp::PermissionOptionKind::RejectOnce,
+                    _ => acp::PermissionOptionKind::RejectAlways,
                 };
-                match asked.options.iter().find(|option| wanted.contains(&option.kind)) {
+                match asked.options.iter().find(|option| option.kind == wanted) {
                     Some(option) => Some(option.option_id.to_string()),
                     None => {
+                        let offered: Vec<String> = asked
+                            .options
+                            .iter()
+                            .map(|option| format!("{} ({})", option.option_id, option.name))
+                            .collect();
                         return Err(usage(format!(
-                            "error: request {request} offers no {answer} option; give an option id"
+                            "error: request {request} offers no {answer} option; give one of its option ids: {}",
+                            offered.join(", ")
                         )));
                     }
                 }

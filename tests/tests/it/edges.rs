@@ -467,6 +467,7 @@ async fn r27_a_session_failed_by_its_profile_is_fixed_by_a_refreshed_resume() {
     std::fs::write(daemon.home().join("tether/profiles/fixable.toml"), fixed).unwrap();
     drop(events);
     drop(api);
+    daemon.terminate().await;
     daemon.restart().await;
     let api = daemon.api().await;
     let status = api.status(&session).await;

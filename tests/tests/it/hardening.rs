@@ -882,7 +882,10 @@ async fn agents_run_as_another_user_only_behind_an_api_token() {
     let isolated = agents.iter().find(|agent| agent.id == "isolated").expect("listed");
     assert!(!isolated.available, "{isolated:?}");
     let reason = isolated.reasons.join("; ");
-    assert!(reason.contains("asks for no token") && reason.contains("--auth-token-file"), "{reason}");
+    assert!(
+        reason.contains("asks for no token") && reason.contains("--auth-token-file"),
+        "{reason}"
+    );
     let refused = api.create_session("isolated", &daemon.workspace("iso")).await.unwrap_err();
     assert_eq!(refused.kind, protocol::errors::ErrorKind::AgentUnavailable, "{refused:?}");
     assert!(refused.message.contains("asks for no token"), "{refused:?}");

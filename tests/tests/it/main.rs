@@ -23,6 +23,7 @@ mod mock_agent;
 mod official_client;
 mod pause;
 mod pause_summary;
+mod permissions;
 mod pool;
 mod real_agents;
 mod real_settings;

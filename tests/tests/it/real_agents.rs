@@ -483,6 +483,47 @@ async fn r11_gemini_turns_cancels_and_resumes_with_its_context() {
     check_what_we_sent(&lines, &methods);
 }
 
+/// gemini-cli could not create a file under Tether: its write begins with a read of the
+/// file through ACP, and no JSON-RPC error for a missing file reaches its check as ENOENT
+/// (the error arrives as a plain object), so every new file failed before a permission was
+/// asked. Its profile now offers no `fs/*` (`session.client_fs = false`). And the CLI's
+/// `allow` picked the first allow option in gemini's order, "always". Now the new file is
+/// asked for, allowed once from the CLI, and written.
+#[tokio::test]
+async fn gemini_creates_a_new_file_after_the_cli_allows_it_once() {
+    let server = ModelServer::start().await;
+    let Some(daemon) = gemini_daemon(Some(&server), None).await else { return };
+    let api = daemon.api().await;
+    let workspace = daemon.workspace("gw");
+    let session = timed("gemini start", api.ready_session("gemini-here", &workspace)).await;
+    let target = workspace.join("created.txt");
+    server.script([
+        Reply::ToolUse {
+            name: "write_file".into(),
+            input: json!({"file_path": target, "content": "made by the scripted model\n"}),
+        },
+        Reply::Text("The file is made.".into()),
+    ]);
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "make created.txt").await.unwrap();
+    let (_, request_id, params) = until_permission_request(&mut events).await;
+    assert!(!target.exists(), "nothing is written before the answer");
+    let (code, out, err) =
+        daemon.cli(&["permission", "respond", &session, &request_id, "allow"]).await;
+    assert_eq!(code, 0, "{err}");
+    let options: Vec<acp::PermissionOption> =
+        serde_json::from_value(params["options"].clone()).expect("ACP permission options");
+    let once = options
+        .iter()
+        .find(|option| option.kind == acp::PermissionOptionKind::AllowOnce)
+        .unwrap_or_else(|| panic!("an allow-once option: {options:?}"));
+    assert!(out.contains(&format!("answered: {}", once.option_id)), "allowed once: {out}");
+    let seen = until(&mut events, turn_ended).await;
+    assert_eq!(stop_reason(seen.last().unwrap()), Some("end_turn"), "{:?}", seen.last());
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "made by the scripted model\n");
+    ok("task.session.stop", api.typed().session_stop(session.clone())).await;
+}
+
 /// Defects 1 and 3 for gemini: with only GEMINI_API_KEY (no Google login, no gateway),
 /// its `session/load` answers `-32000` until ACP `authenticate`; the built-in profile's
 /// `gemini-api-key` choice is sent and the load retried. A session that never had a turn

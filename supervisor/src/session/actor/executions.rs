@@ -438,7 +438,7 @@ impl SessionActor {
             }
             None => {
                 self.progress(LaunchStep::Initializing, None);
-                let params = crate::session::initialize_params();
+                let params = crate::session::initialize_params(&self.profile);
                 self.request(protocol::acp::method::INITIALIZE, params, Pending::Initialize);
             }
         }
