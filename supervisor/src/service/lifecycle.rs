@@ -246,6 +246,7 @@ impl Supervisor {
                     state.as_str()
                 )));
             }
+            self.refuse_workflow_workspace(&row.workspace_path).await?;
         }
         match workflow_step {
             None => Ok(self.config.store.create_session(row).await?),

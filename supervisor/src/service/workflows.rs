@@ -60,6 +60,73 @@ impl Supervisor {
             .map_err(|err| ServiceError::InvalidParams { field: "spec", message: err.to_string() })
     }
 
+    /// Refuses `workspace` to a workflow (`except`, when it is being resumed) while another
+    /// holds it: a session not ended that is not one of its steps (`PAUSED` and `FAILED`
+    /// are resumable: they hold it too), or another running workflow whose steps work in it.
+    /// The start lock is held.
+    async fn refuse_held_workspace(
+        &self,
+        workspace: &str,
+        except: Option<&str>,
+    ) -> Result<(), ServiceError> {
+        let paths = workspace_paths(workspace);
+        let store = &self.config.store;
+        let beside = "run it beside them by giving its steps worktrees (worktree = \"workflow\" or \"step\" in the file)";
+        if let Some(other) = self.workflow_in(&paths, except).await? {
+            return Err(ServiceError::Conflict(format!(
+                "workspace {workspace} is held by running workflow {} ({}), whose steps work in it; wait for it or cancel it (workflow cancel), or {beside}",
+                other.id, other.name
+            )));
+        }
+        let sessions = store.workspace_sessions(paths).await?;
+        let holder = sessions
+            .into_iter()
+            .find(|(_, _, workflow)| workflow.is_none() || workflow.as_deref() != except);
+        if let Some((session, state, workflow)) = holder {
+            let of = workflow.map(|w| format!(" of workflow {w}")).unwrap_or_default();
+            return Err(ServiceError::Conflict(format!(
+                "workspace {workspace} is held by live session {session}{of} ({}); end that session (stop), or {beside}",
+                state.as_str()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The running workflow (not `except`) whose steps work in one of `paths` itself.
+    async fn workflow_in(
+        &self,
+        paths: &[String],
+        except: Option<&str>,
+    ) -> Result<Option<WorkflowRow>, ServiceError> {
+        let rows = self.config.store.running_workflows_in(paths.to_vec()).await?;
+        for row in rows {
+            if Some(row.id.as_str()) == except {
+                continue;
+            }
+            let spec =
+                self.workflow_spec(&row.spec_text, row.spec_file.as_deref(), &row.vars, false)?;
+            if works_in_place(&spec) {
+                return Ok(Some(row));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Refuses a session (created without `shared`) the workspace of a running workflow
+    /// whose steps work in it. The start lock is held.
+    pub(super) async fn refuse_workflow_workspace(
+        &self,
+        workspace: &str,
+    ) -> Result<(), ServiceError> {
+        match self.workflow_in(&workspace_paths(workspace), None).await? {
+            Some(workflow) => Err(ServiceError::Conflict(format!(
+                "workspace {workspace} is held by running workflow {} ({}), whose steps work in it; pass shared: true (CLI --shared) to share it, or cancel the workflow (workflow cancel)",
+                workflow.id, workflow.name
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// `workflow.start`: checks the file, stores the workflow (and its task) and starts
     /// driving it.
     pub async fn workflow_start(
@@ -90,6 +157,12 @@ impl Supervisor {
                 message: format!("workspace {} is not a directory", workspace.display()),
             });
         }
+        // Under the start lock: no session is created in the workspace meanwhile (a
+        // create checks the running workflows under it too).
+        let guard = self.start_lock.lock().await;
+        if works_in_place(&spec) {
+            self.refuse_held_workspace(&workspace.display().to_string(), None).await?;
+        }
         let task = match &new.task_id {
             Some(task_id) => {
                 check_id("task_id", task_id)?;
@@ -119,6 +192,7 @@ impl Supervisor {
         };
         let steps = spec.steps.iter().map(|step| step.id.clone()).collect();
         let row = self.config.store.create_workflow(row, steps).await?;
+        drop(guard);
         tracing::info!(workflow = %row.id, name = %row.name, "workflow started");
         self.drive(&row.id);
         Ok(WorkflowStarted { workflow_id: row.id, task_id: task.id })
@@ -343,17 +417,34 @@ impl Supervisor {
                 None => None,
             },
         };
-        if let Some(text) = current.filter(|text| sha256(text) != row.spec_sha256) {
-            let old =
-                self.workflow_spec(&row.spec_text, row.spec_file.as_deref(), &row.vars, false)?;
-            let new = self.workflow_spec(&text, row.spec_file.as_deref(), &row.vars, true)?;
-            let (changes, changed) = spec_changes(&old, &new);
-            if !accept_spec_change {
-                return Err(ServiceError::Conflict(format!(
-                    "the workflow file changed since workflow {id} started: {}; resume with accept_spec_change (CLI: --accept-spec-change) to run the new one",
-                    changes.join("; ")
-                )));
+        // Under the start lock until it runs again: no session takes its workspace meanwhile.
+        let _guard = self.start_lock.lock().await;
+        let stored =
+            self.workflow_spec(&row.spec_text, row.spec_file.as_deref(), &row.vars, false)?;
+        let changed_text = current.filter(|text| sha256(text) != row.spec_sha256);
+        let changed_spec = match &changed_text {
+            Some(text) => {
+                Some(self.workflow_spec(text, row.spec_file.as_deref(), &row.vars, true)?)
             }
+            None => None,
+        };
+        if let Some(new) = &changed_spec
+            && !accept_spec_change
+        {
+            let (changes, _) = spec_changes(&stored, new);
+            return Err(ServiceError::Conflict(format!(
+                "the workflow file changed since workflow {id} started: {}; resume with accept_spec_change (CLI: --accept-spec-change) to run the new one",
+                changes.join("; ")
+            )));
+        }
+        // The spec it will run holds its workspace, as a start does.
+        if works_in_place(changed_spec.as_ref().unwrap_or(&stored))
+            && let Some(workspace) = &row.workspace
+        {
+            self.refuse_held_workspace(workspace, Some(&id)).await?;
+        }
+        if let (Some(text), Some(new)) = (changed_text, changed_spec) {
+            let (changes, changed) = spec_changes(&stored, &new);
             // A changed step runs again, and so does every step after it.
             let mut reset: BTreeSet<String> = changed.clone();
             for step in &new.steps {
@@ -800,6 +891,19 @@ impl Supervisor {
             tracing::error!(workflow = %id, %err, "cannot record a failed launch");
         }
     }
+}
+
+/// Whether some step of the workflow works in its workspace itself (no worktree): then
+/// the workflow holds the workspace while it runs, as a live session does.
+fn works_in_place(spec: &Spec) -> bool {
+    spec.steps.iter().any(|step| step.worktree == WorktreeChoice::None)
+}
+
+/// The names a workspace goes by: as given, and canonical.
+fn workspace_paths(workspace: &str) -> Vec<String> {
+    let canonical = std::fs::canonicalize(workspace)
+        .map_or_else(|_| workspace.to_owned(), |path| path.display().to_string());
+    vec![workspace.to_owned(), canonical]
 }
 
 /// Waits until the store announces a change of workflow `id` (or announcements were

@@ -491,6 +491,46 @@ impl Store {
         .await
     }
 
+    /// The running workflows whose workspace is one of `paths`, oldest first.
+    pub async fn running_workflows_in(
+        &self,
+        paths: Vec<String>,
+    ) -> Result<Vec<WorkflowRow>, StoreError> {
+        let paths = serde_json::Value::from(paths).to_string();
+        self.call(move |conn| {
+            let mut statement = conn.prepare(&format!(
+                "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE state = 'running' \
+                 AND workspace IN (SELECT value FROM json_each(?1)) ORDER BY created_at, id"
+            ))?;
+            let rows = statement.query_map([paths], workflow_row)?.collect::<Result<_, _>>()?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// The sessions not ended (`PAUSED` and `FAILED` too: resumable) whose workspace is one
+    /// of `paths`, oldest first: `(id, state, the workflow it runs a step of)`.
+    pub async fn workspace_sessions(
+        &self,
+        paths: Vec<String>,
+    ) -> Result<Vec<(String, protocol::api::SessionState, Option<String>)>, StoreError> {
+        let paths = serde_json::Value::from(paths).to_string();
+        self.call(move |conn| {
+            let mut statement = conn.prepare(
+                "SELECT s.id, s.state, (SELECT w.workflow_id FROM workflow_steps w WHERE w.session_id = s.id LIMIT 1) \
+                 FROM task_sessions s WHERE s.workspace_path IN (SELECT value FROM json_each(?1)) \
+                 AND s.state NOT IN ('COMPLETED', 'CANCELLED') ORDER BY s.created_at, s.id",
+            )?;
+            let rows: Vec<(String, String, Option<String>)> = statement
+                .query_map([paths], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<Result<_, _>>()?;
+            rows.into_iter()
+                .map(|(id, state, workflow)| Ok((id, super::session_state(&state)?, workflow)))
+                .collect()
+        })
+        .await
+    }
+
     /// A workflow's events after `after_seq`, oldest first, at most `limit`.
     pub async fn workflow_events(
         &self,

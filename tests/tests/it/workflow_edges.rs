@@ -552,3 +552,75 @@ async fn a_task_budget_used_up_stops_its_workflow_until_it_is_raised() {
     assert_eq!(state, WorkflowState::Completed, "{seen:#?}");
     once(&turns(&log), &["a", "b", "c"]);
 }
+
+/// A workspace is held by one live session, or one running workflow whose steps work in it:
+/// a workflow is refused a workspace a session holds (a `PAUSED` one too) or another
+/// workflow runs in, and a session is refused the workspace of a running workflow, each
+/// with `conflict` naming the holder; `shared` still shares, a workflow whose steps all
+/// have worktrees holds nothing, and the workspace is free once the holder is over.
+#[tokio::test]
+async fn a_workflow_holds_its_workspace_as_a_session_does() {
+    let (daemon, _log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let ws = workspace.display().to_string();
+    let session = api.ready_session("flow", &workspace).await;
+    ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
+    let start = |spec: String| api.typed().workflow_start(spec, None, None, None, Some(ws.clone()));
+    let waiting = CHAIN.replace("id = \"build\"\n", "id = \"build\"\napproval = true\n");
+    let refusal = call("workflow.start", start(waiting.clone())).await.unwrap_err();
+    assert_eq!(refusal.kind, ErrorKind::Conflict, "{refusal:?}");
+    assert!(
+        refusal.message.contains(&session) && refusal.message.contains("PAUSED"),
+        "{refusal:?}"
+    );
+    assert!(refusal.message.contains("worktree"), "says how to run beside it: {refusal:?}");
+    let file = workspace.join("chain.toml");
+    std::fs::write(&file, &waiting).unwrap();
+    let (code, _, err) =
+        daemon.cli(&["workflow", "run", file.to_str().unwrap(), "--workspace", &ws]).await;
+    assert_eq!(code, 5, "a conflict: {err}");
+    let listed = call("workflow.list", api.typed().workflow_list()).await.unwrap();
+    assert!(listed.is_empty(), "nothing stored: {listed:?}");
+
+    // The session ends: the workflow runs, and holds the workspace between its steps.
+    ok("stop", api.typed().session_stop(session.clone())).await;
+    let first = ok("workflow.start", start(waiting.clone())).await.workflow_id;
+    let mut events = subscribe(&api, &first, 0).await;
+    until_event(&mut events, |kind| matches!(kind, WorkflowEventKind::StepWaitingApproval { .. }))
+        .await;
+    let refusal = call("workflow.start", start(waiting.clone())).await.unwrap_err();
+    assert_eq!(refusal.kind, ErrorKind::Conflict, "{refusal:?}");
+    assert!(refusal.message.contains(&first), "names the workflow: {refusal:?}");
+    let task = status(&api, &first).await.task_id;
+    let create = tether_tests::daemon::Create::new(&task, "flow", Some(&workspace));
+    let refusal = call("create", create.clone().send(api.typed())).await.unwrap_err();
+    assert_eq!(refusal.kind, ErrorKind::Conflict, "{refusal:?}");
+    assert!(refusal.message.contains(&first), "names the workflow: {refusal:?}");
+    let shared = tether_tests::daemon::Create { shared: Some(true), ..create };
+    let beside = ok("create shared", shared.send(api.typed())).await.id;
+    ok("stop", api.typed().session_stop(beside)).await;
+
+    // Steps that all work in worktrees hold nothing.
+    let repo = daemon.workspace("repo");
+    tether_tests::git(&repo, &["init", "-q", "-b", "main"]).await;
+    tether_tests::git(&repo, &["commit", "-q", "--allow-empty", "-m", "start"]).await;
+    let in_worktrees =
+        CHAIN.replace("agent = \"flow\"\n", "agent = \"flow\"\nworktree = \"step\"\n");
+    let repo_start = |spec: String| {
+        api.typed().workflow_start(spec, None, None, None, Some(repo.display().to_string()))
+    };
+    let held = api.ready_session("flow", &repo).await;
+    let beside = ok("workflow.start", repo_start(in_worktrees)).await.workflow_id;
+    assert_eq!(api.workflow_end(&beside).await.0, WorkflowState::Completed);
+    ok("stop", api.typed().session_stop(held)).await;
+
+    // Over (cancelled): the workspace is free again; a resume is checked as a start.
+    call("workflow.cancel", api.typed().workflow_cancel(first.clone())).await.unwrap();
+    let second = ok("workflow.start", start(waiting)).await.workflow_id;
+    let resume = || api.typed().workflow_resume(first.clone(), None, None);
+    let refusal = call("workflow.resume", resume()).await.unwrap_err();
+    assert_eq!(refusal.kind, ErrorKind::Conflict, "{refusal:?}");
+    assert!(refusal.message.contains(&second), "names the workflow: {refusal:?}");
+    call("workflow.cancel", api.typed().workflow_cancel(second)).await.unwrap();
+    ok("workflow.resume", resume()).await;
+}
