@@ -99,7 +99,7 @@ impl Supervisor {
             let (kept_row, kept_executor) = (row.clone(), executor.clone());
             let found = liveness.remove(&session_id).unwrap_or(Liveness::Dead);
             match self.recover_one(row, executor, found, &mut summary).await {
-                Ok(Some(view)) => adopting.push(view),
+                Ok(Some(adopted)) => adopting.push(adopted),
                 Ok(None) => {}
                 Err(err) => {
                     // Whatever it was, no sidecar of it may run on unowned.
@@ -162,6 +162,7 @@ impl Supervisor {
             )
             .await?;
             summary.dead += 1;
+            tracing::info!(session = %row.id, "recovery: it was starting; fenced, it waits for input");
         }
         // Sidecars a teardown cut short left running (a stop, delete or failed launch
         // killed halfway), whatever their session's state, go.
@@ -170,8 +171,11 @@ impl Supervisor {
         // ends.
         for row in self.config.store.ended_with_open_work().await? {
             match self.finish_teardown(row.clone()).await {
-                Ok(Some(view)) => adopting.push(view),
-                Ok(None) => summary.interrupted += 1,
+                Ok(Some(adopted)) => adopting.push(adopted),
+                Ok(None) => {
+                    summary.interrupted += 1;
+                    tracing::info!(session = %row.id, "recovery: finished the stop a kill cut short");
+                }
                 Err(err) => {
                     summary.skipped += 1;
                     tracing::error!(session = %row.id, %err, "cannot finish a stopped session's teardown");
@@ -185,8 +189,11 @@ impl Supervisor {
         summary.orphans_removed += self.finish_branch_deletions().await;
         // Containers of ours whose session is gone are removed (on every engine there).
         summary.orphans_removed += self.remove_orphaned_runtime_resources().await;
+        let replaying = adopting.iter().filter(|adopted| adopted.replay).count();
+        let reattaching = adopting.len() - replaying;
         let counted = [
-            ("reattaching", adopting.len()),
+            ("reattaching", reattaching),
+            ("replaying", replaying),
             ("at_rest", summary.at_rest),
             ("dead", summary.dead),
             ("interrupted", summary.interrupted),
@@ -200,7 +207,8 @@ impl Supervisor {
             family.get_or_create(&crate::metrics::label("outcome", outcome)).inc_by(count as u64);
         }
         tracing::info!(
-            reattaching = adopting.len(),
+            reattaching,
+            replaying,
             at_rest = summary.at_rest,
             dead = summary.dead,
             interrupted = summary.interrupted,
@@ -210,17 +218,31 @@ impl Supervisor {
             skipped = summary.skipped,
             "recovery: serving; re-attaching in the background"
         );
-        // The summary of the re-attaches, counted once each has settled (connected or not).
+        // A line per session once its actor has settled (connected or not), then the sums.
         tokio::spawn(async move {
-            let (mut readopted, mut failed) = (0, 0);
-            for mut view in adopting {
-                let settled = view.wait_for(|view| view.phase != Phase::Adopting).await;
-                match settled {
-                    Ok(view) if view.agent_running || view.phase == Phase::Open => readopted += 1,
-                    _ => failed += 1,
+            let (mut readopted, mut replayed, mut failed) = (0, 0, 0);
+            for Adopting { session_id, mut view, replay } in adopting {
+                let settled =
+                    view.wait_for(|view| view.phase != Phase::Adopting).await.map(|view| {
+                        (view.agent_running || view.phase == Phase::Open, view.error.clone())
+                    });
+                match (replay, settled) {
+                    (true, _) => {
+                        replayed += 1;
+                        tracing::info!(session = %session_id, "recovery: replayed its dead sidecar's spool");
+                    }
+                    (false, Ok((true, _))) => {
+                        readopted += 1;
+                        tracing::info!(session = %session_id, "recovery: re-attached to its live sidecar");
+                    }
+                    (false, settled) => {
+                        failed += 1;
+                        let error = settled.ok().and_then(|(_, error)| error).unwrap_or_default();
+                        tracing::warn!(session = %session_id, %error, "recovery: could not re-attach to its sidecar");
+                    }
                 }
             }
-            tracing::info!(readopted, failed, "recovery: re-attaching done");
+            tracing::info!(readopted, replayed, failed, "recovery: re-attaching done");
         });
         Ok(summary)
     }
@@ -431,7 +453,7 @@ impl Supervisor {
     pub(super) async fn finish_teardown(
         &self,
         row: SessionRow,
-    ) -> Result<Option<tokio::sync::watch::Receiver<SessionView>>, ServiceError> {
+    ) -> Result<Option<Adopting>, ServiceError> {
         let store = &self.config.store;
         let reason = "the session was stopped";
         let executor = store.get_executor(row.id.clone()).await?;
@@ -442,9 +464,12 @@ impl Supervisor {
         if let Some(executor) = leftovers {
             let open_turns =
                 store.open_turns(row.id.clone(), executor.execution_id.clone()).await?;
+            let questions = store.list_pending(row.id.clone()).await?.len();
+            replaying_line(&row.id, open_turns.len(), questions);
             let addr = executor.endpoint();
             let plan = AdoptPlan { executor, addr, open_turns, gone: true };
-            return self.start_adopting(&row, Supervisor::snapshot(&row)?, plan).await.map(Some);
+            let view = self.start_adopting(&row, Supervisor::snapshot(&row)?, plan).await?;
+            return Ok(Some(Adopting { session_id: row.id, view, replay: true }));
         }
         self.void_open_work(&row.id, reason, Vec::new()).await?;
         Ok(None)
@@ -521,14 +546,14 @@ impl Supervisor {
         Ok(SessionRecord::new(session_id.to_owned(), self.config.store.clone(), log))
     }
 
-    /// Recovers one session: returns a watch on its view when it is being re-attached.
+    /// Recovers one session: returns what is being re-attached (or replayed).
     pub(super) async fn recover_one(
         &self,
         row: SessionRow,
         executor: crate::store::ExecutorRow,
         liveness: Liveness,
         summary: &mut RecoverySummary,
-    ) -> Result<Option<tokio::sync::watch::Receiver<SessionView>>, ServiceError> {
+    ) -> Result<Option<Adopting>, ServiceError> {
         // A runtime this daemon does not have: reported, and the session skipped.
         self.runtime(&executor.runtime)?;
         let recorded_live = !executor.status.is_over();
@@ -571,11 +596,16 @@ impl Supervisor {
             let addr = executor.endpoint();
             let open_turns =
                 self.config.store.open_turns(row.id.clone(), executor.execution_id.clone()).await?;
-            summary.approvals_restored +=
-                self.config.store.list_pending(row.id.clone()).await?.len();
+            let questions = self.config.store.list_pending(row.id.clone()).await?.len();
+            // A dead sidecar's questions are void once its spool is replayed, not restored.
+            match gone {
+                true => replaying_line(&row.id, open_turns.len(), questions),
+                false => summary.approvals_restored += questions,
+            }
             let profile = Supervisor::snapshot(&row)?;
             let plan = AdoptPlan { executor, addr, open_turns, gone };
-            return self.start_adopting(&row, profile, plan).await.map(Some);
+            let view = self.start_adopting(&row, profile, plan).await?;
+            return Ok(Some(Adopting { session_id: row.id, view, replay: gone }));
         }
         // Then what it left behind is marked.
         let store = &self.config.store;
@@ -613,6 +643,29 @@ impl Supervisor {
             )
             .await?;
         }
+        let found = if unreachable_reason.is_some() { "cannot be reached" } else { "is dead" };
+        let (turns, questions) = (plural(interrupted, "turn"), plural(cancelled, "question"));
+        tracing::info!(session = %row.id, "recovery: its sidecar {found}; interrupted {turns} and voided {questions}");
         Ok(None)
     }
+}
+
+/// A session recovery handed to an actor, for its line in the log once that settled.
+pub(super) struct Adopting {
+    session_id: String,
+    view: tokio::sync::watch::Receiver<SessionView>,
+    /// Its sidecar is dead: the actor replays what the spool holds (not a re-attach).
+    replay: bool,
+}
+
+/// The log line of a session whose dead sidecar's spool is replayed: what it left open
+/// ends once the spool is recorded.
+fn replaying_line(session_id: &str, turns: usize, questions: usize) {
+    let (turns, questions) = (plural(turns, "turn"), plural(questions, "question"));
+    tracing::info!(session = %session_id, "recovery: its sidecar is dead; replaying its spool, then interrupting {turns} and voiding {questions} (what the spool does not end)");
+}
+
+/// "1 turn", "2 questions".
+fn plural(count: usize, what: &str) -> String {
+    format!("{count} {what}{}", if count == 1 { "" } else { "s" })
 }
