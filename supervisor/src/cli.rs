@@ -514,10 +514,13 @@ enum SnapshotsCommand {
         #[command(flatten)]
         json: JsonFlag,
     },
-    /// One snapshot, whole (JSON).
+    /// One snapshot, whole, as JSON (with or without --json).
     Get {
         /// The snapshot.
         snapshot: String,
+        /// Print JSON (as without it: a snapshot is read whole, as the API's result).
+        #[arg(long)]
+        json: bool,
     },
 }
 

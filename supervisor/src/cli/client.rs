@@ -204,7 +204,12 @@ impl Client {
             Command::Task(TaskCommand::Show { task, json: JsonFlag { json } }) => {
                 let detail = api.task_get(task).await.map_err(|e| self.failure(e))?;
                 if json {
-                    return print_json(&detail);
+                    let mut value = serde_json::to_value(&detail).map_err(|err| Failure {
+                        code: Exit::Error,
+                        line: format!("error: {err}"),
+                    })?;
+                    value["sessions"] = sessions_json(&detail.sessions)?;
+                    return print_json(&value);
                 }
                 println!("task {}: {} ({})", detail.task.id, detail.task.title, detail.task.state);
                 for session in detail.sessions {
@@ -358,7 +363,7 @@ impl Client {
                 let sessions =
                     api.session_list(task, status, agent).await.map_err(|e| self.failure(e))?;
                 if json.json {
-                    return print_json(&sessions);
+                    return print_json(&sessions_json(&sessions)?);
                 }
                 for session in sessions {
                     let title = session.title.map(|title| format!("\t{title}")).unwrap_or_default();
@@ -382,33 +387,8 @@ impl Client {
                 }
                 print_fields(&status)?;
                 println!("usage (turns): {}", session_usage_line(&status.usage));
-                println!("executions:");
-                for execution in &timeline.executions {
-                    println!(
-                        "  {}{}\tgeneration {}\t{}\t{}\t{} turn(s)",
-                        execution.execution_id,
-                        if execution.current { " (current)" } else { "" },
-                        execution.generation.map_or_else(|| "-".into(), |g| g.to_string()),
-                        or_dash(execution.status.as_deref()),
-                        execution.resume_outcome.map_or("-", ResumeOutcome::as_str),
-                        execution.turns
-                    );
-                }
-                println!("turns:");
-                for turn in &timeline.turns {
-                    println!(
-                        "  {}\t{}\t{}\t{}\tstarted {}\tended {}",
-                        turn.turn_id,
-                        turn.state.as_str(),
-                        or_dash(turn.stop_reason.as_deref().or(turn.error.as_deref())),
-                        turn.execution_id,
-                        turn.started_at,
-                        turn.ended_at.map_or_else(|| "-".into(), |at| at.to_string())
-                    );
-                }
-                println!("timeline:");
-                for entry in &timeline.entries {
-                    println!("  {}	{}	{}", entry.seq, entry.at, describe_timeline(&entry.event));
+                for line in timeline_lines(&timeline) {
+                    println!("{line}");
                 }
                 Ok(())
             }
@@ -426,7 +406,7 @@ impl Client {
                         "{}	{}	{}	{}	{}	{}{}",
                         snapshot.snapshot_id,
                         snapshot.trigger,
-                        snapshot.taken_at,
+                        ago(snapshot.taken_at),
                         or_dash(snapshot.git_branch.as_deref()),
                         or_dash(snapshot.git_head.as_deref()),
                         context,
@@ -435,7 +415,8 @@ impl Client {
                 }
                 Ok(())
             }
-            Command::Snapshots(SnapshotsCommand::Get { snapshot }) => {
+            // JSON either way: `--json` is taken as every read command takes it.
+            Command::Snapshots(SnapshotsCommand::Get { snapshot, json: _ }) => {
                 let snapshot = api.snapshot_get(snapshot).await.map_err(|e| self.failure(e))?;
                 print_json(&snapshot)
             }
@@ -548,6 +529,11 @@ impl Client {
                 match state {
                     SessionState::WaitingForInput | SessionState::Running => break,
                     SessionState::Failed => {
+                        // The session exists (to read, resume or delete): a script that
+                        // reads its id gets it.
+                        if quiet {
+                            println!("{}", row.id);
+                        }
                         return Err(Failure {
                             code: Exit::Error,
                             line: format!(
@@ -840,12 +826,15 @@ impl Client {
             println!("session {session} paused{}", taken(paused.snapshot_id.as_deref()));
             return Ok(());
         }
-        let first = match status.state {
-            SessionState::Running => "the running turn finishes first",
-            SessionState::WaitingForInput => {
-                "the agent is asked for its summary first (session.summarize_on_pause)"
+        let (first, waiting) = match status.state {
+            SessionState::Running => {
+                ("the running turn finishes first", "waiting for the running turn to end")
             }
-            _ => "the agent's start finishes first",
+            SessionState::WaitingForInput => (
+                "the agent is asked for its summary first (session.summarize_on_pause)",
+                "waiting for the agent's summary",
+            ),
+            _ => ("the agent's start finishes first", "waiting for the agent's start to finish"),
         };
         println!("session {session}: pause requested; {first}");
         if no_wait {
@@ -855,11 +844,20 @@ impl Client {
         let mut events = Feed::open(self, session, Some(status.last_event_seq), &shown).await?;
         events.follow_restarts();
         let mut snapshot = None;
+        let wait = Waiting::start(waiting);
+        let mut ticks = tokio::time::interval(Duration::from_secs(1));
         loop {
-            let event = events.next().await?;
+            let event = tokio::select! {
+                event = events.next() => event?,
+                _ = ticks.tick(), if wait.counts() => {
+                    wait.tick();
+                    continue;
+                }
+            };
             match event.kind {
                 EventKind::SnapshotTaken { snapshot_id, .. } => snapshot = Some(snapshot_id),
                 EventKind::Paused { forced, .. } => {
+                    drop(wait);
                     let how = if forced { " (the turn was cancelled)" } else { "" };
                     println!("session {session} paused{how}{}", taken(snapshot.as_deref()));
                     // What the agent summarised, if it was asked.
@@ -898,13 +896,22 @@ impl Client {
             eprintln!("session {session} {what} ({}); nothing to follow", events.state());
             return Ok(());
         }
+        // The daemon says a resume's outcome twice (`resume_outcome`, kept for older
+        // clients, then `resumed`): a line says it once.
+        let mut outcome_said = None;
         loop {
             let event = events.next().await?;
+            let said = std::mem::take(&mut outcome_said);
             if json {
                 let line = serde_json::to_string(&event)
                     .map_err(|err| Failure { code: Exit::Error, line: format!("error: {err}") })?;
                 println!("{line}");
             } else {
+                match &event.kind {
+                    EventKind::ResumeOutcome { outcome } => outcome_said = Some(*outcome),
+                    EventKind::Resumed { outcome } if said == Some(*outcome) => continue,
+                    _ => {}
+                }
                 println!("[{}] {}", event.seq, describe(&event.kind));
             }
             if let EventKind::State { state, .. } = event.kind

@@ -11,6 +11,27 @@ pub(super) fn print_json<T: Serialize>(value: &T) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Sessions as JSON, each with `session_id` beside its `id` (what `status`, events and
+/// the other results call it); `id` stays for the scripts that read it.
+pub(super) fn sessions_json(
+    sessions: &[protocol::api::SessionSummary],
+) -> Result<serde_json::Value, Failure> {
+    let mut listed = Vec::with_capacity(sessions.len());
+    for session in sessions {
+        let value = serde_json::to_value(session)
+            .map_err(|err| Failure { code: Exit::Error, line: format!("error: {err}") })?;
+        let mut fields = serde_json::Map::new();
+        for (key, value) in value.as_object().into_iter().flatten() {
+            fields.insert(key.clone(), value.clone());
+            if key == "id" {
+                fields.insert("session_id".into(), value.clone());
+            }
+        }
+        listed.push(serde_json::Value::Object(fields));
+    }
+    Ok(serde_json::Value::Array(listed))
+}
+
 pub(super) fn or_dash(value: Option<&str>) -> &str {
     value.unwrap_or("-")
 }
@@ -119,6 +140,30 @@ pub(super) fn describe(kind: &EventKind) -> String {
     }
 }
 
+/// "1 turn", "2 turns".
+pub(super) fn plural(count: usize, what: &str) -> String {
+    format!("{count} {what}{}", if count == 1 { "" } else { "s" })
+}
+
+/// When `at` (Unix ms) was, as a person reads it: "12 s ago", "5 min ago", "3 h ago",
+/// "2 d ago".
+pub(super) fn ago(at: i64) -> String {
+    format!("{} ago", span((crate::store::now_ms() - at).max(0)))
+}
+
+/// A span of `ms` milliseconds, as a person reads it: "40 ms", "12 s", "5 min", "3 h",
+/// "2 d".
+pub(super) fn span(ms: i64) -> String {
+    let secs = ms / 1000;
+    match secs {
+        _ if ms < 1000 => format!("{ms} ms"),
+        0..=119 => format!("{secs} s"),
+        120..=7199 => format!("{} min", secs / 60),
+        7200..=172_799 => format!("{} h", secs / 3600),
+        _ => format!("{} d", secs / 86_400),
+    }
+}
+
 /// A paused session's summary, as `resume` prints it first: why and when it paused, and
 /// what its newest snapshot holds (turns, errors, the plan, the workspace).
 pub(super) fn pause_summary(
@@ -128,20 +173,7 @@ pub(super) fn pause_summary(
     let by = status.paused_by.map_or("pause", |trigger| trigger.as_str());
     let why =
         status.pause_reason.as_deref().map(|reason| format!(": {reason}")).unwrap_or_default();
-    let ago = status
-        .paused_at
-        .map(|at| {
-            let secs = (crate::store::now_ms() - at).max(0) / 1000;
-            format!(
-                " {} ago",
-                match secs {
-                    0..=119 => format!("{secs} s"),
-                    120..=7199 => format!("{} min", secs / 60),
-                    _ => format!("{} h", secs / 3600),
-                }
-            )
-        })
-        .unwrap_or_default();
+    let ago = status.paused_at.map(|at| format!(" {}", ago(at))).unwrap_or_default();
     let mut lines = vec![format!("paused{ago} by {by}{why}")];
     let Some(snapshot) = snapshot else {
         lines.push("no snapshot of it".into());
@@ -194,7 +226,6 @@ pub(super) fn pause_summary(
 /// when the profile does not ask for one).
 pub(super) fn summary_line(summary: &protocol::api::PauseSummary) -> Option<String> {
     use protocol::api::SummaryState;
-    let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
     let note = summary.note.as_deref().unwrap_or("");
     Some(match (summary.state, &summary.summary) {
         (SummaryState::Off, _) => return None,
@@ -261,8 +292,114 @@ impl Shown {
     }
 }
 
-/// One timeline entry, as `sessions show` prints it.
-pub(super) fn describe_timeline(event: &protocol::api::TimelineEvent) -> String {
+/// A session's executions, turns and timeline, as `sessions show` prints them after its
+/// status: each execution with its generation (from its start in the timeline when the
+/// daemon gives it only for the current one), times as a person reads them.
+pub(super) fn timeline_lines(timeline: &protocol::api::Timeline) -> Vec<String> {
+    use protocol::api::TimelineEvent;
+    let mut lines = vec!["executions:".to_owned()];
+    for execution in &timeline.executions {
+        let started = timeline.entries.iter().find_map(|entry| match &entry.event {
+            TimelineEvent::ExecutionStarted { execution_id, generation }
+                if *execution_id == execution.execution_id =>
+            {
+                Some(*generation)
+            }
+            _ => None,
+        });
+        let mut about = Vec::new();
+        if let Some(generation) = execution.generation.or(started) {
+            about.push(format!("generation {generation}"));
+        }
+        match (execution.current, execution.status.as_deref()) {
+            (true, Some(status)) => about.push(status.to_owned()),
+            (true, None) => {}
+            (false, _) => about.push("over".into()),
+        }
+        if let Some(outcome) = execution.resume_outcome {
+            about.push(format!("resumed ({})", outcome.as_str()));
+        }
+        about.push(plural(execution.turns, "turn"));
+        if let Some(at) = execution.first_turn_at {
+            about.push(format!("first turn {}", ago(at)));
+        }
+        lines.push(format!(
+            "  {}{}\t{}",
+            execution.execution_id,
+            if execution.current { " (current)" } else { "" },
+            about.join(", ")
+        ));
+    }
+    lines.push("turns:".into());
+    for turn in &timeline.turns {
+        let when = match turn.ended_at {
+            Some(ended) => {
+                format!("started {}, took {}", ago(turn.started_at), span(ended - turn.started_at))
+            }
+            None => format!("started {}, not ended", ago(turn.started_at)),
+        };
+        lines.push(format!(
+            "  {}\t{}\t{}\texecution {}\t{when}",
+            turn.turn_id,
+            turn.state.as_str(),
+            or_dash(turn.stop_reason.as_deref().or(turn.error.as_deref())),
+            turn.execution_id,
+        ));
+    }
+    lines.push("timeline:".into());
+    for entry in &timeline.entries {
+        lines.push(format!(
+            "  {}\t{}\t{}",
+            entry.seq,
+            ago(entry.at),
+            describe_timeline(&entry.event, entry.at)
+        ));
+    }
+    lines
+}
+
+/// A wait shown on stderr while a command waits for a session: on a terminal one line
+/// that counts the seconds (erased when the wait ends, however it ends), else one line.
+pub(super) struct Waiting {
+    what: &'static str,
+    started: Instant,
+    terminal: bool,
+}
+
+impl Waiting {
+    pub(super) fn start(what: &'static str) -> Waiting {
+        use std::io::IsTerminal;
+        let terminal = std::io::stderr().is_terminal();
+        if !terminal {
+            eprintln!("{what}…");
+        }
+        Waiting { what, started: Instant::now(), terminal }
+    }
+
+    /// Whether [`Waiting::tick`] shows anything (the line counts only on a terminal).
+    pub(super) fn counts(&self) -> bool {
+        self.terminal
+    }
+
+    /// Shows the seconds waited so far.
+    pub(super) fn tick(&self) {
+        if self.terminal {
+            eprint!("\r{}… {} s", self.what, self.started.elapsed().as_secs());
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if self.terminal {
+            // Back to the start of the line, and erase it.
+            eprint!("\r\x1b[K");
+        }
+    }
+}
+
+/// One timeline entry (of `at`, Unix ms), as `sessions show` prints it.
+pub(super) fn describe_timeline(event: &protocol::api::TimelineEvent, at: i64) -> String {
     use protocol::api::TimelineEvent as E;
     match event {
         E::ExecutionStarted { execution_id, generation } => {
@@ -278,8 +415,9 @@ pub(super) fn describe_timeline(event: &protocol::api::TimelineEvent) -> String 
             or_dash(error.as_deref().or(stop_reason.as_deref()))
         ),
         E::PauseRequested { reason, trigger, force_at } => format!(
-            "pause requested ({trigger})\t{}\tforced at {force_at}",
-            or_dash(reason.as_deref())
+            "pause requested ({trigger})\t{}\ta running turn cancelled after {}",
+            or_dash(reason.as_deref()),
+            span(force_at - at)
         ),
         E::Paused { reason, trigger, forced } => format!(
             "paused ({trigger}{})\t{}",

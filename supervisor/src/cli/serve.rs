@@ -112,6 +112,8 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours for a person at a terminal; none in a log file or a pipe.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     raise_fd_limit();
     // One daemon per data directory, refused before anything in it is touched.

@@ -70,6 +70,10 @@ pub(super) fn settings_lines(config: &SessionConfig) -> Vec<String> {
     }
     let text =
         |value: &Value| value.as_str().map(str::to_owned).unwrap_or_else(|| value.to_string());
+    // An agent may offer its mode both as an option of category `mode` and as ACP modes
+    // (codex does): the option's line says it, with a mode chosen either way.
+    let mode_option = config.config_options.iter().any(|option| option["category"] == "mode");
+    let chosen_mode = config.chosen_mode.clone().map(Value::String);
     for option in &config.config_options {
         let id = option["id"].as_str().unwrap_or("?");
         let current = option.get("currentValue").map(text).unwrap_or_else(|| "?".into());
@@ -77,7 +81,11 @@ pub(super) fn settings_lines(config: &SessionConfig) -> Vec<String> {
         if let Some(category) = option["category"].as_str().filter(|category| *category != id) {
             line.push_str(&format!(" ({category})"));
         }
-        match config.chosen.get(id) {
+        let chosen = match config.chosen.get(id) {
+            None if option["category"] == "mode" => chosen_mode.as_ref(),
+            chosen => chosen,
+        };
+        match chosen {
             Some(chosen) if option.get("currentValue") == Some(chosen) => line.push_str(", chosen"),
             Some(chosen) => line.push_str(&format!(", chosen: {}", text(chosen))),
             None => {}
@@ -95,7 +103,9 @@ pub(super) fn settings_lines(config: &SessionConfig) -> Vec<String> {
     {
         lines.push(format!("{id}: chosen {} (set when the agent starts)", text(chosen)));
     }
-    if let Some(modes) = &config.modes {
+    if mode_option {
+        // Said on the option's line.
+    } else if let Some(modes) = &config.modes {
         let current = modes["currentModeId"].as_str().unwrap_or("?");
         let mut line = format!("mode = {current}");
         match config.chosen_mode.as_deref() {
@@ -167,5 +177,26 @@ mod tests {
         assert_eq!(parsed("fast=true"), Some(("fast".into(), json!(true))));
         assert_eq!(parsed("model="), Some(("model".into(), Value::Null)));
         assert!(parse_set("model").is_err());
+    }
+
+    /// An agent (codex) that offers its mode both as a config option of category `mode`
+    /// and as ACP modes: one line says the mode, with what was chosen through either.
+    #[test]
+    fn a_mode_offered_as_an_option_and_as_modes_reads_once() {
+        let config = SessionConfig {
+            config_options: vec![json!({"id": "mode", "name": "Approval preset",
+                "category": "mode", "type": "select", "currentValue": "read-only",
+                "options": [{"value": "read-only", "name": "Read only"},
+                    {"value": "auto", "name": "Auto"}]})],
+            modes: Some(json!({"currentModeId": "read-only", "availableModes": [
+                {"id": "read-only", "name": "Read only"}, {"id": "auto", "name": "Auto"}]})),
+            chosen: Default::default(),
+            chosen_mode: Some("read-only".into()),
+            blocked: None,
+        };
+        assert_eq!(
+            settings_lines(&config),
+            vec!["mode = read-only, chosen; can be: read-only, auto"]
+        );
     }
 }

@@ -411,10 +411,18 @@ impl Supervisor {
     pub(crate) async fn within_budget(&self, session_id: &str) -> Result<(), ServiceError> {
         let uses = self.config.store.budget_uses(session_id.to_owned()).await?;
         match uses.iter().find(|used| used.percent >= 100) {
-            Some(used) => Err(ServiceError::BudgetExceeded(format!(
-                "{}; raise it with budget.set (CLI: budget set) first",
-                used.describe()
-            ))),
+            Some(used) => {
+                let flag = match used.scope {
+                    protocol::api::BudgetScope::Session => "session",
+                    protocol::api::BudgetScope::Task => "task",
+                };
+                Err(ServiceError::BudgetExceeded(format!(
+                    "{}; raise it with budget.set first (CLI: supervisor budget --{flag} {} \
+                     --tokens N or --cost N)",
+                    used.describe(),
+                    used.id
+                )))
+            }
             None => Ok(()),
         }
     }

@@ -479,3 +479,199 @@ async fn r33_a_user_profile_extends_a_builtin_and_agents_says_so() {
     let session = api.ready_session("mock-patient", &daemon.workspace("p")).await;
     assert!(api.ask(&session, "hello").await.contains("you said: hello"));
 }
+
+/// A session refused for its budget is told how to raise it with a command that exists.
+#[tokio::test]
+async fn a_budget_refusal_names_the_cli_command_that_raises_it() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("b")).await;
+    let (code, _, err) = daemon.cli(&["budget", "--session", &session, "--tokens", "10"]).await;
+    assert_eq!(code, 0, "{err}");
+    api.ask(&session, "/tokens 100 100\nbig").await;
+    let (code, _, err) = daemon.cli(&["prompt", &session, "more"]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("budget_exceeded"), "{err}");
+    assert!(!err.contains("budget set"), "there is no `budget set`: {err}");
+    assert!(err.contains(&format!("supervisor budget --session {session}")), "{err}");
+}
+
+/// Whether `word` looks like a Unix time in milliseconds (what a person cannot read).
+fn is_raw_ms(word: &str) -> bool {
+    word.len() == 13 && word.bytes().all(|byte| byte.is_ascii_digit())
+}
+
+/// `sessions show` reads as a person reads it: times as times, every execution with its
+/// generation (not "generation - - -"); its JSON has the turns.
+#[tokio::test]
+async fn sessions_show_prints_readable_times_and_each_executions_generation() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("g")).await;
+    api.ask(&session, "one").await;
+    tether_tests::daemon::kill_sidecar(&daemon, &api, &session).await;
+    api.ask(&session, "two").await;
+    let (code, out, err) = daemon.cli(&["sessions", "show", &session]).await;
+    assert_eq!(code, 0, "{err}");
+    let raw: Vec<&str> =
+        out.split(|c: char| !c.is_ascii_digit()).filter(|w| is_raw_ms(w)).collect();
+    assert!(raw.is_empty(), "no raw ms times ({raw:?}):\n{out}");
+    assert!(!out.contains("generation -"), "{out}");
+    let executions = out.split("executions:\n").nth(1).and_then(|rest| rest.split("turns:").next());
+    let executions = executions.unwrap_or_else(|| panic!("{out}"));
+    assert!(executions.contains("generation 1") && executions.contains("generation 2"), "{out}");
+    let timeline = api.typed().session_timeline(session.clone(), None).await.unwrap();
+    let shown = cli_json(&daemon, &["sessions", "show", &session, "--json"]).await;
+    assert_eq!(shown["timeline"]["turns"].as_array().map(Vec::len), Some(timeline.turns.len()));
+    assert_eq!(timeline.turns.len(), 2);
+}
+
+/// A pause that waits for the running turn says so while it waits (one line when the
+/// output is not a terminal).
+#[tokio::test]
+async fn pause_says_what_it_waits_for() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("w")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/sleep 60000\nslow").await.unwrap();
+    tether_tests::daemon::until(&mut events, |e| {
+        tether_tests::daemon::is_state(e, SessionState::Running)
+    })
+    .await;
+    let (code, out, err) = daemon.cli(&["pause", &session, "--force-after-ms", "500"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("session {session} paused (the turn was cancelled)")), "{out}");
+    let waiting: Vec<&str> =
+        err.lines().filter(|line| line.contains("waiting for the running turn to end")).collect();
+    assert_eq!(waiting.len(), 1, "one progress line, not a ticking one, off a terminal: {err}");
+    assert!(!err.contains('\r'), "{err:?}");
+}
+
+/// `session start --quiet` whose launch fails still prints the id of the session it made
+/// (it exists: a script can read or delete it), and the failure on stderr.
+#[tokio::test]
+async fn session_start_quiet_prints_the_id_of_a_session_whose_launch_failed() {
+    let root = tempfile::tempdir().unwrap();
+    let flag = root.path().join("fail");
+    std::fs::write(&flag, "").unwrap();
+    let profile = tether_tests::daemon::fail_while_profile("failing", &flag);
+    let daemon = Daemon::start_with_profiles(&[], &[("failing.toml", &profile)]).await;
+    let workspace = daemon.workspace("f");
+    let args = ["session", "start", "--agent", "failing", "--new-task", "t", "--quiet"];
+    let (code, out, err) =
+        daemon.cli(&[&args[..], &["--workspace", workspace.to_str().unwrap()]].concat()).await;
+    assert_eq!(code, 1, "{out}{err}");
+    let id = out.trim();
+    assert!(!id.is_empty() && !id.contains(char::is_whitespace), "the id alone: {out:?}");
+    assert!(err.contains(&format!("session {id} failed")), "{err}");
+    let (code, out, err) = daemon.cli(&["status", id]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("state: FAILED"), "{out}");
+}
+
+/// `snapshots get` takes `--json` as every other read does.
+#[tokio::test]
+async fn snapshots_get_takes_json() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("s")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "hello").await.unwrap();
+    wait_for(&mut events, |e| matches!(e.kind, EventKind::SnapshotTaken { .. })).await;
+    let listed = cli_json(&daemon, &["snapshots", "list", &session, "--json"]).await;
+    let id = listed[0]["snapshot_id"].as_str().unwrap_or_else(|| panic!("{listed}")).to_owned();
+    let snapshot: protocol::api::Snapshot =
+        serde_json::from_value(cli_json(&daemon, &["snapshots", "get", &id, "--json"]).await)
+            .unwrap();
+    assert_eq!((snapshot.snapshot_id.as_str(), snapshot.session_id.as_str()), (&*id, &*session));
+    let (code, out, err) = daemon.cli(&["snapshots", "list", &session]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.split(|c: char| !c.is_ascii_digit()).any(is_raw_ms), "readable times: {out}");
+}
+
+/// `sessions list --json` names each session's id `session_id`, as `status` does (and
+/// still `id`, for the scripts that read it).
+#[tokio::test]
+async fn sessions_list_json_has_session_id_as_status_does() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("l")).await;
+    let listed = cli_json(&daemon, &["sessions", "list", "--json"]).await;
+    assert_eq!(listed[0]["session_id"], session.as_str(), "{listed}");
+    assert_eq!(listed[0]["id"], session.as_str(), "{listed}");
+    let status = cli_json(&daemon, &["status", &session, "--json"]).await;
+    assert_eq!(status["session_id"], listed[0]["session_id"]);
+    let task = status["task_id"].as_str().unwrap();
+    let shown = cli_json(&daemon, &["task", "show", task, "--json"]).await;
+    assert_eq!(shown["sessions"][0]["session_id"], session.as_str(), "{shown}");
+}
+
+/// The daemon's log, written to a file or a pipe, holds no colour codes.
+#[tokio::test]
+async fn the_daemon_log_has_no_colour_codes_off_a_terminal() {
+    let daemon = Daemon::start_with_env(&[], &[], &[("TETHER_LOG", "info")]).await;
+    let mut log = daemon.log_from_start();
+    let line = tether_tests::daemon::await_log(&mut log, "applied database migration").await;
+    assert!(!line.contains('\u{1b}'), "{line:?}");
+}
+
+/// `follow` prints a resume once (the daemon publishes `resume_outcome`, kept for older
+/// clients, and `resumed`).
+#[tokio::test]
+async fn follow_prints_a_resume_once() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("r")).await;
+    let (code, _, err) = daemon.cli(&["stop-all"]).await;
+    assert_eq!(code, 0, "{err}");
+    let resumed = api.resume(&session).await.unwrap();
+    api.typed().session_stop(session.clone()).await.unwrap();
+    let (code, out, err) = daemon.cli(&["follow", &session, "--after", "0"]).await;
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().filter(|line| line.contains("resumed")).collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    assert!(lines[0].ends_with(&format!("resumed: {}", resumed.outcome.as_str())), "{out}");
+}
+
+/// A session whose sidecar died with the daemon, with a turn running and a question open:
+/// the restart's log says what recovery did for it, and counts it once.
+#[tokio::test]
+async fn the_restart_log_says_what_recovery_did_for_each_session() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("d")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/permission\nmay I").await.unwrap();
+    wait_for(&mut events, |e| matches!(e.kind, EventKind::PermissionRequest { .. })).await;
+    let sidecar = daemon.agentctl_pid(&session);
+    drop(events);
+    drop(api);
+    daemon.kill().await;
+    tether_tests::daemon::sigkill(sidecar).await;
+    let mut log = daemon.log_lines();
+    daemon.restart_with_env(&[("TETHER_LOG", "info")]).await;
+    let mut lines = Vec::new();
+    loop {
+        let line = within("the daemon's log", log.recv()).await.expect("the log goes on");
+        let done = line.contains("recovery: re-attaching done");
+        lines.push(line);
+        if done {
+            break;
+        }
+    }
+    let all = lines.join("\n");
+    let mine = lines
+        .iter()
+        .find(|line| line.contains(&session) && line.contains("recovery:"))
+        .unwrap_or_else(|| panic!("a line for the session: {all}"));
+    assert!(mine.contains("interrupting 1 turn and voiding 1 question"), "{all}");
+    assert!(
+        lines.iter().any(|line| line.contains(&session) && line.contains("replayed its dead")),
+        "{all}"
+    );
+    let serving = lines.iter().find(|line| line.contains("recovery: serving")).expect(&all);
+    assert!(serving.contains("reattaching=0"), "not re-attached: {all}");
+    assert!(serving.contains("approvals_restored=0"), "no question restored: {all}");
+    assert!(lines.last().unwrap().contains("failed=0"), "nothing failed: {all}");
+}
