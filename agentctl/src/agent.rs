@@ -20,13 +20,12 @@
 //! the guard pipe is closed (the guard kills what is left of the group) and escaped
 //! descendants are killed and reaped.
 
-use std::collections::VecDeque;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use protocol::control::{AgentState, EventKind, ExitInfo, StartAgent, Status, StopStage, Stopped};
@@ -40,9 +39,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::fs::{self, Roots};
 use crate::process;
 use crate::spool::{Spool, SpoolError};
-
-/// How much of the agent's stderr `agent_exited` carries.
-pub const STDERR_TAIL_BYTES: usize = 64 * 1024;
+use crate::stderr::StderrTail;
 
 /// How long, after the agent exits, its output pipes may take to drain before
 /// `agent_exited` is emitted anyway (a descendant may hold them open forever).
@@ -356,7 +353,7 @@ impl AgentHost {
         let stdout = child.stdout.take().expect("UNWRAP: stdout is piped");
         let stderr = child.stderr.take().expect("UNWRAP: stderr is piped");
         tokio::spawn(write_stdin(stdin, stdin_rx, Arc::clone(&self.spool)));
-        let tail = Arc::new(Mutex::new(VecDeque::new()));
+        let tail = Arc::new(Mutex::new(StderrTail::default()));
         // Cancelled when the agent's process has exited (before its pipes are drained).
         let exited = tokio_util::sync::CancellationToken::new();
         let relay = Relay {
@@ -779,7 +776,7 @@ async fn append_durably(spool: &Spool, kinds: Vec<EventKind>) -> u64 {
 async fn read_stderr(
     stderr: ChildStderr,
     spool: Arc<Spool>,
-    tail: Arc<Mutex<VecDeque<u8>>>,
+    tail: Arc<Mutex<StderrTail>>,
     max_line: usize,
 ) {
     let mut lines = LineReader::new(BufReader::new(stderr), max_line);
@@ -791,13 +788,7 @@ async fn read_stderr(
             }
             Ok(None) | Err(_) => return,
         };
-        {
-            let mut tail = tail.lock().expect("UNWRAP: never poisoned");
-            tail.extend(line.as_bytes());
-            tail.push_back(b'\n');
-            let excess = tail.len().saturating_sub(STDERR_TAIL_BYTES);
-            tail.drain(..excess);
-        }
+        tail.lock().expect("UNWRAP: never poisoned").push(Instant::now(), line.clone());
         append_durably(&spool, vec![EventKind::Stderr { line }]).await;
     }
 }
@@ -807,11 +798,13 @@ async fn watch_exit(
     exited: tokio_util::sync::CancellationToken,
     stdout_task: tokio::task::JoinHandle<()>,
     stderr_task: tokio::task::JoinHandle<()>,
-    tail: Arc<Mutex<VecDeque<u8>>>,
+    tail: Arc<Mutex<StderrTail>>,
     spool: Arc<Spool>,
     exit_tx: watch::Sender<Option<ExitInfo>>,
 ) {
-    let status = match child.wait().await {
+    let waited = child.wait().await;
+    let exited_at = Instant::now();
+    let status = match waited {
         Ok(status) => {
             use std::os::unix::process::ExitStatusExt;
             ExitInfo { code: status.code(), signal: status.signal() }
@@ -832,11 +825,8 @@ async fn watch_exit(
             "the agent exited but its output pipes are still open (a descendant holds them)"
         );
     }
-    let stderr_tail = {
-        let tail = tail.lock().expect("UNWRAP: never poisoned");
-        let (a, b) = tail.as_slices();
-        String::from_utf8_lossy(&[a, b].concat()).into_owned()
-    };
+    // The cause of its death: what it printed in its last seconds, not long before.
+    let stderr_tail = tail.lock().expect("UNWRAP: never poisoned").before(exited_at);
     append_durably(&spool, vec![EventKind::AgentExited { status, stderr_tail }]).await;
     exit_tx.send_replace(Some(status));
 }

@@ -31,4 +31,5 @@ pub mod ready;
 pub mod resubscribe;
 pub mod server;
 pub mod spool;
+pub mod stderr;
 pub mod tls;

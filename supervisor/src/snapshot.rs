@@ -75,7 +75,8 @@ pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreErr
     let executor = store.get_executor(session_id.clone()).await?;
     let generation = executor.as_ref().and_then(|e| u64::try_from(e.generation).ok());
     let execution_id = execution_id.or_else(|| executor.map(|e| e.execution_id));
-    let git = git::state(Path::new(&row.workspace_path), start.as_deref()).await;
+    let dirty_at_start = store.start_dirty(session_id.clone()).await?;
+    let git = git::state(Path::new(&row.workspace_path), start.as_deref(), &dirty_at_start).await;
     let turns = store.session_turns(session_id.clone()).await?;
     let mut timeline = store.recent_timeline(session_id.clone(), TIMELINE_ROWS).await?;
     timeline.reverse();
@@ -341,7 +342,11 @@ pub fn handoff_context(
     let mut room = budget.saturating_sub(fixed);
     let mut rendered: Vec<String> = Vec::new();
     let first = snapshot.turns_omitted;
-    for (idx, turn) in snapshot.turns.iter().enumerate().rev() {
+    // Tether's own summary turn is no work of the session's: its answer is the summary.
+    let asked = snapshot.summary.as_ref().and_then(|summary| summary.turn_id.as_deref());
+    let worked: Vec<&SnapshotTurn> =
+        snapshot.turns.iter().filter(|turn| Some(turn.turn_id.as_str()) != asked).collect();
+    for (idx, turn) in worked.iter().enumerate().rev() {
         let text = describe_turn(first + idx + 1, turn);
         let cost = text.chars().count();
         if cost > room {
@@ -350,7 +355,7 @@ pub fn handoff_context(
         room -= cost;
         rendered.push(text);
     }
-    let omitted = snapshot.turns_omitted + snapshot.turns.len() - rendered.len();
+    let omitted = snapshot.turns_omitted + worked.len() - rendered.len();
     let mut text = head;
     text.push_str("\n=== WORK SO FAR ===\n");
     if omitted > 0 {

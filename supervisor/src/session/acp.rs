@@ -770,7 +770,11 @@ impl SessionActor {
         let outcome = match resume {
             None => None,
             Some(resume) => Some(match restored {
-                Some(outcome) => outcome,
+                Some(outcome) => {
+                    // Restored natively: the agent is told what changed meanwhile.
+                    self.resume_context.get_or_insert(ResumeContext::Drift);
+                    outcome
+                }
                 None if resume.handoff => {
                     self.resume_context = Some(ResumeContext::Handoff);
                     ResumeOutcome::ContextHandoff
@@ -790,10 +794,7 @@ impl SessionActor {
             resume_token: self.profile.keeps_resume_token().then(|| acp_session.clone()),
             acp_session_id: acp_session.clone(),
             outcome,
-            inject_history: matches!(
-                outcome,
-                Some(ResumeOutcome::HistoryInjection | ResumeOutcome::ContextHandoff)
-            ),
+            inject_history: self.resume_context.is_some(),
         };
         if let Err(err) =
             self.context.store.record_opened(self.row.id.clone(), execution_id, opened).await

@@ -244,6 +244,17 @@ pub(super) enum ResumeContext {
     Missing { after: u64 },
     /// The latest snapshot (a capacity handoff), else the history.
     Handoff,
+    /// After a native restore the agent has its own context: only how the workspace
+    /// changed since the last snapshot (not by the agent), when it did.
+    Drift,
+}
+
+impl ResumeContext {
+    /// Whether it stands in for the agent's context (an injection or a handoff), rather
+    /// than telling a restored agent what changed.
+    pub(super) fn rebuilds_context(self) -> bool {
+        !matches!(self, ResumeContext::Drift)
+    }
 }
 
 /// Why intake stopped after a failed write, and when it is tried again.

@@ -48,6 +48,21 @@ pub async fn head(dir: &Path) -> Option<String> {
     git(dir, &["rev-parse", "--verify", "-q", "HEAD"]).await.ok().map(|out| out.trim().to_owned())
 }
 
+/// What the uncommitted files of `dir` hold (by [`contents`]), tracked and untracked:
+/// recorded at a session's start, so that what was dirty before the agent came is not
+/// counted as its change while it stays as it was. Empty outside a repository.
+pub async fn dirty(dir: &Path) -> BTreeMap<String, String> {
+    if !in_repository(dir) {
+        return BTreeMap::new();
+    }
+    let Ok(out) = git(dir, &["status", "--porcelain=v2", "--untracked-files=all"]).await else {
+        return BTreeMap::new();
+    };
+    let status = parse_status(&out);
+    let paths = capped(status.changed.into_iter().chain(status.untracked).collect());
+    contents(dir, &paths).await.unwrap_or_default()
+}
+
 /// What `git status --porcelain=v2 --branch` says.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Status {
@@ -103,9 +118,14 @@ fn capped(mut paths: Vec<String>) -> Vec<String> {
     paths
 }
 
-/// The git state of `dir`, against `start` (the commit when the session started). Not a
-/// repository, or no git: `repository: false`.
-pub async fn state(dir: &Path, start: Option<&str>) -> GitState {
+/// The git state of `dir`, against `start` (the commit when the session started) and
+/// `dirty_at_start` (what its uncommitted files held then: one that still holds it is no
+/// change since the start). Not a repository, or no git: `repository: false`.
+pub async fn state(
+    dir: &Path,
+    start: Option<&str>,
+    dirty_at_start: &BTreeMap<String, String>,
+) -> GitState {
     if !in_repository(dir) {
         return GitState::default();
     }
@@ -152,7 +172,15 @@ pub async fn state(dir: &Path, start: Option<&str>) -> GitState {
         Err(err) => errors.push(err),
     }
     modified.extend(status.untracked);
-    state.modified_files = capped(modified);
+    let mut modified = capped(modified);
+    let were_dirty: Vec<String> =
+        modified.iter().filter(|path| dirty_at_start.contains_key(*path)).cloned().collect();
+    match contents(dir, &were_dirty).await {
+        Ok(now) => modified
+            .retain(|path| dirty_at_start.get(path).is_none_or(|then| now.get(path) != Some(then))),
+        Err(err) => errors.push(err),
+    }
+    state.modified_files = modified;
     if !errors.is_empty() {
         state.error = Some(errors.join("; "));
     }

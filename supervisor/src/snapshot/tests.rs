@@ -84,6 +84,21 @@ fn snapshot(turns: Vec<SnapshotTurn>, omitted: usize) -> Snapshot {
     }
 }
 
+/// Tether's own question at a pause was listed in WORK SO FAR as a turn of the session.
+#[test]
+fn the_summary_turn_is_no_work_so_far() {
+    let mut asked = snapshot(vec![turn(1, "split the lexer"), turn(2, "summarise it")], 0);
+    asked.summary = Some(protocol::api::PauseSummary {
+        state: protocol::api::SummaryState::Stored,
+        note: None,
+        summary: None,
+        turn_id: Some("t2".into()),
+    });
+    let text = handoff_context(&asked, "go on", 50_000, None);
+    assert!(text.contains("Turn 1 (completed, end_turn): split the lexer"), "{text}");
+    assert!(!text.contains("summarise it") && !text.contains("Turn 2"), "{text}");
+}
+
 #[test]
 fn the_handoff_context_has_the_documented_sections() {
     let text = handoff_context(
@@ -323,7 +338,7 @@ async fn the_git_state_of_a_repository_since_the_start() {
     std::fs::write(repo.join("c.txt"), "new\n").unwrap();
     run(repo, &["add", "c.txt"]).await;
     std::fs::write(repo.join("d.txt"), "untracked\n").unwrap();
-    let state = git::state(repo, Some(&start)).await;
+    let state = git::state(repo, Some(&start), &Default::default()).await;
     assert!(state.repository && state.dirty, "{state:?}");
     assert_eq!(state.branch.as_deref(), Some("feature"));
     assert_eq!(state.start_commit.as_deref(), Some(start.as_str()));
@@ -336,5 +351,34 @@ async fn the_git_state_of_a_repository_since_the_start() {
     assert!(state.diffstat.as_deref().unwrap().starts_with("3 files changed"), "{state:?}");
     assert_eq!(state.error, None);
     let plain = tempfile::tempdir().unwrap();
-    assert_eq!(git::state(plain.path(), None).await, GitState::default());
+    assert_eq!(git::state(plain.path(), None, &Default::default()).await, GitState::default());
+}
+
+/// "Files changed since the start" listed files that were already uncommitted when the
+/// session began: one that still holds what it held then is no change of the session's;
+/// one changed since is.
+#[tokio::test]
+async fn files_dirty_before_the_start_count_only_once_changed_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path();
+    run(repo, &["init", "-q", "-b", "main"]).await;
+    std::fs::write(repo.join("kept.txt"), "committed\n").unwrap();
+    std::fs::write(repo.join("touched.txt"), "committed\n").unwrap();
+    run(repo, &["add", "."]).await;
+    run(repo, &["commit", "-q", "-m", "start"]).await;
+    // The person's own work in progress when the session starts.
+    std::fs::write(repo.join("kept.txt"), "the person's edit\n").unwrap();
+    std::fs::write(repo.join("touched.txt"), "the person's edit\n").unwrap();
+    std::fs::write(repo.join("notes.txt"), "untracked before\n").unwrap();
+    let start = git::head(repo).await.unwrap();
+    let at_start = git::dirty(repo).await;
+    assert_eq!(at_start.len(), 3, "{at_start:?}");
+    // The session's agent changes one of them and makes a new file.
+    std::fs::write(repo.join("touched.txt"), "the agent's edit\n").unwrap();
+    std::fs::write(repo.join("new.txt"), "the agent's file\n").unwrap();
+    let state = git::state(repo, Some(&start), &at_start).await;
+    assert_eq!(state.modified_files, ["new.txt", "touched.txt"], "{state:?}");
+    // Without the start's record, everything uncommitted counts (older sessions).
+    let state = git::state(repo, Some(&start), &Default::default()).await;
+    assert_eq!(state.modified_files, ["kept.txt", "new.txt", "notes.txt", "touched.txt"]);
 }

@@ -5,6 +5,8 @@
 //! turn, a pause, a resume's outcome, a new execution, a snapshot), so the timeline never
 //! says something the rest of the store does not, nor misses what it does.
 
+use std::collections::BTreeMap;
+
 use protocol::api::{Snapshot, SnapshotSummary, SnapshotTrigger, TimelineEvent};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
@@ -210,19 +212,47 @@ impl Store {
         .await
     }
 
-    /// Keeps the workspace's commit at the session's start (`None`: not a repository);
-    /// the first one recorded stays.
+    /// Keeps the workspace's commit at the session's start (`None`: not a repository) and
+    /// what its uncommitted files held then; the first one recorded stays.
     pub async fn set_start_commit(
         &self,
         session_id: String,
         commit: Option<String>,
+        dirty: BTreeMap<String, String>,
     ) -> Result<(), StoreError> {
+        let dirty = serde_json::to_string(&dirty)
+            .map_err(|err| StoreError::Corrupt { what: "start files", detail: err.to_string() })?;
         self.call(move |conn| {
             conn.execute(
-                "INSERT OR IGNORE INTO session_start (session_id, git_commit, recorded_at) VALUES (?1, ?2, ?3)",
-                params![session_id, commit, now_ms()],
+                "INSERT OR IGNORE INTO session_start (session_id, git_commit, recorded_at, dirty) VALUES (?1, ?2, ?3, ?4)",
+                params![session_id, commit, now_ms(), dirty],
             )?;
             Ok(())
+        })
+        .await
+    }
+
+    /// What the workspace's uncommitted files held at the session's start (empty when
+    /// none were, or it was not recorded).
+    pub async fn start_dirty(
+        &self,
+        session_id: String,
+    ) -> Result<BTreeMap<String, String>, StoreError> {
+        self.call(move |conn| {
+            let json: Option<Option<String>> = conn
+                .query_row(
+                    "SELECT dirty FROM session_start WHERE session_id = ?1",
+                    [&session_id],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            match json.flatten() {
+                Some(json) => serde_json::from_str(&json).map_err(|err| StoreError::Corrupt {
+                    what: "start files",
+                    detail: err.to_string(),
+                }),
+                None => Ok(BTreeMap::new()),
+            }
         })
         .await
     }

@@ -369,6 +369,12 @@ pub const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE session_pauses ADD COLUMN summary_asked_at INTEGER;
     ",
+    // 20: issue 49, what the workspace's uncommitted files held when the session started
+    // (JSON object path → content hash; NULL: not recorded), so that they are not counted
+    // as the session's changes.
+    "
+    ALTER TABLE session_start ADD COLUMN dirty TEXT;
+    ",
 ];
 
 /// Brings the database up to the newest migration.

@@ -702,8 +702,8 @@ async fn snapshots_and_handoffs_are_kept_as_documented() {
     assert_eq!(store.handoff(id.clone()).await.unwrap(), None);
     // The start commit: the first recorded stays.
     assert_eq!(store.start_commit(id.clone()).await.unwrap(), None);
-    store.set_start_commit(id.clone(), Some("c1".into())).await.unwrap();
-    store.set_start_commit(id.clone(), Some("c2".into())).await.unwrap();
+    store.set_start_commit(id.clone(), Some("c1".into()), Default::default()).await.unwrap();
+    store.set_start_commit(id.clone(), Some("c2".into()), Default::default()).await.unwrap();
     assert_eq!(store.start_commit(id.clone()).await.unwrap(), Some(Some("c1".into())));
 }
 

@@ -441,7 +441,7 @@ async fn r33_a_permission_shows_the_tool_and_its_options_in_the_prompt_command()
     }
     assert!(
         shown.contains(&format!(
-            "supervisor permission respond {session} {request} allow|deny|OPTION_ID"
+            "supervisor permission respond {session} {request} allow|allow-always|deny|deny-always|OPTION_ID` (allow is once)"
         )),
         "{shown}"
     );

@@ -224,6 +224,57 @@ async fn r34_work_done_in_the_workspace_while_paused_is_reported_on_resume() {
     assert!(drift.changed_files.contains(&"big.bin".to_owned()), "grown: {drift:?}");
 }
 
+/// After a native resume (`native_load`) the agent was not told of the work done in its
+/// workspace while it was paused, though the CLI and the page said it would be: the next
+/// prompt now carries a short WORKSPACE CHANGES preface (the history keeps the prompt as
+/// typed), and only when something changed; files that were uncommitted before the
+/// session started are not the session's changes.
+#[tokio::test]
+async fn a_natively_resumed_agent_is_told_what_changed_in_its_workspace() {
+    use tether_tests::git;
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let workspace = daemon.workspace("native-drift");
+    let dir = std::path::Path::new(&workspace);
+    git(dir, &["init", "-q", "-b", "main"]).await;
+    std::fs::write(dir.join("a.txt"), "a 1\n").unwrap();
+    std::fs::write(dir.join("mine.txt"), "committed\n").unwrap();
+    git(dir, &["add", "."]).await;
+    git(dir, &["commit", "-q", "-m", "start"]).await;
+    // The person's work in progress before the session starts.
+    std::fs::write(dir.join("mine.txt"), "the person's draft\n").unwrap();
+    let session = api.ready_session("mock", &workspace).await;
+    api.ask(&session, "hello").await;
+    let paused = ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
+    let snapshot = ok("get", api.typed().snapshot_get(paused.snapshot_id.unwrap())).await;
+    assert!(
+        !snapshot.git.modified_files.contains(&"mine.txt".to_owned()),
+        "uncommitted before the start: not the session's change: {:?}",
+        snapshot.git
+    );
+    std::fs::write(dir.join("a.txt"), "a 2\n").unwrap();
+    git(dir, &["commit", "-q", "-am", "fix a"]).await;
+    let resumed = api.resume(&session).await.expect("resume");
+    assert_eq!(resumed.outcome, protocol::api::ResumeOutcome::NativeLoad, "{resumed:?}");
+    assert!(resumed.git_drift.is_some(), "{resumed:?}");
+    let first = api.ask(&session, "go on").await;
+    let section = "=== WORKSPACE CHANGES SINCE THE LAST SNAPSHOT (not made by you) ===\n";
+    assert!(first.contains(section), "told: {first}");
+    assert!(first.contains("fix a") && first.contains("go on"), "{first}");
+    assert!(!first.contains("EXECUTION HISTORY"), "a native resume gets no history: {first}");
+    let history = api.history(&session).await;
+    let typed = history.iter().rev().find(|e| e.kind == protocol::api::EntryType::UserMessage);
+    assert_eq!(typed.map(|e| e.content.as_str()), Some("go on"), "recorded as typed");
+    // Told once: the prompt after it goes as typed.
+    let second = api.ask(&session, "and then").await;
+    assert!(!second.contains("WORKSPACE CHANGES"), "{second}");
+    // Nothing changed during the next pause: nothing is said.
+    ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
+    api.resume(&session).await.expect("resume");
+    let quiet = api.ask(&session, "still there?").await;
+    assert!(!quiet.contains("WORKSPACE CHANGES"), "{quiet}");
+}
+
 /// The agent's context passing 10 points below the handoff threshold (85 % by default) is
 /// said once, before the pause at the threshold; a report below the mark arms it again.
 #[tokio::test]

@@ -301,14 +301,14 @@ async fn bad_requests_get_the_right_kind() {
         // Issue 17: runtimes are an open set, checked against those the daemon has.
         (
             "task.session.create",
-            json!({"task_id": unknown, "agent_profile_id": "mock", "workspace_path": "/", "runtime": "vm"}),
+            json!({"task_id": unknown, "agent_profile_id": "mock", "workspace_path": "/usr", "runtime": "vm"}),
             ErrorKind::InvalidParams,
             Some("runtime"),
         ),
         // Placement labels on a runtime that does not place.
         (
             "task.session.create",
-            json!({"task_id": unknown, "agent_profile_id": "mock", "workspace_path": "/", "labels": {"gpu": "yes"}}),
+            json!({"task_id": unknown, "agent_profile_id": "mock", "workspace_path": "/usr", "labels": {"gpu": "yes"}}),
             ErrorKind::InvalidParams,
             Some("labels"),
         ),

@@ -274,7 +274,10 @@ impl SessionActor {
             // is reported, off the way to ready.
             let (launched, commit) = tokio::join!(launching, async {
                 match &start {
-                    Some((_, workspace)) => Some(crate::snapshot::git::head(workspace).await),
+                    Some((_, workspace)) => Some((
+                        crate::snapshot::git::head(workspace).await,
+                        crate::snapshot::git::dirty(workspace).await,
+                    )),
                     None => None,
                 }
             });
@@ -290,8 +293,8 @@ impl SessionActor {
                     tracing::error!(%err, "cannot fence an unowned execution");
                 }
             }
-            if let (Some((session_id, _)), Some(commit)) = (start, commit)
-                && let Err(err) = context.store.set_start_commit(session_id, commit).await
+            if let (Some((session_id, _)), Some((commit, dirty))) = (start, commit)
+                && let Err(err) = context.store.set_start_commit(session_id, commit, dirty).await
             {
                 tracing::debug!(%err, "cannot record the start commit");
             }
@@ -536,6 +539,9 @@ impl SessionActor {
         self.resume_context =
             record.resume_context_pending.then_some(match record.resume_outcome {
                 Some(ResumeOutcome::ContextHandoff) => ResumeContext::Handoff,
+                Some(ResumeOutcome::NativeLoad | ResumeOutcome::NativeResume) => {
+                    ResumeContext::Drift
+                }
                 _ => ResumeContext::History,
             });
         self.execution = Some(Execution { agent_running: running, ..execution });
@@ -629,6 +635,15 @@ impl SessionActor {
             }
             None => None,
         };
+        if self.resume_context == Some(ResumeContext::Drift) {
+            return Ok(match drift {
+                Some(drift) => format!(
+                    "{}\n\n=== CURRENT REQUEST ===\n{prompt}",
+                    crate::snapshot::drift_section(Some(&drift)).trim_start()
+                ),
+                None => prompt.to_owned(),
+            });
+        }
         // A handoff without a snapshot to compile from: the history it would summarise.
         if self.resume_context == Some(ResumeContext::Handoff)
             && let Some(snapshot) = latest

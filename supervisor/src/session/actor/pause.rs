@@ -151,7 +151,7 @@ impl SessionActor {
             && self.profile.session.summarize_on_pause
             && !pause.forced
             && !pause.wait.is_zero()
-            && self.resume_context.is_none()
+            && !self.resume_context.is_some_and(ResumeContext::rebuilds_context)
             && !self.history.is_empty()
             && summarizes(pause.trigger)
             && self.phase() == Phase::Open
@@ -197,7 +197,9 @@ impl SessionActor {
             SummaryStep::NotAsked if !self.profile.session.summarize_on_pause => {
                 return summary::not_asked(false, "");
             }
-            SummaryStep::NotAsked if self.resume_context.is_some() => {
+            SummaryStep::NotAsked
+                if self.resume_context.is_some_and(ResumeContext::rebuilds_context) =>
+            {
                 return self.carried_summary().await;
             }
             SummaryStep::NotAsked => {
