@@ -382,6 +382,10 @@ impl ApiServer for Methods {
         self.0.workflow_approve(workflow_id, step_id).await.map_err(to_rpc).map(|()| Done {})
     }
 
+    async fn workflow_delete(&self, workflow_id: String) -> RpcResult<Done> {
+        self.0.workflow_delete(workflow_id).await.map_err(to_rpc).map(|()| Done {})
+    }
+
     async fn session_retry_turn(
         &self,
         session_id: String,

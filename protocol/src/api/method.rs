@@ -74,6 +74,8 @@ pub const WORKFLOW_RESUME: &str = "workflow.resume";
 pub const WORKFLOW_CANCEL: &str = "workflow.cancel";
 /// `workflow.approve`
 pub const WORKFLOW_APPROVE: &str = "workflow.approve";
+/// `workflow.delete`
+pub const WORKFLOW_DELETE: &str = "workflow.delete";
 /// `workflow.subscribe`
 pub const WORKFLOW_SUBSCRIBE: &str = "workflow.subscribe";
 /// The workflow subscription's notifications.
@@ -134,6 +136,7 @@ pub const ALL: &[&str] = &[
     WORKFLOW_RESUME,
     WORKFLOW_CANCEL,
     WORKFLOW_APPROVE,
+    WORKFLOW_DELETE,
     WORKFLOW_SUBSCRIBE,
     WORKFLOW_UNSUBSCRIBE,
     SESSION_RETRY_TURN,

@@ -221,6 +221,10 @@ pub fn generate() -> Value {
         method::WORKFLOW_APPROVE,
         "Approves a step that waits for approval (or approves a pending one ahead).",
     );
+    m.add::<WorkflowId, Done>(
+        method::WORKFLOW_DELETE,
+        "Deletes a workflow that is over (completed, failed or cancelled): its record, steps and events. Its steps' sessions stay, as sessions of its task. Refused (invalid_state) while it runs.",
+    );
     m.add_subscription::<WorkflowSubscribe, WorkflowEvent>(
         method::WORKFLOW_SUBSCRIBE,
         method::WORKFLOW_EVENT,
@@ -415,6 +419,7 @@ mod tests {
         let _ = client.workflow_resume(s(), Some("name = \"x\"".into()), Some(true)).await;
         let _ = client.workflow_cancel(s()).await;
         let _ = client.workflow_approve(s(), "build".into()).await;
+        let _ = client.workflow_delete(s()).await;
         let _ = client.workflow_subscribe(s(), Some(2)).await;
         let _ = client.session_retry_turn(s(), Some(s())).await;
         let _ = client.budget_set(Some(s()), None, Some(10), Some(1.5), Some("USD".into())).await;
@@ -727,6 +732,9 @@ mod tests {
             never()
         }
         async fn workflow_approve(&self, _: String, _: String) -> jsonrpsee::core::RpcResult<Done> {
+            never()
+        }
+        async fn workflow_delete(&self, _: String) -> jsonrpsee::core::RpcResult<Done> {
             never()
         }
         async fn session_retry_turn(

@@ -642,7 +642,7 @@ impl Checked for WorkflowStart {
     }
 }
 
-/// `workflow.status`, `workflow.cancel`
+/// `workflow.status`, `workflow.cancel`, `workflow.delete`
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WorkflowId {
@@ -864,7 +864,7 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
             parse::<NoParams>(raw).map(drop)
         }
         WORKFLOW_START => parse::<WorkflowStart>(raw).map(drop),
-        WORKFLOW_STATUS | WORKFLOW_CANCEL => parse::<WorkflowId>(raw).map(drop),
+        WORKFLOW_STATUS | WORKFLOW_CANCEL | WORKFLOW_DELETE => parse::<WorkflowId>(raw).map(drop),
         WORKFLOW_RESUME => parse::<WorkflowResume>(raw).map(drop),
         WORKFLOW_APPROVE => parse::<WorkflowApprove>(raw).map(drop),
         SESSION_RETRY_TURN => parse::<SessionRetryTurn>(raw).map(drop),

@@ -296,6 +296,11 @@ pub trait Api {
     #[method(name = "workflow.approve", param_kind = map)]
     async fn workflow_approve(&self, workflow_id: String, step_id: String) -> RpcResult<Done>;
 
+    /// Deletes a workflow that is over: its record, steps and events (its steps' sessions
+    /// stay, as sessions of its task). Refused while it runs.
+    #[method(name = "workflow.delete", param_kind = map)]
+    async fn workflow_delete(&self, workflow_id: String) -> RpcResult<Done>;
+
     /// A workflow's events after `after_seq` (default 0), then live ones, with the same
     /// cursor rules as `task.session.subscribe`.
     #[subscription(

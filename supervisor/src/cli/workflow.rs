@@ -1,5 +1,5 @@
-//! `supervisor workflow …`: run a workflow file, follow it, read its state, and resume,
-//! cancel or approve its steps.
+//! `supervisor workflow …`: run a workflow file, follow it, read its state, resume, cancel
+//! or delete it, and approve its steps.
 
 use protocol::api::{StepState, WorkflowEvent, WorkflowEventKind, WorkflowState, WorkflowStatus};
 
@@ -72,6 +72,12 @@ pub(super) enum WorkflowCommand {
         workflow: String,
         /// The step.
         step: String,
+    },
+    /// Delete a workflow that is over (completed, failed or cancelled): its record, steps
+    /// and events. Its steps' sessions stay, as sessions of its task.
+    Delete {
+        /// The workflow.
+        workflow: String,
     },
 }
 
@@ -178,6 +184,11 @@ impl Client {
                     .await
                     .map_err(|e| self.failure(e))?;
                 println!("step {step} of workflow {workflow} approved");
+                Ok(())
+            }
+            WorkflowCommand::Delete { workflow } => {
+                api.workflow_delete(workflow.clone()).await.map_err(|e| self.failure(e))?;
+                println!("workflow {workflow} deleted (its steps' sessions stay with its task)");
                 Ok(())
             }
         }

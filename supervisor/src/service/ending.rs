@@ -153,6 +153,7 @@ impl Supervisor {
                 live.join(", ")
             )));
         }
+        self.refuse_running_workflows(&task_id).await?;
         if !force {
             for row in &rows {
                 refuse_uncommitted(row).await?;

@@ -344,6 +344,50 @@ impl Supervisor {
         Ok(())
     }
 
+    /// `workflow.delete`: a workflow that is over goes, with its steps and events; the
+    /// sessions of its steps are stopped first (none is left running for it) and stay, as
+    /// sessions of its task.
+    pub async fn workflow_delete(self: &Arc<Self>, id: String) -> Result<(), ServiceError> {
+        let (row, steps) = self.workflow_row(&id).await?;
+        if row.state == WorkflowState::Running {
+            return Err(ServiceError::InvalidState(format!(
+                "workflow {id} is running; cancel it first (workflow cancel), then delete it"
+            )));
+        }
+        for session in steps.iter().filter_map(|step| step.session_id.clone()) {
+            match self.stop(session.clone()).await {
+                Ok(()) | Err(ServiceError::Conflict(_) | ServiceError::NotFound(_)) => {}
+                Err(err) => {
+                    tracing::warn!(workflow = %id, %session, %err, "cannot stop a deleted workflow's step session");
+                }
+            }
+        }
+        // Under the start lock: a resume cannot make it run meanwhile.
+        let _guard = self.start_lock.lock().await;
+        if !self.config.store.delete_workflow(id.clone()).await? {
+            return Err(ServiceError::InvalidState(format!(
+                "workflow {id} was resumed while it was being deleted; cancel it first"
+            )));
+        }
+        tracing::info!(workflow = %id, "workflow deleted");
+        Ok(())
+    }
+
+    /// Refuses to delete a task while a workflow of it runs (it would start steps in a task
+    /// that is gone). The start lock is held.
+    pub(super) async fn refuse_running_workflows(&self, task_id: &str) -> Result<(), ServiceError> {
+        let running = self.config.store.running_workflows_of(task_id.to_owned()).await?;
+        if running.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> =
+            running.iter().map(|row| format!("{} ({})", row.id, row.name)).collect();
+        Err(ServiceError::InvalidState(format!(
+            "task {task_id} has running workflows: {}; cancel them first (workflow cancel)",
+            names.join(", ")
+        )))
+    }
+
     /// `workflow.approve`: a step waiting for approval (or still pending: approved ahead)
     /// may start.
     pub async fn workflow_approve(
@@ -539,6 +583,12 @@ impl Supervisor {
         loop {
             let (plan, watching) = match self.plan_workflow(&id, &busy).await {
                 Ok(planned) => planned,
+                Err(ServiceError::NotFound(_)) if busy.is_empty() => {
+                    // Deleted (workflow.delete, or with its task): nothing to drive.
+                    self.drivers.lock().expect("UNWRAP: never poisoned").remove(&id);
+                    tracing::debug!(workflow = %id, "the workflow is gone");
+                    return;
+                }
                 Err(err) => {
                     tracing::error!(workflow = %id, %err, "cannot read the workflow; waiting for a change");
                     (plan::Plan::default(), true)

@@ -491,6 +491,51 @@ impl Store {
         .await
     }
 
+    /// The running workflows of a task, oldest first.
+    pub async fn running_workflows_of(
+        &self,
+        task_id: String,
+    ) -> Result<Vec<WorkflowRow>, StoreError> {
+        self.call(move |conn| {
+            let mut statement = conn.prepare(&format!(
+                "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE state = 'running' AND task_id = ?1 \
+                 ORDER BY created_at, id"
+            ))?;
+            let rows = statement.query_map([task_id], workflow_row)?.collect::<Result<_, _>>()?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// Deletes a workflow that is not running, with its steps and events, in one
+    /// transaction; `Ok(false)`, changing nothing, when it runs.
+    pub async fn delete_workflow(&self, id: String) -> Result<bool, StoreError> {
+        let announce = id.clone();
+        let deleted = self
+            .call(move |conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let state: Option<Named<WorkflowState>> = tx
+                    .query_row("SELECT state FROM workflows WHERE id = ?1", [&id], |r| r.get(0))
+                    .optional()?;
+                match state {
+                    None => return Err(StoreError::NotFound { what: "workflow", id }),
+                    Some(Named(WorkflowState::Running)) => return Ok(false),
+                    Some(_) => {}
+                }
+                tx.execute("DELETE FROM workflow_events WHERE workflow_id = ?1", [&id])?;
+                tx.execute("DELETE FROM workflow_steps WHERE workflow_id = ?1", [&id])?;
+                tx.execute("DELETE FROM workflows WHERE id = ?1", [&id])?;
+                tx.commit()?;
+                Ok(true)
+            })
+            .await?;
+        if deleted {
+            // Its driver, if one still watches it, reads it gone and ends.
+            self.announce(Some(announce));
+        }
+        Ok(deleted)
+    }
+
     /// The running workflows whose workspace is one of `paths`, oldest first.
     pub async fn running_workflows_in(
         &self,

@@ -624,3 +624,65 @@ async fn a_workflow_holds_its_workspace_as_a_session_does() {
     call("workflow.cancel", api.typed().workflow_cancel(second)).await.unwrap();
     ok("workflow.resume", resume()).await;
 }
+
+/// `task.delete` is refused, changing nothing, while a workflow of the task runs — here
+/// between its steps, its next one waiting for approval, no session of it live — as while
+/// a session of it is live; once the workflow is over the task goes, the workflow with it.
+#[tokio::test]
+async fn task_delete_refuses_a_task_whose_workflow_runs() {
+    let (daemon, _log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let waiting = CHAIN.replace("id = \"build\"\n", "id = \"build\"\napproval = true\n");
+    let started = api.start_workflow(waiting, &workspace).await;
+    let id = started.workflow_id;
+    let mut events = subscribe(&api, &id, 0).await;
+    until_event(&mut events, |kind| matches!(kind, WorkflowEventKind::StepWaitingApproval { .. }))
+        .await;
+    let delete = || api.typed().task_delete(started.task_id.clone(), None, None);
+    let refusal = call("task.delete", delete()).await.unwrap_err();
+    assert_eq!(refusal.kind, ErrorKind::InvalidState, "{refusal:?}");
+    assert!(refusal.message.contains(&id), "names the workflow: {refusal:?}");
+    assert_eq!(status(&api, &id).await.state, WorkflowState::Running, "nothing changed");
+    let (code, _, err) = daemon.cli(&["task", "delete", &started.task_id]).await;
+    assert_ne!(code, 0, "{err}");
+    call("workflow.cancel", api.typed().workflow_cancel(id.clone())).await.unwrap();
+    ok("task.delete", delete()).await;
+    let gone = call("workflow.status", api.typed().workflow_status(id)).await.unwrap_err();
+    assert_eq!(gone.kind, ErrorKind::NotFound);
+}
+
+/// `workflow.delete` removes a workflow that is over — its record, steps and events —
+/// and is refused while it runs; its steps' sessions stay (stopped) with its task.
+#[tokio::test]
+async fn workflow_delete_removes_a_workflow_that_is_over() {
+    let (daemon, _log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let waiting = CHAIN.replace("id = \"build\"\n", "id = \"build\"\napproval = true\n");
+    let started = api.start_workflow(waiting, &workspace).await;
+    let id = started.workflow_id;
+    let mut events = subscribe(&api, &id, 0).await;
+    until_event(&mut events, |kind| matches!(kind, WorkflowEventKind::StepWaitingApproval { .. }))
+        .await;
+    let refusal = call("workflow.delete", api.typed().workflow_delete(id.clone())).await;
+    assert_eq!(refusal.unwrap_err().kind, ErrorKind::InvalidState);
+    let (code, _, err) = daemon.cli(&["workflow", "delete", &id]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cancel it first"), "{err}");
+    let plan = status(&api, &id).await.steps[0].session_id.clone().expect("plan's session");
+    call("workflow.cancel", api.typed().workflow_cancel(id.clone())).await.unwrap();
+    let (code, out, err) = daemon.cli(&["workflow", "delete", &id]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("workflow {id} deleted")), "{out}");
+    let gone = call("workflow.status", api.typed().workflow_status(id.clone())).await;
+    assert_eq!(gone.unwrap_err().kind, ErrorKind::NotFound);
+    let listed = call("workflow.list", api.typed().workflow_list()).await.unwrap();
+    assert!(listed.is_empty(), "{listed:?}");
+    let again = call("workflow.delete", api.typed().workflow_delete(id)).await;
+    assert_eq!(again.unwrap_err().kind, ErrorKind::NotFound);
+    // Its step's session stays, with its task, stopped.
+    let session = api.status(&plan).await;
+    assert_eq!(
+        (session.task_id.as_str(), session.state),
+        (started.task_id.as_str(), protocol::api::SessionState::Completed)
+    );
+}
