@@ -233,6 +233,19 @@ impl History {
         self.agent_text.push_str(text);
     }
 
+    /// Marks the message being coalesced, if any, as cut off (its turn failed): one line
+    /// after its text says so, so that whoever reads it — a person, the next agent given
+    /// the history — does not take it for a whole reply.
+    pub fn mark_cut(&mut self, why: &str) {
+        if self.agent_text.is_empty() {
+            return;
+        }
+        if !self.agent_text.ends_with('\n') {
+            self.agent_text.push('\n');
+        }
+        self.agent_text.push_str(&format!("\n[the reply was cut off here: {why}]"));
+    }
+
     /// The agent's final message so far: its text since the last entry that was not an
     /// agent message, written or not (a turn's output, once the turn ended).
     pub fn final_message(&self) -> String {

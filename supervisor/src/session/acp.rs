@@ -25,7 +25,7 @@ use agents::profile::{Advertised, RestoreMethod};
 use protocol::acp::{Parsed, schema};
 use protocol::control::{Event, EventKind};
 pub(super) use tools::KnownConversation;
-use tools::{tool_diffs, tool_name, tool_text, tool_title};
+use tools::{failed_tool_text, tool_diffs, tool_name, tool_text, tool_title};
 
 /// The longest a message is coalesced in memory, in bytes of text and in agentctl events,
 /// before what it has so far is written as one history entry (the rest follows in the next).
@@ -364,8 +364,13 @@ impl SessionActor {
                 }
                 if matches!(status.as_str(), "completed" | "failed") {
                     let (title, kind, diffs) = self.tool_titles.remove(&id).unwrap_or_default();
-                    let mut content = tool_text(&update);
-                    if !diffs.is_empty() && !content.contains(&diffs) {
+                    // A failed (or denied) edit changed nothing: the diff it proposed is
+                    // not recorded as made.
+                    let mut content = match status.as_str() {
+                        "failed" => failed_tool_text(&update, !diffs.is_empty()),
+                        _ => tool_text(&update),
+                    };
+                    if status == "completed" && !diffs.is_empty() && !content.contains(&diffs) {
                         // The change was shown by an earlier update (claude's), the final
                         // one says only that it was made.
                         content =

@@ -693,6 +693,33 @@ async fn r27_a_dead_agents_error_does_not_quote_an_earlier_failure() {
     assert!(!error.contains("--fail-while"), "not the earlier launch's: {error}");
 }
 
+/// A failed turn's partial reply was recorded as if it were whole: the next agent given
+/// the history, and a person reading it, could not tell. It now ends with a line saying it
+/// was cut off, and why.
+#[tokio::test]
+async fn a_reply_cut_by_a_failed_turn_is_marked_cut_off_in_the_history() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("cut")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/crash 7\ngo").await.unwrap();
+    let ended = until(&mut events, turn_ended).await.pop().unwrap();
+    assert!(matches!(ended.kind, EventKind::TurnEnded { state: TurnState::Failed, .. }));
+    let history = api.history(&session).await;
+    let reply = history.iter().rfind(|entry| entry.kind == EntryType::AgentMessage).unwrap();
+    assert!(reply.content.starts_with("mock-agent: about to crash"), "its one chunk: {reply:?}");
+    assert!(
+        reply.content.contains("[the reply was cut off here: the agent exited (exit code 7)"),
+        "{reply:?}"
+    );
+    // A whole reply carries no such line.
+    api.resume(&session).await.unwrap();
+    let whole = api.ask(&session, "all of it").await;
+    let history = api.history(&session).await;
+    let reply = history.iter().rfind(|entry| entry.kind == EntryType::AgentMessage).unwrap();
+    assert_eq!(reply.content, whole, "{reply:?}");
+}
+
 /// Defect 11: a tool call reported as claude-agent-acp does (a placeholder title, then
 /// updates with the real title, a diff and raw output) is recorded with what the updates
 /// said.

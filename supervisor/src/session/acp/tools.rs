@@ -43,14 +43,33 @@ pub(super) fn tool_diffs(update: &Value) -> String {
     diffs.join("\n")
 }
 
+/// What a failed (or denied) tool call's final update says: its text, without the diffs
+/// it proposed (nothing was changed), and a line saying that a change was not made.
+pub(super) fn failed_tool_text(update: &Value, proposed: bool) -> String {
+    let proposed = proposed || !tool_diffs(update).is_empty();
+    let mut text = content_text(update, false);
+    if proposed {
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str("[the change it proposed was not made]");
+    }
+    text
+}
+
 /// What a tool call's final update says it did: its content blocks (text, and each diff as
 /// the file and its new text), else its raw output.
 pub(super) fn tool_text(update: &Value) -> String {
+    content_text(update, true)
+}
+
+fn content_text(update: &Value, with_diffs: bool) -> String {
     let blocks: Vec<String> = update
         .get("content")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
+        .filter(|item| with_diffs || item["type"] != "diff")
         .filter_map(|item| match item["type"].as_str() {
             Some("diff") => Some(diff_text(item)),
             Some("terminal") => {
@@ -91,5 +110,28 @@ impl KnownConversation {
             }
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A denied write was recorded as the diff it proposed, as if it had been made.
+    #[test]
+    fn a_failed_edit_records_no_diff_and_says_its_change_was_not_made() {
+        let update = json!({"status": "failed", "content": [
+            {"type": "diff", "path": "/w/a.txt", "oldText": "a", "newText": "b"},
+            {"type": "content", "content": {"type": "text", "text": "permission denied"}},
+        ]});
+        let text = failed_tool_text(&update, false);
+        assert_eq!(text, "permission denied\n[the change it proposed was not made]");
+        assert!(tool_text(&update).contains("diff /w/a.txt:\nb"), "a completed one keeps it");
+        // The diff came in an earlier update; the failed one says nothing else.
+        let bare = json!({"status": "failed"});
+        assert_eq!(failed_tool_text(&bare, true), "[the change it proposed was not made]");
+        assert_eq!(failed_tool_text(&bare, false), "");
     }
 }

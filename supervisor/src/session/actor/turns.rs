@@ -260,6 +260,9 @@ impl SessionActor {
             Replay::Loading(_) => Replay::Loading(None),
             Replay::Off | Replay::Trailing(_) => Replay::Off,
         };
+        if state == TurnState::Failed {
+            self.history.mark_cut(error.as_deref().unwrap_or("the turn failed"));
+        }
         if let Err(err) = self.history.flush_agent() {
             self.write_failed("the history", &err);
         }
