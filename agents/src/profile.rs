@@ -117,6 +117,36 @@ pub struct Credentials {
     /// Files a login leaves behind, relative to `$HOME`.
     #[serde(default)]
     pub files: Vec<String>,
+    /// Variables that move a directory of `files` (`KIMI_SHARE_DIR = ".kimi"`): while one
+    /// is set, a file under that directory is looked for under the variable's value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub moved_by: BTreeMap<String, String>,
+}
+
+impl Credentials {
+    /// Where login file `file` is: under `$HOME`, or under the value of a variable that
+    /// moves its directory (`var` says a variable's value, if set).
+    pub fn file_path(
+        &self,
+        file: &str,
+        home: &std::path::Path,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> std::path::PathBuf {
+        self.moved(file, var).unwrap_or_else(|| home.join(file))
+    }
+
+    /// Where login file `file` is when a variable that moves its directory is set.
+    pub fn moved(
+        &self,
+        file: &str,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Option<std::path::PathBuf> {
+        self.moved_by.iter().find_map(|(name, dir)| {
+            let rest = std::path::Path::new(file).strip_prefix(dir).ok()?;
+            let value = var(name).filter(|value| !value.is_empty())?;
+            Some(std::path::PathBuf::from(value).join(rest))
+        })
+    }
 }
 
 /// The protocols an agent can speak. Only ACP today.
@@ -516,6 +546,8 @@ struct RawCredentials {
     env: Vec<Spanned<String>>,
     #[serde(default)]
     files: Vec<Spanned<String>>,
+    #[serde(default)]
+    moved_by: BTreeMap<String, Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -677,6 +709,20 @@ impl RawProfile {
                 is_inside(file.get_ref()),
                 file.span(),
                 "credentials.files",
+                "must be a relative path inside the user's home, without ..",
+            )?;
+        }
+        for (name, dir) in &self.credentials.moved_by {
+            check.ensure(
+                is_env_name(name),
+                dir.span(),
+                "credentials.moved_by",
+                "each key must be a valid environment variable name",
+            )?;
+            check.ensure(
+                is_inside(dir.get_ref()),
+                dir.span(),
+                "credentials.moved_by",
                 "must be a relative path inside the user's home, without ..",
             )?;
         }
@@ -865,6 +911,12 @@ impl RawProfile {
             credentials: Credentials {
                 env: self.credentials.env.into_iter().map(Spanned::into_inner).collect(),
                 files: self.credentials.files.into_iter().map(Spanned::into_inner).collect(),
+                moved_by: self
+                    .credentials
+                    .moved_by
+                    .into_iter()
+                    .map(|(name, dir)| (name, dir.into_inner()))
+                    .collect(),
             },
             runtime: self.runtime.map_or_else(default_runtime, Spanned::into_inner),
             session: SessionSettings {

@@ -380,15 +380,23 @@ pub fn availability(profile: &Profile, environment: &Environment) -> Availabilit
             profile.has_var(name, |name| environment.vars.get(name).is_some_and(|v| !v.is_empty()))
         };
         let home = environment.vars.get("HOME").filter(|home| !home.is_empty()).map(PathBuf::from);
-        let logged_in = |file: &String| home.as_ref().is_some_and(|home| home.join(file).exists());
+        let var = |name: &str| {
+            profile.env.get(name).cloned().or_else(|| environment.vars.get(name).cloned())
+        };
+        let logged_in = |file: &String| {
+            home.as_ref().is_some_and(|home| credentials.file_path(file, home, var).exists())
+        };
         if !credentials.env.iter().any(set) && !credentials.files.iter().any(logged_in) {
             let mut ways = Vec::new();
             if !credentials.env.is_empty() {
                 ways.push(format!("set {}", credentials.env.join(" or ")));
             }
             if !credentials.files.is_empty() {
-                let files: Vec<String> =
-                    credentials.files.iter().map(|file| format!("~/{file}")).collect();
+                let shown = |file: &String| match credentials.moved(file, var) {
+                    Some(path) => path.display().to_string(),
+                    None => format!("~/{file}"),
+                };
+                let files: Vec<String> = credentials.files.iter().map(shown).collect();
                 ways.push(format!("log in first (none of {} was found)", files.join(", ")));
             }
             reasons.push(format!("needs credentials: {}", ways.join(", or ")));

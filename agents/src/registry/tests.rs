@@ -198,6 +198,35 @@ fn availability_checks_credentials_in_the_environment_or_a_login_file() {
     assert_eq!((err.line, err.field.as_str()), (5, "credentials.files"));
 }
 
+/// kimi's login lands in `$KIMI_SHARE_DIR/credentials` when that is set (its profile's
+/// comment said so), but only `~/.kimi/credentials` was looked for: a variable that moves
+/// a directory of the login files moves where they are looked for.
+#[test]
+fn a_variable_that_moves_the_login_directory_is_followed() {
+    let home = tempfile::tempdir().unwrap();
+    let share = tempfile::tempdir().unwrap();
+    let text = "id = \"k\"\ncommand = [\"sh\"]\nprotocol = \"acp\"\n[credentials]\nfiles = [\".k/credentials\"]\nmoved_by = { K_SHARE_DIR = \".k\" }\n";
+    let profile = profile::parse(text, ProfileSource::Builtin("k.toml".into())).unwrap();
+    let mut environment = Environment::current(&[]);
+    environment.vars.insert("HOME".into(), home.path().to_str().unwrap().into());
+    environment.vars.insert("K_SHARE_DIR".into(), share.path().to_str().unwrap().into());
+    let missing = availability(&profile, &environment);
+    assert!(!missing.available);
+    let moved = share.path().join("credentials");
+    assert!(missing.reasons[0].contains(moved.to_str().unwrap()), "{missing:?}");
+    std::fs::write(&moved, "{}").unwrap();
+    assert!(availability(&profile, &environment).available, "found where the variable says");
+    // Unset, the home's is looked for.
+    environment.vars.remove("K_SHARE_DIR");
+    assert!(!availability(&profile, &environment).available);
+    std::fs::create_dir(home.path().join(".k")).unwrap();
+    std::fs::write(home.path().join(".k/credentials"), "{}").unwrap();
+    assert!(availability(&profile, &environment).available);
+    let bad = text.replace("K_SHARE_DIR = \".k\"", "K_SHARE_DIR = \"../k\"");
+    let err = profile::parse(&bad, ProfileSource::Builtin("k.toml".into())).unwrap_err();
+    assert_eq!(err.field, "credentials.moved_by", "{err:?}");
+}
+
 /// claude-agent-acp as root refuses its session unless IS_SANDBOX=1 (issue 11): the
 /// profile's root_env makes that an availability reason, and only for root.
 #[test]
