@@ -70,7 +70,8 @@ options:
                         starts to answer (tests count turns from the agent's side)
 
 prompt commands (one per line; other lines are the message):
-  /stream N  /tool  /permission  /permission-always-first  /read PATH  /write PATH TEXT
+  /stream N  /tool  /permission  /permission-always-first  /permission-only (the tool
+  announced only in the question)  /read PATH  /write PATH TEXT
   /peek PATH  /sleep MS
   /crash [CODE]  /close-stdout  /edit PATH TEXT  /patch PATH TEXT  /blob N KB  /garbage  /stderr TEXT  /recall  /spawn  /escape  /rounds R
   /usage USED SIZE [COST]  /tokens IN OUT [CACHED]  /say TEXT (the reply is exactly TEXT; a backslash-n in it is a newline)
@@ -611,6 +612,9 @@ enum Ask {
     OnceFirst,
     /// Always allow, allow once, always reject, reject.
     AlwaysFirst,
+    /// As [`Ask::OnceFirst`], the tool announced only inside the permission request (no
+    /// `tool_call` update before it).
+    Only,
 }
 
 /// How a step of a turn ended early.
@@ -674,7 +678,14 @@ impl Turn<'_> {
                     tool_run = true;
                     reply.push_str(&self.tool(Ask::AlwaysFirst).await?);
                 }
-                Command::Tool | Command::Permission | Command::PermissionAlwaysFirst => {}
+                Command::PermissionOnly if !tool_run => {
+                    tool_run = true;
+                    reply.push_str(&self.tool(Ask::Only).await?);
+                }
+                Command::Tool
+                | Command::Permission
+                | Command::PermissionAlwaysFirst
+                | Command::PermissionOnly => {}
                 Command::Read(path) => {
                     let params = json!({"sessionId": self.session_id, "path": path});
                     match self.ask(method::FS_READ_TEXT_FILE, params).await? {
@@ -865,9 +876,11 @@ impl Turn<'_> {
     /// A tool call, optionally behind a permission request. Returns text for the reply.
     async fn tool(&mut self, ask: Ask) -> Result<String, Stop> {
         let tool_call_id = format!("call-{}", uuid::Uuid::new_v4());
-        self.update(json!({"sessionUpdate": "tool_call", "toolCallId": tool_call_id,
-            "title": "mock tool: list files", "kind": "execute", "status": "pending",
-            "rawInput": {"command": "ls"}}))?;
+        if ask != Ask::Only {
+            self.update(json!({"sessionUpdate": "tool_call", "toolCallId": tool_call_id,
+                "title": "mock tool: list files", "kind": "execute", "status": "pending",
+                "rawInput": {"command": "ls"}}))?;
+        }
         if ask != Ask::No {
             let mut options = vec![
                 json!({"optionId": "allow", "name": "Allow once", "kind": "allow_once"}),

@@ -15,6 +15,9 @@ pub enum Command {
     /// `/permission-always-first`: ask as `/permission` does, offering the "always"
     /// options first (as gemini-cli and Zed's Claude adapter order them).
     PermissionAlwaysFirst,
+    /// `/permission-only`: ask as `/permission` does, the tool announced only inside the
+    /// question (as some agents do), never by a `tool_call` update before it.
+    PermissionOnly,
     /// `/read PATH`: ask the client for a file with `fs/read_text_file`.
     Read(String),
     /// `/say TEXT`: the reply is exactly TEXT (`\n` in it a newline), for callers that
@@ -143,6 +146,7 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
         "tool" => Command::Tool,
         "permission" => Command::Permission,
         "permission-always-first" => Command::PermissionAlwaysFirst,
+        "permission-only" => Command::PermissionOnly,
         "read" if args.is_empty() => return Err("expects a path"),
         "read" => Command::Read(args.to_owned()),
         "say" => Command::Say(args.replace("\\n", "\n")),

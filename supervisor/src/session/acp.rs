@@ -268,6 +268,7 @@ impl SessionActor {
         if method == protocol::acp::method::SESSION_REQUEST_PERMISSION
             || method == protocol::acp::method::ELICITATION_CREATE
         {
+            self.tool_announced(&params["toolCall"]);
             // Unique for the session's whole life: the agent's id within its execution.
             let request_id = super::permission_request_id(self.generation(), &id);
             let Some(execution_id) = self.execution.as_ref().map(|execution| execution.id.clone())
@@ -296,6 +297,26 @@ impl SessionActor {
             "id": id,
             "error": {"code": -32601, "message": format!("method not found: {method}")},
         })));
+    }
+
+    /// A tool call first heard of in a permission request (some agents announce it no
+    /// other way): recorded as a tool call, as a `tool_call` update would be.
+    fn tool_announced(&mut self, tool_call: &Value) {
+        let Some(id) = tool_call["toolCallId"].as_str().filter(|id| !id.is_empty()) else {
+            return;
+        };
+        if self.tool_titles.contains_key(id) {
+            return;
+        }
+        let title = tool_title(tool_call).unwrap_or("tool").to_owned();
+        let status = tool_call["status"].as_str().unwrap_or("pending").to_owned();
+        let kind = tool_call["kind"].as_str().unwrap_or_default().to_owned();
+        self.tool_titles.insert(id.to_owned(), (title.clone(), kind, tool_diffs(tool_call)));
+        self.record_history(
+            EntryType::ToolCall,
+            title.clone(),
+            Some((title, id.to_owned(), status)),
+        );
     }
 
     fn session_update(&mut self, mut params: Value) {
