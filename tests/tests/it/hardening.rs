@@ -358,6 +358,20 @@ impl RawWs {
     }
 }
 
+/// Sends `message` and reads its refusal: `-32600` with `id: null` (what is not a request
+/// the API serves); returns the refusal's message.
+async fn refused_as_no_request(ws: &mut RawWs, message: &str) -> String {
+    ws.send(message).await;
+    // Bounded only so that a missing answer fails the test instead of hanging it.
+    let answer = tokio::time::timeout(START_REFUSAL_BOUND, ws.receive())
+        .await
+        .unwrap_or_else(|_| panic!("no answer to {message}"));
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["id"], serde_json::Value::Null, "{message}: {answer}");
+    assert_eq!(answer["error"]["code"], -32600, "{message}: {answer}");
+    answer["error"]["message"].as_str().unwrap_or_default().to_owned()
+}
+
 /// Point 10: a request whose `id` is an object, an array, a float or over 2^64 got no
 /// answer at all (the client waits forever), and a notification to a method that changes
 /// state was dropped unseen. Now both are answered `-32600` with `id: null`, and the
@@ -375,18 +389,8 @@ async fn r29_odd_ids_and_notifications_are_answered_not_dropped() {
         r#"{"jsonrpc":"2.0","method":"task.create","params":{"title":"by notification"}}"#,
     ];
     for message in odd {
-        ws.send(message).await;
-        // Bounded only so that a missing answer fails the test instead of hanging it.
-        let answer = tokio::time::timeout(START_REFUSAL_BOUND, ws.receive())
-            .await
-            .unwrap_or_else(|_| panic!("no answer to {message}"));
-        let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
-        assert_eq!(answer["id"], serde_json::Value::Null, "{message}: {answer}");
-        assert_eq!(answer["error"]["code"], -32600, "{message}: {answer}");
-        assert!(
-            answer["error"]["message"].as_str().unwrap_or_default().contains("needs an id"),
-            "{answer}"
-        );
+        let refusal = refused_as_no_request(&mut ws, message).await;
+        assert!(refusal.contains("needs an id"), "{refusal}");
     }
     // The notification created nothing.
     ws.send(r#"{"jsonrpc":"2.0","id":9,"method":"task.list","params":{}}"#).await;
@@ -429,15 +433,8 @@ async fn a_null_id_runs_nothing_and_a_negative_one_is_refused_saying_why() {
         ),
     ];
     for (message, named) in cases {
-        ws.send(message).await;
-        let answer = tokio::time::timeout(START_REFUSAL_BOUND, ws.receive())
-            .await
-            .unwrap_or_else(|_| panic!("no answer to {message}"));
-        let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
-        assert_eq!(answer["id"], serde_json::Value::Null, "{message}: {answer}");
-        assert_eq!(answer["error"]["code"], -32600, "{message}: {answer}");
-        let text = answer["error"]["message"].as_str().unwrap_or_default();
-        assert!(text.contains(named), "the refusal names {named} ids: {answer}");
+        let refusal = refused_as_no_request(&mut ws, message).await;
+        assert!(refusal.contains(named), "the refusal names {named} ids: {refusal}");
     }
     ws.send(r#"{"jsonrpc":"2.0","id":9,"method":"task.list","params":{}}"#).await;
     let answer: serde_json::Value = serde_json::from_str(&ws.receive().await).unwrap();
