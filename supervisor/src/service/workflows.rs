@@ -549,10 +549,11 @@ impl Supervisor {
         self.workflow_status(id).await
     }
 
-    /// After recovery: a driver for every running workflow (and for stopped ones whose
-    /// steps still run, so their sessions are stopped once done).
+    /// After recovery: a driver for every running workflow, and for every workflow over
+    /// with a step's session not ended (a stop its last writes recorded and a kill cut
+    /// short: the driver carries it out).
     pub async fn drive_workflows(self: &Arc<Self>) -> Result<usize, ServiceError> {
-        let ids = self.config.store.running_workflows().await?;
+        let ids = self.config.store.workflows_to_drive().await?;
         for id in &ids {
             self.drive(id);
         }

@@ -119,7 +119,10 @@ pub struct StepPatch {
     pub error: Option<Option<String>>,
     /// Set the output (a `for_each` template's, its workers' outputs).
     pub output: Option<String>,
-    /// Forget the session, output and times (the step runs again).
+    /// Forget the run's times (the step runs again). Its session stays recorded until the
+    /// next run replaces it: a session not ended of a step not running is stopped by the
+    /// planner, so this write records that stop too, and a kill right after it orphans
+    /// nothing.
     pub clear_run: bool,
     /// Set `ended_at` to now.
     pub ended: bool,
@@ -480,11 +483,17 @@ impl Store {
         .await
     }
 
-    /// The workflows that are `running` (the engine drives them after a restart).
-    pub async fn running_workflows(&self) -> Result<Vec<String>, StoreError> {
+    /// The workflows the engine drives after a restart: those `running`, and those over
+    /// with a step's session not ended (a stop a kill cut short, recorded by the write
+    /// that ended its step or sent its loop back: the driver carries it out).
+    pub async fn workflows_to_drive(&self) -> Result<Vec<String>, StoreError> {
         self.call(move |conn| {
-            let mut statement = conn
-                .prepare("SELECT id FROM workflows WHERE state = 'running' ORDER BY created_at")?;
+            let mut statement = conn.prepare(
+                "SELECT w.id FROM workflows w WHERE w.state = 'running' OR EXISTS ( \
+                 SELECT 1 FROM workflow_steps s JOIN task_sessions t ON t.id = s.session_id \
+                 WHERE s.workflow_id = w.id AND t.state NOT IN ('COMPLETED', 'CANCELLED')) \
+                 ORDER BY w.created_at",
+            )?;
             let ids = statement.query_map([], |r| r.get(0))?.collect::<Result<Vec<_>, _>>()?;
             Ok(ids)
         })
@@ -711,8 +720,9 @@ impl Store {
     }
 
     /// Replaces a workflow's spec (a resume that accepted a changed file): its text, hash
-    /// and steps — `keep` are left as they are, `reset` are set `pending` again, others
-    /// not in `steps` are removed, new ones added.
+    /// and steps — `keep` are left as they are, `reset` are set `pending` again (their
+    /// sessions stay recorded, to be stopped before they run again), others not in `steps`
+    /// are removed, new ones added.
     pub async fn replace_workflow_spec(
         &self,
         workflow_id: String,
@@ -750,7 +760,7 @@ impl Store {
             }
             for step in &reset {
                 tx.execute(
-                    "UPDATE workflow_steps SET state = 'pending', session_id = NULL, output = NULL, error = NULL, \
+                    "UPDATE workflow_steps SET state = 'pending', output = NULL, error = NULL, \
                      iteration = 0, approved = 0, applied = 0, started_at = NULL, ended_at = NULL \
                      WHERE workflow_id = ?1 AND (step_id = ?2 OR step_id LIKE ?2 || '[%')",
                     params![workflow_id, step],
@@ -822,7 +832,7 @@ fn apply_patch(conn: &Connection, workflow_id: &str, patch: &StepPatch) -> rusql
             sets.push("launch_failures = launch_failures + 1".into());
         }
         if patch.clear_run {
-            sets.push("session_id = NULL, started_at = NULL, ended_at = NULL, applied = 0".into());
+            sets.push("started_at = NULL, ended_at = NULL, applied = 0".into());
         }
         if !sets.is_empty() {
             conn.execute(

@@ -460,6 +460,13 @@ pub fn plan(input: &Input<'_>) -> Plan {
         if running >= spec.max_parallel {
             continue;
         }
+        if row.session_id.as_ref().is_some_and(|session| {
+            sessions.get(session).is_some_and(|facts| !facts.state.is_terminal())
+        }) {
+            // Its previous run's session (a loop pass, a resumed step) is stopped first:
+            // the start replaces the record of it.
+            continue;
+        }
         if let Some(reason) = input.over_budget {
             // Nothing more is spent: the step fails unstarted (the workflow with it; the
             // other steps ready to start stay pending).

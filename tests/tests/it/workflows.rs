@@ -508,3 +508,68 @@ async fn a_kill_in_the_middle_of_a_step_loses_and_repeats_nothing() {
     assert_eq!(output(&status, "b"), "B");
     assert!(status.steps.iter().all(|step| step.runs == 1));
 }
+
+/// Killed right after a loop goes back (its write recorded, the stop of the previous
+/// pass's review session not yet carried out), the daemon comes back and stops that
+/// session before the review runs again: its agentctl (and agent) is gone, not left
+/// holding the workspace until it is parked.
+#[tokio::test]
+async fn a_kill_right_after_a_loop_goes_back_leaves_no_session_of_the_previous_pass() {
+    let (mut daemon, log, workspace) = daemon(Some("workflow.advanced@1")).await;
+    let api = daemon.api().await;
+    let started = api.start_workflow(LOOP, &workspace).await;
+    drop(api);
+    within("the daemon to die at its fault point", daemon.wait_exit()).await;
+    daemon.restart_with_env(&[]).await;
+    let api = daemon.api().await;
+    let (state, seen) = api.workflow_end(&started.workflow_id).await;
+    assert_eq!(state, WorkflowState::Completed, "{seen:#?}");
+    once(
+        &turns(&log),
+        &[
+            "build ",
+            "review built[]",
+            "build verdict built[]",
+            "review built[verdict built[]]",
+            "ship",
+        ],
+    );
+    let first_review = started_session(&seen, "review");
+    let status = status(&api, &started.workflow_id).await;
+    let review = status.steps.iter().find(|s| s.id == "review").unwrap();
+    assert_ne!(
+        review.session_id.as_deref(),
+        Some(first_review.as_str()),
+        "a new pass, a new session"
+    );
+    let previous = api.status(&first_review).await;
+    assert_eq!(previous.state, protocol::api::SessionState::Completed, "{previous:?}");
+    for pid in daemon.sidecars(&first_review) {
+        if let Ok(pidfd) = agentctl::process::PidFd::open(pid) {
+            within("the previous pass's agentctl to exit", pidfd.exited()).await.expect("pidfd");
+        }
+    }
+}
+
+/// Killed right after the write that fails a workflow (the stop of its failed step's
+/// session not yet carried out), the daemon comes back and stops that session although
+/// the workflow no longer runs: nothing is left running for a workflow that is over.
+#[tokio::test]
+async fn a_kill_as_a_workflow_fails_leaves_no_step_session_running() {
+    let spec = "name = \"fails\"\n[[steps]]\nid = \"triage\"\nagent = \"flow\"\nprompt = \"triage\\n/say neither\"\nroutes = { bug = \"fix\" }\n[[steps]]\nid = \"fix\"\nagent = \"flow\"\ndepends_on = [\"triage\"]\nprompt = \"fix\\n/say fixed\"\n";
+    let (mut daemon, _log, workspace) = daemon(Some("workflow.advanced@1")).await;
+    let api = daemon.api().await;
+    let started = api.start_workflow(spec, &workspace).await;
+    drop(api);
+    within("the daemon to die at its fault point", daemon.wait_exit()).await;
+    daemon.restart_with_env(&[]).await;
+    let api = daemon.api().await;
+    let (state, seen) = api.workflow_end(&started.workflow_id).await;
+    assert_eq!(state, WorkflowState::Failed, "{seen:#?}");
+    let session = started_session(&seen, "triage");
+    let mut events = api.subscribe(&session, 0).await;
+    let stopped = tether_tests::daemon::until(&mut events, |event| {
+        tether_tests::daemon::is_state(event, protocol::api::SessionState::Completed)
+    });
+    within("the failed step's session to be stopped", stopped).await;
+}

@@ -194,7 +194,6 @@ impl Sim {
         row.resends += u32::from(patch.resent);
         row.launch_failures += u32::from(patch.launch_failed);
         if patch.clear_run {
-            row.session_id = None;
             row.applied = false;
         }
     }
@@ -635,4 +634,47 @@ fn no_step_starts_or_is_prompted_again_over_the_task_budget() {
     assert_eq!(sim.sent.len(), 1);
     assert_eq!(sim.state("plan"), StepState::Failed);
     assert_eq!(sim.workflow.error.as_deref(), Some("step plan: its prompt cannot be sent: over"));
+}
+
+#[test]
+fn a_loop_going_back_keeps_the_previous_pass_s_session_until_it_is_stopped() {
+    let text = r#"name = "loop"
+[[steps]]
+id = "build"
+agent = "mock"
+prompt = "Build"
+[[steps]]
+id = "review"
+agent = "mock"
+depends_on = ["build"]
+prompt = "Review {{steps.build.output}}"
+loop = { back_to = "review", until = "APPROVED", max_iterations = 3 }
+"#;
+    let mut sim = Sim::new(text);
+    sim.settle();
+    sim.complete("build", "v1");
+    sim.settle();
+    sim.complete("review", "fix it");
+    // The pass that goes back also stops the finished session; killed after its write,
+    // the stop was never carried out.
+    let plan = sim.plan();
+    assert!(plan.actions.iter().any(|a| matches!(a, Action::Stop { .. })), "{:?}", plan.actions);
+    let written: Vec<Action> =
+        plan.actions.into_iter().filter(|a| matches!(a, Action::Write { .. })).collect();
+    sim.apply(Plan { actions: written, deadline: None });
+    assert_eq!(sim.state("review"), StepState::Pending);
+    // The write kept the session recorded: the next driver stops it before the step runs
+    // again, and starts it only once it is stopped.
+    assert_eq!(sim.row("review").session_id.as_deref(), Some("s-review-1"));
+    let next = sim.plan();
+    assert!(
+        matches!(&next.actions[..], [Action::Stop { session_id, .. }] if session_id == "s-review-1"),
+        "{:?}",
+        next.actions
+    );
+    sim.apply(next);
+    assert_eq!(sim.sessions["s-review-1"].state, SessionState::Completed);
+    sim.settle();
+    assert_eq!(sim.running(), ["review"]);
+    assert_eq!(sim.row("review").session_id.as_deref(), Some("s-review-2"));
 }
