@@ -279,6 +279,13 @@ impl AgentHost {
         let roots = checked_roots(&params.cwd, &params.extra_roots)?;
 
         let run_as = params.user.as_deref().map(RunAs::resolve).transpose()?;
+        let identity = run_as.as_ref().map(|run_as| {
+            Arc::new(fs::Identity {
+                uid: run_as.uid,
+                gid: run_as.gid,
+                groups: run_as.groups.clone(),
+            })
+        });
         if let (Some(run_as), Some(user)) = (&run_as, &params.user) {
             for dir in &params.owned_dirs {
                 give(dir, run_as.uid, run_as.gid).map_err(|err| AgentError::User {
@@ -364,6 +371,7 @@ impl AgentHost {
                 *bound = Arc::new(roots);
                 Arc::clone(&self.roots)
             },
+            identity,
             stdin_tx: stdin_tx.downgrade(),
             max_line: self.config.max_line,
             exited: exited.clone(),
@@ -591,6 +599,8 @@ async fn write_stdin(
 struct Relay {
     spool: Arc<Spool>,
     roots: Arc<std::sync::RwLock<Arc<Roots>>>,
+    /// The agent's own user's, for its `fs/*` requests (`None`: it runs as agentctl).
+    identity: Option<Arc<fs::Identity>>,
     /// Weak, so that it does not keep stdin open after a stop dropped the real sender.
     stdin_tx: mpsc::WeakUnboundedSender<Vec<u8>>,
     max_line: usize,
@@ -720,9 +730,19 @@ impl Relay {
     async fn serve_fs(&self, id: Id, method: String, params: Option<Value>) -> Value {
         let roots =
             Arc::clone(&self.roots.read().unwrap_or_else(std::sync::PoisonError::into_inner));
-        let result = tokio::task::spawn_blocking(move || match method.as_str() {
-            protocol::acp::method::FS_READ_TEXT_FILE => fs::read_text_file(&roots, params.as_ref()),
-            _ => fs::write_text_file(&roots, params.as_ref()),
+        let identity = self.identity.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            let serve = || match method.as_str() {
+                protocol::acp::method::FS_READ_TEXT_FILE => {
+                    fs::read_text_file(&roots, params.as_ref())
+                }
+                _ => fs::write_text_file(&roots, params.as_ref()),
+            };
+            // With the agent's own access, not agentctl's (which may be root's).
+            match &identity {
+                Some(identity) => identity.run(serve),
+                None => serve(),
+            }
         })
         .await
         .unwrap_or_else(|join| Err(fs::FsError::Params(format!("the fs task failed: {join}"))));

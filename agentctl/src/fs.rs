@@ -13,6 +13,62 @@ use protocol::{ErrorCode, RpcError};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+/// Whose file access an `fs/*` request gets: the agent's own user's (a profile's
+/// `process.user`), not agentctl's — agentctl may be root, and the agent must not reach
+/// through it what it cannot open itself.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// The agent's uid.
+    pub uid: nix::unistd::Uid,
+    /// Its primary gid.
+    pub gid: nix::unistd::Gid,
+    /// Its supplementary groups.
+    pub groups: Vec<nix::unistd::Gid>,
+}
+
+impl Identity {
+    /// Runs `op` on a thread of its own that takes this identity for file access first
+    /// (`setfsuid`, `setfsgid` and the groups, which Linux keeps per thread); the thread
+    /// ends with the request, so no other work ever runs with it.
+    pub fn run<T: Send>(
+        &self,
+        op: impl FnOnce() -> Result<T, FsError> + Send,
+    ) -> Result<T, FsError> {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    self.assume()?;
+                    op()
+                })
+                .join()
+                .unwrap_or_else(|_| Err(FsError::Params("the file access thread failed".into())))
+        })
+    }
+
+    fn assume(&self) -> Result<(), FsError> {
+        let failed = |what: &str, source: io::Error| FsError::Io {
+            path: PathBuf::from(format!("(taking the agent's {what})")),
+            source,
+        };
+        let groups: Vec<nix::libc::gid_t> = self.groups.iter().map(|gid| gid.as_raw()).collect();
+        // SAFETY: the raw system call changes this thread's groups only (glibc's wrapper
+        // would change every thread's); `groups` outlives the call.
+        let set =
+            unsafe { nix::libc::syscall(nix::libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
+        if set != 0 {
+            return Err(failed("groups", io::Error::last_os_error()));
+        }
+        nix::unistd::setfsgid(self.gid);
+        nix::unistd::setfsuid(self.uid);
+        // Both return the previous ids whatever happens: read back to know it took.
+        let (gid, uid) = (nix::unistd::setfsgid(self.gid), nix::unistd::setfsuid(self.uid));
+        if (gid, uid) != (self.gid, self.uid) {
+            return Err(failed("user", io::Error::from(io::ErrorKind::PermissionDenied)));
+        }
+        Ok(())
+    }
+}
+
 /// The largest file served, so that one request cannot exhaust memory.
 pub const MAX_READ_BYTES: u64 = 16 * 1024 * 1024;
 

@@ -859,6 +859,22 @@ async fn r29_a_profile_runs_its_agent_as_another_user_who_finds_no_secrets() {
             "{path}: {reply}"
         );
     }
+    // Nor through the ACP file methods, which agentctl (root here) serves: with the
+    // agent's own access, a root-only file in its workspace is refused, and what it writes
+    // is its own.
+    let work = daemon.root.path().join("work/iso");
+    let private = work.join("root-only.txt");
+    std::fs::write(&private, "root's secret\n").unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let made = work.join("made-by-the-agent.txt");
+    let asked = format!("/read {}\n/write {} hello\nfiles", private.display(), made.display());
+    let reply = api.ask(&session, &asked).await;
+    assert!(!reply.contains("root's secret"), "{reply}");
+    assert!(reply.contains(&format!("read {} failed", private.display())), "{reply}");
+    assert!(reply.contains("Permission denied"), "{reply}");
+    assert!(reply.contains("wrote 5 bytes"), "{reply}");
+    let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&made).unwrap());
+    assert_eq!(owner, NOBODY, "written as the agent");
     // The same agent as the daemon's user reads them all.
     let daemon_user = api.ready_session("mock", &daemon.workspace("plain")).await;
     let reply = api.ask(&daemon_user, &format!("{probe}look around")).await;
