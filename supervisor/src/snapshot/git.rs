@@ -48,7 +48,7 @@ pub async fn head(dir: &Path) -> Option<String> {
     git(dir, &["rev-parse", "--verify", "-q", "HEAD"]).await.ok().map(|out| out.trim().to_owned())
 }
 
-/// What the uncommitted files of `dir` hold (by [`contents`]), tracked and untracked:
+/// What the uncommitted files of `dir` hold (their content hashes), tracked and untracked:
 /// recorded at a session's start, so that what was dirty before the agent came is not
 /// counted as its change while it stays as it was. Empty outside a repository.
 pub async fn dirty(dir: &Path) -> BTreeMap<String, String> {
