@@ -81,6 +81,10 @@ pub struct StepStatus {
     pub agent: String,
     /// How many times it started (a loop runs a step again; so does a launch retry).
     pub runs: u32,
+    /// How many times its latest run's prompt was sent again, its turn cut short (its
+    /// agent died mid-turn, or the prompt never reached it); at most 3.
+    #[serde(default)]
+    pub resends: u32,
     /// Which pass of its loop (0 for the first).
     pub iteration: u32,
     /// Its final agent message, once completed.

@@ -94,9 +94,14 @@ impl Client {
                 let here = std::env::current_dir().ok();
                 // The file's own `workspace` wins over the current directory (a file that
                 // does not parse is sent as it is: the daemon says where it is wrong).
-                let names_workspace =
-                    crate::workflow::spec::parse(&spec, &spec_file, &Default::default(), &|_| true)
-                        .is_ok_and(|parsed| parsed.workspace.is_some());
+                let names_workspace = crate::workflow::spec::parse(
+                    &spec,
+                    &spec_file,
+                    &Default::default(),
+                    &|_| true,
+                    &|_| Ok(()),
+                )
+                .is_ok_and(|parsed| parsed.workspace.is_some());
                 let workspace = workspace
                     .map(|path| std::path::absolute(&path).unwrap_or(path))
                     .or(if names_workspace { None } else { here });
@@ -120,7 +125,7 @@ impl Client {
                     println!("workflow {} started (task {})", started.workflow_id, started.task_id);
                 }
                 if follow {
-                    return self.follow_workflow(&started.workflow_id, 0, json).await;
+                    return self.follow_workflow(&started.workflow_id, 0, 1, json).await;
                 }
                 Ok(())
             }
@@ -150,18 +155,19 @@ impl Client {
                 Ok(())
             }
             WorkflowCommand::Follow { workflow, all, json } => {
-                let after = if all {
-                    0
-                } else {
-                    let status =
-                        api.workflow_status(workflow.clone()).await.map_err(|e| self.failure(e))?;
-                    if status.state.is_over() {
-                        print_workflow(&status);
-                        return outcome(status.state, status.error.as_deref());
-                    }
-                    status.last_event_seq
-                };
-                self.follow_workflow(&workflow, after, json).await
+                let status =
+                    api.workflow_status(workflow.clone()).await.map_err(|e| self.failure(e))?;
+                if all {
+                    // From the start: the runs before the current one (each resume begins
+                    // one with `workflow running`) end in old failures, not this one's.
+                    let runs = status.resumes + 1;
+                    return self.follow_workflow(&workflow, 0, runs, json).await;
+                }
+                if status.state.is_over() {
+                    print_workflow(&status);
+                    return outcome(status.state, status.error.as_deref());
+                }
+                self.follow_workflow(&workflow, status.last_event_seq, 0, json).await
             }
             WorkflowCommand::Resume { workflow, accept_spec_change, follow } => {
                 let status = api
@@ -170,7 +176,8 @@ impl Client {
                     .map_err(|e| self.failure(e))?;
                 println!("workflow {workflow} resumed ({} times in all)", status.resumes);
                 if follow {
-                    return self.follow_workflow(&workflow, status.last_event_seq, false).await;
+                    let after = status.last_event_seq;
+                    return self.follow_workflow(&workflow, after, 0, false).await;
                 }
                 Ok(())
             }
@@ -195,8 +202,16 @@ impl Client {
     }
 
     /// Prints a workflow's events after `after` until it ends, reconnecting across a daemon
-    /// restart; a workflow that failed or was cancelled exits 1.
-    async fn follow_workflow(&self, id: &str, mut after: u64, json: bool) -> Result<(), Failure> {
+    /// restart; a workflow that failed or was cancelled exits 1. The end is the first
+    /// state that is over once `runs` runs began (`workflow running` events: its start and
+    /// each resume) — from the start of a resumed workflow, not its first run's failure.
+    async fn follow_workflow(
+        &self,
+        id: &str,
+        mut after: u64,
+        mut runs: u32,
+        json: bool,
+    ) -> Result<(), Failure> {
         let shown = Shown::new(json);
         let mut client = Arc::clone(&self.client);
         loop {
@@ -217,10 +232,16 @@ impl Client {
                 } else {
                     println!("[{}] {}", event.seq, describe_workflow_event(&event.kind, id));
                 }
-                if let WorkflowEventKind::WorkflowState { state, error } = &event.kind
-                    && state.is_over()
-                {
-                    return outcome(*state, error.as_deref());
+                match &event.kind {
+                    WorkflowEventKind::WorkflowState { state: WorkflowState::Running, .. } => {
+                        runs = runs.saturating_sub(1);
+                    }
+                    WorkflowEventKind::WorkflowState { state, error }
+                        if state.is_over() && runs == 0 =>
+                    {
+                        return outcome(*state, error.as_deref());
+                    }
+                    _ => {}
                 }
             }
             client = Arc::new(self.target.reopen(&shown).await?);
@@ -291,6 +312,9 @@ fn print_workflow(status: &WorkflowStatus) {
         let mut line = format!("  {:width$}  {:16}", step.id, step.state.as_str());
         if step.runs > 0 {
             line.push_str(&format!("  runs {}", step.runs));
+        }
+        if step.resends > 0 {
+            line.push_str(&format!("  prompt sent again {}×", step.resends));
         }
         if let Some(session) = &step.session_id {
             line.push_str(&format!("  session {session}"));

@@ -56,7 +56,12 @@ impl Supervisor {
     ) -> Result<Spec, ServiceError> {
         let file = Path::new(file.unwrap_or("workflow.toml"));
         let known = |agent: &str| !check_agents || self.config.registry.get(agent).is_some();
-        spec::parse(text, file, vars, &known)
+        let runtime = |name: &str| match self.runtime(name) {
+            Ok(_) => Ok(()),
+            Err(_) if !check_agents => Ok(()),
+            Err(_) => Err(format!("this daemon has {}", self.config.runtimes.names().join(", "))),
+        };
+        spec::parse(text, file, vars, &known, &runtime)
             .map_err(|err| ServiceError::InvalidParams { field: "spec", message: err.to_string() })
     }
 
@@ -220,6 +225,7 @@ impl Supervisor {
                     state: step.state,
                     session_id: step.session_id,
                     runs: step.runs,
+                    resends: step.resends,
                     iteration: step.iteration,
                     output: step.output,
                     error: step.error,
@@ -431,8 +437,9 @@ impl Supervisor {
 
     /// `workflow.resume`: a failed or cancelled workflow goes on from the steps not
     /// completed. The file it was started from (or `spec`, when given) is compared with
-    /// the text it runs: a change is refused, saying what changed, unless
-    /// `accept_spec_change` (then changed steps, and the steps after them, run again).
+    /// the workflow it runs, as read (comments and layout are no change): a change is
+    /// refused, saying what changed, unless `accept_spec_change` (then changed steps, and
+    /// the steps after them, run again).
     pub async fn workflow_resume(
         self: &Arc<Self>,
         id: String,
@@ -472,7 +479,10 @@ impl Supervisor {
             }
             None => None,
         };
+        // Compared as read, not as text: comments and layout are no change (the new text
+        // is kept below all the same, so the file compares equal next time).
         if let Some(new) = &changed_spec
+            && *new != stored
             && !accept_spec_change
         {
             let (changes, _) = spec_changes(&stored, new);

@@ -237,7 +237,7 @@ struct RawStep {
     prompt: Spanned<String>,
     #[serde(default)]
     depends_on: Vec<Spanned<String>>,
-    runtime: Option<String>,
+    runtime: Option<Spanned<String>>,
     worktree: Option<Spanned<String>>,
     #[serde(default)]
     approval: bool,
@@ -251,11 +251,13 @@ struct RawStep {
 }
 
 /// Loads the workflow file at `path`, with `overrides` (`--var NAME=VALUE`) replacing its
-/// variables; `known_agent` says whether an agent profile id exists.
+/// variables; `known_agent` says whether an agent profile id exists, `known_runtime`
+/// whether a runtime does (else which there are).
 pub fn load(
     path: &Path,
     overrides: &BTreeMap<String, String>,
     known_agent: &dyn Fn(&str) -> bool,
+    known_runtime: &dyn Fn(&str) -> Result<(), String>,
 ) -> Result<Spec, SpecError> {
     let text = std::fs::read_to_string(path).map_err(|err| SpecError {
         file: path.to_owned(),
@@ -264,7 +266,7 @@ pub fn load(
         field: "(file)".into(),
         reason: format!("cannot read it: {err}"),
     })?;
-    parse(&text, path, overrides, known_agent)
+    parse(&text, path, overrides, known_agent, known_runtime)
 }
 
 /// Parses and checks a workflow file's text (see [`load`]).
@@ -273,6 +275,7 @@ pub fn parse(
     file: &Path,
     overrides: &BTreeMap<String, String>,
     known_agent: &dyn Fn(&str) -> bool,
+    known_runtime: &dyn Fn(&str) -> Result<(), String>,
 ) -> Result<Spec, SpecError> {
     let fail = |span: Range<usize>, field: &str, reason: String| {
         let (line, column, _) = agents::profile::toml_location(text, span.start);
@@ -338,6 +341,16 @@ pub fn parse(
                 step.agent.span(),
                 &at("agent"),
                 format!("no agent profile {agent:?}"),
+            ));
+        }
+        if let Some(runtime) = &step.runtime
+            && let Err(known) = known_runtime(runtime.get_ref())
+        {
+            let name = runtime.get_ref();
+            return Err(fail(
+                runtime.span(),
+                &at("runtime"),
+                format!("no runtime {name:?} ({known})"),
             ));
         }
         for dependency in &step.depends_on {
@@ -461,7 +474,7 @@ pub fn parse(
             agent: step.agent.get_ref().clone(),
             prompt,
             depends_on,
-            runtime: step.runtime.clone(),
+            runtime: step.runtime.as_ref().map(|runtime| runtime.get_ref().clone()),
             worktree,
             approval: step.approval,
             timeout_ms,

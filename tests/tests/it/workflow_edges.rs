@@ -40,6 +40,13 @@ async fn a_step_whose_agent_died_mid_turn_gets_its_prompt_again_once() {
     let status = status(&api, &id).await;
     let a = status.steps.iter().find(|s| s.id == "a").unwrap();
     assert_eq!((a.runs, a.session_id.as_deref()), (1, Some(session.as_str())), "the same session");
+    // The status says its prompt was sent again, in JSON and in words.
+    let (_, json, _) = daemon.cli(&["workflow", "status", &id, "--json"]).await;
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["steps"][0]["resends"], 1, "{json}");
+    let (_, text, _) = daemon.cli(&["workflow", "status", &id]).await;
+    let line = text.lines().find(|line| line.trim_start().starts_with("a ")).unwrap_or_default();
+    assert!(line.contains("prompt sent again 1×"), "{text}");
 }
 
 /// A step that waits for approval keeps waiting across a restart, and starts once
@@ -156,6 +163,36 @@ async fn resume_refuses_a_changed_file_unless_the_change_is_accepted() {
         listed.contains(&id) && listed.contains("completed") && listed.contains("2/2 steps"),
         "{listed}"
     );
+    // Replayed from the start, the follow goes past the first run's failure to the end of
+    // the run that is current.
+    let (code, out, err) = daemon.cli(&["workflow", "follow", &id, "--all"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("workflow failed"), "{out}");
+    assert!(out.lines().last().unwrap_or_default().ends_with("workflow completed"), "{out}");
+}
+
+/// A workflow file edited in its comments and layout only is the same workflow: the
+/// resume goes on without asking for --accept-spec-change.
+#[tokio::test]
+async fn a_comment_only_edit_does_not_block_resume() {
+    let (daemon, _log, workspace) = daemon(None).await;
+    let file = workspace.join("triage.toml");
+    std::fs::write(&file, TRIAGE).unwrap();
+    let file = file.display().to_string();
+    let ws = workspace.display().to_string();
+    let (code, out, err) =
+        daemon.cli(&["workflow", "run", &file, "--workspace", &ws, "--json", "--follow"]).await;
+    assert_eq!(code, 1, "the workflow failed: {out}{err}");
+    let first: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    let id = first["workflow_id"].as_str().expect("workflow_id").to_owned();
+    let edited = format!(
+        "# triage, then fix\n{}",
+        TRIAGE.replace("[[steps]]\n", "\n[[steps]]   # a step\n").replace(" = ", "  =  ")
+    );
+    std::fs::write(&file, edited).unwrap();
+    let (code, out, err) = daemon.cli(&["workflow", "resume", &id]).await;
+    assert_eq!(code, 0, "only comments and layout changed: {out}{err}");
+    assert!(out.contains("resumed"), "{out}");
 }
 
 /// Cancel stops a running workflow's steps (their sessions end) and resume goes on.
@@ -239,6 +276,14 @@ async fn bad_workflow_files_are_refused_with_their_location() {
             CHAIN.replace("{{vars.goal}}\\n", "{{vars.gaol}}\\n"),
             "/flows/bad.toml:8:",
             "no variable \"gaol\"",
+        ),
+        (
+            CHAIN.replace(
+                "agent = \"flow\"\ndepends_on",
+                "agent = \"flow\"\nruntime = \"nowhere\"\ndepends_on",
+            ),
+            "/flows/bad.toml:13:",
+            "no runtime \"nowhere\"",
         ),
     ];
     for (spec, at, reason) in cases {

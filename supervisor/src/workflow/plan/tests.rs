@@ -54,7 +54,8 @@ fn running_session() -> SessionFacts {
 
 impl Sim {
     fn new(text: &str) -> Sim {
-        let spec = parse(text, Path::new("/w/f.toml"), &BTreeMap::new(), &|_| true).unwrap();
+        let spec =
+            parse(text, Path::new("/w/f.toml"), &BTreeMap::new(), &|_| true, &|_| Ok(())).unwrap();
         let steps = spec.steps.iter().enumerate().map(|(i, s)| row(&s.id, i as i64)).collect();
         let workflow = WorkflowRow {
             id: "w".into(),

@@ -7,7 +7,9 @@ fn known(agent: &str) -> bool {
 }
 
 fn load_text(text: &str) -> Result<Spec, SpecError> {
-    parse(text, Path::new("/w/flow.toml"), &BTreeMap::new(), &known)
+    parse(text, Path::new("/w/flow.toml"), &BTreeMap::new(), &known, &|runtime| {
+        if runtime == "standalone" { Ok(()) } else { Err("there is standalone".into()) }
+    })
 }
 
 fn refusal(text: &str) -> String {
@@ -73,10 +75,10 @@ fn a_chain_loads_and_renders_its_references() {
 #[test]
 fn a_var_given_on_the_command_line_replaces_the_files_and_an_unknown_one_is_refused() {
     let overrides = BTreeMap::from([("goal".to_owned(), "faster".to_owned())]);
-    let spec = parse(CHAIN, Path::new("/w/flow.toml"), &overrides, &known).unwrap();
+    let spec = parse(CHAIN, Path::new("/w/flow.toml"), &overrides, &known, &|_| Ok(())).unwrap();
     assert_eq!(spec.vars["goal"], "faster");
     let unknown = BTreeMap::from([("gaol".to_owned(), "x".to_owned())]);
-    let err = parse(CHAIN, Path::new("/w/flow.toml"), &unknown, &known).unwrap_err();
+    let err = parse(CHAIN, Path::new("/w/flow.toml"), &unknown, &known, &|_| Ok(())).unwrap_err();
     assert_eq!(err.reason, "--var gaol: the file has no variable \"gaol\"");
 }
 
@@ -295,4 +297,14 @@ fn bad_patterns_are_refused_where_they_are_written() {
     // No route without a marker condition: a loop needs until or until_score.
     let text = PATTERNS.replace("until = \"APPROVED\", ", "");
     assert!(refusal(&text).contains("a loop needs `until`"));
+}
+
+#[test]
+fn an_unknown_runtime_is_refused_where_it_is_written() {
+    let text = "name = \"x\"\n[[steps]]\nid = \"a\"\nagent = \"mock\"\nruntime = \"nowhere\"\nprompt = \"go\"\n";
+    assert_eq!(
+        refusal(text),
+        "/w/flow.toml:5:11: steps[0].runtime: no runtime \"nowhere\" (there is standalone)"
+    );
+    assert!(load_text(&text.replace("nowhere", "standalone")).is_ok());
 }
