@@ -213,6 +213,29 @@ pub struct SessionSettings {
     /// 0.61: every new file failed).
     #[serde(default = "defaults::client_fs")]
     pub client_fs: bool,
+    /// What the tokens of the agent's `PromptResponse.usage` count: each turn's own
+    /// (`per_turn`, the default, as ACP means them) or the agent session's running totals
+    /// (`cumulative`, as copilot reports them), from which each turn's increase is taken.
+    #[serde(default)]
+    pub usage_totals: UsageReporting,
+}
+
+/// What an agent's token reports (`PromptResponse.usage`) count.
+///
+/// Set in the profile, not guessed: a per-turn agent's reports grow turn after turn too
+/// (each turn sends the whole conversation again), so reports that never fall do not tell
+/// running totals apart, and a wrong guess would count a per-turn agent's turns as a few
+/// tokens each — too little, which lets a budget through.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageReporting {
+    /// Each report is the turn's own tokens.
+    #[default]
+    PerTurn,
+    /// Each report is the agent session's running total: a turn used its increase over
+    /// the previous report; a report below it (in any kind), or of another ACP session, is
+    /// a new count, taken whole.
+    Cumulative,
 }
 
 /// The ACP method of a native restore.
@@ -537,6 +560,7 @@ struct RawSession {
     max_duration_secs: Option<Spanned<u64>>,
     summarize_on_pause: Option<bool>,
     client_fs: Option<bool>,
+    usage_totals: Option<UsageReporting>,
 }
 
 #[derive(Deserialize, Default)]
@@ -943,6 +967,7 @@ impl RawProfile {
                 max_duration_secs: self.session.max_duration_secs.map(Spanned::into_inner),
                 summarize_on_pause: self.session.summarize_on_pause.unwrap_or(false),
                 client_fs: self.session.client_fs.unwrap_or(true),
+                usage_totals: self.session.usage_totals.unwrap_or_default(),
             },
             docker: DockerSettings {
                 image: self.docker.image.map(Spanned::into_inner),

@@ -25,6 +25,21 @@ pub struct UsageTotals {
     /// Cost by currency (from ACP `usage_update.cost`, cumulative per agent session, taken
     /// apart into what each turn added).
     pub cost: Vec<CostTotal>,
+    /// Turns whose agent reported tokens (absent from older daemons). The token figures
+    /// are theirs alone: with none (and `turns_without_tokens` above 0) the tokens are
+    /// unknown — "not reported", not 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turns_with_tokens: Option<u64>,
+    /// Ended turns whose agent reported no tokens (absent from older daemons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turns_without_tokens: Option<u64>,
+}
+
+impl UsageTotals {
+    /// Turns ended without a single token report among them: the tokens are unknown.
+    pub fn tokens_unknown(&self) -> bool {
+        self.turns_with_tokens == Some(0) && self.turns_without_tokens.unwrap_or(0) > 0
+    }
 }
 
 /// An amount in one currency (or another unit, e.g. `credits`).
@@ -110,10 +125,24 @@ pub struct BudgetUse {
     pub used_cost: f64,
     /// The larger of the two, in percent of its limit (100: used up).
     pub percent: u32,
+    /// Turns it counts whose agent reported tokens (0 from older daemons).
+    #[serde(default)]
+    pub turns_with_tokens: u64,
+    /// Ended turns it counts whose agent reported none: their tokens are unknown and not
+    /// counted (0 from older daemons). With no turn reporting any, a token limit cannot be
+    /// checked — only a cost limit stops the session.
+    #[serde(default)]
+    pub turns_without_tokens: u64,
 }
 
 impl BudgetUse {
-    /// "the session's budget of 1000 tokens is 105% used (1050 tokens, 0.00 USD)".
+    /// No turn it counts reported tokens, and some ended: the tokens used are unknown.
+    pub fn tokens_unknown(&self) -> bool {
+        self.turns_with_tokens == 0 && self.turns_without_tokens > 0
+    }
+
+    /// "the session's budget of 1000 tokens is 105% used (1050 tokens, 0.00 USD)"; for a
+    /// token limit of turns that reported no tokens, that it cannot be checked.
     pub fn describe(&self) -> String {
         let scope = match self.scope {
             BudgetScope::Session => "the session's",
@@ -127,14 +156,30 @@ impl BudgetUse {
         if let Some(cost) = self.budget.cost {
             limits.push(format!("{cost:.2} {currency}"));
         }
+        let tokens = match self.tokens_unknown() {
+            true => "tokens not reported".to_owned(),
+            false => format!("{} tokens", self.used_tokens),
+        };
+        let unchecked = match (self.budget.tokens, self.turns_without_tokens) {
+            (None, _) | (_, 0) => String::new(),
+            _ if self.tokens_unknown() => format!(
+                "; its token limit cannot be checked: the agent reported no tokens ({})",
+                turns(self.turns_without_tokens)
+            ),
+            (_, without) => format!("; {} without a token report not counted", turns(without)),
+        };
         format!(
-            "{scope} budget of {} is {}% used ({} tokens, {:.2} {currency})",
+            "{scope} budget of {} is {}% used ({tokens}, {:.2} {currency}){unchecked}",
             limits.join(" and "),
             self.percent,
-            self.used_tokens,
             self.used_cost,
         )
     }
+}
+
+/// "1 turn", "2 turns".
+fn turns(count: u64) -> String {
+    format!("{count} turn{}", if count == 1 { "" } else { "s" })
 }
 
 /// How `usage.query` groups its turns.
@@ -151,6 +196,8 @@ pub enum UsageGroupBy {
     Workflow,
     /// By day (UTC, `YYYY-MM-DD`) of the turn's end.
     Day,
+    /// By turn (its id; refused by older daemons).
+    Turn,
 }
 
 /// `usage.query`'s answer.

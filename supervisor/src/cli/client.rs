@@ -380,14 +380,23 @@ impl Client {
             Command::Sessions(SessionsCommand::Show { session, json: JsonFlag { json } }) => {
                 let status =
                     api.session_status(session.clone()).await.map_err(|e| self.failure(e))?;
-                let timeline =
-                    api.session_timeline(session, None).await.map_err(|e| self.failure(e))?;
+                let timeline = api
+                    .session_timeline(session.clone(), None)
+                    .await
+                    .map_err(|e| self.failure(e))?;
                 if json {
                     return print_json(&protocol::api::SessionDetail { status, timeline });
                 }
                 print_fields(&status)?;
                 println!("usage (turns): {}", session_usage_line(&status.usage));
-                for line in timeline_lines(&timeline) {
+                // Each turn's tokens (a daemon that cannot group by turn: none shown).
+                let by_turn = Some(protocol::api::UsageGroupBy::Turn);
+                let turn_usage = api
+                    .usage_query(Some(session), None, None, None, None, None, by_turn)
+                    .await
+                    .map(|report| report.groups)
+                    .unwrap_or_default();
+                for line in timeline_lines(&timeline, &turn_usage) {
                     println!("{line}");
                 }
                 Ok(())

@@ -294,8 +294,12 @@ impl Shown {
 
 /// A session's executions, turns and timeline, as `sessions show` prints them after its
 /// status: each execution with its generation (from its start in the timeline when the
-/// daemon gives it only for the current one), times as a person reads them.
-pub(super) fn timeline_lines(timeline: &protocol::api::Timeline) -> Vec<String> {
+/// daemon gives it only for the current one), each turn with its tokens (`turn_usage`, by
+/// turn id), times as a person reads them.
+pub(super) fn timeline_lines(
+    timeline: &protocol::api::Timeline,
+    turn_usage: &[protocol::api::UsageGroup],
+) -> Vec<String> {
     use protocol::api::TimelineEvent;
     let mut lines = vec!["executions:".to_owned()];
     for execution in &timeline.executions {
@@ -338,12 +342,14 @@ pub(super) fn timeline_lines(timeline: &protocol::api::Timeline) -> Vec<String> 
             }
             None => format!("started {}, not ended", ago(turn.started_at)),
         };
+        let usage = turn_usage.iter().find(|group| group.key == turn.turn_id);
         lines.push(format!(
-            "  {}\t{}\t{}\texecution {}\t{when}",
+            "  {}\t{}\t{}\texecution {}\t{when}{}",
             turn.turn_id,
             turn.state.as_str(),
             or_dash(turn.stop_reason.as_deref().or(turn.error.as_deref())),
             turn.execution_id,
+            turn_tokens(usage.map(|group| &group.totals)),
         ));
     }
     lines.push("timeline:".into());
@@ -434,19 +440,49 @@ pub(super) fn describe_timeline(event: &protocol::api::TimelineEvent, at: i64) -
     }
 }
 
-/// "1200 tokens (in 1000, out 200, cached 0), 0.42 USD, 3 turns".
+/// "1200 tokens (in 1000, out 200, cached 0), 0.42 USD, 3 turn(s)"; "tokens not reported"
+/// when no turn's agent reported any, and how many turns did not when some did.
 pub(super) fn usage_line(totals: &protocol::api::UsageTotals) -> String {
     let cost: Vec<String> =
         totals.cost.iter().map(|cost| format!("{:.4} {}", cost.amount, cost.currency)).collect();
+    let without = match totals.turns_without_tokens {
+        Some(without) if without > 0 && !totals.tokens_unknown() => {
+            format!(" ({without} without a token report)")
+        }
+        _ => String::new(),
+    };
     format!(
-        "{} tokens (in {}, out {}, cached {}), {}, {} turn(s)",
+        "{}, {}, {} turn(s){without}",
+        tokens_text(totals),
+        if cost.is_empty() { "no cost reported".to_owned() } else { cost.join(" + ") },
+        totals.turns
+    )
+}
+
+/// "1200 tokens (in 1000, out 200, cached 0)", or "tokens not reported".
+fn tokens_text(totals: &protocol::api::UsageTotals) -> String {
+    if totals.tokens_unknown() {
+        return "tokens not reported".into();
+    }
+    format!(
+        "{} tokens (in {}, out {}, cached {})",
         totals.total_tokens,
         totals.input_tokens,
         totals.output_tokens,
         totals.cached_read_tokens + totals.cached_write_tokens,
-        if cost.is_empty() { "no cost reported".to_owned() } else { cost.join(" + ") },
-        totals.turns
     )
+}
+
+/// One turn's tokens in `sessions show`: "185 tokens", "tokens not reported" (ended
+/// without a report), nothing while it runs or from a daemon that does not say.
+fn turn_tokens(totals: Option<&protocol::api::UsageTotals>) -> String {
+    match totals {
+        Some(totals) if totals.turns_with_tokens.unwrap_or(0) > 0 => {
+            format!("\t{} tokens", totals.total_tokens)
+        }
+        Some(totals) if totals.tokens_unknown() => "\ttokens not reported".into(),
+        _ => String::new(),
+    }
 }
 
 /// A session's usage line: its totals, its context use and its budgets.

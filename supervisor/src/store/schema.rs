@@ -375,6 +375,16 @@ pub const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE session_start ADD COLUMN dirty TEXT;
     ",
+    // 21: issue 49, tokens an agent never reported are unknown, not zero: a turn keeps
+    // whether its agent reported any (turns before this migration did if they counted
+    // some). A session keeps its agent's last running totals (`tokens_mark`, JSON with
+    // the ACP session they count), from which a cumulative agent's next turn is taken
+    // apart, as `cost_mark` is for cost.
+    "
+    ALTER TABLE turns ADD COLUMN tokens_reported INTEGER NOT NULL DEFAULT 0;
+    UPDATE turns SET tokens_reported = 1 WHERE total_tokens > 0;
+    ALTER TABLE task_sessions ADD COLUMN tokens_mark TEXT;
+    ",
 ];
 
 /// Brings the database up to the newest migration.

@@ -28,6 +28,9 @@ pub struct TurnUsage {
     pub context: Option<(u64, u64)>,
     /// The agent's cumulative cost as of the turn's end: the session's new mark.
     pub cost_mark: Option<(f64, String)>,
+    /// Its agent reported tokens (`PromptResponse.usage`). Without a report the token
+    /// fields are unknown, not zero: totals say "not reported".
+    pub tokens_reported: bool,
 }
 
 impl TurnUsage {
@@ -40,6 +43,91 @@ impl TurnUsage {
                 + self.cached_write_tokens
                 + self.thought_tokens,
         )
+    }
+
+    /// The tokens by kind, and the agent's total.
+    fn tokens(&self) -> Tokens {
+        Tokens {
+            input: self.input_tokens,
+            output: self.output_tokens,
+            cached_read: self.cached_read_tokens,
+            cached_write: self.cached_write_tokens,
+            thought: self.thought_tokens,
+            total: self.total_tokens,
+        }
+    }
+
+    /// The same usage with these tokens.
+    fn with_tokens(&self, tokens: Tokens) -> TurnUsage {
+        TurnUsage {
+            input_tokens: tokens.input,
+            output_tokens: tokens.output,
+            cached_read_tokens: tokens.cached_read,
+            cached_write_tokens: tokens.cached_write,
+            thought_tokens: tokens.thought,
+            total_tokens: tokens.total,
+            ..self.clone()
+        }
+    }
+}
+
+/// One token report (`PromptResponse.usage`): a turn's own, or an agent's running totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Tokens {
+    input: u64,
+    output: u64,
+    cached_read: u64,
+    cached_write: u64,
+    thought: u64,
+    /// The agent's `totalTokens`, when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    total: Option<u64>,
+}
+
+/// A cumulative agent's last running totals (`task_sessions.tokens_mark`): the next
+/// report's increase over them is its turn's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct TokensMark {
+    /// The ACP session they count (another one counts anew).
+    acp_session: Option<String>,
+    #[serde(flatten)]
+    tokens: Tokens,
+}
+
+impl Tokens {
+    /// This report's increase over the `mark` of the same ACP session: what the turn used.
+    /// A report below the mark in any kind is a new count (the agent's session started
+    /// again: a fresh process, a restore that does not keep the count), taken whole, and
+    /// so is one of another ACP session or one without a mark.
+    fn increase_over(self, mark: Option<&TokensMark>, acp_session: Option<&str>) -> Tokens {
+        let Some(mark) = mark.filter(|mark| mark.acp_session.as_deref() == acp_session) else {
+            return self;
+        };
+        let before = mark.tokens;
+        let pairs = [
+            (self.input, before.input),
+            (self.output, before.output),
+            (self.cached_read, before.cached_read),
+            (self.cached_write, before.cached_write),
+            (self.thought, before.thought),
+        ];
+        let total_fell =
+            matches!((self.total, before.total), (Some(now), Some(then)) if now < then);
+        if total_fell || pairs.iter().any(|(now, then)| now < then) {
+            return self;
+        }
+        Tokens {
+            input: self.input - before.input,
+            output: self.output - before.output,
+            cached_read: self.cached_read - before.cached_read,
+            cached_write: self.cached_write - before.cached_write,
+            thought: self.thought - before.thought,
+            total: match (self.total, before.total) {
+                (Some(now), Some(then)) => Some(now - then),
+                // A total now and none before: the sum of the kinds' increases counts.
+                _ => None,
+            },
+        }
     }
 }
 
@@ -74,17 +162,37 @@ pub struct UsageFilter {
     pub until: Option<i64>,
 }
 
-/// Writes a turn's usage and the session's cost mark (in the transaction ending it).
+/// Writes a turn's usage and the session's cost mark (in the transaction ending it). The
+/// tokens of an agent whose profile says its reports are running totals
+/// (`session.usage_totals = "cumulative"`, read from the session's profile snapshot) are
+/// this report's increase over the session's token mark, which the report replaces.
 pub(super) fn write_turn_usage(
     tx: &rusqlite::Transaction<'_>,
     turn_id: &str,
     session_id: &str,
     usage: &TurnUsage,
 ) -> rusqlite::Result<()> {
+    let taken_apart;
+    let usage = match usage.tokens_reported && reports_running_totals(tx, session_id)? {
+        true => {
+            let (mark, acp_session) = tokens_mark(tx, session_id, turn_id)?;
+            let reported = usage.tokens();
+            let next = TokensMark { acp_session: acp_session.clone(), tokens: reported };
+            tx.execute(
+                "UPDATE task_sessions SET tokens_mark = ?2 WHERE id = ?1",
+                params![session_id, serde_json::to_string(&next).ok()],
+            )?;
+            taken_apart =
+                usage.with_tokens(reported.increase_over(mark.as_ref(), acp_session.as_deref()));
+            &taken_apart
+        }
+        false => usage,
+    };
     tx.execute(
         "UPDATE turns SET input_tokens = ?2, output_tokens = ?3, cached_read_tokens = ?4, \
          cached_write_tokens = ?5, thought_tokens = ?6, total_tokens = ?7, cost = ?8, \
-         cost_currency = ?9, context_used = ?10, context_size = ?11 WHERE id = ?1",
+         cost_currency = ?9, context_used = ?10, context_size = ?11, tokens_reported = ?12 \
+         WHERE id = ?1",
         params![
             turn_id,
             usage.input_tokens as i64,
@@ -97,9 +205,52 @@ pub(super) fn write_turn_usage(
             usage.cost.as_ref().map(|(_, currency)| currency.as_str()),
             usage.context.map(|(used, _)| used as i64),
             usage.context.map(|(_, size)| size as i64),
+            usage.tokens_reported,
         ],
     )?;
     set_cost_mark(tx, session_id, usage.cost_mark.as_ref())
+}
+
+/// Whether the session's profile (its snapshot) says its agent reports running totals.
+fn reports_running_totals(
+    tx: &rusqlite::Transaction<'_>,
+    session_id: &str,
+) -> rusqlite::Result<bool> {
+    let snapshot: Option<String> = tx
+        .query_row("SELECT profile_snapshot FROM task_sessions WHERE id = ?1", [session_id], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    let reporting: agents::profile::UsageReporting = snapshot
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .and_then(|profile| serde_json::from_value(profile["session"]["usage_totals"].clone()).ok())
+        .unwrap_or_default();
+    Ok(reporting == agents::profile::UsageReporting::Cumulative)
+}
+
+/// The session's token mark, and the ACP session of the execution that ran `turn_id`.
+fn tokens_mark(
+    tx: &rusqlite::Transaction<'_>,
+    session_id: &str,
+    turn_id: &str,
+) -> rusqlite::Result<(Option<TokensMark>, Option<String>)> {
+    let mark: Option<String> = tx
+        .query_row("SELECT tokens_mark FROM task_sessions WHERE id = ?1", [session_id], |r| {
+            r.get(0)
+        })
+        .optional()?
+        .flatten();
+    let acp_session: Option<String> = tx
+        .query_row(
+            "SELECT e.acp_session_id FROM turns t JOIN executors_running e \
+             ON e.session_id = t.session_id AND e.execution_id = t.execution_id WHERE t.id = ?1",
+            [turn_id],
+            |r| r.get(0),
+        )
+        .optional()?
+        .flatten();
+    // A mark that does not read (written by a newer build) is no mark: the report counts whole.
+    Ok((mark.and_then(|text| serde_json::from_str(&text).ok()), acp_session))
 }
 
 fn set_cost_mark(
@@ -174,7 +325,11 @@ impl Store {
     ) -> Result<UsageReport, StoreError> {
         self.call(move |conn| {
             let total = usage_groups(conn, &filter, None)?.into_iter().next();
-            let total = total.map(|group| group.totals).unwrap_or_default();
+            let total = total.map(|group| group.totals).unwrap_or_else(|| UsageTotals {
+                turns_with_tokens: Some(0),
+                turns_without_tokens: Some(0),
+                ..UsageTotals::default()
+            });
             let mut groups = match group_by {
                 Some(by) => usage_groups(conn, &filter, Some(by))?,
                 None => Vec::new(),
@@ -183,6 +338,39 @@ impl Store {
                 b.totals.total_tokens.cmp(&a.totals.total_tokens).then(a.key.cmp(&b.key))
             });
             Ok(UsageReport { total, groups })
+        })
+        .await
+    }
+
+    /// The tokens recorded for the session's newest turn (a cumulative agent's are its
+    /// report taken apart), with whether its agent reported any; `None` without a turn.
+    pub async fn newest_turn_tokens(
+        &self,
+        session_id: String,
+    ) -> Result<Option<TurnUsage>, StoreError> {
+        self.call(move |conn| {
+            let row = conn
+                .query_row(
+                    "SELECT input_tokens, output_tokens, cached_read_tokens, cached_write_tokens, \
+                     thought_tokens, total_tokens, tokens_reported FROM turns WHERE session_id = ?1 \
+                     ORDER BY started_at DESC, id DESC LIMIT 1",
+                    [&session_id],
+                    |r| {
+                        let n = |i: usize| r.get::<_, i64>(i).map(|v| v.max(0) as u64);
+                        Ok(TurnUsage {
+                            input_tokens: n(0)?,
+                            output_tokens: n(1)?,
+                            cached_read_tokens: n(2)?,
+                            cached_write_tokens: n(3)?,
+                            thought_tokens: n(4)?,
+                            total_tokens: Some(n(5)?),
+                            tokens_reported: r.get(6)?,
+                            ..TurnUsage::default()
+                        })
+                    },
+                )
+                .optional()?;
+            Ok(row)
         })
         .await
     }
@@ -296,17 +484,25 @@ fn use_of(
         .query_row(&format!("SELECT budget FROM {table} WHERE id = ?1"), [&id], |r| r.get(0))
         .optional()?;
     let Some(budget) = parse_budget(json.flatten())? else { return Ok(None) };
-    let (used_tokens, used_cost): (i64, f64) = conn.query_row(
+    let (used_tokens, used_cost, with, without): (i64, f64, i64, i64) = conn.query_row(
         &format!(
             "SELECT COALESCE(SUM(t.total_tokens), 0), \
-             COALESCE(SUM(CASE WHEN t.cost_currency = ?2 THEN t.cost END), 0) \
+             COALESCE(SUM(CASE WHEN t.cost_currency = ?2 THEN t.cost END), 0), \
+             COALESCE(SUM(t.tokens_reported), 0), {WITHOUT_TOKENS} \
              FROM turns t JOIN task_sessions s ON s.id = t.session_id WHERE {column} = ?1"
         ),
         params![id, budget.currency()],
-        |r| Ok((r.get(0)?, r.get(1)?)),
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
     )?;
-    Ok(Some(budget_use(scope, id, budget, used_tokens.max(0) as u64, used_cost)))
+    Ok(Some(BudgetUse {
+        turns_with_tokens: with.max(0) as u64,
+        turns_without_tokens: without.max(0) as u64,
+        ..budget_use(scope, id, budget, used_tokens.max(0) as u64, used_cost)
+    }))
 }
+
+/// Counts the ended turns whose agent reported no tokens (`t`: the turns).
+const WITHOUT_TOKENS: &str = "COALESCE(SUM(CASE WHEN t.ended_at IS NOT NULL AND t.tokens_reported = 0 THEN 1 ELSE 0 END), 0)";
 
 /// A budget's use, with its percent: the larger of tokens and cost (rounded down).
 pub fn budget_use(
@@ -328,7 +524,16 @@ pub fn budget_use(
             (used_cost * 100.0 / limit).floor().clamp(0.0, f64::from(u32::MAX)) as u32
         }
     });
-    BudgetUse { scope, id, budget, used_tokens, used_cost, percent: tokens.max(cost) }
+    BudgetUse {
+        scope,
+        id,
+        budget,
+        used_tokens,
+        used_cost,
+        percent: tokens.max(cost),
+        turns_with_tokens: 0,
+        turns_without_tokens: 0,
+    }
 }
 
 /// Sums per group (`None`: one group, all of them).
@@ -340,6 +545,7 @@ fn usage_groups(
     let key = match group_by {
         None => "''",
         Some(UsageGroupBy::Session) => "t.session_id",
+        Some(UsageGroupBy::Turn) => "t.id",
         Some(UsageGroupBy::Task) => "s.task_id",
         Some(UsageGroupBy::Profile) => "s.agent_profile_id",
         Some(UsageGroupBy::Workflow) => "w.workflow_id",
@@ -372,7 +578,8 @@ fn usage_groups(
     let mut stmt = conn.prepare(&format!(
         "SELECT {key}, count(*), COALESCE(SUM(t.input_tokens), 0), COALESCE(SUM(t.output_tokens), 0), \
          COALESCE(SUM(t.cached_read_tokens), 0), COALESCE(SUM(t.cached_write_tokens), 0), \
-         COALESCE(SUM(t.thought_tokens), 0), COALESCE(SUM(t.total_tokens), 0) {from} GROUP BY 1"
+         COALESCE(SUM(t.thought_tokens), 0), COALESCE(SUM(t.total_tokens), 0), \
+         COALESCE(SUM(t.tokens_reported), 0), {WITHOUT_TOKENS} {from} GROUP BY 1"
     ))?;
     let rows = stmt.query_map(args, |r| {
         let n = |i: usize| r.get::<_, i64>(i).map(|v| v.max(0) as u64);
@@ -387,6 +594,8 @@ fn usage_groups(
                 thought_tokens: n(6)?,
                 total_tokens: n(7)?,
                 cost: Vec::new(),
+                turns_with_tokens: Some(n(8)?),
+                turns_without_tokens: Some(n(9)?),
             },
         })
     })?;
@@ -407,4 +616,32 @@ fn usage_groups(
         }
     }
     Ok(groups)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens(input: u64, output: u64, total: Option<u64>) -> Tokens {
+        Tokens { input, output, total, ..Tokens::default() }
+    }
+
+    /// A running total's turn is its increase over the mark of the same ACP session; a
+    /// report below the mark in any kind, or of another ACP session, counts whole.
+    #[test]
+    fn running_totals_are_taken_apart_against_the_mark_of_their_session() {
+        let mark = TokensMark { acp_session: Some("a".into()), tokens: tokens(100, 20, Some(120)) };
+        let report = tokens(250, 50, Some(300));
+        assert_eq!(report.increase_over(Some(&mark), Some("a")), tokens(150, 30, Some(180)));
+        assert_eq!(report.increase_over(Some(&mark), Some("b")), report, "another session");
+        assert_eq!(report.increase_over(None, Some("a")), report, "no mark yet");
+        let fell = tokens(250, 10, Some(260));
+        assert_eq!(fell.increase_over(Some(&mark), Some("a")), fell, "output fell: a new count");
+        let no_total = tokens(250, 50, None);
+        assert_eq!(no_total.increase_over(Some(&mark), Some("a")), tokens(150, 30, None));
+        let total_fell = tokens(250, 50, Some(100));
+        assert_eq!(total_fell.increase_over(Some(&mark), Some("a")), total_fell);
+        let mark = TokensMark { acp_session: None, ..mark };
+        assert_eq!(report.increase_over(Some(&mark), None), tokens(150, 30, Some(180)));
+    }
 }

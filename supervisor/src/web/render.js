@@ -486,14 +486,23 @@ function renderUsage(update) {
 // The session's totals (tokens and cost of its turns) and its budgets, from its status.
 function renderTotals(usage) {
   const box = $("#totals");
-  const tokens = usage && usage.total_tokens ? [`${formatTokens(usage.total_tokens)} tokens`] : [];
+  // Unknown is not zero: turns ended and none of them reported tokens.
+  const unknown = usage && usage.turns_with_tokens === 0 && usage.turns_without_tokens > 0;
+  const tokens = unknown ? ["tokens not reported"]
+    : usage && usage.total_tokens ? [`${formatTokens(usage.total_tokens)} tokens`] : [];
   const cost = ((usage && usage.cost) || []).map((c) => `${c.amount.toFixed(2)} ${c.currency}`);
-  const budgets = ((usage && usage.budgets) || []).map((b) => `${b.scope} budget ${b.percent}%`);
+  // A token limit over turns that reported no tokens cannot be checked: said, not 0 %.
+  const unchecked = (b) => b.budget.tokens != null && b.turns_with_tokens === 0 && b.turns_without_tokens > 0;
+  const budgets = ((usage && usage.budgets) || []).map((b) => unchecked(b)
+    ? `${b.scope} budget ${b.budget.cost != null ? b.percent + "%, " : ""}tokens unchecked`
+    : `${b.scope} budget ${b.percent}%`);
   // Only what the agent reported (many report no tokens, some no cost).
   if (!tokens.length && !cost.length && !budgets.length) { box.hidden = true; return; }
   box.textContent = [...tokens, ...cost, ...budgets].join(" · ");
-  box.title = `${usage.turns} turns: ${usage.input_tokens} in, ${usage.output_tokens} out, ` +
-    `${usage.cached_read_tokens + usage.cached_write_tokens} cached, ${usage.thought_tokens} thinking`;
+  box.title = unknown ? `${usage.turns} turns: the agent reported no tokens` :
+    `${usage.turns} turns: ${usage.input_tokens} in, ${usage.output_tokens} out, ` +
+    `${usage.cached_read_tokens + usage.cached_write_tokens} cached, ${usage.thought_tokens} thinking` +
+    (usage.turns_without_tokens ? ` (${usage.turns_without_tokens} turns without a token report)` : "");
   box.classList.toggle("high", (usage.budgets || []).some((b) => b.percent >= 80));
   box.hidden = false;
 }

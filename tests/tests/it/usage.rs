@@ -305,3 +305,105 @@ async fn an_interrupted_turn_is_re_sent_once_on_request() {
     let sent = text.lines().filter(|line| line.contains("retry me")).count();
     assert_eq!(sent, 2, "the cut turn and its one retry: {text}");
 }
+
+/// An agent that reports running totals in `PromptResponse.usage` (the profile says
+/// `session.usage_totals = "cumulative"`, as the built-in copilot does): each turn records
+/// its increase over the agent's previous report, a report below it (a new count) counts
+/// whole, and the mark survives a restart — so a budget counts what was used, not the
+/// sum of running totals.
+#[tokio::test]
+async fn running_token_totals_count_each_turns_increase() {
+    let running = "id = \"running\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{home}/.mock-agent\"]\nprotocol = \"acp\"\n[session]\nagent_state_dirs = [\".mock-agent\"]\nusage_totals = \"cumulative\"\n";
+    let mut daemon = Daemon::start_with_profiles(&[], &[("running.toml", running)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("running", &daemon.workspace("r")).await;
+    let set = api.typed().budget_set(Some(session.clone()), None, Some(400), None, None);
+    ok("budget.set", set).await;
+    api.ask(&session, "/tokens 100 20\none").await;
+    api.ask(&session, "/tokens 250 50\ntwo").await;
+    let status = api.status(&session).await;
+    let totals = &status.usage.totals;
+    assert_eq!(
+        (totals.input_tokens, totals.output_tokens, totals.total_tokens),
+        (250, 50, 300),
+        "the second turn added 150 and 30: {totals:?}"
+    );
+    assert_eq!(status.state, SessionState::WaitingForInput, "300 of 400: {:?}", status.usage);
+    assert_eq!(status.usage.budgets[0].percent, 75, "{:?}", status.usage);
+    // Smaller than the last report: a new count (a fresh agent session), taken whole.
+    api.ask(&session, "/tokens 40 5\nthree").await;
+    drop(api);
+    daemon.kill().await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    api.ask(&session, "/tokens 100 10\nfour").await;
+    let report = ok(
+        "usage.query",
+        api.typed().usage_query(Some(session.clone()), None, None, None, None, None, None),
+    )
+    .await;
+    assert_eq!(
+        (report.total.input_tokens, report.total.output_tokens, report.total.total_tokens),
+        (350, 60, 410),
+        "{report:?}"
+    );
+    let (code, out, err) = daemon.cli(&["usage", "--session", &session]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("total\t410 tokens (in 350, out 60, cached 0)"), "{out}");
+}
+
+/// Tokens an agent never reported are unknown, not zero: `usage`, `status`, `sessions
+/// show` (the session and each turn) and the JSON say so; a token budget says it cannot
+/// be checked (a notice at the first turn that reported none, and wherever it is shown).
+#[tokio::test]
+async fn tokens_an_agent_never_reported_read_not_reported() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("n")).await;
+    let set = api.typed().budget_set(Some(session.clone()), None, Some(1000), None, None);
+    ok("budget.set", set).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.ask(&session, "no tokens said").await;
+    let unchecked = |e: &SessionEvent| matches!(&e.kind, EventKind::Notice { message } if message.contains("cannot be checked"));
+    until(&mut events, unchecked).await;
+    let (code, out, err) = daemon.cli(&["status", &session, "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json["usage"]["turns_with_tokens"], 0, "{out}");
+    let status = api.status(&session).await;
+    let budget = &status.usage.budgets[0];
+    assert!(budget.describe().contains("cannot be checked"), "{}", budget.describe());
+    for args in [
+        &["usage", "--session", &session][..],
+        &["status", &session],
+        &["sessions", "show", &session],
+        &["budget", "--session", &session, "--tokens", "2000"],
+    ] {
+        let (code, out, err) = daemon.cli(args).await;
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(
+            out.contains("not reported") || out.contains("cannot be checked"),
+            "{args:?}: {out}"
+        );
+        assert!(!out.contains(" 0 tokens") && !out.contains("\t0 tokens"), "{args:?}: {out}");
+    }
+    let (_, out, _) = daemon.cli(&["sessions", "show", &session]).await;
+    let turn = out.lines().find(|line| line.contains("execution ")).unwrap_or_default();
+    assert!(turn.contains("tokens not reported"), "the turn's line says so: {out}");
+    let (_, out, _) = daemon.cli(&["budget", "--session", &session, "--tokens", "2000"]).await;
+    assert!(out.contains("cannot be checked"), "{out}");
+}
+
+/// The page shows unknown tokens as not reported, not as nothing or zero.
+#[tokio::test]
+async fn the_page_shows_unreported_tokens_as_not_reported() {
+    let Some(browser) = tether_tests::browser::start("unreported").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("p")).await;
+    api.ask(&session, "/usage 10 100 0.25\nno tokens said").await;
+    let page = daemon.url.replace("ws://", "http://") + "/";
+    browser.open(&format!("{page}#/session/{session}")).await;
+    browser.wait_text("#connection", "connected").await;
+    browser.wait_text("#totals", "tokens not reported · 0.25 USD").await;
+}

@@ -3,6 +3,7 @@
 //! pause the session.
 
 use super::*;
+use agents::profile::UsageReporting;
 use protocol::api::BudgetUse;
 
 /// How many points below the handoff threshold the context warning comes.
@@ -77,14 +78,27 @@ impl SessionActor {
     }
 }
 
+/// The kinds of tokens a `PromptResponse`'s `usage` holds (ACP, unstable).
+const TOKEN_FIELDS: [&str; 6] = [
+    "inputTokens",
+    "outputTokens",
+    "cachedReadTokens",
+    "cachedWriteTokens",
+    "thoughtTokens",
+    "totalTokens",
+];
+
 /// The tokens of a `PromptResponse`'s `usage` (ACP, unstable: `inputTokens`,
 /// `outputTokens`, `cachedReadTokens`, `cachedWriteTokens`, `thoughtTokens`,
-/// `totalTokens`), this turn's.
+/// `totalTokens`), as the agent reported them: this turn's, or its running totals (the
+/// store takes those apart, `session.usage_totals`). Without a figure nothing was
+/// reported: the turn's tokens are unknown.
 pub(in crate::session) fn prompt_usage(result: &Value, usage: &mut crate::store::TurnUsage) {
     let reported = &result["usage"];
-    if !reported.is_object() {
+    if !TOKEN_FIELDS.iter().any(|name| reported[*name].is_u64()) {
         return;
     }
+    usage.tokens_reported = true;
     let n = |name: &str| reported[name].as_u64().unwrap_or(0);
     usage.input_tokens = n("inputTokens");
     usage.output_tokens = n("outputTokens");
@@ -95,8 +109,24 @@ pub(in crate::session) fn prompt_usage(result: &Value, usage: &mut crate::store:
 }
 
 impl SessionActor {
-    /// A turn's usage in the metrics (`tether_tokens_total`, `tether_cost_total`).
+    /// A turn's usage in the metrics (`tether_tokens_total`, `tether_cost_total`): its
+    /// cost, and the tokens of an agent that reports each turn's own (a cumulative agent's
+    /// are counted by `check_limits`, once the store took this turn's increase apart).
     pub(in crate::session) fn turn_counted(&self, usage: &crate::store::TurnUsage) {
+        if self.profile.session.usage_totals == UsageReporting::PerTurn {
+            self.tokens_counted(usage);
+        }
+        if let Some((amount, currency)) = usage.cost.as_ref().filter(|(amount, _)| *amount > 0.0) {
+            let labels = vec![
+                ("currency", currency.clone()),
+                ("profile", self.row.agent_profile_id.clone()),
+            ];
+            crate::metrics::get().cost.get_or_create(&labels).inc_by(*amount);
+        }
+    }
+
+    /// A turn's tokens in the metrics (`tether_tokens_total`).
+    fn tokens_counted(&self, usage: &crate::store::TurnUsage) {
         let metrics = crate::metrics::get();
         let profile = self.row.agent_profile_id.clone();
         for (direction, tokens) in [
@@ -112,16 +142,33 @@ impl SessionActor {
                 metrics.tokens.get_or_create(&labels).inc_by(tokens);
             }
         }
-        if let Some((amount, currency)) = usage.cost.as_ref().filter(|(amount, _)| *amount > 0.0) {
-            let labels = vec![("currency", currency.clone()), ("profile", profile)];
-            metrics.cost.get_or_create(&labels).inc_by(*amount);
+    }
+
+    /// The tokens the store recorded for the turn that just ended (a cumulative agent's
+    /// report taken apart), counted in the metrics; the turn's usage as reported else.
+    async fn recorded_tokens(&self, reported: &crate::store::TurnUsage) -> crate::store::TurnUsage {
+        if self.profile.session.usage_totals == UsageReporting::PerTurn {
+            return reported.clone();
+        }
+        match self.context.store.newest_turn_tokens(self.row.id.clone()).await {
+            Ok(Some(recorded)) => {
+                self.tokens_counted(&recorded);
+                crate::store::TurnUsage { cost: reported.cost.clone(), ..recorded }
+            }
+            Ok(None) => reported.clone(),
+            Err(err) => {
+                tracing::warn!(session = %self.row.id, %err, "cannot read the turn's tokens");
+                reported.clone()
+            }
         }
     }
 
     /// After a turn's end: a budget passing 80 % is announced (`budget_warning`); a budget
     /// used up, `max_turns` turns or `max_duration_secs` since the session was created
-    /// pause the session once the turn's end is handled.
-    pub(in crate::session) async fn check_limits(&mut self, turn: &crate::store::TurnUsage) {
+    /// pause the session once the turn's end is handled. A token limit whose turns never
+    /// reported tokens cannot be checked: a notice says so at the first such turn.
+    pub(in crate::session) async fn check_limits(&mut self, reported: &crate::store::TurnUsage) {
+        let turn = &self.recorded_tokens(reported).await;
         if self.row.state.is_terminal() {
             return;
         }
@@ -131,6 +178,13 @@ impl SessionActor {
         match store.budget_uses(self.row.id.clone()).await {
             Ok(uses) => {
                 for used in uses {
+                    if !turn.tokens_reported
+                        && used.budget.tokens.is_some()
+                        && used.tokens_unknown()
+                        && used.turns_without_tokens == 1
+                    {
+                        self.emit(SessionEventKind::Notice { message: used.describe() });
+                    }
                     if used.percent >= 100 && !pausing {
                         let reason = format!("{} (raise it with budget.set)", used.describe());
                         self.limit_reached.get_or_insert((reason, SnapshotTrigger::Budget));
@@ -194,11 +248,15 @@ fn budget_before(used: &BudgetUse, turn: &crate::store::TurnUsage) -> BudgetUse 
         Some((amount, currency)) if currency == used.budget.currency() => *amount,
         _ => 0.0,
     };
-    crate::store::budget_use(
-        used.scope,
-        used.id.clone(),
-        used.budget.clone(),
-        used.used_tokens.saturating_sub(turn.total()),
-        (used.used_cost - cost).max(0.0),
-    )
+    BudgetUse {
+        turns_with_tokens: used.turns_with_tokens,
+        turns_without_tokens: used.turns_without_tokens,
+        ..crate::store::budget_use(
+            used.scope,
+            used.id.clone(),
+            used.budget.clone(),
+            used.used_tokens.saturating_sub(turn.total()),
+            (used.used_cost - cost).max(0.0),
+        )
+    }
 }
