@@ -54,6 +54,8 @@ options:
   --crash-on METHOD     exit when METHOD arrives, after a line on stderr
   --exit-code N         the exit code for --crash-on (default 3)
   --garbage-at-start    print a non-JSON line and an invalid UTF-8 line before anything else
+  --stderr-at-start N   print N numbered lines on stderr at start (an agent's debug output
+                        as it starts, as claude-agent-acp's at every resume)
   --ignore-eof          keep running after stdin closes (stop it with a signal)
   --ignore-sigterm      ignore SIGTERM (stop it with SIGKILL)
   --name NAME           the agentInfo name (default mock-agent)
@@ -109,6 +111,8 @@ pub struct Config {
     pub exit_code: i32,
     /// Print garbage before the first message.
     pub garbage_at_start: bool,
+    /// Lines printed on stderr at start (`--stderr-at-start`).
+    pub stderr_at_start: u32,
     /// Keep running after stdin EOF.
     pub ignore_eof: bool,
     /// Ignore SIGTERM.
@@ -153,6 +157,7 @@ impl Default for Config {
             crash_on: None,
             exit_code: 3,
             garbage_at_start: false,
+            stderr_at_start: 0,
             ignore_eof: false,
             ignore_sigterm: false,
             name: "mock-agent".into(),
@@ -211,6 +216,11 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, 
                     code.parse().map_err(|_| format!("--exit-code: {code:?} is not a number"))?;
             }
             "--garbage-at-start" => config.garbage_at_start = true,
+            "--stderr-at-start" => {
+                let lines = value("--stderr-at-start")?;
+                config.stderr_at_start =
+                    lines.parse().map_err(|_| format!("--stderr-at-start: {lines:?}"))?;
+            }
             "--ignore-eof" => config.ignore_eof = true,
             "--ignore-sigterm" => config.ignore_sigterm = true,
             "--name" => config.name = value("--name")?,
@@ -284,6 +294,9 @@ pub async fn run(config: Config) -> i32 {
     }
     // Written, so resident (as a real agent's heap is), and kept until the process ends.
     std::hint::black_box(&*vec![1u8; config.ballast_mb << 20].leak());
+    for line in 1..=config.stderr_at_start {
+        eprintln!("mock-agent: starting, debug line {line} of {}", config.stderr_at_start);
+    }
     if config.garbage_at_start {
         let mut stdout = std::io::stdout().lock();
         let _ = stdout.write_all(b"mock-agent starting up (not JSON)\n\xff\xfe\xfd not UTF-8\n");

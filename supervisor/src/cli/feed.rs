@@ -172,8 +172,19 @@ impl<'a> Feed<'a> {
         self.events.has_queued()
     }
 
+    /// The next event; meanwhile a launch step waited in says how long it has waited
+    /// (see [`Shown::tick`]).
     pub(super) async fn next(&mut self) -> Result<SessionEvent, Failure> {
-        let event = self.events.next().await?;
+        let shown: &Shown = self.events.source().shown;
+        let event = loop {
+            let tick = shown.until_tick();
+            tokio::select! {
+                event = self.events.next() => break event?,
+                () = tokio::time::sleep(tick.unwrap_or_default()), if tick.is_some() => {
+                    shown.tick();
+                }
+            }
+        };
         self.events.source_mut().empty_resubscribes = 0;
         Ok(event)
     }

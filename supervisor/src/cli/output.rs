@@ -263,32 +263,216 @@ impl AcpUpdate {
 }
 
 /// Shows, on stderr, what a session does while the user waits: the steps of bringing its
-/// agent up (with the time since the command started), notices, a resume's outcome and
-/// reconnects. Nothing with `--quiet`.
+/// agent up (with the time since the command started, and how long the current step has
+/// waited: see [`StepWait`]), notices, a resume's outcome and reconnects. Nothing with
+/// `--quiet`.
 pub(super) struct Shown {
-    pub(super) quiet: bool,
-    pub(super) started: Instant,
+    quiet: bool,
+    started: Instant,
+    /// The launch step waited in. The feed and the command's loop both hold the `Shown`
+    /// (shared); a std mutex, held for no await.
+    step: std::sync::Mutex<StepWait>,
 }
 
 impl Shown {
     pub(super) fn new(quiet: bool) -> Shown {
-        Shown { quiet, started: Instant::now() }
+        use std::io::IsTerminal;
+        let started = Instant::now();
+        let terminal = std::io::stderr().is_terminal();
+        Shown { quiet, started, step: std::sync::Mutex::new(StepWait::new(terminal, started)) }
     }
 
     pub(super) fn line(&self, line: &str) {
-        if !self.quiet {
-            eprintln!("[{:5.1}s] {line}", self.started.elapsed().as_secs_f64());
+        if self.quiet {
+            return;
         }
+        let shows = self.step().interrupted();
+        show(shows);
+        eprintln!("[{:5.1}s] {line}", self.started.elapsed().as_secs_f64());
     }
 
     pub(super) fn progress(&self, event: &SessionEvent) {
+        if self.quiet {
+            return;
+        }
         let line = match &event.kind {
-            EventKind::Progress { step, detail } => progress_line(*step, detail.as_deref()),
+            EventKind::Progress { step, detail } => {
+                let shows = self.step().progress(Instant::now(), *step, detail.clone());
+                return show(shows);
+            }
             EventKind::Notice { message } => format!("notice: {message}"),
             EventKind::ResumeOutcome { outcome } => format!("resumed: {}", outcome.as_str()),
-            _ => return,
+            EventKind::State { state: SessionState::Starting, .. } => return,
+            // Anything else: the agent is up (or gone); its step is over.
+            _ => return show(self.step().ended()),
         };
         self.line(&line);
+    }
+
+    /// How long until [`Shown::tick`] has something to show (`None`: no step waits).
+    pub(super) fn until_tick(&self) -> Option<Duration> {
+        match self.quiet {
+            true => None,
+            false => self.step().until_tick(Instant::now()),
+        }
+    }
+
+    fn step(&self) -> std::sync::MutexGuard<'_, StepWait> {
+        // A panic while it was held left nothing half-done that matters for a display.
+        self.step.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Shows how long the current step has waited, with the agent's latest line.
+    pub(super) fn tick(&self) {
+        if !self.quiet {
+            show(self.step().tick(Instant::now()));
+        }
+    }
+}
+
+impl Drop for Shown {
+    fn drop(&mut self) {
+        // An error or a result printed after: on a line of its own.
+        show(self.step().ended());
+    }
+}
+
+/// Writes what a [`StepWait`] decided on stderr.
+fn show(shows: Vec<Shows>) {
+    let mut stderr = std::io::stderr().lock();
+    for shown in shows {
+        let _ = match shown {
+            Shows::Line(line) => writeln!(stderr, "{line}"),
+            // Back to the start of the line, erased, and drawn again.
+            Shows::Redraw(line) => write!(stderr, "\r\x1b[K{line}"),
+            Shows::EndLine => writeln!(stderr),
+        };
+    }
+    let _ = stderr.flush();
+}
+
+/// What [`StepWait`] writes on stderr.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Shows {
+    /// A line of its own.
+    Line(String),
+    /// The line being drawn, drawn again (a terminal's).
+    Redraw(String),
+    /// The line being drawn ends (the next goes below it).
+    EndLine,
+}
+
+/// How long a launch step waits in silence off a terminal before a line says it still
+/// waits (and what the agent last printed).
+pub(super) const STILL_WAITING: Duration = Duration::from_secs(10);
+
+/// The launch step a command waits in, shown as it goes (decided here from the times
+/// given, written by [`Shown`]). Each step starts a line. On a terminal that line is
+/// drawn again every second with how long the step has waited and its latest detail (the
+/// agent's newest stderr line); elsewhere (a log, a pipe) a line says so at most every
+/// [`STILL_WAITING`].
+pub(super) struct StepWait {
+    terminal: bool,
+    /// When the command started (the lines' times count from it).
+    started: Instant,
+    current: Option<Waited>,
+}
+
+/// The step waited in.
+struct Waited {
+    step: LaunchStep,
+    detail: Option<String>,
+    /// When it began.
+    began: Instant,
+    /// When a line of it was last written (off a terminal).
+    written: Instant,
+    /// A terminal's line of it is drawn and not ended.
+    drawn: bool,
+}
+
+impl StepWait {
+    pub(super) fn new(terminal: bool, started: Instant) -> StepWait {
+        StepWait { terminal, started, current: None }
+    }
+
+    /// A `progress` event: a new step starts a line; the same step's new detail updates
+    /// it (drawn at once on a terminal, else with the next line due).
+    pub(super) fn progress(
+        &mut self,
+        now: Instant,
+        step: LaunchStep,
+        detail: Option<String>,
+    ) -> Vec<Shows> {
+        if let Some(waited) = self.current.as_mut().filter(|waited| waited.step == step) {
+            waited.detail = detail;
+            return self.tick(now);
+        }
+        let mut shows = self.ended();
+        let line = format!("{} {}", self.stamp(now), progress_line(step, detail.as_deref()));
+        shows.push(match self.terminal {
+            true => Shows::Redraw(line),
+            false => Shows::Line(line),
+        });
+        self.current =
+            Some(Waited { step, detail, began: now, written: now, drawn: self.terminal });
+        shows
+    }
+
+    /// A second passed: on a terminal the line says how long its step has waited; off
+    /// one, a line says it still waits once [`STILL_WAITING`] passed since the last.
+    pub(super) fn tick(&mut self, now: Instant) -> Vec<Shows> {
+        let stamp = self.stamp(now);
+        let terminal = self.terminal;
+        let Some(waited) = self.current.as_mut() else { return Vec::new() };
+        let waiting = now.saturating_duration_since(waited.began).as_secs();
+        let what = progress_line(waited.step, waited.detail.as_deref());
+        if terminal {
+            let began = waited.began.saturating_duration_since(self.started).as_secs_f64();
+            let line = match waiting {
+                0 => format!("[{began:5.1}s] {what}"),
+                _ => format!("[{began:5.1}s] {what} ({waiting} s)"),
+            };
+            waited.drawn = true;
+            return vec![Shows::Redraw(line)];
+        }
+        if now.saturating_duration_since(waited.written) < STILL_WAITING {
+            return Vec::new();
+        }
+        waited.written = now;
+        vec![Shows::Line(format!("{stamp} {what} (still waiting, {waiting} s)"))]
+    }
+
+    /// How long until [`StepWait::tick`] shows something (`None`: no step waits).
+    pub(super) fn until_tick(&self, now: Instant) -> Option<Duration> {
+        let waited = self.current.as_ref()?;
+        Some(match self.terminal {
+            true => Duration::from_secs(1),
+            false => (waited.written + STILL_WAITING).saturating_duration_since(now),
+        })
+    }
+
+    /// Another line is about to be written: a drawn line ends first (its step goes on,
+    /// drawn again below at the next tick).
+    pub(super) fn interrupted(&mut self) -> Vec<Shows> {
+        match self.current.as_mut() {
+            Some(waited) if waited.drawn => {
+                waited.drawn = false;
+                vec![Shows::EndLine]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// The step is over (the agent is up, or gone): its drawn line ends.
+    pub(super) fn ended(&mut self) -> Vec<Shows> {
+        let shows = self.interrupted();
+        self.current = None;
+        shows
+    }
+
+    /// `[ 12.3s]`: the time since the command started.
+    fn stamp(&self, now: Instant) -> String {
+        format!("[{:5.1}s]", now.saturating_duration_since(self.started).as_secs_f64())
     }
 }
 
@@ -586,6 +770,67 @@ mod tests {
         event["seq"] = json!(1);
         event["at"] = json!(0);
         describe(&serde_json::from_value::<SessionEvent>(event).expect("an event").kind)
+    }
+
+    /// Off a terminal a step's line comes when it starts, then at most one every ten
+    /// seconds saying it still waits with the agent's latest line (not a line per stderr
+    /// line); on a terminal one line is drawn again every second with the time waited; a
+    /// new step, or the agent up, ends it.
+    #[test]
+    fn a_waiting_step_updates_one_line_on_a_terminal_and_every_ten_seconds_elsewhere() {
+        let started = Instant::now();
+        let at = |secs: f64| started + Duration::from_secs_f64(secs);
+        let says = |line: &str| Some(format!("the agent says: {line}"));
+        let mut log = StepWait::new(false, started);
+        assert_eq!(
+            log.progress(at(0.1), LaunchStep::Initializing, None),
+            [Shows::Line("[  0.1s] the agent is starting (initialize)".into())]
+        );
+        assert_eq!(log.until_tick(at(0.1)), Some(STILL_WAITING));
+        for n in 1..=12 {
+            let line = format!("debug line {n}");
+            assert_eq!(log.progress(at(0.2), LaunchStep::Initializing, says(&line)), []);
+        }
+        assert_eq!(log.tick(at(5.0)), []);
+        assert_eq!(
+            log.tick(at(10.1)),
+            [Shows::Line(
+                "[ 10.1s] the agent is starting (initialize): the agent says: debug line 12 (still waiting, 10 s)"
+                    .into()
+            )]
+        );
+        assert_eq!(log.tick(at(15.0)), []);
+        assert_eq!(
+            log.progress(at(16.0), LaunchStep::Opening, None),
+            [Shows::Line("[ 16.0s] opening an agent session".into())]
+        );
+        assert_eq!(log.ended(), []);
+        assert_eq!((log.tick(at(40.0)), log.until_tick(at(40.0))), (vec![], None));
+
+        let mut terminal = StepWait::new(true, started);
+        let drawn = |line: &str| Shows::Redraw(line.to_owned());
+        assert_eq!(
+            terminal.progress(at(0.1), LaunchStep::Initializing, None),
+            [drawn("[  0.1s] the agent is starting (initialize)")]
+        );
+        assert_eq!(terminal.until_tick(at(0.1)), Some(Duration::from_secs(1)));
+        assert_eq!(
+            terminal.progress(at(2.5), LaunchStep::Initializing, says("loading")),
+            [drawn("[  0.1s] the agent is starting (initialize): the agent says: loading (2 s)")]
+        );
+        assert_eq!(
+            terminal.tick(at(3.2)),
+            [drawn("[  0.1s] the agent is starting (initialize): the agent says: loading (3 s)")]
+        );
+        // A notice goes on a line of its own: the step's line ends, drawn again below.
+        assert_eq!(terminal.interrupted(), [Shows::EndLine]);
+        assert_eq!(terminal.interrupted(), []);
+        assert_eq!(
+            terminal.progress(at(4.0), LaunchStep::Restoring, Some("session/load".into())),
+            [drawn("[  4.0s] restoring the agent's session: session/load")]
+        );
+        assert_eq!(terminal.ended(), [Shows::EndLine]);
+        assert_eq!(terminal.tick(at(9.0)), []);
     }
 
     /// Issue 34: `follow` names the pause's and snapshot's events (they were a bare

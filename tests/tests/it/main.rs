@@ -25,6 +25,7 @@ mod pause;
 mod pause_summary;
 mod permissions;
 mod pool;
+mod progress;
 mod real_agents;
 mod real_settings;
 mod reaping;

@@ -8,6 +8,9 @@ use protocol::api::PromptOrigin;
 const MAX_QUIET_STDERR: u32 = 20;
 /// How much of each is shown.
 const QUIET_STDERR_CHARS: usize = 300;
+/// `stderr_shown` counts a start's lines (not a turn's): the execution's generation is
+/// in bits 16–30, the count below.
+const LAUNCH_COUNT: u32 = 1 << 31;
 
 /// What a new turn is, beyond its prompt.
 pub(in crate::session) enum TurnKind {
@@ -137,19 +140,55 @@ impl SessionActor {
         Ok((turn_id, message))
     }
 
-    /// A line the agent wrote on stderr: while a start or a turn has produced nothing
-    /// yet (an agent retrying a refused request says nothing else for minutes), it is shown
-    /// as a notice — at most `MAX_QUIET_STDERR` lines, each cut to `QUIET_STDERR_CHARS`.
+    /// A line the agent wrote on stderr while it is quiet, cut to `QUIET_STDERR_CHARS`.
+    /// While it starts, the line is the detail of the launch step it waits in (a
+    /// `progress` event of that step, "the agent says: …", which clients show as that
+    /// step's one line, updated: claude-agent-acp prints a dozen debug lines at every
+    /// resume), at most `MAX_QUIET_STDERR` per execution. While a turn has produced
+    /// nothing yet (an agent retrying a refused request says nothing else for minutes), it
+    /// is a notice, at most `MAX_QUIET_STDERR` per turn.
     pub(in crate::session) fn stderr_while_quiet(&mut self, line: &str) {
+        let line = line.trim();
+        if line.is_empty() {
+            return;
+        }
+        let said =
+            || format!("the agent says: {}", crate::history::excerpt(line, QUIET_STDERR_CHARS));
+        if let Some(step) = self.launch_step() {
+            // Counted per execution: its generation keys the count (a turn's start, or
+            // another execution's first line, begins a new one).
+            let key = LAUNCH_COUNT | ((self.generation() as u32 & 0x7fff) << 16);
+            if self.stderr_shown & !0xffff != key {
+                self.stderr_shown = key;
+            }
+            if self.stderr_shown & 0xffff < MAX_QUIET_STDERR {
+                self.stderr_shown += 1;
+                self.progress(step, Some(said()));
+            }
+            return;
+        }
         let starting = matches!(self.phase(), Phase::Launching | Phase::Opening);
         let waiting = self.turn.as_ref().is_some_and(|turn| !turn.heard);
-        let line = line.trim();
-        if !(starting || waiting) || line.is_empty() || self.stderr_shown >= MAX_QUIET_STDERR {
+        if !(starting || waiting) || self.stderr_shown >= MAX_QUIET_STDERR {
             return;
         }
         self.stderr_shown += 1;
-        let line = crate::history::excerpt(line, QUIET_STDERR_CHARS);
-        self.emit(SessionEventKind::Notice { message: format!("the agent says: {line}") });
+        self.emit(SessionEventKind::Notice { message: said() });
+    }
+
+    /// The launch step the agent is waited for in, while it starts (the step of the
+    /// handshake request it has not answered yet).
+    fn launch_step(&self) -> Option<LaunchStep> {
+        use protocol::acp::method;
+        let Stage::Opening(opening) = &self.stage else { return None };
+        Some(match opening.step?.0 {
+            method::INITIALIZE => LaunchStep::Initializing,
+            method::AUTHENTICATE => LaunchStep::Authenticating,
+            method::SESSION_LOAD | method::SESSION_RESUME => LaunchStep::Restoring,
+            method::SESSION_NEW => LaunchStep::Opening,
+            method::SESSION_SET_CONFIG_OPTION | method::SESSION_SET_MODE => LaunchStep::Settings,
+            _ => return None,
+        })
     }
 
     pub(in crate::session) async fn cancel(&mut self) -> Result<(), SessionError> {
