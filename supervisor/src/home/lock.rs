@@ -95,7 +95,14 @@ impl DaemonLock {
         match fcntl(file.as_fd(), FcntlArg::F_OFD_SETLK(&request)) {
             Ok(_) => {}
             Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EACCES) => {
-                return Err(LockError::Held { root: root.to_owned(), holder: read_record(root) });
+                let holder = read_record(root);
+                // The recorded daemon is gone, yet the lock is held: a process it was
+                // forking when it died still shares the lock until it runs its program
+                // (the descriptor is close-on-exec). That takes moments: wait that long.
+                let gone = holder.as_ref().is_none_or(|holder| !is_alive(holder.pid));
+                if !(gone && wait_for(&file, HANDOVER)) {
+                    return Err(LockError::Held { root: root.to_owned(), holder });
+                }
             }
             Err(errno) => return Err(io_error(errno.into())),
         }
@@ -144,6 +151,28 @@ pub fn running(root: &Path) -> Option<DaemonRecord> {
         return None;
     }
     read_record(root)
+}
+
+/// How long a lock whose recorded holder is gone may take to be let go.
+const HANDOVER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether process `pid` exists.
+fn is_alive(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else { return false };
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+}
+
+/// Takes the lock of `file`, waiting for it (`F_OFD_SETLKW`) at most `bound`; whether it
+/// was taken. The waiting thread is left behind when the bound passes (the caller then
+/// gives up and exits).
+fn wait_for(file: &File, bound: std::time::Duration) -> bool {
+    let Ok(waiting) = file.try_clone() else { return false };
+    let (taken_tx, taken_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let request = whole_file(libc::F_WRLCK);
+        let _ = taken_tx.send(fcntl(waiting.as_fd(), FcntlArg::F_OFD_SETLKW(&request)).is_ok());
+    });
+    taken_rx.recv_timeout(bound).unwrap_or(false)
 }
 
 fn read_record(root: &Path) -> Option<DaemonRecord> {
