@@ -736,7 +736,10 @@ async fn a_dead_sidecars_spool_is_recorded_at_recovery_and_its_turn_ends_as_the_
     )
     .unwrap()
     .entries;
-    assert!(history.iter().any(|entry| entry.content == "<a><b>"), "{history:?}");
+    // The reply, marked as cut off by the failed turn.
+    let reply = history.iter().find(|entry| entry.content.starts_with("<a><b>\n"));
+    let reply = reply.unwrap_or_else(|| panic!("{history:?}"));
+    assert!(reply.content.contains("[the reply was cut off here: the agent exited (signal 9"));
     let (turn_state, _, _) = setup.store().get_turn("t1".into()).await.unwrap();
     assert_eq!(turn_state, "failed");
     assert!(setup.handle.view().error.as_deref().is_some_and(|e| e.contains("signal 9")));
