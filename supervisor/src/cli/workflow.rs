@@ -86,10 +86,9 @@ impl Client {
         let api = &*self.client;
         match command {
             WorkflowCommand::Run { file, vars, task, workspace, follow, json } => {
-                let spec = std::fs::read_to_string(&file).map_err(|err| Failure {
-                    code: Exit::Error,
-                    line: format!("error: cannot read {}: {err}", file.display()),
-                })?;
+                // At most the 1 MiB the daemon takes: `/dev/zero` is refused, not read.
+                let spec = crate::workflow::spec::read_file(&file)
+                    .map_err(|err| Failure { code: Exit::Error, line: format!("error: {err}") })?;
                 let spec_file = std::fs::canonicalize(&file).unwrap_or(file);
                 let here = std::env::current_dir().ok();
                 // The file's own `workspace` wins over the current directory (a file that

@@ -458,11 +458,17 @@ impl Supervisor {
         let current = match spec_text {
             Some(text) => Some(text),
             None => match &row.spec_file {
-                Some(file) => match std::fs::read_to_string(file) {
+                Some(file) => match spec::read_file(Path::new(file)) {
                     Ok(text) => Some(text),
-                    Err(err) => {
+                    Err(err @ spec::ReadError::Unreadable { .. }) => {
                         tracing::warn!(workflow = %id, file, %err, "cannot read the workflow file again; resuming with the stored text");
                         None
+                    }
+                    Err(err) => {
+                        return Err(ServiceError::InvalidParams {
+                            field: "spec",
+                            message: format!("{err}; resume with its text (spec) instead"),
+                        });
                     }
                 },
                 None => None,

@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use protocol::api::{SessionState, StepState, TurnState, WorkflowEventKind, WorkflowState};
 
-use super::spec::{Spec, Step, Values};
+use super::spec::{MAX_PROMPT, Spec, Step, Values};
+use crate::session::MAX_PROMPT_LINE;
 use crate::store::{StepPatch, StepRow, WorkflowRow};
 
 /// The most times a step's prompt is sent again after its turns were interrupted (its
@@ -473,9 +474,17 @@ pub fn plan(input: &Input<'_>) -> Plan {
             plan.actions.push(not_started(&row.step_id, reason));
             break;
         }
-        running += 1;
-        let prompt = render(input, step, row, &by_id);
-        plan.actions.push(Action::Start { step_id: row.step_id.clone(), prompt });
+        match render(input, step, row, &by_id) {
+            Ok(prompt) => {
+                running += 1;
+                plan.actions.push(Action::Start { step_id: row.step_id.clone(), prompt });
+            }
+            Err(reason) => {
+                // A prompt that cannot be sent: the step fails rather than wait for it.
+                plan.actions.push(not_started(&row.step_id, &reason));
+                break;
+            }
+        }
     }
     if !writes.is_empty() {
         plan.actions.push(Action::Write { patches: writes, state: None });
@@ -524,13 +533,19 @@ fn skip(step_id: &str, reason: String) -> StepPatch {
     }
 }
 
-/// A row's prompt, its references filled from the rows.
+/// Room for what goes around a prompt in its `session/prompt` line (request and session
+/// ids, the JSON around the text).
+const PROMPT_LINE_OVERHEAD: usize = 4096;
+
+/// A row's prompt, its references filled from the rows; or why it cannot be sent: longer
+/// than a prompt may be, or than the agent's line once escaped as JSON (the session would
+/// be refused its first prompt and the step never end).
 fn render(
     input: &Input<'_>,
     step: &Step,
     row: &StepRow,
     by_id: &BTreeMap<&str, &StepRow>,
-) -> String {
+) -> Result<String, String> {
     let outputs = by_id
         .iter()
         .filter_map(|(id, row)| row.output.as_deref().map(|output| (*id, output)))
@@ -544,7 +559,21 @@ fn render(
         _ => None,
     };
     let values = Rendering { task: input.task, outputs, item };
-    step.prompt.render(&input.spec.vars, &values)
+    let len = step.prompt.filled_len(&input.spec.vars, &values);
+    if len > MAX_PROMPT {
+        return Err(format!(
+            "its prompt is {len} bytes once filled in, over the {MAX_PROMPT} bytes (8 MiB) a prompt may be"
+        ));
+    }
+    let prompt = step.prompt.render(&input.spec.vars, &values);
+    let line = serde_json::to_string(&prompt)
+        .map_or(usize::MAX, |escaped| escaped.len().saturating_add(PROMPT_LINE_OVERHEAD));
+    if line > MAX_PROMPT_LINE {
+        return Err(format!(
+            "its prompt is {line} bytes as a JSON-RPC line, over the agent's {MAX_PROMPT_LINE}-byte line limit"
+        ));
+    }
+    Ok(prompt)
 }
 
 /// What a completed step leads to, if anything is left to do.

@@ -14,6 +14,58 @@ use toml::Spanned;
 /// The most steps that run at once, by default (`max_parallel`).
 pub const DEFAULT_MAX_PARALLEL: usize = 4;
 
+/// The longest workflow file, in bytes: what the CLI reads and the API takes.
+pub const MAX_FILE: usize = protocol::api::params::MAX_SPEC;
+
+/// The longest prompt, in bytes, as the API takes one: a step's, its references filled.
+pub const MAX_PROMPT: usize = protocol::api::params::MAX_PROMPT;
+
+/// The most passes of a loop (`loop.max_iterations`): each is a new session per step of
+/// its body.
+pub const MAX_ITERATIONS: i64 = 100;
+
+/// The most launch retries of a step (`retries`).
+pub const MAX_RETRIES: i64 = 100;
+
+/// Why a workflow file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// It cannot be opened or read.
+    #[error("cannot read {}: {source}", path.display())]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It is longer than [`MAX_FILE`] (`/dev/zero` is).
+    #[error("{} is over the 1 MiB a workflow file may be", path.display())]
+    TooLong {
+        /// The file.
+        path: PathBuf,
+    },
+    /// It is not UTF-8.
+    #[error("{} is not UTF-8 text", path.display())]
+    NotText {
+        /// The file.
+        path: PathBuf,
+    },
+}
+
+/// Reads a workflow file, at most [`MAX_FILE`] bytes of it: a longer one (or an endless
+/// one) is refused without reading more.
+pub fn read_file(path: &Path) -> Result<String, ReadError> {
+    use std::io::Read;
+    let unreadable = |source| ReadError::Unreadable { path: path.to_owned(), source };
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE as u64 + 1).read_to_end(&mut bytes).map_err(unreadable)?;
+    if bytes.len() > MAX_FILE {
+        return Err(ReadError::TooLong { path: path.to_owned() });
+    }
+    String::from_utf8(bytes).map_err(|_| ReadError::NotText { path: path.to_owned() })
+}
+
 /// Why a workflow file cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}:{line}:{column}: {field}: {reason}", file.display())]
@@ -177,7 +229,38 @@ pub trait Values {
     }
 }
 
+/// Nothing known yet: every reference but a variable is empty.
+struct NoValues;
+
+impl Values for NoValues {
+    fn task_title(&self) -> &str {
+        ""
+    }
+    fn task_description(&self) -> &str {
+        ""
+    }
+    fn step_output(&self, _: &str) -> Option<&str> {
+        None
+    }
+}
+
 impl Template {
+    /// How long [`Template::render`] would make it, in bytes, without making it (a
+    /// template may repeat a long output many times).
+    pub fn filled_len(&self, vars: &BTreeMap<String, String>, values: &dyn Values) -> usize {
+        self.parts
+            .iter()
+            .map(|part| match part {
+                Part::Text(literal) => literal.len(),
+                Part::Var(name) => vars.get(name).map_or(0, String::len),
+                Part::TaskTitle => values.task_title().len(),
+                Part::TaskDescription => values.task_description().len(),
+                Part::StepOutput(step) => values.step_output(step).map_or(0, str::len),
+                Part::Item => values.item().map_or(0, str::len),
+            })
+            .fold(0, usize::saturating_add)
+    }
+
     /// The prompt, every reference filled (`vars` from the spec).
     pub fn render(&self, vars: &BTreeMap<String, String>, values: &dyn Values) -> String {
         let mut text = String::new();
@@ -259,12 +342,12 @@ pub fn load(
     known_agent: &dyn Fn(&str) -> bool,
     known_runtime: &dyn Fn(&str) -> Result<(), String>,
 ) -> Result<Spec, SpecError> {
-    let text = std::fs::read_to_string(path).map_err(|err| SpecError {
+    let text = read_file(path).map_err(|err| SpecError {
         file: path.to_owned(),
         line: 1,
         column: 1,
         field: "(file)".into(),
-        reason: format!("cannot read it: {err}"),
+        reason: err.to_string(),
     })?;
     parse(&text, path, overrides, known_agent, known_runtime)
 }
@@ -370,13 +453,18 @@ pub fn parse(
                 ));
             }
         }
-        let count = |value: &Option<Spanned<i64>>, field: &str, least: i64| match value {
+        let count = |value: &Option<Spanned<i64>>, field: &str, least: i64, most: i64| match value {
             None => Ok(None),
-            Some(n) if *n.get_ref() >= least => Ok(Some(*n.get_ref() as u64)),
-            Some(n) => Err(fail(n.span(), &at(field), format!("must be at least {least}"))),
+            Some(n) if *n.get_ref() < least => {
+                Err(fail(n.span(), &at(field), format!("must be at least {least}")))
+            }
+            Some(n) if *n.get_ref() > most => {
+                Err(fail(n.span(), &at(field), format!("must be at most {most}")))
+            }
+            Some(n) => Ok(Some(*n.get_ref() as u64)),
         };
-        let timeout_ms = count(&step.timeout_ms, "timeout_ms", 1)?;
-        let retries = count(&step.retries, "retries", 0)?.unwrap_or(0).min(100) as u32;
+        let timeout_ms = count(&step.timeout_ms, "timeout_ms", 1, i64::MAX)?;
+        let retries = count(&step.retries, "retries", 0, MAX_RETRIES)?.unwrap_or(0) as u32;
         let worktree = match step.worktree.as_ref().map(|w| (w.get_ref().as_str(), w.span())) {
             None | Some(("none", _)) => WorktreeChoice::None,
             Some(("step", _)) => WorktreeChoice::Step,
@@ -408,9 +496,9 @@ pub fn parse(
                 {
                     return Err(fail(until.span(), &at("loop.until"), "must not be empty".into()));
                 }
-                let max_iterations = count(&raw.max_iterations, "loop.max_iterations", 1)?
-                    .unwrap_or(3)
-                    .min(1000) as u32;
+                let max_iterations =
+                    count(&raw.max_iterations, "loop.max_iterations", 1, MAX_ITERATIONS)?
+                        .unwrap_or(3) as u32;
                 Some((
                     raw.back_to.clone(),
                     Loop {
@@ -469,6 +557,18 @@ pub fn parse(
                 let start = step.prompt.span().start + quote + offset;
                 fail(start..start, &at("prompt"), reason)
             })?;
+        // What the file alone makes of it (its text and variables) must fit in a prompt;
+        // what the outputs add is checked when the step starts.
+        let least = prompt.filled_len(&vars, &NoValues);
+        if least > MAX_PROMPT {
+            return Err(fail(
+                step.prompt.span(),
+                &at("prompt"),
+                format!(
+                    "it is {least} bytes with its variables filled in, over the {MAX_PROMPT} bytes (8 MiB) a prompt may be"
+                ),
+            ));
+        }
         steps.push(Step {
             id: id.clone(),
             agent: step.agent.get_ref().clone(),

@@ -731,3 +731,89 @@ async fn workflow_delete_removes_a_workflow_that_is_over() {
         (started.task_id.as_str(), protocol::api::SessionState::Completed)
     );
 }
+
+/// What a workflow takes in is bounded, and a refusal says where: the CLI reads at most a
+/// workflow file's 1 MiB (a larger file, or `/dev/zero`, is refused before anything is
+/// sent), `loop.max_iterations` is at most 100, and a prompt that its variables make
+/// longer than a prompt may be (8 MiB) is refused at the file's load, at its location.
+#[tokio::test]
+async fn a_workflow_s_inputs_are_bounded_and_refused_where_they_are_written() {
+    let (daemon, _log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let ws = workspace.display().to_string();
+    let big = workspace.join("big.toml");
+    std::fs::write(&big, format!("{CHAIN}# {}\n", "x".repeat(2 << 20))).unwrap();
+    let (code, _, err) =
+        daemon.cli(&["workflow", "run", big.to_str().unwrap(), "--workspace", &ws]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is over the 1 MiB a workflow file may be"), "{err}");
+    let (code, _, err) = daemon.cli(&["workflow", "run", "/dev/zero", "--workspace", &ws]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is over the 1 MiB a workflow file may be"), "{err}");
+
+    let refuse = |spec: String| {
+        let start = api.typed().workflow_start(
+            spec,
+            Some("/flows/big.toml".into()),
+            None,
+            None,
+            Some(ws.clone()),
+        );
+        async move { call("workflow.start", start).await.unwrap_err() }
+    };
+    let looping = "name = \"l\"\n[[steps]]\nid = \"a\"\nagent = \"flow\"\nprompt = \"a\"\nloop = { back_to = \"a\", until = \"ok\", max_iterations = 1000 }\n";
+    let err = refuse(looping.into()).await;
+    assert_eq!((err.kind, err.field.as_deref()), (ErrorKind::InvalidParams, Some("spec")));
+    assert!(
+        err.message.starts_with("/flows/big.toml:6:")
+            && err.message.contains("loop.max_iterations: must be at most 100"),
+        "{err:?}"
+    );
+    let expanding = format!(
+        "name = \"e\"\n[vars]\nbig = \"{}\"\n[[steps]]\nid = \"a\"\nagent = \"flow\"\nprompt = \"{}\"\n",
+        "y".repeat(400_000),
+        "{{vars.big}}".repeat(25)
+    );
+    let err = refuse(expanding).await;
+    assert_eq!((err.kind, err.field.as_deref()), (ErrorKind::InvalidParams, Some("spec")));
+    assert!(
+        err.message.starts_with("/flows/big.toml:7:")
+            && err
+                .message
+                .contains("steps[0].prompt: it is 10000000 bytes with its variables filled in"),
+        "{err:?}"
+    );
+    let listed = call("workflow.list", api.typed().workflow_list()).await.unwrap();
+    assert!(listed.is_empty(), "nothing stored: {listed:?}");
+}
+
+/// A step whose prompt, once the outputs before it are filled in, is longer than a prompt
+/// may be cannot be sent: it fails, saying so, and the workflow with it — it does not stay
+/// `running` with a session that never got its prompt.
+#[tokio::test]
+async fn a_step_whose_prompt_cannot_be_sent_fails_the_workflow() {
+    let (daemon, log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let spec = format!(
+        "name = \"grows\"\n[[steps]]\nid = \"a\"\nagent = \"flow\"\nprompt = \"a\\n/say {}\"\n[[steps]]\nid = \"b\"\nagent = \"flow\"\ndepends_on = [\"a\"]\nprompt = \"b {}\"\n",
+        "z".repeat(200_000),
+        "{{steps.a.output}}".repeat(90)
+    );
+    let started = api.start_workflow(spec, &workspace).await;
+    let (state, seen) = api.workflow_end(&started.workflow_id).await;
+    assert_eq!(
+        state,
+        WorkflowState::Failed,
+        "{:?}",
+        seen.iter().map(|e| &e.kind).collect::<Vec<_>>()
+    );
+    let status = status(&api, &started.workflow_id).await;
+    let error = status.error.unwrap_or_default();
+    assert!(
+        error.starts_with("step b: not started: its prompt is 18000002 bytes once filled in"),
+        "{error}"
+    );
+    let b = status.steps.iter().find(|s| s.id == "b").unwrap();
+    assert_eq!((b.state, b.runs, b.session_id.as_deref()), (StepState::Failed, 0, None));
+    assert_eq!(turns(&log).len(), 1, "only a ran");
+}

@@ -679,3 +679,29 @@ loop = { back_to = "review", until = "APPROVED", max_iterations = 3 }
     assert_eq!(sim.running(), ["review"]);
     assert_eq!(sim.row("review").session_id.as_deref(), Some("s-review-2"));
 }
+
+#[test]
+fn a_step_whose_prompt_would_be_too_long_to_send_fails_unstarted() {
+    // Longer than a prompt may be, once the output before it is filled in (three times).
+    let text = CHAIN.replace(
+        "prompt = \"Build: {{steps.plan.output}}\"",
+        "prompt = \"{{steps.plan.output}}{{steps.plan.output}}{{steps.plan.output}}\"",
+    );
+    let mut sim = Sim::new(&text);
+    sim.settle();
+    sim.complete("plan", &"p".repeat(3 << 20));
+    sim.settle();
+    assert_eq!(sim.sent.len(), 1);
+    assert_eq!((sim.state("build"), sim.row("build").runs), (StepState::Failed, 0));
+    let error = sim.workflow.error.clone().unwrap_or_default();
+    assert!(error.starts_with("step build: not started: its prompt is 9437184 bytes"), "{error}");
+
+    // Short enough as text, too long once escaped as JSON for the agent's line.
+    let mut sim = Sim::new(CHAIN);
+    sim.settle();
+    sim.complete("plan", &"\u{1}".repeat(3 << 20));
+    sim.settle();
+    assert_eq!(sim.state("build"), StepState::Failed);
+    let error = sim.workflow.error.clone().unwrap_or_default();
+    assert!(error.contains("as a JSON-RPC line, over the agent's"), "{error}");
+}

@@ -279,6 +279,8 @@ fn bad_patterns_are_refused_where_they_are_written() {
         ("worktree = \"step\"", "worktree = \"mine\"", "worktree: \"mine\": one of"),
         ("timeout_ms = 60000", "timeout_ms = 0", "timeout_ms: must be at least 1"),
         ("retries = 2", "retries = -1", "retries: must be at least 0"),
+        ("retries = 2", "retries = 101", "retries: must be at most 100"),
+        ("max_iterations = 4", "max_iterations = 101", "loop.max_iterations: must be at most 100"),
     ];
     for (from, to, wanted) in cases {
         assert!(PATTERNS.contains(from), "{from}");
