@@ -17,6 +17,10 @@ pub const TOOL_RESULT_EXCERPT_CHARS: usize = 2000;
 
 pub use protocol::api::EntryType;
 
+/// What ends a reply cut off by its failed turn, before the reason and a `]`: Tether's
+/// note, not the agent's text (a reader comparing the history with the stream drops it).
+pub const CUT_OFF: &str = "\n\n[the reply was cut off here: ";
+
 /// One history line: the entry as the API serves it, and the marks around it that are the
 /// history's own (they never leave the daemon).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -240,10 +244,7 @@ impl History {
         if self.agent_text.is_empty() {
             return;
         }
-        if !self.agent_text.ends_with('\n') {
-            self.agent_text.push('\n');
-        }
-        self.agent_text.push_str(&format!("\n[the reply was cut off here: {why}]"));
+        self.agent_text.push_str(&format!("{CUT_OFF}{why}]"));
     }
 
     /// The agent's final message so far: its text since the last entry that was not an

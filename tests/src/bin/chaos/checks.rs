@@ -166,7 +166,12 @@ pub(super) async fn check_histories(api: &Api, tracks: &[SessionTrack], tally: &
                 }
                 EntryType::AgentMessage => {
                     if let Some(tag) = &current {
-                        recorded.entry(tag.clone()).or_default().push_str(&entry.content);
+                        // Tether's note on a reply its failed turn cut off is no output.
+                        let content = match entry.content.rfind(supervisor::history::CUT_OFF) {
+                            Some(at) if entry.content.ends_with(']') => &entry.content[..at],
+                            _ => entry.content.as_str(),
+                        };
+                        recorded.entry(tag.clone()).or_default().push_str(content);
                     }
                 }
                 _ => {}
