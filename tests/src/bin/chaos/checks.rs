@@ -166,12 +166,10 @@ pub(super) async fn check_histories(api: &Api, tracks: &[SessionTrack], tally: &
                 }
                 EntryType::AgentMessage => {
                     if let Some(tag) = &current {
-                        // Tether's note on a reply its failed turn cut off is no output.
-                        let content = match entry.content.rfind(supervisor::history::CUT_OFF) {
-                            Some(at) if entry.content.ends_with(']') => &entry.content[..at],
-                            _ => entry.content.as_str(),
-                        };
-                        recorded.entry(tag.clone()).or_default().push_str(content);
+                        // Tether's note on a reply its failed turn cut off is no output
+                        // (a spool tail replayed after a restart may follow it).
+                        let content = without_cut_off_notes(&entry.content);
+                        recorded.entry(tag.clone()).or_default().push_str(&content);
                     }
                 }
                 _ => {}
@@ -268,4 +266,17 @@ pub(super) fn kill(pid: u32) {
         nix::unistd::Pid::from_raw(pid as i32),
         nix::sys::signal::Signal::SIGKILL,
     );
+}
+
+/// `content` without Tether's cut-off notes (`CUT_OFF`, a reason, `]`), wherever they are.
+fn without_cut_off_notes(content: &str) -> String {
+    let mut text = content.to_owned();
+    let marker = supervisor::history::CUT_OFF;
+    while let Some(at) = text.find(marker) {
+        match text[at + marker.len()..].find(']') {
+            Some(end) => text.replace_range(at..at + marker.len() + end + 1, ""),
+            None => break,
+        }
+    }
+    text
 }
