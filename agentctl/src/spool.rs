@@ -43,6 +43,15 @@ pub trait Entry: Serialize + DeserializeOwned + Send + 'static {
     /// Records the seq of the last entry of the batch this entry is written in (only called
     /// for batches of more than one entry).
     fn set_batch_last(&mut self, _last: u64) {}
+
+    /// An entry standing for seq `seq`, which cannot be read (a damaged line, lines cut or
+    /// deleted), saying `why` (the seqs, the file and line): for a log whose readers need
+    /// every seq (the supervisor's event log: its clients take a missing seq for a dropped
+    /// notification and ask again), readers return it in the seq's place. `None` (the
+    /// default): readers skip the seq and say why through [`SpoolReader::take_damaged`].
+    fn unreadable(_seq: u64, _at: u64, _why: &str) -> Option<Self> {
+        None
+    }
 }
 
 impl Entry for Event {
@@ -126,6 +135,8 @@ struct Inner {
     acked_seq: u64,
     /// Where every append records the highest seq issued (see [`Spool::open_marked`]).
     mark: Option<PathBuf>,
+    /// What readers said of damage (see [`Spool::first_report`]).
+    reported: std::collections::HashSet<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -204,6 +215,7 @@ impl<E: Entry> Spool<E> {
                 next_seq: 1,
                 acked_seq: 0,
                 mark: None,
+                reported: Default::default(),
             }),
             last_seq_tx,
             stalled: watch::channel(None).0,
@@ -281,6 +293,7 @@ impl<E: Entry> Spool<E> {
                 next_seq,
                 acked_seq,
                 mark: None,
+                reported: Default::default(),
             }),
             last_seq_tx,
             stalled: watch::channel(None).0,
@@ -602,6 +615,18 @@ impl<E: Entry> Spool<E> {
         inner.active = Some(file);
         inner.segments.push_back(segment);
         Ok(())
+    }
+
+    /// Whether `message` about damage is new: readers say each once per spool, however
+    /// many meet the damage (a subscriber that resubscribes before it reads it again).
+    fn first_report(&self, message: &str) -> bool {
+        /// A bound on what is remembered (damage is rare; a file of garbage is not).
+        const MAX_REPORTS: usize = 4096;
+        let mut inner = self.lock();
+        if inner.reported.len() >= MAX_REPORTS {
+            inner.reported.clear();
+        }
+        inner.reported.insert(message.to_owned())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {

@@ -57,6 +57,20 @@ impl agentctl::spool::Entry for SessionEvent {
     fn set_batch_last(&mut self, last: u64) {
         self.batch_last = Some(last);
     }
+
+    /// A `notice` in the place of an event the log cannot give (a damaged line, lines cut
+    /// or deleted): clients follow seqs one by one and take a missing one for a dropped
+    /// notification, so every seq is delivered, this one saying why it holds nothing else.
+    fn unreadable(seq: u64, at: u64, why: &str) -> Option<Self> {
+        Some(SessionEvent {
+            seq,
+            at,
+            agent_seq: None,
+            generation: None,
+            batch_last: None,
+            kind: SessionEventKind::Notice { message: why.to_owned() },
+        })
+    }
 }
 
 /// What a session event says: the API's event kinds. The log exists to replay exactly what

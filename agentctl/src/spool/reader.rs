@@ -14,6 +14,14 @@ use super::{Entry, Spool, SpoolError, io_err};
 
 /// Reads events in order from a spool: the backlog from disk, then live events as they
 /// are published. Each event is returned exactly once.
+///
+/// Seqs the spool cannot give (a damaged line, lines cut from a file or a file deleted
+/// under it) are said once where they are missing: in the log's own words, an entry in
+/// their place, when its entries can say it ([`Entry::unreadable`]: the supervisor's event
+/// log, whose clients take a gap for a dropped notification), else as a message for
+/// [`SpoolReader::take_damaged`] naming the seqs, the file and the line (agentctl's spool,
+/// whose supervisor learns of it before the entry after the gap). Each such message is said
+/// once per spool, however many readers meet the damage.
 #[derive(Debug)]
 pub struct SpoolReader<E = Event> {
     spool: Arc<Spool<E>>,
@@ -26,13 +34,41 @@ pub struct SpoolReader<E = Event> {
     partial: Vec<u8>,
     /// The open segment was seen closed and read to its end after that.
     drained_closed: bool,
-    /// Damaged lines skipped since [`SpoolReader::take_damaged`] was last asked.
+    /// What was said of damage met since [`SpoolReader::take_damaged`] was last asked.
     damaged: Vec<String>,
+    /// Damaged lines skipped since the last entry returned, each where (`FILE:LINE`) and
+    /// why: the cause of a gap the next entry may reveal.
+    skipped: Vec<(String, String)>,
     /// The newest seq the writer published, as last looked at.
     published: u64,
     /// A whole line read before its writer published it (a batch still being written): it
     /// is returned once published, so no reader sees what a kill could still cut.
     held: Option<(u64, Vec<u8>)>,
+    /// Entries standing for unreadable seqs, returned before anything else.
+    filling: Option<Filling>,
+    /// The line that came after unreadable seqs, returned once their entries are.
+    after_gap: Option<(u64, Vec<u8>)>,
+    /// Published seqs not found where they should be: how far looking for them got.
+    missing: Option<Missing>,
+}
+
+/// Unreadable seqs `next..=last`, each to be returned as an entry saying `why`.
+#[derive(Debug)]
+struct Filling {
+    next: u64,
+    last: u64,
+    why: String,
+}
+
+/// The reader is caught up with what is on disk, but the writer published through
+/// `published` ≥ `want`: the lines were cut away, or the reader's file is not the writer's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Missing {
+    want: u64,
+    published: u64,
+    /// The segment was read again from its start (its file may have been cut under the
+    /// reader's position) and they were not there either.
+    rescanned: bool,
 }
 
 impl<E: Entry> SpoolReader<E> {
@@ -52,8 +88,12 @@ impl<E: Entry> SpoolReader<E> {
             partial: Vec::new(),
             drained_closed: false,
             damaged: Vec::new(),
+            skipped: Vec::new(),
             published: 0,
             held: None,
+            filling: None,
+            after_gap: None,
+            missing: None,
         }
     }
 }
@@ -70,30 +110,100 @@ impl<E: Entry> SpoolReader<E> {
         self.next_checked(|line| serde_json::from_slice(line)).await
     }
 
-    /// What was said of the damaged lines skipped since the last call: each names its file
-    /// and line. A damaged line (garbage, or a line cut short and followed by another) is
-    /// skipped; the entries around it are read as usual.
+    /// What was said of damage met since the last call, each once per spool: seqs that
+    /// cannot be read (`events F–L … unreadable`, with the damaged lines, `FILE:LINE`, or
+    /// the file they are missing from), and damaged lines that cost no seq. A damaged line
+    /// (garbage, or a line cut short and followed by another) is skipped; the entries
+    /// around it are read as usual. Empty for a log whose entries say it themselves
+    /// ([`Entry::unreadable`]).
     pub fn take_damaged(&mut self) -> Vec<String> {
         std::mem::take(&mut self.damaged)
     }
 
     /// Records the damaged line just read from the open segment (its number is counted
-    /// then: damage is rare, and the reader may have started mid-file).
-    fn skip_damaged(&mut self, err: &dyn std::fmt::Display) {
+    /// then: damage is rare, and the reader may have started mid-file). `cut`: the line
+    /// ends where its file does, without a newline.
+    fn skip_damaged(&mut self, err: &dyn std::fmt::Display, cut: bool) {
         let line = self.file.as_mut().and_then(|(_, path, reader)| {
             let end = io::Seek::stream_position(reader).ok()?;
             let mut prefix = Vec::new();
             io::Read::read_to_end(&mut io::Read::take(File::open(path).ok()?, end), &mut prefix)
                 .ok()?;
-            Some(prefix.iter().filter(|&&b| b == b'\n').count())
+            Some(prefix.iter().filter(|&&b| b == b'\n').count() + usize::from(cut))
         });
         let line = line.map_or_else(|| "?".to_owned(), |line| line.to_string());
-        let message = format!(
-            "a damaged line in the agent's spool was skipped ({}:{line}: {err})",
-            self.current_path().display()
-        );
+        let at = format!("{}:{line}", self.current_path().display());
+        if !self.skipped.iter().any(|(known, _)| *known == at) {
+            self.skipped.push((at, err.to_string()));
+        }
+    }
+
+    /// Says `message` once per spool (`about`: what it is about, the same whoever reads
+    /// it): for [`SpoolReader::take_damaged`], unless the log's entries say it themselves.
+    fn say(&mut self, about: &str, message: String) {
+        if !self.spool.first_report(about) {
+            return;
+        }
         tracing::warn!("{message}");
-        self.damaged.push(message);
+        if !self.fills_gaps() {
+            self.damaged.push(message);
+        }
+    }
+
+    /// Whether the log's entries stand for unreadable seqs ([`Entry::unreadable`]).
+    fn fills_gaps(&self) -> bool {
+        E::unreadable(0, 0, "").is_some()
+    }
+
+    /// The damaged lines skipped before an entry that follows the cursor: they cost no
+    /// seq, and are said as such.
+    fn say_skipped_harmless(&mut self) {
+        for (at, why) in std::mem::take(&mut self.skipped) {
+            self.say(&at, format!("a damaged line was skipped ({at}: {why}); no event is missing"));
+        }
+    }
+
+    /// Why seqs `first..=last` cannot be read: the damaged lines skipped in their place, or
+    /// that they are missing.
+    fn why_unreadable(&mut self, first: u64, last: u64) -> String {
+        let what = if first == last {
+            format!("event {first} is")
+        } else {
+            format!("events {first}–{last} are")
+        };
+        let skipped = std::mem::take(&mut self.skipped);
+        if skipped.is_empty() {
+            format!(
+                "{what} unreadable and skipped: missing from {} (a file was cut short or \
+                 deleted while it was written)",
+                self.spool.dir.display()
+            )
+        } else {
+            let lines: Vec<String> =
+                skipped.iter().map(|(at, why)| format!("{at}: {why}")).collect();
+            format!(
+                "{what} unreadable and skipped: a damaged line in their place ({})",
+                lines.join("; ")
+            )
+        }
+    }
+
+    /// Seqs `first..=last` cannot be read: said, and passed (`after`: the line that came
+    /// after them, returned next).
+    fn pass_unreadable(&mut self, first: u64, last: u64, after: Option<(u64, Vec<u8>)>) {
+        let why = self.why_unreadable(first, last);
+        let about = format!("seqs {first}–{last}");
+        if self.fills_gaps() {
+            if self.spool.first_report(&about) {
+                tracing::warn!("{why}");
+            }
+            self.filling = Some(Filling { next: first, last, why });
+            self.after_gap = after;
+        } else {
+            self.say(&about, why);
+            self.cursor = last;
+            self.after_gap = after;
+        }
     }
 
     /// The next entry as its JSON text, unparsed: what a relay forwards without paying for a
@@ -161,15 +271,10 @@ impl<E: Entry> SpoolReader<E> {
         mut check: impl FnMut(&[u8]) -> Result<T, serde_json::Error>,
     ) -> Result<T, SpoolError> {
         loop {
-            let before = self.cursor;
-            let (_, line) = self.next_line().await?;
-            match check(&line) {
-                Ok(made) => return Ok(made),
-                Err(err) => {
-                    self.cursor = before;
-                    self.skip_damaged(&err);
-                }
+            if let Some(made) = self.more_checked(&mut check)? {
+                return Ok(made);
             }
+            self.wait_for_more().await?;
         }
     }
 
@@ -179,16 +284,52 @@ impl<E: Entry> SpoolReader<E> {
         &mut self,
         mut check: impl FnMut(&[u8]) -> Result<T, serde_json::Error>,
     ) -> Result<Option<T>, SpoolError> {
-        while let Some((seq, line)) = self.read_next()? {
-            match check(&line) {
-                Ok(made) => {
-                    self.cursor = seq;
-                    return Ok(Some(made));
+        loop {
+            let (seq, line, read) = match self.next_candidate()? {
+                Some(candidate) => candidate,
+                None => return Ok(None),
+            };
+            let made = match check(&line) {
+                Ok(made) => made,
+                Err(err) => {
+                    self.skip_damaged(&err, false);
+                    continue;
                 }
-                Err(err) => self.skip_damaged(&err),
+            };
+            if read && seq > self.cursor + 1 {
+                // Seqs before this line cannot be read: said, then this line.
+                self.pass_unreadable(self.cursor + 1, seq - 1, Some((seq, line)));
+                continue;
             }
+            if read {
+                self.say_skipped_harmless();
+            }
+            self.cursor = seq;
+            self.missing = None;
+            return Ok(Some(made));
         }
-        Ok(None)
+    }
+
+    /// The next line to return (its seq and bytes) and whether it was read from disk (else
+    /// it stands for unreadable seqs, or was read before): an entry for an unreadable seq,
+    /// the line after them, or the next line on disk.
+    fn next_candidate(&mut self) -> Result<Option<(u64, Vec<u8>, bool)>, SpoolError> {
+        if let Some(filling) = &mut self.filling {
+            let seq = filling.next;
+            let entry = E::unreadable(seq, super::now_ms(), &filling.why)
+                .expect("UNWRAP: filling only for entries that say it");
+            if seq == filling.last {
+                self.filling = None;
+            } else {
+                filling.next += 1;
+            }
+            let line = serde_json::to_vec(&entry).expect("UNWRAP: spool entries always serialise");
+            return Ok(Some((seq, line, false)));
+        }
+        if let Some((seq, line)) = self.after_gap.take() {
+            return Ok(Some((seq, line, false)));
+        }
+        Ok(self.read_next()?.map(|(seq, line)| (seq, line, true)))
     }
 
     fn current_path(&self) -> PathBuf {
@@ -198,25 +339,43 @@ impl<E: Entry> SpoolReader<E> {
             .unwrap_or_else(|| self.spool.dir.clone())
     }
 
-    async fn next_line(&mut self) -> Result<(u64, Vec<u8>), SpoolError> {
-        loop {
-            if let Some((seq, line)) = self.read_next()? {
-                self.cursor = seq;
-                return Ok((seq, line));
-            }
-            // The next seq wanted: the held line's, or any after the cursor.
-            let want = self.held.as_ref().map_or(self.cursor + 1, |(seq, _)| *seq);
-            let published = *self.last_seq_rx.borrow_and_update();
-            if published >= want {
-                // The event is on disk; it is in a later segment, or the line was read
-                // partially before its flush completed. Look again.
-                continue;
-            }
+    /// Caught up with what is on disk: waits for the writer to publish more. When it
+    /// published what is not there (cut away, or in a file deleted under the reader), the
+    /// file is read again from its start, then those seqs are passed as unreadable: a
+    /// reader never spins on, or waits forever for, seqs it will not find.
+    async fn wait_for_more(&mut self) -> Result<(), SpoolError> {
+        // The next seq wanted: the held line's, or any after the cursor.
+        let want = self.held.as_ref().map_or(self.cursor + 1, |(seq, _)| *seq);
+        let published = *self.last_seq_rx.borrow_and_update();
+        if published < want {
+            self.missing = None;
             self.last_seq_rx
                 .wait_for(|&last| last >= want)
                 .await
                 .map_err(|_| SpoolError::Closed)?;
+            return Ok(());
         }
+        // The event is on disk: in a later segment, or the line was read partially before
+        // its flush completed. Look again; then from the segment's start; then it is lost.
+        match self.missing {
+            Some(missing) if missing.want == want && !missing.rescanned => {
+                self.missing = Some(Missing { rescanned: true, ..missing });
+                self.file = None;
+                self.partial.clear();
+                self.skipped.clear();
+            }
+            Some(missing) if missing.want == want => {
+                self.missing = None;
+                if !self.partial.is_empty() {
+                    // The line the file ends in was cut short: it will not be finished.
+                    self.skip_damaged(&"the line is cut short", true);
+                    self.partial.clear();
+                }
+                self.pass_unreadable(want, missing.published, None);
+            }
+            _ => self.missing = Some(Missing { want, published, rescanned: false }),
+        }
+        Ok(())
     }
 
     /// Whether the writer published `seq` (looking again only when the last look says no).
@@ -227,6 +386,29 @@ impl<E: Entry> SpoolReader<E> {
         seq <= self.published
     }
 
+    /// Opens the segment that holds the seq after the cursor, or the next one that exists
+    /// (a deleted segment holds nothing): false when there is none.
+    fn open_segment(&mut self) -> Result<bool, SpoolError> {
+        let mut segment = self.spool.segment_for(self.cursor + 1)?;
+        loop {
+            match File::open(&segment.path) {
+                Ok(file) => {
+                    self.file = Some((segment.first_seq, segment.path, BufReader::new(file)));
+                    self.partial.clear();
+                    self.drained_closed = false;
+                    return Ok(true);
+                }
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                    match self.spool.segment_after(segment.first_seq) {
+                        Some(next) => segment = next,
+                        None => return Ok(false),
+                    }
+                }
+                Err(err) => return Err(io_err(&segment.path)(err)),
+            }
+        }
+    }
+
     /// The next line already on disk and published (its seq and its bytes, without the
     /// newline), or `None` when caught up. Only the seq is parsed.
     pub(super) fn read_next(&mut self) -> Result<Option<(u64, Vec<u8>)>, SpoolError> {
@@ -234,12 +416,8 @@ impl<E: Entry> SpoolReader<E> {
             return Ok(if self.is_published(seq) { self.held.take() } else { None });
         }
         loop {
-            if self.file.is_none() {
-                let segment = self.spool.segment_for(self.cursor + 1)?;
-                let file = File::open(&segment.path).map_err(io_err(&segment.path))?;
-                self.file = Some((segment.first_seq, segment.path, BufReader::new(file)));
-                self.partial.clear();
-                self.drained_closed = false;
+            if self.file.is_none() && !self.open_segment()? {
+                return Ok(None);
             }
             let (first_seq, path, reader) = self.file.as_mut().expect("UNWRAP: opened above");
             let read = reader.read_until(b'\n', &mut self.partial).map_err(io_err(path))?;
@@ -248,7 +426,7 @@ impl<E: Entry> SpoolReader<E> {
                     Ok(seq) => seq,
                     Err(err) => {
                         self.partial.clear();
-                        self.skip_damaged(&err);
+                        self.skip_damaged(&err, false);
                         continue;
                     }
                 };
@@ -260,13 +438,17 @@ impl<E: Entry> SpoolReader<E> {
                         // JSON: the seq a damaged one starts with may never be published,
                         // and the entries after it must not wait for it.
                         if let Err(err) = serde_json::from_slice::<serde::de::IgnoredAny>(&line) {
-                            self.skip_damaged(&err);
+                            self.skip_damaged(&err, false);
                             continue;
                         }
                         self.held = Some((seq, line));
                         return Ok(None);
                     }
                     return Ok(Some((seq, line)));
+                }
+                // A line before the cursor: damage skipped before it cost nothing read here.
+                if !self.skipped.is_empty() {
+                    self.say_skipped_harmless();
                 }
                 continue;
             }
@@ -278,21 +460,39 @@ impl<E: Entry> SpoolReader<E> {
             // been appended between our last read and its closing: read it to its end once
             // more after seeing it closed, and only then move on.
             let first_seq = *first_seq;
-            if self.spool.is_active(first_seq) || !self.partial.is_empty() {
+            if self.spool.is_active(first_seq) {
                 return Ok(None);
             }
             if !self.drained_closed {
                 self.drained_closed = true;
                 continue;
             }
+            if !self.partial.is_empty() {
+                // A closed segment ending mid-line: that line was cut, and will not end.
+                self.skip_damaged(&"the line is cut short", true);
+                self.partial.clear();
+            }
             self.file = None;
             if self.spool.segment_for(self.cursor + 1)?.first_seq == first_seq {
                 // The cursor's segment is this one: it ended before the cursor's seq (seqs
                 // were lost after it, see `Spool::open_marked`), so read the next one.
-                let Some(next) = self.spool.segment_after(first_seq) else { return Ok(None) };
-                let file = File::open(&next.path).map_err(io_err(&next.path))?;
-                self.file = Some((next.first_seq, next.path, BufReader::new(file)));
-                self.drained_closed = false;
+                let Some(mut next) = self.spool.segment_after(first_seq) else { return Ok(None) };
+                loop {
+                    match File::open(&next.path) {
+                        Ok(file) => {
+                            self.file = Some((next.first_seq, next.path, BufReader::new(file)));
+                            self.drained_closed = false;
+                            break;
+                        }
+                        Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                            match self.spool.segment_after(next.first_seq) {
+                                Some(after) => next = after,
+                                None => return Ok(None),
+                            }
+                        }
+                        Err(err) => return Err(io_err(&next.path)(err)),
+                    }
+                }
             }
         }
     }

@@ -481,7 +481,8 @@ fn ten_entries_then(dir: &Path, damage: &[u8]) -> Arc<Spool> {
 
 /// A whole line that is damaged after a sound start (`{"seq":11,…` then garbage, as a torn
 /// write leaves it once a newline follows) is skipped by every kind of read, and the real
-/// entry 11 the next writer appends after it is read, not taken for one already seen.
+/// entry 11 the next writer appends after it is read, not taken for one already seen. The
+/// damage is said once, by the first reader that meets it (it cost no seq).
 #[tokio::test]
 async fn a_damaged_line_that_names_a_seq_does_not_hide_the_entry_written_after_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -497,12 +498,13 @@ async fn a_damaged_line_that_names_a_seq_does_not_hide_the_entry_written_after_i
     ]
     .into();
     assert_eq!(seqs, [10, 11, 12]);
-    assert_eq!(one_by_one.take_damaged().len(), 1);
+    let said = one_by_one.take_damaged();
+    assert!(said.len() == 1 && said[0].contains("no event is missing"), "{said:?}");
 
     let mut batched = spool.reader(9).unwrap();
     let seqs: Vec<u64> = batched.next_batch(10).await.unwrap().iter().map(|e| e.seq).collect();
     assert_eq!(seqs, [10, 11, 12]);
-    assert_eq!(batched.take_damaged().len(), 1);
+    assert_eq!(batched.take_damaged(), Vec::<String>::new(), "said once per spool");
 
     let mut raw = spool.reader(9).unwrap();
     let text = raw.next_raw_batch(10, usize::MAX).await.unwrap();
@@ -510,7 +512,7 @@ async fn a_damaged_line_that_names_a_seq_does_not_hide_the_entry_written_after_i
     let read: Vec<(u64, String)> = events.iter().map(|e| (e.seq, line_of(e))).collect();
     let wanted: Vec<(u64, String)> = (10..=12).map(|n| (n, format!("line {n}"))).collect();
     assert_eq!(read, wanted);
-    assert_eq!(raw.take_damaged().len(), 1);
+    assert!(raw.take_damaged().is_empty());
 
     let mut single_raw = spool.reader(10).unwrap();
     let event: Event = serde_json::from_str(single_raw.next_raw().await.unwrap().get()).unwrap();

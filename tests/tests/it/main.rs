@@ -8,6 +8,7 @@ mod auth;
 mod cli;
 mod conformance;
 mod continuity;
+mod damage;
 mod data_directory;
 mod docker;
 mod docker_runtime;

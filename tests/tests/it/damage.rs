@@ -1,0 +1,135 @@
+//! Damaged, cut and deleted files under a session, met while it runs or at a restart: the
+//! damage is said once, where it is, and everything else reaches the stream, the history and
+//! the next turn.
+
+use protocol::api::{EntryType, EventKind, SessionEvent, SessionState};
+use tether_tests::daemon::{Api, Daemon, chunks, notices, until};
+use tether_tests::within;
+
+/// A session event log's segments, oldest first.
+fn event_log_segments(daemon: &Daemon, session: &str) -> Vec<std::path::PathBuf> {
+    let mut segments: Vec<_> = std::fs::read_dir(daemon.session_dir(session).join("events"))
+        .expect("the event log is there")
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "jsonl"))
+        .collect();
+    segments.sort();
+    segments
+}
+
+/// Overwrites the line of `dir`'s segments that starts with `{"seq":SEQ,` with garbage of
+/// the same length (its newline kept); returns where it was (`FILE:LINE`).
+fn garble_line(segments: &[std::path::PathBuf], seq: u64) -> String {
+    let prefix = format!("{{\"seq\":{seq},");
+    for path in segments {
+        let mut text = std::fs::read(path).unwrap();
+        let mut start = 0;
+        for (number, line) in text.clone().split(|&b| b == b'\n').enumerate() {
+            if line.starts_with(prefix.as_bytes()) {
+                text[start..start + line.len()].fill(b'#');
+                std::fs::write(path, &text).unwrap();
+                return format!("{}:{}", path.display(), number + 1);
+            }
+            start += line.len() + 1;
+        }
+    }
+    panic!("no line of seq {seq} in {segments:?}")
+}
+
+/// A client that follows the documented rule (docs/api.md, the delivery contract): a seq
+/// past the last one + 1 is a dropped notification, so it resubscribes after the last
+/// one. Reads until the event `last`; fails after `max_resubscribes` resubscriptions.
+async fn follow_by_the_gap_rule(
+    api: &Api,
+    session: &str,
+    after: u64,
+    last: u64,
+    max_resubscribes: usize,
+) -> Vec<SessionEvent> {
+    let mut cursor = after;
+    let mut seen = Vec::new();
+    let mut resubscribes = 0;
+    let mut batches = api.subscribe_batches(session, cursor).await;
+    while cursor < last {
+        let batch = within("a batch", batches.next()).await.expect("open").expect("parses");
+        for event in batch.0 {
+            if event.seq <= cursor {
+                continue;
+            }
+            if event.seq > cursor + 1 {
+                resubscribes += 1;
+                assert!(
+                    resubscribes <= max_resubscribes,
+                    "a gap after {cursor} (seq {}) again and again: the client never gets past it",
+                    event.seq
+                );
+                batches = api.subscribe_batches(session, cursor).await;
+                break;
+            }
+            cursor = event.seq;
+            seen.push(event);
+        }
+    }
+    seen
+}
+
+/// A session whose turn streamed `count` chunks and ended: its events, from the turn's
+/// `RUNNING` on.
+async fn streamed_turn(api: &Api, daemon: &Daemon, count: usize) -> (String, Vec<SessionEvent>) {
+    let session = api.ready_session("mock", &daemon.workspace("damage")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, &format!("/stream {count}\nstreamed")).await.unwrap();
+    let mut seen = until(&mut events, |e| {
+        matches!(&e.kind, EventKind::State { state: SessionState::Running, .. })
+    })
+    .await;
+    seen.drain(..seen.len() - 1);
+    seen.extend(
+        until(&mut events, |e| {
+            matches!(&e.kind, EventKind::State { state: SessionState::WaitingForInput, .. })
+        })
+        .await,
+    );
+    (session, seen)
+}
+
+/// A damaged line of a session's event log is said to its subscribers in its place (a
+/// notice at its seq, naming file and line), so a client following the gap rule moves past
+/// it, and `supervisor follow` shows everything after it.
+#[tokio::test]
+async fn a_damaged_event_log_line_is_said_in_its_place_and_the_stream_goes_on() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let (session, turn) = streamed_turn(&api, &daemon, 60).await;
+    let (running, last) = (turn[0].seq, turn.last().unwrap().seq);
+    let damaged = running + 10;
+    let at = garble_line(&event_log_segments(&daemon, &session), damaged);
+
+    let seen = follow_by_the_gap_rule(&api, &session, running, last, 3).await;
+    let seqs: Vec<u64> = seen.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (running + 1..=last).collect::<Vec<_>>(), "every seq, once, in order");
+    let said = &seen[(damaged - running - 1) as usize];
+    let EventKind::Notice { message } = &said.kind else { panic!("not a notice: {said:?}") };
+    assert!(message.contains("unreadable") && message.contains(&at), "{message}");
+    assert_eq!(chunks(&seen).len(), 59, "every other chunk");
+
+    // `follow` ends with the session.
+    protocol::api::ApiClient::session_stop(api.typed(), session.clone()).await.unwrap();
+    let (code, out, err) =
+        daemon.cli(&["follow", &session, "--after", &running.to_string(), "--json"]).await;
+    assert_eq!(code, 0, "{err}\n{out}");
+    let followed: Vec<SessionEvent> =
+        out.lines().map(|line| serde_json::from_str(line).expect(line)).collect();
+    let followed_seqs: Vec<u64> = followed.iter().map(|e| e.seq).collect();
+    assert_eq!(followed_seqs[..seqs.len()], seqs, "follow shows the rest: {err}");
+    assert!(
+        matches!(
+            followed.last().unwrap().kind,
+            EventKind::State { state: SessionState::Completed, .. }
+        ),
+        "{followed:?}"
+    );
+    assert_eq!(notices(&followed).iter().filter(|n| n.contains(&at)).count(), 1);
+    assert!(api.history(&session).await.iter().any(|e| e.kind == EntryType::AgentMessage));
+}
