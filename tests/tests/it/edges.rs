@@ -51,7 +51,7 @@ async fn recorded(api: &Api, session: &str) -> String {
         .await
         .iter()
         .filter(|entry| entry.kind == EntryType::AgentMessage)
-        .map(|entry| entry.content.as_str())
+        .map(|entry| tether_tests::without_cut_off_notes(&entry.content))
         .collect()
 }
 

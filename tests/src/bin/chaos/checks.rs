@@ -168,7 +168,7 @@ pub(super) async fn check_histories(api: &Api, tracks: &[SessionTrack], tally: &
                     if let Some(tag) = &current {
                         // Tether's note on a reply its failed turn cut off is no output
                         // (a spool tail replayed after a restart may follow it).
-                        let content = without_cut_off_notes(&entry.content);
+                        let content = tether_tests::without_cut_off_notes(&entry.content);
                         recorded.entry(tag.clone()).or_default().push_str(&content);
                     }
                 }
@@ -266,17 +266,4 @@ pub(super) fn kill(pid: u32) {
         nix::unistd::Pid::from_raw(pid as i32),
         nix::sys::signal::Signal::SIGKILL,
     );
-}
-
-/// `content` without Tether's cut-off notes (`CUT_OFF`, a reason, `]`), wherever they are.
-fn without_cut_off_notes(content: &str) -> String {
-    let mut text = content.to_owned();
-    let marker = supervisor::history::CUT_OFF;
-    while let Some(at) = text.find(marker) {
-        match text[at + marker.len()..].find(']') {
-            Some(end) => text.replace_range(at..at + marker.len() + end + 1, ""),
-            None => break,
-        }
-    }
-    text
 }
