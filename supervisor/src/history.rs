@@ -334,20 +334,24 @@ impl History {
         let entry = HistoryEntry { wire, agent_seq: self.watermark, generation: self.generation };
         let mut line = serde_json::to_vec(&entry).expect("UNWRAP: entries always serialise");
         line.push(b'\n');
-        let mut file = match std::fs::OpenOptions::new().append(true).open(&self.path) {
+        let mut file = match std::fs::OpenOptions::new().read(true).append(true).open(&self.path) {
             Ok(file) => file,
+            Err(err) => return Err((err, entry.wire.content)),
+        };
+        let len = match self.end_a_torn_tail(&file, &mut line) {
+            Ok(len) => len,
             Err(err) => return Err((err, entry.wire.content)),
         };
         self.unsynced = true;
         if let Err(err) = file.write_all(&line) {
             // A short write (a full disk) must not leave half a line for the next one to
             // be glued to.
-            if let Err(cut) = file.set_len(self.len) {
+            if let Err(cut) = file.set_len(len) {
                 tracing::error!(%cut, path = %self.path.display(), "cannot cut a torn history line");
             }
             return Err((err, entry.wire.content));
         }
-        self.len += line.len() as u64;
+        self.len = len + line.len() as u64;
         self.next_seq += 1;
         if kind == EntryType::AgentMessage {
             self.tail_message.push_str(&entry.wire.content);
@@ -356,6 +360,35 @@ impl History {
         }
         self.last_generation = self.generation;
         Ok(seq)
+    }
+}
+
+impl History {
+    /// Makes sure `line` starts a line of its own: when the file is not as this writer
+    /// left it (cut, or written by another hand) and ends without a newline, `line` is
+    /// given one in front, so what the file ends in is one damaged line (readers skip and
+    /// report it) and the entry is whole — never glued to it. Returns the file's length.
+    fn end_a_torn_tail(&self, file: &std::fs::File, line: &mut Vec<u8>) -> io::Result<u64> {
+        use std::os::unix::fs::FileExt;
+        let len = file.metadata()?.len();
+        if len == self.len {
+            return Ok(len);
+        }
+        let mut last = [0u8];
+        if len > 0 {
+            file.read_exact_at(&mut last, len - 1)?;
+        }
+        if len > 0 && last[0] != b'\n' {
+            tracing::warn!(
+                path = %self.path.display(),
+                "the history ends in a torn line (cut, or written by another hand): it is ended \
+                 there, and read as a damaged line"
+            );
+            line.insert(0, b'\n');
+        } else {
+            tracing::warn!(path = %self.path.display(), len, expected = self.len, "the history was changed by another hand");
+        }
+        Ok(len)
     }
 }
 
@@ -758,5 +791,37 @@ mod tests {
         assert_eq!(excerpt_tail("héllo wörld", 3), "rld");
         assert_eq!(excerpt_tail("日本語", 5), "日本語");
         assert_eq!(excerpt_tail("", 5), "");
+    }
+
+    /// A tail torn while the writer has the history (cut, or a partial line written by
+    /// another hand) is ended before the next entry, which stays whole; the torn line is
+    /// read as damaged.
+    #[test]
+    fn a_torn_tail_met_while_writing_is_ended_not_glued_to_the_next_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
+        let mut history = History::open(&path).unwrap();
+        history.append_prompt("first".into(), "t1".into()).unwrap();
+        let tear = |path: &Path| {
+            use std::io::Write;
+            let mut file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+            file.write_all(b"{\"seq\":9,\"at\":1,\"type\":\"agent_mes").unwrap();
+        };
+        tear(&path);
+        history.append_prompt("second".into(), "t2".into()).unwrap();
+        // Cut mid-line this time.
+        let len = std::fs::metadata(&path).unwrap().len();
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(len - 5).unwrap();
+        history.append_prompt("third".into(), "t3".into()).unwrap();
+        // The torn line and the cut entry are damaged lines; the entries around them stand.
+        let read = read(&path, 0, 100).unwrap();
+        let users: Vec<&str> = read.entries.iter().map(|e| e.content.as_str()).collect();
+        assert_eq!(users, ["first", "third"], "{read:?}");
+        assert_eq!(read.damaged.len(), 2, "{read:?}");
+        let mut history = History::open(&path).unwrap();
+        history.append_prompt("fourth".into(), "t4".into()).unwrap();
+        let read = super::read(&path, 0, 100).unwrap();
+        let users: Vec<&str> = read.entries.iter().map(|e| e.content.as_str()).collect();
+        assert_eq!(users, ["first", "third", "fourth"], "{read:?}");
     }
 }

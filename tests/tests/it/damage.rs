@@ -133,3 +133,33 @@ async fn a_damaged_event_log_line_is_said_in_its_place_and_the_stream_goes_on() 
     assert_eq!(notices(&followed).iter().filter(|n| n.contains(&at)).count(), 1);
     assert!(api.history(&session).await.iter().any(|e| e.kind == EntryType::AgentMessage));
 }
+
+/// A history whose last line is cut short while the session runs (a write cut short, another
+/// writer's crash): the next entry starts on a line of its own, so the next prompt's
+/// `user_message` and the reply are kept.
+#[tokio::test]
+async fn a_torn_history_tail_is_not_glued_to_the_next_entry() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("torn")).await;
+    assert!(api.ask(&session, "before the tear").await.contains("you said: before the tear"));
+    let path = daemon.session_dir(&session).join("history.jsonl");
+    {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(b"{\"seq\":99,\"at\":1,\"type\":\"agent_mes").unwrap();
+    }
+    assert!(api.ask(&session, "after the tear").await.contains("you said: after the tear"));
+    let history = api.history(&session).await;
+    let users: Vec<&str> = history
+        .iter()
+        .filter(|entry| entry.kind == EntryType::UserMessage)
+        .map(|entry| entry.content.as_str())
+        .collect();
+    assert_eq!(users, ["before the tear", "after the tear"], "{history:?}");
+    let last = history.last().expect("entries");
+    assert!(
+        last.kind == EntryType::AgentMessage && last.content.contains("you said: after the tear"),
+        "{last:?}"
+    );
+}
