@@ -423,16 +423,12 @@ impl<E: Entry> Spool<E> {
     /// them. A failed (short) write — a full disk — is cut back to the last whole line and
     /// counts nothing, so the next line is not glued to half of this one.
     fn write_lines(&self, inner: &mut Inner, lines: &[u8], last: u64) -> Result<(), SpoolError> {
+        self.check_active(inner)?;
         let (path, before) = {
             let active = inner.segments.back().expect("UNWRAP: there is always an active segment");
             (active.path.clone(), active.bytes)
         };
-        if inner.active.is_none() {
-            let reopened =
-                std::fs::OpenOptions::new().append(true).open(&path).map_err(io_err(&path))?;
-            inner.active = Some(reopened);
-        }
-        let active = inner.active.as_mut().expect("UNWRAP: opened above");
+        let active = inner.active.as_mut().expect("UNWRAP: opened by check_active");
         if let Err(err) = active.write_all(lines) {
             if let Err(cut) = active.set_len(before) {
                 tracing::error!(%cut, path = %path.display(), "cannot cut a torn spool line");
@@ -454,6 +450,68 @@ impl<E: Entry> Spool<E> {
         Ok(())
     }
 
+    /// Opens the active segment's file when it is not open, and makes sure it is as this
+    /// writer left it. A file cut short, written by another hand or deleted (its directory
+    /// too) under a live writer would take the next lines after a torn one, or where no
+    /// reader finds them: the writer starts a new segment at the next seq instead, so what
+    /// it writes is whole and read. The seqs that are gone stay gone: readers pass them as
+    /// unreadable, and numbering goes on.
+    fn check_active(&self, inner: &mut Inner) -> Result<(), SpoolError> {
+        use std::os::unix::fs::MetadataExt;
+        let (path, bytes) = {
+            let active = inner.segments.back().expect("UNWRAP: there is always an active segment");
+            (active.path.clone(), active.bytes)
+        };
+        if inner.active.is_none() {
+            match std::fs::OpenOptions::new().append(true).open(&path) {
+                Ok(reopened) => inner.active = Some(reopened),
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                    return self.start_over(inner, "its file was deleted");
+                }
+                Err(err) => return Err(SpoolError::Io { path, source: err }),
+            }
+        }
+        let file = inner.active.as_ref().expect("UNWRAP: opened above");
+        let meta = file.metadata().map_err(io_err(&path))?;
+        if meta.nlink() == 0 {
+            return self.start_over(inner, "its file was deleted");
+        }
+        if meta.len() != bytes {
+            let why = format!("its file holds {} bytes, not the {bytes} written", meta.len());
+            return self.start_over(inner, &why);
+        }
+        Ok(())
+    }
+
+    /// Starts a new active segment at the next seq, the one before having been cut, changed
+    /// or deleted under the writer (`why`): segments whose files are gone are forgotten
+    /// (they hold nothing), the others counted as they are, the directory made again.
+    fn start_over(&self, inner: &mut Inner, why: &str) -> Result<(), SpoolError> {
+        tracing::warn!(
+            dir = %self.dir.display(),
+            next_seq = inner.next_seq,
+            "the spool's active segment changed under its writer ({why}): a new segment starts; \
+             readers pass what is gone as unreadable"
+        );
+        inner.active = None;
+        inner.segments.retain_mut(|segment| match std::fs::metadata(&segment.path) {
+            Ok(meta) => {
+                segment.bytes = meta.len();
+                true
+            }
+            Err(_) => false,
+        });
+        if inner.segments.back().is_some_and(|segment| segment.first_seq >= inner.next_seq) {
+            // An active segment with nothing in it yet: replaced by the new one.
+            inner.segments.pop_back();
+        }
+        let (segment, file) = open_segment(&self.dir, inner.next_seq)?;
+        inner.active = Some(file);
+        inner.segments.push_back(segment);
+        self.disk_tx.send_replace(inner.segments.iter().map(|s| s.bytes).sum());
+        Ok(())
+    }
+
     /// Marks everything up to `seq` acknowledged and drops the segments that holds. A seq
     /// beyond the last event is clamped to it. Returns the acknowledged seq.
     pub fn ack(&self, seq: u64) -> Result<u64, SpoolError> {
@@ -470,7 +528,7 @@ impl<E: Entry> Spool<E> {
             && inner.segments.front().is_some_and(|s| s.last_seq <= acked)
         {
             let segment = inner.segments.pop_front().expect("UNWRAP: checked non-empty");
-            std::fs::remove_file(&segment.path).map_err(io_err(&segment.path))?;
+            remove_segment(&segment.path)?;
         }
         self.disk_tx.send_replace(inner.segments.iter().map(|s| s.bytes).sum());
         Ok(acked)
@@ -485,8 +543,12 @@ impl<E: Entry> Spool<E> {
         match &inner.active {
             Some(file) => file.sync_data().map_err(io_err(&path)),
             // Released: what was written went through a handle since closed; syncing the
-            // file through a new one flushes it all the same.
-            None => File::open(&path).and_then(|file| file.sync_data()).map_err(io_err(&path)),
+            // file through a new one flushes it all the same. A file deleted meanwhile holds
+            // nothing to sync (the next write starts a new one).
+            None => match File::open(&path).and_then(|file| file.sync_data()) {
+                Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+                synced => synced.map_err(io_err(&path)),
+            },
         }
     }
 
@@ -501,11 +563,24 @@ impl<E: Entry> Spool<E> {
         let paths: Vec<PathBuf> =
             self.lock().segments.iter().rev().take(2).map(|s| s.path.clone()).collect();
         for path in paths {
-            let text = std::fs::read(&path).map_err(io_err(&path))?;
-            if let Some(line) = text.split(|&b| b == b'\n').rfind(|line| !line.is_empty()) {
-                return serde_json::from_slice(line)
-                    .map(Some)
-                    .map_err(|source| SpoolError::Corrupt { path, source });
+            let text = match std::fs::read(&path) {
+                Ok(text) => text,
+                // Deleted under the log: it holds nothing.
+                Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
+                Err(err) => return Err(io_err(&path)(err)),
+            };
+            let mut newest = None;
+            for line in text.split(|&b| b == b'\n').filter(|line| !line.is_empty()).rev() {
+                match serde_json::from_slice(line) {
+                    Ok(entry) => return Ok(Some(entry)),
+                    // A damaged or cut line: the newest that reads is the newest entry.
+                    Err(source) => {
+                        newest.get_or_insert(SpoolError::Corrupt { path: path.clone(), source });
+                    }
+                }
+            }
+            if let Some(err) = newest {
+                return Err(err);
             }
         }
         Ok(None)
@@ -539,7 +614,7 @@ impl<E: Entry> Spool<E> {
         let mut total: u64 = inner.segments.iter().map(|s| s.bytes).sum();
         while total > max_bytes && inner.segments.len() > 1 {
             let segment = inner.segments.pop_front().expect("UNWRAP: more than one");
-            std::fs::remove_file(&segment.path).map_err(io_err(&segment.path))?;
+            remove_segment(&segment.path)?;
             total -= segment.bytes;
             inner.acked_seq = inner.acked_seq.max(segment.last_seq);
         }
@@ -595,10 +670,16 @@ impl<E: Entry> Spool<E> {
             && active.last_seq != 0
             && after_seq == active.last_seq
         {
-            let mut handle = File::open(&active.path).map_err(io_err(&active.path))?;
-            io::Seek::seek(&mut handle, io::SeekFrom::Start(active.bytes))
-                .map_err(io_err(&active.path))?;
-            file = Some((active.first_seq, active.path.clone(), BufReader::new(handle)));
+            match File::open(&active.path) {
+                Ok(mut handle) => {
+                    io::Seek::seek(&mut handle, io::SeekFrom::Start(active.bytes))
+                        .map_err(io_err(&active.path))?;
+                    file = Some((active.first_seq, active.path.clone(), BufReader::new(handle)));
+                }
+                // Deleted under the writer: the reader finds the next segment when it comes.
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                Err(err) => return Err(io_err(&active.path)(err)),
+            }
         }
         Ok(SpoolReader::new(Arc::clone(self), after_seq, file))
     }
@@ -607,7 +688,12 @@ impl<E: Entry> Spool<E> {
         if let Some(closing) = inner.segments.back() {
             match &inner.active {
                 Some(file) => file.sync_data(),
-                None => File::open(&closing.path).and_then(|file| file.sync_data()),
+                None => match File::open(&closing.path) {
+                    Ok(file) => file.sync_data(),
+                    // Deleted under the writer: nothing to sync.
+                    Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+                    Err(err) => Err(err),
+                },
             }
             .map_err(io_err(&closing.path))?;
         }
@@ -693,6 +779,14 @@ fn batch_start<E: Entry>(lines: &[u8], batch_last: u64) -> usize {
     start
 }
 
+/// Removes a segment's file (one already gone is removed).
+fn remove_segment(path: &Path) -> Result<(), SpoolError> {
+    match std::fs::remove_file(path) {
+        Err(err) if err.kind() != io::ErrorKind::NotFound => Err(io_err(path)(err)),
+        _ => Ok(()),
+    }
+}
+
 fn is_segment(path: &Path) -> bool {
     path.file_name()
         .and_then(|name| name.to_str())
@@ -700,15 +794,24 @@ fn is_segment(path: &Path) -> bool {
 }
 
 fn open_segment(dir: &Path, first_seq: u64) -> Result<(Segment, File), SpoolError> {
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let path = dir.join(format!("events-{first_seq:020}.jsonl"));
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(&path)
-        .map_err(io_err(&path))?;
+    let open = || {
+        std::fs::OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&path)
+    };
+    let file = match open() {
+        // The directory was deleted under the spool: made again.
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(io_err(dir))?;
+            open()
+        }
+        opened => opened,
+    }
+    .map_err(io_err(&path))?;
     Ok((Segment { first_seq, last_seq: 0, path, bytes: 0 }, file))
 }
 

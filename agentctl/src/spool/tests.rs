@@ -548,3 +548,78 @@ async fn a_damaged_line_naming_an_unpublished_seq_does_not_hold_up_the_entries_a
     let event = next(&mut reader).await;
     assert_eq!((event.seq, line_of(&event)), (12, "line 12".to_owned()));
 }
+
+/// The whole lines of a file: where each starts.
+fn line_starts(path: &Path) -> Vec<usize> {
+    let text = std::fs::read(path).unwrap();
+    let mut starts = vec![0];
+    starts.extend(text.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(at, _)| at + 1));
+    starts.pop();
+    starts
+}
+
+/// A segment cut short under its live writer, mid-line: a reader behind the cut passes the
+/// seqs that are gone, saying which (once, with the cut line's place), and reads on; the
+/// writer goes on in a new segment, whole lines a reader at the tail reads too.
+#[tokio::test]
+async fn a_segment_cut_under_its_writer_is_passed_and_writing_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Arc::new(Spool::create(dir.path(), DEFAULT_SEGMENT_BYTES).unwrap());
+    for n in 1..=10 {
+        spool.append(stderr(n)).unwrap();
+    }
+    let segment = active_segment(dir.path());
+    let mut tail = spool.reader(10).unwrap();
+    let cut = line_starts(&segment)[6] + 5;
+    std::fs::OpenOptions::new().write(true).open(&segment).unwrap().set_len(cut as u64).unwrap();
+    // Nothing is written after the cut yet: the reader does not wait for 7 forever.
+    let mut behind = spool.reader(5).unwrap();
+    assert_eq!(next(&mut behind).await.seq, 6);
+    {
+        // One poll reads all there is, then waits (no spinning, no error).
+        let mut waiting = std::pin::pin!(behind.next());
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(std::future::Future::poll(waiting.as_mut(), &mut context).is_pending());
+    }
+    let said = behind.take_damaged();
+    assert!(
+        said.len() == 1
+            && said[0].contains("events 7–10 are unreadable")
+            && said[0].contains(&format!("{}:7", segment.display())),
+        "{said:?}"
+    );
+    spool.append(stderr(11)).unwrap();
+    spool.append(stderr(12)).unwrap();
+    assert_eq!((next(&mut behind).await.seq, next(&mut behind).await.seq), (11, 12));
+    assert_eq!((next(&mut tail).await.seq, next(&mut tail).await.seq), (11, 12));
+    assert_eq!(segment_files(dir.path()).len(), 2, "a new segment for what follows the cut");
+    // Another reader behind the cut is told nothing new: said once.
+    let mut again = spool.reader(5).unwrap();
+    let seqs = [next(&mut again).await.seq, next(&mut again).await.seq];
+    assert_eq!(seqs, [6, 11]);
+    assert!(again.take_damaged().is_empty());
+}
+
+/// A spool whose directory is deleted under its live writer is made again: numbering goes
+/// on, a reader at the tail reads on, and one from before passes the seqs that are gone.
+#[tokio::test]
+async fn a_spool_deleted_under_its_writer_is_made_again_and_numbering_goes_on() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("spool");
+    let spool = Arc::new(Spool::create(&dir, DEFAULT_SEGMENT_BYTES).unwrap());
+    for n in 1..=10 {
+        spool.append(stderr(n)).unwrap();
+    }
+    spool.release();
+    let mut tail = spool.reader(10).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    spool.sync().unwrap();
+    assert_eq!(spool.append(stderr(11)).unwrap(), 11);
+    assert_eq!(next(&mut tail).await.seq, 11);
+    let mut behind = spool.reader(0).unwrap();
+    assert_eq!(next(&mut behind).await.seq, 11);
+    let said = behind.take_damaged();
+    assert!(said.len() == 1 && said[0].contains("events 1–10 are unreadable"), "{said:?}");
+    assert_eq!(spool.last_entry().unwrap().map(|event| event.seq), Some(11));
+    assert_eq!(spool.ack(11).unwrap(), 11);
+}

@@ -54,7 +54,7 @@ async fn follow_by_the_gap_rule(
     while cursor < last {
         let batch = within("a batch", batches.next()).await.expect("open").expect("parses");
         for event in batch.0 {
-            if event.seq <= cursor {
+            if event.seq <= cursor || cursor == last {
                 continue;
             }
             if event.seq > cursor + 1 {
@@ -162,4 +162,97 @@ async fn a_torn_history_tail_is_not_glued_to_the_next_entry() {
         last.kind == EntryType::AgentMessage && last.content.contains("you said: after the tear"),
         "{last:?}"
     );
+}
+
+/// Where a session's last event is, once its turn ended.
+async fn last_event(api: &Api, session: &str) -> u64 {
+    api.status(session).await.last_event_seq
+}
+
+/// A prompt's turn followed on `events` to its end: its events.
+async fn turn_of(
+    api: &Api,
+    session: &str,
+    events: &mut jsonrpsee::core::client::Subscription<SessionEvent>,
+    prompt: &str,
+) -> Vec<SessionEvent> {
+    api.prompt(session, prompt).await.unwrap();
+    within("the turn", async {
+        until(events, |e| {
+            matches!(&e.kind, EventKind::State { state: SessionState::WaitingForInput, .. })
+        })
+        .await
+    })
+    .await
+}
+
+/// Asserts `events` are numbered one after another from `first`.
+fn numbered_from(events: &[SessionEvent], first: u64) {
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    let wanted: Vec<u64> = (first..first + seqs.len() as u64).collect();
+    assert_eq!(seqs, wanted, "one after another");
+}
+
+/// An event log cut short while the daemon runs (in the middle of a line): the next turn is
+/// recorded and streamed, to a subscriber that was there and to a new one, numbered on
+/// after the highest seq issued; a client behind the cut is told which seqs are gone.
+#[tokio::test]
+async fn an_event_log_cut_short_while_running_records_and_streams_the_next_turn() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let (session, _) = streamed_turn(&api, &daemon, 20).await;
+    let before = last_event(&api, &session).await;
+    let mut live = api.subscribe(&session, before).await;
+    let active = event_log_segments(&daemon, &session).pop().unwrap();
+    let text = std::fs::read(&active).unwrap();
+    let cut_seq = before - 4;
+    let start = text
+        .windows(format!("\n{{\"seq\":{cut_seq},").len())
+        .position(|w| w == format!("\n{{\"seq\":{cut_seq},").as_bytes())
+        .expect("the line")
+        + 1;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&active)
+        .unwrap()
+        .set_len(start as u64 + 9)
+        .unwrap();
+
+    let turn = turn_of(&api, &session, &mut live, "/stream 20\nafter the cut").await;
+    numbered_from(&turn, before + 1);
+    assert_eq!(chunks(&turn).len(), 20, "the live subscriber gets the next turn");
+    let last = last_event(&api, &session).await;
+    let mut fresh = api.subscribe(&session, before).await;
+    let again = until(&mut fresh, |e| e.seq == last).await;
+    assert_eq!(again.len(), turn.len(), "so does a new subscriber");
+    let behind = follow_by_the_gap_rule(&api, &session, cut_seq - 2, last, 3).await;
+    numbered_from(&behind, cut_seq - 1);
+    let gone = &behind[1..=(before - cut_seq + 1) as usize];
+    assert!(
+        gone.iter().all(
+            |e| matches!(&e.kind, EventKind::Notice { message } if message.contains("unreadable"))
+        ),
+        "the seqs cut away are said: {gone:?}"
+    );
+}
+
+/// An event log deleted while the daemon runs is made again: the next turn is recorded
+/// and streamed, numbered on after the highest seq issued.
+#[tokio::test]
+async fn an_event_log_deleted_while_running_is_made_again_and_numbering_goes_on() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let (session, _) = streamed_turn(&api, &daemon, 20).await;
+    let before = last_event(&api, &session).await;
+    let mut live = api.subscribe(&session, before).await;
+    std::fs::remove_dir_all(daemon.session_dir(&session).join("events")).unwrap();
+
+    let turn = turn_of(&api, &session, &mut live, "/stream 20\nafter the deletion").await;
+    numbered_from(&turn, before + 1);
+    assert_eq!(chunks(&turn).len(), 20, "the live subscriber gets the next turn");
+    let last = last_event(&api, &session).await;
+    let mut fresh = api.subscribe(&session, before).await;
+    let again = until(&mut fresh, |e| e.seq == last).await;
+    assert_eq!(again.len(), turn.len(), "so does a new subscriber");
+    assert!(api.ask(&session, "and on").await.contains("you said: and on"));
 }
