@@ -7,6 +7,12 @@
 //! after the last item delivered. Items at or below that cursor are skipped (a
 //! resubscription repeats them); an item numbered 0 is outside the sequence and delivered
 //! as it is.
+//!
+//! A gap that a new subscription shows again, at the same place, is no dropped
+//! notification (a new subscription's first notification is never dropped: nothing is
+//! buffered before it): the producer cannot give those items (a damaged or cut spool, whose
+//! reader says so). It is taken, and the stream goes on after it, rather than resubscribing
+//! forever.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -39,12 +45,21 @@ pub struct Resubscribing<S: Source> {
     subscribed: bool,
     /// Items of the last notification not returned yet.
     queued: VecDeque<S::Item>,
+    /// The last gap met, as `(cursor, seq after it)`: met again right after resubscribing,
+    /// it is a hole in the source, not a dropped notification.
+    gap: Option<(u64, u64)>,
 }
 
 impl<S: Source> Resubscribing<S> {
     /// Items after `after`; the first read subscribes.
     pub fn new(source: S, after: u64) -> Self {
-        Resubscribing { source, cursor: after, subscribed: false, queued: VecDeque::new() }
+        Resubscribing {
+            source,
+            cursor: after,
+            subscribed: false,
+            queued: VecDeque::new(),
+            gap: None,
+        }
     }
 
     /// Items after `after` from a source already subscribed there.
@@ -89,16 +104,28 @@ impl<S: Source> Resubscribing<S> {
                 match S::seq(&item) {
                     0 => return Ok(item),
                     seq if seq <= self.cursor => continue,
+                    seq if seq > self.cursor + 1 && self.gap == Some((self.cursor, seq)) => {
+                        tracing::warn!(
+                            cursor = self.cursor,
+                            seq,
+                            "the same gap after resubscribing: those items cannot be had"
+                        );
+                        self.gap = None;
+                        self.cursor = seq;
+                        return Ok(item);
+                    }
                     seq if seq > self.cursor + 1 => {
                         tracing::debug!(
                             cursor = self.cursor,
                             seq,
                             "gap in a stream; resubscribing"
                         );
+                        self.gap = Some((self.cursor, seq));
                         self.queued.clear();
                         self.subscribed = false;
                     }
                     seq => {
+                        self.gap = None;
                         self.cursor = seq;
                         return Ok(item);
                     }
@@ -207,6 +234,25 @@ mod tests {
         assert_eq!(read(&mut stream, 4).await, vec![7, 0, 8, 9]);
         assert_eq!(stream.cursor(), 9);
         assert_eq!(stream.source().subscribed_after, vec![8]);
+    }
+
+    /// A gap a new subscription shows again at the same place is a hole in the source (a
+    /// damaged spool line, said by its reader): taken, not resubscribed for forever. One
+    /// that a resubscription fills was a dropped notification.
+    #[tokio::test]
+    async fn a_gap_shown_again_after_resubscribing_is_taken() {
+        let script = Script::new(vec![
+            vec![vec![1, 2], vec![4, 5]],
+            vec![vec![4, 5], vec![6]],
+            // Later a dropped notification: the resubscription fills it.
+            vec![vec![7, 8]],
+        ]);
+        let mut stream = Resubscribing::new(script, 0);
+        assert_eq!(read(&mut stream, 4).await, vec![1, 2, 4, 5]);
+        assert_eq!(stream.source().subscribed_after, vec![0, 2]);
+        stream.source_mut().current.push_back(vec![8]);
+        assert_eq!(read(&mut stream, 3).await, vec![6, 7, 8]);
+        assert_eq!(stream.source().subscribed_after, vec![0, 2, 6]);
     }
 
     #[tokio::test]

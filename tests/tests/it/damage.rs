@@ -256,3 +256,76 @@ async fn an_event_log_deleted_while_running_is_made_again_and_numbering_goes_on(
     assert_eq!(again.len(), turn.len(), "so does a new subscriber");
     assert!(api.ask(&session, "and on").await.contains("you said: and on"));
 }
+
+/// A session's agentctl spool: its segments, oldest first.
+fn spool_segments(daemon: &Daemon, session: &str) -> Vec<std::path::PathBuf> {
+    let dir = daemon.session_dir(session).join("agentctl/spool");
+    let mut segments: Vec<_> = std::fs::read_dir(&dir)
+        .expect("the spool is there")
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "jsonl"))
+        .collect();
+    segments.sort();
+    segments
+}
+
+/// The whole lines of a segment: (seq, where the line starts, its length without newline).
+fn lines_of(path: &std::path::Path) -> Vec<(u64, usize, usize)> {
+    let text = std::fs::read(path).unwrap();
+    let whole = text.iter().rposition(|&b| b == b'\n').map_or(0, |at| at + 1);
+    let mut lines = Vec::new();
+    let mut start = 0;
+    for line in text[..whole].split(|&b| b == b'\n') {
+        if let Ok(event) = serde_json::from_slice::<serde_json::Value>(line) {
+            lines.push((event["seq"].as_u64().unwrap(), start, line.len()));
+        }
+        start += line.len() + 1;
+    }
+    lines
+}
+
+/// A line of a live agentctl's spool is cut (mid-line, the lines after it gone) while the
+/// supervisor is down and the agent runs on: at the restart the cut events are said (a
+/// notice naming their range), the agent is not fenced for it, and the turn goes on.
+#[tokio::test]
+async fn a_spool_cut_while_the_supervisor_is_down_is_said_and_the_agent_goes_on() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("cut")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/tool\n/sleep 4000\n/stream 30\nafter the cut").await.unwrap();
+    let seen = until(&mut events, |e| matches!(e.kind, EventKind::ToolCallUpdate { .. })).await;
+    let sidecar = daemon.agentctl_pid(&session);
+    drop(events);
+    drop(api);
+    daemon.kill().await;
+    // The agent sleeps: agentctl writes nothing now. Cut its last two lines, mid-line.
+    let active = spool_segments(&daemon, &session).pop().unwrap();
+    let lines = lines_of(&active);
+    let [.., (first, start, len), (last, _, _)] = lines[..] else { panic!("{lines:?}") };
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&active)
+        .unwrap()
+        .set_len((start + len / 2) as u64)
+        .unwrap();
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, seen.last().unwrap().seq).await;
+    let rest = until(&mut events, tether_tests::daemon::turn_ended).await;
+    assert!(
+        matches!(
+            rest.last().unwrap().kind,
+            EventKind::TurnEnded { state: protocol::api::TurnState::Completed, .. }
+        ),
+        "{:?}",
+        rest.last()
+    );
+    assert_eq!(chunks(&rest).len(), 30, "every chunk after the cut");
+    let range = format!("{first}–{last}");
+    let said = notices(&rest);
+    assert!(said.iter().any(|n| n.contains(&range) && n.contains("unreadable")), "{said:?}");
+    assert_eq!(daemon.agentctl_pid(&session), sidecar, "the agent was not fenced");
+    assert!(api.ask(&session, "still there?").await.contains("you said: still there?"));
+}
