@@ -329,3 +329,52 @@ async fn a_spool_cut_while_the_supervisor_is_down_is_said_and_the_agent_goes_on(
     assert_eq!(daemon.agentctl_pid(&session), sidecar, "the agent was not fenced");
     assert!(api.ask(&session, "still there?").await.contains("you said: still there?"));
 }
+
+/// Overwrites the bytes of a line (`start`, `len`; with its newline when `newline`) in
+/// place, with `fill`: what a bad disk or a stray writer leaves.
+fn overwrite(path: &std::path::Path, start: usize, len: usize, fill: u8) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.write_all_at(&vec![fill; len], start as u64).unwrap();
+}
+
+/// The messages among `events` that say where a damaged line was (`at`: `FILE:LINE`).
+fn located(events: &[SessionEvent], at: &str) -> usize {
+    notices(events).iter().filter(|notice| notice.contains(at)).count()
+}
+
+/// A line overwritten in a live sidecar's spool while the supervisor is down is said once
+/// after the restart, not again and again while the session runs on.
+#[tokio::test]
+async fn a_damaged_spool_line_is_said_once() {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("once")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/tool\n/sleep 3000\n/stream 30\nafter the damage").await.unwrap();
+    let seen = until(&mut events, |e| matches!(e.kind, EventKind::ToolCallUpdate { .. })).await;
+    drop(events);
+    drop(api);
+    daemon.kill().await;
+    let active = spool_segments(&daemon, &session).pop().unwrap();
+    let lines = lines_of(&active);
+    let [.., (_, start, len), _] = lines[..] else { panic!("{lines:?}") };
+    overwrite(&active, start, len, b'#');
+    let number = std::fs::read(&active).unwrap()[..start].iter().filter(|&&b| b == b'\n').count();
+    let at = format!("{}:{}", active.display(), number + 1);
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, seen.last().unwrap().seq).await;
+    let mut rest = until(&mut events, tether_tests::daemon::turn_ended).await;
+    assert_eq!(chunks(&rest).len(), 30, "every chunk after the damage");
+    assert!(api.ask(&session, "and on").await.contains("you said: and on"));
+    // Said again within a few seconds, it would be said again and again.
+    let again = tokio::time::timeout(std::time::Duration::from_secs(3), async {
+        until(&mut events, |e| located(std::slice::from_ref(e), &at) > 0).await
+    })
+    .await;
+    if let Ok(more) = again {
+        rest.extend(more);
+    }
+    assert_eq!(located(&rest, &at), 1, "said once: {:?}", notices(&rest));
+}
