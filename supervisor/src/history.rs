@@ -21,6 +21,21 @@ pub use protocol::api::EntryType;
 /// note, not the agent's text (a reader comparing the history with the stream drops it).
 pub const CUT_OFF: &str = "\n\n[the reply was cut off here: ";
 
+/// A history entry's text without Tether's cut-off notes ([`CUT_OFF`], a reason, `]`):
+/// what the agent itself said, to hold against what an agent or a stream has of it.
+pub fn without_cut_off_notes(content: &str) -> String {
+    let mut text = content.to_owned();
+    let mut from = 0;
+    while let Some(at) = text[from..].find(CUT_OFF).map(|at| from + at) {
+        match text[at + CUT_OFF.len()..].find(']') {
+            Some(end) => text.replace_range(at..at + CUT_OFF.len() + end + 1, ""),
+            None => break,
+        }
+        from = at;
+    }
+    text
+}
+
 /// One history line: the entry as the API serves it, and the marks around it that are the
 /// history's own (they never leave the daemon).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -781,6 +796,17 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 3);
         assert!(text.lines().all(|line| serde_json::from_str::<HistoryEntry>(line).is_ok()));
+    }
+
+    #[test]
+    fn cut_off_notes_are_taken_out_wherever_they_stand() {
+        let note = |why: &str| format!("{CUT_OFF}{why}]");
+        let text = format!("one [1/3]{} and [2/3]{}", note("the agent exited"), note("x"));
+        assert_eq!(without_cut_off_notes(&text), "one [1/3] and [2/3]");
+        // An unended note is left as it is (it is no note of ours).
+        let open = format!("a{CUT_OFF}no end");
+        assert_eq!(without_cut_off_notes(&open), open);
+        assert_eq!(without_cut_off_notes("[1/3] plain"), "[1/3] plain");
     }
 
     #[test]

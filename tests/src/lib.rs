@@ -433,13 +433,5 @@ pub async fn spawn_until_ready(
 /// A history entry's `content` without Tether's cut-off notes (`CUT_OFF`, a reason, `]`) on
 /// a reply its failed turn cut off: what the agent itself said, to compare with the stream.
 pub fn without_cut_off_notes(content: &str) -> String {
-    let mut text = content.to_owned();
-    let marker = supervisor::history::CUT_OFF;
-    while let Some(at) = text.find(marker) {
-        match text[at + marker.len()..].find(']') {
-            Some(end) => text.replace_range(at..at + marker.len() + end + 1, ""),
-            None => break,
-        }
-    }
-    text
+    supervisor::history::without_cut_off_notes(content)
 }

@@ -237,6 +237,37 @@ async fn a_load_that_lacks_the_last_turn_gets_it_with_the_next_prompt() {
     }
 }
 
+/// A reply cut off by its failed turn carries Tether's cut-off note in the history, which
+/// the agent's own restore never holds: a load that replays the reply as far as the agent
+/// had it is not taken for lacking it, and the next prompt goes alone.
+#[tokio::test]
+async fn a_load_after_a_cut_off_reply_is_not_taken_for_lacking_it() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("w")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/stream 20000\nburst").await.unwrap();
+    until(&mut events, |event| matches!(event.kind, EventKind::AgentMessageChunk { .. })).await;
+    tether_tests::daemon::sigkill(daemon.agentctl_pid(&session)).await;
+    let ended = until(&mut events, turn_ended).await;
+    assert!(
+        matches!(
+            ended.last().unwrap().kind,
+            EventKind::TurnEnded { state: protocol::api::TurnState::Failed, .. }
+        ),
+        "{:?}",
+        ended.last()
+    );
+    let cut = api.history(&session).await.into_iter().rev().find(|entry| {
+        entry.kind == protocol::api::EntryType::AgentMessage
+            && entry.content.contains(supervisor::history::CUT_OFF)
+    });
+    assert!(cut.is_some(), "the cut-off reply is marked in the history");
+    let reply = api.ask(&session, "still there?").await;
+    assert!(reply.contains("you said: still there?"), "{reply}");
+    assert!(!reply.contains("RESUME CONTEXT"), "{reply}");
+}
+
 /// The `messageId`s of a face's updates of one kind, in order (`None` where it had none).
 fn face_message_ids(face: &tether_tests::face::RawFace, kind: &str) -> Vec<Option<String>> {
     face.received

@@ -92,7 +92,8 @@ async fn r27_a_sidecar_killed_mid_burst_leaves_nothing_of_its_spool_unrecorded()
     same_chunks(&chunks(&seen), &spooled, "every spooled chunk is streamed, once");
     assert!(recorded(&api, &session).await == spooled.concat(), "and recorded, once");
     // The session goes on.
-    assert!(api.ask(&session, "still there?").await.contains("you said: still there?"));
+    let reply = api.ask(&session, "still there?").await;
+    assert!(reply.contains("you said: still there?"), "{}", &reply[..reply.len().min(3000)]);
 }
 
 /// Defect 0 (a): the supervisor and the session's agentctl are SIGKILLed together in a

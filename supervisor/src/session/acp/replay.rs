@@ -20,7 +20,9 @@ impl SessionActor {
         for entry in entries {
             match entry.kind {
                 EntryType::UserMessage | EntryType::AgentMessage => {
-                    known.texts.insert(entry.content.trim().to_owned());
+                    // As the agent has it: without Tether's note on a cut-off reply.
+                    let text = history::without_cut_off_notes(&entry.content);
+                    known.texts.insert(text.trim().to_owned());
                 }
                 EntryType::ToolCall | EntryType::ToolResult => {
                     known.tool_calls.extend(entry.wire.tool_call_id);
@@ -48,13 +50,15 @@ impl SessionActor {
             tokio::task::spawn_blocking(move || history::read_tail(&path, REPLAY_WINDOW_BYTES))
                 .await
                 .unwrap_or_default();
-        let messages: Vec<(u64, &str)> = entries
+        // Held as the agent has them: a cut-off reply without Tether's note on it.
+        let messages: Vec<(u64, String)> = entries
             .iter()
             .filter(|entry| matches!(entry.kind, EntryType::UserMessage | EntryType::AgentMessage))
-            .map(|entry| (entry.seq, entry.content.trim()))
-            .filter(|(_, text)| !text.is_empty())
+            .map(|entry| (entry.seq, history::without_cut_off_notes(&entry.content)))
+            .filter(|(_, text)| !text.trim().is_empty())
             .collect();
-        let Some(last_had) = messages.iter().rposition(|(_, text)| replayed.contains(text)) else {
+        let Some(last_had) = messages.iter().rposition(|(_, text)| replayed.contains(text.trim()))
+        else {
             return; // none of the recent ones: nothing to tell it by
         };
         let Some(&(first_missing, _)) = messages.get(last_had + 1) else { return };
