@@ -378,3 +378,140 @@ async fn a_damaged_spool_line_is_said_once() {
     }
     assert_eq!(located(&rest, &at), 1, "said once: {:?}", notices(&rest));
 }
+
+/// The text of the agent message chunk a spool line holds, if it is one.
+fn chunk_of(line: &[u8]) -> Option<String> {
+    let event = serde_json::from_slice::<serde_json::Value>(line).ok()?;
+    let update = &event["message"]["params"]["update"];
+    (event["kind"] == "acp" && update["sessionUpdate"] == "agent_message_chunk")
+        .then(|| update["content"]["text"].as_str().unwrap_or_default().to_owned())
+}
+
+/// The supervisor is killed in a long stream; a line of the oldest segment of the live
+/// sidecar's spool past what was acknowledged is overwritten (`fill`, its newline too when
+/// `newline`); the supervisor comes back. The line is skipped and said once (file and line),
+/// every other chunk reaches the stream and the history once, and the turn ends.
+async fn a_damaged_line_met_at_a_restart_loses_only_itself(fill: u8, newline: bool) {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("restart")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/stream 60000\nlong").await.unwrap();
+    let mut seen = Vec::new();
+    while chunks(&seen).len() < 2000 {
+        seen.push(tether_tests::daemon::next(&mut events).await);
+    }
+    drop(events);
+    drop(api);
+    daemon.kill().await;
+    let db = rusqlite::Connection::open(daemon.data_dir().join("state.db")).unwrap();
+    let acked: u64 = db
+        .query_row(
+            "SELECT acked_seq FROM executors_running WHERE session_id = ?1",
+            [&session],
+            |row| row.get(0),
+        )
+        .unwrap();
+    drop(db);
+    let segments = spool_segments(&daemon, &session);
+    let oldest = &segments[0];
+    let lines = lines_of(oldest);
+    // Not the last line when its newline goes too: the next one goes with it.
+    let &(_, start, len) = if segments.len() > 1 {
+        &lines[lines.len() - 2]
+    } else {
+        lines.iter().find(|(seq, ..)| *seq > acked + 1).expect("a line past the ack")
+    };
+    let text = std::fs::read(oldest).unwrap();
+    let damaged_lines = if newline {
+        let next_end =
+            start + len + 1 + text[start + len + 1..].iter().position(|&b| b == b'\n').unwrap();
+        vec![&text[start..start + len], &text[start + len + 1..next_end]]
+    } else {
+        vec![&text[start..start + len]]
+    };
+    let lost: Vec<String> = damaged_lines.into_iter().filter_map(chunk_of).collect();
+    overwrite(oldest, start, len + usize::from(newline), fill);
+    let number = std::fs::read(oldest).unwrap()[..start].iter().filter(|&&b| b == b'\n').count();
+    let at = format!("{}:{}", oldest.display(), number + 1);
+    // What is lost: the damaged line's event, and the next one's with it when the newline
+    // went, unless they reached the event log before the kill.
+    let streamed: Vec<String> = event_log_segments(&daemon, &session)
+        .iter()
+        .flat_map(|path| {
+            let text = std::fs::read_to_string(path).unwrap();
+            text.lines()
+                .filter_map(|line| serde_json::from_str::<SessionEvent>(line).ok())
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|event| match event.kind {
+            EventKind::AgentMessageChunk { text, .. } => Some(text),
+            _ => None,
+        })
+        .collect();
+    let all: Vec<String> = std::iter::once(chunks(&seen)[0].clone())
+        .chain((2..=60_000).map(|n| format!(" [{n}/60000]")))
+        .collect();
+    let wanted: Vec<String> = all
+        .iter()
+        .filter(|text| !lost.contains(text) || streamed.contains(text))
+        .cloned()
+        .collect();
+    // The history likewise: what of it was written before the kill is kept.
+    let history_before =
+        std::fs::read_to_string(daemon.session_dir(&session).join("history.jsonl")).unwrap();
+    let history_wanted: String = all
+        .iter()
+        .filter(|text| !lost.contains(text) || history_before.contains(text.as_str()))
+        .map(String::as_str)
+        .collect();
+
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, seen.last().unwrap().seq).await;
+    seen.extend(until(&mut events, tether_tests::daemon::turn_ended).await);
+    assert!(
+        matches!(
+            seen.last().unwrap().kind,
+            EventKind::TurnEnded { state: protocol::api::TurnState::Completed, .. }
+        ),
+        "{:?}",
+        seen.last()
+    );
+    let got = chunks(&seen);
+    let parted = got.iter().zip(&wanted).position(|(a, b)| a != b);
+    assert!(
+        got.len() == wanted.len() && parted.is_none(),
+        "the stream has {} chunks, {} wanted; first difference at {parted:?}",
+        got.len(),
+        wanted.len()
+    );
+    let recorded: String = api
+        .history(&session)
+        .await
+        .iter()
+        .filter(|entry| entry.kind == EntryType::AgentMessage)
+        .map(|entry| entry.content.clone())
+        .collect();
+    let wanted_text = history_wanted;
+    let parted = recorded.bytes().zip(wanted_text.bytes()).position(|(a, b)| a != b);
+    assert!(
+        recorded == wanted_text,
+        "the history has every chunk once: {} bytes, {} wanted, first difference at {parted:?}: {:?}",
+        recorded.len(),
+        wanted_text.len(),
+        parted.map(|at| &recorded[at.saturating_sub(40)..(at + 80).min(recorded.len())])
+    );
+    assert_eq!(located(&seen, &at), 1, "said once, where: {:?}", notices(&seen));
+    assert!(api.ask(&session, "still there?").await.contains("you said: still there?"));
+}
+
+#[tokio::test]
+async fn a_garbled_spool_line_met_at_a_restart_loses_only_itself() {
+    a_damaged_line_met_at_a_restart_loses_only_itself(b'#', false).await;
+}
+
+#[tokio::test]
+async fn a_zeroed_spool_line_met_at_a_restart_loses_only_itself() {
+    a_damaged_line_met_at_a_restart_loses_only_itself(0, true).await;
+}
