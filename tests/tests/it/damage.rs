@@ -387,33 +387,29 @@ fn chunk_of(line: &[u8]) -> Option<String> {
         .then(|| update["content"]["text"].as_str().unwrap_or_default().to_owned())
 }
 
-/// The supervisor is killed in a long stream; a line of the oldest segment of the live
-/// sidecar's spool past what was acknowledged is overwritten (`fill`, its newline too when
-/// `newline`); the supervisor comes back. The line is skipped and said once (file and line),
-/// every other chunk reaches the stream and the history once, and the turn ends.
-async fn a_damaged_line_met_at_a_restart_loses_only_itself(fill: u8, newline: bool) {
-    let mut daemon = Daemon::start(&[]).await;
-    let api = daemon.api().await;
-    let session = api.ready_session("mock", &daemon.workspace("restart")).await;
-    let mut events = api.subscribe_at_end(&session).await;
-    api.prompt(&session, "/stream 60000\nlong").await.unwrap();
-    let mut seen = Vec::new();
-    while chunks(&seen).len() < 2000 {
-        seen.push(tether_tests::daemon::next(&mut events).await);
-    }
-    drop(events);
-    drop(api);
-    daemon.kill().await;
+/// Where a spool line was damaged (`FILE:LINE`) and the chunks it (and the next line,
+/// when its newline went too) held.
+struct Damaged {
+    at: String,
+    lost: Vec<String>,
+}
+
+/// The `acked_seq` stored for a session's running execution (the daemon is down).
+fn acked_seq(daemon: &Daemon, session: &str) -> u64 {
     let db = rusqlite::Connection::open(daemon.data_dir().join("state.db")).unwrap();
-    let acked: u64 = db
-        .query_row(
-            "SELECT acked_seq FROM executors_running WHERE session_id = ?1",
-            [&session],
-            |row| row.get(0),
-        )
-        .unwrap();
-    drop(db);
-    let segments = spool_segments(&daemon, &session);
+    db.query_row(
+        "SELECT acked_seq FROM executors_running WHERE session_id = ?1",
+        [session],
+        |row| row.get(0),
+    )
+    .unwrap()
+}
+
+/// Overwrites a line of the oldest segment of a session's spool past what was
+/// acknowledged with `fill` (its newline too when `newline`), the daemon being down.
+fn damage_past_the_ack(daemon: &Daemon, session: &str, fill: u8, newline: bool) -> Damaged {
+    let acked = acked_seq(daemon, session);
+    let segments = spool_segments(daemon, session);
     let oldest = &segments[0];
     let lines = lines_of(oldest);
     // Not the last line when its newline goes too: the next one goes with it.
@@ -432,11 +428,13 @@ async fn a_damaged_line_met_at_a_restart_loses_only_itself(fill: u8, newline: bo
     };
     let lost: Vec<String> = damaged_lines.into_iter().filter_map(chunk_of).collect();
     overwrite(oldest, start, len + usize::from(newline), fill);
-    let number = std::fs::read(oldest).unwrap()[..start].iter().filter(|&&b| b == b'\n').count();
-    let at = format!("{}:{}", oldest.display(), number + 1);
-    // What is lost: the damaged line's event, and the next one's with it when the newline
-    // went, unless they reached the event log before the kill.
-    let streamed: Vec<String> = event_log_segments(&daemon, &session)
+    let number = text[..start].iter().filter(|&&b| b == b'\n').count();
+    Damaged { at: format!("{}:{}", oldest.display(), number + 1), lost }
+}
+
+/// The agent text chunks a session's event log holds (read while the daemon is down).
+fn streamed_before(daemon: &Daemon, session: &str) -> Vec<String> {
+    event_log_segments(daemon, session)
         .iter()
         .flat_map(|path| {
             let text = std::fs::read_to_string(path).unwrap();
@@ -448,7 +446,30 @@ async fn a_damaged_line_met_at_a_restart_loses_only_itself(fill: u8, newline: bo
             EventKind::AgentMessageChunk { text, .. } => Some(text),
             _ => None,
         })
-        .collect();
+        .collect()
+}
+
+/// The supervisor is killed in a long stream; a line of the oldest segment of the live
+/// sidecar's spool past what was acknowledged is overwritten (`fill`, its newline too when
+/// `newline`); the supervisor comes back. The line is skipped and said once (file and line),
+/// every other chunk reaches the stream and the history once, and the turn ends.
+async fn a_damaged_line_met_at_a_restart_loses_only_itself(fill: u8, newline: bool) {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("restart")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/stream 60000\nlong").await.unwrap();
+    let mut seen = Vec::new();
+    while chunks(&seen).len() < 2000 {
+        seen.push(tether_tests::daemon::next(&mut events).await);
+    }
+    drop(events);
+    drop(api);
+    daemon.kill().await;
+    let Damaged { at, lost } = damage_past_the_ack(&daemon, &session, fill, newline);
+    // What is lost: the damaged line's event, and the next one's with it when the newline
+    // went, unless they reached the event log before the kill.
+    let streamed = streamed_before(&daemon, &session);
     let all: Vec<String> = std::iter::once(chunks(&seen)[0].clone())
         .chain((2..=60_000).map(|n| format!(" [{n}/60000]")))
         .collect();
@@ -514,4 +535,87 @@ async fn a_garbled_spool_line_met_at_a_restart_loses_only_itself() {
 #[tokio::test]
 async fn a_zeroed_spool_line_met_at_a_restart_loses_only_itself() {
     a_damaged_line_met_at_a_restart_loses_only_itself(0, true).await;
+}
+
+/// Every agent text chunk a session's spool holds, in order (damaged lines skipped).
+fn spooled(daemon: &Daemon, session: &str) -> Vec<String> {
+    spool_segments(daemon, session)
+        .iter()
+        .flat_map(|path| {
+            let text = std::fs::read(path).unwrap();
+            text.split(|&b| b == b'\n').filter_map(chunk_of).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Item 23: the supervisor and the session's sidecar are SIGKILLed together in a long
+/// stream, and a line of the dead sidecar's spool past the ack is damaged (`fill`, its
+/// newline too when `newline`). At the restart the spool is recorded without that line:
+/// every other chunk it held is in the history and the stream once — none twice — the
+/// damage is said once, where it is, and the session goes on.
+async fn a_damaged_line_in_a_dead_sidecars_spool_loses_only_itself(fill: u8, newline: bool) {
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("both")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/stream 20000\nlong").await.unwrap();
+    let mut seen = Vec::new();
+    while chunks(&seen).len() < 300 {
+        seen.push(tether_tests::daemon::next(&mut events).await);
+    }
+    let sidecar = daemon.agentctl_pid(&session);
+    drop(events);
+    drop(api);
+    daemon.kill().await;
+    tether_tests::daemon::sigkill(sidecar).await;
+    let all = spooled(&daemon, &session);
+    let Damaged { at, lost } = damage_past_the_ack(&daemon, &session, fill, newline);
+    let streamed = streamed_before(&daemon, &session);
+    let history_before =
+        std::fs::read_to_string(daemon.session_dir(&session).join("history.jsonl")).unwrap();
+    let wanted: Vec<&String> =
+        all.iter().filter(|text| !lost.contains(text) || streamed.contains(text)).collect();
+    let history_wanted: String = all
+        .iter()
+        .filter(|text| !lost.contains(text) || history_before.contains(text.as_str()))
+        .map(String::as_str)
+        .collect();
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, seen.last().unwrap().seq).await;
+    seen.extend(until(&mut events, tether_tests::daemon::turn_ended).await);
+    let got = chunks(&seen);
+    let parted = got.iter().zip(&wanted).position(|(a, b)| a != *b);
+    assert!(
+        got.len() == wanted.len() && parted.is_none(),
+        "the stream has {} chunks, {} wanted; first difference at {parted:?}",
+        got.len(),
+        wanted.len()
+    );
+    let recorded: String = api
+        .history(&session)
+        .await
+        .iter()
+        .filter(|entry| entry.kind == EntryType::AgentMessage)
+        .map(|entry| tether_tests::without_cut_off_notes(&entry.content))
+        .collect();
+    let parted = recorded.bytes().zip(history_wanted.bytes()).position(|(a, b)| a != b);
+    assert!(
+        recorded == history_wanted,
+        "the history has every chunk once: {} bytes, {} wanted, first difference at {parted:?}",
+        recorded.len(),
+        history_wanted.len(),
+    );
+    assert_eq!(located(&seen, &at), 1, "said once, where: {:?}", notices(&seen));
+    assert!(api.ask(&session, "and now?").await.contains("you said: and now?"));
+}
+
+#[tokio::test]
+async fn a_garbled_line_in_a_dead_sidecars_spool_loses_only_itself() {
+    a_damaged_line_in_a_dead_sidecars_spool_loses_only_itself(b'#', false).await;
+}
+
+#[tokio::test]
+async fn a_zeroed_line_in_a_dead_sidecars_spool_loses_only_itself() {
+    a_damaged_line_in_a_dead_sidecars_spool_loses_only_itself(0, true).await;
 }
