@@ -917,8 +917,18 @@ impl Supervisor {
     }
 }
 
-/// How long a resume (or a prompt that waits for one) may take.
+/// How long a resume (or a prompt that waits for one) may take at least.
 pub const RESUME_WAIT: Duration = Duration::from_secs(90);
+
+/// How long a caller waits for a session of `profile` to come up: past every bound the
+/// launch has of its own — each handshake step (`initialize`, a restore that fails, the
+/// fresh session after it) bounded by the profile's `init_timeout_ms` — so that the
+/// launch's own failure, with what the agent printed, is what the caller hears; never
+/// less than [`RESUME_WAIT`].
+pub fn resume_wait(profile: &Profile) -> Duration {
+    let step = Duration::from_millis(profile.process.init_timeout_ms);
+    (step * 3 + Duration::from_secs(30)).max(RESUME_WAIT)
+}
 
 pub use crate::session::DEFAULT_PAUSE_WAIT_MS;
 

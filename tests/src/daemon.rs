@@ -371,6 +371,18 @@ impl Daemon {
     pub async fn cli_in(&self, dir: &Path, args: &[&str]) -> (i32, String, String) {
         cli_at(&self.url, Some(dir), args).await
     }
+
+    /// [`Daemon::cli`] for a command that may rightly take longer than a single exchange
+    /// (an agent given minutes to start): guarded by `bound` instead.
+    pub async fn cli_waiting(
+        &self,
+        bound: std::time::Duration,
+        args: &[&str],
+    ) -> (i32, String, String) {
+        tokio::time::timeout(bound, cli_run(&self.url, None, args))
+            .await
+            .unwrap_or_else(|_| panic!("the CLI ran longer than {bound:?}: {args:?}"))
+    }
 }
 
 /// Runs `supervisor --url URL args…`; returns (exit code, stdout, stderr).
@@ -380,14 +392,23 @@ pub async fn cli(url: &str, args: &[&str]) -> (i32, String, String) {
 
 /// [`cli`] in the directory `dir` (the test's own when `None`).
 async fn cli_at(url: &str, dir: Option<&Path>, args: &[&str]) -> (i32, String, String) {
+    within("the CLI", cli_run(url, dir, args)).await
+}
+
+/// Runs the CLI to its end, unbounded.
+async fn cli_run(url: &str, dir: Option<&Path>, args: &[&str]) -> (i32, String, String) {
     let mut command = Command::new(workspace_bin("supervisor"));
     if let Some(dir) = dir {
         command.current_dir(dir);
     }
-    let output =
-        within("the CLI", command.arg("--url").arg(url).args(args).stdin(Stdio::null()).output())
-            .await
-            .expect("the CLI runs");
+    let output = command
+        .arg("--url")
+        .arg(url)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("the CLI runs");
     (
         output.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&output.stdout).into_owned(),

@@ -3,6 +3,13 @@
 
 use super::*;
 
+/// How long the client waits for one answer. The daemon bounds every wait of its own (a
+/// launch by the profile's `init_timeout_ms`, which is minutes for some agents, a pause by
+/// its wait), and says why when one runs out; a shorter bound here (the client library's
+/// is a minute) would cut that answer off with a bare "request timeout". A daemon that goes
+/// away closes the connection, which ends the call at once.
+pub(super) const CALL_BOUND: Duration = Duration::from_secs(60 * 60);
+
 /// Where the daemon is and how to get in.
 #[derive(Clone)]
 pub(super) struct Target {
@@ -21,6 +28,7 @@ impl Target {
         WsClientBuilder::default()
             .set_headers(headers)
             .max_response_size(64 * 1024 * 1024)
+            .request_timeout(CALL_BOUND)
             .build(&self.url)
             .await
             .map_err(|err| self.connect_failure(err))

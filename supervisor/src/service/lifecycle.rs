@@ -471,7 +471,8 @@ impl Supervisor {
         if handle.view().is_ready() {
             return Ok(handle);
         }
-        let outcome = tokio::time::timeout(RESUME_WAIT, handle.resume()).await.map_err(|_| {
+        let wait = resume_wait(&*Supervisor::snapshot(row)?);
+        let outcome = tokio::time::timeout(wait, handle.resume()).await.map_err(|_| {
             ServiceError::RuntimeUnavailable(format!(
                 "session {} did not become ready in time",
                 row.id
@@ -575,6 +576,10 @@ impl Supervisor {
         }
         let (handle, started) = self.actor_started(&row).await?;
         let profile_refreshed = refresh.is_some();
+        let wait = match &refresh {
+            Some(profile) => resume_wait(profile),
+            None => resume_wait(&*Supervisor::snapshot(&row)?),
+        };
         let resumed = async {
             match refresh {
                 // A new actor resumes with the snapshot just stored: it is joined, not
@@ -583,7 +588,7 @@ impl Supervisor {
                 _ => handle.resume().await,
             }
         };
-        let outcome = tokio::time::timeout(RESUME_WAIT, resumed)
+        let outcome = tokio::time::timeout(wait, resumed)
             .await
             .map_err(|_| {
                 ServiceError::RuntimeUnavailable(format!(

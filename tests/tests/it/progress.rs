@@ -100,3 +100,36 @@ async fn an_agent_that_never_answers_initialize_fails_every_launch_within_its_bo
         assert!(took < std::time::Duration::from_secs(15), "{args:?} took {took:?}");
     }
 }
+
+/// An agent whose profile gives it longer than a minute and a half to start (claude-code's
+/// and codex's built-ins give five minutes) and that never answers `initialize`: `resume`
+/// and a `prompt` waiting for it fail with the agent's own words at the profile's bound —
+/// neither the CLI's nor the daemon's shorter wait cuts it off first with a bare timeout.
+#[tokio::test]
+async fn a_slow_bound_agent_that_never_starts_fails_with_its_own_words_not_a_timeout() {
+    let fail_first = tempfile::NamedTempFile::new().unwrap();
+    let profile = format!(
+        "id = \"slow\"\ncommand = [\"mock-agent\", \"--fail-while\", \"{}\", \"--stderr-at-start\", \"3\", \"--hang-on\", \"initialize\"]\nprotocol = \"acp\"\n[process]\ninit_timeout_ms = 95000\n",
+        fail_first.path().display()
+    );
+    let daemon = Daemon::start_with_profiles(&[], &[("slow.toml", &profile)]).await;
+    let workspace = daemon.workspace("slow");
+    // It fails at once the first time (the file is there), and leaves the session.
+    let args = ["session", "start", "--agent", "slow", "--new-task", "t", "--quiet"];
+    let (code, out, err) =
+        daemon.cli(&[&args[..], &["--workspace", workspace.to_str().unwrap()]].concat()).await;
+    assert_eq!(code, 1, "{err}");
+    let session = out.trim().to_owned();
+    drop(fail_first);
+    let (resume_args, prompt_args) = (["resume", &session], ["prompt", &session, "hello"]);
+    let bound = std::time::Duration::from_secs(150);
+    let (resumed, prompted) = tokio::join!(
+        daemon.cli_waiting(bound, &resume_args),
+        daemon.cli_waiting(bound, &prompt_args)
+    );
+    for (what, (code, _, err)) in [("resume", resumed), ("prompt", prompted)] {
+        assert_eq!(code, 1, "{what}: {err}");
+        assert!(err.contains("did not answer initialize within 95000 ms"), "{what}: {err}");
+        assert!(err.contains("not answering initialize as configured"), "{what}: {err}");
+    }
+}
