@@ -570,6 +570,11 @@ async fn events_after(
     tether_tests::daemon::until(&mut events, |event| event.seq >= last).await
 }
 
+/// Whether an event is a notice that says `what`.
+fn said(event: &protocol::api::SessionEvent, what: &str) -> bool {
+    matches!(&event.kind, protocol::api::EventKind::Notice { message } if message.contains(what))
+}
+
 /// The "events lost" error a reopened log published, if any.
 fn lost_notice(events: &[protocol::api::SessionEvent]) -> Option<(u64, String)> {
     events.iter().find_map(|event| match &event.kind {
@@ -583,8 +588,10 @@ fn lost_notice(events: &[protocol::api::SessionEvent]) -> Option<(u64, String)> 
 /// Point 7: an event log truncated, emptied or deleted while the daemon was down was taken
 /// as it was: `subscribe {after_seq: 0}` returned half the events with no error, and new
 /// events reused the lost seqs, so a client holding a cursor among them missed events.
-/// Now numbering continues after the highest seq ever issued, and the gap is said (an
-/// `notice` event at the first new seq, naming the range) to whoever subscribes.
+/// Now numbering continues after the highest seq ever issued, and the gap is said (a
+/// `notice` event at the first new seq, naming the range) to whoever subscribes; each lost
+/// seq is delivered in its place as a notice that it is unreadable (so a client following
+/// the gap rule moves past them).
 #[tokio::test]
 async fn r29_event_seqs_never_go_backwards_when_the_log_is_cut_while_down() {
     let mut daemon = Daemon::start(&[]).await;
@@ -622,12 +629,17 @@ async fn r29_event_seqs_never_go_backwards_when_the_log_is_cut_while_down() {
     assert_eq!(&seqs[..kept], (1..=kept as u64).collect::<Vec<_>>(), "{seqs:?}");
     let (at, message) = lost_notice(&all).expect("the loss is said");
     assert_eq!(at, high + 1, "numbering continues after the highest seq: {seqs:?}");
-    assert_eq!(seqs[kept], high + 1, "{seqs:?}");
     assert!(message.contains(&format!("{}–{high}", kept + 1)), "{message}");
-    // A client whose cursor is among the lost seqs gets the notice first, then new events.
+    // Each lost seq is said in its place (so a client following the gap rule moves past
+    // them), and nothing else stands there.
+    assert_eq!(seqs, (1..=high + 1).collect::<Vec<_>>(), "{seqs:?}");
+    let range = format!("events {}–{high} are unreadable", kept + 1);
+    assert!(all[kept..high as usize].iter().all(|event| said(event, &range)), "{all:?}");
+    // A client whose cursor is among the lost seqs gets the rest of them, then the notice.
     let mut events = api.subscribe(&session, kept as u64 + 2).await;
     let first = tether_tests::daemon::next(&mut events).await;
-    assert_eq!(first.seq, high + 1, "{first:?}");
+    assert_eq!(first.seq, kept as u64 + 3, "{first:?}");
+    assert!(said(&first, &format!("events {}–{high} are unreadable", kept + 3)), "{first:?}");
     api.ask(&session, "after the cut").await;
     let after: Vec<u64> =
         events_after(&api, &session, high + 1).await.iter().map(|event| event.seq).collect();
@@ -667,7 +679,10 @@ async fn r29_event_seqs_never_go_backwards_when_the_log_is_cut_while_down() {
     let all = events_after(&api, &session, 0).await;
     let (at, message) = lost_notice(&all).expect("the loss is said");
     assert!(at > last_state_seq && at <= high + 1, "{at} after {last_state_seq}: {message}");
-    assert_eq!(all[0].seq, at, "nothing older is left: {all:?}");
+    // Nothing older is left: each seq before it is said unreadable, in its place.
+    let before: Vec<&protocol::api::SessionEvent> = all.iter().take_while(|e| e.seq < at).collect();
+    assert_eq!(before.len() as u64, at - 1, "{all:?}");
+    assert!(before.iter().all(|event| said(event, "are unreadable")), "{all:?}");
 }
 
 /// Opens `count` WebSocket connections to `host` as user `uid` and holds them until the
