@@ -36,7 +36,9 @@ pub use access::{
 use admission::{Admission, Limits, SlotGate};
 pub use admission::{MAX_CONNECTIONS, MAX_CONNECTIONS_PER_PEER};
 use agentctl::server::AccessLayer;
-use streaming::{stream_session_list, stream_spool, stream_spool_batches, stream_workflow};
+use streaming::{
+    stream_session_list, stream_spool, stream_spool_batches, stream_workflow, stream_workflow_list,
+};
 
 use crate::service::{CleanupPolicy, NewSession, NewWorkflow, ServiceError, Supervisor};
 
@@ -447,6 +449,13 @@ impl ApiServer for Methods {
                 Ok(())
             }
         }
+    }
+
+    async fn workflows_subscribe(&self, pending: PendingSubscriptionSink) -> SubscriptionResult {
+        // Listening before the answer: nothing that changes once the client has it is missed.
+        let changes = self.0.workflow_changes();
+        let sink = pending.accept().await?;
+        stream_workflow_list(sink, Arc::clone(&self.0), changes).await
     }
 
     async fn discover(&self) -> RpcResult<Value> {

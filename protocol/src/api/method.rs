@@ -82,6 +82,12 @@ pub const WORKFLOW_SUBSCRIBE: &str = "workflow.subscribe";
 pub const WORKFLOW_EVENT: &str = "workflow.event";
 /// `workflow.unsubscribe`
 pub const WORKFLOW_UNSUBSCRIBE: &str = "workflow.unsubscribe";
+/// `workflows.subscribe`
+pub const WORKFLOWS_SUBSCRIBE: &str = "workflows.subscribe";
+/// The workflow list's notifications.
+pub const WORKFLOWS_EVENT: &str = "workflows.event";
+/// `workflows.unsubscribe`
+pub const WORKFLOWS_UNSUBSCRIBE: &str = "workflows.unsubscribe";
 /// `rpc.discover`: the OpenRPC document.
 pub const DISCOVER: &str = "rpc.discover";
 
@@ -139,6 +145,8 @@ pub const ALL: &[&str] = &[
     WORKFLOW_DELETE,
     WORKFLOW_SUBSCRIBE,
     WORKFLOW_UNSUBSCRIBE,
+    WORKFLOWS_SUBSCRIBE,
+    WORKFLOWS_UNSUBSCRIBE,
     SESSION_RETRY_TURN,
     BUDGET_SET,
     USAGE_QUERY,

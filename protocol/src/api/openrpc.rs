@@ -231,6 +231,12 @@ pub fn generate() -> Value {
         method::WORKFLOW_UNSUBSCRIBE,
         "Subscribes to a workflow's events after after_seq, then live ones; each arrives as a workflow.event notification. Unsubscribe with workflow.unsubscribe [subscription id].",
     );
+    m.add_subscription::<NoParams, WorkflowsEvent>(
+        method::WORKFLOWS_SUBSCRIBE,
+        method::WORKFLOWS_EVENT,
+        method::WORKFLOWS_UNSUBSCRIBE,
+        "Subscribes to changes of the workflow list from now on: each workflows.event notification says a workflow was created or changed (changed, with its summary: steps done, steps waiting for approval, newest event seq), was deleted (deleted), or that changes were missed (resync: list again). One subscription for a whole list. Unsubscribe with workflows.unsubscribe [subscription id].",
+    );
     m.add::<SessionRetryTurn, PromptStarted>(
         method::SESSION_RETRY_TURN,
         "Re-sends the prompt of a turn a crash left interrupted (the newest turn when turn_id is absent) as a new turn; never automatic. Refused when that turn completed, was not interrupted or failed, or was re-sent already.",
@@ -421,6 +427,7 @@ mod tests {
         let _ = client.workflow_approve(s(), "build".into()).await;
         let _ = client.workflow_delete(s()).await;
         let _ = client.workflow_subscribe(s(), Some(2)).await;
+        let _ = client.workflows_subscribe().await;
         let _ = client.session_retry_turn(s(), Some(s())).await;
         let _ = client.budget_set(Some(s()), None, Some(10), Some(1.5), Some("USD".into())).await;
         let _ = client
@@ -775,6 +782,12 @@ mod tests {
         ) -> jsonrpsee::core::SubscriptionResult {
             Ok(())
         }
+        async fn workflows_subscribe(
+            &self,
+            _: jsonrpsee::PendingSubscriptionSink,
+        ) -> jsonrpsee::core::SubscriptionResult {
+            Ok(())
+        }
         async fn discover(&self) -> jsonrpsee::core::RpcResult<Value> {
             never()
         }
@@ -793,6 +806,7 @@ mod tests {
             method::SESSION_UNSUBSCRIBE_BATCH,
             method::WORKFLOW_UNSUBSCRIBE,
             method::SESSIONS_UNSUBSCRIBE,
+            method::WORKFLOWS_UNSUBSCRIBE,
         ];
         let mut registered: Vec<&str> =
             module.method_names().filter(|name| !unsubscribe.contains(name)).collect();

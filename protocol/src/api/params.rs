@@ -860,9 +860,8 @@ fn strip_position(message: &str) -> String {
 pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError> {
     use method::*;
     match method_name {
-        AGENTS_LIST | TASK_LIST | STOP_ALL | DISCOVER | WORKFLOW_LIST | SESSIONS_SUBSCRIBE => {
-            parse::<NoParams>(raw).map(drop)
-        }
+        AGENTS_LIST | TASK_LIST | STOP_ALL | DISCOVER | WORKFLOW_LIST | SESSIONS_SUBSCRIBE
+        | WORKFLOWS_SUBSCRIBE => parse::<NoParams>(raw).map(drop),
         WORKFLOW_START => parse::<WorkflowStart>(raw).map(drop),
         WORKFLOW_STATUS | WORKFLOW_CANCEL | WORKFLOW_DELETE => parse::<WorkflowId>(raw).map(drop),
         WORKFLOW_RESUME => parse::<WorkflowResume>(raw).map(drop),

@@ -301,6 +301,17 @@ pub trait Api {
     #[method(name = "workflow.delete", param_kind = map)]
     async fn workflow_delete(&self, workflow_id: String) -> RpcResult<Done>;
 
+    /// Changes of the workflow list from now on, one subscription for a whole list: a
+    /// workflow created or changed (`changed`, with its summary: steps done, steps waiting
+    /// for approval), deleted (`deleted`), or `resync` when changes were missed (list
+    /// again).
+    #[subscription(
+        name = "workflows.subscribe" => "workflows.event",
+        unsubscribe = "workflows.unsubscribe",
+        item = WorkflowsEvent
+    )]
+    async fn workflows_subscribe(&self) -> SubscriptionResult;
+
     /// A workflow's events after `after_seq` (default 0), then live ones, with the same
     /// cursor rules as `task.session.subscribe`.
     #[subscription(

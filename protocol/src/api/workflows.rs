@@ -165,10 +165,40 @@ pub struct WorkflowSummary {
     pub steps: u32,
     /// Those completed (or skipped).
     pub steps_done: u32,
+    /// The steps that wait for `workflow.approve`, in file order: while it runs, a person
+    /// is needed.
+    #[serde(default)]
+    pub waiting_approval: Vec<String>,
+    /// The newest event's seq: it grows with each change of the workflow's stream.
+    #[serde(default)]
+    pub last_event_seq: u64,
     /// Unix ms.
     pub created_at: i64,
     /// Unix ms.
     pub updated_at: i64,
+}
+
+/// One event of `workflows.subscribe` (`workflows.event` notifications).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum WorkflowsEvent {
+    /// A workflow was created, or changed (a step started, waits for approval or ended; the
+    /// workflow ended or was resumed): the workflow as it is now.
+    Changed {
+        /// The workflow.
+        workflow: WorkflowSummary,
+    },
+    /// A workflow was deleted.
+    Deleted {
+        /// The workflow.
+        workflow_id: String,
+    },
+    /// Changes were missed (the client fell behind): list the workflows again.
+    Resync,
+    /// A kind this build does not know (a newer daemon's).
+    #[serde(other)]
+    Other,
 }
 
 /// `workflow.start`.

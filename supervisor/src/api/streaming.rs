@@ -129,3 +129,50 @@ pub(super) async fn stream_session_list(
         }
     }
 }
+
+/// The workflow list's changes: each workflow the store announces is read as it is now (a
+/// summary, or gone) and sent when it differs from what this subscriber was last sent of
+/// it (a step session's own changes announce its workflow too, mostly changing nothing
+/// listed); a receiver that fell behind says `resync`.
+pub(super) async fn stream_workflow_list(
+    sink: jsonrpsee::SubscriptionSink,
+    supervisor: std::sync::Arc<crate::service::Supervisor>,
+    mut changes: tokio::sync::broadcast::Receiver<String>,
+) -> Result<(), jsonrpsee::core::SubscriptionError> {
+    use protocol::api::WorkflowsEvent;
+    use tokio::sync::broadcast::error::RecvError;
+    let mut sent = std::collections::HashMap::new();
+    loop {
+        let event = tokio::select! {
+            biased;
+            _ = sink.closed() => return Ok(()),
+            changed = changes.recv() => match changed {
+                Ok(workflow_id) => match supervisor.workflow_summary(&workflow_id).await {
+                    Ok(Some(workflow)) if sent.get(&workflow_id) == Some(&workflow) => continue,
+                    Ok(Some(workflow)) => {
+                        sent.insert(workflow_id, workflow.clone());
+                        WorkflowsEvent::Changed { workflow }
+                    }
+                    Ok(None) => {
+                        sent.remove(&workflow_id);
+                        WorkflowsEvent::Deleted { workflow_id }
+                    }
+                    Err(err) => {
+                        tracing::warn!(workflow = %workflow_id, %err, "cannot read a changed workflow for a list");
+                        sent.clear();
+                        WorkflowsEvent::Resync
+                    }
+                },
+                Err(RecvError::Lagged(_)) => {
+                    sent.clear();
+                    WorkflowsEvent::Resync
+                }
+                Err(RecvError::Closed) => return Ok(()),
+            },
+        };
+        let message = serde_json::value::to_raw_value(&event).map_err(|err| err.to_string())?;
+        if sink.send(message).await.is_err() {
+            return Ok(());
+        }
+    }
+}

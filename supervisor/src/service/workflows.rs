@@ -255,20 +255,15 @@ impl Supervisor {
 
     /// `workflow.list`.
     pub async fn workflow_list(&self) -> Result<Vec<WorkflowSummary>, ServiceError> {
-        let rows = self.config.store.list_workflows().await?;
-        Ok(rows
-            .into_iter()
-            .map(|(row, steps, done)| WorkflowSummary {
-                workflow_id: row.id,
-                task_id: row.task_id,
-                name: row.name,
-                state: row.state,
-                steps,
-                steps_done: done,
-                created_at: row.created_at,
-                updated_at: row.updated_at,
-            })
-            .collect())
+        Ok(self.config.store.list_workflows().await?)
+    }
+
+    /// A workflow as `workflow.list` shows it now; `None` once it is deleted.
+    pub async fn workflow_summary(
+        &self,
+        id: &str,
+    ) -> Result<Option<WorkflowSummary>, ServiceError> {
+        Ok(self.config.store.workflow_summary(id.to_owned()).await?)
     }
 
     /// A workflow's events after `after_seq`, at most `limit`; `after_seq` past the newest
@@ -292,7 +287,9 @@ impl Supervisor {
         Ok(self.config.store.workflow_events(id, after_seq, limit).await?)
     }
 
-    /// Announcements of changed workflows (what a stream of a workflow's events awaits).
+    /// Announcements of changed workflows (what a stream of a workflow's events, or of the
+    /// workflow list, awaits): the store makes them after each commit that changed one, so
+    /// every change has one announcer, the write that made it.
     pub fn workflow_changes(&self) -> tokio::sync::broadcast::Receiver<String> {
         self.config.store.workflow_changes()
     }

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use protocol::api::{StepState, WorkflowEvent, WorkflowEventKind, WorkflowState};
+use protocol::api::{StepState, WorkflowEvent, WorkflowEventKind, WorkflowState, WorkflowSummary};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::sessions::insert_session;
@@ -196,6 +196,45 @@ fn read_workflow(conn: &Connection, id: &str) -> Result<(WorkflowRow, Vec<StepRo
     ))?;
     let steps = statement.query_map([id], step_row)?.collect::<Result<Vec<_>, _>>()?;
     Ok((row, steps))
+}
+
+/// The workflows as the list shows them (`only` one, or all), oldest first: a summary's
+/// columns only, not the spec's text.
+fn summaries(conn: &Connection, only: Option<&str>) -> Result<Vec<WorkflowSummary>, StoreError> {
+    let mut statement = conn.prepare_cached(
+        "SELECT w.id, w.task_id, w.name, w.state, w.event_seq, w.created_at, w.updated_at, \
+         (SELECT COUNT(*) FROM workflow_steps s WHERE s.workflow_id = w.id), \
+         (SELECT COUNT(*) FROM workflow_steps s WHERE s.workflow_id = w.id AND s.state IN ('completed', 'skipped')), \
+         (SELECT json_group_array(s.step_id ORDER BY s.position, s.step_id) FROM workflow_steps s \
+          WHERE s.workflow_id = w.id AND s.state = 'waiting_approval') \
+         FROM workflows w WHERE ?1 IS NULL OR w.id = ?1 ORDER BY w.created_at, w.id",
+    )?;
+    let rows = statement.query_map([only], |r| {
+        let waiting: String = r.get(9)?;
+        Ok((
+            WorkflowSummary {
+                workflow_id: r.get(0)?,
+                task_id: r.get(1)?,
+                name: r.get(2)?,
+                state: r.get::<_, Named<WorkflowState>>(3)?.0,
+                last_event_seq: r.get::<_, i64>(4)? as u64,
+                created_at: r.get(5)?,
+                updated_at: r.get(6)?,
+                steps: r.get(7)?,
+                steps_done: r.get(8)?,
+                waiting_approval: Vec::new(),
+            },
+            waiting,
+        ))
+    })?;
+    rows.map(|row| {
+        let (summary, waiting) = row?;
+        let waiting_approval = serde_json::from_str(&waiting).map_err(|err| {
+            StoreError::Corrupt { what: "waiting steps", detail: format!("{err}: {waiting}") }
+        })?;
+        Ok(WorkflowSummary { waiting_approval, ..summary })
+    })
+    .collect()
 }
 
 /// A step's session as the engine reads it (`None`: it was deleted).
@@ -451,23 +490,17 @@ impl Store {
         self.call(move |conn| read_workflow(conn, &id)).await
     }
 
-    /// Every workflow, oldest first, with its step count and how many are done.
-    pub async fn list_workflows(&self) -> Result<Vec<(WorkflowRow, u32, u32)>, StoreError> {
-        self.call(move |conn| {
-            let columns: Vec<String> =
-                WORKFLOW_COLUMNS.split(", ").map(|c| format!("w.{c}")).collect();
-            let mut statement = conn.prepare(&format!(
-                "SELECT {}, (SELECT COUNT(*) FROM workflow_steps s WHERE s.workflow_id = w.id), \
-                 (SELECT COUNT(*) FROM workflow_steps s WHERE s.workflow_id = w.id AND s.state IN ('completed', 'skipped')) \
-                 FROM workflows w ORDER BY w.created_at, w.id",
-                columns.join(", ")
-            ))?;
-            let rows = statement
-                .query_map([], |r| Ok((workflow_row(r)?, r.get(14)?, r.get(15)?)))?
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(rows)
-        })
-        .await
+    /// Every workflow as the list shows it, oldest first.
+    pub async fn list_workflows(&self) -> Result<Vec<WorkflowSummary>, StoreError> {
+        self.call(move |conn| summaries(conn, None)).await
+    }
+
+    /// One workflow as the list shows it; `None` when there is no such workflow.
+    pub async fn workflow_summary(
+        &self,
+        id: String,
+    ) -> Result<Option<WorkflowSummary>, StoreError> {
+        self.call(move |conn| Ok(summaries(conn, Some(&id))?.pop())).await
     }
 
     /// How many steps are in each state.

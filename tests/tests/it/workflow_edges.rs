@@ -1,12 +1,17 @@
 //! Durable workflows (issue 30) at their edges, end to end: an agent dying mid-step, an
 //! approval across a restart, a changed file at resume, cancel, bad files, shared and
-//! per-step worktrees, the examples, usage, timeouts and launch retries.
+//! per-step worktrees, the examples, usage, timeouts and launch retries, and the workflow
+//! list followed live.
 
 use std::path::{Path, PathBuf};
 
-use protocol::api::{ApiClient, StepState, WorkflowEventKind, WorkflowState};
+use jsonrpsee::core::client::Subscription;
+use protocol::api::{
+    ApiClient, StepState, WorkflowEventKind, WorkflowState, WorkflowSummary, WorkflowsEvent,
+};
 use protocol::errors::ErrorKind;
 use tether_tests::daemon::{Api, Daemon, call, ok};
+use tether_tests::within;
 
 use crate::workflows::{
     CHAIN, SLOW, daemon, mid_turn, once, output, started_session, status, subscribe, turns,
@@ -730,6 +735,71 @@ async fn workflow_delete_removes_a_workflow_that_is_over() {
         (session.task_id.as_str(), session.state),
         (started.task_id.as_str(), protocol::api::SessionState::Completed)
     );
+}
+
+/// Follows `workflows.subscribe` to the first summary of workflow `id` that `wanted`
+/// takes; each earlier summary of it goes to `seen`.
+async fn until_summary(
+    changes: &mut Subscription<WorkflowsEvent>,
+    id: &str,
+    seen: &mut Vec<WorkflowSummary>,
+    wanted: impl Fn(&WorkflowSummary) -> bool,
+) -> WorkflowSummary {
+    loop {
+        let event = within("a workflows.event", changes.next())
+            .await
+            .expect("the stream stays open")
+            .expect("a workflows.event");
+        let WorkflowsEvent::Changed { workflow } = event else { panic!("{event:?}") };
+        if workflow.workflow_id != id {
+            continue;
+        }
+        if wanted(&workflow) {
+            return workflow;
+        }
+        seen.push(workflow);
+    }
+}
+
+/// `workflows.subscribe` follows the workflow list: a workflow whose first step waits for
+/// approval starts no session (the session list says nothing of it), yet its creation and
+/// its wait are told as its summary, its approval and end after them, its deletion last.
+#[tokio::test]
+async fn the_workflow_list_stream_tells_of_a_first_step_waiting_for_approval() {
+    let (daemon, log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let mut changes = ok("workflows.subscribe", api.typed().workflows_subscribe()).await;
+    let gated = CHAIN.replace("id = \"plan\"\n", "id = \"plan\"\napproval = true\n");
+    let id = api.start_workflow(gated, &workspace).await.workflow_id;
+    let mut seen = Vec::new();
+    let waiting =
+        until_summary(&mut changes, &id, &mut seen, |w| !w.waiting_approval.is_empty()).await;
+    let created = seen.first().expect("its creation, before its wait");
+    assert_eq!((created.state, created.steps, created.steps_done), (WorkflowState::Running, 3, 0));
+    assert!(created.waiting_approval.is_empty(), "{created:?}");
+    assert_eq!((waiting.name.as_str(), waiting.state), ("chain", WorkflowState::Running));
+    assert_eq!(waiting.waiting_approval, ["plan"]);
+    assert!(waiting.last_event_seq > created.last_event_seq, "{waiting:?} after {created:?}");
+    // `workflow.list` says what the stream said.
+    let listed = ok("workflow.list", api.typed().workflow_list()).await;
+    assert_eq!(listed, std::slice::from_ref(&waiting));
+    assert!(turns(&log).is_empty(), "no step ran before its approval");
+    ok("workflow.approve", api.typed().workflow_approve(id.clone(), "plan".into())).await;
+    let mut seen = Vec::new();
+    let done = until_summary(&mut changes, &id, &mut seen, |w| w.state.is_over()).await;
+    assert!(seen.iter().any(|w| w.waiting_approval.is_empty() && !w.state.is_over()), "{seen:?}");
+    assert_eq!((done.state, done.steps_done), (WorkflowState::Completed, 3));
+    assert!(done.waiting_approval.is_empty(), "{done:?}");
+    ok("workflow.delete", api.typed().workflow_delete(id.clone())).await;
+    loop {
+        let event =
+            within("a workflows.event", changes.next()).await.expect("open").expect("an event");
+        match event {
+            WorkflowsEvent::Deleted { workflow_id } if workflow_id == id => break,
+            WorkflowsEvent::Changed { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
 }
 
 /// What a workflow takes in is bounded, and a refusal says where: the CLI reads at most a
