@@ -86,7 +86,7 @@ class Rpc {
       }
       return;
     }
-    const streams = ["task.session.event", "task.session.events", "workflow.event", "sessions.event"];
+    const streams = ["task.session.event", "task.session.events", "sessions.event", "workflows.event"];
     if (streams.includes(message.method) && message.params) {
       const handler = this.handlers.get(String(message.params.subscription));
       if (handler) handler(message.params.result);
@@ -108,8 +108,8 @@ class Rpc {
     return id;
   }
 
-  async subscribeWorkflow(workflowId, afterSeq, handler) {
-    const id = await this.call("workflow.subscribe", { workflow_id: workflowId, after_seq: afterSeq });
+  async subscribeWorkflows(handler) {
+    const id = await this.call("workflows.subscribe");
     this.handlers.set(String(id), handler);
     return id;
   }
@@ -145,7 +145,9 @@ const state = {
   sessions: [],
   workflows: [],
   openWorkflow: null, // the workflow shown
-  workflowSubscriptions: new Set(),
+  workflowSeq: 0, // the newest event seq of the workflow status shown
+  workflowsFollowed: false, // the workflow list's one subscription is up on this connection
+  workflowsHeld: null, // while the workflow list is read: the changes that came meanwhile
   agents: [],
   open: null, // the session shown
   following: null, // the subscription that renders the open session: { id, token }
@@ -153,8 +155,6 @@ const state = {
   lastSeq: new Map(), // session id → the last event seq rendered
   resumedThisVisit: new Set(),
   listFollowed: false, // the list's one subscription is up on this connection
-  workflowsLoading: false, // the workflow list is being read again
-  workflowsAgain: false, // and then once more (a new session came meanwhile)
   currentAgent: null, // the agent message block being streamed into
   currentThought: null,
   tools: new Map(), // tool call id → { fields, node }
@@ -205,62 +205,94 @@ function activity(text, at = Date.now()) {
 // ---- lists -----------------------------------------------------------------------------
 
 async function refreshLists() {
-  await followList();
-  const [tasks, sessions, agents, workflows] = await Promise.all([
+  await Promise.all([followList(), followWorkflows()]);
+  const [tasks, sessions, agents] = await Promise.all([
     rpc.call("task.list"),
     rpc.call("task.session.list", {}),
     rpc.call("agents.list"),
-    rpc.call("workflow.list"),
+    listWorkflows(),
   ]);
   state.tasks = tasks;
   state.sessions = sessions;
   state.agents = agents;
   renderLists();
-  listWorkflows(workflows);
 }
 
 // ---- workflows ---------------------------------------------------------------------------
 
-// The workflows as listed, each followed; what a workflow's status told of it (the steps
-// that wait for approval) stays with it.
-function listWorkflows(workflows) {
-  const known = new Map(state.workflows.map((w) => [w.workflow_id, w]));
-  state.workflows = workflows.map((w) => ({ ...w, waiting: (known.get(w.workflow_id) || {}).waiting || [] }));
-  renderWorkflows();
-  updateNeedsYou();
-  for (const workflow of workflows) watchWorkflow(workflow.workflow_id);
+// The workflow list follows one `workflows.subscribe`: a workflow created or changed
+// anywhere (the CLI, another page) comes as its summary — steps done, steps waiting for
+// approval — a deleted one goes, and a gap lists them all again. The open workflow's steps
+// are read again whenever its summary changes.
+async function followWorkflows() {
+  if (state.workflowsFollowed) return;
+  state.workflowsFollowed = true;
+  try {
+    await rpc.subscribeWorkflows(onWorkflowsEvent);
+  } catch (error) {
+    state.workflowsFollowed = false;
+    showError(error);
+  }
 }
 
-// The workflow list read again: a session the page had not seen may be a step of a
-// workflow started elsewhere (the CLI). Calls while one is under way make one more after it.
-async function refreshWorkflows() {
-  if (state.workflowsLoading) {
-    state.workflowsAgain = true;
-    return;
+// While the list is being read, changes wait: the list may be older than they are.
+function onWorkflowsEvent(event) {
+  if (state.workflowsHeld) state.workflowsHeld.push(event);
+  else applyWorkflowsEvent(event);
+}
+
+function applyWorkflowsEvent(event) {
+  if (event.type === "changed") {
+    showWorkflow(event.workflow);
+  } else if (event.type === "deleted") {
+    state.workflows = state.workflows.filter((w) => w.workflow_id !== event.workflow_id);
+    renderWorkflows();
+    updateNeedsYou();
+  } else if (event.type === "resync") {
+    listWorkflows();
   }
-  state.workflowsLoading = true;
+}
+
+// The workflows as listed (subscribed first, so nothing falls between), then the changes
+// that came while the list was read. A listing under way is not started again: the changes
+// after it are applied to it.
+async function listWorkflows() {
+  if (state.workflowsHeld) return;
+  state.workflowsHeld = [];
   try {
-    do {
-      state.workflowsAgain = false;
-      listWorkflows(await rpc.call("workflow.list"));
-    } while (state.workflowsAgain);
+    state.workflows = await rpc.call("workflow.list");
   } catch (error) {
     // The next connection lists them again.
-  } finally {
-    state.workflowsLoading = false;
   }
+  const held = state.workflowsHeld;
+  state.workflowsHeld = null;
+  renderWorkflows();
+  updateNeedsYou();
+  held.forEach(applyWorkflowsEvent);
+}
+
+// A workflow's summary, unless the page has a newer one (its newest event's seq grows with
+// each change).
+function showWorkflow(workflow) {
+  const index = state.workflows.findIndex((w) => w.workflow_id === workflow.workflow_id);
+  if (index < 0) state.workflows.push(workflow);
+  else if (state.workflows[index].last_event_seq <= workflow.last_event_seq) state.workflows[index] = workflow;
+  else return;
+  renderWorkflows();
+  updateNeedsYou();
+  if (state.openWorkflow === workflow.workflow_id) refreshWorkflow(workflow.workflow_id);
 }
 
 // A workflow needs a person when a step of it waits for approval.
 function workflowNeedsYou(workflow) {
-  return workflow.state === "running" && workflow.waiting.length > 0;
+  return workflow.state === "running" && workflow.waiting_approval.length > 0;
 }
 
 function renderWorkflows() {
   $("#workflows").replaceChildren(
     ...state.workflows.map((workflow) => {
       const flagged = workflowNeedsYou(workflow);
-      const why = `${workflow.waiting.join(", ")} waits for approval`;
+      const why = `${workflow.waiting_approval.join(", ")} waits for approval`;
       return el(
         "li",
         {
@@ -277,35 +309,14 @@ function renderWorkflows() {
   $("#workflows-section").hidden = state.workflows.length === 0;
 }
 
-// Each listed workflow's events keep its line and, when it is shown, its steps current.
-async function watchWorkflow(workflowId) {
-  if (state.workflowSubscriptions.has(workflowId)) return;
-  state.workflowSubscriptions.add(workflowId);
+async function refreshWorkflow(workflowId) {
   try {
     const status = await rpc.call("workflow.status", { workflow_id: workflowId });
-    showWorkflowStatus(status);
-    await rpc.subscribeWorkflow(workflowId, status.last_event_seq, () => refreshWorkflow(workflowId));
+    // Answers may cross: an older status than the one shown is dropped.
+    if (state.openWorkflow === workflowId && status.last_event_seq >= state.workflowSeq) renderWorkflow(status);
   } catch (error) {
-    state.workflowSubscriptions.delete(workflowId);
+    // Deleted, or the connection went: the list says so, or the next connection reads it.
   }
-}
-
-async function refreshWorkflow(workflowId) {
-  const status = await rpc.call("workflow.status", { workflow_id: workflowId });
-  showWorkflowStatus(status);
-  if (state.openWorkflow === workflowId) renderWorkflow(status);
-}
-
-// A workflow's line as its status says: its state, steps done and steps waiting.
-function showWorkflowStatus(status) {
-  const listed = state.workflows.find((w) => w.workflow_id === status.workflow_id);
-  if (!listed) return;
-  listed.state = status.state;
-  listed.steps = status.steps.length;
-  listed.steps_done = status.steps.filter((s) => s.state === "completed" || s.state === "skipped").length;
-  listed.waiting = status.steps.filter((s) => s.state === "waiting_approval").map((s) => s.id);
-  renderWorkflows();
-  updateNeedsYou();
 }
 
 async function openWorkflow(workflowId) {
@@ -316,13 +327,13 @@ async function openWorkflow(workflowId) {
   renderWorkflows();
   try {
     renderWorkflow(await rpc.call("workflow.status", { workflow_id: workflowId }));
-    await watchWorkflow(workflowId);
   } catch (error) {
     showError(error);
   }
 }
 
 function renderWorkflow(status) {
+  state.workflowSeq = status.last_event_seq;
   $("#workflow-title").textContent = `${status.name} · ${status.workflow_id}`;
   const badge = $("#workflow-state");
   // A paused session says what paused it: parked (idle: the next message wakes it), a
@@ -663,7 +674,7 @@ async function onConnected() {
   $("#app").hidden = false;
   showError(null);
   state.listFollowed = false;
-  state.workflowSubscriptions.clear();
+  state.workflowsFollowed = false;
   try {
     await refreshLists();
     const workflow = location.hash.match(/^#\/workflow\/(.+)$/);

@@ -188,8 +188,6 @@ async function onListEvent(event) {
     }
     if (index >= 0) state.sessions[index] = session;
     else state.sessions.push(session);
-    // A new session may be the step of a workflow started elsewhere.
-    if (index < 0) refreshWorkflows();
     if (!state.tasks.some((t) => t.id === session.task_id)) state.tasks = await rpc.call("task.list");
     renderLists();
   } else if (event.type === "deleted") {
@@ -205,7 +203,6 @@ async function onListEvent(event) {
     state.tasks = tasks;
     state.sessions = sessions;
     renderLists();
-    refreshWorkflows();
   }
 }
 
@@ -227,7 +224,7 @@ function updateNeedsYou() {
     if (state.needsYou.has(id)) continue;
     if ((document.hidden || workflow.workflow_id !== state.openWorkflow) && window.Notification && Notification.permission === "granted") {
       const note = new Notification("Tether: a workflow needs you", {
-        body: `${workflow.name}: ${workflow.waiting.join(", ")} waits for approval`,
+        body: `${workflow.name}: ${workflow.waiting_approval.join(", ")} waits for approval`,
         tag: "tether-" + id,
       });
       note.onclick = () => {

@@ -832,6 +832,38 @@ async fn a_reply_that_crosses_the_window_opens_whole_and_stays_one_message() {
     assert!(code[0].starts_with("def main():") && code[0].contains("[700/700]"), "{code:?}");
 }
 
+/// Makes the page's notifications land in `window.__notes` (a headless browser shows
+/// none), as "title: body".
+async fn catch_notifications(browser: &Browser) {
+    let script = "window.__notes = []; window.Notification = class { \
+        static permission = 'granted'; static requestPermission() { return Promise.resolve('granted'); } \
+        constructor(title, options) { window.__notes.push(title + ': ' + options.body); } }; return true;";
+    browser.run(script, serde_json::json!([])).await;
+}
+
+/// Runs the workflow file `spec` from the CLI (`supervisor workflow run FILE`), which
+/// returns once it is started.
+async fn run_from_cli(daemon: &Daemon, spec: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("flow.toml");
+    std::fs::write(&file, spec).unwrap();
+    let workspace = daemon.workspace("flow");
+    let (file, workspace) = (file.to_str().unwrap(), workspace.to_str().unwrap());
+    let (code, out, err) = daemon.cli(&["workflow", "run", file, "--workspace", workspace]).await;
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+/// The open page's workflow row says "needs you" for `name`, and so do the tab's title
+/// and a notification.
+async fn flagged_as_needing_you(browser: &Browser, name: &str) {
+    let row = browser.wait_text("#workflows li", "needs you").await;
+    assert!(row.contains(name), "{row}");
+    let title = browser.run("return document.title;", serde_json::json!([])).await;
+    assert!(title.as_str().unwrap().contains("needs you"), "{title}");
+    let notes = browser.run("return window.__notes;", serde_json::json!([])).await;
+    assert!(notes.to_string().contains(name), "{notes}");
+}
+
 /// A workflow started elsewhere (the CLI) shows up in the open page without a reload,
 /// and a step waiting for approval makes it "need you": in its row, the tab's title and
 /// a notification.
@@ -840,11 +872,7 @@ async fn a_workflow_started_from_the_cli_is_listed_live_and_its_approval_needs_y
     let Some(browser) = browser::start("workflow-live").await else { return };
     let daemon = Daemon::start(&[]).await;
     connected(&browser, &page(&daemon)).await;
-    // Notifications as the page raises them (a headless browser shows none).
-    let script = "window.__notes = []; window.Notification = class { \
-        static permission = 'granted'; static requestPermission() { return Promise.resolve('granted'); } \
-        constructor(title, options) { window.__notes.push(title + ': ' + options.body); } }; return true;";
-    browser.run(script, serde_json::json!([])).await;
+    catch_notifications(&browser).await;
     let spec = r#"name = "live flow"
 [[steps]]
 id = "draft"
@@ -857,33 +885,42 @@ depends_on = ["draft"]
 approval = true
 prompt = "ship {{steps.draft.output}}"
 "#;
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("flow.toml");
-    std::fs::write(&file, spec).unwrap();
-    let workspace = daemon.workspace("flow");
-    let (code, out, err) = daemon
-        .cli(&[
-            "workflow",
-            "run",
-            file.to_str().unwrap(),
-            "--workspace",
-            workspace.to_str().unwrap(),
-        ])
-        .await;
-    assert_eq!(code, 0, "{out}{err}");
+    run_from_cli(&daemon, spec).await;
     browser.wait_text("#workflows li", "live flow").await;
-    let row = browser.wait_text("#workflows li", "needs you").await;
-    assert!(row.contains("live flow"), "{row}");
-    let title = browser.run("return document.title;", serde_json::json!([])).await;
-    assert!(title.as_str().unwrap().contains("needs you"), "{title}");
-    let notes = browser.run("return window.__notes;", serde_json::json!([])).await;
-    assert!(notes.to_string().contains("live flow"), "{notes}");
+    flagged_as_needing_you(&browser, "live flow").await;
     browser.screenshot("workflow-needs-you").await;
     // Approved in the page, it needs nobody any more.
     browser.click("#workflows li").await;
     browser.click("#steps [data-step-row=ship] .approve").await;
     browser.wait_text("#workflow-state", "completed").await;
     browser.wait_text("#workflows li", "2/2 steps").await;
+    let row = browser.texts("#workflows li").await.concat();
+    assert!(!row.contains("needs you"), "{row}");
+}
+
+/// A workflow whose first step waits for approval starts no session, so nothing but the
+/// workflow itself tells of it: started from the CLI, it shows up in the open page and
+/// needs you, without a reload; approved there, it runs to its end.
+#[tokio::test]
+async fn a_workflow_waiting_for_approval_at_its_first_step_is_listed_live_and_needs_you() {
+    let Some(browser) = browser::start("workflow-first-approval").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    connected(&browser, &page(&daemon)).await;
+    catch_notifications(&browser).await;
+    let spec = r#"name = "gated flow"
+[[steps]]
+id = "deploy"
+agent = "mock"
+approval = true
+prompt = "deploy\n/say deployed"
+"#;
+    run_from_cli(&daemon, spec).await;
+    flagged_as_needing_you(&browser, "gated flow").await;
+    browser.screenshot("workflow-first-step-needs-you").await;
+    browser.click("#workflows li").await;
+    browser.click("#steps [data-step-row=deploy] .approve").await;
+    browser.wait_text("#workflow-state", "completed").await;
+    browser.wait_text("#workflows li", "1/1 steps").await;
     let row = browser.texts("#workflows li").await.concat();
     assert!(!row.contains("needs you"), "{row}");
 }
