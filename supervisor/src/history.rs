@@ -4,8 +4,10 @@
 //!
 //! Agent text arrives as many chunks; it is coalesced into one `agent_message` entry per
 //! message, written at the message boundary (a tool call, the end of the turn, the next
-//! user message). A torn last line — the supervisor killed mid-write — is cut off when the
-//! file is opened, so every line that remains is whole.
+//! user message). A tool call announced `pending` waits in memory too, until the agent
+//! names it (its first title may be a placeholder). A torn last line — the supervisor
+//! killed mid-write — is cut off when the file is opened, so every line that remains is
+//! whole.
 
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -67,6 +69,20 @@ pub fn same_execution(written: Option<i64>, generation: i64) -> bool {
     written.is_none_or(|written| written == generation)
 }
 
+/// A tool call the agent announced `pending`: its input may still be streaming, and its
+/// title be a placeholder ("Preparing file…") that a later update replaces. Its entry is
+/// written once the agent names it or starts it, or before any later entry.
+#[derive(Debug)]
+struct HeldToolCall {
+    title: String,
+    id: String,
+    status: String,
+    /// The agentctl seq of its announcement, and the execution that sent it: its entry
+    /// carries them, whenever it is written (see [`History::unflushed_since`]).
+    mark: Option<u64>,
+    generation: Option<i64>,
+}
+
 /// The writer of one session's history.
 #[derive(Debug)]
 pub struct History {
@@ -105,6 +121,9 @@ pub struct History {
     /// The agent's text since the last entry that was not an agent message: the final
     /// message so far (a long one is written in several entries).
     tail_message: String,
+    /// Tool calls announced `pending`, not written yet, oldest first; all of them came
+    /// before `agent_text` (announcing one writes the message before it).
+    held_tools: std::collections::VecDeque<HeldToolCall>,
 }
 
 impl History {
@@ -144,6 +163,7 @@ impl History {
             text_generation: None,
             last_generation,
             tail_message,
+            held_tools: std::collections::VecDeque::new(),
         })
     }
 
@@ -273,14 +293,59 @@ impl History {
         self.agent_text.len()
     }
 
-    /// The agentctl seq from which the current message is still only in memory, if one
-    /// is being coalesced.
+    /// The agentctl seq from which what the agent said is still only in memory (a held
+    /// tool call, the message being coalesced), if anything is.
     pub fn unflushed_since(&self) -> Option<u64> {
-        if self.agent_text.is_empty() { None } else { self.unflushed_since }
+        let text = if self.agent_text.is_empty() { None } else { self.unflushed_since };
+        let held = self.held_tools.front().and_then(|call| call.mark);
+        held.into_iter().chain(text).min()
     }
 
-    /// Writes the current agent message, if any.
+    /// Holds a tool call the agent announced `pending` until [`History::name_tool_call`]
+    /// or the next entry writes it. The message before it ends here, and is written (after
+    /// the calls held before it); calls announced together stay held together.
+    pub fn hold_tool_call(&mut self, title: String, id: String, status: String) -> io::Result<()> {
+        if !self.agent_text.is_empty() {
+            self.flush_agent()?;
+        }
+        let (mark, generation) = (self.watermark, self.generation);
+        self.held_tools.push_back(HeldToolCall { title, id, status, mark, generation });
+        Ok(())
+    }
+
+    /// The agent named or started tool call `id`: if it is held, it is written now under
+    /// `title` (the newest the agent gave), after the calls held before it.
+    pub fn name_tool_call(&mut self, id: &str, title: &str) -> io::Result<()> {
+        let Some(idx) = self.held_tools.iter().position(|call| call.id == id) else {
+            return Ok(());
+        };
+        title.clone_into(&mut self.held_tools[idx].title);
+        self.write_held(idx + 1)
+    }
+
+    /// Writes the first `count` held tool calls, each with its own announcement's mark: a
+    /// later event's mark would claim the text coalescing after it is on disk.
+    fn write_held(&mut self, count: usize) -> io::Result<()> {
+        for _ in 0..count {
+            let Some(call) = self.held_tools.pop_front() else { break };
+            let current = (self.watermark, self.generation);
+            (self.watermark, self.generation) = (call.mark, call.generation);
+            let tool = (call.title.clone(), call.id.clone(), call.status.clone());
+            let written = self.write(EntryType::ToolCall, call.title.clone(), Some(tool), None);
+            (self.watermark, self.generation) = current;
+            if let Err((err, _)) = written {
+                // Kept (and not acknowledged): a later write tries again.
+                self.held_tools.push_front(call);
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes what waits in memory: the held tool calls, then the current agent message,
+    /// if any (whose seq it returns).
     pub fn flush_agent(&mut self) -> io::Result<Option<u64>> {
+        self.write_held(self.held_tools.len())?;
         if self.agent_text.is_empty() {
             return Ok(None);
         }
@@ -668,6 +733,69 @@ mod tests {
             ]
         );
         assert_eq!(read(&path, 2, 1).unwrap().entries[0].seq, 3);
+    }
+
+    /// A tool call announced `pending` is written under the title the agent names it by
+    /// (claude's first is a placeholder), calls announced together are named one by one,
+    /// and one never named is written as it is before the next entry.
+    #[test]
+    fn a_held_tool_call_is_written_under_the_title_it_is_named_by() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
+        let mut history = History::open(&path).unwrap();
+        let hold = |history: &mut History, id: &str| {
+            history.hold_tool_call("Preparing file…".into(), id.into(), "pending".into())
+        };
+        history.agent_chunk("let me edit", None);
+        hold(&mut history, "a").unwrap();
+        hold(&mut history, "b").unwrap();
+        history.name_tool_call("a", "Edit a.txt").unwrap();
+        history.name_tool_call("b", "Edit b.txt").unwrap();
+        history.name_tool_call("b", "Edit b.rs").unwrap();
+        hold(&mut history, "c").unwrap();
+        history.append(EntryType::ToolResult, "done".into(), None).unwrap();
+        let entries = read(&path, 0, 100).unwrap().entries;
+        let summary: Vec<(EntryType, &str, Option<&str>)> =
+            entries.iter().map(|e| (e.kind, e.content.as_str(), e.tool_name.as_deref())).collect();
+        assert_eq!(
+            summary,
+            [
+                (EntryType::AgentMessage, "let me edit", None),
+                (EntryType::ToolCall, "Edit a.txt", Some("Edit a.txt")),
+                (EntryType::ToolCall, "Edit b.txt", Some("Edit b.txt")),
+                (EntryType::ToolCall, "Preparing file…", Some("Preparing file…")),
+                (EntryType::ToolResult, "done", None),
+            ]
+        );
+        assert_eq!(entries[1].tool_call_id.as_deref(), Some("a"));
+        assert_eq!(entries[3].tool_status.as_deref(), Some("pending"));
+    }
+
+    /// A held tool call holds the ack point back as a coalescing message does, and its
+    /// entry carries its announcement's mark: not a later event's, which would claim the
+    /// text coalescing after it is on disk.
+    #[test]
+    fn a_held_tool_call_is_unflushed_and_written_with_its_own_mark() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
+        let mut history = History::open(&path).unwrap();
+        history.set_generation(1);
+        history.set_watermark(10);
+        history.hold_tool_call("Preparing file…".into(), "a".into(), "pending".into()).unwrap();
+        assert_eq!(history.unflushed_since(), Some(10));
+        history.set_watermark(11);
+        history.agent_chunk("meanwhile", None);
+        assert_eq!(history.unflushed_since(), Some(10), "the oldest of both");
+        history.set_watermark(12);
+        history.name_tool_call("a", "Edit a.txt").unwrap();
+        assert_eq!(history.unflushed_since(), Some(11), "only the message is left");
+        history.flush_agent().unwrap();
+        assert_eq!(history.unflushed_since(), None);
+        history.name_tool_call("a", "again").unwrap();
+        let entries = read(&path, 0, 100).unwrap().entries;
+        let marks: Vec<(&str, Option<u64>)> =
+            entries.iter().map(|e| (e.content.as_str(), e.agent_seq)).collect();
+        assert_eq!(marks, [("Edit a.txt", Some(10)), ("meanwhile", Some(11))]);
     }
 
     /// An entry is one message: a chunk of another `messageId` starts a new entry, each

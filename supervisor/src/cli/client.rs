@@ -712,6 +712,12 @@ impl Client {
                         AcpUpdate::of(update).title.as_deref().unwrap_or("tool")
                     )
                 }
+                // The agent names it anew (its first title may be a placeholder).
+                EventKind::ToolCallUpdate { update } => {
+                    if let Some(title) = AcpUpdate::of(update).title {
+                        println!("\n[tool: {title}]");
+                    }
+                }
                 EventKind::PermissionRequest { request_id, params } => {
                     println!("\n[permission requested]");
                     for line in permission_lines(params) {

@@ -93,7 +93,13 @@ pub(super) fn describe(kind: &EventKind) -> String {
             format!("tool: {}", AcpUpdate::of(update).title.as_deref().unwrap_or("tool"))
         }
         EventKind::ToolCallUpdate { update } => {
-            format!("tool update: {}", AcpUpdate::of(update).status.as_deref().unwrap_or("-"))
+            let AcpUpdate { title, status, .. } = AcpUpdate::of(update);
+            let status = status.as_deref().unwrap_or("-");
+            match title {
+                // The agent names it anew (its first title may be a placeholder).
+                Some(title) => format!("tool update: {title}: {status}"),
+                None => format!("tool update: {status}"),
+            }
         }
         EventKind::SessionUpdate { update } => {
             format!("update: {}", AcpUpdate::of(update).kind.as_deref().unwrap_or("-"))
@@ -866,5 +872,15 @@ mod tests {
         );
         let newer = line(json!({"type": "something_new", "x": 1}));
         assert!(newer.contains("does not know"), "{newer}");
+    }
+
+    /// `follow` showed a tool call only under its first title, often a placeholder: an
+    /// update that names it says the new name.
+    #[test]
+    fn follow_shows_the_name_a_tool_update_gives() {
+        let update = |update| json!({"type": "tool_call_update", "update": update});
+        let named = update(json!({"toolCallId": "c", "title": "Edit a.txt", "status": "pending"}));
+        assert_eq!(line(named), "tool update: Edit a.txt: pending");
+        assert_eq!(line(update(json!({"toolCallId": "c"}))), "tool update: -");
     }
 }

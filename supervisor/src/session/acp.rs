@@ -299,14 +299,18 @@ impl SessionActor {
         })));
     }
 
-    /// A tool call first heard of in a permission request (some agents announce it no
-    /// other way): recorded as a tool call, as a `tool_call` update would be.
+    /// A tool call in a permission request: one first heard of here (some agents announce
+    /// it no other way) is recorded as a tool call, as a `tool_call` update would be; one
+    /// held is named by it (what the agent asks to run is no placeholder).
     fn tool_announced(&mut self, tool_call: &Value) {
         let Some(id) = tool_call["toolCallId"].as_str().filter(|id| !id.is_empty()) else {
             return;
         };
-        if self.tool_titles.contains_key(id) {
-            return;
+        if let Some(known) = self.tool_titles.get_mut(id) {
+            if let Some(title) = tool_title(tool_call) {
+                title.clone_into(&mut known.0);
+            }
+            return self.tool_call_named(id);
         }
         let title = tool_title(tool_call).unwrap_or("tool").to_owned();
         let status = tool_call["status"].as_str().unwrap_or("pending").to_owned();
@@ -358,51 +362,8 @@ impl SessionActor {
                     self.emit(SessionEventKind::AgentThoughtChunk { text, message_id });
                 }
             }
-            "tool_call" => {
-                let title = tool_title(&update).unwrap_or("tool").to_owned();
-                let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
-                let status = update["status"].as_str().unwrap_or("pending").to_owned();
-                let kind = update["kind"].as_str().unwrap_or_default().to_owned();
-                let diffs = tool_diffs(&update);
-                self.tool_titles.insert(id.clone(), (title.clone(), kind, diffs));
-                self.record_history(EntryType::ToolCall, title.clone(), Some((title, id, status)));
-                self.emit(SessionEventKind::ToolCall { update });
-            }
-            "tool_call_update" => {
-                let status = update["status"].as_str().unwrap_or_default().to_owned();
-                let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
-                // Later updates name the tool better than its first placeholder did.
-                let known = self.tool_titles.entry(id.clone()).or_default();
-                if let Some(title) = tool_title(&update) {
-                    known.0 = title.to_owned();
-                }
-                if let Some(kind) = update["kind"].as_str() {
-                    known.1 = kind.to_owned();
-                }
-                let diffs = tool_diffs(&update);
-                if !diffs.is_empty() {
-                    known.2 = diffs;
-                }
-                if matches!(status.as_str(), "completed" | "failed") {
-                    let (title, kind, diffs) = self.tool_titles.remove(&id).unwrap_or_default();
-                    // A failed (or denied) edit changed nothing: the diff it proposed is
-                    // not recorded as made.
-                    let mut content = match status.as_str() {
-                        "failed" => failed_tool_text(&update, !diffs.is_empty()),
-                        _ => tool_text(&update),
-                    };
-                    if status == "completed" && !diffs.is_empty() && !content.contains(&diffs) {
-                        // The change was shown by an earlier update (claude's), the final
-                        // one says only that it was made.
-                        content =
-                            if content.is_empty() { diffs } else { format!("{diffs}\n{content}") };
-                    }
-                    let excerpt = history::excerpt(&content, history::TOOL_RESULT_EXCERPT_CHARS);
-                    let name = tool_name(title, kind);
-                    self.record_history(EntryType::ToolResult, excerpt, Some((name, id, status)));
-                }
-                self.emit(SessionEventKind::ToolCallUpdate { update });
-            }
+            "tool_call" => self.tool_call(update),
+            "tool_call_update" => self.tool_call_update(update),
             "plan" => {
                 self.record_plan(plan_entries(&update));
                 self.emit(SessionEventKind::SessionUpdate { update });
@@ -426,9 +387,89 @@ impl SessionActor {
         }
     }
 
+    /// A tool call announced. One announced `pending` (its input still streaming: claude's
+    /// first title is a placeholder such as "Preparing file…") is held in memory until the
+    /// agent names or starts it, so that its entry says what the agent called it.
+    fn tool_call(&mut self, update: Value) {
+        let title = tool_title(&update).unwrap_or("tool").to_owned();
+        let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
+        let status = update["status"].as_str().unwrap_or("pending").to_owned();
+        let kind = update["kind"].as_str().unwrap_or_default().to_owned();
+        let diffs = tool_diffs(&update);
+        self.tool_titles.insert(id.clone(), (title.clone(), kind, diffs));
+        if status != "pending" {
+            self.record_history(EntryType::ToolCall, title.clone(), Some((title, id, status)));
+        } else if !self.recorded.history {
+            if let Err(err) = self.history.hold_tool_call(title, id, status) {
+                self.write_failed("the history", &err);
+            }
+            self.bound_coalescing();
+        }
+        self.emit(SessionEventKind::ToolCall { update });
+    }
+
+    /// The agent named tool call `id` (or started it): a held entry is written now, under
+    /// the newest title the agent gave.
+    fn tool_call_named(&mut self, id: &str) {
+        let Some(title) = self.tool_titles.get(id).map(|known| known.0.clone()) else { return };
+        if !self.recorded.history
+            && let Err(err) = self.history.name_tool_call(id, &title)
+        {
+            self.write_failed("the history", &err);
+        }
+    }
+
+    fn tool_call_update(&mut self, update: Value) {
+        let status = update["status"].as_str().unwrap_or_default().to_owned();
+        let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
+        // Later updates name the tool better than its first placeholder did.
+        let known = self.tool_titles.entry(id.clone()).or_default();
+        let title = tool_title(&update);
+        if let Some(title) = title {
+            title.clone_into(&mut known.0);
+        }
+        if let Some(kind) = update["kind"].as_str() {
+            known.1 = kind.to_owned();
+        }
+        let diffs = tool_diffs(&update);
+        if !diffs.is_empty() {
+            known.2 = diffs;
+        }
+        if title.is_some() || !matches!(status.as_str(), "" | "pending") {
+            self.tool_call_named(&id);
+        }
+        if matches!(status.as_str(), "completed" | "failed") {
+            self.tool_result(id, status, &update);
+        }
+        if !self.recorded.history {
+            self.bound_coalescing();
+        }
+        self.emit(SessionEventKind::ToolCallUpdate { update });
+    }
+
+    /// A tool call's final update (`status` `completed` or `failed`): its result entry.
+    fn tool_result(&mut self, id: String, status: String, update: &Value) {
+        let (title, kind, diffs) = self.tool_titles.remove(&id).unwrap_or_default();
+        // A failed (or denied) edit changed nothing: the diff it proposed is not recorded
+        // as made.
+        let mut content = match status.as_str() {
+            "failed" => failed_tool_text(update, !diffs.is_empty()),
+            _ => tool_text(update),
+        };
+        if status == "completed" && !diffs.is_empty() && !content.contains(&diffs) {
+            // The change was shown by an earlier update (claude's), the final one says
+            // only that it was made.
+            content = if content.is_empty() { diffs } else { format!("{diffs}\n{content}") };
+        }
+        let excerpt = history::excerpt(&content, history::TOOL_RESULT_EXCERPT_CHARS);
+        let name = tool_name(title, kind);
+        self.record_history(EntryType::ToolResult, excerpt, Some((name, id, status)));
+    }
+
     /// A message being coalesced in memory holds the ack point back (it is on no disk
-    /// yet), and agentctl bounds what it keeps unacknowledged: a very long message is
-    /// written in parts, so acknowledgements go on and the agent never waits on itself.
+    /// yet), as a held tool call does, and agentctl bounds what it keeps unacknowledged: a
+    /// very long message is written in parts (a held call written as it is), so
+    /// acknowledgements go on and the agent never waits on itself.
     fn bound_coalescing(&mut self) {
         let since = self.history.unflushed_since().unwrap_or(self.durability.handled);
         let long = self.history.coalesced_bytes() >= MAX_COALESCED_BYTES

@@ -3,8 +3,9 @@
 //! The invariant (**ack ≤ durable**): agentctl's acknowledged prefix never passes what is
 //! durable in the session's history, its event log and the store. Three things keep it:
 //! - the ack point stops short of the first chunk of a message that is still being
-//!   coalesced in memory (that text is on no disk yet; after a restart it is rebuilt from
-//!   agentctl's replay, which needs those events);
+//!   coalesced in memory, and of a tool call held until the agent names it (neither is on
+//!   any disk yet; after a restart they are rebuilt from agentctl's replay, which needs
+//!   those events);
 //! - the history and the event log are synced, and `acked_seq` is stored, before
 //!   `events.ack` is sent — a kill between the two leaves the store *ahead* of agentctl,
 //!   which only means some events are replayed and skipped;

@@ -1,7 +1,7 @@
 //! Issue 33, part 2: ACP as it is today, toward the agent — `session/close` when an
 //! agent that advertises it is let go.
 
-use protocol::api::{ApiClient, EventKind, SessionEvent};
+use protocol::api::{ApiClient, EntryType, EventKind, SessionEvent};
 use tether_tests::daemon::{Api, Daemon, ok, refused, turn_ended, until};
 
 /// How many times mock-agent saw its session closed (its stored file says).
@@ -58,6 +58,42 @@ async fn the_title_an_agent_gives_its_session_appears_in_lists() {
     let (code, out, err) = daemon.cli(&["sessions", "list"]).await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("\tmock session"), "{out}");
+}
+
+/// Agents name a tool call after announcing it (claude-agent-acp: "Preparing file…", then
+/// the edit's own title): the history records the name, as the API, the page and the CLI
+/// serve it, not the placeholder; the stream carries both, the name last.
+#[tokio::test]
+async fn a_tool_call_renamed_by_its_agent_is_recorded_with_its_new_title() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("w")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/edit notes.txt hello there\nedit it").await.unwrap();
+    let seen = until(&mut events, turn_ended).await;
+    let titles: Vec<&str> = seen
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::ToolCall { update } | EventKind::ToolCallUpdate { update } => {
+                update["title"].as_str()
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(titles, ["Preparing file…", "Edit notes.txt"], "the agent's own updates");
+    let history = api.history(&session).await;
+    let call = history.iter().find(|entry| entry.kind == EntryType::ToolCall);
+    let call = call.unwrap_or_else(|| panic!("the call is recorded: {history:?}"));
+    assert_eq!(call.tool_name.as_deref(), Some("Edit notes.txt"), "{call:?}");
+    assert_eq!(call.content, "Edit notes.txt", "{call:?}");
+    let (code, out, err) = daemon.cli(&["history", &session]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("tool_call: Edit notes.txt") && !out.contains("Preparing"), "{out}");
+    // The CLI's prompt shows the call under each name it is given, the newest last.
+    let (code, out, err) = daemon.cli(&["prompt", &session, "/edit b.txt again\nedit"]).await;
+    assert_eq!(code, 0, "{err}");
+    let at = |text: &str| out.find(text).unwrap_or_else(|| panic!("{text} in {out}"));
+    assert!(at("[tool: Preparing file…]") < at("[tool: Edit b.txt]"), "{out}");
 }
 
 /// `additional_directories` at create reach an agent that takes them (ACP
