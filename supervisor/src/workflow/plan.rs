@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use protocol::api::{SessionState, StepState, TurnState, WorkflowEventKind, WorkflowState};
 
-use super::spec::{MAX_PROMPT, Spec, Step, Values};
+use super::spec::{MAX_PROMPT, MAX_WORKERS, Spec, Step, Values};
 use crate::session::MAX_PROMPT_LINE;
 use crate::store::{StepPatch, StepRow, WorkflowRow};
 
@@ -652,6 +652,16 @@ fn effects(
     }
     for worker in spec.steps.iter().filter(|other| other.for_each.as_deref() == Some(&step.id)) {
         let list = match items(output) {
+            Ok(list) if list.len() > MAX_WORKERS => {
+                return Some(fail_step(
+                    &row.step_id,
+                    format!(
+                        "its output lists {} items; step {} runs at most {MAX_WORKERS} workers",
+                        list.len(),
+                        worker.id
+                    ),
+                ));
+            }
             Ok(list) => list,
             Err(err) => {
                 return Some(fail_step(

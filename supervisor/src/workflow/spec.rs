@@ -24,6 +24,10 @@ pub const MAX_PROMPT: usize = protocol::api::params::MAX_PROMPT;
 /// its body.
 pub const MAX_ITERATIONS: i64 = 100;
 
+/// The most workers a `for_each` step may have (the items of its source's list): each is
+/// a session of its own.
+pub const MAX_WORKERS: usize = 100;
+
 /// The most launch retries of a step (`retries`).
 pub const MAX_RETRIES: i64 = 100;
 

@@ -705,3 +705,26 @@ fn a_step_whose_prompt_would_be_too_long_to_send_fails_unstarted() {
     let error = sim.workflow.error.clone().unwrap_or_default();
     assert!(error.contains("as a JSON-RPC line, over the agent's"), "{error}");
 }
+
+#[test]
+fn a_list_longer_than_the_workers_a_step_may_have_fails_its_source() {
+    let mut sim = Sim::new(WORKERS);
+    sim.settle();
+    let list: Vec<String> =
+        (0..=crate::workflow::spec::MAX_WORKERS).map(|n| format!("{n}")).collect();
+    sim.complete("split", &serde_json::to_string(&list).unwrap());
+    sim.settle();
+    assert!(sim.running().is_empty(), "no worker starts: {:?}", sim.running());
+    assert_eq!(sim.workflow.state, WorkflowState::Failed);
+    let error = sim.workflow.error.clone().unwrap_or_default();
+    assert!(error.contains("lists 101 items; step work runs at most 100 workers"), "{error}");
+
+    // As many as it may have: all of them, max_parallel at a time.
+    let mut sim = Sim::new(WORKERS);
+    sim.settle();
+    let list: Vec<String> =
+        (0..crate::workflow::spec::MAX_WORKERS).map(|n| format!("{n}")).collect();
+    sim.complete("split", &serde_json::to_string(&list).unwrap());
+    sim.settle();
+    assert_eq!(sim.running().len(), crate::workflow::spec::DEFAULT_MAX_PARALLEL);
+}
