@@ -405,11 +405,11 @@ impl Pool {
                 "params": crate::session::initialize_params(profile)});
             calls.send_acp(&initialize).await.map_err(|err| err.to_string())?;
             let wait = Duration::from_millis(profile.process.init_timeout_ms);
-            let (init, _) = tokio::time::timeout(wait, answer(&mut events_rx, INITIALIZE_ID))
+            let mut stderr = String::new();
+            let asked = answer(&mut events_rx, INITIALIZE_ID, &mut stderr);
+            let (init, _) = tokio::time::timeout(wait, asked)
                 .await
-                .map_err(|_| {
-                    format!("the agent did not answer initialize within {} ms", wait.as_millis())
-                })??;
+                .map_err(|_| unanswered("initialize", wait, &stderr))??;
             let init = match (init.get("result"), init.get("error")) {
                 (Some(result), _) => result.clone(),
                 (None, error) => return Err(format!("the agent refused initialize: {error:?}")),
@@ -423,11 +423,10 @@ impl Pool {
                 "method": protocol::acp::method::SESSION_NEW,
                 "params": {"cwd": work, "mcpServers": []}});
             calls.send_acp(&prime).await.map_err(|err| err.to_string())?;
-            let (primed, seq) = tokio::time::timeout(wait, answer(&mut events_rx, PRIME_ID))
+            let asked = answer(&mut events_rx, PRIME_ID, &mut stderr);
+            let (primed, seq) = tokio::time::timeout(wait, asked)
                 .await
-                .map_err(|_| {
-                    format!("the agent did not answer session/new within {} ms", wait.as_millis())
-                })??;
+                .map_err(|_| unanswered("session/new", wait, &stderr))??;
             let primed = primed["result"]["sessionId"].as_str().map(str::to_owned);
             calls.ack(seq).await.map_err(|err| err.to_string())?;
             Ok::<_, String>(Warm {
@@ -520,8 +519,16 @@ impl Pool {
 }
 
 /// Waits for the warm agent's answer to request `id`: the message and its seq.
-async fn answer(events_rx: &mut EventsRx, id: i64) -> Result<(Value, u64), String> {
-    let mut stderr = String::new();
+/// The most of a warm agent's stderr kept to say why it did not start.
+const STDERR_KEPT: usize = 2000;
+
+/// Awaits the answer to request `id`, keeping the agent's stderr meanwhile in `stderr` (its
+/// last [`STDERR_KEPT`] bytes), which says why when the answer never comes.
+async fn answer(
+    events_rx: &mut EventsRx,
+    id: i64,
+    stderr: &mut String,
+) -> Result<(Value, u64), String> {
     while let Some(item) = events_rx.recv().await {
         let event = item.map_err(|err| err.to_string())?;
         match event.kind {
@@ -534,6 +541,9 @@ async fn answer(events_rx: &mut EventsRx, id: i64) -> Result<(Value, u64), Strin
             EventKind::Stderr { line } => {
                 stderr.push_str(&line);
                 stderr.push('\n');
+                if stderr.len() > 2 * STDERR_KEPT {
+                    *stderr = crate::history::excerpt_tail(stderr, STDERR_KEPT);
+                }
             }
             EventKind::AgentExited { status, .. } => {
                 return Err(format!(
@@ -545,6 +555,17 @@ async fn answer(events_rx: &mut EventsRx, id: i64) -> Result<(Value, u64), Strin
         }
     }
     Err("the sidecar's event stream ended".into())
+}
+
+/// Why a warm agent is given up: `method` not answered within `wait`, and what it printed.
+fn unanswered(method: &str, wait: Duration, stderr: &str) -> String {
+    // On one line: it is said in the daemon's log.
+    let lines: Vec<&str> = stderr.lines().filter(|line| !line.trim().is_empty()).collect();
+    let said = match lines.is_empty() {
+        true => String::new(),
+        false => format!("; its stderr: {}", lines.join(" | ")),
+    };
+    format!("the agent did not answer {method} within {} ms{said}", wait.as_millis())
 }
 
 /// Stops a warm agent that is not wanted: its sidecar shut down, fenced, and its

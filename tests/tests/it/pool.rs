@@ -144,3 +144,15 @@ async fn warm_agents_stop_at_shutdown_and_a_kill_leaks_none() {
 fn entries(dir: &Path) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default()
 }
+
+/// A warm agent that never answers `initialize` is said in the daemon's log with what it
+/// printed (its stderr), as a session's launch is — not just that it timed out.
+#[tokio::test]
+async fn a_warm_agent_that_never_starts_is_logged_with_what_it_printed() {
+    let profile = "id = \"warm\"\ncommand = [\"mock-agent\", \"--stderr-at-start\", \"3\", \"--hang-on\", \"initialize\"]\nprotocol = \"acp\"\n[process]\ninit_timeout_ms = 1500\n[pool]\nwarm = 1\n";
+    let daemon = Daemon::start_with_env(&[], &[("warm.toml", profile)], &[LOG]).await;
+    let mut lines = daemon.log_from_start();
+    let line = await_log(&mut lines, "cannot start a warm agent").await;
+    assert!(line.contains("did not answer initialize within 1500 ms"), "{line}");
+    assert!(line.contains("not answering initialize as configured"), "the agent's stderr: {line}");
+}
