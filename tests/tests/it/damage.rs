@@ -221,10 +221,12 @@ async fn an_event_log_cut_short_while_running_records_and_streams_the_next_turn(
     let turn = turn_of(&api, &session, &mut live, "/stream 20\nafter the cut").await;
     numbered_from(&turn, before + 1);
     assert_eq!(chunks(&turn).len(), 20, "the live subscriber gets the next turn");
-    let last = last_event(&api, &session).await;
+    // Up to the turn's last event (a snapshot's event may follow it any time).
+    let last = turn.last().unwrap().seq;
     let mut fresh = api.subscribe(&session, before).await;
     let again = until(&mut fresh, |e| e.seq == last).await;
-    assert_eq!(again.len(), turn.len(), "so does a new subscriber");
+    let seqs = |events: &[SessionEvent]| events.iter().map(|e| e.seq).collect::<Vec<_>>();
+    assert_eq!(seqs(&again), seqs(&turn), "so does a new subscriber");
     let behind = follow_by_the_gap_rule(&api, &session, cut_seq - 2, last, 3).await;
     numbered_from(&behind, cut_seq - 1);
     let gone = &behind[1..=(before - cut_seq + 1) as usize];
@@ -250,10 +252,12 @@ async fn an_event_log_deleted_while_running_is_made_again_and_numbering_goes_on(
     let turn = turn_of(&api, &session, &mut live, "/stream 20\nafter the deletion").await;
     numbered_from(&turn, before + 1);
     assert_eq!(chunks(&turn).len(), 20, "the live subscriber gets the next turn");
-    let last = last_event(&api, &session).await;
+    // Up to the turn's last event (a snapshot's event may follow it any time).
+    let last = turn.last().unwrap().seq;
     let mut fresh = api.subscribe(&session, before).await;
     let again = until(&mut fresh, |e| e.seq == last).await;
-    assert_eq!(again.len(), turn.len(), "so does a new subscriber");
+    let seqs = |events: &[SessionEvent]| events.iter().map(|e| e.seq).collect::<Vec<_>>();
+    assert_eq!(seqs(&again), seqs(&turn), "so does a new subscriber");
     assert!(api.ask(&session, "and on").await.contains("you said: and on"));
 }
 
@@ -449,82 +453,123 @@ fn streamed_before(daemon: &Daemon, session: &str) -> Vec<String> {
         .collect()
 }
 
+/// A session streaming `/stream COUNT`, read until `chunks` of them were seen; the daemon
+/// is killed then. Returns the session and what was seen.
+async fn killed_while_streaming(
+    daemon: &mut Daemon,
+    count: usize,
+    chunks_seen: usize,
+    sidecar_too: bool,
+) -> (String, Vec<SessionEvent>) {
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("damaged")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, &format!("/stream {count}\nlong")).await.unwrap();
+    let mut seen = Vec::new();
+    while chunks(&seen).len() < chunks_seen {
+        seen.push(tether_tests::daemon::next(&mut events).await);
+    }
+    let sidecar = daemon.agentctl_pid(&session);
+    drop(events);
+    drop(api);
+    daemon.kill().await;
+    if sidecar_too {
+        tether_tests::daemon::sigkill(sidecar).await;
+    }
+    (session, seen)
+}
+
+/// What must be seen after a restart that meets a damaged spool line: the stream's chunks
+/// and the history's text (each without what the damage took and had not reached it before
+/// the kill), and where the damage is (`FILE:LINE`).
+struct Wanted {
+    stream: Vec<String>,
+    history: String,
+    at: String,
+}
+
+/// Damages a spool line past the ack (see [`damage_past_the_ack`]) and says what of `all`
+/// (every chunk the agent gave) must still reach the stream and the history.
+fn damage_and_expect(
+    daemon: &Daemon,
+    session: &str,
+    all: &[String],
+    fill: u8,
+    newline: bool,
+) -> Wanted {
+    let Damaged { at, lost } = damage_past_the_ack(daemon, session, fill, newline);
+    let streamed = streamed_before(daemon, session);
+    let history_before =
+        std::fs::read_to_string(daemon.session_dir(session).join("history.jsonl")).unwrap();
+    let stream = all
+        .iter()
+        .filter(|text| !lost.contains(text) || streamed.contains(text))
+        .cloned()
+        .collect();
+    let history = all
+        .iter()
+        .filter(|text| !lost.contains(text) || history_before.contains(text.as_str()))
+        .map(String::as_str)
+        .collect();
+    Wanted { stream, history, at }
+}
+
+/// Restarts the daemon and follows the session to its turn's end: the stream and the
+/// history are as wanted, the damage is said once where it is, and the session answers.
+/// Returns how the turn ended.
+async fn restart_and_check(
+    daemon: &mut Daemon,
+    session: &str,
+    mut seen: Vec<SessionEvent>,
+    wanted: Wanted,
+) -> EventKind {
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(session, seen.last().unwrap().seq).await;
+    seen.extend(until(&mut events, tether_tests::daemon::turn_ended).await);
+    let got = chunks(&seen);
+    let parted = got.iter().zip(&wanted.stream).position(|(a, b)| a != b);
+    assert!(
+        got.len() == wanted.stream.len() && parted.is_none(),
+        "the stream has {} chunks, {} wanted; first difference at {parted:?}",
+        got.len(),
+        wanted.stream.len()
+    );
+    let recorded: String = api
+        .history(session)
+        .await
+        .iter()
+        .filter(|entry| entry.kind == EntryType::AgentMessage)
+        .map(|entry| tether_tests::without_cut_off_notes(&entry.content))
+        .collect();
+    let parted = recorded.bytes().zip(wanted.history.bytes()).position(|(a, b)| a != b);
+    assert!(
+        recorded == wanted.history,
+        "the history has every chunk once: {} bytes, {} wanted, first difference at {parted:?}",
+        recorded.len(),
+        wanted.history.len(),
+    );
+    assert_eq!(located(&seen, &wanted.at), 1, "said once, where: {:?}", notices(&seen));
+    assert!(api.ask(session, "and now?").await.contains("you said: and now?"));
+    seen.last().unwrap().kind.clone()
+}
+
 /// The supervisor is killed in a long stream; a line of the oldest segment of the live
 /// sidecar's spool past what was acknowledged is overwritten (`fill`, its newline too when
 /// `newline`); the supervisor comes back. The line is skipped and said once (file and line),
 /// every other chunk reaches the stream and the history once, and the turn ends.
 async fn a_damaged_line_met_at_a_restart_loses_only_itself(fill: u8, newline: bool) {
     let mut daemon = Daemon::start(&[]).await;
-    let api = daemon.api().await;
-    let session = api.ready_session("mock", &daemon.workspace("restart")).await;
-    let mut events = api.subscribe_at_end(&session).await;
-    api.prompt(&session, "/stream 60000\nlong").await.unwrap();
-    let mut seen = Vec::new();
-    while chunks(&seen).len() < 2000 {
-        seen.push(tether_tests::daemon::next(&mut events).await);
-    }
-    drop(events);
-    drop(api);
-    daemon.kill().await;
-    let Damaged { at, lost } = damage_past_the_ack(&daemon, &session, fill, newline);
-    // What is lost: the damaged line's event, and the next one's with it when the newline
-    // went, unless they reached the event log before the kill.
-    let streamed = streamed_before(&daemon, &session);
+    let (session, seen) = killed_while_streaming(&mut daemon, 60_000, 2000, false).await;
     let all: Vec<String> = std::iter::once(chunks(&seen)[0].clone())
         .chain((2..=60_000).map(|n| format!(" [{n}/60000]")))
         .collect();
-    let wanted: Vec<String> = all
-        .iter()
-        .filter(|text| !lost.contains(text) || streamed.contains(text))
-        .cloned()
-        .collect();
-    // The history likewise: what of it was written before the kill is kept.
-    let history_before =
-        std::fs::read_to_string(daemon.session_dir(&session).join("history.jsonl")).unwrap();
-    let history_wanted: String = all
-        .iter()
-        .filter(|text| !lost.contains(text) || history_before.contains(text.as_str()))
-        .map(String::as_str)
-        .collect();
-
-    daemon.restart().await;
-    let api = daemon.api().await;
-    let mut events = api.subscribe(&session, seen.last().unwrap().seq).await;
-    seen.extend(until(&mut events, tether_tests::daemon::turn_ended).await);
+    let wanted = damage_and_expect(&daemon, &session, &all, fill, newline);
+    let ended = restart_and_check(&mut daemon, &session, seen, wanted).await;
     assert!(
-        matches!(
-            seen.last().unwrap().kind,
-            EventKind::TurnEnded { state: protocol::api::TurnState::Completed, .. }
-        ),
-        "{:?}",
-        seen.last()
+        matches!(ended, EventKind::TurnEnded { state: protocol::api::TurnState::Completed, .. }),
+        "{ended:?}"
     );
-    let got = chunks(&seen);
-    let parted = got.iter().zip(&wanted).position(|(a, b)| a != b);
-    assert!(
-        got.len() == wanted.len() && parted.is_none(),
-        "the stream has {} chunks, {} wanted; first difference at {parted:?}",
-        got.len(),
-        wanted.len()
-    );
-    let recorded: String = api
-        .history(&session)
-        .await
-        .iter()
-        .filter(|entry| entry.kind == EntryType::AgentMessage)
-        .map(|entry| entry.content.clone())
-        .collect();
-    let wanted_text = history_wanted;
-    let parted = recorded.bytes().zip(wanted_text.bytes()).position(|(a, b)| a != b);
-    assert!(
-        recorded == wanted_text,
-        "the history has every chunk once: {} bytes, {} wanted, first difference at {parted:?}: {:?}",
-        recorded.len(),
-        wanted_text.len(),
-        parted.map(|at| &recorded[at.saturating_sub(40)..(at + 80).min(recorded.len())])
-    );
-    assert_eq!(located(&seen, &at), 1, "said once, where: {:?}", notices(&seen));
-    assert!(api.ask(&session, "still there?").await.contains("you said: still there?"));
 }
 
 #[tokio::test]
@@ -555,59 +600,10 @@ fn spooled(daemon: &Daemon, session: &str) -> Vec<String> {
 /// damage is said once, where it is, and the session goes on.
 async fn a_damaged_line_in_a_dead_sidecars_spool_loses_only_itself(fill: u8, newline: bool) {
     let mut daemon = Daemon::start(&[]).await;
-    let api = daemon.api().await;
-    let session = api.ready_session("mock", &daemon.workspace("both")).await;
-    let mut events = api.subscribe_at_end(&session).await;
-    api.prompt(&session, "/stream 20000\nlong").await.unwrap();
-    let mut seen = Vec::new();
-    while chunks(&seen).len() < 300 {
-        seen.push(tether_tests::daemon::next(&mut events).await);
-    }
-    let sidecar = daemon.agentctl_pid(&session);
-    drop(events);
-    drop(api);
-    daemon.kill().await;
-    tether_tests::daemon::sigkill(sidecar).await;
+    let (session, seen) = killed_while_streaming(&mut daemon, 20_000, 300, true).await;
     let all = spooled(&daemon, &session);
-    let Damaged { at, lost } = damage_past_the_ack(&daemon, &session, fill, newline);
-    let streamed = streamed_before(&daemon, &session);
-    let history_before =
-        std::fs::read_to_string(daemon.session_dir(&session).join("history.jsonl")).unwrap();
-    let wanted: Vec<&String> =
-        all.iter().filter(|text| !lost.contains(text) || streamed.contains(text)).collect();
-    let history_wanted: String = all
-        .iter()
-        .filter(|text| !lost.contains(text) || history_before.contains(text.as_str()))
-        .map(String::as_str)
-        .collect();
-    daemon.restart().await;
-    let api = daemon.api().await;
-    let mut events = api.subscribe(&session, seen.last().unwrap().seq).await;
-    seen.extend(until(&mut events, tether_tests::daemon::turn_ended).await);
-    let got = chunks(&seen);
-    let parted = got.iter().zip(&wanted).position(|(a, b)| a != *b);
-    assert!(
-        got.len() == wanted.len() && parted.is_none(),
-        "the stream has {} chunks, {} wanted; first difference at {parted:?}",
-        got.len(),
-        wanted.len()
-    );
-    let recorded: String = api
-        .history(&session)
-        .await
-        .iter()
-        .filter(|entry| entry.kind == EntryType::AgentMessage)
-        .map(|entry| tether_tests::without_cut_off_notes(&entry.content))
-        .collect();
-    let parted = recorded.bytes().zip(history_wanted.bytes()).position(|(a, b)| a != b);
-    assert!(
-        recorded == history_wanted,
-        "the history has every chunk once: {} bytes, {} wanted, first difference at {parted:?}",
-        recorded.len(),
-        history_wanted.len(),
-    );
-    assert_eq!(located(&seen, &at), 1, "said once, where: {:?}", notices(&seen));
-    assert!(api.ask(&session, "and now?").await.contains("you said: and now?"));
+    let wanted = damage_and_expect(&daemon, &session, &all, fill, newline);
+    restart_and_check(&mut daemon, &session, seen, wanted).await;
 }
 
 #[tokio::test]
