@@ -7,6 +7,9 @@
 #    Debian when it is missing and we are root);
 #  - the Python ACP SDK (PyPI `agent-client-protocol`, pinned) in a project-local venv,
 #    .tools/python, whose client drives `supervisor acp` in the face tests;
+#  - real agents from PyPI, pinned, each in a venv of its own under .tools/ (fast-agent in
+#    .tools/fast-agent, kimi in .tools/kimi), made with the newest Python 3.12 or newer found
+#    (on PATH or pyenv's); without one they are skipped, saying so in .tools/<venv>.skipped;
 #  - chromium and chromium-driver from Debian, for the web UI's browser tests;
 #  - Debian's openssh-server (sshd; not started: the ssh:// engine test runs its own on a
 #    loopback port with keys it makes);
@@ -192,6 +195,55 @@ ensure_python_acp() {
   "$venv/bin/pip" install --quiet --disable-pip-version-check "$PYTHON_ACP"
 }
 
+# Real agents from PyPI, pinned: venv directory under .tools, the package, and its version.
+PYTHON_AGENTS=("fast-agent fast-agent-mcp 0.10.48" "kimi kimi-cli 1.51.0")
+
+# The newest Python 3.12 or newer on this machine: python3.N on PATH, python3 itself, or
+# one of pyenv's versions (whichever patch versions are installed). Prints its path.
+find_python312() {
+  local candidates=() best="" best_minor=0 python minor
+  for minor in 15 14 13 12; do
+    candidates+=("$(command -v "python3.$minor" 2>/dev/null || true)")
+  done
+  candidates+=("$(command -v python3 2>/dev/null || true)")
+  candidates+=("${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.*/bin/python3)
+  for python in "${candidates[@]}"; do
+    [ -n "$python" ] && [ -x "$python" ] || continue
+    minor=$("$python" -c 'import sys; print(sys.version_info[1] if sys.version_info[0] == 3 else 0)' 2>/dev/null) || continue
+    if [ "$minor" -ge 12 ] && [ "$minor" -gt "$best_minor" ] &&
+      "$python" -c 'import venv, ensurepip' 2>/dev/null; then
+      best=$python best_minor=$minor
+    fi
+  done
+  [ -n "$best" ] && echo "$best"
+}
+
+ensure_python_agents() {
+  local root python="" entry dir package version venv
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  for entry in "${PYTHON_AGENTS[@]}"; do
+    read -r dir package version <<<"$entry"
+    venv="$root/.tools/$dir"
+    # pip's own record of the install: a dist-info directory named for the version.
+    if compgen -G "$venv/lib/python3.*/site-packages/${package//-/_}-$version.dist-info" >/dev/null; then
+      log "$package $version present in $venv"
+      continue
+    fi
+    if [ -z "$python" ] && ! python=$(find_python312); then
+      local why="no Python 3.12 or newer here (on PATH or in pyenv): $package is not installed"
+      log "$why; its real-agent tests will be skipped"
+      mkdir -p "$root/.tools"
+      echo "$why" > "$root/.tools/$dir.skipped"
+      continue
+    fi
+    log "installing $package==$version into $venv (with $python)"
+    rm -rf "$venv"
+    "$python" -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "$package==$version"
+    rm -f "$root/.tools/$dir.skipped"
+  done
+}
+
 # A real browser for the UI tests: Debian's chromium and its WebDriver.
 ensure_browser() {
   apt_ensure "chromium and chromedriver" '[ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]' \
@@ -209,5 +261,6 @@ ensure_second_engine
 ensure_elizacp
 ensure_real_agents
 ensure_python_acp
+ensure_python_agents
 ensure_browser
 ensure_sshd

@@ -1,5 +1,6 @@
-//! Profiles of the real agents installed by `scripts/setup.sh` into `.tools/npm`, pointed
-//! at the scripted model server: shared by the `real_agents` tests and the benchmarks.
+//! Profiles of the real agents installed by `scripts/setup.sh` into `.tools/npm` (and, for
+//! the Python ones, a venv each under `.tools/`), pointed at the scripted model server:
+//! shared by the `real_agents` tests and the benchmarks.
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +22,28 @@ pub fn installed(bin: &str) -> Option<PathBuf> {
     assert!(
         std::env::var_os("REQUIRE_DOCKER").is_none(),
         "{bin} is not installed in .tools/npm: scripts/setup.sh installs it"
+    );
+    println!("SKIPPED: {bin} is not installed (scripts/setup.sh installs it)");
+    None
+}
+
+/// The project-local venv install of a Python agent's `bin` (`.tools/<venv>/bin/<bin>`), for
+/// tests. Where `scripts/setup.sh` found no Python 3.12 or newer it left the reason in
+/// `.tools/<venv>.skipped`: the test says it skipped, with that reason, even in CI.
+/// Otherwise as [`installed`]: CI must have it, elsewhere the test says it skipped.
+pub fn installed_python(venv: &str, bin: &str) -> Option<PathBuf> {
+    let tools = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools");
+    let path = tools.join(venv).join("bin").join(bin);
+    if path.exists() {
+        return Some(path);
+    }
+    if let Ok(why) = std::fs::read_to_string(tools.join(format!("{venv}.skipped"))) {
+        println!("SKIPPED: {}", why.trim());
+        return None;
+    }
+    assert!(
+        std::env::var_os("REQUIRE_DOCKER").is_none(),
+        "{bin} is not installed in .tools/{venv}: scripts/setup.sh installs it"
     );
     println!("SKIPPED: {bin} is not installed (scripts/setup.sh installs it)");
     None
@@ -204,6 +227,62 @@ pub fn copilot_profile(url: &str, transcript: Option<&Path>) -> Option<String> {
     let builtin = include_str!("../../agents/profiles/copilot.toml");
     let profile = builtin_here(builtin, &bin, &["--acp"], transcript, &env);
     Some(profile + "\n[process]\ninit_timeout_ms = 60000\n")
+}
+
+/// The `fast-agent-here` profile: the built-in one with `fast-agent-acp` from its venv here,
+/// its `generic` (OpenAI-compatible) provider pointed at the model server at `url` (Chat
+/// Completions) through its own variables, and the model chosen with `--model`.
+pub fn fast_agent_profile(url: &str, transcript: Option<&Path>) -> Option<String> {
+    let bin = installed_python("fast-agent", "fast-agent-acp")?;
+    let env = format!("[env]\nGENERIC_BASE_URL = \"{url}/v1\"\nGENERIC_API_KEY = \"sk-test\"\n");
+    let builtin = include_str!("../../agents/profiles/fast-agent.toml");
+    let args = ["--model", "generic.scripted-model"];
+    let profile = builtin_here(builtin, &bin, &args, transcript, &env);
+    // Its Python start (imports) takes seconds, tens on a loaded machine.
+    Some(profile + "\n[process]\ninit_timeout_ms = 120000\n")
+}
+
+/// The `kimi-here` profile: the built-in one with `kimi` from its venv here (its provider is
+/// set in its home, see [`kimi_settings`]).
+pub fn kimi_profile(transcript: Option<&Path>) -> Option<String> {
+    let bin = installed_python("kimi", "kimi")?;
+    let builtin = include_str!("../../agents/profiles/kimi.toml");
+    let profile = builtin_here(builtin, &bin, &["acp"], transcript, "");
+    Some(profile + "\n[process]\ninit_timeout_ms = 120000\n")
+}
+
+/// `~/.kimi` under `home`: a provider (OpenAI Chat Completions) pointed at the model server
+/// at `url` as the default model, no telemetry, and a placeholder in place of the Kimi Code login. kimi
+/// 1.51.0 opens no ACP session until a login token file is there (it only checks that the
+/// file holds a token); the placeholder is never sent anywhere, since the model used is the
+/// configured provider's, with its own key.
+pub fn kimi_settings(home: &Path, url: &str) {
+    let kimi = home.join(".kimi");
+    std::fs::create_dir_all(kimi.join("credentials")).unwrap();
+    std::fs::write(
+        kimi.join("config.toml"),
+        format!(
+            r#"default_model = "scripted"
+telemetry = false
+
+[providers.scripted]
+type = "openai_legacy"
+base_url = "{url}/v1"
+api_key = "sk-test"
+
+[models.scripted]
+provider = "scripted"
+model = "scripted-model"
+max_context_size = 100000
+"#
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        kimi.join("credentials/kimi-code.json"),
+        r#"{"access_token": "placeholder-not-a-login", "refresh_token": "", "expires_at": null}"#,
+    )
+    .unwrap();
 }
 
 /// The `auggie-here` profile: the built-in one with the CLI installed here and a session

@@ -665,3 +665,78 @@ async fn r33_auggie_without_a_login_says_to_log_in_with_its_own_cli() {
     assert!(error.contains("log in with the agent's own program"), "{error}");
     assert!(!error.contains("[[auth]]"), "no [[auth]] method can help: {error}");
 }
+
+/// What the agents that replay a restored session (as `session/update`s) left in the
+/// history: the first exchange is recorded once, not again at each restore.
+fn assert_recorded_once(history: &[protocol::api::HistoryEntry], text: &str) {
+    let agent_messages: Vec<&str> = history
+        .iter()
+        .filter(|e| e.kind == EntryType::AgentMessage)
+        .map(|e| e.content.as_str())
+        .collect();
+    assert_eq!(
+        agent_messages.iter().filter(|m| m.contains(text)).count(),
+        1,
+        "the restore's replay is not recorded again: {history:?}"
+    );
+}
+
+/// fast-agent (PyPI fast-agent-mcp, in its venv here, on the Python 3.12+ setup found)
+/// with its `generic` provider pointed at the scripted model as an OpenAI-compatible
+/// endpoint: a streamed turn, cancel while the model holds the request, then kill → a
+/// native restore (it advertises `session/resume`), and the model's next request carries
+/// the earlier exchange.
+#[tokio::test]
+async fn fast_agent_turns_cancels_and_resumes_with_its_context() {
+    let server = ModelServer::start().await;
+    let transcript = tempfile::tempdir().unwrap();
+    let lines = transcript.path().join("fast-agent");
+    let Some(profile) = tether_tests::real_agents::fast_agent_profile(&server.url, Some(&lines))
+    else {
+        return;
+    };
+    let daemon = Daemon::start_with_profiles(&[], &[("fast-agent.toml", &profile)]).await;
+    let api = daemon.api().await;
+    let workspace = daemon.workspace("fa");
+    let session = timed("fast-agent start", api.ready_session("fast-agent-here", &workspace)).await;
+    server.script([Reply::Text("A streamed answer from the scripted Chat Completions.".into())]);
+    let reply = timed("fast-agent turn", api.ask(&session, "say something")).await;
+    assert_eq!(reply, "A streamed answer from the scripted Chat Completions.");
+    let asked = server.main_requests().pop().expect("the model was asked");
+    assert!(conversation_text(&asked).contains("say something"), "{asked}");
+    cancel_mid_turn(&api, &session, &server).await;
+    resume_keeps_the_context(&daemon, &api, &session, &server).await;
+    assert_recorded_once(&api.history(&session).await, "Noted: the code word");
+    ok("task.session.stop", api.typed().session_stop(session.clone())).await;
+    let methods = ["initialize", "session/new", "session/prompt", "session/cancel"];
+    check_what_we_sent(&lines, &[&methods[..], &["session/resume"]].concat());
+}
+
+/// Kimi CLI 1.51.0 (PyPI kimi-cli, in its venv here) with a provider of its own config
+/// pointed at the scripted model (Chat Completions) and a placeholder where its login
+/// would be (it only checks that one is there): a streamed turn, cancel while the model
+/// holds the request, then kill → a native restore, and the model's next request carries
+/// the earlier exchange.
+#[tokio::test]
+async fn kimi_turns_cancels_and_resumes_with_its_context() {
+    let server = ModelServer::start().await;
+    let transcript = tempfile::tempdir().unwrap();
+    let lines = transcript.path().join("kimi");
+    let Some(profile) = tether_tests::real_agents::kimi_profile(Some(&lines)) else { return };
+    let daemon = Daemon::start_with_profiles(&[], &[("kimi.toml", &profile)]).await;
+    tether_tests::real_agents::kimi_settings(daemon.home(), &server.url);
+    let api = daemon.api().await;
+    let workspace = daemon.workspace("km");
+    let session = timed("kimi start", api.ready_session("kimi-here", &workspace)).await;
+    server.script([Reply::Text("A streamed answer from the scripted Chat Completions.".into())]);
+    let reply = timed("kimi turn", api.ask(&session, "say something")).await;
+    assert_eq!(reply, "A streamed answer from the scripted Chat Completions.");
+    let asked = server.main_requests().pop().expect("the model was asked");
+    assert!(conversation_text(&asked).contains("say something"), "{asked}");
+    cancel_mid_turn(&api, &session, &server).await;
+    resume_keeps_the_context(&daemon, &api, &session, &server).await;
+    assert_recorded_once(&api.history(&session).await, "Noted: the code word");
+    ok("task.session.stop", api.typed().session_stop(session.clone())).await;
+    let methods = ["initialize", "session/new", "session/prompt", "session/cancel"];
+    check_what_we_sent(&lines, &[&methods[..], &["session/resume"]].concat());
+}
