@@ -160,6 +160,7 @@ const state = {
   tools: new Map(), // tool call id → { fields, node }
   permissions: new Map(),
   plan: null, // the open turn's plan box
+  step: null, // the launch step waited in, with its activity line (render.js `stepProgress`)
   backfill: null, // the holder an earlier window of events is rendered into
   backfillBlocks: new Set(), // its agent messages, rendered once it is in
   visit: 0, // each opening of a session: answers for an older one are dropped
@@ -194,12 +195,14 @@ function showError(error) {
   box.textContent = error.kind ? `${error.kind}: ${error.message}` : error.message;
 }
 
-// A line of the session's activity, at `at` (an event's Unix ms; now for the page's own).
+// A line of the session's activity, at `at` (an event's Unix ms; now for the page's own);
+// the line, or nothing while an earlier window is rendered.
 function activity(text, at = Date.now()) {
   if (state.backfill) return; // an earlier window's activity is history (the Timeline tab)
   const item = el("li", { "data-at": String(at) }, `${new Date(at).toLocaleTimeString()} ${text}`);
   $("#activity").append(item);
   $("#activity").scrollTop = $("#activity").scrollHeight;
+  return item;
 }
 
 // ---- lists -----------------------------------------------------------------------------

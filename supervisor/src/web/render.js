@@ -529,6 +529,7 @@ function transcript(node) {
 }
 
 function render(event) {
+  if (!state.backfill && !goesOnWithStep(event)) stepEnded(event.at);
   switch (event.type) {
     case "state": {
       if (state.backfill) break; // an earlier window's states are history
@@ -621,7 +622,7 @@ function render(event) {
       );
       break;
     case "notice":
-      transcript(el("div", { class: "notice" }, "notice: " + event.message));
+      renderNotice(event);
       break;
     case "context_warning":
       transcript(el("div", { class: "notice context" },
@@ -632,7 +633,7 @@ function render(event) {
         `budget: ${event.budget.scope}'s budget is ${event.budget.percent}% used; at 100% the session pauses`));
       break;
     case "progress":
-      activity(`${event.step}${event.detail ? ": " + event.detail : ""}`, event.at);
+      stepProgress(event);
       break;
     case "resume_outcome":
       activity(`outcome: ${event.outcome}`, event.at);
@@ -650,6 +651,123 @@ function render(event) {
     default:
       break;
   }
+}
+
+// ---- launch steps --------------------------------------------------------------------
+
+// What a launch step does, in words (the CLI's `step_name`).
+const STEP_NAMES = {
+  launching: "launching the agent",
+  initializing: "the agent is starting (initialize)",
+  authenticating: "authenticating",
+  restoring: "restoring the agent's session",
+  opening: "opening an agent session",
+  settings: "setting the chosen model and mode again",
+};
+
+// The launch step waited in has one activity line, as in the CLI: a `progress` event of
+// another step starts a line, the same step's next ones (their detail the agent's newest
+// stderr line) update it, and while it waits it says every second for how long (counted
+// from the events' times, so the page's clock does not matter). An earlier window's
+// events are history: they leave it alone.
+function stepProgress(event) {
+  if (state.backfill) return;
+  const at = event.at || Date.now();
+  let wait = state.step;
+  if (wait && wait.step === event.step && wait.line.isConnected) {
+    Object.assign(wait, { detail: event.detail, at, seen: Date.now() });
+  } else {
+    stepEnded(at);
+    const line = activity("", at);
+    line.dataset.step = event.step;
+    wait = { step: event.step, detail: event.detail, began: at, at, seen: Date.now(), ended: null, line };
+    wait.timer = setInterval(() => drawStep(wait), 1000);
+    state.step = wait;
+  }
+  drawStep(wait);
+}
+
+// Whether an event leaves the step waiting, as in the CLI: one of the step's, a notice, a
+// resume's outcome, the state STARTING; any other says the agent is up (or gone).
+function goesOnWithStep(event) {
+  return ["progress", "notice", "resume_outcome"].includes(event.type)
+    || (event.type === "state" && event.state === "STARTING");
+}
+
+// The step waited in is over, at `at`: its line says how long it waited.
+function stepEnded(at) {
+  const wait = state.step;
+  if (!wait) return;
+  state.step = null;
+  clearInterval(wait.timer);
+  wait.ended = Math.max(at || wait.at, wait.at);
+  drawStep(wait);
+}
+
+function drawStep(wait) {
+  if (!wait.line.isConnected) {
+    clearInterval(wait.timer); // another session was opened
+    return;
+  }
+  const now = wait.ended === null ? wait.at + (Date.now() - wait.seen) : wait.ended;
+  const waited = Math.floor(Math.max(0, now - wait.began) / 1000);
+  const name = STEP_NAMES[wait.step] || wait.step;
+  const said = wait.detail ? `${name}: ${wait.detail}` : name;
+  const how = waited < 1 ? "" : wait.ended === null ? ` (still waiting, ${waited} s)` : ` (waited ${waited} s)`;
+  wait.line.textContent = `${new Date(wait.began).toLocaleTimeString()} ${said}${how}`;
+  wait.line.classList.toggle("waiting", wait.ended === null);
+}
+
+// ---- notices -------------------------------------------------------------------------
+
+// A notice that events cannot be read: "events 12–40 are unreadable and skipped: why".
+const UNREADABLE = /^events? (\d+)(?:–(\d+))? (?:is|are) (unreadable and skipped: [\s\S]*)$/;
+
+// Consecutive notices that say the same are one line, with how many there were: each seq
+// of a lost range is delivered as a notice of its own.
+function renderNotice(event) {
+  const seq = event.seq || 0;
+  const said = { message: event.message, first: seq, last: seq, count: 1 };
+  const line = (state.backfill || $("#transcript")).lastElementChild;
+  if (!line || !line.notice || !continuesNotice(line.notice, said)) {
+    const node = el("div", { class: "notice" });
+    node.notice = said;
+    showNotice(node);
+    transcript(node);
+    return;
+  }
+  line.notice.last = seq;
+  line.notice.count += 1;
+  showNotice(line);
+  if (!state.backfill) stickToBottom();
+}
+
+// Whether notice line `later` goes on notice line `earlier`: the same message, or the
+// same unreadable range from the next seq on (a read that begins inside a lost range
+// names it from there: a window's "events 31–40" after an earlier one's "events 11–40").
+function continuesNotice(earlier, later) {
+  if (earlier.message === later.message) return true;
+  const before = UNREADABLE.exec(earlier.message);
+  const after = UNREADABLE.exec(later.message);
+  return Boolean(before && after) && before[3] === after[3]
+    && (before[2] || before[1]) === (after[2] || after[1])
+    && Number(after[1]) === later.first && later.first === earlier.last + 1;
+}
+
+function showNotice(node) {
+  const { message, count } = node.notice;
+  node.replaceChildren("notice: " + message,
+    count > 1 ? el("span", { class: "repeat", title: `said by ${count} events` }, ` ×${count}`) : "");
+}
+
+// An earlier window's last notice line and the newer line after it (`next`), when they
+// say the same, are one: the newer line, saying what the earlier one said.
+function joinNotices(holder, next) {
+  const last = holder.lastElementChild;
+  if (!last || !last.notice || !next || !next.notice || !continuesNotice(last.notice, next.notice)) return;
+  next.notice = { ...next.notice, message: last.notice.message, first: last.notice.first, count: last.notice.count + next.notice.count };
+  showNotice(next);
+  last.remove();
 }
 
 // The class of an option's button by its ACP kind (`allow` and `deny` for the once kinds).

@@ -487,8 +487,9 @@ async function loadEarlier() {
     const tail = lastTurn < 0 ? [...holder.children] : [...holder.children].slice(holder.children.length - lastTurn);
     if (newerPlan) for (const node of tail) if (node.classList.contains("plan")) node.remove();
     const box = $("#transcript");
-    const before = box.scrollHeight;
     const first = box.querySelector(".earlier");
+    joinNotices(holder, first ? first.nextElementSibling : box.firstElementChild);
+    const before = box.scrollHeight;
     if (first) first.after(holder);
     else box.prepend(holder);
     box.scrollTop += box.scrollHeight - before;

@@ -7,7 +7,7 @@
 use protocol::api::ApiClient;
 use serde_json::json;
 use tether_tests::browser::{self, Browser};
-use tether_tests::daemon::{Daemon, ok};
+use tether_tests::daemon::{Daemon, ok, settled};
 
 fn page(daemon: &Daemon) -> String {
     daemon.url.replace("ws://", "http://") + "/"
@@ -818,4 +818,110 @@ async fn r31_a_question_older_than_the_window_is_still_offered() {
     browser.wait_text("#session-state", "PAUSED").await;
     crate::web_ui::show_all_earlier(&browser).await;
     assert_eq!(count(&browser, ".permission").await, 1, "the question once");
+}
+
+/// A mock agent that prints twelve lines on stderr as it starts and never answers
+/// `initialize`, bounded at three seconds.
+const CHATTY_HANG: &str = "id = \"chatty\"\n\
+    command = [\"mock-agent\", \"--stderr-at-start\", \"12\", \"--hang-on\", \"initialize\"]\n\
+    protocol = \"acp\"\n[process]\ninit_timeout_ms = 3000\n";
+
+/// The agent's last stderr line before it hangs.
+const HANG_SAYS: &str = "the agent says: mock-agent: not answering initialize as configured";
+
+/// The activity lines about the `initialize` step (not the failed resume's line).
+async fn initialize_lines(browser: &Browser) -> Vec<String> {
+    let lines = browser.texts("#activity li").await;
+    lines
+        .into_iter()
+        .filter(|line| line.contains("initializ") && !line.contains("failed"))
+        .collect()
+}
+
+/// A starting agent that prints a lot shows one activity line per launch step, as the
+/// CLI does: the step's latest detail (the agent's newest stderr line) and how long it
+/// waited, updated in place. So it reads from the newest window, and so it follows a
+/// resume live while earlier windows are read (their steps are history: they leave the
+/// live line alone).
+#[tokio::test]
+async fn a_starting_agents_step_is_one_line_updated_in_place() {
+    let Some(browser) = browser::start("steps").await else { return };
+    let daemon = Daemon::start_with_profiles(&[], &[("chatty.toml", CHATTY_HANG)]).await;
+    let api = daemon.api().await;
+    let session = api.create_session("chatty", &daemon.workspace("c")).await.unwrap();
+    settled(&mut api.subscribe(&session, 0).await).await;
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#session-state", "FAILED").await;
+    let lines = initialize_lines(&browser).await;
+    assert_eq!(lines.len(), 1, "one line for the step: {lines:?}");
+    assert!(
+        lines[0].contains("the agent is starting (initialize): ") && lines[0].contains(HANG_SAYS)
+    );
+    // Resumed in a page that reads earlier windows one event at a time.
+    open_with_window_of_one(&browser, &daemon, &session).await;
+    browser.wait_text("#transcript button.earlier", "Show earlier").await;
+    browser.click("#resume").await;
+    browser.wait_text("#activity li", "(still waiting, ").await;
+    crate::web_ui::show_all_earlier(&browser).await;
+    let ended = "#activity li[data-step=initializing]:not(.waiting)";
+    let line = browser.wait_text(ended, HANG_SAYS).await;
+    assert!(line.contains("(waited "), "{line}");
+    let lines = initialize_lines(&browser).await;
+    assert_eq!(lines, [line], "the live step's one line");
+}
+
+/// Cuts a session's event log to its first half while the daemon is down; the seqs lost.
+fn cut_events_in_half(daemon: &Daemon, session: &str) -> std::ops::RangeInclusive<u64> {
+    let dir = daemon.session_dir(session).join("events");
+    let segments: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "jsonl"))
+        .collect();
+    assert_eq!(segments.len(), 1, "{segments:?}");
+    let text = std::fs::read_to_string(&segments[0]).unwrap();
+    let last = text.lines().last().unwrap();
+    let high = serde_json::from_str::<serde_json::Value>(last).unwrap()["seq"].as_u64().unwrap();
+    let kept = high / 2;
+    let half: String = text.lines().take(kept as usize).map(|line| format!("{line}\n")).collect();
+    std::fs::write(&segments[0], half).unwrap();
+    kept + 1..=high
+}
+
+/// The notice lines saying events are unreadable.
+async fn unreadable_lines(browser: &Browser) -> Vec<String> {
+    let lines = browser.texts("#transcript .notice").await;
+    lines.into_iter().filter(|line| line.contains("unreadable")).collect()
+}
+
+/// Events a log lost (cut while the daemon was down) are each delivered as a notice, at
+/// their seq: the page shows them as one line with their count, whether read in one
+/// window or a window of one event at a time (each read names the range from where it
+/// starts, "events 12–20" after "events 11–20").
+#[tokio::test]
+async fn a_lost_range_of_events_is_one_notice_line() {
+    let Some(browser) = browser::start("lost").await else { return };
+    let mut daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("lost")).await;
+    for n in 0..3 {
+        api.ask(&session, &format!("turn {n}")).await;
+    }
+    drop(api);
+    daemon.terminate().await;
+    let lost = cut_events_in_half(&daemon, &session);
+    daemon.restart().await;
+    let said = format!("events {}–{} are unreadable", lost.start(), lost.end());
+    let count = format!("×{}", lost.end() - lost.start() + 1);
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#transcript .notice", &said).await;
+    let lines = unreadable_lines(&browser).await;
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains(&said) && lines[0].ends_with(&count), "{lines:?}");
+    open_with_window_of_one(&browser, &daemon, &session).await;
+    browser.wait_text("#transcript button.earlier", "Show earlier").await;
+    crate::web_ui::show_all_earlier(&browser).await;
+    let lines = unreadable_lines(&browser).await;
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains(&said) && lines[0].ends_with(&count), "{lines:?}");
 }
