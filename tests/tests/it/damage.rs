@@ -550,7 +550,11 @@ async fn restart_and_check(
         wanted.history.len(),
     );
     assert_eq!(located(&seen, &wanted.at), 1, "said once, where: {:?}", notices(&seen));
-    assert!(api.ask(session, "and now?").await.contains("you said: and now?"));
+    // The session answers. A dead agent comes back by a load whose replay need not match
+    // the history (the damaged chunk is not in it): then the prompt goes with the history's
+    // end before it, and the mock echoes both.
+    let reply = api.ask(session, "and now?").await;
+    assert!(reply.starts_with("mock-agent: ") && reply.contains("and now?"), "{reply}");
     seen.last().unwrap().kind.clone()
 }
 
