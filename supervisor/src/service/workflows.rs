@@ -500,6 +500,14 @@ impl Supervisor {
         {
             self.refuse_held_workspace(workspace, Some(&id)).await?;
         }
+        // The steps it runs from now on; the others' rows are on their way out.
+        let kept: BTreeSet<String> = changed_spec
+            .as_ref()
+            .unwrap_or(&stored)
+            .steps
+            .iter()
+            .map(|step| step.id.clone())
+            .collect();
         if let (Some(text), Some(new)) = (changed_text, changed_spec) {
             let (changes, changed) = spec_changes(&stored, &new);
             // A changed step runs again, and so does every step after it.
@@ -527,6 +535,7 @@ impl Supervisor {
         let patches = steps_now
             .iter()
             .filter(|step| matches!(step.state, StepState::Failed | StepState::Cancelled))
+            .filter(|step| kept.contains(plan::base_id(&step.step_id)))
             .map(|step| StepPatch {
                 step_id: step.step_id.clone(),
                 expect: Some(step.state),

@@ -126,6 +126,8 @@ pub struct StepPatch {
     pub clear_run: bool,
     /// Set `ended_at` to now.
     pub ended: bool,
+    /// Delete the row (a step the file no longer has, once its session is stopped).
+    pub remove: bool,
     /// Insert the row (a `for_each` worker) at this position instead of updating one.
     pub insert_at: Option<i64>,
     /// The event it publishes.
@@ -753,9 +755,10 @@ impl Store {
     }
 
     /// Replaces a workflow's spec (a resume that accepted a changed file): its text, hash
-    /// and steps — `keep` are left as they are, `reset` are set `pending` again (their
-    /// sessions stay recorded, to be stopped before they run again), others not in `steps`
-    /// are removed, new ones added.
+    /// and steps — those in `steps` stay as they are, `reset` are set `pending` again (their
+    /// sessions stay recorded, to be stopped before they run again), new ones are added, and
+    /// the others go (`drop_step`: at once, or once their sessions are stopped), each with
+    /// an event saying so.
     pub async fn replace_workflow_spec(
         &self,
         workflow_id: String,
@@ -778,10 +781,7 @@ impl Store {
             for old in &existing {
                 let base = old.split('[').next().unwrap_or(old);
                 if !steps.iter().any(|step| step == base) {
-                    tx.execute(
-                        "DELETE FROM workflow_steps WHERE workflow_id = ?1 AND step_id = ?2",
-                        params![workflow_id, old],
-                    )?;
+                    drop_step(&tx, &workflow_id, old)?;
                 }
             }
             for (position, step) in steps.iter().enumerate() {
@@ -804,6 +804,46 @@ impl Store {
         })
         .await
     }
+}
+
+/// A step the accepted file no longer has (inside the resume's transaction): its row goes,
+/// with an event saying so — unless its session has not ended. Then the row stays,
+/// `cancelled`, still naming the session: the planner stops a session not ended of a step
+/// not running, and drops the row once it is stopped. So this write records the stop, as
+/// a loop going back does, and a kill right after it orphans nothing.
+fn drop_step(conn: &Connection, workflow_id: &str, step_id: &str) -> rusqlite::Result<()> {
+    let live: Option<String> = conn
+        .query_row(
+            "SELECT s.session_id FROM workflow_steps s JOIN task_sessions t ON t.id = s.session_id \
+             WHERE s.workflow_id = ?1 AND s.step_id = ?2 AND t.state NOT IN ('COMPLETED', 'CANCELLED')",
+            params![workflow_id, step_id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let reason = match live {
+        Some(session) => {
+            conn.execute(
+                "UPDATE workflow_steps SET state = 'cancelled', ended_at = COALESCE(ended_at, ?3) \
+                 WHERE workflow_id = ?1 AND step_id = ?2",
+                params![workflow_id, step_id, now_ms()],
+            )?;
+            format!("removed from the workflow file; its session {session} is to be stopped")
+        }
+        None => {
+            conn.execute(
+                "DELETE FROM workflow_steps WHERE workflow_id = ?1 AND step_id = ?2",
+                params![workflow_id, step_id],
+            )?;
+            "removed from the workflow file".to_owned()
+        }
+    };
+    let event = WorkflowEventKind::StepReset {
+        step_id: step_id.to_owned(),
+        state: StepState::Cancelled,
+        reason,
+    };
+    push_event(conn, workflow_id, &event)?;
+    Ok(())
 }
 
 /// Applies one patch inside the caller's transaction; false when its step is not in the
@@ -829,6 +869,13 @@ fn apply_patch(conn: &Connection, workflow_id: &str, patch: &StepPatch) -> rusql
         let Some(Named(state)) = state else { return Ok(false) };
         if patch.expect.is_some_and(|expected| expected != state) {
             return Ok(false);
+        }
+        if patch.remove {
+            conn.execute(
+                "DELETE FROM workflow_steps WHERE workflow_id = ?1 AND step_id = ?2",
+                params![workflow_id, patch.step_id],
+            )?;
+            return push_patch_event(conn, workflow_id, patch);
         }
         let mut sets: Vec<String> = Vec::new();
         let mut values: Vec<Box<dyn rusqlite::ToSql>> =
@@ -877,6 +924,15 @@ fn apply_patch(conn: &Connection, workflow_id: &str, patch: &StepPatch) -> rusql
             )?;
         }
     }
+    push_patch_event(conn, workflow_id, patch)
+}
+
+/// Publishes a patch's event, if it has one (inside the caller's transaction); true.
+fn push_patch_event(
+    conn: &Connection,
+    workflow_id: &str,
+    patch: &StepPatch,
+) -> rusqlite::Result<bool> {
     if let Some(event) = &patch.event {
         push_event(conn, workflow_id, event)?;
     }

@@ -231,6 +231,14 @@ pub fn plan(input: &Input<'_>) -> Plan {
                 .push(Action::Stop { step_id: row.step_id.clone(), session_id: session.clone() });
         }
     }
+    // Steps the file no longer has (a resume accepted their removal): once their sessions
+    // are stopped (above), their rows go.
+    let removed = steps.iter().filter(|row| spec_step(row).is_none());
+    for row in removed.filter(|row| !busy.contains(&row.step_id)) {
+        if let Some(action) = drop_removed(row, sessions) {
+            plan.actions.push(action);
+        }
+    }
 
     // Running steps: each session watched until its turn ends.
     for row in steps.iter().filter(|row| row.state == StepState::Running) {
@@ -496,6 +504,36 @@ pub fn plan(input: &Input<'_>) -> Plan {
         });
     }
     plan
+}
+
+/// The row of a step the file no longer has goes once its session (if any) has ended;
+/// `None` while it has not (it is being stopped).
+fn drop_removed(row: &StepRow, sessions: &BTreeMap<String, SessionFacts>) -> Option<Action> {
+    let session = row.session_id.as_ref();
+    let ended = |id: &String| sessions.get(id).is_none_or(|facts| facts.state.is_terminal());
+    if !session.is_none_or(ended) {
+        return None;
+    }
+    let reason = match session {
+        Some(session) => {
+            format!("removed from the workflow file; its session {session} was stopped")
+        }
+        None => "removed from the workflow file".to_owned(),
+    };
+    Some(Action::Write {
+        patches: vec![StepPatch {
+            step_id: row.step_id.clone(),
+            expect: Some(row.state),
+            remove: true,
+            event: Some(WorkflowEventKind::StepReset {
+                step_id: row.step_id.clone(),
+                state: StepState::Cancelled,
+                reason,
+            }),
+            ..StepPatch::default()
+        }],
+        state: None,
+    })
 }
 
 /// A pending step fails before it starts (`reason`: why it may not).

@@ -1,13 +1,14 @@
 //! Durable workflows (issue 30) at their edges, end to end: an agent dying mid-step, an
-//! approval across a restart, a changed file at resume, cancel, bad files, shared and
-//! per-step worktrees, the examples, usage, timeouts and launch retries, and the workflow
-//! list followed live.
+//! approval across a restart, a changed file at resume (and the sessions of the steps it
+//! drops), cancel, bad files, shared and per-step worktrees, the examples, usage, timeouts
+//! and launch retries, and the workflow list followed live.
 
 use std::path::{Path, PathBuf};
 
 use jsonrpsee::core::client::Subscription;
 use protocol::api::{
-    ApiClient, StepState, WorkflowEventKind, WorkflowState, WorkflowSummary, WorkflowsEvent,
+    ApiClient, SessionState, StepState, WorkflowEventKind, WorkflowState, WorkflowSummary,
+    WorkflowsEvent,
 };
 use protocol::errors::ErrorKind;
 use tether_tests::daemon::{Api, Daemon, call, ok};
@@ -886,4 +887,89 @@ async fn a_step_whose_prompt_cannot_be_sent_fails_the_workflow() {
     let b = status.steps.iter().find(|s| s.id == "b").unwrap();
     assert_eq!((b.state, b.runs, b.session_id.as_deref()), (StepState::Failed, 0, None));
     assert_eq!(turns(&log).len(), 1, "only a ran");
+}
+
+const DROPS: &str = r#"name = "drops"
+
+[[steps]]
+id = "slow"
+agent = "flow"
+prompt = "slow\n/sleep 600000\n/say S"
+
+[[steps]]
+id = "boom"
+agent = "flow"
+prompt = "boom\n/sleep 600000\n/say B"
+timeout_ms = 300
+"#;
+
+/// What the file says after `slow` was taken out of it and `boom` made quick.
+const DROPPED: &str = r#"name = "drops"
+
+[[steps]]
+id = "boom"
+agent = "flow"
+prompt = "boom\n/say B"
+"#;
+
+/// A resume that accepts a file without a step whose session still runs stops that
+/// session: its stop is recorded with the resume's decision, so the daemon killed right
+/// after it (at the driver's next stop: `boom`'s failed session was the first) stops it
+/// when it comes back. The events say the step went and its session was stopped; the
+/// workflow is not over before that.
+#[tokio::test]
+async fn a_resume_that_drops_a_step_stops_its_session_across_a_kill() {
+    let (mut daemon, _log, workspace) = daemon(Some("workflow.stopping@2")).await;
+    let api = daemon.api().await;
+    let id = api.start_workflow(DROPS, &workspace).await.workflow_id;
+    // boom times out and fails the workflow; slow's turn goes on (a step of a failed
+    // workflow is failed when its turn ends).
+    let (state, seen) = api.workflow_end(&id).await;
+    assert_eq!(state, WorkflowState::Failed, "{seen:#?}");
+    let failed_at = seen.last().expect("events").seq;
+    let (slow, boom) = (started_session(&seen, "slow"), started_session(&seen, "boom"));
+    let mut boom_events = api.subscribe(&boom, 0).await;
+    let stopped = tether_tests::daemon::until(&mut boom_events, |event| {
+        tether_tests::daemon::is_state(event, SessionState::Completed)
+    });
+    within("boom's session to be stopped", stopped).await;
+    assert_eq!(api.status(&slow).await.state, SessionState::Running);
+
+    // The daemon may die before it answers: the resume is written before anything stops.
+    let resume = api.typed().workflow_resume(id.clone(), Some(DROPPED.into()), Some(true));
+    let _ = resume.await;
+    drop(api);
+    within("the daemon to die at its fault point", daemon.wait_exit()).await;
+    daemon.restart_with_env(&[]).await;
+    let api = daemon.api().await;
+    let (state, seen) = until_over(&mut subscribe(&api, &id, failed_at).await).await;
+    assert_eq!(state, WorkflowState::Completed, "{seen:#?}");
+    let said: Vec<String> = seen
+        .iter()
+        .filter_map(|event| match &event.kind {
+            WorkflowEventKind::StepReset { step_id, state: StepState::Cancelled, reason }
+                if step_id == "slow" =>
+            {
+                Some(reason.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        said,
+        [
+            format!("removed from the workflow file; its session {slow} is to be stopped"),
+            format!("removed from the workflow file; its session {slow} was stopped"),
+        ]
+    );
+    let done = status(&api, &id).await;
+    let ids: Vec<&str> = done.steps.iter().map(|step| step.id.as_str()).collect();
+    assert_eq!(ids, ["boom"]);
+    assert_eq!(output(&done, "boom"), "B");
+    assert_eq!(api.status(&slow).await.state, SessionState::Completed);
+    for pid in daemon.sidecars(&slow) {
+        if let Ok(pidfd) = agentctl::process::PidFd::open(pid) {
+            within("slow's agentctl to exit", pidfd.exited()).await.expect("pidfd");
+        }
+    }
 }

@@ -163,6 +163,12 @@ impl Sim {
         if patch.step_id.is_empty() {
             return;
         }
+        if patch.remove {
+            let row = self.row(&patch.step_id);
+            assert_eq!(Some(row.state), patch.expect, "{}", patch.step_id);
+            self.steps.retain(|row| row.step_id != patch.step_id);
+            return;
+        }
         if let Some(position) = patch.insert_at {
             let mut new = row(&patch.step_id, position);
             new.iteration = patch.iteration.unwrap_or(0);
@@ -727,4 +733,77 @@ fn a_list_longer_than_the_workers_a_step_may_have_fails_its_source() {
     sim.complete("split", &serde_json::to_string(&list).unwrap());
     sim.settle();
     assert_eq!(sim.running().len(), crate::workflow::spec::DEFAULT_MAX_PARALLEL);
+}
+
+/// The events a plan's writes publish.
+fn events(plan: &Plan) -> Vec<WorkflowEventKind> {
+    let patches = plan.actions.iter().flat_map(|action| match action {
+        Action::Write { patches, .. } => patches.clone(),
+        _ => Vec::new(),
+    });
+    patches.filter_map(|patch| patch.event).collect()
+}
+
+#[test]
+fn a_step_a_resume_dropped_goes_once_its_session_is_stopped() {
+    let text = r#"name = "two"
+[[steps]]
+id = "build"
+agent = "mock"
+prompt = "Build"
+[[steps]]
+id = "lint"
+agent = "mock"
+prompt = "Lint"
+"#;
+    let paused = SessionFacts {
+        state: SessionState::Paused,
+        live: false,
+        turn_running: false,
+        ..running_session()
+    };
+    for lint_session in [running_session(), paused] {
+        let mut sim = Sim::new(text);
+        sim.settle();
+        sim.complete("build", "B");
+        sim.settle();
+        // The workflow failed while lint's session was live (its turn running, or paused),
+        // and was resumed with a file without lint: the resume's write kept lint's row,
+        // cancelled and still naming that session.
+        sim.spec = parse(
+            &text[..text.find("[[steps]]\nid = \"lint\"").unwrap()],
+            Path::new("/w/f.toml"),
+            &BTreeMap::new(),
+            &|_| true,
+            &|_| Ok(()),
+        )
+        .unwrap();
+        sim.row("lint").state = StepState::Cancelled;
+        *sim.sessions.get_mut("s-lint-1").unwrap() = lint_session;
+        // Its session is stopped; the row stays (the workflow is not over) until it is.
+        let plan = sim.plan();
+        assert!(
+            matches!(&plan.actions[..], [Action::Stop { step_id, session_id }]
+                if step_id == "lint" && session_id == "s-lint-1"),
+            "{:?}",
+            plan.actions
+        );
+        sim.apply(plan);
+        assert_eq!(sim.sessions["s-lint-1"].state, SessionState::Completed);
+        // Stopped: the row goes, saying so, and the workflow completes.
+        let plan = sim.plan();
+        assert_eq!(
+            events(&plan),
+            [WorkflowEventKind::StepReset {
+                step_id: "lint".into(),
+                state: StepState::Cancelled,
+                reason: "removed from the workflow file; its session s-lint-1 was stopped".into(),
+            }]
+        );
+        sim.apply(plan);
+        sim.settle();
+        let ids: Vec<&str> = sim.steps.iter().map(|row| row.step_id.as_str()).collect();
+        assert_eq!(ids, ["build"]);
+        assert_eq!(sim.workflow.state, WorkflowState::Completed);
+    }
 }
