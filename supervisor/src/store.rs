@@ -29,6 +29,7 @@ use tokio::sync::oneshot;
 
 pub use journal::{LogRow, TURN_SNAPSHOTS_KEPT};
 pub use schema::MIGRATIONS;
+pub use turns::PromptRefusal;
 pub use usage::{TurnUsage, UsageFilter, budget_use};
 pub use workflows::{StepPatch, StepRow, StepSession, StepTurn, TurnOutput, WorkflowRow};
 

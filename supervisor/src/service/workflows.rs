@@ -601,7 +601,7 @@ impl Supervisor {
     /// The driver of one workflow: plans and acts until nothing is left to watch.
     async fn run_driver(self: Arc<Self>, id: String) {
         let mut changes = self.config.store.workflow_changes();
-        let (landed_tx, mut landed) = mpsc::unbounded_channel::<(String, Option<ServiceError>)>();
+        let (landed_tx, mut landed) = mpsc::unbounded_channel::<(String, Option<NotBroughtOn>)>();
         let mut busy: BTreeSet<String> = BTreeSet::new();
         loop {
             let (plan, watching) = match self.plan_workflow(&id, &busy).await {
@@ -694,6 +694,7 @@ impl Supervisor {
                         }),
                         prompt_delivered: stored.prompt_delivered,
                         error: stored.error,
+                        prompt_refused: stored.prompt_refused,
                     }
                 }
                 // Deleted under it: the step cannot go on.
@@ -704,6 +705,7 @@ impl Supervisor {
                     last_turn: None,
                     prompt_delivered: false,
                     error: Some("its session was deleted".into()),
+                    prompt_refused: None,
                 },
             };
             sessions.insert(session_id, facts);
@@ -741,7 +743,7 @@ impl Supervisor {
         id: &str,
         action: Action,
         busy: &mut BTreeSet<String>,
-        landed: &mpsc::UnboundedSender<(String, Option<ServiceError>)>,
+        landed: &mpsc::UnboundedSender<(String, Option<NotBroughtOn>)>,
     ) {
         match action {
             Action::Start { step_id, prompt } => self.start_step(id, &step_id, prompt).await,
@@ -787,9 +789,13 @@ impl Supervisor {
                     let outcome = match resend {
                         Some(prompt) => {
                             tracing::info!(step = %step_id, session = %session_id, "sending the step's prompt again: its turn was cut short");
-                            supervisor.prompt(session_id, prompt).await.map(|_| ())
+                            let sent = supervisor.prompt(session_id, prompt).await;
+                            sent.map(drop).map_err(NotBroughtOn::Prompt)
                         }
-                        None => supervisor.resume(session_id, false).await.map(|_| ()),
+                        None => {
+                            let resumed = supervisor.resume(session_id, false).await;
+                            resumed.map(drop).map_err(NotBroughtOn::Launch)
+                        }
                     };
                     let _ = landed.send((step_id, outcome.err()));
                 });
@@ -877,19 +883,27 @@ impl Supervisor {
             Err(ServiceError::Conflict(message)) => {
                 tracing::debug!(workflow = %id, step = %step_id, %message, "step not started");
             }
-            Err(err) => self.launch_failed(id, step_id, StepState::Pending, err).await,
+            Err(err) => {
+                self.launch_failed(id, step_id, StepState::Pending, NotBroughtOn::Launch(err)).await
+            }
         }
     }
 
     /// A resume or resend of a step's session failed: counted as a failed launch.
-    async fn continue_failed(self: &Arc<Self>, id: &str, step_id: &str, error: ServiceError) {
-        self.launch_failed(id, step_id, StepState::Running, error).await;
+    async fn continue_failed(self: &Arc<Self>, id: &str, step_id: &str, failure: NotBroughtOn) {
+        self.launch_failed(id, step_id, StepState::Running, failure).await;
     }
 
-    /// A step's session could not be created or brought on: tried again while the step's
-    /// `retries` allow, else the step (and the workflow) fails. Refused by the task's
-    /// budget, it fails at once (trying again spends nothing but time).
-    async fn launch_failed(&self, id: &str, step_id: &str, state: StepState, error: ServiceError) {
+    /// A step's session could not be created or brought on, or its prompt sent again was
+    /// refused: see [`after_failure`]. Decided on the step as it is now (still in `state`,
+    /// its workflow running), else dropped.
+    async fn launch_failed(
+        &self,
+        id: &str,
+        step_id: &str,
+        state: StepState,
+        failure: NotBroughtOn,
+    ) {
         let read = async {
             let (row, steps) = self.config.store.workflow(id.to_owned()).await?;
             let spec =
@@ -909,61 +923,95 @@ impl Supervisor {
         }
         let retries =
             spec.steps.iter().find(|s| s.id == plan::base_id(step_id)).map_or(0, |s| s.retries);
-        let over_budget = matches!(error, ServiceError::BudgetExceeded(_));
-        tracing::warn!(workflow = %id, step = %step_id, %error, failures = step.launch_failures + 1, retries, "a step's session did not launch");
-        if over_budget {
-            let reason = format!("{error}, then resume the workflow");
-            let action = match state {
-                StepState::Pending => plan::not_started(step_id, &reason),
-                _ => plan::fail_step(step_id, format!("its prompt cannot be sent: {reason}")),
-            };
-            let Action::Write { patches, state } = action else { return };
-            if let Err(err) = self
-                .config
-                .store
-                .update_workflow(id.to_owned(), Some(WorkflowState::Running), patches, state)
-                .await
-            {
-                tracing::error!(workflow = %id, %err, "cannot record a step stopped by its budget");
-            }
+        let error = failure.error();
+        tracing::warn!(workflow = %id, step = %step_id, %error, failures = step.launch_failures + 1, retries, "a step's session did not launch or refused its prompt");
+        let Action::Write { patches, state: ended } = after_failure(step, state, retries, &failure)
+        else {
             return;
-        }
-        let (patch, workflow) = if step.launch_failures < retries {
-            (
-                StepPatch {
-                    step_id: step_id.to_owned(),
-                    expect: Some(state),
-                    launch_failed: true,
-                    ..StepPatch::default()
-                },
-                None,
-            )
-        } else {
-            let error = format!("its session could not launch: {error}");
-            (
-                StepPatch {
-                    step_id: step_id.to_owned(),
-                    expect: Some(state),
-                    state: Some(StepState::Failed),
-                    error: Some(Some(error.clone())),
-                    launch_failed: true,
-                    ended: true,
-                    event: Some(WorkflowEventKind::StepFailed {
-                        step_id: step_id.to_owned(),
-                        error: error.clone(),
-                    }),
-                    ..StepPatch::default()
-                },
-                Some((WorkflowState::Failed, Some(format!("step {step_id}: {error}")))),
-            )
         };
-        let expect = workflow.as_ref().map(|_| WorkflowState::Running);
+        let expect = ended.as_ref().map(|_| WorkflowState::Running);
         if let Err(err) =
-            self.config.store.update_workflow(id.to_owned(), expect, vec![patch], workflow).await
+            self.config.store.update_workflow(id.to_owned(), expect, patches, ended).await
         {
             tracing::error!(workflow = %id, %err, "cannot record a failed launch");
         }
     }
+}
+
+/// Why a step's session was not brought on.
+#[derive(Debug)]
+enum NotBroughtOn {
+    /// Creating or resuming it failed.
+    Launch(ServiceError),
+    /// Sending the step's prompt again failed (its session could not be resumed for it,
+    /// or refused it).
+    Prompt(ServiceError),
+}
+
+impl NotBroughtOn {
+    fn error(&self) -> &ServiceError {
+        match self {
+            NotBroughtOn::Launch(error) | NotBroughtOn::Prompt(error) => error,
+        }
+    }
+
+    /// What the step's error says first.
+    fn what(&self) -> &'static str {
+        match self {
+            NotBroughtOn::Launch(_) => "its session could not launch",
+            NotBroughtOn::Prompt(_) => "its prompt could not be sent again",
+        }
+    }
+
+    /// Trying again in the same session is refused again: the request as given (a prompt
+    /// too long, a workspace that is not there), or settings its agent will not take again
+    /// (until they are chosen anew; a resume of the workflow then gives the step a new
+    /// session).
+    fn lasting(&self) -> bool {
+        matches!(
+            self.error(),
+            ServiceError::InvalidParams { .. } | ServiceError::SettingsNotRestored(_)
+        )
+    }
+}
+
+/// What a step (in `state`) whose session could not be created or brought on leads to: it
+/// is tried again while its `retries` allow, else it fails, and the workflow with it,
+/// saying why. The task's budget used up fails it at once (trying again spends nothing
+/// but time; a resume goes on once the budget is raised), and so does a failure no retry
+/// outlives.
+fn after_failure(step: &StepRow, state: StepState, retries: u32, failure: &NotBroughtOn) -> Action {
+    let step_id = step.step_id.as_str();
+    let error = failure.error();
+    if let ServiceError::BudgetExceeded(_) = error {
+        let reason = format!("{error}, then resume the workflow");
+        return match state {
+            StepState::Pending => plan::not_started(step_id, &reason),
+            _ => plan::fail_step(step_id, format!("its prompt cannot be sent: {reason}")),
+        };
+    }
+    let counted = StepPatch {
+        step_id: step_id.to_owned(),
+        expect: Some(state),
+        launch_failed: true,
+        ..StepPatch::default()
+    };
+    if step.launch_failures < retries && !failure.lasting() {
+        return Action::Write { patches: vec![counted], state: None };
+    }
+    let error = format!("{}: {error}", failure.what());
+    let failed = StepPatch {
+        state: Some(StepState::Failed),
+        error: Some(Some(error.clone())),
+        ended: true,
+        event: Some(WorkflowEventKind::StepFailed {
+            step_id: step_id.to_owned(),
+            error: error.clone(),
+        }),
+        ..counted
+    };
+    let workflow = (WorkflowState::Failed, Some(format!("step {step_id}: {error}")));
+    Action::Write { patches: vec![failed], state: Some(workflow) }
 }
 
 /// Whether some step of the workflow works in its workspace itself (no worktree): then
@@ -1058,4 +1106,72 @@ fn spec_changes(old: &Spec, new: &Spec) -> (Vec<String>, BTreeSet<String>) {
         said.push("only its formatting or comments".into());
     }
     (said, changed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running(launch_failures: u32) -> StepRow {
+        StepRow {
+            step_id: "a".into(),
+            position: 0,
+            state: StepState::Running,
+            iteration: 0,
+            runs: 1,
+            resends: 0,
+            launch_failures,
+            approved: false,
+            applied: false,
+            session_id: Some("s".into()),
+            prompt: Some("a".into()),
+            output: None,
+            error: None,
+            started_at: Some(1),
+            ended_at: None,
+            usage: None,
+        }
+    }
+
+    /// The step's error when it fails, `None` when it is tried again.
+    fn failed_with(launch_failures: u32, failure: &NotBroughtOn) -> Option<String> {
+        match after_failure(&running(launch_failures), StepState::Running, 2, failure) {
+            Action::Write { patches, state: None } => {
+                assert!(patches[0].launch_failed && patches[0].state.is_none(), "{patches:?}");
+                None
+            }
+            Action::Write { patches, state: Some((WorkflowState::Failed, _)) } => {
+                patches[0].error.clone().flatten()
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_prompt_sent_again_is_tried_again_unless_no_retry_would_outlive_its_refusal() {
+        let gone = || NotBroughtOn::Prompt(ServiceError::InvalidState("the agent is gone".into()));
+        assert_eq!(failed_with(0, &gone()), None);
+        assert_eq!(failed_with(1, &gone()), None);
+        assert_eq!(
+            failed_with(2, &gone()).as_deref(),
+            Some("its prompt could not be sent again: the agent is gone")
+        );
+        // Refused again in the same session whatever the retries: it fails at once.
+        let settings = NotBroughtOn::Prompt(ServiceError::SettingsNotRestored("model".into()));
+        let too_long = NotBroughtOn::Prompt(ServiceError::InvalidParams {
+            field: "prompt",
+            message: "too long".into(),
+        });
+        for (failure, error) in [
+            (settings, "its prompt could not be sent again: model"),
+            (too_long, "its prompt could not be sent again: too long"),
+        ] {
+            assert_eq!(failed_with(0, &failure).as_deref(), Some(error));
+        }
+        let launch = NotBroughtOn::Launch(ServiceError::RuntimeUnavailable("no engine".into()));
+        assert_eq!(
+            failed_with(2, &launch).as_deref(),
+            Some("its session could not launch: no engine")
+        );
+    }
 }

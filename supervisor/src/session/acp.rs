@@ -906,11 +906,8 @@ impl SessionActor {
         if let Some(prompt) = launch
             .and_then(|launch| launch.initial_prompt)
             .filter(|prompt| !prompt.trim().is_empty())
-            && let Err(err) = self.start_turn(prompt, None).await
         {
-            self.emit(SessionEventKind::Notice {
-                message: format!("the initial prompt could not be sent: {err}"),
-            });
+            self.send_initial_prompt(prompt).await;
         }
     }
 

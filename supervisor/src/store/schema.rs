@@ -385,6 +385,13 @@ pub const MIGRATIONS: &[&str] = &[
     UPDATE turns SET tokens_reported = 1 WHERE total_tokens > 0;
     ALTER TABLE task_sessions ADD COLUMN tokens_mark TEXT;
     ",
+    // 22: why the prompt a session's launch sends by itself (the one it was created with)
+    // was refused before any turn of it was recorded (JSON of `store::PromptRefusal`;
+    // NULL: not refused, or a turn was recorded since), so that a workflow step whose
+    // session will never send its prompt ends instead of waiting for it.
+    "
+    ALTER TABLE task_sessions ADD COLUMN prompt_refused TEXT;
+    ",
 ];
 
 /// Brings the database up to the newest migration.

@@ -5,6 +5,19 @@ use super::*;
 /// A `session_pauses` row: reason, force_at, kind, summary_asked_at, requested_at.
 type PauseRow = (Option<String>, i64, String, Option<i64>, i64);
 
+/// Why the prompt a session's launch sends by itself (the one it was created with) was
+/// refused before a turn of it was recorded. Kept until a turn is, so that what waits for
+/// that prompt — a workflow step — learns that it will not come.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptRefusal {
+    /// Why, as the session said it.
+    pub reason: String,
+    /// The refusal is about the prompt itself (too long for the agent's line): sent again,
+    /// anywhere, it is refused again. Otherwise it is about the session (its settings could
+    /// not be set again, its agent is gone, its state), which a new session does not share.
+    pub lasting: bool,
+}
+
 impl Store {
     /// The running turns of an execution: `(turn_id, request_id)`.
     pub async fn open_turns(
@@ -299,11 +312,49 @@ impl Store {
                  VALUES (?1, ?2, ?3, ?4, 'running', ?5, 0, ?6, ?7)",
                 params![turn_id, session_id, execution_id, request_id, now_ms(), prompt, retry_of],
             )?;
+            // A prompt goes out after all: a refusal before it is history.
+            tx.execute(
+                "UPDATE task_sessions SET prompt_refused = NULL WHERE id = ?1 AND prompt_refused IS NOT NULL",
+                [&session_id],
+            )?;
             log(&tx, &session_id, &TimelineEvent::TurnStarted { turn_id, execution_id })?;
             tx.commit()?;
             Ok(())
         })
         .await
+    }
+
+    /// Records that the prompt a session's launch sends by itself was refused (on its
+    /// timeline too), and announces the workflow whose step it runs, if any: the step's
+    /// driver decides what follows.
+    pub async fn refuse_prompt(
+        &self,
+        session_id: String,
+        refusal: PromptRefusal,
+    ) -> Result<(), StoreError> {
+        let text = serde_json::to_string(&refusal).map_err(|err| StoreError::Corrupt {
+            what: "prompt refusal",
+            detail: err.to_string(),
+        })?;
+        let workflow = self
+            .call(move |conn| {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let changed = tx.execute(
+                    "UPDATE task_sessions SET prompt_refused = ?2 WHERE id = ?1",
+                    params![session_id, text],
+                )?;
+                if changed == 0 {
+                    return Err(StoreError::NotFound { what: "session", id: session_id });
+                }
+                let message = format!("its first prompt was refused: {}", refusal.reason);
+                log(&tx, &session_id, &TimelineEvent::Error { message })?;
+                let workflow = super::workflows::workflow_of(&tx, &session_id)?;
+                tx.commit()?;
+                Ok(workflow)
+            })
+            .await?;
+        self.announce(workflow);
+        Ok(())
     }
 
     /// Records that a turn's prompt reached agentctl.

@@ -13,7 +13,7 @@ use protocol::api::{StepState, WorkflowEvent, WorkflowEventKind, WorkflowState, 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::sessions::insert_session;
-use super::{Named, SessionRow, Store, StoreError, now_ms};
+use super::{Named, PromptRefusal, SessionRow, Store, StoreError, now_ms};
 
 /// A stored workflow.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -241,14 +241,20 @@ fn summaries(conn: &Connection, only: Option<&str>) -> Result<Vec<WorkflowSummar
 
 /// A step's session as the engine reads it (`None`: it was deleted).
 fn step_session(conn: &Connection, session_id: &str) -> Result<Option<StepSession>, StoreError> {
-    let row: Option<(String, Option<String>)> = conn
+    let row: Option<(String, Option<String>, Option<String>)> = conn
         .query_row(
-            "SELECT state, error_message FROM task_sessions WHERE id = ?1",
+            "SELECT state, error_message, prompt_refused FROM task_sessions WHERE id = ?1",
             [session_id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
         .optional()?;
-    let Some((state, error)) = row else { return Ok(None) };
+    let Some((state, error, refused)) = row else { return Ok(None) };
+    let prompt_refused = match refused {
+        Some(text) => Some(serde_json::from_str::<PromptRefusal>(&text).map_err(|err| {
+            StoreError::Corrupt { what: "prompt refusal", detail: format!("{err}: {text}") }
+        })?),
+        None => None,
+    };
     // The newest turn, and whether the execution it ran on is over (the session moved on
     // to another, or its own is no longer running): a turn cut by its agent's end.
     let last_turn = conn
@@ -280,6 +286,7 @@ fn step_session(conn: &Connection, session_id: &str) -> Result<Option<StepSessio
         error,
         last_turn,
         prompt_delivered,
+        prompt_refused,
     }))
 }
 
@@ -383,6 +390,8 @@ pub struct StepSession {
     pub last_turn: Option<StepTurn>,
     /// Some prompt of it reached the agent.
     pub prompt_delivered: bool,
+    /// Its first prompt was refused (and no turn was recorded since): why.
+    pub prompt_refused: Option<PromptRefusal>,
 }
 
 impl Store {

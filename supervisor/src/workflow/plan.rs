@@ -14,7 +14,7 @@ use protocol::api::{SessionState, StepState, TurnState, WorkflowEventKind, Workf
 
 use super::spec::{MAX_PROMPT, MAX_WORKERS, Spec, Step, Values};
 use crate::session::MAX_PROMPT_LINE;
-use crate::store::{StepPatch, StepRow, WorkflowRow};
+use crate::store::{PromptRefusal, StepPatch, StepRow, WorkflowRow};
 
 /// The most times a step's prompt is sent again after its turns were interrupted (its
 /// agent died mid-turn), before the step fails: an agent that dies on every prompt must
@@ -37,6 +37,16 @@ pub struct SessionFacts {
     pub prompt_delivered: bool,
     /// Its error (a failed launch says why).
     pub error: Option<String>,
+    /// Its first prompt (the step's) was refused before it reached the agent: the session
+    /// will not send it, so the step ends (or runs again in a new session).
+    pub prompt_refused: Option<PromptRefusal>,
+}
+
+impl SessionFacts {
+    /// Why its first prompt was refused, while no prompt of it went out since.
+    fn refused(&self) -> Option<&PromptRefusal> {
+        self.prompt_refused.as_ref().filter(|_| !self.prompt_delivered && !self.turn_running)
+    }
 }
 
 /// How a turn ended.
@@ -267,7 +277,10 @@ pub fn plan(input: &Input<'_>) -> Plan {
             plan.actions.push(fail_step(&row.step_id, error));
             continue;
         }
-        if facts.turn_running || (facts.live && facts.state != SessionState::Failed) {
+        let refused = facts.refused();
+        if refused.is_none()
+            && (facts.turn_running || (facts.live && facts.state != SessionState::Failed))
+        {
             // A turn runs, or the session is being brought up (it sends the first prompt).
             if facts.turn_running || !facts.prompt_delivered || facts.last_turn.is_none() {
                 continue;
@@ -294,6 +307,10 @@ pub fn plan(input: &Input<'_>) -> Plan {
             continue;
         }
         let retries = step.map_or(0, |step| step.retries);
+        if let Some(refusal) = refused {
+            plan.actions.push(after_refusal(row, refusal, retries));
+            continue;
+        }
         if facts.state == SessionState::Failed && !facts.live {
             // Its last launch failed.
             let error = facts.error.clone().unwrap_or_else(|| "its launch failed".into());
@@ -504,6 +521,36 @@ pub fn plan(input: &Input<'_>) -> Plan {
         });
     }
     plan
+}
+
+/// A running step whose session refused its first prompt: it runs again, in a new session
+/// (the planner stops this one first), while its `retries` allow and the refusal is about
+/// the session, not the prompt; else it fails, saying why.
+fn after_refusal(row: &StepRow, refusal: &PromptRefusal, retries: u32) -> Action {
+    let error = format!("its prompt was refused: {}", refusal.reason);
+    if refusal.lasting || row.launch_failures >= retries {
+        return fail_step(&row.step_id, error);
+    }
+    let reason = format!(
+        "{error}; it runs again in a new session (retry {} of {retries})",
+        row.launch_failures + 1
+    );
+    Action::Write {
+        patches: vec![StepPatch {
+            step_id: row.step_id.clone(),
+            expect: Some(StepState::Running),
+            state: Some(StepState::Pending),
+            launch_failed: true,
+            clear_run: true,
+            event: Some(WorkflowEventKind::StepReset {
+                step_id: row.step_id.clone(),
+                state: StepState::Pending,
+                reason,
+            }),
+            ..StepPatch::default()
+        }],
+        state: None,
+    }
 }
 
 /// The row of a step the file no longer has goes once its session (if any) has ended;

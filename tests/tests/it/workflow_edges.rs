@@ -1,7 +1,7 @@
 //! Durable workflows (issue 30) at their edges, end to end: an agent dying mid-step, an
 //! approval across a restart, a changed file at resume (and the sessions of the steps it
-//! drops), cancel, bad files, shared and per-step worktrees, the examples, usage, timeouts
-//! and launch retries, and the workflow list followed live.
+//! drops), cancel, bad files, shared and per-step worktrees, the examples, usage, timeouts,
+//! launch retries and first prompts refused, and the workflow list followed live.
 
 use std::path::{Path, PathBuf};
 
@@ -972,4 +972,73 @@ async fn a_resume_that_drops_a_step_stops_its_session_across_a_kill() {
             within("slow's agentctl to exit", pidfd.exited()).await.expect("pidfd");
         }
     }
+}
+
+/// A step whose session refuses its first prompt — its agent will not take the model
+/// chosen for the session again — does not wait for a prompt that will never go: with a
+/// retry left it runs again in a new session (which has no such choice), and completes.
+///
+/// The daemon is killed once the step's session is stored and before it launched; the
+/// model is chosen while it is down (written where the daemon keeps a choice made for a
+/// session whose agent does not run), so the session's first launch must set it.
+#[tokio::test]
+async fn a_step_whose_session_refuses_its_first_prompt_runs_again_in_a_new_one() {
+    let profile = "id = \"picky\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{home}/.mock-agent\"]\nprotocol = \"acp\"\n";
+    let env = [("TETHER_FAULT", "create.recorded@1")];
+    let mut daemon = Daemon::start_with_env(&[], &[("picky.toml", profile)], &env).await;
+    let workspace = daemon.workspace("ws");
+    let api = daemon.api().await;
+    let spec = "name = \"picky\"\n[[steps]]\nid = \"a\"\nagent = \"picky\"\nretries = 1\nprompt = \"a\\n/say A\"\n";
+    let start = api.typed().workflow_start(
+        spec.into(),
+        None,
+        None,
+        None,
+        Some(workspace.display().to_string()),
+    );
+    let started = start.await.ok();
+    drop(api);
+    within("the daemon to die at its fault point", daemon.wait_exit()).await;
+    let db = rusqlite::Connection::open(daemon.data_dir().join("state.db")).unwrap();
+    let (id, first): (String, String) = db
+        .query_row(
+            "SELECT workflow_id, session_id FROM workflow_steps WHERE step_id = 'a'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert!(started.is_none_or(|started| started.workflow_id == id));
+    db.execute(
+        "UPDATE task_sessions SET settings = '{\"chosen\": {\"model\": \"mock-large\"}}' WHERE id = ?1",
+        [&first],
+    )
+    .unwrap();
+    drop(db);
+    // The model is no longer offered.
+    let state_dir = daemon.home().join(".mock-agent");
+    std::fs::create_dir_all(&state_dir).unwrap();
+    std::fs::write(state_dir.join("refuse-settings"), "").unwrap();
+    daemon.restart_with_env(&[]).await;
+    let api = daemon.api().await;
+    let (state, seen) = api.workflow_end(&id).await;
+    assert_eq!(state, WorkflowState::Completed, "{seen:#?}");
+    let retried = seen.iter().find_map(|event| match &event.kind {
+        WorkflowEventKind::StepReset { state: StepState::Pending, reason, .. } => Some(reason),
+        _ => None,
+    });
+    let retried = retried.expect("the step was set to run again");
+    assert!(
+        retried.starts_with("its prompt was refused: the agent did not take the session's settings again (model = mock-large")
+            && retried.ends_with("it runs again in a new session (retry 1 of 1)"),
+        "{retried}"
+    );
+    let done = status(&api, &id).await;
+    assert_eq!(output(&done, "a"), "A");
+    assert_eq!(done.steps[0].runs, 2);
+    assert_ne!(done.steps[0].session_id.as_deref(), Some(first.as_str()));
+    assert_eq!(
+        api.status(&first).await.state,
+        SessionState::Completed,
+        "the refusing one is stopped"
+    );
 }

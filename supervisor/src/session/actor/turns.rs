@@ -472,12 +472,30 @@ impl SessionActor {
         if !ready {
             return;
         }
-        if let Some(prompt) = self.unsent_initial_prompt().await
-            && let Err(err) = self.start_turn(prompt, None).await
-        {
-            self.emit(SessionEventKind::Notice {
-                message: format!("the initial prompt could not be sent: {err}"),
-            });
+        if let Some(prompt) = self.unsent_initial_prompt().await {
+            self.send_initial_prompt(prompt).await;
+        }
+    }
+
+    /// Sends the prompt a launch sends by itself. Refused, it is said, and recorded: what
+    /// waits for it (a workflow step) learns that it will not come, and why.
+    pub(in crate::session) async fn send_initial_prompt(&mut self, prompt: String) {
+        let err = match self.prepare_turn(prompt, TurnKind::Prompt).await {
+            Ok((turn_id, message)) => {
+                self.send(Outgoing::Prompt { message, turn_id, reply: None });
+                return;
+            }
+            Err(err) => err,
+        };
+        self.emit(SessionEventKind::Notice {
+            message: format!("the initial prompt could not be sent: {err}"),
+        });
+        // Too long for the agent's line: so it would be anywhere. Anything else is about
+        // this session (its settings, its agent, its state).
+        let lasting = matches!(err, SessionError::InvalidParams { .. });
+        let refusal = crate::store::PromptRefusal { reason: err.to_string(), lasting };
+        if let Err(err) = self.context.store.refuse_prompt(self.row.id.clone(), refusal).await {
+            tracing::error!(session = %self.row.id, %err, "cannot record a refused first prompt");
         }
     }
 

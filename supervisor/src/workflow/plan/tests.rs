@@ -49,6 +49,20 @@ fn running_session() -> SessionFacts {
         last_turn: None,
         prompt_delivered: true,
         error: None,
+        prompt_refused: None,
+    }
+}
+
+/// A session brought up that refused its first prompt (it waits, agent running).
+fn refused_session(reason: &str, lasting: bool) -> SessionFacts {
+    SessionFacts {
+        state: SessionState::WaitingForInput,
+        live: true,
+        turn_running: false,
+        last_turn: None,
+        prompt_delivered: false,
+        error: None,
+        prompt_refused: Some(PromptRefusal { reason: reason.into(), lasting }),
     }
 }
 
@@ -567,6 +581,7 @@ fn a_failed_launch_is_retried_as_many_times_as_the_step_says() {
             last_turn: None,
             prompt_delivered: false,
             error: Some("exited at once".into()),
+            prompt_refused: None,
         };
     };
     failed(&mut sim);
@@ -806,4 +821,58 @@ prompt = "Lint"
         assert_eq!(ids, ["build"]);
         assert_eq!(sim.workflow.state, WorkflowState::Completed);
     }
+}
+
+#[test]
+fn a_step_whose_session_refused_its_prompt_runs_again_then_fails() {
+    let text =
+        CHAIN.replacen("prompt = \"Plan {{task.title}}\"", "prompt = \"Plan\"\nretries = 1", 1);
+    let settings = "the agent did not take the session's settings again (model = big)";
+    let mut sim = Sim::new(&text);
+    sim.settle();
+    *sim.sessions.get_mut("s-plan-0").unwrap() = refused_session(settings, false);
+    // A retry is left: the step runs again in a new session, once the refusing one is
+    // stopped; the new session has none of the old one's settings.
+    let plan = sim.plan();
+    assert_eq!(
+        events(&plan),
+        [WorkflowEventKind::StepReset {
+            step_id: "plan".into(),
+            state: StepState::Pending,
+            reason: format!(
+                "its prompt was refused: {settings}; it runs again in a new session (retry 1 of 1)"
+            ),
+        }]
+    );
+    sim.settle();
+    assert_eq!(sim.sessions["s-plan-0"].state, SessionState::Completed);
+    assert_eq!(sim.running(), ["plan"]);
+    let plan_row = sim.row("plan").clone();
+    assert_eq!(plan_row.session_id.as_deref(), Some("s-plan-1"));
+    assert_eq!((plan_row.runs, plan_row.launch_failures), (2, 1));
+    // Refused again, with no retry left: the step fails, saying why, and the workflow
+    // with it; its session is stopped.
+    *sim.sessions.get_mut("s-plan-1").unwrap() = refused_session(settings, false);
+    sim.settle();
+    assert_eq!(sim.state("plan"), StepState::Failed);
+    assert_eq!(sim.sessions["s-plan-1"].state, SessionState::Completed);
+    assert_eq!(
+        sim.workflow.error.as_deref(),
+        Some(format!("step plan: its prompt was refused: {settings}").as_str())
+    );
+    assert_eq!(sim.sent.len(), 2);
+
+    // A prompt too long for the agent's line is refused anywhere: no retry is spent on it.
+    let mut sim = Sim::new(&text);
+    sim.settle();
+    *sim.sessions.get_mut("s-plan-0").unwrap() = refused_session("too long", true);
+    sim.settle();
+    assert_eq!((sim.state("plan"), sim.row("plan").runs), (StepState::Failed, 1));
+
+    // A refusal a turn came after (the prompt went out after all) is history.
+    let mut sim = Sim::new(&text);
+    sim.settle();
+    sim.sessions.get_mut("s-plan-0").unwrap().prompt_refused =
+        Some(PromptRefusal { reason: settings.into(), lasting: false });
+    assert!(sim.plan().actions.is_empty());
 }
