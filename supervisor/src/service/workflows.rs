@@ -44,6 +44,10 @@ pub(crate) fn sha256(text: &str) -> String {
     digest.as_ref().iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
+/// How many times a cancel reads the workflow again when the driver moved a step while
+/// it was being cancelled (each move is a step starting or ending: a few at most).
+const CANCEL_ATTEMPTS: usize = 8;
+
 impl Supervisor {
     /// Parses and checks a workflow file; agents are checked against the profiles when
     /// `check_agents` (a stored spec is read whatever became of its profiles).
@@ -295,15 +299,41 @@ impl Supervisor {
     }
 
     /// `workflow.cancel`: steps not done are cancelled and the sessions of running ones
-    /// stopped (awaited); the workflow is `cancelled`, resumable.
+    /// stopped (awaited); the workflow is `cancelled`, resumable. The cancel is one write
+    /// that expects each step as it was read: when the driver moved one meanwhile (a step
+    /// started, a step ended), the workflow is read again and the cancel tried again.
     pub async fn workflow_cancel(self: &Arc<Self>, id: String) -> Result<(), ServiceError> {
-        let (row, steps) = self.workflow_row(&id).await?;
-        if row.state != WorkflowState::Running {
-            return Err(ServiceError::InvalidState(format!(
-                "workflow {id} is {}; only a running workflow is cancelled",
-                row.state
-            )));
+        for _ in 0..CANCEL_ATTEMPTS {
+            let (row, steps) = self.workflow_row(&id).await?;
+            if row.state != WorkflowState::Running {
+                return Err(ServiceError::InvalidState(format!(
+                    "workflow {id} is {}; only a running workflow is cancelled",
+                    row.state
+                )));
+            }
+            if !self.cancel_as_read(&id, &steps).await? {
+                continue;
+            }
+            for step in steps.iter().filter(|step| step.state == StepState::Running) {
+                if let Some(session) = &step.session_id
+                    && let Err(err) = self.stop(session.clone()).await
+                    && !matches!(err, ServiceError::Conflict(_) | ServiceError::NotFound(_))
+                {
+                    tracing::warn!(workflow = %id, step = %step.step_id, %err, "cannot stop a cancelled step's session");
+                }
+            }
+            tracing::info!(workflow = %id, "workflow cancelled");
+            self.drive(&id);
+            return Ok(());
         }
+        Err(ServiceError::Conflict(format!(
+            "workflow {id} kept changing while it was being cancelled ({CANCEL_ATTEMPTS} tries); try again"
+        )))
+    }
+
+    /// Cancels the open steps of a running workflow as they were read, in one write;
+    /// whether it went through (not if a step or the workflow changed since).
+    async fn cancel_as_read(&self, id: &str, steps: &[StepRow]) -> Result<bool, ServiceError> {
         let open = |state: StepState| {
             matches!(state, StepState::Pending | StepState::WaitingApproval | StepState::Running)
         };
@@ -324,27 +354,8 @@ impl Supervisor {
             })
             .collect();
         let state = Some((WorkflowState::Cancelled, None));
-        let cancelled = self
-            .config
-            .store
-            .update_workflow(id.clone(), Some(WorkflowState::Running), patches, state)
-            .await?;
-        if !cancelled {
-            return Err(ServiceError::Conflict(format!(
-                "workflow {id} changed while it was being cancelled; try again"
-            )));
-        }
-        for step in steps.iter().filter(|step| step.state == StepState::Running) {
-            if let Some(session) = &step.session_id
-                && let Err(err) = self.stop(session.clone()).await
-                && !matches!(err, ServiceError::Conflict(_) | ServiceError::NotFound(_))
-            {
-                tracing::warn!(workflow = %id, step = %step.step_id, %err, "cannot stop a cancelled step's session");
-            }
-        }
-        tracing::info!(workflow = %id, "workflow cancelled");
-        self.drive(&id);
-        Ok(())
+        let running = Some(WorkflowState::Running);
+        Ok(self.config.store.update_workflow(id.to_owned(), running, patches, state).await?)
     }
 
     /// `workflow.delete`: a workflow that is over goes, with its steps and events; the
