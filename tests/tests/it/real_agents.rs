@@ -696,20 +696,33 @@ async fn fast_agent_turns_cancels_and_resumes_with_its_context() {
         return;
     };
     let daemon = Daemon::start_with_profiles(&[], &[("fast-agent.toml", &profile)]).await;
+    turn_cancel_and_native_resume(&daemon, &server, "fast-agent-here", &lines).await;
+}
+
+/// A Python agent's run against the scripted model (Chat Completions): a streamed turn
+/// the model saw, a cancel while the model holds the request, then kill → a native
+/// `session/resume` whose next request carries the earlier exchange, recorded once; every
+/// line Tether sent it valid against the schema.
+async fn turn_cancel_and_native_resume(
+    daemon: &Daemon,
+    server: &ModelServer,
+    profile: &str,
+    lines: &Path,
+) {
     let api = daemon.api().await;
-    let workspace = daemon.workspace("fa");
-    let session = timed("fast-agent start", api.ready_session("fast-agent-here", &workspace)).await;
+    let workspace = daemon.workspace(profile);
+    let session = timed("the agent's start", api.ready_session(profile, &workspace)).await;
     server.script([Reply::Text("A streamed answer from the scripted Chat Completions.".into())]);
-    let reply = timed("fast-agent turn", api.ask(&session, "say something")).await;
+    let reply = timed("the agent's turn", api.ask(&session, "say something")).await;
     assert_eq!(reply, "A streamed answer from the scripted Chat Completions.");
     let asked = server.main_requests().pop().expect("the model was asked");
     assert!(conversation_text(&asked).contains("say something"), "{asked}");
-    cancel_mid_turn(&api, &session, &server).await;
-    resume_keeps_the_context(&daemon, &api, &session, &server).await;
+    cancel_mid_turn(&api, &session, server).await;
+    resume_keeps_the_context(daemon, &api, &session, server).await;
     assert_recorded_once(&api.history(&session).await, "Noted: the code word");
     ok("task.session.stop", api.typed().session_stop(session.clone())).await;
     let methods = ["initialize", "session/new", "session/prompt", "session/cancel"];
-    check_what_we_sent(&lines, &[&methods[..], &["session/resume"]].concat());
+    check_what_we_sent(lines, &[&methods[..], &["session/resume"]].concat());
 }
 
 /// Kimi CLI 1.51.0 (PyPI kimi-cli, in its venv here) with a provider of its own config
@@ -725,18 +738,5 @@ async fn kimi_turns_cancels_and_resumes_with_its_context() {
     let Some(profile) = tether_tests::real_agents::kimi_profile(Some(&lines)) else { return };
     let daemon = Daemon::start_with_profiles(&[], &[("kimi.toml", &profile)]).await;
     tether_tests::real_agents::kimi_settings(daemon.home(), &server.url);
-    let api = daemon.api().await;
-    let workspace = daemon.workspace("km");
-    let session = timed("kimi start", api.ready_session("kimi-here", &workspace)).await;
-    server.script([Reply::Text("A streamed answer from the scripted Chat Completions.".into())]);
-    let reply = timed("kimi turn", api.ask(&session, "say something")).await;
-    assert_eq!(reply, "A streamed answer from the scripted Chat Completions.");
-    let asked = server.main_requests().pop().expect("the model was asked");
-    assert!(conversation_text(&asked).contains("say something"), "{asked}");
-    cancel_mid_turn(&api, &session, &server).await;
-    resume_keeps_the_context(&daemon, &api, &session, &server).await;
-    assert_recorded_once(&api.history(&session).await, "Noted: the code word");
-    ok("task.session.stop", api.typed().session_stop(session.clone())).await;
-    let methods = ["initialize", "session/new", "session/prompt", "session/cancel"];
-    check_what_we_sent(&lines, &[&methods[..], &["session/resume"]].concat());
+    turn_cancel_and_native_resume(&daemon, &server, "kimi-here", &lines).await;
 }
