@@ -1010,19 +1010,7 @@ fn after_failure(step: &StepRow, state: StepState, retries: u32, failure: &NotBr
     if step.launch_failures < retries && !failure.lasting() {
         return Action::Write { patches: vec![counted], state: None };
     }
-    let error = format!("{}: {error}", failure.what());
-    let failed = StepPatch {
-        state: Some(StepState::Failed),
-        error: Some(Some(error.clone())),
-        ended: true,
-        event: Some(WorkflowEventKind::StepFailed {
-            step_id: step_id.to_owned(),
-            error: error.clone(),
-        }),
-        ..counted
-    };
-    let workflow = (WorkflowState::Failed, Some(format!("step {step_id}: {error}")));
-    Action::Write { patches: vec![failed], state: Some(workflow) }
+    plan::fail_with(counted, format!("{}: {error}", failure.what()))
 }
 
 /// Whether some step of the workflow works in its workspace itself (no worktree): then

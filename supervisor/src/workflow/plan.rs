@@ -203,21 +203,25 @@ fn bring_on(input: &Input<'_>, step_id: &str, action: Action) -> Action {
 
 /// A step fails with `error`, and the workflow with it.
 pub fn fail_step(step_id: &str, error: String) -> Action {
-    Action::Write {
-        patches: vec![StepPatch {
-            step_id: step_id.to_owned(),
-            expect: None,
-            state: Some(StepState::Failed),
-            error: Some(Some(error.clone())),
-            ended: true,
-            event: Some(WorkflowEventKind::StepFailed {
-                step_id: step_id.to_owned(),
-                error: error.clone(),
-            }),
-            ..StepPatch::default()
-        }],
-        state: Some((WorkflowState::Failed, Some(format!("step {step_id}: {error}")))),
-    }
+    fail_with(StepPatch { step_id: step_id.to_owned(), ..StepPatch::default() }, error)
+}
+
+/// `patch`'s step fails with `error` (with whatever else `patch` writes), and the
+/// workflow with it.
+pub fn fail_with(patch: StepPatch, error: String) -> Action {
+    let step_id = patch.step_id.clone();
+    let failed = StepPatch {
+        state: Some(StepState::Failed),
+        error: Some(Some(error.clone())),
+        ended: true,
+        event: Some(WorkflowEventKind::StepFailed {
+            step_id: step_id.clone(),
+            error: error.clone(),
+        }),
+        ..patch
+    };
+    let workflow = (WorkflowState::Failed, Some(format!("step {step_id}: {error}")));
+    Action::Write { patches: vec![failed], state: Some(workflow) }
 }
 
 /// Decides what to do next.
