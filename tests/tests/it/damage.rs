@@ -262,7 +262,7 @@ async fn an_event_log_deleted_while_running_is_made_again_and_numbering_goes_on(
 }
 
 /// A session's agentctl spool: its segments, oldest first.
-fn spool_segments(daemon: &Daemon, session: &str) -> Vec<std::path::PathBuf> {
+pub(crate) fn spool_segments(daemon: &Daemon, session: &str) -> Vec<std::path::PathBuf> {
     let dir = daemon.session_dir(session).join("agentctl/spool");
     let mut segments: Vec<_> = std::fs::read_dir(&dir)
         .expect("the spool is there")

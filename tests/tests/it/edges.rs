@@ -12,16 +12,8 @@ use tether_tests::within;
 /// The agent message chunks a session's (dead) agentctl spool holds, in order: what the
 /// agent emitted and agentctl took in.
 fn spooled_chunks(daemon: &Daemon, session: &str) -> Vec<String> {
-    let dir = daemon.session_dir(session).join("agentctl/spool");
-    let mut segments: Vec<_> = std::fs::read_dir(&dir)
-        .expect("the spool is there")
-        .flatten()
-        .map(|entry| entry.path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "jsonl"))
-        .collect();
-    segments.sort();
     let mut texts = Vec::new();
-    for path in segments {
+    for path in crate::damage::spool_segments(daemon, session) {
         let text = std::fs::read_to_string(&path).expect("a readable segment");
         for line in text.lines() {
             let Ok(event) = serde_json::from_str::<Value>(line) else { continue };
