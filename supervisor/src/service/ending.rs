@@ -131,7 +131,8 @@ impl Supervisor {
     }
 
     /// `task.delete`: the task and every session of it. Refused, changing nothing, while a
-    /// session of it is live or (unless `force`) a worktree of one holds uncommitted work.
+    /// workflow of it runs, a session of it is live or (unless `force`) a worktree of one
+    /// holds uncommitted work.
     pub async fn delete_task(
         &self,
         task_id: String,
@@ -141,6 +142,9 @@ impl Supervisor {
         self.config.store.get_task(task_id.clone()).await?;
         // Under the start lock: no resume or prompt can bring an agent up meanwhile.
         let _guard = self.start_lock.lock().await;
+        // A running workflow is named first: stopping its sessions would not be enough,
+        // its driver starts the next step's.
+        self.refuse_running_workflows(&task_id).await?;
         let rows = self.config.store.list_sessions(Some(task_id.clone())).await?;
         let live: Vec<String> = rows
             .iter()
@@ -153,7 +157,6 @@ impl Supervisor {
                 live.join(", ")
             )));
         }
-        self.refuse_running_workflows(&task_id).await?;
         if !force {
             for row in &rows {
                 refuse_uncommitted(row).await?;

@@ -702,6 +702,27 @@ async fn task_delete_refuses_a_task_whose_workflow_runs() {
     assert_eq!(gone.kind, ErrorKind::NotFound);
 }
 
+/// While a step's session is live (its turn still going), `task.delete` names the running
+/// workflow, not the session: stopping the session would not do, the workflow's driver
+/// would start its next step. (The same race made the test above fail in CI: a finished
+/// step's session is stopped beside the planner, after the next step's event.)
+#[tokio::test]
+async fn task_delete_names_the_running_workflow_over_its_live_step_session() {
+    let (daemon, _log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let slow = CHAIN.replace("/say P-{{vars.goal}}", "/sleep 60000\\n/say P-{{vars.goal}}");
+    let started = api.start_workflow(slow, &workspace).await;
+    let id = started.workflow_id;
+    let mut events = subscribe(&api, &id, 0).await;
+    until_event(&mut events, |kind| matches!(kind, WorkflowEventKind::StepStarted { .. })).await;
+    let delete = || api.typed().task_delete(started.task_id.clone(), None, None);
+    let refusal = call("task.delete", delete()).await.unwrap_err();
+    assert_eq!(refusal.kind, ErrorKind::InvalidState, "{refusal:?}");
+    assert!(refusal.message.contains(&id), "names the workflow: {refusal:?}");
+    call("workflow.cancel", api.typed().workflow_cancel(id.clone())).await.unwrap();
+    ok("task.delete", delete()).await;
+}
+
 /// `workflow.delete` removes a workflow that is over — its record, steps and events —
 /// and is refused while it runs; its steps' sessions stay (stopped) with its task.
 #[tokio::test]
