@@ -15,6 +15,7 @@ mod executions;
 mod pause;
 mod records;
 mod settings;
+mod stall;
 mod turns;
 mod usage;
 
@@ -264,6 +265,17 @@ pub(super) struct Stall {
     /// When the next try is due, and the delay after that one (none before the first is
     /// scheduled).
     pub(super) retry: Option<(Instant, std::time::Duration)>,
+    /// A state change the store did not take, written at the next try.
+    pub(super) unwritten_state: Option<UnwrittenState>,
+}
+
+/// A session state the actor changed to and the store did not take (a full disk): the
+/// arguments of [`SessionActor::set_state`], kept to be written again.
+#[derive(Debug, Clone)]
+pub(super) struct UnwrittenState {
+    pub(super) state: SessionState,
+    pub(super) error: Option<String>,
+    pub(super) task: Option<&'static str>,
 }
 
 /// After a re-attach, until agentctl's replay passed what it held when we connected.

@@ -595,6 +595,83 @@ async fn r27_a_full_disk_on_the_supervisors_side_recovers_once_space_is_freed() 
     assert!(api.ask(&session, "still there?").await.contains("you said: still there?"));
 }
 
+/// Waits for a daemon log line that `wanted` accepts; returns it.
+async fn await_log_where(
+    lines: &mut tokio::sync::broadcast::Receiver<String>,
+    wanted: impl Fn(&str) -> bool,
+) -> String {
+    within("a daemon log line", async {
+        loop {
+            match lines.recv().await {
+                Ok(line) if wanted(&line) => return line,
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                    panic!("the daemon's log ended first")
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// Issue 49, item 24: a full disk on the supervisor's side that did not recover once
+/// space was freed (`RUNNING` for minutes, the rest of the turn never came). One way there:
+/// the sidecar goes away while the supervisor cannot write, so the writes that end its turn
+/// and say why fail too. Once space is freed the session ends up where a loss leaves it —
+/// the turn ended, `WAITING_FOR_INPUT` with the reason — and the output the agent spooled
+/// before it went is recorded, the stream and the history agreeing.
+#[tokio::test]
+async fn a_sidecar_lost_while_the_disk_is_full_ends_its_turn_once_space_is_freed() {
+    let (daemon, tmpfs) = Daemon::start_prepared(&[], &[], &[], |root| {
+        crate::faults::Tmpfs::mount(root, 24 * 1024 * 1024)
+    })
+    .await;
+    let Some(_tmpfs) = tmpfs else {
+        assert!(std::env::var_os("REQUIRE_DOCKER").is_none(), "CI must be able to mount a tmpfs");
+        println!("SKIPPED: a tmpfs cannot be mounted here (needs root)");
+        return;
+    };
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("full")).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    let filler = fill_disk(&daemon.home().join("tether"), 3 * 1024 * 1024);
+    let mut log = daemon.log_lines();
+    api.prompt(&session, "/stream 100000\nflood").await.expect("the prompt fits");
+    let first_stall = tokio::select! {
+        line = await_log(&mut log, "intake stops until it can") => line,
+        line = crate::faults::await_log_again(&daemon, "agentctl cannot write its spool") => line,
+    };
+    println!("the disk ran full first at: {first_stall}");
+    let mut after_kill = daemon.log_lines();
+    sigkill(daemon.agentctl_pid(&session)).await;
+    // The supervisor finds it gone (at its next try, when it was stalled) with the disk
+    // still full, so what it writes about the loss fails; only then is space freed.
+    let losses = ["cannot re-attach to agentctl", "connection to agentctl", "event stream ended"];
+    let lost = await_log_where(&mut after_kill, |line| losses.iter().any(|l| line.contains(l)));
+    println!("the loss was seen at: {}", lost.await);
+    let failed = await_log_where(&mut after_kill, |line| line.contains("cannot write")).await;
+    println!("and a write about it failed: {failed}");
+    std::fs::remove_file(&filler).unwrap();
+    let seen = until(&mut events, turn_ended).await;
+    let ended = ended_as(seen.last().unwrap());
+    assert!(matches!(ended, Some(TurnState::Failed | TurnState::Interrupted)), "{seen:?}");
+    let (state, error) = settled(&mut events).await;
+    assert_eq!(state, SessionState::WaitingForInput, "{error}");
+    let status = api.status(&session).await;
+    assert_eq!(status.state, SessionState::WaitingForInput, "{status:?}");
+    assert!(!status.error.as_deref().unwrap_or_default().contains("cannot write"), "{status:?}");
+    let streamed = chunks(&seen).concat();
+    let history = recorded(&api, &session).await;
+    let parted = history.chars().zip(streamed.chars()).position(|(a, b)| a != b);
+    assert!(
+        history == streamed,
+        "the history holds what was streamed: {} and {} bytes, first difference at {parted:?}",
+        history.len(),
+        streamed.len()
+    );
+    assert!(api.ask(&session, "still there?").await.contains("you said: still there?"));
+}
+
 /// Defect 7: an agent that replays the conversation on `session/resume` (fast-agent sends
 /// it as one agent message holding all of it). The replay restores the agent; it is not
 /// recorded or streamed again.

@@ -476,43 +476,7 @@ impl SessionActor {
         }
         let connected = match adopted {
             Ok(connected) => connected,
-            Err(err) => {
-                // The sidecar died, hangs, or refused us: fence it, recover as dead.
-                tracing::warn!(session = %self.row.id, %err, "cannot re-attach to agentctl");
-                let record =
-                    self.context.store.get_executor(self.row.id.clone()).await.ok().flatten();
-                if let Some(record) = record {
-                    self.fence_now(record.clone());
-                    let _ = self
-                        .context
-                        .store
-                        .set_executor_status(
-                            self.row.id.clone(),
-                            record.execution_id,
-                            ExecutorStatus::Dead,
-                        )
-                        .await;
-                }
-                let reason = format!("could not re-attach to the agent after a restart: {err}");
-                self.pending.clear();
-                self.turn = None;
-                self.update_view(|view| view.turn_id = None);
-                // Its turns interrupted and its questions void, as recovery ends a dead
-                // execution's work (after what this actor published so far).
-                self.flush_events();
-                self.answering.clear();
-                if let Err(err) = self.record.void_open_work(&reason, Vec::new(), self.mark()).await
-                {
-                    self.write_failed("interrupted turns", &err);
-                }
-                self.enter(Stage::Idle);
-                self.execution_gone(&reason, TurnState::Failed).await;
-                // Anyone who asked for a resume meanwhile gets one now.
-                if !self.waiters.is_empty() {
-                    self.begin_resume().await;
-                }
-                return;
-            }
+            Err(err) => return self.adopt_failed(err).await,
         };
         let status = connected.status.clone();
         let record = connected.record.clone();
@@ -685,13 +649,12 @@ impl SessionActor {
             // The end of a stopped session's teardown: it stays as it was ended.
             return;
         }
-        let _ = self
-            .set_state(
-                SessionState::WaitingForInput,
-                Some(reason.to_owned()),
-                Some(task_state::REVIEW),
-            )
-            .await;
+        self.set_state_or_stall(
+            SessionState::WaitingForInput,
+            Some(reason.to_owned()),
+            Some(task_state::REVIEW),
+        )
+        .await;
         let _ = self.context.store.log_error(self.row.id.clone(), reason.to_owned()).await;
         self.snapshot_in_background(SnapshotTrigger::Crash, Some(reason.to_owned()));
     }
@@ -752,6 +715,91 @@ impl SessionActor {
         if !self.waiters.is_empty() {
             self.begin_resume().await;
         }
+    }
+
+    /// A re-attach failed: the sidecar died, hangs, or refused us. It is fenced, then what
+    /// its spool holds beyond what was acknowledged is recorded (as for a sidecar lost while
+    /// attached), then its open work is void and the session waits, resumable.
+    async fn adopt_failed(&mut self, err: String) {
+        tracing::warn!(session = %self.row.id, %err, "cannot re-attach to agentctl");
+        let mut reason = format!("could not re-attach to the agent: {err}");
+        let record = self.context.store.get_executor(self.row.id.clone()).await.ok().flatten();
+        if let Some(record) = record {
+            match launch::fence(&self.context, record.clone(), std::time::Duration::ZERO).await {
+                Ok(()) => {
+                    if let Some(exit) = self.record_spool_of_gone(record.clone()).await {
+                        reason = format!("{reason}; {exit}");
+                    }
+                }
+                Err(err) => {
+                    tracing::error!(session = %self.row.id, %err, "cannot fence an execution it could not re-attach to")
+                }
+            }
+            let _ = self
+                .context
+                .store
+                .set_executor_status(self.row.id.clone(), record.execution_id, ExecutorStatus::Dead)
+                .await;
+        }
+        self.pending.clear();
+        self.turn = None;
+        self.update_view(|view| view.turn_id = None);
+        if self.stall.is_some() && !self.row.state.is_terminal() {
+            // Nothing more can be written now: the rest of the spool, the void and the
+            // state follow, in that order, at the stall's next try (`finish_loss`).
+            self.enter(Stage::Idle);
+            self.update_view(|view| view.agent_running = false);
+            if let Some(stall) = self.stall.as_mut() {
+                stall.unwritten_state = Some(UnwrittenState {
+                    state: SessionState::WaitingForInput,
+                    error: Some(reason),
+                    task: Some(task_state::REVIEW),
+                });
+            }
+            return;
+        }
+        // Its turns interrupted and its questions void, as recovery ends a dead execution's
+        // work (after what this actor published so far).
+        self.flush_events();
+        self.answering.clear();
+        if let Err(err) = self.record.void_open_work(&reason, Vec::new(), self.mark()).await {
+            self.write_failed("interrupted turns", &err);
+        }
+        self.enter(Stage::Idle);
+        self.execution_gone(&reason, TurnState::Failed).await;
+        // Anyone who asked for a resume meanwhile gets one now.
+        if !self.waiters.is_empty() {
+            self.begin_resume().await;
+        }
+    }
+
+    /// Records what the spool of an execution whose sidecar is gone (fenced) holds beyond
+    /// what was acknowledged, from where the history and the event log left off (their
+    /// marks: nothing is recorded twice). Returns why the agent exited, when the spool says.
+    pub(in crate::session) async fn record_spool_of_gone(
+        &mut self,
+        record: ExecutorRow,
+    ) -> Option<String> {
+        let state_dir = self.context.state_dir_of(&record);
+        if !leftovers::spool_is_of(&state_dir, &record) {
+            return None;
+        }
+        let acked = record.acked_seq.max(0) as u64;
+        let history_mark = self.history.mark_for(record.generation);
+        let events_mark = self.record.events_mark(record.generation);
+        self.durability = Durability::resuming_at(acked, history_mark, events_mark);
+        self.generation = Some(record.generation);
+        self.history.set_generation(record.generation);
+        let events = leftovers::read(leftovers::spool_dir(&state_dir), acked);
+        let exit = self.record_leftovers(record.execution_id.clone(), record, events).await;
+        // No answer ends its turn: the message being coalesced is the last of it. (Not
+        // acknowledged: the marks keep a later read of this spool from recording it again.)
+        if self.stall.is_none()
+            && let Err(err) = self.history.flush_agent()
+        {
+            self.write_failed("the history", &err);
+        }
+        exit
     }
 
     /// Records what the spool of an execution whose sidecar is gone (fenced or retired)

@@ -1,5 +1,5 @@
 //! What the actor writes: session events (with their marks), history entries, state
-//! changes, acknowledgements to agentctl, and the stall after a failed write.
+//! changes and acknowledgements to agentctl (a failed write stalls: `stall.rs`).
 
 use super::*;
 use crate::session::record::RecordError;
@@ -63,91 +63,6 @@ impl SessionActor {
             // The rows stay; the next end of this execution's work tries again.
             Err(err) => tracing::warn!(session = %self.row.id, %err, "cannot void open questions"),
         }
-    }
-
-    /// A durable write failed: nothing more is acknowledged, and after this handling the
-    /// actor stops taking agentctl's events (they wait in agentctl's spool) until a retry
-    /// succeeds. Nothing acknowledged is lost; nothing unacknowledged is dropped.
-    pub(in crate::session) fn write_failed(&mut self, what: &str, err: &dyn std::fmt::Display) {
-        tracing::error!(session = %self.row.id, %err, "cannot write {what}");
-        if self.stall.is_none() {
-            let reason = format!(
-                "cannot write {what}: {err}; the agent's output is held (nothing is lost) until it can"
-            );
-            self.stall = Some(Stall { reason, retry: None });
-        }
-    }
-
-    /// Stops intake and shows why; schedules the first retry.
-    pub(in crate::session) fn stall(&mut self) {
-        let reason = self.stall.as_ref().map(|stall| stall.reason.clone()).unwrap_or_default();
-        self.update_view(|view| view.error = Some(reason.clone()));
-        // Said after the status shows it, so whoever reads the log line finds it there.
-        tracing::error!(session = %self.row.id, %reason, "intake stops until it can");
-        // The stream is dropped: what it still had comes again from agentctl on retry.
-        // And the agent's output is held at agentctl meanwhile: the room freed later goes
-        // to recording what is spooled, not to more output (released once caught up).
-        if let Some(execution) = self.execution.as_mut() {
-            let (_, closed) = mpsc::channel(1);
-            execution.events_rx = closed;
-            if !execution.gone {
-                self.catch_up.holding = true;
-                self.send(Outgoing::Hold(true));
-            }
-        }
-        let delay = std::time::Duration::from_millis(200);
-        if let Some(stall) = self.stall.as_mut() {
-            stall.retry = Some((Instant::now() + delay, delay));
-        }
-    }
-
-    /// Tries again after a failed write: the history is reopened (a torn tail cut, its mark
-    /// read back), the open turns are read back from the store, and the actor re-attaches to
-    /// its own sidecar after the acknowledged seq — the replay path of a restart, so each
-    /// event is recorded once. A failure here waits longer and tries again.
-    pub(in crate::session) async fn retry_after_stall(&mut self, delay: std::time::Duration) {
-        let again = |actor: &mut SessionActor, why: String| {
-            let next = (delay * 2).min(STALL_RETRY_MAX);
-            actor.stall = Some(Stall { reason: why, retry: Some((Instant::now() + next, next)) });
-        };
-        let Some(execution) = self.execution.as_ref() else {
-            // Nothing to re-attach to (the agent is gone meanwhile): just go on.
-            self.stall = None;
-            return;
-        };
-        let mut history = match History::open(self.history.path()) {
-            Ok(history) => history,
-            Err(err) => return again(self, format!("cannot reopen the history: {err}")),
-        };
-        // The user messages that could not be written come first, in their order (their
-        // agent's answer, not acknowledged, follows from the replay).
-        while let Some((prompt, turn_id)) = self.unwritten_prompts.first().cloned() {
-            if let Err(err) = history.append_prompt(prompt, turn_id) {
-                return again(self, format!("cannot write a prompt to the history: {err}"));
-            }
-            self.unwritten_prompts.remove(0);
-        }
-        let open_turns =
-            match self.context.store.open_turns(self.row.id.clone(), execution.id.clone()).await {
-                Ok(turns) => turns,
-                Err(err) => return again(self, format!("cannot read the open turns: {err}")),
-            };
-        let Some(execution) = self.execution.take() else { return };
-        let mut record = execution.record.clone();
-        record.acked_seq = self.durability.acked as i64;
-        record.acp_session_id = self.view_tx.borrow().acp_session_id.clone();
-        let addr = record.endpoint();
-        let gone = execution.gone;
-        drop(execution);
-        self.history = history;
-        self.unflushed_events.clear();
-        self.pending.retain(|_, pending| !matches!(pending, Pending::Prompt { .. }));
-        self.turn = None;
-        self.stall = None;
-        let error = self.row.error_message.clone();
-        self.update_view(|view| view.error = error);
-        tracing::info!(session = %self.row.id, "re-attaching after a failed write");
-        self.start_adopt(AdoptPlan { executor: record, addr, open_turns, gone });
     }
 
     pub(in crate::session) fn record_history(

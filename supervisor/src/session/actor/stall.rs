@@ -1,0 +1,170 @@
+//! The stall after a failed durable write (a full disk): nothing more is acknowledged,
+//! intake stops (the agent's output waits in agentctl's spool), and the writes are tried
+//! again with a growing delay — by re-attaching to the sidecar after the acknowledged seq,
+//! or, when the agent went meanwhile, by writing again what ends its work.
+
+use super::*;
+
+/// Why a lost execution's work ended, when nothing better was kept: its agent went while
+/// nothing could be written.
+const LOST_WHILE_STALLED: &str =
+    "the agent went away while its output could not be recorded (a failed write)";
+
+impl SessionActor {
+    /// A durable write failed: nothing more is acknowledged, and after this handling the
+    /// actor stops taking agentctl's events (they wait in agentctl's spool) until a retry
+    /// succeeds. Nothing acknowledged is lost; nothing unacknowledged is dropped.
+    pub(in crate::session) fn write_failed(&mut self, what: &str, err: &dyn std::fmt::Display) {
+        tracing::error!(session = %self.row.id, %err, "cannot write {what}");
+        if self.stall.is_none() {
+            let reason = format!(
+                "cannot write {what}: {err}; the agent's output is held (nothing is lost) until it can"
+            );
+            self.stall = Some(Stall { reason, retry: None, unwritten_state: None });
+        }
+    }
+
+    /// Changes the session's state; when the store does not take it, the change is kept
+    /// and written at the next try of the stall this starts (a loss's end must not be
+    /// left unwritten: the store would say `RUNNING` for an agent that is gone).
+    pub(in crate::session) async fn set_state_or_stall(
+        &mut self,
+        state: SessionState,
+        error: Option<String>,
+        task: Option<&'static str>,
+    ) {
+        if let Err(err) = self.set_state(state, error.clone(), task).await {
+            self.write_failed("the session's state", &err);
+            if let Some(stall) = self.stall.as_mut() {
+                stall.unwritten_state = Some(UnwrittenState { state, error, task });
+            }
+        }
+    }
+
+    /// Stops intake and shows why; schedules the first retry.
+    pub(in crate::session) fn stall(&mut self) {
+        let reason = self.stall.as_ref().map(|stall| stall.reason.clone()).unwrap_or_default();
+        self.update_view(|view| view.error = Some(reason.clone()));
+        // Said after the status shows it, so whoever reads the log line finds it there.
+        tracing::error!(session = %self.row.id, %reason, "intake stops until it can");
+        // The stream is dropped: what it still had comes again from agentctl on retry.
+        // And the agent's output is held at agentctl meanwhile: the room freed later goes
+        // to recording what is spooled, not to more output (released once caught up).
+        if let Some(execution) = self.execution.as_mut() {
+            let (_, closed) = mpsc::channel(1);
+            execution.events_rx = closed;
+            if !execution.gone {
+                self.catch_up.holding = true;
+                self.send(Outgoing::Hold(true));
+            }
+        }
+        let delay = std::time::Duration::from_millis(200);
+        if let Some(stall) = self.stall.as_mut() {
+            stall.retry = Some((Instant::now() + delay, delay));
+        }
+    }
+
+    /// Tries again after a failed write: the history is reopened (a torn tail cut, its mark
+    /// read back), the open turns are read back from the store, and the actor re-attaches to
+    /// its own sidecar after the acknowledged seq — the replay path of a restart, so each
+    /// event is recorded once. With no sidecar left, what ends the lost execution's work is
+    /// written instead ([`SessionActor::finish_loss`]). A failure here waits longer and
+    /// tries again.
+    pub(in crate::session) async fn retry_after_stall(&mut self, delay: std::time::Duration) {
+        let unwritten = self.stall.as_mut().and_then(|stall| stall.unwritten_state.take());
+        let again = |actor: &mut SessionActor, why: String, unwritten: Option<UnwrittenState>| {
+            let next = (delay * 2).min(STALL_RETRY_MAX);
+            let retry = Some((Instant::now() + next, next));
+            actor.stall = Some(Stall { reason: why, retry, unwritten_state: unwritten });
+        };
+        let history = match self.reopen_history() {
+            Ok(history) => history,
+            Err(why) => return again(self, why, unwritten),
+        };
+        let Some(execution) = self.execution.as_ref() else {
+            self.history = history;
+            if let Some(generation) = self.generation {
+                self.history.set_generation(generation);
+            }
+            self.stall = None;
+            if let Err(why) = self.finish_loss(unwritten.clone()).await {
+                return again(self, why, unwritten);
+            }
+            let error = self.row.error_message.clone();
+            return self.update_view(|view| view.error = error);
+        };
+        let open_turns =
+            match self.context.store.open_turns(self.row.id.clone(), execution.id.clone()).await {
+                Ok(turns) => turns,
+                Err(err) => {
+                    return again(self, format!("cannot read the open turns: {err}"), unwritten);
+                }
+            };
+        let Some(execution) = self.execution.take() else { return };
+        let mut record = execution.record.clone();
+        record.acked_seq = self.durability.acked as i64;
+        record.acp_session_id = self.view_tx.borrow().acp_session_id.clone();
+        let addr = record.endpoint();
+        let gone = execution.gone;
+        drop(execution);
+        self.history = history;
+        self.unflushed_events.clear();
+        self.pending.retain(|_, pending| !matches!(pending, Pending::Prompt { .. }));
+        self.turn = None;
+        self.stall = None;
+        let error = self.row.error_message.clone();
+        self.update_view(|view| view.error = error);
+        tracing::info!(session = %self.row.id, "re-attaching after a failed write");
+        self.start_adopt(AdoptPlan { executor: record, addr, open_turns, gone });
+    }
+
+    /// The history opened again (a torn tail cut, its mark read back), with the user
+    /// messages that could not be written appended first, in their order (their agent's
+    /// answer, not acknowledged, follows from the replay).
+    fn reopen_history(&mut self) -> Result<History, String> {
+        let mut history = History::open(self.history.path())
+            .map_err(|err| format!("cannot reopen the history: {err}"))?;
+        while let Some((prompt, turn_id)) = self.unwritten_prompts.first().cloned() {
+            history
+                .append_prompt(prompt, turn_id)
+                .map_err(|err| format!("cannot write a prompt to the history: {err}"))?;
+            self.unwritten_prompts.remove(0);
+        }
+        Ok(history)
+    }
+
+    /// After a failed write with no execution left: its agent went while nothing could be
+    /// written, so what ends its work may be unwritten. With no launch in flight, the rest
+    /// of its spool is recorded (from where the records left off: a message being
+    /// coalesced was published and not yet in the history), its open turns and questions
+    /// are void, and the state the loss left (`unwritten`) is stored. Each step is
+    /// idempotent; the first that fails says why.
+    async fn finish_loss(&mut self, unwritten: Option<UnwrittenState>) -> Result<(), String> {
+        if self.phase() != Phase::Idle {
+            return Ok(());
+        }
+        let store = self.context.store.clone();
+        if let Ok(Some(record)) = store.get_executor(self.row.id.clone()).await {
+            self.record_spool_of_gone(record).await;
+            if let Some(stall) = self.stall.take() {
+                return Err(stall.reason);
+            }
+        }
+        let reason = unwritten.as_ref().and_then(|unwritten| unwritten.error.clone());
+        let reason = reason.unwrap_or_else(|| LOST_WHILE_STALLED.to_owned());
+        self.answering.clear();
+        self.record
+            .void_open_work(&reason, Vec::new(), self.mark())
+            .await
+            .map_err(|err| format!("cannot write interrupted turns: {err}"))?;
+        if let Some(UnwrittenState { state, error, task }) = unwritten {
+            self.set_state(state, error, task)
+                .await
+                .map_err(|err| format!("cannot write the session's state: {err}"))?;
+        }
+        match self.stall.take() {
+            Some(stall) => Err(stall.reason),
+            None => Ok(()),
+        }
+    }
+}
