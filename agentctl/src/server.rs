@@ -107,7 +107,7 @@ impl ControlServer for Methods {
     }
 
     async fn events_ack(&self, seq: u64) -> RpcResult<Acked> {
-        let acked_seq = self.0.spool.ack(seq).map_err(|err| spool_error(&err))?;
+        let acked_seq = self.0.spool.ack(seq);
         Ok(Acked { acked_seq })
     }
 

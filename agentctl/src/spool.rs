@@ -514,24 +514,34 @@ impl<E: Entry> Spool<E> {
 
     /// Marks everything up to `seq` acknowledged and drops the segments that holds. A seq
     /// beyond the last event is clamped to it. Returns the acknowledged seq.
-    pub fn ack(&self, seq: u64) -> Result<u64, SpoolError> {
+    ///
+    /// The acknowledgement is taken even when the disk will not let segments go: a new
+    /// active segment that cannot be made (a full disk) leaves the acknowledged one active,
+    /// written on and dropped by a later ack; a file that cannot be removed stays listed
+    /// (and counted) for the next. Refusing the ack would only make the supervisor take
+    /// this agentctl for lost.
+    pub fn ack(&self, seq: u64) -> u64 {
         let mut inner = self.lock();
         let last = inner.next_seq - 1;
         inner.acked_seq = inner.acked_seq.max(seq.min(last));
         let acked = inner.acked_seq;
         let active_done =
             inner.segments.back().is_some_and(|s| s.last_seq != 0 && s.last_seq <= acked);
-        if active_done {
-            self.rotate(&mut inner)?;
+        if active_done && let Err(err) = self.rotate(&mut inner) {
+            tracing::warn!(%err, "cannot start a new spool segment; the acknowledged one stays");
         }
         while inner.segments.len() > 1
             && inner.segments.front().is_some_and(|s| s.last_seq <= acked)
         {
-            let segment = inner.segments.pop_front().expect("UNWRAP: checked non-empty");
-            remove_segment(&segment.path)?;
+            let path = inner.segments.front().map(|s| s.path.clone()).unwrap_or_default();
+            if let Err(err) = remove_segment(&path) {
+                tracing::warn!(%err, "cannot remove an acknowledged spool segment");
+                break;
+            }
+            inner.segments.pop_front();
         }
         self.disk_tx.send_replace(inner.segments.iter().map(|s| s.bytes).sum());
-        Ok(acked)
+        acked
     }
 
     /// Forces every appended entry to disk. Closed segments are synced as they close, so

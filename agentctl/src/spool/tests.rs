@@ -79,7 +79,7 @@ async fn ack_drops_the_acknowledged_prefix() {
         spool.append(stderr(n)).unwrap();
     }
     let full = spool.disk_bytes();
-    assert_eq!(spool.ack(50).unwrap(), 50);
+    assert_eq!(spool.ack(50), 50);
     let half = spool.disk_bytes();
     assert!(half < full, "{half} < {full}");
     // Readers may start at the acknowledged point, not before.
@@ -87,12 +87,12 @@ async fn ack_drops_the_acknowledged_prefix() {
     let mut reader = spool.reader(50).unwrap();
     assert_eq!(next(&mut reader).await.seq, 51);
     // Acking everything (and beyond) leaves an empty spool.
-    assert_eq!(spool.ack(1_000).unwrap(), 100);
+    assert_eq!(spool.ack(1_000), 100);
     assert_eq!(spool.disk_bytes(), 0);
     let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert_eq!(files.len(), 1, "only the fresh active segment remains");
     // Acks never move backwards.
-    assert_eq!(spool.ack(10).unwrap(), 100);
+    assert_eq!(spool.ack(10), 100);
     spool.append(stderr(101)).unwrap();
     let mut reader = spool.reader(100).unwrap();
     assert_eq!(next(&mut reader).await.seq, 101);
@@ -107,7 +107,7 @@ async fn a_reader_overtaken_by_an_ack_reports_the_gap() {
     }
     let mut reader = spool.reader(0).unwrap();
     assert_eq!(next(&mut reader).await.seq, 1);
-    spool.ack(30).unwrap();
+    spool.ack(30);
     // The open segment is still readable (it was unlinked, not truncated)…
     let mut seen = 1;
     let error = loop {
@@ -189,7 +189,7 @@ async fn readers_survive_concurrent_rotation_and_acks() {
         let event = next(&mut reader).await;
         assert_eq!(event.seq, n, "a gap or a duplicate");
         if n % 64 == 0 {
-            spool.ack(n).unwrap();
+            spool.ack(n);
         }
     }
     writer.join().unwrap();
@@ -621,5 +621,27 @@ async fn a_spool_deleted_under_its_writer_is_made_again_and_numbering_goes_on() 
     let said = behind.take_damaged();
     assert!(said.len() == 1 && said[0].contains("events 1–10 are unreadable"), "{said:?}");
     assert_eq!(spool.last_entry().unwrap().map(|event| event.seq), Some(11));
-    assert_eq!(spool.ack(11).unwrap(), 11);
+    assert_eq!(spool.ack(11), 11);
+}
+
+/// An acknowledgement is taken even when the spool cannot start a new segment (a full
+/// disk, a directory gone wrong): refusing it made the supervisor take agentctl for lost
+/// and stop the agent. The acknowledged segment stays active and is written on.
+#[tokio::test]
+async fn an_ack_is_taken_when_no_new_segment_can_be_made() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("spool");
+    let spool = Arc::new(Spool::create(&dir, 1024 * 1024).unwrap());
+    for n in 1..=10 {
+        spool.append(stderr(n)).unwrap();
+    }
+    let aside = root.path().join("aside");
+    std::fs::rename(&dir, &aside).unwrap();
+    std::fs::write(&dir, b"not a directory").unwrap();
+    assert_eq!(spool.ack(10), 10);
+    std::fs::remove_file(&dir).unwrap();
+    std::fs::rename(&aside, &dir).unwrap();
+    assert_eq!(spool.append(stderr(11)).unwrap(), 11);
+    let mut reader = spool.reader(10).unwrap();
+    assert_eq!(next(&mut reader).await.seq, 11);
 }
