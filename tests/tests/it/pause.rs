@@ -250,13 +250,15 @@ async fn a_pending_pause_whose_agent_died_with_the_daemon_is_applied_at_recovery
     tether_tests::daemon::sigkill(sidecar).await;
     daemon.restart().await;
     let api = daemon.api().await;
-    let status = api.status(&session).await;
-    assert_eq!(status.state, PAUSED, "{status:?}");
-    assert!(!status.pause_requested && status.needs_resume, "{status:?}");
+    // Recovery replays the dead sidecar's spool in the background (the daemon serves
+    // meanwhile): the pause applies once that is through.
     let mut events = api.subscribe(&session, after).await;
     let seen = until(&mut events, |e| paused(e).is_some()).await;
     // The interrupted turn is published as such before the pause.
     assert!(seen.iter().any(turn_ended), "{seen:?}");
+    let status = api.status(&session).await;
+    assert_eq!(status.state, PAUSED, "{status:?}");
+    assert!(!status.pause_requested && status.needs_resume, "{status:?}");
     // And it comes back.
     let resumed = api.resume(&session).await.unwrap();
     assert_eq!(resumed.state, SessionState::WaitingForInput, "{resumed:?}");

@@ -303,6 +303,10 @@ async fn a_forced_pause_and_a_crash_found_at_recovery_leave_their_snapshots() {
     tether_tests::daemon::sigkill(sidecar).await;
     daemon.restart().await;
     let api = daemon.api().await;
+    // Recovery replays the dead sidecar's spool in the background (the daemon serves
+    // meanwhile); the crash's snapshot is taken once that is through.
+    let mut events = api.subscribe(&lost, 0).await;
+    until(&mut events, |e| snapshot_taken(e, SnapshotTrigger::Crash)).await;
     let list = ok("snapshot.list", api.typed().snapshot_list(lost.clone())).await;
     let crash =
         list.iter().find(|s| s.trigger == SnapshotTrigger::Crash).expect("a crash snapshot");

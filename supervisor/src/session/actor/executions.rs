@@ -665,6 +665,10 @@ impl SessionActor {
     pub(in crate::session) async fn lost(&mut self, reason: String) {
         let mut reason = reason;
         let Some(execution) = self.execution.take() else { return };
+        if !execution.gone {
+            // (A dead sidecar's replay ends this way too: that loss was said at recovery.)
+            tracing::warn!(session = %self.row.id, %reason, "agentctl is lost");
+        }
         if let Some(why) = self.context.runtime.exit_reason(&execution.record).await {
             reason = format!("{reason}: {why}");
         }
@@ -677,6 +681,17 @@ impl SessionActor {
             self.fence_now(execution.record.clone());
             drop(execution);
             return self.fail(reason).await;
+        }
+        if self.stall.is_some() && !execution.gone && !self.row.state.is_terminal() {
+            // Nothing handled since the stall is durable: the sidecar is fenced now, the
+            // rest (its spool from what was acknowledged, its open work, the state) is
+            // written at the stall's next try.
+            if let Err(err) =
+                launch::fence(&self.context, execution.record, std::time::Duration::ZERO).await
+            {
+                tracing::error!(session = %self.row.id, %err, "cannot fence a lost execution");
+            }
+            return self.defer_loss(reason);
         }
         // Its turn was cut by the supervisor's own downtime (its spool replayed at
         // recovery), or by the sidecar's loss now.
@@ -703,6 +718,10 @@ impl SessionActor {
                 Err(err) => {
                     tracing::error!(session = %self.row.id, %err, "cannot fence a lost execution")
                 }
+            }
+            if self.stall.is_some() && !self.row.state.is_terminal() {
+                // Its spool could not all be recorded: the rest first, at the next try.
+                return self.defer_loss(reason);
             }
         }
         self.enter(Stage::Idle);
@@ -745,18 +764,7 @@ impl SessionActor {
         self.turn = None;
         self.update_view(|view| view.turn_id = None);
         if self.stall.is_some() && !self.row.state.is_terminal() {
-            // Nothing more can be written now: the rest of the spool, the void and the
-            // state follow, in that order, at the stall's next try (`finish_loss`).
-            self.enter(Stage::Idle);
-            self.update_view(|view| view.agent_running = false);
-            if let Some(stall) = self.stall.as_mut() {
-                stall.unwritten_state = Some(UnwrittenState {
-                    state: SessionState::WaitingForInput,
-                    error: Some(reason),
-                    task: Some(task_state::REVIEW),
-                });
-            }
-            return;
+            return self.defer_loss(reason);
         }
         // Its turns interrupted and its questions void, as recovery ends a dead execution's
         // work (after what this actor published so far).
@@ -770,6 +778,29 @@ impl SessionActor {
         // Anyone who asked for a resume meanwhile gets one now.
         if !self.waiters.is_empty() {
             self.begin_resume().await;
+        }
+    }
+
+    /// Ends a loss (its sidecar fenced) while writes fail: nothing more can be written now,
+    /// so the rest of its spool, its open work's end and the state it leaves follow, in
+    /// that order, at the stall's next try (`finish_loss`). Until then the session is idle,
+    /// its agent gone, the stall's reason shown.
+    fn defer_loss(&mut self, reason: String) {
+        self.drop_replay(&reason);
+        self.pending.clear();
+        self.turn = None;
+        self.answering.clear();
+        self.enter(Stage::Idle);
+        self.update_view(|view| {
+            view.turn_id = None;
+            view.agent_running = false;
+        });
+        if let Some(stall) = self.stall.as_mut() {
+            stall.unwritten_state = Some(UnwrittenState {
+                state: SessionState::WaitingForInput,
+                error: Some(reason),
+                task: Some(task_state::REVIEW),
+            });
         }
     }
 

@@ -91,7 +91,12 @@ impl SessionActor {
                 return again(self, why, unwritten);
             }
             let error = self.row.error_message.clone();
-            return self.update_view(|view| view.error = error);
+            self.update_view(|view| view.error = error);
+            // Anyone who asked for a resume meanwhile gets one now.
+            if !self.waiters.is_empty() {
+                self.begin_resume().await;
+            }
+            return;
         };
         let open_turns =
             match self.context.store.open_turns(self.row.id.clone(), execution.id.clone()).await {
