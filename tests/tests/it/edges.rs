@@ -546,24 +546,34 @@ fn fill_disk(dir: &std::path::Path, room: u64) -> std::path::PathBuf {
     filler
 }
 
-/// Defect 6: the supervisor's own writes fail on a full disk (a small tmpfs home, a long
-/// turn). While it cannot record, the agent's output is held at agentctl; once space is
-/// freed the session recovers by itself, as agentctl's side does: the turn ends, the
-/// history holds every streamed chunk once, the error clears.
-#[tokio::test]
-async fn r27_a_full_disk_on_the_supervisors_side_recovers_once_space_is_freed() {
+/// A flood on a full disk: a daemon whose home is a small tmpfs, a session streaming one
+/// message of 100,000 chunks, the disk filled but for 3 MiB, and the first stall seen.
+struct FloodOnFullDisk {
+    daemon: Daemon,
+    _tmpfs: crate::faults::Tmpfs,
+    api: Api,
+    session: String,
+    /// The session's events from before the prompt.
+    events: jsonrpsee::core::client::Subscription<SessionEvent>,
+    /// What fills the disk: removing it frees the space.
+    filler: std::path::PathBuf,
+}
+
+/// Starts a [`FloodOnFullDisk`]; `None` (skipped) where no tmpfs can be mounted (not root;
+/// CI must).
+async fn flood_on_a_full_disk() -> Option<FloodOnFullDisk> {
     let (daemon, tmpfs) = Daemon::start_prepared(&[], &[], &[], |root| {
         crate::faults::Tmpfs::mount(root, 24 * 1024 * 1024)
     })
     .await;
-    let Some(_tmpfs) = tmpfs else {
+    let Some(tmpfs) = tmpfs else {
         assert!(std::env::var_os("REQUIRE_DOCKER").is_none(), "CI must be able to mount a tmpfs");
         println!("SKIPPED: a tmpfs cannot be mounted here (needs root)");
-        return;
+        return None;
     };
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("full")).await;
-    let mut events = api.subscribe_at_end(&session).await;
+    let events = api.subscribe_at_end(&session).await;
     let filler = fill_disk(&daemon.home().join("tether"), 3 * 1024 * 1024);
     let mut log = daemon.log_lines();
     // One message of 100,000 chunks: about 23 MB as agentctl's events, more than this
@@ -578,6 +588,20 @@ async fn r27_a_full_disk_on_the_supervisors_side_recovers_once_space_is_freed() 
         line = crate::faults::await_log_again(&daemon, "agentctl cannot write its spool") => line,
     };
     println!("the disk ran full first at: {first_stall}");
+    Some(FloodOnFullDisk { daemon, _tmpfs: tmpfs, api, session, events, filler })
+}
+
+/// Defect 6: the supervisor's own writes fail on a full disk (a small tmpfs home, a long
+/// turn). While it cannot record, the agent's output is held at agentctl; once space is
+/// freed the session recovers by itself, as agentctl's side does: the turn ends, the
+/// history holds every streamed chunk once, the error clears.
+#[tokio::test]
+async fn r27_a_full_disk_on_the_supervisors_side_recovers_once_space_is_freed() {
+    let Some(FloodOnFullDisk { daemon: _daemon, _tmpfs, api, session, mut events, filler }) =
+        flood_on_a_full_disk().await
+    else {
+        return;
+    };
     let status = api.status(&session).await;
     assert!(status.error.as_deref().is_some_and(|e| e.contains("cannot write")), "{status:?}");
     std::fs::remove_file(&filler).unwrap();
@@ -622,26 +646,11 @@ async fn await_log_where(
 /// before it went is recorded, the stream and the history agreeing.
 #[tokio::test]
 async fn a_sidecar_lost_while_the_disk_is_full_ends_its_turn_once_space_is_freed() {
-    let (daemon, tmpfs) = Daemon::start_prepared(&[], &[], &[], |root| {
-        crate::faults::Tmpfs::mount(root, 24 * 1024 * 1024)
-    })
-    .await;
-    let Some(_tmpfs) = tmpfs else {
-        assert!(std::env::var_os("REQUIRE_DOCKER").is_none(), "CI must be able to mount a tmpfs");
-        println!("SKIPPED: a tmpfs cannot be mounted here (needs root)");
+    let Some(FloodOnFullDisk { daemon, _tmpfs, api, session, mut events, filler }) =
+        flood_on_a_full_disk().await
+    else {
         return;
     };
-    let api = daemon.api().await;
-    let session = api.ready_session("mock", &daemon.workspace("full")).await;
-    let mut events = api.subscribe_at_end(&session).await;
-    let filler = fill_disk(&daemon.home().join("tether"), 3 * 1024 * 1024);
-    let mut log = daemon.log_lines();
-    api.prompt(&session, "/stream 100000\nflood").await.expect("the prompt fits");
-    let first_stall = tokio::select! {
-        line = await_log(&mut log, "intake stops until it can") => line,
-        line = crate::faults::await_log_again(&daemon, "agentctl cannot write its spool") => line,
-    };
-    println!("the disk ran full first at: {first_stall}");
     let mut after_kill = daemon.log_lines();
     sigkill(daemon.agentctl_pid(&session)).await;
     // The supervisor finds it gone (at its next try, when it was stalled) with the disk
