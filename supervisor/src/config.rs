@@ -1,4 +1,4 @@
-//! The daemon's config file, `$TETHER_HOME/config.toml` (issue 16): what `serve`'s flags
+//! The daemon's config file, `$TETHER_HOME/config.toml`: what `serve`'s flags
 //! set, and the automatic retention policy. Optional; a flag given on the command line
 //! wins over the file, the file over the built-in default. Validated strictly (unknown
 //! keys refused) with errors located like a profile's: `file:line:column: field: reason`.

@@ -228,7 +228,7 @@ mod tests {
         assert_eq!(paths.history(), home.session_path(id).join("history.jsonl"));
     }
 
-    /// Issue 12 (the edge, hardened): `install_id` was 0644 and `agent-state/` 0755.
+    /// `install_id` was 0644 and `agent-state/` 0755.
     #[test]
     fn the_install_id_and_agent_state_are_private_even_when_an_older_version_left_them_open() {
         let dir = tempfile::tempdir().unwrap();

@@ -12,7 +12,7 @@
 //! - [`store`]: SQLite, owned by one thread;
 //! - [`home`]: the data directory; [`worktree`]: a git worktree per session;
 //!   [`config`]: the daemon's config file; [`workflow`]: workflow files (loaded and checked;
-//!   running them is issue 30's next part).
+//!   running them is the workflow driver's part).
 //!
 //! Guarantees: a turn's row and request id are durable before its prompt is sent; an
 //! agentctl event is acknowledged only after what it caused is synced to disk; writes that

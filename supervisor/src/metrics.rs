@@ -1,4 +1,4 @@
-//! Prometheus metrics (issue 15), served as OpenMetrics text at `GET /metrics` on the API's
+//! Prometheus metrics, served as OpenMetrics text at `GET /metrics` on the API's
 //! address, under the same access rules as the API.
 //!
 //! One registry per process ([`get`]): the counters and histograms are atomics that the

@@ -1,4 +1,4 @@
-//! Session snapshots (issue 14): a structured account of a session at one moment, taken
+//! Session snapshots: a structured account of a session at one moment, taken
 //! at a pause, a completed turn, a context exhaustion, a forced pause and a crash — and the
 //! handoff context compiled from one, which primes a fresh agent session when the old
 //! one's context is full.

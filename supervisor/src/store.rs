@@ -586,7 +586,7 @@ pub struct ExecutorRow {
     /// the container), read only by that runtime.
     pub runtime_handle: Option<serde_json::Value>,
     /// Where agentctl's control channel listens (`host:port`), as the runtime returned it:
-    /// recovery connects there as stored (issue 17) instead of rebuilding an address.
+    /// recovery connects there as stored instead of rebuilding an address.
     pub agentctl_url: Option<String>,
     /// The certificate (PEM) its control channel serves over TLS, pinned by the client;
     /// `None`: plain WebSocket.

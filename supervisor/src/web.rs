@@ -1,4 +1,4 @@
-//! The built-in web UI and the metrics endpoint, on the API's own address (issue 15).
+//! The built-in web UI and the metrics endpoint, on the API's own address.
 //!
 //! Two HTTP layers around the JSON-RPC server:
 //! - [`PagesLayer`], outermost: `GET /` and `/ui/*` answer the page and its assets

@@ -1,4 +1,4 @@
-//! A git worktree per session (issue 16), made and removed with the `git` CLI.
+//! A git worktree per session, made and removed with the `git` CLI.
 //!
 //! A worktree session works in `$TETHER_HOME/worktrees/<session id>`, on its own branch
 //! `tether/<task slug>-<last 8 hex digits of the session id>` made from a base (a branch, or the

@@ -271,7 +271,7 @@ impl Daemon {
             .args(extra_args)
             .env("HOME", root)
             // A test says what it configures: `scripts/test.sh` exports the static
-            // agentctl for the tests' own use, not for every daemon (issue 17: the daemon
+            // agentctl for the tests' own use, not for every daemon (the daemon
             // finds one by itself).
             .env_remove("TETHER_STATIC_AGENTCTL")
             // `TETHER_TEST_LOG=debug` shows the daemon's reasoning when a test fails (a

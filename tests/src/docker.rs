@@ -139,7 +139,7 @@ pub async fn build_mock_image(docker: &Docker, tag: &str) {
 pub fn mock_docker_profile(image: &str) -> String {
     format!(
         // The agent exits at once unless its root_env is set: a container is the sandbox
-        // such an agent asks for, so the Docker runtime sets it (issue 11).
+        // such an agent asks for, so the Docker runtime sets it.
         "id = \"mock-docker\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{{home}}/.mock-agent\", \"--require-env\", \"TETHER_TEST_SANDBOX=1\"]\nprotocol = \"acp\"\n\
          runtime = \"docker\"\n[session]\nnative_resume = true\nhistory_injection = true\nagent_state_dirs = [\".mock-agent\"]\n\
          [docker]\nimage = \"{image}\"\nmemory_mb = 256\ncpus = 1.0\n[process]\nroot_env = {{ TETHER_TEST_SANDBOX = \"1\" }}\n"

@@ -324,7 +324,7 @@ fn active_segment(dir: &Path) -> PathBuf {
     std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).max().unwrap()
 }
 
-/// Issue 27 (found by the chaos matrix): a kill lands while a batch is being written, and
+/// A kill lands while a batch is being written, and
 /// the kernel stops the write between pages, so whole lines of the batch's first part are
 /// on disk. Those lines are cut with the rest of the batch when the log is reopened: the
 /// batch was never published, and its entries' marks speak for the whole batch.

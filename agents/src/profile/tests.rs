@@ -36,7 +36,7 @@ fn minimal_profile_gets_defaults() {
     assert!(profile.injects_history(false));
 }
 
-/// Issue 17: a profile can ask for engines with labels; a snapshot stored before the field
+/// A profile can ask for engines with labels; a snapshot stored before the field
 /// reads as asking for none.
 #[test]
 fn docker_placement_labels_are_read_and_optional() {
@@ -55,7 +55,7 @@ fn docker_placement_labels_are_read_and_optional() {
     assert!(bad.to_string().contains("docker.labels"), "{bad}");
 }
 
-/// The ladder (issue 11): the agent's advertisement decides, the profile overrides.
+/// The ladder: the agent's advertisement decides, the profile overrides.
 #[test]
 fn the_restore_method_follows_the_agent_unless_the_profile_overrides_it() {
     use RestoreMethod::{Load, Resume};

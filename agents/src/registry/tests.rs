@@ -66,7 +66,7 @@ fn every_builtin_parses_and_follows_the_design_table() {
             "qwen"
         ]
     );
-    // (native_resume, history_injection, has resume_command). Issue 11: the resume ladder
+    // (native_resume, history_injection, has resume_command). The resume ladder
     // follows what each agent advertises, so no built-in overrides it (Amp's adapter had
     // no continue flag after all: it gets the history injected, as it advertises nothing).
     let expected = [
@@ -99,7 +99,7 @@ fn every_builtin_parses_and_follows_the_design_table() {
     assert_eq!(profiles["eliza"].command, ["elizacp", "--deterministic", "acp"]);
 }
 
-/// Issue 33: the built-ins started through `npx` name their adapter's version (unpinned,
+/// The built-ins started through `npx` name their adapter's version (unpinned,
 /// `npx` picks whatever suits the installed Node: on Node 20, claude-agent-acp 0.49.0).
 #[test]
 fn npx_builtins_pin_their_adapter_version() {
@@ -166,7 +166,7 @@ async fn the_profiles_directory_is_created_private() {
     assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
 }
 
-/// Issue 11, defect 5: an agent whose credentials are nowhere is not "available".
+/// An agent whose credentials are nowhere is not "available".
 #[test]
 fn availability_checks_credentials_in_the_environment_or_a_login_file() {
     let home = tempfile::tempdir().unwrap();
@@ -227,7 +227,7 @@ fn a_variable_that_moves_the_login_directory_is_followed() {
     assert_eq!(err.field, "credentials.moved_by", "{err:?}");
 }
 
-/// claude-agent-acp as root refuses its session unless IS_SANDBOX=1 (issue 11): the
+/// claude-agent-acp as root refuses its session unless IS_SANDBOX=1: the
 /// profile's root_env makes that an availability reason, and only for root.
 #[test]
 fn availability_as_root_names_the_root_env_it_lacks() {
@@ -370,7 +370,7 @@ async fn rapid_writes_settle_on_the_final_content() {
     assert!(catalog.errors().is_empty(), "{:?}", catalog.errors());
 }
 
-/// Issue 11, defect 5: a broken file was logged at every event of one edit (three times);
+/// A broken file was logged at every event of one edit (three times);
 /// only errors a new catalog did not have before are said.
 #[test]
 fn only_new_profile_errors_are_reported() {
@@ -388,7 +388,7 @@ fn only_new_profile_errors_are_reported() {
     assert_eq!(after.new_errors(&before), [&error("y")]);
 }
 
-/// Issue 33: the agents that cannot be installed from a registry here (or need what this
+/// The agents that cannot be installed from a registry here (or need what this
 /// machine lacks) say how to install them when their program is missing, and amp is not
 /// called available for having `npx` (its adapter is on no registry).
 #[test]

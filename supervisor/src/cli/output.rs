@@ -839,7 +839,7 @@ mod tests {
         assert_eq!(terminal.tick(at(9.0)), []);
     }
 
-    /// Issue 34: `follow` names the pause's and snapshot's events (they were a bare
+    /// `follow` names the pause's and snapshot's events (they were a bare
     /// "event"), and says so of a kind it does not know.
     #[test]
     fn follow_names_pauses_snapshots_resumes_and_budget_warnings() {

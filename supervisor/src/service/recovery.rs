@@ -592,7 +592,7 @@ impl Supervisor {
         // then the execution is lost — whatever reached a spool is recorded once.
         let gone = !alive && unreachable.is_none() && self.unrecorded_leftovers(&executor).await;
         if alive || gone {
-            // Where the runtime said agentctl listens, as stored (issue 17).
+            // Where the runtime said agentctl listens, as stored.
             let addr = executor.endpoint();
             let open_turns =
                 self.config.store.open_turns(row.id.clone(), executor.execution_id.clone()).await?;

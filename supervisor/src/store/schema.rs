@@ -100,7 +100,7 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX executors_running_by_pid ON executors_running(agentctl_pid);
     CREATE INDEX turns_running ON turns(session_id) WHERE state = 'running';
     ",
-    // 5: the `PAUSED` state (issue 14). A CHECK constraint cannot be altered: the table is
+    // 5: the `PAUSED` state. A CHECK constraint cannot be altered: the table is
     // rebuilt (foreign keys are off while migrations run, so dropping the old table
     // cascades to nothing; `foreign_key_check` runs before the commit). A pause asked for
     // while a turn runs is kept in `session_pauses`, so it survives a restart.
@@ -132,7 +132,7 @@ pub const MIGRATIONS: &[&str] = &[
         requested_at INTEGER NOT NULL
     );
     ",
-    // 6: snapshots, the timeline and the capacity handoff (issue 14). `session_log` is the
+    // 6: snapshots, the timeline and the capacity handoff. `session_log` is the
     // timeline: one row per thing that happened to a session, written in the same
     // transaction as the change it records. A snapshot is its JSON plus the columns a list
     // shows. `session_start` keeps the workspace's commit when the session started;
@@ -172,11 +172,11 @@ pub const MIGRATIONS: &[&str] = &[
     );
     ALTER TABLE session_pauses ADD COLUMN kind TEXT NOT NULL DEFAULT 'pause';
     ",
-    // 7: occupancy (issue 16): a workspace's live holder is found through an index.
+    // 7: occupancy: a workspace's live holder is found through an index.
     "
     CREATE INDEX task_sessions_by_workspace ON task_sessions(workspace_path, state);
     ",
-    // 8: issue 16. The prompt a session was created with, so the resume of a session whose
+    // 8: The prompt a session was created with, so the resume of a session whose
     // first launch failed sends it; the repository and branch of the worktree Tether made
     // for a session (its `workspace_path` is the worktree). Added last, after the columns
     // restart recovery reads.
@@ -185,7 +185,7 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE task_sessions ADD COLUMN worktree_repo TEXT;
     ALTER TABLE task_sessions ADD COLUMN worktree_branch TEXT;
     ",
-    // 9: issue 17, an open runtime seam. The runtime is any registered name (the CHECK
+    // 9: An open runtime seam. The runtime is any registered name (the CHECK
     // goes: the table is rebuilt as in 5); the labels a session asked to be placed by; the
     // runtime's opaque handle of an execution (JSON) replaces the per-runtime
     // `container_id`, which is carried over into it and no longer written; the certificate
@@ -223,7 +223,7 @@ pub const MIGRATIONS: &[&str] = &[
     UPDATE executors_running SET runtime_handle = json_object('container', container_id)
         WHERE container_id IS NOT NULL;
     ",
-    // 10: issue 29, branches Tether made whose deletion was asked for (a delete with
+    // 10: Branches Tether made whose deletion was asked for (a delete with
     // `delete_branch`), kept until the branch is gone: recovery finishes a deletion a kill
     // cut short, by the recorded name only.
     "
@@ -234,12 +234,12 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (repo, branch)
     );
     ",
-    // 11: issue 29, the highest session event seq issued as of the session's last state
+    // 11: The highest session event seq issued as of the session's last state
     // change: a reopened event log never numbers below it (see `Spool::open_marked`).
     "
     ALTER TABLE task_sessions ADD COLUMN event_seq_high INTEGER NOT NULL DEFAULT 0;
     ",
-    // 12: issue 30, workflows: the spec they run (text and SHA-256), each step's state,
+    // 12: Workflows: the spec they run (text and SHA-256), each step's state,
     // run, loop pass, session and output, and the workflow's event stream. A step's end is
     // written in the transaction that ends its session's turn.
     "
@@ -288,12 +288,12 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (workflow_id, seq)
     );
     ",
-    // 13: issue 30, a step's usage (what its agent reported of context and cost), stored
+    // 13: A step's usage (what its agent reported of context and cost), stored
     // with its end.
     "
     ALTER TABLE workflow_steps ADD COLUMN usage TEXT;
     ",
-    // 14: issue 32, parking idle sessions and the pauses of budgets and limits. Snapshots
+    // 14: Parking idle sessions and the pauses of budgets and limits. Snapshots
     // take the new triggers (the CHECK is rebuilt as in 5); a session keeps when it was last
     // paused and what paused it, for `status` to say.
     "
@@ -318,7 +318,7 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE task_sessions ADD COLUMN paused_at INTEGER;
     ALTER TABLE task_sessions ADD COLUMN pause_kind TEXT;
     ",
-    // 15: issue 32, usage and budgets, and re-sending an interrupted turn. A turn keeps its
+    // 15: Usage and budgets, and re-sending an interrupted turn. A turn keeps its
     // prompt (for `retry_turn`), the turn it re-sends, and what its agent reported: tokens
     // by kind, the cost it added and the context at its end, written with its end. A
     // session keeps the agent's last cumulative cost (`cost_mark`), from which the next
@@ -343,13 +343,13 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE task_sessions ADD COLUMN budget TEXT;
     ALTER TABLE tasks ADD COLUMN budget TEXT;
     ",
-    // 16: issue 33, the MCP servers a session's agent is given (ACP `McpServer` objects as
+    // 16: The MCP servers a session's agent is given (ACP `McpServer` objects as
     // the client sent them, JSON; NULL for none), at every `session/new`, `load` and
     // `resume`.
     "
     ALTER TABLE task_sessions ADD COLUMN mcp_servers TEXT;
     ",
-    // 17: issue 33, the agent's settings (`crate::settings::SessionSettings`, JSON): the
+    // 17: The agent's settings (`crate::settings::SessionSettings`, JSON): the
     // config options and modes it last reported and those chosen through Tether; NULL
     // until either is known. And the title the agent gave the session
     // (`session_info_update`), for lists; the directories besides the workspace its agent
@@ -359,23 +359,23 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE task_sessions ADD COLUMN title TEXT;
     ALTER TABLE task_sessions ADD COLUMN additional_directories TEXT;
     ",
-    // 18: issue 34, the reason a paused session was given (as `task.session.pause` was
+    // 18: The reason a paused session was given (as `task.session.pause` was
     // asked, or a limit's own words), beside `paused_at` and `pause_kind`.
     "
     ALTER TABLE task_sessions ADD COLUMN pause_reason TEXT;
     ",
-    // 19: issue 34, when a waiting pause asked its agent for a summary (a restart then
+    // 19: When a waiting pause asked its agent for a summary (a restart then
     // knows the summary turn and does not ask again).
     "
     ALTER TABLE session_pauses ADD COLUMN summary_asked_at INTEGER;
     ",
-    // 20: issue 49, what the workspace's uncommitted files held when the session started
+    // 20: What the workspace's uncommitted files held when the session started
     // (JSON object path → content hash; NULL: not recorded), so that they are not counted
     // as the session's changes.
     "
     ALTER TABLE session_start ADD COLUMN dirty TEXT;
     ",
-    // 21: issue 49, tokens an agent never reported are unknown, not zero: a turn keeps
+    // 21: Tokens an agent never reported are unknown, not zero: a turn keeps
     // whether its agent reported any (turns before this migration did if they counted
     // some). A session keeps its agent's last running totals (`tokens_mark`, JSON with
     // the ACP session they count), from which a cumulative agent's next turn is taken

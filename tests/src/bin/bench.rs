@@ -1,4 +1,4 @@
-//! `bench`: measures Tether against the performance targets of DESIGN §12 and issue 13 with
+//! `bench`: measures Tether against its performance targets (DESIGN §12 and later ones) with
 //! real processes, prints a table and writes `target/bench.json`. Run by `scripts/bench.sh`
 //! (release build). Benchmarks, not tests: nothing here fails on a slow machine.
 //!

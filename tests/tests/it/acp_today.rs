@@ -1,4 +1,4 @@
-//! Issue 33, part 2: ACP as it is today, toward the agent — `session/close` when an
+//! ACP as it is today, toward the agent — `session/close` when an
 //! agent that advertises it is let go.
 
 use protocol::api::{ApiClient, EntryType, EventKind, SessionEvent};
@@ -209,7 +209,7 @@ async fn an_elicitation_outlives_a_daemon_kill_and_is_answered_through_the_api()
     assert_eq!(withdrawn, Some(serde_json::json!({"action": "cancel"})));
 }
 
-/// Issue 33, part 4: an agent that says nothing but writes to stderr (claude retrying a
+/// An agent that says nothing but writes to stderr (claude retrying a
 /// refused request for minutes) is heard: its stderr lines are notices while the turn has
 /// produced nothing yet.
 #[tokio::test]
@@ -233,7 +233,7 @@ async fn stderr_of_a_quiet_turn_is_shown_as_notices() {
     assert_eq!(tether_tests::daemon::stop_reason(ended.last().unwrap()), Some("cancelled"));
 }
 
-/// Issue 33, part 4: a native load that comes back without the last turn (an agent
+/// A native load that comes back without the last turn (an agent
 /// killed right after it), or without only its last answer (qwen-code writes that after
 /// the turn's end), is noticed by holding its replay against Tether's history, and what it
 /// lacks goes with the next prompt.
@@ -383,7 +383,7 @@ async fn message_ids_are_recorded_events_carry_them_and_a_load_replays_them() {
     second.close().await;
 }
 
-/// Issue 33, part 4: an agent run through `npx` whose package npx has not downloaded yet
+/// An agent run through `npx` whose package npx has not downloaded yet
 /// (claude's adapter: ~400 MB before it answers `initialize`) is announced as a download,
 /// with where it goes and how long the start waits; once npx has it, nothing is said. (A
 /// stand-in `npx` runs mock-agent: what is checked is Tether reading npx's cache.)

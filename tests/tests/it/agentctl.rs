@@ -63,7 +63,7 @@ async fn connections_without_the_token_are_refused() {
     assert!(ControlClient::connect(sidecar.addr(), &sidecar.token).await.is_ok());
 }
 
-/// Issue 17: a sidecar on a remote engine serves its control channel over TLS with a
+/// A sidecar on a remote engine serves its control channel over TLS with a
 /// certificate made for it; a client pinned to that certificate (and holding the token)
 /// gets through, events included; plain WebSocket, another certificate, or the wrong token
 /// do not.

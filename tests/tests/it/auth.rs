@@ -1,4 +1,4 @@
-//! Issue 11: agents that require ACP `authenticate` before a session (codex-acp, gemini),
+//! Agents that require ACP `authenticate` before a session (codex-acp, gemini),
 //! played by `mock-agent --auth-required`, which offers the method `mock-login`.
 
 use protocol::api::{ResumeOutcome, SessionState};
@@ -20,10 +20,10 @@ async fn create(daemon: &Daemon, profile: &str) -> (String, SessionState, String
     (session, state, error)
 }
 
-/// Defect 1: the agent refuses `session/new` until `authenticate`; a profile that allows
+/// The agent refuses `session/new` until `authenticate`; a profile that allows
 /// the method gets a working session, and it authenticates again for a native resume.
 #[tokio::test]
-async fn r11_an_agent_that_requires_authenticate_gets_it() {
+async fn an_agent_that_requires_authenticate_gets_it() {
     let pinned = profile("authed", "[[auth]]\nmethod = \"mock-login\"\n");
     let daemon = Daemon::start_with_profiles(&[], &[("authed.toml", &pinned)]).await;
     let (session, state, error) = create(&daemon, "authed").await;
@@ -37,10 +37,10 @@ async fn r11_an_agent_that_requires_authenticate_gets_it() {
     assert!(api.ask(&session, "again").await.contains("remembered 2 earlier messages"));
 }
 
-/// Defect 1: without a usable method the session fails saying that it needs credentials,
+/// Without a usable method the session fails saying that it needs credentials,
 /// which methods the agent offers, and what the profile's choice lacks.
 #[tokio::test]
-async fn r11_an_agent_without_usable_credentials_says_so() {
+async fn an_agent_without_usable_credentials_says_so() {
     let none = profile("noauth", "");
     let unset =
         profile("unset", "[[auth]]\nmethod = \"mock-login\"\nenv = [\"TETHER_TEST_UNSET_KEY\"]\n");
@@ -57,11 +57,11 @@ async fn r11_an_agent_without_usable_credentials_says_so() {
     );
 }
 
-/// Issue 33: an agent that logs in only at a terminal (copilot, kimi) is not told to add
+/// An agent that logs in only at a terminal (copilot, kimi) is not told to add
 /// an `[[auth]]` method (following that hung): the error says what to run, where, and which
 /// files the login leaves for the agent to read.
 #[tokio::test]
-async fn r33_an_agent_that_logs_in_only_at_a_terminal_says_what_to_run() {
+async fn an_agent_that_logs_in_only_at_a_terminal_says_what_to_run() {
     let terminal = "id = \"terminal\"\ncommand = [\"mock-agent\", \"--auth-required\", \"--terminal-login\"]\nprotocol = \"acp\"\n[session]\nagent_state_dirs = [\".mock-agent\"]\n";
     let daemon = Daemon::start_with_profiles(&[], &[("terminal.toml", terminal)]).await;
     let (_, state, error) = create(&daemon, "terminal").await;
@@ -72,11 +72,11 @@ async fn r33_an_agent_that_logs_in_only_at_a_terminal_says_what_to_run() {
     assert!(!error.contains("add an [[auth]] method"), "{error}");
 }
 
-/// Defect 6: a slow agent start printed nothing. The CLI now shows each step of bringing
+/// A slow agent start printed nothing. The CLI now shows each step of bringing
 /// the agent up — on `session start`, on `resume`, and on a `prompt` that resumes first —
 /// in order, on stderr (stdout keeps its one line), and nothing with `--quiet`.
 #[tokio::test]
-async fn r11_the_cli_shows_each_step_of_a_slow_start() {
+async fn the_cli_shows_each_step_of_a_slow_start() {
     let pinned = profile("authed", "[[auth]]\nmethod = \"mock-login\"\n");
     let daemon = Daemon::start_with_profiles(&[], &[("authed.toml", &pinned)]).await;
     let workspace = daemon.workspace("progress");

@@ -1,4 +1,4 @@
-//! Issue 12: the CLI people expect (clap), and the API's edge. One test per verified
+//! The CLI people expect (clap), and the API's edge. One test per verified
 //! problem; the API calls here go through the typed client (`protocol::api::ApiClient`).
 
 use std::ffi::OsStr;
@@ -404,10 +404,10 @@ async fn the_openrpc_document_is_served_by_rpc_discover() {
     );
 }
 
-/// Issue 33: the prompt command shows what a permission asks — the tool, its kind and
+/// The prompt command shows what a permission asks — the tool, its kind and
 /// input, every option with its id — and how to answer; answered, the turn goes on.
 #[tokio::test]
-async fn r33_a_permission_shows_the_tool_and_its_options_in_the_prompt_command() {
+async fn a_permission_shows_the_tool_and_its_options_in_the_prompt_command() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("ask")).await;
@@ -458,10 +458,10 @@ async fn r33_a_permission_shows_the_tool_and_its_options_in_the_prompt_command()
     assert!(within("the CLI", prompt.wait()).await.unwrap().success());
 }
 
-/// Issue 33, part 4: a user profile extends a built-in and changes one key; `agents`
+/// A user profile extends a built-in and changes one key; `agents`
 /// says what it extends and which keys are its own, and it runs as the built-in does.
 #[tokio::test]
-async fn r33_a_user_profile_extends_a_builtin_and_agents_says_so() {
+async fn a_user_profile_extends_a_builtin_and_agents_says_so() {
     let slow = "extends = \"mock\"\nid = \"mock-patient\"\ndisplay_name = \"Patient mock\"\n[process]\ninit_timeout_ms = 20000\n";
     let daemon =
         tether_tests::daemon::Daemon::start_with_profiles(&[], &[("patient.toml", slow)]).await;

@@ -1,4 +1,4 @@
-//! Issue 34: session continuity as designed — the agent's plan recorded and carried into
+//! Session continuity as designed — the agent's plan recorded and carried into
 //! snapshots, every resume context and a client's `session/load`.
 
 use protocol::api::{
@@ -16,7 +16,7 @@ fn step(content: &str, status: &str) -> PlanEntry {
 /// entries and as lines), in the pause's snapshot, in the context injected on a resume,
 /// and replayed to a client's `session/load` as a `plan` update.
 #[tokio::test]
-async fn r34_a_plan_is_recorded_and_carried_into_snapshots_resumes_and_loads() {
+async fn a_plan_is_recorded_and_carried_into_snapshots_resumes_and_loads() {
     let inject = "id = \"inject\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{home}/.mock-agent\"]\nprotocol = \"acp\"\n[session]\nnative_resume = false\nhistory_injection = true\n";
     let daemon = Daemon::start_with_profiles(&[], &[("inject.toml", inject)]).await;
     let api = daemon.api().await;
@@ -106,7 +106,7 @@ async fn r34_a_plan_is_recorded_and_carried_into_snapshots_resumes_and_loads() {
 /// by what and why — also a pause of a session with no agent running (after a daemon
 /// restart, before anything brought it back).
 #[tokio::test]
-async fn r34_a_pause_answers_with_its_snapshot_and_status_says_why() {
+async fn a_pause_answers_with_its_snapshot_and_status_says_why() {
     let mut daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("why")).await;
@@ -152,7 +152,7 @@ async fn r34_a_pause_answers_with_its_snapshot_and_status_says_why() {
 /// file — is reported by the resume (what changed since the pause's snapshot, and not
 /// what was already uncommitted then) and told to the agent with the next prompt.
 #[tokio::test]
-async fn r34_work_done_in_the_workspace_while_paused_is_reported_on_resume() {
+async fn work_done_in_the_workspace_while_paused_is_reported_on_resume() {
     use tether_tests::git;
     let inject = "id = \"inject\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{home}/.mock-agent\"]\nprotocol = \"acp\"\n[session]\nnative_resume = false\nhistory_injection = true\n";
     let daemon = Daemon::start_with_profiles(&[], &[("inject.toml", inject)]).await;
@@ -278,7 +278,7 @@ async fn a_natively_resumed_agent_is_told_what_changed_in_its_workspace() {
 /// The agent's context passing 10 points below the handoff threshold (85 % by default) is
 /// said once, before the pause at the threshold; a report below the mark arms it again.
 #[tokio::test]
-async fn r34_a_context_warning_comes_before_the_handoff_threshold() {
+async fn a_context_warning_comes_before_the_handoff_threshold() {
     use protocol::api::EventKind;
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
@@ -307,7 +307,7 @@ async fn r34_a_context_warning_comes_before_the_handoff_threshold() {
 /// `pause` and `resume` without a session take the one whose workspace is the current
 /// directory, and refuse — listing them — when several are there, or say none is.
 #[tokio::test]
-async fn r34_the_cli_finds_the_session_of_the_current_directory() {
+async fn the_cli_finds_the_session_of_the_current_directory() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let here = daemon.workspace("here");
@@ -341,7 +341,7 @@ async fn r34_the_cli_finds_the_session_of_the_current_directory() {
 /// A snapshot says what became of each error — worked around, deferred by a pause, fixed
 /// later — and what the newest test run was; a handoff's context says so too.
 #[tokio::test]
-async fn r34_a_snapshot_says_what_became_of_errors_and_the_last_test_run() {
+async fn a_snapshot_says_what_became_of_errors_and_the_last_test_run() {
     use protocol::api::{ErrorResolution, Snapshot};
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;

@@ -69,7 +69,7 @@ async fn docker_session_streams_and_is_readopted_after_a_supervisor_kill() {
     let host = container.host_config.clone().unwrap();
     assert_eq!((host.init, host.privileged), (Some(true), Some(false)));
     assert_eq!(host.memory, Some(256 * 1024 * 1024));
-    // Issue 29, point 4: a fork bomb stops at the default pids limit.
+    // A fork bomb stops at the default pids limit.
     assert_eq!(host.pids_limit, Some(4096), "the default docker.pids_limit");
     let bindings = host.port_bindings.unwrap();
     let binding = bindings.values().flatten().flatten().next().unwrap();
@@ -240,7 +240,7 @@ async fn an_unreachable_engine_gives_runtime_unavailable_and_standalone_goes_on(
     drop(cleanup);
 }
 
-/// Issue 16: a worktree session in a container gets its worktree and the repository's git
+/// A worktree session in a container gets its worktree and the repository's git
 /// dir mounted at their own paths (the worktree's `.git` file points there), and what the
 /// agent writes lands in the worktree; `sessions.cleanup` then removes its container and
 /// its worktree along with its records.
@@ -288,7 +288,7 @@ async fn a_docker_worktree_session_mounts_the_git_dir_and_cleanup_removes_its_co
     drop(cleanup);
 }
 
-/// Issue 17 (part): a container carries its execution's generation, and recovery
+/// A container carries its execution's generation, and recovery
 /// re-adopts a running container only when its labels name the execution recorded for the
 /// session. Recorded as a later generation (as when the container is a leftover of an
 /// older execution), it is fenced instead of re-adopted, and the session resumes in a new
@@ -337,7 +337,7 @@ async fn a_container_of_a_stale_generation_is_not_readopted() {
     drop(cleanup);
 }
 
-/// Issue 17 (part), zero-config Docker: a daemon started with no flag and no variable
+/// Zero-config Docker: a daemon started with no flag and no variable
 /// naming a static agentctl finds the one the build script made (`scripts/build-static.sh`,
 /// run by the set-up) and runs a `--runtime docker` session.
 #[tokio::test]
@@ -356,7 +356,7 @@ async fn a_docker_session_needs_no_extra_flag() {
     drop(cleanup);
 }
 
-/// Issue 17 (part): an engine reached over TCP (`DOCKER_HOST=tcp://…`: the second engine
+/// An engine reached over TCP (`DOCKER_HOST=tcp://…`: the second engine
 /// `scripts/setup.sh` starts, with its own data root and bridge) runs sessions like the
 /// local one — a streamed turn, and re-adoption after a supervisor SIGKILL with every chunk
 /// once — and its containers are its own (none on the first engine).
@@ -413,7 +413,7 @@ async fn an_engine_reached_over_tcp_runs_and_readopts_sessions() {
     readopted_mid_turn(&mut daemon, api, &session).await;
 }
 
-/// Issue 30: a workflow's steps run where each says — one in a container (its profile's
+/// A workflow's steps run where each says — one in a container (its profile's
 /// runtime, named again with `runtime`), one as a local process — and the output crosses
 /// from one to the other; each step's session is stopped when it is done.
 #[tokio::test]

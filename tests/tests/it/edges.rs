@@ -1,4 +1,4 @@
-//! Regression tests for "Nothing lost, stuck or leaked at the edges" (issue 27): each
+//! Regression tests for "Nothing lost, stuck or leaked at the edges": each
 //! defect found from outside, driven with real processes (and named fault points where a
 //! timing window is narrow).
 
@@ -67,10 +67,10 @@ fn ended_as(event: &SessionEvent) -> Option<TurnState> {
     }
 }
 
-/// Defect 0 (b): agentctl is SIGKILLed early in a burst while the supervisor lives. What
+/// agentctl is SIGKILLed early in a burst while the supervisor lives. What
 /// it had spooled and not yet relayed is recorded and streamed, once each.
 #[tokio::test]
-async fn r27_a_sidecar_killed_mid_burst_leaves_nothing_of_its_spool_unrecorded() {
+async fn a_sidecar_killed_mid_burst_leaves_nothing_of_its_spool_unrecorded() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("burst")).await;
@@ -88,11 +88,11 @@ async fn r27_a_sidecar_killed_mid_burst_leaves_nothing_of_its_spool_unrecorded()
     assert!(reply.contains("you said: still there?"), "{}", &reply[..reply.len().min(3000)]);
 }
 
-/// Defect 0 (a): the supervisor and the session's agentctl are SIGKILLed together in a
+/// The supervisor and the session's agentctl are SIGKILLed together in a
 /// long turn. After a restart, the dead sidecar's spool is recorded: the history holds
 /// every chunk the spool held (more than the stream had relayed), each once.
 #[tokio::test]
-async fn r27_a_sidecar_dead_with_the_supervisor_has_its_spool_recorded_at_restart() {
+async fn a_sidecar_dead_with_the_supervisor_has_its_spool_recorded_at_restart() {
     let mut daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("both")).await;
@@ -118,9 +118,9 @@ async fn r27_a_sidecar_dead_with_the_supervisor_has_its_spool_recorded_at_restar
     assert!(api.ask(&session, "and now?").await.contains("you said: and now?"));
 }
 
-/// Defect 2: a stop in the middle of a streaming turn. Whatever the agent emitted until it
+/// A stop in the middle of a streaming turn. Whatever the agent emitted until it
 /// exited (agentctl spooled it, through the stop's grace period) is recorded and streamed.
-async fn a_stop_mid_turn_keeps_what_the_agent_emitted(stop_all: bool) {
+async fn stop_mid_turn_and_compare(stop_all: bool) {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("stop")).await;
@@ -146,13 +146,13 @@ async fn a_stop_mid_turn_keeps_what_the_agent_emitted(stop_all: bool) {
 }
 
 #[tokio::test]
-async fn r27_a_stop_mid_turn_keeps_what_the_agent_emitted() {
-    a_stop_mid_turn_keeps_what_the_agent_emitted(false).await;
+async fn a_stop_mid_turn_keeps_what_the_agent_emitted() {
+    stop_mid_turn_and_compare(false).await;
 }
 
 #[tokio::test]
-async fn r27_stop_all_mid_turn_keeps_what_the_agent_emitted() {
-    a_stop_mid_turn_keeps_what_the_agent_emitted(true).await;
+async fn stop_all_mid_turn_keeps_what_the_agent_emitted() {
+    stop_mid_turn_and_compare(true).await;
 }
 
 /// Creates a task (with a description of its own) and a mock session with `prompt`, on a
@@ -192,7 +192,7 @@ async fn first_turn_ends(api: &Api, session: &str) -> Vec<SessionEvent> {
     until(&mut events, turn_ended).await
 }
 
-/// Defect 1 (and 9): a create is answered, then the supervisor is SIGKILLed at `point`
+/// A create is answered, then the supervisor is SIGKILLed at `point`
 /// while the session starts. After the restart the prompt it was created with runs, once:
 /// by itself when the agent was re-attached, else at the next resume.
 async fn an_acknowledged_first_prompt_survives_a_kill_at(point: &str, readopted: bool) {
@@ -222,34 +222,34 @@ async fn an_acknowledged_first_prompt_survives_a_kill_at(point: &str, readopted:
 }
 
 #[tokio::test]
-async fn r27_a_first_prompt_survives_a_kill_right_after_the_create_is_stored() {
+async fn a_first_prompt_survives_a_kill_right_after_the_create_is_stored() {
     an_acknowledged_first_prompt_survives_a_kill_at("create.recorded", false).await;
 }
 
 #[tokio::test]
-async fn r27_a_first_prompt_survives_a_kill_as_the_launch_starts() {
+async fn a_first_prompt_survives_a_kill_as_the_launch_starts() {
     an_acknowledged_first_prompt_survives_a_kill_at("launch.started", false).await;
 }
 
 #[tokio::test]
-async fn r27_a_first_prompt_survives_a_kill_once_the_sidecar_runs() {
+async fn a_first_prompt_survives_a_kill_once_the_sidecar_runs() {
     an_acknowledged_first_prompt_survives_a_kill_at("launch.after_runtime", false).await;
 }
 
 #[tokio::test]
-async fn r27_a_first_prompt_survives_a_kill_once_the_agent_session_is_open() {
+async fn a_first_prompt_survives_a_kill_once_the_agent_session_is_open() {
     an_acknowledged_first_prompt_survives_a_kill_at("state.opened_published", true).await;
 }
 
 #[tokio::test]
-async fn r27_a_first_prompt_survives_a_kill_before_it_reached_the_agent() {
+async fn a_first_prompt_survives_a_kill_before_it_reached_the_agent() {
     an_acknowledged_first_prompt_survives_a_kill_at("prompt.recorded", true).await;
 }
 
-/// Defect 9: a create that fails after its row is written (the sessions dir cannot be
+/// A create that fails after its row is written (the sessions dir cannot be
 /// written) leaves no session behind, and the next create works once it can.
 #[tokio::test]
-async fn r27_a_create_that_cannot_write_its_files_leaves_no_session() {
+async fn a_create_that_cannot_write_its_files_leaves_no_session() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let sessions = daemon.home().join("tether/sessions");
@@ -276,7 +276,7 @@ fn running(pid: u32) -> bool {
     agentctl::process::is_alive(pid) && !agentctl::process::is_zombie(pid)
 }
 
-/// Defect 3: the supervisor is SIGKILLed right after a stop (or a delete, which stops
+/// The supervisor is SIGKILLed right after a stop (or a delete, which stops
 /// first) recorded the session's end, before its sidecar was retired. The restart kills
 /// the leaked sidecar (and its agent) whatever the session's state, and a delete works.
 async fn a_teardown_cut_by_a_kill_leaks_no_sidecar(delete: bool) {
@@ -312,19 +312,19 @@ async fn a_teardown_cut_by_a_kill_leaks_no_sidecar(delete: bool) {
 }
 
 #[tokio::test]
-async fn r27_a_stop_cut_by_a_kill_leaks_no_sidecar() {
+async fn a_stop_cut_by_a_kill_leaks_no_sidecar() {
     a_teardown_cut_by_a_kill_leaks_no_sidecar(false).await;
 }
 
 #[tokio::test]
-async fn r27_a_delete_cut_by_a_kill_leaks_no_sidecar() {
+async fn a_delete_cut_by_a_kill_leaks_no_sidecar() {
     a_teardown_cut_by_a_kill_leaks_no_sidecar(true).await;
 }
 
-/// Defect 3: a stop while the session is still starting, cut by a kill. Whatever of the
+/// A stop while the session is still starting, cut by a kill. Whatever of the
 /// launch had started is gone after the restart.
 #[tokio::test]
-async fn r27_a_stop_of_a_starting_session_cut_by_a_kill_leaks_no_sidecar() {
+async fn a_stop_of_a_starting_session_cut_by_a_kill_leaks_no_sidecar() {
     let mut daemon = Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "stop.recorded")]).await;
     let api = daemon.api().await;
     let task = ok("task.create", api.typed().task_create("starting".into(), None)).await;
@@ -338,10 +338,10 @@ async fn r27_a_stop_of_a_starting_session_cut_by_a_kill_leaks_no_sidecar() {
     assert!(daemon.sidecars(&session).is_empty(), "no sidecar outlives the stopped session");
 }
 
-/// Defect 3: SIGTERM right after a failed launch. The daemon finishes the teardown it has
+/// SIGTERM right after a failed launch. The daemon finishes the teardown it has
 /// in flight before it exits: no sidecar is left.
 #[tokio::test]
-async fn r27_a_sigterm_after_a_failed_launch_leaves_no_sidecar() {
+async fn a_sigterm_after_a_failed_launch_leaves_no_sidecar() {
     let flag = tempfile::NamedTempFile::new().unwrap();
     let profile = tether_tests::daemon::fail_while_profile("flaky", flag.path());
     let mut daemon = Daemon::start_with_profiles(&[], &[("flaky.toml", &profile)]).await;
@@ -356,11 +356,11 @@ async fn r27_a_sigterm_after_a_failed_launch_leaves_no_sidecar() {
     assert!(daemon.sidecars(&session).is_empty(), "the teardown in flight was finished");
 }
 
-/// Defect 4: a damaged line lands in a live sidecar's spool while the supervisor is down.
+/// A damaged line lands in a live sidecar's spool while the supervisor is down.
 /// The re-attach does not wedge: the line is skipped and said (its file and line), and the
 /// turn goes on to its end with everything else.
 #[tokio::test]
-async fn r27_a_damaged_spool_line_is_skipped_and_said_and_the_session_goes_on() {
+async fn a_damaged_spool_line_is_skipped_and_said_and_the_session_goes_on() {
     let mut daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("damaged")).await;
@@ -402,11 +402,11 @@ async fn r27_a_damaged_spool_line_is_skipped_and_said_and_the_session_goes_on() 
     assert!(api.ask(&session, "still there?").await.contains("you said: still there?"));
 }
 
-/// Defect 5: an agent that closes its stdout and stays alive can never end its turn. The
+/// An agent that closes its stdout and stays alive can never end its turn. The
 /// closed stdout is noticed: the turn fails saying so, the agent is stopped, and a resume
 /// goes on.
 #[tokio::test]
-async fn r27_an_agent_that_closes_its_stdout_ends_its_turn_with_that_reason() {
+async fn an_agent_that_closes_its_stdout_ends_its_turn_with_that_reason() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("closed")).await;
@@ -422,10 +422,10 @@ async fn r27_an_agent_that_closes_its_stdout_ends_its_turn_with_that_reason() {
     assert!(api.ask(&session, "again").await.contains("you said: again"));
 }
 
-/// Defect 5: a profile's optional turn timeout cancels a turn that runs too long (off by
+/// A profile's optional turn timeout cancels a turn that runs too long (off by
 /// default).
 #[tokio::test]
-async fn r27_a_profile_turn_timeout_cancels_a_turn_that_never_ends() {
+async fn a_profile_turn_timeout_cancels_a_turn_that_never_ends() {
     let profile = "id = \"patient\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n\n[process]\nturn_timeout_ms = 300\n";
     let daemon = Daemon::start_with_profiles(&[], &[("patient.toml", profile)]).await;
     let api = daemon.api().await;
@@ -440,11 +440,11 @@ async fn r27_a_profile_turn_timeout_cancels_a_turn_that_never_ends() {
     assert!(api.ask(&session, "quick one").await.contains("you said: quick one"));
 }
 
-/// Defect 8: a session FAILED because of its profile. A plain resume (with the stale
+/// A session FAILED because of its profile. A plain resume (with the stale
 /// snapshot) fails again saying how to adopt the fixed profile; a resume with
 /// refresh_profile is not refused (nothing runs) and goes on with the fixed profile.
 #[tokio::test]
-async fn r27_a_session_failed_by_its_profile_is_fixed_by_a_refreshed_resume() {
+async fn a_session_failed_by_its_profile_is_fixed_by_a_refreshed_resume() {
     let flag = tempfile::NamedTempFile::new().unwrap();
     let broken = tether_tests::daemon::fail_while_profile("fixable", flag.path());
     let mut daemon = Daemon::start_with_profiles(&[], &[("fixable.toml", &broken)]).await;
@@ -475,18 +475,18 @@ async fn r27_a_session_failed_by_its_profile_is_fixed_by_a_refreshed_resume() {
     assert!(api.status(&session).await.profile_drift.is_empty());
 }
 
-/// Defect 10: the agent numbers its permission requests from 0 again in every execution;
+/// The agent numbers its permission requests from 0 again in every execution;
 /// the session's ids never repeat, and an answer to a request of an earlier execution is
 /// refused instead of reaching the new one.
 #[tokio::test]
-async fn r27_permission_request_ids_never_repeat_within_a_session() {
+async fn permission_request_ids_never_repeat_within_a_session() {
     permission_ids_never_repeat(false).await;
 }
 
 /// The same when the agent was let go by stop-all (its sidecar retired, not lost): the
 /// question it left open is void, and answering it later is refused.
 #[tokio::test]
-async fn r27_a_question_left_open_by_stop_all_cannot_be_answered_later() {
+async fn a_question_left_open_by_stop_all_cannot_be_answered_later() {
     permission_ids_never_repeat(true).await;
 }
 
@@ -591,12 +591,12 @@ async fn flood_on_a_full_disk() -> Option<FloodOnFullDisk> {
     Some(FloodOnFullDisk { daemon, _tmpfs: tmpfs, api, session, events, filler })
 }
 
-/// Defect 6: the supervisor's own writes fail on a full disk (a small tmpfs home, a long
+/// The supervisor's own writes fail on a full disk (a small tmpfs home, a long
 /// turn). While it cannot record, the agent's output is held at agentctl; once space is
 /// freed the session recovers by itself, as agentctl's side does: the turn ends, the
 /// history holds every streamed chunk once, the error clears.
 #[tokio::test]
-async fn r27_a_full_disk_on_the_supervisors_side_recovers_once_space_is_freed() {
+async fn a_full_disk_on_the_supervisors_side_recovers_once_space_is_freed() {
     let Some(FloodOnFullDisk { daemon: _daemon, _tmpfs, api, session, mut events, filler }) =
         flood_on_a_full_disk().await
     else {
@@ -638,7 +638,7 @@ async fn await_log_where(
     .await
 }
 
-/// Issue 49, item 24: a full disk on the supervisor's side that did not recover once
+/// A full disk on the supervisor's side that did not recover once
 /// space was freed (`RUNNING` for minutes, the rest of the turn never came). One way there:
 /// the sidecar goes away while the supervisor cannot write, so the writes that end its turn
 /// and say why fail too. Once space is freed the session ends up where a loss leaves it —
@@ -681,11 +681,11 @@ async fn a_sidecar_lost_while_the_disk_is_full_ends_its_turn_once_space_is_freed
     assert!(api.ask(&session, "still there?").await.contains("you said: still there?"));
 }
 
-/// Defect 7: an agent that replays the conversation on `session/resume` (fast-agent sends
+/// An agent that replays the conversation on `session/resume` (fast-agent sends
 /// it as one agent message holding all of it). The replay restores the agent; it is not
 /// recorded or streamed again.
 #[tokio::test]
-async fn r27_a_replay_on_session_resume_is_not_recorded_again() {
+async fn a_replay_on_session_resume_is_not_recorded_again() {
     let profile = "id = \"replayer\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{home}/.mock-agent\", \"--no-load-session\", \"--resume-capability\", \"--replay-on-resume\"]\nprotocol = \"acp\"\n\n[session]\nagent_state_dirs = [\".mock-agent\"]\n";
     let daemon = Daemon::start_with_profiles(&[], &[("replayer.toml", profile)]).await;
     let api = daemon.api().await;
@@ -707,10 +707,10 @@ async fn r27_a_replay_on_session_resume_is_not_recorded_again() {
     assert_eq!(history.len(), before + 4, "two turns added, no replay: {history:?}");
 }
 
-/// Defect 11: the records agree with each other. An interrupted turn's stored error is its
+/// The records agree with each other. An interrupted turn's stored error is its
 /// event's; the timeline lists a turn's end before the state it led to.
 #[tokio::test]
-async fn r27_an_interrupted_turns_records_agree_and_the_timeline_is_in_order() {
+async fn an_interrupted_turns_records_agree_and_the_timeline_is_in_order() {
     let mut daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("records")).await;
@@ -747,9 +747,9 @@ async fn r27_an_interrupted_turns_records_agree_and_the_timeline_is_in_order() {
     assert_eq!(&stored.error, error, "the stored error is the event's");
 }
 
-/// Defect 11: a dead agent's error quotes its own stderr, not an earlier launch's.
+/// A dead agent's error quotes its own stderr, not an earlier launch's.
 #[tokio::test]
-async fn r27_a_dead_agents_error_does_not_quote_an_earlier_failure() {
+async fn a_dead_agents_error_does_not_quote_an_earlier_failure() {
     let flag = tempfile::NamedTempFile::new().unwrap();
     let profile = tether_tests::daemon::fail_while_profile("flaky", flag.path());
     let daemon = Daemon::start_with_profiles(&[], &[("flaky.toml", &profile)]).await;
@@ -799,11 +799,11 @@ async fn a_reply_cut_by_a_failed_turn_is_marked_cut_off_in_the_history() {
     assert_eq!(reply.content, whole, "{reply:?}");
 }
 
-/// Defect 11: a tool call reported as claude-agent-acp does (a placeholder title, then
+/// A tool call reported as claude-agent-acp does (a placeholder title, then
 /// updates with the real title, a diff and raw output) is recorded with what the updates
 /// said.
 #[tokio::test]
-async fn r27_a_tool_call_is_recorded_with_its_final_title_and_its_diff() {
+async fn a_tool_call_is_recorded_with_its_final_title_and_its_diff() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("tools")).await;
@@ -826,11 +826,11 @@ async fn r27_a_tool_call_is_recorded_with_its_final_title_and_its_diff() {
     assert!(result.content.contains("fn main() {}"), "{result:?}");
 }
 
-/// Defect 0 (c), in a container: the supervisor and the session's container are killed
+/// The supervisor and the session's container are killed
 /// together mid-turn. The container's spool (on the host, under the session's state dir)
 /// is recorded at restart: the history holds every chunk it held, once.
 #[tokio::test]
-async fn r27_a_container_dead_with_the_supervisor_has_its_spool_recorded_at_restart() {
+async fn a_container_dead_with_the_supervisor_has_its_spool_recorded_at_restart() {
     let Some((docker, mut daemon, cleanup)) = tether_tests::docker::setup().await else {
         return;
     };
@@ -856,11 +856,11 @@ async fn r27_a_container_dead_with_the_supervisor_has_its_spool_recorded_at_rest
     drop(cleanup);
 }
 
-/// Defect 6's flow control, with few large events: agentctl's backlog reaches its bound
+/// Flow control, with few large events: agentctl's backlog reaches its bound
 /// (64 MiB here) in fewer events than the supervisor's ack cadence. agentctl says so, the
 /// supervisor acknowledges what it holds, and the turn completes instead of waiting forever.
 #[tokio::test]
-async fn r27_a_backlog_at_its_bound_in_few_large_events_is_acknowledged() {
+async fn a_backlog_at_its_bound_in_few_large_events_is_acknowledged() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("blobs")).await;
@@ -927,7 +927,7 @@ async fn until_progressing(
 /// message, and the cut a kill mid-write leaves is made by hand where the last batch of
 /// several events begins.
 #[tokio::test]
-async fn r27_a_kill_mid_write_of_an_event_batch_loses_no_event() {
+async fn a_kill_mid_write_of_an_event_batch_loses_no_event() {
     let mut daemon =
         Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "history.mid_message@1500")]).await;
     let api = daemon.api().await;

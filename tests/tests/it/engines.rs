@@ -1,4 +1,4 @@
-//! Many Docker engines (issue 17): sessions placed across two real engines by label and by
+//! Many Docker engines: sessions placed across two real engines by label and by
 //! load, re-adopted on both after a supervisor SIGKILL, orphans removed from both at
 //! start, and an engine that goes away making only its own sessions
 //! `runtime_unavailable` until it is back, when they resume there.

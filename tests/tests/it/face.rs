@@ -16,7 +16,7 @@ fn tools(seen: &[String]) -> usize {
 }
 
 #[tokio::test]
-async fn r33_an_acp_client_runs_a_turn_with_a_permission_and_a_cancel_through_the_face() {
+async fn an_acp_client_runs_a_turn_with_a_permission_and_a_cancel_through_the_face() {
     let daemon = Daemon::start(&[]).await;
     let workspace = daemon.workspace("face");
     let mut client = SdkClient::face(&daemon.url, &["--agent", "mock"]);
@@ -85,7 +85,7 @@ async fn r33_an_acp_client_runs_a_turn_with_a_permission_and_a_cancel_through_th
 }
 
 #[tokio::test]
-async fn r33_a_daemon_killed_mid_turn_is_invisible_to_the_acp_client() {
+async fn a_daemon_killed_mid_turn_is_invisible_to_the_acp_client() {
     // A fixed port, so the restarted daemon is where the face left it.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let listen = format!("127.0.0.1:{port}");
@@ -118,7 +118,7 @@ async fn r33_a_daemon_killed_mid_turn_is_invisible_to_the_acp_client() {
 }
 
 #[tokio::test]
-async fn r33_a_new_client_lists_loads_and_continues_a_session_an_earlier_one_opened() {
+async fn a_new_client_lists_loads_and_continues_a_session_an_earlier_one_opened() {
     let daemon = Daemon::start(&[]).await;
     let workspace = daemon.workspace("face-load");
     let mut first = SdkClient::face(&daemon.url, &["--agent", "mock"]);
@@ -188,7 +188,7 @@ impl Drop for Started {
 }
 
 #[tokio::test]
-async fn r33_the_face_starts_a_daemon_when_none_runs_and_the_session_outlives_the_client() {
+async fn the_face_starts_a_daemon_when_none_runs_and_the_session_outlives_the_client() {
     let root = tempfile::tempdir().unwrap();
     let data = root.path().join("tether");
     std::fs::create_dir_all(&data).unwrap();
@@ -223,7 +223,7 @@ async fn r33_the_face_starts_a_daemon_when_none_runs_and_the_session_outlives_th
 }
 
 #[tokio::test]
-async fn r33_mcp_servers_that_are_not_acp_ones_are_refused_at_create() {
+async fn mcp_servers_that_are_not_acp_ones_are_refused_at_create() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let task = ok("task.create", api.typed().task_create("mcp".into(), None)).await.id;
@@ -264,7 +264,7 @@ fn python_acp() -> Option<std::path::PathBuf> {
 }
 
 #[tokio::test]
-async fn r33_the_python_sdk_client_runs_cancels_lists_and_loads_through_the_face() {
+async fn the_python_sdk_client_runs_cancels_lists_and_loads_through_the_face() {
     let Some(python) = python_acp() else { return };
     let daemon = Daemon::start(&[]).await;
     let workspace = daemon.workspace("python");
@@ -311,7 +311,7 @@ async fn r33_the_python_sdk_client_runs_cancels_lists_and_loads_through_the_face
 /// (ACP: a valid response with a cancellation marker); an id not in flight is ignored.
 /// Every line both ways is valid against the vendored ACP schema.
 #[tokio::test]
-async fn r33_cancel_request_of_a_prompt_cancels_its_turn() {
+async fn cancel_request_of_a_prompt_cancels_its_turn() {
     let daemon = Daemon::start(&[]).await;
     let mut face = RawFace::spawn(None, &daemon.url, &["--agent", "mock"]);
     face.initialize().await;
@@ -360,7 +360,7 @@ async fn r33_cancel_request_of_a_prompt_cancels_its_turn() {
 /// set through the face (the agent sees them), kept when a new client loads the session,
 /// and the agent cannot change any more. Every line is valid against the ACP schema.
 #[tokio::test]
-async fn r33_config_options_and_modes_through_the_face() {
+async fn config_options_and_modes_through_the_face() {
     let daemon = Daemon::start(&[]).await;
     let mut face = RawFace::spawn(None, &daemon.url, &[]);
     face.initialize().await;
@@ -453,7 +453,7 @@ async fn r33_config_options_and_modes_through_the_face() {
 /// An agent's elicitation reaches a client that takes them (its `initialize` said so) as
 /// `elicitation/create`, and the client's answer reaches the agent through the daemon.
 #[tokio::test]
-async fn r33_an_elicitation_goes_to_the_acp_client_and_its_answer_to_the_agent() {
+async fn an_elicitation_goes_to_the_acp_client_and_its_answer_to_the_agent() {
     let daemon = Daemon::start(&[]).await;
     let mut face = RawFace::spawn(None, &daemon.url, &["--agent", "mock"]);
     face.request(

@@ -1,4 +1,4 @@
-//! Regression tests for "Sessions you can trust" (issue 10): each verified defect, driven
+//! Regression tests for "Sessions you can trust": each verified defect, driven
 //! with real processes and, where timing would otherwise decide, a named fault point
 //! (`TETHER_FAULT`) that SIGKILLs the supervisor exactly there.
 
@@ -75,13 +75,13 @@ fn turn_state(event: &SessionEvent) -> Option<TurnState> {
 
 const WAITING: SessionState = SessionState::WaitingForInput;
 
-/// Issue 10, defects 0 and 1: an acknowledgement racing a SIGKILL. The turn holds several
+/// An acknowledgement racing a SIGKILL. The turn holds several
 /// messages (tool calls between them), so acknowledgements go out mid-turn; the supervisor
 /// dies right after agentctl confirmed the second one. The restarted supervisor must be
 /// accepted by agentctl, deliver every chunk once, record every chunk once in the history,
 /// and keep exactly one sidecar.
 #[tokio::test]
-async fn r10_a_kill_right_after_an_ack_loses_nothing_and_doubles_nothing() {
+async fn a_kill_right_after_an_ack_loses_nothing_and_doubles_nothing() {
     let mut daemon = Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "ack.sent@3")]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("a")).await;
@@ -102,11 +102,11 @@ async fn r10_a_kill_right_after_an_ack_loses_nothing_and_doubles_nothing() {
     assert!(api.ask(&session, "still there?").await.contains("remembered 2 earlier messages"));
 }
 
-/// Issue 10, defect 1, end to end: the supervisor is SIGKILLed in the middle of one long
+/// The supervisor is SIGKILLed in the middle of one long
 /// message, about a thousand chunks in; the history must hold the whole message. (Where the
 /// kill lands depends on timing; the fault-point test below pins it.)
 #[tokio::test]
-async fn r10_history_keeps_the_start_of_a_message_cut_by_a_kill() {
+async fn history_keeps_the_start_of_a_message_cut_by_a_kill() {
     let mut daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("h")).await;
@@ -129,7 +129,7 @@ async fn r10_history_keeps_the_start_of_a_message_cut_by_a_kill() {
 
 /// The same, killed by the fault point inside the message (deterministic position).
 #[tokio::test]
-async fn r10_a_kill_mid_message_at_the_fault_point_keeps_the_history_whole() {
+async fn a_kill_mid_message_at_the_fault_point_keeps_the_history_whole() {
     let mut daemon =
         Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "history.mid_message@1500")]).await;
     let api = daemon.api().await;
@@ -145,12 +145,12 @@ async fn r10_a_kill_mid_message_at_the_fault_point_keeps_the_history_whole() {
     assert_eq!(history[1].content, chunks(&seen).concat());
 }
 
-/// Issue 10, defect 2: two sidecars are SIGSTOPped across a supervisor restart. The API
+/// Two sidecars are SIGSTOPped across a supervisor restart. The API
 /// serves at once and says `reattaching`; the hung sidecars are fenced (killed) when the
 /// re-attach gives up; a resume then starts exactly one new sidecar per session, and
 /// `stop-all` leaves none.
 #[tokio::test]
-async fn r10_hung_sidecars_at_restart_are_fenced_never_doubled() {
+async fn hung_sidecars_at_restart_are_fenced_never_doubled() {
     let mut daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let one = api.ready_session("mock", &daemon.workspace("one")).await;
@@ -191,10 +191,10 @@ async fn r10_hung_sidecars_at_restart_are_fenced_never_doubled() {
     }
 }
 
-/// Issue 10, defect 2: a launch cut short after the runtime started agentctl (the
+/// A launch cut short after the runtime started agentctl (the
 /// supervisor dies before it connects) leaves no sidecar running after the restart.
 #[tokio::test]
-async fn r10_a_launch_cut_short_leaves_no_orphan_sidecar() {
+async fn a_launch_cut_short_leaves_no_orphan_sidecar() {
     let mut daemon =
         Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "launch.after_runtime")]).await;
     let api = daemon.api().await;
@@ -227,10 +227,10 @@ async fn r10_a_launch_cut_short_leaves_no_orphan_sidecar() {
     assert_eq!(sidecars(&daemon, session).len(), 1);
 }
 
-/// Issue 10, defect 3: with its sidecar stopped (SIGSTOP) mid-turn, the session still
+/// With its sidecar stopped (SIGSTOP) mid-turn, the session still
 /// answers status, cancel and stop at once; stop kills the stopped sidecar for certain.
 #[tokio::test]
-async fn r10_a_stalled_sidecar_does_not_freeze_the_session() {
+async fn a_stalled_sidecar_does_not_freeze_the_session() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("s")).await;
@@ -260,9 +260,9 @@ async fn r10_a_stalled_sidecar_does_not_freeze_the_session() {
     assert!(sidecars(&daemon, &session).is_empty());
 }
 
-/// Issue 10, defect 2: two concurrent `agent.start` calls to one agentctl start one agent.
+/// Two concurrent `agent.start` calls to one agentctl start one agent.
 #[tokio::test]
-async fn r10_concurrent_agent_starts_spawn_one_agent() {
+async fn concurrent_agent_starts_spawn_one_agent() {
     let sidecar = tether_tests::sidecar::Sidecar::launch(&[]).await;
     let (a, b) = (sidecar.client().await, sidecar.client().await);
     let start = protocol::control::StartAgent {
@@ -290,10 +290,10 @@ fn agentctl_parent(pid: u32) -> Option<u32> {
     stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Issue 10, defect 4: a stored row with an unknown runtime does not stop the daemon; the
+/// A stored row with an unknown runtime does not stop the daemon; the
 /// other sessions recover, and the bad one says why.
 #[tokio::test]
-async fn r10_one_bad_row_does_not_stop_recovery() {
+async fn one_bad_row_does_not_stop_recovery() {
     let mut daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let good = api.ready_session("mock", &daemon.workspace("good")).await;
@@ -324,10 +324,10 @@ async fn r10_one_bad_row_does_not_stop_recovery() {
     assert!(status.error.as_deref().is_some_and(|e| e.contains("kubernetes")), "{status:?}");
 }
 
-/// Issue 10, defect 4: an agent that died while the supervisor was down ends its turn and
+/// An agent that died while the supervisor was down ends its turn and
 /// its RUNNING state on the session's stream, so a frontend that only listens learns it.
 #[tokio::test]
-async fn r10_an_agent_lost_during_downtime_is_announced_on_the_stream() {
+async fn an_agent_lost_during_downtime_is_announced_on_the_stream() {
     let mut daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("d")).await;
@@ -353,11 +353,11 @@ async fn r10_an_agent_lost_during_downtime_is_announced_on_the_stream() {
     assert_eq!((status.state, status.needs_resume), (WAITING, true));
 }
 
-/// Issue 10, defects 4 and 5: while a session is starting, status does not ask for a
+/// While a session is starting, status does not ask for a
 /// resume; an agent that never answers `session/new` fails the launch after the profile's
 /// timeout with a clear error instead of staying `STARTING`.
 #[tokio::test]
-async fn r10_a_hung_session_new_times_out_and_starting_is_not_needs_resume() {
+async fn a_hung_session_new_times_out_and_starting_is_not_needs_resume() {
     let hang = "id = \"hang\"\ncommand = [\"mock-agent\", \"--hang-on\", \"session/new\"]\nprotocol = \"acp\"\n[process]\ninit_timeout_ms = 8000\n";
     let daemon = Daemon::start_with_profiles(&[], &[("hang.toml", hang)]).await;
     let api = daemon.api().await;
@@ -380,10 +380,10 @@ async fn r10_a_hung_session_new_times_out_and_starting_is_not_needs_resume() {
     assert!(sidecars(&daemon, &session).is_empty(), "the failed launch's sidecar is gone");
 }
 
-/// Issue 10, defect 5: a prompt over the agent's line limit is refused, not accepted and
+/// A prompt over the agent's line limit is refused, not accepted and
 /// lost.
 #[tokio::test]
-async fn r10_an_oversized_prompt_is_refused() {
+async fn an_oversized_prompt_is_refused() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("big")).await;
@@ -403,9 +403,9 @@ async fn r10_an_oversized_prompt_is_refused() {
     assert!(api.ask(&session, "small").await.contains("you said: small"));
 }
 
-/// Issue 10, defect 4: an agent crash mid-turn publishes its state change once.
+/// An agent crash mid-turn publishes its state change once.
 #[tokio::test]
-async fn r10_a_crash_mid_turn_publishes_one_state_change() {
+async fn a_crash_mid_turn_publishes_one_state_change() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("c")).await;
@@ -417,10 +417,10 @@ async fn r10_a_crash_mid_turn_publishes_one_state_change() {
     assert_eq!(seen.iter().filter(|e| is_state(e, WAITING)).count(), 1, "{seen:#?}");
 }
 
-/// Issue 10, defect 4: a permission answer cut off by a kill (accepted, not yet sent) is
+/// A permission answer cut off by a kill (accepted, not yet sent) is
 /// not lost: after the restart the request is still pending and can be answered.
 #[tokio::test]
-async fn r10_a_permission_answer_cut_off_by_a_kill_can_be_given_again() {
+async fn a_permission_answer_cut_off_by_a_kill_can_be_given_again() {
     let mut daemon =
         Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "permission.queued")]).await;
     let api = daemon.api().await;
@@ -450,10 +450,10 @@ async fn r10_a_permission_answer_cut_off_by_a_kill_can_be_given_again() {
     assert!(chunks(&seen).concat().contains("the tool ran"));
 }
 
-/// Issue 10, defect 6: updates that are news (available commands, a title) arriving during
+/// Updates that are news (available commands, a title) arriving during
 /// a `session/load` are forwarded, while the replayed conversation is not.
 #[tokio::test]
-async fn r10_updates_during_a_load_that_are_not_replay_are_forwarded() {
+async fn updates_during_a_load_that_are_not_replay_are_forwarded() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("l")).await;
@@ -508,12 +508,12 @@ impl Drop for Tmpfs {
     }
 }
 
-/// Issue 10, defect 5: the disk fills in the middle of a streamed turn. Intake stops with a
+/// The disk fills in the middle of a streamed turn. Intake stops with a
 /// clear error in status (nothing is dropped), cancel still answers, and once space is freed
 /// the turn ends, every chunk the subscriber saw is in the history exactly once, and the
 /// session goes on.
 #[tokio::test]
-async fn r10_a_full_disk_holds_the_output_and_loses_nothing() {
+async fn a_full_disk_holds_the_output_and_loses_nothing() {
     let (daemon, tmpfs) =
         Daemon::start_prepared(&[], &[], &[], |root| Tmpfs::mount(root, 48 * 1024 * 1024)).await;
     let Some(_tmpfs) = tmpfs else {
@@ -600,7 +600,7 @@ pub(crate) async fn await_log_again(daemon: &Daemon, needle: &str) -> String {
 /// (which finds the turn closed) never publishes them and the session reads `RUNNING`
 /// forever.
 #[tokio::test]
-async fn r10_a_kill_after_a_turn_is_recorded_keeps_its_events() {
+async fn a_kill_after_a_turn_is_recorded_keeps_its_events() {
     let mut daemon = Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "turn.recorded@2")]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("t")).await;
@@ -619,7 +619,7 @@ async fn r10_a_kill_after_a_turn_is_recorded_keeps_its_events() {
 /// will never come: once the replay has caught up, the turn fails, saying why, and the
 /// session takes prompts again.
 #[tokio::test]
-async fn r10_a_prompt_cut_off_before_delivery_fails_its_turn_instead_of_hanging() {
+async fn a_prompt_cut_off_before_delivery_fails_its_turn_instead_of_hanging() {
     let mut daemon = Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "prompt.recorded")]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("p")).await;
@@ -648,7 +648,7 @@ async fn r10_a_prompt_cut_off_before_delivery_fails_its_turn_instead_of_hanging(
 /// events from 1 again; after a supervisor restart, marks written for the old execution
 /// must not hide the new one's events from the history and the stream.
 #[tokio::test]
-async fn r10_marks_from_an_earlier_execution_hide_nothing_after_a_restart() {
+async fn marks_from_an_earlier_execution_hide_nothing_after_a_restart() {
     let mut daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("g")).await;
@@ -674,7 +674,7 @@ async fn r10_marks_from_an_earlier_execution_hide_nothing_after_a_restart() {
 /// Found in review: a session whose first launch was cut short before anything of it was
 /// recorded (no runtime record) must not read `STARTING` forever after a restart.
 #[tokio::test]
-async fn r10_a_session_cut_short_before_its_first_record_is_not_stuck_starting() {
+async fn a_session_cut_short_before_its_first_record_is_not_stuck_starting() {
     let mut daemon = Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", "launch.started")]).await;
     let api = daemon.api().await;
     let task = ok("task.create", api.typed().task_create("early".into(), None)).await;
@@ -702,7 +702,7 @@ async fn r10_a_session_cut_short_before_its_first_record_is_not_stuck_starting()
 /// replayed chunks under it were taken as already recorded: the history lost the start of
 /// the reply.
 #[tokio::test]
-async fn r10_an_old_executions_mark_is_never_written_for_a_new_one() {
+async fn an_old_executions_mark_is_never_written_for_a_new_one() {
     let mut daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("w")).await;
@@ -783,14 +783,14 @@ async fn a_kill_around_a_load_records_its_replay_nowhere(point: &str) {
 }
 
 #[tokio::test]
-async fn r10_a_kill_during_a_load_records_its_replay_nowhere() {
+async fn a_kill_during_a_load_records_its_replay_nowhere() {
     a_kill_around_a_load_records_its_replay_nowhere("load.sent").await;
 }
 
 /// Found by the fault matrix: a kill after a load's session was recorded as open but before
 /// the load's replay was acknowledged made the restarted supervisor record the replay.
 #[tokio::test]
-async fn r10_a_kill_right_after_a_load_records_its_replay_nowhere() {
+async fn a_kill_right_after_a_load_records_its_replay_nowhere() {
     a_kill_around_a_load_records_its_replay_nowhere("load.opened").await;
 }
 

@@ -1,4 +1,4 @@
-//! Issue 29: hardening, each point tried from outside — a weak token, a framed page,
+//! Hardening, each point tried from outside — a weak token, a framed page,
 //! secrets within an agent's reach, damaged files, odd request ids, escaped descendants.
 
 use std::time::Duration;
@@ -48,7 +48,7 @@ async fn serve_outcome(args: &[&str], env: &[(&str, &str)]) -> Option<(i32, Stri
 /// spaced tokens stop the start naming their source, and an empty offered token never
 /// matches.
 #[tokio::test]
-async fn r29_an_empty_or_weak_token_is_refused_at_start_naming_its_source() {
+async fn an_empty_or_weak_token_is_refused_at_start_naming_its_source() {
     let cases: [ServeCase; 4] = [
         (&["--auth-token", ""], &[], "the API token from --auth-token is empty"),
         (&[], &[("TETHER_AUTH_TOKEN", " ")], "the API token from TETHER_AUTH_TOKEN is empty"),
@@ -133,7 +133,7 @@ fn hex(text: &str) -> String {
 /// origin in a real browser, it does not load; opened directly, it works (the other UI
 /// tests drive it under the same policy).
 #[tokio::test]
-async fn r29_the_page_refuses_to_be_framed_by_another_origin() {
+async fn the_page_refuses_to_be_framed_by_another_origin() {
     let Some(browser) = browser::start("framed").await else { return };
     let daemon = Daemon::start(&[]).await;
     let page = daemon.url.replace("ws://", "http://") + "/";
@@ -185,7 +185,7 @@ async fn r29_the_page_refuses_to_be_framed_by_another_origin() {
 /// skipped and reported with its path and line (a log line, and a timeline row), and the
 /// rest — new turns too — reads as before.
 #[tokio::test]
-async fn r29_a_damaged_history_line_is_reported_with_path_and_line_and_the_rest_kept() {
+async fn a_damaged_history_line_is_reported_with_path_and_line_and_the_rest_kept() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("damaged")).await;
@@ -251,7 +251,7 @@ async fn refused_start(home: &std::path::Path) -> String {
 /// opened or written stops the start naming the file and the cause, and a storage failure
 /// while serving is its own kind, `storage`, naming the path.
 #[tokio::test]
-async fn r29_storage_failures_name_the_file_and_have_their_own_kind() {
+async fn storage_failures_name_the_file_and_have_their_own_kind() {
     // Not a database.
     let root = tempfile::tempdir().unwrap();
     let home = root.path().join("tether");
@@ -377,7 +377,7 @@ async fn refused_as_no_request(ws: &mut RawWs, message: &str) -> String {
 /// state was dropped unseen. Now both are answered `-32600` with `id: null`, and the
 /// notification changes nothing.
 #[tokio::test]
-async fn r29_odd_ids_and_notifications_are_answered_not_dropped() {
+async fn odd_ids_and_notifications_are_answered_not_dropped() {
     let daemon = Daemon::start(&[]).await;
     let host = daemon.url.trim_start_matches("ws://").trim_end_matches('/').to_owned();
     let mut ws = RawWs::connect(&host).await;
@@ -446,7 +446,7 @@ async fn a_null_id_runs_nothing_and_a_negative_one_is_refused_saying_why() {
 /// `task.delete` removes a task and every session of it, and is refused, changing nothing,
 /// while one of them is live.
 #[tokio::test]
-async fn r29_a_task_is_deleted_with_its_sessions_but_not_while_one_is_live() {
+async fn a_task_is_deleted_with_its_sessions_but_not_while_one_is_live() {
     use tether_tests::daemon::{Create, ok};
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
@@ -495,7 +495,7 @@ async fn r29_a_task_is_deleted_with_its_sessions_but_not_while_one_is_live() {
 /// the daemon's data is. Now such a workspace is refused, and the variable stays with the
 /// daemon.
 #[tokio::test]
-async fn r29_an_agent_is_never_pointed_into_the_daemons_data_nor_told_where_it_is() {
+async fn an_agent_is_never_pointed_into_the_daemons_data_nor_told_where_it_is() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let data = daemon.root.path().join("tether");
@@ -526,7 +526,7 @@ async fn r29_an_agent_is_never_pointed_into_the_daemons_data_nor_told_where_it_i
 /// exited 6 "refused", which its help documents as a wrong token. Now a full daemon's HTTP
 /// 429 is "too many connections", exit 7, and the limit is `serve --max-connections`.
 #[tokio::test]
-async fn r29_a_full_daemon_is_reported_as_too_many_connections_not_a_wrong_token() {
+async fn a_full_daemon_is_reported_as_too_many_connections_not_a_wrong_token() {
     let daemon = Daemon::start(&["--max-connections", "3"]).await;
     let host = daemon.url.trim_start_matches("ws://").trim_end_matches('/').to_owned();
     let mut held = Vec::new();
@@ -546,7 +546,7 @@ async fn r29_a_full_daemon_is_reported_as_too_many_connections_not_a_wrong_token
 /// A profile names the files its agent keeps per ACP session (`session.state_files`), and
 /// deleting the session removes them on this host.
 #[tokio::test]
-async fn r29_deleting_a_session_removes_the_state_files_its_agent_kept() {
+async fn deleting_a_session_removes_the_state_files_its_agent_kept() {
     use tether_tests::daemon::ok;
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
@@ -593,7 +593,7 @@ fn lost_notice(events: &[protocol::api::SessionEvent]) -> Option<(u64, String)> 
 /// seq is delivered in its place as a notice that it is unreadable (so a client following
 /// the gap rule moves past them).
 #[tokio::test]
-async fn r29_event_seqs_never_go_backwards_when_the_log_is_cut_while_down() {
+async fn event_seqs_never_go_backwards_when_the_log_is_cut_while_down() {
     let mut daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("seqs")).await;
@@ -747,7 +747,7 @@ sys.stdin.read()
 /// (its CLI and page): other users together get at most `--max-connections` less that
 /// headroom.
 #[tokio::test]
-async fn r29_one_peer_cannot_take_every_connection_and_the_owner_keeps_headroom() {
+async fn one_peer_cannot_take_every_connection_and_the_owner_keeps_headroom() {
     let daemon =
         Daemon::start(&["--max-connections", "12", "--max-connections-per-peer", "4"]).await;
     let host = daemon.url.trim_start_matches("ws://").trim_end_matches('/').to_owned();
@@ -784,7 +784,7 @@ fn proc_mentions(pid: u32, file: &str, secret: &str) -> bool {
 /// (same pid) with the token on an inherited pipe, and a sidecar reads its token from its
 /// stdin.
 #[tokio::test]
-async fn r29_no_secret_is_left_in_a_process_environment_or_argv() {
+async fn no_secret_is_left_in_a_process_environment_or_argv() {
     use tether_tests::daemon::Api;
     let token = "scrubbed-token-0123456789";
     let flag = ["--auth-token", token];
@@ -830,7 +830,7 @@ fn uid_and_groups(pid: u32) -> (u32, Vec<u32>) {
 /// root, starts them with that uid, gid and groups), sharing the workspace through group
 /// permissions: the agent works, and where it looks for secrets it finds none.
 #[tokio::test]
-async fn r29_a_profile_runs_its_agent_as_another_user_who_finds_no_secrets() {
+async fn a_profile_runs_its_agent_as_another_user_who_finds_no_secrets() {
     use std::os::unix::fs::{PermissionsExt, chown};
     const NOBODY: u32 = 65534;
     let profile = "id = \"isolated\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{home}/.agent-nobody\"]\nprotocol = \"acp\"\n[process]\nuser = \"nobody\"\n";
@@ -924,7 +924,7 @@ async fn agents_run_as_another_user_only_behind_an_api_token() {
 /// it — the image's non-root `USER`, else the owner of the workspace (what the agent writes
 /// keeps that owner) — giving it the state directories mounted for it.
 #[tokio::test]
-async fn r29_a_containers_agent_runs_as_the_workspaces_owner_not_root() {
+async fn a_containers_agent_runs_as_the_workspaces_owner_not_root() {
     use std::os::unix::fs::{MetadataExt, chown};
     let Some((docker, daemon, _cleanup)) = tether_tests::docker::setup().await else { return };
     let api = daemon.api().await;
@@ -969,7 +969,7 @@ fn gone(pid: u32) -> bool {
 /// now runs in a cgroup of its own, killed whole when the session is fenced, stopped or
 /// deleted.
 #[tokio::test]
-async fn r29_an_escaped_grandchild_is_killed_with_its_session() {
+async fn an_escaped_grandchild_is_killed_with_its_session() {
     use tether_tests::daemon::ok;
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
@@ -1018,7 +1018,7 @@ fn socket_inodes(pid: u32) -> Vec<String> {
 /// local process could dial (and, with a token read elsewhere, drive). It now listens on a
 /// Unix socket in its 0700 state dir: no TCP port, and another user cannot even connect.
 #[tokio::test]
-async fn r29_a_local_sidecar_listens_on_a_private_unix_socket_not_a_tcp_port() {
+async fn a_local_sidecar_listens_on_a_private_unix_socket_not_a_tcp_port() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("socket")).await;

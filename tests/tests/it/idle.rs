@@ -1,4 +1,4 @@
-//! Issue 32, idle eviction: a session whose agent sat idle for its `idle_timeout_secs` is
+//! A session whose agent sat idle for its `idle_timeout_secs` is
 //! parked — agent and sidecar stopped, `PAUSED` by `idle`, a snapshot — and the next prompt
 //! brings it back by the resume ladder, the agent remembering; never during a turn or while
 //! a question waits; a kill while parking or waking loses nothing and leaks nothing.

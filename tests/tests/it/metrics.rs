@@ -1,4 +1,4 @@
-//! Issue 15, metrics: `GET /metrics` on the API's address, in OpenMetrics text, under the
+//! Metrics: `GET /metrics` on the API's address, in OpenMetrics text, under the
 //! API's access rules; a scripted workload moves each counter by what it did.
 
 use std::collections::HashMap;

@@ -315,7 +315,7 @@ async fn stop_escalates_for_agents_that_ignore_eof_and_sigterm() {
     assert!(deaf.stderr_text().contains("ignoring SIGTERM"), "{}", deaf.stderr_text());
 }
 
-/// For workflow tests (issue 30): `/say` makes the reply exactly a chosen text (a step's
+/// For workflow tests: `/say` makes the reply exactly a chosen text (a step's
 /// output), and `--turn-log` counts the prompts the agent answered from its own side.
 #[tokio::test]
 async fn say_chooses_the_reply_and_the_turn_log_counts_prompts() {

@@ -1,4 +1,4 @@
-//! Issue 14, pause: `task.session.pause` takes effect at the next turn boundary (a running
+//! Pause: `task.session.pause` takes effect at the next turn boundary (a running
 //! turn ends first, or is cancelled after `force_after_ms`), then the agent and its sidecar
 //! stop and the session is `PAUSED` — across daemon restarts — until it is resumed.
 

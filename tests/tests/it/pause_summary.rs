@@ -1,4 +1,4 @@
-//! Issue 34: the summary turn at a pause (`[session] summarize_on_pause`): the agent is
+//! The summary turn at a pause (`[session] summarize_on_pause`): the agent is
 //! asked once more for its decisions, open problems and next steps as JSON; a valid answer
 //! is stored in the pause's snapshot and carried into the next injected resume, a malformed
 //! one is refused without losing the pause, and a supervisor killed around the summary turn
@@ -74,7 +74,7 @@ fn started(events: &[SessionEvent]) -> Option<(String, String)> {
 /// A valid answer is stored whole and primes the next injected resume; a malformed one is
 /// refused, saying why, and the session pauses all the same.
 #[tokio::test]
-async fn r34_a_summary_turn_is_validated_stored_and_carried_and_a_malformed_one_refused() {
+async fn a_summary_turn_is_validated_stored_and_carried_and_a_malformed_one_refused() {
     let daemon = Daemon::start_with_profiles(&[], &[("summarize.toml", SUMMARIZE)]).await;
     let api = daemon.api().await;
     let session = api.ready_session("summarize", &daemon.workspace("summary")).await;
@@ -137,7 +137,7 @@ async fn r34_a_summary_turn_is_validated_stored_and_carried_and_a_malformed_one_
 /// An agent that does not answer within the pause's wait: its summary turn is cancelled
 /// and the session pauses without a summary (not a forced pause: no work was cut).
 #[tokio::test]
-async fn r34_a_summary_turn_that_takes_too_long_is_cut_and_the_session_pauses() {
+async fn a_summary_turn_that_takes_too_long_is_cut_and_the_session_pauses() {
     let daemon = Daemon::start_with_profiles(&[], &[("summarize.toml", SUMMARIZE)]).await;
     let api = daemon.api().await;
     let session = api.ready_session("summarize", &daemon.workspace("slow")).await;
@@ -155,7 +155,7 @@ async fn r34_a_summary_turn_that_takes_too_long_is_cut_and_the_session_pauses() 
 /// The supervisor SIGKILLed while the summary turn runs: after the restart the turn's
 /// answer (spooled by agentctl) is read, stored, and the session pauses.
 #[tokio::test]
-async fn r34_a_kill_during_the_summary_turn_leaves_the_session_paused() {
+async fn a_kill_during_the_summary_turn_leaves_the_session_paused() {
     let mut daemon = Daemon::start_with_profiles(&[], &[("summarize.toml", SUMMARIZE)]).await;
     let api = daemon.api().await;
     let session = api.ready_session("summarize", &daemon.workspace("kill")).await;
@@ -190,7 +190,7 @@ async fn r34_a_kill_during_the_summary_turn_leaves_the_session_paused() {
 /// The supervisor killed right after it recorded asking for the summary and before the
 /// prompt left: after the restart the session pauses, saying the summary was not given.
 #[tokio::test]
-async fn r34_a_kill_before_the_summary_prompt_left_still_pauses() {
+async fn a_kill_before_the_summary_prompt_left_still_pauses() {
     let env = [("TETHER_FAULT", "pause.summary_asked")];
     let mut daemon = Daemon::start_with_env(&[], &[("summarize.toml", SUMMARIZE)], &env).await;
     let api = daemon.api().await;
@@ -216,7 +216,7 @@ async fn r34_a_kill_before_the_summary_prompt_left_still_pauses() {
 /// A context handoff asks for the summary too: the fresh agent session's context carries
 /// the agent's plan and its summary beside the turns.
 #[tokio::test]
-async fn r34_a_handoff_carries_the_plan_and_the_summary() {
+async fn a_handoff_carries_the_plan_and_the_summary() {
     let daemon = Daemon::start_with_profiles(&[], &[("summarize.toml", SUMMARIZE)]).await;
     let api = daemon.api().await;
     let session = api.ready_session("summarize", &daemon.workspace("handoff")).await;
@@ -252,7 +252,7 @@ async fn r34_a_handoff_carries_the_plan_and_the_summary() {
 
 /// A pause while a budget is used up does not spend a summary turn; the snapshot says so.
 #[tokio::test]
-async fn r34_no_summary_turn_over_a_budget() {
+async fn no_summary_turn_over_a_budget() {
     let daemon = Daemon::start_with_profiles(&[], &[("summarize.toml", SUMMARIZE)]).await;
     let api = daemon.api().await;
     let session = api.ready_session("summarize", &daemon.workspace("budget")).await;
@@ -278,7 +278,7 @@ async fn r34_no_summary_turn_over_a_budget() {
 /// A session whose agent never had a turn has nothing to summarise: its pause asks for
 /// nothing and is immediate; a person's prompt is marked as theirs.
 #[tokio::test]
-async fn r34_a_session_that_never_worked_is_not_asked_for_a_summary() {
+async fn a_session_that_never_worked_is_not_asked_for_a_summary() {
     let daemon = Daemon::start_with_profiles(&[], &[("summarize.toml", SUMMARIZE)]).await;
     let api = daemon.api().await;
     let session = api.ready_session("summarize", &daemon.workspace("idle")).await;
@@ -300,7 +300,7 @@ async fn r34_a_session_that_never_worked_is_not_asked_for_a_summary() {
 
 /// A budget's own pause (a turn spent past it) asks for no summary either.
 #[tokio::test]
-async fn r34_a_budgets_pause_asks_for_no_summary() {
+async fn a_budgets_pause_asks_for_no_summary() {
     let daemon = Daemon::start_with_profiles(&[], &[("summarize.toml", SUMMARIZE)]).await;
     let api = daemon.api().await;
     let session = api.ready_session("summarize", &daemon.workspace("budget-pause")).await;
@@ -319,7 +319,7 @@ async fn r34_a_budgets_pause_asks_for_no_summary() {
 /// The CLI's `pause` says the agent is asked for its summary, waits for the pause, and
 /// prints what the agent summarised.
 #[tokio::test]
-async fn r34_the_cli_pause_waits_for_the_summary_and_prints_it() {
+async fn the_cli_pause_waits_for_the_summary_and_prints_it() {
     let daemon = Daemon::start_with_profiles(&[], &[("summarize.toml", SUMMARIZE)]).await;
     let api = daemon.api().await;
     let session = api.ready_session("summarize", &daemon.workspace("cli")).await;

@@ -1,4 +1,4 @@
-//! Issue 32, warm starts: a profile's `[pool] warm = N` keeps N agents started and past
+//! A profile's `[pool] warm = N` keeps N agents started and past
 //! `initialize`; a create (and a resume) takes one and only opens its ACP session, in its
 //! own workspace; the pool refills, drains on a profile change and at shutdown, and a kill
 //! with a full pool leaks nothing (the next start removes what was left, then refills).

@@ -1,4 +1,4 @@
-//! Issue 11: real agents, installed from npm by `scripts/setup.sh` into `.tools/npm`,
+//! Real agents, installed from npm by `scripts/setup.sh` into `.tools/npm`,
 //! driven through the supervisor's API against the scripted model server on 127.0.0.1 —
 //! full turns offline, and the check that a native resume really restored the context:
 //! the model's next request carries the earlier conversation.
@@ -110,7 +110,7 @@ async fn claude_daemon_with(
 /// A full turn of claude-agent-acp against the scripted model: the model's text streams
 /// back as the reply, and the model saw the prompt.
 #[tokio::test]
-async fn r11_claude_completes_a_turn_against_the_scripted_model() {
+async fn claude_completes_a_turn_against_the_scripted_model() {
     let server = ModelServer::start().await;
     let Some(daemon) = claude_daemon(&server, None).await else { return };
     let api = daemon.api().await;
@@ -126,7 +126,7 @@ async fn r11_claude_completes_a_turn_against_the_scripted_model() {
 /// Kill the agent, resume: claude-agent-acp restores through `session/resume`, and the
 /// model's next request contains the earlier conversation — the context really is back.
 #[tokio::test]
-async fn r11_claude_resumes_natively_with_its_context() {
+async fn claude_resumes_natively_with_its_context() {
     let server = ModelServer::start().await;
     let Some(daemon) = claude_daemon(&server, None).await else { return };
     let api = daemon.api().await;
@@ -170,10 +170,10 @@ async fn resume_restores(
     );
 }
 
-/// Issue 32: claude-agent-acp parked for being idle is woken by the next prompt through
+/// Claude-agent-acp parked for being idle is woken by the next prompt through
 /// its native restore, and the model's next request carries the exchange before the park.
 #[tokio::test]
-async fn r32_claude_parked_when_idle_wakes_with_its_context() {
+async fn claude_parked_when_idle_wakes_with_its_context() {
     let server = ModelServer::start().await;
     let Some(daemon) = claude_daemon_with(&server, None, "idle_timeout_secs = 3").await else {
         return;
@@ -214,7 +214,7 @@ async fn session_agent(api: &Api, session: &str) -> String {
 /// `task.session.permission.respond`, and the file the model wrote is in the workspace.
 /// Everything Tether sent the agent validates against the ACP schema.
 #[tokio::test]
-async fn r11_claude_asks_permission_and_its_write_lands() {
+async fn claude_asks_permission_and_its_write_lands() {
     let server = ModelServer::start().await;
     let transcript = tempfile::tempdir().unwrap();
     let lines = transcript.path().join("claude");
@@ -254,7 +254,7 @@ async fn r11_claude_asks_permission_and_its_write_lands() {
     let seen = until(&mut events, turn_ended).await;
     assert_eq!(stop_reason(seen.last().unwrap()), Some("end_turn"), "{:?}", seen.last());
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "written by the scripted model\n");
-    // Issue 27, defect 11: the write's result is recorded with what claude's updates said
+    // The write's result is recorded with what claude's updates said
     // of it (not its first placeholder title, not `tool`), and with what it wrote.
     let history = api.history(&session).await;
     let result = history
@@ -272,7 +272,7 @@ async fn r11_claude_asks_permission_and_its_write_lands() {
 /// A cancel while the model has not answered ends the turn as cancelled, and the session
 /// takes the next prompt.
 #[tokio::test]
-async fn r11_claude_cancels_mid_turn() {
+async fn claude_cancels_mid_turn() {
     let server = ModelServer::start().await;
     let Some(daemon) = claude_daemon(&server, None).await else { return };
     let api = daemon.api().await;
@@ -303,7 +303,7 @@ async fn cancel_mid_turn(api: &Api, session: &str, server: &ModelServer) {
 /// The same restore across a supervisor restart: the supervisor is SIGKILLed, the agent
 /// dies while it is down, and the resumed agent still has the conversation.
 #[tokio::test]
-async fn r11_claude_resumes_with_its_context_after_a_supervisor_restart() {
+async fn claude_resumes_with_its_context_after_a_supervisor_restart() {
     let server = ModelServer::start().await;
     let Some(mut daemon) = claude_daemon(&server, None).await else { return };
     let api = daemon.api().await;
@@ -338,7 +338,7 @@ async fn opencode_daemon(server: &ModelServer) -> Option<(Daemon, PathBuf)> {
 /// opencode: a full turn against the scripted model, then kill → resume → the model's
 /// next request carries the earlier conversation.
 #[tokio::test]
-async fn r11_opencode_completes_a_turn_and_resumes_with_its_context() {
+async fn opencode_completes_a_turn_and_resumes_with_its_context() {
     let server = ModelServer::start().await;
     let Some((daemon, workspace)) = opencode_daemon(&server).await else { return };
     let api = daemon.api().await;
@@ -348,7 +348,7 @@ async fn r11_opencode_completes_a_turn_and_resumes_with_its_context() {
 
 /// opencode answers a cancelled prompt with `end_turn`; Tether records what the user did.
 #[tokio::test]
-async fn r11_opencode_cancel_is_recorded_cancelled() {
+async fn opencode_cancel_is_recorded_cancelled() {
     let server = ModelServer::start().await;
     let Some((daemon, workspace)) = opencode_daemon(&server).await else { return };
     let api = daemon.api().await;
@@ -356,11 +356,11 @@ async fn r11_opencode_cancel_is_recorded_cancelled() {
     cancel_mid_turn(&api, &session, &server).await;
 }
 
-/// Defect 1 for real: codex-acp 2.6.0 refuses `session/new` with `-32000` until
+/// Codex-acp 2.6.0 refuses `session/new` with `-32000` until
 /// `authenticate`; the built-in profile's choice (`api-key`, with OPENAI_API_KEY set)
 /// gets the session open, and without a key the agent is unavailable, saying why.
 #[tokio::test]
-async fn r11_codex_authenticates_with_an_api_key_and_says_when_it_has_none() {
+async fn codex_authenticates_with_an_api_key_and_says_when_it_has_none() {
     let Some(bin) = installed("codex-acp") else { return };
     let command = agent_command(&bin, &[], None);
     let keyed = codex_profile(&command, "env = { OPENAI_API_KEY = \"sk-test\" }");
@@ -399,7 +399,7 @@ async fn codex_daemon(server: &ModelServer, transcript: &Path) -> Option<Daemon>
 /// native restore (it advertises `session/resume`), and the model's next request carries
 /// the earlier exchange.
 #[tokio::test]
-async fn r11_codex_turns_cancels_and_resumes_with_its_context() {
+async fn codex_turns_cancels_and_resumes_with_its_context() {
     let server = ModelServer::start().await;
     let transcript = tempfile::tempdir().unwrap();
     let lines = transcript.path().join("codex");
@@ -456,7 +456,7 @@ fn age_gemini_sessions(daemon: &Daemon) {
 /// `loadSession`), the model's next request carries the earlier exchange, and its replay
 /// (which trails the load's answer) is not recorded again.
 #[tokio::test]
-async fn r11_gemini_turns_cancels_and_resumes_with_its_context() {
+async fn gemini_turns_cancels_and_resumes_with_its_context() {
     let server = ModelServer::start().await;
     let transcript = tempfile::tempdir().unwrap();
     let lines = transcript.path().join("gemini");
@@ -524,13 +524,13 @@ async fn gemini_creates_a_new_file_after_the_cli_allows_it_once() {
     ok("task.session.stop", api.typed().session_stop(session.clone())).await;
 }
 
-/// Defects 1 and 3 for gemini: with only GEMINI_API_KEY (no Google login, no gateway),
+/// And 3 for gemini: with only GEMINI_API_KEY (no Google login, no gateway),
 /// its `session/load` answers `-32000` until ACP `authenticate`; the built-in profile's
 /// `gemini-api-key` choice is sent and the load retried. A session that never had a turn
 /// has nothing saved, so gemini then fails the load ("No previous sessions found") — which
 /// falls back to a fresh session with a notice, never FAILED. (No model is asked.)
 #[tokio::test]
-async fn r11_gemini_authenticates_before_a_load_and_a_failed_load_falls_back() {
+async fn gemini_authenticates_before_a_load_and_a_failed_load_falls_back() {
     let Some(daemon) = gemini_daemon(None, None).await else { return };
     let api = daemon.api().await;
     let session = api.ready_session("gemini-here", &daemon.workspace("ga")).await;
@@ -555,11 +555,11 @@ async fn r11_gemini_authenticates_before_a_load_and_a_failed_load_falls_back() {
     );
 }
 
-/// Issue 33: claude-agent-acp's model is a config option (`category: model`); chosen
+/// Claude-agent-acp's model is a config option (`category: model`); chosen
 /// through Tether it is what the model server is asked for, also after the agent
 /// restarted (a pause and a resume).
 #[tokio::test]
-async fn r33_claude_model_chosen_through_tether_reaches_the_model_server_and_survives_a_resume() {
+async fn claude_model_chosen_through_tether_reaches_the_model_server_and_survives_a_resume() {
     let server = ModelServer::start().await;
     let Some(daemon) = claude_daemon(&server, None).await else { return };
     let api = daemon.api().await;
@@ -589,14 +589,14 @@ async fn cancel_then_load(
     check_what_we_sent(lines, &methods);
 }
 
-/// Issue 33, part 3: Qwen Code (the built-in profile, installed here) against the scripted
+/// Qwen Code (the built-in profile, installed here) against the scripted
 /// model as an OpenAI-compatible endpoint: a streamed turn, cancel while the model holds
 /// the request (it answers with an error, recorded as the cancel it is), then kill → a
 /// native restore, and the model's next request carries the earlier exchange. It
 /// advertises `session/resume` but answers it "Method not found": the built-in profile
 /// loads instead, and a profile without that pin gets there too, with a notice.
 #[tokio::test]
-async fn r33_qwen_turns_cancels_and_resumes_with_its_context() {
+async fn qwen_turns_cancels_and_resumes_with_its_context() {
     let server = ModelServer::start().await;
     let transcript = tempfile::tempdir().unwrap();
     let lines = transcript.path().join("qwen");
@@ -626,12 +626,12 @@ async fn r33_qwen_turns_cancels_and_resumes_with_its_context() {
     ok("task.session.stop", api.typed().session_stop(other)).await;
 }
 
-/// Issue 33, part 3: GitHub Copilot CLI (the built-in profile, installed here) with its own
+/// GitHub Copilot CLI (the built-in profile, installed here) with its own
 /// model provider pointed at the scripted model (no GitHub login): a streamed turn, cancel
 /// while the model holds the request, then kill → `session/load` (it advertises it), and
 /// the model's next request carries the earlier exchange.
 #[tokio::test]
-async fn r33_copilot_turns_cancels_and_resumes_with_its_context() {
+async fn copilot_turns_cancels_and_resumes_with_its_context() {
     let server = ModelServer::start().await;
     let transcript = tempfile::tempdir().unwrap();
     let lines = transcript.path().join("copilot");
@@ -646,11 +646,11 @@ async fn r33_copilot_turns_cancels_and_resumes_with_its_context() {
     cancel_then_load(&daemon, &api, &session, &server, &lines).await;
 }
 
-/// Issue 33, part 3: Auggie (installed here) starts and answers `initialize`, but offers no
+/// Auggie (installed here) starts and answers `initialize`, but offers no
 /// way to log in over ACP and needs Augment's service: without a login the session fails
 /// saying to log in with its own CLI — not to add an `[[auth]]` method, which cannot help.
 #[tokio::test]
-async fn r33_auggie_without_a_login_says_to_log_in_with_its_own_cli() {
+async fn auggie_without_a_login_says_to_log_in_with_its_own_cli() {
     let Some(profile) = tether_tests::real_agents::auggie_profile() else { return };
     let daemon = Daemon::start_with_profiles(&[], &[("auggie.toml", &profile)]).await;
     let api = daemon.api().await;

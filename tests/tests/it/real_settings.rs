@@ -1,4 +1,4 @@
-//! Issue 33: an agent's own settings chosen through Tether, checked where the choice shows —
+//! An agent's own settings chosen through Tether, checked where the choice shows —
 //! the model the scripted model server is asked for — for the real agents that offer their
 //! model as an ACP config option (claude's is in `real_agents`).
 
@@ -52,7 +52,7 @@ pub(crate) async fn choose_model(
 /// opencode offers its model (`provider/model`) as a config option: the one chosen through
 /// Tether is the one the model server is asked for, also after the agent came back.
 #[tokio::test]
-async fn r33_opencode_model_chosen_through_tether_reaches_the_model_server() {
+async fn opencode_model_chosen_through_tether_reaches_the_model_server() {
     let server = ModelServer::start().await;
     let Some(profile) = tether_tests::real_agents::opencode_profile() else { return };
     let daemon = Daemon::start_with_profiles(&[], &[("opencode.toml", &profile)]).await;
@@ -72,7 +72,7 @@ async fn r33_opencode_model_chosen_through_tether_reaches_the_model_server() {
 /// a mode): the model chosen through Tether is the one the Responses API is asked for, also
 /// after the agent came back; a mode chosen through Tether is the agent's current mode.
 #[tokio::test]
-async fn r33_codex_model_and_mode_chosen_through_tether_reach_the_agent() {
+async fn codex_model_and_mode_chosen_through_tether_reach_the_agent() {
     let server = ModelServer::start().await;
     let Some(profile) = tether_tests::real_agents::codex_scripted_profile(&server.url, None) else {
         return;

@@ -70,7 +70,7 @@ async fn native_resume_through_load_resume_and_resume_command() {
     let profiles = [
         (
             "resumable.toml",
-            // Nothing said about resume: the agent's advertisement decides (issue 11).
+            // Nothing said about resume: the agent's advertisement decides.
             profile("resumable", ", \"--resume-capability\"", ""),
         ),
         (
@@ -108,11 +108,11 @@ async fn native_resume_through_load_resume_and_resume_command() {
     }
 }
 
-/// Issue 11, defect 4: the ladder follows what the agent advertises at `initialize`; the
+/// The ladder follows what the agent advertises at `initialize`; the
 /// profile's fields only override it. Each case: (profile, mock flags, session fields,
 /// outcome, whether the fallback notice is expected).
 #[tokio::test]
-async fn r11_the_resume_ladder_follows_what_the_agent_advertises() {
+async fn the_resume_ladder_follows_what_the_agent_advertises() {
     let cases = [
         // Advertises nothing: no restore is tried, the history is injected, no complaint.
         ("silent", ", \"--no-load-session\"", "", INJECTION, false),
@@ -162,7 +162,7 @@ async fn r11_the_resume_ladder_follows_what_the_agent_advertises() {
 /// not awaited). Those updates are the old conversation, not new output: nothing of them
 /// is recorded or published again, and the next turn is recorded once.
 #[tokio::test]
-async fn r11_a_replay_that_trails_the_load_answer_is_not_recorded_again() {
+async fn a_replay_that_trails_the_load_answer_is_not_recorded_again() {
     let late = profile("late", ", \"--late-replay\"", "");
     let daemon = Daemon::start_with_profiles(&[], &[("late.toml", &late)]).await;
     let api = daemon.api().await;
@@ -218,7 +218,7 @@ async fn a_replay_that_trails_the_next_prompt_is_not_recorded_again() {
 /// after the load's answer, while the trailing replay is still on its way. Only what the
 /// agent sends after the prompt reached agentctl is the new turn's.
 #[tokio::test]
-async fn r11_a_prompt_that_resumes_does_not_take_the_trailing_replay_as_its_reply() {
+async fn a_prompt_that_resumes_does_not_take_the_trailing_replay_as_its_reply() {
     let late = profile("late", ", \"--late-replay\"", "");
     let daemon = Daemon::start_with_profiles(&[], &[("late.toml", &late)]).await;
     let api = daemon.api().await;
@@ -290,10 +290,10 @@ async fn a_rejected_token_falls_back_to_a_fresh_session_with_a_notice() {
     a_refused_restore_falls_back("--reject-load", "rejected").await;
 }
 
-/// Issue 12: `supervisor resume` prints the notice of a rejected token, with the progress
+/// `supervisor resume` prints the notice of a rejected token, with the progress
 /// and the outcome.
 #[tokio::test]
-async fn r12_the_cli_prints_a_rejected_tokens_notice_and_the_outcome() {
+async fn the_cli_prints_a_rejected_tokens_notice_and_the_outcome() {
     let reject = profile("reject", ", \"--reject-load\"", "native_resume = true");
     let daemon = Daemon::start_with_profiles(&[], &[("reject.toml", &reject)]).await;
     let api = daemon.api().await;
@@ -311,10 +311,10 @@ async fn r12_the_cli_prints_a_rejected_tokens_notice_and_the_outcome() {
     );
 }
 
-/// Issue 11, defect 3: a restore that fails (gemini answers `session/load` with a generic
+/// A restore that fails (gemini answers `session/load` with a generic
 /// `-32000`) is not the session's end: it falls back like a rejected token.
 #[tokio::test]
-async fn r11_a_failed_restore_falls_back_to_a_fresh_session_never_failed() {
+async fn a_failed_restore_falls_back_to_a_fresh_session_never_failed() {
     a_refused_restore_falls_back("--fail-load", "failed").await;
 }
 
@@ -322,7 +322,7 @@ async fn r11_a_failed_restore_falls_back_to_a_fresh_session_never_failed() {
 /// not really serve) is not the session's end either: after the handshake timeout the
 /// session falls back like a rejected token.
 #[tokio::test]
-async fn r11_a_restore_that_times_out_falls_back_too() {
+async fn a_restore_that_times_out_falls_back_too() {
     a_refused_restore_falls_back_with(
         "--hang-on\", \"session/load",
         "native_resume = true\n[process]\ninit_timeout_ms = 1000",

@@ -1,4 +1,4 @@
-//! Issue 16, retention: `sessions.cleanup` (CLI `sessions cleanup`) removes exactly the
+//! Retention: `sessions.cleanup` (CLI `sessions cleanup`) removes exactly the
 //! sessions its filters select — rows, history, event logs, spools, worktrees (containers:
 //! `docker_runtime.rs`) — never a live one and never uncommitted work without force; the
 //! daemon's config file carries an automatic policy, and a bad config file is refused with

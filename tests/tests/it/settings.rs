@@ -1,4 +1,4 @@
-//! Issue 33, part 2: an agent's settings (ACP session config options — its model — and
+//! An agent's settings (ACP session config options — its model — and
 //! modes) through the API. What is chosen survives a daemon kill and is set again when
 //! the agent comes back with its defaults (mock-agent, like most agents, does not keep
 //! them across a load); a choice the agent will not take again refuses prompts until it

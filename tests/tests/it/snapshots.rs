@@ -1,4 +1,4 @@
-//! Issue 14, snapshots, capacity handoff and the timeline: a snapshot per trigger (pause,
+//! Snapshots, capacity handoff and the timeline: a snapshot per trigger (pause,
 //! turn_complete, exhaustion, timeout, crash) with the workspace's git state, the turns,
 //! errors and usage; a session whose agent reports its context nearly full pauses and is
 //! handed over to a fresh agent session primed from its snapshot; the timeline lists what

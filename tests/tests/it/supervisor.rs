@@ -138,10 +138,10 @@ async fn cancel_ends_a_slow_turn_and_the_session_is_ready_again() {
     assert_eq!(stop_reason(seen.last().unwrap()), Some("end_turn"));
 }
 
-/// Issue 11, defect 6: an agent that answers a cancelled prompt with `end_turn` (opencode)
+/// An agent that answers a cancelled prompt with `end_turn` (opencode)
 /// still has its turn recorded as cancelled.
 #[tokio::test]
-async fn r11_a_cancelled_turn_answered_end_turn_is_recorded_cancelled() {
+async fn a_cancelled_turn_answered_end_turn_is_recorded_cancelled() {
     let profile = "id = \"opencode-like\"\ncommand = [\"mock-agent\", \"--cancel-as-end-turn\"]\nprotocol = \"acp\"\n";
     let daemon = Daemon::start_with_profiles(&[], &[("oc.toml", profile)]).await;
     let api = daemon.api().await;
@@ -298,7 +298,7 @@ async fn bad_requests_get_the_right_kind() {
             Some("limit"),
         ),
         ("no.such.method", json!({}), ErrorKind::NoSuchMethod, None),
-        // Issue 17: runtimes are an open set, checked against those the daemon has.
+        // Runtimes are an open set, checked against those the daemon has.
         (
             "task.session.create",
             json!({"task_id": unknown, "agent_profile_id": "mock", "workspace_path": "/usr", "runtime": "vm"}),
@@ -313,7 +313,7 @@ async fn bad_requests_get_the_right_kind() {
             Some("labels"),
         ),
     ];
-    // Issue 12, edge: every refused param is named in `data.field`.
+    // Every refused param is named in `data.field`.
     for (method, params, kind, field) in cases {
         let error = api.call_raw(method, params.clone()).await.unwrap_err();
         assert_eq!(
@@ -478,9 +478,9 @@ async fn an_agent_that_never_answers_initialize_fails_the_launch_with_its_stderr
     assert_eq!((failed.state, failed.is_resumable), (SessionState::Failed, true));
 }
 
-/// Issue 11, defect 6: `serve --help` prints the usage instead of failing.
+/// `serve --help` prints the usage instead of failing.
 #[tokio::test]
-async fn r11_serve_help_prints_the_usage() {
+async fn serve_help_prints_the_usage() {
     let output = tokio::process::Command::new(tether_tests::workspace_bin("supervisor"))
         .args(["serve", "--help"])
         .output()
@@ -494,7 +494,7 @@ async fn r11_serve_help_prints_the_usage() {
     );
 }
 
-/// Issue 11, defect 5: `agents` does not call an agent available when its credentials are
+/// `agents` does not call an agent available when its credentials are
 /// nowhere, and lists a user profile that does not load, with where and why.
 /// A profile whose agent runs in a container was judged against this host's PATH: its
 /// command lives in the image, so it is listed available (and a host profile missing its
@@ -516,7 +516,7 @@ async fn a_container_agents_command_is_not_looked_for_on_the_hosts_path() {
 }
 
 #[tokio::test]
-async fn r11_agents_lists_missing_credentials_and_invalid_profiles() {
+async fn agents_lists_missing_credentials_and_invalid_profiles() {
     let needs_key = "id = \"keyed\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n[credentials]\nenv = [\"TETHER_TEST_NO_SUCH_KEY\"]\nfiles = [\".tether-test-none/auth.json\"]\n";
     let broken = "id = \"broken\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n[session]\nnativ_resume = true\n";
     let daemon =
@@ -549,13 +549,13 @@ async fn r11_agents_lists_missing_credentials_and_invalid_profiles() {
     );
 }
 
-/// Issue 11, defect 4: claude-agent-acp run as root refuses its session unless
+/// Claude-agent-acp run as root refuses its session unless
 /// IS_SANDBOX=1 (the Claude CLI under it exits with code 1). A profile's `root_env` says
 /// so up front — the agent is unavailable, naming the variable — instead of a launch that
 /// fails obscurely; with the variable set it starts. (The mock stands in: run as root with
 /// `--require-env` it exits silently with code 1 unless the variable is set.)
 #[tokio::test]
-async fn r11_an_agent_that_needs_a_sandbox_as_root_says_so() {
+async fn an_agent_that_needs_a_sandbox_as_root_says_so() {
     let root = nix::unistd::geteuid().is_root();
     let flag = if root { ", \"--require-env\", \"TETHER_TEST_SANDBOX=1\"" } else { "" };
     let profile = format!(
@@ -605,7 +605,7 @@ async fn r11_an_agent_that_needs_a_sandbox_as_root_says_so() {
     assert_eq!((status.state, status.is_resumable), (WAITING, true), "{status:?}");
 }
 
-/// Issue 12 (the edge, hardened): the daemon's token could only be given in argv, where
+/// The daemon's token could only be given in argv, where
 /// `ps` shows it. It now also comes from TETHER_AUTH_TOKEN or a file only its owner can
 /// read (a looser file is refused, saying so); either way it is out of the command line
 /// and still enforced.
@@ -669,7 +669,7 @@ async fn token_is_enforced_and_unseen(daemon: Daemon, token: &str) {
     assert!(out.contains("mock"), "{out}");
 }
 
-/// Issue 12 (the edge, hardened): `supervisor history S | head` panicked on the broken
+/// `supervisor history S | head` panicked on the broken
 /// pipe. A reader that goes away now ends the command quietly (SIGPIPE, as `cat` does).
 #[tokio::test]
 async fn a_client_command_piped_into_a_reader_that_quits_ends_quietly() {
@@ -746,7 +746,7 @@ fn open_files_under(pid: u32, dir: &std::path::Path) -> Vec<std::path::PathBuf> 
 }
 
 /// A live session costs the daemon its connection and its event log's active segment, no
-/// more: the history is appended through short-lived handles (issue 13: ≤ 2 descriptors a
+/// more: the history is appended through short-lived handles (≤ 2 descriptors a
 /// live session).
 #[tokio::test]
 async fn a_live_session_holds_only_its_event_log_open() {
@@ -784,7 +784,7 @@ async fn a_live_session_holds_only_its_event_log_open() {
     assert!(api.status(&session).await.is_agent_running);
 }
 
-/// Retention (issue 13): an event log keeps its newest bytes, drops whole old segments,
+/// Retention: an event log keeps its newest bytes, drops whole old segments,
 /// refuses a subscription from before what it keeps (saying from where to go on), keeps
 /// serving the rest — across a restart too — while the history keeps the conversation.
 #[tokio::test]
@@ -846,7 +846,7 @@ async fn a_sigterm_right_after_serving_is_a_clean_stop() {
     }
 }
 
-/// Issue 28 (one owner per transition): a session stopped while it has no actor — its agent
+/// A session stopped while it has no actor — its agent
 /// let go by stop-all, then the daemon restarted — says so on its stream like every other
 /// state change, so a follower learns it ended. (Before, only its row changed.)
 #[tokio::test]

@@ -1,5 +1,7 @@
 //! Tidy checks over the workspace's own sources: every Rust file opens with a `//!` line
-//! saying what it is for, and no test is ignored or marked should-panic.
+//! saying what it is for, no test is ignored or marked should-panic, tests are named by
+//! behaviour (not by the issue that asked for them), and the session actor's field count
+//! only goes down.
 
 use std::path::{Path, PathBuf};
 
@@ -55,6 +57,73 @@ fn no_ignored_or_should_panic_tests() {
     assert!(offenders.is_empty(), "assert Err/None explicitly instead: {offenders:#?}");
 }
 
+/// Whether `text` names an issue by its number (the word "issue" followed by a number) or
+/// a test after one ("r", the number, an underscore, a name).
+fn names_an_issue(text: &str) -> bool {
+    let words: Vec<&str> = text.split(|c: char| !c.is_alphanumeric() && c != '_').collect();
+    let numbered = |word: &str| !word.is_empty() && word.chars().all(|c| c.is_ascii_digit());
+    let after_issue = words.windows(2).any(|pair| {
+        (pair[0].eq_ignore_ascii_case("issue") || pair[0].eq_ignore_ascii_case("issues"))
+            && numbered(pair[1])
+    });
+    let prefixed = words.iter().any(|word| {
+        word.strip_prefix('r')
+            .and_then(|rest| rest.split_once('_'))
+            .is_some_and(|(number, name)| numbered(number) && !name.is_empty())
+    });
+    after_issue || prefixed
+}
+
+#[test]
+fn tests_and_comments_name_behaviour_not_issue_numbers() {
+    // (Spelled in parts: this file is checked too.)
+    assert!(names_an_issue(concat!("/// Iss", "ue 49, item 24: a full disk")));
+    assert!(names_an_issue(concat!("async fn r", "27_a_stop_mid_turn() {")));
+    assert!(!names_an_issue("an issue with 3 parts; r2d2 and var_1 are names; issue #x"));
+    let mut offenders = Vec::new();
+    for path in sources() {
+        let text = std::fs::read_to_string(&path).expect("a source file");
+        for (index, line) in text.lines().enumerate() {
+            if names_an_issue(line) {
+                offenders.push(format!("{}:{}: {line}", path.display(), index + 1));
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "say what it does, not which issue: {offenders:#?}");
+}
+
+/// The most fields `SessionActor` may have. A ratchet: lower it as state moves into the
+/// actor's components; it never goes up.
+const SESSION_ACTOR_FIELDS: usize = 46;
+
+#[test]
+fn the_session_actor_gains_no_fields() {
+    let path = workspace_root().join("supervisor/src/session/actor.rs");
+    let text = std::fs::read_to_string(&path).expect("the actor's source");
+    let body = text
+        .split_once("pub(super) struct SessionActor {")
+        .and_then(|(_, rest)| rest.split_once("\n}"))
+        .map(|(body, _)| body)
+        .expect("struct SessionActor in actor.rs");
+    let fields = body
+        .lines()
+        .map(str::trim_start)
+        .filter(|line| !line.starts_with("//") && !line.starts_with('#'))
+        .filter(|line| {
+            let line = line.strip_prefix("pub(super) ").unwrap_or(line);
+            line.split_once(':').is_some_and(|(name, _)| {
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+            })
+        })
+        .count();
+    assert!(fields > 10, "the count found too few fields ({fields}): the parse is wrong");
+    assert!(
+        fields <= SESSION_ACTOR_FIELDS,
+        "SessionActor has {fields} fields, more than {SESSION_ACTOR_FIELDS}: give the new state \
+         to the component that owns it"
+    );
+}
+
 /// Copies what `scripts/check-shape.sh` reads (manifests and Rust sources) into `to`.
 fn copy_shape(from: &Path, to: &Path) {
     for entry in std::fs::read_dir(from).expect("a directory") {
@@ -97,7 +166,7 @@ fn append(path: &Path, section: &str, line: &str) {
     std::fs::write(path, edited).unwrap();
 }
 
-/// Issue 12: CI's shape check passes on the tree as it is, and fails — naming the crate
+/// CI's shape check passes on the tree as it is, and fails — naming the crate
 /// and the dependency — when a crate depends on one above it or declares a dependency it
 /// does not use.
 #[test]

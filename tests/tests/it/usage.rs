@@ -1,4 +1,4 @@
-//! Issue 32, usage, budgets and re-sending: every turn's tokens (`PromptResponse.usage`)
+//! Usage, budgets and re-sending: every turn's tokens (`PromptResponse.usage`)
 //! and cost (`usage_update`, cumulative, taken apart per turn) are stored with the turn's
 //! end and summed per session, task and profile — the same after a restart; budgets warn
 //! at 80 % and pause at 100 % until raised; `max_turns` and `max_duration_secs` pause; an

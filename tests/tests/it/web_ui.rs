@@ -1,4 +1,4 @@
-//! Issue 15, the built-in web UI in a real browser (headless chromium through
+//! The built-in web UI in a real browser (headless chromium through
 //! chromedriver): the page creates a session and streams its reply, answers a permission
 //! request, keeps its transcript whole across a daemon restart, resumes a session whose
 //! agent was killed (showing "resuming…" and the outcome), shows errors with their reason,
@@ -72,7 +72,7 @@ async fn the_page_creates_a_session_and_streams_its_reply() {
     assert_eq!(history.len(), 2, "{history:?}");
 }
 
-/// Issue 16: the form makes a worktree session of a repository, and the session's header
+/// The form makes a worktree session of a repository, and the session's header
 /// names its branch.
 #[tokio::test]
 async fn the_page_creates_a_worktree_session_and_shows_its_branch() {
@@ -110,7 +110,7 @@ async fn the_page_creates_a_worktree_session_and_shows_its_branch() {
     assert!(sessions[0].workspace_path.contains("/worktrees/"), "{:?}", sessions[0]);
 }
 
-/// Issue 17: the form sends placement labels as typed; on a runtime that does not place
+/// The form sends placement labels as typed; on a runtime that does not place
 /// by labels the daemon refuses them, and the page shows why.
 #[tokio::test]
 async fn the_page_sends_placement_labels_and_shows_a_refusal() {
@@ -153,7 +153,7 @@ async fn a_permission_request_is_answered_with_allow() {
     browser.screenshot("allowed").await;
 }
 
-/// Issue 33: an agent's elicitation is a form in the page, built from its schema; what is
+/// An agent's elicitation is a form in the page, built from its schema; what is
 /// typed and ticked there is what the agent gets.
 #[tokio::test]
 async fn an_elicitation_is_a_form_the_page_fills_and_sends() {
@@ -178,7 +178,7 @@ async fn an_elicitation_is_a_form_the_page_fills_and_sends() {
     browser.screenshot("answered").await;
 }
 
-/// Issue 33: the agent's model and mode are choices under the session's head; a change
+/// The agent's model and mode are choices under the session's head; a change
 /// reaches the agent at once.
 #[tokio::test]
 async fn the_model_and_mode_are_chosen_in_the_page() {
@@ -313,7 +313,7 @@ async fn the_page_asks_for_the_token_and_keeps_it_for_the_tab() {
     assert_eq!(status, 401);
 }
 
-/// Issue 30: the workflow view — the steps in order with live state badges, an Approve
+/// The workflow view — the steps in order with live state badges, an Approve
 /// button on the step that waits for one, each step opening its session.
 #[tokio::test]
 async fn the_page_shows_a_workflow_live_approves_a_step_and_opens_its_sessions() {
@@ -354,7 +354,7 @@ prompt = "build {{steps.plan.output}}\n/say built it"
     browser.wait_text("#session-title", &plan).await;
 }
 
-/// Issue 30: a failed workflow shows why, and its Resume button goes on with it.
+/// A failed workflow shows why, and its Resume button goes on with it.
 #[tokio::test]
 async fn the_page_resumes_a_failed_workflow() {
     let Some(browser) = browser::start("workflow-resume").await else { return };
@@ -388,12 +388,12 @@ async fn the_page_resumes_a_failed_workflow() {
     browser.wait_text("#steps [data-step-row=triage]", "neither").await;
 }
 
-/// Issue 31, defect 1: switching away from a session and back while it streams dropped
+/// Switching away from a session and back while it streams dropped
 /// most of its transcript — the first subscription was never ended, its live events moved
 /// the page's last seq on, and the new subscription's replay was then thrown away as
 /// already shown.
 #[tokio::test]
-async fn r31_switching_away_from_a_streaming_session_and_back_keeps_its_whole_transcript() {
+async fn switching_away_from_a_streaming_session_and_back_keeps_its_whole_transcript() {
     let Some(browser) = browser::start("switch").await else { return };
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
@@ -438,11 +438,11 @@ async fn r31_switching_away_from_a_streaming_session_and_back_keeps_its_whole_tr
     assert_eq!(agent.matches("[300/300]").count(), 11, "every turn's last chunk, once");
 }
 
-/// Issue 31, defect 2: a permission request pending across a daemon restart was shown
+/// A permission request pending across a daemon restart was shown
 /// twice (the daemon asks it again after re-attaching), and the stale box kept live
 /// buttons forever.
 #[tokio::test]
-async fn r31_a_permission_pending_across_a_restart_is_shown_once() {
+async fn a_permission_pending_across_a_restart_is_shown_once() {
     let Some(browser) = browser::start("permission-restart").await else { return };
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let listen = format!("127.0.0.1:{port}");
@@ -479,10 +479,10 @@ async fn r31_a_permission_pending_across_a_restart_is_shown_once() {
     assert!(browser.texts(".permission button").await.is_empty(), "no live button is left");
 }
 
-/// Issue 31, defect 7: a wrong token looped on "reconnecting…" forever with no way to
+/// A wrong token looped on "reconnecting…" forever with no way to
 /// enter another, and the page's icon was answered 403 (an error on every load).
 #[tokio::test]
-async fn r31_a_wrong_token_is_asked_again_and_the_icon_is_served() {
+async fn a_wrong_token_is_asked_again_and_the_icon_is_served() {
     let Some(browser) = browser::start("wrong-token").await else { return };
     let token = "ui-s3cret-0123456789";
     let daemon = Daemon::start_with_env(&[], &[], &[("TETHER_AUTH_TOKEN", token)]).await;
@@ -511,10 +511,10 @@ async fn r31_a_wrong_token_is_asked_again_and_the_icon_is_served() {
     }
 }
 
-/// Issue 31, defect 6 (a): an error shown before a reconnect stayed after it, and
+/// An error shown before a reconnect stayed after it, and
 /// activity lines carried the page's time, not the event's.
 #[tokio::test]
-async fn r31_an_old_error_goes_after_a_reconnect_and_activity_has_the_events_time() {
+async fn an_old_error_goes_after_a_reconnect_and_activity_has_the_events_time() {
     let Some(browser) = browser::start("reconnect-error").await else { return };
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let listen = format!("127.0.0.1:{port}");
@@ -552,10 +552,10 @@ async fn r31_an_old_error_goes_after_a_reconnect_and_activity_has_the_events_tim
     assert_eq!(hidden, serde_json::json!(true), "the old error is gone");
 }
 
-/// Issue 31, defect 6 (b): after Stop on a FAILED session the badge still said FAILED
+/// After Stop on a FAILED session the badge still said FAILED
 /// (the daemon said COMPLETED), and back and forward did nothing.
 #[tokio::test]
-async fn r31_stop_on_a_failed_session_shows_completed_and_back_and_forward_move() {
+async fn stop_on_a_failed_session_shows_completed_and_back_and_forward_move() {
     let Some(browser) = browser::start("failed-stop").await else { return };
     let dir = tempfile::tempdir().unwrap();
     let blocker = dir.path().join("blocked");
@@ -588,11 +588,11 @@ async fn r31_stop_on_a_failed_session_shows_completed_and_back_and_forward_move(
     browser.wait_text("#session-title", &failed).await;
 }
 
-/// Issue 31, defect 3: opening a PAUSED or FAILED session relaunched its agent, and
+/// Opening a PAUSED or FAILED session relaunched its agent, and
 /// "Cancel turn" on a PAUSED session ended it for good without asking. Opening has no side
 /// effect now, and only the buttons the state allows are shown.
 #[tokio::test]
-async fn r31_opening_a_paused_session_leaves_it_paused_and_shows_only_what_it_allows() {
+async fn opening_a_paused_session_leaves_it_paused_and_shows_only_what_it_allows() {
     let Some(browser) = browser::start("paused").await else { return };
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
@@ -635,11 +635,11 @@ fn metric(text: &str, prefix: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Issue 31, defect 4 (and 6's list): each listed session held a subscription of its own
+/// Each listed session held a subscription of its own
 /// (1,024 a connection, so past that sessions could not be opened), and sessions created
 /// or deleted elsewhere did not show up or go. The list now follows one subscription.
 #[tokio::test]
-async fn r31_the_list_follows_every_session_through_one_subscription() {
+async fn the_list_follows_every_session_through_one_subscription() {
     let Some(browser) = browser::start("list").await else { return };
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
@@ -676,11 +676,11 @@ async fn r31_the_list_follows_every_session_through_one_subscription() {
     assert!(!listed.contains(&sessions[0][sessions[0].len() - 8..]), "{listed}");
 }
 
-/// Issue 31, defect 5 (a trimmed log): once a session's event log dropped its oldest
+/// Once a session's event log dropped its oldest
 /// events, the page (which replayed from the first) opened the session blank and showed
 /// not even new replies. It now starts where the log starts, says so, and follows on.
 #[tokio::test]
-async fn r31_a_session_whose_event_log_was_trimmed_opens_and_follows() {
+async fn a_session_whose_event_log_was_trimmed_opens_and_follows() {
     let Some(browser) = browser::start("trimmed").await else { return };
     let limits = ["--event-log-segment-bytes", "16384", "--event-log-retain-bytes", "65536"];
     let daemon = Daemon::start(&limits).await;
@@ -698,9 +698,9 @@ async fn r31_a_session_whose_event_log_was_trimmed_opens_and_follows() {
     browser.wait_text("#transcript .agent", "you said: a new reply").await;
 }
 
-/// Issue 31: Enter sends the prompt, Shift+Enter starts a new line.
+/// Enter sends the prompt, Shift+Enter starts a new line.
 #[tokio::test]
-async fn r31_enter_sends_and_shift_enter_starts_a_new_line() {
+async fn enter_sends_and_shift_enter_starts_a_new_line() {
     let Some(browser) = browser::start("enter").await else { return };
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;

@@ -1,4 +1,4 @@
-//! Issue 31, the page's capabilities in a real browser: an agent's Markdown, thoughts,
+//! The page's capabilities in a real browser: an agent's Markdown, thoughts,
 //! plan, usage, diffs, failed commands and every permission option rendered; the "needs
 //! you" signal; a list that searches, filters, sorts and pages 200 sessions; the pause
 //! dialog, the snapshot viewer and the graphical timeline; dark mode and a phone's width
@@ -60,7 +60,7 @@ const MARKDOWN_REPLY: &str = "# Release notes\\n\\nSome **bold** text and `code`
 /// The agent's reply as Markdown (a heading, a highlighted code block, a table, a link);
 /// its raw HTML and `javascript:` link never become markup.
 #[tokio::test]
-async fn r31_a_markdown_reply_renders_a_heading_and_a_code_block() {
+async fn a_markdown_reply_renders_a_heading_and_a_code_block() {
     let Some(browser) = browser::start("markdown").await else { return };
     let (_daemon, _session) = session_page(&browser, "m").await;
     prompt_in_page(&browser, &format!("/say {MARKDOWN_REPLY}")).await;
@@ -89,9 +89,9 @@ async fn r31_a_markdown_reply_renders_a_heading_and_a_code_block() {
 }
 
 /// The agent's thought folds; its plan shows each entry's status; its context use and
-/// cost show in the session's head, and the session's token and cost totals (issue 32).
+/// cost show in the session's head, and the session's token and cost totals.
 #[tokio::test]
-async fn r31_thoughts_fold_and_the_plan_and_usage_show() {
+async fn thoughts_fold_and_the_plan_and_usage_show() {
     let Some(browser) = browser::start("plan").await else { return };
     let (_daemon, _session) = session_page(&browser, "p").await;
     let prompt = "/think weighing the options\\nthen deciding\n/plan read the code; edit it; run the tests\n\
@@ -114,7 +114,7 @@ async fn r31_thoughts_fold_and_the_plan_and_usage_show() {
 /// An edit renders both sides of its diff with its location; a failed command its
 /// command line and output.
 #[tokio::test]
-async fn r31_a_diff_renders_both_sides_and_a_failed_command_its_output() {
+async fn a_diff_renders_both_sides_and_a_failed_command_its_output() {
     let Some(browser) = browser::start("diff").await else { return };
     let (_daemon, _session) = session_page(&browser, "d").await;
     let prompt = "/diff src/lib.rs fn a() {}\\nfn b() {}\\nfn keep() {} => fn a() {}\\nfn c() {}\\nfn keep() {}\n\
@@ -156,7 +156,7 @@ async fn r31_a_diff_renders_both_sides_and_a_failed_command_its_output() {
 /// another session is open; opened, it offers every option the agent gave, and answering
 /// clears the flag.
 #[tokio::test]
-async fn r31_a_waiting_permission_flags_the_list_and_title_and_offers_every_option() {
+async fn a_waiting_permission_flags_the_list_and_title_and_offers_every_option() {
     let Some(browser) = browser::start("needs-you").await else { return };
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
@@ -203,7 +203,7 @@ async fn r31_a_waiting_permission_flags_the_list_and_title_and_offers_every_opti
 /// A turn that ends in another session while one is open is news: that session is
 /// flagged until it is opened, and the flag goes when the session ends.
 #[tokio::test]
-async fn r31_a_turn_that_ends_unseen_flags_its_session_until_opened() {
+async fn a_turn_that_ends_unseen_flags_its_session_until_opened() {
     let Some(browser) = browser::start("unseen").await else { return };
     let (daemon, _open) = session_page(&browser, "open").await;
     let api = daemon.api().await;
@@ -226,11 +226,11 @@ async fn r31_a_turn_that_ends_unseen_flags_its_session_until_opened() {
 /// The list of 200 sessions: 50 shown newest first, more on request, search narrows it to
 /// the matching ones, filters by agent and state; rows open from the keyboard.
 #[tokio::test]
-async fn r31_search_filters_200_sessions() {
-    Box::pin(search_filters_200_sessions()).await;
+async fn search_filters_200_sessions() {
+    Box::pin(search_filters_200_sessions_steps()).await;
 }
 
-async fn search_filters_200_sessions() {
+async fn search_filters_200_sessions_steps() {
     let Some(browser) = browser::start("search").await else { return };
     let profile = "id = \"broken\"\ncommand = [\"false\"]\nprotocol = \"acp\"\n";
     let daemon = Daemon::start_with_profiles(&[], &[("broken.toml", profile)]).await;
@@ -294,7 +294,7 @@ async fn the_list_of_200_filtered(browser: &Browser, made: &[String], tasks: &[S
 /// Pause asks for a reason, which the activity and the pause's snapshot then show; the
 /// timeline draws the turn and the pause.
 #[tokio::test]
-async fn r31_pause_asks_a_reason_and_the_snapshot_and_timeline_show_it() {
+async fn pause_asks_a_reason_and_the_snapshot_and_timeline_show_it() {
     let Some(browser) = browser::start("pause-dialog").await else { return };
     let (_daemon, _session) = session_page(&browser, "pd").await;
     prompt_in_page(&browser, "/say all done").await;
@@ -321,10 +321,10 @@ async fn r31_pause_asks_a_reason_and_the_snapshot_and_timeline_show_it() {
     browser.screenshot("timeline").await;
 }
 
-/// Issue 34: a pause's snapshot shows the agent's plan, each step as done, in progress or
+/// A pause's snapshot shows the agent's plan, each step as done, in progress or
 /// next, the newest test run and what became of each error.
 #[tokio::test]
-async fn r34_the_snapshot_view_shows_the_agents_plan() {
+async fn the_snapshot_view_shows_the_agents_plan() {
     let Some(browser) = browser::start("snapshot-plan").await else { return };
     let (_daemon, _session) = session_page(&browser, "sp").await;
     prompt_in_page(&browser, "/plan read the code; change it; test it\n/exec cargo test").await;
@@ -361,11 +361,11 @@ async fn r34_the_snapshot_view_shows_the_agents_plan() {
         .await;
 }
 
-/// Issue 34: the timeline is a card per run of the agent — how it began, its turns as a
+/// The timeline is a card per run of the agent — how it began, its turns as a
 /// progress bar, a badge for what ended it (a pause's trigger) — and a pause's snapshot
 /// shows the summary the agent gave at the pause.
 #[tokio::test]
-async fn r34_runs_are_cards_with_trigger_badges_and_the_snapshot_shows_the_summary() {
+async fn runs_are_cards_with_trigger_badges_and_the_snapshot_shows_the_summary() {
     Box::pin(runs_as_cards()).await;
 }
 
@@ -443,10 +443,10 @@ async fn runs_shown_as_cards(browser: &Browser) {
     browser.screenshot("timeline-cards").await;
 }
 
-/// Issue 34: resuming in the page says what changed in the workspace while the session
+/// Resuming in the page says what changed in the workspace while the session
 /// was paused — someone's commit and edits — as the agent is told in its next prompt.
 #[tokio::test]
-async fn r34_resuming_in_the_page_shows_what_changed_while_paused() {
+async fn resuming_in_the_page_shows_what_changed_while_paused() {
     Box::pin(drift_in_page()).await;
 }
 
@@ -481,7 +481,7 @@ async fn drift_in_page() {
 /// phone's width, where nothing is wider than the screen; the screenshots are the ones in
 /// `docs/screenshots/`.
 #[tokio::test]
-async fn r31_the_session_view_in_light_and_dark_on_a_desktop_and_a_phone() {
+async fn the_session_view_in_light_and_dark_on_a_desktop_and_a_phone() {
     Box::pin(light_and_dark_desktop_and_phone()).await;
 }
 
@@ -519,11 +519,11 @@ async fn light_and_dark_desktop_and_phone() {
     }
 }
 
-/// Issue 31, defect 5: `task.session.event_window` reads a session's events a window at a
+/// `task.session.event_window` reads a session's events a window at a
 /// time from the end — the newest first, then back with `before_seq` to where the log
 /// starts — with its bounds checked.
 #[tokio::test]
-async fn r31_the_event_window_reads_back_from_the_newest() {
+async fn the_event_window_reads_back_from_the_newest() {
     let limits = ["--event-log-segment-bytes", "16384", "--event-log-retain-bytes", "65536"];
     let daemon = Daemon::start(&limits).await;
     let api = daemon.api().await;
@@ -576,7 +576,7 @@ async fn r31_the_event_window_reads_back_from_the_newest() {
 /// reads a file, asks to edit it — the page offers claude's own options and shows the
 /// edit's diff, both sides — and replies in Markdown, rendered.
 #[tokio::test]
-async fn r31_claude_s_edit_permission_diff_and_markdown_render_in_the_page() {
+async fn claude_s_edit_permission_diff_and_markdown_render_in_the_page() {
     Box::pin(claude_in_the_page()).await;
 }
 
@@ -626,7 +626,7 @@ async fn claude_in_the_page() {
 /// The transcript follows new output until the reader scrolls up; then it stays where
 /// they are and "new output ↓" takes them back to the end.
 #[tokio::test]
-async fn r31_auto_scroll_stops_when_the_reader_scrolls_up() {
+async fn auto_scroll_stops_when_the_reader_scrolls_up() {
     let Some(browser) = browser::start("scroll").await else { return };
     let (daemon, session) = session_page(&browser, "s").await;
     let at_end = "const b = document.querySelector('#transcript'); \
@@ -653,7 +653,7 @@ async fn r31_auto_scroll_stops_when_the_reader_scrolls_up() {
 /// Usage reported before the window the page opens at still shows: from the session's
 /// newest snapshot.
 #[tokio::test]
-async fn r31_usage_older_than_the_window_shows_from_the_snapshot() {
+async fn usage_older_than_the_window_shows_from_the_snapshot() {
     let Some(browser) = browser::start("usage").await else { return };
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
@@ -669,7 +669,7 @@ async fn r31_usage_older_than_the_window_shows_from_the_snapshot() {
 /// A window never holds an event at or after its `before_seq`, also where the log has a
 /// gap (a damaged line, skipped): reading back ends, each event once.
 #[tokio::test]
-async fn r31_an_event_window_stops_before_its_bound_across_a_gap() {
+async fn an_event_window_stops_before_its_bound_across_a_gap() {
     let mut daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("gap")).await;
@@ -730,11 +730,11 @@ async fn r31_an_event_window_stops_before_its_bound_across_a_gap() {
 /// is: the open question keeps its buttons, a finished tool stays finished, the turn's
 /// latest plan is its only one, usage stays the newest — and each event shows once.
 #[tokio::test]
-async fn r31_earlier_windows_leave_what_is_newer_alone() {
-    Box::pin(earlier_windows_leave_what_is_newer_alone()).await;
+async fn earlier_windows_leave_what_is_newer_alone() {
+    Box::pin(earlier_windows_leave_what_is_newer_alone_steps()).await;
 }
 
-async fn earlier_windows_leave_what_is_newer_alone() {
+async fn earlier_windows_leave_what_is_newer_alone_steps() {
     let Some(browser) = browser::start("windows").await else { return };
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
@@ -765,7 +765,7 @@ async fn earlier_windows_leave_what_is_newer_alone() {
 /// Opening a session twice at once (a double click, back and forth while it loads) shows
 /// its transcript once.
 #[tokio::test]
-async fn r31_opening_a_session_twice_at_once_shows_it_once() {
+async fn opening_a_session_twice_at_once_shows_it_once() {
     let Some(browser) = browser::start("twice").await else { return };
     let (daemon, session) = session_page(&browser, "twice").await;
     let api = daemon.api().await;
@@ -781,7 +781,7 @@ async fn r31_opening_a_session_twice_at_once_shows_it_once() {
 /// A turn of the open session that ends while the tab is hidden flags it; coming back to
 /// the tab clears it.
 #[tokio::test]
-async fn r31_a_turn_that_ends_in_a_hidden_tab_flags_the_open_session() {
+async fn a_turn_that_ends_in_a_hidden_tab_flags_the_open_session() {
     let Some(browser) = browser::start("hidden").await else { return };
     let (daemon, session) = session_page(&browser, "hidden").await;
     let hide = "Object.defineProperty(document, 'hidden', {value: true, configurable: true}); return true;";
@@ -798,7 +798,7 @@ async fn r31_a_turn_that_ends_in_a_hidden_tab_flags_the_open_session() {
 /// A question asked before the window the page opens at is still offered, live: the
 /// status lists the open questions.
 #[tokio::test]
-async fn r31_a_question_older_than_the_window_is_still_offered() {
+async fn a_question_older_than_the_window_is_still_offered() {
     let Some(browser) = browser::start("old-question").await else { return };
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;

@@ -1,4 +1,4 @@
-//! Durable workflows (issue 30) at their edges, end to end: an agent dying mid-step, an
+//! Durable workflows at their edges, end to end: an agent dying mid-step, an
 //! approval across a restart, a changed file at resume (and the sessions of the steps it
 //! drops), cancel, bad files, shared and per-step worktrees, the examples, usage, timeouts,
 //! launch retries and first prompts refused, and the workflow list followed live.

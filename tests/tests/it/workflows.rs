@@ -1,4 +1,4 @@
-//! Durable workflows (issue 30), end to end: real daemons, real mock agents, real SQLite.
+//! Durable workflows, end to end: real daemons, real mock agents, real SQLite.
 //!
 //! The kill matrix: for each pattern, the daemon is SIGKILLed at each named fault point
 //! (the step boundaries: planned, recorded, started, a turn's end, a decision written, a

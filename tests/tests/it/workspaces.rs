@@ -1,4 +1,4 @@
-//! Issue 16 (part), workspaces: a workspace directory is held by at most one live session
+//! A workspace directory is held by at most one live session
 //! unless the caller says `shared: true`; the second gets `conflict` naming the holder.
 
 use protocol::api::ApiClient;
@@ -402,11 +402,11 @@ async fn a_worktree_made_by_a_create_cut_short_is_removed_at_restart() {
     assert!(ok("list", api.typed().session_list(None, None, None)).await.is_empty());
 }
 
-/// Issue 29, point 12: an interrupted `delete_branch` left a `tether/*` branch behind for
+/// An interrupted `delete_branch` left a `tether/*` branch behind for
 /// good. The deletion is recorded before it begins, and the restarted daemon finishes it
 /// (by the recorded name only) before it serves.
 #[tokio::test]
-async fn r29_a_branch_deletion_cut_short_is_finished_at_restart() {
+async fn a_branch_deletion_cut_short_is_finished_at_restart() {
     let fault = [("TETHER_FAULT", "delete.worktree_removed")];
     let mut daemon = Daemon::start_with_env(&[], &[], &fault).await;
     let api = daemon.api().await;
@@ -428,7 +428,7 @@ async fn r29_a_branch_deletion_cut_short_is_finished_at_restart() {
     assert!(git(&repo, &["branch", "--list", "main"]).await.contains("main"), "ours only");
 }
 
-/// Issue 30 (found by two workflows on one repository): worktree sessions created at once
+/// Worktree sessions created at once
 /// on one repository all get their worktree — git's own `worktree add`s race on the
 /// repository's metadata, so Tether makes them one at a time per repository.
 #[tokio::test]

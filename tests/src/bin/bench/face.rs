@@ -1,4 +1,4 @@
-//! Issue 33's section, `face`: `supervisor acp` in front of `fast-agent`, driven by the
+//! The section `face`: `supervisor acp` in front of `fast-agent`, driven by the
 //! official SDK client (`sdk-baseline`), beside the same client driving `fast-agent`
 //! directly, alternating in one run: relay throughput and the latency of a paced stream's
 //! updates (p99); and a `session/load` through the face of a conversation of about 10,000

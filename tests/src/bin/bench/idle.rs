@@ -1,4 +1,4 @@
-//! Issue 32's sections:
+//! The idle, warm-start and usage sections:
 //! - `idle`: sessions per GB — 1,000 sessions of a mock-agent holding 100 MB, 20 active at a
 //!   time, parked after 1 s idle, beside the same sessions never parked (measured on 20 and
 //!   scaled to 1,000: a thousand 100 MB agents do not fit this machine); memory is the PSS

@@ -1,4 +1,4 @@
-//! The page section (issue 31): the web page opening a session of 220,000 events in a real
+//! The page section: the web page opening a session of 220,000 events in a real
 //! browser (headless chromium through chromedriver) — how long until its newest events are
 //! shown, the page's first paint, and the tab's JavaScript heap — beside reading the same
 //! events over the API from the start (what a page that replays everything must read

@@ -1,4 +1,4 @@
-//! The workflow section (issue 30): a step's checkpoint, a restart with a 100-step workflow
+//! The workflow section: a step's checkpoint, a restart with a 100-step workflow
 //! stored, and what a chain of steps costs over the same turns run by hand.
 
 use super::*;

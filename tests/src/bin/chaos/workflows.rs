@@ -1,4 +1,4 @@
-//! The workflow rounds (issue 30): a workflow — two steps at once, then one reading both —
+//! The workflow rounds: a workflow — two steps at once, then one reading both —
 //! started on a supervisor armed at a workflow fault point (a step boundary), killed
 //! there, restarted. After the restart the workflow completes within the settle bound
 //! (stuck otherwise); each step's prompt reached its agent exactly once, counted from the
