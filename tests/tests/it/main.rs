@@ -2,29 +2,29 @@
 //!
 //! One test binary for the workspace (fast to link); each module is one boundary.
 
-mod acp_today;
+mod access;
+mod acp_client;
 mod agentctl;
 mod auth;
 mod cli;
 mod conformance;
-mod continuity;
 mod damage;
 mod data_directory;
 mod docker;
 mod docker_runtime;
-mod edges;
 mod eliza;
 mod engines;
 mod face;
 mod faults;
-mod hardening;
 mod idle;
 mod metrics;
 mod mock_agent;
+mod nothing_lost;
 mod official_client;
 mod pause;
 mod pause_summary;
 mod permissions;
+mod plans;
 mod pool;
 mod progress;
 mod real_agents;

@@ -1,4 +1,4 @@
-//! Regression tests for "Nothing lost, stuck or leaked at the edges": each
+//! Nothing lost, stuck or leaked at the edges: each
 //! defect found from outside, driven with real processes (and named fault points where a
 //! timing window is narrow).
 
