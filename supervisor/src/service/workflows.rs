@@ -778,7 +778,7 @@ impl Supervisor {
                 }
             }
             Action::Continue { step_id, session_id, resend, patch } => {
-                if !patch.step_id.is_empty() {
+                if let Some(patch) = patch {
                     match self
                         .config
                         .store

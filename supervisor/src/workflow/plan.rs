@@ -83,7 +83,7 @@ pub enum Action {
     },
     /// Bring the step's session on: resume it (it sends its first prompt itself) or, when
     /// `resend` is given, send that prompt again (resuming first when needed). `patch`
-    /// (counting the resend or the failed launch) is written first.
+    /// (counting the resend or the failed launch), when there is one, is written first.
     Continue {
         /// The row.
         step_id: String,
@@ -92,7 +92,7 @@ pub enum Action {
         /// The prompt to send again.
         resend: Option<String>,
         /// Written before.
-        patch: StepPatch,
+        patch: Option<StepPatch>,
     },
     /// Cancel the running turn (a timeout).
     CancelTurn {
@@ -329,12 +329,12 @@ pub fn plan(input: &Input<'_>) -> Plan {
                     step_id: row.step_id.clone(),
                     session_id: session_id.clone(),
                     resend,
-                    patch: StepPatch {
+                    patch: Some(StepPatch {
                         step_id: row.step_id.clone(),
                         expect: Some(StepState::Running),
                         launch_failed: true,
                         ..StepPatch::default()
-                    },
+                    }),
                 };
                 plan.actions.push(bring_on(input, &row.step_id, action));
             }
@@ -348,7 +348,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
                     step_id: row.step_id.clone(),
                     session_id: session_id.clone(),
                     resend: None,
-                    patch: StepPatch::default(),
+                    patch: None,
                 };
                 plan.actions.push(bring_on(input, &row.step_id, action));
             }
@@ -394,12 +394,12 @@ pub fn plan(input: &Input<'_>) -> Plan {
                 step_id: row.step_id.clone(),
                 session_id: session_id.clone(),
                 resend: row.prompt.clone(),
-                patch: StepPatch {
+                patch: Some(StepPatch {
                     step_id: row.step_id.clone(),
                     expect: Some(StepState::Running),
                     resent: true,
                     ..StepPatch::default()
-                },
+                }),
             };
             plan.actions.push(bring_on(input, &row.step_id, action));
         }

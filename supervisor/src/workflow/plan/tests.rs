@@ -147,7 +147,9 @@ impl Sim {
                     }
                 }
                 Action::Continue { step_id, session_id, resend, patch } => {
-                    self.patch(patch);
+                    if let Some(patch) = patch {
+                        self.patch(patch);
+                    }
                     let facts = self.sessions.get_mut(session_id).unwrap();
                     facts.live = true;
                     facts.state = SessionState::Running;
@@ -174,9 +176,7 @@ impl Sim {
     }
 
     fn patch(&mut self, patch: &StepPatch) {
-        if patch.step_id.is_empty() {
-            return;
-        }
+        assert!(!patch.step_id.is_empty(), "a patch names its step: {patch:?}");
         if patch.remove {
             let row = self.row(&patch.step_id);
             assert_eq!(Some(row.state), patch.expect, "{}", patch.step_id);
