@@ -258,8 +258,9 @@ impl ResumeContext {
     }
 }
 
-/// Why intake stopped after a failed write, and when it is tried again.
-#[derive(Debug)]
+/// Why intake stopped after a failed write, when it is tried again, and what the try must
+/// write that no replay brings back.
+#[derive(Debug, Default)]
 pub(super) struct Stall {
     pub(super) reason: String,
     /// When the next try is due, and the delay after that one (none before the first is
@@ -267,6 +268,9 @@ pub(super) struct Stall {
     pub(super) retry: Option<(Instant, std::time::Duration)>,
     /// A state change the store did not take, written at the next try.
     pub(super) unwritten_state: Option<UnwrittenState>,
+    /// User messages (with their turn ids) whose history entry could not be written: no
+    /// agentctl replay brings them back, so the next try writes them first.
+    pub(super) unwritten_prompts: Vec<(String, String)>,
 }
 
 /// A session state the actor changed to and the store did not take (a full disk): the
@@ -419,9 +423,6 @@ pub(super) struct SessionActor {
     /// A durable write failed (a full disk): intake is stopped, nothing more is
     /// acknowledged, and the actor re-attaches to its own sidecar when its retry is due.
     pub(super) stall: Option<Stall>,
-    /// User messages (with their turn ids) whose history entry could not be written: no
-    /// agentctl replay brings them back, so the retry after the stall writes them first.
-    unwritten_prompts: Vec<(String, String)>,
     /// After a re-attach: what waits for agentctl's replay to catch up.
     pub(super) catch_up: CatchUp,
     /// The generation of the execution whose events are being handled (written into every
@@ -520,7 +521,6 @@ impl SessionActor {
             unflushed_events: Vec::new(),
             retiring: Vec::new(),
             stall: None,
-            unwritten_prompts: Vec::new(),
             catch_up: CatchUp::default(),
             idle_at: None,
             foreign_session: None,

@@ -120,8 +120,10 @@ impl SessionActor {
         if let Err(err) = self.history.append_prompt(prompt.clone(), turn_id.clone()) {
             // A user message is the actor's own: no replay writes it again (an agent's
             // entries are rebuilt from agentctl's replay after the stall).
-            self.unwritten_prompts.push((prompt, turn_id));
             self.write_failed("the history", &err);
+            if let Some(stall) = self.stall.as_mut() {
+                stall.unwritten_prompts.push((prompt, turn_id));
+            }
         }
     }
 

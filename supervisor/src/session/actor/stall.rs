@@ -20,7 +20,7 @@ impl SessionActor {
             let reason = format!(
                 "cannot write {what}: {err}; the agent's output is held (nothing is lost) until it can"
             );
-            self.stall = Some(Stall { reason, retry: None, unwritten_state: None });
+            self.stall = Some(Stall { reason, ..Stall::default() });
         }
     }
 
@@ -71,24 +71,24 @@ impl SessionActor {
     /// written instead ([`SessionActor::finish_loss`]). A failure here waits longer and
     /// tries again.
     pub(in crate::session) async fn retry_after_stall(&mut self, delay: std::time::Duration) {
-        let unwritten = self.stall.as_mut().and_then(|stall| stall.unwritten_state.take());
-        let again = |actor: &mut SessionActor, why: String, unwritten: Option<UnwrittenState>| {
+        let Some(mut stall) = self.stall.take() else { return };
+        let again = |actor: &mut SessionActor, why: String, mut stall: Stall| {
             let next = (delay * 2).min(STALL_RETRY_MAX);
-            let retry = Some((Instant::now() + next, next));
-            actor.stall = Some(Stall { reason: why, retry, unwritten_state: unwritten });
+            stall.reason = why;
+            stall.retry = Some((Instant::now() + next, next));
+            actor.stall = Some(stall);
         };
-        let history = match self.reopen_history() {
+        let history = match self.reopen_history(&mut stall.unwritten_prompts) {
             Ok(history) => history,
-            Err(why) => return again(self, why, unwritten),
+            Err(why) => return again(self, why, stall),
         };
         let Some(execution) = self.execution.as_ref() else {
             self.history = history;
             if let Some(generation) = self.generation {
                 self.history.set_generation(generation);
             }
-            self.stall = None;
-            if let Err(why) = self.finish_loss(unwritten.clone()).await {
-                return again(self, why, unwritten);
+            if let Err(why) = self.finish_loss(stall.unwritten_state.clone()).await {
+                return again(self, why, stall);
             }
             let error = self.row.error_message.clone();
             self.update_view(|view| view.error = error);
@@ -102,7 +102,7 @@ impl SessionActor {
             match self.context.store.open_turns(self.row.id.clone(), execution.id.clone()).await {
                 Ok(turns) => turns,
                 Err(err) => {
-                    return again(self, format!("cannot read the open turns: {err}"), unwritten);
+                    return again(self, format!("cannot read the open turns: {err}"), stall);
                 }
             };
         let Some(execution) = self.execution.take() else { return };
@@ -116,7 +116,6 @@ impl SessionActor {
         self.unflushed_events.clear();
         self.pending.retain(|_, pending| !matches!(pending, Pending::Prompt { .. }));
         self.turn = None;
-        self.stall = None;
         let error = self.row.error_message.clone();
         self.update_view(|view| view.error = error);
         tracing::info!(session = %self.row.id, "re-attaching after a failed write");
@@ -126,14 +125,14 @@ impl SessionActor {
     /// The history opened again (a torn tail cut, its mark read back), with the user
     /// messages that could not be written appended first, in their order (their agent's
     /// answer, not acknowledged, follows from the replay).
-    fn reopen_history(&mut self) -> Result<History, String> {
+    fn reopen_history(&self, prompts: &mut Vec<(String, String)>) -> Result<History, String> {
         let mut history = History::open(self.history.path())
             .map_err(|err| format!("cannot reopen the history: {err}"))?;
-        while let Some((prompt, turn_id)) = self.unwritten_prompts.first().cloned() {
+        while let Some((prompt, turn_id)) = prompts.first().cloned() {
             history
                 .append_prompt(prompt, turn_id)
                 .map_err(|err| format!("cannot write a prompt to the history: {err}"))?;
-            self.unwritten_prompts.remove(0);
+            prompts.remove(0);
         }
         Ok(history)
     }
