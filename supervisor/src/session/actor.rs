@@ -271,6 +271,9 @@ pub(super) struct Stall {
     /// User messages (with their turn ids) whose history entry could not be written: no
     /// agentctl replay brings them back, so the next try writes them first.
     pub(super) unwritten_prompts: Vec<(String, String)>,
+    /// A loss (its sidecar fenced) whose end waits for the next try: why its agent went.
+    /// Meanwhile nothing launches (a resume waits for it).
+    pub(super) deferred_loss: Option<String>,
 }
 
 /// A session state the actor changed to and the store did not take (a full disk): the
@@ -733,8 +736,14 @@ impl SessionActor {
                 let result = self.pause(reason, force_after).await;
                 let _ = reply.send(result);
             }
-            // A retire in flight: its leftovers are recorded before anything launches.
-            Command::Resume { reply, .. } if self.teardown.is_some() => self.waiters.push(reply),
+            // A retire in flight, or a loss whose end waits for a stall's next try: what is
+            // left of it is recorded before anything launches.
+            Command::Resume { reply, .. }
+                if self.teardown.is_some()
+                    || self.stall.as_ref().is_some_and(|stall| stall.deferred_loss.is_some()) =>
+            {
+                self.waiters.push(reply)
+            }
             Command::Resume { refresh: Some(profile), reply } => {
                 let busy =
                     matches!(self.phase(), Phase::Launching | Phase::Opening | Phase::Adopting)

@@ -323,7 +323,16 @@ impl SessionActor {
                 }
             }
         });
-        for open in plan.open_turns {
+        self.expect_open_turns(plan.open_turns);
+    }
+
+    /// The turns the store holds open for an execution being re-attached to (or whose dead
+    /// spool is read): their answers are awaited under their request ids.
+    pub(in crate::session) fn expect_open_turns(
+        &mut self,
+        open_turns: Vec<crate::store::OpenTurn>,
+    ) {
+        for open in open_turns {
             let turn_id = open.turn_id;
             if !open.delivered {
                 self.catch_up.undelivered.insert(open.request_id.clone(), turn_id.clone());
@@ -798,9 +807,10 @@ impl SessionActor {
         if let Some(stall) = self.stall.as_mut() {
             stall.unwritten_state = Some(UnwrittenState {
                 state: SessionState::WaitingForInput,
-                error: Some(reason),
+                error: Some(reason.clone()),
                 task: Some(task_state::REVIEW),
             });
+            stall.deferred_loss = Some(reason);
         }
     }
 

@@ -87,7 +87,7 @@ impl SessionActor {
             if let Some(generation) = self.generation {
                 self.history.set_generation(generation);
             }
-            if let Err(why) = self.finish_loss(stall.unwritten_state.clone()).await {
+            if let Err(why) = self.finish_loss(&stall).await {
                 return again(self, why, stall);
             }
             let error = self.row.error_message.clone();
@@ -137,31 +137,53 @@ impl SessionActor {
         Ok(history)
     }
 
-    /// After a failed write with no execution left: its agent went while nothing could be
-    /// written, so what ends its work may be unwritten. With no launch in flight, the rest
-    /// of its spool is recorded (from where the records left off: a message being
-    /// coalesced was published and not yet in the history), its open turns and questions
-    /// are void, and the state the loss left (`unwritten`) is stored. Each step is
-    /// idempotent; the first that fails says why.
-    async fn finish_loss(&mut self, unwritten: Option<UnwrittenState>) -> Result<(), String> {
-        if self.phase() != Phase::Idle {
+    /// After a failed write with no execution left. When the stall holds a loss (its
+    /// agent went while nothing could be written: `deferred_loss`, or a state the store did
+    /// not take), what ends it is written once no launch or retire is in flight: the rest of
+    /// its spool (from where the records left off: a message being coalesced was published
+    /// and not yet in the history), with the turns the store holds open awaited as a
+    /// re-attach does; then its open turns and questions void; then the state it left,
+    /// unless the session was paused or ended meanwhile. Each step can be tried again; the
+    /// first that fails says why. A stall that holds no loss just ends.
+    async fn finish_loss(&mut self, stall: &Stall) -> Result<(), String> {
+        if stall.deferred_loss.is_none() && stall.unwritten_state.is_none() {
             return Ok(());
         }
+        match self.phase() {
+            Phase::Ended => return Ok(()),
+            Phase::Idle if self.teardown.is_none() => {}
+            _ => return Err(format!("{} (and a launch or retire is in flight)", stall.reason)),
+        }
         let store = self.context.store.clone();
-        if let Ok(Some(record)) = store.get_executor(self.row.id.clone()).await {
+        let record = store
+            .get_executor(self.row.id.clone())
+            .await
+            .map_err(|err| format!("cannot read the lost execution: {err}"))?;
+        if let Some(record) = record {
+            let open_turns = store
+                .open_turns(self.row.id.clone(), record.execution_id.clone())
+                .await
+                .map_err(|err| format!("cannot read the open turns: {err}"))?;
+            self.expect_open_turns(open_turns);
             self.record_spool_of_gone(record).await;
+            self.pending.clear();
+            self.turn = None;
+            self.update_view(|view| view.turn_id = None);
             if let Some(stall) = self.stall.take() {
                 return Err(stall.reason);
             }
         }
-        let reason = unwritten.as_ref().and_then(|unwritten| unwritten.error.clone());
+        let unwritten = stall.unwritten_state.clone();
+        let reason = stall.deferred_loss.clone();
+        let reason = reason.or_else(|| unwritten.as_ref().and_then(|state| state.error.clone()));
         let reason = reason.unwrap_or_else(|| LOST_WHILE_STALLED.to_owned());
         self.answering.clear();
         self.record
             .void_open_work(&reason, Vec::new(), self.mark())
             .await
             .map_err(|err| format!("cannot write interrupted turns: {err}"))?;
-        if let Some(UnwrittenState { state, error, task }) = unwritten {
+        let settled = self.row.state.is_terminal() || self.row.state == SessionState::Paused;
+        if let (Some(UnwrittenState { state, error, task }), false) = (unwritten, settled) {
             self.set_state(state, error, task)
                 .await
                 .map_err(|err| format!("cannot write the session's state: {err}"))?;
