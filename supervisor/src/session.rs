@@ -31,10 +31,12 @@
 
 mod acp;
 mod actor;
+mod choices;
 pub mod control;
 mod durability;
 mod launch;
 mod leftovers;
+mod meter;
 mod outbox;
 pub mod record;
 

@@ -663,8 +663,9 @@ impl SessionActor {
                 .unwrap_or_default(),
         };
         let sessions = &capabilities.session_capabilities;
-        self.settings.close_supported = sessions.close.is_some();
-        self.settings.directories_supported = sessions.additional_directories.is_some();
+        self.choices.settings_mut().close_supported = sessions.close.is_some();
+        self.choices.settings_mut().directories_supported =
+            sessions.additional_directories.is_some();
         let Some(token) = token else {
             return self.new_acp_session();
         };
@@ -783,7 +784,7 @@ impl SessionActor {
         if self.row.additional_directories.is_empty() {
             return;
         }
-        if self.settings.directories_supported {
+        if self.choices.settings().directories_supported {
             params["additionalDirectories"] = json!(self.row.additional_directories);
         } else {
             self.emit(SessionEventKind::Notice {

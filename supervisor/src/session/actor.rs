@@ -28,7 +28,7 @@ use std::ffi::OsString;
 use std::sync::Arc;
 
 use agents::profile::Profile;
-use protocol::api::{SnapshotTrigger, SnapshotUsage};
+use protocol::api::SnapshotTrigger;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -389,22 +389,8 @@ pub(super) struct SessionActor {
     pub(super) waiters: Vec<Reply<ResumeOutcome>>,
     /// The resume context the next prompt carries, if any (mirrors the stored flag).
     pub(super) resume_context: Option<ResumeContext>,
-    /// Context use and cost as the agent last reported them (`usage_update`).
-    pub(super) usage: Option<Box<SnapshotUsage>>,
-    /// A usage report reached the profile's threshold: a pause for a handoff is asked for
-    /// once the report is handled (the reason).
-    pub(super) exhausted: Option<String>,
-    /// The context passed the warning mark (10 points below the threshold) and that was
-    /// said; a report below the mark (a fresh agent session) arms it again.
-    pub(super) context_warned: bool,
-    /// A budget, `max_turns` or `max_duration` was reached at a turn's end: the session
-    /// pauses once the turn's end is handled (the reason, and what paused it).
-    pub(super) limit_reached: Option<(String, SnapshotTrigger)>,
-    /// The agent's cumulative cost last recorded (the session's `cost_mark`), from which
-    /// each report's addition is taken; loaded when the actor starts.
-    pub(super) cost_mark: Option<(f64, String)>,
-    /// Cost reported between turns, not yet written: `(added, new mark)`.
-    pub(super) cost_between_turns: Option<((f64, String), (f64, String))>,
+    /// Context use, cost and the limits they reach (see `meter.rs`).
+    pub(super) meter: super::meter::Meter,
     /// The agent's newest plan, not yet on the timeline; the last plan row written.
     pub(super) plan_row:
         (Option<Vec<protocol::api::PlanEntry>>, Option<protocol::api::TimelineEvent>),
@@ -443,12 +429,8 @@ pub(super) struct SessionActor {
     idle_at: Option<Instant>,
     /// A warm agent's priming ACP session (see `pool.rs`): its updates are dropped.
     pub(super) foreign_session: Option<String>,
-    /// The agent's settings and those chosen (see `settings.rs`); loaded at the start.
-    pub(super) settings: crate::settings::SessionSettings,
-    /// The choices being set again after the ACP session opened.
-    pub(super) settings_restore: Option<settings::SettingsRestore>,
-    /// An update of the agent changed the settings; written after it is handled.
-    pub(super) settings_dirty: bool,
+    /// The agent's settings, those chosen and their restore (see `choices.rs`).
+    pub(super) choices: super::choices::Choices,
     /// Stderr lines shown as notices since the agent last went quiet (a launch or a turn
     /// began); bounded by `MAX_QUIET_STDERR`.
     pub(super) stderr_shown: u32,
@@ -506,12 +488,7 @@ impl SessionActor {
             tool_titles: HashMap::new(),
             waiters: Vec::new(),
             resume_context: None,
-            usage: None,
-            exhausted: None,
-            context_warned: false,
-            limit_reached: None,
-            cost_mark: None,
-            cost_between_turns: None,
+            meter: Default::default(),
             plan_row: (None, None),
             replay: Replay::Off,
             replay_unacked: false,
@@ -527,9 +504,7 @@ impl SessionActor {
             catch_up: CatchUp::default(),
             idle_at: None,
             foreign_session: None,
-            settings: Default::default(),
-            settings_restore: None,
-            settings_dirty: false,
+            choices: Default::default(),
             new_title: None,
             replayed_messages: None,
             stderr_shown: 0,
@@ -548,7 +523,7 @@ impl SessionActor {
         }
         // Read while the launch runs (off its path), before any agent event is handled.
         match self.context.store.cost_mark(self.row.id.clone()).await {
-            Ok(mark) => self.cost_mark = mark,
+            Ok(mark) => self.meter.load_cost_mark(mark),
             Err(err) => tracing::warn!(session = %self.row.id, %err, "cannot read the cost mark"),
         }
         self.load_settings().await;
@@ -605,7 +580,8 @@ impl SessionActor {
             if self.stall.as_ref().is_some_and(|stall| stall.retry.is_none()) {
                 self.stall();
             }
-            if let Some((added, mark)) = self.cost_between_turns.take() {
+            let due = self.meter.take_due();
+            if let Some((added, mark)) = due.cost_between_turns {
                 let store = &self.context.store;
                 if let Err(err) =
                     store.add_cost_between_turns(self.row.id.clone(), added, mark).await
@@ -616,11 +592,11 @@ impl SessionActor {
             if let Some(plan) = self.plan_row.0.take() {
                 Box::pin(self.log_plan(plan)).await;
             }
-            if let Some((reason, trigger)) = self.limit_reached.take() {
+            if let Some((reason, trigger)) = due.limit {
                 Box::pin(self.limit_pause(reason, trigger)).await;
                 self.flush_events();
             }
-            if let Some(reason) = self.exhausted.take() {
+            if let Some(reason) = due.exhausted {
                 Box::pin(self.exhaustion(reason)).await;
                 self.flush_events();
             }

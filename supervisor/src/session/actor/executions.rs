@@ -74,7 +74,7 @@ impl SessionActor {
     /// awaited: the agent's input ends right after it, and its answer is of no use.
     fn farewell(&mut self) -> Option<serde_json::Value> {
         let acp_session = self.view_tx.borrow().acp_session_id.clone()?;
-        if self.phase() != Phase::Open || !self.settings.close_supported {
+        if self.phase() != Phase::Open || !self.choices.settings().close_supported {
             return None;
         }
         let id = self.next_request_id;
@@ -151,9 +151,7 @@ impl SessionActor {
                 ),
         };
         if handoff {
-            // The fresh agent session starts with an empty context: the old figures (which
-            // caused the handoff) no longer hold until the new agent reports its own.
-            self.usage = Some(Box::default());
+            self.meter.forget_context();
         }
         let relaunch_token = if relaunch { token } else { None };
         self.start_launch(relaunch_token.as_deref(), Launch::new(Some(resume), initial_prompt))

@@ -314,7 +314,7 @@ impl SessionActor {
             reason,
             history: self.history.path().to_owned(),
             execution_id: self.execution.as_ref().map(|execution| execution.id.clone()),
-            usage: self.usage.as_deref().cloned(),
+            usage: self.meter.usage().cloned(),
             summary: None,
             taken_at: None,
         }

@@ -8,27 +8,17 @@ use serde_json::{Value, json};
 
 use super::{Pending, SessionActor};
 use crate::events::{LaunchStep, SessionEventKind};
+use crate::session::choices::RestoreStep;
 use crate::session::{Phase, Reply, SessionError};
 use crate::settings::{SessionSettings, Setting};
 use crate::store::ResumeOutcome;
-
-/// The ACP session answered open; its choices are being set again.
-#[derive(Debug)]
-pub(in crate::session) struct SettingsRestore {
-    acp_session: String,
-    restored: Option<ResumeOutcome>,
-    /// Not sent yet.
-    queue: Vec<Setting>,
-    /// What the agent refused, with its answer.
-    failed: Vec<String>,
-}
 
 impl SessionActor {
     /// Loaded before any agent event is handled. Unreadable settings are said and
     /// replaced by none (the agent's own values stand).
     pub(super) async fn load_settings(&mut self) {
         match self.context.store.session_settings(self.row.id.clone()).await {
-            Ok(settings) => self.settings = settings,
+            Ok(settings) => self.choices.load(settings),
             Err(err) => {
                 tracing::warn!(session = %self.row.id, %err, "cannot read the session's settings");
                 self.emit(SessionEventKind::Notice {
@@ -41,12 +31,8 @@ impl SessionActor {
     }
 
     async fn save_settings(&mut self) {
-        self.settings_dirty = false;
-        let saved = self
-            .context
-            .store
-            .set_session_settings(self.row.id.clone(), self.settings.clone())
-            .await;
+        let settings = self.choices.take_for_writing();
+        let saved = self.context.store.set_session_settings(self.row.id.clone(), settings).await;
         if let Err(err) = saved {
             tracing::error!(session = %self.row.id, %err, "cannot record the session's settings");
         }
@@ -55,7 +41,7 @@ impl SessionActor {
     /// After an agent update was handled: the settings it changed, and the title it gave,
     /// are written.
     pub(in crate::session) async fn settings_updated(&mut self) {
-        if self.settings_dirty {
+        if self.choices.dirty() {
             self.save_settings().await;
         }
         if let Some(title) = self.new_title.take()
@@ -73,7 +59,7 @@ impl SessionActor {
     /// once the session is open also replaces what was chosen.
     pub(in crate::session) fn agent_setting_update(&mut self, update: &Value) {
         let open = self.phase() == Phase::Open;
-        self.settings_dirty |= self.settings.updated(update, open);
+        self.choices.agent_update(update, open);
     }
 
     /// The ACP session answered open (`answer`: that of `session/new`, `load` or
@@ -85,35 +71,42 @@ impl SessionActor {
         restored: Option<ResumeOutcome>,
         answer: &Value,
     ) {
-        self.settings.reported(answer);
+        self.choices.opened(acp_session, restored, answer);
         self.save_settings().await;
         self.update_view(|view| view.settings_blocked = None);
-        let queue: Vec<Setting> = self.settings.to_restore().into_iter().rev().collect();
-        let restore = SettingsRestore { acp_session, restored, queue, failed: Vec::new() };
-        self.next_restore(restore).await;
+        self.next_restore().await;
     }
 
-    async fn next_restore(&mut self, mut restore: SettingsRestore) {
-        let Some(setting) = restore.queue.pop() else {
-            return self.settings_restored(restore).await;
-        };
-        self.progress(LaunchStep::Settings, Some(setting.to_string()));
-        let params = setting.params(&restore.acp_session);
-        self.settings_restore = Some(restore);
-        self.request(setting.method(), params, Pending::Setting { setting, reply: None });
+    async fn next_restore(&mut self) {
+        match self.choices.next_restore() {
+            Some(RestoreStep::Send { setting, acp_session }) => {
+                self.progress(LaunchStep::Settings, Some(setting.to_string()));
+                let params = setting.params(&acp_session);
+                self.request(setting.method(), params, Pending::Setting { setting, reply: None });
+            }
+            Some(RestoreStep::Done { acp_session, restored, failed }) => {
+                self.settings_restored(acp_session, restored, failed).await;
+            }
+            None => {}
+        }
     }
 
-    async fn settings_restored(&mut self, restore: SettingsRestore) {
-        if !restore.failed.is_empty() {
+    async fn settings_restored(
+        &mut self,
+        acp_session: String,
+        restored: Option<ResumeOutcome>,
+        failed: Vec<String>,
+    ) {
+        if !failed.is_empty() {
             let reason = format!(
                 "the agent did not take the session's settings again ({}); no prompt is sent until they are chosen anew (task.session.set_config_option or set_mode, CLI: settings)",
-                restore.failed.join("; ")
+                failed.join("; ")
             );
             let _ = self.context.store.log_error(self.row.id.clone(), reason.clone()).await;
             self.emit(SessionEventKind::Notice { message: reason.clone() });
             self.update_view(|view| view.settings_blocked = Some(reason));
         }
-        self.session_opened(restore.acp_session, restore.restored).await;
+        self.session_opened(acp_session, restored).await;
     }
 
     /// The agent answered a `session/set_config_option` or `session/set_mode` of ours.
@@ -123,11 +116,8 @@ impl SessionActor {
         reply: Option<Reply<SessionSettings>>,
         result: Result<Value, String>,
     ) {
-        if let Ok(answer) = &result {
-            self.settings.applied(&setting, answer);
-            if reply.is_some() {
-                self.settings.choose(&setting);
-            }
+        let restoring = self.choices.answered(&setting, reply.is_some(), &result);
+        if result.is_ok() {
             self.save_settings().await;
             self.announce_settings(&setting);
         }
@@ -135,22 +125,19 @@ impl SessionActor {
             if result.is_ok() {
                 self.unblock_if_restored();
             }
-            let answer = result.map(|_| self.settings.clone()).map_err(SessionError::AgentRefused);
+            let answer =
+                result.map(|_| self.choices.settings().clone()).map_err(SessionError::AgentRefused);
             let _ = reply.send(answer);
-            return;
+        } else if restoring {
+            self.next_restore().await;
         }
-        let Some(mut restore) = self.settings_restore.take() else { return };
-        if let Err(error) = result {
-            restore.failed.push(format!("{setting}: {error}"));
-        }
-        self.next_restore(restore).await;
     }
 
     /// Viewers learn a change as the agent would have said it.
     fn announce_settings(&mut self, setting: &Setting) {
         let update = match setting {
             Setting::Option { .. } => json!({"sessionUpdate": "config_option_update",
-                "configOptions": self.settings.options}),
+                "configOptions": self.choices.settings().options}),
             Setting::Mode(mode) => json!({"sessionUpdate": "current_mode_update",
                 "currentModeId": mode}),
         };
@@ -159,7 +146,7 @@ impl SessionActor {
 
     fn unblock_if_restored(&mut self) {
         let blocked = self.view_tx.borrow().settings_blocked.is_some();
-        if blocked && self.settings.to_restore().is_empty() {
+        if blocked && self.choices.all_restored() {
             self.update_view(|view| view.settings_blocked = None);
             self.emit(SessionEventKind::Notice {
                 message: "the session's settings are as chosen again; prompts are taken".into(),
@@ -176,13 +163,13 @@ impl SessionActor {
         reply: Reply<SessionSettings>,
     ) {
         if forget {
-            self.settings.forget(&setting);
+            self.choices.forget(&setting);
             self.save_settings().await;
             self.unblock_if_restored();
-            let _ = reply.send(Ok(self.settings.clone()));
+            let _ = reply.send(Ok(self.choices.settings().clone()));
             return;
         }
-        if let Err(err) = self.settings.check(&setting) {
+        if let Err(err) = self.choices.settings().check(&setting) {
             let field = setting.field();
             let _ =
                 reply.send(Err(SessionError::InvalidParams { field, message: err.to_string() }));
@@ -201,9 +188,9 @@ impl SessionActor {
                 );
             }
             None => {
-                self.settings.choose(&setting);
+                self.choices.choose(&setting);
                 self.save_settings().await;
-                let _ = reply.send(Ok(self.settings.clone()));
+                let _ = reply.send(Ok(self.choices.settings().clone()));
             }
         }
     }

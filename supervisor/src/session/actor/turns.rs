@@ -290,8 +290,7 @@ impl SessionActor {
     ) {
         let Some(Turn { id: turn_id, mut usage, .. }) = self.turn.take() else { return };
         if usage.context.is_none() {
-            usage.context =
-                self.usage.as_deref().and_then(|usage| usage.context_used.zip(usage.context_size));
+            usage.context = self.meter.context();
         }
         self.tool_titles.clear();
         // A replay that trails a turn does not trail its end.
@@ -333,7 +332,7 @@ impl SessionActor {
                 self.record.log().last_seq(),
                 (state == TurnState::Completed).then(|| crate::store::TurnOutput {
                     text: self.history.final_message(),
-                    usage: self.usage.as_deref().and_then(|usage| {
+                    usage: self.meter.usage().and_then(|usage| {
                         let step = protocol::api::StepUsage {
                             context_used: usage.context_used,
                             context_size: usage.context_size,

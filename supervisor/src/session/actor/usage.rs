@@ -3,77 +3,22 @@
 //! pause the session.
 
 use super::*;
+use crate::session::meter::{ContextReport, ContextWarning};
 use agents::profile::UsageReporting;
-use protocol::api::BudgetUse;
-
-/// How many points below the handoff threshold the context warning comes.
-pub(crate) const CONTEXT_WARNING_POINTS: u64 = 10;
 
 impl SessionActor {
-    /// ACP `usage_update`: kept for snapshots; at the profile's threshold the session is
-    /// to pause for a handoff.
+    /// ACP `usage_update`: the meter keeps it for snapshots and says what follows (a
+    /// warning now; a handoff once the report is handled).
     pub(in crate::session) fn usage_reported(&mut self, update: &Value) {
-        let (Some(used), Some(size)) = (update["used"].as_u64(), update["size"].as_u64()) else {
-            return;
-        };
-        let usage = self.usage.get_or_insert_with(Default::default);
-        usage.context_used = Some(used);
-        usage.context_size = Some(size);
-        if let Some(amount) =
-            update["cost"]["amount"].as_f64().filter(|a| a.is_finite() && *a >= 0.0)
-        {
-            let currency = update["cost"]["currency"].as_str().unwrap_or("USD").to_owned();
-            usage.cost = Some(amount);
-            usage.cost_currency = Some(currency.clone());
-            self.cost_reported(amount, currency);
-        }
-        if let Some(turn) = self.turn.as_mut() {
-            turn.usage.context = Some((used, size));
-        }
-        self.update_view(|view| view.context = Some((used, size)));
+        let Some(report) = ContextReport::parse(update) else { return };
         let threshold = u64::from(self.profile.session.context_handoff_percent);
-        if threshold == 0 || size == 0 {
-            return;
-        }
-        let percent = used.saturating_mul(100) / size;
-        let warning = threshold.saturating_sub(CONTEXT_WARNING_POINTS);
-        if percent < warning {
-            self.context_warned = false;
-        } else if percent < threshold && !self.context_warned {
-            self.context_warned = true;
+        let turn = self.turn.as_mut().map(|turn| &mut turn.usage);
+        let warning = self.meter.on_report(&report, threshold, turn);
+        let (used, size) = (report.used, report.size);
+        self.update_view(|view| view.context = Some((used, size)));
+        if let Some(ContextWarning { used, size, percent, threshold }) = warning {
             tracing::info!(session = %self.row.id, percent, threshold, "the agent's context nears the handoff threshold");
             self.emit(SessionEventKind::ContextWarning { used, size, percent, threshold });
-        }
-        // The new agent of a handoff starts small; its first report says so.
-        if used.saturating_mul(100) >= threshold.saturating_mul(size) {
-            self.exhausted = Some(format!(
-                "the agent's context is {percent}% full ({used} of {size} tokens; the threshold is {threshold}%)"
-            ));
-        }
-    }
-
-    /// The agent's cumulative cost: what it added since the mark goes to the running turn
-    /// (written with its end) or, between turns, to the newest turn. A figure below the mark
-    /// or in another currency is a new count (a fresh agent session), all of it added.
-    fn cost_reported(&mut self, amount: f64, currency: String) {
-        let added = match &self.cost_mark {
-            Some((mark, known)) if *known == currency && amount >= *mark => amount - mark,
-            _ => amount,
-        };
-        let mark = (amount, currency.clone());
-        self.cost_mark = Some(mark.clone());
-        if let Some(turn) = self.turn.as_mut() {
-            let cost = turn.usage.cost.get_or_insert((0.0, currency.clone()));
-            if cost.1 == currency {
-                cost.0 += added;
-            }
-            turn.usage.cost_mark = Some(mark);
-        } else if added > 0.0 {
-            let total = match self.cost_between_turns.take() {
-                Some(((earlier, known), _)) if known == currency => earlier + added,
-                _ => added,
-            };
-            self.cost_between_turns = Some(((total, currency), mark));
         }
     }
 }
@@ -177,20 +122,12 @@ impl SessionActor {
         let store = self.context.store.clone();
         match store.budget_uses(self.row.id.clone()).await {
             Ok(uses) => {
-                for used in uses {
-                    if !turn.tokens_reported
-                        && used.budget.tokens.is_some()
-                        && used.tokens_unknown()
-                        && used.turns_without_tokens == 1
-                    {
-                        self.emit(SessionEventKind::Notice { message: used.describe() });
-                    }
-                    if used.percent >= 100 && !pausing {
-                        let reason = format!("{} (raise it with budget.set)", used.describe());
-                        self.limit_reached.get_or_insert((reason, SnapshotTrigger::Budget));
-                    } else if used.percent >= 80 && budget_before(&used, turn).percent < 80 {
-                        self.emit(SessionEventKind::BudgetWarning { budget: used });
-                    }
+                let verdict = self.meter.judge_budgets(uses, turn, pausing);
+                for message in verdict.notices {
+                    self.emit(SessionEventKind::Notice { message });
+                }
+                for budget in verdict.warnings {
+                    self.emit(SessionEventKind::BudgetWarning { budget });
                 }
             }
             Err(err) => tracing::warn!(session = %self.row.id, %err, "cannot read the budgets"),
@@ -204,21 +141,13 @@ impl SessionActor {
                 ..Default::default()
             };
             match store.usage(filter, None).await {
-                Ok(report) if report.total.turns >= u64::from(max) => {
-                    let reason = format!("the session ran its {max} turns (session.max_turns)");
-                    self.limit_reached.get_or_insert((reason, SnapshotTrigger::MaxTurns));
-                }
-                Ok(_) => {}
+                Ok(report) => self.meter.judge_turns(report.total.turns, max),
                 Err(err) => tracing::warn!(session = %self.row.id, %err, "cannot count the turns"),
             }
         }
         if let Some(secs) = self.profile.session.max_duration_secs {
             let age = crate::store::now_ms().saturating_sub(self.row.created_at);
-            if age >= i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX) {
-                let reason =
-                    format!("the session ran for its {secs} s (session.max_duration_secs)");
-                self.limit_reached.get_or_insert((reason, SnapshotTrigger::MaxDuration));
-            }
+            self.meter.judge_age(age, secs);
         }
     }
 
@@ -239,24 +168,5 @@ impl SessionActor {
         if let Err(err) = self.request_pause(Some(reason), wait, trigger).await {
             tracing::warn!(session = %self.row.id, %err, "cannot pause at a limit");
         }
-    }
-}
-
-/// The budget as it stood before `turn`.
-fn budget_before(used: &BudgetUse, turn: &crate::store::TurnUsage) -> BudgetUse {
-    let cost = match &turn.cost {
-        Some((amount, currency)) if currency == used.budget.currency() => *amount,
-        _ => 0.0,
-    };
-    BudgetUse {
-        turns_with_tokens: used.turns_with_tokens,
-        turns_without_tokens: used.turns_without_tokens,
-        ..crate::store::budget_use(
-            used.scope,
-            used.id.clone(),
-            used.budget.clone(),
-            used.used_tokens.saturating_sub(turn.total()),
-            (used.used_cost - cost).max(0.0),
-        )
     }
 }
