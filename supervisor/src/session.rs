@@ -33,6 +33,7 @@ mod acp;
 mod actor;
 mod choices;
 pub mod control;
+mod conversation;
 mod durability;
 mod launch;
 mod leftovers;
@@ -584,8 +585,9 @@ pub fn start_session(
     let row = SessionRow { profile_snapshot: Value::Null, ..row };
     let record =
         record::SessionRecord::new(row.id.clone(), context.store.clone(), Arc::clone(&events));
-    let actor = actor::SessionActor::new(context, row, profile, record, history, view_tx);
-    tokio::spawn(actor.run(commands_rx, start));
+    let (actor, internal) =
+        actor::SessionActor::new(context, row, profile, record, history, view_tx);
+    tokio::spawn(actor.run(internal, commands_rx, start));
     Ok(SessionHandle { commands: commands_tx, view: view_rx, events })
 }
 

@@ -93,11 +93,11 @@ impl SessionActor {
         if let EventKind::BacklogFull = event.kind {
             // agentctl's spool is at its bound and the agent waits: what is handled is
             // made durable and acknowledged now (a message being coalesced included).
-            if let Err(err) = self.history.flush_agent() {
+            if let Err(err) = self.recorder.history.flush_agent() {
                 self.write_failed("the history", &err);
             }
             // Again once what is still in flight is handled (the notice may overtake it).
-            self.replay_unacked = true;
+            self.conversation.replay_unacked = true;
             return self.ack(true).await;
         }
         if event.seq == 0 {
@@ -109,16 +109,16 @@ impl SessionActor {
         }
         let seq = event.seq;
         crate::metrics::get().relayed_events.inc();
-        self.durability.handled = event.seq;
-        self.durability.unacked += 1;
+        self.recorder.durability.handled = event.seq;
+        self.recorder.durability.unacked += 1;
         // After a restart, replayed events that were already recorded are not recorded
         // again (their effects on the store are idempotent).
-        self.recorded = Recorded {
-            history: self.durability.in_history(event.seq),
-            events: self.durability.in_events(event.seq),
+        self.recorder.recorded = Recorded {
+            history: self.recorder.durability.in_history(event.seq),
+            events: self.recorder.durability.in_events(event.seq),
         };
-        if !self.recorded.history {
-            self.history.set_watermark(event.seq);
+        if !self.recorder.recorded.history {
+            self.recorder.history.set_watermark(event.seq);
         }
         let force_ack = match event.kind {
             EventKind::Acp { message, answered: None }
@@ -158,12 +158,7 @@ impl SessionActor {
             }
             EventKind::Stderr { line } => {
                 self.stderr_while_quiet(&line);
-                self.recent_stderr.push_str(&line);
-                self.recent_stderr.push('\n');
-                if self.recent_stderr.len() > 2 * STDERR_IN_ERROR {
-                    let keep = history::excerpt_tail(&self.recent_stderr, STDERR_IN_ERROR);
-                    self.recent_stderr = keep;
-                }
+                self.conversation.stderr_line(&line);
                 false
             }
             EventKind::Delivered { id } => {
@@ -173,16 +168,20 @@ impl SessionActor {
             EventKind::AgentStarted { .. } => false,
             _ => false,
         };
-        self.recorded = Recorded::default();
-        if self.catch_up.until.is_some_and(|until| seq >= until) {
+        self.recorder.recorded = Recorded::default();
+        if self.sidecar.catch_up.until.is_some_and(|until| seq >= until) {
             self.settle_undelivered().await;
         }
         // A trailing replay is acknowledged once its burst is through (nothing queued
         // behind it), not one fsync per dropped chunk.
-        let replay_done = self.replay_unacked
-            && self.execution.as_ref().is_some_and(|execution| execution.events_rx.is_empty());
+        let replay_done = self.conversation.replay_unacked
+            && self
+                .sidecar
+                .execution
+                .as_ref()
+                .is_some_and(|execution| execution.events_rx.is_empty());
         if replay_done {
-            self.replay_unacked = false;
+            self.conversation.replay_unacked = false;
         }
         self.ack(force_ack || replay_done).await;
     }
@@ -194,11 +193,11 @@ impl SessionActor {
             Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        self.catch_up.undelivered.remove(&key);
-        if let Some(Pending::Prompt { turn_id, .. }) = self.pending.get(&key) {
+        self.sidecar.catch_up.undelivered.remove(&key);
+        if let Some(Pending::Prompt { turn_id, .. }) = self.conversation.pending.get(&key) {
             // Whatever a load still replays was logged before this prompt.
-            if let Replay::Loading(known) = std::mem::take(&mut self.replay) {
-                self.replay = known.map_or(Replay::Off, Replay::Trailing);
+            if let Replay::Loading(known) = std::mem::take(&mut self.conversation.replay) {
+                self.conversation.replay = known.map_or(Replay::Off, Replay::Trailing);
             }
             let turn_id = turn_id.clone();
             if let Err(err) = self.context.store.mark_delivered(turn_id).await {
@@ -244,13 +243,15 @@ impl SessionActor {
             }
             (Some(method), None) => {
                 let params = params(message);
-                let foreign = self.foreign_session.as_deref().is_some_and(|primed| {
+                let foreign = self.conversation.foreign_session.as_deref().is_some_and(|primed| {
                     params.get("sessionId").and_then(Value::as_str) == Some(primed)
                 });
                 if method == protocol::acp::method::SESSION_UPDATE && !foreign {
                     self.session_update(params);
                     self.settings_updated().await;
-                } else if method == protocol::acp::method::CANCEL_REQUEST && !self.recorded.events {
+                } else if method == protocol::acp::method::CANCEL_REQUEST
+                    && !self.recorder.recorded.events
+                {
                     self.question_withdrawn(&params["requestId"]).await;
                 }
                 false
@@ -261,7 +262,7 @@ impl SessionActor {
     }
 
     async fn agent_request(&mut self, method: String, id: Value, params: Value) {
-        if self.recorded.events {
+        if self.recorder.recorded.events {
             // Handled before the restart (recorded, and possibly answered since).
             return;
         }
@@ -271,7 +272,8 @@ impl SessionActor {
             self.tool_announced(&params["toolCall"]);
             // Unique for the session's whole life: the agent's id within its execution.
             let request_id = super::permission_request_id(self.generation(), &id);
-            let Some(execution_id) = self.execution.as_ref().map(|execution| execution.id.clone())
+            let Some(execution_id) =
+                self.sidecar.execution.as_ref().map(|execution| execution.id.clone())
             else {
                 return;
             };
@@ -306,7 +308,7 @@ impl SessionActor {
         let Some(id) = tool_call["toolCallId"].as_str().filter(|id| !id.is_empty()) else {
             return;
         };
-        if let Some(known) = self.tool_titles.get_mut(id) {
+        if let Some(known) = self.conversation.tool_titles.get_mut(id) {
             if let Some(title) = tool_title(tool_call) {
                 title.clone_into(&mut known.0);
             }
@@ -315,7 +317,9 @@ impl SessionActor {
         let title = tool_title(tool_call).unwrap_or("tool").to_owned();
         let status = tool_call["status"].as_str().unwrap_or("pending").to_owned();
         let kind = tool_call["kind"].as_str().unwrap_or_default().to_owned();
-        self.tool_titles.insert(id.to_owned(), (title.clone(), kind, tool_diffs(tool_call)));
+        self.conversation
+            .tool_titles
+            .insert(id.to_owned(), (title.clone(), kind, tool_diffs(tool_call)));
         self.record_history(
             EntryType::ToolCall,
             title.clone(),
@@ -327,25 +331,27 @@ impl SessionActor {
         let update = params.get_mut("update").map(Value::take).unwrap_or(Value::Null);
         let kind =
             update.get("sessionUpdate").and_then(Value::as_str).unwrap_or_default().to_owned();
-        if let Replay::Trailing(known) = &self.replay {
+        if let Replay::Trailing(known) = &self.conversation.replay {
             if known.is_replay(&kind, &update) {
                 // The tail of a replay that trails even the next prompt's delivery (gemini
                 // under load): it repeats what is recorded, and is dropped like the rest.
                 return;
             }
-            self.replay = Replay::Off;
+            self.conversation.replay = Replay::Off;
         }
-        if matches!(self.replay, Replay::Loading(_)) && is_replayed_kind(&kind) {
-            if let (Some(replayed), "user_message_chunk" | "agent_message_chunk", Some(text)) =
-                (self.replayed_messages.as_mut(), kind.as_str(), update["content"]["text"].as_str())
-            {
+        if matches!(self.conversation.replay, Replay::Loading(_)) && is_replayed_kind(&kind) {
+            if let (Some(replayed), "user_message_chunk" | "agent_message_chunk", Some(text)) = (
+                self.conversation.replayed_messages.as_mut(),
+                kind.as_str(),
+                update["content"]["text"].as_str(),
+            ) {
                 replayed.push_str(text);
             }
             // `session/load` replays the conversation into the agent; we have it already.
             // After the load's answer the session is open and nothing else acknowledges
             // these events soon: were the supervisor killed now, a new actor would not know
             // they are a replay. They hold nothing to write, so they are acknowledged.
-            self.replay_unacked |= !self.restoring();
+            self.conversation.replay_unacked |= !self.restoring();
             return;
         }
         self.heard();
@@ -375,7 +381,7 @@ impl SessionActor {
             "session_info_update" => {
                 // A title (`null` takes it back); other fields are only shown.
                 if let Some(title) = update.get("title") {
-                    self.new_title = Some(title.as_str().map(str::to_owned));
+                    self.conversation.new_title = Some(title.as_str().map(str::to_owned));
                 }
                 self.emit(SessionEventKind::SessionUpdate { update });
             }
@@ -396,11 +402,11 @@ impl SessionActor {
         let status = update["status"].as_str().unwrap_or("pending").to_owned();
         let kind = update["kind"].as_str().unwrap_or_default().to_owned();
         let diffs = tool_diffs(&update);
-        self.tool_titles.insert(id.clone(), (title.clone(), kind, diffs));
+        self.conversation.tool_titles.insert(id.clone(), (title.clone(), kind, diffs));
         if status != "pending" {
             self.record_history(EntryType::ToolCall, title.clone(), Some((title, id, status)));
-        } else if !self.recorded.history {
-            if let Err(err) = self.history.hold_tool_call(title, id, status) {
+        } else if !self.recorder.recorded.history {
+            if let Err(err) = self.recorder.history.hold_tool_call(title, id, status) {
                 self.write_failed("the history", &err);
             }
             self.bound_coalescing();
@@ -411,9 +417,11 @@ impl SessionActor {
     /// The agent named tool call `id` (or started it): a held entry is written now, under
     /// the newest title the agent gave.
     fn tool_call_named(&mut self, id: &str) {
-        let Some(title) = self.tool_titles.get(id).map(|known| known.0.clone()) else { return };
-        if !self.recorded.history
-            && let Err(err) = self.history.name_tool_call(id, &title)
+        let Some(title) = self.conversation.tool_titles.get(id).map(|known| known.0.clone()) else {
+            return;
+        };
+        if !self.recorder.recorded.history
+            && let Err(err) = self.recorder.history.name_tool_call(id, &title)
         {
             self.write_failed("the history", &err);
         }
@@ -423,7 +431,7 @@ impl SessionActor {
         let status = update["status"].as_str().unwrap_or_default().to_owned();
         let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
         // Later updates name the tool better than its first placeholder did.
-        let known = self.tool_titles.entry(id.clone()).or_default();
+        let known = self.conversation.tool_titles.entry(id.clone()).or_default();
         let title = tool_title(&update);
         if let Some(title) = title {
             title.clone_into(&mut known.0);
@@ -441,7 +449,7 @@ impl SessionActor {
         if matches!(status.as_str(), "completed" | "failed") {
             self.tool_result(id, status, &update);
         }
-        if !self.recorded.history {
+        if !self.recorder.recorded.history {
             self.bound_coalescing();
         }
         self.emit(SessionEventKind::ToolCallUpdate { update });
@@ -449,7 +457,7 @@ impl SessionActor {
 
     /// A tool call's final update (`status` `completed` or `failed`): its result entry.
     fn tool_result(&mut self, id: String, status: String, update: &Value) {
-        let (title, kind, diffs) = self.tool_titles.remove(&id).unwrap_or_default();
+        let (title, kind, diffs) = self.conversation.tool_titles.remove(&id).unwrap_or_default();
         // A failed (or denied) edit changed nothing: the diff it proposed is not recorded
         // as made.
         let mut content = match status.as_str() {
@@ -471,10 +479,11 @@ impl SessionActor {
     /// very long message is written in parts (a held call written as it is), so
     /// acknowledgements go on and the agent never waits on itself.
     fn bound_coalescing(&mut self) {
-        let since = self.history.unflushed_since().unwrap_or(self.durability.handled);
-        let long = self.history.coalesced_bytes() >= MAX_COALESCED_BYTES
-            || self.durability.handled.saturating_sub(since) >= MAX_COALESCED_EVENTS;
-        if long && let Err(err) = self.history.flush_agent() {
+        let since =
+            self.recorder.history.unflushed_since().unwrap_or(self.recorder.durability.handled);
+        let long = self.recorder.history.coalesced_bytes() >= MAX_COALESCED_BYTES
+            || self.recorder.durability.handled.saturating_sub(since) >= MAX_COALESCED_EVENTS;
+        if long && let Err(err) = self.recorder.history.flush_agent() {
             self.write_failed("the history", &err);
         }
     }
@@ -486,7 +495,7 @@ impl SessionActor {
             Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        let Some(purpose) = self.pending.remove(&key) else { return false };
+        let Some(purpose) = self.conversation.pending.remove(&key) else { return false };
         if !matches!(purpose, Pending::Prompt { .. })
             && let Some(opening) = self.stage.opening()
         {
@@ -587,21 +596,28 @@ impl SessionActor {
                                 .unwrap_or_else(|| "end_turn".into());
                             // Some agents (opencode) answer a prompt the user cancelled
                             // with end_turn; what the user did is what is recorded.
-                            let stop_reason =
-                                if self.turn.as_ref().is_some_and(|turn| turn.cancel_at.is_some())
-                                    && stop_reason == "end_turn"
-                                {
-                                    "cancelled".to_owned()
-                                } else {
-                                    stop_reason
-                                };
-                            if let Some(turn) = self.turn.as_mut() {
+                            let stop_reason = if self
+                                .conversation
+                                .turn
+                                .as_ref()
+                                .is_some_and(|turn| turn.cancel_at.is_some())
+                                && stop_reason == "end_turn"
+                            {
+                                "cancelled".to_owned()
+                            } else {
+                                stop_reason
+                            };
+                            if let Some(turn) = self.conversation.turn.as_mut() {
                                 super::actor::prompt_usage(&result, &mut turn.usage);
                             }
                             self.end_turn(TurnState::Completed, Some(stop_reason), None).await;
                         }
                         Err(error)
-                            if self.turn.as_ref().is_some_and(|turn| turn.cancel_at.is_some()) =>
+                            if self
+                                .conversation
+                                .turn
+                                .as_ref()
+                                .is_some_and(|turn| turn.cancel_at.is_some()) =>
                         {
                             // Others (qwen-code) answer it with the error of their aborted
                             // model request: still the cancel the user asked for.
@@ -812,7 +828,7 @@ impl SessionActor {
 
     /// The stored token cannot restore anything for this agent: it is cleared.
     async fn forget_token(&mut self) {
-        if let Some(execution) = &self.execution {
+        if let Some(execution) = &self.sidecar.execution {
             let _ = self
                 .context
                 .store
@@ -831,8 +847,12 @@ impl SessionActor {
         acp_session: String,
         restored: Option<ResumeOutcome>,
     ) {
-        let execution_id =
-            self.execution.as_ref().map(|execution| execution.id.clone()).unwrap_or_default();
+        let execution_id = self
+            .sidecar
+            .execution
+            .as_ref()
+            .map(|execution| execution.id.clone())
+            .unwrap_or_default();
         let resume = self.stage.opening().and_then(|opening| opening.launch.resume.take());
         let wake = resume.as_ref().is_some_and(|resume| resume.wake);
         let outcome = match resume {
@@ -840,18 +860,18 @@ impl SessionActor {
             Some(resume) => Some(match restored {
                 Some(outcome) => {
                     // Restored natively: the agent is told what changed meanwhile.
-                    self.resume_context.get_or_insert(ResumeContext::Drift);
+                    self.conversation.resume_context.get_or_insert(ResumeContext::Drift);
                     outcome
                 }
                 None if resume.handoff => {
-                    self.resume_context = Some(ResumeContext::Handoff);
+                    self.conversation.resume_context = Some(ResumeContext::Handoff);
                     ResumeOutcome::ContextHandoff
                 }
                 None if resume.relaunched => ResumeOutcome::ResumeCommand,
-                None if !self.history.is_empty()
+                None if !self.recorder.history.is_empty()
                     && self.profile.injects_history(resume.native_failed) =>
                 {
-                    self.resume_context = Some(ResumeContext::History);
+                    self.conversation.resume_context = Some(ResumeContext::History);
                     ResumeOutcome::HistoryInjection
                 }
                 None => ResumeOutcome::Fresh,
@@ -862,7 +882,7 @@ impl SessionActor {
             resume_token: self.profile.keeps_resume_token().then(|| acp_session.clone()),
             acp_session_id: acp_session.clone(),
             outcome,
-            inject_history: self.resume_context.is_some(),
+            inject_history: self.conversation.resume_context.is_some(),
         };
         if let Err(err) =
             self.context.store.record_opened(self.row.id.clone(), execution_id, opened).await
@@ -901,7 +921,7 @@ impl SessionActor {
             }
             None => ResumeOutcome::AlreadyRunning,
         };
-        for waiter in self.waiters.drain(..) {
+        for waiter in self.waits.waiters.drain(..) {
             let _ = waiter.send(Ok(answer));
         }
         if let Some(prompt) = launch
@@ -913,8 +933,8 @@ impl SessionActor {
     }
 
     async fn clear_resume_context_pending(&mut self) {
-        self.resume_context = None;
-        if let Some(execution) = &self.execution {
+        self.conversation.resume_context = None;
+        if let Some(execution) = &self.sidecar.execution {
             let _ = self
                 .context
                 .store
@@ -926,7 +946,7 @@ impl SessionActor {
     /// The token is stored again when a turn completes (compare-and-set on the execution).
     async fn store_token_again(&self) {
         let acp_session = self.view_tx.borrow().acp_session_id.clone();
-        if let (Some(execution), Some(acp_session)) = (&self.execution, acp_session)
+        if let (Some(execution), Some(acp_session)) = (&self.sidecar.execution, acp_session)
             && self.profile.keeps_resume_token()
         {
             let _ = self
@@ -976,7 +996,7 @@ impl SessionActor {
     /// The agent can do nothing more (it exited, or closed its stdout): a launch fails; an
     /// open session's turn and questions end with `reason`, and the execution is retired.
     async fn agent_gone(&mut self, reason: String) {
-        if let Some(execution) = self.execution.as_mut() {
+        if let Some(execution) = self.sidecar.execution.as_mut() {
             execution.agent_running = false;
             let _ = self
                 .context
@@ -998,7 +1018,7 @@ impl SessionActor {
         self.emit(SessionEventKind::Notice { message: reason });
         // What was handled is acknowledged before agentctl is let go.
         self.ack(true).await;
-        if let Some(execution) = self.execution.take() {
+        if let Some(execution) = self.sidecar.execution.take() {
             self.retire(execution, None);
         }
         if self.row.state.is_terminal() {

@@ -34,6 +34,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::control::Control;
+pub(super) use super::conversation::{Replay, STDERR_IN_ERROR, Turn};
 use super::durability::Durability;
 use super::launch::{self, Connected, LaunchFailure, LaunchPlan};
 use super::leftovers;
@@ -306,37 +307,6 @@ pub(super) struct Recorded {
     pub(super) events: bool,
 }
 
-/// What a native restore still replays of the conversation we have recorded.
-#[derive(Debug, Default)]
-pub(super) enum Replay {
-    #[default]
-    Off,
-    /// A `session/load` (or a `session/resume` that replays) is under way: its
-    /// conversation updates restore the agent, not our records. It lasts until the next
-    /// prompt reached agentctl (its `Delivered` event), not until the load's answer:
-    /// gemini-cli's replay trails its answer, and agentctl logs `Delivered` before the
-    /// agent can read the prompt, so all output before it is the replay's. From the load's
-    /// answer on, it holds the conversation the replay repeats.
-    Loading(Option<Box<super::acp::KnownConversation>>),
-    /// After the next prompt's delivery: the conversation the replay repeats, to drop a
-    /// replay that trails even that (see [`super::acp::KnownConversation`]). It ends with
-    /// the first update that is not a repeat, or the turn.
-    Trailing(Box<super::acp::KnownConversation>),
-}
-
-/// The running turn, with the deadlines only it has.
-pub(super) struct Turn {
-    pub(super) id: String,
-    /// When its cancel is ended by us if the agent has not ended it.
-    pub(super) cancel_at: Option<Instant>,
-    /// When it is cancelled (the profile's `process.turn_timeout_ms`).
-    pub(super) deadline: Option<Instant>,
-    /// What its agent reported of tokens and cost so far.
-    pub(super) usage: crate::store::TurnUsage,
-    /// Its agent said something (an update) already: its stderr is no longer news.
-    pub(super) heard: bool,
-}
-
 /// A retired execution and what its spool held past what was handled.
 pub(super) struct Retired {
     id: String,
@@ -354,7 +324,9 @@ struct Teardown {
 }
 
 /// What to do with a launch still in flight when it lands.
+#[derive(Default)]
 enum AfterLaunch {
+    #[default]
     Keep,
     /// The session was stopped or detached meanwhile: retire it, then answer the stop and
     /// detach callers waiting for that.
@@ -365,81 +337,25 @@ pub(super) struct SessionActor {
     pub(super) context: SessionContext,
     pub(super) row: SessionRow,
     pub(super) profile: Arc<Profile>,
-    pub(super) record: super::record::SessionRecord,
-    pub(super) history: History,
     pub(super) view_tx: watch::Sender<SessionView>,
     /// Where the actor is, with what only makes sense there.
     pub(super) stage: Stage,
-    pub(super) execution: Option<Execution>,
+    /// Reports of the actor's background work (launches, retires, the outbox) to itself.
     pub(super) internal_tx: mpsc::UnboundedSender<Internal>,
-    internal_rx: Option<mpsc::UnboundedReceiver<Internal>>,
-    pub(super) next_request_id: i64,
-    pub(super) pending: HashMap<String, Pending>,
-    /// The running turn.
-    pub(super) turn: Option<Turn>,
-    /// A pause waiting for the running turn (or the launch in flight) to end.
-    pub(super) pause: Option<PendingPause>,
-    /// The agent's recent stderr, for error messages.
-    pub(super) recent_stderr: String,
-    /// Open tool calls' latest titles, kinds and diffs (an agent's first title may be a
-    /// placeholder, and its final update may no longer show the change).
-    pub(super) tool_titles: HashMap<String, (String, String, String)>,
-    /// Everyone waiting for the session to open (resumes, and resumes of a session that was
-    /// starting anyway).
-    pub(super) waiters: Vec<Reply<ResumeOutcome>>,
-    /// The resume context the next prompt carries, if any (mirrors the stored flag).
-    pub(super) resume_context: Option<ResumeContext>,
+    /// The ACP conversation with the agent (see `conversation.rs`).
+    pub(super) conversation: super::conversation::Conversation,
+    /// What the actor writes, and a write that failed (see `records.rs`).
+    pub(super) recorder: records::Recorder,
+    /// The agent's sidecar: the execution, and launches, retires and re-attaches of it
+    /// (see `executions.rs`).
+    pub(super) sidecar: executions::Sidecar,
+    /// Who and what waits for a boundary: resumes, a pause, the idle park (see
+    /// `pause.rs`).
+    pub(super) waits: pause::Waits,
     /// Context use, cost and the limits they reach (see `meter.rs`).
     pub(super) meter: super::meter::Meter,
-    /// The agent's newest plan, not yet on the timeline; the last plan row written.
-    pub(super) plan_row:
-        (Option<Vec<protocol::api::PlanEntry>>, Option<protocol::api::TimelineEvent>),
-    /// What a `session/load` (or a replaying `session/resume`) still repeats.
-    pub(super) replay: Replay,
-    /// Acknowledge once the burst of events in flight is through (nothing queued behind
-    /// it): replayed updates dropped after a load's answer, or agentctl's backlog at its
-    /// bound (see [`SessionActor::handle_agent_event`]).
-    pub(super) replay_unacked: bool,
-    pub(super) durability: Durability,
-    /// What of the event being handled was recorded before a restart (and is not again).
-    pub(super) recorded: Recorded,
-    /// Permission answers queued and not yet sent, with their outcomes: their rows stay
-    /// until they are.
-    pub(super) answering: HashMap<String, Value>,
-    after_launch: AfterLaunch,
-    /// A stop's or detach's retire in flight, whose leftovers are recorded when it is done.
-    teardown: Option<Teardown>,
-    /// A durable write failed (a full disk): intake is stopped, nothing more is
-    /// acknowledged, and the actor re-attaches to its own sidecar when its retry is due.
-    pub(super) stall: Option<Stall>,
-    /// After a re-attach: what waits for agentctl's replay to catch up.
-    pub(super) catch_up: CatchUp,
-    /// The generation of the execution whose events are being handled (written into every
-    /// session event and history entry, so marks from another execution are not trusted).
-    generation: Option<i64>,
-    /// Background retires and fences not finished yet (a launch waits for them).
-    retiring: Vec<tokio::task::JoinHandle<()>>,
-    /// Session events not yet in the event log. They are written together (one write per
-    /// handled event or command) and before any store write that would make a replay skip
-    /// them, so a kill leaves all of them or none, and a replay that finds them written
-    /// suppresses all of them (see `flush_events`).
-    unflushed_events: Vec<SessionEventKind>,
-    /// When the session is parked if its agent stays idle until then (see
-    /// [`SessionActor::arm_idle`]).
-    idle_at: Option<Instant>,
-    /// A warm agent's priming ACP session (see `pool.rs`): its updates are dropped.
-    pub(super) foreign_session: Option<String>,
     /// The agent's settings, those chosen and their restore (see `choices.rs`).
     pub(super) choices: super::choices::Choices,
-    /// Stderr lines shown as notices since the agent last went quiet (a launch or a turn
-    /// began); bounded by `MAX_QUIET_STDERR`.
-    pub(super) stderr_shown: u32,
-    /// During a `session/load`: the user's and the agent's messages its replay carried,
-    /// joined (to check against the history when it is answered).
-    pub(super) replayed_messages: Option<String>,
-    /// A title the agent gave the session (`session_info_update`), written after the
-    /// update is handled (`Some(None)`: it took its title back).
-    pub(super) new_title: Option<Option<String>>,
 }
 
 /// The longest wait between two tries after a failed write.
@@ -449,10 +365,8 @@ const AGENT_EVENT_BURST: usize = 256;
 
 const STALL_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The most stderr put into a turn's error.
-pub(super) const STDERR_IN_ERROR: usize = 2000;
-
 impl SessionActor {
+    /// The actor, and the receiver of its reports to itself (for [`SessionActor::run`]).
     pub(super) fn new(
         context: SessionContext,
         row: SessionRow,
@@ -460,59 +374,36 @@ impl SessionActor {
         record: super::record::SessionRecord,
         history: History,
         view_tx: watch::Sender<SessionView>,
-    ) -> SessionActor {
+    ) -> (SessionActor, mpsc::UnboundedReceiver<Internal>) {
         let (internal_tx, internal_rx) = mpsc::unbounded_channel();
         let stage = match view_tx.borrow().phase {
             Phase::Launching => Stage::Launching(Box::new(Launch::new(None, None))),
             Phase::Adopting => Stage::Adopting,
             _ => Stage::Idle,
         };
-        SessionActor {
+        let actor = SessionActor {
             context,
             row,
             profile,
-            record,
-            history,
             view_tx,
             stage,
-            execution: None,
             internal_tx,
-            internal_rx: Some(internal_rx),
-            // Ids unique across supervisor restarts, so a replayed response never meets a
-            // new request of the same id.
-            next_request_id: crate::store::now_ms() * 1000,
-            pending: HashMap::new(),
-            turn: None,
-            pause: None,
-            recent_stderr: String::new(),
-            tool_titles: HashMap::new(),
-            waiters: Vec::new(),
-            resume_context: None,
+            conversation: super::conversation::Conversation::new(),
+            recorder: records::Recorder::new(record, history),
+            sidecar: executions::Sidecar::default(),
+            waits: pause::Waits::default(),
             meter: Default::default(),
-            plan_row: (None, None),
-            replay: Replay::Off,
-            replay_unacked: false,
-            durability: Durability::default(),
-            generation: None,
-            recorded: Recorded::default(),
-            answering: HashMap::new(),
-            after_launch: AfterLaunch::Keep,
-            teardown: None,
-            unflushed_events: Vec::new(),
-            retiring: Vec::new(),
-            stall: None,
-            catch_up: CatchUp::default(),
-            idle_at: None,
-            foreign_session: None,
             choices: Default::default(),
-            new_title: None,
-            replayed_messages: None,
-            stderr_shown: 0,
-        }
+        };
+        (actor, internal_rx)
     }
 
-    pub(super) async fn run(mut self, mut commands: mpsc::Receiver<Box<Command>>, start: Start) {
-        let mut internal = self.internal_rx.take().expect("UNWRAP: taken once, here");
+    pub(super) async fn run(
+        mut self,
+        mut internal: mpsc::UnboundedReceiver<Internal>,
+        mut commands: mpsc::Receiver<Box<Command>>,
+        start: Start,
+    ) {
         match start {
             Start::Fresh { initial_prompt } => {
                 let launch = Launch { first: true, ..Launch::new(None, initial_prompt) };
@@ -530,16 +421,16 @@ impl SessionActor {
         // The actor lives while it may own an execution: after the session ends, until a
         // launch in flight has landed (and been retired).
         while self.phase() != Phase::Ended
-            || matches!(self.after_launch, AfterLaunch::Retire(_))
-            || self.teardown.is_some()
+            || matches!(self.sidecar.after_launch, AfterLaunch::Retire(_))
+            || self.sidecar.teardown.is_some()
         {
             let next_deadline = [
                 self.stage.handshake().map(|(_, at)| at),
-                self.turn.as_ref().and_then(|turn| turn.cancel_at),
-                self.turn.as_ref().and_then(|turn| turn.deadline),
-                self.stall.as_ref().and_then(|stall| stall.retry).map(|(at, _)| at),
-                self.pause.as_ref().and_then(|pause| pause.force_at),
-                self.idle_at,
+                self.conversation.turn.as_ref().and_then(|turn| turn.cancel_at),
+                self.conversation.turn.as_ref().and_then(|turn| turn.deadline),
+                self.recorder.stall.as_ref().and_then(|stall| stall.retry).map(|(at, _)| at),
+                self.waits.pause.as_ref().and_then(|pause| pause.force_at),
+                self.waits.idle_at,
             ]
             .into_iter()
             .flatten()
@@ -550,9 +441,9 @@ impl SessionActor {
                     None => std::future::pending().await,
                 }
             };
-            let intake = self.stall.is_none();
+            let intake = self.recorder.stall.is_none();
             let agent_event = async {
-                match self.execution.as_mut() {
+                match self.sidecar.execution.as_mut() {
                     Some(execution) if intake => execution.events_rx.recv().await,
                     _ => std::future::pending().await,
                 }
@@ -575,9 +466,9 @@ impl SessionActor {
             if matches!(self.phase(), Phase::Idle | Phase::Ended) {
                 // No execution: the log is written rarely, so it holds no descriptor
                 // meanwhile (the next write reopens it).
-                self.record.log().release();
+                self.recorder.record.log().release();
             }
-            if self.stall.as_ref().is_some_and(|stall| stall.retry.is_none()) {
+            if self.recorder.stall.as_ref().is_some_and(|stall| stall.retry.is_none()) {
                 self.stall();
             }
             let due = self.meter.take_due();
@@ -589,7 +480,7 @@ impl SessionActor {
                     tracing::warn!(session = %self.row.id, %err, "cannot record cost reported between turns");
                 }
             }
-            if let Some(plan) = self.plan_row.0.take() {
+            if let Some(plan) = self.conversation.take_plan() {
                 Box::pin(self.log_plan(plan)).await;
             }
             if let Some((reason, trigger)) = due.limit {
@@ -602,9 +493,9 @@ impl SessionActor {
             }
             // A pause takes effect at the turn boundary (or once a launch in flight landed).
             // (After a re-attach, not before the replay caught up: a turn may still end there.)
-            if self.pause.is_some()
-                && self.turn.is_none()
-                && self.catch_up.until.is_none()
+            if self.waits.pause.is_some()
+                && self.conversation.turn.is_none()
+                && self.sidecar.catch_up.until.is_none()
                 && matches!(self.phase(), Phase::Open | Phase::Idle)
             {
                 Box::pin(self.pause_at_boundary()).await;
@@ -612,7 +503,7 @@ impl SessionActor {
             self.arm_idle();
         }
         self.flush_events();
-        self.record.log().release();
+        self.recorder.record.log().release();
         // Answer whatever is still queued, so no caller waits forever.
         commands.close();
         while let Some(command) = commands.recv().await {
@@ -626,8 +517,10 @@ impl SessionActor {
     async fn agent_burst(&mut self, first: Option<super::control::EventItem>) {
         self.agent_event(first).await;
         for _ in 1..AGENT_EVENT_BURST {
-            let queued = match self.execution.as_mut() {
-                Some(execution) if self.stall.is_none() && !matches!(self.stage, Stage::Ended) => {
+            let queued = match self.sidecar.execution.as_mut() {
+                Some(execution)
+                    if self.recorder.stall.is_none() && !matches!(self.stage, Stage::Ended) =>
+                {
                     match execution.events_rx.try_recv() {
                         Ok(event) => Some(event),
                         Err(mpsc::error::TryRecvError::Empty) => break,
@@ -657,11 +550,11 @@ impl SessionActor {
         }
         match command {
             Command::Prompt { text, reply } => {
-                if self.catch_up.until.is_some() {
+                if self.sidecar.catch_up.until.is_some() {
                     // After a re-attach the event log is ahead of the store until the
                     // replay catches up (a turn may have ended there already): a prompt
                     // waits for it rather than being refused as `RUNNING`.
-                    self.catch_up.deferred.push((text, reply));
+                    self.sidecar.catch_up.deferred.push((text, reply));
                 } else if let Err(err) = self.start_turn(text, Some(reply)).await {
                     tracing::debug!(session = %self.row.id, %err, "prompt refused");
                 }
@@ -673,7 +566,7 @@ impl SessionActor {
                 let retried = store.turn_to_retry(self.row.id.clone(), Some(turn_id.clone())).await;
                 match retried {
                     Ok(Some(turn)) if turn.retried_by.is_none() => {
-                        if self.catch_up.until.is_some() {
+                        if self.sidecar.catch_up.until.is_some() {
                             let _ = reply.send(Err(SessionError::InvalidState(
                                 "the session is catching up after a restart; retry in a moment"
                                     .into(),
@@ -715,33 +608,39 @@ impl SessionActor {
             // A retire in flight, or a loss whose end waits for a stall's next try: what is
             // left of it is recorded before anything launches.
             Command::Resume { reply, .. }
-                if self.teardown.is_some()
-                    || self.stall.as_ref().is_some_and(|stall| stall.deferred_loss.is_some()) =>
+                if self.sidecar.teardown.is_some()
+                    || self
+                        .recorder
+                        .stall
+                        .as_ref()
+                        .is_some_and(|stall| stall.deferred_loss.is_some()) =>
             {
-                self.waiters.push(reply)
+                self.waits.waiters.push(reply)
             }
             Command::Resume { refresh: Some(profile), reply } => {
                 let busy =
                     matches!(self.phase(), Phase::Launching | Phase::Opening | Phase::Adopting)
-                        || self.execution.as_ref().is_some_and(|e| e.agent_running);
+                        || self.sidecar.execution.as_ref().is_some_and(|e| e.agent_running);
                 if busy {
                     let _ = reply.send(Err(SessionError::InvalidState(
                         "the agent is running with the session's profile; pause the session (or stop-all) first, then resume with refresh_profile".into(),
                     )));
                 } else {
                     self.profile = profile;
-                    self.waiters.push(reply);
+                    self.waits.waiters.push(reply);
                     self.begin_resume().await;
                 }
             }
             Command::Resume { refresh: None, reply } => match self.phase() {
                 // One launch at a time; everyone gets its outcome.
-                Phase::Launching | Phase::Opening | Phase::Adopting => self.waiters.push(reply),
-                Phase::Open if self.execution.as_ref().is_some_and(|e| e.agent_running) => {
+                Phase::Launching | Phase::Opening | Phase::Adopting => {
+                    self.waits.waiters.push(reply)
+                }
+                Phase::Open if self.sidecar.execution.as_ref().is_some_and(|e| e.agent_running) => {
                     let _ = reply.send(Ok(ResumeOutcome::AlreadyRunning));
                 }
                 _ => {
-                    self.waiters.push(reply);
+                    self.waits.waiters.push(reply);
                     self.begin_resume().await;
                 }
             },
@@ -754,7 +653,7 @@ impl SessionActor {
 
     /// The generation of the execution whose events are being handled (0 before any).
     pub(super) fn generation(&self) -> i64 {
-        self.generation.unwrap_or_default()
+        self.recorder.generation.unwrap_or_default()
     }
 
     async fn handle_internal(&mut self, report: Internal) {
@@ -766,7 +665,12 @@ impl SessionActor {
             Internal::Launched(launched) => self.launched(*launched).await,
             Internal::Adopted(adopted) => self.adopted(*adopted).await,
             Internal::ControlFailed { execution_id, error } => {
-                if self.execution.as_ref().is_some_and(|execution| execution.id == execution_id) {
+                if self
+                    .sidecar
+                    .execution
+                    .as_ref()
+                    .is_some_and(|execution| execution.id == execution_id)
+                {
                     self.lost(format!("agentctl stopped answering: {error}")).await;
                 }
             }
@@ -776,7 +680,7 @@ impl SessionActor {
                 // can come after the turn's end and a pause that followed it). One still
                 // open is resolved once: a question voided meanwhile has no row.
                 // A permission's resolution shows its outcome, an elicitation's the response.
-                let Some(result) = self.answering.remove(&request_id) else { return };
+                let Some(result) = self.conversation.answering.remove(&request_id) else { return };
                 let outcome = result.get("outcome").cloned().unwrap_or(result);
                 let open = match self.context.store.list_pending(self.row.id.clone()).await {
                     Ok(pending) => pending.iter().any(|(id, _, _)| *id == request_id),
@@ -804,7 +708,7 @@ impl SessionActor {
 
     /// A native restore (`session/load`, `session/resume`) awaits the agent's answer.
     pub(super) fn restoring(&self) -> bool {
-        self.pending.values().any(|pending| matches!(pending, Pending::Restore { .. }))
+        self.conversation.pending.values().any(|pending| matches!(pending, Pending::Restore { .. }))
     }
 
     /// Publishes a step of bringing the agent up.
@@ -814,11 +718,11 @@ impl SessionActor {
 
     async fn deadline_passed(&mut self) {
         let now = Instant::now();
-        if self.idle_at.is_some_and(|at| at <= now) {
-            self.idle_at = None;
+        if self.waits.idle_at.is_some_and(|at| at <= now) {
+            self.waits.idle_at = None;
             return self.park().await;
         }
-        if let Some((at, delay)) = self.stall.as_ref().and_then(|stall| stall.retry)
+        if let Some((at, delay)) = self.recorder.stall.as_ref().and_then(|stall| stall.retry)
             && at <= now
         {
             return self.retry_after_stall(delay).await;
@@ -832,7 +736,9 @@ impl SessionActor {
             if self.restoring() {
                 // A restore that never answers is a failed restore, not the session's end:
                 // forget it (a late answer is ignored) and fall back to a fresh session.
-                self.pending.retain(|_, pending| !matches!(pending, Pending::Restore { .. }));
+                self.conversation
+                    .pending
+                    .retain(|_, pending| !matches!(pending, Pending::Restore { .. }));
                 let reason = format!(
                     "the agent did not answer {step} within {} ms",
                     self.profile.process.init_timeout_ms
@@ -847,12 +753,12 @@ impl SessionActor {
                 ))
                 .await;
         }
-        if let Some(pause) = self.pause.as_mut()
+        if let Some(pause) = self.waits.pause.as_mut()
             && pause.force_at.is_some_and(|at| at <= now)
         {
             // Once: a launch in flight (no turn) just lands, and then the pause applies.
             pause.force_at = None;
-            if self.turn.is_some() {
+            if self.conversation.turn.is_some() {
                 // The summary turn's end is waited for as long; cut, the pause goes on
                 // without a summary (it is not a forced pause).
                 let summarizing = matches!(pause.summary, SummaryStep::Asked(_));
@@ -870,7 +776,7 @@ impl SessionActor {
                 }
             }
         }
-        if let Some(turn) = self.turn.as_mut()
+        if let Some(turn) = self.conversation.turn.as_mut()
             && turn.deadline.is_some_and(|at| at <= now)
         {
             turn.deadline = None;
@@ -884,14 +790,14 @@ impl SessionActor {
                 tracing::debug!(session = %self.row.id, %err, "cancel for the turn timeout");
             }
         }
-        if let Some(turn) = self.turn.as_mut()
+        if let Some(turn) = self.conversation.turn.as_mut()
             && turn.cancel_at.is_some_and(|at| at <= now)
         {
             turn.cancel_at = None;
             let turn_id = turn.id.clone();
             // The agent never confirmed the cancel: end the turn ourselves and forget
             // its request (a late answer is ignored).
-            self.pending.retain(
+            self.conversation.pending.retain(
                 |_, pending| !matches!(pending, Pending::Prompt { turn_id: id, .. } if *id == turn_id),
             );
             self.end_turn(
@@ -915,8 +821,7 @@ impl SessionActor {
         params: Value,
         purpose: Pending,
     ) -> String {
-        let id = self.next_request_id;
-        self.next_request_id += 1;
+        let id = self.conversation.take_request_id();
         let key = id.to_string();
         if !matches!(purpose, Pending::Prompt { .. }) {
             let at = Instant::now()
@@ -929,7 +834,7 @@ impl SessionActor {
                 other => debug_assert!(false, "{method} sent while {:?}", other.phase()),
             }
         }
-        self.pending.insert(key.clone(), purpose);
+        self.conversation.pending.insert(key.clone(), purpose);
         self.send(Outgoing::Acp(
             json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
         ));
@@ -938,20 +843,21 @@ impl SessionActor {
 
     /// Queues a control call (a failure is reported back as [`Internal::ControlFailed`]).
     pub(super) fn send(&self, outgoing: Outgoing) {
-        if let Some(execution) = &self.execution {
+        if let Some(execution) = &self.sidecar.execution {
             let _ = execution.outbox.send(Box::new(outgoing));
         }
     }
 
     /// `"; stderr: …"` with the agent's recent stderr, or nothing.
     pub(super) fn stderr_tail(&self) -> String {
-        let tail = history::excerpt_tail(self.recent_stderr.trim_end(), STDERR_IN_ERROR);
+        let tail =
+            history::excerpt_tail(self.conversation.recent_stderr.trim_end(), STDERR_IN_ERROR);
         if tail.is_empty() { String::new() } else { format!("; stderr: {tail}") }
     }
 
     /// The running turn's id.
     pub(super) fn turn_id(&self) -> Option<&str> {
-        self.turn.as_ref().map(|turn| turn.id.as_str())
+        self.conversation.turn.as_ref().map(|turn| turn.id.as_str())
     }
 
     /// Where the actor is.

@@ -94,7 +94,7 @@ fn tests_and_comments_name_behaviour_not_issue_numbers() {
 
 /// The most fields `SessionActor` may have. A ratchet: lower it as state moves into the
 /// actor's components; it never goes up.
-const SESSION_ACTOR_FIELDS: usize = 38;
+const SESSION_ACTOR_FIELDS: usize = 12;
 
 #[test]
 fn the_session_actor_gains_no_fields() {
@@ -116,7 +116,7 @@ fn the_session_actor_gains_no_fields() {
             })
         })
         .count();
-    assert!(fields > 10, "the count found too few fields ({fields}): the parse is wrong");
+    assert!(fields > 5, "the count found too few fields ({fields}): the parse is wrong");
     assert!(
         fields <= SESSION_ACTOR_FIELDS,
         "SessionActor has {fields} fields, more than {SESSION_ACTOR_FIELDS}: give the new state \

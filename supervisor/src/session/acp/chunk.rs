@@ -48,7 +48,9 @@ impl SessionActor {
     /// (no replay being dropped, no primed session to tell apart); false if it is anything
     /// else, left to the general path.
     pub(super) async fn agent_text_fast(&mut self, raw: &str) -> bool {
-        if !matches!(self.replay, Replay::Off) || self.foreign_session.is_some() {
+        if !matches!(self.conversation.replay, Replay::Off)
+            || self.conversation.foreign_session.is_some()
+        {
             return false;
         }
         let Ok(chunk) = serde_json::from_str::<Notification<'_>>(raw) else { return false };
@@ -70,20 +72,20 @@ impl SessionActor {
 
     /// The turn heard from its agent.
     pub(super) fn heard(&mut self) {
-        if let Some(turn) = self.turn.as_mut() {
+        if let Some(turn) = self.conversation.turn.as_mut() {
             turn.heard = true;
         }
     }
 
     /// A chunk of the agent's reply: into the message being coalesced, and published.
     pub(super) fn agent_message_chunk(&mut self, text: String, message_id: Option<String>) {
-        if !self.recorded.history {
-            if self.history.is_new_message(message_id.as_deref())
-                && let Err(err) = self.history.flush_agent()
+        if !self.recorder.recorded.history {
+            if self.recorder.history.is_new_message(message_id.as_deref())
+                && let Err(err) = self.recorder.history.flush_agent()
             {
                 self.write_failed("the history", &err);
             }
-            self.history.agent_chunk(&text, message_id.as_deref());
+            self.recorder.history.agent_chunk(&text, message_id.as_deref());
             self.bound_coalescing();
         }
         self.emit(SessionEventKind::AgentMessageChunk { text, message_id });

@@ -11,7 +11,7 @@ impl SessionActor {
     /// What a `session/load` may replay: the recorded conversation's newest messages and
     /// tool call ids (from the last [`REPLAY_WINDOW_BYTES`] of the history).
     pub(super) async fn known_conversation(&self) -> KnownConversation {
-        let path = self.history.path().to_owned();
+        let path = self.recorder.history.path().to_owned();
         let entries =
             tokio::task::spawn_blocking(move || history::read_tail(&path, REPLAY_WINDOW_BYTES))
                 .await
@@ -41,11 +41,12 @@ impl SessionActor {
     /// that replayed no message (or replays after its answer, as gemini-cli does) cannot
     /// be checked, nor can a resume (it replays nothing).
     pub(super) async fn check_replay(&mut self) {
-        let Some(replayed) = self.replayed_messages.take().filter(|text| !text.trim().is_empty())
+        let Some(replayed) =
+            self.conversation.replayed_messages.take().filter(|text| !text.trim().is_empty())
         else {
             return;
         };
-        let path = self.history.path().to_owned();
+        let path = self.recorder.history.path().to_owned();
         let entries =
             tokio::task::spawn_blocking(move || history::read_tail(&path, REPLAY_WINDOW_BYTES))
                 .await
@@ -63,7 +64,8 @@ impl SessionActor {
         };
         let Some(&(first_missing, _)) = messages.get(last_had + 1) else { return };
         let lacking = messages.len() - last_had - 1;
-        self.resume_context = Some(ResumeContext::Missing { after: first_missing - 1 });
+        self.conversation.resume_context =
+            Some(ResumeContext::Missing { after: first_missing - 1 });
         self.emit(SessionEventKind::Notice {
             message: format!(
                 "the agent's restored conversation lacks the last {lacking} message(s) Tether recorded; they go with the next prompt"

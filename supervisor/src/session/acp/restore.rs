@@ -22,8 +22,8 @@ impl SessionActor {
         self.add_directories(&mut params);
         // Either may replay the conversation (a load must; some agents' resume does too,
         // fast-agent's as one message holding all of it): it is in our records already.
-        self.replay = Replay::Loading(None);
-        self.replayed_messages = load.then(String::new);
+        self.conversation.replay = Replay::Loading(None);
+        self.conversation.replayed_messages = load.then(String::new);
         if load {
             self.request(
                 protocol::acp::method::SESSION_LOAD,
@@ -48,8 +48,8 @@ impl SessionActor {
         result: Result<Value, RpcErrorBody>,
     ) {
         // A load that worked keeps dropping its replay until the next prompt.
-        if matches!(self.replay, Replay::Loading(_)) {
-            self.replay = match result {
+        if matches!(self.conversation.replay, Replay::Loading(_)) {
+            self.conversation.replay = match result {
                 Ok(_) => Replay::Loading(Some(Box::new(self.known_conversation().await))),
                 Err(_) => Replay::Off,
             };

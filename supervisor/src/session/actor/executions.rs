@@ -3,6 +3,20 @@
 
 use super::*;
 
+/// The agent's sidecar as the actor holds it: the execution, a launch landing after a stop,
+/// a stop's retire, background retires, and a re-attach catching up.
+#[derive(Default)]
+pub(in crate::session) struct Sidecar {
+    pub(in crate::session) execution: Option<Execution>,
+    pub(super) after_launch: AfterLaunch,
+    /// A stop's or detach's retire in flight, whose leftovers are recorded when it is done.
+    pub(super) teardown: Option<Teardown>,
+    /// Background retires and fences not finished yet (a launch waits for them).
+    pub(super) retiring: Vec<tokio::task::JoinHandle<()>>,
+    /// After a re-attach: what waits for agentctl's replay to catch up.
+    pub(in crate::session) catch_up: CatchUp,
+}
+
 impl SessionActor {
     pub(in crate::session) async fn stop(&mut self, end: SessionState, reply: Reply<()>) {
         // The end is recorded first: a kill from here on leaves a stopped session whose
@@ -13,14 +27,14 @@ impl SessionActor {
             // Its task reports later; what it brings is retired then.
             self.retire_on_landing(None);
         }
-        if let Some(execution) = self.execution.take() {
+        if let Some(execution) = self.sidecar.execution.take() {
             self.retire_open(execution, None, "the session was stopped").await;
         }
-        if self.turn.is_some() && self.teardown.is_none() {
+        if self.conversation.turn.is_some() && self.sidecar.teardown.is_none() {
             self.end_turn(TurnState::Failed, None, Some("the session was stopped".into())).await;
         }
         self.update_view(|view| view.agent_running = false);
-        self.pause = None;
+        self.waits.pause = None;
         self.fail_waiters("the session was stopped");
         self.enter(Stage::Ended);
         let _ = reply.send(recorded);
@@ -32,12 +46,12 @@ impl SessionActor {
         let in_flight = matches!(self.phase(), Phase::Launching | Phase::Adopting);
         if in_flight {
             self.retire_on_landing(Some(reply));
-        } else if let Some(execution) = self.execution.take() {
+        } else if let Some(execution) = self.sidecar.execution.take() {
             self.retire_open(execution, Some(reply), "the agent was stopped").await;
         } else {
             let _ = reply.send(Ok(()));
         }
-        if self.turn.is_some() && self.teardown.is_none() {
+        if self.conversation.turn.is_some() && self.sidecar.teardown.is_none() {
             self.end_turn(TurnState::Failed, None, Some("the agent was stopped".into())).await;
         }
         self.update_view(|view| view.agent_running = false);
@@ -77,8 +91,7 @@ impl SessionActor {
         if self.phase() != Phase::Open || !self.choices.settings().close_supported {
             return None;
         }
-        let id = self.next_request_id;
-        self.next_request_id += 1;
+        let id = self.conversation.take_request_id();
         Some(serde_json::json!({"jsonrpc": "2.0", "id": id,
             "method": protocol::acp::method::SESSION_CLOSE, "params": {"sessionId": acp_session}}))
     }
@@ -86,8 +99,8 @@ impl SessionActor {
     /// Remembers a background retire or fence: the next launch waits for it, so a fence
     /// that runs late can never hit the execution launched after it.
     pub(in crate::session) fn keep_retiring(&mut self, task: tokio::task::JoinHandle<()>) {
-        self.retiring.retain(|task| !task.is_finished());
-        self.retiring.push(task);
+        self.sidecar.retiring.retain(|task| !task.is_finished());
+        self.sidecar.retiring.push(task);
     }
 
     /// Fences an execution that is being dropped (lost, refused), in the background.
@@ -164,15 +177,14 @@ impl SessionActor {
         resume_token: Option<&str>,
         launch: Launch,
     ) {
-        self.stderr_shown = 0;
+        // A new agent: an earlier one's stderr explains nothing of its failures.
+        self.conversation.quiet_again(true);
         // An execution still held (an adopted one whose agent died, not yet replayed) is
         // let go first; the launch fences it anyway, and its end must not look like a loss.
-        if let Some(execution) = self.execution.take() {
+        if let Some(execution) = self.sidecar.execution.take() {
             self.retire(execution, None);
         }
         self.enter(Stage::Launching(Box::new(launch)));
-        // A new agent: an earlier one's stderr explains nothing of its failures.
-        self.recent_stderr.clear();
         // The previous execution (the one to fence) is read beside the state's write.
         let (store, id) = (self.context.store.clone(), self.row.id.clone());
         let (starting, previous) = tokio::join!(
@@ -249,11 +261,11 @@ impl SessionActor {
             }
             _ => None,
         };
-        self.resume_context = None;
-        self.replay = Replay::Off;
+        self.conversation.resume_context = None;
+        self.conversation.replay = Replay::Off;
         let context = self.context.clone();
         let internal_tx = self.internal_tx.clone();
-        let retiring = std::mem::take(&mut self.retiring);
+        let retiring = std::mem::take(&mut self.sidecar.retiring);
         let first = matches!(&self.stage, Stage::Launching(launch) if launch.first);
         let start = first
             .then(|| (self.row.id.clone(), std::path::PathBuf::from(&self.row.workspace_path)));
@@ -333,13 +345,13 @@ impl SessionActor {
         for open in open_turns {
             let turn_id = open.turn_id;
             if !open.delivered {
-                self.catch_up.undelivered.insert(open.request_id.clone(), turn_id.clone());
+                self.sidecar.catch_up.undelivered.insert(open.request_id.clone(), turn_id.clone());
             }
-            self.pending.insert(
+            self.conversation.pending.insert(
                 open.request_id,
                 Pending::Prompt { turn_id: turn_id.clone(), injected: false },
             );
-            self.turn = Some(Turn {
+            self.conversation.turn = Some(Turn {
                 id: turn_id,
                 cancel_at: None,
                 deadline: None,
@@ -352,10 +364,10 @@ impl SessionActor {
     /// A launch or re-attach in flight is retired when it lands; `reply` (a detach's) is
     /// answered once that is done.
     fn retire_on_landing(&mut self, reply: Option<Reply<()>>) {
-        match &mut self.after_launch {
+        match &mut self.sidecar.after_launch {
             AfterLaunch::Retire(waiters) => waiters.extend(reply),
             AfterLaunch::Keep => {
-                self.after_launch = AfterLaunch::Retire(reply.into_iter().collect())
+                self.sidecar.after_launch = AfterLaunch::Retire(reply.into_iter().collect())
             }
         }
     }
@@ -364,7 +376,7 @@ impl SessionActor {
     /// returns the reply to give once the retire is done (other callers are answered now).
     pub(in crate::session) fn stop_after_launch(&mut self) -> Option<Reply<()>> {
         let AfterLaunch::Retire(mut waiters) =
-            std::mem::replace(&mut self.after_launch, AfterLaunch::Keep)
+            std::mem::replace(&mut self.sidecar.after_launch, AfterLaunch::Keep)
         else {
             return None;
         };
@@ -382,7 +394,7 @@ impl SessionActor {
         let connected = match launched {
             Ok(connected) => connected,
             Err(failure) => {
-                if matches!(self.after_launch, AfterLaunch::Retire(_)) {
+                if matches!(self.sidecar.after_launch, AfterLaunch::Retire(_)) {
                     if let Some(reply) = self.stop_after_launch() {
                         let _ = reply.send(Ok(()));
                     }
@@ -398,7 +410,7 @@ impl SessionActor {
         let mut connected = connected;
         let warm = connected.warm.take();
         let execution = self.connect(connected, true);
-        if matches!(self.after_launch, AfterLaunch::Retire(_)) {
+        if matches!(self.sidecar.after_launch, AfterLaunch::Retire(_)) {
             // Stopped or detached while launching.
             let reply = self.stop_after_launch();
             self.retire(execution, reply);
@@ -410,15 +422,15 @@ impl SessionActor {
         }
         // A new execution starts a new agentctl sequence: nothing of it was recorded yet
         // (and nothing of it is held); a warm agent's starts after its `initialize`.
-        self.durability = match &warm {
+        self.recorder.durability = match &warm {
             Some(warm) => Durability::resuming_at(warm.acked, 0, 0),
             None => Default::default(),
         };
-        self.catch_up.holding = false;
-        self.replay = Replay::Off;
-        self.generation = Some(execution.record.generation);
-        self.history.set_generation(execution.record.generation);
-        self.execution = Some(execution);
+        self.sidecar.catch_up.holding = false;
+        self.conversation.replay = Replay::Off;
+        self.recorder.generation = Some(execution.record.generation);
+        self.recorder.history.set_generation(execution.record.generation);
+        self.sidecar.execution = Some(execution);
         self.update_view(|view| view.agent_running = true);
         let launch = match std::mem::replace(&mut self.stage, Stage::Idle) {
             Stage::Launching(launch) => *launch,
@@ -441,7 +453,7 @@ impl SessionActor {
         match warm {
             // Initialized before the session asked: on to the ACP session.
             Some((init, primed)) => {
-                self.foreign_session = primed;
+                self.conversation.foreign_session = primed;
                 let detail = Some("warm: the agent was started ahead".to_owned());
                 self.progress(LaunchStep::Initializing, detail);
                 self.initialized(init).await;
@@ -455,7 +467,7 @@ impl SessionActor {
     }
 
     pub(in crate::session) async fn adopted(&mut self, adopted: Result<Connected, String>) {
-        if matches!(self.after_launch, AfterLaunch::Retire(_)) {
+        if matches!(self.sidecar.after_launch, AfterLaunch::Retire(_)) {
             // Stopped or detached while re-attaching: what was found is retired (or fenced).
             let reply = self.stop_after_launch();
             match adopted {
@@ -475,8 +487,8 @@ impl SessionActor {
                 }
             }
             if self.phase() != Phase::Ended {
-                self.pending.clear();
-                self.turn = None;
+                self.conversation.pending.clear();
+                self.conversation.turn = None;
                 self.enter(Stage::Idle);
             }
             return;
@@ -493,8 +505,8 @@ impl SessionActor {
             .is_some_and(|s| s.agent_state == protocol::control::AgentState::Running);
         let acked = record.acked_seq.max(0) as u64;
         // Marks count only for the execution they were written for.
-        let events_mark = self.record.events_mark(record.generation);
-        let history_mark = self.history.mark_for(record.generation);
+        let events_mark = self.recorder.record.events_mark(record.generation);
+        let history_mark = self.recorder.history.mark_for(record.generation);
         tracing::debug!(
             session = %self.row.id,
             generation = record.generation,
@@ -504,10 +516,10 @@ impl SessionActor {
             last_seq = ?status.as_ref().map(|status| status.last_seq),
             "re-attached to agentctl"
         );
-        self.durability = Durability::resuming_at(acked, history_mark, events_mark);
-        self.generation = Some(record.generation);
-        self.history.set_generation(record.generation);
-        self.resume_context =
+        self.recorder.durability = Durability::resuming_at(acked, history_mark, events_mark);
+        self.recorder.generation = Some(record.generation);
+        self.recorder.history.set_generation(record.generation);
+        self.conversation.resume_context =
             record.resume_context_pending.then_some(match record.resume_outcome {
                 Some(ResumeOutcome::ContextHandoff) => ResumeContext::Handoff,
                 Some(ResumeOutcome::NativeLoad | ResumeOutcome::NativeResume) => {
@@ -515,7 +527,7 @@ impl SessionActor {
                 }
                 _ => ResumeContext::History,
             });
-        self.execution = Some(Execution { agent_running: running, ..execution });
+        self.sidecar.execution = Some(Execution { agent_running: running, ..execution });
         let turn_id = self.turn_id().map(str::to_owned);
         self.update_view(|view| {
             view.agent_running = running;
@@ -523,12 +535,12 @@ impl SessionActor {
             view.turn_id = turn_id;
             view.resume_outcome = record.resume_outcome;
         });
-        if !self.catch_up.holding && running {
+        if !self.sidecar.catch_up.holding && running {
             // A hold a stalled predecessor (killed since) asked for ends here.
             self.send(Outgoing::Hold(false));
         }
         match status.as_ref().map(|status| status.last_seq) {
-            Some(until) if until > acked => self.catch_up.until = Some(until),
+            Some(until) if until > acked => self.sidecar.catch_up.until = Some(until),
             _ => self.settle_undelivered().await,
         }
         self.enter(Stage::Open);
@@ -537,7 +549,7 @@ impl SessionActor {
             let left = request.force_at.saturating_sub(crate::store::now_ms()).max(0);
             // A summary not yet asked for waits as long as the pause was asked to.
             let asked = request.force_at.saturating_sub(request.requested_at).max(0);
-            self.pause = Some(PendingPause {
+            self.waits.pause = Some(PendingPause {
                 reason: request.reason,
                 force_at: Some(Instant::now() + std::time::Duration::from_millis(left as u64)),
                 forced: false,
@@ -559,7 +571,7 @@ impl SessionActor {
         {
             tracing::error!(session = %self.row.id, %err, "cannot record the session state");
         }
-        for waiter in self.waiters.drain(..) {
+        for waiter in self.waits.waiters.drain(..) {
             let _ = waiter.send(Ok(ResumeOutcome::AlreadyRunning));
         }
         // People may still answer what the agent asked before the restart.
@@ -606,7 +618,7 @@ impl SessionActor {
             }
             None => None,
         };
-        if self.resume_context == Some(ResumeContext::Drift) {
+        if self.conversation.resume_context == Some(ResumeContext::Drift) {
             return Ok(match drift {
                 Some(drift) => format!(
                     "{}\n\n=== CURRENT REQUEST ===\n{prompt}",
@@ -616,16 +628,16 @@ impl SessionActor {
             });
         }
         // A handoff without a snapshot to compile from: the history it would summarise.
-        if self.resume_context == Some(ResumeContext::Handoff)
+        if self.conversation.resume_context == Some(ResumeContext::Handoff)
             && let Some(snapshot) = latest
         {
             let budget = self.profile.session.resume_context_budget;
             return Ok(crate::snapshot::handoff_context(&snapshot, prompt, budget, drift.as_ref()));
         }
-        let path = self.history.path().to_owned();
+        let path = self.recorder.history.path().to_owned();
         let prompt = prompt.to_owned();
         let budget = self.profile.session.resume_context_budget;
-        let after = match self.resume_context {
+        let after = match self.conversation.resume_context {
             Some(ResumeContext::Missing { after }) => Some(after),
             _ => None,
         };
@@ -649,7 +661,7 @@ impl SessionActor {
         self.drop_replay(reason);
         self.update_view(|view| view.agent_running = false);
         self.void_pending().await;
-        if self.turn.is_some() {
+        if self.conversation.turn.is_some() {
             self.end_turn(turn_ends, None, Some(reason.to_owned())).await;
         }
         if self.row.state.is_terminal() {
@@ -671,7 +683,7 @@ impl SessionActor {
     /// is recorded, then the execution's open work is void.
     pub(in crate::session) async fn lost(&mut self, reason: String) {
         let mut reason = reason;
-        let Some(execution) = self.execution.take() else { return };
+        let Some(execution) = self.sidecar.execution.take() else { return };
         if !execution.gone {
             // (A dead sidecar's replay ends this way too: that loss was said at recovery.)
             tracing::warn!(session = %self.row.id, %reason, "agentctl is lost");
@@ -689,7 +701,7 @@ impl SessionActor {
             drop(execution);
             return self.fail(reason).await;
         }
-        if self.stall.is_some() && !execution.gone && !self.row.state.is_terminal() {
+        if self.recorder.stall.is_some() && !execution.gone && !self.row.state.is_terminal() {
             // Nothing handled since the stall is durable: the sidecar is fenced now, the
             // rest (its spool from what was acknowledged, its open work, the state) is
             // written at the stall's next try.
@@ -717,7 +729,7 @@ impl SessionActor {
             match launch::fence(&self.context, record.clone(), std::time::Duration::ZERO).await {
                 Ok(()) => {
                     let dir = leftovers::spool_dir(&self.context.state_dir_of(&record));
-                    let events = leftovers::read(dir, self.durability.handled);
+                    let events = leftovers::read(dir, self.recorder.durability.handled);
                     if let Some(exit) = self.record_leftovers(id, record, events).await {
                         reason = exit;
                     }
@@ -726,7 +738,7 @@ impl SessionActor {
                     tracing::error!(session = %self.row.id, %err, "cannot fence a lost execution")
                 }
             }
-            if self.stall.is_some() && !self.row.state.is_terminal() {
+            if self.recorder.stall.is_some() && !self.row.state.is_terminal() {
                 // Its spool could not all be recorded: the rest first, at the next try.
                 return self.defer_loss(reason);
             }
@@ -738,7 +750,7 @@ impl SessionActor {
             return self.enter(Stage::Ended);
         }
         // Anyone who asked for a resume meanwhile gets one now.
-        if !self.waiters.is_empty() {
+        if !self.waits.waiters.is_empty() {
             self.begin_resume().await;
         }
     }
@@ -767,23 +779,25 @@ impl SessionActor {
                 .set_executor_status(self.row.id.clone(), record.execution_id, ExecutorStatus::Dead)
                 .await;
         }
-        self.pending.clear();
-        self.turn = None;
+        self.conversation.pending.clear();
+        self.conversation.turn = None;
         self.update_view(|view| view.turn_id = None);
-        if self.stall.is_some() && !self.row.state.is_terminal() {
+        if self.recorder.stall.is_some() && !self.row.state.is_terminal() {
             return self.defer_loss(reason);
         }
         // Its turns interrupted and its questions void, as recovery ends a dead execution's
         // work (after what this actor published so far).
         self.flush_events();
-        self.answering.clear();
-        if let Err(err) = self.record.void_open_work(&reason, Vec::new(), self.mark()).await {
+        self.conversation.answering.clear();
+        if let Err(err) =
+            self.recorder.record.void_open_work(&reason, Vec::new(), self.mark()).await
+        {
             self.write_failed("interrupted turns", &err);
         }
         self.enter(Stage::Idle);
         self.execution_gone(&reason, TurnState::Failed).await;
         // Anyone who asked for a resume meanwhile gets one now.
-        if !self.waiters.is_empty() {
+        if !self.waits.waiters.is_empty() {
             self.begin_resume().await;
         }
     }
@@ -794,15 +808,15 @@ impl SessionActor {
     /// its agent gone, the stall's reason shown.
     fn defer_loss(&mut self, reason: String) {
         self.drop_replay(&reason);
-        self.pending.clear();
-        self.turn = None;
-        self.answering.clear();
+        self.conversation.pending.clear();
+        self.conversation.turn = None;
+        self.conversation.answering.clear();
         self.enter(Stage::Idle);
         self.update_view(|view| {
             view.turn_id = None;
             view.agent_running = false;
         });
-        if let Some(stall) = self.stall.as_mut() {
+        if let Some(stall) = self.recorder.stall.as_mut() {
             stall.unwritten_state = Some(UnwrittenState {
                 state: SessionState::WaitingForInput,
                 error: Some(reason.clone()),
@@ -824,17 +838,17 @@ impl SessionActor {
             return None;
         }
         let acked = record.acked_seq.max(0) as u64;
-        let history_mark = self.history.mark_for(record.generation);
-        let events_mark = self.record.events_mark(record.generation);
-        self.durability = Durability::resuming_at(acked, history_mark, events_mark);
-        self.generation = Some(record.generation);
-        self.history.set_generation(record.generation);
+        let history_mark = self.recorder.history.mark_for(record.generation);
+        let events_mark = self.recorder.record.events_mark(record.generation);
+        self.recorder.durability = Durability::resuming_at(acked, history_mark, events_mark);
+        self.recorder.generation = Some(record.generation);
+        self.recorder.history.set_generation(record.generation);
         let events = leftovers::read(leftovers::spool_dir(&state_dir), acked);
         let exit = self.record_leftovers(record.execution_id.clone(), record, events).await;
         // No answer ends its turn: the message being coalesced is the last of it. (Not
         // acknowledged: the marks keep a later read of this spool from recording it again.)
-        if self.stall.is_none()
-            && let Err(err) = self.history.flush_agent()
+        if self.recorder.stall.is_none()
+            && let Err(err) = self.recorder.history.flush_agent()
         {
             self.write_failed("the history", &err);
         }
@@ -853,7 +867,7 @@ impl SessionActor {
     ) -> Option<String> {
         let calls: Arc<dyn Control> = Arc::new(leftovers::DeadSidecar);
         let outbox = outbox::start_outbox(id.clone(), Arc::clone(&calls), self.internal_tx.clone());
-        self.execution = Some(Execution {
+        self.sidecar.execution = Some(Execution {
             id,
             record,
             calls,
@@ -864,8 +878,8 @@ impl SessionActor {
         });
         let mut exit = None;
         let mut in_burst = 0;
-        while let Some(execution) = self.execution.as_mut() {
-            if self.stall.is_some() {
+        while let Some(execution) = self.sidecar.execution.as_mut() {
+            if self.recorder.stall.is_some() {
                 // Not acknowledged: read again at the next try (the spool stays).
                 break;
             }
@@ -873,10 +887,10 @@ impl SessionActor {
             // The agent's end is the caller's to handle (a stop ends the turn its own way).
             match event.kind {
                 EventKind::AgentExited { status, stderr_tail } => {
-                    self.durability.handled = event.seq;
+                    self.recorder.durability.handled = event.seq;
                     exit = Some(self.exit_reason(status, &stderr_tail));
                 }
-                EventKind::StdoutClosed => self.durability.handled = event.seq,
+                EventKind::StdoutClosed => self.recorder.durability.handled = event.seq,
                 _ => self.handle_agent_event(*event).await,
             }
             in_burst += 1;
@@ -887,7 +901,7 @@ impl SessionActor {
         }
         self.ack(true).await;
         self.flush_events();
-        self.execution = None;
+        self.sidecar.execution = None;
         exit
     }
 
@@ -913,12 +927,12 @@ impl SessionActor {
         if self.phase() != Phase::Open {
             return self.retire(execution, reply);
         }
-        let after = self.durability.handled;
+        let after = self.recorder.durability.handled;
         let dir = leftovers::spool_dir(&self.context.state_dir_of(&execution.record));
         let (id, record) = (execution.id.clone(), execution.record.clone());
         let (gone_tx, gone) = tokio::sync::oneshot::channel();
         self.retire(execution, Some(gone_tx));
-        self.teardown = Some(Teardown { reply, turn_error });
+        self.sidecar.teardown = Some(Teardown { reply, turn_error });
         let report = self.internal_tx.clone();
         self.context.teardowns.spawn(async move {
             let result = gone.await.unwrap_or(Ok(()));
@@ -936,7 +950,7 @@ impl SessionActor {
     /// the turn ends, and the stop or detach is answered.
     pub(in crate::session) async fn retired(&mut self, retired: Retired) {
         let Retired { id, record, result, leftovers } = retired;
-        let Some(teardown) = self.teardown.take() else { return };
+        let Some(teardown) = self.sidecar.teardown.take() else { return };
         let (tx, events) = mpsc::channel(leftovers.len().max(1));
         for event in leftovers {
             let _ = tx.try_send(Ok(Box::new(event)));
@@ -945,14 +959,14 @@ impl SessionActor {
         self.record_leftovers(id, record, events).await;
         // The agent that asked is gone: its questions are void.
         self.void_pending().await;
-        if self.turn.is_some() {
+        if self.conversation.turn.is_some() {
             self.end_turn(TurnState::Failed, None, Some(teardown.turn_error.into())).await;
         }
         if let Some(reply) = teardown.reply {
             let _ = reply.send(result);
         }
         // Anyone who asked for a resume meanwhile gets one now.
-        if self.phase() != Phase::Ended && !self.waiters.is_empty() {
+        if self.phase() != Phase::Ended && !self.waits.waiters.is_empty() {
             self.begin_resume().await;
         }
     }
@@ -969,7 +983,7 @@ impl SessionActor {
         let retired = gone.await.unwrap_or(Ok(()));
         let events = leftovers::read(
             leftovers::spool_dir(&self.context.state_dir_of(&record)),
-            self.durability.handled,
+            self.recorder.durability.handled,
         );
         self.record_leftovers(id, record, events).await;
         retired
@@ -980,11 +994,11 @@ impl SessionActor {
     pub(in crate::session) async fn fail(&mut self, reason: String) {
         tracing::warn!(session = %self.row.id, %reason, "session failed");
         let _ = self.context.store.log_error(self.row.id.clone(), reason.clone()).await;
-        if let Some(execution) = self.execution.take() {
+        if let Some(execution) = self.sidecar.execution.take() {
             self.retire(execution, None);
         }
         self.update_view(|view| view.agent_running = false);
-        if self.turn.is_some() {
+        if self.conversation.turn.is_some() {
             self.end_turn(TurnState::Failed, None, Some(reason.clone())).await;
         }
         let _ = self

@@ -18,6 +18,19 @@ fn summarizes(trigger: SnapshotTrigger) -> bool {
     )
 }
 
+/// Who and what waits for a boundary.
+#[derive(Default)]
+pub(in crate::session) struct Waits {
+    /// A pause waiting for the running turn (or the launch in flight) to end.
+    pub(in crate::session) pause: Option<PendingPause>,
+    /// Everyone waiting for the session to open (resumes, and resumes of a session that was
+    /// starting anyway).
+    pub(in crate::session) waiters: Vec<Reply<ResumeOutcome>>,
+    /// When the session is parked if its agent stays idle until then (see
+    /// [`SessionActor::arm_idle`]).
+    pub(in crate::session) idle_at: Option<Instant>,
+}
+
 impl SessionActor {
     /// `task.session.pause`: at once when no turn runs (the agent and sidecar stopped, then
     /// `PAUSED`); else it waits for the turn (or the launch in flight) to end, cancelling
@@ -33,7 +46,7 @@ impl SessionActor {
     /// The agent's context reached the profile's threshold: the session pauses at the turn
     /// boundary for a handoff (unless a pause is asked for already, or it cannot pause).
     pub(in crate::session) async fn exhaustion(&mut self, reason: String) {
-        if self.pause.is_some() || self.row.state.is_terminal() {
+        if self.waits.pause.is_some() || self.row.state.is_terminal() {
             return;
         }
         tracing::info!(session = %self.row.id, %reason, "the agent's context is nearly full; pausing for a handoff");
@@ -58,14 +71,14 @@ impl SessionActor {
             }
             _ => {}
         }
-        if self.pause.is_some() {
+        if self.waits.pause.is_some() {
             return Err(SessionError::InvalidState(
                 "a pause is already requested; it waits for the running turn to end".into(),
             ));
         }
-        let busy = self.turn.is_some()
+        let busy = self.conversation.turn.is_some()
             || matches!(self.phase(), Phase::Launching | Phase::Opening | Phase::Adopting);
-        self.pause = Some(PendingPause {
+        self.waits.pause = Some(PendingPause {
             reason: reason.clone(),
             force_at: Some(Instant::now() + force_after),
             forced: false,
@@ -93,7 +106,7 @@ impl SessionActor {
             summary_asked_at: None,
         };
         if let Err(err) = self.context.store.put_pause(self.row.id.clone(), request).await {
-            self.pause = None;
+            self.waits.pause = None;
             return Err(err.into());
         }
         self.emit(SessionEventKind::PauseRequested {
@@ -113,7 +126,7 @@ impl SessionActor {
                 Ok(()) => return,
                 Err(note) => {
                     tracing::warn!(session = %self.row.id, %note, "cannot ask the agent for its summary; pausing without it");
-                    if let Some(pause) = self.pause.as_mut() {
+                    if let Some(pause) = self.waits.pause.as_mut() {
                         let failed = summary::without(SummaryState::Failed, note);
                         pause.summary = SummaryStep::Settled(failed);
                     }
@@ -135,7 +148,7 @@ impl SessionActor {
             }
             Err(err) => Some(format!("the budgets cannot be read ({err})")),
         };
-        if let (Some(used_up), Some(pause)) = (used_up, self.pause.as_mut()) {
+        if let (Some(used_up), Some(pause)) = (used_up, self.waits.pause.as_mut()) {
             let note = format!("{used_up}: no more spending");
             pause.summary = SummaryStep::Settled(summary::without(SummaryState::Skipped, note));
         }
@@ -146,19 +159,20 @@ impl SessionActor {
     /// budget's pause), the agent has worked at all and since a resume wrapped in a context
     /// (else it would summarise that context), and it waits for a prompt.
     fn summary_due(&self) -> bool {
-        let Some(pause) = self.pause.as_ref() else { return false };
+        let Some(pause) = self.waits.pause.as_ref() else { return false };
         pause.summary == SummaryStep::NotAsked
             && self.profile.session.summarize_on_pause
             && !pause.forced
             && !pause.wait.is_zero()
-            && !self.resume_context.is_some_and(ResumeContext::rebuilds_context)
-            && !self.history.is_empty()
+            && !self.conversation.resume_context.is_some_and(ResumeContext::rebuilds_context)
+            && !self.recorder.history.is_empty()
             && summarizes(pause.trigger)
             && self.phase() == Phase::Open
-            && self.turn.is_none()
-            && self.catch_up.until.is_none()
+            && self.conversation.turn.is_none()
+            && self.sidecar.catch_up.until.is_none()
             && self.row.state == SessionState::WaitingForInput
             && self
+                .sidecar
                 .execution
                 .as_ref()
                 .is_some_and(|execution| execution.agent_running && !execution.gone)
@@ -168,7 +182,7 @@ impl SessionActor {
     /// is asked is durable first (a restart then waits for that turn, and does not ask
     /// again). The error says why it could not be sent.
     async fn ask_summary(&mut self) -> Result<(), String> {
-        let wait = self.pause.as_ref().map_or(std::time::Duration::ZERO, |pause| pause.wait);
+        let wait = self.waits.pause.as_ref().map_or(std::time::Duration::ZERO, |pause| pause.wait);
         let at = crate::store::now_ms();
         let force_at = at.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX));
         match self.context.store.pause_summary_asked(self.row.id.clone(), at, force_at).await {
@@ -182,7 +196,7 @@ impl SessionActor {
             message: "asking the agent for a summary of its decisions, open problems and next steps before pausing".into(),
         });
         self.start_turn_as(summary::PROMPT.to_owned(), TurnKind::PauseSummary, None).await?;
-        if let Some(pause) = self.pause.as_mut() {
+        if let Some(pause) = self.waits.pause.as_mut() {
             pause.summary = SummaryStep::Asked(at);
             pause.force_at = Some(Instant::now() + wait);
         }
@@ -198,7 +212,10 @@ impl SessionActor {
                 return summary::not_asked(false, "");
             }
             SummaryStep::NotAsked
-                if self.resume_context.is_some_and(ResumeContext::rebuilds_context) =>
+                if self
+                    .conversation
+                    .resume_context
+                    .is_some_and(ResumeContext::rebuilds_context) =>
             {
                 return self.carried_summary().await;
             }
@@ -208,13 +225,15 @@ impl SessionActor {
                     _ if pause.wait.is_zero() => "the pause was asked to be immediate",
                     SnapshotTrigger::Idle => "an idle park does not ask for one",
                     SnapshotTrigger::Budget => "a budget's pause does not spend more",
-                    _ if self.history.is_empty() => "no turn ran: there is nothing to summarise",
+                    _ if self.recorder.history.is_empty() => {
+                        "no turn ran: there is nothing to summarise"
+                    }
                     _ => "no agent was waiting for a prompt",
                 };
                 return summary::not_asked(true, why);
             }
         };
-        let history = self.history.path().to_owned();
+        let history = self.recorder.history.path().to_owned();
         summary::answer_of(&self.context.store, self.row.id.clone(), history, at).await
     }
 
@@ -243,13 +262,13 @@ impl SessionActor {
     /// `PAUSED` — its events first, then the store (a replay re-applies the store write).
     /// Returns the pause's snapshot, when one was taken.
     pub(in crate::session) async fn pause_now(&mut self) -> Option<String> {
-        let pause = self.pause.take()?;
+        let pause = self.waits.pause.take()?;
         // Read before the agent stops: its last messages may still be coalescing.
-        if let Err(err) = self.history.flush_agent() {
+        if let Err(err) = self.recorder.history.flush_agent() {
             self.write_failed("the history", &err);
         }
         let summary = self.settle_summary(&pause).await;
-        if let Some(execution) = self.execution.take()
+        if let Some(execution) = self.sidecar.execution.take()
             && let Err(err) = self.retire_and_record(execution).await
         {
             tracing::warn!(session = %self.row.id, %err, "stopping the agent for a pause");
@@ -261,8 +280,8 @@ impl SessionActor {
         // The agent that asked is stopped: its questions are void, but for those whose
         // answers it took (agentctl's confirmation, which may come later, resolves those).
         self.flush_events();
-        let answered = self.answering.keys().cloned().collect();
-        if let Err(err) = self.record.void_questions_but(&answered, self.mark()).await {
+        let answered = self.conversation.answering.keys().cloned().collect();
+        if let Err(err) = self.recorder.record.void_questions_but(&answered, self.mark()).await {
             tracing::warn!(session = %self.row.id, %err, "cannot void open questions at a pause");
         }
         // The snapshot sees the workspace as the stopped agent left it.
@@ -278,18 +297,22 @@ impl SessionActor {
         // After what this actor published so far.
         self.flush_events();
         let (reason, forced) = (pause.reason, pause.forced);
-        let snapshot_id =
-            match self.record.pause(request, reason, pause.trigger, forced, self.mark()).await {
-                Ok(snapshot_id) => snapshot_id,
-                Err(err @ crate::session::record::RecordError::Log(_)) => {
-                    self.write_failed("the session's event log", &err);
-                    None
-                }
-                Err(err) => {
-                    self.write_failed("the paused state", &err);
-                    None
-                }
-            };
+        let snapshot_id = match self
+            .recorder
+            .record
+            .pause(request, reason, pause.trigger, forced, self.mark())
+            .await
+        {
+            Ok(snapshot_id) => snapshot_id,
+            Err(err @ crate::session::record::RecordError::Log(_)) => {
+                self.write_failed("the session's event log", &err);
+                None
+            }
+            Err(err) => {
+                self.write_failed("the paused state", &err);
+                None
+            }
+        };
         self.row.state = SessionState::Paused;
         self.row.error_message = None;
         self.update_view(|view| {
@@ -312,8 +335,8 @@ impl SessionActor {
             session_id: self.row.id.clone(),
             trigger,
             reason,
-            history: self.history.path().to_owned(),
-            execution_id: self.execution.as_ref().map(|execution| execution.id.clone()),
+            history: self.recorder.history.path().to_owned(),
+            execution_id: self.sidecar.execution.as_ref().map(|execution| execution.id.clone()),
             usage: self.meter.usage().cloned(),
             summary: None,
             taken_at: None,
@@ -353,13 +376,14 @@ impl SessionActor {
     fn is_idle(&self) -> bool {
         self.phase() == Phase::Open
             && !self.row.state.is_terminal()
-            && self.turn.is_none()
-            && self.pause.is_none()
-            && self.stall.is_none()
-            && self.teardown.is_none()
-            && self.catch_up.until.is_none()
-            && self.answering.is_empty()
+            && self.conversation.turn.is_none()
+            && self.waits.pause.is_none()
+            && self.recorder.stall.is_none()
+            && self.sidecar.teardown.is_none()
+            && self.sidecar.catch_up.until.is_none()
+            && self.conversation.answering.is_empty()
             && self
+                .sidecar
                 .execution
                 .as_ref()
                 .is_some_and(|execution| execution.agent_running && !execution.gone)
@@ -369,9 +393,9 @@ impl SessionActor {
     /// not (a prompt, a pause, a lost agent): after every command, report and event.
     pub(in crate::session) fn arm_idle(&mut self) {
         if !self.is_idle() {
-            self.idle_at = None;
-        } else if self.idle_at.is_none() {
-            self.idle_at =
+            self.waits.idle_at = None;
+        } else if self.waits.idle_at.is_none() {
+            self.waits.idle_at =
                 self.context.idle_timeout(&self.profile).map(|timeout| Instant::now() + timeout);
         }
     }
@@ -387,12 +411,12 @@ impl SessionActor {
         match self.context.store.list_pending(self.row.id.clone()).await {
             Ok(open) if open.is_empty() => {}
             Ok(_) => {
-                self.idle_at = Some(Instant::now() + timeout);
+                self.waits.idle_at = Some(Instant::now() + timeout);
                 return;
             }
             Err(err) => {
                 tracing::warn!(session = %self.row.id, %err, "cannot read the open questions; not parking");
-                self.idle_at = Some(Instant::now() + timeout);
+                self.waits.idle_at = Some(Instant::now() + timeout);
                 return;
             }
         }

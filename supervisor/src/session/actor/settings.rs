@@ -44,7 +44,7 @@ impl SessionActor {
         if self.choices.dirty() {
             self.save_settings().await;
         }
-        if let Some(title) = self.new_title.take()
+        if let Some(title) = self.conversation.new_title.take()
             && title != self.row.title
         {
             let store = &self.context.store;
@@ -177,7 +177,7 @@ impl SessionActor {
         }
         let acp_session = self.view_tx.borrow().acp_session_id.clone();
         let open = self.phase() == Phase::Open
-            && self.execution.as_ref().is_some_and(|execution| execution.agent_running);
+            && self.sidecar.execution.as_ref().is_some_and(|execution| execution.agent_running);
         match acp_session.filter(|_| open) {
             Some(acp_session) => {
                 let params = setting.params(&acp_session);

@@ -16,11 +16,11 @@ impl SessionActor {
     /// succeeds. Nothing acknowledged is lost; nothing unacknowledged is dropped.
     pub(in crate::session) fn write_failed(&mut self, what: &str, err: &dyn std::fmt::Display) {
         tracing::error!(session = %self.row.id, %err, "cannot write {what}");
-        if self.stall.is_none() {
+        if self.recorder.stall.is_none() {
             let reason = format!(
                 "cannot write {what}: {err}; the agent's output is held (nothing is lost) until it can"
             );
-            self.stall = Some(Stall { reason, ..Stall::default() });
+            self.recorder.stall = Some(Stall { reason, ..Stall::default() });
         }
     }
 
@@ -35,7 +35,7 @@ impl SessionActor {
     ) {
         if let Err(err) = self.set_state(state, error.clone(), task).await {
             self.write_failed("the session's state", &err);
-            if let Some(stall) = self.stall.as_mut() {
+            if let Some(stall) = self.recorder.stall.as_mut() {
                 stall.unwritten_state = Some(UnwrittenState { state, error, task });
             }
         }
@@ -43,23 +43,24 @@ impl SessionActor {
 
     /// Stops intake and shows why; schedules the first retry.
     pub(in crate::session) fn stall(&mut self) {
-        let reason = self.stall.as_ref().map(|stall| stall.reason.clone()).unwrap_or_default();
+        let reason =
+            self.recorder.stall.as_ref().map(|stall| stall.reason.clone()).unwrap_or_default();
         self.update_view(|view| view.error = Some(reason.clone()));
         // Said after the status shows it, so whoever reads the log line finds it there.
         tracing::error!(session = %self.row.id, %reason, "intake stops until it can");
         // The stream is dropped: what it still had comes again from agentctl on retry.
         // And the agent's output is held at agentctl meanwhile: the room freed later goes
         // to recording what is spooled, not to more output (released once caught up).
-        if let Some(execution) = self.execution.as_mut() {
+        if let Some(execution) = self.sidecar.execution.as_mut() {
             let (_, closed) = mpsc::channel(1);
             execution.events_rx = closed;
             if !execution.gone {
-                self.catch_up.holding = true;
+                self.sidecar.catch_up.holding = true;
                 self.send(Outgoing::Hold(true));
             }
         }
         let delay = std::time::Duration::from_millis(200);
-        if let Some(stall) = self.stall.as_mut() {
+        if let Some(stall) = self.recorder.stall.as_mut() {
             stall.retry = Some((Instant::now() + delay, delay));
         }
     }
@@ -71,21 +72,21 @@ impl SessionActor {
     /// written instead ([`SessionActor::finish_loss`]). A failure here waits longer and
     /// tries again.
     pub(in crate::session) async fn retry_after_stall(&mut self, delay: std::time::Duration) {
-        let Some(mut stall) = self.stall.take() else { return };
+        let Some(mut stall) = self.recorder.stall.take() else { return };
         let again = |actor: &mut SessionActor, why: String, mut stall: Stall| {
             let next = (delay * 2).min(STALL_RETRY_MAX);
             stall.reason = why;
             stall.retry = Some((Instant::now() + next, next));
-            actor.stall = Some(stall);
+            actor.recorder.stall = Some(stall);
         };
         let history = match self.reopen_history(&mut stall.unwritten_prompts) {
             Ok(history) => history,
             Err(why) => return again(self, why, stall),
         };
-        let Some(execution) = self.execution.as_ref() else {
-            self.history = history;
-            if let Some(generation) = self.generation {
-                self.history.set_generation(generation);
+        let Some(execution) = self.sidecar.execution.as_ref() else {
+            self.recorder.history = history;
+            if let Some(generation) = self.recorder.generation {
+                self.recorder.history.set_generation(generation);
             }
             if let Err(why) = self.finish_loss(&stall).await {
                 return again(self, why, stall);
@@ -93,7 +94,7 @@ impl SessionActor {
             let error = self.row.error_message.clone();
             self.update_view(|view| view.error = error);
             // Anyone who asked for a resume meanwhile gets one now.
-            if !self.waiters.is_empty() {
+            if !self.waits.waiters.is_empty() {
                 self.begin_resume().await;
             }
             return;
@@ -105,17 +106,17 @@ impl SessionActor {
                     return again(self, format!("cannot read the open turns: {err}"), stall);
                 }
             };
-        let Some(execution) = self.execution.take() else { return };
+        let Some(execution) = self.sidecar.execution.take() else { return };
         let mut record = execution.record.clone();
-        record.acked_seq = self.durability.acked as i64;
+        record.acked_seq = self.recorder.durability.acked as i64;
         record.acp_session_id = self.view_tx.borrow().acp_session_id.clone();
         let addr = record.endpoint();
         let gone = execution.gone;
         drop(execution);
-        self.history = history;
-        self.unflushed_events.clear();
-        self.pending.retain(|_, pending| !matches!(pending, Pending::Prompt { .. }));
-        self.turn = None;
+        self.recorder.history = history;
+        self.recorder.unflushed_events.clear();
+        self.conversation.pending.retain(|_, pending| !matches!(pending, Pending::Prompt { .. }));
+        self.conversation.turn = None;
         let error = self.row.error_message.clone();
         self.update_view(|view| view.error = error);
         tracing::info!(session = %self.row.id, "re-attaching after a failed write");
@@ -126,7 +127,7 @@ impl SessionActor {
     /// messages that could not be written appended first, in their order (their agent's
     /// answer, not acknowledged, follows from the replay).
     fn reopen_history(&self, prompts: &mut Vec<(String, String)>) -> Result<History, String> {
-        let mut history = History::open(self.history.path())
+        let mut history = History::open(self.recorder.history.path())
             .map_err(|err| format!("cannot reopen the history: {err}"))?;
         while let Some((prompt, turn_id)) = prompts.first().cloned() {
             history
@@ -151,7 +152,7 @@ impl SessionActor {
         }
         match self.phase() {
             Phase::Ended => return Ok(()),
-            Phase::Idle if self.teardown.is_none() => {}
+            Phase::Idle if self.sidecar.teardown.is_none() => {}
             _ => return Err(format!("{} (and a launch or retire is in flight)", stall.reason)),
         }
         let store = self.context.store.clone();
@@ -166,10 +167,10 @@ impl SessionActor {
                 .map_err(|err| format!("cannot read the open turns: {err}"))?;
             self.expect_open_turns(open_turns);
             self.record_spool_of_gone(record).await;
-            self.pending.clear();
-            self.turn = None;
+            self.conversation.pending.clear();
+            self.conversation.turn = None;
             self.update_view(|view| view.turn_id = None);
-            if let Some(stall) = self.stall.take() {
+            if let Some(stall) = self.recorder.stall.take() {
                 return Err(stall.reason);
             }
         }
@@ -177,8 +178,9 @@ impl SessionActor {
         let reason = stall.deferred_loss.clone();
         let reason = reason.or_else(|| unwritten.as_ref().and_then(|state| state.error.clone()));
         let reason = reason.unwrap_or_else(|| LOST_WHILE_STALLED.to_owned());
-        self.answering.clear();
-        self.record
+        self.conversation.answering.clear();
+        self.recorder
+            .record
             .void_open_work(&reason, Vec::new(), self.mark())
             .await
             .map_err(|err| format!("cannot write interrupted turns: {err}"))?;
@@ -188,7 +190,7 @@ impl SessionActor {
                 .await
                 .map_err(|err| format!("cannot write the session's state: {err}"))?;
         }
-        match self.stall.take() {
+        match self.recorder.stall.take() {
             Some(stall) => Err(stall.reason),
             None => Ok(()),
         }

@@ -4,13 +4,8 @@
 use super::*;
 use protocol::api::PromptOrigin;
 
-/// The most stderr lines shown while the agent is quiet (see `stderr_while_quiet`).
-const MAX_QUIET_STDERR: u32 = 20;
-/// How much of each is shown.
+/// How much of each stderr line shown while the agent is quiet is shown.
 const QUIET_STDERR_CHARS: usize = 300;
-/// `stderr_shown` counts a start's lines (not a turn's): the execution's generation is
-/// in bits 16–30, the count below.
-const LAUNCH_COUNT: u32 = 1 << 31;
 
 /// What a new turn is, beyond its prompt.
 pub(in crate::session) enum TurnKind {
@@ -78,7 +73,8 @@ impl SessionActor {
         if let Some(reason) = self.view_tx.borrow().settings_blocked.clone() {
             return Err(SessionError::SettingsNotRestored(reason));
         }
-        let Some(execution) = self.execution.as_ref().filter(|execution| execution.agent_running)
+        let Some(execution) =
+            self.sidecar.execution.as_ref().filter(|execution| execution.agent_running)
         else {
             return Err(SessionError::AgentGone("no execution".into()));
         };
@@ -86,9 +82,9 @@ impl SessionActor {
         let Some(acp_session) = self.view_tx.borrow().acp_session_id.clone() else {
             return Err(SessionError::InvalidState("the ACP session is not open yet".into()));
         };
-        let injected = self.resume_context.is_some();
+        let injected = self.conversation.resume_context.is_some();
         let sent_text = if injected { self.resume_context(&text).await? } else { text.clone() };
-        let request_id = self.next_request_id;
+        let request_id = self.conversation.take_request_id();
         let message = json!({
             "jsonrpc": "2.0",
             "id": request_id,
@@ -118,10 +114,9 @@ impl SessionActor {
             )
             .await?;
         agentctl::fault::point("prompt.recorded");
-        self.next_request_id += 1;
         self.record_prompt(text.clone(), turn_id.clone());
         self.emit(SessionEventKind::TurnStarted { turn_id: turn_id.clone(), prompt: text, origin });
-        self.turn = Some(Turn {
+        self.conversation.turn = Some(Turn {
             id: turn_id.clone(),
             cancel_at: None,
             deadline: self
@@ -132,10 +127,11 @@ impl SessionActor {
             usage: crate::store::TurnUsage::default(),
             heard: false,
         });
-        self.stderr_shown = 0;
+        self.conversation.quiet_again(false);
         self.set_state(SessionState::Running, None, Some(task_state::IN_PROGRESS)).await?;
         self.update_view(|view| view.turn_id = Some(turn_id.clone()));
-        self.pending
+        self.conversation
+            .pending
             .insert(request_id.to_string(), Pending::Prompt { turn_id: turn_id.clone(), injected });
         Ok((turn_id, message))
     }
@@ -157,22 +153,15 @@ impl SessionActor {
         if let Some(step) = self.launch_step() {
             // Counted per execution: its generation keys the count (a turn's start, or
             // another execution's first line, begins a new one).
-            let key = LAUNCH_COUNT | ((self.generation() as u32 & 0x7fff) << 16);
-            if self.stderr_shown & !0xffff != key {
-                self.stderr_shown = key;
-            }
-            if self.stderr_shown & 0xffff < MAX_QUIET_STDERR {
-                self.stderr_shown += 1;
+            if self.conversation.show_starting_stderr(self.generation()) {
                 self.progress(step, Some(said()));
             }
             return;
         }
         let starting = matches!(self.phase(), Phase::Launching | Phase::Opening);
-        let waiting = self.turn.as_ref().is_some_and(|turn| !turn.heard);
-        if !(starting || waiting) || self.stderr_shown >= MAX_QUIET_STDERR {
+        if !self.conversation.show_quiet_stderr(starting) {
             return;
         }
-        self.stderr_shown += 1;
         self.emit(SessionEventKind::Notice { message: said() });
     }
 
@@ -192,7 +181,7 @@ impl SessionActor {
     }
 
     pub(in crate::session) async fn cancel(&mut self) -> Result<(), SessionError> {
-        let Some(turn) = self.turn.as_mut() else {
+        let Some(turn) = self.conversation.turn.as_mut() else {
             return Err(SessionError::InvalidState("no turn is running".into()));
         };
         // The agent ends the turn with `cancelled`; if it does not, we do.
@@ -211,7 +200,7 @@ impl SessionActor {
         let pending =
             self.context.store.list_pending(self.row.id.clone()).await.unwrap_or_default();
         for (request_id, method, _) in pending {
-            if self.answering.contains_key(&request_id) {
+            if self.conversation.answering.contains_key(&request_id) {
                 continue;
             }
             if let Err(err) = self
@@ -235,7 +224,7 @@ impl SessionActor {
         };
         let answer = crate::session::cancelled_answer(&method);
         let outcome = answer.get("outcome").cloned().unwrap_or(answer);
-        self.answering.remove(&request_id);
+        self.conversation.answering.remove(&request_id);
         self.emit(SessionEventKind::PermissionResolved { request_id: request_id.clone(), outcome });
         self.flush_events();
         if let Err(err) = self.context.store.delete_pending(self.row.id.clone(), request_id).await {
@@ -266,10 +255,10 @@ impl SessionActor {
         // Asked by this execution's agent (its generation leads the id), or not at all.
         let current = crate::session::permission_request_generation(request_id)
             .is_none_or(|generation| generation == self.generation());
-        if !current || self.answering.contains_key(request_id) {
+        if !current || self.conversation.answering.contains_key(request_id) {
             return Err(SessionError::NoSuchRequest(request_id.to_owned()));
         }
-        if self.execution.as_ref().is_none_or(|execution| !execution.agent_running) {
+        if self.sidecar.execution.as_ref().is_none_or(|execution| !execution.agent_running) {
             return Err(SessionError::AgentGone("the agent that asked is not running".into()));
         }
         let id = crate::session::agent_request_id(request_id);
@@ -278,7 +267,7 @@ impl SessionActor {
             request_id: request_id.to_owned(),
             message: json!({"jsonrpc": "2.0", "id": id, "result": result.clone()}),
         });
-        self.answering.insert(request_id.to_owned(), result);
+        self.conversation.answering.insert(request_id.to_owned(), result);
         Ok(())
     }
 
@@ -288,20 +277,16 @@ impl SessionActor {
         stop_reason: Option<String>,
         error: Option<String>,
     ) {
-        let Some(Turn { id: turn_id, mut usage, .. }) = self.turn.take() else { return };
+        let Some(Turn { id: turn_id, mut usage, .. }) = self.conversation.end_turn() else {
+            return;
+        };
         if usage.context.is_none() {
             usage.context = self.meter.context();
         }
-        self.tool_titles.clear();
-        // A replay that trails a turn does not trail its end.
-        self.replay = match std::mem::take(&mut self.replay) {
-            Replay::Loading(_) => Replay::Loading(None),
-            Replay::Off | Replay::Trailing(_) => Replay::Off,
-        };
         if state == TurnState::Failed {
-            self.history.mark_cut(error.as_deref().unwrap_or("the turn failed"));
+            self.recorder.history.mark_cut(error.as_deref().unwrap_or("the turn failed"));
         }
-        if let Err(err) = self.history.flush_agent() {
+        if let Err(err) = self.recorder.history.flush_agent() {
             self.write_failed("the history", &err);
         }
         // Events first (the turn's end, then the state it leads to), then one store write
@@ -329,9 +314,9 @@ impl SessionActor {
                 turn_id,
                 (state, stop_reason, error),
                 then.clone(),
-                self.record.log().last_seq(),
+                self.recorder.record.log().last_seq(),
                 (state == TurnState::Completed).then(|| crate::store::TurnOutput {
-                    text: self.history.final_message(),
+                    text: self.recorder.history.final_message(),
                     usage: self.meter.usage().and_then(|usage| {
                         let step = protocol::api::StepUsage {
                             context_used: usage.context_used,
@@ -369,13 +354,14 @@ impl SessionActor {
     /// After a re-attach, once the replay has passed what agentctl held when we connected:
     /// a turn whose prompt was never delivered will never end, so it fails now, saying so.
     pub(in crate::session) async fn settle_undelivered(&mut self) {
-        self.catch_up.until = None;
-        if std::mem::take(&mut self.catch_up.holding) {
+        self.sidecar.catch_up.until = None;
+        if std::mem::take(&mut self.sidecar.catch_up.holding) {
             // Caught up after a stall: the agent's output is taken in again.
             self.send(Outgoing::Hold(false));
         }
-        let deferred = std::mem::take(&mut self.catch_up.deferred);
-        let undelivered: Vec<(String, String)> = self.catch_up.undelivered.drain().collect();
+        let deferred = std::mem::take(&mut self.sidecar.catch_up.deferred);
+        let undelivered: Vec<(String, String)> =
+            self.sidecar.catch_up.undelivered.drain().collect();
         let first_prompt = self.unsent_initial_prompt().await;
         for (request_id, turn_id) in undelivered {
             // The create's prompt was acknowledged: sent again under the same request, so it
@@ -386,7 +372,7 @@ impl SessionActor {
             {
                 continue;
             }
-            self.pending.remove(&request_id);
+            self.conversation.pending.remove(&request_id);
             let error =
                 "the supervisor stopped before this prompt reached the agent; send it again";
             if self.turn_id() == Some(turn_id.as_str()) {
@@ -416,10 +402,13 @@ impl SessionActor {
         turn_id: &str,
         prompt: &str,
     ) -> bool {
-        let running = self.execution.as_ref().is_some_and(|execution| execution.agent_running);
+        let running =
+            self.sidecar.execution.as_ref().is_some_and(|execution| execution.agent_running);
         let acp_session = self.view_tx.borrow().acp_session_id.clone();
-        let injected =
-            matches!(self.pending.get(request_id), Some(Pending::Prompt { injected: true, .. }));
+        let injected = matches!(
+            self.conversation.pending.get(request_id),
+            Some(Pending::Prompt { injected: true, .. })
+        );
         let (Some(acp_session), Ok(id), true, false) =
             (acp_session, request_id.parse::<i64>(), running, injected)
         else {
@@ -432,7 +421,7 @@ impl SessionActor {
             "params": {"sessionId": acp_session, "prompt": [{"type": "text", "text": prompt}]},
         });
         tracing::info!(session = %self.row.id, turn = %turn_id, "sending the first prompt again: it never reached the agent");
-        if self.history.is_empty() {
+        if self.recorder.history.is_empty() {
             // Killed before the turn's start was written (see `prepare_turn`).
             self.record_prompt(prompt.to_owned(), turn_id.to_owned());
             self.emit(SessionEventKind::TurnStarted {
@@ -463,11 +452,12 @@ impl SessionActor {
     /// After a re-attach settled: a create cut short between the agent's start and its
     /// first prompt's delivery has its prompt sent now (once the replay caught up).
     pub(in crate::session) async fn send_unsent_initial_prompt(&mut self) {
-        let ready = self.execution.as_ref().is_some_and(|execution| execution.agent_running)
-            && self.phase() == Phase::Open
-            && self.turn.is_none()
-            && self.catch_up.until.is_none()
-            && self.row.state == SessionState::WaitingForInput;
+        let ready =
+            self.sidecar.execution.as_ref().is_some_and(|execution| execution.agent_running)
+                && self.phase() == Phase::Open
+                && self.conversation.turn.is_none()
+                && self.sidecar.catch_up.until.is_none()
+                && self.row.state == SessionState::WaitingForInput;
         if !ready {
             return;
         }
@@ -501,16 +491,16 @@ impl SessionActor {
     /// A re-attach's replay will not finish (the execution is gone): prompts that waited for
     /// it are answered (the caller resumes and retries), and nothing is left to settle.
     pub(in crate::session) fn drop_replay(&mut self, reason: &str) {
-        self.catch_up.until = None;
-        self.catch_up.undelivered.clear();
-        for (_, reply) in self.catch_up.deferred.drain(..) {
+        self.sidecar.catch_up.until = None;
+        self.sidecar.catch_up.undelivered.clear();
+        for (_, reply) in self.sidecar.catch_up.deferred.drain(..) {
             let _ = reply.send(Err(SessionError::AgentGone(reason.to_owned())));
         }
     }
 
     pub(in crate::session) fn fail_waiters(&mut self, reason: &str) {
         self.drop_replay(reason);
-        for waiter in self.waiters.drain(..) {
+        for waiter in self.waits.waiters.drain(..) {
             let _ = waiter.send(Err(SessionError::InvalidState(reason.to_owned())));
         }
     }

@@ -12,7 +12,7 @@ impl SessionActor {
     pub(in crate::session) fn usage_reported(&mut self, update: &Value) {
         let Some(report) = ContextReport::parse(update) else { return };
         let threshold = u64::from(self.profile.session.context_handoff_percent);
-        let turn = self.turn.as_mut().map(|turn| &mut turn.usage);
+        let turn = self.conversation.turn.as_mut().map(|turn| &mut turn.usage);
         let warning = self.meter.on_report(&report, threshold, turn);
         let (used, size) = (report.used, report.size);
         self.update_view(|view| view.context = Some((used, size)));
@@ -118,7 +118,7 @@ impl SessionActor {
             return;
         }
         // A pause already waits (its summary turn runs): warnings only.
-        let pausing = self.pause.is_some();
+        let pausing = self.waits.pause.is_some();
         let store = self.context.store.clone();
         match store.budget_uses(self.row.id.clone()).await {
             Ok(uses) => {
@@ -157,7 +157,7 @@ impl SessionActor {
         reason: String,
         trigger: SnapshotTrigger,
     ) {
-        if self.pause.is_some()
+        if self.waits.pause.is_some()
             || self.row.state.is_terminal()
             || self.row.state == SessionState::Paused
         {
