@@ -434,7 +434,10 @@ pub use control_rpc::*;
 /// writes: `agent.start` takes one param per field of [`StartAgent`].
 #[allow(clippy::too_many_arguments)]
 mod control_rpc {
-    use super::*;
+    use super::{
+        Acked, AgentStarted, BTreeMap, Done, Event, PathBuf, RpcResult, Status, Stopped,
+        SubscriptionResult, Value, rpc,
+    };
 
     /// agentctl's control channel. Params are objects by name (`agent.start` has one per field
     /// of [`StartAgent`], hence the allowance).

@@ -45,10 +45,13 @@ use crate::runtime::{Runtimes, StandaloneRuntime};
 use crate::service::{Supervisor, SupervisorConfig};
 use crate::store::Store;
 
-use client::*;
-use feed::*;
-use output::*;
-use serve::*;
+use client::{Client, MAX_EMPTY_RESUBSCRIBES, Target, call_failure};
+use feed::Feed;
+use output::{
+    AcpUpdate, Shown, Waiting, ago, describe, or_dash, permission_lines, print_fields, print_json,
+    session_usage_line, sessions_json, since_ms, timeline_lines, usage_line,
+};
+use serve::serve;
 use workflow::WorkflowCommand;
 
 /// The default API address.

@@ -18,7 +18,7 @@ mod turns;
 mod usage;
 mod workflows;
 
-use sessions::*;
+use sessions::{finish_session, session_from_row, sessions_matching};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -9,7 +9,13 @@ use schemars::generate::{SchemaGenerator, SchemaSettings};
 use serde_json::{Map, Value, json};
 
 use super::params::{self, Checked};
-use super::{method, *};
+use super::{
+    AgentInfo, BudgetUse, CleanupResult, Done, ErrorData, EventWindow, HistoryEntry, PauseResult,
+    PromptStarted, ResumeResult, SessionConfig, SessionEvent, SessionStatus, SessionSummary,
+    SessionsEvent, Snapshot, SnapshotSummary, StopAllResult, Task, TaskDetail, Timeline,
+    UsageReport, WorkflowEvent, WorkflowStarted, WorkflowStatus, WorkflowSummary, WorkflowsEvent,
+    method,
+};
 use crate::errors::ErrorKind;
 
 /// The checked-in document, as served by `rpc.discover`.
@@ -92,7 +98,13 @@ pub fn generate() -> Value {
         settings.definitions_path = "#/components/schemas/".into();
     });
     let mut m = Methods { generator: settings.into_generator(), methods: Vec::new() };
-    use params::*;
+    use params::{
+        BudgetSet, Cleanup, ElicitationRespond, NoParams, PermissionRespond, SessionCreate,
+        SessionDelete, SessionEventWindow, SessionHistory, SessionId, SessionList, SessionPause,
+        SessionPrompt, SessionResume, SessionRetryTurn, SessionSetConfigOption, SessionSetMode,
+        SessionSubscribe, SessionTimeline, SnapshotGet, TaskCreate, TaskDelete, TaskGet,
+        UsageQuery, WorkflowApprove, WorkflowId, WorkflowResume, WorkflowStart, WorkflowSubscribe,
+    };
     m.add::<NoParams, Vec<AgentInfo>>(
         method::AGENTS_LIST,
         "Every agent profile, with whether it can run here and why not.",
@@ -305,7 +317,7 @@ mod tests {
     use jsonrpsee::core::traits::ToRpcParams;
     use serde::de::DeserializeOwned;
 
-    use super::super::{ApiClient, params};
+    use super::super::{ApiClient, RuntimeKind, SessionState, UsageGroupBy, params};
     use super::*;
 
     #[derive(Default)]

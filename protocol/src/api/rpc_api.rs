@@ -1,6 +1,12 @@
 //! The API trait: every method of Tether's JSON-RPC surface, its params and results.
 
-use super::*;
+use super::{
+    AgentInfo, BudgetUse, CleanupResult, Done, EventBatch, EventWindow, HistoryEntry, PauseResult,
+    PromptStarted, ResumeResult, RpcResult, RuntimeKind, SessionConfig, SessionEvent, SessionState,
+    SessionStatus, SessionSummary, SessionsEvent, Snapshot, SnapshotSummary, StopAllResult,
+    SubscriptionResult, Task, TaskDetail, Timeline, UsageGroupBy, UsageReport, Value,
+    WorkflowEvent, WorkflowStarted, WorkflowStatus, WorkflowSummary, WorkflowsEvent, params, rpc,
+};
 
 #[rpc(server, client)]
 pub trait Api {

@@ -1,7 +1,14 @@
 //! The client commands: a typed API client of a running daemon, what each command calls
 //! and how a failed call becomes an exit code.
 
-use super::*;
+use super::{
+    AcpUpdate, ApiClient, Arc, Command, Deserialize, Duration, ElicitationCommand, ErrorKind,
+    EventKind, Exit, Failure, Feed, Instant, JsonFlag, PermissionCommand, RECONNECT_WINDOW,
+    ResumeOutcome, ResumeResult, RuntimeKind, SessionCommand, SessionEvent, SessionState,
+    SessionsCommand, Shown, SnapshotsCommand, StartArgs, TaskCommand, TurnState, Waiting, Write,
+    WsClient, WsClientBuilder, acp, ago, describe, face, or_dash, permission_lines, print_fields,
+    print_json, session_usage_line, sessions_json, since_ms, timeline_lines, usage, usage_line,
+};
 
 /// How long the client waits for one answer. The daemon bounds every wait of its own (a
 /// launch by the profile's `init_timeout_ms`, which is minutes for some agents, a pause by

@@ -27,7 +27,11 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
-use super::*;
+use super::{
+    ApiClient, Arc, Client, Duration, ErrorKind, EventKind, Exit, Failure, Feed, HashMap, Home,
+    OsString, Path, SessionEvent, SessionState, Shown, SocketAddr, Target, TurnState, WsClient,
+    client,
+};
 
 /// The most bytes the face gathers for one write to the client.
 const WRITE_BATCH: usize = 256 * 1024;

@@ -4,7 +4,10 @@
 
 use agentctl::resubscribe::{Resubscribing, Source};
 
-use super::*;
+use super::{
+    ApiClient, Arc, Client, Exit, Failure, MAX_EMPTY_RESUBSCRIBES, SessionEvent, SessionState,
+    Shown, Subscription, Target, WsClient, call_failure,
+};
 
 /// A session's events from a cursor, in order, each once: a gap (the client library drops a
 /// notification when the reader falls behind) or an ended subscription subscribes again

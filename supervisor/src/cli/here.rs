@@ -2,7 +2,7 @@
 //! directory), and what a paused session's resume says first.
 
 use super::client::Client;
-use super::*;
+use super::{ApiClient, Exit, Failure, SessionState};
 use protocol::api::SnapshotTrigger;
 
 impl Client {

@@ -1,6 +1,9 @@
 //! What the client commands print: fields, events as lines, launch progress, timelines.
 
-use super::*;
+use super::{
+    Deserialize, Duration, EventKind, Exit, Failure, Instant, LaunchStep, Serialize, SessionEvent,
+    SessionState, Write,
+};
 use protocol::api::PromptOrigin;
 
 /// Prints `value` as pretty JSON.

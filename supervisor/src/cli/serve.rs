@@ -1,7 +1,11 @@
 //! `supervisor serve`: the daemon's wiring — its home, store, runtimes, profiles, the API
 //! server, recovery, retention and a bounded shutdown.
 
-use super::*;
+use super::{
+    AccessPolicy, Arc, Context, DEFAULT_DEBOUNCE, DEFAULT_LISTEN, DockerConfig, DockerRuntime,
+    Environment, HashMap, Home, OsString, Path, PathBuf, Registry, Runtimes, ServeArgs, SocketAddr,
+    StandaloneRuntime, Store, Supervisor, SupervisorConfig, Write, api, bail,
+};
 
 /// Raises the soft limit on open files to the hard one: every live session holds a
 /// connection and a file, and the common soft default (1,024) would cap the daemon at a few

@@ -3,7 +3,10 @@
 
 use protocol::api::{StepState, WorkflowEvent, WorkflowEventKind, WorkflowState, WorkflowStatus};
 
-use super::*;
+use super::{
+    ApiClient, Arc, Client, Exit, Failure, JsonFlag, PathBuf, Shown, Subcommand, Subscription,
+    call_failure, parse_label, print_json,
+};
 
 #[derive(Subcommand, Debug)]
 pub(super) enum WorkflowCommand {

@@ -1,7 +1,10 @@
 //! How sessions end: stop, stop-all, delete and the retention cleanup, each fencing what
 //! runs before the records change.
 
-use super::*;
+use super::{
+    CleanedSession, CleanupPolicy, CleanupResult, FenceTarget, KeptSession, Phase, ServiceError,
+    SessionHandle, SessionRow, SessionState, Supervisor, home, session_worktree, worktree,
+};
 
 impl Supervisor {
     /// Stops every live agent and its sidecar; the sessions stay resumable. Then every

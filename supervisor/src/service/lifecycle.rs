@@ -1,7 +1,12 @@
 //! A session's life while it lasts: created (and its first prompt), its status, prompts,
 //! resumes, cancel, pause and permission answers.
 
-use super::*;
+use super::{
+    DEFAULT_PAUSE_WAIT_MS, Duration, Mark, NewSession, Path, PauseResult, Phase, ResumeResult,
+    ServiceError, SessionError, SessionHandle, SessionRow, SessionState, SessionStatus,
+    SessionView, SnapshotTrigger, Start, Supervisor, check_id, ensure_workspace, home, json_diff,
+    resume_wait, runtime_kind, session, worktree,
+};
 
 impl Supervisor {
     /// Refuses a directory the agent would be given (`field`) that is Tether's data

@@ -1,7 +1,7 @@
 //! Usage, budgets and re-sending an interrupted turn: `usage.query`, `budget.set` and
 //! `task.session.retry_turn`.
 
-use super::*;
+use super::{ServiceError, Supervisor};
 use protocol::api::{Budget, BudgetScope, BudgetUse, TurnState, UsageGroupBy, UsageReport};
 
 impl Supervisor {

@@ -2,7 +2,11 @@
 //! re-attach to, a dead one's spool to record, a stop cut short to finish, leaked sidecars,
 //! worktrees and runtime resources), and how each is brought to a state with an exit.
 
-use super::*;
+use super::{
+    AdoptPlan, Arc, ExecutorStatus, HashMap, Liveness, Mark, Phase, Profile, RecoverySummary,
+    ServiceError, SessionEvent, SessionEventKind, SessionRecord, SessionRow, SessionState,
+    SessionView, SnapshotTrigger, Spool, Start, Supervisor, home, session, worktree,
+};
 
 impl Supervisor {
     /// A session's event log was found holding fewer events than were issued (cut,

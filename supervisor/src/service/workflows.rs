@@ -17,7 +17,10 @@ use protocol::api::{
 };
 use tokio::sync::mpsc;
 
-use super::*;
+use super::{
+    Arc, Duration, NewSession, Path, PathBuf, ServiceError, SessionHandle, SessionState,
+    Supervisor, check_id,
+};
 use crate::store::{StepPatch, StepRow, WorkflowRow};
 use crate::workflow::plan::{self, Action, Input, SessionFacts, TurnFacts};
 use crate::workflow::spec::{self, Spec, WorktreeChoice};

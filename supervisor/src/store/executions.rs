@@ -1,7 +1,12 @@
 //! Executions (`executors_running`): one row per session for its newest execution — what
 //! a restart re-attaches to or fences, its resume token and acknowledged seq.
 
-use super::*;
+use super::{
+    EXECUTOR_COLUMNS, ExecutorRow, ExecutorStatus, Named, Opened, OptionalExtension,
+    RecoveryCandidate, ResumeOutcome, SESSION_COLUMNS, SessionRow, Store, StoreError,
+    TimelineEvent, TransactionBehavior, finish_session, log, now_ms, params, session_from_row,
+    session_state, sessions_matching,
+};
 
 impl Store {
     /// Records an execution, replacing the previous one: a new execution gets the next

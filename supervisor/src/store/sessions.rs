@@ -1,6 +1,9 @@
 //! Tasks and session rows: created, read, listed, their state, and deleted.
 
-use super::*;
+use super::{
+    Connection, OptionalExtension, SESSION_COLUMNS, SessionRow, SessionState, Store, StoreError,
+    Task, TimelineEvent, TransactionBehavior, log, now_ms, params, session_state, task_state,
+};
 
 impl Store {
     /// Creates a task in `TODO`.

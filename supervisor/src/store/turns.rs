@@ -1,6 +1,10 @@
 //! Turns, open permission requests and pauses: the open work of a session.
 
-use super::*;
+use super::{
+    Deserialize, LastPause, Named, OpenTurn, OptionalExtension, PauseRequest, PausedRecord,
+    Serialize, SessionState, Store, StoreError, TimelineEvent, TransactionBehavior, TurnRow,
+    TurnState, journal, log, now_ms, params,
+};
 
 /// A `session_pauses` row: reason, force_at, kind, summary_asked_at, requested_at.
 type PauseRow = (Option<String>, i64, String, Option<i64>, i64);

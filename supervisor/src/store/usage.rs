@@ -2,7 +2,10 @@
 //! sums over turns by session, task, profile, workflow or day, and the budgets of sessions
 //! and tasks.
 
-use super::*;
+use super::{
+    Connection, Deserialize, OptionalExtension, Serialize, Store, StoreError, TransactionBehavior,
+    params,
+};
 use protocol::api::{
     Budget, BudgetScope, BudgetUse, CostTotal, UsageGroup, UsageGroupBy, UsageReport, UsageTotals,
 };

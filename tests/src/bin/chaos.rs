@@ -59,9 +59,12 @@ mod edges;
 #[path = "chaos/workflows.rs"]
 mod workflows;
 
-use checks::*;
-use edges::*;
-use workflows::*;
+use checks::{
+    check_histories, check_processes, children_named_mock_agent, kill, observe, print_table,
+    went_away,
+};
+use edges::{Victim, check_stopped_all, create_round, end_victim};
+use workflows::{WORKFLOW_POINTS, flow_profile, workflow_round};
 
 /// Chunks per message and messages per turn.
 const CHUNKS: usize = 150;

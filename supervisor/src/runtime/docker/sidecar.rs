@@ -1,7 +1,7 @@
 //! What a container runs and needs: the static agentctl binary (where it is looked for),
 //! the entrypoint archive copied in, the sidecar's TLS certificate and private files.
 
-use super::*;
+use super::{Path, PathBuf, RuntimeError};
 
 /// The places a statically linked agentctl is looked for when none is configured, in
 /// order: beside the daemon's binary (`agentctl-static`, an installed layout); the cargo

@@ -1,7 +1,14 @@
 //! Executions: launching, re-attaching, retiring, stopping and losing an agent's sidecar,
 //! and recording what a gone sidecar's spool still held.
 
-use super::*;
+use super::{
+    AGENT_EVENT_BURST, AdoptPlan, AfterLaunch, Arc, CatchUp, Connected, Control, Durability,
+    EventKind, Execution, ExecutorRow, ExecutorStatus, Instant, Internal, Launch, LaunchFailure,
+    LaunchPlan, LaunchStep, Opening, OsString, Outgoing, Pending, PendingPause, Phase, Replay,
+    Reply, ResumeContext, ResumeOutcome, ResumeState, Retired, SessionActor, SessionError,
+    SessionEventKind, SessionState, SnapshotTrigger, Stage, SummaryStep, Teardown, Turn, TurnState,
+    UnwrittenState, launch, leftovers, mpsc, outbox, task_state,
+};
 
 /// The agent's sidecar as the actor holds it: the execution, a launch landing after a stop,
 /// a stop's retire, background retires, and a re-attach catching up.

@@ -2,7 +2,10 @@
 
 use protocol::api::{PauseSummary, SummaryState};
 
-use super::*;
+use super::{
+    Instant, Internal, PendingPause, Phase, Reply, ResumeContext, ResumeOutcome, SessionActor,
+    SessionError, SessionEventKind, SessionState, SnapshotTrigger, Stage, SummaryStep, TurnKind,
+};
 use crate::session::PauseTaken;
 use crate::snapshot::summary;
 

@@ -1,7 +1,10 @@
 //! What the actor writes: session events (with their marks), history entries, state
 //! changes and acknowledgements to agentctl (a failed write stalls: `stall.rs`).
 
-use super::*;
+use super::{
+    Arc, Durability, EntryType, History, Outgoing, Recorded, SessionActor, SessionError,
+    SessionEventKind, SessionState, Stall, history,
+};
 use crate::session::record::RecordError;
 
 /// What the actor writes — session events (first) and history entries, with the marks of

@@ -3,7 +3,10 @@
 //! again with a growing delay — by re-attaching to the sidecar after the acknowledged seq,
 //! or, when the agent went meanwhile, by writing again what ends its work.
 
-use super::*;
+use super::{
+    AdoptPlan, History, Instant, Outgoing, Pending, Phase, STALL_RETRY_MAX, SessionActor,
+    SessionState, Stall, UnwrittenState, mpsc,
+};
 
 /// Why a lost execution's work ended, when nothing better was kept: its agent went while
 /// nothing could be written.

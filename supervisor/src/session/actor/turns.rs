@@ -1,7 +1,11 @@
 //! Turns: a prompt's start and end, cancel, permission answers, and the prompts a restart
 //! found undelivered.
 
-use super::*;
+use super::{
+    CANCEL_GRACE, Instant, LaunchStep, MAX_PROMPT_LINE, Outgoing, Pending, Phase, Reply,
+    SessionActor, SessionError, SessionEventKind, SessionState, SnapshotTrigger, Stage, Turn,
+    TurnState, Value, json, task_state,
+};
 use protocol::api::PromptOrigin;
 
 /// How much of each stderr line shown while the agent is quiet is shown.

@@ -2,7 +2,7 @@
 //! and the limits checked at a turn's end — budgets, `max_turns`, `max_duration` — that
 //! pause the session.
 
-use super::*;
+use super::{SessionActor, SessionEventKind, SessionState, SnapshotTrigger, Value};
 use crate::session::meter::{ContextReport, ContextWarning};
 use agents::profile::UsageReporting;
 

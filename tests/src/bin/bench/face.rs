@@ -4,7 +4,10 @@
 //! updates (p99); and a `session/load` through the face of a conversation of about 10,000
 //! messages (history entries), from the request to its answer (the replay before it).
 
-use super::*;
+use super::{
+    Daemon, Instant, LATENCY_CHUNKS, LATENCY_RATE, RELAY_CHUNKS, RUNS, Row, Value, fast_profile,
+    json, leak, min_median, ms, sdk_driving, sdk_driving_on,
+};
 use std::path::Path;
 use tether_tests::face::RawFace;
 

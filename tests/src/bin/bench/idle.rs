@@ -9,7 +9,11 @@
 //! - `usage`: the relay with usage reports (a `usage_update` every 100 chunks and tokens per
 //!   turn, all accounted) beside the relay without, same run.
 
-use super::*;
+use super::{
+    Api, ApiClient, Create, Daemon, Duration, EventKind, Instant, RELAY_CHUNKS, RUNS, Row,
+    SessionState, Value, fast_profile, is_state, json, leak, min_median, ms, ok, percentile,
+    spawn_piped, tether_run, turn_ended, until,
+};
 use protocol::api::{SessionsEvent, UsageGroupBy};
 use tether_tests::daemon::await_log;
 

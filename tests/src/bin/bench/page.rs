@@ -4,7 +4,7 @@
 //! events over the API from the start (what a page that replays everything must read
 //! before it shows anything), measured in the same run.
 
-use super::*;
+use super::{Daemon, Instant, RUNS, Row, json, min_median, ms};
 use tether_tests::browser;
 
 /// 11 turns of 20,000 chunks: 220,000 chunk events, and each turn's own few.

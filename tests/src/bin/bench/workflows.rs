@@ -1,7 +1,10 @@
 //! The workflow section: a step's checkpoint, a restart with a 100-step workflow
 //! stored, and what a chain of steps costs over the same turns run by hand.
 
-use super::*;
+use super::{
+    Api, ApiClient, Create, Daemon, Duration, EventKind, Instant, RUNS, Row, SessionState,
+    fast_profile, json, min_median, ms, ok, percentile, turn_ended, until,
+};
 use protocol::api::{WorkflowEventKind, WorkflowState};
 use supervisor::store::{SessionRow, Store, WorkflowRow};
 

@@ -2,7 +2,10 @@
 //! unique, a turn's chunks once and in order), the processes left (one sidecar, one agent,
 //! no orphan), and each session's history against its stream.
 
-use super::*;
+use super::{
+    Api, ApiClient, Daemon, Duration, EntryType, EventKind, GO_AWAY, HashMap, PidFd, SessionEvent,
+    SessionTrack, Tally, TurnSeen, chunk_key, lossy,
+};
 
 /// Folds one event into what the subscriber saw; checks seqs are gapless and unique.
 pub(super) fn observe(

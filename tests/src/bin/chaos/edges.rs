@@ -1,7 +1,11 @@
 //! The rounds at the edges of a session's life: a stop or delete cut short by a kill at
 //! `stop.recorded`, a stop-all mid-turn, and a create killed at one of its fault points.
 
-use super::*;
+use super::{
+    Api, ApiClient, CREATE_CHUNKS, Create, Daemon, Disruption, EventKind, GO_AWAY, Instant, SETTLE,
+    SessionState, SessionTrack, Tally, TurnSeen, check_histories, children_named_mock_agent, lossy,
+    observe, subscribe_all, went_away,
+};
 
 /// A session a round stopped or deleted, and the processes that must go with it.
 pub(super) struct Victim {

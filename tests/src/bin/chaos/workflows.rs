@@ -7,7 +7,7 @@
 
 use protocol::api::{WorkflowEventKind, WorkflowState};
 
-use super::*;
+use super::{Api, ApiClient, Daemon, GO_AWAY, SETTLE, Tally, lossy, went_away};
 
 /// The points a workflow round arms (each at its first, second or third hit).
 pub(super) const WORKFLOW_POINTS: &[&str] = &[
