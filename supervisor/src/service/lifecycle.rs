@@ -37,6 +37,111 @@ impl Supervisor {
         })
     }
 
+    /// Checks a new session's directories (absolute, existing, outside the data
+    /// directory), its MCP servers (ACP's shape) and its workspace path.
+    fn check_session_paths(
+        &self,
+        additional_directories: &[String],
+        mcp_servers: &[serde_json::Value],
+        workspace_path: Option<&str>,
+    ) -> Result<(), ServiceError> {
+        for directory in additional_directories {
+            if !Path::new(directory).is_absolute() || !Path::new(directory).is_dir() {
+                return Err(ServiceError::InvalidParams {
+                    field: "additional_directories",
+                    message: format!("{directory} is not an absolute path to a directory"),
+                });
+            }
+            self.refuse_data_dir("additional_directories", Path::new(directory))?;
+        }
+        for (n, server) in mcp_servers.iter().enumerate() {
+            if let Err(err) =
+                serde_json::from_value::<protocol::acp::schema::McpServer>(server.clone())
+            {
+                return Err(ServiceError::InvalidParams {
+                    field: "mcp_servers",
+                    message: format!("mcp_servers[{n}] is not an ACP MCP server: {err}"),
+                });
+            }
+        }
+        if let Some(path) = workspace_path {
+            let workspace = Path::new(path);
+            if !workspace.is_absolute() {
+                return Err(ServiceError::InvalidParams {
+                    field: "workspace_path",
+                    message: format!("workspace_path {path:?} must be absolute"),
+                });
+            }
+            if !workspace.is_dir() {
+                return Err(ServiceError::InvalidParams {
+                    field: "workspace_path",
+                    message: format!("workspace_path {path} is not a directory"),
+                });
+            }
+            self.refuse_data_dir("workspace_path", workspace)?;
+        }
+        Ok(())
+    }
+
+    /// Makes a new session's worktree of the repository (`workspace_path`, else the
+    /// profile's `workspace.repo`) on a branch of its own, from `base` (else the profile's,
+    /// else `HEAD`).
+    async fn make_worktree(
+        &self,
+        profile: &agents::profile::Profile,
+        id: &str,
+        task_title: &str,
+        workspace_path: Option<String>,
+        base: Option<String>,
+    ) -> Result<worktree::Worktree, ServiceError> {
+        let agent_profile_id = &profile.id;
+        let settings = profile.workspace.clone().unwrap_or_default();
+        let repo = workspace_path.or(settings.repo).ok_or_else(|| {
+            ServiceError::InvalidParams {
+                field: "workspace_path",
+                message: format!(
+                    "a worktree session needs workspace_path (the repository): profile {agent_profile_id} names no workspace.repo"
+                ),
+            }
+        })?;
+        let repo = worktree::toplevel(Path::new(&repo)).await.map_err(|err| {
+            ServiceError::InvalidParams { field: "workspace_path", message: err.to_string() }
+        })?;
+        let made = worktree::Worktree {
+            repo,
+            path: self.config.home.root().join("worktrees").join(id),
+            branch: worktree::branch_name(task_title, id),
+        };
+        let base = base.or(settings.base).unwrap_or_else(|| "HEAD".to_owned());
+        home::create_private_dir(&self.config.home.root().join("worktrees"))
+            .map_err(|err| ServiceError::Storage(format!("the worktrees directory: {err}")))?;
+        worktree::create(&made, &base).await.map_err(|err| match err {
+            worktree::WorktreeError::BadBase { .. } => {
+                ServiceError::InvalidParams { field: "base", message: err.to_string() }
+            }
+            other => ServiceError::InvalidState(other.to_string()),
+        })?;
+        tracing::info!(session = %id, branch = %made.branch, path = %made.path.display(), "made a worktree");
+        // Killed here, the worktree has no session: recovery removes it.
+        agentctl::fault::point("create.worktree_made");
+        Ok(made)
+    }
+
+    /// A created session whose start was refused: nothing of it is left behind (no row
+    /// stuck `CREATED`, no worktree, no files).
+    async fn undo_create(&self, id: &str, made: Option<&worktree::Worktree>) {
+        self.event_logs.lock().expect("UNWRAP: never poisoned").remove(id);
+        if let Err(undo) = self.config.store.delete_session(id.to_owned()).await {
+            tracing::error!(session = %id, %undo, "cannot remove a session whose start failed");
+        }
+        if let Some(made) = made
+            && let Err(undo) = worktree::remove(made, true, true).await
+        {
+            tracing::warn!(%undo, "cannot remove the worktree of a session not created");
+        }
+        let _ = std::fs::remove_dir_all(self.config.home.session_path(id));
+    }
+
     /// `task.session.create`: records the session (and makes its worktree, when it has one)
     /// and starts its launch in the background.
     pub async fn create_session(&self, new: NewSession) -> Result<SessionRow, ServiceError> {
@@ -62,41 +167,7 @@ impl Supervisor {
                 return Err(ServiceError::Conflict(format!("a session {id} exists already")));
             }
         }
-        for directory in &additional_directories {
-            if !Path::new(directory).is_absolute() || !Path::new(directory).is_dir() {
-                return Err(ServiceError::InvalidParams {
-                    field: "additional_directories",
-                    message: format!("{directory} is not an absolute path to a directory"),
-                });
-            }
-            self.refuse_data_dir("additional_directories", Path::new(directory))?;
-        }
-        for (n, server) in mcp_servers.iter().enumerate() {
-            if let Err(err) =
-                serde_json::from_value::<protocol::acp::schema::McpServer>(server.clone())
-            {
-                return Err(ServiceError::InvalidParams {
-                    field: "mcp_servers",
-                    message: format!("mcp_servers[{n}] is not an ACP MCP server: {err}"),
-                });
-            }
-        }
-        if let Some(path) = &workspace_path {
-            let workspace = Path::new(path);
-            if !workspace.is_absolute() {
-                return Err(ServiceError::InvalidParams {
-                    field: "workspace_path",
-                    message: format!("workspace_path {path:?} must be absolute"),
-                });
-            }
-            if !workspace.is_dir() {
-                return Err(ServiceError::InvalidParams {
-                    field: "workspace_path",
-                    message: format!("workspace_path {path} is not a directory"),
-                });
-            }
-            self.refuse_data_dir("workspace_path", workspace)?;
-        }
+        self.check_session_paths(&additional_directories, &mcp_servers, workspace_path.as_deref())?;
         let profile = self.config.registry.get(&agent_profile_id).ok_or_else(|| {
             ServiceError::NotFound(format!("agent profile {agent_profile_id} not found"))
         })?;
@@ -128,36 +199,10 @@ impl Supervisor {
         let id = session_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
         // A worktree of its own: asked for, or the profile's default.
         let made = if worktree.unwrap_or(profile.workspace.is_some()) {
-            let settings = profile.workspace.clone().unwrap_or_default();
-            let repo = workspace_path.clone().or(settings.repo).ok_or_else(|| {
-                ServiceError::InvalidParams {
-                    field: "workspace_path",
-                    message: format!(
-                        "a worktree session needs workspace_path (the repository): profile {agent_profile_id} names no workspace.repo"
-                    ),
-                }
-            })?;
-            let repo = worktree::toplevel(Path::new(&repo)).await.map_err(|err| {
-                ServiceError::InvalidParams { field: "workspace_path", message: err.to_string() }
-            })?;
-            let made = worktree::Worktree {
-                repo,
-                path: self.config.home.root().join("worktrees").join(&id),
-                branch: worktree::branch_name(&task.title, &id),
-            };
-            let base = base.or(settings.base).unwrap_or_else(|| "HEAD".to_owned());
-            home::create_private_dir(&self.config.home.root().join("worktrees"))
-                .map_err(|err| ServiceError::Storage(format!("the worktrees directory: {err}")))?;
-            worktree::create(&made, &base).await.map_err(|err| match err {
-                worktree::WorktreeError::BadBase { .. } => {
-                    ServiceError::InvalidParams { field: "base", message: err.to_string() }
-                }
-                other => ServiceError::InvalidState(other.to_string()),
-            })?;
-            tracing::info!(session = %id, branch = %made.branch, path = %made.path.display(), "made a worktree");
-            // Killed here, the worktree has no session: recovery removes it.
-            agentctl::fault::point("create.worktree_made");
-            Some(made)
+            Some(
+                self.make_worktree(&profile, &id, &task.title, workspace_path.clone(), base)
+                    .await?,
+            )
         } else {
             None
         };
@@ -216,17 +261,7 @@ impl Supervisor {
                 Ok(row)
             }
             Err(err) => {
-                // Refused: nothing of it is left behind (no row stuck `CREATED`).
-                self.event_logs.lock().expect("UNWRAP: never poisoned").remove(&row.id);
-                if let Err(undo) = self.config.store.delete_session(row.id.clone()).await {
-                    tracing::error!(session = %row.id, %undo, "cannot remove a session whose start failed");
-                }
-                if let Some(made) = &made
-                    && let Err(undo) = worktree::remove(made, true, true).await
-                {
-                    tracing::warn!(%undo, "cannot remove the worktree of a session not created");
-                }
-                let _ = std::fs::remove_dir_all(self.config.home.session_path(&row.id));
+                self.undo_create(&row.id, made.as_ref()).await;
                 Err(err)
             }
         }

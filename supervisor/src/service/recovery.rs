@@ -46,6 +46,56 @@ impl Supervisor {
         }
     }
 
+    /// Sessions the restart caught starting: whatever their runtime may have started is
+    /// fenced, and they wait for input. Returns how many.
+    async fn wake_stranded(&self, stranded: Vec<SessionRow>) -> Result<usize, ServiceError> {
+        let mut woken = 0;
+        for row in stranded {
+            if let Err(err) = self.fence(&row, None).await {
+                tracing::error!(session = %row.id, %err, "cannot fence a stranded session's sidecar");
+            }
+            let reason = "the supervisor stopped while this session was starting; prompt or resume it to go on";
+            self.set_state_without_actor(
+                &row.id,
+                SessionState::WaitingForInput,
+                Some(reason.into()),
+            )
+            .await?;
+            woken += 1;
+            tracing::info!(session = %row.id, "recovery: it was starting; fenced, it waits for input");
+        }
+        Ok(woken)
+    }
+
+    /// Pauses asked for before the restart whose session has no agent any more (it was
+    /// found dead) take effect: nothing is left to wait for.
+    async fn settle_pauses_without_agent(&self) -> Result<(), ServiceError> {
+        for (session_id, request) in self.config.store.pauses().await? {
+            let adopting_it = self.handle(&session_id).is_some_and(|handle| handle.is_live());
+            if adopting_it {
+                continue;
+            }
+            match self.config.store.get_session(session_id.clone()).await {
+                Ok(row) if row.state.is_active() => {
+                    if let Err(err) = self
+                        .pause_without_agent(
+                            &row,
+                            request.reason,
+                            false,
+                            request.trigger,
+                            request.summary_asked_at,
+                        )
+                        .await
+                    {
+                        tracing::error!(session = %session_id, %err, "cannot pause a session at recovery");
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// Restart recovery (DESIGN §7). Serves at once: live sidecars are re-attached in the
     /// background (status says `reattaching` meanwhile), and a summary is logged when every
     /// re-attach has settled. Dead sidecars are fenced (a stray one is killed) and what
@@ -128,46 +178,11 @@ impl Supervisor {
         // waits for input instead of reading `STARTING` forever.
         // A pause asked for before the restart, whose session has no agent any more (it was
         // found dead): nothing is left to wait for.
-        for (session_id, request) in self.config.store.pauses().await? {
-            let adopting_it = self.handle(&session_id).is_some_and(|handle| handle.is_live());
-            if adopting_it {
-                continue;
-            }
-            match self.config.store.get_session(session_id.clone()).await {
-                Ok(row) if row.state.is_active() => {
-                    if let Err(err) = self
-                        .pause_without_agent(
-                            &row,
-                            request.reason,
-                            false,
-                            request.trigger,
-                            request.summary_asked_at,
-                        )
-                        .await
-                    {
-                        tracing::error!(session = %session_id, %err, "cannot pause a session at recovery");
-                    }
-                }
-                _ => {}
-            }
-        }
+        self.settle_pauses_without_agent().await?;
         let stranded = self.config.store.stranded_sessions().await?;
         // Those the query left out are at rest too.
         summary.at_rest += active.saturating_sub(examined + stranded.len());
-        for row in stranded {
-            if let Err(err) = self.fence(&row, None).await {
-                tracing::error!(session = %row.id, %err, "cannot fence a stranded session's sidecar");
-            }
-            let reason = "the supervisor stopped while this session was starting; prompt or resume it to go on";
-            self.set_state_without_actor(
-                &row.id,
-                SessionState::WaitingForInput,
-                Some(reason.into()),
-            )
-            .await?;
-            summary.dead += 1;
-            tracing::info!(session = %row.id, "recovery: it was starting; fenced, it waits for input");
-        }
+        summary.dead += self.wake_stranded(stranded).await?;
         // Sidecars a teardown cut short left running (a stop, delete or failed launch
         // killed halfway), whatever their session's state, go.
         summary.orphans_removed += self.sweep_leaked_sidecars().await;
@@ -193,35 +208,7 @@ impl Supervisor {
         summary.orphans_removed += self.finish_branch_deletions().await;
         // Containers of ours whose session is gone are removed (on every engine there).
         summary.orphans_removed += self.remove_orphaned_runtime_resources().await;
-        let replaying = adopting.iter().filter(|adopted| adopted.replay).count();
-        let reattaching = adopting.len() - replaying;
-        let counted = [
-            ("reattaching", reattaching),
-            ("replaying", replaying),
-            ("at_rest", summary.at_rest),
-            ("dead", summary.dead),
-            ("interrupted", summary.interrupted),
-            ("approvals_restored", summary.approvals_restored),
-            ("approvals_cancelled", summary.approvals_cancelled),
-            ("orphans_removed", summary.orphans_removed),
-            ("skipped", summary.skipped),
-        ];
-        for (outcome, count) in counted {
-            let family = &crate::metrics::get().recovery;
-            family.get_or_create(&crate::metrics::label("outcome", outcome)).inc_by(count as u64);
-        }
-        tracing::info!(
-            reattaching,
-            replaying,
-            at_rest = summary.at_rest,
-            dead = summary.dead,
-            interrupted = summary.interrupted,
-            approvals_restored = summary.approvals_restored,
-            approvals_cancelled = summary.approvals_cancelled,
-            orphans_removed = summary.orphans_removed,
-            skipped = summary.skipped,
-            "recovery: serving; re-attaching in the background"
-        );
+        count_recovery(&summary, &adopting);
         // A line per session once its actor has settled (connected or not), then the sums.
         tokio::spawn(async move {
             let (mut readopted, mut replayed, mut failed) = (0, 0, 0);
@@ -672,4 +659,37 @@ fn replaying_line(session_id: &str, turns: usize, questions: usize) {
 /// "1 turn", "2 questions".
 fn plural(count: usize, what: &str) -> String {
     format!("{count} {what}{}", if count == 1 { "" } else { "s" })
+}
+
+/// The recovery's outcomes in the metrics (`tether_recovery_total`) and the log.
+fn count_recovery(summary: &RecoverySummary, adopting: &[Adopting]) {
+    let replaying = adopting.iter().filter(|adopted| adopted.replay).count();
+    let reattaching = adopting.len() - replaying;
+    let counted = [
+        ("reattaching", reattaching),
+        ("replaying", replaying),
+        ("at_rest", summary.at_rest),
+        ("dead", summary.dead),
+        ("interrupted", summary.interrupted),
+        ("approvals_restored", summary.approvals_restored),
+        ("approvals_cancelled", summary.approvals_cancelled),
+        ("orphans_removed", summary.orphans_removed),
+        ("skipped", summary.skipped),
+    ];
+    for (outcome, count) in counted {
+        let family = &crate::metrics::get().recovery;
+        family.get_or_create(&crate::metrics::label("outcome", outcome)).inc_by(count as u64);
+    }
+    tracing::info!(
+        reattaching,
+        replaying,
+        at_rest = summary.at_rest,
+        dead = summary.dead,
+        interrupted = summary.interrupted,
+        approvals_restored = summary.approvals_restored,
+        approvals_cancelled = summary.approvals_cancelled,
+        orphans_removed = summary.orphans_removed,
+        skipped = summary.skipped,
+        "recovery: serving; re-attaching in the background"
+    );
 }

@@ -446,6 +446,24 @@ impl Supervisor {
         Ok(())
     }
 
+    /// The workflow file a resume compares with, read again: `None` when there is none, or
+    /// it cannot be read (the stored text is resumed); an error when it no longer parses
+    /// as a file (say, it is not UTF-8).
+    fn reread_spec_file(id: &str, file: Option<&str>) -> Result<Option<String>, ServiceError> {
+        let Some(file) = file else { return Ok(None) };
+        match spec::read_file(Path::new(file)) {
+            Ok(text) => Ok(Some(text)),
+            Err(err @ spec::ReadError::Unreadable { .. }) => {
+                tracing::warn!(workflow = %id, file, %err, "cannot read the workflow file again; resuming with the stored text");
+                Ok(None)
+            }
+            Err(err) => Err(ServiceError::InvalidParams {
+                field: "spec",
+                message: format!("{err}; resume with its text (spec) instead"),
+            }),
+        }
+    }
+
     /// `workflow.resume`: a failed or cancelled workflow goes on from the steps not
     /// completed. The file it was started from (or `spec`, when given) is compared with
     /// the workflow it runs, as read (comments and layout are no change): a change is
@@ -468,22 +486,7 @@ impl Supervisor {
         self.task_within_budget(&row.task_id).await?;
         let current = match spec_text {
             Some(text) => Some(text),
-            None => match &row.spec_file {
-                Some(file) => match spec::read_file(Path::new(file)) {
-                    Ok(text) => Some(text),
-                    Err(err @ spec::ReadError::Unreadable { .. }) => {
-                        tracing::warn!(workflow = %id, file, %err, "cannot read the workflow file again; resuming with the stored text");
-                        None
-                    }
-                    Err(err) => {
-                        return Err(ServiceError::InvalidParams {
-                            field: "spec",
-                            message: format!("{err}; resume with its text (spec) instead"),
-                        });
-                    }
-                },
-                None => None,
-            },
+            None => Self::reread_spec_file(&id, row.spec_file.as_deref())?,
         };
         // Under the start lock until it runs again: no session takes its workspace meanwhile.
         let _guard = self.start_lock.lock().await;

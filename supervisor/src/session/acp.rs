@@ -545,27 +545,7 @@ impl SessionActor {
                 false
             }
             Pending::NewSession => {
-                let session_id = result.as_ref().map(|result| {
-                    match protocol::acp::parse::<schema::NewSessionResponse>(result) {
-                        Parsed::Known(response) => Some(response.session_id.0.to_string()),
-                        Parsed::Unknown(raw) => {
-                            raw.get("sessionId").and_then(Value::as_str).map(str::to_owned)
-                        }
-                    }
-                });
-                let answer = result.as_ref().ok().cloned().unwrap_or_default();
-                match session_id {
-                    Ok(Some(acp_session)) => self.opened_with(acp_session, None, &answer).await,
-                    Ok(None) => self.fail("session/new returned no sessionId".into()).await,
-                    Err(error) if self.try_authenticate(error, AfterAuth::NewSession) => {}
-                    Err(error) if error.code == Some(protocol::ErrorCode::AuthRequired.code()) => {
-                        let reason = self.credentials_needed(error);
-                        self.fail(reason).await
-                    }
-                    Err(error) => {
-                        self.fail(format!("the agent refused session/new: {}", error.text())).await
-                    }
-                }
+                self.new_session_answered(result).await;
                 false
             }
             Pending::Setting { setting, reply } => {
@@ -574,69 +554,88 @@ impl SessionActor {
             }
             Pending::Prompt { turn_id, injected } => {
                 if self.turn_id() == Some(turn_id.as_str()) {
-                    match result {
-                        Ok(result) => {
-                            if injected {
-                                self.clear_resume_context_pending().await;
-                            }
-                            self.store_token_again().await;
-                            let stop_reason =
-                                match protocol::acp::parse::<schema::PromptResponse>(&result) {
-                                    Parsed::Known(response) => {
-                                        serde_json::to_value(response.stop_reason)
-                                            .ok()
-                                            .and_then(|reason| reason.as_str().map(str::to_owned))
-                                    }
-                                    // A stop reason newer than the schema is kept as said.
-                                    Parsed::Unknown(raw) => raw
-                                        .get("stopReason")
-                                        .and_then(Value::as_str)
-                                        .map(str::to_owned),
-                                }
-                                .unwrap_or_else(|| "end_turn".into());
-                            // Some agents (opencode) answer a prompt the user cancelled
-                            // with end_turn; what the user did is what is recorded.
-                            let stop_reason = if self
-                                .conversation
-                                .turn
-                                .as_ref()
-                                .is_some_and(|turn| turn.cancel_at.is_some())
-                                && stop_reason == "end_turn"
-                            {
-                                "cancelled".to_owned()
-                            } else {
-                                stop_reason
-                            };
-                            if let Some(turn) = self.conversation.turn.as_mut() {
-                                super::actor::prompt_usage(&result, &mut turn.usage);
-                            }
-                            self.end_turn(TurnState::Completed, Some(stop_reason), None).await;
-                        }
-                        Err(error)
-                            if self
-                                .conversation
-                                .turn
-                                .as_ref()
-                                .is_some_and(|turn| turn.cancel_at.is_some()) =>
-                        {
-                            // Others (qwen-code) answer it with the error of their aborted
-                            // model request: still the cancel the user asked for.
-                            self.emit(SessionEventKind::Notice {
-                                message: format!(
-                                    "the agent answered the cancel with an error ({}); the turn is recorded as cancelled",
-                                    error.text()
-                                ),
-                            });
-                            self.end_turn(TurnState::Completed, Some("cancelled".into()), None)
-                                .await
-                        }
-                        Err(error) => {
-                            self.end_turn(TurnState::Failed, None, Some(error.text())).await
-                        }
-                    }
+                    self.prompt_answered(injected, result).await;
                 }
                 true
             }
+        }
+    }
+
+    /// `session/new` answered: the ACP session opens (its settings restored first), or
+    /// the launch fails — unless credentials can still be offered.
+    async fn new_session_answered(&mut self, result: Result<Value, RpcErrorBody>) {
+        let session_id = result.as_ref().map(|result| {
+            match protocol::acp::parse::<schema::NewSessionResponse>(result) {
+                Parsed::Known(response) => Some(response.session_id.0.to_string()),
+                Parsed::Unknown(raw) => {
+                    raw.get("sessionId").and_then(Value::as_str).map(str::to_owned)
+                }
+            }
+        });
+        let answer = result.as_ref().ok().cloned().unwrap_or_default();
+        match session_id {
+            Ok(Some(acp_session)) => self.opened_with(acp_session, None, &answer).await,
+            Ok(None) => self.fail("session/new returned no sessionId".into()).await,
+            Err(error) if self.try_authenticate(error, AfterAuth::NewSession) => {}
+            Err(error) if error.code == Some(protocol::ErrorCode::AuthRequired.code()) => {
+                let reason = self.credentials_needed(error);
+                self.fail(reason).await
+            }
+            Err(error) => {
+                self.fail(format!("the agent refused session/new: {}", error.text())).await
+            }
+        }
+    }
+
+    /// The running turn's `session/prompt` answered (`injected`: it carried the resume
+    /// context): the turn ends with the agent's stop reason, or as failed. A cancel the
+    /// user asked for is recorded as cancelled whatever the agent answered.
+    async fn prompt_answered(&mut self, injected: bool, result: Result<Value, RpcErrorBody>) {
+        match result {
+            Ok(result) => {
+                if injected {
+                    self.clear_resume_context_pending().await;
+                }
+                self.store_token_again().await;
+                let stop_reason = match protocol::acp::parse::<schema::PromptResponse>(&result) {
+                    Parsed::Known(response) => serde_json::to_value(response.stop_reason)
+                        .ok()
+                        .and_then(|reason| reason.as_str().map(str::to_owned)),
+                    // A stop reason newer than the schema is kept as said.
+                    Parsed::Unknown(raw) => {
+                        raw.get("stopReason").and_then(Value::as_str).map(str::to_owned)
+                    }
+                }
+                .unwrap_or_else(|| "end_turn".into());
+                // Some agents (opencode) answer a prompt the user cancelled
+                // with end_turn; what the user did is what is recorded.
+                let stop_reason =
+                    if self.conversation.turn.as_ref().is_some_and(|turn| turn.cancel_at.is_some())
+                        && stop_reason == "end_turn"
+                    {
+                        "cancelled".to_owned()
+                    } else {
+                        stop_reason
+                    };
+                if let Some(turn) = self.conversation.turn.as_mut() {
+                    super::actor::prompt_usage(&result, &mut turn.usage);
+                }
+                self.end_turn(TurnState::Completed, Some(stop_reason), None).await;
+            }
+            Err(error)
+                if self.conversation.turn.as_ref().is_some_and(|turn| turn.cancel_at.is_some()) =>
+            {
+                // Others (qwen-code) answer it with the error of their aborted
+                // model request: still the cancel the user asked for.
+                self.emit(SessionEventKind::Notice {
+                    message: format!(
+                        "the agent answered the cancel with an error ({}); the turn is recorded as cancelled",
+                        error.text()
+                    ),
+                });
+                self.end_turn(TurnState::Completed, Some("cancelled".into()), None).await
+            }
+            Err(error) => self.end_turn(TurnState::Failed, None, Some(error.text())).await,
         }
     }
 

@@ -178,6 +178,45 @@ impl SessionActor {
             .await;
     }
 
+    /// The agent's argv for a launch (its resume form when relaunched with a token), and
+    /// the same with its program resolved here (in a container, the container resolves
+    /// it). An error says the program is not available.
+    fn launch_argv(
+        &self,
+        resume_token: Option<&str>,
+        home: &std::path::Path,
+        in_container: bool,
+    ) -> Result<(Vec<String>, Vec<OsString>), String> {
+        let argv = match resume_token {
+            Some(token) => self
+                .profile
+                .resume_argv(home, token)
+                .unwrap_or_else(|| self.profile.launch_argv(home)),
+            None => self.profile.launch_argv(home),
+        };
+        let mut resolved = if in_container {
+            vec![OsString::from(&argv[0])]
+        } else {
+            (self.context.resolve)(&argv[0]).ok_or_else(|| {
+                format!("launch failed: the agent program {} is not available", argv[0])
+            })?
+        };
+        resolved.extend(argv[1..].iter().map(OsString::from));
+        Ok((argv, resolved))
+    }
+
+    /// The agent's environment; in a container also the profile's `root_env` (a container
+    /// is the sandbox such an agent asks for when run as root).
+    fn launch_env(&self, home: &std::path::Path, in_container: bool) -> Vec<(String, String)> {
+        let mut env = self.profile.launch_env(home);
+        if in_container {
+            for (name, value) in &self.profile.process.root_env {
+                env.entry(name.clone()).or_insert_with(|| value.clone());
+            }
+        }
+        env.into_iter().collect()
+    }
+
     /// Decides the argv and starts the launch task (fence, runtime, agentctl, agent).
     pub(in crate::session) async fn start_launch(
         &mut self,
@@ -205,28 +244,10 @@ impl SessionActor {
         // In a container the agent's home and programs are the container's.
         let in_container = self.context.runtime.agent_home();
         let home = in_container.clone().unwrap_or_else(|| self.context.agent_home.clone());
-        let argv = match resume_token {
-            Some(token) => self
-                .profile
-                .resume_argv(&home, token)
-                .unwrap_or_else(|| self.profile.launch_argv(&home)),
-            None => self.profile.launch_argv(&home),
+        let (argv, resolved) = match self.launch_argv(resume_token, &home, in_container.is_some()) {
+            Ok(argvs) => argvs,
+            Err(message) => return self.fail(message).await,
         };
-        let mut resolved = match in_container {
-            Some(_) => vec![OsString::from(&argv[0])],
-            None => match (self.context.resolve)(&argv[0]) {
-                Some(resolved) => resolved,
-                None => {
-                    return self
-                        .fail(format!(
-                            "launch failed: the agent program {} is not available",
-                            argv[0]
-                        ))
-                        .await;
-                }
-            },
-        };
-        resolved.extend(argv[1..].iter().map(OsString::from));
         let runtime = self.context.runtime.name();
         self.progress(LaunchStep::Launching, Some(format!("{} ({runtime})", argv[0])));
         if in_container.is_none() {
@@ -246,16 +267,7 @@ impl SessionActor {
         let plan = LaunchPlan {
             spec,
             argv: resolved,
-            env: {
-                let mut env = self.profile.launch_env(&home);
-                if in_container.is_some() {
-                    // A container is the sandbox such an agent asks for when run as root.
-                    for (name, value) in &self.profile.process.root_env {
-                        env.entry(name.clone()).or_insert_with(|| value.clone());
-                    }
-                }
-                env.into_iter().collect()
-            },
+            env: self.launch_env(&home, in_container.is_some()),
             user: self.profile.process.user.clone(),
             previous,
         };
