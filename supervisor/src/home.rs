@@ -127,7 +127,7 @@ impl Home {
     pub fn session_of_agentctl(&self, dir: &Path) -> Option<String> {
         let session = dir.parent()?;
         if session.parent() == Some(self.pool().as_path()) && dir.file_name()? == "agentctl" {
-            return crate::pool::claimed_by(session);
+            return claimed_by(session);
         }
         let id = session.file_name()?.to_str()?;
         (session.parent() == Some(self.sessions().as_path()) && self.session(id).agentctl() == dir)
@@ -202,6 +202,22 @@ pub fn create_private_dir(dir: &Path) -> io::Result<()> {
         .mode(0o700)
         .create(dir)
         .map_err(|err| io::Error::new(err.kind(), format!("{}: {err}", dir.display())))
+}
+
+/// The file of a warm sidecar's entry (`pool/<id>/`) naming the session that claimed it.
+const CLAIMED_BY: &str = "claimed_by";
+
+/// The session that claimed the warm sidecar in `entry` (`pool/<id>`), if one did.
+pub fn claimed_by(entry: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(entry.join(CLAIMED_BY)).ok()?;
+    let id = text.trim();
+    uuid::Uuid::parse_str(id).is_ok().then(|| id.to_owned())
+}
+
+/// Marks a warm sidecar's entry as `session_id`'s (before its execution is recorded).
+pub fn claim(state_dir: &Path, session_id: &str) -> std::io::Result<()> {
+    let entry = state_dir.parent().unwrap_or(state_dir);
+    std::fs::write(entry.join(CLAIMED_BY), session_id)
 }
 
 #[cfg(test)]

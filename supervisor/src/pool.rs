@@ -31,13 +31,10 @@ use agents::profile::Profile;
 use protocol::control::{EventKind, StartAgent};
 use serde_json::{Value, json};
 
-use crate::home::Home;
+use crate::home::{Home, claimed_by};
 use crate::runtime::{Endpoint, LaunchSpec, Runtime};
-use crate::session::Resolver;
-use crate::session::control::{Connector, Control, EventsRx};
-
-/// The file naming the session that claimed a warm sidecar.
-const CLAIMED_BY: &str = "claimed_by";
+use crate::sidecar::Resolver;
+use crate::sidecar::{Connector, Control, EventsRx};
 
 /// The request ids of a warm agent's `initialize` and priming `session/new` (the session's
 /// own ids are far above).
@@ -96,19 +93,6 @@ impl std::fmt::Debug for Refill {
 pub fn fingerprint(argv: &[OsString], env: &[(String, String)], user: Option<&str>) -> String {
     let argv: Vec<String> = argv.iter().map(|arg| arg.to_string_lossy().into_owned()).collect();
     json!([argv, env, user]).to_string()
-}
-
-/// The session that claimed the warm sidecar in `entry` (`pool/<id>`), if one did.
-pub fn claimed_by(entry: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(entry.join(CLAIMED_BY)).ok()?;
-    let id = text.trim();
-    uuid::Uuid::parse_str(id).is_ok().then(|| id.to_owned())
-}
-
-/// Marks a warm sidecar's entry as `session_id`'s (before its execution is recorded).
-pub fn claim(state_dir: &Path, session_id: &str) -> std::io::Result<()> {
-    let entry = state_dir.parent().unwrap_or(state_dir);
-    std::fs::write(entry.join(CLAIMED_BY), session_id)
 }
 
 /// An agent's argv and environment.
@@ -402,7 +386,7 @@ impl Pool {
             let agent = calls.start_agent(&start).await.map_err(|err| err.to_string())?;
             let initialize = json!({"jsonrpc": "2.0", "id": INITIALIZE_ID,
                 "method": protocol::acp::method::INITIALIZE,
-                "params": crate::session::initialize_params(profile)});
+                "params": crate::sidecar::initialize_params(profile)});
             calls.send_acp(&initialize).await.map_err(|err| err.to_string())?;
             let wait = Duration::from_millis(profile.process.init_timeout_ms);
             let mut stderr = String::new();

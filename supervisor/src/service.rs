@@ -258,7 +258,7 @@ pub struct Supervisor {
     /// and one launch however many resumes and prompts race.
     start_lock: tokio::sync::Mutex<()>,
     /// Resolves program names; one shared by every session.
-    resolver: session::Resolver,
+    resolver: crate::sidecar::Resolver,
     /// Damaged history lines already put in a session's timeline (session, line).
     damage_reported: Mutex<std::collections::HashSet<(String, usize)>>,
     /// The workflows being driven: whether one was poked again while its driver ran (it
@@ -276,7 +276,7 @@ impl Supervisor {
             Arc::new(crate::pool::Pool::new(
                 config.home.clone(),
                 Arc::clone(runtime),
-                Arc::new(session::control::WsConnector),
+                Arc::new(crate::sidecar::WsConnector),
                 Arc::clone(&resolver),
                 agent_home(&config.home),
             ))
@@ -300,7 +300,7 @@ impl Supervisor {
 
     /// Resolves a program name to the argv prefix that runs it: an installed program, or
     /// an applet of this binary.
-    fn resolver(config: &SupervisorConfig) -> session::Resolver {
+    fn resolver(config: &SupervisorConfig) -> crate::sidecar::Resolver {
         let environment = config.environment.clone();
         let applets = config.applets.clone();
         Arc::new(move |name| {
@@ -415,7 +415,7 @@ impl Supervisor {
             agent_home: self.agent_home(),
             ready_timeout: Duration::from_secs(30),
             agent_state_root: self.config.home.agent_state(session_id),
-            connector: Arc::new(session::control::WsConnector),
+            connector: Arc::new(crate::sidecar::WsConnector),
             event_log_retain_bytes: self.config.event_log.retain_bytes,
             idle_timeout: self.config.idle_timeout,
             pool: self.pool.clone(),

@@ -32,7 +32,6 @@
 mod acp;
 mod actor;
 mod choices;
-pub mod control;
 mod conversation;
 mod durability;
 mod launch;
@@ -41,7 +40,6 @@ mod meter;
 mod outbox;
 pub mod record;
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -369,9 +367,6 @@ impl SessionHandle {
     }
 }
 
-/// Resolves a program name to the argv prefix that runs it.
-pub type Resolver = Arc<dyn Fn(&str) -> Option<Vec<OsString>> + Send + Sync>;
-
 /// What a session actor needs from the supervisor.
 #[derive(Clone)]
 pub struct SessionContext {
@@ -382,15 +377,15 @@ pub struct SessionContext {
     /// The session's directory (`sessions/<id>/`).
     pub dir: PathBuf,
     /// Resolves a program name to the argv prefix that runs it (a path, or an applet).
-    pub resolve: Resolver,
+    pub resolve: crate::sidecar::Resolver,
     /// The agent's home, for `{home}` in the profile.
     pub agent_home: PathBuf,
     /// How long agentctl may take to be ready.
     pub ready_timeout: Duration,
     /// Where the agent's own state dirs live on the host (`agent-state/<session-id>/`).
     pub agent_state_root: PathBuf,
-    /// Reaches sidecars ([`control::WsConnector`] in the daemon).
-    pub connector: Arc<dyn control::Connector>,
+    /// Reaches sidecars ([`crate::sidecar::WsConnector`] in the daemon).
+    pub connector: Arc<dyn crate::sidecar::Connector>,
     /// The event log keeps at least its newest this many bytes
     /// ([`crate::events::LogLimits`]).
     pub event_log_retain_bytes: u64,
@@ -505,18 +500,6 @@ pub fn cancelled_answer(method: &str) -> Value {
     } else {
         serde_json::json!({"outcome": {"outcome": "cancelled"}})
     }
-}
-
-/// The params of our `initialize` (also a warm agent's, see `pool.rs`); `fs/*` offered
-/// unless the profile says not (`session.client_fs`).
-pub fn initialize_params(profile: &Profile) -> Value {
-    let fs = profile.session.client_fs;
-    serde_json::json!({
-        "protocolVersion": protocol::acp::PROTOCOL_VERSION,
-        "clientCapabilities": {"fs": {"readTextFile": fs, "writeTextFile": fs}, "terminal": false,
-            "elicitation": {"form": {}, "url": {}}},
-        "clientInfo": {"name": "tether", "title": "Tether", "version": env!("CARGO_PKG_VERSION")},
-    })
 }
 
 /// Why a session whose agent died while the supervisor was down waits for input.

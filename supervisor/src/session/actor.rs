@@ -33,7 +33,6 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::control::Control;
 pub(super) use super::conversation::{Replay, STDERR_IN_ERROR, Turn};
 use super::durability::Durability;
 use super::launch::{self, Connected, LaunchFailure, LaunchPlan};
@@ -45,6 +44,7 @@ use super::{
 };
 use crate::events::{LaunchStep, SessionEventKind};
 use crate::history::{self, EntryType, History};
+use crate::sidecar::Control;
 use crate::store::{
     ExecutorRow, ExecutorStatus, ResumeOutcome, SessionRow, SessionState, TurnState, task_state,
 };
@@ -135,7 +135,7 @@ pub(super) struct Execution {
     pub(super) record: ExecutorRow,
     pub(super) calls: Arc<dyn Control>,
     pub(super) outbox: mpsc::UnboundedSender<Box<Outgoing>>,
-    pub(super) events_rx: super::control::EventsRx,
+    pub(super) events_rx: crate::sidecar::EventsRx,
     pub(super) agent_running: bool,
     /// Its sidecar is gone: these are the events its spool held (see `leftovers.rs`).
     pub(super) gone: bool,
@@ -514,7 +514,7 @@ impl SessionActor {
 
     /// Handles an agent event and the events already queued behind it, before the session
     /// events are written: one append per burst, not one per event.
-    async fn agent_burst(&mut self, first: Option<super::control::EventItem>) {
+    async fn agent_burst(&mut self, first: Option<crate::sidecar::EventItem>) {
         self.agent_event(first).await;
         for _ in 1..AGENT_EVENT_BURST {
             let queued = match self.sidecar.execution.as_mut() {
@@ -533,7 +533,7 @@ impl SessionActor {
         }
     }
 
-    async fn agent_event(&mut self, event: Option<super::control::EventItem>) {
+    async fn agent_event(&mut self, event: Option<crate::sidecar::EventItem>) {
         match event {
             Some(Ok(event)) => self.handle_agent_event(*event).await,
             Some(Err(err)) => self.lost(format!("lost the connection to agentctl: {err}")).await,

@@ -15,8 +15,8 @@ use std::time::Duration;
 use protocol::control::{StartAgent, Status};
 
 use super::SessionContext;
-use super::control::{Control, EventsRx};
 use crate::runtime::{FenceTarget, LaunchSpec};
+use crate::sidecar::{Control, EventsRx};
 use crate::store::{ExecutorRow, ExecutorStatus};
 
 /// What a launch needs, decided by the actor.
@@ -212,7 +212,7 @@ pub(super) async fn claim(
             .fence(&previous)
             .await
             .map_err(|err| format!("the previous execution could not be stopped: {err}"))?;
-        crate::pool::claim(&state_dir, &session_id)
+        crate::home::claim(&state_dir, &session_id)
             .map_err(|err| format!("cannot claim a warm agent: {err}"))?;
         // Binding the workspace gives the agent nothing to act on (no session is open yet):
         // it goes beside the record's write.

@@ -30,8 +30,8 @@ use protocol::errors::ErrorKind;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::control::{Control, EventsRx};
 use crate::runtime::BoxFuture;
+use crate::sidecar::{Control, EventsRx};
 
 /// The calls of a sidecar that is gone.
 #[derive(Debug, Clone, Copy, Default)]

@@ -10,8 +10,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::actor::Internal;
-use super::control::Control;
 use super::{Reply, SessionError};
+use crate::sidecar::Control;
 
 /// A control call to make, in order.
 #[derive(Debug)]

@@ -16,9 +16,9 @@ use protocol::control::{
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 
-use super::control::{Connection, Connector, Control};
 use super::{Phase, SessionContext, SessionHandle, Start, start_session};
 use crate::runtime::{BoxFuture, Endpoint, FenceTarget, LaunchSpec, Runtime, RuntimeError};
+use crate::sidecar::{Connection, Connector, Control};
 use crate::store::{ExecutorRow, SessionRow, SessionState, Store};
 
 /// A runtime that launches nothing and records every fence.
@@ -96,7 +96,7 @@ enum Mode {
 /// A sidecar with a scripted agent behind it.
 struct FakeSidecar {
     mode: Mode,
-    events_tx: mpsc::Sender<super::control::EventItem>,
+    events_tx: mpsc::Sender<crate::sidecar::EventItem>,
     seq: AtomicU64,
     open: std::sync::atomic::AtomicBool,
     /// Every `events.ack` seq, in order.

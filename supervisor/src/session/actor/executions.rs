@@ -479,7 +479,7 @@ impl SessionActor {
             }
             None => {
                 self.progress(LaunchStep::Initializing, None);
-                let params = crate::session::initialize_params(&self.profile);
+                let params = crate::sidecar::initialize_params(&self.profile);
                 self.request(protocol::acp::method::INITIALIZE, params, Pending::Initialize);
             }
         }
@@ -882,7 +882,7 @@ impl SessionActor {
         &mut self,
         id: String,
         record: ExecutorRow,
-        events_rx: crate::session::control::EventsRx,
+        events_rx: crate::sidecar::EventsRx,
     ) -> Option<String> {
         let calls: Arc<dyn Control> = Arc::new(leftovers::DeadSidecar);
         let outbox = outbox::start_outbox(id.clone(), Arc::clone(&calls), self.internal_tx.clone());

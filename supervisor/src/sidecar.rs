@@ -1,9 +1,12 @@
-//! The seam between the actor and a sidecar: [`Control`] (the calls) and [`Connector`]
-//! (reaching a sidecar: its calls and its event stream after a seq). The daemon uses the
-//! WebSocket implementations over `agentctl::client`; the actor's unit tests use in-memory
-//! fakes, so its state machine is tested without processes.
+//! The seam between the daemon and a sidecar, below the session actor and the warm pool
+//! that both reach sidecars: [`Control`] (the calls) and [`Connector`] (reaching a sidecar:
+//! its calls and its event stream after a seq), the [`Resolver`] of agent programs, and
+//! the params of our ACP `initialize`. The daemon uses the WebSocket implementations over
+//! `agentctl::client`; the actor's unit tests use in-memory fakes, so its state machine is
+//! tested without processes.
 
 pub use agentctl::client::ControlAddr;
+use std::ffi::OsString;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +16,21 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::runtime::BoxFuture;
+
+/// Resolves a program name to the argv prefix that runs it (`None`: it is not available).
+pub type Resolver = Arc<dyn Fn(&str) -> Option<Vec<OsString>> + Send + Sync>;
+
+/// The params of our `initialize` (a session's agent's, and a warm agent's); `fs/*`
+/// offered unless the profile says not (`session.client_fs`).
+pub fn initialize_params(profile: &agents::profile::Profile) -> Value {
+    let fs = profile.session.client_fs;
+    serde_json::json!({
+        "protocolVersion": protocol::acp::PROTOCOL_VERSION,
+        "clientCapabilities": {"fs": {"readTextFile": fs, "writeTextFile": fs}, "terminal": false,
+            "elicitation": {"form": {}, "url": {}}},
+        "clientInfo": {"name": "tether", "title": "Tether", "version": env!("CARGO_PKG_VERSION")},
+    })
+}
 
 /// The control calls the actor makes on one sidecar. Every call is bounded in time by its
 /// implementation; an error means the sidecar is lost.
