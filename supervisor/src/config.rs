@@ -167,135 +167,17 @@ pub fn load(path: &Path) -> Result<DaemonConfig, ConfigError> {
 
 /// Parses and validates the file's text (`file` is for the messages).
 pub fn parse(text: &str, file: &Path) -> Result<DaemonConfig, ConfigError> {
-    let invalid = |span: Range<usize>, field: Option<&str>, reason: String| {
-        let (line, column, found) = agents::profile::toml_location(text, span.start);
-        let field = field.map(str::to_owned).or(found).unwrap_or_else(|| "(file)".to_owned());
-        ConfigError::Invalid { file: file.to_owned(), line, column, field, reason }
-    };
+    let locator = Locator { text, file };
     let raw: RawConfig = toml::from_str(text).map_err(|err| {
-        invalid(err.span().unwrap_or(0..0), None, err.message().trim().to_owned())
+        locator.invalid(err.span().unwrap_or(0..0), None, err.message().trim().to_owned())
     })?;
-    let listen = raw
-        .listen
-        .map(|listen| {
-            listen.get_ref().parse::<SocketAddr>().map_err(|_| {
-                invalid(
-                    listen.span(),
-                    Some("listen"),
-                    format!(
-                        "{:?} is not an address with a port (127.0.0.1:7777)",
-                        listen.get_ref()
-                    ),
-                )
-            })
-        })
-        .transpose()?;
-    let absolute = |value: Option<Spanned<String>>, field: &str| {
-        value
-            .map(|value| {
-                let path = PathBuf::from(value.get_ref());
-                if path.is_absolute() {
-                    Ok(path)
-                } else {
-                    Err(invalid(value.span(), Some(field), "must be an absolute path".into()))
-                }
-            })
-            .transpose()
-    };
-    let auth_token_file = absolute(raw.auth_token_file, "auth_token_file")?;
-    let static_agentctl = absolute(raw.static_agentctl, "static_agentctl")?;
-    let mut allow_origins = Vec::new();
-    for origin in raw.allow_origins {
-        let text = origin.get_ref();
-        if !(text.starts_with("http://") || text.starts_with("https://")) || text.ends_with('/') {
-            return Err(invalid(
-                origin.span(),
-                Some("allow_origins"),
-                format!("{text:?} is not an origin (scheme://host[:port], no path)"),
-            ));
-        }
-        allow_origins.push(origin.into_inner());
-    }
-    let event_log_retain_bytes = match raw.event_log_retain_bytes {
-        Some(bytes) if *bytes.get_ref() == 0 => {
-            return Err(invalid(
-                bytes.span(),
-                Some("event_log_retain_bytes"),
-                "must be greater than 0".into(),
-            ));
-        }
-        other => other.map(Spanned::into_inner),
-    };
-    let mut docker_engines: Vec<EngineConfig> = Vec::new();
-    for (index, engine) in
-        raw.docker.map(|docker| docker.engines).unwrap_or_default().into_iter().enumerate()
-    {
-        let span = engine.span();
-        let engine = engine.into_inner();
-        if let Err((field, reason)) = engine.validate() {
-            let field = format!("docker.engines[{index}].{field}");
-            return Err(invalid(span, Some(&field), reason));
-        }
-        if let Some(tls) = &engine.tls {
-            for (name, path) in [("ca", &tls.ca), ("cert", &tls.cert), ("key", &tls.key)] {
-                if !path.is_absolute() {
-                    let field = format!("docker.engines[{index}].tls.{name}");
-                    return Err(invalid(span, Some(&field), "must be an absolute path".into()));
-                }
-            }
-        }
-        if docker_engines.iter().any(|known| known.name == engine.name) {
-            let field = format!("docker.engines[{index}].name");
-            return Err(invalid(span, Some(&field), format!("{:?} is named twice", engine.name)));
-        }
-        docker_engines.push(engine);
-    }
-    let retention = match raw.retention {
-        None => None,
-        Some(retention) => {
-            let states = match retention.states {
-                None => None,
-                Some(names) => {
-                    let mut states = Vec::new();
-                    for name in names {
-                        let state: SessionState = name.get_ref().parse().map_err(|reason| {
-                            invalid(name.span(), Some("retention.states"), reason)
-                        })?;
-                        if matches!(state, SessionState::Starting | SessionState::Running) {
-                            return Err(invalid(
-                                name.span(),
-                                Some("retention.states"),
-                                format!("{state:?} sessions are live; cleanup never removes them"),
-                            ));
-                        }
-                        states.push(state);
-                    }
-                    Some(states)
-                }
-            };
-            let interval = match retention.interval_minutes {
-                Some(minutes) if *minutes.get_ref() == 0 => {
-                    return Err(invalid(
-                        minutes.span(),
-                        Some("retention.interval_minutes"),
-                        "must be at least 1".into(),
-                    ));
-                }
-                Some(minutes) => *minutes.get_ref(),
-                None => DEFAULT_RETENTION_INTERVAL_MINUTES,
-            };
-            Some(Retention {
-                policy: CleanupPolicy {
-                    max_age_days: retention.max_age_days.into_inner(),
-                    states,
-                    keep_completed: retention.keep_completed,
-                    dry_run: false,
-                    force: retention.force,
-                },
-                interval: Duration::from_secs(interval.saturating_mul(60)),
-            })
-        }
-    };
+    let listen = listen_address(&locator, raw.listen)?;
+    let auth_token_file = absolute_path(&locator, raw.auth_token_file, "auth_token_file")?;
+    let static_agentctl = absolute_path(&locator, raw.static_agentctl, "static_agentctl")?;
+    let allow_origins = origins(&locator, raw.allow_origins)?;
+    let event_log_retain_bytes = retain_bytes(&locator, raw.event_log_retain_bytes)?;
+    let docker_engines = engines(&locator, raw.docker)?;
+    let retention = retention(&locator, raw.retention)?;
     Ok(DaemonConfig {
         listen,
         auth_token_file,
@@ -306,6 +188,186 @@ pub fn parse(text: &str, file: &Path) -> Result<DaemonConfig, ConfigError> {
         docker_engines,
         idle_timeout_secs: raw.session.and_then(|session| session.idle_timeout_secs),
     })
+}
+
+/// The file's text and name, to locate its errors.
+struct Locator<'a> {
+    text: &'a str,
+    file: &'a Path,
+}
+
+impl Locator<'_> {
+    /// An error at `span`, for `field` (else the key found there, else `(file)`).
+    fn invalid(&self, span: Range<usize>, field: Option<&str>, reason: String) -> ConfigError {
+        let (line, column, found) = agents::profile::toml_location(self.text, span.start);
+        let field = field.map(str::to_owned).or(found).unwrap_or_else(|| "(file)".to_owned());
+        ConfigError::Invalid { file: self.file.to_owned(), line, column, field, reason }
+    }
+}
+
+/// `listen`, checked to be an address with a port.
+fn listen_address(
+    locator: &Locator<'_>,
+    listen: Option<Spanned<String>>,
+) -> Result<Option<SocketAddr>, ConfigError> {
+    listen
+        .map(|listen| {
+            listen.get_ref().parse::<SocketAddr>().map_err(|_| {
+                locator.invalid(
+                    listen.span(),
+                    Some("listen"),
+                    format!(
+                        "{:?} is not an address with a port (127.0.0.1:7777)",
+                        listen.get_ref()
+                    ),
+                )
+            })
+        })
+        .transpose()
+}
+
+/// A path setting, checked to be absolute.
+fn absolute_path(
+    locator: &Locator<'_>,
+    value: Option<Spanned<String>>,
+    field: &str,
+) -> Result<Option<PathBuf>, ConfigError> {
+    value
+        .map(|value| {
+            let path = PathBuf::from(value.get_ref());
+            if path.is_absolute() {
+                Ok(path)
+            } else {
+                Err(locator.invalid(value.span(), Some(field), "must be an absolute path".into()))
+            }
+        })
+        .transpose()
+}
+
+/// `allow_origins`, each checked to be `scheme://host[:port]` with no path.
+fn origins(locator: &Locator<'_>, raw: Vec<Spanned<String>>) -> Result<Vec<String>, ConfigError> {
+    let mut allow_origins = Vec::new();
+    for origin in raw {
+        let text = origin.get_ref();
+        if !(text.starts_with("http://") || text.starts_with("https://")) || text.ends_with('/') {
+            return Err(locator.invalid(
+                origin.span(),
+                Some("allow_origins"),
+                format!("{text:?} is not an origin (scheme://host[:port], no path)"),
+            ));
+        }
+        allow_origins.push(origin.into_inner());
+    }
+    Ok(allow_origins)
+}
+
+/// `event_log_retain_bytes`, checked to be more than 0.
+fn retain_bytes(
+    locator: &Locator<'_>,
+    value: Option<Spanned<u64>>,
+) -> Result<Option<u64>, ConfigError> {
+    match value {
+        Some(bytes) if *bytes.get_ref() == 0 => Err(locator.invalid(
+            bytes.span(),
+            Some("event_log_retain_bytes"),
+            "must be greater than 0".into(),
+        )),
+        other => Ok(other.map(Spanned::into_inner)),
+    }
+}
+
+/// `[[docker.engines]]`, each validated, its TLS paths absolute, its name not repeated.
+fn engines(
+    locator: &Locator<'_>,
+    docker: Option<RawDockerSection>,
+) -> Result<Vec<EngineConfig>, ConfigError> {
+    let mut docker_engines: Vec<EngineConfig> = Vec::new();
+    for (index, engine) in
+        docker.map(|docker| docker.engines).unwrap_or_default().into_iter().enumerate()
+    {
+        let span = engine.span();
+        let engine = engine.into_inner();
+        if let Err((field, reason)) = engine.validate() {
+            let field = format!("docker.engines[{index}].{field}");
+            return Err(locator.invalid(span, Some(&field), reason));
+        }
+        if let Some(tls) = &engine.tls {
+            for (name, path) in [("ca", &tls.ca), ("cert", &tls.cert), ("key", &tls.key)] {
+                if !path.is_absolute() {
+                    let field = format!("docker.engines[{index}].tls.{name}");
+                    return Err(locator.invalid(
+                        span,
+                        Some(&field),
+                        "must be an absolute path".into(),
+                    ));
+                }
+            }
+        }
+        if docker_engines.iter().any(|known| known.name == engine.name) {
+            let field = format!("docker.engines[{index}].name");
+            return Err(locator.invalid(
+                span,
+                Some(&field),
+                format!("{:?} is named twice", engine.name),
+            ));
+        }
+        docker_engines.push(engine);
+    }
+    Ok(docker_engines)
+}
+
+/// `[retention]`, if the file has it: its states and its interval checked.
+fn retention(
+    locator: &Locator<'_>,
+    raw: Option<RawRetention>,
+) -> Result<Option<Retention>, ConfigError> {
+    let Some(retention) = raw else { return Ok(None) };
+    let states = retention_states(locator, retention.states)?;
+    let interval = match retention.interval_minutes {
+        Some(minutes) if *minutes.get_ref() == 0 => {
+            return Err(locator.invalid(
+                minutes.span(),
+                Some("retention.interval_minutes"),
+                "must be at least 1".into(),
+            ));
+        }
+        Some(minutes) => *minutes.get_ref(),
+        None => DEFAULT_RETENTION_INTERVAL_MINUTES,
+    };
+    Ok(Some(Retention {
+        policy: CleanupPolicy {
+            max_age_days: retention.max_age_days.into_inner(),
+            states,
+            keep_completed: retention.keep_completed,
+            dry_run: false,
+            force: retention.force,
+        },
+        interval: Duration::from_secs(interval.saturating_mul(60)),
+    }))
+}
+
+/// `retention.states`, if given: each a known state, none of them live.
+fn retention_states(
+    locator: &Locator<'_>,
+    names: Option<Vec<Spanned<String>>>,
+) -> Result<Option<Vec<SessionState>>, ConfigError> {
+    let Some(names) = names else { return Ok(None) };
+    let mut states = Vec::new();
+    for name in names {
+        let state: SessionState = name
+            .get_ref()
+            .parse()
+            .map_err(|reason| locator.invalid(name.span(), Some("retention.states"), reason))?;
+        if matches!(state, SessionState::Starting | SessionState::Running) {
+            return Err(locator.invalid(
+                name.span(),
+                Some("retention.states"),
+                format!("{state:?} sessions are live; cleanup never removes them"),
+            ));
+        }
+        states.push(state);
+    }
+    Ok(Some(states))
 }
 
 #[cfg(test)]
