@@ -227,198 +227,263 @@ pub fn fail_with(patch: StepPatch, error: String) -> Action {
 /// Decides what to do next.
 pub fn plan(input: &Input<'_>) -> Plan {
     let mut plan = Plan::default();
-    let Input { spec, workflow, steps, sessions, busy, now, .. } = *input;
+    let Input { workflow, steps, busy, .. } = *input;
     let running_workflow = workflow.state == WorkflowState::Running;
     let by_id: BTreeMap<&str, &StepRow> =
         steps.iter().map(|row| (row.step_id.as_str(), row)).collect();
-    let spec_step = |row: &StepRow| spec.steps.iter().find(|step| step.id == base_id(&row.step_id));
 
-    // Sessions whose step is over: their agents are not needed.
-    for row in steps {
-        if row.state == StepState::Running || busy.contains(&row.step_id) {
-            continue;
-        }
-        if let Some(session) = &row.session_id
-            && sessions.get(session).is_some_and(|facts| !facts.state.is_terminal())
-        {
-            plan.actions
-                .push(Action::Stop { step_id: row.step_id.clone(), session_id: session.clone() });
-        }
-    }
-    // Steps the file no longer has (a resume accepted their removal): once their sessions
-    // are stopped (above), their rows go.
-    let removed = steps.iter().filter(|row| spec_step(row).is_none());
-    for row in removed.filter(|row| !busy.contains(&row.step_id)) {
-        if let Some(action) = drop_removed(row, sessions) {
-            plan.actions.push(action);
-        }
-    }
+    stop_finished(input, &mut plan.actions);
+    drop_removed_rows(input, &mut plan.actions);
 
     // Running steps: each session watched until its turn ends.
     for row in steps.iter().filter(|row| row.state == StepState::Running) {
         if busy.contains(&row.step_id) {
             continue;
         }
-        let Some(session_id) = &row.session_id else { continue };
-        let Some(facts) = sessions.get(session_id) else { continue };
-        let step = spec_step(row);
-        if let (Some(timeout), Some(started)) = (step.and_then(|s| s.timeout_ms), row.started_at) {
-            let deadline = started.saturating_add(timeout as i64);
-            if now >= deadline {
-                if facts.turn_running {
-                    plan.actions.push(Action::CancelTurn { session_id: session_id.clone() });
-                }
-                plan.actions.push(fail_step(&row.step_id, format!("timed out after {timeout} ms")));
-                continue;
-            }
-            plan.deadline = Some(plan.deadline.map_or(deadline, |d| d.min(deadline)));
-        }
-        if facts.state.is_terminal() {
-            let error = format!(
-                "its session {session_id} was ended ({}) before the step completed",
-                facts.state.as_str()
-            );
-            plan.actions.push(fail_step(&row.step_id, error));
-            continue;
-        }
-        let refused = facts.refused();
-        if refused.is_none()
-            && (facts.turn_running || (facts.live && facts.state != SessionState::Failed))
-        {
-            // A turn runs, or the session is being brought up (it sends the first prompt).
-            if facts.turn_running || !facts.prompt_delivered || facts.last_turn.is_none() {
-                continue;
-            }
-        }
-        if !running_workflow {
-            // The workflow failed or was cancelled: nothing more is started for it.
-            let error = "the workflow stopped before this step's turn completed".to_owned();
-            plan.actions.push(Action::Write {
-                patches: vec![StepPatch {
-                    step_id: row.step_id.clone(),
-                    expect: Some(StepState::Running),
-                    state: Some(StepState::Failed),
-                    error: Some(Some(error.clone())),
-                    ended: true,
-                    event: Some(WorkflowEventKind::StepFailed {
-                        step_id: row.step_id.clone(),
-                        error,
-                    }),
-                    ..StepPatch::default()
-                }],
-                state: None,
-            });
-            continue;
-        }
-        let retries = step.map_or(0, |step| step.retries);
-        if let Some(refusal) = refused {
-            plan.actions.push(after_refusal(row, refusal, retries));
-            continue;
-        }
-        if facts.state == SessionState::Failed && !facts.live {
-            // Its last launch failed.
-            let error = facts.error.clone().unwrap_or_else(|| "its launch failed".into());
-            if row.launch_failures >= retries {
-                plan.actions.push(fail_step(
-                    &row.step_id,
-                    format!("its session could not launch: {error}"),
-                ));
-            } else {
-                let resend = facts.prompt_delivered.then(|| row.prompt.clone()).flatten();
-                let action = Action::Continue {
-                    step_id: row.step_id.clone(),
-                    session_id: session_id.clone(),
-                    resend,
-                    patch: Some(StepPatch {
-                        step_id: row.step_id.clone(),
-                        expect: Some(StepState::Running),
-                        launch_failed: true,
-                        ..StepPatch::default()
-                    }),
-                };
-                plan.actions.push(bring_on(input, &row.step_id, action));
-            }
-            continue;
-        }
-        if !facts.prompt_delivered {
-            if !facts.live {
-                // Never launched, or its launch was cut short: a resume launches it and
-                // the session sends its first prompt, once.
-                let action = Action::Continue {
-                    step_id: row.step_id.clone(),
-                    session_id: session_id.clone(),
-                    resend: None,
-                    patch: None,
-                };
-                plan.actions.push(bring_on(input, &row.step_id, action));
-            }
-            continue;
-        }
-        let Some(turn) = &facts.last_turn else { continue };
-        let again = match turn.state {
-            // Its agent died mid-turn: the prompt goes again, once per interruption.
-            TurnState::Interrupted => true,
-            // Never reached the agent: sending it again is sending it once. Or cut by its
-            // agent's death (not answered with an error): as interrupted.
-            TurnState::Failed if !turn.delivered || turn.execution_over => true,
-            TurnState::Failed => {
-                let error =
-                    turn.error.clone().unwrap_or_else(|| "the agent failed the turn".into());
-                plan.actions.push(fail_step(&row.step_id, format!("its turn failed: {error}")));
-                continue;
-            }
-            // Completed: the same write completed the step (a read of both at once
-            // cannot see one without the other).
-            TurnState::Completed if turn.stop_reason.as_deref().is_none_or(|r| r == "end_turn") => {
-                continue;
-            }
-            TurnState::Completed => {
-                let reason = turn.stop_reason.clone().unwrap_or_default();
-                plan.actions.push(fail_step(
-                    &row.step_id,
-                    format!("its turn ended with stop reason {reason}"),
-                ));
-                continue;
-            }
-            TurnState::Running => false,
-        };
-        if again {
-            if row.resends >= MAX_RESENDS {
-                plan.actions.push(fail_step(
-                    &row.step_id,
-                    format!("its turn was interrupted {} times", row.resends + 1),
-                ));
-                continue;
-            }
-            let action = Action::Continue {
-                step_id: row.step_id.clone(),
-                session_id: session_id.clone(),
-                resend: row.prompt.clone(),
-                patch: Some(StepPatch {
-                    step_id: row.step_id.clone(),
-                    expect: Some(StepState::Running),
-                    resent: true,
-                    ..StepPatch::default()
-                }),
-            };
-            plan.actions.push(bring_on(input, &row.step_id, action));
-        }
+        watch_running(input, row, running_workflow, &mut plan);
     }
     if !running_workflow {
         return plan;
     }
 
     // What a completed step leads to: a loop back, a route, workers.
-    for row in steps.iter().filter(|row| row.state == StepState::Completed && !row.applied) {
-        let Some(step) = spec_step(row) else { continue };
-        if let Some(action) = effects(spec, step, row, &by_id) {
-            plan.actions.push(action);
-            // One decision per pass: the next is made on what this one wrote.
-            return plan;
-        }
+    if let Some(action) = next_effect(input, &by_id) {
+        plan.actions.push(action);
+        // One decision per pass: the next is made on what this one wrote.
+        return plan;
     }
 
     // Workers done: their template completes with their outputs, as a JSON list.
+    if let Some(action) = workers_done(steps) {
+        plan.actions.push(action);
+        return plan;
+    }
+
+    start_ready(input, &by_id, &mut plan.actions);
+    if plan.actions.is_empty() && !steps.is_empty() && steps.iter().all(|row| row.state.is_done()) {
+        plan.actions.push(Action::Write {
+            patches: Vec::new(),
+            state: Some((WorkflowState::Completed, None)),
+        });
+    }
+    plan
+}
+
+/// The spec's step a row runs (a worker's row runs its template).
+fn spec_step<'a>(spec: &'a Spec, row: &StepRow) -> Option<&'a Step> {
+    spec.steps.iter().find(|step| step.id == base_id(&row.step_id))
+}
+
+/// Stops the sessions whose step is over: their agents are not needed.
+fn stop_finished(input: &Input<'_>, actions: &mut Vec<Action>) {
+    for row in input.steps {
+        if row.state == StepState::Running || input.busy.contains(&row.step_id) {
+            continue;
+        }
+        if let Some(session) = &row.session_id
+            && input.sessions.get(session).is_some_and(|facts| !facts.state.is_terminal())
+        {
+            actions
+                .push(Action::Stop { step_id: row.step_id.clone(), session_id: session.clone() });
+        }
+    }
+}
+
+/// Drops the rows of steps the file no longer has (a resume accepted their removal), once
+/// their sessions are stopped.
+fn drop_removed_rows(input: &Input<'_>, actions: &mut Vec<Action>) {
+    let removed = input.steps.iter().filter(|row| spec_step(input.spec, row).is_none());
+    for row in removed.filter(|row| !input.busy.contains(&row.step_id)) {
+        if let Some(action) = drop_removed(row, input.sessions) {
+            actions.push(action);
+        }
+    }
+}
+
+/// Watches a running step's session until its turn ends: times the step out, fails it,
+/// or brings its session on.
+fn watch_running(input: &Input<'_>, row: &StepRow, running_workflow: bool, plan: &mut Plan) {
+    let Some(session_id) = &row.session_id else { return };
+    let Some(facts) = input.sessions.get(session_id) else { return };
+    let step = spec_step(input.spec, row);
+    if let (Some(timeout), Some(started)) = (step.and_then(|s| s.timeout_ms), row.started_at) {
+        let deadline = started.saturating_add(timeout as i64);
+        if input.now >= deadline {
+            if facts.turn_running {
+                plan.actions.push(Action::CancelTurn { session_id: session_id.clone() });
+            }
+            plan.actions.push(fail_step(&row.step_id, format!("timed out after {timeout} ms")));
+            return;
+        }
+        plan.deadline = Some(plan.deadline.map_or(deadline, |d| d.min(deadline)));
+    }
+    if facts.state.is_terminal() {
+        let error = format!(
+            "its session {session_id} was ended ({}) before the step completed",
+            facts.state.as_str()
+        );
+        plan.actions.push(fail_step(&row.step_id, error));
+        return;
+    }
+    let refused = facts.refused();
+    if refused.is_none()
+        && (facts.turn_running || (facts.live && facts.state != SessionState::Failed))
+    {
+        // A turn runs, or the session is being brought up (it sends the first prompt).
+        if facts.turn_running || !facts.prompt_delivered || facts.last_turn.is_none() {
+            return;
+        }
+    }
+    if !running_workflow {
+        // The workflow failed or was cancelled: nothing more is started for it.
+        plan.actions.push(workflow_stopped(row));
+        return;
+    }
+    let retries = step.map_or(0, |step| step.retries);
+    if let Some(refusal) = refused {
+        plan.actions.push(after_refusal(row, refusal, retries));
+        return;
+    }
+    if facts.state == SessionState::Failed && !facts.live {
+        // Its last launch failed.
+        plan.actions.push(after_failed_launch(input, row, session_id, facts, retries));
+        return;
+    }
+    if !facts.prompt_delivered {
+        if !facts.live {
+            // Never launched, or its launch was cut short: a resume launches it and
+            // the session sends its first prompt, once.
+            let action = Action::Continue {
+                step_id: row.step_id.clone(),
+                session_id: session_id.clone(),
+                resend: None,
+                patch: None,
+            };
+            plan.actions.push(bring_on(input, &row.step_id, action));
+        }
+        return;
+    }
+    let Some(turn) = &facts.last_turn else { return };
+    if let Some(action) = after_turn(input, row, session_id, turn) {
+        plan.actions.push(action);
+    }
+}
+
+/// A running step of a workflow that stopped (failed or cancelled) fails: nothing more is
+/// started for it.
+fn workflow_stopped(row: &StepRow) -> Action {
+    let error = "the workflow stopped before this step's turn completed".to_owned();
+    Action::Write {
+        patches: vec![StepPatch {
+            step_id: row.step_id.clone(),
+            expect: Some(StepState::Running),
+            state: Some(StepState::Failed),
+            error: Some(Some(error.clone())),
+            ended: true,
+            event: Some(WorkflowEventKind::StepFailed { step_id: row.step_id.clone(), error }),
+            ..StepPatch::default()
+        }],
+        state: None,
+    }
+}
+
+/// A running step whose session's last launch failed: it is launched again while its
+/// `retries` allow, else it fails.
+fn after_failed_launch(
+    input: &Input<'_>,
+    row: &StepRow,
+    session_id: &str,
+    facts: &SessionFacts,
+    retries: u32,
+) -> Action {
+    let error = facts.error.clone().unwrap_or_else(|| "its launch failed".into());
+    if row.launch_failures >= retries {
+        return fail_step(&row.step_id, format!("its session could not launch: {error}"));
+    }
+    let resend = facts.prompt_delivered.then(|| row.prompt.clone()).flatten();
+    let action = Action::Continue {
+        step_id: row.step_id.clone(),
+        session_id: session_id.to_owned(),
+        resend,
+        patch: Some(StepPatch {
+            step_id: row.step_id.clone(),
+            expect: Some(StepState::Running),
+            launch_failed: true,
+            ..StepPatch::default()
+        }),
+    };
+    bring_on(input, &row.step_id, action)
+}
+
+/// What follows a running step's ended turn: its prompt sent again (an interrupted turn),
+/// the step failed, or nothing (the turn completed it, or it still runs).
+fn after_turn(
+    input: &Input<'_>,
+    row: &StepRow,
+    session_id: &str,
+    turn: &TurnFacts,
+) -> Option<Action> {
+    let again = match turn.state {
+        // Its agent died mid-turn: the prompt goes again, once per interruption.
+        TurnState::Interrupted => true,
+        // Never reached the agent: sending it again is sending it once. Or cut by its
+        // agent's death (not answered with an error): as interrupted.
+        TurnState::Failed if !turn.delivered || turn.execution_over => true,
+        TurnState::Failed => {
+            let error = turn.error.clone().unwrap_or_else(|| "the agent failed the turn".into());
+            return Some(fail_step(&row.step_id, format!("its turn failed: {error}")));
+        }
+        // Completed: the same write completed the step (a read of both at once
+        // cannot see one without the other).
+        TurnState::Completed if turn.stop_reason.as_deref().is_none_or(|r| r == "end_turn") => {
+            return None;
+        }
+        TurnState::Completed => {
+            let reason = turn.stop_reason.clone().unwrap_or_default();
+            return Some(fail_step(
+                &row.step_id,
+                format!("its turn ended with stop reason {reason}"),
+            ));
+        }
+        TurnState::Running => false,
+    };
+    if !again {
+        return None;
+    }
+    if row.resends >= MAX_RESENDS {
+        return Some(fail_step(
+            &row.step_id,
+            format!("its turn was interrupted {} times", row.resends + 1),
+        ));
+    }
+    let action = Action::Continue {
+        step_id: row.step_id.clone(),
+        session_id: session_id.to_owned(),
+        resend: row.prompt.clone(),
+        patch: Some(StepPatch {
+            step_id: row.step_id.clone(),
+            expect: Some(StepState::Running),
+            resent: true,
+            ..StepPatch::default()
+        }),
+    };
+    Some(bring_on(input, &row.step_id, action))
+}
+
+/// What the first completed step not yet applied leads to (a loop back, a route,
+/// workers), if anything.
+fn next_effect(input: &Input<'_>, by_id: &BTreeMap<&str, &StepRow>) -> Option<Action> {
+    input.steps.iter().filter(|row| row.state == StepState::Completed && !row.applied).find_map(
+        |row| {
+            let step = spec_step(input.spec, row)?;
+            effects(input.spec, step, row, by_id)
+        },
+    )
+}
+
+/// The first template whose workers all completed completes, with their outputs as a
+/// JSON list.
+fn workers_done(steps: &[StepRow]) -> Option<Action> {
     for row in
         steps.iter().filter(|row| row.state == StepState::Running && row.session_id.is_none())
     {
@@ -430,7 +495,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
             let outputs: Vec<&str> =
                 workers.iter().map(|w| w.output.as_deref().unwrap_or("")).collect();
             let output = serde_json::to_string(&outputs).unwrap_or_else(|_| "[]".into());
-            plan.actions.push(Action::Write {
+            return Some(Action::Write {
                 patches: vec![StepPatch {
                     step_id: row.step_id.clone(),
                     expect: Some(StepState::Running),
@@ -446,19 +511,22 @@ pub fn plan(input: &Input<'_>) -> Plan {
                 }],
                 state: None,
             });
-            return plan;
         }
     }
+    None
+}
 
-    // Steps whose dependencies are done start (or wait for their approval), within
-    // max_parallel; a step whose every dependency was skipped is skipped.
+/// Starts the steps whose dependencies are done (or has them wait for their approval),
+/// within `max_parallel`; a step whose every dependency was skipped is skipped.
+fn start_ready(input: &Input<'_>, by_id: &BTreeMap<&str, &StepRow>, actions: &mut Vec<Action>) {
+    let Input { spec, steps, sessions, .. } = *input;
     let mut running = steps
         .iter()
         .filter(|row| row.state == StepState::Running && row.session_id.is_some())
         .count();
     let mut writes = Vec::new();
     for row in steps.iter().filter(|row| row.state == StepState::Pending) {
-        let Some(step) = spec_step(row) else { continue };
+        let Some(step) = spec_step(spec, row) else { continue };
         let worker = row.step_id.contains('[');
         if step.for_each.is_some() && !worker {
             // Its workers are made when its source completes.
@@ -500,31 +568,24 @@ pub fn plan(input: &Input<'_>) -> Plan {
         if let Some(reason) = input.over_budget {
             // Nothing more is spent: the step fails unstarted (the workflow with it; the
             // other steps ready to start stay pending).
-            plan.actions.push(not_started(&row.step_id, reason));
+            actions.push(not_started(&row.step_id, reason));
             break;
         }
-        match render(input, step, row, &by_id) {
+        match render(input, step, row, by_id) {
             Ok(prompt) => {
                 running += 1;
-                plan.actions.push(Action::Start { step_id: row.step_id.clone(), prompt });
+                actions.push(Action::Start { step_id: row.step_id.clone(), prompt });
             }
             Err(reason) => {
                 // A prompt that cannot be sent: the step fails rather than wait for it.
-                plan.actions.push(not_started(&row.step_id, &reason));
+                actions.push(not_started(&row.step_id, &reason));
                 break;
             }
         }
     }
     if !writes.is_empty() {
-        plan.actions.push(Action::Write { patches: writes, state: None });
+        actions.push(Action::Write { patches: writes, state: None });
     }
-    if plan.actions.is_empty() && !steps.is_empty() && steps.iter().all(|row| row.state.is_done()) {
-        plan.actions.push(Action::Write {
-            patches: Vec::new(),
-            state: Some((WorkflowState::Completed, None)),
-        });
-    }
-    plan
 }
 
 /// A running step whose session refused its first prompt: it runs again, in a new session
