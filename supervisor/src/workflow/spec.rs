@@ -364,32 +364,94 @@ pub fn parse(
     known_agent: &dyn Fn(&str) -> bool,
     known_runtime: &dyn Fn(&str) -> Result<(), String>,
 ) -> Result<Spec, SpecError> {
-    let fail = |span: Range<usize>, field: &str, reason: String| {
-        let (line, column, _) = agents::profile::toml_location(text, span.start);
-        SpecError { file: file.to_owned(), line, column, field: field.to_owned(), reason }
-    };
+    let locator = Locator { text, file };
     let raw: RawSpec = toml::from_str(text).map_err(|err| {
         let span = err.span().unwrap_or(0..0);
-        fail(span, "(file)", err.message().to_owned())
+        locator.fail(span, "(file)", err.message().to_owned())
     })?;
     if raw.name.get_ref().trim().is_empty() {
-        return Err(fail(raw.name.span(), "name", "must not be empty".into()));
+        return Err(locator.fail(raw.name.span(), "name", "must not be empty".into()));
     }
-    let max_parallel = match &raw.max_parallel {
-        None => DEFAULT_MAX_PARALLEL,
+    let max_parallel = max_parallel(&locator, raw.max_parallel.as_ref())?;
+    let vars = variables(&locator, &raw.vars, overrides)?;
+    if raw.steps.is_empty() {
+        return Err(locator.fail(
+            raw.name.span(),
+            "steps",
+            "a workflow needs at least one step".into(),
+        ));
+    }
+    let ids: BTreeSet<&str> =
+        raw.steps.iter().map(|step| step.get_ref().id.get_ref().as_str()).collect();
+    let known = Known { ids: &ids, vars: &vars, agent: known_agent, runtime: known_runtime };
+    let mut seen = BTreeSet::new();
+    let mut steps = Vec::new();
+    for (index, step) in raw.steps.iter().enumerate() {
+        steps.push(check_step(&locator, &known, index, step.get_ref(), &mut seen)?);
+    }
+    check_cycle(&locator, &raw.steps, &steps)?;
+    for (index, step) in steps.iter().enumerate() {
+        let raw_step = raw.steps[index].get_ref();
+        if let Some(repeat) = &step.repeat {
+            check_loop(&locator, &steps, index, step, repeat, raw_step)?;
+        }
+        check_routes(&locator, &steps, index, step, raw_step)?;
+    }
+    check_outputs_used(&locator, &raw.steps, &steps)?;
+    let workspace = raw.workspace.map(Spanned::into_inner);
+    Ok(Spec { name: raw.name.into_inner(), vars, max_parallel, workspace, steps })
+}
+
+/// The file's text and name, to locate its errors.
+struct Locator<'a> {
+    text: &'a str,
+    file: &'a Path,
+}
+
+impl Locator<'_> {
+    /// An error at `span`, for `field`.
+    fn fail(&self, span: Range<usize>, field: &str, reason: String) -> SpecError {
+        let (line, column, _) = agents::profile::toml_location(self.text, span.start);
+        SpecError { file: self.file.to_owned(), line, column, field: field.to_owned(), reason }
+    }
+}
+
+/// What a step's names are checked against: the file's step ids and variables, and the
+/// agent profiles and runtimes there are.
+struct Known<'a> {
+    ids: &'a BTreeSet<&'a str>,
+    vars: &'a BTreeMap<String, String>,
+    agent: &'a dyn Fn(&str) -> bool,
+    runtime: &'a dyn Fn(&str) -> Result<(), String>,
+}
+
+/// The dotted name of field `field` of step `index`: `steps[1].prompt`.
+fn step_field(index: usize, field: &str) -> String {
+    format!("steps[{index}].{field}")
+}
+
+/// `max_parallel`, checked to be at least 1 (else the default).
+fn max_parallel(locator: &Locator<'_>, value: Option<&Spanned<i64>>) -> Result<usize, SpecError> {
+    match value {
+        None => Ok(DEFAULT_MAX_PARALLEL),
         Some(value) => match usize::try_from(*value.get_ref()) {
-            Ok(n) if n > 0 => n,
-            _ => return Err(fail(value.span(), "max_parallel", "must be at least 1".into())),
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(locator.fail(value.span(), "max_parallel", "must be at least 1".into())),
         },
-    };
-    let mut vars: BTreeMap<String, String> = raw
-        .vars
-        .iter()
-        .map(|(name, value)| (name.get_ref().clone(), value.get_ref().clone()))
-        .collect();
+    }
+}
+
+/// The file's variables with `overrides` in place, each override naming one of them.
+fn variables(
+    locator: &Locator<'_>,
+    raw: &BTreeMap<Spanned<String>, Spanned<String>>,
+    overrides: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, SpecError> {
+    let mut vars: BTreeMap<String, String> =
+        raw.iter().map(|(name, value)| (name.get_ref().clone(), value.get_ref().clone())).collect();
     for (name, value) in overrides {
         if !vars.contains_key(name) {
-            return Err(fail(
+            return Err(locator.fail(
                 0..0,
                 "vars",
                 format!("--var {name}: the file has no variable {name:?}"),
@@ -397,277 +459,398 @@ pub fn parse(
         }
         vars.insert(name.clone(), value.clone());
     }
-    if raw.steps.is_empty() {
-        return Err(fail(raw.name.span(), "steps", "a workflow needs at least one step".into()));
+    Ok(vars)
+}
+
+/// Step `index` of the file, checked on its own: its id, names, counts, loop, routes,
+/// `for_each` and prompt.
+fn check_step<'r>(
+    locator: &Locator<'_>,
+    known: &Known<'_>,
+    index: usize,
+    step: &'r RawStep,
+    seen: &mut BTreeSet<&'r str>,
+) -> Result<Step, SpecError> {
+    let at = |field: &str| step_field(index, field);
+    let id = step.id.get_ref();
+    check_step_id(locator, index, step, seen)?;
+    check_step_names(locator, known, index, step)?;
+    let timeout_ms = count(locator, index, step.timeout_ms.as_ref(), "timeout_ms", 1, i64::MAX)?;
+    let retries = count(locator, index, step.retries.as_ref(), "retries", 0, MAX_RETRIES)?
+        .unwrap_or(0) as u32;
+    let worktree = worktree_choice(locator, index, step.worktree.as_ref())?;
+    let repeat = step_loop(locator, known, index, step.repeat.as_ref())?;
+    for target in step.routes.values() {
+        if !known.ids.contains(target.get_ref().as_str()) {
+            return Err(locator.fail(
+                target.span(),
+                &at("routes"),
+                format!("no step {:?}", target.get_ref()),
+            ));
+        }
     }
-    let ids: BTreeSet<&str> =
-        raw.steps.iter().map(|step| step.get_ref().id.get_ref().as_str()).collect();
-    let mut seen = BTreeSet::new();
-    let mut steps = Vec::new();
-    for (index, step) in raw.steps.iter().enumerate() {
-        let step = step.get_ref();
-        let at = |field: &str| format!("steps[{index}].{field}");
-        let id = step.id.get_ref();
-        if id.is_empty()
-            || !id
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
-        {
-            return Err(fail(
-                step.id.span(),
-                &at("id"),
-                format!("{id:?} is not a step id (a-z, 0-9, - and _)"),
-            ));
-        }
-        if !seen.insert(id.as_str()) {
-            return Err(fail(step.id.span(), &at("id"), format!("step {id:?} is defined twice")));
-        }
-        if !known_agent(step.agent.get_ref()) {
-            let agent = step.agent.get_ref();
-            return Err(fail(
-                step.agent.span(),
-                &at("agent"),
-                format!("no agent profile {agent:?}"),
-            ));
-        }
-        if let Some(runtime) = &step.runtime
-            && let Err(known) = known_runtime(runtime.get_ref())
-        {
-            let name = runtime.get_ref();
-            return Err(fail(
-                runtime.span(),
-                &at("runtime"),
-                format!("no runtime {name:?} ({known})"),
-            ));
-        }
-        for dependency in &step.depends_on {
-            let name = dependency.get_ref();
-            if name == id {
-                return Err(fail(
-                    dependency.span(),
-                    &at("depends_on"),
-                    format!("step {id:?} depends on itself"),
-                ));
-            }
-            if !ids.contains(name.as_str()) {
-                return Err(fail(
-                    dependency.span(),
-                    &at("depends_on"),
-                    format!("no step {name:?}"),
-                ));
-            }
-        }
-        let count = |value: &Option<Spanned<i64>>, field: &str, least: i64, most: i64| match value {
-            None => Ok(None),
-            Some(n) if *n.get_ref() < least => {
-                Err(fail(n.span(), &at(field), format!("must be at least {least}")))
-            }
-            Some(n) if *n.get_ref() > most => {
-                Err(fail(n.span(), &at(field), format!("must be at most {most}")))
-            }
-            Some(n) => Ok(Some(*n.get_ref() as u64)),
-        };
-        let timeout_ms = count(&step.timeout_ms, "timeout_ms", 1, i64::MAX)?;
-        let retries = count(&step.retries, "retries", 0, MAX_RETRIES)?.unwrap_or(0) as u32;
-        let worktree = match step.worktree.as_ref().map(|w| (w.get_ref().as_str(), w.span())) {
-            None | Some(("none", _)) => WorktreeChoice::None,
-            Some(("step", _)) => WorktreeChoice::Step,
-            Some(("workflow", _)) => WorktreeChoice::Workflow,
-            Some((other, span)) => {
-                return Err(fail(
-                    span,
-                    &at("worktree"),
-                    format!(
-                        "{other:?}: one of \"none\" (the workspace), \"step\" (a worktree of its own), \"workflow\" (one the steps share)"
-                    ),
-                ));
-            }
-        };
-        let repeat = match &step.repeat {
-            None => None,
-            Some(raw) => {
-                let span = raw.span();
-                let raw = raw.get_ref();
-                if raw.until.is_none() && raw.until_score.is_none() {
-                    return Err(fail(
-                        span,
-                        &at("loop"),
-                        "a loop needs `until` (a marker) or `until_score` (a threshold)".into(),
-                    ));
-                }
-                if let Some(until) = &raw.until
-                    && until.get_ref().is_empty()
-                {
-                    return Err(fail(until.span(), &at("loop.until"), "must not be empty".into()));
-                }
-                let max_iterations =
-                    count(&raw.max_iterations, "loop.max_iterations", 1, MAX_ITERATIONS)?
-                        .unwrap_or(3) as u32;
-                Some((
-                    raw.back_to.clone(),
-                    Loop {
-                        back_to: raw.back_to.get_ref().clone(),
-                        until: raw.until.as_ref().map(|u| u.get_ref().clone()),
-                        until_score: raw.until_score,
-                        max_iterations,
-                    },
-                ))
-            }
-        };
-        if let Some((back_to, _)) = &repeat
-            && !ids.contains(back_to.get_ref().as_str())
-        {
-            return Err(fail(
-                back_to.span(),
-                &at("loop.back_to"),
-                format!("no step {:?}", back_to.get_ref()),
-            ));
-        }
-        for target in step.routes.values() {
-            if !ids.contains(target.get_ref().as_str()) {
-                return Err(fail(
-                    target.span(),
-                    &at("routes"),
-                    format!("no step {:?}", target.get_ref()),
-                ));
-            }
-        }
-        let mut depends_on: Vec<String> =
-            step.depends_on.iter().map(|d| d.get_ref().clone()).collect();
-        if let Some(source) = &step.for_each {
-            let name = source.get_ref();
-            if name == id || !ids.contains(name.as_str()) {
-                return Err(fail(
-                    source.span(),
-                    &at("for_each"),
-                    format!("no other step {name:?}"),
-                ));
-            }
-            if repeat.is_some() || !step.routes.is_empty() {
-                return Err(fail(
-                    source.span(),
-                    &at("for_each"),
-                    "a for_each step has no loop and no routes".into(),
-                ));
-            }
-            if !depends_on.contains(name) {
-                depends_on.push(name.clone());
-            }
-        }
-        let prompt = template(step.prompt.get_ref(), &vars, &ids, step.for_each.is_some())
-            .map_err(|(offset, reason)| {
-                // The string's text starts after its opening quote (or quotes).
-                let quote = if text[step.prompt.span()].starts_with("\"\"\"") { 3 } else { 1 };
-                let start = step.prompt.span().start + quote + offset;
-                fail(start..start, &at("prompt"), reason)
-            })?;
-        // What the file alone makes of it (its text and variables) must fit in a prompt;
-        // what the outputs add is checked when the step starts.
-        let least = prompt.filled_len(&vars, &NoValues);
-        if least > MAX_PROMPT {
-            return Err(fail(
-                step.prompt.span(),
-                &at("prompt"),
-                format!(
-                    "it is {least} bytes with its variables filled in, over the {MAX_PROMPT} bytes (8 MiB) a prompt may be"
-                ),
-            ));
-        }
-        steps.push(Step {
-            id: id.clone(),
-            agent: step.agent.get_ref().clone(),
-            prompt,
-            depends_on,
-            runtime: step.runtime.as_ref().map(|runtime| runtime.get_ref().clone()),
-            worktree,
-            approval: step.approval,
-            timeout_ms,
-            retries,
-            repeat: repeat.map(|(_, repeat)| repeat),
-            routes: step
-                .routes
-                .iter()
-                .map(|(marker, target)| (marker.clone(), target.get_ref().clone()))
-                .collect(),
-            for_each: step.for_each.as_ref().map(|f| f.get_ref().clone()),
-        });
+    let depends_on = dependencies(locator, known, index, step, repeat.is_some())?;
+    let prompt = step_prompt(locator, known, index, step)?;
+    Ok(Step {
+        id: id.clone(),
+        agent: step.agent.get_ref().clone(),
+        prompt,
+        depends_on,
+        runtime: step.runtime.as_ref().map(|runtime| runtime.get_ref().clone()),
+        worktree,
+        approval: step.approval,
+        timeout_ms,
+        retries,
+        repeat,
+        routes: step
+            .routes
+            .iter()
+            .map(|(marker, target)| (marker.clone(), target.get_ref().clone()))
+            .collect(),
+        for_each: step.for_each.as_ref().map(|f| f.get_ref().clone()),
+    })
+}
+
+/// A step's id: a-z, 0-9, - and _, and not one an earlier step has (`seen`).
+fn check_step_id<'r>(
+    locator: &Locator<'_>,
+    index: usize,
+    step: &'r RawStep,
+    seen: &mut BTreeSet<&'r str>,
+) -> Result<(), SpecError> {
+    let id = step.id.get_ref();
+    if id.is_empty()
+        || !id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+    {
+        return Err(locator.fail(
+            step.id.span(),
+            &step_field(index, "id"),
+            format!("{id:?} is not a step id (a-z, 0-9, - and _)"),
+        ));
     }
-    if let Some(cycle) = cycle(&steps) {
+    if !seen.insert(id.as_str()) {
+        return Err(locator.fail(
+            step.id.span(),
+            &step_field(index, "id"),
+            format!("step {id:?} is defined twice"),
+        ));
+    }
+    Ok(())
+}
+
+/// What a step names: its agent profile and runtime exist, and it depends on other steps
+/// of the file.
+fn check_step_names(
+    locator: &Locator<'_>,
+    known: &Known<'_>,
+    index: usize,
+    step: &RawStep,
+) -> Result<(), SpecError> {
+    let at = |field: &str| step_field(index, field);
+    let id = step.id.get_ref();
+    if !(known.agent)(step.agent.get_ref()) {
+        let agent = step.agent.get_ref();
+        return Err(locator.fail(
+            step.agent.span(),
+            &at("agent"),
+            format!("no agent profile {agent:?}"),
+        ));
+    }
+    if let Some(runtime) = &step.runtime
+        && let Err(runtimes) = (known.runtime)(runtime.get_ref())
+    {
+        let name = runtime.get_ref();
+        return Err(locator.fail(
+            runtime.span(),
+            &at("runtime"),
+            format!("no runtime {name:?} ({runtimes})"),
+        ));
+    }
+    for dependency in &step.depends_on {
+        let name = dependency.get_ref();
+        if name == id {
+            return Err(locator.fail(
+                dependency.span(),
+                &at("depends_on"),
+                format!("step {id:?} depends on itself"),
+            ));
+        }
+        if !known.ids.contains(name.as_str()) {
+            return Err(locator.fail(
+                dependency.span(),
+                &at("depends_on"),
+                format!("no step {name:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A count field of step `index`, if given, checked to be within `least..=most`.
+fn count(
+    locator: &Locator<'_>,
+    index: usize,
+    value: Option<&Spanned<i64>>,
+    field: &str,
+    least: i64,
+    most: i64,
+) -> Result<Option<u64>, SpecError> {
+    match value {
+        None => Ok(None),
+        Some(n) if *n.get_ref() < least => Err(locator.fail(
+            n.span(),
+            &step_field(index, field),
+            format!("must be at least {least}"),
+        )),
+        Some(n) if *n.get_ref() > most => Err(locator.fail(
+            n.span(),
+            &step_field(index, field),
+            format!("must be at most {most}"),
+        )),
+        Some(n) => Ok(Some(*n.get_ref() as u64)),
+    }
+}
+
+/// A step's `worktree`: `none` (the default), `step` or `workflow`.
+fn worktree_choice(
+    locator: &Locator<'_>,
+    index: usize,
+    worktree: Option<&Spanned<String>>,
+) -> Result<WorktreeChoice, SpecError> {
+    match worktree.map(|w| (w.get_ref().as_str(), w.span())) {
+        None | Some(("none", _)) => Ok(WorktreeChoice::None),
+        Some(("step", _)) => Ok(WorktreeChoice::Step),
+        Some(("workflow", _)) => Ok(WorktreeChoice::Workflow),
+        Some((other, span)) => Err(locator.fail(
+            span,
+            &step_field(index, "worktree"),
+            format!(
+                "{other:?}: one of \"none\" (the workspace), \"step\" (a worktree of its own), \"workflow\" (one the steps share)"
+            ),
+        )),
+    }
+}
+
+/// A step's `loop`, if it has one: an end condition, a pass count, and a step of the file
+/// to go back to.
+fn step_loop(
+    locator: &Locator<'_>,
+    known: &Known<'_>,
+    index: usize,
+    repeat: Option<&Spanned<RawLoop>>,
+) -> Result<Option<Loop>, SpecError> {
+    let at = |field: &str| step_field(index, field);
+    let Some(raw) = repeat else { return Ok(None) };
+    let span = raw.span();
+    let raw = raw.get_ref();
+    if raw.until.is_none() && raw.until_score.is_none() {
+        return Err(locator.fail(
+            span,
+            &at("loop"),
+            "a loop needs `until` (a marker) or `until_score` (a threshold)".into(),
+        ));
+    }
+    if let Some(until) = &raw.until
+        && until.get_ref().is_empty()
+    {
+        return Err(locator.fail(until.span(), &at("loop.until"), "must not be empty".into()));
+    }
+    let max_iterations = count(
+        locator,
+        index,
+        raw.max_iterations.as_ref(),
+        "loop.max_iterations",
+        1,
+        MAX_ITERATIONS,
+    )?
+    .unwrap_or(3) as u32;
+    if !known.ids.contains(raw.back_to.get_ref().as_str()) {
+        return Err(locator.fail(
+            raw.back_to.span(),
+            &at("loop.back_to"),
+            format!("no step {:?}", raw.back_to.get_ref()),
+        ));
+    }
+    Ok(Some(Loop {
+        back_to: raw.back_to.get_ref().clone(),
+        until: raw.until.as_ref().map(|u| u.get_ref().clone()),
+        until_score: raw.until_score,
+        max_iterations,
+    }))
+}
+
+/// A step's dependencies: its `depends_on`, and its `for_each` source (another step of
+/// the file, on a step with no loop and no routes).
+fn dependencies(
+    locator: &Locator<'_>,
+    known: &Known<'_>,
+    index: usize,
+    step: &RawStep,
+    has_loop: bool,
+) -> Result<Vec<String>, SpecError> {
+    let mut depends_on: Vec<String> = step.depends_on.iter().map(|d| d.get_ref().clone()).collect();
+    if let Some(source) = &step.for_each {
+        let name = source.get_ref();
+        if name == step.id.get_ref() || !known.ids.contains(name.as_str()) {
+            return Err(locator.fail(
+                source.span(),
+                &step_field(index, "for_each"),
+                format!("no other step {name:?}"),
+            ));
+        }
+        if has_loop || !step.routes.is_empty() {
+            return Err(locator.fail(
+                source.span(),
+                &step_field(index, "for_each"),
+                "a for_each step has no loop and no routes".into(),
+            ));
+        }
+        if !depends_on.contains(name) {
+            depends_on.push(name.clone());
+        }
+    }
+    Ok(depends_on)
+}
+
+/// A step's prompt template, its references checked, and what the file alone makes of it
+/// within a prompt's size.
+fn step_prompt(
+    locator: &Locator<'_>,
+    known: &Known<'_>,
+    index: usize,
+    step: &RawStep,
+) -> Result<Template, SpecError> {
+    let at = |field: &str| step_field(index, field);
+    let prompt = template(step.prompt.get_ref(), known.vars, known.ids, step.for_each.is_some())
+        .map_err(|(offset, reason)| {
+            // The string's text starts after its opening quote (or quotes).
+            let quote = if locator.text[step.prompt.span()].starts_with("\"\"\"") { 3 } else { 1 };
+            let start = step.prompt.span().start + quote + offset;
+            locator.fail(start..start, &at("prompt"), reason)
+        })?;
+    // What the file alone makes of it (its text and variables) must fit in a prompt;
+    // what the outputs add is checked when the step starts.
+    let least = prompt.filled_len(known.vars, &NoValues);
+    if least > MAX_PROMPT {
+        return Err(locator.fail(
+            step.prompt.span(),
+            &at("prompt"),
+            format!(
+                "it is {least} bytes with its variables filled in, over the {MAX_PROMPT} bytes (8 MiB) a prompt may be"
+            ),
+        ));
+    }
+    Ok(prompt)
+}
+
+/// The steps' dependencies have no cycle.
+fn check_cycle(
+    locator: &Locator<'_>,
+    raw_steps: &[Spanned<RawStep>],
+    steps: &[Step],
+) -> Result<(), SpecError> {
+    if let Some(cycle) = cycle(steps) {
         let index =
             steps.iter().position(|step| step.id == cycle[0]).expect("UNWRAP: a known step");
-        let span = raw.steps[index].get_ref().id.span();
-        return Err(fail(
+        let span = raw_steps[index].get_ref().id.span();
+        return Err(locator.fail(
             span,
             &format!("steps[{index}].depends_on"),
             format!("a cycle: {}", cycle.join(" → ")),
         ));
     }
-    for (index, step) in steps.iter().enumerate() {
-        let raw_step = raw.steps[index].get_ref();
-        let before = ancestors(&steps, &step.id);
-        if let Some(repeat) = &step.repeat {
-            let span = raw_step.repeat.as_ref().map_or(0..0, |r| r.get_ref().back_to.span());
-            if repeat.back_to != step.id && !before.contains(repeat.back_to.as_str()) {
-                return Err(fail(
-                    span,
-                    &format!("steps[{index}].loop.back_to"),
-                    format!(
-                        "{:?} is not a step {:?} depends on (a loop goes back to an earlier step, or the step itself)",
-                        repeat.back_to, step.id
-                    ),
-                ));
-            }
-            let body = loop_body(&steps, &repeat.back_to, &step.id);
-            if let Some(inner) = steps.iter().find(|other| {
-                body.contains(other.id.as_str())
-                    && (other.for_each.is_some()
-                        || !other.routes.is_empty()
-                        || (other.repeat.is_some() && other.id != step.id))
-            }) {
-                return Err(fail(
-                    span,
-                    &format!("steps[{index}].loop.back_to"),
-                    format!(
-                        "step {:?} in the loop has routes, for_each or a loop of its own; loops do not nest",
-                        inner.id
-                    ),
-                ));
-            }
-        }
-        for (marker, target) in &step.routes {
-            let direct = steps
-                .iter()
-                .any(|other| other.id == *target && other.depends_on.contains(&step.id));
-            if !direct {
-                let span = raw_step.routes.get(marker).map_or(0..0, Spanned::span);
-                return Err(fail(
-                    span,
-                    &format!("steps[{index}].routes"),
-                    format!(
-                        "route {marker:?}: step {target:?} must depend on {:?} (depends_on)",
-                        step.id
-                    ),
-                ));
-            }
+    Ok(())
+}
+
+/// A step's loop goes back to the step itself or one it depends on, and holds no routes,
+/// `for_each` or loop of another step.
+fn check_loop(
+    locator: &Locator<'_>,
+    steps: &[Step],
+    index: usize,
+    step: &Step,
+    repeat: &Loop,
+    raw_step: &RawStep,
+) -> Result<(), SpecError> {
+    let before = ancestors(steps, &step.id);
+    let span = raw_step.repeat.as_ref().map_or(0..0, |r| r.get_ref().back_to.span());
+    if repeat.back_to != step.id && !before.contains(repeat.back_to.as_str()) {
+        return Err(locator.fail(
+            span,
+            &format!("steps[{index}].loop.back_to"),
+            format!(
+                "{:?} is not a step {:?} depends on (a loop goes back to an earlier step, or the step itself)",
+                repeat.back_to, step.id
+            ),
+        ));
+    }
+    let body = loop_body(steps, &repeat.back_to, &step.id);
+    if let Some(inner) = steps.iter().find(|other| {
+        body.contains(other.id.as_str())
+            && (other.for_each.is_some()
+                || !other.routes.is_empty()
+                || (other.repeat.is_some() && other.id != step.id))
+    }) {
+        return Err(locator.fail(
+            span,
+            &format!("steps[{index}].loop.back_to"),
+            format!(
+                "step {:?} in the loop has routes, for_each or a loop of its own; loops do not nest",
+                inner.id
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Each of a step's routes leads to a step that depends on it directly.
+fn check_routes(
+    locator: &Locator<'_>,
+    steps: &[Step],
+    index: usize,
+    step: &Step,
+    raw_step: &RawStep,
+) -> Result<(), SpecError> {
+    for (marker, target) in &step.routes {
+        let direct =
+            steps.iter().any(|other| other.id == *target && other.depends_on.contains(&step.id));
+        if !direct {
+            let span = raw_step.routes.get(marker).map_or(0..0, Spanned::span);
+            return Err(locator.fail(
+                span,
+                &format!("steps[{index}].routes"),
+                format!(
+                    "route {marker:?}: step {target:?} must depend on {:?} (depends_on)",
+                    step.id
+                ),
+            ));
         }
     }
+    Ok(())
+}
+
+/// A step reads only the output of a step that completes before it starts, or of a later
+/// step of its loop (its previous pass; empty on the first).
+fn check_outputs_used(
+    locator: &Locator<'_>,
+    raw_steps: &[Spanned<RawStep>],
+    steps: &[Step],
+) -> Result<(), SpecError> {
     for (index, step) in steps.iter().enumerate() {
-        let before = ancestors(&steps, &step.id);
-        // A step reads only the output of a step that completes before it starts, or of
-        // a later step of its loop (its previous pass; empty on the first).
+        let before = ancestors(steps, &step.id);
         let feedback = |used: &str| {
             steps.iter().any(|other| {
                 other.id == used
                     && other.repeat.as_ref().is_some_and(|repeat| {
-                        loop_body(&steps, &repeat.back_to, &other.id).contains(step.id.as_str())
+                        loop_body(steps, &repeat.back_to, &other.id).contains(step.id.as_str())
                     })
             })
         };
         if let Some(used) =
             step.prompt.steps_used().find(|used| !before.contains(*used) && !feedback(used))
         {
-            let span = raw.steps[index].get_ref().prompt.span();
-            return Err(fail(
+            let span = raw_steps[index].get_ref().prompt.span();
+            return Err(locator.fail(
                 span,
                 &format!("steps[{index}].prompt"),
                 format!(
@@ -677,8 +860,7 @@ pub fn parse(
             ));
         }
     }
-    let workspace = raw.workspace.map(Spanned::into_inner);
-    Ok(Spec { name: raw.name.into_inner(), vars, max_parallel, workspace, steps })
+    Ok(())
 }
 
 impl Spec {
