@@ -5,9 +5,10 @@ use super::{
     AcpUpdate, ApiClient, Arc, Command, Deserialize, Duration, ElicitationCommand, ErrorKind,
     EventKind, Exit, Failure, Feed, Instant, JsonFlag, PermissionCommand, RECONNECT_WINDOW,
     ResumeOutcome, ResumeResult, RuntimeKind, SessionCommand, SessionEvent, SessionState,
-    SessionsCommand, Shown, SnapshotsCommand, StartArgs, TaskCommand, TurnState, Waiting, Write,
-    WsClient, WsClientBuilder, acp, ago, describe, face, or_dash, permission_lines, print_fields,
-    print_json, session_usage_line, sessions_json, since_ms, timeline_lines, usage, usage_line,
+    SessionsCommand, Shown, SnapshotsCommand, StartArgs, TaskCommand, TurnState, UsageBy, Waiting,
+    Write, WsClient, WsClientBuilder, acp, ago, describe, face, or_dash, permission_lines,
+    print_fields, print_json, session_usage_line, sessions_json, since_ms, timeline_lines, usage,
+    usage_line,
 };
 
 /// How long the client waits for one answer. The daemon bounds every wait of its own (a
@@ -156,6 +157,7 @@ impl Client {
         call_failure(&self.target, &self.client, err)
     }
 
+    /// Runs one client command: each command, or family of commands, has its own method.
     pub(super) async fn run(&self, command: Command) -> Result<(), Failure> {
         let api = &*self.client;
         match command {
@@ -165,78 +167,8 @@ impl Client {
                     Client { target: self.target.clone(), client: Arc::clone(&self.client) };
                 face::serve_acp(client, agent).await
             }
-            Command::Agents(JsonFlag { json }) => {
-                let agents = api.agents_list().await.map_err(|e| self.failure(e))?;
-                if json {
-                    return print_json(&agents);
-                }
-                for agent in agents {
-                    let state = if agent.invalid {
-                        format!("invalid profile: {}", agent.reasons.join("; "))
-                    } else if agent.available {
-                        "available".to_owned()
-                    } else {
-                        format!("unavailable: {}", agent.reasons.join("; "))
-                    };
-                    let from = match &agent.extends {
-                        Some(base) => format!(
-                            "\t(extends {base}; its own: {}; the rest is {base}'s)",
-                            agent.own_keys.join(", ")
-                        ),
-                        None => String::new(),
-                    };
-                    println!("{}\t{}\t{state}{from}", agent.id, agent.display_name);
-                }
-                Ok(())
-            }
-            Command::Task(TaskCommand::Create { title, description, quiet }) => {
-                let task =
-                    api.task_create(title, Some(description)).await.map_err(|e| self.failure(e))?;
-                if quiet {
-                    println!("{}", task.id)
-                } else {
-                    println!("task {} created", task.id)
-                }
-                Ok(())
-            }
-            Command::Task(TaskCommand::Delete { task, force, delete_branch }) => {
-                api.task_delete(task.clone(), Some(force), Some(delete_branch))
-                    .await
-                    .map_err(|e| self.failure(e))?;
-                println!("task {task} deleted");
-                Ok(())
-            }
-            Command::Task(TaskCommand::List(JsonFlag { json })) => {
-                let tasks = api.task_list().await.map_err(|e| self.failure(e))?;
-                if json {
-                    return print_json(&tasks);
-                }
-                for task in tasks {
-                    println!("{}\t{}\t{}", task.id, task.state, task.title);
-                }
-                Ok(())
-            }
-            Command::Task(TaskCommand::Show { task, json: JsonFlag { json } }) => {
-                let detail = api.task_get(task).await.map_err(|e| self.failure(e))?;
-                if json {
-                    let mut value = serde_json::to_value(&detail).map_err(|err| Failure {
-                        code: Exit::Error,
-                        line: format!("error: {err}"),
-                    })?;
-                    value["sessions"] = sessions_json(&detail.sessions)?;
-                    return print_json(&value);
-                }
-                println!("task {}: {} ({})", detail.task.id, detail.task.title, detail.task.state);
-                for session in detail.sessions {
-                    println!(
-                        "  session {}\t{}\t{}",
-                        session.id,
-                        session.state.as_str(),
-                        session.agent_profile_id
-                    );
-                }
-                Ok(())
-            }
+            Command::Agents(JsonFlag { json }) => self.agents(json).await,
+            Command::Task(command) => self.task(command).await,
             Command::Session(SessionCommand::Start(start)) => self.session_start(start).await,
             Command::Workflow(command) => self.workflow(command).await,
             Command::Prompt { quiet, session, text } => {
@@ -244,90 +176,16 @@ impl Client {
             }
             Command::Retry { quiet, session, turn } => self.retry(&session, turn, quiet).await,
             Command::Usage { session, task, profile, workflow, since, by, json } => {
-                let since_ms = match since {
-                    Some(text) => Some(crate::store::now_ms() - since_ms(&text)?),
-                    None => None,
-                };
-                let report = api
-                    .usage_query(
-                        session,
-                        task,
-                        profile,
-                        workflow,
-                        since_ms,
-                        None,
-                        by.map(Into::into),
-                    )
-                    .await
-                    .map_err(|e| self.failure(e))?;
-                if json.json {
-                    return print_json(&report);
-                }
-                println!("total\t{}", usage_line(&report.total));
-                for group in &report.groups {
-                    println!("{}\t{}", group.key, usage_line(&group.totals));
-                }
-                Ok(())
+                self.usage_report([session, task, profile, workflow], since, by, json.json).await
             }
             Command::Budget { session, task, tokens, cost, currency, json } => {
-                let set = api
-                    .budget_set(session.clone(), task.clone(), tokens, cost, currency)
-                    .await
-                    .map_err(|e| self.failure(e))?;
-                if json.json {
-                    return print_json(&set);
-                }
-                let what = match (&session, &task) {
-                    (Some(session), _) => format!("session {session}"),
-                    (_, Some(task)) => format!("task {task}"),
-                    _ => String::new(),
-                };
-                match set {
-                    Some(used) => println!("{what}: {}", used.describe()),
-                    None => println!("{what}: no budget"),
-                }
-                Ok(())
+                self.budget(session, task, tokens, cost, currency, json.json).await
             }
             Command::Resume { quiet, refresh_profile, session } => {
-                let session = self.session_or_here(session, "resume").await?;
-                if !quiet {
-                    self.pause_summary(&session).await?;
-                }
-                let result = self.resume_with_progress(&session, quiet, refresh_profile).await?;
-                println!(
-                    "session {session} resumed ({}), {}",
-                    result.outcome.as_str(),
-                    result.state.as_str()
-                );
-                if let Some(drift) = &result.git_drift {
-                    println!(
-                        "the workspace changed since snapshot {} (the agent is told so with your next prompt):",
-                        drift.snapshot_id
-                    );
-                    for line in drift.describe().lines() {
-                        println!("  {line}");
-                    }
-                }
-                match (result.profile_refreshed, result.profile_drift.is_empty()) {
-                    (true, _) => {
-                        println!("adopted the current profile: {}", result.profile_drift.join(", "))
-                    }
-                    (false, false) => println!(
-                        "the profile changed since the session started ({}); resume --refresh-profile adopts it",
-                        result.profile_drift.join(", ")
-                    ),
-                    (false, true) => {}
-                }
-                Ok(())
+                self.resume(session, quiet, refresh_profile).await
             }
             Command::Status { session, json: JsonFlag { json } } => {
-                let status = api.session_status(session).await.map_err(|e| self.failure(e))?;
-                if json {
-                    return print_json(&status);
-                }
-                print_fields(&status)?;
-                println!("usage (turns): {}", session_usage_line(&status.usage));
-                Ok(())
+                self.status(session, json).await
             }
             Command::Settings { session, set, mode, json: JsonFlag { json } } => {
                 self.settings(session, set, mode, json).await
@@ -362,19 +220,230 @@ impl Client {
                 Ok(())
             }
             Command::History { session, after, limit, json: JsonFlag { json } } => {
-                let entries = api
-                    .session_history(session, Some(after), Some(limit))
-                    .await
-                    .map_err(|e| self.failure(e))?;
-                if json {
-                    return print_json(&entries);
-                }
-                for entry in entries {
-                    println!("[{}] {}: {}", entry.seq, entry.kind, entry.content);
+                self.history(session, after, limit, json).await
+            }
+            Command::Sessions(command) => self.sessions(command).await,
+            Command::Snapshots(command) => self.snapshots(command).await,
+        }
+    }
+
+    /// Lists the agent profiles and whether each can run.
+    async fn agents(&self, json: bool) -> Result<(), Failure> {
+        let agents = self.client.agents_list().await.map_err(|e| self.failure(e))?;
+        if json {
+            return print_json(&agents);
+        }
+        for agent in agents {
+            let state = if agent.invalid {
+                format!("invalid profile: {}", agent.reasons.join("; "))
+            } else if agent.available {
+                "available".to_owned()
+            } else {
+                format!("unavailable: {}", agent.reasons.join("; "))
+            };
+            let from = match &agent.extends {
+                Some(base) => format!(
+                    "\t(extends {base}; its own: {}; the rest is {base}'s)",
+                    agent.own_keys.join(", ")
+                ),
+                None => String::new(),
+            };
+            println!("{}\t{}\t{state}{from}", agent.id, agent.display_name);
+        }
+        Ok(())
+    }
+
+    /// The `task` commands: create, delete, list and show tasks.
+    async fn task(&self, command: TaskCommand) -> Result<(), Failure> {
+        let api = &*self.client;
+        match command {
+            TaskCommand::Create { title, description, quiet } => {
+                let task =
+                    api.task_create(title, Some(description)).await.map_err(|e| self.failure(e))?;
+                if quiet {
+                    println!("{}", task.id)
+                } else {
+                    println!("task {} created", task.id)
                 }
                 Ok(())
             }
-            Command::Sessions(SessionsCommand::List { task, status, agent, json }) => {
+            TaskCommand::Delete { task, force, delete_branch } => {
+                api.task_delete(task.clone(), Some(force), Some(delete_branch))
+                    .await
+                    .map_err(|e| self.failure(e))?;
+                println!("task {task} deleted");
+                Ok(())
+            }
+            TaskCommand::List(JsonFlag { json }) => {
+                let tasks = api.task_list().await.map_err(|e| self.failure(e))?;
+                if json {
+                    return print_json(&tasks);
+                }
+                for task in tasks {
+                    println!("{}\t{}\t{}", task.id, task.state, task.title);
+                }
+                Ok(())
+            }
+            TaskCommand::Show { task, json: JsonFlag { json } } => {
+                let detail = api.task_get(task).await.map_err(|e| self.failure(e))?;
+                if json {
+                    let mut value = serde_json::to_value(&detail).map_err(|err| Failure {
+                        code: Exit::Error,
+                        line: format!("error: {err}"),
+                    })?;
+                    value["sessions"] = sessions_json(&detail.sessions)?;
+                    return print_json(&value);
+                }
+                println!("task {}: {} ({})", detail.task.id, detail.task.title, detail.task.state);
+                for session in detail.sessions {
+                    println!(
+                        "  session {}\t{}\t{}",
+                        session.id,
+                        session.state.as_str(),
+                        session.agent_profile_id
+                    );
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Prints the usage totals of `scope` (a session, task, profile and workflow, each
+    /// optional), since `since` ago, and per group when `by` names one.
+    async fn usage_report(
+        &self,
+        scope: [Option<String>; 4],
+        since: Option<String>,
+        by: Option<UsageBy>,
+        json: bool,
+    ) -> Result<(), Failure> {
+        let [session, task, profile, workflow] = scope;
+        let since_ms = match since {
+            Some(text) => Some(crate::store::now_ms() - since_ms(&text)?),
+            None => None,
+        };
+        let report = self
+            .client
+            .usage_query(session, task, profile, workflow, since_ms, None, by.map(Into::into))
+            .await
+            .map_err(|e| self.failure(e))?;
+        if json {
+            return print_json(&report);
+        }
+        println!("total\t{}", usage_line(&report.total));
+        for group in &report.groups {
+            println!("{}\t{}", group.key, usage_line(&group.totals));
+        }
+        Ok(())
+    }
+
+    /// Sets the budget of a session or a task and prints what it has used of it.
+    async fn budget(
+        &self,
+        session: Option<String>,
+        task: Option<String>,
+        tokens: Option<u64>,
+        cost: Option<f64>,
+        currency: Option<String>,
+        json: bool,
+    ) -> Result<(), Failure> {
+        let set = self
+            .client
+            .budget_set(session.clone(), task.clone(), tokens, cost, currency)
+            .await
+            .map_err(|e| self.failure(e))?;
+        if json {
+            return print_json(&set);
+        }
+        let what = match (&session, &task) {
+            (Some(session), _) => format!("session {session}"),
+            (_, Some(task)) => format!("task {task}"),
+            _ => String::new(),
+        };
+        match set {
+            Some(used) => println!("{what}: {}", used.describe()),
+            None => println!("{what}: no budget"),
+        }
+        Ok(())
+    }
+
+    /// Resumes a session (by default the one here) and says what changed while it rested.
+    async fn resume(
+        &self,
+        session: Option<String>,
+        quiet: bool,
+        refresh_profile: bool,
+    ) -> Result<(), Failure> {
+        let session = self.session_or_here(session, "resume").await?;
+        if !quiet {
+            self.pause_summary(&session).await?;
+        }
+        let result = self.resume_with_progress(&session, quiet, refresh_profile).await?;
+        println!(
+            "session {session} resumed ({}), {}",
+            result.outcome.as_str(),
+            result.state.as_str()
+        );
+        if let Some(drift) = &result.git_drift {
+            println!(
+                "the workspace changed since snapshot {} (the agent is told so with your next prompt):",
+                drift.snapshot_id
+            );
+            for line in drift.describe().lines() {
+                println!("  {line}");
+            }
+        }
+        match (result.profile_refreshed, result.profile_drift.is_empty()) {
+            (true, _) => {
+                println!("adopted the current profile: {}", result.profile_drift.join(", "))
+            }
+            (false, false) => println!(
+                "the profile changed since the session started ({}); resume --refresh-profile adopts it",
+                result.profile_drift.join(", ")
+            ),
+            (false, true) => {}
+        }
+        Ok(())
+    }
+
+    /// Prints a session's status and its usage.
+    async fn status(&self, session: String, json: bool) -> Result<(), Failure> {
+        let status = self.client.session_status(session).await.map_err(|e| self.failure(e))?;
+        if json {
+            return print_json(&status);
+        }
+        print_fields(&status)?;
+        println!("usage (turns): {}", session_usage_line(&status.usage));
+        Ok(())
+    }
+
+    /// Prints a session's conversation history after `after`, at most `limit` entries.
+    async fn history(
+        &self,
+        session: String,
+        after: u64,
+        limit: usize,
+        json: bool,
+    ) -> Result<(), Failure> {
+        let entries = self
+            .client
+            .session_history(session, Some(after), Some(limit))
+            .await
+            .map_err(|e| self.failure(e))?;
+        if json {
+            return print_json(&entries);
+        }
+        for entry in entries {
+            println!("[{}] {}: {}", entry.seq, entry.kind, entry.content);
+        }
+        Ok(())
+    }
+
+    /// The `sessions` commands: list, show, delete and clean up sessions.
+    async fn sessions(&self, command: SessionsCommand) -> Result<(), Failure> {
+        let api = &*self.client;
+        match command {
+            SessionsCommand::List { task, status, agent, json } => {
                 let sessions =
                     api.session_list(task, status, agent).await.map_err(|e| self.failure(e))?;
                 if json.json {
@@ -392,31 +461,91 @@ impl Client {
                 }
                 Ok(())
             }
-            Command::Sessions(SessionsCommand::Show { session, json: JsonFlag { json } }) => {
-                let status =
-                    api.session_status(session.clone()).await.map_err(|e| self.failure(e))?;
-                let timeline = api
-                    .session_timeline(session.clone(), None)
+            SessionsCommand::Show { session, json: JsonFlag { json } } => {
+                self.session_show(session, json).await
+            }
+            SessionsCommand::Delete { session, force, delete_branch } => {
+                api.session_delete(session.clone(), Some(force), Some(delete_branch))
                     .await
                     .map_err(|e| self.failure(e))?;
-                if json {
-                    return print_json(&protocol::api::SessionDetail { status, timeline });
-                }
-                print_fields(&status)?;
-                println!("usage (turns): {}", session_usage_line(&status.usage));
-                // Each turn's tokens (a daemon that cannot group by turn: none shown).
-                let by_turn = Some(protocol::api::UsageGroupBy::Turn);
-                let turn_usage = api
-                    .usage_query(Some(session), None, None, None, None, None, by_turn)
-                    .await
-                    .map(|report| report.groups)
-                    .unwrap_or_default();
-                for line in timeline_lines(&timeline, &turn_usage) {
-                    println!("{line}");
-                }
+                println!("session {session} deleted");
                 Ok(())
             }
-            Command::Snapshots(SnapshotsCommand::List { session, json }) => {
+            SessionsCommand::Cleanup {
+                max_age_days,
+                keep_completed,
+                states,
+                dry_run,
+                force,
+                json: JsonFlag { json },
+            } => self.cleanup(max_age_days, keep_completed, states, dry_run, force, json).await,
+        }
+    }
+
+    /// Prints a session's status, its usage and its timeline with each turn's tokens.
+    async fn session_show(&self, session: String, json: bool) -> Result<(), Failure> {
+        let api = &*self.client;
+        let status = api.session_status(session.clone()).await.map_err(|e| self.failure(e))?;
+        let timeline =
+            api.session_timeline(session.clone(), None).await.map_err(|e| self.failure(e))?;
+        if json {
+            return print_json(&protocol::api::SessionDetail { status, timeline });
+        }
+        print_fields(&status)?;
+        println!("usage (turns): {}", session_usage_line(&status.usage));
+        // Each turn's tokens (a daemon that cannot group by turn: none shown).
+        let by_turn = Some(protocol::api::UsageGroupBy::Turn);
+        let turn_usage = api
+            .usage_query(Some(session), None, None, None, None, None, by_turn)
+            .await
+            .map(|report| report.groups)
+            .unwrap_or_default();
+        for line in timeline_lines(&timeline, &turn_usage) {
+            println!("{line}");
+        }
+        Ok(())
+    }
+
+    /// Removes the sessions at rest that the policy given selects, or says which it would.
+    async fn cleanup(
+        &self,
+        max_age_days: u32,
+        keep_completed: bool,
+        states: Vec<SessionState>,
+        dry_run: bool,
+        force: bool,
+        json: bool,
+    ) -> Result<(), Failure> {
+        let states = (!states.is_empty()).then_some(states);
+        let result = self
+            .client
+            .cleanup(max_age_days, states, Some(keep_completed), Some(dry_run), Some(force))
+            .await
+            .map_err(|e| self.failure(e))?;
+        if json {
+            return print_json(&result);
+        }
+        let verb = if result.dry_run { "would remove" } else { "removed" };
+        for gone in &result.removed {
+            let with = if gone.resources.is_empty() {
+                String::new()
+            } else {
+                format!(" (with its {})", gone.resources.join(", "))
+            };
+            println!("{verb} {} {}{with}", gone.session_id, gone.state);
+        }
+        for kept in &result.kept {
+            println!("kept {} {}: {}", kept.session_id, kept.state, kept.reason);
+        }
+        println!("{verb} {} session(s), kept {}", result.removed.len(), result.kept.len());
+        Ok(())
+    }
+
+    /// The `snapshots` commands: list a session's snapshots, or print one.
+    async fn snapshots(&self, command: SnapshotsCommand) -> Result<(), Failure> {
+        let api = &*self.client;
+        match command {
+            SnapshotsCommand::List { session, json } => {
                 let snapshots = api.snapshot_list(session).await.map_err(|e| self.failure(e))?;
                 if json.json {
                     return print_json(&snapshots);
@@ -440,47 +569,9 @@ impl Client {
                 Ok(())
             }
             // JSON either way: `--json` is taken as every read command takes it.
-            Command::Snapshots(SnapshotsCommand::Get { snapshot, json: _ }) => {
+            SnapshotsCommand::Get { snapshot, json: _ } => {
                 let snapshot = api.snapshot_get(snapshot).await.map_err(|e| self.failure(e))?;
                 print_json(&snapshot)
-            }
-            Command::Sessions(SessionsCommand::Delete { session, force, delete_branch }) => {
-                api.session_delete(session.clone(), Some(force), Some(delete_branch))
-                    .await
-                    .map_err(|e| self.failure(e))?;
-                println!("session {session} deleted");
-                Ok(())
-            }
-            Command::Sessions(SessionsCommand::Cleanup {
-                max_age_days,
-                keep_completed,
-                states,
-                dry_run,
-                force,
-                json: JsonFlag { json },
-            }) => {
-                let states = (!states.is_empty()).then_some(states);
-                let result = api
-                    .cleanup(max_age_days, states, Some(keep_completed), Some(dry_run), Some(force))
-                    .await
-                    .map_err(|e| self.failure(e))?;
-                if json {
-                    return print_json(&result);
-                }
-                let verb = if result.dry_run { "would remove" } else { "removed" };
-                for gone in &result.removed {
-                    let with = if gone.resources.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" (with its {})", gone.resources.join(", "))
-                    };
-                    println!("{verb} {} {}{with}", gone.session_id, gone.state);
-                }
-                for kept in &result.kept {
-                    println!("kept {} {}: {}", kept.session_id, kept.state, kept.reason);
-                }
-                println!("{verb} {} session(s), kept {}", result.removed.len(), result.kept.len());
-                Ok(())
             }
         }
     }
