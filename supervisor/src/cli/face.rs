@@ -641,14 +641,7 @@ impl Face {
     ) {
         let stop = turns.lock().expect("UNWRAP: never poisoned").stop.clone();
         let shown = Shown::new(false);
-        let opened = match self.api().await {
-            Ok(api) => {
-                let client = Client { target: self.target.clone(), client: api };
-                Feed::open(&client, &session, Some(after), &shown).await.map_err(RpcFailure::from)
-            }
-            Err(failure) => Err(failure),
-        };
-        let mut events = match opened {
+        let mut events = match self.open_feed(&session, after, &shown).await {
             Ok(events) => events,
             Err(failure) => {
                 eprintln!("tether acp: cannot follow session {session}: {}", failure.message);
@@ -690,77 +683,98 @@ impl Face {
                 }
             };
             shown.progress(&event);
-            let update = |update: Value| {
-                self.notify("session/update", json!({"sessionId": session, "update": update}))
-            };
-            match event.kind {
-                EventKind::State { state, error } => {
-                    let answer = match state {
-                        SessionState::WaitingForInput | SessionState::Running => Some(Ok(())),
-                        SessionState::Failed => Some(Err(RpcFailure::internal(format!(
-                            "the agent could not start: {}",
-                            error.unwrap_or_default()
-                        )))),
-                        _ => None,
-                    };
-                    if let Some(answer) = answer
-                        && let Some(waiting) = ready.take()
-                    {
-                        let _ = waiting.send(answer);
-                    }
-                }
-                EventKind::AgentMessageChunk { text, message_id } => {
-                    let id = message_id.as_deref();
-                    Face::chunk(&mut pending, &session, "agent_message_chunk", &text, id)
-                }
-                EventKind::AgentThoughtChunk { text, message_id } => {
-                    let id = message_id.as_deref();
-                    Face::chunk(&mut pending, &session, "agent_thought_chunk", &text, id)
-                }
-                EventKind::ToolCall { update: raw }
-                | EventKind::ToolCallUpdate { update: raw }
-                | EventKind::SessionUpdate { update: raw } => update(raw),
-                EventKind::PermissionRequest { request_id, mut params } => {
-                    params["sessionId"] = json!(session);
-                    let face = Arc::clone(&self);
-                    let session = session.clone();
-                    tokio::spawn(
-                        async move { face.ask_permission(session, request_id, params).await },
-                    );
-                }
-                EventKind::ElicitationRequest { request_id, mut params }
-                    if self.elicits.load(Ordering::Relaxed) =>
+            self.forward_event(event.kind, &session, &turns, &mut pending, &mut ready);
+        }
+    }
+
+    /// Opens the feed of a session's events after `after`, on the daemon's connection.
+    async fn open_feed<'a>(
+        &self,
+        session: &str,
+        after: u64,
+        shown: &'a Shown,
+    ) -> Result<Feed<'a>, RpcFailure> {
+        let api = self.api().await?;
+        let client = Client { target: self.target.clone(), client: api };
+        Feed::open(&client, session, Some(after), shown).await.map_err(RpcFailure::from)
+    }
+
+    /// Passes one of a session's events on: readiness to `ready`, updates to the client
+    /// (text chunks gathered in `pending`), questions asked of it, turn ends to their prompt.
+    fn forward_event(
+        self: &Arc<Self>,
+        kind: EventKind,
+        session: &str,
+        turns: &Mutex<Turns>,
+        pending: &mut String,
+        ready: &mut Option<oneshot::Sender<Result<(), RpcFailure>>>,
+    ) {
+        let update = |update: Value| {
+            self.notify("session/update", json!({"sessionId": session, "update": update}))
+        };
+        match kind {
+            EventKind::State { state, error } => {
+                let answer = match state {
+                    SessionState::WaitingForInput | SessionState::Running => Some(Ok(())),
+                    SessionState::Failed => Some(Err(RpcFailure::internal(format!(
+                        "the agent could not start: {}",
+                        error.unwrap_or_default()
+                    )))),
+                    _ => None,
+                };
+                if let Some(answer) = answer
+                    && let Some(waiting) = ready.take()
                 {
-                    params["sessionId"] = json!(session);
-                    let face = Arc::clone(&self);
-                    let session = session.clone();
-                    tokio::spawn(
-                        async move { face.ask_elicitation(session, request_id, params).await },
-                    );
+                    let _ = waiting.send(answer);
                 }
-                EventKind::TurnEnded { turn_id, state, stop_reason, error } => {
-                    let ended = match state {
-                        TurnState::Completed => {
-                            Ok(stop_reason.unwrap_or_else(|| "end_turn".into()))
-                        }
-                        _ => Err(RpcFailure::internal(format!(
-                            "the turn {}: {}",
-                            state.as_str(),
-                            error.unwrap_or_default()
-                        ))),
-                    };
-                    let mut turns = turns.lock().expect("UNWRAP: never poisoned");
-                    match turns.waiting.remove(&turn_id) {
-                        Some(waiting) => {
-                            let _ = waiting.send(ended);
-                        }
-                        None => {
-                            turns.ended.insert(turn_id, ended);
-                        }
+            }
+            EventKind::AgentMessageChunk { text, message_id } => {
+                let id = message_id.as_deref();
+                Face::chunk(pending, session, "agent_message_chunk", &text, id)
+            }
+            EventKind::AgentThoughtChunk { text, message_id } => {
+                let id = message_id.as_deref();
+                Face::chunk(pending, session, "agent_thought_chunk", &text, id)
+            }
+            EventKind::ToolCall { update: raw }
+            | EventKind::ToolCallUpdate { update: raw }
+            | EventKind::SessionUpdate { update: raw } => update(raw),
+            EventKind::PermissionRequest { request_id, mut params } => {
+                params["sessionId"] = json!(session);
+                let face = Arc::clone(self);
+                let session = session.to_owned();
+                tokio::spawn(async move { face.ask_permission(session, request_id, params).await });
+            }
+            EventKind::ElicitationRequest { request_id, mut params }
+                if self.elicits.load(Ordering::Relaxed) =>
+            {
+                params["sessionId"] = json!(session);
+                let face = Arc::clone(self);
+                let session = session.to_owned();
+                tokio::spawn(
+                    async move { face.ask_elicitation(session, request_id, params).await },
+                );
+            }
+            EventKind::TurnEnded { turn_id, state, stop_reason, error } => {
+                let ended = match state {
+                    TurnState::Completed => Ok(stop_reason.unwrap_or_else(|| "end_turn".into())),
+                    _ => Err(RpcFailure::internal(format!(
+                        "the turn {}: {}",
+                        state.as_str(),
+                        error.unwrap_or_default()
+                    ))),
+                };
+                let mut turns = turns.lock().expect("UNWRAP: never poisoned");
+                match turns.waiting.remove(&turn_id) {
+                    Some(waiting) => {
+                        let _ = waiting.send(ended);
+                    }
+                    None => {
+                        turns.ended.insert(turn_id, ended);
                     }
                 }
-                _ => {}
             }
+            _ => {}
         }
     }
 
