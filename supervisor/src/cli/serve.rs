@@ -80,6 +80,8 @@ fn inherited_token(fd: i32) -> anyhow::Result<crate::api::ApiToken> {
     Ok(crate::api::ApiToken::new(&token, &crate::api::TokenSource::Inherited)?)
 }
 
+/// Runs the daemon until a signal (or the API itself) stops it, then shuts it down within a
+/// bounded time.
 pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyhow::Result<()> {
     let root = args
         .home
@@ -89,36 +91,8 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
     let config = crate::config::load(&root.join(crate::config::FILE_NAME))?;
     let default_listen: SocketAddr = DEFAULT_LISTEN.parse().expect("UNWRAP: a valid constant");
     let listen = args.listen.or(config.listen).unwrap_or(default_listen);
-    // A token in argv shows in `ps`: a 0600 file or the environment keeps it out of sight.
-    let config_path = root.join(crate::config::FILE_NAME);
-    let token = match args.auth_token_fd {
-        Some(fd) => Some(inherited_token(fd)?),
-        None => crate::api::resolve_token(
-            args.auth_token.as_deref(),
-            args.auth_token_file.as_deref(),
-            std::env::var_os(crate::api::TOKEN_ENV).as_deref(),
-            config.auth_token_file.as_deref().map(|file| (file, config_path.as_path())),
-        )?,
-    };
-    if !listen.ip().is_loopback() && token.is_none() {
-        bail!(
-            "listening on {listen} (beyond loopback) requires a token: --auth-token-file, \
-             TETHER_AUTH_TOKEN or --auth-token"
-        );
-    }
-    let in_sight = args.auth_token.is_some() || std::env::var_os(crate::api::TOKEN_ENV).is_some();
-    if args.auth_token_fd.is_none() && in_sight {
-        return Err(restart_out_of_sight(token.as_ref()));
-    }
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TETHER_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colours for a person at a terminal; none in a log file or a pipe.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    let token = api_token(&args, &config, &root, listen)?;
+    init_logging();
     raise_fd_limit();
     // One daemon per data directory, refused before anything in it is touched.
     crate::home::create_private_dir(&root)
@@ -127,88 +101,14 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
     let home = Home::open(&root)
         .with_context(|| format!("cannot create the data directory {}", root.display()))?;
     let store = Store::open(&home.database())?;
-    let registry = Registry::open(&home.profiles(), DEFAULT_DEBOUNCE)?;
-    for error in registry.catalog().errors() {
-        tracing::warn!(%error, "profile not loaded");
-    }
-    if token.is_none() {
-        for profile in registry.catalog().profiles().filter(|it| it.process.user.is_some()) {
-            tracing::warn!(
-                profile = %profile.id,
-                "runs its agents as another user, which needs an API token: its sessions are refused until the daemon has one (--auth-token-file)"
-            );
-        }
-    }
-    let exe_dir: Vec<PathBuf> = self_command
-        .first()
-        .and_then(|exe| PathBuf::from(exe).parent().map(|dir| vec![dir.to_owned()]))
-        .unwrap_or_default();
-    let environment = Environment::current(&exe_dir);
-    let applet = |name: &str| -> Vec<OsString> {
-        let mut command = self_command.clone();
-        command.push(name.into());
-        command
-    };
-    let agentctl = match environment.find_program("agentctl") {
-        Some(path) => vec![path.into_os_string()],
-        None => applet("agentctl"),
-    };
-    let applets = HashMap::from([("mock-agent".to_owned(), applet("mock-agent"))]);
-    let install_id = home.install_id().context("cannot read or create the install id")?;
-    let cgroups = match crate::runtime::cgroup::Cgroups::open(&install_id) {
-        Ok(cgroups) => Some(cgroups),
-        Err(why) => {
-            tracing::warn!(
-                "no cgroup per session ({why}): a process that leaves its agent's process group \
-                 outlives a killed sidecar"
-            );
-            None
-        }
-    };
-    // Zero-config Docker: without --static-agentctl, a static build is found where the
-    // build and set-up scripts put it.
-    let own_dir = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(Path::to_path_buf))
-        .unwrap_or_default();
-    let searched = crate::runtime::docker::static_agentctl_candidates(&own_dir, home.root());
-    let supervisor = Arc::new(Supervisor::new(SupervisorConfig {
-        home: home.clone(),
-        store,
-        registry,
-        environment,
-        runtimes: Runtimes::new()
-            .register(Arc::new(StandaloneRuntime { agentctl, cgroups }))
-            .register(Arc::new(DockerRuntime::new(DockerConfig {
-                agentctl: args
-                    .static_agentctl
-                    .map(|path| std::path::absolute(&path).unwrap_or(path))
-                    .or(config.static_agentctl.clone())
-                    .or_else(|| crate::runtime::docker::find_static_agentctl(&searched)),
-                searched,
-                install_id: install_id.clone(),
-                engines: config.docker_engines.clone(),
-            }))),
-        applets,
-        event_log: crate::events::LogLimits {
-            retain_bytes: args
-                .event_log_retain_bytes
-                .or(config.event_log_retain_bytes)
-                .unwrap_or(crate::events::DEFAULT_RETAIN_BYTES),
-            segment_bytes: args.event_log_segment_bytes.max(1),
-        },
-        api_token: token.is_some(),
-        idle_timeout: Some(
-            config.idle_timeout_secs.unwrap_or(crate::config::DEFAULT_IDLE_TIMEOUT_SECS),
-        )
-        .filter(|secs| *secs > 0)
-        .map(std::time::Duration::from_secs),
-    }));
+    let registry = open_registry(&home, token.is_some())?;
+    let supervisor =
+        new_supervisor(&args, &config, &self_command, &home, store, registry, token.is_some())?;
     // Signals are caught from here on: once "serving" is printed a SIGTERM must be the
     // clean stop it promises, however soon it comes.
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
+    let term = signal(SignalKind::terminate())?;
+    let int = signal(SignalKind::interrupt())?;
     // Restart recovery happens before the API serves anything.
     supervisor.recover().await?;
     // Workflows go on once their sessions are re-adopted.
@@ -236,6 +136,160 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
     }
     println!("tether serving on ws://{addr} (data in {})", home.root().display());
     let _ = std::io::stdout().flush();
+    shut_down_on_signal(term, int, handle, &supervisor).await;
+    Ok(())
+}
+
+/// The API token, from `--auth-token-fd`, the flags, the environment or the config file;
+/// one given where other processes can read it makes the daemon start again without it in
+/// sight (this returns that restart's failure as its error).
+fn api_token(
+    args: &ServeArgs,
+    config: &crate::config::DaemonConfig,
+    root: &Path,
+    listen: SocketAddr,
+) -> anyhow::Result<Option<crate::api::ApiToken>> {
+    // A token in argv shows in `ps`: a 0600 file or the environment keeps it out of sight.
+    let config_path = root.join(crate::config::FILE_NAME);
+    let token = match args.auth_token_fd {
+        Some(fd) => Some(inherited_token(fd)?),
+        None => crate::api::resolve_token(
+            args.auth_token.as_deref(),
+            args.auth_token_file.as_deref(),
+            std::env::var_os(crate::api::TOKEN_ENV).as_deref(),
+            config.auth_token_file.as_deref().map(|file| (file, config_path.as_path())),
+        )?,
+    };
+    if !listen.ip().is_loopback() && token.is_none() {
+        bail!(
+            "listening on {listen} (beyond loopback) requires a token: --auth-token-file, \
+             TETHER_AUTH_TOKEN or --auth-token"
+        );
+    }
+    let in_sight = args.auth_token.is_some() || std::env::var_os(crate::api::TOKEN_ENV).is_some();
+    if args.auth_token_fd.is_none() && in_sight {
+        return Err(restart_out_of_sight(token.as_ref()));
+    }
+    Ok(token)
+}
+
+/// Logs to stderr at the level `TETHER_LOG` names (info by default).
+fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TETHER_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        // Colours for a person at a terminal; none in a log file or a pipe.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+/// Opens the agent profiles, warning of those not loaded and, without an API token, of
+/// those whose agents run as another user.
+fn open_registry(home: &Home, has_token: bool) -> anyhow::Result<Registry> {
+    let registry = Registry::open(&home.profiles(), DEFAULT_DEBOUNCE)?;
+    for error in registry.catalog().errors() {
+        tracing::warn!(%error, "profile not loaded");
+    }
+    if !has_token {
+        for profile in registry.catalog().profiles().filter(|it| it.process.user.is_some()) {
+            tracing::warn!(
+                profile = %profile.id,
+                "runs its agents as another user, which needs an API token: its sessions are refused until the daemon has one (--auth-token-file)"
+            );
+        }
+    }
+    Ok(registry)
+}
+
+/// The supervisor, with its runtimes (standalone and Docker), applets and limits.
+fn new_supervisor(
+    args: &ServeArgs,
+    config: &crate::config::DaemonConfig,
+    self_command: &[OsString],
+    home: &Home,
+    store: Store,
+    registry: Registry,
+    has_token: bool,
+) -> anyhow::Result<Arc<Supervisor>> {
+    let exe_dir: Vec<PathBuf> = self_command
+        .first()
+        .and_then(|exe| PathBuf::from(exe).parent().map(|dir| vec![dir.to_owned()]))
+        .unwrap_or_default();
+    let environment = Environment::current(&exe_dir);
+    let applet = |name: &str| -> Vec<OsString> {
+        let mut command = self_command.to_vec();
+        command.push(name.into());
+        command
+    };
+    let agentctl = match environment.find_program("agentctl") {
+        Some(path) => vec![path.into_os_string()],
+        None => applet("agentctl"),
+    };
+    let applets = HashMap::from([("mock-agent".to_owned(), applet("mock-agent"))]);
+    let install_id = home.install_id().context("cannot read or create the install id")?;
+    let cgroups = match crate::runtime::cgroup::Cgroups::open(&install_id) {
+        Ok(cgroups) => Some(cgroups),
+        Err(why) => {
+            tracing::warn!(
+                "no cgroup per session ({why}): a process that leaves its agent's process group \
+                 outlives a killed sidecar"
+            );
+            None
+        }
+    };
+    // Zero-config Docker: without --static-agentctl, a static build is found where the
+    // build and set-up scripts put it.
+    let own_dir = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+        .unwrap_or_default();
+    let searched = crate::runtime::docker::static_agentctl_candidates(&own_dir, home.root());
+    Ok(Arc::new(Supervisor::new(SupervisorConfig {
+        home: home.clone(),
+        store,
+        registry,
+        environment,
+        runtimes: Runtimes::new()
+            .register(Arc::new(StandaloneRuntime { agentctl, cgroups }))
+            .register(Arc::new(DockerRuntime::new(DockerConfig {
+                agentctl: args
+                    .static_agentctl
+                    .clone()
+                    .map(|path| std::path::absolute(&path).unwrap_or(path))
+                    .or(config.static_agentctl.clone())
+                    .or_else(|| crate::runtime::docker::find_static_agentctl(&searched)),
+                searched,
+                install_id: install_id.clone(),
+                engines: config.docker_engines.clone(),
+            }))),
+        applets,
+        event_log: crate::events::LogLimits {
+            retain_bytes: args
+                .event_log_retain_bytes
+                .or(config.event_log_retain_bytes)
+                .unwrap_or(crate::events::DEFAULT_RETAIN_BYTES),
+            segment_bytes: args.event_log_segment_bytes.max(1),
+        },
+        api_token: has_token,
+        idle_timeout: Some(
+            config.idle_timeout_secs.unwrap_or(crate::config::DEFAULT_IDLE_TIMEOUT_SECS),
+        )
+        .filter(|secs| *secs > 0)
+        .map(std::time::Duration::from_secs),
+    })))
+}
+
+/// Waits for SIGTERM, SIGINT or the API's own stop, then stops the API, drains the warm
+/// agents and waits for the teardowns in flight (agent sidecars keep running).
+async fn shut_down_on_signal(
+    mut term: tokio::signal::unix::Signal,
+    mut int: tokio::signal::unix::Signal,
+    handle: jsonrpsee::server::ServerHandle,
+    supervisor: &Supervisor,
+) {
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: stopping the API; agent sidecars keep running"),
         _ = int.recv() => tracing::info!("SIGINT: stopping the API; agent sidecars keep running"),
@@ -252,7 +306,6 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
     if pending > 0 {
         tracing::info!(pending, "shutdown: waited for the teardowns in flight");
     }
-    Ok(())
 }
 
 /// How long a shutdown waits for launches, retires and fences in flight.
