@@ -636,6 +636,18 @@ enum Stop {
     Failed(RpcError),
 }
 
+/// The reply a turn builds as its commands run, and how it is streamed at the end.
+struct Reply {
+    /// The text so far.
+    text: String,
+    /// How many chunks it is sent in (`/stream`).
+    chunks: u32,
+    /// R of `/rounds R`: R−1 rounds of chunks, each closed by a tool call, come before it.
+    rounds: u32,
+    /// Whether the turn's one tool call (`/tool` or a `/permission` command) has run.
+    tool_run: bool,
+}
+
 impl Turn<'_> {
     async fn run(
         &mut self,
@@ -665,204 +677,262 @@ impl Turn<'_> {
     }
 
     async fn steps(&mut self, script: &Script, earlier: &[StoredMessage]) -> Result<(), Stop> {
-        let mut reply = format!(
-            "mock-agent: remembered {} earlier messages; you said: {}",
-            earlier.len(),
-            script.message
-        );
-        let mut chunks = 1;
-        let mut rounds = 1;
-        let mut tool_run = false;
+        let mut reply = Reply {
+            text: format!(
+                "mock-agent: remembered {} earlier messages; you said: {}",
+                earlier.len(),
+                script.message
+            ),
+            chunks: 1,
+            rounds: 1,
+            tool_run: false,
+        };
         for command in &script.commands {
             if self.cancel.is_cancelled() {
                 return Err(Stop::Cancelled);
             }
-            match command {
-                Command::Stream(n) => chunks = *n,
-                Command::Tool if !tool_run => {
-                    tool_run = true;
-                    reply.push_str(&self.tool(Ask::No).await?);
-                }
-                Command::Permission if !tool_run => {
-                    tool_run = true;
-                    reply.push_str(&self.tool(Ask::OnceFirst).await?);
-                }
-                Command::PermissionAlwaysFirst if !tool_run => {
-                    tool_run = true;
-                    reply.push_str(&self.tool(Ask::AlwaysFirst).await?);
-                }
-                Command::PermissionOnly if !tool_run => {
-                    tool_run = true;
-                    reply.push_str(&self.tool(Ask::Only).await?);
-                }
-                Command::Tool
-                | Command::Permission
-                | Command::PermissionAlwaysFirst
-                | Command::PermissionOnly => {}
-                Command::Read(path) => {
-                    let params = json!({"sessionId": self.session_id, "path": path});
-                    match self.ask(method::FS_READ_TEXT_FILE, params).await? {
-                        Ok(result) => {
-                            let content =
-                                result.get("content").and_then(Value::as_str).unwrap_or_default();
-                            reply.push_str(&format!("; read {path}: {content}"));
-                        }
-                        Err(error) => {
-                            reply.push_str(&format!("; read {path} failed: {}", error.message))
-                        }
-                    }
-                }
-                Command::Write(path, text) => {
-                    let params =
-                        json!({"sessionId": self.session_id, "path": path, "content": text});
-                    match self.ask(method::FS_WRITE_TEXT_FILE, params).await? {
-                        Ok(_) => reply.push_str(&format!("; wrote {} bytes to {path}", text.len())),
-                        Err(error) => {
-                            reply.push_str(&format!("; write {path} failed: {}", error.message))
-                        }
-                    }
-                }
-                Command::Sleep(ms) => {
-                    tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_millis(*ms)) => {}
-                        _ = self.cancel.cancelled() => return Err(Stop::Cancelled),
-                    }
-                }
-                Command::Crash(code) => {
-                    self.chunk("mock-agent: about to crash")?;
-                    let _ = self.agent.peer.flush().await;
-                    eprintln!("mock-agent: crashing mid-turn as asked (/crash {code})");
-                    std::process::exit(*code);
-                }
-                Command::Say(text) => reply = text.clone(),
-                Command::Settings => reply = self.settings(),
-                Command::Elicit(message) => reply.push_str(&self.elicit(message).await?),
-                Command::Withdraw => reply.push_str(&self.withdraw()?),
-                Command::Peek(path) => match std::fs::read(path) {
-                    Ok(bytes) => reply.push_str(&format!("; peek {path}: {} bytes", bytes.len())),
-                    Err(err) => reply.push_str(&format!("; peek {path} failed: {err}")),
-                },
-                Command::Edit(path, text) => {
-                    let id = format!("call-{}", uuid::Uuid::new_v4());
-                    self.update(json!({"sessionUpdate": "tool_call", "toolCallId": id,
-                        "title": "Preparing file…", "kind": "edit", "status": "pending"}))?;
-                    self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": id,
-                        "title": format!("Edit {path}"), "status": "in_progress",
-                        "rawInput": {"file_path": path, "new_string": text}}))?;
-                    self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": id,
-                        "status": "completed",
-                        "content": [{"type": "diff", "path": path, "oldText": "", "newText": text}],
-                        "rawOutput": format!("The file {path} has been updated.")}))?;
-                    reply.push_str(&format!("; edited {path}"));
-                }
-                Command::Patch(path, text) => {
-                    let id = format!("call-{}", uuid::Uuid::new_v4());
-                    self.update(json!({"sessionUpdate": "tool_call", "toolCallId": id,
-                        "title": "edit", "kind": "edit", "status": "pending",
-                        "locations": [{"path": path}]}))?;
-                    self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": id,
-                        "title": path, "kind": "edit", "status": "completed",
-                        "content": [{"type": "diff", "path": path, "oldText": "", "newText": text}],
-                        "rawInput": {"filePath": path}}))?;
-                    reply.push_str(&format!("; patched {path}"));
-                }
-                Command::Blob(n, kb) => {
-                    let filler = "x".repeat(*kb as usize * 1024);
-                    for index in 0..*n {
-                        self.chunk(&format!("<blob {}/{n}>{filler}", index + 1))?;
-                    }
-                }
-                Command::CloseStdout => {
-                    self.chunk("mock-agent: closing stdout")?;
-                    let _ = self.agent.peer.flush().await;
-                    eprintln!("mock-agent: closing stdout and staying up as asked (/close-stdout)");
-                    // /dev/null takes stdout's place: the pipe's last writer is gone, so the
-                    // reader sees EOF, and later writes vanish.
-                    let null = std::fs::OpenOptions::new()
-                        .write(true)
-                        .open("/dev/null")
-                        .map_err(|err| Stop::Failed(RpcError::internal(err)))?;
-                    nix::unistd::dup2_stdout(&null)
-                        .map_err(|err| Stop::Failed(RpcError::internal(err)))?;
-                    std::future::pending::<()>().await;
-                }
-                Command::Garbage => {
-                    let peer = &self.agent.peer;
-                    let sent = peer
-                        .send_raw_line(b"mock-agent garbage: this line is not JSON".to_vec())
-                        .and_then(|()| {
-                            peer.send_raw_line(b"\xff\xfe mock-agent garbage: not UTF-8".to_vec())
-                        });
-                    sent.map_err(|err| Stop::Failed(RpcError::internal(err)))?;
-                }
-                Command::Stderr(text) => eprintln!("{text}"),
-                Command::Recall => {
-                    let users: Vec<&str> = earlier
-                        .iter()
-                        .filter(|message| message.role == Role::User)
-                        .map(|message| message.text.as_str())
-                        .collect();
-                    reply.push_str(&format!("; earlier user messages: [{}]", users.join(" | ")));
-                }
-                Command::Spawn => reply.push_str(&spawn_idle_child(false).map_err(Stop::Failed)?),
-                Command::Escape => reply.push_str(&spawn_idle_child(true).map_err(Stop::Failed)?),
-                Command::Rounds(n) => rounds = *n,
-                Command::Tokens { .. } => {}
-                Command::Usage { used, size, cost } => {
-                    let mut update =
-                        json!({"sessionUpdate": "usage_update", "used": used, "size": size});
-                    if let Some(amount) = cost.as_deref().and_then(|cost| cost.parse::<f64>().ok())
-                    {
-                        update["cost"] = json!({"amount": amount, "currency": "USD"});
-                    }
-                    self.update(update)?;
-                }
-                Command::Think(text) => {
-                    self.update(json!({"sessionUpdate": "agent_thought_chunk",
-                        "content": {"type": "text", "text": text}}))?;
-                }
-                Command::Plan(entries) => {
-                    let entries: Vec<Value> = entries
-                        .iter()
-                        .enumerate()
-                        .map(|(index, content)| {
-                            let status = match index {
-                                0 => "completed",
-                                1 => "in_progress",
-                                _ => "pending",
-                            };
-                            json!({"content": content, "priority": "medium", "status": status})
-                        })
-                        .collect();
-                    self.update(json!({"sessionUpdate": "plan", "entries": entries}))?;
-                }
-                Command::Diff { path, old, new } => {
-                    let id = format!("call-{}", uuid::Uuid::new_v4());
-                    self.update(json!({"sessionUpdate": "tool_call", "toolCallId": id,
-                        "title": format!("Edit {path}"), "kind": "edit", "status": "in_progress",
-                        "locations": [{"path": path, "line": 1}],
-                        "rawInput": {"path": path}}))?;
-                    self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": id,
-                        "status": "completed",
-                        "content": [{"type": "diff", "path": path, "oldText": old, "newText": new}]}))?;
-                    reply.push_str(&format!("; diffed {path}"));
-                }
-                Command::Exec(command) => {
-                    let id = format!("call-{}", uuid::Uuid::new_v4());
-                    self.update(json!({"sessionUpdate": "tool_call", "toolCallId": id,
-                        "title": format!("Run {command}"), "kind": "execute", "status": "in_progress",
-                        "rawInput": {"command": command}}))?;
-                    let output = format!("{command}: mock-agent runs nothing\nexit code 1");
-                    self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": id,
-                        "status": "failed",
-                        "content": [{"type": "content", "content": {"type": "text", "text": output}}],
-                        "rawOutput": {"exit_code": 1}}))?;
-                    reply.push_str(&format!("; ran {command} (it failed)"));
-                }
-                // Taken when the turn began.
-                Command::Then(_) => {}
-            }
+            self.step(command, &mut reply, earlier).await?;
         }
+        self.rounds(reply.rounds, reply.chunks).await?;
+        self.stream_reply(&reply.text, reply.chunks)
+    }
+
+    /// Runs one command of the script: adds to the reply, changes how it is sent, or acts.
+    async fn step(
+        &mut self,
+        command: &Command,
+        reply: &mut Reply,
+        earlier: &[StoredMessage],
+    ) -> Result<(), Stop> {
+        match command {
+            Command::Stream(n) => reply.chunks = *n,
+            Command::Tool => self.first_tool(reply, Ask::No).await?,
+            Command::Permission => self.first_tool(reply, Ask::OnceFirst).await?,
+            Command::PermissionAlwaysFirst => self.first_tool(reply, Ask::AlwaysFirst).await?,
+            Command::PermissionOnly => self.first_tool(reply, Ask::Only).await?,
+            Command::Read(path) => reply.text.push_str(&self.read_file(path).await?),
+            Command::Write(path, text) => reply.text.push_str(&self.write_file(path, text).await?),
+            Command::Sleep(ms) => self.sleep(*ms).await?,
+            Command::Crash(code) => self.crash(*code).await?,
+            Command::Say(text) => reply.text = text.clone(),
+            Command::Settings => reply.text = self.settings(),
+            Command::Elicit(message) => reply.text.push_str(&self.elicit(message).await?),
+            Command::Withdraw => reply.text.push_str(&self.withdraw()?),
+            Command::Peek(path) => reply.text.push_str(&Self::peek(path)),
+            Command::Edit(path, text) => reply.text.push_str(&self.edit(path, text)?),
+            Command::Patch(path, text) => reply.text.push_str(&self.patch(path, text)?),
+            Command::Blob(n, kb) => self.blob(*n, *kb)?,
+            Command::CloseStdout => self.close_stdout().await?,
+            Command::Garbage => self.garbage()?,
+            Command::Stderr(text) => eprintln!("{text}"),
+            Command::Recall => reply.text.push_str(&Self::recall(earlier)),
+            Command::Spawn => reply.text.push_str(&spawn_idle_child(false).map_err(Stop::Failed)?),
+            Command::Escape => reply.text.push_str(&spawn_idle_child(true).map_err(Stop::Failed)?),
+            Command::Rounds(n) => reply.rounds = *n,
+            Command::Tokens { .. } => {}
+            Command::Usage { used, size, cost } => self.usage(*used, *size, cost.as_deref())?,
+            Command::Think(text) => self.think(text)?,
+            Command::Plan(entries) => self.plan(entries)?,
+            Command::Diff { path, old, new } => reply.text.push_str(&self.diff(path, old, new)?),
+            Command::Exec(command) => reply.text.push_str(&self.exec(command)?),
+            // Taken when the turn began.
+            Command::Then(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Runs the turn's first tool call (later ones are ignored) and adds its outcome to the
+    /// reply.
+    async fn first_tool(&mut self, reply: &mut Reply, ask: Ask) -> Result<(), Stop> {
+        if !reply.tool_run {
+            reply.tool_run = true;
+            reply.text.push_str(&self.tool(ask).await?);
+        }
+        Ok(())
+    }
+
+    /// Asks the client for a file (`/read`). Returns text for the reply.
+    async fn read_file(&self, path: &str) -> Result<String, Stop> {
+        let params = json!({"sessionId": self.session_id, "path": path});
+        Ok(match self.ask(method::FS_READ_TEXT_FILE, params).await? {
+            Ok(result) => {
+                let content = result.get("content").and_then(Value::as_str).unwrap_or_default();
+                format!("; read {path}: {content}")
+            }
+            Err(error) => format!("; read {path} failed: {}", error.message),
+        })
+    }
+
+    /// Asks the client to write a file (`/write`). Returns text for the reply.
+    async fn write_file(&self, path: &str, text: &str) -> Result<String, Stop> {
+        let params = json!({"sessionId": self.session_id, "path": path, "content": text});
+        Ok(match self.ask(method::FS_WRITE_TEXT_FILE, params).await? {
+            Ok(_) => format!("; wrote {} bytes to {path}", text.len()),
+            Err(error) => format!("; write {path} failed: {}", error.message),
+        })
+    }
+
+    /// Waits `ms` milliseconds (`/sleep`); a cancel of the turn ends the wait.
+    async fn sleep(&self, ms: u64) -> Result<(), Stop> {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(ms)) => Ok(()),
+            _ = self.cancel.cancelled() => Err(Stop::Cancelled),
+        }
+    }
+
+    /// Sends one chunk, then exits the process mid-turn with `code` (`/crash`).
+    async fn crash(&mut self, code: i32) -> Result<(), Stop> {
+        self.chunk("mock-agent: about to crash")?;
+        let _ = self.agent.peer.flush().await;
+        eprintln!("mock-agent: crashing mid-turn as asked (/crash {code})");
+        std::process::exit(code);
+    }
+
+    /// Reads a file directly, as the agent's user (`/peek`). Returns text for the reply.
+    fn peek(path: &str) -> String {
+        match std::fs::read(path) {
+            Ok(bytes) => format!("; peek {path}: {} bytes", bytes.len()),
+            Err(err) => format!("; peek {path} failed: {err}"),
+        }
+    }
+
+    /// Reports an edit as claude-agent-acp does (`/edit`). Returns text for the reply.
+    fn edit(&self, path: &str, text: &str) -> Result<String, Stop> {
+        let id = format!("call-{}", uuid::Uuid::new_v4());
+        self.update(json!({"sessionUpdate": "tool_call", "toolCallId": id,
+            "title": "Preparing file…", "kind": "edit", "status": "pending"}))?;
+        self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": id,
+            "title": format!("Edit {path}"), "status": "in_progress",
+            "rawInput": {"file_path": path, "new_string": text}}))?;
+        self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": id,
+            "status": "completed",
+            "content": [{"type": "diff", "path": path, "oldText": "", "newText": text}],
+            "rawOutput": format!("The file {path} has been updated.")}))?;
+        Ok(format!("; edited {path}"))
+    }
+
+    /// Reports an edit as opencode does (`/patch`). Returns text for the reply.
+    fn patch(&self, path: &str, text: &str) -> Result<String, Stop> {
+        let id = format!("call-{}", uuid::Uuid::new_v4());
+        self.update(json!({"sessionUpdate": "tool_call", "toolCallId": id,
+            "title": "edit", "kind": "edit", "status": "pending",
+            "locations": [{"path": path}]}))?;
+        self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": id,
+            "title": path, "kind": "edit", "status": "completed",
+            "content": [{"type": "diff", "path": path, "oldText": "", "newText": text}],
+            "rawInput": {"filePath": path}}))?;
+        Ok(format!("; patched {path}"))
+    }
+
+    /// Sends `n` message chunks of `kb` kilobytes each (`/blob`).
+    fn blob(&mut self, n: u32, kb: u32) -> Result<(), Stop> {
+        let filler = "x".repeat(kb as usize * 1024);
+        for index in 0..n {
+            self.chunk(&format!("<blob {}/{n}>{filler}", index + 1))?;
+        }
+        Ok(())
+    }
+
+    /// Sends one chunk, then closes stdout and stays up for good (`/close-stdout`).
+    async fn close_stdout(&mut self) -> Result<(), Stop> {
+        self.chunk("mock-agent: closing stdout")?;
+        let _ = self.agent.peer.flush().await;
+        eprintln!("mock-agent: closing stdout and staying up as asked (/close-stdout)");
+        // /dev/null takes stdout's place: the pipe's last writer is gone, so the
+        // reader sees EOF, and later writes vanish.
+        let null = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .map_err(|err| Stop::Failed(RpcError::internal(err)))?;
+        nix::unistd::dup2_stdout(&null).map_err(|err| Stop::Failed(RpcError::internal(err)))?;
+        std::future::pending::<()>().await;
+        Ok(())
+    }
+
+    /// Prints a non-JSON line and an invalid UTF-8 line on stdout (`/garbage`).
+    fn garbage(&self) -> Result<(), Stop> {
+        let peer = &self.agent.peer;
+        let sent = peer
+            .send_raw_line(b"mock-agent garbage: this line is not JSON".to_vec())
+            .and_then(|()| peer.send_raw_line(b"\xff\xfe mock-agent garbage: not UTF-8".to_vec()));
+        sent.map_err(|err| Stop::Failed(RpcError::internal(err)))
+    }
+
+    /// The session's earlier user messages (`/recall`), as text for the reply.
+    fn recall(earlier: &[StoredMessage]) -> String {
+        let users: Vec<&str> = earlier
+            .iter()
+            .filter(|message| message.role == Role::User)
+            .map(|message| message.text.as_str())
+            .collect();
+        format!("; earlier user messages: [{}]", users.join(" | "))
+    }
+
+    /// Reports context use, and a cost in USD when it parses (`/usage`).
+    fn usage(&self, used: u64, size: u64, cost: Option<&str>) -> Result<(), Stop> {
+        let mut update = json!({"sessionUpdate": "usage_update", "used": used, "size": size});
+        if let Some(amount) = cost.and_then(|cost| cost.parse::<f64>().ok()) {
+            update["cost"] = json!({"amount": amount, "currency": "USD"});
+        }
+        self.update(update)
+    }
+
+    /// Sends `text` as a thought (`/think`).
+    fn think(&self, text: &str) -> Result<(), Stop> {
+        self.update(json!({"sessionUpdate": "agent_thought_chunk",
+            "content": {"type": "text", "text": text}}))
+    }
+
+    /// Sends a plan of `entries`: the first completed, the second in progress, the rest
+    /// pending (`/plan`).
+    fn plan(&self, entries: &[String]) -> Result<(), Stop> {
+        let entries: Vec<Value> = entries
+            .iter()
+            .enumerate()
+            .map(|(index, content)| {
+                let status = match index {
+                    0 => "completed",
+                    1 => "in_progress",
+                    _ => "pending",
+                };
+                json!({"content": content, "priority": "medium", "status": status})
+            })
+            .collect();
+        self.update(json!({"sessionUpdate": "plan", "entries": entries}))
+    }
+
+    /// Reports an edit from `old` to `new` as a tool call with a diff (`/diff`). Returns
+    /// text for the reply.
+    fn diff(&self, path: &str, old: &str, new: &str) -> Result<String, Stop> {
+        let id = format!("call-{}", uuid::Uuid::new_v4());
+        self.update(json!({"sessionUpdate": "tool_call", "toolCallId": id,
+            "title": format!("Edit {path}"), "kind": "edit", "status": "in_progress",
+            "locations": [{"path": path, "line": 1}],
+            "rawInput": {"path": path}}))?;
+        self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": id,
+            "status": "completed",
+            "content": [{"type": "diff", "path": path, "oldText": old, "newText": new}]}))?;
+        Ok(format!("; diffed {path}"))
+    }
+
+    /// Reports `command` run as a tool call that fails (`/exec`). Returns text for the
+    /// reply.
+    fn exec(&self, command: &str) -> Result<String, Stop> {
+        let id = format!("call-{}", uuid::Uuid::new_v4());
+        self.update(json!({"sessionUpdate": "tool_call", "toolCallId": id,
+            "title": format!("Run {command}"), "kind": "execute", "status": "in_progress",
+            "rawInput": {"command": command}}))?;
+        let output = format!("{command}: mock-agent runs nothing\nexit code 1");
+        self.update(json!({"sessionUpdate": "tool_call_update", "toolCallId": id,
+            "status": "failed",
+            "content": [{"type": "content", "content": {"type": "text", "text": output}}],
+            "rawOutput": {"exit_code": 1}}))?;
+        Ok(format!("; ran {command} (it failed)"))
+    }
+
+    /// Streams the `/rounds` before the reply: each of them `chunks` chunks, then a tool
+    /// call.
+    async fn rounds(&mut self, rounds: u32, chunks: u32) -> Result<(), Stop> {
         for round in 1..rounds {
             for n in 1..=chunks {
                 if self.cancel.is_cancelled() {
@@ -872,12 +942,17 @@ impl Turn<'_> {
             }
             self.tool(Ask::No).await?;
         }
+        Ok(())
+    }
+
+    /// Streams the reply in `chunks` chunks, the first holding its text.
+    fn stream_reply(&mut self, reply: &str, chunks: u32) -> Result<(), Stop> {
         for n in 1..=chunks {
             if self.cancel.is_cancelled() {
                 return Err(Stop::Cancelled);
             }
             let text = match (n, chunks) {
-                (_, 1) => reply.clone(),
+                (_, 1) => reply.to_owned(),
                 (1, _) => format!("{reply} [1/{chunks}]"),
                 _ => format!(" [{n}/{chunks}]"),
             };
