@@ -667,8 +667,52 @@ impl Check<'_> {
 }
 
 impl RawProfile {
+    /// Checks every field, in order, up to the first error, and resolves the defaults.
     fn validate(self, text: &str, source: ProfileSource) -> Result<Profile, ProfileError> {
         let check = Check { text, source: &source };
+        self.check_launch(&check)?;
+        self.check_env(&check)?;
+        self.process.check_env_and_user(&check)?;
+        let auth = self
+            .auth
+            .into_iter()
+            .map(|choice| choice.validate(&check))
+            .collect::<Result<Vec<_>, _>>()?;
+        let credentials = self.credentials.validate(&check)?;
+        for name in &self.required_env {
+            check.env_name(name, "required_env")?;
+        }
+        let session = self.session.validate(&check)?;
+        let docker = self.docker.validate(&check)?;
+        let workspace = self.workspace.map(|workspace| workspace.validate(&check)).transpose()?;
+        let process = self.process.validate(&check)?;
+        Ok(Profile {
+            display_name: self.display_name.unwrap_or_else(|| self.id.get_ref().clone()),
+            install: self.install,
+            id: self.id.into_inner(),
+            command: self.command.into_inner(),
+            env: self
+                .env
+                .into_iter()
+                .map(|(key, value)| (key.into_inner(), value.into_inner()))
+                .collect(),
+            required_env: self.required_env.into_iter().map(Spanned::into_inner).collect(),
+            protocol: self.protocol,
+            auth,
+            credentials,
+            runtime: self.runtime.map_or_else(default_runtime, Spanned::into_inner),
+            session,
+            docker,
+            pool: PoolSettings { warm: self.pool.map_or(0, |pool| pool.warm.into_inner()) },
+            workspace,
+            process,
+            source,
+            extends: None,
+        })
+    }
+
+    /// Checks what launches the agent: `id`, `command`, `runtime` and `[pool]`.
+    fn check_launch(&self, check: &Check<'_>) -> Result<(), ProfileError> {
         let id = self.id.get_ref();
         check.ensure(
             is_valid_id(id),
@@ -696,39 +740,47 @@ impl RawProfile {
                 "needs the standalone runtime (a container's mounts are fixed when it is created)",
             )?;
         }
+        Ok(())
+    }
+
+    /// Checks `env`: each name, and the placeholders in each value.
+    fn check_env(&self, check: &Check<'_>) -> Result<(), ProfileError> {
         for (key, value) in &self.env {
             check.env_name(key, "env")?;
             if let Err(reason) = check_placeholders(value.get_ref(), &["home"]) {
                 return check.fail(value.span(), &format!("env.{}", key.get_ref()), reason);
             }
         }
-        for key in self.process.root_env.keys() {
-            check.env_name(key, "process.root_env")?;
+        Ok(())
+    }
+}
+
+impl RawAuth {
+    /// Checks one `[[auth]]` choice (its method, then its variables) and resolves it.
+    fn validate(self, check: &Check<'_>) -> Result<AuthChoice, ProfileError> {
+        check.ensure(
+            !self.method.get_ref().trim().is_empty(),
+            self.method.span(),
+            "auth.method",
+            "must name one of the agent's authMethods",
+        )?;
+        for name in &self.env {
+            check.env_name(name, "auth.env")?;
         }
-        if let Some(user) = &self.process.user {
-            let text = user.get_ref();
-            check.ensure(
-                !text.is_empty() && !text.chars().any(|c| c.is_whitespace() || c.is_control()),
-                user.span(),
-                "process.user",
-                "must name a user: a name, a uid, or uid:gid",
-            )?;
-        }
-        for choice in &self.auth {
-            check.ensure(
-                !choice.method.get_ref().trim().is_empty(),
-                choice.method.span(),
-                "auth.method",
-                "must name one of the agent's authMethods",
-            )?;
-            for name in &choice.env {
-                check.env_name(name, "auth.env")?;
-            }
-        }
-        for name in &self.credentials.env {
+        Ok(AuthChoice {
+            method: self.method.into_inner(),
+            env: self.env.into_iter().map(Spanned::into_inner).collect(),
+        })
+    }
+}
+
+impl RawCredentials {
+    /// Checks `[credentials]` (`env`, `files`, then `moved_by`) and resolves it.
+    fn validate(self, check: &Check<'_>) -> Result<Credentials, ProfileError> {
+        for name in &self.env {
             check.env_name(name, "credentials.env")?;
         }
-        for file in &self.credentials.files {
+        for file in &self.files {
             check.ensure(
                 is_inside(file.get_ref()),
                 file.span(),
@@ -736,7 +788,7 @@ impl RawProfile {
                 "must be a relative path inside the user's home, without ..",
             )?;
         }
-        for (name, dir) in &self.credentials.moved_by {
+        for (name, dir) in &self.moved_by {
             check.ensure(
                 is_env_name(name),
                 dir.span(),
@@ -750,10 +802,46 @@ impl RawProfile {
                 "must be a relative path inside the user's home, without ..",
             )?;
         }
-        for name in &self.required_env {
-            check.env_name(name, "required_env")?;
-        }
-        if let Some(resume) = &self.session.resume_command {
+        Ok(Credentials {
+            env: self.env.into_iter().map(Spanned::into_inner).collect(),
+            files: self.files.into_iter().map(Spanned::into_inner).collect(),
+            moved_by: self
+                .moved_by
+                .into_iter()
+                .map(|(name, dir)| (name, dir.into_inner()))
+                .collect(),
+        })
+    }
+}
+
+impl RawSession {
+    /// Checks `[session]` in order and resolves its defaults.
+    fn validate(self, check: &Check<'_>) -> Result<SessionSettings, ProfileError> {
+        self.check_restore(check)?;
+        let resume_context_budget = self.resume_context_budget(check)?;
+        let context_handoff_percent = self.context_handoff_percent(check)?;
+        self.check_limits(check)?;
+        Ok(SessionSettings {
+            native_resume: self.native_resume,
+            restore_method: self.restore_method,
+            history_injection: self.history_injection,
+            resume_command: self.resume_command.map(Spanned::into_inner),
+            agent_state_dirs: self.agent_state_dirs.into_iter().map(Spanned::into_inner).collect(),
+            state_files: self.state_files.into_iter().map(Spanned::into_inner).collect(),
+            resume_context_budget,
+            context_handoff_percent,
+            idle_timeout_secs: self.idle_timeout_secs,
+            max_turns: self.max_turns.map(Spanned::into_inner),
+            max_duration_secs: self.max_duration_secs.map(Spanned::into_inner),
+            summarize_on_pause: self.summarize_on_pause.unwrap_or(false),
+            client_fs: self.client_fs.unwrap_or(true),
+            usage_totals: self.usage_totals.unwrap_or_default(),
+        })
+    }
+
+    /// Checks what a restore uses: `resume_command`, `agent_state_dirs` and `state_files`.
+    fn check_restore(&self, check: &Check<'_>) -> Result<(), ProfileError> {
+        if let Some(resume) = &self.resume_command {
             check.argv(resume, "session.resume_command", &["home", "token"])?;
             check.ensure(
                 resume.get_ref().iter().any(|arg| arg.contains("{token}")),
@@ -762,7 +850,7 @@ impl RawProfile {
                 "must contain {token}, where the resume token goes",
             )?;
         }
-        for dir in &self.session.agent_state_dirs {
+        for dir in &self.agent_state_dirs {
             check.ensure(
                 is_inside(dir.get_ref()),
                 dir.span(),
@@ -770,7 +858,7 @@ impl RawProfile {
                 "must be a relative path inside the agent's home, without ..",
             )?;
         }
-        for file in &self.session.state_files {
+        for file in &self.state_files {
             check.ensure(
                 is_inside(file.get_ref()) && file.get_ref().contains("{acp_session}"),
                 file.span(),
@@ -778,7 +866,12 @@ impl RawProfile {
                 "must be a relative path inside the agent's home, without .., naming {acp_session}",
             )?;
         }
-        let budget = match &self.session.resume_context_budget {
+        Ok(())
+    }
+
+    /// `resume_context_budget`, checked, or its default.
+    fn resume_context_budget(&self, check: &Check<'_>) -> Result<usize, ProfileError> {
+        Ok(match &self.resume_context_budget {
             Some(budget) => {
                 check.ensure(
                     *budget.get_ref() >= 1000,
@@ -789,8 +882,12 @@ impl RawProfile {
                 *budget.get_ref()
             }
             None => defaults::RESUME_CONTEXT_BUDGET,
-        };
-        let handoff = match &self.session.context_handoff_percent {
+        })
+    }
+
+    /// `context_handoff_percent`, checked, or its default.
+    fn context_handoff_percent(&self, check: &Check<'_>) -> Result<u8, ProfileError> {
+        Ok(match &self.context_handoff_percent {
             Some(percent) => {
                 check.ensure(
                     *percent.get_ref() <= 100,
@@ -801,14 +898,18 @@ impl RawProfile {
                 *percent.get_ref()
             }
             None => defaults::CONTEXT_HANDOFF_PERCENT,
-        };
+        })
+    }
+
+    /// Checks that `max_turns` and `max_duration_secs`, when set, are at least 1.
+    fn check_limits(&self, check: &Check<'_>) -> Result<(), ProfileError> {
         for (value, field) in [
             (
-                self.session.max_turns.as_ref().map(|v| (u64::from(*v.get_ref()), v.span())),
+                self.max_turns.as_ref().map(|v| (u64::from(*v.get_ref()), v.span())),
                 "session.max_turns",
             ),
             (
-                self.session.max_duration_secs.as_ref().map(|v| (*v.get_ref(), v.span())),
+                self.max_duration_secs.as_ref().map(|v| (*v.get_ref(), v.span())),
                 "session.max_duration_secs",
             ),
         ] {
@@ -821,7 +922,15 @@ impl RawProfile {
                 )?;
             }
         }
-        if let Some(image) = &self.docker.image {
+        Ok(())
+    }
+}
+
+impl RawDocker {
+    /// Checks `[docker]` (`image`, `memory_mb`, `cpus`, then `pids_limit`) and resolves its
+    /// defaults.
+    fn validate(self, check: &Check<'_>) -> Result<DockerSettings, ProfileError> {
+        if let Some(image) = &self.image {
             check.ensure(
                 !image.get_ref().trim().is_empty(),
                 image.span(),
@@ -829,7 +938,7 @@ impl RawProfile {
                 "must not be empty",
             )?;
         }
-        let memory_mb = match &self.docker.memory_mb {
+        let memory_mb = match &self.memory_mb {
             Some(memory) => {
                 check.ensure(
                     *memory.get_ref() >= 64,
@@ -841,7 +950,7 @@ impl RawProfile {
             }
             None => defaults::MEMORY_MB,
         };
-        let cpus = match &self.docker.cpus {
+        let cpus = match &self.cpus {
             Some(cpus) => {
                 let value = *cpus.get_ref();
                 check.ensure(
@@ -854,7 +963,7 @@ impl RawProfile {
             }
             None => defaults::CPUS,
         };
-        let pids_limit = match &self.docker.pids_limit {
+        let pids_limit = match &self.pids_limit {
             Some(limit) => {
                 let value = *limit.get_ref();
                 check.ensure(
@@ -867,25 +976,65 @@ impl RawProfile {
             }
             None => defaults::PIDS_LIMIT,
         };
-        if let Some(workspace) = &self.workspace {
-            if let Some(repo) = &workspace.repo {
-                check.ensure(
-                    Path::new(repo.get_ref()).is_absolute(),
-                    repo.span(),
-                    "workspace.repo",
-                    "must be an absolute path to a git repository",
-                )?;
-            }
-            if let Some(base) = &workspace.base {
-                let name = base.get_ref();
-                check.ensure(
-                    !name.trim().is_empty() && !name.starts_with('-') && !name.contains(".."),
-                    base.span(),
-                    "workspace.base",
-                    "must name a branch or commit (not empty, no leading -, no ..)",
-                )?;
-            }
+        Ok(DockerSettings {
+            image: self.image.map(Spanned::into_inner),
+            memory_mb,
+            cpus,
+            pids_limit,
+            labels: self.labels,
+        })
+    }
+}
+
+impl RawWorkspace {
+    /// Checks `[workspace]` (`repo`, then `base`) and resolves it.
+    fn validate(self, check: &Check<'_>) -> Result<WorkspaceSettings, ProfileError> {
+        if let Some(repo) = &self.repo {
+            check.ensure(
+                Path::new(repo.get_ref()).is_absolute(),
+                repo.span(),
+                "workspace.repo",
+                "must be an absolute path to a git repository",
+            )?;
         }
+        if let Some(base) = &self.base {
+            let name = base.get_ref();
+            check.ensure(
+                !name.trim().is_empty() && !name.starts_with('-') && !name.contains(".."),
+                base.span(),
+                "workspace.base",
+                "must name a branch or commit (not empty, no leading -, no ..)",
+            )?;
+        }
+        Ok(WorkspaceSettings {
+            repo: self.repo.map(Spanned::into_inner),
+            base: self.base.map(Spanned::into_inner),
+        })
+    }
+}
+
+impl RawProcess {
+    /// Checks the names in `root_env` and the `user` (the timeouts come later, in
+    /// [`RawProcess::validate`]).
+    fn check_env_and_user(&self, check: &Check<'_>) -> Result<(), ProfileError> {
+        for key in self.root_env.keys() {
+            check.env_name(key, "process.root_env")?;
+        }
+        if let Some(user) = &self.user {
+            let text = user.get_ref();
+            check.ensure(
+                !text.is_empty() && !text.chars().any(|c| c.is_whitespace() || c.is_control()),
+                user.span(),
+                "process.user",
+                "must name a user: a name, a uid, or uid:gid",
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Checks the timeouts and resolves `[process]` (its names and user are checked
+    /// earlier, by [`RawProcess::check_env_and_user`]).
+    fn validate(self, check: &Check<'_>) -> Result<ProcessSettings, ProfileError> {
         let positive = |value: &Option<Spanned<u64>>, field: &str, default: u64| match value {
             Some(value) => {
                 check.ensure(
@@ -898,103 +1047,24 @@ impl RawProfile {
             }
             None => Ok(default),
         };
-        let init_timeout_ms = positive(
-            &self.process.init_timeout_ms,
-            "process.init_timeout_ms",
-            defaults::INIT_TIMEOUT_MS,
-        )?;
-        let stop_grace_ms = positive(
-            &self.process.stop_grace_ms,
-            "process.stop_grace_ms",
-            defaults::STOP_GRACE_MS,
-        )?;
-        let turn_timeout_ms = match &self.process.turn_timeout_ms {
+        let init_timeout_ms =
+            positive(&self.init_timeout_ms, "process.init_timeout_ms", defaults::INIT_TIMEOUT_MS)?;
+        let stop_grace_ms =
+            positive(&self.stop_grace_ms, "process.stop_grace_ms", defaults::STOP_GRACE_MS)?;
+        let turn_timeout_ms = match &self.turn_timeout_ms {
             Some(value) => Some(positive(&Some(value.clone()), "process.turn_timeout_ms", 0)?),
             None => None,
         };
-        Ok(Profile {
-            display_name: self.display_name.unwrap_or_else(|| id.clone()),
-            install: self.install,
-            id: self.id.into_inner(),
-            command: self.command.into_inner(),
-            env: self
-                .env
+        Ok(ProcessSettings {
+            init_timeout_ms,
+            stop_grace_ms,
+            turn_timeout_ms,
+            root_env: self
+                .root_env
                 .into_iter()
                 .map(|(key, value)| (key.into_inner(), value.into_inner()))
                 .collect(),
-            required_env: self.required_env.into_iter().map(Spanned::into_inner).collect(),
-            protocol: self.protocol,
-            auth: self
-                .auth
-                .into_iter()
-                .map(|choice| AuthChoice {
-                    method: choice.method.into_inner(),
-                    env: choice.env.into_iter().map(Spanned::into_inner).collect(),
-                })
-                .collect(),
-            credentials: Credentials {
-                env: self.credentials.env.into_iter().map(Spanned::into_inner).collect(),
-                files: self.credentials.files.into_iter().map(Spanned::into_inner).collect(),
-                moved_by: self
-                    .credentials
-                    .moved_by
-                    .into_iter()
-                    .map(|(name, dir)| (name, dir.into_inner()))
-                    .collect(),
-            },
-            runtime: self.runtime.map_or_else(default_runtime, Spanned::into_inner),
-            session: SessionSettings {
-                native_resume: self.session.native_resume,
-                restore_method: self.session.restore_method,
-                history_injection: self.session.history_injection,
-                resume_command: self.session.resume_command.map(Spanned::into_inner),
-                agent_state_dirs: self
-                    .session
-                    .agent_state_dirs
-                    .into_iter()
-                    .map(Spanned::into_inner)
-                    .collect(),
-                state_files: self
-                    .session
-                    .state_files
-                    .into_iter()
-                    .map(Spanned::into_inner)
-                    .collect(),
-                resume_context_budget: budget,
-                context_handoff_percent: handoff,
-                idle_timeout_secs: self.session.idle_timeout_secs,
-                max_turns: self.session.max_turns.map(Spanned::into_inner),
-                max_duration_secs: self.session.max_duration_secs.map(Spanned::into_inner),
-                summarize_on_pause: self.session.summarize_on_pause.unwrap_or(false),
-                client_fs: self.session.client_fs.unwrap_or(true),
-                usage_totals: self.session.usage_totals.unwrap_or_default(),
-            },
-            docker: DockerSettings {
-                image: self.docker.image.map(Spanned::into_inner),
-                memory_mb,
-                cpus,
-                pids_limit,
-                labels: self.docker.labels,
-            },
-            pool: PoolSettings { warm: self.pool.map_or(0, |pool| pool.warm.into_inner()) },
-            workspace: self.workspace.map(|workspace| WorkspaceSettings {
-                repo: workspace.repo.map(Spanned::into_inner),
-                base: workspace.base.map(Spanned::into_inner),
-            }),
-            process: ProcessSettings {
-                init_timeout_ms,
-                stop_grace_ms,
-                turn_timeout_ms,
-                root_env: self
-                    .process
-                    .root_env
-                    .into_iter()
-                    .map(|(key, value)| (key.into_inner(), value.into_inner()))
-                    .collect(),
-                user: self.process.user.map(Spanned::into_inner),
-            },
-            source,
-            extends: None,
+            user: self.user.map(Spanned::into_inner),
         })
     }
 }
