@@ -11,6 +11,8 @@
 //! [`registry::Registry::get`] / [`registry::Registry::list`] / [`registry::Registry::catalog`],
 //! [`registry::Registry::subscribe`] (changes), [`registry::availability`], and
 //! [`profile::Profile`] itself as the snapshot (serde).
+// Test code is exempt from the length rule: a scenario reads top to bottom.
+#![cfg_attr(test, allow(clippy::too_many_lines))]
 
 pub mod mock;
 pub mod npx;

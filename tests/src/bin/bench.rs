@@ -8,6 +8,8 @@
 //!
 //! `bench [SECTION…]` runs some sections only: relay, sessions, scale, restart, docker,
 //! context, workflows, page, usage, warm, idle, face.
+// The test crate is exempt from the length rule: a scenario reads top to bottom.
+#![allow(clippy::too_many_lines)]
 
 use std::time::{Duration, Instant};
 

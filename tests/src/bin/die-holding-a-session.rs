@@ -2,6 +2,8 @@
 //! through the test harness, opens a session (its sidecar and agent running; with `docker`,
 //! in a container, whose image it names), names the daemon's root and aborts, as a test
 //! that crashes does: no `Drop` runs.
+// The test crate is exempt from the length rule: a scenario reads top to bottom.
+#![allow(clippy::too_many_lines)]
 
 use tether_tests::daemon::Daemon;
 

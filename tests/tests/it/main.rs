@@ -1,6 +1,8 @@
 //! Tether's black-box tests: real processes, real agents, a real Docker engine.
 //!
 //! One test binary for the workspace (fast to link); each module is one boundary.
+// The test crate is exempt from the length rule: a scenario reads top to bottom.
+#![allow(clippy::too_many_lines)]
 
 mod access;
 mod acp_client;
