@@ -230,6 +230,8 @@ pub struct SupervisorConfig {
     pub environment: Environment,
     /// The runtimes, by name.
     pub runtimes: Runtimes,
+    /// Reaches sidecars: the WebSocket one in the daemon, a fake in tests.
+    pub connector: Arc<dyn crate::sidecar::Connector>,
     /// Applets embedded in this binary (`mock-agent` → `[exe, "mock-agent"]`), used when
     /// no program of that name is installed.
     pub applets: HashMap<String, Vec<OsString>>,
@@ -276,7 +278,7 @@ impl Supervisor {
             Arc::new(crate::pool::Pool::new(
                 config.home.clone(),
                 Arc::clone(runtime),
-                Arc::new(crate::sidecar::WsConnector),
+                Arc::clone(&config.connector),
                 Arc::clone(&resolver),
                 agent_home(&config.home),
             ))
@@ -415,7 +417,7 @@ impl Supervisor {
             agent_home: self.agent_home(),
             ready_timeout: Duration::from_secs(30),
             agent_state_root: self.config.home.agent_state(session_id),
-            connector: Arc::new(crate::sidecar::WsConnector),
+            connector: Arc::clone(&self.config.connector),
             event_log_retain_bytes: self.config.event_log.retain_bytes,
             idle_timeout: self.config.idle_timeout,
             pool: self.pool.clone(),
@@ -1020,3 +1022,6 @@ fn json_diff(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut
 fn agent_home(home: &Home) -> PathBuf {
     std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| home.root().to_owned())
 }
+
+#[cfg(test)]
+mod tests;

@@ -165,3 +165,6 @@ impl Connector for WsConnector {
         })
     }
 }
+
+#[cfg(test)]
+pub(crate) mod fake;

@@ -265,6 +265,7 @@ fn new_supervisor(
                 install_id: install_id.clone(),
                 engines: config.docker_engines.clone(),
             }))),
+        connector: Arc::new(crate::sidecar::WsConnector),
         applets,
         event_log: crate::events::LogLimits {
             retain_bytes: args
