@@ -39,6 +39,39 @@ pub struct Mark {
     pub generation: Option<i64>,
 }
 
+/// A turn's end: how it ended, and the session's state it leads to when that changes
+/// (`then`: the state, its error, the task's state).
+#[derive(Debug, Clone)]
+pub struct TurnEnd {
+    /// The turn.
+    pub turn_id: String,
+    /// How it ended.
+    pub state: TurnState,
+    /// The agent's stop reason, when it answered.
+    pub stop_reason: Option<String>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// The session's state after it, its error and the task's state, when that changes.
+    pub then: Option<(SessionState, Option<String>, Option<&'static str>)>,
+}
+
+impl TurnEnd {
+    /// The events that say it, in their order: the turn's end, then the state it leads to.
+    pub fn events(&self) -> Vec<SessionEventKind> {
+        let ended = SessionEventKind::TurnEnded {
+            turn_id: self.turn_id.clone(),
+            state: self.state,
+            stop_reason: self.stop_reason.clone(),
+            error: self.error.clone(),
+        };
+        let then = self.then.as_ref().map(|(state, error, _)| SessionEventKind::State {
+            state: *state,
+            error: error.clone(),
+        });
+        std::iter::once(ended).chain(then).collect()
+    }
+}
+
 /// One session's event log and open-work rows.
 #[derive(Clone)]
 pub struct SessionRecord {
@@ -111,6 +144,22 @@ impl SessionRecord {
         let high = self.events.last_seq();
         self.store.set_session_state(self.session_id.clone(), state, error, task, high).await?;
         Ok(published?)
+    }
+
+    /// Ends a turn in the store — its row, output and usage, and the session's state — in
+    /// one write, once [`TurnEnd::events`] are in the log (the caller publishes them with
+    /// whatever else it has unwritten): once the row says the turn ended, a replay no
+    /// longer ends it, so everything it publishes must be out first.
+    pub async fn end_turn(
+        &self,
+        end: TurnEnd,
+        output: Option<crate::store::TurnOutput>,
+        usage: crate::store::TurnUsage,
+    ) -> Result<(), StoreError> {
+        let TurnEnd { turn_id, state, stop_reason, error, then } = end;
+        let high = self.events.last_seq();
+        let ended = (state, stop_reason, error);
+        self.store.end_turn_then(turn_id, ended, then, high, output, Some(usage)).await
     }
 
     /// The agent that asked is gone: each open question of the session is resolved

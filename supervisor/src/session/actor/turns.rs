@@ -8,6 +8,8 @@ use super::{
 };
 use protocol::api::PromptOrigin;
 
+use crate::session::record::TurnEnd;
+
 /// How much of each stderr line shown while the agent is quiet is shown.
 const QUIET_STDERR_CHARS: usize = 300;
 
@@ -294,47 +296,30 @@ impl SessionActor {
             self.write_failed("the history", &err);
         }
         // Events first (the turn's end, then the state it leads to), then one store write
-        // for both: once the row says the turn ended, a replay no longer ends it, so
-        // everything it publishes must be out first.
-        self.emit(SessionEventKind::TurnEnded {
-            turn_id: turn_id.clone(),
-            state,
-            stop_reason: stop_reason.clone(),
-            error: error.clone(),
-        });
-        self.update_view(|view| view.turn_id = None);
+        // for both (see `SessionRecord::end_turn`).
         let waiting = SessionState::WaitingForInput;
         let then = (!self.row.state.is_terminal()
             && (self.row.state != waiting || self.row.error_message != error))
             .then(|| (waiting, error.clone(), Some(task_state::REVIEW)));
-        if let Some((state, error, _)) = &then {
-            self.emit(SessionEventKind::State { state: (*state), error: error.clone() });
+        let end = TurnEnd { turn_id, state, stop_reason, error, then: then.clone() };
+        for kind in end.events() {
+            self.emit(kind);
         }
+        self.update_view(|view| view.turn_id = None);
         self.flush_events();
-        let written = self
-            .context
-            .store
-            .end_turn_then(
-                turn_id,
-                (state, stop_reason, error),
-                then.clone(),
-                self.recorder.record.log().last_seq(),
-                (state == TurnState::Completed).then(|| crate::store::TurnOutput {
-                    text: self.recorder.history.final_message(),
-                    usage: self.meter.usage().and_then(|usage| {
-                        let step = protocol::api::StepUsage {
-                            context_used: usage.context_used,
-                            context_size: usage.context_size,
-                            cost: usage.cost,
-                            cost_currency: usage.cost_currency.clone(),
-                        };
-                        serde_json::to_string(&step).ok()
-                    }),
-                }),
-                Some(usage.clone()),
-            )
-            .await;
-        match written {
+        let output = (state == TurnState::Completed).then(|| crate::store::TurnOutput {
+            text: self.recorder.history.final_message(),
+            usage: self.meter.usage().and_then(|usage| {
+                let step = protocol::api::StepUsage {
+                    context_used: usage.context_used,
+                    context_size: usage.context_size,
+                    cost: usage.cost,
+                    cost_currency: usage.cost_currency.clone(),
+                };
+                serde_json::to_string(&step).ok()
+            }),
+        });
+        match self.recorder.record.end_turn(end, output, usage.clone()).await {
             Ok(()) => {
                 if let Some((state, error, _)) = then {
                     self.row.state = state;

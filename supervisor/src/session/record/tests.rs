@@ -7,7 +7,7 @@ use agentctl::spool::Spool;
 use protocol::api::{SessionState, SnapshotTrigger, TurnState};
 use serde_json::json;
 
-use super::{Mark, RecordError, SessionRecord};
+use super::{Mark, RecordError, SessionRecord, TurnEnd};
 use crate::events::{SessionEvent, SessionEventKind};
 use crate::store::Store;
 
@@ -185,4 +185,50 @@ async fn a_pause_without_an_actor_snapshots_publishes_and_records_it() {
     assert_eq!(row.state, SessionState::Paused);
     // An exhaustion's snapshot primes the next resume's fresh agent session.
     assert_eq!(s.store.handoff(id).await.unwrap(), Some(snapshot_id));
+}
+
+#[tokio::test]
+async fn a_turns_end_says_the_turn_then_the_state_and_stores_both_in_one_write() {
+    let s = setup().await;
+    let id = s.session_id.clone();
+    s.store
+        .insert_turn("t1".into(), id.clone(), "e1".into(), "7".into(), ("p".into(), None))
+        .await
+        .unwrap();
+    let end = TurnEnd {
+        turn_id: "t1".into(),
+        state: TurnState::Completed,
+        stop_reason: Some("end_turn".into()),
+        error: None,
+        then: Some((SessionState::WaitingForInput, None, None)),
+    };
+    let events = end.events();
+    assert!(matches!(&events[0], SessionEventKind::TurnEnded { turn_id, .. } if turn_id == "t1"));
+    assert!(matches!(
+        events[1],
+        SessionEventKind::State { state: SessionState::WaitingForInput, error: None }
+    ));
+    assert_eq!(events.len(), 2);
+    s.record.publish(events, Mark::default()).unwrap();
+    s.record.end_turn(end, None, Default::default()).await.unwrap();
+    let row = s.store.get_session(id.clone()).await.unwrap();
+    assert_eq!(row.state, SessionState::WaitingForInput);
+    let turns = s.store.session_turns(id.clone()).await.unwrap();
+    assert_eq!(turns[0].state, TurnState::Completed);
+    // The row holds the log's height it was written at: a replay publishes nothing twice.
+    assert_eq!(s.store.event_seq_high(id.clone()).await.unwrap(), 2);
+
+    // A turn that leaves the state as it is says only its end.
+    let unchanged = TurnEnd { then: None, state: TurnState::Failed, ..endless("t2") };
+    assert_eq!(unchanged.events().len(), 1);
+}
+
+fn endless(turn_id: &str) -> TurnEnd {
+    TurnEnd {
+        turn_id: turn_id.into(),
+        state: TurnState::Completed,
+        stop_reason: None,
+        error: None,
+        then: None,
+    }
 }
