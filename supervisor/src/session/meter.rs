@@ -47,24 +47,23 @@ pub(super) struct ContextWarning {
 /// A limit reached at a turn's end: the session pauses for it.
 pub(super) type Limit = (String, SnapshotTrigger);
 
-/// What the event just handled left for the actor to do (in this order).
+/// What the event just handled left for the actor to do (in this order; a handoff is
+/// taken on its own, after a limit's pause: see [`Meter::take_handoff`]).
 #[derive(Debug, Default, PartialEq)]
 pub(super) struct Due {
     /// Cost reported between turns, to add to the newest turn: `(added, new mark)`.
     pub(super) cost_between_turns: Option<(Cost, Cost)>,
     /// A limit was reached: pause.
     pub(super) limit: Option<Limit>,
-    /// The context reached the handoff threshold: pause for a handoff (the reason).
-    pub(super) exhausted: Option<String>,
 }
 
-/// What a turn's end calls for, judged from the budgets' use after it.
-#[derive(Debug, Default, PartialEq)]
-pub(super) struct BudgetVerdict {
+/// What a turn's end says of a budget, in the budgets' order.
+#[derive(Debug, PartialEq)]
+pub(super) enum BudgetNews {
     /// A token budget cannot be checked: its turns never reported tokens (said once).
-    pub(super) notices: Vec<String>,
-    /// Budgets that passed 80 % with this turn.
-    pub(super) warnings: Vec<BudgetUse>,
+    Unchecked(String),
+    /// The budget passed 80 % with this turn.
+    Warning(BudgetUse),
 }
 
 /// The session's usage as the agent reports it, and what follows from it.
@@ -78,6 +77,8 @@ pub(super) struct Meter {
     /// each report's addition is taken; loaded when the actor starts.
     cost_mark: Option<Cost>,
     due: Due,
+    /// The context reached the handoff threshold: pause for a handoff (the reason).
+    exhausted: Option<String>,
 }
 
 impl Meter {
@@ -137,7 +138,7 @@ impl Meter {
         }
         // The new agent of a handoff starts small; its first report says so.
         if used.saturating_mul(100) >= threshold.saturating_mul(size) {
-            self.due.exhausted = Some(format!(
+            self.exhausted = Some(format!(
                 "the agent's context is {percent}% full ({used} of {size} tokens; the threshold is {threshold}%)"
             ));
         }
@@ -169,32 +170,32 @@ impl Meter {
         }
     }
 
-    /// The budgets' use after a turn (`turn` is what it added): notices for token budgets
-    /// that cannot be checked, warnings for those passing 80 %, and — unless a pause waits
-    /// already (`pausing`) — a pause for one used up.
+    /// The budgets' use after a turn (`turn` is what it added): for each budget, a notice
+    /// when its tokens cannot be checked, a warning when it passes 80 %, and — unless a
+    /// pause waits already (`pausing`) — a pause when it is used up.
     pub(super) fn judge_budgets(
         &mut self,
         uses: Vec<BudgetUse>,
         turn: &TurnUsage,
         pausing: bool,
-    ) -> BudgetVerdict {
-        let mut verdict = BudgetVerdict::default();
+    ) -> Vec<BudgetNews> {
+        let mut news = Vec::new();
         for used in uses {
             if !turn.tokens_reported
                 && used.budget.tokens.is_some()
                 && used.tokens_unknown()
                 && used.turns_without_tokens == 1
             {
-                verdict.notices.push(used.describe());
+                news.push(BudgetNews::Unchecked(used.describe()));
             }
             if used.percent >= 100 && !pausing {
                 let reason = format!("{} (raise it with budget.set)", used.describe());
                 self.limit((reason, SnapshotTrigger::Budget));
             } else if used.percent >= 80 && budget_before(&used, turn).percent < 80 {
-                verdict.warnings.push(used);
+                news.push(BudgetNews::Warning(used));
             }
         }
-        verdict
+        news
     }
 
     /// `session.max_turns`: the session ran `turns` of its `max`.
@@ -225,6 +226,12 @@ impl Meter {
     /// What the event just handled left to do.
     pub(super) fn take_due(&mut self) -> Due {
         std::mem::take(&mut self.due)
+    }
+
+    /// A handoff the context calls for (the reason), taken after a limit's pause was
+    /// handled: that pause may replay reports that reach the threshold.
+    pub(super) fn take_handoff(&mut self) -> Option<String> {
+        self.exhausted.take()
     }
 }
 

@@ -3,7 +3,7 @@
 //! pause the session.
 
 use super::{SessionActor, SessionEventKind, SessionState, SnapshotTrigger, Value};
-use crate::session::meter::{ContextReport, ContextWarning};
+use crate::session::meter::{BudgetNews, ContextReport, ContextWarning};
 use agents::profile::UsageReporting;
 
 impl SessionActor {
@@ -122,12 +122,11 @@ impl SessionActor {
         let store = self.context.store.clone();
         match store.budget_uses(self.row.id.clone()).await {
             Ok(uses) => {
-                let verdict = self.meter.judge_budgets(uses, turn, pausing);
-                for message in verdict.notices {
-                    self.emit(SessionEventKind::Notice { message });
-                }
-                for budget in verdict.warnings {
-                    self.emit(SessionEventKind::BudgetWarning { budget });
+                for news in self.meter.judge_budgets(uses, turn, pausing) {
+                    self.emit(match news {
+                        BudgetNews::Unchecked(message) => SessionEventKind::Notice { message },
+                        BudgetNews::Warning(budget) => SessionEventKind::BudgetWarning { budget },
+                    });
                 }
             }
             Err(err) => tracing::warn!(session = %self.row.id, %err, "cannot read the budgets"),

@@ -3,7 +3,7 @@
 use protocol::api::{Budget, BudgetScope, BudgetUse, SnapshotTrigger};
 use serde_json::json;
 
-use super::{ContextReport, ContextWarning, Due, Meter};
+use super::{BudgetNews, ContextReport, ContextWarning, Due, Meter};
 use crate::store::TurnUsage;
 
 fn report(used: u64, size: u64) -> ContextReport {
@@ -50,22 +50,22 @@ fn the_context_warning_is_said_once_until_the_context_drops_below_its_mark() {
     assert_eq!(said(&mut meter, 10), None, "below the mark: armed again");
     assert!(said(&mut meter, 71).is_some(), "said again after a fresh start");
     assert_eq!(meter.context(), Some((71, 100)));
-    assert_eq!(meter.take_due(), Due::default(), "nothing at the threshold yet");
+    assert_eq!(meter.take_handoff(), None, "nothing at the threshold yet");
 }
 
 #[test]
 fn the_threshold_makes_a_handoff_due_once_per_report_and_none_without_a_threshold() {
     let mut meter = Meter::default();
     assert_eq!(meter.on_report(&report(90, 100), 80, None), None, "past the warning band");
-    let due = meter.take_due();
+    assert_eq!(meter.take_due(), Due::default(), "a handoff is taken on its own");
     assert_eq!(
-        due.exhausted.as_deref(),
+        meter.take_handoff().as_deref(),
         Some("the agent's context is 90% full (90 of 100 tokens; the threshold is 80%)")
     );
-    assert_eq!(meter.take_due(), Due::default(), "taken");
+    assert_eq!(meter.take_handoff(), None, "taken");
     meter.on_report(&report(100, 100), 0, None);
     meter.on_report(&report(100, 0), 80, None);
-    assert_eq!(meter.take_due(), Due::default(), "no threshold, or no size: no handoff");
+    assert_eq!(meter.take_handoff(), None, "no threshold, or no size: no handoff");
 }
 
 #[test]
@@ -131,17 +131,21 @@ fn turn_of(tokens: u64) -> TurnUsage {
     TurnUsage { total_tokens: Some(tokens), tokens_reported: true, ..TurnUsage::default() }
 }
 
+fn warnings(news: &[BudgetNews]) -> usize {
+    news.iter().filter(|news| matches!(news, BudgetNews::Warning(_))).count()
+}
+
 #[test]
 fn a_budget_warns_as_it_passes_eighty_percent_and_pauses_when_used_up() {
     let mut meter = Meter::default();
-    let verdict = meter.judge_budgets(vec![budget_use(100, 85, 0)], &turn_of(10), false);
-    assert_eq!(verdict.warnings.len(), 1, "75 % before, 85 % after");
-    let verdict = meter.judge_budgets(vec![budget_use(100, 90, 0)], &turn_of(5), false);
-    assert!(verdict.warnings.is_empty(), "past 80 % already");
+    let news = meter.judge_budgets(vec![budget_use(100, 85, 0)], &turn_of(10), false);
+    assert_eq!(warnings(&news), 1, "75 % before, 85 % after");
+    let news = meter.judge_budgets(vec![budget_use(100, 90, 0)], &turn_of(5), false);
+    assert_eq!(warnings(&news), 0, "past 80 % already");
     assert_eq!(meter.take_due(), Due::default());
 
-    let verdict = meter.judge_budgets(vec![budget_use(100, 100, 0)], &turn_of(10), false);
-    assert!(verdict.warnings.is_empty(), "used up: a pause, not a warning");
+    let news = meter.judge_budgets(vec![budget_use(100, 100, 0)], &turn_of(10), false);
+    assert_eq!(warnings(&news), 0, "used up: a pause, not a warning");
     let limit = meter.take_due().limit.expect("a pause is due");
     assert_eq!(limit.1, SnapshotTrigger::Budget);
     assert!(limit.0.ends_with("(raise it with budget.set)"), "{}", limit.0);
@@ -151,13 +155,22 @@ fn a_budget_warns_as_it_passes_eighty_percent_and_pauses_when_used_up() {
 }
 
 #[test]
-fn a_token_budget_whose_turns_report_no_tokens_is_said_once() {
+fn a_token_budget_whose_turns_report_no_tokens_is_said_once_in_the_budgets_order() {
     let mut meter = Meter::default();
     let silent = TurnUsage::default();
-    let verdict = meter.judge_budgets(vec![budget_use(100, 0, 1)], &silent, false);
-    assert_eq!(verdict.notices.len(), 1);
-    let verdict = meter.judge_budgets(vec![budget_use(100, 0, 2)], &silent, false);
-    assert!(verdict.notices.is_empty(), "said at the first such turn only");
+    let news = meter.judge_budgets(vec![budget_use(100, 0, 1)], &silent, false);
+    assert!(matches!(news.as_slice(), [BudgetNews::Unchecked(_)]), "{news:?}");
+    let news = meter.judge_budgets(vec![budget_use(100, 0, 2)], &silent, false);
+    assert!(news.is_empty(), "said at the first such turn only");
+    // Each budget's news together, budget by budget.
+    let cost = protocol::api::Budget { cost: Some(1.0), ..protocol::api::Budget::default() };
+    let passing = crate::store::budget_use(BudgetScope::Task, "t".into(), cost, 0, 0.85);
+    let silent = TurnUsage { cost: Some((0.1, "USD".into())), ..TurnUsage::default() };
+    let news = meter.judge_budgets(vec![passing, budget_use(100, 0, 1)], &silent, false);
+    assert!(
+        matches!(news.as_slice(), [BudgetNews::Warning(_), BudgetNews::Unchecked(_)]),
+        "{news:?}"
+    );
 }
 
 #[test]
