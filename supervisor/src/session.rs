@@ -5,11 +5,15 @@
 //!
 //! Files, by concern:
 //! - this file: the handle, the view, the commands and how an actor begins;
-//! - `actor.rs` (and `actor/`): the loop, and by concern turns, executions, pauses and
-//!   what the actor writes;
+//! - `actor.rs` (and `actor/`): the loop over the actor's components — `Recorder`
+//!   (`actor/records.rs`), `Sidecar` (`actor/executions.rs`), `Waits` (`actor/pause.rs`) —
+//!   and by concern turns, executions, pauses and what the actor writes;
+//! - `conversation.rs`, `meter.rs`, `choices.rs`: the ACP conversation's state, the usage
+//!   meter and the settings' choices, components that decide without effects;
 //! - `launch.rs`: launching, re-attaching and retiring executions, and the fence;
 //! - `leftovers.rs`: a gone sidecar's spool, read past what was handled;
-//! - `control.rs`: the agentctl connection (its calls and its event stream);
+//! - `crate::sidecar` (below this module): the agentctl connection (its calls and its
+//!   event stream);
 //! - `acp.rs`: the ACP client (agent events, responses, the resume ladder);
 //! - `durability.rs`: what may be acknowledged to agentctl, and when;
 //! - `outbox.rs`: the one task that makes control calls, so the actor never waits on one;

@@ -358,11 +358,11 @@ pub(super) struct SessionActor {
     pub(super) choices: super::choices::Choices,
 }
 
-/// The longest wait between two tries after a failed write.
 /// The most agent events handled in a row before the session events are written and
 /// commands are looked at again.
 const AGENT_EVENT_BURST: usize = 256;
 
+/// The longest wait between two tries after a failed write.
 const STALL_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl SessionActor {
@@ -487,7 +487,7 @@ impl SessionActor {
                 Box::pin(self.limit_pause(reason, trigger)).await;
                 self.flush_events();
             }
-            if let Some(reason) = due.exhausted {
+            if let Some(reason) = self.meter.take_handoff() {
                 Box::pin(self.exhaustion(reason)).await;
                 self.flush_events();
             }

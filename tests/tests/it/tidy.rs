@@ -1,7 +1,7 @@
 //! Tidy checks over the workspace's own sources: every Rust file opens with a `//!` line
 //! saying what it is for, no test is ignored or marked should-panic, tests are named by
-//! behaviour (not by the issue that asked for them), and the session actor's field count
-//! only goes down.
+//! behaviour (not by the issue that asked for them), the session actor's field count
+//! only goes down, and every module is on ARCHITECTURE.md's code map.
 
 use std::path::{Path, PathBuf};
 
@@ -122,6 +122,43 @@ fn the_session_actor_gains_no_fields() {
         "SessionActor has {fields} fields, more than {SESSION_ACTOR_FIELDS}: give the new state \
          to the component that owns it"
     );
+}
+
+/// The backticked paths listed under `### `<crate>/src/`` in ARCHITECTURE.md's code map.
+fn code_map(krate: &str) -> Vec<String> {
+    let text =
+        std::fs::read_to_string(workspace_root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let heading = format!("### `{krate}/src/`");
+    let section = text
+        .split_once(&heading)
+        .map(|(_, rest)| rest)
+        .unwrap_or_else(|| panic!("the code map has no section {heading}"));
+    let section = section.split("\n#").next().unwrap_or_default();
+    section.split('`').skip(1).step_by(2).map(str::to_owned).collect()
+}
+
+#[test]
+fn every_module_is_on_the_code_map() {
+    let mut missing = Vec::new();
+    for krate in ["protocol", "agents", "agentctl", "supervisor", "tests"] {
+        let src = workspace_root().join(krate).join("src");
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        let listed = code_map(krate);
+        assert!(listed.len() > 3, "the {krate} section lists too few paths: {listed:?}");
+        for file in files {
+            let relative =
+                file.strip_prefix(&src).expect("under src").to_string_lossy().into_owned();
+            // Test modules are not modules of the map.
+            let test = relative == "tests.rs"
+                || relative.ends_with("/tests.rs")
+                || relative.split('/').any(|part| part == "tests");
+            if !test && !listed.contains(&relative) {
+                missing.push(format!("{krate}/src/{relative}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "modules missing from ARCHITECTURE.md's code map: {missing:#?}");
 }
 
 /// Copies what `scripts/check-shape.sh` reads (manifests and Rust sources) into `to`.
