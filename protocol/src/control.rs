@@ -447,7 +447,7 @@ mod control_rpc {
         #[method(name = "status")]
         async fn status(&self) -> RpcResult<Status>;
 
-        /// Starts the agent (once per agentctl). See [`StartAgent`] for the params.
+        /// Starts the agent (once per agentctl). See [`StartAgent`](super::StartAgent) for the params.
         #[method(name = "agent.start", param_kind = map)]
         async fn agent_start(
             &self,

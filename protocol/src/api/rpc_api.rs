@@ -205,7 +205,7 @@ pub trait Api {
     -> RpcResult<Timeline>;
 
     /// A window of a session's events, oldest first: at most `limit` (default 500, at most
-    /// [`MAX_EVENT_WINDOW`]) of those before `before_seq` (default: the newest), never
+    /// [`MAX_EVENT_WINDOW`](super::MAX_EVENT_WINDOW)) of those before `before_seq` (default: the newest), never
     /// before the log's start (`kept_after_seq`). A page opens a long session at its end
     /// and reads back a window at a time.
     #[method(name = "task.session.event_window", param_kind = map)]
@@ -239,7 +239,7 @@ pub trait Api {
     ) -> SubscriptionResult;
 
     /// Like `task.session.subscribe`, but each notification is an array of the events that
-    /// were ready at once, oldest first (at most [`MAX_BATCH_EVENTS`]): a burst of chunks
+    /// were ready at once, oldest first (at most [`MAX_BATCH_EVENTS`](super::MAX_BATCH_EVENTS)): a burst of chunks
     /// costs one WebSocket frame, not one per event. Nothing is held back to fill a batch.
     #[subscription(
         name = "task.session.subscribe_batch" => "task.session.events",
