@@ -318,7 +318,8 @@ fn errors(
 
 /// The resume context of a capacity handoff: the session's state compiled from `snapshot`
 /// around the user's `prompt`, within `budget` characters (the prompt itself is always
-/// whole, as with history injection). The format is documented in ARCHITECTURE.md.
+/// whole, as with history injection). ARCHITECTURE.md's "Pause, snapshots and the capacity
+/// handoff" lists its parts.
 pub fn handoff_context(
     snapshot: &Snapshot,
     prompt: &str,

@@ -26,9 +26,9 @@ pub struct EngineConfig {
     /// Its name (letters, digits, `-`, `_`): stored with each execution placed on it.
     pub name: String,
     /// `unix:///path/docker.sock`, `tcp://host:port` (with `tls`, HTTPS) or
-    /// `ssh://user@host[:port]` (the system `ssh` runs `docker system dial-stdio` there, as
-    /// the Docker CLI does); absent: the `DOCKER_HOST` environment variable, else the local
-    /// socket.
+    /// `ssh://user@host` (the system `ssh` runs `docker system dial-stdio` there, as the
+    /// Docker CLI does; a port is refused: name a Host of `~/.ssh/config` that sets it);
+    /// absent: the `DOCKER_HOST` environment variable, else the local socket.
     #[serde(default)]
     pub host: Option<String>,
     /// The address the supervisor reaches this engine's published ports at, and that the
