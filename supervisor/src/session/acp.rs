@@ -920,9 +920,7 @@ impl SessionActor {
             }
             None => ResumeOutcome::AlreadyRunning,
         };
-        for waiter in self.waits.waiters.drain(..) {
-            let _ = waiter.send(Ok(answer));
-        }
+        self.waits.opened(|| Ok(answer));
         if let Some(prompt) = launch
             .and_then(|launch| launch.initial_prompt)
             .filter(|prompt| !prompt.trim().is_empty())

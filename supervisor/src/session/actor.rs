@@ -18,6 +18,7 @@ mod settings;
 mod stall;
 mod turns;
 mod usage;
+mod waits;
 
 use turns::TurnKind;
 
@@ -351,7 +352,7 @@ pub(super) struct SessionActor {
     pub(super) sidecar: executions::Sidecar,
     /// Who and what waits for a boundary: resumes, a pause, the idle park (see
     /// `pause.rs`).
-    pub(super) waits: pause::Waits,
+    pub(super) waits: waits::Waits,
     /// Context use, cost and the limits they reach (see `meter.rs`).
     pub(super) meter: super::meter::Meter,
     /// The agent's settings, those chosen and their restore (see `choices.rs`).
@@ -391,7 +392,7 @@ impl SessionActor {
             conversation: super::conversation::Conversation::new(),
             recorder: records::Recorder::new(record, history),
             sidecar: executions::Sidecar::default(),
-            waits: pause::Waits::default(),
+            waits: waits::Waits::default(),
             meter: Default::default(),
             choices: Default::default(),
         };
@@ -429,8 +430,7 @@ impl SessionActor {
                 self.conversation.turn.as_ref().and_then(|turn| turn.cancel_at),
                 self.conversation.turn.as_ref().and_then(|turn| turn.deadline),
                 self.recorder.stall.as_ref().and_then(|stall| stall.retry).map(|(at, _)| at),
-                self.waits.pause.as_ref().and_then(|pause| pause.force_at),
-                self.waits.idle_at,
+                self.waits.next_deadline(),
             ]
             .into_iter()
             .flatten()
@@ -615,7 +615,7 @@ impl SessionActor {
                         .as_ref()
                         .is_some_and(|stall| stall.deferred_loss.is_some()) =>
             {
-                self.waits.waiters.push(reply)
+                self.waits.wait_for_open(reply)
             }
             Command::Resume { refresh: Some(profile), reply } => {
                 let busy =
@@ -627,20 +627,20 @@ impl SessionActor {
                     )));
                 } else {
                     self.profile = profile;
-                    self.waits.waiters.push(reply);
+                    self.waits.wait_for_open(reply);
                     self.begin_resume().await;
                 }
             }
             Command::Resume { refresh: None, reply } => match self.phase() {
                 // One launch at a time; everyone gets its outcome.
                 Phase::Launching | Phase::Opening | Phase::Adopting => {
-                    self.waits.waiters.push(reply)
+                    self.waits.wait_for_open(reply)
                 }
                 Phase::Open if self.sidecar.execution.as_ref().is_some_and(|e| e.agent_running) => {
                     let _ = reply.send(Ok(ResumeOutcome::AlreadyRunning));
                 }
                 _ => {
-                    self.waits.waiters.push(reply);
+                    self.waits.wait_for_open(reply);
                     self.begin_resume().await;
                 }
             },
@@ -718,8 +718,7 @@ impl SessionActor {
 
     async fn deadline_passed(&mut self) {
         let now = Instant::now();
-        if self.waits.idle_at.is_some_and(|at| at <= now) {
-            self.waits.idle_at = None;
+        if self.waits.idle_due(now) {
             return self.park().await;
         }
         if let Some((at, delay)) = self.recorder.stall.as_ref().and_then(|stall| stall.retry)

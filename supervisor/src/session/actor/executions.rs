@@ -590,9 +590,7 @@ impl SessionActor {
         {
             tracing::error!(session = %self.row.id, %err, "cannot record the session state");
         }
-        for waiter in self.waits.waiters.drain(..) {
-            let _ = waiter.send(Ok(ResumeOutcome::AlreadyRunning));
-        }
+        self.waits.opened(|| Ok(ResumeOutcome::AlreadyRunning));
         // People may still answer what the agent asked before the restart.
         if let Ok(pending) = self.context.store.list_pending(self.row.id.clone()).await {
             for (request_id, method, params) in pending {
@@ -769,7 +767,7 @@ impl SessionActor {
             return self.enter(Stage::Ended);
         }
         // Anyone who asked for a resume meanwhile gets one now.
-        if !self.waits.waiters.is_empty() {
+        if self.waits.anyone_waits_for_open() {
             self.begin_resume().await;
         }
     }
@@ -816,7 +814,7 @@ impl SessionActor {
         self.enter(Stage::Idle);
         self.execution_gone(&reason, TurnState::Failed).await;
         // Anyone who asked for a resume meanwhile gets one now.
-        if !self.waits.waiters.is_empty() {
+        if self.waits.anyone_waits_for_open() {
             self.begin_resume().await;
         }
     }
@@ -985,7 +983,7 @@ impl SessionActor {
             let _ = reply.send(result);
         }
         // Anyone who asked for a resume meanwhile gets one now.
-        if self.phase() != Phase::Ended && !self.waits.waiters.is_empty() {
+        if self.phase() != Phase::Ended && self.waits.anyone_waits_for_open() {
             self.begin_resume().await;
         }
     }

@@ -3,8 +3,8 @@
 use protocol::api::{PauseSummary, SummaryState};
 
 use super::{
-    Instant, Internal, PendingPause, Phase, Reply, ResumeContext, ResumeOutcome, SessionActor,
-    SessionError, SessionEventKind, SessionState, SnapshotTrigger, Stage, SummaryStep, TurnKind,
+    Instant, Internal, PendingPause, Phase, ResumeContext, SessionActor, SessionError,
+    SessionEventKind, SessionState, SnapshotTrigger, Stage, SummaryStep, TurnKind,
 };
 use crate::session::PauseTaken;
 use crate::snapshot::summary;
@@ -19,19 +19,6 @@ fn summarizes(trigger: SnapshotTrigger) -> bool {
             | SnapshotTrigger::MaxTurns
             | SnapshotTrigger::MaxDuration
     )
-}
-
-/// Who and what waits for a boundary.
-#[derive(Default)]
-pub(in crate::session) struct Waits {
-    /// A pause waiting for the running turn (or the launch in flight) to end.
-    pub(in crate::session) pause: Option<PendingPause>,
-    /// Everyone waiting for the session to open (resumes, and resumes of a session that was
-    /// starting anyway).
-    pub(in crate::session) waiters: Vec<Reply<ResumeOutcome>>,
-    /// When the session is parked if its agent stays idle until then (see
-    /// [`SessionActor::arm_idle`]).
-    pub(in crate::session) idle_at: Option<Instant>,
 }
 
 impl SessionActor {
@@ -395,12 +382,9 @@ impl SessionActor {
     /// Arms the idle deadline when the agent just became idle, and disarms it when it is
     /// not (a prompt, a pause, a lost agent): after every command, report and event.
     pub(in crate::session) fn arm_idle(&mut self) {
-        if !self.is_idle() {
-            self.waits.idle_at = None;
-        } else if self.waits.idle_at.is_none() {
-            self.waits.idle_at =
-                self.context.idle_timeout(&self.profile).map(|timeout| Instant::now() + timeout);
-        }
+        let idle = self.is_idle();
+        let timeout = self.context.idle_timeout(&self.profile);
+        self.waits.arm_idle(idle, timeout, Instant::now());
     }
 
     /// The idle deadline passed: the session is parked — agent and sidecar stopped, a
@@ -414,12 +398,12 @@ impl SessionActor {
         match self.context.store.list_pending(self.row.id.clone()).await {
             Ok(open) if open.is_empty() => {}
             Ok(_) => {
-                self.waits.idle_at = Some(Instant::now() + timeout);
+                self.waits.idle_again(Instant::now(), timeout);
                 return;
             }
             Err(err) => {
                 tracing::warn!(session = %self.row.id, %err, "cannot read the open questions; not parking");
-                self.waits.idle_at = Some(Instant::now() + timeout);
+                self.waits.idle_again(Instant::now(), timeout);
                 return;
             }
         }

@@ -97,7 +97,7 @@ impl SessionActor {
             let error = self.row.error_message.clone();
             self.update_view(|view| view.error = error);
             // Anyone who asked for a resume meanwhile gets one now.
-            if !self.waits.waiters.is_empty() {
+            if self.waits.anyone_waits_for_open() {
                 self.begin_resume().await;
             }
             return;

@@ -489,8 +489,6 @@ impl SessionActor {
 
     pub(in crate::session) fn fail_waiters(&mut self, reason: &str) {
         self.drop_replay(reason);
-        for waiter in self.waits.waiters.drain(..) {
-            let _ = waiter.send(Err(SessionError::InvalidState(reason.to_owned())));
-        }
+        self.waits.opened(|| Err(SessionError::InvalidState(reason.to_owned())));
     }
 }
