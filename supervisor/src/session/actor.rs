@@ -536,9 +536,21 @@ impl SessionActor {
     async fn agent_event(&mut self, event: Option<crate::sidecar::EventItem>) {
         match event {
             Some(Ok(event)) => self.handle_agent_event(*event).await,
+            // The daemon is going down (its teardowns closed) and its runtime tears the
+            // clients down under the actor: no loss, the sidecar runs on for the next start.
+            Some(Err(_)) | None if self.context.teardowns.is_closed() => self.left_running(),
             Some(Err(err)) => self.lost(format!("lost the connection to agentctl: {err}")).await,
             None => self.lost("agentctl's event stream ended".into()).await,
         }
+    }
+
+    /// The daemon shuts down: the execution is let go as it is (nothing fenced, recorded
+    /// or published; the next start re-attaches to it) and the actor ends.
+    fn left_running(&mut self) {
+        if self.sidecar.execution.take().is_some() {
+            tracing::info!(session = %self.row.id, "shutdown: agentctl keeps running");
+        }
+        self.enter(Stage::Ended);
     }
 
     // ---- commands ------------------------------------------------------------------------

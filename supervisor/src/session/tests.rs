@@ -22,6 +22,8 @@ struct Setup {
     handle: SessionHandle,
     runtime: Arc<FakeRuntime>,
     connector: Arc<FakeConnector>,
+    /// The daemon's launches, retires and fences in flight (a shutdown closes it).
+    teardowns: tokio_util::task::TaskTracker,
     dir: tempfile::TempDir,
 }
 
@@ -65,8 +67,9 @@ where
     };
     let events = Arc::new(Spool::open(&session_dir.join("events"), 1 << 22).unwrap());
     let how = begin(context.store.clone(), row.clone()).await;
+    let teardowns = context.teardowns.clone();
     let handle = start_session(context, row, profile, events, how).unwrap();
-    Setup { handle, runtime, connector, dir }
+    Setup { handle, runtime, connector, teardowns, dir }
 }
 
 async fn until(handle: &SessionHandle, what: impl Fn(&super::SessionView) -> bool) {
@@ -292,7 +295,7 @@ async fn a_lost_sidecar_fails_the_running_turn_with_the_reason_and_fences_it() {
         method: "events".into(),
         after: Duration::ZERO,
     };
-    setup.sidecar().events_tx.send(Err(Box::new(broken))).await.unwrap();
+    setup.sidecar().events().unwrap().send(Err(Box::new(broken))).await.unwrap();
     until(&setup.handle, |view| {
         view.turn_id.is_none() && !view.agent_running && view.state == SessionState::WaitingForInput
     })
@@ -306,6 +309,55 @@ async fn a_lost_sidecar_fails_the_running_turn_with_the_reason_and_fences_it() {
     );
     let (state, _, error) = setup.store().get_turn(turn).await.unwrap();
     assert_eq!(state, "failed", "{error:?}");
+}
+
+#[tokio::test]
+async fn a_stream_ended_by_the_daemons_shutdown_is_no_loss_and_its_sidecar_runs_on() {
+    for how_it_ends in ["torn down", "broken"] {
+        let setup = start(Mode::Holds).await;
+        until(&setup.handle, |view| view.phase == Phase::Open).await;
+        let turn = setup.handle.prompt("one".into()).await.unwrap();
+        let fenced_before = setup.runtime.fenced.lock().unwrap().len();
+        // The daemon shuts down: its teardowns close, then its runtime drops the clients.
+        setup.teardowns.close();
+        let sidecar = setup.sidecar();
+        if how_it_ends == "torn down" {
+            sidecar.end_events();
+        } else {
+            let broken = ClientError::Timeout {
+                addr: SocketAddr::from(([127, 0, 0, 1], 9)).into(),
+                method: "events".into(),
+                after: Duration::ZERO,
+            };
+            sidecar.events().unwrap().send(Err(Box::new(broken))).await.unwrap();
+        }
+        until(&setup.handle, |view| view.phase == Phase::Ended).await;
+        // Nothing was fenced, recorded or published: the next start re-attaches to it.
+        let fenced = setup.runtime.fenced.lock().unwrap().len();
+        assert_eq!(fenced, fenced_before, "{how_it_ends}: the sidecar is not fenced");
+        let logged = setup.logged().await;
+        let started = logged
+            .iter()
+            .position(|event| {
+                matches!(event.kind, crate::events::SessionEventKind::TurnStarted { .. })
+            })
+            .expect("turn_started");
+        let ends = |event: &crate::events::SessionEvent| {
+            matches!(event.kind, crate::events::SessionEventKind::TurnEnded { .. })
+                || is_state(event, SessionState::WaitingForInput)
+        };
+        let ended = logged[started..].iter().any(ends);
+        assert!(!ended, "{how_it_ends}: nothing published: {logged:?}");
+        let store = setup.store();
+        let (state, _, _) = store.get_turn(turn).await.unwrap();
+        assert_eq!(state, "running", "{how_it_ends}: the turn is the next start's to settle");
+        let executor = store.get_executor(setup.handle_id()).await.unwrap().unwrap();
+        assert_eq!(executor.status, crate::store::ExecutorStatus::Running, "{how_it_ends}");
+        assert_eq!(
+            store.get_session(setup.handle_id()).await.unwrap().state,
+            SessionState::Running
+        );
+    }
 }
 
 #[tokio::test]

@@ -105,7 +105,8 @@ pub(crate) enum Mode {
 /// A sidecar with a scripted agent behind it.
 pub(crate) struct FakeSidecar {
     pub(crate) mode: Mode,
-    pub(crate) events_tx: mpsc::Sender<crate::sidecar::EventItem>,
+    /// What publishes its events; `None` once the stream was ended.
+    events_tx: Mutex<Option<mpsc::Sender<crate::sidecar::EventItem>>>,
     pub(crate) seq: AtomicU64,
     pub(crate) open: std::sync::atomic::AtomicBool,
     /// Every `events.ack` seq, in order.
@@ -133,7 +134,19 @@ impl FakeSidecar {
     async fn emit_kind(&self, kind: EventKind) {
         let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
         let event = Event { seq, at: 0, kind };
-        let _ = self.events_tx.send(Ok(Box::new(event))).await;
+        if let Some(events) = self.events() {
+            let _ = events.send(Ok(Box::new(event))).await;
+        }
+    }
+
+    /// What publishes its events, while the stream lasts.
+    pub(crate) fn events(&self) -> Option<mpsc::Sender<crate::sidecar::EventItem>> {
+        self.events_tx.lock().unwrap().clone()
+    }
+
+    /// Ends its event stream, as a client torn down under the actor would.
+    pub(crate) fn end_events(&self) {
+        self.events_tx.lock().unwrap().take();
     }
 
     async fn hang(&self) -> ClientError {
@@ -293,7 +306,7 @@ impl Connector for FakeConnector {
             let (events_tx, events_rx) = mpsc::channel(1 << 16);
             let sidecar = Arc::new(FakeSidecar {
                 mode: self.mode,
-                events_tx,
+                events_tx: Mutex::new(Some(events_tx)),
                 // It goes on from what the caller has (a sidecar re-attached to after a
                 // restart spooled nothing since).
                 seq: AtomicU64::new(after_seq),
