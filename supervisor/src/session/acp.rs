@@ -5,10 +5,7 @@
 //! tolerantly: a result that does not fit the schema (a newer agent) is kept raw and read
 //! for the one field needed, never a reason to fail the session.
 
-mod chunk;
-mod replay;
-mod restore;
-mod tools;
+mod parse;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -22,10 +19,10 @@ use crate::events::{LaunchStep, SessionEventKind};
 use crate::history::{self, EntryType};
 use crate::store::{ExecutorStatus, ResumeOutcome, SessionState, TurnState, task_state};
 use agents::profile::{Advertised, RestoreMethod};
+pub(super) use parse::KnownConversation;
+use parse::{failed_tool_text, tool_diffs, tool_name, tool_text, tool_title};
 use protocol::acp::{Parsed, schema};
 use protocol::control::{Event, EventKind};
-pub(super) use tools::KnownConversation;
-use tools::{failed_tool_text, tool_diffs, tool_name, tool_text, tool_title};
 
 /// The longest a message is coalesced in memory, in bytes of text and in agentctl events,
 /// before what it has so far is written as one history entry (the rest follows in the next).
@@ -354,7 +351,7 @@ impl SessionActor {
             self.conversation.replay_unacked |= !self.restoring();
             return;
         }
-        self.heard();
+        self.conversation.heard();
         let text = || update["content"]["text"].as_str().map(str::to_owned);
         let message_id = update["messageId"].as_str().map(str::to_owned);
         match kind.as_str() {
@@ -1022,5 +1019,171 @@ impl SessionActor {
             // A stopped session's teardown (replayed at recovery) ended with its agent.
             self.enter(Stage::Ended);
         }
+    }
+
+    // ---- the agent's text ----------------------------------------------------------------
+
+    /// Handles `raw` if it is a chunk of the agent's reply that needs nothing but its text
+    /// (no replay being dropped, no primed session to tell apart); false if it is anything
+    /// else, left to the general path ([`SessionActor::handle_acp`]).
+    async fn agent_text_fast(&mut self, raw: &str) -> bool {
+        if !matches!(self.conversation.replay, Replay::Off)
+            || self.conversation.foreign_session.is_some()
+        {
+            return false;
+        }
+        let Some((text, message_id)) = parse::agent_text(raw) else { return false };
+        self.conversation.heard();
+        self.agent_message_chunk(text, message_id);
+        self.settings_updated().await;
+        true
+    }
+
+    /// A chunk of the agent's reply: into the message being coalesced, and published.
+    fn agent_message_chunk(&mut self, text: String, message_id: Option<String>) {
+        if !self.recorder.recorded.history {
+            if self.recorder.history.is_new_message(message_id.as_deref())
+                && let Err(err) = self.recorder.history.flush_agent()
+            {
+                self.write_failed("the history", &err);
+            }
+            self.recorder.history.agent_chunk(&text, message_id.as_deref());
+            self.bound_coalescing();
+        }
+        self.emit(SessionEventKind::AgentMessageChunk { text, message_id });
+    }
+
+    // ---- a native restore and its replay -------------------------------------------------
+
+    /// Sends `session/load` (`load`) or `session/resume` for the stored `token`.
+    fn restore(&mut self, load: bool, token: String) {
+        let method = if load { "session/load" } else { "session/resume" };
+        self.progress(LaunchStep::Restoring, Some(method.to_owned()));
+        let mut params = json!({
+            "sessionId": token,
+            "cwd": self.row.workspace_path,
+            "mcpServers": self.row.mcp_servers,
+        });
+        self.add_directories(&mut params);
+        // Either may replay the conversation (a load must; some agents' resume does too,
+        // fast-agent's as one message holding all of it): it is in our records already.
+        self.conversation.replay = Replay::Loading(None);
+        self.conversation.replayed_messages = load.then(String::new);
+        if load {
+            self.request(
+                protocol::acp::method::SESSION_LOAD,
+                params,
+                Pending::Restore { load: true, token },
+            );
+            agentctl::fault::point("load.sent");
+        } else {
+            self.request(
+                protocol::acp::method::SESSION_RESUME,
+                params,
+                Pending::Restore { load: false, token },
+            );
+        }
+    }
+
+    /// A `session/load` (`load`) or `session/resume` of `token` was answered.
+    async fn restored(&mut self, load: bool, token: String, result: Result<Value, RpcErrorBody>) {
+        // A load that worked keeps dropping its replay until the next prompt.
+        if matches!(self.conversation.replay, Replay::Loading(_)) {
+            self.conversation.replay = match result {
+                Ok(_) => Replay::Loading(Some(Box::new(self.known_conversation().await))),
+                Err(_) => Replay::Off,
+            };
+        }
+        match result {
+            Ok(answer) => {
+                let outcome =
+                    if load { ResumeOutcome::NativeLoad } else { ResumeOutcome::NativeResume };
+                // A load's replay must never be replayed to us again after a restart
+                // (a new actor would not know it was a replay and would record it):
+                // everything up to its answer is acknowledged before the session is
+                // recorded as open. A kill in between leaves it STARTING, and a
+                // session caught starting is fenced and resumed, not re-attached.
+                self.ack(true).await;
+                if load {
+                    self.check_replay().await;
+                }
+                self.opened_with(token, Some(outcome), &answer).await;
+                agentctl::fault::point("load.opened");
+            }
+            Err(error)
+                if self.try_authenticate(
+                    &error,
+                    AfterAuth::Restore { load, token: token.clone() },
+                ) => {}
+            // An agent that advertises `session/resume` without answering it (qwen-code
+            // 0.15.10: "Method not found") is asked for a load, when it offers that.
+            Err(error) if !load && error.code == Some(-32601) && self.load_offered() => {
+                self.emit(SessionEventKind::Notice {
+                message: format!(
+                    "the agent advertises session/resume but does not take it ({}); loading the session instead",
+                    error.text()
+                ),
+            });
+                self.restore(true, token);
+            }
+            Err(error) if matches!(error.code, Some(-32601) | Some(-32002)) => {
+                self.restore_rejected(format!(
+                    "the agent rejected the stored session: {}",
+                    error.text()
+                ))
+                .await;
+            }
+            // Any other failure (gemini answers a load it cannot do with -32000)
+            // is not the session's end either: a fresh session with the history.
+            Err(error) => {
+                self.restore_rejected(format!(
+                    "restoring the stored session failed: {}",
+                    error.text()
+                ))
+                .await
+            }
+        }
+    }
+
+    /// Whether the agent being opened advertised `session/load` at `initialize`.
+    fn load_offered(&self) -> bool {
+        matches!(&self.stage, Stage::Opening(opening) if opening.load_offered)
+    }
+
+    /// What a `session/load` may replay: the recorded conversation's newest messages and
+    /// tool call ids (from the last [`REPLAY_WINDOW_BYTES`] of the history).
+    async fn known_conversation(&self) -> KnownConversation {
+        KnownConversation::of(self.history_tail().await)
+    }
+
+    /// The last [`REPLAY_WINDOW_BYTES`] of the history, read off the actor's thread.
+    async fn history_tail(&self) -> Vec<history::HistoryEntry> {
+        let path = self.recorder.history.path().to_owned();
+        tokio::task::spawn_blocking(move || history::read_tail(&path, REPLAY_WINDOW_BYTES))
+            .await
+            .unwrap_or_default()
+    }
+
+    /// A load was answered: what its replay carried is held against the history. When the
+    /// agent replayed messages but not the newest ones Tether recorded (an agent killed
+    /// right after a turn may come back without it, or without its last answer: qwen-code
+    /// writes that after the turn's end), what it lacks goes with the next prompt. A load
+    /// that replayed no message (or replays after its answer, as gemini-cli does) cannot
+    /// be checked, nor can a resume (it replays nothing).
+    async fn check_replay(&mut self) {
+        let Some(replayed) =
+            self.conversation.replayed_messages.take().filter(|text| !text.trim().is_empty())
+        else {
+            return;
+        };
+        let entries = self.history_tail().await;
+        let Some((first_missing, lacking)) = parse::lacking(&entries, &replayed) else { return };
+        self.conversation.resume_context =
+            Some(ResumeContext::Missing { after: first_missing - 1 });
+        self.emit(SessionEventKind::Notice {
+            message: format!(
+                "the agent's restored conversation lacks the last {lacking} message(s) Tether recorded; they go with the next prompt"
+            ),
+        });
     }
 }

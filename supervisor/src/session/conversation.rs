@@ -119,6 +119,13 @@ impl Conversation {
         id
     }
 
+    /// The turn heard from its agent.
+    pub(super) fn heard(&mut self) {
+        if let Some(turn) = self.turn.as_mut() {
+            turn.heard = true;
+        }
+    }
+
     /// A line of the agent's stderr: the recent ones explain a failure (about the last
     /// [`STDERR_IN_ERROR`] bytes are kept).
     pub(super) fn stderr_line(&mut self, line: &str) {
