@@ -14,6 +14,7 @@ use super::Phase;
 use super::actor::{
     AfterAuth, Pending, Recorded, Replay, ResumeContext, STDERR_IN_ERROR, SessionActor, Stage,
 };
+use super::meter::{ContextReport, ContextWarning};
 use super::outbox::Outgoing;
 use crate::events::{LaunchStep, SessionEventKind};
 use crate::history::{self, EntryType};
@@ -615,7 +616,7 @@ impl SessionActor {
                         stop_reason
                     };
                 if let Some(turn) = self.conversation.turn.as_mut() {
-                    super::actor::prompt_usage(&result, &mut turn.usage);
+                    super::meter::prompt_usage(&result, &mut turn.usage);
                 }
                 self.end_turn(TurnState::Completed, Some(stop_reason), None).await;
             }
@@ -1018,6 +1019,21 @@ impl SessionActor {
         if self.row.state.is_terminal() {
             // A stopped session's teardown (replayed at recovery) ended with its agent.
             self.enter(Stage::Ended);
+        }
+    }
+
+    /// ACP `usage_update`: the meter keeps it for snapshots and says what follows (a
+    /// warning now; a handoff once the report is handled).
+    fn usage_reported(&mut self, update: &Value) {
+        let Some(report) = ContextReport::parse(update) else { return };
+        let threshold = u64::from(self.profile.session.context_handoff_percent);
+        let turn = self.conversation.turn.as_mut().map(|turn| &mut turn.usage);
+        let warning = self.meter.on_report(&report, threshold, turn);
+        let (used, size) = (report.used, report.size);
+        self.update_view(|view| view.context = Some((used, size)));
+        if let Some(ContextWarning { used, size, percent, threshold }) = warning {
+            tracing::info!(session = %self.row.id, percent, threshold, "the agent's context nears the handoff threshold");
+            self.emit(SessionEventKind::ContextWarning { used, size, percent, threshold });
         }
     }
 

@@ -17,12 +17,9 @@ mod records;
 mod settings;
 mod stall;
 mod turns;
-mod usage;
 mod waits;
 
 use turns::TurnKind;
-
-pub(super) use usage::prompt_usage;
 
 use std::collections::HashMap;
 use std::ffi::OsString;

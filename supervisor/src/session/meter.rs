@@ -2,6 +2,7 @@
 //! turn's end. It decides and the actor performs: a report returns the warning to publish,
 //! a turn's end the events and the pause it calls for, and what is due after the event
 //! being handled (cost to write, a pause, a handoff) is taken with [`Meter::take_due`].
+//! A `PromptResponse`'s tokens are read here and a turn's usage counted in the metrics.
 //! No store, no clock, no channel: table-tested below.
 
 use protocol::api::{BudgetUse, SnapshotTrigger, SnapshotUsage};
@@ -251,6 +252,67 @@ fn budget_before(used: &BudgetUse, turn: &TurnUsage) -> BudgetUse {
             used.used_tokens.saturating_sub(turn.total()),
             (used.used_cost - cost).max(0.0),
         )
+    }
+}
+
+/// The kinds of tokens a `PromptResponse`'s `usage` holds (ACP, unstable).
+const TOKEN_FIELDS: [&str; 6] = [
+    "inputTokens",
+    "outputTokens",
+    "cachedReadTokens",
+    "cachedWriteTokens",
+    "thoughtTokens",
+    "totalTokens",
+];
+
+/// The tokens of a `PromptResponse`'s `usage` (ACP, unstable: `inputTokens`,
+/// `outputTokens`, `cachedReadTokens`, `cachedWriteTokens`, `thoughtTokens`,
+/// `totalTokens`), as the agent reported them: this turn's, or its running totals (the
+/// store takes those apart, `session.usage_totals`). Without a figure nothing was
+/// reported: the turn's tokens are unknown.
+pub(super) fn prompt_usage(result: &Value, usage: &mut TurnUsage) {
+    let reported = &result["usage"];
+    if !TOKEN_FIELDS.iter().any(|name| reported[*name].is_u64()) {
+        return;
+    }
+    usage.tokens_reported = true;
+    let n = |name: &str| reported[name].as_u64().unwrap_or(0);
+    usage.input_tokens = n("inputTokens");
+    usage.output_tokens = n("outputTokens");
+    usage.cached_read_tokens = n("cachedReadTokens");
+    usage.cached_write_tokens = n("cachedWriteTokens");
+    usage.thought_tokens = n("thoughtTokens");
+    usage.total_tokens = reported["totalTokens"].as_u64();
+}
+
+/// A turn's usage in the metrics (`tether_tokens_total`, `tether_cost_total`) for the
+/// agents of `profile`: its cost, and its tokens when the agent reports each turn's own
+/// (`per_turn`; a cumulative agent's are counted once the store took this turn's increase
+/// apart).
+pub(super) fn count_turn(profile: &str, per_turn: bool, usage: &TurnUsage) {
+    if per_turn {
+        count_tokens(profile, usage);
+    }
+    if let Some((amount, currency)) = usage.cost.as_ref().filter(|(amount, _)| *amount > 0.0) {
+        let labels = vec![("currency", currency.clone()), ("profile", profile.to_owned())];
+        crate::metrics::get().cost.get_or_create(&labels).inc_by(*amount);
+    }
+}
+
+/// A turn's tokens in the metrics (`tether_tokens_total`).
+pub(super) fn count_tokens(profile: &str, usage: &TurnUsage) {
+    let metrics = crate::metrics::get();
+    for (direction, tokens) in [
+        ("input", usage.input_tokens),
+        ("output", usage.output_tokens),
+        ("cached_read", usage.cached_read_tokens),
+        ("cached_write", usage.cached_write_tokens),
+        ("thought", usage.thought_tokens),
+    ] {
+        if tokens > 0 {
+            let labels = vec![("direction", direction.to_owned()), ("profile", profile.to_owned())];
+            metrics.tokens.get_or_create(&labels).inc_by(tokens);
+        }
     }
 }
 

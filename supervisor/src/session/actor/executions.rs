@@ -1024,9 +1024,7 @@ impl SessionActor {
         self.fail_waiters(&reason);
         self.enter(Stage::Ended);
     }
-}
 
-impl SessionActor {
     /// An agent run through `npx` that npx does not have yet is downloaded before it says
     /// anything (claude's adapter is ~400 MB): the person waiting is told, once per start.
     fn say_if_npx_downloads(&mut self, argv: &[String], home: &std::path::Path) {

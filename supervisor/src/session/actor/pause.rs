@@ -1,5 +1,7 @@
-//! Pausing at a turn boundary (asked, or forced by the context filling up), and snapshots.
+//! Pausing at a turn boundary — asked, forced by the context filling up, or by a limit
+//! reached at a turn's end (budgets, `max_turns`, `max_duration`) — and snapshots.
 
+use agents::profile::UsageReporting;
 use protocol::api::{PauseSummary, SummaryState};
 
 use super::{
@@ -7,6 +9,7 @@ use super::{
     SessionEventKind, SessionState, SnapshotTrigger, Stage, SummaryStep, TurnKind,
 };
 use crate::session::PauseTaken;
+use crate::session::meter::BudgetNews;
 use crate::snapshot::summary;
 
 /// Whether a pause of this trigger may spend a summary turn: not an idle park (parking is
@@ -22,6 +25,86 @@ fn summarizes(trigger: SnapshotTrigger) -> bool {
 }
 
 impl SessionActor {
+    /// The tokens the store recorded for the turn that just ended (a cumulative agent's
+    /// report taken apart), counted in the metrics; the turn's usage as reported else.
+    async fn recorded_tokens(&self, reported: &crate::store::TurnUsage) -> crate::store::TurnUsage {
+        if self.profile.session.usage_totals == UsageReporting::PerTurn {
+            return reported.clone();
+        }
+        match self.context.store.newest_turn_tokens(self.row.id.clone()).await {
+            Ok(Some(recorded)) => {
+                crate::session::meter::count_tokens(&self.row.agent_profile_id, &recorded);
+                crate::store::TurnUsage { cost: reported.cost.clone(), ..recorded }
+            }
+            Ok(None) => reported.clone(),
+            Err(err) => {
+                tracing::warn!(session = %self.row.id, %err, "cannot read the turn's tokens");
+                reported.clone()
+            }
+        }
+    }
+
+    /// After a turn's end: a budget passing 80 % is announced (`budget_warning`); a budget
+    /// used up, `max_turns` turns or `max_duration_secs` since the session was created
+    /// pause the session once the turn's end is handled. A token limit whose turns never
+    /// reported tokens cannot be checked: a notice says so at the first such turn.
+    pub(in crate::session) async fn check_limits(&mut self, reported: &crate::store::TurnUsage) {
+        let turn = &self.recorded_tokens(reported).await;
+        if self.row.state.is_terminal() {
+            return;
+        }
+        // A pause already waits (its summary turn runs): warnings only.
+        let pausing = self.waits.pause.is_some();
+        let store = self.context.store.clone();
+        match store.budget_uses(self.row.id.clone()).await {
+            Ok(uses) => {
+                for news in self.meter.judge_budgets(uses, turn, pausing) {
+                    self.emit(match news {
+                        BudgetNews::Unchecked(message) => SessionEventKind::Notice { message },
+                        BudgetNews::Warning(budget) => SessionEventKind::BudgetWarning { budget },
+                    });
+                }
+            }
+            Err(err) => tracing::warn!(session = %self.row.id, %err, "cannot read the budgets"),
+        }
+        if pausing {
+            return;
+        }
+        if let Some(max) = self.profile.session.max_turns {
+            let filter = crate::store::UsageFilter {
+                session_id: Some(self.row.id.clone()),
+                ..Default::default()
+            };
+            match store.usage(filter, None).await {
+                Ok(report) => self.meter.judge_turns(report.total.turns, max),
+                Err(err) => tracing::warn!(session = %self.row.id, %err, "cannot count the turns"),
+            }
+        }
+        if let Some(secs) = self.profile.session.max_duration_secs {
+            let age = crate::store::now_ms().saturating_sub(self.row.created_at);
+            self.meter.judge_age(age, secs);
+        }
+    }
+
+    /// A limit was reached at a turn's end: the session pauses (its snapshot says why).
+    pub(in crate::session) async fn limit_pause(
+        &mut self,
+        reason: String,
+        trigger: SnapshotTrigger,
+    ) {
+        if self.waits.pause.is_some()
+            || self.row.state.is_terminal()
+            || self.row.state == SessionState::Paused
+        {
+            return;
+        }
+        tracing::info!(session = %self.row.id, %reason, "a limit was reached; pausing");
+        let wait = std::time::Duration::from_millis(crate::session::DEFAULT_PAUSE_WAIT_MS);
+        if let Err(err) = self.request_pause(Some(reason), wait, trigger).await {
+            tracing::warn!(session = %self.row.id, %err, "cannot pause at a limit");
+        }
+    }
+
     /// `task.session.pause`: at once when no turn runs (the agent and sidecar stopped, then
     /// `PAUSED`); else it waits for the turn (or the launch in flight) to end, cancelling
     /// the turn after `force_after`. Returns whether it waits.
@@ -358,9 +441,7 @@ impl SessionActor {
             }
         });
     }
-}
 
-impl SessionActor {
     /// Whether the agent is idle: open, attached, no turn, no pause, launch, teardown,
     /// catch-up, stall or answer in flight.
     fn is_idle(&self) -> bool {

@@ -6,6 +6,7 @@ use super::{
     SessionActor, SessionError, SessionEventKind, SessionState, SnapshotTrigger, Stage, Turn,
     TurnState, Value, json, task_state,
 };
+use agents::profile::UsageReporting;
 use protocol::api::PromptOrigin;
 
 use crate::session::record::TurnEnd;
@@ -333,7 +334,8 @@ impl SessionActor {
             Err(err) => self.write_failed("the end of a turn", &err),
         }
         agentctl::fault::point("turn.recorded");
-        self.turn_counted(&usage);
+        let per_turn = self.profile.session.usage_totals == UsageReporting::PerTurn;
+        crate::session::meter::count_turn(&self.row.agent_profile_id, per_turn, &usage);
         self.check_limits(&usage).await;
         if state == TurnState::Completed {
             self.snapshot_in_background(SnapshotTrigger::TurnComplete, None);

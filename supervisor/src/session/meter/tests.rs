@@ -3,7 +3,7 @@
 use protocol::api::{Budget, BudgetScope, BudgetUse, SnapshotTrigger};
 use serde_json::json;
 
-use super::{BudgetNews, ContextReport, ContextWarning, Due, Meter};
+use super::{BudgetNews, ContextReport, ContextWarning, Due, Meter, prompt_usage};
 use crate::store::TurnUsage;
 
 fn report(used: u64, size: u64) -> ContextReport {
@@ -188,4 +188,24 @@ fn turns_and_age_limits_pause_and_the_first_limit_stands() {
     );
     meter.judge_age(i64::MAX, u64::MAX);
     assert_eq!(meter.take_due().limit.map(|l| l.1), Some(SnapshotTrigger::MaxDuration));
+}
+
+#[test]
+fn a_prompt_responses_usage_is_read_and_a_response_without_figures_reports_none() {
+    let mut usage = TurnUsage::default();
+    let result = json!({"stopReason": "end_turn", "usage": {"inputTokens": 120,
+        "outputTokens": 30, "cachedReadTokens": 100, "thoughtTokens": 7, "totalTokens": 257}});
+    prompt_usage(&result, &mut usage);
+    assert!(usage.tokens_reported);
+    let figures = (usage.input_tokens, usage.output_tokens, usage.cached_read_tokens);
+    assert_eq!(figures, (120, 30, 100));
+    assert_eq!((usage.cached_write_tokens, usage.thought_tokens), (0, 7), "missing is zero");
+    assert_eq!(usage.total_tokens, Some(257));
+    // No figure at all: the turn's tokens are unknown, not zero.
+    for result in [json!({"stopReason": "end_turn"}), json!({"usage": {"inputTokens": "12"}})] {
+        let mut usage = TurnUsage::default();
+        prompt_usage(&result, &mut usage);
+        assert!(!usage.tokens_reported, "{result}");
+        assert_eq!(usage.total_tokens, None);
+    }
 }
