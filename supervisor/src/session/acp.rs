@@ -92,7 +92,7 @@ impl SessionActor {
             // agentctl's spool is at its bound and the agent waits: what is handled is
             // made durable and acknowledged now (a message being coalesced included).
             if let Err(err) = self.recorder.history.flush_agent() {
-                self.write_failed("the history", &err);
+                self.recorder.write_failed("the history", &err);
             }
             // Again once what is still in flight is handled (the notice may overtake it).
             self.conversation.replay_unacked = true;
@@ -101,7 +101,7 @@ impl SessionActor {
         if event.seq == 0 {
             // Outside the sequence too (a damaged spool line, said where it was).
             if let EventKind::Error { message } = event.kind {
-                self.emit(SessionEventKind::Notice { message });
+                self.recorder.emit(SessionEventKind::Notice { message });
             }
             return;
         }
@@ -129,7 +129,7 @@ impl SessionActor {
                 // Valid JSON nested past what a tree holds: no message of ACP's.
                 Err(err) => {
                     let message = format!("the agent sent a message that cannot be read: {err}");
-                    self.emit(SessionEventKind::Notice { message });
+                    self.recorder.emit(SessionEventKind::Notice { message });
                     false
                 }
             },
@@ -145,13 +145,13 @@ impl SessionActor {
                 true
             }
             EventKind::StdoutNoise { line, reason } => {
-                self.emit(SessionEventKind::Notice {
+                self.recorder.emit(SessionEventKind::Notice {
                     message: format!("agent output that is not ACP ({reason}): {line}"),
                 });
                 false
             }
             EventKind::Error { message } => {
-                self.emit(SessionEventKind::Notice { message });
+                self.recorder.emit(SessionEventKind::Notice { message });
                 false
             }
             EventKind::Stderr { line } => {
@@ -199,7 +199,7 @@ impl SessionActor {
             }
             let turn_id = turn_id.clone();
             if let Err(err) = self.context.store.mark_delivered(turn_id).await {
-                self.write_failed("a delivered prompt", &err);
+                self.recorder.write_failed("a delivered prompt", &err);
             }
         }
     }
@@ -287,9 +287,9 @@ impl SessionActor {
                 )
                 .await
             {
-                self.write_failed("a question of the agent", &err);
+                self.recorder.write_failed("a question of the agent", &err);
             }
-            self.emit(super::question_event(&method, request_id, params));
+            self.recorder.emit(super::question_event(&method, request_id, params));
             return;
         }
         self.send(Outgoing::Acp(json!({
@@ -318,7 +318,7 @@ impl SessionActor {
         self.conversation
             .tool_titles
             .insert(id.to_owned(), (title.clone(), kind, tool_diffs(tool_call)));
-        self.record_history(
+        self.recorder.record_history(
             EntryType::ToolCall,
             title.clone(),
             Some((title, id.to_owned(), status)),
@@ -363,31 +363,31 @@ impl SessionActor {
             }
             "agent_thought_chunk" => {
                 if let Some(text) = text() {
-                    self.emit(SessionEventKind::AgentThoughtChunk { text, message_id });
+                    self.recorder.emit(SessionEventKind::AgentThoughtChunk { text, message_id });
                 }
             }
             "tool_call" => self.tool_call(update),
             "tool_call_update" => self.tool_call_update(update),
             "plan" => {
                 self.record_plan(plan_entries(&update));
-                self.emit(SessionEventKind::SessionUpdate { update });
+                self.recorder.emit(SessionEventKind::SessionUpdate { update });
             }
             "usage_update" => {
                 self.usage_reported(&update);
-                self.emit(SessionEventKind::SessionUpdate { update });
+                self.recorder.emit(SessionEventKind::SessionUpdate { update });
             }
             "session_info_update" => {
                 // A title (`null` takes it back); other fields are only shown.
                 if let Some(title) = update.get("title") {
                     self.conversation.new_title = Some(title.as_str().map(str::to_owned));
                 }
-                self.emit(SessionEventKind::SessionUpdate { update });
+                self.recorder.emit(SessionEventKind::SessionUpdate { update });
             }
             "config_option_update" | "current_mode_update" => {
                 self.agent_setting_update(&update);
-                self.emit(SessionEventKind::SessionUpdate { update });
+                self.recorder.emit(SessionEventKind::SessionUpdate { update });
             }
-            _ => self.emit(SessionEventKind::SessionUpdate { update }),
+            _ => self.recorder.emit(SessionEventKind::SessionUpdate { update }),
         }
     }
 
@@ -402,14 +402,18 @@ impl SessionActor {
         let diffs = tool_diffs(&update);
         self.conversation.tool_titles.insert(id.clone(), (title.clone(), kind, diffs));
         if status != "pending" {
-            self.record_history(EntryType::ToolCall, title.clone(), Some((title, id, status)));
+            self.recorder.record_history(
+                EntryType::ToolCall,
+                title.clone(),
+                Some((title, id, status)),
+            );
         } else if !self.recorder.recorded.history {
             if let Err(err) = self.recorder.history.hold_tool_call(title, id, status) {
-                self.write_failed("the history", &err);
+                self.recorder.write_failed("the history", &err);
             }
             self.bound_coalescing();
         }
-        self.emit(SessionEventKind::ToolCall { update });
+        self.recorder.emit(SessionEventKind::ToolCall { update });
     }
 
     /// The agent named tool call `id` (or started it): a held entry is written now, under
@@ -421,7 +425,7 @@ impl SessionActor {
         if !self.recorder.recorded.history
             && let Err(err) = self.recorder.history.name_tool_call(id, &title)
         {
-            self.write_failed("the history", &err);
+            self.recorder.write_failed("the history", &err);
         }
     }
 
@@ -450,7 +454,7 @@ impl SessionActor {
         if !self.recorder.recorded.history {
             self.bound_coalescing();
         }
-        self.emit(SessionEventKind::ToolCallUpdate { update });
+        self.recorder.emit(SessionEventKind::ToolCallUpdate { update });
     }
 
     /// A tool call's final update (`status` `completed` or `failed`): its result entry.
@@ -469,7 +473,7 @@ impl SessionActor {
         }
         let excerpt = history::excerpt(&content, history::TOOL_RESULT_EXCERPT_CHARS);
         let name = tool_name(title, kind);
-        self.record_history(EntryType::ToolResult, excerpt, Some((name, id, status)));
+        self.recorder.record_history(EntryType::ToolResult, excerpt, Some((name, id, status)));
     }
 
     /// A message being coalesced in memory holds the ack point back (it is on no disk
@@ -482,7 +486,7 @@ impl SessionActor {
         let long = self.recorder.history.coalesced_bytes() >= MAX_COALESCED_BYTES
             || self.recorder.durability.handled.saturating_sub(since) >= MAX_COALESCED_EVENTS;
         if long && let Err(err) = self.recorder.history.flush_agent() {
-            self.write_failed("the history", &err);
+            self.recorder.write_failed("the history", &err);
         }
     }
 
@@ -625,7 +629,7 @@ impl SessionActor {
             {
                 // Others (qwen-code) answer it with the error of their aborted
                 // model request: still the cancel the user asked for.
-                self.emit(SessionEventKind::Notice {
+                self.recorder.emit(SessionEventKind::Notice {
                     message: format!(
                         "the agent answered the cancel with an error ({}); the turn is recorded as cancelled",
                         error.text()
@@ -800,7 +804,7 @@ impl SessionActor {
         if self.choices.settings().directories_supported {
             params["additionalDirectories"] = json!(self.row.additional_directories);
         } else {
-            self.emit(SessionEventKind::Notice {
+            self.recorder.emit(SessionEventKind::Notice {
                 message: format!(
                     "the agent does not take additional directories; it is given the workspace alone, not {}",
                     self.row.additional_directories.join(", ")
@@ -813,7 +817,7 @@ impl SessionActor {
     /// ACP session takes its place (not a failure).
     pub(super) async fn restore_rejected(&mut self, reason: String) {
         let _ = self.context.store.log_error(self.row.id.clone(), reason.clone()).await;
-        self.emit(SessionEventKind::Notice {
+        self.recorder.emit(SessionEventKind::Notice {
             message: format!("{reason}; starting a fresh agent session"),
         });
         self.forget_token().await;
@@ -911,8 +915,8 @@ impl SessionActor {
         }
         let answer = match outcome {
             Some(outcome) => {
-                self.emit(SessionEventKind::ResumeOutcome { outcome });
-                self.emit(SessionEventKind::Resumed { outcome });
+                self.recorder.emit(SessionEventKind::ResumeOutcome { outcome });
+                self.recorder.emit(SessionEventKind::Resumed { outcome });
                 self.update_view(|view| view.resume_outcome = Some(outcome));
                 outcome
             }
@@ -1010,7 +1014,7 @@ impl SessionActor {
         }
         self.enter(Stage::Idle);
         self.execution_gone(&reason, TurnState::Failed).await;
-        self.emit(SessionEventKind::Notice { message: reason });
+        self.recorder.emit(SessionEventKind::Notice { message: reason });
         // What was handled is acknowledged before agentctl is let go.
         self.ack(true).await;
         if let Some(execution) = self.sidecar.execution.take() {
@@ -1033,7 +1037,7 @@ impl SessionActor {
         self.update_view(|view| view.context = Some((used, size)));
         if let Some(ContextWarning { used, size, percent, threshold }) = warning {
             tracing::info!(session = %self.row.id, percent, threshold, "the agent's context nears the handoff threshold");
-            self.emit(SessionEventKind::ContextWarning { used, size, percent, threshold });
+            self.recorder.emit(SessionEventKind::ContextWarning { used, size, percent, threshold });
         }
     }
 
@@ -1061,12 +1065,12 @@ impl SessionActor {
             if self.recorder.history.is_new_message(message_id.as_deref())
                 && let Err(err) = self.recorder.history.flush_agent()
             {
-                self.write_failed("the history", &err);
+                self.recorder.write_failed("the history", &err);
             }
             self.recorder.history.agent_chunk(&text, message_id.as_deref());
             self.bound_coalescing();
         }
-        self.emit(SessionEventKind::AgentMessageChunk { text, message_id });
+        self.recorder.emit(SessionEventKind::AgentMessageChunk { text, message_id });
     }
 
     // ---- a native restore and its replay -------------------------------------------------
@@ -1134,7 +1138,7 @@ impl SessionActor {
             // An agent that advertises `session/resume` without answering it (qwen-code
             // 0.15.10: "Method not found") is asked for a load, when it offers that.
             Err(error) if !load && error.code == Some(-32601) && self.load_offered() => {
-                self.emit(SessionEventKind::Notice {
+                self.recorder.emit(SessionEventKind::Notice {
                 message: format!(
                     "the agent advertises session/resume but does not take it ({}); loading the session instead",
                     error.text()
@@ -1196,7 +1200,7 @@ impl SessionActor {
         let Some((first_missing, lacking)) = parse::lacking(&entries, &replayed) else { return };
         self.conversation.resume_context =
             Some(ResumeContext::Missing { after: first_missing - 1 });
-        self.emit(SessionEventKind::Notice {
+        self.recorder.emit(SessionEventKind::Notice {
             message: format!(
                 "the agent's restored conversation lacks the last {lacking} message(s) Tether recorded; they go with the next prompt"
             ),

@@ -374,6 +374,7 @@ impl SessionActor {
         view_tx: watch::Sender<SessionView>,
     ) -> (SessionActor, mpsc::UnboundedReceiver<Internal>) {
         let (internal_tx, internal_rx) = mpsc::unbounded_channel();
+        let retain_bytes = context.event_log_retain_bytes;
         let stage = match view_tx.borrow().phase {
             Phase::Launching => Stage::Launching(Box::new(Launch::new(None, None))),
             Phase::Adopting => Stage::Adopting,
@@ -387,7 +388,7 @@ impl SessionActor {
             stage,
             internal_tx,
             conversation: super::conversation::Conversation::new(),
-            recorder: records::Recorder::new(record, history),
+            recorder: records::Recorder::new(record, history, retain_bytes),
             sidecar: executions::Sidecar::default(),
             waits: waits::Waits::default(),
             meter: Default::default(),
@@ -459,7 +460,7 @@ impl SessionActor {
                 // await of this task, which lives as long as the session.
                 event = agent_event => Box::pin(self.agent_burst(event)).await,
             }
-            self.flush_events();
+            self.recorder.flush_events();
             if matches!(self.phase(), Phase::Idle | Phase::Ended) {
                 // No execution: the log is written rarely, so it holds no descriptor
                 // meanwhile (the next write reopens it).
@@ -482,11 +483,11 @@ impl SessionActor {
             }
             if let Some((reason, trigger)) = due.limit {
                 Box::pin(self.limit_pause(reason, trigger)).await;
-                self.flush_events();
+                self.recorder.flush_events();
             }
             if let Some(reason) = self.meter.take_handoff() {
                 Box::pin(self.exhaustion(reason)).await;
-                self.flush_events();
+                self.recorder.flush_events();
             }
             // A pause takes effect at the turn boundary (or once a launch in flight landed).
             // (After a re-attach, not before the replay caught up: a turn may still end there.)
@@ -499,7 +500,7 @@ impl SessionActor {
             }
             self.arm_idle();
         }
-        self.flush_events();
+        self.recorder.flush_events();
         self.recorder.record.log().release();
         // Answer whatever is still queued, so no caller waits forever.
         commands.close();
@@ -668,7 +669,7 @@ impl SessionActor {
     async fn handle_internal(&mut self, report: Internal) {
         match report {
             Internal::SnapshotTaken { snapshot_id, trigger } => {
-                self.emit(SessionEventKind::SnapshotTaken { snapshot_id, trigger });
+                self.recorder.emit(SessionEventKind::SnapshotTaken { snapshot_id, trigger });
             }
             Internal::Retired(retired) => self.retired(*retired).await,
             Internal::Launched(launched) => self.launched(*launched).await,
@@ -700,15 +701,15 @@ impl SessionActor {
                 };
                 if open {
                     // Published before the row goes.
-                    self.emit(SessionEventKind::PermissionResolved {
+                    self.recorder.emit(SessionEventKind::PermissionResolved {
                         request_id: request_id.clone(),
                         outcome,
                     });
-                    self.flush_events();
+                    self.recorder.flush_events();
                     if let Err(err) =
                         self.context.store.delete_pending(self.row.id.clone(), request_id).await
                     {
-                        self.write_failed("an answered permission request", &err);
+                        self.recorder.write_failed("an answered permission request", &err);
                     }
                 }
             }
@@ -722,7 +723,7 @@ impl SessionActor {
 
     /// Publishes a step of bringing the agent up.
     pub(super) fn progress(&mut self, step: LaunchStep, detail: Option<String>) {
-        self.emit(SessionEventKind::Progress { step, detail });
+        self.recorder.emit(SessionEventKind::Progress { step, detail });
     }
 
     async fn deadline_passed(&mut self) {
@@ -778,7 +779,7 @@ impl SessionActor {
                 }
                 .to_owned();
                 tracing::warn!(session = %self.row.id, "{message}");
-                self.emit(SessionEventKind::Notice { message });
+                self.recorder.emit(SessionEventKind::Notice { message });
                 if let Err(err) = self.cancel().await {
                     tracing::debug!(session = %self.row.id, %err, "cancel for a pause");
                 }
@@ -793,7 +794,7 @@ impl SessionActor {
                 self.profile.process.turn_timeout_ms.unwrap_or_default()
             );
             tracing::warn!(session = %self.row.id, "{message}");
-            self.emit(SessionEventKind::Notice { message });
+            self.recorder.emit(SessionEventKind::Notice { message });
             if let Err(err) = self.cancel().await {
                 tracing::debug!(session = %self.row.id, %err, "cancel for the turn timeout");
             }
@@ -847,6 +848,67 @@ impl SessionActor {
             json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
         ));
         key
+    }
+
+    // ---- what the recorder writes, with what the actor holds -----------------------------
+
+    /// Makes what was handled durable and acknowledges it to agentctl through the outbox:
+    /// nothing before it is durable (see `durability.rs`).
+    pub(super) async fn ack(&mut self, force: bool) {
+        let execution_id = self.sidecar.execution.as_ref().map(|execution| execution.id.clone());
+        let store = &self.context.store;
+        if let Some(seq) = self.recorder.ack(force, store, execution_id).await {
+            self.send(Outgoing::Ack(seq));
+        }
+    }
+
+    /// Records and publishes a state change (see [`records::Recorder::set_state`]).
+    pub(super) async fn set_state(
+        &mut self,
+        state: SessionState,
+        error: Option<String>,
+        task: Option<&'static str>,
+    ) -> Result<(), SessionError> {
+        let change = (state, error, task);
+        self.recorder.set_state(&mut self.row, &self.view_tx, change).await
+    }
+
+    /// The agent's open questions are void (it is gone): none is being answered, each is
+    /// resolved `cancelled`.
+    pub(super) async fn void_pending(&mut self) {
+        self.conversation.answering.clear();
+        self.recorder.void_questions().await;
+    }
+
+    /// The agent's plan, into the history and (once its burst is handled) the timeline.
+    pub(super) fn record_plan(&mut self, plan: Vec<protocol::api::PlanEntry>) {
+        if self.recorder.recorded.history {
+            return;
+        }
+        // On the timeline too, after the burst it came in (the newest of the burst).
+        self.conversation.plan_reported(plan.clone());
+        self.recorder.record_plan(plan);
+    }
+
+    /// Puts how far the agent's plan is on the timeline, unless the last row said the same
+    /// (agents send their plan again as they go).
+    async fn log_plan(&mut self, plan: Vec<protocol::api::PlanEntry>) {
+        let progress = protocol::api::PlanEntry::progress(&plan);
+        let event = protocol::api::TimelineEvent::Plan {
+            total: progress.total,
+            done: progress.done,
+            in_progress: progress.in_progress,
+            current: progress.current.map(|step| history::excerpt(step, 300)),
+        };
+        if !self.conversation.plan_is_news(&event) {
+            return;
+        }
+        match self.context.store.log_event(self.row.id.clone(), event.clone()).await {
+            Ok(()) => self.conversation.plan_written(event),
+            Err(err) => {
+                tracing::warn!(session = %self.row.id, %err, "cannot put the agent's plan on the timeline");
+            }
+        }
     }
 
     /// Queues a control call (a failure is reported back as [`Internal::ControlFailed`]).

@@ -89,6 +89,11 @@ impl SessionRecord {
         SessionRecord { session_id, store, events }
     }
 
+    /// The session whose record this is.
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
     /// The event log, for its readers and its upkeep (sync, release, retention).
     pub fn log(&self) -> &Arc<Spool<SessionEvent>> {
         &self.events

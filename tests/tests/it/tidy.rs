@@ -127,7 +127,7 @@ fn the_session_actor_gains_no_fields() {
 /// The most `impl SessionActor` blocks, and the most files they are in. A ratchet, as the
 /// field count: lower them as the actor's methods move onto its components (the goal is one
 /// block in one file); they never go up.
-const SESSION_ACTOR_IMPLS: (usize, usize) = (8, 8);
+const SESSION_ACTOR_IMPLS: (usize, usize) = (7, 7);
 
 #[test]
 fn the_session_actor_is_implemented_in_no_more_places() {

@@ -594,7 +594,7 @@ impl SessionActor {
         // People may still answer what the agent asked before the restart.
         if let Ok(pending) = self.context.store.list_pending(self.row.id.clone()).await {
             for (request_id, method, params) in pending {
-                self.emit(crate::session::question_event(&method, request_id, params));
+                self.recorder.emit(crate::session::question_event(&method, request_id, params));
             }
         }
         self.send_unsent_initial_prompt().await;
@@ -804,12 +804,12 @@ impl SessionActor {
         }
         // Its turns interrupted and its questions void, as recovery ends a dead execution's
         // work (after what this actor published so far).
-        self.flush_events();
+        self.recorder.flush_events();
         self.conversation.answering.clear();
         if let Err(err) =
-            self.recorder.record.void_open_work(&reason, Vec::new(), self.mark()).await
+            self.recorder.record.void_open_work(&reason, Vec::new(), self.recorder.mark()).await
         {
-            self.write_failed("interrupted turns", &err);
+            self.recorder.write_failed("interrupted turns", &err);
         }
         self.enter(Stage::Idle);
         self.execution_gone(&reason, TurnState::Failed).await;
@@ -867,7 +867,7 @@ impl SessionActor {
         if self.recorder.stall.is_none()
             && let Err(err) = self.recorder.history.flush_agent()
         {
-            self.write_failed("the history", &err);
+            self.recorder.write_failed("the history", &err);
         }
         exit
     }
@@ -913,11 +913,11 @@ impl SessionActor {
             in_burst += 1;
             if in_burst == AGENT_EVENT_BURST {
                 in_burst = 0;
-                self.flush_events();
+                self.recorder.flush_events();
             }
         }
         self.ack(true).await;
-        self.flush_events();
+        self.recorder.flush_events();
         self.sidecar.execution = None;
         exit
     }
@@ -1037,7 +1037,7 @@ impl SessionActor {
         }
         let spec = version.map_or(name.clone(), |version| format!("{name}@{version}"));
         let wait = self.profile.process.init_timeout_ms / 1000;
-        self.emit(SessionEventKind::Notice {
+        self.recorder.emit(SessionEventKind::Notice {
             message: format!(
                 "first start of {spec}: npx downloads it into {} before the agent answers — an agent adapter can be hundreds of MB, so this may take minutes (the start waits up to {wait} s); later starts take seconds",
                 cache.display()

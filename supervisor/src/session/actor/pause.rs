@@ -59,7 +59,7 @@ impl SessionActor {
         match store.budget_uses(self.row.id.clone()).await {
             Ok(uses) => {
                 for news in self.meter.judge_budgets(uses, turn, pausing) {
-                    self.emit(match news {
+                    self.recorder.emit(match news {
                         BudgetNews::Unchecked(message) => SessionEventKind::Notice { message },
                         BudgetNews::Warning(budget) => SessionEventKind::BudgetWarning { budget },
                     });
@@ -182,7 +182,7 @@ impl SessionActor {
             self.waits.pause = None;
             return Err(err.into());
         }
-        self.emit(SessionEventKind::PauseRequested {
+        self.recorder.emit(SessionEventKind::PauseRequested {
             reason,
             force_after_ms: u64::try_from(force_after.as_millis()).unwrap_or(u64::MAX),
         });
@@ -265,7 +265,7 @@ impl SessionActor {
         }
         agentctl::fault::point("pause.summary_asked");
         tracing::info!(session = %self.row.id, "asking the agent for its summary before pausing");
-        self.emit(SessionEventKind::Notice {
+        self.recorder.emit(SessionEventKind::Notice {
             message: "asking the agent for a summary of its decisions, open problems and next steps before pausing".into(),
         });
         self.start_turn_as(summary::PROMPT.to_owned(), TurnKind::PauseSummary, None).await?;
@@ -338,7 +338,7 @@ impl SessionActor {
         let pause = self.waits.pause.take()?;
         // Read before the agent stops: its last messages may still be coalescing.
         if let Err(err) = self.recorder.history.flush_agent() {
-            self.write_failed("the history", &err);
+            self.recorder.write_failed("the history", &err);
         }
         let summary = self.settle_summary(&pause).await;
         if let Some(execution) = self.sidecar.execution.take()
@@ -352,9 +352,11 @@ impl SessionActor {
         self.update_view(|view| view.agent_running = false);
         // The agent that asked is stopped: its questions are void, but for those whose
         // answers it took (agentctl's confirmation, which may come later, resolves those).
-        self.flush_events();
+        self.recorder.flush_events();
         let answered = self.conversation.answering.keys().cloned().collect();
-        if let Err(err) = self.recorder.record.void_questions_but(&answered, self.mark()).await {
+        if let Err(err) =
+            self.recorder.record.void_questions_but(&answered, self.recorder.mark()).await
+        {
             tracing::warn!(session = %self.row.id, %err, "cannot void open questions at a pause");
         }
         // The snapshot sees the workspace as the stopped agent left it.
@@ -368,21 +370,21 @@ impl SessionActor {
             ..self.snapshot_request(trigger, pause.reason.clone())
         };
         // After what this actor published so far.
-        self.flush_events();
+        self.recorder.flush_events();
         let (reason, forced) = (pause.reason, pause.forced);
         let snapshot_id = match self
             .recorder
             .record
-            .pause(request, reason, pause.trigger, forced, self.mark())
+            .pause(request, reason, pause.trigger, forced, self.recorder.mark())
             .await
         {
             Ok(snapshot_id) => snapshot_id,
             Err(err @ crate::session::record::RecordError::Log(_)) => {
-                self.write_failed("the session's event log", &err);
+                self.recorder.write_failed("the session's event log", &err);
                 None
             }
             Err(err) => {
-                self.write_failed("the paused state", &err);
+                self.recorder.write_failed("the paused state", &err);
                 None
             }
         };

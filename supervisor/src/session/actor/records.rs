@@ -1,16 +1,19 @@
 //! What the actor writes: session events (with their marks), history entries, state
-//! changes and acknowledgements to agentctl (a failed write stalls: `stall.rs`).
+//! changes and the durable half of acknowledgements to agentctl; a failed write starts a
+//! stall (retried by the actor: `stall.rs`). Events first, then rows: the ordering rule
+//! of [`SessionRecord`] has its one caller here.
 
 use super::{
-    Arc, Durability, EntryType, History, Outgoing, Recorded, SessionActor, SessionError,
-    SessionEventKind, SessionState, Stall, history,
+    Arc, Durability, EntryType, History, Recorded, SessionError, SessionEventKind, SessionRow,
+    SessionState, SessionView, Stall, watch,
 };
-use crate::session::record::RecordError;
+use crate::session::record::{Mark, RecordError, SessionRecord};
+use crate::store::Store;
 
 /// What the actor writes — session events (first) and history entries, with the marks of
 /// the execution they came from — and a write that failed.
 pub(in crate::session) struct Recorder {
-    pub(in crate::session) record: crate::session::record::SessionRecord,
+    pub(in crate::session) record: SessionRecord,
     pub(in crate::session) history: History,
     /// Session events not yet in the event log. They are written together (one write per
     /// handled event or command) and before any store write that would make a replay skip
@@ -26,10 +29,12 @@ pub(in crate::session) struct Recorder {
     /// A durable write failed (a full disk): intake is stopped, nothing more is
     /// acknowledged, and the actor re-attaches to its own sidecar when its retry is due.
     pub(in crate::session) stall: Option<Stall>,
+    /// How much of the event log is kept (older segments go).
+    retain_bytes: u64,
 }
 
 impl Recorder {
-    pub(super) fn new(record: crate::session::record::SessionRecord, history: History) -> Recorder {
+    pub(super) fn new(record: SessionRecord, history: History, retain_bytes: u64) -> Recorder {
         Recorder {
             record,
             history,
@@ -38,72 +43,84 @@ impl Recorder {
             durability: Durability::default(),
             generation: None,
             stall: None,
+            retain_bytes,
         }
     }
-}
 
-impl SessionActor {
-    /// Syncs what was written and stores `acked_seq`, then acknowledges through the
-    /// outbox — nothing before it is durable (see `durability.rs`).
-    pub(in crate::session) async fn ack(&mut self, force: bool) {
-        if self.recorder.stall.is_some() {
-            return;
+    fn session(&self) -> &str {
+        self.record.session_id()
+    }
+
+    /// A durable write failed: nothing more is acknowledged, and after this handling the
+    /// actor stops taking agentctl's events (they wait in agentctl's spool) until a retry
+    /// succeeds. Nothing acknowledged is lost; nothing unacknowledged is dropped.
+    pub(in crate::session) fn write_failed(&mut self, what: &str, err: &dyn std::fmt::Display) {
+        tracing::error!(session = %self.session(), %err, "cannot write {what}");
+        if self.stall.is_none() {
+            let reason = format!(
+                "cannot write {what}: {err}; the agent's output is held (nothing is lost) until it can"
+            );
+            self.stall = Some(Stall { reason, ..Stall::default() });
         }
-        let Some(seq) =
-            self.recorder.durability.due(self.recorder.history.unflushed_since(), force)
-        else {
-            // Nothing to acknowledge: the session events stay buffered until the actor's
-            // loop writes them (once per burst of agent events).
-            return;
-        };
+    }
+
+    /// Makes what was handled durable up to the seq due for acknowledgement and stores it
+    /// as the execution's `acked_seq`: the seq the actor may now acknowledge to agentctl,
+    /// or none (nothing due, a stall, or a write that failed and starts one).
+    pub(in crate::session) async fn ack(
+        &mut self,
+        force: bool,
+        store: &Store,
+        execution_id: Option<String>,
+    ) -> Option<u64> {
+        if self.stall.is_some() {
+            return None;
+        }
+        // Nothing due: the session events stay buffered until the actor's loop writes
+        // them (once per burst of agent events).
+        let seq = self.durability.due(self.history.unflushed_since(), force)?;
         // What the handled events published must be in the log before it is synced.
         self.flush_events();
-        if self.recorder.stall.is_some() {
-            return;
+        if self.stall.is_some() {
+            return None;
         }
-        let Some(execution_id) =
-            self.sidecar.execution.as_ref().map(|execution| execution.id.clone())
-        else {
-            return;
-        };
-        if let Err(err) = self
-            .recorder
+        let execution_id = execution_id?;
+        let synced = self
             .history
             .sync()
-            .and_then(|()| self.recorder.record.log().sync().map_err(std::io::Error::other))
-        {
+            .and_then(|()| self.record.log().sync().map_err(std::io::Error::other));
+        if let Err(err) = synced {
             self.write_failed("the history and event log (sync)", &err);
-            return;
+            return None;
         }
-        match self.context.store.set_acked_seq(self.row.id.clone(), execution_id, seq).await {
+        match store.set_acked_seq(self.session().to_owned(), execution_id, seq).await {
             Ok(true) => {}
-            Ok(false) => return,
+            Ok(false) => return None,
             Err(err) => {
                 self.write_failed("acked_seq", &err);
-                return;
+                return None;
             }
         }
         agentctl::fault::point("ack.stored");
-        self.send(Outgoing::Ack(seq));
         let metrics = crate::metrics::get();
         metrics.acks.inc();
-        metrics.ack_lag.observe(self.recorder.durability.handled.saturating_sub(seq) as f64);
-        self.recorder.durability.acked(seq);
+        metrics.ack_lag.observe(self.durability.handled.saturating_sub(seq) as f64);
+        self.durability.acked(seq);
+        Some(seq)
     }
 
-    /// The agent's open questions are void (it is gone): each is resolved `cancelled`,
-    /// published before its row goes (a replay finds no row to publish again).
-    pub(in crate::session) async fn void_pending(&mut self) {
-        self.conversation.answering.clear();
+    /// The agent's open questions are void: each is resolved `cancelled`, published
+    /// before its row goes (a replay finds no row to publish again).
+    pub(in crate::session) async fn void_questions(&mut self) {
         // After what this actor published so far.
         self.flush_events();
-        match self.recorder.record.void_questions(self.mark()).await {
+        match self.record.void_questions(self.mark()).await {
             Ok(_) => {}
-            Err(err @ crate::session::record::RecordError::Log(_)) => {
-                self.write_failed("the session's event log", &err)
-            }
+            Err(err @ RecordError::Log(_)) => self.write_failed("the session's event log", &err),
             // The rows stay; the next end of this execution's work tries again.
-            Err(err) => tracing::warn!(session = %self.row.id, %err, "cannot void open questions"),
+            Err(err) => {
+                tracing::warn!(session = %self.session(), %err, "cannot void open questions")
+            }
         }
     }
 
@@ -113,80 +130,54 @@ impl SessionActor {
         content: String,
         tool: Option<(String, String, String)>,
     ) {
-        if self.recorder.recorded.history {
+        if self.recorded.history {
             return;
         }
-        if let Err(err) = self.recorder.history.append(kind, content, tool) {
+        if let Err(err) = self.history.append(kind, content, tool) {
             self.write_failed("the history", &err);
         }
     }
 
     /// Writes the agent's plan into the history (each plan replaces the last).
     pub(in crate::session) fn record_plan(&mut self, plan: Vec<protocol::api::PlanEntry>) {
-        if self.recorder.recorded.history {
+        if self.recorded.history {
             return;
         }
-        // On the timeline too, after the burst it came in (the newest of the burst).
-        self.conversation.plan_reported(plan.clone());
-        if let Err(err) = self.recorder.history.append_plan(plan) {
+        if let Err(err) = self.history.append_plan(plan) {
             self.write_failed("the history", &err);
-        }
-    }
-
-    /// Puts how far the agent's plan is on the timeline, unless the last row said the same
-    /// (agents send their plan again as they go).
-    pub(in crate::session) async fn log_plan(&mut self, plan: Vec<protocol::api::PlanEntry>) {
-        let progress = protocol::api::PlanEntry::progress(&plan);
-        let event = protocol::api::TimelineEvent::Plan {
-            total: progress.total,
-            done: progress.done,
-            in_progress: progress.in_progress,
-            current: progress.current.map(|step| history::excerpt(step, 300)),
-        };
-        if !self.conversation.plan_is_news(&event) {
-            return;
-        }
-        match self.context.store.log_event(self.row.id.clone(), event.clone()).await {
-            Ok(()) => self.conversation.plan_written(event),
-            Err(err) => {
-                tracing::warn!(session = %self.row.id, %err, "cannot put the agent's plan on the timeline");
-            }
         }
     }
 
     /// Writes a prompt into the history as the user's message, with its turn's id.
     pub(in crate::session) fn record_prompt(&mut self, prompt: String, turn_id: String) {
-        if self.recorder.recorded.history {
+        if self.recorded.history {
             return;
         }
-        if let Err(err) = self.recorder.history.append_prompt(prompt.clone(), turn_id.clone()) {
+        if let Err(err) = self.history.append_prompt(prompt.clone(), turn_id.clone()) {
             // A user message is the actor's own: no replay writes it again (an agent's
             // entries are rebuilt from agentctl's replay after the stall).
             self.write_failed("the history", &err);
-            if let Some(stall) = self.recorder.stall.as_mut() {
+            if let Some(stall) = self.stall.as_mut() {
                 stall.unwritten_prompts.push((prompt, turn_id));
             }
         }
     }
 
-    /// Publishes a session event (buffered until [`SessionActor::flush_events`]). During
-    /// a replay of events recorded before a restart it does nothing.
+    /// Publishes a session event (buffered until [`Recorder::flush_events`]). During a
+    /// replay of events recorded before a restart it does nothing.
     pub(in crate::session) fn emit(&mut self, kind: SessionEventKind) {
-        if self.recorder.recorded.events {
+        if self.recorded.events {
             return;
         }
-        self.recorder.unflushed_events.push(kind);
+        self.unflushed_events.push(kind);
     }
 
     /// The marks of what is published now: the agentctl seq being handled, never below
     /// what the log already holds for this execution (events re-published while a replay
     /// catches up must not lower the mark a restart reads back).
-    pub(in crate::session) fn mark(&self) -> crate::session::record::Mark {
-        let mark = self.recorder.durability.handled.max(self.recorder.durability.events_mark);
-        crate::session::record::Mark {
-            agent_seq: (mark > 0).then_some(mark),
-            generation: self.recorder.generation,
-        }
+    pub(in crate::session) fn mark(&self) -> Mark {
+        let mark = self.durability.handled.max(self.durability.events_mark);
+        Mark { agent_seq: (mark > 0).then_some(mark), generation: self.generation }
     }
 
     /// Writes the buffered session events in one append, each carrying the agentctl seq
@@ -194,53 +185,53 @@ impl SessionActor {
     /// mark in the log are all known to be written, so none is written twice and none is
     /// lost.
     pub(in crate::session) fn flush_events(&mut self) {
-        if self.recorder.unflushed_events.is_empty() {
+        if self.unflushed_events.is_empty() {
             return;
         }
-        let kinds = std::mem::take(&mut self.recorder.unflushed_events);
+        let kinds = std::mem::take(&mut self.unflushed_events);
         let metrics = crate::metrics::get();
         metrics.published_events.inc_by(kinds.len() as u64);
-        let log = Arc::clone(self.recorder.record.log());
+        let log = Arc::clone(self.record.log());
         let before = log.disk_bytes();
-        if let Err(err) = self.recorder.record.publish(kinds, self.mark()) {
+        if let Err(err) = self.record.publish(kinds, self.mark()) {
             self.write_failed("the session's event log", &err);
         }
         metrics.published_bytes.inc_by(log.disk_bytes().saturating_sub(before));
         // Retention: the oldest segments go once the log passes its limit. (A restart
         // reads its marks from the newest events, which are always kept.)
-        if log.disk_bytes() > self.context.event_log_retain_bytes
-            && let Err(err) = log.retain(self.context.event_log_retain_bytes)
+        if log.disk_bytes() > self.retain_bytes
+            && let Err(err) = log.retain(self.retain_bytes)
         {
-            tracing::warn!(session = %self.row.id, %err, "cannot drop old event log segments");
+            tracing::warn!(session = %self.session(), %err, "cannot drop old event log segments");
         }
     }
 
-    /// Records and publishes a state change; publishing the same state and error again is
-    /// skipped, so a subscriber sees each change once.
+    /// Records and publishes a state change (the event first: a replay re-applies the
+    /// store write, but would skip the event), then shows it in `row` and `view`;
+    /// publishing the same state and error again is skipped, so a subscriber sees each
+    /// change once.
     pub(in crate::session) async fn set_state(
         &mut self,
-        state: SessionState,
-        error: Option<String>,
-        task: Option<&'static str>,
+        row: &mut SessionRow,
+        view: &watch::Sender<SessionView>,
+        (state, error, task): (SessionState, Option<String>, Option<&'static str>),
     ) -> Result<(), SessionError> {
-        if state == self.row.state && error == self.row.error_message {
+        if state == row.state && error == row.error_message {
             return Ok(());
         }
-        // The event first: a replay re-applies the store write, but would skip the event.
-        // (After what this actor published so far.)
+        // After what this actor published so far.
         self.flush_events();
-        let opened =
-            self.row.state == SessionState::Starting && state == SessionState::WaitingForInput;
+        let opened = row.state == SessionState::Starting && state == SessionState::WaitingForInput;
         let between = opened.then_some("state.opened_published");
         let mark = self.mark();
-        match self.recorder.record.set_state(state, error.clone(), task, mark, between).await {
+        match self.record.set_state(state, error.clone(), task, mark, between).await {
             Ok(()) => {}
             Err(RecordError::Log(err)) => self.write_failed("the session's event log", &err),
             Err(RecordError::Store(err)) => return Err(err.into()),
         }
-        self.row.state = state;
-        self.row.error_message = error.clone();
-        self.update_view(|view| {
+        row.state = state;
+        row.error_message = error.clone();
+        view.send_modify(|view| {
             view.state = state;
             view.error = error;
         });

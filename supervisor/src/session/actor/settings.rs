@@ -21,7 +21,7 @@ impl SessionActor {
             Ok(settings) => self.choices.load(settings),
             Err(err) => {
                 tracing::warn!(session = %self.row.id, %err, "cannot read the session's settings");
-                self.emit(SessionEventKind::Notice {
+                self.recorder.emit(SessionEventKind::Notice {
                     message: format!(
                         "the session's chosen settings cannot be read ({err}); the agent's own stand"
                     ),
@@ -103,7 +103,7 @@ impl SessionActor {
                 failed.join("; ")
             );
             let _ = self.context.store.log_error(self.row.id.clone(), reason.clone()).await;
-            self.emit(SessionEventKind::Notice { message: reason.clone() });
+            self.recorder.emit(SessionEventKind::Notice { message: reason.clone() });
             self.update_view(|view| view.settings_blocked = Some(reason));
         }
         self.session_opened(acp_session, restored).await;
@@ -141,14 +141,14 @@ impl SessionActor {
             Setting::Mode(mode) => json!({"sessionUpdate": "current_mode_update",
                 "currentModeId": mode}),
         };
-        self.emit(SessionEventKind::SessionUpdate { update });
+        self.recorder.emit(SessionEventKind::SessionUpdate { update });
     }
 
     fn unblock_if_restored(&mut self) {
         let blocked = self.view_tx.borrow().settings_blocked.is_some();
         if blocked && self.choices.all_restored() {
             self.update_view(|view| view.settings_blocked = None);
-            self.emit(SessionEventKind::Notice {
+            self.recorder.emit(SessionEventKind::Notice {
                 message: "the session's settings are as chosen again; prompts are taken".into(),
             });
         }

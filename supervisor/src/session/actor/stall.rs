@@ -14,19 +14,6 @@ const LOST_WHILE_STALLED: &str =
     "the agent went away while its output could not be recorded (a failed write)";
 
 impl SessionActor {
-    /// A durable write failed: nothing more is acknowledged, and after this handling the
-    /// actor stops taking agentctl's events (they wait in agentctl's spool) until a retry
-    /// succeeds. Nothing acknowledged is lost; nothing unacknowledged is dropped.
-    pub(in crate::session) fn write_failed(&mut self, what: &str, err: &dyn std::fmt::Display) {
-        tracing::error!(session = %self.row.id, %err, "cannot write {what}");
-        if self.recorder.stall.is_none() {
-            let reason = format!(
-                "cannot write {what}: {err}; the agent's output is held (nothing is lost) until it can"
-            );
-            self.recorder.stall = Some(Stall { reason, ..Stall::default() });
-        }
-    }
-
     /// Changes the session's state; when the store does not take it, the change is kept
     /// and written at the next try of the stall this starts (a loss's end must not be
     /// left unwritten: the store would say `RUNNING` for an agent that is gone).
@@ -37,7 +24,7 @@ impl SessionActor {
         task: Option<&'static str>,
     ) {
         if let Err(err) = self.set_state(state, error.clone(), task).await {
-            self.write_failed("the session's state", &err);
+            self.recorder.write_failed("the session's state", &err);
             if let Some(stall) = self.recorder.stall.as_mut() {
                 stall.unwritten_state = Some(UnwrittenState { state, error, task });
             }
@@ -184,7 +171,7 @@ impl SessionActor {
         self.conversation.answering.clear();
         self.recorder
             .record
-            .void_open_work(&reason, Vec::new(), self.mark())
+            .void_open_work(&reason, Vec::new(), self.recorder.mark())
             .await
             .map_err(|err| format!("cannot write interrupted turns: {err}"))?;
         let settled = self.row.state.is_terminal() || self.row.state == SessionState::Paused;

@@ -121,8 +121,12 @@ impl SessionActor {
             )
             .await?;
         agentctl::fault::point("prompt.recorded");
-        self.record_prompt(text.clone(), turn_id.clone());
-        self.emit(SessionEventKind::TurnStarted { turn_id: turn_id.clone(), prompt: text, origin });
+        self.recorder.record_prompt(text.clone(), turn_id.clone());
+        self.recorder.emit(SessionEventKind::TurnStarted {
+            turn_id: turn_id.clone(),
+            prompt: text,
+            origin,
+        });
         self.conversation.turn = Some(Turn {
             id: turn_id.clone(),
             cancel_at: None,
@@ -169,7 +173,7 @@ impl SessionActor {
         if !self.conversation.show_quiet_stderr(starting) {
             return;
         }
-        self.emit(SessionEventKind::Notice { message: said() });
+        self.recorder.emit(SessionEventKind::Notice { message: said() });
     }
 
     /// The launch step the agent is waited for in, while it starts (the step of the
@@ -232,10 +236,11 @@ impl SessionActor {
         let answer = crate::session::cancelled_answer(&method);
         let outcome = answer.get("outcome").cloned().unwrap_or(answer);
         self.conversation.answering.remove(&request_id);
-        self.emit(SessionEventKind::PermissionResolved { request_id: request_id.clone(), outcome });
-        self.flush_events();
+        self.recorder
+            .emit(SessionEventKind::PermissionResolved { request_id: request_id.clone(), outcome });
+        self.recorder.flush_events();
         if let Err(err) = self.context.store.delete_pending(self.row.id.clone(), request_id).await {
-            self.write_failed("a withdrawn question", &err);
+            self.recorder.write_failed("a withdrawn question", &err);
         }
     }
 
@@ -294,7 +299,7 @@ impl SessionActor {
             self.recorder.history.mark_cut(error.as_deref().unwrap_or("the turn failed"));
         }
         if let Err(err) = self.recorder.history.flush_agent() {
-            self.write_failed("the history", &err);
+            self.recorder.write_failed("the history", &err);
         }
         // Events first (the turn's end, then the state it leads to), then one store write
         // for both (see `SessionRecord::end_turn`).
@@ -304,10 +309,10 @@ impl SessionActor {
             .then(|| (waiting, error.clone(), Some(task_state::REVIEW)));
         let end = TurnEnd { turn_id, state, stop_reason, error, then: then.clone() };
         for kind in end.events() {
-            self.emit(kind);
+            self.recorder.emit(kind);
         }
         self.update_view(|view| view.turn_id = None);
-        self.flush_events();
+        self.recorder.flush_events();
         let output = (state == TurnState::Completed).then(|| crate::store::TurnOutput {
             text: self.recorder.history.final_message(),
             usage: self.meter.usage().and_then(|usage| {
@@ -331,7 +336,7 @@ impl SessionActor {
                     });
                 }
             }
-            Err(err) => self.write_failed("the end of a turn", &err),
+            Err(err) => self.recorder.write_failed("the end of a turn", &err),
         }
         agentctl::fault::point("turn.recorded");
         let per_turn = self.profile.session.usage_totals == UsageReporting::PerTurn;
@@ -374,7 +379,7 @@ impl SessionActor {
                 .end_turn(turn_id, TurnState::Failed, None, Some(error.into()))
                 .await
             {
-                self.write_failed("the end of a turn", &err);
+                self.recorder.write_failed("the end of a turn", &err);
             }
         }
         self.send_unsent_initial_prompt().await;
@@ -414,8 +419,8 @@ impl SessionActor {
         tracing::info!(session = %self.row.id, turn = %turn_id, "sending the first prompt again: it never reached the agent");
         if self.recorder.history.is_empty() {
             // Killed before the turn's start was written (see `prepare_turn`).
-            self.record_prompt(prompt.to_owned(), turn_id.to_owned());
-            self.emit(SessionEventKind::TurnStarted {
+            self.recorder.record_prompt(prompt.to_owned(), turn_id.to_owned());
+            self.recorder.emit(SessionEventKind::TurnStarted {
                 turn_id: turn_id.to_owned(),
                 prompt: prompt.to_owned(),
                 origin: PromptOrigin::User,
@@ -467,7 +472,7 @@ impl SessionActor {
             }
             Err(err) => err,
         };
-        self.emit(SessionEventKind::Notice {
+        self.recorder.emit(SessionEventKind::Notice {
             message: format!("the initial prompt could not be sent: {err}"),
         });
         // Too long for the agent's line: so it would be anywhere. Anything else is about
