@@ -570,7 +570,7 @@ async fn fence(runtime: &dyn Runtime, state_dir: &Path) {
     let target = crate::runtime::FenceTarget {
         session_id: format!("pool-{}", entry.unwrap_or_default()),
         state_dir: state_dir.to_owned(),
-        executor: None,
+        execution: None,
         grace: Duration::ZERO,
     };
     if let Err(err) = runtime.fence(&target).await {

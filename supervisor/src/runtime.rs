@@ -24,7 +24,7 @@ use agentctl::client::{self, LaunchConfig, LaunchError};
 use agents::profile::DockerSettings;
 use protocol::control::ReadyInfo;
 
-use crate::store::ExecutorRow;
+use crate::store::ExecutionRow;
 
 /// What a runtime needs to launch agentctl for one execution.
 #[derive(Debug, Clone)]
@@ -188,7 +188,7 @@ pub trait Runtime: Send + Sync + 'static {
     /// a session left out counts as [`Liveness::Dead`]. `boot_id` is this machine's boot.
     fn liveness<'a>(
         &'a self,
-        executors: &'a [ExecutorRow],
+        executions: &'a [ExecutionRow],
         boot_id: &'a str,
     ) -> BoxFuture<'a, HashMap<String, Liveness>>;
 
@@ -210,7 +210,7 @@ pub trait Runtime: Send + Sync + 'static {
     fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, Result<Endpoint, RuntimeError>>;
 
     /// Why an execution's sidecar went away, when the runtime can tell (e.g. OOM).
-    fn exit_reason<'a>(&'a self, _executor: &'a ExecutorRow) -> BoxFuture<'a, Option<String>> {
+    fn exit_reason<'a>(&'a self, _executor: &'a ExecutionRow) -> BoxFuture<'a, Option<String>> {
         Box::pin(async { None })
     }
 
@@ -241,7 +241,7 @@ pub struct FenceTarget {
     /// agentctl's state dir (its `ready.json` names the newest agentctl started there).
     pub state_dir: PathBuf,
     /// The runtime record, when there is one.
-    pub executor: Option<ExecutorRow>,
+    pub execution: Option<ExecutionRow>,
     /// How long a sidecar that is already shutting down may take to exit by itself before
     /// it is killed (zero: kill at once).
     pub grace: Duration,
@@ -353,16 +353,16 @@ impl Runtime for StandaloneRuntime {
 
     fn liveness<'a>(
         &'a self,
-        executors: &'a [ExecutorRow],
+        executions: &'a [ExecutionRow],
         boot_id: &'a str,
     ) -> BoxFuture<'a, HashMap<String, Liveness>> {
         Box::pin(async move {
-            executors
+            executions
                 .iter()
-                .map(|executor| {
-                    let alive = standalone_alive(executor, boot_id);
+                .map(|execution| {
+                    let alive = standalone_alive(execution, boot_id);
                     let liveness = if alive { Liveness::Alive } else { Liveness::Dead };
-                    (executor.session_id.clone(), liveness)
+                    (execution.session_id.clone(), liveness)
                 })
                 .collect()
         })
@@ -374,11 +374,11 @@ impl Runtime for StandaloneRuntime {
             // The recorded sidecar, and the newest one its state dir announced (a launch
             // that was cut short before it was recorded).
             let mut candidates: Vec<(i64, i64, Option<String>)> = Vec::new();
-            if let Some(executor) = &target.executor
+            if let Some(execution) = &target.execution
                 && let (Some(pid), Some(start_time)) =
-                    (executor.agentctl_pid, executor.agentctl_start_time)
+                    (execution.agentctl_pid, execution.agentctl_start_time)
             {
-                candidates.push((pid, start_time, executor.boot_id.clone()));
+                candidates.push((pid, start_time, execution.boot_id.clone()));
             }
             if let Ok(text) = std::fs::read(target.state_dir.join(agentctl::ready::READY_FILE))
                 && let Ok(ready) = serde_json::from_slice::<ReadyInfo>(&text)
@@ -387,18 +387,18 @@ impl Runtime for StandaloneRuntime {
             }
             // A warm agent's sidecar keeps the cgroup it was started in.
             let warm_cgroup = target
-                .executor
+                .execution
                 .as_ref()
-                .and_then(|executor| executor.runtime_handle.as_ref())
+                .and_then(|execution| execution.runtime_handle.as_ref())
                 .and_then(|handle| handle.get("cgroup"))
                 .and_then(|cgroup| cgroup.as_str())
                 .map(str::to_owned);
             for (pid, start_time, boot) in candidates {
-                let record = ExecutorRow {
+                let record = ExecutionRow {
                     agentctl_pid: Some(pid),
                     agentctl_start_time: Some(start_time),
                     boot_id: boot,
-                    ..ExecutorRow::default()
+                    ..ExecutionRow::default()
                 };
                 kill_sidecar(&record, &boot_id, target.grace).await?;
             }
@@ -423,8 +423,8 @@ pub fn warm_handle(state_dir: &std::path::Path, entry: &str) -> serde_json::Valu
 
 /// The state dir an execution's sidecar uses: a warm one's (its handle says), else
 /// `default` (the session's `agentctl/`).
-pub fn execution_state_dir(executor: &ExecutorRow, default: PathBuf) -> PathBuf {
-    executor
+pub fn execution_state_dir(execution: &ExecutionRow, default: PathBuf) -> PathBuf {
+    execution
         .runtime_handle
         .as_ref()
         .and_then(|handle| handle.get("state_dir"))
@@ -448,16 +448,16 @@ fn control_socket(state_dir: &std::path::Path) -> client::ControlAddr {
 /// SIGKILLs a local sidecar if it is the one recorded (same boot, same start time), and
 /// waits for it to be gone. Its guard then kills the agent's process group.
 async fn kill_sidecar(
-    executor: &ExecutorRow,
+    execution: &ExecutionRow,
     boot_id: &str,
     grace: Duration,
 ) -> Result<(), RuntimeError> {
-    let (Some(pid), Some(start_time)) = (executor.agentctl_pid, executor.agentctl_start_time)
+    let (Some(pid), Some(start_time)) = (execution.agentctl_pid, execution.agentctl_start_time)
     else {
         return Ok(());
     };
     let Ok(pid) = u32::try_from(pid) else { return Ok(()) };
-    if executor.boot_id.as_deref() != Some(boot_id) {
+    if execution.boot_id.as_deref() != Some(boot_id) {
         return Ok(());
     }
     // The pidfd pins the process: once it is open and the start time matches, the signal
@@ -524,13 +524,13 @@ pub async fn kill_local_sidecar(pid: u32, state_dir: &std::path::Path) -> std::i
 
 /// A local sidecar is alive only if the machine has not rebooted since it started, its pid
 /// still exists, and that pid's start time is the one it announced (not a recycled pid).
-fn standalone_alive(executor: &ExecutorRow, boot_id: &str) -> bool {
-    let (Some(pid), Some(start_time)) = (executor.agentctl_pid, executor.agentctl_start_time)
+fn standalone_alive(execution: &ExecutionRow, boot_id: &str) -> bool {
+    let (Some(pid), Some(start_time)) = (execution.agentctl_pid, execution.agentctl_start_time)
     else {
         return false;
     };
     let Ok(pid) = u32::try_from(pid) else { return false };
-    executor.boot_id.as_deref() == Some(boot_id)
+    execution.boot_id.as_deref() == Some(boot_id)
         && agentctl::process::PidFd::open(pid).is_ok()
         && !agentctl::process::is_zombie(pid)
         && agentctl::ready::process_start_time(pid).is_ok_and(|now| now as i64 == start_time)

@@ -34,7 +34,7 @@ use crate::session::record::{Mark, RecordError, SessionRecord};
 use crate::session::{
     self, AdoptPlan, Phase, SessionContext, SessionError, SessionHandle, SessionView, Start,
 };
-use crate::store::{ExecutorStatus, SessionRow, SessionState, Store, StoreError, Task};
+use crate::store::{ExecutionStatus, SessionRow, SessionState, Store, StoreError, Task};
 use crate::wire::runtime_kind;
 use crate::worktree;
 use protocol::api::{
@@ -394,8 +394,8 @@ impl Supervisor {
     /// down stays as it is and the caller gets `runtime_unavailable`.
     async fn check_session_runtime(&self, row: &SessionRow) -> Result<(), ServiceError> {
         let runtime = self.runtime(&row.runtime)?;
-        let executor = self.config.store.get_executor(row.id.clone()).await?;
-        let handle = executor.and_then(|executor| executor.runtime_handle);
+        let recorded = self.config.store.get_execution(row.id.clone()).await?;
+        let handle = recorded.and_then(|recorded| recorded.runtime_handle);
         runtime
             .reachable(handle.as_ref())
             .await
@@ -765,7 +765,7 @@ impl Supervisor {
     ) -> Result<Timeline, ServiceError> {
         self.session_row(&session_id).await?;
         let turns = self.config.store.session_turns(session_id.clone()).await?;
-        let current = self.config.store.get_executor(session_id.clone()).await?;
+        let current = self.config.store.get_execution(session_id.clone()).await?;
         let mut executions: Vec<ExecutionInfo> = Vec::new();
         for turn in &turns {
             match executions.iter_mut().find(|e| e.execution_id == turn.execution_id) {

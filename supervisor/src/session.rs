@@ -58,7 +58,7 @@ use crate::events::SessionEvent;
 use crate::history::History;
 use crate::runtime::Runtime;
 use crate::settings::{SessionSettings, Setting};
-use crate::store::{ExecutorRow, ResumeOutcome, SessionRow, SessionState, Store, StoreError};
+use crate::store::{ExecutionRow, ResumeOutcome, SessionRow, SessionState, Store, StoreError};
 
 /// Errors a command can meet.
 #[derive(Debug, thiserror::Error)]
@@ -420,8 +420,8 @@ impl SessionContext {
     }
 
     /// The state dir of an execution's sidecar: a warm agent's own, else the session's.
-    pub fn state_dir_of(&self, executor: &ExecutorRow) -> PathBuf {
-        crate::runtime::execution_state_dir(executor, self.agentctl_dir())
+    pub fn state_dir_of(&self, execution: &ExecutionRow) -> PathBuf {
+        crate::runtime::execution_state_dir(execution, self.agentctl_dir())
     }
 
     /// agentctl's state dir for this session.
@@ -448,7 +448,7 @@ pub enum Start {
 #[derive(Debug)]
 pub struct AdoptPlan {
     /// The runtime record.
-    pub executor: ExecutorRow,
+    pub execution: ExecutionRow,
     /// Where the sidecar listens.
     pub addr: agentctl::client::ControlAddr,
     /// Turns still running.
@@ -510,11 +510,11 @@ pub fn cancelled_answer(method: &str) -> Value {
 pub const STOPPED_WHILE_DOWN: &str =
     "the agent stopped while the supervisor was down; resume the session to go on";
 
-/// The newest seq the spool in a session's agentctl state dir holds for `executor` (0
+/// The newest seq the spool in a session's agentctl state dir holds for `execution` (0
 /// when there is none, or when the spool is not that execution's: the state dir is reused,
 /// and a launch killed before its agentctl started leaves the previous one's spool).
-pub fn leftover_seq(agentctl_dir: &std::path::Path, executor: &ExecutorRow) -> u64 {
-    if !leftovers::spool_is_of(agentctl_dir, executor) {
+pub fn leftover_seq(agentctl_dir: &std::path::Path, execution: &ExecutionRow) -> u64 {
+    if !leftovers::spool_is_of(agentctl_dir, execution) {
         return 0;
     }
     leftovers::last_seq(&leftovers::spool_dir(agentctl_dir))

@@ -72,9 +72,9 @@ pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreErr
     let row = store.get_session(session_id.clone()).await?;
     let task = store.get_task(row.task_id.clone()).await?;
     let start = store.start_commit(session_id.clone()).await?.flatten();
-    let executor = store.get_executor(session_id.clone()).await?;
-    let generation = executor.as_ref().and_then(|e| u64::try_from(e.generation).ok());
-    let execution_id = execution_id.or_else(|| executor.map(|e| e.execution_id));
+    let recorded = store.get_execution(session_id.clone()).await?;
+    let generation = recorded.as_ref().and_then(|e| u64::try_from(e.generation).ok());
+    let execution_id = execution_id.or_else(|| recorded.map(|e| e.execution_id));
     let dirty_at_start = store.start_dirty(session_id.clone()).await?;
     let git = git::state(Path::new(&row.workspace_path), start.as_deref(), &dirty_at_start).await;
     let turns = store.session_turns(session_id.clone()).await?;

@@ -310,7 +310,7 @@ macro_rules! text_enum {
 
 text_enum! {
     /// Where an execution is (`executors_running.status`).
-    ExecutorStatus, "execution status" {
+    ExecutionStatus, "execution status" {
         /// Recorded before the runtime starts it, so a restart knows to fence.
         Launching = "launching",
         /// agentctl is up; the ACP session is being opened.
@@ -330,21 +330,21 @@ text_enum! {
 
 // The enum comes from `text_enum!`, whose derive list is shared by every enum it makes.
 #[allow(clippy::derivable_impls)]
-impl Default for ExecutorStatus {
-    fn default() -> ExecutorStatus {
-        ExecutorStatus::Launching
+impl Default for ExecutionStatus {
+    fn default() -> ExecutionStatus {
+        ExecutionStatus::Launching
     }
 }
 
-impl ExecutorStatus {
+impl ExecutionStatus {
     /// The execution is over: nothing to re-attach to.
     pub fn is_over(self) -> bool {
         matches!(
             self,
-            ExecutorStatus::Exited
-                | ExecutorStatus::Lost
-                | ExecutorStatus::Dead
-                | ExecutorStatus::Stopped
+            ExecutionStatus::Exited
+                | ExecutionStatus::Lost
+                | ExecutionStatus::Dead
+                | ExecutionStatus::Stopped
         )
     }
 }
@@ -466,7 +466,7 @@ pub struct RecoveryCandidate {
     /// A turn is running or a request is pending.
     pub open_work: bool,
     /// Its current execution.
-    pub executor: ExecutorRow,
+    pub execution: ExecutionRow,
 }
 
 /// A session row.
@@ -551,7 +551,7 @@ impl Store {
 
 /// The runtime record of a session's current execution.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub struct ExecutorRow {
+pub struct ExecutionRow {
     /// The session.
     pub session_id: String,
     /// This execution's id; CAS key.
@@ -561,7 +561,7 @@ pub struct ExecutorRow {
     /// `standalone` or `docker`.
     pub runtime: String,
     /// Where the execution is.
-    pub status: ExecutorStatus,
+    pub status: ExecutionStatus,
     /// The ACP session id, when one is worth keeping.
     pub resume_token: Option<String>,
     /// agentctl's port.
@@ -593,7 +593,7 @@ pub struct ExecutorRow {
     pub agentctl_cert: Option<String>,
 }
 
-impl ExecutorRow {
+impl ExecutionRow {
     /// agentctl's control-channel address: the stored endpoint, else (a row written before
     /// endpoints were stored, or one that does not parse) loopback and the recorded port —
     /// what every runtime returned until then.

@@ -59,7 +59,7 @@ use super::{
     BoxFuture, Endpoint, FenceTarget, LaunchSpec, Liveness, Orphan, OrphanScan, Runtime,
     RuntimeError,
 };
-use crate::store::ExecutorRow;
+use crate::store::ExecutionRow;
 
 /// The port agentctl listens on inside the container.
 pub const CONTAINER_PORT: u16 = 7070;
@@ -98,8 +98,8 @@ impl ContainerExecution {
     /// Whether the container runs the execution recorded for its session: the same id
     /// and generation. A container from an older execution (a stale generation) is not
     /// re-adopted, whatever else it says.
-    pub fn is_current(&self, executor: &crate::store::ExecutorRow) -> bool {
-        self.execution_id == executor.execution_id && self.generation == Some(executor.generation)
+    pub fn is_current(&self, execution: &crate::store::ExecutionRow) -> bool {
+        self.execution_id == execution.execution_id && self.generation == Some(execution.generation)
     }
 
     fn from_labels(labels: &HashMap<String, String>) -> ContainerExecution {
@@ -699,7 +699,7 @@ impl Runtime for DockerRuntime {
 
     fn liveness<'a>(
         &'a self,
-        executors: &'a [ExecutorRow],
+        executions: &'a [ExecutionRow],
         _boot_id: &'a str,
     ) -> BoxFuture<'a, HashMap<String, Liveness>> {
         Box::pin(async move {
@@ -709,8 +709,8 @@ impl Runtime for DockerRuntime {
                 .engines
                 .iter()
                 .filter(|engine| {
-                    executors.iter().any(|executor| {
-                        DockerHandle::parse(executor.runtime_handle.as_ref())
+                    executions.iter().any(|execution| {
+                        DockerHandle::parse(execution.runtime_handle.as_ref())
                             .and_then(|handle| self.engine_of(&handle))
                             .is_some_and(|of| std::ptr::eq(of, *engine))
                     })
@@ -723,35 +723,35 @@ impl Runtime for DockerRuntime {
             let running: HashMap<&str, Result<HashMap<String, ContainerExecution>, String>> =
                 named.iter().map(|engine| engine.config.name.as_str()).zip(listed).collect();
             let mut found = HashMap::new();
-            for executor in executors {
-                let handle = DockerHandle::parse(executor.runtime_handle.as_ref());
+            for execution in executions {
+                let handle = DockerHandle::parse(execution.runtime_handle.as_ref());
                 let engine = handle.as_ref().and_then(|handle| self.engine_of(handle));
                 let liveness = match (handle, engine) {
                     (Some(handle), Some(engine)) => match &running[engine.config.name.as_str()] {
                         Err(reason) => Liveness::Unreachable(reason.clone()),
                         Ok(containers) => match containers.get(&handle.container) {
-                            Some(labels) if labels.is_current(executor) => Liveness::Alive,
+                            Some(labels) if labels.is_current(execution) => Liveness::Alive,
                             Some(labels) => Liveness::Stale(format!(
                                 "its container is labelled generation {:?} of execution {}; generation {} of {} is recorded",
                                 labels.generation,
                                 labels.execution_id,
-                                executor.generation,
-                                executor.execution_id
+                                execution.generation,
+                                execution.execution_id
                             )),
                             None => Liveness::Dead,
                         },
                     },
                     _ => Liveness::Dead,
                 };
-                found.insert(executor.session_id.clone(), liveness);
+                found.insert(execution.session_id.clone(), liveness);
             }
             found
         })
     }
 
-    fn exit_reason<'a>(&'a self, executor: &'a ExecutorRow) -> BoxFuture<'a, Option<String>> {
+    fn exit_reason<'a>(&'a self, execution: &'a ExecutionRow) -> BoxFuture<'a, Option<String>> {
         Box::pin(async move {
-            let handle = DockerHandle::parse(executor.runtime_handle.as_ref())?;
+            let handle = DockerHandle::parse(execution.runtime_handle.as_ref())?;
             let engine = self.engine_of(&handle)?;
             let docker = match self.reach(engine).await {
                 Ok(docker) => docker,
@@ -777,9 +777,9 @@ impl Runtime for DockerRuntime {
     fn fence<'a>(&'a self, target: &'a FenceTarget) -> BoxFuture<'a, Result<(), RuntimeError>> {
         Box::pin(async move {
             let handle = target
-                .executor
+                .execution
                 .as_ref()
-                .and_then(|executor| DockerHandle::parse(executor.runtime_handle.as_ref()));
+                .and_then(|execution| DockerHandle::parse(execution.runtime_handle.as_ref()));
             // The recorded engine must answer (else nothing can be promised); a launch cut
             // short before it was recorded may have left a container on any other.
             let engines = self.engines_for(handle.as_ref()).await?;

@@ -22,8 +22,8 @@ impl Supervisor {
         }
         match self.config.store.active_executions().await {
             Ok(executions) => {
-                for (row, executor) in executions {
-                    if let Err(err) = self.fence(&row, Some(executor)).await {
+                for (row, execution) in executions {
+                    if let Err(err) = self.fence(&row, Some(execution)).await {
                         tracing::error!(session = %row.id, %err, "cannot fence a sidecar");
                     }
                 }
@@ -39,7 +39,7 @@ impl Supervisor {
     pub(super) async fn fence(
         &self,
         row: &SessionRow,
-        executor: Option<crate::store::ExecutorRow>,
+        execution: Option<crate::store::ExecutionRow>,
     ) -> Result<(), ServiceError> {
         let runtime = self.runtime(&row.runtime)?;
         let state_dir = self
@@ -48,14 +48,14 @@ impl Supervisor {
             .session_dir(&row.id)
             .map(|dir| crate::home::SessionPaths::new(dir).agentctl())
             .map_err(|err| ServiceError::Internal(err.to_string()))?;
-        let state_dir = match &executor {
-            Some(executor) => crate::runtime::execution_state_dir(executor, state_dir),
+        let state_dir = match &execution {
+            Some(execution) => crate::runtime::execution_state_dir(execution, state_dir),
             None => state_dir,
         };
         let target = FenceTarget {
             session_id: row.id.clone(),
             state_dir,
-            executor,
+            execution,
             grace: std::time::Duration::ZERO,
         };
         runtime
@@ -95,8 +95,8 @@ impl Supervisor {
                 }
                 drop(guard);
                 // No actor: whatever sidecar its record names must not outlive the session.
-                let executor = self.config.store.get_executor(session_id.clone()).await?;
-                if let Err(err) = self.fence(&row, executor).await {
+                let execution = self.config.store.get_execution(session_id.clone()).await?;
+                if let Err(err) = self.fence(&row, execution).await {
                     tracing::warn!(session = %session_id, %err, "cannot fence a stopped session's sidecar");
                 }
                 self.set_state_without_actor(&session_id, end, None).await?;
@@ -189,8 +189,8 @@ impl Supervisor {
             let _ = handle.stop().await;
         }
         // Whatever sidecar of it still runs (a stop cut short by a kill left one) goes first.
-        let executor = self.config.store.get_executor(session_id.clone()).await.ok().flatten();
-        if let Err(err) = self.fence(row, executor.clone()).await {
+        let execution = self.config.store.get_execution(session_id.clone()).await.ok().flatten();
+        if let Err(err) = self.fence(row, execution.clone()).await {
             tracing::warn!(session = %session_id, %err, "cannot fence a deleted session's sidecar");
         }
         if let Some(made) = session_worktree(row) {
@@ -216,8 +216,8 @@ impl Supervisor {
             }
         }
         if let Ok(runtime) = self.runtime(&row.runtime) {
-            let handle = match self.config.store.get_executor(session_id.clone()).await {
-                Ok(executor) => executor.and_then(|executor| executor.runtime_handle),
+            let handle = match self.config.store.get_execution(session_id.clone()).await {
+                Ok(execution) => execution.and_then(|execution| execution.runtime_handle),
                 Err(_) => None,
             };
             match runtime.remove(&session_id, handle.as_ref()).await {
@@ -234,10 +234,10 @@ impl Supervisor {
         self.sessions().remove(&session_id);
         self.event_logs.lock().expect("UNWRAP: never poisoned").remove(&session_id);
         // The files the agent kept per ACP session on this host (the profile names them).
-        if let (Some(executor), Ok(profile)) = (&executor, Self::snapshot(row))
+        if let (Some(execution), Ok(profile)) = (&execution, Self::snapshot(row))
             && self.runtime(&row.runtime).is_ok_and(|runtime| runtime.agent_home().is_none())
         {
-            let ids = [&executor.acp_session_id, &executor.resume_token];
+            let ids = [&execution.acp_session_id, &execution.resume_token];
             let ids: std::collections::BTreeSet<&str> =
                 ids.into_iter().flatten().map(String::as_str).collect();
             for id in ids.into_iter().filter(|id| is_file_name(id)) {

@@ -310,8 +310,8 @@ impl Supervisor {
             .event_log(&session_id)
             .await
             .map_or((0, 0), |log| (log.last_seq(), log.acked_seq()));
-        let executor = self.config.store.get_executor(session_id.clone()).await?;
-        let generation = executor.as_ref().map_or(0, |e| u64::try_from(e.generation).unwrap_or(0));
+        let execution = self.config.store.get_execution(session_id.clone()).await?;
+        let generation = execution.as_ref().map_or(0, |e| u64::try_from(e.generation).unwrap_or(0));
         let handle = self.handle(&session_id);
         let view = handle.as_ref().map(SessionHandle::view);
         let running = view.as_ref().is_some_and(|view| view.agent_running);
@@ -335,7 +335,7 @@ impl Supervisor {
         };
         let usage = self.session_usage(&session_id, view.as_ref()).await?;
         let runtime = self.runtime(&row.runtime).ok();
-        let runtime_handle = executor.as_ref().and_then(|e| e.runtime_handle.clone());
+        let runtime_handle = execution.as_ref().and_then(|e| e.runtime_handle.clone());
         let placement =
             runtime.as_ref().and_then(|runtime| runtime.placement(runtime_handle.as_ref()));
         let (mut is_resumable, needs_resume, mut reason) = if row.state.is_terminal() {
@@ -368,9 +368,9 @@ impl Supervisor {
                 _ => "paused",
             };
             (true, true, reason)
-        } else if executor.as_ref().is_some_and(|e| e.resume_token.is_some()) {
+        } else if execution.as_ref().is_some_and(|e| e.resume_token.is_some()) {
             (true, true, "agent_not_running")
-        } else if executor.is_some() {
+        } else if execution.is_some() {
             (true, true, "agent_not_running_fresh_start")
         } else {
             // Never launched (or cut short before its launch recorded anything): a resume
@@ -399,7 +399,7 @@ impl Supervisor {
             acp_session_id: view
                 .as_ref()
                 .and_then(|view| view.acp_session_id.clone())
-                .or(executor.and_then(|e| e.resume_token)),
+                .or(execution.and_then(|e| e.resume_token)),
             runtime: runtime_kind(&row.runtime),
             worktree_path: Some(row.workspace_path),
             worktree_branch: row.worktree_branch,

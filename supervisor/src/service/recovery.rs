@@ -3,7 +3,7 @@
 //! worktrees and runtime resources), and how each is brought to a state with an exit.
 
 use super::{
-    AdoptPlan, Arc, ExecutorStatus, HashMap, Liveness, Mark, Phase, Profile, RecoverySummary,
+    AdoptPlan, Arc, ExecutionStatus, HashMap, Liveness, Mark, Phase, Profile, RecoverySummary,
     ServiceError, SessionEvent, SessionEventKind, SessionRecord, SessionRow, SessionState,
     SessionView, SnapshotTrigger, Spool, Start, Supervisor, home, session, worktree,
 };
@@ -128,36 +128,36 @@ impl Supervisor {
         }
         // Liveness, asked of each runtime once for all its executions (one call per Docker
         // engine, not an inspect per container).
-        let mut by_runtime: HashMap<String, Vec<crate::store::ExecutorRow>> = HashMap::new();
+        let mut by_runtime: HashMap<String, Vec<crate::store::ExecutionRow>> = HashMap::new();
         for candidate in &to_recover {
-            let executor = &candidate.executor;
-            by_runtime.entry(executor.runtime.clone()).or_default().push(executor.clone());
+            let execution = &candidate.execution;
+            by_runtime.entry(execution.runtime.clone()).or_default().push(execution.clone());
         }
         let mut liveness: HashMap<String, Liveness> = HashMap::new();
-        for (name, executors) in &by_runtime {
+        for (name, executions) in &by_runtime {
             if let Some(runtime) = self.config.runtimes.get(name) {
-                liveness.extend(runtime.liveness(executors, &boot_id).await);
+                liveness.extend(runtime.liveness(executions, &boot_id).await);
             }
         }
         for candidate in to_recover {
-            let executor = candidate.executor;
-            let row = match self.config.store.get_session(executor.session_id.clone()).await {
+            let execution = candidate.execution;
+            let row = match self.config.store.get_session(execution.session_id.clone()).await {
                 Ok(row) => row,
                 Err(err) => {
                     summary.skipped += 1;
-                    tracing::error!(session = %executor.session_id, %err, "cannot read this session for recovery; skipped");
+                    tracing::error!(session = %execution.session_id, %err, "cannot read this session for recovery; skipped");
                     continue;
                 }
             };
             let session_id = row.id.clone();
-            let (kept_row, kept_executor) = (row.clone(), executor.clone());
+            let (kept_row, kept_execution) = (row.clone(), execution.clone());
             let found = liveness.remove(&session_id).unwrap_or(Liveness::Dead);
-            match self.recover_one(row, executor, found, &mut summary).await {
+            match self.recover_one(row, execution, found, &mut summary).await {
                 Ok(Some(adopted)) => adopting.push(adopted),
                 Ok(None) => {}
                 Err(err) => {
                     // Whatever it was, no sidecar of it may run on unowned.
-                    if let Err(fence) = self.fence(&kept_row, Some(kept_executor)).await {
+                    if let Err(fence) = self.fence(&kept_row, Some(kept_execution)).await {
                         tracing::error!(session = %session_id, %fence, "cannot fence a skipped session's sidecar");
                     }
                     summary.skipped += 1;
@@ -249,18 +249,18 @@ impl Supervisor {
             |session_id: &str| self.handle(session_id).is_some_and(|handle| handle.is_live());
         match self.config.store.unfinished_executions_at_rest().await {
             Ok(executions) => {
-                for (row, executor) in executions {
+                for (row, execution) in executions {
                     if owned(&row.id) {
                         continue;
                     }
-                    let execution_id = executor.execution_id.clone();
-                    match self.fence(&row, Some(executor)).await {
+                    let execution_id = execution.execution_id.clone();
+                    match self.fence(&row, Some(execution)).await {
                         Ok(()) => {
-                            let dead = ExecutorStatus::Dead;
+                            let dead = ExecutionStatus::Dead;
                             let _ = self
                                 .config
                                 .store
-                                .set_executor_status(row.id.clone(), execution_id, dead)
+                                .set_execution_status(row.id.clone(), execution_id, dead)
                                 .await;
                             swept += 1;
                         }
@@ -399,22 +399,22 @@ impl Supervisor {
         sidecar_pids: &std::collections::HashSet<u32>,
         sidecar_dirs: &std::collections::HashSet<std::path::PathBuf>,
     ) -> bool {
-        let executor = &candidate.executor;
-        let recorded_alive = executor
+        let execution = &candidate.execution;
+        let recorded_alive = execution
             .agentctl_pid
             .and_then(|pid| u32::try_from(pid).ok())
             .is_some_and(|pid| sidecar_pids.contains(&pid));
         let local = self.config.runtimes.local().map(|runtime| runtime.name());
         local == Some(candidate.runtime.as_str())
-            && local == Some(executor.runtime.as_str())
+            && local == Some(execution.runtime.as_str())
             && candidate.state == SessionState::WaitingForInput
-            && executor.status.is_over()
+            && execution.status.is_over()
             && !candidate.open_work
             && !recorded_alive
             && (sidecar_dirs.is_empty()
                 || !sidecar_dirs.contains(&crate::runtime::execution_state_dir(
-                    executor,
-                    self.config.home.session(&executor.session_id).agentctl(),
+                    execution,
+                    self.config.home.session(&execution.session_id).agentctl(),
                 )))
     }
 
@@ -447,18 +447,18 @@ impl Supervisor {
     ) -> Result<Option<Adopting>, ServiceError> {
         let store = &self.config.store;
         let reason = "the session was stopped";
-        let executor = store.get_executor(row.id.clone()).await?;
-        let leftovers = match executor {
-            Some(executor) if self.unrecorded_leftovers(&executor).await => Some(executor),
+        let execution = store.get_execution(row.id.clone()).await?;
+        let leftovers = match execution {
+            Some(execution) if self.unrecorded_leftovers(&execution).await => Some(execution),
             _ => None,
         };
-        if let Some(executor) = leftovers {
+        if let Some(execution) = leftovers {
             let open_turns =
-                store.open_turns(row.id.clone(), executor.execution_id.clone()).await?;
+                store.open_turns(row.id.clone(), execution.execution_id.clone()).await?;
             let questions = store.list_pending(row.id.clone()).await?.len();
             replaying_line(&row.id, open_turns.len(), questions);
-            let addr = executor.endpoint();
-            let plan = AdoptPlan { executor, addr, open_turns, gone: true };
+            let addr = execution.endpoint();
+            let plan = AdoptPlan { execution, addr, open_turns, gone: true };
             let view = self.start_adopting(&row, Supervisor::snapshot(&row)?, plan).await?;
             return Ok(Some(Adopting { session_id: row.id, view, replay: true }));
         }
@@ -482,25 +482,28 @@ impl Supervisor {
     /// Whether a dead execution's spool holds events that are not in the session's
     /// history or event log (past what each had recorded of that execution, and past
     /// what was acknowledged).
-    pub(super) async fn unrecorded_leftovers(&self, executor: &crate::store::ExecutorRow) -> bool {
+    pub(super) async fn unrecorded_leftovers(
+        &self,
+        execution: &crate::store::ExecutionRow,
+    ) -> bool {
         // Before its ACP session opened an execution holds nothing of the conversation
         // (a load's replay is acknowledged before the open is recorded): nothing to record.
-        if executor.acp_session_id.is_none() {
+        if execution.acp_session_id.is_none() {
             return false;
         }
-        let paths = self.config.home.session(&executor.session_id);
+        let paths = self.config.home.session(&execution.session_id);
         let last = session::leftover_seq(
-            &crate::runtime::execution_state_dir(executor, paths.agentctl()),
-            executor,
+            &crate::runtime::execution_state_dir(execution, paths.agentctl()),
+            execution,
         );
-        if last <= executor.acked_seq.max(0) as u64 {
+        if last <= execution.acked_seq.max(0) as u64 {
             return false;
         }
-        let generation = executor.generation;
+        let generation = execution.generation;
         let history_mark = crate::history::History::open(&paths.history())
             .map_or(0, |history| history.mark_for(generation));
         let events_mark = self
-            .record(&executor.session_id)
+            .record(&execution.session_id)
             .await
             .map_or(0, |record| record.events_mark(generation));
         last > history_mark.min(events_mark)
@@ -541,20 +544,20 @@ impl Supervisor {
     pub(super) async fn recover_one(
         &self,
         row: SessionRow,
-        executor: crate::store::ExecutorRow,
+        execution: crate::store::ExecutionRow,
         liveness: Liveness,
         summary: &mut RecoverySummary,
     ) -> Result<Option<Adopting>, ServiceError> {
         // A runtime this daemon does not have: reported, and the session skipped.
-        self.runtime(&executor.runtime)?;
-        let recorded_live = !executor.status.is_over();
+        self.runtime(&execution.runtime)?;
+        let recorded_live = !execution.status.is_over();
         // A session caught mid-launch or mid-handshake cannot pick up where it was (the
         // handshake's requests are gone with the old process): it is fenced and resumed
         // later like a dead one. An execution recorded `running` finished its handshake
         // (that is recorded when the ACP session opens, before the session's state): caught
         // between the two, it is re-attached and its state completed, not killed — its
         // `WAITING_FOR_INPUT` may already have been published.
-        let handshake_done = executor.status == ExecutorStatus::Running;
+        let handshake_done = execution.status == ExecutionStatus::Running;
         let mut unreachable = None;
         let alive = recorded_live
             && (row.state != SessionState::Starting || handshake_done)
@@ -576,17 +579,20 @@ impl Supervisor {
         // before anything starts — and the session waits, `runtime_unavailable`, until the
         // engine is back.
         if !alive && unreachable.is_none() {
-            self.fence(&row, Some(executor.clone())).await?;
+            self.fence(&row, Some(execution.clone())).await?;
         }
         // A dead sidecar whose spool holds what was never recorded (the supervisor died
         // with it, or while reading it): the spool is replayed like a live re-attach's,
         // then the execution is lost — whatever reached a spool is recorded once.
-        let gone = !alive && unreachable.is_none() && self.unrecorded_leftovers(&executor).await;
+        let gone = !alive && unreachable.is_none() && self.unrecorded_leftovers(&execution).await;
         if alive || gone {
             // Where the runtime said agentctl listens, as stored.
-            let addr = executor.endpoint();
-            let open_turns =
-                self.config.store.open_turns(row.id.clone(), executor.execution_id.clone()).await?;
+            let addr = execution.endpoint();
+            let open_turns = self
+                .config
+                .store
+                .open_turns(row.id.clone(), execution.execution_id.clone())
+                .await?;
             let questions = self.config.store.list_pending(row.id.clone()).await?.len();
             // A dead sidecar's questions are void once its spool is replayed, not restored.
             match gone {
@@ -594,7 +600,7 @@ impl Supervisor {
                 false => summary.approvals_restored += questions,
             }
             let profile = Supervisor::snapshot(&row)?;
-            let plan = AdoptPlan { executor, addr, open_turns, gone };
+            let plan = AdoptPlan { execution, addr, open_turns, gone };
             let view = self.start_adopting(&row, profile, plan).await?;
             return Ok(Some(Adopting { session_id: row.id, view, replay: gone }));
         }
@@ -612,7 +618,7 @@ impl Supervisor {
         summary.interrupted += interrupted;
         summary.approvals_cancelled += cancelled;
         let _ = store
-            .set_executor_status(row.id.clone(), executor.execution_id, ExecutorStatus::Dead)
+            .set_execution_status(row.id.clone(), execution.execution_id, ExecutionStatus::Dead)
             .await;
         summary.dead += 1;
         if unstuck {

@@ -18,7 +18,7 @@ use super::meter::{ContextReport, ContextWarning};
 use super::outbox::Outgoing;
 use crate::events::{LaunchStep, SessionEventKind};
 use crate::history::{self, EntryType};
-use crate::store::{ExecutorStatus, ResumeOutcome, SessionState, TurnState, task_state};
+use crate::store::{ExecutionStatus, ResumeOutcome, SessionState, TurnState, task_state};
 use agents::profile::{Advertised, RestoreMethod};
 pub(super) use parse::KnownConversation;
 use parse::{failed_tool_text, tool_diffs, tool_name, tool_text, tool_title};
@@ -1000,10 +1000,10 @@ impl SessionActor {
             let _ = self
                 .context
                 .store
-                .set_executor_status(
+                .set_execution_status(
                     self.row.id.clone(),
                     execution.id.clone(),
-                    ExecutorStatus::Exited,
+                    ExecutionStatus::Exited,
                 )
                 .await;
         }

@@ -44,7 +44,7 @@ use crate::events::{LaunchStep, SessionEventKind};
 use crate::history::{self, EntryType, History};
 use crate::sidecar::Control;
 use crate::store::{
-    ExecutorRow, ExecutorStatus, ResumeOutcome, SessionRow, SessionState, TurnState, task_state,
+    ExecutionRow, ExecutionStatus, ResumeOutcome, SessionRow, SessionState, TurnState, task_state,
 };
 use protocol::control::{Event, EventKind};
 
@@ -130,7 +130,7 @@ pub(super) enum SummaryStep {
 /// The live connection to one execution.
 pub(super) struct Execution {
     pub(super) id: String,
-    pub(super) record: ExecutorRow,
+    pub(super) record: ExecutionRow,
     pub(super) calls: Arc<dyn Control>,
     pub(super) outbox: mpsc::UnboundedSender<Box<Outgoing>>,
     pub(super) events_rx: crate::sidecar::EventsRx,
@@ -308,7 +308,7 @@ pub(super) struct Recorded {
 /// A retired execution and what its spool held past what was handled.
 pub(super) struct Retired {
     id: String,
-    record: ExecutorRow,
+    record: ExecutionRow,
     result: Result<(), SessionError>,
     leftovers: Vec<Event>,
 }

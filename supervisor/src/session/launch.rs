@@ -17,7 +17,7 @@ use protocol::control::{StartAgent, Status};
 use super::SessionContext;
 use crate::runtime::{FenceTarget, LaunchSpec};
 use crate::sidecar::{Control, EventsRx};
-use crate::store::{ExecutorRow, ExecutorStatus};
+use crate::store::{ExecutionRow, ExecutionStatus};
 
 /// What a launch needs, decided by the actor.
 #[derive(Debug)]
@@ -31,12 +31,12 @@ pub(super) struct LaunchPlan {
     pub(super) user: Option<String>,
     /// The runtime record of the previous execution, if any (fenced first; its resume token
     /// carries over).
-    pub(super) previous: Option<ExecutorRow>,
+    pub(super) previous: Option<ExecutionRow>,
 }
 
 /// A launched (or re-attached) execution, connected.
 pub(super) struct Connected {
-    pub(super) record: ExecutorRow,
+    pub(super) record: ExecutionRow,
     pub(super) calls: Arc<dyn Control>,
     pub(super) events_rx: EventsRx,
     /// agentctl's status at re-attach (`None` for a launch: its agent was just started).
@@ -76,7 +76,7 @@ pub(super) async fn launch(
     let target = FenceTarget {
         session_id: session_id.clone(),
         state_dir: plan.spec.state_dir.clone(),
-        executor: plan.previous.clone(),
+        execution: plan.previous.clone(),
         grace: Duration::ZERO,
     };
     context
@@ -86,11 +86,11 @@ pub(super) async fn launch(
         .map_err(|err| fail(format!("the previous execution could not be stopped: {err}")))?;
     // Recorded before it exists, so a restart in the middle knows there may be a sidecar
     // to fence (found through its state dir or container name).
-    let record = ExecutorRow {
+    let record = ExecutionRow {
         session_id: session_id.clone(),
         execution_id: plan.spec.execution_id.clone(),
         runtime: context.runtime.name().into(),
-        status: ExecutorStatus::Launching,
+        status: ExecutionStatus::Launching,
         resume_token: plan.previous.as_ref().and_then(|previous| previous.resume_token.clone()),
         // Where the previous execution ran, until the runtime says where this one runs: a
         // launch that fails still resumes where the session's state is.
@@ -99,13 +99,13 @@ pub(super) async fn launch(
         ..Default::default()
     };
     let mut record =
-        context.store.put_executor(record).await.map_err(|err| fail(err.to_string()))?;
+        context.store.put_execution(record).await.map_err(|err| fail(err.to_string()))?;
     let endpoint = context
         .runtime
         .launch(plan.spec.clone())
         .await
         .map_err(|err| fail(format!("runtime {}: {err}", context.runtime.name())))?;
-    record.status = ExecutorStatus::Starting;
+    record.status = ExecutionStatus::Starting;
     record.agentctl_port = match &endpoint.addr {
         agentctl::client::ControlAddr::Tcp(addr) => Some(addr.port().into()),
         agentctl::client::ControlAddr::Unix(_) => None,
@@ -116,7 +116,7 @@ pub(super) async fn launch(
     record.boot_id = Some(endpoint.ready.boot_id.clone());
     record.runtime_handle = Some(endpoint.handle.clone()).filter(|handle| !handle.is_null());
     record.agentctl_cert = endpoint.tls_cert.clone();
-    let recorded = context.store.put_executor(record.clone()).await;
+    let recorded = context.store.put_execution(record.clone()).await;
     if let Ok(stored) = &recorded {
         record = stored.clone();
     }
@@ -152,7 +152,7 @@ pub(super) async fn launch(
             Ok(Connected { record, calls, events_rx, status: None, gone: false, warm: None })
         }
         Err(reason) => {
-            let target = FenceTarget { executor: Some(record), ..target };
+            let target = FenceTarget { execution: Some(record), ..target };
             if let Err(err) = context.runtime.fence(&target).await {
                 tracing::error!(session = %session_id, %err, "cannot fence a failed launch");
             }
@@ -175,7 +175,7 @@ pub(super) async fn claim(
     let previous = FenceTarget {
         session_id: session_id.clone(),
         state_dir: plan.spec.state_dir.clone(),
-        executor: plan.previous.clone(),
+        execution: plan.previous.clone(),
         grace: Duration::ZERO,
     };
     let crate::pool::Warm {
@@ -191,11 +191,11 @@ pub(super) async fn claim(
         refill,
         ..
     } = warm;
-    let record = ExecutorRow {
+    let record = ExecutionRow {
         session_id: session_id.clone(),
         execution_id: plan.spec.execution_id.clone(),
         runtime: context.runtime.name().into(),
-        status: ExecutorStatus::Starting,
+        status: ExecutionStatus::Starting,
         resume_token: plan.previous.as_ref().and_then(|previous| previous.resume_token.clone()),
         runtime_handle: Some(crate::runtime::warm_handle(&state_dir, &id)),
         agentctl_token: Some(token),
@@ -217,7 +217,7 @@ pub(super) async fn claim(
         // Binding the workspace gives the agent nothing to act on (no session is open yet):
         // it goes beside the record's write.
         let (record, bound) = tokio::join!(
-            context.store.put_executor(record.clone()),
+            context.store.put_execution(record.clone()),
             calls.bind_workspace(&plan.spec.workspace)
         );
         bound.map_err(|err| err.to_string())?;
@@ -234,7 +234,7 @@ pub(super) async fn claim(
         }),
         Err(reason) => {
             drop(calls);
-            let target = FenceTarget { executor: Some(record), state_dir, ..previous };
+            let target = FenceTarget { execution: Some(record), state_dir, ..previous };
             if let Err(err) = context.runtime.fence(&target).await {
                 tracing::error!(session = %session_id, %err, "cannot fence a warm agent it could not claim");
             }
@@ -247,7 +247,7 @@ pub(super) async fn claim(
 pub(super) async fn adopt(
     context: SessionContext,
     addr: agentctl::client::ControlAddr,
-    record: ExecutorRow,
+    record: ExecutionRow,
 ) -> Result<Connected, String> {
     let token = record.agentctl_token.clone().unwrap_or_default();
     let after = record.acked_seq.max(0) as u64;
@@ -263,7 +263,7 @@ pub(super) async fn adopt(
 
 /// "Re-attaches" to a sidecar that died: its events are what its spool holds after
 /// `acked_seq` (see `leftovers.rs`), its calls those of a dead sidecar.
-pub(super) fn adopt_gone(context: &SessionContext, record: ExecutorRow) -> Connected {
+pub(super) fn adopt_gone(context: &SessionContext, record: ExecutionRow) -> Connected {
     let state_dir = context.state_dir_of(&record);
     let dir = super::leftovers::spool_dir(&state_dir);
     let acked = record.acked_seq.max(0) as u64;
@@ -283,7 +283,7 @@ pub(super) fn adopt_gone(context: &SessionContext, record: ExecutorRow) -> Conne
 pub(super) async fn retire(
     context: SessionContext,
     calls: Arc<dyn Control>,
-    record: ExecutorRow,
+    record: ExecutionRow,
     grace: Duration,
     farewell: Option<serde_json::Value>,
 ) -> Result<(), String> {
@@ -318,13 +318,13 @@ const RETIRE_GRACE: Duration = Duration::from_secs(2);
 /// giving a sidecar that is shutting down `grace` to exit by itself.
 pub(super) async fn fence(
     context: &SessionContext,
-    record: ExecutorRow,
+    record: ExecutionRow,
     grace: Duration,
 ) -> Result<(), String> {
     let target = FenceTarget {
         session_id: record.session_id.clone(),
         state_dir: context.state_dir_of(&record),
-        executor: Some(record),
+        execution: Some(record),
         grace,
     };
     context.runtime.fence(&target).await.map_err(|err| err.to_string())

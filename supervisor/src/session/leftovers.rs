@@ -79,18 +79,18 @@ impl Control for DeadSidecar {
     }
 }
 
-/// Whether the spool in an agentctl state dir was written by `executor`'s agentctl: the
+/// Whether the spool in an agentctl state dir was written by `execution`'s agentctl: the
 /// one `ready.json` announces (a new agentctl empties the spool before it announces) is
 /// the one the execution recorded.
-pub(super) fn spool_is_of(agentctl_dir: &Path, executor: &crate::store::ExecutorRow) -> bool {
+pub(super) fn spool_is_of(agentctl_dir: &Path, execution: &crate::store::ExecutionRow) -> bool {
     let Ok(text) = std::fs::read(agentctl_dir.join(agentctl::ready::READY_FILE)) else {
         return false;
     };
     let Ok(ready) = serde_json::from_slice::<protocol::control::ReadyInfo>(&text) else {
         return false;
     };
-    executor.agentctl_pid == Some(i64::from(ready.pid))
-        && executor.agentctl_start_time == Some(ready.start_time as i64)
+    execution.agentctl_pid == Some(i64::from(ready.pid))
+        && execution.agentctl_start_time == Some(ready.start_time as i64)
 }
 
 /// The spool directory of a session's agentctl state dir.

@@ -16,7 +16,7 @@ use super::{Phase, SessionContext, SessionHandle, Start, start_session};
 use crate::runtime::Runtime;
 use crate::sidecar::Connector;
 use crate::sidecar::fake::{FakeConnector, FakeRuntime, FakeSidecar, Mode};
-use crate::store::{ExecutorRow, SessionRow, SessionState, Store};
+use crate::store::{ExecutionRow, SessionRow, SessionState, Store};
 
 struct Setup {
     handle: SessionHandle,
@@ -147,8 +147,8 @@ async fn a_launch_that_cannot_connect_fences_what_the_runtime_started() {
     let fenced = setup.runtime.fenced.lock().unwrap().clone();
     // Once before the launch (nothing recorded yet), once for the sidecar it started.
     assert_eq!(fenced.len(), 2, "{fenced:?}");
-    assert!(fenced[0].executor.is_none());
-    let started = fenced[1].executor.as_ref().expect("the new execution's record");
+    assert!(fenced[0].execution.is_none());
+    let started = fenced[1].execution.as_ref().expect("the new execution's record");
     assert_eq!(started.agentctl_pid, Some(4_000_000));
 }
 
@@ -279,8 +279,8 @@ async fn a_detached_session_keeps_its_state_and_a_resume_launches_a_new_executio
     assert_eq!(outcome, crate::store::ResumeOutcome::NativeLoad, "the agent can load its session");
     until(&setup.handle, |view| view.phase == Phase::Open && view.agent_running).await;
     assert!(!Arc::ptr_eq(&first, &setup.sidecar()), "a new sidecar");
-    let executor = setup.store().get_executor(setup.handle_id()).await.unwrap().unwrap();
-    assert_eq!(executor.generation, 2, "the new execution is the session's second");
+    let execution = setup.store().get_execution(setup.handle_id()).await.unwrap().unwrap();
+    assert_eq!(execution.generation, 2, "the new execution is the session's second");
 }
 
 #[tokio::test]
@@ -351,8 +351,8 @@ async fn a_stream_ended_by_the_daemons_shutdown_is_no_loss_and_its_sidecar_runs_
         let store = setup.store();
         let (state, _, _) = store.get_turn(turn).await.unwrap();
         assert_eq!(state, "running", "{how_it_ends}: the turn is the next start's to settle");
-        let executor = store.get_executor(setup.handle_id()).await.unwrap().unwrap();
-        assert_eq!(executor.status, crate::store::ExecutorStatus::Running, "{how_it_ends}");
+        let execution = store.get_execution(setup.handle_id()).await.unwrap().unwrap();
+        assert_eq!(execution.status, crate::store::ExecutionStatus::Running, "{how_it_ends}");
         assert_eq!(
             store.get_session(setup.handle_id()).await.unwrap().state,
             SessionState::Running
@@ -390,8 +390,8 @@ async fn pausing_an_idle_session_stops_its_agent_snapshots_and_publishes_it() {
 
 /// The execution a restart finds recorded for `row` (`e1`, generation 1, agentctl pid 4242
 /// started at tick 77, its ACP session open), with turn `t1` running in it.
-async fn recorded_execution(store: &Store, row: &SessionRow) -> ExecutorRow {
-    let executor = ExecutorRow {
+async fn recorded_execution(store: &Store, row: &SessionRow) -> ExecutionRow {
+    let execution = ExecutionRow {
         session_id: row.id.clone(),
         execution_id: "e1".into(),
         generation: 1,
@@ -400,21 +400,21 @@ async fn recorded_execution(store: &Store, row: &SessionRow) -> ExecutorRow {
         agentctl_pid: Some(4_242),
         agentctl_start_time: Some(77),
         acp_session_id: Some("fake-session".into()),
-        ..ExecutorRow::default()
+        ..ExecutionRow::default()
     };
-    store.put_executor(executor.clone()).await.unwrap();
+    store.put_execution(execution.clone()).await.unwrap();
     store
         .insert_turn("t1".into(), row.id.clone(), "e1".into(), "5".into(), ("p".into(), None))
         .await
         .unwrap();
-    executor
+    execution
 }
 
 #[tokio::test]
 async fn a_failed_adopt_voids_the_open_work_fences_and_leaves_the_session_resumable() {
     use crate::events::SessionEventKind as K;
     let setup = start_with(Mode::Unreachable, SessionState::Running, |store, row| async move {
-        let executor = recorded_execution(&store, &row).await;
+        let execution = recorded_execution(&store, &row).await;
         let method = "session/request_permission".to_owned();
         let params = json!({"toolCall": {"title": "ls"}});
         store
@@ -424,7 +424,7 @@ async fn a_failed_adopt_voids_the_open_work_fences_and_leaves_the_session_resuma
         let open_turns = store.open_turns(row.id.clone(), "e1".into()).await.unwrap();
         let addr = SocketAddr::from(([127, 0, 0, 1], 9));
         Start::Adopt(Box::new(super::AdoptPlan {
-            executor,
+            execution,
             addr: addr.into(),
             open_turns,
             gone: false,
@@ -442,7 +442,7 @@ async fn a_failed_adopt_voids_the_open_work_fences_and_leaves_the_session_resuma
     assert!(
         fenced
             .iter()
-            .any(|target| target.executor.as_ref().is_some_and(|e| e.execution_id == "e1"))
+            .any(|target| target.execution.as_ref().is_some_and(|e| e.execution_id == "e1"))
     );
     // The stream says each end before the rows change: the question void, the turn
     // interrupted, then the state.
@@ -465,7 +465,7 @@ async fn a_failed_adopt_voids_the_open_work_fences_and_leaves_the_session_resuma
 async fn a_dead_sidecars_spool_is_recorded_at_recovery_and_its_turn_ends_as_the_agent_did() {
     use crate::events::SessionEventKind as K;
     let setup = start_with(Mode::Unreachable, SessionState::Running, |store, row| async move {
-        let executor = recorded_execution(&store, &row).await;
+        let execution = recorded_execution(&store, &row).await;
         store.mark_delivered("t1".into()).await.unwrap();
         // The dead sidecar's state dir: `ready.json` naming it, and its spool — two chunks
         // of the turn nobody recorded, then the agent's exit.
@@ -496,7 +496,7 @@ async fn a_dead_sidecars_spool_is_recorded_at_recovery_and_its_turn_ends_as_the_
             .unwrap();
         let open_turns = store.open_turns(row.id.clone(), "e1".into()).await.unwrap();
         let addr = SocketAddr::from(([127, 0, 0, 1], 9));
-        Start::Adopt(Box::new(super::AdoptPlan { executor, addr: addr.into(), open_turns, gone: true }))
+        Start::Adopt(Box::new(super::AdoptPlan { execution, addr: addr.into(), open_turns, gone: true }))
     })
     .await;
     until(&setup.handle, |view| {

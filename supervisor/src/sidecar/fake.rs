@@ -19,7 +19,7 @@ use crate::runtime::{
     BoxFuture, Endpoint, FenceTarget, LaunchSpec, Liveness, Runtime, RuntimeError,
 };
 use crate::sidecar::{Connection, Connector, Control};
-use crate::store::ExecutorRow;
+use crate::store::ExecutionRow;
 
 /// A runtime that launches nothing and records every fence. Its sidecars are alive for a
 /// restart's recovery while `alive` is set (and, once fenced, no longer).
@@ -60,13 +60,13 @@ impl Runtime for FakeRuntime {
 
     fn liveness<'a>(
         &'a self,
-        executors: &'a [ExecutorRow],
+        executions: &'a [ExecutionRow],
         _: &'a str,
     ) -> BoxFuture<'a, std::collections::HashMap<String, Liveness>> {
         let alive = self.alive.load(Ordering::SeqCst);
-        let found = executors.iter().map(|executor| {
+        let found = executions.iter().map(|execution| {
             let liveness = if alive { Liveness::Alive } else { Liveness::Dead };
-            (executor.session_id.clone(), liveness)
+            (execution.session_id.clone(), liveness)
         });
         let found = found.collect();
         Box::pin(async move { found })

@@ -2,7 +2,7 @@
 //! a restart re-attaches to or fences, its resume token and acknowledged seq.
 
 use super::{
-    EXECUTOR_COLUMNS, ExecutorRow, ExecutorStatus, Named, Opened, OptionalExtension,
+    EXECUTOR_COLUMNS, ExecutionRow, ExecutionStatus, Named, Opened, OptionalExtension,
     RecoveryCandidate, ResumeOutcome, SESSION_COLUMNS, SessionRow, Store, StoreError,
     TimelineEvent, TransactionBehavior, finish_session, log, now_ms, params, session_from_row,
     session_state, sessions_matching,
@@ -11,7 +11,7 @@ use super::{
 impl Store {
     /// Records an execution, replacing the previous one: a new execution gets the next
     /// generation; writing the same execution again keeps its own. Returns the row stored.
-    pub async fn put_executor(&self, row: ExecutorRow) -> Result<ExecutorRow, StoreError> {
+    pub async fn put_execution(&self, row: ExecutionRow) -> Result<ExecutionRow, StoreError> {
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let previous: Option<(i64, String)> = tx
@@ -70,10 +70,10 @@ impl Store {
     }
 
     /// The current execution of a session, if any.
-    pub async fn get_executor(
+    pub async fn get_execution(
         &self,
         session_id: String,
-    ) -> Result<Option<ExecutorRow>, StoreError> {
+    ) -> Result<Option<ExecutionRow>, StoreError> {
         self.call(move |conn| {
             Ok(conn
                 .query_row(
@@ -81,7 +81,7 @@ impl Store {
                         "SELECT {EXECUTOR_COLUMNS} FROM executors_running WHERE session_id = ?1"
                     ),
                     [&session_id],
-                    executor_from_row,
+                    execution_from_row,
                 )
                 .optional()?)
         })
@@ -124,7 +124,7 @@ impl Store {
         let live_pids =
             serde_json::Value::from(live_pids.iter().copied().collect::<Vec<_>>()).to_string();
         let live_sessions = serde_json::Value::from(live_sessions).to_string();
-        let not_over: Vec<&str> = ExecutorStatus::ALL
+        let not_over: Vec<&str> = ExecutionStatus::ALL
             .iter()
             .filter(|status| !status.is_over())
             .map(|status| status.as_str())
@@ -139,18 +139,18 @@ impl Store {
                         r.get::<_, String>(0)?,
                         r.get::<_, String>(1)?,
                         r.get::<_, bool>(2)?,
-                        executor_from_row_at(r, 3)?,
+                        execution_from_row_at(r, 3)?,
                     ))
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
             let candidates = rows
                 .into_iter()
-                .map(|(state, runtime, open_work, executor)| {
+                .map(|(state, runtime, open_work, execution)| {
                     Ok(RecoveryCandidate {
                         state: session_state(&state)?,
                         runtime,
                         open_work,
-                        executor,
+                        execution,
                     })
                 })
                 .collect::<Result<Vec<_>, StoreError>>()?;
@@ -184,7 +184,7 @@ impl Store {
     /// must go.
     pub async fn unfinished_executions_at_rest(
         &self,
-    ) -> Result<Vec<(SessionRow, ExecutorRow)>, StoreError> {
+    ) -> Result<Vec<(SessionRow, ExecutionRow)>, StoreError> {
         self.executions_where(
             "s.state NOT IN ('CREATED', 'STARTING', 'RUNNING', 'WAITING_FOR_INPUT') \
              AND e.status NOT IN ('exited', 'lost', 'dead', 'stopped')",
@@ -193,7 +193,7 @@ impl Store {
     }
 
     /// Every active session that has a runtime record: the candidates for re-adoption.
-    pub async fn active_executions(&self) -> Result<Vec<(SessionRow, ExecutorRow)>, StoreError> {
+    pub async fn active_executions(&self) -> Result<Vec<(SessionRow, ExecutionRow)>, StoreError> {
         self.executions_where("s.state IN ('STARTING', 'RUNNING', 'WAITING_FOR_INPUT')").await
     }
 
@@ -201,7 +201,7 @@ impl Store {
     pub(super) async fn executions_where(
         &self,
         condition: &'static str,
-    ) -> Result<Vec<(SessionRow, ExecutorRow)>, StoreError> {
+    ) -> Result<Vec<(SessionRow, ExecutionRow)>, StoreError> {
         self.call(move |conn| {
             let columns: Vec<String> = SESSION_COLUMNS.split(", ").map(|c| format!("s.{c}")).collect();
             let exec_columns: Vec<String> = EXECUTOR_COLUMNS.split(", ").map(|c| format!("e.{c}")).collect();
@@ -215,11 +215,11 @@ impl Store {
             let rows = stmt
                 .query_map([], |r| {
                     let session = session_from_row(r)?;
-                    let executor = executor_from_row_at(r, SESSION_COLUMNS.split(", ").count())?;
-                    Ok((session, executor))
+                    let execution = execution_from_row_at(r, SESSION_COLUMNS.split(", ").count())?;
+                    Ok((session, execution))
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
-            rows.into_iter().map(|(session, executor)| Ok((finish_session(session)?, executor))).collect()
+            rows.into_iter().map(|(session, execution)| Ok((finish_session(session)?, execution))).collect()
         })
         .await
     }
@@ -246,7 +246,7 @@ impl Store {
                     execution_id,
                     opened.resume_token,
                     opened.acp_session_id,
-                    ExecutorStatus::Running,
+                    ExecutionStatus::Running,
                     opened.outcome.map(Named),
                     opened.inject_history.then_some(true),
                     now_ms()
@@ -282,7 +282,7 @@ impl Store {
         execution_id: String,
         pending: bool,
     ) -> Result<bool, StoreError> {
-        self.cas_executor(
+        self.cas_execution(
             session_id,
             execution_id,
             "resume_context_pending = ?3",
@@ -294,7 +294,7 @@ impl Store {
     /// Compare-and-set on the current execution: runs `sql` (with `?1` = session id,
     /// `?2` = execution id, `?3` = the value) only if `execution_id` is still current.
     /// Returns whether it applied.
-    pub(super) async fn cas_executor(
+    pub(super) async fn cas_execution(
         &self,
         session_id: String,
         execution_id: String,
@@ -319,17 +319,17 @@ impl Store {
         token: Option<String>,
     ) -> Result<bool, StoreError> {
         let value = token.map_or(rusqlite::types::Value::Null, rusqlite::types::Value::Text);
-        self.cas_executor(session_id, execution_id, "resume_token = ?3", value).await
+        self.cas_execution(session_id, execution_id, "resume_token = ?3", value).await
     }
 
     /// Stores the execution's status, if it is still current.
-    pub async fn set_executor_status(
+    pub async fn set_execution_status(
         &self,
         session_id: String,
         execution_id: String,
-        status: ExecutorStatus,
+        status: ExecutionStatus,
     ) -> Result<bool, StoreError> {
-        self.cas_executor(
+        self.cas_execution(
             session_id,
             execution_id,
             "status = ?3",
@@ -345,7 +345,7 @@ impl Store {
         execution_id: String,
         seq: u64,
     ) -> Result<bool, StoreError> {
-        self.cas_executor(
+        self.cas_execution(
             session_id,
             execution_id,
             "acked_seq = MAX(acked_seq, ?3)",
@@ -355,8 +355,8 @@ impl Store {
     }
 }
 
-pub(super) fn executor_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ExecutorRow> {
-    executor_from_row_at(row, 0)
+pub(super) fn execution_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ExecutionRow> {
+    execution_from_row_at(row, 0)
 }
 
 /// [`Store::recovery_candidates`]' query. Parameters: the standalone runtime's name, the
@@ -386,12 +386,12 @@ pub(super) fn recovery_candidates_sql() -> String {
     )
 }
 
-/// An executor row from `EXECUTOR_COLUMNS`, starting at column `base`.
-pub(super) fn executor_from_row_at(
+/// An execution row from `EXECUTOR_COLUMNS`, starting at column `base`.
+pub(super) fn execution_from_row_at(
     row: &rusqlite::Row<'_>,
     base: usize,
-) -> rusqlite::Result<ExecutorRow> {
-    Ok(ExecutorRow {
+) -> rusqlite::Result<ExecutionRow> {
+    Ok(ExecutionRow {
         session_id: row.get(base)?,
         execution_id: row.get(base + 1)?,
         generation: row.get(base + 2)?,

@@ -125,11 +125,11 @@ async fn writes_for_a_stale_execution_change_nothing() {
     let task = store.create_task("t".into(), String::new()).await.unwrap();
     let row = store.create_session(session(&task.id)).await.unwrap();
     let first = store
-        .put_executor(ExecutorRow {
+        .put_execution(ExecutionRow {
             session_id: row.id.clone(),
             execution_id: "e1".into(),
             runtime: "standalone".into(),
-            status: ExecutorStatus::Running,
+            status: ExecutionStatus::Running,
             ..Default::default()
         })
         .await
@@ -139,11 +139,11 @@ async fn writes_for_a_stale_execution_change_nothing() {
         store.set_resume_token(row.id.clone(), "e1".into(), Some("tok-1".into())).await.unwrap()
     );
     let second = store
-        .put_executor(ExecutorRow {
+        .put_execution(ExecutionRow {
             session_id: row.id.clone(),
             execution_id: "e2".into(),
             runtime: "standalone".into(),
-            status: ExecutorStatus::Running,
+            status: ExecutionStatus::Running,
             ..Default::default()
         })
         .await
@@ -158,7 +158,7 @@ async fn writes_for_a_stale_execution_change_nothing() {
     );
     assert!(store.set_acked_seq(row.id.clone(), "e2".into(), 10).await.unwrap());
     assert!(store.set_acked_seq(row.id.clone(), "e2".into(), 5).await.unwrap());
-    let current = store.get_executor(row.id.clone()).await.unwrap().unwrap();
+    let current = store.get_execution(row.id.clone()).await.unwrap().unwrap();
     assert_eq!(
         (current.resume_token.as_deref(), current.acked_seq),
         (Some("tok-2"), 10),
@@ -172,11 +172,11 @@ async fn deleting_a_session_removes_its_records() {
     let task = store.create_task("t".into(), String::new()).await.unwrap();
     let row = store.create_session(session(&task.id)).await.unwrap();
     store
-        .put_executor(ExecutorRow {
+        .put_execution(ExecutionRow {
             session_id: row.id.clone(),
             execution_id: "e".into(),
             runtime: "standalone".into(),
-            status: ExecutorStatus::Running,
+            status: ExecutionStatus::Running,
             ..Default::default()
         })
         .await
@@ -196,7 +196,7 @@ async fn deleting_a_session_removes_its_records() {
         .await
         .unwrap();
     store.delete_session(row.id.clone()).await.unwrap();
-    assert!(store.get_executor(row.id.clone()).await.unwrap().is_none());
+    assert!(store.get_execution(row.id.clone()).await.unwrap().is_none());
     assert!(store.list_pending(row.id.clone()).await.unwrap().is_empty());
     assert!(matches!(store.get_turn("t1".into()).await, Err(StoreError::NotFound { .. })));
     assert!(matches!(store.delete_session(row.id).await, Err(StoreError::NotFound { .. })));
@@ -238,7 +238,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
             SessionState::WaitingForInput,
             "standalone",
             "standalone",
-            ExecutorStatus::Stopped,
+            ExecutionStatus::Stopped,
             Some(10),
         ),
         (
@@ -246,7 +246,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
             SessionState::WaitingForInput,
             "standalone",
             "standalone",
-            ExecutorStatus::Exited,
+            ExecutionStatus::Exited,
             None,
         ),
         (
@@ -254,7 +254,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
             SessionState::WaitingForInput,
             "standalone",
             "standalone",
-            ExecutorStatus::Running,
+            ExecutionStatus::Running,
             None,
         ),
         (
@@ -262,7 +262,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
             SessionState::WaitingForInput,
             "standalone",
             "standalone",
-            ExecutorStatus::Launching,
+            ExecutionStatus::Launching,
             None,
         ),
         (
@@ -270,7 +270,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
             SessionState::Running,
             "standalone",
             "standalone",
-            ExecutorStatus::Stopped,
+            ExecutionStatus::Stopped,
             None,
         ),
         (
@@ -278,7 +278,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
             SessionState::Starting,
             "standalone",
             "standalone",
-            ExecutorStatus::Dead,
+            ExecutionStatus::Dead,
             None,
         ),
         (
@@ -286,7 +286,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
             SessionState::WaitingForInput,
             "docker",
             "docker",
-            ExecutorStatus::Stopped,
+            ExecutionStatus::Stopped,
             None,
         ),
         (
@@ -294,7 +294,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
             SessionState::WaitingForInput,
             "standalone",
             "docker",
-            ExecutorStatus::Lost,
+            ExecutionStatus::Lost,
             None,
         ),
         (
@@ -302,7 +302,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
             SessionState::WaitingForInput,
             "standalone",
             "standalone",
-            ExecutorStatus::Stopped,
+            ExecutionStatus::Stopped,
             None,
         ),
         (
@@ -310,7 +310,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
             SessionState::WaitingForInput,
             "standalone",
             "standalone",
-            ExecutorStatus::Stopped,
+            ExecutionStatus::Stopped,
             None,
         ),
         (
@@ -318,7 +318,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
             SessionState::WaitingForInput,
             "standalone",
             "standalone",
-            ExecutorStatus::Stopped,
+            ExecutionStatus::Stopped,
             Some(4242),
         ),
         (
@@ -326,7 +326,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
             SessionState::WaitingForInput,
             "standalone",
             "standalone",
-            ExecutorStatus::Stopped,
+            ExecutionStatus::Stopped,
             None,
         ),
         (
@@ -334,7 +334,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
             SessionState::Completed,
             "standalone",
             "standalone",
-            ExecutorStatus::Running,
+            ExecutionStatus::Running,
             None,
         ),
     ];
@@ -345,7 +345,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
         let row = store.create_session(row).await.unwrap();
         store.set_session_state(row.id.clone(), state, None, None, 0).await.unwrap();
         store
-            .put_executor(ExecutorRow {
+            .put_execution(ExecutionRow {
                 session_id: row.id.clone(),
                 execution_id: format!("e-{name}"),
                 runtime: record_runtime.into(),
@@ -378,7 +378,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
         store.recovery_candidates("standalone", &live_pids, live_sessions).await.unwrap();
     let found: std::collections::HashSet<&str> = candidates
         .iter()
-        .map(|c| *ids.iter().find(|(_, id)| **id == c.executor.session_id).unwrap().0)
+        .map(|c| *ids.iter().find(|(_, id)| **id == c.execution.session_id).unwrap().0)
         .collect();
     let expected: std::collections::HashSet<&str> = [
         "running record",
@@ -397,7 +397,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
     assert_eq!(found, expected);
     assert_eq!(active, 13, "12 active with a record, and the one without");
     let work = |name: &str| {
-        candidates.iter().find(|c| c.executor.session_id == ids[name]).unwrap().open_work
+        candidates.iter().find(|c| c.execution.session_id == ids[name]).unwrap().open_work
     };
     assert!(work("open turn") && work("pending request") && !work("live pid"));
     // Nothing live: the two kept only for their sidecar are at rest.
@@ -439,14 +439,14 @@ async fn an_opened_session_is_recorded_at_once_for_the_current_execution_only() 
     let (_dir, store) = open();
     let task = store.create_task("t".into(), String::new()).await.unwrap();
     let row = store.create_session(session(&task.id)).await.unwrap();
-    let record = |execution: &str| ExecutorRow {
+    let record = |execution: &str| ExecutionRow {
         session_id: row.id.clone(),
         execution_id: execution.into(),
         runtime: "standalone".into(),
-        status: ExecutorStatus::Starting,
+        status: ExecutionStatus::Starting,
         ..Default::default()
     };
-    store.put_executor(record("e1")).await.unwrap();
+    store.put_execution(record("e1")).await.unwrap();
     let resumed = Opened {
         resume_token: Some("tok".into()),
         acp_session_id: "acp-1".into(),
@@ -454,8 +454,8 @@ async fn an_opened_session_is_recorded_at_once_for_the_current_execution_only() 
         inject_history: true,
     };
     assert!(store.record_opened(row.id.clone(), "e1".into(), resumed).await.unwrap());
-    let now = store.get_executor(row.id.clone()).await.unwrap().unwrap();
-    assert_eq!(now.status, ExecutorStatus::Running);
+    let now = store.get_execution(row.id.clone()).await.unwrap().unwrap();
+    assert_eq!(now.status, ExecutionStatus::Running);
     assert_eq!(now.resume_token.as_deref(), Some("tok"));
     assert_eq!(now.acp_session_id.as_deref(), Some("acp-1"));
     assert_eq!(now.resume_outcome, Some(ResumeOutcome::HistoryInjection));
@@ -463,12 +463,12 @@ async fn an_opened_session_is_recorded_at_once_for_the_current_execution_only() 
     // A stale execution changes nothing.
     let stale = Opened { acp_session_id: "stale".into(), ..Default::default() };
     assert!(!store.record_opened(row.id.clone(), "e0".into(), stale).await.unwrap());
-    let same = store.get_executor(row.id.clone()).await.unwrap().unwrap();
+    let same = store.get_execution(row.id.clone()).await.unwrap().unwrap();
     assert_eq!(same.acp_session_id.as_deref(), Some("acp-1"));
     // No resume: the token is what the profile keeps (none here); the rest stays.
     let fresh = Opened { acp_session_id: "acp-2".into(), ..Default::default() };
     assert!(store.record_opened(row.id.clone(), "e1".into(), fresh).await.unwrap());
-    let now = store.get_executor(row.id.clone()).await.unwrap().unwrap();
+    let now = store.get_execution(row.id.clone()).await.unwrap().unwrap();
     assert_eq!((now.resume_token, now.acp_session_id.as_deref()), (None, Some("acp-2")));
     assert_eq!(now.resume_outcome, Some(ResumeOutcome::HistoryInjection));
     assert!(now.resume_context_pending);
@@ -489,7 +489,7 @@ async fn migration_5_keeps_sessions_and_their_references() {
     let store = Store::open(&path).unwrap();
     let row = store.get_session("s".into()).await.unwrap();
     assert_eq!(row.state, SessionState::WaitingForInput);
-    assert!(store.get_executor("s".into()).await.unwrap().is_some());
+    assert!(store.get_execution("s".into()).await.unwrap().is_some());
     store.set_paused("s".into(), paused(None), 0).await.unwrap();
     assert_eq!(store.get_session("s".into()).await.unwrap().state, SessionState::Paused);
     let fk: i64 = store
@@ -571,8 +571,8 @@ async fn the_timeline_records_each_change_in_order() {
     let task = store.create_task("t".into(), String::new()).await.unwrap();
     let row = store.create_session(session(&task.id)).await.unwrap();
     let id = row.id.clone();
-    store.put_executor(executor(&id, "e1")).await.unwrap();
-    store.put_executor(executor(&id, "e1")).await.unwrap();
+    store.put_execution(execution_row(&id, "e1")).await.unwrap();
+    store.put_execution(execution_row(&id, "e1")).await.unwrap();
     store
         .set_session_state(id.clone(), SessionState::WaitingForInput, None, None, 0)
         .await
@@ -583,7 +583,7 @@ async fn the_timeline_records_each_change_in_order() {
         .unwrap();
     store.end_turn("u1".into(), TurnState::Failed, None, Some("boom".into())).await.unwrap();
     store.log_error(id.clone(), "the agent exited".into()).await.unwrap();
-    store.put_executor(executor(&id, "e2")).await.unwrap();
+    store.put_execution(execution_row(&id, "e2")).await.unwrap();
     let resumed = Opened {
         acp_session_id: "a".into(),
         outcome: Some(ResumeOutcome::NativeLoad),
@@ -683,7 +683,7 @@ async fn snapshots_and_handoffs_are_kept_as_documented() {
     // The handoff.
     store.set_paused(id.clone(), paused(Some(&latest.snapshot_id)), 0).await.unwrap();
     assert_eq!(store.handoff(id.clone()).await.unwrap(), Some(latest.snapshot_id.clone()));
-    store.put_executor(executor(&id, "e1")).await.unwrap();
+    store.put_execution(execution_row(&id, "e1")).await.unwrap();
     let injected = Opened {
         acp_session_id: "a".into(),
         outcome: Some(ResumeOutcome::HistoryInjection),
@@ -727,8 +727,8 @@ async fn migration_6_keeps_pause_requests() {
     assert_eq!(store.get_pause("s".into()).await.unwrap(), Some(expected));
 }
 
-fn executor(session_id: &str, execution_id: &str) -> ExecutorRow {
-    ExecutorRow {
+fn execution_row(session_id: &str, execution_id: &str) -> ExecutionRow {
+    ExecutionRow {
         session_id: session_id.into(),
         execution_id: execution_id.into(),
         runtime: "standalone".into(),
@@ -754,8 +754,8 @@ fn database_at(version: usize, rows: &str) -> (tempfile::TempDir, std::path::Pat
 }
 
 /// The rows recovery and `stop_all` read whole carry every session column, the ones added
-/// by migration 8 included, and the executor after them (a join read by position once put
-/// the executor where the new columns now are).
+/// by migration 8 included, and the execution after them (a join read by position once put
+/// the execution where the new columns now are).
 #[tokio::test]
 async fn joined_reads_carry_the_new_session_columns_and_the_executor() {
     let (_dir, store) = open();
@@ -768,7 +768,7 @@ async fn joined_reads_carry_the_new_session_columns_and_the_executor() {
     };
     let row = store.create_session(row).await.unwrap();
     assert_eq!(store.get_session(row.id.clone()).await.unwrap(), row);
-    store.put_executor(executor(&row.id, "e1")).await.unwrap();
+    store.put_execution(execution_row(&row.id, "e1")).await.unwrap();
     store
         .set_session_state(row.id.clone(), SessionState::WaitingForInput, None, None, 0)
         .await
@@ -790,16 +790,16 @@ async fn the_agentctl_endpoint_is_kept_as_the_runtime_returned_it() {
     let (_dir, store) = open();
     let task = store.create_task("t".into(), String::new()).await.unwrap();
     let row = store.create_session(session(&task.id)).await.unwrap();
-    let stored = ExecutorRow {
+    let stored = ExecutionRow {
         agentctl_port: Some(40123),
         agentctl_url: Some("10.1.2.3:40123".into()),
-        ..executor(&row.id, "e1")
+        ..execution_row(&row.id, "e1")
     };
-    store.put_executor(stored).await.unwrap();
-    let back = store.get_executor(row.id.clone()).await.unwrap().unwrap();
+    store.put_execution(stored).await.unwrap();
+    let back = store.get_execution(row.id.clone()).await.unwrap().unwrap();
     assert_eq!(back.endpoint(), "10.1.2.3:40123".parse().unwrap());
-    let older = ExecutorRow { agentctl_url: None, ..back.clone() };
+    let older = ExecutionRow { agentctl_url: None, ..back.clone() };
     assert_eq!(older.endpoint(), "127.0.0.1:40123".parse().unwrap());
-    let garbled = ExecutorRow { agentctl_url: Some("not an address".into()), ..back };
+    let garbled = ExecutionRow { agentctl_url: Some("not an address".into()), ..back };
     assert_eq!(garbled.endpoint(), "127.0.0.1:40123".parse().unwrap());
 }

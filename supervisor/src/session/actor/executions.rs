@@ -3,7 +3,7 @@
 
 use super::{
     AGENT_EVENT_BURST, AdoptPlan, AfterLaunch, Arc, CatchUp, Connected, Control, Durability,
-    EventKind, Execution, ExecutorRow, ExecutorStatus, Instant, Internal, Launch, LaunchFailure,
+    EventKind, Execution, ExecutionRow, ExecutionStatus, Instant, Internal, Launch, LaunchFailure,
     LaunchPlan, LaunchStep, Opening, OsString, Outgoing, Pending, PendingPause, Phase, Replay,
     Reply, ResumeContext, ResumeOutcome, ResumeState, Retired, SessionActor, SessionError,
     SessionEventKind, SessionState, SnapshotTrigger, Stage, SummaryStep, Teardown, Turn, TurnState,
@@ -82,7 +82,7 @@ impl SessionActor {
         let session_id = self.row.id.clone();
         let retiring = self.context.teardowns.spawn(async move {
             let result = launch::retire(context, calls, record, grace, farewell).await;
-            let _ = store.set_executor_status(session_id, id, ExecutorStatus::Stopped).await;
+            let _ = store.set_execution_status(session_id, id, ExecutionStatus::Stopped).await;
             if let Some(reply) = reply {
                 let _ = reply.send(result.map_err(SessionError::InvalidState));
             }
@@ -111,7 +111,7 @@ impl SessionActor {
     }
 
     /// Fences an execution that is being dropped (lost, refused), in the background.
-    pub(in crate::session) fn fence_now(&mut self, record: ExecutorRow) {
+    pub(in crate::session) fn fence_now(&mut self, record: ExecutionRow) {
         let context = self.context.clone();
         let fencing = self.context.teardowns.spawn(async move {
             if let Err(err) = launch::fence(&context, record, std::time::Duration::ZERO).await {
@@ -127,15 +127,15 @@ impl SessionActor {
     /// prompt; B, no token and the session was waiting → boot idle; C, otherwise → the
     /// task's description as the initial prompt.
     pub(in crate::session) async fn begin_resume(&mut self) {
-        let executor = self.context.store.get_executor(self.row.id.clone()).await.ok().flatten();
-        let mut token = executor.as_ref().and_then(|executor| executor.resume_token.clone());
+        let recorded = self.context.store.get_execution(self.row.id.clone()).await.ok().flatten();
+        let mut token = recorded.as_ref().and_then(|recorded| recorded.resume_token.clone());
         if token.is_some() && !self.profile.keeps_resume_token() {
             // The profile has no restore path (any more): the token is useless.
-            if let Some(executor) = &executor {
+            if let Some(recorded) = &recorded {
                 let _ = self
                     .context
                     .store
-                    .set_resume_token(self.row.id.clone(), executor.execution_id.clone(), None)
+                    .set_resume_token(self.row.id.clone(), recorded.execution_id.clone(), None)
                     .await;
             }
             token = None;
@@ -235,7 +235,7 @@ impl SessionActor {
         let (store, id) = (self.context.store.clone(), self.row.id.clone());
         let (starting, previous) = tokio::join!(
             self.set_state(SessionState::Starting, None, Some(task_state::IN_PROGRESS)),
-            store.get_executor(id)
+            store.get_execution(id)
         );
         if let Err(err) = starting {
             return self.fail(format!("launch failed: {err}")).await;
@@ -336,9 +336,9 @@ impl SessionActor {
         let context = self.context.clone();
         self.context.teardowns.spawn(async move {
             let adopted = Box::new(if plan.gone {
-                Ok(launch::adopt_gone(&context, plan.executor))
+                Ok(launch::adopt_gone(&context, plan.execution))
             } else {
-                launch::adopt(context.clone(), plan.addr, plan.executor).await
+                launch::adopt(context.clone(), plan.addr, plan.execution).await
             });
             if let Err(mpsc::error::SendError(Internal::Adopted(adopted))) =
                 internal_tx.send(Internal::Adopted(adopted))
@@ -496,7 +496,7 @@ impl SessionActor {
                 }
                 Err(_) => {
                     if let Ok(Some(record)) =
-                        self.context.store.get_executor(self.row.id.clone()).await
+                        self.context.store.get_execution(self.row.id.clone()).await
                     {
                         self.fence_now(record);
                     }
@@ -711,7 +711,7 @@ impl SessionActor {
         let _ = self
             .context
             .store
-            .set_executor_status(self.row.id.clone(), execution.id.clone(), ExecutorStatus::Lost)
+            .set_execution_status(self.row.id.clone(), execution.id.clone(), ExecutionStatus::Lost)
             .await;
         if matches!(self.phase(), Phase::Opening | Phase::Launching) {
             self.fence_now(execution.record.clone());
@@ -778,7 +778,7 @@ impl SessionActor {
     async fn adopt_failed(&mut self, err: String) {
         tracing::warn!(session = %self.row.id, %err, "cannot re-attach to agentctl");
         let mut reason = format!("could not re-attach to the agent: {err}");
-        let record = self.context.store.get_executor(self.row.id.clone()).await.ok().flatten();
+        let record = self.context.store.get_execution(self.row.id.clone()).await.ok().flatten();
         if let Some(record) = record {
             match launch::fence(&self.context, record.clone(), std::time::Duration::ZERO).await {
                 Ok(()) => {
@@ -793,7 +793,11 @@ impl SessionActor {
             let _ = self
                 .context
                 .store
-                .set_executor_status(self.row.id.clone(), record.execution_id, ExecutorStatus::Dead)
+                .set_execution_status(
+                    self.row.id.clone(),
+                    record.execution_id,
+                    ExecutionStatus::Dead,
+                )
                 .await;
         }
         self.conversation.pending.clear();
@@ -848,7 +852,7 @@ impl SessionActor {
     /// marks: nothing is recorded twice). Returns why the agent exited, when the spool says.
     pub(in crate::session) async fn record_spool_of_gone(
         &mut self,
-        record: ExecutorRow,
+        record: ExecutionRow,
     ) -> Option<String> {
         let state_dir = self.context.state_dir_of(&record);
         if !leftovers::spool_is_of(&state_dir, &record) {
@@ -879,7 +883,7 @@ impl SessionActor {
     pub(in crate::session) async fn record_leftovers(
         &mut self,
         id: String,
-        record: ExecutorRow,
+        record: ExecutionRow,
         events_rx: crate::sidecar::EventsRx,
     ) -> Option<String> {
         let calls: Arc<dyn Control> = Arc::new(leftovers::DeadSidecar);

@@ -110,7 +110,7 @@ impl SessionActor {
         let error = self.row.error_message.clone();
         self.update_view(|view| view.error = error);
         tracing::info!(session = %self.row.id, "re-attaching after a failed write");
-        self.start_adopt(AdoptPlan { executor: record, addr, open_turns, gone });
+        self.start_adopt(AdoptPlan { execution: record, addr, open_turns, gone });
     }
 
     /// The history opened again (a torn tail cut, its mark read back), with the user
@@ -147,7 +147,7 @@ impl SessionActor {
         }
         let store = self.context.store.clone();
         let record = store
-            .get_executor(self.row.id.clone())
+            .get_execution(self.row.id.clone())
             .await
             .map_err(|err| format!("cannot read the lost execution: {err}"))?;
         if let Some(record) = record {
