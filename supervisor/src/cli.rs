@@ -87,7 +87,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the daemon. It leaves agent sidecars running when it gets SIGTERM, so a restart
-    /// loses nothing; it re-adopts them when it starts again.
+    /// loses nothing; it re-attaches them when it starts again.
     #[command(args_override_self = true)]
     Serve(ServeArgs),
     /// List the agent profiles and whether each can run here.

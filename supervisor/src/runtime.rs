@@ -36,7 +36,7 @@ pub struct LaunchSpec {
     /// The execution being launched.
     pub execution_id: String,
     /// Its generation (the previous execution's plus one; 1 for the first): a container
-    /// carries it as its `tether.generation` label, checked at re-adoption.
+    /// carries it as its `tether.generation` label, checked at a re-attach.
     pub generation: i64,
     /// agentctl's state dir on the host (spool, ready.json, log).
     pub state_dir: PathBuf,
@@ -84,14 +84,14 @@ pub struct Endpoint {
 /// What a runtime says of a recorded execution at restart recovery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Liveness {
-    /// Its sidecar runs and is the one recorded: re-adopt it.
+    /// Its sidecar runs and is the one recorded: re-attach it.
     Alive,
     /// It is gone (or cannot be told to run): fence and mark it.
     Dead,
     /// Something of the session runs, but not the execution recorded (a stale
-    /// generation): it is fenced, never re-adopted. The reason, for the log.
+    /// generation): it is fenced, never re-attached. The reason, for the log.
     Stale(String),
-    /// Where it ran cannot be reached now (an engine is down): it is neither re-adopted
+    /// Where it ran cannot be reached now (an engine is down): it is neither re-attached
     /// nor fenced; the session waits, `runtime_unavailable`, until the place returns.
     Unreachable(String),
 }

@@ -32,7 +32,7 @@ use crate::home::{self, Home};
 use crate::runtime::{FenceTarget, Liveness, Runtime, Runtimes};
 use crate::session::record::{Mark, RecordError, SessionRecord};
 use crate::session::{
-    self, AdoptPlan, Phase, SessionContext, SessionError, SessionHandle, SessionView, Start,
+    self, Phase, ReattachPlan, SessionContext, SessionError, SessionHandle, SessionView, Start,
 };
 use crate::store::{ExecutionStatus, SessionRow, SessionState, Store, StoreError, Task};
 use crate::wire::runtime_kind;

@@ -123,7 +123,7 @@ pub enum SessionError {
 ///    │                   ▼                         ▼                        │ sidecar lost
 ///    │                 Ended (FAILED)            Ended (FAILED)             │
 ///    └──────────────────────────────────────────────────────────────────────┘
-///   Adopting (restart) ──connected──▶ Open;  ──failed──▶ Idle (fenced)
+///   Reattaching (restart) ──connected──▶ Open;  ──failed──▶ Idle (fenced)
 ///   any ──stop──▶ Ended (COMPLETED)
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -134,7 +134,7 @@ pub enum Phase {
     /// A new execution is being launched: fence, runtime, agentctl, agent.
     Launching,
     /// Re-attaching to a live sidecar found at startup.
-    Adopting,
+    Reattaching,
     /// The ACP handshake: `initialize`, then `session/new`, `/load` or `/resume`.
     Opening,
     /// The ACP session is open: prompts are taken, or a turn runs.
@@ -441,12 +441,12 @@ pub enum Start {
     /// A session with no live agent: launch a new execution and restore what can be.
     Resume,
     /// A live sidecar found at startup: reconnect, replay from the acknowledged point.
-    Adopt(Box<AdoptPlan>),
+    Reattach(Box<ReattachPlan>),
 }
 
-/// What re-adoption needs.
+/// What a re-attach needs.
 #[derive(Debug)]
-pub struct AdoptPlan {
+pub struct ReattachPlan {
     /// The runtime record.
     pub execution: ExecutionRow,
     /// Where the sidecar listens.
@@ -551,7 +551,7 @@ pub fn start_session(
         .map_err(|err| SessionError::InvalidState(format!("cannot open the history: {err}")))?;
     let (commands_tx, commands_rx) = mpsc::channel(256);
     let phase = match start {
-        Start::Adopt(_) => Phase::Adopting,
+        Start::Reattach(_) => Phase::Reattaching,
         Start::Fresh { .. } | Start::Resume => Phase::Launching,
     };
     let view = SessionView {

@@ -349,7 +349,7 @@ impl ExecutionStatus {
     }
 }
 
-/// A turn still running, as re-adoption needs it.
+/// A turn still running, as a re-attach needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenTurn {
     /// The turn.

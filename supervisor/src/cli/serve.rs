@@ -111,7 +111,7 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
     let int = signal(SignalKind::interrupt())?;
     // Restart recovery happens before the API serves anything.
     supervisor.recover().await?;
-    // Workflows go on once their sessions are re-adopted.
+    // Workflows go on once their sessions are re-attached.
     supervisor.drive_workflows().await?;
     // Warm agents: what a kill left is removed, then the pools fill.
     tokio::spawn(Arc::clone(&supervisor).run_pool());

@@ -17,7 +17,7 @@
 //! - labels: `tether.managed=true`, `tether.session_id`, `tether.task_id`,
 //!   `tether.execution_id`, `tether.generation` (the execution's), `tether.install_id`,
 //!   `tether.engine`;
-//!   recovery re-adopts a running container only when its execution id and generation
+//!   recovery re-attaches a running container only when its execution id and generation
 //!   are the ones recorded for the session (a stale one is fenced);
 //! - mounts: agentctl (read-only), its state dir, the workspace (at the same path), and the
 //!   agent's own state dirs from `agent-state/<session-id>/` (so a native resume works in a
@@ -97,7 +97,7 @@ pub struct ContainerExecution {
 impl ContainerExecution {
     /// Whether the container runs the execution recorded for its session: the same id
     /// and generation. A container from an older execution (a stale generation) is not
-    /// re-adopted, whatever else it says.
+    /// re-attached, whatever else it says.
     pub fn is_current(&self, execution: &crate::store::ExecutionRow) -> bool {
         self.execution_id == execution.execution_id && self.generation == Some(execution.generation)
     }
@@ -633,7 +633,7 @@ impl Runtime for DockerRuntime {
             let _counted = engine.launching();
             let docker = self.reach(engine).await?;
             // One container per execution: its labels name the execution and generation
-            // (checked at re-adoption), and labels cannot change, so a container left by an
+            // (checked at a re-attach), and labels cannot change, so a container left by an
             // earlier execution — stopped, or running with an agent we lost — is replaced.
             // What the agent keeps lives in the mounted state dirs, not in the container.
             remove_container(&docker, &container_name(&spec.session_id)).await?;

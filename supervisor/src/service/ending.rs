@@ -128,7 +128,7 @@ impl Supervisor {
     fn is_live_now(&self, row: &SessionRow) -> bool {
         let running = self.handle(&row.id).filter(SessionHandle::is_live).is_some_and(|handle| {
             let view = handle.view();
-            view.agent_running || view.is_starting() || view.phase == Phase::Adopting
+            view.agent_running || view.is_starting() || view.phase == Phase::Reattaching
         });
         running || matches!(row.state, SessionState::Starting | SessionState::Running)
     }

@@ -342,7 +342,7 @@ impl Supervisor {
             (false, false, "terminal")
         } else if running {
             (true, false, "agent_running")
-        } else if phase == Some(Phase::Adopting) {
+        } else if phase == Some(Phase::Reattaching) {
             (true, false, "reattaching")
         } else if row.state == SessionState::Failed {
             // Its last launch failed (the reason is in `error`): a resume tries again. (The

@@ -3,7 +3,7 @@
 //! worktrees and runtime resources), and how each is brought to a state with an exit.
 
 use super::{
-    AdoptPlan, Arc, ExecutionStatus, HashMap, Liveness, Mark, Phase, Profile, RecoverySummary,
+    Arc, ExecutionStatus, HashMap, Liveness, Mark, Phase, Profile, ReattachPlan, RecoverySummary,
     ServiceError, SessionEvent, SessionEventKind, SessionRecord, SessionRow, SessionState,
     SessionView, SnapshotTrigger, Spool, Start, Supervisor, home, session, worktree,
 };
@@ -71,8 +71,8 @@ impl Supervisor {
     /// found dead) take effect: nothing is left to wait for.
     async fn settle_pauses_without_agent(&self) -> Result<(), ServiceError> {
         for (session_id, request) in self.config.store.pauses().await? {
-            let adopting_it = self.handle(&session_id).is_some_and(|handle| handle.is_live());
-            if adopting_it {
+            let reattaching_it = self.handle(&session_id).is_some_and(|handle| handle.is_live());
+            if reattaching_it {
                 continue;
             }
             match self.config.store.get_session(session_id.clone()).await {
@@ -103,7 +103,7 @@ impl Supervisor {
     /// never stops the daemon. No agent is launched.
     pub async fn recover(&self) -> Result<RecoverySummary, ServiceError> {
         let mut summary = RecoverySummary::default();
-        let mut adopting = Vec::new();
+        let mut reattaching = Vec::new();
         let boot_id = agentctl::ready::boot_id().unwrap_or_default();
         // Sessions at rest — stopped, nothing open, no sidecar of theirs alive — need
         // nothing: one scan of the processes and one indexed query leave them out unread,
@@ -153,7 +153,7 @@ impl Supervisor {
             let (kept_row, kept_execution) = (row.clone(), execution.clone());
             let found = liveness.remove(&session_id).unwrap_or(Liveness::Dead);
             match self.recover_one(row, execution, found, &mut summary).await {
-                Ok(Some(adopted)) => adopting.push(adopted),
+                Ok(Some(reattached)) => reattaching.push(reattached),
                 Ok(None) => {}
                 Err(err) => {
                     // Whatever it was, no sidecar of it may run on unowned.
@@ -190,7 +190,7 @@ impl Supervisor {
         // ends.
         for row in self.config.store.ended_with_open_work().await? {
             match self.finish_teardown(row.clone()).await {
-                Ok(Some(adopted)) => adopting.push(adopted),
+                Ok(Some(reattached)) => reattaching.push(reattached),
                 Ok(None) => {
                     summary.interrupted += 1;
                     tracing::info!(session = %row.id, "recovery: finished the stop a kill cut short");
@@ -208,13 +208,13 @@ impl Supervisor {
         summary.orphans_removed += self.finish_branch_deletions().await;
         // Containers of ours whose session is gone are removed (on every engine there).
         summary.orphans_removed += self.remove_orphaned_runtime_resources().await;
-        count_recovery(&summary, &adopting);
+        count_recovery(&summary, &reattaching);
         // A line per session once its actor has settled (connected or not), then the sums.
         tokio::spawn(async move {
-            let (mut readopted, mut replayed, mut failed) = (0, 0, 0);
-            for Adopting { session_id, mut view, replay } in adopting {
+            let (mut reattached, mut replayed, mut failed) = (0, 0, 0);
+            for Reattaching { session_id, mut view, replay } in reattaching {
                 let settled =
-                    view.wait_for(|view| view.phase != Phase::Adopting).await.map(|view| {
+                    view.wait_for(|view| view.phase != Phase::Reattaching).await.map(|view| {
                         (view.agent_running || view.phase == Phase::Open, view.error.clone())
                     });
                 match (replay, settled) {
@@ -223,7 +223,7 @@ impl Supervisor {
                         tracing::info!(session = %session_id, "recovery: replayed its dead sidecar's spool");
                     }
                     (false, Ok((true, _))) => {
-                        readopted += 1;
+                        reattached += 1;
                         tracing::info!(session = %session_id, "recovery: re-attached to its live sidecar");
                     }
                     (false, settled) => {
@@ -233,7 +233,7 @@ impl Supervisor {
                     }
                 }
             }
-            tracing::info!(readopted, replayed, failed, "recovery: re-attaching done");
+            tracing::info!(reattached, replayed, failed, "recovery: re-attaching done");
         });
         Ok(summary)
     }
@@ -420,18 +420,18 @@ impl Supervisor {
 
     /// Starts an actor that re-attaches (to a live sidecar, or to a dead one's spool) at
     /// recovery; returns a watch on its view.
-    pub(super) async fn start_adopting(
+    pub(super) async fn start_reattaching(
         &self,
         row: &SessionRow,
         profile: Arc<Profile>,
-        plan: AdoptPlan,
+        plan: ReattachPlan,
     ) -> Result<tokio::sync::watch::Receiver<SessionView>, ServiceError> {
         let handle = session::start_session(
             self.context(row)?,
             row.clone(),
             profile,
             self.event_log(&row.id).await?,
-            Start::Adopt(Box::new(plan)),
+            Start::Reattach(Box::new(plan)),
         )?;
         let view = handle.watch();
         self.sessions().insert(row.id.clone(), handle);
@@ -444,7 +444,7 @@ impl Supervisor {
     pub(super) async fn finish_teardown(
         &self,
         row: SessionRow,
-    ) -> Result<Option<Adopting>, ServiceError> {
+    ) -> Result<Option<Reattaching>, ServiceError> {
         let store = &self.config.store;
         let reason = "the session was stopped";
         let execution = store.get_execution(row.id.clone()).await?;
@@ -458,9 +458,9 @@ impl Supervisor {
             let questions = store.list_pending(row.id.clone()).await?.len();
             replaying_line(&row.id, open_turns.len(), questions);
             let addr = execution.endpoint();
-            let plan = AdoptPlan { execution, addr, open_turns, gone: true };
-            let view = self.start_adopting(&row, Supervisor::snapshot(&row)?, plan).await?;
-            return Ok(Some(Adopting { session_id: row.id, view, replay: true }));
+            let plan = ReattachPlan { execution, addr, open_turns, gone: true };
+            let view = self.start_reattaching(&row, Supervisor::snapshot(&row)?, plan).await?;
+            return Ok(Some(Reattaching { session_id: row.id, view, replay: true }));
         }
         self.void_open_work(&row.id, reason, Vec::new()).await?;
         Ok(None)
@@ -547,7 +547,7 @@ impl Supervisor {
         execution: crate::store::ExecutionRow,
         liveness: Liveness,
         summary: &mut RecoverySummary,
-    ) -> Result<Option<Adopting>, ServiceError> {
+    ) -> Result<Option<Reattaching>, ServiceError> {
         // A runtime this daemon does not have: reported, and the session skipped.
         self.runtime(&execution.runtime)?;
         let recorded_live = !execution.status.is_over();
@@ -566,7 +566,7 @@ impl Supervisor {
                 Liveness::Dead => false,
                 Liveness::Stale(why) => {
                     // Fenced below like a dead one; the session resumes afresh.
-                    tracing::warn!(session = %row.id, %why, "a container of a stale generation is not re-adopted");
+                    tracing::warn!(session = %row.id, %why, "a container of a stale generation is not re-attached");
                     false
                 }
                 Liveness::Unreachable(why) => {
@@ -600,9 +600,9 @@ impl Supervisor {
                 false => summary.approvals_restored += questions,
             }
             let profile = Supervisor::snapshot(&row)?;
-            let plan = AdoptPlan { execution, addr, open_turns, gone };
-            let view = self.start_adopting(&row, profile, plan).await?;
-            return Ok(Some(Adopting { session_id: row.id, view, replay: gone }));
+            let plan = ReattachPlan { execution, addr, open_turns, gone };
+            let view = self.start_reattaching(&row, profile, plan).await?;
+            return Ok(Some(Reattaching { session_id: row.id, view, replay: gone }));
         }
         // Then what it left behind is marked.
         let store = &self.config.store;
@@ -648,7 +648,7 @@ impl Supervisor {
 }
 
 /// A session recovery handed to an actor, for its line in the log once that settled.
-pub(super) struct Adopting {
+pub(super) struct Reattaching {
     session_id: String,
     view: tokio::sync::watch::Receiver<SessionView>,
     /// Its sidecar is dead: the actor replays what the spool holds (not a re-attach).
@@ -668,9 +668,9 @@ fn plural(count: usize, what: &str) -> String {
 }
 
 /// The recovery's outcomes in the metrics (`tether_recovery_total`) and the log.
-fn count_recovery(summary: &RecoverySummary, adopting: &[Adopting]) {
-    let replaying = adopting.iter().filter(|adopted| adopted.replay).count();
-    let reattaching = adopting.len() - replaying;
+fn count_recovery(summary: &RecoverySummary, reattaching: &[Reattaching]) {
+    let replaying = reattaching.iter().filter(|reattached| reattached.replay).count();
+    let reattaching = reattaching.len() - replaying;
     let counted = [
         ("reattaching", reattaching),
         ("replaying", replaying),

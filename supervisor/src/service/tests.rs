@@ -148,7 +148,7 @@ fn a_restart_re_attaches_to_a_live_sidecar_and_its_session_takes_prompts() {
         let setup = supervisor(dir.path(), Mode::Streams(2), true);
         let summary = setup.supervisor.recover().await.expect("recovery");
         assert_eq!((summary.dead, summary.skipped), (0, 0), "{summary:?}");
-        until(&setup.supervisor, &id, |view| view.phase != Phase::Adopting).await;
+        until(&setup.supervisor, &id, |view| view.phase != Phase::Reattaching).await;
         let status = setup.supervisor.status(id.clone()).await.unwrap();
         assert_eq!(status.state, SessionState::WaitingForInput);
         assert!(setup.connector.sidecar().is_some(), "re-attached to its sidecar");

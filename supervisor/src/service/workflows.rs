@@ -6,7 +6,7 @@
 //! actions out, then waits — for the store to announce a change of this workflow (a step's
 //! session ended a turn or changed state, a row moved), for an action of its own to land,
 //! or for a step's timeout. Nothing is polled. A restart starts a driver for every
-//! running workflow once recovery re-adopted the sessions; since every decision is made
+//! running workflow once recovery re-attached the sessions; since every decision is made
 //! from what is stored, the driver after a kill decides what the one before would have.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -37,8 +37,8 @@ use super::launch::{self, Connected, LaunchFailure, LaunchPlan};
 use super::leftovers;
 use super::outbox::{self, Outgoing};
 use super::{
-    AdoptPlan, CANCEL_GRACE, Command, MAX_PROMPT_LINE, Phase, Reply, SessionContext, SessionError,
-    SessionView, Start,
+    CANCEL_GRACE, Command, MAX_PROMPT_LINE, Phase, ReattachPlan, Reply, SessionContext,
+    SessionError, SessionView, Start,
 };
 use crate::events::{LaunchStep, SessionEventKind};
 use crate::history::{self, EntryType, History};
@@ -54,7 +54,7 @@ pub(super) enum Internal {
     /// per session in slots of the largest message, and these two are rare.)
     Launched(Box<Result<Connected, LaunchFailure>>),
     /// A re-attach finished.
-    Adopted(Box<Result<Connected, String>>),
+    Reattached(Box<Result<Connected, String>>),
     /// A control call of the outbox failed: the execution is lost.
     ControlFailed { execution_id: String, error: String },
     /// A permission answer reached agentctl.
@@ -159,7 +159,7 @@ pub(super) struct ResumeState {
 pub(super) enum Stage {
     Idle,
     Launching(Box<Launch>),
-    Adopting,
+    Reattaching,
     Opening(Box<Opening>),
     Open,
     Ended,
@@ -170,7 +170,7 @@ impl Stage {
         match self {
             Stage::Idle => Phase::Idle,
             Stage::Launching(_) => Phase::Launching,
-            Stage::Adopting => Phase::Adopting,
+            Stage::Reattaching => Phase::Reattaching,
             Stage::Opening(_) => Phase::Opening,
             Stage::Open => Phase::Open,
             Stage::Ended => Phase::Ended,
@@ -377,7 +377,7 @@ impl SessionActor {
         let retain_bytes = context.event_log_retain_bytes;
         let stage = match view_tx.borrow().phase {
             Phase::Launching => Stage::Launching(Box::new(Launch::new(None, None))),
-            Phase::Adopting => Stage::Adopting,
+            Phase::Reattaching => Stage::Reattaching,
             _ => Stage::Idle,
         };
         let actor = SessionActor {
@@ -409,7 +409,7 @@ impl SessionActor {
                 Box::pin(self.start_launch(None, launch)).await;
             }
             Start::Resume => Box::pin(self.begin_resume()).await,
-            Start::Adopt(plan) => self.start_adopt(*plan),
+            Start::Reattach(plan) => self.start_reattach(*plan),
         }
         // Read while the launch runs (off its path), before any agent event is handled.
         match self.context.store.cost_mark(self.row.id.clone()).await {
@@ -629,7 +629,7 @@ impl SessionActor {
             }
             Command::Resume { refresh: Some(profile), reply } => {
                 let busy =
-                    matches!(self.phase(), Phase::Launching | Phase::Opening | Phase::Adopting)
+                    matches!(self.phase(), Phase::Launching | Phase::Opening | Phase::Reattaching)
                         || self.sidecar.execution.as_ref().is_some_and(|e| e.agent_running);
                 if busy {
                     let _ = reply.send(Err(SessionError::InvalidState(
@@ -643,7 +643,7 @@ impl SessionActor {
             }
             Command::Resume { refresh: None, reply } => match self.phase() {
                 // One launch at a time; everyone gets its outcome.
-                Phase::Launching | Phase::Opening | Phase::Adopting => {
+                Phase::Launching | Phase::Opening | Phase::Reattaching => {
                     self.waits.wait_for_open(reply)
                 }
                 Phase::Open if self.sidecar.execution.as_ref().is_some_and(|e| e.agent_running) => {
@@ -673,7 +673,7 @@ impl SessionActor {
             }
             Internal::Retired(retired) => self.retired(*retired).await,
             Internal::Launched(launched) => self.launched(*launched).await,
-            Internal::Adopted(adopted) => self.adopted(*adopted).await,
+            Internal::Reattached(reattached) => self.reattached(*reattached).await,
             Internal::ControlFailed { execution_id, error } => {
                 if self
                     .sidecar

@@ -244,7 +244,7 @@ pub(super) async fn claim(
 }
 
 /// Connects to a live sidecar found at startup and subscribes after `acked_seq`.
-pub(super) async fn adopt(
+pub(super) async fn reattach(
     context: SessionContext,
     addr: agentctl::client::ControlAddr,
     record: ExecutionRow,
@@ -263,7 +263,7 @@ pub(super) async fn adopt(
 
 /// "Re-attaches" to a sidecar that died: its events are what its spool holds after
 /// `acked_seq` (see `leftovers.rs`), its calls those of a dead sidecar.
-pub(super) fn adopt_gone(context: &SessionContext, record: ExecutionRow) -> Connected {
+pub(super) fn reattach_gone(context: &SessionContext, record: ExecutionRow) -> Connected {
     let state_dir = context.state_dir_of(&record);
     let dir = super::leftovers::spool_dir(&state_dir);
     let acked = record.acked_seq.max(0) as u64;

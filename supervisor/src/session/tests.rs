@@ -411,7 +411,7 @@ async fn recorded_execution(store: &Store, row: &SessionRow) -> ExecutionRow {
 }
 
 #[tokio::test]
-async fn a_failed_adopt_voids_the_open_work_fences_and_leaves_the_session_resumable() {
+async fn a_failed_reattach_voids_the_open_work_fences_and_leaves_the_session_resumable() {
     use crate::events::SessionEventKind as K;
     let setup = start_with(Mode::Unreachable, SessionState::Running, |store, row| async move {
         let execution = recorded_execution(&store, &row).await;
@@ -423,7 +423,7 @@ async fn a_failed_adopt_voids_the_open_work_fences_and_leaves_the_session_resuma
             .unwrap();
         let open_turns = store.open_turns(row.id.clone(), "e1".into()).await.unwrap();
         let addr = SocketAddr::from(([127, 0, 0, 1], 9));
-        Start::Adopt(Box::new(super::AdoptPlan {
+        Start::Reattach(Box::new(super::ReattachPlan {
             execution,
             addr: addr.into(),
             open_turns,
@@ -496,7 +496,7 @@ async fn a_dead_sidecars_spool_is_recorded_at_recovery_and_its_turn_ends_as_the_
             .unwrap();
         let open_turns = store.open_turns(row.id.clone(), "e1".into()).await.unwrap();
         let addr = SocketAddr::from(([127, 0, 0, 1], 9));
-        Start::Adopt(Box::new(super::AdoptPlan { execution, addr: addr.into(), open_turns, gone: true }))
+        Start::Reattach(Box::new(super::ReattachPlan { execution, addr: addr.into(), open_turns, gone: true }))
     })
     .await;
     until(&setup.handle, |view| {

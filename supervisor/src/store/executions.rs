@@ -192,7 +192,7 @@ impl Store {
         .await
     }
 
-    /// Every active session that has a runtime record: the candidates for re-adoption.
+    /// Every active session that has a runtime record: the candidates for a re-attach.
     pub async fn active_executions(&self) -> Result<Vec<(SessionRow, ExecutionRow)>, StoreError> {
         self.executions_where("s.state IN ('STARTING', 'RUNNING', 'WAITING_FOR_INPUT')").await
     }

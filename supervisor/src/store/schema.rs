@@ -77,7 +77,7 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (session_id, request_id)
     );
     ",
-    // 2: what re-adoption and resume need: the ACP session id of the execution (kept even
+    // 2: what a re-attach and resume need: the ACP session id of the execution (kept even
     // when it is not a resume token) and the outcome of the last resume.
     "
     ALTER TABLE executors_running ADD COLUMN acp_session_id TEXT;

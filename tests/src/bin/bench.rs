@@ -529,7 +529,7 @@ fn context(rows: &mut Vec<Row>) {
 
 /// Whether the daemon's "re-attaching done" line counts `live` re-attached and none failed
 /// (its colours taken out).
-fn all_readopted(line: &str, live: usize) -> bool {
+fn all_reattached(line: &str, live: usize) -> bool {
     let mut plain = String::new();
     let mut rest = line;
     while let Some(start) = rest.find('\x1b') {
@@ -537,7 +537,7 @@ fn all_readopted(line: &str, live: usize) -> bool {
         rest = rest[start..].find('m').map_or("", |end| &rest[start + end + 1..]);
     }
     plain.push_str(rest);
-    plain.contains(&format!("readopted={live}")) && plain.contains("failed=0")
+    plain.contains(&format!("reattached={live}")) && plain.contains("failed=0")
 }
 
 fn open_fds(pid: u32) -> usize {
@@ -678,7 +678,7 @@ async fn restart(rows: &mut Vec<Row>) {
             sessions.push(api.ready_session("mock", &daemon.workspace(&format!("l{n}"))).await);
         }
     }
-    let (mut serving, mut readopted, mut counts) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut serving, mut reattached, mut counts) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..RUNS {
         daemon.kill().await;
         let mut log = daemon.log_lines();
@@ -686,8 +686,8 @@ async fn restart(rows: &mut Vec<Row>) {
         daemon.restart().await;
         serving.push(ms(started.elapsed()));
         let line = tether_tests::daemon::await_log(&mut log, "recovery: re-attaching done").await;
-        readopted.push(ms(started.elapsed()));
-        counts.push(all_readopted(&line, LIVE));
+        reattached.push(ms(started.elapsed()));
+        counts.push(all_reattached(&line, LIVE));
     }
     let api = daemon.api().await;
     let mut running = 0;
@@ -697,7 +697,7 @@ async fn restart(rows: &mut Vec<Row>) {
         }
     }
     let (serving_min, serving_med) = min_median(&mut serving);
-    let (min, med) = min_median(&mut readopted);
+    let (min, med) = min_median(&mut reattached);
     rows.push(Row {
         measure: "restart with 100 live sidecars: API serving; all re-attached (min / median)",
         target: "≤ 500 ms for 100, 0 lost",
@@ -705,7 +705,7 @@ async fn restart(rows: &mut Vec<Row>) {
             "serving {serving_min:.0} / {serving_med:.0} ms; re-attached {min:.0} / {med:.0} ms; all {LIVE} in every run: {}; running after: {running}",
             counts.iter().all(|&all| all)
         ),
-        value: json!({"serving_ms": [serving_min, serving_med], "readopted_ms": [min, med], "running": running}),
+        value: json!({"serving_ms": [serving_min, serving_med], "reattached_ms": [min, med], "running": running}),
     });
     ok("sessions.stop_all", api.typed().stop_all()).await;
 }
@@ -745,7 +745,7 @@ async fn docker(rows: &mut Vec<Row>) {
             api.ready_session("mock-docker", &daemon.workspace(&format!("d{n}"))).await;
         }
     }
-    let (mut serving, mut readopted, mut all) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut serving, mut reattached, mut all) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..RUNS {
         daemon.kill().await;
         let mut log = daemon.log_lines();
@@ -753,11 +753,11 @@ async fn docker(rows: &mut Vec<Row>) {
         daemon.restart().await;
         serving.push(ms(started.elapsed()));
         let line = tether_tests::daemon::await_log(&mut log, "recovery: re-attaching done").await;
-        readopted.push(ms(started.elapsed()));
-        all.push(all_readopted(&line, LIVE));
+        reattached.push(ms(started.elapsed()));
+        all.push(all_reattached(&line, LIVE));
     }
     let (serving_min, serving_med) = min_median(&mut serving);
-    let (min, med) = min_median(&mut readopted);
+    let (min, med) = min_median(&mut reattached);
     rows.push(Row {
         measure: "restart with 100 live containers: API serving; all re-attached (min / median)",
         target: "≤ 1 s, 0 lost",
@@ -765,7 +765,7 @@ async fn docker(rows: &mut Vec<Row>) {
             "serving {serving_min:.0} / {serving_med:.0} ms; re-attached {min:.0} / {med:.0} ms; all {LIVE} in every run: {}",
             all.iter().all(|&all| all)
         ),
-        value: json!({"serving_ms": [serving_min, serving_med], "readopted_ms": [min, med]}),
+        value: json!({"serving_ms": [serving_min, serving_med], "reattached_ms": [min, med]}),
     });
     let api = daemon.api().await;
     ok("sessions.stop_all", api.typed().stop_all()).await;

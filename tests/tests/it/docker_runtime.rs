@@ -1,4 +1,4 @@
-//! The Docker runtime against a real engine: a session in a container, re-adoption after a
+//! The Docker runtime against a real engine: a session in a container, a re-attach after a
 //! supervisor restart, resume in the same and in a new container, orphan removal, and an
 //! unreachable engine. Every container and image is removed, even when a test fails.
 
@@ -43,7 +43,7 @@ async fn until_lost(api: &Api, session: &str, after: u64) {
 }
 
 #[tokio::test]
-async fn docker_session_streams_and_is_readopted_after_a_supervisor_kill() {
+async fn docker_session_streams_and_is_reattached_after_a_supervisor_kill() {
     let Some((docker, mut daemon, cleanup)) = setup().await else { return };
     let api = daemon.api().await;
     let session = api.ready_session("mock-docker", &daemon.workspace("d")).await;
@@ -84,14 +84,14 @@ async fn docker_session_streams_and_is_readopted_after_a_supervisor_kill() {
         "the token is not in docker inspect"
     );
 
-    // SIGKILL the supervisor mid-turn; the restarted one re-adopts the container.
-    readopted_mid_turn(&mut daemon, api, &session).await;
+    // SIGKILL the supervisor mid-turn; the restarted one re-attaches the container.
+    reattached_mid_turn(&mut daemon, api, &session).await;
     drop(cleanup);
 }
 
 /// SIGKILLs the supervisor in the middle of a 1000-chunk turn, restarts it, and checks
-/// that the restarted one re-adopted the session's container with every chunk once.
-async fn readopted_mid_turn(daemon: &mut Daemon, api: Api, session: &str) {
+/// that the restarted one re-attached the session's container with every chunk once.
+async fn reattached_mid_turn(daemon: &mut Daemon, api: Api, session: &str) {
     let mut events = api.subscribe_at_end(session).await;
     api.prompt(session, "/stream 1000").await.unwrap();
     let mut seen = vec![next(&mut events).await];
@@ -103,7 +103,7 @@ async fn readopted_mid_turn(daemon: &mut Daemon, api: Api, session: &str) {
     assert!(
         texts.iter().enumerate().all(|(idx, text)| text.ends_with(&format!("[{}/1000]", idx + 1)))
     );
-    assert!(api.status(session).await.is_agent_running, "re-adopted");
+    assert!(api.status(session).await.is_agent_running, "re-attached");
 }
 
 #[tokio::test]
@@ -289,12 +289,12 @@ async fn a_docker_worktree_session_mounts_the_git_dir_and_cleanup_removes_its_co
 }
 
 /// A container carries its execution's generation, and recovery
-/// re-adopts a running container only when its labels name the execution recorded for the
+/// re-attaches a running container only when its labels name the execution recorded for the
 /// session. Recorded as a later generation (as when the container is a leftover of an
-/// older execution), it is fenced instead of re-adopted, and the session resumes in a new
+/// older execution), it is fenced instead of re-attached, and the session resumes in a new
 /// container of the next generation, its conversation intact.
 #[tokio::test]
-async fn a_container_of_a_stale_generation_is_not_readopted() {
+async fn a_container_of_a_stale_generation_is_not_reattached() {
     let Some((docker, mut daemon, cleanup)) = setup().await else { return };
     let api = daemon.api().await;
     let session = api.ready_session("mock-docker", &daemon.workspace("g")).await;
@@ -316,12 +316,12 @@ async fn a_container_of_a_stale_generation_is_not_readopted() {
     daemon.restart().await;
     tether_tests::daemon::await_log(
         &mut log,
-        "a container of a stale generation is not re-adopted",
+        "a container of a stale generation is not re-attached",
     )
     .await;
     let api = daemon.api().await;
     let status = api.status(&session).await;
-    assert!(!status.is_agent_running && status.needs_resume, "not re-adopted: {status:?}");
+    assert!(!status.is_agent_running && status.needs_resume, "not re-attached: {status:?}");
     let running = docker
         .inspect_container(&stale, None::<InspectContainerOptions>)
         .await
@@ -358,10 +358,10 @@ async fn a_docker_session_needs_no_extra_flag() {
 
 /// An engine reached over TCP (`DOCKER_HOST=tcp://…`: the second engine
 /// `scripts/setup.sh` starts, with its own data root and bridge) runs sessions like the
-/// local one — a streamed turn, and re-adoption after a supervisor SIGKILL with every chunk
+/// local one — a streamed turn, and a re-attach after a supervisor SIGKILL with every chunk
 /// once — and its containers are its own (none on the first engine).
 #[tokio::test]
-async fn an_engine_reached_over_tcp_runs_and_readopts_sessions() {
+async fn an_engine_reached_over_tcp_runs_and_reattaches_sessions() {
     let Some((docker, host)) = tether_tests::docker::second_engine().await else { return };
     let Some(local) = engine().await else { return };
     let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
@@ -388,7 +388,7 @@ async fn an_engine_reached_over_tcp_runs_and_readopts_sessions() {
     );
     // Reached across a network (tcp://): its control channel is TLS, with a certificate
     // made for this execution; plain WebSocket gets nowhere. After the SIGKILL below the
-    // re-adoption reconnects with the certificate pinned in the store.
+    // a re-attach reconnects with the certificate pinned in the store.
     let inspected = docker.inspect_container(&name, None::<InspectContainerOptions>).await.unwrap();
     let cmd = inspected.config.and_then(|config| config.cmd).unwrap_or_default();
     assert!(cmd.iter().any(|arg| arg == "--tls-cert"), "{cmd:?}");
@@ -410,7 +410,7 @@ async fn an_engine_reached_over_tcp_runs_and_readopts_sessions() {
             .expect("the pinned certificate gets through");
     pinned.status().await.expect("status over TLS");
     drop(pinned);
-    readopted_mid_turn(&mut daemon, api, &session).await;
+    reattached_mid_turn(&mut daemon, api, &session).await;
 }
 
 /// A workflow's steps run where each says — one in a container (its profile's

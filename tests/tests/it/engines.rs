@@ -1,5 +1,5 @@
 //! Many Docker engines: sessions placed across two real engines by label and by
-//! load, re-adopted on both after a supervisor SIGKILL, orphans removed from both at
+//! load, re-attached on both after a supervisor SIGKILL, orphans removed from both at
 //! start, and an engine that goes away making only its own sessions
 //! `runtime_unavailable` until it is back, when they resume there.
 //!
@@ -183,7 +183,7 @@ async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_i
         .await;
 
     // SIGKILL the supervisor; orphans appear on both engines meanwhile. At restart every
-    // session on both engines is re-adopted (same containers, same generation), and the
+    // session on both engines is re-attached (same containers, same generation), and the
     // orphans are gone from both.
     drop(api);
     daemon.kill().await;
@@ -209,7 +209,7 @@ async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_i
         assert!(api.ask(session, "still there?").await.contains("you said: still there?"));
         let status = api.status(session).await;
         assert!(status.is_agent_running, "{status:?}");
-        assert_eq!(status.generation, 1, "re-adopted, not relaunched: {status:?}");
+        assert_eq!(status.generation, 1, "re-attached, not relaunched: {status:?}");
         let docker = if status.placement.as_deref() == Some("local") { &local } else { &other };
         assert_eq!(&container_on(docker, session).await, container, "the same container");
     }
@@ -259,8 +259,8 @@ async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_i
     }
 
     // The supervisor is SIGKILLed and the other engine goes away before it is back: at
-    // restart the local sessions are re-adopted; the other engine's cannot be reached,
-    // fenced or re-adopted, and wait runtime_unavailable. When the engine returns, a
+    // restart the local sessions are re-attached; the other engine's cannot be reached,
+    // fenced or re-attached, and wait runtime_unavailable. When the engine returns, a
     // prompt resumes one there.
     drop(api);
     daemon.kill().await;
@@ -269,7 +269,7 @@ async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_i
     let api = daemon.api().await;
     for session in [&a, &c] {
         assert!(api.ask(session, "after both").await.contains("you said: after both"));
-        assert_eq!(api.status(session).await.generation, 1, "re-adopted");
+        assert_eq!(api.status(session).await.generation, 1, "re-attached");
     }
     let status = api.status(&b).await;
     assert_eq!(status.resume_reason, "runtime_unavailable", "{status:?}");
@@ -287,10 +287,10 @@ async fn sessions_spread_over_two_engines_and_one_engine_going_away_stops_only_i
 }
 
 /// An engine reached over `ssh://` (here the local engine, through an sshd of the test's
-/// own and `docker system dial-stdio`): a session placed there runs, is re-adopted after a
+/// own and `docker system dial-stdio`): a session placed there runs, is re-attached after a
 /// supervisor SIGKILL, and the ssh masters the killed daemon left are closed at restart.
 #[tokio::test]
-async fn an_engine_reached_over_ssh_runs_and_readopts_a_session() {
+async fn an_engine_reached_over_ssh_runs_and_reattaches_a_session() {
     let Some(local) = engine().await else { return };
     let Some(sshd) = tether_tests::ssh::PrivateSshd::start().await else { return };
     let engines = format!(
@@ -319,7 +319,7 @@ async fn an_engine_reached_over_ssh_runs_and_readopts_a_session() {
     let api = daemon.api().await;
     assert!(api.ask(&session, "still through ssh").await.contains("you said: still through ssh"));
     let status = api.status(&session).await;
-    assert_eq!(status.generation, 1, "re-adopted: {status:?}");
+    assert_eq!(status.generation, 1, "re-attached: {status:?}");
     assert_eq!(container_on(&local, &session).await, container, "the same container");
     for dir in &stale {
         assert!(!dir.exists(), "{} was closed and removed", dir.display());

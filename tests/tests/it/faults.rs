@@ -319,7 +319,7 @@ async fn one_bad_row_does_not_stop_recovery() {
     // A resume joins the background re-attach and answers once it is done.
     let resumed = api.resume(&good).await.unwrap();
     assert_eq!(resumed.outcome, ResumeOutcome::AlreadyRunning, "{resumed:?}");
-    assert!(api.status(&good).await.is_agent_running, "the good one is re-adopted");
+    assert!(api.status(&good).await.is_agent_running, "the good one is re-attached");
     let status = api.status(&bad).await;
     assert!(status.error.as_deref().is_some_and(|e| e.contains("kubernetes")), "{status:?}");
 }

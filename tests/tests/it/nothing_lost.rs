@@ -195,14 +195,14 @@ async fn first_turn_ends(api: &Api, session: &str) -> Vec<SessionEvent> {
 /// A create is answered, then the supervisor is SIGKILLed at `point`
 /// while the session starts. After the restart the prompt it was created with runs, once:
 /// by itself when the agent was re-attached, else at the next resume.
-async fn an_acknowledged_first_prompt_survives_a_kill_at(point: &str, readopted: bool) {
+async fn an_acknowledged_first_prompt_survives_a_kill_at(point: &str, reattached: bool) {
     let mut daemon = Daemon::start_with_env(&[], &[], &[("TETHER_FAULT", point)]).await;
     let task = create_with_prompt(&daemon, "/stream 3\nthe first prompt").await;
     within("the supervisor to die at the fault point", daemon.wait_exit()).await;
     daemon.restart_with_env(&[]).await;
     let api = daemon.api().await;
     let session = session_of(&api, &task).await;
-    if !readopted {
+    if !reattached {
         let status = api.status(&session).await;
         assert_eq!(status.state, SessionState::WaitingForInput, "{point}: {status:?}");
         assert!(status.needs_resume && status.is_resumable, "{point}: {status:?}");
@@ -271,7 +271,7 @@ async fn a_create_that_cannot_write_its_files_leaves_no_session() {
     assert_ne!(status.state, SessionState::Created, "{status:?}");
 }
 
-/// Whether a process runs (a zombie waits only to be reaped by whoever adopted it).
+/// Whether a process runs (a zombie waits only to be reaped by whoever reattached it).
 fn running(pid: u32) -> bool {
     agentctl::process::is_alive(pid) && !agentctl::process::is_zombie(pid)
 }

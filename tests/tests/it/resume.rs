@@ -59,9 +59,12 @@ async fn a_supervisor_killed_mid_turn_loses_nothing() {
     let kinds: Vec<EntryType> = history.iter().map(|e| e.kind).collect();
     assert_eq!(kinds, [USER, AGENT], "the turn is in the history once");
     assert_eq!(history[1].content, texts.concat());
-    let adopted = api.status(&session).await;
-    assert_eq!((adopted.is_agent_running, adopted.resume_reason.as_str()), (true, "agent_running"));
-    // The re-adopted agent keeps working.
+    let reattached = api.status(&session).await;
+    assert_eq!(
+        (reattached.is_agent_running, reattached.resume_reason.as_str()),
+        (true, "agent_running")
+    );
+    // The re-attached agent keeps working.
     assert!(api.ask(&session, "still there?").await.contains("remembered 2 earlier messages"));
 }
 
@@ -463,14 +466,14 @@ async fn sigterm_leaves_sidecars_running_and_stop_all_stops_them() {
     daemon.restart().await;
     let api = daemon.api().await;
     // The re-attach runs in the background (status says `reattaching` meanwhile); a resume
-    // joins it, and answers `already_running` once the same sidecar is adopted.
+    // joins it, and answers `already_running` once the same sidecar is reattached.
     let resumed = resume(&api, &session).await;
     assert_eq!(
         resumed.outcome,
         ResumeOutcome::AlreadyRunning,
-        "re-adopted, not relaunched: {resumed:?}"
+        "re-attached, not relaunched: {resumed:?}"
     );
-    assert!(api.status(&session).await.is_agent_running, "re-adopted");
+    assert!(api.status(&session).await.is_agent_running, "re-attached");
     assert_eq!(daemon.agentctl_pid(&session), sidecar, "the same sidecar");
     let pidfd = PidFd::open(sidecar).unwrap();
     let (code, out, err) = daemon.cli(&["stop-all"]).await;

@@ -488,7 +488,7 @@ prompt = "b {{steps.a.output}}\n/say B"
 "#;
 
 /// Killed in the middle of a step's turn (its agent is working), the daemon comes back,
-/// re-adopts the step's session, and the turn's end completes the step: its prompt went
+/// re-attaches the step's session, and the turn's end completes the step: its prompt went
 /// once, and the next step got its output.
 #[tokio::test]
 async fn a_kill_in_the_middle_of_a_step_loses_and_repeats_nothing() {

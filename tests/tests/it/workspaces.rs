@@ -76,7 +76,7 @@ async fn a_profile_edit_is_reported_as_drift_and_adopted_only_on_request() {
     daemon.restart().await;
     let api = daemon.api().await;
     assert_eq!(api.status(&session).await.profile_drift, ["env.DRIFT_MARK"]);
-    // Not adopted by an ordinary resume, nor while the agent runs.
+    // Not reattached by an ordinary resume, nor while the agent runs.
     let joined = api.resume(&session).await.unwrap();
     assert_eq!(
         (joined.profile_drift.as_slice(), joined.profile_refreshed),

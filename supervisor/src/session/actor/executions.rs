@@ -2,9 +2,9 @@
 //! and recording what a gone sidecar's spool still held.
 
 use super::{
-    AGENT_EVENT_BURST, AdoptPlan, AfterLaunch, Arc, CatchUp, Connected, Control, Durability,
-    EventKind, Execution, ExecutionRow, ExecutionStatus, Instant, Internal, Launch, LaunchFailure,
-    LaunchPlan, LaunchStep, Opening, OsString, Outgoing, Pending, PendingPause, Phase, Replay,
+    AGENT_EVENT_BURST, AfterLaunch, Arc, CatchUp, Connected, Control, Durability, EventKind,
+    Execution, ExecutionRow, ExecutionStatus, Instant, Internal, Launch, LaunchFailure, LaunchPlan,
+    LaunchStep, Opening, OsString, Outgoing, Pending, PendingPause, Phase, ReattachPlan, Replay,
     Reply, ResumeContext, ResumeOutcome, ResumeState, Retired, SessionActor, SessionError,
     SessionEventKind, SessionState, SnapshotTrigger, Stage, SummaryStep, Teardown, Turn, TurnState,
     UnwrittenState, launch, leftovers, mpsc, outbox, task_state,
@@ -30,7 +30,7 @@ impl SessionActor {
         // sidecar recovery kills, never a live session without its stop.
         let recorded = self.set_state(end, None, None).await;
         agentctl::fault::point("stop.recorded");
-        if matches!(self.phase(), Phase::Launching | Phase::Adopting) {
+        if matches!(self.phase(), Phase::Launching | Phase::Reattaching) {
             // Its task reports later; what it brings is retired then.
             self.retire_on_landing(None);
         }
@@ -50,7 +50,7 @@ impl SessionActor {
     /// Stops the agent and agentctl; the session stays active and needs a resume. The
     /// caller is answered once the sidecar is gone for certain.
     pub(in crate::session) async fn detach(&mut self, reply: Reply<()>) {
-        let in_flight = matches!(self.phase(), Phase::Launching | Phase::Adopting);
+        let in_flight = matches!(self.phase(), Phase::Launching | Phase::Reattaching);
         if in_flight {
             self.retire_on_landing(Some(reply));
         } else if let Some(execution) = self.sidecar.execution.take() {
@@ -225,7 +225,7 @@ impl SessionActor {
     ) {
         // A new agent: an earlier one's stderr explains nothing of its failures.
         self.conversation.quiet_again(true);
-        // An execution still held (an adopted one whose agent died, not yet replayed) is
+        // An execution still held (an reattached one whose agent died, not yet replayed) is
         // let go first; the launch fences it anyway, and its end must not look like a loss.
         if let Some(execution) = self.sidecar.execution.take() {
             self.retire(execution, None);
@@ -330,19 +330,19 @@ impl SessionActor {
         });
     }
 
-    pub(in crate::session) fn start_adopt(&mut self, plan: AdoptPlan) {
-        self.enter(Stage::Adopting);
+    pub(in crate::session) fn start_reattach(&mut self, plan: ReattachPlan) {
+        self.enter(Stage::Reattaching);
         let internal_tx = self.internal_tx.clone();
         let context = self.context.clone();
         self.context.teardowns.spawn(async move {
-            let adopted = Box::new(if plan.gone {
-                Ok(launch::adopt_gone(&context, plan.execution))
+            let reattached = Box::new(if plan.gone {
+                Ok(launch::reattach_gone(&context, plan.execution))
             } else {
-                launch::adopt(context.clone(), plan.addr, plan.execution).await
+                launch::reattach(context.clone(), plan.addr, plan.execution).await
             });
-            if let Err(mpsc::error::SendError(Internal::Adopted(adopted))) =
-                internal_tx.send(Internal::Adopted(adopted))
-                && let Ok(connected) = *adopted
+            if let Err(mpsc::error::SendError(Internal::Reattached(reattached))) =
+                internal_tx.send(Internal::Reattached(reattached))
+                && let Ok(connected) = *reattached
             {
                 // The actor is gone: nobody owns this execution.
                 if let Err(err) =
@@ -485,11 +485,11 @@ impl SessionActor {
         }
     }
 
-    pub(in crate::session) async fn adopted(&mut self, adopted: Result<Connected, String>) {
+    pub(in crate::session) async fn reattached(&mut self, reattached: Result<Connected, String>) {
         if matches!(self.sidecar.after_launch, AfterLaunch::Retire(_)) {
             // Stopped or detached while re-attaching: what was found is retired (or fenced).
             let reply = self.stop_after_launch();
-            match adopted {
+            match reattached {
                 Ok(connected) => {
                     let execution = self.connect(connected, false);
                     self.retire(execution, reply);
@@ -512,9 +512,9 @@ impl SessionActor {
             }
             return;
         }
-        let connected = match adopted {
+        let connected = match reattached {
             Ok(connected) => connected,
-            Err(err) => return self.adopt_failed(err).await,
+            Err(err) => return self.reattach_failed(err).await,
         };
         let status = connected.status.clone();
         let record = connected.record.clone();
@@ -775,7 +775,7 @@ impl SessionActor {
     /// A re-attach failed: the sidecar died, hangs, or refused us. It is fenced, then what
     /// its spool holds beyond what was acknowledged is recorded (as for a sidecar lost while
     /// attached), then its open work is void and the session waits, resumable.
-    async fn adopt_failed(&mut self, err: String) {
+    async fn reattach_failed(&mut self, err: String) {
         tracing::warn!(session = %self.row.id, %err, "cannot re-attach to agentctl");
         let mut reason = format!("could not re-attach to the agent: {err}");
         let record = self.context.store.get_execution(self.row.id.clone()).await.ok().flatten();

@@ -150,7 +150,7 @@ impl SessionActor {
             ));
         }
         let busy = self.conversation.turn.is_some()
-            || matches!(self.phase(), Phase::Launching | Phase::Opening | Phase::Adopting);
+            || matches!(self.phase(), Phase::Launching | Phase::Opening | Phase::Reattaching);
         self.waits.pause = Some(PendingPause {
             reason: reason.clone(),
             force_at: Some(Instant::now() + force_after),

@@ -4,7 +4,7 @@
 //! or, when the agent went meanwhile, by writing again what ends its work.
 
 use super::{
-    AdoptPlan, History, Instant, Outgoing, Pending, Phase, STALL_RETRY_MAX, SessionActor,
+    History, Instant, Outgoing, Pending, Phase, ReattachPlan, STALL_RETRY_MAX, SessionActor,
     SessionState, Stall, UnwrittenState, mpsc,
 };
 
@@ -110,7 +110,7 @@ impl SessionActor {
         let error = self.row.error_message.clone();
         self.update_view(|view| view.error = error);
         tracing::info!(session = %self.row.id, "re-attaching after a failed write");
-        self.start_adopt(AdoptPlan { execution: record, addr, open_turns, gone });
+        self.start_reattach(ReattachPlan { execution: record, addr, open_turns, gone });
     }
 
     /// The history opened again (a torn tail cut, its mark read back), with the user
