@@ -421,7 +421,7 @@ pub struct SessionStatus {
     /// How many executions (runs of its agent) the session has had.
     #[serde(default)]
     pub generation: u64,
-    /// Where the session's profile snapshot differs from the profile as it is now (dotted
+    /// Where the session's pinned profile differs from the profile as it is now (dotted
     /// field names, e.g. `session.native_resume`; `profile` when it no longer exists). A
     /// session keeps the profile it started with until `task.session.resume` is asked to
     /// `refresh_profile`.
@@ -509,7 +509,7 @@ pub struct ResumeResult {
     pub acp_session_id: Option<String>,
     /// The session's error message, if any (a rejected token leaves a notice, not an error).
     pub error: Option<String>,
-    /// Where the session's profile snapshot differs from the profile as it is now (dotted
+    /// Where the session's pinned profile differs from the profile as it is now (dotted
     /// field names); after `refresh_profile`, the fields just adopted.
     #[serde(default)]
     pub profile_drift: Vec<String>,

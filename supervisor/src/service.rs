@@ -23,7 +23,6 @@ use agentctl::spool::{Spool, SpoolReader};
 use agents::profile::Profile;
 use agents::registry::{Environment, Registry};
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::events::SessionEvent;
 use crate::events::SessionEventKind;
@@ -355,7 +354,7 @@ impl Supervisor {
             // The agent's environment is the container's.
             return Ok(());
         }
-        let profile = Supervisor::snapshot(row)?;
+        let profile = Supervisor::pinned_profile(row)?;
         match agents::registry::root_env_lacking(&profile, &self.config.environment) {
             None => Ok(()),
             Some(reason) => Err(ServiceError::AgentUnavailable(format!(
@@ -480,10 +479,11 @@ impl Supervisor {
         Ok(log)
     }
 
-    /// The profile a session started with (its snapshot), not today's.
-    fn snapshot(row: &SessionRow) -> Result<Arc<Profile>, ServiceError> {
-        serde_json::from_value(row.profile_snapshot.clone()).map(Arc::new).map_err(|err| {
-            ServiceError::Internal(format!("the profile snapshot of {}: {err}", row.id))
+    /// The profile a session pinned when it started (or at its last refresh), not
+    /// today's.
+    fn pinned_profile(row: &SessionRow) -> Result<Arc<Profile>, ServiceError> {
+        serde_json::from_value(row.pinned_profile.clone()).map(Arc::new).map_err(|err| {
+            ServiceError::Internal(format!("the pinned profile of {}: {err}", row.id))
         })
     }
 
@@ -911,11 +911,6 @@ impl Supervisor {
             Err(StoreError::NotFound { .. }) => Ok(None),
             Err(err) => Err(err.into()),
         }
-    }
-
-    /// The profiles' JSON, for diagnostics.
-    pub fn profile_snapshot(&self, id: &str) -> Option<Value> {
-        self.config.registry.get(id).and_then(|profile| serde_json::to_value(&*profile).ok())
     }
 }
 

@@ -569,7 +569,7 @@ pub fn start_session(
     let (view_tx, view_rx) = watch::channel(view);
     // The actor works from the parsed profile: the snapshot's JSON tree would only take
     // memory for as long as the session lives.
-    let row = SessionRow { profile_snapshot: Value::Null, ..row };
+    let row = SessionRow { pinned_profile: Value::Null, ..row };
     let record =
         record::SessionRecord::new(row.id.clone(), context.store.clone(), Arc::clone(&events));
     let (actor, internal) =

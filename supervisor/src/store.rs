@@ -478,8 +478,8 @@ pub struct SessionRow {
     pub task_id: String,
     /// The profile it was started with.
     pub agent_profile_id: String,
-    /// The profile snapshot (JSON of `agents::profile::Profile`).
-    pub profile_snapshot: serde_json::Value,
+    /// The pinned profile (JSON of `agents::profile::Profile`).
+    pub pinned_profile: serde_json::Value,
     /// The runtime's registered name (`standalone`, `docker`…).
     pub runtime: String,
     /// State.
@@ -522,7 +522,7 @@ impl Store {
         &self,
         state: SessionState,
         workspace: &Path,
-        profile_snapshot: serde_json::Value,
+        pinned_profile: serde_json::Value,
     ) -> SessionRow {
         let task = self.create_task("t".into(), String::new()).await.unwrap();
         let now = now_ms();
@@ -530,7 +530,7 @@ impl Store {
             id: uuid::Uuid::now_v7().to_string(),
             task_id: task.id,
             agent_profile_id: "mock".into(),
-            profile_snapshot,
+            pinned_profile,
             runtime: "standalone".into(),
             state,
             workspace_path: workspace.to_string_lossy().into_owned(),

@@ -1,6 +1,6 @@
 //! From the daemon's records to the API's wire types (`protocol::api`): the store's rows
 //! and the history file's entries. Rows are separate types so a column can change without
-//! the API changing, and bookkeeping (profile snapshots, agentctl marks) stays inside; the
+//! the API changing, and bookkeeping (pinned profiles, agentctl marks) stays inside; the
 //! enums (session and turn states, resume outcomes, entry types) have one definition, the
 //! API's, which the store keeps by their wire names.
 

@@ -311,7 +311,7 @@ impl Checked for SessionId {
 pub struct SessionResume {
     /// The session.
     pub session_id: String,
-    /// Adopt the profile as it is now instead of the snapshot the session started with
+    /// Adopt the profile as it is now instead of the one the session pinned when it started
     /// (refused while its agent runs).
     #[serde(default)]
     pub refresh_profile: Option<bool>,

@@ -234,7 +234,7 @@ impl Supervisor {
         self.sessions().remove(&session_id);
         self.event_logs.lock().expect("UNWRAP: never poisoned").remove(&session_id);
         // The files the agent kept per ACP session on this host (the profile names them).
-        if let (Some(execution), Ok(profile)) = (&execution, Self::snapshot(row))
+        if let (Some(execution), Ok(profile)) = (&execution, Self::pinned_profile(row))
             && self.runtime(&row.runtime).is_ok_and(|runtime| runtime.agent_home().is_none())
         {
             let ids = [&execution.acp_session_id, &execution.resume_token];

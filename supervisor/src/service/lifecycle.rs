@@ -218,7 +218,7 @@ impl Supervisor {
             id,
             task_id,
             agent_profile_id,
-            profile_snapshot: serde_json::to_value(&*profile)
+            pinned_profile: serde_json::to_value(&*profile)
                 .map_err(|err| ServiceError::Internal(err.to_string()))?,
             runtime: runtime.name().into(),
             state: SessionState::Created,
@@ -511,7 +511,7 @@ impl Supervisor {
         if handle.view().is_ready() {
             return Ok(handle);
         }
-        let wait = resume_wait(&*Supervisor::snapshot(row)?);
+        let wait = resume_wait(&*Supervisor::pinned_profile(row)?);
         let outcome = tokio::time::timeout(wait, handle.resume()).await.map_err(|_| {
             ServiceError::RuntimeUnavailable(format!(
                 "session {} did not become ready in time",
@@ -528,7 +528,7 @@ impl Supervisor {
     }
 
     /// The session's live actor, or a new one that begins a resume at once (with the
-    /// snapshot stored now); whether it is new.
+    /// profile pinned now); whether it is new.
     pub(super) async fn actor_started(
         &self,
         row: &SessionRow,
@@ -547,7 +547,7 @@ impl Supervisor {
                 row.state.as_str()
             )));
         }
-        let profile = Supervisor::snapshot(row)?;
+        let profile = Supervisor::pinned_profile(row)?;
         let handle = session::start_session(
             self.context(row)?,
             row.clone(),
@@ -585,7 +585,7 @@ impl Supervisor {
         let refresh = if refresh_profile && !profile_drift.is_empty() {
             let current = self.config.registry.get(&row.agent_profile_id).ok_or_else(|| {
                 ServiceError::InvalidState(format!(
-                    "agent profile {} no longer exists; the session keeps its snapshot",
+                    "agent profile {} no longer exists; the session keeps the profile it pinned",
                     row.agent_profile_id
                 ))
             })?;
@@ -595,13 +595,13 @@ impl Supervisor {
             });
             if running {
                 return Err(ServiceError::InvalidState(format!(
-                    "session {session_id}'s agent is running with its profile snapshot; pause the session (or stop-all) first, then resume with refresh_profile"
+                    "session {session_id}'s agent is running with its pinned profile; pause the session (or stop-all) first, then resume with refresh_profile"
                 )));
             }
-            let snapshot = serde_json::to_value(&*current)
+            let pinned = serde_json::to_value(&*current)
                 .map_err(|err| ServiceError::Internal(err.to_string()))?;
-            self.config.store.set_profile_snapshot(row.id.clone(), snapshot.clone()).await?;
-            row.profile_snapshot = snapshot;
+            self.config.store.set_pinned_profile(row.id.clone(), pinned.clone()).await?;
+            row.pinned_profile = pinned;
             tracing::info!(session = %session_id, fields = ?profile_drift, "adopting the current profile");
             Some(current)
         } else {
@@ -618,11 +618,11 @@ impl Supervisor {
         let profile_refreshed = refresh.is_some();
         let wait = match &refresh {
             Some(profile) => resume_wait(profile),
-            None => resume_wait(&*Supervisor::snapshot(&row)?),
+            None => resume_wait(&*Supervisor::pinned_profile(&row)?),
         };
         let resumed = async {
             match refresh {
-                // A new actor resumes with the snapshot just stored: it is joined, not
+                // A new actor resumes with the profile just pinned: it is joined, not
                 // asked again (it is launching, and would refuse a refresh).
                 Some(profile) if !started => handle.resume_with(profile).await,
                 _ => handle.resume().await,
@@ -637,12 +637,12 @@ impl Supervisor {
             })?
             .map_err(ServiceError::from)
             .map_err(|err| {
-                // A launch that failed with a stale snapshot: say how to adopt the profile.
+                // A launch that failed with a stale pinned profile: say how to adopt the profile.
                 if profile_refreshed || profile_drift.is_empty() {
                     return err;
                 }
                 err.with_hint(&format!(
-                    "; the session runs its profile snapshot, which differs from profile {} as it is now ({}): resume with refresh_profile (CLI: resume --refresh-profile) to adopt it",
+                    "; the session runs its pinned profile, which differs from profile {} as it is now ({}): resume with refresh_profile (CLI: resume --refresh-profile) to adopt it",
                     row.agent_profile_id,
                     profile_drift.join(", ")
                 ))
@@ -675,15 +675,15 @@ impl Supervisor {
         Some(drift)
     }
 
-    /// Where a session's profile snapshot differs from the profile as it is now: dotted
+    /// Where a session's pinned profile differs from the profile as it is now: dotted
     /// field names (`profile` when it no longer exists). Both sides go through the profile
-    /// type, so a field added since the snapshot was taken (with its default) is no drift.
+    /// type, so a field added since the profile was pinned (with its default) is no drift.
     pub(super) fn profile_drift(&self, row: &SessionRow) -> Vec<String> {
         let Some(current) = self.config.registry.get(&row.agent_profile_id) else {
             return vec!["profile".into()];
         };
         let (Ok(then), Ok(now)) = (
-            Supervisor::snapshot(row).and_then(|profile| {
+            Supervisor::pinned_profile(row).and_then(|profile| {
                 serde_json::to_value(&*profile)
                     .map_err(|err| ServiceError::Internal(err.to_string()))
             }),
@@ -782,7 +782,8 @@ impl Supervisor {
         let summary = match summary_asked_at {
             Some(at) => summary::answer_of(&self.config.store, row.id.clone(), history, at).await,
             None => {
-                let wanted = Supervisor::snapshot(row).is_ok_and(|p| p.session.summarize_on_pause);
+                let wanted =
+                    Supervisor::pinned_profile(row).is_ok_and(|p| p.session.summarize_on_pause);
                 summary::not_asked(wanted, "no agent was running")
             }
         };

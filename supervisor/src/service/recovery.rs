@@ -459,7 +459,8 @@ impl Supervisor {
             replaying_line(&row.id, open_turns.len(), questions);
             let addr = execution.endpoint();
             let plan = ReattachPlan { execution, addr, open_turns, gone: true };
-            let view = self.start_reattaching(&row, Supervisor::snapshot(&row)?, plan).await?;
+            let view =
+                self.start_reattaching(&row, Supervisor::pinned_profile(&row)?, plan).await?;
             return Ok(Some(Reattaching { session_id: row.id, view, replay: true }));
         }
         self.void_open_work(&row.id, reason, Vec::new()).await?;
@@ -599,7 +600,7 @@ impl Supervisor {
                 true => replaying_line(&row.id, open_turns.len(), questions),
                 false => summary.approvals_restored += questions,
             }
-            let profile = Supervisor::snapshot(&row)?;
+            let profile = Supervisor::pinned_profile(&row)?;
             let plan = ReattachPlan { execution, addr, open_turns, gone };
             let view = self.start_reattaching(&row, profile, plan).await?;
             return Ok(Some(Reattaching { session_id: row.id, view, replay: gone }));

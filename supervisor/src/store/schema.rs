@@ -90,7 +90,7 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE turns ADD COLUMN delivered INTEGER NOT NULL DEFAULT 1;
     ",
     // 4: restart recovery finds the few sessions that need it through indexes, without
-    // reading the rows of the thousands at rest (a session row's profile snapshot comes
+    // reading the rows of the thousands at rest (a session row's pinned profile comes
     // before its state and runtime, so reading those from the table reads the snapshot).
     "
     DROP INDEX task_sessions_by_state;

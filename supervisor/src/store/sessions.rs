@@ -295,8 +295,8 @@ impl Store {
         .await
     }
 
-    /// Replaces a session's profile snapshot (`resume {refresh_profile: true}`).
-    pub async fn set_profile_snapshot(
+    /// Replaces a session's pinned profile (`resume {refresh_profile: true}`).
+    pub async fn set_pinned_profile(
         &self,
         id: String,
         snapshot: serde_json::Value,
@@ -339,7 +339,7 @@ pub(super) fn session_from_row(
             id: row.get(0)?,
             task_id: row.get(1)?,
             agent_profile_id: row.get(2)?,
-            profile_snapshot: serde_json::Value::Null,
+            pinned_profile: serde_json::Value::Null,
             runtime: row.get(4)?,
             state: SessionState::Created,
             workspace_path: row.get(6)?,
@@ -382,8 +382,8 @@ pub(super) fn sessions_matching(
 pub(super) fn finish_session(
     (mut row, snapshot, state): (SessionRow, String, String),
 ) -> Result<SessionRow, StoreError> {
-    row.profile_snapshot = serde_json::from_str(&snapshot)
-        .map_err(|err| StoreError::Corrupt { what: "profile snapshot", detail: err.to_string() })?;
+    row.pinned_profile = serde_json::from_str(&snapshot)
+        .map_err(|err| StoreError::Corrupt { what: "pinned profile", detail: err.to_string() })?;
     row.state = session_state(&state)?;
     Ok(row)
 }
@@ -417,7 +417,7 @@ pub(super) fn insert_session(
             row.id,
             row.task_id,
             row.agent_profile_id,
-            row.profile_snapshot.to_string(),
+            row.pinned_profile.to_string(),
             row.runtime,
             row.state.as_str(),
             row.workspace_path,

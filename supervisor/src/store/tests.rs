@@ -14,7 +14,7 @@ fn session(task_id: &str) -> SessionRow {
         id: uuid::Uuid::now_v7().to_string(),
         task_id: task_id.into(),
         agent_profile_id: "mock".into(),
-        profile_snapshot: serde_json::json!({"id": "mock"}),
+        pinned_profile: serde_json::json!({"id": "mock"}),
         runtime: "standalone".into(),
         state: SessionState::Created,
         workspace_path: "/w".into(),

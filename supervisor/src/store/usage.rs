@@ -167,7 +167,7 @@ pub struct UsageFilter {
 
 /// Writes a turn's usage and the session's cost mark (in the transaction ending it). The
 /// tokens of an agent whose profile says its reports are running totals
-/// (`session.usage_totals = "cumulative"`, read from the session's profile snapshot) are
+/// (`session.usage_totals = "cumulative"`, read from the session's pinned profile) are
 /// this report's increase over the session's token mark, which the report replaces.
 pub(super) fn write_turn_usage(
     tx: &rusqlite::Transaction<'_>,
@@ -214,7 +214,7 @@ pub(super) fn write_turn_usage(
     set_cost_mark(tx, session_id, usage.cost_mark.as_ref())
 }
 
-/// Whether the session's profile (its snapshot) says its agent reports running totals.
+/// Whether the session's pinned profile says its agent reports running totals.
 fn reports_running_totals(
     tx: &rusqlite::Transaction<'_>,
     session_id: &str,

@@ -114,7 +114,7 @@ async fn checkpoint() -> (f64, f64) {
         id,
         task_id: task.id.clone(),
         agent_profile_id: "mock".into(),
-        profile_snapshot: json!({}),
+        pinned_profile: json!({}),
         runtime: "standalone".into(),
         state: SessionState::Running,
         workspace_path: "/w".into(),
