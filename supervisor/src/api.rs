@@ -16,6 +16,7 @@ use jsonrpsee::core::middleware::RpcServiceBuilder;
 use jsonrpsee::core::{RpcResult, SubscriptionResult};
 use jsonrpsee::server::{BatchRequestConfig, RpcModule, Server, ServerConfig, ServerHandle};
 
+use crate::ids::WorkflowId;
 use jsonrpsee::types::ErrorObjectOwned;
 use protocol::api::{
     AgentInfo, ApiServer, CleanupResult, Done, ErrorData, HistoryEntry, PauseResult, PromptStarted,
@@ -359,7 +360,7 @@ impl ApiServer for Methods {
     }
 
     async fn workflow_status(&self, workflow_id: String) -> RpcResult<WorkflowStatus> {
-        self.0.workflow_status(workflow_id).await.map_err(to_rpc)
+        self.0.workflow_status(workflow_id.into()).await.map_err(to_rpc)
     }
 
     async fn workflow_list(&self) -> RpcResult<Vec<WorkflowSummary>> {
@@ -373,19 +374,23 @@ impl ApiServer for Methods {
         accept_spec_change: Option<bool>,
     ) -> RpcResult<WorkflowStatus> {
         let accept = accept_spec_change.unwrap_or(false);
-        self.0.workflow_resume(workflow_id, spec, accept).await.map_err(to_rpc)
+        self.0.workflow_resume(workflow_id.into(), spec, accept).await.map_err(to_rpc)
     }
 
     async fn workflow_cancel(&self, workflow_id: String) -> RpcResult<Done> {
-        self.0.workflow_cancel(workflow_id).await.map_err(to_rpc).map(|()| Done {})
+        self.0.workflow_cancel(workflow_id.into()).await.map_err(to_rpc).map(|()| Done {})
     }
 
     async fn workflow_approve(&self, workflow_id: String, step_id: String) -> RpcResult<Done> {
-        self.0.workflow_approve(workflow_id, step_id).await.map_err(to_rpc).map(|()| Done {})
+        self.0
+            .workflow_approve(workflow_id.into(), step_id.into())
+            .await
+            .map_err(to_rpc)
+            .map(|()| Done {})
     }
 
     async fn workflow_delete(&self, workflow_id: String) -> RpcResult<Done> {
-        self.0.workflow_delete(workflow_id).await.map_err(to_rpc).map(|()| Done {})
+        self.0.workflow_delete(workflow_id.into()).await.map_err(to_rpc).map(|()| Done {})
     }
 
     async fn session_retry_turn(
@@ -423,7 +428,7 @@ impl ApiServer for Methods {
             session_id,
             task_id,
             profile,
-            workflow_id,
+            workflow_id: workflow_id.map(Into::into),
             since: since_ms,
             until: until_ms,
         };
@@ -437,6 +442,7 @@ impl ApiServer for Methods {
         after_seq: Option<u64>,
     ) -> SubscriptionResult {
         let after_seq = after_seq.unwrap_or(0);
+        let workflow_id = WorkflowId::from(workflow_id);
         // Listening before the first read: nothing written between the two is missed.
         let changes = self.0.workflow_changes();
         match self.0.workflow_events(workflow_id.clone(), after_seq, 1).await {

@@ -27,6 +27,7 @@ pub mod config;
 pub mod events;
 pub mod history;
 pub mod home;
+pub mod ids;
 pub mod metrics;
 pub mod pool;
 pub mod resume_context;

@@ -82,7 +82,7 @@ pub struct NewSession {
     pub labels: std::collections::BTreeMap<String, String>,
     /// The workflow step it runs, `(workflow, step)`: the step starts in the write that
     /// stores the session, and only if it is still pending.
-    pub workflow_step: Option<(String, String)>,
+    pub workflow_step: Option<(crate::ids::WorkflowId, crate::ids::StepId)>,
     /// The MCP servers its agent is given (ACP `McpServer` objects).
     pub mcp_servers: Vec<serde_json::Value>,
     /// The id asked for (else a new UUID v7).
@@ -264,7 +264,7 @@ pub struct Supervisor {
     damage_reported: Mutex<std::collections::HashSet<(String, usize)>>,
     /// The workflows being driven: whether one was poked again while its driver ran (it
     /// then looks once more before it ends).
-    drivers: Mutex<HashMap<String, bool>>,
+    drivers: Mutex<HashMap<crate::ids::WorkflowId, bool>>,
     /// Warm agents of pooled profiles (on the local runtime).
     pool: Option<Arc<crate::pool::Pool>>,
 }

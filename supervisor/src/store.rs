@@ -155,7 +155,7 @@ pub struct Store {
     path: Arc<Path>,
     /// Workflows whose records changed (a step's session ended a turn or changed state, a
     /// step or the workflow moved), announced after the change committed.
-    changes: tokio::sync::broadcast::Sender<String>,
+    changes: tokio::sync::broadcast::Sender<crate::ids::WorkflowId>,
     /// Sessions created, changed in state, or deleted, by id, announced after the change
     /// committed (what a list of sessions follows).
     session_changes: tokio::sync::broadcast::Sender<String>,

@@ -1,6 +1,7 @@
 //! Session subscriptions: a session's event log, read from any seq, sent to a client as
 //! it grows.
 
+use crate::ids::WorkflowId;
 use serde_json::value::RawValue;
 
 /// Sends every entry of `reader` on `sink`, as `wire` makes it, until the client goes
@@ -61,9 +62,9 @@ pub(super) async fn stream_spool_batches<E: agentctl::spool::Entry, W: serde::Se
 pub(super) async fn stream_workflow(
     sink: jsonrpsee::SubscriptionSink,
     supervisor: std::sync::Arc<crate::service::Supervisor>,
-    workflow_id: String,
+    workflow_id: WorkflowId,
     mut after_seq: u64,
-    mut changes: tokio::sync::broadcast::Receiver<String>,
+    mut changes: tokio::sync::broadcast::Receiver<WorkflowId>,
 ) -> Result<(), jsonrpsee::core::SubscriptionError> {
     use tokio::sync::broadcast::error::RecvError;
     loop {
@@ -137,7 +138,7 @@ pub(super) async fn stream_session_list(
 pub(super) async fn stream_workflow_list(
     sink: jsonrpsee::SubscriptionSink,
     supervisor: std::sync::Arc<crate::service::Supervisor>,
-    mut changes: tokio::sync::broadcast::Receiver<String>,
+    mut changes: tokio::sync::broadcast::Receiver<WorkflowId>,
 ) -> Result<(), jsonrpsee::core::SubscriptionError> {
     use protocol::api::WorkflowsEvent;
     use tokio::sync::broadcast::error::RecvError;
@@ -155,7 +156,7 @@ pub(super) async fn stream_workflow_list(
                     }
                     Ok(None) => {
                         sent.remove(&workflow_id);
-                        WorkflowsEvent::Deleted { workflow_id }
+                        WorkflowsEvent::Deleted { workflow_id: workflow_id.into_string() }
                     }
                     Err(err) => {
                         tracing::warn!(workflow = %workflow_id, %err, "cannot read a changed workflow for a list");

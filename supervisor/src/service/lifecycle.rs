@@ -273,7 +273,7 @@ impl Supervisor {
         &self,
         row: SessionRow,
         shared: bool,
-        workflow_step: Option<(String, String)>,
+        workflow_step: Option<(crate::ids::WorkflowId, crate::ids::StepId)>,
     ) -> Result<SessionRow, ServiceError> {
         if !shared {
             let canonical = std::fs::canonicalize(&row.workspace_path)

@@ -205,7 +205,7 @@ async fn finished(supervisor: &Arc<Supervisor>, id: &str) -> WorkflowStatus {
     let mut changes = supervisor.workflow_changes();
     let wait = async {
         loop {
-            let status = supervisor.workflow_status(id.to_owned()).await.unwrap();
+            let status = supervisor.workflow_status(id.into()).await.unwrap();
             if !matches!(status.state, WorkflowState::Running) {
                 return status;
             }

@@ -21,6 +21,7 @@ use super::{
     Arc, Duration, NewSession, Path, PathBuf, ServiceError, SessionHandle, SessionState,
     Supervisor, check_id,
 };
+use crate::ids::{StepId, WorkflowId};
 use crate::store::{StepPatch, StepRow, WorkflowRow};
 use crate::workflow::plan::{self, Action, Input, SessionFacts, TurnFacts};
 use crate::workflow::spec::{self, Spec, WorktreeChoice};
@@ -187,7 +188,7 @@ impl Supervisor {
         };
         let now = crate::store::now_ms();
         let row = WorkflowRow {
-            id: uuid::Uuid::now_v7().to_string(),
+            id: uuid::Uuid::now_v7().to_string().into(),
             task_id: task.id.clone(),
             name: spec.name.clone(),
             spec_file: new.spec_file.clone(),
@@ -207,28 +208,32 @@ impl Supervisor {
         drop(guard);
         tracing::info!(workflow = %row.id, name = %row.name, "workflow started");
         self.drive(&row.id);
-        Ok(WorkflowStarted { workflow_id: row.id, task_id: task.id })
+        Ok(WorkflowStarted { workflow_id: row.id.into_string(), task_id: task.id })
     }
 
-    async fn workflow_row(&self, id: &str) -> Result<(WorkflowRow, Vec<StepRow>), ServiceError> {
-        check_id("workflow_id", id)?;
-        Ok(self.config.store.workflow(id.to_owned()).await?)
+    async fn workflow_row(
+        &self,
+        id: &WorkflowId,
+    ) -> Result<(WorkflowRow, Vec<StepRow>), ServiceError> {
+        check_id("workflow_id", id.as_str())?;
+        Ok(self.config.store.workflow(id.clone()).await?)
     }
 
     /// `workflow.status`.
-    pub async fn workflow_status(&self, id: String) -> Result<WorkflowStatus, ServiceError> {
+    pub async fn workflow_status(&self, id: WorkflowId) -> Result<WorkflowStatus, ServiceError> {
         let (row, steps) = self.workflow_row(&id).await?;
         let spec =
             self.workflow_spec(&row.spec_text, row.spec_file.as_deref(), &row.vars, false)?;
         let steps = steps
             .into_iter()
             .map(|step| {
-                let spec_step = spec.steps.iter().find(|s| s.id == plan::base_id(&step.step_id));
+                let spec_step =
+                    spec.steps.iter().find(|s| s.id == plan::base_id(step.step_id.as_str()));
                 StepStatus {
                     agent: spec_step.map(|s| s.agent.clone()).unwrap_or_default(),
                     depends_on: spec_step.map(|s| s.depends_on.clone()).unwrap_or_default(),
                     approval: spec_step.is_some_and(|s| s.approval),
-                    id: step.step_id,
+                    id: step.step_id.into_string(),
                     state: step.state,
                     session_id: step.session_id,
                     runs: step.runs,
@@ -244,7 +249,7 @@ impl Supervisor {
             })
             .collect();
         Ok(WorkflowStatus {
-            workflow_id: row.id,
+            workflow_id: row.id.into_string(),
             task_id: row.task_id,
             name: row.name,
             state: row.state,
@@ -268,16 +273,16 @@ impl Supervisor {
     /// A workflow as `workflow.list` shows it now; `None` once it is deleted.
     pub async fn workflow_summary(
         &self,
-        id: &str,
+        id: &WorkflowId,
     ) -> Result<Option<WorkflowSummary>, ServiceError> {
-        Ok(self.config.store.workflow_summary(id.to_owned()).await?)
+        Ok(self.config.store.workflow_summary(id.clone()).await?)
     }
 
     /// A workflow's events after `after_seq`, at most `limit`; `after_seq` past the newest
     /// is refused.
     pub async fn workflow_events(
         &self,
-        id: String,
+        id: WorkflowId,
         after_seq: u64,
         limit: usize,
     ) -> Result<Vec<WorkflowEvent>, ServiceError> {
@@ -297,7 +302,7 @@ impl Supervisor {
     /// Announcements of changed workflows (what a stream of a workflow's events, or of the
     /// workflow list, awaits): the store makes them after each commit that changed one, so
     /// every change has one announcer, the write that made it.
-    pub fn workflow_changes(&self) -> tokio::sync::broadcast::Receiver<String> {
+    pub fn workflow_changes(&self) -> tokio::sync::broadcast::Receiver<WorkflowId> {
         self.config.store.workflow_changes()
     }
 
@@ -305,7 +310,7 @@ impl Supervisor {
     /// stopped (awaited); the workflow is `cancelled`, resumable. The cancel is one write
     /// that expects each step as it was read: when the driver moved one meanwhile (a step
     /// started, a step ended), the workflow is read again and the cancel tried again.
-    pub async fn workflow_cancel(self: &Arc<Self>, id: String) -> Result<(), ServiceError> {
+    pub async fn workflow_cancel(self: &Arc<Self>, id: WorkflowId) -> Result<(), ServiceError> {
         for _ in 0..CANCEL_ATTEMPTS {
             let (row, steps) = self.workflow_row(&id).await?;
             if row.state != WorkflowState::Running {
@@ -336,7 +341,11 @@ impl Supervisor {
 
     /// Cancels the open steps of a running workflow as they were read, in one write;
     /// whether it went through (not if a step or the workflow changed since).
-    async fn cancel_as_read(&self, id: &str, steps: &[StepRow]) -> Result<bool, ServiceError> {
+    async fn cancel_as_read(
+        &self,
+        id: &WorkflowId,
+        steps: &[StepRow],
+    ) -> Result<bool, ServiceError> {
         let open = |state: StepState| {
             matches!(state, StepState::Pending | StepState::WaitingApproval | StepState::Running)
         };
@@ -344,27 +353,26 @@ impl Supervisor {
             .iter()
             .filter(|step| open(step.state))
             .map(|step| StepPatch {
-                step_id: step.step_id.clone(),
                 expect: Some(step.state),
                 state: Some(StepState::Cancelled),
                 ended: step.state == StepState::Running,
                 event: Some(WorkflowEventKind::StepReset {
-                    step_id: step.step_id.clone(),
+                    step_id: step.step_id.to_string(),
                     state: StepState::Cancelled,
                     reason: "the workflow was cancelled".into(),
                 }),
-                ..StepPatch::default()
+                ..StepPatch::new(step.step_id.clone())
             })
             .collect();
         let state = Some((WorkflowState::Cancelled, None));
         let running = Some(WorkflowState::Running);
-        Ok(self.config.store.update_workflow(id.to_owned(), running, patches, state).await?)
+        Ok(self.config.store.update_workflow(id.clone(), running, patches, state).await?)
     }
 
     /// `workflow.delete`: a workflow that is over goes, with its steps and events; the
     /// sessions of its steps are stopped first (none is left running for it) and stay, as
     /// sessions of its task.
-    pub async fn workflow_delete(self: &Arc<Self>, id: String) -> Result<(), ServiceError> {
+    pub async fn workflow_delete(self: &Arc<Self>, id: WorkflowId) -> Result<(), ServiceError> {
         let (row, steps) = self.workflow_row(&id).await?;
         if row.state == WorkflowState::Running {
             return Err(ServiceError::InvalidState(format!(
@@ -409,8 +417,8 @@ impl Supervisor {
     /// may start.
     pub async fn workflow_approve(
         self: &Arc<Self>,
-        id: String,
-        step_id: String,
+        id: WorkflowId,
+        step_id: StepId,
     ) -> Result<(), ServiceError> {
         let (row, steps) = self.workflow_row(&id).await?;
         let Some(step) = steps.iter().find(|step| step.step_id == step_id) else {
@@ -423,16 +431,15 @@ impl Supervisor {
             )));
         }
         let patch = StepPatch {
-            step_id: step_id.clone(),
             expect: Some(step.state),
             state: Some(StepState::Pending),
             approved: Some(true),
             event: Some(WorkflowEventKind::StepReset {
-                step_id: step_id.clone(),
+                step_id: step_id.to_string(),
                 state: StepState::Pending,
                 reason: "approved".into(),
             }),
-            ..StepPatch::default()
+            ..StepPatch::new(step_id.clone())
         };
         if !self.config.store.update_workflow(id.clone(), None, vec![patch], None).await? {
             return Err(ServiceError::Conflict(format!(
@@ -471,7 +478,7 @@ impl Supervisor {
     /// the steps after them, run again).
     pub async fn workflow_resume(
         self: &Arc<Self>,
-        id: String,
+        id: WorkflowId,
         spec_text: Option<String>,
         accept_spec_change: bool,
     ) -> Result<WorkflowStatus, ServiceError> {
@@ -486,7 +493,7 @@ impl Supervisor {
         self.task_within_budget(&row.task_id).await?;
         let current = match spec_text {
             Some(text) => Some(text),
-            None => Self::reread_spec_file(&id, row.spec_file.as_deref())?,
+            None => Self::reread_spec_file(id.as_str(), row.spec_file.as_deref())?,
         };
         // Under the start lock until it runs again: no session takes its workspace meanwhile.
         let _guard = self.start_lock.lock().await;
@@ -515,7 +522,7 @@ impl Supervisor {
         if works_in_place(changed_spec.as_ref().unwrap_or(&stored))
             && let Some(workspace) = &row.workspace
         {
-            self.refuse_held_workspace(workspace, Some(&id)).await?;
+            self.refuse_held_workspace(workspace, Some(id.as_str())).await?;
         }
         // The steps it runs from now on; the others' rows are on their way out.
         let kept: BTreeSet<String> = changed_spec
@@ -552,19 +559,18 @@ impl Supervisor {
         let patches = steps_now
             .iter()
             .filter(|step| matches!(step.state, StepState::Failed | StepState::Cancelled))
-            .filter(|step| kept.contains(plan::base_id(&step.step_id)))
+            .filter(|step| kept.contains(plan::base_id(step.step_id.as_str())))
             .map(|step| StepPatch {
-                step_id: step.step_id.clone(),
                 expect: Some(step.state),
                 state: Some(StepState::Pending),
                 error: Some(None),
                 clear_run: true,
                 event: Some(WorkflowEventKind::StepReset {
-                    step_id: step.step_id.clone(),
+                    step_id: step.step_id.to_string(),
                     state: StepState::Pending,
                     reason: "the workflow was resumed".into(),
                 }),
-                ..StepPatch::default()
+                ..StepPatch::new(step.step_id.clone())
             })
             .collect();
         let resumed = self
@@ -603,23 +609,23 @@ impl Supervisor {
     }
 
     /// Starts the workflow's driver, or tells the running one to look again before it ends.
-    fn drive(self: &Arc<Self>, id: &str) {
+    fn drive(self: &Arc<Self>, id: &WorkflowId) {
         let mut drivers = self.drivers.lock().expect("UNWRAP: never poisoned");
         if let Some(poked) = drivers.get_mut(id) {
             *poked = true;
             return;
         }
-        drivers.insert(id.to_owned(), false);
+        drivers.insert(id.clone(), false);
         let supervisor = Arc::clone(self);
-        let id = id.to_owned();
+        let id = id.clone();
         tokio::spawn(async move { supervisor.run_driver(id).await });
     }
 
     /// The driver of one workflow: plans and acts until nothing is left to watch.
-    async fn run_driver(self: Arc<Self>, id: String) {
+    async fn run_driver(self: Arc<Self>, id: WorkflowId) {
         let mut changes = self.config.store.workflow_changes();
-        let (landed_tx, mut landed) = mpsc::unbounded_channel::<(String, Option<NotBroughtOn>)>();
-        let mut busy: BTreeSet<String> = BTreeSet::new();
+        let (landed_tx, mut landed) = mpsc::unbounded_channel::<(StepId, Option<NotBroughtOn>)>();
+        let mut busy: BTreeSet<StepId> = BTreeSet::new();
         loop {
             let (plan, watching) = match self.plan_workflow(&id, &busy).await {
                 Ok(planned) => planned,
@@ -676,10 +682,10 @@ impl Supervisor {
     /// runs, or a step of it does).
     async fn plan_workflow(
         &self,
-        id: &str,
-        busy: &BTreeSet<String>,
+        id: &WorkflowId,
+        busy: &BTreeSet<StepId>,
     ) -> Result<(plan::Plan, bool), ServiceError> {
-        let (row, steps, stored) = self.config.store.workflow_snapshot(id.to_owned()).await?;
+        let (row, steps, stored) = self.config.store.workflow_snapshot(id.clone()).await?;
         let spec =
             self.workflow_spec(&row.spec_text, row.spec_file.as_deref(), &row.vars, false)?;
         let task = self.config.store.get_task(row.task_id.clone()).await?;
@@ -757,18 +763,17 @@ impl Supervisor {
     /// Carries one action out.
     async fn act(
         self: &Arc<Self>,
-        id: &str,
+        id: &WorkflowId,
         action: Action,
-        busy: &mut BTreeSet<String>,
-        landed: &mpsc::UnboundedSender<(String, Option<NotBroughtOn>)>,
+        busy: &mut BTreeSet<StepId>,
+        landed: &mpsc::UnboundedSender<(StepId, Option<NotBroughtOn>)>,
     ) {
         match action {
             Action::Start { step_id, prompt } => self.start_step(id, &step_id, prompt).await,
             Action::Write { patches, state } => {
                 let expect = state.as_ref().map(|_| WorkflowState::Running);
                 let ended = state.as_ref().map(|(state, _)| *state);
-                match self.config.store.update_workflow(id.to_owned(), expect, patches, state).await
-                {
+                match self.config.store.update_workflow(id.clone(), expect, patches, state).await {
                     Ok(true) => {
                         agentctl::fault::point("workflow.advanced");
                         if let Some(state) = ended {
@@ -788,7 +793,7 @@ impl Supervisor {
                     match self
                         .config
                         .store
-                        .update_workflow(id.to_owned(), None, vec![patch], None)
+                        .update_workflow(id.clone(), None, vec![patch], None)
                         .await
                     {
                         Ok(true) => {}
@@ -838,17 +843,18 @@ impl Supervisor {
     }
 
     /// Creates a step's session (the step starts in the same write).
-    async fn start_step(self: &Arc<Self>, id: &str, step_id: &str, prompt: String) {
+    async fn start_step(self: &Arc<Self>, id: &WorkflowId, step_id: &StepId, prompt: String) {
         let started = async {
             // Read again, not taken from the plan's read: a step started earlier in this
             // pass may have made the workflow's shared worktree, which this one must use.
-            let (row, steps) = self.config.store.workflow(id.to_owned()).await?;
+            let (row, steps) = self.config.store.workflow(id.clone()).await?;
             let spec =
                 self.workflow_spec(&row.spec_text, row.spec_file.as_deref(), &row.vars, false)?;
-            let step =
-                spec.steps.iter().find(|step| step.id == plan::base_id(step_id)).ok_or_else(
-                    || ServiceError::Internal(format!("no step {step_id} in the spec")),
-                )?;
+            let step = spec
+                .steps
+                .iter()
+                .find(|step| step.id == plan::base_id(step_id.as_str()))
+                .ok_or_else(|| ServiceError::Internal(format!("no step {step_id} in the spec")))?;
             let (workspace_path, worktree) = match step.worktree {
                 WorktreeChoice::None => (row.workspace.clone(), Some(false)),
                 WorktreeChoice::Step => (row.workspace.clone(), Some(true)),
@@ -857,7 +863,7 @@ impl Supervisor {
                     let mut shared = None;
                     for other in &steps {
                         let sharing = spec.steps.iter().any(|s| {
-                            s.id == plan::base_id(&other.step_id)
+                            s.id == plan::base_id(other.step_id.as_str())
                                 && s.worktree == WorktreeChoice::Workflow
                         });
                         if let (true, Some(session)) = (sharing, &other.session_id)
@@ -885,7 +891,7 @@ impl Supervisor {
                 worktree,
                 base: None,
                 labels: Default::default(),
-                workflow_step: Some((id.to_owned(), step_id.to_owned())),
+                workflow_step: Some((id.clone(), step_id.clone())),
                 mcp_servers: Vec::new(),
                 session_id: None,
                 additional_directories: Vec::new(),
@@ -907,7 +913,12 @@ impl Supervisor {
     }
 
     /// A resume or resend of a step's session failed: counted as a failed launch.
-    async fn continue_failed(self: &Arc<Self>, id: &str, step_id: &str, failure: NotBroughtOn) {
+    async fn continue_failed(
+        self: &Arc<Self>,
+        id: &WorkflowId,
+        step_id: &StepId,
+        failure: NotBroughtOn,
+    ) {
         self.launch_failed(id, step_id, StepState::Running, failure).await;
     }
 
@@ -916,13 +927,13 @@ impl Supervisor {
     /// its workflow running), else dropped.
     async fn launch_failed(
         &self,
-        id: &str,
-        step_id: &str,
+        id: &WorkflowId,
+        step_id: &StepId,
         state: StepState,
         failure: NotBroughtOn,
     ) {
         let read = async {
-            let (row, steps) = self.config.store.workflow(id.to_owned()).await?;
+            let (row, steps) = self.config.store.workflow(id.clone()).await?;
             let spec =
                 self.workflow_spec(&row.spec_text, row.spec_file.as_deref(), &row.vars, false)?;
             Ok::<_, ServiceError>((row, steps, spec))
@@ -934,12 +945,15 @@ impl Supervisor {
                 return;
             }
         };
-        let Some(step) = steps.iter().find(|step| step.step_id == step_id) else { return };
+        let Some(step) = steps.iter().find(|step| step.step_id == *step_id) else { return };
         if step.state != state || row.state != WorkflowState::Running {
             return;
         }
-        let retries =
-            spec.steps.iter().find(|s| s.id == plan::base_id(step_id)).map_or(0, |s| s.retries);
+        let retries = spec
+            .steps
+            .iter()
+            .find(|s| s.id == plan::base_id(step_id.as_str()))
+            .map_or(0, |s| s.retries);
         let error = failure.error();
         tracing::warn!(workflow = %id, step = %step_id, %error, failures = step.launch_failures + 1, retries, "a step's session did not launch or refused its prompt");
         let Action::Write { patches, state: ended } = after_failure(step, state, retries, &failure)
@@ -948,7 +962,7 @@ impl Supervisor {
         };
         let expect = ended.as_ref().map(|_| WorkflowState::Running);
         if let Err(err) =
-            self.config.store.update_workflow(id.to_owned(), expect, patches, ended).await
+            self.config.store.update_workflow(id.clone(), expect, patches, ended).await
         {
             tracing::error!(workflow = %id, %err, "cannot record a failed launch");
         }
@@ -998,7 +1012,7 @@ impl NotBroughtOn {
 /// but time; a resume goes on once the budget is raised), and so does a failure no retry
 /// outlives.
 fn after_failure(step: &StepRow, state: StepState, retries: u32, failure: &NotBroughtOn) -> Action {
-    let step_id = step.step_id.as_str();
+    let step_id = &step.step_id;
     let error = failure.error();
     if let ServiceError::BudgetExceeded(_) = error {
         let reason = format!("{error}, then resume the workflow");
@@ -1007,12 +1021,8 @@ fn after_failure(step: &StepRow, state: StepState, retries: u32, failure: &NotBr
             _ => plan::fail_step(step_id, format!("its prompt cannot be sent: {reason}")),
         };
     }
-    let counted = StepPatch {
-        step_id: step_id.to_owned(),
-        expect: Some(state),
-        launch_failed: true,
-        ..StepPatch::default()
-    };
+    let counted =
+        StepPatch { expect: Some(state), launch_failed: true, ..StepPatch::new(step_id.clone()) };
     if step.launch_failures < retries && !failure.lasting() {
         return Action::Write { patches: vec![counted], state: None };
     }
@@ -1034,11 +1044,11 @@ fn workspace_paths(workspace: &str) -> Vec<String> {
 
 /// Waits until the store announces a change of workflow `id` (or announcements were
 /// lost: then everything is read again anyway).
-async fn changed(changes: &mut tokio::sync::broadcast::Receiver<String>, id: &str) {
+async fn changed(changes: &mut tokio::sync::broadcast::Receiver<WorkflowId>, id: &WorkflowId) {
     use tokio::sync::broadcast::error::RecvError;
     loop {
         match changes.recv().await {
-            Ok(changed) if changed == id => return,
+            Ok(changed) if changed == *id => return,
             Ok(_) => {}
             Err(RecvError::Lagged(_)) => return,
             Err(RecvError::Closed) => std::future::pending::<()>().await,

@@ -158,7 +158,7 @@ pub struct UsageFilter {
     /// One profile's.
     pub profile: Option<String>,
     /// One workflow's.
-    pub workflow_id: Option<String>,
+    pub workflow_id: Option<crate::ids::WorkflowId>,
     /// From this time on (Unix ms).
     pub since: Option<i64>,
     /// Before this time (Unix ms).

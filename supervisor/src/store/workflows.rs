@@ -14,12 +14,13 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::sessions::insert_session;
 use super::{Named, PromptRefusal, SessionRow, Store, StoreError, now_ms};
+use crate::ids::{StepId, WorkflowId};
 
 /// A stored workflow.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkflowRow {
     /// Its id.
-    pub id: String,
+    pub id: WorkflowId,
     /// Its task.
     pub task_id: String,
     /// The file's `name`.
@@ -52,7 +53,7 @@ pub struct WorkflowRow {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepRow {
     /// The step (a `for_each` worker is `ID[N]`).
-    pub step_id: String,
+    pub step_id: StepId,
     /// Its place in the file.
     pub position: i64,
     /// Where it is.
@@ -95,12 +96,35 @@ pub struct TurnOutput {
     pub usage: Option<String>,
 }
 
+impl StepPatch {
+    /// A patch of `step_id` that changes nothing yet (its fields say what it changes).
+    pub fn new(step_id: StepId) -> StepPatch {
+        StepPatch {
+            step_id,
+            expect: None,
+            state: None,
+            iteration: None,
+            resent: false,
+            launch_failed: false,
+            approved: None,
+            applied: None,
+            error: None,
+            output: None,
+            clear_run: false,
+            ended: false,
+            remove: false,
+            insert_at: None,
+            event: None,
+        }
+    }
+}
+
 /// A change to one step, applied only while the step is in `expect` (else the whole
 /// update is dropped: the caller decided on a stale read).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StepPatch {
     /// The step.
-    pub step_id: String,
+    pub step_id: StepId,
     /// The state it must be in.
     pub expect: Option<StepState>,
     /// Its new state.
@@ -184,7 +208,10 @@ fn step_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StepRow> {
 }
 
 /// A workflow and its steps (in file order).
-fn read_workflow(conn: &Connection, id: &str) -> Result<(WorkflowRow, Vec<StepRow>), StoreError> {
+fn read_workflow(
+    conn: &Connection,
+    id: &WorkflowId,
+) -> Result<(WorkflowRow, Vec<StepRow>), StoreError> {
     let row = conn
         .query_row(
             &format!("SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE id = ?1"),
@@ -192,7 +219,7 @@ fn read_workflow(conn: &Connection, id: &str) -> Result<(WorkflowRow, Vec<StepRo
             workflow_row,
         )
         .optional()?
-        .ok_or_else(|| StoreError::NotFound { what: "workflow", id: id.to_owned() })?;
+        .ok_or_else(|| StoreError::NotFound { what: "workflow", id: id.to_string() })?;
     let mut statement = conn.prepare_cached(&format!(
         "SELECT {STEP_COLUMNS} FROM workflow_steps WHERE workflow_id = ?1 ORDER BY position, step_id"
     ))?;
@@ -293,7 +320,7 @@ fn step_session(conn: &Connection, session_id: &str) -> Result<Option<StepSessio
 /// Appends an event to a workflow's stream (inside the caller's transaction).
 fn push_event(
     conn: &Connection,
-    workflow_id: &str,
+    workflow_id: &WorkflowId,
     kind: &WorkflowEventKind,
 ) -> rusqlite::Result<u64> {
     let now = now_ms();
@@ -315,7 +342,10 @@ fn push_event(
 }
 
 /// The workflow a session runs a step of, if any.
-pub(super) fn workflow_of(conn: &Connection, session_id: &str) -> rusqlite::Result<Option<String>> {
+pub(super) fn workflow_of(
+    conn: &Connection,
+    session_id: &str,
+) -> rusqlite::Result<Option<WorkflowId>> {
     conn.query_row(
         "SELECT workflow_id FROM workflow_steps WHERE session_id = ?1 LIMIT 1",
         [session_id],
@@ -332,10 +362,10 @@ pub(super) fn step_turn_ended(
     session_id: &str,
     completed: bool,
     output: Option<&TurnOutput>,
-) -> rusqlite::Result<Option<String>> {
+) -> rusqlite::Result<Option<WorkflowId>> {
     let Some(workflow_id) = workflow_of(conn, session_id)? else { return Ok(None) };
     if completed {
-        let step: Option<(String, Option<i64>)> = conn
+        let step: Option<(StepId, Option<i64>)> = conn
             .query_row(
                 "SELECT step_id, started_at FROM workflow_steps WHERE session_id = ?1 AND state = 'running'",
                 [session_id],
@@ -357,7 +387,10 @@ pub(super) fn step_turn_ended(
                  ended_at = ?4, applied = 0, usage = ?5 WHERE workflow_id = ?1 AND step_id = ?2",
                 params![workflow_id, step_id, output, now_ms(), usage],
             )?;
-            let event = WorkflowEventKind::StepCompleted { step_id, output: output.to_owned() };
+            let event = WorkflowEventKind::StepCompleted {
+                step_id: step_id.into_string(),
+                output: output.to_owned(),
+            };
             push_event(conn, &workflow_id, &event)?;
         }
     }
@@ -401,7 +434,7 @@ impl Store {
     #[allow(clippy::type_complexity)]
     pub async fn workflow_snapshot(
         &self,
-        id: String,
+        id: WorkflowId,
     ) -> Result<(WorkflowRow, Vec<StepRow>, BTreeMap<String, Option<StepSession>>), StoreError>
     {
         self.call(move |conn| {
@@ -419,7 +452,7 @@ impl Store {
 
     /// Workflows whose records changed, by id, announced after each commit. A receiver
     /// that lags is told so (`Lagged`) and must read everything again.
-    pub fn workflow_changes(&self) -> tokio::sync::broadcast::Receiver<String> {
+    pub fn workflow_changes(&self) -> tokio::sync::broadcast::Receiver<WorkflowId> {
         self.changes.subscribe()
     }
 
@@ -436,7 +469,7 @@ impl Store {
     }
 
     /// Announces that a workflow's records changed.
-    pub(super) fn announce(&self, workflow_id: Option<String>) {
+    pub(super) fn announce(&self, workflow_id: Option<WorkflowId>) {
         if let Some(id) = workflow_id {
             // No receiver: nobody is waiting (no engine runs in this process).
             let _ = self.changes.send(id);
@@ -497,7 +530,10 @@ impl Store {
     }
 
     /// A workflow and its steps (in file order).
-    pub async fn workflow(&self, id: String) -> Result<(WorkflowRow, Vec<StepRow>), StoreError> {
+    pub async fn workflow(
+        &self,
+        id: WorkflowId,
+    ) -> Result<(WorkflowRow, Vec<StepRow>), StoreError> {
         self.call(move |conn| read_workflow(conn, &id)).await
     }
 
@@ -509,9 +545,9 @@ impl Store {
     /// One workflow as the list shows it; `None` when there is no such workflow.
     pub async fn workflow_summary(
         &self,
-        id: String,
+        id: WorkflowId,
     ) -> Result<Option<WorkflowSummary>, StoreError> {
-        self.call(move |conn| Ok(summaries(conn, Some(&id))?.pop())).await
+        self.call(move |conn| Ok(summaries(conn, Some(id.as_str()))?.pop())).await
     }
 
     /// How many steps are in each state.
@@ -530,7 +566,7 @@ impl Store {
     /// The workflows the engine drives after a restart: those `running`, and those over
     /// with a step's session not ended (a stop a kill cut short, recorded by the write
     /// that ended its step or sent its loop back: the driver carries it out).
-    pub async fn workflows_to_drive(&self) -> Result<Vec<String>, StoreError> {
+    pub async fn workflows_to_drive(&self) -> Result<Vec<WorkflowId>, StoreError> {
         self.call(move |conn| {
             let mut statement = conn.prepare(
                 "SELECT w.id FROM workflows w WHERE w.state = 'running' OR EXISTS ( \
@@ -562,7 +598,7 @@ impl Store {
 
     /// Deletes a workflow that is not running, with its steps and events, in one
     /// transaction; `Ok(false)`, changing nothing, when it runs.
-    pub async fn delete_workflow(&self, id: String) -> Result<bool, StoreError> {
+    pub async fn delete_workflow(&self, id: WorkflowId) -> Result<bool, StoreError> {
         let announce = id.clone();
         let deleted = self
             .call(move |conn| {
@@ -571,7 +607,12 @@ impl Store {
                     .query_row("SELECT state FROM workflows WHERE id = ?1", [&id], |r| r.get(0))
                     .optional()?;
                 match state {
-                    None => return Err(StoreError::NotFound { what: "workflow", id }),
+                    None => {
+                        return Err(StoreError::NotFound {
+                            what: "workflow",
+                            id: id.into_string(),
+                        });
+                    }
                     Some(Named(WorkflowState::Running)) => return Ok(false),
                     Some(_) => {}
                 }
@@ -632,7 +673,7 @@ impl Store {
     /// A workflow's events after `after_seq`, oldest first, at most `limit`.
     pub async fn workflow_events(
         &self,
-        id: String,
+        id: WorkflowId,
         after_seq: u64,
         limit: usize,
     ) -> Result<Vec<WorkflowEvent>, StoreError> {
@@ -665,8 +706,8 @@ impl Store {
     pub async fn start_step(
         &self,
         session: SessionRow,
-        workflow_id: String,
-        step_id: String,
+        workflow_id: WorkflowId,
+        step_id: StepId,
     ) -> Result<bool, StoreError> {
         let announce = workflow_id.clone();
         let session_id = session.id.clone();
@@ -697,7 +738,7 @@ impl Store {
                     params![workflow_id, step_id, session.id, session.initial_prompt, now_ms()],
                 )?;
                 let event = WorkflowEventKind::StepStarted {
-                    step_id,
+                    step_id: step_id.to_string(),
                     session_id: session.id.clone(),
                     run: run + 1,
                     iteration,
@@ -719,7 +760,7 @@ impl Store {
     /// patch expects (or a state is set on a workflow that is not `expect_workflow`).
     pub async fn update_workflow(
         &self,
-        workflow_id: String,
+        workflow_id: WorkflowId,
         expect_workflow: Option<WorkflowState>,
         patches: Vec<StepPatch>,
         state: Option<(WorkflowState, Option<String>)>,
@@ -734,7 +775,7 @@ impl Store {
                     })
                     .optional()?;
                 let Some(Named(current)) = current else {
-                    return Err(StoreError::NotFound { what: "workflow", id: workflow_id });
+                    return Err(StoreError::NotFound { what: "workflow", id: workflow_id.into_string() });
                 };
                 if expect_workflow.is_some_and(|expected| expected != current) {
                     return Ok(false);
@@ -770,7 +811,7 @@ impl Store {
     /// an event saying so.
     pub async fn replace_workflow_spec(
         &self,
-        workflow_id: String,
+        workflow_id: WorkflowId,
         spec_text: String,
         spec_sha256: String,
         steps: Vec<String>,
@@ -782,13 +823,13 @@ impl Store {
                 "UPDATE workflows SET spec_text = ?2, spec_sha256 = ?3, updated_at = ?4 WHERE id = ?1",
                 params![workflow_id, spec_text, spec_sha256, now_ms()],
             )?;
-            let existing: Vec<String> = {
+            let existing: Vec<StepId> = {
                 let mut statement =
                     tx.prepare("SELECT step_id FROM workflow_steps WHERE workflow_id = ?1")?;
                 statement.query_map([&workflow_id], |r| r.get(0))?.collect::<Result<_, _>>()?
             };
             for old in &existing {
-                let base = old.split('[').next().unwrap_or(old);
+                let base = crate::workflow::plan::base_id(old.as_str());
                 if !steps.iter().any(|step| step == base) {
                     drop_step(&tx, &workflow_id, old)?;
                 }
@@ -820,7 +861,11 @@ impl Store {
 /// `cancelled`, still naming the session: the planner stops a session not ended of a step
 /// not running, and drops the row once it is stopped. So this write records the stop, as
 /// a loop going back does, and a kill right after it orphans nothing.
-fn drop_step(conn: &Connection, workflow_id: &str, step_id: &str) -> rusqlite::Result<()> {
+fn drop_step(
+    conn: &Connection,
+    workflow_id: &WorkflowId,
+    step_id: &StepId,
+) -> rusqlite::Result<()> {
     let live: Option<String> = conn
         .query_row(
             "SELECT s.session_id FROM workflow_steps s JOIN task_sessions t ON t.id = s.session_id \
@@ -847,7 +892,7 @@ fn drop_step(conn: &Connection, workflow_id: &str, step_id: &str) -> rusqlite::R
         }
     };
     let event = WorkflowEventKind::StepReset {
-        step_id: step_id.to_owned(),
+        step_id: step_id.to_string(),
         state: StepState::Cancelled,
         reason,
     };
@@ -857,7 +902,11 @@ fn drop_step(conn: &Connection, workflow_id: &str, step_id: &str) -> rusqlite::R
 
 /// Applies one patch inside the caller's transaction; false when its step is not in the
 /// state it expects.
-fn apply_patch(conn: &Connection, workflow_id: &str, patch: &StepPatch) -> rusqlite::Result<bool> {
+fn apply_patch(
+    conn: &Connection,
+    workflow_id: &WorkflowId,
+    patch: &StepPatch,
+) -> rusqlite::Result<bool> {
     if let Some(position) = patch.insert_at {
         let state = patch.state.unwrap_or(StepState::Pending);
         let inserted = conn.execute(
@@ -939,7 +988,7 @@ fn apply_patch(conn: &Connection, workflow_id: &str, patch: &StepPatch) -> rusql
 /// Publishes a patch's event, if it has one (inside the caller's transaction); true.
 fn push_patch_event(
     conn: &Connection,
-    workflow_id: &str,
+    workflow_id: &WorkflowId,
     patch: &StepPatch,
 ) -> rusqlite::Result<bool> {
     if let Some(event) = &patch.event {

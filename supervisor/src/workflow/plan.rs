@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use protocol::api::{SessionState, StepState, TurnState, WorkflowEventKind, WorkflowState};
 
 use super::spec::{MAX_PROMPT, MAX_WORKERS, Spec, Step, Values};
+use crate::ids::StepId;
 use crate::session::MAX_PROMPT_LINE;
 use crate::store::{PromptRefusal, StepPatch, StepRow, WorkflowRow};
 
@@ -70,7 +71,7 @@ pub enum Action {
     /// Create the step's session with this prompt (it starts the step in the same write).
     Start {
         /// The row (`ID` or a worker's `ID[N]`).
-        step_id: String,
+        step_id: StepId,
         /// Its prompt, rendered.
         prompt: String,
     },
@@ -86,7 +87,7 @@ pub enum Action {
     /// (counting the resend or the failed launch), when there is one, is written first.
     Continue {
         /// The row.
-        step_id: String,
+        step_id: StepId,
         /// Its session.
         session_id: String,
         /// The prompt to send again.
@@ -102,7 +103,7 @@ pub enum Action {
     /// End a step's session (its step is over; its agent is not needed any more).
     Stop {
         /// The row.
-        step_id: String,
+        step_id: StepId,
         /// The session.
         session_id: String,
     },
@@ -119,7 +120,7 @@ pub struct Input<'a> {
     /// The sessions of its steps, by session id.
     pub sessions: &'a BTreeMap<String, SessionFacts>,
     /// Steps with an action still in flight (left alone this pass).
-    pub busy: &'a BTreeSet<String>,
+    pub busy: &'a BTreeSet<StepId>,
     /// The task's title and description.
     pub task: (&'a str, &'a str),
     /// Why the task may spend no more, when its budget is used up (what `budget_exceeded`
@@ -194,7 +195,7 @@ impl Values for Rendering<'_> {
 
 /// The step's session is to be brought on (`Continue`), unless the task's budget is used
 /// up: then the step fails, saying so.
-fn bring_on(input: &Input<'_>, step_id: &str, action: Action) -> Action {
+fn bring_on(input: &Input<'_>, step_id: &StepId, action: Action) -> Action {
     match input.over_budget {
         Some(reason) => fail_step(step_id, format!("its prompt cannot be sent: {reason}")),
         None => action,
@@ -202,8 +203,8 @@ fn bring_on(input: &Input<'_>, step_id: &str, action: Action) -> Action {
 }
 
 /// A step fails with `error`, and the workflow with it.
-pub fn fail_step(step_id: &str, error: String) -> Action {
-    fail_with(StepPatch { step_id: step_id.to_owned(), ..StepPatch::default() }, error)
+pub fn fail_step(step_id: &StepId, error: String) -> Action {
+    fail_with(StepPatch::new(step_id.clone()), error)
 }
 
 /// `patch`'s step fails with `error` (with whatever else `patch` writes), and the
@@ -215,7 +216,7 @@ pub fn fail_with(patch: StepPatch, error: String) -> Action {
         error: Some(Some(error.clone())),
         ended: true,
         event: Some(WorkflowEventKind::StepFailed {
-            step_id: step_id.clone(),
+            step_id: step_id.to_string(),
             error: error.clone(),
         }),
         ..patch
@@ -271,7 +272,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
 
 /// The spec's step a row runs (a worker's row runs its template).
 fn spec_step<'a>(spec: &'a Spec, row: &StepRow) -> Option<&'a Step> {
-    spec.steps.iter().find(|step| step.id == base_id(&row.step_id))
+    spec.steps.iter().find(|step| step.id == base_id(row.step_id.as_str()))
 }
 
 /// Stops the sessions whose step is over: their agents are not needed.
@@ -375,13 +376,12 @@ fn workflow_stopped(row: &StepRow) -> Action {
     let error = "the workflow stopped before this step's turn completed".to_owned();
     Action::Write {
         patches: vec![StepPatch {
-            step_id: row.step_id.clone(),
             expect: Some(StepState::Running),
             state: Some(StepState::Failed),
             error: Some(Some(error.clone())),
             ended: true,
-            event: Some(WorkflowEventKind::StepFailed { step_id: row.step_id.clone(), error }),
-            ..StepPatch::default()
+            event: Some(WorkflowEventKind::StepFailed { step_id: row.step_id.to_string(), error }),
+            ..StepPatch::new(row.step_id.clone())
         }],
         state: None,
     }
@@ -406,10 +406,9 @@ fn after_failed_launch(
         session_id: session_id.to_owned(),
         resend,
         patch: Some(StepPatch {
-            step_id: row.step_id.clone(),
             expect: Some(StepState::Running),
             launch_failed: true,
-            ..StepPatch::default()
+            ..StepPatch::new(row.step_id.clone())
         }),
     };
     bring_on(input, &row.step_id, action)
@@ -461,10 +460,9 @@ fn after_turn(
         session_id: session_id.to_owned(),
         resend: row.prompt.clone(),
         patch: Some(StepPatch {
-            step_id: row.step_id.clone(),
             expect: Some(StepState::Running),
             resent: true,
-            ..StepPatch::default()
+            ..StepPatch::new(row.step_id.clone())
         }),
     };
     Some(bring_on(input, &row.step_id, action))
@@ -489,25 +487,24 @@ fn workers_done(steps: &[StepRow]) -> Option<Action> {
     {
         let prefix = format!("{}[", row.step_id);
         let mut workers: Vec<&StepRow> =
-            steps.iter().filter(|w| w.step_id.starts_with(&prefix)).collect();
-        workers.sort_by_key(|w| worker_index(&w.step_id));
+            steps.iter().filter(|w| w.step_id.as_str().starts_with(&prefix)).collect();
+        workers.sort_by_key(|w| worker_index(w.step_id.as_str()));
         if workers.iter().all(|w| w.state == StepState::Completed) {
             let outputs: Vec<&str> =
                 workers.iter().map(|w| w.output.as_deref().unwrap_or("")).collect();
             let output = serde_json::to_string(&outputs).unwrap_or_else(|_| "[]".into());
             return Some(Action::Write {
                 patches: vec![StepPatch {
-                    step_id: row.step_id.clone(),
                     expect: Some(StepState::Running),
                     state: Some(StepState::Completed),
                     output: Some(output.clone()),
                     applied: Some(true),
                     ended: true,
                     event: Some(WorkflowEventKind::StepCompleted {
-                        step_id: row.step_id.clone(),
+                        step_id: row.step_id.to_string(),
                         output,
                     }),
-                    ..StepPatch::default()
+                    ..StepPatch::new(row.step_id.clone())
                 }],
                 state: None,
             });
@@ -527,7 +524,7 @@ fn start_ready(input: &Input<'_>, by_id: &BTreeMap<&str, &StepRow>, actions: &mu
     let mut writes = Vec::new();
     for row in steps.iter().filter(|row| row.state == StepState::Pending) {
         let Some(step) = spec_step(spec, row) else { continue };
-        let worker = row.step_id.contains('[');
+        let worker = row.step_id.as_str().contains('[');
         if step.for_each.is_some() && !worker {
             // Its workers are made when its source completes.
             continue;
@@ -545,13 +542,12 @@ fn start_ready(input: &Input<'_>, by_id: &BTreeMap<&str, &StepRow>, actions: &mu
         }
         if step.approval && !row.approved {
             writes.push(StepPatch {
-                step_id: row.step_id.clone(),
                 expect: Some(StepState::Pending),
                 state: Some(StepState::WaitingApproval),
                 event: Some(WorkflowEventKind::StepWaitingApproval {
-                    step_id: row.step_id.clone(),
+                    step_id: row.step_id.to_string(),
                 }),
-                ..StepPatch::default()
+                ..StepPatch::new(row.step_id.clone())
             });
             continue;
         }
@@ -602,17 +598,16 @@ fn after_refusal(row: &StepRow, refusal: &PromptRefusal, retries: u32) -> Action
     );
     Action::Write {
         patches: vec![StepPatch {
-            step_id: row.step_id.clone(),
             expect: Some(StepState::Running),
             state: Some(StepState::Pending),
             launch_failed: true,
             clear_run: true,
             event: Some(WorkflowEventKind::StepReset {
-                step_id: row.step_id.clone(),
+                step_id: row.step_id.to_string(),
                 state: StepState::Pending,
                 reason,
             }),
-            ..StepPatch::default()
+            ..StepPatch::new(row.step_id.clone())
         }],
         state: None,
     }
@@ -634,52 +629,49 @@ fn drop_removed(row: &StepRow, sessions: &BTreeMap<String, SessionFacts>) -> Opt
     };
     Some(Action::Write {
         patches: vec![StepPatch {
-            step_id: row.step_id.clone(),
             expect: Some(row.state),
             remove: true,
             event: Some(WorkflowEventKind::StepReset {
-                step_id: row.step_id.clone(),
+                step_id: row.step_id.to_string(),
                 state: StepState::Cancelled,
                 reason,
             }),
-            ..StepPatch::default()
+            ..StepPatch::new(row.step_id.clone())
         }],
         state: None,
     })
 }
 
 /// A pending step fails before it starts (`reason`: why it may not).
-pub fn not_started(step_id: &str, reason: &str) -> Action {
+pub fn not_started(step_id: &StepId, reason: &str) -> Action {
     let error = format!("not started: {reason}");
     Action::Write {
         patches: vec![StepPatch {
-            step_id: step_id.to_owned(),
             expect: Some(StepState::Pending),
             state: Some(StepState::Failed),
             error: Some(Some(error.clone())),
             ended: true,
             event: Some(WorkflowEventKind::StepFailed {
-                step_id: step_id.to_owned(),
+                step_id: step_id.to_string(),
                 error: error.clone(),
             }),
-            ..StepPatch::default()
+            ..StepPatch::new(step_id.clone())
         }],
         state: Some((WorkflowState::Failed, Some(format!("step {step_id}: {error}")))),
     }
 }
 
-fn skip(step_id: &str, reason: String) -> StepPatch {
+fn skip(step_id: &StepId, reason: String) -> StepPatch {
     StepPatch {
-        step_id: step_id.to_owned(),
         expect: Some(StepState::Pending),
         state: Some(StepState::Skipped),
         ended: true,
         event: Some(WorkflowEventKind::StepReset {
-            step_id: step_id.to_owned(),
+            step_id: step_id.to_string(),
             state: StepState::Skipped,
             reason,
         }),
-        ..StepPatch::default()
+        ..StepPatch::new(step_id.clone())
     }
 }
 
@@ -700,7 +692,7 @@ fn render(
         .iter()
         .filter_map(|(id, row)| row.output.as_deref().map(|output| (*id, output)))
         .collect();
-    let item = match (&step.for_each, worker_index(&row.step_id)) {
+    let item = match (&step.for_each, worker_index(row.step_id.as_str())) {
         (Some(source), Some(index)) => by_id
             .get(source.as_str())
             .and_then(|source| source.output.as_deref())
@@ -736,10 +728,9 @@ fn effects(
     let output = row.output.as_deref().unwrap_or("");
     let mut patches = Vec::new();
     let applied = StepPatch {
-        step_id: row.step_id.clone(),
         expect: Some(StepState::Completed),
         applied: Some(true),
-        ..StepPatch::default()
+        ..StepPatch::new(row.step_id.clone())
     };
     if let Some(repeat) = &step.repeat
         && !repeat.passes(output)
@@ -761,14 +752,13 @@ fn effects(
         for id in body {
             let Some(member) = by_id.get(id) else { continue };
             patches.push(StepPatch {
-                step_id: member.step_id.clone(),
                 expect: Some(member.state),
                 state: Some(StepState::Pending),
                 iteration: Some(pass),
                 approved: Some(false),
                 clear_run: true,
                 event: Some(WorkflowEventKind::StepReset {
-                    step_id: member.step_id.clone(),
+                    step_id: member.step_id.to_string(),
                     state: StepState::Pending,
                     reason: format!(
                         "loop pass {} of {}: {} {wanted}",
@@ -777,7 +767,7 @@ fn effects(
                         step.id
                     ),
                 }),
-                ..StepPatch::default()
+                ..StepPatch::new(member.step_id.clone())
             });
         }
         return Some(Action::Write { patches, state: None });
@@ -795,8 +785,10 @@ fn effects(
             if target != chosen
                 && by_id.get(target.as_str()).is_some_and(|t| t.state == StepState::Pending)
             {
-                patches
-                    .push(skip(target, format!("{} chose route {marker:?} ({chosen})", step.id)));
+                patches.push(skip(
+                    &target.as_str().into(),
+                    format!("{} chose route {marker:?} ({chosen})", step.id),
+                ));
             }
         }
     }
@@ -823,15 +815,13 @@ fn effects(
         let Some(template) = by_id.get(worker.id.as_str()) else { continue };
         for index in 0..list.len() {
             patches.push(StepPatch {
-                step_id: format!("{}[{index}]", worker.id),
                 insert_at: Some(template.position),
                 iteration: Some(template.iteration),
-                ..StepPatch::default()
+                ..StepPatch::new(format!("{}[{index}]", worker.id).into())
             });
         }
         let empty = list.is_empty();
         patches.push(StepPatch {
-            step_id: worker.id.clone(),
             expect: Some(StepState::Pending),
             state: Some(if empty { StepState::Completed } else { StepState::Running }),
             output: empty.then(|| "[]".to_owned()),
@@ -845,7 +835,7 @@ fn effects(
                     reason: format!("{} workers from {}'s list", list.len(), step.id),
                 }
             }),
-            ..StepPatch::default()
+            ..StepPatch::new(worker.id.as_str().into())
         });
     }
     if patches.is_empty() {

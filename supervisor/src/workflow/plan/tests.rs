@@ -126,7 +126,7 @@ impl Sim {
                 Action::Start { step_id, prompt } => {
                     let session = format!("s-{step_id}-{}", self.sent.len());
                     let now = self.now;
-                    let row = self.row(step_id);
+                    let row = self.row(step_id.as_str());
                     assert_eq!(row.state, StepState::Pending);
                     row.state = StepState::Running;
                     row.runs += 1;
@@ -135,7 +135,7 @@ impl Sim {
                     row.output = None;
                     row.started_at = Some(now);
                     self.sessions.insert(session, running_session());
-                    self.sent.push((step_id.clone(), prompt.clone()));
+                    self.sent.push((step_id.to_string(), prompt.clone()));
                 }
                 Action::Write { patches, state } => {
                     for patch in patches {
@@ -156,10 +156,10 @@ impl Sim {
                     facts.turn_running = true;
                     facts.prompt_delivered = true;
                     if let Some(prompt) = resend {
-                        self.sent.push((step_id.clone(), prompt.clone()));
+                        self.sent.push((step_id.to_string(), prompt.clone()));
                     } else {
-                        let prompt = self.row(step_id).prompt.clone().unwrap();
-                        self.sent.push((step_id.clone(), prompt));
+                        let prompt = self.row(step_id.as_str()).prompt.clone().unwrap();
+                        self.sent.push((step_id.to_string(), prompt));
                     }
                 }
                 Action::CancelTurn { session_id } | Action::Stop { session_id, .. } => {
@@ -176,21 +176,21 @@ impl Sim {
     }
 
     fn patch(&mut self, patch: &StepPatch) {
-        assert!(!patch.step_id.is_empty(), "a patch names its step: {patch:?}");
+        assert!(!patch.step_id.as_str().is_empty(), "a patch names its step: {patch:?}");
         if patch.remove {
-            let row = self.row(&patch.step_id);
+            let row = self.row(patch.step_id.as_str());
             assert_eq!(Some(row.state), patch.expect, "{}", patch.step_id);
             self.steps.retain(|row| row.step_id != patch.step_id);
             return;
         }
         if let Some(position) = patch.insert_at {
-            let mut new = row(&patch.step_id, position);
+            let mut new = row(patch.step_id.as_str(), position);
             new.iteration = patch.iteration.unwrap_or(0);
             self.steps.push(new);
             self.steps.sort_by(|a, b| (a.position, &a.step_id).cmp(&(b.position, &b.step_id)));
             return;
         }
-        let row = self.row(&patch.step_id);
+        let row = self.row(patch.step_id.as_str());
         if let Some(expected) = patch.expect {
             assert_eq!(row.state, expected, "{}", patch.step_id);
         }
@@ -252,7 +252,7 @@ impl Sim {
 
     fn running(&self) -> Vec<String> {
         let ids = self.steps.iter().filter(|row| row.state == StepState::Running);
-        ids.filter(|row| row.session_id.is_some()).map(|row| row.step_id.clone()).collect()
+        ids.filter(|row| row.session_id.is_some()).map(|row| row.step_id.to_string()).collect()
     }
 }
 

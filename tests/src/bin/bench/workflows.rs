@@ -93,7 +93,7 @@ async fn checkpoint() -> (f64, f64) {
     let task = store.create_task("bench".into(), String::new()).await.unwrap();
     const STEPS: usize = 200;
     let workflow = WorkflowRow {
-        id: uuid::Uuid::now_v7().to_string(),
+        id: uuid::Uuid::now_v7().to_string().into(),
         task_id: task.id.clone(),
         name: "bench".into(),
         spec_file: None,
@@ -135,7 +135,7 @@ async fn checkpoint() -> (f64, f64) {
             let id = uuid::Uuid::now_v7().to_string();
             if stepped {
                 let started = store
-                    .start_step(session(id.clone()), workflow.id.clone(), format!("s{i}"))
+                    .start_step(session(id.clone()), workflow.id.clone(), format!("s{i}").into())
                     .await
                     .unwrap();
                 assert!(started);
