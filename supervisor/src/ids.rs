@@ -1,6 +1,7 @@
-//! Identifiers as types: a workflow's id cannot be passed where a step's is wanted. Each
-//! is a string on the wire and in SQLite (`#[serde(transparent)]`, bound and read as
-//! text), compared, hashed and shown as its text.
+//! Identifiers as types: a workflow's id cannot be passed where a step's is wanted, nor a
+//! turn's where an execution's is. Each is a string on the wire and in SQLite
+//! (`#[serde(transparent)]`, bound and read as text), compared, hashed and shown as its
+//! text.
 
 /// Declares an identifier newtype over `String`.
 macro_rules! id_type {
@@ -100,6 +101,17 @@ id_type! {
 id_type! {
     /// A step of a workflow, unique within it (a `for_each` worker is `ID[N]`).
     StepId
+}
+
+id_type! {
+    /// An execution: one run of a session's agent, from its launch or re-attach to its
+    /// end (`executors_running.execution_id`).
+    ExecutionId
+}
+
+id_type! {
+    /// A turn: one prompt and the agent's work on it (`turns.turn_id`).
+    TurnId
 }
 
 #[cfg(test)]

@@ -352,7 +352,7 @@ impl Pool {
         let spec = LaunchSpec {
             session_id: format!("pool-{id}"),
             task_id: String::new(),
-            execution_id: id.clone(),
+            execution_id: id.as_str().into(),
             generation: 0,
             state_dir: state_dir.clone(),
             token: token.clone(),

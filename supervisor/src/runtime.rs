@@ -34,7 +34,7 @@ pub struct LaunchSpec {
     /// Its task.
     pub task_id: String,
     /// The execution being launched.
-    pub execution_id: String,
+    pub execution_id: crate::ids::ExecutionId,
     /// Its generation (the previous execution's plus one; 1 for the first): a container
     /// carries it as its `tether.generation` label, checked at a re-attach.
     pub generation: i64,
@@ -393,14 +393,8 @@ impl Runtime for StandaloneRuntime {
                 .and_then(|handle| handle.get("cgroup"))
                 .and_then(|cgroup| cgroup.as_str())
                 .map(str::to_owned);
-            for (pid, start_time, boot) in candidates {
-                let record = ExecutionRow {
-                    agentctl_pid: Some(pid),
-                    agentctl_start_time: Some(start_time),
-                    boot_id: boot,
-                    ..ExecutionRow::default()
-                };
-                kill_sidecar(&record, &boot_id, target.grace).await?;
+            for candidate in candidates {
+                kill_sidecar(candidate, &boot_id, target.grace).await?;
             }
             // What escaped the agent's process group (its guard killed the group).
             if let Some(cgroups) = &self.cgroups {
@@ -445,19 +439,15 @@ fn control_socket(state_dir: &std::path::Path) -> client::ControlAddr {
     }
 }
 
-/// SIGKILLs a local sidecar if it is the one recorded (same boot, same start time), and
-/// waits for it to be gone. Its guard then kills the agent's process group.
+/// SIGKILLs a local sidecar (its pid, start time and the boot it started under) if it is
+/// the one recorded (same boot, same start time), and waits for it to be gone. Its guard then kills the agent's process group.
 async fn kill_sidecar(
-    execution: &ExecutionRow,
+    (pid, start_time, boot): (i64, i64, Option<String>),
     boot_id: &str,
     grace: Duration,
 ) -> Result<(), RuntimeError> {
-    let (Some(pid), Some(start_time)) = (execution.agentctl_pid, execution.agentctl_start_time)
-    else {
-        return Ok(());
-    };
     let Ok(pid) = u32::try_from(pid) else { return Ok(()) };
-    if execution.boot_id.as_deref() != Some(boot_id) {
+    if boot.as_deref() != Some(boot_id) {
         return Ok(());
     }
     // The pidfd pins the process: once it is open and the start time matches, the signal

@@ -768,10 +768,10 @@ impl Supervisor {
         let current = self.config.store.get_execution(session_id.clone()).await?;
         let mut executions: Vec<ExecutionInfo> = Vec::new();
         for turn in &turns {
-            match executions.iter_mut().find(|e| e.execution_id == turn.execution_id) {
+            match executions.iter_mut().find(|e| e.execution_id == turn.execution_id.as_str()) {
                 Some(execution) => execution.turns += 1,
                 None => executions.push(ExecutionInfo {
-                    execution_id: turn.execution_id.clone(),
+                    execution_id: turn.execution_id.to_string(),
                     current: false,
                     generation: None,
                     status: None,
@@ -782,12 +782,14 @@ impl Supervisor {
             }
         }
         if let Some(current) = current {
-            let index = match executions.iter().position(|e| e.execution_id == current.execution_id)
+            let index = match executions
+                .iter()
+                .position(|e| e.execution_id == current.execution_id.as_str())
             {
                 Some(index) => index,
                 None => {
                     executions.push(ExecutionInfo {
-                        execution_id: current.execution_id.clone(),
+                        execution_id: current.execution_id.to_string(),
                         current: false,
                         generation: None,
                         status: None,
@@ -808,7 +810,7 @@ impl Supervisor {
             .into_iter()
             .map(|turn| TurnInfo {
                 turn_id: turn.id,
-                execution_id: turn.execution_id,
+                execution_id: turn.execution_id.into_string(),
                 state: turn.state,
                 stop_reason: turn.stop_reason,
                 error: turn.error,

@@ -46,7 +46,7 @@ pub struct Request {
     /// The session's history file.
     pub history: PathBuf,
     /// The current execution.
-    pub execution_id: Option<String>,
+    pub execution_id: Option<crate::ids::ExecutionId>,
     /// Context and cost as the agent last reported them (the actor keeps them); `None`
     /// takes them from the previous snapshot.
     pub usage: Option<SnapshotUsage>,
@@ -133,7 +133,7 @@ pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreErr
         trigger,
         reason,
         taken_at: taken_at.unwrap_or(now),
-        execution_id,
+        execution_id: execution_id.map(String::from),
         generation,
         task: SnapshotTask { task_id: task.id, title: task.title, description: task.description },
         git,

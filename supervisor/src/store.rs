@@ -366,7 +366,7 @@ pub struct TurnRow {
     /// The turn.
     pub id: String,
     /// The execution that ran it.
-    pub execution_id: String,
+    pub execution_id: crate::ids::ExecutionId,
     /// Its state.
     pub state: TurnState,
     /// The agent's stop reason.
@@ -550,12 +550,12 @@ impl Store {
 }
 
 /// The runtime record of a session's current execution.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecutionRow {
     /// The session.
     pub session_id: String,
     /// This execution's id; CAS key.
-    pub execution_id: String,
+    pub execution_id: crate::ids::ExecutionId,
     /// Increases with each execution.
     pub generation: i64,
     /// `standalone` or `docker`.
@@ -594,6 +594,30 @@ pub struct ExecutionRow {
 }
 
 impl ExecutionRow {
+    /// The record of `execution_id` of `session_id`, launching, with nothing else known yet.
+    pub fn new(session_id: String, execution_id: crate::ids::ExecutionId) -> ExecutionRow {
+        ExecutionRow {
+            session_id,
+            execution_id,
+            generation: 0,
+            runtime: String::new(),
+            status: ExecutionStatus::default(),
+            resume_token: None,
+            agentctl_port: None,
+            agentctl_pid: None,
+            agentctl_start_time: None,
+            boot_id: None,
+            agentctl_token: None,
+            acked_seq: 0,
+            resume_context_pending: false,
+            acp_session_id: None,
+            resume_outcome: None,
+            runtime_handle: None,
+            agentctl_url: None,
+            agentctl_cert: None,
+        }
+    }
+
     /// agentctl's control-channel address: the stored endpoint, else (a row written before
     /// endpoints were stored, or one that does not parse) loopback and the recorded port —
     /// what every runtime returned until then.

@@ -88,8 +88,8 @@ pub struct DockerConfig {
 /// The execution a running container's labels name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerExecution {
-    /// `tether.execution_id`.
-    pub execution_id: String,
+    /// `tether.execution_id` (`None` when missing).
+    pub execution_id: Option<crate::ids::ExecutionId>,
     /// `tether.generation` (`None` when missing or not a number).
     pub generation: Option<i64>,
 }
@@ -99,12 +99,13 @@ impl ContainerExecution {
     /// and generation. A container from an older execution (a stale generation) is not
     /// re-attached, whatever else it says.
     pub fn is_current(&self, execution: &crate::store::ExecutionRow) -> bool {
-        self.execution_id == execution.execution_id && self.generation == Some(execution.generation)
+        self.execution_id.as_ref() == Some(&execution.execution_id)
+            && self.generation == Some(execution.generation)
     }
 
     fn from_labels(labels: &HashMap<String, String>) -> ContainerExecution {
         ContainerExecution {
-            execution_id: labels.get("tether.execution_id").cloned().unwrap_or_default(),
+            execution_id: labels.get("tether.execution_id").map(|id| id.as_str().into()),
             generation: labels.get("tether.generation").and_then(|g| g.parse().ok()),
         }
     }
@@ -362,7 +363,7 @@ impl DockerRuntime {
             (MANAGED_LABEL.to_owned(), "true".to_owned()),
             ("tether.session_id".to_owned(), spec.session_id.clone()),
             ("tether.task_id".to_owned(), spec.task_id.clone()),
-            ("tether.execution_id".to_owned(), spec.execution_id.clone()),
+            ("tether.execution_id".to_owned(), spec.execution_id.to_string()),
             ("tether.generation".to_owned(), spec.generation.to_string()),
             ("tether.install_id".to_owned(), self.config.install_id.clone()),
             ("tether.engine".to_owned(), engine.config.name.clone()),
@@ -732,9 +733,9 @@ impl Runtime for DockerRuntime {
                         Ok(containers) => match containers.get(&handle.container) {
                             Some(labels) if labels.is_current(execution) => Liveness::Alive,
                             Some(labels) => Liveness::Stale(format!(
-                                "its container is labelled generation {:?} of execution {}; generation {} of {} is recorded",
+                                "its container is labelled generation {:?} of execution {:?}; generation {} of {} is recorded",
                                 labels.generation,
-                                labels.execution_id,
+                                labels.execution_id.as_ref().map(|id| id.as_str()),
                                 execution.generation,
                                 execution.execution_id
                             )),

@@ -848,12 +848,7 @@ impl SessionActor {
         acp_session: String,
         restored: Option<ResumeOutcome>,
     ) {
-        let execution_id = self
-            .sidecar
-            .execution
-            .as_ref()
-            .map(|execution| execution.id.clone())
-            .unwrap_or_default();
+        let execution_id = self.sidecar.execution.as_ref().map(|execution| execution.id.clone());
         let resume = self.stage.opening().and_then(|opening| opening.launch.resume.take());
         let wake = resume.as_ref().is_some_and(|resume| resume.wake);
         let outcome = match resume {
@@ -885,8 +880,10 @@ impl SessionActor {
             outcome,
             inject_history: self.conversation.resume_context.is_some(),
         };
-        if let Err(err) =
-            self.context.store.record_opened(self.row.id.clone(), execution_id, opened).await
+        // (Only an execution opens a session: there is always one here.)
+        if let Some(execution_id) = execution_id
+            && let Err(err) =
+                self.context.store.record_opened(self.row.id.clone(), execution_id, opened).await
         {
             tracing::error!(session = %self.row.id, %err, "cannot record the opened session");
         }

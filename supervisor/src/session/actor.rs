@@ -56,9 +56,9 @@ pub(super) enum Internal {
     /// A re-attach finished.
     Reattached(Box<Result<Connected, String>>),
     /// A control call of the outbox failed: the execution is lost.
-    ControlFailed { execution_id: String, error: String },
+    ControlFailed { execution_id: crate::ids::ExecutionId, error: String },
     /// A permission answer reached agentctl.
-    AnswerSent { execution_id: String, request_id: String },
+    AnswerSent { execution_id: crate::ids::ExecutionId, request_id: String },
     /// A snapshot taken in the background was stored.
     SnapshotTaken { snapshot_id: String, trigger: SnapshotTrigger },
     /// A stop's or detach's retire is done: the sidecar is gone, and these are the events
@@ -129,7 +129,7 @@ pub(super) enum SummaryStep {
 
 /// The live connection to one execution.
 pub(super) struct Execution {
-    pub(super) id: String,
+    pub(super) id: crate::ids::ExecutionId,
     pub(super) record: ExecutionRow,
     pub(super) calls: Arc<dyn Control>,
     pub(super) outbox: mpsc::UnboundedSender<Box<Outgoing>>,
@@ -307,7 +307,7 @@ pub(super) struct Recorded {
 
 /// A retired execution and what its spool held past what was handled.
 pub(super) struct Retired {
-    id: String,
+    id: crate::ids::ExecutionId,
     record: ExecutionRow,
     result: Result<(), SessionError>,
     leftovers: Vec<Event>,

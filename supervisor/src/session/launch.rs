@@ -87,8 +87,6 @@ pub(super) async fn launch(
     // Recorded before it exists, so a restart in the middle knows there may be a sidecar
     // to fence (found through its state dir or container name).
     let record = ExecutionRow {
-        session_id: session_id.clone(),
-        execution_id: plan.spec.execution_id.clone(),
         runtime: context.runtime.name().into(),
         status: ExecutionStatus::Launching,
         resume_token: plan.previous.as_ref().and_then(|previous| previous.resume_token.clone()),
@@ -96,7 +94,7 @@ pub(super) async fn launch(
         // launch that fails still resumes where the session's state is.
         runtime_handle: plan.spec.previous.clone(),
         agentctl_token: Some(plan.spec.token.clone()),
-        ..Default::default()
+        ..ExecutionRow::new(session_id.clone(), plan.spec.execution_id.clone())
     };
     let mut record =
         context.store.put_execution(record).await.map_err(|err| fail(err.to_string()))?;
@@ -192,8 +190,6 @@ pub(super) async fn claim(
         ..
     } = warm;
     let record = ExecutionRow {
-        session_id: session_id.clone(),
-        execution_id: plan.spec.execution_id.clone(),
         runtime: context.runtime.name().into(),
         status: ExecutionStatus::Starting,
         resume_token: plan.previous.as_ref().and_then(|previous| previous.resume_token.clone()),
@@ -204,7 +200,7 @@ pub(super) async fn claim(
         agentctl_start_time: Some(endpoint.ready.start_time as i64),
         boot_id: Some(endpoint.ready.boot_id.clone()),
         acked_seq: i64::try_from(acked).unwrap_or(i64::MAX),
-        ..Default::default()
+        ..ExecutionRow::new(session_id.clone(), plan.spec.execution_id.clone())
     };
     let claimed = async {
         context
@@ -335,7 +331,7 @@ pub(super) fn spec(
     context: &SessionContext,
     row: &crate::store::SessionRow,
     profile: &agents::profile::Profile,
-    (execution_id, generation): (String, i64),
+    (execution_id, generation): (crate::ids::ExecutionId, i64),
     token: String,
     previous: Option<serde_json::Value>,
 ) -> LaunchSpec {

@@ -46,7 +46,7 @@ pub(super) enum Outgoing {
 /// buffer is allocated in slots of its item's size). The task ends when the
 /// sender is dropped or a call fails.
 pub(super) fn start_outbox(
-    execution_id: String,
+    execution_id: crate::ids::ExecutionId,
     calls: Arc<dyn Control>,
     internal_tx: mpsc::UnboundedSender<Internal>,
 ) -> mpsc::UnboundedSender<Box<Outgoing>> {

@@ -392,15 +392,13 @@ async fn pausing_an_idle_session_stops_its_agent_snapshots_and_publishes_it() {
 /// started at tick 77, its ACP session open), with turn `t1` running in it.
 async fn recorded_execution(store: &Store, row: &SessionRow) -> ExecutionRow {
     let execution = ExecutionRow {
-        session_id: row.id.clone(),
-        execution_id: "e1".into(),
         generation: 1,
         runtime: "standalone".into(),
         agentctl_port: Some(9),
         agentctl_pid: Some(4_242),
         agentctl_start_time: Some(77),
         acp_session_id: Some("fake-session".into()),
-        ..ExecutionRow::default()
+        ..ExecutionRow::new(row.id.clone(), "e1".into())
     };
     store.put_execution(execution.clone()).await.unwrap();
     store

@@ -14,7 +14,7 @@ impl Store {
     pub async fn put_execution(&self, row: ExecutionRow) -> Result<ExecutionRow, StoreError> {
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let previous: Option<(i64, String)> = tx
+            let previous: Option<(i64, crate::ids::ExecutionId)> = tx
                 .query_row(
                     "SELECT generation, execution_id FROM executors_running WHERE session_id = ?1",
                     [&row.session_id],
@@ -30,7 +30,7 @@ impl Store {
             };
             if !same {
                 let started = TimelineEvent::ExecutionStarted {
-                    execution_id: row.execution_id.clone(),
+                    execution_id: row.execution_id.to_string(),
                     generation: row.generation,
                 };
                 log(&tx, &row.session_id, &started)?;
@@ -231,7 +231,7 @@ impl Store {
     pub async fn record_opened(
         &self,
         session_id: String,
-        execution_id: String,
+        execution_id: crate::ids::ExecutionId,
         opened: Opened,
     ) -> Result<bool, StoreError> {
         self.call(move |conn| {
@@ -259,7 +259,7 @@ impl Store {
                 log(
                     &tx,
                     &session_id,
-                    &TimelineEvent::Resumed { execution_id: execution_id.clone(), outcome },
+                    &TimelineEvent::Resumed { execution_id: execution_id.to_string(), outcome },
                 )?;
                 if outcome == ResumeOutcome::ContextHandoff {
                     tx.execute(
@@ -279,7 +279,7 @@ impl Store {
     pub async fn set_resume_context_pending(
         &self,
         session_id: String,
-        execution_id: String,
+        execution_id: crate::ids::ExecutionId,
         pending: bool,
     ) -> Result<bool, StoreError> {
         self.cas_execution(
@@ -297,7 +297,7 @@ impl Store {
     pub(super) async fn cas_execution(
         &self,
         session_id: String,
-        execution_id: String,
+        execution_id: crate::ids::ExecutionId,
         set: &'static str,
         value: rusqlite::types::Value,
     ) -> Result<bool, StoreError> {
@@ -315,7 +315,7 @@ impl Store {
     pub async fn set_resume_token(
         &self,
         session_id: String,
-        execution_id: String,
+        execution_id: crate::ids::ExecutionId,
         token: Option<String>,
     ) -> Result<bool, StoreError> {
         let value = token.map_or(rusqlite::types::Value::Null, rusqlite::types::Value::Text);
@@ -326,7 +326,7 @@ impl Store {
     pub async fn set_execution_status(
         &self,
         session_id: String,
-        execution_id: String,
+        execution_id: crate::ids::ExecutionId,
         status: ExecutionStatus,
     ) -> Result<bool, StoreError> {
         self.cas_execution(
@@ -342,7 +342,7 @@ impl Store {
     pub async fn set_acked_seq(
         &self,
         session_id: String,
-        execution_id: String,
+        execution_id: crate::ids::ExecutionId,
         seq: u64,
     ) -> Result<bool, StoreError> {
         self.cas_execution(

@@ -126,11 +126,9 @@ async fn writes_for_a_stale_execution_change_nothing() {
     let row = store.create_session(session(&task.id)).await.unwrap();
     let first = store
         .put_execution(ExecutionRow {
-            session_id: row.id.clone(),
-            execution_id: "e1".into(),
             runtime: "standalone".into(),
             status: ExecutionStatus::Running,
-            ..Default::default()
+            ..ExecutionRow::new(row.id.clone(), "e1".into())
         })
         .await
         .unwrap();
@@ -140,11 +138,9 @@ async fn writes_for_a_stale_execution_change_nothing() {
     );
     let second = store
         .put_execution(ExecutionRow {
-            session_id: row.id.clone(),
-            execution_id: "e2".into(),
             runtime: "standalone".into(),
             status: ExecutionStatus::Running,
-            ..Default::default()
+            ..ExecutionRow::new(row.id.clone(), "e2".into())
         })
         .await
         .unwrap();
@@ -173,11 +169,9 @@ async fn deleting_a_session_removes_its_records() {
     let row = store.create_session(session(&task.id)).await.unwrap();
     store
         .put_execution(ExecutionRow {
-            session_id: row.id.clone(),
-            execution_id: "e".into(),
             runtime: "standalone".into(),
             status: ExecutionStatus::Running,
-            ..Default::default()
+            ..ExecutionRow::new(row.id.clone(), "e".into())
         })
         .await
         .unwrap();
@@ -346,12 +340,10 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
         store.set_session_state(row.id.clone(), state, None, None, 0).await.unwrap();
         store
             .put_execution(ExecutionRow {
-                session_id: row.id.clone(),
-                execution_id: format!("e-{name}"),
                 runtime: record_runtime.into(),
                 status,
                 agentctl_pid: pid,
-                ..Default::default()
+                ..ExecutionRow::new(row.id.clone(), format!("e-{name}").into())
             })
             .await
             .unwrap();
@@ -364,7 +356,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
         .unwrap();
     let execution = "e-pending request".to_owned();
     let params = serde_json::json!({});
-    store.insert_pending(pending, execution, "7".into(), "x".into(), params).await.unwrap();
+    store.insert_pending(pending, execution.into(), "7".into(), "x".into(), params).await.unwrap();
     // A session with no runtime record yet is active but no candidate.
     let unlaunched = store.create_session(session(&task.id)).await.unwrap();
     store
@@ -440,11 +432,9 @@ async fn an_opened_session_is_recorded_at_once_for_the_current_execution_only() 
     let task = store.create_task("t".into(), String::new()).await.unwrap();
     let row = store.create_session(session(&task.id)).await.unwrap();
     let record = |execution: &str| ExecutionRow {
-        session_id: row.id.clone(),
-        execution_id: execution.into(),
         runtime: "standalone".into(),
         status: ExecutionStatus::Starting,
-        ..Default::default()
+        ..ExecutionRow::new(row.id.clone(), execution.into())
     };
     store.put_execution(record("e1")).await.unwrap();
     let resumed = Opened {
@@ -729,10 +719,8 @@ async fn migration_6_keeps_pause_requests() {
 
 fn execution_row(session_id: &str, execution_id: &str) -> ExecutionRow {
     ExecutionRow {
-        session_id: session_id.into(),
-        execution_id: execution_id.into(),
         runtime: "standalone".into(),
-        ..Default::default()
+        ..ExecutionRow::new(session_id.into(), execution_id.into())
     }
 }
 

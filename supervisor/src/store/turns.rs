@@ -27,7 +27,7 @@ impl Store {
     pub async fn open_turns(
         &self,
         session_id: String,
-        execution_id: String,
+        execution_id: crate::ids::ExecutionId,
     ) -> Result<Vec<OpenTurn>, StoreError> {
         self.call(move |conn| {
             let mut stmt = conn.prepare(
@@ -305,7 +305,7 @@ impl Store {
         &self,
         turn_id: String,
         session_id: String,
-        execution_id: String,
+        execution_id: crate::ids::ExecutionId,
         request_id: String,
         (prompt, retry_of): (String, Option<String>),
     ) -> Result<(), StoreError> {
@@ -321,7 +321,7 @@ impl Store {
                 "UPDATE task_sessions SET prompt_refused = NULL WHERE id = ?1 AND prompt_refused IS NOT NULL",
                 [&session_id],
             )?;
-            log(&tx, &session_id, &TimelineEvent::TurnStarted { turn_id, execution_id })?;
+            log(&tx, &session_id, &TimelineEvent::TurnStarted { turn_id, execution_id: execution_id.into_string() })?;
             tx.commit()?;
             Ok(())
         })
@@ -540,7 +540,7 @@ impl Store {
     pub async fn insert_pending(
         &self,
         session_id: String,
-        execution_id: String,
+        execution_id: crate::ids::ExecutionId,
         request_id: String,
         method: String,
         params: serde_json::Value,

@@ -260,7 +260,7 @@ impl SessionActor {
             &self.row,
             &self.profile,
             // The store gives the execution the same generation when it records it.
-            (execution_id, previous.as_ref().map_or(1, |previous| previous.generation + 1)),
+            (execution_id.into(), previous.as_ref().map_or(1, |previous| previous.generation + 1)),
             agentctl::client::new_token(),
             previous.as_ref().and_then(|previous| previous.runtime_handle.clone()),
         );
@@ -882,7 +882,7 @@ impl SessionActor {
     /// the caller's to handle: a stop ends the turn its own way).
     pub(in crate::session) async fn record_leftovers(
         &mut self,
-        id: String,
+        id: crate::ids::ExecutionId,
         record: ExecutionRow,
         events_rx: crate::sidecar::EventsRx,
     ) -> Option<String> {

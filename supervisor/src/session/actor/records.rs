@@ -71,7 +71,7 @@ impl Recorder {
         &mut self,
         force: bool,
         store: &Store,
-        execution_id: Option<String>,
+        execution_id: Option<crate::ids::ExecutionId>,
     ) -> Option<u64> {
         if self.stall.is_some() {
             return None;
