@@ -158,7 +158,7 @@ impl ApiServer for Methods {
 
     async fn session_prompt(&self, session_id: String, prompt: String) -> RpcResult<PromptStarted> {
         let turn_id = self.0.prompt(session_id, prompt).await.map_err(to_rpc)?;
-        Ok(PromptStarted { turn_id })
+        Ok(PromptStarted { turn_id: turn_id.into_string() })
     }
 
     async fn session_resume(
@@ -398,8 +398,9 @@ impl ApiServer for Methods {
         session_id: String,
         turn_id: Option<String>,
     ) -> RpcResult<PromptStarted> {
-        let turn_id = self.0.retry_turn(session_id, turn_id).await.map_err(to_rpc)?;
-        Ok(PromptStarted { turn_id })
+        let turn_id =
+            self.0.retry_turn(session_id, turn_id.map(Into::into)).await.map_err(to_rpc)?;
+        Ok(PromptStarted { turn_id: turn_id.into_string() })
     }
 
     async fn budget_set(

@@ -94,9 +94,9 @@ pub enum SessionError {
     #[error("turn {turn_id} was re-sent already, as turn {retry}")]
     AlreadyRetried {
         /// The turn.
-        turn_id: String,
+        turn_id: crate::ids::TurnId,
         /// The turn that re-sent it.
-        retry: String,
+        retry: crate::ids::TurnId,
     },
     /// The agent's execution is not there (it exited, or its sidecar vanished). Nothing was
     /// recorded: the request may be retried once the session is resumed.
@@ -157,7 +157,7 @@ pub struct SessionView {
     /// The last error.
     pub error: Option<String>,
     /// The running turn.
-    pub turn_id: Option<String>,
+    pub turn_id: Option<crate::ids::TurnId>,
     /// How the last resume went.
     pub resume_outcome: Option<ResumeOutcome>,
     /// A pause waits for the running turn to end.
@@ -185,7 +185,7 @@ type Reply<T> = oneshot::Sender<Result<T, SessionError>>;
 enum Command {
     Prompt {
         text: String,
-        reply: Reply<String>,
+        reply: Reply<crate::ids::TurnId>,
     },
     Cancel {
         reply: Reply<()>,
@@ -217,9 +217,9 @@ enum Command {
     },
     /// Re-sends `turn_id`'s prompt as a new turn.
     Retry {
-        turn_id: String,
+        turn_id: crate::ids::TurnId,
         text: String,
-        reply: Reply<String>,
+        reply: Reply<crate::ids::TurnId>,
     },
     /// Chooses a setting (`forget`: drops the choice instead).
     Setting {
@@ -263,13 +263,17 @@ impl SessionHandle {
     }
 
     /// Starts a turn; returns its id.
-    pub async fn prompt(&self, text: String) -> Result<String, SessionError> {
+    pub async fn prompt(&self, text: String) -> Result<crate::ids::TurnId, SessionError> {
         self.ask(|reply| Command::Prompt { text, reply }).await
     }
 
     /// Re-sends `turn_id`'s prompt (`text`) as a new turn, unless a turn re-sent it already;
     /// returns the new turn's id.
-    pub async fn retry(&self, turn_id: String, text: String) -> Result<String, SessionError> {
+    pub async fn retry(
+        &self,
+        turn_id: crate::ids::TurnId,
+        text: String,
+    ) -> Result<crate::ids::TurnId, SessionError> {
         self.ask(|reply| Command::Retry { turn_id, text, reply }).await
     }
 

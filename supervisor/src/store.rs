@@ -30,7 +30,7 @@ use tokio::sync::oneshot;
 pub use journal::{LogRow, TURN_SNAPSHOTS_KEPT};
 pub use schema::MIGRATIONS;
 pub use turns::PromptRefusal;
-pub use usage::{TurnUsage, UsageFilter, budget_use};
+pub use usage::{RetryCandidate, TurnUsage, UsageFilter, budget_use};
 pub use workflows::{StepPatch, StepRow, StepSession, StepTurn, TurnOutput, WorkflowRow};
 
 use journal::log;
@@ -353,7 +353,7 @@ impl ExecutionStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenTurn {
     /// The turn.
-    pub turn_id: String,
+    pub turn_id: crate::ids::TurnId,
     /// The JSON-RPC id of its `session/prompt`.
     pub request_id: String,
     /// Its prompt reached agentctl.

@@ -468,7 +468,11 @@ impl Supervisor {
     }
 
     /// `task.session.prompt`: starts a turn; returns its id.
-    pub async fn prompt(&self, session_id: String, prompt: String) -> Result<String, ServiceError> {
+    pub async fn prompt(
+        &self,
+        session_id: String,
+        prompt: String,
+    ) -> Result<crate::ids::TurnId, ServiceError> {
         if prompt.trim().is_empty() {
             return Err(ServiceError::InvalidParams {
                 field: "prompt",

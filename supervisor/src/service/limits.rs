@@ -56,8 +56,8 @@ impl Supervisor {
     pub async fn retry_turn(
         &self,
         session_id: String,
-        turn_id: Option<String>,
-    ) -> Result<String, ServiceError> {
+        turn_id: Option<crate::ids::TurnId>,
+    ) -> Result<crate::ids::TurnId, ServiceError> {
         let row = self.session_row(&session_id).await?;
         if row.state.is_terminal() {
             return Err(ServiceError::Conflict(format!(
@@ -75,8 +75,8 @@ impl Supervisor {
     async fn retriable(
         &self,
         session_id: &str,
-        turn_id: Option<String>,
-    ) -> Result<(String, String), ServiceError> {
+        turn_id: Option<crate::ids::TurnId>,
+    ) -> Result<(crate::ids::TurnId, String), ServiceError> {
         let found = self.config.store.turn_to_retry(session_id.to_owned(), turn_id.clone()).await?;
         let Some(turn) = found else {
             return Err(ServiceError::NotFound(match turn_id {

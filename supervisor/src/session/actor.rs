@@ -44,7 +44,8 @@ use crate::events::{LaunchStep, SessionEventKind};
 use crate::history::{self, EntryType, History};
 use crate::sidecar::Control;
 use crate::store::{
-    ExecutionRow, ExecutionStatus, ResumeOutcome, SessionRow, SessionState, TurnState, task_state,
+    ExecutionRow, ExecutionStatus, ResumeOutcome, RetryCandidate, SessionRow, SessionState,
+    TurnState, task_state,
 };
 use protocol::control::{Event, EventKind};
 
@@ -77,7 +78,7 @@ pub(super) enum Pending {
         token: String,
     },
     Prompt {
-        turn_id: String,
+        turn_id: crate::ids::TurnId,
         injected: bool,
     },
     /// `authenticate` with `method`, after which the refused step is sent again.
@@ -269,7 +270,7 @@ pub(super) struct Stall {
     pub(super) unwritten_state: Option<UnwrittenState>,
     /// User messages (with their turn ids) whose history entry could not be written: no
     /// agentctl replay brings them back, so the next try writes them first.
-    pub(super) unwritten_prompts: Vec<(String, String)>,
+    pub(super) unwritten_prompts: Vec<(String, crate::ids::TurnId)>,
     /// A loss (its sidecar fenced) whose end waits for the next try: why its agent went.
     /// Meanwhile nothing launches (a resume waits for it).
     pub(super) deferred_loss: Option<String>,
@@ -290,9 +291,9 @@ pub(super) struct CatchUp {
     /// The agentctl seq the replay must reach before `undelivered` is settled.
     pub(super) until: Option<u64>,
     /// Re-attached turns whose prompt was not known to be delivered: request id → turn id.
-    pub(super) undelivered: HashMap<String, String>,
+    pub(super) undelivered: HashMap<String, crate::ids::TurnId>,
     /// Prompts that arrived while the replay ran.
-    pub(super) deferred: Vec<(String, Reply<String>)>,
+    pub(super) deferred: Vec<(String, Reply<crate::ids::TurnId>)>,
     /// The agent's output is held at agentctl (asked for by a stall) until the re-attach
     /// after it catches up.
     pub(super) holding: bool,
@@ -575,7 +576,7 @@ impl SessionActor {
                 let store = self.context.store.clone();
                 let retried = store.turn_to_retry(self.row.id.clone(), Some(turn_id.clone())).await;
                 match retried {
-                    Ok(Some(turn)) if turn.retried_by.is_none() => {
+                    Ok(Some(RetryCandidate { retried_by: None, .. })) => {
                         if self.sidecar.catch_up.until.is_some() {
                             let _ = reply.send(Err(SessionError::InvalidState(
                                 "the session is catching up after a restart; retry in a moment"
@@ -587,11 +588,8 @@ impl SessionActor {
                             tracing::debug!(session = %self.row.id, %err, "retry refused");
                         }
                     }
-                    Ok(Some(turn)) => {
-                        let _ = reply.send(Err(SessionError::AlreadyRetried {
-                            turn_id,
-                            retry: turn.retried_by.unwrap_or_default(),
-                        }));
+                    Ok(Some(RetryCandidate { retried_by: Some(retry), .. })) => {
+                        let _ = reply.send(Err(SessionError::AlreadyRetried { turn_id, retry }));
                     }
                     Ok(None) => {
                         let _ = reply

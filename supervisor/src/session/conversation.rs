@@ -100,7 +100,7 @@ pub(super) enum Replay {
 
 /// The running turn, with the deadlines only it has.
 pub(super) struct Turn {
-    pub(super) id: String,
+    pub(super) id: crate::ids::TurnId,
     /// When its cancel is ended by us if the agent has not ended it.
     pub(super) cancel_at: Option<Instant>,
     /// When it is cancelled (the profile's `process.turn_timeout_ms`).

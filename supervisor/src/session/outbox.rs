@@ -24,9 +24,9 @@ pub(super) enum Outgoing {
         /// The request.
         message: Value,
         /// The turn.
-        turn_id: String,
+        turn_id: crate::ids::TurnId,
         /// The caller, if any (not for an initial prompt).
-        reply: Option<Reply<String>>,
+        reply: Option<Reply<crate::ids::TurnId>>,
     },
     /// The answer to a permission request; its row is deleted once it is sent.
     Answer {

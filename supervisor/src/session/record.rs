@@ -44,7 +44,7 @@ pub struct Mark {
 #[derive(Debug, Clone)]
 pub struct TurnEnd {
     /// The turn.
-    pub turn_id: String,
+    pub turn_id: crate::ids::TurnId,
     /// How it ended.
     pub state: TurnState,
     /// The agent's stop reason, when it answered.
@@ -59,7 +59,7 @@ impl TurnEnd {
     /// The events that say it, in their order: the turn's end, then the state it leads to.
     pub fn events(&self) -> Vec<SessionEventKind> {
         let ended = SessionEventKind::TurnEnded {
-            turn_id: self.turn_id.clone(),
+            turn_id: self.turn_id.to_string(),
             state: self.state,
             stop_reason: self.stop_reason.clone(),
             error: self.error.clone(),

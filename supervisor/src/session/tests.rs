@@ -218,10 +218,10 @@ async fn a_prompt_streams_its_chunks_and_its_turn_completes() {
     })
     .await;
     let events = setup.logged().await;
-    let started = events
-        .iter()
-        .position(|e| matches!(&e.kind, K::TurnStarted { turn_id, .. } if *turn_id == turn));
-    let ended = events.iter().position(|e| matches!(&e.kind, K::TurnEnded { turn_id, state, .. } if *turn_id == turn && *state == protocol::api::TurnState::Completed));
+    let started = events.iter().position(
+        |e| matches!(&e.kind, K::TurnStarted { turn_id, .. } if turn == turn_id.as_str()),
+    );
+    let ended = events.iter().position(|e| matches!(&e.kind, K::TurnEnded { turn_id, state, .. } if turn == turn_id.as_str() && *state == protocol::api::TurnState::Completed));
     let (started, ended) = (started.expect("turn_started"), ended.expect("turn_ended completed"));
     let chunks: Vec<&str> = events[started..ended]
         .iter()

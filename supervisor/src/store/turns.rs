@@ -303,11 +303,11 @@ impl Store {
     /// Records a turn before its prompt is sent.
     pub async fn insert_turn(
         &self,
-        turn_id: String,
+        turn_id: crate::ids::TurnId,
         session_id: String,
         execution_id: crate::ids::ExecutionId,
         request_id: String,
-        (prompt, retry_of): (String, Option<String>),
+        (prompt, retry_of): (String, Option<crate::ids::TurnId>),
     ) -> Result<(), StoreError> {
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -321,7 +321,7 @@ impl Store {
                 "UPDATE task_sessions SET prompt_refused = NULL WHERE id = ?1 AND prompt_refused IS NOT NULL",
                 [&session_id],
             )?;
-            log(&tx, &session_id, &TimelineEvent::TurnStarted { turn_id, execution_id: execution_id.into_string() })?;
+            log(&tx, &session_id, &TimelineEvent::TurnStarted { turn_id: turn_id.into_string(), execution_id: execution_id.into_string() })?;
             tx.commit()?;
             Ok(())
         })
@@ -362,7 +362,7 @@ impl Store {
     }
 
     /// Records that a turn's prompt reached agentctl.
-    pub async fn mark_delivered(&self, turn_id: String) -> Result<(), StoreError> {
+    pub async fn mark_delivered(&self, turn_id: crate::ids::TurnId) -> Result<(), StoreError> {
         self.call(move |conn| {
             conn.execute("UPDATE turns SET delivered = 1 WHERE id = ?1", [&turn_id])?;
             Ok(())
@@ -373,7 +373,7 @@ impl Store {
     /// Ends a turn.
     pub async fn end_turn(
         &self,
-        turn_id: String,
+        turn_id: crate::ids::TurnId,
         state: TurnState,
         stop_reason: Option<String>,
         error: Option<String>,
@@ -389,7 +389,7 @@ impl Store {
     /// agent message).
     pub async fn end_turn_then(
         &self,
-        turn_id: String,
+        turn_id: crate::ids::TurnId,
         (state, stop_reason, error): (TurnState, Option<String>, Option<String>),
         then: Option<(SessionState, Option<String>, Option<&'static str>)>,
         event_seq_high: u64,
@@ -412,7 +412,7 @@ impl Store {
             let ended_turn = turn_id.clone();
             if let Some(session_id) = session_id {
                 let ended =
-                    TimelineEvent::TurnEnded { turn_id, state, stop_reason, error };
+                    TimelineEvent::TurnEnded { turn_id: turn_id.into_string(), state, stop_reason, error };
                 log(&tx, &session_id, &ended)?;
                 if let Some(usage) = &usage {
                     super::usage::write_turn_usage(&tx, &ended_turn, &session_id, usage)?;
@@ -457,7 +457,7 @@ impl Store {
     /// A turn's `(state, stop_reason, error)`.
     pub async fn get_turn(
         &self,
-        turn_id: String,
+        turn_id: crate::ids::TurnId,
     ) -> Result<(String, Option<String>, Option<String>), StoreError> {
         self.call(move |conn| {
             conn.query_row(
@@ -466,7 +466,7 @@ impl Store {
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .optional()?
-            .ok_or(StoreError::NotFound { what: "turn", id: turn_id })
+            .ok_or(StoreError::NotFound { what: "turn", id: turn_id.into_string() })
         })
         .await
     }

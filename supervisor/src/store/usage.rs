@@ -6,6 +6,7 @@ use super::{
     Connection, Deserialize, OptionalExtension, Serialize, Store, StoreError, TransactionBehavior,
     params,
 };
+use crate::ids::TurnId;
 use protocol::api::{
     Budget, BudgetScope, BudgetUse, CostTotal, UsageGroup, UsageGroupBy, UsageReport, UsageTotals,
 };
@@ -138,13 +139,13 @@ impl Tokens {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryCandidate {
     /// The turn.
-    pub turn_id: String,
+    pub turn_id: crate::ids::TurnId,
     /// Its state.
     pub state: protocol::api::TurnState,
     /// Its prompt (`None` for turns recorded before prompts were kept).
     pub prompt: Option<String>,
     /// The turn that re-sent it, if one did.
-    pub retried_by: Option<String>,
+    pub retried_by: Option<crate::ids::TurnId>,
 }
 
 /// Which turns `usage` sums (every field narrows it; turns by when they ended, or began if
@@ -171,7 +172,7 @@ pub struct UsageFilter {
 /// this report's increase over the session's token mark, which the report replaces.
 pub(super) fn write_turn_usage(
     tx: &rusqlite::Transaction<'_>,
-    turn_id: &str,
+    turn_id: &crate::ids::TurnId,
     session_id: &str,
     usage: &TurnUsage,
 ) -> rusqlite::Result<()> {
@@ -235,7 +236,7 @@ fn reports_running_totals(
 fn tokens_mark(
     tx: &rusqlite::Transaction<'_>,
     session_id: &str,
-    turn_id: &str,
+    turn_id: &crate::ids::TurnId,
 ) -> rusqlite::Result<(Option<TokensMark>, Option<String>)> {
     let mark: Option<String> = tx
         .query_row("SELECT tokens_mark FROM task_sessions WHERE id = ?1", [session_id], |r| {
@@ -426,10 +427,10 @@ impl Store {
     pub async fn turn_to_retry(
         &self,
         session_id: String,
-        turn_id: Option<String>,
+        turn_id: Option<crate::ids::TurnId>,
     ) -> Result<Option<RetryCandidate>, StoreError> {
         self.call(move |conn| {
-            let row: Option<(String, String, Option<String>, Option<String>)> = conn
+            let row: Option<(TurnId, String, Option<String>, Option<TurnId>)> = conn
                 .query_row(
                     "SELECT t.id, t.state, t.prompt, (SELECT r.id FROM turns r WHERE r.retry_of = t.id) \
                      FROM turns t WHERE t.session_id = ?1 AND (?2 IS NULL OR t.id = ?2) \

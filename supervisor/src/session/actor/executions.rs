@@ -551,7 +551,7 @@ impl SessionActor {
         self.update_view(|view| {
             view.agent_running = running;
             view.acp_session_id = record.acp_session_id.clone();
-            view.turn_id = turn_id;
+            view.turn_id = turn_id.map(Into::into);
             view.resume_outcome = record.resume_outcome;
         });
         if !self.sidecar.catch_up.holding && running {

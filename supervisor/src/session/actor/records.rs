@@ -149,11 +149,15 @@ impl Recorder {
     }
 
     /// Writes a prompt into the history as the user's message, with its turn's id.
-    pub(in crate::session) fn record_prompt(&mut self, prompt: String, turn_id: String) {
+    pub(in crate::session) fn record_prompt(
+        &mut self,
+        prompt: String,
+        turn_id: crate::ids::TurnId,
+    ) {
         if self.recorded.history {
             return;
         }
-        if let Err(err) = self.history.append_prompt(prompt.clone(), turn_id.clone()) {
+        if let Err(err) = self.history.append_prompt(prompt.clone(), turn_id.to_string()) {
             // A user message is the actor's own: no replay writes it again (an agent's
             // entries are rebuilt from agentctl's replay after the stall).
             self.write_failed("the history", &err);

@@ -116,12 +116,15 @@ impl SessionActor {
     /// The history opened again (a torn tail cut, its mark read back), with the user
     /// messages that could not be written appended first, in their order (their agent's
     /// answer, not acknowledged, follows from the replay).
-    fn reopen_history(&self, prompts: &mut Vec<(String, String)>) -> Result<History, String> {
+    fn reopen_history(
+        &self,
+        prompts: &mut Vec<(String, crate::ids::TurnId)>,
+    ) -> Result<History, String> {
         let mut history = History::open(self.recorder.history.path())
             .map_err(|err| format!("cannot reopen the history: {err}"))?;
         while let Some((prompt, turn_id)) = prompts.first().cloned() {
             history
-                .append_prompt(prompt, turn_id)
+                .append_prompt(prompt, turn_id.into_string())
                 .map_err(|err| format!("cannot write a prompt to the history: {err}"))?;
             prompts.remove(0);
         }

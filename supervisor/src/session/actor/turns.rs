@@ -19,7 +19,7 @@ pub(in crate::session) enum TurnKind {
     /// A prompt of a person or a client.
     Prompt,
     /// A person's retry of this turn: its prompt again.
-    RetryOf(String),
+    RetryOf(crate::ids::TurnId),
     /// Tether asking the agent for its summary before a pause.
     PauseSummary,
 }
@@ -30,7 +30,7 @@ impl SessionActor {
     pub(in crate::session) async fn start_turn(
         &mut self,
         text: String,
-        reply: Option<Reply<String>>,
+        reply: Option<Reply<crate::ids::TurnId>>,
     ) -> Result<(), String> {
         self.start_turn_as(text, TurnKind::Prompt, reply).await
     }
@@ -40,7 +40,7 @@ impl SessionActor {
         &mut self,
         text: String,
         kind: TurnKind,
-        reply: Option<Reply<String>>,
+        reply: Option<Reply<crate::ids::TurnId>>,
     ) -> Result<(), String> {
         match self.prepare_turn(text, kind).await {
             Ok((turn_id, message)) => {
@@ -62,7 +62,7 @@ impl SessionActor {
         &mut self,
         text: String,
         kind: TurnKind,
-    ) -> Result<(String, Value), SessionError> {
+    ) -> Result<(crate::ids::TurnId, Value), SessionError> {
         let (retry_of, origin) = match kind {
             TurnKind::Prompt => (None, PromptOrigin::User),
             TurnKind::RetryOf(turn_id) => (Some(turn_id), PromptOrigin::User),
@@ -108,7 +108,7 @@ impl SessionActor {
                 ),
             });
         }
-        let turn_id = uuid::Uuid::now_v7().to_string();
+        let turn_id = crate::ids::TurnId::new(uuid::Uuid::now_v7().to_string());
         // The turn and its request id are durable before the request leaves.
         self.context
             .store
@@ -123,7 +123,7 @@ impl SessionActor {
         agentctl::fault::point("prompt.recorded");
         self.recorder.record_prompt(text.clone(), turn_id.clone());
         self.recorder.emit(SessionEventKind::TurnStarted {
-            turn_id: turn_id.clone(),
+            turn_id: turn_id.to_string(),
             prompt: text,
             origin,
         });
@@ -356,7 +356,7 @@ impl SessionActor {
             self.send(Outgoing::Hold(false));
         }
         let deferred = std::mem::take(&mut self.sidecar.catch_up.deferred);
-        let undelivered: Vec<(String, String)> =
+        let undelivered: Vec<(String, crate::ids::TurnId)> =
             self.sidecar.catch_up.undelivered.drain().collect();
         let first_prompt = self.unsent_initial_prompt().await;
         for (request_id, turn_id) in undelivered {
@@ -395,7 +395,7 @@ impl SessionActor {
     pub(in crate::session) fn resend_prompt(
         &mut self,
         request_id: &str,
-        turn_id: &str,
+        turn_id: &crate::ids::TurnId,
         prompt: &str,
     ) -> bool {
         let running =
@@ -419,9 +419,9 @@ impl SessionActor {
         tracing::info!(session = %self.row.id, turn = %turn_id, "sending the first prompt again: it never reached the agent");
         if self.recorder.history.is_empty() {
             // Killed before the turn's start was written (see `prepare_turn`).
-            self.recorder.record_prompt(prompt.to_owned(), turn_id.to_owned());
+            self.recorder.record_prompt(prompt.to_owned(), turn_id.clone());
             self.recorder.emit(SessionEventKind::TurnStarted {
-                turn_id: turn_id.to_owned(),
+                turn_id: turn_id.to_string(),
                 prompt: prompt.to_owned(),
                 origin: PromptOrigin::User,
             });

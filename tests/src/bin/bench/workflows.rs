@@ -142,7 +142,7 @@ async fn checkpoint() -> (f64, f64) {
             } else {
                 store.create_session(session(id.clone())).await.unwrap();
             }
-            let turn = uuid::Uuid::now_v7().to_string();
+            let turn = supervisor::ids::TurnId::new(uuid::Uuid::now_v7().to_string());
             store
                 .insert_turn(turn.clone(), id, "e".into(), "1".into(), ("p".into(), None))
                 .await
