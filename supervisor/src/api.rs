@@ -69,7 +69,7 @@ impl Methods {
         )>,
         jsonrpsee::core::SubscriptionError,
     > {
-        match self.0.subscribe(session_id, after_seq.unwrap_or(0)).await {
+        match self.0.subscribe(session_id.into(), after_seq.unwrap_or(0)).await {
             Ok(reader) => Ok(Some((pending.accept().await?, reader))),
             Err(err) => {
                 pending.reject(to_rpc(err)).await;
@@ -125,7 +125,7 @@ impl ApiServer for Methods {
         additional_directories: Option<Vec<String>>,
     ) -> RpcResult<SessionSummary> {
         let new = NewSession {
-            session_id,
+            session_id: session_id.map(Into::into),
             additional_directories: additional_directories.unwrap_or_default(),
             mcp_servers: mcp_servers.unwrap_or_default(),
             task_id,
@@ -153,11 +153,11 @@ impl ApiServer for Methods {
     }
 
     async fn session_status(&self, session_id: String) -> RpcResult<SessionStatus> {
-        self.0.status(session_id).await.map_err(to_rpc)
+        self.0.status(session_id.into()).await.map_err(to_rpc)
     }
 
     async fn session_prompt(&self, session_id: String, prompt: String) -> RpcResult<PromptStarted> {
-        let turn_id = self.0.prompt(session_id, prompt).await.map_err(to_rpc)?;
+        let turn_id = self.0.prompt(session_id.into(), prompt).await.map_err(to_rpc)?;
         Ok(PromptStarted { turn_id: turn_id.into_string() })
     }
 
@@ -166,7 +166,7 @@ impl ApiServer for Methods {
         session_id: String,
         refresh_profile: Option<bool>,
     ) -> RpcResult<ResumeResult> {
-        self.0.resume(session_id, refresh_profile.unwrap_or(false)).await.map_err(to_rpc)
+        self.0.resume(session_id.into(), refresh_profile.unwrap_or(false)).await.map_err(to_rpc)
     }
 
     async fn stop_all(&self) -> RpcResult<StopAllResult> {
@@ -180,7 +180,8 @@ impl ApiServer for Methods {
         action: protocol::api::params::ElicitationAnswer,
         content: Option<serde_json::Map<String, serde_json::Value>>,
     ) -> RpcResult<Done> {
-        let answered = self.0.respond_elicitation(session_id, request_id, action, content).await;
+        let answered =
+            self.0.respond_elicitation(session_id.into(), request_id, action, content).await;
         answered.map_err(to_rpc).map(|()| Done {})
     }
 
@@ -188,7 +189,7 @@ impl ApiServer for Methods {
         &self,
         session_id: String,
     ) -> RpcResult<protocol::api::SessionConfig> {
-        self.0.session_config(session_id).await.map_err(to_rpc)
+        self.0.session_config(session_id.into()).await.map_err(to_rpc)
     }
 
     async fn session_set_config_option(
@@ -199,7 +200,7 @@ impl ApiServer for Methods {
     ) -> RpcResult<protocol::api::SessionConfig> {
         let forget = value.is_null();
         let setting = crate::settings::Setting::Option { id: config_id, value };
-        self.0.choose_setting(session_id, setting, forget).await.map_err(to_rpc)
+        self.0.choose_setting(session_id.into(), setting, forget).await.map_err(to_rpc)
     }
 
     async fn session_set_mode(
@@ -209,11 +210,11 @@ impl ApiServer for Methods {
     ) -> RpcResult<protocol::api::SessionConfig> {
         let forget = mode_id.is_none();
         let setting = crate::settings::Setting::Mode(mode_id.unwrap_or_default());
-        self.0.choose_setting(session_id, setting, forget).await.map_err(to_rpc)
+        self.0.choose_setting(session_id.into(), setting, forget).await.map_err(to_rpc)
     }
 
     async fn session_cancel(&self, session_id: String) -> RpcResult<Done> {
-        self.0.cancel(session_id).await.map_err(to_rpc).map(|()| Done {})
+        self.0.cancel(session_id.into()).await.map_err(to_rpc).map(|()| Done {})
     }
 
     async fn session_pause(
@@ -222,11 +223,11 @@ impl ApiServer for Methods {
         reason: Option<String>,
         force_after_ms: Option<u64>,
     ) -> RpcResult<PauseResult> {
-        self.0.pause(session_id, reason, force_after_ms).await.map_err(to_rpc)
+        self.0.pause(session_id.into(), reason, force_after_ms).await.map_err(to_rpc)
     }
 
     async fn session_stop(&self, session_id: String) -> RpcResult<Done> {
-        self.0.stop(session_id).await.map_err(to_rpc).map(|()| Done {})
+        self.0.stop(session_id.into()).await.map_err(to_rpc).map(|()| Done {})
     }
 
     async fn session_delete(
@@ -236,7 +237,11 @@ impl ApiServer for Methods {
         delete_branch: Option<bool>,
     ) -> RpcResult<Done> {
         let (force, delete_branch) = (force.unwrap_or(false), delete_branch.unwrap_or(false));
-        self.0.delete(session_id, force, delete_branch).await.map_err(to_rpc).map(|()| Done {})
+        self.0
+            .delete(session_id.into(), force, delete_branch)
+            .await
+            .map_err(to_rpc)
+            .map(|()| Done {})
     }
 
     async fn cleanup(
@@ -263,7 +268,7 @@ impl ApiServer for Methods {
         request_id: String,
         option_id: Option<String>,
     ) -> RpcResult<Done> {
-        let answered = self.0.respond_permission(session_id, request_id, option_id).await;
+        let answered = self.0.respond_permission(session_id.into(), request_id, option_id).await;
         answered.map_err(to_rpc).map(|()| Done {})
     }
 
@@ -275,7 +280,11 @@ impl ApiServer for Methods {
     ) -> RpcResult<Vec<HistoryEntry>> {
         let entries = self
             .0
-            .history(session_id, after_seq.unwrap_or(0), limit.unwrap_or(DEFAULT_HISTORY_LIMIT))
+            .history(
+                session_id.into(),
+                after_seq.unwrap_or(0),
+                limit.unwrap_or(DEFAULT_HISTORY_LIMIT),
+            )
             .await
             .map_err(to_rpc)?;
         Ok(entries.into_iter().map(Into::into).collect())
@@ -286,11 +295,11 @@ impl ApiServer for Methods {
         session_id: String,
         after: Option<i64>,
     ) -> RpcResult<Timeline> {
-        self.0.timeline(session_id, after).await.map_err(to_rpc)
+        self.0.timeline(session_id.into(), after).await.map_err(to_rpc)
     }
 
     async fn snapshot_list(&self, session_id: String) -> RpcResult<Vec<SnapshotSummary>> {
-        self.0.snapshot_list(session_id).await.map_err(to_rpc)
+        self.0.snapshot_list(session_id.into()).await.map_err(to_rpc)
     }
 
     async fn snapshot_get(&self, snapshot_id: String) -> RpcResult<Snapshot> {
@@ -336,7 +345,7 @@ impl ApiServer for Methods {
         before_seq: Option<u64>,
         limit: Option<usize>,
     ) -> RpcResult<protocol::api::EventWindow> {
-        self.0.event_window(session_id, before_seq, limit).await.map_err(to_rpc)
+        self.0.event_window(session_id.into(), before_seq, limit).await.map_err(to_rpc)
     }
 
     async fn sessions_subscribe(&self, pending: PendingSubscriptionSink) -> SubscriptionResult {
@@ -399,7 +408,7 @@ impl ApiServer for Methods {
         turn_id: Option<String>,
     ) -> RpcResult<PromptStarted> {
         let turn_id =
-            self.0.retry_turn(session_id, turn_id.map(Into::into)).await.map_err(to_rpc)?;
+            self.0.retry_turn(session_id.into(), turn_id.map(Into::into)).await.map_err(to_rpc)?;
         Ok(PromptStarted { turn_id: turn_id.into_string() })
     }
 
@@ -412,7 +421,7 @@ impl ApiServer for Methods {
         currency: Option<String>,
     ) -> RpcResult<Option<protocol::api::BudgetUse>> {
         let budget = protocol::api::Budget { tokens, cost, currency };
-        self.0.set_budget(session_id, task_id, budget).await.map_err(to_rpc)
+        self.0.set_budget(session_id.map(Into::into), task_id, budget).await.map_err(to_rpc)
     }
 
     async fn usage_query(
@@ -426,7 +435,7 @@ impl ApiServer for Methods {
         group_by: Option<protocol::api::UsageGroupBy>,
     ) -> RpcResult<protocol::api::UsageReport> {
         let filter = crate::store::UsageFilter {
-            session_id,
+            session_id: session_id.map(Into::into),
             task_id,
             profile,
             workflow_id: workflow_id.map(Into::into),

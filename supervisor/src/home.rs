@@ -2,6 +2,7 @@
 //! `~/.local/share/tether`): mode 0700 (its directories 0700, its files 0600), and where
 //! everything of a session lives.
 
+use crate::ids::SessionId;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -95,7 +96,7 @@ impl Home {
     }
 
     /// `sessions/<id>/`, created 0700.
-    pub fn session_dir(&self, session_id: &str) -> io::Result<PathBuf> {
+    pub fn session_dir(&self, session_id: &SessionId) -> io::Result<PathBuf> {
         let dir = self.session_path(session_id);
         create_private_dir(&dir)?;
         Ok(dir)
@@ -103,12 +104,12 @@ impl Home {
 
     /// `sessions/<id>/` without creating it. The id must be a UUID (checked by callers
     /// before any path is built from it).
-    pub fn session_path(&self, session_id: &str) -> PathBuf {
+    pub fn session_path(&self, session_id: &SessionId) -> PathBuf {
         self.sessions().join(session_id)
     }
 
     /// The files of one session (`sessions/<id>/…`), none created.
-    pub fn session(&self, session_id: &str) -> SessionPaths {
+    pub fn session(&self, session_id: &SessionId) -> SessionPaths {
         SessionPaths::new(self.session_path(session_id))
     }
 
@@ -124,19 +125,19 @@ impl Home {
 
     /// The session whose agentctl state dir `dir` is (`sessions/<id>/agentctl`, or a warm
     /// sidecar's `pool/<id>/agentctl` that a session claimed), if any.
-    pub fn session_of_agentctl(&self, dir: &Path) -> Option<String> {
+    pub fn session_of_agentctl(&self, dir: &Path) -> Option<SessionId> {
         let session = dir.parent()?;
         if session.parent() == Some(self.pool().as_path()) && dir.file_name()? == "agentctl" {
             return claimed_by(session);
         }
-        let id = session.file_name()?.to_str()?;
-        (session.parent() == Some(self.sessions().as_path()) && self.session(id).agentctl() == dir)
-            .then(|| id.to_owned())
+        let id = SessionId::from(session.file_name()?.to_str()?);
+        (session.parent() == Some(self.sessions().as_path()) && self.session(&id).agentctl() == dir)
+            .then_some(id)
     }
 
     /// `agent-state/<id>/`: what a session's agent keeps between executions (its own
     /// home's state), outside the session's directory.
-    pub fn agent_state(&self, session_id: &str) -> PathBuf {
+    pub fn agent_state(&self, session_id: &SessionId) -> PathBuf {
         self.root.join("agent-state").join(session_id)
     }
 }
@@ -208,16 +209,16 @@ pub fn create_private_dir(dir: &Path) -> io::Result<()> {
 const CLAIMED_BY: &str = "claimed_by";
 
 /// The session that claimed the warm sidecar in `entry` (`pool/<id>`), if one did.
-pub fn claimed_by(entry: &Path) -> Option<String> {
+pub fn claimed_by(entry: &Path) -> Option<SessionId> {
     let text = std::fs::read_to_string(entry.join(CLAIMED_BY)).ok()?;
     let id = text.trim();
-    uuid::Uuid::parse_str(id).is_ok().then(|| id.to_owned())
+    uuid::Uuid::parse_str(id).is_ok().then(|| id.into())
 }
 
 /// Marks a warm sidecar's entry as `session_id`'s (before its execution is recorded).
-pub fn claim(state_dir: &Path, session_id: &str) -> std::io::Result<()> {
+pub fn claim(state_dir: &Path, session_id: &SessionId) -> std::io::Result<()> {
     let entry = state_dir.parent().unwrap_or(state_dir);
-    std::fs::write(entry.join(CLAIMED_BY), session_id)
+    std::fs::write(entry.join(CLAIMED_BY), session_id.as_str())
 }
 
 #[cfg(test)]
@@ -234,14 +235,14 @@ mod tests {
     fn a_sidecars_state_dir_names_its_session_only_under_this_home() {
         let root = tempfile::tempdir().unwrap();
         let home = Home::open(root.path()).unwrap();
-        let id = "01a21730-7013-75bf-a008-aa96bc7f83f2";
-        let paths = home.session(id);
-        assert_eq!(home.session_of_agentctl(&paths.agentctl()).as_deref(), Some(id));
+        let id = SessionId::from("01a21730-7013-75bf-a008-aa96bc7f83f2");
+        let paths = home.session(&id);
+        assert_eq!(home.session_of_agentctl(&paths.agentctl()), Some(id.clone()));
         assert_eq!(home.session_of_agentctl(&paths.spool()), None);
         assert_eq!(home.session_of_agentctl(paths.dir()), None);
-        let elsewhere = Path::new("/elsewhere/sessions").join(id).join("agentctl");
+        let elsewhere = Path::new("/elsewhere/sessions").join(&id).join("agentctl");
         assert_eq!(home.session_of_agentctl(&elsewhere), None);
-        assert_eq!(paths.history(), home.session_path(id).join("history.jsonl"));
+        assert_eq!(paths.history(), home.session_path(&id).join("history.jsonl"));
     }
 
     /// `install_id` was 0644 and `agent-state/` 0755.

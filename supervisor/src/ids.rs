@@ -1,7 +1,8 @@
 //! Identifiers as types: a workflow's id cannot be passed where a step's is wanted, nor a
 //! turn's where an execution's is. Each is a string on the wire and in SQLite
 //! (`#[serde(transparent)]`, bound and read as text), compared, hashed and shown as its
-//! text.
+//! text, and read as a `&str` (or a file name: session directories are named by their
+//! id) where text is wanted; no text becomes an id without saying so (`From`).
 
 /// Declares an identifier newtype over `String`.
 macro_rules! id_type {
@@ -59,6 +60,20 @@ macro_rules! id_type {
             }
         }
 
+        impl std::ops::Deref for $name {
+            type Target = str;
+
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<std::path::Path> for $name {
+            fn as_ref(&self) -> &std::path::Path {
+                std::path::Path::new(&self.0)
+            }
+        }
+
         impl std::borrow::Borrow<str> for $name {
             fn borrow(&self) -> &str {
                 &self.0
@@ -91,6 +106,11 @@ macro_rules! id_type {
             }
         }
     };
+}
+
+id_type! {
+    /// A session (`task_sessions.id`).
+    SessionId
 }
 
 id_type! {

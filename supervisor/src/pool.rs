@@ -350,7 +350,7 @@ impl Pool {
         let state_dir = entry.join("agentctl");
         let token = agentctl::client::new_token();
         let spec = LaunchSpec {
-            session_id: format!("pool-{id}"),
+            session_id: format!("pool-{id}").into(),
             task_id: String::new(),
             execution_id: id.as_str().into(),
             generation: 0,
@@ -568,7 +568,7 @@ async fn stop(runtime: Arc<dyn Runtime>, warm: Warm) {
 async fn fence(runtime: &dyn Runtime, state_dir: &Path) {
     let entry = state_dir.parent().and_then(Path::file_name).and_then(|name| name.to_str());
     let target = crate::runtime::FenceTarget {
-        session_id: format!("pool-{}", entry.unwrap_or_default()),
+        session_id: format!("pool-{}", entry.unwrap_or_default()).into(),
         state_dir: state_dir.to_owned(),
         execution: None,
         grace: Duration::ZERO,

@@ -12,6 +12,7 @@
 pub mod cgroup;
 pub mod docker;
 
+use crate::ids::SessionId;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -30,7 +31,7 @@ use crate::store::ExecutionRow;
 #[derive(Debug, Clone)]
 pub struct LaunchSpec {
     /// The session.
-    pub session_id: String,
+    pub session_id: SessionId,
     /// Its task.
     pub task_id: String,
     /// The execution being launched.
@@ -100,7 +101,7 @@ pub enum Liveness {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Orphan {
     /// The session it names (empty when it names none).
-    pub session_id: String,
+    pub session_id: SessionId,
     /// Where it is, for the log (`engine/container`).
     pub location: String,
     /// What [`Runtime::remove_orphan`] needs.
@@ -190,7 +191,7 @@ pub trait Runtime: Send + Sync + 'static {
         &'a self,
         executions: &'a [ExecutionRow],
         boot_id: &'a str,
-    ) -> BoxFuture<'a, HashMap<String, Liveness>>;
+    ) -> BoxFuture<'a, HashMap<SessionId, Liveness>>;
 
     /// What runs for this installation on every place the runtime can reach (the caller
     /// keeps those whose session is not stored). None by default.
@@ -219,7 +220,7 @@ pub trait Runtime: Send + Sync + 'static {
     /// there was anything.
     fn remove<'a>(
         &'a self,
-        _session_id: &'a str,
+        _session_id: &'a SessionId,
         _handle: Option<&'a serde_json::Value>,
     ) -> BoxFuture<'a, Result<bool, RuntimeError>> {
         Box::pin(async { Ok(false) })
@@ -237,7 +238,7 @@ pub trait Runtime: Send + Sync + 'static {
 #[derive(Debug, Clone)]
 pub struct FenceTarget {
     /// The session.
-    pub session_id: String,
+    pub session_id: SessionId,
     /// agentctl's state dir (its `ready.json` names the newest agentctl started there).
     pub state_dir: PathBuf,
     /// The runtime record, when there is one.
@@ -355,7 +356,7 @@ impl Runtime for StandaloneRuntime {
         &'a self,
         executions: &'a [ExecutionRow],
         boot_id: &'a str,
-    ) -> BoxFuture<'a, HashMap<String, Liveness>> {
+    ) -> BoxFuture<'a, HashMap<SessionId, Liveness>> {
         Box::pin(async move {
             executions
                 .iter()
@@ -398,7 +399,9 @@ impl Runtime for StandaloneRuntime {
             }
             // What escaped the agent's process group (its guard killed the group).
             if let Some(cgroups) = &self.cgroups {
-                for cgroup in std::iter::once(target.session_id.clone()).chain(warm_cgroup) {
+                for cgroup in std::iter::once(target.session_id.clone())
+                    .chain(warm_cgroup.map(SessionId::from))
+                {
                     if let Err(err) = cgroups.kill(&cgroup, FENCE_TIMEOUT).await {
                         tracing::warn!(session = %target.session_id, %err, "cannot kill the session's cgroup");
                     }

@@ -13,6 +13,7 @@ mod recovery;
 mod settings;
 mod workflows;
 
+use crate::ids::SessionId;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -86,7 +87,7 @@ pub struct NewSession {
     /// The MCP servers its agent is given (ACP `McpServer` objects).
     pub mcp_servers: Vec<serde_json::Value>,
     /// The id asked for (else a new UUID v7).
-    pub session_id: Option<String>,
+    pub session_id: Option<SessionId>,
     /// Directories besides the workspace for its agent (absolute).
     pub additional_directories: Vec<String>,
 }
@@ -249,10 +250,10 @@ pub struct SupervisorConfig {
 pub struct Supervisor {
     config: SupervisorConfig,
     /// Live (and ended, until deleted) sessions. A std mutex: map lookups only.
-    sessions: Mutex<HashMap<String, SessionHandle>>,
+    sessions: Mutex<HashMap<crate::ids::SessionId, SessionHandle>>,
     /// Each session's event log, opened once per process and shared with its actor (two
     /// writers on one spool would corrupt it).
-    event_logs: Mutex<HashMap<String, Arc<Spool<SessionEvent>>>>,
+    event_logs: Mutex<HashMap<crate::ids::SessionId, Arc<Spool<SessionEvent>>>>,
     /// Launches, retires and fences in flight (see [`Supervisor::shutdown`]).
     teardowns: tokio_util::task::TaskTracker,
     /// Serialises "is there a live actor, else start one", so one session gets one actor
@@ -295,7 +296,7 @@ impl Supervisor {
         }
     }
 
-    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, SessionHandle>> {
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<crate::ids::SessionId, SessionHandle>> {
         self.sessions.lock().expect("UNWRAP: never poisoned")
     }
 
@@ -402,7 +403,7 @@ impl Supervisor {
     }
 
     fn context(&self, row: &SessionRow) -> Result<SessionContext, ServiceError> {
-        let session_id = row.id.as_str();
+        let session_id = &row.id;
         let dir = self
             .config
             .home
@@ -439,7 +440,10 @@ impl Supervisor {
     }
 
     /// The session's event log (opened, or reopened after a restart).
-    async fn event_log(&self, session_id: &str) -> Result<Arc<Spool<SessionEvent>>, ServiceError> {
+    async fn event_log(
+        &self,
+        session_id: &SessionId,
+    ) -> Result<Arc<Spool<SessionEvent>>, ServiceError> {
         self.event_log_above(session_id, None).await
     }
 
@@ -447,7 +451,7 @@ impl Supervisor {
     /// just created has issued none.
     async fn event_log_above(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         floor: Option<u64>,
     ) -> Result<Arc<Spool<SessionEvent>>, ServiceError> {
         if let Some(log) = self.event_logs.lock().expect("UNWRAP: never poisoned").get(session_id) {
@@ -455,7 +459,7 @@ impl Supervisor {
         }
         let floor = match floor {
             Some(floor) => floor,
-            None => self.config.store.event_seq_high(session_id.to_owned()).await?,
+            None => self.config.store.event_seq_high(session_id.to_string().into()).await?,
         };
         let paths = self.config.home.session(session_id);
         let (dir, mark) = (paths.events(), paths.events_mark());
@@ -470,7 +474,7 @@ impl Supervisor {
                         ServiceError::Storage(format!("the event log {}: {err}", dir.display()))
                     })?;
             let log = Arc::new(log);
-            logs.insert(session_id.to_owned(), Arc::clone(&log));
+            logs.insert(session_id.clone(), Arc::clone(&log));
             (log, lost)
         };
         if let Some(lost) = lost {
@@ -596,17 +600,17 @@ impl Supervisor {
             .collect())
     }
 
-    fn handle(&self, session_id: &str) -> Option<SessionHandle> {
+    fn handle(&self, session_id: &SessionId) -> Option<SessionHandle> {
         self.sessions().get(session_id).cloned()
     }
 
-    async fn session_row(&self, session_id: &str) -> Result<SessionRow, ServiceError> {
-        check_id("session_id", session_id)?;
-        Ok(self.config.store.get_session(session_id.to_owned()).await?)
+    async fn session_row(&self, session_id: &SessionId) -> Result<SessionRow, ServiceError> {
+        check_id("session_id", session_id.as_str())?;
+        Ok(self.config.store.get_session(session_id.to_string().into()).await?)
     }
 
     /// A live actor for a session that is not terminal.
-    async fn live(&self, session_id: &str) -> Result<SessionHandle, ServiceError> {
+    async fn live(&self, session_id: &SessionId) -> Result<SessionHandle, ServiceError> {
         let row = self.session_row(session_id).await?;
         if row.state.is_terminal() {
             return Err(ServiceError::Conflict(format!(
@@ -624,7 +628,7 @@ impl Supervisor {
     /// `task.session.history`.
     pub async fn history(
         &self,
-        session_id: String,
+        session_id: SessionId,
         after_seq: u64,
         limit: usize,
     ) -> Result<Vec<HistoryEntry>, ServiceError> {
@@ -648,7 +652,7 @@ impl Supervisor {
     /// (per daemon run) a row in the session's timeline, where its owner looks.
     async fn report_damaged_history(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         path: &std::path::Path,
         damaged: history::DamagedLine,
     ) {
@@ -663,9 +667,8 @@ impl Supervisor {
             .damage_reported
             .lock()
             .expect("UNWRAP: never poisoned")
-            .insert((session_id.to_owned(), damaged.line));
-        if first && let Err(err) = self.config.store.log_error(session_id.to_owned(), message).await
-        {
+            .insert((session_id.to_string(), damaged.line));
+        if first && let Err(err) = self.config.store.log_error(session_id.clone(), message).await {
             tracing::warn!(session = %session_id, %err, "cannot record a damaged history line");
         }
     }
@@ -676,7 +679,7 @@ impl Supervisor {
     /// however long the session.
     pub async fn event_window(
         &self,
-        session_id: String,
+        session_id: SessionId,
         before_seq: Option<u64>,
         limit: Option<usize>,
     ) -> Result<protocol::api::EventWindow, ServiceError> {
@@ -727,7 +730,7 @@ impl Supervisor {
     /// `task.session.subscribe`: a reader of the session's events after `after_seq`.
     pub async fn subscribe(
         &self,
-        session_id: String,
+        session_id: SessionId,
         after_seq: u64,
     ) -> Result<SpoolReader<SessionEvent>, ServiceError> {
         self.session_row(&session_id).await?;
@@ -760,7 +763,7 @@ impl Supervisor {
     /// the current one).
     pub async fn timeline(
         &self,
-        session_id: String,
+        session_id: SessionId,
         after: Option<i64>,
     ) -> Result<Timeline, ServiceError> {
         self.session_row(&session_id).await?;
@@ -809,7 +812,7 @@ impl Supervisor {
         let turns = turns
             .into_iter()
             .map(|turn| TurnInfo {
-                turn_id: turn.id,
+                turn_id: turn.id.into_string(),
                 execution_id: turn.execution_id.into_string(),
                 state: turn.state,
                 stop_reason: turn.stop_reason,
@@ -838,7 +841,7 @@ impl Supervisor {
                 }
             }
         }
-        Ok(Timeline { session_id, executions, turns, entries })
+        Ok(Timeline { session_id: session_id.into_string(), executions, turns, entries })
     }
 
     /// The metrics text, with the gauges of what exists now read first: sessions by state
@@ -870,7 +873,7 @@ impl Supervisor {
     /// `task.session.snapshot.list`: a session's snapshots, oldest first.
     pub async fn snapshot_list(
         &self,
-        session_id: String,
+        session_id: SessionId,
     ) -> Result<Vec<SnapshotSummary>, ServiceError> {
         self.session_row(&session_id).await?;
         Ok(self.config.store.snapshots(session_id).await?)
@@ -899,16 +902,16 @@ impl Supervisor {
     }
 
     /// Announcements of sessions created, changed in state or deleted (what a list follows).
-    pub fn session_changes(&self) -> tokio::sync::broadcast::Receiver<String> {
+    pub fn session_changes(&self) -> tokio::sync::broadcast::Receiver<crate::ids::SessionId> {
         self.config.store.session_changes()
     }
 
     /// A session as lists show it, or `None` when it is gone.
     pub async fn session_summary(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> Result<Option<protocol::api::SessionSummary>, ServiceError> {
-        match self.config.store.get_session(session_id.to_owned()).await {
+        match self.config.store.get_session(session_id.to_string().into()).await {
             Ok(row) => Ok(self.summaries(vec![row]).await?.pop()),
             Err(StoreError::NotFound { .. }) => Ok(None),
             Err(err) => Err(err.into()),

@@ -68,16 +68,16 @@ impl Setting {
         }
     }
 
-    /// Its params for the ACP session `session_id`.
-    pub fn params(&self, session_id: &str) -> Value {
+    /// Its params for the ACP session `acp_session`.
+    pub fn params(&self, acp_session: &str) -> Value {
         match self {
             Setting::Option { id, value: Value::Bool(flag) } => {
-                json!({"sessionId": session_id, "configId": id, "type": "boolean", "value": flag})
+                json!({"sessionId": acp_session, "configId": id, "type": "boolean", "value": flag})
             }
             Setting::Option { id, value } => {
-                json!({"sessionId": session_id, "configId": id, "value": value})
+                json!({"sessionId": acp_session, "configId": id, "value": value})
             }
-            Setting::Mode(mode) => json!({"sessionId": session_id, "modeId": mode}),
+            Setting::Mode(mode) => json!({"sessionId": acp_session, "modeId": mode}),
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod git;
 mod heuristics;
 pub mod summary;
 
+use crate::ids::SessionId;
 use std::path::{Path, PathBuf};
 
 use protocol::api::{
@@ -38,7 +39,7 @@ const TIMELINE_ROWS: usize = 500;
 #[derive(Debug, Clone)]
 pub struct Request {
     /// The session.
-    pub session_id: String,
+    pub session_id: SessionId,
     /// What takes it.
     pub trigger: SnapshotTrigger,
     /// Why, when something said.
@@ -69,7 +70,7 @@ pub async fn take(store: &Store, request: Request) -> Result<Snapshot, StoreErro
 pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreError> {
     let Request { session_id, trigger, reason, history, execution_id, usage, summary, taken_at } =
         request;
-    let row = store.get_session(session_id.clone()).await?;
+    let row = store.get_session(session_id.to_string().into()).await?;
     let task = store.get_task(row.task_id.clone()).await?;
     let start = store.start_commit(session_id.clone()).await?.flatten();
     let recorded = store.get_execution(session_id.clone()).await?;
@@ -129,7 +130,7 @@ pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreErr
         .collect();
     Ok(Snapshot {
         snapshot_id: uuid::Uuid::now_v7().to_string(),
-        session_id,
+        session_id: session_id.into_string(),
         trigger,
         reason,
         taken_at: taken_at.unwrap_or(now),
@@ -185,7 +186,7 @@ fn summarize_turn<'a>(
         }
     }
     SnapshotTurn {
-        turn_id: turn.id.clone(),
+        turn_id: turn.id.to_string(),
         prompt,
         state: turn.state,
         stop_reason: turn.stop_reason.clone(),

@@ -18,6 +18,7 @@ mod turns;
 mod usage;
 mod workflows;
 
+use crate::ids::SessionId;
 use sessions::{finish_session, session_from_row, sessions_matching};
 
 use std::path::{Path, PathBuf};
@@ -158,7 +159,7 @@ pub struct Store {
     changes: tokio::sync::broadcast::Sender<crate::ids::WorkflowId>,
     /// Sessions created, changed in state, or deleted, by id, announced after the change
     /// committed (what a list of sessions follows).
-    session_changes: tokio::sync::broadcast::Sender<String>,
+    session_changes: tokio::sync::broadcast::Sender<crate::ids::SessionId>,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -364,7 +365,7 @@ pub struct OpenTurn {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TurnRow {
     /// The turn.
-    pub id: String,
+    pub id: crate::ids::TurnId,
     /// The execution that ran it.
     pub execution_id: crate::ids::ExecutionId,
     /// Its state.
@@ -473,7 +474,7 @@ pub struct RecoveryCandidate {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionRow {
     /// Id (UUID v7).
-    pub id: String,
+    pub id: SessionId,
     /// Its task.
     pub task_id: String,
     /// The profile it was started with.
@@ -527,7 +528,7 @@ impl Store {
         let task = self.create_task("t".into(), String::new()).await.unwrap();
         let now = now_ms();
         let row = SessionRow {
-            id: uuid::Uuid::now_v7().to_string(),
+            id: uuid::Uuid::now_v7().to_string().into(),
             task_id: task.id,
             agent_profile_id: "mock".into(),
             pinned_profile,
@@ -553,7 +554,7 @@ impl Store {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecutionRow {
     /// The session.
-    pub session_id: String,
+    pub session_id: SessionId,
     /// This execution's id; CAS key.
     pub execution_id: crate::ids::ExecutionId,
     /// Increases with each execution.
@@ -595,7 +596,7 @@ pub struct ExecutionRow {
 
 impl ExecutionRow {
     /// The record of `execution_id` of `session_id`, launching, with nothing else known yet.
-    pub fn new(session_id: String, execution_id: crate::ids::ExecutionId) -> ExecutionRow {
+    pub fn new(session_id: SessionId, execution_id: crate::ids::ExecutionId) -> ExecutionRow {
         ExecutionRow {
             session_id,
             execution_id,

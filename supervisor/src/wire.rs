@@ -39,7 +39,7 @@ impl From<SessionRow> for api::SessionSummary {
     fn from(row: SessionRow) -> api::SessionSummary {
         api::SessionSummary {
             runtime: runtime_kind(&row.runtime),
-            id: row.id,
+            id: row.id.into_string(),
             task_id: row.task_id,
             agent_profile_id: row.agent_profile_id,
             state: row.state,

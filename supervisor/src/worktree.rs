@@ -7,6 +7,7 @@
 //! worktree and keeps the branch unless asked. Uncommitted work is never removed without
 //! `force`.
 
+use crate::ids::SessionId;
 use std::path::{Path, PathBuf};
 
 /// What went wrong with a worktree.
@@ -114,7 +115,7 @@ fn detail(err: WorktreeError) -> String {
 /// last 8 hex digits>` (a v7 id begins with its timestamp, so its end is what differs
 /// between sessions made in the same moment; the slug is lowercase ASCII letters, digits
 /// and dashes, at most 40; `task` when the title has none).
-pub fn branch_name(task_title: &str, session_id: &str) -> String {
+pub fn branch_name(task_title: &str, session_id: &SessionId) -> String {
     let mut slug = String::new();
     for ch in task_title.chars() {
         if ch.is_ascii_alphanumeric() {
@@ -265,7 +266,7 @@ mod tests {
 
     #[test]
     fn branch_names_are_safe_and_short() {
-        let id = "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
+        let id = &SessionId::from("0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b");
         assert_eq!(branch_name("Fix the login bug!", id), "tether/fix-the-login-bug-2e3f4a5b");
         assert_eq!(branch_name("  ../..  ", id), "tether/task-2e3f4a5b");
         assert_eq!(branch_name("ünïcode only", id), "tether/n-code-only-2e3f4a5b");

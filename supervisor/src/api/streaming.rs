@@ -1,7 +1,7 @@
 //! Session subscriptions: a session's event log, read from any seq, sent to a client as
 //! it grows.
 
-use crate::ids::WorkflowId;
+use crate::ids::{SessionId, WorkflowId};
 use serde_json::value::RawValue;
 
 /// Sends every entry of `reader` on `sink`, as `wire` makes it, until the client goes
@@ -103,7 +103,7 @@ pub(super) async fn stream_workflow(
 pub(super) async fn stream_session_list(
     sink: jsonrpsee::SubscriptionSink,
     supervisor: std::sync::Arc<crate::service::Supervisor>,
-    mut changes: tokio::sync::broadcast::Receiver<String>,
+    mut changes: tokio::sync::broadcast::Receiver<SessionId>,
 ) -> Result<(), jsonrpsee::core::SubscriptionError> {
     use protocol::api::SessionsEvent;
     use tokio::sync::broadcast::error::RecvError;
@@ -112,9 +112,9 @@ pub(super) async fn stream_session_list(
             biased;
             _ = sink.closed() => return Ok(()),
             changed = changes.recv() => match changed {
-                Ok(session_id) => match supervisor.session_summary(&session_id).await {
+                Ok(session_id) => match supervisor.session_summary(&session_id.clone()).await {
                     Ok(Some(session)) => SessionsEvent::Changed { session },
-                    Ok(None) => SessionsEvent::Deleted { session_id },
+                    Ok(None) => SessionsEvent::Deleted { session_id: session_id.into_string() },
                     Err(err) => {
                         tracing::warn!(session = %session_id, %err, "cannot read a changed session for a list");
                         SessionsEvent::Resync

@@ -6,6 +6,7 @@
 //! right to create a subtree, or on a kernel before 5.14), what leaves the agent's group
 //! outlives a SIGKILLed agentctl: the daemon says so once at start, and ARCHITECTURE.md.
 
+use crate::ids::SessionId;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -35,13 +36,13 @@ impl Cgroups {
     }
 
     /// The session's cgroup.
-    pub fn session(&self, session_id: &str) -> PathBuf {
+    pub fn session(&self, session_id: &SessionId) -> PathBuf {
         self.base.join(session_id)
     }
 
     /// The session's cgroup, created if needed (for `agentctl::client::LaunchConfig`, which
     /// moves the sidecar into it).
-    pub fn prepare(&self, session_id: &str) -> io::Result<PathBuf> {
+    pub fn prepare(&self, session_id: &SessionId) -> io::Result<PathBuf> {
         let dir = self.session(session_id);
         match std::fs::create_dir(&dir) {
             Err(err) if err.kind() != io::ErrorKind::AlreadyExists => Err(err),
@@ -51,7 +52,7 @@ impl Cgroups {
 
     /// Kills every process in the session's cgroup, waits (at most `bound`) until it is
     /// empty, and removes it. Nothing to do when it does not exist.
-    pub async fn kill(&self, session_id: &str, bound: Duration) -> io::Result<()> {
+    pub async fn kill(&self, session_id: &SessionId, bound: Duration) -> io::Result<()> {
         let dir = self.session(session_id);
         match std::fs::write(dir.join("cgroup.kill"), "1") {
             Ok(()) => {}

@@ -31,6 +31,7 @@
 pub mod engines;
 mod sidecar;
 
+use crate::ids::SessionId;
 use sidecar::{entrypoint_archive, write_private};
 pub use sidecar::{
     find_static_agentctl, is_static_elf, sidecar_certificate, static_agentctl_candidates,
@@ -146,7 +147,7 @@ fn is_not_found(err: &bollard::errors::Error) -> bool {
 }
 
 /// The container name of a session (the same on every engine).
-pub fn container_name(session_id: &str) -> String {
+pub fn container_name(session_id: &SessionId) -> String {
     format!("tether-{session_id}")
 }
 
@@ -361,7 +362,7 @@ impl DockerRuntime {
         let port = format!("{CONTAINER_PORT}/tcp");
         let labels = HashMap::from([
             (MANAGED_LABEL.to_owned(), "true".to_owned()),
-            ("tether.session_id".to_owned(), spec.session_id.clone()),
+            ("tether.session_id".to_owned(), spec.session_id.to_string()),
             ("tether.task_id".to_owned(), spec.task_id.clone()),
             ("tether.execution_id".to_owned(), spec.execution_id.to_string()),
             ("tether.generation".to_owned(), spec.generation.to_string()),
@@ -441,13 +442,13 @@ impl DockerRuntime {
         &self,
         docker: &Docker,
         engine: &Engine,
-        session_id: &str,
+        session_id: &SessionId,
         kind: &str,
     ) -> Result<String, RuntimeError> {
         let name = format!("tether-{session_id}-{kind}");
         let labels = HashMap::from([
             (MANAGED_LABEL.to_owned(), "true".to_owned()),
-            ("tether.session_id".to_owned(), session_id.to_owned()),
+            ("tether.session_id".to_owned(), session_id.to_string()),
             ("tether.install_id".to_owned(), self.config.install_id.clone()),
             ("tether.engine".to_owned(), engine.config.name.clone()),
         ]);
@@ -466,7 +467,7 @@ impl DockerRuntime {
     async fn volumes_of(
         &self,
         docker: &Docker,
-        session_id: Option<&str>,
+        session_id: Option<&SessionId>,
     ) -> Result<Vec<(String, String)>, RuntimeError> {
         let mut labels = vec![
             format!("{MANAGED_LABEL}=true"),
@@ -702,7 +703,7 @@ impl Runtime for DockerRuntime {
         &'a self,
         executions: &'a [ExecutionRow],
         _boot_id: &'a str,
-    ) -> BoxFuture<'a, HashMap<String, Liveness>> {
+    ) -> BoxFuture<'a, HashMap<crate::ids::SessionId, Liveness>> {
         Box::pin(async move {
             // One list per engine the executions name, not an inspect per container; the
             // engines are asked together, so one that does not answer costs its timeout once.
@@ -799,7 +800,7 @@ impl Runtime for DockerRuntime {
 
     fn remove<'a>(
         &'a self,
-        session_id: &'a str,
+        session_id: &'a crate::ids::SessionId,
         handle: Option<&'a serde_json::Value>,
     ) -> BoxFuture<'a, Result<bool, RuntimeError>> {
         Box::pin(async move {
@@ -845,7 +846,7 @@ impl Runtime for DockerRuntime {
                                 container: id.clone(),
                             };
                             scan.found.push(Orphan {
-                                session_id,
+                                session_id: session_id.into(),
                                 location: format!("{}/{id}", engine.config.name),
                                 handle: serde_json::to_value(handle).unwrap_or_default(),
                             });
@@ -866,7 +867,7 @@ impl Runtime for DockerRuntime {
                                 "volume": volume,
                             });
                             scan.found.push(Orphan {
-                                session_id,
+                                session_id: session_id.into(),
                                 location: format!("{}/volume {volume}", engine.config.name),
                                 handle,
                             });

@@ -5,6 +5,7 @@ use super::{
     CleanedSession, CleanupPolicy, CleanupResult, FenceTarget, KeptSession, Phase, ServiceError,
     SessionHandle, SessionRow, SessionState, Supervisor, home, session_worktree, worktree,
 };
+use crate::ids::SessionId;
 
 impl Supervisor {
     /// Stops every live agent and its sidecar; the sessions stay resumable. Then every
@@ -65,7 +66,7 @@ impl Supervisor {
     }
 
     /// `task.session.stop`: the agent is stopped and the session ends (`COMPLETED`).
-    pub async fn stop(&self, session_id: String) -> Result<(), ServiceError> {
+    pub async fn stop(&self, session_id: SessionId) -> Result<(), ServiceError> {
         let row = self.session_row(&session_id).await?;
         self.end(row, SessionState::Completed).await
     }
@@ -110,7 +111,7 @@ impl Supervisor {
     /// kept unless `delete_branch`).
     pub async fn delete(
         &self,
-        session_id: String,
+        session_id: SessionId,
         force: bool,
         delete_branch: bool,
     ) -> Result<(), ServiceError> {
@@ -228,7 +229,7 @@ impl Supervisor {
                 }
             }
         }
-        self.config.store.delete_session(session_id.clone()).await?;
+        self.config.store.delete_session(session_id.to_string().into()).await?;
         // A kill from here on leaves files without rows: recovery removes them.
         agentctl::fault::point("delete.rows_removed");
         self.sessions().remove(&session_id);
@@ -275,11 +276,11 @@ impl Supervisor {
     pub(super) async fn remove_orphaned_session_dirs(&self) -> usize {
         let home = &self.config.home;
         let parents = [home.sessions(), home.root().join("agent-state")];
-        let found: Vec<(std::path::PathBuf, String)> = parents
+        let found: Vec<(std::path::PathBuf, SessionId)> = parents
             .iter()
             .filter_map(|parent| std::fs::read_dir(parent).ok())
             .flat_map(|entries| entries.flatten())
-            .filter_map(|entry| Some((entry.path(), entry.file_name().to_str()?.to_owned())))
+            .filter_map(|entry| Some((entry.path(), SessionId::from(entry.file_name().to_str()?))))
             .filter(|(_, name)| home::is_valid_id(name))
             .collect();
         let ids = found.iter().map(|(_, id)| id.clone()).collect();
@@ -322,7 +323,7 @@ impl Supervisor {
                 continue;
             }
             let keep = |reason: String| KeptSession {
-                session_id: row.id.clone(),
+                session_id: row.id.to_string(),
                 state: row.state,
                 reason,
             };
@@ -366,7 +367,7 @@ impl Supervisor {
             };
             tracing::info!(session = %row.id, state = %row.state.as_str(), dry_run = policy.dry_run, ?resources, "cleanup");
             removed.push(CleanedSession {
-                session_id: row.id.clone(),
+                session_id: row.id.to_string(),
                 state: row.state,
                 updated_at: row.updated_at,
                 resources,

@@ -7,6 +7,7 @@ use super::{
     SessionView, SnapshotTrigger, Start, Supervisor, check_id, ensure_workspace, home, json_diff,
     resume_wait, runtime_kind, session, worktree,
 };
+use crate::ids::SessionId;
 
 impl Supervisor {
     /// Refuses a directory the agent would be given (`field`) that is Tether's data
@@ -89,7 +90,7 @@ impl Supervisor {
     async fn make_worktree(
         &self,
         profile: &agents::profile::Profile,
-        id: &str,
+        id: &crate::ids::SessionId,
         task_title: &str,
         workspace_path: Option<String>,
         base: Option<String>,
@@ -129,9 +130,9 @@ impl Supervisor {
 
     /// A created session whose start was refused: nothing of it is left behind (no row
     /// stuck `CREATED`, no worktree, no files).
-    async fn undo_create(&self, id: &str, made: Option<&worktree::Worktree>) {
+    async fn undo_create(&self, id: &crate::ids::SessionId, made: Option<&worktree::Worktree>) {
         self.event_logs.lock().expect("UNWRAP: never poisoned").remove(id);
-        if let Err(undo) = self.config.store.delete_session(id.to_owned()).await {
+        if let Err(undo) = self.config.store.delete_session(id.clone()).await {
             tracing::error!(session = %id, %undo, "cannot remove a session whose start failed");
         }
         if let Some(made) = made
@@ -162,8 +163,8 @@ impl Supervisor {
         } = new;
         check_id("task_id", &task_id)?;
         if let Some(id) = &session_id {
-            check_id("session_id", id)?;
-            if self.config.store.get_session(id.clone()).await.is_ok() {
+            check_id("session_id", id.as_str())?;
+            if self.config.store.get_session(id.to_string().into()).await.is_ok() {
                 return Err(ServiceError::Conflict(format!("a session {id} exists already")));
             }
         }
@@ -196,7 +197,7 @@ impl Supervisor {
             self.task_within_budget(&task_id).await?;
         }
         let now = crate::store::now_ms();
-        let id = session_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        let id = session_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string().into());
         // A worktree of its own: asked for, or the profile's default.
         let made = if worktree.unwrap_or(profile.workspace.is_some()) {
             Some(
@@ -256,7 +257,7 @@ impl Supervisor {
         };
         match started {
             Ok(handle) => {
-                self.sessions().insert(row.id.clone(), handle);
+                self.sessions().insert(row.id.to_string().into(), handle);
                 drop(guard);
                 Ok(row)
             }
@@ -304,7 +305,7 @@ impl Supervisor {
     }
 
     /// `task.session.status`.
-    pub async fn status(&self, session_id: String) -> Result<SessionStatus, ServiceError> {
+    pub async fn status(&self, session_id: SessionId) -> Result<SessionStatus, ServiceError> {
         let row = self.session_row(&session_id).await?;
         let (last_event_seq, kept_after_seq) = self
             .event_log(&session_id)
@@ -388,7 +389,7 @@ impl Supervisor {
             unreachable = Some(err.to_string());
         }
         Ok(SessionStatus {
-            session_id,
+            session_id: session_id.into_string(),
             task_id: row.task_id,
             state: row.state,
             agent_profile_id: row.agent_profile_id,
@@ -423,18 +424,18 @@ impl Supervisor {
     /// newest turn) and its budgets.
     async fn session_usage(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         view: Option<&SessionView>,
     ) -> Result<protocol::api::SessionUsage, ServiceError> {
         let store = &self.config.store;
         let filter = crate::store::UsageFilter {
-            session_id: Some(session_id.to_owned()),
+            session_id: Some(session_id.clone()),
             ..Default::default()
         };
         let totals = store.usage(filter, None).await?.total;
         let context = match view.and_then(|view| view.context) {
             Some(context) => Some(context),
-            None => store.last_context(session_id.to_owned()).await?,
+            None => store.last_context(session_id.clone()).await?,
         };
         Ok(protocol::api::SessionUsage {
             totals,
@@ -443,13 +444,13 @@ impl Supervisor {
             context_percent: context
                 .filter(|(_, size)| *size > 0)
                 .map(|(used, size)| (used.saturating_mul(100) / size).min(100) as u8),
-            budgets: store.budget_uses(session_id.to_owned()).await?,
+            budgets: store.budget_uses(session_id.clone()).await?,
         })
     }
 
     /// Refuses work for a session whose budget (or its task's) is used up.
-    pub(crate) async fn within_budget(&self, session_id: &str) -> Result<(), ServiceError> {
-        let uses = self.config.store.budget_uses(session_id.to_owned()).await?;
+    pub(crate) async fn within_budget(&self, session_id: &SessionId) -> Result<(), ServiceError> {
+        let uses = self.config.store.budget_uses(session_id.clone()).await?;
         match uses.iter().find(|used| used.percent >= 100) {
             Some(used) => {
                 let flag = match used.scope {
@@ -470,7 +471,7 @@ impl Supervisor {
     /// `task.session.prompt`: starts a turn; returns its id.
     pub async fn prompt(
         &self,
-        session_id: String,
+        session_id: SessionId,
         prompt: String,
     ) -> Result<crate::ids::TurnId, ServiceError> {
         if prompt.trim().is_empty() {
@@ -559,7 +560,7 @@ impl Supervisor {
             self.event_log(&row.id).await?,
             Start::Resume,
         )?;
-        self.sessions().insert(row.id.clone(), handle.clone());
+        self.sessions().insert(row.id.to_string().into(), handle.clone());
         Ok((handle, true))
     }
 
@@ -567,7 +568,7 @@ impl Supervisor {
     /// gets its outcome.
     pub async fn resume(
         &self,
-        session_id: String,
+        session_id: SessionId,
         refresh_profile: bool,
     ) -> Result<ResumeResult, ServiceError> {
         let mut row = self.session_row(&session_id).await?;
@@ -604,7 +605,7 @@ impl Supervisor {
             }
             let pinned = serde_json::to_value(&*current)
                 .map_err(|err| ServiceError::Internal(err.to_string()))?;
-            self.config.store.set_pinned_profile(row.id.clone(), pinned.clone()).await?;
+            self.config.store.set_pinned_profile(row.id.to_string().into(), pinned.clone()).await?;
             row.pinned_profile = pinned;
             tracing::info!(session = %session_id, fields = ?profile_drift, "adopting the current profile");
             Some(current)
@@ -653,7 +654,7 @@ impl Supervisor {
             })?;
         let view = handle.view();
         Ok(ResumeResult {
-            session_id,
+            session_id: session_id.into_string(),
             outcome,
             state: view.state,
             is_agent_running: view.agent_running,
@@ -704,7 +705,7 @@ impl Supervisor {
 
     /// `task.session.cancel`: cancels the running turn; a `PAUSED` session (no turn) is
     /// ended `CANCELLED`.
-    pub async fn cancel(&self, session_id: String) -> Result<(), ServiceError> {
+    pub async fn cancel(&self, session_id: SessionId) -> Result<(), ServiceError> {
         let row = self.session_row(&session_id).await?;
         if row.state == SessionState::Paused {
             return self.end(row, SessionState::Cancelled).await;
@@ -715,7 +716,7 @@ impl Supervisor {
     /// `task.session.pause`: at the next turn boundary (see [`SessionHandle::pause`]).
     pub async fn pause(
         &self,
-        session_id: String,
+        session_id: SessionId,
         reason: Option<String>,
         force_after_ms: Option<u64>,
     ) -> Result<PauseResult, ServiceError> {
@@ -754,7 +755,7 @@ impl Supervisor {
                         .await?;
                     let state = SessionState::Paused;
                     return Ok(PauseResult {
-                        session_id,
+                        session_id: session_id.into_string(),
                         state,
                         pause_requested: false,
                         snapshot_id,
@@ -767,7 +768,12 @@ impl Supervisor {
             crate::session::PauseTaken::Paused { snapshot_id } => (false, snapshot_id),
         };
         let state = handle.view().state;
-        Ok(PauseResult { session_id, state, pause_requested, snapshot_id })
+        Ok(PauseResult {
+            session_id: session_id.into_string(),
+            state,
+            pause_requested,
+            snapshot_id,
+        })
     }
 
     /// Pauses a session that has no actor (its agent is not running): the events are
@@ -802,12 +808,12 @@ impl Supervisor {
     /// What a snapshot of a session that has no live agent is taken from.
     pub(super) fn snapshot_request(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         trigger: SnapshotTrigger,
         reason: Option<String>,
     ) -> crate::snapshot::Request {
         crate::snapshot::Request {
-            session_id: session_id.to_owned(),
+            session_id: session_id.clone(),
             trigger,
             reason,
             history: self.config.home.session(session_id).history(),
@@ -822,7 +828,7 @@ impl Supervisor {
     /// when it could not be taken.
     pub(super) async fn snapshot_now(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         trigger: SnapshotTrigger,
         reason: Option<String>,
     ) -> Option<String> {
@@ -839,7 +845,7 @@ impl Supervisor {
     /// `task.session.elicitation.respond`: the agent gets an ACP `CreateElicitationResponse`.
     pub async fn respond_elicitation(
         &self,
-        session_id: String,
+        session_id: SessionId,
         request_id: String,
         action: protocol::api::params::ElicitationAnswer,
         content: Option<serde_json::Map<String, serde_json::Value>>,
@@ -859,7 +865,7 @@ impl Supervisor {
     /// `task.session.permission.respond`: `option_id` selects an option; `None` cancels.
     pub async fn respond_permission(
         &self,
-        session_id: String,
+        session_id: SessionId,
         request_id: String,
         option_id: Option<String>,
     ) -> Result<(), ServiceError> {

@@ -2,6 +2,7 @@
 //! `task.session.retry_turn`.
 
 use super::{ServiceError, Supervisor};
+use crate::ids::SessionId;
 use protocol::api::{Budget, BudgetScope, BudgetUse, TurnState, UsageGroupBy, UsageReport};
 
 impl Supervisor {
@@ -18,12 +19,12 @@ impl Supervisor {
     /// with what it used.
     pub async fn set_budget(
         &self,
-        session_id: Option<String>,
+        session_id: Option<SessionId>,
         task_id: Option<String>,
         budget: Budget,
     ) -> Result<Option<BudgetUse>, ServiceError> {
         let (scope, id) = match (session_id, task_id) {
-            (Some(session), None) => (BudgetScope::Session, session),
+            (Some(session), None) => (BudgetScope::Session, session.into_string()),
             (None, Some(task)) => (BudgetScope::Task, task),
             _ => {
                 return Err(ServiceError::InvalidParams {
@@ -55,7 +56,7 @@ impl Supervisor {
     /// (or that failed) as a new turn, once; the new turn's id.
     pub async fn retry_turn(
         &self,
-        session_id: String,
+        session_id: SessionId,
         turn_id: Option<crate::ids::TurnId>,
     ) -> Result<crate::ids::TurnId, ServiceError> {
         let row = self.session_row(&session_id).await?;
@@ -74,10 +75,10 @@ impl Supervisor {
     /// The turn to re-send and its prompt, or why not.
     async fn retriable(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         turn_id: Option<crate::ids::TurnId>,
     ) -> Result<(crate::ids::TurnId, String), ServiceError> {
-        let found = self.config.store.turn_to_retry(session_id.to_owned(), turn_id.clone()).await?;
+        let found = self.config.store.turn_to_retry(session_id.clone(), turn_id.clone()).await?;
         let Some(turn) = found else {
             return Err(ServiceError::NotFound(match turn_id {
                 Some(turn) => format!("session {session_id} has no turn {turn}"),

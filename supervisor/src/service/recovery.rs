@@ -7,6 +7,7 @@ use super::{
     ServiceError, SessionEvent, SessionEventKind, SessionRecord, SessionRow, SessionState,
     SessionView, SnapshotTrigger, Spool, Start, Supervisor, home, session, worktree,
 };
+use crate::ids::SessionId;
 
 impl Supervisor {
     /// A session's event log was found holding fewer events than were issued (cut,
@@ -14,7 +15,7 @@ impl Supervisor {
     /// first new seq), in the log and in the session's timeline.
     pub(super) async fn report_lost_events(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         dir: &std::path::Path,
         log: &Arc<Spool<SessionEvent>>,
         lost: std::ops::RangeInclusive<u64>,
@@ -29,7 +30,7 @@ impl Supervisor {
         );
         tracing::warn!(session = %session_id, "{message}");
         let record =
-            SessionRecord::new(session_id.to_owned(), self.config.store.clone(), Arc::clone(log));
+            SessionRecord::new(session_id.clone(), self.config.store.clone(), Arc::clone(log));
         let notice = SessionEventKind::Notice { message: message.clone() };
         // It carries the marks of the newest event kept: the agent events past them are
         // still published again from agentctl's spool, the ones before are not.
@@ -41,7 +42,7 @@ impl Supervisor {
         if let Err(err) = record.publish(vec![notice], mark) {
             tracing::warn!(session = %session_id, %err, "cannot publish the lost events' notice");
         }
-        if let Err(err) = self.config.store.log_error(session_id.to_owned(), message).await {
+        if let Err(err) = self.config.store.log_error(session_id.clone(), message).await {
             tracing::warn!(session = %session_id, %err, "cannot record the lost events");
         }
     }
@@ -71,11 +72,12 @@ impl Supervisor {
     /// found dead) take effect: nothing is left to wait for.
     async fn settle_pauses_without_agent(&self) -> Result<(), ServiceError> {
         for (session_id, request) in self.config.store.pauses().await? {
-            let reattaching_it = self.handle(&session_id).is_some_and(|handle| handle.is_live());
+            let reattaching_it =
+                self.handle(&session_id.clone()).is_some_and(|handle| handle.is_live());
             if reattaching_it {
                 continue;
             }
-            match self.config.store.get_session(session_id.clone()).await {
+            match self.config.store.get_session(session_id.to_string().into()).await {
                 Ok(row) if row.state.is_active() => {
                     if let Err(err) = self
                         .pause_without_agent(
@@ -109,7 +111,7 @@ impl Supervisor {
         // nothing: one scan of the processes and one indexed query leave them out unread,
         // so a restart does not grow with the number of stored sessions.
         let (sidecar_pids, sidecar_dirs) = crate::runtime::live_sidecars();
-        let live_sessions: Vec<String> = sidecar_dirs
+        let live_sessions: Vec<crate::ids::SessionId> = sidecar_dirs
             .iter()
             .filter_map(|dir| self.config.home.session_of_agentctl(dir))
             .collect();
@@ -133,7 +135,7 @@ impl Supervisor {
             let execution = &candidate.execution;
             by_runtime.entry(execution.runtime.clone()).or_default().push(execution.clone());
         }
-        let mut liveness: HashMap<String, Liveness> = HashMap::new();
+        let mut liveness: HashMap<crate::ids::SessionId, Liveness> = HashMap::new();
         for (name, executions) in &by_runtime {
             if let Some(runtime) = self.config.runtimes.get(name) {
                 liveness.extend(runtime.liveness(executions, &boot_id).await);
@@ -141,7 +143,12 @@ impl Supervisor {
         }
         for candidate in to_recover {
             let execution = candidate.execution;
-            let row = match self.config.store.get_session(execution.session_id.clone()).await {
+            let row = match self
+                .config
+                .store
+                .get_session(execution.session_id.to_string().into())
+                .await
+            {
                 Ok(row) => row,
                 Err(err) => {
                     summary.skipped += 1;
@@ -246,7 +253,7 @@ impl Supervisor {
     pub(super) async fn sweep_leaked_sidecars(&self) -> usize {
         let mut swept = 0;
         let owned =
-            |session_id: &str| self.handle(session_id).is_some_and(|handle| handle.is_live());
+            |session_id: &SessionId| self.handle(session_id).is_some_and(|handle| handle.is_live());
         match self.config.store.unfinished_executions_at_rest().await {
             Ok(executions) => {
                 for (row, execution) in executions {
@@ -274,7 +281,7 @@ impl Supervisor {
         }
         for (pid, dir) in crate::runtime::local_sidecars() {
             let Some(session_id) = self.config.home.session_of_agentctl(&dir) else { continue };
-            if owned(&session_id) {
+            if owned(&session_id.clone()) {
                 continue;
             }
             tracing::warn!(session = %session_id, pid, "killing a sidecar that no session owns");
@@ -328,9 +335,9 @@ impl Supervisor {
     pub(super) async fn remove_orphaned_worktrees(&self) -> usize {
         let dir = self.config.home.root().join("worktrees");
         let Ok(entries) = std::fs::read_dir(&dir) else { return 0 };
-        let ids: Vec<String> = entries
+        let ids: Vec<SessionId> = entries
             .flatten()
-            .filter_map(|entry| entry.file_name().to_str().map(str::to_owned))
+            .filter_map(|entry| entry.file_name().to_str().map(SessionId::from))
             .filter(|name| home::is_valid_id(name))
             .collect();
         let known = match self.config.store.existing_sessions(ids.clone()).await {
@@ -434,7 +441,7 @@ impl Supervisor {
             Start::Reattach(Box::new(plan)),
         )?;
         let view = handle.watch();
-        self.sessions().insert(row.id.clone(), handle);
+        self.sessions().insert(row.id.to_string().into(), handle);
         Ok(view)
     }
 
@@ -472,7 +479,7 @@ impl Supervisor {
     /// them) before the store changes. Returns how many turns and questions there were.
     pub(super) async fn void_open_work(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         reason: &str,
         then: Vec<SessionEventKind>,
     ) -> Result<(usize, usize), ServiceError> {
@@ -513,7 +520,7 @@ impl Supervisor {
     /// Changes the state of a session that has no actor, published before the row changes.
     pub(super) async fn set_state_without_actor(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         state: SessionState,
         error: Option<String>,
     ) -> Result<(), ServiceError> {
@@ -525,7 +532,7 @@ impl Supervisor {
     /// carry no agentctl mark: no agent event caused them.
     pub(super) async fn publish_recovery(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         kinds: Vec<SessionEventKind>,
     ) -> Result<(), ServiceError> {
         self.record(session_id)
@@ -536,9 +543,12 @@ impl Supervisor {
 
     /// The record of a session (its event log and open-work rows), for recovery and the
     /// paths that change a session without its actor.
-    pub(super) async fn record(&self, session_id: &str) -> Result<SessionRecord, ServiceError> {
+    pub(super) async fn record(
+        &self,
+        session_id: &SessionId,
+    ) -> Result<SessionRecord, ServiceError> {
         let log = self.event_log(session_id).await?;
-        Ok(SessionRecord::new(session_id.to_owned(), self.config.store.clone(), log))
+        Ok(SessionRecord::new(session_id.clone(), self.config.store.clone(), log))
     }
 
     /// Recovers one session: returns what is being re-attached (or replayed).
@@ -650,7 +660,7 @@ impl Supervisor {
 
 /// A session recovery handed to an actor, for its line in the log once that settled.
 pub(super) struct Reattaching {
-    session_id: String,
+    session_id: SessionId,
     view: tokio::sync::watch::Receiver<SessionView>,
     /// Its sidecar is dead: the actor replays what the spool holds (not a re-attach).
     replay: bool,
@@ -658,7 +668,7 @@ pub(super) struct Reattaching {
 
 /// The log line of a session whose dead sidecar's spool is replayed: what it left open
 /// ends once the spool is recorded.
-fn replaying_line(session_id: &str, turns: usize, questions: usize) {
+fn replaying_line(session_id: &SessionId, turns: usize, questions: usize) {
     let (turns, questions) = (plural(turns, "turn"), plural(questions, "question"));
     tracing::info!(session = %session_id, "recovery: its sidecar is dead; replaying its spool, then interrupting {turns} and voiding {questions} (what the spool does not end)");
 }

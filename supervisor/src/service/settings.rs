@@ -3,6 +3,7 @@
 //! at once when the agent runs); one without has its choice recorded under the start lock,
 //! so no actor starts meanwhile, and set when its agent next starts.
 
+use crate::ids::SessionId;
 use std::time::Duration;
 
 use protocol::api::SessionConfig;
@@ -26,13 +27,16 @@ fn config(settings: SessionSettings, blocked: Option<String>) -> SessionConfig {
 
 impl Supervisor {
     /// `task.session.config_options`.
-    pub async fn session_config(&self, session_id: String) -> Result<SessionConfig, ServiceError> {
+    pub async fn session_config(
+        &self,
+        session_id: SessionId,
+    ) -> Result<SessionConfig, ServiceError> {
         self.session_row(&session_id).await?;
         let settings = self.config.store.session_settings(session_id.clone()).await?;
         Ok(config(settings, self.settings_blocked(&session_id)))
     }
 
-    fn settings_blocked(&self, session_id: &str) -> Option<String> {
+    fn settings_blocked(&self, session_id: &SessionId) -> Option<String> {
         self.handle(session_id).filter(SessionHandle::is_live)?.view().settings_blocked
     }
 
@@ -40,7 +44,7 @@ impl Supervisor {
     /// (`Setting::Mode` with `forget`).
     pub async fn choose_setting(
         &self,
-        session_id: String,
+        session_id: SessionId,
         setting: Setting,
         forget: bool,
     ) -> Result<SessionConfig, ServiceError> {

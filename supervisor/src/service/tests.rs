@@ -70,7 +70,7 @@ fn new_session(task_id: String, workspace: &std::path::Path) -> NewSession {
 
 /// Waits (bounded) until the session's view is as `what` says.
 async fn until(supervisor: &Supervisor, id: &str, what: impl Fn(&SessionView) -> bool) {
-    let mut view = supervisor.handle(id).expect("a live actor").watch();
+    let mut view = supervisor.handle(&id.into()).expect("a live actor").watch();
     tokio::time::timeout(Duration::from_secs(10), view.wait_for(|view| what(view)))
         .await
         .expect("the session got there in time")
@@ -86,15 +86,15 @@ async fn open_session(setup: &Setup, workspace: &std::path::Path) -> String {
     let supervisor = &setup.supervisor;
     let task = supervisor.create_task("in process".into(), String::new()).await.unwrap();
     let row = supervisor.create_session(new_session(task.id, workspace)).await.unwrap();
-    until(supervisor, &row.id, ready).await;
-    row.id
+    until(supervisor, row.id.as_str(), ready).await;
+    row.id.into_string()
 }
 
 /// Prompts and waits for the turn's end; the agent's reply as the history has it.
 async fn prompt(supervisor: &Supervisor, id: &str, text: &str) -> String {
-    supervisor.prompt(id.to_owned(), text.to_owned()).await.expect("the prompt is taken");
+    supervisor.prompt(id.to_owned().into(), text.to_owned()).await.expect("the prompt is taken");
     until(supervisor, id, |view| view.turn_id.is_none() && ready(view)).await;
-    let history = supervisor.history(id.to_owned(), 0, 1000).await.unwrap();
+    let history = supervisor.history(id.to_owned().into(), 0, 1000).await.unwrap();
     history.last().expect("an entry").content.clone()
 }
 
@@ -106,17 +106,17 @@ async fn a_session_is_created_prompted_paused_resumed_and_stopped_without_a_proc
     let id = open_session(&setup, workspace.path()).await;
     assert_eq!(prompt(supervisor, &id, "hello").await, "<1><2><3>");
 
-    supervisor.pause(id.clone(), None, None).await.expect("paused");
-    assert_eq!(supervisor.status(id.clone()).await.unwrap().state, SessionState::Paused);
-    let resumed = supervisor.resume(id.clone(), false).await.expect("resumed");
+    supervisor.pause(id.clone().into(), None, None).await.expect("paused");
+    assert_eq!(supervisor.status(id.clone().into()).await.unwrap().state, SessionState::Paused);
+    let resumed = supervisor.resume(id.clone().into(), false).await.expect("resumed");
     assert_eq!(resumed.state, SessionState::WaitingForInput);
     until(supervisor, &id, ready).await;
     assert_eq!(prompt(supervisor, &id, "again").await, "<1><2><3>");
 
     let fenced = setup.runtime.fenced.lock().unwrap().len();
     let fence = setup.runtime.fence_called.notified();
-    supervisor.stop(id.clone()).await.expect("stopped");
-    assert_eq!(supervisor.status(id.clone()).await.unwrap().state, SessionState::Completed);
+    supervisor.stop(id.clone().into()).await.expect("stopped");
+    assert_eq!(supervisor.status(id.clone().into()).await.unwrap().state, SessionState::Completed);
     tokio::time::timeout(Duration::from_secs(10), fence).await.expect("its sidecar is fenced");
     assert!(setup.runtime.fenced.lock().unwrap().len() > fenced);
 }
@@ -149,7 +149,7 @@ fn a_restart_re_attaches_to_a_live_sidecar_and_its_session_takes_prompts() {
         let summary = setup.supervisor.recover().await.expect("recovery");
         assert_eq!((summary.dead, summary.skipped), (0, 0), "{summary:?}");
         until(&setup.supervisor, &id, |view| view.phase != Phase::Reattaching).await;
-        let status = setup.supervisor.status(id.clone()).await.unwrap();
+        let status = setup.supervisor.status(id.clone().into()).await.unwrap();
         assert_eq!(status.state, SessionState::WaitingForInput);
         assert!(setup.connector.sidecar().is_some(), "re-attached to its sidecar");
         assert!(setup.runtime.fenced.lock().unwrap().is_empty(), "a live sidecar is not fenced");
@@ -164,7 +164,7 @@ fn a_restart_that_finds_the_sidecar_dead_fences_it_and_the_session_waits_for_inp
         let setup = supervisor(dir.path(), Mode::Holds, false);
         let id = open_session(&setup, workspace.path()).await;
         // A turn runs when the daemon dies.
-        setup.supervisor.prompt(id.clone(), "long".into()).await.unwrap();
+        setup.supervisor.prompt(id.clone().into(), "long".into()).await.unwrap();
         until(&setup.supervisor, &id, |view| view.turn_id.is_some()).await;
         id
     });
@@ -173,14 +173,14 @@ fn a_restart_that_finds_the_sidecar_dead_fences_it_and_the_session_waits_for_inp
         let setup = supervisor(dir.path(), Mode::Streams(1), false);
         let summary = setup.supervisor.recover().await.expect("recovery");
         assert_eq!(summary.skipped, 0, "{summary:?}");
-        let status = setup.supervisor.status(id.clone()).await.unwrap();
+        let status = setup.supervisor.status(id.clone().into()).await.unwrap();
         assert_eq!(status.state, SessionState::WaitingForInput, "{status:?}");
         assert!(!setup.runtime.fenced.lock().unwrap().is_empty(), "the dead sidecar is fenced");
-        let timeline = setup.supervisor.timeline(id.clone(), None).await.unwrap();
+        let timeline = setup.supervisor.timeline(id.clone().into(), None).await.unwrap();
         let turn = timeline.turns.last().expect("the turn");
         assert!(turn.ended_at.is_some(), "the open turn ended: {turn:?}");
         // Resumed, it takes prompts again.
-        setup.supervisor.resume(id.clone(), false).await.expect("resumed");
+        setup.supervisor.resume(id.clone().into(), false).await.expect("resumed");
         until(&setup.supervisor, &id, ready).await;
         assert_eq!(prompt(&setup.supervisor, &id, "again").await, "<1>");
     });
@@ -239,7 +239,7 @@ async fn the_workflow_driver_runs_a_chain_and_hands_each_output_on() {
     }
     let build = status.steps.iter().find(|step| step.id == "build").unwrap();
     let session = build.session_id.clone().expect("its session");
-    let history = supervisor.history(session, 0, 1000).await.unwrap();
+    let history = supervisor.history(session.into(), 0, 1000).await.unwrap();
     let sent = &history.first().expect("its prompt").content;
     assert_eq!(sent, "build <1><2>", "the plan's output went into the build's prompt");
 }

@@ -7,6 +7,7 @@
 //! A kill in between leaves the rows as they were, so the next start publishes again
 //! (rather than never); a subscriber may see an end twice, never not at all.
 
+use crate::ids::SessionId;
 use std::sync::Arc;
 
 use agentctl::spool::{Spool, SpoolError};
@@ -75,14 +76,14 @@ impl TurnEnd {
 /// One session's event log and open-work rows.
 #[derive(Clone)]
 pub struct SessionRecord {
-    session_id: String,
+    session_id: SessionId,
     store: Store,
     events: Arc<Spool<SessionEvent>>,
 }
 
 impl SessionRecord {
     pub fn new(
-        session_id: String,
+        session_id: SessionId,
         store: Store,
         events: Arc<Spool<SessionEvent>>,
     ) -> SessionRecord {
@@ -91,7 +92,7 @@ impl SessionRecord {
 
     /// The session whose record this is.
     pub fn session_id(&self) -> &str {
-        &self.session_id
+        self.session_id.as_str()
     }
 
     /// The event log, for its readers and its upkeep (sync, release, retention).
@@ -147,7 +148,9 @@ impl SessionRecord {
             agentctl::fault::point(point);
         }
         let high = self.events.last_seq();
-        self.store.set_session_state(self.session_id.clone(), state, error, task, high).await?;
+        self.store
+            .set_session_state(self.session_id.to_string().into(), state, error, task, high)
+            .await?;
         Ok(published?)
     }
 

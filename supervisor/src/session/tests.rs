@@ -153,7 +153,7 @@ async fn a_launch_that_cannot_connect_fences_what_the_runtime_started() {
 }
 
 impl Setup {
-    fn handle_id(&self) -> String {
+    fn handle_id(&self) -> crate::ids::SessionId {
         std::fs::read_dir(self.dir.path().join("sessions"))
             .unwrap()
             .next()
@@ -162,6 +162,7 @@ impl Setup {
             .file_name()
             .to_string_lossy()
             .into_owned()
+            .into()
     }
 }
 

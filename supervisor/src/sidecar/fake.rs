@@ -62,7 +62,7 @@ impl Runtime for FakeRuntime {
         &'a self,
         executions: &'a [ExecutionRow],
         _: &'a str,
-    ) -> BoxFuture<'a, std::collections::HashMap<String, Liveness>> {
+    ) -> BoxFuture<'a, std::collections::HashMap<crate::ids::SessionId, Liveness>> {
         let alive = self.alive.load(Ordering::SeqCst);
         let found = executions.iter().map(|execution| {
             let liveness = if alive { Liveness::Alive } else { Liveness::Dead };

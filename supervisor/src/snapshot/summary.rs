@@ -10,6 +10,7 @@
 //! `next_steps` (lists of strings); other members are ignored, each list holds at most
 //! [`MAX_ITEMS`] items and each text is cut to [`ITEM_CHARS`] characters.
 
+use crate::ids::SessionId;
 use std::path::{Path, PathBuf};
 
 use protocol::api::{AgentSummary, Decision, PauseSummary, SummaryState, TurnState};
@@ -85,7 +86,7 @@ pub fn answer_messages(path: &Path, turn_id: &str) -> Vec<String> {
 /// the answer of the session's first turn since, when it completed and validates.
 pub async fn answer_of(
     store: &Store,
-    session_id: String,
+    session_id: SessionId,
     history: PathBuf,
     at: i64,
 ) -> PauseSummary {

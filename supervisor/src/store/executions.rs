@@ -7,6 +7,7 @@ use super::{
     TimelineEvent, TransactionBehavior, finish_session, log, now_ms, params, session_from_row,
     session_state, sessions_matching,
 };
+use crate::ids::SessionId;
 
 impl Store {
     /// Records an execution, replacing the previous one: a new execution gets the next
@@ -72,7 +73,7 @@ impl Store {
     /// The current execution of a session, if any.
     pub async fn get_execution(
         &self,
-        session_id: String,
+        session_id: SessionId,
     ) -> Result<Option<ExecutionRow>, StoreError> {
         self.call(move |conn| {
             Ok(conn
@@ -117,13 +118,13 @@ impl Store {
         &self,
         standalone: &str,
         live_pids: &std::collections::HashSet<u32>,
-        live_sessions: Vec<String>,
+        live_sessions: Vec<SessionId>,
     ) -> Result<(Vec<RecoveryCandidate>, usize), StoreError> {
         let standalone = standalone.to_owned();
         // Lists go in as JSON arrays (read with `json_each`).
         let live_pids =
             serde_json::Value::from(live_pids.iter().copied().collect::<Vec<_>>()).to_string();
-        let live_sessions = serde_json::Value::from(live_sessions).to_string();
+        let live_sessions = serde_json::to_string(&live_sessions).unwrap_or_else(|_| "[]".into());
         let not_over: Vec<&str> = ExecutionStatus::ALL
             .iter()
             .filter(|status| !status.is_over())
@@ -230,7 +231,7 @@ impl Store {
     /// restart recovery that the handshake finished.) Returns whether it applied.
     pub async fn record_opened(
         &self,
-        session_id: String,
+        session_id: SessionId,
         execution_id: crate::ids::ExecutionId,
         opened: Opened,
     ) -> Result<bool, StoreError> {
@@ -278,7 +279,7 @@ impl Store {
     /// is still current.
     pub async fn set_resume_context_pending(
         &self,
-        session_id: String,
+        session_id: SessionId,
         execution_id: crate::ids::ExecutionId,
         pending: bool,
     ) -> Result<bool, StoreError> {
@@ -296,7 +297,7 @@ impl Store {
     /// Returns whether it applied.
     pub(super) async fn cas_execution(
         &self,
-        session_id: String,
+        session_id: SessionId,
         execution_id: crate::ids::ExecutionId,
         set: &'static str,
         value: rusqlite::types::Value,
@@ -314,7 +315,7 @@ impl Store {
     /// Stores the resume token, if the execution is still current.
     pub async fn set_resume_token(
         &self,
-        session_id: String,
+        session_id: SessionId,
         execution_id: crate::ids::ExecutionId,
         token: Option<String>,
     ) -> Result<bool, StoreError> {
@@ -325,7 +326,7 @@ impl Store {
     /// Stores the execution's status, if it is still current.
     pub async fn set_execution_status(
         &self,
-        session_id: String,
+        session_id: SessionId,
         execution_id: crate::ids::ExecutionId,
         status: ExecutionStatus,
     ) -> Result<bool, StoreError> {
@@ -341,7 +342,7 @@ impl Store {
     /// Stores the acknowledged agentctl seq, if the execution is still current.
     pub async fn set_acked_seq(
         &self,
-        session_id: String,
+        session_id: SessionId,
         execution_id: crate::ids::ExecutionId,
         seq: u64,
     ) -> Result<bool, StoreError> {

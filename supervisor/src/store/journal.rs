@@ -5,6 +5,7 @@
 //! turn, a pause, a resume's outcome, a new execution, a snapshot), so the timeline never
 //! says something the rest of the store does not, nor misses what it does.
 
+use crate::ids::SessionId;
 use std::collections::BTreeMap;
 
 use protocol::api::{Snapshot, SnapshotSummary, SnapshotTrigger, TimelineEvent};
@@ -19,7 +20,7 @@ pub const TURN_SNAPSHOTS_KEPT: usize = 20;
 /// Appends a timeline row (inside the caller's transaction, when it has one).
 pub(super) fn log(
     conn: &Connection,
-    session_id: &str,
+    session_id: &SessionId,
     event: &TimelineEvent,
 ) -> rusqlite::Result<()> {
     let entry = serde_json::to_string(event)
@@ -37,14 +38,18 @@ pub type LogRow = (i64, i64, String);
 impl Store {
     /// Records an error on the session's timeline (an agent exit, a failed restore or
     /// launch).
-    pub async fn log_error(&self, session_id: String, message: String) -> Result<(), StoreError> {
+    pub async fn log_error(
+        &self,
+        session_id: SessionId,
+        message: String,
+    ) -> Result<(), StoreError> {
         self.call(move |conn| Ok(log(conn, &session_id, &TimelineEvent::Error { message })?)).await
     }
 
     /// Adds a timeline row (one that records no change of its own: a plan's progress).
     pub async fn log_event(
         &self,
-        session_id: String,
+        session_id: SessionId,
         event: TimelineEvent,
     ) -> Result<(), StoreError> {
         self.call(move |conn| Ok(log(conn, &session_id, &event)?)).await
@@ -53,7 +58,7 @@ impl Store {
     /// The session's timeline rows after `after`, oldest first, at most `limit`.
     pub async fn timeline(
         &self,
-        session_id: String,
+        session_id: SessionId,
         after: i64,
         limit: usize,
     ) -> Result<Vec<LogRow>, StoreError> {
@@ -75,7 +80,7 @@ impl Store {
     /// The session's newest `limit` timeline rows, newest first.
     pub async fn recent_timeline(
         &self,
-        session_id: String,
+        session_id: SessionId,
         limit: usize,
     ) -> Result<Vec<LogRow>, StoreError> {
         self.call(move |conn| {
@@ -117,7 +122,7 @@ impl Store {
             )?;
             log(
                 &tx,
-                &snapshot.session_id,
+                &SessionId::from(snapshot.session_id.clone()),
                 &TimelineEvent::SnapshotTaken {
                     snapshot_id: snapshot.snapshot_id.clone(),
                     trigger: snapshot.trigger,
@@ -138,7 +143,10 @@ impl Store {
     }
 
     /// A session's snapshots, oldest first.
-    pub async fn snapshots(&self, session_id: String) -> Result<Vec<SnapshotSummary>, StoreError> {
+    pub async fn snapshots(
+        &self,
+        session_id: SessionId,
+    ) -> Result<Vec<SnapshotSummary>, StoreError> {
         self.call(move |conn| {
             let mut stmt = conn.prepare(
                 "SELECT id, session_id, kind, reason, taken_at, git_branch, git_head, git_dirty, \
@@ -196,7 +204,7 @@ impl Store {
     /// millisecond, a pause's or a crash's comes before a turn's.
     pub async fn latest_snapshot(
         &self,
-        session_id: String,
+        session_id: SessionId,
     ) -> Result<Option<Snapshot>, StoreError> {
         self.call(move |conn| {
             let json: Option<String> = conn
@@ -216,7 +224,7 @@ impl Store {
     /// what its uncommitted files held then; the first one recorded stays.
     pub async fn set_start_commit(
         &self,
-        session_id: String,
+        session_id: SessionId,
         commit: Option<String>,
         dirty: BTreeMap<String, String>,
     ) -> Result<(), StoreError> {
@@ -236,7 +244,7 @@ impl Store {
     /// none were, or it was not recorded).
     pub async fn start_dirty(
         &self,
-        session_id: String,
+        session_id: SessionId,
     ) -> Result<BTreeMap<String, String>, StoreError> {
         self.call(move |conn| {
             let json: Option<Option<String>> = conn
@@ -261,7 +269,7 @@ impl Store {
     /// `Some(None)` if the workspace was not a repository then.
     pub async fn start_commit(
         &self,
-        session_id: String,
+        session_id: SessionId,
     ) -> Result<Option<Option<String>>, StoreError> {
         self.call(move |conn| {
             Ok(conn
@@ -276,7 +284,7 @@ impl Store {
     }
 
     /// The snapshot a pending handoff is primed from, if the session's next resume is one.
-    pub async fn handoff(&self, session_id: String) -> Result<Option<String>, StoreError> {
+    pub async fn handoff(&self, session_id: SessionId) -> Result<Option<String>, StoreError> {
         self.call(move |conn| {
             Ok(conn
                 .query_row(

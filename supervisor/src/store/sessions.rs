@@ -4,6 +4,7 @@ use super::{
     Connection, OptionalExtension, SESSION_COLUMNS, SessionRow, SessionState, Store, StoreError,
     Task, TimelineEvent, TransactionBehavior, log, now_ms, params, session_state, task_state,
 };
+use crate::ids::SessionId;
 
 impl Store {
     /// Creates a task in `TODO`.
@@ -61,12 +62,12 @@ impl Store {
         &self,
         repo: String,
         branch: String,
-        session_id: String,
+        session_id: SessionId,
     ) -> Result<(), StoreError> {
         self.call(move |conn| {
             conn.execute(
                 "INSERT OR REPLACE INTO branch_deletions (repo, branch, session_id) VALUES (?1, ?2, ?3)",
-                [&repo, &branch, &session_id],
+                params![repo, branch, session_id],
             )?;
             Ok(())
         })
@@ -145,7 +146,7 @@ impl Store {
     }
 
     /// A session by id.
-    pub async fn get_session(&self, id: String) -> Result<SessionRow, StoreError> {
+    pub async fn get_session(&self, id: SessionId) -> Result<SessionRow, StoreError> {
         self.call(move |conn| {
             let row = conn
                 .query_row(
@@ -154,7 +155,7 @@ impl Store {
                     session_from_row,
                 )
                 .optional()?
-                .ok_or(StoreError::NotFound { what: "session", id })?;
+                .ok_or(StoreError::NotFound { what: "session", id: id.into_string() })?;
             finish_session(row)
         })
         .await
@@ -178,12 +179,13 @@ impl Store {
     /// (no snapshot is parsed, and only the sessions asked about are read).
     pub async fn existing_sessions(
         &self,
-        ids: Vec<String>,
-    ) -> Result<std::collections::HashSet<String>, StoreError> {
+        ids: Vec<SessionId>,
+    ) -> Result<std::collections::HashSet<SessionId>, StoreError> {
         if ids.is_empty() {
             return Ok(Default::default());
         }
-        let ids = serde_json::Value::from(ids).to_string();
+        let ids = serde_json::to_string(&ids)
+            .map_err(|err| StoreError::Corrupt { what: "session ids", detail: err.to_string() })?;
         self.call(move |conn| {
             let mut stmt = conn.prepare(
                 "SELECT id FROM task_sessions WHERE id IN (SELECT value FROM json_each(?1))",
@@ -196,7 +198,7 @@ impl Store {
 
     /// The highest event seq a session's state changes recorded (0: none, or no such
     /// session).
-    pub async fn event_seq_high(&self, id: String) -> Result<u64, StoreError> {
+    pub async fn event_seq_high(&self, id: SessionId) -> Result<u64, StoreError> {
         self.call(move |conn| {
             let high: Option<i64> = conn
                 .query_row("SELECT event_seq_high FROM task_sessions WHERE id = ?1", [id], |row| {
@@ -212,7 +214,7 @@ impl Store {
     /// `event_seq_high`, the highest event seq its log has issued (it never goes down).
     pub async fn set_session_state(
         &self,
-        id: String,
+        id: SessionId,
         state: SessionState,
         error: Option<String>,
         task_state: Option<&'static str>,
@@ -227,7 +229,7 @@ impl Store {
                 params![id, state.as_str(), error, now, event_seq_high as i64],
             )?;
             if changed == 0 {
-                return Err(StoreError::NotFound { what: "session", id });
+                return Err(StoreError::NotFound { what: "session", id: id.into_string() });
             }
             log(&tx, &id, &TimelineEvent::State { state, error })?;
             if let Some(task_state) = task_state {
@@ -298,7 +300,7 @@ impl Store {
     /// Replaces a session's pinned profile (`resume {refresh_profile: true}`).
     pub async fn set_pinned_profile(
         &self,
-        id: String,
+        id: SessionId,
         snapshot: serde_json::Value,
     ) -> Result<(), StoreError> {
         let json = snapshot.to_string();
@@ -308,7 +310,7 @@ impl Store {
                 params![id, json, now_ms()],
             )?;
             if changed == 0 {
-                return Err(StoreError::NotFound { what: "session", id });
+                return Err(StoreError::NotFound { what: "session", id: id.into_string() });
             }
             Ok(())
         })
@@ -316,12 +318,12 @@ impl Store {
     }
 
     /// Deletes a session and everything that hangs off it.
-    pub async fn delete_session(&self, id: String) -> Result<(), StoreError> {
+    pub async fn delete_session(&self, id: SessionId) -> Result<(), StoreError> {
         let announce = id.clone();
         self.call(move |conn| {
             let changed = conn.execute("DELETE FROM task_sessions WHERE id = ?1", [&id])?;
             if changed == 0 {
-                return Err(StoreError::NotFound { what: "session", id });
+                return Err(StoreError::NotFound { what: "session", id: id.into_string() });
             }
             Ok(())
         })

@@ -1,6 +1,7 @@
 //! A session's agent settings (`crate::settings`): one JSON column, written by the
 //! session's actor alone (or, while it has none, by the service under its start lock).
 
+use crate::ids::SessionId;
 use rusqlite::OptionalExtension;
 
 use super::{Store, StoreError};
@@ -10,7 +11,7 @@ impl Store {
     /// The session's settings (the default when none were recorded).
     pub async fn session_settings(
         &self,
-        session_id: String,
+        session_id: SessionId,
     ) -> Result<SessionSettings, StoreError> {
         self.call(move |conn| {
             let text: Option<Option<String>> = conn
@@ -19,7 +20,7 @@ impl Store {
                 })
                 .optional()?;
             match text {
-                None => Err(StoreError::NotFound { what: "session", id: session_id }),
+                None => Err(StoreError::NotFound { what: "session", id: session_id.into_string() }),
                 Some(None) => Ok(SessionSettings::default()),
                 Some(Some(text)) => serde_json::from_str(&text).map_err(|err| {
                     StoreError::Corrupt { what: "session settings", detail: err.to_string() }
@@ -32,7 +33,7 @@ impl Store {
     /// Records the title the session's agent gave it (`None`: it took it back).
     pub async fn set_session_title(
         &self,
-        session_id: String,
+        session_id: SessionId,
         title: Option<String>,
     ) -> Result<(), StoreError> {
         self.call(move |conn| {
@@ -48,7 +49,7 @@ impl Store {
     /// Records the session's settings.
     pub async fn set_session_settings(
         &self,
-        session_id: String,
+        session_id: SessionId,
         settings: SessionSettings,
     ) -> Result<(), StoreError> {
         let text = serde_json::to_string(&settings).map_err(|err| StoreError::Corrupt {
@@ -61,7 +62,7 @@ impl Store {
                 rusqlite::params![session_id, text],
             )?;
             if changed == 0 {
-                return Err(StoreError::NotFound { what: "session", id: session_id });
+                return Err(StoreError::NotFound { what: "session", id: session_id.into_string() });
             }
             Ok(())
         })

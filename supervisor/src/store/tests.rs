@@ -2,6 +2,7 @@
 
 use super::executions::recovery_candidates_sql;
 use super::*;
+use crate::ids::SessionId;
 
 fn open() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
@@ -11,7 +12,7 @@ fn open() -> (tempfile::TempDir, Store) {
 
 fn session(task_id: &str) -> SessionRow {
     SessionRow {
-        id: uuid::Uuid::now_v7().to_string(),
+        id: uuid::Uuid::now_v7().to_string().into(),
         task_id: task_id.into(),
         agent_profile_id: "mock".into(),
         pinned_profile: serde_json::json!({"id": "mock"}),
@@ -78,10 +79,10 @@ async fn tasks_and_sessions_round_trip() {
     let task = store.create_task("fix it".into(), "please".into()).await.unwrap();
     assert_eq!(store.get_task(task.id.clone()).await.unwrap(), task);
     let row = store.create_session(session(&task.id)).await.unwrap();
-    assert_eq!(store.get_session(row.id.clone()).await.unwrap(), row);
+    assert_eq!(store.get_session(row.id.to_string().into()).await.unwrap(), row);
     store
         .set_session_state(
-            row.id.clone(),
+            row.id.to_string().into(),
             SessionState::WaitingForInput,
             Some("note".into()),
             Some(task_state::REVIEW),
@@ -92,7 +93,7 @@ async fn tasks_and_sessions_round_trip() {
     // The event seq mark never goes down.
     store
         .set_session_state(
-            row.id.clone(),
+            row.id.to_string().into(),
             SessionState::WaitingForInput,
             Some("note".into()),
             None,
@@ -100,9 +101,9 @@ async fn tasks_and_sessions_round_trip() {
         )
         .await
         .unwrap();
-    assert_eq!(store.event_seq_high(row.id.clone()).await.unwrap(), 7);
+    assert_eq!(store.event_seq_high(row.id.to_string().into()).await.unwrap(), 7);
     assert_eq!(store.event_seq_high("nope".into()).await.unwrap(), 0);
-    let back = store.get_session(row.id.clone()).await.unwrap();
+    let back = store.get_session(row.id.to_string().into()).await.unwrap();
     assert_eq!(
         (back.state, back.error_message.as_deref()),
         (SessionState::WaitingForInput, Some("note"))
@@ -189,7 +190,7 @@ async fn deleting_a_session_removes_its_records() {
         )
         .await
         .unwrap();
-    store.delete_session(row.id.clone()).await.unwrap();
+    store.delete_session(row.id.to_string().into()).await.unwrap();
     assert!(store.get_execution(row.id.clone()).await.unwrap().is_none());
     assert!(store.list_pending(row.id.clone()).await.unwrap().is_empty());
     assert!(matches!(store.get_turn("t1".into()).await, Err(StoreError::NotFound { .. })));
@@ -213,7 +214,7 @@ async fn existing_sessions_do_not_parse_snapshots() {
         .await
         .unwrap();
     assert!(store.list_sessions(None).await.is_err(), "the snapshot is corrupt");
-    let asked = vec![a.id.clone(), b.id.clone(), "01a20a40-0000-7000-8000-000000000000".to_owned()];
+    let asked = vec![a.id.clone(), b.id.clone(), "01a20a40-0000-7000-8000-000000000000".into()];
     let ids = store.existing_sessions(asked).await.unwrap();
     assert_eq!(ids, [a.id, b.id].into_iter().collect(), "the two stored ones, not the unknown one");
     assert!(store.existing_sessions(Vec::new()).await.unwrap().is_empty());
@@ -337,7 +338,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
         let mut row = session(&task.id);
         row.runtime = runtime.into();
         let row = store.create_session(row).await.unwrap();
-        store.set_session_state(row.id.clone(), state, None, None, 0).await.unwrap();
+        store.set_session_state(row.id.to_string().into(), state, None, None, 0).await.unwrap();
         store
             .put_execution(ExecutionRow {
                 runtime: record_runtime.into(),
@@ -526,7 +527,10 @@ async fn a_pause_request_is_kept_until_the_session_is_paused() {
     assert_eq!(store.pauses().await.unwrap(), vec![(row.id.clone(), asked)]);
     store.set_paused(row.id.clone(), paused(None), 0).await.unwrap();
     assert!(!store.pause_summary_asked(row.id.clone(), 8, 99).await.unwrap());
-    assert_eq!(store.get_session(row.id.clone()).await.unwrap().state, SessionState::Paused);
+    assert_eq!(
+        store.get_session(row.id.to_string().into()).await.unwrap().state,
+        SessionState::Paused
+    );
     assert!(store.pauses().await.unwrap().is_empty());
     let unknown = store.set_paused("nope".into(), paused(None), 0).await.unwrap_err();
     assert!(matches!(unknown, StoreError::NotFound { .. }), "{unknown:?}");
@@ -564,7 +568,7 @@ async fn the_timeline_records_each_change_in_order() {
     store.put_execution(execution_row(&id, "e1")).await.unwrap();
     store.put_execution(execution_row(&id, "e1")).await.unwrap();
     store
-        .set_session_state(id.clone(), SessionState::WaitingForInput, None, None, 0)
+        .set_session_state(id.to_string().into(), SessionState::WaitingForInput, None, None, 0)
         .await
         .unwrap();
     store
@@ -610,7 +614,7 @@ async fn the_timeline_records_each_change_in_order() {
     let after = store.timeline(id.clone(), rows[6].0, 2).await.unwrap();
     assert_eq!(kinds(&after), ["pause_requested", "state"]);
     // The rows go with the session.
-    store.delete_session(id.clone()).await.unwrap();
+    store.delete_session(id.to_string().into()).await.unwrap();
     assert!(store.timeline(id, 0, 100).await.unwrap().is_empty());
 }
 
@@ -624,7 +628,7 @@ async fn snapshots_and_handoffs_are_kept_as_documented() {
     let id = row.id.clone();
     let snapshot = |n: usize, trigger| protocol::api::Snapshot {
         snapshot_id: format!("snap-{n:03}"),
-        session_id: id.clone(),
+        session_id: id.to_string(),
         trigger,
         reason: None,
         taken_at: n as i64,
@@ -717,10 +721,10 @@ async fn migration_6_keeps_pause_requests() {
     assert_eq!(store.get_pause("s".into()).await.unwrap(), Some(expected));
 }
 
-fn execution_row(session_id: &str, execution_id: &str) -> ExecutionRow {
+fn execution_row(session_id: &SessionId, execution_id: &str) -> ExecutionRow {
     ExecutionRow {
         runtime: "standalone".into(),
-        ..ExecutionRow::new(session_id.into(), execution_id.into())
+        ..ExecutionRow::new(session_id.clone(), execution_id.into())
     }
 }
 
@@ -755,10 +759,10 @@ async fn joined_reads_carry_the_new_session_columns_and_the_executor() {
         ..session(&task.id)
     };
     let row = store.create_session(row).await.unwrap();
-    assert_eq!(store.get_session(row.id.clone()).await.unwrap(), row);
+    assert_eq!(store.get_session(row.id.to_string().into()).await.unwrap(), row);
     store.put_execution(execution_row(&row.id, "e1")).await.unwrap();
     store
-        .set_session_state(row.id.clone(), SessionState::WaitingForInput, None, None, 0)
+        .set_session_state(row.id.to_string().into(), SessionState::WaitingForInput, None, None, 0)
         .await
         .unwrap();
     let executions = store.active_executions().await.unwrap();

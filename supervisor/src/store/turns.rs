@@ -5,6 +5,7 @@ use super::{
     Serialize, SessionState, Store, StoreError, TimelineEvent, TransactionBehavior, TurnRow,
     TurnState, journal, log, now_ms, params,
 };
+use crate::ids::SessionId;
 
 /// A `session_pauses` row: reason, force_at, kind, summary_asked_at, requested_at.
 type PauseRow = (Option<String>, i64, String, Option<i64>, i64);
@@ -26,7 +27,7 @@ impl Store {
     /// The running turns of an execution: `(turn_id, request_id)`.
     pub async fn open_turns(
         &self,
-        session_id: String,
+        session_id: SessionId,
         execution_id: crate::ids::ExecutionId,
     ) -> Result<Vec<OpenTurn>, StoreError> {
         self.call(move |conn| {
@@ -44,7 +45,7 @@ impl Store {
     }
 
     /// The running turns of a session, oldest first.
-    pub async fn running_turns(&self, session_id: String) -> Result<Vec<String>, StoreError> {
+    pub async fn running_turns(&self, session_id: SessionId) -> Result<Vec<String>, StoreError> {
         self.call(move |conn| {
             let mut stmt = conn.prepare(
                 "SELECT id FROM turns WHERE session_id = ?1 AND state = 'running' ORDER BY id",
@@ -60,7 +61,7 @@ impl Store {
     /// supervisor was away); returns their ids.
     pub async fn interrupt_turns(
         &self,
-        session_id: String,
+        session_id: SessionId,
         error: String,
     ) -> Result<Vec<String>, StoreError> {
         self.call(move |conn| {
@@ -101,7 +102,7 @@ impl Store {
     /// Keeps a pause request (replacing an earlier one).
     pub async fn put_pause(
         &self,
-        session_id: String,
+        session_id: SessionId,
         pause: PauseRequest,
     ) -> Result<(), StoreError> {
         self.call(move |conn| {
@@ -134,7 +135,7 @@ impl Store {
     /// with a new `force_at` for the summary turn; false when no pause waits.
     pub async fn pause_summary_asked(
         &self,
-        session_id: String,
+        session_id: SessionId,
         at: i64,
         force_at: i64,
     ) -> Result<bool, StoreError> {
@@ -149,7 +150,7 @@ impl Store {
     }
 
     /// Every pause request that waits: `(session id, request)`.
-    pub async fn pauses(&self) -> Result<Vec<(String, PauseRequest)>, StoreError> {
+    pub async fn pauses(&self) -> Result<Vec<(SessionId, PauseRequest)>, StoreError> {
         self.call(|conn| {
             let mut stmt = conn.prepare(
                 "SELECT session_id, reason, force_at, kind, summary_asked_at, requested_at FROM session_pauses",
@@ -157,7 +158,7 @@ impl Store {
             let rows = stmt
                 .query_map([], |r| {
                     Ok((
-                        r.get::<_, String>(0)?,
+                        r.get::<_, SessionId>(0)?,
                         r.get(1)?,
                         r.get(2)?,
                         r.get::<_, String>(3)?,
@@ -179,7 +180,10 @@ impl Store {
     }
 
     /// The session's pause request, if one waits.
-    pub async fn get_pause(&self, session_id: String) -> Result<Option<PauseRequest>, StoreError> {
+    pub async fn get_pause(
+        &self,
+        session_id: SessionId,
+    ) -> Result<Option<PauseRequest>, StoreError> {
         self.call(move |conn| {
             let row: Option<PauseRow> = conn
                 .query_row(
@@ -201,7 +205,7 @@ impl Store {
     /// timeline rows and, for an exhaustion, the pending handoff.
     pub async fn set_paused(
         &self,
-        session_id: String,
+        session_id: SessionId,
         paused: PausedRecord,
         event_seq_high: u64,
     ) -> Result<(), StoreError> {
@@ -221,7 +225,7 @@ impl Store {
                 ],
             )?;
             if changed == 0 {
-                return Err(StoreError::NotFound { what: "session", id: session_id });
+                return Err(StoreError::NotFound { what: "session", id: session_id.into_string() });
             }
             tx.execute("DELETE FROM session_pauses WHERE session_id = ?1", [&session_id])?;
             log(&tx, &session_id, &TimelineEvent::State {
@@ -248,7 +252,7 @@ impl Store {
     }
 
     /// When the session was last paused and what paused it (`None` if it never was).
-    pub async fn last_pause(&self, session_id: String) -> Result<Option<LastPause>, StoreError> {
+    pub async fn last_pause(&self, session_id: SessionId) -> Result<Option<LastPause>, StoreError> {
         self.call(move |conn| {
             let row: Option<(Option<i64>, Option<String>, Option<String>)> = conn
                 .query_row(
@@ -268,7 +272,7 @@ impl Store {
     }
 
     /// Removes every pending request of a session; returns how many.
-    pub async fn clear_pending(&self, session_id: String) -> Result<usize, StoreError> {
+    pub async fn clear_pending(&self, session_id: SessionId) -> Result<usize, StoreError> {
         let announce = session_id.clone();
         let cleared = self
             .call(move |conn| {
@@ -286,15 +290,15 @@ impl Store {
     /// answer to a permission or elicitation request.
     pub async fn awaiting_permission(
         &self,
-        session_id: Option<String>,
-    ) -> Result<std::collections::HashSet<String>, StoreError> {
+        session_id: Option<SessionId>,
+    ) -> Result<std::collections::HashSet<SessionId>, StoreError> {
         self.call(move |conn| {
             let mut stmt = conn.prepare(
                 "SELECT DISTINCT session_id FROM pending_requests \
                  WHERE method IN ('session/request_permission', 'elicitation/create') \
                  AND (?1 IS NULL OR session_id = ?1)",
             )?;
-            let ids = stmt.query_map([&session_id], |r| r.get::<_, String>(0))?;
+            let ids = stmt.query_map([&session_id], |r| r.get::<_, SessionId>(0))?;
             Ok(ids.collect::<Result<_, _>>()?)
         })
         .await
@@ -304,7 +308,7 @@ impl Store {
     pub async fn insert_turn(
         &self,
         turn_id: crate::ids::TurnId,
-        session_id: String,
+        session_id: SessionId,
         execution_id: crate::ids::ExecutionId,
         request_id: String,
         (prompt, retry_of): (String, Option<crate::ids::TurnId>),
@@ -333,7 +337,7 @@ impl Store {
     /// driver decides what follows.
     pub async fn refuse_prompt(
         &self,
-        session_id: String,
+        session_id: SessionId,
         refusal: PromptRefusal,
     ) -> Result<(), StoreError> {
         let text = serde_json::to_string(&refusal).map_err(|err| StoreError::Corrupt {
@@ -348,7 +352,10 @@ impl Store {
                     params![session_id, text],
                 )?;
                 if changed == 0 {
-                    return Err(StoreError::NotFound { what: "session", id: session_id });
+                    return Err(StoreError::NotFound {
+                        what: "session",
+                        id: session_id.into_string(),
+                    });
                 }
                 let message = format!("its first prompt was refused: {}", refusal.reason);
                 log(&tx, &session_id, &TimelineEvent::Error { message })?;
@@ -406,7 +413,7 @@ impl Store {
                 "UPDATE turns SET state = ?2, stop_reason = ?3, error = ?4, ended_at = ?5 WHERE id = ?1",
                 params![turn_id, Named(state), stop_reason, error, now],
             )?;
-            let session_id: Option<String> = tx
+            let session_id: Option<SessionId> = tx
                 .query_row("SELECT session_id FROM turns WHERE id = ?1", [&turn_id], |r| r.get(0))
                 .optional()?;
             let ended_turn = turn_id.clone();
@@ -475,7 +482,7 @@ impl Store {
     /// `(turn id, state, stop reason, error)`.
     pub async fn first_turn_with_prompt(
         &self,
-        session_id: String,
+        session_id: SessionId,
         since: i64,
         prompt: String,
     ) -> Result<Option<(String, TurnState, Option<String>, Option<String>)>, StoreError> {
@@ -498,7 +505,7 @@ impl Store {
 
     /// Whether a prompt of the session ever reached its agent (a turn marked delivered):
     /// until one did, the prompt the session was created with has not run.
-    pub async fn prompt_delivered(&self, session_id: String) -> Result<bool, StoreError> {
+    pub async fn prompt_delivered(&self, session_id: SessionId) -> Result<bool, StoreError> {
         self.call(move |conn| {
             Ok(conn.query_row(
                 "SELECT EXISTS (SELECT 1 FROM turns WHERE session_id = ?1 AND delivered = 1)",
@@ -510,7 +517,7 @@ impl Store {
     }
 
     /// Every turn of a session, oldest first.
-    pub async fn session_turns(&self, session_id: String) -> Result<Vec<TurnRow>, StoreError> {
+    pub async fn session_turns(&self, session_id: SessionId) -> Result<Vec<TurnRow>, StoreError> {
         self.call(move |conn| {
             let mut statement = conn.prepare(
                 "SELECT id, execution_id, state, stop_reason, error, started_at, ended_at, \
@@ -539,7 +546,7 @@ impl Store {
     /// Records an agent request waiting for a person.
     pub async fn insert_pending(
         &self,
-        session_id: String,
+        session_id: SessionId,
         execution_id: crate::ids::ExecutionId,
         request_id: String,
         method: String,
@@ -560,7 +567,7 @@ impl Store {
     /// Removes a pending request; returns whether it existed.
     pub async fn delete_pending(
         &self,
-        session_id: String,
+        session_id: SessionId,
         request_id: String,
     ) -> Result<bool, StoreError> {
         let announce = session_id.clone();
@@ -581,7 +588,7 @@ impl Store {
     /// The pending requests of a session: `(request_id, method, params)`.
     pub async fn list_pending(
         &self,
-        session_id: String,
+        session_id: SessionId,
     ) -> Result<Vec<(String, String, serde_json::Value)>, StoreError> {
         self.call(move |conn| {
             let mut stmt = conn.prepare(

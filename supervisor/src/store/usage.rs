@@ -6,6 +6,7 @@ use super::{
     Connection, Deserialize, OptionalExtension, Serialize, Store, StoreError, TransactionBehavior,
     params,
 };
+use crate::ids::SessionId;
 use crate::ids::TurnId;
 use protocol::api::{
     Budget, BudgetScope, BudgetUse, CostTotal, UsageGroup, UsageGroupBy, UsageReport, UsageTotals,
@@ -153,7 +154,7 @@ pub struct RetryCandidate {
 #[derive(Debug, Clone, Default)]
 pub struct UsageFilter {
     /// One session's.
-    pub session_id: Option<String>,
+    pub session_id: Option<SessionId>,
     /// One task's.
     pub task_id: Option<String>,
     /// One profile's.
@@ -173,7 +174,7 @@ pub struct UsageFilter {
 pub(super) fn write_turn_usage(
     tx: &rusqlite::Transaction<'_>,
     turn_id: &crate::ids::TurnId,
-    session_id: &str,
+    session_id: &SessionId,
     usage: &TurnUsage,
 ) -> rusqlite::Result<()> {
     let taken_apart;
@@ -218,7 +219,7 @@ pub(super) fn write_turn_usage(
 /// Whether the session's pinned profile says its agent reports running totals.
 fn reports_running_totals(
     tx: &rusqlite::Transaction<'_>,
-    session_id: &str,
+    session_id: &SessionId,
 ) -> rusqlite::Result<bool> {
     let snapshot: Option<String> = tx
         .query_row("SELECT profile_snapshot FROM task_sessions WHERE id = ?1", [session_id], |r| {
@@ -235,7 +236,7 @@ fn reports_running_totals(
 /// The session's token mark, and the ACP session of the execution that ran `turn_id`.
 fn tokens_mark(
     tx: &rusqlite::Transaction<'_>,
-    session_id: &str,
+    session_id: &SessionId,
     turn_id: &crate::ids::TurnId,
 ) -> rusqlite::Result<(Option<TokensMark>, Option<String>)> {
     let mark: Option<String> = tx
@@ -259,7 +260,7 @@ fn tokens_mark(
 
 fn set_cost_mark(
     tx: &rusqlite::Transaction<'_>,
-    session_id: &str,
+    session_id: &SessionId,
     mark: Option<&(f64, String)>,
 ) -> rusqlite::Result<()> {
     if let Some((amount, currency)) = mark {
@@ -281,7 +282,10 @@ fn parse_budget(json: Option<String>) -> Result<Option<Budget>, StoreError> {
 
 impl Store {
     /// The session's cost mark: the agent's cumulative cost last recorded.
-    pub async fn cost_mark(&self, session_id: String) -> Result<Option<(f64, String)>, StoreError> {
+    pub async fn cost_mark(
+        &self,
+        session_id: SessionId,
+    ) -> Result<Option<(f64, String)>, StoreError> {
         self.call(move |conn| {
             let mark: Option<(Option<f64>, Option<String>)> = conn
                 .query_row(
@@ -302,7 +306,7 @@ impl Store {
     /// new mark, in one write.
     pub async fn add_cost_between_turns(
         &self,
-        session_id: String,
+        session_id: SessionId,
         (amount, currency): (f64, String),
         mark: (f64, String),
     ) -> Result<(), StoreError> {
@@ -350,7 +354,7 @@ impl Store {
     /// report taken apart), with whether its agent reported any; `None` without a turn.
     pub async fn newest_turn_tokens(
         &self,
-        session_id: String,
+        session_id: SessionId,
     ) -> Result<Option<TurnUsage>, StoreError> {
         self.call(move |conn| {
             let row = conn
@@ -380,7 +384,10 @@ impl Store {
     }
 
     /// The agent's context use at the end of the session's newest turn that said.
-    pub async fn last_context(&self, session_id: String) -> Result<Option<(u64, u64)>, StoreError> {
+    pub async fn last_context(
+        &self,
+        session_id: SessionId,
+    ) -> Result<Option<(u64, u64)>, StoreError> {
         self.call(move |conn| {
             let context: Option<(i64, i64)> = conn
                 .query_row(
@@ -426,7 +433,7 @@ impl Store {
     /// prompt and the turn that re-sent it already, if any.
     pub async fn turn_to_retry(
         &self,
-        session_id: String,
+        session_id: SessionId,
         turn_id: Option<crate::ids::TurnId>,
     ) -> Result<Option<RetryCandidate>, StoreError> {
         self.call(move |conn| {
@@ -449,7 +456,7 @@ impl Store {
     }
 
     /// The budgets that apply to a session (its own, then its task's) with what they used.
-    pub async fn budget_uses(&self, session_id: String) -> Result<Vec<BudgetUse>, StoreError> {
+    pub async fn budget_uses(&self, session_id: SessionId) -> Result<Vec<BudgetUse>, StoreError> {
         self.call(move |conn| {
             let task_id: Option<String> = conn
                 .query_row("SELECT task_id FROM task_sessions WHERE id = ?1", [&session_id], |r| {
@@ -457,7 +464,7 @@ impl Store {
                 })
                 .optional()?;
             let Some(task_id) = task_id else { return Ok(Vec::new()) };
-            let session = use_of(conn, BudgetScope::Session, session_id)?;
+            let session = use_of(conn, BudgetScope::Session, session_id.into_string())?;
             let task = use_of(conn, BudgetScope::Task, task_id)?;
             Ok(session.into_iter().chain(task).collect())
         })

@@ -7,6 +7,7 @@
 //! ([`step_turn_ended`], called by `end_turn_then`). After each commit the workflow's id
 //! is announced on [`Store::workflow_changes`], which is what the workflow engine awaits.
 
+use crate::ids::SessionId;
 use std::collections::BTreeMap;
 
 use protocol::api::{StepState, WorkflowEvent, WorkflowEventKind, WorkflowState, WorkflowSummary};
@@ -71,7 +72,7 @@ pub struct StepRow {
     /// What its completion leads to (a loop, a route, workers) has been applied.
     pub applied: bool,
     /// Its session.
-    pub session_id: Option<String>,
+    pub session_id: Option<SessionId>,
     /// The prompt its session was created with.
     pub prompt: Option<String>,
     /// Its final agent message.
@@ -267,7 +268,10 @@ fn summaries(conn: &Connection, only: Option<&str>) -> Result<Vec<WorkflowSummar
 }
 
 /// A step's session as the engine reads it (`None`: it was deleted).
-fn step_session(conn: &Connection, session_id: &str) -> Result<Option<StepSession>, StoreError> {
+fn step_session(
+    conn: &Connection,
+    session_id: &SessionId,
+) -> Result<Option<StepSession>, StoreError> {
     let row: Option<(String, Option<String>, Option<String>)> = conn
         .query_row(
             "SELECT state, error_message, prompt_refused FROM task_sessions WHERE id = ?1",
@@ -344,7 +348,7 @@ fn push_event(
 /// The workflow a session runs a step of, if any.
 pub(super) fn workflow_of(
     conn: &Connection,
-    session_id: &str,
+    session_id: &SessionId,
 ) -> rusqlite::Result<Option<WorkflowId>> {
     conn.query_row(
         "SELECT workflow_id FROM workflow_steps WHERE session_id = ?1 LIMIT 1",
@@ -359,7 +363,7 @@ pub(super) fn workflow_of(
 /// `output`. Returns the step's workflow, to announce.
 pub(super) fn step_turn_ended(
     conn: &Connection,
-    session_id: &str,
+    session_id: &SessionId,
     completed: bool,
     output: Option<&TurnOutput>,
 ) -> rusqlite::Result<Option<WorkflowId>> {
@@ -435,7 +439,7 @@ impl Store {
     pub async fn workflow_snapshot(
         &self,
         id: WorkflowId,
-    ) -> Result<(WorkflowRow, Vec<StepRow>, BTreeMap<String, Option<StepSession>>), StoreError>
+    ) -> Result<(WorkflowRow, Vec<StepRow>, BTreeMap<SessionId, Option<StepSession>>), StoreError>
     {
         self.call(move |conn| {
             let (row, steps) = read_workflow(conn, &id)?;
@@ -458,14 +462,14 @@ impl Store {
 
     /// Sessions created, changed in state or deleted, by id, announced after each commit. A
     /// receiver that lags is told so (`Lagged`) and must read the list again.
-    pub fn session_changes(&self) -> tokio::sync::broadcast::Receiver<String> {
+    pub fn session_changes(&self) -> tokio::sync::broadcast::Receiver<SessionId> {
         self.session_changes.subscribe()
     }
 
     /// Announces that a session was created, changed state or was deleted.
-    pub(super) fn announce_session(&self, session_id: &str) {
+    pub(super) fn announce_session(&self, session_id: &SessionId) {
         // No receiver: no list is followed.
-        let _ = self.session_changes.send(session_id.to_owned());
+        let _ = self.session_changes.send(session_id.clone());
     }
 
     /// Announces that a workflow's records changed.
@@ -739,7 +743,7 @@ impl Store {
                 )?;
                 let event = WorkflowEventKind::StepStarted {
                     step_id: step_id.to_string(),
-                    session_id: session.id.clone(),
+                    session_id: session.id.to_string(),
                     run: run + 1,
                     iteration,
                 };

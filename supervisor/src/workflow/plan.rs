@@ -8,6 +8,7 @@
 //! [`StepPatch`] expects the step's state), so a decision made on a stale read changes
 //! nothing.
 
+use crate::ids::SessionId;
 use std::collections::{BTreeMap, BTreeSet};
 
 use protocol::api::{SessionState, StepState, TurnState, WorkflowEventKind, WorkflowState};
@@ -89,7 +90,7 @@ pub enum Action {
         /// The row.
         step_id: StepId,
         /// Its session.
-        session_id: String,
+        session_id: SessionId,
         /// The prompt to send again.
         resend: Option<String>,
         /// Written before.
@@ -98,14 +99,14 @@ pub enum Action {
     /// Cancel the running turn (a timeout).
     CancelTurn {
         /// The session.
-        session_id: String,
+        session_id: SessionId,
     },
     /// End a step's session (its step is over; its agent is not needed any more).
     Stop {
         /// The row.
         step_id: StepId,
         /// The session.
-        session_id: String,
+        session_id: SessionId,
     },
 }
 
@@ -118,7 +119,7 @@ pub struct Input<'a> {
     /// Its steps.
     pub steps: &'a [StepRow],
     /// The sessions of its steps, by session id.
-    pub sessions: &'a BTreeMap<String, SessionFacts>,
+    pub sessions: &'a BTreeMap<crate::ids::SessionId, SessionFacts>,
     /// Steps with an action still in flight (left alone this pass).
     pub busy: &'a BTreeSet<StepId>,
     /// The task's title and description.
@@ -392,7 +393,7 @@ fn workflow_stopped(row: &StepRow) -> Action {
 fn after_failed_launch(
     input: &Input<'_>,
     row: &StepRow,
-    session_id: &str,
+    session_id: &SessionId,
     facts: &SessionFacts,
     retries: u32,
 ) -> Action {
@@ -403,7 +404,7 @@ fn after_failed_launch(
     let resend = facts.prompt_delivered.then(|| row.prompt.clone()).flatten();
     let action = Action::Continue {
         step_id: row.step_id.clone(),
-        session_id: session_id.to_owned(),
+        session_id: session_id.clone(),
         resend,
         patch: Some(StepPatch {
             expect: Some(StepState::Running),
@@ -419,7 +420,7 @@ fn after_failed_launch(
 fn after_turn(
     input: &Input<'_>,
     row: &StepRow,
-    session_id: &str,
+    session_id: &SessionId,
     turn: &TurnFacts,
 ) -> Option<Action> {
     let again = match turn.state {
@@ -457,7 +458,7 @@ fn after_turn(
     }
     let action = Action::Continue {
         step_id: row.step_id.clone(),
-        session_id: session_id.to_owned(),
+        session_id: session_id.clone(),
         resend: row.prompt.clone(),
         patch: Some(StepPatch {
             expect: Some(StepState::Running),
@@ -615,9 +616,13 @@ fn after_refusal(row: &StepRow, refusal: &PromptRefusal, retries: u32) -> Action
 
 /// The row of a step the file no longer has goes once its session (if any) has ended;
 /// `None` while it has not (it is being stopped).
-fn drop_removed(row: &StepRow, sessions: &BTreeMap<String, SessionFacts>) -> Option<Action> {
+fn drop_removed(
+    row: &StepRow,
+    sessions: &BTreeMap<crate::ids::SessionId, SessionFacts>,
+) -> Option<Action> {
     let session = row.session_id.as_ref();
-    let ended = |id: &String| sessions.get(id).is_none_or(|facts| facts.state.is_terminal());
+    let ended =
+        |id: &crate::ids::SessionId| sessions.get(id).is_none_or(|facts| facts.state.is_terminal());
     if !session.is_none_or(ended) {
         return None;
     }

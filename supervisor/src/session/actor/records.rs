@@ -93,7 +93,7 @@ impl Recorder {
             self.write_failed("the history and event log (sync)", &err);
             return None;
         }
-        match store.set_acked_seq(self.session().to_owned(), execution_id, seq).await {
+        match store.set_acked_seq(self.session().into(), execution_id, seq).await {
             Ok(true) => {}
             Ok(false) => return None,
             Err(err) => {

@@ -12,7 +12,7 @@ struct Sim {
     spec: Spec,
     workflow: WorkflowRow,
     steps: Vec<StepRow>,
-    sessions: BTreeMap<String, SessionFacts>,
+    sessions: BTreeMap<crate::ids::SessionId, SessionFacts>,
     now: i64,
     /// Every prompt sent, by row: (step, prompt).
     sent: Vec<(String, String)>,
@@ -130,11 +130,11 @@ impl Sim {
                     assert_eq!(row.state, StepState::Pending);
                     row.state = StepState::Running;
                     row.runs += 1;
-                    row.session_id = Some(session.clone());
+                    row.session_id = Some(session.clone().into());
                     row.prompt = Some(prompt.clone());
                     row.output = None;
                     row.started_at = Some(now);
-                    self.sessions.insert(session, running_session());
+                    self.sessions.insert(session.into(), running_session());
                     self.sent.push((step_id.to_string(), prompt.clone()));
                 }
                 Action::Write { patches, state } => {

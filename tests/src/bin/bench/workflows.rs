@@ -110,7 +110,7 @@ async fn checkpoint() -> (f64, f64) {
     };
     let steps = (0..STEPS).map(|i| format!("s{i}")).collect();
     let workflow = store.create_workflow(workflow, steps).await.unwrap();
-    let session = |id: String| SessionRow {
+    let session = |id: supervisor::ids::SessionId| SessionRow {
         id,
         task_id: task.id.clone(),
         agent_profile_id: "mock".into(),
@@ -132,7 +132,7 @@ async fn checkpoint() -> (f64, f64) {
     let (mut with_step, mut without) = (Vec::new(), Vec::new());
     for i in 0..STEPS {
         for stepped in [true, false] {
-            let id = uuid::Uuid::now_v7().to_string();
+            let id = supervisor::ids::SessionId::new(uuid::Uuid::now_v7().to_string());
             if stepped {
                 let started = store
                     .start_step(session(id.clone()), workflow.id.clone(), format!("s{i}").into())
