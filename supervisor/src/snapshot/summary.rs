@@ -67,10 +67,11 @@ pub fn without(state: SummaryState, note: impl Into<String>) -> PauseSummary {
 
 /// The agent's messages of turn `turn_id` (the ones after the user message of that turn),
 /// oldest first, from the end of the history at `path`.
-pub fn answer_messages(path: &Path, turn_id: &str) -> Vec<String> {
+pub fn answer_messages(path: &Path, turn_id: &crate::ids::TurnId) -> Vec<String> {
     let entries = history::read_tail(path, ANSWER_TAIL_BYTES);
     let Some(start) = entries.iter().rposition(|entry| {
-        entry.kind == EntryType::UserMessage && entry.message_id.as_deref() == Some(turn_id)
+        entry.kind == EntryType::UserMessage
+            && entry.message_id.as_deref() == Some(turn_id.as_str())
     }) else {
         return Vec::new();
     };
@@ -101,7 +102,7 @@ pub async fn answer_of(
         }
         Err(err) => return without(SummaryState::Failed, format!("cannot read the turns: {err}")),
     };
-    let turn_id = Some(id.clone());
+    let turn_id = Some(id.to_string());
     let cancelled = stop_reason.as_deref() == Some("cancelled");
     if state != TurnState::Completed || cancelled {
         let how = match (error, cancelled) {

@@ -485,7 +485,8 @@ impl Store {
         session_id: SessionId,
         since: i64,
         prompt: String,
-    ) -> Result<Option<(String, TurnState, Option<String>, Option<String>)>, StoreError> {
+    ) -> Result<Option<(crate::ids::TurnId, TurnState, Option<String>, Option<String>)>, StoreError>
+    {
         self.call(move |conn| {
             Ok(conn
                 .query_row(

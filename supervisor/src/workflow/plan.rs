@@ -141,14 +141,14 @@ pub struct Plan {
     pub deadline: Option<i64>,
 }
 
-/// The template a row runs: `work[2]` runs `work`.
-pub fn base_id(step_id: &str) -> &str {
-    step_id.split_once('[').map_or(step_id, |(base, _)| base)
+/// The template a row runs, read from the text of its id: `work[2]` runs `work`.
+pub fn base_id(text: &str) -> &str {
+    text.split_once('[').map_or(text, |(base, _)| base)
 }
 
-/// A worker's index: `work[2]` → 2.
-fn worker_index(step_id: &str) -> Option<usize> {
-    step_id.split_once('[')?.1.strip_suffix(']')?.parse().ok()
+/// A worker's index, read from the text of its id: `work[2]` → 2.
+fn worker_index(text: &str) -> Option<usize> {
+    text.split_once('[')?.1.strip_suffix(']')?.parse().ok()
 }
 
 /// The items of a `for_each` source's output: a JSON list, alone or among other text

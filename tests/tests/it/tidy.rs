@@ -1,7 +1,8 @@
 //! Tidy checks over the workspace's own sources: every Rust file opens with a `//!` line
 //! saying what it is for, no test is ignored or marked should-panic, tests are named by
 //! behaviour (not by the issue that asked for them), the session actor's field count and
-//! impl blocks only go down, and every module is on ARCHITECTURE.md's code map.
+//! impl blocks only go down, every module is on ARCHITECTURE.md's code map, and the
+//! daemon passes identifiers as types, not text.
 
 use std::path::{Path, PathBuf};
 
@@ -151,6 +152,49 @@ fn the_session_actor_is_implemented_in_no_more_places() {
 }
 
 /// The backticked paths listed under `### `<crate>/src/`` in ARCHITECTURE.md's code map.
+/// An identifier passed as bare text: `session_id: String`, `turn_id: &str`, …
+fn bare_id(line: &str) -> bool {
+    let kinds = ["session", "turn", "execution", "workflow", "step"];
+    let texts = [": String", ": &str", ": &String", ": Option<String>", ": Option<&str>"];
+    kinds.iter().any(|kind| {
+        texts.iter().any(|text| {
+            let needle = format!("{kind}_id{text}");
+            line.match_indices(&needle).any(|(at, _)| {
+                let before = line[..at].chars().next_back();
+                let after = line[at + needle.len()..].chars().next();
+                !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                    && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            })
+        })
+    })
+}
+
+/// Ids are types (`crate::ids`) in the daemon; text only where the wire has it (the
+/// JSON-RPC handlers in `api/`) and in tests.
+#[test]
+fn identifiers_are_types_not_text() {
+    assert!(bare_id("    session_id: String,") && bare_id("fn f(step_id: &str)"));
+    assert!(!bare_id("    acp_session_id: String,") && !bare_id("session_id: SessionId"));
+    let src = workspace_root().join("supervisor").join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut found = Vec::new();
+    for file in files {
+        let relative = file.strip_prefix(&src).expect("under src").to_string_lossy().into_owned();
+        let wire = relative == "api.rs" || relative.starts_with("api/");
+        if wire || relative.ends_with("tests.rs") || relative.contains("/tests/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("readable");
+        for (n, line) in text.lines().enumerate() {
+            if bare_id(line) {
+                found.push(format!("{relative}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "ids as text (use crate::ids):\n{}", found.join("\n"));
+}
+
 fn code_map(krate: &str) -> Vec<String> {
     let text =
         std::fs::read_to_string(workspace_root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
