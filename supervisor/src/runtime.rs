@@ -100,8 +100,8 @@ pub enum Liveness {
 /// Something a runtime runs for this installation whose session is not stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Orphan {
-    /// The session it names (empty when it names none).
-    pub session_id: SessionId,
+    /// The session it names, if any.
+    pub session_id: Option<SessionId>,
     /// Where it is, for the log (`engine/container`).
     pub location: String,
     /// What [`Runtime::remove_orphan`] needs.

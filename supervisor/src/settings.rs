@@ -68,16 +68,32 @@ impl Setting {
         }
     }
 
-    /// Its params for the ACP session `acp_session`.
+    /// Its params for the ACP session `acp_session`, as the schema's
+    /// `SetSessionConfigOptionRequest` (a boolean, or a value id) or `SetSessionModeRequest`.
+    /// A value of another kind (an agent's own) is passed as the agent gave it.
     pub fn params(&self, acp_session: &str) -> Value {
+        use protocol::acp::schema::{
+            SessionConfigOptionValue, SetSessionConfigOptionRequest, SetSessionModeRequest,
+        };
+        let option = |id: &str, value| {
+            let request =
+                SetSessionConfigOptionRequest::new(acp_session.to_owned(), id.to_owned(), value);
+            serde_json::to_value(request).unwrap_or(Value::Null)
+        };
         match self {
             Setting::Option { id, value: Value::Bool(flag) } => {
-                json!({"sessionId": acp_session, "configId": id, "type": "boolean", "value": flag})
+                option(id, SessionConfigOptionValue::boolean(*flag))
+            }
+            Setting::Option { id, value: Value::String(value) } => {
+                option(id, SessionConfigOptionValue::value_id(value.clone()))
             }
             Setting::Option { id, value } => {
                 json!({"sessionId": acp_session, "configId": id, "value": value})
             }
-            Setting::Mode(mode) => json!({"sessionId": acp_session, "modeId": mode}),
+            Setting::Mode(mode) => {
+                let request = SetSessionModeRequest::new(acp_session.to_owned(), mode.clone());
+                serde_json::to_value(request).unwrap_or(Value::Null)
+            }
         }
     }
 }
@@ -392,6 +408,10 @@ mod tests {
         assert_eq!(
             option("fast", json!(true)).params("s1"),
             json!({"sessionId": "s1", "configId": "fast", "type": "boolean", "value": true})
+        );
+        assert_eq!(
+            Setting::Mode("code".into()).params("s1"),
+            json!({"sessionId": "s1", "modeId": "code"})
         );
     }
 

@@ -839,14 +839,13 @@ impl Runtime for DockerRuntime {
                                 .labels
                                 .as_ref()
                                 .and_then(|labels| labels.get("tether.session_id"))
-                                .cloned()
-                                .unwrap_or_default();
+                                .map(|id| SessionId::from(id.as_str()));
                             let handle = DockerHandle {
                                 engine: Some(engine.config.name.clone()),
                                 container: id.clone(),
                             };
                             scan.found.push(Orphan {
-                                session_id: session_id.into(),
+                                session_id,
                                 location: format!("{}/{id}", engine.config.name),
                                 handle: serde_json::to_value(handle).unwrap_or_default(),
                             });
@@ -867,7 +866,7 @@ impl Runtime for DockerRuntime {
                                 "volume": volume,
                             });
                             scan.found.push(Orphan {
-                                session_id: session_id.into(),
+                                session_id: (!session_id.is_empty()).then(|| session_id.into()),
                                 location: format!("{}/volume {volume}", engine.config.name),
                                 handle,
                             });
@@ -887,7 +886,7 @@ impl Runtime for DockerRuntime {
                 RuntimeError::Engine(format!("no engine named {:?}", text("engine")))
             })?;
             let docker = self.reach(engine).await?;
-            tracing::info!(orphan = %orphan.location, session = %orphan.session_id, "removing an orphan");
+            tracing::info!(orphan = %orphan.location, session = ?orphan.session_id.as_deref(), "removing an orphan");
             match (text("container"), text("volume")) {
                 (Some(container), _) => remove_container(&docker, container).await.map(drop),
                 (_, Some(volume)) => remove_volume(&docker, volume).await.map(drop),

@@ -377,7 +377,7 @@ impl Supervisor {
             for place in &scan.unreachable {
                 tracing::warn!(runtime = runtime.name(), %place, "not searched for orphans");
             }
-            let named = scan.found.iter().map(|orphan| orphan.session_id.clone()).collect();
+            let named = scan.found.iter().filter_map(|orphan| orphan.session_id.clone()).collect();
             let known = match self.config.store.existing_sessions(named).await {
                 Ok(known) => known,
                 Err(err) => {
@@ -385,7 +385,10 @@ impl Supervisor {
                     continue;
                 }
             };
-            for orphan in scan.found.iter().filter(|orphan| !known.contains(&orphan.session_id)) {
+            let unknown = |orphan: &&crate::runtime::Orphan| {
+                !orphan.session_id.as_ref().is_some_and(|id| known.contains(id))
+            };
+            for orphan in scan.found.iter().filter(unknown) {
                 match runtime.remove_orphan(orphan).await {
                     Ok(()) => removed += 1,
                     Err(err) => {

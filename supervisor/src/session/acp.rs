@@ -6,6 +6,7 @@
 //! for the one field needed, never a reason to fail the session.
 
 mod parse;
+pub(super) mod requests;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -725,7 +726,7 @@ impl SessionActor {
         self.progress(LaunchStep::Authenticating, Some(method.clone()));
         self.request(
             protocol::acp::method::AUTHENTICATE,
-            json!({"methodId": method}),
+            requests::authenticate(&method),
             Pending::Authenticate { method, then },
         );
         true

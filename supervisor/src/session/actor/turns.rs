@@ -9,6 +9,7 @@ use super::{
 use agents::profile::UsageReporting;
 use protocol::api::PromptOrigin;
 
+use crate::session::acp::requests;
 use crate::session::record::TurnEnd;
 
 /// How much of each stderr line shown while the agent is quiet is shown.
@@ -96,7 +97,7 @@ impl SessionActor {
             "jsonrpc": "2.0",
             "id": request_id,
             "method": protocol::acp::method::SESSION_PROMPT,
-            "params": {"sessionId": acp_session, "prompt": [{"type": "text", "text": sent_text}]},
+            "params": requests::prompt(&acp_session, sent_text),
         });
         // The agent's framing drops a line over its limit: the turn would never end.
         let size = serde_json::to_vec(&message).map_or(usize::MAX, |line| line.len() + 1);
@@ -197,12 +198,14 @@ impl SessionActor {
         };
         // The agent ends the turn with `cancelled`; if it does not, we do.
         turn.cancel_at.get_or_insert(Instant::now() + CANCEL_GRACE);
-        let acp_session = self.view_tx.borrow().acp_session_id.clone();
-        self.send(Outgoing::Acp(json!({
-            "jsonrpc": "2.0",
-            "method": protocol::acp::method::SESSION_CANCEL,
-            "params": {"sessionId": acp_session},
-        })));
+        // (A turn runs only on an open ACP session.)
+        if let Some(acp_session) = self.view_tx.borrow().acp_session_id.clone() {
+            self.send(Outgoing::Acp(json!({
+                "jsonrpc": "2.0",
+                "method": protocol::acp::method::SESSION_CANCEL,
+                "params": requests::cancel(&acp_session),
+            })));
+        }
         self.cancel_pending_permissions().await;
         Ok(())
     }
@@ -414,7 +417,7 @@ impl SessionActor {
             "jsonrpc": "2.0",
             "id": id,
             "method": protocol::acp::method::SESSION_PROMPT,
-            "params": {"sessionId": acp_session, "prompt": [{"type": "text", "text": prompt}]},
+            "params": requests::prompt(&acp_session, prompt.to_owned()),
         });
         tracing::info!(session = %self.row.id, turn = %turn_id, "sending the first prompt again: it never reached the agent");
         if self.recorder.history.is_empty() {
