@@ -5,7 +5,7 @@
 //! tolerantly: a result that does not fit the schema (a newer agent) is kept raw and read
 //! for the one field needed, never a reason to fail the session.
 
-mod parse;
+pub(super) mod parse;
 pub(super) mod requests;
 
 use serde::Deserialize;
@@ -242,9 +242,8 @@ impl SessionActor {
             }
             (Some(method), None) => {
                 let params = params(message);
-                let foreign = self.conversation.foreign_session.as_deref().is_some_and(|primed| {
-                    params.get("sessionId").and_then(Value::as_str) == Some(primed)
-                });
+                let foreign = (self.sidecar.execution.as_ref())
+                    .is_some_and(|execution| execution.is_primed(&params));
                 if method == protocol::acp::method::SESSION_UPDATE && !foreign {
                     self.session_update(params);
                     self.settings_updated().await;
@@ -1046,7 +1045,7 @@ impl SessionActor {
     /// else, left to the general path ([`SessionActor::handle_acp`]).
     async fn agent_text_fast(&mut self, raw: &str) -> bool {
         if !matches!(self.conversation.replay, Replay::Off)
-            || self.conversation.foreign_session.is_some()
+            || self.sidecar.execution.as_ref().is_some_and(|e| e.primed_session.is_some())
         {
             return false;
         }

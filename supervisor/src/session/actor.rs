@@ -138,6 +138,17 @@ pub(super) struct Execution {
     pub(super) agent_running: bool,
     /// Its sidecar is gone: these are the events its spool held (see `leftovers.rs`).
     pub(super) gone: bool,
+    /// A warm agent's priming ACP session (see `pool.rs`): its updates are dropped. It
+    /// lives as long as the execution: a later one's agent has none.
+    pub(super) primed_session: Option<String>,
+}
+
+impl Execution {
+    /// Whether `params` (a notification's) are about the warm agent's priming session.
+    pub(super) fn is_primed(&self, params: &Value) -> bool {
+        (self.primed_session.as_deref())
+            .is_some_and(|primed| super::acp::parse::about_session(params, primed))
+    }
 }
 
 /// A resume in progress.

@@ -41,8 +41,6 @@ pub(super) struct Conversation {
     /// Permission answers queued and not yet sent, with their outcomes: their rows stay
     /// until they are.
     pub(super) answering: HashMap<String, Value>,
-    /// A warm agent's priming ACP session (see `pool.rs`): its updates are dropped.
-    pub(super) foreign_session: Option<String>,
     /// During a `session/load`: the user's and the agent's messages its replay carried,
     /// joined (to check against the history when it is answered).
     pub(super) replayed_messages: Option<String>,
@@ -74,7 +72,6 @@ impl Conversation {
             new_title: None,
             resume_context: None,
             answering: HashMap::new(),
-            foreign_session: None,
             replayed_messages: None,
         }
     }

@@ -60,6 +60,11 @@ pub(super) fn agent_text(raw: &str) -> Option<(String, Option<String>)> {
     Some((update.content.text.into_owned(), update.message_id.map(Cow::into_owned)))
 }
 
+/// Whether a notification's `params` are about ACP session `session` (its `sessionId`).
+pub(in crate::session) fn about_session(params: &Value, session: &str) -> bool {
+    params.get("sessionId").and_then(Value::as_str) == Some(session)
+}
+
 /// What a tool's result is recorded as: its title, with its kind before a title that is
 /// only a path (opencode titles an edit with the file: `edit src/main.rs`).
 pub(super) fn tool_name(title: String, kind: String) -> String {
@@ -253,6 +258,14 @@ mod tests {
             {"sessionUpdate": "agent_message_chunk", "content": {"type": "image"}}}});
         assert_eq!(agent_text(&no_text.to_string()), None, "left to the general path");
         assert_eq!(agent_text("{\"method\": "), None);
+    }
+
+    #[test]
+    fn a_notification_is_about_the_session_it_names() {
+        let update = json!({"sessionId": "primed", "update": {"sessionUpdate": "plan"}});
+        assert!(about_session(&update, "primed"));
+        assert!(!about_session(&update, "s1"), "another session's");
+        assert!(!about_session(&json!({"update": {}}), "primed"), "one naming none");
     }
 
     #[test]

@@ -428,7 +428,8 @@ impl SessionActor {
         };
         let mut connected = connected;
         let warm = connected.warm.take();
-        let execution = self.connect(connected, true);
+        let mut execution = self.connect(connected, true);
+        execution.primed_session = warm.as_ref().and_then(|warm| warm.primed.clone());
         if matches!(self.sidecar.after_launch, AfterLaunch::Retire(_)) {
             // Stopped or detached while launching.
             let reply = self.stop_after_launch();
@@ -457,7 +458,7 @@ impl SessionActor {
             _ => Launch::new(None, None),
         };
         let (warm, refill) = match warm {
-            Some(warm) => (Some((warm.init, warm.primed)), warm.refill),
+            Some(warm) => (Some(warm.init), warm.refill),
             None => (None, None),
         };
         self.enter(Stage::Opening(Box::new(Opening {
@@ -471,8 +472,7 @@ impl SessionActor {
         })));
         match warm {
             // Initialized before the session asked: on to the ACP session.
-            Some((init, primed)) => {
-                self.conversation.foreign_session = primed;
+            Some(init) => {
                 let detail = Some("warm: the agent was started ahead".to_owned());
                 self.progress(LaunchStep::Initializing, detail);
                 self.initialized(init).await;
@@ -619,6 +619,7 @@ impl SessionActor {
             events_rx,
             agent_running,
             gone,
+            primed_session: None,
         }
     }
 
@@ -896,6 +897,7 @@ impl SessionActor {
             events_rx,
             agent_running: false,
             gone: true,
+            primed_session: None,
         });
         let mut exit = None;
         let mut in_burst = 0;
