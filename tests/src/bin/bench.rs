@@ -626,7 +626,7 @@ async fn restart(rows: &mut Vec<Row>) {
                 &format!(
                     "{copies} INSERT INTO task_sessions (id, task_id, agent_profile_id, profile_snapshot, runtime, state, \
                      workspace_path, error_message, created_at, updated_at) SELECT substr(s.id, 1, 24) || printf('%012x', n.i), task_id, agent_profile_id, \
-                     pinned_profile, runtime, state, workspace_path, error_message, created_at, updated_at \
+                     profile_snapshot, runtime, state, workspace_path, error_message, created_at, updated_at \
                      FROM n, task_sessions s WHERE s.id = ?1"
                 ),
                 [&model],
