@@ -171,7 +171,11 @@ pub(super) struct ResumeState {
 pub(super) enum Stage {
     Idle,
     Launching(Box<Launch>),
-    Reattaching,
+    /// Connecting again to a sidecar; a warm agent's priming session, when the execution
+    /// had one (a stall's retry re-attaches to the same execution).
+    Reattaching {
+        primed_session: Option<String>,
+    },
     Opening(Box<Opening>),
     Open,
     Ended,
@@ -182,7 +186,7 @@ impl Stage {
         match self {
             Stage::Idle => Phase::Idle,
             Stage::Launching(_) => Phase::Launching,
-            Stage::Reattaching => Phase::Reattaching,
+            Stage::Reattaching { .. } => Phase::Reattaching,
             Stage::Opening(_) => Phase::Opening,
             Stage::Open => Phase::Open,
             Stage::Ended => Phase::Ended,
@@ -389,7 +393,7 @@ impl SessionActor {
         let retain_bytes = context.event_log_retain_bytes;
         let stage = match view_tx.borrow().phase {
             Phase::Launching => Stage::Launching(Box::new(Launch::new(None, None))),
-            Phase::Reattaching => Stage::Reattaching,
+            Phase::Reattaching => Stage::Reattaching { primed_session: None },
             _ => Stage::Idle,
         };
         let actor = SessionActor {
@@ -421,7 +425,7 @@ impl SessionActor {
                 Box::pin(self.start_launch(None, launch)).await;
             }
             Start::Resume => Box::pin(self.begin_resume()).await,
-            Start::Reattach(plan) => self.start_reattach(*plan),
+            Start::Reattach(plan) => self.start_reattach(*plan, None),
         }
         // Read while the launch runs (off its path), before any agent event is handled.
         match self.context.store.cost_mark(self.row.id.clone()).await {
@@ -559,6 +563,11 @@ impl SessionActor {
     fn left_running(&mut self) {
         if self.sidecar.execution.take().is_some() {
             tracing::info!(session = %self.row.id, "shutdown: agentctl keeps running");
+        }
+        // A retire in flight keeps the loop going until it lands: no turn timeout may end
+        // (and record) a turn the next start settles.
+        if let Some(turn) = self.conversation.turn.as_mut() {
+            (turn.deadline, turn.cancel_at) = (None, None);
         }
         self.enter(Stage::Ended);
     }

@@ -330,8 +330,12 @@ impl SessionActor {
         });
     }
 
-    pub(in crate::session) fn start_reattach(&mut self, plan: ReattachPlan) {
-        self.enter(Stage::Reattaching);
+    pub(in crate::session) fn start_reattach(
+        &mut self,
+        plan: ReattachPlan,
+        primed_session: Option<String>,
+    ) {
+        self.enter(Stage::Reattaching { primed_session });
         let internal_tx = self.internal_tx.clone();
         let context = self.context.clone();
         self.context.teardowns.spawn(async move {
@@ -518,7 +522,10 @@ impl SessionActor {
         };
         let status = connected.status.clone();
         let record = connected.record.clone();
-        let execution = self.connect(connected, false);
+        let mut execution = self.connect(connected, false);
+        if let Stage::Reattaching { primed_session } = &mut self.stage {
+            execution.primed_session = primed_session.take();
+        }
         let running = status
             .as_ref()
             .is_some_and(|s| s.agent_state == protocol::control::AgentState::Running);

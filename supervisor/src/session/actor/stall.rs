@@ -102,6 +102,7 @@ impl SessionActor {
         record.acp_session_id = self.view_tx.borrow().acp_session_id.clone();
         let addr = record.endpoint();
         let gone = execution.gone;
+        let primed_session = execution.primed_session.clone();
         drop(execution);
         self.recorder.history = history;
         self.recorder.unflushed_events.clear();
@@ -110,7 +111,10 @@ impl SessionActor {
         let error = self.row.error_message.clone();
         self.update_view(|view| view.error = error);
         tracing::info!(session = %self.row.id, "re-attaching after a failed write");
-        self.start_reattach(ReattachPlan { execution: record, addr, open_turns, gone });
+        self.start_reattach(
+            ReattachPlan { execution: record, addr, open_turns, gone },
+            primed_session,
+        );
     }
 
     /// The history opened again (a torn tail cut, its mark read back), with the user
