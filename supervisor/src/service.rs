@@ -459,7 +459,7 @@ impl Supervisor {
         }
         let floor = match floor {
             Some(floor) => floor,
-            None => self.config.store.event_seq_high(session_id.to_string().into()).await?,
+            None => self.config.store.event_seq_high(session_id.clone()).await?,
         };
         let paths = self.config.home.session(session_id);
         let (dir, mark) = (paths.events(), paths.events_mark());
@@ -606,7 +606,7 @@ impl Supervisor {
 
     async fn session_row(&self, session_id: &SessionId) -> Result<SessionRow, ServiceError> {
         check_id("session_id", session_id.as_str())?;
-        Ok(self.config.store.get_session(session_id.to_string().into()).await?)
+        Ok(self.config.store.get_session(session_id.clone()).await?)
     }
 
     /// A live actor for a session that is not terminal.
@@ -911,7 +911,7 @@ impl Supervisor {
         &self,
         session_id: &SessionId,
     ) -> Result<Option<protocol::api::SessionSummary>, ServiceError> {
-        match self.config.store.get_session(session_id.to_string().into()).await {
+        match self.config.store.get_session(session_id.clone()).await {
             Ok(row) => Ok(self.summaries(vec![row]).await?.pop()),
             Err(StoreError::NotFound { .. }) => Ok(None),
             Err(err) => Err(err.into()),

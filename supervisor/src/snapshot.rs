@@ -70,7 +70,7 @@ pub async fn take(store: &Store, request: Request) -> Result<Snapshot, StoreErro
 pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreError> {
     let Request { session_id, trigger, reason, history, execution_id, usage, summary, taken_at } =
         request;
-    let row = store.get_session(session_id.to_string().into()).await?;
+    let row = store.get_session(session_id.clone()).await?;
     let task = store.get_task(row.task_id.clone()).await?;
     let start = store.start_commit(session_id.clone()).await?.flatten();
     let recorded = store.get_execution(session_id.clone()).await?;

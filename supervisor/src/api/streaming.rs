@@ -112,7 +112,7 @@ pub(super) async fn stream_session_list(
             biased;
             _ = sink.closed() => return Ok(()),
             changed = changes.recv() => match changed {
-                Ok(session_id) => match supervisor.session_summary(&session_id.clone()).await {
+                Ok(session_id) => match supervisor.session_summary(&session_id).await {
                     Ok(Some(session)) => SessionsEvent::Changed { session },
                     Ok(None) => SessionsEvent::Deleted { session_id: session_id.into_string() },
                     Err(err) => {

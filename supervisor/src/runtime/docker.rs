@@ -734,9 +734,9 @@ impl Runtime for DockerRuntime {
                         Ok(containers) => match containers.get(&handle.container) {
                             Some(labels) if labels.is_current(execution) => Liveness::Alive,
                             Some(labels) => Liveness::Stale(format!(
-                                "its container is labelled generation {:?} of execution {:?}; generation {} of {} is recorded",
+                                "its container is labelled generation {:?} of execution {}; generation {} of {} is recorded",
                                 labels.generation,
-                                labels.execution_id.as_ref().map(|id| id.as_str()),
+                                labels.execution_id.as_deref().unwrap_or("(none)"),
                                 execution.generation,
                                 execution.execution_id
                             )),

@@ -229,7 +229,7 @@ impl Supervisor {
                 }
             }
         }
-        self.config.store.delete_session(session_id.to_string().into()).await?;
+        self.config.store.delete_session(session_id.clone()).await?;
         // A kill from here on leaves files without rows: recovery removes them.
         agentctl::fault::point("delete.rows_removed");
         self.sessions().remove(&session_id);

@@ -164,7 +164,7 @@ impl Supervisor {
         check_id("task_id", &task_id)?;
         if let Some(id) = &session_id {
             check_id("session_id", id.as_str())?;
-            if self.config.store.get_session(id.to_string().into()).await.is_ok() {
+            if self.config.store.get_session(id.clone()).await.is_ok() {
                 return Err(ServiceError::Conflict(format!("a session {id} exists already")));
             }
         }
@@ -257,7 +257,7 @@ impl Supervisor {
         };
         match started {
             Ok(handle) => {
-                self.sessions().insert(row.id.to_string().into(), handle);
+                self.sessions().insert(row.id.clone(), handle);
                 drop(guard);
                 Ok(row)
             }
@@ -560,7 +560,7 @@ impl Supervisor {
             self.event_log(&row.id).await?,
             Start::Resume,
         )?;
-        self.sessions().insert(row.id.to_string().into(), handle.clone());
+        self.sessions().insert(row.id.clone(), handle.clone());
         Ok((handle, true))
     }
 
@@ -605,7 +605,7 @@ impl Supervisor {
             }
             let pinned = serde_json::to_value(&*current)
                 .map_err(|err| ServiceError::Internal(err.to_string()))?;
-            self.config.store.set_pinned_profile(row.id.to_string().into(), pinned.clone()).await?;
+            self.config.store.set_pinned_profile(row.id.clone(), pinned.clone()).await?;
             row.pinned_profile = pinned;
             tracing::info!(session = %session_id, fields = ?profile_drift, "adopting the current profile");
             Some(current)

@@ -72,12 +72,11 @@ impl Supervisor {
     /// found dead) take effect: nothing is left to wait for.
     async fn settle_pauses_without_agent(&self) -> Result<(), ServiceError> {
         for (session_id, request) in self.config.store.pauses().await? {
-            let reattaching_it =
-                self.handle(&session_id.clone()).is_some_and(|handle| handle.is_live());
+            let reattaching_it = self.handle(&session_id).is_some_and(|handle| handle.is_live());
             if reattaching_it {
                 continue;
             }
-            match self.config.store.get_session(session_id.to_string().into()).await {
+            match self.config.store.get_session(session_id.clone()).await {
                 Ok(row) if row.state.is_active() => {
                     if let Err(err) = self
                         .pause_without_agent(
@@ -143,12 +142,7 @@ impl Supervisor {
         }
         for candidate in to_recover {
             let execution = candidate.execution;
-            let row = match self
-                .config
-                .store
-                .get_session(execution.session_id.to_string().into())
-                .await
-            {
+            let row = match self.config.store.get_session(execution.session_id.clone()).await {
                 Ok(row) => row,
                 Err(err) => {
                     summary.skipped += 1;
@@ -281,7 +275,7 @@ impl Supervisor {
         }
         for (pid, dir) in crate::runtime::local_sidecars() {
             let Some(session_id) = self.config.home.session_of_agentctl(&dir) else { continue };
-            if owned(&session_id.clone()) {
+            if owned(&session_id) {
                 continue;
             }
             tracing::warn!(session = %session_id, pid, "killing a sidecar that no session owns");
@@ -444,7 +438,7 @@ impl Supervisor {
             Start::Reattach(Box::new(plan)),
         )?;
         let view = handle.watch();
-        self.sessions().insert(row.id.to_string().into(), handle);
+        self.sessions().insert(row.id.clone(), handle);
         Ok(view)
     }
 

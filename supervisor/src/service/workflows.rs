@@ -693,7 +693,7 @@ impl Supervisor {
         for (session_id, stored) in stored {
             let facts = match stored {
                 Some(stored) => {
-                    let handle = self.handle(&session_id.clone()).filter(SessionHandle::is_live);
+                    let handle = self.handle(&session_id).filter(SessionHandle::is_live);
                     let live = handle.is_some_and(|handle| {
                         let view = handle.view();
                         view.agent_running || view.is_starting()
@@ -868,7 +868,7 @@ impl Supervisor {
                         });
                         if let (true, Some(session)) = (sharing, &other.session_id)
                             && let Ok(session) =
-                                self.config.store.get_session(session.to_string().into()).await
+                                self.config.store.get_session(session.clone()).await
                             && session.worktree_branch.is_some()
                         {
                             shared = Some(session.workspace_path);

@@ -148,9 +148,7 @@ impl SessionRecord {
             agentctl::fault::point(point);
         }
         let high = self.events.last_seq();
-        self.store
-            .set_session_state(self.session_id.to_string().into(), state, error, task, high)
-            .await?;
+        self.store.set_session_state(self.session_id.clone(), state, error, task, high).await?;
         Ok(published?)
     }
 

@@ -79,10 +79,10 @@ async fn tasks_and_sessions_round_trip() {
     let task = store.create_task("fix it".into(), "please".into()).await.unwrap();
     assert_eq!(store.get_task(task.id.clone()).await.unwrap(), task);
     let row = store.create_session(session(&task.id)).await.unwrap();
-    assert_eq!(store.get_session(row.id.to_string().into()).await.unwrap(), row);
+    assert_eq!(store.get_session(row.id.clone()).await.unwrap(), row);
     store
         .set_session_state(
-            row.id.to_string().into(),
+            row.id.clone(),
             SessionState::WaitingForInput,
             Some("note".into()),
             Some(task_state::REVIEW),
@@ -93,7 +93,7 @@ async fn tasks_and_sessions_round_trip() {
     // The event seq mark never goes down.
     store
         .set_session_state(
-            row.id.to_string().into(),
+            row.id.clone(),
             SessionState::WaitingForInput,
             Some("note".into()),
             None,
@@ -101,9 +101,9 @@ async fn tasks_and_sessions_round_trip() {
         )
         .await
         .unwrap();
-    assert_eq!(store.event_seq_high(row.id.to_string().into()).await.unwrap(), 7);
+    assert_eq!(store.event_seq_high(row.id.clone()).await.unwrap(), 7);
     assert_eq!(store.event_seq_high("nope".into()).await.unwrap(), 0);
-    let back = store.get_session(row.id.to_string().into()).await.unwrap();
+    let back = store.get_session(row.id.clone()).await.unwrap();
     assert_eq!(
         (back.state, back.error_message.as_deref()),
         (SessionState::WaitingForInput, Some("note"))
@@ -190,7 +190,7 @@ async fn deleting_a_session_removes_its_records() {
         )
         .await
         .unwrap();
-    store.delete_session(row.id.to_string().into()).await.unwrap();
+    store.delete_session(row.id.clone()).await.unwrap();
     assert!(store.get_execution(row.id.clone()).await.unwrap().is_none());
     assert!(store.list_pending(row.id.clone()).await.unwrap().is_empty());
     assert!(matches!(store.get_turn("t1".into()).await, Err(StoreError::NotFound { .. })));
@@ -338,7 +338,7 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
         let mut row = session(&task.id);
         row.runtime = runtime.into();
         let row = store.create_session(row).await.unwrap();
-        store.set_session_state(row.id.to_string().into(), state, None, None, 0).await.unwrap();
+        store.set_session_state(row.id.clone(), state, None, None, 0).await.unwrap();
         store
             .put_execution(ExecutionRow {
                 runtime: record_runtime.into(),
@@ -527,10 +527,7 @@ async fn a_pause_request_is_kept_until_the_session_is_paused() {
     assert_eq!(store.pauses().await.unwrap(), vec![(row.id.clone(), asked)]);
     store.set_paused(row.id.clone(), paused(None), 0).await.unwrap();
     assert!(!store.pause_summary_asked(row.id.clone(), 8, 99).await.unwrap());
-    assert_eq!(
-        store.get_session(row.id.to_string().into()).await.unwrap().state,
-        SessionState::Paused
-    );
+    assert_eq!(store.get_session(row.id.clone()).await.unwrap().state, SessionState::Paused);
     assert!(store.pauses().await.unwrap().is_empty());
     let unknown = store.set_paused("nope".into(), paused(None), 0).await.unwrap_err();
     assert!(matches!(unknown, StoreError::NotFound { .. }), "{unknown:?}");
@@ -568,7 +565,7 @@ async fn the_timeline_records_each_change_in_order() {
     store.put_execution(execution_row(&id, "e1")).await.unwrap();
     store.put_execution(execution_row(&id, "e1")).await.unwrap();
     store
-        .set_session_state(id.to_string().into(), SessionState::WaitingForInput, None, None, 0)
+        .set_session_state(id.clone(), SessionState::WaitingForInput, None, None, 0)
         .await
         .unwrap();
     store
@@ -614,7 +611,7 @@ async fn the_timeline_records_each_change_in_order() {
     let after = store.timeline(id.clone(), rows[6].0, 2).await.unwrap();
     assert_eq!(kinds(&after), ["pause_requested", "state"]);
     // The rows go with the session.
-    store.delete_session(id.to_string().into()).await.unwrap();
+    store.delete_session(id.clone()).await.unwrap();
     assert!(store.timeline(id, 0, 100).await.unwrap().is_empty());
 }
 
@@ -759,10 +756,10 @@ async fn joined_reads_carry_the_new_session_columns_and_the_executor() {
         ..session(&task.id)
     };
     let row = store.create_session(row).await.unwrap();
-    assert_eq!(store.get_session(row.id.to_string().into()).await.unwrap(), row);
+    assert_eq!(store.get_session(row.id.clone()).await.unwrap(), row);
     store.put_execution(execution_row(&row.id, "e1")).await.unwrap();
     store
-        .set_session_state(row.id.to_string().into(), SessionState::WaitingForInput, None, None, 0)
+        .set_session_state(row.id.clone(), SessionState::WaitingForInput, None, None, 0)
         .await
         .unwrap();
     let executions = store.active_executions().await.unwrap();

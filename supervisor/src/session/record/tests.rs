@@ -131,7 +131,7 @@ async fn a_state_change_is_published_then_stored_and_a_failed_publish_still_stor
         .set_state(SessionState::WaitingForInput, error.clone(), None, Mark::default(), None)
         .await
         .unwrap();
-    let row = s.store.get_session(id.to_string().into()).await.unwrap();
+    let row = s.store.get_session(id.clone()).await.unwrap();
     assert_eq!((row.state, row.error_message), (SessionState::WaitingForInput, error.clone()));
     let events = logged(&s.record).await;
     assert!(matches!(
@@ -182,7 +182,7 @@ async fn a_pause_without_an_actor_snapshots_publishes_and_records_it() {
         &events[2].kind,
         SessionEventKind::Paused { reason: r, forced: true, .. } if *r == reason
     ));
-    let row = s.store.get_session(id.to_string().into()).await.unwrap();
+    let row = s.store.get_session(id.clone()).await.unwrap();
     assert_eq!(row.state, SessionState::Paused);
     // An exhaustion's snapshot primes the next resume's fresh agent session.
     assert_eq!(s.store.handoff(id).await.unwrap(), Some(snapshot_id));
@@ -212,12 +212,12 @@ async fn a_turns_end_says_the_turn_then_the_state_and_stores_both_in_one_write()
     assert_eq!(events.len(), 2);
     s.record.publish(events, Mark::default()).unwrap();
     s.record.end_turn(end, None, Default::default()).await.unwrap();
-    let row = s.store.get_session(id.to_string().into()).await.unwrap();
+    let row = s.store.get_session(id.clone()).await.unwrap();
     assert_eq!(row.state, SessionState::WaitingForInput);
     let turns = s.store.session_turns(id.clone()).await.unwrap();
     assert_eq!(turns[0].state, TurnState::Completed);
     // The row holds the log's height it was written at: a replay publishes nothing twice.
-    assert_eq!(s.store.event_seq_high(id.to_string().into()).await.unwrap(), 2);
+    assert_eq!(s.store.event_seq_high(id.clone()).await.unwrap(), 2);
 
     // A turn that leaves the state as it is says only its end.
     let unchanged = TurnEnd { then: None, state: TurnState::Failed, ..endless("t2") };
