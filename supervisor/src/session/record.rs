@@ -91,8 +91,8 @@ impl SessionRecord {
     }
 
     /// The session whose record this is.
-    pub fn session_id(&self) -> &str {
-        self.session_id.as_str()
+    pub fn session_id(&self) -> &SessionId {
+        &self.session_id
     }
 
     /// The event log, for its readers and its upkeep (sync, release, retention).

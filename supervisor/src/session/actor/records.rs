@@ -47,7 +47,7 @@ impl Recorder {
         }
     }
 
-    fn session(&self) -> &str {
+    fn session(&self) -> &crate::ids::SessionId {
         self.record.session_id()
     }
 
@@ -93,7 +93,7 @@ impl Recorder {
             self.write_failed("the history and event log (sync)", &err);
             return None;
         }
-        match store.set_acked_seq(self.session().into(), execution_id, seq).await {
+        match store.set_acked_seq(self.session().clone(), execution_id, seq).await {
             Ok(true) => {}
             Ok(false) => return None,
             Err(err) => {
