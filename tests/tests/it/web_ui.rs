@@ -891,6 +891,8 @@ prompt = "ship {{steps.draft.output}}"
     browser.screenshot("workflow-needs-you").await;
     // Approved in the page, it needs nobody any more.
     browser.click("#workflows li").await;
+    // The workflow's view renders after the click: its step first, then its button.
+    browser.wait_text("#steps [data-step=ship]", "waiting approval").await;
     browser.click("#steps [data-step-row=ship] .approve").await;
     browser.wait_text("#workflow-state", "completed").await;
     browser.wait_text("#workflows li", "2/2 steps").await;
@@ -918,6 +920,8 @@ prompt = "deploy\n/say deployed"
     flagged_as_needing_you(&browser, "gated flow").await;
     browser.screenshot("workflow-first-step-needs-you").await;
     browser.click("#workflows li").await;
+    // The workflow's view renders after the click: its step first, then its button.
+    browser.wait_text("#steps [data-step=deploy]", "waiting approval").await;
     browser.click("#steps [data-step-row=deploy] .approve").await;
     browser.wait_text("#workflow-state", "completed").await;
     browser.wait_text("#workflows li", "1/1 steps").await;
