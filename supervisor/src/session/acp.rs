@@ -5,6 +5,7 @@
 //! tolerantly: a result that does not fit the schema (a newer agent) is kept raw and read
 //! for the one field needed, never a reason to fail the session.
 
+pub(super) mod explain;
 pub(super) mod parse;
 pub(super) mod requests;
 
@@ -12,9 +13,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Phase;
-use super::actor::{
-    AfterAuth, Pending, Recorded, Replay, ResumeContext, STDERR_IN_ERROR, SessionActor, Stage,
-};
+use super::actor::{AfterAuth, Pending, Recorded, Replay, ResumeContext, SessionActor, Stage};
 use super::meter::{ContextReport, ContextWarning};
 use super::outbox::Outgoing;
 use crate::events::{LaunchStep, SessionEventKind};
@@ -135,7 +134,12 @@ impl SessionActor {
                 }
             },
             EventKind::AgentExited { status, stderr_tail } => {
-                let reason = self.exit_reason(status, &stderr_tail);
+                let reason = explain::exit_reason(
+                    status,
+                    &stderr_tail,
+                    &self.profile,
+                    self.context.runtime.agent_home().is_some(),
+                );
                 self.agent_gone(reason).await;
                 true
             }
@@ -349,7 +353,7 @@ impl SessionActor {
             // After the load's answer the session is open and nothing else acknowledges
             // these events soon: were the supervisor killed now, a new actor would not know
             // they are a replay. They hold nothing to write, so they are acknowledged.
-            self.conversation.replay_unacked |= !self.restoring();
+            self.conversation.replay_unacked |= !self.conversation.restoring();
             return;
         }
         self.conversation.heard();
@@ -514,7 +518,7 @@ impl SessionActor {
                 match result {
                     Ok(result) => self.initialized(result).await,
                     Err(error) => {
-                        let tail = self.stderr_tail();
+                        let tail = self.conversation.stderr_tail();
                         self.fail(format!("the agent refused initialize: {}{tail}", error.text()))
                             .await
                     }
@@ -555,7 +559,7 @@ impl SessionActor {
                 false
             }
             Pending::Prompt { turn_id, injected } => {
-                if self.turn_id() == Some(turn_id.as_str()) {
+                if self.conversation.turn_id() == Some(turn_id.as_str()) {
                     self.prompt_answered(injected, result).await;
                 }
                 true
@@ -580,7 +584,12 @@ impl SessionActor {
             Ok(None) => self.fail("session/new returned no sessionId".into()).await,
             Err(error) if self.try_authenticate(error, AfterAuth::NewSession) => {}
             Err(error) if error.code == Some(protocol::ErrorCode::AuthRequired.code()) => {
-                let reason = self.credentials_needed(error);
+                let reason = explain::credentials_needed(
+                    self.stage.opening_ref(),
+                    &self.profile,
+                    &self.context.agent_home,
+                    &error.text(),
+                );
                 self.fail(reason).await
             }
             Err(error) => {
@@ -729,62 +738,6 @@ impl SessionActor {
             Pending::Authenticate { method, then },
         );
         true
-    }
-
-    /// Why a session cannot start without credentials: what the agent said and offers, and
-    /// what the profile allows.
-    fn credentials_needed(&self, error: &RpcErrorBody) -> String {
-        let offered = match &self.stage {
-            Stage::Opening(opening) if !opening.auth_offered.is_empty() => {
-                format!("it offers {}", opening.auth_offered.join(", "))
-            }
-            _ => "it offers no authentication method Tether can use".to_owned(),
-        };
-        let terminal = match &self.stage {
-            Stage::Opening(opening) if opening.auth_offered.is_empty() => {
-                opening.auth_terminal.first().cloned()
-            }
-            _ => None,
-        };
-        let allowed = if let Some((name, args)) = terminal {
-            // Only a login at a terminal: an [[auth]] method would not help (it hangs).
-            let program = self.profile.command.first().cloned().unwrap_or_default();
-            let mut run = std::iter::once(program).chain(args).collect::<Vec<_>>().join(" ");
-            if run.trim().is_empty() {
-                run = "the agent's own login command".into();
-            }
-            let home = self.context.agent_home.display();
-            let files = match self.profile.session.agent_state_dirs.as_slice() {
-                [] => String::new(),
-                dirs => format!(
-                    " ({})",
-                    dirs.iter().map(|dir| format!("{home}/{dir}")).collect::<Vec<_>>().join(", ")
-                ),
-            };
-            format!(
-                "it logs in only at a terminal ({name}): run `{run}` once in a terminal, as the user the agent runs as, with HOME={home}; it keeps the login in its own files there{files}, which it reads at every start; then resume"
-            )
-        } else if matches!(&self.stage, Stage::Opening(o) if o.auth_offered.is_empty()) {
-            // Nothing to choose (Auggie): only the agent's own program can log it in.
-            format!(
-                "log in with the agent's own program once, as the user the agent runs as, with HOME={}; then resume",
-                self.context.agent_home.display()
-            )
-        } else if self.profile.auth.is_empty() {
-            "the profile allows none (add an [[auth]] method)".to_owned()
-        } else {
-            let choices: Vec<String> = self
-                .profile
-                .auth
-                .iter()
-                .map(|choice| match choice.env.as_slice() {
-                    [] => choice.method.clone(),
-                    env => format!("{} (with {} set)", choice.method, env.join(" or ")),
-                })
-                .collect();
-            format!("the profile allows {}", choices.join(", "))
-        };
-        format!("needs credentials: the agent said \"{}\"; {offered}; {allowed}", error.text())
     }
 
     fn new_acp_session(&mut self) {
@@ -953,42 +906,6 @@ impl SessionActor {
         }
     }
 
-    /// claude-agent-acp run as root without IS_SANDBOX=1 exits with code 1 and says
-    /// nothing: when that is what happened (on the host, as root, a `root_env` variable not
-    /// set), the error says which.
-    fn root_env_hint(&self, code: Option<i32>) -> String {
-        if code != Some(1)
-            || self.context.runtime.agent_home().is_some()
-            || !nix::unistd::geteuid().is_root()
-        {
-            return String::new();
-        }
-        let missing = self.profile.root_env_missing(|name| std::env::var(name).ok());
-        if missing.is_empty() {
-            return String::new();
-        }
-        format!("; run as root, this agent needs {} in its environment", missing.join(" and "))
-    }
-
-    /// Why the agent is gone, from its exit status and the tail of its stderr.
-    pub(super) fn exit_reason(
-        &self,
-        status: protocol::control::ExitInfo,
-        stderr_tail: &str,
-    ) -> String {
-        let how = match (status.code, status.signal) {
-            (Some(code), _) => format!("exit code {code}"),
-            (None, Some(signal)) => format!("signal {signal}"),
-            (None, None) => "unknown status".into(),
-        };
-        let tail = history::excerpt_tail(stderr_tail.trim_end(), STDERR_IN_ERROR);
-        if tail.is_empty() {
-            format!("the agent exited ({how}){}", self.root_env_hint(status.code))
-        } else {
-            format!("the agent exited ({how}): {tail}")
-        }
-    }
-
     /// The agent can do nothing more (it exited, or closed its stdout): a launch fails; an
     /// open session's turn and questions end with `reason`, and the execution is retired.
     async fn agent_gone(&mut self, reason: String) {
@@ -1107,7 +1024,9 @@ impl SessionActor {
         // A load that worked keeps dropping its replay until the next prompt.
         if matches!(self.conversation.replay, Replay::Loading(_)) {
             self.conversation.replay = match result {
-                Ok(_) => Replay::Loading(Some(Box::new(self.known_conversation().await))),
+                Ok(_) => Replay::Loading(Some(Box::new(KnownConversation::of(
+                    self.recorder.history_tail(REPLAY_WINDOW_BYTES).await,
+                )))),
                 Err(_) => Replay::Off,
             };
         }
@@ -1134,7 +1053,7 @@ impl SessionActor {
                 ) => {}
             // An agent that advertises `session/resume` without answering it (qwen-code
             // 0.15.10: "Method not found") is asked for a load, when it offers that.
-            Err(error) if !load && error.code == Some(-32601) && self.load_offered() => {
+            Err(error) if !load && error.code == Some(-32601) && self.stage.load_offered() => {
                 self.recorder.emit(SessionEventKind::Notice {
                 message: format!(
                     "the agent advertises session/resume but does not take it ({}); loading the session instead",
@@ -1162,25 +1081,6 @@ impl SessionActor {
         }
     }
 
-    /// Whether the agent being opened advertised `session/load` at `initialize`.
-    fn load_offered(&self) -> bool {
-        matches!(&self.stage, Stage::Opening(opening) if opening.load_offered)
-    }
-
-    /// What a `session/load` may replay: the recorded conversation's newest messages and
-    /// tool call ids (from the last [`REPLAY_WINDOW_BYTES`] of the history).
-    async fn known_conversation(&self) -> KnownConversation {
-        KnownConversation::of(self.history_tail().await)
-    }
-
-    /// The last [`REPLAY_WINDOW_BYTES`] of the history, read off the actor's thread.
-    async fn history_tail(&self) -> Vec<history::HistoryEntry> {
-        let path = self.recorder.history.path().to_owned();
-        tokio::task::spawn_blocking(move || history::read_tail(&path, REPLAY_WINDOW_BYTES))
-            .await
-            .unwrap_or_default()
-    }
-
     /// A load was answered: what its replay carried is held against the history. When the
     /// agent replayed messages but not the newest ones Tether recorded (an agent killed
     /// right after a turn may come back without it, or without its last answer: qwen-code
@@ -1193,7 +1093,7 @@ impl SessionActor {
         else {
             return;
         };
-        let entries = self.history_tail().await;
+        let entries = self.recorder.history_tail(REPLAY_WINDOW_BYTES).await;
         let Some((first_missing, lacking)) = parse::lacking(&entries, &replayed) else { return };
         self.conversation.resume_context =
             Some(ResumeContext::Missing { after: first_missing - 1 });

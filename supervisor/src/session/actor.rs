@@ -22,7 +22,6 @@ mod waits;
 use turns::TurnKind;
 
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::sync::Arc;
 
 use agents::profile::Profile;
@@ -31,7 +30,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-pub(super) use super::conversation::{Replay, STDERR_IN_ERROR, Turn};
+pub(super) use super::conversation::{Replay, Turn};
 use super::durability::Durability;
 use super::launch::{self, Connected, LaunchFailure, LaunchPlan};
 use super::leftovers;
@@ -202,6 +201,19 @@ impl Stage {
     }
 
     /// The handshake under way.
+    /// The handshake's state, while opening.
+    pub(super) fn opening_ref(&self) -> Option<&Opening> {
+        match self {
+            Stage::Opening(opening) => Some(opening),
+            _ => None,
+        }
+    }
+
+    /// Whether the agent being opened advertised `session/load` at `initialize`.
+    pub(super) fn load_offered(&self) -> bool {
+        self.opening_ref().is_some_and(|opening| opening.load_offered)
+    }
+
     pub(super) fn opening(&mut self) -> Option<&mut Opening> {
         match self {
             Stage::Opening(opening) => Some(opening),
@@ -734,11 +746,6 @@ impl SessionActor {
         }
     }
 
-    /// A native restore (`session/load`, `session/resume`) awaits the agent's answer.
-    pub(super) fn restoring(&self) -> bool {
-        self.conversation.pending.values().any(|pending| matches!(pending, Pending::Restore { .. }))
-    }
-
     /// Publishes a step of bringing the agent up.
     pub(super) fn progress(&mut self, step: LaunchStep, detail: Option<String>) {
         self.recorder.emit(SessionEventKind::Progress { step, detail });
@@ -760,7 +767,7 @@ impl SessionActor {
             if let Stage::Opening(opening) = &mut self.stage {
                 opening.step = None;
             }
-            if self.restoring() {
+            if self.conversation.restoring() {
                 // A restore that never answers is a failed restore, not the session's end:
                 // forget it (a late answer is ignored) and fall back to a fresh session.
                 self.conversation
@@ -772,7 +779,7 @@ impl SessionActor {
                 );
                 return self.restore_rejected(reason).await;
             }
-            let tail = self.stderr_tail();
+            let tail = self.conversation.stderr_tail();
             return self
                 .fail(format!(
                     "the agent did not answer {step} within {} ms{tail}",
@@ -934,18 +941,6 @@ impl SessionActor {
         if let Some(execution) = &self.sidecar.execution {
             let _ = execution.outbox.send(Box::new(outgoing));
         }
-    }
-
-    /// `"; stderr: …"` with the agent's recent stderr, or nothing.
-    pub(super) fn stderr_tail(&self) -> String {
-        let tail =
-            history::excerpt_tail(self.conversation.recent_stderr.trim_end(), STDERR_IN_ERROR);
-        if tail.is_empty() { String::new() } else { format!("; stderr: {tail}") }
-    }
-
-    /// The running turn's id.
-    pub(super) fn turn_id(&self) -> Option<&str> {
-        self.conversation.turn.as_ref().map(|turn| turn.id.as_str())
     }
 
     /// Where the actor is.

@@ -56,6 +56,22 @@ const LAUNCH_COUNT: u32 = 1 << 31;
 pub(super) const STDERR_IN_ERROR: usize = 2000;
 
 impl Conversation {
+    /// A native restore (`session/load`, `session/resume`) awaits the agent's answer.
+    pub(in crate::session) fn restoring(&self) -> bool {
+        self.pending.values().any(|pending| matches!(pending, Pending::Restore { .. }))
+    }
+
+    /// `"; stderr: …"` with the agent's recent stderr, or nothing.
+    pub(in crate::session) fn stderr_tail(&self) -> String {
+        let tail = crate::history::excerpt_tail(self.recent_stderr.trim_end(), STDERR_IN_ERROR);
+        if tail.is_empty() { String::new() } else { format!("; stderr: {tail}") }
+    }
+
+    /// The running turn's id.
+    pub(in crate::session) fn turn_id(&self) -> Option<&str> {
+        self.turn.as_ref().map(|turn| turn.id.as_str())
+    }
+
     pub(super) fn new() -> Conversation {
         Conversation {
             // Ids unique across supervisor restarts, so a replayed response never meets a

@@ -361,3 +361,68 @@ pub(super) fn spec(
         previous,
     }
 }
+
+/// The agent's argv for a launch (its resume form when relaunched with a token), and the
+/// same with its program resolved here (in a container, the container resolves it). An
+/// error says the program is not available.
+pub(super) fn agent_argv(
+    profile: &agents::profile::Profile,
+    resolve: &crate::sidecar::Resolver,
+    resume_token: Option<&str>,
+    home: &std::path::Path,
+    in_container: bool,
+) -> Result<(Vec<String>, Vec<OsString>), String> {
+    let argv = match resume_token {
+        Some(token) => {
+            profile.resume_argv(home, token).unwrap_or_else(|| profile.launch_argv(home))
+        }
+        None => profile.launch_argv(home),
+    };
+    let mut resolved = if in_container {
+        vec![OsString::from(&argv[0])]
+    } else {
+        resolve(&argv[0]).ok_or_else(|| {
+            format!("launch failed: the agent program {} is not available", argv[0])
+        })?
+    };
+    resolved.extend(argv[1..].iter().map(OsString::from));
+    Ok((argv, resolved))
+}
+
+/// The agent's environment; in a container also the profile's `root_env` (a container is
+/// the sandbox such an agent asks for when run as root).
+pub(super) fn agent_env(
+    profile: &agents::profile::Profile,
+    home: &std::path::Path,
+    in_container: bool,
+) -> Vec<(String, String)> {
+    let mut env = profile.launch_env(home);
+    if in_container {
+        for (name, value) in &profile.process.root_env {
+            env.entry(name.clone()).or_insert_with(|| value.clone());
+        }
+    }
+    env.into_iter().collect()
+}
+
+/// What to tell the user when `npx` is about to download the agent's package (its first
+/// start can take minutes); nothing when the package is in npm's cache or not run by npx.
+pub(super) fn npx_download_notice(
+    profile: &agents::profile::Profile,
+    argv: &[String],
+    home: &std::path::Path,
+) -> Option<String> {
+    let (name, version) = agents::npx::package(argv)?;
+    let configured = profile.launch_env(home).remove("npm_config_cache");
+    let inherited = std::env::var("npm_config_cache").ok();
+    let cache = agents::npx::cache_dir(home, configured.or(inherited).as_deref());
+    if agents::npx::cached(&cache, &name, version.as_deref()) {
+        return None;
+    }
+    let spec = version.map_or(name.clone(), |version| format!("{name}@{version}"));
+    let wait = profile.process.init_timeout_ms / 1000;
+    Some(format!(
+        "first start of {spec}: npx downloads it into {} before the agent answers — an agent adapter can be hundreds of MB, so this may take minutes (the start waits up to {wait} s); later starts take seconds",
+        cache.display()
+    ))
+}

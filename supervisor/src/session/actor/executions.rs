@@ -4,8 +4,8 @@
 use super::{
     AGENT_EVENT_BURST, AfterLaunch, Arc, CatchUp, Connected, Control, Durability, EventKind,
     Execution, ExecutionRow, ExecutionStatus, Instant, Internal, Launch, LaunchFailure, LaunchPlan,
-    LaunchStep, Opening, OsString, Outgoing, Pending, PendingPause, Phase, ReattachPlan, Replay,
-    Reply, ResumeContext, ResumeOutcome, ResumeState, Retired, SessionActor, SessionError,
+    LaunchStep, Opening, Outgoing, Pending, PendingPause, Phase, ReattachPlan, Replay, Reply,
+    ResumeContext, ResumeOutcome, ResumeState, Retired, SessionActor, SessionError,
     SessionEventKind, SessionState, SnapshotTrigger, Stage, SummaryStep, Teardown, Turn, TurnState,
     UnwrittenState, launch, leftovers, mpsc, outbox, task_state,
 };
@@ -24,6 +24,51 @@ pub(in crate::session) struct Sidecar {
     pub(in crate::session) catch_up: CatchUp,
 }
 
+impl Sidecar {
+    /// Remembers a background retire or fence: the next launch waits for it, so a fence
+    /// that runs late can never hit the execution launched after it.
+    pub(in crate::session) fn keep_retiring(&mut self, task: tokio::task::JoinHandle<()>) {
+        self.retiring.retain(|task| !task.is_finished());
+        self.retiring.push(task);
+    }
+
+    /// A launch or re-attach in flight is retired when it lands; `reply` (a detach's) is
+    /// answered once that is done.
+    pub(in crate::session) fn retire_on_landing(&mut self, reply: Option<Reply<()>>) {
+        match &mut self.after_launch {
+            AfterLaunch::Retire(waiters) => waiters.extend(reply),
+            AfterLaunch::Keep => {
+                self.after_launch = AfterLaunch::Retire(reply.into_iter().collect())
+            }
+        }
+    }
+
+    /// A stop or detach came while launching or re-attaching: clears the request and
+    /// returns the reply to give once the retire is done (other callers are answered now).
+    pub(in crate::session) fn stop_after_launch(&mut self) -> Option<Reply<()>> {
+        let AfterLaunch::Retire(mut waiters) =
+            std::mem::replace(&mut self.after_launch, AfterLaunch::Keep)
+        else {
+            return None;
+        };
+        let reply = waiters.pop();
+        for other in waiters {
+            let _ = other.send(Ok(()));
+        }
+        reply
+    }
+
+    /// A re-attach's replay will not finish (the execution is gone): prompts that waited for
+    /// it are answered (the caller resumes and retries), and nothing is left to settle.
+    pub(in crate::session) fn drop_replay(&mut self, reason: &str) {
+        self.catch_up.until = None;
+        self.catch_up.undelivered.clear();
+        for (_, reply) in self.catch_up.deferred.drain(..) {
+            let _ = reply.send(Err(SessionError::AgentGone(reason.to_owned())));
+        }
+    }
+}
+
 impl SessionActor {
     pub(in crate::session) async fn stop(&mut self, end: SessionState, reply: Reply<()>) {
         // The end is recorded first: a kill from here on leaves a stopped session whose
@@ -32,7 +77,7 @@ impl SessionActor {
         agentctl::fault::point("stop.recorded");
         if matches!(self.phase(), Phase::Launching | Phase::Reattaching) {
             // Its task reports later; what it brings is retired then.
-            self.retire_on_landing(None);
+            self.sidecar.retire_on_landing(None);
         }
         if let Some(execution) = self.sidecar.execution.take() {
             self.retire_open(execution, None, "the session was stopped").await;
@@ -52,7 +97,7 @@ impl SessionActor {
     pub(in crate::session) async fn detach(&mut self, reply: Reply<()>) {
         let in_flight = matches!(self.phase(), Phase::Launching | Phase::Reattaching);
         if in_flight {
-            self.retire_on_landing(Some(reply));
+            self.sidecar.retire_on_landing(Some(reply));
         } else if let Some(execution) = self.sidecar.execution.take() {
             self.retire_open(execution, Some(reply), "the agent was stopped").await;
         } else {
@@ -87,7 +132,7 @@ impl SessionActor {
                 let _ = reply.send(result.map_err(SessionError::InvalidState));
             }
         });
-        self.keep_retiring(retiring);
+        self.sidecar.keep_retiring(retiring);
     }
 
     /// The `session/close` an open ACP session of an agent that advertises it gets before
@@ -103,13 +148,6 @@ impl SessionActor {
             "method": protocol::acp::method::SESSION_CLOSE, "params": {"sessionId": acp_session}}))
     }
 
-    /// Remembers a background retire or fence: the next launch waits for it, so a fence
-    /// that runs late can never hit the execution launched after it.
-    pub(in crate::session) fn keep_retiring(&mut self, task: tokio::task::JoinHandle<()>) {
-        self.sidecar.retiring.retain(|task| !task.is_finished());
-        self.sidecar.retiring.push(task);
-    }
-
     /// Fences an execution that is being dropped (lost, refused), in the background.
     pub(in crate::session) fn fence_now(&mut self, record: ExecutionRow) {
         let context = self.context.clone();
@@ -118,7 +156,7 @@ impl SessionActor {
                 tracing::error!(%err, "cannot fence a lost execution");
             }
         });
-        self.keep_retiring(fencing);
+        self.sidecar.keep_retiring(fencing);
     }
 
     // ---- launching ----------------------------------------------------------------------
@@ -178,45 +216,6 @@ impl SessionActor {
             .await;
     }
 
-    /// The agent's argv for a launch (its resume form when relaunched with a token), and
-    /// the same with its program resolved here (in a container, the container resolves
-    /// it). An error says the program is not available.
-    fn launch_argv(
-        &self,
-        resume_token: Option<&str>,
-        home: &std::path::Path,
-        in_container: bool,
-    ) -> Result<(Vec<String>, Vec<OsString>), String> {
-        let argv = match resume_token {
-            Some(token) => self
-                .profile
-                .resume_argv(home, token)
-                .unwrap_or_else(|| self.profile.launch_argv(home)),
-            None => self.profile.launch_argv(home),
-        };
-        let mut resolved = if in_container {
-            vec![OsString::from(&argv[0])]
-        } else {
-            (self.context.resolve)(&argv[0]).ok_or_else(|| {
-                format!("launch failed: the agent program {} is not available", argv[0])
-            })?
-        };
-        resolved.extend(argv[1..].iter().map(OsString::from));
-        Ok((argv, resolved))
-    }
-
-    /// The agent's environment; in a container also the profile's `root_env` (a container
-    /// is the sandbox such an agent asks for when run as root).
-    fn launch_env(&self, home: &std::path::Path, in_container: bool) -> Vec<(String, String)> {
-        let mut env = self.profile.launch_env(home);
-        if in_container {
-            for (name, value) in &self.profile.process.root_env {
-                env.entry(name.clone()).or_insert_with(|| value.clone());
-            }
-        }
-        env.into_iter().collect()
-    }
-
     /// Decides the argv and starts the launch task (fence, runtime, agentctl, agent).
     pub(in crate::session) async fn start_launch(
         &mut self,
@@ -244,14 +243,22 @@ impl SessionActor {
         // In a container the agent's home and programs are the container's.
         let in_container = self.context.runtime.agent_home();
         let home = in_container.clone().unwrap_or_else(|| self.context.agent_home.clone());
-        let (argv, resolved) = match self.launch_argv(resume_token, &home, in_container.is_some()) {
+        let (argv, resolved) = match launch::agent_argv(
+            &self.profile,
+            &self.context.resolve,
+            resume_token,
+            &home,
+            in_container.is_some(),
+        ) {
             Ok(argvs) => argvs,
             Err(message) => return self.fail(message).await,
         };
         let runtime = self.context.runtime.name();
         self.progress(LaunchStep::Launching, Some(format!("{} ({runtime})", argv[0])));
-        if in_container.is_none() {
-            self.say_if_npx_downloads(&argv, &home);
+        if in_container.is_none()
+            && let Some(message) = launch::npx_download_notice(&self.profile, &argv, &home)
+        {
+            self.recorder.emit(SessionEventKind::Notice { message });
         }
         let previous = previous.ok().flatten();
         let execution_id = uuid::Uuid::now_v7().to_string();
@@ -267,7 +274,7 @@ impl SessionActor {
         let plan = LaunchPlan {
             spec,
             argv: resolved,
-            env: self.launch_env(&home, in_container.is_some()),
+            env: launch::agent_env(&self.profile, &home, in_container.is_some()),
             user: self.profile.process.user.clone(),
             previous,
         };
@@ -384,32 +391,6 @@ impl SessionActor {
         }
     }
 
-    /// A launch or re-attach in flight is retired when it lands; `reply` (a detach's) is
-    /// answered once that is done.
-    fn retire_on_landing(&mut self, reply: Option<Reply<()>>) {
-        match &mut self.sidecar.after_launch {
-            AfterLaunch::Retire(waiters) => waiters.extend(reply),
-            AfterLaunch::Keep => {
-                self.sidecar.after_launch = AfterLaunch::Retire(reply.into_iter().collect())
-            }
-        }
-    }
-
-    /// A stop or detach came while launching or re-attaching: clears the request and
-    /// returns the reply to give once the retire is done (other callers are answered now).
-    pub(in crate::session) fn stop_after_launch(&mut self) -> Option<Reply<()>> {
-        let AfterLaunch::Retire(mut waiters) =
-            std::mem::replace(&mut self.sidecar.after_launch, AfterLaunch::Keep)
-        else {
-            return None;
-        };
-        let reply = waiters.pop();
-        for other in waiters {
-            let _ = other.send(Ok(()));
-        }
-        reply
-    }
-
     pub(in crate::session) async fn launched(
         &mut self,
         launched: Result<Connected, LaunchFailure>,
@@ -418,7 +399,7 @@ impl SessionActor {
             Ok(connected) => connected,
             Err(failure) => {
                 if matches!(self.sidecar.after_launch, AfterLaunch::Retire(_)) {
-                    if let Some(reply) = self.stop_after_launch() {
+                    if let Some(reply) = self.sidecar.stop_after_launch() {
                         let _ = reply.send(Ok(()));
                     }
                     if self.phase() != Phase::Ended {
@@ -436,7 +417,7 @@ impl SessionActor {
         execution.primed_session = warm.as_ref().and_then(|warm| warm.primed.clone());
         if matches!(self.sidecar.after_launch, AfterLaunch::Retire(_)) {
             // Stopped or detached while launching.
-            let reply = self.stop_after_launch();
+            let reply = self.sidecar.stop_after_launch();
             self.retire(execution, reply);
             if self.phase() != Phase::Ended {
                 self.enter(Stage::Idle);
@@ -492,7 +473,7 @@ impl SessionActor {
     pub(in crate::session) async fn reattached(&mut self, reattached: Result<Connected, String>) {
         if matches!(self.sidecar.after_launch, AfterLaunch::Retire(_)) {
             // Stopped or detached while re-attaching: what was found is retired (or fenced).
-            let reply = self.stop_after_launch();
+            let reply = self.sidecar.stop_after_launch();
             match reattached {
                 Ok(connected) => {
                     let execution = self.connect(connected, false);
@@ -554,7 +535,7 @@ impl SessionActor {
                 _ => ResumeContext::History,
             });
         self.sidecar.execution = Some(Execution { agent_running: running, ..execution });
-        let turn_id = self.turn_id().map(str::to_owned);
+        let turn_id = self.conversation.turn_id().map(str::to_owned);
         self.update_view(|view| {
             view.agent_running = running;
             view.acp_session_id = record.acp_session_id.clone();
@@ -683,7 +664,7 @@ impl SessionActor {
     /// agent's questions are void, a running turn fails, and the session waits for input
     /// with the reason, recoverable.
     pub(in crate::session) async fn execution_gone(&mut self, reason: &str, turn_ends: TurnState) {
-        self.drop_replay(reason);
+        self.sidecar.drop_replay(reason);
         self.update_view(|view| view.agent_running = false);
         self.void_pending().await;
         if self.conversation.turn.is_some() {
@@ -836,7 +817,7 @@ impl SessionActor {
     /// that order, at the stall's next try (`finish_loss`). Until then the session is idle,
     /// its agent gone, the stall's reason shown.
     fn defer_loss(&mut self, reason: String) {
-        self.drop_replay(&reason);
+        self.sidecar.drop_replay(&reason);
         self.conversation.pending.clear();
         self.conversation.turn = None;
         self.conversation.answering.clear();
@@ -918,7 +899,12 @@ impl SessionActor {
             match event.kind {
                 EventKind::AgentExited { status, stderr_tail } => {
                     self.recorder.durability.handled = event.seq;
-                    exit = Some(self.exit_reason(status, &stderr_tail));
+                    exit = Some(crate::session::acp::explain::exit_reason(
+                        status,
+                        &stderr_tail,
+                        &self.profile,
+                        self.context.runtime.agent_home().is_some(),
+                    ));
                 }
                 EventKind::StdoutClosed => self.recorder.durability.handled = event.seq,
                 _ => self.handle_agent_event(*event).await,
@@ -1036,25 +1022,5 @@ impl SessionActor {
             .await;
         self.fail_waiters(&reason);
         self.enter(Stage::Ended);
-    }
-
-    /// An agent run through `npx` that npx does not have yet is downloaded before it says
-    /// anything (claude's adapter is ~400 MB): the person waiting is told, once per start.
-    fn say_if_npx_downloads(&mut self, argv: &[String], home: &std::path::Path) {
-        let Some((name, version)) = agents::npx::package(argv) else { return };
-        let configured = self.profile.launch_env(home).remove("npm_config_cache");
-        let inherited = std::env::var("npm_config_cache").ok();
-        let cache = agents::npx::cache_dir(home, configured.or(inherited).as_deref());
-        if agents::npx::cached(&cache, &name, version.as_deref()) {
-            return;
-        }
-        let spec = version.map_or(name.clone(), |version| format!("{name}@{version}"));
-        let wait = self.profile.process.init_timeout_ms / 1000;
-        self.recorder.emit(SessionEventKind::Notice {
-            message: format!(
-                "first start of {spec}: npx downloads it into {} before the agent answers — an agent adapter can be hundreds of MB, so this may take minutes (the start waits up to {wait} s); later starts take seconds",
-                cache.display()
-            ),
-        });
     }
 }

@@ -34,6 +34,17 @@ pub(in crate::session) struct Recorder {
 }
 
 impl Recorder {
+    /// The last `window` bytes of the history, read off the actor's thread.
+    pub(in crate::session) async fn history_tail(
+        &self,
+        window: u64,
+    ) -> Vec<crate::history::HistoryEntry> {
+        let path = self.history.path().to_owned();
+        tokio::task::spawn_blocking(move || crate::history::read_tail(&path, window))
+            .await
+            .unwrap_or_default()
+    }
+
     pub(super) fn new(record: SessionRecord, history: History, retain_bytes: u64) -> Recorder {
         Recorder {
             record,

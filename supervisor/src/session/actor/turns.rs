@@ -366,7 +366,7 @@ impl SessionActor {
             // The create's prompt was acknowledged: sent again under the same request, so it
             // runs once and is recorded once. Any other prompt's caller had no answer yet.
             if let Some(prompt) = &first_prompt
-                && self.turn_id() == Some(turn_id.as_str())
+                && self.conversation.turn_id() == Some(turn_id.as_str())
                 && self.resend_prompt(&request_id, &turn_id, prompt)
             {
                 continue;
@@ -374,7 +374,7 @@ impl SessionActor {
             self.conversation.pending.remove(&request_id);
             let error =
                 "the supervisor stopped before this prompt reached the agent; send it again";
-            if self.turn_id() == Some(turn_id.as_str()) {
+            if self.conversation.turn_id() == Some(turn_id.as_str()) {
                 self.end_turn(TurnState::Failed, None, Some(error.into())).await;
             } else if let Err(err) = self
                 .context
@@ -487,18 +487,8 @@ impl SessionActor {
         }
     }
 
-    /// A re-attach's replay will not finish (the execution is gone): prompts that waited for
-    /// it are answered (the caller resumes and retries), and nothing is left to settle.
-    pub(in crate::session) fn drop_replay(&mut self, reason: &str) {
-        self.sidecar.catch_up.until = None;
-        self.sidecar.catch_up.undelivered.clear();
-        for (_, reply) in self.sidecar.catch_up.deferred.drain(..) {
-            let _ = reply.send(Err(SessionError::AgentGone(reason.to_owned())));
-        }
-    }
-
     pub(in crate::session) fn fail_waiters(&mut self, reason: &str) {
-        self.drop_replay(reason);
+        self.sidecar.drop_replay(reason);
         self.waits.opened(|| Err(SessionError::InvalidState(reason.to_owned())));
     }
 }
