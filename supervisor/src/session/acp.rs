@@ -273,7 +273,7 @@ impl SessionActor {
         {
             self.tool_announced(&params["toolCall"]);
             // Unique for the session's whole life: the agent's id within its execution.
-            let request_id = super::permission_request_id(self.generation(), &id);
+            let request_id = super::permission_request_id(self.recorder.generation(), &id);
             let Some(execution_id) =
                 self.sidecar.execution.as_ref().map(|execution| execution.id.clone())
             else {
@@ -731,7 +731,7 @@ impl SessionActor {
         };
         let method = method.to_owned();
         tracing::info!(session = %self.row.id, %method, "the agent asks for authentication");
-        self.progress(LaunchStep::Authenticating, Some(method.clone()));
+        self.recorder.progress(LaunchStep::Authenticating, Some(method.clone()));
         self.request(
             protocol::acp::method::AUTHENTICATE,
             requests::authenticate(&method),
@@ -741,7 +741,7 @@ impl SessionActor {
     }
 
     fn new_acp_session(&mut self) {
-        self.progress(LaunchStep::Opening, None);
+        self.recorder.progress(LaunchStep::Opening, None);
         let mut params =
             json!({"cwd": self.row.workspace_path, "mcpServers": self.row.mcp_servers});
         self.add_directories(&mut params);
@@ -992,7 +992,7 @@ impl SessionActor {
     /// Sends `session/load` (`load`) or `session/resume` for the stored `token`.
     fn restore(&mut self, load: bool, token: String) {
         let method = if load { "session/load" } else { "session/resume" };
-        self.progress(LaunchStep::Restoring, Some(method.to_owned()));
+        self.recorder.progress(LaunchStep::Restoring, Some(method.to_owned()));
         let mut params = json!({
             "sessionId": token,
             "cwd": self.row.workspace_path,

@@ -143,6 +143,32 @@ pub(super) struct Execution {
 }
 
 impl Execution {
+    /// The execution a launch or re-attach connected to, with its outbox started.
+    pub(super) fn new(
+        connected: Connected,
+        agent_running: bool,
+        internal_tx: &mpsc::UnboundedSender<Internal>,
+    ) -> Execution {
+        let Connected { record, calls, events_rx, gone, .. } = connected;
+        let outbox = outbox::start_outbox(
+            record.execution_id.clone(),
+            Arc::clone(&calls),
+            internal_tx.clone(),
+        );
+        Execution {
+            id: record.execution_id.clone(),
+            record,
+            calls,
+            outbox,
+            events_rx,
+            agent_running,
+            gone,
+            primed_session: None,
+        }
+    }
+}
+
+impl Execution {
     /// Whether `params` (a notification's) are about the warm agent's priming session.
     pub(super) fn is_primed(&self, params: &Value) -> bool {
         (self.primed_session.as_deref())
@@ -201,6 +227,23 @@ impl Stage {
     }
 
     /// The handshake under way.
+    /// The launch step the agent is waited for in, while it starts (the step of the
+    /// handshake request it has not answered yet).
+    pub(super) fn launch_step(&self) -> Option<crate::events::LaunchStep> {
+        use protocol::acp::method;
+        let Stage::Opening(opening) = self else { return None };
+        Some(match opening.step?.0 {
+            method::INITIALIZE => crate::events::LaunchStep::Initializing,
+            method::AUTHENTICATE => crate::events::LaunchStep::Authenticating,
+            method::SESSION_LOAD | method::SESSION_RESUME => crate::events::LaunchStep::Restoring,
+            method::SESSION_NEW => crate::events::LaunchStep::Opening,
+            method::SESSION_SET_CONFIG_OPTION | method::SESSION_SET_MODE => {
+                crate::events::LaunchStep::Settings
+            }
+            _ => return None,
+        })
+    }
+
     /// The handshake's state, while opening.
     pub(super) fn opening_ref(&self) -> Option<&Opening> {
         match self {
@@ -691,11 +734,6 @@ impl SessionActor {
         }
     }
 
-    /// The generation of the execution whose events are being handled (0 before any).
-    pub(super) fn generation(&self) -> i64 {
-        self.recorder.generation.unwrap_or_default()
-    }
-
     async fn handle_internal(&mut self, report: Internal) {
         match report {
             Internal::SnapshotTaken { snapshot_id, trigger } => {
@@ -744,11 +782,6 @@ impl SessionActor {
                 }
             }
         }
-    }
-
-    /// Publishes a step of bringing the agent up.
-    pub(super) fn progress(&mut self, step: LaunchStep, detail: Option<String>) {
-        self.recorder.emit(SessionEventKind::Progress { step, detail });
     }
 
     async fn deadline_passed(&mut self) {

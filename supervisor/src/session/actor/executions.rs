@@ -254,7 +254,7 @@ impl SessionActor {
             Err(message) => return self.fail(message).await,
         };
         let runtime = self.context.runtime.name();
-        self.progress(LaunchStep::Launching, Some(format!("{} ({runtime})", argv[0])));
+        self.recorder.progress(LaunchStep::Launching, Some(format!("{} ({runtime})", argv[0])));
         if in_container.is_none()
             && let Some(message) = launch::npx_download_notice(&self.profile, &argv, &home)
         {
@@ -413,7 +413,7 @@ impl SessionActor {
         };
         let mut connected = connected;
         let warm = connected.warm.take();
-        let mut execution = self.connect(connected, true);
+        let mut execution = Execution::new(connected, true, &self.internal_tx);
         execution.primed_session = warm.as_ref().and_then(|warm| warm.primed.clone());
         if matches!(self.sidecar.after_launch, AfterLaunch::Retire(_)) {
             // Stopped or detached while launching.
@@ -459,11 +459,11 @@ impl SessionActor {
             // Initialized before the session asked: on to the ACP session.
             Some(init) => {
                 let detail = Some("warm: the agent was started ahead".to_owned());
-                self.progress(LaunchStep::Initializing, detail);
+                self.recorder.progress(LaunchStep::Initializing, detail);
                 self.initialized(init).await;
             }
             None => {
-                self.progress(LaunchStep::Initializing, None);
+                self.recorder.progress(LaunchStep::Initializing, None);
                 let params = crate::sidecar::initialize_params(&self.profile);
                 self.request(protocol::acp::method::INITIALIZE, params, Pending::Initialize);
             }
@@ -476,7 +476,7 @@ impl SessionActor {
             let reply = self.sidecar.stop_after_launch();
             match reattached {
                 Ok(connected) => {
-                    let execution = self.connect(connected, false);
+                    let execution = Execution::new(connected, false, &self.internal_tx);
                     self.retire(execution, reply);
                 }
                 Err(_) => {
@@ -503,7 +503,7 @@ impl SessionActor {
         };
         let status = connected.status.clone();
         let record = connected.record.clone();
-        let mut execution = self.connect(connected, false);
+        let mut execution = Execution::new(connected, false, &self.internal_tx);
         if let Stage::Reattaching { primed_session } = &mut self.stage {
             execution.primed_session = primed_session.take();
         }
@@ -586,29 +586,6 @@ impl SessionActor {
             }
         }
         self.send_unsent_initial_prompt().await;
-    }
-
-    pub(in crate::session) fn connect(
-        &self,
-        connected: Connected,
-        agent_running: bool,
-    ) -> Execution {
-        let Connected { record, calls, events_rx, gone, .. } = connected;
-        let outbox = outbox::start_outbox(
-            record.execution_id.clone(),
-            Arc::clone(&calls),
-            self.internal_tx.clone(),
-        );
-        Execution {
-            id: record.execution_id.clone(),
-            record,
-            calls,
-            outbox,
-            events_rx,
-            agent_running,
-            gone,
-            primed_session: None,
-        }
     }
 
     /// The resume context around `prompt`, from the history on disk.

@@ -34,6 +34,20 @@ pub(in crate::session) struct Recorder {
 }
 
 impl Recorder {
+    /// The generation of the execution whose events are being handled (0 before any).
+    pub(in crate::session) fn generation(&self) -> i64 {
+        self.generation.unwrap_or_default()
+    }
+
+    /// Publishes a step of bringing the agent up.
+    pub(in crate::session) fn progress(
+        &mut self,
+        step: crate::events::LaunchStep,
+        detail: Option<String>,
+    ) {
+        self.emit(crate::events::SessionEventKind::Progress { step, detail });
+    }
+
     /// The last `window` bytes of the history, read off the actor's thread.
     pub(in crate::session) async fn history_tail(
         &self,

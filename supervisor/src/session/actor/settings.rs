@@ -80,7 +80,7 @@ impl SessionActor {
     async fn next_restore(&mut self) {
         match self.choices.next_restore() {
             Some(RestoreStep::Send { setting, acp_session }) => {
-                self.progress(LaunchStep::Settings, Some(setting.to_string()));
+                self.recorder.progress(LaunchStep::Settings, Some(setting.to_string()));
                 let params = setting.params(&acp_session);
                 self.request(setting.method(), params, Pending::Setting { setting, reply: None });
             }

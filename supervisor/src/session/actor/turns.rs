@@ -2,9 +2,9 @@
 //! found undelivered.
 
 use super::{
-    CANCEL_GRACE, Instant, LaunchStep, MAX_PROMPT_LINE, Outgoing, Pending, Phase, Reply,
-    SessionActor, SessionError, SessionEventKind, SessionState, SnapshotTrigger, Stage, Turn,
-    TurnState, Value, json, task_state,
+    CANCEL_GRACE, Instant, MAX_PROMPT_LINE, Outgoing, Pending, Phase, Reply, SessionActor,
+    SessionError, SessionEventKind, SessionState, SnapshotTrigger, Turn, TurnState, Value, json,
+    task_state,
 };
 use agents::profile::UsageReporting;
 use protocol::api::PromptOrigin;
@@ -162,11 +162,11 @@ impl SessionActor {
         }
         let said =
             || format!("the agent says: {}", crate::history::excerpt(line, QUIET_STDERR_CHARS));
-        if let Some(step) = self.launch_step() {
+        if let Some(step) = self.stage.launch_step() {
             // Counted per execution: its generation keys the count (a turn's start, or
             // another execution's first line, begins a new one).
-            if self.conversation.show_starting_stderr(self.generation()) {
-                self.progress(step, Some(said()));
+            if self.conversation.show_starting_stderr(self.recorder.generation()) {
+                self.recorder.progress(step, Some(said()));
             }
             return;
         }
@@ -175,21 +175,6 @@ impl SessionActor {
             return;
         }
         self.recorder.emit(SessionEventKind::Notice { message: said() });
-    }
-
-    /// The launch step the agent is waited for in, while it starts (the step of the
-    /// handshake request it has not answered yet).
-    fn launch_step(&self) -> Option<LaunchStep> {
-        use protocol::acp::method;
-        let Stage::Opening(opening) = &self.stage else { return None };
-        Some(match opening.step?.0 {
-            method::INITIALIZE => LaunchStep::Initializing,
-            method::AUTHENTICATE => LaunchStep::Authenticating,
-            method::SESSION_LOAD | method::SESSION_RESUME => LaunchStep::Restoring,
-            method::SESSION_NEW => LaunchStep::Opening,
-            method::SESSION_SET_CONFIG_OPTION | method::SESSION_SET_MODE => LaunchStep::Settings,
-            _ => return None,
-        })
     }
 
     pub(in crate::session) async fn cancel(&mut self) -> Result<(), SessionError> {
@@ -229,7 +214,8 @@ impl SessionActor {
     /// The agent withdrew a question of its own (`$/cancel_request` of its request): it
     /// resolves as cancelled, and nothing is sent back (the agent wants no answer).
     pub(in crate::session) async fn question_withdrawn(&mut self, agent_id: &Value) {
-        let request_id = crate::session::permission_request_id(self.generation(), agent_id);
+        let request_id =
+            crate::session::permission_request_id(self.recorder.generation(), agent_id);
         let pending = self.context.store.list_pending(self.row.id.clone()).await;
         let Some((_, method, _)) =
             pending.unwrap_or_default().into_iter().find(|(id, _, _)| *id == request_id)
@@ -269,7 +255,7 @@ impl SessionActor {
         }
         // Asked by this execution's agent (its generation leads the id), or not at all.
         let current = crate::session::permission_request_generation(request_id)
-            .is_none_or(|generation| generation == self.generation());
+            .is_none_or(|generation| generation == self.recorder.generation());
         if !current || self.conversation.answering.contains_key(request_id) {
             return Err(SessionError::NoSuchRequest(request_id.to_owned()));
         }
