@@ -1,0 +1,60 @@
+//! What the actor tells itself: reports of its own tasks, and what each request it sent the
+//! agent was for.
+
+use protocol::api::SnapshotTrigger;
+
+use super::Retired;
+use crate::session::Reply;
+use crate::session::launch::{Connected, LaunchFailure};
+
+/// Reports from the actor's own tasks.
+pub(in crate::session) enum Internal {
+    /// A launch finished. (Boxed, like the re-attach: this channel's buffer is allocated
+    /// per session in slots of the largest message, and these two are rare.)
+    Launched(Box<Result<Connected, LaunchFailure>>),
+    /// A re-attach finished.
+    Reattached(Box<Result<Connected, String>>),
+    /// A control call of the outbox failed: the execution is lost.
+    ControlFailed { execution_id: crate::ids::ExecutionId, error: String },
+    /// A permission answer reached agentctl.
+    AnswerSent { execution_id: crate::ids::ExecutionId, request_id: String },
+    /// A snapshot taken in the background was stored.
+    SnapshotTaken { snapshot_id: String, trigger: SnapshotTrigger },
+    /// A stop's or detach's retire is done: the sidecar is gone, and these are the events
+    /// its spool held past what was handled (see [`super::SessionActor::retire_open`]).
+    Retired(Box<Retired>),
+}
+
+/// What an outstanding request of ours was for.
+#[derive(Debug)]
+pub(in crate::session) enum Pending {
+    Initialize,
+    NewSession,
+    /// `session/resume` (`load: false`) or `session/load` (`load: true`) of a token.
+    Restore {
+        load: bool,
+        token: String,
+    },
+    Prompt {
+        turn_id: crate::ids::TurnId,
+        injected: bool,
+    },
+    /// `authenticate` with `method`, after which the refused step is sent again.
+    Authenticate {
+        method: String,
+        then: AfterAuth,
+    },
+    /// `session/set_config_option` or `session/set_mode`: for a caller (`reply`), or to
+    /// set a choice again after the session opened.
+    Setting {
+        setting: crate::settings::Setting,
+        reply: Option<Reply<crate::settings::SessionSettings>>,
+    },
+}
+
+/// The handshake step an agent refused until `authenticate`.
+#[derive(Debug)]
+pub(in crate::session) enum AfterAuth {
+    NewSession,
+    Restore { load: bool, token: String },
+}
