@@ -1,5 +1,5 @@
-//! What the actor tells itself: reports of its own tasks, and what each request it sent the
-//! agent was for.
+//! What the actor tells itself: reports of its own tasks, what each request it sent the
+//! agent was for, and what a new turn is.
 
 use protocol::api::SnapshotTrigger;
 
@@ -57,4 +57,14 @@ pub(in crate::session) enum Pending {
 pub(in crate::session) enum AfterAuth {
     NewSession,
     Restore { load: bool, token: String },
+}
+
+/// What a new turn is, beyond its prompt.
+pub(in crate::session) enum TurnKind {
+    /// A prompt of a person or a client.
+    Prompt,
+    /// A person's retry of this turn: its prompt again.
+    RetryOf(crate::ids::TurnId),
+    /// Tether asking the agent for its summary before a pause.
+    PauseSummary,
 }
