@@ -6,7 +6,7 @@
 //! Files, by concern:
 //! - this file: the handle, the view, the commands and how an actor begins;
 //! - `actor.rs` (and `actor/`): the loop over the actor's components — `Recorder`
-//!   (`actor/records.rs`), `Sidecar` (`actor/executions.rs`), `Waits` (`actor/waits.rs`) —
+//!   (`actor/records.rs`), `Sidecar` (`actor/sidecar.rs`), `Waits` (`actor/waits.rs`) —
 //!   and by concern turns, executions, pauses and what the actor writes;
 //! - `conversation.rs`, `meter.rs`, `choices.rs`: the ACP conversation's state, the usage
 //!   meter and the settings' choices, components that decide without effects;
