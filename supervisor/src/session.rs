@@ -5,16 +5,17 @@
 //!
 //! Files, by concern:
 //! - this file: the handle, the view, the commands and how an actor begins;
-//! - `actor.rs` (and `actor/`): the loop over the actor's components — `Recorder`
-//!   (`actor/records.rs`), `Sidecar` (`actor/sidecar.rs`), `Waits` (`actor/waits.rs`) —
-//!   and by concern turns, executions, pauses and what the actor writes;
+//! - `actor.rs`: the actor's loop and its one `impl`, every transition in sections (turns,
+//!   executions, pauses, the stall, settings, the ACP client); `actor/`: where it is
+//!   (`stage.rs`), what it tells itself (`messages.rs`) and the components it owns —
+//!   `Recorder` (`records.rs`), `Sidecar` (`sidecar.rs`), `Waits` (`waits.rs`);
 //! - `conversation.rs`, `meter.rs`, `choices.rs`: the ACP conversation's state, the usage
 //!   meter and the settings' choices, components that decide without effects;
 //! - `launch.rs`: launching, re-attaching and retiring executions, and the fence;
 //! - `leftovers.rs`: a gone sidecar's spool, read past what was handled;
 //! - `crate::sidecar` (below this module): the agentctl connection (its calls and its
 //!   event stream);
-//! - `acp.rs`: the ACP client (agent events, responses, the resume ladder);
+//! - `acp.rs` (and `acp/`): what the ACP client reads agents with, apart from the actor;
 //! - `durability.rs`: what may be acknowledged to agentctl, and when;
 //! - `outbox.rs`: the one task that makes control calls, so the actor never waits on one;
 //! - `record.rs`: the session's event log and open-work rows, with or without an actor.

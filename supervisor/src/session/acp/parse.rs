@@ -48,7 +48,7 @@ struct Content<'a> {
 /// The text and message id of an `agent_message_chunk` notification, read straight into
 /// the few fields it carries without building its JSON tree (the bulk of what agents
 /// send); `None` for anything else.
-pub(super) fn agent_text(raw: &str) -> Option<(String, Option<String>)> {
+pub(in crate::session) fn agent_text(raw: &str) -> Option<(String, Option<String>)> {
     let chunk = serde_json::from_str::<Notification<'_>>(raw).ok()?;
     let update = chunk.params.update;
     if chunk.id.is_some()
@@ -67,7 +67,7 @@ pub(in crate::session) fn about_session(params: &Value, session: &str) -> bool {
 
 /// What a tool's result is recorded as: its title, with its kind before a title that is
 /// only a path (opencode titles an edit with the file: `edit src/main.rs`).
-pub(super) fn tool_name(title: String, kind: String) -> String {
+pub(in crate::session) fn tool_name(title: String, kind: String) -> String {
     let bare_path =
         !title.contains(char::is_whitespace) && (title.contains('/') || title.contains('.'));
     match (title.is_empty(), kind.is_empty()) {
@@ -79,12 +79,12 @@ pub(super) fn tool_name(title: String, kind: String) -> String {
 }
 
 /// A tool call's title, when it has a non-empty one.
-pub(super) fn tool_title(update: &Value) -> Option<&str> {
+pub(in crate::session) fn tool_title(update: &Value) -> Option<&str> {
     update["title"].as_str().map(str::trim).filter(|title| !title.is_empty())
 }
 
 /// A diff content block as recorded: the file and its new text.
-pub(super) fn diff_text(item: &Value) -> String {
+pub(in crate::session) fn diff_text(item: &Value) -> String {
     format!(
         "diff {}:\n{}",
         item["path"].as_str().unwrap_or("?"),
@@ -93,7 +93,7 @@ pub(super) fn diff_text(item: &Value) -> String {
 }
 
 /// The diffs a tool call update shows, as recorded.
-pub(super) fn tool_diffs(update: &Value) -> String {
+pub(in crate::session) fn tool_diffs(update: &Value) -> String {
     let content = update.get("content").and_then(Value::as_array);
     let diffs: Vec<String> = content
         .into_iter()
@@ -106,7 +106,7 @@ pub(super) fn tool_diffs(update: &Value) -> String {
 
 /// What a failed (or denied) tool call's final update says: its text, without the diffs
 /// it proposed (nothing was changed), and a line saying that a change was not made.
-pub(super) fn failed_tool_text(update: &Value, proposed: bool) -> String {
+pub(in crate::session) fn failed_tool_text(update: &Value, proposed: bool) -> String {
     let proposed = proposed || !tool_diffs(update).is_empty();
     let mut text = content_text(update, false);
     if proposed {
@@ -120,7 +120,7 @@ pub(super) fn failed_tool_text(update: &Value, proposed: bool) -> String {
 
 /// What a tool call's final update says it did: its content blocks (text, and each diff as
 /// the file and its new text), else its raw output.
-pub(super) fn tool_text(update: &Value) -> String {
+pub(in crate::session) fn tool_text(update: &Value) -> String {
     content_text(update, true)
 }
 
@@ -162,7 +162,7 @@ pub(in crate::session) struct KnownConversation {
 impl KnownConversation {
     /// The recorded conversation's messages and tool call ids (the history's newest
     /// entries): what a `session/load` may replay.
-    pub(super) fn of(entries: Vec<HistoryEntry>) -> KnownConversation {
+    pub(in crate::session) fn of(entries: Vec<HistoryEntry>) -> KnownConversation {
         let mut known = KnownConversation::default();
         for entry in entries {
             match entry.kind {
@@ -181,7 +181,7 @@ impl KnownConversation {
         known
     }
 
-    pub(super) fn is_replay(&self, kind: &str, update: &Value) -> bool {
+    pub(in crate::session) fn is_replay(&self, kind: &str, update: &Value) -> bool {
         let text = update["content"]["text"].as_str().map(str::trim);
         match kind {
             // A live turn never streams the user's own message back.
@@ -199,7 +199,10 @@ impl KnownConversation {
 /// recorded (`entries`, the history's tail): the seq of the first it lacks and how many,
 /// when it had an older one and not those after it. A replay that holds none of the
 /// recent ones cannot be told by.
-pub(super) fn lacking(entries: &[HistoryEntry], replayed: &str) -> Option<(u64, usize)> {
+pub(in crate::session) fn lacking(
+    entries: &[HistoryEntry],
+    replayed: &str,
+) -> Option<(u64, usize)> {
     // Held as the agent has them: a cut-off reply without Tether's note on it.
     let messages: Vec<(u64, String)> = entries
         .iter()

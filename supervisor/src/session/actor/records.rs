@@ -1,6 +1,6 @@
 //! What the actor writes: session events (with their marks), history entries, state
 //! changes and the durable half of acknowledgements to agentctl; a failed write starts a
-//! stall (retried by the actor: `stall.rs`). Events first, then rows: the ordering rule
+//! stall (retried by the actor: its section on a stall). Events first, then rows: the ordering rule
 //! of [`SessionRecord`] has its one caller here.
 
 use super::{
