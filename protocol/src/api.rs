@@ -451,6 +451,10 @@ pub struct SessionStatus {
     /// Tokens and cost of its turns, its agent's context use, and its budgets.
     #[serde(default)]
     pub usage: SessionUsage,
+    /// Its prompt queue: prompts sent while a turn ran, in the order they run, and why it
+    /// is halted (a failed or cancelled turn; `task.session.queue.resume` lets it run).
+    #[serde(default)]
+    pub queue: PromptQueue,
 }
 
 /// A permission request of an agent that waits for an answer
@@ -487,11 +491,54 @@ pub struct PauseResult {
     pub snapshot_id: Option<String>,
 }
 
-/// `task.session.prompt`: the turn that started.
+/// `task.session.prompt`: the turn that started, or, while a turn runs, the prompt queued
+/// behind it (durable before this answer; it runs once, in order, when the turns before it
+/// ended).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct PromptStarted {
-    /// The turn; its `turn_ended` event carries the same id.
-    pub turn_id: String,
+    /// The turn; its `turn_ended` event carries the same id. `null` when queued: the turn
+    /// it becomes is announced by `turn_started` with `prompt_id`.
+    pub turn_id: Option<String>,
+    /// The prompt was queued behind the running turn.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub queued: bool,
+    /// The queued prompt (to edit or remove it), when queued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_id: Option<String>,
+    /// Its place in the queue, from 1, when queued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<usize>,
+}
+
+impl PromptStarted {
+    /// The answer for a turn that started.
+    pub fn started(turn_id: String) -> PromptStarted {
+        PromptStarted { turn_id: Some(turn_id), queued: false, prompt_id: None, position: None }
+    }
+}
+
+/// A prompt waiting in a session's queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct QueuedPrompt {
+    /// The queued prompt.
+    pub prompt_id: String,
+    /// Its text.
+    pub prompt: String,
+    /// Its place, from 1: the first runs when the running turn ends.
+    pub position: usize,
+    /// When it was queued (ms since the epoch).
+    pub queued_at: i64,
+}
+
+/// A session's prompt queue.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct PromptQueue {
+    /// The prompts, in the order they run.
+    pub prompts: Vec<QueuedPrompt>,
+    /// Why the queue does not run (a turn failed), until `task.session.queue.resume`;
+    /// `null` while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub halted: Option<String>,
 }
 
 /// `task.session.resume`'s answer.
@@ -608,6 +655,15 @@ pub enum EventKind {
         /// Who sent it: omitted for a person's (or a client's) prompt.
         #[serde(default, skip_serializing_if = "PromptOrigin::is_user")]
         origin: PromptOrigin,
+        /// The queued prompt it runs, when it waited in the queue.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prompt_id: Option<String>,
+    },
+    /// The session's prompt queue changed (a prompt queued, taken into its turn, edited,
+    /// moved or removed; the queue halted or let run): the whole queue after the change.
+    Queue {
+        /// The queue.
+        queue: PromptQueue,
     },
     /// A chunk of the agent's reply.
     AgentMessageChunk {

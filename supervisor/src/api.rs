@@ -19,10 +19,10 @@ use jsonrpsee::server::{BatchRequestConfig, RpcModule, Server, ServerConfig, Ser
 use crate::ids::WorkflowId;
 use jsonrpsee::types::ErrorObjectOwned;
 use protocol::api::{
-    AgentInfo, ApiServer, CleanupResult, Done, ErrorData, HistoryEntry, PauseResult, PromptStarted,
-    ResumeResult, RuntimeKind, SessionState, SessionStatus, SessionSummary, Snapshot,
-    SnapshotSummary, StopAllResult, Task, TaskDetail, Timeline, WorkflowStarted, WorkflowStatus,
-    WorkflowSummary, params,
+    AgentInfo, ApiServer, CleanupResult, Done, ErrorData, HistoryEntry, PauseResult, PromptQueue,
+    PromptStarted, ResumeResult, RuntimeKind, SessionState, SessionStatus, SessionSummary,
+    Snapshot, SnapshotSummary, StopAllResult, Task, TaskDetail, Timeline, WorkflowStarted,
+    WorkflowStatus, WorkflowSummary, params,
 };
 use protocol::errors::CheckParams;
 use serde_json::Value;
@@ -42,6 +42,7 @@ use streaming::{
 };
 
 use crate::service::{CleanupPolicy, NewSession, NewWorkflow, ServiceError, Supervisor};
+use crate::session::{Prompted, QueueChange};
 
 fn to_rpc(err: ServiceError) -> ErrorObjectOwned {
     let field = match &err {
@@ -157,8 +158,49 @@ impl ApiServer for Methods {
     }
 
     async fn session_prompt(&self, session_id: String, prompt: String) -> RpcResult<PromptStarted> {
-        let turn_id = self.0.prompt(session_id.into(), prompt).await.map_err(to_rpc)?;
-        Ok(PromptStarted { turn_id: turn_id.into_string() })
+        let prompted = self.0.prompt(session_id.into(), prompt).await.map_err(to_rpc)?;
+        Ok(match prompted {
+            Prompted::Started(turn_id) => PromptStarted::started(turn_id.into_string()),
+            Prompted::Queued { prompt_id, position } => PromptStarted {
+                turn_id: None,
+                queued: true,
+                prompt_id: Some(prompt_id.into_string()),
+                position: Some(position),
+            },
+        })
+    }
+
+    async fn session_queue_list(&self, session_id: String) -> RpcResult<PromptQueue> {
+        self.0.queue(session_id.into()).await.map_err(to_rpc)
+    }
+
+    async fn session_queue_edit(
+        &self,
+        session_id: String,
+        prompt_id: String,
+        prompt: Option<String>,
+        position: Option<usize>,
+    ) -> RpcResult<PromptQueue> {
+        let change = QueueChange::Edit { prompt_id: prompt_id.into(), prompt, position };
+        self.0.change_queue(session_id.into(), change).await.map_err(to_rpc)
+    }
+
+    async fn session_queue_remove(
+        &self,
+        session_id: String,
+        prompt_id: String,
+    ) -> RpcResult<PromptQueue> {
+        let change = QueueChange::Remove(Some(prompt_id.into()));
+        self.0.change_queue(session_id.into(), change).await.map_err(to_rpc)
+    }
+
+    async fn session_queue_clear(&self, session_id: String) -> RpcResult<PromptQueue> {
+        let change = QueueChange::Remove(None);
+        self.0.change_queue(session_id.into(), change).await.map_err(to_rpc)
+    }
+
+    async fn session_queue_resume(&self, session_id: String) -> RpcResult<PromptQueue> {
+        self.0.change_queue(session_id.into(), QueueChange::Resume).await.map_err(to_rpc)
     }
 
     async fn session_resume(
@@ -409,7 +451,7 @@ impl ApiServer for Methods {
     ) -> RpcResult<PromptStarted> {
         let turn_id =
             self.0.retry_turn(session_id.into(), turn_id.map(Into::into)).await.map_err(to_rpc)?;
-        Ok(PromptStarted { turn_id: turn_id.into_string() })
+        Ok(PromptStarted::started(turn_id.into_string()))
     }
 
     async fn budget_set(

@@ -13,6 +13,7 @@ mod feed;
 mod here;
 mod output;
 mod questions;
+mod queue;
 mod serve;
 mod settings;
 mod workflow;
@@ -140,6 +141,10 @@ enum Command {
         /// The session [default: the one whose workspace is the current directory].
         session: Option<String>,
     },
+    /// A session's prompt queue: prompts sent while a turn ran, run in order as turns end;
+    /// a failed or cancelled turn halts it until `queue resume`.
+    #[command(subcommand)]
+    Queue(QueueCommand),
     /// Re-send the prompt of a turn a crash left interrupted (the session's newest turn
     /// unless --turn) and follow the new turn; never done automatically, refused when that
     /// turn completed or was re-sent already.
@@ -506,6 +511,47 @@ struct StartArgs {
     /// Print only the session id.
     #[arg(long, short)]
     quiet: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum QueueCommand {
+    /// The queued prompts, in the order they run, and why the queue is halted.
+    List {
+        /// The session.
+        session: String,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Change a queued prompt's text (the words after PROMPT_ID), its place, or both.
+    Edit {
+        /// Its new place, from 1.
+        #[arg(long)]
+        position: Option<usize>,
+        /// The session.
+        session: String,
+        /// The queued prompt (as `queue list` shows it).
+        prompt_id: String,
+        /// Its new text (words are joined by spaces; unchanged when absent).
+        #[arg(num_args = 0.., trailing_var_arg = true, allow_hyphen_values = true)]
+        text: Vec<String>,
+    },
+    /// Remove a queued prompt.
+    Remove {
+        /// The session.
+        session: String,
+        /// The queued prompt.
+        prompt_id: String,
+    },
+    /// Remove every queued prompt.
+    Clear {
+        /// The session.
+        session: String,
+    },
+    /// Let a halted queue run again (bringing the agent back if it is not running).
+    Resume {
+        /// The session.
+        session: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]

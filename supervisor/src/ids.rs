@@ -134,6 +134,12 @@ id_type! {
     TurnId
 }
 
+id_type! {
+    /// A prompt waiting in a session's queue for the running turn to end
+    /// (`prompt_queue.id`); the turn it becomes keeps it (`turns.queued_prompt`).
+    PromptId
+}
+
 #[cfg(test)]
 mod tests {
     use super::{StepId, WorkflowId};

@@ -43,6 +43,7 @@ mod launch;
 mod leftovers;
 mod meter;
 mod outbox;
+mod queue;
 pub mod record;
 
 use std::path::PathBuf;
@@ -183,10 +184,48 @@ impl SessionView {
 
 type Reply<T> = oneshot::Sender<Result<T, SessionError>>;
 
+/// How a prompt was taken: a turn started, or it waits in the queue behind the running
+/// turn (durable before this answer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prompted {
+    /// The turn started with it.
+    Started(crate::ids::TurnId),
+    /// It waits in the queue, at this place (from 1).
+    Queued {
+        /// The queued prompt.
+        prompt_id: crate::ids::PromptId,
+        /// Its place.
+        position: usize,
+    },
+}
+
+/// A change to a session's prompt queue, asked through the API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueChange {
+    /// A queued prompt's text, its place (from 1), or both.
+    Edit {
+        /// The queued prompt.
+        prompt_id: crate::ids::PromptId,
+        /// Its new text.
+        prompt: Option<String>,
+        /// Its new place.
+        position: Option<usize>,
+    },
+    /// Removes a queued prompt (`None`: all of them).
+    Remove(Option<crate::ids::PromptId>),
+    /// Lets a halted queue run again.
+    Resume,
+}
+
 enum Command {
     Prompt {
         text: String,
-        reply: Reply<crate::ids::TurnId>,
+        reply: Reply<Prompted>,
+    },
+    /// Changes the prompt queue; answered with the queue after the change.
+    Queue {
+        change: QueueChange,
+        reply: Reply<protocol::api::PromptQueue>,
     },
     Cancel {
         reply: Reply<()>,
@@ -220,7 +259,7 @@ enum Command {
     Retry {
         turn_id: crate::ids::TurnId,
         text: String,
-        reply: Reply<crate::ids::TurnId>,
+        reply: Reply<Prompted>,
     },
     /// Chooses a setting (`forget`: drops the choice instead).
     Setting {
@@ -234,6 +273,7 @@ impl std::fmt::Debug for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Command::Prompt { .. } => "Prompt",
+            Command::Queue { .. } => "Queue",
             Command::Cancel { .. } => "Cancel",
             Command::Permission { .. } => "Permission",
             Command::Stop { .. } => "Stop",
@@ -263,9 +303,17 @@ impl SessionHandle {
         result.await.map_err(|_| SessionError::Gone)?
     }
 
-    /// Starts a turn; returns its id.
-    pub async fn prompt(&self, text: String) -> Result<crate::ids::TurnId, SessionError> {
+    /// Starts a turn, or queues the prompt while a turn runs.
+    pub async fn prompt(&self, text: String) -> Result<Prompted, SessionError> {
         self.ask(|reply| Command::Prompt { text, reply }).await
+    }
+
+    /// Changes the prompt queue; returns it after the change.
+    pub async fn change_queue(
+        &self,
+        change: QueueChange,
+    ) -> Result<protocol::api::PromptQueue, SessionError> {
+        self.ask(|reply| Command::Queue { change, reply }).await
     }
 
     /// Re-sends `turn_id`'s prompt (`text`) as a new turn, unless a turn re-sent it already;
@@ -275,7 +323,13 @@ impl SessionHandle {
         turn_id: crate::ids::TurnId,
         text: String,
     ) -> Result<crate::ids::TurnId, SessionError> {
-        self.ask(|reply| Command::Retry { turn_id, text, reply }).await
+        match self.ask(|reply| Command::Retry { turn_id, text, reply }).await? {
+            Prompted::Started(turn_id) => Ok(turn_id),
+            // A retry is never queued: it is refused while a turn runs.
+            Prompted::Queued { .. } => {
+                Err(SessionError::InvalidState("the retry was queued, not started".into()))
+            }
+        }
     }
 
     /// Cancels the running turn. Answers at once; a turn the agent does not end within

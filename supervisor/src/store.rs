@@ -11,6 +11,7 @@
 
 mod executions;
 mod journal;
+mod queue;
 mod schema;
 mod sessions;
 mod settings;
@@ -30,7 +31,7 @@ use tokio::sync::oneshot;
 
 pub use journal::{LogRow, TURN_SNAPSHOTS_KEPT};
 pub use schema::MIGRATIONS;
-pub use turns::PromptRefusal;
+pub use turns::{PromptRefusal, TurnPrompt};
 pub use usage::{RetryCandidate, TurnUsage, UsageFilter, budget_use};
 pub use workflows::{StepPatch, StepRow, StepSession, StepTurn, TurnOutput, WorkflowRow};
 

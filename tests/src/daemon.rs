@@ -656,14 +656,24 @@ impl Api {
         ok("task.session.status", self.client.session_status(session.to_owned())).await
     }
 
-    /// `task.session.prompt`: the turn's id, or the refusal.
+    /// `task.session.prompt`: the turn's id, or the refusal. Panics when the prompt was
+    /// queued behind a running turn (see [`Api::prompt_or_queue`]).
     pub async fn prompt(&self, session: &str, text: &str) -> Result<String, ApiError> {
-        let started = call(
-            "task.session.prompt",
-            self.client.session_prompt(session.to_owned(), text.to_owned()),
-        )
-        .await?;
-        Ok(started.turn_id)
+        let started = self.prompt_or_queue(session, text).await?;
+        match started.turn_id {
+            Some(turn_id) => Ok(turn_id),
+            None => panic!("the prompt was queued, not started: {:?}", started.prompt_id),
+        }
+    }
+
+    /// `task.session.prompt`: the turn started, or the prompt queued; or the refusal.
+    pub async fn prompt_or_queue(
+        &self,
+        session: &str,
+        text: &str,
+    ) -> Result<protocol::api::PromptStarted, ApiError> {
+        call("task.session.prompt", self.client.session_prompt(session.to_owned(), text.to_owned()))
+            .await
     }
 
     /// `task.session.resume`, or the refusal.

@@ -20,6 +20,16 @@ pub const SESSION_STATUS: &str = "task.session.status";
 pub const SESSION_PROMPT: &str = "task.session.prompt";
 /// `task.session.resume`
 pub const SESSION_RESUME: &str = "task.session.resume";
+/// `task.session.queue.list`
+pub const SESSION_QUEUE_LIST: &str = "task.session.queue.list";
+/// `task.session.queue.edit`
+pub const SESSION_QUEUE_EDIT: &str = "task.session.queue.edit";
+/// `task.session.queue.remove`
+pub const SESSION_QUEUE_REMOVE: &str = "task.session.queue.remove";
+/// `task.session.queue.clear`
+pub const SESSION_QUEUE_CLEAR: &str = "task.session.queue.clear";
+/// `task.session.queue.resume`
+pub const SESSION_QUEUE_RESUME: &str = "task.session.queue.resume";
 /// `sessions.stop_all`
 pub const STOP_ALL: &str = "sessions.stop_all";
 /// `sessions.cleanup`
@@ -148,6 +158,11 @@ pub const ALL: &[&str] = &[
     WORKFLOWS_SUBSCRIBE,
     WORKFLOWS_UNSUBSCRIBE,
     SESSION_RETRY_TURN,
+    SESSION_QUEUE_LIST,
+    SESSION_QUEUE_EDIT,
+    SESSION_QUEUE_REMOVE,
+    SESSION_QUEUE_CLEAR,
+    SESSION_QUEUE_RESUME,
     BUDGET_SET,
     USAGE_QUERY,
     SESSION_CONFIG_OPTIONS,

@@ -11,10 +11,10 @@ use serde_json::{Map, Value, json};
 use super::params::{self, Checked};
 use super::{
     AgentInfo, BudgetUse, CleanupResult, Done, ErrorData, EventWindow, HistoryEntry, PauseResult,
-    PromptStarted, ResumeResult, SessionConfig, SessionEvent, SessionStatus, SessionSummary,
-    SessionsEvent, Snapshot, SnapshotSummary, StopAllResult, Task, TaskDetail, Timeline,
-    UsageReport, WorkflowEvent, WorkflowStarted, WorkflowStatus, WorkflowSummary, WorkflowsEvent,
-    method,
+    PromptQueue, PromptStarted, ResumeResult, SessionConfig, SessionEvent, SessionStatus,
+    SessionSummary, SessionsEvent, Snapshot, SnapshotSummary, StopAllResult, Task, TaskDetail,
+    Timeline, UsageReport, WorkflowEvent, WorkflowStarted, WorkflowStatus, WorkflowSummary,
+    WorkflowsEvent, method,
 };
 use crate::errors::ErrorKind;
 
@@ -102,9 +102,10 @@ pub fn generate() -> Value {
     use params::{
         BudgetSet, Cleanup, ElicitationRespond, NoParams, PermissionRespond, SessionCreate,
         SessionDelete, SessionEventWindow, SessionHistory, SessionId, SessionList, SessionPause,
-        SessionPrompt, SessionResume, SessionRetryTurn, SessionSetConfigOption, SessionSetMode,
-        SessionSubscribe, SessionTimeline, SnapshotGet, TaskCreate, TaskDelete, TaskGet,
-        UsageQuery, WorkflowApprove, WorkflowId, WorkflowResume, WorkflowStart, WorkflowSubscribe,
+        SessionPrompt, SessionQueueEdit, SessionQueueRemove, SessionResume, SessionRetryTurn,
+        SessionSetConfigOption, SessionSetMode, SessionSubscribe, SessionTimeline, SnapshotGet,
+        TaskCreate, TaskDelete, TaskGet, UsageQuery, WorkflowApprove, WorkflowId, WorkflowResume,
+        WorkflowStart, WorkflowSubscribe,
     };
     m.add::<NoParams, Vec<AgentInfo>>(
         method::AGENTS_LIST,
@@ -131,7 +132,27 @@ pub fn generate() -> Value {
     );
     m.add::<SessionPrompt, PromptStarted>(
         method::SESSION_PROMPT,
-        "Sends a prompt (resuming the session first when its agent is not running); the turn's output arrives as events.",
+        "Sends a prompt (resuming the session first when its agent is not running); the turn's output arrives as events. While a turn runs, the prompt is queued behind it (queued: true, with its prompt_id and position), durably, and runs once, in order.",
+    );
+    m.add::<SessionId, PromptQueue>(
+        method::SESSION_QUEUE_LIST,
+        "The session's prompt queue: prompts sent while a turn ran, in the order they run, and why it is halted.",
+    );
+    m.add::<SessionQueueEdit, PromptQueue>(
+        method::SESSION_QUEUE_EDIT,
+        "Changes a queued prompt's text, its place (from 1), or both; returns the queue.",
+    );
+    m.add::<SessionQueueRemove, PromptQueue>(
+        method::SESSION_QUEUE_REMOVE,
+        "Removes a queued prompt; returns the queue.",
+    );
+    m.add::<SessionId, PromptQueue>(
+        method::SESSION_QUEUE_CLEAR,
+        "Removes every queued prompt; returns the (empty) queue.",
+    );
+    m.add::<SessionId, PromptQueue>(
+        method::SESSION_QUEUE_RESUME,
+        "Lets a queue halted by a failed or cancelled turn run again (resuming the session's agent when it is not running and prompts wait); returns the queue.",
     );
     m.add::<SessionResume, ResumeResult>(
         method::SESSION_RESUME,
@@ -406,6 +427,11 @@ mod tests {
             client.session_list(Some(s()), Some(SessionState::Failed), Some("mock".into())).await;
         let _ = client.session_status(s()).await;
         let _ = client.session_prompt(s(), "p".into()).await;
+        let _ = client.session_queue_list(s()).await;
+        let _ = client.session_queue_edit(s(), "q".into(), Some("p".into()), Some(1)).await;
+        let _ = client.session_queue_remove(s(), "q".into()).await;
+        let _ = client.session_queue_clear(s()).await;
+        let _ = client.session_queue_resume(s()).await;
         let _ = client.session_resume(s(), Some(true)).await;
         let _ = client.stop_all().await;
         let _ = client
@@ -625,6 +651,31 @@ mod tests {
             _: String,
             _: Option<bool>,
         ) -> jsonrpsee::core::RpcResult<ResumeResult> {
+            never()
+        }
+        async fn session_queue_list(&self, _: String) -> jsonrpsee::core::RpcResult<PromptQueue> {
+            never()
+        }
+        async fn session_queue_edit(
+            &self,
+            _: String,
+            _: String,
+            _: Option<String>,
+            _: Option<usize>,
+        ) -> jsonrpsee::core::RpcResult<PromptQueue> {
+            never()
+        }
+        async fn session_queue_remove(
+            &self,
+            _: String,
+            _: String,
+        ) -> jsonrpsee::core::RpcResult<PromptQueue> {
+            never()
+        }
+        async fn session_queue_clear(&self, _: String) -> jsonrpsee::core::RpcResult<PromptQueue> {
+            never()
+        }
+        async fn session_queue_resume(&self, _: String) -> jsonrpsee::core::RpcResult<PromptQueue> {
             never()
         }
         async fn stop_all(&self) -> jsonrpsee::core::RpcResult<StopAllResult> {

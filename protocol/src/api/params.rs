@@ -709,6 +709,45 @@ impl Checked for SessionRetryTurn {
     }
 }
 
+/// `task.session.queue.edit`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionQueueEdit {
+    /// The session.
+    pub session_id: String,
+    /// The queued prompt.
+    pub prompt_id: String,
+    /// Its new text (at most 8 MiB; unchanged when absent).
+    #[serde(default)]
+    pub prompt: Option<String>,
+    /// Its new place, from 1 (past the end is the end; unchanged when absent).
+    #[serde(default)]
+    pub position: Option<usize>,
+}
+impl Checked for SessionQueueEdit {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)?;
+        within("prompt_id", &self.prompt_id, MAX_ID)?;
+        within_opt("prompt", &self.prompt, MAX_PROMPT)
+    }
+}
+
+/// `task.session.queue.remove`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionQueueRemove {
+    /// The session.
+    pub session_id: String,
+    /// The queued prompt.
+    pub prompt_id: String,
+}
+impl Checked for SessionQueueRemove {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)?;
+        within("prompt_id", &self.prompt_id, MAX_ID)
+    }
+}
+
 /// `budget.set`
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -862,12 +901,13 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         AGENTS_LIST, BUDGET_SET, CLEANUP, DISCOVER, ELICITATION_RESPOND, PERMISSION_RESPOND,
         SESSION_CANCEL, SESSION_CONFIG_OPTIONS, SESSION_CREATE, SESSION_DELETE,
         SESSION_EVENT_WINDOW, SESSION_HISTORY, SESSION_LIST, SESSION_PAUSE, SESSION_PROMPT,
-        SESSION_RESUME, SESSION_RETRY_TURN, SESSION_SET_CONFIG_OPTION, SESSION_SET_MODE,
-        SESSION_STATUS, SESSION_STOP, SESSION_SUBSCRIBE, SESSION_SUBSCRIBE_BATCH, SESSION_TIMELINE,
-        SESSIONS_SUBSCRIBE, SNAPSHOT_GET, SNAPSHOT_LIST, STOP_ALL, TASK_CREATE, TASK_DELETE,
-        TASK_GET, TASK_LIST, USAGE_QUERY, WORKFLOW_APPROVE, WORKFLOW_CANCEL, WORKFLOW_DELETE,
-        WORKFLOW_LIST, WORKFLOW_RESUME, WORKFLOW_START, WORKFLOW_STATUS, WORKFLOW_SUBSCRIBE,
-        WORKFLOWS_SUBSCRIBE,
+        SESSION_QUEUE_CLEAR, SESSION_QUEUE_EDIT, SESSION_QUEUE_LIST, SESSION_QUEUE_REMOVE,
+        SESSION_QUEUE_RESUME, SESSION_RESUME, SESSION_RETRY_TURN, SESSION_SET_CONFIG_OPTION,
+        SESSION_SET_MODE, SESSION_STATUS, SESSION_STOP, SESSION_SUBSCRIBE, SESSION_SUBSCRIBE_BATCH,
+        SESSION_TIMELINE, SESSIONS_SUBSCRIBE, SNAPSHOT_GET, SNAPSHOT_LIST, STOP_ALL, TASK_CREATE,
+        TASK_DELETE, TASK_GET, TASK_LIST, USAGE_QUERY, WORKFLOW_APPROVE, WORKFLOW_CANCEL,
+        WORKFLOW_DELETE, WORKFLOW_LIST, WORKFLOW_RESUME, WORKFLOW_START, WORKFLOW_STATUS,
+        WORKFLOW_SUBSCRIBE, WORKFLOWS_SUBSCRIBE,
     };
     match method_name {
         AGENTS_LIST | TASK_LIST | STOP_ALL | DISCOVER | WORKFLOW_LIST | SESSIONS_SUBSCRIBE
@@ -887,9 +927,16 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         SESSION_LIST => parse::<SessionList>(raw).map(drop),
         SESSION_SET_CONFIG_OPTION => parse::<SessionSetConfigOption>(raw).map(drop),
         SESSION_SET_MODE => parse::<SessionSetMode>(raw).map(drop),
-        SESSION_STATUS | SESSION_CANCEL | SESSION_STOP | SNAPSHOT_LIST | SESSION_CONFIG_OPTIONS => {
-            parse::<SessionId>(raw).map(drop)
-        }
+        SESSION_STATUS
+        | SESSION_CANCEL
+        | SESSION_STOP
+        | SNAPSHOT_LIST
+        | SESSION_CONFIG_OPTIONS
+        | SESSION_QUEUE_LIST
+        | SESSION_QUEUE_CLEAR
+        | SESSION_QUEUE_RESUME => parse::<SessionId>(raw).map(drop),
+        SESSION_QUEUE_EDIT => parse::<SessionQueueEdit>(raw).map(drop),
+        SESSION_QUEUE_REMOVE => parse::<SessionQueueRemove>(raw).map(drop),
         SESSION_DELETE => parse::<SessionDelete>(raw).map(drop),
         CLEANUP => parse::<Cleanup>(raw).map(drop),
         SESSION_RESUME => parse::<SessionResume>(raw).map(drop),

@@ -2,10 +2,11 @@
 
 use super::{
     AgentInfo, BudgetUse, CleanupResult, Done, EventBatch, EventWindow, HistoryEntry, PauseResult,
-    PromptStarted, ResumeResult, RpcResult, RuntimeKind, SessionConfig, SessionEvent, SessionState,
-    SessionStatus, SessionSummary, SessionsEvent, Snapshot, SnapshotSummary, StopAllResult,
-    SubscriptionResult, Task, TaskDetail, Timeline, UsageGroupBy, UsageReport, Value,
-    WorkflowEvent, WorkflowStarted, WorkflowStatus, WorkflowSummary, WorkflowsEvent, params, rpc,
+    PromptQueue, PromptStarted, ResumeResult, RpcResult, RuntimeKind, SessionConfig, SessionEvent,
+    SessionState, SessionStatus, SessionSummary, SessionsEvent, Snapshot, SnapshotSummary,
+    StopAllResult, SubscriptionResult, Task, TaskDetail, Timeline, UsageGroupBy, UsageReport,
+    Value, WorkflowEvent, WorkflowStarted, WorkflowStatus, WorkflowSummary, WorkflowsEvent, params,
+    rpc,
 };
 
 #[rpc(server, client)]
@@ -84,6 +85,38 @@ pub trait Api {
     /// turn's output arrives as events.
     #[method(name = "task.session.prompt", param_kind = map)]
     async fn session_prompt(&self, session_id: String, prompt: String) -> RpcResult<PromptStarted>;
+
+    /// The session's prompt queue: prompts sent while a turn ran, in the order they run,
+    /// and why it is halted.
+    #[method(name = "task.session.queue.list", param_kind = map)]
+    async fn session_queue_list(&self, session_id: String) -> RpcResult<PromptQueue>;
+
+    /// Changes a queued prompt's text, its place (from 1), or both; returns the queue.
+    #[method(name = "task.session.queue.edit", param_kind = map)]
+    async fn session_queue_edit(
+        &self,
+        session_id: String,
+        prompt_id: String,
+        prompt: Option<String>,
+        position: Option<usize>,
+    ) -> RpcResult<PromptQueue>;
+
+    /// Removes a queued prompt; returns the queue.
+    #[method(name = "task.session.queue.remove", param_kind = map)]
+    async fn session_queue_remove(
+        &self,
+        session_id: String,
+        prompt_id: String,
+    ) -> RpcResult<PromptQueue>;
+
+    /// Removes every queued prompt; returns the (empty) queue.
+    #[method(name = "task.session.queue.clear", param_kind = map)]
+    async fn session_queue_clear(&self, session_id: String) -> RpcResult<PromptQueue>;
+
+    /// Lets a queue halted by a failed or cancelled turn run again (resuming the session's
+    /// agent when it is not running and prompts wait); returns the queue.
+    #[method(name = "task.session.queue.resume", param_kind = map)]
+    async fn session_queue_resume(&self, session_id: String) -> RpcResult<PromptQueue>;
 
     /// Brings a session's agent back: natively when it can, else with the history for the
     /// next prompt. Joins a resume already under way.

@@ -224,6 +224,7 @@ impl Client {
             }
             Command::Sessions(command) => self.sessions(command).await,
             Command::Snapshots(command) => self.snapshots(command).await,
+            Command::Queue(command) => self.queue(command).await,
         }
     }
 
@@ -414,6 +415,9 @@ impl Client {
         }
         print_fields(&status)?;
         println!("usage (turns): {}", session_usage_line(&status.usage));
+        if !status.queue.prompts.is_empty() || status.queue.halted.is_some() {
+            println!("{}", super::output::queue_line(&status.queue));
+        }
         Ok(())
     }
 
@@ -748,6 +752,8 @@ impl Client {
         // while: its progress is shown as it happens, so the call runs beside the stream.
         tokio::pin!(call);
         let mut turn: Option<String> = None;
+        // Queued behind the running turn: the queued prompt whose turn is ours.
+        let mut queued: Option<String> = None;
         let mut call_lost = false;
         // A turn started with our text since we began: ours, if the call's answer is lost.
         let mut candidate: Option<String> = None;
@@ -756,13 +762,22 @@ impl Client {
         let mut stdout = std::io::stdout();
         loop {
             let event = tokio::select! {
-                started = &mut call, if turn.is_none() && !call_lost => {
+                started = &mut call, if turn.is_none() && queued.is_none() && !call_lost => {
                     match started {
                         Ok(started) => {
-                            if let Some(ended) = seen.iter().find(|e| ends_turn(e, &started.turn_id)) {
+                            let Some(turn_id) = started_turn(&started, &seen) else {
+                                let prompt_id = started.prompt_id.unwrap_or_default();
+                                eprintln!(
+                                    "queued at position {} behind the running turn (prompt {prompt_id}); it runs when the turns before it end",
+                                    started.position.unwrap_or(1)
+                                );
+                                queued = Some(prompt_id);
+                                continue;
+                            };
+                            if let Some(ended) = seen.iter().find(|e| ends_turn(e, &turn_id)) {
                                 return turn_result(ended);
                             }
-                            turn = Some(started.turn_id);
+                            turn = Some(turn_id);
                         }
                         // The daemon went away before it answered: whether it took the
                         // prompt is told by the stream (a `turn_started` with our text),
@@ -788,7 +803,15 @@ impl Client {
                 event = events.next() => event?,
             };
             shown.progress(&event);
+            // While queued, the running turn's output is not ours.
+            let ours = queued.is_none();
             match &event.kind {
+                EventKind::TurnStarted { turn_id, prompt_id: Some(prompt_id), .. }
+                    if queued.as_deref() == Some(prompt_id.as_str()) =>
+                {
+                    turn = Some(turn_id.clone());
+                    queued = None;
+                }
                 EventKind::TurnStarted { turn_id, prompt, .. }
                     if turn.is_none()
                         && Some(prompt.as_str()) == text
@@ -800,18 +823,18 @@ impl Client {
                         candidate = Some(turn_id.clone());
                     }
                 }
-                EventKind::AgentMessageChunk { text, .. } => {
+                EventKind::AgentMessageChunk { text, .. } if ours => {
                     let _ = write!(stdout, "{text}");
                     let _ = stdout.flush();
                 }
-                EventKind::ToolCall { update } => {
+                EventKind::ToolCall { update } if ours => {
                     println!(
                         "\n[tool: {}]",
                         AcpUpdate::of(update).title.as_deref().unwrap_or("tool")
                     )
                 }
                 // The agent names it anew (its first title may be a placeholder).
-                EventKind::ToolCallUpdate { update } => {
+                EventKind::ToolCallUpdate { update } if ours => {
                     if let Some(title) = AcpUpdate::of(update).title {
                         println!("\n[tool: {title}]");
                     }
@@ -839,7 +862,9 @@ impl Client {
                 }
                 _ => {}
             }
-            if turn.is_none() && matches!(event.kind, EventKind::TurnEnded { .. }) {
+            if turn.is_none()
+                && matches!(event.kind, EventKind::TurnEnded { .. } | EventKind::TurnStarted { .. })
+            {
                 seen.push(event);
             }
             if call_lost && turn.is_none() && events.caught_up() {
@@ -1056,6 +1081,22 @@ pub(super) fn not_taken() -> Failure {
 #[derive(Debug, Deserialize)]
 pub(super) struct PermissionParams {
     pub(super) options: Vec<acp::PermissionOption>,
+}
+
+/// The turn a prompt's answer names: the one it started, or, when it was queued, the turn
+/// already seen starting with its queued prompt (the answer and the events are not
+/// ordered); `None` while it waits in the queue.
+fn started_turn(started: &protocol::api::PromptStarted, seen: &[SessionEvent]) -> Option<String> {
+    if let Some(turn_id) = &started.turn_id {
+        return Some(turn_id.clone());
+    }
+    let prompt_id = started.prompt_id.as_deref()?;
+    seen.iter().find_map(|event| match &event.kind {
+        EventKind::TurnStarted { turn_id, prompt_id: Some(id), .. } if id == prompt_id => {
+            Some(turn_id.clone())
+        }
+        _ => None,
+    })
 }
 
 pub(super) fn ends_turn(event: &SessionEvent, turn: &str) -> bool {

@@ -76,6 +76,12 @@ struct Turns {
     waiting: HashMap<String, oneshot::Sender<TurnEnd>>,
     /// Turns that ended before their prompt's call answered.
     ended: HashMap<String, TurnEnd>,
+    /// Prompts queued behind a running turn, waiting for the turn their queued prompt
+    /// becomes, by prompt id.
+    queued: HashMap<String, oneshot::Sender<TurnEnd>>,
+    /// Turns started from a queued prompt before that prompt's call answered: prompt id →
+    /// turn id.
+    started: HashMap<String, String>,
     /// `session/cancel`s received: a prompt whose turn started after one arrived is
     /// cancelled then (the cancel reached the daemon before the turn did).
     cancels: u64,
@@ -615,9 +621,15 @@ impl Face {
         let (reply, end) = oneshot::channel();
         let cancelled_meanwhile = {
             let mut turns = turns.lock().expect("UNWRAP: never poisoned");
-            match turns.ended.remove(&started.turn_id) {
-                Some(ended) => return ended.map(|reason| json!({"stopReason": reason})),
-                None => turns.waiting.insert(started.turn_id, reply),
+            let prompt_id = started.prompt_id.unwrap_or_default();
+            let turn_id = started.turn_id.or_else(|| turns.started.remove(&prompt_id));
+            match turn_id {
+                Some(turn_id) => match turns.ended.remove(&turn_id) {
+                    Some(ended) => return ended.map(|reason| json!({"stopReason": reason})),
+                    None => turns.waiting.insert(turn_id, reply),
+                },
+                // Queued behind the running turn: its turn is known once it starts.
+                None => turns.queued.insert(prompt_id, reply),
             };
             turns.cancels != cancels
         };
@@ -754,6 +766,13 @@ impl Face {
                 tokio::spawn(
                     async move { face.ask_elicitation(session, request_id, params).await },
                 );
+            }
+            EventKind::TurnStarted { turn_id, prompt_id: Some(prompt_id), .. } => {
+                let mut turns = turns.lock().expect("UNWRAP: never poisoned");
+                match turns.queued.remove(&prompt_id) {
+                    Some(waiting) => drop(turns.waiting.insert(turn_id, waiting)),
+                    None => drop(turns.started.insert(prompt_id, turn_id)),
+                }
             }
             EventKind::TurnEnded { turn_id, state, stop_reason, error } => {
                 let ended = match state {

@@ -43,8 +43,9 @@ pub(super) fn or_dash(value: Option<&str>) -> &str {
 pub(super) fn print_fields<T: Serialize>(value: &T) -> Result<(), Failure> {
     let value = serde_json::to_value(value)
         .map_err(|err| Failure { code: Exit::Error, line: format!("error: {err}") })?;
-    // Usage has its own line (see `usage_line`).
-    for (key, value) in value.as_object().into_iter().flatten().filter(|(key, _)| *key != "usage") {
+    // Usage and the queue have lines of their own (`usage_line`, `queue_line`).
+    let own_line = |key: &str| key == "usage" || key == "queue";
+    for (key, value) in value.as_object().into_iter().flatten().filter(|(key, _)| !own_line(key)) {
         let shown = match value {
             serde_json::Value::String(text) => text.clone(),
             serde_json::Value::Null => "-".into(),
@@ -82,7 +83,7 @@ pub(super) fn describe(kind: &EventKind) -> String {
             Some(error) => format!("state {}: {error}", state.as_str()),
             None => format!("state {}", state.as_str()),
         },
-        EventKind::TurnStarted { turn_id, prompt, origin } => match origin {
+        EventKind::TurnStarted { turn_id, prompt, origin, .. } => match origin {
             PromptOrigin::User => format!("turn {turn_id} started: {prompt}"),
             PromptOrigin::PauseSummary => {
                 format!(
@@ -144,6 +145,7 @@ pub(super) fn describe(kind: &EventKind) -> String {
             format!("snapshot {snapshot_id} taken ({})", trigger.as_str())
         }
         EventKind::Resumed { outcome } => format!("resumed: {}", outcome.as_str()),
+        EventKind::Queue { queue } => queue_line(queue),
         EventKind::Other => "an event of a kind this client does not know (a newer daemon)".into(),
         _ => "an event of a kind this client does not know".to_owned(),
     }
@@ -594,6 +596,23 @@ impl Drop for Waiting {
             // Back to the start of the line, and erase it.
             eprint!("\r\x1b[K");
         }
+    }
+}
+
+/// A session's prompt queue in one line: how many wait, the next, and why it is halted.
+pub(super) fn queue_line(queue: &protocol::api::PromptQueue) -> String {
+    let waiting = match queue.prompts.first() {
+        None => "queue empty".to_owned(),
+        Some(next) => format!(
+            "queue: {} waiting, next {}: {}",
+            queue.prompts.len(),
+            next.prompt_id,
+            crate::history::excerpt(&next.prompt, 60)
+        ),
+    };
+    match &queue.halted {
+        Some(why) => format!("{waiting} (halted: {why})"),
+        None => waiting,
     }
 }
 

@@ -378,6 +378,7 @@ impl Supervisor {
             // starts it, with the prompt it was created with.
             (true, true, "not_started")
         };
+        let queue = self.config.store.prompt_queue(session_id.clone()).await?;
         // A resume now would fail where it must run (its Docker engine is down): it is
         // `runtime_unavailable` until that place is back.
         let mut unreachable = None;
@@ -417,6 +418,7 @@ impl Supervisor {
             paused_by: paused.as_ref().map(|paused| paused.trigger),
             pause_reason: paused.and_then(|paused| paused.reason),
             usage,
+            queue,
         })
     }
 
@@ -468,12 +470,12 @@ impl Supervisor {
         }
     }
 
-    /// `task.session.prompt`: starts a turn; returns its id.
+    /// `task.session.prompt`: starts a turn, or queues the prompt behind the running one.
     pub async fn prompt(
         &self,
         session_id: SessionId,
         prompt: String,
-    ) -> Result<crate::ids::TurnId, ServiceError> {
+    ) -> Result<crate::session::Prompted, ServiceError> {
         if prompt.trim().is_empty() {
             return Err(ServiceError::InvalidParams {
                 field: "prompt",
@@ -498,6 +500,47 @@ impl Supervisor {
             }
             other => Ok(other?),
         }
+    }
+
+    /// `task.session.queue.list`: the session's prompt queue (also of an ended session).
+    pub async fn queue(
+        &self,
+        session_id: SessionId,
+    ) -> Result<protocol::api::PromptQueue, ServiceError> {
+        self.session_row(&session_id).await?;
+        Ok(self.config.store.prompt_queue(session_id).await?)
+    }
+
+    /// `task.session.queue.edit`, `.remove`, `.clear` and `.resume`: made by the session's
+    /// actor, the queue's one owner (started idle when none is live). Resuming a halted
+    /// queue with prompts waiting brings the agent back when it is not running.
+    pub async fn change_queue(
+        &self,
+        session_id: SessionId,
+        change: crate::session::QueueChange,
+    ) -> Result<protocol::api::PromptQueue, ServiceError> {
+        if let crate::session::QueueChange::Edit { prompt: Some(prompt), .. } = &change
+            && prompt.trim().is_empty()
+        {
+            return Err(ServiceError::InvalidParams {
+                field: "prompt",
+                message: "prompt must not be empty".into(),
+            });
+        }
+        let row = self.session_row(&session_id).await?;
+        if row.state.is_terminal() {
+            return Err(ServiceError::Conflict(format!(
+                "session {session_id} is {}; its queue does not run any more",
+                row.state.as_str()
+            )));
+        }
+        let resume = matches!(change, crate::session::QueueChange::Resume);
+        let queue = self.actor(&row).await?.change_queue(change).await?;
+        if resume && !queue.prompts.is_empty() && queue.halted.is_none() {
+            self.within_budget(&session_id).await?;
+            self.ensure_running(&row).await?;
+        }
+        Ok(queue)
     }
 
     /// A live actor whose agent runs: resumes the session if needed and waits for it.

@@ -159,6 +159,7 @@ impl SessionActor {
             Err(err) => tracing::warn!(session = %self.row.id, %err, "cannot read the cost mark"),
         }
         self.load_settings().await;
+        self.load_queue().await;
         // The actor lives while it may own an execution: after the session ends, until a
         // launch in flight has landed (and been retired).
         while self.phase() != Phase::Ended
@@ -240,6 +241,10 @@ impl SessionActor {
             {
                 Box::pin(self.pause_at_boundary()).await;
             }
+            if self.conversation.queue.head_due(self.takes_a_turn_now()) {
+                Box::pin(self.run_queue_head()).await;
+                self.recorder.flush_events();
+            }
             self.arm_idle();
         }
         self.recorder.flush_events();
@@ -307,7 +312,11 @@ impl SessionActor {
         }
         match command {
             Command::Prompt { text, reply } => {
-                if self.sidecar.catch_up.until.is_some() {
+                let running =
+                    self.conversation.turn.is_some() || self.row.state == SessionState::Running;
+                if self.conversation.queue.queues(running) {
+                    self.enqueue(text, reply).await;
+                } else if self.sidecar.catch_up.until.is_some() {
                     // After a re-attach the event log is ahead of the store until the
                     // replay catches up (a turn may have ended there already): a prompt
                     // waits for it rather than being refused as `RUNNING`.
@@ -399,6 +408,10 @@ impl SessionActor {
                 }
             },
             Command::Detach { reply } => self.detach(reply).await,
+            Command::Queue { change, reply } => {
+                let changed = self.change_queue(change).await;
+                let _ = reply.send(changed);
+            }
             Command::Setting { setting, forget, reply } => {
                 self.choose_setting(setting, forget, reply).await
             }
@@ -670,6 +683,129 @@ impl SessionActor {
 
     pub(super) fn update_view(&self, change: impl FnOnce(&mut SessionView)) {
         self.view_tx.send_modify(change);
+    }
+
+    // ---- the prompt queue ---------------------------------------------------------------
+    // Prompts sent while a turn runs wait in the store's queue, in order; the head starts a
+    // turn once the session is idle again, taken from the queue in the transaction that
+    // records its turn (so it runs once, across any kill). A failed or cancelled turn halts
+    // the queue until `queue.resume`. The decisions are `queue.rs`'s; these perform them.
+
+    /// Reads the queue's shape before any command is handled. An unreadable queue is said
+    /// and treated as halted (nothing runs by itself that the store may not hold).
+    async fn load_queue(&mut self) {
+        match self.context.store.prompt_queue(self.row.id.clone()).await {
+            Ok(queue) => self.conversation.queue.observe(&queue),
+            Err(err) => {
+                tracing::warn!(session = %self.row.id, %err, "cannot read the prompt queue");
+                let halted = format!("the prompt queue cannot be read ({err})");
+                let queue =
+                    protocol::api::PromptQueue { prompts: Vec::new(), halted: Some(halted) };
+                self.conversation.queue.observe(&queue);
+            }
+        }
+    }
+
+    /// Queues a prompt behind the running turn: durable before its caller hears so.
+    async fn enqueue(&mut self, text: String, reply: Reply<crate::session::Prompted>) {
+        if text.trim().is_empty() {
+            let message = "prompt must not be empty".to_owned();
+            let _ = reply.send(Err(SessionError::InvalidParams { field: "prompt", message }));
+            return;
+        }
+        let prompt_id = crate::ids::PromptId::new(uuid::Uuid::now_v7().to_string());
+        let store = self.context.store.clone();
+        match store.enqueue_prompt(self.row.id.clone(), prompt_id.clone(), text).await {
+            Ok(position) => {
+                self.queue_changed().await;
+                let _ = reply.send(Ok(crate::session::Prompted::Queued { prompt_id, position }));
+            }
+            Err(err) => {
+                let _ = reply.send(Err(err.into()));
+            }
+        }
+    }
+
+    /// Whether a turn may start now: the session is open and waits for input, with its
+    /// agent running, no turn, no pause waiting, no catch-up and no stall.
+    fn takes_a_turn_now(&self) -> bool {
+        self.phase() == Phase::Open
+            && self.row.state == SessionState::WaitingForInput
+            && self.conversation.turn.is_none()
+            && self.waits.pause.is_none()
+            && self.sidecar.catch_up.until.is_none()
+            && self.recorder.stall.is_none()
+            && self.view_tx.borrow().settings_blocked.is_none()
+            && self.sidecar.execution.as_ref().is_some_and(|execution| execution.agent_running)
+    }
+
+    /// Starts the queue's head as a turn. One that cannot start (too long for the agent's
+    /// line, say) halts the queue, saying why, rather than being tried again and again.
+    async fn run_queue_head(&mut self) {
+        let queue = match self.context.store.prompt_queue(self.row.id.clone()).await {
+            Ok(queue) => queue,
+            Err(err) => {
+                return self.halt_queue(format!("the prompt queue cannot be read ({err})")).await;
+            }
+        };
+        let Some(head) = queue.prompts.first().cloned() else {
+            return self.conversation.queue.observe(&queue);
+        };
+        let prompt_id = crate::ids::PromptId::new(head.prompt_id);
+        match self.start_turn_as(head.prompt, TurnKind::Queued(prompt_id.clone()), None).await {
+            Ok(()) => drop(self.queue_changed().await),
+            Err(why) => {
+                self.halt_queue(format!("the queued prompt {prompt_id} could not start: {why}"))
+                    .await
+            }
+        }
+    }
+
+    /// Halts the queue, saying why (in status, on the timeline and as a notice).
+    async fn halt_queue(&mut self, reason: String) {
+        tracing::info!(session = %self.row.id, %reason, "the prompt queue halts");
+        let store = self.context.store.clone();
+        if let Err(err) = store.halt_queue(self.row.id.clone(), Some(reason.clone())).await {
+            tracing::warn!(session = %self.row.id, %err, "cannot record that the queue halts");
+        }
+        self.recorder.emit(SessionEventKind::Notice {
+            message: format!("the prompt queue halts: {reason}; resume it with task.session.queue.resume (CLI: queue resume)"),
+        });
+        self.queue_changed().await;
+    }
+
+    /// A change asked through the API, answered with the queue after it.
+    async fn change_queue(
+        &mut self,
+        change: crate::session::QueueChange,
+    ) -> Result<protocol::api::PromptQueue, SessionError> {
+        use crate::session::QueueChange;
+        let store = self.context.store.clone();
+        let id = self.row.id.clone();
+        match change {
+            QueueChange::Edit { prompt_id, prompt, position } => {
+                store.change_queued(id, prompt_id, prompt, position).await?;
+            }
+            QueueChange::Remove(prompt_id) => {
+                store.remove_queued(id, prompt_id).await?;
+            }
+            QueueChange::Resume => store.halt_queue(id, None).await?,
+        }
+        Ok(self.queue_changed().await)
+    }
+
+    /// Reads the queue after a change, takes its shape and publishes it.
+    async fn queue_changed(&mut self) -> protocol::api::PromptQueue {
+        let queue = match self.context.store.prompt_queue(self.row.id.clone()).await {
+            Ok(queue) => queue,
+            Err(err) => {
+                tracing::warn!(session = %self.row.id, %err, "cannot read the prompt queue");
+                return protocol::api::PromptQueue::default();
+            }
+        };
+        self.conversation.queue.observe(&queue);
+        self.recorder.emit(SessionEventKind::Queue { queue: queue.clone() });
+        queue
     }
 
     // ---- settings -----------------------------------------------------------------------
@@ -1054,7 +1190,7 @@ impl SessionActor {
     pub(in crate::session) async fn start_turn(
         &mut self,
         text: String,
-        reply: Option<Reply<crate::ids::TurnId>>,
+        reply: Option<Reply<crate::session::Prompted>>,
     ) -> Result<(), String> {
         self.start_turn_as(text, TurnKind::Prompt, reply).await
     }
@@ -1064,7 +1200,7 @@ impl SessionActor {
         &mut self,
         text: String,
         kind: TurnKind,
-        reply: Option<Reply<crate::ids::TurnId>>,
+        reply: Option<Reply<crate::session::Prompted>>,
     ) -> Result<(), String> {
         match self.prepare_turn(text, kind).await {
             Ok((turn_id, message)) => {
@@ -1087,10 +1223,11 @@ impl SessionActor {
         text: String,
         kind: TurnKind,
     ) -> Result<(crate::ids::TurnId, Value), SessionError> {
-        let (retry_of, origin) = match kind {
-            TurnKind::Prompt => (None, PromptOrigin::User),
-            TurnKind::RetryOf(turn_id) => (Some(turn_id), PromptOrigin::User),
-            TurnKind::PauseSummary => (None, PromptOrigin::PauseSummary),
+        let (retry_of, origin, queued) = match kind {
+            TurnKind::Prompt => (None, PromptOrigin::User, None),
+            TurnKind::RetryOf(turn_id) => (Some(turn_id), PromptOrigin::User, None),
+            TurnKind::PauseSummary => (None, PromptOrigin::PauseSummary, None),
+            TurnKind::Queued(prompt_id) => (None, PromptOrigin::User, Some(prompt_id)),
         };
         match self.row.state {
             SessionState::WaitingForInput => {}
@@ -1141,7 +1278,7 @@ impl SessionActor {
                 self.row.id.clone(),
                 execution_id,
                 request_id.to_string(),
-                (text.clone(), retry_of),
+                (text.clone(), retry_of, queued.clone()),
             )
             .await?;
         agentctl::fault::point("prompt.recorded");
@@ -1150,6 +1287,7 @@ impl SessionActor {
             turn_id: turn_id.to_string(),
             prompt: text,
             origin,
+            prompt_id: queued.as_ref().map(ToString::to_string),
         });
         self.conversation.turn = Some(Turn {
             id: turn_id.clone(),
@@ -1304,6 +1442,15 @@ impl SessionActor {
         let Some(Turn { id: turn_id, mut usage, .. }) = self.conversation.end_turn() else {
             return;
         };
+        let cancelled = stop_reason.as_deref() == Some("cancelled");
+        if self.conversation.queue.halts_after(state, cancelled) {
+            let how = match (state, &error) {
+                (TurnState::Completed, _) => "was cancelled".to_owned(),
+                (_, Some(error)) => format!("failed: {error}"),
+                (_, None) => "failed".to_owned(),
+            };
+            self.halt_queue(format!("turn {turn_id} {how}")).await;
+        }
         if usage.context.is_none() {
             usage.context = self.meter.context();
         }
@@ -1436,6 +1583,7 @@ impl SessionActor {
                 turn_id: turn_id.to_string(),
                 prompt: prompt.to_owned(),
                 origin: PromptOrigin::User,
+                prompt_id: None,
             });
         }
         self.send(Outgoing::Prompt { message, turn_id: turn_id.to_owned(), reply: None });
@@ -3954,6 +4102,7 @@ fn reject(command: Command, error: impl Fn() -> SessionError) {
         | Command::Permission { reply, .. } => drop(reply.send(Err(error()))),
         Command::Pause { reply, .. } => drop(reply.send(Err(error()))),
         Command::Setting { reply, .. } => drop(reply.send(Err(error()))),
+        Command::Queue { reply, .. } => drop(reply.send(Err(error()))),
     }
 }
 

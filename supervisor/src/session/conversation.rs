@@ -44,6 +44,8 @@ pub(super) struct Conversation {
     /// During a `session/load`: the user's and the agent's messages its replay carried,
     /// joined (to check against the history when it is answered).
     pub(super) replayed_messages: Option<String>,
+    /// The prompts waiting for the running turn to end (see `queue.rs`).
+    pub(super) queue: super::queue::Queue,
 }
 
 /// The most stderr lines shown as notices while the agent is quiet: per turn, and per
@@ -89,6 +91,7 @@ impl Conversation {
             resume_context: None,
             answering: HashMap::new(),
             replayed_messages: None,
+            queue: super::queue::Queue::default(),
         }
     }
 }

@@ -26,7 +26,7 @@ pub(super) enum Outgoing {
         /// The turn.
         turn_id: crate::ids::TurnId,
         /// The caller, if any (not for an initial prompt).
-        reply: Option<Reply<crate::ids::TurnId>>,
+        reply: Option<Reply<super::Prompted>>,
     },
     /// The answer to a permission request; its row is deleted once it is sent.
     Answer {
@@ -59,7 +59,7 @@ pub(super) fn start_outbox(
                     let sent = calls.send_acp(&message).await;
                     if let Some(reply) = reply {
                         let _ = reply.send(match &sent {
-                            Ok(()) => Ok(turn_id),
+                            Ok(()) => Ok(super::Prompted::Started(turn_id)),
                             Err(err) => Err(SessionError::Undelivered(err.to_string())),
                         });
                     }

@@ -213,7 +213,7 @@ async fn a_prompt_streams_its_chunks_and_its_turn_completes() {
     use crate::events::SessionEventKind as K;
     let setup = start(Mode::Streams(5)).await;
     until(&setup.handle, |view| view.phase == Phase::Open).await;
-    let turn = setup.handle.prompt("hi".into()).await.unwrap();
+    let turn = started(setup.handle.prompt("hi".into()).await.unwrap());
     until(&setup.handle, |view| {
         view.turn_id.is_none() && view.state == SessionState::WaitingForInput
     })
@@ -238,15 +238,76 @@ async fn a_prompt_streams_its_chunks_and_its_turn_completes() {
     assert_eq!(state, "completed");
 }
 
+/// The turn a prompt started (it was not queued).
+fn started(prompted: super::Prompted) -> crate::ids::TurnId {
+    match prompted {
+        super::Prompted::Started(turn_id) => turn_id,
+        queued => panic!("the prompt was queued: {queued:?}"),
+    }
+}
+
 #[tokio::test]
-async fn a_second_prompt_while_a_turn_runs_is_refused_and_the_first_runs_on() {
+async fn a_prompt_while_a_turn_runs_is_queued_durably_and_runs_once_after_it() {
     let setup = start(Mode::Holds).await;
     until(&setup.handle, |view| view.phase == Phase::Open).await;
-    let first = setup.handle.prompt("one".into()).await.unwrap();
-    let second = setup.handle.prompt("two".into()).await;
-    assert!(matches!(second, Err(super::SessionError::InvalidState(_))), "{second:?}");
-    assert_eq!(setup.handle.view().turn_id, Some(first));
-    assert_eq!(setup.handle.view().state, SessionState::Running);
+    let first = started(setup.handle.prompt("one".into()).await.unwrap());
+    let second = setup.handle.prompt("two".into()).await.unwrap();
+    let super::Prompted::Queued { prompt_id, position: 1 } = second else {
+        panic!("the second prompt is queued first in line: {second:?}");
+    };
+    // Durable before the answer; the first turn runs on.
+    let queue = setup.store().prompt_queue(setup.handle_id()).await.unwrap();
+    assert_eq!(queue.prompts.len(), 1);
+    assert_eq!(
+        (queue.prompts[0].prompt_id.as_str(), queue.prompts[0].prompt.as_str()),
+        (prompt_id.as_str(), "two")
+    );
+    assert_eq!(setup.handle.view().turn_id, Some(first.clone()));
+    setup.sidecar().end_held_turn().await;
+    until(&setup.handle, |view| view.turn_id.as_ref().is_some_and(|turn| *turn != first)).await;
+    let history = setup.store().session_turns(setup.handle_id()).await.unwrap();
+    assert_eq!(history.len(), 2, "each prompt ran once: {history:?}");
+    let events = setup.logged().await;
+    let prompts: Vec<_> = events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            crate::events::SessionEventKind::TurnStarted { prompt, .. } => Some(prompt.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(prompts, ["one", "two"], "in order");
+    let queue = setup.store().prompt_queue(setup.handle_id()).await.unwrap();
+    assert!(queue.prompts.is_empty(), "taken with its turn: {queue:?}");
+    let from_queue = events.iter().any(|event| {
+        matches!(&event.kind, crate::events::SessionEventKind::TurnStarted { prompt_id: Some(id), .. } if *id == prompt_id.as_str())
+    });
+    assert!(from_queue, "its turn_started names the queued prompt");
+}
+
+#[tokio::test]
+async fn a_cancelled_turn_halts_the_queue_until_it_is_resumed() {
+    let setup = start(Mode::Holds).await;
+    until(&setup.handle, |view| view.phase == Phase::Open).await;
+    let first = started(setup.handle.prompt("one".into()).await.unwrap());
+    setup.handle.prompt("two".into()).await.unwrap();
+    setup.handle.cancel().await.unwrap();
+    let sidecar = setup.sidecar();
+    // The agent confirms the cancel.
+    let prompt = sidecar.prompt_id.lock().unwrap().clone();
+    sidecar
+        .emit(json!({"jsonrpc": "2.0", "id": prompt, "result": {"stopReason": "cancelled"}}))
+        .await;
+    until(&setup.handle, |view| view.turn_id.is_none()).await;
+    let queue = setup.store().prompt_queue(setup.handle_id()).await.unwrap();
+    assert_eq!(queue.prompts.len(), 1, "the queued prompt waits: {queue:?}");
+    let halted = queue.halted.expect("the queue halts");
+    assert!(halted.contains(first.as_str()) && halted.contains("cancelled"), "{halted}");
+    // Go on: the queued prompt runs.
+    let queue = setup.handle.change_queue(super::QueueChange::Resume).await.unwrap();
+    assert_eq!(queue.halted, None);
+    until(&setup.handle, |view| view.turn_id.as_ref().is_some_and(|turn| *turn != first)).await;
+    let queue = setup.store().prompt_queue(setup.handle_id()).await.unwrap();
+    assert!(queue.prompts.is_empty(), "{queue:?}");
 }
 
 #[tokio::test]
@@ -288,7 +349,7 @@ async fn a_detached_session_keeps_its_state_and_a_resume_launches_a_new_executio
 async fn a_lost_sidecar_fails_the_running_turn_with_the_reason_and_fences_it() {
     let setup = start(Mode::Holds).await;
     until(&setup.handle, |view| view.phase == Phase::Open).await;
-    let turn = setup.handle.prompt("one".into()).await.unwrap();
+    let turn = started(setup.handle.prompt("one".into()).await.unwrap());
     let fenced_before = setup.runtime.fenced.lock().unwrap().len();
     // The control channel breaks.
     let broken = ClientError::Timeout {
@@ -317,7 +378,7 @@ async fn a_stream_ended_by_the_daemons_shutdown_is_no_loss_and_its_sidecar_runs_
     for how_it_ends in ["torn down", "broken"] {
         let setup = start(Mode::Holds).await;
         until(&setup.handle, |view| view.phase == Phase::Open).await;
-        let turn = setup.handle.prompt("one".into()).await.unwrap();
+        let turn = started(setup.handle.prompt("one".into()).await.unwrap());
         let fenced_before = setup.runtime.fenced.lock().unwrap().len();
         // The daemon shuts down: its teardowns close, then its runtime drops the clients.
         setup.teardowns.close();
@@ -403,7 +464,7 @@ async fn recorded_execution(store: &Store, row: &SessionRow) -> ExecutionRow {
     };
     store.put_execution(execution.clone()).await.unwrap();
     store
-        .insert_turn("t1".into(), row.id.clone(), "e1".into(), "5".into(), ("p".into(), None))
+        .insert_turn("t1".into(), row.id.clone(), "e1".into(), "5".into(), ("p".into(), None, None))
         .await
         .unwrap();
     execution

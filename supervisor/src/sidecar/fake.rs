@@ -112,7 +112,7 @@ pub(crate) struct FakeSidecar {
     /// Every `events.ack` seq, in order.
     pub(crate) acks: tokio::sync::watch::Sender<Vec<u64>>,
     pub(crate) first_chunk: AtomicU64,
-    /// `AsksThenLags`: the prompt's id, and what releases the reply to the answer.
+    /// `AsksThenLags` and `Holds`: the prompt's id; what releases the reply to the answer.
     pub(crate) prompt_id: Mutex<Value>,
     pub(crate) release: tokio::sync::Notify,
 }
@@ -142,6 +142,13 @@ impl FakeSidecar {
     /// What publishes its events, while the stream lasts.
     pub(crate) fn events(&self) -> Option<mpsc::Sender<crate::sidecar::EventItem>> {
         self.events_tx.lock().unwrap().clone()
+    }
+
+    /// `Holds`: ends the turn held last, as its agent would (`end_turn`).
+    pub(crate) async fn end_held_turn(&self) {
+        let prompt = self.prompt_id.lock().unwrap().clone();
+        self.emit(json!({"jsonrpc": "2.0", "id": prompt, "result": {"stopReason": "end_turn"}}))
+            .await;
     }
 
     /// Ends its event stream, as a client torn down under the actor would.
@@ -195,6 +202,7 @@ impl FakeSidecar {
                 let (Mode::Streams(chunks) | Mode::HangsAfterOpen(chunks)) = self.mode else {
                     // (`Holds`: one chunk, then nothing.)
                     if self.mode == Mode::Holds {
+                        *self.prompt_id.lock().unwrap() = id.clone();
                         self.emit(json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "fake-session", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "<held>"}}}})).await;
                     }
                     return;

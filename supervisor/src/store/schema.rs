@@ -392,6 +392,23 @@ pub const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE task_sessions ADD COLUMN prompt_refused TEXT;
     ",
+    // 23: Prompts queued while a turn runs, in their order (`position`, from 1), each
+    // taken into the turn it becomes in the transaction that records that turn
+    // (`turns.queued_prompt`, unique: a queued prompt runs once); and why a session's
+    // queue is halted (a turn failed; NULL: it runs).
+    "
+    CREATE TABLE prompt_queue (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES task_sessions(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        prompt TEXT NOT NULL,
+        queued_at INTEGER NOT NULL
+    );
+    CREATE INDEX prompt_queue_by_session ON prompt_queue(session_id, position);
+    ALTER TABLE turns ADD COLUMN queued_prompt TEXT;
+    CREATE UNIQUE INDEX turns_queued_prompt ON turns(queued_prompt) WHERE queued_prompt IS NOT NULL;
+    ALTER TABLE task_sessions ADD COLUMN queue_halted TEXT;
+    ",
 ];
 
 /// Brings the database up to the newest migration.

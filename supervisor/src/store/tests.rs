@@ -177,7 +177,7 @@ async fn deleting_a_session_removes_its_records() {
         .await
         .unwrap();
     store
-        .insert_turn("t1".into(), row.id.clone(), "e".into(), "5".into(), ("p".into(), None))
+        .insert_turn("t1".into(), row.id.clone(), "e".into(), "5".into(), ("p".into(), None, None))
         .await
         .unwrap();
     store
@@ -352,7 +352,13 @@ async fn recovery_candidates_leave_out_only_sessions_at_rest() {
     }
     let (open_turn, pending) = (ids["open turn"].clone(), ids["pending request"].clone());
     store
-        .insert_turn("t1".into(), open_turn, "e-open turn".into(), "r1".into(), ("p".into(), None))
+        .insert_turn(
+            "t1".into(),
+            open_turn,
+            "e-open turn".into(),
+            "r1".into(),
+            ("p".into(), None, None),
+        )
         .await
         .unwrap();
     let execution = "e-pending request".to_owned();
@@ -569,7 +575,7 @@ async fn the_timeline_records_each_change_in_order() {
         .await
         .unwrap();
     store
-        .insert_turn("u1".into(), id.clone(), "e1".into(), "1".into(), ("p".into(), None))
+        .insert_turn("u1".into(), id.clone(), "e1".into(), "1".into(), ("p".into(), None, None))
         .await
         .unwrap();
     store.end_turn("u1".into(), TurnState::Failed, None, Some("boom".into())).await.unwrap();
@@ -791,4 +797,55 @@ async fn the_agentctl_endpoint_is_kept_as_the_runtime_returned_it() {
     assert_eq!(older.endpoint(), "127.0.0.1:40123".parse().unwrap());
     let garbled = ExecutionRow { agentctl_url: Some("not an address".into()), ..back };
     assert_eq!(garbled.endpoint(), "127.0.0.1:40123".parse().unwrap());
+}
+
+#[tokio::test]
+async fn a_queued_prompt_keeps_its_place_moves_and_leaves_with_its_turn_once() {
+    let (_dir, store) = open();
+    let task = store.create_task("t".into(), String::new()).await.unwrap();
+    let row = store.create_session(session(&task.id)).await.unwrap();
+    let id = row.id.clone();
+    store
+        .put_execution(ExecutionRow {
+            runtime: "standalone".into(),
+            status: ExecutionStatus::Running,
+            ..ExecutionRow::new(id.clone(), "e".into())
+        })
+        .await
+        .unwrap();
+    for (n, text) in ["a", "b", "c"].into_iter().enumerate() {
+        let place = store.enqueue_prompt(id.clone(), text.into(), text.into()).await.unwrap();
+        assert_eq!(place, n + 1);
+    }
+    let order = |queue: &protocol::api::PromptQueue| -> Vec<(String, usize)> {
+        queue.prompts.iter().map(|p| (p.prompt.clone(), p.position)).collect()
+    };
+    // c to the front, a's text changed, b removed: places stay 1, 2, ….
+    let queue = store.change_queued(id.clone(), "c".into(), None, Some(1)).await.unwrap();
+    assert_eq!(order(&queue), [("c".into(), 1), ("a".into(), 2), ("b".into(), 3)]);
+    let queue = store.change_queued(id.clone(), "a".into(), Some("a2".into()), None).await.unwrap();
+    assert_eq!(order(&queue), [("c".into(), 1), ("a2".into(), 2), ("b".into(), 3)]);
+    let queue = store.remove_queued(id.clone(), Some("b".into())).await.unwrap();
+    assert_eq!(order(&queue), [("c".into(), 1), ("a2".into(), 2)]);
+    let gone = store.remove_queued(id.clone(), Some("b".into())).await;
+    assert!(matches!(gone, Err(StoreError::NotFound { .. })), "{gone:?}");
+    // The head leaves with its turn; taken again, nothing is recorded.
+    let turn = |turn: &str| (turn.into(), id.clone(), "e".into(), turn.into());
+    let (t, s, e, r) = turn("t1");
+    store.insert_turn(t, s, e, r, ("c".into(), None, Some("c".into()))).await.unwrap();
+    let (t, s, e, r) = turn("t2");
+    let twice = store.insert_turn(t, s, e, r, ("c".into(), None, Some("c".into()))).await;
+    assert!(matches!(twice, Err(StoreError::NotFound { .. })), "{twice:?}");
+    assert!(matches!(store.get_turn("t2".into()).await, Err(StoreError::NotFound { .. })));
+    let queue = store.prompt_queue(id.clone()).await.unwrap();
+    assert_eq!(order(&queue), [("a2".into(), 1)]);
+    // Halted and let run again; cleared.
+    store.halt_queue(id.clone(), Some("turn t1 failed".into())).await.unwrap();
+    assert_eq!(
+        store.prompt_queue(id.clone()).await.unwrap().halted.as_deref(),
+        Some("turn t1 failed")
+    );
+    store.halt_queue(id.clone(), None).await.unwrap();
+    let queue = store.remove_queued(id.clone(), None).await.unwrap();
+    assert!(queue.prompts.is_empty() && queue.halted.is_none(), "{queue:?}");
 }

@@ -7,6 +7,10 @@ use super::{
 };
 use crate::ids::SessionId;
 
+/// A turn's prompt, the turn it retries, and the queued prompt it runs (taken from the queue
+/// in the turn's transaction).
+pub type TurnPrompt = (String, Option<crate::ids::TurnId>, Option<crate::ids::PromptId>);
+
 /// A `session_pauses` row: reason, force_at, kind, summary_asked_at, requested_at.
 type PauseRow = (Option<String>, i64, String, Option<i64>, i64);
 
@@ -311,14 +315,18 @@ impl Store {
         session_id: SessionId,
         execution_id: crate::ids::ExecutionId,
         request_id: String,
-        (prompt, retry_of): (String, Option<crate::ids::TurnId>),
+        (prompt, retry_of, queued): TurnPrompt,
     ) -> Result<(), StoreError> {
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            if let Some(queued) = &queued {
+                // Taken from the queue with the turn's record, or not at all: it runs once.
+                super::queue::take_queued(&tx, &session_id, queued)?;
+            }
             tx.execute(
-                "INSERT INTO turns (id, session_id, execution_id, request_id, state, started_at, delivered, prompt, retry_of) \
-                 VALUES (?1, ?2, ?3, ?4, 'running', ?5, 0, ?6, ?7)",
-                params![turn_id, session_id, execution_id, request_id, now_ms(), prompt, retry_of],
+                "INSERT INTO turns (id, session_id, execution_id, request_id, state, started_at, delivered, prompt, retry_of, queued_prompt) \
+                 VALUES (?1, ?2, ?3, ?4, 'running', ?5, 0, ?6, ?7, ?8)",
+                params![turn_id, session_id, execution_id, request_id, now_ms(), prompt, retry_of, queued],
             )?;
             // A prompt goes out after all: a refusal before it is history.
             tx.execute(

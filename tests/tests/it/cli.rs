@@ -147,6 +147,7 @@ async fn cancel_and_permission_answers_from_the_cli() {
         let last = typed.session_status(session.clone()).await.unwrap().last_event_seq;
         let mut events = typed.session_subscribe(session.clone(), Some(last)).await.unwrap();
         let turn = typed.session_prompt(session.clone(), "/permission\nask".into()).await.unwrap();
+        let turn_id_started = turn.turn_id.clone().expect("a turn started");
         let asked =
             wait_for(&mut events, |e| matches!(e.kind, EventKind::PermissionRequest { .. })).await;
         let EventKind::PermissionRequest { request_id, .. } = asked.kind else { unreachable!() };
@@ -165,7 +166,7 @@ async fn cancel_and_permission_answers_from_the_cli() {
             let event = wait_for(&mut events, |_| true).await;
             match event.kind {
                 EventKind::AgentMessageChunk { text: chunk, .. } => text.push_str(&chunk),
-                EventKind::TurnEnded { turn_id, state, .. } if turn_id == turn.turn_id => {
+                EventKind::TurnEnded { turn_id, state, .. } if turn_id == turn_id_started => {
                     assert_eq!(state, TurnState::Completed);
                     break;
                 }
@@ -181,13 +182,14 @@ async fn cancel_and_permission_answers_from_the_cli() {
     let last = typed.session_status(session.clone()).await.unwrap().last_event_seq;
     let mut events = typed.session_subscribe(session.clone(), Some(last)).await.unwrap();
     let turn = typed.session_prompt(session.clone(), "/sleep 60000\nslow".into()).await.unwrap();
+    let turn_id_started = turn.turn_id.clone().expect("a turn started");
     wait_for(&mut events, |e| matches!(e.kind, EventKind::TurnStarted { .. })).await;
     let (code, out, err) = daemon.cli(&["cancel", &session]).await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("cancel sent"), "{out}");
     let ended = wait_for(
         &mut events,
-        |e| matches!(&e.kind, EventKind::TurnEnded { turn_id, .. } if *turn_id == turn.turn_id),
+        |e| matches!(&e.kind, EventKind::TurnEnded { turn_id, .. } if *turn_id == turn_id_started),
     )
     .await;
     let EventKind::TurnEnded { stop_reason, .. } = ended.kind else { unreachable!() };

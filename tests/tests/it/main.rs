@@ -29,6 +29,7 @@ mod permissions;
 mod plans;
 mod pool;
 mod progress;
+mod queue;
 mod real_agents;
 mod real_settings;
 mod reaping;

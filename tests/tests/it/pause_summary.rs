@@ -60,7 +60,9 @@ fn started(events: &[SessionEvent]) -> Option<(String, String)> {
     let turns: Vec<_> = events
         .iter()
         .filter_map(|event| match &event.kind {
-            EventKind::TurnStarted { turn_id, prompt, origin } => Some((turn_id, prompt, origin)),
+            EventKind::TurnStarted { turn_id, prompt, origin, .. } => {
+                Some((turn_id, prompt, origin))
+            }
             _ => None,
         })
         .collect();

@@ -295,7 +295,7 @@ async fn an_interrupted_turn_is_re_sent_once_on_request() {
     ok("permission.respond", answer).await;
     let seen = until(&mut events, turn_ended).await;
     assert!(
-        matches!(&seen.last().unwrap().kind, EventKind::TurnEnded { turn_id, state: TurnState::Completed, .. } if *turn_id == started.turn_id),
+        matches!(&seen.last().unwrap().kind, EventKind::TurnEnded { turn_id, state: TurnState::Completed, .. } if Some(turn_id) == started.turn_id.as_ref()),
         "{seen:?}"
     );
     let (code, _, err) = daemon.cli(&["retry", &session, "--turn", &cut]).await;

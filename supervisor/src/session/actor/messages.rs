@@ -67,4 +67,6 @@ pub(in crate::session) enum TurnKind {
     RetryOf(crate::ids::TurnId),
     /// Tether asking the agent for its summary before a pause.
     PauseSummary,
+    /// The head of the prompt queue, taken into the turn with its record.
+    Queued(crate::ids::PromptId),
 }

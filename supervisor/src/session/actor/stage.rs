@@ -284,7 +284,7 @@ pub(in crate::session) struct CatchUp {
     /// Re-attached turns whose prompt was not known to be delivered: request id → turn id.
     pub(in crate::session) undelivered: HashMap<String, crate::ids::TurnId>,
     /// Prompts that arrived while the replay ran.
-    pub(in crate::session) deferred: Vec<(String, Reply<crate::ids::TurnId>)>,
+    pub(in crate::session) deferred: Vec<(String, Reply<crate::session::Prompted>)>,
     /// The agent's output is held at agentctl (asked for by a stall) until the re-attach
     /// after it catches up.
     pub(in crate::session) holding: bool,

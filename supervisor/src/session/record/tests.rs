@@ -75,7 +75,13 @@ async fn voiding_open_work_publishes_every_end_before_the_rows_change() {
     let id = s.session_id.clone();
     for turn in ["t1", "t2"] {
         s.store
-            .insert_turn(turn.into(), id.clone(), "e1".into(), turn.into(), ("p".into(), None))
+            .insert_turn(
+                turn.into(),
+                id.clone(),
+                "e1".into(),
+                turn.into(),
+                ("p".into(), None, None),
+            )
             .await
             .unwrap();
     }
@@ -193,7 +199,7 @@ async fn a_turns_end_says_the_turn_then_the_state_and_stores_both_in_one_write()
     let s = setup().await;
     let id = s.session_id.clone();
     s.store
-        .insert_turn("t1".into(), id.clone(), "e1".into(), "7".into(), ("p".into(), None))
+        .insert_turn("t1".into(), id.clone(), "e1".into(), "7".into(), ("p".into(), None, None))
         .await
         .unwrap();
     let end = TurnEnd {

@@ -144,7 +144,7 @@ async fn checkpoint() -> (f64, f64) {
             }
             let turn = supervisor::ids::TurnId::new(uuid::Uuid::now_v7().to_string());
             store
-                .insert_turn(turn.clone(), id, "e".into(), "1".into(), ("p".into(), None))
+                .insert_turn(turn.clone(), id, "e".into(), "1".into(), ("p".into(), None, None))
                 .await
                 .unwrap();
             let began = Instant::now();

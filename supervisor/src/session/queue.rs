@@ -1,0 +1,44 @@
+//! The session's prompt queue as the actor holds it: how many prompts wait and whether the
+//! queue is halted. It decides, without effects, whether a new prompt is queued, whether
+//! the queue's head is due, and whether a turn's end halts the queue; the prompts
+//! themselves are in the store, which takes the head into its turn in one transaction.
+
+use protocol::api::{PromptQueue, TurnState};
+
+/// What the actor knows of its session's queue (see the module doc).
+#[derive(Debug, Default)]
+pub(super) struct Queue {
+    waiting: usize,
+    halted: Option<String>,
+}
+
+impl Queue {
+    /// Takes the stored queue's shape (after a change, or at the actor's start).
+    pub(super) fn observe(&mut self, queue: &PromptQueue) {
+        self.waiting = queue.prompts.len();
+        self.halted = queue.halted.clone();
+    }
+
+    /// Whether a new prompt waits in the queue rather than starting a turn: a turn runs,
+    /// or prompts queued before it are about to run (a halted queue does not hold a person's
+    /// prompt back).
+    pub(super) fn queues(&self, turn_running: bool) -> bool {
+        turn_running || (self.waiting > 0 && self.halted.is_none())
+    }
+
+    /// Whether the queue's head starts now, the session being `idle` (open, no turn, no
+    /// pause waiting, nothing catching up or stalled).
+    pub(super) fn head_due(&self, idle: bool) -> bool {
+        idle && self.waiting > 0 && self.halted.is_none()
+    }
+
+    /// Whether a turn that ended so halts the queue: it failed, was interrupted or
+    /// cancelled (`cancelled`), and prompts wait that were written for it to succeed.
+    pub(super) fn halts_after(&self, state: TurnState, cancelled: bool) -> bool {
+        let failed = matches!(state, TurnState::Failed | TurnState::Interrupted) || cancelled;
+        failed && self.waiting > 0 && self.halted.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,109 @@
+//! The prompt queue end to end, with real daemons and mock-agent counting turns from its
+//! side (`--turn-log`): prompts sent while a turn runs are queued durably and run once
+//! each, in order, across a daemon SIGKILL; a failed turn halts the queue until
+//! `queue.resume`; the CLI says where a prompt was queued and follows its turn.
+
+use std::path::Path;
+
+use protocol::api::{EventKind, PromptStarted, SessionEvent};
+use tether_tests::daemon::{Api, until};
+
+use crate::workflows::daemon;
+
+/// The prompts the agents started to answer, in the order they did.
+fn answered(log: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .map(|line| {
+            let entry: serde_json::Value = serde_json::from_str(line).expect("a turn-log line");
+            entry["prompt"].as_str().expect("a prompt").to_owned()
+        })
+        .collect()
+}
+
+/// The queued prompt's id, asserting that `started` queued it at `position`.
+fn queued_at(started: &PromptStarted, position: usize) -> String {
+    assert!(started.queued && started.turn_id.is_none(), "queued: {started:?}");
+    assert_eq!(started.position, Some(position), "{started:?}");
+    started.prompt_id.clone().expect("a queued prompt has an id")
+}
+
+/// Follows `session` from the start until the turn its queued prompt `prompt_id` became
+/// has ended; returns everything seen.
+async fn until_queued_turn_ends(api: &Api, session: &str, prompt_id: &str) -> Vec<SessionEvent> {
+    let mut events = api.subscribe(session, 0).await;
+    let mut turn: Option<String> = None;
+    until(&mut events, |event| match &event.kind {
+        EventKind::TurnStarted { turn_id, prompt_id: Some(id), .. } if id == prompt_id => {
+            turn = Some(turn_id.clone());
+            false
+        }
+        EventKind::TurnEnded { turn_id, .. } => turn.as_ref() == Some(turn_id),
+        _ => false,
+    })
+    .await
+}
+
+#[tokio::test]
+async fn queued_prompts_run_once_each_in_order_across_a_daemon_sigkill() {
+    let (mut daemon, log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("flow", &workspace).await;
+    api.prompt(&session, "/sleep 1500\nfirst").await.expect("the first prompt starts a turn");
+    let second = queued_at(&api.prompt_or_queue(&session, "second").await.unwrap(), 1);
+    let third = queued_at(&api.prompt_or_queue(&session, "third").await.unwrap(), 2);
+    let queue = api.status(&session).await.queue;
+    let ids: Vec<_> = queue.prompts.iter().map(|prompt| prompt.prompt_id.clone()).collect();
+    assert_eq!(ids, [second.clone(), third.clone()], "durable before the answers, in order");
+    drop(api);
+    daemon.kill().await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let seen = until_queued_turn_ends(&api, &session, &third).await;
+    // (The log has each prompt's message, without mock-agent's commands.)
+    assert_eq!(answered(&log), ["first", "second", "third"], "{seen:#?}");
+    let status = api.status(&session).await;
+    assert!(status.queue.prompts.is_empty() && status.queue.halted.is_none(), "{status:?}");
+}
+
+#[tokio::test]
+async fn a_failed_turn_halts_the_queue_until_it_is_resumed() {
+    let (daemon, log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("flow", &workspace).await;
+    let mut events = api.subscribe(&session, 0).await;
+    // The agent dies in the middle of the first turn: it fails.
+    api.prompt(&session, "/sleep 300\n/crash 3").await.expect("a turn starts");
+    let waiting = queued_at(&api.prompt_or_queue(&session, "after the crash").await.unwrap(), 1);
+    until(
+        &mut events,
+        |event| matches!(&event.kind, EventKind::Queue { queue } if queue.halted.is_some()),
+    )
+    .await;
+    let halted = api.status(&session).await.queue;
+    assert_eq!(halted.prompts.len(), 1, "the queued prompt waits: {halted:?}");
+    assert!(halted.halted.as_deref().unwrap_or_default().contains("failed"), "{halted:?}");
+    let ran = |log: &Path| answered(log).iter().filter(|p| p.contains("after the crash")).count();
+    assert_eq!(ran(&log), 0, "not run while halted");
+    // Go on: the agent comes back and the queued prompt runs, once.
+    let (code, out, err) = daemon.cli(&["queue", "resume", &session]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    // (A fresh agent gets the history injected before it: the prompt is in what it got.)
+    until_queued_turn_ends(&api, &session, &waiting).await;
+    assert_eq!(ran(&log), 1, "{:?}", answered(&log));
+}
+
+#[tokio::test]
+async fn the_cli_says_where_a_prompt_was_queued_and_follows_its_turn() {
+    let (daemon, _log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("flow", &workspace).await;
+    api.prompt(&session, "/sleep 1000\nfirst").await.expect("a turn starts");
+    let (code, out, err) = daemon.cli(&["prompt", &session, "/say queued reply"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("queued at position 1 behind the running turn"), "{err}");
+    assert!(out.starts_with("queued reply\n[turn completed"), "its own turn's reply: {out}");
+    assert!(!out.contains("first"), "not the running turn's: {out}");
+    let (code, out, err) = daemon.cli(&["queue", "list", &session]).await;
+    assert_eq!((code, out.trim()), (0, "no prompt is queued"), "{err}");
+}
