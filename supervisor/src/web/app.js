@@ -490,6 +490,7 @@ function renderStatus(status) {
   badge.className = `badge ${status.state}`;
   setBadge(status.session_id, status.state);
   renderTotals(status.usage);
+  renderQueue(status.queue);
   showActions(status.state, status.needs_resume);
   // The status says what is wrong now: an error shown before (a reconnect's, an old
   // action's) goes when it says nothing.
@@ -555,6 +556,49 @@ function parseLabels(text) {
     else labels[word.slice(0, at)] = word.slice(at + 1);
   }
   return labels;
+}
+
+// The open session's prompt queue, under the prompt box: each queued prompt with its
+// place, to move up or down, edit or remove; and why the queue is halted, to resume it.
+function renderQueue(queue) {
+  const prompts = (queue && queue.prompts) || [];
+  const halted = queue && queue.halted;
+  $("#queue").hidden = prompts.length === 0 && !halted;
+  $("#queue-halted").hidden = !halted;
+  $("#queue-halted-why").textContent = halted ? `Queue halted: ${halted}` : "";
+  $("#queue .queue-note").hidden = prompts.length === 0;
+  const list = $("#queue-list");
+  list.replaceChildren(...prompts.map((queued) => queueItem(queued, prompts.length)));
+}
+
+function queueItem(queued, count) {
+  const shown = (queue) => { if (queue) renderQueue(queue); };
+  const change = (params) =>
+    act("task.session.queue.edit", { session_id: state.open, prompt_id: queued.prompt_id, ...params }).then(shown);
+  const text = el("span", { class: "queued-text", title: queued.prompt }, queued.prompt);
+  const up = el("button", { type: "button", title: "run earlier", "aria-label": "move up" }, "↑");
+  const down = el("button", { type: "button", title: "run later", "aria-label": "move down" }, "↓");
+  const edit = el("button", { type: "button", class: "queue-edit" }, "Edit");
+  const remove = el("button", { type: "button", class: "queue-remove", "aria-label": "remove" }, "Remove");
+  up.disabled = queued.position <= 1;
+  down.disabled = queued.position >= count;
+  up.addEventListener("click", () => change({ position: queued.position - 1 }));
+  down.addEventListener("click", () => change({ position: queued.position + 1 }));
+  remove.addEventListener("click", () =>
+    act("task.session.queue.remove", { session_id: state.open, prompt_id: queued.prompt_id }).then(shown));
+  const item = el("li", { class: "queued", "data-prompt": queued.prompt_id },
+    el("span", { class: "muted" }, `${queued.position}.`), text, up, down, edit, remove);
+  edit.addEventListener("click", () => {
+    const editor = el("textarea", { class: "queue-editor" });
+    editor.value = queued.prompt;
+    const save = el("button", { type: "button" }, "Save");
+    const cancel = el("button", { type: "button" }, "Cancel");
+    save.addEventListener("click", () => change({ prompt: editor.value }));
+    cancel.addEventListener("click", () => item.replaceWith(queueItem(queued, count)));
+    item.replaceChildren(el("span", { class: "muted" }, `${queued.position}.`), editor, save, cancel);
+    editor.focus();
+  });
+  return item;
 }
 
 async function act(method, params, confirmText) {
@@ -628,6 +672,7 @@ function wire() {
   $("#workflow-cancel").addEventListener("click", () =>
     act("workflow.cancel", { workflow_id: state.openWorkflow }, "Cancel this workflow? Its running steps stop; it can be resumed."));
   $("#cancel").addEventListener("click", () => actOnSession("task.session.cancel"));
+  $("#queue-resume").addEventListener("click", () => actOnSession("task.session.queue.resume"));
   $("#pause").addEventListener("click", askPause);
   $("#resume").addEventListener("click", () => resume(state.open));
   $("#stop").addEventListener("click", () =>

@@ -648,6 +648,9 @@ function render(event) {
     case "snapshot_taken":
       activity(`snapshot (${event.trigger})`, event.at);
       break;
+    case "queue":
+      if (!state.backfill) renderQueue(event.queue);
+      break;
     default:
       break;
   }

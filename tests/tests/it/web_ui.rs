@@ -924,3 +924,61 @@ prompt = "deploy\n/say deployed"
     let row = browser.texts("#workflows li").await.concat();
     assert!(!row.contains("needs you"), "{row}");
 }
+
+#[tokio::test]
+async fn the_page_queues_prompts_while_a_turn_runs_and_moves_edits_removes_and_resumes_them() {
+    let Some(browser) = browser::start("queue").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("q")).await;
+    // Each step boxed: a debug build gives every browser call's future a stack slot of its
+    // own, and a test thread's stack holds a handful per function.
+    Box::pin(queue_two_behind_a_long_turn(&browser, &page(&daemon), &session)).await;
+    Box::pin(move_and_edit(&browser)).await;
+    Box::pin(remove(&browser)).await;
+    let queue = api.status(&session).await.queue;
+    let prompts: Vec<_> = queue.prompts.iter().map(|queued| queued.prompt.as_str()).collect();
+    assert_eq!(prompts, ["alpha, edited"], "the page's changes are the daemon's");
+    Box::pin(halt_by_cancel_and_resume(&browser)).await;
+    let status = api.status(&session).await;
+    assert!(status.queue.prompts.is_empty() && status.queue.halted.is_none(), "{status:?}");
+}
+
+/// Opens `session`, starts a long turn from the prompt box, and types alpha and beta while
+/// it runs: both are queued under the prompt box, in order.
+async fn queue_two_behind_a_long_turn(browser: &Browser, page: &str, session: &str) {
+    connected(browser, &format!("{page}#/session/{session}")).await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    prompt_in_page(browser, "/sleep 60000\nlong").await;
+    browser.wait_text("#session-state", "RUNNING").await;
+    prompt_in_page(browser, "alpha").await;
+    browser.wait_text("#queue-list li:first-child", "alpha").await;
+    prompt_in_page(browser, "beta").await;
+    browser.wait_text("#queue-list li:nth-child(2)", "beta").await;
+}
+
+/// Moves beta (second) up, then edits alpha (now second).
+async fn move_and_edit(browser: &Browser) {
+    browser.click("#queue-list li:nth-child(2) button[aria-label='move up']").await;
+    browser.wait_text("#queue-list li:first-child", "beta").await;
+    browser.click("#queue-list li:nth-child(2) .queue-edit").await;
+    browser.set_value("#queue-list .queue-editor", "alpha, edited").await;
+    browser.click("#queue-list .queue-editor + button").await;
+    browser.wait_text("#queue-list li:nth-child(2)", "alpha, edited").await;
+}
+
+/// Removes beta (first).
+async fn remove(browser: &Browser) {
+    browser.click("#queue-list li:first-child .queue-remove").await;
+    browser.wait_text("#queue-list li:first-child", "alpha, edited").await;
+    browser.screenshot("queued").await;
+}
+
+/// Cancels the running turn: the queue halts, and the page's button lets it go on.
+async fn halt_by_cancel_and_resume(browser: &Browser) {
+    browser.click("#cancel").await;
+    browser.wait_text("#queue-halted", "Queue halted").await;
+    browser.click("#queue-resume").await;
+    browser.wait_text("#transcript .user", "alpha, edited").await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+}
