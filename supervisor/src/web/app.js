@@ -142,6 +142,8 @@ class Rpc {
 
 const state = {
   tasks: [],
+  // The open session's prompt queue, as last shown.
+  queue: null,
   sessions: [],
   workflows: [],
   openWorkflow: null, // the workflow shown
@@ -561,6 +563,7 @@ function parseLabels(text) {
 // The open session's prompt queue, under the prompt box: each queued prompt with its
 // place, to move up or down, edit or remove; and why the queue is halted, to resume it.
 function renderQueue(queue) {
+  state.queue = queue;
   const prompts = (queue && queue.prompts) || [];
   const halted = queue && queue.halted;
   $("#queue").hidden = prompts.length === 0 && !halted;
@@ -568,7 +571,11 @@ function renderQueue(queue) {
   $("#queue-halted-why").textContent = halted ? `Queue halted: ${halted}` : "";
   $("#queue .queue-note").hidden = prompts.length === 0;
   const list = $("#queue-list");
-  list.replaceChildren(...prompts.map((queued) => queueItem(queued, prompts.length)));
+  // A prompt being edited keeps its editor (and what was typed) across a re-render.
+  const editing = list.querySelector(".queue-editor");
+  const kept = editing && editing.closest("li");
+  list.replaceChildren(...prompts.map((queued) =>
+    kept && kept.dataset.prompt === queued.prompt_id ? kept : queueItem(queued, prompts.length)));
 }
 
 function queueItem(queued, count) {
@@ -593,8 +600,17 @@ function queueItem(queued, count) {
     editor.value = queued.prompt;
     const save = el("button", { type: "button" }, "Save");
     const cancel = el("button", { type: "button" }, "Cancel");
-    save.addEventListener("click", () => change({ prompt: editor.value }));
-    cancel.addEventListener("click", () => item.replaceWith(queueItem(queued, count)));
+    save.addEventListener("click", async () => {
+      const queue = await act("task.session.queue.edit",
+        { session_id: state.open, prompt_id: queued.prompt_id, prompt: editor.value });
+      if (!queue) return; // refused: the editor stays, with what was typed
+      editor.remove();
+      renderQueue(queue);
+    });
+    cancel.addEventListener("click", () => {
+      editor.remove();
+      renderQueue(state.queue);
+    });
     item.replaceChildren(el("span", { class: "muted" }, `${queued.position}.`), editor, save, cancel);
     editor.focus();
   });
