@@ -1,3 +1,5 @@
+//! The queue's decisions alone — tables, no actor.
+
 use protocol::api::{PromptQueue, QueuedPrompt, TurnState};
 
 use super::Queue;
