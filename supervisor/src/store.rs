@@ -360,6 +360,9 @@ pub struct OpenTurn {
     pub request_id: String,
     /// Its prompt reached agentctl.
     pub delivered: bool,
+    /// The queued prompt it runs and the prompt's text, when it came from the queue (no
+    /// caller waits to send it again).
+    pub queued: Option<(crate::ids::PromptId, String)>,
 }
 
 /// A turn row.

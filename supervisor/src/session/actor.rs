@@ -61,8 +61,8 @@ use crate::store::{
 pub(super) use super::conversation::{Replay, Turn};
 pub(super) use messages::{AfterAuth, Internal, Pending, TurnKind};
 pub(super) use stage::{
-    AfterLaunch, CatchUp, Execution, Launch, Opening, PendingPause, Recorded, ResumeContext,
-    ResumeState, Retired, Stage, Stall, SummaryStep, Teardown, UnwrittenState,
+    AfterLaunch, CatchUp, Execution, Launch, Opening, PendingPause, Recorded, Resend,
+    ResumeContext, ResumeState, Retired, Stage, Stall, SummaryStep, Teardown, UnwrittenState,
 };
 
 pub(super) struct SessionActor {
@@ -759,6 +759,29 @@ impl SessionActor {
                     .await
             }
         }
+    }
+
+    /// Puts a queued prompt whose turn never reached the agent, and cannot be sent again as
+    /// it was, back at the queue's head as a new queued prompt (its failed turn keeps the
+    /// old one, which runs once).
+    async fn requeue(&mut self, was: &crate::ids::PromptId, prompt: String) {
+        let store = self.context.store.clone();
+        let id = crate::ids::PromptId::new(uuid::Uuid::now_v7().to_string());
+        let queued = match store.enqueue_prompt(self.row.id.clone(), id.clone(), prompt).await {
+            Ok(_) => store.change_queued(self.row.id.clone(), id.clone(), None, Some(1)).await,
+            Err(err) => Err(err),
+        };
+        let message = match queued {
+            Ok(_) => format!(
+                "the queued prompt {was} never reached the agent and cannot be sent as it was: it is queued again, first, as {id}"
+            ),
+            Err(err) => format!(
+                "the queued prompt {was} never reached the agent, and it cannot be queued again ({err}): send it again"
+            ),
+        };
+        tracing::warn!(session = %self.row.id, "{message}");
+        self.recorder.emit(SessionEventKind::Notice { message });
+        self.queue_changed().await;
     }
 
     /// Halts the queue, saying why (in status, on the timeline and as a notice).
@@ -1518,14 +1541,32 @@ impl SessionActor {
         let undelivered: Vec<(String, crate::ids::TurnId)> =
             self.sidecar.catch_up.undelivered.drain().collect();
         let first_prompt = self.unsent_initial_prompt().await;
+        let mut queued = std::mem::take(&mut self.sidecar.catch_up.queued);
         for (request_id, turn_id) in undelivered {
-            // The create's prompt was acknowledged: sent again under the same request, so it
-            // runs once and is recorded once. Any other prompt's caller had no answer yet.
-            if let Some(prompt) = &first_prompt
-                && self.conversation.turn_id() == Some(turn_id.as_str())
-                && self.resend_prompt(&request_id, &turn_id, prompt)
+            let running = self.conversation.turn_id() == Some(turn_id.as_str());
+            // The create's prompt was acknowledged, and a queued prompt's caller was answered
+            // `queued`: sent again under the same request, so it runs once and is recorded
+            // once. Any other prompt's caller had no answer yet.
+            let (prompt, prompt_id) = match queued.remove(&request_id) {
+                Some((prompt_id, prompt)) => (Some(prompt), Some(prompt_id)),
+                None => (first_prompt.clone(), None),
+            };
+            if let Some(prompt) = &prompt
+                && running
             {
-                continue;
+                let resend = Resend {
+                    request_id: &request_id,
+                    turn_id: &turn_id,
+                    prompt_id: prompt_id.clone(),
+                };
+                if self.resend_prompt(resend, prompt).await {
+                    continue;
+                }
+            }
+            if let Some(prompt_id) = &prompt_id {
+                // It cannot be sent as it was (a resume context wraps the next prompt): it
+                // goes back to the queue's head, as a new queued prompt, and this turn fails.
+                self.requeue(prompt_id, prompt.clone().unwrap_or_default()).await;
             }
             self.conversation.pending.remove(&request_id);
             let error =
@@ -1551,10 +1592,10 @@ impl SessionActor {
 
     /// Sends a recorded turn's prompt that never reached the agent again, under its own
     /// request id; false when it cannot be (no agent, no ACP session, a resume context).
-    pub(in crate::session) fn resend_prompt(
+    /// Its start is written first when a kill came before it was (see `prepare_turn`).
+    pub(in crate::session) async fn resend_prompt(
         &mut self,
-        request_id: &str,
-        turn_id: &crate::ids::TurnId,
+        Resend { request_id, turn_id, prompt_id }: Resend<'_>,
         prompt: &str,
     ) -> bool {
         let running =
@@ -1575,15 +1616,19 @@ impl SessionActor {
             "method": protocol::acp::method::SESSION_PROMPT,
             "params": requests::prompt(&acp_session, prompt.to_owned()),
         });
-        tracing::info!(session = %self.row.id, turn = %turn_id, "sending the first prompt again: it never reached the agent");
-        if self.recorder.history.is_empty() {
+        tracing::info!(session = %self.row.id, turn = %turn_id, "sending a prompt again: it never reached the agent");
+        let recorded = self.recorder.history_tail(REPLAY_WINDOW_BYTES).await.iter().any(|entry| {
+            entry.kind == EntryType::UserMessage
+                && entry.message_id.as_deref() == Some(turn_id.as_str())
+        });
+        if !recorded {
             // Killed before the turn's start was written (see `prepare_turn`).
             self.recorder.record_prompt(prompt.to_owned(), turn_id.clone());
             self.recorder.emit(SessionEventKind::TurnStarted {
                 turn_id: turn_id.to_string(),
                 prompt: prompt.to_owned(),
                 origin: PromptOrigin::User,
-                prompt_id: None,
+                prompt_id: prompt_id.map(|id| id.to_string()),
             });
         }
         self.send(Outgoing::Prompt { message, turn_id: turn_id.to_owned(), reply: None });
@@ -2436,6 +2481,9 @@ impl SessionActor {
             let turn_id = open.turn_id;
             if !open.delivered {
                 self.sidecar.catch_up.undelivered.insert(open.request_id.clone(), turn_id.clone());
+                if let Some(queued) = open.queued {
+                    self.sidecar.catch_up.queued.insert(open.request_id.clone(), queued);
+                }
             }
             self.conversation.pending.insert(
                 open.request_id,

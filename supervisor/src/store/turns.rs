@@ -36,11 +36,18 @@ impl Store {
     ) -> Result<Vec<OpenTurn>, StoreError> {
         self.call(move |conn| {
             let mut stmt = conn.prepare(
-                "SELECT id, request_id, delivered FROM turns WHERE session_id = ?1 AND execution_id = ?2 AND state = 'running' ORDER BY id",
+                "SELECT id, request_id, delivered, queued_prompt, prompt FROM turns WHERE session_id = ?1 AND execution_id = ?2 AND state = 'running' ORDER BY id",
             )?;
             let rows = stmt
                 .query_map(params![session_id, execution_id], |r| {
-                    Ok(OpenTurn { turn_id: r.get(0)?, request_id: r.get(1)?, delivered: r.get(2)? })
+                    let queued: Option<crate::ids::PromptId> = r.get(3)?;
+                    let prompt: Option<String> = r.get(4)?;
+                    Ok(OpenTurn {
+                        turn_id: r.get(0)?,
+                        request_id: r.get(1)?,
+                        delivered: r.get(2)?,
+                        queued: queued.map(|id| (id, prompt.unwrap_or_default())),
+                    })
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(rows)

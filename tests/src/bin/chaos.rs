@@ -7,7 +7,8 @@
 //! of that session's container. The operator's part (restarting the supervisor) is done as
 //! an operator would.
 //!
-//! One round in eleven each is an edge of a session's life instead, or a workflow:
+//! One round in twelve each is an edge of a session's life instead, a workflow, or the
+//! prompt queue:
 //! - create: a new session, its first prompt given with the create, while the supervisor is
 //!   armed at `create.recorded`, `launch.started` or `launch.after_runtime` (it dies after
 //!   the row is stored, before the agent is up). After the restart the session is found in
@@ -27,7 +28,11 @@
 //!   resume the sessions;
 //! - workflow: a workflow of three steps (two at once, then one reading both) started with
 //!   the supervisor armed at a workflow point (`chaos/workflows.rs` says which and what is
-//!   checked: it completes, each step's prompt reached its agent once, nothing runs on).
+//!   checked: it completes, each step's prompt reached its agent once, nothing runs on);
+//! - queue: each session gets a second prompt while its first turn runs (queued behind it),
+//!   with the supervisor armed at `prompt.recorded` on one of the queued prompts' turns (it
+//!   dies right after a queued prompt left the queue as a turn, before the prompt reached
+//!   the agent). After the restart every queued prompt runs once, whole, after its first.
 //!
 //! After each round it checks, and at the end it prints (zero everywhere is the only pass):
 //! - lost / duplicated: every chunk the agent streamed appears exactly once in the
@@ -166,6 +171,25 @@ struct SessionTrack {
     /// The last event seq received.
     last_seq: u64,
     turns: Vec<TurnSeen>,
+    /// Where this round's turns begin in `turns` (a queue round has two a session).
+    round_from: usize,
+}
+
+impl SessionTrack {
+    /// This round's turns.
+    fn round(&self) -> &[TurnSeen] {
+        &self.turns[self.round_from.min(self.turns.len())..]
+    }
+
+    fn round_mut(&mut self) -> &mut [TurnSeen] {
+        let from = self.round_from.min(self.turns.len());
+        &mut self.turns[from..]
+    }
+
+    /// Every turn of this round ended.
+    fn settled(&self) -> bool {
+        self.round().iter().all(|turn| turn.ended.is_some())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,6 +209,9 @@ enum Disruption {
     StopAll,
     /// A workflow started with the supervisor armed at one of [`WORKFLOW_POINTS`].
     Workflow(&'static str),
+    /// A second prompt queued behind each session's turn, the supervisor armed at
+    /// `prompt.recorded` on a queued one's turn.
+    Queue,
 }
 
 impl Disruption {
@@ -197,6 +224,9 @@ impl Disruption {
             }
             Disruption::Create(point) => Some(point.to_owned()),
             Disruption::Stop | Disruption::Delete => Some("stop.recorded".to_owned()),
+            // The first prompts are the first hits (one a session); a queued prompt's turn
+            // is recorded later, when the turn before it ended.
+            Disruption::Queue => Some(format!("prompt.recorded@{}", 4 + rng.below(3))),
             _ => None,
         }
     }
@@ -206,10 +236,11 @@ impl Disruption {
         format!("{self:?}").to_lowercase().starts_with(&only.to_lowercase())
     }
 
-    /// A seeded choice: the kills of a running session six times in eleven, each edge of
-    /// a session's life (create, stop, delete, stop-all) and a workflow once in eleven.
+    /// A seeded choice: the kills of a running session six times in twelve, each edge of
+    /// a session's life (create, stop, delete, stop-all), a workflow and a queue once in
+    /// twelve.
     fn choose(rng: &mut Rng, docker: bool) -> Disruption {
-        match rng.below(11) {
+        match rng.below(12) {
             0..6 => match rng.below(if docker { 5 } else { 4 }) {
                 0 => Disruption::Supervisor,
                 1 => Disruption::Fault(FAULT_POINTS[rng.below(FAULT_POINTS.len() as u64) as usize]),
@@ -221,6 +252,7 @@ impl Disruption {
             7 => Disruption::Stop,
             8 => Disruption::Delete,
             9 => Disruption::StopAll,
+            10 => Disruption::Queue,
             _ => Disruption::Workflow(
                 WORKFLOW_POINTS[rng.below(WORKFLOW_POINTS.len() as u64) as usize],
             ),
@@ -297,11 +329,23 @@ async fn main() {
     let mut tracks = Vec::new();
     for idx in 0..sessions {
         let id = api.ready_session("mock", &daemon.workspace(&format!("s{idx}"))).await;
-        tracks.push(SessionTrack { id, docker: false, last_seq: 0, turns: Vec::new() });
+        tracks.push(SessionTrack {
+            id,
+            docker: false,
+            last_seq: 0,
+            turns: Vec::new(),
+            round_from: 0,
+        });
     }
     if docker.is_some() {
         let id = api.ready_session("mock-docker", &daemon.workspace("docker")).await;
-        tracks.push(SessionTrack { id, docker: true, last_seq: 0, turns: Vec::new() });
+        tracks.push(SessionTrack {
+            id,
+            docker: true,
+            last_seq: 0,
+            turns: Vec::new(),
+            round_from: 0,
+        });
     }
     // Sessions stopped by a round (and replaced in `tracks`).
     let mut retired: Vec<SessionTrack> = Vec::new();
@@ -422,16 +466,13 @@ async fn run_round(
         let permission = if rng.below(2) == 0 { "\n/permission" } else { "" };
         let tag = format!("chaos round {round} session {idx}");
         let prompt = format!("/stream {CHUNKS}\n/rounds {ROUNDS_PER_TURN}{permission}\n{tag}");
-        track.turns.push(TurnSeen { tag, ..Default::default() });
-        let sent = lossy(api.typed().session_prompt(track.id.clone(), prompt)).await;
-        if let Err(err) = sent {
-            // A fault point may fire while the prompt is accepted: it may or may not start.
-            eprintln!("chaos: round {round}: prompt to {} not answered: {err}", track.id);
-            // Only a lost answer, not a refusal: a refused prompt is a finding.
-            let lost_answer = !matches!(err, jsonrpsee::core::ClientError::Call(_));
-            if let Some(turn) = track.turns.last_mut() {
-                turn.prompt_failed = lost_answer;
-            }
+        track.round_from = track.turns.len();
+        let sent = send_prompt(api, track, tag, prompt, round).await;
+        if sent && disruption == Disruption::Queue {
+            // Queued behind the turn just started (its tag does not contain the first's).
+            let tag = format!("chaos round {round} queued {idx}");
+            let prompt = format!("/stream {CHUNKS}\n/rounds {ROUNDS_PER_TURN}\n{tag}");
+            send_prompt(api, track, tag, prompt, round).await;
         }
     }
     let victim = rng.below(tracks.len() as u64) as usize;
@@ -442,8 +483,7 @@ async fn run_round(
     let mut doomed = Vec::new();
     let mut settle_from = Instant::now();
     loop {
-        let all_ended =
-            tracks.iter().all(|t| t.turns.last().is_some_and(|turn| turn.ended.is_some()));
+        let all_ended = tracks.iter().all(SessionTrack::settled);
         if all_ended {
             break;
         }
@@ -454,30 +494,31 @@ async fn run_round(
             Ok(None) => unreachable!("a reader task holds a sender"),
             Err(_)
                 if tracks.iter().all(|t| {
-                    t.turns.last().is_some_and(|turn| {
+                    t.round().iter().all(|turn| {
                         turn.ended.is_some() || (turn.turn_id.is_none() && turn.prompt_failed)
                     })
                 }) =>
             {
                 // Only prompts lost with a dying daemon are left, and they never started.
                 for track in tracks.iter_mut() {
-                    if let Some(turn) = track.turns.last_mut().filter(|turn| turn.ended.is_none()) {
+                    for turn in track.round_mut().iter_mut().filter(|turn| turn.ended.is_none()) {
                         turn.ended = Some("not_started".into());
                     }
                 }
                 break;
             }
             Err(_) => {
-                for track in tracks
-                    .iter()
-                    .filter(|t| t.turns.last().is_some_and(|turn| turn.ended.is_none()))
-                {
+                for track in tracks.iter().filter(|t| !t.settled()) {
                     tally.stuck += 1;
                     let status = lossy(api.typed().session_status(track.id.clone()))
                         .await
                         .map(|s| format!("{s:?}"))
                         .unwrap_or_else(|err| err.to_string());
-                    let turn = track.turns.last().expect("UNWRAP: filtered on it");
+                    let turn = track
+                        .round()
+                        .iter()
+                        .find(|turn| turn.ended.is_none())
+                        .expect("UNWRAP: filtered on it");
                     tally.problem(format!(
                         "round {round}: session {} did not settle ({disruption:?}, turn {:?} with {} chunks, last seq {}): {status}",
                         track.id,
@@ -493,12 +534,14 @@ async fn run_round(
         let Some(event) = event else {
             // A subscription ended: the daemon died (a fault point fired) or is dying. Our
             // own kills stop the readers first, so only a fault point gets here.
-            let died = matches!(disruption, Disruption::Fault(_))
+            let died = matches!(disruption, Disruption::Fault(_) | Disruption::Queue)
                 && tokio::time::timeout(GO_AWAY, daemon.wait_exit()).await.is_ok();
             if died {
-                if let Disruption::Fault(point) = disruption {
-                    *tally.kills.entry(format!("supervisor at {point}")).or_default() += 1;
-                }
+                let point = match disruption {
+                    Disruption::Fault(point) => point,
+                    _ => "prompt.recorded (a queued prompt's turn)",
+                };
+                *tally.kills.entry(format!("supervisor at {point}")).or_default() += 1;
                 readers.iter().for_each(|reader| reader.abort());
                 daemon.restart_with_env(&[]).await;
                 *api = daemon.api().await;
@@ -524,7 +567,8 @@ async fn run_round(
         if matches!(event.kind, EventKind::AgentMessageChunk { .. }) {
             seen_in_round += 1;
         }
-        if !struck && seen_in_round >= strike_at && !matches!(disruption, Disruption::Fault(_)) {
+        let armed_only = matches!(disruption, Disruption::Fault(_) | Disruption::Queue);
+        if !struck && seen_in_round >= strike_at && !armed_only {
             struck = true;
             if matches!(disruption, Disruption::Stop | Disruption::Delete) {
                 doomed = daemon.sidecars(&tracks[victim].id);
@@ -542,7 +586,7 @@ async fn run_round(
     readers.iter().for_each(|reader| reader.abort());
     // A stop or delete that struck restarted the daemon disarmed already.
     let still_armed = match disruption {
-        Disruption::Fault(_) => true,
+        Disruption::Fault(_) | Disruption::Queue => true,
         Disruption::Stop | Disruption::Delete => !struck,
         _ => false,
     };
@@ -554,8 +598,8 @@ async fn run_round(
         daemon.restart_with_env(&[]).await;
         *api = daemon.api().await;
     }
-    for track in tracks.iter() {
-        match track.turns.last().and_then(|turn| turn.ended.as_deref()) {
+    for turn in tracks.iter().flat_map(SessionTrack::round) {
+        match turn.ended.as_deref() {
             Some("completed") => tally.turns_completed += 1,
             Some(_) => tally.turns_failed += 1,
             None => {}
@@ -574,11 +618,35 @@ async fn run_round(
     }
 }
 
+/// Sends a prompt tagged `tag` to `track` and follows it as one of the round's turns;
+/// whether the daemon answered (a lost answer leaves a turn that may never start).
+async fn send_prompt(
+    api: &Api,
+    track: &mut SessionTrack,
+    tag: String,
+    prompt: String,
+    round: u64,
+) -> bool {
+    track.turns.push(TurnSeen { tag, ..Default::default() });
+    let sent = lossy(api.typed().session_prompt(track.id.clone(), prompt)).await;
+    let Err(err) = sent else { return true };
+    // A fault point may fire while the prompt is accepted: it may or may not start.
+    eprintln!("chaos: round {round}: prompt to {} not answered: {err}", track.id);
+    // Only a lost answer, not a refusal: a refused prompt is a finding.
+    let lost_answer = !matches!(err, jsonrpsee::core::ClientError::Call(_));
+    if let Some(turn) = track.turns.last_mut() {
+        turn.prompt_failed = lost_answer;
+    }
+    false
+}
+
 /// Ends what did not settle, so the next round starts clean (already counted as stuck).
 async fn unstick(api: &Api, tracks: &mut [SessionTrack]) {
     for track in tracks.iter_mut() {
-        if let Some(turn) = track.turns.last_mut().filter(|turn| turn.ended.is_none()) {
+        if !track.settled() {
             let _ = lossy(api.typed().session_cancel(track.id.clone())).await;
+        }
+        for turn in track.round_mut().iter_mut().filter(|turn| turn.ended.is_none()) {
             turn.ended = Some("stuck".into());
         }
     }
@@ -687,7 +755,10 @@ async fn strike(
                 tally.problem(format!("stop-all failed: {err}"));
             }
         }
-        Disruption::Fault(_) | Disruption::Create(_) | Disruption::Workflow(_) => {}
+        Disruption::Fault(_)
+        | Disruption::Create(_)
+        | Disruption::Workflow(_)
+        | Disruption::Queue => {}
     }
     false
 }

@@ -1,12 +1,12 @@
 //! The prompt queue end to end, with real daemons and mock-agent counting turns from its
 //! side (`--turn-log`): prompts sent while a turn runs are queued durably and run once
-//! each, in order, across a daemon SIGKILL; a failed turn halts the queue until
+//! each, in order, across a daemon SIGKILL and a pause; a failed turn halts the queue until
 //! `queue.resume`; the CLI says where a prompt was queued and follows its turn.
 
 use std::path::Path;
 
-use protocol::api::{EventKind, PromptStarted, SessionEvent};
-use tether_tests::daemon::{Api, until};
+use protocol::api::{ApiClient, EventKind, PromptStarted, SessionEvent, SessionState};
+use tether_tests::daemon::{Api, ok, until};
 
 use crate::workflows::daemon;
 
@@ -66,6 +66,28 @@ async fn queued_prompts_run_once_each_in_order_across_a_daemon_sigkill() {
     assert!(status.queue.prompts.is_empty() && status.queue.halted.is_none(), "{status:?}");
 }
 
+/// A queued prompt left the queue as a turn, and the supervisor died before the prompt
+/// reached the agent (`prompt.recorded`): nobody waits to send it again, so the restart
+/// does, once — it was answered `queued`, and once taken it was only in its turn's row.
+#[tokio::test]
+async fn a_queued_prompt_whose_turn_was_cut_before_delivery_is_sent_again_once() {
+    // The first prompt's turn is the first hit; the queued one's, the second.
+    let (mut daemon, log, workspace) = daemon(Some("prompt.recorded@2")).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("flow", &workspace).await;
+    api.prompt(&session, "/sleep 300\nfirst").await.expect("the first prompt starts a turn");
+    let queued = queued_at(&api.prompt_or_queue(&session, "second").await.unwrap(), 1);
+    drop(api);
+    daemon.wait_exit().await;
+    daemon.restart_with_env(&[]).await;
+    let api = daemon.api().await;
+    until_queued_turn_ends(&api, &session, &queued).await;
+    assert_eq!(answered(&log), ["first", "second"]);
+    let history = api.history(&session).await;
+    let asked = history.iter().filter(|entry| entry.content.contains("second")).count();
+    assert_eq!(asked, 2, "its prompt and the reply, once each: {history:#?}");
+}
+
 #[tokio::test]
 async fn a_failed_turn_halts_the_queue_until_it_is_resumed() {
     let (daemon, log, workspace) = daemon(None).await;
@@ -91,6 +113,31 @@ async fn a_failed_turn_halts_the_queue_until_it_is_resumed() {
     // (A fresh agent gets the history injected before it: the prompt is in what it got.)
     until_queued_turn_ends(&api, &session, &waiting).await;
     assert_eq!(ran(&log), 1, "{:?}", answered(&log));
+}
+
+#[tokio::test]
+async fn a_pause_keeps_the_queue_and_its_resume_runs_it_once() {
+    let (daemon, log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("flow", &workspace).await;
+    let mut events = api.subscribe(&session, 0).await;
+    api.prompt(&session, "/sleep 500\nbefore the pause").await.expect("a turn starts");
+    let waiting = queued_at(&api.prompt_or_queue(&session, "after the pause").await.unwrap(), 1);
+    // The pause waits for the running turn, then takes effect before the queue's head.
+    let pause = api.typed().session_pause(session.clone(), Some("lunch".into()), Some(60_000));
+    ok("pause", pause).await;
+    until(&mut events, |event| matches!(event.kind, EventKind::Paused { .. })).await;
+    let status = api.status(&session).await;
+    assert_eq!(status.state, SessionState::Paused);
+    assert_eq!(status.queue.prompts.len(), 1, "the queue waits: {status:?}");
+    assert!(status.queue.halted.is_none(), "a pause does not halt it: {status:?}");
+    let ran = |log: &Path| answered(log).iter().filter(|p| p.contains("after the pause")).count();
+    assert_eq!(ran(&log), 0, "{:?}", answered(&log));
+    // Resumed: the queued prompt runs, once.
+    api.resume(&session).await.expect("the session resumes");
+    until_queued_turn_ends(&api, &session, &waiting).await;
+    assert_eq!(ran(&log), 1, "{:?}", answered(&log));
+    assert!(api.status(&session).await.queue.prompts.is_empty());
 }
 
 #[tokio::test]

@@ -276,6 +276,14 @@ pub(in crate::session) struct UnwrittenState {
     pub(in crate::session) task: Option<&'static str>,
 }
 
+/// A recorded turn's prompt to send again under its own request id.
+pub(in crate::session) struct Resend<'a> {
+    pub(in crate::session) request_id: &'a str,
+    pub(in crate::session) turn_id: &'a crate::ids::TurnId,
+    /// The queued prompt it runs, if it came from the queue (its `turn_started` names it).
+    pub(in crate::session) prompt_id: Option<crate::ids::PromptId>,
+}
+
 /// After a re-attach, until agentctl's replay passed what it held when we connected.
 #[derive(Default)]
 pub(in crate::session) struct CatchUp {
@@ -283,6 +291,9 @@ pub(in crate::session) struct CatchUp {
     pub(in crate::session) until: Option<u64>,
     /// Re-attached turns whose prompt was not known to be delivered: request id → turn id.
     pub(in crate::session) undelivered: HashMap<String, crate::ids::TurnId>,
+    /// Of those, the ones that ran a queued prompt: request id → the queued prompt and its
+    /// text, sent again when undelivered (nobody else would).
+    pub(in crate::session) queued: HashMap<String, (crate::ids::PromptId, String)>,
     /// Prompts that arrived while the replay ran.
     pub(in crate::session) deferred: Vec<(String, Reply<crate::session::Prompted>)>,
     /// The agent's output is held at agentctl (asked for by a stall) until the re-attach

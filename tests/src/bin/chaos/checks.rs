@@ -29,20 +29,40 @@ pub(super) fn observe(
         ));
     }
     track.last_seq = seq;
-    let Some(turn) = track.turns.last_mut() else { return };
+    let id = track.id.clone();
+    // This round's turns, in the order they were prompted (a queue round has two).
+    let turns = track.round_mut();
     match &event.kind {
-        EventKind::TurnStarted { turn_id, prompt, .. } if prompt.contains(&turn.tag) => {
-            turn.turn_id = Some(turn_id.clone());
+        EventKind::TurnStarted { turn_id, prompt, .. } => {
+            let Some(turn) = turns.iter_mut().find(|turn| prompt.contains(&turn.tag)) else {
+                return;
+            };
+            match &turn.turn_id {
+                Some(started) if started != turn_id => {
+                    tally.duplicated += 1;
+                    tally.problem(format!(
+                        "round {round}: {id} ran the prompt of '{}' twice ({started}, {turn_id})",
+                        turn.tag
+                    ));
+                }
+                _ => turn.turn_id = Some(turn_id.clone()),
+            }
         }
-        EventKind::AgentMessageChunk { text, .. }
-            if turn.turn_id.is_some() && turn.ended.is_none() =>
-        {
-            turn.chunks.push(text.clone());
-            turn.chunk_seqs.push(seq);
+        EventKind::AgentMessageChunk { text, .. } => {
+            // One turn runs at a time: the newest started one that has not ended.
+            let running =
+                turns.iter_mut().rev().find(|turn| turn.turn_id.is_some() && turn.ended.is_none());
+            if let Some(turn) = running {
+                turn.chunks.push(text.clone());
+                turn.chunk_seqs.push(seq);
+            }
         }
-        EventKind::TurnEnded { turn_id, state, .. } if turn.turn_id.as_ref() == Some(turn_id) => {
-            turn.ended = Some(state.as_str().to_owned());
-            check_turn(&track.id, turn, tally, round);
+        EventKind::TurnEnded { turn_id, state, .. } => {
+            if let Some(turn) = turns.iter_mut().find(|turn| turn.turn_id.as_ref() == Some(turn_id))
+            {
+                turn.ended = Some(state.as_str().to_owned());
+                check_turn(&id, turn, tally, round);
+            }
         }
         _ => {}
     }

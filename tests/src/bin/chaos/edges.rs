@@ -67,6 +67,7 @@ pub(super) async fn end_victim(
         docker,
         last_seq: 0,
         turns: Vec::new(),
+        round_from: 0,
     };
     let old = std::mem::replace(&mut tracks[victim.idx], fresh);
     (disruption == Disruption::Stop).then_some(old)
@@ -163,6 +164,7 @@ pub(super) async fn create_round(
         id: row.id.clone(),
         docker: false,
         last_seq: 0,
+        round_from: 0,
         turns: vec![TurnSeen {
             tag: tag.clone(),
             shape: Some((CREATE_CHUNKS, 1)),
