@@ -476,19 +476,8 @@ impl Supervisor {
         session_id: SessionId,
         prompt: String,
     ) -> Result<crate::session::Prompted, ServiceError> {
-        if prompt.trim().is_empty() {
-            return Err(ServiceError::InvalidParams {
-                field: "prompt",
-                message: "prompt must not be empty".into(),
-            });
-        }
-        let row = self.session_row(&session_id).await?;
-        if row.state.is_terminal() {
-            return Err(ServiceError::Conflict(format!(
-                "session {session_id} is {}",
-                row.state.as_str()
-            )));
-        }
+        not_blank(&prompt)?;
+        let row = self.unended_row(&session_id).await?;
         self.within_budget(&session_id).await?;
         // Lazily: a session without a live agent is resumed first (and waited for).
         let handle = self.ensure_running(&row).await?;
@@ -500,6 +489,18 @@ impl Supervisor {
             }
             other => Ok(other?),
         }
+    }
+
+    /// The session's row; refused (`conflict`) once the session ended.
+    async fn unended_row(&self, session_id: &SessionId) -> Result<SessionRow, ServiceError> {
+        let row = self.session_row(session_id).await?;
+        if row.state.is_terminal() {
+            return Err(ServiceError::Conflict(format!(
+                "session {session_id} is {}",
+                row.state.as_str()
+            )));
+        }
+        Ok(row)
     }
 
     /// `task.session.queue.list`: the session's prompt queue (also of an ended session).
@@ -519,21 +520,10 @@ impl Supervisor {
         session_id: SessionId,
         change: crate::session::QueueChange,
     ) -> Result<protocol::api::PromptQueue, ServiceError> {
-        if let crate::session::QueueChange::Edit { prompt: Some(prompt), .. } = &change
-            && prompt.trim().is_empty()
-        {
-            return Err(ServiceError::InvalidParams {
-                field: "prompt",
-                message: "prompt must not be empty".into(),
-            });
+        if let crate::session::QueueChange::Edit { prompt: Some(prompt), .. } = &change {
+            not_blank(prompt)?;
         }
-        let row = self.session_row(&session_id).await?;
-        if row.state.is_terminal() {
-            return Err(ServiceError::Conflict(format!(
-                "session {session_id} is {}; its queue does not run any more",
-                row.state.as_str()
-            )));
-        }
+        let row = self.unended_row(&session_id).await?;
         let resume = matches!(change, crate::session::QueueChange::Resume);
         let queue = self.actor(&row).await?.change_queue(change).await?;
         if resume && !queue.prompts.is_empty() && queue.halted.is_none() {
@@ -918,4 +908,15 @@ impl Supervisor {
         };
         Ok(self.live(&session_id).await?.respond_permission(request_id, outcome).await?)
     }
+}
+
+/// Refuses a blank prompt (`invalid_params`).
+fn not_blank(prompt: &str) -> Result<(), ServiceError> {
+    if prompt.trim().is_empty() {
+        return Err(ServiceError::InvalidParams {
+            field: "prompt",
+            message: "prompt must not be empty".into(),
+        });
+    }
+    Ok(())
 }
