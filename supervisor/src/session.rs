@@ -428,6 +428,12 @@ impl SessionHandle {
     pub fn is_live(&self) -> bool {
         !self.commands.is_closed()
     }
+
+    /// Resolves once the actor has ended (after what it was retiring landed and was
+    /// recorded).
+    pub async fn ended(&self) {
+        self.commands.closed().await;
+    }
 }
 
 /// What a session actor needs from the supervisor.

@@ -7,6 +7,9 @@ use super::{
 };
 use crate::ids::SessionId;
 
+/// How long a delete waits for the session's actor to end once its sidecar is fenced.
+const ACTOR_END_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Supervisor {
     /// Stops every live agent and its sidecar; the sessions stay resumable. Then every
     /// recorded execution of an active session is fenced, so a sidecar that no actor owns
@@ -193,6 +196,14 @@ impl Supervisor {
         let execution = self.config.store.get_execution(session_id.clone()).await.ok().flatten();
         if let Err(err) = self.fence(row, execution.clone()).await {
             tracing::warn!(session = %session_id, %err, "cannot fence a deleted session's sidecar");
+        }
+        // An actor still retiring its sidecar (a stop answers before the sidecar is gone)
+        // records what the sidecar's spool held once the retire lands: its files are
+        // removed after that, not under its writes. Bounded: the fence just ended the retire.
+        if let Some(handle) = self.handle(&session_id)
+            && tokio::time::timeout(ACTOR_END_WAIT, handle.ended()).await.is_err()
+        {
+            tracing::warn!(session = %session_id, "the deleted session's actor did not end in time");
         }
         if let Some(made) = session_worktree(row) {
             let existed = made.path.is_dir();
