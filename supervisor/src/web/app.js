@@ -530,7 +530,10 @@ async function actOnSession(method, confirmText, params = { session_id: state.op
   const done = await act(method, params, confirmText);
   if (done !== undefined && state.open === sessionId) {
     try {
-      renderStatus(await rpc.call("task.session.status", { session_id: sessionId }));
+      const status = await rpc.call("task.session.status", { session_id: sessionId });
+      // A status read before events the page has shown since would take them back (a
+      // RUNNING badge after the turn's end was shown): the events are newer.
+      if (status.last_event_seq >= (state.lastSeq.get(sessionId) || 0)) renderStatus(status);
     } catch (error) {
       sessionError(error);
     }
@@ -579,9 +582,10 @@ function renderQueue(queue) {
 }
 
 function queueItem(queued, count) {
-  const shown = (queue) => { if (queue) renderQueue(queue); };
+  // Shown from the session's `queue` events only: they are ordered, and an answer is not
+  // (the head may start, and the queue change again, before an answer arrives).
   const change = (params) =>
-    act("task.session.queue.edit", { session_id: state.open, prompt_id: queued.prompt_id, ...params }).then(shown);
+    act("task.session.queue.edit", { session_id: state.open, prompt_id: queued.prompt_id, ...params });
   const text = el("span", { class: "queued-text", title: queued.prompt }, queued.prompt);
   const up = el("button", { type: "button", title: "run earlier", "aria-label": "move up" }, "↑");
   const down = el("button", { type: "button", title: "run later", "aria-label": "move down" }, "↓");
@@ -592,7 +596,7 @@ function queueItem(queued, count) {
   up.addEventListener("click", () => change({ position: queued.position - 1 }));
   down.addEventListener("click", () => change({ position: queued.position + 1 }));
   remove.addEventListener("click", () =>
-    act("task.session.queue.remove", { session_id: state.open, prompt_id: queued.prompt_id }).then(shown));
+    act("task.session.queue.remove", { session_id: state.open, prompt_id: queued.prompt_id }));
   const item = el("li", { class: "queued", "data-prompt": queued.prompt_id },
     el("span", { class: "muted" }, `${queued.position}.`), text, up, down, edit, remove);
   edit.addEventListener("click", () => {
@@ -605,7 +609,7 @@ function queueItem(queued, count) {
         { session_id: state.open, prompt_id: queued.prompt_id, prompt: editor.value });
       if (!queue) return; // refused: the editor stays, with what was typed
       editor.remove();
-      renderQueue(queue);
+      renderQueue(state.queue); // its event shows the new text, if it has not yet
     });
     cancel.addEventListener("click", () => {
       editor.remove();
@@ -688,7 +692,10 @@ function wire() {
   $("#workflow-cancel").addEventListener("click", () =>
     act("workflow.cancel", { workflow_id: state.openWorkflow }, "Cancel this workflow? Its running steps stop; it can be resumed."));
   $("#cancel").addEventListener("click", () => actOnSession("task.session.cancel"));
-  $("#queue-resume").addEventListener("click", () => actOnSession("task.session.queue.resume"));
+  // Not `actOnSession`: a status read as the queue's head starts could land after the
+  // events that followed it and show the session RUNNING again.
+  $("#queue-resume").addEventListener("click", () =>
+    act("task.session.queue.resume", { session_id: state.open }));
   $("#pause").addEventListener("click", askPause);
   $("#resume").addEventListener("click", () => resume(state.open));
   $("#stop").addEventListener("click", () =>
