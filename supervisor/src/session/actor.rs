@@ -805,16 +805,19 @@ impl SessionActor {
         use crate::session::QueueChange;
         let store = self.context.store.clone();
         let id = self.row.id.clone();
-        match change {
+        // An edit or removal answers with the queue after it (read in its transaction).
+        let queue = match change {
             QueueChange::Edit { prompt_id, prompt, position } => {
-                store.change_queued(id, prompt_id, prompt, position).await?;
+                store.change_queued(id, prompt_id, prompt, position).await?
             }
-            QueueChange::Remove(prompt_id) => {
-                store.remove_queued(id, prompt_id).await?;
+            QueueChange::Remove(prompt_id) => store.remove_queued(id, prompt_id).await?,
+            QueueChange::Resume => {
+                store.halt_queue(id, None).await?;
+                return Ok(self.queue_changed().await);
             }
-            QueueChange::Resume => store.halt_queue(id, None).await?,
-        }
-        Ok(self.queue_changed().await)
+        };
+        self.publish_queue(&queue);
+        Ok(queue)
     }
 
     /// Reads the queue after a change, takes its shape and publishes it.
@@ -826,9 +829,14 @@ impl SessionActor {
                 return protocol::api::PromptQueue::default();
             }
         };
-        self.conversation.queue.observe(&queue);
-        self.recorder.emit(SessionEventKind::Queue { queue: queue.clone() });
+        self.publish_queue(&queue);
         queue
+    }
+
+    /// Takes the queue's shape and publishes it (the `queue` event).
+    fn publish_queue(&mut self, queue: &protocol::api::PromptQueue) {
+        self.conversation.queue.observe(queue);
+        self.recorder.emit(SessionEventKind::Queue { queue: queue.clone() });
     }
 
     // ---- settings -----------------------------------------------------------------------
