@@ -69,7 +69,10 @@ options:
                         exists (a launch failure that a later attempt outlives)
   --ballast-mb N        hold N MB resident for the process's life (an agent's size)
   --turn-log PATH       append a JSON line {session, prompt} for each prompt it
-                        starts to answer (tests count turns from the agent's side)
+                        starts to answer (tests count turns from the agent's side), and
+                        {session, steer} for each steer it takes
+  --steering            advertise and serve `_session/steering` (a message into the
+                        running turn: it ends a /sleep early and is named in the reply)
 
 prompt commands (one per line; other lines are the message):
   /stream N  /tool  /permission  /permission-always-first  /permission-only (the tool
@@ -138,6 +141,8 @@ pub struct Config {
     pub replay_on_resume: bool,
     /// Megabytes held resident for the process's life (`--ballast-mb`: an agent's size).
     pub ballast_mb: usize,
+    /// Advertise and serve `_session/steering` (`--steering`).
+    pub steering: bool,
 }
 
 impl Default for Config {
@@ -169,6 +174,7 @@ impl Default for Config {
             replay_with_next: false,
             replay_on_resume: false,
             ballast_mb: 0,
+            steering: false,
         }
     }
 }
@@ -229,6 +235,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, 
             "--replay-with-next" => config.replay_with_next = true,
             "--fail-while" => config.fail_while = Some(value("--fail-while")?.into()),
             "--turn-log" => config.turn_log = Some(value("--turn-log")?.into()),
+            "--steering" => config.steering = true,
             "--ballast-mb" => {
                 let mb = value("--ballast-mb")?;
                 config.ballast_mb = mb.parse().map_err(|_| format!("--ballast-mb: {mb:?}"))?;
@@ -396,6 +403,8 @@ struct LiveSession {
     stored: StoredSession,
     /// The running turn's cancel switch; `None` between turns.
     turn: Option<CancellationToken>,
+    /// Where steers of the running turn go (`--steering`); `None` between turns.
+    steer: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     /// Its model and mode (not persisted).
     settings: settings::Settings,
     /// What the next prompt is answered as (`/then`; not persisted).
@@ -448,6 +457,7 @@ impl Agent {
             method::SESSION_SET_CONFIG_OPTION => self.set_config_option(request.params.as_ref()),
             method::SESSION_SET_MODE => self.set_mode(request.params.as_ref()),
             method::SESSION_CLOSE => self.close_session(request.params.as_ref()),
+            method::SESSION_STEERING if self.config.steering => self.steer(request.params.as_ref()),
             other => Err(RpcError::method_not_found(other)),
         };
         let _ = self.peer.respond(request.id, result);
@@ -470,7 +480,10 @@ impl Agent {
         } else {
             json!([])
         };
+        let meta =
+            if self.config.steering { json!({"steering": {"supported": true}}) } else { json!({}) };
         Ok(json!({
+            "_meta": meta,
             "protocolVersion": acp::PROTOCOL_VERSION,
             "agentCapabilities": {
                 "loadSession": self.config.load_session,
@@ -519,6 +532,52 @@ impl Agent {
         }
     }
 
+    /// `_session/steering`: the text goes into the running turn (`injected`); with none
+    /// running it is refused as the client asked (`promptRequired`) or as failed.
+    fn steer(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let params = params.ok_or_else(|| RpcError::invalid_params("steer needs params"))?;
+        let session_id = params["sessionId"]
+            .as_str()
+            .ok_or_else(|| RpcError::invalid_params("steer params need a sessionId"))?;
+        let blocks: Vec<schema::ContentBlock> =
+            serde_json::from_value(params["prompt"].clone()).map_err(RpcError::invalid_params)?;
+        let text = acp::prompt_text(&blocks);
+        let mut state = self.lock();
+        let live = state.sessions.get_mut(session_id).ok_or_else(|| {
+            RpcError::new(
+                protocol::ErrorCode::ResourceNotFound,
+                format!("unknown session {session_id}"),
+            )
+        })?;
+        let Some(steer) = live.steer.as_ref().filter(|_| live.turn.is_some()) else {
+            let idle = params.pointer("/_meta/steering/idleBehavior").and_then(Value::as_str);
+            let outcome = if idle == Some("promptRequired") { "promptRequired" } else { "failed" };
+            return Ok(json!({"outcome": outcome}));
+        };
+        if steer.send(text.clone()).is_err() {
+            return Ok(json!({"outcome": "failed"}));
+        }
+        live.stored.messages.push(StoredMessage { role: Role::User, text: text.clone() });
+        drop(state);
+        self.log_turn(&json!({"session": session_id, "steer": text}))?;
+        Ok(json!({"outcome": "injected"}))
+    }
+
+    /// Appends a line to `--turn-log`, if set: one write of the whole line (agents of
+    /// parallel steps append to one file, and an append of one write is never interleaved
+    /// with another's).
+    fn log_turn(&self, line: &Value) -> Result<(), RpcError> {
+        let Some(log) = &self.config.turn_log else { return Ok(()) };
+        let mut line = line.to_string();
+        line.push('\n');
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .and_then(|mut file| file.write_all(line.as_bytes()))
+            .map_err(RpcError::internal)
+    }
+
     fn begin_turn(&self, params: Option<&Value>) -> Result<PendingTurn, RpcError> {
         let request: schema::PromptRequest = acp::params(params)?;
         self.check_auth()?;
@@ -545,9 +604,11 @@ impl Agent {
             }
         }
         live.turn = Some(cancel.clone());
+        let (steer, steers) = tokio::sync::mpsc::unbounded_channel();
+        live.steer = Some(steer);
         let earlier = live.stored.messages.clone();
         live.stored.messages.push(StoredMessage { role: Role::User, text });
-        Ok(PendingTurn { session_id, script, cancel, earlier })
+        Ok(PendingTurn { session_id, script, cancel, earlier, steers })
     }
 
     async fn run_turn(&self, pending: PendingTurn) -> Result<Value, RpcError> {
@@ -555,6 +616,8 @@ impl Agent {
             agent: self,
             session_id: &pending.session_id,
             cancel: &pending.cancel,
+            steers: pending.steers,
+            steered: Vec::new(),
             said: String::new(),
             // Its message's place in the stored conversation, after the prompt's.
             message_id: format!("m{}", pending.earlier.len() + 1),
@@ -567,6 +630,7 @@ impl Agent {
             .get_mut(&pending.session_id)
             .expect("UNWRAP: sessions are never removed");
         live.turn = None;
+        live.steer = None;
         if !said.is_empty() {
             live.stored.messages.push(StoredMessage { role: Role::Agent, text: said });
         }
@@ -602,6 +666,8 @@ struct PendingTurn {
     cancel: CancellationToken,
     /// The conversation before this prompt.
     earlier: Vec<StoredMessage>,
+    /// Steers of this turn (`--steering`).
+    steers: tokio::sync::mpsc::UnboundedReceiver<String>,
 }
 
 /// One prompt being answered.
@@ -609,6 +675,9 @@ struct Turn<'a> {
     agent: &'a Agent,
     session_id: &'a str,
     cancel: &'a CancellationToken,
+    /// Steers sent into this turn, and those taken so far (named in the reply).
+    steers: tokio::sync::mpsc::UnboundedReceiver<String>,
+    steered: Vec<String>,
     /// The agent text sent so far, persisted as the agent's message.
     said: String,
     /// The ACP `messageId` of that message: `m` and its index in the stored conversation
@@ -654,20 +723,7 @@ impl Turn<'_> {
         script: &Script,
         earlier: &[StoredMessage],
     ) -> Result<&'static str, RpcError> {
-        if let Some(log) = &self.agent.config.turn_log {
-            use std::io::Write;
-            // One write of the whole line: agents of parallel steps append to one file, and
-            // an append of one write is never interleaved with another's.
-            let mut line =
-                json!({"session": self.session_id, "prompt": script.message}).to_string();
-            line.push('\n');
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(log)
-                .and_then(|mut file| file.write_all(line.as_bytes()))
-                .map_err(RpcError::internal)?;
-        }
+        self.agent.log_turn(&json!({"session": self.session_id, "prompt": script.message}))?;
         match self.steps(script, earlier).await {
             Ok(()) => Ok("end_turn"),
             Err(Stop::Cancelled) if self.agent.config.cancel_as_end_turn => Ok("end_turn"),
@@ -694,6 +750,12 @@ impl Turn<'_> {
             self.step(command, &mut reply, earlier).await?;
         }
         self.rounds(reply.rounds, reply.chunks).await?;
+        while let Ok(text) = self.steers.try_recv() {
+            self.steered.push(text);
+        }
+        for text in &self.steered {
+            reply.text.push_str(&format!("; steered: {text}"));
+        }
         self.stream_reply(&reply.text, reply.chunks)
     }
 
@@ -772,11 +834,16 @@ impl Turn<'_> {
         })
     }
 
-    /// Waits `ms` milliseconds (`/sleep`); a cancel of the turn ends the wait.
-    async fn sleep(&self, ms: u64) -> Result<(), Stop> {
+    /// Waits `ms` milliseconds (`/sleep`); a cancel of the turn ends the wait, and so does
+    /// a steer (the agent turns to it).
+    async fn sleep(&mut self, ms: u64) -> Result<(), Stop> {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(ms)) => Ok(()),
             _ = self.cancel.cancelled() => Err(Stop::Cancelled),
+            Some(text) = self.steers.recv() => {
+                self.steered.push(text);
+                Ok(())
+            }
         }
     }
 

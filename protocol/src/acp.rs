@@ -44,6 +44,10 @@ pub mod method {
     pub const SESSION_SET_CONFIG_OPTION: &str = "session/set_config_option";
     /// `session/set_mode`
     pub const SESSION_SET_MODE: &str = "session/set_mode";
+    /// `_session/steering`: a message into the running turn, an extension that
+    /// claude-agent-acp and codex-acp serve and advertise with `_meta.steering.supported`
+    /// in their `initialize` answer (ACP's draft `session/inject` is the same idea).
+    pub const SESSION_STEERING: &str = "_session/steering";
     /// `$/cancel_request` (a notification, either way)
     pub const CANCEL_REQUEST: &str = "$/cancel_request";
     /// `elicitation/create` (agent → client)

@@ -528,6 +528,39 @@ pub struct QueuedPrompt {
     pub position: usize,
     /// When it was queued (ms since the epoch).
     pub queued_at: i64,
+    /// A steer's: the turn that was cancelled for it (it runs first, whatever the queue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steer_of: Option<String>,
+}
+
+/// How `task.session.steer` reached the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SteerMode {
+    /// Into the running turn: the agent takes a message mid-turn (`_session/steering`).
+    Native,
+    /// The running turn was cancelled; the steering text runs next, ahead of the queue,
+    /// told what the cancelled turn had done.
+    Fallback,
+    /// No turn was running: it was taken as `task.session.prompt` takes a prompt.
+    Prompt,
+}
+
+/// `task.session.steer`'s answer (durable before it is sent: a native steer is in the
+/// history, a fallback's text in the queue).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Steered {
+    /// How it was delivered.
+    pub mode: SteerMode,
+    /// `native`: the turn it joined; `fallback`: the turn it cancelled; `prompt`: the turn
+    /// it started (`null` when it was queued).
+    pub turn_id: Option<String>,
+    /// `fallback` (or a queued `prompt`): the queued prompt that runs the text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_id: Option<String>,
+    /// Its place in the queue (a fallback's is 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<usize>,
 }
 
 /// A session's prompt queue.
@@ -656,6 +689,22 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "PromptOrigin::is_user")]
         origin: PromptOrigin,
         /// The queued prompt it runs, when it waited in the queue.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prompt_id: Option<String>,
+        /// A steer's turn: the turn that was cancelled for it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        steer_of: Option<String>,
+    },
+    /// The running turn was steered with `prompt`: into the turn (`native`), or by
+    /// cancelling it and queueing `prompt` first (`fallback`, its `prompt_id`).
+    Steered {
+        /// The turn steered.
+        turn_id: String,
+        /// The steering text.
+        prompt: String,
+        /// How.
+        mode: SteerMode,
+        /// The fallback's queued prompt.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         prompt_id: Option<String>,
     },

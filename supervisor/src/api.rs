@@ -21,7 +21,7 @@ use jsonrpsee::types::ErrorObjectOwned;
 use protocol::api::{
     AgentInfo, ApiServer, CleanupResult, Done, ErrorData, HistoryEntry, PauseResult, PromptQueue,
     PromptStarted, ResumeResult, RuntimeKind, SessionState, SessionStatus, SessionSummary,
-    Snapshot, SnapshotSummary, StopAllResult, Task, TaskDetail, Timeline, WorkflowStarted,
+    Snapshot, SnapshotSummary, Steered, StopAllResult, Task, TaskDetail, Timeline, WorkflowStarted,
     WorkflowStatus, WorkflowSummary, params,
 };
 use protocol::errors::CheckParams;
@@ -168,6 +168,10 @@ impl ApiServer for Methods {
                 position: Some(position),
             },
         })
+    }
+
+    async fn session_steer(&self, session_id: String, prompt: String) -> RpcResult<Steered> {
+        self.0.steer(session_id.into(), prompt).await.map_err(to_rpc)
     }
 
     async fn session_queue_list(&self, session_id: String) -> RpcResult<PromptQueue> {

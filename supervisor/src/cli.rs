@@ -129,6 +129,19 @@ enum Command {
         #[arg(required = true, num_args = 1.., trailing_var_arg = true, allow_hyphen_values = true)]
         text: Vec<String>,
     },
+    /// Steer a session's running turn with a message and follow the turn that carries it:
+    /// into the turn where the agent takes one mid-turn, else the turn is cancelled and the
+    /// message runs next, ahead of anything queued. With no turn running it is a prompt.
+    Steer {
+        /// Print only the agent's reply.
+        #[arg(long, short)]
+        quiet: bool,
+        /// The session.
+        session: String,
+        /// The message (words are joined by spaces).
+        #[arg(required = true, num_args = 1.., trailing_var_arg = true, allow_hyphen_values = true)]
+        text: Vec<String>,
+    },
     /// Bring a session's agent back (natively when it can), showing progress and outcome.
     Resume {
         /// Print nothing but the outcome line.

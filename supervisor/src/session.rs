@@ -45,6 +45,7 @@ mod meter;
 mod outbox;
 mod queue;
 pub mod record;
+mod steer;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -199,6 +200,22 @@ pub enum Prompted {
     },
 }
 
+/// What a steer of the running turn did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Steer {
+    /// The agent took it into the running turn (recorded in the history).
+    Native(crate::ids::TurnId),
+    /// The running turn was cancelled for it; it waits first in the queue.
+    Fallback {
+        /// The turn cancelled.
+        turn_id: crate::ids::TurnId,
+        /// The queued prompt that runs it.
+        prompt_id: crate::ids::PromptId,
+    },
+    /// No turn runs: nothing was done with it (it is a prompt).
+    NoTurn,
+}
+
 /// A change to a session's prompt queue, asked through the API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum QueueChange {
@@ -221,6 +238,11 @@ enum Command {
     Prompt {
         text: String,
         reply: Reply<Prompted>,
+    },
+    /// Steers the running turn with `text`.
+    Steer {
+        text: String,
+        reply: Reply<Steer>,
     },
     /// Changes the prompt queue; answered with the queue after the change.
     Queue {
@@ -273,6 +295,7 @@ impl std::fmt::Debug for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Command::Prompt { .. } => "Prompt",
+            Command::Steer { .. } => "Steer",
             Command::Queue { .. } => "Queue",
             Command::Cancel { .. } => "Cancel",
             Command::Permission { .. } => "Permission",
@@ -306,6 +329,11 @@ impl SessionHandle {
     /// Starts a turn, or queues the prompt while a turn runs.
     pub async fn prompt(&self, text: String) -> Result<Prompted, SessionError> {
         self.ask(|reply| Command::Prompt { text, reply }).await
+    }
+
+    /// Steers the running turn (see [`Steer`]).
+    pub async fn steer(&self, text: String) -> Result<Steer, SessionError> {
+        self.ask(|reply| Command::Steer { text, reply }).await
     }
 
     /// Changes the prompt queue; returns it after the change.

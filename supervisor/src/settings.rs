@@ -35,6 +35,9 @@ pub struct SessionSettings {
     /// It advertised `sessionCapabilities.additionalDirectories` (likewise).
     #[serde(default)]
     pub directories_supported: bool,
+    /// It advertised `_session/steering` (`_meta.steering.supported`; likewise).
+    #[serde(default)]
+    pub steering_supported: bool,
 }
 
 /// One change asked for.

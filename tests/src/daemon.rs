@@ -676,6 +676,16 @@ impl Api {
             .await
     }
 
+    /// `task.session.steer`, or the refusal.
+    pub async fn steer(
+        &self,
+        session: &str,
+        text: &str,
+    ) -> Result<protocol::api::Steered, ApiError> {
+        call("task.session.steer", self.client.session_steer(session.to_owned(), text.to_owned()))
+            .await
+    }
+
     /// `task.session.resume`, or the refusal.
     pub async fn resume(&self, session: &str) -> Result<ResumeResult, ApiError> {
         call("task.session.resume", self.client.session_resume(session.to_owned(), None)).await

@@ -28,6 +28,9 @@ pub enum Reply {
     Text(String),
     /// No answer: the request is held open until the client gives up on it (a cancel).
     Hang,
+    /// Held open until the test releases it (`notify_one`), then answered as the boxed
+    /// reply; or until the client gives up on it, as [`Reply::Hang`].
+    Held(Arc<tokio::sync::Notify>, Box<Reply>),
     /// A tool call (`stop_reason: tool_use`); the agent runs it and asks again.
     ToolUse {
         /// The tool's name (e.g. `Write`).
@@ -221,6 +224,17 @@ async fn serve(stream: TcpStream, shared: Arc<Mutex<Shared>>) -> std::io::Result
     if path.contains("count_tokens") {
         return respond(&mut stream, "200 OK", "application/json", br#"{"input_tokens":10}"#).await;
     }
+    let reply = match reply {
+        Reply::Held(release, then) => {
+            let mut byte = [0u8; 1];
+            tokio::select! {
+                () = release.notified() => *then,
+                // The client gave up on it (it closed its side).
+                _ = stream.read(&mut byte) => return Ok(()),
+            }
+        }
+        other => other,
+    };
     if matches!(reply, Reply::Hang) {
         // Held until the client closes its side.
         let mut rest = Vec::new();
@@ -283,7 +297,7 @@ fn usage() -> Value {
 fn whole_message(reply: &Reply, model: &str, n: u64) -> Value {
     let (content, stop) = match reply {
         Reply::Text(text) => (json!([{"type": "text", "text": text}]), "end_turn"),
-        Reply::Hang => (json!([]), "end_turn"),
+        Reply::Hang | Reply::Held(..) => (json!([]), "end_turn"),
         Reply::ToolUse { name, input } => (
             json!([{"type": "tool_use", "id": format!("toolu_{n}"), "name": name, "input": input}]),
             "tool_use",
@@ -305,7 +319,7 @@ fn stream_events(reply: &Reply, model: &str, n: u64) -> String {
     start["stop_reason"] = Value::Null;
     event("message_start", json!({"type": "message_start", "message": start}));
     let stop = match reply {
-        Reply::Hang => "end_turn",
+        Reply::Hang | Reply::Held(..) => "end_turn",
         Reply::Text(text) => {
             event(
                 "content_block_start",
@@ -355,7 +369,7 @@ fn response_events(reply: &Reply, n: u64) -> String {
     event(json!({"type": "response.created", "response": {"id": id}}));
     let text = match reply {
         Reply::Text(text) => text.clone(),
-        Reply::Hang => String::new(),
+        Reply::Hang | Reply::Held(..) => String::new(),
         Reply::ToolUse { name, .. } => format!("(the scripted model cannot call {name} here)"),
     };
     event(json!({
@@ -392,7 +406,7 @@ fn response_events(reply: &Reply, n: u64) -> String {
 fn gemini_events(reply: &Reply, n: u64) -> String {
     let text = match reply {
         Reply::Text(text) => text.clone(),
-        Reply::Hang => String::new(),
+        Reply::Hang | Reply::Held(..) => String::new(),
         Reply::ToolUse { name, input } => {
             let chunk = json!({
                 "candidates": [{
@@ -428,7 +442,7 @@ fn gemini_events(reply: &Reply, n: u64) -> String {
 fn chat_message(reply: &Reply, n: u64) -> (Value, &'static str) {
     match reply {
         Reply::Text(text) => (json!({"role": "assistant", "content": text}), "stop"),
-        Reply::Hang => (json!({"role": "assistant", "content": ""}), "stop"),
+        Reply::Hang | Reply::Held(..) => (json!({"role": "assistant", "content": ""}), "stop"),
         Reply::ToolUse { name, input } => (
             json!({"role": "assistant", "content": null, "tool_calls": [{
                 "id": format!("call_{n}"), "type": "function",
@@ -484,7 +498,7 @@ fn chat_events(reply: &Reply, model: &str, n: u64) -> String {
                 chunk(delta, None, None);
             }
         }
-        Reply::Hang => {}
+        Reply::Hang | Reply::Held(..) => {}
     }
     chunk(json!({}), Some(finish), Some(chat_usage()));
     out.push_str("data: [DONE]\n\n");

@@ -31,9 +31,10 @@ impl Agent {
         let settings = Settings::default();
         let answer = json!({"sessionId": session_id, "configOptions": settings.config_options(),
             "modes": settings.modes()});
-        state
-            .sessions
-            .insert(session_id.clone(), LiveSession { stored, turn: None, settings, then: None });
+        state.sessions.insert(
+            session_id.clone(),
+            LiveSession { stored, turn: None, steer: None, settings, then: None },
+        );
         Ok(answer)
     }
 
@@ -130,7 +131,7 @@ impl Agent {
     fn opened(&self, stored: StoredSession) -> Value {
         let settings = Settings::default();
         let answer = json!({"configOptions": settings.config_options(), "modes": settings.modes()});
-        let live = LiveSession { stored, turn: None, settings, then: None };
+        let live = LiveSession { stored, turn: None, steer: None, settings, then: None };
         self.lock().sessions.insert(live.stored.session_id.clone(), live);
         answer
     }

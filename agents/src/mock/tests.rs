@@ -41,6 +41,7 @@ fn flags_set_the_config() {
         "/tmp/turns",
         "--ballast-mb",
         "3",
+        "--steering",
     ])
     .unwrap() else {
         panic!("expected a run")
@@ -74,6 +75,7 @@ fn flags_set_the_config() {
             replay_with_next: false,
             replay_on_resume: false,
             ballast_mb: 3,
+            steering: true,
         }
     );
 }

@@ -20,6 +20,8 @@ pub const SESSION_STATUS: &str = "task.session.status";
 pub const SESSION_PROMPT: &str = "task.session.prompt";
 /// `task.session.resume`
 pub const SESSION_RESUME: &str = "task.session.resume";
+/// `task.session.steer`
+pub const SESSION_STEER: &str = "task.session.steer";
 /// `task.session.queue.list`
 pub const SESSION_QUEUE_LIST: &str = "task.session.queue.list";
 /// `task.session.queue.edit`
@@ -158,6 +160,7 @@ pub const ALL: &[&str] = &[
     WORKFLOWS_SUBSCRIBE,
     WORKFLOWS_UNSUBSCRIBE,
     SESSION_RETRY_TURN,
+    SESSION_STEER,
     SESSION_QUEUE_LIST,
     SESSION_QUEUE_EDIT,
     SESSION_QUEUE_REMOVE,

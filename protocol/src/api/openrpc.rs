@@ -12,9 +12,9 @@ use super::params::{self, Checked};
 use super::{
     AgentInfo, BudgetUse, CleanupResult, Done, ErrorData, EventWindow, HistoryEntry, PauseResult,
     PromptQueue, PromptStarted, ResumeResult, SessionConfig, SessionEvent, SessionStatus,
-    SessionSummary, SessionsEvent, Snapshot, SnapshotSummary, StopAllResult, Task, TaskDetail,
-    Timeline, UsageReport, WorkflowEvent, WorkflowStarted, WorkflowStatus, WorkflowSummary,
-    WorkflowsEvent, method,
+    SessionSummary, SessionsEvent, Snapshot, SnapshotSummary, Steered, StopAllResult, Task,
+    TaskDetail, Timeline, UsageReport, WorkflowEvent, WorkflowStarted, WorkflowStatus,
+    WorkflowSummary, WorkflowsEvent, method,
 };
 use crate::errors::ErrorKind;
 
@@ -133,6 +133,10 @@ pub fn generate() -> Value {
     m.add::<SessionPrompt, PromptStarted>(
         method::SESSION_PROMPT,
         "Sends a prompt (resuming the session first when its agent is not running); the turn's output arrives as events. While a turn runs, the prompt is queued behind it (queued: true, with its prompt_id and position), durably, and runs once, in order.",
+    );
+    m.add::<SessionPrompt, Steered>(
+        method::SESSION_STEER,
+        "Steers the running turn with a message: into the turn where the agent takes one mid-turn (mode native, ACP `_session/steering`), else by cancelling the turn at once and running the message next, ahead of anything queued, with a line saying what the cancelled turn had done (mode fallback). With no turn running it is a prompt (mode prompt). Durable before the answer.",
     );
     m.add::<SessionId, PromptQueue>(
         method::SESSION_QUEUE_LIST,
@@ -427,6 +431,7 @@ mod tests {
             client.session_list(Some(s()), Some(SessionState::Failed), Some("mock".into())).await;
         let _ = client.session_status(s()).await;
         let _ = client.session_prompt(s(), "p".into()).await;
+        let _ = client.session_steer(s(), "p".into()).await;
         let _ = client.session_queue_list(s()).await;
         let _ = client.session_queue_edit(s(), "q".into(), Some("p".into()), Some(1)).await;
         let _ = client.session_queue_remove(s(), "q".into()).await;
@@ -651,6 +656,9 @@ mod tests {
             _: String,
             _: Option<bool>,
         ) -> jsonrpsee::core::RpcResult<ResumeResult> {
+            never()
+        }
+        async fn session_steer(&self, _: String, _: String) -> jsonrpsee::core::RpcResult<Steered> {
             never()
         }
         async fn session_queue_list(&self, _: String) -> jsonrpsee::core::RpcResult<PromptQueue> {

@@ -3,7 +3,7 @@
 use super::{
     AgentInfo, BudgetUse, CleanupResult, Done, EventBatch, EventWindow, HistoryEntry, PauseResult,
     PromptQueue, PromptStarted, ResumeResult, RpcResult, RuntimeKind, SessionConfig, SessionEvent,
-    SessionState, SessionStatus, SessionSummary, SessionsEvent, Snapshot, SnapshotSummary,
+    SessionState, SessionStatus, SessionSummary, SessionsEvent, Snapshot, SnapshotSummary, Steered,
     StopAllResult, SubscriptionResult, Task, TaskDetail, Timeline, UsageGroupBy, UsageReport,
     Value, WorkflowEvent, WorkflowStarted, WorkflowStatus, WorkflowSummary, WorkflowsEvent, params,
     rpc,
@@ -85,6 +85,12 @@ pub trait Api {
     /// turn's output arrives as events.
     #[method(name = "task.session.prompt", param_kind = map)]
     async fn session_prompt(&self, session_id: String, prompt: String) -> RpcResult<PromptStarted>;
+
+    /// Steers the running turn with `prompt`: into the turn where the agent takes that,
+    /// else by cancelling the turn and running `prompt` next, ahead of the queue. With no
+    /// turn running it is a prompt.
+    #[method(name = "task.session.steer", param_kind = map)]
+    async fn session_steer(&self, session_id: String, prompt: String) -> RpcResult<Steered>;
 
     /// The session's prompt queue: prompts sent while a turn ran, in the order they run,
     /// and why it is halted.

@@ -174,6 +174,9 @@ impl Client {
             Command::Prompt { quiet, session, text } => {
                 self.prompt(&session, &text.join(" "), quiet).await
             }
+            Command::Steer { quiet, session, text } => {
+                self.steer(&session, &text.join(" "), quiet).await
+            }
             Command::Retry { quiet, session, turn } => self.retry(&session, turn, quiet).await,
             Command::Usage { session, task, profile, workflow, since, by, json } => {
                 self.usage_report([session, task, profile, workflow], since, by, json.json).await
@@ -722,6 +725,49 @@ impl Client {
         self.follow_new_turn(session, Some(text), call, quiet).await
     }
 
+    /// Steers the running turn and follows the turn that carries the message to its end.
+    pub(super) async fn steer(
+        &self,
+        session: &str,
+        text: &str,
+        quiet: bool,
+    ) -> Result<(), Failure> {
+        use protocol::api::{PromptStarted, SteerMode};
+        let call = self.client.session_steer(session.to_owned(), text.to_owned());
+        // Told as it is answered, then followed as a prompt's turn is.
+        let call = async move {
+            let steered = call.await?;
+            let turn = steered.turn_id.clone().unwrap_or_default();
+            let queued = |prompt_id: Option<String>, position| PromptStarted {
+                turn_id: None,
+                queued: true,
+                prompt_id,
+                position,
+            };
+            Ok(match steered.mode {
+                SteerMode::Native => {
+                    eprintln!("steered: the agent took the message into its running turn {turn}");
+                    PromptStarted::started(turn)
+                }
+                SteerMode::Fallback => {
+                    eprintln!(
+                        "steered: this agent cannot take a message mid-turn, so turn {turn} was cancelled; the message runs next (prompt {}), ahead of anything queued",
+                        steered.prompt_id.as_deref().unwrap_or_default()
+                    );
+                    queued(steered.prompt_id, None)
+                }
+                SteerMode::Prompt => {
+                    if steered.turn_id.is_none() {
+                        return Ok(queued(steered.prompt_id, steered.position));
+                    }
+                    eprintln!("no turn was running: the message was sent as a prompt");
+                    PromptStarted::started(turn)
+                }
+            })
+        };
+        self.follow_new_turn(session, None, call, quiet).await
+    }
+
     /// Re-sends an interrupted turn's prompt and follows the new turn to its end.
     pub(super) async fn retry(
         &self,
@@ -767,10 +813,12 @@ impl Client {
                         Ok(started) => {
                             let Some(turn_id) = started_turn(&started, &seen) else {
                                 let prompt_id = started.prompt_id.unwrap_or_default();
-                                eprintln!(
-                                    "queued at position {} behind the running turn (prompt {prompt_id}); it runs when the turns before it end",
-                                    started.position.unwrap_or(1)
-                                );
+                                // (A steer's fallback, without a place, said what it did.)
+                                if let Some(position) = started.position {
+                                    eprintln!(
+                                        "queued at position {position} behind the running turn (prompt {prompt_id}); it runs when the turns before it end"
+                                    );
+                                }
                                 queued = Some(prompt_id);
                                 continue;
                             };

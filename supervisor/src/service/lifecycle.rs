@@ -491,6 +491,51 @@ impl Supervisor {
         }
     }
 
+    /// `task.session.steer`: the running turn is steered by its actor (see
+    /// [`crate::session::Steer`]); with no turn running the text is a prompt.
+    pub async fn steer(
+        &self,
+        session_id: SessionId,
+        prompt: String,
+    ) -> Result<protocol::api::Steered, ServiceError> {
+        use protocol::api::{SteerMode, Steered};
+        not_blank(&prompt)?;
+        let row = self.unended_row(&session_id).await?;
+        if let Some(handle) = self.handle(&row.id).filter(SessionHandle::is_live) {
+            let steered = match handle.steer(prompt.clone()).await? {
+                crate::session::Steer::Native(turn_id) => Some((SteerMode::Native, turn_id, None)),
+                crate::session::Steer::Fallback { turn_id, prompt_id } => {
+                    Some((SteerMode::Fallback, turn_id, Some(prompt_id)))
+                }
+                crate::session::Steer::NoTurn => None,
+            };
+            if let Some((mode, turn_id, prompt_id)) = steered {
+                let position = prompt_id.is_some().then_some(1);
+                let prompt_id = prompt_id.map(crate::ids::PromptId::into_string);
+                return Ok(Steered {
+                    mode,
+                    turn_id: Some(turn_id.into_string()),
+                    prompt_id,
+                    position,
+                });
+            }
+        }
+        Ok(match self.prompt(session_id, prompt).await? {
+            crate::session::Prompted::Started(turn_id) => Steered {
+                mode: SteerMode::Prompt,
+                turn_id: Some(turn_id.into_string()),
+                prompt_id: None,
+                position: None,
+            },
+            crate::session::Prompted::Queued { prompt_id, position } => Steered {
+                mode: SteerMode::Prompt,
+                turn_id: None,
+                prompt_id: Some(prompt_id.into_string()),
+                position: Some(position),
+            },
+        })
+    }
+
     /// The session's row; refused (`conflict`) once the session ended.
     async fn unended_row(&self, session_id: &SessionId) -> Result<SessionRow, ServiceError> {
         let row = self.session_row(session_id).await?;

@@ -99,6 +99,9 @@ const STALL_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How much of each stderr line shown while the agent is quiet is shown.
 const QUIET_STDERR_CHARS: usize = 300;
+/// How much of the history's end (bytes) is read for what a turn cancelled for a steer had
+/// done.
+const STEER_TAIL: u64 = 512 * 1024;
 
 /// Why a lost execution's work ended, when nothing better was kept: its agent went while
 /// nothing could be written.
@@ -408,6 +411,7 @@ impl SessionActor {
                 }
             },
             Command::Detach { reply } => self.detach(reply).await,
+            Command::Steer { text, reply } => self.steer(text, reply).await,
             Command::Queue { change, reply } => {
                 let changed = self.change_queue(change).await;
                 let _ = reply.send(changed);
@@ -580,7 +584,7 @@ impl SessionActor {
             match &mut self.stage {
                 Stage::Opening(opening) => opening.step = Some((method, at)),
                 // A setting chosen while the session is open: its caller bounds the wait.
-                _ if matches!(purpose, Pending::Setting { .. }) => {}
+                _ if matches!(purpose, Pending::Setting { .. } | Pending::Steer { .. }) => {}
                 // Only the handshake sends requests other than prompts and settings.
                 other => debug_assert!(false, "{method} sent while {:?}", other.phase()),
             }
@@ -752,7 +756,14 @@ impl SessionActor {
             return self.conversation.queue.observe(&queue);
         };
         let prompt_id = crate::ids::PromptId::new(head.prompt_id);
-        match self.start_turn_as(head.prompt, TurnKind::Queued(prompt_id.clone()), None).await {
+        let kind = match head.steer_of {
+            Some(steer_of) => TurnKind::Steer {
+                prompt_id: prompt_id.clone(),
+                steer_of: crate::ids::TurnId::new(steer_of),
+            },
+            None => TurnKind::Queued(prompt_id.clone()),
+        };
+        match self.start_turn_as(head.prompt, kind, None).await {
             Ok(()) => drop(self.queue_changed().await),
             Err(why) => {
                 self.halt_queue(format!("the queued prompt {prompt_id} could not start: {why}"))
@@ -837,6 +848,124 @@ impl SessionActor {
     fn publish_queue(&mut self, queue: &protocol::api::PromptQueue) {
         self.conversation.queue.observe(queue);
         self.recorder.emit(SessionEventKind::Queue { queue: queue.clone() });
+    }
+
+    // ---- steering -----------------------------------------------------------------------
+    // A steer joins the running turn where the agent takes a message mid-turn
+    // (`_session/steering`); else the turn is cancelled at once and the steering text waits
+    // first in the queue, to run as the next turn with a line on what the cancelled one had
+    // done (`steer.rs`). Either way it is recorded before its caller hears.
+
+    /// Steers the running turn with `text` (see the section's header).
+    async fn steer(&mut self, text: String, reply: Reply<crate::session::Steer>) {
+        if text.trim().is_empty() {
+            let message = "the steering text must not be empty".to_owned();
+            let _ = reply.send(Err(SessionError::InvalidParams { field: "prompt", message }));
+            return;
+        }
+        let Some(turn) = self.conversation.turn.as_ref() else {
+            let _ = reply.send(Ok(crate::session::Steer::NoTurn));
+            return;
+        };
+        let turn_id = turn.id.clone();
+        // A turn being cancelled already takes nothing more.
+        let native = self.choices.settings().steering_supported && turn.cancel_at.is_none();
+        let acp_session = self.view_tx.borrow().acp_session_id.clone();
+        match acp_session.filter(|_| native) {
+            Some(acp_session) => {
+                let params = requests::steer(&acp_session, &text);
+                let pending = Pending::Steer { turn_id, text, reply };
+                self.request(protocol::acp::method::SESSION_STEERING, params, pending);
+            }
+            None => self.steer_by_cancel(turn_id, text, reply).await,
+        }
+    }
+
+    /// The fallback: the steering text is queued first (durably), then the turn is
+    /// cancelled; the queue runs it when the turn ends, and halts for nothing meanwhile.
+    async fn steer_by_cancel(
+        &mut self,
+        turn_id: crate::ids::TurnId,
+        text: String,
+        reply: Reply<crate::session::Steer>,
+    ) {
+        let prompt_id = crate::ids::PromptId::new(uuid::Uuid::now_v7().to_string());
+        let store = self.context.store.clone();
+        let queued = store.enqueue_steer(
+            self.row.id.clone(),
+            prompt_id.clone(),
+            text.clone(),
+            turn_id.clone(),
+        );
+        match queued.await {
+            Ok(queue) => {
+                agentctl::fault::point("steer.queued");
+                self.publish_queue(&queue);
+                self.recorder.emit(SessionEventKind::Steered {
+                    turn_id: turn_id.to_string(),
+                    prompt: text,
+                    mode: protocol::api::SteerMode::Fallback,
+                    prompt_id: Some(prompt_id.to_string()),
+                });
+                if let Err(err) = self.cancel().await {
+                    // The turn ended meanwhile: the queue runs the text next all the same.
+                    tracing::debug!(session = %self.row.id, %err, "the steered turn ended first");
+                }
+                let _ = reply.send(Ok(crate::session::Steer::Fallback { turn_id, prompt_id }));
+            }
+            Err(err) => {
+                let _ = reply.send(Err(err.into()));
+            }
+        }
+    }
+
+    /// After a re-attach: a steer that waits for the running turn to end had that turn
+    /// cancelled, but the cancel may not have reached the agent before the restart: it is
+    /// sent again (a second `session/cancel` of a turn changes nothing).
+    async fn cancel_for_waiting_steer(&mut self) {
+        let Some(turn_id) = self.conversation.turn_id().map(str::to_owned) else { return };
+        let Ok(queue) = self.context.store.prompt_queue(self.row.id.clone()).await else {
+            return;
+        };
+        if queue.prompts.iter().any(|prompt| prompt.steer_of.as_deref() == Some(&turn_id)) {
+            tracing::info!(session = %self.row.id, turn = %turn_id, "cancelling a steered turn again after a restart");
+            let _ = self.cancel().await;
+        }
+    }
+
+    /// The agent answered `_session/steering`: `injected` is recorded as the person's
+    /// message within the turn; anything else falls back to a cancel (or, the turn having
+    /// ended, leaves the text to be sent as a prompt).
+    async fn steer_answered(
+        &mut self,
+        turn_id: crate::ids::TurnId,
+        text: String,
+        reply: Reply<crate::session::Steer>,
+        result: Result<Value, RpcErrorBody>,
+    ) {
+        let outcome = match &result {
+            Ok(answer) => answer.get("outcome").and_then(Value::as_str).unwrap_or("").to_owned(),
+            Err(error) => error.text(),
+        };
+        if outcome == "injected" {
+            self.recorder.record_steer(text.clone(), &turn_id);
+            self.recorder.emit(SessionEventKind::Steered {
+                turn_id: turn_id.to_string(),
+                prompt: text,
+                mode: protocol::api::SteerMode::Native,
+                prompt_id: None,
+            });
+            let _ = reply.send(Ok(crate::session::Steer::Native(turn_id)));
+        } else if self.conversation.turn_id() == Some(turn_id.as_str()) {
+            self.recorder.emit(SessionEventKind::Notice {
+                message: format!(
+                    "the agent did not take the steer into its turn ({outcome}): the turn is cancelled and the steer runs next"
+                ),
+            });
+            self.steer_by_cancel(turn_id, text, reply).await;
+        } else {
+            let _ = reply.send(Ok(crate::session::Steer::NoTurn));
+        }
     }
 
     // ---- settings -----------------------------------------------------------------------
@@ -1254,11 +1383,14 @@ impl SessionActor {
         text: String,
         kind: TurnKind,
     ) -> Result<(crate::ids::TurnId, Value), SessionError> {
-        let (retry_of, origin, queued) = match kind {
-            TurnKind::Prompt => (None, PromptOrigin::User, None),
-            TurnKind::RetryOf(turn_id) => (Some(turn_id), PromptOrigin::User, None),
-            TurnKind::PauseSummary => (None, PromptOrigin::PauseSummary, None),
-            TurnKind::Queued(prompt_id) => (None, PromptOrigin::User, Some(prompt_id)),
+        let (retry_of, origin, queued, steer_of) = match kind {
+            TurnKind::Prompt => (None, PromptOrigin::User, None, None),
+            TurnKind::RetryOf(turn_id) => (Some(turn_id), PromptOrigin::User, None, None),
+            TurnKind::PauseSummary => (None, PromptOrigin::PauseSummary, None, None),
+            TurnKind::Queued(prompt_id) => (None, PromptOrigin::User, Some(prompt_id), None),
+            TurnKind::Steer { prompt_id, steer_of } => {
+                (None, PromptOrigin::User, Some(prompt_id), Some(steer_of))
+            }
         };
         match self.row.state {
             SessionState::WaitingForInput => {}
@@ -1282,7 +1414,15 @@ impl SessionActor {
             return Err(SessionError::InvalidState("the ACP session is not open yet".into()));
         };
         let injected = self.conversation.resume_context.is_some();
-        let sent_text = if injected { self.resume_context(&text).await? } else { text.clone() };
+        // A steer's text goes with what the turn cancelled for it had done.
+        let agent_text = match &steer_of {
+            Some(steer_of) => {
+                let tail = self.recorder.history_tail(STEER_TAIL).await;
+                super::steer::prompt(&tail, steer_of, &text)
+            }
+            None => text.clone(),
+        };
+        let sent_text = if injected { self.resume_context(&agent_text).await? } else { agent_text };
         let request_id = self.conversation.take_request_id();
         let message = json!({
             "jsonrpc": "2.0",
@@ -1319,6 +1459,7 @@ impl SessionActor {
             prompt: text,
             origin,
             prompt_id: queued.as_ref().map(ToString::to_string),
+            steer_of: steer_of.map(|turn| turn.to_string()),
         });
         self.conversation.turn = Some(Turn {
             id: turn_id.clone(),
@@ -1591,6 +1732,7 @@ impl SessionActor {
             }
         }
         self.send_unsent_initial_prompt().await;
+        self.cancel_for_waiting_steer().await;
         for (text, reply) in deferred {
             if let Err(err) = self.start_turn(text, Some(reply)).await {
                 tracing::debug!(session = %self.row.id, %err, "prompt refused");
@@ -1637,6 +1779,9 @@ impl SessionActor {
                 prompt: prompt.to_owned(),
                 origin: PromptOrigin::User,
                 prompt_id: prompt_id.map(|id| id.to_string()),
+                // (A steer's turn sent again goes without the line on the turn it
+                // cancelled: the turn's record keeps only the person's text.)
+                steer_of: None,
             });
         }
         self.send(Outgoing::Prompt { message, turn_id: turn_id.to_owned(), reply: None });
@@ -3599,6 +3744,10 @@ impl SessionActor {
                 self.setting_answered(setting, reply, result.map_err(|error| error.text())).await;
                 false
             }
+            Pending::Steer { turn_id, text, reply } => {
+                self.steer_answered(turn_id, text, reply, result).await;
+                false
+            }
             Pending::Prompt { turn_id, injected } => {
                 if self.conversation.turn_id() == Some(turn_id.as_str()) {
                     self.prompt_answered(injected, result).await;
@@ -3733,6 +3882,7 @@ impl SessionActor {
         self.choices.settings_mut().close_supported = sessions.close.is_some();
         self.choices.settings_mut().directories_supported =
             sessions.additional_directories.is_some();
+        self.choices.settings_mut().steering_supported = requests::steering_advertised(&result);
         let Some(token) = token else {
             return self.new_acp_session();
         };
@@ -4159,6 +4309,7 @@ fn reject(command: Command, error: impl Fn() -> SessionError) {
         Command::Pause { reply, .. } => drop(reply.send(Err(error()))),
         Command::Setting { reply, .. } => drop(reply.send(Err(error()))),
         Command::Queue { reply, .. } => drop(reply.send(Err(error()))),
+        Command::Steer { reply, .. } => drop(reply.send(Err(error()))),
     }
 }
 

@@ -10,6 +10,9 @@ use protocol::api::{PromptQueue, TurnState};
 pub(super) struct Queue {
     waiting: usize,
     halted: Option<String>,
+    /// The head is a steer's text (a turn was cancelled for it): it runs whatever halts
+    /// the queue, and the cancel it follows halts nothing.
+    steer_first: bool,
 }
 
 impl Queue {
@@ -17,6 +20,7 @@ impl Queue {
     pub(super) fn observe(&mut self, queue: &PromptQueue) {
         self.waiting = queue.prompts.len();
         self.halted = queue.halted.clone();
+        self.steer_first = queue.prompts.first().is_some_and(|head| head.steer_of.is_some());
     }
 
     /// Whether a new prompt waits in the queue rather than starting a turn: a turn runs,
@@ -27,16 +31,19 @@ impl Queue {
     }
 
     /// Whether the queue's head starts now, the session being `idle` (open, no turn, no
-    /// pause waiting, nothing catching up or stalled).
+    /// pause waiting, nothing catching up or stalled). A steer's runs even when the queue
+    /// is halted (the person asked for it while watching).
     pub(super) fn head_due(&self, idle: bool) -> bool {
-        idle && self.waiting > 0 && self.halted.is_none()
+        idle && self.waiting > 0 && (self.halted.is_none() || self.steer_first)
     }
 
     /// Whether a turn that ended so halts the queue: it failed, was interrupted or
-    /// cancelled (`cancelled`), and prompts wait that were written for it to succeed.
+    /// cancelled (`cancelled`), and prompts wait that were written for it to succeed —
+    /// unless a steer waits first (the turn was cancelled for it, and the prompts behind
+    /// it were written to follow it).
     pub(super) fn halts_after(&self, state: TurnState, cancelled: bool) -> bool {
         let failed = matches!(state, TurnState::Failed | TurnState::Interrupted) || cancelled;
-        failed && self.waiting > 0 && self.halted.is_none()
+        failed && self.waiting > 0 && self.halted.is_none() && !self.steer_first
     }
 }
 

@@ -5,7 +5,7 @@
 use protocol::api::{PromptQueue, QueuedPrompt};
 
 use super::{OptionalExtension, Store, StoreError, TransactionBehavior, now_ms, params};
-use crate::ids::{PromptId, SessionId};
+use crate::ids::{PromptId, SessionId, TurnId};
 
 /// Reads a session's queue within a connection or transaction.
 fn read_queue(
@@ -13,7 +13,7 @@ fn read_queue(
     session_id: &SessionId,
 ) -> Result<PromptQueue, StoreError> {
     let mut stmt = conn.prepare(
-        "SELECT id, prompt, position, queued_at FROM prompt_queue WHERE session_id = ?1 ORDER BY position",
+        "SELECT id, prompt, position, queued_at, steer_of FROM prompt_queue WHERE session_id = ?1 ORDER BY position",
     )?;
     let prompts = stmt
         .query_map([session_id], |r| {
@@ -22,6 +22,7 @@ fn read_queue(
                 prompt: r.get(1)?,
                 position: r.get::<_, i64>(2)? as usize,
                 queued_at: r.get(3)?,
+                steer_of: r.get(4)?,
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
@@ -94,6 +95,38 @@ impl Store {
             )?;
             tx.commit()?;
             Ok(last as usize + 1)
+        })
+        .await
+    }
+
+    /// Queues a steer's text first, ahead of every queued prompt (behind steers queued
+    /// before it), with the turn cancelled for it. Durable when this returns.
+    pub async fn enqueue_steer(
+        &self,
+        session_id: SessionId,
+        prompt_id: PromptId,
+        prompt: String,
+        steer_of: TurnId,
+    ) -> Result<PromptQueue, StoreError> {
+        self.call(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let steers: i64 = tx.query_row(
+                "SELECT COUNT(*) FROM prompt_queue WHERE session_id = ?1 AND steer_of IS NOT NULL",
+                [&session_id],
+                |r| r.get(0),
+            )?;
+            tx.execute(
+                "UPDATE prompt_queue SET position = position + 1 WHERE session_id = ?1 AND position > ?2",
+                params![session_id, steers],
+            )?;
+            tx.execute(
+                "INSERT INTO prompt_queue (id, session_id, position, prompt, queued_at, steer_of) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![prompt_id, session_id, steers + 1, prompt, now_ms(), steer_of],
+            )?;
+            renumber(&tx, &session_id)?;
+            let queue = read_queue(&tx, &session_id)?;
+            tx.commit()?;
+            Ok(queue)
         })
         .await
     }

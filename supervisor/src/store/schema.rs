@@ -409,6 +409,11 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE UNIQUE INDEX turns_queued_prompt ON turns(queued_prompt) WHERE queued_prompt IS NOT NULL;
     ALTER TABLE task_sessions ADD COLUMN queue_halted TEXT;
     ",
+    // 24: A steer that fell back to cancelling its turn waits in the queue, first, with the
+    // turn it cancelled (`steer_of`; NULL: an ordinary queued prompt).
+    "
+    ALTER TABLE prompt_queue ADD COLUMN steer_of TEXT;
+    ",
 ];
 
 /// Brings the database up to the newest migration.

@@ -849,3 +849,31 @@ async fn a_queued_prompt_keeps_its_place_moves_and_leaves_with_its_turn_once() {
     let queue = store.remove_queued(id.clone(), None).await.unwrap();
     assert!(queue.prompts.is_empty() && queue.halted.is_none(), "{queue:?}");
 }
+
+#[tokio::test]
+async fn a_steer_queues_ahead_of_prompts_and_behind_earlier_steers() {
+    let (_dir, store) = open();
+    let task = store.create_task("t".into(), String::new()).await.unwrap();
+    let id = store.create_session(session(&task.id)).await.unwrap().id;
+    for text in ["a", "b"] {
+        store.enqueue_prompt(id.clone(), text.into(), text.into()).await.unwrap();
+    }
+    let steer = |prompt: &str, of: &str| {
+        store.enqueue_steer(id.clone(), prompt.into(), prompt.into(), of.into())
+    };
+    let queue = steer("s1", "t1").await.unwrap();
+    let order = |queue: &protocol::api::PromptQueue| -> Vec<(String, usize, Option<String>)> {
+        queue.prompts.iter().map(|p| (p.prompt.clone(), p.position, p.steer_of.clone())).collect()
+    };
+    assert_eq!(
+        order(&queue),
+        [("s1".into(), 1, Some("t1".into())), ("a".into(), 2, None), ("b".into(), 3, None)]
+    );
+    let queue = steer("s2", "t2").await.unwrap();
+    assert_eq!(
+        order(&queue).into_iter().map(|(p, n, _)| (p, n)).collect::<Vec<_>>(),
+        [("s1".into(), 1), ("s2".into(), 2), ("a".into(), 3), ("b".into(), 4)]
+    );
+    // What the store holds is what it answered.
+    assert_eq!(store.prompt_queue(id.clone()).await.unwrap(), queue);
+}

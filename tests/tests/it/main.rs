@@ -37,6 +37,7 @@ mod resume;
 mod retention;
 mod settings;
 mod snapshots;
+mod steer;
 mod supervisor;
 mod tidy;
 mod usage;

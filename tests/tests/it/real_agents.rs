@@ -300,6 +300,64 @@ async fn cancel_mid_turn(api: &Api, session: &str, server: &ModelServer) {
     assert!(api.ask(session, "hello?").await.contains("back again"));
 }
 
+/// claude-agent-acp takes a steer into its running turn (`_session/steering`, advertised
+/// with `_meta.steering.supported`): the model is asked again with the steer while the
+/// first request still hangs, and the one turn ends answering it.
+#[tokio::test]
+async fn claude_takes_a_steer_into_its_running_turn() {
+    let server = ModelServer::start().await;
+    let Some(daemon) = claude_daemon(&server, None).await else { return };
+    let api = daemon.api().await;
+    let session = api.ready_session("claude", &daemon.workspace("st")).await;
+    steer_mid_turn(&api, &session, &server).await;
+}
+
+/// codex-acp takes a steer into its running turn the same way.
+#[tokio::test]
+async fn codex_takes_a_steer_into_its_running_turn() {
+    let server = ModelServer::start().await;
+    let transcript = tempfile::tempdir().unwrap();
+    let Some(daemon) = codex_daemon(&server, &transcript.path().join("codex")).await else {
+        return;
+    };
+    let api = daemon.api().await;
+    let session = api.ready_session("codex-here", &daemon.workspace("cs")).await;
+    steer_mid_turn(&api, &session, &server).await;
+}
+
+/// A steer while the model has not answered: taken natively, in the same turn, which ends
+/// with the model's answer to it; the history has the steer as the person's message.
+async fn steer_mid_turn(api: &Api, session: &str, server: &ModelServer) {
+    // The first request is held until the steer was taken: claude gives up on it at once,
+    // codex finishes its message first (then asks again, with the steer).
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    let first = Reply::Held(release.clone(), Box::new(Reply::Text("Going right.".into())));
+    server.script([first, Reply::Text("Going left, as you say.".into())]);
+    let asked = server.main_requests().len();
+    let mut events = api.subscribe_at_end(session).await;
+    let turn = api.prompt(session, "go right").await.unwrap();
+    server.main_requested(asked + 1).await;
+    let label = format!("{} steer", session_agent(api, session).await);
+    let steered = timed(&label, api.steer(session, "no, go left")).await.expect("steered");
+    assert_eq!(steered.mode, protocol::api::SteerMode::Native, "{steered:?}");
+    assert_eq!(steered.turn_id.as_deref(), Some(turn.as_str()));
+    release.notify_one();
+    let seen = until(&mut events, turn_ended).await;
+    let started = seen.iter().filter(|e| matches!(e.kind, EventKind::TurnStarted { .. })).count();
+    assert_eq!(started, 1, "one turn: {seen:#?}");
+    assert_eq!(stop_reason(seen.last().unwrap()), Some("end_turn"), "{:?}", seen.last());
+    let last = server.main_requests().pop().expect("the model was asked again");
+    assert!(conversation_text(&last).contains("no, go left"), "{last}");
+    let history = api.history(session).await;
+    let users: Vec<_> = history
+        .iter()
+        .filter(|entry| entry.kind == EntryType::UserMessage)
+        .map(|entry| entry.content.as_str())
+        .collect();
+    assert_eq!(users, ["go right", "no, go left"], "{history:#?}");
+    assert!(history.last().unwrap().content.contains("Going left"), "{history:#?}");
+}
+
 /// The same restore across a supervisor restart: the supervisor is SIGKILLed, the agent
 /// dies while it is down, and the resumed agent still has the conversation.
 #[tokio::test]

@@ -18,6 +18,22 @@ pub(in crate::session) fn prompt(acp_session: &str, text: String) -> Value {
     json(PromptRequest::new(acp_session.to_owned(), vec![block]))
 }
 
+/// `_session/steering` with `text`, asking the agent to refuse (`promptRequired`) rather
+/// than start a turn of its own when none runs: Tether records every turn it starts.
+pub(in crate::session) fn steer(acp_session: &str, text: &str) -> Value {
+    serde_json::json!({
+        "sessionId": acp_session,
+        "prompt": [{"type": "text", "text": text}],
+        "_meta": {"steering": {"idleBehavior": "promptRequired"}},
+    })
+}
+
+/// Whether an `initialize` answer advertises `_session/steering` (top-level
+/// `_meta.steering.supported`, beside `agentCapabilities`).
+pub(in crate::session) fn steering_advertised(initialize: &Value) -> bool {
+    initialize.pointer("/_meta/steering/supported").and_then(Value::as_bool) == Some(true)
+}
+
 /// `session/cancel`.
 pub(in crate::session) fn cancel(acp_session: &str) -> Value {
     json(CancelNotification::new(acp_session.to_owned()))

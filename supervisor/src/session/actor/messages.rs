@@ -39,6 +39,12 @@ pub(in crate::session) enum Pending {
         turn_id: crate::ids::TurnId,
         injected: bool,
     },
+    /// `_session/steering` of the running turn `turn_id` with `text`, for `reply`.
+    Steer {
+        turn_id: crate::ids::TurnId,
+        text: String,
+        reply: Reply<crate::session::Steer>,
+    },
     /// `authenticate` with `method`, after which the refused step is sent again.
     Authenticate {
         method: String,
@@ -69,4 +75,7 @@ pub(in crate::session) enum TurnKind {
     PauseSummary,
     /// The head of the prompt queue, taken into the turn with its record.
     Queued(crate::ids::PromptId),
+    /// A steer's text from the head of the queue: the turn `steer_of` was cancelled for
+    /// it, and what that turn had done goes before it.
+    Steer { prompt_id: crate::ids::PromptId, steer_of: crate::ids::TurnId },
 }

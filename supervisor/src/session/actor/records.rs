@@ -192,6 +192,20 @@ impl Recorder {
         }
     }
 
+    /// Writes a steer the agent took into its running turn `turn_id` as the user's message
+    /// (its id `TURN#steer-…`), synced to disk: it is acknowledged once this returns.
+    pub(in crate::session) fn record_steer(&mut self, text: String, turn_id: &crate::ids::TurnId) {
+        if self.recorded.history {
+            return;
+        }
+        let message_id = format!("{turn_id}#steer-{}", uuid::Uuid::now_v7());
+        let written =
+            self.history.append_prompt(text, message_id).and_then(|_| self.history.sync());
+        if let Err(err) = written {
+            self.write_failed("the history", &err);
+        }
+    }
+
     /// Publishes a session event (buffered until [`Recorder::flush_events`]). During a
     /// replay of events recorded before a restart it does nothing.
     pub(in crate::session) fn emit(&mut self, kind: SessionEventKind) {

@@ -11,6 +11,7 @@ fn queue(waiting: usize, halted: Option<&str>) -> Queue {
             prompt: format!("prompt {position}"),
             position,
             queued_at: 0,
+            steer_of: None,
         })
         .collect();
     let mut queue = Queue::default();
@@ -70,4 +71,44 @@ fn a_failed_interrupted_or_cancelled_turn_halts_a_queue_with_prompts_once() {
             "{state:?} cancelled {cancelled}, {waiting} waiting, {halted:?}"
         );
     }
+}
+
+/// A queue whose head is a steer's text (the turn `t` was cancelled for it).
+fn steered(waiting: usize, halted: Option<&str>) -> Queue {
+    let mut prompts = vec![QueuedPrompt {
+        prompt_id: "s".into(),
+        prompt: "steer".into(),
+        position: 1,
+        queued_at: 0,
+        steer_of: Some("t".into()),
+    }];
+    prompts.extend((2..=waiting).map(|position| QueuedPrompt {
+        prompt_id: format!("p{position}"),
+        prompt: format!("prompt {position}"),
+        position,
+        queued_at: 0,
+        steer_of: None,
+    }));
+    let mut queue = Queue::default();
+    queue.observe(&PromptQueue { prompts, halted: halted.map(str::to_owned) });
+    queue
+}
+
+#[test]
+fn a_steer_first_runs_through_a_halt_and_its_cancel_halts_nothing() {
+    // (waiting with the steer, halted) → due when idle
+    for (waiting, halted, due) in
+        [(1, None, true), (3, None, true), (3, Some("turn t failed"), true)]
+    {
+        assert_eq!(steered(waiting, halted).head_due(true), due, "{waiting} {halted:?}");
+        assert!(!steered(waiting, halted).head_due(false), "never while busy");
+    }
+    // The turn cancelled for it (or failing meanwhile) leaves the prompts behind it to run.
+    for (state, cancelled) in
+        [(TurnState::Completed, true), (TurnState::Failed, false), (TurnState::Interrupted, false)]
+    {
+        assert!(!steered(3, None).halts_after(state, cancelled), "{state:?} {cancelled}");
+    }
+    // Once it ran, what is behind it is an ordinary queue again.
+    assert!(queue(2, None).halts_after(TurnState::Completed, true));
 }
