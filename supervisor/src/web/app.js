@@ -518,6 +518,7 @@ function showActions(sessionState, needsResume) {
   const ended = sessionState === "COMPLETED" || sessionState === "CANCELLED";
   const rest = sessionState === "PAUSED" || sessionState === "FAILED";
   $("#cancel").hidden = sessionState !== "RUNNING";
+  $("#steer").hidden = sessionState !== "RUNNING";
   $("#pause").hidden = !(sessionState === "RUNNING" || sessionState === "WAITING_FOR_INPUT");
   $("#resume").hidden = ended || !(rest || needsResume === true);
   $("#stop").hidden = ended;
@@ -561,6 +562,15 @@ function parseLabels(text) {
     else labels[word.slice(0, at)] = word.slice(at + 1);
   }
   return labels;
+}
+
+// Steers the running turn with the prompt box's text: into the turn where the agent takes
+// it, else the turn is cancelled and the text runs next (the `steered` event says which).
+async function steer() {
+  const text = $("#prompt").value;
+  if (!text.trim()) return;
+  const steered = await act("task.session.steer", { session_id: state.open, prompt: text });
+  if (steered && $("#prompt").value === text) $("#prompt").value = "";
 }
 
 // The open session's prompt queue, under the prompt box: each queued prompt with its
@@ -670,12 +680,25 @@ function wire() {
       await openSession(session.id);
     }
   });
-  // Enter sends; Shift+Enter (or an input method composing) is a new line.
+  // Enter sends (queued while the agent works); Alt+Enter steers the running turn;
+  // Shift+Enter (or an input method composing) is a new line.
   $("#prompt").addEventListener("keydown", (event) => {
-    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    if (event.key === "Enter" && event.altKey && !event.isComposing && !$("#steer").hidden) {
+      event.preventDefault();
+      steer();
+    } else if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
       $("#prompt-form").requestSubmit();
     }
+  });
+  $("#steer").addEventListener("click", steer);
+  // Esc cancels the running turn, from anywhere on the page but an editor or a dialog
+  // (where it closes what is open).
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape" || event.isComposing || $("#cancel").hidden || !state.open) return;
+    if (document.querySelector("dialog[open]") || event.target.closest?.(".queue-editor, dialog")) return;
+    event.preventDefault();
+    actOnSession("task.session.cancel");
   });
   $("#prompt-form").addEventListener("submit", async (event) => {
     event.preventDefault();

@@ -557,7 +557,17 @@ function render(event) {
       transcript(event.origin === "pause_summary"
         ? el("details", { class: "user tether-ask", "data-turn": event.turn_id },
           el("summary", {}, SUMMARY_ASKED), el("div", { class: "tether-ask-text" }, event.prompt))
-        : el("div", { class: "user", "data-turn": event.turn_id }, "You: " + event.prompt));
+        : el("div", { class: "user", "data-turn": event.turn_id },
+          (event.steer_of ? "You (steering): " : "You: ") + event.prompt));
+      break;
+    case "steered":
+      // Into the turn: the person's message within it. Else the turn is being cancelled
+      // and the message runs next (its turn shows it).
+      endAgentMessage();
+      transcript(event.mode === "native"
+        ? el("div", { class: "user steer", "data-steer": event.turn_id }, "You (steering): " + event.prompt)
+        : el("div", { class: "notice steer" },
+          "steering: this agent cannot take a message mid-turn, so the turn is cancelled and your message runs next"));
       break;
     case "agent_message_chunk":
       state.currentThought = null;

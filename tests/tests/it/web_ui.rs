@@ -982,3 +982,52 @@ async fn halt_by_cancel_and_resume(browser: &Browser) {
     browser.wait_text("#transcript .user", "alpha, edited").await;
     browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
 }
+
+/// The Steer button beside Send while the agent works: the mock profile's agent cannot take
+/// a message mid-turn, so its turn is cancelled and the message runs next, shown as the
+/// person's steering; then Esc in the prompt box cancels a running turn.
+#[tokio::test]
+async fn the_page_steers_a_running_turn_and_esc_cancels_one() {
+    let Some(browser) = browser::start("steer").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("st")).await;
+    Box::pin(steer_a_long_turn(&browser, &page(&daemon), &session)).await;
+    Box::pin(esc_cancels(&browser)).await;
+    let turns = api.status(&session).await;
+    assert_eq!(turns.state, protocol::api::SessionState::WaitingForInput, "{turns:?}");
+}
+
+/// Starts a long turn, types a correction and presses Steer: the turn is cancelled, and
+/// the correction's turn answers it.
+async fn steer_a_long_turn(browser: &Browser, page: &str, session: &str) {
+    connected(browser, &format!("{page}#/session/{session}")).await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    prompt_in_page(browser, "/sleep 60000\nheading the wrong way").await;
+    browser.wait_text("#session-state", "RUNNING").await;
+    browser.set_value("#prompt", "go the other way").await;
+    browser.click("#steer").await;
+    browser.wait_text("#transcript .notice.steer", "your message runs next").await;
+    browser
+        .wait_text(
+            "#transcript .user + .user, #transcript .turn-end + .user",
+            "You (steering): go the other way",
+        )
+        .await;
+    browser.wait_text("#transcript", "Their message:]").await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    let ends = browser.texts("#transcript .turn-end").await.concat();
+    assert!(ends.contains("cancelled"), "the steered turn was cancelled: {ends}");
+    browser.screenshot("steered").await;
+}
+
+/// Esc (here in the prompt box) cancels the running turn.
+async fn esc_cancels(browser: &Browser) {
+    prompt_in_page(browser, "/sleep 60000\nanother long one").await;
+    browser.wait_text("#session-state", "RUNNING").await;
+    // WebDriver's Escape key.
+    browser.type_into_more("#prompt", "\u{E00C}").await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    let ends = browser.texts("#transcript .turn-end").await;
+    assert!(ends.last().is_some_and(|end| end.contains("cancelled")), "{ends:?}");
+}
