@@ -387,6 +387,8 @@ impl Face {
                 let elicits = params["clientCapabilities"]["elicitation"].is_object();
                 self.elicits.store(elicits, Ordering::Relaxed);
                 Ok(json!({
+                // Steering, as claude-agent-acp and codex-acp advertise it.
+                "_meta": {"steering": {"supported": true}},
                 "protocolVersion": 1,
                 "agentCapabilities": {
                     "loadSession": true,
@@ -399,6 +401,7 @@ impl Face {
             }
             "session/new" => self.new_session(params).await,
             "session/prompt" => self.prompt(params).await,
+            protocol::acp::method::SESSION_STEERING => self.steer(params).await,
             "session/list" => self.list(params).await,
             "session/load" => self.load(params, true).await,
             "session/resume" => self.load(params, false).await,
@@ -642,6 +645,42 @@ impl Face {
         }
     }
 
+    /// `_session/steering`: `task.session.steer`. Taken into the turn (`injected`) either
+    /// way: natively, the turn carries it; by the fallback, the client's `session/prompt`
+    /// carries on through the steer's own turn (see the `steered` event in
+    /// [`Face::forward_event`]). With no turn of the client's running, one that asked for
+    /// `promptRequired` gets that (it sends the prompt itself); else the text is a prompt
+    /// (`startedNewTurn`).
+    async fn steer(self: &Arc<Self>, params: Value) -> Result<Value, RpcFailure> {
+        let session = params["sessionId"]
+            .as_str()
+            .ok_or_else(|| RpcFailure::params("_session/steering needs a sessionId"))?
+            .to_owned();
+        let turns = self
+            .turns(&session)
+            .ok_or_else(|| RpcFailure::params(format!("no session {session} is open here")))?;
+        let text = prompt_text(&params["prompt"])?;
+        let prompt_required =
+            params.pointer("/_meta/steering/idleBehavior").and_then(Value::as_str)
+                == Some("promptRequired");
+        let idle = {
+            let turns = turns.lock().expect("UNWRAP: never poisoned");
+            turns.waiting.is_empty() && turns.queued.is_empty()
+        };
+        if idle && prompt_required {
+            return Ok(json!({"outcome": "promptRequired", "reason": "noRunningTurn"}));
+        }
+        let api = self.api().await?;
+        let steered =
+            api.session_steer(session, text).await.map_err(|err| self.failed(&api, err))?;
+        Ok(match steered.mode {
+            protocol::api::SteerMode::Native | protocol::api::SteerMode::Fallback => {
+                json!({"outcome": "injected"})
+            }
+            protocol::api::SteerMode::Prompt => json!({"outcome": "startedNewTurn"}),
+        })
+    }
+
     /// Follows a session's events for as long as the face runs: readiness, updates,
     /// questions and turn ends.
     async fn follow(
@@ -766,6 +805,19 @@ impl Face {
                 tokio::spawn(
                     async move { face.ask_elicitation(session, request_id, params).await },
                 );
+            }
+            // A steer cancelled the turn a prompt of ours waits on: the prompt carries on
+            // through the steer's turn (it comes first, with this `prompt_id`).
+            EventKind::Steered {
+                turn_id,
+                mode: protocol::api::SteerMode::Fallback,
+                prompt_id: Some(prompt_id),
+                ..
+            } => {
+                let mut turns = turns.lock().expect("UNWRAP: never poisoned");
+                if let Some(waiting) = turns.waiting.remove(&turn_id) {
+                    turns.queued.insert(prompt_id, waiting);
+                }
             }
             EventKind::TurnStarted { turn_id, prompt_id: Some(prompt_id), .. } => {
                 let mut turns = turns.lock().expect("UNWRAP: never poisoned");

@@ -485,3 +485,47 @@ async fn an_elicitation_goes_to_the_acp_client_and_its_answer_to_the_agent() {
     assert!(checked.iter().any(|c| c.method == "elicitation/create"), "{checked:?}");
     face.close().await;
 }
+
+/// An ACP client steers through the face as it steers claude-agent-acp: the face
+/// advertises `_meta.steering.supported`; `_session/steering` while the client's prompt
+/// runs is `injected`, and (the mock agent taking no message mid-turn, so Tether cancels
+/// and runs the steer next) the client's `session/prompt` carries on through the steer's
+/// turn to its `end_turn`. With no turn running, `promptRequired` is honoured.
+#[tokio::test]
+async fn an_acp_client_steers_a_running_turn_through_the_face() {
+    let daemon = Daemon::start(&[]).await;
+    let mut face = RawFace::spawn(None, &daemon.url, &["--agent", "mock"]);
+    let init = face.initialize().await;
+    assert_eq!(init["result"]["_meta"]["steering"]["supported"], true, "{init}");
+    let cwd = daemon.workspace("steer");
+    let new = face.request(json!(2), "session/new", json!({"cwd": cwd, "mcpServers": []})).await;
+    let session = new["result"]["sessionId"].clone();
+    let steer = |text: &str| {
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": text}],
+            "_meta": {"steering": {"idleBehavior": "promptRequired"}}})
+    };
+    let idle = face.request(json!(3), "_session/steering", steer("too early")).await;
+    assert_eq!(idle["result"]["outcome"], "promptRequired", "{idle}");
+    face.send(json!({"jsonrpc": "2.0", "id": "slow", "method": "session/prompt", "params": {
+        "sessionId": session, "prompt": [{"type": "text", "text": "/tool\n/sleep 60000\nthe wrong way"}]}}))
+    .await;
+    face.until(|m| m["params"]["update"]["sessionUpdate"] == "tool_call").await;
+    face.send(json!({"jsonrpc": "2.0", "id": "steer", "method": "_session/steering",
+        "params": steer("the right way")}))
+        .await;
+    let mut answers = Vec::new();
+    while answers.len() < 2 {
+        let answer = face.until(|m| m.get("id").is_some() && m.get("method").is_none()).await;
+        answers.push(answer);
+    }
+    let by_id = |id: &str| answers.iter().find(|a| a["id"] == id).cloned().unwrap_or_default();
+    assert_eq!(by_id("steer")["result"]["outcome"], "injected", "{answers:?}");
+    assert_eq!(by_id("slow")["result"]["stopReason"], "end_turn", "{answers:?}");
+    let said: String = face
+        .received
+        .iter()
+        .map(|line| String::from_utf8_lossy(line).into_owned())
+        .filter(|line| line.contains("agent_message_chunk"))
+        .collect();
+    assert!(said.contains("the right way"), "the steer's turn reached the client: {said}");
+}
