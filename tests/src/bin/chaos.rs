@@ -33,6 +33,11 @@
 //!   with the supervisor armed at `prompt.recorded` on one of the queued prompts' turns (it
 //!   dies right after a queued prompt left the queue as a turn, before the prompt reached
 //!   the agent). After the restart every queued prompt runs once, whole, after its first.
+//! - steer: each session's turn is steered while it runs (the mock agent takes no message
+//!   mid-turn, so Tether cancels the turn and runs the steer next), with the supervisor
+//!   armed at `steer.queued` (it dies with the steer durable, before the cancel went out)
+//!   or at `prompt.recorded` on a steer's turn. After the restart every steer runs once,
+//!   whole; the cancelled turn holds a prefix of its chunks.
 //!
 //! After each round it checks, and at the end it prints (zero everywhere is the only pass):
 //! - lost / duplicated: every chunk the agent streamed appears exactly once in the
@@ -212,6 +217,9 @@ enum Disruption {
     /// A second prompt queued behind each session's turn, the supervisor armed at
     /// `prompt.recorded` on a queued one's turn.
     Queue,
+    /// Each session's turn steered while it runs, the supervisor armed at `steer.queued`
+    /// or at `prompt.recorded` on a steer's turn.
+    Steer,
 }
 
 impl Disruption {
@@ -227,6 +235,11 @@ impl Disruption {
             // The first prompts are the first hits (one a session); a queued prompt's turn
             // is recorded later, when the turn before it ended.
             Disruption::Queue => Some(format!("prompt.recorded@{}", 4 + rng.below(3))),
+            // The first steer's hit, or a steer's turn (after the first prompts).
+            Disruption::Steer if rng.below(2) == 0 => {
+                Some(format!("steer.queued@{}", 1 + rng.below(3)))
+            }
+            Disruption::Steer => Some(format!("prompt.recorded@{}", 4 + rng.below(3))),
             _ => None,
         }
     }
@@ -236,11 +249,11 @@ impl Disruption {
         format!("{self:?}").to_lowercase().starts_with(&only.to_lowercase())
     }
 
-    /// A seeded choice: the kills of a running session six times in twelve, each edge of
-    /// a session's life (create, stop, delete, stop-all), a workflow and a queue once in
-    /// twelve.
+    /// A seeded choice: the kills of a running session six times in thirteen, each edge of
+    /// a session's life (create, stop, delete, stop-all), a workflow, a queue and a steer
+    /// once in thirteen.
     fn choose(rng: &mut Rng, docker: bool) -> Disruption {
-        match rng.below(12) {
+        match rng.below(13) {
             0..6 => match rng.below(if docker { 5 } else { 4 }) {
                 0 => Disruption::Supervisor,
                 1 => Disruption::Fault(FAULT_POINTS[rng.below(FAULT_POINTS.len() as u64) as usize]),
@@ -253,6 +266,7 @@ impl Disruption {
             8 => Disruption::Delete,
             9 => Disruption::StopAll,
             10 => Disruption::Queue,
+            11 => Disruption::Steer,
             _ => Disruption::Workflow(
                 WORKFLOW_POINTS[rng.below(WORKFLOW_POINTS.len() as u64) as usize],
             ),
@@ -474,6 +488,11 @@ async fn run_round(
             let prompt = format!("/stream {CHUNKS}\n/rounds {ROUNDS_PER_TURN}\n{tag}");
             send_prompt(api, track, tag, prompt, round).await;
         }
+        if sent && disruption == Disruption::Steer {
+            let tag = format!("chaos round {round} steer {idx}");
+            let prompt = format!("/stream {CHUNKS}\n/rounds {ROUNDS_PER_TURN}\n{tag}");
+            send_steer(api, track, tag, prompt, round).await;
+        }
     }
     let victim = rng.below(tracks.len() as u64) as usize;
     let strike_at = 1 + rng.below((CHUNKS * ROUNDS_PER_TURN) as u64 * tracks.len() as u64 / 2);
@@ -534,11 +553,13 @@ async fn run_round(
         let Some(event) = event else {
             // A subscription ended: the daemon died (a fault point fired) or is dying. Our
             // own kills stop the readers first, so only a fault point gets here.
-            let died = matches!(disruption, Disruption::Fault(_) | Disruption::Queue)
-                && tokio::time::timeout(GO_AWAY, daemon.wait_exit()).await.is_ok();
+            let died =
+                matches!(disruption, Disruption::Fault(_) | Disruption::Queue | Disruption::Steer)
+                    && tokio::time::timeout(GO_AWAY, daemon.wait_exit()).await.is_ok();
             if died {
                 let point = match disruption {
                     Disruption::Fault(point) => point,
+                    Disruption::Steer => "steer.queued or prompt.recorded (a steer's turn)",
                     _ => "prompt.recorded (a queued prompt's turn)",
                 };
                 *tally.kills.entry(format!("supervisor at {point}")).or_default() += 1;
@@ -567,7 +588,8 @@ async fn run_round(
         if matches!(event.kind, EventKind::AgentMessageChunk { .. }) {
             seen_in_round += 1;
         }
-        let armed_only = matches!(disruption, Disruption::Fault(_) | Disruption::Queue);
+        let armed_only =
+            matches!(disruption, Disruption::Fault(_) | Disruption::Queue | Disruption::Steer);
         if !struck && seen_in_round >= strike_at && !armed_only {
             struck = true;
             if matches!(disruption, Disruption::Stop | Disruption::Delete) {
@@ -586,7 +608,7 @@ async fn run_round(
     readers.iter().for_each(|reader| reader.abort());
     // A stop or delete that struck restarted the daemon disarmed already.
     let still_armed = match disruption {
-        Disruption::Fault(_) | Disruption::Queue => true,
+        Disruption::Fault(_) | Disruption::Queue | Disruption::Steer => true,
         Disruption::Stop | Disruption::Delete => !struck,
         _ => false,
     };
@@ -638,6 +660,20 @@ async fn send_prompt(
         turn.prompt_failed = lost_answer;
     }
     false
+}
+
+/// Steers `track`'s running turn with `prompt`, tagged `tag`, and follows the turn it
+/// becomes (the mock agent's fallback: the steer's own turn) as one of the round's turns.
+async fn send_steer(api: &Api, track: &mut SessionTrack, tag: String, prompt: String, round: u64) {
+    track.turns.push(TurnSeen { tag, ..Default::default() });
+    let Err(err) = lossy(api.typed().session_steer(track.id.clone(), prompt)).await else {
+        return;
+    };
+    eprintln!("chaos: round {round}: steer of {} not answered: {err}", track.id);
+    let lost_answer = !matches!(err, jsonrpsee::core::ClientError::Call(_));
+    if let Some(turn) = track.turns.last_mut() {
+        turn.prompt_failed = lost_answer;
+    }
 }
 
 /// Ends what did not settle, so the next round starts clean (already counted as stuck).
@@ -758,7 +794,8 @@ async fn strike(
         Disruption::Fault(_)
         | Disruption::Create(_)
         | Disruption::Workflow(_)
-        | Disruption::Queue => {}
+        | Disruption::Queue
+        | Disruption::Steer => {}
     }
     false
 }

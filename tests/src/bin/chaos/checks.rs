@@ -57,10 +57,13 @@ pub(super) fn observe(
                 turn.chunk_seqs.push(seq);
             }
         }
-        EventKind::TurnEnded { turn_id, state, .. } => {
+        EventKind::TurnEnded { turn_id, state, stop_reason, .. } => {
             if let Some(turn) = turns.iter_mut().find(|turn| turn.turn_id.as_ref() == Some(turn_id))
             {
-                turn.ended = Some(state.as_str().to_owned());
+                // A cancelled turn (a steer's fallback) streams a prefix, as a failed one.
+                let cancelled = stop_reason.as_deref() == Some("cancelled");
+                let how = if cancelled { "cancelled" } else { state.as_str() };
+                turn.ended = Some(how.to_owned());
                 check_turn(&id, turn, tally, round);
             }
         }
