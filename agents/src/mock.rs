@@ -71,6 +71,7 @@ options:
   --turn-log PATH       append a JSON line {session, prompt} for each prompt it
                         starts to answer (tests count turns from the agent's side), and
                         {session, steer} for each steer it takes
+  --fork                advertise and serve `session/fork` (needs --state-dir)
   --steering            advertise and serve `_session/steering` (a message into the
                         running turn: it ends a /sleep early and is named in the reply)
 
@@ -143,6 +144,8 @@ pub struct Config {
     pub ballast_mb: usize,
     /// Advertise and serve `_session/steering` (`--steering`).
     pub steering: bool,
+    /// Advertise and serve `session/fork` (`--fork`).
+    pub fork: bool,
 }
 
 impl Default for Config {
@@ -175,6 +178,7 @@ impl Default for Config {
             replay_on_resume: false,
             ballast_mb: 0,
             steering: false,
+            fork: false,
         }
     }
 }
@@ -236,6 +240,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Invocation, 
             "--fail-while" => config.fail_while = Some(value("--fail-while")?.into()),
             "--turn-log" => config.turn_log = Some(value("--turn-log")?.into()),
             "--steering" => config.steering = true,
+            "--fork" => config.fork = true,
             "--ballast-mb" => {
                 let mb = value("--ballast-mb")?;
                 config.ballast_mb = mb.parse().map_err(|_| format!("--ballast-mb: {mb:?}"))?;
@@ -458,6 +463,7 @@ impl Agent {
             method::SESSION_SET_MODE => self.set_mode(request.params.as_ref()),
             method::SESSION_CLOSE => self.close_session(request.params.as_ref()),
             method::SESSION_STEERING if self.config.steering => self.steer(request.params.as_ref()),
+            method::SESSION_FORK if self.config.fork => self.fork_session(request.params.as_ref()),
             other => Err(RpcError::method_not_found(other)),
         };
         let _ = self.peer.respond(request.id, result);
@@ -472,6 +478,9 @@ impl Agent {
         let mut session_capabilities = json!({"close": {}, "additionalDirectories": {}});
         if self.config.resume_capability {
             session_capabilities["resume"] = json!({});
+        }
+        if self.config.fork {
+            session_capabilities["fork"] = json!({});
         }
         let auth_methods = if self.config.terminal_login {
             json!([{"id": "mock-terminal", "name": "Mock terminal login", "type": "terminal", "args": ["--login"]}])

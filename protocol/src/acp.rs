@@ -34,6 +34,9 @@ pub mod method {
     pub const SESSION_PROMPT: &str = "session/prompt";
     /// `session/cancel` (a notification)
     pub const SESSION_CANCEL: &str = "session/cancel";
+    /// `session/fork` (unstable in the schema: a new session from an existing one's
+    /// conversation, advertised as `sessionCapabilities.fork`)
+    pub const SESSION_FORK: &str = "session/fork";
     /// `session/list`
     pub const SESSION_LIST: &str = "session/list";
     /// `session/close`

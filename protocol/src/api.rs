@@ -177,6 +177,8 @@ pub enum ResumeOutcome {
     /// A fresh agent session primed with a context compiled from the latest snapshot (the
     /// session was paused because its agent's context was nearly full).
     ContextHandoff,
+    /// ACP `session/fork` of the session a fork was made from (its first start).
+    NativeFork,
     /// A fresh agent session, nothing restored.
     Fresh,
     /// The agent was running already.
@@ -189,6 +191,7 @@ wire_names!(ResumeOutcome {
     ResumeCommand => "resume_command",
     HistoryInjection => "history_injection",
     ContextHandoff => "context_handoff",
+    NativeFork => "native_fork",
     Fresh => "fresh",
     AlreadyRunning => "already_running",
 });
@@ -455,6 +458,9 @@ pub struct SessionStatus {
     /// is halted (a failed or cancelled turn; `task.session.queue.resume` lets it run).
     #[serde(default)]
     pub queue: PromptQueue,
+    /// The session this one is a fork of, and at which of its turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkLink>,
 }
 
 /// A permission request of an agent that waits for an answer
@@ -544,6 +550,54 @@ pub enum SteerMode {
     Fallback,
     /// No turn was running: it was taken as `task.session.prompt` takes a prompt.
     Prompt,
+}
+
+/// `task.session.fork`'s answer: the new session, at rest until it is prompted or resumed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ForkResult {
+    /// The new session.
+    pub session_id: String,
+    /// The session forked.
+    pub forked_from: String,
+    /// The last turn of the original the fork's conversation holds.
+    pub turn_id: String,
+    /// How its agent gets the conversation when it starts: `native` (ACP `session/fork` of
+    /// the original's agent session, which the agent advertises) or `history` (a fresh
+    /// agent session, the history up to the turn injected before its first prompt).
+    pub context: ForkContext,
+    /// Where the fork works.
+    pub workspace_path: String,
+    /// Its worktree's branch, when the original has a worktree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// The commit the branch was made from: the workspace's at that turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_commit: Option<String>,
+    /// What the fork could not carry over, said plainly (the workspace's state at that
+    /// turn unknown, uncommitted changes then, a shared workspace).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// One end of a fork: the other session and the turn the fork was made at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ForkLink {
+    /// The other session (the original, or the fork).
+    pub session_id: String,
+    /// The original's turn the fork was made at (its last turn the fork holds).
+    pub turn_id: String,
+    /// When the fork was made (Unix ms).
+    pub at: i64,
+}
+
+/// How a fork's agent gets the conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ForkContext {
+    /// ACP `session/fork` of the original's agent session.
+    Native,
+    /// The history up to the turn, injected before the first prompt.
+    History,
 }
 
 /// `task.session.steer`'s answer (durable before it is sent: a native steer is in the
@@ -871,6 +925,12 @@ pub struct Timeline {
     pub executions: Vec<ExecutionInfo>,
     /// Every turn.
     pub turns: Vec<TurnInfo>,
+    /// The session this one is a fork of, and at which of its turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkLink>,
+    /// The forks made of this session, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forks: Vec<ForkLink>,
     /// What happened, in order: executions started, state changes, turns, pauses, resumes
     /// and their outcome, snapshots, errors. Only those after the `after` asked for (at
     /// most [`MAX_TIMELINE_ENTRIES`]); page on with the last `seq`.

@@ -174,6 +174,14 @@ impl ApiServer for Methods {
         self.0.steer(session_id.into(), prompt).await.map_err(to_rpc)
     }
 
+    async fn session_fork(
+        &self,
+        session_id: String,
+        turn_id: Option<String>,
+    ) -> RpcResult<protocol::api::ForkResult> {
+        self.0.fork(session_id.into(), turn_id.map(Into::into)).await.map_err(to_rpc)
+    }
+
     async fn session_queue_list(&self, session_id: String) -> RpcResult<PromptQueue> {
         self.0.queue(session_id.into()).await.map_err(to_rpc)
     }

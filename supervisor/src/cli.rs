@@ -142,6 +142,18 @@ enum Command {
         #[arg(required = true, num_args = 1.., trailing_var_arg = true, allow_hyphen_values = true)]
         text: Vec<String>,
     },
+    /// Fork a session at a turn (default: its newest): a new session of the same task whose
+    /// conversation is the original's up to and including that turn, at rest until
+    /// prompted; with a worktree, on a branch of its own from the commit at that turn.
+    Fork {
+        /// The session to fork.
+        session: String,
+        /// The last turn the fork keeps (`timeline` lists them).
+        #[arg(long, value_name = "TURN_ID")]
+        turn: Option<String>,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
     /// Bring a session's agent back (natively when it can), showing progress and outcome.
     Resume {
         /// Print nothing but the outcome line.

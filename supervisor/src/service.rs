@@ -7,6 +7,7 @@
 //! end (stop, stop-all, delete, cleanup); `recovery.rs` what a restart finds.
 
 mod ending;
+mod fork;
 mod lifecycle;
 mod limits;
 mod recovery;
@@ -841,7 +842,17 @@ impl Supervisor {
                 }
             }
         }
-        Ok(Timeline { session_id: session_id.into_string(), executions, turns, entries })
+        let forked_from =
+            self.config.store.fork_of(session_id.clone()).await?.map(|fork| fork.from);
+        let forks = self.config.store.forks_from(session_id.clone()).await?;
+        Ok(Timeline {
+            session_id: session_id.into_string(),
+            executions,
+            turns,
+            forked_from,
+            forks,
+            entries,
+        })
     }
 
     /// The metrics text, with the gauges of what exists now read first: sessions by state

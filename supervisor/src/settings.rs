@@ -38,6 +38,10 @@ pub struct SessionSettings {
     /// It advertised `_session/steering` (`_meta.steering.supported`; likewise).
     #[serde(default)]
     pub steering_supported: bool,
+    /// It advertised `sessionCapabilities.fork` (likewise; what a fork of this session
+    /// asks its own agent to do at its first start).
+    #[serde(default)]
+    pub fork_supported: bool,
 }
 
 /// One change asked for.

@@ -10,6 +10,7 @@
 //! migration stops startup with [`StoreError::Migration`].
 
 mod executions;
+mod forks;
 mod journal;
 mod queue;
 mod schema;
@@ -29,6 +30,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
+pub use forks::ForkRow;
 pub use journal::{LogRow, TURN_SNAPSHOTS_KEPT};
 pub use schema::MIGRATIONS;
 pub use turns::{PromptRefusal, TurnPrompt};

@@ -94,6 +94,26 @@ impl Agent {
         Ok(self.opened(stored))
     }
 
+    /// `session/fork` (`--fork`): a new session whose conversation is a copy of the stored
+    /// one's, answered with its id; the original is left as it was.
+    pub(super) fn fork_session(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let params = params.ok_or_else(|| RpcError::invalid_params("session/fork needs params"))?;
+        let source = params["sessionId"]
+            .as_str()
+            .ok_or_else(|| RpcError::invalid_params("session/fork needs a sessionId"))?;
+        let mut stored = self.restore(source)?;
+        stored.session_id = format!("mock-{}", uuid::Uuid::new_v4());
+        if let Some(cwd) = params["cwd"].as_str() {
+            stored.cwd = cwd.into();
+        }
+        stored.closed = 0;
+        self.store.save(&stored).map_err(RpcError::internal)?;
+        let session_id = stored.session_id.clone();
+        let mut answer = self.opened(stored);
+        answer["sessionId"] = json!(session_id);
+        Ok(answer)
+    }
+
     pub(super) fn restore(&self, session_id: &str) -> Result<StoredSession, RpcError> {
         self.check_auth()?;
         let not_found = || {

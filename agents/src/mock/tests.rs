@@ -42,6 +42,7 @@ fn flags_set_the_config() {
         "--ballast-mb",
         "3",
         "--steering",
+        "--fork",
     ])
     .unwrap() else {
         panic!("expected a run")
@@ -76,6 +77,7 @@ fn flags_set_the_config() {
             replay_on_resume: false,
             ballast_mb: 3,
             steering: true,
+            fork: true,
         }
     );
 }

@@ -22,6 +22,8 @@ pub const SESSION_PROMPT: &str = "task.session.prompt";
 pub const SESSION_RESUME: &str = "task.session.resume";
 /// `task.session.steer`
 pub const SESSION_STEER: &str = "task.session.steer";
+/// `task.session.fork`
+pub const SESSION_FORK: &str = "task.session.fork";
 /// `task.session.queue.list`
 pub const SESSION_QUEUE_LIST: &str = "task.session.queue.list";
 /// `task.session.queue.edit`
@@ -161,6 +163,7 @@ pub const ALL: &[&str] = &[
     WORKFLOWS_UNSUBSCRIBE,
     SESSION_RETRY_TURN,
     SESSION_STEER,
+    SESSION_FORK,
     SESSION_QUEUE_LIST,
     SESSION_QUEUE_EDIT,
     SESSION_QUEUE_REMOVE,

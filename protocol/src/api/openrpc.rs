@@ -10,11 +10,11 @@ use serde_json::{Map, Value, json};
 
 use super::params::{self, Checked};
 use super::{
-    AgentInfo, BudgetUse, CleanupResult, Done, ErrorData, EventWindow, HistoryEntry, PauseResult,
-    PromptQueue, PromptStarted, ResumeResult, SessionConfig, SessionEvent, SessionStatus,
-    SessionSummary, SessionsEvent, Snapshot, SnapshotSummary, Steered, StopAllResult, Task,
-    TaskDetail, Timeline, UsageReport, WorkflowEvent, WorkflowStarted, WorkflowStatus,
-    WorkflowSummary, WorkflowsEvent, method,
+    AgentInfo, BudgetUse, CleanupResult, Done, ErrorData, EventWindow, ForkResult, HistoryEntry,
+    PauseResult, PromptQueue, PromptStarted, ResumeResult, SessionConfig, SessionEvent,
+    SessionStatus, SessionSummary, SessionsEvent, Snapshot, SnapshotSummary, Steered,
+    StopAllResult, Task, TaskDetail, Timeline, UsageReport, WorkflowEvent, WorkflowStarted,
+    WorkflowStatus, WorkflowSummary, WorkflowsEvent, method,
 };
 use crate::errors::ErrorKind;
 
@@ -101,11 +101,11 @@ pub fn generate() -> Value {
     let mut m = Methods { generator: settings.into_generator(), methods: Vec::new() };
     use params::{
         BudgetSet, Cleanup, ElicitationRespond, NoParams, PermissionRespond, SessionCreate,
-        SessionDelete, SessionEventWindow, SessionHistory, SessionId, SessionList, SessionPause,
-        SessionPrompt, SessionQueueEdit, SessionQueueRemove, SessionResume, SessionRetryTurn,
-        SessionSetConfigOption, SessionSetMode, SessionSubscribe, SessionTimeline, SnapshotGet,
-        TaskCreate, TaskDelete, TaskGet, UsageQuery, WorkflowApprove, WorkflowId, WorkflowResume,
-        WorkflowStart, WorkflowSubscribe,
+        SessionDelete, SessionEventWindow, SessionFork, SessionHistory, SessionId, SessionList,
+        SessionPause, SessionPrompt, SessionQueueEdit, SessionQueueRemove, SessionResume,
+        SessionRetryTurn, SessionSetConfigOption, SessionSetMode, SessionSubscribe,
+        SessionTimeline, SnapshotGet, TaskCreate, TaskDelete, TaskGet, UsageQuery, WorkflowApprove,
+        WorkflowId, WorkflowResume, WorkflowStart, WorkflowSubscribe,
     };
     m.add::<NoParams, Vec<AgentInfo>>(
         method::AGENTS_LIST,
@@ -137,6 +137,10 @@ pub fn generate() -> Value {
     m.add::<SessionPrompt, Steered>(
         method::SESSION_STEER,
         "Steers the running turn with a message: into the turn where the agent takes one mid-turn (mode native, ACP `_session/steering`), else by cancelling the turn at once and running the message next, ahead of anything queued, with a line saying what the cancelled turn had done (mode fallback). With no turn running it is a prompt (mode prompt). Durable before the answer.",
+    );
+    m.add::<SessionFork, ForkResult>(
+        method::SESSION_FORK,
+        "Forks the session at turn_id (default: its newest turn): a new session of the same task, at rest until prompted, whose conversation is the original's up to and including that turn — natively (ACP session/fork) where the agent advertises it and the turn is the original's newest, else by injecting that history before its first prompt. With a worktree, the fork gets a branch of its own made from the commit the workspace had at that turn.",
     );
     m.add::<SessionId, PromptQueue>(
         method::SESSION_QUEUE_LIST,
@@ -432,6 +436,7 @@ mod tests {
         let _ = client.session_status(s()).await;
         let _ = client.session_prompt(s(), "p".into()).await;
         let _ = client.session_steer(s(), "p".into()).await;
+        let _ = client.session_fork(s(), None).await;
         let _ = client.session_queue_list(s()).await;
         let _ = client.session_queue_edit(s(), "q".into(), Some("p".into()), Some(1)).await;
         let _ = client.session_queue_remove(s(), "q".into()).await;
@@ -659,6 +664,13 @@ mod tests {
             never()
         }
         async fn session_steer(&self, _: String, _: String) -> jsonrpsee::core::RpcResult<Steered> {
+            never()
+        }
+        async fn session_fork(
+            &self,
+            _: String,
+            _: Option<String>,
+        ) -> jsonrpsee::core::RpcResult<ForkResult> {
             never()
         }
         async fn session_queue_list(&self, _: String) -> jsonrpsee::core::RpcResult<PromptQueue> {

@@ -709,6 +709,23 @@ impl Checked for SessionRetryTurn {
     }
 }
 
+/// `task.session.fork`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionFork {
+    /// The session to fork.
+    pub session_id: String,
+    /// The last turn the fork keeps (default: the session's newest).
+    #[serde(default)]
+    pub turn_id: Option<String>,
+}
+impl Checked for SessionFork {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)?;
+        within_opt("turn_id", &self.turn_id, MAX_ID)
+    }
+}
+
 /// `task.session.queue.edit`
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -900,14 +917,14 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
     use method::{
         AGENTS_LIST, BUDGET_SET, CLEANUP, DISCOVER, ELICITATION_RESPOND, PERMISSION_RESPOND,
         SESSION_CANCEL, SESSION_CONFIG_OPTIONS, SESSION_CREATE, SESSION_DELETE,
-        SESSION_EVENT_WINDOW, SESSION_HISTORY, SESSION_LIST, SESSION_PAUSE, SESSION_PROMPT,
-        SESSION_QUEUE_CLEAR, SESSION_QUEUE_EDIT, SESSION_QUEUE_LIST, SESSION_QUEUE_REMOVE,
-        SESSION_QUEUE_RESUME, SESSION_RESUME, SESSION_RETRY_TURN, SESSION_SET_CONFIG_OPTION,
-        SESSION_SET_MODE, SESSION_STATUS, SESSION_STEER, SESSION_STOP, SESSION_SUBSCRIBE,
-        SESSION_SUBSCRIBE_BATCH, SESSION_TIMELINE, SESSIONS_SUBSCRIBE, SNAPSHOT_GET, SNAPSHOT_LIST,
-        STOP_ALL, TASK_CREATE, TASK_DELETE, TASK_GET, TASK_LIST, USAGE_QUERY, WORKFLOW_APPROVE,
-        WORKFLOW_CANCEL, WORKFLOW_DELETE, WORKFLOW_LIST, WORKFLOW_RESUME, WORKFLOW_START,
-        WORKFLOW_STATUS, WORKFLOW_SUBSCRIBE, WORKFLOWS_SUBSCRIBE,
+        SESSION_EVENT_WINDOW, SESSION_FORK, SESSION_HISTORY, SESSION_LIST, SESSION_PAUSE,
+        SESSION_PROMPT, SESSION_QUEUE_CLEAR, SESSION_QUEUE_EDIT, SESSION_QUEUE_LIST,
+        SESSION_QUEUE_REMOVE, SESSION_QUEUE_RESUME, SESSION_RESUME, SESSION_RETRY_TURN,
+        SESSION_SET_CONFIG_OPTION, SESSION_SET_MODE, SESSION_STATUS, SESSION_STEER, SESSION_STOP,
+        SESSION_SUBSCRIBE, SESSION_SUBSCRIBE_BATCH, SESSION_TIMELINE, SESSIONS_SUBSCRIBE,
+        SNAPSHOT_GET, SNAPSHOT_LIST, STOP_ALL, TASK_CREATE, TASK_DELETE, TASK_GET, TASK_LIST,
+        USAGE_QUERY, WORKFLOW_APPROVE, WORKFLOW_CANCEL, WORKFLOW_DELETE, WORKFLOW_LIST,
+        WORKFLOW_RESUME, WORKFLOW_START, WORKFLOW_STATUS, WORKFLOW_SUBSCRIBE, WORKFLOWS_SUBSCRIBE,
     };
     match method_name {
         AGENTS_LIST | TASK_LIST | STOP_ALL | DISCOVER | WORKFLOW_LIST | SESSIONS_SUBSCRIBE
@@ -917,6 +934,7 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         WORKFLOW_RESUME => parse::<WorkflowResume>(raw).map(drop),
         WORKFLOW_APPROVE => parse::<WorkflowApprove>(raw).map(drop),
         SESSION_RETRY_TURN => parse::<SessionRetryTurn>(raw).map(drop),
+        SESSION_FORK => parse::<SessionFork>(raw).map(drop),
         BUDGET_SET => parse::<BudgetSet>(raw).map(drop),
         USAGE_QUERY => parse::<UsageQuery>(raw).map(drop),
         WORKFLOW_SUBSCRIBE => parse::<WorkflowSubscribe>(raw).map(drop),

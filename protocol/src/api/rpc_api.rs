@@ -1,12 +1,12 @@
 //! The API trait: every method of Tether's JSON-RPC surface, its params and results.
 
 use super::{
-    AgentInfo, BudgetUse, CleanupResult, Done, EventBatch, EventWindow, HistoryEntry, PauseResult,
-    PromptQueue, PromptStarted, ResumeResult, RpcResult, RuntimeKind, SessionConfig, SessionEvent,
-    SessionState, SessionStatus, SessionSummary, SessionsEvent, Snapshot, SnapshotSummary, Steered,
-    StopAllResult, SubscriptionResult, Task, TaskDetail, Timeline, UsageGroupBy, UsageReport,
-    Value, WorkflowEvent, WorkflowStarted, WorkflowStatus, WorkflowSummary, WorkflowsEvent, params,
-    rpc,
+    AgentInfo, BudgetUse, CleanupResult, Done, EventBatch, EventWindow, ForkResult, HistoryEntry,
+    PauseResult, PromptQueue, PromptStarted, ResumeResult, RpcResult, RuntimeKind, SessionConfig,
+    SessionEvent, SessionState, SessionStatus, SessionSummary, SessionsEvent, Snapshot,
+    SnapshotSummary, Steered, StopAllResult, SubscriptionResult, Task, TaskDetail, Timeline,
+    UsageGroupBy, UsageReport, Value, WorkflowEvent, WorkflowStarted, WorkflowStatus,
+    WorkflowSummary, WorkflowsEvent, params, rpc,
 };
 
 #[rpc(server, client)]
@@ -91,6 +91,15 @@ pub trait Api {
     /// turn running it is a prompt.
     #[method(name = "task.session.steer", param_kind = map)]
     async fn session_steer(&self, session_id: String, prompt: String) -> RpcResult<Steered>;
+
+    /// Forks the session at `turn_id` (default: its newest turn): a new session of the same
+    /// task whose conversation is the original's up to and including that turn.
+    #[method(name = "task.session.fork", param_kind = map)]
+    async fn session_fork(
+        &self,
+        session_id: String,
+        turn_id: Option<String>,
+    ) -> RpcResult<ForkResult>;
 
     /// The session's prompt queue: prompts sent while a turn ran, in the order they run,
     /// and why it is halted.

@@ -174,6 +174,14 @@ impl Client {
             Command::Prompt { quiet, session, text } => {
                 self.prompt(&session, &text.join(" "), quiet).await
             }
+            Command::Fork { session, turn, json } => {
+                let forked = api.session_fork(session, turn).await.map_err(|e| self.failure(e))?;
+                if json.json {
+                    return super::output::print_json(&forked);
+                }
+                print_fork(&forked);
+                Ok(())
+            }
             Command::Steer { quiet, session, text } => {
                 self.steer(&session, &text.join(" "), quiet).await
             }
@@ -1134,6 +1142,33 @@ pub(super) struct PermissionParams {
 /// The turn a prompt's answer names: the one it started, or, when it was queued, the turn
 /// already seen starting with its queued prompt (the answer and the events are not
 /// ordered); `None` while it waits in the queue.
+/// What a fork made: the new session, how its agent gets the conversation, where it
+/// works, and what it could not carry over.
+fn print_fork(forked: &protocol::api::ForkResult) {
+    println!(
+        "forked {} at turn {} into session {}",
+        forked.forked_from, forked.turn_id, forked.session_id
+    );
+    let context = match forked.context {
+        protocol::api::ForkContext::Native => {
+            "its agent forks the original's agent session (session/fork) when it starts"
+        }
+        protocol::api::ForkContext::History => {
+            "the history up to that turn goes with its first prompt"
+        }
+    };
+    println!("  conversation: {context}");
+    println!("  workspace: {}", forked.workspace_path);
+    if let Some(branch) = &forked.branch {
+        let base = forked.base_commit.as_deref().unwrap_or("the original branch's head");
+        println!("  branch: {branch} (from {base})");
+    }
+    for note in &forked.notes {
+        println!("  note: {note}");
+    }
+    println!("  it is at rest until prompted: supervisor prompt {} …", forked.session_id);
+}
+
 fn started_turn(started: &protocol::api::PromptStarted, seen: &[SessionEvent]) -> Option<String> {
     if let Some(turn_id) = &started.turn_id {
         return Some(turn_id.clone());

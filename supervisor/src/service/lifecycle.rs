@@ -379,6 +379,8 @@ impl Supervisor {
             (true, true, "not_started")
         };
         let queue = self.config.store.prompt_queue(session_id.clone()).await?;
+        let forked_from =
+            self.config.store.fork_of(session_id.clone()).await?.map(|fork| fork.from);
         // A resume now would fail where it must run (its Docker engine is down): it is
         // `runtime_unavailable` until that place is back.
         let mut unreachable = None;
@@ -419,6 +421,7 @@ impl Supervisor {
             pause_reason: paused.and_then(|paused| paused.reason),
             usage,
             queue,
+            forked_from,
         })
     }
 

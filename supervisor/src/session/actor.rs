@@ -2455,10 +2455,23 @@ impl SessionActor {
                 _ => None,
             },
         };
+        // A fork never opened: its first start forks the original's agent session, or
+        // injects the history it was given.
+        let fork = match (&token, recorded.is_none()) {
+            (None, true) => match self.context.store.fork_of(self.row.id.clone()).await {
+                Ok(fork) => fork.map(|fork| fork.native_token),
+                Err(err) => {
+                    tracing::warn!(session = %self.row.id, %err, "cannot read whether it is a fork");
+                    None
+                }
+            },
+            _ => None,
+        };
         let resume = ResumeState {
             token: token.clone(),
             relaunched: relaunch,
             native_failed: false,
+            fork,
             handoff,
             wake: self.row.state == SessionState::Paused
                 && matches!(
@@ -3744,6 +3757,10 @@ impl SessionActor {
                 self.setting_answered(setting, reply, result.map_err(|error| error.text())).await;
                 false
             }
+            Pending::Fork => {
+                self.fork_answered(result).await;
+                false
+            }
             Pending::Steer { turn_id, text, reply } => {
                 self.steer_answered(turn_id, text, reply, result).await;
                 false
@@ -3883,8 +3900,11 @@ impl SessionActor {
         self.choices.settings_mut().directories_supported =
             sessions.additional_directories.is_some();
         self.choices.settings_mut().steering_supported = requests::steering_advertised(&result);
+        self.choices.settings_mut().fork_supported = result
+            .pointer("/agentCapabilities/sessionCapabilities/fork")
+            .is_some_and(Value::is_object);
         let Some(token) = token else {
-            return self.new_acp_session();
+            return self.fork_or_new_session();
         };
         let advertised = Advertised {
             resume: capabilities.session_capabilities.resume.is_some(),
@@ -3929,6 +3949,55 @@ impl SessionActor {
             Pending::Authenticate { method, then },
         );
         true
+    }
+
+    /// A session without a token to restore: a fork's first start asks its agent to
+    /// `session/fork` the original's agent session when it can; anything else opens a new
+    /// ACP session.
+    fn fork_or_new_session(&mut self) {
+        let fork = self
+            .stage
+            .opening()
+            .and_then(|opening| opening.launch.resume.as_ref())
+            .and_then(|resume| resume.fork.clone().flatten());
+        match fork {
+            Some(source) if self.choices.settings().fork_supported => {
+                self.recorder.progress(LaunchStep::Restoring, Some("session/fork".into()));
+                let mut params = json!({"sessionId": source, "cwd": self.row.workspace_path,
+                    "mcpServers": self.row.mcp_servers});
+                self.add_directories(&mut params);
+                self.request(protocol::acp::method::SESSION_FORK, params, Pending::Fork);
+            }
+            Some(_) => {
+                self.recorder.emit(SessionEventKind::Notice {
+                    message: "this agent does not advertise session/fork (any more): the fork's history goes with its first prompt".into(),
+                });
+                self.new_acp_session();
+            }
+            None => self.new_acp_session(),
+        }
+    }
+
+    /// `session/fork` answered: the fork opens on its own agent session, else (refused) on a
+    /// new one, its history injected.
+    async fn fork_answered(&mut self, result: Result<Value, RpcErrorBody>) {
+        let forked =
+            result.as_ref().ok().and_then(|answer| answer["sessionId"].as_str().map(str::to_owned));
+        match (forked, result) {
+            (Some(acp_session), Ok(answer)) => {
+                self.opened_with(acp_session, Some(ResumeOutcome::NativeFork), &answer).await;
+            }
+            (_, result) => {
+                let why = match result {
+                    Ok(_) => "it answered without a sessionId".to_owned(),
+                    Err(error) => error.text(),
+                };
+                self.recorder.emit(SessionEventKind::Notice {
+                    message: format!("the agent did not fork the original's session ({why}): the fork's history goes with its first prompt"),
+                });
+                self.new_acp_session();
+            }
+        }
     }
 
     fn new_acp_session(&mut self) {
@@ -3995,6 +4064,12 @@ impl SessionActor {
         let execution_id = self.sidecar.execution.as_ref().map(|execution| execution.id.clone());
         let resume = self.stage.opening().and_then(|opening| opening.launch.resume.take());
         let wake = resume.as_ref().is_some_and(|resume| resume.wake);
+        if resume.as_ref().is_some_and(|resume| resume.fork.is_some())
+            && let Err(err) = self.context.store.fork_opened(self.row.id.clone()).await
+        {
+            // A later start would fork again: the fork's own token is restored first.
+            tracing::warn!(session = %self.row.id, %err, "cannot record that the fork opened");
+        }
         let outcome = match resume {
             None => None,
             Some(resume) => Some(match restored {
@@ -4008,8 +4083,10 @@ impl SessionActor {
                     ResumeOutcome::ContextHandoff
                 }
                 None if resume.relaunched => ResumeOutcome::ResumeCommand,
+                // (A fork's history is its whole context: injected whatever the profile says.)
                 None if !self.recorder.history.is_empty()
-                    && self.profile.injects_history(resume.native_failed) =>
+                    && (self.profile.injects_history(resume.native_failed)
+                        || resume.fork.is_some()) =>
                 {
                     self.conversation.resume_context = Some(ResumeContext::History);
                     ResumeOutcome::HistoryInjection

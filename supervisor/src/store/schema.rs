@@ -414,6 +414,20 @@ pub const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE prompt_queue ADD COLUMN steer_of TEXT;
     ",
+    // 25: Forks: a session made from another's conversation up to one of its turns
+    // (`from_session` is not a reference: the original may be deleted and the fork live
+    // on), and the original's agent session to `session/fork` at the fork's first start
+    // (`native_token`; NULL: its history is injected instead, or it opened already).
+    "
+    CREATE TABLE session_forks (
+        session_id TEXT PRIMARY KEY REFERENCES task_sessions(id) ON DELETE CASCADE,
+        from_session TEXT NOT NULL,
+        from_turn TEXT NOT NULL,
+        native_token TEXT,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX session_forks_by_origin ON session_forks(from_session);
+    ",
 ];
 
 /// Brings the database up to the newest migration.

@@ -18,6 +18,7 @@ mod eliza;
 mod engines;
 mod face;
 mod faults;
+mod fork;
 mod idle;
 mod metrics;
 mod mock_agent;

@@ -39,6 +39,8 @@ pub(in crate::session) enum Pending {
         turn_id: crate::ids::TurnId,
         injected: bool,
     },
+    /// `session/fork` of the original's agent session, at a fork's first start.
+    Fork,
     /// `_session/steering` of the running turn `turn_id` with `text`, for `reply`.
     Steer {
         turn_id: crate::ids::TurnId,

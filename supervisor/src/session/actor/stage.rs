@@ -107,6 +107,10 @@ pub(in crate::session) struct ResumeState {
     pub(in crate::session) handoff: bool,
     /// It wakes a session parked for being idle (the wake-up metrics).
     pub(in crate::session) wake: bool,
+    /// The first start of a fork (see `store/forks.rs`): the original's agent session to
+    /// `session/fork`, when the fork is to be native; either way the fork's history is
+    /// injected unless the agent forked it.
+    pub(in crate::session) fork: Option<Option<String>>,
 }
 
 /// Where the actor is, with what only makes sense there; the view shows its [`Phase`].
