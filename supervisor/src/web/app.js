@@ -423,6 +423,8 @@ async function openSession(sessionId) {
   if (state.visit !== visit) return undefined; // opened again, or another session
   renderStatus(status);
   refreshSettings();
+  $("#forked-conversation").hidden = true;
+  if (status.forked_from) showForkedConversation(sessionId, status.forked_from, visit);
   // The newest window of its events first (a long session opens at its end; older ones
   // load as the reader scrolls up), then the events after it, live.
   if (!(await loadNewest(sessionId, visit)) || state.visit !== visit) return;
@@ -432,7 +434,9 @@ async function openSession(sessionId) {
   // Opening a session brings back only an agent that died under a session waiting for
   // input; a PAUSED or FAILED one (or one that cannot be resumed now) waits for its
   // Resume button.
-  const lost = status.state === "WAITING_FOR_INPUT" && status.is_resumable;
+  // (A fork at rest, never started, waits for its first prompt: it costs nothing till then.)
+  const lost = status.state === "WAITING_FOR_INPUT" && status.is_resumable
+    && status.resume_reason !== "not_started";
   if (status.needs_resume && lost && !state.resumedThisVisit.has(sessionId)) {
     state.resumedThisVisit.add(sessionId);
     await resume(sessionId);
@@ -493,6 +497,7 @@ function renderStatus(status) {
   setBadge(status.session_id, status.state);
   renderTotals(status.usage);
   renderQueue(status.queue);
+  renderForkedFrom(status.forked_from);
   showActions(status.state, status.needs_resume);
   // The status says what is wrong now: an error shown before (a reconnect's, an old
   // action's) goes when it says nothing.
@@ -562,6 +567,64 @@ function parseLabels(text) {
     else labels[word.slice(0, at)] = word.slice(at + 1);
   }
   return labels;
+}
+
+// A turn end's "Fork from here": a new session with the conversation up to that turn.
+function forkButton(turnId) {
+  const button = el("button", { type: "button", class: "fork-here", title: "A new session of this task with the conversation up to this turn" }, "Fork from here");
+  button.addEventListener("click", () => fork(turnId));
+  return button;
+}
+
+// Forks the open session (at `turnId`, else its newest turn) and opens the fork, saying
+// how its agent gets the conversation and what it could not carry over.
+async function fork(turnId) {
+  const forked = await act("task.session.fork", { session_id: state.open, turn_id: turnId || undefined });
+  if (!forked) return;
+  await refreshLists();
+  await openSession(forked.session_id);
+  const how = forked.context === "native"
+    ? "its agent forks the original's own session when it starts"
+    : "the conversation up to that turn goes with its first prompt";
+  const branch = forked.branch ? `; branch ${forked.branch}${forked.base_commit ? " from " + forked.base_commit.slice(0, 12) : ""}` : "";
+  activity(`forked from ${forked.forked_from} at turn ${forked.turn_id}: ${how}${branch}`);
+  for (const note of forked.notes || []) activity(`fork: ${note}`);
+}
+
+// A fork's conversation as it was given to it (the original's, up to the turn it was
+// forked at), above its own transcript, folded once it has turns of its own.
+async function showForkedConversation(sessionId, link, visit) {
+  let entries;
+  try {
+    entries = await rpc.call("task.session.history", { session_id: sessionId });
+  } catch (_) {
+    return; // the History tab says why
+  }
+  if (state.visit !== visit) return;
+  const at = entries.findIndex((e) => e.type === "user_message" && e.message_id === link.turn_id);
+  if (at < 0) return;
+  const after = entries.findIndex((e, i) => i > at && e.type === "user_message"
+    && !(e.message_id || "").startsWith(link.turn_id));
+  const given = entries.slice(0, after < 0 ? entries.length : after)
+    .filter((e) => e.type === "user_message" || e.type === "agent_message");
+  const box = $("#forked-conversation");
+  box.open = after < 0;
+  box.replaceChildren(
+    el("summary", {}, `The conversation it was forked with (${given.length} messages, up to turn ${link.turn_id})`),
+    ...given.map((e) => e.type === "user_message"
+      ? el("div", { class: "user" }, "You: " + e.content)
+      : el("div", { class: "agent" }, e.content)),
+  );
+  box.hidden = false;
+}
+
+// The session this one was forked from, with a link to it.
+function renderForkedFrom(link) {
+  const box = $("#forked-from");
+  box.hidden = !link;
+  if (!link) return;
+  const open = el("a", { href: `#/session/${link.session_id}` }, link.session_id);
+  box.replaceChildren("Forked from ", open, ` at turn ${link.turn_id}`);
 }
 
 // Steers the running turn with the prompt box's text: into the turn where the agent takes
@@ -720,6 +783,7 @@ function wire() {
   $("#queue-resume").addEventListener("click", () =>
     act("task.session.queue.resume", { session_id: state.open }));
   $("#pause").addEventListener("click", askPause);
+  $("#fork").addEventListener("click", () => fork(null));
   $("#resume").addEventListener("click", () => resume(state.open));
   $("#stop").addEventListener("click", () =>
     actOnSession("task.session.stop", "Stop this session for good? It cannot be resumed."));

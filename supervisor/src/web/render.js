@@ -628,7 +628,8 @@ function render(event) {
       if (!state.backfill) refreshTotals();
       transcript(
         el("div", { class: "turn-end", "data-turn-end": event.turn_id },
-          `turn ${event.state}${event.stop_reason ? ": " + event.stop_reason : ""}${event.error ? ": " + event.error : ""}`),
+          `turn ${event.state}${event.stop_reason ? ": " + event.stop_reason : ""}${event.error ? ": " + event.error : ""}`,
+          forkButton(event.turn_id)),
       );
       break;
     case "notice":

@@ -14,6 +14,8 @@ function showTab(name) {
     button.setAttribute("aria-selected", String(tab === name));
   }
   $("#jump").hidden = true;
+  // A fork's given conversation goes with its transcript.
+  $("#forked-conversation").classList.toggle("away", name !== "transcript");
   if (name === "history") loadHistory();
   if (name === "timeline") loadTimeline();
   if (name === "snapshots") loadSnapshots();

@@ -1031,3 +1031,43 @@ async fn esc_cancels(browser: &Browser) {
     let ends = browser.texts("#transcript .turn-end").await;
     assert!(ends.last().is_some_and(|end| end.contains("cancelled")), "{ends:?}");
 }
+
+/// "Fork from here" at a turn's end makes a fork at that turn and opens it: the page names
+/// the original it came from, and the fork's first prompt gets the conversation up to there.
+#[tokio::test]
+async fn the_page_forks_a_session_at_a_turn_and_opens_the_fork() {
+    let Some(browser) = browser::start("fork").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("fk")).await;
+    api.ask(&session, "the first question").await;
+    api.ask(&session, "the second question").await;
+    Box::pin(fork_at_the_first_turn(&browser, &page(&daemon), &session)).await;
+    let sessions = ok("list", api.typed().session_list(None, None, None)).await;
+    let fork = sessions.iter().find(|row| row.id != session).expect("the fork is listed");
+    let status = api.status(&fork.id).await;
+    assert_eq!(status.forked_from.map(|link| link.session_id), Some(session.clone()));
+    Box::pin(prompt_the_fork(&browser)).await;
+}
+
+/// Opens `session` and clicks its first turn's "Fork from here".
+async fn fork_at_the_first_turn(browser: &Browser, page: &str, session: &str) {
+    connected(browser, &format!("{page}#/session/{session}")).await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    browser.click("#transcript .turn-end .fork-here").await;
+    browser.wait_text("#forked-from", &format!("Forked from {session}")).await;
+    browser.wait_text("#activity", "the conversation up to that turn goes with its first prompt").await;
+    // What it was given is shown above its own transcript: the first question, not the second.
+    browser.wait_text("#forked-conversation", "You: the first question").await;
+    let given = browser.texts("#forked-conversation").await.concat();
+    assert!(!given.contains("the second question"), "{given}");
+    browser.screenshot("forked").await;
+}
+
+/// The fork's first prompt, from the page: its reply shows it got the first question only.
+async fn prompt_the_fork(browser: &Browser) {
+    prompt_in_page(browser, "and now?").await;
+    browser.wait_text("#transcript .agent", "the first question").await;
+    let said = browser.texts("#transcript .agent").await.concat();
+    assert!(!said.contains("the second question"), "{said}");
+}
