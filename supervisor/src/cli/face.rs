@@ -392,7 +392,7 @@ impl Face {
                 "protocolVersion": 1,
                 "agentCapabilities": {
                     "loadSession": true,
-                    "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
+                    "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "fork": {}},
                     "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
                 },
                 "authMethods": [],
@@ -406,6 +406,7 @@ impl Face {
             "session/load" => self.load(params, true).await,
             "session/resume" => self.load(params, false).await,
             "session/close" => self.close(params).await,
+            protocol::acp::method::SESSION_FORK => self.fork(params).await,
             "session/set_config_option" => self.set_config_option(params).await,
             "session/set_mode" => self.set_mode(params).await,
             other => Err(RpcFailure {
@@ -561,6 +562,27 @@ impl Face {
         }
         self.open(&session, status.last_event_seq, None);
         self.config_answer(&session).await
+    }
+
+    /// `session/fork`: `task.session.fork` at the session's newest turn (natively where its
+    /// agent can, else with the history injected before the fork's first prompt), followed
+    /// as a loaded session is; answered with the fork's id and options. The fork works where
+    /// Tether puts it (a worktree of its own, or the original's workspace), not in `cwd`.
+    async fn fork(self: &Arc<Self>, params: Value) -> Result<Value, RpcFailure> {
+        let session = params["sessionId"]
+            .as_str()
+            .ok_or_else(|| RpcFailure::params("session/fork needs a sessionId"))?
+            .to_owned();
+        let api = self.api().await?;
+        let forked = api.session_fork(session, None).await.map_err(|e| self.failed(&api, e))?;
+        let status = api
+            .session_status(forked.session_id.clone())
+            .await
+            .map_err(|e| self.failed(&api, e))?;
+        self.open(&forked.session_id, status.last_event_seq, None);
+        let mut answer = self.config_answer(&forked.session_id).await?;
+        answer["sessionId"] = json!(forked.session_id);
+        Ok(answer)
     }
 
     /// `session/close`: its turn is cancelled and its agent let go (the session is paused,

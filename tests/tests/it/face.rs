@@ -529,3 +529,46 @@ async fn an_acp_client_steers_a_running_turn_through_the_face() {
         .collect();
     assert!(said.contains("the right way"), "the steer's turn reached the client: {said}");
 }
+
+/// An ACP client forks a session through the face (`session/fork`, advertised): the fork
+/// is a session of its own whose first prompt carries the conversation so far.
+#[tokio::test]
+async fn an_acp_client_forks_a_session_through_the_face() {
+    let daemon = Daemon::start(&[]).await;
+    let mut face = RawFace::spawn(None, &daemon.url, &["--agent", "mock"]);
+    let init = face.initialize().await;
+    assert!(
+        init["result"]["agentCapabilities"]["sessionCapabilities"]["fork"].is_object(),
+        "{init}"
+    );
+    let cwd = daemon.workspace("fork");
+    let new = face.request(json!(2), "session/new", json!({"cwd": cwd, "mcpServers": []})).await;
+    let session = new["result"]["sessionId"].clone();
+    let prompt = |session: &Value, text: &str| json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]});
+    let first =
+        face.request(json!(3), "session/prompt", prompt(&session, "remember the lighthouse")).await;
+    assert_eq!(first["result"]["stopReason"], "end_turn", "{first}");
+    let forked = face
+        .request(
+            json!(4),
+            "session/fork",
+            json!({"sessionId": session, "cwd": cwd, "mcpServers": []}),
+        )
+        .await;
+    let fork = forked["result"]["sessionId"].clone();
+    assert!(fork.is_string() && fork != session, "{forked}");
+    let second = face.request(json!(5), "session/prompt", prompt(&fork, "what was it?")).await;
+    assert_eq!(second["result"]["stopReason"], "end_turn", "{second}");
+    let said: String = face
+        .received
+        .iter()
+        .map(|line| String::from_utf8_lossy(line).into_owned())
+        .filter(|line| {
+            line.contains("agent_message_chunk") && line.contains(fork.as_str().unwrap())
+        })
+        .collect();
+    assert!(said.contains("remember the lighthouse"), "the fork's agent got the history: {said}");
+    let api = daemon.api().await;
+    let status = api.status(fork.as_str().unwrap()).await;
+    assert_eq!(status.forked_from.map(|link| link.session_id).as_deref(), session.as_str());
+}

@@ -1056,7 +1056,9 @@ async fn fork_at_the_first_turn(browser: &Browser, page: &str, session: &str) {
     browser.wait_text("#transcript .turn-end", "turn completed").await;
     browser.click("#transcript .turn-end .fork-here").await;
     browser.wait_text("#forked-from", &format!("Forked from {session}")).await;
-    browser.wait_text("#activity", "the conversation up to that turn goes with its first prompt").await;
+    browser
+        .wait_text("#activity", "the conversation up to that turn goes with its first prompt")
+        .await;
     // What it was given is shown above its own transcript: the first question, not the second.
     browser.wait_text("#forked-conversation", "You: the first question").await;
     let given = browser.texts("#forked-conversation").await.concat();
