@@ -38,6 +38,9 @@
 //!   armed at `steer.queued` (it dies with the steer durable, before the cancel went out)
 //!   or at `prompt.recorded` on a steer's turn. After the restart every steer runs once,
 //!   whole; the cancelled turn holds a prefix of its chunks.
+//! - fork: each session is forked at its newest turn with the supervisor armed at
+//!   `fork.history_written` (`chaos/forks.rs` says what is checked: no half-made fork,
+//!   each fork holds its original's conversation and runs its first prompt once).
 //!
 //! After each round it checks, and at the end it prints (zero everywhere is the only pass):
 //! - lost / duplicated: every chunk the agent streamed appears exactly once in the
@@ -68,6 +71,8 @@ use tokio::time::Instant;
 mod checks;
 #[path = "chaos/edges.rs"]
 mod edges;
+#[path = "chaos/forks.rs"]
+mod forks;
 #[path = "chaos/workflows.rs"]
 mod workflows;
 
@@ -220,6 +225,9 @@ enum Disruption {
     /// Each session's turn steered while it runs, the supervisor armed at `steer.queued`
     /// or at `prompt.recorded` on a steer's turn.
     Steer,
+    /// Each session forked at its newest turn, the supervisor armed at
+    /// `fork.history_written` (see `chaos/forks.rs`).
+    Fork,
 }
 
 impl Disruption {
@@ -240,6 +248,7 @@ impl Disruption {
                 Some(format!("steer.queued@{}", 1 + rng.below(3)))
             }
             Disruption::Steer => Some(format!("prompt.recorded@{}", 4 + rng.below(3))),
+            Disruption::Fork => Some(format!("fork.history_written@{}", 1 + rng.below(3))),
             _ => None,
         }
     }
@@ -249,11 +258,11 @@ impl Disruption {
         format!("{self:?}").to_lowercase().starts_with(&only.to_lowercase())
     }
 
-    /// A seeded choice: the kills of a running session six times in thirteen, each edge of
-    /// a session's life (create, stop, delete, stop-all), a workflow, a queue and a steer
-    /// once in thirteen.
+    /// A seeded choice: the kills of a running session six times in fourteen, each edge of
+    /// a session's life (create, stop, delete, stop-all), a workflow, a queue, a steer and
+    /// a fork once in fourteen.
     fn choose(rng: &mut Rng, docker: bool) -> Disruption {
-        match rng.below(13) {
+        match rng.below(14) {
             0..6 => match rng.below(if docker { 5 } else { 4 }) {
                 0 => Disruption::Supervisor,
                 1 => Disruption::Fault(FAULT_POINTS[rng.below(FAULT_POINTS.len() as u64) as usize]),
@@ -267,6 +276,7 @@ impl Disruption {
             9 => Disruption::StopAll,
             10 => Disruption::Queue,
             11 => Disruption::Steer,
+            12 => Disruption::Fork,
             _ => Disruption::Workflow(
                 WORKFLOW_POINTS[rng.below(WORKFLOW_POINTS.len() as u64) as usize],
             ),
@@ -384,6 +394,17 @@ async fn main() {
             Disruption::Workflow(point) => {
                 workflow_round(&mut daemon, &mut api, &flow_log, round, point, &mut tally).await;
                 None
+            }
+            // The round's turns first (nothing strikes them), then the forks of what they
+            // left.
+            Disruption::Fork => {
+                let (rng, tally) = (&mut rng, &mut tally);
+                let retire =
+                    run_round(&mut daemon, &mut api, &mut tracks, round, disruption, rng, tally)
+                        .await;
+                let point = "fork.history_written";
+                forks::fork_round(&mut daemon, &mut api, &tracks, round, point, tally).await;
+                retire
             }
             _ => {
                 run_round(
@@ -795,7 +816,8 @@ async fn strike(
         | Disruption::Create(_)
         | Disruption::Workflow(_)
         | Disruption::Queue
-        | Disruption::Steer => {}
+        | Disruption::Steer
+        | Disruption::Fork => {}
     }
     false
 }
