@@ -107,9 +107,9 @@ async fn check_forks(api: &Api, made: &[ForkResult], round: u64, tally: &mut Tal
             .position(|e| {
                 e.kind == EntryType::UserMessage && e.message_id.as_deref() == Some(&forked.turn_id)
             })
-            .and_then(|at| {
+            .map(|at| {
                 let after = theirs[at + 1..].iter().position(|e| e.kind == EntryType::UserMessage);
-                Some(after.map_or(theirs.len(), |n| at + 1 + n))
+                after.map_or(theirs.len(), |n| at + 1 + n)
             });
         if through.map(|n| texts(&theirs[..n])) != Some(texts(&ours)) {
             tally.lost += 1;
