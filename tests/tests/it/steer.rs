@@ -59,6 +59,26 @@ async fn until_turn_ends(api: &Api, session: &str, turn: &str) -> Vec<SessionEve
     .await
 }
 
+/// Follows `session` from the start until the turn whose `turn_started` `picked` chooses
+/// has ended; returns everything seen.
+async fn until_picked_turn_ends(
+    api: &Api,
+    session: &str,
+    picked: impl Fn(&EventKind) -> bool,
+) -> Vec<SessionEvent> {
+    let mut events = api.subscribe(session, 0).await;
+    let mut turn: Option<String> = None;
+    until(&mut events, |event| match &event.kind {
+        EventKind::TurnStarted { turn_id, .. } if picked(&event.kind) => {
+            turn = Some(turn_id.clone());
+            false
+        }
+        EventKind::TurnEnded { turn_id, .. } => turn.as_ref() == Some(turn_id),
+        _ => false,
+    })
+    .await
+}
+
 /// The turn that ran the queued prompt `prompt_id`, and its `steer_of`.
 fn turn_of(seen: &[SessionEvent], prompt_id: &str) -> Option<(String, Option<String>)> {
     seen.iter().find_map(|event| match &event.kind {
@@ -123,24 +143,21 @@ async fn a_steer_of_an_agent_that_cannot_cancels_the_turn_and_runs_next_ahead_of
     assert_eq!(steered.mode, SteerMode::Fallback, "{steered:?}");
     assert_eq!((steered.turn_id.as_deref(), steered.position), (Some(turn.as_str()), Some(1)));
     let steer = steered.prompt_id.expect("the steer's queued prompt");
-    // It is durable before the answer: first in the queue, naming the turn.
-    let queue = api.status(&session).await.queue;
-    let order: Vec<_> = queue.prompts.iter().map(|p| p.prompt_id.as_str()).collect();
-    if !order.is_empty() {
-        assert_eq!(order.first(), Some(&steer.as_str()), "{queue:?}");
-    }
     // The queued prompt runs after it: follow until its turn ended.
-    let mut events = api.subscribe(&session, 0).await;
-    let mut after: Option<String> = None;
-    let seen = until(&mut events, |event| match &event.kind {
-        EventKind::TurnStarted { turn_id, prompt_id: Some(id), .. } if *id == queued => {
-            after = Some(turn_id.clone());
-            false
-        }
-        EventKind::TurnEnded { turn_id, .. } => after.as_ref() == Some(turn_id),
-        _ => false,
-    })
+    let seen = until_picked_turn_ends(
+        &api,
+        &session,
+        |kind| matches!(kind, EventKind::TurnStarted { prompt_id: Some(id), .. } if *id == queued),
+    )
     .await;
+    // It was queued first, ahead of the prompt queued before it, naming the turn.
+    let first_queued = seen.iter().find_map(|event| match &event.kind {
+        EventKind::Queue { queue } if queue.prompts.len() == 2 => Some(queue.prompts.clone()),
+        _ => None,
+    });
+    let order: Vec<_> =
+        first_queued.unwrap_or_default().into_iter().map(|p| (p.prompt_id, p.steer_of)).collect();
+    assert_eq!(order, [(steer.clone(), Some(turn.clone())), (queued.clone(), None)], "{seen:#?}");
     let cancelled = seen.iter().find_map(|event| match &event.kind {
         EventKind::TurnEnded { turn_id, stop_reason, .. } if *turn_id == turn => {
             stop_reason.clone()
@@ -180,16 +197,11 @@ async fn a_fallback_steer_survives_a_daemon_sigkill_and_runs_once() {
     let api = daemon.api().await;
     let queue = api.status(&session).await.queue;
     let steer = queue.prompts.first().map(|p| p.prompt_id.clone());
-    let mut events = api.subscribe(&session, 0).await;
-    let mut steer_turn: Option<String> = None;
-    let seen = until(&mut events, |event| match &event.kind {
-        EventKind::TurnStarted { turn_id, steer_of: Some(of), .. } if *of == turn => {
-            steer_turn = Some(turn_id.clone());
-            false
-        }
-        EventKind::TurnEnded { turn_id, .. } => steer_turn.as_ref() == Some(turn_id),
-        _ => false,
-    })
+    let seen = until_picked_turn_ends(
+        &api,
+        &session,
+        |kind| matches!(kind, EventKind::TurnStarted { steer_of: Some(of), .. } if *of == turn),
+    )
     .await;
     assert!(steer.is_none() || turn_of(&seen, steer.as_deref().unwrap()).is_some(), "{seen:#?}");
     let ran = agent_saw(&log).iter().filter(|(_, text)| text.ends_with("after the crash")).count();
