@@ -312,6 +312,34 @@ async fn claude_takes_a_steer_into_its_running_turn() {
     steer_mid_turn(&api, &session, &server).await;
 }
 
+/// claude-agent-acp forks natively (`session/fork`, advertised as
+/// `sessionCapabilities.fork`): a fork at the newest turn starts its own claude session
+/// from the original's, and the model's first request of the fork carries the earlier
+/// exchange without Tether injecting it.
+#[tokio::test]
+async fn claude_forks_a_session_natively() {
+    let server = ModelServer::start().await;
+    let Some(daemon) = claude_daemon(&server, None).await else { return };
+    let api = daemon.api().await;
+    let session = api.ready_session("claude", &daemon.workspace("fk")).await;
+    server.script([Reply::Text("Noted: the colour is teal.".into())]);
+    api.ask(&session, "remember the colour teal").await;
+    let forked = ok("task.session.fork", api.typed().session_fork(session.clone(), None)).await;
+    assert_eq!(forked.context, protocol::api::ForkContext::Native, "{forked:?}");
+    server.script([Reply::Text("It was teal.".into())]);
+    let mut events = api.subscribe(&forked.session_id, 0).await;
+    assert!(api.ask(&forked.session_id, "which colour?").await.contains("teal"));
+    let outcome = until(&mut events, |e| matches!(e.kind, EventKind::ResumeOutcome { .. })).await;
+    let outcome = outcome.iter().find_map(|e| match &e.kind {
+        EventKind::ResumeOutcome { outcome, .. } => Some(*outcome),
+        _ => None,
+    });
+    assert_eq!(outcome, Some(ResumeOutcome::NativeFork));
+    let asked = conversation_text(&server.main_requests().pop().unwrap());
+    assert!(asked.contains("remember the colour teal"), "{asked}");
+    assert!(!asked.contains("RESUME CONTEXT"), "nothing injected: {asked}");
+}
+
 /// codex-acp takes a steer into its running turn the same way.
 #[tokio::test]
 async fn codex_takes_a_steer_into_its_running_turn() {
