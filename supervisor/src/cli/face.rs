@@ -103,6 +103,9 @@ struct Face {
     next_id: AtomicI64,
     /// Our requests to the ACP client, by id.
     asked: Mutex<HashMap<i64, oneshot::Sender<Value>>>,
+    /// The agent's questions asked of the client and not answered yet: Tether's request id
+    /// → ours. Answered elsewhere first (the page, another client), ours is withdrawn.
+    questions: Mutex<HashMap<String, i64>>,
     /// Per session: the turns its prompts wait for.
     sessions: Mutex<HashMap<String, Arc<Mutex<Turns>>>>,
     /// The client advertised `elicitation` at `initialize`.
@@ -149,6 +152,7 @@ pub(super) async fn serve_acp(client: Client, agent: Option<String>) -> Result<(
         out,
         next_id: AtomicI64::new(1),
         asked: Mutex::new(HashMap::new()),
+        questions: Mutex::new(HashMap::new()),
         sessions: Mutex::new(HashMap::new()),
         drafts: Mutex::new(HashMap::new()),
         elicits: std::sync::atomic::AtomicBool::new(false),
@@ -226,13 +230,33 @@ impl Face {
         self.send(json!({"jsonrpc": "2.0", "method": method, "params": params}));
     }
 
-    /// Sends a request to the ACP client and awaits its answer (`result` or `error`).
-    async fn ask(&self, method: &str, params: Value) -> Option<Value> {
+    /// Asks the ACP client the agent's question `request_id` (Tether's) and awaits its
+    /// answer (`result` or `error`): `None` when it was answered elsewhere first and
+    /// withdrawn (see [`Face::question_resolved`]).
+    async fn ask_question(&self, request_id: &str, method: &str, params: Value) -> Option<Value> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.questions.lock().expect("UNWRAP: never poisoned").insert(request_id.to_owned(), id);
+        let answer = self.ask_as(id, method, params).await;
+        self.questions.lock().expect("UNWRAP: never poisoned").remove(request_id);
+        answer
+    }
+
+    /// Sends request `id` to the ACP client and awaits its answer.
+    async fn ask_as(&self, id: i64, method: &str, params: Value) -> Option<Value> {
         let (reply, answer) = oneshot::channel();
         self.asked.lock().expect("UNWRAP: never poisoned").insert(id, reply);
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         answer.await.ok()
+    }
+
+    /// The agent's question `request_id` was answered (by anyone): if it is still asked of
+    /// this client, the question is withdrawn (`$/cancel_request`; the first answer won).
+    fn question_resolved(&self, request_id: &str) {
+        let ours = self.questions.lock().expect("UNWRAP: never poisoned").remove(request_id);
+        let Some(id) = ours else { return };
+        // Its waiter goes: a late answer of the client is passed on to nobody.
+        self.asked.lock().expect("UNWRAP: never poisoned").remove(&id);
+        self.notify(protocol::acp::method::CANCEL_REQUEST, json!({"requestId": id}));
     }
 
     /// One message from the client: a request (handled in a task of its own, so a long
@@ -841,6 +865,7 @@ impl Face {
                     turns.queued.insert(prompt_id, waiting);
                 }
             }
+            EventKind::PermissionResolved { request_id, .. } => self.question_resolved(&request_id),
             EventKind::TurnStarted { turn_id, prompt_id: Some(prompt_id), .. } => {
                 let mut turns = turns.lock().expect("UNWRAP: never poisoned");
                 match turns.queued.remove(&prompt_id) {
@@ -875,7 +900,8 @@ impl Face {
     /// daemon.
     async fn ask_elicitation(&self, session: String, request_id: String, params: Value) {
         use protocol::api::params::ElicitationAnswer;
-        let Some(answer) = self.ask("elicitation/create", params).await else { return };
+        let asked = self.ask_question(&request_id, "elicitation/create", params);
+        let Some(answer) = asked.await else { return };
         let result = &answer["result"];
         let action = match result["action"].as_str() {
             Some("accept") => ElicitationAnswer::Accept,
@@ -900,7 +926,8 @@ impl Face {
 
     /// The agent's question, asked of the client; its choice goes back through the daemon.
     async fn ask_permission(&self, session: String, request_id: String, params: Value) {
-        let Some(answer) = self.ask("session/request_permission", params).await else { return };
+        let asked = self.ask_question(&request_id, "session/request_permission", params);
+        let Some(answer) = asked.await else { return };
         let option = match &answer["result"]["outcome"] {
             outcome if outcome["outcome"] == "selected" => {
                 outcome["optionId"].as_str().map(str::to_owned)

@@ -572,3 +572,76 @@ async fn an_acp_client_forks_a_session_through_the_face() {
     let status = api.status(fork.as_str().unwrap()).await;
     assert_eq!(status.forked_from.map(|link| link.session_id).as_deref(), session.as_str());
 }
+
+/// Two ACP clients and the API on one session: the second client's `session/load` of the
+/// live session follows it (no second agent); each client sees the other's turns; an
+/// agent's question asked of both is answered by the first to answer and withdrawn from
+/// the other (`$/cancel_request`); a prompt of one while the other's turn runs is queued
+/// behind it, and each prompt answers when its own turn ends.
+#[tokio::test]
+async fn two_acp_clients_and_the_api_share_one_session() {
+    let daemon = Daemon::start(&[]).await;
+    let mut a = RawFace::spawn(None, &daemon.url, &["--agent", "mock"]);
+    a.initialize().await;
+    let cwd = daemon.workspace("shared");
+    let new = a.request(json!(1), "session/new", json!({"cwd": cwd, "mcpServers": []})).await;
+    let session = new["result"]["sessionId"].clone();
+    let mut b = RawFace::spawn(None, &daemon.url, &[]);
+    b.initialize().await;
+    let load = json!({"sessionId": session, "cwd": cwd, "mcpServers": []});
+    let loaded = b.request(json!(1), "session/load", load).await;
+    assert!(loaded.get("result").is_some(), "{loaded}");
+    let api = daemon.api().await;
+    let mut events = api.subscribe(session.as_str().unwrap(), 0).await;
+    let prompt = |id: &str, text: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt", "params": {
+            "sessionId": session, "prompt": [{"type": "text", "text": text}]}})
+    };
+    // A's turn asks permission: both clients are asked; B answers first.
+    a.send(prompt("a1", "/permission\nasked of both")).await;
+    let asked_a = a.until(|m| m["method"] == "session/request_permission").await;
+    let asked_b = b.until(|m| m["method"] == "session/request_permission").await;
+    let option = asked_b["params"]["options"][0]["optionId"].clone();
+    b.send(json!({"jsonrpc": "2.0", "id": asked_b["id"], "result": {
+        "outcome": {"outcome": "selected", "optionId": option}}}))
+        .await;
+    let withdrawn = a.until(|m| m["method"] == "$/cancel_request").await;
+    assert_eq!(withdrawn["params"]["requestId"], asked_a["id"], "A's question is withdrawn");
+    let answered = a.until(|m| m["id"] == "a1").await;
+    assert_eq!(answered["result"]["stopReason"], "end_turn", "{answered}");
+    let seen_by_b = b
+        .until(|m| {
+            m.to_string().contains("agent_message_chunk") && m.to_string().contains("asked of both")
+        })
+        .await;
+    assert_eq!(seen_by_b["params"]["sessionId"], session);
+    // B prompts while A's next turn runs: queued behind it; each answers at its own end.
+    a.send(prompt("a2", "/think working\n/sleep 1000\nslow from a")).await;
+    b.until(|m| m.to_string().contains("agent_thought_chunk")).await;
+    b.send(prompt("b1", "quick from b")).await;
+    let b_answer = b.until(|m| m["id"] == "b1").await;
+    assert_eq!(b_answer["result"]["stopReason"], "end_turn", "{b_answer}");
+    let a_answer = a.until(|m| m["id"] == "a2").await;
+    assert_eq!(a_answer["result"]["stopReason"], "end_turn", "{a_answer}");
+    // A saw B's reply; the API saw the three turns in order, with one agent all along.
+    let b_reply = a
+        .until(|m| {
+            m.to_string().contains("agent_message_chunk") && m.to_string().contains("quick from b")
+        })
+        .await;
+    assert_eq!(b_reply["params"]["sessionId"], session);
+    let mut prompts = Vec::new();
+    until(&mut events, |event| {
+        if let EventKind::TurnStarted { prompt, .. } = &event.kind {
+            prompts.push(prompt.clone());
+        }
+        prompts.len() == 3
+    })
+    .await;
+    assert_eq!(
+        prompts,
+        ["/permission\nasked of both", "/think working\n/sleep 1000\nslow from a", "quick from b"]
+    );
+    let status = api.status(session.as_str().unwrap()).await;
+    assert_eq!(status.generation, 1, "one agent served both clients: {status:?}");
+}
