@@ -340,6 +340,28 @@ async fn claude_forks_a_session_natively() {
     assert!(!asked.contains("RESUME CONTEXT"), "nothing injected: {asked}");
 }
 
+/// codex-acp forks natively too (it advertises `sessionCapabilities.fork`): the fork's first
+/// model request carries the earlier exchange, nothing injected.
+#[tokio::test]
+async fn codex_forks_a_session_natively() {
+    let server = ModelServer::start().await;
+    let transcript = tempfile::tempdir().unwrap();
+    let Some(daemon) = codex_daemon(&server, &transcript.path().join("codex")).await else {
+        return;
+    };
+    let api = daemon.api().await;
+    let session = api.ready_session("codex-here", &daemon.workspace("cf")).await;
+    server.script([Reply::Text("Noted: the colour is teal.".into())]);
+    api.ask(&session, "remember the colour teal").await;
+    let forked = ok("task.session.fork", api.typed().session_fork(session.clone(), None)).await;
+    assert_eq!(forked.context, protocol::api::ForkContext::Native, "{forked:?}");
+    server.script([Reply::Text("It was teal.".into())]);
+    assert!(api.ask(&forked.session_id, "which colour?").await.contains("teal"));
+    let asked = conversation_text(&server.main_requests().pop().unwrap());
+    assert!(asked.contains("remember the colour teal"), "{asked}");
+    assert!(!asked.contains("RESUME CONTEXT"), "nothing injected: {asked}");
+}
+
 /// codex-acp takes a steer into its running turn the same way.
 #[tokio::test]
 async fn codex_takes_a_steer_into_its_running_turn() {
