@@ -579,6 +579,41 @@ pub struct ForkResult {
     pub notes: Vec<String>,
 }
 
+/// `task.session.rewind`'s answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RewindResult {
+    /// The session.
+    pub session_id: String,
+    /// The rewind (names its saved ref).
+    pub rewind_id: String,
+    /// The turn that is now the conversation's last.
+    pub turn_id: String,
+    /// The turns rewound (kept in the history and the timeline, marked `rewound`), oldest
+    /// first; empty when the turn was the last already.
+    pub rewound: Vec<String>,
+    /// The workspace's restore, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<WorkspaceRestore>,
+    /// What the next prompt's agent gets, and anything else worth knowing, said plainly.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// How a rewind returned the workspace to an earlier state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct WorkspaceRestore {
+    /// The commit checked out (the workspace's HEAD at that turn).
+    pub commit: String,
+    /// The turn's uncommitted changes, restored over it (a checkpoint commit), when it had any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
+    /// The ref holding what the workspace had before the restore (a commit of its files,
+    /// tracked and untracked, whose first parent is the HEAD it had).
+    pub saved_ref: String,
+    /// The commit `saved_ref` points at.
+    pub saved_commit: String,
+}
+
 /// One end of a fork: the other session and the turn the fork was made at.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ForkLink {
@@ -761,6 +796,17 @@ pub enum EventKind {
         /// The fallback's queued prompt.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         prompt_id: Option<String>,
+    },
+    /// The session was rewound to `turn_id`: the turns in `rewound` left the conversation
+    /// (read the history again: their entries are marked `rewound`).
+    Rewound {
+        /// The turn now last.
+        turn_id: String,
+        /// The turns rewound.
+        rewound: Vec<String>,
+        /// The ref holding the workspace's state before a restore, when it was restored.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        saved_ref: Option<String>,
     },
     /// The session's prompt queue changed (a prompt queued, taken into its turn, edited,
     /// moved or removed; the queue halted or let run): the whole queue after the change.
@@ -1122,6 +1168,10 @@ pub struct TurnInfo {
     /// The interrupted turn whose prompt it re-sent (`task.session.retry_turn`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_of: Option<String>,
+    /// Rewound (`task.session.rewind` to an earlier turn): kept, but no longer part of the
+    /// conversation.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rewound: bool,
 }
 
 #[cfg(test)]

@@ -182,6 +182,16 @@ impl ApiServer for Methods {
         self.0.fork(session_id.into(), turn_id.map(Into::into)).await.map_err(to_rpc)
     }
 
+    async fn session_rewind(
+        &self,
+        session_id: String,
+        turn_id: String,
+        restore_workspace: Option<bool>,
+    ) -> RpcResult<protocol::api::RewindResult> {
+        let restore = restore_workspace.unwrap_or(false);
+        self.0.rewind(session_id.into(), turn_id.into(), restore).await.map_err(to_rpc)
+    }
+
     async fn session_queue_list(&self, session_id: String) -> RpcResult<PromptQueue> {
         self.0.queue(session_id.into()).await.map_err(to_rpc)
     }

@@ -154,6 +154,21 @@ enum Command {
         #[command(flatten)]
         json: JsonFlag,
     },
+    /// Rewind a session to a turn: the later turns stay in its history and timeline, marked
+    /// rewound, and leave the agent's context (the next prompt starts it afresh, given the
+    /// turns kept). Refused while a turn runs.
+    Rewind {
+        /// The session.
+        session: String,
+        /// The turn that becomes the conversation's last (`timeline` lists them).
+        turn: String,
+        /// Also return the workspace to its git state at that turn; what it holds now is
+        /// saved on a ref first (refs/tether/rewound/...).
+        #[arg(long)]
+        restore_workspace: bool,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
     /// Bring a session's agent back (natively when it can), showing progress and outcome.
     Resume {
         /// Print nothing but the outcome line.

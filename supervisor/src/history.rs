@@ -410,6 +410,7 @@ impl History {
             tool_status,
             message_id,
             plan,
+            rewound: false,
         };
         let entry = HistoryEntry { wire, agent_seq: self.watermark, generation: self.generation };
         let mut line = serde_json::to_vec(&entry).expect("UNWRAP: entries always serialise");

@@ -140,6 +140,12 @@ id_type! {
     PromptId
 }
 
+id_type! {
+    /// A rewind of a session to one of its turns (`session_rewinds.id`); its saved
+    /// workspace's ref is named after it.
+    RewindId
+}
+
 #[cfg(test)]
 mod tests {
     use super::{StepId, WorkflowId};

@@ -31,6 +31,7 @@ pub mod ids;
 pub mod metrics;
 pub mod pool;
 pub mod resume_context;
+pub mod rewind;
 pub mod runtime;
 pub mod service;
 pub mod session;

@@ -46,16 +46,18 @@ fn render(entry: &HistoryEntry) -> String {
 }
 
 /// The rendered entries kept so far, newest first, within the budget.
-struct Lines {
+struct Lines<'a> {
     newest_first: Vec<String>,
     used: usize,
     budget: usize,
     newest_seq: Option<u64>,
     /// Entries at or below this seq are not taken (the agent has them).
     after: Option<u64>,
+    /// Entries in these seq ranges (inclusive) are left out: rewound turns'.
+    skip: &'a [(u64, u64)],
 }
 
-impl Lines {
+impl Lines<'_> {
     /// Takes one line of the history (newer lines were taken before it); `false` once the
     /// budget is spent and no older line can fit.
     fn take(&mut self, line: &[u8]) -> bool {
@@ -68,6 +70,9 @@ impl Lines {
         if self.after.is_some_and(|after| entry.seq <= after) {
             return false;
         }
+        if self.skip.iter().any(|(from, to)| (*from..=*to).contains(&entry.seq)) {
+            return true;
+        }
         let rendered = render(&entry);
         let cost = rendered.chars().count() + 1;
         if self.used + cost > self.budget {
@@ -77,6 +82,25 @@ impl Lines {
         self.newest_first.push(rendered);
         true
     }
+}
+
+/// How many seqs in `above + 1 ..= newest` the ranges of `skip` cover (they may overlap).
+fn left_out(skip: &[(u64, u64)], above: u64, newest: u64) -> u64 {
+    let mut ranges: Vec<(u64, u64)> = skip
+        .iter()
+        .map(|&(from, to)| (from.max(above + 1), to.min(newest)))
+        .filter(|(from, to)| from <= to)
+        .collect();
+    ranges.sort_unstable();
+    let (mut count, mut covered) = (0, above);
+    for (from, to) in ranges {
+        let from = from.max(covered + 1);
+        if from <= to {
+            count += to - from + 1;
+            covered = to;
+        }
+    }
+    count
 }
 
 /// Joins the pieces of one line (nearest the end first) in file order, and empties them.
@@ -95,18 +119,18 @@ pub fn build<F: Read + Seek>(
     prompt: &str,
     budget: usize,
 ) -> io::Result<ResumeContext> {
-    build_after(file, prompt, budget, None, ("", ""))
+    build_after(file, prompt, budget, (None, &[]), ("", ""))
 }
 
 /// [`build`] of the entries after seq `after` only (when given): what an agent's restored
-/// conversation lacks. `sections` — `(head, tail)`, the state compiled from a snapshot (see
+/// conversation lacks; never those in the ranges of `skip` (rewound turns'). `sections` — `(head, tail)`, the state compiled from a snapshot (see
 /// [`crate::snapshot::injected_sections`]) — go before and after the history; the history
 /// gets what of `budget` they leave (the prompt is outside the budget, always whole).
 pub fn build_after<F: Read + Seek>(
     file: &mut F,
     prompt: &str,
     budget: usize,
-    after: Option<u64>,
+    (after, skip): (Option<u64>, &[(u64, u64)]),
     sections: (&str, &str),
 ) -> io::Result<ResumeContext> {
     let (head, tail) = sections;
@@ -118,7 +142,8 @@ pub fn build_after<F: Read + Seek>(
     // end of the file first. A line is joined once, when its start is found, so a huge entry
     // costs its own size, not its size times the number of chunks it spans.
     let mut pending: Vec<Vec<u8>> = Vec::new();
-    let mut lines = Lines { newest_first: Vec::new(), used: 0, budget, newest_seq: None, after };
+    let mut lines =
+        Lines { newest_first: Vec::new(), used: 0, budget, newest_seq: None, after, skip };
     while pos > 0 {
         let step = pos.min(CHUNK);
         pos -= step;
@@ -161,8 +186,12 @@ pub fn build_after<F: Read + Seek>(
     let Lines { newest_first: lines_newest_first, newest_seq, .. } = lines;
     let included = lines_newest_first.len();
     // Entries are numbered from 1 without gaps, so the newest seq is the total count.
-    let omitted = newest_seq
-        .map_or(0, |seq| seq.saturating_sub(after.unwrap_or(0)).saturating_sub(included as u64));
+    let omitted = newest_seq.map_or(0, |seq| {
+        let above = after.unwrap_or(0);
+        seq.saturating_sub(above)
+            .saturating_sub(left_out(skip, above, seq))
+            .saturating_sub(included as u64)
+    });
     let mut text = String::from("RESUME CONTEXT FOR CONTINUING TASK\n");
     text.push_str(head);
     text.push_str(match after {
@@ -206,6 +235,7 @@ mod tests {
                 tool_status: tool.then(|| "completed".into()),
                 message_id: None,
                 plan: None,
+                rewound: false,
             },
             agent_seq: None,
             generation: None,
@@ -223,7 +253,8 @@ mod tests {
         }];
         let (head, tail) = crate::snapshot::injected_sections(None, &plan, None, 10_000);
         let context =
-            build_after(&mut Cursor::new(history), "go", 10_000, None, (&head, &tail)).unwrap();
+            build_after(&mut Cursor::new(history), "go", 10_000, (None, &[]), (&head, &tail))
+                .unwrap();
         assert!(
             context.text.contains(
                 "[USER]: list the files\n\n=== PLAN (as the agent last gave it) ===\n[in progress] list them\n\n=== CURRENT REQUEST ===\ngo\n"

@@ -11,6 +11,7 @@ mod fork;
 mod lifecycle;
 mod limits;
 mod recovery;
+mod rewind;
 mod settings;
 mod workflows;
 
@@ -215,6 +216,21 @@ impl From<SessionError> for ServiceError {
                 ServiceError::SettingsNotRestored(err.to_string())
             }
             SessionError::AgentRefused(_) => ServiceError::AgentRefused(err.to_string()),
+            SessionError::Rewind(rewind) => rewind.into(),
+        }
+    }
+}
+
+impl From<crate::rewind::RewindError> for ServiceError {
+    fn from(err: crate::rewind::RewindError) -> ServiceError {
+        use crate::rewind::RewindError;
+        match err {
+            RewindError::NoSuchTurn(_) => ServiceError::NotFound(err.to_string()),
+            RewindError::Refused(_) | RewindError::WorkspaceUnknown(_) => {
+                ServiceError::InvalidState(err.to_string())
+            }
+            RewindError::Git(_) => ServiceError::Storage(err.to_string()),
+            RewindError::Store(store) => store.into(),
         }
     }
 }
@@ -646,7 +662,12 @@ impl Supervisor {
         for damaged in read.damaged {
             self.report_damaged_history(&session_id, &path, damaged).await;
         }
-        Ok(read.entries)
+        let rewinds = self.config.store.rewinds(session_id).await?;
+        let mut entries = read.entries;
+        for entry in &mut entries {
+            entry.wire.rewound = crate::rewind::is_rewound(&rewinds, entry.seq);
+        }
+        Ok(entries)
     }
 
     /// A damaged history line, skipped: a log line each time it is read, and once per line
@@ -825,6 +846,7 @@ impl Supervisor {
                     .cost
                     .map(|(amount, currency)| protocol::api::CostTotal { currency, amount }),
                 retry_of: turn.retry_of,
+                rewound: turn.rewound_by.is_some(),
             })
             .collect();
         let rows = self

@@ -93,6 +93,9 @@ pub enum SessionError {
     /// The actor is gone.
     #[error("the session actor stopped")]
     Gone,
+    /// A rewind was not made.
+    #[error(transparent)]
+    Rewind(#[from] crate::rewind::RewindError),
     /// `task.session.retry_turn` of a turn that was re-sent already.
     #[error("turn {turn_id} was re-sent already, as turn {retry}")]
     AlreadyRetried {
@@ -277,6 +280,12 @@ enum Command {
         force_after: Duration,
         reply: Reply<PauseTaken>,
     },
+    /// Rewinds the conversation to `turn_id` (its agent stopped first, if it runs).
+    Rewind {
+        turn_id: crate::ids::TurnId,
+        restore_workspace: bool,
+        reply: Reply<protocol::api::RewindResult>,
+    },
     /// Re-sends `turn_id`'s prompt as a new turn.
     Retry {
         turn_id: crate::ids::TurnId,
@@ -303,6 +312,7 @@ impl std::fmt::Debug for Command {
             Command::Resume { .. } => "Resume",
             Command::Detach { .. } => "Detach",
             Command::Pause { .. } => "Pause",
+            Command::Rewind { .. } => "Rewind",
             Command::Retry { .. } => "Retry",
             Command::Setting { .. } => "Setting",
         })
@@ -334,6 +344,15 @@ impl SessionHandle {
     /// Steers the running turn (see [`Steer`]).
     pub async fn steer(&self, text: String) -> Result<Steer, SessionError> {
         self.ask(|reply| Command::Steer { text, reply }).await
+    }
+
+    /// Rewinds the conversation to `turn_id` (see [`crate::rewind`]).
+    pub async fn rewind(
+        &self,
+        turn_id: crate::ids::TurnId,
+        restore_workspace: bool,
+    ) -> Result<protocol::api::RewindResult, SessionError> {
+        self.ask(|reply| Command::Rewind { turn_id, restore_workspace, reply }).await
     }
 
     /// Changes the prompt queue; returns it after the change.

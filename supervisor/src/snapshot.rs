@@ -77,7 +77,19 @@ pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreErr
     let generation = recorded.as_ref().and_then(|e| u64::try_from(e.generation).ok());
     let execution_id = execution_id.or_else(|| recorded.map(|e| e.execution_id));
     let dirty_at_start = store.start_dirty(session_id.clone()).await?;
-    let git = git::state(Path::new(&row.workspace_path), start.as_deref(), &dirty_at_start).await;
+    let mut git =
+        git::state(Path::new(&row.workspace_path), start.as_deref(), &dirty_at_start).await;
+    // A turn's uncommitted files, kept for a rewind that returns the workspace to them.
+    if trigger == SnapshotTrigger::TurnComplete && git.repository && git.dirty {
+        match crate::rewind::git::checkpoint(Path::new(&row.workspace_path), session_id.as_str())
+            .await
+        {
+            Ok(commit) => git.checkpoint = Some(commit),
+            Err(err) => {
+                tracing::warn!(session = %session_id, %err, "no checkpoint of the turn's files")
+            }
+        }
+    }
     let turns = store.session_turns(session_id.clone()).await?;
     let mut timeline = store.recent_timeline(session_id.clone(), TIMELINE_ROWS).await?;
     timeline.reverse();

@@ -13,6 +13,7 @@ mod executions;
 mod forks;
 mod journal;
 mod queue;
+mod rewinds;
 mod schema;
 mod sessions;
 mod settings;
@@ -32,6 +33,7 @@ use tokio::sync::oneshot;
 
 pub use forks::ForkRow;
 pub use journal::{LogRow, TURN_SNAPSHOTS_KEPT};
+pub use rewinds::RewindRow;
 pub use schema::MIGRATIONS;
 pub use turns::{PromptRefusal, TurnPrompt};
 pub use usage::{RetryCandidate, TurnUsage, UsageFilter, budget_use};
@@ -390,6 +392,8 @@ pub struct TurnRow {
     pub cost: Option<(f64, String)>,
     /// The turn whose prompt it re-sent.
     pub retry_of: Option<String>,
+    /// The rewind that took it out of the conversation.
+    pub rewound_by: Option<crate::ids::RewindId>,
 }
 
 /// A task row.

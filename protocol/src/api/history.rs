@@ -60,4 +60,8 @@ pub struct HistoryEntry {
     /// A plan entry's plan.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<Vec<PlanEntry>>,
+    /// Part of a turn that was rewound (`task.session.rewind`): kept, but no longer part of
+    /// the conversation. Set when the history is read, never written.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rewound: bool,
 }

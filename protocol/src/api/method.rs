@@ -24,6 +24,8 @@ pub const SESSION_RESUME: &str = "task.session.resume";
 pub const SESSION_STEER: &str = "task.session.steer";
 /// `task.session.fork`
 pub const SESSION_FORK: &str = "task.session.fork";
+/// `task.session.rewind`
+pub const SESSION_REWIND: &str = "task.session.rewind";
 /// `task.session.queue.list`
 pub const SESSION_QUEUE_LIST: &str = "task.session.queue.list";
 /// `task.session.queue.edit`
@@ -164,6 +166,7 @@ pub const ALL: &[&str] = &[
     SESSION_RETRY_TURN,
     SESSION_STEER,
     SESSION_FORK,
+    SESSION_REWIND,
     SESSION_QUEUE_LIST,
     SESSION_QUEUE_EDIT,
     SESSION_QUEUE_REMOVE,

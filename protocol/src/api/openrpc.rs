@@ -11,8 +11,8 @@ use serde_json::{Map, Value, json};
 use super::params::{self, Checked};
 use super::{
     AgentInfo, BudgetUse, CleanupResult, Done, ErrorData, EventWindow, ForkResult, HistoryEntry,
-    PauseResult, PromptQueue, PromptStarted, ResumeResult, SessionConfig, SessionEvent,
-    SessionStatus, SessionSummary, SessionsEvent, Snapshot, SnapshotSummary, Steered,
+    PauseResult, PromptQueue, PromptStarted, ResumeResult, RewindResult, SessionConfig,
+    SessionEvent, SessionStatus, SessionSummary, SessionsEvent, Snapshot, SnapshotSummary, Steered,
     StopAllResult, Task, TaskDetail, Timeline, UsageReport, WorkflowEvent, WorkflowStarted,
     WorkflowStatus, WorkflowSummary, WorkflowsEvent, method,
 };
@@ -103,7 +103,7 @@ pub fn generate() -> Value {
         BudgetSet, Cleanup, ElicitationRespond, NoParams, PermissionRespond, SessionCreate,
         SessionDelete, SessionEventWindow, SessionFork, SessionHistory, SessionId, SessionList,
         SessionPause, SessionPrompt, SessionQueueEdit, SessionQueueRemove, SessionResume,
-        SessionRetryTurn, SessionSetConfigOption, SessionSetMode, SessionSubscribe,
+        SessionRetryTurn, SessionRewind, SessionSetConfigOption, SessionSetMode, SessionSubscribe,
         SessionTimeline, SnapshotGet, TaskCreate, TaskDelete, TaskGet, UsageQuery, WorkflowApprove,
         WorkflowId, WorkflowResume, WorkflowStart, WorkflowSubscribe,
     };
@@ -141,6 +141,10 @@ pub fn generate() -> Value {
     m.add::<SessionFork, ForkResult>(
         method::SESSION_FORK,
         "Forks the session at turn_id (default: its newest turn): a new session of the same task, at rest until prompted, whose conversation is the original's up to and including that turn — natively (ACP session/fork) where the agent advertises it and the turn is the original's newest, else by injecting that history before its first prompt. With a worktree, the fork gets a branch of its own made from the commit the workspace had at that turn.",
+    );
+    m.add::<SessionRewind, RewindResult>(
+        method::SESSION_REWIND,
+        "Rewinds the session to turn_id, which becomes its conversation's last: later turns stay in the history and the timeline, marked rewound, and leave the agent's context (its agent is stopped if it runs; the next prompt opens a fresh agent session primed with the turns kept). With restore_workspace, the workspace returns to its git state at that turn (the snapshot taken as it ended) after what it holds now is saved on refs/tether/rewound/<session>/<rewind>; refused, with the reason, when that state is unknown. Refused while a turn runs.",
     );
     m.add::<SessionId, PromptQueue>(
         method::SESSION_QUEUE_LIST,
@@ -437,6 +441,7 @@ mod tests {
         let _ = client.session_prompt(s(), "p".into()).await;
         let _ = client.session_steer(s(), "p".into()).await;
         let _ = client.session_fork(s(), None).await;
+        let _ = client.session_rewind(s(), s(), Some(true)).await;
         let _ = client.session_queue_list(s()).await;
         let _ = client.session_queue_edit(s(), "q".into(), Some("p".into()), Some(1)).await;
         let _ = client.session_queue_remove(s(), "q".into()).await;
@@ -671,6 +676,14 @@ mod tests {
             _: String,
             _: Option<String>,
         ) -> jsonrpsee::core::RpcResult<ForkResult> {
+            never()
+        }
+        async fn session_rewind(
+            &self,
+            _: String,
+            _: String,
+            _: Option<bool>,
+        ) -> jsonrpsee::core::RpcResult<RewindResult> {
             never()
         }
         async fn session_queue_list(&self, _: String) -> jsonrpsee::core::RpcResult<PromptQueue> {

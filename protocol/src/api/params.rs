@@ -726,6 +726,26 @@ impl Checked for SessionFork {
     }
 }
 
+/// `task.session.rewind`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionRewind {
+    /// The session.
+    pub session_id: String,
+    /// The turn that becomes the conversation's last.
+    pub turn_id: String,
+    /// Also return the workspace to its git state at that turn (what it holds now is first
+    /// saved on a ref, `refs/tether/rewound/...`).
+    #[serde(default)]
+    pub restore_workspace: bool,
+}
+impl Checked for SessionRewind {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)?;
+        within("turn_id", &self.turn_id, MAX_ID)
+    }
+}
+
 /// `task.session.queue.edit`
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -920,11 +940,12 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         SESSION_EVENT_WINDOW, SESSION_FORK, SESSION_HISTORY, SESSION_LIST, SESSION_PAUSE,
         SESSION_PROMPT, SESSION_QUEUE_CLEAR, SESSION_QUEUE_EDIT, SESSION_QUEUE_LIST,
         SESSION_QUEUE_REMOVE, SESSION_QUEUE_RESUME, SESSION_RESUME, SESSION_RETRY_TURN,
-        SESSION_SET_CONFIG_OPTION, SESSION_SET_MODE, SESSION_STATUS, SESSION_STEER, SESSION_STOP,
-        SESSION_SUBSCRIBE, SESSION_SUBSCRIBE_BATCH, SESSION_TIMELINE, SESSIONS_SUBSCRIBE,
-        SNAPSHOT_GET, SNAPSHOT_LIST, STOP_ALL, TASK_CREATE, TASK_DELETE, TASK_GET, TASK_LIST,
-        USAGE_QUERY, WORKFLOW_APPROVE, WORKFLOW_CANCEL, WORKFLOW_DELETE, WORKFLOW_LIST,
-        WORKFLOW_RESUME, WORKFLOW_START, WORKFLOW_STATUS, WORKFLOW_SUBSCRIBE, WORKFLOWS_SUBSCRIBE,
+        SESSION_REWIND, SESSION_SET_CONFIG_OPTION, SESSION_SET_MODE, SESSION_STATUS, SESSION_STEER,
+        SESSION_STOP, SESSION_SUBSCRIBE, SESSION_SUBSCRIBE_BATCH, SESSION_TIMELINE,
+        SESSIONS_SUBSCRIBE, SNAPSHOT_GET, SNAPSHOT_LIST, STOP_ALL, TASK_CREATE, TASK_DELETE,
+        TASK_GET, TASK_LIST, USAGE_QUERY, WORKFLOW_APPROVE, WORKFLOW_CANCEL, WORKFLOW_DELETE,
+        WORKFLOW_LIST, WORKFLOW_RESUME, WORKFLOW_START, WORKFLOW_STATUS, WORKFLOW_SUBSCRIBE,
+        WORKFLOWS_SUBSCRIBE,
     };
     match method_name {
         AGENTS_LIST | TASK_LIST | STOP_ALL | DISCOVER | WORKFLOW_LIST | SESSIONS_SUBSCRIBE
@@ -935,6 +956,7 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         WORKFLOW_APPROVE => parse::<WorkflowApprove>(raw).map(drop),
         SESSION_RETRY_TURN => parse::<SessionRetryTurn>(raw).map(drop),
         SESSION_FORK => parse::<SessionFork>(raw).map(drop),
+        SESSION_REWIND => parse::<SessionRewind>(raw).map(drop),
         BUDGET_SET => parse::<BudgetSet>(raw).map(drop),
         USAGE_QUERY => parse::<UsageQuery>(raw).map(drop),
         WORKFLOW_SUBSCRIBE => parse::<WorkflowSubscribe>(raw).map(drop),

@@ -2,10 +2,10 @@
 
 use super::{
     AgentInfo, BudgetUse, CleanupResult, Done, EventBatch, EventWindow, ForkResult, HistoryEntry,
-    PauseResult, PromptQueue, PromptStarted, ResumeResult, RpcResult, RuntimeKind, SessionConfig,
-    SessionEvent, SessionState, SessionStatus, SessionSummary, SessionsEvent, Snapshot,
-    SnapshotSummary, Steered, StopAllResult, SubscriptionResult, Task, TaskDetail, Timeline,
-    UsageGroupBy, UsageReport, Value, WorkflowEvent, WorkflowStarted, WorkflowStatus,
+    PauseResult, PromptQueue, PromptStarted, ResumeResult, RewindResult, RpcResult, RuntimeKind,
+    SessionConfig, SessionEvent, SessionState, SessionStatus, SessionSummary, SessionsEvent,
+    Snapshot, SnapshotSummary, Steered, StopAllResult, SubscriptionResult, Task, TaskDetail,
+    Timeline, UsageGroupBy, UsageReport, Value, WorkflowEvent, WorkflowStarted, WorkflowStatus,
     WorkflowSummary, WorkflowsEvent, params, rpc,
 };
 
@@ -100,6 +100,17 @@ pub trait Api {
         session_id: String,
         turn_id: Option<String>,
     ) -> RpcResult<ForkResult>;
+
+    /// Rewinds the session to `turn_id`: later turns are marked rewound (kept, never
+    /// deleted) and leave the agent's context; with `restore_workspace`, the workspace
+    /// returns to its git state at that turn, what it held saved on a ref first.
+    #[method(name = "task.session.rewind", param_kind = map)]
+    async fn session_rewind(
+        &self,
+        session_id: String,
+        turn_id: String,
+        restore_workspace: Option<bool>,
+    ) -> RpcResult<RewindResult>;
 
     /// The session's prompt queue: prompts sent while a turn ran, in the order they run,
     /// and why it is halted.

@@ -275,6 +275,11 @@ pub struct GitState {
     /// Why part of the state could not be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A commit of the workspace's files as they were (tracked and untracked, ignored ones
+    /// left out; its first parent is `head_commit`), taken at a turn's end when it had
+    /// uncommitted changes: what a rewind restores them from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
 }
 
 /// How a workspace changed since a session's last snapshot (a pause's, usually): what

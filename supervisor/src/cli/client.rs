@@ -182,6 +182,17 @@ impl Client {
                 print_fork(&forked);
                 Ok(())
             }
+            Command::Rewind { session, turn, restore_workspace, json } => {
+                let rewound = api
+                    .session_rewind(session, turn, Some(restore_workspace))
+                    .await
+                    .map_err(|e| self.failure(e))?;
+                if json.json {
+                    return super::output::print_json(&rewound);
+                }
+                print_rewind(&rewound);
+                Ok(())
+            }
             Command::Steer { quiet, session, text } => {
                 self.steer(&session, &text.join(" "), quiet).await
             }
@@ -1167,6 +1178,27 @@ fn print_fork(forked: &protocol::api::ForkResult) {
         println!("  note: {note}");
     }
     println!("  it is at rest until prompted: supervisor prompt {} …", forked.session_id);
+}
+
+fn print_rewind(rewound: &protocol::api::RewindResult) {
+    println!(
+        "rewound to turn {}: {} turn(s) left the conversation{}",
+        rewound.turn_id,
+        rewound.rewound.len(),
+        if rewound.rewound.is_empty() { "" } else { " (kept in the history, marked rewound)" }
+    );
+    if let Some(workspace) = &rewound.workspace {
+        let files =
+            if workspace.checkpoint.is_some() { ", with its uncommitted files" } else { "" };
+        println!("  workspace: back at {}{files}", workspace.commit);
+        println!(
+            "  what it had is saved on {} ({}): git checkout {} -- . brings it back",
+            workspace.saved_ref, workspace.saved_commit, workspace.saved_ref
+        );
+    }
+    for note in &rewound.notes {
+        println!("  note: {note}");
+    }
 }
 
 fn started_turn(started: &protocol::api::PromptStarted, seen: &[SessionEvent]) -> Option<String> {

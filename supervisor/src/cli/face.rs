@@ -574,7 +574,8 @@ impl Face {
                     .map_err(|e| self.failed(&api, e))?;
                 let Some(last) = page.last() else { break };
                 after = last.seq;
-                for entry in &page {
+                // A rewound turn is no longer part of the conversation.
+                for entry in page.iter().filter(|entry| !entry.rewound) {
                     if let Some(update) = history_update(entry, &mut tools) {
                         self.notify(
                             "session/update",
@@ -661,6 +662,11 @@ impl Face {
             .turns(&session)
             .ok_or_else(|| RpcFailure::params(format!("no session {session} is open here")))?;
         let text = prompt_text(&params["prompt"])?;
+        if let Some(args) = text.trim().strip_prefix(REWIND_COMMAND)
+            && (args.is_empty() || args.starts_with(char::is_whitespace))
+        {
+            return self.rewind(&session, args).await;
+        }
         let cancels = turns.lock().expect("UNWRAP: never poisoned").cancels;
         let api = self.api().await?;
         let started = api
@@ -689,6 +695,65 @@ impl Face {
             Ok(ended) => ended.map(|reason| json!({"stopReason": reason})),
             Err(_) => Err(RpcFailure::internal("the session's event stream ended")),
         }
+    }
+
+    /// `/rewind [N] [--restore-workspace]` sent as a prompt (ACP has no rewind of its own):
+    /// undoes the conversation's last N turns (default 1) with `task.session.rewind`, and
+    /// says what it did as the agent's message of a turn of its own.
+    async fn rewind(self: &Arc<Self>, session: &str, args: &str) -> Result<Value, RpcFailure> {
+        let usage = "/rewind [N] [--restore-workspace]: undo the last N turns (default 1)";
+        let (mut count, mut restore) = (1usize, false);
+        for word in args.split_whitespace() {
+            match word {
+                "--restore-workspace" => restore = true,
+                number => {
+                    count = number.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        RpcFailure::params(format!("{usage}; {number} is not a number of turns"))
+                    })?;
+                }
+            }
+        }
+        let api = self.api().await?;
+        let timeline = api
+            .session_timeline(session.to_owned(), None)
+            .await
+            .map_err(|err| self.failed(&api, err))?;
+        let kept: Vec<&str> = timeline
+            .turns
+            .iter()
+            .filter(|turn| !turn.rewound)
+            .map(|turn| turn.turn_id.as_str())
+            .collect();
+        let text = match kept.len().checked_sub(count + 1) {
+            None => format!(
+                "this conversation has {} turn(s): undoing {count} would leave none (start a new session instead)",
+                kept.len()
+            ),
+            Some(at) => {
+                let rewound = api
+                    .session_rewind(session.to_owned(), kept[at].to_owned(), Some(restore))
+                    .await
+                    .map_err(|err| self.failed(&api, err))?;
+                let workspace = match &rewound.workspace {
+                    Some(restored) => format!(
+                        "; the workspace is back as it was then (what it had is on {})",
+                        restored.saved_ref
+                    ),
+                    None => "; the workspace keeps what they changed".to_owned(),
+                };
+                format!(
+                    "rewound {} turn(s): the conversation now ends at turn {}{workspace}. The agent starts afresh from there at the next prompt.",
+                    rewound.rewound.len(),
+                    rewound.turn_id
+                )
+            }
+        };
+        self.notify(
+            "session/update",
+            json!({"sessionId": session, "update": {"sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": text}}}),
+        );
+        Ok(json!({"stopReason": "end_turn"}))
     }
 
     /// `_session/steering`: `task.session.steer`. Taken into the turn (`injected`) either
@@ -946,6 +1011,9 @@ impl Face {
 }
 
 /// The text of a prompt's content blocks: text as is, resources by their text or link.
+/// The prompt that is a rewind, not a message (see [`Face::rewind`]).
+const REWIND_COMMAND: &str = "/rewind";
+
 fn prompt_text(blocks: &Value) -> Result<String, RpcFailure> {
     let blocks = blocks.as_array().ok_or_else(|| RpcFailure::params("prompt must be an array"))?;
     let mut parts = Vec::new();

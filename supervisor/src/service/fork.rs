@@ -211,11 +211,7 @@ impl Supervisor {
         let snapshots = self.config.store.snapshots(original.id.clone()).await?;
         // The workspace as the turn left it: the newest snapshot from its end to the next
         // turn's start (its own `turn_complete` one, dated at its end, first of all).
-        let then = snapshots.iter().rev().find(|snapshot| {
-            snapshot.taken_at >= ended
-                && next_start.is_none_or(|next| snapshot.taken_at < next)
-                && snapshot.git_head.is_some()
-        });
+        let then = crate::rewind::snapshot_at(&snapshots, ended, next_start);
         let mut notes = Vec::new();
         let base = match then {
             Some(snapshot) => {

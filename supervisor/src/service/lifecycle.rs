@@ -540,7 +540,10 @@ impl Supervisor {
     }
 
     /// The session's row; refused (`conflict`) once the session ended.
-    async fn unended_row(&self, session_id: &SessionId) -> Result<SessionRow, ServiceError> {
+    pub(super) async fn unended_row(
+        &self,
+        session_id: &SessionId,
+    ) -> Result<SessionRow, ServiceError> {
         let row = self.session_row(session_id).await?;
         if row.state.is_terminal() {
             return Err(ServiceError::Conflict(format!(

@@ -412,6 +412,9 @@ impl SessionActor {
             },
             Command::Detach { reply } => self.detach(reply).await,
             Command::Steer { text, reply } => self.steer(text, reply).await,
+            Command::Rewind { turn_id, restore_workspace, reply } => {
+                let _ = reply.send(self.rewind(turn_id, restore_workspace).await);
+            }
             Command::Queue { change, reply } => {
                 let changed = self.change_queue(change).await;
                 let _ = reply.send(changed);
@@ -966,6 +969,63 @@ impl SessionActor {
         } else {
             let _ = reply.send(Ok(crate::session::Steer::NoTurn));
         }
+    }
+
+    // ---- rewinding ----------------------------------------------------------------------
+    // `task.session.rewind` on a session whose actor runs (see `crate::rewind`): refused
+    // while a turn runs or the agent starts; an agent that runs is parked first (its own
+    // session holds the turns the rewind takes out, and nothing may change the workspace
+    // while it is restored), then the rewind is made and announced.
+
+    pub(in crate::session) async fn rewind(
+        &mut self,
+        turn: crate::ids::TurnId,
+        restore_workspace: bool,
+    ) -> Result<protocol::api::RewindResult, SessionError> {
+        self.may_rewind()?;
+        let agent_runs = self
+            .sidecar
+            .execution
+            .as_ref()
+            .is_some_and(|execution| execution.agent_running && !execution.gone);
+        if agent_runs && self.row.state != SessionState::Paused {
+            let reason = format!("rewound to turn {turn}: the next prompt starts the agent afresh");
+            self.request_pause(Some(reason), std::time::Duration::ZERO, SnapshotTrigger::Idle)
+                .await?;
+        }
+        let target = crate::rewind::Target {
+            store: &self.context.store,
+            session: &self.row.id,
+            workspace: std::path::Path::new(&self.row.workspace_path),
+            history: self.recorder.history.path(),
+        };
+        let (result, row) = crate::rewind::apply(&target, &turn, restore_workspace).await?;
+        // What a restored agent lacked is moot: the next session opens afresh.
+        self.conversation.resume_context = None;
+        self.recorder.emit(SessionEventKind::Rewound {
+            turn_id: result.turn_id.clone(),
+            rewound: result.rewound.clone(),
+            saved_ref: row.saved_ref,
+        });
+        tracing::info!(session = %self.row.id, %turn, rewound = result.rewound.len(), "rewound");
+        Ok(result)
+    }
+
+    /// Refused while a turn runs, the agent starts or catches up, or a pause waits.
+    fn may_rewind(&self) -> Result<(), crate::rewind::RewindError> {
+        let refuse = |why: &str| Err(crate::rewind::RewindError::Refused(why.to_owned()));
+        if self.conversation.turn.is_some() || self.row.state == SessionState::Running {
+            return refuse("a turn is running: cancel it (or wait for its end) before rewinding");
+        }
+        if matches!(self.phase(), Phase::Launching | Phase::Opening | Phase::Reattaching)
+            || self.sidecar.catch_up.until.is_some()
+        {
+            return refuse("the session's agent is starting: rewind once it is ready");
+        }
+        if self.waits.pause.is_some() {
+            return refuse("a pause waits to be taken: rewind once the session is paused");
+        }
+        Ok(())
     }
 
     // ---- settings -----------------------------------------------------------------------
@@ -2438,8 +2498,14 @@ impl SessionActor {
         }
         // A session paused for exhaustion is handed over to a fresh agent session: a native
         // restore would bring the full context back.
-        let handoff = matches!(self.context.store.handoff(self.row.id.clone()).await, Ok(Some(_)));
-        if handoff {
+        let rewind =
+            self.context.store.rewind_pending(self.row.id.clone()).await.unwrap_or_else(|err| {
+                tracing::warn!(session = %self.row.id, %err, "cannot read whether a rewind waits");
+                false
+            });
+        let handoff =
+            !rewind && matches!(self.context.store.handoff(self.row.id.clone()).await, Ok(Some(_)));
+        if handoff || rewind {
             token = None;
         }
         let relaunch = token.is_some() && self.profile.relaunches_to_resume();
@@ -2472,6 +2538,7 @@ impl SessionActor {
             relaunched: relaunch,
             native_failed: false,
             fork,
+            rewind,
             handoff,
             wake: self.row.state == SessionState::Paused
                 && matches!(
@@ -2867,7 +2934,13 @@ impl SessionActor {
         &self,
         prompt: &str,
     ) -> Result<String, SessionError> {
-        let latest = self.context.store.latest_snapshot(self.row.id.clone()).await?;
+        let mut latest = self.context.store.latest_snapshot(self.row.id.clone()).await?;
+        let rewinds = self.context.store.rewinds(self.row.id.clone()).await?;
+        let rewound = crate::rewind::Injected::of(&rewinds, latest.as_ref().map(|s| s.taken_at));
+        if rewound.stale_snapshot {
+            // Taken before the newest rewind: it tells of turns no longer in the conversation.
+            latest = None;
+        }
         let workspace = std::path::Path::new(&self.row.workspace_path);
         let drift = match &latest {
             Some(snapshot) => {
@@ -2899,11 +2972,16 @@ impl SessionActor {
             _ => None,
         };
         let built = tokio::task::spawn_blocking(move || {
-            let plan = crate::history::last_plan(&path).map(|(_, plan)| plan).unwrap_or_default();
+            let plan = match rewound.stale_snapshot {
+                true => Vec::new(),
+                false => crate::history::last_plan(&path).map(|(_, plan)| plan).unwrap_or_default(),
+            };
             let (head, tail) =
                 crate::snapshot::injected_sections(latest.as_ref(), &plan, drift.as_ref(), budget);
+            let head = format!("{}{head}", rewound.note);
             let mut file = std::fs::File::open(&path)?;
-            crate::resume_context::build_after(&mut file, &prompt, budget, after, (&head, &tail))
+            let window = (after, rewound.skip.as_slice());
+            crate::resume_context::build_after(&mut file, &prompt, budget, window, (&head, &tail))
         })
         .await
         .map_err(|err| SessionError::InvalidState(format!("building the resume context: {err}")))?
@@ -4070,6 +4148,12 @@ impl SessionActor {
             // A later start would fork again: the fork's own token is restored first.
             tracing::warn!(session = %self.row.id, %err, "cannot record that the fork opened");
         }
+        if resume.as_ref().is_some_and(|resume| resume.rewind)
+            && let Err(err) = self.context.store.rewind_opened(self.row.id.clone()).await
+        {
+            // A later start opens afresh again (and injects the same turns): nothing lost.
+            tracing::warn!(session = %self.row.id, %err, "cannot record that the rewind is done");
+        }
         let outcome = match resume {
             None => None,
             Some(resume) => Some(match restored {
@@ -4083,10 +4167,12 @@ impl SessionActor {
                     ResumeOutcome::ContextHandoff
                 }
                 None if resume.relaunched => ResumeOutcome::ResumeCommand,
-                // (A fork's history is its whole context: injected whatever the profile says.)
+                // (A fork's history is its whole context, a rewind's what the agent must
+                // be left with: injected whatever the profile says.)
                 None if !self.recorder.history.is_empty()
                     && (self.profile.injects_history(resume.native_failed)
-                        || resume.fork.is_some()) =>
+                        || resume.fork.is_some()
+                        || resume.rewind) =>
                 {
                     self.conversation.resume_context = Some(ResumeContext::History);
                     ResumeOutcome::HistoryInjection
@@ -4387,6 +4473,7 @@ fn reject(command: Command, error: impl Fn() -> SessionError) {
         Command::Setting { reply, .. } => drop(reply.send(Err(error()))),
         Command::Queue { reply, .. } => drop(reply.send(Err(error()))),
         Command::Steer { reply, .. } => drop(reply.send(Err(error()))),
+        Command::Rewind { reply, .. } => drop(reply.send(Err(error()))),
     }
 }
 

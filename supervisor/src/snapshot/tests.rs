@@ -49,6 +49,7 @@ fn snapshot(turns: Vec<SnapshotTurn>, omitted: usize) -> Snapshot {
             diffstat: Some("1 file changed, 3 insertions(+)".into()),
             dirty_hashes: Default::default(),
             error: None,
+            checkpoint: None,
         },
         turns,
         turns_omitted: omitted,
@@ -177,6 +178,7 @@ fn an_injected_resume_gets_the_compiled_state_around_the_history() {
                     tool_status: None,
                     message_id: None,
                     plan: None,
+                    rewound: false,
                 },
                 agent_seq: None,
                 generation: None,
@@ -189,7 +191,8 @@ fn an_injected_resume_gets_the_compiled_state_around_the_history() {
     assert!(head.chars().count() + tail.chars().count() <= budget / 2);
     let mut file = std::io::Cursor::new(history);
     let built =
-        crate::resume_context::build_after(&mut file, "go", budget, None, (&head, &tail)).unwrap();
+        crate::resume_context::build_after(&mut file, "go", budget, (None, &[]), (&head, &tail))
+            .unwrap();
     let text = &built.text;
     assert!(
         text.starts_with(&format!(
@@ -235,6 +238,7 @@ fn entry(seq: u64, at: i64, kind: EntryType, content: &str, status: Option<&str>
             tool_status: status.map(str::to_owned),
             message_id: None,
             plan: None,
+            rewound: false,
         },
         agent_seq: None,
         generation: None,

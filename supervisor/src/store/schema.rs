@@ -428,6 +428,25 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX session_forks_by_origin ON session_forks(from_session);
     ",
+    // 26: Rewinds: a session's conversation made to end at one of its turns. The history
+    // entries `from_seq..=to_seq` (the later turns', as the file held them) are left out of
+    // every history injection from then on; `pending` until the agent's next session
+    // opened without them. Turns rewound name their rewind (`turns.rewound_by`).
+    "
+    CREATE TABLE session_rewinds (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES task_sessions(id) ON DELETE CASCADE,
+        turn_id TEXT NOT NULL,
+        from_seq INTEGER NOT NULL,
+        to_seq INTEGER NOT NULL,
+        workspace_restored INTEGER NOT NULL,
+        saved_ref TEXT,
+        pending INTEGER NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX session_rewinds_by_session ON session_rewinds(session_id, created_at);
+    ALTER TABLE turns ADD COLUMN rewound_by TEXT;
+    ",
 ];
 
 /// Brings the database up to the newest migration.

@@ -537,7 +537,7 @@ impl Store {
         self.call(move |conn| {
             let mut statement = conn.prepare(
                 "SELECT id, execution_id, state, stop_reason, error, started_at, ended_at, \
-                 total_tokens, cost, cost_currency, retry_of \
+                 total_tokens, cost, cost_currency, retry_of, rewound_by \
                  FROM turns WHERE session_id = ?1 ORDER BY started_at, id",
             )?;
             let rows = statement.query_map([&session_id], |r| {
@@ -552,6 +552,7 @@ impl Store {
                     total_tokens: r.get::<_, i64>(7)?.max(0) as u64,
                     cost: r.get::<_, Option<f64>>(8)?.zip(r.get::<_, Option<String>>(9)?),
                     retry_of: r.get(10)?,
+                    rewound_by: r.get(11)?,
                 })
             })?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)

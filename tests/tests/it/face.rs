@@ -573,6 +573,65 @@ async fn an_acp_client_forks_a_session_through_the_face() {
     assert_eq!(status.forked_from.map(|link| link.session_id).as_deref(), session.as_str());
 }
 
+/// `/rewind` sent as a prompt undoes the conversation's last turn (ACP has no rewind of its
+/// own): the client is told in the agent's words, the turn is marked rewound, and the next
+/// prompt's agent starts from the turn before; a later `session/load` does not replay it.
+#[tokio::test]
+async fn an_acp_client_rewinds_the_last_turn_with_a_rewind_prompt() {
+    let daemon = Daemon::start(&[]).await;
+    let mut face = RawFace::spawn(None, &daemon.url, &["--agent", "mock"]);
+    face.initialize().await;
+    let cwd = daemon.workspace("rewind");
+    let new = face.request(json!(2), "session/new", json!({"cwd": cwd, "mcpServers": []})).await;
+    let session = new["result"]["sessionId"].clone();
+    let prompt =
+        |text: &str| json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]});
+    for (id, text) in [(3, "remember the lighthouse"), (4, "and forget the harbour")] {
+        let ended = face.request(json!(id), "session/prompt", prompt(text)).await;
+        assert_eq!(ended["result"]["stopReason"], "end_turn", "{ended}");
+    }
+    let rewound = face.request(json!(5), "session/prompt", prompt("/rewind")).await;
+    assert_eq!(rewound["result"]["stopReason"], "end_turn", "{rewound}");
+    let said: String = face
+        .received
+        .iter()
+        .map(|line| String::from_utf8_lossy(line).into_owned())
+        .filter(|line| line.contains("agent_message_chunk"))
+        .collect();
+    assert!(said.contains("rewound 1 turn(s)"), "{said}");
+    let api = daemon.api().await;
+    let session_id = session.as_str().unwrap();
+    let timeline = ok("timeline", api.typed().session_timeline(session_id.to_owned(), None)).await;
+    let marks: Vec<bool> = timeline.turns.iter().map(|turn| turn.rewound).collect();
+    assert_eq!(marks, [false, true], "{timeline:?}");
+    let next = face.request(json!(6), "session/prompt", prompt("what was it?")).await;
+    assert_eq!(next["result"]["stopReason"], "end_turn", "{next}");
+    let said: String = face
+        .received
+        .iter()
+        .rev()
+        .map(|line| String::from_utf8_lossy(line).into_owned())
+        .take_while(|line| !line.contains("rewound 1 turn(s)"))
+        .collect();
+    assert!(said.contains("lighthouse") && !said.contains("harbour"), "{said}");
+    face.close().await;
+    // A second client loading the session is not replayed the rewound turn.
+    let mut other = RawFace::spawn(None, &daemon.url, &["--agent", "mock"]);
+    other.initialize().await;
+    let loaded = other
+        .request(
+            json!(2),
+            "session/load",
+            json!({"sessionId": session, "cwd": cwd, "mcpServers": []}),
+        )
+        .await;
+    assert!(loaded["result"].is_object(), "{loaded}");
+    let replayed: String =
+        other.received.iter().map(|line| String::from_utf8_lossy(line).into_owned()).collect();
+    assert!(replayed.contains("lighthouse") && !replayed.contains("harbour"), "{replayed}");
+    other.close().await;
+}
+
 /// Two ACP clients and the API on one session: the second client's `session/load` of the
 /// live session follows it (no second agent); each client sees the other's turns; an
 /// agent's question asked of both is answered by the first to answer and withdrawn from

@@ -36,6 +36,7 @@ mod real_settings;
 mod reaping;
 mod resume;
 mod retention;
+mod rewind;
 mod settings;
 mod snapshots;
 mod steer;

@@ -20,6 +20,7 @@ fn entry(seq: u64, kind: EntryType, content: &str, message_id: Option<&str>) -> 
             tool_status: None,
             message_id: message_id.map(str::to_owned),
             plan: None,
+            rewound: false,
         },
         agent_seq: Some(seq * 10),
         generation: Some(3),
@@ -60,6 +61,7 @@ fn turn(id: &str, ended: bool) -> TurnRow {
         total_tokens: 0,
         cost: None,
         retry_of: None,
+        rewound_by: None,
     }
 }
 

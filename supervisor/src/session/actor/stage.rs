@@ -111,6 +111,9 @@ pub(in crate::session) struct ResumeState {
     /// `session/fork`, when the fork is to be native; either way the fork's history is
     /// injected unless the agent forked it.
     pub(in crate::session) fork: Option<Option<String>>,
+    /// A rewind waits (see `crate::rewind`): the agent opens a fresh session, the turns
+    /// kept injected, whatever the profile says.
+    pub(in crate::session) rewind: bool,
 }
 
 /// Where the actor is, with what only makes sense there; the view shows its [`Phase`].

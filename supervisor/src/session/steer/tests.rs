@@ -24,6 +24,7 @@ fn entry(
             tool_status: tool.map(|(_, status)| status.into()),
             message_id: message_id.map(str::to_owned),
             plan: None,
+            rewound: false,
         },
         agent_seq: None,
         generation: None,

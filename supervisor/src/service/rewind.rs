@@ -1,0 +1,42 @@
+//! `task.session.rewind` (see [`crate::rewind`]): through the session's actor when one
+//! runs (it parks a running agent first); else under the start lock, so no start of the
+//! session races it.
+
+use protocol::api::RewindResult;
+
+use super::{ServiceError, Supervisor};
+use crate::ids::{SessionId, TurnId};
+use crate::rewind::Target;
+use crate::session::SessionHandle;
+
+impl Supervisor {
+    /// `task.session.rewind`.
+    pub async fn rewind(
+        &self,
+        session_id: SessionId,
+        turn_id: TurnId,
+        restore_workspace: bool,
+    ) -> Result<RewindResult, ServiceError> {
+        self.unended_row(&session_id).await?;
+        if let Some(handle) = self.handle(&session_id).filter(SessionHandle::is_live) {
+            return Ok(handle.rewind(turn_id, restore_workspace).await?);
+        }
+        let guard = self.start_lock.lock().await;
+        // Read again under the lock: an actor may have started, or a stop ended it.
+        if let Some(handle) = self.handle(&session_id).filter(SessionHandle::is_live) {
+            drop(guard);
+            return Ok(handle.rewind(turn_id, restore_workspace).await?);
+        }
+        let row = self.unended_row(&session_id).await?;
+        let history = self.config.home.session(&row.id).history();
+        let target = Target {
+            store: &self.config.store,
+            session: &row.id,
+            workspace: std::path::Path::new(&row.workspace_path),
+            history: &history,
+        };
+        let (result, _) = crate::rewind::apply(&target, &turn_id, restore_workspace).await?;
+        tracing::info!(session = %row.id, turn = %turn_id, rewound = result.rewound.len(), "rewound at rest");
+        Ok(result)
+    }
+}
