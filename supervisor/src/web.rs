@@ -24,6 +24,7 @@ const APP_JS: &str = include_str!("web/app.js");
 const RENDER_JS: &str = include_str!("web/render.js");
 const LIST_JS: &str = include_str!("web/list.js");
 const VIEWS_JS: &str = include_str!("web/views.js");
+const REWIND_JS: &str = include_str!("web/rewind.js");
 /// Pinned, vendored libraries (see `web/vendor/README.md`): Markdown and its sanitizer.
 const MARKED_JS: &str = include_str!("web/vendor/marked.umd.js");
 const PURIFY_JS: &str = include_str!("web/vendor/purify.min.js");
@@ -184,6 +185,7 @@ where
                 "/ui/render.js" => Some(("text/javascript; charset=utf-8", RENDER_JS.to_owned())),
                 "/ui/list.js" => Some(("text/javascript; charset=utf-8", LIST_JS.to_owned())),
                 "/ui/views.js" => Some(("text/javascript; charset=utf-8", VIEWS_JS.to_owned())),
+                "/ui/rewind.js" => Some(("text/javascript; charset=utf-8", REWIND_JS.to_owned())),
                 "/ui/vendor/marked.umd.js" => {
                     Some(("text/javascript; charset=utf-8", MARKED_JS.to_owned()))
                 }

@@ -406,6 +406,8 @@ async function openSession(sessionId) {
   $("#session").hidden = false;
   $("#welcome").hidden = true;
   $("#transcript").replaceChildren();
+  state.liveTurn = null;
+  stopEditing();
   $("#activity").replaceChildren();
   $("#session-error").hidden = true;
   $("#settings").hidden = true;
@@ -428,6 +430,7 @@ async function openSession(sessionId) {
   // The newest window of its events first (a long session opens at its end; older ones
   // load as the reader scrolls up), then the events after it, live.
   if (!(await loadNewest(sessionId, visit)) || state.visit !== visit) return;
+  await showRewound(sessionId, visit);
   offerOpenQuestions(status);
   state.live = true;
   await follow(sessionId);
@@ -755,6 +758,7 @@ function wire() {
     }
   });
   $("#steer").addEventListener("click", steer);
+  $("#editing-cancel").addEventListener("click", stopEditing);
   // Esc cancels the running turn, from anywhere on the page but an editor or a dialog
   // (where it closes what is open).
   document.addEventListener("keydown", (event) => {
@@ -767,6 +771,8 @@ function wire() {
     event.preventDefault();
     const text = $("#prompt").value;
     if (!text.trim()) return;
+    // An edited earlier prompt: the conversation is rewound to the turn before it first.
+    if (!(await rewindForEdit())) return;
     const started = await act("task.session.prompt", { session_id: state.open, prompt: text });
     // Not what was typed meanwhile (the turn's state can arrive before this answer).
     if (started && $("#prompt").value === text) $("#prompt").value = "";

@@ -519,6 +519,9 @@ function stickToBottom() {
 
 // Appends to the transcript — or, while an earlier window is rendered, to its holder.
 function transcript(node) {
+  // The turn it belongs to, so a rewind can mark it (rewind.js).
+  const turn = state.backfill ? state.backfillTurn : state.liveTurn;
+  if (turn && node.dataset) node.dataset.inTurn = turn;
   if (state.backfill) {
     state.backfill.append(node);
     return node;
@@ -553,12 +556,15 @@ function render(event) {
       endAgentMessage();
       state.currentThought = null;
       state.plan = null;
+      if (state.backfill) state.backfillTurn = event.turn_id;
+      else state.liveTurn = event.turn_id;
       // Tether's own prompt (the summary asked for at a pause) is not the person's.
       transcript(event.origin === "pause_summary"
         ? el("details", { class: "user tether-ask", "data-turn": event.turn_id },
           el("summary", {}, SUMMARY_ASKED), el("div", { class: "tether-ask-text" }, event.prompt))
         : el("div", { class: "user", "data-turn": event.turn_id },
-          (event.steer_of ? "You (steering): " : "You: ") + event.prompt));
+          (event.steer_of ? "You (steering): " : "You: ") + event.prompt,
+          editButton(event.turn_id, event.prompt)));
       break;
     case "steered":
       // Into the turn: the person's message within it. Else the turn is being cancelled
@@ -629,8 +635,13 @@ function render(event) {
       transcript(
         el("div", { class: "turn-end", "data-turn-end": event.turn_id },
           `turn ${event.state}${event.stop_reason ? ": " + event.stop_reason : ""}${event.error ? ": " + event.error : ""}`,
-          forkButton(event.turn_id)),
+          forkButton(event.turn_id), rewindButton(event.turn_id)),
       );
+      break;
+    case "rewound":
+      if (state.backfill) break; // the timeline marks what an earlier window shows
+      markRewound(event.rewound);
+      activity(`rewound to turn ${event.turn_id}: ${event.rewound.length} turn(s) left the conversation`, event.at);
       break;
     case "notice":
       renderNotice(event);

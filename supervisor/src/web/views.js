@@ -469,6 +469,7 @@ async function loadEarlier() {
     const saved = { agent: state.currentAgent, thought: state.currentThought, plan: state.plan };
     const holder = document.createDocumentFragment();
     state.backfill = holder;
+    state.backfillTurn = null;
     state.backfillBlocks.clear();
     state.currentAgent = state.currentThought = state.plan = null;
     try {

@@ -6,6 +6,7 @@
 //! `target/ui-screenshots/`.
 
 use protocol::api::ApiClient;
+use serde_json::json;
 use tether_tests::browser::{self, Browser};
 use tether_tests::daemon::{Api, Daemon, kill_sidecar, ok};
 
@@ -1072,4 +1073,70 @@ async fn prompt_the_fork(browser: &Browser) {
     browser.wait_text("#transcript .agent", "the first question").await;
     let said = browser.texts("#transcript .agent").await.concat();
     assert!(!said.contains("the second question"), "{said}");
+}
+
+/// "Rewind to here" at a turn's end takes the later turns out (kept, dimmed, marked
+/// rewound); "Edit" on an earlier prompt puts its text in the prompt box, and sending the
+/// edit rewinds to the turn before it first: the agent's reply shows it got the first
+/// question alone.
+#[tokio::test]
+async fn the_page_rewinds_to_a_turn_and_sends_an_edited_earlier_prompt() {
+    let Some(browser) = browser::start("rewind").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("rw")).await;
+    for question in ["the first question", "the second question", "the third question"] {
+        api.ask(&session, question).await;
+    }
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    Box::pin(rewind_the_third_turn(&browser)).await;
+    Box::pin(edit_the_second_prompt(&browser)).await;
+    let timeline = ok("timeline", api.typed().session_timeline(session.clone(), None)).await;
+    let marks: Vec<bool> = timeline.turns.iter().map(|turn| turn.rewound).collect();
+    assert_eq!(marks, [false, true, true, false], "{timeline:?}");
+}
+
+/// Clicks the second turn's "Rewind to here" and confirms: the third turn is marked.
+async fn rewind_the_third_turn(browser: &Browser) {
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    let clicked = browser
+        .run(
+            "document.querySelectorAll('#transcript .rewind-here')[1].click(); return true;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(clicked, json!(true));
+    browser.wait_text("#transcript .rewind-offer", "Rewind the conversation to this turn?").await;
+    browser.click("#transcript .rewind-offer .rewind-go").await;
+    browser.wait_text("#activity", "1 turn(s) left the conversation").await;
+    browser.wait_text("#transcript .user.rewound", "the third question").await;
+    let rewound = browser.texts("#transcript .user.rewound").await;
+    assert_eq!(rewound.len(), 1, "{rewound:?}");
+    browser.screenshot("rewound").await;
+}
+
+/// Edits the second prompt and sends it: the second turn leaves the conversation too, and
+/// the agent starts afresh from the first.
+async fn edit_the_second_prompt(browser: &Browser) {
+    let clicked = browser
+        .run(
+            "document.querySelectorAll('#transcript .user .edit-prompt')[1].click(); return true;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(clicked, json!(true));
+    browser.wait_text("#editing", "Editing an earlier prompt").await;
+    let typed = browser.run("return document.querySelector('#prompt').value;", json!([])).await;
+    assert_eq!(typed, json!("the second question"));
+    prompt_in_page(browser, "a better way to ask").await;
+    browser.wait_text("#transcript .agent", "a better way to ask").await;
+    browser.wait_text("#transcript .user.rewound", "the second question").await;
+    let said = browser.texts("#transcript .agent").await;
+    let reply = said.last().expect("the reply");
+    assert!(reply.contains("the first question"), "the kept turn was injected: {reply}");
+    assert!(
+        !reply.contains("the second question") && !reply.contains("the third question"),
+        "{reply}"
+    );
+    browser.screenshot("edited").await;
 }
