@@ -73,6 +73,8 @@ mod checks;
 mod edges;
 #[path = "chaos/forks.rs"]
 mod forks;
+#[path = "chaos/rewinds.rs"]
+mod rewinds;
 #[path = "chaos/workflows.rs"]
 mod workflows;
 
@@ -228,6 +230,9 @@ enum Disruption {
     /// Each session forked at its newest turn, the supervisor armed at
     /// `fork.history_written` (see `chaos/forks.rs`).
     Fork,
+    /// A side session rewound to its first turn, the supervisor armed at
+    /// `rewind.workspace_restored` (see `chaos/rewinds.rs`).
+    Rewind,
 }
 
 impl Disruption {
@@ -249,6 +254,7 @@ impl Disruption {
             }
             Disruption::Steer => Some(format!("prompt.recorded@{}", 4 + rng.below(3))),
             Disruption::Fork => Some(format!("fork.history_written@{}", 1 + rng.below(3))),
+            Disruption::Rewind => Some("rewind.workspace_restored".to_owned()),
             _ => None,
         }
     }
@@ -259,10 +265,10 @@ impl Disruption {
     }
 
     /// A seeded choice: the kills of a running session six times in fourteen, each edge of
-    /// a session's life (create, stop, delete, stop-all), a workflow, a queue, a steer and
-    /// a fork once in fourteen.
+    /// a session's life (create, stop, delete, stop-all), a workflow, a queue, a steer, a
+    /// fork and a rewind once in fifteen.
     fn choose(rng: &mut Rng, docker: bool) -> Disruption {
-        match rng.below(14) {
+        match rng.below(15) {
             0..6 => match rng.below(if docker { 5 } else { 4 }) {
                 0 => Disruption::Supervisor,
                 1 => Disruption::Fault(FAULT_POINTS[rng.below(FAULT_POINTS.len() as u64) as usize]),
@@ -277,6 +283,7 @@ impl Disruption {
             10 => Disruption::Queue,
             11 => Disruption::Steer,
             12 => Disruption::Fork,
+            13 => Disruption::Rewind,
             _ => Disruption::Workflow(
                 WORKFLOW_POINTS[rng.below(WORKFLOW_POINTS.len() as u64) as usize],
             ),
@@ -404,6 +411,16 @@ async fn main() {
                         .await;
                 let point = "fork.history_written";
                 forks::fork_round(&mut daemon, &mut api, &tracks, round, point, tally).await;
+                retire
+            }
+            // Likewise, then the rewind of a session of its own.
+            Disruption::Rewind => {
+                let (rng, tally) = (&mut rng, &mut tally);
+                let retire =
+                    run_round(&mut daemon, &mut api, &mut tracks, round, disruption, rng, tally)
+                        .await;
+                let armed = ("rewind.workspace_restored", rng.below(2) == 0);
+                rewinds::rewind_round(&mut daemon, &mut api, round, armed, tally).await;
                 retire
             }
             _ => {
@@ -817,7 +834,8 @@ async fn strike(
         | Disruption::Workflow(_)
         | Disruption::Queue
         | Disruption::Steer
-        | Disruption::Fork => {}
+        | Disruption::Fork
+        | Disruption::Rewind => {}
     }
     false
 }

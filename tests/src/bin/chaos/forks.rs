@@ -12,7 +12,7 @@ use super::{Api, ApiClient, Daemon, EventKind, GO_AWAY, SessionTrack, Tally, los
 /// Prompts `session` and follows the turn to its end, allowing what the agent asks (the
 /// injected history holds the matrix's prompts, whose `/permission` lines mock-agent obeys
 /// again); the reply.
-async fn ask_answering(api: &Api, session: &str, text: &str) -> String {
+pub(super) async fn ask_answering(api: &Api, session: &str, text: &str) -> String {
     let mut events = api.subscribe_at_end(session).await;
     let _ = lossy(api.typed().session_prompt(session.to_owned(), text.to_owned())).await;
     let mut reply = String::new();
