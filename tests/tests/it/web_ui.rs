@@ -9,6 +9,7 @@ use protocol::api::ApiClient;
 use serde_json::json;
 use tether_tests::browser::{self, Browser};
 use tether_tests::daemon::{Api, Daemon, kill_sidecar, ok};
+use tether_tests::face::RawFace;
 
 fn page(daemon: &Daemon) -> String {
     daemon.url.replace("ws://", "http://") + "/"
@@ -1139,4 +1140,83 @@ async fn edit_the_second_prompt(browser: &Browser) {
         "{reply}"
     );
     browser.screenshot("edited").await;
+}
+
+/// Two ACP clients (`supervisor acp`) and the page on one session: the page shows the
+/// clients' turns as they run; a question the agent asks is asked of all three, and the
+/// page's answer withdraws it from both clients; the page's prompt while a client's turn
+/// runs is queued behind it, and both clients see its reply.
+#[tokio::test]
+async fn two_acp_clients_and_the_page_share_one_session() {
+    let Some(browser) = browser::start("three-clients").await else { return };
+    let daemon = Daemon::start(&[]).await;
+    let mut a = RawFace::spawn(None, &daemon.url, &["--agent", "mock"]);
+    a.initialize().await;
+    let cwd = daemon.workspace("shared");
+    let new = a.request(json!(1), "session/new", json!({"cwd": cwd, "mcpServers": []})).await;
+    let session = new["result"]["sessionId"].as_str().expect("a session").to_owned();
+    let mut b = RawFace::spawn(None, &daemon.url, &[]);
+    b.initialize().await;
+    let load = json!({"sessionId": session, "cwd": cwd, "mcpServers": []});
+    assert!(b.request(json!(1), "session/load", load).await.get("result").is_some());
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    Box::pin(the_page_answers_a_clients_question(&browser, &mut a, &mut b, &session)).await;
+    Box::pin(the_page_queues_behind_a_clients_turn(&browser, &mut a, &mut b, &session)).await;
+    a.close().await;
+    b.close().await;
+}
+
+fn face_prompt(session: &str, id: &str, text: &str) -> serde_json::Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt", "params": {
+        "sessionId": session, "prompt": [{"type": "text", "text": text}]}})
+}
+
+/// A's turn asks permission of everyone; the page answers; both clients' questions are
+/// withdrawn and A's turn ends.
+async fn the_page_answers_a_clients_question(
+    browser: &Browser,
+    a: &mut RawFace,
+    b: &mut RawFace,
+    session: &str,
+) {
+    a.send(face_prompt(session, "a1", "/permission\nasked of all three")).await;
+    let asked_a = a.until(|m| m["method"] == "session/request_permission").await;
+    let asked_b = b.until(|m| m["method"] == "session/request_permission").await;
+    browser.wait_text("#transcript .user", "asked of all three").await;
+    browser.wait_text(".permission", "The agent asks").await;
+    browser.click(".permission button.allow").await;
+    browser.wait_text(".permission", "answered: allow").await;
+    let withdrawn = a.until(|m| m["method"] == "$/cancel_request").await;
+    assert_eq!(withdrawn["params"]["requestId"], asked_a["id"]);
+    let withdrawn = b.until(|m| m["method"] == "$/cancel_request").await;
+    assert_eq!(withdrawn["params"]["requestId"], asked_b["id"]);
+    let answered = a.until(|m| m["id"] == "a1").await;
+    assert_eq!(answered["result"]["stopReason"], "end_turn", "{answered}");
+}
+
+/// The page's prompt while A's slow turn runs waits in the queue; A's turn ends first, and
+/// both clients see the page's turn.
+async fn the_page_queues_behind_a_clients_turn(
+    browser: &Browser,
+    a: &mut RawFace,
+    b: &mut RawFace,
+    session: &str,
+) {
+    a.send(face_prompt(session, "a2", "/think working\n/sleep 1500\nslow from a")).await;
+    browser.wait_text("#transcript .thought", "Thinking").await;
+    browser.wait_text("#session-state", "RUNNING").await;
+    prompt_in_page(browser, "from the page").await;
+    browser.wait_text("#queue-list", "from the page").await;
+    let a_answer = a.until(|m| m["id"] == "a2").await;
+    assert_eq!(a_answer["result"]["stopReason"], "end_turn", "{a_answer}");
+    browser.wait_text("#transcript .agent", "you said: from the page").await;
+    for client in [a, b] {
+        client
+            .until(|m| {
+                let text = m.to_string();
+                text.contains("agent_message_chunk") && text.contains("from the page")
+            })
+            .await;
+    }
+    browser.screenshot("shared").await;
 }
