@@ -735,9 +735,9 @@ pub struct SessionRewind {
     /// The turn that becomes the conversation's last.
     pub turn_id: String,
     /// Also return the workspace to its git state at that turn (what it holds now is first
-    /// saved on a ref, `refs/tether/rewound/...`).
+    /// saved on a ref, `refs/tether/rewound/...`); default false.
     #[serde(default)]
-    pub restore_workspace: bool,
+    pub restore_workspace: Option<bool>,
 }
 impl Checked for SessionRewind {
     fn limits(&self) -> Result<(), ParamError> {
@@ -1042,6 +1042,21 @@ mod tests {
         assert!(refused(method::SESSION_STATUS, r#"["s"]"#).message.contains("object"));
         assert!(check(method::SESSION_LIST, None).is_ok());
         assert!(check(method::TASK_LIST, Some(&raw("[]"))).is_ok());
+    }
+
+    /// A typed client sends an absent optional flag as `null`: taken as its default.
+    #[test]
+    fn a_rewind_takes_restore_workspace_absent_null_or_a_boolean() {
+        for flag in ["", r#","restore_workspace":null"#, r#","restore_workspace":true"#] {
+            let raw = format!(r#"{{"session_id":"s","turn_id":"t"{flag}}}"#);
+            let raw = serde_json::value::RawValue::from_string(raw).unwrap();
+            assert!(check(method::SESSION_REWIND, Some(&raw)).is_ok(), "{raw}");
+        }
+        let wrong = refused(
+            method::SESSION_REWIND,
+            r#"{"session_id":"s","turn_id":"t","restore_workspace":"yes"}"#,
+        );
+        assert_eq!(wrong.field.as_deref(), Some("restore_workspace"));
     }
 
     #[test]

@@ -362,6 +362,50 @@ async fn codex_forks_a_session_natively() {
     assert!(!asked.contains("RESUME CONTEXT"), "nothing injected: {asked}");
 }
 
+/// claude-agent-acp forgets rewound turns: after a rewind to the first turn, the next model
+/// request is a fresh conversation carrying the first exchange (injected) and not the
+/// rewound one.
+#[tokio::test]
+async fn claude_forgets_the_turns_a_rewind_took_out() {
+    let server = ModelServer::start().await;
+    let Some(daemon) = claude_daemon(&server, None).await else { return };
+    let api = daemon.api().await;
+    let session = api.ready_session("claude", &daemon.workspace("rw")).await;
+    forget_after_rewind(&api, &session, &server).await;
+}
+
+/// codex-acp likewise.
+#[tokio::test]
+async fn codex_forgets_the_turns_a_rewind_took_out() {
+    let server = ModelServer::start().await;
+    let transcript = tempfile::tempdir().unwrap();
+    let Some(daemon) = codex_daemon(&server, &transcript.path().join("codex")).await else {
+        return;
+    };
+    let api = daemon.api().await;
+    let session = api.ready_session("codex-here", &daemon.workspace("rw")).await;
+    forget_after_rewind(&api, &session, &server).await;
+}
+
+/// Two turns, a rewind to the first, a third turn: its model request has the first
+/// exchange and not the second.
+async fn forget_after_rewind(api: &Api, session: &str, server: &ModelServer) {
+    server.script([Reply::Text("Noted: the colour is teal.".into())]);
+    api.ask(session, "remember the colour teal").await;
+    server.script([Reply::Text("Noted: the animal is an otter.".into())]);
+    api.ask(session, "remember the animal otter").await;
+    let timeline = ok("timeline", api.typed().session_timeline(session.to_owned(), None)).await;
+    let first = timeline.turns[0].turn_id.clone();
+    let call = api.typed().session_rewind(session.to_owned(), first, None);
+    let rewound = ok("task.session.rewind", call).await;
+    assert_eq!(rewound.rewound.len(), 1, "{rewound:?}");
+    server.script([Reply::Text("The colour was teal.".into())]);
+    assert!(api.ask(session, "what do you remember?").await.contains("teal"));
+    let asked = conversation_text(&server.main_requests().pop().unwrap());
+    assert!(asked.contains("remember the colour teal"), "the kept turn: {asked}");
+    assert!(!asked.contains("otter"), "the rewound turn is forgotten: {asked}");
+}
+
 /// codex-acp takes a steer into its running turn the same way.
 #[tokio::test]
 async fn codex_takes_a_steer_into_its_running_turn() {
