@@ -146,6 +146,22 @@ pub(super) fn describe(kind: &EventKind) -> String {
         }
         EventKind::Resumed { outcome } => format!("resumed: {}", outcome.as_str()),
         EventKind::Queue { queue } => queue_line(queue),
+        EventKind::Steered { turn_id, prompt, mode, .. } => {
+            let how = match mode {
+                protocol::api::SteerMode::Native => "into the turn",
+                protocol::api::SteerMode::Fallback => "the turn cancelled, the message next",
+                protocol::api::SteerMode::Prompt => "as a prompt",
+            };
+            format!("steered turn {turn_id} ({how}): {prompt}")
+        }
+        EventKind::Rewound { turn_id, rewound, saved_ref } => format!(
+            "rewound to turn {turn_id}: {} turn(s) left the conversation{}",
+            rewound.len(),
+            saved_ref
+                .as_deref()
+                .map(|r| format!("; the workspace's files before are on {r}"))
+                .unwrap_or_default()
+        ),
         EventKind::Other => "an event of a kind this client does not know (a newer daemon)".into(),
         _ => "an event of a kind this client does not know".to_owned(),
     }
@@ -859,6 +875,21 @@ mod tests {
         );
         assert_eq!(terminal.ended(), [Shows::EndLine]);
         assert_eq!(terminal.tick(at(9.0)), []);
+    }
+
+    /// `follow` names a steer and a rewind: what happened to the turn, and where a
+    /// restored workspace's files went.
+    #[test]
+    fn follow_names_steers_and_rewinds() {
+        let steered =
+            json!({"type": "steered", "turn_id": "t1", "prompt": "left", "mode": "fallback"});
+        assert_eq!(line(steered), "steered turn t1 (the turn cancelled, the message next): left");
+        let rewound = json!({"type": "rewound", "turn_id": "t1", "rewound": ["t2", "t3"],
+            "saved_ref": "refs/tether/rewound/s/r"});
+        assert_eq!(
+            line(rewound),
+            "rewound to turn t1: 2 turn(s) left the conversation; the workspace's files before are on refs/tether/rewound/s/r"
+        );
     }
 
     /// `follow` names the pause's and snapshot's events (they were a bare

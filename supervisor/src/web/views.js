@@ -25,7 +25,9 @@ async function loadHistory() {
   try {
     const entries = await rpc.call("task.session.history", { session_id: state.open });
     $("#history").replaceChildren(
-      ...entries.map((e) => el("li", { class: `entry ${e.type}` }, `[${e.type}] ${e.tool_name ? e.tool_name + ": " : ""}${e.content}`)),
+      // A rewound turn's entries stay, dimmed and labelled (rewind.js).
+      ...entries.map((e) => el("li", { class: `entry ${e.type}${e.rewound ? " rewound" : ""}` },
+        `${e.rewound ? "(rewound) " : ""}[${e.type}] ${e.tool_name ? e.tool_name + ": " : ""}${e.content}`)),
     );
   } catch (error) {
     sessionError(error);
