@@ -13,23 +13,10 @@ const IDENTITY: [(&str, &str); 4] = [
     ("GIT_COMMITTER_EMAIL", "tether@localhost"),
 ];
 
+/// The snapshot's git runner, its output trimmed.
 async fn git(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<String, String> {
-    let output = tokio::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .envs(env.iter().copied())
-        .env("LC_ALL", "C")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .map_err(|err| format!("cannot run git: {err}"))?;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(format!("git {} failed: {}", args.join(" "), stderr.trim()));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    let out = crate::snapshot::git::git_with(dir, args, env).await?;
+    Ok(out.trim().to_owned())
 }
 
 /// The repository's top directory.

@@ -14,11 +14,21 @@ pub const MAX_COMMITS: usize = 20;
 
 /// Runs git in `dir`; its stdout, or why it failed.
 async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
+    git_with(dir, args, &[]).await
+}
+
+/// [`git`] with `env` set too (a rewind's scratch index, the identity of its commits).
+pub(crate) async fn git_with(
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<String, String> {
     let output = tokio::process::Command::new("git")
         .arg("-C")
         .arg(dir)
         .args(["-c", "core.quotePath=false"])
         .args(args)
+        .envs(env.iter().copied())
         .env("GIT_OPTIONAL_LOCKS", "0")
         .env("LC_ALL", "C")
         .stdin(std::process::Stdio::null())
