@@ -3,7 +3,8 @@
 #  - a Docker engine: when none is reachable and we are root, install Debian's docker.io and
 #    start dockerd (readiness is its "API listen on" log line, not a polling loop);
 #  - elizacp, the ACP agent nobody here wrote, from crates.io;
-#  - real agents from npm, pinned, into the project-local prefix .tools/npm (Node.js from
+#  - real agents from npm, pinned, into the prefix .tools/npm (`.tools` links to a directory
+#    this machine's checkouts share: see tools_dir) (Node.js from
 #    Debian when it is missing and we are root);
 #  - the Python ACP SDK (PyPI `agent-client-protocol`, pinned) in a project-local venv,
 #    .tools/python, whose client drives `supervisor acp` in the face tests;
@@ -121,6 +122,20 @@ ensure_elizacp() {
   cargo install --quiet --locked elizacp
 }
 
+# Where the installed tools live: `.tools` in the checkout, a link to a directory this
+# machine's checkouts share (TETHER_TOOLS_CACHE, default ~/.cache/tether/tools), so a fresh
+# clone reuses what an earlier one installed, as cargo reuses its registry. A checkout with
+# a `.tools` directory of its own keeps it. Prints the directory, resolved: venvs record
+# their absolute path, which must outlive the clone that made them.
+tools_dir() {
+  local root=$1 cache="${TETHER_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tether/tools}"
+  if [ ! -e "$root/.tools" ] && [ ! -L "$root/.tools" ]; then
+    mkdir -p "$cache"
+    ln -s "$cache" "$root/.tools"
+  fi
+  readlink -f "$root/.tools"
+}
+
 # Real agents, pinned: the versions the real-agent tests were written against.
 REAL_AGENTS=("@agentclientprotocol/claude-agent-acp@0.101.0" "opencode-ai@1.18.33" "@agentclientprotocol/codex-acp@2.6.0" "@google/gemini-cli@0.61.0"
   "@qwen-code/qwen-code@0.15.10" "@github/copilot@1.0.102" "@augmentcode/auggie@0.36.0")
@@ -128,7 +143,7 @@ REAL_AGENTS=("@agentclientprotocol/claude-agent-acp@0.101.0" "opencode-ai@1.18.3
 ensure_real_agents() {
   local root prefix
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-  prefix="$root/.tools/npm"
+  prefix="$(tools_dir "$root")/npm"
   if ! command -v npm >/dev/null 2>&1; then
     if [ "$(id -u)" != 0 ]; then
       log "no npm and not root: real-agent tests will be skipped (or fail with REQUIRE_DOCKER=1)"
@@ -181,7 +196,7 @@ PYTHON_ACP="agent-client-protocol==0.12.1"
 ensure_python_acp() {
   local root venv
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-  venv="$root/.tools/python"
+  venv="$(tools_dir "$root")/python"
   if [ -x "$venv/bin/python" ] &&
     [ "$("$venv/bin/pip" show agent-client-protocol 2>/dev/null | sed -n 's/^Version: //p')" = "${PYTHON_ACP##*==}" ]; then
     log "$PYTHON_ACP present in $venv"
@@ -219,11 +234,12 @@ find_python312() {
 }
 
 ensure_python_agents() {
-  local root python="" entry dir package version venv
+  local root python="" entry dir package version venv tools
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  tools=$(tools_dir "$root")
   for entry in "${PYTHON_AGENTS[@]}"; do
     read -r dir package version <<<"$entry"
-    venv="$root/.tools/$dir"
+    venv="$tools/$dir"
     # pip's own record of the install: a dist-info directory named for the version.
     if compgen -G "$venv/lib/python3.*/site-packages/${package//-/_}-$version.dist-info" >/dev/null; then
       log "$package $version present in $venv"
@@ -232,15 +248,14 @@ ensure_python_agents() {
     if [ -z "$python" ] && ! python=$(find_python312); then
       local why="no Python 3.12 or newer here (on PATH or in pyenv): $package is not installed"
       log "$why; its real-agent tests will be skipped"
-      mkdir -p "$root/.tools"
-      echo "$why" > "$root/.tools/$dir.skipped"
+      echo "$why" > "$tools/$dir.skipped"
       continue
     fi
     log "installing $package==$version into $venv (with $python)"
     rm -rf "$venv"
     "$python" -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check "$package==$version"
-    rm -f "$root/.tools/$dir.skipped"
+    rm -f "$tools/$dir.skipped"
   done
 }
 
