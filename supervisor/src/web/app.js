@@ -541,8 +541,11 @@ async function actOnSession(method, confirmText, params = { session_id: state.op
     try {
       const status = await rpc.call("task.session.status", { session_id: sessionId });
       // A status read before events the page has shown since would take them back (a
-      // RUNNING badge after the turn's end was shown): the events are newer.
-      if (status.last_event_seq >= (state.lastSeq.get(sessionId) || 0)) renderStatus(status);
+      // RUNNING badge after the turn's end was shown): the events are newer. So would one
+      // read as they were written: events go first, the row after, so a status whose last
+      // event the page has shown may still hold the state before it. Only a status that
+      // knows of later events says anything new.
+      if (status.last_event_seq > (state.lastSeq.get(sessionId) || 0)) renderStatus(status);
     } catch (error) {
       sessionError(error);
     }
