@@ -497,9 +497,9 @@ pub struct PauseResult {
     pub snapshot_id: Option<String>,
 }
 
-/// `task.session.prompt`: the turn that started, or, while a turn runs, the prompt queued
-/// behind it (durable before this answer; it runs once, in order, when the turns before it
-/// ended).
+/// `task.session.prompt`: the turn that started, or the prompt queued — behind the running
+/// turn, or while the session's agent is brought back (durable before this answer; it runs
+/// once, in order, when the turns before it ended).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct PromptStarted {
     /// The turn; its `turn_ended` event carries the same id. `null` when queued: the turn
@@ -514,12 +514,23 @@ pub struct PromptStarted {
     /// Its place in the queue, from 1, when queued.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<usize>,
+    /// Queued because no agent was up to take it (the session was starting, paused or
+    /// parked): the agent is being brought back, and the prompt runs once it is. A launch
+    /// that fails halts the queue, saying why (`queue` event, status `queue.halted`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub waking: bool,
 }
 
 impl PromptStarted {
     /// The answer for a turn that started.
     pub fn started(turn_id: String) -> PromptStarted {
-        PromptStarted { turn_id: Some(turn_id), queued: false, prompt_id: None, position: None }
+        PromptStarted {
+            turn_id: Some(turn_id),
+            queued: false,
+            prompt_id: None,
+            position: None,
+            waking: false,
+        }
     }
 }
 

@@ -161,11 +161,12 @@ impl ApiServer for Methods {
         let prompted = self.0.prompt(session_id.into(), prompt).await.map_err(to_rpc)?;
         Ok(match prompted {
             Prompted::Started(turn_id) => PromptStarted::started(turn_id.into_string()),
-            Prompted::Queued { prompt_id, position } => PromptStarted {
+            Prompted::Queued { prompt_id, position, waking } => PromptStarted {
                 turn_id: None,
                 queued: true,
                 prompt_id: Some(prompt_id.into_string()),
                 position: Some(position),
+                waking,
             },
         })
     }

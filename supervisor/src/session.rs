@@ -188,8 +188,8 @@ impl SessionView {
 
 type Reply<T> = oneshot::Sender<Result<T, SessionError>>;
 
-/// How a prompt was taken: a turn started, or it waits in the queue behind the running
-/// turn (durable before this answer).
+/// How a prompt was taken: a turn started, or it waits in the queue — behind the running
+/// turn, or for the agent to come back (durable before this answer).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Prompted {
     /// The turn started with it.
@@ -200,6 +200,9 @@ pub enum Prompted {
         prompt_id: crate::ids::PromptId,
         /// Its place.
         position: usize,
+        /// No agent was open to take it (the session is starting, paused, parked or
+        /// failed): its caller brings the agent back (a resume), and it runs then.
+        waking: bool,
     },
 }
 

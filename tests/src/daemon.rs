@@ -656,13 +656,38 @@ impl Api {
         ok("task.session.status", self.client.session_status(session.to_owned())).await
     }
 
-    /// `task.session.prompt`: the turn's id, or the refusal. Panics when the prompt was
-    /// queued behind a running turn (see [`Api::prompt_or_queue`]).
+    /// `task.session.prompt`: the turn's id, or the refusal. A prompt queued while the
+    /// session's agent came back (`waking`) is followed to the turn it became (a launch
+    /// that failed, halting the queue, panics with why). Panics when the prompt was queued
+    /// behind a running turn (see [`Api::prompt_or_queue`]).
     pub async fn prompt(&self, session: &str, text: &str) -> Result<String, ApiError> {
         let started = self.prompt_or_queue(session, text).await?;
-        match started.turn_id {
-            Some(turn_id) => Ok(turn_id),
-            None => panic!("the prompt was queued, not started: {:?}", started.prompt_id),
+        match (started.turn_id, started.prompt_id) {
+            (Some(turn_id), _) => Ok(turn_id),
+            (None, Some(prompt_id)) if started.waking => {
+                Ok(self.turn_of_queued(session, &prompt_id).await)
+            }
+            (None, prompt_id) => panic!("the prompt was queued, not started: {prompt_id:?}"),
+        }
+    }
+
+    /// The turn a queued prompt became, once it started; panics when the queue halted
+    /// with the prompt still in it.
+    pub async fn turn_of_queued(&self, session: &str, prompt_id: &str) -> String {
+        let mut events = self.subscribe(session, 0).await;
+        loop {
+            match next(&mut events).await.kind {
+                EventKind::TurnStarted { turn_id, prompt_id: Some(id), .. } if id == prompt_id => {
+                    return turn_id;
+                }
+                EventKind::Queue { queue }
+                    if queue.halted.is_some()
+                        && queue.prompts.iter().any(|queued| queued.prompt_id == prompt_id) =>
+                {
+                    panic!("the queue halted with prompt {prompt_id} in it: {queue:?}")
+                }
+                _ => {}
+            }
         }
     }
 

@@ -762,6 +762,7 @@ impl Client {
                 queued: true,
                 prompt_id,
                 position,
+                waking: false,
             };
             Ok(match steered.mode {
                 SteerMode::Native => {
@@ -817,8 +818,8 @@ impl Client {
         // while: its progress is shown as it happens, so the call runs beside the stream.
         tokio::pin!(call);
         let mut turn: Option<String> = None;
-        // Queued behind the running turn: the queued prompt whose turn is ours.
-        let mut queued: Option<String> = None;
+        // Queued: the queued prompt whose turn is ours.
+        let mut queued: Option<QueuedOurs> = None;
         let mut call_lost = false;
         // A turn started with our text since we began: ours, if the call's answer is lost.
         let mut candidate: Option<String> = None;
@@ -831,14 +832,14 @@ impl Client {
                     match started {
                         Ok(started) => {
                             let Some(turn_id) = started_turn(&started, &seen) else {
-                                let prompt_id = started.prompt_id.unwrap_or_default();
-                                // (A steer's fallback, without a place, said what it did.)
-                                if let Some(position) = started.position {
-                                    eprintln!(
-                                        "queued at position {position} behind the running turn (prompt {prompt_id}); it runs when the turns before it end"
-                                    );
+                                say_queued(&started);
+                                let mut waiting = QueuedOurs::new(started.prompt_id);
+                                for event in &seen {
+                                    if let Some(failure) = waiting.told(&event.kind, session) {
+                                        return Err(failure);
+                                    }
                                 }
-                                queued = Some(prompt_id);
+                                queued = Some(waiting);
                                 continue;
                             };
                             if let Some(ended) = seen.iter().find(|e| ends_turn(e, &turn_id)) {
@@ -874,7 +875,7 @@ impl Client {
             let ours = queued.is_none();
             match &event.kind {
                 EventKind::TurnStarted { turn_id, prompt_id: Some(prompt_id), .. }
-                    if queued.as_deref() == Some(prompt_id.as_str()) =>
+                    if queued.as_ref().is_some_and(|waiting| waiting.prompt_id == *prompt_id) =>
                 {
                     turn = Some(turn_id.clone());
                     queued = None;
@@ -890,47 +891,25 @@ impl Client {
                         candidate = Some(turn_id.clone());
                     }
                 }
-                EventKind::AgentMessageChunk { text, .. } if ours => {
-                    let _ = write!(stdout, "{text}");
-                    let _ = stdout.flush();
-                }
-                EventKind::ToolCall { update } if ours => {
-                    println!(
-                        "\n[tool: {}]",
-                        AcpUpdate::of(update).title.as_deref().unwrap_or("tool")
-                    )
-                }
-                // The agent names it anew (its first title may be a placeholder).
-                EventKind::ToolCallUpdate { update } if ours => {
-                    if let Some(title) = AcpUpdate::of(update).title {
-                        println!("\n[tool: {title}]");
-                    }
-                }
-                EventKind::PermissionRequest { request_id, params } => {
-                    println!("\n[permission requested]");
-                    for line in permission_lines(params) {
-                        println!("  {line}");
-                    }
-                    println!(
-                        "  answer with `supervisor permission respond {session} {request_id} allow|allow-always|deny|deny-always|OPTION_ID` (allow is once)"
-                    );
-                }
-                EventKind::ElicitationRequest { request_id, params } => {
-                    println!("\n[the agent asks]");
-                    for line in super::questions::elicitation_lines(params) {
-                        println!("  {line}");
-                    }
-                    println!(
-                        "  answer with `supervisor elicitation respond {session} {request_id} accept --field NAME=VALUE…|decline|cancel`"
-                    );
-                }
                 EventKind::TurnEnded { turn_id, .. } if turn.as_deref() == Some(turn_id) => {
                     return turn_result(&event);
                 }
-                _ => {}
+                EventKind::Queue { .. } => {
+                    if let Some(failure) =
+                        queued.as_mut().and_then(|w| w.told(&event.kind, session))
+                    {
+                        return Err(failure);
+                    }
+                }
+                kind => show_turn_event(kind, session, ours, &mut stdout),
             }
             if turn.is_none()
-                && matches!(event.kind, EventKind::TurnEnded { .. } | EventKind::TurnStarted { .. })
+                && matches!(
+                    event.kind,
+                    EventKind::TurnEnded { .. }
+                        | EventKind::TurnStarted { .. }
+                        | EventKind::Queue { .. }
+                )
             {
                 seen.push(event);
             }
@@ -1148,6 +1127,93 @@ pub(super) fn not_taken() -> Failure {
 #[derive(Debug, Deserialize)]
 pub(super) struct PermissionParams {
     pub(super) options: Vec<acp::PermissionOption>,
+}
+
+/// Prints what a followed turn shows: the agent's text and tools (when the turn is
+/// `ours`), and every question asked meanwhile with how to answer it.
+fn show_turn_event(kind: &EventKind, session: &str, ours: bool, stdout: &mut std::io::Stdout) {
+    match kind {
+        EventKind::AgentMessageChunk { text, .. } if ours => {
+            let _ = write!(stdout, "{text}");
+            let _ = stdout.flush();
+        }
+        EventKind::ToolCall { update } if ours => {
+            println!("\n[tool: {}]", AcpUpdate::of(update).title.as_deref().unwrap_or("tool"))
+        }
+        // The agent names it anew (its first title may be a placeholder).
+        EventKind::ToolCallUpdate { update } if ours => {
+            if let Some(title) = AcpUpdate::of(update).title {
+                println!("\n[tool: {title}]");
+            }
+        }
+        EventKind::PermissionRequest { request_id, params } => {
+            println!("\n[permission requested]");
+            for line in permission_lines(params) {
+                println!("  {line}");
+            }
+            println!(
+                "  answer with `supervisor permission respond {session} {request_id} allow|allow-always|deny|deny-always|OPTION_ID` (allow is once)"
+            );
+        }
+        EventKind::ElicitationRequest { request_id, params } => {
+            println!("\n[the agent asks]");
+            for line in super::questions::elicitation_lines(params) {
+                println!("  {line}");
+            }
+            println!(
+                "  answer with `supervisor elicitation respond {session} {request_id} accept --field NAME=VALUE…|decline|cancel`"
+            );
+        }
+        _ => {}
+    }
+}
+
+/// Says where a queued prompt waits (a steer's fallback, without a place, said what it
+/// did).
+fn say_queued(started: &protocol::api::PromptStarted) {
+    let prompt_id = started.prompt_id.as_deref().unwrap_or_default();
+    match started.position {
+        Some(position) if started.waking => eprintln!(
+            "queued at position {position} (prompt {prompt_id}): the session's agent is not up, so it is being started; the prompt runs once it is"
+        ),
+        Some(position) => eprintln!(
+            "queued at position {position} behind the running turn (prompt {prompt_id}); it runs when the turns before it end"
+        ),
+        None => {}
+    }
+}
+
+/// A prompt of ours waiting in the session's queue, for the turn it becomes.
+struct QueuedOurs {
+    prompt_id: String,
+    /// A `queue` event was seen holding it (so one without it took it out).
+    listed: bool,
+}
+
+impl QueuedOurs {
+    fn new(prompt_id: Option<String>) -> QueuedOurs {
+        QueuedOurs { prompt_id: prompt_id.unwrap_or_default(), listed: false }
+    }
+
+    /// What a `queue` event means for the prompt: it halted with the prompt in it (a
+    /// launch or a turn before it failed), or the prompt was taken out before it ran (its
+    /// turn would have started first).
+    fn told(&mut self, event: &EventKind, session: &str) -> Option<Failure> {
+        let EventKind::Queue { queue } = event else { return None };
+        let id = &self.prompt_id;
+        if !queue.prompts.iter().any(|prompt| prompt.prompt_id == *id) {
+            let line = format!("error: prompt {id} was taken out of the queue before it ran");
+            return self.listed.then_some(Failure { code: Exit::Error, line });
+        }
+        self.listed = true;
+        let why = queue.halted.as_deref()?;
+        Some(Failure {
+            code: Exit::Error,
+            line: format!(
+                "error: the prompt queue halted: {why}\nprompt {id} stays queued: go on with `supervisor queue resume {session}`, or take it out with `supervisor queue remove {session} {id}`"
+            ),
+        })
+    }
 }
 
 /// The turn a prompt's answer names: the one it started, or, when it was queued, the turn

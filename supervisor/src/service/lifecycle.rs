@@ -473,7 +473,10 @@ impl Supervisor {
         }
     }
 
-    /// `task.session.prompt`: starts a turn, or queues the prompt behind the running one.
+    /// `task.session.prompt`: starts a turn, or queues the prompt — behind the running
+    /// turn, or while the session's agent is brought back for it (a lazy resume, not
+    /// waited for: a launch that fails halts the queue, saying why). What can be known
+    /// before a launch (the workspace, the runtime, the environment) is refused here.
     pub async fn prompt(
         &self,
         session_id: SessionId,
@@ -482,16 +485,76 @@ impl Supervisor {
         not_blank(&prompt)?;
         let row = self.unended_row(&session_id).await?;
         self.within_budget(&session_id).await?;
-        // Lazily: a session without a live agent is resumed first (and waited for).
-        let handle = self.ensure_running(&row).await?;
+        let handle = match self.handle(&row.id).filter(SessionHandle::is_live) {
+            Some(handle) if handle.view().is_ready() => handle,
+            _ => {
+                self.check_launchable(&row).await?;
+                self.actor(&row).await?
+            }
+        };
         match handle.prompt(prompt.clone()).await {
+            // No agent up, and a halted queue that would hold the prompt back: the agent
+            // is brought back first, as a lazy resume always did.
+            Err(SessionError::AgentGone(_)) => self.prompt_when_running(&row, prompt).await,
+            Ok(prompted) => Ok(self.woken_for(&row, &handle, prompted)),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// [`Self::prompt`] for a workflow's step, whose driver learns a failed launch from
+    /// the call: a session without an agent is resumed first, and waited for.
+    pub(crate) async fn prompt_step(
+        &self,
+        session_id: SessionId,
+        prompt: String,
+    ) -> Result<crate::session::Prompted, ServiceError> {
+        not_blank(&prompt)?;
+        let row = self.unended_row(&session_id).await?;
+        self.within_budget(&session_id).await?;
+        self.prompt_when_running(&row, prompt).await
+    }
+
+    /// Starts a turn (or queues the prompt behind the running one) once the session's
+    /// agent runs: a session without one is resumed first, and waited for (workflow steps
+    /// and prompts around a halted queue).
+    async fn prompt_when_running(
+        &self,
+        row: &SessionRow,
+        prompt: String,
+    ) -> Result<crate::session::Prompted, ServiceError> {
+        let handle = self.ensure_running(row).await?;
+        let prompted = match handle.prompt(prompt.clone()).await {
             Err(SessionError::AgentGone(_)) => {
                 // The execution vanished under us: resume once, retry once.
-                let handle = self.ensure_running(&row).await?;
-                Ok(handle.prompt(prompt).await?)
+                let handle = self.ensure_running(row).await?;
+                handle.prompt(prompt).await?
             }
-            other => Ok(other?),
+            other => other?,
+        };
+        Ok(self.woken_for(row, &handle, prompted))
+    }
+
+    /// A prompt queued for an agent that is not up (`waking`) brings it back: a resume
+    /// of the session's actor, in the background (the actor runs the queue once its
+    /// agent is open, and halts it if the launch fails).
+    fn woken_for(
+        &self,
+        row: &SessionRow,
+        handle: &SessionHandle,
+        prompted: crate::session::Prompted,
+    ) -> crate::session::Prompted {
+        if let crate::session::Prompted::Queued { waking: true, .. } = &prompted {
+            let (handle, session) = (handle.clone(), row.id.clone());
+            // Its outcome is the actor's to tell (events, status); the launch has its own
+            // deadlines.
+            tokio::spawn(async move {
+                match handle.resume().await {
+                    Ok(outcome) => tracing::debug!(%session, ?outcome, "woken for a queued prompt"),
+                    Err(err) => tracing::info!(%session, %err, "not woken for a queued prompt"),
+                }
+            });
         }
+        prompted
     }
 
     /// `task.session.steer`: the running turn is steered by its actor (see
@@ -530,7 +593,7 @@ impl Supervisor {
                 prompt_id: None,
                 position: None,
             },
-            crate::session::Prompted::Queued { prompt_id, position } => Steered {
+            crate::session::Prompted::Queued { prompt_id, position, .. } => Steered {
                 mode: SteerMode::Prompt,
                 turn_id: None,
                 prompt_id: Some(prompt_id.into_string()),
@@ -592,9 +655,7 @@ impl Supervisor {
         // Checked before an actor is started: a new one begins its launch at once.
         let live = self.handle(&row.id).filter(SessionHandle::is_live);
         if live.is_none_or(|handle| !handle.view().is_ready()) {
-            ensure_workspace(row).await?;
-            self.check_root_env(row)?;
-            self.check_session_runtime(row).await?;
+            self.check_launchable(row).await?;
         }
         let handle = self.actor(row).await?;
         if handle.view().is_ready() {
@@ -609,6 +670,14 @@ impl Supervisor {
         })?;
         outcome?;
         Ok(handle)
+    }
+
+    /// What a launch needs that can be known before it: the workspace, the environment a
+    /// root daemon's agent needs, the session's runtime.
+    pub(super) async fn check_launchable(&self, row: &SessionRow) -> Result<(), ServiceError> {
+        ensure_workspace(row).await?;
+        self.check_root_env(row)?;
+        self.check_session_runtime(row).await
     }
 
     /// The session's actor, starting one (idle, ready to resume) if none is live.

@@ -209,6 +209,9 @@ impl Supervisor {
         summary.orphans_removed += self.finish_branch_deletions().await;
         // Containers of ours whose session is gone are removed (on every engine there).
         summary.orphans_removed += self.remove_orphaned_runtime_resources().await;
+        // Prompts taken while no agent was up, which the restart caught before they ran:
+        // their agents are brought back (the one launch recovery makes, for work asked).
+        self.wake_for_queued_prompts().await?;
         count_recovery(&summary, &reattaching);
         // A line per session once its actor has settled (connected or not), then the sums.
         tokio::spawn(async move {
@@ -514,6 +517,56 @@ impl Supervisor {
         last > history_mark.min(events_mark)
     }
 
+    /// Brings back the agent of each session at rest whose queue holds prompts and runs
+    /// (answered `queued` while the agent woke, and the restart came first): its actor
+    /// runs them once the agent is open. One that cannot launch here (its workspace gone,
+    /// its runtime missing) has its queue halted, saying why.
+    async fn wake_for_queued_prompts(&self) -> Result<(), ServiceError> {
+        for session_id in self.config.store.sessions_with_queued_prompts().await? {
+            if self.handle(&session_id).is_some_and(|handle| handle.is_live()) {
+                continue;
+            }
+            let row = self.session_row(&session_id).await?;
+            if let Err(err) = self.check_launchable(&row).await {
+                self.halt_queue_without_actor(
+                    &session_id,
+                    format!("its agent cannot start: {err}"),
+                )
+                .await?;
+                continue;
+            }
+            let handle = self.actor(&row).await?;
+            tracing::info!(session = %session_id, "recovery: starting its agent for its queued prompts");
+            tokio::spawn(async move {
+                if let Err(err) = handle.resume().await {
+                    tracing::info!(session = %session_id, %err, "recovery: its agent did not start for its queued prompts");
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// Halts the queue of a session that has no actor (recovery), saying why: published,
+    /// then stored (a kill in between says it again at the next start).
+    pub(super) async fn halt_queue_without_actor(
+        &self,
+        session_id: &SessionId,
+        reason: String,
+    ) -> Result<(), ServiceError> {
+        let store = &self.config.store;
+        let mut queue = store.prompt_queue(session_id.clone()).await?;
+        queue.halted = Some(reason.clone());
+        let message = format!(
+            "the prompt queue halts: {reason}; resume it with task.session.queue.resume (CLI: queue resume)"
+        );
+        self.publish_recovery(
+            session_id,
+            vec![SessionEventKind::Notice { message }, SessionEventKind::Queue { queue }],
+        )
+        .await?;
+        Ok(store.halt_queue(session_id.clone(), Some(reason)).await?)
+    }
+
     /// Changes the state of a session that has no actor, published before the row changes.
     pub(super) async fn set_state_without_actor(
         &self,
@@ -623,6 +676,13 @@ impl Supervisor {
         let reason = unreachable_reason.as_deref().unwrap_or(session::STOPPED_WHILE_DOWN);
         let unstuck = matches!(row.state, SessionState::Starting | SessionState::Running);
         let (interrupted, cancelled) = self.void_open_work(&row.id, reason, Vec::new()).await?;
+        // Prompts queued behind an interrupted turn were written for it to succeed: the
+        // queue halts, as it does when a live turn is interrupted.
+        let queue = store.prompt_queue(row.id.clone()).await?;
+        if interrupted > 0 && !queue.prompts.is_empty() && queue.halted.is_none() {
+            let why = format!("the turn before them was interrupted ({reason})");
+            self.halt_queue_without_actor(&row.id, why).await?;
+        }
         summary.interrupted += interrupted;
         summary.approvals_cancelled += cancelled;
         let _ = store

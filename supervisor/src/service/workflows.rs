@@ -811,7 +811,7 @@ impl Supervisor {
                     let outcome = match resend {
                         Some(prompt) => {
                             tracing::info!(step = %step_id, session = %session_id, "sending the step's prompt again: its turn was cut short");
-                            let sent = supervisor.prompt(session_id, prompt).await;
+                            let sent = supervisor.prompt_step(session_id, prompt).await;
                             sent.map(drop).map_err(NotBroughtOn::Prompt)
                         }
                         None => {

@@ -318,12 +318,14 @@ impl SessionActor {
                 let running =
                     self.conversation.turn.is_some() || self.row.state == SessionState::Running;
                 if self.conversation.queue.queues(running) {
-                    self.enqueue(text, reply).await;
+                    self.enqueue(text, false, reply).await;
                 } else if self.sidecar.catch_up.until.is_some() {
                     // After a re-attach the event log is ahead of the store until the
                     // replay catches up (a turn may have ended there already): a prompt
                     // waits for it rather than being refused as `RUNNING`.
                     self.sidecar.catch_up.deferred.push((text, reply));
+                } else if !self.agent_open() {
+                    self.prompt_without_agent(text, reply).await;
                 } else if let Err(err) = self.start_turn(text, Some(reply)).await {
                     tracing::debug!(session = %self.row.id, %err, "prompt refused");
                 }
@@ -713,8 +715,35 @@ impl SessionActor {
         }
     }
 
-    /// Queues a prompt behind the running turn: durable before its caller hears so.
-    async fn enqueue(&mut self, text: String, reply: Reply<crate::session::Prompted>) {
+    /// Whether an agent is up with its ACP session open (a turn may start on it).
+    fn agent_open(&self) -> bool {
+        self.phase() == Phase::Open
+            && self.sidecar.execution.as_ref().is_some_and(|execution| execution.agent_running)
+    }
+
+    /// A prompt while no agent is up (the session is starting, paused, parked or failed):
+    /// it waits in the queue and its caller brings the agent back, whose opening runs it.
+    /// A halted queue would hold it back (a person's prompt goes around a halt): then it
+    /// is refused as `AgentGone`, and its caller brings the agent back first and prompts
+    /// again.
+    async fn prompt_without_agent(&mut self, text: String, reply: Reply<crate::session::Prompted>) {
+        if self.conversation.queue.is_halted() {
+            let gone =
+                SessionError::AgentGone("no agent is up and the prompt queue is halted".into());
+            let _ = reply.send(Err(gone));
+            return;
+        }
+        self.enqueue(text, true, reply).await;
+    }
+
+    /// Queues a prompt (behind the running turn, or for the agent `waking`): durable
+    /// before its caller hears so.
+    async fn enqueue(
+        &mut self,
+        text: String,
+        waking: bool,
+        reply: Reply<crate::session::Prompted>,
+    ) {
         if text.trim().is_empty() {
             let message = "prompt must not be empty".to_owned();
             let _ = reply.send(Err(SessionError::InvalidParams { field: "prompt", message }));
@@ -725,7 +754,8 @@ impl SessionActor {
         match store.enqueue_prompt(self.row.id.clone(), prompt_id.clone(), text).await {
             Ok(position) => {
                 self.queue_changed().await;
-                let _ = reply.send(Ok(crate::session::Prompted::Queued { prompt_id, position }));
+                let queued = crate::session::Prompted::Queued { prompt_id, position, waking };
+                let _ = reply.send(Ok(queued));
             }
             Err(err) => {
                 let _ = reply.send(Err(err.into()));
@@ -1125,6 +1155,10 @@ impl SessionActor {
             );
             let _ = self.context.store.log_error(self.row.id.clone(), reason.clone()).await;
             self.recorder.emit(SessionEventKind::Notice { message: reason.clone() });
+            // Queued prompts would wait on a choice nobody is asked for: they halt.
+            if self.conversation.queue.halts_after_failed_launch() {
+                self.halt_queue(reason.clone()).await;
+            }
             self.update_view(|view| view.settings_blocked = Some(reason));
         }
         self.session_opened(acp_session, restored).await;
@@ -3349,6 +3383,9 @@ impl SessionActor {
         let _ = self
             .set_state(SessionState::Failed, Some(reason.clone()), Some(task_state::FAILED))
             .await;
+        if self.conversation.queue.halts_after_failed_launch() {
+            self.halt_queue(format!("the agent did not start ({reason})")).await;
+        }
         self.fail_waiters(&reason);
         self.enter(Stage::Ended);
     }

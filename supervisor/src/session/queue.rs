@@ -30,11 +30,24 @@ impl Queue {
         turn_running || (self.waiting > 0 && self.halted.is_none())
     }
 
+    /// Whether the queue is halted (nothing in it runs by itself).
+    pub(super) fn is_halted(&self) -> bool {
+        self.halted.is_some()
+    }
+
     /// Whether the queue's head starts now, the session being `idle` (open, no turn, no
     /// pause waiting, nothing catching up or stalled). A steer's runs even when the queue
     /// is halted (the person asked for it while watching).
     pub(super) fn head_due(&self, idle: bool) -> bool {
         idle && self.waiting > 0 && (self.halted.is_none() || self.steer_first)
+    }
+
+    /// Whether a launch that failed (or whose agent will not take the session's settings
+    /// again) halts the queue: prompts wait (sent to bring the agent back, or queued before
+    /// it went) and would otherwise run at some later launch, or wait on a choice, with
+    /// nobody having said to go on after the failure.
+    pub(super) fn halts_after_failed_launch(&self) -> bool {
+        self.waiting > 0 && self.halted.is_none()
     }
 
     /// Whether a turn that ended so halts the queue: it failed, was interrupted or

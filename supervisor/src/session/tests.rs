@@ -252,7 +252,7 @@ async fn a_prompt_while_a_turn_runs_is_queued_durably_and_runs_once_after_it() {
     until(&setup.handle, |view| view.phase == Phase::Open).await;
     let first = started(setup.handle.prompt("one".into()).await.unwrap());
     let second = setup.handle.prompt("two".into()).await.unwrap();
-    let super::Prompted::Queued { prompt_id, position: 1 } = second else {
+    let super::Prompted::Queued { prompt_id, position: 1, waking: false } = second else {
         panic!("the second prompt is queued first in line: {second:?}");
     };
     // Durable before the answer; the first turn runs on.

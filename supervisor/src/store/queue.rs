@@ -201,6 +201,20 @@ impl Store {
         .await
     }
 
+    /// Sessions waiting for input whose queue holds prompts and is not halted: their
+    /// prompts were taken to run (a restart found them so, their agent not up). The
+    /// query reads the queue's rows, not the sessions.
+    pub async fn sessions_with_queued_prompts(&self) -> Result<Vec<SessionId>, StoreError> {
+        self.call(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT DISTINCT q.session_id FROM prompt_queue q JOIN task_sessions s ON s.id = q.session_id WHERE s.queue_halted IS NULL AND s.state = 'WAITING_FOR_INPUT'",
+            )?;
+            let ids = stmt.query_map([], |r| r.get::<_, String>(0))?;
+            Ok(ids.map(|id| id.map(SessionId::new)).collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
     /// Halts a session's queue, saying why (`Some`), or lets it run again (`None`).
     pub async fn halt_queue(
         &self,

@@ -714,16 +714,30 @@ async fn an_old_executions_mark_is_never_written_for_a_new_one() {
     daemon.kill().await;
     daemon.restart_with_env(&[("TETHER_FAULT", "prompt.recorded")]).await;
     let api = daemon.api().await;
-    // The answer is lost with the daemon.
+    // The prompt is queued while the agent comes back (the answer may be lost with the
+    // daemon), and taken into its turn.
     let _ =
-        within("task.session.prompt", api.typed().session_prompt(session.clone(), "lost".into()))
+        within("task.session.prompt", api.typed().session_prompt(session.clone(), "kept".into()))
             .await;
     drop(api);
     within("the supervisor to die at the fault point", daemon.wait_exit()).await;
-    // Restarted with nothing to replay, and armed to die again in the middle of the next
-    // reply, well below the old execution's mark (about 305).
+    // Restarted and armed to die again in the middle of a later reply, well below the old
+    // execution's mark (about 305); the queued prompt that never reached the agent is sent
+    // again first, once.
     daemon.restart_with_env(&[("TETHER_FAULT", "history.mid_message@100")]).await;
     let api = daemon.api().await;
+    let mut events = api.subscribe(&session, 0).await;
+    let mut kept = None;
+    until(&mut events, |event| match &event.kind {
+        EventKind::TurnStarted { turn_id, prompt, .. } if prompt == "kept" => {
+            kept = Some(turn_id.clone());
+            false
+        }
+        EventKind::TurnEnded { turn_id, .. } => kept.as_ref() == Some(turn_id),
+        _ => false,
+    })
+    .await;
+    drop(events);
     let (_api, seen) =
         prompt_through_a_fault(&mut daemon, api, &session, "/stream 200\nsecond").await;
     let texts = chunks(&seen);

@@ -1,7 +1,8 @@
 //! The prompt queue end to end, with real daemons and mock-agent counting turns from its
-//! side (`--turn-log`): prompts sent while a turn runs are queued durably and run once
-//! each, in order, across a daemon SIGKILL and a pause; a failed turn halts the queue until
-//! `queue.resume`; the CLI says where a prompt was queued and follows its turn.
+//! side (`--turn-log`): prompts sent while a turn runs — or while the session is starting,
+//! paused or parked — are queued durably and run once each, in order, across a daemon
+//! SIGKILL and a pause; a failed turn or launch halts the queue until `queue.resume`; the
+//! CLI says where a prompt was queued and follows its turn.
 
 use std::path::Path;
 
@@ -153,4 +154,107 @@ async fn the_cli_says_where_a_prompt_was_queued_and_follows_its_turn() {
     assert!(!out.contains("first"), "not the running turn's: {out}");
     let (code, out, err) = daemon.cli(&["queue", "list", &session]).await;
     assert_eq!((code, out.trim()), (0, "no prompt is queued"), "{err}");
+}
+
+/// Pauses `session` (no turn runs: at once) and waits until it is `PAUSED`.
+async fn paused(api: &Api, session: &str) {
+    let mut events = api.subscribe_at_end(session).await;
+    ok("pause", api.typed().session_pause(session.to_owned(), None, None)).await;
+    until(&mut events, |event| matches!(event.kind, EventKind::Paused { .. })).await;
+}
+
+#[tokio::test]
+async fn a_prompt_to_a_paused_session_is_queued_at_once_and_runs_once_its_agent_is_up() {
+    let (daemon, log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("flow", &workspace).await;
+    paused(&api, &session).await;
+    let started = api.prompt_or_queue(&session, "while parked").await.unwrap();
+    let prompt_id = queued_at(&started, 1);
+    assert!(started.waking, "the answer says the agent is being brought back: {started:?}");
+    let seen = until_queued_turn_ends(&api, &session, &prompt_id).await;
+    // In the queue (a `queue` event holding it) before its turn took it out.
+    let listed = seen.iter().position(|event| match &event.kind {
+        EventKind::Queue { queue } => queue.prompts.iter().any(|p| p.prompt_id == prompt_id),
+        _ => false,
+    });
+    let started_at = seen.iter().position(|event| {
+        matches!(&event.kind, EventKind::TurnStarted { prompt_id: Some(id), .. } if *id == prompt_id)
+    });
+    assert!(listed.is_some() && listed < started_at, "{seen:#?}");
+    assert_eq!(answered(&log), ["while parked"]);
+    let status = api.status(&session).await;
+    assert_eq!(status.state, SessionState::WaitingForInput, "{status:?}");
+    assert!(status.queue.prompts.is_empty() && status.queue.halted.is_none(), "{status:?}");
+}
+
+/// The daemon dies as the agent it wakes for a queued prompt starts: the restart finds
+/// the prompt queued, its session at rest, and brings the agent back for it — it runs once.
+#[tokio::test]
+async fn a_prompt_queued_while_its_agent_wakes_runs_once_across_a_daemon_sigkill() {
+    // The session's first launch is the first hit; the wake's, the second.
+    let (mut daemon, log, workspace) = daemon(Some("launch.after_runtime@2")).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("flow", &workspace).await;
+    paused(&api, &session).await;
+    // Answered `queued`, or not at all when the fault came first: taken either way.
+    let answer = api.prompt_or_queue(&session, "woken").await;
+    drop(api);
+    daemon.wait_exit().await;
+    daemon.restart_with_env(&[]).await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, 0).await;
+    let mut turn = None;
+    until(&mut events, |event| match &event.kind {
+        EventKind::TurnStarted { turn_id, prompt, .. } if prompt == "woken" => {
+            turn = Some(turn_id.clone());
+            false
+        }
+        EventKind::TurnEnded { turn_id, .. } => turn.as_ref() == Some(turn_id),
+        _ => false,
+    })
+    .await;
+    assert_eq!(answered(&log), ["woken"], "once: {answer:?}");
+    let status = api.status(&session).await;
+    assert!(status.queue.prompts.is_empty(), "{status:?}");
+}
+
+/// A daemon whose `flaky` agent fails to start while `root/broken` exists.
+async fn flaky_daemon() -> (tether_tests::daemon::Daemon, std::path::PathBuf, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let (log, broken) = (dir.join("turns.jsonl"), dir.join("broken"));
+    let profile = format!(
+        "id = \"flaky\"\ncommand = [\"mock-agent\", \"--turn-log\", \"{}\", \"--fail-while\", \"{}\"]\nprotocol = \"acp\"\n",
+        log.display(),
+        broken.display()
+    );
+    let daemon =
+        tether_tests::daemon::Daemon::start_with_env(&[], &[("flaky.toml", &profile)], &[]).await;
+    (daemon, log, broken)
+}
+
+#[tokio::test]
+async fn a_launch_that_fails_for_a_queued_prompt_halts_the_queue_and_the_cli_says_why() {
+    let (daemon, log, broken) = flaky_daemon().await;
+    let workspace = daemon.workspace("ws");
+    let api = daemon.api().await;
+    let session = api.ready_session("flaky", &workspace).await;
+    paused(&api, &session).await;
+    std::fs::write(&broken, "").unwrap();
+    let (code, out, err) = daemon.cli(&["prompt", &session, "after the fix"]).await;
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(err.contains("queued at position 1") && err.contains("being started"), "{err}");
+    assert!(err.contains("the prompt queue halted: the agent did not start"), "{err}");
+    assert!(err.contains(&format!("supervisor queue resume {session}")), "{err}");
+    let status = api.status(&session).await;
+    assert_eq!(status.queue.prompts.len(), 1, "it stays queued: {status:?}");
+    assert!(status.queue.halted.as_deref().unwrap_or_default().contains("did not start"));
+    assert!(answered(&log).is_empty(), "{:?}", answered(&log));
+    // Fixed, and told to go on: the agent comes back and the prompt runs, once.
+    std::fs::remove_file(&broken).unwrap();
+    let prompt_id = status.queue.prompts[0].prompt_id.clone();
+    let (code, out, err) = daemon.cli(&["queue", "resume", &session]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    until_queued_turn_ends(&api, &session, &prompt_id).await;
+    assert_eq!(answered(&log), ["after the fix"]);
 }

@@ -7,7 +7,7 @@
 use protocol::api::{ApiClient, EventKind, SessionConfig};
 use protocol::errors::ErrorKind;
 use serde_json::{Value, json};
-use tether_tests::daemon::{Api, Daemon, ok, progress_steps, refused};
+use tether_tests::daemon::{Api, Daemon, ok, progress_steps, refused, until};
 
 async fn config(api: &Api, session: &str) -> SessionConfig {
     ok("config_options", api.typed().session_config_options(session.to_owned())).await
@@ -90,11 +90,23 @@ async fn a_choice_the_agent_will_not_take_again_refuses_prompts_until_chosen_ane
     // The model is no longer offered when the agent comes back.
     let marker = daemon.mock_state_dir().join("refuse-settings");
     std::fs::write(&marker, "").unwrap();
-    let refusal = refused(
-        "prompt",
-        api.typed().session_prompt(session.clone(), "to the wrong model?".into()),
+    // The prompt is queued while the agent comes back; the agent will not take the
+    // choice, so the queue halts, saying why, and the prompt waits there.
+    let mut events = api.subscribe_at_end(&session).await;
+    let queued = api.prompt_or_queue(&session, "to the wrong model?").await.unwrap();
+    assert!(queued.queued && queued.waking, "{queued:?}");
+    let seen = until(
+        &mut events,
+        |event| matches!(&event.kind, EventKind::Queue { queue } if queue.halted.is_some()),
     )
     .await;
+    let EventKind::Queue { queue } = &seen.last().unwrap().kind else { unreachable!() };
+    let why = queue.halted.as_deref().unwrap_or_default();
+    assert!(why.contains("model = mock-large"), "{why}");
+    assert_eq!(queue.prompts.len(), 1, "it stays queued: {queue:?}");
+    // While the choice is not taken, a prompt is refused, saying why.
+    let refusal =
+        refused("prompt", api.typed().session_prompt(session.clone(), "and now?".into())).await;
     assert_eq!(refusal.kind, ErrorKind::SettingsNotRestored, "{refusal:?}");
     assert!(refusal.message.contains("model = mock-large"), "{}", refusal.message);
     let blocked = config(&api, &session).await;

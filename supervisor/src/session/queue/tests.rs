@@ -112,3 +112,15 @@ fn a_steer_first_runs_through_a_halt_and_its_cancel_halts_nothing() {
     // Once it ran, what is behind it is an ordinary queue again.
     assert!(queue(2, None).halts_after(TurnState::Completed, true));
 }
+
+#[test]
+fn a_failed_launch_halts_a_queue_with_prompts_that_is_not_halted_already() {
+    // (waiting, halted) → halts
+    let table =
+        [(0, None, false), (1, None, true), (3, None, true), (1, Some("turn t failed"), false)];
+    for (waiting, halted, halts) in table {
+        let queue = queue(waiting, halted);
+        assert_eq!(queue.halts_after_failed_launch(), halts, "{waiting} waiting, {halted:?}");
+        assert_eq!(queue.is_halted(), halted.is_some());
+    }
+}
