@@ -931,6 +931,20 @@ impl Face {
                 }
             }
             EventKind::PermissionResolved { request_id, .. } => self.question_resolved(&request_id),
+            // The queue halted (a launch or a turn before them failed) with prompts of ours
+            // in it: their `session/prompt` ends with why; they stay queued.
+            EventKind::Queue { queue } => {
+                let Some(why) = queue.halted else { return };
+                let mut turns = turns.lock().expect("UNWRAP: never poisoned");
+                for prompt in queue.prompts {
+                    if let Some(waiting) = turns.queued.remove(&prompt.prompt_id) {
+                        let _ = waiting.send(Err(RpcFailure::internal(format!(
+                            "the prompt queue halted: {why} (the prompt stays queued as {}: go on with `supervisor queue resume {session}`)",
+                            prompt.prompt_id
+                        ))));
+                    }
+                }
+            }
             EventKind::TurnStarted { turn_id, prompt_id: Some(prompt_id), .. } => {
                 let mut turns = turns.lock().expect("UNWRAP: never poisoned");
                 match turns.queued.remove(&prompt_id) {
