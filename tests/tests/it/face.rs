@@ -704,3 +704,30 @@ async fn two_acp_clients_and_the_api_share_one_session() {
     let status = api.status(session.as_str().unwrap()).await;
     assert_eq!(status.generation, 1, "one agent served both clients: {status:?}");
 }
+
+/// A prompt an ACP client sends while a turn runs waits in the queue; when that turn fails
+/// the queue halts, and the client's `session/prompt` ends with why rather than waiting
+/// for ever (the prompt stays queued for `queue resume`).
+#[tokio::test]
+async fn a_queued_prompt_of_an_acp_client_ends_when_the_queue_halts() {
+    let daemon = Daemon::start(&[]).await;
+    let mut face = RawFace::spawn(None, &daemon.url, &["--agent", "mock"]);
+    face.initialize().await;
+    let cwd = daemon.workspace("halt");
+    let new = face.request(json!(2), "session/new", json!({"cwd": cwd, "mcpServers": []})).await;
+    let session = new["result"]["sessionId"].as_str().expect("a session id").to_owned();
+    let prompt =
+        |text: &str| json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]});
+    let first = face.request(json!(3), "session/prompt", prompt("hello")).await;
+    assert_eq!(first["result"]["stopReason"], "end_turn", "{first}");
+    // Another client's turn runs, and its agent dies in the middle of it.
+    let api = daemon.api().await;
+    api.prompt(&session, "/sleep 300\n/crash 3").await.expect("a turn starts");
+    let ended = face.request(json!(4), "session/prompt", prompt("after the crash")).await;
+    let message = ended["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("the prompt queue halted"), "{ended}");
+    let queue = api.status(&session).await.queue;
+    assert_eq!(queue.prompts.len(), 1, "it stays queued: {queue:?}");
+    assert_eq!(queue.prompts[0].prompt, "after the crash");
+    face.close().await;
+}
