@@ -38,6 +38,11 @@
 //!   armed at `steer.queued` (it dies with the steer durable, before the cancel went out)
 //!   or at `prompt.recorded` on a steer's turn. After the restart every steer runs once,
 //!   whole; the cancelled turn holds a prefix of its chunks.
+//! - wake: every session's agent is stopped (`sessions.stop_all`), then each is prompted:
+//!   the prompt is queued while its agent is brought back, with the supervisor armed at
+//!   `launch.started` or `launch.after_runtime` on one of those launches. After the restart
+//!   every prompt that was answered runs once, whole, and no queue is left holding one
+//!   (stuck otherwise).
 //! - fork: each session is forked at its newest turn with the supervisor armed at
 //!   `fork.history_written` (`chaos/forks.rs` says what is checked: no half-made fork,
 //!   each fork holds its original's conversation and runs its first prompt once).
@@ -111,6 +116,9 @@ const FAULT_POINTS: &[&str] = &[
 /// The fault points a [`Disruption::Create`] round arms: each fires after the new session's
 /// row is stored and before its agent is up.
 const CREATE_POINTS: &[&str] = &["create.recorded", "launch.started", "launch.after_runtime"];
+/// Where a wake round's supervisor dies: as the agent it brings back for a queued prompt
+/// starts (its row `STARTING`), or once that agent's sidecar is recorded.
+const WAKE_POINTS: &[&str] = &["launch.started", "launch.after_runtime"];
 /// Chunks of a created session's first prompt (one message).
 const CREATE_CHUNKS: usize = 20;
 
@@ -230,6 +238,9 @@ enum Disruption {
     /// Each session forked at its newest turn, the supervisor armed at
     /// `fork.history_written` (see `chaos/forks.rs`).
     Fork,
+    /// Every session's agent stopped, then each prompted (queued while its agent wakes),
+    /// the supervisor armed at one of [`WAKE_POINTS`] on a wake's launch.
+    Wake(&'static str),
     /// A side session rewound to its first turn, the supervisor armed at
     /// `rewind.workspace_restored` (see `chaos/rewinds.rs`).
     Rewind,
@@ -240,7 +251,7 @@ impl Disruption {
     /// restart); draws the hit for a [`Disruption::Fault`].
     fn armed(self, rng: &mut Rng) -> Option<String> {
         match self {
-            Disruption::Fault(point) | Disruption::Workflow(point) => {
+            Disruption::Fault(point) | Disruption::Workflow(point) | Disruption::Wake(point) => {
                 Some(format!("{point}@{}", 1 + rng.below(3)))
             }
             Disruption::Create(point) => Some(point.to_owned()),
@@ -259,16 +270,24 @@ impl Disruption {
         }
     }
 
+    /// Whether the round's kill is the armed fault point's alone (no kill of ours).
+    fn armed_only(self) -> bool {
+        matches!(
+            self,
+            Disruption::Fault(_) | Disruption::Queue | Disruption::Steer | Disruption::Wake(_)
+        )
+    }
+
     /// Whether `--only NAME` keeps this disruption (its lowercased name starts with it).
     fn named(self, only: &str) -> bool {
         format!("{self:?}").to_lowercase().starts_with(&only.to_lowercase())
     }
 
-    /// A seeded choice: the kills of a running session six times in fourteen, each edge of
+    /// A seeded choice: the kills of a running session six times in sixteen, each edge of
     /// a session's life (create, stop, delete, stop-all), a workflow, a queue, a steer, a
-    /// fork and a rewind once in fifteen.
+    /// fork, a rewind and a wake once in sixteen.
     fn choose(rng: &mut Rng, docker: bool) -> Disruption {
-        match rng.below(15) {
+        match rng.below(16) {
             0..6 => match rng.below(if docker { 5 } else { 4 }) {
                 0 => Disruption::Supervisor,
                 1 => Disruption::Fault(FAULT_POINTS[rng.below(FAULT_POINTS.len() as u64) as usize]),
@@ -284,6 +303,7 @@ impl Disruption {
             11 => Disruption::Steer,
             12 => Disruption::Fork,
             13 => Disruption::Rewind,
+            14 => Disruption::Wake(WAKE_POINTS[rng.below(WAKE_POINTS.len() as u64) as usize]),
             _ => Disruption::Workflow(
                 WORKFLOW_POINTS[rng.below(WORKFLOW_POINTS.len() as u64) as usize],
             ),
@@ -513,6 +533,11 @@ async fn run_round(
     rng: &mut Rng,
     tally: &mut Tally,
 ) -> Option<SessionTrack> {
+    if matches!(disruption, Disruption::Wake(_))
+        && let Err(err) = lossy(api.typed().stop_all()).await
+    {
+        tally.problem(format!("round {round}: stop-all before the wake failed: {err}"));
+    }
     let (mut readers, mut events_rx) = subscribe_all(api, tracks).await;
     for (idx, track) in tracks.iter_mut().enumerate() {
         let permission = if rng.below(2) == 0 { "\n/permission" } else { "" };
@@ -591,13 +616,13 @@ async fn run_round(
         let Some(event) = event else {
             // A subscription ended: the daemon died (a fault point fired) or is dying. Our
             // own kills stop the readers first, so only a fault point gets here.
-            let died =
-                matches!(disruption, Disruption::Fault(_) | Disruption::Queue | Disruption::Steer)
-                    && tokio::time::timeout(GO_AWAY, daemon.wait_exit()).await.is_ok();
+            let died = disruption.armed_only()
+                && tokio::time::timeout(GO_AWAY, daemon.wait_exit()).await.is_ok();
             if died {
                 let point = match disruption {
                     Disruption::Fault(point) => point,
                     Disruption::Steer => "steer.queued or prompt.recorded (a steer's turn)",
+                    Disruption::Wake(point) => point,
                     _ => "prompt.recorded (a queued prompt's turn)",
                 };
                 *tally.kills.entry(format!("supervisor at {point}")).or_default() += 1;
@@ -626,9 +651,7 @@ async fn run_round(
         if matches!(event.kind, EventKind::AgentMessageChunk { .. }) {
             seen_in_round += 1;
         }
-        let armed_only =
-            matches!(disruption, Disruption::Fault(_) | Disruption::Queue | Disruption::Steer);
-        if !struck && seen_in_round >= strike_at && !armed_only {
+        if !struck && seen_in_round >= strike_at && !disruption.armed_only() {
             struck = true;
             if matches!(disruption, Disruption::Stop | Disruption::Delete) {
                 doomed = daemon.sidecars(&tracks[victim].id);
@@ -646,9 +669,8 @@ async fn run_round(
     readers.iter().for_each(|reader| reader.abort());
     // A stop or delete that struck restarted the daemon disarmed already.
     let still_armed = match disruption {
-        Disruption::Fault(_) | Disruption::Queue | Disruption::Steer => true,
         Disruption::Stop | Disruption::Delete => !struck,
-        _ => false,
+        _ => disruption.armed_only(),
     };
     if still_armed {
         // Disarm for the next round.
@@ -664,6 +686,9 @@ async fn run_round(
             Some(_) => tally.turns_failed += 1,
             None => {}
         }
+    }
+    if matches!(disruption, Disruption::Wake(_)) {
+        check_no_prompt_left(api, tracks, round, tally).await;
     }
     match disruption {
         Disruption::Stop | Disruption::Delete if struck => {
@@ -835,9 +860,28 @@ async fn strike(
         | Disruption::Queue
         | Disruption::Steer
         | Disruption::Fork
-        | Disruption::Rewind => {}
+        | Disruption::Rewind
+        | Disruption::Wake(_) => {}
     }
     false
+}
+
+/// After a wake round: a prompt queued while its agent woke, which the restart left in
+/// its queue (or a queue halted by a launch the kill cut short), never ran — stuck.
+async fn check_no_prompt_left(api: &Api, tracks: &[SessionTrack], round: u64, tally: &mut Tally) {
+    for track in tracks {
+        match lossy(api.typed().session_status(track.id.clone())).await {
+            Ok(status) if status.queue.prompts.is_empty() && status.queue.halted.is_none() => {}
+            Ok(status) => {
+                tally.stuck += 1;
+                tally.problem(format!(
+                    "round {round}: session {} was left with its queue {:?}",
+                    track.id, status.queue
+                ));
+            }
+            Err(err) => tally.problem(format!("round {round}: status of {}: {err}", track.id)),
+        }
+    }
 }
 
 /// SIGKILLs a session's container (through the engine).
