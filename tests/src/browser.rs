@@ -210,6 +210,28 @@ impl Browser {
         self.command("POST", &format!("element/{id}/click"), json!({})).await;
     }
 
+    /// Drags the first element matching `from` with the mouse and lets go just above the
+    /// middle of the first element matching `to`: WebDriver actions, so the page gets real
+    /// pointer events.
+    pub async fn drag(&self, from: &str, to: &str) {
+        let origin = |id: String| {
+            let mut reference = serde_json::Map::new();
+            reference.insert(ELEMENT.to_owned(), Value::String(id));
+            Value::Object(reference)
+        };
+        let (from, to) = (origin(self.element(from).await), origin(self.element(to).await));
+        let steps = json!([
+            {"type": "pointerMove", "origin": from, "x": 0, "y": 0},
+            {"type": "pointerDown", "button": 0},
+            {"type": "pointerMove", "origin": to, "x": 0, "y": -4, "duration": 150},
+            {"type": "pointerUp", "button": 0},
+        ]);
+        let mouse = json!({"type": "pointer", "id": "mouse",
+            "parameters": {"pointerType": "mouse"}, "actions": steps});
+        self.command("POST", "actions", json!({"actions": [mouse]})).await;
+        self.command("DELETE", "actions", Value::Null).await;
+    }
+
     /// Types `text` into the first element matching `css`.
     pub async fn type_into(&self, css: &str, text: &str) {
         let id = self.element(css).await;

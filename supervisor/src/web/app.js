@@ -676,8 +676,10 @@ function queueItem(queued, count) {
   down.addEventListener("click", () => change({ position: queued.position + 1 }));
   remove.addEventListener("click", () =>
     act("task.session.queue.remove", { session_id: state.open, prompt_id: queued.prompt_id }));
+  const grip = el("span", { class: "queue-grip", title: "drag to move it", "aria-hidden": "true" }, "⠿");
   const item = el("li", { class: "queued", "data-prompt": queued.prompt_id },
-    el("span", { class: "muted" }, `${queued.position}.`), text, up, down, edit, remove);
+    grip, el("span", { class: "muted" }, `${queued.position}.`), text, up, down, edit, remove);
+  dragToReorder(grip, item, (position) => position !== queued.position && change({ position }));
   edit.addEventListener("click", () => {
     const editor = el("textarea", { class: "queue-editor" });
     editor.value = queued.prompt;
@@ -698,6 +700,44 @@ function queueItem(queued, count) {
     editor.focus();
   });
   return item;
+}
+
+// Dragging a queued prompt by its grip: pointer events (a mouse, a pen or a finger), the
+// place it would land marked as it moves; dropped elsewhere, `moved` gets its new place
+// (from 1). The buttons beside it do the same from the keyboard.
+function dragToReorder(grip, item, moved) {
+  let others = null;
+  const landing = (y) => others.filter((other) => {
+    const box = other.getBoundingClientRect();
+    return box.top + box.height / 2 < y;
+  }).length;
+  const mark = (at) => others.forEach((other, i) => {
+    other.classList.toggle("drop-before", i === at);
+    other.classList.toggle("drop-after", at === others.length && i === others.length - 1);
+  });
+  const end = () => {
+    if (!others) return;
+    mark(-1);
+    item.classList.remove("dragging");
+    others = null;
+  };
+  grip.addEventListener("pointerdown", (event) => {
+    if (event.button !== 0 || item.querySelector(".queue-editor")) return;
+    event.preventDefault();
+    grip.setPointerCapture(event.pointerId);
+    others = [...item.parentNode.children].filter((other) => other !== item);
+    item.classList.add("dragging");
+  });
+  grip.addEventListener("pointermove", (event) => {
+    if (others) mark(landing(event.clientY));
+  });
+  grip.addEventListener("pointerup", (event) => {
+    if (!others) return;
+    const position = landing(event.clientY) + 1;
+    end();
+    moved(position);
+  });
+  grip.addEventListener("pointercancel", end);
 }
 
 async function act(method, params, confirmText) {

@@ -928,7 +928,8 @@ prompt = "deploy\n/say deployed"
 }
 
 #[tokio::test]
-async fn the_page_queues_prompts_while_a_turn_runs_and_moves_edits_removes_and_resumes_them() {
+async fn the_page_queues_prompts_while_a_turn_runs_and_drags_moves_edits_removes_and_resumes_them()
+{
     let Some(browser) = browser::start("queue").await else { return };
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
@@ -936,6 +937,7 @@ async fn the_page_queues_prompts_while_a_turn_runs_and_moves_edits_removes_and_r
     // Each step boxed: a debug build gives every browser call's future a stack slot of its
     // own, and a test thread's stack holds a handful per function.
     Box::pin(queue_two_behind_a_long_turn(&browser, &page(&daemon), &session)).await;
+    Box::pin(drag_a_third_to_the_top(&browser, &api, &session)).await;
     Box::pin(move_and_edit(&browser)).await;
     Box::pin(remove(&browser)).await;
     let queue = api.status(&session).await.queue;
@@ -957,6 +959,20 @@ async fn queue_two_behind_a_long_turn(browser: &Browser, page: &str, session: &s
     browser.wait_text("#queue-list li:first-child", "alpha").await;
     prompt_in_page(browser, "beta").await;
     browser.wait_text("#queue-list li:nth-child(2)", "beta").await;
+}
+
+/// Queues gamma, drags it by its grip above alpha (it runs first: the daemon's queue says
+/// so), then removes it.
+async fn drag_a_third_to_the_top(browser: &Browser, api: &Api, session: &str) {
+    prompt_in_page(browser, "gamma").await;
+    browser.wait_text("#queue-list li:nth-child(3)", "gamma").await;
+    browser.drag("#queue-list li:nth-child(3) .queue-grip", "#queue-list li:first-child").await;
+    browser.wait_text("#queue-list li:first-child", "gamma").await;
+    let queue = api.status(session).await.queue;
+    let order: Vec<_> = queue.prompts.iter().map(|queued| queued.prompt.as_str()).collect();
+    assert_eq!(order, ["gamma", "alpha", "beta"], "{queue:?}");
+    browser.click("#queue-list li:first-child .queue-remove").await;
+    browser.wait_text("#queue-list li:first-child", "alpha").await;
 }
 
 /// Moves beta (second) up, then edits alpha (now second).
