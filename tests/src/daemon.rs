@@ -671,6 +671,27 @@ impl Api {
         }
     }
 
+    /// Follows `session` from its start until the first turn whose prompt is `prompt` has
+    /// ended (a prompt the daemon took before a kill, run after the restart); returns
+    /// everything seen.
+    pub async fn until_turn_of_prompt_ends(
+        &self,
+        session: &str,
+        prompt: &str,
+    ) -> Vec<SessionEvent> {
+        let mut events = self.subscribe(session, 0).await;
+        let mut turn = None;
+        until(&mut events, |event| match &event.kind {
+            EventKind::TurnStarted { turn_id, prompt: text, .. } if text == prompt => {
+                turn.get_or_insert_with(|| turn_id.clone());
+                false
+            }
+            EventKind::TurnEnded { turn_id, .. } => turn.as_ref() == Some(turn_id),
+            _ => false,
+        })
+        .await
+    }
+
     /// The turn a queued prompt became, once it started; panics when the queue halted
     /// with the prompt still in it.
     pub async fn turn_of_queued(&self, session: &str, prompt_id: &str) -> String {

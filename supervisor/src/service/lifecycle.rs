@@ -482,9 +482,7 @@ impl Supervisor {
         session_id: SessionId,
         prompt: String,
     ) -> Result<crate::session::Prompted, ServiceError> {
-        not_blank(&prompt)?;
-        let row = self.unended_row(&session_id).await?;
-        self.within_budget(&session_id).await?;
+        let row = self.promptable_row(&session_id, &prompt).await?;
         let handle = match self.handle(&row.id).filter(SessionHandle::is_live) {
             Some(handle) if handle.view().is_ready() => handle,
             _ => {
@@ -508,10 +506,20 @@ impl Supervisor {
         session_id: SessionId,
         prompt: String,
     ) -> Result<crate::session::Prompted, ServiceError> {
-        not_blank(&prompt)?;
-        let row = self.unended_row(&session_id).await?;
-        self.within_budget(&session_id).await?;
+        let row = self.promptable_row(&session_id, &prompt).await?;
         self.prompt_when_running(&row, prompt).await
+    }
+
+    /// The row of a session that takes `prompt`: not blank, not ended, within budget.
+    async fn promptable_row(
+        &self,
+        session_id: &SessionId,
+        prompt: &str,
+    ) -> Result<SessionRow, ServiceError> {
+        not_blank(prompt)?;
+        let row = self.unended_row(session_id).await?;
+        self.within_budget(session_id).await?;
+        Ok(row)
     }
 
     /// Starts a turn (or queues the prompt behind the running one) once the session's

@@ -726,18 +726,7 @@ async fn an_old_executions_mark_is_never_written_for_a_new_one() {
     // again first, once.
     daemon.restart_with_env(&[("TETHER_FAULT", "history.mid_message@100")]).await;
     let api = daemon.api().await;
-    let mut events = api.subscribe(&session, 0).await;
-    let mut kept = None;
-    until(&mut events, |event| match &event.kind {
-        EventKind::TurnStarted { turn_id, prompt, .. } if prompt == "kept" => {
-            kept = Some(turn_id.clone());
-            false
-        }
-        EventKind::TurnEnded { turn_id, .. } => kept.as_ref() == Some(turn_id),
-        _ => false,
-    })
-    .await;
-    drop(events);
+    api.until_turn_of_prompt_ends(&session, "kept").await;
     let (_api, seen) =
         prompt_through_a_fault(&mut daemon, api, &session, "/stream 200\nsecond").await;
     let texts = chunks(&seen);

@@ -174,17 +174,7 @@ async fn a_kill_while_waking_loses_nothing() {
     }
     daemon.restart_with_env(&[]).await;
     let api = daemon.api().await;
-    let mut events = api.subscribe(&session, 0).await;
-    let mut turn = None;
-    until(&mut events, |event| match &event.kind {
-        EventKind::TurnStarted { turn_id, prompt, .. } if prompt == "kept in the wake" => {
-            turn = Some(turn_id.clone());
-            false
-        }
-        EventKind::TurnEnded { turn_id, .. } => turn.as_ref() == Some(turn_id),
-        _ => false,
-    })
-    .await;
+    api.until_turn_of_prompt_ends(&session, "kept in the wake").await;
     let reply = api.ask(&session, "second").await;
     assert!(reply.contains("remembered 4 earlier messages"), "once, then this: {reply}");
     assert_eq!(daemon.sidecars(&session).len(), 1, "one sidecar after the wake");

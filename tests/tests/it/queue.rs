@@ -203,17 +203,7 @@ async fn a_prompt_queued_while_its_agent_wakes_runs_once_across_a_daemon_sigkill
     daemon.wait_exit().await;
     daemon.restart_with_env(&[]).await;
     let api = daemon.api().await;
-    let mut events = api.subscribe(&session, 0).await;
-    let mut turn = None;
-    until(&mut events, |event| match &event.kind {
-        EventKind::TurnStarted { turn_id, prompt, .. } if prompt == "woken" => {
-            turn = Some(turn_id.clone());
-            false
-        }
-        EventKind::TurnEnded { turn_id, .. } => turn.as_ref() == Some(turn_id),
-        _ => false,
-    })
-    .await;
+    api.until_turn_of_prompt_ends(&session, "woken").await;
     assert_eq!(answered(&log), ["woken"], "once: {answer:?}");
     let status = api.status(&session).await;
     assert!(status.queue.prompts.is_empty(), "{status:?}");
