@@ -1173,8 +1173,11 @@ fn show_turn_event(kind: &EventKind, session: &str, ours: bool, stdout: &mut std
 fn say_queued(started: &protocol::api::PromptStarted) {
     let prompt_id = started.prompt_id.as_deref().unwrap_or_default();
     match started.position {
+        Some(1) if started.waking => eprintln!(
+            "the session's agent is not running: starting it; the prompt runs once it is up (queued as {prompt_id})"
+        ),
         Some(position) if started.waking => eprintln!(
-            "queued at position {position} (prompt {prompt_id}): the session's agent is not up, so it is being started; the prompt runs once it is"
+            "queued at position {position} (prompt {prompt_id}): the session's agent is being started; the prompt runs after the ones before it"
         ),
         Some(position) => eprintln!(
             "queued at position {position} behind the running turn (prompt {prompt_id}); it runs when the turns before it end"

@@ -233,7 +233,7 @@ async fn a_launch_that_fails_for_a_queued_prompt_halts_the_queue_and_the_cli_say
     std::fs::write(&broken, "").unwrap();
     let (code, out, err) = daemon.cli(&["prompt", &session, "after the fix"]).await;
     assert_ne!(code, 0, "{out}{err}");
-    assert!(err.contains("queued at position 1") && err.contains("being started"), "{err}");
+    assert!(err.contains("the session's agent is not running: starting it"), "{err}");
     assert!(err.contains("the prompt queue halted: the agent did not start"), "{err}");
     assert!(err.contains(&format!("supervisor queue resume {session}")), "{err}");
     let status = api.status(&session).await;
@@ -247,4 +247,17 @@ async fn a_launch_that_fails_for_a_queued_prompt_halts_the_queue_and_the_cli_say
     assert_eq!(code, 0, "{out}{err}");
     until_queued_turn_ends(&api, &session, &prompt_id).await;
     assert_eq!(answered(&log), ["after the fix"]);
+}
+
+#[tokio::test]
+async fn the_cli_prompt_to_a_paused_session_starts_its_agent_and_prints_the_reply() {
+    let (daemon, log, workspace) = daemon(None).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("flow", &workspace).await;
+    paused(&api, &session).await;
+    let (code, out, err) = daemon.cli(&["prompt", &session, "/say back again\nhello"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("the session's agent is not running: starting it"), "{err}");
+    assert!(out.starts_with("back again\n[turn completed"), "{out}");
+    assert_eq!(answered(&log), ["hello"], "once");
 }
