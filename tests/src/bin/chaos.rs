@@ -24,8 +24,10 @@
 //!   besides, a second delete succeeds;
 //! - stop-all: `sessions.stop_all` mid-turn, no kill. Every running turn ends (a turn the
 //!   agent finished within its stop grace may end `completed`), each session's history is
-//!   what it streamed, once, and no sidecar or agent is left. The next round's prompts
-//!   resume the sessions;
+//!   what it streamed, once, and no sidecar or agent is left. A prompt queued while its
+//!   agent was starting, which the stop-all stopped, is kept (as a pause keeps the queue)
+//!   and runs once when the round resumes its session. The next round's prompts resume
+//!   the sessions;
 //! - workflow: a workflow of three steps (two at once, then one reading both) started with
 //!   the supervisor armed at a workflow point (`chaos/workflows.rs` says which and what is
 //!   checked: it completes, each step's prompt reached its agent once, nothing runs on);
@@ -564,6 +566,7 @@ async fn run_round(
     // What of the victim must go with its stop or delete: its sidecar and agent.
     let mut doomed = Vec::new();
     let mut settle_from = Instant::now();
+    let mut resumed_kept = false;
     loop {
         let all_ended = tracks.iter().all(SessionTrack::settled);
         if all_ended {
@@ -588,6 +591,12 @@ async fn run_round(
                     }
                 }
                 break;
+            }
+            Err(_) if disruption == Disruption::StopAll && !resumed_kept => {
+                resumed_kept = true;
+                resume_kept_queues(api, tracks).await;
+                settle_from = Instant::now();
+                continue;
             }
             Err(_) => {
                 for track in tracks.iter().filter(|t| !t.settled()) {
@@ -740,6 +749,21 @@ async fn send_steer(api: &Api, track: &mut SessionTrack, tag: String, prompt: St
 }
 
 /// Ends what did not settle, so the next round starts clean (already counted as stuck).
+/// After a stop-all: resumes each unsettled session whose queue still holds prompts (taken
+/// while its agent was starting, kept across the stop as a pause keeps them), as its
+/// user would; they run then, once.
+async fn resume_kept_queues(api: &Api, tracks: &[SessionTrack]) {
+    for track in tracks.iter().filter(|track| !track.settled()) {
+        let Ok(status) = lossy(api.typed().session_status(track.id.clone())).await else {
+            continue;
+        };
+        if !status.queue.prompts.is_empty() && status.queue.halted.is_none() {
+            eprintln!("chaos: resuming {}: its queue kept prompts across the stop-all", track.id);
+            let _ = lossy(api.typed().session_resume(track.id.clone(), None)).await;
+        }
+    }
+}
+
 async fn unstick(api: &Api, tracks: &mut [SessionTrack]) {
     for track in tracks.iter_mut() {
         if !track.settled() {
