@@ -26,8 +26,8 @@
 //!   agent finished within its stop grace may end `completed`), each session's history is
 //!   what it streamed, once, and no sidecar or agent is left. A prompt queued while its
 //!   agent was starting, which the stop-all stopped, is kept (as a pause keeps the queue)
-//!   and runs once when the round resumes its session. The next round's prompts resume
-//!   the sessions;
+//!   and runs once when the round resumes its session (then stopped again). The next
+//!   round's prompts resume the sessions;
 //! - workflow: a workflow of three steps (two at once, then one reading both) started with
 //!   the supervisor armed at a workflow point (`chaos/workflows.rs` says which and what is
 //!   checked: it completes, each step's prompt reached its agent once, nothing runs on);
@@ -566,7 +566,8 @@ async fn run_round(
     // What of the victim must go with its stop or delete: its sidecar and agent.
     let mut doomed = Vec::new();
     let mut settle_from = Instant::now();
-    let mut resumed_kept = false;
+    // Whether the round looked for queues a stop-all kept (once), and resumed any.
+    let (mut looked_for_kept, mut resumed_kept) = (false, false);
     loop {
         let all_ended = tracks.iter().all(SessionTrack::settled);
         if all_ended {
@@ -592,9 +593,9 @@ async fn run_round(
                 }
                 break;
             }
-            Err(_) if disruption == Disruption::StopAll && !resumed_kept => {
-                resumed_kept = true;
-                resume_kept_queues(api, tracks).await;
+            Err(_) if disruption == Disruption::StopAll && !looked_for_kept => {
+                looked_for_kept = true;
+                resumed_kept = resume_kept_queues(api, tracks).await;
                 settle_from = Instant::now();
                 continue;
             }
@@ -705,6 +706,10 @@ async fn run_round(
             end_victim(daemon, api, tracks, victim, disruption, round, tally).await
         }
         Disruption::StopAll if struck => {
+            // The sessions resumed for their kept queues ran their prompts: stopped again.
+            if resumed_kept && let Err(err) = lossy(api.typed().stop_all()).await {
+                tally.problem(format!("round {round}: the second stop-all failed: {err}"));
+            }
             check_stopped_all(daemon, api, tracks, round, tally).await;
             None
         }
@@ -751,8 +756,9 @@ async fn send_steer(api: &Api, track: &mut SessionTrack, tag: String, prompt: St
 /// Ends what did not settle, so the next round starts clean (already counted as stuck).
 /// After a stop-all: resumes each unsettled session whose queue still holds prompts (taken
 /// while its agent was starting, kept across the stop as a pause keeps them), as its
-/// user would; they run then, once.
-async fn resume_kept_queues(api: &Api, tracks: &[SessionTrack]) {
+/// user would; they run then, once. Whether it resumed any.
+async fn resume_kept_queues(api: &Api, tracks: &[SessionTrack]) -> bool {
+    let mut resumed = false;
     for track in tracks.iter().filter(|track| !track.settled()) {
         let Ok(status) = lossy(api.typed().session_status(track.id.clone())).await else {
             continue;
@@ -760,8 +766,10 @@ async fn resume_kept_queues(api: &Api, tracks: &[SessionTrack]) {
         if !status.queue.prompts.is_empty() && status.queue.halted.is_none() {
             eprintln!("chaos: resuming {}: its queue kept prompts across the stop-all", track.id);
             let _ = lossy(api.typed().session_resume(track.id.clone(), None)).await;
+            resumed = true;
         }
     }
+    resumed
 }
 
 async fn unstick(api: &Api, tracks: &mut [SessionTrack]) {
