@@ -731,3 +731,24 @@ async fn a_queued_prompt_of_an_acp_client_ends_when_the_queue_halts() {
     assert_eq!(queue.prompts[0].prompt, "after the crash");
     face.close().await;
 }
+
+/// An ACP client's prompt to a session at rest is queued while its agent comes back, and
+/// its `session/prompt` answers when that turn ends.
+#[tokio::test]
+async fn an_acp_clients_prompt_to_a_paused_session_wakes_it_and_ends_with_its_turn() {
+    let daemon = Daemon::start(&[]).await;
+    let mut face = RawFace::spawn(None, &daemon.url, &["--agent", "mock"]);
+    face.initialize().await;
+    let cwd = daemon.workspace("wake");
+    let new = face.request(json!(2), "session/new", json!({"cwd": cwd, "mcpServers": []})).await;
+    let session = new["result"]["sessionId"].as_str().expect("a session id").to_owned();
+    let prompt =
+        |text: &str| json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]});
+    let first = face.request(json!(3), "session/prompt", prompt("hello")).await;
+    assert_eq!(first["result"]["stopReason"], "end_turn", "{first}");
+    let api = daemon.api().await;
+    ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
+    let woken = face.request(json!(4), "session/prompt", prompt("woken")).await;
+    assert_eq!(woken["result"]["stopReason"], "end_turn", "{woken}");
+    face.close().await;
+}
