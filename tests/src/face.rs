@@ -73,6 +73,19 @@ impl RawFace {
         }
     }
 
+    /// The first message matching `wanted` among those read already (an earlier
+    /// [`RawFace::until`] read past it), else the next one to match: for messages whose
+    /// order between themselves is not promised.
+    pub async fn seen_or_until(&mut self, wanted: impl Fn(&Value) -> bool) -> Value {
+        let seen = self.received.iter().find_map(|line| {
+            serde_json::from_slice::<Value>(line).ok().filter(|message| wanted(message))
+        });
+        match seen {
+            Some(message) => message,
+            None => self.until(wanted).await,
+        }
+    }
+
     /// Sends a request and returns its answer (the whole response).
     pub async fn request(&mut self, id: Value, method: &str, params: Value) -> Value {
         self.send(serde_json::json!({"jsonrpc": "2.0", "id": id.clone(), "method": method, "params": params}))
