@@ -705,21 +705,32 @@ async fn two_acp_clients_and_the_api_share_one_session() {
     assert_eq!(status.generation, 1, "one agent served both clients: {status:?}");
 }
 
+/// A face on the `mock` agent with a new session in workspace `name` that has run one
+/// turn ("hello", ended `end_turn`); the face and the session.
+async fn face_after_one_turn(daemon: &Daemon, name: &str) -> (RawFace, String) {
+    let mut face = RawFace::spawn(None, &daemon.url, &["--agent", "mock"]);
+    face.initialize().await;
+    let cwd = daemon.workspace(name);
+    let new = face.request(json!(2), "session/new", json!({"cwd": cwd, "mcpServers": []})).await;
+    let session = new["result"]["sessionId"].as_str().expect("a session id").to_owned();
+    let first = face.request(json!(3), "session/prompt", prompt_params(&session, "hello")).await;
+    assert_eq!(first["result"]["stopReason"], "end_turn", "{first}");
+    (face, session)
+}
+
+/// `session/prompt`'s params: `text` as one text block.
+fn prompt_params(session: &str, text: &str) -> Value {
+    json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]})
+}
+
 /// A prompt an ACP client sends while a turn runs waits in the queue; when that turn fails
 /// the queue halts, and the client's `session/prompt` ends with why rather than waiting
 /// for ever (the prompt stays queued for `queue resume`).
 #[tokio::test]
 async fn a_queued_prompt_of_an_acp_client_ends_when_the_queue_halts() {
     let daemon = Daemon::start(&[]).await;
-    let mut face = RawFace::spawn(None, &daemon.url, &["--agent", "mock"]);
-    face.initialize().await;
-    let cwd = daemon.workspace("halt");
-    let new = face.request(json!(2), "session/new", json!({"cwd": cwd, "mcpServers": []})).await;
-    let session = new["result"]["sessionId"].as_str().expect("a session id").to_owned();
-    let prompt =
-        |text: &str| json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]});
-    let first = face.request(json!(3), "session/prompt", prompt("hello")).await;
-    assert_eq!(first["result"]["stopReason"], "end_turn", "{first}");
+    let (mut face, session) = face_after_one_turn(&daemon, "halt").await;
+    let prompt = |text: &str| prompt_params(&session, text);
     // Another client's turn runs, and its agent dies in the middle of it.
     let api = daemon.api().await;
     api.prompt(&session, "/sleep 300\n/crash 3").await.expect("a turn starts");
@@ -737,15 +748,8 @@ async fn a_queued_prompt_of_an_acp_client_ends_when_the_queue_halts() {
 #[tokio::test]
 async fn an_acp_clients_prompt_to_a_paused_session_wakes_it_and_ends_with_its_turn() {
     let daemon = Daemon::start(&[]).await;
-    let mut face = RawFace::spawn(None, &daemon.url, &["--agent", "mock"]);
-    face.initialize().await;
-    let cwd = daemon.workspace("wake");
-    let new = face.request(json!(2), "session/new", json!({"cwd": cwd, "mcpServers": []})).await;
-    let session = new["result"]["sessionId"].as_str().expect("a session id").to_owned();
-    let prompt =
-        |text: &str| json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]});
-    let first = face.request(json!(3), "session/prompt", prompt("hello")).await;
-    assert_eq!(first["result"]["stopReason"], "end_turn", "{first}");
+    let (mut face, session) = face_after_one_turn(&daemon, "wake").await;
+    let prompt = |text: &str| prompt_params(&session, text);
     let api = daemon.api().await;
     ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
     let woken = face.request(json!(4), "session/prompt", prompt("woken")).await;
