@@ -66,6 +66,8 @@ mod lists;
 pub use lists::*;
 mod usage;
 pub use usage::*;
+mod changes;
+pub use changes::*;
 
 /// Session states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]

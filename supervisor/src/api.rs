@@ -193,6 +193,32 @@ impl ApiServer for Methods {
         self.0.rewind(session_id.into(), turn_id.into(), restore).await.map_err(to_rpc)
     }
 
+    async fn session_changes(
+        &self,
+        session_id: String,
+    ) -> RpcResult<protocol::api::SessionChanges> {
+        self.0.changes(session_id.into()).await.map_err(to_rpc)
+    }
+
+    async fn session_changes_revert(
+        &self,
+        session_id: String,
+        path: String,
+    ) -> RpcResult<protocol::api::ChangesReverted> {
+        self.0.revert_change(session_id.into(), path).await.map_err(to_rpc)
+    }
+
+    async fn session_changes_keep(
+        &self,
+        session_id: String,
+        path: String,
+        content: String,
+        kept: Option<bool>,
+    ) -> RpcResult<protocol::api::SessionChanges> {
+        let kept = kept.unwrap_or(true);
+        self.0.keep_change(session_id.into(), path, content, kept).await.map_err(to_rpc)
+    }
+
     async fn session_queue_list(&self, session_id: String) -> RpcResult<PromptQueue> {
         self.0.queue(session_id.into()).await.map_err(to_rpc)
     }

@@ -14,6 +14,7 @@ mod here;
 mod output;
 mod questions;
 mod queue;
+mod review;
 mod serve;
 mod settings;
 mod workflow;
@@ -180,6 +181,24 @@ enum Command {
         refresh_profile: bool,
         /// The session [default: the one whose workspace is the current directory].
         session: Option<String>,
+    },
+    /// Review what a session changed: every file its workspace changed since the session's
+    /// base commit, with --diff each one's diff; --keep marks a file reviewed, --revert
+    /// puts it back as the base has it (what it holds saved on a ref first).
+    Changes {
+        /// The session.
+        session: String,
+        /// Print each file's diff too.
+        #[arg(long)]
+        diff: bool,
+        /// Mark this file kept at its content now (until it changes again).
+        #[arg(long, value_name = "PATH", conflicts_with = "revert")]
+        keep: Option<String>,
+        /// Put this file back as the base commit has it.
+        #[arg(long, value_name = "PATH")]
+        revert: Option<String>,
+        #[command(flatten)]
+        json: JsonFlag,
     },
     /// A session's prompt queue: prompts sent while a turn ran, run in order as turns end;
     /// a failed or cancelled turn halts it until `queue resume`.

@@ -22,6 +22,7 @@
 #![cfg_attr(test, allow(clippy::too_many_lines))]
 
 pub mod api;
+pub mod changes;
 pub mod cli;
 pub mod config;
 pub mod events;

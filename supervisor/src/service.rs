@@ -6,6 +6,7 @@
 //! (create, status, prompt, resume, cancel, pause, permissions); `ending.rs` how sessions
 //! end (stop, stop-all, delete, cleanup); `recovery.rs` what a restart finds.
 
+mod changes;
 mod ending;
 mod fork;
 mod lifecycle;

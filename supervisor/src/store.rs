@@ -12,6 +12,7 @@
 mod executions;
 mod forks;
 mod journal;
+mod keeps;
 mod queue;
 mod rewinds;
 mod schema;

@@ -26,6 +26,12 @@ pub const SESSION_STEER: &str = "task.session.steer";
 pub const SESSION_FORK: &str = "task.session.fork";
 /// `task.session.rewind`
 pub const SESSION_REWIND: &str = "task.session.rewind";
+/// `task.session.changes`
+pub const SESSION_CHANGES: &str = "task.session.changes";
+/// `task.session.changes.revert`
+pub const SESSION_CHANGES_REVERT: &str = "task.session.changes.revert";
+/// `task.session.changes.keep`
+pub const SESSION_CHANGES_KEEP: &str = "task.session.changes.keep";
 /// `task.session.queue.list`
 pub const SESSION_QUEUE_LIST: &str = "task.session.queue.list";
 /// `task.session.queue.edit`
@@ -167,6 +173,9 @@ pub const ALL: &[&str] = &[
     SESSION_STEER,
     SESSION_FORK,
     SESSION_REWIND,
+    SESSION_CHANGES,
+    SESSION_CHANGES_REVERT,
+    SESSION_CHANGES_KEEP,
     SESSION_QUEUE_LIST,
     SESSION_QUEUE_EDIT,
     SESSION_QUEUE_REMOVE,

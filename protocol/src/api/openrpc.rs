@@ -10,11 +10,11 @@ use serde_json::{Map, Value, json};
 
 use super::params::{self, Checked};
 use super::{
-    AgentInfo, BudgetUse, CleanupResult, Done, ErrorData, EventWindow, ForkResult, HistoryEntry,
-    PauseResult, PromptQueue, PromptStarted, ResumeResult, RewindResult, SessionConfig,
-    SessionEvent, SessionStatus, SessionSummary, SessionsEvent, Snapshot, SnapshotSummary, Steered,
-    StopAllResult, Task, TaskDetail, Timeline, UsageReport, WorkflowEvent, WorkflowStarted,
-    WorkflowStatus, WorkflowSummary, WorkflowsEvent, method,
+    AgentInfo, BudgetUse, ChangesReverted, CleanupResult, Done, ErrorData, EventWindow, ForkResult,
+    HistoryEntry, PauseResult, PromptQueue, PromptStarted, ResumeResult, RewindResult,
+    SessionChanges, SessionConfig, SessionEvent, SessionStatus, SessionSummary, SessionsEvent,
+    Snapshot, SnapshotSummary, Steered, StopAllResult, Task, TaskDetail, Timeline, UsageReport,
+    WorkflowEvent, WorkflowStarted, WorkflowStatus, WorkflowSummary, WorkflowsEvent, method,
 };
 use crate::errors::ErrorKind;
 
@@ -100,12 +100,13 @@ pub fn generate() -> Value {
     });
     let mut m = Methods { generator: settings.into_generator(), methods: Vec::new() };
     use params::{
-        BudgetSet, Cleanup, ElicitationRespond, NoParams, PermissionRespond, SessionCreate,
-        SessionDelete, SessionEventWindow, SessionFork, SessionHistory, SessionId, SessionList,
-        SessionPause, SessionPrompt, SessionQueueEdit, SessionQueueRemove, SessionResume,
-        SessionRetryTurn, SessionRewind, SessionSetConfigOption, SessionSetMode, SessionSubscribe,
-        SessionTimeline, SnapshotGet, TaskCreate, TaskDelete, TaskGet, UsageQuery, WorkflowApprove,
-        WorkflowId, WorkflowResume, WorkflowStart, WorkflowSubscribe,
+        BudgetSet, Cleanup, ElicitationRespond, NoParams, PermissionRespond, SessionChangesKeep,
+        SessionChangesRevert, SessionCreate, SessionDelete, SessionEventWindow, SessionFork,
+        SessionHistory, SessionId, SessionList, SessionPause, SessionPrompt, SessionQueueEdit,
+        SessionQueueRemove, SessionResume, SessionRetryTurn, SessionRewind, SessionSetConfigOption,
+        SessionSetMode, SessionSubscribe, SessionTimeline, SnapshotGet, TaskCreate, TaskDelete,
+        TaskGet, UsageQuery, WorkflowApprove, WorkflowId, WorkflowResume, WorkflowStart,
+        WorkflowSubscribe,
     };
     m.add::<NoParams, Vec<AgentInfo>>(
         method::AGENTS_LIST,
@@ -145,6 +146,18 @@ pub fn generate() -> Value {
     m.add::<SessionRewind, RewindResult>(
         method::SESSION_REWIND,
         "Rewinds the session to turn_id, which becomes its conversation's last: later turns stay in the history and the timeline, marked rewound, and leave the agent's context (its agent is stopped if it runs; the next prompt opens a fresh agent session primed with the turns kept). With restore_workspace, the workspace returns to its git state at that turn (the snapshot taken as it ended) after what it holds now is saved on refs/tether/rewound/<session>/<rewind>; refused, with the reason, when that state is unknown. Refused while a turn runs.",
+    );
+    m.add::<SessionId, SessionChanges>(
+        method::SESSION_CHANGES,
+        "Every file the session's workspace changed since its base commit (the workspace's commit when the session started, its worktree's base; else its HEAD), tracked or not (ignored files left out), each with its unified diff and whether a review kept it at the content it has now. Files uncommitted before the session started that still hold what they held then are not listed. Works for ended sessions while their workspace is there.",
+    );
+    m.add::<SessionChangesRevert, ChangesReverted>(
+        method::SESSION_CHANGES_REVERT,
+        "Reverts one file the changes list to its content in the base commit (in the working tree and the index; a file the base does not have is removed), after the workspace's files are saved on refs/tether/reverted/<session>/<id>, so nothing it takes away is lost. Allowed while the agent works; the agent is not told.",
+    );
+    m.add::<SessionChangesKeep, SessionChanges>(
+        method::SESSION_CHANGES_KEEP,
+        "Marks a changed file kept at content (the content task.session.changes gave: what the reviewer saw), or takes the mark back with kept: false. A file changed again after it was kept is no longer kept. Durable before the answer.",
     );
     m.add::<SessionId, PromptQueue>(
         method::SESSION_QUEUE_LIST,
@@ -442,6 +455,9 @@ mod tests {
         let _ = client.session_steer(s(), "p".into()).await;
         let _ = client.session_fork(s(), None).await;
         let _ = client.session_rewind(s(), s(), Some(true)).await;
+        let _ = client.session_changes(s()).await;
+        let _ = client.session_changes_revert(s(), "a.txt".into()).await;
+        let _ = client.session_changes_keep(s(), "a.txt".into(), "0a1b".into(), Some(false)).await;
         let _ = client.session_queue_list(s()).await;
         let _ = client.session_queue_edit(s(), "q".into(), Some("p".into()), Some(1)).await;
         let _ = client.session_queue_remove(s(), "q".into()).await;
@@ -687,6 +703,25 @@ mod tests {
             never()
         }
         async fn session_queue_list(&self, _: String) -> jsonrpsee::core::RpcResult<PromptQueue> {
+            never()
+        }
+        async fn session_changes(&self, _: String) -> jsonrpsee::core::RpcResult<SessionChanges> {
+            never()
+        }
+        async fn session_changes_revert(
+            &self,
+            _: String,
+            _: String,
+        ) -> jsonrpsee::core::RpcResult<ChangesReverted> {
+            never()
+        }
+        async fn session_changes_keep(
+            &self,
+            _: String,
+            _: String,
+            _: String,
+            _: Option<bool>,
+        ) -> jsonrpsee::core::RpcResult<SessionChanges> {
             never()
         }
         async fn session_queue_edit(

@@ -746,6 +746,45 @@ impl Checked for SessionRewind {
     }
 }
 
+/// `task.session.changes.revert`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionChangesRevert {
+    /// The session.
+    pub session_id: String,
+    /// The changed file to revert (a path `task.session.changes` lists).
+    pub path: String,
+}
+impl Checked for SessionChangesRevert {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)?;
+        within("path", &self.path, MAX_PATH)
+    }
+}
+
+/// `task.session.changes.keep`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionChangesKeep {
+    /// The session.
+    pub session_id: String,
+    /// The changed file (a path `task.session.changes` lists).
+    pub path: String,
+    /// The content kept: the `content` `task.session.changes` gave for it (what the
+    /// reviewer saw; a file changed since is not kept).
+    pub content: String,
+    /// Keep (default) or take a keep back.
+    #[serde(default)]
+    pub kept: Option<bool>,
+}
+impl Checked for SessionChangesKeep {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)?;
+        within("path", &self.path, MAX_PATH)?;
+        within("content", &self.content, MAX_ID)
+    }
+}
+
 /// `task.session.queue.edit`
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -936,16 +975,16 @@ fn strip_position(message: &str) -> String {
 pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError> {
     use method::{
         AGENTS_LIST, BUDGET_SET, CLEANUP, DISCOVER, ELICITATION_RESPOND, PERMISSION_RESPOND,
-        SESSION_CANCEL, SESSION_CONFIG_OPTIONS, SESSION_CREATE, SESSION_DELETE,
-        SESSION_EVENT_WINDOW, SESSION_FORK, SESSION_HISTORY, SESSION_LIST, SESSION_PAUSE,
-        SESSION_PROMPT, SESSION_QUEUE_CLEAR, SESSION_QUEUE_EDIT, SESSION_QUEUE_LIST,
-        SESSION_QUEUE_REMOVE, SESSION_QUEUE_RESUME, SESSION_RESUME, SESSION_RETRY_TURN,
-        SESSION_REWIND, SESSION_SET_CONFIG_OPTION, SESSION_SET_MODE, SESSION_STATUS, SESSION_STEER,
-        SESSION_STOP, SESSION_SUBSCRIBE, SESSION_SUBSCRIBE_BATCH, SESSION_TIMELINE,
-        SESSIONS_SUBSCRIBE, SNAPSHOT_GET, SNAPSHOT_LIST, STOP_ALL, TASK_CREATE, TASK_DELETE,
-        TASK_GET, TASK_LIST, USAGE_QUERY, WORKFLOW_APPROVE, WORKFLOW_CANCEL, WORKFLOW_DELETE,
-        WORKFLOW_LIST, WORKFLOW_RESUME, WORKFLOW_START, WORKFLOW_STATUS, WORKFLOW_SUBSCRIBE,
-        WORKFLOWS_SUBSCRIBE,
+        SESSION_CANCEL, SESSION_CHANGES, SESSION_CHANGES_KEEP, SESSION_CHANGES_REVERT,
+        SESSION_CONFIG_OPTIONS, SESSION_CREATE, SESSION_DELETE, SESSION_EVENT_WINDOW, SESSION_FORK,
+        SESSION_HISTORY, SESSION_LIST, SESSION_PAUSE, SESSION_PROMPT, SESSION_QUEUE_CLEAR,
+        SESSION_QUEUE_EDIT, SESSION_QUEUE_LIST, SESSION_QUEUE_REMOVE, SESSION_QUEUE_RESUME,
+        SESSION_RESUME, SESSION_RETRY_TURN, SESSION_REWIND, SESSION_SET_CONFIG_OPTION,
+        SESSION_SET_MODE, SESSION_STATUS, SESSION_STEER, SESSION_STOP, SESSION_SUBSCRIBE,
+        SESSION_SUBSCRIBE_BATCH, SESSION_TIMELINE, SESSIONS_SUBSCRIBE, SNAPSHOT_GET, SNAPSHOT_LIST,
+        STOP_ALL, TASK_CREATE, TASK_DELETE, TASK_GET, TASK_LIST, USAGE_QUERY, WORKFLOW_APPROVE,
+        WORKFLOW_CANCEL, WORKFLOW_DELETE, WORKFLOW_LIST, WORKFLOW_RESUME, WORKFLOW_START,
+        WORKFLOW_STATUS, WORKFLOW_SUBSCRIBE, WORKFLOWS_SUBSCRIBE,
     };
     match method_name {
         AGENTS_LIST | TASK_LIST | STOP_ALL | DISCOVER | WORKFLOW_LIST | SESSIONS_SUBSCRIBE
@@ -957,6 +996,8 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         SESSION_RETRY_TURN => parse::<SessionRetryTurn>(raw).map(drop),
         SESSION_FORK => parse::<SessionFork>(raw).map(drop),
         SESSION_REWIND => parse::<SessionRewind>(raw).map(drop),
+        SESSION_CHANGES_REVERT => parse::<SessionChangesRevert>(raw).map(drop),
+        SESSION_CHANGES_KEEP => parse::<SessionChangesKeep>(raw).map(drop),
         BUDGET_SET => parse::<BudgetSet>(raw).map(drop),
         USAGE_QUERY => parse::<UsageQuery>(raw).map(drop),
         WORKFLOW_SUBSCRIBE => parse::<WorkflowSubscribe>(raw).map(drop),
@@ -968,6 +1009,7 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         SESSION_SET_CONFIG_OPTION => parse::<SessionSetConfigOption>(raw).map(drop),
         SESSION_SET_MODE => parse::<SessionSetMode>(raw).map(drop),
         SESSION_STATUS
+        | SESSION_CHANGES
         | SESSION_CANCEL
         | SESSION_STOP
         | SNAPSHOT_LIST

@@ -1,12 +1,13 @@
 //! The API trait: every method of Tether's JSON-RPC surface, its params and results.
 
 use super::{
-    AgentInfo, BudgetUse, CleanupResult, Done, EventBatch, EventWindow, ForkResult, HistoryEntry,
-    PauseResult, PromptQueue, PromptStarted, ResumeResult, RewindResult, RpcResult, RuntimeKind,
-    SessionConfig, SessionEvent, SessionState, SessionStatus, SessionSummary, SessionsEvent,
-    Snapshot, SnapshotSummary, Steered, StopAllResult, SubscriptionResult, Task, TaskDetail,
-    Timeline, UsageGroupBy, UsageReport, Value, WorkflowEvent, WorkflowStarted, WorkflowStatus,
-    WorkflowSummary, WorkflowsEvent, params, rpc,
+    AgentInfo, BudgetUse, ChangesReverted, CleanupResult, Done, EventBatch, EventWindow,
+    ForkResult, HistoryEntry, PauseResult, PromptQueue, PromptStarted, ResumeResult, RewindResult,
+    RpcResult, RuntimeKind, SessionChanges, SessionConfig, SessionEvent, SessionState,
+    SessionStatus, SessionSummary, SessionsEvent, Snapshot, SnapshotSummary, Steered,
+    StopAllResult, SubscriptionResult, Task, TaskDetail, Timeline, UsageGroupBy, UsageReport,
+    Value, WorkflowEvent, WorkflowStarted, WorkflowStatus, WorkflowSummary, WorkflowsEvent, params,
+    rpc,
 };
 
 #[rpc(server, client)]
@@ -111,6 +112,30 @@ pub trait Api {
         turn_id: String,
         restore_workspace: Option<bool>,
     ) -> RpcResult<RewindResult>;
+
+    /// Every file the session's workspace changed since its base commit, with its diff
+    /// and whether a review kept it.
+    #[method(name = "task.session.changes", param_kind = map)]
+    async fn session_changes(&self, session_id: String) -> RpcResult<SessionChanges>;
+
+    /// Reverts one changed file to its content in the base commit, the workspace's files
+    /// saved on a ref first.
+    #[method(name = "task.session.changes.revert", param_kind = map)]
+    async fn session_changes_revert(
+        &self,
+        session_id: String,
+        path: String,
+    ) -> RpcResult<ChangesReverted>;
+
+    /// Marks a changed file kept at the content the reviewer saw (or takes that back).
+    #[method(name = "task.session.changes.keep", param_kind = map)]
+    async fn session_changes_keep(
+        &self,
+        session_id: String,
+        path: String,
+        content: String,
+        kept: Option<bool>,
+    ) -> RpcResult<SessionChanges>;
 
     /// The session's prompt queue: prompts sent while a turn ran, in the order they run,
     /// and why it is halted.

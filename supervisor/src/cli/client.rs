@@ -247,6 +247,9 @@ impl Client {
             Command::Sessions(command) => self.sessions(command).await,
             Command::Snapshots(command) => self.snapshots(command).await,
             Command::Queue(command) => self.queue(command).await,
+            Command::Changes { session, diff, keep, revert, json } => {
+                self.changes(session, super::review::Review { diff, keep, revert }, json.json).await
+            }
         }
     }
 

@@ -447,6 +447,17 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX session_rewinds_by_session ON session_rewinds(session_id, created_at);
     ALTER TABLE turns ADD COLUMN rewound_by TEXT;
     ",
+    // 27: A review's keeps: a changed file of a session kept at the content the reviewer
+    // saw (its blob hash, `-` for a deletion); it is kept while it still holds that.
+    "
+    CREATE TABLE change_keeps (
+        session_id TEXT NOT NULL REFERENCES task_sessions(id) ON DELETE CASCADE,
+        path TEXT NOT NULL,
+        content TEXT NOT NULL,
+        kept_at INTEGER NOT NULL,
+        PRIMARY KEY (session_id, path)
+    );
+    ",
 ];
 
 /// Brings the database up to the newest migration.

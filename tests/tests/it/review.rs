@@ -1,0 +1,127 @@
+//! The review of a session's changes end to end, with a real daemon, mock-agent writing
+//! files through the client and a real repository: what the session changed since its
+//! base (untracked files in, what was dirty before it left out), keeps that hold for the
+//! content seen, a revert that saves what it takes away on a ref, typed refusals, and the
+//! changes of an ended session.
+
+use protocol::api::{ApiClient, ChangeKind, SessionChanges};
+use protocol::errors::ErrorKind;
+use tether_tests::daemon::{Api, Daemon, call, ok};
+use tether_tests::git;
+
+async fn changes(api: &Api, session: &str) -> SessionChanges {
+    ok("changes", api.typed().session_changes(session.to_owned())).await
+}
+
+fn listed(changes: &SessionChanges) -> Vec<(&str, ChangeKind, bool)> {
+    changes.files.iter().map(|file| (file.path.as_str(), file.kind, file.kept)).collect()
+}
+
+#[tokio::test]
+async fn a_review_lists_the_sessions_changes_keeps_what_was_seen_and_reverts_without_loss() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let repo = daemon.workspace("repo");
+    git(&repo, &["init", "-q", "-b", "main"]).await;
+    std::fs::write(repo.join("README"), "the project\n").unwrap();
+    git(&repo, &["add", "."]).await;
+    git(&repo, &["commit", "-q", "-m", "start"]).await;
+    // Uncommitted before the session: not its change.
+    std::fs::write(repo.join("notes.txt"), "mine\n").unwrap();
+    let session = api.ready_session("mock", &repo).await;
+    let readme = repo.join("README");
+    api.ask(&session, &format!("/write {} the project, edited", readme.display())).await;
+    api.ask(&session, &format!("/write {} one", repo.join("src/a.txt").display())).await;
+
+    let seen = changes(&api, &session).await;
+    assert!(seen.repository);
+    assert_eq!(
+        seen.base_commit.as_deref(),
+        Some(git(&repo, &["rev-parse", "HEAD"]).await.as_str())
+    );
+    assert_eq!(
+        listed(&seen),
+        [("README", ChangeKind::Modified, false), ("src/a.txt", ChangeKind::Added, false)]
+    );
+    assert!(seen.files[0].diff.as_deref().unwrap().contains("+the project, edited"));
+    assert_eq!(seen.files[1].additions, Some(1));
+
+    // Kept at the content seen; changed again, it is shown again.
+    let added = seen.files[1].clone();
+    let kept = ok(
+        "keep",
+        api.typed().session_changes_keep(
+            session.clone(),
+            added.path.clone(),
+            added.content.clone(),
+            None,
+        ),
+    )
+    .await;
+    assert_eq!(listed(&kept)[1], ("src/a.txt", ChangeKind::Added, true));
+    api.ask(&session, &format!("/write {} two", repo.join("src/a.txt").display())).await;
+    assert_eq!(listed(&changes(&api, &session).await)[1], ("src/a.txt", ChangeKind::Added, false));
+    // A keep of what the reviewer saw before that is refused.
+    let stale = api.typed().session_changes_keep(session.clone(), added.path, added.content, None);
+    let refused = call("stale keep", stale).await.expect_err("the file changed since");
+    assert_eq!(refused.kind, ErrorKind::Conflict, "{refused:?}");
+
+    // The revert puts README back and keeps the edit on its ref.
+    let reverted =
+        ok("revert", api.typed().session_changes_revert(session.clone(), "README".into())).await;
+    assert_eq!(std::fs::read_to_string(&readme).unwrap(), "the project\n");
+    assert!(reverted.saved_ref.starts_with(&format!("refs/tether/reverted/{session}/")));
+    let saved = git(&repo, &["show", &format!("{}:README", reverted.saved_ref)]).await;
+    assert_eq!(saved, "the project, edited");
+    assert_eq!(listed(&reverted.changes), [("src/a.txt", ChangeKind::Added, false)]);
+    let nothing = api.typed().session_changes_revert(session.clone(), "notes.txt".into());
+    let refused = call("revert of no change", nothing).await.expect_err("not a change");
+    assert_eq!(refused.kind, ErrorKind::NotFound, "{refused:?}");
+
+    // An ended session's changes are still there to review.
+    ok("stop", api.typed().session_stop(session.clone())).await;
+    assert_eq!(listed(&changes(&api, &session).await), [("src/a.txt", ChangeKind::Added, false)]);
+}
+
+#[tokio::test]
+async fn a_workspace_outside_git_has_no_changes_to_review_and_says_so() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("mock", &daemon.workspace("plain")).await;
+    let seen = changes(&api, &session).await;
+    assert!(!seen.repository && seen.files.is_empty(), "{seen:?}");
+    let revert = api.typed().session_changes_revert(session.clone(), "a".into());
+    let refused = call("revert outside git", revert).await.expect_err("not a repository");
+    assert_eq!(refused.kind, ErrorKind::InvalidState, "{refused:?}");
+    assert!(refused.message.contains("not in a git repository"), "{refused:?}");
+}
+
+#[tokio::test]
+async fn the_cli_lists_the_changes_shows_diffs_keeps_and_reverts() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let repo = daemon.workspace("cli-repo");
+    tether_tests::git_repository(&repo).await;
+    let session = api.ready_session("mock", &repo).await;
+    api.ask(&session, &format!("/write {} one", repo.join("a.txt").display())).await;
+    api.ask(&session, &format!("/write {} two", repo.join("b.txt").display())).await;
+
+    let (code, out, err) = daemon.cli(&["changes", &session, "--diff"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("2 file(s) changed since"), "{out}");
+    assert!(out.contains("  A  a.txt  +1 −0"), "{out}");
+    assert!(out.contains("+one"), "the diff: {out}");
+    let (code, out, err) = daemon.cli(&["changes", &session, "--keep", "a.txt"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("kept a.txt"), "{err}");
+    assert!(out.contains("a.txt  +1 −0  kept") && out.contains("1 kept"), "{out}");
+    let (code, out, err) = daemon.cli(&["changes", &session, "--revert", "b.txt"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("reverted b.txt") && err.contains("refs/tether/reverted/"), "{err}");
+    assert!(!repo.join("b.txt").exists());
+    assert!(out.contains("1 file(s) changed") && !out.contains("b.txt"), "{out}");
+    // A path that is no change is refused with the not-found exit code.
+    let (code, _, err) = daemon.cli(&["changes", &session, "--revert", "nothing.txt"]).await;
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("nothing.txt is not among the session's changes"), "{err}");
+}
