@@ -265,6 +265,12 @@ ensure_browser() {
     chromium chromium-driver
 }
 
+# Node, for the page's unit tests (node --test on its ES modules' pure parts; no build
+# step, no packages).
+ensure_node() {
+  apt_ensure "node" 'command -v node >/dev/null 2>&1' nodejs
+}
+
 # sshd, for the test of an engine reached over ssh:// (the test starts its own; nothing
 # starts the package's service here).
 ensure_sshd() {
@@ -278,4 +284,5 @@ ensure_real_agents
 ensure_python_acp
 ensure_python_agents
 ensure_browser
+ensure_node
 ensure_sshd

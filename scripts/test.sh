@@ -39,6 +39,17 @@ export TETHER_STATIC_AGENTCTL="$static_dir/agentctl"
 # Built above: the tests need not build them again (a plain `cargo test` does).
 export TETHER_TEST_BINS_BUILT=1
 
+# The page's unit tests (its ES modules' pure parts, with Node's own test runner).
+if command -v node >/dev/null 2>&1; then
+  echo "test: the page's unit tests (node --test)"
+  node --test supervisor/src/web/tests/
+elif [ -n "${REQUIRE_DOCKER:-}" ]; then
+  echo "test: no node for the page's unit tests (scripts/setup.sh installs it as root)" >&2
+  exit 1
+else
+  echo "test: the page's unit tests skipped: no node"
+fi
+
 # The fault matrix first, with a small round count (scripts/chaos.sh --rounds 1000 is the
 # long run); the test runner's summary stays the last word.
 echo "test: fault matrix (${CHAOS_ROUNDS:-20} rounds)"

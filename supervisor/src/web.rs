@@ -25,6 +25,9 @@ const RENDER_JS: &str = include_str!("web/render.js");
 const LIST_JS: &str = include_str!("web/list.js");
 const VIEWS_JS: &str = include_str!("web/views.js");
 const REWIND_JS: &str = include_str!("web/rewind.js");
+/// The page's ES modules: the Changes tab and its pure parts.
+const CHANGES_JS: &str = include_str!("web/changes.js");
+const DIFF_JS: &str = include_str!("web/diff.js");
 /// Pinned, vendored libraries (see `web/vendor/README.md`): Markdown and its sanitizer.
 const MARKED_JS: &str = include_str!("web/vendor/marked.umd.js");
 const PURIFY_JS: &str = include_str!("web/vendor/purify.min.js");
@@ -186,6 +189,8 @@ where
                 "/ui/list.js" => Some(("text/javascript; charset=utf-8", LIST_JS.to_owned())),
                 "/ui/views.js" => Some(("text/javascript; charset=utf-8", VIEWS_JS.to_owned())),
                 "/ui/rewind.js" => Some(("text/javascript; charset=utf-8", REWIND_JS.to_owned())),
+                "/ui/changes.js" => Some(("text/javascript; charset=utf-8", CHANGES_JS.to_owned())),
+                "/ui/diff.js" => Some(("text/javascript; charset=utf-8", DIFF_JS.to_owned())),
                 "/ui/vendor/marked.umd.js" => {
                     Some(("text/javascript; charset=utf-8", MARKED_JS.to_owned()))
                 }

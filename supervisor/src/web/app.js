@@ -413,6 +413,7 @@ async function openSession(sessionId) {
   $("#settings").hidden = true;
   $("#session-title").textContent = sessionId;
   renderLists();
+  window.tetherChanges?.reset(sessionId);
   showTab("transcript");
   const visit = state.visit;
   let status;
@@ -478,6 +479,7 @@ async function follow(sessionId) {
       if (event.seq <= last) return; // already rendered (a resubscribe's overlap)
       state.lastSeq.set(sessionId, event.seq);
       render(event);
+      if (state.live) window.tetherChanges?.onEvent(event);
     });
     if (token === state.followToken) {
       state.following = { id, token };

@@ -1,10 +1,10 @@
 // The session's other views: its whole history (task.session.history), a graphical
 // timeline of its executions and turns with what happened to it (task.session.timeline),
-// its snapshots (task.session.snapshot.list/get), and the dialog that pauses it with a
+// its snapshots (task.session.snapshot.list/get), its Changes (changes.js), and the dialog that pauses it with a
 // reason.
 "use strict";
 
-const TABS = ["transcript", "history", "timeline", "snapshots"];
+const TABS = ["transcript", "history", "timeline", "snapshots", "changes"];
 
 function showTab(name) {
   for (const tab of TABS) {
@@ -19,6 +19,7 @@ function showTab(name) {
   if (name === "history") loadHistory();
   if (name === "timeline") loadTimeline();
   if (name === "snapshots") loadSnapshots();
+  if (name === "changes") window.tetherChanges?.show();
 }
 
 async function loadHistory() {
