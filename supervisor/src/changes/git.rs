@@ -62,10 +62,10 @@ pub async fn diff(repo: &Repository) -> Result<(String, String), ChangesError> {
     let git_dir =
         PathBuf::from(git(&repo.top, &["rev-parse", "--absolute-git-dir"], &[]).await?.trim());
     let scratch = git_dir.join(format!("tether-review-index-{}", uuid::Uuid::now_v7()));
-    let index = git_dir.join("index");
+    let index = ["rev-parse", "--path-format=absolute", "--git-path", "index"];
+    let index = PathBuf::from(git(&repo.top, &index, &[]).await?.trim());
     if index.exists() {
-        std::fs::copy(&index, &scratch)
-            .map_err(|err| ChangesError::Git(format!("copying the index: {err}")))?;
+        crate::rewind::git::copy_index(&index, &scratch).map_err(ChangesError::Git)?;
     }
     let scratch_text = scratch.display().to_string();
     let env = [("GIT_INDEX_FILE", scratch_text.as_str())];

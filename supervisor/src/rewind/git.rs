@@ -42,7 +42,7 @@ async fn commit_files(dir: &Path, also: Option<&str>, message: &str) -> Result<S
     if let Ok(index) = index
         && index.exists()
     {
-        std::fs::copy(&index, &scratch).map_err(|err| format!("copying the index: {err}"))?;
+        copy_index(&index, &scratch)?;
     }
     let scratch_text = scratch.display().to_string();
     let with_index = [("GIT_INDEX_FILE", scratch_text.as_str())];
@@ -59,6 +59,19 @@ async fn commit_files(dir: &Path, also: Option<&str>, message: &str) -> Result<S
     .await;
     let _ = std::fs::remove_file(&scratch);
     made
+}
+
+/// Copies a workspace's index to `scratch` with its modification time. Git trusts an
+/// entry whose file has the size and time it recorded unless the entry is "racily clean"
+/// (its file changed in the second the index was written, judged by the index file's own
+/// time): a copy stamped now would let a same-size edit made in that second pass for
+/// unchanged.
+pub(crate) fn copy_index(index: &Path, scratch: &Path) -> Result<(), String> {
+    let failed = |err: std::io::Error| format!("copying the index: {err}");
+    std::fs::copy(index, scratch).map_err(failed)?;
+    let modified = std::fs::metadata(index).and_then(|meta| meta.modified()).map_err(failed)?;
+    let copy = std::fs::OpenOptions::new().write(true).open(scratch).map_err(failed)?;
+    copy.set_modified(modified).map_err(failed)
 }
 
 /// Saves the workspace's files on `name` (a ref); the commit it points at.
