@@ -7,7 +7,7 @@
 //! pipe and with the official ACP SDK client (`sdk-baseline`) driving the same agent.
 //!
 //! `bench [SECTION…]` runs some sections only: relay, sessions, scale, restart, docker,
-//! context, workflows, page, usage, warm, idle, face.
+//! context, workflows, page, review, usage, warm, idle, face.
 // The test crate is exempt from the length rule: a scenario reads top to bottom.
 #![allow(clippy::too_many_lines)]
 
@@ -378,6 +378,10 @@ async fn main() {
     }
     if run("page") {
         page::page(&mut rows).await;
+        progress(&rows);
+    }
+    if run("review") {
+        page::review(&mut rows).await;
         progress(&rows);
     }
     if run("usage") {

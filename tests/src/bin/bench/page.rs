@@ -2,9 +2,11 @@
 //! browser (headless chromium through chromedriver) — how long until its newest events are
 //! shown, the page's first paint, and the tab's JavaScript heap — beside reading the same
 //! events over the API from the start (what a page that replays everything must read
-//! before it shows anything), measured in the same run.
+//! before it shows anything), measured in the same run. The review section: the Changes
+//! tab of a session that changed 200 files, beside the API call it makes.
 
 use super::{Daemon, Instant, RUNS, Row, json, min_median, ms};
+use protocol::api::ApiClient;
 use tether_tests::browser;
 
 /// 11 turns of 20,000 chunks: 220,000 chunk events, and each turn's own few.
@@ -16,6 +18,82 @@ pub(super) async fn page(rows: &mut Vec<Row>) {
         eprintln!("bench: the page section needs chromium and chromedriver (scripts/setup.sh)");
         return;
     }
+    Box::pin(long_session(rows)).await;
+}
+
+/// The review section: the Changes tab (also `page`'s browser, but a section of its own).
+pub(super) async fn review(rows: &mut Vec<Row>) {
+    if !browser::available() {
+        eprintln!("bench: the review section needs chromium and chromedriver (scripts/setup.sh)");
+        return;
+    }
+    Box::pin(changes(rows)).await;
+}
+
+/// Files the Changes benchmark's session changed, and the lines of each.
+const CHANGED_FILES: usize = 200;
+const FILE_LINES: usize = 40;
+
+/// The Changes tab of a session whose workspace changed 200 files (a few lines of each):
+/// from the tab's click to every file's diff drawn, beside `task.session.changes` alone.
+async fn changes(rows: &mut Vec<Row>) {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let repo = daemon.workspace("changes");
+    tether_tests::git_repository(&repo).await;
+    let line = |file: usize, at: usize, word: &str| format!("fn f{file}_{at}() {{ {word}(); }}\n");
+    let text = |file: usize, word: &str| {
+        (0..FILE_LINES).map(|at| line(file, at, word)).collect::<String>()
+    };
+    for file in 0..CHANGED_FILES {
+        std::fs::write(repo.join(format!("m{file:03}.rs")), text(file, "old")).unwrap();
+    }
+    tether_tests::git(&repo, &["add", "."]).await;
+    tether_tests::git(&repo, &["commit", "-q", "-m", "files"]).await;
+    let session = api.ready_session("mock", &repo).await;
+    for file in 0..CHANGED_FILES {
+        let edited = text(file, "old").replacen("old", "new", 3);
+        std::fs::write(repo.join(format!("m{file:03}.rs")), edited).unwrap();
+    }
+    let browser = browser::start("bench-changes").await.expect("chromium");
+    let url = format!("{}/#/session/{session}", daemon.url.replace("ws://", "http://"));
+    let (mut view, mut call) = (vec![], vec![]);
+    for _ in 0..RUNS {
+        browser.open("about:blank").await;
+        browser.open(&url).await;
+        browser.wait_text("#connection", "connected").await;
+        browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+        browser.click("[data-tab=changes]").await;
+        browser.wait_text("#changes-summary", "200 files changed").await;
+        // From nothing: the review read again and every file drawn, then a frame painted.
+        let script = "const [files, done] = arguments; const started = performance.now(); \
+            const check = () => document.querySelectorAll('#changes-files .change table').length === files; \
+            const finish = () => requestAnimationFrame(() => done(performance.now() - started)); \
+            const observer = new MutationObserver(() => { if (check()) { observer.disconnect(); finish(); } }); \
+            observer.observe(document.body, {subtree: true, childList: true}); \
+            window.tetherChanges.reset(state.open);";
+        view.push(
+            browser.run_async(script, json!([CHANGED_FILES])).await.as_f64().unwrap_or(f64::NAN),
+        );
+        let started = Instant::now();
+        let seen = api.typed().session_changes(session.clone()).await.expect("changes");
+        call.push(ms(started.elapsed()));
+        assert_eq!(seen.files.len(), CHANGED_FILES);
+    }
+    let (view_min, view_med) = min_median(&mut view);
+    let (call_min, call_med) = min_median(&mut call);
+    rows.push(Row {
+        measure: "the Changes tab of a session that changed 200 files: read and every diff drawn (min / median)",
+        target: "≤ 300 ms",
+        result: format!(
+            "{view_min:.0} / {view_med:.0} ms (task.session.changes alone: {call_min:.0} / {call_med:.0} ms)"
+        ),
+        value: json!({"files": CHANGED_FILES, "view_ms": [view_min, view_med], "call_ms": [call_min, call_med]}),
+    });
+}
+
+/// The page opening a long session at its end.
+async fn long_session(rows: &mut Vec<Row>) {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
     let session = api.ready_session("mock", &daemon.workspace("long")).await;
