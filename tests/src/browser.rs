@@ -232,6 +232,15 @@ impl Browser {
         self.command("DELETE", "actions", Value::Null).await;
     }
 
+    /// Presses `key` (a character, or a WebDriver key code) wherever the focus is: real
+    /// key events, as a person's.
+    pub async fn press(&self, key: &str) {
+        let keys = json!([{"type": "keyDown", "value": key}, {"type": "keyUp", "value": key}]);
+        let keyboard = json!({"type": "key", "id": "keyboard", "actions": keys});
+        self.command("POST", "actions", json!({"actions": [keyboard]})).await;
+        self.command("DELETE", "actions", Value::Null).await;
+    }
+
     /// Types `text` into the first element matching `css`.
     pub async fn type_into(&self, css: &str, text: &str) {
         let id = self.element(css).await;
@@ -321,6 +330,30 @@ impl Browser {
             .iter()
             .map(|v| v.as_str().unwrap_or_default().to_owned())
             .collect()
+    }
+
+    /// The serious and critical accessibility violations axe-core finds in the page as it
+    /// is, one line each (the rule, its help, the first elements); `None` when axe-core is
+    /// not installed (`scripts/setup.sh` installs it) and CI does not demand it.
+    pub async fn accessibility_violations(&self) -> Option<Vec<String>> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../.tools/npm/node_modules/axe-core/axe.min.js");
+        let Ok(axe) = std::fs::read_to_string(&path) else {
+            assert!(
+                !crate::docker::docker_required(),
+                "REQUIRE_DOCKER=1 but axe-core is not installed in .tools/npm (scripts/setup.sh installs it)"
+            );
+            eprintln!("skipped: no axe-core in .tools/npm (scripts/setup.sh installs it)");
+            return None;
+        };
+        // WebDriver's scripts are not the page's: its CSP does not apply to them.
+        self.run(&format!("{axe}\nreturn true;"), json!([])).await;
+        let script = "const done = arguments[arguments.length - 1]; \
+            axe.run(document, {resultTypes: ['violations']}).then((result) => done(result.violations \
+              .filter((v) => v.impact === 'serious' || v.impact === 'critical') \
+              .map((v) => `${v.id} (${v.impact}): ${v.help}: ${v.nodes.slice(0, 4).map((n) => n.target.join(' ')).join(', ')}`)));";
+        let found = self.run_async(script, json!([])).await;
+        Some(found.as_array()?.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
     }
 
     /// Saves a screenshot as a test artifact (`target/ui-screenshots/<test>-<step>.png`);

@@ -328,6 +328,7 @@ async function openWorkflow(workflowId) {
   location.hash = "#/workflow/" + workflowId;
   state.openWorkflow = workflowId;
   $("#workflow").hidden = false;
+  $("#workflow-review").hidden = true; // another workflow's review is not this one's
   $("#welcome").hidden = true;
   renderWorkflows();
   try {
@@ -494,8 +495,11 @@ async function follow(sessionId) {
 function renderStatus(status) {
   const branch = status.worktree_branch ? ` · ${status.worktree_branch}` : "";
   const placement = status.placement ? ` · on ${status.placement}` : "";
-  $("#session-title").textContent =
-    `${status.agent_profile_id} · ${status.session_id}${branch}${placement}`;
+  // The work first (its task's title), then what runs it.
+  const task = state.tasks.find((t) => t.id === status.task_id);
+  $("#session-title").replaceChildren(task ? task.title : "a session",
+    el("span", { class: "muted session-sub" }, ` · ${status.agent_profile_id} · ${status.session_id}${branch}${placement}`));
+  showWorking(status.state);
   const badge = $("#session-state");
   badge.textContent = status.state;
   badge.className = `badge ${status.state}`;
@@ -683,7 +687,7 @@ function queueItem(queued, count) {
     grip, el("span", { class: "muted" }, `${queued.position}.`), text, up, down, edit, remove);
   dragToReorder(grip, item, (position) => position !== queued.position && change({ position }));
   edit.addEventListener("click", () => {
-    const editor = el("textarea", { class: "queue-editor" });
+    const editor = el("textarea", { class: "queue-editor", "aria-label": "the queued prompt's text" });
     editor.value = queued.prompt;
     const save = el("button", { type: "button" }, "Save");
     const cancel = el("button", { type: "button" }, "Cancel");
@@ -740,6 +744,29 @@ function dragToReorder(grip, item, moved) {
     moved(position);
   });
   grip.addEventListener("pointercancel", end);
+}
+
+// Single keys, outside a field and a dialog: N opens the next session that needs you,
+// A goes to the open session's question (its first answer focused, Enter gives it).
+function onShortcut(event) {
+  if (event.ctrlKey || event.metaKey || event.altKey || event.isComposing) return;
+  const target = event.target;
+  if (target.closest?.("input, textarea, select, [contenteditable], dialog") || document.querySelector("dialog[open]")) return;
+  const key = event.key.toLowerCase();
+  if (key === "n") {
+    const waiting = state.sessions.filter((s) => needsYou(s) && s.id !== state.open);
+    if (!waiting.length) return activity("nothing else needs you");
+    event.preventDefault();
+    openSession(waiting[0].id);
+  } else if (key === "a") {
+    const question = [...state.permissions.values()].find((box) => box.classList.contains("open"));
+    const answer = question && question.querySelector("button, input, select");
+    if (!answer) return undefined;
+    event.preventDefault();
+    question.scrollIntoView({ block: "nearest" });
+    answer.focus();
+  }
+  return undefined;
 }
 
 async function act(method, params, confirmText) {
@@ -804,6 +831,7 @@ function wire() {
   });
   $("#steer").addEventListener("click", steer);
   $("#editing-cancel").addEventListener("click", stopEditing);
+  document.addEventListener("keydown", onShortcut);
   // Esc cancels the running turn, from anywhere on the page but an editor or a dialog
   // (where it closes what is open).
   document.addEventListener("keydown", (event) => {
@@ -821,6 +849,12 @@ function wire() {
     const started = await act("task.session.prompt", { session_id: state.open, prompt: text });
     // Not what was typed meanwhile (the turn's state can arrive before this answer).
     if (started && $("#prompt").value === text) $("#prompt").value = "";
+    // Who sends wants to see what comes of it, not the old output they had scrolled to.
+    if (started && $("#transcript").hidden === false) {
+      state.stick = true;
+      $("#jump").hidden = true;
+      stickToBottom();
+    }
   });
   $("#workflow-resume").addEventListener("click", async () => {
     const resumed = await act("workflow.resume", { workflow_id: state.openWorkflow });

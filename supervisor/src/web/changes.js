@@ -1,5 +1,5 @@
 // The Changes tab: a review of everything the open session's workspace changed since its
-// base commit (task.session.changes) — each file with its diff side by side, Keep and
+// base commit, and a workflow's review (each step's session's changes) (task.session.changes) — each file with its diff side by side, Keep and
 // Revert per file, and line comments gathered into one prompt to the agent (queued while
 // it works). Live: read again after each tool call completes and each turn ends. Files
 // are updated in place, keyed by path and content, so focus and scroll survive a reading.
@@ -332,6 +332,56 @@ async function revert(file) {
 $("#review-send").addEventListener("click", sendComments);
 $("#review-discard").addEventListener("click", discardComments);
 $("#changes-refresh").addEventListener("click", () => read());
+
+// ---- a workflow's review ---------------------------------------------------------------
+
+/** A workflow's changes: each step's session's, with a way into that session's review. */
+async function workflowReview(status) {
+  const holder = $("#workflow-review");
+  holder.hidden = false;
+  holder.replaceChildren(el("p", { class: "muted" }, "reading each step's changes…"));
+  const parts = [];
+  for (const step of status.steps.filter((s) => s.session_id)) {
+    try {
+      const changes = await rpc.call("task.session.changes", { session_id: step.session_id });
+      parts.push(stepReview(step, changes));
+    } catch (error) {
+      parts.push(el("li", { "data-review-step": step.id }, `${step.id}: the changes cannot be read: ${error.message}`));
+    }
+  }
+  if (state.openWorkflow !== status.workflow_id) return;
+  holder.replaceChildren(parts.length
+    ? el("ul", { class: "step-review", "aria-label": "each step's changes" }, ...parts)
+    : el("p", { class: "muted" }, "No step has started a session yet."));
+}
+
+function stepReview(step, changes) {
+  const sum = totals(changes.files);
+  const said = !changes.repository ? "not in a git repository"
+    : sum.files === 0 ? "no changes"
+      : `${sum.files} file${sum.files === 1 ? "" : "s"} changed · +${sum.additions} −${sum.deletions}${sum.kept ? ` · ${sum.kept} kept` : ""}`;
+  const review = el("button", { "aria-label": `review ${step.id}'s changes`, onclick: () => {
+    openSession(step.session_id);
+    showTab("changes");
+  } }, "Review");
+  const files = changes.files.map((file) => el("li", {},
+    el("span", { class: "path" }, file.path), " ",
+    el("span", { class: `badge change-${file.kind}` }, file.kind), " ",
+    el("span", { class: "muted" }, file.additions === undefined ? "binary" : `+${file.additions} −${file.deletions}`),
+    file.kept ? el("span", { class: "badge kept" }, "kept") : ""));
+  return el("li", { "data-review-step": step.id },
+    el("div", { class: "step-head" }, el("span", { class: "step-id" }, step.id), el("span", { class: "muted" }, said), review),
+    files.length ? el("ul", { class: "review-files" }, ...files) : "");
+}
+
+$("#workflow-changes").addEventListener("click", async () => {
+  const workflowId = state.openWorkflow;
+  try {
+    await workflowReview(await rpc.call("workflow.status", { workflow_id: workflowId }));
+  } catch (error) {
+    showError(error);
+  }
+});
 
 window.tetherChanges = { reset, show, onEvent };
 // A session opened before this module ran (modules run after the classic scripts).

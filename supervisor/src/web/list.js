@@ -59,10 +59,9 @@ function sessionRow(session, task) {
   return el("li", {
     class: "session" + (session.id === state.open ? " open" : "") + (flagged ? " needs-you" : ""),
     "data-session": session.id,
+    // A list item reached with Tab (Enter opens it), named by what it shows.
     tabindex: "0",
-    role: "link",
     "aria-current": session.id === state.open ? "true" : null,
-    "aria-label": `${session.title || (task ? task.title : "session")}, ${session.agent_profile_id}, ${session.state}${flagged ? ", needs you: " + why : ""}`,
     onclick: () => openSession(session.id),
     onkeydown: onRowKey,
   },

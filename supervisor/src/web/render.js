@@ -509,6 +509,11 @@ function renderTotals(usage) {
 
 // ---- the transcript ------------------------------------------------------------------
 
+// "working…" beside the state while a turn runs.
+function showWorking(sessionState) {
+  $("#working").hidden = sessionState !== "RUNNING";
+}
+
 // Whether the transcript follows new output: it does until the reader scrolls up, and
 // again once they scroll back to the end (or press "new output ↓").
 function stickToBottom() {
@@ -541,15 +546,19 @@ function render(event) {
       if (state.live && document.hidden && badge.textContent === "RUNNING" && event.state === "WAITING_FOR_INPUT") {
         state.unseen.add(state.open);
       }
+      // An error an action left is about the state it met: the state moved on, so it goes.
+      const moved = badge.textContent !== event.state;
+      if (moved) showError(null);
       badge.textContent = event.state;
       badge.className = `badge ${event.state}`;
+      showWorking(event.state);
       // The agent's session opened (a start, a resume): its settings are known now.
       if (event.state === "WAITING_FOR_INPUT" && badge.dataset.was !== "RUNNING") refreshSettings();
       badge.dataset.was = event.state;
       showActions(event.state, event.state === "WAITING_FOR_INPUT" && Boolean(event.error));
       setBadge(state.open, event.state);
       if (event.error) sessionError(new Error(event.error));
-      else if (event.state === "RUNNING") $("#session-error").hidden = true;
+      else if (moved) $("#session-error").hidden = true;
       break;
     }
     case "turn_started":

@@ -12,6 +12,8 @@ function showTab(name) {
     const button = document.querySelector(`[data-tab="${tab}"]`);
     button.classList.toggle("active", tab === name);
     button.setAttribute("aria-selected", String(tab === name));
+    // One tab in the Tab order; the arrows move between them.
+    button.tabIndex = tab === name ? 0 : -1;
   }
   $("#jump").hidden = true;
   // A fork's given conversation goes with its transcript.
@@ -302,6 +304,17 @@ function showDrift(drift) {
   box.hidden = false;
 }
 
+// The tabs as a screen reader's tab list: Left and Right (Home, End) move to a tab and show it.
+function onTabKey(event) {
+  const at = TABS.indexOf(event.currentTarget.dataset.tab);
+  const to = { ArrowRight: at + 1, ArrowLeft: at - 1, Home: 0, End: TABS.length - 1 }[event.key];
+  if (to === undefined) return;
+  event.preventDefault();
+  const name = TABS[(to + TABS.length) % TABS.length];
+  showTab(name);
+  document.querySelector(`[data-tab="${name}"]`).focus();
+}
+
 // ---- pausing ---------------------------------------------------------------------------
 
 // Pause asks why (the reason is kept with the pause and shown in its events) and how long
@@ -315,6 +328,8 @@ function askPause() {
 }
 
 function wireViews() {
+  // Cancel is not the form's submit button: Enter in the reason pauses.
+  $("#pause-cancel").addEventListener("click", () => $("#pause-dialog").close("cancel"));
   $("#pause-dialog").addEventListener("close", () => {
     const dialog = $("#pause-dialog");
     if (dialog.returnValue !== "pause") return;
@@ -325,8 +340,8 @@ function wireViews() {
     actOnSession("task.session.pause", undefined, params);
   });
   for (const button of document.querySelectorAll(".tabs button")) {
-    button.setAttribute("role", "tab");
     button.addEventListener("click", () => showTab(button.dataset.tab));
+    button.addEventListener("keydown", onTabKey);
   }
 }
 

@@ -44,6 +44,8 @@ mod steer;
 mod supervisor;
 mod tidy;
 mod usage;
+mod web_access;
+mod web_friction;
 mod web_review;
 mod web_ui;
 mod web_views;

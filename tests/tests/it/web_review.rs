@@ -127,3 +127,44 @@ async fn reverted(browser: &Browser, repo: &std::path::Path) {
     let saved_lib = git(repo, &["show", &format!("{saved}:src/lib.rs")]).await;
     assert!(saved_lib.starts_with("/// Adds two numbers."), "{saved_lib}");
 }
+
+/// A workflow's review: each step's session's changes since its own base, and a way into
+/// that session's Changes tab.
+#[tokio::test]
+async fn a_workflows_changes_are_reviewed_step_by_step() {
+    Box::pin(workflow_review()).await;
+}
+
+async fn workflow_review() {
+    let Some(browser) = browser::start("workflow-review").await else { return };
+    let daemon = Box::pin(Daemon::start(&[])).await;
+    let api = daemon.api().await;
+    let repo = daemon.workspace("flow");
+    tether_tests::git_repository(&repo).await;
+    let spec = format!(
+        "name = \"reviewed flow\"\n[[steps]]\nid = \"plan\"\nagent = \"mock\"\nprompt = \"/write {} the plan\"\n\
+         [[steps]]\nid = \"build\"\nagent = \"mock\"\ndepends_on = [\"plan\"]\nprompt = \"/write {} built\"\n",
+        repo.join("PLAN.md").display(),
+        repo.join("src/main.rs").display()
+    );
+    let started = Box::pin(api.start_workflow(spec, &repo)).await;
+    let (end, _) = Box::pin(api.workflow_end(&started.workflow_id)).await;
+    assert_eq!(end, protocol::api::WorkflowState::Completed);
+    let url =
+        format!("{}/#/workflow/{}", daemon.url.replace("ws://", "http://"), started.workflow_id);
+    connected(&browser, &url).await;
+    browser.wait_text("#workflow-state", "completed").await;
+    browser.click("#workflow-changes").await;
+    // The build step started after the plan was written: the plan is not its change.
+    let build = "[data-review-step=build]";
+    browser.wait_text(build, "1 file changed · +1 −0").await;
+    browser.wait_text(&format!("{build} .review-files"), "src/main.rs").await;
+    assert!(
+        !browser.texts(build).await.concat().contains("PLAN.md"),
+        "the plan is not the build's"
+    );
+    browser.wait_text("[data-review-step=plan] .review-files", "PLAN.md").await;
+    browser.click("button[aria-label=\"review build's changes\"]").await;
+    browser.wait_text("#changes-summary", "1 file changed").await;
+    browser.wait_text(".change[data-path='src/main.rs'] td.code.ins", "built").await;
+}

@@ -1,0 +1,157 @@
+//! The page's small frictions, each pinned in a real browser: sending while scrolled up
+//! shows what comes of it, Enter in the pause's reason pauses, an action's error goes when
+//! the state moves on, the heading names the task, a running turn says it is working, and
+//! a disabled button looks it.
+
+use serde_json::json;
+use tether_tests::browser::{self, Browser};
+use tether_tests::daemon::Daemon;
+
+async fn connected(browser: &Browser, url: &str) {
+    browser.open(url).await;
+    browser.wait_text("#connection", "connected").await;
+}
+
+/// A ready mock session (of the task "mock test") open in the page.
+async fn session_page(browser: &Browser) -> (Daemon, String) {
+    let daemon = Box::pin(Daemon::start(&[])).await;
+    let api = daemon.api().await;
+    let session = Box::pin(api.ready_session("mock", &daemon.workspace("friction"))).await;
+    let url = format!("{}/#/session/{session}", daemon.url.replace("ws://", "http://"));
+    connected(browser, &url).await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    (daemon, session)
+}
+
+async fn send(browser: &Browser, text: &str) {
+    browser.set_value("#prompt", text).await;
+    browser.click("#prompt-form button[type=submit]").await;
+}
+
+#[tokio::test]
+async fn sending_while_scrolled_up_shows_what_comes_of_it() {
+    let Some(browser) = browser::start("friction-scroll").await else { return };
+    let (_daemon, _session) = session_page(&browser).await;
+    browser.set_window(1000, 700).await;
+    send(&browser, "/stream 400").await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    let scrolled = "const box = document.querySelector('#transcript'); box.scrollTop = 0; \
+        box.dispatchEvent(new Event('scroll')); return box.scrollHeight > box.clientHeight * 2;";
+    assert_eq!(browser.run(scrolled, json!([])).await, json!(true), "a transcript to scroll");
+    send(&browser, "/say the answer").await;
+    browser.wait_text("#transcript .agent", "the answer").await;
+    let at_end = "const box = document.querySelector('#transcript'); \
+        return box.scrollHeight - box.scrollTop - box.clientHeight < 40;";
+    assert_eq!(browser.run(at_end, json!([])).await, json!(true), "the new output is in view");
+}
+
+#[tokio::test]
+async fn enter_in_the_pause_reason_pauses_the_session() {
+    let Some(browser) = browser::start("friction-pause").await else { return };
+    let (_daemon, _session) = session_page(&browser).await;
+    browser.click("#pause").await;
+    browser.type_into("#pause-reason", "lunch\u{E007}").await;
+    browser.wait_text("#session-state", "PAUSED").await;
+    browser.wait_text("#activity", "paused: lunch").await;
+}
+
+#[tokio::test]
+async fn an_actions_error_goes_when_the_state_moves_on() {
+    let Some(browser) = browser::start("friction-error").await else { return };
+    let (_daemon, session) = session_page(&browser).await;
+    send(&browser, "/sleep 3000").await;
+    browser.wait_text("#session-state", "RUNNING").await;
+    // Rewinding while a turn runs is refused: the refusal names the running turn.
+    let refused =
+        "act('task.session.rewind', {session_id: arguments[0], turn_id: 'none'}); return true;";
+    browser.run(refused, json!([session])).await;
+    browser.wait_text("#session-error", "").await;
+    let shown = "return !document.querySelector('#session-error').hidden && !document.querySelector('#error').hidden;";
+    assert_eq!(browser.run(shown, json!([])).await, json!(true), "the refusal is shown");
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    let gone = "return document.querySelector('#session-error').hidden && document.querySelector('#error').hidden;";
+    assert_eq!(browser.run(gone, json!([])).await, json!(true), "the refusal went with the state");
+}
+
+#[tokio::test]
+async fn the_heading_names_the_task_and_a_running_turn_says_it_is_working() {
+    let Some(browser) = browser::start("friction-heading").await else { return };
+    let (_daemon, session) = session_page(&browser).await;
+    let heading = browser.wait_text("#session-title", "mock test").await;
+    assert!(heading.starts_with("mock test") && heading.contains(&session), "{heading}");
+    let working = "return document.querySelector('#working').hidden;";
+    assert_eq!(browser.run(working, json!([])).await, json!(true), "at rest: not working");
+    send(&browser, "/sleep 1500").await;
+    browser.wait_text("#working", "working").await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    assert_eq!(browser.run(working, json!([])).await, json!(true), "the turn ended");
+}
+
+#[tokio::test]
+async fn a_disabled_button_looks_disabled() {
+    let Some(browser) = browser::start("friction-disabled").await else { return };
+    let (_daemon, _session) = session_page(&browser).await;
+    let looks = "const b = document.createElement('button'); b.textContent = 'x'; \
+        document.querySelector('#session .actions').append(b); \
+        const on = getComputedStyle(b).opacity; b.disabled = true; \
+        const off = getComputedStyle(b); const result = [on, off.opacity, off.cursor]; b.remove(); return result;";
+    let [enabled, disabled, cursor] =
+        browser.run(looks, json!([])).await.as_array().cloned().unwrap().try_into().unwrap();
+    assert_eq!(enabled, json!("1"));
+    assert!(disabled.as_str().unwrap().parse::<f64>().unwrap() < 0.6, "{disabled}");
+    assert_eq!(cursor, json!("not-allowed"));
+}
+
+/// On a phone: a diff fits the screen (its halves stacked, lines wrapped), and an open
+/// workflow leaves the session list its full width.
+#[tokio::test]
+async fn on_a_phone_a_diff_fits_and_an_open_workflow_leaves_the_list_whole() {
+    let Some(browser) = browser::start("friction-phone").await else { return };
+    let (daemon, _session) = session_page(&browser).await;
+    browser.set_window(390, 844).await;
+    let long =
+        "let parsed = parser.parse_everything_in_this_rather_long_line(input, options, more);";
+    send(&browser, &format!("/diff src/lib.rs fn a() {{}} => fn a() {{ {long} }}")).await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    let fits = "const cell = document.querySelector('#transcript .diff td.code.ins'); \
+        const box = cell.getBoundingClientRect(); \
+        return [box.left >= 0 && box.right <= window.innerWidth, \
+                document.documentElement.scrollWidth <= window.innerWidth];";
+    assert_eq!(browser.run(fits, json!([])).await, json!([true, true]), "the diff fits");
+    let api = daemon.api().await;
+    let spec = "name = \"phone flow\"\n[[steps]]\nid = \"only\"\nagent = \"mock\"\nprompt = \"/say done\"\n";
+    let started = Box::pin(api.start_workflow(spec, &daemon.workspace("phone-flow"))).await;
+    let url =
+        format!("{}/#/workflow/{}", daemon.url.replace("ws://", "http://"), started.workflow_id);
+    connected(&browser, &url).await;
+    browser.wait_text("#workflow-title", "phone flow").await;
+    let widths = "return [document.querySelector('#tasks').getBoundingClientRect().width, \
+        document.querySelector('#workflow').getBoundingClientRect().width, window.innerWidth];";
+    let widths = browser.run(widths, json!([])).await;
+    let [list, workflow, screen] = [0, 1, 2].map(|at| widths[at].as_f64().unwrap());
+    assert!(
+        list > screen * 0.8 && workflow > screen * 0.8,
+        "list {list}, workflow {workflow} of {screen}"
+    );
+}
+
+/// N opens the next session that needs you, A goes to its question, Enter answers it.
+#[tokio::test]
+async fn keys_reach_the_next_session_that_needs_you_and_answer_its_question() {
+    let Some(browser) = browser::start("friction-keys").await else { return };
+    let (daemon, _quiet) = session_page(&browser).await;
+    let api = daemon.api().await;
+    let asking = Box::pin(api.ready_session("mock", &daemon.workspace("asking"))).await;
+    api.prompt(&asking, "/permission\nmay I list the files?").await.expect("prompt");
+    browser.wait_text(&format!("[data-session='{asking}']"), "needs you").await;
+    browser.run("document.activeElement.blur(); return true;", json!([])).await;
+    browser.press("n").await;
+    browser.wait_text("#session-title", &asking).await;
+    browser.wait_text(".permission.open", "mock tool").await;
+    browser.press("a").await;
+    let focused = "return document.activeElement.closest('.permission') !== null;";
+    assert_eq!(browser.run(focused, json!([])).await, json!(true), "on the question's answer");
+    browser.press("\u{E007}").await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    browser.wait_text(".permission .answer", "answered").await;
+}
