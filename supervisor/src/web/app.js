@@ -769,6 +769,82 @@ function onShortcut(event) {
   return undefined;
 }
 
+// ---- starting work --------------------------------------------------------------------
+
+// One dialog starts work: what the agent should do, the agent, the workspace (recent ones
+// offered, any path typed), a worktree or not — the task is made on the way (titled by
+// the prompt's first line) unless an existing one is picked.
+function wireNewSession() {
+  const dialog = $("#new-session-dialog");
+  const form = document.forms["new-session"];
+  $("#new-session-open").addEventListener("click", () => {
+    $("#new-session-error").hidden = true;
+    renderForms();
+    dialog.showModal();
+    form.elements.prompt.focus();
+  });
+  $("#new-session-cancel").addEventListener("click", () => dialog.close());
+  form.elements.task.addEventListener("change", () => {
+    $("#new-title").hidden = form.elements.task.value !== "";
+  });
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    startSession(form);
+  });
+}
+
+// The new task's title: as typed, else the prompt's first line (shortened).
+function newTaskTitle(form) {
+  const typed = form.title.value.trim();
+  if (typed) return typed;
+  const line = form.prompt.value.trim().split("\n")[0].replace(/^\/\S+\s*/, "").trim() || form.prompt.value.trim().split("\n")[0];
+  return line.length > 80 ? line.slice(0, 79) + "…" : line;
+}
+
+function newSessionError(error) {
+  const box = $("#new-session-error");
+  box.hidden = false;
+  box.textContent = error.kind ? `${error.kind}: ${error.message}` : error.message;
+}
+
+async function startSession(formNode) {
+  const form = formNode.elements;
+  $("#new-session-error").hidden = true;
+  try {
+    let taskId = form.task.value;
+    if (!taskId) {
+      const title = newTaskTitle(form);
+      if (!title) return newSessionError(new Error("Say what the agent should do, or give the task a title."));
+      const task = await rpc.call("task.create", { title, description: form.prompt.value || undefined });
+      await refreshLists();
+      // A retry after a refusal below starts a session of this task, not another task.
+      form.task.value = task.id;
+      $("#new-title").hidden = true;
+      taskId = task.id;
+    }
+    const session = await rpc.call("task.session.create", {
+      task_id: taskId,
+      agent_profile_id: form.agent.value,
+      workspace_path: form.workspace.value.trim() || undefined,
+      prompt: form.prompt.value || undefined,
+      runtime: form.runtime.value || undefined,
+      // Unchecked leaves it to the profile (a [workspace] section makes worktrees).
+      worktree: form.worktree.checked || undefined,
+      shared: form.shared.checked || undefined,
+      base: form.base.value || undefined,
+      labels: parseLabels(form.labels.value),
+    });
+    $("#new-session-dialog").close();
+    formNode.reset();
+    $("#new-title").hidden = false;
+    await refreshLists();
+    await openSession(session.id);
+  } catch (error) {
+    newSessionError(error);
+  }
+  return undefined;
+}
+
 async function act(method, params, confirmText) {
   if (confirmText && !window.confirm(confirmText)) return undefined;
   try {
@@ -789,35 +865,7 @@ function wire() {
     $("#token-note").textContent = "";
     rpc.connect();
   });
-  document.forms["new-task"].addEventListener("submit", async (event) => {
-    event.preventDefault();
-    const form = event.target.elements;
-    const task = await act("task.create", { title: form.title.value, description: form.description.value || undefined });
-    if (task) {
-      event.target.reset();
-      await refreshLists();
-      document.forms["new-session"].elements.task.value = task.id;
-    }
-  });
-  document.forms["new-session"].addEventListener("submit", async (event) => {
-    event.preventDefault();
-    const form = event.target.elements;
-    const session = await act("task.session.create", {
-      task_id: form.task.value,
-      agent_profile_id: form.agent.value,
-      workspace_path: form.workspace.value || undefined,
-      prompt: form.prompt.value || undefined,
-      runtime: form.runtime.value || undefined,
-      // Unchecked leaves it to the profile (a [workspace] section makes worktrees).
-      worktree: form.worktree.checked || undefined,
-      base: form.base.value || undefined,
-      labels: parseLabels(form.labels.value),
-    });
-    if (session) {
-      await refreshLists();
-      await openSession(session.id);
-    }
-  });
+  wireNewSession();
   // Enter sends (queued while the agent works); Alt+Enter steers the running turn;
   // Shift+Enter (or an input method composing) is a new line.
   $("#prompt").addEventListener("keydown", (event) => {

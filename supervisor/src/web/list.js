@@ -96,12 +96,18 @@ function fillSelect(select, options, chosen) {
   select.value = chosen;
 }
 
-// The new-session form's choices.
+// The new-session dialog's choices: tasks (a new one first), agents, recent workspaces.
 function renderForms() {
   const taskSelect = document.forms["new-session"].elements.task;
   const chosenTask = taskSelect.value;
-  taskSelect.replaceChildren(...state.tasks.map((t) => el("option", { value: t.id }, t.title)));
-  if (chosenTask) taskSelect.value = chosenTask;
+  taskSelect.replaceChildren(el("option", { value: "" }, "a new task"),
+    ...state.tasks.map((t) => el("option", { value: t.id }, t.title)));
+  taskSelect.value = chosenTask;
+  $("#new-title").hidden = taskSelect.value !== "";
+  // The workspaces of the newest sessions first (a worktree's own path is not one to reuse).
+  const recent = [...new Set([...state.sessions].sort((a, b) => b.created_at - a.created_at)
+    .filter((s) => !s.worktree_branch).map((s) => s.workspace_path))].slice(0, 20);
+  $("#recent-workspaces").replaceChildren(...recent.map((path) => el("option", { value: path })));
   const agentSelect = document.forms["new-session"].elements.agent;
   const chosen = agentSelect.value;
   agentSelect.replaceChildren(

@@ -155,3 +155,36 @@ async fn keys_reach_the_next_session_that_needs_you_and_answer_its_question() {
     browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
     browser.wait_text(".permission .answer", "answered").await;
 }
+
+/// One place to start work: the prompt titles the task made on the way, a recent
+/// workspace is offered, and the new session opens.
+#[tokio::test]
+async fn the_new_session_dialog_starts_work_in_one_place() {
+    let Some(browser) = browser::start("friction-start").await else { return };
+    let (daemon, earlier) = session_page(&browser).await;
+    let workspace = daemon.workspace("friction");
+    // Its workspace free again: a recent one to start the next session in.
+    let api = daemon.api().await;
+    tether_tests::daemon::ok("stop", protocol::api::ApiClient::session_stop(api.typed(), earlier))
+        .await;
+    browser.click("#new-session-open").await;
+    let open = "return document.querySelector('#new-session-dialog').open;";
+    assert_eq!(browser.run(open, json!([])).await, json!(true));
+    let recent =
+        "return [...document.querySelectorAll('#recent-workspaces option')].map((o) => o.value);";
+    let offered = browser.run(recent, json!([])).await;
+    assert_eq!(offered, json!([workspace.to_str().unwrap()]), "the workspace used before");
+    browser
+        .type_into(
+            "#new-session textarea[name=prompt]",
+            "Fix the flaky parser test\nIt fails one run in ten.",
+        )
+        .await;
+    browser.set_value("#new-session select[name=agent]", "mock").await;
+    browser.type_into("#new-session input[name=workspace]", workspace.to_str().unwrap()).await;
+    browser.click("#new-session-start").await;
+    let heading = browser.wait_text("#session-title", "Fix the flaky parser test").await;
+    assert!(!heading.contains("It fails"), "the first line titles the task: {heading}");
+    browser.wait_text("#transcript .agent", "Fix the flaky parser test").await;
+    assert_eq!(browser.run(open, json!([])).await, json!(false), "the dialog closed");
+}

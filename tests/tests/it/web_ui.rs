@@ -45,9 +45,8 @@ async fn the_page_creates_a_session_and_streams_its_reply() {
     let daemon = Daemon::start(&[]).await;
     connected(&browser, &page(&daemon)).await;
     // A task, then a session of the mock agent with a first prompt.
-    browser.type_into("#new-task input[name=title]", "ui task").await;
-    browser.click("#new-task button[type=submit]").await;
-    browser.wait_text("#new-session select[name=task]", "ui task").await;
+    browser.click("#new-session-open").await;
+    browser.type_into("#new-session input[name=title]", "ui task").await;
     browser.set_value("#new-session select[name=agent]", "mock").await;
     let workspace = daemon.workspace("ui");
     browser.type_into("#new-session input[name=workspace]", workspace.to_str().unwrap()).await;
@@ -94,12 +93,12 @@ async fn the_page_creates_a_worktree_session_and_shows_its_branch() {
         assert!(status.success());
     }
     connected(&browser, &page(&daemon)).await;
-    browser.type_into("#new-task input[name=title]", "Branch Me").await;
-    browser.click("#new-task button[type=submit]").await;
-    browser.wait_text("#new-session select[name=task]", "Branch Me").await;
+    browser.click("#new-session-open").await;
+    browser.type_into("#new-session input[name=title]", "Branch Me").await;
     browser.set_value("#new-session select[name=agent]", "mock").await;
     browser.type_into("#new-session input[name=workspace]", repo.to_str().unwrap()).await;
     browser.click("#new-session input[name=worktree]").await;
+    browser.click("#new-session-more summary").await;
     browser.type_into("#new-session input[name=base]", "main").await;
     browser.click("#new-session button[type=submit]").await;
     browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
@@ -119,16 +118,16 @@ async fn the_page_sends_placement_labels_and_shows_a_refusal() {
     let Some(browser) = browser::start("labels").await else { return };
     let daemon = Daemon::start(&[]).await;
     connected(&browser, &page(&daemon)).await;
-    browser.type_into("#new-task input[name=title]", "Placed").await;
-    browser.click("#new-task button[type=submit]").await;
-    browser.wait_text("#new-session select[name=task]", "Placed").await;
+    browser.click("#new-session-open").await;
+    browser.type_into("#new-session input[name=title]", "Placed").await;
     browser.set_value("#new-session select[name=agent]", "mock").await;
     browser.set_value("#new-session select[name=runtime]", "standalone").await;
     let workspace = daemon.workspace("l");
     browser.type_into("#new-session input[name=workspace]", workspace.to_str().unwrap()).await;
+    browser.click("#new-session-more summary").await;
     browser.type_into("#new-session input[name=labels]", "zone=a gpu=yes").await;
     browser.click("#new-session button[type=submit]").await;
-    let shown = browser.wait_text("#error", "does not place sessions by labels").await;
+    let shown = browser.wait_text("#new-session-error", "does not place sessions by labels").await;
     assert!(shown.starts_with("invalid_params"), "{shown}");
     browser.screenshot("labels").await;
     let api = daemon.api().await;
@@ -283,13 +282,12 @@ async fn errors_are_shown_with_their_reason() {
     assert!(shown.contains("COMPLETED"), "the reason is shown: {shown}");
     browser.screenshot("error").await;
     // A session that cannot start says why.
-    browser.type_into("#new-task input[name=title]", "bad").await;
-    browser.click("#new-task button[type=submit]").await;
-    browser.wait_text("#new-session select[name=task]", "bad").await;
+    browser.click("#new-session-open").await;
+    browser.type_into("#new-session input[name=title]", "bad").await;
     browser.set_value("#new-session select[name=agent]", "mock").await;
     browser.type_into("#new-session input[name=workspace]", "relative/path").await;
     browser.click("#new-session button[type=submit]").await;
-    let shown = browser.wait_text("#error", "invalid_params").await;
+    let shown = browser.wait_text("#new-session-error", "invalid_params").await;
     assert!(shown.contains("workspace"), "{shown}");
 }
 
