@@ -294,8 +294,9 @@ function workflowNeedsYou(workflow) {
 }
 
 function renderWorkflows() {
-  $("#workflows").replaceChildren(
-    ...state.workflows.map((workflow) => {
+  reconcile($("#workflows"), state.workflows, (workflow) => workflow.workflow_id,
+    (workflow) => JSON.stringify([workflow, workflow.workflow_id === state.openWorkflow]),
+    (workflow) => {
       const flagged = workflowNeedsYou(workflow);
       const why = `${workflow.waiting_approval.join(", ")} waits for approval`;
       return el(
@@ -309,8 +310,7 @@ function renderWorkflows() {
         el("span", { class: "workflow-name" }, `${workflow.name} · ${workflow.steps_done}/${workflow.steps} steps`),
         flagged ? el("span", { class: "needs-you-flag", title: why }, "needs you") : "",
       );
-    }),
-  );
+    });
   $("#workflows-section").hidden = state.workflows.length === 0;
 }
 

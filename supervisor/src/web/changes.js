@@ -1,8 +1,9 @@
 // The Changes tab: a review of everything the open session's workspace changed since its
-// base commit, and a workflow's review (each step's session's changes) (task.session.changes) — each file with its diff side by side, Keep and
+// base commit (task.session.changes) — each file with its diff side by side, Keep and
 // Revert per file, and line comments gathered into one prompt to the agent (queued while
-// it works). Live: read again after each tool call completes and each turn ends. Files
-// are updated in place, keyed by path and content, so focus and scroll survive a reading.
+// it works) — and a workflow's review (each step's session's changes). Live: read again after each tool call completes and each turn ends. Files
+// are updated in place (render.js `reconcile`), keyed by path and content, so focus and
+// scroll survive a reading.
 // An ES module over the classic scripts' globals (`rpc`, `state`, `el`, `$`, `activity`,
 // `showError`); its pure parts are in diff.js.
 import { parseHunks, sideBySide, totals, commentsPrompt } from "./diff.js";
@@ -15,8 +16,6 @@ const review = {
   reading: false, // a read is in flight
   again: false, // something changed while it was: read once more
   stale: true, // the tab was hidden when something changed
-  /** @type {Map<string, {key: string, node: HTMLElement}>} path → its section */
-  shown: new Map(),
   open: new Set(), // paths expanded by the reviewer (kept files start folded)
   folded: new Set(), // paths folded by the reviewer
   comments: [],
@@ -42,7 +41,7 @@ function saveComments() {
 /** A session was opened: its review starts over (its comments come back from storage). */
 function reset(sessionId) {
   review.session = sessionId;
-  review.shown.clear();
+  $("#changes-files").keyed = null;
   review.open.clear();
   review.folded.clear();
   review.draft = null;
@@ -108,37 +107,22 @@ function draw(changes) {
         + (sum.kept ? ` · ${sum.kept} kept` : "") + (changes.truncated ? " · more not listed" : "")
         + (changes.error ? ` · ${changes.error}` : "");
   // Hidden, only the counts are kept up to date: the files are drawn when it is shown.
-  if (visible()) place(changes.files.map((file) => section(file, changes.base_commit)));
+  if (visible()) drawFiles(changes.files, changes.base_commit);
 }
 
-/** Puts the sections in order, moving and replacing only what changed. */
-function place(nodes) {
-  const holder = $("#changes-files");
-  nodes.forEach((node, at) => {
-    const there = holder.children[at];
-    if (there !== node) holder.insertBefore(node, there || null);
+/** A file's section is drawn again only when what it shows changed. */
+function drawFiles(files, base) {
+  const shown = (file) => ({
+    comments: review.comments.filter((c) => c.path === file.path),
+    expanded: review.open.has(file.path) || (!file.kept && !review.folded.has(file.path)),
+    draft: review.draft && review.draft.path === file.path ? review.draft : null,
   });
-  while (holder.children.length > nodes.length) holder.lastElementChild.remove();
-  const paths = new Set(nodes.map((node) => node.dataset.path));
-  for (const path of review.shown.keys()) if (!paths.has(path)) review.shown.delete(path);
-}
-
-/** A file's section: the one shown when its content, keep and comments are unchanged. */
-function section(file, base) {
-  const comments = review.comments.filter((c) => c.path === file.path);
-  const expanded = review.open.has(file.path) || (!file.kept && !review.folded.has(file.path));
-  const draft = review.draft && review.draft.path === file.path ? review.draft : null;
-  const key = JSON.stringify([base, file.content, file.kept, expanded, comments, draft, file.omitted || ""]);
-  const known = review.shown.get(file.path);
-  if (known && known.key === key) return known.node;
-  const node = fileSection(file, expanded, comments);
-  if (known && known.node.contains(document.activeElement)) {
-    // The reviewer is on this file: the new section takes the focus where it was.
-    const label = document.activeElement.getAttribute("aria-label");
-    queueMicrotask(() => node.querySelector(`[aria-label="${CSS.escape(label || "")}"]`)?.focus());
-  }
-  review.shown.set(file.path, { key, node });
-  return node;
+  reconcile($("#changes-files"), files, (file) => file.path,
+    (file) => JSON.stringify([base, file.content, file.kept, file.omitted || "", shown(file)]),
+    (file) => {
+      const { expanded, comments } = shown(file);
+      return fileSection(file, expanded, comments);
+    });
 }
 
 function fileSection(file, expanded, comments) {
@@ -320,11 +304,9 @@ async function revert(file) {
   try {
     const reverted = await rpc.call("task.session.changes.revert", { session_id: review.session, path: file.path });
     activity(`reverted ${reverted.path} (what it held is on ${reverted.saved_ref})`);
-    review.shown.delete(file.path);
     draw(reverted.changes);
   } catch (error) {
     showError(error);
-    review.shown.delete(file.path);
     read();
   }
 }

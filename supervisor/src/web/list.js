@@ -41,7 +41,11 @@ function renderLists() {
     .filter((s) => matchesList(s, tasks.get(s.task_id)))
     .sort((a, b) => order * (a.created_at - b.created_at || a.id.localeCompare(b.id)));
   const shown = matching.slice(0, state.list.shown);
-  $("#tasks").replaceChildren(...shown.map((session) => sessionRow(session, tasks.get(session.task_id))));
+  // Rows are updated in place: the one a person is on keeps the focus.
+  reconcile($("#tasks"), shown, (session) => session.id,
+    (session) => JSON.stringify([session, tasks.get(session.task_id)?.title, needsYou(session),
+      session.id === state.open, ago(session.created_at)]),
+    (session) => sessionRow(session, tasks.get(session.task_id)));
   $("#list-count").textContent = matching.length === state.sessions.length
     ? `${matching.length} session${matching.length === 1 ? "" : "s"}`
     : `${matching.length} of ${state.sessions.length} sessions`;

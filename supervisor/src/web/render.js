@@ -20,6 +20,43 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// Keeps `holder`'s children as `items` say, keyed: a child whose signature did not change
+// stays the node it was (its focus, scroll and selection with it), only changed children
+// are built again, and none is moved unless the order changed. The focus stays where it
+// was (on the rebuilt child, when the one that had it was rebuilt).
+function reconcile(holder, items, keyOf, signatureOf, build) {
+  if (!holder.keyed) holder.keyed = new Map();
+  const known = holder.keyed;
+  const focused = holder.contains(document.activeElement) ? document.activeElement : null;
+  let rebuilt = null; // the child built anew in place of the one that held the focus
+  const nodes = items.map((item) => {
+    const key = keyOf(item);
+    const signature = signatureOf(item);
+    const had = known.get(key);
+    if (had && had.signature === signature) return had.node;
+    const node = build(item);
+    if (focused && had && had.node.contains(focused)) rebuilt = node;
+    known.set(key, { signature, node });
+    return node;
+  });
+  nodes.forEach((node, at) => {
+    const there = holder.children[at];
+    if (there !== node) holder.insertBefore(node, there || null);
+  });
+  while (holder.children.length > nodes.length) holder.lastElementChild.remove();
+  const keys = new Set(items.map(keyOf));
+  for (const key of known.keys()) if (!keys.has(key)) known.delete(key);
+  // A node moved in the document loses the focus, and a rebuilt one is new: the focus goes
+  // back where it was (in a rebuilt child, to what has the same label, else the child).
+  if (!focused || document.activeElement === focused) return;
+  let target = focused.isConnected ? focused : null;
+  if (!target && rebuilt) {
+    const label = focused.getAttribute("aria-label");
+    target = (label && rebuilt.querySelector(`[aria-label="${CSS.escape(label)}"]`)) || rebuilt;
+  }
+  if (target) target.focus({ preventScroll: true });
+}
+
 // ---- Markdown ------------------------------------------------------------------------
 
 // Past this size a reply is shown as plain text.

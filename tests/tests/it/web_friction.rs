@@ -188,3 +188,29 @@ async fn the_new_session_dialog_starts_work_in_one_place() {
     browser.wait_text("#transcript .agent", "Fix the flaky parser test").await;
     assert_eq!(browser.run(open, json!([])).await, json!(false), "the dialog closed");
 }
+
+/// The list is updated in place: a row a person is on keeps the focus when sessions come
+/// and when its own session changes.
+#[tokio::test]
+async fn a_list_update_keeps_the_focus_on_its_row() {
+    let Some(browser) = browser::start("friction-focus").await else { return };
+    let (daemon, open) = session_page(&browser).await;
+    let api = daemon.api().await;
+    let other = Box::pin(api.ready_session("mock", &daemon.workspace("other"))).await;
+    let row = format!("#tasks [data-session='{other}']");
+    browser.wait_text(&row, "WAITING_FOR_INPUT").await;
+    let mark = "const row = document.querySelector(arguments[0]); row.focus(); row.dataset.marked = 'yes'; \
+        return document.activeElement === row;";
+    assert_eq!(browser.run(mark, json!([row])).await, json!(true));
+    // Another session comes: the row stays the node it was, focused.
+    let third = Box::pin(api.ready_session("mock", &daemon.workspace("third"))).await;
+    browser.wait_text(&format!("#tasks [data-session='{third}']"), "WAITING_FOR_INPUT").await;
+    let focused = "const now = document.activeElement; return [now.dataset.session, now.dataset.marked || null];";
+    assert_eq!(browser.run(focused, json!([])).await, json!([other, "yes"]));
+    // Its own session changes: the row is drawn again and keeps the focus.
+    Box::pin(api.ask(&other, "hello")).await;
+    let count = "return document.querySelectorAll('#tasks .session').length;";
+    assert_eq!(browser.run(count, json!([])).await, json!(3));
+    assert_eq!(browser.run(focused, json!([])).await.get(0), Some(&json!(other)));
+    assert_ne!(open, other);
+}
