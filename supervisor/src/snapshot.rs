@@ -578,4 +578,4 @@ fn describe_git(git: &GitState) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -8,6 +8,7 @@ use std::path::Path;
 use protocol::api::ChangeKind;
 
 use super::{MAX_DIFF_BYTES, Reading, assemble, git, parse_numstat, split_patch};
+use crate::snapshot::tests::run;
 
 const PATCH: &str = "diff --git a/f b/f
 index de980441c3ab03a8c07dda1ad27b8a11f39deb1e..7be73ce3c1b1cdaea86e8168dfee8575175953bf 100644
@@ -90,19 +91,6 @@ fn a_diff_over_the_limit_is_omitted_with_why_and_lists_that_disagree_drop_the_di
     assert!(assembled.mismatch);
     assert_eq!(assembled.files.len(), 3);
     assert!(assembled.files.iter().all(|f| f.diff.is_none() && f.omitted.is_some()));
-}
-
-async fn run(dir: &Path, args: &[&str]) -> String {
-    let out = tokio::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .output()
-        .await
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
 #[tokio::test]

@@ -8,6 +8,7 @@ use protocol::api::{EntryType, TurnState};
 use super::{Injected, RewindError, git, is_rewound, plan};
 use crate::history::HistoryEntry;
 use crate::ids::{RewindId, SessionId, TurnId};
+use crate::snapshot::tests::run;
 use crate::store::{RewindRow, TurnRow};
 
 fn entry(seq: u64, kind: EntryType, content: &str, message_id: Option<&str>) -> HistoryEntry {
@@ -131,19 +132,6 @@ fn an_injection_after_a_rewind_leaves_out_its_entries_and_says_so() {
         assert!(!built.text.contains(gone), "{gone} in {}", built.text);
     }
     assert_eq!((built.included, built.omitted), (3, 0), "rewound entries are not 'omitted'");
-}
-
-async fn run(dir: &Path, args: &[&str]) -> String {
-    let out = tokio::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .output()
-        .await
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
 #[tokio::test]

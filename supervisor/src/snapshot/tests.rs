@@ -313,7 +313,9 @@ fn the_history_tail_skips_the_line_its_window_cuts() {
     assert_eq!(some.first().unwrap().seq, 51 - some.len() as u64, "whole lines only");
 }
 
-async fn run(dir: &Path, args: &[&str]) -> String {
+/// Runs git in `dir` as a test's user; its trimmed stdout (the other modules' git tests
+/// use it too).
+pub(crate) async fn run(dir: &Path, args: &[&str]) -> String {
     let out = tokio::process::Command::new("git")
         .arg("-C")
         .arg(dir)

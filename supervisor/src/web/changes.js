@@ -86,7 +86,8 @@ async function read() {
     if (session === review.session) $("#changes-summary").textContent = `The changes cannot be read: ${error.message}`;
   } finally {
     review.reading = false;
-    if (review.again && session === review.session) {
+    // Asked again meanwhile (by this session's events, or by another session opened).
+    if (review.again) {
       review.again = false;
       read();
     }
