@@ -3,12 +3,11 @@
 //! untouched, a revert that loses nothing.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use protocol::api::ChangeKind;
 
 use super::{MAX_DIFF_BYTES, Reading, assemble, git, parse_numstat, split_patch};
-use crate::snapshot::tests::run;
+use crate::snapshot::tests::{racily_clean_edit, run};
 
 const PATCH: &str = "diff --git a/f b/f
 index de980441c3ab03a8c07dda1ad27b8a11f39deb1e..7be73ce3c1b1cdaea86e8168dfee8575175953bf 100644
@@ -143,28 +142,11 @@ async fn a_workspace_that_is_gone_or_not_a_repository_says_so() {
     assert!(matches!(err, super::ChangesError::NotRepository(_)), "{err}");
 }
 
-/// Sets `path`'s modification time.
-fn stamp(path: &Path, at: std::time::SystemTime) {
-    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    file.set_modified(at).unwrap();
-}
-
 #[tokio::test]
 async fn a_same_size_edit_in_the_second_the_index_was_written_is_a_change() {
     let dir = tempfile::tempdir().unwrap();
     let top = dir.path();
-    run(top, &["init", "-q"]).await;
-    let file = top.join("same.txt");
-    std::fs::write(&file, "old\n").unwrap();
-    // The file and the index written in one second (long ago, so the read is later).
-    let then = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
-    stamp(&file, then);
-    run(top, &["add", "."]).await;
-    run(top, &["commit", "-qm", "base"]).await;
-    stamp(&top.join(".git/index"), then);
-    // Edited in that second, to the same size: only the index's time tells git to look.
-    std::fs::write(&file, "new\n").unwrap();
-    stamp(&file, then);
+    racily_clean_edit(top).await;
     let repo = git::repository(top, None).await.unwrap();
     let (numstat, patch) = git::diff(&repo).await.unwrap();
     let files = assemble(&Reading { numstat, patch, ..Reading::default() }).files;

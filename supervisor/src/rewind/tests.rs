@@ -1,14 +1,12 @@
 //! The rewind's plan (which turns and entries it takes out, what it refuses), what it
 //! changes in an injection, and its git on a real repository.
 
-use std::path::Path;
-
 use protocol::api::{EntryType, TurnState};
 
 use super::{Injected, RewindError, git, is_rewound, plan};
 use crate::history::HistoryEntry;
 use crate::ids::{RewindId, SessionId, TurnId};
-use crate::snapshot::tests::run;
+use crate::snapshot::tests::{racily_clean_edit, run};
 use crate::store::{RewindRow, TurnRow};
 
 fn entry(seq: u64, kind: EntryType, content: &str, message_id: Option<&str>) -> HistoryEntry {
@@ -178,22 +176,9 @@ async fn a_restore_returns_the_files_of_a_checkpoint_and_saves_what_was_there() 
 
 #[tokio::test]
 async fn a_save_holds_a_same_size_edit_made_in_the_second_the_index_was_written() {
-    let stamp = |path: &Path, at: std::time::SystemTime| {
-        let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-        file.set_modified(at).unwrap();
-    };
     let dir = tempfile::tempdir().unwrap();
     let top = dir.path();
-    run(top, &["init", "-q"]).await;
-    let file = top.join("same.txt");
-    std::fs::write(&file, "old\n").unwrap();
-    let then = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
-    stamp(&file, then);
-    run(top, &["add", "."]).await;
-    run(top, &["commit", "-qm", "base"]).await;
-    stamp(&top.join(".git/index"), then);
-    std::fs::write(&file, "new\n").unwrap();
-    stamp(&file, then);
+    racily_clean_edit(top).await;
     git::save(top, "refs/tether/test", "saved").await.unwrap();
     assert_eq!(run(top, &["show", "refs/tether/test:same.txt"]).await, "new");
 }

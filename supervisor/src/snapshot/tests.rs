@@ -328,6 +328,26 @@ pub(crate) async fn run(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
+/// Makes `top` a repository whose `same.txt` was committed as "old" and then edited to
+/// "new" (the same size) in the second the index was written, long ago: only the index
+/// file's own time tells git to look at its content (it is "racily clean").
+pub(crate) async fn racily_clean_edit(top: &Path) {
+    let stamp = |path: &Path| {
+        let then = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
+        let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        file.set_modified(then).unwrap();
+    };
+    run(top, &["init", "-q"]).await;
+    let file = top.join("same.txt");
+    std::fs::write(&file, "old\n").unwrap();
+    stamp(&file);
+    run(top, &["add", "."]).await;
+    run(top, &["commit", "-qm", "base"]).await;
+    stamp(&top.join(".git/index"));
+    std::fs::write(&file, "new\n").unwrap();
+    stamp(&file);
+}
+
 #[tokio::test]
 async fn the_git_state_of_a_repository_since_the_start() {
     let dir = tempfile::tempdir().unwrap();
