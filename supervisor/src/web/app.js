@@ -353,33 +353,74 @@ function renderWorkflow(status) {
   error.textContent = status.error || "";
   $("#workflow-resume").disabled = !(status.state === "failed" || status.state === "cancelled");
   $("#workflow-cancel").disabled = status.state !== "running";
-  $("#steps").replaceChildren(
-    ...status.steps.map((step) => {
-      const head = el(
-        "div",
-        { class: "step-head" },
-        el("span", { class: "step-id" }, step.id),
-        el("span", { class: `badge ${step.state}`, "data-step": step.id }, step.state.replace("_", " ")),
-        step.runs > 1 ? el("span", { class: "muted" }, `run ${step.runs}`) : "",
-        step.depends_on.length ? el("span", { class: "deps" }, `after ${step.depends_on.join(", ")}`) : "",
-      );
-      if (step.session_id) {
-        head.append(el("button", { class: "open-session", onclick: () => openSession(step.session_id) }, "Open session"));
-      }
-      if (step.state === "waiting_approval") {
-        head.append(
-          el("button", {
-            class: "approve",
-            onclick: () => act("workflow.approve", { workflow_id: status.workflow_id, step_id: step.id }),
-          }, "Approve"),
-        );
-      }
-      const parts = [head];
-      if (step.output) parts.push(el("div", { class: "output" }, step.output));
-      if (step.error) parts.push(el("div", { class: "output error" }, step.error));
-      return el("li", { "data-step-row": step.id }, ...parts);
-    }),
+  // A run view: one lane per stage (a step stands one lane after the last step it waits
+  // for), each step with its state and time, its session and its changes a click away.
+  const lanes = stepLanes(status.steps);
+  $("#steps").replaceChildren(...lanes.map((steps, at) =>
+    el("ol", { class: "lane", "aria-label": `stage ${at + 1}` }, ...steps.map((step) => stepCard(status, step)))));
+}
+
+// The steps by stage: a step with no dependency is in the first lane, any other one lane
+// after the latest of the steps it waits for (a dependency outside the list counts as none).
+function stepLanes(steps) {
+  const byId = new Map(steps.map((step) => [step.id, step]));
+  const level = new Map();
+  const levelOf = (step, seen = new Set()) => {
+    if (level.has(step.id)) return level.get(step.id);
+    if (seen.has(step.id)) return 0; // a loop goes back: it does not push a lane further
+    seen.add(step.id);
+    const deps = step.depends_on.map((id) => byId.get(id)).filter(Boolean);
+    const at = deps.length ? 1 + Math.max(...deps.map((dep) => levelOf(dep, seen))) : 0;
+    level.set(step.id, at);
+    return at;
+  };
+  const lanes = [];
+  for (const step of steps) {
+    const at = levelOf(step);
+    (lanes[at] = lanes[at] || []).push(step);
+  }
+  return lanes.filter(Boolean);
+}
+
+// How long a step took, or has run so far.
+function stepTime(step) {
+  if (!step.started_at) return "";
+  const ms = (step.ended_at || Date.now()) - step.started_at;
+  const took = ms < 1000 ? `${ms} ms` : ms < 120000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 60000)} min`;
+  return step.ended_at ? took : `running for ${took}`;
+}
+
+function stepCard(status, step) {
+  const head = el(
+    "div",
+    { class: "step-head" },
+    el("span", { class: "step-id" }, step.id),
+    el("span", { class: `badge ${step.state}`, "data-step": step.id }, step.state.replace("_", " ")),
+    step.runs > 1 ? el("span", { class: "muted" }, `run ${step.runs}`) : "",
+    step.started_at ? el("span", { class: "muted step-time" }, stepTime(step)) : "",
+    step.depends_on.length ? el("span", { class: "deps" }, `after ${step.depends_on.join(", ")}`) : "",
   );
+  const actions = el("div", { class: "step-actions" });
+  if (step.session_id) {
+    actions.append(el("button", { class: "open-session", onclick: () => openSession(step.session_id) }, "Open session"));
+    actions.append(el("button", { class: "review-step", onclick: () => {
+      openSession(step.session_id);
+      showTab("changes");
+    } }, "Changes"));
+  }
+  if (step.state === "waiting_approval") {
+    actions.append(
+      el("button", {
+        class: "approve",
+        onclick: () => act("workflow.approve", { workflow_id: status.workflow_id, step_id: step.id }),
+      }, "Approve"),
+    );
+  }
+  const parts = [head];
+  if (actions.childElementCount) parts.push(actions);
+  if (step.output) parts.push(el("div", { class: "output" }, step.output));
+  if (step.error) parts.push(el("div", { class: "output error" }, step.error));
+  return el("li", { class: `step ${step.state}`, "data-step-row": step.id }, ...parts);
 }
 
 // ---- a session -------------------------------------------------------------------------

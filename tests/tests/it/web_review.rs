@@ -168,3 +168,43 @@ async fn workflow_review() {
     browser.wait_text("#changes-summary", "1 file changed").await;
     browser.wait_text(".change[data-path='src/main.rs'] td.code.ins", "built").await;
 }
+
+/// The workflow view is a run view: a lane per stage (a step one lane after the last step
+/// it waits for), each step with its state and how long it took, its session and its
+/// changes a click away.
+#[tokio::test]
+async fn the_workflow_view_shows_its_steps_in_lanes_with_their_times() {
+    Box::pin(workflow_lanes()).await;
+}
+
+async fn workflow_lanes() {
+    let Some(browser) = browser::start("workflow-lanes").await else { return };
+    let daemon = Box::pin(Daemon::start(&[])).await;
+    let api = daemon.api().await;
+    let step = |id: &str, after: &str| {
+        format!("[[steps]]\nid = \"{id}\"\nagent = \"mock\"\nprompt = \"/say {id} done\"\n{after}")
+    };
+    let spec = format!(
+        "name = \"diamond\"\n{}{}{}{}",
+        step("plan", ""),
+        step("build", "depends_on = [\"plan\"]\n"),
+        step("test", "depends_on = [\"plan\"]\n"),
+        step("ship", "depends_on = [\"build\", \"test\"]\n"),
+    );
+    let started = Box::pin(api.start_workflow(spec, &daemon.workspace("diamond"))).await;
+    let (end, _) = Box::pin(api.workflow_end(&started.workflow_id)).await;
+    assert_eq!(end, protocol::api::WorkflowState::Completed);
+    let url =
+        format!("{}/#/workflow/{}", daemon.url.replace("ws://", "http://"), started.workflow_id);
+    connected(&browser, &url).await;
+    browser.wait_text("#workflow-state", "completed").await;
+    let lanes = "return [...document.querySelectorAll('#steps .lane')].map((lane) => \
+        [...lane.querySelectorAll('[data-step-row]')].map((row) => row.dataset.stepRow));";
+    let lanes = browser.run(lanes, json!([])).await;
+    assert_eq!(lanes, json!([["plan"], ["build", "test"], ["ship"]]));
+    let time = browser.wait_text("[data-step-row=ship] .step-time", " ").await;
+    assert!(time.ends_with(" ms") || time.ends_with(" s"), "how long it took: {time}");
+    browser.screenshot("lanes").await;
+    browser.click("[data-step-row=test] .open-session").await;
+    browser.wait_text("#transcript .agent", "test done").await;
+}
