@@ -71,9 +71,16 @@ function sessionRow(session, task) {
   },
   el("span", { class: `badge ${session.state}`, "data-badge": session.id }, session.state),
   el("span", { class: "row-main" },
-    el("span", { class: "row-title" }, session.title || (task ? task.title : session.task_id)),
+    el("span", { class: "row-title", title: session.title || (task ? task.title : session.task_id) },
+      middleShortened(session.title || (task ? task.title : session.task_id))),
     el("span", { class: "row-meta" }, `${session.agent_profile_id} · ${session.id.slice(-8)} · ${ago(session.created_at)}`)),
   flagged ? el("span", { class: "needs-you-flag", title: why }, "needs you") : "");
+}
+
+// A long title keeps its start and its end (where titles alike at their start differ).
+function middleShortened(text) {
+  if (text.length <= 56) return text;
+  return `${text.slice(0, 34).trimEnd()}…${text.slice(-20).trimStart()}`;
 }
 
 // Rows are reached with Tab; Enter or Space opens one, the arrows move between them.

@@ -214,3 +214,45 @@ async fn a_list_update_keeps_the_focus_on_its_row() {
     assert_eq!(browser.run(focused, json!([])).await.get(0), Some(&json!(other)));
     assert_ne!(open, other);
 }
+
+/// Titles alike at their start are not cut to the same text in the list: a long one keeps
+/// its end too, and nothing shown is cut off.
+#[tokio::test]
+async fn titles_alike_at_their_start_stay_told_apart_in_the_list() {
+    let Some(browser) = browser::start("friction-titles").await else { return };
+    let (daemon, _session) = session_page(&browser).await;
+    let api = daemon.api().await;
+    let long = "Refactor the session actor so that its queue component owns the halted state";
+    for (part, dir) in [("part one", "one"), ("part two", "two")] {
+        let title = format!("{long} ({part})");
+        let task = tether_tests::daemon::ok(
+            "task.create",
+            protocol::api::ApiClient::task_create(api.typed(), title, None),
+        )
+        .await;
+        let create =
+            tether_tests::daemon::Create::new(&task.id, "mock", Some(&daemon.workspace(dir)));
+        tether_tests::daemon::ok("session.create", create.send(api.typed())).await;
+    }
+    browser.set_value("#search", "Refactor").await;
+    browser
+        .run(
+            "document.querySelector('#search').dispatchEvent(new Event('input')); return true;",
+            json!([]),
+        )
+        .await;
+    browser.wait_text("#tasks", "(part two)").await;
+    let shown = "return [...document.querySelectorAll('#tasks .row-title')].map((t) => \
+        [t.textContent, t.scrollWidth <= t.clientWidth && t.scrollHeight <= t.clientHeight + 1, t.title]);";
+    let rows = browser.run(shown, json!([])).await;
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for (row, part) in rows.iter().zip(["(part two)", "(part one)"]) {
+        assert_eq!(row[1], json!(true), "nothing of what is shown is cut off: {row}");
+        assert!(row[0].as_str().unwrap().ends_with(part), "the end that differs is shown: {row}");
+        assert!(
+            row[2].as_str().unwrap().starts_with(long),
+            "the whole title is the tooltip: {row}"
+        );
+    }
+}
