@@ -128,6 +128,22 @@ async fn reverted(browser: &Browser, repo: &std::path::Path) {
     assert!(saved_lib.starts_with("/// Adds two numbers."), "{saved_lib}");
 }
 
+/// Runs `spec` in `workspace` to its end (completed) and opens its view.
+async fn open_finished_workflow(
+    browser: &Browser,
+    daemon: &Daemon,
+    spec: String,
+    workspace: &std::path::Path,
+) {
+    let api = daemon.api().await;
+    let started = Box::pin(api.start_workflow(spec, workspace)).await;
+    let (end, _) = Box::pin(api.workflow_end(&started.workflow_id)).await;
+    assert_eq!(end, protocol::api::WorkflowState::Completed);
+    let page = daemon.url.replace("ws://", "http://");
+    connected(browser, &format!("{page}/#/workflow/{}", started.workflow_id)).await;
+    browser.wait_text("#workflow-state", "completed").await;
+}
+
 /// A workflow's review: each step's session's changes since its own base, and a way into
 /// that session's Changes tab.
 #[tokio::test]
@@ -138,7 +154,6 @@ async fn a_workflows_changes_are_reviewed_step_by_step() {
 async fn workflow_review() {
     let Some(browser) = browser::start("workflow-review").await else { return };
     let daemon = Box::pin(Daemon::start(&[])).await;
-    let api = daemon.api().await;
     let repo = daemon.workspace("flow");
     tether_tests::git_repository(&repo).await;
     let spec = format!(
@@ -147,13 +162,7 @@ async fn workflow_review() {
         repo.join("PLAN.md").display(),
         repo.join("src/main.rs").display()
     );
-    let started = Box::pin(api.start_workflow(spec, &repo)).await;
-    let (end, _) = Box::pin(api.workflow_end(&started.workflow_id)).await;
-    assert_eq!(end, protocol::api::WorkflowState::Completed);
-    let url =
-        format!("{}/#/workflow/{}", daemon.url.replace("ws://", "http://"), started.workflow_id);
-    connected(&browser, &url).await;
-    browser.wait_text("#workflow-state", "completed").await;
+    Box::pin(open_finished_workflow(&browser, &daemon, spec, &repo)).await;
     browser.click("#workflow-changes").await;
     // The build step started after the plan was written: the plan is not its change.
     let build = "[data-review-step=build]";
@@ -180,7 +189,6 @@ async fn the_workflow_view_shows_its_steps_in_lanes_with_their_times() {
 async fn workflow_lanes() {
     let Some(browser) = browser::start("workflow-lanes").await else { return };
     let daemon = Box::pin(Daemon::start(&[])).await;
-    let api = daemon.api().await;
     let step = |id: &str, after: &str| {
         format!("[[steps]]\nid = \"{id}\"\nagent = \"mock\"\nprompt = \"/say {id} done\"\n{after}")
     };
@@ -191,13 +199,8 @@ async fn workflow_lanes() {
         step("test", "depends_on = [\"plan\"]\n"),
         step("ship", "depends_on = [\"build\", \"test\"]\n"),
     );
-    let started = Box::pin(api.start_workflow(spec, &daemon.workspace("diamond"))).await;
-    let (end, _) = Box::pin(api.workflow_end(&started.workflow_id)).await;
-    assert_eq!(end, protocol::api::WorkflowState::Completed);
-    let url =
-        format!("{}/#/workflow/{}", daemon.url.replace("ws://", "http://"), started.workflow_id);
-    connected(&browser, &url).await;
-    browser.wait_text("#workflow-state", "completed").await;
+    let workspace = daemon.workspace("diamond");
+    Box::pin(open_finished_workflow(&browser, &daemon, spec, &workspace)).await;
     let lanes = "return [...document.querySelectorAll('#steps .lane')].map((lane) => \
         [...lane.querySelectorAll('[data-step-row]')].map((row) => row.dataset.stepRow));";
     let lanes = browser.run(lanes, json!([])).await;
