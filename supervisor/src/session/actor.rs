@@ -1325,6 +1325,10 @@ impl SessionActor {
             }
             let error = self.row.error_message.clone();
             self.update_view(|view| view.error = error);
+            // What the stall held is durable now (the state included): said for operators,
+            // and for whoever waits on the store rather than on the stream, which may have
+            // shown the loss's end before it could be written (see `record.rs`).
+            tracing::warn!(session = %self.row.id, "writes succeed again; the stall is over");
             // Anyone who asked for a resume meanwhile gets one now.
             if self.waits.anyone_waits_for_open() {
                 self.begin_resume().await;
