@@ -1185,7 +1185,19 @@ pub struct TurnInfo {
     /// conversation.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rewound: bool,
+    /// The start of its prompt (cut to at most [`TURN_PROMPT_EXCERPT`] characters):
+    /// what a turn list shows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// Where it starts in the session's events: the seq of its `turn_started` event (read
+    /// the turn with `task.session.event_window` from there). Absent for a turn started
+    /// before this was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_seq: Option<u64>,
 }
+
+/// The most characters of a prompt a [`TurnInfo`] carries.
+pub const TURN_PROMPT_EXCERPT: usize = 200;
 
 #[cfg(test)]
 mod tests;

@@ -848,6 +848,10 @@ impl Supervisor {
                     .map(|(amount, currency)| protocol::api::CostTotal { currency, amount }),
                 retry_of: turn.retry_of,
                 rewound: turn.rewound_by.is_some(),
+                prompt: turn.prompt.map(|prompt| {
+                    crate::history::excerpt(&prompt, protocol::api::TURN_PROMPT_EXCERPT)
+                }),
+                event_seq: turn.event_seq,
             })
             .collect();
         let rows = self

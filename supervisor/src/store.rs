@@ -395,6 +395,11 @@ pub struct TurnRow {
     pub retry_of: Option<String>,
     /// The rewind that took it out of the conversation.
     pub rewound_by: Option<crate::ids::RewindId>,
+    /// Its prompt, as the person sent it.
+    pub prompt: Option<String>,
+    /// The seq of its `turn_started` event in the session's event log (`None`: started
+    /// before that was recorded, or its start could not be written at once).
+    pub event_seq: Option<u64>,
 }
 
 /// A task row.

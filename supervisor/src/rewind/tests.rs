@@ -42,6 +42,8 @@ fn turn(id: &str, started_at: i64, ended: bool, rewound_by: Option<&str>) -> Tur
         cost: None,
         retry_of: None,
         rewound_by: rewound_by.map(RewindId::new),
+        prompt: None,
+        event_seq: None,
     }
 }
 

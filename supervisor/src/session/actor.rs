@@ -1559,6 +1559,7 @@ impl SessionActor {
             prompt_id: queued.as_ref().map(ToString::to_string),
             steer_of: steer_of.map(|turn| turn.to_string()),
         });
+        let event_seq = self.recorder.flush_turn_start();
         self.conversation.turn = Some(Turn {
             id: turn_id.clone(),
             cancel_at: None,
@@ -1572,6 +1573,12 @@ impl SessionActor {
         });
         self.conversation.quiet_again(false);
         self.set_state(SessionState::Running, None, Some(task_state::IN_PROGRESS)).await?;
+        if let Some(seq) = event_seq
+            && let Err(err) = self.context.store.set_turn_event_seq(turn_id.clone(), seq).await
+        {
+            // Only a page's way into the turn is missing: it opens the session as before.
+            tracing::warn!(session = %self.row.id, %err, "cannot note where a turn starts");
+        }
         self.update_view(|view| view.turn_id = Some(turn_id.clone()));
         self.conversation
             .pending

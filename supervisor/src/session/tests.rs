@@ -208,6 +208,36 @@ fn is_state(event: &crate::events::SessionEvent, state: SessionState) -> bool {
     matches!(event.kind, crate::events::SessionEventKind::State { state: s, .. } if s == state)
 }
 
+/// Each turn's row says where its `turn_started` event is in the log, and its prompt: a
+/// page opens a long session at its newest prompt from there.
+#[tokio::test]
+async fn each_turn_records_the_seq_of_its_start_in_the_event_log() {
+    use crate::events::SessionEventKind as K;
+    let setup = start(Mode::Streams(3)).await;
+    until(&setup.handle, |view| view.phase == Phase::Open).await;
+    let mut turns = Vec::new();
+    for prompt in ["first", "second"] {
+        turns.push(started(setup.handle.prompt(prompt.into()).await.unwrap()));
+        until(&setup.handle, |view| {
+            view.turn_id.is_none() && view.state == SessionState::WaitingForInput
+        })
+        .await;
+    }
+    let events = setup.logged().await;
+    let rows = setup.store().session_turns(setup.handle_id()).await.unwrap();
+    assert_eq!(rows.len(), 2);
+    for (row, prompt) in rows.iter().zip(["first", "second"]) {
+        let seq = row.event_seq.expect("the start's seq is recorded");
+        let event = events.iter().find(|event| event.seq == seq).expect("an event at that seq");
+        assert!(
+            matches!(&event.kind, K::TurnStarted { turn_id, .. } if turn_id == row.id.as_str()),
+            "{event:?}"
+        );
+        assert_eq!(row.prompt.as_deref(), Some(prompt));
+    }
+    assert_eq!(rows.iter().map(|row| row.id.clone()).collect::<Vec<_>>(), turns);
+}
+
 #[tokio::test]
 async fn a_prompt_streams_its_chunks_and_its_turn_completes() {
     use crate::events::SessionEventKind as K;

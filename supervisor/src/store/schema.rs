@@ -458,6 +458,11 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (session_id, path)
     );
     ",
+    // 28: Where each turn starts in the session's event log (its `turn_started` event's
+    // seq), so a page can open a long session at its newest prompt and load it by turn.
+    "
+    ALTER TABLE turns ADD COLUMN event_seq INTEGER;
+    ",
 ];
 
 /// Brings the database up to the newest migration.

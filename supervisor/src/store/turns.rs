@@ -532,12 +532,26 @@ impl Store {
         .await
     }
 
+    /// Notes where a turn's `turn_started` event is in the session's event log.
+    pub async fn set_turn_event_seq(
+        &self,
+        turn_id: crate::ids::TurnId,
+        seq: u64,
+    ) -> Result<(), StoreError> {
+        let seq = i64::try_from(seq).unwrap_or(i64::MAX);
+        self.call(move |conn| {
+            conn.execute("UPDATE turns SET event_seq = ?2 WHERE id = ?1", params![turn_id, seq])?;
+            Ok(())
+        })
+        .await
+    }
+
     /// Every turn of a session, oldest first.
     pub async fn session_turns(&self, session_id: SessionId) -> Result<Vec<TurnRow>, StoreError> {
         self.call(move |conn| {
             let mut statement = conn.prepare(
                 "SELECT id, execution_id, state, stop_reason, error, started_at, ended_at, \
-                 total_tokens, cost, cost_currency, retry_of, rewound_by \
+                 total_tokens, cost, cost_currency, retry_of, rewound_by, prompt, event_seq \
                  FROM turns WHERE session_id = ?1 ORDER BY started_at, id",
             )?;
             let rows = statement.query_map([&session_id], |r| {
@@ -553,6 +567,8 @@ impl Store {
                     cost: r.get::<_, Option<f64>>(8)?.zip(r.get::<_, Option<String>>(9)?),
                     retry_of: r.get(10)?,
                     rewound_by: r.get(11)?,
+                    prompt: r.get(12)?,
+                    event_seq: r.get::<_, Option<i64>>(13)?.and_then(|seq| u64::try_from(seq).ok()),
                 })
             })?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)

@@ -62,6 +62,8 @@ fn turn(id: &str, ended: bool) -> TurnRow {
         cost: None,
         retry_of: None,
         rewound_by: None,
+        prompt: None,
+        event_seq: None,
     }
 }
 

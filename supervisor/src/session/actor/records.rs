@@ -249,6 +249,16 @@ impl Recorder {
         }
     }
 
+    /// Writes the buffered session events, a turn's `turn_started` last among them; returns
+    /// that event's seq (`None` when the write failed: a stall publishes it later).
+    pub(in crate::session) fn flush_turn_start(&mut self) -> Option<u64> {
+        if self.recorded.events || self.unflushed_events.is_empty() {
+            return None;
+        }
+        self.flush_events();
+        self.stall.is_none().then(|| self.record.log().last_seq())
+    }
+
     /// Records and publishes a state change (the event first: a replay re-applies the
     /// store write, but would skip the event), then shows it in `row` and `view`;
     /// publishing the same state and error again is skipped, so a subscriber sees each
