@@ -28,6 +28,7 @@ const REWIND_JS: &str = include_str!("web/rewind.js");
 /// The page's ES modules: the Changes tab and its pure parts.
 const CHANGES_JS: &str = include_str!("web/changes.js");
 const DIFF_JS: &str = include_str!("web/diff.js");
+const TURNS_JS: &str = include_str!("web/turns.js");
 /// Pinned, vendored libraries (see `web/vendor/README.md`): Markdown and its sanitizer.
 const MARKED_JS: &str = include_str!("web/vendor/marked.umd.js");
 const PURIFY_JS: &str = include_str!("web/vendor/purify.min.js");
@@ -191,6 +192,7 @@ where
                 "/ui/rewind.js" => Some(("text/javascript; charset=utf-8", REWIND_JS.to_owned())),
                 "/ui/changes.js" => Some(("text/javascript; charset=utf-8", CHANGES_JS.to_owned())),
                 "/ui/diff.js" => Some(("text/javascript; charset=utf-8", DIFF_JS.to_owned())),
+                "/ui/turns.js" => Some(("text/javascript; charset=utf-8", TURNS_JS.to_owned())),
                 "/ui/vendor/marked.umd.js" => {
                     Some(("text/javascript; charset=utf-8", MARKED_JS.to_owned()))
                 }

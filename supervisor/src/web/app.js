@@ -168,6 +168,8 @@ const state = {
   visit: 0, // each opening of a session: answers for an older one are dropped
   live: false, // the open session's newest window is shown and followed
   windowStart: 0, // the oldest event seq rendered (an earlier window ends before it)
+  turns: [], // the open session's turns, numbered (turns.js), where each starts in the log
+  pinned: null, // the seq of the newest prompt shown above a window that starts inside its turn
   answers: new Map(), // permission request id → how it was answered
   lastTurnEnd: 0, // the seq of the newest turn end rendered
   stick: true, // the transcript follows new output
@@ -449,6 +451,11 @@ async function openSession(sessionId) {
   $("#welcome").hidden = true;
   $("#transcript").replaceChildren();
   state.liveTurn = null;
+  state.turns = [];
+  state.pinned = null;
+  $("#search-results").replaceChildren();
+  $("#search-results").hidden = true;
+  $("#transcript-tools").hidden = true;
   stopEditing();
   $("#activity").replaceChildren();
   $("#session-error").hidden = true;

@@ -559,6 +559,14 @@ function stickToBottom() {
   else $("#jump").hidden = false;
 }
 
+// The newest prompt of the live transcript stays in view over its turn's output (CSS:
+// `.current` is sticky); an earlier window's prompts are not the newest.
+function markCurrent(node) {
+  if (state.backfill) return;
+  for (const old of $("#transcript").querySelectorAll(":scope > .current")) old.classList.remove("current");
+  node.classList.add("current");
+}
+
 // Appends to the transcript — or, while an earlier window is rendered, to its holder.
 function transcript(node) {
   // The turn it belongs to, so a rewind can mark it (rewind.js).
@@ -603,14 +611,21 @@ function render(event) {
       state.currentThought = null;
       state.plan = null;
       if (state.backfill) state.backfillTurn = event.turn_id;
-      else state.liveTurn = event.turn_id;
+      else {
+        state.liveTurn = event.turn_id;
+        if (window.tetherTurns) {
+          const known = state.turns.length;
+          state.turns = window.tetherTurns.withStarted(state.turns, event);
+          if (state.turns.length !== known) renderTurnNav();
+        }
+      }
       // Tether's own prompt (the summary asked for at a pause) is not the person's.
-      transcript(event.origin === "pause_summary"
+      markCurrent(transcript(event.origin === "pause_summary"
         ? el("details", { class: "user tether-ask", "data-turn": event.turn_id },
           el("summary", {}, SUMMARY_ASKED), el("div", { class: "tether-ask-text" }, event.prompt))
         : el("div", { class: "user", "data-turn": event.turn_id },
           (event.steer_of ? "You (steering): " : "You: ") + event.prompt,
-          editButton(event.turn_id, event.prompt)));
+          editButton(event.turn_id, event.prompt))));
       break;
     case "steered":
       // Into the turn: the person's message within it. Else the turn is being cancelled

@@ -16,6 +16,7 @@ function showTab(name) {
     button.tabIndex = tab === name ? 0 : -1;
   }
   $("#jump").hidden = true;
+  $("#transcript-tools").classList.toggle("away", name !== "transcript");
   // A fork's given conversation goes with its transcript.
   $("#forked-conversation").classList.toggle("away", name !== "transcript");
   if (name === "history") loadHistory();
@@ -343,17 +344,22 @@ function wireViews() {
     button.addEventListener("click", () => showTab(button.dataset.tab));
     button.addEventListener("keydown", onTabKey);
   }
+  wireTurns();
 }
 
 // ---- windows of a long session ---------------------------------------------------------
 
 // Events a window holds: 500, or (for tests of the windows' edges, and small devices)
-// what `sessionStorage["tether-window"]` says.
-const WINDOW = Number(sessionStorage.getItem("tether-window")) || 500;
+// what `sessionStorage["tether-window"]` says; that setting also caps what one "Show
+// earlier" reads, else a turn's rest (at most 5,000 events) comes at once.
+const WINDOW_SET = Number(sessionStorage.getItem("tether-window")) || 0;
+const WINDOW = WINDOW_SET || 500;
+const LOAD_CAP = WINDOW_SET || 5000;
 
 // Opens the session at its newest WINDOW events (a session with 220,000 events opens as
 // fast as one with 500); false when that failed (the error is shown).
 async function loadNewest(sessionId, visit) {
+  const turns = readTurns(sessionId);
   let window;
   try {
     window = await rpc.call("task.session.event_window", { session_id: sessionId, limit: WINDOW });
@@ -369,12 +375,16 @@ async function loadNewest(sessionId, visit) {
     if (state.visit === visit) sessionError(error);
     return false;
   }
+  state.turns = await turns;
   if (state.visit !== visit) return false;
   state.keptAfter = window.kept_after_seq;
   state.windowStart = events.length ? events[0].seq : window.last_seq + 1;
   state.lastSeq.set(sessionId, events.length ? events[events.length - 1].seq : window.last_seq);
   for (const event of events) render(event);
+  await pinNewestPrompt(sessionId, visit);
+  if (state.visit !== visit) return false;
   showEarlier();
+  renderTurnNav();
   if ($("#usage").hidden) usageFromSnapshot(sessionId, visit);
   return true;
 }
@@ -447,12 +457,92 @@ function showEarlier() {
   for (const old of box.querySelectorAll(".earlier")) old.remove();
   let top = null;
   if (state.windowStart > state.keptAfter + 1) {
-    top = el("button", { class: "earlier quiet", onclick: loadEarlier }, `Show earlier events (${state.windowStart - state.keptAfter - 1} more)`);
+    top = el("button", { class: "earlier quiet", onclick: loadEarlier }, earlierStep().label);
   } else if (state.keptAfter > 0) {
     top = el("div", { class: "earlier notice" },
       "Earlier events of this session are no longer kept for the page; the History tab has the whole conversation.");
   }
-  if (top) box.prepend(top);
+  if (!top) return;
+  // Under the newest prompt when it is pinned: what loads goes between the two.
+  const pin = box.querySelector(":scope > .pinned");
+  if (pin) pin.after(top);
+  else box.prepend(top);
+}
+
+// What "Show earlier" reads next and says (turns.js): the rest of the turn the window
+// starts inside, or the turn before, by turn; by count where no turn says where it starts.
+function earlierStep() {
+  const left = state.windowStart - state.keptAfter - 1;
+  const byCount = { limit: Math.min(WINDOW, left), label: `Show earlier events (${left} more)` };
+  const turns = window.tetherTurns;
+  if (!turns) return byCount;
+  const step = turns.earlierStep(state.turns, state.windowStart, state.keptAfter, LOAD_CAP);
+  return step.turn ? step : byCount;
+}
+
+// The session's turns from its timeline (numbered; where each starts in the log), or
+// none when that cannot be read: the page then loads by count, as before.
+async function readTurns(sessionId) {
+  try {
+    const timeline = await rpc.call("task.session.timeline",
+      { session_id: sessionId, after: Number.MAX_SAFE_INTEGER });
+    return window.tetherTurns ? window.tetherTurns.numbered(timeline.turns) : [];
+  } catch (_) {
+    return [];
+  }
+}
+
+// A window that starts inside the newest turn shows that turn's prompt first, pinned
+// above the button that loads the rest of the turn: a long session opens with the newest
+// prompt in view. (Gone once the rest is loaded: the prompt is then in its place.)
+async function pinNewestPrompt(sessionId, visit) {
+  const turn = window.tetherTurns?.newest(state.turns);
+  if (!turn || turn.seq >= state.windowStart || turn.seq <= state.keptAfter) return;
+  let start;
+  try {
+    start = await rpc.call("task.session.event_window",
+      { session_id: sessionId, before_seq: turn.seq + 1, limit: 1 });
+  } catch (_) {
+    return; // the button still loads the turn
+  }
+  const event = start.events[0];
+  if (state.visit !== visit || !event || event.seq !== turn.seq || event.type !== "turn_started"
+    || event.turn_id !== turn.id) return;
+  const held = renderHeld([event]);
+  if (turn.seq === state.windowStart - 1) {
+    // Only the prompt was left out: the window starts at it.
+    const prompt = held.firstElementChild;
+    $("#transcript").prepend(held);
+    if (prompt) markCurrent(prompt);
+    state.windowStart = turn.seq;
+    return;
+  }
+  const pin = el("div", { class: "pinned current", title: `turn ${turn.n}: its prompt; its start is above the button` });
+  pin.append(held);
+  $("#transcript").prepend(pin);
+  state.pinned = turn.seq;
+}
+
+// `events`, rendered apart from the live transcript (into a holder returned), as an
+// earlier window is.
+function renderHeld(events) {
+  const saved = { agent: state.currentAgent, thought: state.currentThought, plan: state.plan };
+  const holder = document.createDocumentFragment();
+  state.backfill = holder;
+  state.backfillTurn = null;
+  state.backfillBlocks.clear();
+  state.currentAgent = state.currentThought = state.plan = null;
+  try {
+    for (const event of events) render(event);
+    for (const block of state.backfillBlocks) block.replaceChildren(markdown(block.raw));
+  } finally {
+    state.backfill = null;
+    state.backfillBlocks.clear();
+    state.currentAgent = saved.agent;
+    state.currentThought = saved.thought;
+    state.plan = saved.plan;
+  }
+  return holder;
 }
 
 // What the transcript shows before its first turn's prompt: the end of a turn that began
@@ -460,6 +550,7 @@ function showEarlier() {
 function headOfTranscript() {
   const head = [];
   for (const node of $("#transcript").children) {
+    if (node.classList.contains("pinned") || node.classList.contains("earlier")) continue;
     if (node.classList.contains("user")) break;
     head.push(node);
   }
@@ -471,35 +562,20 @@ function headOfTranscript() {
 async function loadEarlier() {
   const sessionId = state.open;
   const visit = state.visit;
-  if (state.loadingEarlier || !state.live || state.windowStart <= state.keptAfter + 1) return;
+  if (state.loadingEarlier || !state.live || state.windowStart <= state.keptAfter + 1) return false;
   state.loadingEarlier = true;
   try {
     const bound = state.windowStart;
     const window = await rpc.call("task.session.event_window",
-      { session_id: sessionId, before_seq: bound, limit: WINDOW });
-    if (state.visit !== visit) return;
+      { session_id: sessionId, before_seq: bound, limit: earlierStep().limit });
+    if (state.visit !== visit) return false;
     state.keptAfter = window.kept_after_seq;
     // Only what lies before the oldest shown (the daemon says so too; a page trusts it
     // not to loop), from the start of the message it begins inside.
     window.events = window.events.filter((event) => event.seq < bound);
     const events = await wholeMessages(sessionId, window);
-    if (state.visit !== visit) return;
-    const saved = { agent: state.currentAgent, thought: state.currentThought, plan: state.plan };
-    const holder = document.createDocumentFragment();
-    state.backfill = holder;
-    state.backfillTurn = null;
-    state.backfillBlocks.clear();
-    state.currentAgent = state.currentThought = state.plan = null;
-    try {
-      for (const event of events) render(event);
-      for (const block of state.backfillBlocks) block.replaceChildren(markdown(block.raw));
-    } finally {
-      state.backfill = null;
-      state.backfillBlocks.clear();
-      state.currentAgent = saved.agent;
-      state.currentThought = saved.thought;
-      state.plan = saved.plan;
-    }
+    if (state.visit !== visit) return false;
+    const holder = renderHeld(events);
     state.windowStart = events.length ? events[0].seq : state.keptAfter + 1;
     // A plan is the whole plan: where the turn the window ends in goes on below with a
     // newer one, the window's older one goes.
@@ -508,6 +584,11 @@ async function loadEarlier() {
     const tail = lastTurn < 0 ? [...holder.children] : [...holder.children].slice(holder.children.length - lastTurn);
     if (newerPlan) for (const node of tail) if (node.classList.contains("plan")) node.remove();
     const box = $("#transcript");
+    if (state.pinned && state.windowStart <= state.pinned) {
+      // The pinned prompt is in what loaded now, in its place.
+      box.querySelector(":scope > .pinned")?.remove();
+      state.pinned = null;
+    }
     const first = box.querySelector(".earlier");
     joinNotices(holder, first ? first.nextElementSibling : box.firstElementChild);
     const before = box.scrollHeight;
@@ -515,11 +596,98 @@ async function loadEarlier() {
     else box.prepend(holder);
     box.scrollTop += box.scrollHeight - before;
     showEarlier();
+    return true;
   } catch (error) {
     sessionError(error);
+    return false;
   } finally {
     if (state.visit === visit) state.loadingEarlier = false;
   }
+}
+
+// ---- turns: the navigator and the search ----------------------------------------------
+
+// The turn list over the transcript: each turn by number, time and prompt; choosing one
+// brings its prompt into view, loading back to it.
+function renderTurnNav() {
+  const select = $("#turn-nav");
+  const known = state.turns.filter((turn) => turn.seq !== undefined || select.value === turn.id);
+  const options = known.map((turn) => {
+    const time = turn.startedAt ? new Date(turn.startedAt).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }) : "";
+    const text = `${turn.n} · ${time} · ${window.tetherTurns.shortly(turn.prompt || "(no prompt)")}${turn.rewound ? " (rewound)" : ""}`;
+    return el("option", { value: turn.id }, text);
+  });
+  const chosen = select.value;
+  select.replaceChildren(el("option", { value: "" }, `Go to a turn (${known.length})`), ...options);
+  select.value = known.some((turn) => turn.id === chosen) ? chosen : "";
+  $("#transcript-tools").hidden = state.turns.length === 0;
+}
+
+// Brings turn `turnId` into view — loading back to its start where it is older than what
+// is shown — and, with `query`, the first of its parts that holds it, marked.
+async function goToTurn(turnId, query) {
+  const visit = state.visit;
+  const box = $("#transcript");
+  const prompt = () => box.querySelector(`.user[data-turn="${CSS.escape(turnId)}"]`);
+  const turn = state.turns.find((t) => t.id === turnId);
+  const target = turn && turn.seq !== undefined ? turn.seq : state.keptAfter + 1;
+  while (!prompt() && state.visit === visit && state.windowStart > Math.max(target, state.keptAfter + 1)) {
+    if (!(await loadEarlier())) break;
+  }
+  if (state.visit !== visit) return;
+  for (const old of box.querySelectorAll(".hit")) old.classList.remove("hit");
+  const needle = (query || "").trim().toLowerCase();
+  const parts = [...box.querySelectorAll(`[data-in-turn="${CSS.escape(turnId)}"]`)];
+  const node = (needle && parts.find((part) => part.textContent.toLowerCase().includes(needle))) || prompt();
+  if (!node) {
+    activity(`turn ${turn ? turn.n : turnId} is no longer kept for the page; the History tab has it`);
+    return;
+  }
+  node.classList.add("hit");
+  state.stick = false;
+  node.scrollIntoView({ block: needle ? "center" : "start" });
+}
+
+// Searches the whole conversation (its history, read a page at a time) and lists each
+// match by turn; choosing one goes to it.
+async function searchTranscript(query) {
+  const sessionId = state.open;
+  const visit = state.visit;
+  const list = $("#search-results");
+  list.hidden = false;
+  list.replaceChildren(el("li", { class: "muted" }, "searching…"));
+  const entries = [];
+  try {
+    for (let after = 0; ;) {
+      const page = await rpc.call("task.session.history", { session_id: sessionId, after_seq: after, limit: 1000 });
+      entries.push(...page);
+      if (page.length < 1000) break;
+      after = page[page.length - 1].seq;
+    }
+  } catch (error) {
+    if (state.visit === visit) list.replaceChildren(el("li", { class: "error" }, `cannot search: ${error.message}`));
+    return;
+  }
+  if (state.visit !== visit) return;
+  const found = window.tetherTurns.searchHistory(entries, query);
+  const numberOf = (id) => state.turns.find((turn) => turn.id === id)?.n;
+  list.replaceChildren(...found.map((match) => el("li", {},
+    el("button", { type: "button", class: "quiet", onclick: () => goToTurn(match.turnId, query) },
+      el("span", { class: "muted" }, numberOf(match.turnId) ? `turn ${numberOf(match.turnId)} · ` : "before the first turn · "),
+      match.excerpt))));
+  if (!found.length) list.replaceChildren(el("li", { class: "muted" }, `Nothing in this conversation says “${query.trim()}”.`));
+  list.setAttribute("aria-label", `${found.length} match(es) for ${query.trim()}`);
+}
+
+function wireTurns() {
+  $("#turn-nav").addEventListener("change", (event) => {
+    if (event.target.value) goToTurn(event.target.value);
+  });
+  $("#search-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const query = $("#search-text").value;
+    if (query.trim()) searchTranscript(query);
+  });
 }
 
 // ---- the agent's settings: its model and other options, its mode ----------------------

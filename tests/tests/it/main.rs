@@ -47,6 +47,7 @@ mod usage;
 mod web_access;
 mod web_friction;
 mod web_review;
+mod web_turns;
 mod web_ui;
 mod web_views;
 mod workflow_edges;

@@ -816,8 +816,9 @@ async fn a_reply_that_crosses_the_window_opens_whole_and_stays_one_message() {
     browser.wait_text("#transcript .turn-end", "turn completed").await;
     let code = browser.wait_text("#transcript .agent pre > code", "[700/700]").await;
     assert!(code.starts_with("def main():\n    return 1 [1/700] [2/700]"), "{code}");
-    let transcript = browser.texts("#transcript").await.concat();
-    assert!(!transcript.contains("```"), "no literal fence: {transcript}");
+    // (The prompt, shown above the reply, has its fence as the person typed it.)
+    let replies = browser.texts("#transcript .agent").await.concat();
+    assert!(!replies.contains("```"), "no literal fence: {replies}");
     browser.screenshot("window-whole").await;
     show_all_earlier(&browser).await;
     browser.wait_text("#transcript .user", "/stream 700").await;

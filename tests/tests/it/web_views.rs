@@ -746,7 +746,9 @@ async fn earlier_windows_leave_what_is_newer_alone_steps() {
     tether_tests::daemon::until_permission_request(&mut events).await;
     open_with_window_of_one(&browser, &daemon, &session).await;
     browser.wait_text(".permission", "mock tool: list files").await;
-    assert_eq!(count(&browser, "#transcript > *:not(.earlier)").await, 1, "a window of one");
+    // A window of one, under the newest prompt (pinned: the window starts inside its turn).
+    assert_eq!(count(&browser, "#transcript > *:not(.earlier):not(.pinned)").await, 1);
+    browser.wait_text("#transcript > .pinned .user", "third").await;
     crate::web_ui::show_all_earlier(&browser).await;
     assert_eq!(count(&browser, ".permission.open button").await, 4, "the open question is live");
     let statuses = browser.texts("details.tool .status").await;
