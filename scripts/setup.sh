@@ -139,8 +139,9 @@ tools_dir() {
 # Real agents, pinned: the versions the real-agent tests were written against.
 REAL_AGENTS=("@agentclientprotocol/claude-agent-acp@0.101.0" "opencode-ai@1.18.33" "@agentclientprotocol/codex-acp@2.6.0" "@google/gemini-cli@0.61.0"
   "@qwen-code/qwen-code@0.15.10" "@github/copilot@1.0.102" "@augmentcode/auggie@0.36.0")
-# With them in the same prefix: axe-core, the page's accessibility check in the browser tests.
-NPM_TOOLS=("${REAL_AGENTS[@]}" "axe-core@4.14.1")
+# With them in the same prefix: axe-core, the page's accessibility check in the browser tests,
+# and TypeScript's checker, the page's type check (scripts/test.sh; nothing is compiled).
+NPM_TOOLS=("${REAL_AGENTS[@]}" "axe-core@4.14.1" "typescript@5.9.3")
 
 ensure_real_agents() {
   local root prefix

@@ -43,6 +43,14 @@ export TETHER_TEST_BINS_BUILT=1
 if command -v node >/dev/null 2>&1; then
   echo "test: the page's unit tests (node --test)"
   node --test supervisor/src/web/tests/
+  tsc=$(tools_dir "$PWD")/npm/node_modules/.bin/tsc
+  if [ -x "$tsc" ]; then
+    echo "test: the page's type check (tsc over its ES modules)"
+    "$tsc" -p supervisor/src/web
+  elif [ -n "${REQUIRE_DOCKER:-}" ]; then
+    echo "test: no tsc for the page's type check (scripts/setup.sh installs it)" >&2
+    exit 1
+  fi
 elif [ -n "${REQUIRE_DOCKER:-}" ]; then
   echo "test: no node for the page's unit tests (scripts/setup.sh installs it as root)" >&2
   exit 1

@@ -20,15 +20,21 @@ use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
 use crate::service::Supervisor;
 
 const INDEX: &str = include_str!("web/index.html");
-const APP_JS: &str = include_str!("web/app.js");
-const RENDER_JS: &str = include_str!("web/render.js");
-const LIST_JS: &str = include_str!("web/list.js");
-const VIEWS_JS: &str = include_str!("web/views.js");
-const REWIND_JS: &str = include_str!("web/rewind.js");
-/// The page's ES modules: the Changes tab and its pure parts.
-const CHANGES_JS: &str = include_str!("web/changes.js");
-const DIFF_JS: &str = include_str!("web/diff.js");
-const TURNS_JS: &str = include_str!("web/turns.js");
+/// The page's ES modules by path (app.js is the entry; it imports the rest).
+const MODULES: &[(&str, &str)] = &[
+    ("/ui/app.js", include_str!("web/app.js")),
+    ("/ui/render.js", include_str!("web/render.js")),
+    ("/ui/list.js", include_str!("web/list.js")),
+    ("/ui/views.js", include_str!("web/views.js")),
+    ("/ui/rewind.js", include_str!("web/rewind.js")),
+    ("/ui/changes.js", include_str!("web/changes.js")),
+    ("/ui/diff.js", include_str!("web/diff.js")),
+    ("/ui/turns.js", include_str!("web/turns.js")),
+    ("/ui/state.js", include_str!("web/state.js")),
+    ("/ui/windows.js", include_str!("web/windows.js")),
+    ("/ui/stream.js", include_str!("web/stream.js")),
+    ("/ui/lists.js", include_str!("web/lists.js")),
+];
 /// Pinned, vendored libraries (see `web/vendor/README.md`): Markdown and its sanitizer.
 const MARKED_JS: &str = include_str!("web/vendor/marked.umd.js");
 const PURIFY_JS: &str = include_str!("web/vendor/purify.min.js");
@@ -185,14 +191,6 @@ where
                         if self.token_required { "true" } else { "false" },
                     ),
                 )),
-                "/ui/app.js" => Some(("text/javascript; charset=utf-8", APP_JS.to_owned())),
-                "/ui/render.js" => Some(("text/javascript; charset=utf-8", RENDER_JS.to_owned())),
-                "/ui/list.js" => Some(("text/javascript; charset=utf-8", LIST_JS.to_owned())),
-                "/ui/views.js" => Some(("text/javascript; charset=utf-8", VIEWS_JS.to_owned())),
-                "/ui/rewind.js" => Some(("text/javascript; charset=utf-8", REWIND_JS.to_owned())),
-                "/ui/changes.js" => Some(("text/javascript; charset=utf-8", CHANGES_JS.to_owned())),
-                "/ui/diff.js" => Some(("text/javascript; charset=utf-8", DIFF_JS.to_owned())),
-                "/ui/turns.js" => Some(("text/javascript; charset=utf-8", TURNS_JS.to_owned())),
                 "/ui/vendor/marked.umd.js" => {
                     Some(("text/javascript; charset=utf-8", MARKED_JS.to_owned()))
                 }
@@ -200,6 +198,9 @@ where
                     Some(("text/javascript; charset=utf-8", PURIFY_JS.to_owned()))
                 }
                 "/ui/app.css" => Some(("text/css; charset=utf-8", APP_CSS.to_owned())),
+                path if let Some((_, module)) = MODULES.iter().find(|(at, _)| *at == path) => {
+                    Some(("text/javascript; charset=utf-8", (*module).to_owned()))
+                }
                 // Browsers ask for `/favicon.ico` whatever the page names.
                 "/ui/favicon.svg" | "/favicon.ico" => Some(("image/svg+xml", FAVICON.to_owned())),
                 _ => None,
@@ -293,6 +294,21 @@ mod tests {
             map.append(*name, HeaderValue::from_str(value).unwrap());
         }
         map
+    }
+
+    /// Every module the page loads or imports is served: a missing one would leave the
+    /// page blank (a module graph fails whole).
+    #[test]
+    fn every_module_the_page_imports_is_served() {
+        let served = |path: &str| MODULES.iter().any(|(at, _)| *at == path);
+        assert!(INDEX.contains(r#"<script type="module" src="/ui/app.js">"#));
+        for (path, source) in MODULES {
+            for line in source.lines().filter(|line| line.starts_with("import ")) {
+                let Some(from) = line.split(" from \"./").nth(1) else { continue };
+                let module = from.trim_end_matches(['"', ';']);
+                assert!(served(&format!("/ui/{module}")), "{path} imports {module}, not served");
+            }
+        }
     }
 
     #[test]

@@ -1,19 +1,29 @@
+// @ts-check
 // Tether's web UI: one page over the daemon's JSON-RPC WebSocket API (docs/api.md).
-// No framework and no build step: this file is served as it is, embedded in the binary.
+// No framework and no build step: ES modules served as they are, embedded in the binary;
+// this one is the page's entry (index.html loads it; it imports the rest). `tsc` checks
+// them all (tsconfig.json: `// @ts-check`, JSDoc types), `node --test` runs the pure ones'
+// tests (tests/).
 //
 // Opening a session follows the frontend contract: task.session.status; if needs_resume,
 // one task.session.resume per page visit, with a "resuming…" indicator, then the outcome.
 // Events are rendered by seq: after a reconnect (the daemon restarted) the page
 // resubscribes after the last seq it rendered, so nothing is shown twice or missed.
-"use strict";
+import * as Changes from "./changes.js";
+import { followList, renderForms, renderLists, setBadge, updateNeedsYou, wireList } from "./list.js";
+import { needsYou, reconcile } from "./lists.js";
+import { $, diffView, el, markdown, render, renderTotals, showWorking, stickToBottom } from "./render.js";
+import { rewindForEdit, showRewound, stopEditing } from "./rewind.js";
+import { state } from "./state.js";
+import { askPause, loadEarlier, loadNewest, offerOpenQuestions, refreshSettings, showDrift, showTab, wireViews } from "./views.js";
 
-function hex(text) {
+export function hex(text) {
   return Array.from(new TextEncoder().encode(text), (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
 // ---- the connection --------------------------------------------------------------------
 
-class Rpc {
+export class Rpc {
   constructor(onOpen, onClose) {
     this.nextId = 1;
     this.pending = new Map();
@@ -21,6 +31,8 @@ class Rpc {
     this.onOpen = onOpen;
     this.onClose = onClose;
     this.delay = 250;
+    /** Called when the daemon refuses the page's token. @type {(() => void) | null} */
+    this.onRefused = null;
   }
 
   connect() {
@@ -78,7 +90,7 @@ class Rpc {
       const { resolve, reject } = this.pending.get(message.id);
       this.pending.delete(message.id);
       if (message.error) {
-        const error = new Error(message.error.message);
+        const error = /** @type {Error & { kind?: string }} */ (new Error(message.error.message));
         error.kind = message.error.data && message.error.data.kind;
         reject(error);
       } else {
@@ -138,47 +150,8 @@ class Rpc {
   }
 }
 
-// ---- state -----------------------------------------------------------------------------
 
-const state = {
-  tasks: [],
-  // The open session's prompt queue, as last shown.
-  queue: null,
-  sessions: [],
-  workflows: [],
-  openWorkflow: null, // the workflow shown
-  workflowSeq: 0, // the newest event seq of the workflow status shown
-  workflowsFollowed: false, // the workflow list's one subscription is up on this connection
-  workflowsHeld: null, // while the workflow list is read: the changes that came meanwhile
-  agents: [],
-  open: null, // the session shown
-  following: null, // the subscription that renders the open session: { id, token }
-  followToken: 0,
-  lastSeq: new Map(), // session id → the last event seq rendered
-  resumedThisVisit: new Set(),
-  listFollowed: false, // the list's one subscription is up on this connection
-  currentAgent: null, // the agent message block being streamed into
-  currentThought: null,
-  tools: new Map(), // tool call id → { fields, node }
-  permissions: new Map(),
-  plan: null, // the open turn's plan box
-  step: null, // the launch step waited in, with its activity line (render.js `stepProgress`)
-  backfill: null, // the holder an earlier window of events is rendered into
-  backfillBlocks: new Set(), // its agent messages, rendered once it is in
-  visit: 0, // each opening of a session: answers for an older one are dropped
-  live: false, // the open session's newest window is shown and followed
-  windowStart: 0, // the oldest event seq rendered (an earlier window ends before it)
-  turns: [], // the open session's turns, numbered (turns.js), where each starts in the log
-  pinned: null, // the seq of the newest prompt shown above a window that starts inside its turn
-  answers: new Map(), // permission request id → how it was answered
-  lastTurnEnd: 0, // the seq of the newest turn end rendered
-  stick: true, // the transcript follows new output
-  unseen: new Set(), // sessions whose turn ended while nobody looked
-  needsYou: new Set(), // sessions announced as needing a person (for notifications)
-  list: { query: "", state: "", agent: "", task: "", sort: "newest", shown: 50 },
-};
-
-const rpc = new Rpc(onConnected, onDisconnected);
+export const rpc = new Rpc(onConnected, onDisconnected);
 rpc.onRefused = () => {
   sessionStorage.removeItem("tether-token");
   const badge = $("#connection");
@@ -188,7 +161,7 @@ rpc.onRefused = () => {
   $("#token-form").hidden = false;
 };
 
-function showError(error) {
+export function showError(error) {
   const box = $("#error");
   if (!error) {
     box.hidden = true;
@@ -201,7 +174,7 @@ function showError(error) {
 
 // A line of the session's activity, at `at` (an event's Unix ms; now for the page's own);
 // the line, or nothing while an earlier window is rendered.
-function activity(text, at = Date.now()) {
+export function activity(text, at = Date.now()) {
   if (state.backfill) return; // an earlier window's activity is history (the Timeline tab)
   const item = el("li", { "data-at": String(at) }, `${new Date(at).toLocaleTimeString()} ${text}`);
   $("#activity").append(item);
@@ -211,7 +184,7 @@ function activity(text, at = Date.now()) {
 
 // ---- lists -----------------------------------------------------------------------------
 
-async function refreshLists() {
+export async function refreshLists() {
   await Promise.all([followList(), followWorkflows()]);
   const [tasks, sessions, agents] = await Promise.all([
     rpc.call("task.list"),
@@ -231,7 +204,7 @@ async function refreshLists() {
 // anywhere (the CLI, another page) comes as its summary — steps done, steps waiting for
 // approval — a deleted one goes, and a gap lists them all again. The open workflow's steps
 // are read again whenever its summary changes.
-async function followWorkflows() {
+export async function followWorkflows() {
   if (state.workflowsFollowed) return;
   state.workflowsFollowed = true;
   try {
@@ -243,12 +216,12 @@ async function followWorkflows() {
 }
 
 // While the list is being read, changes wait: the list may be older than they are.
-function onWorkflowsEvent(event) {
+export function onWorkflowsEvent(event) {
   if (state.workflowsHeld) state.workflowsHeld.push(event);
   else applyWorkflowsEvent(event);
 }
 
-function applyWorkflowsEvent(event) {
+export function applyWorkflowsEvent(event) {
   if (event.type === "changed") {
     showWorkflow(event.workflow);
   } else if (event.type === "deleted") {
@@ -263,7 +236,7 @@ function applyWorkflowsEvent(event) {
 // The workflows as listed (subscribed first, so nothing falls between), then the changes
 // that came while the list was read. A listing under way is not started again: the changes
 // after it are applied to it.
-async function listWorkflows() {
+export async function listWorkflows() {
   if (state.workflowsHeld) return;
   state.workflowsHeld = [];
   try {
@@ -280,7 +253,7 @@ async function listWorkflows() {
 
 // A workflow's summary, unless the page has a newer one (its newest event's seq grows with
 // each change).
-function showWorkflow(workflow) {
+export function showWorkflow(workflow) {
   const index = state.workflows.findIndex((w) => w.workflow_id === workflow.workflow_id);
   if (index < 0) state.workflows.push(workflow);
   else if (state.workflows[index].last_event_seq <= workflow.last_event_seq) state.workflows[index] = workflow;
@@ -291,11 +264,11 @@ function showWorkflow(workflow) {
 }
 
 // A workflow needs a person when a step of it waits for approval.
-function workflowNeedsYou(workflow) {
+export function workflowNeedsYou(workflow) {
   return workflow.state === "running" && workflow.waiting_approval.length > 0;
 }
 
-function renderWorkflows() {
+export function renderWorkflows() {
   reconcile($("#workflows"), state.workflows, (workflow) => workflow.workflow_id,
     (workflow) => JSON.stringify([workflow, workflow.workflow_id === state.openWorkflow]),
     (workflow) => {
@@ -316,7 +289,7 @@ function renderWorkflows() {
   $("#workflows-section").hidden = state.workflows.length === 0;
 }
 
-async function refreshWorkflow(workflowId) {
+export async function refreshWorkflow(workflowId) {
   try {
     const status = await rpc.call("workflow.status", { workflow_id: workflowId });
     // Answers may cross: an older status than the one shown is dropped.
@@ -326,7 +299,7 @@ async function refreshWorkflow(workflowId) {
   }
 }
 
-async function openWorkflow(workflowId) {
+export async function openWorkflow(workflowId) {
   location.hash = "#/workflow/" + workflowId;
   state.openWorkflow = workflowId;
   $("#workflow").hidden = false;
@@ -340,7 +313,7 @@ async function openWorkflow(workflowId) {
   }
 }
 
-function renderWorkflow(status) {
+export function renderWorkflow(status) {
   state.workflowSeq = status.last_event_seq;
   $("#workflow-title").textContent = `${status.name} · ${status.workflow_id}`;
   const badge = $("#workflow-state");
@@ -364,7 +337,7 @@ function renderWorkflow(status) {
 
 // The steps by stage: a step with no dependency is in the first lane, any other one lane
 // after the latest of the steps it waits for (a dependency outside the list counts as none).
-function stepLanes(steps) {
+export function stepLanes(steps) {
   const byId = new Map(steps.map((step) => [step.id, step]));
   const level = new Map();
   const levelOf = (step, seen = new Set()) => {
@@ -385,14 +358,14 @@ function stepLanes(steps) {
 }
 
 // How long a step took, or has run so far.
-function stepTime(step) {
+export function stepTime(step) {
   if (!step.started_at) return "";
   const ms = (step.ended_at || Date.now()) - step.started_at;
   const took = ms < 1000 ? `${ms} ms` : ms < 120000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 60000)} min`;
   return step.ended_at ? took : `running for ${took}`;
 }
 
-function stepCard(status, step) {
+export function stepCard(status, step) {
   const head = el(
     "div",
     { class: "step-head" },
@@ -427,7 +400,7 @@ function stepCard(status, step) {
 
 // ---- a session -------------------------------------------------------------------------
 
-async function openSession(sessionId) {
+export async function openSession(sessionId) {
   if (sessionId !== state.open) showDrift(null);
   location.hash = "#/session/" + sessionId;
   state.open = sessionId;
@@ -462,7 +435,7 @@ async function openSession(sessionId) {
   $("#settings").hidden = true;
   $("#session-title").textContent = sessionId;
   renderLists();
-  window.tetherChanges?.reset(sessionId);
+  Changes.reset(sessionId);
   showTab("transcript");
   const visit = state.visit;
   let status;
@@ -496,7 +469,7 @@ async function openSession(sessionId) {
   }
 }
 
-async function resume(sessionId) {
+export async function resume(sessionId) {
   $("#resume-indicator").hidden = false;
   activity("resuming…");
   try {
@@ -514,7 +487,7 @@ async function resume(sessionId) {
 
 // One subscription renders the open session: the one before is ended first, and any event
 // it still delivers is dropped, so it can never move `lastSeq` past a replay in flight.
-async function follow(sessionId) {
+export async function follow(sessionId) {
   if (state.following) {
     rpc.unsubscribe(state.following.id, "task.session.unsubscribe_batch");
     state.following = null;
@@ -528,7 +501,7 @@ async function follow(sessionId) {
       if (event.seq <= last) return; // already rendered (a resubscribe's overlap)
       state.lastSeq.set(sessionId, event.seq);
       render(event);
-      if (state.live) window.tetherChanges?.onEvent(event);
+      if (state.live) Changes.onEvent(event);
     });
     if (token === state.followToken) {
       state.following = { id, token };
@@ -540,7 +513,7 @@ async function follow(sessionId) {
   }
 }
 
-function renderStatus(status) {
+export function renderStatus(status) {
   const branch = status.worktree_branch ? ` · ${status.worktree_branch}` : "";
   const placement = status.placement ? ` · on ${status.placement}` : "";
   // The work first (its task's title), then what runs it.
@@ -563,7 +536,7 @@ function renderStatus(status) {
 }
 
 // The open session's totals after a turn's end (its turn row holds them now).
-async function refreshTotals() {
+export async function refreshTotals() {
   const sessionId = state.open;
   if (!sessionId) return;
   try {
@@ -576,7 +549,7 @@ async function refreshTotals() {
 
 // The session's buttons that its state allows: Cancel turn while a turn runs, Pause while
 // its agent is up, Resume when it has no agent, Stop until it ended; Delete always.
-function showActions(sessionState, needsResume) {
+export function showActions(sessionState, needsResume) {
   const ended = sessionState === "COMPLETED" || sessionState === "CANCELLED";
   const rest = sessionState === "PAUSED" || sessionState === "FAILED";
   $("#cancel").hidden = sessionState !== "RUNNING";
@@ -588,7 +561,7 @@ function showActions(sessionState, needsResume) {
 
 // Acts on the open session, then shows its state as the daemon now has it (a stop of a
 // session without an agent changes it without an event the page follows).
-async function actOnSession(method, confirmText, params = { session_id: state.open }) {
+export async function actOnSession(method, confirmText, params = { session_id: state.open }) {
   const sessionId = state.open;
   const done = await act(method, params, confirmText);
   if (done !== undefined && state.open === sessionId) {
@@ -607,7 +580,7 @@ async function actOnSession(method, confirmText, params = { session_id: state.op
   return done;
 }
 
-function sessionError(error) {
+export function sessionError(error) {
   const box = $("#session-error");
   box.hidden = false;
   box.textContent = error.kind ? `${error.kind}: ${error.message}` : error.message;
@@ -617,7 +590,7 @@ function sessionError(error) {
 
 // "zone=a gpu=yes" → {zone: "a", gpu: "yes"}; nothing typed → undefined. A word
 // without "=" is sent as a key with an empty value, for the daemon to judge.
-function parseLabels(text) {
+export function parseLabels(text) {
   const words = text.split(/\s+/).filter((word) => word);
   if (!words.length) return undefined;
   const labels = {};
@@ -630,7 +603,7 @@ function parseLabels(text) {
 }
 
 // A turn end's "Fork from here": a new session with the conversation up to that turn.
-function forkButton(turnId) {
+export function forkButton(turnId) {
   const button = el("button", { type: "button", class: "fork-here", title: "A new session of this task with the conversation up to this turn" }, "Fork from here");
   button.addEventListener("click", () => fork(turnId));
   return button;
@@ -638,7 +611,7 @@ function forkButton(turnId) {
 
 // Forks the open session (at `turnId`, else its newest turn) and opens the fork, saying
 // how its agent gets the conversation and what it could not carry over.
-async function fork(turnId) {
+export async function fork(turnId) {
   const forked = await act("task.session.fork", { session_id: state.open, turn_id: turnId || undefined });
   if (!forked) return;
   await refreshLists();
@@ -653,7 +626,7 @@ async function fork(turnId) {
 
 // A fork's conversation as it was given to it (the original's, up to the turn it was
 // forked at), above its own transcript, folded once it has turns of its own.
-async function showForkedConversation(sessionId, link, visit) {
+export async function showForkedConversation(sessionId, link, visit) {
   let entries;
   try {
     entries = await rpc.call("task.session.history", { session_id: sessionId });
@@ -679,7 +652,7 @@ async function showForkedConversation(sessionId, link, visit) {
 }
 
 // The session this one was forked from, with a link to it.
-function renderForkedFrom(link) {
+export function renderForkedFrom(link) {
   const box = $("#forked-from");
   box.hidden = !link;
   if (!link) return;
@@ -689,7 +662,7 @@ function renderForkedFrom(link) {
 
 // Steers the running turn with the prompt box's text: into the turn where the agent takes
 // it, else the turn is cancelled and the text runs next (the `steered` event says which).
-async function steer() {
+export async function steer() {
   const text = $("#prompt").value;
   if (!text.trim()) return;
   const steered = await act("task.session.steer", { session_id: state.open, prompt: text });
@@ -698,7 +671,7 @@ async function steer() {
 
 // The open session's prompt queue, under the prompt box: each queued prompt with its
 // place, to move up or down, edit or remove; and why the queue is halted, to resume it.
-function renderQueue(queue) {
+export function renderQueue(queue) {
   state.queue = queue;
   const prompts = (queue && queue.prompts) || [];
   const halted = queue && queue.halted;
@@ -714,7 +687,7 @@ function renderQueue(queue) {
     kept && kept.dataset.prompt === queued.prompt_id ? kept : queueItem(queued, prompts.length)));
 }
 
-function queueItem(queued, count) {
+export function queueItem(queued, count) {
   // Shown from the session's `queue` events only: they are ordered, and an answer is not
   // (the head may start, and the queue change again, before an answer arrives).
   const change = (params) =>
@@ -759,7 +732,7 @@ function queueItem(queued, count) {
 // Dragging a queued prompt by its grip: pointer events (a mouse, a pen or a finger), the
 // place it would land marked as it moves; dropped elsewhere, `moved` gets its new place
 // (from 1). The buttons beside it do the same from the keyboard.
-function dragToReorder(grip, item, moved) {
+export function dragToReorder(grip, item, moved) {
   let others = null;
   const landing = (y) => others.filter((other) => {
     const box = other.getBoundingClientRect();
@@ -796,13 +769,13 @@ function dragToReorder(grip, item, moved) {
 
 // Single keys, outside a field and a dialog: N opens the next session that needs you,
 // A goes to the open session's question (its first answer focused, Enter gives it).
-function onShortcut(event) {
+export function onShortcut(event) {
   if (event.ctrlKey || event.metaKey || event.altKey || event.isComposing) return;
   const target = event.target;
   if (target.closest?.("input, textarea, select, [contenteditable], dialog") || document.querySelector("dialog[open]")) return;
   const key = event.key.toLowerCase();
   if (key === "n") {
-    const waiting = state.sessions.filter((s) => needsYou(s) && s.id !== state.open);
+    const waiting = state.sessions.filter((s) => needsYou(s, state.unseen) && s.id !== state.open);
     if (!waiting.length) return activity("nothing else needs you");
     event.preventDefault();
     openSession(waiting[0].id);
@@ -822,7 +795,7 @@ function onShortcut(event) {
 // One dialog starts work: what the agent should do, the agent, the workspace (recent ones
 // offered, any path typed), a worktree or not — the task is made on the way (titled by
 // the prompt's first line) unless an existing one is picked.
-function wireNewSession() {
+export function wireNewSession() {
   const dialog = $("#new-session-dialog");
   const form = document.forms["new-session"];
   $("#new-session-open").addEventListener("click", () => {
@@ -842,20 +815,20 @@ function wireNewSession() {
 }
 
 // The new task's title: as typed, else the prompt's first line (shortened).
-function newTaskTitle(form) {
+export function newTaskTitle(form) {
   const typed = form.title.value.trim();
   if (typed) return typed;
   const line = form.prompt.value.trim().split("\n")[0].replace(/^\/\S+\s*/, "").trim() || form.prompt.value.trim().split("\n")[0];
   return line.length > 80 ? line.slice(0, 79) + "…" : line;
 }
 
-function newSessionError(error) {
+export function newSessionError(error) {
   const box = $("#new-session-error");
   box.hidden = false;
   box.textContent = error.kind ? `${error.kind}: ${error.message}` : error.message;
 }
 
-async function startSession(formNode) {
+export async function startSession(formNode) {
   const form = formNode.elements;
   $("#new-session-error").hidden = true;
   try {
@@ -893,7 +866,7 @@ async function startSession(formNode) {
   return undefined;
 }
 
-async function act(method, params, confirmText) {
+export async function act(method, params, confirmText) {
   if (confirmText && !window.confirm(confirmText)) return undefined;
   try {
     showError(null);
@@ -905,7 +878,7 @@ async function act(method, params, confirmText) {
   }
 }
 
-function wire() {
+export function wire() {
   $("#token-form").addEventListener("submit", (event) => {
     event.preventDefault();
     sessionStorage.setItem("tether-token", $("#token").value);
@@ -932,7 +905,7 @@ function wire() {
   // (where it closes what is open).
   document.addEventListener("keydown", (event) => {
     if (event.key !== "Escape" || event.isComposing || $("#cancel").hidden || !state.open) return;
-    if (document.querySelector("dialog[open]") || event.target.closest?.(".queue-editor, dialog")) return;
+    if (document.querySelector("dialog[open]") || /** @type {Element} */ (event.target).closest?.(".queue-editor, dialog")) return;
     event.preventDefault();
     actOnSession("task.session.cancel");
   });
@@ -1003,7 +976,7 @@ function wire() {
 
 // ---- connection state ------------------------------------------------------------------
 
-async function onConnected() {
+export async function onConnected() {
   // Errors from before the reconnect are gone; the open session's status says again what
   // is wrong now.
   $("#session-error").hidden = true;
@@ -1039,7 +1012,7 @@ async function onConnected() {
   }
 }
 
-function onDisconnected() {
+export function onDisconnected() {
   // The connection's subscriptions went with it.
   state.following = null;
   const badge = $("#connection");
@@ -1047,8 +1020,12 @@ function onDisconnected() {
   badge.className = "badge offline";
 }
 
+// The page's insides, for the browser's console and the browser tests (a module's names
+// are not globals).
+window.tether = { state, render, markdown, diffView, openSession, act, showError, sessionError, changes: Changes };
+
 wire();
-const tokenRequired = document.querySelector('meta[name="tether-token-required"]').content === "true";
+export const tokenRequired = $('meta[name="tether-token-required"]').content === "true";
 if (tokenRequired && !sessionStorage.getItem("tether-token")) {
   $("#token-form").hidden = false;
 } else {

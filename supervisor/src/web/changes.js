@@ -1,11 +1,16 @@
+// @ts-check
 // The Changes tab: a review of everything the open session's workspace changed since its
 // base commit (task.session.changes) — each file with its diff side by side, Keep and
 // Revert per file, and line comments gathered into one prompt to the agent (queued while
 // it works) — and a workflow's review (each step's session's changes). Live: read again after each tool call completes and each turn ends. Files
 // are updated in place (render.js `reconcile`), keyed by path and content, so focus and
 // scroll survive a reading.
-// An ES module over the classic scripts' globals (`rpc`, `state`, `el`, `$`, `activity`,
-// `showError`); its pure parts are in diff.js.
+// Its pure parts are in diff.js.
+import { activity, openSession, rpc, showError } from "./app.js";
+import { reconcile } from "./lists.js";
+import { $, el } from "./render.js";
+import { state } from "./state.js";
+import { showTab } from "./views.js";
 import { parseHunks, sideBySide, totals, commentsPrompt } from "./diff.js";
 
 /** The most rows of one file's diff drawn. */
@@ -39,7 +44,7 @@ function saveComments() {
 }
 
 /** A session was opened: its review starts over (its comments come back from storage). */
-function reset(sessionId) {
+export function reset(sessionId) {
   review.session = sessionId;
   $("#changes-files").keyed = null;
   review.open.clear();
@@ -57,13 +62,13 @@ function reset(sessionId) {
 const visible = () => !$("#changes").hidden;
 
 /** The tab was shown: what was read while it was hidden is drawn now. */
-function show() {
+export function show() {
   if (review.stale) read();
   else redraw();
 }
 
 /** A live event of the open session: the workspace may have changed. */
-function onEvent(event) {
+export function onEvent(event) {
   const done = event.type === "turn_ended" || event.type === "rewound"
     || (event.type === "tool_call_update" && event.update && event.update.status === "completed");
   if (!done) return;
@@ -366,6 +371,5 @@ $("#workflow-changes").addEventListener("click", async () => {
   }
 });
 
-window.tetherChanges = { reset, show, onEvent };
 // A session opened before this module ran (modules run after the classic scripts).
 if (state.open) reset(state.open);

@@ -1,32 +1,16 @@
+// @ts-check
 // The session list: every session newest first, searched, filtered by state, agent and
 // task, shown 50 at a time; kept current through one `sessions.subscribe` for the whole
 // list; and the "needs you" signal — in the list, the tab's title and a browser
 // notification — for a session whose agent asks a question, or whose turn ended unseen.
-"use strict";
+import { openSession, openWorkflow, rpc, sessionError, showActions, showError, workflowNeedsYou } from "./app.js";
+import { matchesList, needsYou, reconcile } from "./lists.js";
+import { $, el } from "./render.js";
+import { state } from "./state.js";
 
-const PAGE_SIZE = 50;
-const ENDED = ["COMPLETED", "CANCELLED"];
+export const PAGE_SIZE = 50;
 
-// A session needs a person: its agent waits for a permission answer, or it finished a
-// turn nobody has looked at yet.
-function needsYou(session) {
-  return session.awaiting_permission || (state.unseen.has(session.id) && session.state === "WAITING_FOR_INPUT");
-}
-
-function matchesList(session, task) {
-  const f = state.list;
-  if (f.state === "needs-you" && !needsYou(session)) return false;
-  if (f.state === "ended" && !ENDED.includes(session.state)) return false;
-  if (f.state && !["needs-you", "ended"].includes(f.state) && session.state !== f.state) return false;
-  if (f.agent && session.agent_profile_id !== f.agent) return false;
-  if (f.task && session.task_id !== f.task) return false;
-  if (!f.query) return true;
-  const haystack = [session.id, session.agent_profile_id, session.state, session.workspace_path,
-    session.worktree_branch, task ? task.title : ""].join(" ").toLowerCase();
-  return f.query.toLowerCase().split(/\s+/).filter(Boolean).every((word) => haystack.includes(word));
-}
-
-function ago(ms) {
+export function ago(ms) {
   const seconds = Math.max(0, Math.round((Date.now() - ms) / 1000));
   if (seconds < 60) return "just now";
   if (seconds < 3600) return `${Math.floor(seconds / 60)} min ago`;
@@ -34,16 +18,16 @@ function ago(ms) {
   return new Date(ms).toLocaleDateString();
 }
 
-function renderLists() {
+export function renderLists() {
   const tasks = new Map(state.tasks.map((t) => [t.id, t]));
   const order = state.list.sort === "oldest" ? 1 : -1;
   const matching = state.sessions
-    .filter((s) => matchesList(s, tasks.get(s.task_id)))
+    .filter((s) => matchesList(s, tasks.get(s.task_id), state.list, state.unseen))
     .sort((a, b) => order * (a.created_at - b.created_at || a.id.localeCompare(b.id)));
   const shown = matching.slice(0, state.list.shown);
   // Rows are updated in place: the one a person is on keeps the focus.
   reconcile($("#tasks"), shown, (session) => session.id,
-    (session) => JSON.stringify([session, tasks.get(session.task_id)?.title, needsYou(session),
+    (session) => JSON.stringify([session, tasks.get(session.task_id)?.title, needsYou(session, state.unseen),
       session.id === state.open, ago(session.created_at)]),
     (session) => sessionRow(session, tasks.get(session.task_id)));
   $("#list-count").textContent = matching.length === state.sessions.length
@@ -57,8 +41,8 @@ function renderLists() {
   updateNeedsYou();
 }
 
-function sessionRow(session, task) {
-  const flagged = needsYou(session);
+export function sessionRow(session, task) {
+  const flagged = needsYou(session, state.unseen);
   const why = session.awaiting_permission ? "asks for permission" : "turn ended";
   return el("li", {
     class: "session" + (session.id === state.open ? " open" : "") + (flagged ? " needs-you" : ""),
@@ -78,13 +62,13 @@ function sessionRow(session, task) {
 }
 
 // A long title keeps its start and its end (where titles alike at their start differ).
-function middleShortened(text) {
+export function middleShortened(text) {
   if (text.length <= 56) return text;
   return `${text.slice(0, 34).trimEnd()}…${text.slice(-20).trimStart()}`;
 }
 
 // Rows are reached with Tab; Enter or Space opens one, the arrows move between them.
-function onRowKey(event) {
+export function onRowKey(event) {
   const row = event.currentTarget;
   if (event.key === "Enter" || event.key === " ") {
     event.preventDefault();
@@ -96,19 +80,19 @@ function onRowKey(event) {
   }
 }
 
-function renderFilters() {
+export function renderFilters() {
   const agents = [...new Set(state.sessions.map((s) => s.agent_profile_id))].sort();
   fillSelect($("#filter-agent"), [["", "every agent"], ...agents.map((a) => [a, a])], state.list.agent);
   fillSelect($("#filter-task"), [["", "every task"], ...state.tasks.map((t) => [t.id, t.title])], state.list.task);
 }
 
-function fillSelect(select, options, chosen) {
+export function fillSelect(select, options, chosen) {
   select.replaceChildren(...options.map(([value, label]) => el("option", { value }, label)));
   select.value = chosen;
 }
 
 // The new-session dialog's choices: tasks (a new one first), agents, recent workspaces.
-function renderForms() {
+export function renderForms() {
   const taskSelect = document.forms["new-session"].elements.task;
   const chosenTask = taskSelect.value;
   taskSelect.replaceChildren(el("option", { value: "" }, "a new task"),
@@ -140,7 +124,7 @@ function renderForms() {
   $("#welcome").hidden = Boolean(state.open || state.openWorkflow);
 }
 
-function wireList() {
+export function wireList() {
   const refilter = () => {
     state.list.shown = PAGE_SIZE;
     renderLists();
@@ -172,7 +156,7 @@ function wireList() {
   });
 }
 
-function setBadge(sessionId, sessionState) {
+export function setBadge(sessionId, sessionState) {
   for (const badge of document.querySelectorAll(`[data-badge="${sessionId}"]`)) {
     badge.textContent = sessionState;
     badge.className = `badge ${sessionState}`;
@@ -181,7 +165,7 @@ function setBadge(sessionId, sessionState) {
 
 // The list follows every session through one subscription: a session created or changed
 // elsewhere shows up with its state, a deleted one goes, and a gap lists everything again.
-async function followList() {
+export async function followList() {
   if (state.listFollowed) return;
   state.listFollowed = true;
   try {
@@ -192,7 +176,7 @@ async function followList() {
   }
 }
 
-async function onListEvent(event) {
+export async function onListEvent(event) {
   if (event.type === "changed") {
     const session = event.session;
     const index = state.sessions.findIndex((s) => s.id === session.id);
@@ -225,8 +209,8 @@ async function onListEvent(event) {
 // The tab's title counts the sessions and workflows that need a person; one that starts
 // needing one while the tab is hidden (or while it is not the one open) raises a
 // notification, once.
-function updateNeedsYou() {
-  const waiting = state.sessions.filter(needsYou);
+export function updateNeedsYou() {
+  const waiting = state.sessions.filter((session) => needsYou(session, state.unseen));
   // The open session's own open questions count too (the list may not have caught up).
   const openAsks = [...state.permissions.values()].some((box) => box.classList.contains("open"));
   const ids = new Set(waiting.map((s) => s.id));

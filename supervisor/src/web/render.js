@@ -1,13 +1,23 @@
+// @ts-check
 // The transcript: everything ACP sends, rendered — the agent's Markdown (through the
 // vendored marked, sanitized by the vendored DOMPurify), thoughts (collapsible), plans,
 // tool calls with their command, output, locations and diffs (side by side), every
 // permission option the agent offers, and its context use and cost.
-// Loaded before app.js, whose `state`, `rpc` and helpers these functions use when called.
-"use strict";
+import * as Turns from "./turns.js";
+import { lineEnds, openFence, scanFence, settledCount } from "./stream.js";
+import { activity, forkButton, refreshTotals, renderQueue, rpc, sessionError, showActions, showError } from "./app.js";
+import { setBadge, updateNeedsYou } from "./list.js";
+import { editButton, markRewound, rewindButton } from "./rewind.js";
+import { state } from "./state.js";
+import { refreshSettings, renderTurnNav } from "./views.js";
 
-const $ = (selector) => document.querySelector(selector);
+/**
+ * The first element matching `selector` (the page's own markup: it is there).
+ * @type {(selector: string) => any}
+ */
+export const $ = (selector) => document.querySelector(selector);
 
-function el(tag, attrs = {}, ...children) {
+export function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [name, value] of Object.entries(attrs)) {
     if (name === "class") node.className = value;
@@ -20,49 +30,12 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-// Keeps `holder`'s children as `items` say, keyed: a child whose signature did not change
-// stays the node it was (its focus, scroll and selection with it), only changed children
-// are built again, and none is moved unless the order changed. The focus stays where it
-// was (on the rebuilt child, when the one that had it was rebuilt).
-function reconcile(holder, items, keyOf, signatureOf, build) {
-  if (!holder.keyed) holder.keyed = new Map();
-  const known = holder.keyed;
-  const focused = holder.contains(document.activeElement) ? document.activeElement : null;
-  let rebuilt = null; // the child built anew in place of the one that held the focus
-  const nodes = items.map((item) => {
-    const key = keyOf(item);
-    const signature = signatureOf(item);
-    const had = known.get(key);
-    if (had && had.signature === signature) return had.node;
-    const node = build(item);
-    if (focused && had && had.node.contains(focused)) rebuilt = node;
-    known.set(key, { signature, node });
-    return node;
-  });
-  nodes.forEach((node, at) => {
-    const there = holder.children[at];
-    if (there !== node) holder.insertBefore(node, there || null);
-  });
-  while (holder.children.length > nodes.length) holder.lastElementChild.remove();
-  const keys = new Set(items.map(keyOf));
-  for (const key of known.keys()) if (!keys.has(key)) known.delete(key);
-  // A node moved in the document loses the focus, and a rebuilt one is new: the focus goes
-  // back where it was (in a rebuilt child, to what has the same label, else the child).
-  if (!focused || document.activeElement === focused) return;
-  let target = focused.isConnected ? focused : null;
-  if (!target && rebuilt) {
-    const label = focused.getAttribute("aria-label");
-    target = (label && rebuilt.querySelector(`[aria-label="${CSS.escape(label)}"]`)) || rebuilt;
-  }
-  if (target) target.focus({ preventScroll: true });
-}
-
 // ---- Markdown ------------------------------------------------------------------------
 
 // Past this size a reply is shown as plain text.
-const MARKDOWN_LIMIT = 200 * 1024;
+export const MARKDOWN_LIMIT = 200 * 1024;
 
-function escapeHtml(text) {
+export function escapeHtml(text) {
   return text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
 }
 
@@ -78,12 +51,12 @@ if (window.marked) {
   });
 }
 
-function canRenderMarkdown(text) {
+export function canRenderMarkdown(text) {
   return Boolean(window.marked && window.DOMPurify) && text.length <= MARKDOWN_LIMIT;
 }
 
 // Markdown's blocks (marked's tokens), its link definitions from `links` known too.
-function lexMarkdown(text, links = {}) {
+export function lexMarkdown(text, links = {}) {
   const lexer = new window.marked.Lexer();
   Object.assign(lexer.tokens.links, links);
   return lexer.lex(text);
@@ -91,7 +64,7 @@ function lexMarkdown(text, links = {}) {
 
 // Blocks as a fragment: rendered, sanitized, links opened outside the page, code blocks
 // highlighted.
-function renderBlocks(tokens) {
+export function renderBlocks(tokens) {
   const html = window.marked.Parser.parse(tokens);
   const clean = window.DOMPurify.sanitize(html, {
     RETURN_DOM_FRAGMENT: true,
@@ -107,7 +80,7 @@ function renderBlocks(tokens) {
 }
 
 // An agent's Markdown as a fragment.
-function markdown(text) {
+export function markdown(text) {
   const fragment = document.createDocumentFragment();
   if (canRenderMarkdown(text)) fragment.append(renderBlocks(lexMarkdown(text)));
   else fragment.append(el("div", { class: "plain" }, text));
@@ -116,15 +89,15 @@ function markdown(text) {
 
 // A small highlighter of our own: comments, strings, numbers and the keywords most
 // languages share. It works on the code's text, so it cannot bring markup in.
-const KEYWORDS = new Set(
+export const KEYWORDS = new Set(
   ("as async await break case catch class const continue def default do elif else enum export " +
     "extends false fn for from func function if impl import in interface let loop match mod mut " +
     "new nil None null package pub return self Self static struct super switch this throw trait " +
     "true True False try type typeof use var while with yield").split(" "),
 );
-const TOKEN = /(\/\/[^\n]*|#[^\n]*|\/\*[\s\S]*?\*\/)|("(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|`(?:\\.|[^`\\])*`)|\b(\d[\d_.]*(?:e[+-]?\d+)?)\b|\b([A-Za-z_][A-Za-z0-9_]*)\b/g;
+export const TOKEN = /(\/\/[^\n]*|#[^\n]*|\/\*[\s\S]*?\*\/)|("(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|`(?:\\.|[^`\\])*`)|\b(\d[\d_.]*(?:e[+-]?\d+)?)\b|\b([A-Za-z_][A-Za-z0-9_]*)\b/g;
 
-function highlight(code) {
+export function highlight(code) {
   const language = (code.className.match(/language-(\S+)/) || [])[1] || "";
   const hashComments = /^(py|python|sh|bash|shell|zsh|toml|yaml|yml|rb|ruby|dockerfile|make)$/.test(language);
   const text = code.textContent;
@@ -158,7 +131,7 @@ function highlight(code) {
 // costs what its tail holds, not the whole reply (a reply of 152 KB is lexed a few times
 // over, not once a chunk), and the message ends rendered as its whole text would be
 // (`markdown`).
-function appendAgentText(block, text) {
+export function appendAgentText(block, text) {
   block.raw = (block.raw || "") + text;
   if (state.backfill) {
     state.backfillBlocks.add(block); // rendered once the window is in (views.js)
@@ -166,14 +139,14 @@ function appendAgentText(block, text) {
   }
   const stream = block.stream || (block.stream = newStream());
   // "\r\n" and "\r" are line ends, as marked reads them (a "\r\n" may be cut in two).
-  let more = stream.cr && text.startsWith("\n") ? text.slice(1) : text;
-  stream.cr = more.endsWith("\r");
-  stream.text += more.replace(/\r\n?/g, "\n");
+  const added = lineEnds(stream.cr, text);
+  stream.cr = added.cr;
+  stream.text += added.text;
   queueAgentText(block);
 }
 
 // What a streamed message keeps between frames.
-function newStream() {
+export function newStream() {
   return {
     text: "", // its text, each line end a "\n"
     cr: false, // the last chunk ended with a "\r" (a "\n" starting the next ends no line)
@@ -181,7 +154,7 @@ function newStream() {
     links: {}, // the link definitions in the settled text
     defines: false, // a link definition was seen: the message is rendered again at its end
     tail: [], // the nodes that show the open tail
-    fence: null, // the open code fence grown without lexing (`openFence`)
+    fence: null, // the open code fence grown without lexing (`growingFence`)
     queued: false, // a frame will render it
     ended: false, // the message is whole
     plain: null, // past MARKDOWN_LIMIT: its text shown as it is, up to `shown`
@@ -190,21 +163,21 @@ function newStream() {
 }
 
 // The message streamed into is whole: a new block of the transcript follows it.
-function endAgentMessage() {
+export function endAgentMessage() {
   endAgentText(state.currentAgent);
   state.currentAgent = null;
 }
 
 // A message is whole (its turn ended, a tool call or a new turn followed): an open fence's
 // code, added as text, is rendered properly.
-function endAgentText(block) {
+export function endAgentText(block) {
   const stream = block && block.stream;
   if (!stream || stream.ended) return;
   stream.ended = true;
   if ((stream.fence && stream.fence.added) || stream.defines) queueAgentText(block);
 }
 
-function queueAgentText(block) {
+export function queueAgentText(block) {
   const stream = block.stream;
   if (stream.queued) return;
   stream.queued = true;
@@ -215,7 +188,7 @@ function queueAgentText(block) {
   });
 }
 
-function renderAgentText(block) {
+export function renderAgentText(block) {
   const stream = block.stream;
   if (!canRenderMarkdown(block.raw)) {
     // Too long for Markdown: the text as it is, from here on.
@@ -241,11 +214,8 @@ function renderAgentText(block) {
   const tail = stream.text.slice(stream.settled);
   const tokens = lexMarkdown(tail, stream.links);
   if (!stream.ended && tokens.some((token) => token.type === "def")) stream.defines = true;
-  // All blocks but the last (and the blank lines after it) are settled: rendered here,
-  // before the tail, for good. While the last one's first line is not whole, the block
-  // before it is not settled either ("2" may yet be "2. second", an item of the list above).
-  let last = lastBlock(tokens, tokens.length);
-  if (!tokens.slice(last).some((token) => token.raw.includes("\n"))) last = lastBlock(tokens, last);
+  // The settled blocks (stream.js) are rendered here, before the tail, for good.
+  const last = settledCount(tokens);
   const settled = tokens.slice(0, last);
   const settledText = settled.map((token) => token.raw).join("");
   let open = tokens;
@@ -265,27 +235,17 @@ function renderAgentText(block) {
   for (const node of stream.tail) node.remove();
   block.append(fragment);
   stream.tail = nodes;
-  if (!stream.ended) stream.fence = openFence(stream, open[open.length - 1], nodes);
-}
-
-// The index of the last block before `end` that is not blank lines (0 when none is).
-function lastBlock(tokens, end) {
-  let index = end - 1;
-  while (index > 0 && tokens[index].type === "space") index--;
-  return Math.max(index, 0);
+  if (!stream.ended) stream.fence = growingFence(stream, open[open.length - 1], nodes);
 }
 
 // The tail's last block when it is a code fence not closed yet, its opening line whole and
 // not indented: where its code is shown and what closes it; else null.
-function openFence(stream, token, nodes) {
+export function growingFence(stream, token, nodes) {
   if (!token || token.type !== "code" || !stream.text.endsWith(token.raw)) return null;
-  const opening = /^(`{3,}|~{3,})[^\n]*\n/.exec(token.raw);
-  if (!opening) return null;
-  const mark = opening[1];
-  const closing = new RegExp(`^ {0,3}${mark}${mark[0]}* *$`);
-  const code = token.raw.slice(opening[0].length);
+  const fence = openFence(token.raw);
+  if (!fence) return null;
+  const { closing, code } = fence;
   const lines = code.split("\n");
-  if (lines.some((line) => closing.test(line))) return null;
   const pre = nodes.filter((node) => node.nodeName === "PRE").pop();
   const element = pre && pre.firstElementChild;
   // marked shows the code with a line end after its last line.
@@ -304,15 +264,12 @@ function openFence(stream, token, nodes) {
 
 // Adds the text since the last frame to an open fence's code; false when a line of it
 // closes the fence (the tail is lexed again).
-function growFence(stream) {
+export function growFence(stream) {
   const fence = stream.fence;
   const text = stream.text;
-  let at = fence.scanFrom;
-  for (let end = text.indexOf("\n", at); end >= 0; end = text.indexOf("\n", at)) {
-    if (fence.closing.test(text.slice(at, end))) return false;
-    at = end + 1;
-  }
-  fence.scanFrom = at;
+  const scanned = scanFence(text, fence.scanFrom, fence.closing);
+  if (scanned.closed) return false;
+  fence.scanFrom = scanned.scanFrom;
   fence.element.insertBefore(document.createTextNode(text.slice(fence.shownTo)), fence.end);
   fence.shownTo = text.length;
   fence.end.data = text.endsWith("\n") ? "" : "\n";
@@ -324,7 +281,7 @@ function growFence(stream) {
 
 // Line operations turning `a` into `b`: common prefix and suffix, then a longest common
 // subsequence of what is between (or, past a size, all of it removed and added).
-function lineDiff(a, b) {
+export function lineDiff(a, b) {
   let start = 0;
   while (start < a.length && start < b.length && a[start] === b[start]) start++;
   let endA = a.length;
@@ -369,11 +326,11 @@ function lineDiff(a, b) {
 }
 
 // The most rows of a diff shown.
-const DIFF_ROWS = 2000;
+export const DIFF_ROWS = 2000;
 
 // ACP `diff` content side by side: the old text left, the new right, removed and added
 // lines paired up.
-function diffView(item) {
+export function diffView(item) {
   const lines = (text) => (text ? text.replace(/\n$/, "").split("\n") : []);
   const oldLines = lines(item.oldText);
   const newLines = lines(item.newText);
@@ -429,7 +386,7 @@ function diffView(item) {
 
 // A tool call's block: created by `tool_call`, merged with each `tool_call_update` (ACP
 // sends only what changed; content and locations, when sent, replace what was there).
-function renderTool(update) {
+export function renderTool(update) {
   const id = update.toolCallId;
   let tool = state.tools.get(id);
   if (!tool) {
@@ -483,12 +440,12 @@ function renderTool(update) {
 // ---- plans, usage --------------------------------------------------------------------
 
 // What the transcript and the snapshot view say for Tether's summary prompt at a pause.
-const SUMMARY_ASKED = "Tether asked the agent for its summary before pausing";
+export const SUMMARY_ASKED = "Tether asked the agent for its summary before pausing";
 
-const PLAN_MARKS = { completed: "✓", in_progress: "▶", pending: "○" };
+export const PLAN_MARKS = { completed: "✓", in_progress: "▶", pending: "○" };
 
 // ACP sends the whole plan each time: the turn's plan box shows the latest.
-function renderPlan(entries) {
+export function renderPlan(entries) {
   const node = el("div", { class: "plan", "aria-label": "the agent's plan" },
     el("div", { class: "plan-head" }, "Plan"),
     el("ol", {}, ...entries.map((entry) =>
@@ -501,12 +458,12 @@ function renderPlan(entries) {
   state.plan = node;
 }
 
-function formatTokens(n) {
+export function formatTokens(n) {
   return n >= 1000 ? `${(n / 1000).toFixed(n >= 100000 ? 0 : 1)}k` : String(n);
 }
 
 // The agent's context use (ACP `usage_update`) and cost, in the session's head.
-function renderUsage(update) {
+export function renderUsage(update) {
   if (typeof update.used !== "number" || typeof update.size !== "number" || update.size <= 0) return;
   const meter = $("#context-meter");
   meter.max = update.size;
@@ -521,7 +478,7 @@ function renderUsage(update) {
 }
 
 // The session's totals (tokens and cost of its turns) and its budgets, from its status.
-function renderTotals(usage) {
+export function renderTotals(usage) {
   const box = $("#totals");
   // Unknown is not zero: turns ended and none of them reported tokens.
   const unknown = usage && usage.turns_with_tokens === 0 && usage.turns_without_tokens > 0;
@@ -547,13 +504,13 @@ function renderTotals(usage) {
 // ---- the transcript ------------------------------------------------------------------
 
 // "working…" beside the state while a turn runs.
-function showWorking(sessionState) {
+export function showWorking(sessionState) {
   $("#working").hidden = sessionState !== "RUNNING";
 }
 
 // Whether the transcript follows new output: it does until the reader scrolls up, and
 // again once they scroll back to the end (or press "new output ↓").
-function stickToBottom() {
+export function stickToBottom() {
   const box = $("#transcript");
   if (state.stick) box.scrollTop = box.scrollHeight;
   else $("#jump").hidden = false;
@@ -561,14 +518,14 @@ function stickToBottom() {
 
 // The newest prompt of the live transcript stays in view over its turn's output (CSS:
 // `.current` is sticky); an earlier window's prompts are not the newest.
-function markCurrent(node) {
+export function markCurrent(node) {
   if (state.backfill) return;
   for (const old of $("#transcript").querySelectorAll(":scope > .current")) old.classList.remove("current");
   node.classList.add("current");
 }
 
 // Appends to the transcript — or, while an earlier window is rendered, to its holder.
-function transcript(node) {
+export function transcript(node) {
   // The turn it belongs to, so a rewind can mark it (rewind.js).
   const turn = state.backfill ? state.backfillTurn : state.liveTurn;
   if (turn && node.dataset) node.dataset.inTurn = turn;
@@ -581,7 +538,7 @@ function transcript(node) {
   return node;
 }
 
-function render(event) {
+export function render(event) {
   if (!state.backfill && !goesOnWithStep(event)) stepEnded(event.at);
   switch (event.type) {
     case "state": {
@@ -613,11 +570,9 @@ function render(event) {
       if (state.backfill) state.backfillTurn = event.turn_id;
       else {
         state.liveTurn = event.turn_id;
-        if (window.tetherTurns) {
-          const known = state.turns.length;
-          state.turns = window.tetherTurns.withStarted(state.turns, event);
-          if (state.turns.length !== known) renderTurnNav();
-        }
+        const known = state.turns.length;
+        state.turns = Turns.withStarted(state.turns, event);
+        if (state.turns.length !== known) renderTurnNav();
       }
       // Tether's own prompt (the summary asked for at a pause) is not the person's.
       markCurrent(transcript(event.origin === "pause_summary"
@@ -742,7 +697,7 @@ function render(event) {
 // ---- launch steps --------------------------------------------------------------------
 
 // What a launch step does, in words (the CLI's `step_name`).
-const STEP_NAMES = {
+export const STEP_NAMES = {
   launching: "launching the agent",
   initializing: "the agent is starting (initialize)",
   authenticating: "authenticating",
@@ -756,7 +711,7 @@ const STEP_NAMES = {
 // stderr line) update it, and while it waits it says every second for how long (counted
 // from the events' times, so the page's clock does not matter). An earlier window's
 // events are history: they leave it alone.
-function stepProgress(event) {
+export function stepProgress(event) {
   if (state.backfill) return;
   const at = event.at || Date.now();
   let wait = state.step;
@@ -775,13 +730,13 @@ function stepProgress(event) {
 
 // Whether an event leaves the step waiting, as in the CLI: one of the step's, a notice, a
 // resume's outcome, the state STARTING; any other says the agent is up (or gone).
-function goesOnWithStep(event) {
+export function goesOnWithStep(event) {
   return ["progress", "notice", "resume_outcome"].includes(event.type)
     || (event.type === "state" && event.state === "STARTING");
 }
 
 // The step waited in is over, at `at`: its line says how long it waited.
-function stepEnded(at) {
+export function stepEnded(at) {
   const wait = state.step;
   if (!wait) return;
   state.step = null;
@@ -790,7 +745,7 @@ function stepEnded(at) {
   drawStep(wait);
 }
 
-function drawStep(wait) {
+export function drawStep(wait) {
   if (!wait.line.isConnected) {
     clearInterval(wait.timer); // another session was opened
     return;
@@ -807,11 +762,11 @@ function drawStep(wait) {
 // ---- notices -------------------------------------------------------------------------
 
 // A notice that events cannot be read: "events 12–40 are unreadable and skipped: why".
-const UNREADABLE = /^events? (\d+)(?:–(\d+))? (?:is|are) (unreadable and skipped: [\s\S]*)$/;
+export const UNREADABLE = /^events? (\d+)(?:–(\d+))? (?:is|are) (unreadable and skipped: [\s\S]*)$/;
 
 // Consecutive notices that say the same are one line, with how many there were: each seq
 // of a lost range is delivered as a notice of its own.
-function renderNotice(event) {
+export function renderNotice(event) {
   const seq = event.seq || 0;
   const said = { message: event.message, first: seq, last: seq, count: 1 };
   const line = (state.backfill || $("#transcript")).lastElementChild;
@@ -831,7 +786,7 @@ function renderNotice(event) {
 // Whether notice line `later` goes on notice line `earlier`: the same message, or the
 // same unreadable range from the next seq on (a read that begins inside a lost range
 // names it from there: a window's "events 31–40" after an earlier one's "events 11–40").
-function continuesNotice(earlier, later) {
+export function continuesNotice(earlier, later) {
   if (earlier.message === later.message) return true;
   const before = UNREADABLE.exec(earlier.message);
   const after = UNREADABLE.exec(later.message);
@@ -840,7 +795,7 @@ function continuesNotice(earlier, later) {
     && Number(after[1]) === later.first && later.first === earlier.last + 1;
 }
 
-function showNotice(node) {
+export function showNotice(node) {
   const { message, count } = node.notice;
   node.replaceChildren("notice: " + message,
     count > 1 ? el("span", { class: "repeat", title: `said by ${count} events` }, ` ×${count}`) : "");
@@ -848,7 +803,7 @@ function showNotice(node) {
 
 // An earlier window's last notice line and the newer line after it (`next`), when they
 // say the same, are one: the newer line, saying what the earlier one said.
-function joinNotices(holder, next) {
+export function joinNotices(holder, next) {
   const last = holder.lastElementChild;
   if (!last || !last.notice || !next || !next.notice || !continuesNotice(last.notice, next.notice)) return;
   next.notice = { ...next.notice, message: last.notice.message, first: last.notice.first, count: last.notice.count + next.notice.count };
@@ -857,11 +812,11 @@ function joinNotices(holder, next) {
 }
 
 // The class of an option's button by its ACP kind (`allow` and `deny` for the once kinds).
-const OPTION_CLASSES = { allow_once: "allow", allow_always: "allow-always", reject_once: "deny", reject_always: "deny-always" };
+export const OPTION_CLASSES = { allow_once: "allow", allow_always: "allow-always", reject_once: "deny", reject_always: "deny-always" };
 
 // An elicitation: the agent's message and a form built from its requested schema (text,
 // numbers, switches, choices), or a link to visit; answered accept, decline or cancel.
-function renderElicitation(event) {
+export function renderElicitation(event) {
   if (state.permissions.has(event.request_id)) return;
   const params = event.params || {};
   const schema = params.requestedSchema || {};
@@ -924,7 +879,7 @@ function renderElicitation(event) {
 
 // A question's box is kept by its id; read back from an earlier window, its answer (or
 // the end of its turn) came later and it is shown settled, else it is offered (focused).
-function offerQuestion(box, event, focusable) {
+export function offerQuestion(box, event, focusable) {
   state.permissions.set(event.request_id, box);
   const answered = state.answers.get(event.request_id) || (state.lastTurnEnd > event.seq ? "no longer asked" : null);
   if (answered) {
@@ -937,7 +892,7 @@ function offerQuestion(box, event, focusable) {
   if (first && document.activeElement === document.body) first.focus({ preventScroll: true });
 }
 
-function renderPermission(event) {
+export function renderPermission(event) {
   // Asked again (the daemon re-asks open questions after a restart): one box per question.
   if (state.permissions.has(event.request_id)) return;
   const params = event.params || {};

@@ -1,13 +1,16 @@
+// @ts-check
 // Rewinding the open session's conversation: "Rewind to here" at a turn's end (the later
 // turns leave the conversation, kept and marked rewound; the workspace may return to its
 // state then), "Edit" on an earlier prompt (its text into the prompt box; sending it rewinds
 // to the turn before it first, then sends), and the marks on rewound turns — from the
 // timeline when a session opens, from `rewound` events as they come.
-"use strict";
+import { act, activity, rpc, showError } from "./app.js";
+import { $, el, transcript } from "./render.js";
+import { state } from "./state.js";
 
 // Dims the transcript's nodes of `turnIds` (render.js's `transcript` records the turn each
 // node belongs to) and takes their rewind and edit actions away.
-function markRewound(turnIds) {
+export function markRewound(turnIds) {
   for (const id of turnIds || []) {
     for (const node of document.querySelectorAll(`#transcript [data-in-turn="${CSS.escape(id)}"]`)) {
       node.classList.add("rewound");
@@ -17,7 +20,7 @@ function markRewound(turnIds) {
 }
 
 // The open session's rewound turns, from its timeline (after its events are rendered).
-async function showRewound(sessionId, visit) {
+export async function showRewound(sessionId, visit) {
   let timeline;
   try {
     timeline = await rpc.call("task.session.timeline", { session_id: sessionId });
@@ -29,7 +32,7 @@ async function showRewound(sessionId, visit) {
 }
 
 // A turn end's "Rewind to here", which asks first (and whether to restore the workspace).
-function rewindButton(turnId) {
+export function rewindButton(turnId) {
   const button = el("button", { type: "button", class: "rewind-here",
     title: "Make this turn the conversation's last: the later turns are kept, marked rewound, and the agent starts afresh from here" },
   "Rewind to here");
@@ -37,7 +40,7 @@ function rewindButton(turnId) {
   return button;
 }
 
-function offerRewind(holder, turnId) {
+export function offerRewind(holder, turnId) {
   if (holder.querySelector(".rewind-offer")) return;
   const restore = el("input", { type: "checkbox", class: "rewind-restore" });
   const go = el("button", { type: "button", class: "rewind-go" }, "Rewind");
@@ -53,7 +56,7 @@ function offerRewind(holder, turnId) {
   holder.append(offer);
 }
 
-async function rewind(turnId, restoreWorkspace) {
+export async function rewind(turnId, restoreWorkspace) {
   const rewound = await act("task.session.rewind",
     { session_id: state.open, turn_id: turnId, restore_workspace: restoreWorkspace || undefined });
   if (!rewound) return undefined;
@@ -69,7 +72,7 @@ async function rewind(turnId, restoreWorkspace) {
 // "Edit" on a person's prompt: its text goes into the prompt box, and sending it rewinds to
 // the turn before it first (refused, and said, for the first prompt: there is no turn
 // before it to rewind to).
-function editButton(turnId, text) {
+export function editButton(turnId, text) {
   // Its word is the stylesheet's (`::before`), so the message's text stays the prompt's.
   const button = el("button", { type: "button", class: "edit-prompt", "aria-label": "Edit",
     title: "Edit this prompt and send it again: the conversation is rewound to the turn before it first" });
@@ -77,7 +80,7 @@ function editButton(turnId, text) {
   return button;
 }
 
-async function startEdit(turnId, text) {
+export async function startEdit(turnId, text) {
   let timeline;
   try {
     timeline = await rpc.call("task.session.timeline", { session_id: state.open });
@@ -100,13 +103,13 @@ async function startEdit(turnId, text) {
   $("#prompt").focus();
 }
 
-function stopEditing() {
+export function stopEditing() {
   state.editing = null;
   $("#editing").hidden = true;
 }
 
 // Before an edited prompt is sent: the rewind to the turn before it; false when refused.
-async function rewindForEdit() {
+export async function rewindForEdit() {
   if (!state.editing) return true;
   const rewound = await rewind(state.editing.before, false);
   if (!rewound) return false;

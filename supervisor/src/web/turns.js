@@ -145,7 +145,3 @@ export function searchHistory(entries, query, max = 50) {
   }
   return found;
 }
-
-if (typeof window !== "undefined") {
-  /** @type {any} */ (window).tetherTurns = { numbered, withStarted, turnAt, newest, shortly, earlierStep, searchHistory };
-}

@@ -1,15 +1,21 @@
+// @ts-check
 // The session's other views: its whole history (task.session.history), a graphical
 // timeline of its executions and turns with what happened to it (task.session.timeline),
 // its snapshots (task.session.snapshot.list/get), its Changes (changes.js), and the dialog that pauses it with a
 // reason.
-"use strict";
+import * as Changes from "./changes.js";
+import * as Turns from "./turns.js";
+import { messageStart, startsInsideMessage } from "./windows.js";
+import { actOnSession, activity, rpc, sessionError } from "./app.js";
+import { $, SUMMARY_ASKED, el, formatTokens, joinNotices, markCurrent, markdown, render, renderElicitation, renderPermission, renderUsage } from "./render.js";
+import { state } from "./state.js";
 
-const TABS = ["transcript", "history", "timeline", "snapshots", "changes"];
+export const TABS = ["transcript", "history", "timeline", "snapshots", "changes"];
 
-function showTab(name) {
+export function showTab(name) {
   for (const tab of TABS) {
     $("#" + tab).hidden = tab !== name;
-    const button = document.querySelector(`[data-tab="${tab}"]`);
+    const button = $(`[data-tab="${tab}"]`);
     button.classList.toggle("active", tab === name);
     button.setAttribute("aria-selected", String(tab === name));
     // One tab in the Tab order; the arrows move between them.
@@ -22,10 +28,10 @@ function showTab(name) {
   if (name === "history") loadHistory();
   if (name === "timeline") loadTimeline();
   if (name === "snapshots") loadSnapshots();
-  if (name === "changes") window.tetherChanges?.show();
+  if (name === "changes") Changes.show();
 }
 
-async function loadHistory() {
+export async function loadHistory() {
   try {
     const entries = await rpc.call("task.session.history", { session_id: state.open });
     $("#history").replaceChildren(
@@ -40,22 +46,22 @@ async function loadHistory() {
 
 // ---- the timeline ----------------------------------------------------------------------
 
-const SVG = "http://www.w3.org/2000/svg";
+export const SVG = "http://www.w3.org/2000/svg";
 
-function svg(tag, attrs, ...children) {
+export function svg(tag, attrs, ...children) {
   const node = document.createElementNS(SVG, tag);
   for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, String(value));
   node.append(...children);
   return node;
 }
 
-function duration(ms) {
+export function duration(ms) {
   if (ms < 1000) return `${ms} ms`;
   if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
   return `${Math.floor(ms / 60000)} min ${Math.round((ms % 60000) / 1000)} s`;
 }
 
-async function loadTimeline() {
+export async function loadTimeline() {
   try {
     const timeline = await rpc.call("task.session.timeline", { session_id: state.open });
     $("#timeline-chart").replaceChildren(timelineChart(timeline));
@@ -68,12 +74,12 @@ async function loadTimeline() {
 // ---- the executions as cards -----------------------------------------------------------
 
 // How a run of the agent began, and how a pause's trigger reads on its badge.
-const STARTS = { fresh: "fresh start", native_load: "restored (load)", native_resume: "restored (resume)", history_injection: "history injected", handoff: "handed over", already_running: "re-attached" };
-const TRIGGERS = { pause: "paused", exhaustion: "context full", timeout: "paused (forced)", idle: "parked (idle)", budget: "budget reached", max_turns: "max turns", max_duration: "max duration", crash: "crashed" };
+export const STARTS = { fresh: "fresh start", native_load: "restored (load)", native_resume: "restored (resume)", history_injection: "history injected", handoff: "handed over", already_running: "re-attached" };
+export const TRIGGERS = { pause: "paused", exhaustion: "context full", timeout: "paused (forced)", idle: "parked (idle)", budget: "budget reached", max_turns: "max turns", max_duration: "max duration", crash: "crashed" };
 
 // Groups the timeline by execution (one run of the agent): how each began, its turns, how
 // it ended (a pause and its trigger, an error, the session's end) and its events.
-function executionCards(timeline) {
+export function executionCards(timeline) {
   const cards = [];
   const card = (id) => {
     let found = cards.find((c) => c.id === id);
@@ -113,7 +119,7 @@ function executionCards(timeline) {
   return cards.sort((a, b) => a.number - b.number);
 }
 
-function executionCard(c) {
+export function executionCard(c) {
   const ended = c.turns.filter((t) => t.ended_at);
   const last = c.events.length ? c.events[c.events.length - 1].at : c.started;
   const counts = ["completed", "failed", "cancelled", "interrupted"].map((s) => [s, c.turns.filter((t) => t.ended_at && t.state === s).length]).filter(([, n]) => n);
@@ -146,7 +152,7 @@ function executionCard(c) {
 
 // One lane per execution (a run of the agent), each turn a bar coloured by how it ended;
 // pauses, resumes, snapshots and errors are marks on the time axis.
-function timelineChart(timeline) {
+export function timelineChart(timeline) {
   const turns = timeline.turns;
   const marks = timeline.entries.filter((e) => ["paused", "resumed", "snapshot_taken", "error", "execution_started"].includes(e.kind));
   const times = [...turns.flatMap((t) => [t.started_at, t.ended_at || Date.now()]), ...marks.map((m) => m.at)];
@@ -191,7 +197,7 @@ function timelineChart(timeline) {
 
 // ---- snapshots -------------------------------------------------------------------------
 
-async function loadSnapshots() {
+export async function loadSnapshots() {
   try {
     const snapshots = await rpc.call("task.session.snapshot.list", { session_id: state.open });
     $("#snapshot-view").replaceChildren();
@@ -209,11 +215,11 @@ async function loadSnapshots() {
   }
 }
 
-function field(label, ...value) {
+export function field(label, ...value) {
   return [el("dt", {}, label), el("dd", {}, ...value)];
 }
 
-async function showSnapshot(snapshotId) {
+export async function showSnapshot(snapshotId) {
   try {
     const s = await rpc.call("task.session.snapshot.get", { snapshot_id: snapshotId });
     const git = s.git || {};
@@ -262,7 +268,7 @@ async function showSnapshot(snapshotId) {
 
 // What the agent summarised at the pause (decisions with why and what else it considered,
 // open problems, next steps), or why there is no summary.
-function snapshotSummary(summary) {
+export function snapshotSummary(summary) {
   if (!summary) return "";
   const WHY = { off: "not asked for (the profile's session.summarize_on_pause is off)", skipped: "not asked", invalid: "refused", failed: "not given" };
   if (summary.state !== "stored" || !summary.summary) {
@@ -284,7 +290,7 @@ function snapshotSummary(summary) {
 
 // What changed in the workspace while the session was paused (a resume's `git_drift`):
 // someone else's commits and edits, which the agent is told of in its next prompt.
-function showDrift(drift) {
+export function showDrift(drift) {
   const box = $("#drift");
   if (!drift) {
     box.hidden = true;
@@ -306,21 +312,21 @@ function showDrift(drift) {
 }
 
 // The tabs as a screen reader's tab list: Left and Right (Home, End) move to a tab and show it.
-function onTabKey(event) {
+export function onTabKey(event) {
   const at = TABS.indexOf(event.currentTarget.dataset.tab);
   const to = { ArrowRight: at + 1, ArrowLeft: at - 1, Home: 0, End: TABS.length - 1 }[event.key];
   if (to === undefined) return;
   event.preventDefault();
   const name = TABS[(to + TABS.length) % TABS.length];
   showTab(name);
-  document.querySelector(`[data-tab="${name}"]`).focus();
+  $(`[data-tab="${name}"]`).focus();
 }
 
 // ---- pausing ---------------------------------------------------------------------------
 
 // Pause asks why (the reason is kept with the pause and shown in its events) and how long
 // a running turn may still take.
-function askPause() {
+export function askPause() {
   const dialog = $("#pause-dialog");
   $("#pause-reason").value = "";
   dialog.returnValue = "";
@@ -328,7 +334,7 @@ function askPause() {
   $("#pause-reason").focus();
 }
 
-function wireViews() {
+export function wireViews() {
   // Cancel is not the form's submit button: Enter in the reason pauses.
   $("#pause-cancel").addEventListener("click", () => $("#pause-dialog").close("cancel"));
   $("#pause-dialog").addEventListener("close", () => {
@@ -340,7 +346,7 @@ function wireViews() {
     if (Number.isFinite(seconds) && seconds >= 0) params.force_after_ms = Math.round(seconds * 1000);
     actOnSession("task.session.pause", undefined, params);
   });
-  for (const button of document.querySelectorAll(".tabs button")) {
+  for (const button of /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll(".tabs button"))) {
     button.addEventListener("click", () => showTab(button.dataset.tab));
     button.addEventListener("keydown", onTabKey);
   }
@@ -352,13 +358,13 @@ function wireViews() {
 // Events a window holds: 500, or (for tests of the windows' edges, and small devices)
 // what `sessionStorage["tether-window"]` says; that setting also caps what one "Show
 // earlier" reads, else a turn's rest (at most 5,000 events) comes at once.
-const WINDOW_SET = Number(sessionStorage.getItem("tether-window")) || 0;
-const WINDOW = WINDOW_SET || 500;
-const LOAD_CAP = WINDOW_SET || 5000;
+export const WINDOW_SET = Number(sessionStorage.getItem("tether-window")) || 0;
+export const WINDOW = WINDOW_SET || 500;
+export const LOAD_CAP = WINDOW_SET || 5000;
 
 // Opens the session at its newest WINDOW events (a session with 220,000 events opens as
 // fast as one with 500); false when that failed (the error is shown).
-async function loadNewest(sessionId, visit) {
+export async function loadNewest(sessionId, visit) {
   const turns = readTurns(sessionId);
   let window;
   try {
@@ -389,33 +395,18 @@ async function loadNewest(sessionId, visit) {
   return true;
 }
 
-// The events after which render() starts a new block: the agent's message streamed before
-// them is over.
-const MESSAGE_ENDS = new Set(["turn_started", "turn_ended", "tool_call", "tool_call_update", "permission_request", "elicitation_request"]);
-
-// Whether a window's events begin inside a message: a chunk of the agent's message (or
-// thought) comes before any event that ends one.
-function startsInsideMessage(events) {
-  for (const event of events) {
-    if (event.type === "agent_message_chunk" || event.type === "agent_thought_chunk") return true;
-    if (MESSAGE_ENDS.has(event.type)) return false;
-  }
-  return false;
-}
-
 // A window's events, taken back to the start of the message they begin inside (the events
 // before them, down to the one that ended the message before), so that no message is ever
 // rendered in two parts: its Markdown cut in two would show code as prose and a fence as
 // text.
-async function wholeMessages(sessionId, window) {
+export async function wholeMessages(sessionId, window) {
   let events = window.events;
   while (events.length && events[0].seq > window.kept_after_seq + 1 && startsInsideMessage(events)) {
     const earlier = await rpc.call("task.session.event_window",
       { session_id: sessionId, before_seq: events[0].seq, limit: Math.max(WINDOW, 500) });
     const before = earlier.events.filter((event) => event.seq < events[0].seq);
     if (!before.length) break;
-    let start = before.length;
-    while (start > 0 && !MESSAGE_ENDS.has(before[start - 1].type)) start--;
+    const start = messageStart(before);
     events = before.slice(start).concat(events);
     if (start > 0) break; // the message's start
   }
@@ -424,7 +415,7 @@ async function wholeMessages(sessionId, window) {
 
 // The agent's last reported usage, when it is older than the window shown: its newest
 // snapshot has it.
-async function usageFromSnapshot(sessionId, visit) {
+export async function usageFromSnapshot(sessionId, visit) {
   try {
     const snapshots = await rpc.call("task.session.snapshot.list", { session_id: sessionId });
     const newest = snapshots.filter((s) => s.context_size).pop();
@@ -440,7 +431,7 @@ async function usageFromSnapshot(sessionId, visit) {
 
 // The agent's questions still waiting, asked before the window shown: offered at the end
 // (the status lists them; one already shown, or answered since, is left as it is).
-function offerOpenQuestions(status) {
+export function offerOpenQuestions(status) {
   const seq = state.lastSeq.get(state.open) || 0;
   for (const question of status.open_questions || []) {
     if (state.permissions.has(question.request_id)) continue;
@@ -452,12 +443,12 @@ function offerOpenQuestions(status) {
 
 // The transcript's top: a button for the window before (also pressed by scrolling to the
 // top), or, once the log's start is reached, what the log no longer keeps.
-function showEarlier() {
+export function showEarlier() {
   const box = $("#transcript");
   for (const old of box.querySelectorAll(".earlier")) old.remove();
   let top = null;
   if (state.windowStart > state.keptAfter + 1) {
-    top = el("button", { class: "earlier quiet", onclick: loadEarlier }, earlierStep().label);
+    top = el("button", { class: "earlier quiet", onclick: loadEarlier }, nextEarlier().label);
   } else if (state.keptAfter > 0) {
     top = el("div", { class: "earlier notice" },
       "Earlier events of this session are no longer kept for the page; the History tab has the whole conversation.");
@@ -471,22 +462,20 @@ function showEarlier() {
 
 // What "Show earlier" reads next and says (turns.js): the rest of the turn the window
 // starts inside, or the turn before, by turn; by count where no turn says where it starts.
-function earlierStep() {
+export function nextEarlier() {
   const left = state.windowStart - state.keptAfter - 1;
   const byCount = { limit: Math.min(WINDOW, left), label: `Show earlier events (${left} more)` };
-  const turns = window.tetherTurns;
-  if (!turns) return byCount;
-  const step = turns.earlierStep(state.turns, state.windowStart, state.keptAfter, LOAD_CAP);
+  const step = Turns.earlierStep(state.turns, state.windowStart, state.keptAfter, LOAD_CAP);
   return step.turn ? step : byCount;
 }
 
 // The session's turns from its timeline (numbered; where each starts in the log), or
 // none when that cannot be read: the page then loads by count, as before.
-async function readTurns(sessionId) {
+export async function readTurns(sessionId) {
   try {
     const timeline = await rpc.call("task.session.timeline",
       { session_id: sessionId, after: Number.MAX_SAFE_INTEGER });
-    return window.tetherTurns ? window.tetherTurns.numbered(timeline.turns) : [];
+    return Turns.numbered(timeline.turns);
   } catch (_) {
     return [];
   }
@@ -495,8 +484,8 @@ async function readTurns(sessionId) {
 // A window that starts inside the newest turn shows that turn's prompt first, pinned
 // above the button that loads the rest of the turn: a long session opens with the newest
 // prompt in view. (Gone once the rest is loaded: the prompt is then in its place.)
-async function pinNewestPrompt(sessionId, visit) {
-  const turn = window.tetherTurns?.newest(state.turns);
+export async function pinNewestPrompt(sessionId, visit) {
+  const turn = Turns.newest(state.turns);
   if (!turn || turn.seq >= state.windowStart || turn.seq <= state.keptAfter) return;
   let start;
   try {
@@ -525,7 +514,7 @@ async function pinNewestPrompt(sessionId, visit) {
 
 // `events`, rendered apart from the live transcript (into a holder returned), as an
 // earlier window is.
-function renderHeld(events) {
+export function renderHeld(events) {
   const saved = { agent: state.currentAgent, thought: state.currentThought, plan: state.plan };
   const holder = document.createDocumentFragment();
   state.backfill = holder;
@@ -547,7 +536,7 @@ function renderHeld(events) {
 
 // What the transcript shows before its first turn's prompt: the end of a turn that began
 // in an earlier window.
-function headOfTranscript() {
+export function headOfTranscript() {
   const head = [];
   for (const node of $("#transcript").children) {
     if (node.classList.contains("pinned") || node.classList.contains("earlier")) continue;
@@ -559,7 +548,7 @@ function headOfTranscript() {
 
 // Renders the window before the oldest shown into a holder, then puts it on top, keeping
 // what the reader sees where it is.
-async function loadEarlier() {
+export async function loadEarlier() {
   const sessionId = state.open;
   const visit = state.visit;
   if (state.loadingEarlier || !state.live || state.windowStart <= state.keptAfter + 1) return false;
@@ -567,7 +556,7 @@ async function loadEarlier() {
   try {
     const bound = state.windowStart;
     const window = await rpc.call("task.session.event_window",
-      { session_id: sessionId, before_seq: bound, limit: earlierStep().limit });
+      { session_id: sessionId, before_seq: bound, limit: nextEarlier().limit });
     if (state.visit !== visit) return false;
     state.keptAfter = window.kept_after_seq;
     // Only what lies before the oldest shown (the daemon says so too; a page trusts it
@@ -609,12 +598,12 @@ async function loadEarlier() {
 
 // The turn list over the transcript: each turn by number, time and prompt; choosing one
 // brings its prompt into view, loading back to it.
-function renderTurnNav() {
+export function renderTurnNav() {
   const select = $("#turn-nav");
   const known = state.turns.filter((turn) => turn.seq !== undefined || select.value === turn.id);
   const options = known.map((turn) => {
     const time = turn.startedAt ? new Date(turn.startedAt).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }) : "";
-    const text = `${turn.n} · ${time} · ${window.tetherTurns.shortly(turn.prompt || "(no prompt)")}${turn.rewound ? " (rewound)" : ""}`;
+    const text = `${turn.n} · ${time} · ${Turns.shortly(turn.prompt || "(no prompt)")}${turn.rewound ? " (rewound)" : ""}`;
     return el("option", { value: turn.id }, text);
   });
   const chosen = select.value;
@@ -625,7 +614,7 @@ function renderTurnNav() {
 
 // Brings turn `turnId` into view — loading back to its start where it is older than what
 // is shown — and, with `query`, the first of its parts that holds it, marked.
-async function goToTurn(turnId, query) {
+export async function goToTurn(turnId, query) {
   const visit = state.visit;
   const box = $("#transcript");
   const prompt = () => box.querySelector(`.user[data-turn="${CSS.escape(turnId)}"]`);
@@ -650,7 +639,7 @@ async function goToTurn(turnId, query) {
 
 // Searches the whole conversation (its history, read a page at a time) and lists each
 // match by turn; choosing one goes to it.
-async function searchTranscript(query) {
+export async function searchTranscript(query) {
   const sessionId = state.open;
   const visit = state.visit;
   const list = $("#search-results");
@@ -669,7 +658,7 @@ async function searchTranscript(query) {
     return;
   }
   if (state.visit !== visit) return;
-  const found = window.tetherTurns.searchHistory(entries, query);
+  const found = Turns.searchHistory(entries, query);
   const numberOf = (id) => state.turns.find((turn) => turn.id === id)?.n;
   list.replaceChildren(...found.map((match) => el("li", {},
     el("button", { type: "button", class: "quiet", onclick: () => goToTurn(match.turnId, query) },
@@ -679,7 +668,7 @@ async function searchTranscript(query) {
   list.setAttribute("aria-label", `${found.length} match(es) for ${query.trim()}`);
 }
 
-function wireTurns() {
+export function wireTurns() {
   $("#turn-nav").addEventListener("change", (event) => {
     if (event.target.value) goToTurn(event.target.value);
   });
@@ -695,7 +684,7 @@ function wireTurns() {
 // Shown under the session's head: a choice per select option (the model among them), a
 // switch per boolean one, and the mode; a change is sent at once (the agent answers) and
 // kept across resumes. A choice the agent did not take again says so.
-async function refreshSettings() {
+export async function refreshSettings() {
   const sessionId = state.open;
   if (!sessionId) return;
   let config;

@@ -57,7 +57,7 @@ async fn session_views(browser: &Browser, page: &str, session: &str) {
     clean(browser, "a session with a finished turn and a question").await;
     // The errors, in the header and the session, readable in both schemes.
     let errors = "const e = new Error('the session is RUNNING'); e.kind = 'invalid_state'; \
-        showError(e); sessionError(e); return true;";
+        tether.showError(e); tether.sessionError(e); return true;";
     browser.run(errors, json!([])).await;
     clean(browser, "errors shown, light").await;
     browser.color_scheme("dark").await;

@@ -62,8 +62,7 @@ async fn an_actions_error_goes_when_the_state_moves_on() {
     send(&browser, "/sleep 3000").await;
     browser.wait_text("#session-state", "RUNNING").await;
     // Rewinding while a turn runs is refused: the refusal names the running turn.
-    let refused =
-        "act('task.session.rewind', {session_id: arguments[0], turn_id: 'none'}); return true;";
+    let refused = "tether.act('task.session.rewind', {session_id: arguments[0], turn_id: 'none'}); return true;";
     browser.run(refused, json!([session])).await;
     browser.wait_text("#session-error", "").await;
     let shown = "return !document.querySelector('#session-error').hidden && !document.querySelector('#error').hidden;";

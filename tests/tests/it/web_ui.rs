@@ -535,7 +535,8 @@ async fn an_old_error_goes_after_a_reconnect_and_activity_has_the_events_time() 
     assert_eq!(at.as_str().unwrap(), seen.last().unwrap().at.to_string(), "the event's time");
     // An error (a cancel with no turn running, asked through the page's own call) is
     // shown, and gone after a reconnect since the daemon then says nothing is wrong.
-    let cancel = "act('task.session.cancel', { session_id: state.open }); return true;";
+    let cancel =
+        "tether.act('task.session.cancel', { session_id: tether.state.open }); return true;";
     browser.run(cancel, serde_json::json!([])).await;
     browser.wait_text("#session-error", "no turn is running").await;
     drop((events, api));
@@ -733,7 +734,7 @@ async fn newest_message(browser: &Browser) -> serde_json::Value {
     let script = "const done = arguments[0]; requestAnimationFrame(() => { \
         const lexed = window.__lexed; \
         const block = [...document.querySelectorAll('#transcript .agent')].pop(); \
-        const whole = document.createElement('div'); whole.append(markdown(block.raw)); \
+        const whole = document.createElement('div'); whole.append(tether.markdown(block.raw)); \
         done({lexed, length: block.raw.length, html: block.innerHTML, whole: whole.innerHTML}); });";
     browser.run_async(script, serde_json::json!([])).await
 }
@@ -760,12 +761,12 @@ async fn a_long_streamed_reply_renders_each_chunk_without_reparsing_the_whole_re
         ````md\n```python\nnested\n```\n````\n\nA closing paragraph, then an open fence:\n\n```sh\necho one\necho two";
     count_lexing(&browser).await;
     let script = "const [text, sizes, done] = arguments; let at = 0; let k = 0; \
-        render({ type: 'turn_started', turn_id: 'cut', prompt: 'cut anywhere' }); \
+        tether.render({ type: 'turn_started', turn_id: 'cut', prompt: 'cut anywhere' }); \
         const step = () => { \
           try { \
-            if (at >= text.length) { render({ type: 'turn_ended', turn_id: 'cut', state: 'completed' }); done(true); return; } \
+            if (at >= text.length) { tether.render({ type: 'turn_ended', turn_id: 'cut', state: 'completed' }); done(true); return; } \
             const n = sizes[k++ % sizes.length]; \
-            render({ type: 'agent_message_chunk', text: text.slice(at, at + n) }); at += n; \
+            tether.render({ type: 'agent_message_chunk', text: text.slice(at, at + n) }); at += n; \
             requestAnimationFrame(step); \
           } catch (error) { done(String(error.stack)); } }; \
         step();";

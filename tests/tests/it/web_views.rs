@@ -136,7 +136,7 @@ async fn a_diff_renders_both_sides_and_a_failed_command_its_output() {
     browser.screenshot("diff").await;
     // The diff's edges: a file emptied, nothing changed, only the last line's end, and a
     // big new file (its first 2,000 rows, the rest counted).
-    let heads = "const head = (o, n) => diffView({path: 'f', oldText: o, newText: n}); \
+    let heads = "const head = (o, n) => tether.diffView({path: 'f', oldText: o, newText: n}); \
         const big = Array.from({length: 3000}, (_, i) => 'line ' + i).join('\\n'); \
         return [head('a\\nb\\n', ''), head('a\\n', 'a\\n'), head('a', 'a\\n'), head(null, big)] \
           .map(d => [d.querySelector('.diff-head').textContent, d.querySelectorAll('tbody tr').length]);";
@@ -773,7 +773,7 @@ async fn opening_a_session_twice_at_once_shows_it_once() {
     let api = daemon.api().await;
     api.ask(&session, "one").await;
     api.ask(&session, "two").await;
-    let both = "const [id, done] = arguments; Promise.all([openSession(id), openSession(id)]).then(() => done(true));";
+    let both = "const [id, done] = arguments; Promise.all([tether.openSession(id), tether.openSession(id)]).then(() => done(true));";
     browser.run_async(both, json!([session])).await;
     browser.wait_text("#transcript .turn-end", "turn completed").await;
     assert_eq!(browser.texts("#transcript .user").await.len(), 2);

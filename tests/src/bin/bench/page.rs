@@ -71,7 +71,7 @@ async fn changes(rows: &mut Vec<Row>) {
             const finish = () => requestAnimationFrame(() => done(performance.now() - started)); \
             const observer = new MutationObserver(() => { if (check()) { observer.disconnect(); finish(); } }); \
             observer.observe(document.body, {subtree: true, childList: true}); \
-            window.tetherChanges.reset(state.open);";
+            tether.changes.reset(tether.state.open);";
         view.push(
             browser.run_async(script, json!([CHANGED_FILES])).await.as_f64().unwrap_or(f64::NAN),
         );
