@@ -1022,7 +1022,7 @@ export function onDisconnected() {
 
 // The page's insides, for the browser's console and the browser tests (a module's names
 // are not globals).
-window.tether = { state, render, markdown, diffView, openSession, act, showError, sessionError, changes: Changes };
+window.tether = { state, render, markdown, diffView, openSession, act, showError, sessionError, renderLists, changes: Changes };
 
 wire();
 export const tokenRequired = $('meta[name="tether-token-required"]').content === "true";

@@ -18,6 +18,21 @@ export function ago(ms) {
   return new Date(ms).toLocaleDateString();
 }
 
+// The list drawn again at the next frame (at once in a hidden tab, where frames wait):
+// changes that come together — sessions made or changed in a burst while another streams —
+// cost one reduction of the list, not one each.
+let listsQueued = false;
+export function scheduleLists() {
+  if (listsQueued) return;
+  listsQueued = true;
+  const run = () => {
+    listsQueued = false;
+    renderLists();
+  };
+  if (document.hidden) setTimeout(run, 0);
+  else requestAnimationFrame(run);
+}
+
 export function renderLists() {
   const tasks = new Map(state.tasks.map((t) => [t.id, t]));
   const order = state.list.sort === "oldest" ? 1 : -1;
@@ -86,35 +101,34 @@ export function renderFilters() {
   fillSelect($("#filter-task"), [["", "every task"], ...state.tasks.map((t) => [t.id, t.title])], state.list.task);
 }
 
+// A select's options, replaced only when they changed (a select a person has open stays
+// open), and its choice.
 export function fillSelect(select, options, chosen) {
-  select.replaceChildren(...options.map(([value, label]) => el("option", { value }, label)));
-  select.value = chosen;
+  const signature = JSON.stringify(options);
+  if (select.filledWith !== signature) {
+    select.replaceChildren(...options.map(([value, label, disabled]) => el("option", { value, disabled: disabled ? "" : null }, label)));
+    select.filledWith = signature;
+  }
+  if (chosen !== undefined && select.value !== chosen) select.value = chosen;
 }
 
 // The new-session dialog's choices: tasks (a new one first), agents, recent workspaces.
 export function renderForms() {
   const taskSelect = document.forms["new-session"].elements.task;
-  const chosenTask = taskSelect.value;
-  taskSelect.replaceChildren(el("option", { value: "" }, "a new task"),
-    ...state.tasks.map((t) => el("option", { value: t.id }, t.title)));
-  taskSelect.value = chosenTask;
+  fillSelect(taskSelect, [["", "a new task"], ...state.tasks.map((t) => [t.id, t.title])], taskSelect.value);
   $("#new-title").hidden = taskSelect.value !== "";
   // The workspaces of the newest sessions first (a worktree's own path is not one to reuse).
   const recent = [...new Set([...state.sessions].sort((a, b) => b.created_at - a.created_at)
     .filter((s) => !s.worktree_branch).map((s) => s.workspace_path))].slice(0, 20);
-  $("#recent-workspaces").replaceChildren(...recent.map((path) => el("option", { value: path })));
+  const datalist = $("#recent-workspaces");
+  if (datalist.filledWith !== recent.join("\n")) {
+    datalist.replaceChildren(...recent.map((path) => el("option", { value: path })));
+    datalist.filledWith = recent.join("\n");
+  }
   const agentSelect = document.forms["new-session"].elements.agent;
-  const chosen = agentSelect.value;
-  agentSelect.replaceChildren(
-    ...state.agents.map((agent) =>
-      el(
-        "option",
-        { value: agent.id, disabled: agent.available ? null : "" },
-        agent.available ? `${agent.display_name || agent.id} (${agent.id})` : `${agent.id} (unavailable)`,
-      ),
-    ),
-  );
-  if (chosen) agentSelect.value = chosen;
+  fillSelect(agentSelect, state.agents.map((agent) => [agent.id,
+    agent.available ? `${agent.display_name || agent.id} (${agent.id})` : `${agent.id} (unavailable)`,
+    !agent.available]), agentSelect.value || undefined);
   const reasons = state.agents
     .filter((agent) => !agent.available)
     .map((agent) => `${agent.id}: ${agent.reasons.join("; ")}`);
@@ -189,11 +203,11 @@ export async function onListEvent(event) {
     if (index >= 0) state.sessions[index] = session;
     else state.sessions.push(session);
     if (!state.tasks.some((t) => t.id === session.task_id)) state.tasks = await rpc.call("task.list");
-    renderLists();
+    scheduleLists();
   } else if (event.type === "deleted") {
     state.sessions = state.sessions.filter((s) => s.id !== event.session_id);
     state.unseen.delete(event.session_id);
-    renderLists();
+    scheduleLists();
     if (state.open === event.session_id) {
       sessionError(new Error("this session was deleted"));
       showActions("COMPLETED");
@@ -202,7 +216,7 @@ export async function onListEvent(event) {
     const [tasks, sessions] = await Promise.all([rpc.call("task.list"), rpc.call("task.session.list", {})]);
     state.tasks = tasks;
     state.sessions = sessions;
-    renderLists();
+    scheduleLists();
   }
 }
 
