@@ -5,7 +5,7 @@
 # same run (fast-agent read from a pipe, and the official ACP SDK client, tests/sdk-baseline).
 #
 #   scripts/bench.sh               # every section
-#   scripts/bench.sh relay scale   # some: relay sessions scale restart docker context workflows page review
+#   scripts/bench.sh relay scale   # some: relay sessions scale restart docker context workflows page review lists
 #                                  # usage warm idle face
 set -euo pipefail
 cd "$(dirname "$0")/.."

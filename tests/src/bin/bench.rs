@@ -384,6 +384,10 @@ async fn main() {
         page::review(&mut rows).await;
         progress(&rows);
     }
+    if run("lists") {
+        page::lists(&mut rows).await;
+        progress(&rows);
+    }
     if run("usage") {
         idle::usage(&mut rows).await;
         progress(&rows);

@@ -3,7 +3,8 @@
 //! shown, the page's first paint, and the tab's JavaScript heap — beside reading the same
 //! events over the API from the start (what a page that replays everything must read
 //! before it shows anything), measured in the same run. The review section: the Changes
-//! tab of a session that changed 200 files, beside the API call it makes.
+//! tab of a session that changed 200 files, beside the API call it makes. The lists
+//! section: the list of 1,000 sessions updated while the open session streams.
 
 use super::{Daemon, Instant, RUNS, Row, json, min_median, ms};
 use protocol::api::ApiClient;
@@ -28,6 +29,104 @@ pub(super) async fn review(rows: &mut Vec<Row>) {
         return;
     }
     Box::pin(changes(rows)).await;
+}
+
+/// The lists section: the page's list of 1,000 sessions updated while one streams.
+pub(super) async fn lists(rows: &mut Vec<Row>) {
+    if !browser::available() {
+        eprintln!("bench: the lists section needs chromium and chromedriver (scripts/setup.sh)");
+        return;
+    }
+    Box::pin(list_updates(rows)).await;
+}
+
+/// Sessions in the list before the list-updates benchmark's runs, and the ones each run
+/// adds while a session streams (each a list update), and that stream's chunks.
+const LISTED: usize = 1000;
+const ADDED_PER_RUN: usize = 60;
+const STREAMED: u32 = 4000;
+
+/// The page with a session open that streams 4,000 chunks while 60 sessions join a list of
+/// 1,000 (each a `changed` event: the list reduced and its page of rows reconciled): the
+/// longest stretch the page's main thread was busy, as the longest gap between two
+/// animation frames and the longest task Chrome reports (its Long Tasks API: 50 ms and
+/// over).
+async fn list_updates(rows: &mut Vec<Row>) {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let typed = api.typed();
+    let streaming = api.ready_session("mock", &daemon.workspace("streams")).await;
+    let source = api.ready_session("mock", &daemon.workspace("forked")).await;
+    api.ask(&source, "a turn to fork from").await;
+    eprintln!("bench: lists: forking {LISTED} sessions at rest");
+    for _ in 2..LISTED {
+        typed.session_fork(source.clone(), None).await.expect("fork");
+    }
+    let browser = browser::start("bench-lists").await.expect("chromium");
+    let url = format!("{}/#/session/{streaming}", daemon.url.replace("ws://", "http://"));
+    browser.open(&url).await;
+    browser.wait_text("#list-count", &format!("{LISTED} sessions")).await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    let (mut gaps, mut tasks, mut idle) = (vec![], vec![], vec![]);
+    for run in 0..RUNS {
+        // The baseline, in the same run: the same page at rest for a second.
+        let rest = "const done = arguments[0]; let gap = 0; let last = performance.now(); \
+            const started = last; const frame = (now) => { gap = Math.max(gap, now - last); last = now; \
+              if (now - started < 1000) requestAnimationFrame(frame); else done(gap); }; \
+            requestAnimationFrame(frame);";
+        idle.push(browser.run_async(rest, json!([])).await.as_f64().unwrap_or(f64::NAN));
+        let watch = "window.__busy = { gap: 0, task: 0 }; let last = performance.now(); \
+            const frame = (now) => { window.__busy.gap = Math.max(window.__busy.gap, now - last); \
+              last = now; window.__busyFrame = requestAnimationFrame(frame); }; \
+            window.__busyFrame = requestAnimationFrame(frame); \
+            window.__busyTasks = new PerformanceObserver((list) => { for (const entry of list.getEntries()) \
+              window.__busy.task = Math.max(window.__busy.task, entry.duration); }); \
+            window.__busyTasks.observe({ type: 'longtask' }); return true;";
+        browser.run(watch, json!([])).await;
+        let prompt = format!("/stream {STREAMED}\nrun {run}");
+        let stream = api.ask(&streaming, &prompt);
+        let forks = async {
+            for _ in 0..ADDED_PER_RUN {
+                typed.session_fork(source.clone(), None).await.expect("fork");
+            }
+        };
+        let ((), ()) = tokio::join!(
+            async {
+                stream.await;
+            },
+            forks
+        );
+        let listed = LISTED + ADDED_PER_RUN * (run + 1);
+        browser.wait_text("#list-count", &format!("{listed} sessions")).await;
+        browser.wait_text("#transcript .agent", &format!("[{STREAMED}/{STREAMED}]")).await;
+        let busy = "const done = arguments[0]; requestAnimationFrame(() => { \
+            cancelAnimationFrame(window.__busyFrame); window.__busyTasks.disconnect(); \
+            done([window.__busy.gap, window.__busy.task]); });";
+        let busy = browser.run_async(busy, json!([])).await;
+        gaps.push(busy[0].as_f64().unwrap_or(f64::NAN));
+        tasks.push(busy[1].as_f64().unwrap_or(f64::NAN));
+    }
+    // One list update's own cost: a session of the 1,000 changed, the list drawn again
+    // (reduced, sorted, its page of rows reconciled), 30 times; the longest and the median.
+    let update = "const sessions = tether.state.sessions; const took = []; \
+        for (let i = 0; i < 30; i++) { const s = sessions[i % sessions.length]; \
+          s.state = s.state === 'PAUSED' ? 'WAITING_FOR_INPUT' : 'PAUSED'; \
+          const t = performance.now(); tether.renderLists(); took.push(performance.now() - t); } \
+        took.sort((a, b) => a - b); return [took[15], took[29]];";
+    let update = browser.run(update, json!([])).await;
+    let (update_med, update_max) =
+        (update[0].as_f64().unwrap_or(f64::NAN), update[1].as_f64().unwrap_or(f64::NAN));
+    let (gap_min, gap_med) = min_median(&mut gaps);
+    let (task_min, task_med) = min_median(&mut tasks);
+    let (idle_min, idle_med) = min_median(&mut idle);
+    rows.push(Row {
+        measure: "the list of 1,000 sessions updated (60 joining) while the open session streams 4,000 chunks: the page's longest main-thread block (min / median)",
+        target: "≤ 50 ms",
+        result: format!(
+            "longest task (Long Tasks API, ≥ 50 ms; 0: none) {task_min:.0} / {task_med:.0} ms; one list update {update_med:.1} ms (median of 30; longest {update_max:.1} ms); longest gap between frames {gap_min:.0} / {gap_med:.0} ms (the page at rest: {idle_min:.0} / {idle_med:.0} ms)"
+        ),
+        value: json!({"sessions": LISTED, "long_task_ms": [task_min, task_med], "list_update_ms": {"median": update_med, "max": update_max}, "frame_gap_ms": [gap_min, gap_med], "idle_frame_gap_ms": [idle_min, idle_med]}),
+    });
 }
 
 /// Files the Changes benchmark's session changed, and the lines of each.
