@@ -330,9 +330,14 @@ export function renderWorkflow(status) {
   $("#workflow-cancel").disabled = status.state !== "running";
   // A run view: one lane per stage (a step stands one lane after the last step it waits
   // for), each step with its state and time, its session and its changes a click away.
-  const lanes = stepLanes(status.steps);
-  $("#steps").replaceChildren(...lanes.map((steps, at) =>
-    el("ol", { class: "lane", "aria-label": `stage ${at + 1}` }, ...steps.map((step) => stepCard(status, step)))));
+  // Updated in place: a lane stays the node it was, and so does a step's card until the
+  // step changes (the focus and what a person reads stay where they are).
+  const lanes = stepLanes(status.steps).map((steps, at) => ({ at, steps }));
+  const holder = $("#steps");
+  reconcile(holder, lanes, (lane) => String(lane.at), () => "",
+    (lane) => el("ol", { class: "lane", "aria-label": `stage ${lane.at + 1}` }));
+  lanes.forEach((lane, at) => reconcile(holder.children[at], lane.steps, (step) => step.id,
+    (step) => JSON.stringify([status.workflow_id, step, stepTime(step)]), (step) => stepCard(status, step)));
 }
 
 // The steps by stage: a step with no dependency is in the first lane, any other one lane

@@ -1,8 +1,9 @@
 //! The page's small frictions, each pinned in a real browser: sending while scrolled up
 //! shows what comes of it, Enter in the pause's reason pauses, an action's error goes when
-//! the state moves on, the heading names the task, a running turn says it is working, and
-//! a disabled button looks it.
+//! the state moves on, the heading names the task, a running turn says it is working,
+//! a disabled button looks it, and a workflow's update leaves a step's card alone.
 
+use protocol::api::ApiClient;
 use serde_json::json;
 use tether_tests::browser::{self, Browser};
 use tether_tests::daemon::Daemon;
@@ -254,4 +255,38 @@ async fn titles_alike_at_their_start_stay_told_apart_in_the_list() {
             "the whole title is the tooltip: {row}"
         );
     }
+}
+
+/// A workflow's update (a step approved and run) leaves the steps that did not change
+/// alone: the card of a finished step stays the node it was, and the button a person is on
+/// keeps the focus.
+#[tokio::test]
+async fn a_workflow_update_leaves_the_step_a_person_is_on_alone() {
+    Box::pin(workflow_update_in_place()).await;
+}
+
+async fn workflow_update_in_place() {
+    let Some(browser) = browser::start("friction-steps").await else { return };
+    let daemon = Box::pin(Daemon::start(&[])).await;
+    let api = daemon.api().await;
+    let spec = "name = \"kept\"\n[[steps]]\nid = \"plan\"\nagent = \"mock\"\nprompt = \"/say the plan\"\n\
+        [[steps]]\nid = \"build\"\nagent = \"mock\"\ndepends_on = [\"plan\"]\napproval = true\nprompt = \"/say built\"\n";
+    let started = Box::pin(api.start_workflow(spec, &daemon.workspace("kept"))).await;
+    let id = started.workflow_id;
+    let url = format!("{}/#/workflow/{id}", daemon.url.replace("ws://", "http://"));
+    connected(&browser, &url).await;
+    browser.wait_text("#steps [data-step=build]", "waiting approval").await;
+    let mark = "const card = document.querySelector('#steps [data-step-row=plan]'); card.kept = true; \
+        card.querySelector('.open-session').focus(); return true;";
+    browser.run(mark, json!([])).await;
+    api.typed().workflow_approve(id.clone(), "build".into()).await.expect("approve");
+    browser.wait_text("#workflow-state", "completed").await;
+    browser.wait_text("#steps [data-step-row=build] .output", "built").await;
+    let kept = "const card = document.querySelector('#steps [data-step-row=plan]'); \
+        return [card.kept === true, document.activeElement === card.querySelector('.open-session')];";
+    assert_eq!(
+        browser.run(kept, json!([])).await,
+        json!([true, true]),
+        "the plan's card, and the focus"
+    );
 }
