@@ -111,9 +111,19 @@ async fn search_and_go(browser: &Browser) {
     browser.set_value("#search-text", "no such words").await;
     browser.click("#search-form button[type=submit]").await;
     browser.wait_text("#search-results li", "Nothing in this conversation says").await;
-    browser.set_value("#prompt", "fourth, live").await;
+    // A long prompt (40 lines) kept in view takes a bounded part of it (it scrolls).
+    let long: String = (1..=40).map(|n| format!("line {n} of the brief\n")).collect();
+    browser.set_value("#prompt", &format!("fourth, live\n{long}")).await;
     browser.click("#prompt-form button[type=submit]").await;
     browser.wait_text("#transcript > .current", "fourth, live").await;
     browser.wait_text("#turn-nav option", "fourth, live").await;
     assert_eq!(count(browser, "#transcript > .current").await, 1, "one prompt kept in view");
+    let bounded = "const node = document.querySelector('#transcript > .current'); \
+        return node.offsetHeight <= 11 * parseFloat(getComputedStyle(node).fontSize) \
+          && node.scrollHeight > node.clientHeight;";
+    assert_eq!(
+        browser.run(bounded, json!([])).await,
+        json!(true),
+        "a long prompt scrolls in its box"
+    );
 }
