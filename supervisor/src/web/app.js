@@ -411,6 +411,7 @@ export async function openSession(sessionId) {
   state.open = sessionId;
   state.visit += 1; // what an answer for an earlier opening must not touch
   state.live = false;
+  state.windowStart = 0; // no window of this opening shown yet
   state.loadingEarlier = false;
   state.lastSeq.set(sessionId, 0);
   state.currentAgent = null;

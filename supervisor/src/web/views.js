@@ -551,7 +551,9 @@ export function headOfTranscript() {
 export async function loadEarlier() {
   const sessionId = state.open;
   const visit = state.visit;
-  if (state.loadingEarlier || !state.live || state.windowStart <= state.keptAfter + 1) return false;
+  // Once the newest window is shown (its button is there from then on), not only once the
+  // session is followed: a click while the opening finishes is not dropped.
+  if (state.loadingEarlier || !state.windowStart || state.windowStart <= state.keptAfter + 1) return false;
   state.loadingEarlier = true;
   try {
     const bound = state.windowStart;
