@@ -34,6 +34,7 @@ pub mod pool;
 pub mod resume_context;
 pub mod rewind;
 pub mod runtime;
+pub mod sandbox;
 pub mod service;
 pub mod session;
 pub mod settings;

@@ -44,6 +44,8 @@ pub struct Metrics {
     pub published_bytes: Counter,
     /// Acknowledgements sent to agentctl.
     pub acks: Counter,
+    /// Connections a confined agent's egress proxy refused (a target not on its allowlist).
+    pub egress_refused: Counter,
     /// Events handled but not yet acknowledged when an acknowledgement went out.
     pub ack_lag: Histogram,
     /// What restart recovery found, by `outcome` (`at_rest`, `dead`, `interrupted`,
@@ -98,6 +100,7 @@ impl Metrics {
             published_events: Counter::default(),
             published_bytes: Counter::default(),
             acks: Counter::default(),
+            egress_refused: Counter::default(),
             ack_lag: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             recovery: Family::default(),
             store_seconds: seconds(),
@@ -148,6 +151,11 @@ impl Metrics {
             metrics.published_bytes.clone(),
         );
         registry.register("acks", "Acknowledgements sent to agentctl", metrics.acks.clone());
+        registry.register(
+            "egress_refused",
+            "Connections a confined agent's egress proxy refused",
+            metrics.egress_refused.clone(),
+        );
         registry.register(
             "ack_lag_events",
             "Events handled but not yet acknowledged when an acknowledgement went out",
