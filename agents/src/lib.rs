@@ -4,6 +4,7 @@
 //!   errors, and the serialisable [`profile::Profile`] a session snapshots when it starts.
 //! - [`registry`]: built-in profiles (`agents/profiles/*.toml`, compiled in) overridden by
 //!   user files, hot reload through a watch channel, and availability checks.
+//! - [`allowlist`]: the `host:port` pairs a confined agent may reach (`[sandbox] allow`).
 //! - [`mock`]: the scriptable ACP agent behind the `mock-agent` binary that tests and the
 //!   demo use.
 //!
@@ -14,6 +15,7 @@
 // Test code is exempt from the length rule: a scenario reads top to bottom.
 #![cfg_attr(test, allow(clippy::too_many_lines))]
 
+pub mod allowlist;
 pub mod mock;
 pub mod npx;
 pub mod profile;

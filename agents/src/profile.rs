@@ -58,6 +58,9 @@ pub struct Profile {
     /// `[pool]`: agents kept started ahead of the sessions that will use them.
     #[serde(default, skip_serializing_if = "PoolSettings::is_off")]
     pub pool: PoolSettings,
+    /// `[sandbox]`: how the agent is confined (absent: not at all).
+    #[serde(default, skip_serializing_if = "SandboxSettings::is_host")]
+    pub sandbox: SandboxSettings,
     /// Where the profile came from.
     pub source: ProfileSource,
     /// A user profile that `extends` a built-in: which, and the keys it sets itself.
@@ -527,6 +530,7 @@ struct RawProfile {
     process: RawProcess,
     workspace: Option<RawWorkspace>,
     pool: Option<RawPool>,
+    sandbox: Option<sandbox::RawSandbox>,
 }
 
 #[derive(Deserialize)]
@@ -686,6 +690,18 @@ impl RawProfile {
         let docker = self.docker.validate(&check)?;
         let workspace = self.workspace.map(|workspace| workspace.validate(&check)).transpose()?;
         let process = self.process.validate(&check)?;
+        let sandbox = match self.sandbox {
+            Some(sandbox) => sandbox.validate(&check)?,
+            None => SandboxSettings::default(),
+        };
+        if let Some(pool) = &self.pool {
+            check.ensure(
+                sandbox.is_host() || *pool.warm.get_ref() == 0,
+                pool.warm.span(),
+                "pool.warm",
+                "a warm agent starts before its session's workspace is known, so it cannot be confined to it: a profile with [sandbox] is not pooled",
+            )?;
+        }
         Ok(Profile {
             display_name: self.display_name.unwrap_or_else(|| self.id.get_ref().clone()),
             install: self.install,
@@ -706,6 +722,7 @@ impl RawProfile {
             pool: PoolSettings { warm: self.pool.map_or(0, |pool| pool.warm.into_inner()) },
             workspace,
             process,
+            sandbox,
             source,
             extends: None,
         })
@@ -1121,8 +1138,10 @@ fn check_placeholders(text: &str, allowed: &[&str]) -> Result<(), String> {
 }
 
 mod location;
+mod sandbox;
 #[cfg(test)]
 mod tests;
 
 pub use location::toml_location;
 use location::{field_at, line_col};
+pub use sandbox::{FilesystemAccess, NetworkAccess, SandboxSettings};

@@ -364,6 +364,8 @@ impl Pool {
             agent_state_root: entry.join("agent-state"),
             labels: Default::default(),
             previous: None,
+            // A profile with [sandbox] is not pooled (its profile says so when parsed).
+            sandbox: Default::default(),
         };
         let endpoint = self.runtime.launch(spec).await.map_err(|err| err.to_string())?;
         let started = async {

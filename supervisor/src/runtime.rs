@@ -61,6 +61,8 @@ pub struct LaunchSpec {
     /// The previous execution's handle, when there was one: a runtime whose agent state
     /// lives on one place (an engine's host) launches there again.
     pub previous: Option<serde_json::Value>,
+    /// The profile's `[sandbox]`: how the agent is confined (checked before each launch).
+    pub sandbox: agents::profile::SandboxSettings,
 }
 
 /// A launched agentctl.

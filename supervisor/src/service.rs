@@ -347,6 +347,9 @@ impl Supervisor {
         let elsewhere = availability.program.is_none() && self.sandboxed(runtime);
         let mut reasons: Vec<String> =
             availability.reasons.into_iter().skip(usize::from(applet || elsewhere)).collect();
+        if let Err(err) = crate::sandbox::confinable(&profile.sandbox, runtime) {
+            reasons.push(err.to_string());
+        }
         if let Some(user) = &profile.process.user
             && !self.sandboxed(runtime)
             && !self.config.environment.root

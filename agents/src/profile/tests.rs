@@ -318,3 +318,63 @@ fn a_workspace_section_asks_for_worktrees_and_is_validated() {
     let unknown = error(&format!("{MINIMAL}[workspace]\nbranch = \"x\"\n"));
     assert_eq!(unknown.field, "workspace.branch");
 }
+
+#[test]
+fn a_sandbox_section_confines_and_is_validated() {
+    let plain = parse(MINIMAL, file()).unwrap();
+    assert!(plain.sandbox.is_host(), "absent: unconfined, as before");
+    let json = serde_json::to_value(&plain).unwrap();
+    assert!(json.get("sandbox").is_none(), "absent, not null: no drift for old snapshots");
+    let text = format!(
+        "{MINIMAL}[sandbox]\nfilesystem = \"workspace\"\nnetwork = \"allowlist\"\n\
+         allow = [\"API.Anthropic.com:443\", \"127.0.0.1:8080\"]\nwritable = [\"~/.claude\"]\n\
+         readable = [\"/etc/ssl/certs\"]\n"
+    );
+    let sandbox = parse(&text, file()).unwrap().sandbox;
+    assert_eq!(sandbox.filesystem, FilesystemAccess::Workspace);
+    assert_eq!(sandbox.network, NetworkAccess::Allowlist);
+    assert_eq!(sandbox.allow, ["api.anthropic.com:443", "127.0.0.1:8080"], "normalized");
+    assert_eq!(sandbox.allowlist().entries(), sandbox.allow);
+    assert_eq!((sandbox.readable.len(), sandbox.writable.len()), (1, 1));
+    let none = parse(&format!("{MINIMAL}[sandbox]\nnetwork = \"none\"\n"), file()).unwrap();
+    assert_eq!(
+        (none.sandbox.filesystem, none.sandbox.network),
+        (FilesystemAccess::Host, NetworkAccess::None)
+    );
+}
+
+#[test]
+fn a_bad_sandbox_section_names_the_field_and_why() {
+    let cases = [
+        ("network = \"allowlist\"\nallow = [\"example.com\"]\n", "sandbox.allow", "no port"),
+        (
+            "network = \"none\"\nallow = [\"example.com:443\"]\n",
+            "sandbox.allow",
+            "goes with network = \"allowlist\"",
+        ),
+        ("readable = [\"/etc\"]\n", "sandbox.readable", "goes with filesystem = \"workspace\""),
+        (
+            "filesystem = \"workspace\"\nwritable = [\"relative/dir\"]\n",
+            "sandbox.writable",
+            "not an absolute path",
+        ),
+        (
+            "filesystem = \"workspace\"\nwritable = [\"~/../etc\"]\n",
+            "sandbox.writable",
+            "without ..",
+        ),
+        ("network = \"everywhere\"\n", "sandbox.network", "unknown variant"),
+        ("filesystems = \"workspace\"\n", "sandbox.filesystems", "unknown field"),
+        (
+            "network = \"none\"\n[pool]\nwarm = 2\n",
+            "pool.warm",
+            "a profile with [sandbox] is not pooled",
+        ),
+    ];
+    for (section, field, why) in cases {
+        let err = error(&format!("{MINIMAL}[sandbox]\n{section}"));
+        assert_eq!(err.field, field, "{section}: {err}");
+        assert!(err.reason.contains(why), "{section}: {err}");
+        assert!(err.line >= 5, "located: {err}");
+    }
+}

@@ -12,7 +12,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::allowlist::{Allowlist, Target};
+use agents::allowlist::{Allowlist, Target};
 
 /// The longest request head read before a request is refused.
 pub const MAX_HEAD: usize = 16 * 1024;

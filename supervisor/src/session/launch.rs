@@ -72,6 +72,9 @@ pub(super) async fn launch(
     plan: LaunchPlan,
 ) -> Result<Connected, LaunchFailure> {
     let fail = |reason: String| LaunchFailure { reason };
+    // Confined as its profile asks, or not launched at all.
+    crate::sandbox::confinable(&plan.spec.sandbox, context.runtime.name())
+        .map_err(|err| fail(err.to_string()))?;
     let session_id = plan.spec.session_id.clone();
     let target = FenceTarget {
         session_id: session_id.clone(),
@@ -359,6 +362,7 @@ pub(super) fn spec(
         agent_state_root: context.agent_state_root.clone(),
         labels,
         previous,
+        sandbox: profile.sandbox.clone(),
     }
 }
 

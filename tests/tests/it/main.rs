@@ -38,6 +38,7 @@ mod resume;
 mod retention;
 mod review;
 mod rewind;
+mod sandbox;
 mod settings;
 mod snapshots;
 mod steer;

@@ -1,5 +1,6 @@
 //! The egress allowlist: the `host:port` pairs a confined agent may connect to. Pure: parsed
-//! from a profile's `allow = [...]`, asked about one target at a time.
+//! from a profile's `[sandbox] allow = [...]`, asked about one target at a time (by the
+//! supervisor's egress proxy).
 
 use std::fmt;
 
