@@ -112,7 +112,8 @@ export function earlierStep(turns, bound, keptAfter, cap) {
   const rest = bound - turn.seq;
   const limit = Math.min(cap, rest);
   const inside = !turns.some((other) => other.seq === bound);
-  const more = limit < rest ? ` (${rest} events, ${limit} at a time)` : ` (${rest} events)`;
+  const events = rest === 1 ? "1 event" : `${rest} events`;
+  const more = limit < rest ? ` (${events}, ${limit} at a time)` : ` (${events})`;
   const label = inside
     ? `Show earlier: the rest of turn ${turn.n}${more}`
     : `Show earlier: turn ${turn.n} · ${shortly(turn.prompt)}${more}`;

@@ -57,6 +57,11 @@ test("at a turn's start the button loads the whole turn before, named by its pro
   assert.equal(step.label, "Show earlier: turn 3 · now the tests (50 events)");
 });
 
+test("one event is said as one", () => {
+  const turns = numbered(TIMELINE);
+  assert.equal(earlierStep(turns, 41, 0, 5000).label, "Show earlier: the rest of turn 3 (1 event)");
+});
+
 test("a turn longer than a load is read a cap at a time, and says so", () => {
   const turns = numbered(TIMELINE);
   const step = earlierStep(turns, 90, 0, 20);
