@@ -274,6 +274,12 @@ ensure_node() {
   apt_ensure "node" 'command -v node >/dev/null 2>&1' nodejs
 }
 
+# bubblewrap, which confines an agent whose profile asks for no network (its own network
+# namespace); the sandbox tests run one.
+ensure_bubblewrap() {
+  apt_ensure "bubblewrap" 'command -v bwrap >/dev/null 2>&1' bubblewrap
+}
+
 # sshd, for the test of an engine reached over ssh:// (the test starts its own; nothing
 # starts the package's service here).
 ensure_sshd() {
@@ -288,4 +294,5 @@ ensure_python_acp
 ensure_python_agents
 ensure_browser
 ensure_node
+ensure_bubblewrap
 ensure_sshd

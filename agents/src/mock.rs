@@ -78,7 +78,7 @@ options:
 prompt commands (one per line; other lines are the message):
   /stream N  /tool  /permission  /permission-always-first  /permission-only (the tool
   announced only in the question)  /read PATH  /write PATH TEXT
-  /peek PATH  /sleep MS
+  /peek PATH  /connect HOST:PORT  /sleep MS
   /crash [CODE]  /close-stdout  /edit PATH TEXT  /patch PATH TEXT  /blob N KB  /garbage  /stderr TEXT  /recall  /spawn  /escape  /rounds R
   /usage USED SIZE [COST]  /tokens IN OUT [CACHED]  /say TEXT (the reply is exactly TEXT; a backslash-n in it is a newline)
   /think TEXT  /plan A; B; C  /diff PATH OLD => NEW  /exec COMMAND (a failing command's output)
@@ -790,6 +790,7 @@ impl Turn<'_> {
             Command::Elicit(message) => reply.text.push_str(&self.elicit(message).await?),
             Command::Withdraw => reply.text.push_str(&self.withdraw()?),
             Command::Peek(path) => reply.text.push_str(&Self::peek(path)),
+            Command::Connect(addr) => reply.text.push_str(&Self::connect(addr)),
             Command::Edit(path, text) => reply.text.push_str(&self.edit(path, text)?),
             Command::Patch(path, text) => reply.text.push_str(&self.patch(path, text)?),
             Command::Blob(n, kb) => self.blob(*n, *kb)?,
@@ -865,6 +866,21 @@ impl Turn<'_> {
     }
 
     /// Reads a file directly, as the agent's user (`/peek`). Returns text for the reply.
+    /// A direct TCP connection to `addr` (at most 2 s), and what came of it. Returns text
+    /// for the reply.
+    fn connect(addr: &str) -> String {
+        use std::net::ToSocketAddrs;
+        let target = match addr.to_socket_addrs().map(|mut addrs| addrs.next()) {
+            Ok(Some(target)) => target,
+            Ok(None) => return format!("; connect {addr} failed: no address"),
+            Err(err) => return format!("; connect {addr} failed: {err}"),
+        };
+        match std::net::TcpStream::connect_timeout(&target, std::time::Duration::from_secs(2)) {
+            Ok(_) => format!("; connect {addr}: connected"),
+            Err(err) => format!("; connect {addr} failed: {err}"),
+        }
+    }
+
     fn peek(path: &str) -> String {
         match std::fs::read(path) {
             Ok(bytes) => format!("; peek {path}: {} bytes", bytes.len()),

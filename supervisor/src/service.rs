@@ -347,7 +347,8 @@ impl Supervisor {
         let elsewhere = availability.program.is_none() && self.sandboxed(runtime);
         let mut reasons: Vec<String> =
             availability.reasons.into_iter().skip(usize::from(applet || elsewhere)).collect();
-        if let Err(err) = crate::sandbox::confinable(&profile.sandbox, runtime) {
+        let resolve = Self::resolver(&self.config);
+        if let Err(err) = crate::sandbox::confinement(&profile.sandbox, runtime, &resolve) {
             reasons.push(err.to_string());
         }
         if let Some(user) = &profile.process.user

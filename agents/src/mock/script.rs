@@ -26,6 +26,9 @@ pub enum Command {
     /// `/peek PATH`: read a file directly, as any process of the agent's user could (what
     /// an agent that goes looking for secrets does).
     Peek(String),
+    /// `/connect HOST:PORT`: open a TCP connection directly, as any process of the agent
+    /// could (what an agent that sends what it read elsewhere does).
+    Connect(String),
     /// `/write PATH TEXT`: ask the client to write TEXT with `fs/write_text_file`.
     Write(String, String),
     /// `/sleep MS`: a slow turn; `session/cancel` ends it early with stop reason `cancelled`.
@@ -152,6 +155,8 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
         "say" => Command::Say(args.replace("\\n", "\n")),
         "peek" if args.is_empty() => return Err("expects a path"),
         "peek" => Command::Peek(args.to_owned()),
+        "connect" if args.is_empty() => return Err("expects host:port"),
+        "connect" => Command::Connect(args.to_owned()),
         "write" => match args.split_once(' ') {
             Some((path, text)) => Command::Write(path.to_owned(), text.to_owned()),
             None => return Err("expects a path and text"),

@@ -73,8 +73,9 @@ pub(super) async fn launch(
 ) -> Result<Connected, LaunchFailure> {
     let fail = |reason: String| LaunchFailure { reason };
     // Confined as its profile asks, or not launched at all.
-    crate::sandbox::confinable(&plan.spec.sandbox, context.runtime.name())
-        .map_err(|err| fail(err.to_string()))?;
+    let confined =
+        crate::sandbox::confinement(&plan.spec.sandbox, context.runtime.name(), &context.resolve)
+            .map_err(|err| fail(err.to_string()))?;
     let session_id = plan.spec.session_id.clone();
     let target = FenceTarget {
         session_id: session_id.clone(),
@@ -130,8 +131,9 @@ pub(super) async fn launch(
             .connect(endpoint.addr.clone(), token, endpoint.tls_cert.as_deref(), 0)
             .await
             .map_err(|err| err.to_string())?;
+        let argv: Vec<OsString> = confined.iter().chain(&plan.argv).cloned().collect();
         let (program, args) =
-            plan.argv.split_first().ok_or_else(|| "the agent's command is empty".to_owned())?;
+            argv.split_first().ok_or_else(|| "the agent's command is empty".to_owned())?;
         let start = StartAgent {
             command: program.to_string_lossy().into_owned(),
             args: args.iter().map(|arg| arg.to_string_lossy().into_owned()).collect(),
