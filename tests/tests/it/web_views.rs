@@ -854,6 +854,8 @@ async fn a_starting_agents_step_is_one_line_updated_in_place() {
     settled(&mut api.subscribe(&session, 0).await).await;
     connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
     browser.wait_text("#session-state", "FAILED").await;
+    // (The state comes from the status, before the events are drawn: the line is awaited.)
+    browser.wait_text("#activity li[data-step=initializing]", HANG_SAYS).await;
     let lines = initialize_lines(&browser).await;
     assert_eq!(lines.len(), 1, "one line for the step: {lines:?}");
     assert!(
