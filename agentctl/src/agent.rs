@@ -89,6 +89,14 @@ pub enum AgentError {
         /// Why.
         reason: String,
     },
+    /// The agent's egress proxy could not listen.
+    #[error("cannot start the agent's egress proxy on {}: {source}", socket.display())]
+    Egress {
+        /// Its socket.
+        socket: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
     /// The spool failed.
     #[error(transparent)]
     Spool(#[from] SpoolError),
@@ -221,6 +229,8 @@ struct Running {
     guard: Option<std::process::Child>,
     /// The write end of the guard's pipe; closing it makes the guard kill the group.
     guard_pipe: Option<OwnedFd>,
+    /// The agent's egress proxy, for as long as agentctl lives.
+    _egress: Option<crate::egress::EgressProxy>,
 }
 
 impl AgentHost {
@@ -294,6 +304,8 @@ impl AgentHost {
                 })?;
             }
         }
+        // Listening before the agent starts: its first connection finds it.
+        let egress = params.egress.as_ref().map(|egress| self.start_egress(egress)).transpose()?;
         let mut command = Command::new(&params.command);
         if let Some((name, home)) = run_as.as_ref().and_then(|run_as| run_as.account.as_ref()) {
             // The user's own, unless the profile says otherwise.
@@ -396,9 +408,38 @@ impl AgentHost {
             self.exit_tx.clone(),
         ));
 
-        *self.lock() =
-            HostState::Started(Running { pid, stdin_tx: Some(stdin_tx), guard, guard_pipe });
+        *self.lock() = HostState::Started(Running {
+            pid,
+            stdin_tx: Some(stdin_tx),
+            guard,
+            guard_pipe,
+            _egress: egress,
+        });
         Ok((pid, seq))
+    }
+
+    /// Starts the agent's egress proxy; each refusal it reports becomes an event.
+    fn start_egress(
+        &self,
+        egress: &protocol::control::Egress,
+    ) -> Result<crate::egress::EgressProxy, AgentError> {
+        let allowlist = protocol::allowlist::Allowlist::parse(&egress.allow).map_err(|err| {
+            AgentError::Egress { socket: egress.socket.clone(), source: io::Error::other(err) }
+        })?;
+        let (refused, mut refusals) = mpsc::unbounded_channel();
+        let proxy = crate::egress::EgressProxy::start(&egress.socket, allowlist, refused)
+            .map_err(|source| AgentError::Egress { socket: egress.socket.clone(), source })?;
+        let spool = Arc::clone(&self.spool);
+        tokio::spawn(async move {
+            while let Some(refusal) = refusals.recv().await {
+                tracing::info!(target = %refusal.target, "egress refused");
+                let crate::egress::Refusal { target, reason } = refusal;
+                if let Err(err) = spool.append(EventKind::EgressRefused { target, reason }) {
+                    tracing::warn!(%err, "cannot record an egress refusal");
+                }
+            }
+        });
+        Ok(proxy)
     }
 
     fn spawn_guard(&self, pgid: u32) -> io::Result<(std::process::Child, OwnedFd)> {

@@ -21,6 +21,7 @@ usage:
   agentctl call --addr ADDR METHOD [PARAMS_JSON]
   agentctl events --addr ADDR [--after SEQ]
   agentctl guard --pgid PGID
+  agentctl relay --socket PATH [--listen IP:PORT] -- PROGRAM [ARGS...]
 
 serve: run the sidecar. The bearer token comes from --token-file (mode 0600), from the
 first line of stdin (--token-stdin: what the supervisor uses, so that no process's
@@ -33,6 +34,9 @@ prints the result as JSON; `events` prints every event after SEQ as one JSON lin
 follows live events until interrupted.
 
 guard: internal. Blocks on stdin; when it closes, SIGKILLs process group PGID.
+
+relay: internal. Inside a confined agent's network namespace, runs PROGRAM and carries
+connections to IP:PORT (default 127.0.0.1:3128, its http_proxy) to the egress proxy's socket.
 ";
 
 struct ServeArgs {
@@ -59,6 +63,7 @@ pub fn run(args: &[String], self_command: Vec<std::ffi::OsString>) -> i32 {
             parse_serve(&args[1..]).and_then(|serve_args| serve(serve_args, self_command))
         }
         Some("guard") => guard(&args[1..]),
+        Some("relay") => return crate::relay::main(&args[1..]),
         Some("call") => client_command(&args[1..], false),
         Some("events") => client_command(&args[1..], true),
         Some("-h" | "--help") => {

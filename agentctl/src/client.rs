@@ -292,6 +292,7 @@ impl ControlClient {
             Some(start.extra_roots),
             start.user,
             Some(start.owned_dirs),
+            start.egress,
         );
         self.within("agent.start", CALL_TIMEOUT, call).await
     }

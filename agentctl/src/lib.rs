@@ -14,6 +14,10 @@
 //!   duplicate-free. `events.ack {seq}` lets the acknowledged prefix be deleted.
 //! - The agent's `fs/*` requests are served here ([`fs`]), confined to the workspace roots,
 //!   and recorded as events with the answer attached; every other message is relayed.
+//! - A confined agent (`[sandbox] network = "allowlist"`) reaches the network only through
+//!   its [`egress`] proxy, which agentctl runs on a Unix socket for as long as it lives;
+//!   inside the agent's network namespace, [`relay`] (`agentctl relay`, the agent's parent
+//!   there) forwards the agent's loopback `http_proxy` to that socket.
 //! - [`client`] is the supervisor's side: launching agentctl detached, typed calls, and an
 //!   event stream that reconnects and resumes after the last seq it delivered.
 //!
@@ -26,10 +30,12 @@
 pub mod agent;
 pub mod cli;
 pub mod client;
+pub mod egress;
 pub mod fault;
 pub mod fs;
 pub mod process;
 pub mod ready;
+pub mod relay;
 pub mod resubscribe;
 pub mod server;
 pub mod spool;

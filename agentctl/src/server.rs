@@ -56,7 +56,9 @@ impl From<AgentError> for ErrorObjectOwned {
             AgentError::InvalidMessage(_) | AgentError::Root { .. } | AgentError::User { .. } => {
                 error(ErrorKind::InvalidParams, err)
             }
-            AgentError::Spawn { .. } => error(ErrorKind::SpawnFailed, err),
+            AgentError::Spawn { .. } | AgentError::Egress { .. } => {
+                error(ErrorKind::SpawnFailed, err)
+            }
             AgentError::Spool(spool) => spool_error(spool),
         }
     }
@@ -87,6 +89,7 @@ impl ControlServer for Methods {
         extra_roots: Option<Vec<PathBuf>>,
         user: Option<String>,
         owned_dirs: Option<Vec<PathBuf>>,
+        egress: Option<protocol::control::Egress>,
     ) -> RpcResult<AgentStarted> {
         let start = StartAgent {
             command,
@@ -96,6 +99,7 @@ impl ControlServer for Methods {
             extra_roots: extra_roots.unwrap_or_default(),
             user,
             owned_dirs: owned_dirs.unwrap_or_default(),
+            egress,
         };
         let (pid, seq) = self.0.agent.start(start).await?;
         Ok(AgentStarted { pid, seq })

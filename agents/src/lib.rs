@@ -4,7 +4,8 @@
 //!   errors, and the serialisable [`profile::Profile`] a session snapshots when it starts.
 //! - [`registry`]: built-in profiles (`agents/profiles/*.toml`, compiled in) overridden by
 //!   user files, hot reload through a watch channel, and availability checks.
-//! - [`allowlist`]: the `host:port` pairs a confined agent may reach (`[sandbox] allow`).
+//! - [`allowlist`]: the `host:port` pairs a confined agent may reach (`[sandbox] allow`;
+//!   defined in `protocol`, where agentctl's egress proxy reads it too).
 //! - [`mock`]: the scriptable ACP agent behind the `mock-agent` binary that tests and the
 //!   demo use.
 //!
@@ -15,7 +16,7 @@
 // Test code is exempt from the length rule: a scenario reads top to bottom.
 #![cfg_attr(test, allow(clippy::too_many_lines))]
 
-pub mod allowlist;
+pub use protocol::allowlist;
 pub mod mock;
 pub mod npx;
 pub mod profile;

@@ -920,6 +920,14 @@ pub enum EventKind {
         /// The message.
         message: String,
     },
+    /// A confined agent asked to connect to something not on its egress allowlist
+    /// (`[sandbox] network = "allowlist"`), and its proxy refused.
+    EgressRefused {
+        /// What it asked for (`host:port`).
+        target: String,
+        /// Why it was refused.
+        reason: String,
+    },
     /// A step of bringing the agent up, for a "starting…" / "resuming…" indicator.
     Progress {
         /// The step.

@@ -66,6 +66,20 @@ pub struct StartAgent {
     /// directories in a container, mounted there as root's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub owned_dirs: Vec<PathBuf>,
+    /// The agent's egress proxy, run by agentctl for as long as it lives (`None`: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Egress>,
+}
+
+/// An egress proxy for a confined agent (`[sandbox] network = "allowlist"`): agentctl
+/// listens on `socket` and lets through only the `allow` pairs; each refusal is an
+/// [`EventKind::EgressRefused`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Egress {
+    /// Where it listens (a Unix socket the agent's sandbox binds in).
+    pub socket: PathBuf,
+    /// The `host:port` pairs it lets through (see [`crate::allowlist`]).
+    pub allow: Vec<String>,
 }
 
 /// `agent.start` result.
@@ -195,6 +209,8 @@ impl<'de> Deserialize<'de> for Event {
             stderr_tail: Option<String>,
             #[serde(default)]
             id: Option<Value>,
+            #[serde(default)]
+            target: Option<String>,
         }
         fn need<T, E: Error>(value: Option<T>, field: &'static str) -> Result<T, E> {
             value.ok_or_else(|| E::missing_field(field))
@@ -229,6 +245,10 @@ impl<'de> Deserialize<'de> for Event {
             "intake_stalled" => EventKind::IntakeStalled { reason: flat.reason },
             "stdout_closed" => EventKind::StdoutClosed,
             "backlog_full" => EventKind::BacklogFull,
+            "egress_refused" => EventKind::EgressRefused {
+                target: need(flat.target, "target")?,
+                reason: need(flat.reason, "reason")?,
+            },
             other => {
                 return Err(D::Error::unknown_variant(
                     other,
@@ -243,6 +263,7 @@ impl<'de> Deserialize<'de> for Event {
                         "intake_stalled",
                         "stdout_closed",
                         "backlog_full",
+                        "egress_refused",
                     ],
                 ));
             }
@@ -323,6 +344,13 @@ pub enum EventKind {
     /// whatever is durable should be acknowledged now. Not spooled; sent to live
     /// subscribers with seq 0, outside the sequence.
     BacklogFull,
+    /// The agent's egress proxy refused a connection.
+    EgressRefused {
+        /// The target asked for (`host:port`).
+        target: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// The control channel's params, checked before a method runs (types only: unknown fields
@@ -435,7 +463,7 @@ pub use control_rpc::*;
 #[allow(clippy::too_many_arguments)]
 mod control_rpc {
     use super::{
-        Acked, AgentStarted, BTreeMap, Done, Event, PathBuf, RpcResult, Status, Stopped,
+        Acked, AgentStarted, BTreeMap, Done, Egress, Event, PathBuf, RpcResult, Status, Stopped,
         SubscriptionResult, Value, rpc,
     };
 
@@ -458,6 +486,7 @@ mod control_rpc {
             extra_roots: Option<Vec<PathBuf>>,
             user: Option<String>,
             owned_dirs: Option<Vec<PathBuf>>,
+            egress: Option<Egress>,
         ) -> RpcResult<AgentStarted>;
 
         /// Writes one JSON-RPC message to the agent's stdin as one line.
@@ -578,6 +607,12 @@ mod tests {
             EventKind::Delivered { id: serde_json::json!("req-1") },
             EventKind::IntakeStalled { reason: Some("disk full".into()) },
             EventKind::IntakeStalled { reason: None },
+            EventKind::StdoutClosed,
+            EventKind::BacklogFull,
+            EventKind::EgressRefused {
+                target: "example.org:443".into(),
+                reason: "not on the list".into(),
+            },
         ];
         for (n, kind) in kinds.into_iter().enumerate() {
             let event = Event { seq: n as u64 + 1, at: 99, kind };

@@ -6,7 +6,9 @@
 //! - [`peer`]: a bidirectional connection that correlates responses with requests and hands
 //!   the other side's requests and notifications over in arrival order;
 //! - [`acp`]: ACP method names, the typed schema and tolerant parsing;
-//! - [`control`]: the shapes of the supervisor ⇄ agentctl control channel and its events.
+//! - [`control`]: the shapes of the supervisor ⇄ agentctl control channel and its events;
+//! - [`allowlist`]: the `host:port` pairs a confined agent may reach (`[sandbox] allow`),
+//!   read by the profile and asked by agentctl's egress proxy.
 //!
 //! Design choices:
 //! - No input can panic the decoder or wedge the reader: every line is classified, and a bad
@@ -19,6 +21,7 @@
 #![cfg_attr(test, allow(clippy::too_many_lines))]
 
 pub mod acp;
+pub mod allowlist;
 pub mod api;
 pub mod control;
 pub mod errors;

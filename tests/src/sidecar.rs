@@ -79,6 +79,7 @@ impl Sidecar {
             extra_roots: Vec::new(),
             user: None,
             owned_dirs: Vec::new(),
+            egress: None,
         };
         within("agent.start", self.client().await.start_agent(&start))
             .await

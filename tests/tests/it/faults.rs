@@ -273,6 +273,7 @@ async fn concurrent_agent_starts_spawn_one_agent() {
         extra_roots: Vec::new(),
         user: None,
         owned_dirs: Vec::new(),
+        egress: None,
     };
     let (first, second) = tokio::join!(a.start_agent(&start), b.start_agent(&start));
     let refused: Vec<_> = [&first, &second].iter().filter_map(|r| r.as_ref().err()).collect();

@@ -1,6 +1,6 @@
 //! The egress allowlist: the `host:port` pairs a confined agent may connect to. Pure: parsed
-//! from a profile's `[sandbox] allow = [...]`, asked about one target at a time (by the
-//! supervisor's egress proxy).
+//! from a profile's `[sandbox] allow = [...]`, asked about one target at a time (by
+//! agentctl's egress proxy).
 
 use std::fmt;
 

@@ -1,18 +1,21 @@
-//! A confined session's egress proxy: an HTTP proxy — `CONNECT` tunnels for TLS, requests
+//! A confined agent's egress proxy: an HTTP proxy — `CONNECT` tunnels for TLS, requests
 //! in absolute form for plain HTTP — that lets through only the [`Allowlist`]'s pairs,
 //! resolves names itself (the agent's own resolver reaches nothing), answers anything else
 //! with `403` and reports the refusal. Reading a request's head is pure ([`parse_head`]);
-//! [`EgressProxy`] is the thin driver over loopback TCP.
+//! [`EgressProxy`] is the thin driver. It listens on a Unix socket in agentctl's state dir,
+//! which the agent's sandbox binds in and its relay (see [`crate::relay`]) forwards the
+//! agent's loopback `http_proxy` to: it lives with the sidecar, so a restart of the
+//! supervisor drops none of the agent's connections.
 
-use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixListener};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use agents::allowlist::{Allowlist, Target};
+use protocol::allowlist::{Allowlist, Target};
 
 /// The longest request head read before a request is refused.
 pub const MAX_HEAD: usize = 16 * 1024;
@@ -122,22 +125,29 @@ pub struct Refusal {
     pub reason: String,
 }
 
-/// A session's egress proxy, listening on loopback until dropped (its connections with it).
+/// An agent's egress proxy, listening on its socket until dropped (its connections with
+/// it).
+#[derive(Debug)]
 pub struct EgressProxy {
-    addr: SocketAddr,
+    socket: PathBuf,
     serving: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl EgressProxy {
-    /// Starts the proxy for `allowlist`; each refusal is sent on `refused`.
-    pub async fn start(
+    /// Starts the proxy for `allowlist` on the Unix socket `socket` (a stale one there is
+    /// replaced); each refusal is sent on `refused`.
+    pub fn start(
+        socket: &Path,
         allowlist: Allowlist,
         refused: mpsc::UnboundedSender<Refusal>,
     ) -> std::io::Result<EgressProxy> {
-        let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
-        let addr = listener.local_addr()?;
+        match std::fs::remove_file(socket) {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(err),
+            _ => {}
+        }
+        let listener = UnixListener::bind(socket)?;
         let serving = tokio::spawn(accept(listener, std::sync::Arc::new(allowlist), refused));
-        Ok(EgressProxy { addr, serving: Some(serving) })
+        Ok(EgressProxy { socket: socket.to_owned(), serving: Some(serving) })
     }
 
     /// Stops it: its listener and its connections are closed when this returns.
@@ -148,9 +158,9 @@ impl EgressProxy {
         }
     }
 
-    /// Where it listens (`http://` this is the agent's `http_proxy`).
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
+    /// Where it listens.
+    pub fn socket(&self) -> &Path {
+        &self.socket
     }
 }
 
@@ -164,7 +174,7 @@ impl Drop for EgressProxy {
 }
 
 async fn accept(
-    listener: TcpListener,
+    listener: UnixListener,
     allowlist: std::sync::Arc<Allowlist>,
     refused: mpsc::UnboundedSender<Refusal>,
 ) {
@@ -184,7 +194,7 @@ async fn accept(
 
 /// One client connection: its request read, decided, and tunnelled or refused.
 async fn serve(
-    mut client: TcpStream,
+    mut client: tokio::net::UnixStream,
     allowlist: std::sync::Arc<Allowlist>,
     refused: mpsc::UnboundedSender<Refusal>,
 ) {
@@ -199,7 +209,6 @@ async fn serve(
     if !allowlist.permits(&request.target) {
         let target = request.target.to_string();
         let reason = format!("{target} is not on this session's egress allowlist");
-        crate::metrics::get().egress_refused.inc();
         let _ = refused.send(Refusal { target, reason: reason.clone() });
         return answer(&mut client, 403, &reason).await;
     }
@@ -220,7 +229,7 @@ async fn serve(
 }
 
 /// The request head (through its blank line) and whatever came after it in the same reads.
-async fn read_head(client: &mut TcpStream) -> Result<(Vec<u8>, Vec<u8>), String> {
+async fn read_head(client: &mut (impl AsyncRead + Unpin)) -> Result<(Vec<u8>, Vec<u8>), String> {
     let mut read = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     loop {
@@ -256,7 +265,7 @@ async fn connect(target: &Target) -> Result<TcpStream, String> {
 }
 
 /// Answers with `status` and `why` as the body, then closes.
-async fn answer(client: &mut TcpStream, status: u16, why: &str) {
+async fn answer(client: &mut (impl AsyncWrite + Unpin), status: u16, why: &str) {
     let reason = match status {
         400 => "Bad Request",
         403 => "Forbidden",
