@@ -78,7 +78,7 @@ options:
 prompt commands (one per line; other lines are the message):
   /stream N  /tool  /permission  /permission-always-first  /permission-only (the tool
   announced only in the question)  /read PATH  /write PATH TEXT
-  /peek PATH  /connect HOST:PORT  /sleep MS
+  /peek PATH  /connect HOST:PORT  /sh COMMAND  /sleep MS
   /crash [CODE]  /close-stdout  /edit PATH TEXT  /patch PATH TEXT  /blob N KB  /garbage  /stderr TEXT  /recall  /spawn  /escape  /rounds R
   /usage USED SIZE [COST]  /tokens IN OUT [CACHED]  /say TEXT (the reply is exactly TEXT; a backslash-n in it is a newline)
   /think TEXT  /plan A; B; C  /diff PATH OLD => NEW  /exec COMMAND (a failing command's output)
@@ -791,6 +791,7 @@ impl Turn<'_> {
             Command::Withdraw => reply.text.push_str(&self.withdraw()?),
             Command::Peek(path) => reply.text.push_str(&Self::peek(path)),
             Command::Connect(addr) => reply.text.push_str(&Self::connect(addr)),
+            Command::Sh(command) => reply.text.push_str(&Self::sh(command)),
             Command::Edit(path, text) => reply.text.push_str(&self.edit(path, text)?),
             Command::Patch(path, text) => reply.text.push_str(&self.patch(path, text)?),
             Command::Blob(n, kb) => self.blob(*n, *kb)?,
@@ -878,6 +879,23 @@ impl Turn<'_> {
         match std::net::TcpStream::connect_timeout(&target, std::time::Duration::from_secs(2)) {
             Ok(_) => format!("; connect {addr}: connected"),
             Err(err) => format!("; connect {addr} failed: {err}"),
+        }
+    }
+
+    fn sh(command: &str) -> String {
+        let output = std::process::Command::new("sh")
+            .args(["-c", command])
+            .stdin(std::process::Stdio::null())
+            .output();
+        match output {
+            Ok(output) => {
+                let mut said = String::from_utf8_lossy(&output.stdout).into_owned();
+                said.push_str(&String::from_utf8_lossy(&output.stderr));
+                let said: String = said.trim().chars().take(2000).collect();
+                let code = output.status.code().map_or("a signal".into(), |c| c.to_string());
+                format!("; sh exit {code}: {said}")
+            }
+            Err(err) => format!("; sh failed: {err}"),
         }
     }
 

@@ -384,6 +384,7 @@ impl Pool {
                 extra_roots: Vec::new(),
                 user: profile.process.user.clone(),
                 owned_dirs: Vec::new(),
+                egress: None,
             };
             let agent = calls.start_agent(&start).await.map_err(|err| err.to_string())?;
             let initialize = json!({"jsonrpc": "2.0", "id": INITIALIZE_ID,

@@ -155,6 +155,12 @@ pub trait Runtime: Send + Sync + 'static {
         None
     }
 
+    /// agentctl's argv prefix where the agent runs, when that is this machine (a confined
+    /// agent's `agentctl relay` runs in its sandbox); `None` elsewhere.
+    fn agentctl_command(&self) -> Option<Vec<OsString>> {
+        None
+    }
+
     /// Whether liveness is told by this host's processes (the restart scan of `/proc`
     /// finds its sidecars): a session at rest on such a runtime is left unread at restart.
     fn local_processes(&self) -> bool {
@@ -312,6 +318,10 @@ pub struct StandaloneRuntime {
 impl Runtime for StandaloneRuntime {
     fn name(&self) -> &str {
         "standalone"
+    }
+
+    fn agentctl_command(&self) -> Option<Vec<OsString>> {
+        Some(self.agentctl.clone())
     }
 
     fn local_processes(&self) -> bool {

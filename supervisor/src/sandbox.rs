@@ -1,13 +1,27 @@
-//! Confinement of an agent: what it may reach on the network. A session with
-//! `network = "allowlist"` reaches the outside only through its [`egress`] proxy, which lets
-//! through the `host:port` pairs of its profile's allowlist ([`agents::allowlist`]) and
-//! reports every refusal.
+//! Confinement of an agent: what of the file system it sees and what of the network it
+//! reaches, as its profile's `[sandbox]` asks. Every launch asks [`confine`] first; a
+//! profile it cannot confine is unavailable, and its agent is never run unconfined.
+//!
+//! On the standalone runtime an agent is confined with bubblewrap ([`bwrap`] builds its
+//! argv): namespaces of its own (mount, pid, ipc, and network unless `network = "host"`),
+//! as root and as a normal user (bubblewrap makes a user namespace then). With `network =
+//! "allowlist"` its only way out is agentctl's egress proxy (`agentctl::egress`), reached
+//! from inside through `agentctl relay` on its loopback and given to it in the standard
+//! proxy variables; the endpoints its own settings name (`ANTHROPIC_BASE_URL`, …) are on
+//! its allowlist without being listed ([`model_endpoints`]).
 
-pub mod egress;
+mod bwrap;
+mod endpoints;
 
 use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 
 use agents::profile::{FilesystemAccess, NetworkAccess, SandboxSettings};
+
+pub use endpoints::{allowlist_for, model_endpoints};
+
+/// Where a confined agent's relay listens inside its sandbox: its `http_proxy`.
+pub const PROXY_INSIDE: &str = agentctl::relay::DEFAULT_LISTEN;
 
 /// Why an agent cannot be confined as its profile's `[sandbox]` asks.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -26,98 +40,139 @@ pub enum SandboxError {
     },
     /// What gives it is not installed here.
     #[error(
-        "[sandbox] network = \"none\" needs bubblewrap (bwrap), which is not installed here: install Debian's bubblewrap (apt-get install bubblewrap); the agent is never run unconfined instead"
+        "[sandbox] needs bubblewrap (bwrap), which is not installed here: install Debian's bubblewrap (apt-get install bubblewrap); the agent is never run unconfined instead"
     )]
     NoBwrap,
+    /// bubblewrap is there but cannot make a sandbox on this machine.
+    #[error(
+        "[sandbox]: bubblewrap cannot make a sandbox on this machine ({detail}); a normal user needs unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, and on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0), or run the daemon as root; the agent is never run unconfined instead"
+    )]
+    Unsupported {
+        /// What bubblewrap said.
+        detail: String,
+    },
 }
 
-/// How an agent is confined as `sandbox` asks on `runtime`: the argv its command runs
-/// under (empty: as it is), with `resolve` finding the programs that confine it. Every
-/// launch asks first, and a profile it cannot confine is unavailable. So far: unconfined
-/// (`host`, `host`) anywhere, and on the standalone runtime `network = "none"` with the
-/// file system as it is — a network namespace of its own (bubblewrap), whose processes
-/// die with the agent's sidecar.
-pub fn confinement(
+/// Where an agent runs, as far as its confinement needs to know.
+#[derive(Debug, Clone, Default)]
+pub struct Place {
+    /// Its workspace (read-write).
+    pub workspace: PathBuf,
+    /// A worktree's repository git dir (read-write).
+    pub git_dir: Option<PathBuf>,
+    /// Its home (`HOME`): an empty one in the sandbox, but for what is bound into it.
+    pub home: Option<PathBuf>,
+    /// Its own state dirs: (the dir on the host, the dir under its home).
+    pub agent_state: Vec<(PathBuf, String)>,
+    /// The agent's argv: the programs and scripts it names are bound read-only.
+    pub argv: Vec<OsString>,
+    /// agentctl's argv prefix on this machine (its relay runs in the sandbox).
+    pub agentctl: Vec<OsString>,
+    /// agentctl's state dir: the egress proxy's socket is there.
+    pub state_dir: PathBuf,
+    /// The agent's environment (its model endpoints join its allowlist).
+    pub env: Vec<(String, String)>,
+}
+
+/// How an agent is confined: the argv its command runs under (empty: as it is), the
+/// variables it gets, and the egress proxy agentctl runs for it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Confinement {
+    /// Prefixed to the agent's argv.
+    pub argv: Vec<OsString>,
+    /// Set in its environment.
+    pub env: Vec<(String, String)>,
+    /// For `network = "allowlist"`.
+    pub egress: Option<protocol::control::Egress>,
+}
+
+/// Whether `runtime` can confine an agent as `sandbox` asks, with `resolve` finding the
+/// programs that confine it (before a session is created, and in `agents`).
+pub fn check(
     sandbox: &SandboxSettings,
     runtime: &str,
     resolve: &crate::sidecar::Resolver,
-) -> Result<Vec<OsString>, SandboxError> {
+) -> Result<(), SandboxError> {
+    mechanism(sandbox, runtime, resolve).map(drop)
+}
+
+/// How `sandbox` confines an agent that runs at `place`: checked as [`check`] does, then
+/// bubblewrap asked once whether it can work here (a failure says the cause and the fix).
+pub async fn confine(
+    sandbox: &SandboxSettings,
+    runtime: &str,
+    resolve: &crate::sidecar::Resolver,
+    place: &Place,
+) -> Result<Confinement, SandboxError> {
+    let Some(bwrap) = mechanism(sandbox, runtime, resolve)? else {
+        return Ok(Confinement::default());
+    };
+    bwrap::probe(&bwrap).await?;
+    let egress = (sandbox.network == NetworkAccess::Allowlist).then(|| protocol::control::Egress {
+        socket: place.state_dir.join("egress.sock"),
+        allow: allowlist_for(sandbox, &place.env),
+    });
+    let argv = bwrap::argv(bwrap, sandbox, place, egress.as_ref().map(|e| e.socket.as_path()));
+    let mut env = Vec::new();
+    if egress.is_some() {
+        let proxy = format!("http://{PROXY_INSIDE}");
+        for name in ["http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"] {
+            env.push((name.to_owned(), proxy.clone()));
+        }
+        // Everything goes through the proxy, loopback too: the sandbox's own is empty.
+        env.push(("NO_PROXY".to_owned(), String::new()));
+        env.push(("no_proxy".to_owned(), String::new()));
+        // Node (22.21, 24+) reads the variables for its fetch only when asked.
+        env.push(("NODE_USE_ENV_PROXY".to_owned(), "1".to_owned()));
+    }
+    if sandbox.filesystem == FilesystemAccess::Workspace {
+        env.push(("TMPDIR".to_owned(), "/tmp".to_owned()));
+    }
+    Ok(Confinement { argv, env, egress })
+}
+
+/// bubblewrap's argv when `sandbox` asks for confinement it can give on `runtime`; `None`
+/// when it asks for none.
+fn mechanism(
+    sandbox: &SandboxSettings,
+    runtime: &str,
+    resolve: &crate::sidecar::Resolver,
+) -> Result<Option<Vec<OsString>>, SandboxError> {
     if sandbox.is_host() {
-        return Ok(Vec::new());
+        return Ok(None);
     }
-    let standalone = runtime == "standalone";
-    if standalone
-        && sandbox.filesystem == FilesystemAccess::Host
-        && sandbox.network == NetworkAccess::None
-    {
-        let mut argv = resolve("bwrap").ok_or(SandboxError::NoBwrap)?;
-        argv.extend(
-            ["--dev-bind", "/", "/", "--unshare-net", "--die-with-parent", "--"]
-                .map(OsString::from),
-        );
-        return Ok(argv);
+    if runtime != "standalone" {
+        return Err(SandboxError::NotGiven {
+            runtime: runtime.to_owned(),
+            filesystem: quoted_filesystem(sandbox.filesystem),
+            network: quoted_network(sandbox.network),
+        });
     }
-    Err(SandboxError::NotGiven {
-        runtime: runtime.to_owned(),
-        filesystem: match sandbox.filesystem {
-            FilesystemAccess::Workspace => "\"workspace\"",
-            FilesystemAccess::Host => "\"host\"",
-        },
-        network: match sandbox.network {
-            NetworkAccess::Allowlist => "\"allowlist\"",
-            NetworkAccess::None => "\"none\"",
-            NetworkAccess::Host => "\"host\"",
-        },
-    })
+    resolve("bwrap").map(Some).ok_or(SandboxError::NoBwrap)
+}
+
+fn quoted_filesystem(access: FilesystemAccess) -> &'static str {
+    match access {
+        FilesystemAccess::Workspace => "\"workspace\"",
+        FilesystemAccess::Host => "\"host\"",
+    }
+}
+
+fn quoted_network(access: NetworkAccess) -> &'static str {
+    match access {
+        NetworkAccess::Allowlist => "\"allowlist\"",
+        NetworkAccess::None => "\"none\"",
+        NetworkAccess::Host => "\"host\"",
+    }
+}
+
+/// `path` with a leading `~/` taken as `home`'s (`None` when there is no home to take).
+fn expand(path: &str, home: Option<&Path>) -> Option<PathBuf> {
+    match path.strip_prefix("~/") {
+        Some(rest) => home.map(|home| home.join(rest)),
+        None => Some(PathBuf::from(path)),
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::Arc;
-
-    fn resolver(bwrap: bool) -> crate::sidecar::Resolver {
-        Arc::new(move |name| {
-            (bwrap && name == "bwrap").then(|| vec![OsString::from("/usr/bin/bwrap")])
-        })
-    }
-
-    #[test]
-    fn an_unconfined_profile_runs_as_it_is() {
-        let confinement = confinement(&SandboxSettings::default(), "docker", &resolver(false));
-        assert_eq!(confinement, Ok(Vec::new()));
-    }
-
-    #[test]
-    fn no_network_on_the_standalone_runtime_is_a_network_namespace_of_its_own() {
-        let none = SandboxSettings { network: NetworkAccess::None, ..SandboxSettings::default() };
-        let argv = confinement(&none, "standalone", &resolver(true)).unwrap();
-        let argv: Vec<&str> = argv.iter().map(|arg| arg.to_str().unwrap()).collect();
-        assert_eq!(
-            argv,
-            ["/usr/bin/bwrap", "--dev-bind", "/", "/", "--unshare-net", "--die-with-parent", "--"]
-        );
-        let err = confinement(&none, "standalone", &resolver(false)).unwrap_err();
-        assert_eq!(err, SandboxError::NoBwrap);
-        assert!(err.to_string().contains("apt-get install bubblewrap"), "{err}");
-    }
-
-    #[test]
-    fn an_agent_is_never_run_unconfined_when_its_profile_asks_for_confinement() {
-        let none = SandboxSettings { network: NetworkAccess::None, ..SandboxSettings::default() };
-        let err = confinement(&none, "docker", &resolver(true)).unwrap_err();
-        let said = err.to_string();
-        assert!(
-            said.contains("network = \"none\"") && said.contains("the docker runtime"),
-            "{said}"
-        );
-        assert!(said.contains("never run unconfined"), "{said}");
-        let workspace = SandboxSettings {
-            filesystem: FilesystemAccess::Workspace,
-            network: NetworkAccess::None,
-            ..SandboxSettings::default()
-        };
-        let err = confinement(&workspace, "standalone", &resolver(true)).unwrap_err();
-        assert!(matches!(err, SandboxError::NotGiven { .. }), "{err}");
-    }
-}
+mod tests;

@@ -347,7 +347,7 @@ impl Supervisor {
         let elsewhere = availability.program.is_none() && self.sandboxed(runtime);
         let mut reasons: Vec<String> =
             availability.reasons.into_iter().skip(usize::from(applet || elsewhere)).collect();
-        if let Err(err) = crate::sandbox::confinement(&profile.sandbox, runtime, &self.resolver) {
+        if let Err(err) = crate::sandbox::check(&profile.sandbox, runtime, &self.resolver) {
             reasons.push(err.to_string());
         }
         if let Some(user) = &profile.process.user

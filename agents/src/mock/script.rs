@@ -29,6 +29,9 @@ pub enum Command {
     /// `/connect HOST:PORT`: open a TCP connection directly, as any process of the agent
     /// could (what an agent that sends what it read elsewhere does).
     Connect(String),
+    /// `/sh COMMAND`: run COMMAND with `sh -c` as the agent's own child (a probe of what the
+    /// agent's processes can do); the reply holds its exit status and output.
+    Sh(String),
     /// `/write PATH TEXT`: ask the client to write TEXT with `fs/write_text_file`.
     Write(String, String),
     /// `/sleep MS`: a slow turn; `session/cancel` ends it early with stop reason `cancelled`.
@@ -157,6 +160,8 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
         "peek" => Command::Peek(args.to_owned()),
         "connect" if args.is_empty() => return Err("expects host:port"),
         "connect" => Command::Connect(args.to_owned()),
+        "sh" if args.is_empty() => return Err("expects a command"),
+        "sh" => Command::Sh(args.to_owned()),
         "write" => match args.split_once(' ') {
             Some((path, text)) => Command::Write(path.to_owned(), text.to_owned()),
             None => return Err("expects a path and text"),

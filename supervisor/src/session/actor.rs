@@ -3493,6 +3493,11 @@ impl SessionActor {
                 self.delivered(&id).await;
                 false
             }
+            EventKind::EgressRefused { target, reason } => {
+                crate::metrics::get().egress_refused.inc();
+                self.recorder.emit(SessionEventKind::EgressRefused { target, reason });
+                false
+            }
             EventKind::AgentStarted { .. } => false,
             _ => false,
         };

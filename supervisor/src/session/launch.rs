@@ -73,9 +73,7 @@ pub(super) async fn launch(
 ) -> Result<Connected, LaunchFailure> {
     let fail = |reason: String| LaunchFailure { reason };
     // Confined as its profile asks, or not launched at all.
-    let confined =
-        crate::sandbox::confinement(&plan.spec.sandbox, context.runtime.name(), &context.resolve)
-            .map_err(|err| fail(err.to_string()))?;
+    let confined = confinement(&context, &plan).await.map_err(fail)?;
     let session_id = plan.spec.session_id.clone();
     let target = FenceTarget {
         session_id: session_id.clone(),
@@ -131,13 +129,13 @@ pub(super) async fn launch(
             .connect(endpoint.addr.clone(), token, endpoint.tls_cert.as_deref(), 0)
             .await
             .map_err(|err| err.to_string())?;
-        let argv: Vec<OsString> = confined.iter().chain(&plan.argv).cloned().collect();
+        let argv: Vec<OsString> = confined.argv.iter().chain(&plan.argv).cloned().collect();
         let (program, args) =
             argv.split_first().ok_or_else(|| "the agent's command is empty".to_owned())?;
         let start = StartAgent {
             command: program.to_string_lossy().into_owned(),
             args: args.iter().map(|arg| arg.to_string_lossy().into_owned()).collect(),
-            env: plan.env.iter().cloned().collect(),
+            env: plan.env.iter().chain(&confined.env).cloned().collect(),
             cwd: plan.spec.workspace.clone(),
             extra_roots: Vec::new(),
             user: plan.user.clone().or_else(|| endpoint.agent_user.clone()),
@@ -146,6 +144,7 @@ pub(super) async fn launch(
                 Some(home) => plan.spec.agent_state_dirs.iter().map(|dir| home.join(dir)).collect(),
                 None => Vec::new(),
             },
+            egress: confined.egress.clone(),
         };
         calls.start_agent(&start).await.map_err(|e| e.to_string())?;
         Ok::<_, String>((calls, events_rx))
@@ -162,6 +161,44 @@ pub(super) async fn launch(
             Err(fail(reason))
         }
     }
+}
+
+/// How the agent of `plan` is confined (see [`crate::sandbox`]); a sandbox's own state
+/// dirs are made first (bound into it as its home's).
+async fn confinement(
+    context: &SessionContext,
+    plan: &LaunchPlan,
+) -> Result<crate::sandbox::Confinement, String> {
+    let spec = &plan.spec;
+    if spec.sandbox.is_host() {
+        return Ok(crate::sandbox::Confinement::default());
+    }
+    let mut env: Vec<(String, String)> = std::env::vars().collect();
+    env.extend(plan.env.iter().cloned());
+    let home = env.iter().rev().find(|(name, _)| name == "HOME").map(|(_, home)| home.into());
+    let agent_state: Vec<(PathBuf, String)> = spec
+        .agent_state_dirs
+        .iter()
+        .map(|dir| (spec.agent_state_root.join(dir), dir.clone()))
+        .collect();
+    for (dir, _) in &agent_state {
+        std::fs::create_dir_all(dir)
+            .map_err(|err| format!("cannot make the agent's state dir {}: {err}", dir.display()))?;
+    }
+    let place = crate::sandbox::Place {
+        workspace: spec.workspace.clone(),
+        git_dir: spec.git_dir.clone(),
+        home,
+        agent_state,
+        argv: plan.argv.clone(),
+        agentctl: context.runtime.agentctl_command().unwrap_or_default(),
+        state_dir: spec.state_dir.clone(),
+        env,
+    };
+    let runtime = context.runtime.name();
+    crate::sandbox::confine(&spec.sandbox, runtime, &context.resolve, &place)
+        .await
+        .map_err(|err| err.to_string())
 }
 
 /// Takes a warm agent (see `pool.rs`) as the session's new execution: the previous one

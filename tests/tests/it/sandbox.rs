@@ -1,19 +1,22 @@
-//! Agents in a sandbox, as far as this build confines them: a profile's `[sandbox]` is read
-//! and checked; `network = "none"` on the standalone runtime gives the agent a network
-//! namespace of its own; and an agent whose profile asks for confinement the runtime
-//! cannot give is never run unconfined — `agents` says why it is unavailable, and a
-//! session of it is refused with that reason. (The rest of the confinement — the file
-//! system, the egress proxy in front of the agent — comes next; the proxy's own tests are
-//! in `supervisor::sandbox`.)
+//! Agents in a sandbox, seen from inside a real agent process (mock-agent's `/sh`,
+//! `/peek` and `/connect` probes): the workspace sandbox with an egress allowlist, where
+//! the "outside" is servers these tests run on loopback; `network = "none"`; and an agent
+//! whose profile asks for confinement the runtime cannot give is never run unconfined —
+//! `agents` says why it is unavailable, and a session of it is refused with that reason.
+//! The proxy's own tests are in `agentctl::egress`, the sandbox's argv in
+//! `supervisor::sandbox`.
 
-use protocol::api::ApiClient;
+use std::io::{Read, Write};
+
+use protocol::api::{ApiClient, EventKind};
 use protocol::errors::ErrorKind;
-use tether_tests::daemon::{Daemon, ok};
+use tether_tests::daemon::{Daemon, ok, until};
 
 #[tokio::test]
 async fn a_profile_asking_for_confinement_is_never_run_unconfined() {
     let confined = "id = \"confined\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n\
-        [sandbox]\nfilesystem = \"workspace\"\nnetwork = \"allowlist\"\nallow = [\"127.0.0.1:9\"]\n";
+        runtime = \"docker\"\n[sandbox]\nfilesystem = \"workspace\"\nnetwork = \"allowlist\"\nallow = [\"127.0.0.1:9\"]\n\
+        [docker]\nimage = \"tether-test-none:latest\"\n";
     let open = "id = \"open\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n\
         [sandbox]\nfilesystem = \"host\"\nnetwork = \"host\"\n";
     let daemon =
@@ -26,6 +29,7 @@ async fn a_profile_asking_for_confinement_is_never_run_unconfined() {
     let said = confined.reasons.join("; ");
     assert!(
         said.contains("filesystem = \"workspace\" and network = \"allowlist\"")
+            && said.contains("the docker runtime")
             && said.contains("never run unconfined"),
         "{said}"
     );
@@ -73,4 +77,134 @@ async fn an_agent_without_network_reaches_nothing_and_works_otherwise() {
 fn which_bwrap() -> Option<std::path::PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path).map(|dir| dir.join("bwrap")).find(|bwrap| bwrap.is_file())
+}
+
+/// An "outside" HTTP server on loopback answering every request with `body`; its port.
+fn outside(body: &'static str) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut head = [0u8; 4096];
+            let _ = stream.read(&mut head);
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(answer.as_bytes());
+        }
+    });
+    port
+}
+
+/// What `/sh COMMAND` said in the agent: its exit status and output (`exit N: …`).
+async fn sh(api: &tether_tests::daemon::Api, session: &str, command: &str) -> String {
+    let reply = api.ask(session, &format!("/sh {command}\nprobe")).await;
+    let said = reply.split_once("; sh ").map(|(_, said)| said.to_owned());
+    said.unwrap_or_else(|| panic!("no probe output in {reply:?}"))
+}
+
+/// `filesystem = "workspace"` with an egress allowlist, probed from inside the agent:
+/// the allowlisted server answers through the proxy; one not on the list is refused, and
+/// the refusal is a session event; a direct connection reaches nothing; the data dir,
+/// another session's workspace and the home are not there; the workspace is writable.
+#[tokio::test]
+async fn a_sandboxed_agent_sees_its_workspace_and_reaches_only_its_allowlist() {
+    if which_bwrap().is_none() {
+        assert!(std::env::var_os("REQUIRE_DOCKER").is_none(), "CI must have bubblewrap");
+        println!("SKIPPED: bubblewrap is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let allowed = outside("from the allowed server");
+    let other = outside("from a server not on the list");
+    let profile = format!(
+        "id = \"boxed\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n\
+         [sandbox]\nfilesystem = \"workspace\"\nnetwork = \"allowlist\"\nallow = [\"127.0.0.1:{allowed}\"]\n"
+    );
+    let daemon = Daemon::start_with_profiles(&[], &[("boxed.toml", &profile)]).await;
+    let api = daemon.api().await;
+    let elsewhere = daemon.workspace("elsewhere");
+    std::fs::write(elsewhere.join("plans.txt"), "another session's").unwrap();
+    std::fs::write(daemon.home().join("secret.txt"), "the user's").unwrap();
+    let workspace = daemon.workspace("boxed");
+    let session = api.ready_session("boxed", &workspace).await;
+    let mut events = api.subscribe_at_end(&session).await;
+
+    let through = sh(&api, &session, &format!("curl -sS -m 5 http://127.0.0.1:{allowed}/")).await;
+    assert_eq!(through, "exit 0: from the allowed server", "through the proxy");
+    let refused = sh(&api, &session, &format!("curl -sS -m 5 http://127.0.0.1:{other}/")).await;
+    assert!(refused.contains("not on this session's egress allowlist"), "{refused}");
+    let target = format!("127.0.0.1:{other}");
+    let seen =
+        until(&mut events, |event| matches!(&event.kind, EventKind::EgressRefused { .. })).await;
+    let EventKind::EgressRefused { target: said, .. } = &seen.last().unwrap().kind else {
+        unreachable!()
+    };
+    assert_eq!(said, &target);
+    let tls = sh(&api, &session, &format!("curl -sS -m 5 https://{target}/")).await;
+    assert!(tls.contains("403"), "a CONNECT is refused too: {tls}");
+    let direct =
+        sh(&api, &session, &format!("curl -sS -m 5 --noproxy '*' http://127.0.0.1:{allowed}/"))
+            .await;
+    assert!(direct.starts_with("exit 7"), "no route but the proxy: {direct}");
+
+    let data = daemon.data_dir().join("state.db");
+    assert!(data.exists());
+    for hidden in [data, elsewhere.join("plans.txt"), daemon.home().join("secret.txt")] {
+        let reply = api.ask(&session, &format!("/peek {}\nlook", hidden.display())).await;
+        assert!(
+            reply.contains("No such file or directory"),
+            "{} is there: {reply}",
+            hidden.display()
+        );
+    }
+    let wrote = sh(&api, &session, "echo made here > made.txt && cat made.txt").await;
+    assert_eq!(wrote, "exit 0: made here");
+    assert_eq!(std::fs::read_to_string(workspace.join("made.txt")).unwrap(), "made here\n");
+    let shared = std::env::temp_dir().join(format!("tether-sandbox-{}", std::process::id()));
+    std::fs::write(&shared, "on the host's /tmp").unwrap();
+    let tmp = sh(&api, &session, &format!("cat {}", shared.display())).await;
+    std::fs::remove_file(&shared).unwrap();
+    assert!(tmp.starts_with("exit 1:") && tmp.contains("No such file"), "a private /tmp: {tmp}");
+}
+
+/// A `setsid` grandchild of a sandboxed agent shares its namespaces and dies with the
+/// session.
+#[tokio::test]
+async fn a_sandboxed_agents_setsid_grandchild_is_confined_and_killed_with_the_session() {
+    if which_bwrap().is_none() {
+        assert!(std::env::var_os("REQUIRE_DOCKER").is_none(), "CI must have bubblewrap");
+        println!("SKIPPED: bubblewrap is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let profile = "id = \"boxed\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n\
+         [sandbox]\nfilesystem = \"workspace\"\nnetwork = \"none\"\n";
+    let daemon = Daemon::start_with_profiles(&[], &[("boxed.toml", profile)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("boxed", &daemon.workspace("boxed")).await;
+    // A marker only this grandchild's command line holds.
+    let marker = format!("{}", 100_000 + std::process::id());
+    let said =
+        sh(&api, &session, &format!("setsid sleep {marker} </dev/null >/dev/null 2>&1 &")).await;
+    assert_eq!(said, "exit 0: ");
+    let grandchild = find_process(&format!("sleep\0{marker}")).expect("the grandchild runs");
+    let ns = |pid: &str, kind: &str| std::fs::read_link(format!("/proc/{pid}/ns/{kind}")).unwrap();
+    for kind in ["net", "mnt", "pid"] {
+        assert_ne!(ns(&grandchild.to_string(), kind), ns("self", kind), "its {kind} namespace");
+    }
+    let pidfd = agentctl::process::PidFd::open(grandchild).expect("a pidfd of the grandchild");
+    ok("stop", api.typed().session_stop(session.clone())).await;
+    tether_tests::within("the grandchild to die with the session", pidfd.exited())
+        .await
+        .expect("pidfd");
+}
+
+/// The pid of the process whose command line (NUL-separated) contains `needle`.
+fn find_process(needle: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+        String::from_utf8_lossy(&cmdline).contains(needle).then_some(pid)
+    })
 }
