@@ -74,11 +74,13 @@ pub struct Place {
     pub env: Vec<(String, String)>,
 }
 
-/// How an agent is confined: the argv its command runs under (empty: as it is), the
-/// variables it gets, and the egress proxy agentctl runs for it.
+/// How an agent is confined: the argv it runs as, the variables it gets, and the egress
+/// proxy agentctl runs for it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Confinement {
-    /// Prefixed to the agent's argv.
+    /// The whole argv: the agent's own when unconfined; else bubblewrap's, then the
+    /// agent's with its paths written without `.` and `..` (a path through a directory
+    /// the sandbox does not have would not resolve in it).
     pub argv: Vec<OsString>,
     /// Set in its environment.
     pub env: Vec<(String, String)>,
@@ -105,14 +107,15 @@ pub async fn confine(
     place: &Place,
 ) -> Result<Confinement, SandboxError> {
     let Some(bwrap) = mechanism(sandbox, runtime, resolve)? else {
-        return Ok(Confinement::default());
+        return Ok(Confinement { argv: place.argv.clone(), ..Confinement::default() });
     };
     bwrap::probe(&bwrap).await?;
     let egress = (sandbox.network == NetworkAccess::Allowlist).then(|| protocol::control::Egress {
         socket: place.state_dir.join("egress.sock"),
         allow: allowlist_for(sandbox, &place.env),
     });
-    let argv = bwrap::argv(bwrap, sandbox, place, egress.as_ref().map(|e| e.socket.as_path()));
+    let mut argv = bwrap::argv(bwrap, sandbox, place, egress.as_ref().map(|e| e.socket.as_path()));
+    argv.extend(place.argv.iter().map(|word| bwrap::lexical(Path::new(word)).into_os_string()));
     let mut env = Vec::new();
     if egress.is_some() {
         let proxy = format!("http://{PROXY_INSIDE}");

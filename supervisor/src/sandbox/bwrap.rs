@@ -89,7 +89,7 @@ fn workspace_only(args: &mut Args, sandbox: &SandboxSettings, place: &Place) {
         args.0.push(home.into());
     }
     let runs: Vec<PathBuf> =
-        place.argv.iter().chain(&place.agentctl).filter_map(runtime_of).collect();
+        place.argv.iter().chain(&place.agentctl).flat_map(runtime_of).collect();
     for dir in dedup(runs) {
         args.same("--ro-bind", &dir);
     }
@@ -113,23 +113,44 @@ fn workspace_only(args: &mut Args, sandbox: &SandboxSettings, place: &Place) {
 }
 
 /// What must be readable for `word` of an agent's argv to run, when it names a file
-/// outside the system: its `node_modules` tree, its Python virtualenv, or the file itself.
-fn runtime_of(word: &OsString) -> Option<PathBuf> {
+/// outside the system: its `node_modules` tree, its Python virtualenv, or the file itself
+/// — as written (without `.` and `..`) and where its links lead.
+fn runtime_of(word: &OsString) -> Vec<PathBuf> {
     let path = Path::new(word);
-    if !path.is_absolute() {
-        return None;
+    if !path.is_absolute() || !path.exists() {
+        return Vec::new();
     }
-    let real = std::fs::canonicalize(path).ok()?;
-    if SYSTEM.iter().any(|dir| real.starts_with(dir)) {
-        return None;
+    let written = lexical(path);
+    let real = std::fs::canonicalize(path).unwrap_or_else(|_| written.clone());
+    let mut found = Vec::new();
+    for path in [written, real] {
+        if SYSTEM.iter().any(|dir| path.starts_with(dir)) {
+            continue;
+        }
+        // The outermost node_modules: a package's dependencies may sit beside it.
+        let modules =
+            path.ancestors().filter(|dir| dir.file_name() == Some("node_modules".as_ref()));
+        let venv = || path.ancestors().find(|dir| dir.join("pyvenv.cfg").is_file());
+        let root = modules.last().or_else(venv).unwrap_or(&path);
+        found.push(root.to_owned());
     }
-    // The outermost node_modules: a package's dependencies may sit beside it.
-    let modules = real.ancestors().filter(|dir| dir.file_name() == Some("node_modules".as_ref()));
-    if let Some(modules) = modules.last() {
-        return Some(modules.to_owned());
+    found
+}
+
+/// `path` without `.` and `..` components, read as written (links not followed).
+pub(super) fn lexical(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
     }
-    let venv = real.ancestors().find(|dir| dir.join("pyvenv.cfg").is_file());
-    Some(venv.map_or(real.clone(), Path::to_owned))
+    out
 }
 
 /// `paths` without any that another one holds.

@@ -129,9 +129,8 @@ pub(super) async fn launch(
             .connect(endpoint.addr.clone(), token, endpoint.tls_cert.as_deref(), 0)
             .await
             .map_err(|err| err.to_string())?;
-        let argv: Vec<OsString> = confined.argv.iter().chain(&plan.argv).cloned().collect();
         let (program, args) =
-            argv.split_first().ok_or_else(|| "the agent's command is empty".to_owned())?;
+            confined.argv.split_first().ok_or_else(|| "the agent's command is empty".to_owned())?;
         let start = StartAgent {
             command: program.to_string_lossy().into_owned(),
             args: args.iter().map(|arg| arg.to_string_lossy().into_owned()).collect(),
@@ -171,7 +170,7 @@ async fn confinement(
 ) -> Result<crate::sandbox::Confinement, String> {
     let spec = &plan.spec;
     if spec.sandbox.is_host() {
-        return Ok(crate::sandbox::Confinement::default());
+        return Ok(crate::sandbox::Confinement { argv: plan.argv.clone(), ..Default::default() });
     }
     let mut env: Vec<(String, String)> = std::env::vars().collect();
     env.extend(plan.env.iter().cloned());

@@ -123,6 +123,54 @@ async fn claude_completes_a_turn_against_the_scripted_model() {
     assert!(conversation_text(last).contains("say hello"), "{last}");
 }
 
+/// claude-agent-acp in a sandbox — the workspace file system, and a network allowlist
+/// that names nothing: its model endpoint (`ANTHROPIC_BASE_URL`) is allowlisted by
+/// itself — completes turns against the scripted model through the egress proxy, and
+/// writes in its workspace.
+#[tokio::test]
+async fn claude_completes_turns_in_a_sandbox_with_only_its_model_allowlisted() {
+    let server = ModelServer::start().await;
+    let Some(profile) = tether_tests::real_agents::claude_profile(&server.url, None, "") else {
+        return;
+    };
+    let profile =
+        format!("{profile}\n[sandbox]\nfilesystem = \"workspace\"\nnetwork = \"allowlist\"\n");
+    let daemon = Daemon::start_with_profiles(&[], &[("claude.toml", &profile)]).await;
+    let api = daemon.api().await;
+    let workspace = daemon.workspace("boxed");
+    ask_before_edits(&workspace);
+    let session = timed("claude start in a sandbox", api.ready_session("claude", &workspace)).await;
+    server.script([Reply::Text("Hello from inside the sandbox.".into())]);
+    let reply = timed("claude turn in a sandbox", api.ask(&session, "say hello")).await;
+    assert!(reply.contains("Hello from inside the sandbox."), "{reply}");
+    server.script([
+        Reply::ToolUse {
+            name: "Write".into(),
+            input: json!({"file_path": workspace.join("boxed.txt"), "content": "written in the box\n"}),
+        },
+        Reply::Text("Wrote it.".into()),
+    ]);
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "write boxed.txt").await.unwrap();
+    let (_, request_id, params) = until_permission_request(&mut events).await;
+    let options: Vec<acp::PermissionOption> =
+        serde_json::from_value(params["options"].clone()).expect("ACP permission options");
+    let allow = options
+        .iter()
+        .find(|option| option.kind == acp::PermissionOptionKind::AllowOnce)
+        .unwrap_or_else(|| panic!("an allow-once option: {options:?}"));
+    let option = Some(allow.option_id.to_string());
+    ok("respond", api.typed().permission_respond(session.clone(), request_id, option)).await;
+    let seen = until(&mut events, turn_ended).await;
+    assert_eq!(stop_reason(seen.last().unwrap()), Some("end_turn"), "{:?}", seen.last());
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("boxed.txt")).unwrap(),
+        "written in the box\n"
+    );
+    let asked = server.main_requests();
+    assert!(conversation_text(asked.last().unwrap()).contains("write boxed.txt"));
+}
+
 /// Kill the agent, resume: claude-agent-acp restores through `session/resume`, and the
 /// model's next request contains the earlier conversation — the context really is back.
 #[tokio::test]
