@@ -267,6 +267,33 @@ impl std::fmt::Display for RuntimeKind {
     }
 }
 
+/// How an agent is confined (its profile's `[sandbox]`), as `agents.list` and
+/// `task.session.status` show it; absent where it runs unconfined.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Confinement {
+    /// What of the file system it sees: `workspace` or `host`.
+    pub filesystem: String,
+    /// What of the network it reaches: `allowlist`, `none` or `host`.
+    pub network: String,
+    /// With `allowlist`: every `host:port` it may reach, the profile's then `endpoints`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    /// The model endpoints its settings name (`ANTHROPIC_BASE_URL`, …), allowlisted by
+    /// themselves.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<String>,
+    /// With `workspace`: more paths it may read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readable: Vec<String>,
+    /// With `workspace`: more paths it may write.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writable: Vec<String>,
+    /// What confines it on its runtime (`bubblewrap`), or `None` where it cannot be (the
+    /// profile is unavailable then, and says why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+}
+
 /// One agent profile as `agents.list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AgentInfo {
@@ -300,6 +327,9 @@ pub struct AgentInfo {
     /// With `extends`: the keys the user's file sets itself (dotted, `process.init_timeout_ms`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub own_keys: Vec<String>,
+    /// How its agent is confined (`[sandbox]`); absent: unconfined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Confinement>,
 }
 
 /// A task.
@@ -463,6 +493,9 @@ pub struct SessionStatus {
     /// The session this one is a fork of, and at which of its turns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ForkLink>,
+    /// How its agent is confined (its profile's `[sandbox]`); absent: unconfined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Confinement>,
 }
 
 /// A permission request of an agent that waits for an answer

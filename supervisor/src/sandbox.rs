@@ -134,6 +134,31 @@ pub async fn confine(
     Ok(Confinement { argv, env, egress })
 }
 
+/// How `sandbox` confines an agent with `env` (its profile's, over the daemon's) on
+/// `runtime`, as `agents` and `status` show it; `None` when unconfined.
+pub fn describe(
+    sandbox: &SandboxSettings,
+    env: &std::collections::BTreeMap<String, String>,
+    runtime: &str,
+) -> Option<protocol::api::Confinement> {
+    if sandbox.is_host() {
+        return None;
+    }
+    let mut all: Vec<(String, String)> = std::env::vars().collect();
+    all.extend(env.iter().map(|(name, value)| (name.clone(), value.clone())));
+    let allowlist = sandbox.network == NetworkAccess::Allowlist;
+    let unquote = |text: &str| text.trim_matches('"').to_owned();
+    Some(protocol::api::Confinement {
+        filesystem: unquote(quoted_filesystem(sandbox.filesystem)),
+        network: unquote(quoted_network(sandbox.network)),
+        allow: if allowlist { allowlist_for(sandbox, &all) } else { Vec::new() },
+        endpoints: if allowlist { model_endpoints(&all) } else { Vec::new() },
+        readable: sandbox.readable.clone(),
+        writable: sandbox.writable.clone(),
+        by: (runtime == "standalone").then(|| "bubblewrap".to_owned()),
+    })
+}
+
 /// bubblewrap's argv when `sandbox` asks for confinement it can give on `runtime`; `None`
 /// when it asks for none.
 fn mechanism(

@@ -547,6 +547,7 @@ impl Supervisor {
                 source: profile.source.to_string(),
                 extends: profile.extends.as_ref().map(|extended| extended.base.clone()),
                 own_keys: profile.extends.as_ref().map(|e| e.own.clone()).unwrap_or_default(),
+                sandbox: crate::sandbox::describe(&profile.sandbox, &profile.env, &profile.runtime),
             }
         });
         let invalid = catalog.errors().iter().map(|error| {
@@ -569,6 +570,7 @@ impl Supervisor {
                 source: error.file.to_string(),
                 extends: None,
                 own_keys: Vec::new(),
+                sandbox: None,
             }
         });
         valid.chain(invalid).collect()

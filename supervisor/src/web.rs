@@ -34,6 +34,7 @@ const MODULES: &[(&str, &str)] = &[
     ("/ui/windows.js", include_str!("web/windows.js")),
     ("/ui/stream.js", include_str!("web/stream.js")),
     ("/ui/lists.js", include_str!("web/lists.js")),
+    ("/ui/sandbox.js", include_str!("web/sandbox.js")),
 ];
 /// Pinned, vendored libraries (see `web/vendor/README.md`): Markdown and its sanitizer.
 const MARKED_JS: &str = include_str!("web/vendor/marked.umd.js");

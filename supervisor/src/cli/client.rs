@@ -275,6 +275,9 @@ impl Client {
                 None => String::new(),
             };
             println!("{}\t{}\t{state}{from}", agent.id, agent.display_name);
+            if let Some(sandbox) = &agent.sandbox {
+                println!("\t{}", super::output::confinement_line(Some(sandbox)));
+            }
         }
         Ok(())
     }
@@ -439,6 +442,7 @@ impl Client {
             return print_json(&status);
         }
         print_fields(&status)?;
+        println!("{}", super::output::confinement_line(status.sandbox.as_ref()));
         println!("usage (turns): {}", session_usage_line(&status.usage));
         if !status.queue.prompts.is_empty() || status.queue.halted.is_some() {
             println!("{}", super::output::queue_line(&status.queue));
@@ -521,6 +525,7 @@ impl Client {
             return print_json(&protocol::api::SessionDetail { status, timeline });
         }
         print_fields(&status)?;
+        println!("{}", super::output::confinement_line(status.sandbox.as_ref()));
         println!("usage (turns): {}", session_usage_line(&status.usage));
         // Each turn's tokens (a daemon that cannot group by turn: none shown).
         let by_turn = Some(protocol::api::UsageGroupBy::Turn);

@@ -43,8 +43,9 @@ pub(super) fn or_dash(value: Option<&str>) -> &str {
 pub(super) fn print_fields<T: Serialize>(value: &T) -> Result<(), Failure> {
     let value = serde_json::to_value(value)
         .map_err(|err| Failure { code: Exit::Error, line: format!("error: {err}") })?;
-    // Usage and the queue have lines of their own (`usage_line`, `queue_line`).
-    let own_line = |key: &str| key == "usage" || key == "queue";
+    // Usage, the queue and the sandbox have lines of their own (`usage_line`,
+    // `queue_line`, `confinement_line`).
+    let own_line = |key: &str| matches!(key, "usage" | "queue" | "sandbox");
     for (key, value) in value.as_object().into_iter().flatten().filter(|(key, _)| !own_line(key)) {
         let shown = match value {
             serde_json::Value::String(text) => text.clone(),
@@ -54,6 +55,32 @@ pub(super) fn print_fields<T: Serialize>(value: &T) -> Result<(), Failure> {
         println!("{key}: {shown}");
     }
     Ok(())
+}
+
+/// How an agent is confined, in words: `sandbox: …` (`unconfined` for `None`).
+pub(super) fn confinement_line(sandbox: Option<&protocol::api::Confinement>) -> String {
+    let Some(sandbox) = sandbox else { return "sandbox: none (unconfined)".into() };
+    let by = sandbox.by.as_deref().unwrap_or("nothing on this runtime");
+    let mut line = format!("sandbox ({by}): filesystem {}", sandbox.filesystem);
+    for (what, paths) in [("readable", &sandbox.readable), ("writable", &sandbox.writable)] {
+        if !paths.is_empty() {
+            line.push_str(&format!(" (+{what} {})", paths.join(", ")));
+        }
+    }
+    line.push_str(&format!("; network {}", sandbox.network));
+    if sandbox.network == "allowlist" {
+        let entries: Vec<String> = sandbox
+            .allow
+            .iter()
+            .map(|entry| match sandbox.endpoints.contains(entry) {
+                true => format!("{entry} (model endpoint)"),
+                false => entry.clone(),
+            })
+            .collect();
+        let entries = if entries.is_empty() { "nothing".into() } else { entries.join(", ") };
+        line.push_str(&format!(": {entries}"));
+    }
+    line
 }
 
 /// What a launch step is doing, in words.
@@ -162,6 +189,9 @@ pub(super) fn describe(kind: &EventKind) -> String {
                 .map(|r| format!("; the workspace's files before are on {r}"))
                 .unwrap_or_default()
         ),
+        EventKind::EgressRefused { target, reason } => {
+            format!("egress refused: the agent asked for {target} ({reason})")
+        }
         EventKind::Other => "an event of a kind this client does not know (a newer daemon)".into(),
         _ => "an event of a kind this client does not know".to_owned(),
     }
@@ -808,6 +838,39 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_confinement_is_one_line_naming_the_model_endpoints() {
+        assert_eq!(confinement_line(None), "sandbox: none (unconfined)");
+        let sandbox = protocol::api::Confinement {
+            filesystem: "workspace".into(),
+            network: "allowlist".into(),
+            allow: vec!["registry.npmjs.org:443".into(), "127.0.0.1:8080".into()],
+            endpoints: vec!["127.0.0.1:8080".into()],
+            readable: vec!["~/.claude".into()],
+            writable: Vec::new(),
+            by: Some("bubblewrap".into()),
+        };
+        assert_eq!(
+            confinement_line(Some(&sandbox)),
+            "sandbox (bubblewrap): filesystem workspace (+readable ~/.claude); network allowlist: registry.npmjs.org:443, 127.0.0.1:8080 (model endpoint)"
+        );
+        let none = protocol::api::Confinement {
+            network: "none".into(),
+            allow: Vec::new(),
+            endpoints: Vec::new(),
+            readable: Vec::new(),
+            ..sandbox
+        };
+        assert_eq!(
+            confinement_line(Some(&none)),
+            "sandbox (bubblewrap): filesystem workspace; network none"
+        );
+        let said = line(
+            json!({"type": "egress_refused", "target": "evil.example:443", "reason": "not on the list"}),
+        );
+        assert_eq!(said, "egress refused: the agent asked for evil.example:443 (not on the list)");
+    }
 
     fn line(event: serde_json::Value) -> String {
         let mut event = event;

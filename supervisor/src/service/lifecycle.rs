@@ -318,6 +318,9 @@ impl Supervisor {
         let running = view.as_ref().is_some_and(|view| view.agent_running);
         let phase = view.as_ref().map(|view| view.phase);
         let profile_drift = self.profile_drift(&row);
+        let sandbox = Supervisor::pinned_profile(&row).ok().and_then(|profile| {
+            crate::sandbox::describe(&profile.sandbox, &profile.env, &row.runtime)
+        });
         let open_questions = self
             .config
             .store
@@ -422,6 +425,7 @@ impl Supervisor {
             usage,
             queue,
             forked_from,
+            sandbox,
         })
     }
 

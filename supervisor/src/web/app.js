@@ -14,6 +14,7 @@ import { followList, renderForms, renderLists, setBadge, updateNeedsYou, wireLis
 import { needsYou, reconcile } from "./lists.js";
 import { $, diffView, el, markdown, render, renderTotals, showWorking, stickToBottom } from "./render.js";
 import { rewindForEdit, showRewound, stopEditing } from "./rewind.js";
+import { confinementLabel } from "./sandbox.js";
 import { state } from "./state.js";
 import { askPause, loadEarlier, loadNewest, offerOpenQuestions, refreshSettings, showDrift, showTab, wireViews } from "./views.js";
 
@@ -524,8 +525,10 @@ export function renderStatus(status) {
   const placement = status.placement ? ` · on ${status.placement}` : "";
   // The work first (its task's title), then what runs it.
   const task = state.tasks.find((t) => t.id === status.task_id);
+  const sandbox = confinementLabel(status.sandbox);
   $("#session-title").replaceChildren(task ? task.title : "a session",
-    el("span", { class: "muted session-sub" }, ` · ${status.agent_profile_id} · ${status.session_id}${branch}${placement}`));
+    el("span", { class: "muted session-sub" }, ` · ${status.agent_profile_id} · ${status.session_id}${branch}${placement}`),
+    el("span", { class: `sandbox-chip${status.sandbox ? "" : " unconfined"}`, title: sandbox.title }, sandbox.text));
   showWorking(status.state);
   const badge = $("#session-state");
   badge.textContent = status.state;

@@ -4,6 +4,7 @@
 // tool calls with their command, output, locations and diffs (side by side), every
 // permission option the agent offers, and its context use and cost.
 import * as Turns from "./turns.js";
+import { egressLine } from "./sandbox.js";
 import { lineEnds, openFence, scanFence, settledCount } from "./stream.js";
 import { activity, forkButton, refreshTotals, renderQueue, rpc, sessionError, showActions, showError } from "./app.js";
 import { setBadge, updateNeedsYou } from "./list.js";
@@ -661,6 +662,9 @@ export function render(event) {
       break;
     case "notice":
       renderNotice(event);
+      break;
+    case "egress_refused":
+      transcript(el("div", { class: "notice egress", title: event.reason }, egressLine(event)));
       break;
     case "context_warning":
       transcript(el("div", { class: "notice context" },

@@ -120,6 +120,7 @@ async fn a_sandboxed_agent_sees_its_workspace_and_reaches_only_its_allowlist() {
     let other = outside("from a server not on the list");
     let profile = format!(
         "id = \"boxed\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n\
+         [env]\nANTHROPIC_BASE_URL = \"http://localhost:4000\"\n\
          [sandbox]\nfilesystem = \"workspace\"\nnetwork = \"allowlist\"\nallow = [\"127.0.0.1:{allowed}\"]\n"
     );
     let daemon = Daemon::start_with_profiles(&[], &[("boxed.toml", &profile)]).await;
@@ -130,6 +131,21 @@ async fn a_sandboxed_agent_sees_its_workspace_and_reaches_only_its_allowlist() {
     let workspace = daemon.workspace("boxed");
     let session = api.ready_session("boxed", &workspace).await;
     let mut events = api.subscribe_at_end(&session).await;
+    // What confines it, in its status and in `agents`: its model endpoint is allowlisted
+    // by itself.
+    let sandbox = api.status(&session).await.sandbox.expect("confined");
+    assert_eq!((sandbox.filesystem.as_str(), sandbox.network.as_str()), ("workspace", "allowlist"));
+    assert_eq!(sandbox.by.as_deref(), Some("bubblewrap"));
+    assert_eq!(sandbox.allow, [format!("127.0.0.1:{allowed}"), "localhost:4000".into()]);
+    assert_eq!(sandbox.endpoints, ["localhost:4000"]);
+    let (code, listed, _) = daemon.cli(&["agents"]).await;
+    assert_eq!(code, 0);
+    let expected = format!(
+        "sandbox (bubblewrap): filesystem workspace; network allowlist: 127.0.0.1:{allowed}, localhost:4000 (model endpoint)"
+    );
+    assert!(listed.contains(&expected), "{listed}");
+    let (_, shown, _) = daemon.cli(&["status", &session]).await;
+    assert!(shown.contains(&expected), "{shown}");
 
     let through = sh(&api, &session, &format!("curl -sS -m 5 http://127.0.0.1:{allowed}/")).await;
     assert_eq!(through, "exit 0: from the allowed server", "through the proxy");

@@ -929,3 +929,42 @@ async fn a_lost_range_of_events_is_one_notice_line() {
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].contains(&said) && lines[0].ends_with(&count), "{lines:?}");
 }
+
+/// A sandboxed session says so beside its title (what it may reach in the tooltip), and
+/// each connection its egress proxy refused is a line of its transcript; an unconfined
+/// session says it is unconfined.
+#[tokio::test]
+async fn a_sandboxed_session_shows_its_confinement_and_each_refusal() {
+    if !std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .any(|dir| dir.join("bwrap").is_file())
+    {
+        assert!(std::env::var_os("REQUIRE_DOCKER").is_none(), "CI must have bubblewrap");
+        return println!("SKIPPED: bubblewrap is not installed (scripts/setup.sh installs it)");
+    }
+    let Some(browser) = browser::start("sandbox").await else { return };
+    let boxed = "id = \"boxed\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n\
+        [env]\nOPENAI_BASE_URL = \"http://127.0.0.1:4000/v1\"\n\
+        [sandbox]\nfilesystem = \"workspace\"\nnetwork = \"allowlist\"\nallow = [\"127.0.0.1:1\"]\n";
+    let daemon = Daemon::start_with_profiles(&[], &[("boxed.toml", boxed)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("boxed", &daemon.workspace("boxed")).await;
+    let open = api.ready_session("mock", &daemon.workspace("open")).await;
+    connected(&browser, &format!("{}#/session/{session}", page(&daemon))).await;
+    browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
+    browser.wait_text("#session-title .sandbox-chip", "sandboxed: workspace · 2 hosts").await;
+    let title = attribute(&browser, "#session-title .sandbox-chip", "title").await;
+    let title = title.as_str().unwrap_or_default().to_owned();
+    assert!(title.starts_with("Confined by bubblewrap."), "{title}");
+    assert!(title.contains("only 127.0.0.1:1, 127.0.0.1:4000 (model endpoint)"), "{title}");
+    prompt_in_page(&browser, "/sh curl -sS -m 5 http://127.0.0.1:9/\nreach out").await;
+    browser
+        .wait_text(
+            "#transcript .notice.egress",
+            "egress refused: the agent asked for 127.0.0.1:9, which is not on its allowlist",
+        )
+        .await;
+    browser.wait_text("#transcript .turn-end", "turn completed").await;
+    browser.screenshot("sandboxed").await;
+    connected(&browser, &format!("{}#/session/{open}", page(&daemon))).await;
+    browser.wait_text("#session-title .sandbox-chip.unconfined", "unconfined").await;
+}
