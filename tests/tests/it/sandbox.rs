@@ -224,3 +224,50 @@ fn find_process(needle: &str) -> Option<u32> {
         String::from_utf8_lossy(&cmdline).contains(needle).then_some(pid)
     })
 }
+
+/// The egress proxy lives with the agent's sidecar, not with the daemon: a connection the
+/// agent opened through it goes on while the daemon is killed and restarted, and the turn
+/// that waited on it ends with the answer.
+#[tokio::test]
+async fn a_sandboxed_agents_connection_outlives_a_restart_of_the_daemon() {
+    if which_bwrap().is_none() {
+        assert!(std::env::var_os("REQUIRE_DOCKER").is_none(), "CI must have bubblewrap");
+        println!("SKIPPED: bubblewrap is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    // An "outside" server that answers its one request when the test lets it.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (arrived_tx, arrived) = tokio::sync::oneshot::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut head = [0u8; 4096];
+        let _ = stream.read(&mut head);
+        let _ = arrived_tx.send(());
+        let _ = released.recv();
+        let body = "answered across the restart";
+        let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+        stream.write_all(answer.as_bytes()).unwrap();
+    });
+    let profile = format!(
+        "id = \"boxed\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n\
+         [sandbox]\nfilesystem = \"workspace\"\nnetwork = \"allowlist\"\nallow = [\"127.0.0.1:{port}\"]\n"
+    );
+    let mut daemon = Daemon::start_with_profiles(&[], &[("boxed.toml", &profile)]).await;
+    let api = daemon.api().await;
+    let session = api.ready_session("boxed", &daemon.workspace("boxed")).await;
+    let after = api.status(&session).await.last_event_seq;
+    api.prompt(&session, &format!("/sh curl -sS -m 120 http://127.0.0.1:{port}/\nwait"))
+        .await
+        .unwrap();
+    tether_tests::within("the agent's request to arrive", arrived).await.unwrap();
+    daemon.kill().await;
+    release.send(()).unwrap();
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let mut events = api.subscribe(&session, after).await;
+    let seen = until(&mut events, tether_tests::daemon::turn_ended).await;
+    let reply = tether_tests::daemon::chunks(&seen).concat();
+    assert!(reply.contains("sh exit 0: answered across the restart"), "{reply}");
+}
