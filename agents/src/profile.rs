@@ -58,9 +58,10 @@ pub struct Profile {
     /// `[pool]`: agents kept started ahead of the sessions that will use them.
     #[serde(default, skip_serializing_if = "PoolSettings::is_off")]
     pub pool: PoolSettings,
-    /// `[sandbox]`: how the agent is confined (absent: not at all).
-    #[serde(default, skip_serializing_if = "SandboxSettings::is_host")]
-    pub sandbox: SandboxSettings,
+    /// `[sandbox]`: how the agent is confined (absent: as the daemon's `config.toml` says,
+    /// by default not at all; see [`Profile::sandbox_or`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxSettings>,
     /// Where the profile came from.
     pub source: ProfileSource,
     /// A user profile that `extends` a built-in: which, and the keys it sets itself.
@@ -359,6 +360,12 @@ pub mod defaults {
 }
 
 impl Profile {
+    /// How its agent is confined: its own `[sandbox]`, else `default` (the daemon's
+    /// `config.toml` `[sandbox]`), else not at all.
+    pub fn sandbox_or(&self, default: Option<&SandboxSettings>) -> SandboxSettings {
+        self.sandbox.as_ref().or(default).cloned().unwrap_or_default()
+    }
+
     /// Whether the agent gets variable `name` set and not empty: from the profile's own
     /// env, or from the environment it inherits (`inherited` says for that one).
     pub fn has_var(&self, name: &str, inherited: impl Fn(&str) -> bool) -> bool {
@@ -477,6 +484,25 @@ pub struct ProfileError {
     pub field: String,
     /// What is wrong.
     pub reason: String,
+}
+
+/// The `[sandbox]` table of another TOML file's `text` (the daemon's `config.toml`, its
+/// default for profiles without one), checked as a profile's is; errors located in it.
+pub fn parse_sandbox_table(
+    text: &str,
+    source: ProfileSource,
+) -> Result<Option<SandboxSettings>, ProfileError> {
+    #[derive(Deserialize)]
+    struct WithSandbox {
+        sandbox: Option<sandbox::RawSandbox>,
+    }
+    let raw: WithSandbox = toml::from_str(text).map_err(|err| {
+        let span = err.span().unwrap_or(0..0);
+        let field = field_at(text, span.start).unwrap_or_else(|| "sandbox".to_owned());
+        locate(text, &source, span, &field, err.message().trim().to_owned())
+    })?;
+    let check = Check { text, source: &source };
+    raw.sandbox.map(|sandbox| sandbox.validate(&check)).transpose()
 }
 
 /// Parses and validates one profile file's text.
@@ -690,13 +716,10 @@ impl RawProfile {
         let docker = self.docker.validate(&check)?;
         let workspace = self.workspace.map(|workspace| workspace.validate(&check)).transpose()?;
         let process = self.process.validate(&check)?;
-        let sandbox = match self.sandbox {
-            Some(sandbox) => sandbox.validate(&check)?,
-            None => SandboxSettings::default(),
-        };
+        let sandbox = self.sandbox.map(|sandbox| sandbox.validate(&check)).transpose()?;
         if let Some(pool) = &self.pool {
             check.ensure(
-                sandbox.is_host() || *pool.warm.get_ref() == 0,
+                sandbox.as_ref().is_none_or(SandboxSettings::is_host) || *pool.warm.get_ref() == 0,
                 pool.warm.span(),
                 "pool.warm",
                 "a warm agent starts before its session's workspace is known, so it cannot be confined to it: a profile with [sandbox] is not pooled",

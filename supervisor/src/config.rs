@@ -102,6 +102,9 @@ pub struct DaemonConfig {
     /// `[session] idle_timeout_secs`: profiles that do not say park sessions idle this long
     /// (`0`: never; absent: [`DEFAULT_IDLE_TIMEOUT_SECS`]).
     pub idle_timeout_secs: Option<u64>,
+    /// `[sandbox]`: how the agents of profiles without one are confined (absent: not at
+    /// all), checked as a profile's.
+    pub sandbox: Option<agents::profile::SandboxSettings>,
 }
 
 /// How long an agent may sit idle before its session is parked, unless a profile or
@@ -129,6 +132,8 @@ struct RawConfig {
     retention: Option<RawRetention>,
     docker: Option<RawDockerSection>,
     session: Option<RawSessionSection>,
+    /// Read again, checked, by `agents::profile::parse_sandbox_table`.
+    sandbox: Option<toml::Table>,
 }
 
 #[derive(Deserialize)]
@@ -178,6 +183,21 @@ pub fn parse(text: &str, file: &Path) -> Result<DaemonConfig, ConfigError> {
     let event_log_retain_bytes = retain_bytes(&locator, raw.event_log_retain_bytes)?;
     let docker_engines = engines(&locator, raw.docker)?;
     let retention = retention(&locator, raw.retention)?;
+    let sandbox = match raw.sandbox {
+        Some(_) => {
+            let source = agents::profile::ProfileSource::File(file.to_owned());
+            agents::profile::parse_sandbox_table(text, source).map_err(|err| {
+                ConfigError::Invalid {
+                    file: file.to_owned(),
+                    line: err.line,
+                    column: err.column,
+                    field: err.field,
+                    reason: err.reason,
+                }
+            })?
+        }
+        None => None,
+    };
     Ok(DaemonConfig {
         listen,
         auth_token_file,
@@ -187,6 +207,7 @@ pub fn parse(text: &str, file: &Path) -> Result<DaemonConfig, ConfigError> {
         retention,
         docker_engines,
         idle_timeout_secs: raw.session.and_then(|session| session.idle_timeout_secs),
+        sandbox,
     })
 }
 
@@ -448,6 +469,25 @@ interval_minutes = 5
         assert_eq!(field, "retention.interval_minutes");
         let (line, _, field, _) = invalid("listen = [");
         assert_eq!((line, field.as_str()), (1, "(file)"));
+    }
+
+    #[test]
+    fn a_default_sandbox_is_read_and_checked_as_a_profiles() {
+        let text = "listen = \"127.0.0.1:1\"\n[sandbox]\nfilesystem = \"workspace\"\n\
+            network = \"allowlist\"\nallow = [\"Registry.npmjs.org:443\"]\n";
+        let sandbox = parse(text, Path::new("/h/config.toml")).unwrap().sandbox.unwrap();
+        use agents::profile::{FilesystemAccess, NetworkAccess};
+        assert_eq!(
+            (sandbox.filesystem, sandbox.network),
+            (FilesystemAccess::Workspace, NetworkAccess::Allowlist)
+        );
+        assert_eq!(sandbox.allow, ["registry.npmjs.org:443"]);
+        let (line, _, field, reason) =
+            invalid("listen = \"127.0.0.1:1\"\n[sandbox]\nnetwork = \"none\"\nallow = [\"x:1\"]\n");
+        assert_eq!((line, field.as_str()), (4, "sandbox.allow"));
+        assert!(reason.contains("network = \"allowlist\""), "{reason}");
+        let (line, _, field, _) = invalid("[sandbox]\nnetwrk = \"none\"\n");
+        assert_eq!((line, field.as_str()), (2, "sandbox.netwrk"));
     }
 
     #[test]

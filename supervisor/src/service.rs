@@ -258,6 +258,8 @@ pub struct SupervisorConfig {
     /// Parks a session whose agent is idle this long, unless its profile says (`None`:
     /// never).
     pub idle_timeout: Option<Duration>,
+    /// `config.toml`'s `[sandbox]`: how the agents of profiles without one are confined.
+    pub default_sandbox: Option<agents::profile::SandboxSettings>,
     /// Whether the API asks every connection for a token. Without one, anyone on this host
     /// drives the daemon, so agents do not run as another user (`[process] user`): that
     /// user would get the daemon's own through the API.
@@ -347,7 +349,8 @@ impl Supervisor {
         let elsewhere = availability.program.is_none() && self.sandboxed(runtime);
         let mut reasons: Vec<String> =
             availability.reasons.into_iter().skip(usize::from(applet || elsewhere)).collect();
-        if let Err(err) = crate::sandbox::check(&profile.sandbox, runtime, &self.resolver) {
+        let sandbox = self.sandbox_of(profile);
+        if let Err(err) = crate::sandbox::check(&sandbox, runtime, &self.resolver) {
             reasons.push(err.to_string());
         }
         if let Some(user) = &profile.process.user
@@ -441,6 +444,7 @@ impl Supervisor {
             connector: Arc::clone(&self.config.connector),
             event_log_retain_bytes: self.config.event_log.retain_bytes,
             idle_timeout: self.config.idle_timeout,
+            default_sandbox: self.config.default_sandbox.clone(),
             pool: self.pool.clone(),
             teardowns: self.teardowns.clone(),
         })
@@ -529,6 +533,11 @@ impl Supervisor {
         }
     }
 
+    /// How `profile`'s agent is confined: its `[sandbox]`, else the daemon's default.
+    pub(crate) fn sandbox_of(&self, profile: &Profile) -> agents::profile::SandboxSettings {
+        profile.sandbox_or(self.config.default_sandbox.as_ref())
+    }
+
     /// `agents.list`: every profile, then every user profile file that does not load.
     pub fn agents(&self) -> Vec<AgentInfo> {
         let catalog = self.config.registry.catalog();
@@ -547,7 +556,11 @@ impl Supervisor {
                 source: profile.source.to_string(),
                 extends: profile.extends.as_ref().map(|extended| extended.base.clone()),
                 own_keys: profile.extends.as_ref().map(|e| e.own.clone()).unwrap_or_default(),
-                sandbox: crate::sandbox::describe(&profile.sandbox, &profile.env, &profile.runtime),
+                sandbox: crate::sandbox::describe(
+                    &self.sandbox_of(profile),
+                    &profile.env,
+                    &profile.runtime,
+                ),
             }
         });
         let invalid = catalog.errors().iter().map(|error| {

@@ -511,6 +511,8 @@ pub struct SessionContext {
     /// Parks the session after its agent was idle this long, unless the profile's
     /// `session.idle_timeout_secs` says (`None`: never).
     pub idle_timeout: Option<Duration>,
+    /// `config.toml`'s `[sandbox]`: how the agents of profiles without one are confined.
+    pub default_sandbox: Option<agents::profile::SandboxSettings>,
     /// Warm agents a launch may take (see `pool.rs`).
     pub pool: Option<Arc<crate::pool::Pool>>,
     /// Launches, retires and fences in flight, the daemon's as a whole: a shutdown waits

@@ -322,7 +322,10 @@ fn a_workspace_section_asks_for_worktrees_and_is_validated() {
 #[test]
 fn a_sandbox_section_confines_and_is_validated() {
     let plain = parse(MINIMAL, file()).unwrap();
-    assert!(plain.sandbox.is_host(), "absent: unconfined, as before");
+    assert_eq!(plain.sandbox, None, "absent: the daemon's default, by default unconfined");
+    assert!(plain.sandbox_or(None).is_host());
+    let offline = SandboxSettings { network: NetworkAccess::None, ..SandboxSettings::default() };
+    assert_eq!(plain.sandbox_or(Some(&offline)), offline, "the daemon's default applies");
     let json = serde_json::to_value(&plain).unwrap();
     assert!(json.get("sandbox").is_none(), "absent, not null: no drift for old snapshots");
     let text = format!(
@@ -330,17 +333,17 @@ fn a_sandbox_section_confines_and_is_validated() {
          allow = [\"API.Anthropic.com:443\", \"127.0.0.1:8080\"]\nwritable = [\"~/.claude\"]\n\
          readable = [\"/etc/ssl/certs\"]\n"
     );
-    let sandbox = parse(&text, file()).unwrap().sandbox;
+    let sandbox = parse(&text, file()).unwrap().sandbox.unwrap();
     assert_eq!(sandbox.filesystem, FilesystemAccess::Workspace);
     assert_eq!(sandbox.network, NetworkAccess::Allowlist);
     assert_eq!(sandbox.allow, ["api.anthropic.com:443", "127.0.0.1:8080"], "normalized");
     assert_eq!(sandbox.allowlist().entries(), sandbox.allow);
     assert_eq!((sandbox.readable.len(), sandbox.writable.len()), (1, 1));
     let none = parse(&format!("{MINIMAL}[sandbox]\nnetwork = \"none\"\n"), file()).unwrap();
-    assert_eq!(
-        (none.sandbox.filesystem, none.sandbox.network),
-        (FilesystemAccess::Host, NetworkAccess::None)
-    );
+    assert_eq!(none.sandbox_or(Some(&SandboxSettings::default())), offline, "its own wins");
+    // A profile opts out of a confining default by saying host and host.
+    let open = format!("{MINIMAL}[sandbox]\nfilesystem = \"host\"\nnetwork = \"host\"\n");
+    assert!(parse(&open, file()).unwrap().sandbox_or(Some(&offline)).is_host());
 }
 
 #[test]

@@ -319,7 +319,7 @@ impl Supervisor {
         let phase = view.as_ref().map(|view| view.phase);
         let profile_drift = self.profile_drift(&row);
         let sandbox = Supervisor::pinned_profile(&row).ok().and_then(|profile| {
-            crate::sandbox::describe(&profile.sandbox, &profile.env, &row.runtime)
+            crate::sandbox::describe(&self.sandbox_of(&profile), &profile.env, &row.runtime)
         });
         let open_questions = self
             .config

@@ -45,6 +45,7 @@ fn supervisor(dir: &std::path::Path, mode: Mode, alive: bool) -> Setup {
             segment_bytes: 1 << 20,
         },
         idle_timeout: None,
+        default_sandbox: None,
         api_token: false,
     };
     Setup { supervisor: Arc::new(Supervisor::new(config)), runtime, connector }

@@ -2663,8 +2663,10 @@ impl SessionActor {
         };
         // A warm agent launched the same way, if the pool has one (a relaunch with a
         // resume token, and a container, never fit).
+        // Nor a confined agent: a warm one was started unconfined.
+        let confined = !plan.spec.sandbox.is_host();
         let warm = match (&self.context.pool, &in_container, resume_token) {
-            (Some(pool), None, None) => {
+            (Some(pool), None, None) if !confined => {
                 let user = plan.user.as_deref();
                 pool.take(&self.profile.id, &crate::pool::fingerprint(&plan.argv, &plan.env, user))
             }

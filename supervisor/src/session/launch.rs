@@ -400,7 +400,7 @@ pub(super) fn spec(
         agent_state_root: context.agent_state_root.clone(),
         labels,
         previous,
-        sandbox: profile.sandbox.clone(),
+        sandbox: profile.sandbox_or(context.default_sandbox.as_ref()),
     }
 }
 

@@ -62,6 +62,7 @@ where
         connector: Arc::clone(&connector) as Arc<dyn Connector>,
         event_log_retain_bytes: crate::events::DEFAULT_RETAIN_BYTES,
         idle_timeout: None,
+        default_sandbox: None,
         pool: None,
         teardowns: tokio_util::task::TaskTracker::new(),
     };

@@ -271,3 +271,35 @@ async fn a_sandboxed_agents_connection_outlives_a_restart_of_the_daemon() {
     let reply = tether_tests::daemon::chunks(&seen).concat();
     assert!(reply.contains("sh exit 0: answered across the restart"), "{reply}");
 }
+
+/// `config.toml`'s `[sandbox]` confines the agents of every profile without one (here the
+/// built-in mock: no network); a profile saying `host` and `host` opts out.
+#[tokio::test]
+async fn the_daemons_default_sandbox_confines_profiles_without_their_own() {
+    if which_bwrap().is_none() {
+        assert!(std::env::var_os("REQUIRE_DOCKER").is_none(), "CI must have bubblewrap");
+        println!("SKIPPED: bubblewrap is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let open = "id = \"open\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n\
+        [sandbox]\nfilesystem = \"host\"\nnetwork = \"host\"\n";
+    let (daemon, ()) = Daemon::start_prepared(&[], &[("open.toml", open)], &[], |root| {
+        std::fs::create_dir_all(root.join("tether")).unwrap();
+        std::fs::write(root.join("tether/config.toml"), "[sandbox]\nnetwork = \"none\"\n").unwrap();
+    })
+    .await;
+    let api = daemon.api().await;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let agents = ok("agents.list", api.typed().agents_list()).await;
+    let mock = agents.iter().find(|a| a.id == "mock").expect("mock");
+    assert_eq!(mock.sandbox.as_ref().map(|s| s.network.as_str()), Some("none"), "{mock:?}");
+    let confined = api.ready_session("mock", &daemon.workspace("confined")).await;
+    let reply = api.ask(&confined, &format!("/connect 127.0.0.1:{port}\nreach out")).await;
+    assert!(reply.contains(&format!("connect 127.0.0.1:{port} failed")), "{reply}");
+    assert_eq!(api.status(&confined).await.sandbox.map(|s| s.network), Some("none".into()));
+    let session = api.ready_session("open", &daemon.workspace("open")).await;
+    let reply = api.ask(&session, &format!("/connect 127.0.0.1:{port}\nreach out")).await;
+    assert!(reply.contains(&format!("connect 127.0.0.1:{port}: connected")), "{reply}");
+    assert_eq!(api.status(&session).await.sandbox, None);
+}
