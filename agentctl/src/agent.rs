@@ -183,6 +183,25 @@ impl RunAs {
     }
 }
 
+/// Puts the egress socket's `O_PATH` descriptor `fd` at
+/// [`protocol::control::EGRESS_FD`], kept across the exec. Between fork and exec: syscalls
+/// only.
+fn give_egress_fd(fd: std::os::fd::RawFd) -> io::Result<()> {
+    use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+    let target = protocol::control::EGRESS_FD;
+    // SAFETY: `fd` is open for the whole spawn (its proxy outlives it); the descriptor at
+    // `target` in this child is one of agentctl's, all close-on-exec, replaced here.
+    let given = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    if fd == target {
+        fcntl(given, FcntlArg::F_SETFD(FdFlag::empty())).map_err(io::Error::from)?;
+    } else {
+        // SAFETY: as above; the duplicate must stay open, so it is not dropped.
+        let duplicate = unsafe { nix::unistd::dup2_raw(given, target) }.map_err(io::Error::from)?;
+        std::mem::forget(duplicate);
+    }
+    Ok(())
+}
+
 /// Settings for the agent host.
 #[derive(Debug, Clone)]
 pub struct HostConfig {
@@ -325,6 +344,8 @@ impl AgentHost {
             command.env_remove(name);
         }
         let parent = std::process::id();
+        let egress_fd =
+            egress.as_ref().map(|proxy| std::os::fd::AsRawFd::as_raw_fd(&proxy.path_fd()));
         // SAFETY: the closure runs between fork and exec and only makes syscalls (setgroups,
         // setgid, setuid, prctl, getppid), all async-signal-safe; it allocates nothing on
         // success (the groups were listed before the fork).
@@ -338,6 +359,9 @@ impl AgentHost {
                     nix::unistd::setuid(run_as.uid).map_err(io::Error::from)?;
                 }
                 nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
+                if let Some(fd) = egress_fd {
+                    give_egress_fd(fd)?;
+                }
                 if nix::unistd::getppid().as_raw() as u32 != parent {
                     // agentctl died before the parent-death signal was armed.
                     return Err(io::Error::other("agentctl exited during spawn"));

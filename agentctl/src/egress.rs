@@ -130,6 +130,9 @@ pub struct Refusal {
 #[derive(Debug)]
 pub struct EgressProxy {
     socket: PathBuf,
+    /// The socket opened `O_PATH`: what the agent's command gets as
+    /// [`protocol::control::EGRESS_FD`].
+    path_fd: std::os::fd::OwnedFd,
     serving: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -146,8 +149,18 @@ impl EgressProxy {
             _ => {}
         }
         let listener = UnixListener::bind(socket)?;
+        // Any user the agent runs as may connect (through the descriptor it is given: the
+        // path is in a directory only agentctl's user may enter).
+        std::fs::set_permissions(socket, std::os::unix::fs::PermissionsExt::from_mode(0o666))?;
+        let flags = nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC;
+        let path_fd = nix::fcntl::open(socket, flags, nix::sys::stat::Mode::empty())?;
         let serving = tokio::spawn(accept(listener, std::sync::Arc::new(allowlist), refused));
-        Ok(EgressProxy { socket: socket.to_owned(), serving: Some(serving) })
+        Ok(EgressProxy { socket: socket.to_owned(), path_fd, serving: Some(serving) })
+    }
+
+    /// The socket opened `O_PATH` (connect to `/proc/self/fd/N` through it).
+    pub fn path_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.path_fd)
     }
 
     /// Stops it: its listener and its connections are closed when this returns.

@@ -66,6 +66,14 @@ pub fn main(args: &[String]) -> i32 {
 }
 
 async fn relay(args: RelayArgs) -> anyhow::Result<i32> {
+    // The descriptor the socket came on is the relay's, not the agent's.
+    if let Some(fd) = args.socket.to_str().and_then(|path| path.strip_prefix("/proc/self/fd/")) {
+        let fd: std::os::fd::RawFd = fd.parse().context("--socket /proc/self/fd/N")?;
+        // SAFETY: the descriptor was given to this process and stays open in it.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        let cloexec = nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC);
+        nix::fcntl::fcntl(fd, cloexec).context("the egress descriptor")?;
+    }
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {} in the sandbox", args.listen))?;

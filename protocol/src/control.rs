@@ -17,6 +17,14 @@ use crate::api::Done;
 /// The environment variable that carries agentctl's bearer token.
 pub const TOKEN_ENV: &str = "AGENTCTL_TOKEN";
 
+/// The descriptor a confined agent's command gets its egress proxy's socket on (opened
+/// `O_PATH` by agentctl): `/proc/self/fd/3` reaches the proxy from any sandbox and as any
+/// user, without the socket's path (in the daemon's private data dir) being reachable.
+pub const EGRESS_FD: i32 = 3;
+
+/// That descriptor as a path to connect to.
+pub const EGRESS_SOCKET_INSIDE: &str = "/proc/self/fd/3";
+
 /// The daemon's own variables, which never reach a sidecar or an agent: the daemon's API
 /// token and the CLI's (an agent that prints its environment would hand them to its
 /// model), and where the daemon keeps its data (an agent has no business there). agentctl's

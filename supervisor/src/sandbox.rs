@@ -114,7 +114,7 @@ pub async fn confine(
         socket: place.state_dir.join("egress.sock"),
         allow: allowlist_for(sandbox, &place.env),
     });
-    let mut argv = bwrap::argv(bwrap, sandbox, place, egress.as_ref().map(|e| e.socket.as_path()));
+    let mut argv = bwrap::argv(bwrap, sandbox, place, egress.is_some());
     argv.extend(place.argv.iter().map(|word| bwrap::lexical(Path::new(word)).into_os_string()));
     let mut env = Vec::new();
     if egress.is_some() {

@@ -33,14 +33,15 @@ impl Args {
     }
 }
 
-/// bubblewrap (`bwrap`, its argv) confining an agent as `sandbox` asks at `place`; then
-/// its relay when `egress` is the proxy's socket; then `--`, after which the agent's argv
-/// goes.
+/// bubblewrap (`bwrap`, its argv) confining an agent as `sandbox` asks at `place`; then,
+/// with an egress proxy, its relay (which reaches the proxy through the descriptor
+/// agentctl gives the command, not through the socket's path); then `--`, after which the
+/// agent's argv goes.
 pub(super) fn argv(
     bwrap: Vec<OsString>,
     sandbox: &SandboxSettings,
     place: &Place,
-    egress: Option<&Path>,
+    egress: bool,
 ) -> Vec<OsString> {
     let mut args = Args(bwrap);
     // Its processes die with the agent's sidecar, and every one of them — a `setsid`
@@ -53,17 +54,12 @@ pub(super) fn argv(
         FilesystemAccess::Host => args.push(&["--dev-bind", "/", "/", "--proc", "/proc"]),
         FilesystemAccess::Workspace => workspace_only(&mut args, sandbox, place),
     }
-    let relay = egress.zip(place.agentctl.split_first());
-    if let Some((socket, _)) = relay {
-        args.same("--bind", socket);
-    }
     args.push(&["--"]);
-    if let Some((socket, (program, prefix))) = relay {
+    if let Some((program, prefix)) = place.agentctl.split_first().filter(|_| egress) {
         args.0.push(program.clone());
         args.0.extend(prefix.iter().cloned());
-        args.push(&["relay", "--socket"]);
-        args.0.push(socket.into());
-        args.push(&["--listen", super::PROXY_INSIDE, "--"]);
+        let socket = protocol::control::EGRESS_SOCKET_INSIDE;
+        args.push(&["relay", "--socket", socket, "--listen", super::PROXY_INSIDE, "--"]);
     }
     args.0
 }

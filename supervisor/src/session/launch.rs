@@ -174,7 +174,16 @@ async fn confinement(
     }
     let mut env: Vec<(String, String)> = std::env::vars().collect();
     env.extend(plan.env.iter().cloned());
-    let home = env.iter().rev().find(|(name, _)| name == "HOME").map(|(_, home)| home.into());
+    // The home of the user it runs as (`process.user`), else its environment's.
+    let user_home = plan.user.as_deref().and_then(|user| {
+        let found = match user.split(':').next().map(str::parse::<u32>) {
+            Some(Ok(uid)) => nix::unistd::User::from_uid(uid.into()),
+            _ => nix::unistd::User::from_name(user),
+        };
+        found.ok().flatten().map(|user| user.dir)
+    });
+    let home = user_home
+        .or_else(|| env.iter().rev().find(|(name, _)| name == "HOME").map(|(_, home)| home.into()));
     let agent_state: Vec<(PathBuf, String)> = spec
         .agent_state_dirs
         .iter()

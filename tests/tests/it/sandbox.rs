@@ -303,3 +303,54 @@ async fn the_daemons_default_sandbox_confines_profiles_without_their_own() {
     assert!(reply.contains(&format!("connect 127.0.0.1:{port}: connected")), "{reply}");
     assert_eq!(api.status(&session).await.sandbox, None);
 }
+
+/// bubblewrap as a normal user (here `[process] user = "nobody"` under a root daemon: it
+/// makes a user namespace of its own): the agent runs as nobody in the workspace sandbox,
+/// reaches its allowlisted server through the proxy — whose socket is in a directory only
+/// the daemon's user may enter — and writes in the workspace shared with it.
+#[tokio::test]
+async fn a_sandbox_works_for_an_agent_run_as_a_normal_user() {
+    use std::os::unix::fs::{PermissionsExt, chown};
+    const NOBODY: u32 = 65534;
+    if which_bwrap().is_none() {
+        assert!(std::env::var_os("REQUIRE_DOCKER").is_none(), "CI must have bubblewrap");
+        println!("SKIPPED: bubblewrap is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let allowed = outside("to nobody, through the proxy");
+    let profile = format!(
+        "id = \"isolated\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n\
+         [process]\nuser = \"nobody\"\n\
+         [sandbox]\nfilesystem = \"workspace\"\nnetwork = \"allowlist\"\nallow = [\"127.0.0.1:{allowed}\"]\n"
+    );
+    // Another user is a boundary only when the API asks for a token.
+    let token = [("TETHER_AUTH_TOKEN", "sandboxed-4c1f9e0a7b2d3658")];
+    let (daemon, ()) =
+        Daemon::start_prepared(&[], &[("isolated.toml", &profile)], &token, |root| {
+            std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711)).unwrap();
+            let work = root.join("work/iso");
+            std::fs::create_dir_all(&work).unwrap();
+            std::fs::set_permissions(root.join("work"), std::fs::Permissions::from_mode(0o755))
+                .unwrap();
+            chown(&work, None, Some(NOBODY)).unwrap();
+            std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o2770)).unwrap();
+        })
+        .await;
+    let bearer = "Bearer sandboxed-4c1f9e0a7b2d3658";
+    let api = tether_tests::daemon::Api::connect(&daemon.url, &[("Authorization", bearer)])
+        .await
+        .unwrap();
+    let work = daemon.workspace("iso");
+    let session = api.ready_session("isolated", &work).await;
+    assert_eq!(sh(&api, &session, "id -u").await, format!("exit 0: {NOBODY}"));
+    let through = sh(&api, &session, &format!("curl -sS -m 5 http://127.0.0.1:{allowed}/")).await;
+    assert_eq!(through, "exit 0: to nobody, through the proxy");
+    let wrote = sh(&api, &session, "echo mine > nobodys.txt && echo ok").await;
+    assert_eq!(wrote, "exit 0: ok");
+    let owner =
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(work.join("nobodys.txt")).unwrap());
+    assert_eq!(owner, NOBODY);
+    let db = daemon.data_dir().join("state.db");
+    let reply = api.ask(&session, &format!("/peek {}\nlook", db.display())).await;
+    assert!(reply.contains("No such file or directory"), "{reply}");
+}
