@@ -183,6 +183,59 @@ impl RunAs {
     }
 }
 
+/// The agent's command as `params` and `run_as` say: its own process group, the daemon's
+/// variables removed, armed to die with agentctl, and given the egress socket's
+/// descriptor `egress_fd` (see [`give_egress_fd`]).
+fn agent_command(
+    params: &StartAgent,
+    run_as: Option<RunAs>,
+    egress_fd: Option<std::os::fd::RawFd>,
+) -> Command {
+    let mut command = Command::new(&params.command);
+    if let Some((name, home)) = run_as.as_ref().and_then(|run_as| run_as.account.as_ref()) {
+        // The user's own, unless the profile says otherwise.
+        command.env("HOME", home).env("USER", name).env("LOGNAME", name);
+    }
+    command
+        .args(&params.args)
+        .envs(&params.env)
+        .env_remove(protocol::control::TOKEN_ENV)
+        .current_dir(&params.cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(false);
+    for name in protocol::control::DAEMON_ONLY_ENV {
+        command.env_remove(name);
+    }
+    let parent = std::process::id();
+    // SAFETY: the closure runs between fork and exec and only makes syscalls (setgroups,
+    // setgid, setuid, prctl, getppid), all async-signal-safe; it allocates nothing on
+    // success (the groups were listed before the fork).
+    unsafe {
+        command.pre_exec(move || {
+            if let Some(run_as) = &run_as {
+                // Groups, then gid, then uid (after which none could change). The
+                // parent-death signal is armed after: changing user clears it.
+                nix::unistd::setgroups(&run_as.groups).map_err(io::Error::from)?;
+                nix::unistd::setgid(run_as.gid).map_err(io::Error::from)?;
+                nix::unistd::setuid(run_as.uid).map_err(io::Error::from)?;
+            }
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
+            if let Some(fd) = egress_fd {
+                give_egress_fd(fd)?;
+            }
+            if nix::unistd::getppid().as_raw() as u32 != parent {
+                // agentctl died before the parent-death signal was armed.
+                return Err(io::Error::other("agentctl exited during spawn"));
+            }
+            Ok(())
+        });
+    }
+    command
+}
+
 /// Puts the egress socket's `O_PATH` descriptor `fd` at
 /// [`protocol::control::EGRESS_FD`], kept across the exec. Between fork and exec: syscalls
 /// only.
@@ -325,50 +378,9 @@ impl AgentHost {
         }
         // Listening before the agent starts: its first connection finds it.
         let egress = params.egress.as_ref().map(|egress| self.start_egress(egress)).transpose()?;
-        let mut command = Command::new(&params.command);
-        if let Some((name, home)) = run_as.as_ref().and_then(|run_as| run_as.account.as_ref()) {
-            // The user's own, unless the profile says otherwise.
-            command.env("HOME", home).env("USER", name).env("LOGNAME", name);
-        }
-        command
-            .args(&params.args)
-            .envs(&params.env)
-            .env_remove(protocol::control::TOKEN_ENV)
-            .current_dir(&params.cwd)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(false);
-        for name in protocol::control::DAEMON_ONLY_ENV {
-            command.env_remove(name);
-        }
-        let parent = std::process::id();
         let egress_fd =
             egress.as_ref().map(|proxy| std::os::fd::AsRawFd::as_raw_fd(&proxy.path_fd()));
-        // SAFETY: the closure runs between fork and exec and only makes syscalls (setgroups,
-        // setgid, setuid, prctl, getppid), all async-signal-safe; it allocates nothing on
-        // success (the groups were listed before the fork).
-        unsafe {
-            command.pre_exec(move || {
-                if let Some(run_as) = &run_as {
-                    // Groups, then gid, then uid (after which none could change). The
-                    // parent-death signal is armed after: changing user clears it.
-                    nix::unistd::setgroups(&run_as.groups).map_err(io::Error::from)?;
-                    nix::unistd::setgid(run_as.gid).map_err(io::Error::from)?;
-                    nix::unistd::setuid(run_as.uid).map_err(io::Error::from)?;
-                }
-                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
-                if let Some(fd) = egress_fd {
-                    give_egress_fd(fd)?;
-                }
-                if nix::unistd::getppid().as_raw() as u32 != parent {
-                    // agentctl died before the parent-death signal was armed.
-                    return Err(io::Error::other("agentctl exited during spawn"));
-                }
-                Ok(())
-            });
-        }
+        let command = agent_command(&params, run_as, egress_fd);
         let mut child = self
             .spawner
             .spawn(command)
