@@ -779,6 +779,19 @@ pub async fn await_log(
     .await
 }
 
+/// Prepares a fresh daemon root (see [`Daemon::start_prepared`]) so that an agent run as
+/// `uid` (`[process] user`) may work in the workspace `name`: the root passable (0711), the
+/// workspaces' directory readable, the workspace shared with `uid`'s group (setgid, 2770).
+pub fn share_workspace_with(root: &Path, name: &str, uid: u32) {
+    use std::os::unix::fs::{PermissionsExt, chown};
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let work = root.join("work").join(name);
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::set_permissions(root.join("work"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    chown(&work, None, Some(uid)).unwrap();
+    std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o2770)).unwrap();
+}
+
 /// The next event of a subscription.
 pub async fn next(events: &mut Subscription<SessionEvent>) -> SessionEvent {
     within("a session event", events.next())

@@ -7,7 +7,7 @@
 //! pipe and with the official ACP SDK client (`sdk-baseline`) driving the same agent.
 //!
 //! `bench [SECTION…]` runs some sections only: relay, sessions, scale, restart, docker,
-//! context, workflows, page, review, usage, warm, idle, face.
+//! context, workflows, page, review, usage, warm, idle, face, sandbox.
 // The test crate is exempt from the length rule: a scenario reads top to bottom.
 #![allow(clippy::too_many_lines)]
 
@@ -29,6 +29,9 @@ mod idle;
 
 #[path = "bench/face.rs"]
 mod face;
+
+#[path = "bench/sandbox.rs"]
+mod sandbox;
 
 struct Row {
     measure: &'static str,
@@ -402,6 +405,10 @@ async fn main() {
     }
     if run("face") {
         face::face(&mut rows).await;
+        progress(&rows);
+    }
+    if run("sandbox") {
+        sandbox::sandbox(&mut rows).await;
         progress(&rows);
     }
 

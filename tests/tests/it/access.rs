@@ -837,18 +837,12 @@ async fn a_profile_runs_its_agent_as_another_user_who_finds_no_secrets() {
     // Another user is a boundary only when the API asks for a token.
     let token = [("TETHER_AUTH_TOKEN", "isolated-9f3a1c07e42b8d65")];
     let (daemon, ()) = Daemon::start_prepared(&[], &[("isolated.toml", profile)], &token, |root| {
-        // The test's root may be passed through; the daemon's data stays 0700.
-        std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711)).unwrap();
+        // The test's root may be passed through (the daemon's data stays 0700); the
+        // workspace is the daemon's user's, shared with the agent's group.
+        tether_tests::daemon::share_workspace_with(root, "iso", NOBODY);
         let state = root.join(".agent-nobody");
         std::fs::create_dir(&state).unwrap();
         chown(&state, Some(NOBODY), Some(NOBODY)).unwrap();
-        // The workspace: the daemon's user's, shared with the agent's group.
-        let work = root.join("work/iso");
-        std::fs::create_dir_all(&work).unwrap();
-        std::fs::set_permissions(root.join("work"), std::fs::Permissions::from_mode(0o755))
-            .unwrap();
-        chown(&work, None, Some(NOBODY)).unwrap();
-        std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o2770)).unwrap();
     })
     .await;
     let bearer = "Bearer isolated-9f3a1c07e42b8d65";

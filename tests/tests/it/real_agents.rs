@@ -153,13 +153,7 @@ async fn claude_completes_turns_in_a_sandbox_with_only_its_model_allowlisted() {
     let mut events = api.subscribe_at_end(&session).await;
     api.prompt(&session, "write boxed.txt").await.unwrap();
     let (_, request_id, params) = until_permission_request(&mut events).await;
-    let options: Vec<acp::PermissionOption> =
-        serde_json::from_value(params["options"].clone()).expect("ACP permission options");
-    let allow = options
-        .iter()
-        .find(|option| option.kind == acp::PermissionOptionKind::AllowOnce)
-        .unwrap_or_else(|| panic!("an allow-once option: {options:?}"));
-    let option = Some(allow.option_id.to_string());
+    let option = Some(allow_once(&params));
     ok("respond", api.typed().permission_respond(session.clone(), request_id, option)).await;
     let seen = until(&mut events, turn_ended).await;
     assert_eq!(stop_reason(seen.last().unwrap()), Some("end_turn"), "{:?}", seen.last());
@@ -169,6 +163,17 @@ async fn claude_completes_turns_in_a_sandbox_with_only_its_model_allowlisted() {
     );
     let asked = server.main_requests();
     assert!(conversation_text(asked.last().unwrap()).contains("write boxed.txt"));
+}
+
+/// The id of the allow-once option of a permission request's ACP `params`.
+fn allow_once(params: &serde_json::Value) -> String {
+    let options: Vec<acp::PermissionOption> =
+        serde_json::from_value(params["options"].clone()).expect("ACP permission options");
+    let allow = options
+        .iter()
+        .find(|option| option.kind == acp::PermissionOptionKind::AllowOnce)
+        .unwrap_or_else(|| panic!("an allow-once option: {options:?}"));
+    allow.option_id.to_string()
 }
 
 /// Kill the agent, resume: claude-agent-acp restores through `session/resume`, and the
@@ -284,19 +289,10 @@ async fn claude_asks_permission_and_its_write_lands() {
     let (_, request_id, params) = until_permission_request(&mut events).await;
     assert!(!target.exists(), "nothing is written before the answer");
     // The ACP params are the agent's (`session/request_permission`), relayed as they came.
-    let options: Vec<acp::PermissionOption> =
-        serde_json::from_value(params["options"].clone()).expect("ACP permission options");
-    let allow = options
-        .iter()
-        .find(|option| option.kind == acp::PermissionOptionKind::AllowOnce)
-        .unwrap_or_else(|| panic!("an allow-once option: {options:?}"));
+    let allow = allow_once(&params);
     ok(
         "task.session.permission.respond",
-        api.typed().permission_respond(
-            session.clone(),
-            request_id,
-            Some(allow.option_id.to_string()),
-        ),
+        api.typed().permission_respond(session.clone(), request_id, Some(allow)),
     )
     .await;
     let seen = until(&mut events, turn_ended).await;

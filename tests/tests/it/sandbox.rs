@@ -47,9 +47,7 @@ async fn a_profile_asking_for_confinement_is_never_run_unconfined() {
 /// reads of the file system). Needs bubblewrap (`scripts/setup.sh` installs it).
 #[tokio::test]
 async fn an_agent_without_network_reaches_nothing_and_works_otherwise() {
-    if which_bwrap().is_none() {
-        assert!(std::env::var_os("REQUIRE_DOCKER").is_none(), "CI must have bubblewrap");
-        println!("SKIPPED: bubblewrap is not installed (scripts/setup.sh installs it)");
+    if !has_bwrap() {
         return;
     }
     let offline = "id = \"offline\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n\
@@ -72,6 +70,17 @@ async fn an_agent_without_network_reaches_nothing_and_works_otherwise() {
     let open = api.ready_session("mock", &daemon.workspace("open")).await;
     let reply = api.ask(&open, &format!("/connect 127.0.0.1:{port}\nreach out")).await;
     assert!(reply.contains(&format!("connect 127.0.0.1:{port}: connected")), "{reply}");
+}
+
+/// Whether bubblewrap is installed; CI must have it, elsewhere a test without it says it
+/// skipped.
+fn has_bwrap() -> bool {
+    if which_bwrap().is_some() {
+        return true;
+    }
+    assert!(std::env::var_os("REQUIRE_DOCKER").is_none(), "CI must have bubblewrap");
+    println!("SKIPPED: bubblewrap is not installed (scripts/setup.sh installs it)");
+    false
 }
 
 fn which_bwrap() -> Option<std::path::PathBuf> {
@@ -111,9 +120,7 @@ async fn sh(api: &tether_tests::daemon::Api, session: &str, command: &str) -> St
 /// another session's workspace and the home are not there; the workspace is writable.
 #[tokio::test]
 async fn a_sandboxed_agent_sees_its_workspace_and_reaches_only_its_allowlist() {
-    if which_bwrap().is_none() {
-        assert!(std::env::var_os("REQUIRE_DOCKER").is_none(), "CI must have bubblewrap");
-        println!("SKIPPED: bubblewrap is not installed (scripts/setup.sh installs it)");
+    if !has_bwrap() {
         return;
     }
     let allowed = outside("from the allowed server");
@@ -189,9 +196,7 @@ async fn a_sandboxed_agent_sees_its_workspace_and_reaches_only_its_allowlist() {
 /// session.
 #[tokio::test]
 async fn a_sandboxed_agents_setsid_grandchild_is_confined_and_killed_with_the_session() {
-    if which_bwrap().is_none() {
-        assert!(std::env::var_os("REQUIRE_DOCKER").is_none(), "CI must have bubblewrap");
-        println!("SKIPPED: bubblewrap is not installed (scripts/setup.sh installs it)");
+    if !has_bwrap() {
         return;
     }
     let profile = "id = \"boxed\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n\
@@ -230,9 +235,7 @@ fn find_process(needle: &str) -> Option<u32> {
 /// that waited on it ends with the answer.
 #[tokio::test]
 async fn a_sandboxed_agents_connection_outlives_a_restart_of_the_daemon() {
-    if which_bwrap().is_none() {
-        assert!(std::env::var_os("REQUIRE_DOCKER").is_none(), "CI must have bubblewrap");
-        println!("SKIPPED: bubblewrap is not installed (scripts/setup.sh installs it)");
+    if !has_bwrap() {
         return;
     }
     // An "outside" server that answers its one request when the test lets it.
@@ -276,9 +279,7 @@ async fn a_sandboxed_agents_connection_outlives_a_restart_of_the_daemon() {
 /// built-in mock: no network); a profile saying `host` and `host` opts out.
 #[tokio::test]
 async fn the_daemons_default_sandbox_confines_profiles_without_their_own() {
-    if which_bwrap().is_none() {
-        assert!(std::env::var_os("REQUIRE_DOCKER").is_none(), "CI must have bubblewrap");
-        println!("SKIPPED: bubblewrap is not installed (scripts/setup.sh installs it)");
+    if !has_bwrap() {
         return;
     }
     let open = "id = \"open\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n\
@@ -310,11 +311,8 @@ async fn the_daemons_default_sandbox_confines_profiles_without_their_own() {
 /// the daemon's user may enter — and writes in the workspace shared with it.
 #[tokio::test]
 async fn a_sandbox_works_for_an_agent_run_as_a_normal_user() {
-    use std::os::unix::fs::{PermissionsExt, chown};
     const NOBODY: u32 = 65534;
-    if which_bwrap().is_none() {
-        assert!(std::env::var_os("REQUIRE_DOCKER").is_none(), "CI must have bubblewrap");
-        println!("SKIPPED: bubblewrap is not installed (scripts/setup.sh installs it)");
+    if !has_bwrap() {
         return;
     }
     let allowed = outside("to nobody, through the proxy");
@@ -327,13 +325,7 @@ async fn a_sandbox_works_for_an_agent_run_as_a_normal_user() {
     let token = [("TETHER_AUTH_TOKEN", "sandboxed-4c1f9e0a7b2d3658")];
     let (daemon, ()) =
         Daemon::start_prepared(&[], &[("isolated.toml", &profile)], &token, |root| {
-            std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711)).unwrap();
-            let work = root.join("work/iso");
-            std::fs::create_dir_all(&work).unwrap();
-            std::fs::set_permissions(root.join("work"), std::fs::Permissions::from_mode(0o755))
-                .unwrap();
-            chown(&work, None, Some(NOBODY)).unwrap();
-            std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o2770)).unwrap();
+            tether_tests::daemon::share_workspace_with(root, "iso", NOBODY)
         })
         .await;
     let bearer = "Bearer sandboxed-4c1f9e0a7b2d3658";
@@ -353,4 +345,35 @@ async fn a_sandbox_works_for_an_agent_run_as_a_normal_user() {
     let db = daemon.data_dir().join("state.db");
     let reply = api.ask(&session, &format!("/peek {}\nlook", db.display())).await;
     assert!(reply.contains("No such file or directory"), "{reply}");
+}
+
+/// A machine where bubblewrap cannot make a sandbox (here a `bwrap` first on the daemon's
+/// `PATH` that fails as a kernel without user namespaces makes it fail): the session fails
+/// to start, saying bubblewrap's own words and the fix; nothing runs unconfined.
+#[tokio::test]
+async fn a_machine_that_cannot_sandbox_fails_the_start_with_the_cause() {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = tempfile::tempdir().unwrap();
+    let fake = bin.path().join("bwrap");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'bwrap: No permissions to create new namespace, likely because the kernel does not allow non-privileged user namespaces.' >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.path().display(), std::env::var("PATH").unwrap_or_default());
+    let profile = "id = \"boxed\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n\
+        [sandbox]\nnetwork = \"none\"\n";
+    let daemon =
+        Daemon::start_with_env(&[], &[("boxed.toml", profile)], &[("PATH", path.as_str())]).await;
+    let api = daemon.api().await;
+    let workspace = daemon.workspace("boxed");
+    let session = api.create_session("boxed", &workspace).await.unwrap();
+    let mut events = api.subscribe(&session, 0).await;
+    let (state, error) = tether_tests::daemon::settled(&mut events).await;
+    assert_eq!(state, protocol::api::SessionState::Failed, "{error}");
+    assert!(error.contains("non-privileged user namespaces"), "bubblewrap's words: {error}");
+    assert!(error.contains("kernel.unprivileged_userns_clone=1"), "the fix: {error}");
+    assert!(error.contains("never run unconfined"), "{error}");
+    assert!(Daemon::processes_mentioning(&workspace).is_empty(), "no agent started");
 }
