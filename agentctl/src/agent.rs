@@ -210,11 +210,16 @@ fn agent_command(
         command.env_remove(name);
     }
     let parent = std::process::id();
-    // SAFETY: the closure runs between fork and exec and only makes syscalls (setgroups,
-    // setgid, setuid, prctl, getppid), all async-signal-safe; it allocates nothing on
-    // success (the groups were listed before the fork).
+    let isolate = params.isolate_network;
+    // SAFETY: the closure runs between fork and exec and only makes syscalls (unshare,
+    // socket, ioctl, close, setgroups, setgid, setuid, prctl, getppid), all
+    // async-signal-safe; it allocates nothing on success (the groups were listed before
+    // the fork).
     unsafe {
         command.pre_exec(move || {
+            if isolate {
+                isolate_network()?;
+            }
             if let Some(run_as) = &run_as {
                 // Groups, then gid, then uid (after which none could change). The
                 // parent-death signal is armed after: changing user clears it.
@@ -234,6 +239,36 @@ fn agent_command(
         });
     }
     command
+}
+
+/// Moves the calling (forked) process into a network namespace of its own with its
+/// loopback up, then drops the capabilities that did it from the bounding set, so that the
+/// agent — even as root — cannot make or leave namespaces (a container's agentctl, which
+/// holds them for this). Between fork and exec: syscalls only.
+fn isolate_network() -> io::Result<()> {
+    use nix::libc;
+    let check =
+        |result: libc::c_int| if result < 0 { Err(io::Error::last_os_error()) } else { Ok(result) };
+    // SAFETY: plain syscalls on this process and a socket it owns, closed before return;
+    // `ifreq` is a C struct, valid zeroed.
+    unsafe {
+        check(libc::unshare(libc::CLONE_NEWNET))?;
+        let socket = check(libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0))?;
+        let mut request: libc::ifreq = std::mem::zeroed();
+        request.ifr_name[0] = b'l' as libc::c_char;
+        request.ifr_name[1] = b'o' as libc::c_char;
+        let up = check(libc::ioctl(socket, libc::SIOCGIFFLAGS, &mut request)).and_then(|_| {
+            request.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            check(libc::ioctl(socket, libc::SIOCSIFFLAGS, &request))
+        });
+        libc::close(socket);
+        up?;
+        // CAP_NET_ADMIN and CAP_SYS_ADMIN (linux/capability.h).
+        for capability in [12 as libc::c_ulong, 21] {
+            check(libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0))?;
+        }
+    }
+    Ok(())
 }
 
 /// Puts the egress socket's `O_PATH` descriptor `fd` at

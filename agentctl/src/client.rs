@@ -293,6 +293,7 @@ impl ControlClient {
             start.user,
             Some(start.owned_dirs),
             start.egress,
+            Some(start.isolate_network).filter(|isolate| *isolate),
         );
         self.within("agent.start", CALL_TIMEOUT, call).await
     }

@@ -90,6 +90,7 @@ impl ControlServer for Methods {
         user: Option<String>,
         owned_dirs: Option<Vec<PathBuf>>,
         egress: Option<protocol::control::Egress>,
+        isolate_network: Option<bool>,
     ) -> RpcResult<AgentStarted> {
         let start = StartAgent {
             command,
@@ -100,6 +101,7 @@ impl ControlServer for Methods {
             user,
             owned_dirs: owned_dirs.unwrap_or_default(),
             egress,
+            isolate_network: isolate_network.unwrap_or(false),
         };
         let (pid, seq) = self.0.agent.start(start).await?;
         Ok(AgentStarted { pid, seq })

@@ -78,7 +78,7 @@ options:
 prompt commands (one per line; other lines are the message):
   /stream N  /tool  /permission  /permission-always-first  /permission-only (the tool
   announced only in the question)  /read PATH  /write PATH TEXT
-  /peek PATH  /connect HOST:PORT  /sh COMMAND  /sleep MS
+  /peek PATH  /connect HOST:PORT  /fetch URL  /sh COMMAND  /sleep MS
   /crash [CODE]  /close-stdout  /edit PATH TEXT  /patch PATH TEXT  /blob N KB  /garbage  /stderr TEXT  /recall  /spawn  /escape  /rounds R
   /usage USED SIZE [COST]  /tokens IN OUT [CACHED]  /say TEXT (the reply is exactly TEXT; a backslash-n in it is a newline)
   /think TEXT  /plan A; B; C  /diff PATH OLD => NEW  /exec COMMAND (a failing command's output)
@@ -792,6 +792,7 @@ impl Turn<'_> {
             Command::Peek(path) => reply.text.push_str(&Self::peek(path)),
             Command::Connect(addr) => reply.text.push_str(&Self::connect(addr)),
             Command::Sh(command) => reply.text.push_str(&Self::sh(command)),
+            Command::Fetch(url) => reply.text.push_str(&Self::fetch(url)),
             Command::Edit(path, text) => reply.text.push_str(&self.edit(path, text)?),
             Command::Patch(path, text) => reply.text.push_str(&self.patch(path, text)?),
             Command::Blob(n, kb) => self.blob(*n, *kb)?,
@@ -879,6 +880,33 @@ impl Turn<'_> {
         match std::net::TcpStream::connect_timeout(&target, std::time::Duration::from_secs(2)) {
             Ok(_) => format!("; connect {addr}: connected"),
             Err(err) => format!("; connect {addr} failed: {err}"),
+        }
+    }
+
+    fn fetch(url: &str) -> String {
+        use std::io::{Read, Write};
+        let proxy = std::env::var("http_proxy").or_else(|_| std::env::var("HTTP_PROXY")).ok();
+        let rest = url.trim_start_matches("http://");
+        let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+        let (target, request) = match proxy.as_deref().map(|p| p.trim_start_matches("http://")) {
+            Some(proxy) => (proxy.trim_end_matches('/').to_owned(), url.to_owned()),
+            None => (authority.to_owned(), format!("/{path}")),
+        };
+        let attempt = || -> std::io::Result<String> {
+            let mut stream = std::net::TcpStream::connect(&target)?;
+            stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+            let head =
+                format!("GET {request} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+            stream.write_all(head.as_bytes())?;
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer)?;
+            let status = answer.lines().next().unwrap_or_default().to_owned();
+            let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body).trim();
+            Ok(format!("{status} {body}"))
+        };
+        match attempt() {
+            Ok(said) => format!("; fetch {url}: {said}"),
+            Err(err) => format!("; fetch {url} failed: {err}"),
         }
     }
 

@@ -77,6 +77,11 @@ pub struct StartAgent {
     /// The agent's egress proxy, run by agentctl for as long as it lives (`None`: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<Egress>,
+    /// Start the agent in a network namespace of its own, with nothing but loopback, and
+    /// without the capabilities that made it (a container's agentctl: its own namespace
+    /// keeps the container's network, for the control channel and the egress proxy).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub isolate_network: bool,
 }
 
 /// An egress proxy for a confined agent (`[sandbox] network = "allowlist"`): agentctl
@@ -495,6 +500,7 @@ mod control_rpc {
             user: Option<String>,
             owned_dirs: Option<Vec<PathBuf>>,
             egress: Option<Egress>,
+            isolate_network: Option<bool>,
         ) -> RpcResult<AgentStarted>;
 
         /// Writes one JSON-RPC message to the agent's stdin as one line.

@@ -385,6 +385,7 @@ impl Pool {
                 user: profile.process.user.clone(),
                 owned_dirs: Vec::new(),
                 egress: None,
+                isolate_network: false,
             };
             let agent = calls.start_agent(&start).await.map_err(|err| err.to_string())?;
             let initialize = json!({"jsonrpc": "2.0", "id": INITIALIZE_ID,

@@ -86,6 +86,9 @@ pub struct Confinement {
     pub env: Vec<(String, String)>,
     /// For `network = "allowlist"`.
     pub egress: Option<protocol::control::Egress>,
+    /// agentctl puts the agent in a network namespace of its own (in a container, where
+    /// bubblewrap cannot).
+    pub isolate_network: bool,
 }
 
 /// Whether `runtime` can confine an agent as `sandbox` asks, with `resolve` finding the
@@ -106,15 +109,29 @@ pub async fn confine(
     resolve: &crate::sidecar::Resolver,
     place: &Place,
 ) -> Result<Confinement, SandboxError> {
-    let Some(bwrap) = mechanism(sandbox, runtime, resolve)? else {
+    let Some(mechanism) = mechanism(sandbox, runtime, resolve)? else {
         return Ok(Confinement { argv: place.argv.clone(), ..Confinement::default() });
     };
-    bwrap::probe(&bwrap).await?;
+    // Where agentctl runs its proxy: its state dir, as it sees it.
+    let state_dir = match &mechanism {
+        Mechanism::Bwrap(_) => place.state_dir.clone(),
+        Mechanism::Container => PathBuf::from(CONTAINER_STATE_DIR),
+    };
     let egress = (sandbox.network == NetworkAccess::Allowlist).then(|| protocol::control::Egress {
-        socket: place.state_dir.join("egress.sock"),
+        socket: state_dir.join("egress.sock"),
         allow: allowlist_for(sandbox, &place.env),
     });
-    let mut argv = bwrap::argv(bwrap, sandbox, place, egress.is_some());
+    let (mut argv, isolate_network) = match mechanism {
+        Mechanism::Bwrap(bwrap) => {
+            bwrap::probe(&bwrap).await?;
+            (bwrap::argv(bwrap, sandbox, place, egress.is_some()), false)
+        }
+        // agentctl makes the namespace (the container's mounts are the file system's rules).
+        Mechanism::Container => {
+            let relay = if egress.is_some() { container_relay() } else { Vec::new() };
+            (relay, sandbox.network != NetworkAccess::Host)
+        }
+    };
     argv.extend(place.argv.iter().map(|word| bwrap::lexical(Path::new(word)).into_os_string()));
     let mut env = Vec::new();
     if egress.is_some() {
@@ -131,7 +148,19 @@ pub async fn confine(
     if sandbox.filesystem == FilesystemAccess::Workspace {
         env.push(("TMPDIR".to_owned(), "/tmp".to_owned()));
     }
-    Ok(Confinement { argv, env, egress })
+    Ok(Confinement { argv, env, egress, isolate_network })
+}
+
+/// agentctl's state dir and binary in a container (see the Docker runtime's mounts).
+const CONTAINER_STATE_DIR: &str = "/tether/state";
+const CONTAINER_AGENTCTL: &str = "/tether/agentctl";
+
+/// The relay's argv in a container, before the agent's.
+fn container_relay() -> Vec<OsString> {
+    let socket = protocol::control::EGRESS_SOCKET_INSIDE;
+    [CONTAINER_AGENTCTL, "relay", "--socket", socket, "--listen", PROXY_INSIDE, "--"]
+        .map(OsString::from)
+        .to_vec()
 }
 
 /// How `sandbox` confines an agent with `env` (its profile's, over the daemon's) on
@@ -155,28 +184,43 @@ pub fn describe(
         endpoints: if allowlist { model_endpoints(&all) } else { Vec::new() },
         readable: sandbox.readable.clone(),
         writable: sandbox.writable.clone(),
-        by: (runtime == "standalone").then(|| "bubblewrap".to_owned()),
+        by: match runtime {
+            "standalone" => Some("bubblewrap".to_owned()),
+            "docker" => Some("docker".to_owned()),
+            _ => None,
+        },
     })
 }
 
-/// bubblewrap's argv when `sandbox` asks for confinement it can give on `runtime`; `None`
-/// when it asks for none.
+/// What confines an agent.
+enum Mechanism {
+    /// bubblewrap (its argv), on this machine.
+    Bwrap(Vec<OsString>),
+    /// The container's mounts and read-only root (the Docker runtime's), and a network
+    /// namespace agentctl makes for the agent.
+    Container,
+}
+
+/// What confines an agent as `sandbox` asks on `runtime`; `None` when it asks for nothing.
 fn mechanism(
     sandbox: &SandboxSettings,
     runtime: &str,
     resolve: &crate::sidecar::Resolver,
-) -> Result<Option<Vec<OsString>>, SandboxError> {
+) -> Result<Option<Mechanism>, SandboxError> {
     if sandbox.is_host() {
         return Ok(None);
     }
-    if runtime != "standalone" {
-        return Err(SandboxError::NotGiven {
+    match runtime {
+        "standalone" => {
+            resolve("bwrap").map(|bwrap| Some(Mechanism::Bwrap(bwrap))).ok_or(SandboxError::NoBwrap)
+        }
+        "docker" => Ok(Some(Mechanism::Container)),
+        _ => Err(SandboxError::NotGiven {
             runtime: runtime.to_owned(),
             filesystem: quoted_filesystem(sandbox.filesystem),
             network: quoted_network(sandbox.network),
-        });
+        }),
     }
-    resolve("bwrap").map(Some).ok_or(SandboxError::NoBwrap)
 }
 
 fn quoted_filesystem(access: FilesystemAccess) -> &'static str {

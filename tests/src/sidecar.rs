@@ -80,6 +80,7 @@ impl Sidecar {
             user: None,
             owned_dirs: Vec::new(),
             egress: None,
+            isolate_network: false,
         };
         within("agent.start", self.client().await.start_agent(&start))
             .await

@@ -29,6 +29,10 @@ pub enum Command {
     /// `/connect HOST:PORT`: open a TCP connection directly, as any process of the agent
     /// could (what an agent that sends what it read elsewhere does).
     Connect(String),
+    /// `/fetch http://HOST:PORT/PATH`: a plain HTTP GET, through `http_proxy` when it is
+    /// set (as a real agent's HTTP client does); the reply holds the answer's status line and
+    /// body (a probe for images without a shell).
+    Fetch(String),
     /// `/sh COMMAND`: run COMMAND with `sh -c` as the agent's own child (a probe of what the
     /// agent's processes can do); the reply holds its exit status and output.
     Sh(String),
@@ -160,6 +164,8 @@ fn parse_command(line: &str) -> Result<Option<Command>, &'static str> {
         "peek" => Command::Peek(args.to_owned()),
         "connect" if args.is_empty() => return Err("expects host:port"),
         "connect" => Command::Connect(args.to_owned()),
+        "fetch" if !args.starts_with("http://") => return Err("expects an http:// URL"),
+        "fetch" => Command::Fetch(args.to_owned()),
         "sh" if args.is_empty() => return Err("expects a command"),
         "sh" => Command::Sh(args.to_owned()),
         "write" => match args.split_once(' ') {

@@ -146,6 +146,61 @@ fn is_not_found(err: &bollard::errors::Error) -> bool {
     matches!(err, bollard::errors::Error::DockerResponseServerError { status_code: 404, .. })
 }
 
+/// What a container's `[sandbox]` adds: a read-only root with a private `/tmp` and home
+/// (`filesystem = "workspace"`), the profile's `readable` and `writable` paths mounted at
+/// the same place (`~/` is this host's home, mounted under the container's), and for a
+/// network namespace of the agent's own the capabilities agentctl makes it with (root's
+/// in the container only; the agent never holds them).
+struct ContainerConfinement {
+    read_only: bool,
+    tmpfs: HashMap<String, String>,
+    cap_add: Vec<String>,
+}
+
+fn sandboxed(
+    sandbox: &agents::profile::SandboxSettings,
+    on_volumes: bool,
+    binds: &mut Vec<String>,
+) -> Result<ContainerConfinement, RuntimeError> {
+    use agents::profile::{FilesystemAccess, NetworkAccess};
+    let mut confined =
+        ContainerConfinement { read_only: false, tmpfs: HashMap::new(), cap_add: Vec::new() };
+    if sandbox.network != NetworkAccess::Host {
+        confined.cap_add = vec!["SYS_ADMIN".to_owned(), "NET_ADMIN".to_owned()];
+    }
+    if sandbox.filesystem != FilesystemAccess::Workspace {
+        return Ok(confined);
+    }
+    if on_volumes {
+        // agentctl is copied into such a container, which a read-only root refuses.
+        return Err(RuntimeError::Unavailable(
+            "[sandbox] filesystem = \"workspace\" needs an engine whose storage is binds (this engine keeps sessions in volumes); the agent is never run unconfined instead".into(),
+        ));
+    }
+    confined.read_only = true;
+    let private = "rw,nosuid,nodev,mode=1777".to_owned();
+    confined.tmpfs.insert("/tmp".to_owned(), private.clone());
+    confined.tmpfs.insert(CONTAINER_HOME.to_owned(), private);
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let lists = [(&sandbox.readable, ":ro"), (&sandbox.writable, "")];
+    for (paths, mode) in lists {
+        for path in paths.iter() {
+            let (host, inside) = match path.strip_prefix("~/") {
+                Some(rest) => match &home {
+                    Some(home) => (home.join(rest), Path::new(CONTAINER_HOME).join(rest)),
+                    None => continue,
+                },
+                None => (PathBuf::from(path), PathBuf::from(path)),
+            };
+            // As bubblewrap's `-try`: a path that is not there is not mounted.
+            if host.exists() {
+                binds.push(format!("{}:{}{mode}", host.display(), inside.display()));
+            }
+        }
+    }
+    Ok(confined)
+}
+
 /// The container name of a session (the same on every engine).
 pub fn container_name(session_id: &SessionId) -> String {
     format!("tether-{session_id}")
@@ -357,6 +412,7 @@ impl DockerRuntime {
                 binds.push(format!("{}:{CONTAINER_HOME}/{dir}", host.display()));
             }
         }
+        let confined = sandboxed(&spec.sandbox, on_volumes, &mut binds)?;
         // Secrets: in the mounted state dir, or copied into the container with agentctl.
         let secrets = if on_volumes { "/tether/secrets" } else { "/tether/state" };
         let port = format!("{CONTAINER_PORT}/tcp");
@@ -421,6 +477,9 @@ impl DockerRuntime {
                 nano_cpus: Some((spec.docker.cpus * 1e9) as i64),
                 // Docker reads 0 (and -1) as no limit.
                 pids_limit: Some(i64::try_from(spec.docker.pids_limit).unwrap_or(i64::MAX)),
+                readonly_rootfs: Some(confined.read_only),
+                tmpfs: Some(confined.tmpfs).filter(|tmpfs| !tmpfs.is_empty()),
+                cap_add: Some(confined.cap_add).filter(|caps| !caps.is_empty()),
                 ..Default::default()
             }),
             ..Default::default()

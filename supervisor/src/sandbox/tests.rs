@@ -37,9 +37,13 @@ fn an_unconfined_profile_runs_as_it_is() {
 #[test]
 fn an_agent_is_never_run_unconfined_when_its_profile_asks_for_confinement() {
     let none = SandboxSettings { network: NetworkAccess::None, ..SandboxSettings::default() };
-    let err = check(&none, "docker", &resolver(true)).unwrap_err();
+    let err = check(&none, "kubernetes", &resolver(true)).unwrap_err();
     let said = err.to_string();
-    assert!(said.contains("network = \"none\"") && said.contains("the docker runtime"), "{said}");
+    assert!(
+        said.contains("network = \"none\"") && said.contains("the kubernetes runtime"),
+        "{said}"
+    );
+    assert_eq!(check(&none, "docker", &resolver(false)), Ok(()), "a container needs no bwrap");
     assert!(said.contains("never run unconfined"), "{said}");
     let err = check(&none, "standalone", &resolver(false)).unwrap_err();
     assert_eq!(err, SandboxError::NoBwrap);
@@ -181,4 +185,37 @@ fn resolver_on_path() -> crate::sidecar::Resolver {
         let found = std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file());
         found.map(|program| vec![program.into_os_string()])
     })
+}
+
+#[tokio::test]
+async fn in_a_container_agentctl_makes_the_namespace_and_the_relay_is_its_binary() {
+    let sandbox = SandboxSettings {
+        filesystem: FilesystemAccess::Workspace,
+        network: NetworkAccess::Allowlist,
+        allow: vec!["172.17.0.1:8080".into()],
+        ..SandboxSettings::default()
+    };
+    let place = Place { argv: vec!["mock-agent".into()], ..Place::default() };
+    let confined = confine(&sandbox, "docker", &resolver(false), &place).await.unwrap();
+    assert!(confined.isolate_network);
+    assert_eq!(
+        words(&confined.argv),
+        [
+            "/tether/agentctl",
+            "relay",
+            "--socket",
+            "/proc/self/fd/3",
+            "--listen",
+            PROXY_INSIDE,
+            "--",
+            "mock-agent"
+        ]
+    );
+    let egress = confined.egress.unwrap();
+    assert_eq!(egress.socket, Path::new("/tether/state/egress.sock"), "agentctl's, inside");
+    assert_eq!(egress.allow, ["172.17.0.1:8080"]);
+    let none = SandboxSettings { network: NetworkAccess::None, ..SandboxSettings::default() };
+    let confined = confine(&none, "docker", &resolver(false), &place).await.unwrap();
+    assert!(confined.isolate_network && confined.egress.is_none());
+    assert_eq!(words(&confined.argv), ["mock-agent"]);
 }

@@ -144,6 +144,7 @@ pub(super) async fn launch(
                 None => Vec::new(),
             },
             egress: confined.egress.clone(),
+            isolate_network: confined.isolate_network,
         };
         calls.start_agent(&start).await.map_err(|e| e.to_string())?;
         Ok::<_, String>((calls, events_rx))

@@ -104,6 +104,7 @@ async fn a_tls_control_channel_answers_only_a_client_pinned_to_its_certificate()
         user: None,
         owned_dirs: Vec::new(),
         egress: None,
+        isolate_network: false,
     };
     within("agent.start", client.start_agent(&start)).await.expect("the agent starts over TLS");
     let mut events = client.clone().events(0);
@@ -327,6 +328,7 @@ async fn agentctl_survives_its_launcher_and_replays_what_happened_meanwhile() {
         user: None,
         owned_dirs: Vec::new(),
         egress: None,
+        isolate_network: false,
     };
     let agent_pid = calls.start_agent(&start).await.unwrap().pid;
     let send = |message: Value| {
@@ -466,6 +468,7 @@ async fn bad_agent_output_becomes_events_and_nothing_stops() {
         user: None,
         owned_dirs: Vec::new(),
         egress: None,
+        isolate_network: false,
     };
     let error = talk.calls.start_agent(&again).await.unwrap_err();
     assert_eq!(error.kind(), Some(ErrorKind::AlreadyStarted));

@@ -274,6 +274,7 @@ async fn concurrent_agent_starts_spawn_one_agent() {
         user: None,
         owned_dirs: Vec::new(),
         egress: None,
+        isolate_network: false,
     };
     let (first, second) = tokio::join!(a.start_agent(&start), b.start_agent(&start));
     let refused: Vec<_> = [&first, &second].iter().filter_map(|r| r.as_ref().err()).collect();

@@ -14,13 +14,15 @@ use tether_tests::daemon::{Daemon, ok, until};
 
 #[tokio::test]
 async fn a_profile_asking_for_confinement_is_never_run_unconfined() {
+    // A machine without bubblewrap: the daemon's PATH has none (mock-agent is an applet).
+    let empty = tempfile::tempdir().unwrap();
+    let path = empty.path().to_str().unwrap();
     let confined = "id = \"confined\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n\
-        runtime = \"docker\"\n[sandbox]\nfilesystem = \"workspace\"\nnetwork = \"allowlist\"\nallow = [\"127.0.0.1:9\"]\n\
-        [docker]\nimage = \"tether-test-none:latest\"\n";
+        [sandbox]\nfilesystem = \"workspace\"\nnetwork = \"allowlist\"\nallow = [\"127.0.0.1:9\"]\n";
     let open = "id = \"open\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n\
         [sandbox]\nfilesystem = \"host\"\nnetwork = \"host\"\n";
-    let daemon =
-        Daemon::start_with_profiles(&[], &[("confined.toml", confined), ("open.toml", open)]).await;
+    let profiles = [("confined.toml", confined), ("open.toml", open)];
+    let daemon = Daemon::start_with_env(&[], &profiles, &[("PATH", path)]).await;
     let api = daemon.api().await;
     let agents = ok("agents.list", api.typed().agents_list()).await;
     let find = |id: &str| agents.iter().find(|a| a.id == id).cloned().expect(id);
@@ -28,16 +30,15 @@ async fn a_profile_asking_for_confinement_is_never_run_unconfined() {
     assert!(!confined.available, "{confined:?}");
     let said = confined.reasons.join("; ");
     assert!(
-        said.contains("filesystem = \"workspace\" and network = \"allowlist\"")
-            && said.contains("the docker runtime")
-            && said.contains("never run unconfined"),
+        said.contains("needs bubblewrap") && said.contains("apt-get install bubblewrap"),
         "{said}"
     );
+    assert!(said.contains("never run unconfined"), "{said}");
     assert!(find("open").available, "host and host is today's behaviour");
     let refused = api.create_session("confined", &daemon.workspace("w")).await.unwrap_err();
     assert_eq!(refused.kind, ErrorKind::AgentUnavailable, "{refused:?}");
     assert!(refused.message.contains("never run unconfined"), "{refused:?}");
-    // The same profile, unconfined, runs as before.
+    // The same agent, unconfined, runs as before.
     let session = api.ready_session("open", &daemon.workspace("open")).await;
     assert!(api.ask(&session, "hello").await.contains("you said: hello"));
 }
@@ -376,4 +377,89 @@ async fn a_machine_that_cannot_sandbox_fails_the_start_with_the_cause() {
     assert!(error.contains("kernel.unprivileged_userns_clone=1"), "the fix: {error}");
     assert!(error.contains("never run unconfined"), "{error}");
     assert!(Daemon::processes_mentioning(&workspace).is_empty(), "no agent started");
+}
+
+/// The Docker runtime with the same profile gives the same results: the container's agent
+/// reaches its allowlisted server (on this host, at the bridge's gateway) only through the
+/// proxy, one not on the list is refused and the refusal is an event, a direct connection
+/// has no route, and the daemon's data is not there; its root is read-only.
+#[tokio::test]
+async fn the_docker_runtime_confines_a_sandboxed_agent_alike() {
+    use tether_tests::docker;
+    let Some(engine) = docker::engine().await else { return };
+    let bridge = engine.inspect_network("bridge", None).await.expect("the default bridge");
+    let gateway = bridge
+        .ipam
+        .and_then(|ipam| ipam.config)
+        .and_then(|configs| configs.into_iter().find_map(|config| config.gateway))
+        .expect("the bridge's gateway");
+    let serve = |body: &'static str| {
+        let listener = std::net::TcpListener::bind((gateway.as_str(), 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                let mut head = [0u8; 4096];
+                let _ = stream.read(&mut head);
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes());
+            }
+        });
+        port
+    };
+    let (allowed, other) = (serve("from the allowed server"), serve("from another"));
+    let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
+    docker::build_mock_image(&engine, &tag).await;
+    let profile = docker::mock_docker_profile(&tag).replace("\"mock-docker\"", "\"boxed-docker\"")
+        + &format!(
+            "[sandbox]\nfilesystem = \"workspace\"\nnetwork = \"allowlist\"\nallow = [\"{gateway}:{allowed}\"]\n"
+        );
+    let agentctl = docker::static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
+    let daemon = Daemon::start_with_env(
+        &["--static-agentctl", agentctl.to_str().unwrap()],
+        &[("boxed-docker.toml", &profile)],
+        &[],
+    )
+    .await;
+    let _cleanup = docker::Cleanup {
+        label: format!("tether.install_id={}", daemon.install_id),
+        image: Some(tag),
+    };
+    let api = daemon.api().await;
+    let session = api.ready_session("boxed-docker", &daemon.workspace("boxed")).await;
+    let sandbox = api.status(&session).await.sandbox.expect("confined");
+    assert_eq!(sandbox.by.as_deref(), Some("docker"));
+    let mut events = api.subscribe_at_end(&session).await;
+    let url = format!("http://{gateway}:{allowed}/");
+    let reply = api.ask(&session, &format!("/fetch {url}\nthrough")).await;
+    assert!(
+        reply.contains(&format!("fetch {url}: HTTP/1.1 200 OK from the allowed server")),
+        "{reply}"
+    );
+    let url = format!("http://{gateway}:{other}/");
+    let reply = api.ask(&session, &format!("/fetch {url}\nrefused")).await;
+    assert!(
+        reply.contains("403") && reply.contains("not on this session's egress allowlist"),
+        "{reply}"
+    );
+    let seen =
+        until(&mut events, |event| matches!(&event.kind, EventKind::EgressRefused { .. })).await;
+    let EventKind::EgressRefused { target, .. } = &seen.last().unwrap().kind else {
+        unreachable!()
+    };
+    assert_eq!(target, &format!("{gateway}:{other}"));
+    let reply = api.ask(&session, &format!("/connect {gateway}:{allowed}\ndirect")).await;
+    assert!(reply.contains(&format!("connect {gateway}:{allowed} failed")), "no route: {reply}");
+    let db = daemon.data_dir().join("state.db");
+    let reply =
+        api.ask(&session, &format!("/peek {}\n/peek /etc/hostname\nlook", db.display())).await;
+    assert!(reply.contains(&format!("peek {} failed", db.display())), "{reply}");
+    let container = engine
+        .inspect_container(&format!("tether-{session}"), None)
+        .await
+        .expect("the session's container");
+    let host = container.host_config.expect("its host config");
+    assert_eq!(host.readonly_rootfs, Some(true), "a read-only root");
 }
