@@ -277,6 +277,10 @@ pub struct DockerSettings {
     /// Placement: the labels an engine must carry to run this agent (`gpu = "yes"`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The engine's container runtime to use (`runsc`: gVisor, a kernel of its own between
+    /// the agent and the host's); `None`: the engine's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
 }
 
 /// Process timeouts.
@@ -621,6 +625,7 @@ struct RawDocker {
     pids_limit: Option<Spanned<u64>>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
+    runtime: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -1016,12 +1021,24 @@ impl RawDocker {
             }
             None => defaults::PIDS_LIMIT,
         };
+        if let Some(runtime) = &self.runtime {
+            let name = runtime.get_ref();
+            let fine = !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+            check.ensure(
+                fine,
+                runtime.span(),
+                "docker.runtime",
+                "must be a runtime's name (runsc)",
+            )?;
+        }
         Ok(DockerSettings {
             image: self.image.map(Spanned::into_inner),
             memory_mb,
             cpus,
             pids_limit,
             labels: self.labels,
+            runtime: self.runtime.map(Spanned::into_inner),
         })
     }
 }

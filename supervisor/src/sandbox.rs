@@ -169,6 +169,7 @@ pub fn describe(
     sandbox: &SandboxSettings,
     env: &std::collections::BTreeMap<String, String>,
     runtime: &str,
+    container_runtime: Option<&str>,
 ) -> Option<protocol::api::Confinement> {
     if sandbox.is_host() {
         return None;
@@ -186,7 +187,10 @@ pub fn describe(
         writable: sandbox.writable.clone(),
         by: match runtime {
             "standalone" => Some("bubblewrap".to_owned()),
-            "docker" => Some("docker".to_owned()),
+            "docker" => Some(match container_runtime {
+                Some(runtime) => format!("docker, runtime {runtime}"),
+                None => "docker".to_owned(),
+            }),
             _ => None,
         },
     })

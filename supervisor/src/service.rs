@@ -560,6 +560,7 @@ impl Supervisor {
                     &self.sandbox_of(profile),
                     &profile.env,
                     &profile.runtime,
+                    profile.docker.runtime.as_deref(),
                 ),
             }
         });

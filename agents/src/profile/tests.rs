@@ -215,6 +215,10 @@ fn other_values_are_checked() {
             "docker.pids_limit",
         ),
         (
+            "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[docker]\nruntime = \"run sc\"\n",
+            "docker.runtime",
+        ),
+        (
             "id = \"x\"\ncommand = [\"x\"]\nprotocol = \"acp\"\n[session]\nstate_files = [\".x/state.json\"]\n",
             "session.state_files",
         ),

@@ -413,6 +413,15 @@ impl DockerRuntime {
             }
         }
         let confined = sandboxed(&spec.sandbox, on_volumes, &mut binds)?;
+        if let Some(runtime) = &spec.docker.runtime {
+            let info = docker.info().await.map_err(engine_error)?;
+            if !info.runtimes.is_some_and(|runtimes| runtimes.contains_key(runtime)) {
+                return Err(RuntimeError::Unavailable(format!(
+                    "[docker] runtime = {runtime:?}: the engine {} has no such runtime (gVisor's is runsc: install it and register it in the engine's daemon.json, or remove the key)",
+                    engine.config.name
+                )));
+            }
+        }
         // Secrets: in the mounted state dir, or copied into the container with agentctl.
         let secrets = if on_volumes { "/tether/secrets" } else { "/tether/state" };
         let port = format!("{CONTAINER_PORT}/tcp");
@@ -478,6 +487,7 @@ impl DockerRuntime {
                 // Docker reads 0 (and -1) as no limit.
                 pids_limit: Some(i64::try_from(spec.docker.pids_limit).unwrap_or(i64::MAX)),
                 readonly_rootfs: Some(confined.read_only),
+                runtime: spec.docker.runtime.clone(),
                 tmpfs: Some(confined.tmpfs).filter(|tmpfs| !tmpfs.is_empty()),
                 cap_add: Some(confined.cap_add).filter(|caps| !caps.is_empty()),
                 ..Default::default()

@@ -319,7 +319,13 @@ impl Supervisor {
         let phase = view.as_ref().map(|view| view.phase);
         let profile_drift = self.profile_drift(&row);
         let sandbox = Supervisor::pinned_profile(&row).ok().and_then(|profile| {
-            crate::sandbox::describe(&self.sandbox_of(&profile), &profile.env, &row.runtime)
+            let container = profile.docker.runtime.as_deref();
+            crate::sandbox::describe(
+                &self.sandbox_of(&profile),
+                &profile.env,
+                &row.runtime,
+                container,
+            )
         });
         let open_questions = self
             .config

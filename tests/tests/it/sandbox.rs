@@ -463,3 +463,46 @@ async fn the_docker_runtime_confines_a_sandboxed_agent_alike() {
     let host = container.host_config.expect("its host config");
     assert_eq!(host.readonly_rootfs, Some(true), "a read-only root");
 }
+
+/// `[docker] runtime = "runsc"` (gVisor) is said in `agents`, and on an engine without it
+/// the session fails to start naming the runtime and the fix; nothing runs without it.
+#[tokio::test]
+async fn a_container_runtime_the_engine_lacks_fails_the_start_saying_so() {
+    use tether_tests::docker;
+    let Some(engine) = docker::engine().await else { return };
+    let info = engine.info().await.expect("the engine's info");
+    if info.runtimes.is_some_and(|runtimes| runtimes.contains_key("runsc")) {
+        return println!("SKIPPED: this engine has runsc (the test needs one without it)");
+    }
+    let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
+    docker::build_mock_image(&engine, &tag).await;
+    let profile = docker::mock_docker_profile(&tag)
+        .replace("\"mock-docker\"", "\"gvisor\"")
+        .replace("[docker]\n", "[docker]\nruntime = \"runsc\"\n")
+        + "[sandbox]\nnetwork = \"none\"\n";
+    let agentctl = docker::static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
+    let daemon = Daemon::start_with_env(
+        &["--static-agentctl", agentctl.to_str().unwrap()],
+        &[("gvisor.toml", &profile)],
+        &[],
+    )
+    .await;
+    let _cleanup = docker::Cleanup {
+        label: format!("tether.install_id={}", daemon.install_id),
+        image: Some(tag),
+    };
+    let api = daemon.api().await;
+    let agents = ok("agents.list", api.typed().agents_list()).await;
+    let gvisor = agents.iter().find(|agent| agent.id == "gvisor").expect("listed");
+    let by = gvisor.sandbox.as_ref().and_then(|sandbox| sandbox.by.clone());
+    assert_eq!(by.as_deref(), Some("docker, runtime runsc"), "{gvisor:?}");
+    let session = api.create_session("gvisor", &daemon.workspace("g")).await.unwrap();
+    let mut events = api.subscribe(&session, 0).await;
+    let (state, error) = tether_tests::daemon::settled(&mut events).await;
+    assert_eq!(state, protocol::api::SessionState::Failed, "{error}");
+    assert!(
+        error.contains("[docker] runtime = \"runsc\"") && error.contains("no such runtime"),
+        "{error}"
+    );
+    assert!(error.contains("install it"), "the fix: {error}");
+}

@@ -2,6 +2,8 @@
 //! - Start: create → `WAITING_FOR_INPUT` of mock-agent in a workspace sandbox with an
 //!   egress allowlist (bubblewrap, the proxy, the relay) beside the same agent unconfined,
 //!   interleaved in the same run.
+//! - Start on Docker: the same for mock-agent's container (a read-only root, the agent's
+//!   network namespace made by agentctl, the relay), beside the same container unconfined.
 //! - Relay: fast-agent's chunks through a confined agent (its output still goes agentctl →
 //!   supervisor → WebSocket; the sandbox sits between agentctl and the agent's pipes)
 //!   beside the same agent unconfined, same run.
@@ -94,4 +96,60 @@ pub(super) async fn sandbox(rows: &mut Vec<Row>) {
         value: json!({"confined": [boxed_min, boxed_med], "unconfined": [open_min, open_med], "ratio": [ratio_min, ratio_med]}),
     });
     ok("sessions.stop_all", api.typed().stop_all()).await;
+    docker_start(rows).await;
+}
+
+/// Create → ready on Docker, confined beside unconfined, interleaved.
+async fn docker_start(rows: &mut Vec<Row>) {
+    const DOCKER_STARTS: usize = 10;
+    let measure = "sandbox start overhead on Docker, create → ready, workspace + allowlist vs unconfined (p50 of 10; min / median of runs)";
+    let Some(docker) = tether_tests::docker::engine().await else {
+        let result = "not measured: no Docker engine".into();
+        rows.push(Row { measure, target: "≤ 20 ms added", result, value: json!(null) });
+        return;
+    };
+    let tag = format!("tether-bench-mock:{}", uuid::Uuid::new_v4().simple());
+    tether_tests::docker::build_mock_image(&docker, &tag).await;
+    let agentctl = tether_tests::docker::static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
+    let open = format!(
+        "id = \"open-docker\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n\
+         runtime = \"docker\"\n[docker]\nimage = \"{tag}\"\nmemory_mb = 64\ncpus = 0.5\n"
+    );
+    let boxed = open.replace("open-docker", "boxed-docker") + CONFINED;
+    let profiles = [("open.toml", open.as_str()), ("boxed.toml", boxed.as_str())];
+    let args = ["--static-agentctl", agentctl.to_str().unwrap()];
+    let daemon = Daemon::start_with_env(&args, &profiles, &[]).await;
+    let _cleanup = tether_tests::docker::Cleanup {
+        label: format!("tether.install_id={}", daemon.install_id),
+        image: Some(tag),
+    };
+    let api = daemon.api().await;
+    let (mut open_p50, mut boxed_p50, mut overhead) = (Vec::new(), Vec::new(), Vec::new());
+    for run in 0..RUNS {
+        let (mut open, mut confined) = (Vec::new(), Vec::new());
+        for n in 0..DOCKER_STARTS {
+            let workspace = daemon.workspace(&format!("do{run}-{n}"));
+            let took = start(&api, "open-docker", &workspace).await.1;
+            open.push(std::time::Duration::from_secs_f64(took / 1000.0));
+            let workspace = daemon.workspace(&format!("db{run}-{n}"));
+            let took = start(&api, "boxed-docker", &workspace).await.1;
+            confined.push(std::time::Duration::from_secs_f64(took / 1000.0));
+        }
+        let (o, b) = (ms(percentile(&mut open, 0.5)), ms(percentile(&mut confined, 0.5)));
+        open_p50.push(o);
+        boxed_p50.push(b);
+        overhead.push(b - o);
+        ok("sessions.stop_all", api.typed().stop_all()).await;
+    }
+    let (open_min, open_med) = min_median(&mut open_p50);
+    let (boxed_min, boxed_med) = min_median(&mut boxed_p50);
+    let (over_min, over_med) = min_median(&mut overhead);
+    rows.push(Row {
+        measure,
+        target: "≤ 20 ms added to a cold start",
+        result: format!(
+            "{over_min:+.1} / {over_med:+.1} ms (confined {boxed_min:.1} / {boxed_med:.1} ms, unconfined {open_min:.1} / {open_med:.1} ms)"
+        ),
+        value: json!({"overhead_ms": [over_min, over_med], "confined_ms": [boxed_min, boxed_med], "unconfined_ms": [open_min, open_med]}),
+    });
 }
