@@ -615,6 +615,31 @@ async fn codex_turns_cancels_and_resumes_with_its_context() {
     check_what_we_sent(&lines, &[&methods[..], &["session/resume"]].concat());
 }
 
+/// codex-acp (a Rust binary, not Node) in the same sandbox, its model endpoint — named in
+/// its own config, not a `*_BASE_URL` — on the allowlist: its turn goes through the egress
+/// proxy and completes.
+#[tokio::test]
+async fn codex_completes_a_turn_in_a_sandbox_with_its_endpoint_allowlisted() {
+    let server = ModelServer::start().await;
+    let Some(profile) = tether_tests::real_agents::codex_scripted_profile(&server.url, None) else {
+        return;
+    };
+    let endpoint = server.url.trim_start_matches("http://");
+    let profile = format!(
+        "{profile}\n[sandbox]\nfilesystem = \"workspace\"\nnetwork = \"allowlist\"\nallow = [\"{endpoint}\"]\n"
+    );
+    let daemon = Daemon::start_with_profiles(&[], &[("codex.toml", &profile)]).await;
+    let api = daemon.api().await;
+    let session =
+        timed("codex start in a sandbox", api.ready_session("codex-here", &daemon.workspace("b")))
+            .await;
+    server.script([Reply::Text("An answer from inside the sandbox.".into())]);
+    let reply = timed("codex turn in a sandbox", api.ask(&session, "say something")).await;
+    assert_eq!(reply, "An answer from inside the sandbox.");
+    let asked = server.main_requests().pop().expect("the model was asked");
+    assert!(conversation_text(&asked).contains("say something"), "{asked}");
+}
+
 /// A daemon whose `gemini-here` profile is the built-in one with the installed CLI, an
 /// API key, and (with `server`) the Gemini API pointed at the scripted model. Its HOME's
 /// `~/.gemini/settings.json` turns off telemetry and the session cleanup that deletes a
