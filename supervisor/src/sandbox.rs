@@ -2,13 +2,14 @@
 //! reaches, as its profile's `[sandbox]` asks. Every launch asks [`confine`] first; a
 //! profile it cannot confine is unavailable, and its agent is never run unconfined.
 //!
-//! On the standalone runtime an agent is confined with bubblewrap ([`bwrap`] builds its
+//! On the standalone runtime an agent is confined with bubblewrap (`bwrap.rs` builds its
 //! argv): namespaces of its own (mount, pid, ipc, and network unless `network = "host"`),
-//! as root and as a normal user (bubblewrap makes a user namespace then). With `network =
-//! "allowlist"` its only way out is agentctl's egress proxy (`agentctl::egress`), reached
-//! from inside through `agentctl relay` on its loopback and given to it in the standard
-//! proxy variables; the endpoints its own settings name (`ANTHROPIC_BASE_URL`, …) are on
-//! its allowlist without being listed ([`model_endpoints`]).
+//! as root and as a normal user (bubblewrap makes a user namespace then). On Docker the
+//! container's mounts are the rules and agentctl makes the agent's network namespace. With
+//! `network = "allowlist"` its only way out is agentctl's egress proxy (`agentctl::egress`),
+//! reached from inside through `agentctl relay` on its loopback and given to it in the
+//! standard proxy variables; the endpoints its own settings name (`ANTHROPIC_BASE_URL`, …)
+//! are on its allowlist without being listed ([`model_endpoints`]).
 
 mod bwrap;
 mod endpoints;
