@@ -102,7 +102,9 @@ async fn the_page_creates_a_worktree_session_and_shows_its_branch() {
     browser.type_into("#new-session input[name=base]", "main").await;
     browser.click("#new-session button[type=submit]").await;
     browser.wait_text("#session-state", "WAITING_FOR_INPUT").await;
-    let title = browser.wait_text("#session-title", "tether/branch-me-").await;
+    browser.wait_text("#session-title", "Branch Me").await;
+    // The line under the title ends with the branch (the sandbox's chip comes after it).
+    let title = browser.wait_text("#session-title .session-sub", "tether/branch-me-").await;
     browser.screenshot("worktree").await;
     let api = daemon.api().await;
     let sessions = ok("list", api.typed().session_list(None, None, None)).await;
