@@ -222,6 +222,29 @@ async fn a_sandboxed_agents_setsid_grandchild_is_confined_and_killed_with_the_se
         .expect("pidfd");
 }
 
+/// A daemon with one Docker profile of mock-agent's test image, `id`, made from the
+/// `mock-docker` one by `edit`; with the cleanup of its containers and image.
+async fn docker_daemon(
+    engine: &bollard::Docker,
+    id: &str,
+    edit: impl FnOnce(String) -> String,
+) -> (Daemon, tether_tests::docker::Cleanup) {
+    use tether_tests::docker;
+    let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
+    docker::build_mock_image(engine, &tag).await;
+    let profile =
+        edit(docker::mock_docker_profile(&tag).replace("\"mock-docker\"", &format!("{id:?}")));
+    let agentctl = docker::static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
+    let daemon = Daemon::start_with_env(
+        &["--static-agentctl", agentctl.to_str().unwrap()],
+        &[(&format!("{id}.toml"), &profile)],
+        &[],
+    )
+    .await;
+    let label = format!("tether.install_id={}", daemon.install_id);
+    (daemon, docker::Cleanup { label, image: Some(tag) })
+}
+
 /// The pid of the process whose command line (NUL-separated) contains `needle`.
 fn find_process(needle: &str) -> Option<u32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
@@ -410,23 +433,11 @@ async fn the_docker_runtime_confines_a_sandboxed_agent_alike() {
         port
     };
     let (allowed, other) = (serve("from the allowed server"), serve("from another"));
-    let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
-    docker::build_mock_image(&engine, &tag).await;
-    let profile = docker::mock_docker_profile(&tag).replace("\"mock-docker\"", "\"boxed-docker\"")
-        + &format!(
-            "[sandbox]\nfilesystem = \"workspace\"\nnetwork = \"allowlist\"\nallow = [\"{gateway}:{allowed}\"]\n"
-        );
-    let agentctl = docker::static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
-    let daemon = Daemon::start_with_env(
-        &["--static-agentctl", agentctl.to_str().unwrap()],
-        &[("boxed-docker.toml", &profile)],
-        &[],
-    )
-    .await;
-    let _cleanup = docker::Cleanup {
-        label: format!("tether.install_id={}", daemon.install_id),
-        image: Some(tag),
-    };
+    let sandbox = format!(
+        "[sandbox]\nfilesystem = \"workspace\"\nnetwork = \"allowlist\"\nallow = [\"{gateway}:{allowed}\"]\n"
+    );
+    let (daemon, _cleanup) =
+        docker_daemon(&engine, "boxed-docker", |profile| profile + &sandbox).await;
     let api = daemon.api().await;
     let session = api.ready_session("boxed-docker", &daemon.workspace("boxed")).await;
     let sandbox = api.status(&session).await.sandbox.expect("confined");
@@ -474,23 +485,11 @@ async fn a_container_runtime_the_engine_lacks_fails_the_start_saying_so() {
     if info.runtimes.is_some_and(|runtimes| runtimes.contains_key("runsc")) {
         return println!("SKIPPED: this engine has runsc (the test needs one without it)");
     }
-    let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
-    docker::build_mock_image(&engine, &tag).await;
-    let profile = docker::mock_docker_profile(&tag)
-        .replace("\"mock-docker\"", "\"gvisor\"")
-        .replace("[docker]\n", "[docker]\nruntime = \"runsc\"\n")
-        + "[sandbox]\nnetwork = \"none\"\n";
-    let agentctl = docker::static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
-    let daemon = Daemon::start_with_env(
-        &["--static-agentctl", agentctl.to_str().unwrap()],
-        &[("gvisor.toml", &profile)],
-        &[],
-    )
+    let (daemon, _cleanup) = docker_daemon(&engine, "gvisor", |profile| {
+        profile.replace("[docker]\n", "[docker]\nruntime = \"runsc\"\n")
+            + "[sandbox]\nnetwork = \"none\"\n"
+    })
     .await;
-    let _cleanup = docker::Cleanup {
-        label: format!("tether.install_id={}", daemon.install_id),
-        image: Some(tag),
-    };
     let api = daemon.api().await;
     let agents = ok("agents.list", api.typed().agents_list()).await;
     let gvisor = agents.iter().find(|agent| agent.id == "gvisor").expect("listed");

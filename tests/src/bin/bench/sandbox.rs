@@ -47,32 +47,8 @@ pub(super) async fn sandbox(rows: &mut Vec<Row>) {
     ];
     let daemon = Daemon::start_with_profiles(&[], &profiles).await;
     let api = daemon.api().await;
-    let (mut open_p50, mut boxed_p50, mut overhead) = (Vec::new(), Vec::new(), Vec::new());
-    for run in 0..RUNS {
-        let (mut open, mut confined) = (Vec::new(), Vec::new());
-        for n in 0..STARTS {
-            let (_, took) = start(&api, "mock", &daemon.workspace(&format!("o{run}-{n}"))).await;
-            open.push(std::time::Duration::from_secs_f64(took / 1000.0));
-            let (_, took) = start(&api, "boxed", &daemon.workspace(&format!("b{run}-{n}"))).await;
-            confined.push(std::time::Duration::from_secs_f64(took / 1000.0));
-        }
-        let (o, b) = (ms(percentile(&mut open, 0.5)), ms(percentile(&mut confined, 0.5)));
-        open_p50.push(o);
-        boxed_p50.push(b);
-        overhead.push(b - o);
-        ok("sessions.stop_all", api.typed().stop_all()).await;
-    }
-    let (open_min, open_med) = min_median(&mut open_p50);
-    let (boxed_min, boxed_med) = min_median(&mut boxed_p50);
-    let (over_min, over_med) = min_median(&mut overhead);
-    rows.push(Row {
-        measure: "sandbox start overhead, create → ready, workspace + allowlist vs unconfined (p50 of 20; min / median of runs)",
-        target: "≤ 20 ms added to a cold start",
-        result: format!(
-            "{over_min:+.1} / {over_med:+.1} ms (confined {boxed_min:.1} / {boxed_med:.1} ms, unconfined {open_min:.1} / {open_med:.1} ms)"
-        ),
-        value: json!({"overhead_ms": [over_min, over_med], "confined_ms": [boxed_min, boxed_med], "unconfined_ms": [open_min, open_med]}),
-    });
+    let measure = "sandbox start overhead, create → ready, workspace + allowlist vs unconfined (p50 of 20; min / median of runs)";
+    rows.push(compare_starts(&api, &daemon, ["mock", "boxed"], STARTS, measure).await);
 
     let open = api.ready_session("fast", &daemon.workspace("relay-open")).await;
     let confined = api.ready_session("fast-boxed", &daemon.workspace("relay-boxed")).await;
@@ -97,6 +73,46 @@ pub(super) async fn sandbox(rows: &mut Vec<Row>) {
     });
     ok("sessions.stop_all", api.typed().stop_all()).await;
     docker_start(rows).await;
+}
+
+/// Create → ready of `[unconfined, confined]` profiles, `count` of each per run,
+/// interleaved, each session stopped once measured (an engine takes 16 at a time): the
+/// overhead's row.
+async fn compare_starts(
+    api: &Api,
+    daemon: &Daemon,
+    profiles: [&str; 2],
+    count: usize,
+    measure: &'static str,
+) -> Row {
+    let (mut open_p50, mut boxed_p50, mut overhead) = (Vec::new(), Vec::new(), Vec::new());
+    for run in 0..RUNS {
+        let mut samples = [Vec::new(), Vec::new()];
+        for n in 0..count {
+            for (profile, samples) in profiles.iter().zip(samples.iter_mut()) {
+                let workspace = daemon.workspace(&format!("{profile}-{run}-{n}"));
+                let (session, took) = start(api, profile, &workspace).await;
+                samples.push(std::time::Duration::from_secs_f64(took / 1000.0));
+                ok("task.session.stop", api.typed().session_stop(session)).await;
+            }
+        }
+        let [open, confined] = &mut samples;
+        let (o, b) = (ms(percentile(open, 0.5)), ms(percentile(confined, 0.5)));
+        open_p50.push(o);
+        boxed_p50.push(b);
+        overhead.push(b - o);
+    }
+    let (open_min, open_med) = min_median(&mut open_p50);
+    let (boxed_min, boxed_med) = min_median(&mut boxed_p50);
+    let (over_min, over_med) = min_median(&mut overhead);
+    Row {
+        measure,
+        target: "≤ 20 ms added to a cold start",
+        result: format!(
+            "{over_min:+.1} / {over_med:+.1} ms (confined {boxed_min:.1} / {boxed_med:.1} ms, unconfined {open_min:.1} / {open_med:.1} ms)"
+        ),
+        value: json!({"overhead_ms": [over_min, over_med], "confined_ms": [boxed_min, boxed_med], "unconfined_ms": [open_min, open_med]}),
+    }
 }
 
 /// Create → ready on Docker, confined beside unconfined, interleaved.
@@ -124,34 +140,6 @@ async fn docker_start(rows: &mut Vec<Row>) {
         image: Some(tag),
     };
     let api = daemon.api().await;
-    let (mut open_p50, mut boxed_p50, mut overhead) = (Vec::new(), Vec::new(), Vec::new());
-    for run in 0..RUNS {
-        let (mut open, mut confined) = (Vec::new(), Vec::new());
-        for n in 0..DOCKER_STARTS {
-            // Each stopped once measured: an engine takes 16 sessions at a time.
-            for (profile, samples) in [("open-docker", &mut open), ("boxed-docker", &mut confined)]
-            {
-                let workspace = daemon.workspace(&format!("{profile}-{run}-{n}"));
-                let (session, took) = start(&api, profile, &workspace).await;
-                samples.push(std::time::Duration::from_secs_f64(took / 1000.0));
-                ok("task.session.stop", api.typed().session_stop(session)).await;
-            }
-        }
-        let (o, b) = (ms(percentile(&mut open, 0.5)), ms(percentile(&mut confined, 0.5)));
-        open_p50.push(o);
-        boxed_p50.push(b);
-        overhead.push(b - o);
-        ok("sessions.stop_all", api.typed().stop_all()).await;
-    }
-    let (open_min, open_med) = min_median(&mut open_p50);
-    let (boxed_min, boxed_med) = min_median(&mut boxed_p50);
-    let (over_min, over_med) = min_median(&mut overhead);
-    rows.push(Row {
-        measure,
-        target: "≤ 20 ms added to a cold start",
-        result: format!(
-            "{over_min:+.1} / {over_med:+.1} ms (confined {boxed_min:.1} / {boxed_med:.1} ms, unconfined {open_min:.1} / {open_med:.1} ms)"
-        ),
-        value: json!({"overhead_ms": [over_min, over_med], "confined_ms": [boxed_min, boxed_med], "unconfined_ms": [open_min, open_med]}),
-    });
+    let profiles = ["open-docker", "boxed-docker"];
+    rows.push(compare_starts(&api, &daemon, profiles, DOCKER_STARTS, measure).await);
 }
