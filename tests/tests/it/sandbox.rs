@@ -91,7 +91,12 @@ fn which_bwrap() -> Option<std::path::PathBuf> {
 
 /// An "outside" HTTP server on loopback answering every request with `body`; its port.
 fn outside(body: &'static str) -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    outside_on("127.0.0.1", body)
+}
+
+/// [`outside`] on the address `ip` (a container reaches this host at its bridge's gateway).
+fn outside_on(ip: &str, body: &'static str) -> u16 {
+    let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
@@ -416,22 +421,7 @@ async fn the_docker_runtime_confines_a_sandboxed_agent_alike() {
         .and_then(|ipam| ipam.config)
         .and_then(|configs| configs.into_iter().find_map(|config| config.gateway))
         .expect("the bridge's gateway");
-    let serve = |body: &'static str| {
-        let listener = std::net::TcpListener::bind((gateway.as_str(), 0)).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        std::thread::spawn(move || {
-            for mut stream in listener.incoming().flatten() {
-                let mut head = [0u8; 4096];
-                let _ = stream.read(&mut head);
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(answer.as_bytes());
-            }
-        });
-        port
-    };
+    let serve = |body| outside_on(&gateway, body);
     let (allowed, other) = (serve("from the allowed server"), serve("from another"));
     let sandbox = format!(
         "[sandbox]\nfilesystem = \"workspace\"\nnetwork = \"allowlist\"\nallow = [\"{gateway}:{allowed}\"]\n"
