@@ -68,6 +68,8 @@ mod usage;
 pub use usage::*;
 mod changes;
 pub use changes::*;
+mod checkpoints;
+pub use checkpoints::*;
 
 /// Session states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -1003,6 +1005,12 @@ pub enum EventKind {
         /// What took it.
         trigger: SnapshotTrigger,
     },
+    /// A checkpoint of the workspace's files was stored
+    /// (`task.session.checkpoint.list` lists it).
+    CheckpointTaken {
+        /// The checkpoint.
+        checkpoint: Checkpoint,
+    },
     /// A resume brought the session's agent back (a `resume_outcome` event, kept for older
     /// clients, says the same).
     Resumed {
@@ -1147,6 +1155,23 @@ pub enum TimelineEvent {
         snapshot_id: String,
         /// What took it.
         trigger: SnapshotTrigger,
+    },
+    /// A checkpoint of the workspace's files was taken (`task.session.checkpoint.list`
+    /// lists them).
+    CheckpointTaken {
+        /// Its number in the session (its `seq` in `task.session.checkpoint.list`).
+        checkpoint: u64,
+        /// What took it.
+        trigger: CheckpointTrigger,
+        /// The turn it ends, by number, for a turn's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        turn: Option<u64>,
+        /// The commit.
+        commit: String,
+        /// The files it holds.
+        files: u64,
+        /// The bytes it added to the repository.
+        added_bytes: u64,
     },
     /// Something went wrong: the agent exited, a restore failed, a launch failed.
     Error {

@@ -208,6 +208,23 @@ impl ApiServer for Methods {
         self.0.revert_change(session_id.into(), path).await.map_err(to_rpc)
     }
 
+    async fn session_checkpoint_list(
+        &self,
+        session_id: String,
+    ) -> RpcResult<protocol::api::CheckpointList> {
+        self.0.checkpoints(session_id.into()).await.map_err(to_rpc)
+    }
+
+    async fn session_checkpoint_restore(
+        &self,
+        session_id: String,
+        number: Option<u64>,
+        turn: Option<u64>,
+        into: String,
+    ) -> RpcResult<protocol::api::CheckpointRestored> {
+        self.0.restore_checkpoint(session_id.into(), number, turn, into).await.map_err(to_rpc)
+    }
+
     async fn session_changes_keep(
         &self,
         session_id: String,

@@ -200,6 +200,24 @@ enum Command {
         #[command(flatten)]
         json: JsonFlag,
     },
+    /// A session's workspace checkpoints (its files at every turn's end, kept by the
+    /// supervisor); --restore-into writes one into a new or empty directory.
+    Checkpoints {
+        /// The session.
+        session: String,
+        /// Write a checkpoint's files into this directory (absolute, new or empty): the
+        /// newest, or --seq's, or --turn's.
+        #[arg(long, value_name = "DIR")]
+        restore_into: Option<PathBuf>,
+        /// The checkpoint, by its number.
+        #[arg(long, requires = "restore_into", conflicts_with = "turn")]
+        seq: Option<u64>,
+        /// The turn whose checkpoint, by its number from 1.
+        #[arg(long, requires = "restore_into")]
+        turn: Option<u64>,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
     /// A session's prompt queue: prompts sent while a turn ran, run in order as turns end;
     /// a failed or cancelled turn halts it until `queue resume`.
     #[command(subcommand)]

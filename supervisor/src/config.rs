@@ -105,6 +105,8 @@ pub struct DaemonConfig {
     /// `[sandbox]`: how the agents of profiles without one are confined (absent: not at
     /// all), checked as a profile's.
     pub sandbox: Option<agents::profile::SandboxSettings>,
+    /// `[checkpoints]`: the limits of workspace checkpoints.
+    pub checkpoints: crate::checkpoint::Limits,
 }
 
 /// How long an agent may sit idle before its session is parked, unless a profile or
@@ -134,6 +136,15 @@ struct RawConfig {
     session: Option<RawSessionSection>,
     /// Read again, checked, by `agents::profile::parse_sandbox_table`.
     sandbox: Option<toml::Table>,
+    checkpoints: Option<RawCheckpoints>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCheckpoints {
+    max_file_bytes: Option<Spanned<u64>>,
+    max_workspace_bytes: Option<Spanned<u64>>,
+    wait_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -208,6 +219,7 @@ pub fn parse(text: &str, file: &Path) -> Result<DaemonConfig, ConfigError> {
         docker_engines,
         idle_timeout_secs: raw.session.and_then(|session| session.idle_timeout_secs),
         sandbox,
+        checkpoints: checkpoint_limits(&locator, raw.checkpoints)?,
     })
 }
 
@@ -295,6 +307,38 @@ fn retain_bytes(
         )),
         other => Ok(other.map(Spanned::into_inner)),
     }
+}
+
+/// `[checkpoints]`, its sizes checked to be more than 0.
+fn checkpoint_limits(
+    locator: &Locator<'_>,
+    raw: Option<RawCheckpoints>,
+) -> Result<crate::checkpoint::Limits, ConfigError> {
+    let mut limits = crate::checkpoint::Limits::default();
+    let Some(raw) = raw else { return Ok(limits) };
+    for (value, field, slot) in [
+        (raw.max_file_bytes, "checkpoints.max_file_bytes", &mut limits.max_file_bytes),
+        (
+            raw.max_workspace_bytes,
+            "checkpoints.max_workspace_bytes",
+            &mut limits.max_workspace_bytes,
+        ),
+    ] {
+        if let Some(value) = value {
+            if *value.get_ref() == 0 {
+                return Err(locator.invalid(
+                    value.span(),
+                    Some(field),
+                    "must be greater than 0".into(),
+                ));
+            }
+            *slot = value.into_inner();
+        }
+    }
+    if let Some(wait_ms) = raw.wait_ms {
+        limits.wait = std::time::Duration::from_millis(wait_ms);
+    }
+    Ok(limits)
 }
 
 /// `[[docker.engines]]`, each validated, its TLS paths absolute, its name not repeated.
@@ -469,6 +513,17 @@ interval_minutes = 5
         assert_eq!(field, "retention.interval_minutes");
         let (line, _, field, _) = invalid("listen = [");
         assert_eq!((line, field.as_str()), (1, "(file)"));
+    }
+
+    #[test]
+    fn checkpoint_limits_are_read_and_a_zero_size_refused() {
+        let text = "[checkpoints]\nmax_file_bytes = 100\nmax_workspace_bytes = 1000\nwait_ms = 50\n";
+        let limits = parse(text, Path::new("/h/config.toml")).unwrap().checkpoints;
+        assert_eq!((limits.max_file_bytes, limits.max_workspace_bytes), (100, 1000));
+        assert_eq!(limits.wait, Duration::from_millis(50));
+        let (line, _, field, reason) = invalid("[checkpoints]\nmax_file_bytes = 0\n");
+        assert_eq!((line, field.as_str()), (2, "checkpoints.max_file_bytes"));
+        assert!(reason.contains("greater than 0"), "{reason}");
     }
 
     #[test]

@@ -23,6 +23,7 @@
 
 pub mod api;
 pub mod changes;
+pub mod checkpoint;
 pub mod cli;
 pub mod config;
 pub mod events;

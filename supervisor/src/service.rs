@@ -7,6 +7,7 @@
 //! end (stop, stop-all, delete, cleanup); `recovery.rs` what a restart finds.
 
 mod changes;
+mod checkpoints;
 mod ending;
 mod fork;
 mod lifecycle;
@@ -264,6 +265,8 @@ pub struct SupervisorConfig {
     /// drives the daemon, so agents do not run as another user (`[process] user`): that
     /// user would get the daemon's own through the API.
     pub api_token: bool,
+    /// The workspace checkpoints every session takes (`config.toml`'s `[checkpoints]`).
+    pub checkpoints: Arc<crate::checkpoint::Checkpoints>,
 }
 
 /// The supervisor's state: shared by every API connection.
@@ -447,6 +450,7 @@ impl Supervisor {
             default_sandbox: self.config.default_sandbox.clone(),
             pool: self.pool.clone(),
             teardowns: self.teardowns.clone(),
+            checkpoints: Arc::clone(&self.config.checkpoints),
         })
     }
 

@@ -518,6 +518,8 @@ pub struct SessionContext {
     /// Launches, retires and fences in flight, the daemon's as a whole: a shutdown waits
     /// for them, so it never abandons a sidecar half started or half stopped.
     pub teardowns: tokio_util::task::TaskTracker,
+    /// The daemon's workspace checkpoints (see `checkpoint.rs`).
+    pub checkpoints: Arc<crate::checkpoint::Checkpoints>,
 }
 
 impl SessionContext {

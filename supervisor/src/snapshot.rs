@@ -261,6 +261,7 @@ fn errors(
             TimelineEvent::TurnStarted { .. }
             | TimelineEvent::PauseRequested { .. }
             | TimelineEvent::SnapshotTaken { .. }
+            | TimelineEvent::CheckpointTaken { .. }
             | TimelineEvent::Plan { .. } => continue,
         };
         let outcome = match event {

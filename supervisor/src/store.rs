@@ -9,6 +9,7 @@
 //! Schema changes are numbered migrations recorded in `schema_migrations`; a failed
 //! migration stops startup with [`StoreError::Migration`].
 
+mod checkpoints;
 mod executions;
 mod forks;
 mod journal;
@@ -655,4 +656,4 @@ const EXECUTOR_COLUMNS: &str = "session_id, execution_id, generation, runtime, s
      resume_outcome, runtime_handle, agentctl_url, agentctl_cert";
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -56,6 +56,31 @@ pub async fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("git prints UTF-8").trim().to_owned()
 }
 
+/// Every file under `dir` but those of a `.git` in it, path → content (a symlink: its
+/// target), to compare two trees byte for byte.
+pub fn files_of(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    fn walk(top: &Path, dir: &Path, out: &mut std::collections::BTreeMap<String, Vec<u8>>) {
+        for entry in std::fs::read_dir(dir).expect("the directory is readable") {
+            let path = entry.expect("an entry").path();
+            let name = path.strip_prefix(top).expect("under top").display().to_string();
+            let meta = std::fs::symlink_metadata(&path).expect("a file");
+            if path.file_name().is_some_and(|name| name == ".git") {
+                continue;
+            } else if meta.is_symlink() {
+                let target = std::fs::read_link(&path).expect("a link");
+                out.insert(name, target.display().to_string().into_bytes());
+            } else if meta.is_dir() {
+                walk(top, &path, out);
+            } else {
+                out.insert(name, std::fs::read(&path).expect("readable"));
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
 /// Makes `dir` a repository on `main` with one (empty) commit.
 pub async fn git_repository(dir: &Path) {
     git(dir, &["init", "-q", "-b", "main"]).await;

@@ -26,6 +26,10 @@ pub const SESSION_STEER: &str = "task.session.steer";
 pub const SESSION_FORK: &str = "task.session.fork";
 /// `task.session.rewind`
 pub const SESSION_REWIND: &str = "task.session.rewind";
+/// `task.session.checkpoint.list`
+pub const SESSION_CHECKPOINT_LIST: &str = "task.session.checkpoint.list";
+/// `task.session.checkpoint.restore`
+pub const SESSION_CHECKPOINT_RESTORE: &str = "task.session.checkpoint.restore";
 /// `task.session.changes`
 pub const SESSION_CHANGES: &str = "task.session.changes";
 /// `task.session.changes.revert`
@@ -174,6 +178,8 @@ pub const ALL: &[&str] = &[
     SESSION_FORK,
     SESSION_REWIND,
     SESSION_CHANGES,
+    SESSION_CHECKPOINT_LIST,
+    SESSION_CHECKPOINT_RESTORE,
     SESSION_CHANGES_REVERT,
     SESSION_CHANGES_KEEP,
     SESSION_QUEUE_LIST,

@@ -10,11 +10,12 @@ use serde_json::{Map, Value, json};
 
 use super::params::{self, Checked};
 use super::{
-    AgentInfo, BudgetUse, ChangesReverted, CleanupResult, Done, ErrorData, EventWindow, ForkResult,
-    HistoryEntry, PauseResult, PromptQueue, PromptStarted, ResumeResult, RewindResult,
-    SessionChanges, SessionConfig, SessionEvent, SessionStatus, SessionSummary, SessionsEvent,
-    Snapshot, SnapshotSummary, Steered, StopAllResult, Task, TaskDetail, Timeline, UsageReport,
-    WorkflowEvent, WorkflowStarted, WorkflowStatus, WorkflowSummary, WorkflowsEvent, method,
+    AgentInfo, BudgetUse, ChangesReverted, CheckpointList, CheckpointRestored, CleanupResult, Done,
+    ErrorData, EventWindow, ForkResult, HistoryEntry, PauseResult, PromptQueue, PromptStarted,
+    ResumeResult, RewindResult, SessionChanges, SessionConfig, SessionEvent, SessionStatus,
+    SessionSummary, SessionsEvent, Snapshot, SnapshotSummary, Steered, StopAllResult, Task,
+    TaskDetail, Timeline, UsageReport, WorkflowEvent, WorkflowStarted, WorkflowStatus,
+    WorkflowSummary, WorkflowsEvent, method,
 };
 use crate::errors::ErrorKind;
 
@@ -101,12 +102,12 @@ pub fn generate() -> Value {
     let mut m = Methods { generator: settings.into_generator(), methods: Vec::new() };
     use params::{
         BudgetSet, Cleanup, ElicitationRespond, NoParams, PermissionRespond, SessionChangesKeep,
-        SessionChangesRevert, SessionCreate, SessionDelete, SessionEventWindow, SessionFork,
-        SessionHistory, SessionId, SessionList, SessionPause, SessionPrompt, SessionQueueEdit,
-        SessionQueueRemove, SessionResume, SessionRetryTurn, SessionRewind, SessionSetConfigOption,
-        SessionSetMode, SessionSubscribe, SessionTimeline, SnapshotGet, TaskCreate, TaskDelete,
-        TaskGet, UsageQuery, WorkflowApprove, WorkflowId, WorkflowResume, WorkflowStart,
-        WorkflowSubscribe,
+        SessionChangesRevert, SessionCheckpointRestore, SessionCreate, SessionDelete,
+        SessionEventWindow, SessionFork, SessionHistory, SessionId, SessionList, SessionPause,
+        SessionPrompt, SessionQueueEdit, SessionQueueRemove, SessionResume, SessionRetryTurn,
+        SessionRewind, SessionSetConfigOption, SessionSetMode, SessionSubscribe, SessionTimeline,
+        SnapshotGet, TaskCreate, TaskDelete, TaskGet, UsageQuery, WorkflowApprove, WorkflowId,
+        WorkflowResume, WorkflowStart, WorkflowSubscribe,
     };
     m.add::<NoParams, Vec<AgentInfo>>(
         method::AGENTS_LIST,
@@ -154,6 +155,14 @@ pub fn generate() -> Value {
     m.add::<SessionChangesRevert, ChangesReverted>(
         method::SESSION_CHANGES_REVERT,
         "Reverts one file the changes list to its content in the base commit (in the working tree and the index; a file the base does not have is removed), after the workspace's files are saved on refs/tether/reverted/<session>/<id>, so nothing it takes away is lost. Allowed while the agent works; the agent is not told.",
+    );
+    m.add::<SessionId, CheckpointList>(
+        method::SESSION_CHECKPOINT_LIST,
+        "The session's workspace checkpoints, oldest first: the workspace's files (tracked and untracked, ignored ones and those over [checkpoints] max_file_bytes left out) as a commit in a repository the supervisor keeps for the session, taken at every turn's end (ref refs/tether/sessions/<session>/turns/<n>), at a pause, a park and a stop, and before a restore. The user's repository, index, HEAD and branches are never touched.",
+    );
+    m.add::<SessionCheckpointRestore, CheckpointRestored>(
+        method::SESSION_CHECKPOINT_RESTORE,
+        "Writes a checkpoint's files (seq, else turn's, else the newest) into into, an absolute path to a new or empty directory (refused otherwise). The session and its workspace are not changed.",
     );
     m.add::<SessionChangesKeep, SessionChanges>(
         method::SESSION_CHANGES_KEEP,
@@ -458,6 +467,8 @@ mod tests {
         let _ = client.session_changes(s()).await;
         let _ = client.session_changes_revert(s(), "a.txt".into()).await;
         let _ = client.session_changes_keep(s(), "a.txt".into(), "0a1b".into(), Some(false)).await;
+        let _ = client.session_checkpoint_list(s()).await;
+        let _ = client.session_checkpoint_restore(s(), Some(1), None, "/tmp/x".into()).await;
         let _ = client.session_queue_list(s()).await;
         let _ = client.session_queue_edit(s(), "q".into(), Some("p".into()), Some(1)).await;
         let _ = client.session_queue_remove(s(), "q".into()).await;
@@ -703,6 +714,21 @@ mod tests {
             never()
         }
         async fn session_queue_list(&self, _: String) -> jsonrpsee::core::RpcResult<PromptQueue> {
+            never()
+        }
+        async fn session_checkpoint_list(
+            &self,
+            _: String,
+        ) -> jsonrpsee::core::RpcResult<CheckpointList> {
+            never()
+        }
+        async fn session_checkpoint_restore(
+            &self,
+            _: String,
+            _: Option<u64>,
+            _: Option<u64>,
+            _: String,
+        ) -> jsonrpsee::core::RpcResult<CheckpointRestored> {
             never()
         }
         async fn session_changes(&self, _: String) -> jsonrpsee::core::RpcResult<SessionChanges> {

@@ -762,6 +762,28 @@ impl Checked for SessionChangesRevert {
     }
 }
 
+/// `task.session.checkpoint.restore`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionCheckpointRestore {
+    /// The session.
+    pub session_id: String,
+    /// The checkpoint, by its number (`task.session.checkpoint.list`); absent: `turn`'s.
+    #[serde(default)]
+    pub seq: Option<u64>,
+    /// The turn whose checkpoint, by its number from 1; absent (with `seq`): the newest.
+    #[serde(default)]
+    pub turn: Option<u64>,
+    /// The directory to write it into: an absolute path, absent or empty.
+    pub into: String,
+}
+impl Checked for SessionCheckpointRestore {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)?;
+        within("into", &self.into, MAX_PATH)
+    }
+}
+
 /// `task.session.changes.keep`
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -976,15 +998,16 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
     use method::{
         AGENTS_LIST, BUDGET_SET, CLEANUP, DISCOVER, ELICITATION_RESPOND, PERMISSION_RESPOND,
         SESSION_CANCEL, SESSION_CHANGES, SESSION_CHANGES_KEEP, SESSION_CHANGES_REVERT,
-        SESSION_CONFIG_OPTIONS, SESSION_CREATE, SESSION_DELETE, SESSION_EVENT_WINDOW, SESSION_FORK,
-        SESSION_HISTORY, SESSION_LIST, SESSION_PAUSE, SESSION_PROMPT, SESSION_QUEUE_CLEAR,
-        SESSION_QUEUE_EDIT, SESSION_QUEUE_LIST, SESSION_QUEUE_REMOVE, SESSION_QUEUE_RESUME,
-        SESSION_RESUME, SESSION_RETRY_TURN, SESSION_REWIND, SESSION_SET_CONFIG_OPTION,
-        SESSION_SET_MODE, SESSION_STATUS, SESSION_STEER, SESSION_STOP, SESSION_SUBSCRIBE,
-        SESSION_SUBSCRIBE_BATCH, SESSION_TIMELINE, SESSIONS_SUBSCRIBE, SNAPSHOT_GET, SNAPSHOT_LIST,
-        STOP_ALL, TASK_CREATE, TASK_DELETE, TASK_GET, TASK_LIST, USAGE_QUERY, WORKFLOW_APPROVE,
-        WORKFLOW_CANCEL, WORKFLOW_DELETE, WORKFLOW_LIST, WORKFLOW_RESUME, WORKFLOW_START,
-        WORKFLOW_STATUS, WORKFLOW_SUBSCRIBE, WORKFLOWS_SUBSCRIBE,
+        SESSION_CHECKPOINT_LIST, SESSION_CHECKPOINT_RESTORE, SESSION_CONFIG_OPTIONS,
+        SESSION_CREATE, SESSION_DELETE, SESSION_EVENT_WINDOW, SESSION_FORK, SESSION_HISTORY,
+        SESSION_LIST, SESSION_PAUSE, SESSION_PROMPT, SESSION_QUEUE_CLEAR, SESSION_QUEUE_EDIT,
+        SESSION_QUEUE_LIST, SESSION_QUEUE_REMOVE, SESSION_QUEUE_RESUME, SESSION_RESUME,
+        SESSION_RETRY_TURN, SESSION_REWIND, SESSION_SET_CONFIG_OPTION, SESSION_SET_MODE,
+        SESSION_STATUS, SESSION_STEER, SESSION_STOP, SESSION_SUBSCRIBE, SESSION_SUBSCRIBE_BATCH,
+        SESSION_TIMELINE, SESSIONS_SUBSCRIBE, SNAPSHOT_GET, SNAPSHOT_LIST, STOP_ALL, TASK_CREATE,
+        TASK_DELETE, TASK_GET, TASK_LIST, USAGE_QUERY, WORKFLOW_APPROVE, WORKFLOW_CANCEL,
+        WORKFLOW_DELETE, WORKFLOW_LIST, WORKFLOW_RESUME, WORKFLOW_START, WORKFLOW_STATUS,
+        WORKFLOW_SUBSCRIBE, WORKFLOWS_SUBSCRIBE,
     };
     match method_name {
         AGENTS_LIST | TASK_LIST | STOP_ALL | DISCOVER | WORKFLOW_LIST | SESSIONS_SUBSCRIBE
@@ -998,6 +1021,7 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         SESSION_REWIND => parse::<SessionRewind>(raw).map(drop),
         SESSION_CHANGES_REVERT => parse::<SessionChangesRevert>(raw).map(drop),
         SESSION_CHANGES_KEEP => parse::<SessionChangesKeep>(raw).map(drop),
+        SESSION_CHECKPOINT_RESTORE => parse::<SessionCheckpointRestore>(raw).map(drop),
         BUDGET_SET => parse::<BudgetSet>(raw).map(drop),
         USAGE_QUERY => parse::<UsageQuery>(raw).map(drop),
         WORKFLOW_SUBSCRIBE => parse::<WorkflowSubscribe>(raw).map(drop),
@@ -1010,6 +1034,7 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         SESSION_SET_MODE => parse::<SessionSetMode>(raw).map(drop),
         SESSION_STATUS
         | SESSION_CHANGES
+        | SESSION_CHECKPOINT_LIST
         | SESSION_CANCEL
         | SESSION_STOP
         | SNAPSHOT_LIST

@@ -1,13 +1,13 @@
 //! The API trait: every method of Tether's JSON-RPC surface, its params and results.
 
 use super::{
-    AgentInfo, BudgetUse, ChangesReverted, CleanupResult, Done, EventBatch, EventWindow,
-    ForkResult, HistoryEntry, PauseResult, PromptQueue, PromptStarted, ResumeResult, RewindResult,
-    RpcResult, RuntimeKind, SessionChanges, SessionConfig, SessionEvent, SessionState,
-    SessionStatus, SessionSummary, SessionsEvent, Snapshot, SnapshotSummary, Steered,
-    StopAllResult, SubscriptionResult, Task, TaskDetail, Timeline, UsageGroupBy, UsageReport,
-    Value, WorkflowEvent, WorkflowStarted, WorkflowStatus, WorkflowSummary, WorkflowsEvent, params,
-    rpc,
+    AgentInfo, BudgetUse, ChangesReverted, CheckpointList, CheckpointRestored, CleanupResult, Done,
+    EventBatch, EventWindow, ForkResult, HistoryEntry, PauseResult, PromptQueue, PromptStarted,
+    ResumeResult, RewindResult, RpcResult, RuntimeKind, SessionChanges, SessionConfig,
+    SessionEvent, SessionState, SessionStatus, SessionSummary, SessionsEvent, Snapshot,
+    SnapshotSummary, Steered, StopAllResult, SubscriptionResult, Task, TaskDetail, Timeline,
+    UsageGroupBy, UsageReport, Value, WorkflowEvent, WorkflowStarted, WorkflowStatus,
+    WorkflowSummary, WorkflowsEvent, params, rpc,
 };
 
 #[rpc(server, client)]
@@ -126,6 +126,20 @@ pub trait Api {
         session_id: String,
         path: String,
     ) -> RpcResult<ChangesReverted>;
+
+    /// The session's workspace checkpoints, oldest first.
+    #[method(name = "task.session.checkpoint.list", param_kind = map)]
+    async fn session_checkpoint_list(&self, session_id: String) -> RpcResult<CheckpointList>;
+
+    /// Writes a checkpoint's files into a new or empty directory.
+    #[method(name = "task.session.checkpoint.restore", param_kind = map)]
+    async fn session_checkpoint_restore(
+        &self,
+        session_id: String,
+        #[argument(rename = "seq")] number: Option<u64>,
+        turn: Option<u64>,
+        into: String,
+    ) -> RpcResult<CheckpointRestored>;
 
     /// Marks a changed file kept at the content the reviewer saw (or takes that back).
     #[method(name = "task.session.changes.keep", param_kind = map)]

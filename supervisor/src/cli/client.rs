@@ -250,6 +250,10 @@ impl Client {
             Command::Changes { session, diff, keep, revert, json } => {
                 self.changes(session, super::review::Review { diff, keep, revert }, json.json).await
             }
+            Command::Checkpoints { session, restore_into, seq, turn, json } => {
+                let restore = restore_into.map(|into| super::review::Restore { into, seq, turn });
+                self.checkpoints(session, restore, json.json).await
+            }
         }
     }
 

@@ -533,6 +533,21 @@ impl StepWait {
     }
 }
 
+/// A size in bytes, in the largest binary unit under which it is at least 1.
+pub(super) fn bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
 /// A session's executions, turns and timeline, as `sessions show` prints them after its
 /// status: each execution with its generation (from its start in the timeline when the
 /// daemon gives it only for the current one), each turn with its tokens (`turn_usage`, by
@@ -690,6 +705,16 @@ pub(super) fn describe_timeline(event: &protocol::api::TimelineEvent, at: i64) -
         ),
         E::Resumed { outcome, execution_id } => format!("resumed ({outcome})\t{execution_id}"),
         E::SnapshotTaken { snapshot_id, trigger } => format!("snapshot ({trigger})\t{snapshot_id}"),
+        E::CheckpointTaken { checkpoint: seq, trigger, turn, commit, files, added_bytes } => {
+            let turn = turn.map(|n| format!(", turn {n}")).unwrap_or_default();
+            format!(
+                "checkpoint {seq} ({}{turn})\t{}, {}, {} added",
+                trigger.as_str(),
+                commit.get(..12).unwrap_or(commit),
+                plural(usize::try_from(*files).unwrap_or(usize::MAX), "file"),
+                bytes(*added_bytes)
+            )
+        }
         E::Error { message } => format!("error\t{message}"),
         E::Plan { total, done, in_progress, current } => format!(
             "plan {done}/{total} done, {in_progress} in progress\t{}",

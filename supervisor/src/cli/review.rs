@@ -1,11 +1,43 @@
 //! `supervisor changes SESSION [--diff] [--keep PATH | --revert PATH]`: a review of what a
-//! session changed, from a terminal.
+//! session changed, from a terminal; `supervisor checkpoints SESSION [--restore-into DIR]`:
+//! its files at each turn's end.
 
-use protocol::api::{ApiClient, ChangeKind, SessionChanges};
+use protocol::api::{ApiClient, ChangeKind, Checkpoint, SessionChanges};
 
 use super::Failure;
 use super::client::Client;
-use super::output::print_json;
+use super::output::{ago, bytes, print_json};
+
+/// Which checkpoint `checkpoints --restore-into` writes, and where.
+pub(super) struct Restore {
+    /// The directory.
+    pub into: std::path::PathBuf,
+    /// The checkpoint, by number.
+    pub seq: Option<u64>,
+    /// The turn whose checkpoint.
+    pub turn: Option<u64>,
+}
+
+/// One checkpoint, as `checkpoints` lists it.
+pub(super) fn checkpoint_line(checkpoint: &Checkpoint) -> String {
+    let what = match checkpoint.turn {
+        Some(turn) => format!("turn {turn}"),
+        None => checkpoint.trigger.as_str().to_owned(),
+    };
+    let left_out = match checkpoint.left_out.len() {
+        0 => String::new(),
+        n => format!(", {n} left out (over the size limit)"),
+    };
+    format!(
+        "  {}\t{what}\t{}\t{} file(s), {}, {} added{left_out}\t{}",
+        checkpoint.seq,
+        checkpoint.commit.get(..12).unwrap_or(&checkpoint.commit),
+        checkpoint.files,
+        bytes(checkpoint.bytes),
+        bytes(checkpoint.added_bytes),
+        ago(checkpoint.taken_at),
+    )
+}
 
 /// What `changes` was asked to do besides listing.
 pub(super) struct Review {
@@ -18,6 +50,39 @@ pub(super) struct Review {
 }
 
 impl Client {
+    pub(super) async fn checkpoints(
+        &self,
+        session: String,
+        restore: Option<Restore>,
+        json: bool,
+    ) -> Result<(), Failure> {
+        let api = &*self.client;
+        if let Some(Restore { into, seq, turn }) = restore {
+            let into = std::path::absolute(&into).unwrap_or(into).display().to_string();
+            let restored = api.session_checkpoint_restore(session, seq, turn, into).await;
+            let restored = restored.map_err(|e| self.failure(e))?;
+            if json {
+                return print_json(&restored);
+            }
+            println!(
+                "wrote checkpoint {} ({} file(s), {}) into {}",
+                restored.checkpoint.seq, restored.files, restored.checkpoint.commit, restored.into
+            );
+            return Ok(());
+        }
+        let listed = api.session_checkpoint_list(session).await.map_err(|e| self.failure(e))?;
+        if json {
+            return print_json(&listed);
+        }
+        if listed.checkpoints.is_empty() {
+            println!("no checkpoints yet (one is taken at each turn's end)");
+        }
+        for checkpoint in &listed.checkpoints {
+            println!("{}", checkpoint_line(checkpoint));
+        }
+        Ok(())
+    }
+
     pub(super) async fn changes(
         &self,
         session: String,

@@ -281,6 +281,7 @@ fn new_supervisor(
         .filter(|secs| *secs > 0)
         .map(std::time::Duration::from_secs),
         default_sandbox: config.sandbox.clone(),
+        checkpoints: Arc::new(crate::checkpoint::Checkpoints::new(config.checkpoints)),
     })))
 }
 

@@ -47,6 +47,7 @@ fn supervisor(dir: &std::path::Path, mode: Mode, alive: bool) -> Setup {
         idle_timeout: None,
         default_sandbox: None,
         api_token: false,
+        checkpoints: Arc::default(),
     };
     Setup { supervisor: Arc::new(Supervisor::new(config)), runtime, connector }
 }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use agents::profile::{Advertised, Profile, RestoreMethod, UsageReporting};
 use protocol::acp::{Parsed, schema};
-use protocol::api::{PauseSummary, PromptOrigin, SnapshotTrigger, SummaryState};
+use protocol::api::{CheckpointTrigger, PauseSummary, PromptOrigin, SnapshotTrigger, SummaryState};
 use protocol::control::{Event, EventKind};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
@@ -429,6 +429,10 @@ impl SessionActor {
 
     async fn handle_internal(&mut self, report: Internal) {
         match report {
+            Internal::CheckpointTaken(checkpoint) => {
+                self.recorder.emit(SessionEventKind::CheckpointTaken { checkpoint });
+                self.recorder.flush_events();
+            }
             Internal::SnapshotTaken { snapshot_id, trigger } => {
                 self.recorder.emit(SessionEventKind::SnapshotTaken { snapshot_id, trigger });
             }
@@ -1511,6 +1515,10 @@ impl SessionActor {
         let Some(acp_session) = self.view_tx.borrow().acp_session_id.clone() else {
             return Err(SessionError::InvalidState("the ACP session is not open yet".into()));
         };
+        // The workspace as the last turn left it is checkpointed before this one changes it.
+        if !self.context.checkpoints.settle(&self.row.id).await {
+            tracing::warn!(session = %self.row.id, "a turn starts before the last checkpoint is done");
+        }
         let injected = self.conversation.resume_context.is_some();
         // A steer's text goes with what the turn cancelled for it had done.
         let agent_text = match &steer_of {
@@ -1743,7 +1751,8 @@ impl SessionActor {
         let then = (!self.row.state.is_terminal()
             && (self.row.state != waiting || self.row.error_message != error))
             .then(|| (waiting, error.clone(), Some(task_state::REVIEW)));
-        let end = TurnEnd { turn_id, state, stop_reason, error, then: then.clone() };
+        let end =
+            TurnEnd { turn_id: turn_id.clone(), state, stop_reason, error, then: then.clone() };
         for kind in end.events() {
             self.recorder.emit(kind);
         }
@@ -1778,6 +1787,7 @@ impl SessionActor {
         let per_turn = self.profile.session.usage_totals == UsageReporting::PerTurn;
         crate::session::meter::count_turn(&self.row.agent_profile_id, per_turn, &usage);
         self.check_limits(&usage).await;
+        self.checkpoint_in_background(CheckpointTrigger::Turn, Some(turn_id));
         if state == TurnState::Completed {
             self.snapshot_in_background(SnapshotTrigger::TurnComplete, None);
         }
@@ -2280,6 +2290,11 @@ impl SessionActor {
         // A kill here leaves an agentless session not yet `PAUSED`: recovery sets it
         // waiting for input, and its next prompt resumes it as a wake-up would.
         agentctl::fault::point("pause.retired");
+        let trigger = match pause.trigger {
+            SnapshotTrigger::Idle => CheckpointTrigger::Park,
+            _ => CheckpointTrigger::Pause,
+        };
+        self.checkpoint_in_background(trigger, None);
         self.update_view(|view| view.agent_running = false);
         // The agent that asked is stopped: its questions are void, but for those whose
         // answers it took (agentctl's confirmation, which may come later, resolves those).
@@ -2375,6 +2390,29 @@ impl SessionActor {
         });
     }
 
+    /// Checkpoints the workspace without holding the actor up (see `checkpoint.rs`); the
+    /// next turn waits for it, at most `[checkpoints] wait_ms`.
+    pub(in crate::session) fn checkpoint_in_background(
+        &self,
+        trigger: CheckpointTrigger,
+        turn_id: Option<crate::ids::TurnId>,
+    ) {
+        let request = crate::checkpoint::Request {
+            session_id: self.row.id.clone(),
+            session_dir: self.context.dir.clone(),
+            workspace: std::path::PathBuf::from(&self.row.workspace_path),
+            trigger,
+            turn_id,
+        };
+        let taken = self.context.checkpoints.spawn(self.context.store.clone(), request);
+        let report = self.internal_tx.clone();
+        tokio::spawn(async move {
+            if let Ok(Some(checkpoint)) = taken.await {
+                let _ = report.send(Internal::CheckpointTaken(checkpoint));
+            }
+        });
+    }
+
     /// Whether the agent is idle: open, attached, no turn, no pause, launch, teardown,
     /// catch-up, stall or answer in flight.
     fn is_idle(&self) -> bool {
@@ -2448,6 +2486,7 @@ impl SessionActor {
         if self.conversation.turn.is_some() && self.sidecar.teardown.is_none() {
             self.end_turn(TurnState::Failed, None, Some("the session was stopped".into())).await;
         }
+        self.checkpoint_in_background(CheckpointTrigger::Stop, None);
         self.update_view(|view| view.agent_running = false);
         self.waits.pause = None;
         self.fail_waiters("the session was stopped");

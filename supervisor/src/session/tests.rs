@@ -65,6 +65,7 @@ where
         default_sandbox: None,
         pool: None,
         teardowns: tokio_util::task::TaskTracker::new(),
+        checkpoints: Arc::default(),
     };
     let events = Arc::new(Spool::open(&session_dir.join("events"), 1 << 22).unwrap());
     let how = begin(context.store.clone(), row.clone()).await;

@@ -463,6 +463,26 @@ pub const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE turns ADD COLUMN event_seq INTEGER;
     ",
+    // 29: Workspace checkpoints: one row per commit in the session's checkpoint
+    // repository (`sessions/<id>/checkpoints.git`), written once its ref is; `left_out` is
+    // a JSON list of the files over the per-file limit.
+    "
+    CREATE TABLE session_checkpoints (
+        session_id TEXT NOT NULL REFERENCES task_sessions(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        trigger TEXT NOT NULL,
+        turn_id TEXT,
+        turn INTEGER,
+        commit_id TEXT NOT NULL,
+        ref TEXT NOT NULL,
+        files INTEGER NOT NULL,
+        bytes INTEGER NOT NULL,
+        added_bytes INTEGER NOT NULL,
+        left_out TEXT NOT NULL,
+        taken_at INTEGER NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    );
+    ",
 ];
 
 /// Brings the database up to the newest migration.

@@ -4,13 +4,13 @@ use super::executions::recovery_candidates_sql;
 use super::*;
 use crate::ids::SessionId;
 
-fn open() -> (tempfile::TempDir, Store) {
+pub(crate) fn open() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("state.db")).unwrap();
     (dir, store)
 }
 
-fn session(task_id: &str) -> SessionRow {
+pub(crate) fn session(task_id: &str) -> SessionRow {
     SessionRow {
         id: uuid::Uuid::now_v7().to_string().into(),
         task_id: task_id.into(),

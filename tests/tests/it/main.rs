@@ -8,6 +8,7 @@ mod access;
 mod acp_client;
 mod agentctl;
 mod auth;
+mod checkpoints;
 mod cli;
 mod conformance;
 mod damage;

@@ -20,6 +20,8 @@ pub(in crate::session) enum Internal {
     AnswerSent { execution_id: crate::ids::ExecutionId, request_id: String },
     /// A snapshot taken in the background was stored.
     SnapshotTaken { snapshot_id: String, trigger: SnapshotTrigger },
+    /// A checkpoint of the workspace was stored.
+    CheckpointTaken(protocol::api::Checkpoint),
     /// A stop's or detach's retire is done: the sidecar is gone, and these are the events
     /// its spool held past what was handled (see [`super::SessionActor::retire_open`]).
     Retired(Box<Retired>),
