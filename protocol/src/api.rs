@@ -70,6 +70,8 @@ mod changes;
 pub use changes::*;
 mod checkpoints;
 pub use checkpoints::*;
+mod engines;
+pub use engines::*;
 
 /// Session states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -1155,6 +1157,18 @@ pub enum TimelineEvent {
         snapshot_id: String,
         /// What took it.
         trigger: SnapshotTrigger,
+    },
+    /// The session moved off an engine (its agent stopped there at a turn's end, its
+    /// container and state there removed); `to` is where it runs now, when it was running.
+    Moved {
+        /// The engine it left.
+        from: String,
+        /// The engine it runs on now (absent: it was at rest, and its next resume places
+        /// it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        to: Option<String>,
+        /// Why.
+        reason: MoveReason,
     },
     /// A checkpoint of the workspace's files was taken (`task.session.checkpoint.list`
     /// lists them).

@@ -208,6 +208,22 @@ impl ApiServer for Methods {
         self.0.revert_change(session_id.into(), path).await.map_err(to_rpc)
     }
 
+    async fn engines_list(&self) -> RpcResult<protocol::api::EngineList> {
+        self.0.engines().await.map_err(to_rpc)
+    }
+
+    async fn engines_drain(
+        &self,
+        name: String,
+        force_after_ms: Option<u64>,
+    ) -> RpcResult<protocol::api::EngineInfo> {
+        self.0.drain(name, force_after_ms).await.map_err(to_rpc)
+    }
+
+    async fn engines_undrain(&self, name: String) -> RpcResult<protocol::api::EngineInfo> {
+        self.0.undrain(name).await.map_err(to_rpc)
+    }
+
     async fn session_checkpoint_list(
         &self,
         session_id: String,

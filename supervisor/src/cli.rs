@@ -8,6 +8,7 @@
 //! the `workflow` commands.
 
 mod client;
+mod engines;
 mod face;
 mod feed;
 mod here;
@@ -222,6 +223,10 @@ enum Command {
     /// a failed or cancelled turn halts it until `queue resume`.
     #[command(subcommand)]
     Queue(QueueCommand),
+    /// The Docker engines: each one's state and sessions; drain one for maintenance (its
+    /// sessions move to the others), or return it to service.
+    #[command(subcommand)]
+    Engines(EnginesCommand),
     /// Re-send the prompt of a turn a crash left interrupted (the session's newest turn
     /// unless --turn) and follow the new turn; never done automatically, refused when that
     /// turn completed or was re-sent already.
@@ -588,6 +593,33 @@ struct StartArgs {
     /// Print only the session id.
     #[arg(long, short)]
     quiet: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum EnginesCommand {
+    /// Each engine: serving, draining, drained or unreachable, and its sessions.
+    List {
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// No new session goes to NAME, and each of its sessions moves to another engine at
+    /// its next turn boundary (idle ones at once).
+    Drain {
+        /// The engine (`[[docker.engines]] name`).
+        name: String,
+        /// Cancel a turn still running after this long, to move its session.
+        #[arg(long, value_name = "MS")]
+        force_after_ms: Option<u64>,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Return NAME to service: new sessions may be placed there again.
+    Undrain {
+        /// The engine.
+        name: String,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -517,7 +517,8 @@ interval_minutes = 5
 
     #[test]
     fn checkpoint_limits_are_read_and_a_zero_size_refused() {
-        let text = "[checkpoints]\nmax_file_bytes = 100\nmax_workspace_bytes = 1000\nwait_ms = 50\n";
+        let text =
+            "[checkpoints]\nmax_file_bytes = 100\nmax_workspace_bytes = 1000\nwait_ms = 50\n";
         let limits = parse(text, Path::new("/h/config.toml")).unwrap().checkpoints;
         assert_eq!((limits.max_file_bytes, limits.max_workspace_bytes), (100, 1000));
         assert_eq!(limits.wait, Duration::from_millis(50));

@@ -77,6 +77,12 @@ pub struct Metrics {
     /// Tokens the agents reported, by `direction` (`input`, `output`, `cached_read`,
     /// `cached_write`, `thought`) and `profile`.
     pub tokens: Family<Labels, Counter>,
+    /// Each Docker engine's state, by `engine` and `state` (`serving`, `draining`,
+    /// `drained`, `unreachable`): 1 for its state now (set when engines are listed and at
+    /// scrape time).
+    pub engine_state: Family<Labels, Gauge>,
+    /// Sessions moved off an engine, by `reason` (`drain`, `failover`).
+    pub moves: Family<Labels, Counter>,
     /// Cost the agents reported, by `currency` and `profile`.
     pub cost: Family<Labels, Counter<f64, std::sync::atomic::AtomicU64>>,
 }
@@ -116,6 +122,8 @@ impl Metrics {
             cost: Family::default(),
             pool_ready: Family::default(),
             pool_takes: Family::default(),
+            engine_state: Family::default(),
+            moves: Family::default(),
             registry: Registry::default(),
         };
         registry.register("sessions", "Sessions by state and runtime", metrics.sessions.clone());
@@ -222,6 +230,16 @@ impl Metrics {
             "cost",
             "Cost the agents reported, by currency and profile",
             metrics.cost.clone(),
+        );
+        registry.register(
+            "engine_state",
+            "Each Docker engine's state: 1 for the state it is in",
+            metrics.engine_state.clone(),
+        );
+        registry.register(
+            "session_moves",
+            "Sessions moved off an engine, by reason",
+            metrics.moves.clone(),
         );
         Metrics { registry, ..metrics }
     }

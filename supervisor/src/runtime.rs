@@ -184,6 +184,33 @@ pub trait Runtime: Send + Sync + 'static {
         None
     }
 
+    /// The places it runs sessions on (a Docker runtime's engines), in config order, each
+    /// with why it does not answer now, if it does not; empty for a runtime of one place.
+    fn places(&self) -> BoxFuture<'_, Vec<(String, Option<String>)>> {
+        Box::pin(async { Vec::new() })
+    }
+
+    /// The places out of service (`engines.drain`): no new session goes there, and a
+    /// session whose last execution ran on one is placed afresh at its next launch.
+    fn set_closed(&self, _places: std::collections::BTreeSet<String>) {}
+
+    /// Whether an execution's agent state (its `agent_state_dirs`) stays on its place when
+    /// the session moves off it (a Docker engine's volumes), so the next start cannot
+    /// restore the agent's own session there and injects the history.
+    fn state_stays(&self, _handle: Option<&serde_json::Value>) -> bool {
+        false
+    }
+
+    /// Removes what the runtime keeps for a session on the one place `handle` names (a
+    /// container, state volumes), after the session moved off it; whether there was any.
+    fn remove_from<'a>(
+        &'a self,
+        _session_id: &'a SessionId,
+        _handle: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<bool, RuntimeError>> {
+        Box::pin(async { Ok(false) })
+    }
+
     /// Whether the place an execution ran on (its handle) can be used now: a session whose
     /// place is gone is `runtime_unavailable` until it returns.
     fn reachable<'a>(

@@ -9,6 +9,7 @@
 mod changes;
 mod checkpoints;
 mod ending;
+mod engines;
 mod fork;
 mod lifecycle;
 mod limits;
@@ -921,6 +922,11 @@ impl Supervisor {
             metrics.sessions.get_or_create(&labels).set(count);
         }
         metrics.parked.set(self.config.store.parked_count().await?);
+        // The engines' states (`engines` sets the gauge; an engine is asked at most for
+        // its answer bound, once while it does not answer).
+        if self.config.runtimes.get("docker").is_some() {
+            self.engines().await?;
+        }
         metrics.pool_ready.clear();
         for (profile, ready) in self.pool.as_ref().map(|pool| pool.ready()).unwrap_or_default() {
             let labels = crate::metrics::label("profile", profile);

@@ -258,6 +258,10 @@ fn errors(
                 (format!("the session paused ({trigger})"), None)
             }
             TimelineEvent::State { state, .. } => (format!("the session became {state}"), None),
+            TimelineEvent::Moved { from, to, reason } => {
+                let to = to.as_deref().map(|to| format!(" to {to}")).unwrap_or_default();
+                (format!("the session moved from engine {from}{to} ({})", reason.as_str()), None)
+            }
             TimelineEvent::TurnStarted { .. }
             | TimelineEvent::PauseRequested { .. }
             | TimelineEvent::SnapshotTaken { .. }

@@ -10,6 +10,8 @@
 //! migration stops startup with [`StoreError::Migration`].
 
 mod checkpoints;
+mod engines;
+pub use engines::{EngineRow, MoveRow};
 mod executions;
 mod forks;
 mod journal;

@@ -26,6 +26,12 @@ pub const SESSION_STEER: &str = "task.session.steer";
 pub const SESSION_FORK: &str = "task.session.fork";
 /// `task.session.rewind`
 pub const SESSION_REWIND: &str = "task.session.rewind";
+/// `engines.list`
+pub const ENGINES_LIST: &str = "engines.list";
+/// `engines.drain`
+pub const ENGINES_DRAIN: &str = "engines.drain";
+/// `engines.undrain`
+pub const ENGINES_UNDRAIN: &str = "engines.undrain";
 /// `task.session.checkpoint.list`
 pub const SESSION_CHECKPOINT_LIST: &str = "task.session.checkpoint.list";
 /// `task.session.checkpoint.restore`
@@ -180,6 +186,9 @@ pub const ALL: &[&str] = &[
     SESSION_CHANGES,
     SESSION_CHECKPOINT_LIST,
     SESSION_CHECKPOINT_RESTORE,
+    ENGINES_LIST,
+    ENGINES_DRAIN,
+    ENGINES_UNDRAIN,
     SESSION_CHANGES_REVERT,
     SESSION_CHANGES_KEEP,
     SESSION_QUEUE_LIST,

@@ -11,11 +11,11 @@ use serde_json::{Map, Value, json};
 use super::params::{self, Checked};
 use super::{
     AgentInfo, BudgetUse, ChangesReverted, CheckpointList, CheckpointRestored, CleanupResult, Done,
-    ErrorData, EventWindow, ForkResult, HistoryEntry, PauseResult, PromptQueue, PromptStarted,
-    ResumeResult, RewindResult, SessionChanges, SessionConfig, SessionEvent, SessionStatus,
-    SessionSummary, SessionsEvent, Snapshot, SnapshotSummary, Steered, StopAllResult, Task,
-    TaskDetail, Timeline, UsageReport, WorkflowEvent, WorkflowStarted, WorkflowStatus,
-    WorkflowSummary, WorkflowsEvent, method,
+    EngineInfo, EngineList, ErrorData, EventWindow, ForkResult, HistoryEntry, PauseResult,
+    PromptQueue, PromptStarted, ResumeResult, RewindResult, SessionChanges, SessionConfig,
+    SessionEvent, SessionStatus, SessionSummary, SessionsEvent, Snapshot, SnapshotSummary, Steered,
+    StopAllResult, Task, TaskDetail, Timeline, UsageReport, WorkflowEvent, WorkflowStarted,
+    WorkflowStatus, WorkflowSummary, WorkflowsEvent, method,
 };
 use crate::errors::ErrorKind;
 
@@ -101,13 +101,13 @@ pub fn generate() -> Value {
     });
     let mut m = Methods { generator: settings.into_generator(), methods: Vec::new() };
     use params::{
-        BudgetSet, Cleanup, ElicitationRespond, NoParams, PermissionRespond, SessionChangesKeep,
-        SessionChangesRevert, SessionCheckpointRestore, SessionCreate, SessionDelete,
-        SessionEventWindow, SessionFork, SessionHistory, SessionId, SessionList, SessionPause,
-        SessionPrompt, SessionQueueEdit, SessionQueueRemove, SessionResume, SessionRetryTurn,
-        SessionRewind, SessionSetConfigOption, SessionSetMode, SessionSubscribe, SessionTimeline,
-        SnapshotGet, TaskCreate, TaskDelete, TaskGet, UsageQuery, WorkflowApprove, WorkflowId,
-        WorkflowResume, WorkflowStart, WorkflowSubscribe,
+        BudgetSet, Cleanup, ElicitationRespond, EngineName, EnginesDrain, NoParams,
+        PermissionRespond, SessionChangesKeep, SessionChangesRevert, SessionCheckpointRestore,
+        SessionCreate, SessionDelete, SessionEventWindow, SessionFork, SessionHistory, SessionId,
+        SessionList, SessionPause, SessionPrompt, SessionQueueEdit, SessionQueueRemove,
+        SessionResume, SessionRetryTurn, SessionRewind, SessionSetConfigOption, SessionSetMode,
+        SessionSubscribe, SessionTimeline, SnapshotGet, TaskCreate, TaskDelete, TaskGet,
+        UsageQuery, WorkflowApprove, WorkflowId, WorkflowResume, WorkflowStart, WorkflowSubscribe,
     };
     m.add::<NoParams, Vec<AgentInfo>>(
         method::AGENTS_LIST,
@@ -155,6 +155,18 @@ pub fn generate() -> Value {
     m.add::<SessionChangesRevert, ChangesReverted>(
         method::SESSION_CHANGES_REVERT,
         "Reverts one file the changes list to its content in the base commit (in the working tree and the index; a file the base does not have is removed), after the workspace's files are saved on refs/tether/reverted/<session>/<id>, so nothing it takes away is lost. Allowed while the agent works; the agent is not told.",
+    );
+    m.add::<NoParams, EngineList>(
+        method::ENGINES_LIST,
+        "Every configured Docker engine in config order: its state (serving, draining, drained, unreachable), why it does not answer, and the sessions not ended whose newest execution ran there.",
+    );
+    m.add::<EnginesDrain, EngineInfo>(
+        method::ENGINES_DRAIN,
+        "Drains an engine (durable before the answer): no new session is placed there, and each of its sessions moves off it — a running turn ends first (cancelled after force_after_ms, default 30000), the agent is stopped there, the session's container and state volumes there removed, and a session whose agent ran is resumed on another engine by the same placement rules (natively where its agent state travels, else with its history injected); one at rest moves at its next resume. Each move is a moved timeline row. The engine is drained when none is left.",
+    );
+    m.add::<EngineName, EngineInfo>(
+        method::ENGINES_UNDRAIN,
+        "Returns a drained or draining engine to service: new sessions may be placed there again (sessions that moved stay where they are).",
     );
     m.add::<SessionId, CheckpointList>(
         method::SESSION_CHECKPOINT_LIST,
@@ -467,6 +479,9 @@ mod tests {
         let _ = client.session_changes(s()).await;
         let _ = client.session_changes_revert(s(), "a.txt".into()).await;
         let _ = client.session_changes_keep(s(), "a.txt".into(), "0a1b".into(), Some(false)).await;
+        let _ = client.engines_list().await;
+        let _ = client.engines_drain("e".into(), Some(5)).await;
+        let _ = client.engines_undrain("e".into()).await;
         let _ = client.session_checkpoint_list(s()).await;
         let _ = client.session_checkpoint_restore(s(), Some(1), None, "/tmp/x".into()).await;
         let _ = client.session_queue_list(s()).await;
@@ -720,6 +735,19 @@ mod tests {
             &self,
             _: String,
         ) -> jsonrpsee::core::RpcResult<CheckpointList> {
+            never()
+        }
+        async fn engines_list(&self) -> jsonrpsee::core::RpcResult<EngineList> {
+            never()
+        }
+        async fn engines_drain(
+            &self,
+            _: String,
+            _: Option<u64>,
+        ) -> jsonrpsee::core::RpcResult<EngineInfo> {
+            never()
+        }
+        async fn engines_undrain(&self, _: String) -> jsonrpsee::core::RpcResult<EngineInfo> {
             never()
         }
         async fn session_checkpoint_restore(

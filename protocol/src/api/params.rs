@@ -762,6 +762,36 @@ impl Checked for SessionChangesRevert {
     }
 }
 
+/// `engines.drain`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnginesDrain {
+    /// The engine.
+    pub name: String,
+    /// How long a running turn may take to end before it is cancelled for the move
+    /// (default 30000).
+    #[serde(default)]
+    pub force_after_ms: Option<u64>,
+}
+impl Checked for EnginesDrain {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("name", &self.name, MAX_ID)
+    }
+}
+
+/// `engines.undrain`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EngineName {
+    /// The engine.
+    pub name: String,
+}
+impl Checked for EngineName {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("name", &self.name, MAX_ID)
+    }
+}
+
 /// `task.session.checkpoint.restore`
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -996,22 +1026,23 @@ fn strip_position(message: &str) -> String {
 /// pass: the router answers them.
 pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError> {
     use method::{
-        AGENTS_LIST, BUDGET_SET, CLEANUP, DISCOVER, ELICITATION_RESPOND, PERMISSION_RESPOND,
-        SESSION_CANCEL, SESSION_CHANGES, SESSION_CHANGES_KEEP, SESSION_CHANGES_REVERT,
-        SESSION_CHECKPOINT_LIST, SESSION_CHECKPOINT_RESTORE, SESSION_CONFIG_OPTIONS,
-        SESSION_CREATE, SESSION_DELETE, SESSION_EVENT_WINDOW, SESSION_FORK, SESSION_HISTORY,
-        SESSION_LIST, SESSION_PAUSE, SESSION_PROMPT, SESSION_QUEUE_CLEAR, SESSION_QUEUE_EDIT,
-        SESSION_QUEUE_LIST, SESSION_QUEUE_REMOVE, SESSION_QUEUE_RESUME, SESSION_RESUME,
-        SESSION_RETRY_TURN, SESSION_REWIND, SESSION_SET_CONFIG_OPTION, SESSION_SET_MODE,
-        SESSION_STATUS, SESSION_STEER, SESSION_STOP, SESSION_SUBSCRIBE, SESSION_SUBSCRIBE_BATCH,
-        SESSION_TIMELINE, SESSIONS_SUBSCRIBE, SNAPSHOT_GET, SNAPSHOT_LIST, STOP_ALL, TASK_CREATE,
-        TASK_DELETE, TASK_GET, TASK_LIST, USAGE_QUERY, WORKFLOW_APPROVE, WORKFLOW_CANCEL,
-        WORKFLOW_DELETE, WORKFLOW_LIST, WORKFLOW_RESUME, WORKFLOW_START, WORKFLOW_STATUS,
-        WORKFLOW_SUBSCRIBE, WORKFLOWS_SUBSCRIBE,
+        AGENTS_LIST, BUDGET_SET, CLEANUP, DISCOVER, ELICITATION_RESPOND, ENGINES_DRAIN,
+        ENGINES_LIST, ENGINES_UNDRAIN, PERMISSION_RESPOND, SESSION_CANCEL, SESSION_CHANGES,
+        SESSION_CHANGES_KEEP, SESSION_CHANGES_REVERT, SESSION_CHECKPOINT_LIST,
+        SESSION_CHECKPOINT_RESTORE, SESSION_CONFIG_OPTIONS, SESSION_CREATE, SESSION_DELETE,
+        SESSION_EVENT_WINDOW, SESSION_FORK, SESSION_HISTORY, SESSION_LIST, SESSION_PAUSE,
+        SESSION_PROMPT, SESSION_QUEUE_CLEAR, SESSION_QUEUE_EDIT, SESSION_QUEUE_LIST,
+        SESSION_QUEUE_REMOVE, SESSION_QUEUE_RESUME, SESSION_RESUME, SESSION_RETRY_TURN,
+        SESSION_REWIND, SESSION_SET_CONFIG_OPTION, SESSION_SET_MODE, SESSION_STATUS, SESSION_STEER,
+        SESSION_STOP, SESSION_SUBSCRIBE, SESSION_SUBSCRIBE_BATCH, SESSION_TIMELINE,
+        SESSIONS_SUBSCRIBE, SNAPSHOT_GET, SNAPSHOT_LIST, STOP_ALL, TASK_CREATE, TASK_DELETE,
+        TASK_GET, TASK_LIST, USAGE_QUERY, WORKFLOW_APPROVE, WORKFLOW_CANCEL, WORKFLOW_DELETE,
+        WORKFLOW_LIST, WORKFLOW_RESUME, WORKFLOW_START, WORKFLOW_STATUS, WORKFLOW_SUBSCRIBE,
+        WORKFLOWS_SUBSCRIBE,
     };
     match method_name {
         AGENTS_LIST | TASK_LIST | STOP_ALL | DISCOVER | WORKFLOW_LIST | SESSIONS_SUBSCRIBE
-        | WORKFLOWS_SUBSCRIBE => parse::<NoParams>(raw).map(drop),
+        | WORKFLOWS_SUBSCRIBE | ENGINES_LIST => parse::<NoParams>(raw).map(drop),
         WORKFLOW_START => parse::<WorkflowStart>(raw).map(drop),
         WORKFLOW_STATUS | WORKFLOW_CANCEL | WORKFLOW_DELETE => parse::<WorkflowId>(raw).map(drop),
         WORKFLOW_RESUME => parse::<WorkflowResume>(raw).map(drop),
@@ -1022,6 +1053,8 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         SESSION_CHANGES_REVERT => parse::<SessionChangesRevert>(raw).map(drop),
         SESSION_CHANGES_KEEP => parse::<SessionChangesKeep>(raw).map(drop),
         SESSION_CHECKPOINT_RESTORE => parse::<SessionCheckpointRestore>(raw).map(drop),
+        ENGINES_DRAIN => parse::<EnginesDrain>(raw).map(drop),
+        ENGINES_UNDRAIN => parse::<EngineName>(raw).map(drop),
         BUDGET_SET => parse::<BudgetSet>(raw).map(drop),
         USAGE_QUERY => parse::<UsageQuery>(raw).map(drop),
         WORKFLOW_SUBSCRIBE => parse::<WorkflowSubscribe>(raw).map(drop),

@@ -2,11 +2,11 @@
 
 use super::{
     AgentInfo, BudgetUse, ChangesReverted, CheckpointList, CheckpointRestored, CleanupResult, Done,
-    EventBatch, EventWindow, ForkResult, HistoryEntry, PauseResult, PromptQueue, PromptStarted,
-    ResumeResult, RewindResult, RpcResult, RuntimeKind, SessionChanges, SessionConfig,
-    SessionEvent, SessionState, SessionStatus, SessionSummary, SessionsEvent, Snapshot,
-    SnapshotSummary, Steered, StopAllResult, SubscriptionResult, Task, TaskDetail, Timeline,
-    UsageGroupBy, UsageReport, Value, WorkflowEvent, WorkflowStarted, WorkflowStatus,
+    EngineInfo, EngineList, EventBatch, EventWindow, ForkResult, HistoryEntry, PauseResult,
+    PromptQueue, PromptStarted, ResumeResult, RewindResult, RpcResult, RuntimeKind, SessionChanges,
+    SessionConfig, SessionEvent, SessionState, SessionStatus, SessionSummary, SessionsEvent,
+    Snapshot, SnapshotSummary, Steered, StopAllResult, SubscriptionResult, Task, TaskDetail,
+    Timeline, UsageGroupBy, UsageReport, Value, WorkflowEvent, WorkflowStarted, WorkflowStatus,
     WorkflowSummary, WorkflowsEvent, params, rpc,
 };
 
@@ -126,6 +126,23 @@ pub trait Api {
         session_id: String,
         path: String,
     ) -> RpcResult<ChangesReverted>;
+
+    /// The Docker engines, each with its state and its sessions.
+    #[method(name = "engines.list")]
+    async fn engines_list(&self) -> RpcResult<EngineList>;
+
+    /// Drains an engine: no new session goes there, and each of its sessions moves off
+    /// it at its next turn boundary.
+    #[method(name = "engines.drain", param_kind = map)]
+    async fn engines_drain(
+        &self,
+        name: String,
+        force_after_ms: Option<u64>,
+    ) -> RpcResult<EngineInfo>;
+
+    /// Returns a drained (or draining) engine to service.
+    #[method(name = "engines.undrain", param_kind = map)]
+    async fn engines_undrain(&self, name: String) -> RpcResult<EngineInfo>;
 
     /// The session's workspace checkpoints, oldest first.
     #[method(name = "task.session.checkpoint.list", param_kind = map)]

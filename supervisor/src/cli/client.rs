@@ -247,6 +247,7 @@ impl Client {
             Command::Sessions(command) => self.sessions(command).await,
             Command::Snapshots(command) => self.snapshots(command).await,
             Command::Queue(command) => self.queue(command).await,
+            Command::Engines(command) => self.engines(command).await,
             Command::Changes { session, diff, keep, revert, json } => {
                 self.changes(session, super::review::Review { diff, keep, revert }, json.json).await
             }

@@ -705,6 +705,11 @@ pub(super) fn describe_timeline(event: &protocol::api::TimelineEvent, at: i64) -
         ),
         E::Resumed { outcome, execution_id } => format!("resumed ({outcome})\t{execution_id}"),
         E::SnapshotTaken { snapshot_id, trigger } => format!("snapshot ({trigger})\t{snapshot_id}"),
+        E::Moved { from, to, reason } => format!(
+            "moved ({})\tfrom engine {from} to {}",
+            reason.as_str(),
+            to.as_deref().unwrap_or("the next resume's placement")
+        ),
         E::CheckpointTaken { checkpoint: seq, trigger, turn, commit, files, added_bytes } => {
             let turn = turn.map(|n| format!(", turn {n}")).unwrap_or_default();
             format!(

@@ -111,6 +111,8 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
     let int = signal(SignalKind::interrupt())?;
     // Restart recovery happens before the API serves anything.
     supervisor.recover().await?;
+    // Engines out of service stay so; moves and drains a stop cut short go on.
+    supervisor.resume_drains().await?;
     // Workflows go on once their sessions are re-attached.
     supervisor.drive_workflows().await?;
     // Warm agents: what a kill left is removed, then the pools fill.

@@ -136,6 +136,9 @@ impl DockerHandle {
 pub struct DockerRuntime {
     config: DockerConfig,
     engines: Vec<Engine>,
+    /// The engines out of service (draining, drained): no new session goes there, and a
+    /// session whose last execution ran on one is placed afresh.
+    closed: std::sync::RwLock<std::collections::BTreeSet<String>>,
 }
 
 fn engine_error(err: bollard::errors::Error) -> RuntimeError {
@@ -221,7 +224,11 @@ impl DockerRuntime {
         {
             engines::close_stale_ssh_masters();
         }
-        DockerRuntime { engines: configured.into_iter().map(Engine::new).collect(), config }
+        DockerRuntime {
+            engines: configured.into_iter().map(Engine::new).collect(),
+            config,
+            closed: std::sync::RwLock::default(),
+        }
     }
 
     /// The engine of that name; `None` names the first (rows from before there were
@@ -236,6 +243,18 @@ impl DockerRuntime {
     /// The engine a handle names, if it is configured.
     fn engine_of(&self, handle: &DockerHandle) -> Option<&Engine> {
         self.engine_named(handle.engine.as_deref())
+    }
+
+    /// Whether an engine is out of service.
+    fn is_closed(&self, engine: &Engine) -> bool {
+        let closed = self.closed.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        closed.contains(&engine.config.name)
+    }
+
+    /// The engine a handle names when it is in service: where the session's state is, so
+    /// where it must run again.
+    fn serving_engine_of(&self, handle: &DockerHandle) -> Option<&Engine> {
+        self.engine_of(handle).filter(|engine| !self.is_closed(engine))
     }
 
     /// A client that has just answered a ping.
@@ -333,7 +352,7 @@ impl DockerRuntime {
     /// by labels and least load over every engine.
     async fn choose(&self, spec: &LaunchSpec) -> Result<&Engine, RuntimeError> {
         if let Some(previous) = DockerHandle::parse(spec.previous.as_ref()) {
-            match self.engine_of(&previous) {
+            match self.serving_engine_of(&previous) {
                 Some(engine) => {
                     self.reach(engine).await.map_err(|err| {
                         RuntimeError::Unavailable(format!(
@@ -345,7 +364,7 @@ impl DockerRuntime {
                 None => tracing::warn!(
                     session = %spec.session_id,
                     engine = ?previous.engine,
-                    "the session's engine is no longer configured: it is placed afresh"
+                    "the session's engine is out of service or no longer configured: it is placed afresh"
                 ),
             }
         }
@@ -355,7 +374,11 @@ impl DockerRuntime {
             if !spec.labels.iter().all(|(key, value)| labels.get(key) == Some(value)) {
                 return Ok(0);
             }
-            let running = self.running_on(engine).await.map_err(|err| err.to_string())?;
+            if self.is_closed(engine) {
+                return Err("draining or drained (engines.undrain returns it)".to_owned());
+            }
+            let running =
+                self.running_on(engine).await.map_err(|err| format!("unreachable ({err})"))?;
             Ok::<usize, String>(running.len() + engine.inflight.load(Ordering::SeqCst))
         }))
         .await;
@@ -665,6 +688,49 @@ impl Runtime for DockerRuntime {
         Some(self.engine_of(&handle)?.config.name.clone())
     }
 
+    fn places(&self) -> BoxFuture<'_, Vec<(String, Option<String>)>> {
+        Box::pin(async move {
+            let answers =
+                futures_util::future::join_all(self.engines.iter().map(|e| self.reach(e))).await;
+            self.engines
+                .iter()
+                .zip(answers)
+                .map(|(engine, answer)| {
+                    (engine.config.name.clone(), answer.err().map(|err| err.to_string()))
+                })
+                .collect()
+        })
+    }
+
+    fn set_closed(&self, places: std::collections::BTreeSet<String>) {
+        *self.closed.write().unwrap_or_else(std::sync::PoisonError::into_inner) = places;
+    }
+
+    fn state_stays(&self, handle: Option<&serde_json::Value>) -> bool {
+        DockerHandle::parse(handle)
+            .and_then(|handle| self.engine_of(&handle))
+            .is_some_and(|engine| engine.config.storage == Storage::Volumes)
+    }
+
+    fn remove_from<'a>(
+        &'a self,
+        session_id: &'a crate::ids::SessionId,
+        handle: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<bool, RuntimeError>> {
+        Box::pin(async move {
+            let Some(engine) = DockerHandle::parse(Some(handle)).and_then(|h| self.engine_of(&h))
+            else {
+                return Ok(false);
+            };
+            let docker = self.reach(engine).await?;
+            let mut removed = remove_container(&docker, &container_name(session_id)).await?;
+            for (volume, _) in self.volumes_of(&docker, Some(session_id)).await? {
+                removed |= remove_volume(&docker, &volume).await?;
+            }
+            Ok(removed)
+        })
+    }
+
     fn check(&self) -> BoxFuture<'_, Result<(), RuntimeError>> {
         Box::pin(async move {
             self.agentctl()?;
@@ -690,7 +756,7 @@ impl Runtime for DockerRuntime {
     ) -> BoxFuture<'a, Result<(), RuntimeError>> {
         Box::pin(async move {
             self.agentctl()?;
-            match DockerHandle::parse(handle).and_then(|handle| self.engine_of(&handle)) {
+            match DockerHandle::parse(handle).and_then(|handle| self.serving_engine_of(&handle)) {
                 Some(engine) => self.reach(engine).await.map(drop),
                 None => self.check().await,
             }

@@ -483,6 +483,25 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (session_id, seq)
     );
     ",
+    // 30: Engines taken out of service (`engines.drain`): `draining` until none of its
+    // sessions is left there, then `drained`; no row: serving. A session's move off an
+    // engine, from its start to its timeline row (a restart carries it on); `resume`: its
+    // agent was running, and runs again on the engine it moves to.
+    "
+    CREATE TABLE engine_states (
+        name TEXT PRIMARY KEY,
+        state TEXT NOT NULL,
+        since INTEGER NOT NULL,
+        force_after_ms INTEGER NOT NULL
+    );
+    CREATE TABLE session_moves (
+        session_id TEXT PRIMARY KEY REFERENCES task_sessions(id) ON DELETE CASCADE,
+        from_engine TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        resume INTEGER NOT NULL,
+        started_at INTEGER NOT NULL
+    );
+    ",
 ];
 
 /// Brings the database up to the newest migration.

@@ -10,7 +10,7 @@
 //! supervisor's host but the workspace is mounted there (`storage = "volumes"`: agentctl
 //! is copied in, the session's state lives in volumes on that engine).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use bollard::Docker;
@@ -35,12 +35,21 @@ fn docker_profile(image: &str) -> String {
 /// engine (the tag is returned; build it on the others too) and the static agentctl named;
 /// what it leaves on the local engine is removed when the [`Cleanup`] drops.
 async fn daemon_with_engines(local: &Docker, engines: &str) -> (Daemon, Cleanup, String) {
+    daemon_with_engines_env(local, engines, &[]).await
+}
+
+/// [`daemon_with_engines`], the daemon run with `env`.
+async fn daemon_with_engines_env(
+    local: &Docker,
+    engines: &str,
+    env: &[(&str, &str)],
+) -> (Daemon, Cleanup, String) {
     let tag = format!("tether-test-mock:{}", uuid::Uuid::new_v4().simple());
     build_mock_image(local, &tag).await;
     let agentctl = static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
     let config = format!("static_agentctl = \"{}\"\n\n{engines}", agentctl.display());
     let (daemon, ()) =
-        Daemon::start_prepared(&[], &[("mock-docker.toml", &docker_profile(&tag))], &[], |root| {
+        Daemon::start_prepared(&[], &[("mock-docker.toml", &docker_profile(&tag))], env, |root| {
             std::fs::create_dir_all(root.join("tether")).unwrap();
             std::fs::write(root.join("tether/config.toml"), &config).unwrap();
         })
@@ -352,4 +361,136 @@ async fn an_engine_that_never_answers_is_unreachable_within_a_bound() {
     // The other engine's session never noticed.
     assert!(api.ask(&here, "still here").await.contains("you said: still here"));
     drop(silent);
+}
+
+/// Two engines, the one listed first (so ties go there) a remote-like TLS engine keeping
+/// sessions in volumes; returns what the drain tests need.
+async fn two_engines_other_first()
+-> Option<(Daemon, Docker, PrivateEngine, Docker, Vec<Box<dyn std::any::Any>>)> {
+    let local = engine().await?;
+    let other_engine = PrivateEngine::start_tls().await?;
+    let tls = other_engine.client_tls().expect("a TLS engine");
+    let other = other_engine.client();
+    let engines = format!(
+        "[[docker.engines]]\nname = \"other\"\nhost = \"{}\"\ncapacity = 4\n\
+         tls = {{ ca = \"{}\", cert = \"{}\", key = \"{}\" }}\nstorage = \"volumes\"\n\n\
+         [[docker.engines]]\nname = \"local\"\nhost = \"unix:///var/run/docker.sock\"\ncapacity = 4\n",
+        other_engine.host(),
+        tls.ca.display(),
+        tls.cert.display(),
+        tls.key.display(),
+    );
+    let log = std::env::var("TETHER_TEST_LOG").unwrap_or_else(|_| "warn".into());
+    let log = format!("{log},supervisor::service::engines=info");
+    let (daemon, cleanup_local, tag) =
+        daemon_with_engines_env(&local, &engines, &[("TETHER_LOG", &log)]).await;
+    build_mock_image(&other, &tag).await;
+    let label = format!("tether.install_id={}", daemon.install_id);
+    let cleanup_other = CleanupWith { docker: other.clone(), label, image: Some(tag) };
+    let guards: Vec<Box<dyn std::any::Any>> =
+        vec![Box::new(cleanup_local), Box::new(cleanup_other)];
+    Some((daemon, local, other_engine, other, guards))
+}
+
+/// The Docker volumes of a session on an engine.
+async fn volumes_on(docker: &Docker, session: &str) -> Vec<String> {
+    let listed = docker.list_volumes(None::<bollard::query_parameters::ListVolumesOptions>).await;
+    let volumes = listed.unwrap().volumes.unwrap_or_default();
+    volumes.into_iter().map(|volume| volume.name).filter(|name| name.contains(session)).collect()
+}
+
+#[tokio::test]
+async fn a_drained_engine_moves_its_sessions_off_and_takes_no_new_one() {
+    let Some((daemon, local, _other_engine, other, _guards)) = two_engines_other_first().await
+    else {
+        return;
+    };
+    let api = daemon.api().await;
+    // Two sessions on the engine drained: one idle, one in a turn when the drain comes
+    // (placed while the local engine, empty, is drained itself).
+    let closed = ok("drain", api.typed().engines_drain("local".into(), None)).await;
+    use protocol::api::EngineState::{Drained, Draining, Serving};
+    // With nothing on it, it may be drained by the time it answers.
+    assert!(matches!(closed.state, Draining | Drained), "{closed:?}");
+    let idle_dir = daemon.workspace("idle");
+    let idle = placed_session(&api, &idle_dir, &[]).await;
+    let busy = placed_session(&api, &daemon.workspace("busy"), &[]).await;
+    for session in [&idle, &busy] {
+        assert_eq!(api.status(session).await.placement.as_deref(), Some("other"));
+    }
+    ok("undrain", api.typed().engines_undrain("local".into())).await;
+    let write = |path: &str, text: &str| format!("/write {} {text}", idle_dir.join(path).display());
+    api.ask(&idle, &format!("the secret is kumquat\n{}", write("src/a.txt", "one"))).await;
+    api.ask(&idle, &write("notes.md", "two")).await;
+    let files = tether_tests::files_of(&idle_dir);
+    let mut log = daemon.log_lines();
+    let mut busy_events = api.subscribe_at_end(&busy).await;
+    api.prompt(&busy, "/sleep 20000\nthe long job").await.expect("a turn starts");
+    tether_tests::daemon::until(&mut busy_events, |e| {
+        matches!(e.kind, protocol::api::EventKind::TurnStarted { .. })
+    })
+    .await;
+
+    // The running turn is given 1.5 s to end, then cancelled for the move.
+    let drain = ["engines", "drain", "other", "--force-after-ms", "1500"];
+    let (code, stdout, stderr) = daemon.cli(&drain).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with("other\tdraining since "), "{stdout}");
+    // Nothing new goes there meanwhile.
+    let fresh = placed_session(&api, &daemon.workspace("fresh"), &[]).await;
+    assert_eq!(api.status(&fresh).await.placement.as_deref(), Some("local"));
+    let mut moved = BTreeSet::new();
+    while moved.len() < 2 {
+        let line = tether_tests::daemon::await_log(&mut log, "moved off engine other").await;
+        moved.extend([&idle, &busy].into_iter().filter(|s| line.contains(s.as_str())).cloned());
+    }
+    tether_tests::daemon::await_log(&mut log, "engine other drained").await;
+
+    for session in [&idle, &busy] {
+        let status = api.status(session).await;
+        assert_eq!(status.placement.as_deref(), Some("local"), "{status:?}");
+        assert!(status.is_agent_running, "resumed on the other engine: {status:?}");
+        assert!(container_on(&other, session).await.is_none(), "its container left behind");
+        assert_eq!(volumes_on(&other, session).await, Vec::<String>::new(), "its volumes left");
+        assert!(container_on(&local, session).await.is_some());
+        let timeline = ok("timeline", api.typed().session_timeline(session.clone(), None)).await;
+        let moves: Vec<_> = timeline
+            .entries
+            .iter()
+            .filter_map(|entry| match &entry.event {
+                protocol::api::TimelineEvent::Moved { from, to, reason } => {
+                    Some((from.clone(), to.clone(), *reason))
+                }
+                _ => None,
+            })
+            .collect();
+        let drain = protocol::api::MoveReason::Drain;
+        assert_eq!(moves, [("other".to_owned(), Some("local".to_owned()), drain)]);
+    }
+    // The busy session's turn was cancelled for the move, recorded once, not run again.
+    let turns = ok("timeline", api.typed().session_timeline(busy.clone(), None)).await.turns;
+    assert_eq!(turns.len(), 1, "{turns:?}");
+    assert_eq!(turns[0].stop_reason.as_deref(), Some("cancelled"), "{turns:?}");
+    let prompts = api.history(&busy).await;
+    let long = prompts.iter().filter(|entry| entry.content.contains("the long job")).count();
+    assert_eq!(long, 1, "the prompt, once: {prompts:?}");
+    // The idle one has every file of its last turn and its conversation (injected: the
+    // agent's own state stayed in the other engine's volumes, now removed).
+    assert_eq!(tether_tests::files_of(&idle_dir), files);
+    let reply = api.ask(&idle, "what was the secret?\n/recall").await;
+    assert!(reply.contains("kumquat"), "{reply}");
+
+    let listed = ok("engines", api.typed().engines_list()).await;
+    let states: Vec<_> =
+        listed.engines.iter().map(|e| (e.name.as_str(), e.state, e.sessions.len())).collect();
+    assert_eq!(states, [("other", Drained, 0), ("local", Serving, 3)]);
+    let samples = crate::metrics::scrape(&daemon, &[]).await;
+    let drained = samples.get("tether_engine_state{engine=\"other\",state=\"drained\"}");
+    assert_eq!(drained, Some(&1.0), "{samples:?}");
+    assert_eq!(samples.get("tether_session_moves_total{reason=\"drain\"}"), Some(&2.0));
+    // Back in service: a new session may go there again.
+    let back = ok("undrain", api.typed().engines_undrain("other".into())).await;
+    assert_eq!(back.state, Serving);
+    let again = placed_session(&api, &daemon.workspace("again"), &[]).await;
+    assert_eq!(api.status(&again).await.placement.as_deref(), Some("other"));
 }

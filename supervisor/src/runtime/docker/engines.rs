@@ -347,7 +347,7 @@ pub struct Candidate<'a> {
     /// Its capacity.
     pub capacity: u32,
     /// Its live sessions (running containers of ours plus launches under way), or why it
-    /// cannot be reached.
+    /// cannot take one (`unreachable (…)`, `draining`).
     pub load: Result<usize, String>,
 }
 
@@ -377,7 +377,7 @@ pub fn place(
     let mut best: Option<(usize, usize, u32)> = None;
     for (index, candidate) in &matching {
         match &candidate.load {
-            Err(reason) => why.push(format!("{}: unreachable ({reason})", candidate.name)),
+            Err(reason) => why.push(format!("{}: {reason}", candidate.name)),
             Ok(load) if *load >= candidate.capacity as usize => {
                 why.push(format!("{}: full ({load} of {})", candidate.name, candidate.capacity))
             }
@@ -442,7 +442,12 @@ mod tests {
         let (a, b) = (labels(&[("zone", "a")]), labels(&[("zone", "a")]));
         let engines = vec![
             Candidate { name: "one", labels: &a, capacity: 2, load: Ok(2) },
-            Candidate { name: "two", labels: &b, capacity: 2, load: Err("refused".into()) },
+            Candidate {
+                name: "two",
+                labels: &b,
+                capacity: 2,
+                load: Err("unreachable (refused)".into()),
+            },
         ];
         let err = place(&engines, &labels(&[("zone", "a")])).unwrap_err();
         assert!(err.contains("one: full (2 of 2)"), "{err}");

@@ -1,0 +1,160 @@
+//! Engines taken out of service (`engine_states`), the sessions placed on the Docker
+//! runtime, and a session's move off an engine (its timeline row, its resume token).
+
+use protocol::api::{EngineState, MoveReason, TimelineEvent};
+use rusqlite::params;
+
+use super::journal::log;
+use super::{Store, StoreError, now_ms};
+use crate::ids::SessionId;
+
+/// A session's move under way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveRow {
+    /// The session.
+    pub session_id: SessionId,
+    /// The engine it leaves.
+    pub from: String,
+    /// Why.
+    pub reason: MoveReason,
+    /// Its agent was running: it is resumed where it moves to.
+    pub resume: bool,
+}
+
+/// An engine out of service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineRow {
+    /// Its name.
+    pub name: String,
+    /// `Draining` or `Drained`.
+    pub state: EngineState,
+    /// Since when, Unix ms.
+    pub since: i64,
+    /// How long a running turn may take to end before it is cancelled for a move.
+    pub force_after_ms: u64,
+}
+
+impl Store {
+    /// Takes an engine out of service (or changes how), or returns it (`None`).
+    pub async fn set_engine_state(
+        &self,
+        name: String,
+        state: Option<(EngineState, u64)>,
+    ) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            match state {
+                Some((state, force_after_ms)) => conn.execute(
+                    "INSERT INTO engine_states (name, state, since, force_after_ms) VALUES (?1, ?2, ?3, ?4) \
+                     ON CONFLICT (name) DO UPDATE SET state = excluded.state, force_after_ms = excluded.force_after_ms",
+                    params![name, state.as_str(), now_ms(), i64::try_from(force_after_ms).unwrap_or(i64::MAX)],
+                )?,
+                None => conn.execute("DELETE FROM engine_states WHERE name = ?1", [&name])?,
+            };
+            Ok(())
+        })
+        .await
+    }
+
+    /// The engines out of service.
+    pub async fn engine_states(&self) -> Result<Vec<EngineRow>, StoreError> {
+        self.call(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT name, state, since, force_after_ms FROM engine_states ORDER BY name",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                let state: String = r.get(1)?;
+                Ok(EngineRow {
+                    name: r.get(0)?,
+                    state: if state == "drained" {
+                        EngineState::Drained
+                    } else {
+                        EngineState::Draining
+                    },
+                    since: r.get(2)?,
+                    force_after_ms: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
+                })
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+        .await
+    }
+
+    /// The sessions of `runtime` not ended, each with its newest execution's handle.
+    pub async fn placed_sessions(
+        &self,
+        runtime: String,
+    ) -> Result<Vec<(SessionId, Option<serde_json::Value>)>, StoreError> {
+        self.call(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT s.id, e.runtime_handle FROM task_sessions s \
+                 LEFT JOIN executors_running e ON e.session_id = s.id \
+                 WHERE s.runtime = ?1 AND s.state NOT IN ('COMPLETED', 'CANCELLED') \
+                 ORDER BY s.created_at, s.id",
+            )?;
+            let rows = stmt.query_map([&runtime], |r| {
+                let handle: Option<String> = r.get(1)?;
+                Ok((r.get(0)?, handle.and_then(|text| serde_json::from_str(&text).ok())))
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+        .await
+    }
+
+    /// Starts a session's move (kept until [`Store::finish_move`]); a move already under
+    /// way for it is kept as it is.
+    pub async fn begin_move(&self, row: MoveRow) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            conn.execute(
+                "INSERT OR IGNORE INTO session_moves (session_id, from_engine, reason, resume, started_at)                  VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![row.session_id, row.from, row.reason.as_str(), row.resume, now_ms()],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The moves under way.
+    pub async fn moves(&self) -> Result<Vec<MoveRow>, StoreError> {
+        self.call(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT session_id, from_engine, reason, resume FROM session_moves ORDER BY started_at",
+            )?;
+            let rows = stmt.query_map([], |r| {
+                let reason: String = r.get(2)?;
+                Ok(MoveRow {
+                    session_id: r.get(0)?,
+                    from: r.get(1)?,
+                    reason: if reason == "failover" { MoveReason::Failover } else { MoveReason::Drain },
+                    resume: r.get(3)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+        .await
+    }
+
+    /// Drops a session's resume token: its agent's own state did not travel with it.
+    pub async fn forget_resume_token(&self, session_id: SessionId) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            conn.execute(
+                "UPDATE executors_running SET resume_token = NULL WHERE session_id = ?1",
+                [&session_id],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Ends a session's move: its timeline row, the move forgotten, in one transaction.
+    pub async fn finish_move(&self, row: MoveRow, to: Option<String>) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            let tx = conn.transaction()?;
+            tx.execute("DELETE FROM session_moves WHERE session_id = ?1", [&row.session_id])?;
+            let event = TimelineEvent::Moved { from: row.from, to, reason: row.reason };
+            log(&tx, &row.session_id, &event)?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+}
