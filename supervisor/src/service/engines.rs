@@ -130,7 +130,11 @@ impl Supervisor {
     /// short carried on, and the drains not finished taken up again.
     pub async fn resume_drains(self: &Arc<Self>) -> Result<(), ServiceError> {
         let states = self.apply_engine_states().await?;
-        for row in self.config.store.moves().await? {
+        let draining = |engine: &str| {
+            states.iter().any(|row| row.name == engine && row.state == EngineState::Draining)
+        };
+        // A draining engine's moves are carried on by its drain, below.
+        for row in self.config.store.moves().await?.into_iter().filter(|row| !draining(&row.from)) {
             let supervisor = Arc::clone(self);
             let force = states
                 .iter()
@@ -165,11 +169,12 @@ impl Supervisor {
                 };
                 let supervisor = Arc::clone(&self);
                 async move {
-                    if let Err(err) = supervisor.config.store.begin_move(row.clone()).await {
-                        tracing::warn!(session = %row.session_id, %err, "cannot start the move");
-                        return;
+                    match supervisor.config.store.begin_move(row.clone()).await {
+                        Ok(row) => supervisor.carry_out_move(row, force_after_ms).await,
+                        Err(err) => {
+                            tracing::warn!(session = %row.session_id, %err, "cannot start the move")
+                        }
                     }
-                    supervisor.carry_out_move(row, force_after_ms).await;
                 }
             });
         futures_util::future::join_all(moves).await;

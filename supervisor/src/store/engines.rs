@@ -101,14 +101,20 @@ impl Store {
     }
 
     /// Starts a session's move (kept until [`Store::finish_move`]); a move already under
-    /// way for it is kept as it is.
-    pub async fn begin_move(&self, row: MoveRow) -> Result<(), StoreError> {
+    /// way for it is kept as it is, and returned (whether its agent ran is what it said).
+    pub async fn begin_move(&self, row: MoveRow) -> Result<MoveRow, StoreError> {
         self.call(move |conn| {
             conn.execute(
-                "INSERT OR IGNORE INTO session_moves (session_id, from_engine, reason, resume, started_at)                  VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT OR IGNORE INTO session_moves \
+                 (session_id, from_engine, reason, resume, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![row.session_id, row.from, row.reason.as_str(), row.resume, now_ms()],
             )?;
-            Ok(())
+            let resume: bool = conn.query_row(
+                "SELECT resume FROM session_moves WHERE session_id = ?1",
+                [&row.session_id],
+                |r| r.get(0),
+            )?;
+            Ok(MoveRow { resume, ..row })
         })
         .await
     }
@@ -149,9 +155,13 @@ impl Store {
     pub async fn finish_move(&self, row: MoveRow, to: Option<String>) -> Result<(), StoreError> {
         self.call(move |conn| {
             let tx = conn.transaction()?;
-            tx.execute("DELETE FROM session_moves WHERE session_id = ?1", [&row.session_id])?;
-            let event = TimelineEvent::Moved { from: row.from, to, reason: row.reason };
-            log(&tx, &row.session_id, &event)?;
+            let ended =
+                tx.execute("DELETE FROM session_moves WHERE session_id = ?1", [&row.session_id])?;
+            // Once: a move carried out twice is recorded by the first to end it.
+            if ended > 0 {
+                let event = TimelineEvent::Moved { from: row.from, to, reason: row.reason };
+                log(&tx, &row.session_id, &event)?;
+            }
             tx.commit()?;
             Ok(())
         })

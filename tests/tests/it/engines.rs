@@ -22,6 +22,7 @@ use tether_tests::daemon::{Api, Create, Daemon, ok, settled};
 use tether_tests::docker::{
     Cleanup, CleanupWith, PrivateEngine, build_mock_image, engine, static_binary,
 };
+use tether_tests::within;
 
 fn docker_profile(image: &str) -> String {
     format!(
@@ -493,4 +494,54 @@ async fn a_drained_engine_moves_its_sessions_off_and_takes_no_new_one() {
     assert_eq!(back.state, Serving);
     let again = placed_session(&api, &daemon.workspace("again"), &[]).await;
     assert_eq!(api.status(&again).await.placement.as_deref(), Some("other"));
+}
+
+/// A session placed on `other` (the local engine closed meanwhile, so it cannot go there).
+async fn session_on_other(api: &Api, workspace: &Path) -> String {
+    ok("drain", api.typed().engines_drain("local".into(), None)).await;
+    let session = placed_session(api, workspace, &[]).await;
+    ok("undrain", api.typed().engines_undrain("local".into())).await;
+    assert_eq!(api.status(&session).await.placement.as_deref(), Some("other"));
+    session
+}
+
+#[tokio::test]
+async fn a_daemon_killed_in_the_middle_of_a_move_ends_with_the_session_on_one_engine() {
+    let Some((mut daemon, local, _other_engine, other, _guards)) = two_engines_other_first().await
+    else {
+        return;
+    };
+    let log = ("TETHER_LOG", "warn,supervisor::service::engines=info");
+    for fault in ["move.paused", "move.cleared"] {
+        daemon.kill().await;
+        daemon.restart_with_env(&[("TETHER_FAULT", fault), log]).await;
+        let api = daemon.api().await;
+        ok("undrain", api.typed().engines_undrain("other".into())).await;
+        let session = session_on_other(&api, &daemon.workspace(fault)).await;
+        api.ask(&session, "the secret is kumquat").await;
+        let _ = api.typed().engines_drain("other".into(), Some(2000)).await;
+        within("the daemon to die at the fault point", daemon.wait_exit()).await;
+        drop(api);
+        let mut lines = daemon.log_lines();
+        daemon.restart_with_env(&[log]).await;
+        let api = daemon.api().await;
+        let moved = format!("session {session} moved off engine other to local");
+        tether_tests::daemon::await_log(&mut lines, &moved).await;
+        let status = api.status(&session).await;
+        assert_eq!(status.placement.as_deref(), Some("local"), "{fault}: {status:?}");
+        assert!(container_on(&other, &session).await.is_none(), "{fault}: left on the old engine");
+        assert_eq!(volumes_on(&other, &session).await, Vec::<String>::new(), "{fault}");
+        assert!(container_on(&local, &session).await.is_some(), "{fault}");
+        let reply = api.ask(&session, "what was the secret?").await;
+        assert!(reply.contains("kumquat"), "{fault}: {reply}");
+        let timeline = ok("timeline", api.typed().session_timeline(session.clone(), None)).await;
+        let moves = timeline
+            .entries
+            .iter()
+            .filter(|entry| matches!(entry.event, protocol::api::TimelineEvent::Moved { .. }))
+            .count();
+        assert_eq!(moves, 1, "{fault}: one move recorded");
+        // Ended, so the next round's placement (which drains the local engine) leaves it.
+        ok("stop", api.typed().session_stop(session.clone())).await;
+    }
 }
