@@ -107,6 +107,9 @@ pub struct DaemonConfig {
     pub sandbox: Option<agents::profile::SandboxSettings>,
     /// `[checkpoints]`: the limits of workspace checkpoints.
     pub checkpoints: crate::checkpoint::Limits,
+    /// `[docker] failover_after_secs`: an engine that does not answer this long has its
+    /// sessions moved to the others (`None`: never, the default).
+    pub failover_after_secs: Option<u64>,
 }
 
 /// How long an agent may sit idle before its session is parked, unless a profile or
@@ -158,6 +161,7 @@ struct RawSessionSection {
 struct RawDockerSection {
     #[serde(default)]
     engines: Vec<Spanned<EngineConfig>>,
+    failover_after_secs: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -192,6 +196,14 @@ pub fn parse(text: &str, file: &Path) -> Result<DaemonConfig, ConfigError> {
     let static_agentctl = absolute_path(&locator, raw.static_agentctl, "static_agentctl")?;
     let allow_origins = origins(&locator, raw.allow_origins)?;
     let event_log_retain_bytes = retain_bytes(&locator, raw.event_log_retain_bytes)?;
+    let failover_after_secs = match raw.docker.as_ref().and_then(|d| d.failover_after_secs.clone())
+    {
+        Some(secs) if *secs.get_ref() == 0 => {
+            let reason = "must be greater than 0 (leave it out to never fail over)".into();
+            return Err(locator.invalid(secs.span(), Some("docker.failover_after_secs"), reason));
+        }
+        other => other.map(Spanned::into_inner),
+    };
     let docker_engines = engines(&locator, raw.docker)?;
     let retention = retention(&locator, raw.retention)?;
     let sandbox = match raw.sandbox {
@@ -220,6 +232,7 @@ pub fn parse(text: &str, file: &Path) -> Result<DaemonConfig, ConfigError> {
         idle_timeout_secs: raw.session.and_then(|session| session.idle_timeout_secs),
         sandbox,
         checkpoints: checkpoint_limits(&locator, raw.checkpoints)?,
+        failover_after_secs,
     })
 }
 
@@ -522,6 +535,10 @@ interval_minutes = 5
         let limits = parse(text, Path::new("/h/config.toml")).unwrap().checkpoints;
         assert_eq!((limits.max_file_bytes, limits.max_workspace_bytes), (100, 1000));
         assert_eq!(limits.wait, Duration::from_millis(50));
+        let text = "[docker]\nfailover_after_secs = 30\n";
+        assert_eq!(parse(text, Path::new("/h/c.toml")).unwrap().failover_after_secs, Some(30));
+        let (_, _, field, _) = invalid("[docker]\nfailover_after_secs = 0\n");
+        assert_eq!(field, "docker.failover_after_secs");
         let (line, _, field, reason) = invalid("[checkpoints]\nmax_file_bytes = 0\n");
         assert_eq!((line, field.as_str()), (2, "checkpoints.max_file_bytes"));
         assert!(reason.contains("greater than 0"), "{reason}");

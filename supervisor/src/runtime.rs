@@ -211,6 +211,17 @@ pub trait Runtime: Send + Sync + 'static {
         Box::pin(async { Ok(false) })
     }
 
+    /// Removes what the runtime keeps on `place` for every session but those in `keep`
+    /// (the sessions whose place it is now): a place back after its sessions moved off it
+    /// has their stale containers and state removed, never adopted; how many were.
+    fn remove_stale<'a>(
+        &'a self,
+        _place: &'a str,
+        _keep: &'a std::collections::BTreeSet<String>,
+    ) -> BoxFuture<'a, Result<usize, RuntimeError>> {
+        Box::pin(async { Ok(0) })
+    }
+
     /// Whether the place an execution ran on (its handle) can be used now: a session whose
     /// place is gone is `runtime_unavailable` until it returns.
     fn reachable<'a>(

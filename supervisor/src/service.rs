@@ -10,6 +10,7 @@ mod changes;
 mod checkpoints;
 mod ending;
 mod engines;
+mod failover;
 mod fork;
 mod lifecycle;
 mod limits;
@@ -268,6 +269,9 @@ pub struct SupervisorConfig {
     pub api_token: bool,
     /// The workspace checkpoints every session takes (`config.toml`'s `[checkpoints]`).
     pub checkpoints: Arc<crate::checkpoint::Checkpoints>,
+    /// An engine that does not answer this long has its sessions moved to the others
+    /// (`[docker] failover_after_secs`; `None`: never).
+    pub failover_after: Option<Duration>,
 }
 
 /// The supervisor's state: shared by every API connection.

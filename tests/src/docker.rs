@@ -429,6 +429,15 @@ impl PrivateEngine {
         }
     }
 
+    /// SIGKILLs the engine's `dockerd` (its host gone, as the supervisor sees it: its
+    /// containers may run on) and reaps it.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.start_kill();
+            let _ = within("the private dockerd to die", child.wait()).await;
+        }
+    }
+
     /// Starts it again on the same data.
     pub async fn restart(&mut self) {
         self.run().await;

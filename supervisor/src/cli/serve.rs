@@ -113,6 +113,9 @@ pub(super) async fn serve(args: ServeArgs, self_command: Vec<OsString>) -> anyho
     supervisor.recover().await?;
     // Engines out of service stay so; moves and drains a stop cut short go on.
     supervisor.resume_drains().await?;
+    if let Some(after) = supervisor.failover_after() {
+        tokio::spawn(Arc::clone(&supervisor).watch_engines(after));
+    }
     // Workflows go on once their sessions are re-attached.
     supervisor.drive_workflows().await?;
     // Warm agents: what a kill left is removed, then the pools fill.
@@ -284,6 +287,7 @@ fn new_supervisor(
         .map(std::time::Duration::from_secs),
         default_sandbox: config.sandbox.clone(),
         checkpoints: Arc::new(crate::checkpoint::Checkpoints::new(config.checkpoints)),
+        failover_after: config.failover_after_secs.map(std::time::Duration::from_secs),
     })))
 }
 

@@ -657,8 +657,12 @@ impl DockerRuntime {
         for (index, (engine, answer)) in ordered.into_iter().zip(answers).enumerate() {
             match answer {
                 Ok(docker) => found.push((engine, docker)),
-                // The recorded engine must answer: nothing can be promised without it.
-                Err(err) if index == 0 && named.is_some() => return Err(err),
+                // The recorded engine must answer: nothing can be promised without it —
+                // unless it was failed over (out of service): what runs there is fenced and
+                // removed when it answers again, never adopted.
+                Err(err) if index == 0 && named.is_some_and(|named| !self.is_closed(named)) => {
+                    return Err(err);
+                }
                 Err(err) => tracing::debug!(%err, "not searched for the session's containers"),
             }
         }
@@ -699,6 +703,31 @@ impl Runtime for DockerRuntime {
                     (engine.config.name.clone(), answer.err().map(|err| err.to_string()))
                 })
                 .collect()
+        })
+    }
+
+    fn remove_stale<'a>(
+        &'a self,
+        place: &'a str,
+        keep: &'a std::collections::BTreeSet<String>,
+    ) -> BoxFuture<'a, Result<usize, RuntimeError>> {
+        Box::pin(async move {
+            let Some(engine) = self.engine_named(Some(place)) else { return Ok(0) };
+            let docker = self.reach(engine).await?;
+            let mut removed = 0;
+            for container in self.list_ours(&docker, true).await? {
+                let labels = container.labels.unwrap_or_default();
+                let session = labels.get("tether.session_id").cloned().unwrap_or_default();
+                if let Some(id) = container.id.filter(|_| !keep.contains(&session)) {
+                    removed += usize::from(remove_container(&docker, &id).await?);
+                }
+            }
+            for (volume, session) in self.volumes_of(&docker, None).await? {
+                if !keep.contains(&session) {
+                    removed += usize::from(remove_volume(&docker, &volume).await?);
+                }
+            }
+            Ok(removed)
         })
     }
 

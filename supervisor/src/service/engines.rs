@@ -24,14 +24,14 @@ const PAUSE_SLACK: Duration = Duration::from_secs(60);
 
 impl Supervisor {
     /// The Docker runtime, whose engines these are.
-    fn engines_runtime(&self) -> Result<Arc<dyn Runtime>, ServiceError> {
+    pub(super) fn engines_runtime(&self) -> Result<Arc<dyn Runtime>, ServiceError> {
         self.config.runtimes.get("docker").ok_or_else(|| {
             ServiceError::InvalidState("this daemon has no Docker runtime, so no engines".into())
         })
     }
 
     /// The sessions not ended whose newest execution ran on each engine.
-    async fn sessions_by_engine(
+    pub(super) async fn sessions_by_engine(
         &self,
         runtime: &dyn Runtime,
     ) -> Result<Vec<(String, SessionId, Option<serde_json::Value>)>, ServiceError> {
@@ -199,7 +199,7 @@ impl Supervisor {
 
     /// Carries a move out from wherever it stands (see the module doc); failures are
     /// logged and leave the move stored for the next start.
-    async fn carry_out_move(&self, row: MoveRow, force_after_ms: u64) {
+    pub(super) async fn carry_out_move(&self, row: MoveRow, force_after_ms: u64) {
         let session = row.session_id.clone();
         let (reason, from) = (row.reason, row.from.clone());
         match self.move_session(row, force_after_ms).await {
@@ -233,10 +233,14 @@ impl Supervisor {
                 self.config.store.forget_resume_token(session.clone()).await?;
             }
             if let Some(handle) = &handle {
-                runtime
-                    .remove_from(&session, handle)
-                    .await
-                    .map_err(|err| ServiceError::RuntimeUnavailable(err.to_string()))?;
+                match runtime.remove_from(&session, handle).await {
+                    Ok(_) => {}
+                    // A silent engine is cleared when it answers again.
+                    Err(err) if row.reason == MoveReason::Failover => {
+                        tracing::debug!(%session, %err, "left on the failed engine until it is back");
+                    }
+                    Err(err) => return Err(ServiceError::RuntimeUnavailable(err.to_string())),
+                }
             }
             agentctl::fault::point("move.cleared");
         }

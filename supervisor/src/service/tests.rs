@@ -48,6 +48,7 @@ fn supervisor(dir: &std::path::Path, mode: Mode, alive: bool) -> Setup {
         default_sandbox: None,
         api_token: false,
         checkpoints: Arc::default(),
+        failover_after: None,
     };
     Setup { supervisor: Arc::new(Supervisor::new(config)), runtime, connector }
 }

@@ -26,7 +26,8 @@ pub struct MoveRow {
 pub struct EngineRow {
     /// Its name.
     pub name: String,
-    /// `Draining` or `Drained`.
+    /// `Draining`, `Drained`, or `Unreachable` (failed over: back in service once it
+    /// answers again and is cleared).
     pub state: EngineState,
     /// Since when, Unix ms.
     pub since: i64,
@@ -65,10 +66,10 @@ impl Store {
                 let state: String = r.get(1)?;
                 Ok(EngineRow {
                     name: r.get(0)?,
-                    state: if state == "drained" {
-                        EngineState::Drained
-                    } else {
-                        EngineState::Draining
+                    state: match state.as_str() {
+                        "drained" => EngineState::Drained,
+                        "unreachable" => EngineState::Unreachable,
+                        _ => EngineState::Draining,
                     },
                     since: r.get(2)?,
                     force_after_ms: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),

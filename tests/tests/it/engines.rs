@@ -368,12 +368,19 @@ async fn an_engine_that_never_answers_is_unreachable_within_a_bound() {
 /// sessions in volumes; returns what the drain tests need.
 async fn two_engines_other_first()
 -> Option<(Daemon, Docker, PrivateEngine, Docker, Vec<Box<dyn std::any::Any>>)> {
+    two_engines_other_first_with("").await
+}
+
+/// [`two_engines_other_first`], `docker` (TOML) put in the config's `[docker]` section.
+async fn two_engines_other_first_with(
+    docker: &str,
+) -> Option<(Daemon, Docker, PrivateEngine, Docker, Vec<Box<dyn std::any::Any>>)> {
     let local = engine().await?;
     let other_engine = PrivateEngine::start_tls().await?;
     let tls = other_engine.client_tls().expect("a TLS engine");
     let other = other_engine.client();
     let engines = format!(
-        "[[docker.engines]]\nname = \"other\"\nhost = \"{}\"\ncapacity = 4\n\
+        "[docker]\n{docker}\n\n[[docker.engines]]\nname = \"other\"\nhost = \"{}\"\ncapacity = 4\n\
          tls = {{ ca = \"{}\", cert = \"{}\", key = \"{}\" }}\nstorage = \"volumes\"\n\n\
          [[docker.engines]]\nname = \"local\"\nhost = \"unix:///var/run/docker.sock\"\ncapacity = 4\n",
         other_engine.host(),
@@ -382,7 +389,7 @@ async fn two_engines_other_first()
         tls.key.display(),
     );
     let log = std::env::var("TETHER_TEST_LOG").unwrap_or_else(|_| "warn".into());
-    let log = format!("{log},supervisor::service::engines=info");
+    let log = format!("{log},supervisor::service::engines=info,supervisor::service::failover=info");
     let (daemon, cleanup_local, tag) =
         daemon_with_engines_env(&local, &engines, &[("TETHER_LOG", &log)]).await;
     build_mock_image(&other, &tag).await;
@@ -544,4 +551,70 @@ async fn a_daemon_killed_in_the_middle_of_a_move_ends_with_the_session_on_one_en
         // Ended, so the next round's placement (which drains the local engine) leaves it.
         ok("stop", api.typed().session_stop(session.clone())).await;
     }
+}
+
+#[tokio::test]
+async fn an_engine_that_dies_has_its_sessions_failed_over_and_its_stale_containers_removed() {
+    let Some((daemon, local, mut other_engine, other, _guards)) =
+        two_engines_other_first_with("failover_after_secs = 2").await
+    else {
+        return;
+    };
+    let api = daemon.api().await;
+    let dir = daemon.workspace("work");
+    let session = session_on_other(&api, &dir).await;
+    let write = |path: &str, text: &str| format!("/write {} {text}", dir.join(path).display());
+    api.ask(&session, &format!("the secret is kumquat\n{}", write("src/a.txt", "one"))).await;
+    api.ask(&session, &write("notes.md", "two")).await;
+    let files = tether_tests::files_of(&dir);
+    let mut events = api.subscribe_at_end(&session).await;
+    api.prompt(&session, "/sleep 30000\nthe long job").await.expect("a turn starts");
+    tether_tests::daemon::until(&mut events, |e| {
+        matches!(e.kind, protocol::api::EventKind::TurnStarted { .. })
+    })
+    .await;
+
+    // Its dockerd is SIGKILLed mid-turn: two seconds later the session moves.
+    let mut log = daemon.log_lines();
+    other_engine.kill().await;
+    let moved = format!("session {session} moved off engine other to local");
+    tether_tests::daemon::await_log(&mut log, &moved).await;
+    let status = api.status(&session).await;
+    assert_eq!(status.placement.as_deref(), Some("local"), "{status:?}");
+    assert!(status.is_agent_running, "{status:?}");
+    let listed = ok("engines", api.typed().engines_list()).await;
+    assert_eq!(listed.engines[0].state, protocol::api::EngineState::Unreachable, "{listed:?}");
+    // The turn it was in is recorded once, ended, and not run again; the files of the
+    // last completed turn are there, and the conversation (injected) too.
+    let turns = ok("timeline", api.typed().session_timeline(session.clone(), None)).await.turns;
+    assert_eq!(turns.len(), 3, "{turns:?}");
+    assert!(turns[2].ended_at.is_some(), "{turns:?}");
+    assert_eq!(tether_tests::files_of(&dir), files);
+    let reply = api.ask(&session, "what was the secret?\n/recall").await;
+    assert!(reply.contains("kumquat"), "{reply}");
+    let history = api.history(&session).await;
+    let long = history
+        .iter()
+        .filter(|entry| entry.kind == protocol::api::EntryType::UserMessage)
+        .filter(|entry| entry.content.contains("the long job"))
+        .count();
+    assert_eq!(long, 1, "the interrupted prompt, once: {history:?}");
+    let timeline = ok("timeline", api.typed().session_timeline(session.clone(), None)).await;
+    let failover = timeline.entries.iter().any(|entry| {
+        matches!(
+            &entry.event,
+            protocol::api::TimelineEvent::Moved { reason: protocol::api::MoveReason::Failover, .. }
+        )
+    });
+    assert!(failover, "{:?}", timeline.entries);
+
+    // The engine comes back: its stale container and volumes are removed, never adopted.
+    other_engine.restart().await;
+    tether_tests::daemon::await_log(&mut log, "engine other is back").await;
+    assert!(container_on(&other, &session).await.is_none(), "the stale container is gone");
+    assert_eq!(volumes_on(&other, &session).await, Vec::<String>::new());
+    assert!(container_on(&local, &session).await.is_some());
+    let listed = ok("engines", api.typed().engines_list()).await;
+    assert_eq!(listed.engines[0].state, protocol::api::EngineState::Serving, "{listed:?}");
+    assert!(api.ask(&session, "still here?").await.contains("still here?"));
 }
