@@ -469,6 +469,9 @@ pub struct SessionStatus {
     /// Where its agent runs or last ran within its runtime: the Docker engine's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<String>,
+    /// Its newest workspace checkpoint (`task.session.checkpoint.list` lists them all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<Checkpoint>,
     /// The agent's questions (permission and elicitation requests) that wait for a
     /// person's answer, oldest first — what a client showing only the newest events must
     /// still offer.

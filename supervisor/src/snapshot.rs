@@ -91,6 +91,7 @@ pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreErr
         }
     }
     let turns = store.session_turns(session_id.clone()).await?;
+    let checkpoint = store.latest_checkpoint(session_id.clone()).await?;
     let mut timeline = store.recent_timeline(session_id.clone(), TIMELINE_ROWS).await?;
     timeline.reverse();
     let (entries, plan) = tokio::task::spawn_blocking(move || {
@@ -164,6 +165,7 @@ pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreErr
         plan_at,
         tests: heuristics::last_test_run(&entries),
         summary,
+        checkpoint,
     })
 }
 

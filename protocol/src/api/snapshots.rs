@@ -175,6 +175,10 @@ pub struct Snapshot {
     /// not a pause's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<PauseSummary>,
+    /// The session's newest workspace checkpoint when it was taken (a turn's snapshot
+    /// waits for that turn's checkpoint): what `task.session.checkpoint.restore` writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<super::Checkpoint>,
 }
 
 /// What became of a pause's summary turn, in its [`Snapshot`].

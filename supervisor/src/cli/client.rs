@@ -448,6 +448,7 @@ impl Client {
         }
         print_fields(&status)?;
         println!("{}", super::output::confinement_line(status.sandbox.as_ref()));
+        println!("{}", super::output::checkpoint_line(status.checkpoint.as_ref()));
         println!("usage (turns): {}", session_usage_line(&status.usage));
         if !status.queue.prompts.is_empty() || status.queue.halted.is_some() {
             println!("{}", super::output::queue_line(&status.queue));
@@ -531,6 +532,7 @@ impl Client {
         }
         print_fields(&status)?;
         println!("{}", super::output::confinement_line(status.sandbox.as_ref()));
+        println!("{}", super::output::checkpoint_line(status.checkpoint.as_ref()));
         println!("usage (turns): {}", session_usage_line(&status.usage));
         // Each turn's tokens (a daemon that cannot group by turn: none shown).
         let by_turn = Some(protocol::api::UsageGroupBy::Turn);

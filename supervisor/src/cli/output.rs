@@ -45,7 +45,7 @@ pub(super) fn print_fields<T: Serialize>(value: &T) -> Result<(), Failure> {
         .map_err(|err| Failure { code: Exit::Error, line: format!("error: {err}") })?;
     // Usage, the queue and the sandbox have lines of their own (`usage_line`,
     // `queue_line`, `confinement_line`).
-    let own_line = |key: &str| matches!(key, "usage" | "queue" | "sandbox");
+    let own_line = |key: &str| matches!(key, "usage" | "queue" | "sandbox" | "checkpoint");
     for (key, value) in value.as_object().into_iter().flatten().filter(|(key, _)| !own_line(key)) {
         let shown = match value {
             serde_json::Value::String(text) => text.clone(),
@@ -55,6 +55,22 @@ pub(super) fn print_fields<T: Serialize>(value: &T) -> Result<(), Failure> {
         println!("{key}: {shown}");
     }
     Ok(())
+}
+
+/// A session's newest checkpoint, in words: `checkpoint: 4 (turn 3), 12 files, 2 min ago`.
+pub(super) fn checkpoint_line(checkpoint: Option<&protocol::api::Checkpoint>) -> String {
+    let Some(checkpoint) = checkpoint else { return "checkpoint: none yet".into() };
+    let what = match checkpoint.turn {
+        Some(turn) => format!("turn {turn}"),
+        None => checkpoint.trigger.as_str().to_owned(),
+    };
+    format!(
+        "checkpoint: {} ({what}), {} file(s), {}, {}",
+        checkpoint.seq,
+        checkpoint.files,
+        bytes(checkpoint.bytes),
+        ago(checkpoint.taken_at)
+    )
 }
 
 /// How an agent is confined, in words: `sandbox: …` (`unconfined` for `None`).

@@ -304,6 +304,13 @@ impl Supervisor {
         }
     }
 
+    /// How the session's agent is confined, as its pinned profile says.
+    fn confinement_of(&self, row: &SessionRow) -> Option<protocol::api::Confinement> {
+        let profile = Supervisor::pinned_profile(row).ok()?;
+        let container = profile.docker.runtime.as_deref();
+        crate::sandbox::describe(&self.sandbox_of(&profile), &profile.env, &row.runtime, container)
+    }
+
     /// `task.session.status`.
     pub async fn status(&self, session_id: SessionId) -> Result<SessionStatus, ServiceError> {
         let row = self.session_row(&session_id).await?;
@@ -318,15 +325,7 @@ impl Supervisor {
         let running = view.as_ref().is_some_and(|view| view.agent_running);
         let phase = view.as_ref().map(|view| view.phase);
         let profile_drift = self.profile_drift(&row);
-        let sandbox = Supervisor::pinned_profile(&row).ok().and_then(|profile| {
-            let container = profile.docker.runtime.as_deref();
-            crate::sandbox::describe(
-                &self.sandbox_of(&profile),
-                &profile.env,
-                &row.runtime,
-                container,
-            )
-        });
+        let sandbox = self.confinement_of(&row);
         let open_questions = self
             .config
             .store
@@ -400,6 +399,7 @@ impl Supervisor {
             (is_resumable, reason) = (false, "runtime_unavailable");
             unreachable = Some(err.to_string());
         }
+        let checkpoint = self.config.store.latest_checkpoint(session_id.clone()).await?;
         Ok(SessionStatus {
             session_id: session_id.into_string(),
             task_id: row.task_id,
@@ -432,6 +432,7 @@ impl Supervisor {
             queue,
             forked_from,
             sandbox,
+            checkpoint,
         })
     }
 

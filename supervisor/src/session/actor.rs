@@ -2376,7 +2376,10 @@ impl SessionActor {
         };
         let store = self.context.store.clone();
         let report = self.internal_tx.clone();
+        let checkpoints = self.context.checkpoints.clone();
         tokio::spawn(async move {
+            // After the checkpoint asked for before it (the turn's), which it lists.
+            checkpoints.settle(&request.session_id).await;
             match crate::snapshot::take(&store, request).await {
                 Ok(snapshot) => {
                     let _ = report.send(Internal::SnapshotTaken {

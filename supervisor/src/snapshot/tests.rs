@@ -82,6 +82,7 @@ fn snapshot(turns: Vec<SnapshotTurn>, omitted: usize) -> Snapshot {
             output: "test result: FAILED".into(),
         }),
         summary: None,
+        checkpoint: None,
     }
 }
 

@@ -651,6 +651,7 @@ async fn snapshots_and_handoffs_are_kept_as_documented() {
         plan_at: None,
         tests: None,
         summary: None,
+        checkpoint: None,
     };
     store.insert_snapshot(snapshot(0, SnapshotTrigger::Crash)).await.unwrap();
     for n in 1..=TURN_SNAPSHOTS_KEPT + 5 {

@@ -8,15 +8,21 @@ use protocol::errors::ErrorKind;
 use tether_tests::daemon::{Api, Daemon, call, ok, until};
 use tether_tests::{files_of, git};
 
-/// Prompts, and waits past the turn's end for its checkpoint.
+/// Prompts, and waits past the turn's end for its checkpoint and its snapshot.
 async fn turn_and_checkpoint(api: &Api, session: &str, prompt: &str) -> protocol::api::Checkpoint {
     let mut events = api.subscribe_at_end(session).await;
     api.prompt(session, prompt).await.expect("prompt");
-    let seen = until(&mut events, |e| matches!(e.kind, EventKind::CheckpointTaken { .. })).await;
-    match &seen.last().expect("UNWRAP: until returns what it found").kind {
-        EventKind::CheckpointTaken { checkpoint } => checkpoint.clone(),
-        _ => unreachable!("until returns the checkpoint last"),
-    }
+    let (mut checkpoint, mut snapshot) = (None, false);
+    until(&mut events, |e| {
+        match &e.kind {
+            EventKind::CheckpointTaken { checkpoint: taken } => checkpoint = Some(taken.clone()),
+            EventKind::SnapshotTaken { .. } => snapshot = true,
+            _ => {}
+        }
+        checkpoint.is_some() && snapshot
+    })
+    .await;
+    checkpoint.expect("UNWRAP: until ends once it is seen")
 }
 
 #[tokio::test]
@@ -56,6 +62,16 @@ async fn every_turn_is_checkpointed_and_each_restores_byte_for_byte() {
     assert_eq!(std::fs::read(repo.join(".git/index")).unwrap(), index, "the user's index changed");
     assert_eq!(git(&repo, &["for-each-ref", "refs/tether/sessions"]).await, "");
 
+    // The newest in the status and in the turn's snapshot (which waits for it).
+    let status = api.status(&session).await;
+    assert_eq!(status.checkpoint.as_ref(), Some(&at_turn[2].0));
+    let snapshots = ok("snapshots", api.typed().snapshot_list(session.clone())).await;
+    let newest = snapshots.iter().max_by_key(|s| s.taken_at).expect("a turn's snapshot");
+    let snapshot = ok("snapshot", api.typed().snapshot_get(newest.snapshot_id.clone())).await;
+    assert_eq!(snapshot.checkpoint.map(|c| c.seq), Some(3));
+    let (code, stdout, _) = daemon.cli(&["status", &session]).await;
+    assert_eq!(code, 0);
+    assert!(stdout.contains("checkpoint: 3 (turn 3), 3 file(s)"), "{stdout}");
     let listed = ok("list", api.typed().session_checkpoint_list(session.clone())).await;
     assert_eq!(listed.checkpoints, at_turn.iter().map(|(c, _)| c.clone()).collect::<Vec<_>>());
     let out = tempfile::tempdir().unwrap();
