@@ -235,7 +235,11 @@ impl Checkpoints {
         };
         let parent = previous.as_ref().map(|previous| previous.commit.as_str());
         let made = repo.commit(&request.workspace, &self.limits, parent, &message).await?;
-        if request.trigger != CheckpointTrigger::Turn && made.unchanged {
+        // A turn always gets its ref; anything else only when the files changed.
+        if request.trigger != CheckpointTrigger::Turn
+            && let Some(parent) = parent
+            && repo.has_tree(parent, &made.tree).await?
+        {
             return Ok(None);
         }
         repo.update_ref(&name, &made.commit).await?;

@@ -34,8 +34,8 @@ const INHERITED: [&str; 7] = [
 pub struct Made {
     /// The commit.
     pub commit: String,
-    /// Its tree is its parent's.
-    pub unchanged: bool,
+    /// Its tree.
+    pub tree: String,
     /// What went in.
     pub selection: Selection,
     /// The bytes the repository grew by.
@@ -66,50 +66,60 @@ impl Repo {
         Ok(String::from_utf8_lossy(&out).trim().to_owned())
     }
 
-    /// The workspace's files: those the last checkpoint had, and the others not ignored.
+    /// The workspace's files: those the last checkpoint had, and the others not ignored
+    /// (one `ls-files`, each path tagged: `?` for one the index does not have).
     async fn candidates(&self, work: &Path) -> Result<Vec<Candidate>, CheckpointError> {
-        let listed = |args: &'static [&'static str]| async move {
-            let out = run(Some(self), args, Some(work), &[], None).await?;
-            Ok::<Vec<String>, CheckpointError>(
-                out.split(|byte| *byte == 0)
-                    .filter(|path| !path.is_empty() && !path.ends_with(b"/"))
-                    .map(|path| String::from_utf8_lossy(path).into_owned())
-                    .collect(),
-            )
-        };
-        let indexed: BTreeSet<String> =
-            listed(&["ls-files", "-z", "--cached"]).await?.into_iter().collect();
-        let others = listed(&["ls-files", "-z", "--others", "--exclude-standard"]).await?;
+        let args = ["ls-files", "-z", "-t", "--cached", "--others", "--exclude-standard"];
+        let out = run(Some(self), &args, Some(work), &[], None).await?;
         let work = work.to_owned();
         tokio::task::spawn_blocking(move || {
-            let paths: BTreeSet<String> = indexed.iter().cloned().chain(others).collect();
-            paths
-                .into_iter()
-                .map(|path| {
-                    let size = std::fs::symlink_metadata(work.join(&path))
-                        .ok()
-                        .filter(|meta| !meta.is_dir())
-                        .map(|meta| meta.len());
-                    let indexed = indexed.contains(&path);
-                    Candidate { path, size, indexed }
-                })
-                .collect()
+            let mut seen = BTreeSet::new();
+            let mut found = Vec::new();
+            for entry in out.split(|byte| *byte == 0) {
+                let Some((tag, path)) =
+                    entry.split_first().filter(|(_, rest)| rest.first() == Some(&b' '))
+                else {
+                    continue;
+                };
+                let path = String::from_utf8_lossy(&path[1..]).into_owned();
+                if path.ends_with('/') || !seen.insert(path.clone()) {
+                    continue;
+                }
+                let size = std::fs::symlink_metadata(work.join(&path))
+                    .ok()
+                    .filter(|meta| !meta.is_dir())
+                    .map(|meta| meta.len());
+                found.push(Candidate { path, size, indexed: *tag != b'?' });
+            }
+            found
         })
         .await
         .map_err(|err| CheckpointError::Io(format!("listing the workspace: {err}")))
     }
 
-    /// The bytes of its objects.
+    /// The bytes of its objects (loose and packed), read from its `objects` directory.
     async fn object_bytes(&self) -> Result<u64, CheckpointError> {
-        let out = self.git(None, &["count-objects", "-v"]).await?;
-        let kib: u64 = out
-            .lines()
-            .filter_map(|line| {
-                let (key, value) = line.split_once(": ")?;
-                matches!(key, "size" | "size-pack").then(|| value.parse::<u64>().ok())?
-            })
-            .sum();
-        Ok(kib * 1024)
+        let objects = self.dir.join("objects");
+        tokio::task::spawn_blocking(move || {
+            let mut total = 0;
+            let Ok(dirs) = std::fs::read_dir(&objects) else { return 0 };
+            for dir in dirs.flatten() {
+                let Ok(files) = std::fs::read_dir(dir.path()) else { continue };
+                for file in files.flatten() {
+                    total += file
+                        .metadata()
+                        .map_or(0, |meta| if meta.is_file() { meta.len() } else { 0 });
+                }
+            }
+            total
+        })
+        .await
+        .map_err(|err| CheckpointError::Io(format!("sizing the repository: {err}")))
+    }
+
+    /// Whether `commit`'s tree is `tree`.
+    pub async fn has_tree(&self, commit: &str, tree: &str) -> Result<bool, CheckpointError> {
+        Ok(self.git(None, &["rev-parse", &format!("{commit}^{{tree}}")]).await? == tree)
     }
 
     /// Commits the workspace's files (as [`select`] chooses them) on `parent`.
@@ -138,12 +148,6 @@ impl Repo {
             }
         }
         let tree = self.git(None, &["write-tree"]).await?;
-        let unchanged = match parent {
-            Some(parent) => {
-                self.git(None, &["rev-parse", &format!("{parent}^{{tree}}")]).await? == tree
-            }
-            None => false,
-        };
         let mut args = vec!["commit-tree", tree.as_str(), "-m", message];
         if let Some(parent) = parent {
             args.extend(["-p", parent]);
@@ -151,7 +155,7 @@ impl Repo {
         let out = run(Some(self), &args, None, &IDENTITY, None).await?;
         let commit = String::from_utf8_lossy(&out).trim().to_owned();
         let added_bytes = self.object_bytes().await?.saturating_sub(before);
-        Ok(Made { commit, unchanged, selection, added_bytes })
+        Ok(Made { commit, tree, selection, added_bytes })
     }
 
     /// Points `name` at `commit`.
@@ -193,6 +197,15 @@ async fn run(
     }
     if let Some(work) = work {
         command.arg("--work-tree").arg(work).current_dir(work);
+    }
+    // It dies with the daemon: a SIGKILLed daemon leaves no git behind (its lock is
+    // removed by the next checkpoint).
+    // SAFETY: between fork and exec only `prctl`, which is async-signal-safe, runs.
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)
+        });
     }
     command
         .args([

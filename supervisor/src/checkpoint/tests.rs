@@ -285,3 +285,26 @@ async fn a_turn_waits_for_the_checkpoint_in_flight() {
     assert!(checkpoints.settle(&f.session).await);
     assert_eq!(f.store.checkpoints(f.session.clone()).await.unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn a_same_size_edit_right_after_a_checkpoint_is_in_the_next() {
+    let f = fixture().await;
+    let repo = super::git::Repo::open(&f.session_dir.join("r.git")).await.unwrap();
+    let limits = Limits::default();
+    for n in 0..20u32 {
+        let path = format!("f{n}.bin");
+        f.write(&path, &incompressible(4096));
+        let first = repo.commit(&f.workspace, &limits, None, "first").await.unwrap();
+        // The same size, written within the same second as the index.
+        let mut other = incompressible(4096);
+        other[0] = other[0].wrapping_add(1 + n as u8);
+        f.write(&path, &other);
+        let next = repo.commit(&f.workspace, &limits, Some(&first.commit), "next").await.unwrap();
+        assert_ne!(next.tree, first.tree, "round {n}: the edit was missed");
+        let out = tempfile::tempdir().unwrap();
+        let into = out.path().join("x");
+        std::fs::create_dir_all(&into).unwrap();
+        repo.write_out(&next.commit, &into).await.unwrap();
+        assert_eq!(std::fs::read(into.join(&path)).unwrap(), other, "round {n}");
+    }
+}
