@@ -6,7 +6,7 @@
 #
 #   scripts/bench.sh               # every section
 #   scripts/bench.sh relay scale   # some: relay sessions scale restart docker context workflows page review lists
-#                                  # usage warm idle face sandbox
+#                                  # usage warm idle face sandbox checkpoint
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -71,17 +71,9 @@ pub(crate) fn files_of(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     out
 }
 
-/// `len` bytes no compressor shrinks (xorshift).
+/// `len` bytes no compressor shrinks (random ones).
 pub(crate) fn incompressible(len: usize) -> Vec<u8> {
-    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 32) as u8
-        })
-        .collect()
+    (0..len.div_ceil(16)).flat_map(|_| uuid::Uuid::new_v4().into_bytes()).take(len).collect()
 }
 
 struct Fixture {

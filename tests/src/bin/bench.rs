@@ -7,7 +7,7 @@
 //! pipe and with the official ACP SDK client (`sdk-baseline`) driving the same agent.
 //!
 //! `bench [SECTION…]` runs some sections only: relay, sessions, scale, restart, docker,
-//! context, workflows, page, review, usage, warm, idle, face, sandbox.
+//! context, workflows, page, review, usage, warm, idle, face, sandbox, checkpoint.
 // The test crate is exempt from the length rule: a scenario reads top to bottom.
 #![allow(clippy::too_many_lines)]
 
@@ -32,6 +32,9 @@ mod face;
 
 #[path = "bench/sandbox.rs"]
 mod sandbox;
+
+#[path = "bench/checkpoint.rs"]
+mod checkpoint;
 
 struct Row {
     measure: &'static str,
@@ -409,6 +412,10 @@ async fn main() {
     }
     if run("sandbox") {
         sandbox::sandbox(&mut rows).await;
+        progress(&rows);
+    }
+    if run("checkpoint") {
+        checkpoint::checkpoint(&mut rows).await;
         progress(&rows);
     }
 
