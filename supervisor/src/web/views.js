@@ -151,10 +151,10 @@ export function executionCard(c) {
 }
 
 // One lane per execution (a run of the agent), each turn a bar coloured by how it ended;
-// pauses, resumes, snapshots and errors are marks on the time axis.
+// pauses, resumes, snapshots, moves between engines and errors are marks on the time axis.
 export function timelineChart(timeline) {
   const turns = timeline.turns;
-  const marks = timeline.entries.filter((e) => ["paused", "resumed", "snapshot_taken", "error", "execution_started"].includes(e.kind));
+  const marks = timeline.entries.filter((e) => ["paused", "resumed", "snapshot_taken", "moved", "error", "execution_started"].includes(e.kind));
   const times = [...turns.flatMap((t) => [t.started_at, t.ended_at || Date.now()]), ...marks.map((m) => m.at)];
   if (!times.length) return el("p", { class: "muted" }, "No turns yet.");
   const start = Math.min(...times);
@@ -184,14 +184,15 @@ export function timelineChart(timeline) {
   for (const mark of marks) {
     const mx = x(mark.at);
     const line = svg("line", { x1: mx, x2: mx, y1: top, y2: axisY, class: `mark ${mark.kind}` });
-    line.append(svg("title", {}, `${new Date(mark.at).toLocaleTimeString()} ${mark.kind.replace("_", " ")}${mark.message ? ": " + mark.message : ""}${mark.reason ? ": " + mark.reason : ""}`));
+    const moved = mark.kind === "moved" ? ` from engine ${mark.from} to ${mark.to || "its next resume's engine"}` : "";
+    line.append(svg("title", {}, `${new Date(mark.at).toLocaleTimeString()} ${mark.kind.replace("_", " ")}${moved}${mark.message ? ": " + mark.message : ""}${mark.reason ? ` (${mark.reason})` : ""}`));
     chart.append(line);
   }
   chart.append(svg("text", { x: 70, y: axisY + 16, class: "axis" }, new Date(start).toLocaleTimeString()));
   chart.append(svg("text", { x: width - 10, y: axisY + 16, class: "axis end" }, `${new Date(end).toLocaleTimeString()} (${duration(end - start)})`));
   const legend = el("div", { class: "legend muted" },
     ...["completed", "failed", "cancelled", "interrupted", "running"].map((s) => el("span", { class: `key ${s}` }, s)),
-    ...["paused", "resumed", "snapshot_taken", "error"].map((k) => el("span", { class: `key mark-${k}` }, k.replace("_", " "))));
+    ...["paused", "resumed", "snapshot_taken", "moved", "error"].map((k) => el("span", { class: `key mark-${k}` }, k.replace("_", " "))));
   return el("div", {}, chart, legend);
 }
 
