@@ -221,6 +221,12 @@ impl Checkpoints {
         store: &Store,
         request: Request,
     ) -> Result<Option<Checkpoint>, CheckpointError> {
+        // A session deleted meanwhile has nothing to checkpoint (and its directory is not
+        // made again): the delete held this lock while it removed the session.
+        match store.get_session(request.session_id.clone()).await {
+            Err(StoreError::NotFound { .. }) => return Ok(None),
+            other => drop(other?),
+        }
         let previous = store.latest_checkpoint(request.session_id.clone()).await?;
         let turn = match &request.turn_id {
             Some(turn_id) => store.turn_number(request.session_id.clone(), turn_id.clone()).await?,
@@ -291,6 +297,18 @@ impl Checkpoints {
                 }
             }
         })
+    }
+
+    /// Waits for the session's checkpoint in flight, if any, and keeps any other from
+    /// starting while the guard is held (a delete removing the session's files).
+    pub async fn hold(&self, session: &SessionId) -> tokio::sync::OwnedMutexGuard<()> {
+        self.lock_of(session).lock_owned().await
+    }
+
+    /// Forgets a deleted session's lock.
+    pub fn forget(&self, session: &SessionId) {
+        let mut locks = self.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        locks.remove(session);
     }
 
     /// Waits for the session's checkpoint in flight, if any, at most [`Limits::wait`];

@@ -300,3 +300,19 @@ async fn a_same_size_edit_right_after_a_checkpoint_is_in_the_next() {
         assert_eq!(std::fs::read(into.join(&path)).unwrap(), other, "round {n}");
     }
 }
+
+#[tokio::test]
+async fn a_deleted_session_is_not_checkpointed_and_its_directory_not_made_again() {
+    let f = fixture().await;
+    f.write("a.txt", b"a");
+    let checkpoints = std::sync::Arc::new(Checkpoints::new(Limits::default()));
+    // A delete holds the session's lock while its rows and files go; a checkpoint asked
+    // for meanwhile waits, then finds no session.
+    let held = checkpoints.hold(&f.session).await;
+    let taken = checkpoints.spawn(f.store.clone(), f.request(CheckpointTrigger::Stop, None));
+    f.store.delete_session(f.session.clone()).await.unwrap();
+    std::fs::remove_dir_all(&f.session_dir).unwrap();
+    drop(held);
+    assert_eq!(taken.await.unwrap(), None);
+    assert!(!f.session_dir.exists(), "the deleted session's directory was made again");
+}

@@ -205,6 +205,8 @@ impl Supervisor {
         {
             tracing::warn!(session = %session_id, "the deleted session's actor did not end in time");
         }
+        // Its checkpoint in flight ends first, and no other starts while its files go.
+        let _checkpoints_held = self.config.checkpoints.hold(&session_id).await;
         if let Some(made) = session_worktree(row) {
             let existed = made.path.is_dir();
             if delete_branch {
@@ -277,6 +279,7 @@ impl Supervisor {
                 ServiceError::Internal(format!("removing {}: {err}", dir.display()))
             })?;
         }
+        self.config.checkpoints.forget(&session_id);
         Ok(removed)
     }
 
