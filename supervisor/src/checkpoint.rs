@@ -187,11 +187,6 @@ impl Checkpoints {
         Checkpoints { limits, locks: Mutex::new(HashMap::new()) }
     }
 
-    /// The limits.
-    pub fn limits(&self) -> Limits {
-        self.limits
-    }
-
     fn lock_of(&self, session: &SessionId) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         locks.entry(session.clone()).or_default().clone()

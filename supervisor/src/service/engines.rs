@@ -223,14 +223,17 @@ impl Supervisor {
         let runtime = self.engines_runtime()?;
         let session = row.session_id.clone();
         let recorded = self.config.store.get_execution(session.clone()).await?;
+        let execution_id = recorded.as_ref().map(|recorded| recorded.execution_id.clone());
         let handle = recorded.and_then(|recorded| recorded.runtime_handle);
         if runtime.placement(handle.as_ref()).as_deref() == Some(row.from.as_str()) {
             if self.agent_runs(&session) {
                 self.pause_for_move(&session, &row.from, force_after_ms).await?;
             }
             agentctl::fault::point("move.paused");
-            if runtime.state_stays(handle.as_ref()) {
-                self.config.store.forget_resume_token(session.clone()).await?;
+            if let Some(execution_id) = execution_id
+                && runtime.state_stays(handle.as_ref())
+            {
+                self.config.store.set_resume_token(session.clone(), execution_id, None).await?;
             }
             if let Some(handle) = &handle {
                 match runtime.remove_from(&session, handle).await {

@@ -140,18 +140,6 @@ impl Store {
         .await
     }
 
-    /// Drops a session's resume token: its agent's own state did not travel with it.
-    pub async fn forget_resume_token(&self, session_id: SessionId) -> Result<(), StoreError> {
-        self.call(move |conn| {
-            conn.execute(
-                "UPDATE executors_running SET resume_token = NULL WHERE session_id = ?1",
-                [&session_id],
-            )?;
-            Ok(())
-        })
-        .await
-    }
-
     /// Ends a session's move: its timeline row, the move forgotten, in one transaction.
     pub async fn finish_move(&self, row: MoveRow, to: Option<String>) -> Result<(), StoreError> {
         self.call(move |conn| {
