@@ -1161,13 +1161,15 @@ pub enum TimelineEvent {
         /// What took it.
         trigger: SnapshotTrigger,
     },
-    /// The session moved off an engine (its agent stopped there at a turn's end, its
-    /// container and state there removed); `to` is where it runs now, when it was running.
+    /// The session moved off an engine, or to another runtime (its agent stopped there at
+    /// a turn's end, its container and state there removed); `to` is where it runs now,
+    /// when it was running.
     Moved {
-        /// The engine it left.
+        /// The engine it left (for a move between runtimes, the runtime, and on Docker its
+        /// engine: `docker/<engine>`).
         from: String,
-        /// The engine it runs on now (absent: it was at rest, and its next resume places
-        /// it).
+        /// The engine (or runtime) it runs on now (absent: it was at rest, and its next
+        /// resume places it).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         to: Option<String>,
         /// Why.

@@ -212,6 +212,20 @@ impl ApiServer for Methods {
         self.0.engines().await.map_err(to_rpc)
     }
 
+    async fn session_move(
+        &self,
+        session_id: String,
+        runtime: protocol::api::RuntimeKind,
+        labels: Option<std::collections::BTreeMap<String, String>>,
+        force_after_ms: Option<u64>,
+    ) -> RpcResult<protocol::api::SessionMoved> {
+        let runtime = runtime.as_str().to_owned();
+        self.0
+            .move_to_runtime(session_id.into(), runtime, labels, force_after_ms)
+            .await
+            .map_err(to_rpc)
+    }
+
     async fn engines_drain(
         &self,
         name: String,

@@ -227,6 +227,25 @@ enum Command {
     /// sessions move to the others), or return it to service.
     #[command(subcommand)]
     Engines(EnginesCommand),
+    /// Move a session to another runtime (standalone, docker), or on Docker to an engine
+    /// carrying other labels: a running turn ends first, and an agent that was running
+    /// is resumed there.
+    Move {
+        /// The session.
+        session: String,
+        /// The runtime to run it on.
+        #[arg(long)]
+        runtime: String,
+        /// Place it where this label is carried (a Docker engine's `labels`); repeatable.
+        /// Replaces the labels it had.
+        #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+        labels: Vec<(String, String)>,
+        /// Cancel a turn still running after this long, to move the session.
+        #[arg(long, value_name = "MS")]
+        force_after_ms: Option<u64>,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
     /// Re-send the prompt of a turn a crash left interrupted (the session's newest turn
     /// unless --turn) and follow the new turn; never done automatically, refused when that
     /// turn completed or was re-sent already.

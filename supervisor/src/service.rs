@@ -15,6 +15,7 @@ mod fork;
 mod lifecycle;
 mod limits;
 mod recovery;
+mod relocation;
 mod rewind;
 mod settings;
 mod workflows;
@@ -220,6 +221,7 @@ impl From<SessionError> for ServiceError {
                 ServiceError::SettingsNotRestored(err.to_string())
             }
             SessionError::AgentRefused(_) => ServiceError::AgentRefused(err.to_string()),
+            SessionError::RuntimeUnavailable(why) => ServiceError::RuntimeUnavailable(why),
             SessionError::Rewind(rewind) => rewind.into(),
         }
     }

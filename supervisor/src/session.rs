@@ -45,6 +45,7 @@ mod meter;
 mod outbox;
 mod queue;
 pub mod record;
+pub mod relocate;
 mod steer;
 
 use std::path::PathBuf;
@@ -119,6 +120,9 @@ pub enum SessionError {
     /// The agent refused a setting (what it answered).
     #[error("the agent refused: {0}")]
     AgentRefused(String),
+    /// The session's runtime cannot do what was asked now (why).
+    #[error("{0}")]
+    RuntimeUnavailable(String),
 }
 
 /// Where a session's actor is in its life. Transitions:
@@ -301,6 +305,11 @@ enum Command {
         forget: bool,
         reply: Reply<SessionSettings>,
     },
+    /// Moves the session to another runtime (refused while an agent of it runs).
+    Relocate {
+        to: relocate::Destination,
+        reply: Reply<relocate::Relocated>,
+    },
 }
 
 impl std::fmt::Debug for Command {
@@ -318,6 +327,7 @@ impl std::fmt::Debug for Command {
             Command::Rewind { .. } => "Rewind",
             Command::Retry { .. } => "Retry",
             Command::Setting { .. } => "Setting",
+            Command::Relocate { .. } => "Relocate",
         })
     }
 }
@@ -435,6 +445,15 @@ impl SessionHandle {
     /// `history_injection`, `fresh`, or `already_running`).
     pub async fn resume(&self) -> Result<ResumeOutcome, SessionError> {
         self.ask(|reply| Command::Resume { refresh: None, reply }).await
+    }
+
+    /// Moves the session to another runtime while no agent of it runs (see
+    /// [`relocate`]).
+    pub async fn relocate(
+        &self,
+        to: relocate::Destination,
+    ) -> Result<relocate::Relocated, SessionError> {
+        self.ask(|reply| Command::Relocate { to, reply }).await
     }
 
     /// Adopts `profile` (refused while the agent runs), then resumes.

@@ -11,7 +11,7 @@
 
 mod checkpoints;
 mod engines;
-pub use engines::{EngineRow, MoveRow};
+pub use engines::{EngineRow, MoveRow, Relocation};
 mod executions;
 mod forks;
 mod journal;

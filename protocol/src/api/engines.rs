@@ -1,6 +1,6 @@
 //! The places sessions run on, on the wire (`engines.list`, `engines.drain`,
 //! `engines.undrain`): each Docker engine's state and its sessions, and why a session
-//! moved from one to another.
+//! moved from one to another (`task.session.move` too).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -64,6 +64,8 @@ pub enum MoveReason {
     Drain,
     /// Its engine stopped answering for `failover_after_secs`.
     Failover,
+    /// Someone asked (`task.session.move`).
+    Requested,
 }
 
 impl MoveReason {
@@ -72,6 +74,26 @@ impl MoveReason {
         match self {
             MoveReason::Drain => "drain",
             MoveReason::Failover => "failover",
+            MoveReason::Requested => "requested",
         }
     }
+}
+
+/// `task.session.move`: where the session runs now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionMoved {
+    /// The session.
+    pub session_id: String,
+    /// Where it ran: the runtime, and on Docker the engine (`docker/<engine>`).
+    pub from: String,
+    /// Where it runs now: the runtime, and on Docker the engine once its agent runs there.
+    pub to: String,
+    /// Its runtime from now on.
+    pub runtime: super::RuntimeKind,
+    /// Whether its agent was running, and so was resumed on the new runtime (else its next
+    /// resume starts it there).
+    pub resumed: bool,
+    /// Whether its agent's own session was kept for a native resume there (its state dirs
+    /// are the session's own on both sides); else its history is injected.
+    pub native: bool,
 }

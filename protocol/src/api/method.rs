@@ -26,6 +26,8 @@ pub const SESSION_STEER: &str = "task.session.steer";
 pub const SESSION_FORK: &str = "task.session.fork";
 /// `task.session.rewind`
 pub const SESSION_REWIND: &str = "task.session.rewind";
+/// `task.session.move`
+pub const SESSION_MOVE: &str = "task.session.move";
 /// `engines.list`
 pub const ENGINES_LIST: &str = "engines.list";
 /// `engines.drain`
@@ -186,6 +188,7 @@ pub const ALL: &[&str] = &[
     SESSION_CHANGES,
     SESSION_CHECKPOINT_LIST,
     SESSION_CHECKPOINT_RESTORE,
+    SESSION_MOVE,
     ENGINES_LIST,
     ENGINES_DRAIN,
     ENGINES_UNDRAIN,

@@ -13,9 +13,9 @@ use super::{
     AgentInfo, BudgetUse, ChangesReverted, CheckpointList, CheckpointRestored, CleanupResult, Done,
     EngineInfo, EngineList, ErrorData, EventWindow, ForkResult, HistoryEntry, PauseResult,
     PromptQueue, PromptStarted, ResumeResult, RewindResult, SessionChanges, SessionConfig,
-    SessionEvent, SessionStatus, SessionSummary, SessionsEvent, Snapshot, SnapshotSummary, Steered,
-    StopAllResult, Task, TaskDetail, Timeline, UsageReport, WorkflowEvent, WorkflowStarted,
-    WorkflowStatus, WorkflowSummary, WorkflowsEvent, method,
+    SessionEvent, SessionMoved, SessionStatus, SessionSummary, SessionsEvent, Snapshot,
+    SnapshotSummary, Steered, StopAllResult, Task, TaskDetail, Timeline, UsageReport,
+    WorkflowEvent, WorkflowStarted, WorkflowStatus, WorkflowSummary, WorkflowsEvent, method,
 };
 use crate::errors::ErrorKind;
 
@@ -104,10 +104,11 @@ pub fn generate() -> Value {
         BudgetSet, Cleanup, ElicitationRespond, EngineName, EnginesDrain, NoParams,
         PermissionRespond, SessionChangesKeep, SessionChangesRevert, SessionCheckpointRestore,
         SessionCreate, SessionDelete, SessionEventWindow, SessionFork, SessionHistory, SessionId,
-        SessionList, SessionPause, SessionPrompt, SessionQueueEdit, SessionQueueRemove,
-        SessionResume, SessionRetryTurn, SessionRewind, SessionSetConfigOption, SessionSetMode,
-        SessionSubscribe, SessionTimeline, SnapshotGet, TaskCreate, TaskDelete, TaskGet,
-        UsageQuery, WorkflowApprove, WorkflowId, WorkflowResume, WorkflowStart, WorkflowSubscribe,
+        SessionList, SessionMove, SessionPause, SessionPrompt, SessionQueueEdit,
+        SessionQueueRemove, SessionResume, SessionRetryTurn, SessionRewind, SessionSetConfigOption,
+        SessionSetMode, SessionSubscribe, SessionTimeline, SnapshotGet, TaskCreate, TaskDelete,
+        TaskGet, UsageQuery, WorkflowApprove, WorkflowId, WorkflowResume, WorkflowStart,
+        WorkflowSubscribe,
     };
     m.add::<NoParams, Vec<AgentInfo>>(
         method::AGENTS_LIST,
@@ -155,6 +156,10 @@ pub fn generate() -> Value {
     m.add::<SessionChangesRevert, ChangesReverted>(
         method::SESSION_CHANGES_REVERT,
         "Reverts one file the changes list to its content in the base commit (in the working tree and the index; a file the base does not have is removed), after the workspace's files are saved on refs/tether/reverted/<session>/<id>, so nothing it takes away is lost. Allowed while the agent works; the agent is not told.",
+    );
+    m.add::<SessionMove, SessionMoved>(
+        method::SESSION_MOVE,
+        "Moves a session to another runtime (standalone ↔ docker), or on Docker to an engine carrying other labels. A running turn ends first (cancelled after force_after_ms, default 30000), the agent is stopped where it ran and what that runtime kept for the session there (a container, state volumes) removed; the session's runtime and labels are then stored, and a session whose agent was running is resumed on the new runtime — natively when its agent's state dirs are the session's own on both sides (a sandboxed local agent, a container on an engine that bind-mounts them), else with its history injected. The workspace stays where it is (it is mounted, not copied). A moved timeline row records it.",
     );
     m.add::<NoParams, EngineList>(
         method::ENGINES_LIST,
@@ -479,6 +484,7 @@ mod tests {
         let _ = client.session_changes(s()).await;
         let _ = client.session_changes_revert(s(), "a.txt".into()).await;
         let _ = client.session_changes_keep(s(), "a.txt".into(), "0a1b".into(), Some(false)).await;
+        let _ = client.session_move(s(), RuntimeKind::DOCKER, None, None).await;
         let _ = client.engines_list().await;
         let _ = client.engines_drain("e".into(), Some(5)).await;
         let _ = client.engines_undrain("e".into()).await;
@@ -735,6 +741,15 @@ mod tests {
             &self,
             _: String,
         ) -> jsonrpsee::core::RpcResult<CheckpointList> {
+            never()
+        }
+        async fn session_move(
+            &self,
+            _: String,
+            _: RuntimeKind,
+            _: Option<std::collections::BTreeMap<String, String>>,
+            _: Option<u64>,
+        ) -> jsonrpsee::core::RpcResult<SessionMoved> {
             never()
         }
         async fn engines_list(&self) -> jsonrpsee::core::RpcResult<EngineList> {

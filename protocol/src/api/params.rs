@@ -187,25 +187,7 @@ impl Checked for SessionCreate {
                 limit: Some(MAX_MCP_SERVERS as u64),
             });
         }
-        let labels = self.labels.iter().flatten();
-        if labels.clone().count() > MAX_LABELS {
-            return Err(ParamError {
-                field: Some("labels".into()),
-                message: format!("at most {MAX_LABELS} labels"),
-                limit: Some(MAX_LABELS as u64),
-            });
-        }
-        for (key, value) in labels {
-            if key.is_empty() {
-                return Err(ParamError {
-                    field: Some("labels".into()),
-                    message: "a label's key is empty".into(),
-                    limit: None,
-                });
-            }
-            within("labels", key, MAX_ID)?;
-            within("labels", value, MAX_ID)?;
-        }
+        labels_within(self.labels.as_ref())?;
         within("task_id", &self.task_id, MAX_ID)?;
         within_opt("session_id", &self.session_id, MAX_ID)?;
         let directories = self.additional_directories.iter().flatten();
@@ -779,6 +761,66 @@ impl Checked for EnginesDrain {
     }
 }
 
+/// Placement labels within their limits: at most [`MAX_LABELS`], no empty key.
+fn labels_within(
+    labels: Option<&std::collections::BTreeMap<String, String>>,
+) -> Result<(), ParamError> {
+    let labels = labels.into_iter().flatten();
+    if labels.clone().count() > MAX_LABELS {
+        return Err(ParamError {
+            field: Some("labels".into()),
+            message: format!("at most {MAX_LABELS} labels"),
+            limit: Some(MAX_LABELS as u64),
+        });
+    }
+    for (key, value) in labels {
+        if key.is_empty() {
+            return Err(ParamError {
+                field: Some("labels".into()),
+                message: "a label's key is empty".into(),
+                limit: None,
+            });
+        }
+        within("labels", key, MAX_ID)?;
+        within("labels", value, MAX_ID)?;
+    }
+    Ok(())
+}
+
+/// `task.session.move`
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionMove {
+    /// The session.
+    pub session_id: String,
+    /// The runtime to run it on from now on (a registered runtime's name: `standalone`,
+    /// `docker`).
+    pub runtime: RuntimeKind,
+    /// Its placement labels there (replacing the ones it had; absent: none); only for a
+    /// runtime that places by labels (Docker).
+    #[serde(default)]
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
+    /// How long a running turn may take to end before it is cancelled for the move
+    /// (default 30000; at most a day).
+    #[serde(default)]
+    pub force_after_ms: Option<u64>,
+}
+impl Checked for SessionMove {
+    fn limits(&self) -> Result<(), ParamError> {
+        within("session_id", &self.session_id, MAX_ID)?;
+        within("runtime", self.runtime.as_str(), MAX_ID)?;
+        labels_within(self.labels.as_ref())?;
+        match self.force_after_ms {
+            Some(ms) if ms > MAX_PAUSE_WAIT_MS => Err(ParamError {
+                field: Some("force_after_ms".into()),
+                limit: Some(MAX_PAUSE_WAIT_MS),
+                message: format!("force_after_ms must be at most {MAX_PAUSE_WAIT_MS} (a day)"),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// `engines.undrain`
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -1030,8 +1072,8 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         ENGINES_LIST, ENGINES_UNDRAIN, PERMISSION_RESPOND, SESSION_CANCEL, SESSION_CHANGES,
         SESSION_CHANGES_KEEP, SESSION_CHANGES_REVERT, SESSION_CHECKPOINT_LIST,
         SESSION_CHECKPOINT_RESTORE, SESSION_CONFIG_OPTIONS, SESSION_CREATE, SESSION_DELETE,
-        SESSION_EVENT_WINDOW, SESSION_FORK, SESSION_HISTORY, SESSION_LIST, SESSION_PAUSE,
-        SESSION_PROMPT, SESSION_QUEUE_CLEAR, SESSION_QUEUE_EDIT, SESSION_QUEUE_LIST,
+        SESSION_EVENT_WINDOW, SESSION_FORK, SESSION_HISTORY, SESSION_LIST, SESSION_MOVE,
+        SESSION_PAUSE, SESSION_PROMPT, SESSION_QUEUE_CLEAR, SESSION_QUEUE_EDIT, SESSION_QUEUE_LIST,
         SESSION_QUEUE_REMOVE, SESSION_QUEUE_RESUME, SESSION_RESUME, SESSION_RETRY_TURN,
         SESSION_REWIND, SESSION_SET_CONFIG_OPTION, SESSION_SET_MODE, SESSION_STATUS, SESSION_STEER,
         SESSION_STOP, SESSION_SUBSCRIBE, SESSION_SUBSCRIBE_BATCH, SESSION_TIMELINE,
@@ -1055,6 +1097,7 @@ pub fn check(method_name: &str, raw: Option<&RawValue>) -> Result<(), ParamError
         SESSION_CHECKPOINT_RESTORE => parse::<SessionCheckpointRestore>(raw).map(drop),
         ENGINES_DRAIN => parse::<EnginesDrain>(raw).map(drop),
         ENGINES_UNDRAIN => parse::<EngineName>(raw).map(drop),
+        SESSION_MOVE => parse::<SessionMove>(raw).map(drop),
         BUDGET_SET => parse::<BudgetSet>(raw).map(drop),
         USAGE_QUERY => parse::<UsageQuery>(raw).map(drop),
         WORKFLOW_SUBSCRIBE => parse::<WorkflowSubscribe>(raw).map(drop),

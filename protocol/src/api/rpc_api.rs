@@ -4,10 +4,10 @@ use super::{
     AgentInfo, BudgetUse, ChangesReverted, CheckpointList, CheckpointRestored, CleanupResult, Done,
     EngineInfo, EngineList, EventBatch, EventWindow, ForkResult, HistoryEntry, PauseResult,
     PromptQueue, PromptStarted, ResumeResult, RewindResult, RpcResult, RuntimeKind, SessionChanges,
-    SessionConfig, SessionEvent, SessionState, SessionStatus, SessionSummary, SessionsEvent,
-    Snapshot, SnapshotSummary, Steered, StopAllResult, SubscriptionResult, Task, TaskDetail,
-    Timeline, UsageGroupBy, UsageReport, Value, WorkflowEvent, WorkflowStarted, WorkflowStatus,
-    WorkflowSummary, WorkflowsEvent, params, rpc,
+    SessionConfig, SessionEvent, SessionMoved, SessionState, SessionStatus, SessionSummary,
+    SessionsEvent, Snapshot, SnapshotSummary, Steered, StopAllResult, SubscriptionResult, Task,
+    TaskDetail, Timeline, UsageGroupBy, UsageReport, Value, WorkflowEvent, WorkflowStarted,
+    WorkflowStatus, WorkflowSummary, WorkflowsEvent, params, rpc,
 };
 
 #[rpc(server, client)]
@@ -126,6 +126,18 @@ pub trait Api {
         session_id: String,
         path: String,
     ) -> RpcResult<ChangesReverted>;
+
+    /// Moves a session to another runtime (or, on Docker, to an engine carrying other
+    /// labels): a running turn ends first, the agent is stopped where it ran, and resumed
+    /// on the new runtime if it was running.
+    #[method(name = "task.session.move", param_kind = map)]
+    async fn session_move(
+        &self,
+        session_id: String,
+        runtime: RuntimeKind,
+        labels: Option<std::collections::BTreeMap<String, String>>,
+        force_after_ms: Option<u64>,
+    ) -> RpcResult<SessionMoved>;
 
     /// The Docker engines, each with its state and its sessions.
     #[method(name = "engines.list")]

@@ -248,6 +248,10 @@ impl Client {
             Command::Snapshots(command) => self.snapshots(command).await,
             Command::Queue(command) => self.queue(command).await,
             Command::Engines(command) => self.engines(command).await,
+            Command::Move { session, runtime, labels, force_after_ms, json } => {
+                let labels = labels.into_iter().collect();
+                self.move_session(session, runtime, labels, force_after_ms, json.json).await
+            }
             Command::Changes { session, diff, keep, revert, json } => {
                 self.changes(session, super::review::Review { diff, keep, revert }, json.json).await
             }

@@ -1,7 +1,10 @@
 //! `supervisor engines list|drain NAME|undrain NAME`: the Docker engines, each one's state
-//! and sessions, and taking one out of service and back.
+//! and sessions, and taking one out of service and back; `supervisor move`: a session to
+//! another runtime.
 
-use protocol::api::{ApiClient, EngineInfo, EngineState};
+use std::collections::BTreeMap;
+
+use protocol::api::{ApiClient, EngineInfo, EngineState, RuntimeKind, SessionMoved};
 
 use super::client::Client;
 use super::output::{ago, print_json};
@@ -18,7 +21,40 @@ pub(super) fn engine_line(engine: &EngineInfo) -> String {
     format!("{}\t{}{since}\t{sessions}{reason}", engine.name, engine.state.as_str())
 }
 
+/// A move, as `move` says it.
+pub(super) fn moved_line(moved: &SessionMoved) -> String {
+    let how = match (moved.resumed, moved.native) {
+        (true, true) => "its agent resumed there with its own session",
+        (true, false) => "its agent started there with the conversation injected",
+        (false, true) => "its next resume starts it there, with its agent's own session",
+        (false, false) => "its next resume starts it there, with the conversation injected",
+    };
+    format!("session {} moved from {} to {}: {how}", moved.session_id, moved.from, moved.to)
+}
+
 impl Client {
+    pub(super) async fn move_session(
+        &self,
+        session: String,
+        runtime: String,
+        labels: BTreeMap<String, String>,
+        force_after_ms: Option<u64>,
+        json: bool,
+    ) -> Result<(), Failure> {
+        let labels = (!labels.is_empty()).then_some(labels);
+        eprintln!("moving session {session} to runtime {runtime} (a running turn ends first)…");
+        let moved = self
+            .client
+            .session_move(session, RuntimeKind::named(runtime), labels, force_after_ms)
+            .await
+            .map_err(|e| self.failure(e))?;
+        if json {
+            return print_json(&moved);
+        }
+        println!("{}", moved_line(&moved));
+        Ok(())
+    }
+
     pub(super) async fn engines(&self, command: EnginesCommand) -> Result<(), Failure> {
         let api = &*self.client;
         let (engine, json) = match command {
@@ -85,5 +121,26 @@ mod tests {
             engine_line(&draining)
         );
         assert!(engine_line(&draining).ends_with("\t1 session"));
+    }
+
+    #[test]
+    fn a_move_line_says_where_from_where_to_and_how_the_agent_comes_back() {
+        let moved = SessionMoved {
+            session_id: "s".into(),
+            from: "standalone".into(),
+            to: "docker/local".into(),
+            runtime: RuntimeKind::DOCKER,
+            resumed: true,
+            native: false,
+        };
+        assert_eq!(
+            moved_line(&moved),
+            "session s moved from standalone to docker/local: its agent started there with the conversation injected"
+        );
+        let at_rest = SessionMoved { resumed: false, native: true, ..moved };
+        assert!(
+            moved_line(&at_rest)
+                .ends_with("its next resume starts it there, with its agent's own session")
+        );
     }
 }

@@ -348,11 +348,14 @@ impl DockerRuntime {
     }
 
     /// Where a new execution goes: the engine of the previous one when it is still
-    /// configured (the agent's state lives there: it must be reachable), else placement
-    /// by labels and least load over every engine.
+    /// configured and carries the session's labels (the agent's state lives there: it
+    /// must be reachable), else placement by labels and least load over every engine.
     async fn choose(&self, spec: &LaunchSpec) -> Result<&Engine, RuntimeError> {
         if let Some(previous) = DockerHandle::parse(spec.previous.as_ref()) {
-            match self.serving_engine_of(&previous) {
+            let carries = |engine: &&Engine| {
+                spec.labels.iter().all(|(key, value)| engine.config.labels.get(key) == Some(value))
+            };
+            match self.serving_engine_of(&previous).filter(carries) {
                 Some(engine) => {
                     self.reach(engine).await.map_err(|err| {
                         RuntimeError::Unavailable(format!(
@@ -364,7 +367,7 @@ impl DockerRuntime {
                 None => tracing::warn!(
                     session = %spec.session_id,
                     engine = ?previous.engine,
-                    "the session's engine is out of service or no longer configured: it is placed afresh"
+                    "the session's engine is out of service, no longer configured or without its labels: it is placed afresh"
                 ),
             }
         }

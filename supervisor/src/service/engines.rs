@@ -190,7 +190,7 @@ impl Supervisor {
     }
 
     /// Whether the session's agent runs now (a live actor with its agent up).
-    fn agent_runs(&self, session: &SessionId) -> bool {
+    pub(super) fn agent_runs(&self, session: &SessionId) -> bool {
         self.handle(session).is_some_and(|handle| {
             let view = handle.view();
             handle.is_live() && (view.agent_running || view.is_starting())
@@ -227,7 +227,8 @@ impl Supervisor {
         let handle = recorded.and_then(|recorded| recorded.runtime_handle);
         if runtime.placement(handle.as_ref()).as_deref() == Some(row.from.as_str()) {
             if self.agent_runs(&session) {
-                self.pause_for_move(&session, &row.from, force_after_ms).await?;
+                let reason = format!("moving off engine {}", row.from);
+                self.pause_for_move(&session, reason, force_after_ms).await?;
             }
             agentctl::fault::point("move.paused");
             if let Some(execution_id) = execution_id
@@ -260,14 +261,13 @@ impl Supervisor {
 
     /// Pauses a session for its move and waits until it is paused (the running turn ends
     /// first, or is cancelled after `force_after_ms`).
-    async fn pause_for_move(
+    pub(super) async fn pause_for_move(
         &self,
         session: &SessionId,
-        from: &str,
+        reason: String,
         force_after_ms: u64,
     ) -> Result<(), ServiceError> {
-        let reason = format!("moving off engine {from}");
-        self.pause(session.clone(), Some(reason), Some(force_after_ms)).await?;
+        self.pause(session.clone(), Some(reason.clone()), Some(force_after_ms)).await?;
         let Some(handle) = self.handle(session) else { return Ok(()) };
         let mut view = handle.watch();
         let bound = Duration::from_millis(force_after_ms) + PAUSE_SLACK;
@@ -277,7 +277,7 @@ impl Supervisor {
         match tokio::time::timeout(bound, paused).await {
             Ok(_) => Ok(()),
             Err(_) => Err(ServiceError::InvalidState(format!(
-                "session {session} did not pause within {bound:?} to move off engine {from}"
+                "session {session} did not pause within {bound:?} ({reason})"
             ))),
         }
     }

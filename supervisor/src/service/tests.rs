@@ -11,7 +11,7 @@ use std::time::Duration;
 use protocol::api::{StepState, WorkflowState, WorkflowStatus};
 
 use super::workflows::NewWorkflow;
-use super::{NewSession, Supervisor, SupervisorConfig};
+use super::{NewSession, ServiceError, Supervisor, SupervisorConfig};
 use crate::home::Home;
 use crate::runtime::Runtimes;
 use crate::session::{Phase, SessionView};
@@ -26,18 +26,32 @@ struct Setup {
 }
 
 fn supervisor(dir: &std::path::Path, mode: Mode, alive: bool) -> Setup {
+    supervisor_beside(dir, mode, alive, None)
+}
+
+/// [`supervisor`], with a second runtime beside the first (`standalone`) when given.
+fn supervisor_beside(
+    dir: &std::path::Path,
+    mode: Mode,
+    alive: bool,
+    other: Option<Arc<FakeRuntime>>,
+) -> Setup {
     let home = Home::open(dir).expect("the data directory");
     let store = Store::open(&home.database()).expect("the store");
     let runtime = Arc::new(FakeRuntime::default());
     runtime.alive.store(alive, Ordering::SeqCst);
     let connector = Arc::new(FakeConnector::new(mode));
+    let mut runtimes =
+        Runtimes::new().register(Arc::clone(&runtime) as Arc<dyn crate::runtime::Runtime>);
+    if let Some(other) = other {
+        runtimes = runtimes.register(other);
+    }
     let config = SupervisorConfig {
         home,
         store,
         registry: agents::registry::Registry::builtin_only(),
         environment: agents::registry::Environment::current(&[]),
-        runtimes: Runtimes::new()
-            .register(Arc::clone(&runtime) as Arc<dyn crate::runtime::Runtime>),
+        runtimes,
         connector: Arc::clone(&connector) as Arc<dyn crate::sidecar::Connector>,
         applets: HashMap::from([("mock-agent".to_owned(), vec!["mock-agent".into()])]),
         event_log: crate::events::LogLimits {
@@ -187,6 +201,82 @@ fn a_restart_that_finds_the_sidecar_dead_fences_it_and_the_session_waits_for_inp
         until(&setup.supervisor, &id, ready).await;
         assert_eq!(prompt(&setup.supervisor, &id, "again").await, "<1>");
     });
+}
+
+#[tokio::test]
+async fn a_session_moves_to_another_runtime_and_back_each_runtime_fencing_only_its_own() {
+    use protocol::api::{MoveReason, RuntimeKind, TimelineEvent};
+    let (dir, workspace) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let other = Arc::new(FakeRuntime { named: Some("docker"), ..Default::default() });
+    let setup = supervisor_beside(dir.path(), Mode::Streams(2), false, Some(Arc::clone(&other)));
+    let supervisor = &setup.supervisor;
+    let id = open_session(&setup, workspace.path()).await;
+    assert_eq!(prompt(supervisor, &id, "before").await, "<1><2>");
+    let move_to = |runtime: &str, labels: Option<BTreeMap<String, String>>| {
+        supervisor.move_to_runtime(id.clone().into(), runtime.into(), labels, None)
+    };
+    // Refused, the session left as it is: where it runs already, a runtime this daemon
+    // lacks, labels on a runtime that does not place by them.
+    let same = move_to("standalone", None).await;
+    assert!(matches!(same, Err(ServiceError::InvalidState(_))), "{same:?}");
+    let unknown = move_to("kubernetes", None).await;
+    assert!(matches!(unknown, Err(ServiceError::InvalidParams { field: "runtime", .. })));
+    let labels = BTreeMap::from([("gpu".to_owned(), "yes".to_owned())]);
+    let labelled = move_to("docker", Some(labels)).await;
+    assert!(matches!(labelled, Err(ServiceError::InvalidParams { field: "labels", .. })));
+    assert!(other.launched.lock().unwrap().is_empty());
+
+    let moved = move_to("docker", None).await.expect("moved");
+    assert_eq!((moved.from.as_str(), moved.to.as_str()), ("standalone", "docker"));
+    assert!(moved.resumed && !moved.native, "{moved:?}");
+    // The runtime it left fenced its execution; the one it went to launched one and was
+    // never handed the other's record to kill or to place by.
+    let fenced_there = setup.runtime.fenced.lock().unwrap().clone();
+    assert!(fenced_there.iter().any(|target| target.execution.is_some()), "{fenced_there:?}");
+    let launched = other.launched.lock().unwrap().clone();
+    assert_eq!(launched.len(), 1);
+    assert_eq!(launched[0].previous, None, "no place of the other runtime's to go back to");
+    assert!(other.fenced.lock().unwrap().iter().all(|target| target.execution.is_none()));
+    until(supervisor, &id, ready).await;
+    let status = supervisor.status(id.clone().into()).await.unwrap();
+    assert_eq!(status.runtime, RuntimeKind::DOCKER);
+    assert_eq!(prompt(supervisor, &id, "after").await, "<1><2>");
+    let timeline = supervisor.timeline(id.clone().into(), None).await.unwrap();
+    let moves: Vec<_> = timeline
+        .entries
+        .iter()
+        .filter_map(|entry| match &entry.event {
+            TimelineEvent::Moved { from, to, reason } => Some((from.clone(), to.clone(), *reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        moves,
+        [("standalone".to_owned(), Some("docker".to_owned()), MoveReason::Requested)]
+    );
+
+    // Back, at rest: nothing resumes, its resume token (which cannot travel) is dropped,
+    // and its next resume launches on the runtime it came back to.
+    supervisor.pause(id.clone().into(), None, None).await.expect("paused");
+    let token = |supervisor: &Supervisor| {
+        let store = supervisor.config.store.clone();
+        let id = id.clone();
+        async move { store.get_execution(id.into()).await.unwrap().unwrap().resume_token }
+    };
+    assert!(token(supervisor).await.is_some(), "the agent's session is kept at a pause");
+    let back = move_to("standalone", None).await.expect("moved back");
+    assert_eq!(
+        (back.from.as_str(), back.to.as_str(), back.resumed),
+        ("docker", "standalone", false)
+    );
+    assert_eq!(token(supervisor).await, None);
+    let status = supervisor.status(id.clone().into()).await.unwrap();
+    assert_eq!((status.runtime, status.state), (RuntimeKind::STANDALONE, SessionState::Paused));
+    let launches = setup.runtime.launched.lock().unwrap().len();
+    supervisor.resume(id.clone().into(), false).await.expect("resumed");
+    until(supervisor, &id, ready).await;
+    assert_eq!(setup.runtime.launched.lock().unwrap().len(), launches + 1);
+    assert_eq!(other.launched.lock().unwrap().len(), 1);
 }
 
 const CHAIN: &str = r#"name = "chain"

@@ -369,6 +369,9 @@ impl SessionActor {
                 let _ = reply.send(answered);
             }
             Command::Stop { end, reply } => self.stop(end, reply).await,
+            Command::Relocate { to, reply } => {
+                let _ = reply.send(self.relocate(to).await);
+            }
             Command::Pause { reason, force_after, reply } => {
                 let result = self.pause(reason, force_after).await;
                 let _ = reply.send(result);
@@ -2168,6 +2171,37 @@ impl SessionActor {
         }
     }
 
+    /// Moves the session to another runtime (see [`crate::session::relocate`]): only while
+    /// no agent of it runs, starts or stops; the runtime is this actor's from then on.
+    async fn relocate(
+        &mut self,
+        to: crate::session::relocate::Destination,
+    ) -> Result<crate::session::relocate::Relocated, SessionError> {
+        if self.phase() != Phase::Idle
+            || self.sidecar.execution.is_some()
+            || self.sidecar.teardown.is_some()
+        {
+            return Err(SessionError::InvalidState(format!(
+                "session {}'s agent is running (or starting, or stopping): pause it first, then move it",
+                self.row.id
+            )));
+        }
+        let sandbox = self.profile.sandbox_or(self.context.default_sandbox.as_ref());
+        let relocated = crate::session::relocate::relocate(
+            &self.context.store,
+            &*self.context.runtime,
+            &to,
+            &self.row,
+            (&self.profile, &sandbox),
+            self.context.agentctl_dir(),
+        )
+        .await?;
+        self.row.runtime = to.runtime.name().to_owned();
+        self.row.runtime_labels = to.labels;
+        self.context.runtime = to.runtime;
+        Ok(relocated)
+    }
+
     /// Whether the pending pause asks its agent for a summary now: the profile asks for
     /// one, this pause was not forced, may wait and may spend a turn (not an idle park or a
     /// budget's pause), the agent has worked at all and since a resume wrapped in a context
@@ -2694,7 +2728,8 @@ impl SessionActor {
             // The store gives the execution the same generation when it records it.
             (execution_id.into(), previous.as_ref().map_or(1, |previous| previous.generation + 1)),
             agentctl::client::new_token(),
-            previous.as_ref().and_then(|previous| previous.runtime_handle.clone()),
+            launch::ran_here(&self.context, previous.as_ref())
+                .and_then(|previous| previous.runtime_handle),
         );
         let plan = LaunchPlan {
             spec,
@@ -4571,6 +4606,7 @@ fn reject(command: Command, error: impl Fn() -> SessionError) {
         Command::Queue { reply, .. } => drop(reply.send(Err(error()))),
         Command::Steer { reply, .. } => drop(reply.send(Err(error()))),
         Command::Rewind { reply, .. } => drop(reply.send(Err(error()))),
+        Command::Relocate { reply, .. } => drop(reply.send(Err(error()))),
     }
 }
 

@@ -65,6 +65,16 @@ pub(super) struct LaunchFailure {
     pub(super) reason: String,
 }
 
+/// The previous execution when it ran on this runtime: one that ran on another was
+/// fenced there when the session moved (`task.session.move`), and its record means
+/// nothing to this one (neither a process to kill nor a place to go back to).
+pub(super) fn ran_here(
+    context: &SessionContext,
+    previous: Option<&ExecutionRow>,
+) -> Option<ExecutionRow> {
+    previous.filter(|previous| previous.runtime == context.runtime.name()).cloned()
+}
+
 /// Fence, record, launch, connect, start the agent. On any failure after the runtime
 /// started agentctl, the new sidecar is fenced before this returns.
 pub(super) async fn launch(
@@ -78,7 +88,7 @@ pub(super) async fn launch(
     let target = FenceTarget {
         session_id: session_id.clone(),
         state_dir: plan.spec.state_dir.clone(),
-        execution: plan.previous.clone(),
+        execution: ran_here(&context, plan.previous.as_ref()),
         grace: Duration::ZERO,
     };
     context
@@ -224,7 +234,7 @@ pub(super) async fn claim(
     let previous = FenceTarget {
         session_id: session_id.clone(),
         state_dir: plan.spec.state_dir.clone(),
-        execution: plan.previous.clone(),
+        execution: ran_here(&context, plan.previous.as_ref()),
         grace: Duration::ZERO,
     };
     let crate::pool::Warm {

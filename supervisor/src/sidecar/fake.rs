@@ -28,18 +28,23 @@ pub(crate) struct FakeRuntime {
     pub(crate) fenced: Mutex<Vec<FenceTarget>>,
     pub(crate) fence_called: Notify,
     pub(crate) alive: AtomicBool,
+    /// Its name, when not `standalone` (a second runtime beside it).
+    pub(crate) named: Option<&'static str>,
+    /// The sessions whose launches it was asked for, in order.
+    pub(crate) launched: Mutex<Vec<LaunchSpec>>,
 }
 
 impl Runtime for FakeRuntime {
     fn name(&self) -> &str {
-        "standalone"
+        self.named.unwrap_or("standalone")
     }
 
     fn check(&self) -> BoxFuture<'_, Result<(), RuntimeError>> {
         Box::pin(async { Ok(()) })
     }
 
-    fn launch(&self, _spec: LaunchSpec) -> BoxFuture<'_, Result<Endpoint, RuntimeError>> {
+    fn launch(&self, spec: LaunchSpec) -> BoxFuture<'_, Result<Endpoint, RuntimeError>> {
+        self.launched.lock().unwrap().push(spec);
         Box::pin(async {
             Ok(Endpoint {
                 agent_user: None,

@@ -1,5 +1,6 @@
 //! Engines taken out of service (`engine_states`), the sessions placed on the Docker
-//! runtime, and a session's move off an engine (its timeline row, its resume token).
+//! runtime, a session's move off an engine (its timeline row, its resume token), and its
+//! move to another runtime.
 
 use protocol::api::{EngineState, MoveReason, TimelineEvent};
 use rusqlite::params;
@@ -19,6 +20,21 @@ pub struct MoveRow {
     pub reason: MoveReason,
     /// Its agent was running: it is resumed where it moves to.
     pub resume: bool,
+}
+
+/// A session's move to another runtime (`task.session.move`), stored at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relocation {
+    /// The session.
+    pub session_id: SessionId,
+    /// The runtime it runs on from now on.
+    pub runtime: String,
+    /// Its placement labels there.
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// The execution whose resume token is dropped (its agent's state does not travel).
+    pub drop_token_of: Option<crate::ids::ExecutionId>,
+    /// Where it ran, in words (the timeline's `from`).
+    pub from: String,
 }
 
 /// An engine out of service.
@@ -151,6 +167,39 @@ impl Store {
                 let event = TimelineEvent::Moved { from: row.from, to, reason: row.reason };
                 log(&tx, &row.session_id, &event)?;
             }
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Stores a session's move to another runtime in one transaction: its runtime and
+    /// labels, the resume token dropped where it does not travel, and the `moved` row.
+    pub async fn relocate_session(&self, relocation: Relocation) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            let tx = conn.transaction()?;
+            let labels = (!relocation.labels.is_empty())
+                .then(|| serde_json::to_string(&relocation.labels).unwrap_or_default());
+            let changed = tx.execute(
+                "UPDATE task_sessions SET runtime = ?2, runtime_labels = ?3, updated_at = ?4 WHERE id = ?1",
+                params![relocation.session_id, relocation.runtime, labels, now_ms()],
+            )?;
+            if changed == 0 {
+                let id = relocation.session_id.into_string();
+                return Err(StoreError::NotFound { what: "session", id });
+            }
+            if let Some(execution) = &relocation.drop_token_of {
+                tx.execute(
+                    "UPDATE executors_running SET resume_token = NULL, updated_at = ?3 WHERE session_id = ?1 AND execution_id = ?2",
+                    params![relocation.session_id, execution, now_ms()],
+                )?;
+            }
+            let event = TimelineEvent::Moved {
+                from: relocation.from,
+                to: Some(relocation.runtime),
+                reason: MoveReason::Requested,
+            };
+            log(&tx, &relocation.session_id, &event)?;
             tx.commit()?;
             Ok(())
         })

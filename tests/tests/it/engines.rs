@@ -618,3 +618,95 @@ async fn an_engine_that_dies_has_its_sessions_failed_over_and_its_stale_containe
     assert_eq!(listed.engines[0].state, protocol::api::EngineState::Serving, "{listed:?}");
     assert!(api.ask(&session, "still here?").await.contains("still here?"));
 }
+
+/// The `moved` rows of a session's timeline: from, to, why.
+async fn moves_of(
+    api: &Api,
+    session: &str,
+) -> Vec<(String, Option<String>, protocol::api::MoveReason)> {
+    let timeline = ok("timeline", api.typed().session_timeline(session.to_owned(), None)).await;
+    timeline
+        .entries
+        .into_iter()
+        .filter_map(|entry| match entry.event {
+            protocol::api::TimelineEvent::Moved { from, to, reason } => Some((from, to, reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_session_moves_from_a_local_process_into_a_container_and_back() {
+    use protocol::api::{MoveReason, RuntimeKind};
+    let Some(local) = engine().await else { return };
+    let (daemon, _cleanup, _tag) = daemon_with_engines(&local, "").await;
+    let api = daemon.api().await;
+    let dir = daemon.workspace("moving");
+    let task = ok("task.create", api.typed().task_create("moving".into(), None)).await;
+    let create = Create {
+        runtime: Some(RuntimeKind::STANDALONE),
+        ..Create::new(&task.id, "mock-docker", Some(&dir))
+    };
+    let session = ok("task.session.create", create.send(api.typed())).await.id;
+    let mut events = api.subscribe(&session, 0).await;
+    assert_eq!(settled(&mut events).await.0, SessionState::WaitingForInput);
+    let write = |path: &str, text: &str| format!("/write {} {text}", dir.join(path).display());
+    api.ask(&session, &format!("the secret is kumquat\n{}", write("src/a.txt", "one"))).await;
+    api.ask(&session, &write("notes.md", "two")).await;
+    let files = tether_tests::files_of(&dir);
+    assert!(container_on(&local, &session).await.is_none(), "a local process so far");
+
+    // Into a container, by the CLI, while the agent runs: it is started there, with the
+    // conversation (injected: a local agent's own state is not the session's to carry).
+    let (code, stdout, stderr) = daemon.cli(&["move", &session, "--runtime", "docker"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(&format!("session {session} moved from standalone to docker/")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("the conversation injected"), "{stdout}");
+    let status = api.status(&session).await;
+    assert_eq!(status.runtime, RuntimeKind::DOCKER, "{status:?}");
+    assert!(status.is_agent_running, "{status:?}");
+    let engine = status.placement.clone().expect("placed on an engine");
+    assert!(container_on(&local, &session).await.is_some(), "its container");
+    assert_eq!(tether_tests::files_of(&dir), files, "the workspace, as it was");
+    let reply = api.ask(&session, "what was the secret?\n/recall").await;
+    assert!(reply.contains("kumquat"), "{reply}");
+    api.ask(&session, &write("c.txt", "three")).await;
+    let files = tether_tests::files_of(&dir);
+
+    // And back, by the API: the container is gone, the agent runs here again.
+    let back = ok(
+        "task.session.move",
+        api.typed().session_move(session.clone(), RuntimeKind::STANDALONE, None, None),
+    )
+    .await;
+    assert_eq!(
+        (back.from.as_str(), back.to.as_str()),
+        (format!("docker/{engine}").as_str(), "standalone")
+    );
+    assert!(back.resumed, "{back:?}");
+    assert!(container_on(&local, &session).await.is_none(), "its container left behind");
+    let status = api.status(&session).await;
+    assert_eq!(status.runtime, RuntimeKind::STANDALONE, "{status:?}");
+    assert!(status.is_agent_running && status.placement.is_none(), "{status:?}");
+    assert_eq!(tether_tests::files_of(&dir), files);
+    let reply = api.ask(&session, "and the secret?\n/recall").await;
+    assert!(reply.contains("kumquat"), "{reply}");
+    let requested = MoveReason::Requested;
+    assert_eq!(
+        moves_of(&api, &session).await,
+        [
+            ("standalone".to_owned(), Some("docker".to_owned()), requested),
+            (format!("docker/{engine}"), Some("standalone".to_owned()), requested),
+        ]
+    );
+    let samples = crate::metrics::scrape(&daemon, &[]).await;
+    assert_eq!(samples.get("tether_session_moves_total{reason=\"requested\"}"), Some(&2.0));
+    // Where it runs already: refused, nothing changed.
+    let again = api.typed().session_move(session.clone(), RuntimeKind::STANDALONE, None, None);
+    let again = tether_tests::daemon::ApiError::of("move", again.await.expect_err("refused"));
+    assert_eq!(again.kind, ErrorKind::InvalidState, "{again:?}");
+    assert!(again.message.contains("runs on runtime standalone already"), "{again:?}");
+}
