@@ -29,19 +29,18 @@ pub struct ResumeContext {
     pub bytes_read: u64,
 }
 
-/// One entry as it appears in the context.
+/// One entry as it appears in the context: a multi-line text's later lines are indented
+/// under its tag, so that every line of the history starts with a tag or with spaces —
+/// never like a command the agent would act on again (`/write …` in an earlier prompt).
 fn render(entry: &HistoryEntry) -> String {
     let name = entry.tool_name.as_deref().unwrap_or("tool");
+    let text = |limit: usize| excerpt(&entry.content, limit).replace('\n', "\n  ");
     match entry.kind {
-        EntryType::UserMessage => format!("[USER]: {}", excerpt(&entry.content, MESSAGE_CHARS)),
-        EntryType::AgentMessage => {
-            format!("[ASSISTANT]: {}", excerpt(&entry.content, MESSAGE_CHARS))
-        }
+        EntryType::UserMessage => format!("[USER]: {}", text(MESSAGE_CHARS)),
+        EntryType::AgentMessage => format!("[ASSISTANT]: {}", text(MESSAGE_CHARS)),
         EntryType::ToolCall => format!("[TOOL CALL: {name}]"),
-        EntryType::ToolResult => {
-            format!("[TOOL RESULT: {name}] {}", excerpt(&entry.content, TOOL_RESULT_CHARS))
-        }
-        EntryType::Plan => format!("[PLAN]:\n{}", excerpt(&entry.content, MESSAGE_CHARS)),
+        EntryType::ToolResult => format!("[TOOL RESULT: {name}] {}", text(TOOL_RESULT_CHARS)),
+        EntryType::Plan => format!("[PLAN]:\n  {}", text(MESSAGE_CHARS)),
     }
 }
 
@@ -265,6 +264,25 @@ mod tests {
     }
 
     #[test]
+    fn a_multi_line_entry_has_its_later_lines_indented_under_its_tag() {
+        let history = [
+            entry(1, EntryType::UserMessage, "first\n/sleep 30000\nthe long job"),
+            entry(2, EntryType::AgentMessage, "done\n/write x"),
+        ]
+        .concat();
+        let context = build(&mut Cursor::new(history.into_bytes()), "now", 10_000).unwrap();
+        assert!(
+            context.text.contains(
+                "[USER]: first\n  /sleep 30000\n  the long job\n[ASSISTANT]: done\n  /write x\n"
+            ),
+            "{}",
+            context.text
+        );
+        let history = context.text.split("=== CURRENT REQUEST ===").next().unwrap();
+        assert!(!history.lines().any(|line| line.starts_with('/')), "{history}");
+    }
+
+    #[test]
     fn the_context_has_the_documented_shape() {
         let history = [
             entry(1, EntryType::UserMessage, "list the files"),
@@ -277,7 +295,7 @@ mod tests {
         assert_eq!(
             context.text,
             "RESUME CONTEXT FOR CONTINUING TASK\n\n=== EXECUTION HISTORY ===\n[USER]: list the files\n[TOOL CALL: ls]\n\
-             [TOOL RESULT: ls] a.txt\nb.txt\n[ASSISTANT]: there are two files\n\n=== CURRENT REQUEST ===\nand now?\n\n\
+             [TOOL RESULT: ls] a.txt\n  b.txt\n[ASSISTANT]: there are two files\n\n=== CURRENT REQUEST ===\nand now?\n\n\
              === INSTRUCTIONS ===\nYou are continuing work on the above task. The execution history shows what was \
              already said and done.\nDo not repeat work that was already completed.\n"
         );
