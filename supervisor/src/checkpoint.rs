@@ -16,6 +16,7 @@
 //! flight, at most [`Limits::wait`].
 
 pub mod git;
+pub mod mirror;
 #[cfg(test)]
 mod tests;
 
@@ -58,6 +59,9 @@ pub enum CheckpointError {
     /// A git command failed.
     #[error("the checkpoint repository: {0}")]
     Git(String),
+    /// The workspace could not be fetched from where the session runs.
+    #[error("the workspace could not be fetched from where the session runs: {0}")]
+    Fetch(String),
     /// Reading the workspace or writing the target failed.
     #[error("{0}")]
     Io(String),
@@ -159,7 +163,7 @@ pub fn ref_name(
 }
 
 /// What asks for a checkpoint.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Request {
     /// The session.
     pub session_id: SessionId,
@@ -171,6 +175,22 @@ pub struct Request {
     pub trigger: CheckpointTrigger,
     /// The turn it ends, for a turn's.
     pub turn_id: Option<TurnId>,
+    /// The runtime the session runs on: asked for the workspace when it keeps it where the
+    /// session runs (a copied workspace), which is then checkpointed from the supervisor's
+    /// copy of it (`sessions/<id>/workspace-copy`).
+    pub runtime: Option<Arc<dyn crate::runtime::Runtime>>,
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("session_id", &self.session_id)
+            .field("workspace", &self.workspace)
+            .field("trigger", &self.trigger)
+            .field("turn_id", &self.turn_id)
+            .field("runtime", &self.runtime.as_ref().map(|runtime| runtime.name().to_owned()))
+            .finish_non_exhaustive()
+    }
 }
 
 /// The daemon's checkpoints: the limits, and one lock per session so that its
@@ -235,7 +255,8 @@ impl Checkpoints {
             None => format!("tether: session {}, {}", request.session_id, request.trigger.as_str()),
         };
         let parent = previous.as_ref().map(|previous| previous.commit.as_str());
-        let made = repo.commit(&request.workspace, &self.limits, parent, &message).await?;
+        let workspace = workspace_of(store, &request).await?;
+        let made = repo.commit(&workspace, &self.limits, parent, &message).await?;
         // A turn always gets its ref; anything else only when the files changed.
         if request.trigger != CheckpointTrigger::Turn
             && let Some(parent) = parent
@@ -342,6 +363,36 @@ impl Checkpoints {
         let files = repo.write_out(&checkpoint.commit, into).await?;
         Ok((checkpoint, files))
     }
+}
+
+/// The directory a checkpoint is taken of: the workspace, or — when it lives where the
+/// session runs — the supervisor's copy of it, brought in step from there first.
+async fn workspace_of(store: &Store, request: &Request) -> Result<PathBuf, CheckpointError> {
+    let Some(runtime) = &request.runtime else { return Ok(request.workspace.clone()) };
+    let execution = store.get_execution(request.session_id.clone()).await?;
+    let Some(handle) = execution
+        .and_then(|execution| execution.runtime_handle)
+        .filter(|handle| runtime.copies_workspace(Some(handle)))
+    else {
+        return Ok(request.workspace.clone());
+    };
+    let copy = request.session_dir.join("workspace-copy");
+    let archive = request.session_dir.join("workspace-copy.tar");
+    let fetched = runtime.fetch_workspace(&handle, &request.workspace, &archive).await;
+    if let Err(err) = fetched {
+        let _ = std::fs::remove_file(&archive);
+        return Err(CheckpointError::Fetch(err.to_string()));
+    }
+    let into = copy.clone();
+    let synced = tokio::task::spawn_blocking(move || {
+        let read = std::fs::File::open(&archive)
+            .map_err(|err| CheckpointError::Io(format!("{}: {err}", archive.display())))
+            .and_then(|file| mirror::sync_from_tar(std::io::BufReader::new(file), &into));
+        let _ = std::fs::remove_file(&archive);
+        read
+    });
+    synced.await.map_err(|err| CheckpointError::Io(err.to_string()))??;
+    Ok(copy)
 }
 
 /// Makes `dir` (absent) or checks it is empty.

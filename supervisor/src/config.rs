@@ -30,6 +30,7 @@
 //! labels = { zone = "b", gpu = "yes" }
 //! tls = { ca = "/etc/tether/ca.pem", cert = "/etc/tether/cert.pem", key = "/etc/tether/key.pem" }
 //! storage = "volumes"        # the session's state in volumes there; agentctl copied in
+//! workspace = "copy"         # its workspace in a volume there, checkpointed from inside
 //!
 //! [[docker.engines]]
 //! name = "build-3"

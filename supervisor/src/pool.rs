@@ -366,6 +366,7 @@ impl Pool {
             previous: None,
             // A profile with [sandbox] is not pooled (its profile says so when parsed).
             sandbox: Default::default(),
+            seed: None,
         };
         let endpoint = self.runtime.launch(spec).await.map_err(|err| err.to_string())?;
         let started = async {

@@ -27,6 +27,16 @@ use protocol::control::ReadyInfo;
 
 use crate::store::ExecutionRow;
 
+/// What a workspace copied to the place a session runs on is filled from, when that place
+/// has none of it yet (see [`Runtime::copies_workspace`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspaceSeed {
+    /// The session's checkpoint repository.
+    pub repo: PathBuf,
+    /// Its newest checkpoint; none yet: the supervisor's workspace directory as it is.
+    pub commit: Option<String>,
+}
+
 /// What a runtime needs to launch agentctl for one execution.
 #[derive(Debug, Clone)]
 pub struct LaunchSpec {
@@ -63,6 +73,8 @@ pub struct LaunchSpec {
     pub previous: Option<serde_json::Value>,
     /// The profile's `[sandbox]`: how the agent is confined (checked before each launch).
     pub sandbox: agents::profile::SandboxSettings,
+    /// What a workspace copied to its place is filled from, when that place has none yet.
+    pub seed: Option<WorkspaceSeed>,
 }
 
 /// A launched agentctl.
@@ -199,6 +211,26 @@ pub trait Runtime: Send + Sync + 'static {
     /// restore the agent's own session there and injects the history.
     fn state_stays(&self, _handle: Option<&serde_json::Value>) -> bool {
         false
+    }
+
+    /// Whether the workspace of the execution `handle` names lives on its place (a Docker
+    /// engine with `workspace = "copy"`) rather than in the supervisor's directory: its
+    /// checkpoints are then fetched from there ([`Runtime::fetch_workspace`]).
+    fn copies_workspace(&self, _handle: Option<&serde_json::Value>) -> bool {
+        false
+    }
+
+    /// Writes a tar archive of the directory `path` as it is where the execution `handle`
+    /// names runs (its container, running or stopped) into the file `to`.
+    fn fetch_workspace<'a>(
+        &'a self,
+        _handle: &'a serde_json::Value,
+        _path: &'a std::path::Path,
+        _to: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async {
+            Err(RuntimeError::Unavailable(format!("runtime {} keeps no workspace", self.name())))
+        })
     }
 
     /// Removes what the runtime keeps for a session on the one place `handle` names (a

@@ -163,6 +163,11 @@ impl Repo {
         self.git(None, &["update-ref", name, commit]).await.map(drop)
     }
 
+    /// `commit`'s files as a tar archive (paths relative to the workspace).
+    pub async fn archive(&self, commit: &str) -> Result<Vec<u8>, CheckpointError> {
+        run(Some(self), &["archive", "--format=tar", commit], None, &[], None).await
+    }
+
     /// Writes `commit`'s files into `into` (through an index of its own); how many.
     pub async fn write_out(&self, commit: &str, into: &Path) -> Result<u64, CheckpointError> {
         let scratch = self.dir.join(format!("restore-index-{}", uuid::Uuid::now_v7()));

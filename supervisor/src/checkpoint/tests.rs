@@ -100,6 +100,7 @@ async fn fixture() -> Fixture {
 impl Fixture {
     fn request(&self, trigger: CheckpointTrigger, turn_id: Option<&TurnId>) -> Request {
         Request {
+            runtime: None,
             session_id: self.session.clone(),
             session_dir: self.session_dir.clone(),
             workspace: self.workspace.clone(),

@@ -28,6 +28,7 @@
 //!   appear in `docker inspect`;
 //! - a plain stop keeps the container; delete removes it.
 
+mod archive;
 pub mod engines;
 mod sidecar;
 
@@ -55,7 +56,7 @@ use protocol::control::ReadyInfo;
 
 use serde::{Deserialize, Serialize};
 
-use self::engines::{Candidate, Engine, EngineConfig, Storage, place};
+use self::engines::{Candidate, Engine, EngineConfig, Storage, WorkspaceMode, place};
 use super::{
     BoxFuture, Endpoint, FenceTarget, LaunchSpec, Liveness, Orphan, OrphanScan, Runtime,
     RuntimeError,
@@ -371,6 +372,9 @@ impl DockerRuntime {
                 ),
             }
         }
+        // A workspace copied to an engine lives there and in its checkpoints, not in the
+        // supervisor's directory: it goes on only where workspaces are copied.
+        let copied = self.copies_workspace(spec.previous.as_ref());
         // Only the engines carrying the labels are asked for their load.
         let loads = futures_util::future::join_all(self.engines.iter().map(|engine| async move {
             let labels = &engine.config.labels;
@@ -379,6 +383,9 @@ impl DockerRuntime {
             }
             if self.is_closed(engine) {
                 return Err("draining or drained (engines.undrain returns it)".to_owned());
+            }
+            if copied && engine.config.workspace != WorkspaceMode::Copy {
+                return Err("mounts workspaces, and this session's was copied to its engine: it goes on only on an engine with workspace = \"copy\"".to_owned());
             }
             let running =
                 self.running_on(engine).await.map_err(|err| format!("unreachable ({err})"))?;
@@ -407,16 +414,13 @@ impl DockerRuntime {
         spec: &LaunchSpec,
         agentctl: &Path,
         tls: bool,
-    ) -> Result<String, RuntimeError> {
+    ) -> Result<(String, bool), RuntimeError> {
         let image = spec.docker.image.clone().ok_or_else(|| {
             RuntimeError::Unavailable(
                 "the profile names no [docker] image, so it cannot run in Docker".into(),
             )
         })?;
-        let mut binds = vec![format!("{0}:{0}", spec.workspace.display())];
-        if let Some(git_dir) = &spec.git_dir {
-            binds.push(format!("{0}:{0}", git_dir.display()));
-        }
+        let (mut binds, seed) = self.workspace_binds(docker, engine, spec).await?;
         let on_volumes = engine.config.storage == Storage::Volumes;
         if on_volumes {
             // The engine keeps the session's state: named volumes there, made once and
@@ -525,10 +529,32 @@ impl DockerRuntime {
             ..Default::default()
         };
         match docker.create_container(Some(options), body).await {
-            Ok(created) => Ok(created.id),
+            Ok(created) => Ok((created.id, seed)),
             Err(err) if is_not_found(&err) => Err(RuntimeError::ImageMissing(image)),
             Err(err) => Err(engine_error(err)),
         }
+    }
+
+    /// The workspace's binds: the supervisor's directory (and a worktree's git dir) at
+    /// their own paths, or on an engine that copies workspaces the session's volume there
+    /// — and whether that volume is new, so to be filled before the start.
+    async fn workspace_binds(
+        &self,
+        docker: &Docker,
+        engine: &Engine,
+        spec: &LaunchSpec,
+    ) -> Result<(Vec<String>, bool), RuntimeError> {
+        if engine.config.workspace == WorkspaceMode::Copy {
+            let name = format!("tether-{}-workspace", spec.session_id);
+            let new = docker.inspect_volume(&name).await.is_err_and(|err| is_not_found(&err));
+            let volume = self.ensure_volume(docker, engine, &spec.session_id, "workspace").await?;
+            return Ok((vec![format!("{volume}:{}", spec.workspace.display())], new));
+        }
+        let mut binds = vec![format!("{0}:{0}", spec.workspace.display())];
+        if let Some(git_dir) = &spec.git_dir {
+            binds.push(format!("{0}:{0}", git_dir.display()));
+        }
+        Ok((binds, false))
     }
 
     /// The session's named volume of `kind` on an engine (made, labelled as ours, when it
@@ -782,6 +808,29 @@ impl Runtime for DockerRuntime {
         })
     }
 
+    fn copies_workspace(&self, handle: Option<&serde_json::Value>) -> bool {
+        DockerHandle::parse(handle)
+            .and_then(|handle| self.engine_of(&handle))
+            .is_some_and(|engine| engine.config.workspace == WorkspaceMode::Copy)
+    }
+
+    fn fetch_workspace<'a>(
+        &'a self,
+        handle: &'a serde_json::Value,
+        path: &'a Path,
+        to: &'a Path,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            let handle = DockerHandle::parse(Some(handle))
+                .ok_or_else(|| RuntimeError::Engine("not a container's handle".into()))?;
+            let engine = self.engine_of(&handle).ok_or_else(|| {
+                RuntimeError::Unavailable(format!("no engine {:?} in config.toml", handle.engine))
+            })?;
+            let docker = self.reach(engine).await?;
+            archive::download(&docker, &handle.container, path, to).await
+        })
+    }
+
     fn reachable<'a>(
         &'a self,
         handle: Option<&'a serde_json::Value>,
@@ -824,7 +873,10 @@ impl Runtime for DockerRuntime {
                 }
             }
             let tls_cert = tls_material.map(|(cert, _)| cert);
-            let id = self.create(&docker, engine, &spec, &agentctl, tls).await?;
+            let (id, seed) = self.create(&docker, engine, &spec, &agentctl, tls).await?;
+            if seed && let Some(from) = &spec.seed {
+                archive::upload_seed(&docker, &id, from, &spec.workspace).await?;
+            }
             if on_volumes {
                 // Nothing of the supervisor's host is mounted: agentctl and its secrets are
                 // copied in before the start.
@@ -850,7 +902,8 @@ impl Runtime for DockerRuntime {
                     RuntimeError::Engine(format!("container {id} has no published control port"))
                 })?;
             let handle = DockerHandle { engine: Some(engine.config.name.clone()), container: id };
-            let workspace = (!on_volumes).then_some(spec.workspace.as_path());
+            let copied = engine.config.workspace == WorkspaceMode::Copy;
+            let workspace = (!on_volumes && !copied).then_some(spec.workspace.as_path());
             let agent_user = match &spec.docker.image {
                 Some(image) => non_root_user(&docker, image, workspace).await,
                 None => None,

@@ -20,6 +20,7 @@ impl From<CheckpointError> for ServiceError {
                 ServiceError::Storage(err.to_string())
             }
             CheckpointError::Store(store) => store.into(),
+            CheckpointError::Fetch(_) => ServiceError::RuntimeUnavailable(err.to_string()),
         }
     }
 }

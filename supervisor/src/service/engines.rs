@@ -230,6 +230,9 @@ impl Supervisor {
                 let reason = format!("moving off engine {}", row.from);
                 self.pause_for_move(&session, reason, force_after_ms).await?;
             }
+            // The pause's checkpoint is the workspace the session moves with (fetched from
+            // the engine when it keeps it): taken before anything there is removed.
+            drop(self.config.checkpoints.hold(&session).await);
             agentctl::fault::point("move.paused");
             if let Some(execution_id) = execution_id
                 && runtime.state_stays(handle.as_ref())

@@ -91,6 +91,9 @@ impl Supervisor {
                 if labels.is_empty() { "" } else { " with those labels" }
             )));
         }
+        let newest = self.config.store.get_execution(session_id.clone()).await?;
+        let handle = newest.and_then(|newest| newest.runtime_handle);
+        relocate::may_leave(&*self.runtime(&row.runtime)?, handle.as_ref(), &*to, &row)?;
         let profile = Supervisor::pinned_profile(&row)?;
         let reasons = self.unavailable(&profile, runtime);
         if !reasons.is_empty() {
@@ -100,6 +103,7 @@ impl Supervisor {
                 reasons.join("; ")
             )));
         }
+        self.check_root_env(&crate::store::SessionRow { runtime: runtime.to_owned(), ..row })?;
         if let Some(moving) =
             self.config.store.moves().await?.into_iter().find(|row| row.session_id == *session_id)
         {
@@ -134,7 +138,7 @@ impl Supervisor {
             .map_err(|err| ServiceError::Internal(err.to_string()))?;
         let from = self.runtime(&row.runtime)?;
         let relocated = relocate::relocate(
-            &self.config.store,
+            (&self.config.store, &self.config.checkpoints),
             &*from,
             &destination,
             &row,

@@ -2188,7 +2188,7 @@ impl SessionActor {
         }
         let sandbox = self.profile.sandbox_or(self.context.default_sandbox.as_ref());
         let relocated = crate::session::relocate::relocate(
-            &self.context.store,
+            (&self.context.store, &self.context.checkpoints),
             &*self.context.runtime,
             &to,
             &self.row,
@@ -2440,6 +2440,7 @@ impl SessionActor {
             workspace: std::path::PathBuf::from(&self.row.workspace_path),
             trigger,
             turn_id,
+            runtime: Some(Arc::clone(&self.context.runtime)),
         };
         let taken = self.context.checkpoints.spawn(self.context.store.clone(), request);
         let report = self.internal_tx.clone();
@@ -2721,6 +2722,7 @@ impl SessionActor {
         }
         let previous = previous.ok().flatten();
         let execution_id = uuid::Uuid::now_v7().to_string();
+        let seed = launch::seed(&self.context, &self.row).await;
         let spec = launch::spec(
             &self.context,
             &self.row,
@@ -2731,6 +2733,7 @@ impl SessionActor {
             launch::ran_here(&self.context, previous.as_ref())
                 .and_then(|previous| previous.runtime_handle),
         );
+        let spec = crate::runtime::LaunchSpec { seed: Some(seed), ..spec };
         let plan = LaunchPlan {
             spec,
             argv: resolved,

@@ -15,7 +15,7 @@ use std::time::Duration;
 use protocol::control::{StartAgent, Status};
 
 use super::SessionContext;
-use crate::runtime::{FenceTarget, LaunchSpec};
+use crate::runtime::{FenceTarget, LaunchSpec, WorkspaceSeed};
 use crate::sidecar::{Control, EventsRx};
 use crate::store::{ExecutionRow, ExecutionStatus};
 
@@ -421,6 +421,22 @@ pub(super) fn spec(
         labels,
         previous,
         sandbox: profile.sandbox_or(context.default_sandbox.as_ref()),
+        // Read by the launch (see `seed`).
+        seed: None,
+    }
+}
+
+/// What a workspace copied to an engine is filled from there: the session's newest
+/// checkpoint (the one in flight waited for, within its bound), else its directory.
+pub(super) async fn seed(
+    context: &SessionContext,
+    row: &crate::store::SessionRow,
+) -> WorkspaceSeed {
+    context.checkpoints.settle(&row.id).await;
+    let newest = context.store.latest_checkpoint(row.id.clone()).await.ok().flatten();
+    WorkspaceSeed {
+        repo: crate::checkpoint::Checkpoints::repository(&context.dir),
+        commit: newest.map(|checkpoint| checkpoint.commit),
     }
 }
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use agents::profile::{Profile, SandboxSettings as Sandbox};
 
+use crate::checkpoint::Checkpoints;
 use crate::runtime::{FenceTarget, Runtime};
 use crate::store::{ExecutionRow, Relocation, SessionRow, Store};
 
@@ -71,18 +72,40 @@ pub fn state_travels(
         && state_is_the_sessions(to, None, sandbox)
 }
 
-/// Moves a session whose agent does not run (see the module doc). `agentctl_dir` is the
-/// session's agentctl state directory.
+/// Refuses a move off a runtime that keeps the session's workspace where it runs (a
+/// copied workspace) to another runtime, where the supervisor's directory would be used.
+pub fn may_leave(
+    from: &dyn Runtime,
+    handle: Option<&serde_json::Value>,
+    to: &dyn Runtime,
+    row: &SessionRow,
+) -> Result<(), SessionError> {
+    if !from.copies_workspace(handle) || from.name() == to.name() {
+        return Ok(());
+    }
+    Err(SessionError::InvalidState(format!(
+        "session {}'s workspace lives on {} (workspace = \"copy\") and in its checkpoints, not in {}: it moves only between engines that copy workspaces (`supervisor checkpoints {} --restore-into DIR` writes out its files)",
+        row.id,
+        place_of(from, handle),
+        row.workspace_path,
+        row.id
+    )))
+}
+
+/// Moves a session whose agent does not run (see the module doc), once its checkpoint in
+/// flight is taken. `agentctl_dir` is the session's agentctl state directory.
 pub async fn relocate(
-    store: &Store,
+    (store, checkpoints): (&Store, &Checkpoints),
     from: &dyn Runtime,
     to: &Destination,
     row: &SessionRow,
     (profile, sandbox): (&Profile, &Sandbox),
     agentctl_dir: PathBuf,
 ) -> Result<Relocated, SessionError> {
+    drop(checkpoints.hold(&row.id).await);
     let execution = store.get_execution(row.id.clone()).await?;
     let handle = execution.as_ref().and_then(|execution| execution.runtime_handle.clone());
+    may_leave(from, handle.as_ref(), &*to.runtime, row)?;
     let state_dir = match &execution {
         Some(execution) => crate::runtime::execution_state_dir(execution, agentctl_dir),
         None => agentctl_dir,

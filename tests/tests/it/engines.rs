@@ -375,14 +375,22 @@ async fn two_engines_other_first()
 async fn two_engines_other_first_with(
     docker: &str,
 ) -> Option<(Daemon, Docker, PrivateEngine, Docker, Vec<Box<dyn std::any::Any>>)> {
+    two_engines_with(docker, "").await
+}
+
+/// [`two_engines_other_first_with`], `each` (TOML) added to both engines' sections.
+async fn two_engines_with(
+    docker: &str,
+    each: &str,
+) -> Option<(Daemon, Docker, PrivateEngine, Docker, Vec<Box<dyn std::any::Any>>)> {
     let local = engine().await?;
     let other_engine = PrivateEngine::start_tls().await?;
     let tls = other_engine.client_tls().expect("a TLS engine");
     let other = other_engine.client();
     let engines = format!(
         "[docker]\n{docker}\n\n[[docker.engines]]\nname = \"other\"\nhost = \"{}\"\ncapacity = 4\n\
-         tls = {{ ca = \"{}\", cert = \"{}\", key = \"{}\" }}\nstorage = \"volumes\"\n\n\
-         [[docker.engines]]\nname = \"local\"\nhost = \"unix:///var/run/docker.sock\"\ncapacity = 4\n",
+         tls = {{ ca = \"{}\", cert = \"{}\", key = \"{}\" }}\nstorage = \"volumes\"\n{each}\n\
+         [[docker.engines]]\nname = \"local\"\nhost = \"unix:///var/run/docker.sock\"\ncapacity = 4\n{each}",
         other_engine.host(),
         tls.ca.display(),
         tls.cert.display(),
@@ -709,4 +717,145 @@ async fn a_session_moves_from_a_local_process_into_a_container_and_back() {
     let again = tether_tests::daemon::ApiError::of("move", again.await.expect_err("refused"));
     assert_eq!(again.kind, ErrorKind::InvalidState, "{again:?}");
     assert!(again.message.contains("runs on runtime standalone already"), "{again:?}");
+}
+
+/// Prompts, and waits past the turn's end for that turn's checkpoint.
+async fn turn_checkpointed(api: &Api, session: &str, prompt: &str) -> protocol::api::Checkpoint {
+    let mut events = api.subscribe_at_end(session).await;
+    let turn = api.prompt(session, prompt).await.expect("prompt");
+    let mut taken = None;
+    tether_tests::daemon::until(&mut events, |e| {
+        if let protocol::api::EventKind::CheckpointTaken { checkpoint } = &e.kind
+            && checkpoint.turn_id.as_ref() == Some(&turn)
+        {
+            taken = Some(checkpoint.clone());
+        }
+        taken.is_some()
+    })
+    .await;
+    taken.expect("UNWRAP: until ends once it is seen")
+}
+
+#[tokio::test]
+async fn a_copied_workspace_is_checkpointed_from_its_container_and_follows_its_session() {
+    use protocol::api::RuntimeKind;
+    let Some((daemon, local, _other_engine, other, _guards)) =
+        two_engines_with("", "workspace = \"copy\"\n").await
+    else {
+        return;
+    };
+    let api = daemon.api().await;
+    let dir = daemon.workspace("copied");
+    std::fs::write(dir.join("README.md"), "from the supervisor\n").unwrap();
+    let before = tether_tests::files_of(&dir);
+    let session = session_on_other(&api, &dir).await;
+    let path = |name: &str| dir.join(name).display().to_string();
+    // The agent finds the supervisor's files in its engine's volume, and what it writes
+    // stays there: the supervisor's directory is left as it was.
+    let reply = api.ask(&session, &format!("/read {}", path("README.md"))).await;
+    assert!(reply.contains("from the supervisor"), "{reply}");
+    turn_checkpointed(
+        &api,
+        &session,
+        &format!("the secret is kumquat\n/write {} one", path("src/a.txt")),
+    )
+    .await;
+    let newest =
+        turn_checkpointed(&api, &session, &format!("/write {} two", path("notes.md"))).await;
+    assert_eq!(tether_tests::files_of(&dir), before, "written in the engine's volume only");
+    // Each turn's checkpoint was fetched from the container.
+    let restored = daemon.workspace("restored");
+    std::fs::remove_dir(&restored).unwrap();
+    let into = restored.display().to_string();
+    ok(
+        "restore",
+        api.typed().session_checkpoint_restore(session.clone(), Some(newest.seq), None, into),
+    )
+    .await;
+    let files = tether_tests::files_of(&restored);
+    let names: Vec<&str> = files.keys().map(String::as_str).collect();
+    assert_eq!(names, ["README.md", "notes.md", "src/a.txt"], "{files:?}");
+    assert_eq!(files["notes.md"], b"two");
+
+    // Leaving for the local runtime is refused (the supervisor's directory is not the
+    // session's workspace), and the session is left running.
+    let refused = api.typed().session_move(session.clone(), RuntimeKind::STANDALONE, None, None);
+    let refused = tether_tests::daemon::ApiError::of("move", refused.await.expect_err("refused"));
+    assert_eq!(refused.kind, ErrorKind::InvalidState, "{refused:?}");
+    assert!(refused.message.contains("workspace = \"copy\""), "{refused:?}");
+    assert!(api.status(&session).await.is_agent_running);
+
+    // Drained: the session goes on on the local engine, its new volume there filled from
+    // its newest checkpoint; nothing of it is left on the drained engine.
+    let mut log = daemon.log_lines();
+    ok("drain", api.typed().engines_drain("other".into(), Some(1500))).await;
+    tether_tests::daemon::await_log(&mut log, "moved off engine other").await;
+    let status = api.status(&session).await;
+    assert_eq!(status.placement.as_deref(), Some("local"), "{status:?}");
+    assert!(container_on(&other, &session).await.is_none());
+    assert_eq!(volumes_on(&other, &session).await, Vec::<String>::new());
+    assert!(volumes_on(&local, &session).await.iter().any(|name| name.ends_with("-workspace")));
+    let reply = api
+        .ask(&session, &format!("what was the secret?\n/read {}\n/recall", path("notes.md")))
+        .await;
+    assert!(reply.contains("read") && reply.contains(": two"), "{reply}");
+    assert!(reply.contains("kumquat"), "{reply}");
+    assert_eq!(tether_tests::files_of(&dir), before);
+}
+
+#[tokio::test]
+async fn a_copied_workspace_lost_with_its_engine_comes_back_from_the_last_completed_turn() {
+    let Some((daemon, local, mut other_engine, _other, _guards)) =
+        two_engines_with("failover_after_secs = 2", "workspace = \"copy\"\n").await
+    else {
+        return;
+    };
+    let api = daemon.api().await;
+    let dir = daemon.workspace("lost");
+    let session = session_on_other(&api, &dir).await;
+    let path = |name: &str| dir.join(name).display().to_string();
+    turn_checkpointed(
+        &api,
+        &session,
+        &format!("the secret is kumquat\n/write {} one", path("a.txt")),
+    )
+    .await;
+    turn_checkpointed(&api, &session, &format!("/write {} two", path("notes.md"))).await;
+    // The turn running when the engine dies writes a file, then works on.
+    let mut events = api.subscribe_at_end(&session).await;
+    let long = format!("/write {} half\n/sleep 30000\nthe long job", path("partial.txt"));
+    api.prompt(&session, &long).await.expect("a turn starts");
+    tether_tests::daemon::until(&mut events, |e| {
+        matches!(e.kind, protocol::api::EventKind::TurnStarted { .. })
+    })
+    .await;
+
+    let mut log = daemon.log_lines();
+    other_engine.kill().await;
+    let moved = format!("session {session} moved off engine other to local");
+    tether_tests::daemon::await_log(&mut log, &moved).await;
+    assert!(volumes_on(&local, &session).await.iter().any(|name| name.ends_with("-workspace")));
+    // The new volume holds every file of the last completed turn, and nothing of the
+    // interrupted one (whether or not its write came before the kill); the conversation
+    // goes on.
+    let reply = api
+        .ask(
+            &session,
+            &format!(
+                "what was the secret?\n/read {}\n/read {}\n/recall",
+                path("notes.md"),
+                path("partial.txt")
+            ),
+        )
+        .await;
+    assert!(reply.contains(&format!("read {}: two", path("notes.md"))), "{reply}");
+    assert!(reply.contains(&format!("read {} failed", path("partial.txt"))), "{reply}");
+    assert!(reply.contains("kumquat"), "{reply}");
+    let history = api.history(&session).await;
+    let long = history
+        .iter()
+        .filter(|entry| entry.kind == protocol::api::EntryType::UserMessage)
+        .filter(|entry| entry.content.contains("the long job"))
+        .count();
+    assert_eq!(long, 1, "the interrupted prompt, once: {history:?}");
 }

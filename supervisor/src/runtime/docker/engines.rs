@@ -61,6 +61,26 @@ pub struct EngineConfig {
     /// is bind-mounted, at its own path).
     #[serde(default)]
     pub storage: Storage,
+    /// Where a session's workspace lives: `mount` (default), the supervisor's directory
+    /// bind-mounted at its own path (the engine's host must see it); `copy`, a volume on
+    /// the engine, filled from the session's newest checkpoint (or the supervisor's
+    /// directory, for a new session) when the session is first placed there, and fetched
+    /// from the container at every checkpoint — for an engine whose host cannot see the
+    /// supervisor's paths. A session whose workspace was copied moves only to engines that
+    /// copy.
+    #[serde(default)]
+    pub workspace: WorkspaceMode,
+}
+
+/// See [`EngineConfig::workspace`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkspaceMode {
+    /// Bind-mounted from the supervisor's host.
+    #[default]
+    Mount,
+    /// A volume on the engine, copied in and fetched back.
+    Copy,
 }
 
 /// See [`EngineConfig::storage`].
@@ -103,6 +123,7 @@ impl EngineConfig {
             ssh_key: None,
             sidecar_tls: None,
             storage: Storage::Host,
+            workspace: WorkspaceMode::Mount,
         }
     }
 
