@@ -655,13 +655,17 @@ pub struct RewindResult {
 /// How a rewind returned the workspace to an earlier state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct WorkspaceRestore {
-    /// The commit checked out (the workspace's HEAD at that turn).
+    /// The commit checked out (the workspace's HEAD at that turn); outside git, the
+    /// turn's checkpoint.
     pub commit: String,
-    /// The turn's uncommitted changes, restored over it (a checkpoint commit), when it had any.
+    /// The files put back over it: the turn's workspace checkpoint (in the session's
+    /// checkpoint repository), or for a turn from before checkpoints the commit its
+    /// snapshot took of its uncommitted changes, when it had any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<String>,
     /// The ref holding what the workspace had before the restore (a commit of its files,
-    /// tracked and untracked, whose first parent is the HEAD it had).
+    /// tracked and untracked, whose first parent is the HEAD it had; outside git, a
+    /// checkpoint's ref in the session's checkpoint repository).
     pub saved_ref: String,
     /// The commit `saved_ref` points at.
     pub saved_commit: String,

@@ -334,6 +334,59 @@ impl Checkpoints {
         tokio::time::timeout(self.limits.wait, lock.lock()).await.is_ok()
     }
 
+    /// The session's checkpoint of turn `turn_id`, if it has one.
+    pub async fn of_turn(
+        store: &Store,
+        session_id: &SessionId,
+        turn_id: &TurnId,
+    ) -> Result<Option<Checkpoint>, CheckpointError> {
+        let wanted = turn_id.to_string();
+        let checkpoints = store.checkpoints(session_id.clone()).await?;
+        Ok(checkpoints
+            .into_iter()
+            .find(|checkpoint| checkpoint.turn_id.as_deref() == Some(wanted.as_str())))
+    }
+
+    /// Makes `workspace` hold the files of the session's checkpoint of turn `turn_id`
+    /// (see [`git::Repo::overlay`]), with `save` after what it holds now is kept in a
+    /// checkpoint of its own (`restore`; the newest one when nothing changed since): the
+    /// turn's checkpoint and that one, or `None` when the turn has none (nothing is
+    /// changed).
+    pub async fn overlay_turn(
+        &self,
+        store: &Store,
+        (session_id, session_dir): (&SessionId, &Path),
+        (turn_id, workspace): (&TurnId, &Path),
+        save: bool,
+    ) -> Result<Option<(Checkpoint, Option<Checkpoint>)>, CheckpointError> {
+        let lock = self.lock_of(session_id);
+        let _held = lock.lock().await;
+        let Some(turn) = Self::of_turn(store, session_id, turn_id).await? else {
+            return Ok(None);
+        };
+        let repo = git::Repo::open(&Self::repository(session_dir)).await?;
+        if !save {
+            repo.overlay(&turn.commit, workspace, self.limits.max_file_bytes).await?;
+            return Ok(Some((turn, None)));
+        }
+        let request = Request {
+            session_id: session_id.clone(),
+            session_dir: session_dir.to_owned(),
+            workspace: workspace.to_owned(),
+            trigger: CheckpointTrigger::Restore,
+            turn_id: None,
+            runtime: None,
+        };
+        let saved = match self.take_held(store, request).await? {
+            Some(saved) => saved,
+            None => store.latest_checkpoint(session_id.clone()).await?.ok_or_else(|| {
+                CheckpointError::NotFound(format!("session {session_id} has no checkpoint"))
+            })?,
+        };
+        repo.overlay(&turn.commit, workspace, self.limits.max_file_bytes).await?;
+        Ok(Some((turn, Some(saved))))
+    }
+
     /// Writes checkpoint `seq` of the session into `into` (absent or empty); the files
     /// written.
     pub async fn restore_into(

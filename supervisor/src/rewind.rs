@@ -14,8 +14,9 @@ pub mod git;
 
 use std::path::Path;
 
-use protocol::api::{EntryType, RewindResult, SnapshotSummary, WorkspaceRestore};
+use protocol::api::{Checkpoint, EntryType, RewindResult, SnapshotSummary, WorkspaceRestore};
 
+use crate::checkpoint::{CheckpointError, Checkpoints};
 use crate::history::HistoryEntry;
 use crate::ids::{RewindId, SessionId, TurnId};
 use crate::store::{RewindRow, Store, StoreError, TurnRow};
@@ -156,6 +157,8 @@ pub struct Target<'a> {
     pub workspace: &'a Path,
     /// Its history file.
     pub history: &'a Path,
+    /// The daemon's checkpoints and the session's directory (its checkpoint repository).
+    pub checkpoints: (&'a Checkpoints, &'a Path),
 }
 
 /// Carries out the rewind to `turn` (see the module doc); the caller made sure no agent
@@ -205,8 +208,21 @@ pub async fn apply(
     Ok((result, row))
 }
 
+impl From<CheckpointError> for RewindError {
+    fn from(err: CheckpointError) -> RewindError {
+        match err {
+            CheckpointError::Store(store) => RewindError::Store(store),
+            other => RewindError::Git(other.to_string()),
+        }
+    }
+}
+
 /// Returns the workspace to its state at the plan's turn, what it holds saved first;
-/// refused when that state is unknown.
+/// refused when that state is unknown. In a git repository: its branch reset to the
+/// commit it had then (a snapshot says which), and its files put back from the session's
+/// checkpoint of the turn (or, for a turn before there were any, the checkpoint commit
+/// its snapshot took in the repository). Elsewhere: its files put back from the turn's
+/// checkpoint, what it held kept in a checkpoint of its own.
 async fn restore(
     target: &Target<'_>,
     turns: &[TurnRow],
@@ -215,8 +231,15 @@ async fn restore(
 ) -> Result<WorkspaceRestore, RewindError> {
     let turn = &plan.turn;
     let unknown = |why: String| RewindError::WorkspaceUnknown(why);
+    let has_checkpoint = Checkpoints::of_turn(target.store, target.session, turn).await?.is_some();
     if !crate::snapshot::git::in_repository(target.workspace) {
-        return Err(unknown(format!("{} is not in a git repository", target.workspace.display())));
+        if has_checkpoint {
+            return restore_files(target, turn).await;
+        }
+        return Err(unknown(format!(
+            "{} is not in a git repository, and no checkpoint of turn {turn} was taken",
+            target.workspace.display()
+        )));
     }
     let at = turns
         .iter()
@@ -226,11 +249,17 @@ async fn restore(
     let next_start =
         turns.iter().map(|row| row.started_at).filter(|start| *start > at.started_at).min();
     let snapshots = target.store.snapshots(target.session.clone()).await?;
-    let snapshot = snapshot_at(&snapshots, ended, next_start).ok_or_else(|| {
-        unknown(format!("no snapshot shows the workspace as turn {turn} left it (a session keeps its newest turns' snapshots)"))
-    })?;
+    let Some(snapshot) = snapshot_at(&snapshots, ended, next_start) else {
+        if has_checkpoint {
+            return restore_files(target, turn).await;
+        }
+        return Err(unknown(format!(
+            "no snapshot shows the workspace as turn {turn} left it (a session keeps its newest turns' snapshots)"
+        )));
+    };
     let commit = snapshot.git_head.clone().unwrap_or_default();
     let checkpoint = match snapshot.git_dirty {
+        _ if has_checkpoint => None,
         Some(true) => {
             let full = target.store.snapshot(snapshot.snapshot_id.clone()).await?;
             Some(full.and_then(|full| full.git.checkpoint).ok_or_else(|| {
@@ -253,7 +282,40 @@ async fn restore(
     git::restore(target.workspace, &commit, checkpoint.as_deref())
         .await
         .map_err(RewindError::Git)?;
+    let checkpoint = match has_checkpoint {
+        true => overlay(target, turn, false).await?.map(|(turn, _)| turn.commit),
+        false => checkpoint,
+    };
     Ok(WorkspaceRestore { commit, checkpoint, saved_ref, saved_commit })
+}
+
+/// The workspace's files put back from the turn's checkpoint, what it held kept in a
+/// checkpoint of its own (its ref is the `saved_ref`).
+async fn restore_files(
+    target: &Target<'_>,
+    turn: &TurnId,
+) -> Result<WorkspaceRestore, RewindError> {
+    let Some((turn, Some(saved))) = overlay(target, turn, true).await? else {
+        return Err(RewindError::WorkspaceUnknown(format!("no checkpoint of turn {turn}")));
+    };
+    Ok(WorkspaceRestore {
+        commit: turn.commit.clone(),
+        checkpoint: Some(turn.commit),
+        saved_ref: saved.git_ref,
+        saved_commit: saved.commit,
+    })
+}
+
+/// [`Checkpoints::overlay_turn`] on the target.
+async fn overlay(
+    target: &Target<'_>,
+    turn: &TurnId,
+    save: bool,
+) -> Result<Option<(Checkpoint, Option<Checkpoint>)>, RewindError> {
+    let (checkpoints, session_dir) = target.checkpoints;
+    Ok(checkpoints
+        .overlay_turn(target.store, (target.session, session_dir), (turn, target.workspace), save)
+        .await?)
 }
 
 #[cfg(test)]

@@ -163,6 +163,38 @@ impl Repo {
         self.git(None, &["update-ref", name, commit]).await.map(drop)
     }
 
+    /// Makes `into` hold `commit`'s files: each written, and every other file not ignored
+    /// (`.gitignore`) removed — but those over `max_file_bytes`, which no checkpoint holds
+    /// and so none can put back. How many files it holds.
+    pub async fn overlay(
+        &self,
+        commit: &str,
+        into: &Path,
+        max_file_bytes: u64,
+    ) -> Result<u64, CheckpointError> {
+        let written = self.write_out(commit, into).await?;
+        let scratch = self.dir.join(format!("overlay-index-{}", uuid::Uuid::now_v7()));
+        let scratch_text = scratch.display().to_string();
+        let env = [("GIT_INDEX_FILE", scratch_text.as_str())];
+        let others = async {
+            run(Some(self), &["read-tree", commit], Some(into), &env, None).await?;
+            let args = ["ls-files", "-z", "--others", "--exclude-standard"];
+            run(Some(self), &args, Some(into), &env, None).await
+        }
+        .await;
+        let _ = std::fs::remove_file(&scratch);
+        for path in others?.split(|byte| *byte == 0).filter(|path| !path.is_empty()) {
+            let path = into.join(String::from_utf8_lossy(path).as_ref());
+            let kept = std::fs::symlink_metadata(&path)
+                .is_ok_and(|meta| meta.is_file() && meta.len() > max_file_bytes);
+            if !kept {
+                std::fs::remove_file(&path)
+                    .map_err(|err| CheckpointError::Io(format!("{}: {err}", path.display())))?;
+            }
+        }
+        Ok(written)
+    }
+
     /// `commit`'s files as a tar archive (paths relative to the workspace).
     pub async fn archive(&self, commit: &str) -> Result<Vec<u8>, CheckpointError> {
         run(Some(self), &["archive", "--format=tar", commit], None, &[], None).await

@@ -317,3 +317,54 @@ async fn a_deleted_session_is_not_checkpointed_and_its_directory_not_made_again(
     assert_eq!(taken.await.unwrap(), None);
     assert!(!f.session_dir.exists(), "the deleted session's directory was made again");
 }
+
+#[tokio::test]
+async fn a_workspace_overlaid_with_a_turns_checkpoint_holds_its_files_and_what_it_had_is_kept() {
+    let f = fixture().await;
+    let limits = Limits { max_file_bytes: 64, ..Limits::default() };
+    let checkpoints = Checkpoints::new(limits);
+    f.write(".gitignore", b"target/\n");
+    f.write("a.txt", b"one");
+    f.write("gone/later.txt", b"deleted after the turn");
+    let turn = f.turn().await;
+    checkpoints.take(&f.store, f.request(CheckpointTrigger::Turn, Some(&turn))).await.unwrap();
+    let at_turn = files_of(&f.workspace);
+    // Later: a.txt edited, a file removed, one added, an ignored one and one over the
+    // per-file limit (no checkpoint holds it) appear.
+    f.write("a.txt", b"edited");
+    std::fs::remove_file(f.workspace.join("gone/later.txt")).unwrap();
+    f.write("new.txt", b"after the turn");
+    f.write("target/build.out", b"ignored");
+    f.write("big.bin", &[7; 100]);
+    let before = files_of(&f.workspace);
+
+    let ids = (&f.session, f.session_dir.as_path());
+    let (restored, saved) = checkpoints
+        .overlay_turn(&f.store, ids, (&turn, &f.workspace), true)
+        .await
+        .unwrap()
+        .expect("the turn has a checkpoint");
+    assert_eq!(restored.turn_id.as_deref(), Some(turn.as_str()));
+    let mut expected = at_turn;
+    expected.insert("target/build.out".into(), b"ignored".to_vec());
+    expected.insert("big.bin".into(), vec![7; 100]);
+    assert_eq!(files_of(&f.workspace), expected, "the turn's files, ignored and big ones kept");
+    // What it held is in a checkpoint of its own, restorable (but the big file).
+    let saved = saved.expect("saved first");
+    assert_eq!(saved.trigger, CheckpointTrigger::Restore);
+    let out = tempfile::tempdir().unwrap();
+    let into = out.path().join("before");
+    checkpoints
+        .restore_into(&f.store, f.session.clone(), &f.session_dir, saved.seq, &into)
+        .await
+        .unwrap();
+    let mut held = before;
+    held.remove("target/build.out");
+    held.remove("big.bin");
+    assert_eq!(files_of(&into), held);
+    // A turn without a checkpoint changes nothing.
+    let other = f.turn().await;
+    let none = checkpoints.overlay_turn(&f.store, ids, (&other, &f.workspace), true).await.unwrap();
+    assert!(none.is_none());
+    assert_eq!(files_of(&f.workspace), expected);
+}

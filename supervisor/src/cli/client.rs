@@ -1279,10 +1279,17 @@ fn print_rewind(rewound: &protocol::api::RewindResult) {
         let files =
             if workspace.checkpoint.is_some() { ", with its uncommitted files" } else { "" };
         println!("  workspace: back at {}{files}", workspace.commit);
-        println!(
-            "  what it had is saved on {} ({}): git checkout {} -- . brings it back",
-            workspace.saved_ref, workspace.saved_commit, workspace.saved_ref
-        );
+        if workspace.saved_ref.starts_with("refs/tether/sessions/") {
+            println!(
+                "  what it had is the session's checkpoint {} ({}): `supervisor checkpoints {}` lists it, --restore-into DIR --seq N writes it out",
+                workspace.saved_ref, workspace.saved_commit, rewound.session_id
+            );
+        } else {
+            println!(
+                "  what it had is saved on {} ({}): git checkout {} -- . brings it back",
+                workspace.saved_ref, workspace.saved_commit, workspace.saved_ref
+            );
+        }
     }
     for note in &rewound.notes {
         println!("  note: {note}");

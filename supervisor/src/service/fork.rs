@@ -213,9 +213,12 @@ impl Supervisor {
         // turn's start (its own `turn_complete` one, dated at its end, first of all).
         let then = crate::rewind::snapshot_at(&snapshots, ended, next_start);
         let mut notes = Vec::new();
+        let checkpoint =
+            crate::checkpoint::Checkpoints::of_turn(&self.config.store, &original.id, &at.id)
+                .await?;
         let base = match then {
             Some(snapshot) => {
-                if snapshot.git_dirty == Some(true) {
+                if snapshot.git_dirty == Some(true) && checkpoint.is_none() {
                     notes.push(format!("the workspace had uncommitted changes at turn {}: they are not in the fork's branch (it starts from the commit then)", at.id));
                 }
                 if snapshot.trigger != SnapshotTrigger::TurnComplete {
@@ -245,6 +248,23 @@ impl Supervisor {
         worktree::create(&made, &from)
             .await
             .map_err(|err| ServiceError::InvalidState(format!("the fork's worktree: {err}")))?;
+        if checkpoint.is_some() {
+            // The files as the turn left them, its uncommitted changes too (uncommitted).
+            let dir = self.config.home.session(&original.id).dir().to_owned();
+            let overlaid = self
+                .config
+                .checkpoints
+                .overlay_turn(&self.config.store, (&original.id, &dir), (&at.id, &made.path), false)
+                .await;
+            if let Err(err) = overlaid {
+                let _ = worktree::remove(&made, true, true).await;
+                return Err(err.into());
+            }
+            notes.push(format!(
+                "the fork's worktree holds the files as turn {} left them (from its checkpoint), uncommitted changes included",
+                at.id
+            ));
+        }
         Ok(ForkPlace {
             workspace_path: made.path.display().to_string(),
             made: Some(made),

@@ -28,12 +28,14 @@ impl Supervisor {
             return Ok(handle.rewind(turn_id, restore_workspace).await?);
         }
         let row = self.unended_row(&session_id).await?;
-        let history = self.config.home.session(&row.id).history();
+        let paths = self.config.home.session(&row.id);
+        let (history, dir) = (paths.history(), paths.dir().to_owned());
         let target = Target {
             store: &self.config.store,
             session: &row.id,
             workspace: std::path::Path::new(&row.workspace_path),
             history: &history,
+            checkpoints: (&self.config.checkpoints, &dir),
         };
         let (result, _) = crate::rewind::apply(&target, &turn_id, restore_workspace).await?;
         tracing::info!(session = %row.id, turn = %turn_id, rewound = result.rewound.len(), "rewound at rest");

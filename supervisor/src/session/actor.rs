@@ -1035,6 +1035,7 @@ impl SessionActor {
             session: &self.row.id,
             workspace: std::path::Path::new(&self.row.workspace_path),
             history: self.recorder.history.path(),
+            checkpoints: (&self.context.checkpoints, &self.context.dir),
         };
         let (result, row) = crate::rewind::apply(&target, &turn, restore_workspace).await?;
         // What a restored agent lacked is moot: the next session opens afresh.

@@ -142,8 +142,8 @@ async fn a_fork_at_the_newest_turn_of_an_agent_that_forks_is_native() {
     assert!(reply.contains("remembered 4 earlier messages"), "{reply}");
 }
 
-/// A worktree session's fork at its first turn: a branch of its own from the commit the
-/// workspace had then, not the one made after.
+/// A worktree session's fork at a turn: a branch of its own from the commit the workspace
+/// had then, not the one made after, and the files as the turn left them.
 #[tokio::test]
 async fn a_worktree_fork_branches_from_the_commit_at_its_turn() {
     let (daemon, _log) = daemon().await;
@@ -162,8 +162,10 @@ async fn a_worktree_fork_branches_from_the_commit_at_its_turn() {
     let worktree = PathBuf::from(status.worktree_path.clone().unwrap());
     // A turn, its snapshot, then a commit; a second turn, its snapshot, another commit.
     let mut commits = Vec::new();
+    // The second turn leaves a file it wrote uncommitted.
     for n in 1..=2 {
-        api.ask(&session, &format!("turn {n}")).await;
+        let draft = format!("/write {} unsaved", worktree.join("draft.txt").display());
+        api.ask(&session, &if n == 2 { draft } else { format!("turn {n}") }).await;
         until(&mut events, |event| matches!(event.kind, EventKind::SnapshotTaken { .. })).await;
         commits.push(git(&worktree, &["rev-parse", "HEAD"]).await.trim().to_owned());
         std::fs::write(worktree.join(format!("after-{n}")), "later\n").unwrap();
@@ -179,6 +181,10 @@ async fn a_worktree_fork_branches_from_the_commit_at_its_turn() {
     let fork_tree = PathBuf::from(&forked.workspace_path);
     assert_eq!(git(&fork_tree, &["rev-parse", "HEAD"]).await.trim(), commits[1]);
     assert!(fork_tree.join("after-1").exists() && !fork_tree.join("after-2").exists());
+    // And the files as the turn left them, from its checkpoint: its uncommitted one too.
+    assert_eq!(std::fs::read_to_string(fork_tree.join("draft.txt")).unwrap(), "unsaved");
+    assert_eq!(git(&fork_tree, &["status", "--porcelain"]).await.trim(), "?? draft.txt");
+    assert!(forked.notes.iter().any(|note| note.contains("from its checkpoint")), "{forked:?}");
     // The CLI says where a fork is and what it holds.
     let (code, out, err) =
         daemon.cli(&["fork", &session, "--turn", &timeline.turns[0].turn_id]).await;

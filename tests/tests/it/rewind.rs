@@ -2,8 +2,9 @@
 //! (`--turn-log`): the later turns stay in the history and the timeline marked rewound and
 //! leave the agent's context (a fresh agent session, the turns kept injected); with
 //! `restore_workspace` the workspace returns to its state at the turn (its uncommitted
-//! files too) and what it had is on `refs/tether/rewound/...`; a restore whose state is
-//! unknown is refused and changes nothing; the CLI says what it did.
+//! files too, from the turn's checkpoint) and what it had is on `refs/tether/rewound/...`
+//! (outside git: in a checkpoint of the session's own); a restore whose state is unknown
+//! is refused and changes nothing; the CLI says what it did.
 
 use std::path::{Path, PathBuf};
 
@@ -15,13 +16,23 @@ use tether_tests::git;
 
 /// A daemon whose `plain` profile logs the prompts it is sent to `root/turns.jsonl`.
 async fn daemon() -> (Daemon, PathBuf) {
+    daemon_with_config("").await
+}
+
+/// [`daemon`], with `config` (TOML) as its `config.toml`.
+async fn daemon_with_config(config: &str) -> (Daemon, PathBuf) {
     let dir = tempfile::tempdir().unwrap().keep();
     let log = dir.join("turns.jsonl");
     let profile = format!(
         "id = \"plain\"\ncommand = [\"mock-agent\", \"--state-dir\", \"{{home}}/.mock-agent\", \"--turn-log\", \"{}\"]\nprotocol = \"acp\"\n[session]\nagent_state_dirs = [\".mock-agent\"]\n",
         log.display()
     );
-    let daemon = Daemon::start_with_env(&[], &[("plain.toml", profile.as_str())], &[]).await;
+    let (daemon, ()) =
+        Daemon::start_prepared(&[], &[("plain.toml", profile.as_str())], &[], |root| {
+            std::fs::create_dir_all(root.join("tether")).unwrap();
+            std::fs::write(root.join("tether/config.toml"), config).unwrap();
+        })
+        .await;
     (daemon, log)
 }
 
@@ -149,10 +160,49 @@ async fn a_rewind_restores_the_workspace_and_saves_what_it_had_on_a_ref() {
 }
 
 #[tokio::test]
-async fn a_restore_of_an_unknown_state_is_refused_and_changes_nothing() {
+async fn a_workspace_outside_git_is_rewound_from_its_checkpoints() {
     let (daemon, _log) = daemon().await;
     let api = daemon.api().await;
-    let session = api.ready_session("plain", &daemon.workspace("plain-dir")).await;
+    let dir = daemon.workspace("outside-git");
+    let session = api.ready_session("plain", &dir).await;
+    let mut events = api.subscribe(&session, 0).await;
+    write_turn(&api, &session, &mut events, &dir.join("a.txt"), "one").await;
+    write_turn(&api, &session, &mut events, &dir.join("sub/b.txt"), "two").await;
+    std::fs::write(dir.join("a.txt"), "edited by hand").unwrap();
+    let turns: Vec<String> = turn_ids(&api, &session).await.into_iter().map(|(id, _)| id).collect();
+    let rewound = rewind(&api, &session, &turns[0], true).await;
+    let restored = rewound.workspace.clone().expect("the workspace was restored");
+    // As the first turn left it.
+    assert_eq!(std::fs::read_to_string(dir.join("a.txt")).unwrap(), "one");
+    assert!(!dir.join("sub/b.txt").exists(), "the second turn's file is gone");
+    // What it held is in a checkpoint of the session's own (the one taken as its agent
+    // was parked for the rewind, or one taken for the restore), never in the workspace.
+    let prefix = format!("refs/tether/sessions/{session}/");
+    assert!(restored.saved_ref.starts_with(&prefix), "{restored:?}");
+    let listed = ok("list", api.typed().session_checkpoint_list(session.clone())).await;
+    let saved =
+        listed.checkpoints.iter().find(|c| c.git_ref == restored.saved_ref).expect("listed");
+    assert_eq!(saved.commit, restored.saved_commit);
+    let back = daemon.workspace("before-the-rewind");
+    let into = back.display().to_string();
+    ok(
+        "restore",
+        api.typed().session_checkpoint_restore(session.clone(), Some(saved.seq), None, into),
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(back.join("a.txt")).unwrap(), "edited by hand");
+    assert_eq!(std::fs::read_to_string(back.join("sub/b.txt")).unwrap(), "two");
+}
+
+#[tokio::test]
+async fn a_restore_of_an_unknown_state_is_refused_and_changes_nothing() {
+    // No checkpoint is ever taken (every workspace is over the limit), and it is no
+    // repository: its state at a turn is not known.
+    let (daemon, _log) = daemon_with_config("[checkpoints]\nmax_workspace_bytes = 1\n").await;
+    let api = daemon.api().await;
+    let dir = daemon.workspace("plain-dir");
+    std::fs::write(dir.join("notes.txt"), "more than a byte").unwrap();
+    let session = api.ready_session("plain", &dir).await;
     api.ask(&session, "first words").await;
     api.ask(&session, "second words").await;
     let turns: Vec<String> = turn_ids(&api, &session).await.into_iter().map(|(id, _)| id).collect();
@@ -166,6 +216,7 @@ async fn a_restore_of_an_unknown_state_is_refused_and_changes_nothing() {
     assert_eq!(refused.kind, ErrorKind::InvalidState, "{refused:?}");
     assert!(refused.message.contains("not in a git repository"), "{refused:?}");
     assert!(turn_ids(&api, &session).await.iter().all(|(_, rewound)| !rewound));
+    assert_eq!(std::fs::read_to_string(dir.join("notes.txt")).unwrap(), "more than a byte");
     // The conversation goes on as it was.
     let reply = api.ask(&session, "third words").await;
     assert!(reply.contains("remembered 4 earlier messages"), "{reply}");
