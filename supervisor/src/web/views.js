@@ -1,7 +1,8 @@
 // @ts-check
 // The session's other views: its whole history (task.session.history), a graphical
 // timeline of its executions and turns with what happened to it (task.session.timeline),
-// its snapshots (task.session.snapshot.list/get), its Changes (changes.js), and the dialog that pauses it with a
+// its snapshots (task.session.snapshot.list/get) and workspace checkpoints
+// (task.session.checkpoint.list/restore), its Changes (changes.js), and the dialog that pauses it with a
 // reason.
 import * as Changes from "./changes.js";
 import * as Turns from "./turns.js";
@@ -184,7 +185,7 @@ export function timelineChart(timeline) {
   for (const mark of marks) {
     const mx = x(mark.at);
     const line = svg("line", { x1: mx, x2: mx, y1: top, y2: axisY, class: `mark ${mark.kind}` });
-    const moved = mark.kind === "moved" ? ` from engine ${mark.from} to ${mark.to || "its next resume's engine"}` : "";
+    const moved = mark.kind === "moved" ? ` from ${mark.from} to ${mark.to || "where its next resume places it"}` : "";
     line.append(svg("title", {}, `${new Date(mark.at).toLocaleTimeString()} ${mark.kind.replace("_", " ")}${moved}${mark.message ? ": " + mark.message : ""}${mark.reason ? ` (${mark.reason})` : ""}`));
     chart.append(line);
   }
@@ -198,7 +199,54 @@ export function timelineChart(timeline) {
 
 // ---- snapshots -------------------------------------------------------------------------
 
+// ---- workspace checkpoints --------------------------------------------------------------
+
+/** @param {number} n */
+export function byteSize(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  if (n < 1024 * 1024 * 1024) return `${(n / 1024 / 1024).toFixed(1)} MiB`;
+  return `${(n / 1024 / 1024 / 1024).toFixed(1)} GiB`;
+}
+
+/** One checkpoint, in words: its number, what took it, its files and what it added. */
+export function checkpointLabel(c) {
+  const what = c.turn ? `turn ${c.turn}` : c.trigger;
+  const left = c.left_out && c.left_out.length ? ` · ${c.left_out.length} over the size limit left out` : "";
+  return `#${c.seq} · ${what} · ${c.files} files, ${byteSize(c.bytes)} (+${byteSize(c.added_bytes)}) · ${new Date(c.taken_at).toLocaleString()}${left}`;
+}
+
+export async function loadCheckpoints() {
+  try {
+    const listed = await rpc.call("task.session.checkpoint.list", { session_id: state.open });
+    const newest = listed.checkpoints.slice().reverse();
+    $("#checkpoint-list").replaceChildren(...newest.map((c) => el("li", { "data-checkpoint": c.seq }, checkpointLabel(c))));
+    if (!newest.length) $("#checkpoint-list").append(el("li", { class: "muted" }, "No checkpoint yet: one is taken at each turn's end."));
+    $("#checkpoint-seq").replaceChildren(...newest.map((c) => el("option", { value: String(c.seq) }, `#${c.seq} (${c.turn ? "turn " + c.turn : c.trigger})`)));
+    const form = $("#checkpoint-restore");
+    form.hidden = !newest.length;
+    form.onsubmit = (event) => {
+      event.preventDefault();
+      restoreCheckpoint();
+    };
+  } catch (error) {
+    sessionError(error);
+  }
+}
+
+async function restoreCheckpoint() {
+  const seq = Number($("#checkpoint-seq").value);
+  const into = $("#checkpoint-into").value.trim();
+  try {
+    const restored = await rpc.call("task.session.checkpoint.restore", { session_id: state.open, seq, into });
+    $("#checkpoint-restored").textContent = `checkpoint #${restored.checkpoint.seq} written into ${restored.into}: ${restored.files} files`;
+  } catch (error) {
+    $("#checkpoint-restored").textContent = `not written: ${error.message}`;
+  }
+}
+
 export async function loadSnapshots() {
+  loadCheckpoints();
   try {
     const snapshots = await rpc.call("task.session.snapshot.list", { session_id: state.open });
     $("#snapshot-view").replaceChildren();

@@ -1,7 +1,8 @@
 //! The page's capabilities in a real browser: an agent's Markdown, thoughts,
 //! plan, usage, diffs, failed commands and every permission option rendered; the "needs
 //! you" signal; a list that searches, filters, sorts and pages 200 sessions; the pause
-//! dialog, the snapshot viewer and the graphical timeline; dark mode and a phone's width
+//! dialog, the snapshot viewer, the workspace checkpoints and the graphical timeline; dark
+//! mode and a phone's width
 //! (with the screenshots `docs/` shows).
 
 use protocol::api::ApiClient;
@@ -319,6 +320,33 @@ async fn pause_asks_a_reason_and_the_snapshot_and_timeline_show_it() {
     );
     assert!(count(&browser, "#timeline-chart svg line.mark.paused").await >= 1, "the pause marked");
     browser.screenshot("timeline").await;
+}
+
+/// The snapshots view lists the workspace's checkpoints, newest first, and writes the
+/// one chosen into a new directory.
+#[tokio::test]
+async fn the_page_lists_the_workspace_checkpoints_and_writes_one_out() {
+    let Some(browser) = browser::start("checkpoints").await else { return };
+    let (daemon, session) = session_page(&browser, "cp").await;
+    let api = daemon.api().await;
+    let dir = daemon.workspace("cp");
+    let mut events = api.subscribe_at_end(&session).await;
+    let turn = api.prompt(&session, &format!("/write {} hello", dir.join("a.txt").display())).await;
+    let turn = turn.expect("a turn");
+    tether_tests::daemon::until(&mut events, |e| {
+        matches!(&e.kind, protocol::api::EventKind::CheckpointTaken { checkpoint } if checkpoint.turn_id.as_ref() == Some(&turn))
+    })
+    .await;
+    browser.click("[data-tab=snapshots]").await;
+    browser.wait_text("#checkpoint-list", "turn 1").await;
+    let into = daemon.root.path().join("written-out");
+    browser.type_into("#checkpoint-into", &into.display().to_string()).await;
+    browser.click("#checkpoint-restore button[type=submit]").await;
+    browser.wait_text("#checkpoint-restored", "written into").await;
+    assert_eq!(std::fs::read_to_string(into.join("a.txt")).unwrap(), "hello");
+    // A directory that is not empty is refused, saying why.
+    browser.click("#checkpoint-restore button[type=submit]").await;
+    browser.wait_text("#checkpoint-restored", "not empty").await;
 }
 
 /// A pause's snapshot shows the agent's plan, each step as done, in progress or
