@@ -417,14 +417,7 @@ impl Checked for SessionPause {
     fn limits(&self) -> Result<(), ParamError> {
         within("session_id", &self.session_id, MAX_ID)?;
         within_opt("reason", &self.reason, MAX_TITLE)?;
-        match self.force_after_ms {
-            Some(ms) if ms > MAX_PAUSE_WAIT_MS => Err(ParamError {
-                field: Some("force_after_ms".into()),
-                limit: Some(MAX_PAUSE_WAIT_MS),
-                message: format!("force_after_ms must be at most {MAX_PAUSE_WAIT_MS} (a day)"),
-            }),
-            _ => Ok(()),
-        }
+        force_after_within(self.force_after_ms)
     }
 }
 
@@ -761,6 +754,18 @@ impl Checked for EnginesDrain {
     }
 }
 
+/// A `force_after_ms` within a day.
+fn force_after_within(force_after_ms: Option<u64>) -> Result<(), ParamError> {
+    match force_after_ms {
+        Some(ms) if ms > MAX_PAUSE_WAIT_MS => Err(ParamError {
+            field: Some("force_after_ms".into()),
+            limit: Some(MAX_PAUSE_WAIT_MS),
+            message: format!("force_after_ms must be at most {MAX_PAUSE_WAIT_MS} (a day)"),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Placement labels within their limits: at most [`MAX_LABELS`], no empty key.
 fn labels_within(
     labels: Option<&std::collections::BTreeMap<String, String>>,
@@ -810,14 +815,7 @@ impl Checked for SessionMove {
         within("session_id", &self.session_id, MAX_ID)?;
         within("runtime", self.runtime.as_str(), MAX_ID)?;
         labels_within(self.labels.as_ref())?;
-        match self.force_after_ms {
-            Some(ms) if ms > MAX_PAUSE_WAIT_MS => Err(ParamError {
-                field: Some("force_after_ms".into()),
-                limit: Some(MAX_PAUSE_WAIT_MS),
-                message: format!("force_after_ms must be at most {MAX_PAUSE_WAIT_MS} (a day)"),
-            }),
-            _ => Ok(()),
-        }
+        force_after_within(self.force_after_ms)
     }
 }
 

@@ -561,6 +561,39 @@ async fn a_daemon_killed_in_the_middle_of_a_move_ends_with_the_session_on_one_en
     }
 }
 
+/// Asserts that the session's history holds one prompt with `words` (an interrupted turn
+/// recorded once, never re-run).
+async fn prompted_once(api: &Api, session: &str, words: &str) {
+    let history = api.history(session).await;
+    let prompts = history
+        .iter()
+        .filter(|entry| entry.kind == protocol::api::EntryType::UserMessage)
+        .filter(|entry| entry.content.contains(words))
+        .count();
+    assert_eq!(prompts, 1, "the interrupted prompt, once: {history:?}");
+}
+
+/// Starts a turn of `prompt` on a session on engine `other`, SIGKILLs that engine's
+/// dockerd mid-turn, and waits until the session has failed over to `local`.
+async fn killed_mid_turn(
+    daemon: &Daemon,
+    api: &Api,
+    session: &str,
+    prompt: &str,
+    engine: &mut PrivateEngine,
+) {
+    let mut events = api.subscribe_at_end(session).await;
+    api.prompt(session, prompt).await.expect("a turn starts");
+    tether_tests::daemon::until(&mut events, |e| {
+        matches!(e.kind, protocol::api::EventKind::TurnStarted { .. })
+    })
+    .await;
+    let mut log = daemon.log_lines();
+    engine.kill().await;
+    let moved = format!("session {session} moved off engine other to local");
+    tether_tests::daemon::await_log(&mut log, &moved).await;
+}
+
 #[tokio::test]
 async fn an_engine_that_dies_has_its_sessions_failed_over_and_its_stale_containers_removed() {
     let Some((daemon, local, mut other_engine, other, _guards)) =
@@ -575,18 +608,8 @@ async fn an_engine_that_dies_has_its_sessions_failed_over_and_its_stale_containe
     api.ask(&session, &format!("the secret is kumquat\n{}", write("src/a.txt", "one"))).await;
     api.ask(&session, &write("notes.md", "two")).await;
     let files = tether_tests::files_of(&dir);
-    let mut events = api.subscribe_at_end(&session).await;
-    api.prompt(&session, "/sleep 30000\nthe long job").await.expect("a turn starts");
-    tether_tests::daemon::until(&mut events, |e| {
-        matches!(e.kind, protocol::api::EventKind::TurnStarted { .. })
-    })
-    .await;
-
     // Its dockerd is SIGKILLed mid-turn: two seconds later the session moves.
-    let mut log = daemon.log_lines();
-    other_engine.kill().await;
-    let moved = format!("session {session} moved off engine other to local");
-    tether_tests::daemon::await_log(&mut log, &moved).await;
+    killed_mid_turn(&daemon, &api, &session, "/sleep 30000\nthe long job", &mut other_engine).await;
     let status = api.status(&session).await;
     assert_eq!(status.placement.as_deref(), Some("local"), "{status:?}");
     assert!(status.is_agent_running, "{status:?}");
@@ -600,13 +623,7 @@ async fn an_engine_that_dies_has_its_sessions_failed_over_and_its_stale_containe
     assert_eq!(tether_tests::files_of(&dir), files);
     let reply = api.ask(&session, "what was the secret?\n/recall").await;
     assert!(reply.contains("kumquat"), "{reply}");
-    let history = api.history(&session).await;
-    let long = history
-        .iter()
-        .filter(|entry| entry.kind == protocol::api::EntryType::UserMessage)
-        .filter(|entry| entry.content.contains("the long job"))
-        .count();
-    assert_eq!(long, 1, "the interrupted prompt, once: {history:?}");
+    prompted_once(&api, &session, "the long job").await;
     let timeline = ok("timeline", api.typed().session_timeline(session.clone(), None)).await;
     let failover = timeline.entries.iter().any(|entry| {
         matches!(
@@ -617,6 +634,7 @@ async fn an_engine_that_dies_has_its_sessions_failed_over_and_its_stale_containe
     assert!(failover, "{:?}", timeline.entries);
 
     // The engine comes back: its stale container and volumes are removed, never adopted.
+    let mut log = daemon.log_lines();
     other_engine.restart().await;
     tether_tests::daemon::await_log(&mut log, "engine other is back").await;
     assert!(container_on(&other, &session).await.is_none(), "the stale container is gone");
@@ -822,18 +840,8 @@ async fn a_copied_workspace_lost_with_its_engine_comes_back_from_the_last_comple
     .await;
     turn_checkpointed(&api, &session, &format!("/write {} two", path("notes.md"))).await;
     // The turn running when the engine dies writes a file, then works on.
-    let mut events = api.subscribe_at_end(&session).await;
     let long = format!("/write {} half\n/sleep 30000\nthe long job", path("partial.txt"));
-    api.prompt(&session, &long).await.expect("a turn starts");
-    tether_tests::daemon::until(&mut events, |e| {
-        matches!(e.kind, protocol::api::EventKind::TurnStarted { .. })
-    })
-    .await;
-
-    let mut log = daemon.log_lines();
-    other_engine.kill().await;
-    let moved = format!("session {session} moved off engine other to local");
-    tether_tests::daemon::await_log(&mut log, &moved).await;
+    killed_mid_turn(&daemon, &api, &session, &long, &mut other_engine).await;
     assert!(volumes_on(&local, &session).await.iter().any(|name| name.ends_with("-workspace")));
     // The new volume holds every file of the last completed turn, and nothing of the
     // interrupted one (whether or not its write came before the kill); the conversation
@@ -851,11 +859,5 @@ async fn a_copied_workspace_lost_with_its_engine_comes_back_from_the_last_comple
     assert!(reply.contains(&format!("read {}: two", path("notes.md"))), "{reply}");
     assert!(reply.contains(&format!("read {} failed", path("partial.txt"))), "{reply}");
     assert!(reply.contains("kumquat"), "{reply}");
-    let history = api.history(&session).await;
-    let long = history
-        .iter()
-        .filter(|entry| entry.kind == protocol::api::EntryType::UserMessage)
-        .filter(|entry| entry.content.contains("the long job"))
-        .count();
-    assert_eq!(long, 1, "the interrupted prompt, once: {history:?}");
+    prompted_once(&api, &session, "the long job").await;
 }

@@ -5,6 +5,9 @@
 //!   most `wait_ms`); time and the bytes it added to the session's repository.
 //! - A move: `engines.drain` of the engine a live, idle session runs on → the session
 //!   ready on the other engine (the setup's two engines), back and forth.
+//! - A copied workspace (`workspace = "copy"`): the same 200 MB copied into the engine's
+//!   volume as the session starts, then each turn's checkpoint fetched from the container
+//!   (Docker's archive of the whole directory, the supervisor's copy brought in step).
 
 use super::{
     ApiClient, Create, Daemon, Instant, RUNS, Row, SessionState, is_state, json, min_median, ms,
@@ -62,6 +65,61 @@ pub(super) async fn checkpoint(rows: &mut Vec<Row>) {
         value: json!({"ms": [min, med], "added_mib": [added_min, added_med], "first_ms": [first_min, first_med]}),
     });
     move_time(rows).await;
+    copied_time(rows, &work).await;
+}
+
+/// A session in a copy of `work` on the local engine: its start (the copy going in), and
+/// each turn's end → its checkpoint (the copy coming back).
+async fn copied_time(rows: &mut Vec<Row>, work: &std::path::Path) {
+    let measure = "a copied 200 MB workspace: the session's start (copied in), then a turn's end → its checkpoint (fetched from the container) (min / median)";
+    let Some(docker) = tether_tests::docker::engine().await else {
+        return not_measured(rows, measure);
+    };
+    let tag = format!("tether-bench-mock:{}", uuid::Uuid::new_v4().simple());
+    tether_tests::docker::build_mock_image(&docker, &tag).await;
+    let agentctl = tether_tests::docker::static_binary("TETHER_STATIC_AGENTCTL", "agentctl");
+    let profile = format!(
+        "id = \"mock-docker\"\ncommand = [\"mock-agent\"]\nprotocol = \"acp\"\n\
+         runtime = \"docker\"\n[docker]\nimage = \"{tag}\"\nmemory_mb = 256\ncpus = 1.0\n"
+    );
+    let config = format!(
+        "static_agentctl = \"{}\"\n[checkpoints]\nmax_file_bytes = 2097152\n\n[[docker.engines]]\nname = \"a\"\nhost = \"unix:///var/run/docker.sock\"\nworkspace = \"copy\"\n",
+        agentctl.display()
+    );
+    let daemon = with_config(&profile, &config).await;
+    let label = format!("tether.install_id={}", daemon.install_id);
+    let _cleanup = tether_tests::docker::Cleanup { label, image: Some(tag) };
+    let api = daemon.api().await;
+    let task = ok("task.create", api.typed().task_create("bench".into(), None)).await;
+    let started = Instant::now();
+    let create = Create::new(&task.id, "mock-docker", Some(work));
+    let session = ok("task.session.create", create.send(api.typed())).await.id;
+    let mut events = api.subscribe(&session, 0).await;
+    until(&mut events, |event| is_state(event, SessionState::WaitingForInput)).await;
+    let start_ms = ms(started.elapsed());
+    let mut times = Vec::new();
+    for run in 0..=RUNS {
+        let path = work.join(format!("turn-{run}.txt"));
+        api.prompt(&session, &format!("/write {} turn {run}", path.display()))
+            .await
+            .expect("prompt");
+        until(&mut events, |event| matches!(event.kind, super::EventKind::TurnEnded { .. })).await;
+        let ended = Instant::now();
+        until(&mut events, |event| matches!(event.kind, super::EventKind::CheckpointTaken { .. }))
+            .await;
+        // The first fetch writes the whole copy; the others are what every turn costs.
+        if run > 0 {
+            times.push(ms(ended.elapsed()));
+        }
+    }
+    ok("sessions.stop_all", api.typed().stop_all()).await;
+    let (min, med) = min_median(&mut times);
+    rows.push(Row {
+        measure,
+        target: "(measured)",
+        result: format!("start {start_ms:.0} ms; checkpoint {min:.0} / {med:.0} ms"),
+        value: json!({"start_ms": start_ms, "checkpoint_ms": [min, med]}),
+    });
 }
 
 /// Drain → ready elsewhere, on the setup's two engines.
@@ -86,12 +144,7 @@ async fn move_time(rows: &mut Vec<Row>) {
          [[docker.engines]]\nname = \"b\"\nhost = \"{second}\"\n",
         agentctl.display()
     );
-    let (daemon, ()) =
-        Daemon::start_prepared(&[], &[("mock-docker.toml", &profile)], &[], |root| {
-            std::fs::create_dir_all(root.join("tether")).unwrap();
-            std::fs::write(root.join("tether/config.toml"), &config).unwrap();
-        })
-        .await;
+    let daemon = with_config(&profile, &config).await;
     let label = format!("tether.install_id={}", daemon.install_id);
     let _cleanup = tether_tests::docker::Cleanup { label: label.clone(), image: Some(tag.clone()) };
     let _cleanup_second =
@@ -121,6 +174,16 @@ async fn move_time(rows: &mut Vec<Row>) {
         result: format!("{min:.0} / {med:.0} ms"),
         value: json!({"ms": [min, med]}),
     });
+}
+
+/// A daemon with the `mock-docker` profile and this `config.toml`.
+async fn with_config(profile: &str, config: &str) -> Daemon {
+    let (daemon, ()) = Daemon::start_prepared(&[], &[("mock-docker.toml", profile)], &[], |root| {
+        std::fs::create_dir_all(root.join("tether")).unwrap();
+        std::fs::write(root.join("tether/config.toml"), config).unwrap();
+    })
+    .await;
+    daemon
 }
 
 fn not_measured(rows: &mut Vec<Row>, measure: &'static str) {
