@@ -127,6 +127,9 @@ pub async fn relocate(
     if let Some(handle) = &handle {
         from.remove(&row.id, Some(handle)).await.map_err(unavailable)?;
     }
+    // A kill here leaves the session where it was (paused, nothing of it running): its
+    // next resume starts it there, and the move can be asked again.
+    agentctl::fault::point("relocate.cleared");
     let relocated = Relocated { from: place_of(from, handle.as_ref()), native };
     let relocation = Relocation {
         session_id: row.id.clone(),

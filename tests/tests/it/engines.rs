@@ -861,3 +861,45 @@ async fn a_copied_workspace_lost_with_its_engine_comes_back_from_the_last_comple
     assert!(reply.contains("kumquat"), "{reply}");
     prompted_once(&api, &session, "the long job").await;
 }
+
+#[tokio::test]
+async fn a_daemon_killed_in_the_middle_of_a_move_between_runtimes_leaves_the_session_on_one() {
+    use protocol::api::RuntimeKind;
+    let Some(local) = engine().await else { return };
+    let (mut daemon, _cleanup, _tag) = daemon_with_engines(&local, "").await;
+    daemon.kill().await;
+    daemon.restart_with_env(&[("TETHER_FAULT", "relocate.cleared")]).await;
+    let api = daemon.api().await;
+    let dir = daemon.workspace("half-moved");
+    let task = ok("task.create", api.typed().task_create("half".into(), None)).await;
+    let create = Create {
+        runtime: Some(RuntimeKind::STANDALONE),
+        ..Create::new(&task.id, "mock-docker", Some(&dir))
+    };
+    let session = ok("task.session.create", create.send(api.typed())).await.id;
+    let mut events = api.subscribe(&session, 0).await;
+    assert_eq!(settled(&mut events).await.0, SessionState::WaitingForInput);
+    api.ask(&session, "the secret is kumquat").await;
+    let _ = api.typed().session_move(session.clone(), RuntimeKind::DOCKER, None, None).await;
+    within("the daemon to die at the fault point", daemon.wait_exit()).await;
+    drop(api);
+
+    // Where it was, at rest, nothing of it running anywhere; it resumes there and can be
+    // moved again.
+    daemon.restart_with_env(&[]).await;
+    let api = daemon.api().await;
+    let status = api.status(&session).await;
+    assert_eq!(status.runtime, RuntimeKind::STANDALONE, "{status:?}");
+    assert!(!status.is_agent_running, "{status:?}");
+    assert!(container_on(&local, &session).await.is_none(), "a container of a move not made");
+    let reply = api.ask(&session, "what was the secret?\n/recall").await;
+    assert!(reply.contains("kumquat"), "{reply}");
+    let moved = ok(
+        "task.session.move",
+        api.typed().session_move(session.clone(), RuntimeKind::DOCKER, None, None),
+    )
+    .await;
+    assert!(moved.resumed && moved.to.starts_with("docker/"), "{moved:?}");
+    assert!(container_on(&local, &session).await.is_some());
+    assert_eq!(moves_of(&api, &session).await.len(), 1, "one move recorded");
+}
