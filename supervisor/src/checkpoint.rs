@@ -334,6 +334,30 @@ impl Checkpoints {
         tokio::time::timeout(self.limits.wait, lock.lock()).await.is_ok()
     }
 
+    /// Before what keeps a copied workspace where the session ran is removed (a move): a
+    /// checkpoint of it taken now, fetched from there (none needed when nothing changed
+    /// since the newest). An error means the copy there is the only one: keep it.
+    pub async fn save_copied(
+        &self,
+        store: &Store,
+        (session_id, session_dir): (&SessionId, &Path),
+        workspace: &Path,
+        (runtime, handle): (&Arc<dyn crate::runtime::Runtime>, Option<&serde_json::Value>),
+    ) -> Result<(), CheckpointError> {
+        if !runtime.copies_workspace(handle) {
+            return Ok(());
+        }
+        let request = Request {
+            session_id: session_id.clone(),
+            session_dir: session_dir.to_owned(),
+            workspace: workspace.to_owned(),
+            trigger: CheckpointTrigger::Pause,
+            turn_id: None,
+            runtime: Some(Arc::clone(runtime)),
+        };
+        self.take(store, request).await.map(drop)
+    }
+
     /// The session's checkpoint of turn `turn_id`, if it has one.
     pub async fn of_turn(
         store: &Store,

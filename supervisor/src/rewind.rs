@@ -159,6 +159,8 @@ pub struct Target<'a> {
     pub history: &'a Path,
     /// The daemon's checkpoints and the session's directory (its checkpoint repository).
     pub checkpoints: (&'a Checkpoints, &'a Path),
+    /// The session's runtime (a workspace it keeps where the session runs is not here).
+    pub runtime: &'a dyn crate::runtime::Runtime,
 }
 
 /// Carries out the rewind to `turn` (see the module doc); the caller made sure no agent
@@ -217,6 +219,24 @@ impl From<CheckpointError> for RewindError {
     }
 }
 
+/// Refuses a restore of a workspace the session's runtime keeps where it runs (a copied
+/// workspace): the directory here is not the session's.
+pub async fn workspace_here(
+    store: &Store,
+    session: &SessionId,
+    runtime: &dyn crate::runtime::Runtime,
+    workspace: &Path,
+) -> Result<(), RewindError> {
+    let newest = store.get_execution(session.clone()).await?;
+    if runtime.copies_workspace(newest.and_then(|newest| newest.runtime_handle).as_ref()) {
+        return Err(RewindError::Refused(format!(
+            "the session's workspace lives on its engine (workspace = \"copy\"), not in {}: rewind without restore_workspace, and write the turn's checkpoint out with task.session.checkpoint.restore",
+            workspace.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Returns the workspace to its state at the plan's turn, what it holds saved first;
 /// refused when that state is unknown. In a git repository: its branch reset to the
 /// commit it had then (a snapshot says which), and its files put back from the session's
@@ -231,6 +251,7 @@ async fn restore(
 ) -> Result<WorkspaceRestore, RewindError> {
     let turn = &plan.turn;
     let unknown = |why: String| RewindError::WorkspaceUnknown(why);
+    workspace_here(target.store, target.session, target.runtime, target.workspace).await?;
     let has_checkpoint = Checkpoints::of_turn(target.store, target.session, turn).await?.is_some();
     if !crate::snapshot::git::in_repository(target.workspace) {
         if has_checkpoint {

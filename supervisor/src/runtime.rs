@@ -94,6 +94,9 @@ pub struct Endpoint {
     /// Who the agent runs as when its profile names no one (`process.user`): the
     /// runtime's choice (a container's non-root user), or `None` (agentctl's own user).
     pub agent_user: Option<String>,
+    /// Directories (as the agent sees them) the runtime filled as root that the agent's
+    /// user must own: a copied workspace.
+    pub owned_dirs: Vec<PathBuf>,
 }
 
 /// What a runtime says of a recorded execution at restart recovery.
@@ -430,6 +433,7 @@ impl Runtime for StandaloneRuntime {
                 ready: launched.ready,
                 handle: serde_json::Value::Null,
                 tls_cert: None,
+                owned_dirs: Vec::new(),
             })
         })
     }

@@ -3,6 +3,7 @@
 //! workspace's repository is only ever read from disk, never written.
 
 use std::collections::BTreeSet;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -69,7 +70,9 @@ impl Repo {
     /// The workspace's files: those the last checkpoint had, and the others not ignored
     /// (one `ls-files`, each path tagged: `?` for one the index does not have).
     async fn candidates(&self, work: &Path) -> Result<Vec<Candidate>, CheckpointError> {
-        let args = ["ls-files", "-z", "-t", "--cached", "--others", "--exclude-standard"];
+        let mut args = vec!["ls-files", "-z", "-t", "--cached", "--others", "--exclude-standard"];
+        let exclude = own_excludes(work);
+        args.extend(exclude.as_deref());
         let out = run(Some(self), &args, Some(work), &[], None).await?;
         let work = work.to_owned();
         tokio::task::spawn_blocking(move || {
@@ -178,15 +181,22 @@ impl Repo {
         let env = [("GIT_INDEX_FILE", scratch_text.as_str())];
         let others = async {
             run(Some(self), &["read-tree", commit], Some(into), &env, None).await?;
-            let args = ["ls-files", "-z", "--others", "--exclude-standard"];
+            let mut args = vec!["ls-files", "-z", "--others", "--exclude-standard"];
+            let exclude = own_excludes(into);
+            args.extend(exclude.as_deref());
             run(Some(self), &args, Some(into), &env, None).await
         }
         .await;
         let _ = std::fs::remove_file(&scratch);
+        // A directory (a nested repository, listed as `dir/`) is not the checkpoint's to
+        // remove; nor is a file no checkpoint could hold.
         for path in others?.split(|byte| *byte == 0).filter(|path| !path.is_empty()) {
-            let path = into.join(String::from_utf8_lossy(path).as_ref());
+            if path.ends_with(b"/") {
+                continue;
+            }
+            let path = into.join(std::ffi::OsStr::from_bytes(path));
             let kept = std::fs::symlink_metadata(&path)
-                .is_ok_and(|meta| meta.is_file() && meta.len() > max_file_bytes);
+                .is_ok_and(|meta| meta.is_dir() || (meta.is_file() && meta.len() > max_file_bytes));
             if !kept {
                 std::fs::remove_file(&path)
                     .map_err(|err| CheckpointError::Io(format!("{}: {err}", path.display())))?;
@@ -215,6 +225,13 @@ impl Repo {
         let _ = std::fs::remove_file(&scratch);
         written
     }
+}
+
+/// The workspace repository's own ignore list (`.git/info/exclude`), which git reads only
+/// for that repository: given to a listing through the checkpoint repository as well.
+fn own_excludes(work: &Path) -> Option<String> {
+    let exclude = work.join(".git/info/exclude");
+    exclude.is_file().then(|| format!("--exclude-from={}", exclude.display()))
 }
 
 /// Runs git on `repo` (with `work` as its work tree), `input` on its stdin; its stdout.

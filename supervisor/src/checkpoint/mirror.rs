@@ -5,7 +5,7 @@
 //! does not hash it again — and what it no longer holds is removed. The archive comes
 //! from another machine: an entry that would land outside the copy (an absolute path,
 //! `..`, or through a symbolic link) is refused, and nothing but files, directories and
-//! symbolic links is made.
+//! symbolic links is made (a hard link's second name becomes a copy).
 
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -96,6 +96,8 @@ fn write_file(
 ) -> Result<(), CheckpointError> {
     use std::os::unix::fs::PermissionsExt;
     clear_for_file(target)?;
+    // Made anew: a read-only file of the last sync would refuse to be truncated.
+    let _ = std::fs::remove_file(target);
     let mut file = std::fs::File::create(target).map_err(io(target))?;
     std::io::copy(entry, &mut file).map_err(io(target))?;
     let mode = entry.header().mode().unwrap_or(0o644) & 0o777;
@@ -144,8 +146,18 @@ pub fn sync_from_tar(archive: impl Read, into: &Path) -> Result<Synced, Checkpoi
             real_dirs(into, parent)?;
             synced.files += 1;
             write_link(&link, &target)?;
+        } else if kind == tar::EntryType::Link {
+            // A second name of a file written before it: a copy of that file.
+            let Some(link) = entry.link_name().map_err(bad)? else { continue };
+            let Some(first) = inside(&link)? else { continue };
+            real_dirs(into, parent)?;
+            clear_for_file(&target)?;
+            let _ = std::fs::remove_file(&target);
+            std::fs::copy(into.join(&first), &target).map_err(io(&target))?;
+            synced.files += 1;
+            synced.written += 1;
         } else {
-            // Hard links, devices, fifos: not workspace content a checkpoint keeps.
+            // Devices, fifos: not workspace content a checkpoint keeps.
             continue;
         }
         seen.extend(relative.ancestors().map(Path::to_path_buf));
@@ -262,6 +274,33 @@ mod tests {
         assert!(!into.join("old").exists() && !into.join("stray.txt").exists());
         let modified = std::fs::metadata(into.join("c.txt")).unwrap().modified().unwrap();
         assert_eq!(modified, UNIX_EPOCH + Duration::from_secs(2_000), "the archive's time");
+    }
+
+    #[test]
+    fn a_hard_link_becomes_a_copy_and_a_read_only_file_is_replaced() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let into = dir.path().join("copy");
+        let first = archive(&[("ro.txt", Some("old"), 1)], &[]);
+        sync_from_tar(first.as_slice(), &into).unwrap();
+        let read_only = std::fs::Permissions::from_mode(0o444);
+        std::fs::set_permissions(into.join("ro.txt"), read_only).unwrap();
+        // ro.txt changed; again.txt is a second name of it (a hard link entry).
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(3);
+        header.set_mode(0o644);
+        header.set_mtime(2);
+        tar.append_data(&mut header, "ws/ro.txt", "new".as_bytes()).unwrap();
+        let mut link = tar::Header::new_gnu();
+        link.set_entry_type(tar::EntryType::Link);
+        link.set_size(0);
+        tar.append_link(&mut link, "ws/again.txt", "ws/ro.txt").unwrap();
+        let second = tar.into_inner().unwrap();
+        let synced = sync_from_tar(second.as_slice(), &into).unwrap();
+        assert_eq!(synced.files, 2);
+        assert_eq!(read(&into.join("ro.txt")), "new");
+        assert_eq!(read(&into.join("again.txt")), "new");
     }
 
     #[test]

@@ -336,7 +336,12 @@ async fn a_workspace_overlaid_with_a_turns_checkpoint_holds_its_files_and_what_i
     f.write("new.txt", b"after the turn");
     f.write("target/build.out", b"ignored");
     f.write("big.bin", &[7; 100]);
-    let before = files_of(&f.workspace);
+    f.write("nested/kept.txt", b"a repository of its own");
+    run(&f.workspace.join("nested"), &["init", "-q"]).await;
+    let before: BTreeMap<String, Vec<u8>> = files_of(&f.workspace)
+        .into_iter()
+        .filter(|(path, _)| !path.starts_with("nested/.git/"))
+        .collect();
 
     let ids = (&f.session, f.session_dir.as_path());
     let (restored, saved) = checkpoints
@@ -348,7 +353,15 @@ async fn a_workspace_overlaid_with_a_turns_checkpoint_holds_its_files_and_what_i
     let mut expected = at_turn;
     expected.insert("target/build.out".into(), b"ignored".to_vec());
     expected.insert("big.bin".into(), vec![7; 100]);
-    assert_eq!(files_of(&f.workspace), expected, "the turn's files, ignored and big ones kept");
+    expected.insert("nested/kept.txt".into(), b"a repository of its own".to_vec());
+    let outside_nested_git = |files: BTreeMap<String, Vec<u8>>| -> BTreeMap<String, Vec<u8>> {
+        files.into_iter().filter(|(path, _)| !path.starts_with("nested/.git/")).collect()
+    };
+    assert_eq!(
+        outside_nested_git(files_of(&f.workspace)),
+        expected,
+        "the turn's files; ignored, big ones and a nested repository kept"
+    );
     // What it held is in a checkpoint of its own, restorable (but the big file).
     let saved = saved.expect("saved first");
     assert_eq!(saved.trigger, CheckpointTrigger::Restore);
@@ -361,10 +374,11 @@ async fn a_workspace_overlaid_with_a_turns_checkpoint_holds_its_files_and_what_i
     let mut held = before;
     held.remove("target/build.out");
     held.remove("big.bin");
+    held.remove("nested/kept.txt");
     assert_eq!(files_of(&into), held);
     // A turn without a checkpoint changes nothing.
     let other = f.turn().await;
     let none = checkpoints.overlay_turn(&f.store, ids, (&other, &f.workspace), true).await.unwrap();
     assert!(none.is_none());
-    assert_eq!(files_of(&f.workspace), expected);
+    assert_eq!(outside_nested_git(files_of(&f.workspace)), expected);
 }

@@ -528,7 +528,12 @@ impl DockerRuntime {
             name: Some(container_name(&spec.session_id)),
             ..Default::default()
         };
-        match docker.create_container(Some(options), body).await {
+        let created = docker.create_container(Some(options), body).await;
+        if created.is_err() && seed {
+            // Not filled: made again (and filled) by the next launch.
+            forget_workspace(docker, &spec.session_id).await;
+        }
+        match created {
             Ok(created) => Ok((created.id, seed)),
             Err(err) if is_not_found(&err) => Err(RuntimeError::ImageMissing(image)),
             Err(err) => Err(engine_error(err)),
@@ -874,8 +879,12 @@ impl Runtime for DockerRuntime {
             }
             let tls_cert = tls_material.map(|(cert, _)| cert);
             let (id, seed) = self.create(&docker, engine, &spec, &agentctl, tls).await?;
-            if seed && let Some(from) = &spec.seed {
-                archive::upload_seed(&docker, &id, from, &spec.workspace).await?;
+            if seed
+                && let Some(from) = &spec.seed
+                && let Err(err) = archive::upload_seed(&docker, &id, from, &spec.workspace).await
+            {
+                forget_workspace(&docker, &spec.session_id).await;
+                return Err(err);
             }
             if on_volumes {
                 // Nothing of the supervisor's host is mounted: agentctl and its secrets are
@@ -915,6 +924,7 @@ impl Runtime for DockerRuntime {
                 handle: serde_json::to_value(handle)
                     .map_err(|err| RuntimeError::Engine(err.to_string()))?,
                 tls_cert,
+                owned_dirs: if copied { vec![spec.workspace.clone()] } else { Vec::new() },
             })
         })
     }
@@ -1128,6 +1138,16 @@ async fn remove_container(docker: &Docker, container: &str) -> Result<bool, Runt
 }
 
 /// Removes a named volume; whether there was one.
+/// A copied workspace's volume that was made but not filled is removed (its container
+/// first), so that the next launch makes and fills it again; best effort.
+async fn forget_workspace(docker: &Docker, session_id: &SessionId) {
+    let _ = remove_container(docker, &container_name(session_id)).await;
+    let volume = format!("tether-{session_id}-workspace");
+    if let Err(err) = remove_volume(docker, &volume).await {
+        tracing::warn!(session = %session_id, %err, "an unfilled workspace volume is left: its next launch finds it empty");
+    }
+}
+
 async fn remove_volume(docker: &Docker, volume: &str) -> Result<bool, RuntimeError> {
     match docker.remove_volume(volume, None::<RemoveVolumeOptions>).await {
         Ok(()) => Ok(true),

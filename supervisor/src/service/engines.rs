@@ -233,6 +233,9 @@ impl Supervisor {
             // The pause's checkpoint is the workspace the session moves with (fetched from
             // the engine when it keeps it): taken before anything there is removed.
             drop(self.config.checkpoints.hold(&session).await);
+            if row.reason != MoveReason::Failover {
+                self.save_copied(&session, &runtime, handle.as_ref()).await?;
+            }
             agentctl::fault::point("move.paused");
             if let Some(execution_id) = execution_id
                 && runtime.state_stays(handle.as_ref())
@@ -260,6 +263,30 @@ impl Supervisor {
         };
         self.config.store.finish_move(row, to.clone()).await?;
         Ok(to)
+    }
+
+    /// A workspace the engine keeps (copied) checkpointed from there before the session's
+    /// volumes there go; refused (nothing removed, the move left to its next try) when it
+    /// cannot be.
+    async fn save_copied(
+        &self,
+        session: &SessionId,
+        runtime: &Arc<dyn Runtime>,
+        handle: Option<&serde_json::Value>,
+    ) -> Result<(), ServiceError> {
+        let row = self.session_row(session).await?;
+        let dir = self.config.home.session(session).dir().to_owned();
+        let workspace = std::path::Path::new(&row.workspace_path);
+        let saved = self
+            .config
+            .checkpoints
+            .save_copied(&self.config.store, (session, &dir), workspace, (runtime, handle))
+            .await;
+        saved.map_err(|err| {
+            ServiceError::RuntimeUnavailable(format!(
+                "the workspace of session {session} on its engine could not be checkpointed ({err}): nothing of it is removed there"
+            ))
+        })
     }
 
     /// Pauses a session for its move and waits until it is paused (the running turn ends

@@ -33,7 +33,14 @@ impl Supervisor {
             let force = force_after_ms.unwrap_or(DEFAULT_DRAIN_FORCE_MS);
             self.pause_for_move(&session_id, reason, force).await?;
         }
-        let relocated = self.relocate(&session_id, destination).await?;
+        let relocated = self.relocate(&session_id, destination).await.map_err(|err| {
+            if !ran {
+                return err;
+            }
+            err.with_hint(
+                "; the session was paused for the move and stays where it was (task.session.resume starts it there again)",
+            )
+        })?;
         crate::metrics::get()
             .moves
             .get_or_create(&crate::metrics::label("reason", MoveReason::Requested.as_str()))
@@ -116,34 +123,35 @@ impl Supervisor {
         Ok(Destination { runtime: to, labels })
     }
 
-    /// Moves the session while its agent does not run: by its actor when one lives, else
-    /// here, under the start lock (no actor starts meanwhile).
+    /// Moves the session while its agent does not run: by its actor when one lives (the
+    /// start lock let go first: the actor takes its commands one at a time), else here,
+    /// under the start lock (no actor starts meanwhile).
     async fn relocate(
         &self,
         session_id: &SessionId,
         destination: Destination,
     ) -> Result<Relocated, ServiceError> {
-        let _guard = self.start_lock.lock().await;
+        let guard = self.start_lock.lock().await;
         if let Some(handle) = self.handle(session_id).filter(SessionHandle::is_live) {
+            drop(guard);
             return Ok(handle.relocate(destination).await?);
         }
         let row = self.session_row(session_id).await?;
         let profile = Supervisor::pinned_profile(&row)?;
         let sandbox = self.sandbox_of(&profile);
-        let agentctl_dir = self
+        let session_dir = self
             .config
             .home
             .session_dir(session_id)
-            .map(|dir| crate::home::SessionPaths::new(dir).agentctl())
             .map_err(|err| ServiceError::Internal(err.to_string()))?;
         let from = self.runtime(&row.runtime)?;
         let relocated = relocate::relocate(
             (&self.config.store, &self.config.checkpoints),
-            &*from,
+            &from,
             &destination,
             &row,
             (&profile, &sandbox),
-            agentctl_dir,
+            &session_dir,
         )
         .await?;
         Ok(relocated)

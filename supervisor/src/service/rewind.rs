@@ -28,6 +28,7 @@ impl Supervisor {
             return Ok(handle.rewind(turn_id, restore_workspace).await?);
         }
         let row = self.unended_row(&session_id).await?;
+        let runtime = self.runtime(&row.runtime)?;
         let paths = self.config.home.session(&row.id);
         let (history, dir) = (paths.history(), paths.dir().to_owned());
         let target = Target {
@@ -36,6 +37,7 @@ impl Supervisor {
             workspace: std::path::Path::new(&row.workspace_path),
             history: &history,
             checkpoints: (&self.config.checkpoints, &dir),
+            runtime: &*runtime,
         };
         let (result, _) = crate::rewind::apply(&target, &turn_id, restore_workspace).await?;
         tracing::info!(session = %row.id, turn = %turn_id, rewound = result.rewound.len(), "rewound at rest");

@@ -1020,6 +1020,12 @@ impl SessionActor {
         restore_workspace: bool,
     ) -> Result<protocol::api::RewindResult, SessionError> {
         self.may_rewind()?;
+        if restore_workspace {
+            // Refused before the agent is parked for it.
+            let workspace = std::path::Path::new(&self.row.workspace_path);
+            let (store, runtime) = (&self.context.store, &*self.context.runtime);
+            crate::rewind::workspace_here(store, &self.row.id, runtime, workspace).await?;
+        }
         let agent_runs = self
             .sidecar
             .execution
@@ -1036,6 +1042,7 @@ impl SessionActor {
             workspace: std::path::Path::new(&self.row.workspace_path),
             history: self.recorder.history.path(),
             checkpoints: (&self.context.checkpoints, &self.context.dir),
+            runtime: &*self.context.runtime,
         };
         let (result, row) = crate::rewind::apply(&target, &turn, restore_workspace).await?;
         // What a restored agent lacked is moot: the next session opens afresh.
@@ -2190,11 +2197,11 @@ impl SessionActor {
         let sandbox = self.profile.sandbox_or(self.context.default_sandbox.as_ref());
         let relocated = crate::session::relocate::relocate(
             (&self.context.store, &self.context.checkpoints),
-            &*self.context.runtime,
+            &self.context.runtime,
             &to,
             &self.row,
             (&self.profile, &sandbox),
-            self.context.agentctl_dir(),
+            &self.context.dir,
         )
         .await?;
         self.row.runtime = to.runtime.name().to_owned();
@@ -2723,7 +2730,7 @@ impl SessionActor {
         }
         let previous = previous.ok().flatten();
         let execution_id = uuid::Uuid::now_v7().to_string();
-        let seed = launch::seed(&self.context, &self.row).await;
+        let seed = launch::seed(&self.context, &self.row, previous.as_ref()).await;
         let spec = launch::spec(
             &self.context,
             &self.row,

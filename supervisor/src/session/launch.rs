@@ -148,11 +148,15 @@ pub(super) async fn launch(
             cwd: plan.spec.workspace.clone(),
             extra_roots: Vec::new(),
             user: plan.user.clone().or_else(|| endpoint.agent_user.clone()),
-            // In a container the agent's state directories are mounts made as root's.
+            // In a container the agent's state directories are mounts made as root's, and
+            // so is a copied workspace's volume.
             owned_dirs: match context.runtime.agent_home() {
                 Some(home) => plan.spec.agent_state_dirs.iter().map(|dir| home.join(dir)).collect(),
                 None => Vec::new(),
-            },
+            }
+            .into_iter()
+            .chain(endpoint.owned_dirs.iter().cloned())
+            .collect(),
             egress: confined.egress.clone(),
             isolate_network: confined.isolate_network,
         };
@@ -426,18 +430,25 @@ pub(super) fn spec(
     }
 }
 
-/// What a workspace copied to an engine is filled from there: the session's newest
-/// checkpoint (the one in flight waited for, within its bound), else its directory.
+/// What a workspace copied to an engine is filled from there: for a session whose
+/// workspace was copied already, its newest checkpoint (the one in flight waited for,
+/// within its bound); else its directory, which holds its files as they are now.
 pub(super) async fn seed(
     context: &SessionContext,
     row: &crate::store::SessionRow,
+    previous: Option<&ExecutionRow>,
 ) -> WorkspaceSeed {
-    context.checkpoints.settle(&row.id).await;
-    let newest = context.store.latest_checkpoint(row.id.clone()).await.ok().flatten();
-    WorkspaceSeed {
-        repo: crate::checkpoint::Checkpoints::repository(&context.dir),
-        commit: newest.map(|checkpoint| checkpoint.commit),
-    }
+    let copied = ran_here(context, previous)
+        .is_some_and(|previous| context.runtime.copies_workspace(previous.runtime_handle.as_ref()));
+    let commit = match copied {
+        true => {
+            context.checkpoints.settle(&row.id).await;
+            let newest = context.store.latest_checkpoint(row.id.clone()).await.ok().flatten();
+            newest.map(|checkpoint| checkpoint.commit)
+        }
+        false => None,
+    };
+    WorkspaceSeed { repo: crate::checkpoint::Checkpoints::repository(&context.dir), commit }
 }
 
 /// The agent's argv for a launch (its resume form when relaunched with a token), and the

@@ -6,7 +6,7 @@
 //! else by the service under its start lock: one function, so both do the same.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -93,19 +93,32 @@ pub fn may_leave(
 }
 
 /// Moves a session whose agent does not run (see the module doc), once its checkpoint in
-/// flight is taken. `agentctl_dir` is the session's agentctl state directory.
+/// flight is taken (and a copied workspace saved). `session_dir` is the session's
+/// directory.
 pub async fn relocate(
     (store, checkpoints): (&Store, &Checkpoints),
-    from: &dyn Runtime,
+    runtime: &Arc<dyn Runtime>,
     to: &Destination,
     row: &SessionRow,
     (profile, sandbox): (&Profile, &Sandbox),
-    agentctl_dir: PathBuf,
+    session_dir: &Path,
 ) -> Result<Relocated, SessionError> {
+    let from = &**runtime;
     drop(checkpoints.hold(&row.id).await);
     let execution = store.get_execution(row.id.clone()).await?;
     let handle = execution.as_ref().and_then(|execution| execution.runtime_handle.clone());
     may_leave(from, handle.as_ref(), &*to.runtime, row)?;
+    let workspace = Path::new(&row.workspace_path);
+    let ids = (&row.id, session_dir);
+    if let Err(err) =
+        checkpoints.save_copied(store, ids, workspace, (runtime, handle.as_ref())).await
+    {
+        return Err(SessionError::RuntimeUnavailable(format!(
+            "the workspace on {} could not be checkpointed ({err}): nothing of it is removed there, and the session stays",
+            place_of(from, handle.as_ref())
+        )));
+    }
+    let agentctl_dir = crate::home::SessionPaths::new(session_dir.to_owned()).agentctl();
     let state_dir = match &execution {
         Some(execution) => crate::runtime::execution_state_dir(execution, agentctl_dir),
         None => agentctl_dir,

@@ -59,6 +59,7 @@ impl Runtime for FakeRuntime {
                 },
                 handle: serde_json::Value::Null,
                 tls_cert: None,
+                owned_dirs: Vec::new(),
             })
         })
     }

@@ -795,6 +795,13 @@ async fn a_copied_workspace_is_checkpointed_from_its_container_and_follows_its_s
     assert_eq!(names, ["README.md", "notes.md", "src/a.txt"], "{files:?}");
     assert_eq!(files["notes.md"], b"two");
 
+    // A rewind cannot restore it here, and says so before anything stops.
+    let timeline = ok("timeline", api.typed().session_timeline(session.clone(), None)).await;
+    let first = timeline.turns[0].turn_id.clone();
+    let rewind = api.typed().session_rewind(session.clone(), first, Some(true));
+    let rewind = tether_tests::daemon::ApiError::of("rewind", rewind.await.expect_err("refused"));
+    assert_eq!(rewind.kind, ErrorKind::InvalidState, "{rewind:?}");
+    assert!(rewind.message.contains("lives on its engine"), "{rewind:?}");
     // Leaving for the local runtime is refused (the supervisor's directory is not the
     // session's workspace), and the session is left running.
     let refused = api.typed().session_move(session.clone(), RuntimeKind::STANDALONE, None, None);
