@@ -661,6 +661,19 @@ async fn moves_of(
         .collect()
 }
 
+/// A `mock-docker` session run as a local process in `dir`, waiting for input.
+async fn local_session(api: &Api, dir: &Path) -> String {
+    let task = ok("task.create", api.typed().task_create("moving".into(), None)).await;
+    let create = Create {
+        runtime: Some(protocol::api::RuntimeKind::STANDALONE),
+        ..Create::new(&task.id, "mock-docker", Some(dir))
+    };
+    let session = ok("task.session.create", create.send(api.typed())).await.id;
+    let mut events = api.subscribe(&session, 0).await;
+    assert_eq!(settled(&mut events).await.0, SessionState::WaitingForInput);
+    session
+}
+
 #[tokio::test]
 async fn a_session_moves_from_a_local_process_into_a_container_and_back() {
     use protocol::api::{MoveReason, RuntimeKind};
@@ -668,14 +681,7 @@ async fn a_session_moves_from_a_local_process_into_a_container_and_back() {
     let (daemon, _cleanup, _tag) = daemon_with_engines(&local, "").await;
     let api = daemon.api().await;
     let dir = daemon.workspace("moving");
-    let task = ok("task.create", api.typed().task_create("moving".into(), None)).await;
-    let create = Create {
-        runtime: Some(RuntimeKind::STANDALONE),
-        ..Create::new(&task.id, "mock-docker", Some(&dir))
-    };
-    let session = ok("task.session.create", create.send(api.typed())).await.id;
-    let mut events = api.subscribe(&session, 0).await;
-    assert_eq!(settled(&mut events).await.0, SessionState::WaitingForInput);
+    let session = local_session(&api, &dir).await;
     let write = |path: &str, text: &str| format!("/write {} {text}", dir.join(path).display());
     api.ask(&session, &format!("the secret is kumquat\n{}", write("src/a.txt", "one"))).await;
     api.ask(&session, &write("notes.md", "two")).await;
@@ -877,15 +883,7 @@ async fn a_daemon_killed_in_the_middle_of_a_move_between_runtimes_leaves_the_ses
     daemon.kill().await;
     daemon.restart_with_env(&[("TETHER_FAULT", "relocate.cleared")]).await;
     let api = daemon.api().await;
-    let dir = daemon.workspace("half-moved");
-    let task = ok("task.create", api.typed().task_create("half".into(), None)).await;
-    let create = Create {
-        runtime: Some(RuntimeKind::STANDALONE),
-        ..Create::new(&task.id, "mock-docker", Some(&dir))
-    };
-    let session = ok("task.session.create", create.send(api.typed())).await.id;
-    let mut events = api.subscribe(&session, 0).await;
-    assert_eq!(settled(&mut events).await.0, SessionState::WaitingForInput);
+    let session = local_session(&api, &daemon.workspace("half-moved")).await;
     api.ask(&session, "the secret is kumquat").await;
     let _ = api.typed().session_move(session.clone(), RuntimeKind::DOCKER, None, None).await;
     within("the daemon to die at the fault point", daemon.wait_exit()).await;
