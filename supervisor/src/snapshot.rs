@@ -79,8 +79,14 @@ pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreErr
     let dirty_at_start = store.start_dirty(session_id.clone()).await?;
     let mut git =
         git::state(Path::new(&row.workspace_path), start.as_deref(), &dirty_at_start).await;
-    // A turn's uncommitted files, kept for a rewind that returns the workspace to them.
-    if trigger == SnapshotTrigger::TurnComplete && git.repository && git.dirty {
+    let turns = store.session_turns(session_id.clone()).await?;
+    let checkpoint = store.latest_checkpoint(session_id.clone()).await?;
+    // A turn's uncommitted files, kept (in the workspace's repository) for a rewind that
+    // returns the workspace to them — unless the session's own checkpoint of the turn
+    // holds them already, which a rewind uses first.
+    let newest_turn = turns.last().map(|turn| turn.id.to_string());
+    let held = checkpoint.as_ref().is_some_and(|c| c.turn_id.is_some() && c.turn_id == newest_turn);
+    if trigger == SnapshotTrigger::TurnComplete && git.repository && git.dirty && !held {
         match crate::rewind::git::checkpoint(Path::new(&row.workspace_path), session_id.as_str())
             .await
         {
@@ -90,8 +96,6 @@ pub async fn build(store: &Store, request: Request) -> Result<Snapshot, StoreErr
             }
         }
     }
-    let turns = store.session_turns(session_id.clone()).await?;
-    let checkpoint = store.latest_checkpoint(session_id.clone()).await?;
     let mut timeline = store.recent_timeline(session_id.clone(), TIMELINE_ROWS).await?;
     timeline.reverse();
     let (entries, plan) = tokio::task::spawn_blocking(move || {
