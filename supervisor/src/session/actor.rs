@@ -3470,14 +3470,17 @@ impl SessionActor {
     }
 
     /// A launch failure: session and task `FAILED` with the reason; the execution is
-    /// retired (and fenced).
+    /// retired (and fenced). The session leaves its starting phase first: whoever is told
+    /// of the stored failure (the workflow driver reads the view on that announcement)
+    /// never sees a launch that is over as still going.
     pub(in crate::session) async fn fail(&mut self, reason: String) {
         tracing::warn!(session = %self.row.id, %reason, "session failed");
-        let _ = self.context.store.log_error(self.row.id.clone(), reason.clone()).await;
         if let Some(execution) = self.sidecar.execution.take() {
             self.retire(execution, None);
         }
         self.update_view(|view| view.agent_running = false);
+        self.enter(Stage::Ended);
+        let _ = self.context.store.log_error(self.row.id.clone(), reason.clone()).await;
         if self.conversation.turn.is_some() {
             self.end_turn(TurnState::Failed, None, Some(reason.clone())).await;
         }
@@ -3488,7 +3491,6 @@ impl SessionActor {
             self.halt_queue(format!("the agent did not start ({reason})")).await;
         }
         self.fail_waiters(&reason);
-        self.enter(Stage::Ended);
     }
 
     // ---- the ACP client: the agent's events, answers and handshake ----------------------

@@ -144,7 +144,7 @@ async fn cancel_and_stop_answer_at_once_while_the_sidecar_hangs_and_stop_fences_
 #[tokio::test]
 async fn a_launch_that_cannot_connect_fences_what_the_runtime_started() {
     let setup = start(Mode::Unreachable).await;
-    until(&setup.handle, |view| view.phase == Phase::Ended).await;
+    tokio::time::timeout(Duration::from_secs(10), setup.handle.ended()).await.unwrap();
     assert_eq!(setup.handle.view().state, SessionState::Failed);
     let fenced = setup.runtime.fenced.lock().unwrap().clone();
     // Once before the launch (nothing recorded yet), once for the sidecar it started.
@@ -740,4 +740,27 @@ async fn a_pause_voids_a_question_its_agent_left_unanswered() {
     }
     until(&setup.handle, |view| view.state == SessionState::Paused).await;
     assert!(setup.store().list_pending(setup.handle_id()).await.unwrap().is_empty());
+}
+
+/// A launch that fails leaves its starting phase before its failure is stored: whoever is
+/// told the session failed (the workflow driver, reading the store on the announcement)
+/// never sees it still starting, and so never waits for a launch that is over. Here a
+/// prompt waits in the queue, so the failure also halts it (a write after the state's).
+#[tokio::test]
+async fn a_failed_launch_is_no_longer_starting_once_its_failure_is_published() {
+    let setup = start_with(Mode::Unreachable, SessionState::Created, |store, row| async move {
+        store.enqueue_prompt(row.id.clone(), "q1".into(), "later".into()).await.unwrap();
+        Start::Fresh { initial_prompt: None }
+    })
+    .await;
+    let mut view = setup.handle.watch();
+    let seen = tokio::time::timeout(
+        Duration::from_secs(10),
+        view.wait_for(|view| view.state == SessionState::Failed),
+    )
+    .await
+    .expect("the launch fails in time")
+    .expect("the actor is alive")
+    .clone();
+    assert!(!seen.is_starting() && !seen.agent_running, "failed, yet still starting: {seen:?}");
 }
