@@ -167,6 +167,18 @@ impl History {
         })
     }
 
+    /// Takes over what `from` holds only in memory (the held tool calls and the message
+    /// being coalesced, with their marks), leaving it nothing to write: for a history
+    /// opened again when no replay will bring that back (its sidecar is gone).
+    pub fn take_unwritten(&mut self, from: &mut History) {
+        self.agent_text = std::mem::take(&mut from.agent_text);
+        self.agent_message_id = from.agent_message_id.take();
+        self.unflushed_since = from.unflushed_since.take();
+        self.last_chunk = from.last_chunk.take();
+        self.text_generation = from.text_generation.take();
+        self.held_tools = std::mem::take(&mut from.held_tools);
+    }
+
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path

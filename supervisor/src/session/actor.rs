@@ -1326,7 +1326,13 @@ impl SessionActor {
             stall.retry = Some((Instant::now() + next, next));
             actor.recorder.stall = Some(stall);
         };
-        let history = match self.reopen_history(&mut stall.unwritten_prompts) {
+        // With no sidecar left and no loss to finish, no replay brings back what the
+        // history held only in memory (a gone execution's last message, published): it
+        // is written from there. (A loss to finish reads its spool from the marks.)
+        let from_memory = self.sidecar.execution.is_none()
+            && stall.deferred_loss.is_none()
+            && stall.unwritten_state.is_none();
+        let history = match self.reopen_history(&mut stall.unwritten_prompts, from_memory) {
             Ok(history) => history,
             Err(why) => return again(self, why, stall),
         };
@@ -1380,13 +1386,23 @@ impl SessionActor {
 
     /// The history opened again (a torn tail cut, its mark read back), with the user
     /// messages that could not be written appended first, in their order (their agent's
-    /// answer, not acknowledged, follows from the replay).
+    /// answer, not acknowledged, follows from the replay). `from_memory`: what the history
+    /// held only in memory is written first (it came before those messages).
     fn reopen_history(
-        &self,
+        &mut self,
         prompts: &mut Vec<(String, crate::ids::TurnId)>,
+        from_memory: bool,
     ) -> Result<History, String> {
         let mut history = History::open(self.recorder.history.path())
             .map_err(|err| format!("cannot reopen the history: {err}"))?;
+        if from_memory {
+            history.take_unwritten(&mut self.recorder.history);
+            if let Err(err) = history.flush_agent() {
+                // Kept for the next try.
+                self.recorder.history.take_unwritten(&mut history);
+                return Err(format!("cannot write the agent's message to the history: {err}"));
+            }
+        }
         while let Some((prompt, turn_id)) = prompts.first().cloned() {
             history
                 .append_prompt(prompt, turn_id.into_string())

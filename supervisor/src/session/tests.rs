@@ -764,3 +764,46 @@ async fn a_failed_launch_is_no_longer_starting_once_its_failure_is_published() {
     .clone();
     assert!(!seen.is_starting() && !seen.agent_running, "failed, yet still starting: {seen:?}");
 }
+
+/// A sidecar lost while its agent's message is still being coalesced, and the history
+/// cannot take that message when the loss ends the turn (a full disk): the message was
+/// published (subscribers saw it), and the stall's retry writes it once the disk takes
+/// writes again — nothing replays a gone sidecar's output, so it is written from memory.
+#[tokio::test]
+async fn a_message_published_before_a_loss_is_in_the_history_once_a_failed_write_succeeds() {
+    use crate::events::SessionEventKind as K;
+    let setup = start(Mode::Holds).await;
+    until(&setup.handle, |view| view.phase == Phase::Open).await;
+    started(setup.handle.prompt("one".into()).await.unwrap());
+    let sidecar = setup.sidecar();
+    for text in ["<a>", "<b>"] {
+        sidecar.emit(json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "fake-session", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}}})).await;
+    }
+    let mut log = setup.handle.events().reader(0).unwrap();
+    let mut published = String::new();
+    // (`Holds` says `<held>` first.)
+    while published != "<held><a><b>" {
+        if let K::AgentMessageChunk { text, .. } = next_logged(&mut log).await.kind {
+            published.push_str(&text);
+        }
+    }
+    // The history cannot be appended to: a directory stands where its file was (put
+    // back once the failure is seen).
+    let path = setup.dir.path().join("sessions").join(setup.handle_id()).join("history.jsonl");
+    let aside = path.with_extension("aside");
+    std::fs::rename(&path, &aside).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    sidecar.end_events();
+    until(&setup.handle, |view| view.error.as_deref().is_some_and(|e| e.contains("history"))).await;
+    std::fs::remove_dir(&path).unwrap();
+    std::fs::rename(&aside, &path).unwrap();
+    until(&setup.handle, |view| !view.error.as_deref().is_some_and(|e| e.contains("history")))
+        .await;
+    let history = crate::history::read(&path, 0, 10).unwrap().entries;
+    let said: Vec<(crate::history::EntryType, &str)> =
+        history.iter().map(|entry| (entry.kind, entry.content.as_str())).collect();
+    assert!(
+        matches!(said.as_slice(), [(crate::history::EntryType::UserMessage, "one"), (crate::history::EntryType::AgentMessage, reply)] if reply.starts_with("<held><a><b>")),
+        "what was published is in the history, once: {said:?}"
+    );
+}
