@@ -5,9 +5,11 @@
 use protocol::api::RewindResult;
 
 use super::{ServiceError, Supervisor};
+use crate::events::SessionEventKind;
 use crate::ids::{SessionId, TurnId};
 use crate::rewind::Target;
 use crate::session::SessionHandle;
+use crate::session::record::Mark;
 
 impl Supervisor {
     /// `task.session.rewind`.
@@ -39,8 +41,24 @@ impl Supervisor {
             checkpoints: (&self.config.checkpoints, &dir),
             runtime: &*runtime,
         };
-        let (result, _) = crate::rewind::apply(&target, &turn_id, restore_workspace).await?;
+        let (result, rewind) = crate::rewind::apply(&target, &turn_id, restore_workspace).await?;
         tracing::info!(session = %row.id, turn = %turn_id, rewound = result.rewound.len(), "rewound at rest");
+        // Announced as the actor announces its own (under the start lock, nothing else
+        // writes the session's stream now).
+        let announced = SessionEventKind::Rewound {
+            turn_id: result.turn_id.clone(),
+            rewound: result.rewound.clone(),
+            saved_ref: rewind.saved_ref,
+        };
+        let published = async {
+            self.record(&row.id)
+                .await?
+                .publish(vec![announced], Mark::default())
+                .map_err(|err| ServiceError::Storage(err.to_string()))
+        };
+        if let Err(err) = published.await {
+            tracing::warn!(session = %row.id, %err, "a rewind at rest is made but cannot be announced");
+        }
         Ok(result)
     }
 }

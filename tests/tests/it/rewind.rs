@@ -221,3 +221,37 @@ async fn a_restore_of_an_unknown_state_is_refused_and_changes_nothing() {
     let reply = api.ask(&session, "third words").await;
     assert!(reply.contains("remembered 4 earlier messages"), "{reply}");
 }
+
+/// A rewind of a session at rest (paused, the daemon restarted since: no actor runs it) is
+/// announced on its stream as one made by its actor is, so a page following it redraws.
+#[tokio::test]
+async fn a_rewind_at_rest_is_announced_on_the_sessions_stream() {
+    let (mut daemon, _log) = daemon().await;
+    let api = daemon.api().await;
+    let session = api.ready_session("plain", &daemon.workspace("rest")).await;
+    for words in ["first words", "second words"] {
+        api.ask(&session, words).await;
+    }
+    ok("pause", api.typed().session_pause(session.clone(), None, None)).await;
+    drop(api);
+    daemon.terminate().await;
+    daemon.restart().await;
+    let api = daemon.api().await;
+    let turns: Vec<String> = turn_ids(&api, &session).await.into_iter().map(|(id, _)| id).collect();
+    let mut events = api.subscribe_at_end(&session).await;
+    let rewound = rewind(&api, &session, &turns[0], false).await;
+    assert_eq!(rewound.rewound, turns[1..], "{rewound:?}");
+    let seen = until(&mut events, |event| matches!(event.kind, EventKind::Rewound { .. })).await;
+    let announced = seen.last().map(|event| &event.kind);
+    assert!(
+        matches!(announced, Some(EventKind::Rewound { turn_id, rewound, .. }) if *turn_id == turns[0] && *rewound == turns[1..]),
+        "{seen:#?}"
+    );
+    // Said once: the stream read again from the start holds it once.
+    let status = api.status(&session).await;
+    let mut all = api.subscribe(&session, 0).await;
+    let replayed =
+        tether_tests::daemon::until(&mut all, |event| event.seq >= status.last_event_seq).await;
+    let count = replayed.iter().filter(|e| matches!(e.kind, EventKind::Rewound { .. })).count();
+    assert_eq!(count, 1, "{replayed:#?}");
+}
