@@ -143,7 +143,7 @@ pub fn generate() -> Value {
     );
     m.add::<SessionFork, ForkResult>(
         method::SESSION_FORK,
-        "Forks the session at turn_id (default: its newest turn): a new session of the same task, at rest until prompted, whose conversation is the original's up to and including that turn — natively (ACP session/fork) where the agent advertises it and the turn is the original's newest, else by injecting that history before its first prompt. With a worktree, the fork gets a branch of its own made from the commit the workspace had at that turn.",
+        "Forks the session at turn_id (default: its newest turn): a new session of the same task, at rest until prompted, whose conversation is the original's up to and including that turn — natively (ACP session/fork) where the agent advertises it and the turn is the original's newest, else by injecting that history before its first prompt. With a worktree, the fork gets a branch of its own made from the commit the workspace had at that turn, holding the files the turn left. The model and mode chosen for the original go on in the fork.",
     );
     m.add::<SessionRewind, RewindResult>(
         method::SESSION_REWIND,

@@ -6,6 +6,7 @@
 //! `sessionCapabilities.fork`, both run as local processes sharing the agent's state), and
 //! otherwise injects that history before its first prompt. With a worktree, the fork gets
 //! a branch of its own made from the commit the workspace had at that turn (its snapshot).
+//! The settings chosen for the original (its model, its mode) go on in the fork.
 
 use protocol::api::{EntryType, ForkContext, ForkResult, SessionState, SnapshotTrigger};
 

@@ -20,8 +20,9 @@ pub struct ForkRow {
 }
 
 impl Store {
-    /// Stores a fork: its session row and that it is a fork of `from_session` at
-    /// `from_turn`, in one transaction (a kill leaves both or neither).
+    /// Stores a fork: its session row, that it is a fork of `from_session` at
+    /// `from_turn`, and the original's agent settings as they are now (the model and mode
+    /// chosen for it go on in the fork), in one transaction (a kill leaves all or none).
     pub async fn create_fork(
         &self,
         row: SessionRow,
@@ -35,6 +36,10 @@ impl Store {
             tx.execute(
                 "INSERT INTO session_forks (session_id, from_session, from_turn, native_token, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![row.id, from_session, from_turn, native_token, now_ms()],
+            )?;
+            tx.execute(
+                "UPDATE task_sessions SET settings = (SELECT settings FROM task_sessions WHERE id = ?2) WHERE id = ?1",
+                params![row.id, from_session],
             )?;
             tx.commit()?;
             Ok(())

@@ -217,3 +217,26 @@ async fn a_fork_cut_short_by_a_kill_leaves_nothing_and_can_be_made_again() {
         "{reply}"
     );
 }
+
+/// A fork goes on with the model and mode chosen for its original: its agent starts with
+/// its defaults, and the choices are set before its first prompt goes out.
+#[tokio::test]
+async fn a_fork_keeps_the_model_and_mode_chosen_for_its_original() {
+    let (daemon, _log) = daemon().await;
+    let api = daemon.api().await;
+    let session = api.ready_session("plain", &daemon.workspace("chosen")).await;
+    let model = api.typed().session_set_config_option(
+        session.clone(),
+        "model".into(),
+        serde_json::json!("mock-large"),
+    );
+    ok("set_config_option", model).await;
+    ok("set_mode", api.typed().session_set_mode(session.clone(), Some("code".into()))).await;
+    assert_eq!(api.ask(&session, "/settings").await, "model=mock-large mode=code");
+    let forked = fork(&api, &session, None).await;
+    let config =
+        ok("config_options", api.typed().session_config_options(forked.session_id.clone())).await;
+    assert_eq!(config.chosen["model"], "mock-large", "{config:?}");
+    assert_eq!(config.chosen_mode.as_deref(), Some("code"), "{config:?}");
+    assert_eq!(api.ask(&forked.session_id, "/settings").await, "model=mock-large mode=code");
+}
