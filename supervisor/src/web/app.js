@@ -924,15 +924,16 @@ export function wire() {
     if (!text.trim()) return;
     // An edited earlier prompt: the conversation is rewound to the turn before it first.
     if (!(await rewindForEdit())) return;
-    const started = await act("task.session.prompt", { session_id: state.open, prompt: text });
-    // Not what was typed meanwhile (the turn's state can arrive before this answer).
-    if (started && $("#prompt").value === text) $("#prompt").value = "";
-    // Who sends wants to see what comes of it, not the old output they had scrolled to.
-    if (started && $("#transcript").hidden === false) {
+    // Who sends wants to see what comes of it, not the old output they had scrolled to:
+    // followed from now, since the turn's output can arrive before the prompt's answer.
+    if ($("#transcript").hidden === false) {
       state.stick = true;
       $("#jump").hidden = true;
       stickToBottom();
     }
+    const started = await act("task.session.prompt", { session_id: state.open, prompt: text });
+    // Not what was typed meanwhile (the turn's state can arrive before this answer).
+    if (started && $("#prompt").value === text) $("#prompt").value = "";
   });
   $("#workflow-resume").addEventListener("click", async () => {
     const resumed = await act("workflow.resume", { workflow_id: state.openWorkflow });
