@@ -20,6 +20,30 @@ pub const MAX_DIFF_BYTES: usize = 512 * 1024;
 /// The most diff text one answer carries (later files' diffs are omitted).
 pub const MAX_DIFFS_BYTES: usize = 16 << 20;
 
+/// What the agent is told of a file the reviewer reverted (with its next prompt): the
+/// file is back as it was, and where its change went.
+pub fn revert_note(path: &str, saved_ref: &str) -> String {
+    format!(
+        "{path} was reverted by the person reviewing this session's changes: it is back as it was when the session started (your change to it is saved on {saved_ref})"
+    )
+}
+
+/// A prompt as its agent gets it when notes were left for it: the notes first, said to be
+/// Tether's, then the prompt as it was written.
+pub fn with_notes(notes: &[String], prompt: &str) -> String {
+    if notes.is_empty() {
+        return prompt.to_owned();
+    }
+    let mut text = String::from("[Tether, not the user: since your last turn");
+    for note in notes {
+        text.push_str("\n- ");
+        text.push_str(note);
+    }
+    text.push_str("]\n\n");
+    text.push_str(prompt);
+    text
+}
+
 /// Why the changes cannot be read or a file not reverted or kept.
 #[derive(Debug, thiserror::Error)]
 pub enum ChangesError {

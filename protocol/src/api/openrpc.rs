@@ -155,7 +155,7 @@ pub fn generate() -> Value {
     );
     m.add::<SessionChangesRevert, ChangesReverted>(
         method::SESSION_CHANGES_REVERT,
-        "Reverts one file the changes list to its content in the base commit (in the working tree and the index; a file the base does not have is removed), after the workspace's files are saved on refs/tether/reverted/<session>/<id>, so nothing it takes away is lost. Allowed while the agent works; the agent is not told.",
+        "Reverts one file the changes list to its content in the base commit (in the working tree and the index; a file the base does not have is removed), after the workspace's files are saved on refs/tether/reverted/<session>/<id>, so nothing it takes away is lost. Allowed while the agent works; the agent is told with its next prompt (a note before it, said to be Tether's; the history keeps the prompt as written).",
     );
     m.add::<SessionMove, SessionMoved>(
         method::SESSION_MOVE,

@@ -154,3 +154,13 @@ async fn a_same_size_edit_in_the_second_the_index_was_written_is_a_change() {
     assert_eq!(paths, ["same.txt"]);
     assert_eq!(run(top, &["status", "--porcelain"]).await, "M same.txt", "as git itself sees it");
 }
+
+#[test]
+fn a_prompt_goes_as_written_without_notes_and_after_them_with_some() {
+    assert_eq!(super::with_notes(&[], "go on"), "go on");
+    let notes = ["a was reverted".to_owned(), "b was reverted".to_owned()];
+    assert_eq!(
+        super::with_notes(&notes, "go on"),
+        "[Tether, not the user: since your last turn\n- a was reverted\n- b was reverted]\n\ngo on"
+    );
+}

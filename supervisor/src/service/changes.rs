@@ -40,7 +40,8 @@ impl Supervisor {
     }
 
     /// `task.session.changes.revert`: `path` back as the base has it, the workspace's
-    /// files saved on a ref of their own first.
+    /// files saved on a ref of their own first; the session's agent is told with its next
+    /// prompt.
     pub async fn revert_change(
         &self,
         session_id: SessionId,
@@ -53,6 +54,9 @@ impl Supervisor {
         let saved_ref = format!("refs/tether/reverted/{session_id}/{}", uuid::Uuid::now_v7());
         let saved_commit = changes::git::revert(&repo, &path, &saved_ref).await?;
         self.config.store.set_keep(session_id.clone(), path.clone(), None).await?;
+        // Its agent learns of it with its next prompt (it would take its change as made).
+        let note = changes::revert_note(&path, &saved_ref);
+        self.config.store.add_agent_note(session_id.clone(), note).await?;
         tracing::info!(session = %session_id, %path, %saved_ref, "reverted a changed file");
         let changes = self.read_changes(&session_id, &repo).await?;
         Ok(ChangesReverted { path, saved_ref, saved_commit, changes })

@@ -1056,6 +1056,24 @@ impl SessionActor {
         Ok(result)
     }
 
+    /// A prompt with the notes left for the agent (see [`crate::changes::with_notes`]),
+    /// and those notes with their ids (removed with the turn's record). Unreadable notes
+    /// are said and left for a later prompt.
+    async fn with_agent_notes(&self, prompt: String) -> (Vec<(i64, String)>, String) {
+        match self.context.store.agent_notes(self.row.id.clone()).await {
+            Ok(notes) if notes.is_empty() => (notes, prompt),
+            Ok(notes) => {
+                let texts: Vec<String> = notes.iter().map(|(_, note)| note.clone()).collect();
+                let prompt = crate::changes::with_notes(&texts, &prompt);
+                (notes, prompt)
+            }
+            Err(err) => {
+                tracing::warn!(session = %self.row.id, %err, "cannot read the notes for the agent");
+                (Vec::new(), prompt)
+            }
+        }
+    }
+
     /// Refused while a turn runs, the agent starts or catches up, or a pause waits.
     fn may_rewind(&self) -> Result<(), crate::rewind::RewindError> {
         let refuse = |why: &str| Err(crate::rewind::RewindError::Refused(why.to_owned()));
@@ -1555,6 +1573,7 @@ impl SessionActor {
             }
             None => text.clone(),
         };
+        let (told, agent_text) = self.with_agent_notes(agent_text).await;
         let sent_text = if injected { self.resume_context(&agent_text).await? } else { agent_text };
         let request_id = self.conversation.take_request_id();
         let message = json!({
@@ -1575,17 +1594,15 @@ impl SessionActor {
         }
         let turn_id = crate::ids::TurnId::new(uuid::Uuid::now_v7().to_string());
         // The turn and its request id are durable before the request leaves.
-        self.context
-            .store
-            .insert_turn(
-                turn_id.clone(),
-                self.row.id.clone(),
-                execution_id,
-                request_id.to_string(),
-                (text.clone(), retry_of, queued.clone()),
-            )
-            .await?;
+        let ids = (turn_id.clone(), self.row.id.clone(), execution_id, request_id.to_string());
+        let prompt = (text.clone(), retry_of, queued.clone());
+        let told_ids = told.iter().map(|(id, _)| *id).collect();
+        self.context.store.insert_turn_telling(ids, prompt, told_ids).await?;
         agentctl::fault::point("prompt.recorded");
+        for (_, note) in told {
+            self.recorder
+                .emit(SessionEventKind::Notice { message: format!("told the agent: {note}") });
+        }
         self.recorder.record_prompt(text.clone(), turn_id.clone());
         self.recorder.emit(SessionEventKind::TurnStarted {
             turn_id: turn_id.to_string(),

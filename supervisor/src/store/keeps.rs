@@ -1,5 +1,7 @@
 //! A review's keeps (`task.session.changes.keep`): which changed files of a session were
-//! kept, at which content. A keep stands while the file holds that content.
+//! kept, at which content. A keep stands while the file holds that content. And what its
+//! reverts leave the agent to be told (`agent_notes`): each said once, with the prompt
+//! whose turn's record removes it.
 
 use std::collections::BTreeMap;
 
@@ -45,4 +47,46 @@ impl Store {
         })
         .await
     }
+
+    /// Leaves `note` for the session's agent: it goes with the next prompt whose turn is
+    /// recorded.
+    pub async fn add_agent_note(
+        &self,
+        session_id: SessionId,
+        note: String,
+    ) -> Result<(), StoreError> {
+        self.call(move |conn| {
+            conn.execute(
+                "INSERT INTO agent_notes (session_id, note, created_at) VALUES (?1, ?2, ?3)",
+                params![session_id, note, now_ms()],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The notes left for the session's agent, oldest first, each with its id.
+    pub async fn agent_notes(
+        &self,
+        session_id: SessionId,
+    ) -> Result<Vec<(i64, String)>, StoreError> {
+        self.call(move |conn| {
+            let mut query =
+                conn.prepare("SELECT id, note FROM agent_notes WHERE session_id = ?1 ORDER BY id")?;
+            let rows = query.query_map([&session_id], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+}
+
+/// Removes the notes `ids` once they went with a prompt (in that turn's transaction).
+pub(super) fn remove_agent_notes(
+    tx: &rusqlite::Transaction<'_>,
+    ids: &[i64],
+) -> Result<(), StoreError> {
+    for id in ids {
+        tx.execute("DELETE FROM agent_notes WHERE id = ?1", [id])?;
+    }
+    Ok(())
 }

@@ -502,6 +502,17 @@ pub const MIGRATIONS: &[&str] = &[
         started_at INTEGER NOT NULL
     );
     ",
+    // 31: What the session's agent is to be told with its next prompt (a file the
+    // reviewer reverted), removed in the transaction that records that prompt's turn.
+    "
+    CREATE TABLE agent_notes (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL REFERENCES task_sessions(id) ON DELETE CASCADE,
+        note TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX agent_notes_by_session ON agent_notes(session_id, id);
+    ",
 ];
 
 /// Brings the database up to the newest migration.

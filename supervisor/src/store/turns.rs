@@ -322,7 +322,24 @@ impl Store {
         session_id: SessionId,
         execution_id: crate::ids::ExecutionId,
         request_id: String,
+        prompt: TurnPrompt,
+    ) -> Result<(), StoreError> {
+        let ids = (turn_id, session_id, execution_id, request_id);
+        self.insert_turn_telling(ids, prompt, Vec::new()).await
+    }
+
+    /// [`Store::insert_turn`], with the agent notes (`agent_notes` ids) its prompt carries
+    /// removed in the same transaction: each is told once.
+    pub async fn insert_turn_telling(
+        &self,
+        (turn_id, session_id, execution_id, request_id): (
+            crate::ids::TurnId,
+            SessionId,
+            crate::ids::ExecutionId,
+            String,
+        ),
         (prompt, retry_of, queued): TurnPrompt,
+        told: Vec<i64>,
     ) -> Result<(), StoreError> {
         self.call(move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -330,6 +347,7 @@ impl Store {
                 // Taken from the queue with the turn's record, or not at all: it runs once.
                 super::queue::take_queued(&tx, &session_id, queued)?;
             }
+            super::keeps::remove_agent_notes(&tx, &told)?;
             tx.execute(
                 "INSERT INTO turns (id, session_id, execution_id, request_id, state, started_at, delivered, prompt, retry_of, queued_prompt) \
                  VALUES (?1, ?2, ?3, ?4, 'running', ?5, 0, ?6, ?7, ?8)",

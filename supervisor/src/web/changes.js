@@ -298,7 +298,7 @@ async function keep(file) {
 /** Revert asks first, in place: what the file holds now is saved on a ref. */
 function askRevert(file, button) {
   const ask = el("span", { class: "confirm", role: "group", "aria-label": `revert ${file.path}?` },
-    `Revert ${file.path} to the base? What it holds now is saved on a ref first. `,
+    `Revert ${file.path} to the base? What it holds now is saved on a ref first; the agent is told with its next prompt. `,
     el("button", { class: "danger", onclick: () => revert(file) }, "Revert file"),
     el("button", { class: "quiet", onclick: () => { ask.remove(); button.hidden = false; button.focus(); } }, "Keep it"));
   button.hidden = true;

@@ -125,3 +125,46 @@ async fn the_cli_lists_the_changes_shows_diffs_keeps_and_reverts() {
     assert_eq!(code, 4, "{err}");
     assert!(err.contains("nothing.txt is not among the session's changes"), "{err}");
 }
+
+/// A file the reviewer reverts is told to the session's agent with its next prompt, once
+/// (it would take its change as made): said to be Tether's, before the prompt as written;
+/// the history keeps the prompt as written and the stream says what the agent was told.
+#[tokio::test]
+async fn a_reverted_file_is_told_to_the_agent_with_its_next_prompt_once() {
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let repo = daemon.workspace("told");
+    git(&repo, &["init", "-q", "-b", "main"]).await;
+    std::fs::write(repo.join("README"), "the project\n").unwrap();
+    git(&repo, &["add", "."]).await;
+    git(&repo, &["commit", "-q", "-m", "start"]).await;
+    let session = api.ready_session("mock", &repo).await;
+    api.ask(&session, &format!("/write {} edited", repo.join("README").display())).await;
+    let reverted =
+        ok("revert", api.typed().session_changes_revert(session.clone(), "README".into())).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    let reply = api.ask(&session, "go on").await;
+    let told = format!(
+        "[Tether, not the user: since your last turn\n- README was reverted by the person reviewing this session's changes: it is back as it was when the session started (your change to it is saved on {})]\n\ngo on",
+        reverted.saved_ref
+    );
+    assert!(reply.ends_with(&format!("you said: {told}")), "{reply}");
+    let seen = tether_tests::daemon::until(&mut events, |event| {
+        matches!(event.kind, protocol::api::EventKind::TurnStarted { .. })
+    })
+    .await;
+    assert!(
+        seen.iter().any(|event| matches!(&event.kind, protocol::api::EventKind::Notice { message } if message.starts_with("told the agent: README was reverted"))),
+        "{seen:#?}"
+    );
+    let prompts: Vec<String> = api
+        .history(&session)
+        .await
+        .into_iter()
+        .filter(|entry| entry.kind == protocol::api::EntryType::UserMessage)
+        .map(|entry| entry.content)
+        .collect();
+    assert_eq!(prompts.last().map(String::as_str), Some("go on"), "{prompts:?}");
+    let reply = api.ask(&session, "and again").await;
+    assert!(reply.ends_with("you said: and again"), "told once: {reply}");
+}
