@@ -123,6 +123,11 @@ pub struct DockerHandle {
     pub engine: Option<String>,
     /// The container id.
     pub container: String,
+    /// Its workspace was copied to the engine (`workspace = "copy"` when it launched): it
+    /// lives there and in the session's checkpoints, whatever the engine's config says
+    /// now (absent in rows from before: the engine's config is read).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub copied: bool,
 }
 
 impl DockerHandle {
@@ -352,9 +357,13 @@ impl DockerRuntime {
     /// configured and carries the session's labels (the agent's state lives there: it
     /// must be reachable), else placement by labels and least load over every engine.
     async fn choose(&self, spec: &LaunchSpec) -> Result<&Engine, RuntimeError> {
+        // A workspace copied to an engine lives there and in its checkpoints, not in the
+        // supervisor's directory: it goes on only where workspaces are copied.
+        let copied = self.copies_workspace(spec.previous.as_ref());
         if let Some(previous) = DockerHandle::parse(spec.previous.as_ref()) {
             let carries = |engine: &&Engine| {
                 spec.labels.iter().all(|(key, value)| engine.config.labels.get(key) == Some(value))
+                    && (!copied || engine.config.workspace == WorkspaceMode::Copy)
             };
             match self.serving_engine_of(&previous).filter(carries) {
                 Some(engine) => {
@@ -368,13 +377,10 @@ impl DockerRuntime {
                 None => tracing::warn!(
                     session = %spec.session_id,
                     engine = ?previous.engine,
-                    "the session's engine is out of service, no longer configured or without its labels: it is placed afresh"
+                    "the session's engine is out of service, no longer configured, without its labels or no longer copying workspaces: it is placed afresh"
                 ),
             }
         }
-        // A workspace copied to an engine lives there and in its checkpoints, not in the
-        // supervisor's directory: it goes on only where workspaces are copied.
-        let copied = self.copies_workspace(spec.previous.as_ref());
         // Only the engines carrying the labels are asked for their load.
         let loads = futures_util::future::join_all(self.engines.iter().map(|engine| async move {
             let labels = &engine.config.labels;
@@ -814,9 +820,12 @@ impl Runtime for DockerRuntime {
     }
 
     fn copies_workspace(&self, handle: Option<&serde_json::Value>) -> bool {
-        DockerHandle::parse(handle)
-            .and_then(|handle| self.engine_of(&handle))
-            .is_some_and(|engine| engine.config.workspace == WorkspaceMode::Copy)
+        DockerHandle::parse(handle).is_some_and(|handle| {
+            handle.copied
+                || self
+                    .engine_of(&handle)
+                    .is_some_and(|engine| engine.config.workspace == WorkspaceMode::Copy)
+        })
     }
 
     fn fetch_workspace<'a>(
@@ -910,8 +919,9 @@ impl Runtime for DockerRuntime {
                 .ok_or_else(|| {
                     RuntimeError::Engine(format!("container {id} has no published control port"))
                 })?;
-            let handle = DockerHandle { engine: Some(engine.config.name.clone()), container: id };
             let copied = engine.config.workspace == WorkspaceMode::Copy;
+            let handle =
+                DockerHandle { engine: Some(engine.config.name.clone()), container: id, copied };
             let workspace = (!on_volumes && !copied).then_some(spec.workspace.as_path());
             let agent_user = match &spec.docker.image {
                 Some(image) => non_root_user(&docker, image, workspace).await,
@@ -1073,6 +1083,7 @@ impl Runtime for DockerRuntime {
                             let handle = DockerHandle {
                                 engine: Some(engine.config.name.clone()),
                                 container: id.clone(),
+                                copied: engine.config.workspace == WorkspaceMode::Copy,
                             };
                             scan.found.push(Orphan {
                                 session_id,
@@ -1206,4 +1217,47 @@ async fn non_root_user(docker: &Docker, image: &str, workspace: Option<&Path>) -
     }
     let owner = std::fs::metadata(workspace?).ok()?;
     (owner.uid() != 0).then(|| format!("{}:{}", owner.uid(), owner.gid()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DockerConfig, DockerRuntime, EngineConfig, WorkspaceMode};
+    use crate::runtime::Runtime;
+
+    fn engine(name: &str, workspace: WorkspaceMode) -> EngineConfig {
+        EngineConfig { name: name.into(), workspace, ..EngineConfig::default_engine() }
+    }
+
+    /// Whether a session's workspace was copied to its engine is what its execution's
+    /// handle says (recorded at launch), not the engine's config now: an engine taken out
+    /// of config.toml, or switched to mounting, leaves its copied sessions copied (they
+    /// go on only on an engine that copies, from their checkpoints).
+    #[test]
+    fn a_copied_workspace_stays_copied_when_its_engine_is_no_longer_configured_so() {
+        let runtime = DockerRuntime::new(DockerConfig {
+            agentctl: None,
+            searched: Vec::new(),
+            install_id: "test".into(),
+            engines: vec![engine("a", WorkspaceMode::Mount), engine("c", WorkspaceMode::Copy)],
+        });
+        let handle = |engine: &str, copied: Option<bool>| {
+            let mut handle = serde_json::json!({"engine": engine, "container": "x"});
+            if let Some(copied) = copied {
+                handle["copied"] = copied.into();
+            }
+            handle
+        };
+        // Recorded copied: on an engine gone from config, or one that mounts now.
+        assert!(runtime.copies_workspace(Some(&handle("gone", Some(true)))));
+        assert!(runtime.copies_workspace(Some(&handle("a", Some(true)))));
+        // Not recorded (rows from before): the engine's config says.
+        assert!(runtime.copies_workspace(Some(&handle("c", None))));
+        assert!(!runtime.copies_workspace(Some(&handle("a", None))));
+        assert!(!runtime.copies_workspace(Some(&handle("gone", None))));
+        assert!(!runtime.copies_workspace(None));
+        // A mounted session's handle says nothing of copying.
+        let mounted =
+            super::DockerHandle { engine: Some("a".into()), container: "x".into(), copied: false };
+        assert_eq!(serde_json::to_value(mounted).unwrap(), handle("a", None));
+    }
 }
