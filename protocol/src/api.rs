@@ -592,6 +592,18 @@ pub struct QueuedPrompt {
     pub steer_of: Option<String>,
 }
 
+/// What a review did to a changed file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReviewAction {
+    /// Kept at the content the reviewer saw.
+    Kept,
+    /// Its keep taken back.
+    Unkept,
+    /// Put back as the base has it (the agent is told with its next prompt).
+    Reverted,
+}
+
 /// How `task.session.steer` reached the agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -862,6 +874,17 @@ pub enum EventKind {
         /// The turns rewound.
         rewound: Vec<String>,
         /// The ref holding the workspace's state before a restore, when it was restored.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        saved_ref: Option<String>,
+    },
+    /// A changed file of the session was reviewed (`task.session.changes.keep`,
+    /// `task.session.changes.revert`), here or by another client: read the changes again.
+    ChangeReviewed {
+        /// The file, from the top of the repository.
+        path: String,
+        /// What was done.
+        action: ReviewAction,
+        /// A revert's ref holding the workspace's files before it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         saved_ref: Option<String>,
     },

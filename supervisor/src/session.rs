@@ -310,6 +310,11 @@ enum Command {
         to: relocate::Destination,
         reply: Reply<relocate::Relocated>,
     },
+    /// Publishes what the service changed of the session beside its actor (a review).
+    Announce {
+        kind: crate::events::SessionEventKind,
+        reply: Reply<()>,
+    },
 }
 
 impl std::fmt::Debug for Command {
@@ -328,6 +333,7 @@ impl std::fmt::Debug for Command {
             Command::Retry { .. } => "Retry",
             Command::Setting { .. } => "Setting",
             Command::Relocate { .. } => "Relocate",
+            Command::Announce { .. } => "Announce",
         })
     }
 }
@@ -357,6 +363,14 @@ impl SessionHandle {
     /// Steers the running turn (see [`Steer`]).
     pub async fn steer(&self, text: String) -> Result<Steer, SessionError> {
         self.ask(|reply| Command::Steer { text, reply }).await
+    }
+
+    /// Publishes `kind` on the session's stream, after what the actor published so far.
+    pub async fn announce(
+        &self,
+        kind: crate::events::SessionEventKind,
+    ) -> Result<(), SessionError> {
+        self.ask(|reply| Command::Announce { kind, reply }).await
     }
 
     /// Rewinds the conversation to `turn_id` (see [`crate::rewind`]).

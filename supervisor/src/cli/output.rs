@@ -205,6 +205,14 @@ pub(super) fn describe(kind: &EventKind) -> String {
                 .map(|r| format!("; the workspace's files before are on {r}"))
                 .unwrap_or_default()
         ),
+        EventKind::ChangeReviewed { path, action, saved_ref } => match action {
+            protocol::api::ReviewAction::Kept => format!("review: {path} kept"),
+            protocol::api::ReviewAction::Unkept => format!("review: {path}'s keep taken back"),
+            protocol::api::ReviewAction::Reverted => format!(
+                "review: {path} reverted (what the workspace held is on {})",
+                saved_ref.as_deref().unwrap_or("a ref")
+            ),
+        },
         EventKind::EgressRefused { target, reason } => {
             format!("egress refused: the agent asked for {target} ({reason})")
         }

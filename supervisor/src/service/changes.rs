@@ -2,10 +2,11 @@
 //! from the session's workspace with git whenever asked (nothing cached to go stale), for
 //! a session in any state while its workspace is there.
 
-use protocol::api::{ChangedFile, ChangesReverted, SessionChanges};
+use protocol::api::{ChangedFile, ChangesReverted, ReviewAction, SessionChanges};
 
 use super::{ServiceError, Supervisor};
 use crate::changes::{self, ChangesError, Reading, git::Repository};
+use crate::events::SessionEventKind;
 use crate::ids::SessionId;
 
 impl From<ChangesError> for ServiceError {
@@ -58,12 +59,18 @@ impl Supervisor {
         let note = changes::revert_note(&path, &saved_ref);
         self.config.store.add_agent_note(session_id.clone(), note).await?;
         tracing::info!(session = %session_id, %path, %saved_ref, "reverted a changed file");
+        let reviewed = SessionEventKind::ChangeReviewed {
+            path: path.clone(),
+            action: ReviewAction::Reverted,
+            saved_ref: Some(saved_ref.clone()),
+        };
+        self.announce(&session_id, reviewed).await;
         let changes = self.read_changes(&session_id, &repo).await?;
         Ok(ChangesReverted { path, saved_ref, saved_commit, changes })
     }
 
     /// `task.session.changes.keep`: `path` kept at `content` (what the reviewer saw), or
-    /// its keep taken back.
+    /// its keep taken back; announced on the session's stream, as a revert is.
     pub async fn keep_change(
         &self,
         session_id: SessionId,
@@ -82,7 +89,11 @@ impl Supervisor {
                 )));
             }
         }
-        self.config.store.set_keep(session_id.clone(), path, kept.then_some(content)).await?;
+        let store = &self.config.store;
+        store.set_keep(session_id.clone(), path.clone(), kept.then_some(content)).await?;
+        let action = if kept { ReviewAction::Kept } else { ReviewAction::Unkept };
+        let reviewed = SessionEventKind::ChangeReviewed { path, action, saved_ref: None };
+        self.announce(&session_id, reviewed).await;
         Ok(self.read_changes(&session_id, &repo).await?)
     }
 

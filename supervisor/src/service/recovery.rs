@@ -591,6 +591,40 @@ impl Supervisor {
             .map_err(|err| ServiceError::Internal(format!("publishing recovery events: {err}")))
     }
 
+    /// Publishes `kind` on the stream of a session whose actor does not run (the caller
+    /// holds the start lock, so none starts meanwhile). A failure is said, not returned:
+    /// what it announces is made already.
+    pub(super) async fn publish_at_rest(&self, session_id: &SessionId, kind: SessionEventKind) {
+        let published = async {
+            self.record(session_id)
+                .await?
+                .publish(vec![kind], Mark::default())
+                .map_err(|err| ServiceError::Storage(err.to_string()))
+        };
+        if let Err(err) = published.await {
+            tracing::warn!(session = %session_id, %err, "a change is made but cannot be announced");
+        }
+    }
+
+    /// Publishes `kind` on the session's stream: through its actor when one runs (after
+    /// what it published), else at rest under the start lock.
+    pub(super) async fn announce(&self, session_id: &SessionId, kind: SessionEventKind) {
+        if let Some(handle) = self.handle(session_id).filter(crate::session::SessionHandle::is_live)
+            && handle.announce(kind.clone()).await.is_ok()
+        {
+            return;
+        }
+        let _guard = self.start_lock.lock().await;
+        match self.handle(session_id).filter(crate::session::SessionHandle::is_live) {
+            Some(handle) => {
+                if let Err(err) = handle.announce(kind).await {
+                    tracing::warn!(session = %session_id, %err, "a change is made but cannot be announced");
+                }
+            }
+            None => self.publish_at_rest(session_id, kind).await,
+        }
+    }
+
     /// The record of a session (its event log and open-work rows), for recovery and the
     /// paths that change a session without its actor.
     pub(super) async fn record(

@@ -9,7 +9,6 @@ use crate::events::SessionEventKind;
 use crate::ids::{SessionId, TurnId};
 use crate::rewind::Target;
 use crate::session::SessionHandle;
-use crate::session::record::Mark;
 
 impl Supervisor {
     /// `task.session.rewind`.
@@ -50,15 +49,7 @@ impl Supervisor {
             rewound: result.rewound.clone(),
             saved_ref: rewind.saved_ref,
         };
-        let published = async {
-            self.record(&row.id)
-                .await?
-                .publish(vec![announced], Mark::default())
-                .map_err(|err| ServiceError::Storage(err.to_string()))
-        };
-        if let Err(err) = published.await {
-            tracing::warn!(session = %row.id, %err, "a rewind at rest is made but cannot be announced");
-        }
+        self.publish_at_rest(&row.id, announced).await;
         Ok(result)
     }
 }

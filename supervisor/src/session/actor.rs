@@ -427,6 +427,11 @@ impl SessionActor {
             Command::Setting { setting, forget, reply } => {
                 self.choose_setting(setting, forget, reply).await
             }
+            Command::Announce { kind, reply } => {
+                self.recorder.emit(kind);
+                self.recorder.flush_events();
+                let _ = reply.send(Ok(()));
+            }
         }
     }
 
@@ -4653,6 +4658,7 @@ fn reject(command: Command, error: impl Fn() -> SessionError) {
         Command::Steer { reply, .. } => drop(reply.send(Err(error()))),
         Command::Rewind { reply, .. } => drop(reply.send(Err(error()))),
         Command::Relocate { reply, .. } => drop(reply.send(Err(error()))),
+        Command::Announce { reply, .. } => drop(reply.send(Err(error()))),
     }
 }
 

@@ -6,7 +6,7 @@
 // are updated in place (render.js `reconcile`), keyed by path and content, so focus and
 // scroll survive a reading.
 // Its pure parts are in diff.js.
-import { activity, openSession, rpc, showError } from "./app.js";
+import { openSession, rpc, showError } from "./app.js";
 import { reconcile } from "./lists.js";
 import { $, el } from "./render.js";
 import { state } from "./state.js";
@@ -69,7 +69,7 @@ export function show() {
 
 /** A live event of the open session: the workspace may have changed. */
 export function onEvent(event) {
-  const done = event.type === "turn_ended" || event.type === "rewound"
+  const done = event.type === "turn_ended" || event.type === "rewound" || event.type === "change_reviewed"
     || (event.type === "tool_call_update" && event.update && event.update.status === "completed");
   if (!done) return;
   if (visible()) read();
@@ -309,7 +309,7 @@ function askRevert(file, button) {
 async function revert(file) {
   try {
     const reverted = await rpc.call("task.session.changes.revert", { session_id: review.session, path: file.path });
-    activity(`reverted ${reverted.path} (what it held is on ${reverted.saved_ref})`);
+    // (The activity line comes with the session's `change_reviewed` event.)
     draw(reverted.changes);
   } catch (error) {
     showError(error);

@@ -660,6 +660,10 @@ export function render(event) {
       markRewound(event.rewound);
       activity(`rewound to turn ${event.turn_id}: ${event.rewound.length} turn(s) left the conversation`, event.at);
       break;
+    case "change_reviewed":
+      // Here or in another window: the changes tab reads them again (changes.js).
+      if (!state.backfill) activity(reviewLine(event), event.at);
+      break;
     case "notice":
       renderNotice(event);
       break;
@@ -926,4 +930,11 @@ export function renderPermission(event) {
     ),
   );
   offerQuestion(box, event, "button");
+}
+
+// What a review did to a file, for the activity log.
+function reviewLine(event) {
+  if (event.action === "reverted") return `reverted ${event.path} (what it held is on ${event.saved_ref})`;
+  if (event.action === "kept") return `kept ${event.path}`;
+  return `${event.path}'s keep taken back`;
 }

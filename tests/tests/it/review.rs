@@ -168,3 +168,48 @@ async fn a_reverted_file_is_told_to_the_agent_with_its_next_prompt_once() {
     let reply = api.ask(&session, "and again").await;
     assert!(reply.ends_with("you said: and again"), "told once: {reply}");
 }
+
+/// A review's keeps and reverts are announced on the session's stream (a page in another
+/// window reads the changes again): through its actor while it runs, at rest once it
+/// ended.
+#[tokio::test]
+async fn a_review_is_announced_on_the_sessions_stream_live_and_at_rest() {
+    use protocol::api::{EventKind, ReviewAction};
+    let daemon = Daemon::start(&[]).await;
+    let api = daemon.api().await;
+    let repo = daemon.workspace("announced");
+    git(&repo, &["init", "-q", "-b", "main"]).await;
+    std::fs::write(repo.join("README"), "the project\n").unwrap();
+    git(&repo, &["add", "."]).await;
+    git(&repo, &["commit", "-q", "-m", "start"]).await;
+    let session = api.ready_session("mock", &repo).await;
+    api.ask(&session, &format!("/write {} one", repo.join("a.txt").display())).await;
+    api.ask(&session, &format!("/write {} two", repo.join("b.txt").display())).await;
+    let mut events = api.subscribe_at_end(&session).await;
+    let listed = changes(&api, &session).await;
+    let a = listed.files.iter().find(|file| file.path == "a.txt").unwrap().clone();
+    let keep = api.typed().session_changes_keep(session.clone(), a.path, a.content, None);
+    ok("keep", keep).await;
+    let seen = tether_tests::daemon::until(&mut events, |event| {
+        matches!(event.kind, EventKind::ChangeReviewed { .. })
+    })
+    .await;
+    let kept = &seen.last().unwrap().kind;
+    assert!(
+        matches!(kept, EventKind::ChangeReviewed { path, action: ReviewAction::Kept, saved_ref: None } if path == "a.txt"),
+        "{kept:?}"
+    );
+    // Ended: no actor publishes; the revert is announced at rest.
+    ok("stop", api.typed().session_stop(session.clone())).await;
+    let reverted =
+        ok("revert", api.typed().session_changes_revert(session.clone(), "b.txt".into())).await;
+    let seen = tether_tests::daemon::until(&mut events, |event| {
+        matches!(event.kind, EventKind::ChangeReviewed { .. })
+    })
+    .await;
+    let announced = &seen.last().unwrap().kind;
+    assert!(
+        matches!(announced, EventKind::ChangeReviewed { path, action: ReviewAction::Reverted, saved_ref: Some(saved) } if path == "b.txt" && *saved == reverted.saved_ref),
+        "{announced:?}"
+    );
+}
