@@ -694,10 +694,7 @@ impl Supervisor {
             let facts = match stored {
                 Some(stored) => {
                     let handle = self.handle(&session_id).filter(SessionHandle::is_live);
-                    let live = handle.is_some_and(|handle| {
-                        let view = handle.view();
-                        view.agent_running || view.is_starting()
-                    });
+                    let live = handle.is_some_and(|handle| live(&handle.view(), stored.state));
                     let turn_running = stored
                         .last_turn
                         .as_ref()
@@ -1029,6 +1026,16 @@ fn after_failure(step: &StepRow, state: StepState, retries: u32, failure: &NotBr
     plan::fail_with(counted, format!("{}: {error}", failure.what()))
 }
 
+/// Whether a step's session is being brought up or its agent runs, as its actor's view
+/// and its stored state (read first) say: its agent runs, it launches or opens, or its
+/// launch just failed — the actor left its starting phase, and the failure it stores next
+/// (`FAILED`, announced) is what the driver waits for, not a launch to start again.
+fn live(view: &crate::session::SessionView, stored: SessionState) -> bool {
+    view.agent_running
+        || view.is_starting()
+        || (view.phase == crate::session::Phase::Ended && stored == SessionState::Starting)
+}
+
 /// Whether some step of the workflow works in its workspace itself (no worktree): then
 /// the workflow holds the workspace while it runs, as a live session does.
 fn works_in_place(spec: &Spec) -> bool {
@@ -1188,5 +1195,32 @@ mod tests {
             failed_with(2, &launch).as_deref(),
             Some("its session could not launch: no engine")
         );
+    }
+
+    /// A failing launch's actor leaves its starting phase before it stores the failure:
+    /// in between, the stored `STARTING` with an ended actor is not a launch to start again
+    /// (that would count one failure twice); once `FAILED` is stored, it is not live.
+    #[test]
+    fn a_launch_that_is_failing_is_live_until_its_failure_is_stored() {
+        use crate::session::{Phase, SessionView};
+        let view = |phase: Phase, agent_running: bool| SessionView {
+            state: SessionState::Starting,
+            phase,
+            agent_running,
+            acp_session_id: None,
+            error: None,
+            turn_id: None,
+            resume_outcome: None,
+            pause_requested: false,
+            context: None,
+            settings_blocked: None,
+        };
+        assert!(live(&view(Phase::Launching, false), SessionState::Starting));
+        assert!(live(&view(Phase::Launching, false), SessionState::Failed), "a resume starting");
+        assert!(live(&view(Phase::Open, true), SessionState::WaitingForInput));
+        assert!(live(&view(Phase::Ended, false), SessionState::Starting), "failing, not stored");
+        assert!(!live(&view(Phase::Ended, false), SessionState::Failed));
+        assert!(!live(&view(Phase::Idle, false), SessionState::WaitingForInput));
+        assert!(!live(&view(Phase::Ended, false), SessionState::Completed));
     }
 }
