@@ -54,10 +54,14 @@ impl Supervisor {
         self.changed_file(&session_id, &repo, &path).await?;
         let saved_ref = format!("refs/tether/reverted/{session_id}/{}", uuid::Uuid::now_v7());
         let saved_commit = changes::git::revert(&repo, &path, &saved_ref).await?;
-        self.config.store.set_keep(session_id.clone(), path.clone(), None).await?;
-        // Its agent learns of it with its next prompt (it would take its change as made).
+        // Its keep goes, and its agent learns of it with its next prompt (it would take its
+        // change as made): one write, after the file is back (a failure says so).
         let note = changes::revert_note(&path, &saved_ref);
-        self.config.store.add_agent_note(session_id.clone(), note).await?;
+        if let Err(err) = self.config.store.reverted(session_id.clone(), path.clone(), note).await {
+            return Err(ServiceError::Storage(format!(
+                "{path} was reverted (what it held is on {saved_ref}), but the revert could not be recorded, so its keep stays and the agent is not told: {err}"
+            )));
+        }
         tracing::info!(session = %session_id, %path, %saved_ref, "reverted a changed file");
         let reviewed = SessionEventKind::ChangeReviewed {
             path: path.clone(),

@@ -1062,10 +1062,15 @@ impl SessionActor {
     }
 
     /// A prompt with the notes left for the agent (see [`crate::changes::with_notes`]),
-    /// and those notes with their ids (removed with the turn's record). Unreadable notes
-    /// are said and left for a later prompt.
-    async fn with_agent_notes(&self, prompt: String) -> (Vec<(i64, String)>, String) {
-        match self.context.store.agent_notes(self.row.id.clone()).await {
+    /// and those notes with their ids (tied to the turn by its record, gone once it is
+    /// delivered); `resent`: the notes of that turn, whose prompt goes again. Unreadable
+    /// notes are said and left for a later prompt.
+    async fn with_agent_notes(
+        &self,
+        prompt: String,
+        resent: Option<&crate::ids::TurnId>,
+    ) -> (Vec<(i64, String)>, String) {
+        match self.context.store.agent_notes(self.row.id.clone(), resent.cloned()).await {
             Ok(notes) if notes.is_empty() => (notes, prompt),
             Ok(notes) => {
                 let texts: Vec<String> = notes.iter().map(|(_, note)| note.clone()).collect();
@@ -1578,7 +1583,11 @@ impl SessionActor {
             }
             None => text.clone(),
         };
-        let (told, agent_text) = self.with_agent_notes(agent_text).await;
+        // Tether's own summary turn carries none: the agent that goes on after it is told.
+        let (told, agent_text) = match origin {
+            PromptOrigin::PauseSummary => (Vec::new(), agent_text),
+            _ => self.with_agent_notes(agent_text, None).await,
+        };
         let sent_text = if injected { self.resume_context(&agent_text).await? } else { agent_text };
         let request_id = self.conversation.take_request_id();
         let message = json!({
@@ -1924,11 +1933,13 @@ impl SessionActor {
         else {
             return false;
         };
+        // With the notes its record tied to it.
+        let (_, sent) = self.with_agent_notes(prompt.to_owned(), Some(turn_id)).await;
         let message = json!({
             "jsonrpc": "2.0",
             "id": id,
             "method": protocol::acp::method::SESSION_PROMPT,
-            "params": requests::prompt(&acp_session, prompt.to_owned()),
+            "params": requests::prompt(&acp_session, sent),
         });
         tracing::info!(session = %self.row.id, turn = %turn_id, "sending a prompt again: it never reached the agent");
         let recorded = self.recorder.history_tail(REPLAY_WINDOW_BYTES).await.iter().any(|entry| {

@@ -1,7 +1,7 @@
 //! A review's keeps (`task.session.changes.keep`): which changed files of a session were
 //! kept, at which content. A keep stands while the file holds that content. And what its
-//! reverts leave the agent to be told (`agent_notes`): each said once, with the prompt
-//! whose turn's record removes it.
+//! reverts leave the agent to be told (`agent_notes`): tied to the turn whose prompt
+//! carries them, gone once that prompt reached the agent.
 
 use std::collections::BTreeMap;
 
@@ -48,45 +48,79 @@ impl Store {
         .await
     }
 
-    /// Leaves `note` for the session's agent: it goes with the next prompt whose turn is
-    /// recorded.
-    pub async fn add_agent_note(
+    /// A file reverted: its keep taken back, and `note` left for the session's agent
+    /// (it goes with the next prompt delivered), in one transaction.
+    pub async fn reverted(
         &self,
         session_id: SessionId,
+        path: String,
         note: String,
     ) -> Result<(), StoreError> {
         self.call(move |conn| {
-            conn.execute(
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            tx.execute(
+                "DELETE FROM change_keeps WHERE session_id = ?1 AND path = ?2",
+                params![session_id, path],
+            )?;
+            tx.execute(
                 "INSERT INTO agent_notes (session_id, note, created_at) VALUES (?1, ?2, ?3)",
                 params![session_id, note, now_ms()],
             )?;
+            tx.commit()?;
             Ok(())
         })
         .await
     }
 
-    /// The notes left for the session's agent, oldest first, each with its id.
+    /// The notes the session's agent is still to be told, oldest first, each with its id:
+    /// those no turn carried yet and those of a turn that ended before reaching the agent;
+    /// or, for a prompt sent again (`resent`), those its turn carries.
     pub async fn agent_notes(
         &self,
         session_id: SessionId,
+        resent: Option<crate::ids::TurnId>,
     ) -> Result<Vec<(i64, String)>, StoreError> {
         self.call(move |conn| {
-            let mut query =
-                conn.prepare("SELECT id, note FROM agent_notes WHERE session_id = ?1 ORDER BY id")?;
-            let rows = query.query_map([&session_id], |row| Ok((row.get(0)?, row.get(1)?)))?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            let read = |sql: &str, param: &dyn rusqlite::ToSql| {
+                let mut query = conn.prepare(sql)?;
+                let rows = query.query_map([param], |row| Ok((row.get(0)?, row.get(1)?)))?;
+                rows.collect::<Result<Vec<_>, _>>()
+            };
+            let notes = match &resent {
+                Some(turn) => {
+                    read("SELECT id, note FROM agent_notes WHERE turn_id = ?1 ORDER BY id", turn)?
+                }
+                None => read(
+                    "SELECT id, note FROM agent_notes WHERE session_id = ?1 AND (turn_id IS NULL \
+                     OR turn_id IN (SELECT id FROM turns WHERE session_id = ?1 AND delivered = 0 \
+                     AND state != 'running')) ORDER BY id",
+                    &session_id,
+                )?,
+            };
+            Ok(notes)
         })
         .await
     }
 }
 
-/// Removes the notes `ids` once they went with a prompt (in that turn's transaction).
-pub(super) fn remove_agent_notes(
+/// Ties the notes `ids` to the turn whose prompt carries them (in that turn's
+/// transaction); they go once it is delivered ([`delivered_agent_notes`]).
+pub(super) fn tie_agent_notes(
     tx: &rusqlite::Transaction<'_>,
     ids: &[i64],
+    turn: &crate::ids::TurnId,
 ) -> Result<(), StoreError> {
     for id in ids {
-        tx.execute("DELETE FROM agent_notes WHERE id = ?1", [id])?;
+        tx.execute("UPDATE agent_notes SET turn_id = ?2 WHERE id = ?1", params![id, turn])?;
     }
+    Ok(())
+}
+
+/// Removes the notes `turn`'s prompt carried: it reached the agent.
+pub(super) fn delivered_agent_notes(
+    conn: &rusqlite::Connection,
+    turn: &crate::ids::TurnId,
+) -> Result<(), StoreError> {
+    conn.execute("DELETE FROM agent_notes WHERE turn_id = ?1", [turn])?;
     Ok(())
 }

@@ -503,13 +503,16 @@ pub const MIGRATIONS: &[&str] = &[
     );
     ",
     // 31: What the session's agent is to be told with its next prompt (a file the
-    // reviewer reverted), removed in the transaction that records that prompt's turn.
+    // reviewer reverted): tied to that prompt's turn in the transaction that records it,
+    // removed once the prompt was delivered (a turn that never reached the agent leaves
+    // its notes to the next).
     "
     CREATE TABLE agent_notes (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         session_id TEXT NOT NULL REFERENCES task_sessions(id) ON DELETE CASCADE,
         note TEXT NOT NULL,
-        created_at INTEGER NOT NULL
+        created_at INTEGER NOT NULL,
+        turn_id TEXT
     );
     CREATE INDEX agent_notes_by_session ON agent_notes(session_id, id);
     ",

@@ -878,3 +878,41 @@ async fn a_steer_queues_ahead_of_prompts_and_behind_earlier_steers() {
     // What the store holds is what it answered.
     assert_eq!(store.prompt_queue(id.clone()).await.unwrap(), queue);
 }
+
+/// A note for the agent goes with the next prompt, tied to its turn, and is gone once that
+/// prompt reached the agent; a turn that ended before reaching it leaves the note to the
+/// next prompt, and a prompt sent again carries its turn's.
+#[tokio::test]
+async fn a_note_for_the_agent_goes_once_a_prompt_carrying_it_was_delivered() {
+    let (_dir, store) = open();
+    let task = store.create_task("t".into(), String::new()).await.unwrap();
+    let row = store.create_session(session(&task.id)).await.unwrap();
+    let id = row.id.clone();
+    store
+        .put_execution(ExecutionRow {
+            runtime: "standalone".into(),
+            status: ExecutionStatus::Running,
+            ..ExecutionRow::new(id.clone(), "e".into())
+        })
+        .await
+        .unwrap();
+    store.reverted(id.clone(), "a.txt".into(), "a was reverted".into()).await.unwrap();
+    let notes = store.agent_notes(id.clone(), None).await.unwrap();
+    let ids: Vec<i64> = notes.iter().map(|(id, _)| *id).collect();
+    assert_eq!(notes.iter().map(|(_, n)| n.as_str()).collect::<Vec<_>>(), ["a was reverted"]);
+    let turn = |t: &str, r: &str| (t.into(), id.clone(), "e".into(), r.to_owned());
+    store
+        .insert_turn_telling(turn("t1", "1"), ("p".into(), None, None), ids.clone())
+        .await
+        .unwrap();
+    // Carried by a turn not yet delivered: not the next prompt's, but t1's if sent again.
+    assert!(store.agent_notes(id.clone(), None).await.unwrap().is_empty());
+    assert_eq!(store.agent_notes(id.clone(), Some("t1".into())).await.unwrap(), notes);
+    // t1 ended before reaching the agent: the next prompt carries the note.
+    store.end_turn("t1".into(), TurnState::Failed, None, Some("lost".into())).await.unwrap();
+    assert_eq!(store.agent_notes(id.clone(), None).await.unwrap(), notes);
+    store.insert_turn_telling(turn("t2", "2"), ("q".into(), None, None), ids).await.unwrap();
+    store.mark_delivered("t2".into()).await.unwrap();
+    assert!(store.agent_notes(id.clone(), None).await.unwrap().is_empty());
+    assert!(store.agent_notes(id, Some("t2".into())).await.unwrap().is_empty());
+}

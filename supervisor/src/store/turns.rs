@@ -329,7 +329,7 @@ impl Store {
     }
 
     /// [`Store::insert_turn`], with the agent notes (`agent_notes` ids) its prompt carries
-    /// removed in the same transaction: each is told once.
+    /// tied to the turn in the same transaction (removed once it is delivered).
     pub async fn insert_turn_telling(
         &self,
         (turn_id, session_id, execution_id, request_id): (
@@ -347,7 +347,7 @@ impl Store {
                 // Taken from the queue with the turn's record, or not at all: it runs once.
                 super::queue::take_queued(&tx, &session_id, queued)?;
             }
-            super::keeps::remove_agent_notes(&tx, &told)?;
+            super::keeps::tie_agent_notes(&tx, &told, &turn_id)?;
             tx.execute(
                 "INSERT INTO turns (id, session_id, execution_id, request_id, state, started_at, delivered, prompt, retry_of, queued_prompt) \
                  VALUES (?1, ?2, ?3, ?4, 'running', ?5, 0, ?6, ?7, ?8)",
@@ -404,7 +404,10 @@ impl Store {
     /// Records that a turn's prompt reached agentctl.
     pub async fn mark_delivered(&self, turn_id: crate::ids::TurnId) -> Result<(), StoreError> {
         self.call(move |conn| {
-            conn.execute("UPDATE turns SET delivered = 1 WHERE id = ?1", [&turn_id])?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute("UPDATE turns SET delivered = 1 WHERE id = ?1", [&turn_id])?;
+            super::keeps::delivered_agent_notes(&tx, &turn_id)?;
+            tx.commit()?;
             Ok(())
         })
         .await
