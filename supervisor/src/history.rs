@@ -167,6 +167,15 @@ impl History {
         })
     }
 
+    /// Whether something waits in memory (a held tool call, the message being coalesced)
+    /// that came from an execution other than `generation`'s: no replay of that one brings
+    /// it back.
+    pub fn holds_unwritten_beside(&self, generation: Option<i64>) -> bool {
+        let text = (!self.agent_text.is_empty()).then_some(self.text_generation);
+        let held = self.held_tools.iter().map(|call| call.generation);
+        text.into_iter().chain(held).any(|of| of != generation)
+    }
+
     /// Takes over what `from` holds only in memory (the held tool calls and the message
     /// being coalesced, with their marks), leaving it nothing to write: for a history
     /// opened again when no replay will bring that back (its sidecar is gone).
@@ -990,5 +999,28 @@ mod tests {
         let read = super::read(&path, 0, 100).unwrap();
         let users: Vec<&str> = read.entries.iter().map(|e| e.content.as_str()).collect();
         assert_eq!(users, ["first", "third", "fourth"], "{read:?}");
+    }
+
+    /// What waits in memory is taken over by a history opened again, marks and all, and
+    /// is known by the execution it came from.
+    #[test]
+    fn what_waits_in_memory_moves_to_a_reopened_history_with_its_execution() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
+        let mut history = History::open(&path).unwrap();
+        history.set_generation(1);
+        assert!(!history.holds_unwritten_beside(Some(2)), "nothing waits");
+        history.agent_chunk("<a>", None);
+        history.agent_chunk("<b>", None);
+        assert!(!history.holds_unwritten_beside(Some(1)));
+        assert!(history.holds_unwritten_beside(Some(2)) && history.holds_unwritten_beside(None));
+        let mut reopened = History::open(&path).unwrap();
+        reopened.take_unwritten(&mut history);
+        assert!(!history.holds_unwritten_beside(Some(2)), "nothing left behind");
+        reopened.flush_agent().unwrap();
+        let entries = super::read(&path, 0, 10).unwrap().entries;
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].content, "<a><b>");
+        assert_eq!(entries[0].generation, Some(1));
     }
 }

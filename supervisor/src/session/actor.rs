@@ -1354,12 +1354,13 @@ impl SessionActor {
             stall.retry = Some((Instant::now() + next, next));
             actor.recorder.stall = Some(stall);
         };
-        // With no sidecar left and no loss to finish, no replay brings back what the
-        // history held only in memory (a gone execution's last message, published): it
-        // is written from there. (A loss to finish reads its spool from the marks.)
-        let from_memory = self.sidecar.execution.is_none()
-            && stall.deferred_loss.is_none()
-            && stall.unwritten_state.is_none();
+        // What the history holds only in memory of an execution no replay brings back (a
+        // gone one's last message, published: none is left, or a resume started another)
+        // is written from there, unless a loss to finish reads its spool from the marks.
+        let current = self.sidecar.execution.as_ref().map(|execution| execution.record.generation);
+        let from_memory = stall.deferred_loss.is_none()
+            && stall.unwritten_state.is_none()
+            && (current.is_none() || self.recorder.history.holds_unwritten_beside(current));
         let history = match self.reopen_history(&mut stall.unwritten_prompts, from_memory) {
             Ok(history) => history,
             Err(why) => return again(self, why, stall),
