@@ -123,11 +123,11 @@ pub struct DockerHandle {
     pub engine: Option<String>,
     /// The container id.
     pub container: String,
-    /// Its workspace was copied to the engine (`workspace = "copy"` when it launched): it
-    /// lives there and in the session's checkpoints, whatever the engine's config says
-    /// now (absent in rows from before: the engine's config is read).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub copied: bool,
+    /// Whether its workspace was copied to the engine (`workspace = "copy"` when it
+    /// launched): a copied one lives there and in the session's checkpoints, whatever the
+    /// engine's config says now. `None` in rows from before: the engine's config is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copied: Option<bool>,
 }
 
 impl DockerHandle {
@@ -820,11 +820,11 @@ impl Runtime for DockerRuntime {
     }
 
     fn copies_workspace(&self, handle: Option<&serde_json::Value>) -> bool {
-        DockerHandle::parse(handle).is_some_and(|handle| {
-            handle.copied
-                || self
-                    .engine_of(&handle)
-                    .is_some_and(|engine| engine.config.workspace == WorkspaceMode::Copy)
+        DockerHandle::parse(handle).is_some_and(|handle| match handle.copied {
+            Some(copied) => copied,
+            None => self
+                .engine_of(&handle)
+                .is_some_and(|engine| engine.config.workspace == WorkspaceMode::Copy),
         })
     }
 
@@ -920,8 +920,11 @@ impl Runtime for DockerRuntime {
                     RuntimeError::Engine(format!("container {id} has no published control port"))
                 })?;
             let copied = engine.config.workspace == WorkspaceMode::Copy;
-            let handle =
-                DockerHandle { engine: Some(engine.config.name.clone()), container: id, copied };
+            let handle = DockerHandle {
+                engine: Some(engine.config.name.clone()),
+                container: id,
+                copied: Some(copied),
+            };
             let workspace = (!on_volumes && !copied).then_some(spec.workspace.as_path());
             let agent_user = match &spec.docker.image {
                 Some(image) => non_root_user(&docker, image, workspace).await,
@@ -1083,7 +1086,7 @@ impl Runtime for DockerRuntime {
                             let handle = DockerHandle {
                                 engine: Some(engine.config.name.clone()),
                                 container: id.clone(),
-                                copied: engine.config.workspace == WorkspaceMode::Copy,
+                                copied: Some(engine.config.workspace == WorkspaceMode::Copy),
                             };
                             scan.found.push(Orphan {
                                 session_id,
@@ -1250,14 +1253,20 @@ mod tests {
         // Recorded copied: on an engine gone from config, or one that mounts now.
         assert!(runtime.copies_workspace(Some(&handle("gone", Some(true)))));
         assert!(runtime.copies_workspace(Some(&handle("a", Some(true)))));
+        // Recorded mounted: on an engine that copies now (its next launch fills the new
+        // volume from the directory, not from an older checkpoint).
+        assert!(!runtime.copies_workspace(Some(&handle("c", Some(false)))));
         // Not recorded (rows from before): the engine's config says.
         assert!(runtime.copies_workspace(Some(&handle("c", None))));
         assert!(!runtime.copies_workspace(Some(&handle("a", None))));
         assert!(!runtime.copies_workspace(Some(&handle("gone", None))));
         assert!(!runtime.copies_workspace(None));
-        // A mounted session's handle says nothing of copying.
-        let mounted =
-            super::DockerHandle { engine: Some("a".into()), container: "x".into(), copied: false };
-        assert_eq!(serde_json::to_value(mounted).unwrap(), handle("a", None));
+        // Written either way.
+        let mounted = super::DockerHandle {
+            engine: Some("a".into()),
+            container: "x".into(),
+            copied: Some(false),
+        };
+        assert_eq!(serde_json::to_value(mounted).unwrap(), handle("a", Some(false)));
     }
 }
