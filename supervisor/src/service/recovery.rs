@@ -9,6 +9,10 @@ use super::{
 };
 use crate::ids::SessionId;
 
+/// How often [`Supervisor::announce`] tries before it gives up (each try is an actor
+/// that ended before taking the announcement, or one that started meanwhile).
+const ANNOUNCE_TRIES: usize = 5;
+
 impl Supervisor {
     /// A session's event log was found holding fewer events than were issued (cut,
     /// emptied or deleted while the daemon was down): said to subscribers (a notice at the
@@ -607,22 +611,28 @@ impl Supervisor {
     }
 
     /// Publishes `kind` on the session's stream: through its actor when one runs (after
-    /// what it published), else at rest under the start lock.
+    /// what it published), else at rest under the start lock — never holding the lock
+    /// while an actor is awaited (an actor ending, or one started meanwhile, is tried
+    /// again).
     pub(super) async fn announce(&self, session_id: &SessionId, kind: SessionEventKind) {
-        if let Some(handle) = self.handle(session_id).filter(crate::session::SessionHandle::is_live)
-            && handle.announce(kind.clone()).await.is_ok()
-        {
-            return;
-        }
-        let _guard = self.start_lock.lock().await;
-        match self.handle(session_id).filter(crate::session::SessionHandle::is_live) {
-            Some(handle) => {
-                if let Err(err) = handle.announce(kind).await {
-                    tracing::warn!(session = %session_id, %err, "a change is made but cannot be announced");
+        let live =
+            |this: &Self| this.handle(session_id).filter(crate::session::SessionHandle::is_live);
+        for _ in 0..ANNOUNCE_TRIES {
+            if let Some(handle) = live(self) {
+                match handle.announce(kind.clone()).await {
+                    Ok(()) => return,
+                    // It ended before taking it: at rest, or its successor.
+                    Err(_) => continue,
                 }
             }
-            None => self.publish_at_rest(session_id, kind).await,
+            let guard = self.start_lock.lock().await;
+            if live(self).is_some() {
+                drop(guard);
+                continue;
+            }
+            return self.publish_at_rest(session_id, kind).await;
         }
+        tracing::warn!(session = %session_id, "a change is made but cannot be announced: its actor kept ending and starting");
     }
 
     /// The record of a session (its event log and open-work rows), for recovery and the

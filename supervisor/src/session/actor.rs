@@ -309,7 +309,9 @@ impl SessionActor {
     // ---- commands -----------------------------------------------------------------------
 
     async fn handle_command(&mut self, command: Command) {
-        if self.row.state.is_terminal() {
+        // (An announcement of the service's is published whatever the state: a review of
+        // an ended session's changes too.)
+        if self.row.state.is_terminal() && !matches!(command, Command::Announce { .. }) {
             let state = self.row.state;
             return reject(command, || SessionError::Terminal(state));
         }
