@@ -81,22 +81,16 @@ impl Store {
         resent: Option<crate::ids::TurnId>,
     ) -> Result<Vec<(i64, String)>, StoreError> {
         self.call(move |conn| {
-            let read = |sql: &str, param: &dyn rusqlite::ToSql| {
-                let mut query = conn.prepare(sql)?;
-                let rows = query.query_map([param], |row| Ok((row.get(0)?, row.get(1)?)))?;
-                rows.collect::<Result<Vec<_>, _>>()
+            let sql = match resent {
+                Some(_) => "SELECT id, note FROM agent_notes WHERE session_id = ?1 AND turn_id = ?2 ORDER BY id",
+                None => &format!(
+                    "SELECT id, note FROM agent_notes WHERE {PENDING_NOTES} AND ?2 IS NULL ORDER BY id"
+                ),
             };
-            let notes = match &resent {
-                Some(turn) => {
-                    read("SELECT id, note FROM agent_notes WHERE turn_id = ?1 ORDER BY id", turn)?
-                }
-                None => read(
-                    "SELECT id, note FROM agent_notes WHERE session_id = ?1 AND (turn_id IS NULL \
-                     OR turn_id IN (SELECT id FROM turns WHERE session_id = ?1 AND delivered = 0 \
-                     AND state != 'running')) ORDER BY id",
-                    &session_id,
-                )?,
-            };
+            let mut query = conn.prepare(sql)?;
+            let rows = query
+                .query_map(params![session_id, resent], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            let notes = rows.collect::<Result<Vec<_>, _>>()?;
             Ok(notes)
         })
         .await
@@ -122,5 +116,20 @@ pub(super) fn delivered_agent_notes(
     turn: &crate::ids::TurnId,
 ) -> Result<(), StoreError> {
     conn.execute("DELETE FROM agent_notes WHERE turn_id = ?1", [turn])?;
+    Ok(())
+}
+
+/// The notes of session `?1` still to be told: no turn carried them yet, or the turn that
+/// did ended before its prompt was delivered.
+const PENDING_NOTES: &str = "session_id = ?1 AND (turn_id IS NULL OR turn_id IN (SELECT id FROM \
+    turns WHERE session_id = ?1 AND delivered = 0 AND state != 'running'))";
+
+/// Drops the notes the session's agent was still to be told: a rewind that restored the
+/// workspace made them untrue.
+pub(super) fn drop_pending_agent_notes(
+    tx: &rusqlite::Transaction<'_>,
+    session_id: &SessionId,
+) -> Result<(), StoreError> {
+    tx.execute(&format!("DELETE FROM agent_notes WHERE {PENDING_NOTES}"), [session_id])?;
     Ok(())
 }

@@ -32,7 +32,8 @@ fn seq(value: u64) -> i64 {
 
 impl Store {
     /// Stores a rewind in one transaction: its row (pending), the turns it rewinds marked,
-    /// and the session's resume token cleared (its agent session holds those turns).
+    /// the session's resume token cleared (its agent session holds those turns), and,
+    /// when it restored the workspace, the notes its agent was still to be told dropped.
     pub async fn record_rewind(
         &self,
         row: RewindRow,
@@ -63,6 +64,10 @@ impl Store {
                 "UPDATE executors_running SET resume_token = NULL WHERE session_id = ?1",
                 [&row.session_id],
             )?;
+            if row.workspace_restored {
+                // What the notes say of the workspace is no longer so.
+                super::keeps::drop_pending_agent_notes(&tx, &row.session_id)?;
+            }
             tx.commit()?;
             Ok(())
         })

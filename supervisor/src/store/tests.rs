@@ -914,5 +914,21 @@ async fn a_note_for_the_agent_goes_once_a_prompt_carrying_it_was_delivered() {
     store.insert_turn_telling(turn("t2", "2"), ("q".into(), None, None), ids).await.unwrap();
     store.mark_delivered("t2".into()).await.unwrap();
     assert!(store.agent_notes(id.clone(), None).await.unwrap().is_empty());
-    assert!(store.agent_notes(id, Some("t2".into())).await.unwrap().is_empty());
+    assert!(store.agent_notes(id.clone(), Some("t2".into())).await.unwrap().is_empty());
+    // A rewind that restores the workspace drops what is still to be told (untrue now);
+    // one that does not keeps it.
+    store.reverted(id.clone(), "b.txt".into(), "b was reverted".into()).await.unwrap();
+    let rewind = |n: &str, restored: bool| crate::store::RewindRow {
+        id: n.into(),
+        session_id: id.clone(),
+        turn_id: "t2".into(),
+        seqs: (1, 0),
+        workspace_restored: restored,
+        saved_ref: None,
+        created_at: 1,
+    };
+    store.record_rewind(rewind("r1", false), Vec::new()).await.unwrap();
+    assert_eq!(store.agent_notes(id.clone(), None).await.unwrap().len(), 1);
+    store.record_rewind(rewind("r2", true), Vec::new()).await.unwrap();
+    assert!(store.agent_notes(id, None).await.unwrap().is_empty());
 }

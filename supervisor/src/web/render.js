@@ -658,7 +658,7 @@ export function render(event) {
     case "rewound":
       if (state.backfill) break; // the timeline marks what an earlier window shows
       markRewound(event.rewound);
-      activity(`rewound to turn ${event.turn_id}: ${event.rewound.length} turn(s) left the conversation`, event.at);
+      activity(`rewound to turn ${event.turn_id}: ${event.rewound.length} turn(s) left the conversation${event.saved_ref ? `; the workspace is back as it was then (what it had is on ${event.saved_ref})` : ""}`, event.at);
       break;
     case "change_reviewed":
       // Here or in another window: the changes tab reads them again (changes.js).

@@ -61,11 +61,7 @@ export async function rewind(turnId, restoreWorkspace) {
     { session_id: state.open, turn_id: turnId, restore_workspace: restoreWorkspace || undefined });
   if (!rewound) return undefined;
   markRewound(rewound.rewound);
-  const saved = rewound.workspace;
-  const where = saved
-    ? `; the workspace is back at ${saved.commit.slice(0, 12)} (what it had is on ${saved.saved_ref})`
-    : "";
-  activity(`rewound to turn ${rewound.turn_id}: ${rewound.rewound.length} turn(s) left the conversation${where}`);
+  // (The activity line comes with the session's `rewound` event.)
   return rewound;
 }
 
