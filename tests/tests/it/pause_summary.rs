@@ -335,3 +335,28 @@ async fn the_cli_pause_waits_for_the_summary_and_prints_it() {
     assert!(out.contains(line), "{out}");
     assert_eq!(api.status(&session).await.state, SessionState::Paused);
 }
+
+/// A note left for the agent (a file the reviewer reverted) is not spent on the summary
+/// turn of a pause: the agent that goes on after it is told, with its first prompt.
+#[tokio::test]
+async fn a_note_for_the_agent_waits_past_the_summary_turn_for_the_next_prompt() {
+    let daemon = Daemon::start_with_profiles(&[], &[("summarize.toml", SUMMARIZE)]).await;
+    let api = daemon.api().await;
+    let repo = daemon.workspace("noted");
+    tether_tests::git(&repo, &["init", "-q", "-b", "main"]).await;
+    std::fs::write(repo.join("README"), "the project\n").unwrap();
+    tether_tests::git(&repo, &["add", "."]).await;
+    tether_tests::git(&repo, &["commit", "-q", "-m", "start"]).await;
+    let session = api.ready_session("summarize", &repo).await;
+    let readme = repo.join("README");
+    api.ask(&session, &format!("/then /say {ANSWER}\n/write {} edited", readme.display())).await;
+    let revert = api.typed().session_changes_revert(session.clone(), "README".into());
+    ok("revert", revert).await;
+    let (seen, summary) = pause_and_read(&api, &session, None, true).await;
+    let (_, prompt) = started(&seen).expect("a summary turn ran before the pause");
+    assert!(!prompt.contains("was reverted"), "{prompt}");
+    assert_eq!(summary.state, SummaryState::Stored, "{summary:?}");
+    api.resume(&session).await.expect("resume");
+    let first = api.ask(&session, "go on").await;
+    assert!(first.contains("- README was reverted by the person reviewing"), "{first}");
+}
