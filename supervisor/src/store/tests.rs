@@ -802,18 +802,7 @@ async fn the_agentctl_endpoint_is_kept_as_the_runtime_returned_it() {
 
 #[tokio::test]
 async fn a_queued_prompt_keeps_its_place_moves_and_leaves_with_its_turn_once() {
-    let (_dir, store) = open();
-    let task = store.create_task("t".into(), String::new()).await.unwrap();
-    let row = store.create_session(session(&task.id)).await.unwrap();
-    let id = row.id.clone();
-    store
-        .put_execution(ExecutionRow {
-            runtime: "standalone".into(),
-            status: ExecutionStatus::Running,
-            ..ExecutionRow::new(id.clone(), "e".into())
-        })
-        .await
-        .unwrap();
+    let (_dir, store, id) = running_session().await;
     for (n, text) in ["a", "b", "c"].into_iter().enumerate() {
         let place = store.enqueue_prompt(id.clone(), text.into(), text.into()).await.unwrap();
         assert_eq!(place, n + 1);
@@ -884,18 +873,7 @@ async fn a_steer_queues_ahead_of_prompts_and_behind_earlier_steers() {
 /// next prompt, and a prompt sent again carries its turn's.
 #[tokio::test]
 async fn a_note_for_the_agent_goes_once_a_prompt_carrying_it_was_delivered() {
-    let (_dir, store) = open();
-    let task = store.create_task("t".into(), String::new()).await.unwrap();
-    let row = store.create_session(session(&task.id)).await.unwrap();
-    let id = row.id.clone();
-    store
-        .put_execution(ExecutionRow {
-            runtime: "standalone".into(),
-            status: ExecutionStatus::Running,
-            ..ExecutionRow::new(id.clone(), "e".into())
-        })
-        .await
-        .unwrap();
+    let (_dir, store, id) = running_session().await;
     store.reverted(id.clone(), "a.txt".into(), "a was reverted".into()).await.unwrap();
     let notes = store.agent_notes(id.clone(), None).await.unwrap();
     let ids: Vec<i64> = notes.iter().map(|(id, _)| *id).collect();
@@ -931,4 +909,20 @@ async fn a_note_for_the_agent_goes_once_a_prompt_carrying_it_was_delivered() {
     assert_eq!(store.agent_notes(id.clone(), None).await.unwrap().len(), 1);
     store.record_rewind(rewind("r2", true), Vec::new()).await.unwrap();
     assert!(store.agent_notes(id, None).await.unwrap().is_empty());
+}
+
+/// A store with a session whose execution `e` runs (a local process).
+async fn running_session() -> (tempfile::TempDir, Store, SessionId) {
+    let (dir, store) = open();
+    let task = store.create_task("t".into(), String::new()).await.unwrap();
+    let id = store.create_session(session(&task.id)).await.unwrap().id;
+    store
+        .put_execution(ExecutionRow {
+            runtime: "standalone".into(),
+            status: ExecutionStatus::Running,
+            ..ExecutionRow::new(id.clone(), "e".into())
+        })
+        .await
+        .unwrap();
+    (dir, store, id)
 }

@@ -13,6 +13,16 @@ async fn changes(api: &Api, session: &str) -> SessionChanges {
     ok("changes", api.typed().session_changes(session.to_owned())).await
 }
 
+/// A repository in the daemon's workspaces, one commit holding `README`.
+async fn repository(daemon: &Daemon, name: &str) -> std::path::PathBuf {
+    let repo = daemon.workspace(name);
+    git(&repo, &["init", "-q", "-b", "main"]).await;
+    std::fs::write(repo.join("README"), "the project\n").unwrap();
+    git(&repo, &["add", "."]).await;
+    git(&repo, &["commit", "-q", "-m", "start"]).await;
+    repo
+}
+
 fn listed(changes: &SessionChanges) -> Vec<(&str, ChangeKind, bool)> {
     changes.files.iter().map(|file| (file.path.as_str(), file.kind, file.kept)).collect()
 }
@@ -21,11 +31,7 @@ fn listed(changes: &SessionChanges) -> Vec<(&str, ChangeKind, bool)> {
 async fn a_review_lists_the_sessions_changes_keeps_what_was_seen_and_reverts_without_loss() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
-    let repo = daemon.workspace("repo");
-    git(&repo, &["init", "-q", "-b", "main"]).await;
-    std::fs::write(repo.join("README"), "the project\n").unwrap();
-    git(&repo, &["add", "."]).await;
-    git(&repo, &["commit", "-q", "-m", "start"]).await;
+    let repo = repository(&daemon, "repo").await;
     // Uncommitted before the session: not its change.
     std::fs::write(repo.join("notes.txt"), "mine\n").unwrap();
     let session = api.ready_session("mock", &repo).await;
@@ -133,11 +139,7 @@ async fn the_cli_lists_the_changes_shows_diffs_keeps_and_reverts() {
 async fn a_reverted_file_is_told_to_the_agent_with_its_next_prompt_once() {
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
-    let repo = daemon.workspace("told");
-    git(&repo, &["init", "-q", "-b", "main"]).await;
-    std::fs::write(repo.join("README"), "the project\n").unwrap();
-    git(&repo, &["add", "."]).await;
-    git(&repo, &["commit", "-q", "-m", "start"]).await;
+    let repo = repository(&daemon, "told").await;
     let session = api.ready_session("mock", &repo).await;
     api.ask(&session, &format!("/write {} edited", repo.join("README").display())).await;
     let reverted =
@@ -177,11 +179,7 @@ async fn a_review_is_announced_on_the_sessions_stream_live_and_at_rest() {
     use protocol::api::{EventKind, ReviewAction};
     let daemon = Daemon::start(&[]).await;
     let api = daemon.api().await;
-    let repo = daemon.workspace("announced");
-    git(&repo, &["init", "-q", "-b", "main"]).await;
-    std::fs::write(repo.join("README"), "the project\n").unwrap();
-    git(&repo, &["add", "."]).await;
-    git(&repo, &["commit", "-q", "-m", "start"]).await;
+    let repo = repository(&daemon, "announced").await;
     let session = api.ready_session("mock", &repo).await;
     api.ask(&session, &format!("/write {} one", repo.join("a.txt").display())).await;
     api.ask(&session, &format!("/write {} two", repo.join("b.txt").display())).await;
