@@ -342,11 +342,7 @@ async fn the_cli_pause_waits_for_the_summary_and_prints_it() {
 async fn a_note_for_the_agent_waits_past_the_summary_turn_for_the_next_prompt() {
     let daemon = Daemon::start_with_profiles(&[], &[("summarize.toml", SUMMARIZE)]).await;
     let api = daemon.api().await;
-    let repo = daemon.workspace("noted");
-    tether_tests::git(&repo, &["init", "-q", "-b", "main"]).await;
-    std::fs::write(repo.join("README"), "the project\n").unwrap();
-    tether_tests::git(&repo, &["add", "."]).await;
-    tether_tests::git(&repo, &["commit", "-q", "-m", "start"]).await;
+    let repo = crate::workspaces::repository(&daemon, "noted").await;
     let session = api.ready_session("summarize", &repo).await;
     let readme = repo.join("README");
     api.ask(&session, &format!("/then /say {ANSWER}\n/write {} edited", readme.display())).await;

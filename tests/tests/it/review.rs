@@ -9,18 +9,10 @@ use protocol::errors::ErrorKind;
 use tether_tests::daemon::{Api, Daemon, call, ok};
 use tether_tests::git;
 
+use crate::workspaces::repository;
+
 async fn changes(api: &Api, session: &str) -> SessionChanges {
     ok("changes", api.typed().session_changes(session.to_owned())).await
-}
-
-/// A repository in the daemon's workspaces, one commit holding `README`.
-async fn repository(daemon: &Daemon, name: &str) -> std::path::PathBuf {
-    let repo = daemon.workspace(name);
-    git(&repo, &["init", "-q", "-b", "main"]).await;
-    std::fs::write(repo.join("README"), "the project\n").unwrap();
-    git(&repo, &["add", "."]).await;
-    git(&repo, &["commit", "-q", "-m", "start"]).await;
-    repo
 }
 
 fn listed(changes: &SessionChanges) -> Vec<(&str, ChangeKind, bool)> {

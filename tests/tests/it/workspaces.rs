@@ -180,8 +180,8 @@ async fn a_crash_at_launch_leaves_the_session_resumable_and_a_resume_fixes_it() 
 
 // ---- worktrees ------------------------------------------------------------------------
 
-/// A repository with one commit on `main`.
-async fn repository(daemon: &Daemon, name: &str) -> std::path::PathBuf {
+/// A repository with one commit on `main` (holding `README`).
+pub(crate) async fn repository(daemon: &Daemon, name: &str) -> std::path::PathBuf {
     let repo = daemon.workspace(name);
     git(&repo, &["init", "-q", "-b", "main"]).await;
     std::fs::write(repo.join("README"), "the project\n").unwrap();
